@@ -1,0 +1,161 @@
+// npurt/backend.hpp — the device layer's interface. The runtime (scheduling layer) hands a
+// backend each task once the task's stream order and event dependencies are met; the backend
+// decides when the task starts and ends on its engines and reports the completion back. The
+// simulator in sim/ is one backend; tests and other hardware can bring their own.
+#pragma once
+
+#include <npurt/error.hpp>
+#include <npurt/kernel.hpp>
+#include <npurt/time.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace npurt {
+
+class observer;
+
+using device_id = std::int32_t;
+
+/// What a device is, as cudaDeviceProp / aclrtGetDeviceInfo tell it. Filled by the backend from
+/// its hardware preset.
+struct device_properties {
+  std::string name;                    // preset name, e.g. "ascend910"
+  std::string soc;                     // SoC version, e.g. "Ascend910A"
+  std::uint32_t ai_core_count = 0;     // cores that run cube work (AIC on separated parts)
+  std::uint32_t vector_core_count = 0; // cores that run vector work (== ai_core_count when coupled)
+  bool separated_cores = false;        // 910B-style AIC/AIV split
+  double clock_hz = 0;                 // AI core clock
+  std::size_t memory_bytes = 0;        // HBM capacity
+  double hbm_bandwidth = 0;            // bytes per second
+  std::size_t l2_bytes = 0;
+  double host_link_bandwidth = 0;      // bytes per second, one direction (PCIe)
+  picoseconds host_link_latency{0};
+  double peer_link_bandwidth = 0;      // bytes per second per HCCS link
+  picoseconds peer_link_latency{0};
+  double cube_flops_per_cycle = 0;     // per core, FP16
+  double peak_fp16_flops = 0;          // whole chip, per second
+};
+
+/// Which engine of a device runs a task.
+enum class engine_kind : std::uint8_t {
+  none,        // control tasks (event record, event wait, host callback): no engine time
+  ai_core,     // cube and vector work of kernels
+  copy_h2d,
+  copy_d2h,
+  copy_d2d,    // on one device, or to a peer
+  collective,
+  host,        // H2H copies run on the host
+};
+
+enum class task_kind : std::uint8_t { kernel, memcpy, memset, event_record, event_wait, host_callback, collective };
+
+enum class memcpy_kind : std::uint8_t { host_to_host, host_to_device, device_to_host, device_to_device, default_kind };
+
+constexpr std::string_view to_string(engine_kind e) noexcept {
+  switch (e) {
+    case engine_kind::none: return "control";
+    case engine_kind::ai_core: return "ai_core";
+    case engine_kind::copy_h2d: return "copy_h2d";
+    case engine_kind::copy_d2h: return "copy_d2h";
+    case engine_kind::copy_d2d: return "copy_d2d";
+    case engine_kind::collective: return "collective";
+    case engine_kind::host: return "host";
+  }
+  return "?";
+}
+
+constexpr std::string_view to_string(task_kind k) noexcept {
+  switch (k) {
+    case task_kind::kernel: return "kernel";
+    case task_kind::memcpy: return "memcpy";
+    case task_kind::memset: return "memset";
+    case task_kind::event_record: return "event_record";
+    case task_kind::event_wait: return "event_wait";
+    case task_kind::host_callback: return "host_callback";
+    case task_kind::collective: return "collective";
+  }
+  return "?";
+}
+
+/// A copy or memset as the backend sees it. Pointers are device addresses or host pointers as
+/// `kind` says; src_device/dst_device are -1 for host memory.
+struct copy_desc {
+  memcpy_kind kind = memcpy_kind::default_kind;
+  void* dst = nullptr;
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+  device_id src_device = -1;
+  device_id dst_device = -1;
+  int value = 0;  // memset
+};
+
+/// The part of a task a backend may read and annotate. The runtime owns the record; the backend
+/// holds a reference only between submit() and the matching complete().
+struct task_info {
+  std::uint64_t id = 0;         // global sequence number: the stable tie-break key
+  device_id device = 0;
+  std::uint32_t stream = 0;     // global stream id
+  std::uint8_t priority = 4;    // 0 highest .. 7 lowest
+  task_kind kind = task_kind::kernel;
+  engine_kind engine = engine_kind::none;
+  sim_time submitted{};         // when the host enqueued it
+  sim_time ready{};             // when its dependencies were met and it reached the backend
+  sim_time start{};             // set by the backend
+  sim_time end{};               // set by the backend
+  std::string_view name{};      // what traces show
+  /// kind == kernel: the launched descriptor, or null for a kernels::fixed launch, whose cost
+  /// is then in `fixed` (records stay small: a million queued fixed kernels cost little memory).
+  const kernel_desc* kernel = nullptr;
+  kernels::fixed fixed{};
+  std::uint32_t block_dim = 0;  // kind == kernel: AI cores requested, 0 = all
+  copy_desc copy{};             // kind == memcpy / memset
+  std::uint64_t flops = 0;      // for the profiler; the backend may fill them in
+  std::uint64_t bytes = 0;
+  void* backend_data = nullptr; // scratch for the backend
+};
+
+/// Memory access the backend needs for functional execution.
+class memory_view {
+ public:
+  virtual ~memory_view() = default;
+  /// Host storage behind [addr, addr + bytes) of device memory, or nullptr when the range is not
+  /// inside one live allocation or the device has no backing store (timing-only mode).
+  virtual std::byte* translate(device_id dev, const void* addr, std::size_t bytes) noexcept = 0;
+};
+
+/// What the runtime offers its backend.
+class backend_host : public memory_view {
+ public:
+  /// Current virtual time.
+  [[nodiscard]] virtual sim_time now() const noexcept = 0;
+  /// Calls fn(ctx, arg) when virtual time reaches `at` (at >= now()). Ties run in call order.
+  virtual void call_at(sim_time at, void (*fn)(void* ctx, std::uint64_t arg), void* ctx, std::uint64_t arg) = 0;
+  /// Reports that a task finished at now() with outcome ec. start/end must be set.
+  virtual void complete(task_info& t, std::error_code ec = {}) = 0;
+  /// The observer to report engine-level activity to (link transfers, collective steps), or null.
+  [[nodiscard]] virtual observer* tracer() noexcept = 0;
+};
+
+/// A device layer.
+class backend {
+ public:
+  virtual ~backend() = default;
+  [[nodiscard]] virtual std::string_view name() const noexcept = 0;
+  [[nodiscard]] virtual std::size_t device_count() const noexcept = 0;
+  [[nodiscard]] virtual const device_properties& properties(device_id dev) const = 0;
+  /// Called once by the system before any submit.
+  virtual void attach(backend_host& host) = 0;
+  /// Checks a kernel before it is enqueued (shape, dtype, layout): a clear error before anything runs.
+  [[nodiscard]] virtual std::error_code validate(device_id dev, const kernel_desc& k) const = 0;
+  /// A task whose dependencies are met at host.now(). The backend must eventually call
+  /// host.complete(t) exactly once.
+  virtual void submit(task_info& t) = 0;
+  /// Whether a device keeps a real backing store for its memory (functional mode).
+  [[nodiscard]] virtual bool functional() const noexcept = 0;
+};
+
+}  // namespace npurt

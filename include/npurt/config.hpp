@@ -1,0 +1,26 @@
+// npurt/config.hpp — version, and the header-only / separate-compilation switch.
+//
+// Header-only by default: every non-template body in impl/*.ipp is `inline` and included at the
+// bottom of its header. Define NPURT_SEPARATE_COMPILATION (Meson option header_only=false does
+// it) to declare them non-inline and link the bodies from lib/ instead — Asio's scheme.
+#pragma once
+
+#define NPURT_VERSION_MAJOR 0
+#define NPURT_VERSION_MINOR 1
+#define NPURT_VERSION_PATCH 0
+#define NPURT_VERSION (NPURT_VERSION_MAJOR * 10000 + NPURT_VERSION_MINOR * 100 + NPURT_VERSION_PATCH)
+
+#if defined(NPURT_SEPARATE_COMPILATION)
+#define NPURT_HEADER_ONLY 0
+#define NPURT_DECL
+#else
+#define NPURT_HEADER_ONLY 1
+#define NPURT_DECL inline
+#endif
+
+// In the compiled library itself, bodies are emitted exactly once by impl/src.hpp.
+#if NPURT_HEADER_ONLY || defined(NPURT_BUILDING_LIBRARY)
+#define NPURT_INCLUDE_IMPL 1
+#else
+#define NPURT_INCLUDE_IMPL 0
+#endif

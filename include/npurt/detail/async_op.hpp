@@ -1,0 +1,150 @@
+// npurt/detail/async_op.hpp — how an Asio completion handler waits inside the runtime: a
+// type-erased op allocated with the handler's associated allocator and completed by posting
+// the handler to its associated executor. Posting (never invoking inline) keeps the order of
+// resumptions fixed by the loop, and keeps device completions from re-entering host code.
+#pragma once
+
+#include <npurt/detail/runtime.hpp>
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/post.hpp>
+
+#include <memory>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+namespace npurt::detail {
+
+template <class Handler, class... Values>
+class handler_op final : public op_base {
+ public:
+  using allocator_type = typename std::allocator_traits<
+      boost::asio::associated_allocator_t<Handler>>::template rebind_alloc<handler_op>;
+
+  handler_op(runtime& rt, Handler&& h) : rt_(&rt), handler_(std::move(h)) { complete_fn = &do_complete; }
+
+  /// Values delivered after the error_code (e.g. the pointer of an async_malloc).
+  std::tuple<Values...> values{};
+
+  static op_base* create(runtime& rt, Handler&& h) {
+    allocator_type alloc(boost::asio::get_associated_allocator(h));
+    handler_op* p = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+    std::allocator_traits<allocator_type>::construct(alloc, p, rt, std::move(h));
+    rt.host_wait_begin();
+    return p;
+  }
+
+ private:
+  static void do_complete(op_base* base, std::error_code ec) {
+    auto* self = static_cast<handler_op*>(base);
+    runtime& rt = *self->rt_;
+    allocator_type alloc(boost::asio::get_associated_allocator(self->handler_));
+    Handler h(std::move(self->handler_));
+    std::tuple<Values...> vals(std::move(self->values));
+    std::allocator_traits<allocator_type>::destroy(alloc, self);
+    std::allocator_traits<allocator_type>::deallocate(alloc, self, 1);
+    rt.host_wait_end();
+    rt.note_post();
+    auto ex = boost::asio::get_associated_executor(h, rt.io().get_executor());
+    std::apply(
+        [&](auto&&... v) { boost::asio::post(ex, boost::asio::append(std::move(h), async_error_code(ec), std::move(v)...)); },
+        std::move(vals));
+  }
+
+  runtime* rt_;
+  Handler handler_;
+};
+
+/// Completes a handler at once with an error, without touching the runtime's queues: the
+/// caller's input was wrong and nothing was enqueued.
+template <class Handler, class... Values>
+void post_error(runtime& rt, Handler&& h, std::error_code ec, Values&&... v) {
+  rt.note_post();
+  auto ex = boost::asio::get_associated_executor(h, rt.io().get_executor());
+  boost::asio::post(ex, boost::asio::append(std::forward<Handler>(h), async_error_code(ec), std::forward<Values>(v)...));
+}
+
+/// A host wait on several stream positions, with an optional timeout. Whichever of "all
+/// positions reached" and "the timer fired" comes first completes the op; the other side
+/// only drops its reference.
+struct multi_wait {
+  op_base* op = nullptr;
+  std::size_t remaining = 0;
+  std::size_t refs = 0;
+  bool done = false;
+  bool has_timer = false;
+  std::uint64_t timer = 0;
+
+  static void on_position(runtime& rt, void* ctx, std::uint64_t, std::error_code ec) {
+    auto* self = static_cast<multi_wait*>(ctx);
+    if (!self->done && (ec || --self->remaining == 0)) {
+      self->done = true;
+      if (self->has_timer) {
+        // The timeout will never fire now: take it back so it does not move the clock.
+        rt.cancel_timer(self->timer);
+        self->has_timer = false;
+        self->release();
+      }
+      self->op->complete(ec);
+    }
+    self->release();
+  }
+  static void on_timeout(void* ctx, std::uint64_t) {
+    auto* self = static_cast<multi_wait*>(ctx);
+    self->has_timer = false;
+    if (!self->done) {
+      self->done = true;
+      self->op->complete(make_error_code(errc::wait_timeout));
+    }
+    self->release();
+  }
+  void release() {
+    if (--refs == 0) delete this;
+  }
+};
+
+/// Starts a multi_wait on positions [first, last) of (stream, seq) pairs. A negative timeout
+/// means none.
+template <class Positions>
+void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, picoseconds timeout) {
+  auto* w = new multi_wait{op, 0, 1, false};  // the extra ref is released below
+  for (const auto& [stream, seq] : positions) {
+    if (rt.position_reached(stream, seq)) continue;
+    ++w->remaining;
+    ++w->refs;
+    rt.wait_position(stream, seq, position_waiter{&multi_wait::on_position, w, 0});
+  }
+  if (w->remaining == 0) {
+    w->done = true;
+    op->complete({});
+  } else if (timeout.count() >= 0) {
+    ++w->refs;
+    w->has_timer = true;
+    w->timer = rt.call_at_cancellable(rt.now() + timeout, &multi_wait::on_timeout, w, 0);
+  }
+  w->release();
+}
+
+/// A blocking host wait: drives the loop until done() or the virtual deadline, whichever first.
+/// A timer at the deadline makes the clock stop exactly there.
+template <class Done>
+void wait_blocking(runtime& rt, Done done, sim_time deadline, std::error_code& ec) {
+  ec.clear();
+  if (done()) return;
+  if (rt.in_run()) {
+    ec = make_error_code(errc::not_supported);  // inside run(): use the async_ form
+    return;
+  }
+  std::uint64_t ticket = 0;
+  const bool timed = deadline != sim_time::max();
+  if (timed) ticket = rt.call_at_cancellable(deadline, [](void*, std::uint64_t) {}, nullptr, 0);
+  rt.run_until([&] { return done() || (timed && rt.now() >= deadline); }, ec);
+  if (timed) rt.cancel_timer(ticket);
+  if (done()) return;
+  if (!ec || (timed && rt.now() >= deadline)) ec = make_error_code(errc::wait_timeout);
+}
+
+}  // namespace npurt::detail

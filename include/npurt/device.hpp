@@ -1,0 +1,95 @@
+// npurt/device.hpp — one simulated NPU: its properties, streams, events, memory and lifecycle.
+#pragma once
+
+#include <npurt/backend.hpp>
+#include <npurt/config.hpp>
+#include <npurt/detail/async_op.hpp>
+#include <npurt/detail/runtime.hpp>
+#include <npurt/error.hpp>
+#include <npurt/event.hpp>
+#include <npurt/stream.hpp>
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace npurt {
+
+/// Free and total device memory, as aclrtGetMemInfo reports them.
+struct mem_info {
+  std::size_t free = 0;
+  std::size_t total = 0;
+};
+
+class device {
+ public:
+  using executor_type = boost::asio::strand<boost::asio::io_context::executor_type>;
+  using default_token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>;
+
+  device(detail::runtime& rt, device_id id) : rt_(&rt), id_(id), strand_(boost::asio::make_strand(rt.io())) {}
+
+  [[nodiscard]] device_id id() const noexcept { return id_; }
+  [[nodiscard]] const device_properties& properties() const { return rt_->backend().properties(id_); }
+  /// A strand for host coroutines that drive this device.
+  [[nodiscard]] executor_type executor() const noexcept { return strand_; }
+  [[nodiscard]] executor_type get_executor() const noexcept { return strand_; }
+
+  /// A new stream; priority 0 (highest) .. 7 (lowest), out-of-range values clamp.
+  [[nodiscard]] NPURT_DECL stream make_stream(const stream_options& opts = {});
+  /// A new user event of this device, to be placed with stream::record.
+  [[nodiscard]] NPURT_DECL event make_event(const event_options& opts = {});
+
+  /// Device memory, like aclrtMalloc: `bytes` rounded up to 512 B; out_of_memory_error when the
+  /// device cannot hold it. The caching pool (memory.hpp) is the fast path; this is the raw one.
+  [[nodiscard]] NPURT_DECL void* malloc(std::size_t bytes);
+  [[nodiscard]] NPURT_DECL void* malloc(std::size_t bytes, std::error_code& ec) noexcept;
+  NPURT_DECL void free(void* p);
+  NPURT_DECL void free(void* p, std::error_code& ec) noexcept;
+  [[nodiscard]] NPURT_DECL mem_info memory_info() const;
+
+  /// Waits until every stream of this device is empty. Blocking forms drive the simulation and
+  /// are for code outside system::run; with a timeout they throw timeout_error.
+  NPURT_DECL void synchronize();
+  NPURT_DECL void synchronize(picoseconds timeout);
+  NPURT_DECL void synchronize(picoseconds timeout, std::error_code& ec);
+  template <class Token = default_token>
+  auto async_synchronize(Token&& token = {}) {
+    return async_synchronize(picoseconds{-1}, std::forward<Token>(token));
+  }
+  template <class Token = default_token>
+  auto async_synchronize(picoseconds timeout, Token&& token = {});
+
+  /// aclrtResetDevice: drains pending work, then frees the device's memory and invalidates its
+  /// streams and events. Blocking (outside system::run).
+  NPURT_DECL void reset();
+  NPURT_DECL void reset(std::error_code& ec);
+
+ private:
+  NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> pending_positions() const;
+  NPURT_DECL void finish_reset() noexcept;
+
+  detail::runtime* rt_;
+  device_id id_;
+  executor_type strand_;
+};
+
+template <class Token>
+auto device::async_synchronize(picoseconds timeout, Token&& token) {
+  return boost::asio::async_initiate<Token, void(async_error_code)>(
+      [this](auto handler, picoseconds tmo) {
+        using handler_t = decltype(handler);
+        detail::op_base* op = detail::handler_op<handler_t>::create(*rt_, std::move(handler));
+        detail::start_multi_wait(*rt_, op, pending_positions(), tmo);
+      },
+      token, timeout);
+}
+
+}  // namespace npurt
+
+#if NPURT_INCLUDE_IMPL
+#include <npurt/impl/device.ipp>
+#endif

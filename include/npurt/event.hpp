@@ -1,0 +1,136 @@
+// npurt/event.hpp — events: points in a stream's order that other streams and host code wait
+// for, and whose completion times give exact elapsed times.
+//
+// Two kinds share one handle. A *task event* is what a fire-and-forget launch returns: the
+// completion of that one task; it costs nothing to make. A *user event* comes from
+// device::make_event() and is placed with stream::record(), like aclrtRecordEvent; waits refer to
+// its latest record at the time of the wait. Handles are cheap to copy; a user event is
+// destroyed with its last handle. The system must outlive every handle.
+#pragma once
+
+#include <npurt/config.hpp>
+#include <npurt/detail/async_op.hpp>
+#include <npurt/detail/runtime.hpp>
+#include <npurt/error.hpp>
+#include <npurt/time.hpp>
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+namespace npurt {
+
+class stream;
+class device;
+
+struct event_options {
+  /// A stream wait made before the first record holds until a record comes, as CANN's
+  /// synchronising events do (ACL_EVENT_SYNC), instead of failing with errc::event_not_recorded.
+  bool wait_for_record = false;
+};
+
+class event {
+ public:
+  event() noexcept = default;
+  NPURT_DECL event(const event& o) noexcept;
+  NPURT_DECL event& operator=(const event& o) noexcept;
+  event(event&& o) noexcept : rt_(std::exchange(o.rt_, nullptr)), id_(o.id_), stream_(o.stream_), seq_(o.seq_) {}
+  NPURT_DECL event& operator=(event&& o) noexcept;
+  NPURT_DECL ~event();
+
+  /// False for a default-constructed handle.
+  [[nodiscard]] bool valid() const noexcept { return rt_ != nullptr; }
+  /// True for the events launches return; false for user events.
+  [[nodiscard]] bool is_task_event() const noexcept { return rt_ && id_ == 0; }
+  /// The user event's id (0 for task events).
+  [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
+
+  /// Whether the event has completed. A user event that was never recorded is an error
+  /// (errc::event_not_recorded), as is a destroyed one (errc::invalid_event).
+  [[nodiscard]] NPURT_DECL bool query() const;
+  NPURT_DECL bool query(std::error_code& ec) const noexcept;
+
+  /// Waits from host code: `co_await ev.async_wait(asio::use_awaitable)`. Completes with
+  /// errc::event_not_recorded at once for a user event that was never recorded.
+  template <class Token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>>
+  auto async_wait(Token&& token = {}) const;
+
+  /// As async_wait, with a timeout in virtual time: completes with errc::wait_timeout when the
+  /// timeout passes first.
+  template <class Token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>>
+  auto async_wait(picoseconds timeout, Token&& token = {}) const;
+
+  /// Blocks until the event completes by driving the simulation (only outside system::run;
+  /// inside a coroutine use async_wait). Throws timeout_error when the timeout passes first.
+  NPURT_DECL void synchronize() const;
+  NPURT_DECL void synchronize(picoseconds timeout) const;
+  NPURT_DECL void synchronize(picoseconds timeout, std::error_code& ec) const;
+
+  /// When the latest record completed, for a completed user event.
+  [[nodiscard]] NPURT_DECL std::optional<sim_time> completion_time() const noexcept;
+
+  /// Milliseconds from `start` to `end`, both completed user events, like aclrtEventElapsedTime.
+  /// Exact: virtual time has no measurement noise.
+  friend NPURT_DECL double elapsed_time(const event& start, const event& end);
+  friend NPURT_DECL double elapsed_time(const event& start, const event& end, std::error_code& ec) noexcept;
+
+  // Internal: the stream position this event stands for now.
+  NPURT_DECL bool position(std::uint32_t& stream, std::uint64_t& seq, std::error_code& ec) const noexcept;
+  [[nodiscard]] detail::runtime* runtime_ptr() const noexcept { return rt_; }
+  static event task_event(detail::runtime& rt, std::uint32_t stream, std::uint64_t seq) noexcept {
+    event e;
+    e.rt_ = &rt;
+    e.stream_ = stream;
+    e.seq_ = seq;
+    return e;
+  }
+  NPURT_DECL static event user_event(detail::runtime& rt, std::uint64_t id);
+
+ private:
+  detail::runtime* rt_ = nullptr;
+  std::uint64_t id_ = 0;
+  std::uint32_t stream_ = 0;
+  std::uint64_t seq_ = 0;
+};
+
+NPURT_DECL double elapsed_time(const event& start, const event& end);
+NPURT_DECL double elapsed_time(const event& start, const event& end, std::error_code& ec) noexcept;
+
+template <class Token>
+auto event::async_wait(Token&& token) const {
+  return async_wait(picoseconds{-1}, std::forward<Token>(token));
+}
+
+template <class Token>
+auto event::async_wait(picoseconds timeout, Token&& token) const {
+  return boost::asio::async_initiate<Token, void(async_error_code)>(
+      [](auto handler, event self, picoseconds tmo) {
+        using handler_t = decltype(handler);
+        if (!self.rt_) {
+          // A null handle has no system to post to: complete inline with the error.
+          std::move(handler)(async_error_code(make_error_code(errc::invalid_event)));
+          return;
+        }
+        detail::runtime& rt = *self.rt_;
+        std::uint32_t s = 0;
+        std::uint64_t q = 0;
+        std::error_code ec;
+        if (!self.position(s, q, ec)) {
+          detail::post_error(rt, std::move(handler), ec);
+          return;
+        }
+        detail::op_base* op = detail::handler_op<handler_t>::create(rt, std::move(handler));
+        const std::pair<std::uint32_t, std::uint64_t> pos[1] = {{s, q}};
+        detail::start_multi_wait(rt, op, pos, tmo);
+      },
+      token, *this, timeout);
+}
+
+}  // namespace npurt
+
+#if NPURT_INCLUDE_IMPL
+#include <npurt/impl/event.ipp>
+#endif

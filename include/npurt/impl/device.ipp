@@ -1,0 +1,111 @@
+// npurt/impl/device.ipp
+#pragma once
+
+#include <npurt/device.hpp>
+
+#include <cstdio>
+#include <string>
+
+namespace npurt {
+
+NPURT_DECL stream device::make_stream(const stream_options& opts) {
+  return stream(*rt_, rt_->create_stream(id_, opts.priority, opts.flags));
+}
+
+NPURT_DECL event device::make_event(const event_options& opts) {
+  return event::user_event(*rt_, rt_->create_event(id_, opts.wait_for_record));
+}
+
+NPURT_DECL void* device::malloc(std::size_t bytes, std::error_code& ec) noexcept {
+  return rt_->device_malloc(id_, bytes, ec);
+}
+
+namespace detail {
+inline std::string format_bytes(std::size_t b) {
+  char buf[64];
+  const double v = static_cast<double>(b);
+  if (b < 1024) std::snprintf(buf, sizeof buf, "%zu bytes", b);
+  else if (b < (1u << 20)) std::snprintf(buf, sizeof buf, "%.2f KiB", v / 1024.0);
+  else if (b < (1u << 30)) std::snprintf(buf, sizeof buf, "%.2f MiB", v / (1024.0 * 1024.0));
+  else std::snprintf(buf, sizeof buf, "%.2f GiB", v / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+}  // namespace detail
+
+NPURT_DECL void* device::malloc(std::size_t bytes) {
+  std::error_code ec;
+  void* p = malloc(bytes, ec);
+  if (ec == errc::out_of_memory || ec == errc::size_overflow) {
+    out_of_memory_error::info i;
+    i.requested = bytes;
+    i.device = id_;
+    i.total = properties().memory_bytes;
+    i.allocated = rt_->device_used(id_);
+    i.free = i.total - i.allocated;
+    i.reserved = i.allocated;
+    throw out_of_memory_error(i, "NPU out of memory. Tried to allocate " + detail::format_bytes(bytes) + " (NPU " +
+                                     std::to_string(id_) + "; " + detail::format_bytes(i.total) + " total capacity; " +
+                                     detail::format_bytes(i.allocated) + " already allocated; " +
+                                     detail::format_bytes(i.free) + " free)");
+  }
+  throw_if(ec, "npurt::device::malloc");
+  return p;
+}
+
+NPURT_DECL void device::free(void* p, std::error_code& ec) noexcept { rt_->device_free(id_, p, ec); }
+
+NPURT_DECL void device::free(void* p) {
+  std::error_code ec;
+  free(p, ec);
+  throw_if(ec, "npurt::device::free");
+}
+
+NPURT_DECL mem_info device::memory_info() const {
+  const std::size_t total = properties().memory_bytes;
+  return {total - rt_->device_used(id_), total};
+}
+
+NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> device::pending_positions() const {
+  return rt_->device_positions(id_);
+}
+
+NPURT_DECL void device::synchronize(picoseconds timeout, std::error_code& ec) {
+  const auto positions = pending_positions();
+  const sim_time deadline = timeout.count() >= 0 ? rt_->now() + timeout : sim_time::max();
+  detail::runtime& rt = *rt_;
+  detail::wait_blocking(
+      rt,
+      [&] {
+        for (const auto& [s, q] : positions)
+          if (!rt.position_reached(s, q)) return false;
+        return true;
+      },
+      deadline, ec);
+}
+
+NPURT_DECL void device::synchronize(picoseconds timeout) {
+  std::error_code ec;
+  synchronize(timeout, ec);
+  throw_if(ec, "npurt::device::synchronize");
+}
+
+NPURT_DECL void device::synchronize() { synchronize(picoseconds{-1}); }
+
+NPURT_DECL void device::finish_reset() noexcept {
+  rt_->invalidate_device(id_);
+  rt_->release_device_memory(id_);
+}
+
+NPURT_DECL void device::reset(std::error_code& ec) {
+  synchronize(picoseconds{-1}, ec);
+  if (ec && ec != errc::deadlock) return;
+  finish_reset();
+}
+
+NPURT_DECL void device::reset() {
+  std::error_code ec;
+  reset(ec);
+  throw_if(ec, "npurt::device::reset");
+}
+
+}  // namespace npurt

@@ -1,0 +1,136 @@
+// npurt/impl/event.ipp
+#pragma once
+
+#include <npurt/event.hpp>
+
+namespace npurt {
+
+NPURT_DECL event event::user_event(detail::runtime& rt, std::uint64_t id) {
+  event e;
+  e.rt_ = &rt;
+  e.id_ = id;
+  if (auto* st = rt.find_event(id)) st->refs = 1;
+  return e;
+}
+
+NPURT_DECL event::event(const event& o) noexcept : rt_(o.rt_), id_(o.id_), stream_(o.stream_), seq_(o.seq_) {
+  if (rt_ && id_)
+    if (auto* st = rt_->find_event(id_)) ++st->refs;
+}
+
+NPURT_DECL event& event::operator=(const event& o) noexcept {
+  if (this != &o) {
+    event tmp(o);
+    *this = std::move(tmp);
+  }
+  return *this;
+}
+
+NPURT_DECL event& event::operator=(event&& o) noexcept {
+  if (this != &o) {
+    this->~event();
+    rt_ = std::exchange(o.rt_, nullptr);
+    id_ = o.id_;
+    stream_ = o.stream_;
+    seq_ = o.seq_;
+  }
+  return *this;
+}
+
+NPURT_DECL event::~event() {
+  if (rt_ && id_)
+    if (auto* st = rt_->find_event(id_); st && --st->refs == 0) rt_->destroy_event(id_);
+  rt_ = nullptr;
+}
+
+NPURT_DECL bool event::position(std::uint32_t& stream, std::uint64_t& seq, std::error_code& ec) const noexcept {
+  ec.clear();
+  if (!rt_) {
+    ec = make_error_code(errc::invalid_event);
+    return false;
+  }
+  if (id_ == 0) {
+    stream = stream_;
+    seq = seq_;
+    return true;
+  }
+  const detail::event_state* st = rt_->find_event(id_);
+  if (!st) {
+    ec = make_error_code(errc::invalid_event);
+    return false;
+  }
+  if (st->records == 0) {
+    ec = make_error_code(errc::event_not_recorded);
+    return false;
+  }
+  stream = st->stream;
+  seq = st->seq;
+  return true;
+}
+
+NPURT_DECL bool event::query(std::error_code& ec) const noexcept {
+  std::uint32_t s = 0;
+  std::uint64_t q = 0;
+  if (!position(s, q, ec)) return false;
+  return rt_->position_reached(s, q);
+}
+
+NPURT_DECL bool event::query() const {
+  std::error_code ec;
+  const bool r = query(ec);
+  throw_if(ec, "npurt::event::query");
+  return r;
+}
+
+NPURT_DECL void event::synchronize(picoseconds timeout, std::error_code& ec) const {
+  std::uint32_t s = 0;
+  std::uint64_t q = 0;
+  if (!position(s, q, ec)) return;
+  const sim_time deadline = timeout.count() >= 0 ? rt_->now() + timeout : sim_time::max();
+  detail::runtime& rt = *rt_;
+  detail::wait_blocking(rt, [&] { return rt.position_reached(s, q); }, deadline, ec);
+}
+
+NPURT_DECL void event::synchronize(picoseconds timeout) const {
+  std::error_code ec;
+  synchronize(timeout, ec);
+  throw_if(ec, "npurt::event::synchronize");
+}
+
+NPURT_DECL void event::synchronize() const { synchronize(picoseconds{-1}); }
+
+NPURT_DECL std::optional<sim_time> event::completion_time() const noexcept {
+  if (!rt_ || id_ == 0) return std::nullopt;
+  const detail::event_state* st = rt_->find_event(id_);
+  if (!st || !st->has_time || !rt_->position_reached(st->stream, st->seq)) return std::nullopt;
+  return st->time;
+}
+
+NPURT_DECL double elapsed_time(const event& start, const event& end, std::error_code& ec) noexcept {
+  ec.clear();
+  if (!start.valid() || !end.valid() || start.is_task_event() || end.is_task_event()) {
+    ec = make_error_code(errc::invalid_event);  // only recorded user events carry timestamps
+    return 0;
+  }
+  for (const event* e : {&start, &end}) {
+    std::uint32_t s = 0;
+    std::uint64_t q = 0;
+    if (!e->position(s, q, ec)) return 0;
+  }
+  const auto t0 = start.completion_time();
+  const auto t1 = end.completion_time();
+  if (!t0 || !t1) {
+    ec = make_error_code(errc::event_not_recorded);  // recorded, but not reached yet
+    return 0;
+  }
+  return to_ms(*t1 - *t0);
+}
+
+NPURT_DECL double elapsed_time(const event& start, const event& end) {
+  std::error_code ec;
+  const double ms = elapsed_time(start, end, ec);
+  throw_if(ec, "npurt::elapsed_time");
+  return ms;
+}
+
+}  // namespace npurt

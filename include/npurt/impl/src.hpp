@@ -1,0 +1,21 @@
+// npurt/impl/src.hpp — include exactly once, in one translation unit, to compile the runtime's
+// non-template bodies (lib/npurt.cpp does). The Asio equivalent is asio/impl/src.hpp.
+#pragma once
+
+#if !defined(NPURT_SEPARATE_COMPILATION)
+#error "impl/src.hpp is for the separately compiled library: define NPURT_SEPARATE_COMPILATION"
+#endif
+#define NPURT_BUILDING_LIBRARY 1
+
+#include <npurt/npurt.hpp>
+
+#include <npurt/impl/error.ipp>
+#include <npurt/impl/runtime.ipp>
+#include <npurt/impl/event.ipp>
+#include <npurt/impl/stream.ipp>
+#include <npurt/impl/device.ipp>
+#include <npurt/impl/system.ipp>
+#include <npurt/impl/memplan.ipp>
+#include <npurt/impl/profiler.ipp>
+#include <npurt/impl/caching_allocator.ipp>
+#include <npurt/impl/memplan.ipp>

@@ -1,0 +1,383 @@
+// npurt/impl/stream.ipp
+#pragma once
+
+#include <npurt/stream.hpp>
+
+namespace npurt {
+
+NPURT_DECL stream& stream::operator=(stream&& o) noexcept {
+  if (this != &o) {
+    this->~stream();
+    rt_ = std::exchange(o.rt_, nullptr);
+    id_ = std::exchange(o.id_, 0);
+  }
+  return *this;
+}
+
+NPURT_DECL stream::~stream() {
+  if (!rt_) return;
+  detail::runtime& rt = *rt_;
+  const std::uint32_t id = id_;
+  rt_ = nullptr;
+  if (!rt.in_run() && !rt.stream_idle(id)) {
+    std::error_code ec;
+    detail::wait_blocking(rt, [&] { return rt.stream_idle(id); }, sim_time::max(), ec);
+  }
+  rt.release_stream(id);
+}
+
+NPURT_DECL detail::stream_state* stream::state(std::error_code& ec) const noexcept {
+  ec.clear();
+  detail::stream_state* s = rt_ ? rt_->find_stream(id_) : nullptr;
+  if (!s || s->invalidated || s->destroyed) {
+    ec = make_error_code(errc::invalid_stream);
+    return nullptr;
+  }
+  return s;
+}
+
+NPURT_DECL bool stream::valid() const noexcept {
+  std::error_code ec;
+  return state(ec) != nullptr;
+}
+
+NPURT_DECL device_id stream::device() const {
+  std::error_code ec;
+  auto* s = state(ec);
+  throw_if(ec, "npurt::stream::device");
+  return s->device;
+}
+
+NPURT_DECL int stream::priority() const {
+  std::error_code ec;
+  auto* s = state(ec);
+  throw_if(ec, "npurt::stream::priority");
+  return s->priority;
+}
+
+NPURT_DECL stream::executor_type stream::get_executor() const {
+  std::error_code ec;
+  auto* s = state(ec);
+  throw_if(ec, "npurt::stream::get_executor");
+  return s->strand;
+}
+
+NPURT_DECL event stream::submit(detail::task* t) {
+  detail::stream_state& s = *rt_->find_stream(id_);
+  rt_->enqueue(s, t);
+  return event::task_event(*rt_, id_, t->seq);
+}
+
+// --- preparation: every check happens here, before anything is enqueued ----------------------
+
+NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, std::error_code& ec) {
+  auto* s = state(ec);
+  if (!s) return nullptr;
+  const device_properties& props = rt_->backend().properties(s->device);
+  if (k.block_dim > std::max(props.ai_core_count, props.vector_core_count)) {
+    ec = make_error_code(errc::invalid_argument);
+    return nullptr;
+  }
+  if (!std::holds_alternative<kernels::fixed>(k.op)) {
+    ec = rt_->backend().validate(s->device, k);
+    if (ec) return nullptr;
+  }
+  detail::task* t = rt_->new_task(*s, task_kind::kernel);
+  t->engine = engine_kind::ai_core;
+  t->block_dim = k.block_dim;
+  t->name = k.display_name();
+  if (const auto* f = std::get_if<kernels::fixed>(&k.op)) {
+    t->fixed = *f;
+    t->flops = f->flops;
+    t->bytes = f->bytes;
+  } else {
+    t->owned_kernel = rt_->new_kernel(k);
+    t->kernel = t->owned_kernel;
+  }
+  return t;
+}
+
+NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
+                                           memcpy_kind kind, std::error_code& ec) {
+  auto* s = state(ec);
+  if (!s) return nullptr;
+  if (!dst || !src) {
+    ec = make_error_code(errc::null_pointer);
+    return nullptr;
+  }
+  if (count == 0) {
+    ec = make_error_code(errc::zero_size);
+    return nullptr;
+  }
+  if (count > dst_max) {
+    ec = make_error_code(errc::size_overflow);
+    return nullptr;
+  }
+  const bool dst_dev = detail::is_device_address(dst);
+  const bool src_dev = detail::is_device_address(src);
+  // Each side must be a live range that holds `count` bytes: device memory always is known;
+  // host memory is known when npurt allocated it (pinned), and trusted otherwise (pageable).
+  auto check_side = [&](const void* p, bool dev, device_id& owner) -> bool {
+    owner = -1;
+    if (dev) {
+      const detail::allocation* a = rt_->find_allocation(p);
+      if (!a) {
+        ec = make_error_code(errc::invalid_pointer);
+        return false;
+      }
+      if (count > a->bytes - (reinterpret_cast<std::uint64_t>(p) - a->address)) {
+        ec = make_error_code(errc::size_overflow);
+        return false;
+      }
+      owner = a->device;
+      return true;
+    }
+    if (const detail::host_allocation* h = rt_->find_host_allocation(p)) {
+      const auto off = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(h->base);
+      if (count > h->bytes - off) {
+        ec = make_error_code(errc::size_overflow);
+        return false;
+      }
+    }
+    return true;
+  };
+  device_id dst_owner = -1;
+  device_id src_owner = -1;
+  if (!check_side(dst, dst_dev, dst_owner) || !check_side(src, src_dev, src_owner)) return nullptr;
+
+  memcpy_kind actual = memcpy_kind::host_to_host;
+  if (src_dev && dst_dev)
+    actual = memcpy_kind::device_to_device;
+  else if (dst_dev)
+    actual = memcpy_kind::host_to_device;
+  else if (src_dev)
+    actual = memcpy_kind::device_to_host;
+  if (kind != memcpy_kind::default_kind && kind != actual) {
+    ec = make_error_code(errc::invalid_copy_kind);
+    return nullptr;
+  }
+  // The stream's device must take part in the copy.
+  const bool mine = (dst_dev && dst_owner == s->device) || (src_dev && src_owner == s->device) ||
+                    actual == memcpy_kind::host_to_host;
+  const bool foreign_end = (actual == memcpy_kind::host_to_device && dst_owner != s->device) ||
+                           (actual == memcpy_kind::device_to_host && src_owner != s->device);
+  if (!mine || foreign_end) {
+    ec = make_error_code(errc::stream_device_mismatch);
+    return nullptr;
+  }
+  detail::task* t = rt_->new_task(*s, task_kind::memcpy);
+  t->copy = copy_desc{actual, dst, src, count, src_owner, dst_owner, 0};
+  t->bytes = count;
+  switch (actual) {
+    case memcpy_kind::host_to_device: t->engine = engine_kind::copy_h2d; t->name = "memcpy_h2d"; break;
+    case memcpy_kind::device_to_host: t->engine = engine_kind::copy_d2h; t->name = "memcpy_d2h"; break;
+    case memcpy_kind::device_to_device:
+      t->engine = engine_kind::copy_d2d;
+      t->name = src_owner == dst_owner ? "memcpy_d2d" : "memcpy_peer";
+      break;
+    default: t->engine = engine_kind::host; t->name = "memcpy_h2h"; break;
+  }
+  return t;
+}
+
+NPURT_DECL detail::task* stream::make_memset(void* dst, std::size_t dst_max, int value, std::size_t count,
+                                             std::error_code& ec) {
+  auto* s = state(ec);
+  if (!s) return nullptr;
+  if (!dst) {
+    ec = make_error_code(errc::null_pointer);
+    return nullptr;
+  }
+  if (count == 0) {
+    ec = make_error_code(errc::zero_size);
+    return nullptr;
+  }
+  if (count > dst_max) {
+    ec = make_error_code(errc::size_overflow);
+    return nullptr;
+  }
+  const detail::allocation* a = detail::is_device_address(dst) ? rt_->find_allocation(dst) : nullptr;
+  if (!a) {
+    ec = make_error_code(errc::invalid_pointer);  // memset fills device memory npurt allocated
+    return nullptr;
+  }
+  if (count > a->bytes - (reinterpret_cast<std::uint64_t>(dst) - a->address)) {
+    ec = make_error_code(errc::size_overflow);
+    return nullptr;
+  }
+  if (a->device != s->device) {
+    ec = make_error_code(errc::stream_device_mismatch);
+    return nullptr;
+  }
+  detail::task* t = rt_->new_task(*s, task_kind::memset);
+  t->engine = engine_kind::copy_d2d;
+  t->name = "memset";
+  t->copy = copy_desc{memcpy_kind::device_to_device, dst, nullptr, count, -1, a->device, value};
+  t->bytes = count;
+  return t;
+}
+
+NPURT_DECL detail::task* stream::make_wait(const event& e, std::error_code& ec) {
+  auto* s = state(ec);
+  if (!s) return nullptr;
+  if (e.runtime_ptr() && e.runtime_ptr() != rt_) {
+    ec = make_error_code(errc::invalid_event);  // an event of another system
+    return nullptr;
+  }
+  std::uint32_t target = 0;
+  std::uint64_t seq = 0;
+  if (!e.position(target, seq, ec)) {
+    // Only events made with wait_for_record may be waited on before their first record.
+    const detail::event_state* st = e.is_task_event() ? nullptr : rt_->find_event(e.id());
+    if (ec != errc::event_not_recorded || !st || !st->wait_for_record) return nullptr;
+    ec.clear();
+  }
+  detail::task* t = rt_->new_task(*s, task_kind::event_wait);
+  t->target_stream = target;
+  t->target_seq = seq;
+  t->event_id = e.id();
+  t->name = "event_wait";
+  return t;
+}
+
+NPURT_DECL detail::task* stream::make_callback(std::function<void()> fn, std::error_code& ec) {
+  auto* s = state(ec);
+  if (!s) return nullptr;
+  if (!fn) {
+    ec = make_error_code(errc::invalid_argument);
+    return nullptr;
+  }
+  detail::task* t = rt_->new_task(*s, task_kind::host_callback);
+  t->engine = engine_kind::host;
+  t->callback = std::move(fn);
+  t->name = "host_callback";
+  return t;
+}
+
+// --- fire and forget -------------------------------------------------------------------------
+
+NPURT_DECL event stream::launch(const kernel_desc& k, std::error_code& ec) {
+  detail::task* t = make_launch(k, ec);
+  return t ? submit(t) : event{};
+}
+
+NPURT_DECL event stream::launch(const kernel_desc& k) {
+  std::error_code ec;
+  event e = launch(k, ec);
+  throw_if(ec, "npurt::stream::launch");
+  return e;
+}
+
+NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
+                                memcpy_kind kind, std::error_code& ec) {
+  detail::task* t = make_copy(dst, dst_max, src, count, kind, ec);
+  return t ? submit(t) : event{};
+}
+
+NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
+                                memcpy_kind kind) {
+  std::error_code ec;
+  event e = memcpy(dst, dst_max, src, count, kind, ec);
+  throw_if(ec, "npurt::stream::memcpy");
+  return e;
+}
+
+NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::size_t count,
+                                std::error_code& ec) {
+  detail::task* t = make_memset(dst, dst_max, value, count, ec);
+  return t ? submit(t) : event{};
+}
+
+NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::size_t count) {
+  std::error_code ec;
+  event e = memset(dst, dst_max, value, count, ec);
+  throw_if(ec, "npurt::stream::memset");
+  return e;
+}
+
+NPURT_DECL void stream::record(event& e, std::error_code& ec) {
+  auto* s = state(ec);
+  if (!s) return;
+  if (!e.valid() || e.is_task_event() || e.runtime_ptr() != rt_) {
+    ec = make_error_code(errc::invalid_event);
+    return;
+  }
+  detail::event_state* st = rt_->find_event(e.id());
+  if (!st) {
+    ec = make_error_code(errc::invalid_event);
+    return;
+  }
+  if (st->device != s->device) {
+    ec = make_error_code(errc::stream_device_mismatch);
+    return;
+  }
+  detail::task* t = rt_->new_task(*s, task_kind::event_record);
+  t->event_id = e.id();
+  t->name = "event_record";
+  // The event points at this record before it is enqueued: the record may run at once.
+  ++st->records;
+  st->stream = s->id;
+  st->seq = s->enqueued + 1;
+  st->record_task = t->id;
+  st->has_time = false;
+  submit(t);
+  if (!st->unbound.empty()) rt_->bind_unbound_waits(*st);
+}
+
+NPURT_DECL void stream::record(event& e) {
+  std::error_code ec;
+  record(e, ec);
+  throw_if(ec, "npurt::stream::record");
+}
+
+NPURT_DECL void stream::wait(const event& e, std::error_code& ec) {
+  detail::task* t = make_wait(e, ec);
+  if (t) submit(t);
+}
+
+NPURT_DECL void stream::wait(const event& e) {
+  std::error_code ec;
+  wait(e, ec);
+  throw_if(ec, "npurt::stream::wait");
+}
+
+NPURT_DECL event stream::launch_callback(std::function<void()> fn, std::error_code& ec) {
+  detail::task* t = make_callback(std::move(fn), ec);
+  return t ? submit(t) : event{};
+}
+
+NPURT_DECL event stream::launch_callback(std::function<void()> fn) {
+  std::error_code ec;
+  event e = launch_callback(std::move(fn), ec);
+  throw_if(ec, "npurt::stream::launch_callback");
+  return e;
+}
+
+// --- host side -------------------------------------------------------------------------------
+
+NPURT_DECL bool stream::query() const {
+  std::error_code ec;
+  auto* s = state(ec);
+  throw_if(ec, "npurt::stream::query");
+  return s->head == nullptr;
+}
+
+NPURT_DECL void stream::synchronize(picoseconds timeout, std::error_code& ec) {
+  auto* s = state(ec);
+  if (!s) return;
+  detail::runtime& rt = *rt_;
+  const std::uint32_t id = s->id;
+  const std::uint64_t target = s->enqueued;
+  const sim_time deadline = timeout.count() >= 0 ? rt.now() + timeout : sim_time::max();
+  detail::wait_blocking(rt, [&] { return rt.position_reached(id, target); }, deadline, ec);
+}
+
+NPURT_DECL void stream::synchronize(picoseconds timeout) {
+  std::error_code ec;
+  synchronize(timeout, ec);
+  throw_if(ec, "npurt::stream::synchronize");
+}
+
+NPURT_DECL void stream::synchronize() { synchronize(picoseconds{-1}); }
+
+}  // namespace npurt

@@ -1,0 +1,75 @@
+// npurt/impl/system.ipp
+#pragma once
+
+#include <npurt/system.hpp>
+
+#include <cstdlib>
+
+namespace npurt {
+
+NPURT_DECL system::system(std::unique_ptr<npurt::backend> b, const system_options& opts)
+    : rt_(std::make_unique<detail::runtime>(std::move(b), opts)) {
+  for (std::size_t d = 0; d < rt_->device_count(); ++d) devices_.emplace_back(*rt_, static_cast<device_id>(d));
+}
+
+NPURT_DECL system::~system() {
+  if (rt_->tracing()) rt_->fanout().on_shutdown(rt_->now());
+}
+
+NPURT_DECL npurt::device* system::find_device(device_id id, std::error_code& ec) noexcept {
+  ec.clear();
+  if (id < 0 || static_cast<std::size_t>(id) >= devices_.size()) {
+    ec = make_error_code(errc::invalid_device);
+    return nullptr;
+  }
+  return &devices_[static_cast<std::size_t>(id)];
+}
+
+NPURT_DECL npurt::device& system::device(device_id id) {
+  std::error_code ec;
+  npurt::device* d = find_device(id, ec);
+  if (!d) throw_error(ec, "npurt::system::device: no device " + std::to_string(id));
+  return *d;
+}
+
+NPURT_DECL void system::run(std::error_code& ec) { rt_->run(ec); }
+
+NPURT_DECL void system::run() {
+  std::error_code ec;
+  rt_->run(ec);
+  if (ec) throw_error(ec, rt_->last_deadlock_report().empty() ? "npurt::system::run" : rt_->last_deadlock_report());
+}
+
+NPURT_DECL void* system::host_malloc(std::size_t bytes, std::error_code& ec) noexcept {
+  return rt_->host_malloc(bytes, ec);
+}
+
+NPURT_DECL void* system::host_malloc(std::size_t bytes) {
+  std::error_code ec;
+  void* p = rt_->host_malloc(bytes, ec);
+  throw_if(ec, "npurt::system::host_malloc");
+  return p;
+}
+
+NPURT_DECL void system::host_free(void* p, std::error_code& ec) noexcept { rt_->host_free(p, ec); }
+
+NPURT_DECL void system::host_free(void* p) {
+  std::error_code ec;
+  rt_->host_free(p, ec);
+  throw_if(ec, "npurt::system::host_free");
+}
+
+NPURT_DECL void system::add_observer(observer& o) { rt_->add_observer(o); }
+NPURT_DECL void system::remove_observer(observer& o) { rt_->remove_observer(o); }
+
+NPURT_DECL void system::mark(std::string_view name, std::uint32_t lane) {
+  if (rt_->tracing()) rt_->fanout().on_host_range({host_range_op::mark, name, lane, rt_->now()});
+}
+NPURT_DECL void system::push_range(std::string_view name, std::uint32_t lane) {
+  if (rt_->tracing()) rt_->fanout().on_host_range({host_range_op::push, name, lane, rt_->now()});
+}
+NPURT_DECL void system::pop_range(std::uint32_t lane) {
+  if (rt_->tracing()) rt_->fanout().on_host_range({host_range_op::pop, {}, lane, rt_->now()});
+}
+
+}  // namespace npurt

@@ -1,0 +1,60 @@
+// npurt/kernel.hpp — the kernel descriptor a launch carries: which operation, on which tensors,
+// over how many AI cores. The device layer (sim/) computes its result and its cost.
+#pragma once
+
+#include <npurt/tensor.hpp>
+#include <npurt/time.hpp>
+
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+namespace npurt {
+namespace kernels {
+
+/// A kernel that takes exactly `duration` of device time and computes nothing: the unit of
+/// scheduling tests and overhead benchmarks. flops and bytes only feed the profiler.
+struct fixed {
+  picoseconds duration{0};
+  std::uint64_t flops = 0;
+  std::uint64_t bytes = 0;
+};
+
+constexpr std::string_view op_name(const fixed&) noexcept { return "kernel"; }
+
+// The kernel library's operations (matmul, conv2d, ...) are declared in kernel_ops.hpp.
+
+}  // namespace kernels
+}  // namespace npurt
+
+#include <npurt/kernel_ops.hpp>
+
+namespace npurt {
+
+/// Every operation a kernel_desc can carry.
+using kernel_op = std::variant<kernels::fixed NPURT_KERNEL_OP_LIST>;
+
+/// One kernel launch. Cheap to copy when it carries no tensors.
+struct kernel_desc {
+  kernel_op op{};
+  /// Shown in traces. Must outlive the run (a literal, or storage owned by a model or graph).
+  std::string_view name{};
+  /// AI cores the kernel is spread over; 0 means all of the device's cores.
+  std::uint32_t block_dim = 0;
+
+  kernel_desc() = default;
+  template <class Op>
+    requires std::is_constructible_v<kernel_op, Op&&> && (!std::is_same_v<std::remove_cvref_t<Op>, kernel_desc>)
+  kernel_desc(Op&& o, std::string_view n = {}, std::uint32_t blocks = 0)  // NOLINT: implicit on purpose
+      : op(std::forward<Op>(o)), name(n), block_dim(blocks) {}
+
+  /// The name to show: the given one, or the operation's.
+  [[nodiscard]] std::string_view display_name() const noexcept {
+    if (!name.empty()) return name;
+    return std::visit([](const auto& o) -> std::string_view { return kernels::op_name(o); }, op);
+  }
+};
+
+}  // namespace npurt

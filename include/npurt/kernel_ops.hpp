@@ -1,0 +1,176 @@
+// npurt/kernel_ops.hpp — the kernel library's operation descriptors.
+//
+// Each operation is a plain aggregate of tensor descriptors and parameters, listed in
+// NPURT_KERNEL_OP_LIST so that kernel_desc's variant holds it. Tensors are NCHW (or ND) device
+// tensors; a tensor whose data is null means timing-only. The reference implementation and the
+// cost model of every operation live in the simulator (sim/).
+#pragma once
+
+#include <npurt/tensor.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace npurt::kernels {
+
+/// C = alpha * op(A) * op(B) + beta * C. Rank 2 ([M,K] x [K,N]) or batched rank 3 ([B,M,K]).
+struct matmul {
+  tensor_desc a, b, c;
+  bool trans_a = false;
+  bool trans_b = false;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
+/// 2-D convolution, NCHW. x: [N,C,H,W], w: [Co, C/groups, kh, kw], y: [N,Co,Ho,Wo].
+struct conv2d {
+  tensor_desc x, w, y;
+  std::array<std::int32_t, 2> stride{1, 1};
+  std::array<std::int32_t, 2> pad{0, 0};
+  std::array<std::int32_t, 2> dilation{1, 1};
+  std::int32_t groups = 1;
+};
+
+/// dx = conv2d_transpose(dy, w): the input gradient of conv2d (same parameters as the forward).
+struct conv2d_backward_data {
+  tensor_desc dy, w, dx;
+  std::array<std::int32_t, 2> stride{1, 1};
+  std::array<std::int32_t, 2> pad{0, 0};
+  std::array<std::int32_t, 2> dilation{1, 1};
+  std::int32_t groups = 1;
+};
+
+/// dw = correlation of x and dy: the weight gradient of conv2d.
+struct conv2d_backward_weight {
+  tensor_desc x, dy, dw;
+  std::array<std::int32_t, 2> stride{1, 1};
+  std::array<std::int32_t, 2> pad{0, 0};
+  std::array<std::int32_t, 2> dilation{1, 1};
+  std::int32_t groups = 1;
+};
+
+enum class eltwise_fn : std::uint8_t { add, sub, mul, div, relu, gelu, sigmoid, tanh };
+
+/// y = fn(a, b) with NumPy broadcasting, or y = fn(a) for the unary functions (b unused).
+struct elementwise {
+  eltwise_fn fn = eltwise_fn::add;
+  tensor_desc a, b, y;
+};
+
+/// Batch normalisation over N,H,W per channel of an NCHW tensor. In training it uses batch
+/// statistics, writes saved_mean / saved_invstd and updates running_mean / running_var; in
+/// inference it uses the running statistics.
+struct batchnorm {
+  tensor_desc x, gamma, beta, running_mean, running_var, y, saved_mean, saved_invstd;
+  bool training = true;
+  float eps = 1e-5f;
+  float momentum = 0.1f;
+};
+
+/// Gradients of training-mode batchnorm.
+struct batchnorm_backward {
+  tensor_desc x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta;
+};
+
+/// Layer normalisation over the trailing dimensions from `axis` on.
+struct layernorm {
+  tensor_desc x, gamma, beta, y;
+  std::int32_t axis = -1;
+  float eps = 1e-5f;
+};
+
+enum class pool_mode : std::uint8_t { max, avg, global_avg };
+
+/// 2-D pooling, NCHW. global_avg ignores window, stride and pad.
+struct pool2d {
+  pool_mode mode = pool_mode::max;
+  tensor_desc x, y;
+  std::array<std::int32_t, 2> window{2, 2};
+  std::array<std::int32_t, 2> stride{2, 2};
+  std::array<std::int32_t, 2> pad{0, 0};
+};
+
+/// Gradient of pool2d: dx from dy (x is needed for max).
+struct pool2d_backward {
+  pool_mode mode = pool_mode::max;
+  tensor_desc x, dy, dx;
+  std::array<std::int32_t, 2> window{2, 2};
+  std::array<std::int32_t, 2> stride{2, 2};
+  std::array<std::int32_t, 2> pad{0, 0};
+};
+
+struct softmax {
+  tensor_desc x, y;
+  std::int32_t axis = -1;
+};
+
+enum class reduce_fn : std::uint8_t { sum, mean, max };
+
+/// Reduction over the axes whose bit is set in axes_mask (bit i = dimension i).
+struct reduce {
+  reduce_fn fn = reduce_fn::sum;
+  tensor_desc x, y;
+  std::uint32_t axes_mask = 0;
+  bool keep_dims = false;
+};
+
+/// y = x permuted: y.shape[i] = x.shape[perm[i]].
+struct transpose {
+  tensor_desc x, y;
+  std::array<std::uint8_t, shape::max_rank> perm{0, 1, 2, 3, 4, 5, 6, 7};
+};
+
+/// y = x converted to y's dtype (round to nearest even, saturating for integers).
+struct cast {
+  tensor_desc x, y;
+};
+
+/// param -= lr * (grad + weight_decay * param), with momentum when a buffer is given.
+struct sgd_update {
+  tensor_desc param, grad, momentum_buffer;
+  float lr = 0.1f;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+};
+
+constexpr std::string_view op_name(const matmul&) noexcept { return "matmul"; }
+constexpr std::string_view op_name(const conv2d&) noexcept { return "conv2d"; }
+constexpr std::string_view op_name(const conv2d_backward_data&) noexcept { return "conv2d_backward_data"; }
+constexpr std::string_view op_name(const conv2d_backward_weight&) noexcept { return "conv2d_backward_weight"; }
+constexpr std::string_view op_name(const elementwise& e) noexcept {
+  switch (e.fn) {
+    case eltwise_fn::add: return "add";
+    case eltwise_fn::sub: return "sub";
+    case eltwise_fn::mul: return "mul";
+    case eltwise_fn::div: return "div";
+    case eltwise_fn::relu: return "relu";
+    case eltwise_fn::gelu: return "gelu";
+    case eltwise_fn::sigmoid: return "sigmoid";
+    case eltwise_fn::tanh: return "tanh";
+  }
+  return "elementwise";
+}
+constexpr std::string_view op_name(const batchnorm&) noexcept { return "batchnorm"; }
+constexpr std::string_view op_name(const batchnorm_backward&) noexcept { return "batchnorm_backward"; }
+constexpr std::string_view op_name(const layernorm&) noexcept { return "layernorm"; }
+constexpr std::string_view op_name(const pool2d& p) noexcept {
+  return p.mode == pool_mode::max ? "max_pool2d" : p.mode == pool_mode::avg ? "avg_pool2d" : "global_avg_pool2d";
+}
+constexpr std::string_view op_name(const pool2d_backward&) noexcept { return "pool2d_backward"; }
+constexpr std::string_view op_name(const softmax&) noexcept { return "softmax"; }
+constexpr std::string_view op_name(const reduce& r) noexcept {
+  return r.fn == reduce_fn::sum ? "reduce_sum" : r.fn == reduce_fn::mean ? "reduce_mean" : "reduce_max";
+}
+constexpr std::string_view op_name(const transpose&) noexcept { return "transpose"; }
+constexpr std::string_view op_name(const cast&) noexcept { return "cast"; }
+constexpr std::string_view op_name(const sgd_update&) noexcept { return "sgd_update"; }
+
+}  // namespace npurt::kernels
+
+/// Comma-led list of the operation types above, spliced into kernel_op.
+#define NPURT_KERNEL_OP_LIST                                                                               \
+  , kernels::matmul, kernels::conv2d, kernels::conv2d_backward_data, kernels::conv2d_backward_weight,     \
+      kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm,          \
+      kernels::pool2d, kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose,   \
+      kernels::cast, kernels::sgd_update

@@ -1,0 +1,15 @@
+// npurt/npurt.hpp — the umbrella header: includes the public components, nothing else.
+#pragma once
+
+#include <npurt/config.hpp>
+#include <npurt/error.hpp>
+#include <npurt/time.hpp>
+#include <npurt/tensor.hpp>
+#include <npurt/kernel.hpp>
+#include <npurt/backend.hpp>
+#include <npurt/observer.hpp>
+#include <npurt/event.hpp>
+#include <npurt/stream.hpp>
+#include <npurt/device.hpp>
+#include <npurt/system.hpp>
+#include <npurt/simple_backend.hpp>

@@ -1,0 +1,133 @@
+// npurt/simple_backend.hpp — the reference backend: serial engines with closed-form costs.
+//
+// Each device has one queue per engine; a task waits for its engine in (priority, task id)
+// order and then takes exactly its cost: kernels::fixed kernels their duration plus a launch
+// latency, copies latency + bytes / bandwidth of their link. It runs only kernels::fixed kernels.
+// It exists so that the scheduling layer can be tested against arithmetic a reader can check,
+// and as the smallest example of a backend; the simulator (npurt/sim) is the real device layer.
+#pragma once
+
+#include <npurt/backend.hpp>
+#include <npurt/observer.hpp>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <queue>
+#include <vector>
+
+namespace npurt {
+
+struct simple_config {
+  std::size_t devices = 1;
+  device_properties properties = default_properties();
+  picoseconds kernel_launch_latency{0};
+  bool functional = true;
+
+  static device_properties default_properties() {
+    device_properties p;
+    p.name = "simple";
+    p.soc = "simple";
+    p.ai_core_count = 32;
+    p.vector_core_count = 32;
+    p.clock_hz = 1e9;
+    p.memory_bytes = std::size_t{1} << 30;
+    p.hbm_bandwidth = 1.2e12;
+    p.host_link_bandwidth = 25e9;
+    p.host_link_latency = picoseconds{1'000'000};
+    p.peer_link_bandwidth = 30e9;
+    p.peer_link_latency = picoseconds{2'000'000};
+    return p;
+  }
+};
+
+class simple_backend final : public backend {
+ public:
+  explicit simple_backend(simple_config cfg) : cfg_(std::move(cfg)), engines_(cfg_.devices * engine_count) {}
+
+  [[nodiscard]] std::string_view name() const noexcept override { return "simple"; }
+  [[nodiscard]] std::size_t device_count() const noexcept override { return cfg_.devices; }
+  [[nodiscard]] const device_properties& properties(device_id) const override { return cfg_.properties; }
+  void attach(backend_host& host) override { host_ = &host; }
+  [[nodiscard]] bool functional() const noexcept override { return cfg_.functional; }
+
+  [[nodiscard]] std::error_code validate(device_id, const kernel_desc& k) const override {
+    if (!std::holds_alternative<kernels::fixed>(k.op)) return make_error_code(errc::not_supported);
+    return {};
+  }
+
+  /// The exact cost this backend gives a task once it holds its engine.
+  [[nodiscard]] picoseconds cost(const task_info& t) const noexcept {
+    const device_properties& p = cfg_.properties;
+    auto transfer = [](std::size_t bytes, double bw, picoseconds lat) {
+      return lat + picoseconds{static_cast<std::int64_t>(static_cast<double>(bytes) / bw * 1e12 + 0.5)};
+    };
+    switch (t.kind) {
+      case task_kind::kernel: return cfg_.kernel_launch_latency + t.fixed.duration;
+      case task_kind::memset: return transfer(t.copy.bytes, p.hbm_bandwidth, picoseconds{0});
+      case task_kind::memcpy:
+        switch (t.engine) {
+          case engine_kind::copy_h2d:
+          case engine_kind::copy_d2h: return transfer(t.copy.bytes, p.host_link_bandwidth, p.host_link_latency);
+          default:
+            if (t.copy.src_device != t.copy.dst_device)
+              return transfer(t.copy.bytes, p.peer_link_bandwidth, p.peer_link_latency);
+            return transfer(t.copy.bytes, p.hbm_bandwidth, picoseconds{0});
+        }
+      default: return picoseconds{0};
+    }
+  }
+
+  void submit(task_info& t) override {
+    engine& e = engines_[static_cast<std::size_t>(t.device) * engine_count + static_cast<std::size_t>(t.engine)];
+    e.ready.push(&t);
+    if (!e.busy) dispatch(e);
+  }
+
+ private:
+  static constexpr std::size_t engine_count = 8;
+  struct later {
+    bool operator()(const task_info* a, const task_info* b) const noexcept {
+      return a->priority != b->priority ? a->priority > b->priority : a->id > b->id;
+    }
+  };
+  struct engine {
+    std::priority_queue<task_info*, std::vector<task_info*>, later> ready;
+    bool busy = false;
+    simple_backend* owner = nullptr;
+    task_info* running = nullptr;
+  };
+
+  void dispatch(engine& e) {
+    if (e.ready.empty()) return;
+    task_info* t = e.ready.top();
+    e.ready.pop();
+    e.busy = true;
+    e.running = t;
+    e.owner = this;
+    t->start = host_->now();
+    t->end = t->start + cost(*t);
+    if (t->kind == task_kind::memcpy && t->copy.src_device != t->copy.dst_device && host_->tracer())
+      host_->tracer()->on_link_transfer({t->engine == engine_kind::copy_d2d ? "hccs" : "pcie", t->copy.src_device,
+                                         t->copy.dst_device, t->copy.bytes, t->start, t->end});
+    host_->call_at(t->end, &simple_backend::finished, &e, 0);
+  }
+
+  static void finished(void* ctx, std::uint64_t) {
+    auto& e = *static_cast<engine*>(ctx);
+    task_info* t = e.running;
+    e.running = nullptr;
+    e.busy = false;
+    e.owner->host_->complete(*t);
+    e.owner->dispatch(e);
+  }
+
+  simple_config cfg_;
+  backend_host* host_ = nullptr;
+  std::vector<engine> engines_;
+};
+
+/// `npurt::system sys{npurt::simple_config{.devices = 2}};`
+inline std::unique_ptr<backend> make_backend(const simple_config& cfg) { return std::make_unique<simple_backend>(cfg); }
+
+}  // namespace npurt

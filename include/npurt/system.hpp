@@ -1,0 +1,93 @@
+// npurt/system.hpp — the root object: the simulated clock, the event loop, and the devices
+// built from a hardware preset or a backend.
+#pragma once
+
+#include <npurt/backend.hpp>
+#include <npurt/config.hpp>
+#include <npurt/detail/runtime.hpp>
+#include <npurt/device.hpp>
+#include <npurt/error.hpp>
+#include <npurt/observer.hpp>
+#include <npurt/time.hpp>
+
+#include <boost/asio/io_context.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace npurt {
+
+class profiler;
+
+/// Anything make_backend(p) (found by argument-dependent lookup) turns into a backend: the
+/// simulator's presets are.
+template <class P>
+concept backend_preset = requires(const P& p) {
+  { make_backend(p) } -> std::convertible_to<std::unique_ptr<backend>>;
+};
+
+class system {
+ public:
+  using executor_type = boost::asio::io_context::executor_type;
+
+  /// A system on a hardware preset: `npurt::system sys{npurt::sim::presets::ascend910(8)};`
+  template <backend_preset P>
+  explicit system(const P& preset, const system_options& opts = {}) : system(make_backend(preset), opts) {}
+  /// A system on any backend.
+  NPURT_DECL explicit system(std::unique_ptr<backend> b, const system_options& opts = {});
+  NPURT_DECL ~system();
+  system(const system&) = delete;
+  system& operator=(const system&) = delete;
+
+  [[nodiscard]] std::size_t device_count() const noexcept { return devices_.size(); }
+  /// The device with this id; caller_error (errc::invalid_device) for an invalid id.
+  [[nodiscard]] NPURT_DECL npurt::device& device(device_id id);
+  [[nodiscard]] NPURT_DECL npurt::device* find_device(device_id id, std::error_code& ec) noexcept;
+  [[nodiscard]] std::deque<npurt::device>& devices() noexcept { return devices_; }
+
+  /// Host coroutines run on this executor (or on a device's or stream's strand).
+  [[nodiscard]] executor_type get_executor() noexcept { return rt_->io().get_executor(); }
+
+  /// Drives virtual time until all work is done. A deadlock (work waits and nothing can ever
+  /// run) throws deadlock_error at once, naming who waits on what; the blocked waits complete
+  /// with errc::deadlock first, so awaiting coroutines see the error too.
+  NPURT_DECL void run();
+  NPURT_DECL void run(std::error_code& ec);
+  [[nodiscard]] sim_time now() const noexcept { return rt_->now(); }
+  [[nodiscard]] const std::string& deadlock_report() const noexcept { return rt_->last_deadlock_report(); }
+
+  /// Pinned host memory from a mimalloc heap, zeroed. Copies from it are bounds-checked.
+  [[nodiscard]] NPURT_DECL void* host_malloc(std::size_t bytes);
+  [[nodiscard]] NPURT_DECL void* host_malloc(std::size_t bytes, std::error_code& ec) noexcept;
+  NPURT_DECL void host_free(void* p);
+  NPURT_DECL void host_free(void* p, std::error_code& ec) noexcept;
+
+  NPURT_DECL void add_observer(observer& o);
+  NPURT_DECL void remove_observer(observer& o);
+
+  /// msproftx-style annotations from host code, at the current virtual time.
+  NPURT_DECL void mark(std::string_view name, std::uint32_t lane = 0);
+  NPURT_DECL void push_range(std::string_view name, std::uint32_t lane = 0);
+  NPURT_DECL void pop_range(std::uint32_t lane = 0);
+
+  [[nodiscard]] const system_options& options() const noexcept { return rt_->options(); }
+  [[nodiscard]] npurt::backend& get_backend() noexcept { return rt_->backend(); }
+  [[nodiscard]] detail::runtime& runtime() noexcept { return *rt_; }
+
+ private:
+  std::unique_ptr<detail::runtime> rt_;
+  std::deque<npurt::device> devices_;
+  std::unique_ptr<observer> env_tracer_;  // the profiler NPURT_TRACE asks for
+  std::string env_trace_path_;
+};
+
+}  // namespace npurt
+
+#if NPURT_INCLUDE_IMPL
+#include <npurt/impl/system.ipp>
+#endif

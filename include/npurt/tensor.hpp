@@ -1,0 +1,102 @@
+// npurt/tensor.hpp — data types, shapes and the tensor descriptor kernels are given.
+#pragma once
+
+#include <npurt/config.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string_view>
+
+namespace npurt {
+
+enum class dtype : std::uint8_t { f32, f16, bf16, i8, i32, i64, u8 };
+
+constexpr std::size_t size_of(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32: return 4;
+    case dtype::f16: return 2;
+    case dtype::bf16: return 2;
+    case dtype::i8: return 1;
+    case dtype::i32: return 4;
+    case dtype::i64: return 8;
+    case dtype::u8: return 1;
+  }
+  return 0;
+}
+
+constexpr std::string_view to_string(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32: return "f32";
+    case dtype::f16: return "f16";
+    case dtype::bf16: return "bf16";
+    case dtype::i8: return "i8";
+    case dtype::i32: return "i32";
+    case dtype::i64: return "i64";
+    case dtype::u8: return "u8";
+  }
+  return "?";
+}
+
+/// Memory layouts. NC1HWC0 is Da Vinci's 5-D layout with C0 = 16 (FP16); kernels accept NCHW and
+/// NHWC and account for the conversion the hardware would do.
+enum class layout : std::uint8_t { nd, nchw, nhwc, nc1hwc0 };
+
+/// A shape of at most 8 dimensions, stored inline: descriptors are copied on launch paths.
+class shape {
+ public:
+  static constexpr std::size_t max_rank = 8;
+  constexpr shape() = default;
+  constexpr shape(std::initializer_list<std::int64_t> dims) noexcept {
+    for (auto d : dims) {
+      if (rank_ == max_rank) break;
+      dims_[rank_++] = d;
+    }
+  }
+  constexpr explicit shape(std::span<const std::int64_t> dims) noexcept {
+    for (auto d : dims) {
+      if (rank_ == max_rank) break;
+      dims_[rank_++] = d;
+    }
+  }
+  [[nodiscard]] constexpr std::size_t rank() const noexcept { return rank_; }
+  [[nodiscard]] constexpr std::int64_t operator[](std::size_t i) const noexcept { return dims_[i]; }
+  [[nodiscard]] constexpr std::int64_t& operator[](std::size_t i) noexcept { return dims_[i]; }
+  [[nodiscard]] constexpr std::int64_t elements() const noexcept {
+    std::int64_t n = 1;
+    for (std::size_t i = 0; i < rank_; ++i) n *= dims_[i];
+    return n;
+  }
+  [[nodiscard]] constexpr const std::int64_t* begin() const noexcept { return dims_.data(); }
+  [[nodiscard]] constexpr const std::int64_t* end() const noexcept { return dims_.data() + rank_; }
+  constexpr void push_back(std::int64_t d) noexcept {
+    if (rank_ < max_rank) dims_[rank_++] = d;
+  }
+  friend constexpr bool operator==(const shape& a, const shape& b) noexcept {
+    if (a.rank_ != b.rank_) return false;
+    for (std::size_t i = 0; i < a.rank_; ++i)
+      if (a.dims_[i] != b.dims_[i]) return false;
+    return true;
+  }
+
+ private:
+  std::array<std::int64_t, max_rank> dims_{};
+  std::size_t rank_ = 0;
+};
+
+/// What a kernel is told about one operand: where it lives (a device address, or null in
+/// timing-only mode), its shape, type and layout. Descriptors never own memory.
+struct tensor_desc {
+  void* data = nullptr;
+  npurt::shape shape{};
+  npurt::dtype type = dtype::f32;
+  npurt::layout format = layout::nd;
+
+  [[nodiscard]] constexpr std::size_t bytes() const noexcept {
+    return static_cast<std::size_t>(shape.elements()) * size_of(type);
+  }
+};
+
+}  // namespace npurt

@@ -1,0 +1,2 @@
+// The separately compiled runtime: every non-template body, once.
+#include <npurt/impl/src.hpp>

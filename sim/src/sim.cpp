@@ -1,0 +1,2 @@
+// Anchor translation unit of the simulator library.
+#include <npurt/backend.hpp>

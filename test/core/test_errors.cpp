@@ -1,0 +1,163 @@
+#include <npurt/error.hpp>
+
+#include "common.hpp"
+
+#include <catch2/catch_test_macros.hpp>
+
+using namespace npurt_test;
+
+namespace {
+
+TEST_CASE("error codes fall into CANN's three ranges and compare with their class", "[core][error]") {
+  std::error_code c = npurt::errc::invalid_device;
+  std::error_code r = npurt::errc::out_of_memory;
+  std::error_code d = npurt::errc::device_lost;
+  CHECK(c.value() == 107001);
+  CHECK(c == npurt::error_class::caller);
+  CHECK(r == npurt::error_class::resource);
+  CHECK(d == npurt::error_class::device);
+  CHECK_FALSE(c == npurt::error_class::device);
+  CHECK(std::string(c.category().name()) == "npurt");
+  CHECK_FALSE(c.message().empty());
+}
+
+TEST_CASE("throw_error raises the exception type of the code's class", "[core][error]") {
+  CHECK_THROWS_AS(npurt::throw_error(npurt::errc::wait_timeout), npurt::timeout_error);
+  CHECK_THROWS_AS(npurt::throw_error(npurt::errc::deadlock), npurt::deadlock_error);
+  CHECK_THROWS_AS(npurt::throw_error(npurt::errc::pool_limit), npurt::resource_error);
+  CHECK_THROWS_AS(npurt::throw_error(npurt::errc::link_failure), npurt::device_error);
+  CHECK_THROWS_AS(npurt::throw_error(npurt::errc::null_pointer), npurt::caller_error);
+}
+
+TEST_CASE("an invalid device id is a caller error", "[core][error]") {
+  npurt::system sys{simple(2)};
+  CHECK_THROWS_AS(sys.device(2), npurt::caller_error);
+  CHECK_THROWS_AS(sys.device(-1), npurt::caller_error);
+  std::error_code ec;
+  CHECK(sys.find_device(7, ec) == nullptr);
+  CHECK(ec == npurt::errc::invalid_device);
+}
+
+TEST_CASE("bad copies are rejected before anything is enqueued, and the runtime stays usable", "[core][error]") {
+  npurt::system sys{simple(2)};
+  auto& d0 = sys.device(0);
+  auto& d1 = sys.device(1);
+  auto s = d0.make_stream();
+  void* a = d0.malloc(1024);
+  void* b = d1.malloc(1024);
+  std::vector<char> host(4096);
+  std::error_code ec;
+
+  s.memcpy(nullptr, 16, host.data(), 16, npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::null_pointer);
+  s.memcpy(a, 1024, host.data(), 0, npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::zero_size);
+  // destMax smaller than the count, and a count larger than the allocation.
+  s.memcpy(a, 512, host.data(), 1024, npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::size_overflow);
+  s.memcpy(a, 4096, host.data(), 2048, npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::size_overflow);
+  // The kind must match the pointers.
+  s.memcpy(host.data(), 1024, a, 1024, npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::invalid_copy_kind);
+  s.memcpy(a, 1024, host.data(), 1024, npurt::memcpy_kind::device_to_device, ec);
+  CHECK(ec == npurt::errc::invalid_copy_kind);
+  // A stream of device 0 cannot upload into device 1.
+  s.memcpy(b, 1024, host.data(), 1024, npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::stream_device_mismatch);
+  // A pointer npurt never gave out, and a freed one.
+  void* bogus = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(a) + (std::uintptr_t{1} << 30));
+  s.memcpy(bogus, 16, host.data(), 16, npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  void* gone = d0.malloc(64);
+  d0.free(gone);
+  s.memcpy(gone, 64, host.data(), 64, npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  d0.free(gone, ec);
+  CHECK(ec == npurt::errc::double_free);
+  d0.free(bogus, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  d1.free(a, ec);
+  CHECK(ec == npurt::errc::stream_device_mismatch);
+  CHECK_THROWS_AS(s.memcpy(nullptr, 1, host.data(), 1), npurt::caller_error);
+
+  // Nothing was enqueued by any of the above, and good work still runs.
+  CHECK(s.query());
+  s.memcpy(a, 1024, host.data(), 1024, npurt::memcpy_kind::host_to_device);
+  s.synchronize();
+  CHECK(s.query());
+}
+
+TEST_CASE("bad async operations complete with the error instead of throwing", "[core][error][asio]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  std::error_code got;
+  s.async_memcpy(nullptr, 4, nullptr, 4, npurt::memcpy_kind::host_to_device, [&](npurt::async_error_code ec) { got = ec; });
+  sys.run();
+  CHECK(got == npurt::errc::null_pointer);
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    bool threw = false;
+    try {
+      co_await s.async_memset(nullptr, 4, 0, 4, asio::use_awaitable);
+    } catch (const boost::system::system_error& e) {
+      threw = true;
+      CHECK(e.code() == npurt::errc::null_pointer);
+    }
+    CHECK(threw);
+  }());
+}
+
+TEST_CASE("waiting on an event that was never recorded is an error", "[core][error][event]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto ev = dev.make_event();
+  std::error_code ec;
+  s.wait(ev, ec);
+  CHECK(ec == npurt::errc::event_not_recorded);
+  CHECK_THROWS_AS(ev.query(), npurt::caller_error);
+  CHECK_THROWS_AS(npurt::elapsed_time(ev, ev), npurt::caller_error);
+  std::error_code host_ec;
+  ev.async_wait([&](npurt::async_error_code e) { host_ec = e; });
+  sys.run();
+  CHECK(host_ec == npurt::errc::event_not_recorded);
+  CHECK(s.query());
+}
+
+TEST_CASE("an event of another device cannot be recorded on a stream", "[core][error][event]") {
+  npurt::system sys{simple(2)};
+  auto s = sys.device(0).make_stream();
+  auto ev = sys.device(1).make_event();
+  std::error_code ec;
+  s.record(ev, ec);
+  CHECK(ec == npurt::errc::stream_device_mismatch);
+  npurt::event none;
+  s.record(none, ec);
+  CHECK(ec == npurt::errc::invalid_event);
+}
+
+TEST_CASE("a moved-from or default stream reports invalid_stream", "[core][error][stream]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  npurt::stream t = std::move(s);
+  std::error_code ec;
+  s.launch(fixed(us(1)), ec);
+  CHECK(ec == npurt::errc::invalid_stream);
+  CHECK_THROWS_AS(s.priority(), npurt::caller_error);
+  CHECK_FALSE(s.valid());
+  CHECK(t.valid());
+}
+
+TEST_CASE("a kernel the backend cannot run is rejected at launch", "[core][error][kernel]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  npurt::kernels::matmul mm;
+  std::error_code ec;
+  s.launch(npurt::kernel_desc{mm}, ec);
+  CHECK(ec == npurt::errc::not_supported);
+  s.launch(npurt::kernel_desc{npurt::kernels::fixed{}, "too wide", 4096}, ec);
+  CHECK(ec == npurt::errc::invalid_argument);
+  CHECK(s.query());
+}
+
+}  // namespace

@@ -1,0 +1,199 @@
+#include <npurt/event.hpp>
+
+#include "common.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+
+#include <catch2/catch_approx.hpp>
+#include <catch2/catch_test_macros.hpp>
+
+using namespace npurt_test;
+using npurt::sim_time;
+
+namespace {
+
+TEST_CASE("a stream that waits on another stream's event starts after it", "[core][event]") {
+  npurt::system sys{simple(2)};
+  recorder rec;
+  sys.add_observer(rec);
+  auto a = sys.device(0).make_stream();
+  auto b = sys.device(1).make_stream();  // another device: the wait crosses devices
+  auto ev = sys.device(0).make_event();
+  a.launch(fixed(us(100), "producer"));
+  a.record(ev);
+  b.wait(ev);
+  b.launch(fixed(us(10), "consumer"));
+  sys.run();
+  task_row producer{}, consumer{};
+  for (const auto& r : rec.rows) {
+    if (r.name == "producer") producer = r;
+    if (r.name == "consumer") consumer = r;
+  }
+  CHECK(consumer.start == producer.end);
+  CHECK(ev.query());
+}
+
+TEST_CASE("the event a launch returns can be waited on by another stream", "[core][event]") {
+  npurt::system sys{simple()};
+  recorder rec;
+  sys.add_observer(rec);
+  auto& dev = sys.device(0);
+  auto a = dev.make_stream();
+  auto b = dev.make_stream();
+  auto done = a.launch(fixed(us(50), "first"));
+  CHECK(done.is_task_event());
+  b.wait(done);
+  b.launch(fixed(us(5), "second"));
+  sys.run();
+  REQUIRE(rec.rows.size() >= 2);
+  sim_time first_end{}, second_start{};
+  for (const auto& r : rec.rows) {
+    if (r.name == "first") first_end = r.end;
+    if (r.name == "second") second_start = r.start;
+  }
+  CHECK(second_start == first_end);
+}
+
+TEST_CASE("elapsed time over a chain of kernels is exactly their sum", "[core][event][timing]") {
+  // Launch latency on the device is a backend parameter; the chain's time is the durations plus
+  // one latency per kernel, and nothing else when the host runs ahead of the device.
+  const picoseconds lat = ns(700);
+  npurt::system sys{simple(1, lat)};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto start = dev.make_event();
+  auto stop = dev.make_event();
+  const std::vector<std::int64_t> durations_us{17, 5, 40, 3, 25, 11};
+  s.record(start);
+  for (auto d : durations_us) s.launch(fixed(us(d)));
+  s.record(stop);
+  s.synchronize();
+  picoseconds expected{0};
+  for (auto d : durations_us) expected += us(d) + lat;
+  // The first kernel's enqueue returns one launch overhead after the start record's.
+  expected += sys.options().launch_overhead;
+  CHECK(npurt::elapsed_time(start, stop) == Catch::Approx(npurt::to_ms(expected)).epsilon(1e-12));
+  CHECK(*stop.completion_time() - *start.completion_time() == expected);
+}
+
+TEST_CASE("host code can co_await an event", "[core][event]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  sim_time resumed{};
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    auto e = s.launch(fixed(us(30)));
+    co_await e.async_wait(asio::use_awaitable);
+    resumed = sys.now();
+  }());
+  CHECK(resumed == sim_time{sys.options().launch_overhead + us(30)});
+}
+
+TEST_CASE("an event wait with a timeout fires at the right virtual time", "[core][event][timeout]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  std::error_code got;
+  sim_time when{};
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    auto e = s.launch(fixed(us(300)));
+    auto [ec] = co_await e.async_wait(us(120), asio::as_tuple(asio::use_awaitable));
+    got = ec;
+    when = sys.now();
+  }());
+  CHECK(got == npurt::errc::wait_timeout);
+  CHECK(when == sim_time{us(120)});
+}
+
+TEST_CASE("re-recording an event moves it; waits refer to the record current when they were made",
+          "[core][event]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto ev = dev.make_event();
+  s.launch(fixed(us(10)));
+  s.record(ev);
+  s.synchronize();
+  const auto first = ev.completion_time();
+  REQUIRE(first);
+  s.launch(fixed(us(10)));
+  s.record(ev);
+  CHECK_FALSE(ev.query());
+  s.synchronize();
+  CHECK(ev.query());
+  CHECK(*ev.completion_time() > *first);
+}
+
+TEST_CASE("two streams waiting on each other's events are reported as a deadlock at once, naming both",
+          "[core][event][deadlock]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto a = dev.make_stream();
+  auto b = dev.make_stream();
+  // Events that a wait may precede, as CANN's synchronising events: the wait holds until the
+  // first record. Each stream records its event only after waiting on the other's.
+  auto ea = dev.make_event({.wait_for_record = true});
+  auto eb = dev.make_event({.wait_for_record = true});
+  a.launch(fixed(us(10)));
+  a.wait(eb);
+  a.record(ea);
+  b.launch(fixed(us(30)));
+  b.wait(ea);
+  b.record(eb);
+  std::error_code ec;
+  sys.run(ec);
+  CHECK(ec == npurt::errc::deadlock);
+  const std::string report = sys.deadlock_report();
+  INFO(report);
+  CHECK(report.find("stream " + std::to_string(a.id())) != std::string::npos);
+  CHECK(report.find("stream " + std::to_string(b.id())) != std::string::npos);
+  CHECK(report.find("event " + std::to_string(ea.id())) != std::string::npos);
+  CHECK(report.find("event " + std::to_string(eb.id())) != std::string::npos);
+  // Reported as soon as nothing else could run: when b's kernel ended, not at a timeout.
+  CHECK(sys.now() == sim_time{sys.options().launch_overhead + us(10) + us(30)});
+  // The runtime stays usable.
+  auto c = dev.make_stream();
+  c.launch(fixed(us(1)));
+  CHECK_NOTHROW(c.synchronize());
+}
+
+TEST_CASE("a wait cycle through task events is found the moment the cycle closes", "[core][event][deadlock]") {
+  npurt::system sys{simple(2)};
+  auto& dev = sys.device(0);
+  auto a = dev.make_stream();
+  auto b = dev.make_stream();
+  auto other = sys.device(1).make_stream();
+  other.launch(fixed(us(1000), "long"));  // still running when the cycle closes
+  a.launch(fixed(us(10)));
+  b.launch(fixed(us(10)));
+  // a waits for b's third task, b for a's third: each sits behind the other's wait.
+  a.wait(npurt::event::task_event(sys.runtime(), b.id(), 3));
+  b.wait(npurt::event::task_event(sys.runtime(), a.id(), 3));
+  a.launch(fixed(us(1)));
+  b.launch(fixed(us(1)));
+  recorder rec;
+  sys.add_observer(rec);
+  std::error_code ec;
+  sys.run(ec);
+  CHECK(ec == npurt::errc::deadlock);
+  // Found before the long kernel ended: at the time the second wait reached its stream's head.
+  sim_time long_end{};
+  for (const auto& r : rec.rows)
+    if (r.name == "long") long_end = r.end;
+  const auto report = sys.deadlock_report();
+  INFO(report);
+  CHECK(report.find("deadlock at t=") != std::string::npos);
+  const double t_us = std::stod(report.substr(report.find("t=") + 2));
+  CHECK(t_us < npurt::to_us(long_end.time_since_epoch()));
+}
+
+TEST_CASE("the throwing run raises deadlock_error with the report", "[core][event][deadlock]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto a = dev.make_stream();
+  // A stream waiting on its own future position can never proceed.
+  auto future = npurt::event::task_event(sys.runtime(), a.id(), 2);
+  a.wait(future);
+  a.launch(fixed(us(1)));
+  CHECK_THROWS_AS(sys.run(), npurt::deadlock_error);
+}
+
+}  // namespace

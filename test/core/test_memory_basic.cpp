@@ -1,0 +1,127 @@
+#include <npurt/device.hpp>
+
+#include "common.hpp"
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <numeric>
+
+using namespace npurt_test;
+using npurt::sim_time;
+
+namespace {
+
+TEST_CASE("data copied host to device and back comes back unchanged", "[core][memory][copy]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  std::vector<int> in(1000), out(1000, -1);
+  std::iota(in.begin(), in.end(), 7);
+  void* d = dev.malloc(in.size() * sizeof(int));
+  void* d2 = dev.malloc(in.size() * sizeof(int));
+  s.memcpy(d, 4000, in.data(), 4000, npurt::memcpy_kind::host_to_device);
+  s.memcpy(d2, 4000, d, 4000, npurt::memcpy_kind::device_to_device);
+  s.memcpy(out.data(), 4000, d2, 4000, npurt::memcpy_kind::device_to_host);
+  s.synchronize();
+  CHECK(out == in);
+}
+
+TEST_CASE("a copy costs latency + bytes / bandwidth of its link", "[core][memory][copy]") {
+  npurt::system sys{simple(2)};
+  recorder rec;
+  sys.add_observer(rec);
+  auto& d0 = sys.device(0);
+  const auto& p = d0.properties();
+  const std::size_t n = 64 << 20;
+  void* a = d0.malloc(n);
+  void* b = sys.device(1).malloc(n);
+  void* h = sys.host_malloc(n);
+  auto s = d0.make_stream();
+  s.memcpy(a, n, h, n);     // H2D over the host link
+  s.memcpy(b, n, a, n);     // to the peer over its link
+  s.synchronize();
+  REQUIRE(rec.rows.size() == 2);
+  auto expect = [](std::size_t bytes, double bw, picoseconds lat) {
+    return lat + picoseconds{static_cast<std::int64_t>(static_cast<double>(bytes) / bw * 1e12 + 0.5)};
+  };
+  CHECK(rec.rows[0].end - rec.rows[0].start == expect(n, p.host_link_bandwidth, p.host_link_latency));
+  CHECK(rec.rows[1].end - rec.rows[1].start == expect(n, p.peer_link_bandwidth, p.peer_link_latency));
+  CHECK(rec.rows[1].name == "memcpy_peer");
+}
+
+TEST_CASE("memset fills device memory in stream order", "[core][memory]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  void* d = dev.malloc(256);
+  s.memset(d, 256, 0xAB, 256);
+  std::vector<unsigned char> out(256);
+  s.memcpy(out.data(), 256, d, 256);
+  s.synchronize();
+  for (auto c : out) CHECK(c == 0xAB);
+}
+
+TEST_CASE("device memory accounting follows malloc and free", "[core][memory]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  const auto before = dev.memory_info();
+  CHECK(before.free == before.total);
+  void* p = dev.malloc(1000);  // rounded up to 512 B granules
+  CHECK(dev.memory_info().free == before.total - 1024);
+  dev.free(p);
+  CHECK(dev.memory_info().free == before.total);
+}
+
+TEST_CASE("device memory is backed in functional mode only", "[core][memory]") {
+  npurt::simple_config cfg = simple();
+  cfg.functional = false;
+  cfg.properties.memory_bytes = std::size_t{64} << 30;  // 64 GiB of device, no host RAM behind it
+  npurt::system sys{cfg};
+  auto& dev = sys.device(0);
+  void* big = dev.malloc(std::size_t{48} << 30);
+  CHECK(big != nullptr);
+  CHECK(sys.runtime().translate(0, big, 16) == nullptr);
+  dev.free(big);
+}
+
+TEST_CASE("an allocation larger than the free memory raises out_of_memory_error with its fields",
+          "[core][memory][error]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  const std::size_t total = dev.properties().memory_bytes;
+  void* most = dev.malloc(total - (1 << 20));
+  try {
+    (void)dev.malloc(2 << 20);
+    FAIL("no exception");
+  } catch (const npurt::out_of_memory_error& e) {
+    CHECK(e.code() == npurt::errc::out_of_memory);
+    CHECK(e.requested() == (2u << 20));
+    CHECK(e.device() == 0);
+    CHECK(e.details().total == total);
+    CHECK(e.details().free == (1u << 20));
+    CHECK(std::string(e.what()).find("Tried to allocate 2.00 MiB") != std::string::npos);
+  }
+  // Nothing was lost: the earlier allocation is intact and the device still allocates.
+  dev.free(most);
+  CHECK_NOTHROW(dev.free(dev.malloc(2 << 20)));
+}
+
+TEST_CASE("reset drains pending work and frees the device's memory", "[core][device][memory]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  void* p = dev.malloc(4096);
+  s.launch(fixed(us(50)));
+  dev.reset();
+  CHECK(sys.now() == sim_time{sys.options().launch_overhead + us(50)});
+  CHECK(dev.memory_info().free == dev.memory_info().total);
+  std::error_code ec;
+  dev.free(p, ec);
+  CHECK(ec == npurt::errc::double_free);
+  s.launch(fixed(us(1)), ec);
+  CHECK(ec == npurt::errc::invalid_stream);
+  auto fresh = dev.make_stream();
+  CHECK_NOTHROW(fresh.launch(fixed(us(1))));
+}
+
+}  // namespace
