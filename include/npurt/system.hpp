@@ -8,6 +8,7 @@
 #include <npurt/device.hpp>
 #include <npurt/error.hpp>
 #include <npurt/observer.hpp>
+#include <npurt/profiler.hpp>
 #include <npurt/time.hpp>
 
 #include <boost/asio/io_context.hpp>
@@ -21,8 +22,6 @@
 #include <string_view>
 
 namespace npurt {
-
-class profiler;
 
 /// Anything make_backend(p) (found by argument-dependent lookup) turns into a backend: the
 /// simulator's presets are.
@@ -49,6 +48,9 @@ class system {
   [[nodiscard]] NPURT_DECL npurt::device& device(device_id id);
   [[nodiscard]] NPURT_DECL npurt::device* find_device(device_id id, std::error_code& ec) noexcept;
   [[nodiscard]] std::deque<npurt::device>& devices() noexcept { return devices_; }
+  /// aclrtSetDevice / aclrtGetDevice: the device that current_device() names (initially 0).
+  NPURT_DECL void set_device(device_id id);
+  [[nodiscard]] npurt::device& current_device() noexcept { return devices_[static_cast<std::size_t>(current_)]; }
 
   /// Host coroutines run on this executor (or on a device's or stream's strand).
   [[nodiscard]] executor_type get_executor() noexcept { return rt_->io().get_executor(); }
@@ -67,6 +69,11 @@ class system {
   NPURT_DECL void host_free(void* p);
   NPURT_DECL void host_free(void* p, std::error_code& ec) noexcept;
 
+  /// The system's own profiler, created and attached on first use: `sys.profiler()
+  /// .write_chrome_trace("trace.json")`. With NPURT_TRACE=PATH in the environment it exists from
+  /// the start and writes PATH when the system is destroyed.
+  NPURT_DECL npurt::profiler& profiler();
+
   NPURT_DECL void add_observer(observer& o);
   NPURT_DECL void remove_observer(observer& o);
 
@@ -82,8 +89,8 @@ class system {
  private:
   std::unique_ptr<detail::runtime> rt_;
   std::deque<npurt::device> devices_;
-  std::unique_ptr<observer> env_tracer_;  // the profiler NPURT_TRACE asks for
-  std::string env_trace_path_;
+  device_id current_ = 0;
+  std::unique_ptr<npurt::profiler> profiler_;
 };
 
 }  // namespace npurt

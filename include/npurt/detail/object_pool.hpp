@@ -2,6 +2,8 @@
 // here and returned on completion, so a launch allocates nothing once the pool is warm.
 #pragma once
 
+#include <mimalloc.h>
+
 #include <cstddef>
 #include <memory>
 #include <new>
@@ -44,11 +46,13 @@ class object_pool {
     alignas(T) unsigned char storage[sizeof(T)];
   };
   struct chunk_deleter {
-    void operator()(node* p) const noexcept { ::operator delete[](p, std::align_val_t{alignof(node)}); }
+    void operator()(node* p) const noexcept { mi_free(p); }
   };
 
   void grow() {
-    node* c = static_cast<node*>(::operator new[](sizeof(node) * ChunkSize, std::align_val_t{alignof(node)}));
+    // Chunks come from mimalloc, as every runtime-internal heap does.
+    node* c = static_cast<node*>(mi_malloc_aligned(sizeof(node) * ChunkSize, alignof(node) < 16 ? 16 : alignof(node)));
+    if (!c) throw std::bad_alloc();
     chunks_.emplace_back(c);
     for (std::size_t i = ChunkSize; i-- > 0;) {
       c[i].next = free_;

@@ -265,7 +265,8 @@ class runtime final : public backend_host {
 
   system_options opts_;
   std::unique_ptr<npurt::backend> backend_;
-  boost::asio::io_context ioc_{1};
+  // One thread runs everything (determinism), so the scheduler needs no locks.
+  boost::asio::io_context ioc_{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE};
   sim_time now_{};
   std::uint64_t order_ = 0;
   std::uint64_t next_task_id_ = 1;

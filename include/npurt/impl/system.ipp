@@ -10,6 +10,22 @@ namespace npurt {
 NPURT_DECL system::system(std::unique_ptr<npurt::backend> b, const system_options& opts)
     : rt_(std::make_unique<detail::runtime>(std::move(b), opts)) {
   for (std::size_t d = 0; d < rt_->device_count(); ++d) devices_.emplace_back(*rt_, static_cast<device_id>(d));
+  if (opts.trace_from_env) {
+    // Any program can be profiled without changing its code.
+    profiler_ = profiler::from_environment();
+    if (profiler_) {
+      profiler_->set_clock([this] { return now(); });
+      rt_->add_observer(*profiler_);
+    }
+  }
+}
+
+NPURT_DECL npurt::profiler& system::profiler() {
+  if (!profiler_) {
+    profiler_ = std::make_unique<npurt::profiler>([this] { return now(); });
+    rt_->add_observer(*profiler_);
+  }
+  return *profiler_;
 }
 
 NPURT_DECL system::~system() {
@@ -30,6 +46,11 @@ NPURT_DECL npurt::device& system::device(device_id id) {
   npurt::device* d = find_device(id, ec);
   if (!d) throw_error(ec, "npurt::system::device: no device " + std::to_string(id));
   return *d;
+}
+
+NPURT_DECL void system::set_device(device_id id) {
+  (void)device(id);  // validates
+  current_ = id;
 }
 
 NPURT_DECL void system::run(std::error_code& ec) { rt_->run(ec); }

@@ -1,0 +1,162 @@
+// bench/stream_overhead — what the runtime costs per task, against two baselines measured in the
+// same run: a bare binary-heap event queue and plain Asio (a coroutine on a strand doing one
+// co_await post per step).
+//
+//   stream_overhead [--tasks N] [--awaits N] [--json PATH]
+//
+// Cold numbers use a fresh system (task pools untouched); warm numbers repeat the work on the
+// same system once its pools have grown.
+#include <npurt/npurt.hpp>
+#if __has_include(<npurt/sim/sim.hpp>)
+#include <npurt/sim/sim.hpp>
+#define NPURT_BENCH_SIM 1
+#endif
+#if __has_include(<npurt/profiler.hpp>)
+#include <npurt/profiler.hpp>
+#define NPURT_BENCH_PROFILER 1
+#endif
+
+#include "bench_common.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <memory>
+#include <queue>
+
+namespace asio = boost::asio;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+std::unique_ptr<npurt::system> make_system(npurt::system_options opts = {}) {
+#ifdef NPURT_BENCH_SIM
+  return std::make_unique<npurt::system>(npurt::sim::presets::ascend910(1), opts);
+#else
+  return std::make_unique<npurt::system>(npurt::simple_config{}, opts);
+#endif
+}
+
+const npurt::kernel_desc zero_kernel{npurt::kernels::fixed{}, "zero"};
+
+/// ns per task for `tasks` zero-duration fire-and-forget launches on one stream.
+double one_stream(npurt::system& sys, long tasks) {
+  auto s = sys.device(0).make_stream();
+  const auto t0 = clk::now();
+  for (long i = 0; i < tasks; ++i) s.launch(zero_kernel);
+  sys.run();
+  return npurt_bench::seconds_since(t0) * 1e9 / static_cast<double>(tasks);
+}
+
+/// ns per task over 8 streams, with a cross-stream event wait every 10 tasks.
+double eight_streams(npurt::system& sys, long tasks) {
+  std::vector<npurt::stream> streams;
+  for (int i = 0; i < 8; ++i) streams.push_back(sys.device(0).make_stream());
+  const auto t0 = clk::now();
+  npurt::event last;
+  for (long i = 0; i < tasks; ++i) {
+    auto& s = streams[static_cast<std::size_t>(i % 8)];
+    if (i % 10 == 9) s.wait(last);
+    last = s.launch(zero_kernel);
+  }
+  sys.run();
+  return npurt_bench::seconds_since(t0) * 1e9 / static_cast<double>(tasks);
+}
+
+/// ns per awaited launch: a coroutine doing `co_await s.async_launch(k, use_awaitable)`.
+double awaited(npurt::system& sys, long n) {
+  auto s = sys.device(0).make_stream();
+  const auto t0 = clk::now();
+  asio::co_spawn(s.get_executor(), [&]() -> asio::awaitable<void> {
+    for (long i = 0; i < n; ++i) co_await s.async_launch(zero_kernel, asio::use_awaitable);
+  }, asio::detached);
+  sys.run();
+  return npurt_bench::seconds_since(t0) * 1e9 / static_cast<double>(n);
+}
+
+/// Baseline: a std::priority_queue of (time, sequence) records, one push and one pop per task.
+double bare_heap(long tasks) {
+  struct rec {
+    std::int64_t t;
+    std::uint64_t seq;
+    bool operator>(const rec& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+  };
+  std::priority_queue<rec, std::vector<rec>, std::greater<>> q;
+  std::uint64_t checksum = 0;
+  const auto t0 = clk::now();
+  std::int64_t now = 0;
+  for (long i = 0; i < tasks; ++i) {
+    q.push({now + (i * 7919) % 13, static_cast<std::uint64_t>(i)});
+    if (q.size() > 64) {
+      now = q.top().t;
+      checksum += q.top().seq;
+      q.pop();
+    }
+  }
+  while (!q.empty()) {
+    checksum += q.top().seq;
+    q.pop();
+  }
+  const double ns = npurt_bench::seconds_since(t0) * 1e9 / static_cast<double>(tasks);
+  if (checksum == 42) std::printf(" ");  // keep the loop
+  return ns;
+}
+
+/// Baseline: plain Asio, one co_await post on a strand per step.
+double asio_post(long n) {
+  asio::io_context ioc{1};
+  auto strand = asio::make_strand(ioc);
+  const auto t0 = clk::now();
+  asio::co_spawn(strand, [&]() -> asio::awaitable<void> {
+    for (long i = 0; i < n; ++i) co_await asio::post(strand, asio::use_awaitable);
+  }, asio::detached);
+  ioc.run();
+  return npurt_bench::seconds_since(t0) * 1e9 / static_cast<double>(n);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const long tasks = npurt_bench::arg_value(argc, argv, "--tasks", 1'000'000);
+  const long awaits = npurt_bench::arg_value(argc, argv, "--awaits", 200'000);
+  npurt_bench::report r("stream_overhead");
+
+  const double heap = bare_heap(tasks);
+  const double asio_ns = asio_post(awaits);
+
+  auto cold_sys = make_system();
+  const double cold1 = one_stream(*cold_sys, tasks);
+  const double warm1 = one_stream(*cold_sys, tasks);
+  auto sys8 = make_system();
+  const double cold8 = eight_streams(*sys8, tasks);
+  const double warm8 = eight_streams(*sys8, tasks);
+  auto sysa = make_system();
+  const double cold_aw = awaited(*sysa, awaits);
+  const double warm_aw = awaited(*sysa, awaits);
+
+  r.add("baseline_bare_heap_ns_per_event", heap, "ns");
+  r.add("baseline_asio_post_ns_per_step", asio_ns, "ns");
+  r.add("one_stream_cold_ns_per_task", cold1, "ns", "1 stream, fire-and-forget, fresh pools");
+  r.add("one_stream_warm_ns_per_task", warm1, "ns", "target <= 100");
+  r.add("eight_streams_cold_ns_per_task", cold8, "ns", "event every 10 tasks");
+  r.add("eight_streams_warm_ns_per_task", warm8, "ns");
+  r.add("awaited_launch_cold_ns", cold_aw, "ns");
+  r.add("awaited_launch_warm_ns", warm_aw, "ns");
+  r.add("one_stream_warm_over_bare_heap", warm1 / heap, "ratio");
+  r.add("awaited_warm_over_asio_post", warm_aw / asio_ns, "ratio", "target <= 1.5");
+#ifdef NPURT_BENCH_PROFILER
+  {
+    auto traced = make_system();
+    npurt::profiler prof;
+    traced->add_observer(prof);
+    (void)one_stream(*traced, tasks);
+    const double traced1 = one_stream(*traced, tasks);
+    r.add("one_stream_warm_profiled_ns_per_task", traced1, "ns", "profiler attached");
+    r.add("profiler_overhead_ratio", traced1 / warm1, "ratio", "target <= 1.2");
+  }
+#endif
+  return npurt_bench::finish(r, argc, argv);
+}
