@@ -1,0 +1,66 @@
+// sim_speed: how fast the simulator runs a ResNet-50 v1.5 training step (batch 256, FP16,
+// timing-only) through the runtime, on 1 device and on 8 devices (8 independent replicas, one
+// stream each). Reports the simulated step time, simulated images/s, and the wall-clock time the
+// simulation took per device-step (target: at most 2 ms).
+//
+//   sim_speed [--steps 5] [--preset ascend910|ascend910b] [--json PATH]
+#include <npurt/npurt.hpp>
+#include <npurt/stream.hpp>
+#include <npurt/system.hpp>
+#include <npurt/sim/sim.hpp>
+
+#include "bench_common.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct result {
+  double step_ms = 0;      // simulated, per step
+  double wall_s = 0;       // best run, all devices, all steps
+  double wall_ms_per_device_step = 0;
+};
+
+result run(const npurt::sim::preset& base, int devices, int steps, const npurt::sim::resnet50& model, int repeats) {
+  result best;
+  for (int r = 0; r < repeats; ++r) {
+    npurt::sim::preset p = base;
+    const auto t0 = std::chrono::steady_clock::now();
+    npurt::system sys{npurt::sim::presets::by_name(p.name, devices)};
+    std::vector<npurt::stream> streams;
+    for (int d = 0; d < devices; ++d) streams.push_back(sys.device(d).make_stream());
+    for (int s = 0; s < steps; ++s)
+      for (auto& st : streams)
+        for (const auto& k : model.training_step()) (void)st.launch(k);
+    sys.run();
+    const double wall = npurt_bench::seconds_since(t0);
+    const double step_ms = npurt::to_ms(sys.now().time_since_epoch()) / steps;
+    if (r == 0 || wall < best.wall_s) best = {step_ms, wall, wall * 1e3 / (devices * steps)};
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int steps = static_cast<int>(npurt_bench::arg_value(argc, argv, "--steps", 5));
+  std::string preset_name = "ascend910";
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string_view(argv[i]) == "--preset") preset_name = argv[i + 1];
+  const npurt::sim::preset p = npurt::sim::presets::by_name(preset_name);
+  const npurt::sim::resnet50 model{256};
+  npurt_bench::report rep("sim_speed: ResNet-50 v1.5 training step, batch 256, FP16, timing-only, " + p.name + ", " +
+                          std::to_string(model.training_step().size()) + " kernels per step");
+  for (int devices : {1, 8}) {
+    const result r = run(p, devices, steps, model, 3);
+    const std::string pre = std::to_string(devices) + "dev.";
+    rep.add(pre + "simulated_step_ms", r.step_ms, "ms", "virtual time per step");
+    rep.add(pre + "simulated_images_per_s", devices * 256.0 / (r.step_ms / 1000), "img/s", "all devices");
+    rep.add(pre + "wall_s", r.wall_s, "s", std::to_string(steps) + " steps, best of 3");
+    rep.add(pre + "wall_ms_per_device_step", r.wall_ms_per_device_step, "ms", "target <= 2");
+  }
+  return npurt_bench::finish(rep, argc, argv);
+}

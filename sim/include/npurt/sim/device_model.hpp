@@ -1,0 +1,165 @@
+// npurt/sim/device_model.hpp — engines, queues and shared bandwidth of the simulated devices.
+//
+// Each device has engines, each with its own ready queue: the AI-core pool (one pool on coupled
+// parts; an AIC pool for cube kernels and an AIV pool for vector kernels on separated parts),
+// the copy engines H2D, D2H, D2D (copy_engine_channels copies at once each), the collective
+// engine, and one host engine for host-to-host copies. A ready task waits in its engine's queue
+// ordered by (priority, task id) and starts, non-preemptively, when its head-of-queue turn comes
+// and the engine has room (a kernel needs block_dim cores, 0 = the whole pool).
+//
+// Time inside a running task is a fluid model: a task has a fixed latency phase (kernel launch
+// latency, link latency) and then a body of `work` units that progresses at a rate. The body
+// draws bandwidth from shared resources — the device's HBM (kernels, on-device copies, memsets),
+// a PCIe direction, an HCCS link direction, a RoCE port direction. Whenever the set of tasks on
+// a resource changes, the rates of every task connected to it are recomputed by max-min fair
+// progressive filling (each task capped at the rate it would run at alone), the remaining work is
+// re-rated and the end re-scheduled; a generation counter makes the superseded end callbacks
+// no-ops. Alone on its resources a task therefore takes exactly its uncontended cost: a copy
+// latency + bytes / bandwidth, a kernel estimate().total.
+#pragma once
+
+#include <npurt/backend.hpp>
+#include <npurt/sim/cost_model.hpp>
+#include <npurt/sim/preset.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace npurt::sim {
+
+/// What explain() tells about a finished kernel.
+struct task_explanation {
+  std::uint64_t task = 0;
+  device_id device = 0;
+  std::uint32_t stream = 0;
+  std::string_view name;            // the kernel's name (outlives the run by kernel_desc's rule)
+  kernel_cost cost;                 // the uncontended breakdown (estimate() at full HBM bandwidth)
+  sim_time start{};                 // cores taken; the launch latency starts here
+  sim_time body_start{};            // after the launch latency
+  sim_time end{};
+  picoseconds contention{0};        // (end - start) - cost.total: time lost to sharing HBM
+};
+
+/// The uncontended time of a transfer: ceil(bytes / bytes_per_s) in picoseconds. Every copy and
+/// the fluid model use this one formula, so a test can compute expected times exactly.
+[[nodiscard]] picoseconds transfer_time(double bytes, double bytes_per_s) noexcept;
+
+/// Which link a copy crosses and its uncontended parameters.
+struct copy_path {
+  std::string_view link;            // "pcie", "hccs", "roce", "hbm", "host"
+  double bandwidth = 0;             // bytes/s
+  picoseconds latency{0};
+};
+
+/// The path of a copy (memcpy or memset) on a preset: H2D/D2H over PCIe; on-device D2D at
+/// d2d_bandwidth; peer D2D over HCCS inside a group, over the PCIe switch between groups of one
+/// server, over RoCE between servers; H2H at host_memcpy_bandwidth; a device memset at
+/// hbm_bandwidth after d2d_latency.
+[[nodiscard]] copy_path path_of(const preset& p, task_kind kind, const copy_desc& c, engine_kind engine);
+/// latency + transfer_time(bytes, bandwidth): what an uncontended copy or memset takes.
+[[nodiscard]] picoseconds copy_time(const preset& p, task_kind kind, const copy_desc& c, engine_kind engine);
+
+class device_model {
+ public:
+  device_model(const preset& p, const sim_options& opts);
+  device_model(const device_model&) = delete;
+  device_model& operator=(const device_model&) = delete;
+
+  void attach(backend_host& host) noexcept { host_ = &host; }
+  void submit(task_info& t);
+  [[nodiscard]] std::optional<task_explanation> explain(std::uint64_t task) const;
+  [[nodiscard]] const preset& config() const noexcept { return preset_; }
+  /// The cost estimate() gives, memoised by shape (ResNet-50 repeats a few dozen shapes).
+  [[nodiscard]] kernel_cost cost_of(const kernel_desc& k, std::uint32_t cores);
+  /// Tasks waiting in queues or running, over all engines.
+  [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
+
+ private:
+  enum class phase : std::uint8_t { idle, latency, body };
+  struct job {
+    task_info* task = nullptr;
+    std::uint32_t engine = 0;       // index into engines_
+    std::uint32_t need = 0;         // cores or channels held
+    phase ph = phase::idle;
+    std::uint32_t gen = 0;
+    std::uint32_t nres = 0;
+    std::uint32_t res[2] = {0, 0};  // resources the body draws on
+    double work = 0;                // remaining body units
+    double max_rate = 0;            // units/s alone
+    double usage = 0;               // bytes of each resource per unit
+    double rate = 0;                // current units/s
+    sim_time last{};                // when `work` was last settled
+    sim_time body_start{};
+    picoseconds body_alone{0};      // body time when nothing else shares its resources
+    std::string_view link;          // for the tracer ("" = none)
+    bool has_cost = false;
+    kernel_cost cost;
+    std::error_code fault;          // a functional failure, reported at completion
+    // progressive filling scratch
+    double fill = 0;
+    std::uint32_t mark = 0;
+    bool frozen = false, capped = false;
+  };
+  struct resource {
+    double capacity = 0;            // bytes/s
+    std::vector<std::uint32_t> jobs;
+    std::uint32_t mark = 0;
+    double residual = 0;
+    std::uint32_t active = 0;
+  };
+  struct queued {
+    std::uint8_t priority;
+    std::uint64_t id;
+    task_info* task;
+    std::uint32_t need;
+    friend bool operator<(const queued& a, const queued& b) noexcept {  // max-heap: smallest key on top
+      return a.priority != b.priority ? a.priority > b.priority : a.id > b.id;
+    }
+  };
+  struct engine {
+    std::uint32_t capacity = 1;
+    std::uint32_t free = 1;
+    std::vector<queued> heap;
+  };
+
+  static void on_timer(void* self, std::uint64_t arg);
+  std::uint32_t engine_of(const task_info& t) const;
+  void dispatch(std::uint32_t e);
+  void start(const queued& q, std::uint32_t e);
+  void start_kernel(std::uint32_t slot);
+  void start_copy(std::uint32_t slot);
+  void timer(std::uint32_t slot);
+  void enter_body(std::uint32_t slot);
+  void finish(std::uint32_t slot);
+  void schedule(std::uint32_t slot, sim_time at);
+  void rerate(const std::uint32_t* res, std::uint32_t n);
+  std::uint32_t alloc_job();
+  std::uint32_t hbm(device_id d) const noexcept { return static_cast<std::uint32_t>(d) * 3; }
+  std::uint32_t pcie_h2d(device_id d) const noexcept { return static_cast<std::uint32_t>(d) * 3 + 1; }
+  std::uint32_t pcie_d2h(device_id d) const noexcept { return static_cast<std::uint32_t>(d) * 3 + 2; }
+  std::uint32_t link_resource(std::uint64_t key, double capacity);
+  void remember(const job& j);
+
+  preset preset_;
+  sim_options opts_;
+  backend_host* host_ = nullptr;
+  std::uint32_t engines_per_device_ = 0;
+  std::vector<engine> engines_;
+  std::vector<resource> resources_;
+  std::unordered_map<std::uint64_t, std::uint32_t> links_;  // lazily made HCCS/RoCE/host resources
+  std::vector<job> jobs_;
+  std::vector<std::uint32_t> free_jobs_;
+  std::uint32_t mark_epoch_ = 0;
+  std::vector<std::uint32_t> comp_jobs_, comp_res_;
+  std::size_t in_flight_ = 0;
+  std::unordered_map<std::string, kernel_cost> costs_;
+  std::string key_;
+  // Finished kernels by task id modulo the capacity: O(1), no allocation once grown.
+  std::vector<task_explanation> history_;
+};
+
+}  // namespace npurt::sim

@@ -1,0 +1,111 @@
+// npurt/sim/reference_kernels.hpp — the functional half of the kernel library: the checks a
+// kernel descriptor must pass before anything runs, and plain reference implementations that
+// compute every operation of kernel_ops.hpp on host memory.
+//
+// Supported (validate() enforces it; the backend may narrow it per preset):
+//  - dtypes: FP32 and FP16 everywhere; BF16 everywhere too (the 910B-class cube and vector
+//    units have it; the 910A does not, so an `ascend910` backend may reject BF16 itself);
+//    INT8 for matmul and conv2d forward, with an INT32 output; cast between all dtypes;
+//    transpose moves any dtype.
+//  - layouts: nd and nchw (same thing for the rank-4 operations); nhwc and nc1hwc0 are
+//    errc::invalid_layout.
+//  - a tensor is "absent" when its shape has rank 0 and its data is null; optional operands
+//    (listed below) may be absent. Every other tensor needs rank 1..8 and positive dimensions.
+//  - either every present operand has data (functional) or none has (timing-only); a mix is
+//    errc::invalid_argument.
+//
+// Numerics (what a test may expect):
+//  - FP16/BF16 inputs are widened to float, every sum is accumulated in float (FP32, as the
+//    cube's L0C and the vector unit do; never double), and each result is rounded once to the
+//    output dtype, round to nearest even. FP32 runs the same float loops. So an FP32 result
+//    equals a straightforward float loop with the same summation order, bit for bit.
+//  - Summation order is fixed: matmul over k ascending; conv over (input channel, kh, kw)
+//    ascending; reductions, batchnorm and layernorm statistics in row-major order of the input.
+//    No threads. The same descriptor and data always give the same bits.
+//  - INT8 matmul/conv accumulate exactly in int32 (wrapping on overflow, as the hardware's
+//    32-bit accumulator). With alpha == 1 and beta == 0 the result is that sum; otherwise
+//    alpha*acc + beta*c is computed in double and rounded to nearest even, saturating.
+//  - gelu is the tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
+//  - avg pooling divides by the number of window elements inside the unpadded input
+//    (count_include_pad = false). max pooling's gradient goes to the first maximum of the
+//    window in row-major scan order.
+//  - batchnorm (training) normalises with the biased batch variance, stores saved_invstd =
+//    1/sqrt(var + eps), and updates running_var with the unbiased variance (PyTorch's rule).
+//  - cast rounds to nearest even and saturates into integer ranges; NaN casts to integer 0.
+//
+// Optional operands: matmul none; elementwise b (unary functions ignore it); batchnorm gamma,
+// beta (1 and 0 when absent), running_mean/running_var (training only: no update when absent),
+// saved_mean/saved_invstd (training: not written when absent; inference ignores them);
+// batchnorm_backward gamma (1), dgamma, dbeta (not written when absent); layernorm gamma, beta;
+// pool2d_backward x (needed for max only); sgd_update momentum_buffer (needed when momentum != 0).
+#pragma once
+
+#include <npurt/backend.hpp>
+#include <npurt/kernel.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <system_error>
+
+namespace npurt::sim {
+
+/// How an operation uses one of its tensors.
+enum class access : std::uint8_t { read = 1, write = 2, read_write = 3 };
+
+struct operand {
+  const tensor_desc* tensor = nullptr;
+  access mode = access::read;
+  [[nodiscard]] bool reads() const noexcept { return (static_cast<unsigned>(mode) & 1u) != 0; }
+  [[nodiscard]] bool writes() const noexcept { return (static_cast<unsigned>(mode) & 2u) != 0; }
+};
+
+/// The tensors an operation reads or writes, in descriptor order, without unused or absent
+/// ones (the bytes a cost model moves, the pointers a backend translates).
+struct operand_list {
+  std::array<operand, 8> items{};
+  std::size_t count = 0;
+  [[nodiscard]] const operand* begin() const noexcept { return items.data(); }
+  [[nodiscard]] const operand* end() const noexcept { return items.data() + count; }
+  [[nodiscard]] std::size_t size() const noexcept { return count; }
+};
+
+/// The operands of `op` (empty for kernels::fixed). Does not validate.
+[[nodiscard]] operand_list operands(const kernel_op& op) noexcept;
+
+/// True when at least one operand has a data pointer (functional mode).
+[[nodiscard]] bool has_data(const kernel_desc& k) noexcept;
+
+/// Every check a kernel needs before it runs: shapes, dtypes, layouts, ranks, parameters, and
+/// the all-or-none rule for data pointers. errc::invalid_shape / invalid_dtype /
+/// invalid_layout / invalid_argument; {} when the kernel can run. kernels::fixed is always valid.
+[[nodiscard]] std::error_code validate(const kernel_desc& k);
+
+/// Validates, then computes the kernel's result with reference loops. Every operand's pointer
+/// is translated with mem.translate(dev, ptr, bytes); a null translation is
+/// errc::invalid_pointer and nothing is written. Timing-only descriptors (no data) and
+/// kernels::fixed do nothing and succeed. Inputs are read in full before any output is
+/// written, so outputs may alias inputs (in-place elementwise, sgd_update).
+[[nodiscard]] std::error_code run_reference(const kernel_desc& k, memory_view& mem, device_id dev);
+
+/// A memory_view over host memory: translate returns the address unchanged (null stays null).
+/// Lets tests and users run kernels on host vectors.
+class identity_memory final : public memory_view {
+ public:
+  std::byte* translate(device_id, const void* addr, std::size_t) noexcept override {
+    return static_cast<std::byte*>(const_cast<void*>(addr));
+  }
+};
+
+/// A shared identity_memory (stateless).
+[[nodiscard]] inline identity_memory& host_memory() noexcept {
+  static identity_memory m;
+  return m;
+}
+
+/// run_reference on host pointers.
+[[nodiscard]] inline std::error_code run_reference(const kernel_desc& k) {
+  return run_reference(k, host_memory(), 0);
+}
+
+}  // namespace npurt::sim

@@ -1,0 +1,48 @@
+// The simulator backend: validation in front of the device model.
+#include <npurt/sim/backend.hpp>
+
+#if __has_include(<npurt/sim/reference_kernels.hpp>)
+#include <npurt/sim/reference_kernels.hpp>
+#define NPURT_SIM_HAVE_REFERENCE 1
+#else
+#define NPURT_SIM_HAVE_REFERENCE 0
+#endif
+
+namespace npurt::sim {
+
+namespace {
+preset checked(const preset& p) {
+  std::string what;
+  if (auto ec = check(p, &what)) throw_error(ec, what);
+  return p;
+}
+}  // namespace
+
+sim_backend::sim_backend(const preset& p, const sim_options& opts)
+    : name_("npurt-sim:" + p.name), opts_(opts), model_(checked(p), opts) {
+  props_.assign(p.device_count, p.properties());
+}
+
+const device_properties& sim_backend::properties(device_id dev) const {
+  if (dev < 0 || static_cast<std::size_t>(dev) >= props_.size())
+    throw_error(make_error_code(errc::invalid_device), "device " + std::to_string(dev) + " does not exist");
+  return props_[static_cast<std::size_t>(dev)];
+}
+
+std::error_code sim_backend::validate(device_id dev, const kernel_desc& k) const {
+  if (dev < 0 || static_cast<std::size_t>(dev) >= props_.size()) return make_error_code(errc::invalid_device);
+#if NPURT_SIM_HAVE_REFERENCE
+  if (auto ec = npurt::sim::validate(k)) return ec;
+  if (!config().supports_bf16)
+    for (const auto& o : operands(k.op))
+      if (o.tensor->type == dtype::bf16) return make_error_code(errc::invalid_dtype);
+#endif
+  if (k.block_dim > core_pool(config(), k)) return make_error_code(errc::invalid_argument);
+  return {};
+}
+
+std::unique_ptr<npurt::backend> make_backend(const preset& p, const sim_options& opts) {
+  return std::make_unique<sim_backend>(p, opts);
+}
+
+}  // namespace npurt::sim

@@ -1,0 +1,551 @@
+// The cycle-approximate cost model (see cost_model.hpp for the picture).
+#include <npurt/sim/cost_model.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <variant>
+
+namespace npurt::sim {
+
+namespace {
+
+constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return (a + b - 1) / b; }
+constexpr std::int64_t round_up(std::int64_t a, std::int64_t b) noexcept { return ceil_div(a, b) * b; }
+
+double es(dtype t) noexcept { return static_cast<double>(size_of(t)); }
+
+std::uint32_t fractal_k(const preset& p, dtype t) noexcept {
+  switch (t) {
+    case dtype::f16:
+    case dtype::bf16: return p.cube_k;
+    case dtype::i8:
+    case dtype::u8: return p.cube_k_int8;
+    default: return p.cube_k_fp32;
+  }
+}
+
+double lanes_for(const preset& p, dtype t) noexcept {
+  switch (t) {
+    case dtype::f16:
+    case dtype::bf16: return p.vector_lanes;
+    case dtype::i8:
+    case dtype::u8: return 2.0 * p.vector_lanes;
+    case dtype::i64: return p.vector_lanes / 4.0;
+    default: return p.vector_lanes / 2.0;
+  }
+}
+
+// One GEMM with the facts about its operands the tiler needs.
+struct gemm_problem {
+  gemm_shape g;
+  double out_es = 2;          // bytes per output element
+  double a_factor = 1;        // GM bytes of A / bytes of A as the cube sees it (img2col saves)
+  double b_factor = 1;
+  double c_factor = 1;        // GM bytes written / M*N outputs (a zero-filled input gradient)
+  bool a_halo = false;        // A is a conv input walked by output rows: tiles re-read a halo
+  std::int64_t halo_wo = 1, halo_kh = 1, halo_sh = 1;
+  bool b_shared = false;      // B is the same for every batch entry
+  bool read_c = false;        // beta != 0
+  double useful_macs = 0;
+};
+
+std::int64_t dim(const tensor_desc& t, std::size_t i) noexcept { return i < t.shape.rank() ? t.shape[i] : 1; }
+
+std::optional<gemm_problem> to_gemm(const kernel_desc& k) {
+  using namespace kernels;
+  gemm_problem pr;
+  if (const auto* mm = std::get_if<matmul>(&k.op)) {
+    const auto& a = mm->a.shape;
+    const auto& b = mm->b.shape;
+    if (a.rank() < 2 || b.rank() < 2) return std::nullopt;
+    const std::size_t ra = a.rank(), rb = b.rank();
+    pr.g.batch = ra >= 3 ? a[ra - 3] : (rb >= 3 ? b[rb - 3] : 1);
+    for (std::size_t i = 0; i + 3 < ra; ++i) pr.g.batch *= a[i];
+    pr.g.m = mm->trans_a ? a[ra - 1] : a[ra - 2];
+    pr.g.k = mm->trans_a ? a[ra - 2] : a[ra - 1];
+    pr.g.n = mm->trans_b ? b[rb - 2] : b[rb - 1];
+    pr.g.in = mm->a.type;
+    pr.out_es = es(mm->c.type);
+    pr.b_shared = rb == 2 && pr.g.batch > 1;
+    pr.read_c = mm->beta != 0.0f;
+    pr.useful_macs = static_cast<double>(pr.g.batch) * pr.g.m * pr.g.n * pr.g.k;
+    return pr;
+  }
+  if (const auto* c = std::get_if<conv2d>(&k.op)) {
+    const std::int64_t n = dim(c->x, 0), ci = dim(c->x, 1), h = dim(c->x, 2), w = dim(c->x, 3);
+    const std::int64_t co = dim(c->w, 0), kh = dim(c->w, 2), kw = dim(c->w, 3);
+    const std::int64_t ho = dim(c->y, 2), wo = dim(c->y, 3);
+    const std::int64_t g = std::max<std::int32_t>(1, c->groups), cig = ci / g;
+    pr.g = {g, n * ho * wo, co / g, round_up(cig, 16) * kh * kw, c->x.type};
+    pr.out_es = es(c->y.type);
+    const double x_bytes = static_cast<double>(n) * round_up(cig, 16) * h * w * es(c->x.type);
+    pr.a_factor = std::min(1.0, x_bytes / (static_cast<double>(pr.g.m) * pr.g.k * es(c->x.type)));
+    pr.a_halo = kh > c->stride[0];
+    pr.halo_wo = wo;
+    pr.halo_kh = (kh - 1) * c->dilation[0] + 1;
+    pr.halo_sh = c->stride[0];
+    pr.useful_macs = static_cast<double>(n) * ho * wo * co * cig * kh * kw;
+    return pr;
+  }
+  if (const auto* c = std::get_if<conv2d_backward_data>(&k.op)) {
+    // dx = dy (*) rot(w). Each dx pixel gathers ceil(kh*kw / (sh*sw)) taps on average; with a
+    // kernel smaller than the stride only the pixels a tap lands on are computed.
+    const std::int64_t n = dim(c->dx, 0), ci = dim(c->dx, 1), h = dim(c->dx, 2), w = dim(c->dx, 3);
+    const std::int64_t co = dim(c->dy, 1), ho = dim(c->dy, 2), wo = dim(c->dy, 3);
+    const std::int64_t kh = dim(c->w, 2), kw = dim(c->w, 3), sh = c->stride[0], sw = c->stride[1];
+    const std::int64_t g = std::max<std::int32_t>(1, c->groups), cog = co / g;
+    const std::int64_t rows = kh >= sh ? h : std::min(h, ho * kh), cols = kw >= sw ? w : std::min(w, wo * kw);
+    const std::int64_t taps = (kh >= sh && kw >= sw) ? std::max<std::int64_t>(1, ceil_div(kh * kw, sh * sw)) : 1;
+    pr.g = {g, n * rows * cols, ci / g, round_up(cog, 16) * taps, c->dy.type};
+    pr.out_es = es(c->dx.type);
+    const double dy_bytes = static_cast<double>(n) * round_up(cog, 16) * ho * wo * es(c->dy.type);
+    pr.a_factor = std::min(1.0, dy_bytes / (static_cast<double>(pr.g.m) * pr.g.k * es(c->dy.type)));
+    pr.c_factor = static_cast<double>(h * w) / static_cast<double>(rows * cols);  // untouched pixels are zeros
+    pr.useful_macs = static_cast<double>(n) * ho * wo * co * (ci / g) * kh * kw;
+    return pr;
+  }
+  if (const auto* c = std::get_if<conv2d_backward_weight>(&k.op)) {
+    // dw[Co, Cin*kh*kw] = dy^T [Co, N*Ho*Wo] x img2col(x) [N*Ho*Wo, Cin*kh*kw].
+    const std::int64_t n = dim(c->x, 0), ci = dim(c->x, 1), h = dim(c->x, 2), w = dim(c->x, 3);
+    const std::int64_t co = dim(c->dy, 1), ho = dim(c->dy, 2), wo = dim(c->dy, 3);
+    const std::int64_t kh = dim(c->dw, 2), kw = dim(c->dw, 3);
+    const std::int64_t g = std::max<std::int32_t>(1, c->groups), cig = ci / g;
+    pr.g = {g, co / g, round_up(cig, 16) * kh * kw, n * ho * wo, c->x.type};
+    pr.out_es = es(c->dw.type);
+    const double x_bytes = static_cast<double>(n) * round_up(cig, 16) * h * w * es(c->x.type);
+    pr.b_factor = std::min(1.0, x_bytes / (static_cast<double>(pr.g.k) * pr.g.n * es(c->x.type)));
+    pr.useful_macs = static_cast<double>(n) * ho * wo * co * cig * kh * kw;
+    return pr;
+  }
+  return std::nullopt;
+}
+
+struct stage_times {
+  double cube = 0, mte1 = 0, mte2 = 0, hbm = 0, scalar = 0, out = 0, out_hbm = 0;
+};
+
+// The tiler's choice for one GEMM and what it costs on the busiest core.
+struct gemm_plan {
+  std::int64_t mb = 0, nb = 0, kt = 0, ks = 1, kc = 0;
+  bool l0c_double = false;
+  std::uint64_t blocks = 0, steps_total = 0, q = 0;
+  double total = 0, fill = 0, tile = 0;
+  unit bound = unit::none;
+  unit_cycles busy;
+  double hbm_bytes = 0, gm_bytes = 0;
+};
+
+void plan_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, double hbm_share, std::int64_t mb,
+               std::int64_t nb, std::int64_t ks, gemm_plan& best) {
+  const auto& g = pr.g;
+  const double e = es(g.in);
+  const std::int64_t k0 = fractal_k(p, g.in);
+  const std::int64_t f16m = p.cube_m, f16n = p.cube_n;
+  const bool l0c_double = 2.0 * mb * nb * 4 <= static_cast<double>(p.l0c_bytes);
+  if (!l0c_double && static_cast<double>(mb) * nb * 4 > static_cast<double>(p.l0c_bytes)) return;
+  const std::int64_t kc = round_up(ceil_div(g.k, ks), k0);
+  if (ks > 1 && (ks - 1) * kc >= g.k) return;  // an empty split
+  // K step: the largest multiple of k0 whose A and B tiles fit half of L0A / L0B.
+  std::int64_t kt = std::min<std::int64_t>(static_cast<std::int64_t>(p.l0a_bytes / 2 / (mb * e)),
+                                           static_cast<std::int64_t>(p.l0b_bytes / 2 / (nb * e)));
+  kt = kt / k0 * k0;
+  if (kt < k0) return;
+  kt = std::min(kt, kc);
+  if (2.0 * (mb + nb) * kt * e > static_cast<double>(p.l1_bytes)) return;
+
+  const double clock = p.clock_hz;
+  const double issue = p.instr_issue_cycles;
+  const double hbm_core = std::min(p.ddr_rate, hbm_share / cores / clock);
+
+  // Block counts per dimension: full blocks and one remainder.
+  const std::int64_t bm_full = g.m / mb, bm_rem = g.m % mb, bn_full = g.n / nb, bn_rem = g.n % nb;
+  const std::int64_t nbm = bm_full + (bm_rem ? 1 : 0), nbn = bn_full + (bn_rem ? 1 : 0);
+  const std::uint64_t blocks = static_cast<std::uint64_t>(nbm * nbn * g.batch * ks);
+  const std::uint64_t q = (blocks + cores - 1) / cores;  // blocks on the busiest core
+  const std::uint64_t waves = q;
+
+  // HBM traffic after L2 reuse. An operand that fits half of L2 is fetched from HBM once; else
+  // cores fetching the same panels in a wave share them (a wave is an ra x cb rectangle).
+  const double a_bytes = pr.a_factor * g.m * g.k * e, b_bytes = pr.b_factor * g.k * g.n * e;
+  const double c_out = (ks > 1 ? static_cast<double>(g.m) * g.n * 4 * ks : g.m * g.n * pr.out_es) * pr.c_factor;
+  const double half_l2 = p.l2_bytes / 2.0;
+  double ab_hbm;
+  const double a_all = a_bytes * g.batch, b_all = b_bytes * (pr.b_shared ? 1 : g.batch);
+  if (b_bytes <= half_l2 || a_bytes <= half_l2) {
+    ab_hbm = a_all + b_all;
+  } else {
+    const std::int64_t per_wave = std::min<std::int64_t>(cores, nbm * nbn);
+    std::int64_t best_cost = -1, ra = 1, cb = 1;
+    for (std::int64_t r = 1; r <= std::min<std::int64_t>(nbm, per_wave); ++r) {
+      const std::int64_t c = std::min<std::int64_t>(nbn, ceil_div(per_wave, r));
+      if (r * c < per_wave) continue;
+      const std::int64_t cost = r * mb + c * nb;
+      if (best_cost < 0 || cost < best_cost) best_cost = cost, ra = r, cb = c;
+    }
+    const double per = (ra * mb * pr.a_factor + cb * nb * pr.b_factor) * static_cast<double>(g.k) * e;
+    const double total_waves = std::ceil(static_cast<double>(nbm * nbn * g.batch) / per_wave);
+    ab_hbm = std::max(a_all + b_all, total_waves * per);
+  }
+  const double c_hbm = (c_out + (pr.read_c ? g.m * g.n * pr.out_es : 0.0)) * g.batch;
+
+  // GM bytes the cores load (every block loads its A and B panels).
+  auto a_factor_for = [&](std::int64_t m) {
+    if (!pr.a_halo) return pr.a_factor;
+    const double rows_out = std::max(1.0, static_cast<double>(m) / pr.halo_wo);
+    const double halo = (rows_out * pr.halo_sh + pr.halo_kh - pr.halo_sh) / (rows_out * pr.halo_sh);
+    return std::min(1.0, pr.a_factor * halo);
+  };
+  double gm_ab = 0;
+  const std::array<std::pair<std::int64_t, std::int64_t>, 2> ms{{{mb, bm_full}, {bm_rem, bm_rem ? 1 : 0}}};
+  const std::array<std::pair<std::int64_t, std::int64_t>, 2> ns{{{nb, bn_full}, {bn_rem, bn_rem ? 1 : 0}}};
+  for (auto [m, cm] : ms)
+    for (auto [n, cn] : ns)
+      if (cm && cn) gm_ab += static_cast<double>(cm * cn) * (a_factor_for(m) * m + pr.b_factor * n) * g.k * e;
+  gm_ab *= g.batch;
+  const double miss = gm_ab > 0 ? std::clamp(ab_hbm / gm_ab, 0.0, 1.0) : 1.0;
+
+  // Average block on the busiest core.
+  stage_times sum;  // summed over the block mix, weighted by count
+  double block_steps = 0, weight = 0, first_load = 0, out_last = 0, out_extra = 0;
+  const double mmads_per_step = 1, instr_per_step = 9;  // 2 MTE2 + 2 MTE1 + 1 mmad + 4 flags
+  for (auto [m, cm] : ms)
+    for (auto [n, cn] : ns) {
+      if (!cm || !cn) continue;
+      const double w = static_cast<double>(cm * cn);
+      const double steps = static_cast<double>(ceil_div(kc, kt));
+      const double kstep = static_cast<double>(kc) / steps;
+      const double cube = static_cast<double>(ceil_div(m, f16m) * ceil_div(n, f16n)) * std::ceil(kstep / k0) + mmads_per_step * issue;
+      const double ld = (a_factor_for(m) * m + pr.b_factor * n) * kstep * e;
+      const double mte2 = ld * (1 - miss) / p.l2_rate + 2 * issue, hbm = ld * miss / hbm_core;
+      const double mte1 = m * kstep * e / p.l1_to_l0a_rate + kstep * n * e / p.l1_to_l0b_rate + 2 * issue;
+      const double scalar = instr_per_step * issue;
+      const double oe = ks > 1 ? 4.0 : pr.out_es;
+      const double out_bytes = static_cast<double>(m) * n * oe * pr.c_factor;
+      const double out = std::max({static_cast<double>(m) * n * 4 / p.l0c_to_out_rate, out_bytes / p.ub_to_gm_rate,
+                                   out_bytes / hbm_core}) + 2 * issue;
+      const double step = std::max({cube, mte2 + hbm, mte1, scalar});
+      sum.cube += w * steps * cube;
+      sum.mte2 += w * steps * (mte2);
+      sum.hbm += w * steps * hbm;
+      sum.mte1 += w * steps * mte1;
+      sum.scalar += w * steps * scalar;
+      sum.out += w * out;
+      sum.out_hbm += w * out_bytes / hbm_core;
+      block_steps += w * steps * step;
+      out_extra += w * (l0c_double ? std::max(0.0, out - steps * step) : out);
+      first_load = std::max(first_load, mte2 + hbm + mte1);
+      out_last = std::max(out_last, out);
+      weight += w;
+    }
+  const double per_block = 1.0 / weight;
+  const double qd = static_cast<double>(q);
+  // Busiest core: fill, first load, q average blocks, the last block's drain.
+  double total = p.pipeline_fill_cycles + first_load + qd * (block_steps + out_extra) * per_block +
+                 (l0c_double ? out_last : 0.0);
+  unit_cycles busy;
+  busy.cube = qd * sum.cube * per_block;
+  busy.mte2 = qd * sum.mte2 * per_block;
+  busy.hbm = qd * (sum.hbm + sum.out_hbm) * per_block;
+  busy.mte1 = qd * sum.mte1 * per_block;
+  busy.scalar = qd * sum.scalar * per_block;
+  busy.mte3 = qd * sum.out * per_block;
+  // The kernel as a whole never moves its HBM bytes faster than its share.
+  const double hbm_total = ab_hbm + c_hbm;
+  const double hbm_floor = hbm_total / hbm_share * clock;
+  unit bound;
+  {
+    const std::array<std::pair<unit, double>, 6> u{{{unit::cube, busy.cube}, {unit::mte2, busy.mte2}, {unit::hbm, busy.hbm},
+                                                    {unit::mte1, busy.mte1}, {unit::scalar, busy.scalar}, {unit::mte3, busy.mte3}}};
+    bound = std::max_element(u.begin(), u.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+  }
+  if (hbm_floor > total) {
+    total = hbm_floor + p.pipeline_fill_cycles;
+    bound = unit::hbm;
+    busy.hbm = std::max(busy.hbm, hbm_floor);
+  }
+  if (best.blocks != 0 && total >= best.total) return;
+  best.mb = mb;
+  best.nb = nb;
+  best.kt = kt;
+  best.ks = ks;
+  best.kc = kc;
+  best.l0c_double = l0c_double;
+  best.blocks = blocks;
+  best.q = waves;
+  best.steps_total = static_cast<std::uint64_t>(ceil_div(kc, kt)) * blocks;
+  best.total = total;
+  best.fill = p.pipeline_fill_cycles + first_load + out_last;
+  best.tile = block_steps / std::max(1.0, weight * static_cast<double>(ceil_div(kc, kt)));
+  best.bound = bound;
+  best.busy = busy;
+  best.hbm_bytes = hbm_total;
+  best.gm_bytes = gm_ab + c_hbm;
+}
+
+void cost_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, double share, kernel_cost& kc) {
+  gemm_plan best;
+  const std::int64_t mcap = round_up(pr.g.m, p.cube_m), ncap = round_up(pr.g.n, p.cube_n);
+  static constexpr std::array<std::int64_t, 6> sizes{16, 32, 64, 128, 256, 512};
+  for (auto mb : sizes) {
+    if (mb > mcap && mb != sizes.front() && mb / 2 >= mcap) continue;
+    const std::int64_t m = std::min(mb, mcap);
+    for (auto nb : sizes) {
+      if (nb > ncap && nb != sizes.front() && nb / 2 >= ncap) continue;
+      const std::int64_t n = std::min(nb, ncap);
+      const std::uint64_t blocks = static_cast<std::uint64_t>(ceil_div(pr.g.m, m) * ceil_div(pr.g.n, n) * pr.g.batch);
+      for (std::int64_t ks = 1; ks <= 64; ks *= 2) {
+        if (ks > 1 && blocks * static_cast<std::uint64_t>(ks / 2) >= cores) break;  // split K only to fill idle cores
+        plan_gemm(p, pr, cores, share, m, n, ks, best);
+      }
+    }
+  }
+  const double f = p.clock_hz;
+  kc.tiles = best.steps_total;
+  kc.blocks = best.blocks;
+  kc.tiles_per_core = best.q * static_cast<std::uint64_t>(best.kt ? ceil_div(best.kc, best.kt) : 0);
+  kc.bound = best.bound;
+  kc.busy = best.busy;
+  kc.tile_cycles = best.tile;
+  kc.fill_cycles = best.fill;
+  kc.total_cycles = best.total;
+  kc.hbm_bytes = static_cast<std::uint64_t>(best.hbm_bytes);
+  kc.gm_bytes = static_cast<std::uint64_t>(best.gm_bytes);
+  kc.flops = static_cast<std::uint64_t>(2.0 * pr.useful_macs);
+  kc.gemm = pr.g;
+  kc.cube_floor_cycles = (pr.g.fractals(p) + cores - 1) / cores;
+  // Roofline: the useful FLOPs at the cores' peak, and the least traffic any tiling moves.
+  const double e = es(pr.g.in);
+  const double min_bytes = (pr.a_factor * pr.g.m * pr.g.k * e + pr.g.m * pr.g.n * pr.out_es * pr.c_factor) * pr.g.batch +
+                           pr.b_factor * pr.g.k * pr.g.n * e * (pr.b_shared ? 1 : pr.g.batch);
+  const double t_flops = kc.flops / (cube_flops_per_cycle(p, pr.g.in) * cores * f);
+  const double t_bytes = min_bytes / p.hbm_bandwidth;
+  kc.roofline = picoseconds{static_cast<std::int64_t>(std::floor(std::max(t_flops, t_bytes) * 1e12))};
+}
+
+// One streaming pass of a vector kernel over `elems` elements.
+struct vec_phase {
+  double elems = 0;
+  double in_bytes = 0;   // GM bytes read in this pass
+  double out_bytes = 0;  // GM bytes written
+  double ops = 1;        // vector operations per element
+  dtype type = dtype::f16;
+};
+
+struct vec_work {
+  std::array<vec_phase, 3> phases{};
+  int count = 0;
+  void add(double elems, double in, double out, double ops, dtype t) { phases[count++] = {elems, in, out, ops, t}; }
+};
+
+double bytes(const tensor_desc& t) noexcept { return t.shape.rank() ? static_cast<double>(t.bytes()) : 0.0; }
+double elems(const tensor_desc& t) noexcept { return t.shape.rank() ? static_cast<double>(t.shape.elements()) : 0.0; }
+
+double eltwise_ops(kernels::eltwise_fn f) noexcept {
+  using kernels::eltwise_fn;
+  switch (f) {
+    case eltwise_fn::add:
+    case eltwise_fn::sub:
+    case eltwise_fn::mul:
+    case eltwise_fn::relu: return 1;
+    case eltwise_fn::div: return 2;      // reciprocal + multiply
+    case eltwise_fn::sigmoid: return 4;  // exp, add, reciprocal, (negate)
+    case eltwise_fn::tanh: return 5;
+    case eltwise_fn::gelu: return 8;     // the tanh form: cube, fma, tanh, fma, mul
+  }
+  return 1;
+}
+
+bool is_unary(kernels::eltwise_fn f) noexcept {
+  using kernels::eltwise_fn;
+  return f == eltwise_fn::relu || f == eltwise_fn::gelu || f == eltwise_fn::sigmoid || f == eltwise_fn::tanh;
+}
+
+std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
+  using namespace kernels;
+  vec_work w;
+  std::visit(
+      [&](const auto& op) {
+        using T = std::decay_t<decltype(op)>;
+        if constexpr (std::is_same_v<T, elementwise>) {
+          const double in = bytes(op.a) + (is_unary(op.fn) ? 0.0 : bytes(op.b));
+          w.add(elems(op.y), in, bytes(op.y), eltwise_ops(op.fn), op.y.type);
+        } else if constexpr (std::is_same_v<T, batchnorm>) {
+          if (op.training) {
+            w.add(elems(op.x), bytes(op.x), 0, 2, op.x.type);           // sum and sum of squares
+            w.add(elems(op.x), bytes(op.x), bytes(op.y), 2, op.x.type); // scale and shift
+          } else {
+            w.add(elems(op.x), bytes(op.x), bytes(op.y), 2, op.x.type);
+          }
+        } else if constexpr (std::is_same_v<T, batchnorm_backward>) {
+          w.add(elems(op.x), bytes(op.x) + bytes(op.dy), 0, 4, op.x.type);              // dbeta, dgamma
+          w.add(elems(op.x), bytes(op.x) + bytes(op.dy), bytes(op.dx), 5, op.x.type);   // dx
+        } else if constexpr (std::is_same_v<T, layernorm>) {
+          const std::int64_t r = static_cast<std::int64_t>(op.x.shape.rank());
+          const std::int64_t axis = op.axis < 0 ? r + op.axis : op.axis;
+          double row = 1;
+          for (std::int64_t i = std::max<std::int64_t>(axis, 0); i < r; ++i) row *= static_cast<double>(op.x.shape[i]);
+          if (row * es(op.x.type) * 4 <= static_cast<double>(p.ub_bytes)) {
+            w.add(elems(op.x), bytes(op.x), bytes(op.y), 6, op.x.type);
+          } else {
+            w.add(elems(op.x), bytes(op.x), 0, 3, op.x.type);
+            w.add(elems(op.x), bytes(op.x), bytes(op.y), 3, op.x.type);
+          }
+        } else if constexpr (std::is_same_v<T, pool2d>) {
+          if (op.mode == pool_mode::global_avg) {
+            w.add(elems(op.x), bytes(op.x), bytes(op.y), 1, op.x.type);
+          } else {
+            const double win = static_cast<double>(op.window[0]) * op.window[1];
+            w.add(elems(op.y), bytes(op.x), bytes(op.y), win, op.x.type);
+          }
+        } else if constexpr (std::is_same_v<T, pool2d_backward>) {
+          const double win = static_cast<double>(op.window[0]) * op.window[1];
+          const double st = std::max(1.0, static_cast<double>(op.stride[0]) * op.stride[1]);
+          if (op.mode == pool_mode::max) {
+            w.add(elems(op.dx), bytes(op.x) + bytes(op.dy), bytes(op.dx), std::max(1.0, 2 * win / st), op.dx.type);
+          } else if (op.mode == pool_mode::avg) {
+            w.add(elems(op.dx), bytes(op.dy), bytes(op.dx), std::max(1.0, win / st), op.dx.type);
+          } else {
+            w.add(elems(op.dx), bytes(op.dy), bytes(op.dx), 1, op.dx.type);
+          }
+        } else if constexpr (std::is_same_v<T, softmax>) {
+          w.add(elems(op.x), bytes(op.x), bytes(op.y), 5, op.x.type);  // max, sub, exp, sum, mul
+        } else if constexpr (std::is_same_v<T, reduce>) {
+          w.add(elems(op.x), bytes(op.x), bytes(op.y), 1, op.x.type);
+        } else if constexpr (std::is_same_v<T, transpose>) {
+          const std::size_t r = op.x.shape.rank();
+          const bool inner_moves = r > 0 && op.perm[r - 1] != r - 1;
+          w.add(elems(op.x), bytes(op.x), bytes(op.y), inner_moves ? 2 : 1, op.x.type);
+        } else if constexpr (std::is_same_v<T, cast>) {
+          w.add(elems(op.x), bytes(op.x), bytes(op.y), 1, size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);
+        } else if constexpr (std::is_same_v<T, sgd_update>) {
+          const bool mom = op.momentum != 0.0f && op.momentum_buffer.shape.rank() > 0;
+          const double in = bytes(op.param) + bytes(op.grad) + (mom ? bytes(op.momentum_buffer) : 0.0);
+          const double out = bytes(op.param) + (mom ? bytes(op.momentum_buffer) : 0.0);
+          w.add(elems(op.param), in, out, mom ? 5 : 3, op.param.type);
+        }
+      },
+      k.op);
+  if (w.count == 0) return std::nullopt;
+  return w;
+}
+
+void cost_vector(const preset& p, const vec_work& work, std::uint32_t cores, double share, kernel_cost& kc) {
+  const double f = p.clock_hz, issue = p.instr_issue_cycles;
+  const double hbm_core = std::min(p.ddr_rate, share / cores / f);
+  double total = p.pipeline_fill_cycles, fill = p.pipeline_fill_cycles, hbm_bytes = 0, flops = 0;
+  unit_cycles busy;
+  std::uint64_t tiles_all = 0, tiles_core = 0;
+  double steady_sum = 0, steady_tiles = 0;
+  for (int i = 0; i < work.count; ++i) {
+    const vec_phase& ph = work.phases[i];
+    if (ph.elems <= 0) continue;
+    const double in_pe = ph.in_bytes / ph.elems, out_pe = ph.out_bytes / ph.elems;
+    // Work splits over cores in 32-byte blocks; tiles fill half the UB (double buffering).
+    const double per_core = std::ceil(ph.elems / cores);
+    const double bpe = std::max(in_pe + out_pe, es(ph.type));
+    const double tile_e = std::max(16.0, std::floor(p.ub_bytes / 2.0 / bpe / 16.0) * 16.0);
+    const double tiles = std::ceil(per_core / tile_e);
+    const double te = per_core / tiles;  // elements per tile on the busiest core
+    const double lanes = lanes_for(p, ph.type);
+    const double instrs = ph.ops * std::ceil(te / (lanes * 255.0));  // one vector instruction repeats up to 255 times
+    const double mte2 = te * in_pe / p.ddr_rate + issue;
+    const double vec = te * ph.ops / lanes + instrs * issue;
+    const double mte3 = te * out_pe / p.ub_to_gm_rate + issue;
+    const double hbm = te * (in_pe + out_pe) / hbm_core;
+    const double scalar = (instrs + 4) * issue;
+    const double step = std::max({mte2, vec, mte3, hbm, scalar});
+    const double first = std::max(mte2, hbm) + vec + mte3;
+    total += first + (tiles - 1) * step;
+    fill += first - step;
+    if (i > 0) total += p.pipeline_fill_cycles, fill += p.pipeline_fill_cycles;  // cross-core sync between passes
+    busy.mte2 += tiles * mte2;
+    busy.vector += tiles * vec;
+    busy.mte3 += tiles * mte3;
+    busy.hbm += tiles * hbm;
+    busy.scalar += tiles * scalar;
+    hbm_bytes += ph.in_bytes + ph.out_bytes;
+    flops += ph.elems * ph.ops;
+    tiles_all += static_cast<std::uint64_t>(tiles) * std::min<std::uint64_t>(cores, static_cast<std::uint64_t>(std::ceil(ph.elems / per_core)));
+    tiles_core += static_cast<std::uint64_t>(tiles);
+    steady_sum += tiles * step;
+    steady_tiles += tiles;
+  }
+  const double hbm_floor = hbm_bytes / share * f + p.pipeline_fill_cycles;
+  if (hbm_floor > total) total = hbm_floor;
+  const std::array<std::pair<unit, double>, 5> u{{{unit::vector, busy.vector}, {unit::mte2, busy.mte2}, {unit::mte3, busy.mte3},
+                                                  {unit::hbm, busy.hbm}, {unit::scalar, busy.scalar}}};
+  kc.bound = std::max_element(u.begin(), u.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+  kc.busy = busy;
+  kc.total_cycles = total;
+  kc.fill_cycles = fill;
+  kc.tiles = tiles_all;
+  kc.tiles_per_core = tiles_core;
+  kc.blocks = tiles_all;
+  kc.tile_cycles = steady_tiles > 0 ? steady_sum / steady_tiles : 0;
+  kc.hbm_bytes = static_cast<std::uint64_t>(hbm_bytes);
+  kc.gm_bytes = kc.hbm_bytes;
+  kc.flops = static_cast<std::uint64_t>(flops);
+  kc.roofline = picoseconds{static_cast<std::int64_t>(std::floor(hbm_bytes / p.hbm_bandwidth * 1e12))};
+}
+
+}  // namespace
+
+std::uint64_t gemm_shape::fractals(const preset& p) const noexcept {
+  const std::int64_t k0 = fractal_k(p, in);
+  return static_cast<std::uint64_t>(batch * ceil_div(m, p.cube_m) * ceil_div(n, p.cube_n) * ceil_div(k, k0));
+}
+
+std::optional<gemm_shape> gemm_equivalent(const kernel_desc& k) {
+  if (auto pr = to_gemm(k)) return pr->g;
+  return std::nullopt;
+}
+
+bool uses_cube(const kernel_desc& k) noexcept {
+  using namespace kernels;
+  return std::holds_alternative<matmul>(k.op) || std::holds_alternative<conv2d>(k.op) ||
+         std::holds_alternative<conv2d_backward_data>(k.op) || std::holds_alternative<conv2d_backward_weight>(k.op);
+}
+
+std::uint32_t core_pool(const preset& p, const kernel_desc& k) noexcept {
+  if (!p.separated_cores) return p.ai_core_count;
+  if (std::holds_alternative<kernels::fixed>(k.op)) return p.ai_core_count;
+  return uses_cube(k) ? p.ai_core_count : p.vector_core_count;
+}
+
+double cube_flops_per_cycle(const preset& p, dtype t) noexcept {
+  return 2.0 * p.cube_m * p.cube_n * fractal_k(p, t);
+}
+
+kernel_cost estimate(const preset& p, const kernel_desc& k, std::uint32_t cores, double share) {
+  kernel_cost kc;
+  kc.op = k.display_name();
+  std::visit([&](const auto& o) { kc.op = kernels::op_name(o); }, k.op);
+  const std::uint32_t pool = core_pool(p, k);
+  if (cores == 0 || cores > pool) cores = pool;
+  if (!(share > 0)) share = p.hbm_bandwidth;
+  kc.cores = cores;
+  kc.hbm_share = share;
+  kc.launch_latency = p.kernel_launch_latency;
+  if (const auto* fx = std::get_if<kernels::fixed>(&k.op)) {
+    kc.bound = unit::fixed;
+    kc.body = fx->duration;
+    kc.total = kc.launch_latency + kc.body;
+    kc.total_cycles = static_cast<double>(fx->duration.count()) * p.clock_hz / 1e12;
+    kc.flops = fx->flops;
+    kc.hbm_bytes = fx->bytes;
+    return kc;
+  }
+  if (auto pr = to_gemm(k)) {
+    kc.cube_path = true;
+    if (pr->g.m > 0 && pr->g.n > 0 && pr->g.k > 0 && pr->g.batch > 0) cost_gemm(p, *pr, cores, share, kc);
+  } else if (auto vw = to_vector(p, k)) {
+    cost_vector(p, *vw, cores, share, kc);
+  }
+  kc.stall_cycles = std::max(0.0, kc.total_cycles - kc.busy.of(kc.bound));
+  kc.body = cycles_to_ps(static_cast<std::uint64_t>(std::ceil(kc.total_cycles)), p.clock_hz);
+  kc.total = kc.launch_latency + kc.body;
+  return kc;
+}
+
+}  // namespace npurt::sim

@@ -1,0 +1,487 @@
+// The device model: engines and their queues, the fluid model of shared bandwidth.
+#include <npurt/sim/device_model.hpp>
+
+#include <npurt/observer.hpp>
+
+#if __has_include(<npurt/sim/reference_kernels.hpp>)
+#include <npurt/sim/reference_kernels.hpp>
+#define NPURT_SIM_HAVE_REFERENCE 1
+#else
+#define NPURT_SIM_HAVE_REFERENCE 0
+#endif
+
+#include <boost/pfr.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+namespace npurt::sim {
+
+namespace {
+
+// Engines of one device, in this order; the host engine is one more, after all devices.
+enum : std::uint32_t { e_cube, e_vector, e_h2d, e_d2h, e_d2d, e_collective, engines_per_device };
+
+template <class T>
+struct is_std_array : std::false_type {};
+template <class T, std::size_t N>
+struct is_std_array<std::array<T, N>> : std::true_type {};
+
+// Appends every field of a descriptor that decides its cost (never a data pointer): the memo key.
+struct key_writer {
+  std::string& s;
+  void put(const void* p, std::size_t n) { s.append(static_cast<const char*>(p), n); }
+  template <class T>
+  void operator()(const T& v) {
+    if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T>) {
+      put(&v, sizeof v);
+    } else if constexpr (std::is_same_v<T, tensor_desc>) {
+      const std::uint8_t r = static_cast<std::uint8_t>(v.shape.rank());
+      put(&r, 1);
+      for (auto d : v.shape) put(&d, sizeof d);
+      put(&v.type, 1);
+      put(&v.format, 1);
+    } else if constexpr (std::is_same_v<T, picoseconds>) {
+      const auto c = v.count();
+      put(&c, sizeof c);
+    } else if constexpr (is_std_array<T>::value) {
+      for (const auto& x : v) (*this)(x);
+    } else {
+      boost::pfr::for_each_field(v, *this);
+    }
+  }
+};
+
+constexpr std::uint64_t link_key(std::uint32_t kind, std::uint32_t a, std::uint32_t b) noexcept {
+  return (static_cast<std::uint64_t>(kind) << 48) | (static_cast<std::uint64_t>(a) << 24) | b;
+}
+
+bool same_group(const preset& p, device_id a, device_id b) {
+  for (const auto& g : p.hccs_groups) {
+    const bool ha = std::find(g.begin(), g.end(), a) != g.end();
+    if (ha) return std::find(g.begin(), g.end(), b) != g.end();
+  }
+  return false;
+}
+
+}  // namespace
+
+picoseconds transfer_time(double bytes, double bytes_per_s) noexcept {
+  if (!(bytes > 0)) return picoseconds{0};
+  const long double ps = static_cast<long double>(bytes) * 1e12L / static_cast<long double>(bytes_per_s);
+  return picoseconds{static_cast<std::int64_t>(std::ceil(ps))};
+}
+
+copy_path path_of(const preset& p, task_kind kind, const copy_desc& c, engine_kind engine) {
+  if (kind == task_kind::memset) {
+    if (c.dst_device < 0) return {"host", p.host_memcpy_bandwidth, p.host_memcpy_latency};
+    return {"hbm", p.hbm_bandwidth, p.d2d_latency};
+  }
+  if (engine == engine_kind::host || (c.src_device < 0 && c.dst_device < 0))
+    return {"host", p.host_memcpy_bandwidth, p.host_memcpy_latency};
+  if (c.src_device < 0 || c.dst_device < 0) return {"pcie", p.pcie_bandwidth, p.pcie_latency};
+  if (c.src_device == c.dst_device) return {"hbm", p.d2d_bandwidth, p.d2d_latency};
+  const auto server = [&](device_id d) { return static_cast<std::uint32_t>(d) / p.server_size; };
+  if (server(c.src_device) != server(c.dst_device)) return {"roce", p.roce_bandwidth, p.roce_latency};
+  if (same_group(p, c.src_device, c.dst_device)) return {"hccs", p.hccs_bandwidth, p.hccs_latency};
+  return {"pcie", p.pcie_bandwidth, p.pcie_latency};
+}
+
+picoseconds copy_time(const preset& p, task_kind kind, const copy_desc& c, engine_kind engine) {
+  const copy_path path = path_of(p, kind, c, engine);
+  return path.latency + transfer_time(static_cast<double>(c.bytes), path.bandwidth);
+}
+
+device_model::device_model(const preset& p, const sim_options& opts) : preset_(p), opts_(opts) {
+  const std::uint32_t n = p.device_count;
+  engines_per_device_ = engines_per_device;
+  engines_.resize(static_cast<std::size_t>(n) * engines_per_device + 1);
+  for (std::uint32_t d = 0; d < n; ++d) {
+    auto* e = &engines_[static_cast<std::size_t>(d) * engines_per_device];
+    e[e_cube].capacity = p.ai_core_count;
+    e[e_vector].capacity = p.separated_cores ? p.vector_core_count : p.ai_core_count;
+    e[e_h2d].capacity = e[e_d2h].capacity = e[e_d2d].capacity = p.copy_engine_channels;
+    e[e_collective].capacity = 1;
+  }
+  engines_.back().capacity = p.copy_engine_channels;  // host memcpy
+  for (auto& e : engines_) e.free = e.capacity;
+  resources_.resize(static_cast<std::size_t>(n) * 3);
+  for (std::uint32_t d = 0; d < n; ++d) {
+    resources_[hbm(static_cast<device_id>(d))].capacity = p.hbm_bandwidth;
+    resources_[pcie_h2d(static_cast<device_id>(d))].capacity = p.pcie_bandwidth;
+    resources_[pcie_d2h(static_cast<device_id>(d))].capacity = p.pcie_bandwidth;
+  }
+}
+
+std::uint32_t device_model::link_resource(std::uint64_t key, double capacity) {
+  auto [it, inserted] = links_.try_emplace(key, static_cast<std::uint32_t>(resources_.size()));
+  if (inserted) {
+    resources_.emplace_back();
+    resources_.back().capacity = capacity;
+  }
+  return it->second;
+}
+
+kernel_cost device_model::cost_of(const kernel_desc& k, std::uint32_t cores) {
+  key_.clear();
+  key_writer w{key_};
+  const auto index = static_cast<std::uint8_t>(k.op.index());
+  w.put(&index, 1);
+  std::visit([&](const auto& op) { w(op); }, k.op);
+  w.put(&cores, sizeof cores);
+  if (auto it = costs_.find(key_); it != costs_.end()) return it->second;
+  kernel_cost c = estimate(preset_, k, cores, preset_.hbm_bandwidth);
+  if (costs_.size() < 65536) costs_.emplace(key_, c);
+  return c;
+}
+
+std::uint32_t device_model::engine_of(const task_info& t) const {
+  const auto base = static_cast<std::uint32_t>(t.device) * engines_per_device_;
+  if (t.kind == task_kind::kernel) {
+    const bool vector = preset_.separated_cores && t.kernel && !uses_cube(*t.kernel);
+    return base + (vector ? e_vector : e_cube);
+  }
+  switch (t.engine) {
+    case engine_kind::copy_h2d: return base + e_h2d;
+    case engine_kind::copy_d2h: return base + e_d2h;
+    case engine_kind::collective: return base + e_collective;
+    case engine_kind::host: return static_cast<std::uint32_t>(engines_.size() - 1);
+    case engine_kind::ai_core: return base + e_cube;
+    default: return base + e_d2d;
+  }
+}
+
+std::uint32_t device_model::alloc_job() {
+  if (!free_jobs_.empty()) {
+    const std::uint32_t s = free_jobs_.back();
+    free_jobs_.pop_back();
+    return s;
+  }
+  jobs_.emplace_back();
+  return static_cast<std::uint32_t>(jobs_.size() - 1);
+}
+
+void device_model::schedule(std::uint32_t slot, sim_time at) {
+  job& j = jobs_[slot];
+  ++j.gen;
+  host_->call_at(at, &device_model::on_timer, this, (static_cast<std::uint64_t>(j.gen) << 32) | slot);
+}
+
+void device_model::on_timer(void* self, std::uint64_t arg) {
+  auto* m = static_cast<device_model*>(self);
+  const auto slot = static_cast<std::uint32_t>(arg & 0xffffffffu);
+  const auto gen = static_cast<std::uint32_t>(arg >> 32);
+  if (slot >= m->jobs_.size() || m->jobs_[slot].gen != gen || m->jobs_[slot].ph == phase::idle) return;  // superseded
+  m->timer(slot);
+}
+
+void device_model::submit(task_info& t) {
+  ++in_flight_;
+  const bool control = t.kind == task_kind::event_record || t.kind == task_kind::event_wait ||
+                       t.kind == task_kind::host_callback ||
+                       (t.kind != task_kind::kernel && t.engine == engine_kind::none && t.kind != task_kind::memcpy &&
+                        t.kind != task_kind::memset);
+  const auto out_of_range = [&](device_id d) { return d >= 0 && static_cast<std::uint32_t>(d) >= preset_.device_count; };
+  const bool bad_device = t.device < 0 || out_of_range(t.device) ||
+                          ((t.kind == task_kind::memcpy || t.kind == task_kind::memset) &&
+                           (out_of_range(t.copy.src_device) || out_of_range(t.copy.dst_device)));
+  if (control || t.kind == task_kind::collective || bad_device) {
+    // No engine time: the runtime resolves control tasks; collectives get their cost from the
+    // collective engine of their own issue. Complete at this instant, outside submit().
+    const std::uint32_t slot = alloc_job();
+    job& j = jobs_[slot];
+    j = job{.task = &t, .gen = j.gen};
+    j.engine = std::numeric_limits<std::uint32_t>::max();
+    j.ph = phase::body;
+    if (bad_device) j.fault = make_error_code(errc::invalid_device);
+    t.start = host_->now();
+    schedule(slot, host_->now());
+    return;
+  }
+  const std::uint32_t e = engine_of(t);
+  std::uint32_t need = 1;
+  if (t.kind == task_kind::kernel) {
+    const std::uint32_t pool = engines_[e].capacity;
+    need = t.block_dim == 0 || t.block_dim > pool ? pool : t.block_dim;
+  }
+  engine& eng = engines_[e];
+  eng.heap.push_back(queued{t.priority, t.id, &t, need});
+  std::push_heap(eng.heap.begin(), eng.heap.end());
+  dispatch(e);
+}
+
+void device_model::dispatch(std::uint32_t e) {
+  engine& eng = engines_[e];
+  // Strict order: the head of the queue waits for room; nothing overtakes it.
+  while (!eng.heap.empty() && eng.heap.front().need <= eng.free) {
+    std::pop_heap(eng.heap.begin(), eng.heap.end());
+    const queued q = eng.heap.back();
+    eng.heap.pop_back();
+    eng.free -= q.need;
+    start(q, e);
+  }
+}
+
+void device_model::start(const queued& q, std::uint32_t e) {
+  const std::uint32_t slot = alloc_job();
+  job& j = jobs_[slot];
+  j = job{.task = q.task, .engine = e, .need = q.need, .gen = j.gen};
+  q.task->start = host_->now();
+  if (q.task->kind == task_kind::kernel) start_kernel(slot);
+  else start_copy(slot);
+}
+
+void device_model::start_kernel(std::uint32_t slot) {
+  job& j = jobs_[slot];
+  task_info& t = *j.task;
+  const sim_time now = host_->now();
+  if (!t.kernel) {
+    // kernels::fixed: exactly its duration after the on-device launch latency, no HBM traffic.
+    j.ph = phase::body;
+    j.body_start = now + preset_.kernel_launch_latency;
+    t.flops = t.fixed.flops;
+    t.bytes = t.fixed.bytes;
+    schedule(slot, now + preset_.kernel_launch_latency + t.fixed.duration);
+    return;
+  }
+  kernel_cost c = cost_of(*t.kernel, j.need);
+  t.flops = c.flops;
+  t.bytes = c.hbm_bytes;
+#if NPURT_SIM_HAVE_REFERENCE
+  if (opts_.functional && has_data(*t.kernel)) j.fault = run_reference(*t.kernel, *host_, t.device);
+#endif
+  j.body_alone = c.body;
+  j.nres = 0;
+  if (c.hbm_bytes > 0 && c.body.count() > 0) {
+    j.nres = 1;
+    j.res[0] = hbm(t.device);
+    j.work = static_cast<double>(c.body.count());  // units: picoseconds of uncontended body
+    j.max_rate = 1e12;
+    j.usage = static_cast<double>(c.hbm_bytes) / j.work;
+  }
+  j.cost = c;
+  j.has_cost = true;
+  j.ph = phase::latency;
+  const sim_time body_at = now + c.launch_latency;
+  if (j.nres == 0) {
+    j.ph = phase::body;
+    j.body_start = body_at;
+    schedule(slot, body_at + c.body);
+  } else if (c.launch_latency.count() == 0) {
+    enter_body(slot);
+  } else {
+    schedule(slot, body_at);
+  }
+}
+
+void device_model::start_copy(std::uint32_t slot) {
+  job& j = jobs_[slot];
+  task_info& t = *j.task;
+  const copy_desc& c = t.copy;
+  const copy_path path = path_of(preset_, t.kind, c, t.engine);
+  t.bytes = c.bytes;
+  j.link = path.link;
+  j.work = static_cast<double>(c.bytes);
+  j.max_rate = path.bandwidth;
+  j.usage = 1;
+  j.nres = 0;
+  const device_id src = c.src_device, dst = c.dst_device;
+  if (path.link == "hbm") {
+    j.nres = 1;
+    j.res[0] = hbm(dst >= 0 ? dst : t.device);
+    if (t.kind == task_kind::memcpy) j.usage = 2;  // read and write
+    j.link = {};
+  } else if (path.link == "pcie") {
+    if (src < 0) j.res[j.nres++] = pcie_h2d(dst);
+    else if (dst < 0) j.res[j.nres++] = pcie_d2h(src);
+    else j.res[j.nres++] = pcie_d2h(src), j.res[j.nres++] = pcie_h2d(dst);
+  } else if (path.link == "hccs") {
+    j.res[j.nres++] = link_resource(link_key(1, static_cast<std::uint32_t>(src), static_cast<std::uint32_t>(dst)), preset_.hccs_bandwidth);
+  } else if (path.link == "roce") {
+    j.res[j.nres++] = link_resource(link_key(2, static_cast<std::uint32_t>(src), 0), preset_.roce_bandwidth);
+    j.res[j.nres++] = link_resource(link_key(3, static_cast<std::uint32_t>(dst), 0), preset_.roce_bandwidth);
+  } else {
+    j.res[j.nres++] = link_resource(link_key(4, 0, 0), preset_.host_memcpy_bandwidth);
+  }
+  j.ph = phase::latency;
+  if (c.bytes == 0) j.nres = 0;
+  if (j.nres == 0) {
+    j.ph = phase::body;
+    j.body_start = host_->now() + path.latency;
+    schedule(slot, j.body_start);
+  } else if (path.latency.count() == 0) {
+    enter_body(slot);
+  } else {
+    schedule(slot, host_->now() + path.latency);
+  }
+}
+
+void device_model::enter_body(std::uint32_t slot) {
+  job& j = jobs_[slot];
+  j.ph = phase::body;
+  j.body_start = host_->now();
+  j.last = host_->now();
+  j.rate = 0;
+  for (std::uint32_t i = 0; i < j.nres; ++i) resources_[j.res[i]].jobs.push_back(slot);
+  const std::uint32_t res[2] = {j.res[0], j.res[1]};
+  rerate(res, j.nres);
+}
+
+void device_model::timer(std::uint32_t slot) {
+  job& j = jobs_[slot];
+  if (j.ph == phase::latency) {
+    enter_body(slot);
+    return;
+  }
+  finish(slot);
+}
+
+void device_model::finish(std::uint32_t slot) {
+  job& j = jobs_[slot];
+  task_info& t = *j.task;
+  const sim_time now = host_->now();
+  t.end = now;
+  const std::uint32_t nres = j.nres;
+  const std::uint32_t res[2] = {j.res[0], j.res[1]};
+  for (std::uint32_t i = 0; i < nres; ++i) {
+    auto& v = resources_[res[i]].jobs;
+    v.erase(std::find(v.begin(), v.end(), slot));
+  }
+  if (!j.link.empty() && host_->tracer()) {
+    link_transfer_info info{j.link, t.copy.src_device, t.copy.dst_device, t.copy.bytes, t.start, t.end};
+    host_->tracer()->on_link_transfer(info);
+  }
+  if (j.has_cost) remember(j);
+  const std::uint32_t e = j.engine;
+  const std::error_code fault = j.fault;
+  if (e != std::numeric_limits<std::uint32_t>::max()) engines_[e].free += j.need;
+  j.ph = phase::idle;
+  j.task = nullptr;
+  j.has_cost = false;
+  free_jobs_.push_back(slot);
+  --in_flight_;
+  // Others on the same resources speed up now.
+  if (nres) rerate(res, nres);
+  host_->complete(t, fault);
+  if (e != std::numeric_limits<std::uint32_t>::max()) dispatch(e);
+}
+
+void device_model::rerate(const std::uint32_t* seed, std::uint32_t nseed) {
+  // The connected component of jobs and resources around the seeds.
+  ++mark_epoch_;
+  comp_jobs_.clear();
+  comp_res_.clear();
+  for (std::uint32_t i = 0; i < nseed; ++i) {
+    if (resources_[seed[i]].mark == mark_epoch_) continue;
+    resources_[seed[i]].mark = mark_epoch_;
+    comp_res_.push_back(seed[i]);
+  }
+  for (std::size_t r = 0; r < comp_res_.size(); ++r) {
+    for (std::uint32_t s : resources_[comp_res_[r]].jobs) {
+      job& j = jobs_[s];
+      if (j.mark == mark_epoch_) continue;  // already collected
+      j.mark = mark_epoch_;
+      comp_jobs_.push_back(s);
+      for (std::uint32_t i = 0; i < j.nres; ++i)
+        if (resources_[j.res[i]].mark != mark_epoch_) {
+          resources_[j.res[i]].mark = mark_epoch_;
+          comp_res_.push_back(j.res[i]);
+        }
+    }
+  }
+  // Max-min fair progressive filling on bytes/s, each job capped at its solo rate.
+  for (std::uint32_t s : comp_jobs_) {
+    job& j = jobs_[s];
+    j.fill = 0;
+    j.frozen = false;
+    j.capped = false;
+  }
+  for (std::uint32_t r : comp_res_) {
+    resource& res = resources_[r];
+    res.residual = res.capacity;
+    res.active = static_cast<std::uint32_t>(res.jobs.size());
+  }
+  std::size_t unfrozen = comp_jobs_.size();
+  while (unfrozen > 0) {
+    double delta = std::numeric_limits<double>::infinity();
+    for (std::uint32_t s : comp_jobs_) {
+      const job& j = jobs_[s];
+      if (!j.frozen) delta = std::min(delta, j.max_rate * j.usage - j.fill);
+    }
+    for (std::uint32_t r : comp_res_) {
+      const resource& res = resources_[r];
+      if (res.active) delta = std::min(delta, res.residual / res.active);
+    }
+    delta = std::max(delta, 0.0);
+    for (std::uint32_t s : comp_jobs_) {
+      job& j = jobs_[s];
+      if (!j.frozen) j.fill += delta;
+    }
+    for (std::uint32_t r : comp_res_) {
+      resource& res = resources_[r];
+      res.residual -= delta * res.active;
+    }
+    std::size_t before = unfrozen;
+    for (std::uint32_t s : comp_jobs_) {
+      job& j = jobs_[s];
+      if (j.frozen) continue;
+      const double cap = j.max_rate * j.usage;
+      bool freeze = j.fill >= cap * (1 - 1e-12);
+      if (freeze) j.capped = true;
+      for (std::uint32_t i = 0; i < j.nres && !freeze; ++i) {
+        const resource& res = resources_[j.res[i]];
+        freeze = res.residual <= res.capacity * 1e-12;
+      }
+      if (freeze) {
+        j.frozen = true;
+        --unfrozen;
+        for (std::uint32_t i = 0; i < j.nres; ++i) --resources_[j.res[i]].active;
+      }
+    }
+    if (unfrozen == before) break;  // cannot happen with positive capacities; never loop forever
+  }
+  const sim_time now = host_->now();
+  for (std::uint32_t s : comp_jobs_) {
+    job& j = jobs_[s];
+    const double rate = j.capped ? j.max_rate : j.fill / j.usage;
+    if (rate == j.rate && j.rate > 0) continue;  // unchanged: its scheduled end stands
+    if (j.rate > 0) {
+      j.work -= j.rate * static_cast<double>((now - j.last).count()) / 1e12;
+      if (j.work < 0) j.work = 0;
+    }
+    j.last = now;
+    j.rate = rate;
+    if (!(rate > 0)) continue;  // starved (cannot happen with positive capacities)
+    schedule(s, now + transfer_time(j.work, rate));
+  }
+}
+
+void device_model::remember(const job& j) {
+  const std::size_t cap = opts_.explain_history;
+  if (cap == 0) return;
+  const task_info& t = *j.task;
+  const std::size_t at = static_cast<std::size_t>(t.id % cap);
+  if (history_.size() <= at) history_.resize(std::min(cap, std::max<std::size_t>(at + 1, history_.size() * 2)));
+  task_explanation& x = history_[at];
+  x.task = t.id;
+  x.device = t.device;
+  x.stream = t.stream;
+  x.name = t.name.empty() && t.kernel ? t.kernel->display_name() : t.name;
+  x.cost = j.cost;
+  x.start = t.start;
+  x.body_start = j.body_start;
+  x.end = t.end;
+  x.contention = (t.end - t.start) - j.cost.total;
+}
+
+std::optional<task_explanation> device_model::explain(std::uint64_t task) const {
+  const std::size_t cap = opts_.explain_history;
+  if (cap == 0 || task == 0) return std::nullopt;
+  const std::size_t at = static_cast<std::size_t>(task % cap);
+  if (at >= history_.size() || history_[at].task != task) return std::nullopt;
+  return history_[at];
+}
+
+}  // namespace npurt::sim

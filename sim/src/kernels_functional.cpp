@@ -1,0 +1,866 @@
+// Reference implementations of the kernel library: plain loops, one fixed order of summation,
+// float accumulation (see reference_kernels.hpp for the numeric contract). They are written to
+// be obviously right, not fast; timing-only runs never reach them.
+#include <npurt/numeric.hpp>
+#include <npurt/sim/reference_kernels.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace npurt::sim {
+namespace {
+
+using std::int64_t;
+using std::size_t;
+
+// ---- element conversion ----------------------------------------------------------------
+
+template <class T>
+T read_raw(const std::byte* p, size_t i) noexcept {
+  T v;
+  std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+template <class T>
+void write_raw(std::byte* p, size_t i, T v) noexcept {
+  std::memcpy(p + i * sizeof(T), &v, sizeof(T));
+}
+
+bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
+
+float read_float(dtype t, const std::byte* p, size_t i) noexcept {
+  switch (t) {
+    case dtype::f32: return read_raw<float>(p, i);
+    case dtype::f16: return numeric::half_bits_to_float(read_raw<std::uint16_t>(p, i));
+    case dtype::bf16: return numeric::bfloat16_bits_to_float(read_raw<std::uint16_t>(p, i));
+    default: return 0.0f;  // integer tensors never reach the float paths (validated)
+  }
+}
+
+void write_float(dtype t, std::byte* p, size_t i, float v) noexcept {
+  switch (t) {
+    case dtype::f32: write_raw<float>(p, i, v); break;
+    case dtype::f16: write_raw<std::uint16_t>(p, i, numeric::float_to_half_bits(v)); break;
+    case dtype::bf16: write_raw<std::uint16_t>(p, i, numeric::float_to_bfloat16_bits(v)); break;
+    default: break;
+  }
+}
+
+int64_t read_int(dtype t, const std::byte* p, size_t i) noexcept {
+  switch (t) {
+    case dtype::i8: return read_raw<std::int8_t>(p, i);
+    case dtype::i32: return read_raw<std::int32_t>(p, i);
+    case dtype::i64: return read_raw<std::int64_t>(p, i);
+    case dtype::u8: return read_raw<std::uint8_t>(p, i);
+    default: return 0;
+  }
+}
+
+struct int_range {
+  int64_t lo, hi;
+  double lo_d, hi_excl_d;  // exact doubles: lo and hi + 1
+};
+
+int_range range_of(dtype t) noexcept {
+  switch (t) {
+    case dtype::i8: return {-128, 127, -128.0, 128.0};
+    case dtype::i32: return {INT32_MIN, INT32_MAX, -2147483648.0, 2147483648.0};
+    case dtype::u8: return {0, 255, 0.0, 256.0};
+    default: return {INT64_MIN, INT64_MAX, -9223372036854775808.0, 9223372036854775808.0};
+  }
+}
+
+void write_int(dtype t, std::byte* p, size_t i, int64_t v) noexcept {
+  const int_range r = range_of(t);
+  v = std::clamp(v, r.lo, r.hi);
+  switch (t) {
+    case dtype::i8: write_raw<std::int8_t>(p, i, static_cast<std::int8_t>(v)); break;
+    case dtype::i32: write_raw<std::int32_t>(p, i, static_cast<std::int32_t>(v)); break;
+    case dtype::i64: write_raw<std::int64_t>(p, i, v); break;
+    case dtype::u8: write_raw<std::uint8_t>(p, i, static_cast<std::uint8_t>(v)); break;
+    default: break;
+  }
+}
+
+// Round half to even without depending on the FP environment's rounding mode.
+double round_even(double d) noexcept {
+  const double t = std::trunc(d);
+  const double frac = d - t;  // exact
+  const double one = d < 0 ? -1.0 : 1.0;
+  if (std::fabs(frac) > 0.5) return t + one;
+  if (std::fabs(frac) == 0.5 && std::fmod(t, 2.0) != 0.0) return t + one;
+  return t;
+}
+
+int64_t double_to_int(double d, dtype t) noexcept {
+  if (std::isnan(d)) return 0;
+  const int_range r = range_of(t);
+  const double x = round_even(d);
+  if (x >= r.hi_excl_d) return r.hi;
+  if (x < r.lo_d) return r.lo;
+  return static_cast<int64_t>(x);
+}
+
+// An integer to bfloat16 in one rounding: going through float would round twice for values
+// above 2^24 and could land on the wrong side of a tie.
+std::uint16_t int_to_bfloat16_bits(int64_t v) noexcept {
+  if (v == 0) return 0;
+  const std::uint16_t sign = v < 0 ? 0x8000u : 0u;
+  std::uint64_t u = v < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
+  int p = 63 - std::countl_zero(u);  // index of the leading bit
+  if (p <= 7) return numeric::float_to_bfloat16_bits(static_cast<float>(v));  // exact
+  const int shift = p - 7;
+  std::uint64_t q = u >> shift;
+  const std::uint64_t rem = u & ((std::uint64_t{1} << shift) - 1);
+  const std::uint64_t halfway = std::uint64_t{1} << (shift - 1);
+  if (rem > halfway || (rem == halfway && (q & 1u))) ++q;
+  if (q == 256) {
+    q = 128;
+    ++p;
+  }
+  return static_cast<std::uint16_t>(sign | ((p + 127) << 7) | (q & 0x7fu));
+}
+
+void cast_element(dtype from, const std::byte* src, dtype to, std::byte* dst, size_t i) noexcept {
+  if (is_float(from)) {
+    const float f = read_float(from, src, i);
+    if (is_float(to)) write_float(to, dst, i, f);  // from is exact in float: one rounding
+    else write_int(to, dst, i, double_to_int(f, to));
+    return;
+  }
+  const int64_t v = read_int(from, src, i);
+  switch (to) {
+    case dtype::f32: write_raw<float>(dst, i, static_cast<float>(v)); break;  // correctly rounded
+    case dtype::f16: {
+      // Every integer below 65520 is exact in float; from 65520 up half rounds to infinity.
+      const float f = v >= 65520 ? std::numeric_limits<float>::infinity()
+                      : v <= -65520 ? -std::numeric_limits<float>::infinity()
+                                    : static_cast<float>(v);
+      write_raw<std::uint16_t>(dst, i, numeric::float_to_half_bits(f));
+      break;
+    }
+    case dtype::bf16: write_raw<std::uint16_t>(dst, i, int_to_bfloat16_bits(v)); break;
+    default: write_int(to, dst, i, v); break;
+  }
+}
+
+// ---- whole tensors -----------------------------------------------------------------------
+
+std::vector<float> load(const tensor_desc& t, const std::byte* p) {
+  const auto n = static_cast<size_t>(t.shape.elements());
+  std::vector<float> v(n);
+  if (t.type == dtype::f32) {
+    std::memcpy(v.data(), p, n * sizeof(float));
+  } else {
+    for (size_t i = 0; i < n; ++i) v[i] = read_float(t.type, p, i);
+  }
+  return v;
+}
+
+void store(const tensor_desc& t, std::byte* p, const std::vector<float>& v) {
+  if (t.type == dtype::f32) {
+    std::memcpy(p, v.data(), v.size() * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < v.size(); ++i) write_float(t.type, p, i, v[i]);
+}
+
+std::vector<std::int32_t> load_i32(const tensor_desc& t, const std::byte* p) {
+  const auto n = static_cast<size_t>(t.shape.elements());
+  std::vector<std::int32_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<std::int32_t>(read_int(t.type, p, i));
+  return v;
+}
+
+void store_i32(std::byte* p, const std::vector<std::int32_t>& v) {
+  for (size_t i = 0; i < v.size(); ++i) write_raw<std::int32_t>(p, i, v[i]);
+}
+
+// The host pointers of one launch, found by the operand's address in the descriptor.
+class host_tensors {
+ public:
+  host_tensors(const operand_list& ops, const std::array<std::byte*, 8>& ptrs) : ops_(ops), ptrs_(ptrs) {}
+  [[nodiscard]] std::byte* operator[](const tensor_desc& t) const noexcept {
+    for (size_t i = 0; i < ops_.size(); ++i)
+      if (ops_.items[i].tensor == &t) return ptrs_[i];
+    return nullptr;
+  }
+  [[nodiscard]] bool present(const tensor_desc& t) const noexcept { return (*this)[t] != nullptr; }
+  [[nodiscard]] std::vector<float> load(const tensor_desc& t) const { return sim::load(t, (*this)[t]); }
+  void store(const tensor_desc& t, const std::vector<float>& v) const { sim::store(t, (*this)[t], v); }
+
+ private:
+  const operand_list& ops_;
+  const std::array<std::byte*, 8>& ptrs_;
+};
+
+// ---- matmul ------------------------------------------------------------------------------
+
+struct gemm_dims {
+  int64_t batch, m, n, k;
+  bool a_batched, b_batched;
+};
+
+gemm_dims dims_of(const kernels::matmul& op) {
+  const auto& a = op.a.shape;
+  const auto& b = op.b.shape;
+  const auto ra = a.rank(), rb = b.rank();
+  gemm_dims d{};
+  d.a_batched = ra == 3;
+  d.b_batched = rb == 3;
+  d.batch = op.c.shape.rank() == 3 ? op.c.shape[0] : 1;
+  d.m = op.trans_a ? a[ra - 1] : a[ra - 2];
+  d.k = op.trans_a ? a[ra - 2] : a[ra - 1];
+  d.n = op.trans_b ? b[rb - 2] : b[rb - 1];
+  return d;
+}
+
+// acc_t is float for float inputs, uint32 (wrapping int32) for INT8.
+template <class In, class Acc, class Finish>
+void gemm_loop(const kernels::matmul& op, const std::vector<In>& a, const std::vector<In>& b, Finish&& finish) {
+  const gemm_dims d = dims_of(op);
+  const int64_t M = d.m, N = d.n, K = d.k;
+  for (int64_t bi = 0; bi < d.batch; ++bi) {
+    const In* A = a.data() + (d.a_batched ? bi * M * K : 0);
+    const In* B = b.data() + (d.b_batched ? bi * K * N : 0);
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < N; ++j) {
+        Acc acc{};
+        for (int64_t k = 0; k < K; ++k) {
+          const In av = op.trans_a ? A[k * M + i] : A[i * K + k];
+          const In bv = op.trans_b ? B[j * K + k] : B[k * N + j];
+          if constexpr (std::is_same_v<Acc, float>) acc += av * bv;
+          else acc += static_cast<Acc>(static_cast<std::int32_t>(av) * static_cast<std::int32_t>(bv));
+        }
+        finish(static_cast<size_t>((bi * M + i) * N + j), acc);
+      }
+    }
+  }
+}
+
+void run(const kernels::matmul& op, const host_tensors& h) {
+  if (op.a.type == dtype::i8) {
+    const auto a = load_i32(op.a, h[op.a]);
+    const auto b = load_i32(op.b, h[op.b]);
+    auto c = op.beta != 0.0f ? load_i32(op.c, h[op.c]) : std::vector<std::int32_t>(static_cast<size_t>(op.c.shape.elements()));
+    const bool plain = op.alpha == 1.0f && op.beta == 0.0f;
+    gemm_loop<std::int32_t, std::uint32_t>(op, a, b, [&](size_t idx, std::uint32_t acc) {
+      const auto s = static_cast<std::int32_t>(acc);
+      if (plain) {
+        c[idx] = s;
+      } else {
+        const double v = double{op.alpha} * s + (op.beta != 0.0f ? double{op.beta} * c[idx] : 0.0);
+        c[idx] = static_cast<std::int32_t>(double_to_int(v, dtype::i32));
+      }
+    });
+    store_i32(h[op.c], c);
+    return;
+  }
+  const auto a = h.load(op.a);
+  const auto b = h.load(op.b);
+  auto c = op.beta != 0.0f ? h.load(op.c) : std::vector<float>(static_cast<size_t>(op.c.shape.elements()));
+  gemm_loop<float, float>(op, a, b, [&](size_t idx, float acc) {
+    // beta == 0 ignores C entirely (NaN in C does not leak), as BLAS does.
+    c[idx] = op.beta != 0.0f ? op.alpha * acc + op.beta * c[idx] : op.alpha * acc;
+  });
+  h.store(op.c, c);
+}
+
+// ---- convolution -------------------------------------------------------------------------
+
+struct conv_geom {
+  int64_t n, c, h, w;      // input
+  int64_t co, kh, kw;      // weight [co, c/g, kh, kw]
+  int64_t ho, wo;          // output
+  int64_t g, cg, cog;      // groups, input and output channels per group
+  int64_t sh, sw, ph, pw, dh, dw;
+};
+
+template <class Op>
+conv_geom geom(const shape& x, const shape& w, const shape& y, const Op& op) {
+  conv_geom g{};
+  g.n = x[0]; g.c = x[1]; g.h = x[2]; g.w = x[3];
+  g.co = w[0]; g.kh = w[2]; g.kw = w[3];
+  g.ho = y[2]; g.wo = y[3];
+  g.g = op.groups; g.cg = g.c / g.g; g.cog = g.co / g.g;
+  g.sh = op.stride[0]; g.sw = op.stride[1];
+  g.ph = op.pad[0]; g.pw = op.pad[1];
+  g.dh = op.dilation[0]; g.dw = op.dilation[1];
+  return g;
+}
+
+template <class In, class Acc>
+std::vector<Acc> conv_forward(const conv_geom& g, const std::vector<In>& x, const std::vector<In>& w) {
+  std::vector<Acc> y(static_cast<size_t>(g.n * g.co * g.ho * g.wo));
+  size_t out = 0;
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t co = 0; co < g.co; ++co) {
+      const int64_t c0 = (co / g.cog) * g.cg;
+      for (int64_t oh = 0; oh < g.ho; ++oh) {
+        for (int64_t ow = 0; ow < g.wo; ++ow) {
+          Acc acc{};
+          for (int64_t ci = 0; ci < g.cg; ++ci) {
+            const In* xp = x.data() + ((n * g.c + c0 + ci) * g.h) * g.w;
+            const In* wp = w.data() + ((co * g.cg + ci) * g.kh) * g.kw;
+            for (int64_t ky = 0; ky < g.kh; ++ky) {
+              const int64_t ih = oh * g.sh - g.ph + ky * g.dh;
+              if (ih < 0 || ih >= g.h) continue;
+              for (int64_t kx = 0; kx < g.kw; ++kx) {
+                const int64_t iw = ow * g.sw - g.pw + kx * g.dw;
+                if (iw < 0 || iw >= g.w) continue;
+                if constexpr (std::is_same_v<Acc, float>) acc += xp[ih * g.w + iw] * wp[ky * g.kw + kx];
+                else acc += static_cast<Acc>(xp[ih * g.w + iw] * wp[ky * g.kw + kx]);
+              }
+            }
+          }
+          y[out++] = acc;
+        }
+      }
+    }
+  }
+  return y;
+}
+
+void run(const kernels::conv2d& op, const host_tensors& h) {
+  const conv_geom g = geom(op.x.shape, op.w.shape, op.y.shape, op);
+  if (op.x.type == dtype::i8) {
+    const auto y = conv_forward<std::int32_t, std::uint32_t>(g, load_i32(op.x, h[op.x]), load_i32(op.w, h[op.w]));
+    std::byte* p = h[op.y];
+    for (size_t i = 0; i < y.size(); ++i) write_raw<std::int32_t>(p, i, static_cast<std::int32_t>(y[i]));
+    return;
+  }
+  h.store(op.y, conv_forward<float, float>(g, h.load(op.x), h.load(op.w)));
+}
+
+// dx[n,c,ih,iw] = sum over the outputs that read it: gathered, so every dx element is one
+// ordered float sum (co, ky, kx ascending).
+void run(const kernels::conv2d_backward_data& op, const host_tensors& h) {
+  const conv_geom g = geom(op.dx.shape, op.w.shape, op.dy.shape, op);
+  const auto dy = h.load(op.dy);
+  const auto w = h.load(op.w);
+  std::vector<float> dx(static_cast<size_t>(g.n * g.c * g.h * g.w));
+  size_t out = 0;
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t c = 0; c < g.c; ++c) {
+      const int64_t grp = c / g.cg, ci = c % g.cg;
+      for (int64_t ih = 0; ih < g.h; ++ih) {
+        for (int64_t iw = 0; iw < g.w; ++iw) {
+          float acc = 0.0f;
+          for (int64_t co = grp * g.cog; co < (grp + 1) * g.cog; ++co) {
+            for (int64_t ky = 0; ky < g.kh; ++ky) {
+              const int64_t th = ih + g.ph - ky * g.dh;
+              if (th < 0 || th % g.sh != 0 || th / g.sh >= g.ho) continue;
+              const int64_t oh = th / g.sh;
+              for (int64_t kx = 0; kx < g.kw; ++kx) {
+                const int64_t tw = iw + g.pw - kx * g.dw;
+                if (tw < 0 || tw % g.sw != 0 || tw / g.sw >= g.wo) continue;
+                const int64_t ow = tw / g.sw;
+                acc += dy[static_cast<size_t>(((n * g.co + co) * g.ho + oh) * g.wo + ow)] *
+                       w[static_cast<size_t>(((co * g.cg + ci) * g.kh + ky) * g.kw + kx)];
+              }
+            }
+          }
+          dx[out++] = acc;
+        }
+      }
+    }
+  }
+  h.store(op.dx, dx);
+}
+
+// dw[co,ci,ky,kx] = sum over n, oh, ow (ascending) of x * dy.
+void run(const kernels::conv2d_backward_weight& op, const host_tensors& h) {
+  const conv_geom g = geom(op.x.shape, op.dw.shape, op.dy.shape, op);
+  const auto x = h.load(op.x);
+  const auto dy = h.load(op.dy);
+  std::vector<float> dw(static_cast<size_t>(g.co * g.cg * g.kh * g.kw));
+  size_t out = 0;
+  for (int64_t co = 0; co < g.co; ++co) {
+    const int64_t c0 = (co / g.cog) * g.cg;
+    for (int64_t ci = 0; ci < g.cg; ++ci) {
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          float acc = 0.0f;
+          for (int64_t n = 0; n < g.n; ++n) {
+            const float* xp = x.data() + ((n * g.c + c0 + ci) * g.h) * g.w;
+            const float* dyp = dy.data() + ((n * g.co + co) * g.ho) * g.wo;
+            for (int64_t oh = 0; oh < g.ho; ++oh) {
+              const int64_t ih = oh * g.sh - g.ph + ky * g.dh;
+              if (ih < 0 || ih >= g.h) continue;
+              for (int64_t ow = 0; ow < g.wo; ++ow) {
+                const int64_t iw = ow * g.sw - g.pw + kx * g.dw;
+                if (iw < 0 || iw >= g.w) continue;
+                acc += xp[ih * g.w + iw] * dyp[oh * g.wo + ow];
+              }
+            }
+          }
+          dw[out++] = acc;
+        }
+      }
+    }
+  }
+  h.store(op.dw, dw);
+}
+
+// ---- elementwise -------------------------------------------------------------------------
+
+float apply_unary(kernels::eltwise_fn f, float x) noexcept {
+  using enum kernels::eltwise_fn;
+  switch (f) {
+    case relu: return x > 0.0f ? x : (std::isnan(x) ? x : 0.0f);
+    case gelu: {
+      constexpr float k = 0.7978845608028654f;  // sqrt(2/pi)
+      return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+    }
+    case sigmoid: return 1.0f / (1.0f + std::exp(-x));
+    case tanh: return std::tanh(x);
+    default: return x;
+  }
+}
+
+float apply_binary(kernels::eltwise_fn f, float a, float b) noexcept {
+  using enum kernels::eltwise_fn;
+  switch (f) {
+    case add: return a + b;
+    case sub: return a - b;
+    case mul: return a * b;
+    case div: return a / b;
+    default: return a;
+  }
+}
+
+// Row-major strides of `s` aligned to an output of rank `r`, 0 where s broadcasts.
+std::array<int64_t, shape::max_rank> broadcast_strides(const shape& s, size_t r) {
+  std::array<int64_t, shape::max_rank> st{};
+  int64_t stride = 1;
+  for (size_t i = s.rank(); i-- > 0;) {
+    const size_t o = i + (r - s.rank());
+    st[o] = s[i] == 1 ? 0 : stride;
+    stride *= s[i];
+  }
+  return st;
+}
+
+void run(const kernels::elementwise& op, const host_tensors& h) {
+  using enum kernels::eltwise_fn;
+  const auto a = h.load(op.a);
+  const bool bin = op.fn == add || op.fn == sub || op.fn == mul || op.fn == div;
+  std::vector<float> y(static_cast<size_t>(op.y.shape.elements()));
+  if (!bin) {
+    for (size_t i = 0; i < y.size(); ++i) y[i] = apply_unary(op.fn, a[i]);
+    h.store(op.y, y);
+    return;
+  }
+  const auto b = h.load(op.b);
+  const shape& ys = op.y.shape;
+  const size_t r = ys.rank();
+  const auto sa = broadcast_strides(op.a.shape, r);
+  const auto sb = broadcast_strides(op.b.shape, r);
+  std::array<int64_t, shape::max_rank> idx{};
+  int64_t ia = 0, ib = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    y[i] = apply_binary(op.fn, a[static_cast<size_t>(ia)], b[static_cast<size_t>(ib)]);
+    // Odometer increment of the output index, keeping both input offsets in step.
+    for (size_t d = r; d-- > 0;) {
+      ++idx[d];
+      ia += sa[d];
+      ib += sb[d];
+      if (idx[d] < ys[d]) break;
+      ia -= sa[d] * idx[d];
+      ib -= sb[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+  h.store(op.y, y);
+}
+
+// ---- normalisation -----------------------------------------------------------------------
+
+// x viewed as [outer = N, C, inner = H*W*...]: channel axis 1.
+struct nc_view {
+  int64_t n, c, inner;
+  explicit nc_view(const shape& s) : n(s[0]), c(s[1]), inner(s.elements() / (s[0] * s[1])) {}
+  [[nodiscard]] size_t at(int64_t ni, int64_t ci, int64_t i) const noexcept {
+    return static_cast<size_t>((ni * c + ci) * inner + i);
+  }
+};
+
+std::vector<float> load_or(const host_tensors& h, const tensor_desc& t, int64_t n, float fill) {
+  if (h.present(t)) return h.load(t);
+  return std::vector<float>(static_cast<size_t>(n), fill);
+}
+
+void run(const kernels::batchnorm& op, const host_tensors& h) {
+  const nc_view v(op.x.shape);
+  const auto x = h.load(op.x);
+  const auto gamma = load_or(h, op.gamma, v.c, 1.0f);
+  const auto beta = load_or(h, op.beta, v.c, 0.0f);
+  std::vector<float> y(x.size());
+  if (!op.training) {
+    const auto rm = h.load(op.running_mean);
+    const auto rv = h.load(op.running_var);
+    for (int64_t c = 0; c < v.c; ++c) {
+      const float invstd = 1.0f / std::sqrt(rv[c] + op.eps);
+      for (int64_t n = 0; n < v.n; ++n)
+        for (int64_t i = 0; i < v.inner; ++i) {
+          const size_t k = v.at(n, c, i);
+          y[k] = (x[k] - rm[c]) * invstd * gamma[c] + beta[c];
+        }
+    }
+    h.store(op.y, y);
+    return;
+  }
+  const float count = static_cast<float>(v.n * v.inner);
+  std::vector<float> mean(static_cast<size_t>(v.c)), invstd(static_cast<size_t>(v.c)), var_unbiased(static_cast<size_t>(v.c));
+  for (int64_t c = 0; c < v.c; ++c) {
+    // Two passes (mean, then squared deviations): no cancellation of E[x^2] - E[x]^2.
+    float sum = 0.0f;
+    for (int64_t n = 0; n < v.n; ++n)
+      for (int64_t i = 0; i < v.inner; ++i) sum += x[v.at(n, c, i)];
+    const float m = sum / count;
+    float sq = 0.0f;
+    for (int64_t n = 0; n < v.n; ++n)
+      for (int64_t i = 0; i < v.inner; ++i) {
+        const float d = x[v.at(n, c, i)] - m;
+        sq += d * d;
+      }
+    const float var = sq / count;
+    mean[c] = m;
+    invstd[c] = 1.0f / std::sqrt(var + op.eps);
+    var_unbiased[c] = sq / (count - 1.0f);
+    for (int64_t n = 0; n < v.n; ++n)
+      for (int64_t i = 0; i < v.inner; ++i) {
+        const size_t k = v.at(n, c, i);
+        y[k] = (x[k] - m) * invstd[c] * gamma[c] + beta[c];
+      }
+  }
+  h.store(op.y, y);
+  if (h.present(op.saved_mean)) h.store(op.saved_mean, mean);
+  if (h.present(op.saved_invstd)) h.store(op.saved_invstd, invstd);
+  const float mom = op.momentum;
+  if (h.present(op.running_mean)) {
+    auto rm = h.load(op.running_mean);
+    for (int64_t c = 0; c < v.c; ++c) rm[c] = (1.0f - mom) * rm[c] + mom * mean[c];
+    h.store(op.running_mean, rm);
+  }
+  if (h.present(op.running_var)) {
+    auto rv = h.load(op.running_var);
+    for (int64_t c = 0; c < v.c; ++c) rv[c] = (1.0f - mom) * rv[c] + mom * var_unbiased[c];
+    h.store(op.running_var, rv);
+  }
+}
+
+// With xhat = (x - mean) * invstd and m values per channel:
+// dbeta = sum dy, dgamma = sum dy*xhat, dx = gamma*invstd/m * (m*dy - dbeta - xhat*dgamma).
+void run(const kernels::batchnorm_backward& op, const host_tensors& h) {
+  const nc_view v(op.x.shape);
+  const auto x = h.load(op.x);
+  const auto dy = h.load(op.dy);
+  const auto gamma = load_or(h, op.gamma, v.c, 1.0f);
+  const auto mean = h.load(op.saved_mean);
+  const auto invstd = h.load(op.saved_invstd);
+  const float m = static_cast<float>(v.n * v.inner);
+  std::vector<float> dx(x.size()), dgamma(static_cast<size_t>(v.c)), dbeta(static_cast<size_t>(v.c));
+  for (int64_t c = 0; c < v.c; ++c) {
+    float sdy = 0.0f, sdyx = 0.0f;
+    for (int64_t n = 0; n < v.n; ++n)
+      for (int64_t i = 0; i < v.inner; ++i) {
+        const size_t k = v.at(n, c, i);
+        sdy += dy[k];
+        sdyx += dy[k] * ((x[k] - mean[c]) * invstd[c]);
+      }
+    dbeta[c] = sdy;
+    dgamma[c] = sdyx;
+    const float scale = gamma[c] * invstd[c] / m;
+    for (int64_t n = 0; n < v.n; ++n)
+      for (int64_t i = 0; i < v.inner; ++i) {
+        const size_t k = v.at(n, c, i);
+        const float xhat = (x[k] - mean[c]) * invstd[c];
+        dx[k] = scale * (m * dy[k] - sdy - xhat * sdyx);
+      }
+  }
+  h.store(op.dx, dx);
+  if (h.present(op.dgamma)) h.store(op.dgamma, dgamma);
+  if (h.present(op.dbeta)) h.store(op.dbeta, dbeta);
+}
+
+void run(const kernels::layernorm& op, const host_tensors& h) {
+  const shape& s = op.x.shape;
+  const size_t ax = op.axis < 0 ? static_cast<size_t>(op.axis + static_cast<std::int32_t>(s.rank()))
+                                : static_cast<size_t>(op.axis);
+  int64_t d = 1;
+  for (size_t i = ax; i < s.rank(); ++i) d *= s[i];
+  const int64_t outer = s.elements() / d;
+  const auto x = h.load(op.x);
+  const auto gamma = load_or(h, op.gamma, d, 1.0f);
+  const auto beta = load_or(h, op.beta, d, 0.0f);
+  std::vector<float> y(x.size());
+  const float count = static_cast<float>(d);
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* xp = x.data() + o * d;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < d; ++i) sum += xp[i];
+    const float mean = sum / count;
+    float sq = 0.0f;
+    for (int64_t i = 0; i < d; ++i) sq += (xp[i] - mean) * (xp[i] - mean);
+    const float invstd = 1.0f / std::sqrt(sq / count + op.eps);
+    for (int64_t i = 0; i < d; ++i) y[static_cast<size_t>(o * d + i)] = (xp[i] - mean) * invstd * gamma[i] + beta[i];
+  }
+  h.store(op.y, y);
+}
+
+// ---- pooling -----------------------------------------------------------------------------
+
+struct pool_geom {
+  int64_t nc, h, w, ho, wo, kh, kw, sh, sw, ph, pw;
+  bool global;
+};
+
+template <class Op>
+pool_geom pgeom(const Op& op, const shape& in, const shape& out) {
+  pool_geom g{};
+  g.nc = in[0] * in[1];
+  g.h = in[2];
+  g.w = in[3];
+  g.ho = out[2];
+  g.wo = out[3];
+  g.global = op.mode == kernels::pool_mode::global_avg;
+  if (g.global) {
+    g.kh = g.h; g.kw = g.w; g.sh = 1; g.sw = 1; g.ph = 0; g.pw = 0;
+  } else {
+    g.kh = op.window[0]; g.kw = op.window[1];
+    g.sh = op.stride[0]; g.sw = op.stride[1];
+    g.ph = op.pad[0]; g.pw = op.pad[1];
+  }
+  return g;
+}
+
+// The window of output (oh, ow) clipped to the input: [h0, h1) x [w0, w1).
+struct window_box {
+  int64_t h0, h1, w0, w1;
+};
+window_box box(const pool_geom& g, int64_t oh, int64_t ow) {
+  const int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
+  return {std::max<int64_t>(hs, 0), std::min(hs + g.kh, g.h), std::max<int64_t>(ws, 0), std::min(ws + g.kw, g.w)};
+}
+
+void run(const kernels::pool2d& op, const host_tensors& h) {
+  const pool_geom g = pgeom(op, op.x.shape, op.y.shape);
+  const auto x = h.load(op.x);
+  std::vector<float> y(static_cast<size_t>(g.nc * g.ho * g.wo));
+  size_t out = 0;
+  for (int64_t p = 0; p < g.nc; ++p) {
+    const float* xp = x.data() + p * g.h * g.w;
+    for (int64_t oh = 0; oh < g.ho; ++oh)
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        const window_box b = box(g, oh, ow);
+        if (op.mode == kernels::pool_mode::max) {
+          float m = -std::numeric_limits<float>::infinity();
+          for (int64_t i = b.h0; i < b.h1; ++i)
+            for (int64_t j = b.w0; j < b.w1; ++j) {
+              const float v = xp[i * g.w + j];
+              if (v > m || std::isnan(v)) m = v;
+              if (std::isnan(m)) break;
+            }
+          y[out++] = m;
+        } else {
+          float s = 0.0f;
+          for (int64_t i = b.h0; i < b.h1; ++i)
+            for (int64_t j = b.w0; j < b.w1; ++j) s += xp[i * g.w + j];
+          y[out++] = s / static_cast<float>((b.h1 - b.h0) * (b.w1 - b.w0));
+        }
+      }
+  }
+  h.store(op.y, y);
+}
+
+// Scattered in output order (p, oh, ow ascending), so overlapping windows add in a fixed order.
+void run(const kernels::pool2d_backward& op, const host_tensors& h) {
+  const pool_geom g = pgeom(op, op.dx.shape, op.dy.shape);
+  const auto dy = h.load(op.dy);
+  const std::vector<float> x = op.mode == kernels::pool_mode::max ? h.load(op.x) : std::vector<float>{};
+  std::vector<float> dx(static_cast<size_t>(g.nc * g.h * g.w), 0.0f);
+  size_t in = 0;
+  for (int64_t p = 0; p < g.nc; ++p) {
+    float* dxp = dx.data() + p * g.h * g.w;
+    for (int64_t oh = 0; oh < g.ho; ++oh)
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        const float d = dy[in++];
+        const window_box b = box(g, oh, ow);
+        if (op.mode == kernels::pool_mode::max) {
+          const float* xp = x.data() + p * g.h * g.w;
+          int64_t arg = b.h0 * g.w + b.w0;
+          float m = xp[arg];
+          for (int64_t i = b.h0; i < b.h1 && !std::isnan(m); ++i)
+            for (int64_t j = b.w0; j < b.w1; ++j) {
+              const float v = xp[i * g.w + j];
+              if (v > m || std::isnan(v)) {
+                m = v;
+                arg = i * g.w + j;
+                if (std::isnan(v)) break;
+              }
+            }
+          dxp[arg] += d;
+        } else {
+          const float share = d / static_cast<float>((b.h1 - b.h0) * (b.w1 - b.w0));
+          for (int64_t i = b.h0; i < b.h1; ++i)
+            for (int64_t j = b.w0; j < b.w1; ++j) dxp[i * g.w + j] += share;
+        }
+      }
+  }
+  h.store(op.dx, dx);
+}
+
+// ---- softmax, reduce, transpose, cast, sgd -------------------------------------------------
+
+void run(const kernels::softmax& op, const host_tensors& h) {
+  const shape& s = op.x.shape;
+  const size_t ax = op.axis < 0 ? static_cast<size_t>(op.axis + static_cast<std::int32_t>(s.rank()))
+                                : static_cast<size_t>(op.axis);
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < ax; ++i) outer *= s[i];
+  for (size_t i = ax + 1; i < s.rank(); ++i) inner *= s[i];
+  const int64_t len = s[ax];
+  const auto x = h.load(op.x);
+  std::vector<float> y(x.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t in = 0; in < inner; ++in) {
+      const auto at = [&](int64_t k) { return static_cast<size_t>((o * len + k) * inner + in); };
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t k = 0; k < len; ++k) m = std::max(m, x[at(k)]);
+      float sum = 0.0f;
+      for (int64_t k = 0; k < len; ++k) {
+        const float e = std::exp(x[at(k)] - m);
+        y[at(k)] = e;
+        sum += e;
+      }
+      for (int64_t k = 0; k < len; ++k) y[at(k)] /= sum;
+    }
+  h.store(op.y, y);
+}
+
+void run(const kernels::reduce& op, const host_tensors& h) {
+  const shape& s = op.x.shape;
+  const size_t r = s.rank();
+  // Offset of each input index in the output: the output strides, 0 on reduced axes.
+  std::array<int64_t, shape::max_rank> ostride{};
+  int64_t st = 1, count = 1;
+  for (size_t i = r; i-- > 0;) {
+    if ((op.axes_mask >> i) & 1u) {
+      count *= s[i];
+    } else {
+      ostride[i] = st;
+      st *= s[i];
+    }
+  }
+  const auto x = h.load(op.x);
+  const bool is_max = op.fn == kernels::reduce_fn::max;
+  std::vector<float> y(static_cast<size_t>(op.y.shape.elements()),
+                       is_max ? -std::numeric_limits<float>::infinity() : 0.0f);
+  std::array<int64_t, shape::max_rank> idx{};
+  int64_t o = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    float& acc = y[static_cast<size_t>(o)];
+    if (is_max) {
+      if (x[i] > acc || std::isnan(x[i])) acc = std::isnan(acc) ? acc : x[i];
+    } else {
+      acc += x[i];
+    }
+    for (size_t d = r; d-- > 0;) {
+      ++idx[d];
+      o += ostride[d];
+      if (idx[d] < s[d]) break;
+      o -= ostride[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+  if (op.fn == kernels::reduce_fn::mean)
+    for (float& v : y) v /= static_cast<float>(count);
+  h.store(op.y, y);
+}
+
+void run(const kernels::transpose& op, const host_tensors& h) {
+  const shape& xs = op.x.shape;
+  const shape& ys = op.y.shape;
+  const size_t r = xs.rank();
+  const size_t es = size_of(op.x.type);
+  std::array<int64_t, shape::max_rank> xstride{};
+  int64_t st = 1;
+  for (size_t i = r; i-- > 0;) {
+    xstride[i] = st;
+    st *= xs[i];
+  }
+  // Walking y in row-major order, dimension i of y moves x by xstride[perm[i]].
+  std::array<int64_t, shape::max_rank> ystep{};
+  for (size_t i = 0; i < r; ++i) ystep[i] = xstride[op.perm[i]];
+  const std::byte* src = h[op.x];
+  const auto n = static_cast<size_t>(xs.elements());
+  std::vector<std::byte> out(n * es);  // staged: x and y may overlap
+  std::array<int64_t, shape::max_rank> idx{};
+  int64_t off = 0;
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(out.data() + i * es, src + static_cast<size_t>(off) * es, es);
+    for (size_t d = r; d-- > 0;) {
+      ++idx[d];
+      off += ystep[d];
+      if (idx[d] < ys[d]) break;
+      off -= ystep[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+  std::memcpy(h[op.y], out.data(), out.size());
+}
+
+void run(const kernels::cast& op, const host_tensors& h) {
+  const auto n = static_cast<size_t>(op.x.shape.elements());
+  std::vector<std::byte> out(n * size_of(op.y.type));  // staged: x and y may overlap
+  const std::byte* src = h[op.x];
+  for (size_t i = 0; i < n; ++i) cast_element(op.x.type, src, op.y.type, out.data(), i);
+  std::memcpy(h[op.y], out.data(), out.size());
+}
+
+void run(const kernels::sgd_update& op, const host_tensors& h) {
+  auto p = h.load(op.param);
+  const auto g = h.load(op.grad);
+  const bool buffered = h.present(op.momentum_buffer);
+  std::vector<float> buf = buffered ? h.load(op.momentum_buffer) : std::vector<float>{};
+  for (size_t i = 0; i < p.size(); ++i) {
+    float d = g[i] + op.weight_decay * p[i];
+    if (buffered) {
+      buf[i] = op.momentum * buf[i] + d;
+      d = buf[i];
+    }
+    p[i] -= op.lr * d;
+  }
+  h.store(op.param, p);
+  if (buffered) h.store(op.momentum_buffer, buf);
+}
+
+void run(const kernels::fixed&, const host_tensors&) {}
+
+}  // namespace
+
+std::error_code run_reference(const kernel_desc& k, memory_view& mem, device_id dev) {
+  if (auto ec = validate(k)) return ec;
+  const operand_list ops = operands(k.op);
+  std::array<std::byte*, 8> ptrs{};
+  bool any = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const tensor_desc& t = *ops.items[i].tensor;
+    if (t.data == nullptr) continue;
+    any = true;
+    ptrs[i] = mem.translate(dev, t.data, t.bytes());
+    if (ptrs[i] == nullptr) return make_error_code(errc::invalid_pointer);
+  }
+  if (!any) return {};  // timing-only
+  const host_tensors h(ops, ptrs);
+  std::visit([&](const auto& o) { run(o, h); }, k.op);
+  return {};
+}
+
+}  // namespace npurt::sim

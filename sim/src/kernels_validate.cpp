@@ -1,0 +1,446 @@
+// Validation of kernel descriptors: everything that can be wrong with a launch is found here,
+// before the kernel is enqueued, so that a bad call leaves nothing half-done.
+#include <npurt/sim/reference_kernels.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <span>
+#include <type_traits>
+#include <variant>
+
+namespace npurt::sim {
+namespace {
+
+using std::int64_t;
+
+std::error_code fail(errc e) { return make_error_code(e); }
+
+bool absent(const tensor_desc& t) noexcept { return t.shape.rank() == 0 && t.data == nullptr; }
+
+bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
+
+bool known_dtype(dtype t) noexcept { return static_cast<unsigned>(t) <= static_cast<unsigned>(dtype::u8); }
+
+// The accumulator output a cube operation may write for input type `in`: FP32 always (L0C
+// holds FP32), the input's own float type, or INT32 for INT8.
+bool cube_output_ok(dtype in, dtype out) noexcept {
+  switch (in) {
+    case dtype::f32: return out == dtype::f32;
+    case dtype::f16:
+    case dtype::bf16: return out == in || out == dtype::f32;
+    case dtype::i8: return out == dtype::i32;
+    default: return false;
+  }
+}
+
+struct builder {
+  operand_list list;
+  void add(const tensor_desc& t, access m) noexcept {
+    if (list.count < list.items.size()) list.items[list.count++] = operand{&t, m};
+  }
+  void add_optional(const tensor_desc& t, access m) noexcept {
+    if (!absent(t)) add(t, m);
+  }
+};
+
+// Rank, positive dimensions, no element-count overflow, a layout we compute in.
+std::error_code check_tensor(const tensor_desc& t) {
+  if (t.format != layout::nd && t.format != layout::nchw) return fail(errc::invalid_layout);
+  if (!known_dtype(t.type)) return fail(errc::invalid_dtype);
+  if (t.shape.rank() == 0 || t.shape.rank() > shape::max_rank) return fail(errc::invalid_shape);
+  int64_t n = 1;
+  for (auto d : t.shape) {
+    if (d <= 0) return fail(errc::invalid_shape);
+    if (n > (int64_t{1} << 52) / d) return fail(errc::invalid_shape);  // bytes must fit comfortably
+    n *= d;
+  }
+  return {};
+}
+
+bool valid_axis(std::int32_t axis, std::size_t rank) noexcept {
+  const auto r = static_cast<std::int64_t>(rank);
+  return axis >= -r && axis < r;
+}
+
+std::size_t norm_axis(std::int32_t axis, std::size_t rank) noexcept {
+  return axis < 0 ? static_cast<std::size_t>(axis + static_cast<std::int32_t>(rank)) : static_cast<std::size_t>(axis);
+}
+
+bool finite(float f) noexcept { return std::isfinite(f); }
+
+// ---- matmul ----------------------------------------------------------------------------
+
+std::error_code check(const kernels::matmul& m) {
+  if (m.a.type != m.b.type) return fail(errc::invalid_dtype);
+  if (!is_float(m.a.type) && m.a.type != dtype::i8) return fail(errc::invalid_dtype);
+  if (!cube_output_ok(m.a.type, m.c.type)) return fail(errc::invalid_dtype);
+  const auto ra = m.a.shape.rank(), rb = m.b.shape.rank(), rc = m.c.shape.rank();
+  if (ra < 2 || ra > 3 || rb < 2 || rb > 3) return fail(errc::invalid_shape);
+  if (rc != std::max(ra, rb)) return fail(errc::invalid_shape);
+  const auto& a = m.a.shape;
+  const auto& b = m.b.shape;
+  const auto& c = m.c.shape;
+  const int64_t M = m.trans_a ? a[ra - 1] : a[ra - 2];
+  const int64_t Ka = m.trans_a ? a[ra - 2] : a[ra - 1];
+  const int64_t Kb = m.trans_b ? b[rb - 1] : b[rb - 2];
+  const int64_t N = m.trans_b ? b[rb - 2] : b[rb - 1];
+  if (Ka != Kb) return fail(errc::invalid_shape);
+  if (c[rc - 2] != M || c[rc - 1] != N) return fail(errc::invalid_shape);
+  if (rc == 3) {
+    const int64_t B = c[0];
+    if (ra == 3 && a[0] != B) return fail(errc::invalid_shape);
+    if (rb == 3 && b[0] != B) return fail(errc::invalid_shape);
+  }
+  if (!finite(m.alpha) || !finite(m.beta)) return fail(errc::invalid_argument);
+  return {};
+}
+
+// ---- convolution -----------------------------------------------------------------------
+
+struct conv_params {
+  std::array<std::int32_t, 2> stride, pad, dilation;
+  std::int32_t groups;
+};
+
+std::error_code check_conv_params(const conv_params& p) {
+  for (int i = 0; i < 2; ++i)
+    if (p.stride[i] < 1 || p.dilation[i] < 1 || p.pad[i] < 0) return fail(errc::invalid_argument);
+  if (p.groups < 1) return fail(errc::invalid_argument);
+  return {};
+}
+
+// Output extent of one spatial dimension, or -1 when the (padded) input is smaller than the
+// dilated kernel.
+int64_t conv_out(int64_t in, int64_t k, std::int32_t s, std::int32_t p, std::int32_t d) {
+  const int64_t eff = int64_t{d} * (k - 1) + 1;
+  const int64_t span = in + 2 * int64_t{p};
+  if (span < eff) return -1;
+  return (span - eff) / s + 1;
+}
+
+// x [N,C,H,W], w [Co,C/g,kh,kw], y [N,Co,Ho,Wo]: the relation all three passes share.
+std::error_code check_conv_shapes(const shape& x, const shape& w, const shape& y, const conv_params& p) {
+  if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4) return fail(errc::invalid_shape);
+  const int64_t g = p.groups;
+  if (x[1] % g != 0 || w[0] % g != 0) return fail(errc::invalid_shape);
+  if (w[1] != x[1] / g) return fail(errc::invalid_shape);
+  const int64_t ho = conv_out(x[2], w[2], p.stride[0], p.pad[0], p.dilation[0]);
+  const int64_t wo = conv_out(x[3], w[3], p.stride[1], p.pad[1], p.dilation[1]);
+  if (ho < 1 || wo < 1) return fail(errc::invalid_shape);
+  if (y[0] != x[0] || y[1] != w[0] || y[2] != ho || y[3] != wo) return fail(errc::invalid_shape);
+  return {};
+}
+
+std::error_code check(const kernels::conv2d& c) {
+  const conv_params p{c.stride, c.pad, c.dilation, c.groups};
+  if (auto ec = check_conv_params(p)) return ec;
+  if (c.x.type != c.w.type) return fail(errc::invalid_dtype);
+  if (!is_float(c.x.type) && c.x.type != dtype::i8) return fail(errc::invalid_dtype);
+  if (!cube_output_ok(c.x.type, c.y.type)) return fail(errc::invalid_dtype);
+  return check_conv_shapes(c.x.shape, c.w.shape, c.y.shape, p);
+}
+
+// Gradients are float only (training never runs in INT8).
+bool grad_types_ok(dtype a, dtype b, dtype out) {
+  return a == b && is_float(a) && (out == a || out == dtype::f32);
+}
+
+std::error_code check(const kernels::conv2d_backward_data& c) {
+  const conv_params p{c.stride, c.pad, c.dilation, c.groups};
+  if (auto ec = check_conv_params(p)) return ec;
+  if (!grad_types_ok(c.dy.type, c.w.type, c.dx.type)) return fail(errc::invalid_dtype);
+  return check_conv_shapes(c.dx.shape, c.w.shape, c.dy.shape, p);
+}
+
+std::error_code check(const kernels::conv2d_backward_weight& c) {
+  const conv_params p{c.stride, c.pad, c.dilation, c.groups};
+  if (auto ec = check_conv_params(p)) return ec;
+  if (!grad_types_ok(c.x.type, c.dy.type, c.dw.type)) return fail(errc::invalid_dtype);
+  return check_conv_shapes(c.x.shape, c.dw.shape, c.dy.shape, p);
+}
+
+// ---- elementwise -----------------------------------------------------------------------
+
+bool binary(kernels::eltwise_fn f) noexcept {
+  using enum kernels::eltwise_fn;
+  return f == add || f == sub || f == mul || f == div;
+}
+
+std::error_code check(const kernels::elementwise& e) {
+  if (static_cast<unsigned>(e.fn) > static_cast<unsigned>(kernels::eltwise_fn::tanh))
+    return fail(errc::invalid_argument);
+  if (!is_float(e.a.type) || e.y.type != e.a.type) return fail(errc::invalid_dtype);
+  if (!binary(e.fn)) return e.y.shape == e.a.shape ? std::error_code{} : fail(errc::invalid_shape);
+  if (e.b.type != e.a.type) return fail(errc::invalid_dtype);
+  // NumPy: align trailing dimensions; each pair equal or one of them 1.
+  const auto& a = e.a.shape;
+  const auto& b = e.b.shape;
+  const auto& y = e.y.shape;
+  const std::size_t r = std::max(a.rank(), b.rank());
+  if (y.rank() != r) return fail(errc::invalid_shape);
+  for (std::size_t i = 0; i < r; ++i) {
+    const int64_t da = i < r - a.rank() ? 1 : a[i - (r - a.rank())];
+    const int64_t db = i < r - b.rank() ? 1 : b[i - (r - b.rank())];
+    if (da != db && da != 1 && db != 1) return fail(errc::invalid_shape);
+    if (y[i] != std::max(da, db)) return fail(errc::invalid_shape);
+  }
+  return {};
+}
+
+// ---- normalisation ---------------------------------------------------------------------
+
+std::error_code check_channel_vector(const tensor_desc& t, int64_t c) {
+  if (absent(t)) return {};
+  if (!is_float(t.type)) return fail(errc::invalid_dtype);
+  if (t.shape.rank() != 1 || t.shape[0] != c) return fail(errc::invalid_shape);
+  return {};
+}
+
+std::error_code check(const kernels::batchnorm& b) {
+  if (!finite(b.eps) || b.eps < 0 || !finite(b.momentum) || b.momentum < 0 || b.momentum > 1)
+    return fail(errc::invalid_argument);
+  if (!is_float(b.x.type) || b.y.type != b.x.type) return fail(errc::invalid_dtype);
+  if (b.x.shape.rank() < 2 || !(b.y.shape == b.x.shape)) return fail(errc::invalid_shape);
+  const int64_t c = b.x.shape[1];
+  for (const tensor_desc* t : {&b.gamma, &b.beta, &b.running_mean, &b.running_var})
+    if (auto ec = check_channel_vector(*t, c)) return ec;
+  if (b.training) {
+    for (const tensor_desc* t : {&b.saved_mean, &b.saved_invstd})
+      if (auto ec = check_channel_vector(*t, c)) return ec;
+    // The unbiased variance of the running statistics needs two values per channel.
+    if (b.x.shape.elements() / c < 2) return fail(errc::invalid_shape);
+  }
+  return {};
+}
+
+std::error_code check(const kernels::batchnorm_backward& b) {
+  if (!is_float(b.x.type) || b.dy.type != b.x.type || b.dx.type != b.x.type) return fail(errc::invalid_dtype);
+  if (b.x.shape.rank() < 2 || !(b.dy.shape == b.x.shape) || !(b.dx.shape == b.x.shape))
+    return fail(errc::invalid_shape);
+  const int64_t c = b.x.shape[1];
+  for (const tensor_desc* t : {&b.gamma, &b.saved_mean, &b.saved_invstd, &b.dgamma, &b.dbeta})
+    if (auto ec = check_channel_vector(*t, c)) return ec;
+  return {};
+}
+
+std::error_code check(const kernels::layernorm& l) {
+  if (!finite(l.eps) || l.eps < 0) return fail(errc::invalid_argument);
+  if (!valid_axis(l.axis, l.x.shape.rank())) return fail(errc::invalid_argument);
+  if (!is_float(l.x.type) || l.y.type != l.x.type) return fail(errc::invalid_dtype);
+  if (!(l.y.shape == l.x.shape)) return fail(errc::invalid_shape);
+  const std::size_t ax = norm_axis(l.axis, l.x.shape.rank());
+  const shape trailing(std::span<const int64_t>(l.x.shape.begin() + ax, l.x.shape.end()));
+  for (const tensor_desc* t : {&l.gamma, &l.beta}) {
+    if (absent(*t)) continue;
+    if (!is_float(t->type)) return fail(errc::invalid_dtype);
+    // The trailing shape itself, or the same elements flattened to one dimension.
+    const bool flat = t->shape.rank() == 1 && t->shape[0] == trailing.elements();
+    if (!(t->shape == trailing) && !flat) return fail(errc::invalid_shape);
+  }
+  return {};
+}
+
+// ---- pooling ---------------------------------------------------------------------------
+
+std::error_code pool_output(kernels::pool_mode mode, const shape& x, const std::array<std::int32_t, 2>& window,
+                            const std::array<std::int32_t, 2>& stride, const std::array<std::int32_t, 2>& pad,
+                            shape& out) {
+  if (static_cast<unsigned>(mode) > static_cast<unsigned>(kernels::pool_mode::global_avg))
+    return fail(errc::invalid_argument);
+  if (x.rank() != 4) return fail(errc::invalid_shape);
+  if (mode == kernels::pool_mode::global_avg) {
+    out = shape{x[0], x[1], 1, 1};
+    return {};
+  }
+  for (int i = 0; i < 2; ++i) {
+    // A window must always cover part of the input, as PyTorch's pad <= kernel / 2 ensures.
+    if (window[i] < 1 || stride[i] < 1 || pad[i] < 0 || 2 * pad[i] > window[i]) return fail(errc::invalid_argument);
+  }
+  const int64_t ho = conv_out(x[2], window[0], stride[0], pad[0], 1);
+  const int64_t wo = conv_out(x[3], window[1], stride[1], pad[1], 1);
+  if (ho < 1 || wo < 1) return fail(errc::invalid_shape);
+  out = shape{x[0], x[1], ho, wo};
+  return {};
+}
+
+std::error_code check(const kernels::pool2d& p) {
+  if (!is_float(p.x.type) || p.y.type != p.x.type) return fail(errc::invalid_dtype);
+  shape out;
+  if (auto ec = pool_output(p.mode, p.x.shape, p.window, p.stride, p.pad, out)) return ec;
+  if (!(p.y.shape == out)) return fail(errc::invalid_shape);
+  return {};
+}
+
+std::error_code check(const kernels::pool2d_backward& p) {
+  if (p.mode == kernels::pool_mode::max && absent(p.x)) return fail(errc::invalid_argument);
+  if (!is_float(p.dy.type) || p.dx.type != p.dy.type) return fail(errc::invalid_dtype);
+  if (!absent(p.x)) {
+    if (p.x.type != p.dx.type) return fail(errc::invalid_dtype);
+    if (!(p.x.shape == p.dx.shape)) return fail(errc::invalid_shape);
+  }
+  shape out;
+  if (auto ec = pool_output(p.mode, p.dx.shape, p.window, p.stride, p.pad, out)) return ec;
+  if (!(p.dy.shape == out)) return fail(errc::invalid_shape);
+  return {};
+}
+
+// ---- the rest --------------------------------------------------------------------------
+
+std::error_code check(const kernels::softmax& s) {
+  if (!valid_axis(s.axis, s.x.shape.rank())) return fail(errc::invalid_argument);
+  if (!is_float(s.x.type) || s.y.type != s.x.type) return fail(errc::invalid_dtype);
+  if (!(s.y.shape == s.x.shape)) return fail(errc::invalid_shape);
+  return {};
+}
+
+std::error_code check(const kernels::reduce& r) {
+  if (static_cast<unsigned>(r.fn) > static_cast<unsigned>(kernels::reduce_fn::max)) return fail(errc::invalid_argument);
+  const std::size_t rank = r.x.shape.rank();
+  // An empty mask reduces nothing; that is a bug in the caller more often than an intent.
+  if (r.axes_mask == 0 || (rank < 32 && (r.axes_mask >> rank) != 0)) return fail(errc::invalid_argument);
+  if (!is_float(r.x.type) || r.y.type != r.x.type) return fail(errc::invalid_dtype);
+  shape out;
+  for (std::size_t i = 0; i < rank; ++i) {
+    if ((r.axes_mask >> i) & 1u) {
+      if (r.keep_dims) out.push_back(1);
+    } else {
+      out.push_back(r.x.shape[i]);
+    }
+  }
+  if (out.rank() == 0) out.push_back(1);  // a full reduction gives one element, shape {1}
+  if (!(r.y.shape == out)) return fail(errc::invalid_shape);
+  return {};
+}
+
+std::error_code check(const kernels::transpose& t) {
+  if (t.y.type != t.x.type) return fail(errc::invalid_dtype);
+  const std::size_t rank = t.x.shape.rank();
+  if (t.y.shape.rank() != rank) return fail(errc::invalid_shape);
+  unsigned seen = 0;
+  for (std::size_t i = 0; i < rank; ++i) {
+    const unsigned p = t.perm[i];
+    if (p >= rank || ((seen >> p) & 1u)) return fail(errc::invalid_argument);
+    seen |= 1u << p;
+  }
+  for (std::size_t i = 0; i < rank; ++i)
+    if (t.y.shape[i] != t.x.shape[t.perm[i]]) return fail(errc::invalid_shape);
+  return {};
+}
+
+std::error_code check(const kernels::cast& c) {
+  if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
+  return {};
+}
+
+std::error_code check(const kernels::sgd_update& s) {
+  if (!finite(s.lr) || !finite(s.momentum) || !finite(s.weight_decay)) return fail(errc::invalid_argument);
+  if (s.momentum != 0.0f && absent(s.momentum_buffer)) return fail(errc::invalid_argument);
+  if (!is_float(s.param.type) || !is_float(s.grad.type)) return fail(errc::invalid_dtype);
+  if (!absent(s.momentum_buffer) && !is_float(s.momentum_buffer.type)) return fail(errc::invalid_dtype);
+  if (!(s.grad.shape == s.param.shape)) return fail(errc::invalid_shape);
+  if (!absent(s.momentum_buffer) && !(s.momentum_buffer.shape == s.param.shape)) return fail(errc::invalid_shape);
+  return {};
+}
+
+std::error_code check(const kernels::fixed&) { return {}; }
+
+}  // namespace
+
+operand_list operands(const kernel_op& op) noexcept {
+  builder b;
+  constexpr auto r = access::read;
+  constexpr auto w = access::write;
+  constexpr auto rw = access::read_write;
+  std::visit(
+      [&](const auto& o) {
+        using T = std::remove_cvref_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, kernels::matmul>) {
+          b.add(o.a, r);
+          b.add(o.b, r);
+          b.add(o.c, o.beta != 0.0f ? rw : w);
+        } else if constexpr (std::is_same_v<T, kernels::conv2d>) {
+          b.add(o.x, r);
+          b.add(o.w, r);
+          b.add(o.y, w);
+        } else if constexpr (std::is_same_v<T, kernels::conv2d_backward_data>) {
+          b.add(o.dy, r);
+          b.add(o.w, r);
+          b.add(o.dx, w);
+        } else if constexpr (std::is_same_v<T, kernels::conv2d_backward_weight>) {
+          b.add(o.x, r);
+          b.add(o.dy, r);
+          b.add(o.dw, w);
+        } else if constexpr (std::is_same_v<T, kernels::elementwise>) {
+          b.add(o.a, r);
+          if (binary(o.fn)) b.add(o.b, r);
+          b.add(o.y, w);
+        } else if constexpr (std::is_same_v<T, kernels::batchnorm>) {
+          b.add(o.x, r);
+          b.add_optional(o.gamma, r);
+          b.add_optional(o.beta, r);
+          if (o.training) {
+            b.add_optional(o.running_mean, rw);
+            b.add_optional(o.running_var, rw);
+          } else {
+            b.add(o.running_mean, r);
+            b.add(o.running_var, r);
+          }
+          b.add(o.y, w);
+          if (o.training) {
+            b.add_optional(o.saved_mean, w);
+            b.add_optional(o.saved_invstd, w);
+          }
+        } else if constexpr (std::is_same_v<T, kernels::batchnorm_backward>) {
+          b.add(o.x, r);
+          b.add(o.dy, r);
+          b.add_optional(o.gamma, r);
+          b.add(o.saved_mean, r);
+          b.add(o.saved_invstd, r);
+          b.add(o.dx, w);
+          b.add_optional(o.dgamma, w);
+          b.add_optional(o.dbeta, w);
+        } else if constexpr (std::is_same_v<T, kernels::layernorm>) {
+          b.add(o.x, r);
+          b.add_optional(o.gamma, r);
+          b.add_optional(o.beta, r);
+          b.add(o.y, w);
+        } else if constexpr (std::is_same_v<T, kernels::pool2d>) {
+          b.add(o.x, r);
+          b.add(o.y, w);
+        } else if constexpr (std::is_same_v<T, kernels::pool2d_backward>) {
+          b.add_optional(o.x, r);  // needed for max: check() reports its absence
+          b.add(o.dy, r);
+          b.add(o.dx, w);
+        } else if constexpr (std::is_same_v<T, kernels::softmax> || std::is_same_v<T, kernels::reduce> ||
+                             std::is_same_v<T, kernels::transpose> || std::is_same_v<T, kernels::cast>) {
+          b.add(o.x, r);
+          b.add(o.y, w);
+        } else if constexpr (std::is_same_v<T, kernels::sgd_update>) {
+          b.add(o.param, rw);
+          b.add(o.grad, r);
+          b.add_optional(o.momentum_buffer, rw);
+        }
+      },
+      op);
+  return b.list;
+}
+
+bool has_data(const kernel_desc& k) noexcept {
+  for (const auto& o : operands(k.op))
+    if (o.tensor->data != nullptr) return true;
+  return false;
+}
+
+std::error_code validate(const kernel_desc& k) {
+  const operand_list ops = operands(k.op);
+  std::size_t with_data = 0;
+  for (const auto& o : ops) {
+    if (auto ec = check_tensor(*o.tensor)) return ec;
+    if (o.tensor->data != nullptr) ++with_data;
+  }
+  if (with_data != 0 && with_data != ops.size()) return fail(errc::invalid_argument);
+  return std::visit([](const auto& o) { return check(o); }, k.op);
+}
+
+}  // namespace npurt::sim

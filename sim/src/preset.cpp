@@ -1,0 +1,565 @@
+// Hardware presets: the built-ins, and the INI reader/writer driven by one key table so that
+// parsing, writing, listing and get/set can never disagree about a key.
+#include <npurt/sim/preset.hpp>
+
+#include <boost/property_tree/ini_parser.hpp>
+#include <boost/property_tree/ptree.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace npurt::sim {
+
+namespace {
+
+std::vector<std::vector<device_id>> chunked_groups(int devices, int group) {
+  std::vector<std::vector<device_id>> g;
+  for (int d = 0; d < devices; d += group) {
+    std::vector<device_id> one;
+    for (int i = d; i < std::min(devices, d + group); ++i) one.push_back(i);
+    g.push_back(std::move(one));
+  }
+  return g;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.remove_suffix(1);
+  return s;
+}
+
+std::string fmt_double(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest form that reads back exactly
+  return std::string(buf, r.ptr);
+}
+
+bool parse_double(std::string_view s, double& out) {
+  s = trim(s);
+  if (s.empty()) return false;
+  double v = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc{} || r.ptr != s.data() + s.size() || !std::isfinite(v)) return false;
+  out = v;
+  return true;
+}
+
+bool parse_u64(std::string_view s, std::uint64_t& out) {
+  s = trim(s);
+  if (s.empty()) return false;
+  std::uint64_t v = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc{} || r.ptr != s.data() + s.size()) return false;
+  out = v;
+  return true;
+}
+
+std::string fmt_groups(const std::vector<std::vector<device_id>>& groups) {
+  std::string s;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (g) s += ';';
+    for (std::size_t i = 0; i < groups[g].size(); ++i) {
+      if (i) s += ',';
+      s += std::to_string(groups[g][i]);
+    }
+  }
+  return s;
+}
+
+// "0,1,2,3;4-7" -> {{0,1,2,3},{4,5,6,7}}. Empty text: no groups.
+bool parse_groups(std::string_view s, std::vector<std::vector<device_id>>& out) {
+  std::vector<std::vector<device_id>> groups;
+  s = trim(s);
+  if (s.empty()) {
+    out.clear();
+    return true;
+  }
+  while (true) {
+    auto semi = s.find(';');
+    std::string_view g = trim(s.substr(0, semi));
+    std::vector<device_id> one;
+    while (!g.empty()) {
+      auto comma = g.find(',');
+      std::string_view item = trim(g.substr(0, comma));
+      auto dash = item.find('-');
+      std::uint64_t a = 0, b = 0;
+      if (dash == std::string_view::npos) {
+        if (!parse_u64(item, a)) return false;
+        b = a;
+      } else if (!parse_u64(item.substr(0, dash), a) || !parse_u64(item.substr(dash + 1), b) || b < a) {
+        return false;
+      }
+      if (b > 1u << 20) return false;
+      for (auto d = a; d <= b; ++d) one.push_back(static_cast<device_id>(d));
+      if (comma == std::string_view::npos) break;
+      g.remove_prefix(comma + 1);
+    }
+    if (one.empty()) return false;
+    groups.push_back(std::move(one));
+    if (semi == std::string_view::npos) break;
+    s.remove_prefix(semi + 1);
+  }
+  out = std::move(groups);
+  return true;
+}
+
+// One row of the key table: how to print and parse one field.
+struct key_entry {
+  preset_key info;
+  std::function<std::string(const preset&)> get;
+  std::function<bool(preset&, std::string_view)> set;  // false: bad value text
+};
+
+template <class T>
+key_entry str_key(std::string_view sec, std::string_view key, std::string_view desc, T preset::*m) {
+  return {{sec, key, "text", desc}, [m](const preset& p) { return std::string(p.*m); },
+          [m](preset& p, std::string_view v) {
+            v = trim(v);
+            if (v.empty()) return false;
+            p.*m = std::string(v);
+            return true;
+          }};
+}
+
+key_entry bool_key(std::string_view sec, std::string_view key, std::string_view desc, bool preset::*m) {
+  return {{sec, key, "bool", desc}, [m](const preset& p) { return std::string(p.*m ? "true" : "false"); },
+          [m](preset& p, std::string_view v) {
+            v = trim(v);
+            if (v == "true" || v == "1") p.*m = true;
+            else if (v == "false" || v == "0") p.*m = false;
+            else return false;
+            return true;
+          }};
+}
+
+template <class T>
+key_entry int_key(std::string_view sec, std::string_view key, std::string_view unit, std::string_view desc, T preset::*m) {
+  return {{sec, key, unit, desc}, [m](const preset& p) { return std::to_string(p.*m); },
+          [m](preset& p, std::string_view v) {
+            std::uint64_t x = 0;
+            if (!parse_u64(v, x) || x > std::numeric_limits<T>::max()) return false;
+            p.*m = static_cast<T>(x);
+            return true;
+          }};
+}
+
+// A double stored in SI, written in the file divided by `scale` (MHz, GB/s).
+key_entry real_key(std::string_view sec, std::string_view key, std::string_view unit, std::string_view desc,
+                   double preset::*m, double scale) {
+  return {{sec, key, unit, desc}, [m, scale](const preset& p) { return fmt_double(p.*m / scale); },
+          [m, scale](preset& p, std::string_view v) {
+            double x = 0;
+            if (!parse_double(v, x)) return false;
+            p.*m = x * scale;
+            return true;
+          }};
+}
+
+// Picoseconds, written in ns.
+key_entry ns_key(std::string_view sec, std::string_view key, std::string_view desc, picoseconds preset::*m) {
+  return {{sec, key, "ns", desc}, [m](const preset& p) { return fmt_double(static_cast<double>((p.*m).count()) / 1000.0); },
+          [m](preset& p, std::string_view v) {
+            double x = 0;
+            if (!parse_double(v, x) || x < 0 || x > 1e15) return false;
+            p.*m = picoseconds{static_cast<std::int64_t>(std::llround(x * 1000.0))};
+            return true;
+          }};
+}
+
+const std::vector<key_entry>& table() {
+  static const std::vector<key_entry> t = [] {
+    std::vector<key_entry> v;
+    const double mhz = 1e6, gbs = 1e9;
+    v.push_back(str_key("SoCInfo", "name", "short preset name", &preset::name));
+    v.push_back(str_key("SoCInfo", "soc_version", "CANN SoC version", &preset::soc_version));
+    v.push_back(int_key("SoCInfo", "ai_core_cnt", "cores", "cores with a cube unit (AIC when separated)", &preset::ai_core_count));
+    v.push_back(int_key("SoCInfo", "vector_core_cnt", "cores", "cores with a vector unit (AIV when separated)", &preset::vector_core_count));
+    v.push_back(bool_key("SoCInfo", "separated_cores", "true: cube kernels run on AIC, vector kernels on AIV (910B); false: coupled (910)", &preset::separated_cores));
+    v.push_back(bool_key("SoCInfo", "bf16_supported", "cube and vector units accept BF16", &preset::supports_bf16));
+    v.push_back(int_key("SoCInfo", "memory_size", "bytes", "HBM capacity", &preset::memory_bytes));
+    v.push_back(int_key("SoCInfo", "l2_size", "bytes", "shared L2 cache", &preset::l2_bytes));
+    v.push_back(real_key("AICoreSpec", "cube_freq", "MHz", "AI core clock", &preset::clock_hz, mhz));
+    v.push_back(int_key("AICoreSpec", "cube_m_size", "elements", "cube fractal M", &preset::cube_m));
+    v.push_back(int_key("AICoreSpec", "cube_n_size", "elements", "cube fractal N", &preset::cube_n));
+    v.push_back(int_key("AICoreSpec", "cube_k_size", "elements", "cube fractal K for FP16/BF16 (one fractal per cycle)", &preset::cube_k));
+    v.push_back(int_key("AICoreSpec", "cube_k_size_int8", "elements", "cube fractal K for INT8", &preset::cube_k_int8));
+    v.push_back(int_key("AICoreSpec", "cube_k_size_fp32", "elements", "cube fractal K for FP32", &preset::cube_k_fp32));
+    v.push_back(int_key("AICoreSpec", "vec_calc_size", "elements/cycle", "FP16 vector lanes (FP32 half, INT8 double)", &preset::vector_lanes));
+    v.push_back(int_key("AICoreSpec", "l0_a_size", "bytes", "L0A buffer per core", &preset::l0a_bytes));
+    v.push_back(int_key("AICoreSpec", "l0_b_size", "bytes", "L0B buffer per core", &preset::l0b_bytes));
+    v.push_back(int_key("AICoreSpec", "l0_c_size", "bytes", "L0C buffer per core (FP32 accumulators)", &preset::l0c_bytes));
+    v.push_back(int_key("AICoreSpec", "l1_size", "bytes", "L1 buffer per core", &preset::l1_bytes));
+    v.push_back(int_key("AICoreSpec", "ub_size", "bytes", "unified buffer per (vector) core", &preset::ub_bytes));
+    v.push_back(real_key("AICoreMemoryRates", "ddr_rate", "bytes/cycle", "per-core GM port (MTE2 reads, MTE3 writes) to HBM", &preset::ddr_rate, 1));
+    v.push_back(real_key("AICoreMemoryRates", "l2_rate", "bytes/cycle", "per-core GM reads that hit L2", &preset::l2_rate, 1));
+    v.push_back(real_key("AICoreMemoryRates", "l1_to_l0_a_rate", "bytes/cycle", "MTE1 L1 -> L0A", &preset::l1_to_l0a_rate, 1));
+    v.push_back(real_key("AICoreMemoryRates", "l1_to_l0_b_rate", "bytes/cycle", "MTE1 L1 -> L0B", &preset::l1_to_l0b_rate, 1));
+    v.push_back(real_key("AICoreMemoryRates", "l0_c_to_out_rate", "bytes/cycle", "L0C -> output (via UB on 910, FixPipe on 910B)", &preset::l0c_to_out_rate, 1));
+    v.push_back(real_key("AICoreMemoryRates", "ub_to_gm_rate", "bytes/cycle", "MTE3 UB -> GM", &preset::ub_to_gm_rate, 1));
+    v.push_back(real_key("Memory", "hbm_bandwidth", "GB/s", "HBM bandwidth of the chip, shared by all kernels and on-device copies", &preset::hbm_bandwidth, gbs));
+    v.push_back(real_key("Memory", "d2d_bandwidth", "GB/s", "on-device copy rate (each byte is read and written: 2 bytes of HBM traffic)", &preset::d2d_bandwidth, gbs));
+    v.push_back(ns_key("Memory", "d2d_latency", "on-device DMA setup per copy or memset", &preset::d2d_latency));
+    v.push_back(real_key("Memory", "host_memcpy_bandwidth", "GB/s", "host-to-host copy rate", &preset::host_memcpy_bandwidth, gbs));
+    v.push_back(ns_key("Memory", "host_memcpy_latency", "host-to-host copy setup", &preset::host_memcpy_latency));
+    v.push_back(int_key("Interconnect", "device_count", "devices", "devices in the system", &preset::device_count));
+    v.push_back(int_key("Interconnect", "server_size", "devices", "devices per server (servers are joined by RoCE)", &preset::server_size));
+    v.push_back(real_key("Interconnect", "pcie_bandwidth", "GB/s", "host link bandwidth per direction", &preset::pcie_bandwidth, gbs));
+    v.push_back(ns_key("Interconnect", "pcie_latency", "host link latency per transfer", &preset::pcie_latency));
+    v.push_back(real_key("Interconnect", "hccs_bandwidth", "GB/s", "HCCS bandwidth per link per direction", &preset::hccs_bandwidth, gbs));
+    v.push_back(ns_key("Interconnect", "hccs_latency", "HCCS latency per transfer", &preset::hccs_latency));
+    {
+      key_entry groups{{"Interconnect", "hccs_groups", "device lists", "HCCS full-mesh groups: ';' between groups, ',' or a-b inside"},
+                       [](const preset& p) { return fmt_groups(p.hccs_groups); },
+                       [](preset& p, std::string_view s) { return parse_groups(s, p.hccs_groups); }};
+      v.push_back(std::move(groups));
+    }
+    v.push_back(real_key("Interconnect", "roce_bandwidth", "GB/s", "RoCE port bandwidth per direction per device", &preset::roce_bandwidth, gbs));
+    v.push_back(ns_key("Interconnect", "roce_latency", "RoCE latency per transfer", &preset::roce_latency));
+    v.push_back(ns_key("Runtime", "kernel_launch_latency", "on-device kernel launch: task scheduler dispatch to cores running", &preset::kernel_launch_latency));
+    v.push_back(int_key("Runtime", "pipeline_fill_cycles", "cycles", "per kernel per core: scalar setup and instruction fetch before the first tile", &preset::pipeline_fill_cycles));
+    v.push_back(int_key("Runtime", "instr_issue_cycles", "cycles", "issue latency of each instruction the scalar unit dispatches", &preset::instr_issue_cycles));
+    v.push_back(int_key("Runtime", "copy_engine_channels", "copies", "concurrent copies per copy engine (H2D, D2H, D2D)", &preset::copy_engine_channels));
+    return v;
+  }();
+  return t;
+}
+
+const key_entry* find_key(std::string_view name) {
+  const key_entry* found = nullptr;
+  int matches = 0;
+  for (const auto& e : table()) {
+    if (e.info.path() == name) return &e;
+    if (e.info.key == name) {
+      found = &e;
+      ++matches;
+    }
+  }
+  return matches == 1 ? found : nullptr;
+}
+
+// Where `key` sits in `text` (1-based line), for messages; the section header's line when the
+// key is absent; 0 when neither is there.
+std::size_t line_of(std::string_view text, std::string_view section, std::string_view key) {
+  std::size_t line = 0, section_line = 0;
+  std::string_view current;
+  while (!text.empty()) {
+    ++line;
+    auto nl = text.find('\n');
+    std::string_view l = trim(text.substr(0, nl));
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    if (l.empty() || l.front() == ';' || l.front() == '#') continue;
+    if (l.front() == '[') {
+      auto close = l.find(']');
+      current = trim(l.substr(1, close == std::string_view::npos ? l.size() - 1 : close - 1));
+      if (current == section && section_line == 0) section_line = line;
+      continue;
+    }
+    auto eq = l.find('=');
+    if (current == section && !key.empty() && trim(l.substr(0, eq)) == key) return line;
+  }
+  return section_line;
+}
+
+std::string at_line(std::size_t line) { return line ? " (line " + std::to_string(line) + ")" : ""; }
+
+}  // namespace
+
+device_properties preset::properties() const {
+  device_properties d;
+  d.name = name;
+  d.soc = soc_version;
+  d.ai_core_count = ai_core_count;
+  d.vector_core_count = vector_core_count;
+  d.separated_cores = separated_cores;
+  d.clock_hz = clock_hz;
+  d.memory_bytes = static_cast<std::size_t>(memory_bytes);
+  d.hbm_bandwidth = hbm_bandwidth;
+  d.l2_bytes = static_cast<std::size_t>(l2_bytes);
+  d.host_link_bandwidth = pcie_bandwidth;
+  d.host_link_latency = pcie_latency;
+  d.peer_link_bandwidth = hccs_bandwidth;
+  d.peer_link_latency = hccs_latency;
+  d.cube_flops_per_cycle = cube_flops_per_cycle();
+  d.peak_fp16_flops = peak_fp16_flops();
+  return d;
+}
+
+std::error_code check(const preset& p, std::string* what) {
+  auto bad = [&](std::string_view key, std::string_view why) {
+    if (what) *what = "preset '" + p.name + "': " + std::string(key) + " " + std::string(why);
+    return make_error_code(errc::invalid_config);
+  };
+  if (p.ai_core_count == 0) return bad("SoCInfo.ai_core_cnt", "must be > 0");
+  if (p.vector_core_count == 0) return bad("SoCInfo.vector_core_cnt", "must be > 0");
+  if (!p.separated_cores && p.vector_core_count != p.ai_core_count)
+    return bad("SoCInfo.vector_core_cnt", "must equal ai_core_cnt when cores are coupled");
+  if (p.memory_bytes == 0) return bad("SoCInfo.memory_size", "must be > 0");
+  if (!(p.clock_hz > 0)) return bad("AICoreSpec.cube_freq", "must be > 0");
+  if (p.cube_m == 0 || p.cube_n == 0 || p.cube_k == 0 || p.cube_k_int8 == 0 || p.cube_k_fp32 == 0)
+    return bad("AICoreSpec.cube_*_size", "must be > 0");
+  if (p.vector_lanes < 2) return bad("AICoreSpec.vec_calc_size", "must be >= 2");
+  const std::uint64_t l0a_min = 2ull * p.cube_m * p.cube_k * 2, l0b_min = 2ull * p.cube_k * p.cube_n * 2,
+                      l0c_min = 2ull * p.cube_m * p.cube_n * 4;
+  if (p.l0a_bytes < l0a_min) return bad("AICoreSpec.l0_a_size", "must hold two FP16 fractals");
+  if (p.l0b_bytes < l0b_min) return bad("AICoreSpec.l0_b_size", "must hold two FP16 fractals");
+  if (p.l0c_bytes < l0c_min) return bad("AICoreSpec.l0_c_size", "must hold two FP32 fractals");
+  if (p.l1_bytes < p.l0a_bytes) return bad("AICoreSpec.l1_size", "must be >= l0_a_size");
+  if (p.ub_bytes < 4096) return bad("AICoreSpec.ub_size", "must be >= 4096");
+  const std::pair<double, std::string_view> rates[] = {
+      {p.ddr_rate, "AICoreMemoryRates.ddr_rate"},           {p.l2_rate, "AICoreMemoryRates.l2_rate"},
+      {p.l1_to_l0a_rate, "AICoreMemoryRates.l1_to_l0_a_rate"}, {p.l1_to_l0b_rate, "AICoreMemoryRates.l1_to_l0_b_rate"},
+      {p.l0c_to_out_rate, "AICoreMemoryRates.l0_c_to_out_rate"}, {p.ub_to_gm_rate, "AICoreMemoryRates.ub_to_gm_rate"},
+      {p.hbm_bandwidth, "Memory.hbm_bandwidth"},            {p.d2d_bandwidth, "Memory.d2d_bandwidth"},
+      {p.host_memcpy_bandwidth, "Memory.host_memcpy_bandwidth"}, {p.pcie_bandwidth, "Interconnect.pcie_bandwidth"},
+      {p.hccs_bandwidth, "Interconnect.hccs_bandwidth"},    {p.roce_bandwidth, "Interconnect.roce_bandwidth"}};
+  for (const auto& [v, k] : rates)
+    if (!(v > 0)) return bad(k, "must be > 0");
+  if (p.device_count == 0) return bad("Interconnect.device_count", "must be > 0");
+  if (p.server_size == 0) return bad("Interconnect.server_size", "must be > 0");
+  if (p.copy_engine_channels == 0) return bad("Runtime.copy_engine_channels", "must be > 0");
+  std::set<device_id> seen;
+  for (const auto& g : p.hccs_groups)
+    for (auto d : g) {
+      if (d < 0 || static_cast<std::uint32_t>(d) >= p.device_count)
+        return bad("Interconnect.hccs_groups", "names device " + std::to_string(d) + " outside device_count");
+      if (!seen.insert(d).second) return bad("Interconnect.hccs_groups", "lists device " + std::to_string(d) + " twice");
+      if (static_cast<std::uint32_t>(d) / p.server_size != static_cast<std::uint32_t>(g.front()) / p.server_size)
+        return bad("Interconnect.hccs_groups", "joins devices of different servers");
+    }
+  return {};
+}
+
+namespace presets {
+
+preset ascend910(int devices) {
+  preset p;
+  p.name = "ascend910";
+  p.soc_version = "Ascend910A";
+  p.ai_core_count = 32;
+  p.vector_core_count = 32;
+  p.separated_cores = false;
+  p.supports_bf16 = false;
+  p.memory_bytes = 32ull << 30;
+  p.l2_bytes = 32ull << 20;
+  p.clock_hz = 1000e6;
+  p.cube_m = p.cube_n = p.cube_k = 16;
+  p.cube_k_int8 = 32;
+  p.cube_k_fp32 = 8;
+  p.vector_lanes = 128;
+  p.l0a_bytes = 64 << 10;
+  p.l0b_bytes = 64 << 10;
+  p.l0c_bytes = 256 << 10;
+  p.l1_bytes = 1 << 20;
+  p.ub_bytes = 256 << 10;
+  // One core's GM port moves 64 B/cycle; 32 of them (2 TB/s) out-pull the 1.2 TB/s HBM, so a
+  // streaming kernel on all cores is bound by HBM, as on the real part.
+  p.ddr_rate = 64;
+  p.l2_rate = 128;
+  p.l1_to_l0a_rate = 512;  // one 16x16 FP16 fractal per cycle: what the cube consumes
+  p.l1_to_l0b_rate = 256;
+  p.l0c_to_out_rate = 256;
+  p.ub_to_gm_rate = 64;
+  p.hbm_bandwidth = 1200e9;
+  p.d2d_bandwidth = 600e9;  // half of HBM: each byte is read and written
+  p.d2d_latency = picoseconds{1'000'000};
+  p.host_memcpy_bandwidth = 10e9;
+  p.host_memcpy_latency = picoseconds{1'000'000};
+  p.device_count = static_cast<std::uint32_t>(devices < 1 ? 1 : devices);
+  p.server_size = 8;
+  p.pcie_bandwidth = 25e9;  // PCIe 4.0 x16: 32 GB/s raw, ~25 GB/s after protocol overhead
+  p.pcie_latency = picoseconds{2'000'000};
+  p.hccs_bandwidth = 30e9;  // 240 Gbps per HCCS port
+  p.hccs_latency = picoseconds{1'000'000};
+  // Two 4-device full-mesh groups per 8-device server.
+  p.hccs_groups = chunked_groups(static_cast<int>(p.device_count), 4);
+  p.roce_bandwidth = 12.5e9;  // 100GbE
+  p.roce_latency = picoseconds{3'000'000};
+  p.kernel_launch_latency = picoseconds{2'000'000};
+  p.pipeline_fill_cycles = 200;
+  p.instr_issue_cycles = 2;
+  p.copy_engine_channels = 1;
+  return p;
+}
+
+preset ascend910b(int devices) {
+  preset p = ascend910(devices);
+  p.name = "ascend910b";
+  p.soc_version = "Ascend910B2";
+  p.ai_core_count = 24;
+  p.vector_core_count = 48;
+  p.separated_cores = true;
+  p.supports_bf16 = true;
+  p.memory_bytes = 64ull << 30;
+  p.l2_bytes = 192ull << 20;
+  p.clock_hz = 1800e6;
+  p.l0c_bytes = 128 << 10;
+  p.l1_bytes = 512 << 10;
+  p.ub_bytes = 192 << 10;
+  p.ddr_rate = 32;  // CANN's Ascend910B ini value
+  p.l2_rate = 128;
+  p.hbm_bandwidth = 1600e9;
+  p.d2d_bandwidth = 800e9;
+  p.pcie_bandwidth = 50e9;  // PCIe 5.0 x16
+  p.hccs_bandwidth = 56e9;
+  p.hccs_groups = chunked_groups(static_cast<int>(p.device_count), 8);
+  p.roce_bandwidth = 25e9;  // 200GE
+  return p;
+}
+
+preset by_name(std::string_view name, int devices) {
+  if (name == "ascend910") return ascend910(devices);
+  if (name == "ascend910b") return ascend910b(devices);
+  throw_error(make_error_code(errc::invalid_config), "unknown preset '" + std::string(name) + "' (known: ascend910, ascend910b)");
+}
+
+}  // namespace presets
+
+const std::vector<preset_key>& preset_keys() {
+  static const std::vector<preset_key> keys = [] {
+    std::vector<preset_key> k;
+    for (const auto& e : table()) k.push_back(e.info);
+    return k;
+  }();
+  return keys;
+}
+
+std::string get_value(const preset& p, std::string_view key) {
+  const key_entry* e = find_key(key);
+  if (!e) throw_error(make_error_code(errc::invalid_config), "unknown preset key '" + std::string(key) + "'");
+  return e->get(p);
+}
+
+std::error_code set_value(preset& p, std::string_view key, std::string_view value, std::string* what) {
+  const key_entry* e = find_key(key);
+  if (!e) {
+    if (what) *what = "unknown preset key '" + std::string(key) + "'";
+    return make_error_code(errc::invalid_config);
+  }
+  preset copy = p;
+  if (!e->set(copy, value)) {
+    if (what) *what = "bad value '" + std::string(value) + "' for " + e->info.path() + " (" + std::string(e->info.unit) + ")";
+    return make_error_code(errc::parse_error);
+  }
+  p = std::move(copy);
+  return {};
+}
+
+preset parse_preset(std::string_view text, std::error_code& ec, std::string* what) {
+  namespace pt = boost::property_tree;
+  ec.clear();
+  auto fail = [&](errc e, std::string msg) {
+    ec = make_error_code(e);
+    if (what) *what = std::move(msg);
+    return preset{};
+  };
+  pt::ptree tree;
+  try {
+    std::istringstream in{std::string(text)};
+    pt::ini_parser::read_ini(in, tree);
+  } catch (const pt::ini_parser_error& e) {
+    return fail(errc::parse_error, "preset INI: " + e.message() + at_line(e.line()));
+  }
+  preset p;
+  bool have_base = false;
+  if (auto soc = tree.get_child_optional("SoCInfo")) {
+    if (auto base = soc->get_optional<std::string>("base")) {
+      const std::string b{trim(*base)};
+      if (b != "ascend910" && b != "ascend910b")
+        return fail(errc::invalid_config, "preset INI: unknown base '" + b + "' for SoCInfo.base" +
+                                              at_line(line_of(text, "SoCInfo", "base")));
+      // The base's device count (and groups) follow device_count below when it is given.
+      std::uint64_t devices = 1;
+      if (auto dc = tree.get_optional<std::string>("Interconnect.device_count")) parse_u64(*dc, devices);
+      p = presets::by_name(b, static_cast<int>(std::min<std::uint64_t>(devices, 1u << 20)));
+      have_base = true;
+    }
+  }
+  // Unknown sections and keys are errors: a typo must not silently keep a default.
+  for (const auto& [section, sub] : tree) {
+    if (!sub.data().empty()) {
+      return fail(errc::invalid_config, "preset INI: key '" + section + "' outside any section" + at_line(line_of(text, "", section)));
+    }
+    for (const auto& [key, value] : sub) {
+      if (section == "SoCInfo" && key == "base") continue;
+      if (!find_key(section + "." + key))
+        return fail(errc::invalid_config, "preset INI: unknown key " + section + "." + key + at_line(line_of(text, section, key)));
+    }
+  }
+  for (const auto& e : table()) {
+    const std::string path = e.info.path();
+    auto v = tree.get_optional<std::string>(pt::ptree::path_type(path, '.'));
+    if (!v) {
+      if (have_base) continue;
+      return fail(errc::invalid_config, "preset INI: missing key " + path + at_line(line_of(text, e.info.section, "")) +
+                                            " (add it, or start from a built-in with [SoCInfo] base = ascend910)");
+    }
+    if (!e.set(p, *v))
+      return fail(errc::parse_error, "preset INI: bad value '" + std::string(trim(*v)) + "' for " + path + " (" +
+                                         std::string(e.info.unit) + ")" + at_line(line_of(text, e.info.section, e.info.key)));
+  }
+  std::string why;
+  if (auto c = check(p, &why)) {
+    // Name the line of the offending key when the message starts with one.
+    std::size_t line = 0;
+    for (const auto& e : table())
+      if (why.find(e.info.path()) != std::string::npos) {
+        line = line_of(text, e.info.section, e.info.key);
+        break;
+      }
+    return fail(errc::invalid_config, "preset INI: " + why + at_line(line));
+  }
+  return p;
+}
+
+preset parse_preset(std::string_view text) {
+  std::error_code ec;
+  std::string what;
+  preset p = parse_preset(text, ec, &what);
+  if (ec) throw_error(ec, what);
+  return p;
+}
+
+preset load_preset(const std::filesystem::path& file, std::error_code& ec, std::string* what) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    ec = make_error_code(errc::invalid_config);
+    if (what) *what = "cannot open preset file " + file.string();
+    return preset{};
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string msg;
+  preset p = parse_preset(ss.str(), ec, &msg);
+  if (ec && what) *what = file.string() + ": " + msg;
+  return p;
+}
+
+preset load_preset(const std::filesystem::path& file) {
+  std::error_code ec;
+  std::string what;
+  preset p = load_preset(file, ec, &what);
+  if (ec) throw_error(ec, what);
+  return p;
+}
+
+std::string to_ini(const preset& p) {
+  std::string out = "; npurt hardware preset '" + p.name + "' (layout after CANN platform_config/<SoC>.ini)\n";
+  std::string_view section;
+  for (const auto& e : table()) {
+    if (e.info.section != section) {
+      section = e.info.section;
+      out += "\n[" + std::string(section) + "]\n";
+    }
+    out += "; " + std::string(e.info.description) + " [" + std::string(e.info.unit) + "]\n";
+    out += std::string(e.info.key) + " = " + e.get(p) + "\n";
+  }
+  return out;
+}
+
+}  // namespace npurt::sim

@@ -1,0 +1,101 @@
+// Shared helpers of the kernel tests: host tensors, deterministic data, tensor descriptors.
+#pragma once
+
+#include <npurt/numeric.hpp>
+#include <npurt/sim/reference_kernels.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace kt {
+
+using npurt::dtype;
+using npurt::shape;
+using npurt::tensor_desc;
+
+/// A host tensor: bytes plus its descriptor. Values go in and come out as double.
+struct tensor {
+  std::vector<std::byte> bytes;
+  tensor_desc desc;
+
+  tensor(shape s, dtype t = dtype::f32) {
+    desc.shape = s;
+    desc.type = t;
+    bytes.resize(desc.bytes());
+    desc.data = bytes.data();
+  }
+  // Copies point their descriptor at their own bytes.
+  tensor(const tensor& o) : bytes(o.bytes), desc(o.desc) { desc.data = bytes.data(); }
+  tensor& operator=(const tensor& o) {
+    bytes = o.bytes;
+    desc = o.desc;
+    desc.data = bytes.data();
+    return *this;
+  }
+
+  [[nodiscard]] std::size_t size() const { return static_cast<std::size_t>(desc.shape.elements()); }
+
+  void set(std::size_t i, double v) {
+    std::byte* p = bytes.data();
+    switch (desc.type) {
+      case dtype::f32: { float f = static_cast<float>(v); std::memcpy(p + 4 * i, &f, 4); break; }
+      case dtype::f16: { auto b = npurt::half(static_cast<float>(v)).bits(); std::memcpy(p + 2 * i, &b, 2); break; }
+      case dtype::bf16: { auto b = npurt::bfloat16(static_cast<float>(v)).bits(); std::memcpy(p + 2 * i, &b, 2); break; }
+      case dtype::i8: { auto b = static_cast<std::int8_t>(v); std::memcpy(p + i, &b, 1); break; }
+      case dtype::u8: { auto b = static_cast<std::uint8_t>(v); std::memcpy(p + i, &b, 1); break; }
+      case dtype::i32: { auto b = static_cast<std::int32_t>(v); std::memcpy(p + 4 * i, &b, 4); break; }
+      case dtype::i64: { auto b = static_cast<std::int64_t>(v); std::memcpy(p + 8 * i, &b, 8); break; }
+    }
+  }
+  [[nodiscard]] double get(std::size_t i) const {
+    const std::byte* p = bytes.data();
+    switch (desc.type) {
+      case dtype::f32: { float f; std::memcpy(&f, p + 4 * i, 4); return f; }
+      case dtype::f16: { std::uint16_t b; std::memcpy(&b, p + 2 * i, 2); return npurt::half::from_bits(b).to_float(); }
+      case dtype::bf16: { std::uint16_t b; std::memcpy(&b, p + 2 * i, 2); return npurt::bfloat16::from_bits(b).to_float(); }
+      case dtype::i8: { std::int8_t b; std::memcpy(&b, p + i, 1); return b; }
+      case dtype::u8: { std::uint8_t b; std::memcpy(&b, p + i, 1); return b; }
+      case dtype::i32: { std::int32_t b; std::memcpy(&b, p + 4 * i, 4); return b; }
+      case dtype::i64: { std::int64_t b; std::memcpy(&b, p + 8 * i, 8); return static_cast<double>(b); }
+    }
+    return 0;
+  }
+  [[nodiscard]] std::vector<double> values() const {
+    std::vector<double> v(size());
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = get(i);
+    return v;
+  }
+  void assign(const std::vector<double>& v) {
+    for (std::size_t i = 0; i < v.size(); ++i) set(i, v[i]);
+  }
+  /// Deterministic pseudo-random fill: integers in [lo, hi] (exact in every float type when
+  /// small), or reals in [lo, hi) when `integers` is false.
+  void fill(std::uint64_t seed, double lo, double hi, bool integers) {
+    std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (std::size_t i = 0; i < size(); ++i) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      const double u = static_cast<double>(s >> 11) * 0x1.0p-53;
+      set(i, integers ? std::floor(lo + u * (hi - lo + 1)) : lo + u * (hi - lo));
+    }
+  }
+};
+
+/// A tensor_desc without data (timing-only) of the given shape and type.
+inline tensor_desc shape_only(shape s, dtype t = dtype::f32) {
+  tensor_desc d;
+  d.shape = s;
+  d.type = t;
+  return d;
+}
+
+/// Runs on host memory and reports the error code's value (0 = success) for Catch's messages.
+inline int run(const npurt::kernel_desc& k) { return npurt::sim::run_reference(k).value(); }
+
+/// Row-major offset of a rank-4 index.
+inline std::size_t at4(const shape& s, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
+  return static_cast<std::size_t>(((a * s[1] + b) * s[2] + c) * s[3] + d);
+}
+
+}  // namespace kt

@@ -1,0 +1,456 @@
+// Reference kernels, vector operations: normalisation, pooling, softmax, reductions,
+// transpose, cast, SGD — against hand-computed values, double-precision oracles and finite
+// differences for the backward passes; and determinism.
+#include "helpers.hpp"
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+using namespace kt;
+namespace k = npurt::kernels;
+
+namespace {
+
+bool close(double got, double want, double abs_tol, double rel_tol) {
+  return std::fabs(got - want) <= abs_tol + rel_tol * std::fabs(want);
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace
+
+// ---- batchnorm -----------------------------------------------------------------------------
+
+TEST_CASE("batchnorm training normalises with batch statistics and updates running ones", "[kernels][batchnorm]") {
+  // x[n,c,0,w]: channel 0 holds 1,2,3,4 (mean 2.5, biased var 1.25, unbiased 5/3);
+  // channel 1 holds -1,1,-3,3 (mean 0, biased var 5, unbiased 20/3).
+  tensor x({2, 2, 1, 2}), y({2, 2, 1, 2});
+  x.assign({1, 2, -1, 1, 3, 4, -3, 3});
+  tensor gamma({2}), beta({2}), rm({2}), rv({2}), sm({2}), si({2});
+  gamma.assign({2, 0.5});
+  beta.assign({1, -1});
+  rm.assign({0.5, 1});
+  rv.assign({1, 2});
+  k::batchnorm op{x.desc, gamma.desc, beta.desc, rm.desc, rv.desc, y.desc, sm.desc, si.desc, true, 0.75f, 0.1f};
+  REQUIRE(run(op) == 0);
+  const double mean[2] = {2.5, 0}, var[2] = {1.25, 5}, uvar[2] = {5.0 / 3, 20.0 / 3};
+  const double g[2] = {2, 0.5}, b[2] = {1, -1};
+  const auto xv = x.values();
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    const std::size_t c = (i / 2) % 2;
+    REQUIRE(close(y.get(i), (xv[i] - mean[c]) / std::sqrt(var[c] + 0.75) * g[c] + b[c], 1e-6, 1e-6));
+  }
+  for (std::size_t c = 0; c < 2; ++c) {
+    CHECK(close(sm.get(c), mean[c], 1e-7, 0));
+    CHECK(close(si.get(c), 1 / std::sqrt(var[c] + 0.75), 0, 1e-6));
+  }
+  CHECK(close(rm.get(0), 0.9 * 0.5 + 0.1 * 2.5, 1e-7, 1e-6));
+  CHECK(close(rm.get(1), 0.9 * 1, 1e-7, 1e-6));
+  CHECK(close(rv.get(0), 0.9 * 1 + 0.1 * uvar[0], 0, 1e-6));
+  CHECK(close(rv.get(1), 0.9 * 2 + 0.1 * uvar[1], 0, 1e-6));
+}
+
+TEST_CASE("batchnorm inference uses the running statistics and leaves them alone", "[kernels][batchnorm]") {
+  tensor x({3, 2, 2, 2}), y({3, 2, 2, 2}), gamma({2}), beta({2}), rm({2}), rv({2});
+  x.fill(1, -3, 3, false);
+  gamma.assign({1.5, -2});
+  beta.assign({0.25, 3});
+  rm.assign({0.5, -1});
+  rv.assign({4, 0.25});
+  k::batchnorm op{x.desc, gamma.desc, beta.desc, rm.desc, rv.desc, y.desc, {}, {}, false, 1e-3f};
+  REQUIRE(run(op) == 0);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::size_t c = (i / 4) % 2;
+    REQUIRE(close(y.get(i), (x.get(i) - rm.get(c)) / std::sqrt(rv.get(c) + 1e-3) * gamma.get(c) + beta.get(c), 1e-6, 1e-6));
+  }
+  CHECK(rm.values() == std::vector<double>{0.5, -1});
+  CHECK(rv.values() == std::vector<double>{4, 0.25});
+}
+
+TEST_CASE("batchnorm without gamma, beta or running statistics normalises to zero mean, unit variance", "[kernels][batchnorm]") {
+  tensor x({4, 3}), y({4, 3});  // rank 2: [N, C]
+  x.fill(2, -5, 5, false);
+  REQUIRE(run(k::batchnorm{x.desc, {}, {}, {}, {}, y.desc, {}, {}, true, 0.0f}) == 0);
+  for (std::int64_t c = 0; c < 3; ++c) {
+    double s = 0, s2 = 0;
+    for (std::int64_t n = 0; n < 4; ++n) {
+      const double v = y.get(static_cast<std::size_t>(n * 3 + c));
+      s += v;
+      s2 += v * v;
+    }
+    CHECK(std::fabs(s / 4) < 1e-6);
+    CHECK(std::fabs(s2 / 4 - 1) < 1e-5);
+  }
+}
+
+TEST_CASE("batchnorm backward matches finite differences of the training forward pass", "[kernels][batchnorm]") {
+  const shape s{3, 2, 2, 3};
+  tensor x(s), dy(s), gamma({2}), beta({2});
+  x.fill(3, -2, 2, false);
+  dy.fill(4, -1, 1, false);
+  gamma.assign({1.5, -0.75});
+  beta.assign({0.5, 0.25});
+  const float eps = 1e-3f;
+  // L = sum bn(x; gamma, beta) * dy, evaluated with double accumulation of float outputs.
+  auto loss = [&](const tensor& xx, const tensor& gg, const tensor& bb) {
+    tensor y(s);
+    REQUIRE(run(k::batchnorm{xx.desc, gg.desc, bb.desc, {}, {}, y.desc, {}, {}, true, eps}) == 0);
+    return dot(y.values(), dy.values());
+  };
+  tensor y(s), sm({2}), si({2}), dx(s), dgamma({2}), dbeta({2});
+  REQUIRE(run(k::batchnorm{x.desc, gamma.desc, beta.desc, {}, {}, y.desc, sm.desc, si.desc, true, eps}) == 0);
+  REQUIRE(run(k::batchnorm_backward{x.desc, dy.desc, gamma.desc, sm.desc, si.desc, dx.desc, dgamma.desc, dbeta.desc}) == 0);
+  const double h = 1e-2;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    tensor xp = x, xm = x;
+    xp.set(i, x.get(i) + h);
+    xm.set(i, x.get(i) - h);
+    const double fd = (loss(xp, gamma, beta) - loss(xm, gamma, beta)) / (2 * h);
+    CAPTURE(i, fd, dx.get(i));
+    REQUIRE(close(dx.get(i), fd, 2e-3, 1e-2));
+  }
+  for (std::size_t c = 0; c < 2; ++c) {
+    tensor gp = gamma, gm = gamma, bp = beta, bm = beta;
+    gp.set(c, gamma.get(c) + h);
+    gm.set(c, gamma.get(c) - h);
+    bp.set(c, beta.get(c) + h);
+    bm.set(c, beta.get(c) - h);
+    CHECK(close(dgamma.get(c), (loss(x, gp, beta) - loss(x, gm, beta)) / (2 * h), 2e-3, 1e-2));
+    CHECK(close(dbeta.get(c), (loss(x, gamma, bp) - loss(x, gamma, bm)) / (2 * h), 2e-3, 1e-2));
+  }
+}
+
+// ---- layernorm -----------------------------------------------------------------------------
+
+TEST_CASE("layernorm normalises the trailing dimensions from the axis on", "[kernels][layernorm]") {
+  const shape s{2, 3, 4};
+  for (int axis : {-1, 1, 2, -2, 0}) {
+    CAPTURE(axis);
+    const std::size_t ax = axis < 0 ? static_cast<std::size_t>(axis + 3) : static_cast<std::size_t>(axis);
+    std::int64_t d = 1;
+    for (std::size_t i = ax; i < 3; ++i) d *= s[i];
+    tensor x(s), y(s), gamma({d}), beta({d});
+    x.fill(5, -3, 3, false);
+    gamma.fill(6, 0.5, 2, false);
+    beta.fill(7, -1, 1, false);
+    REQUIRE(run(k::layernorm{x.desc, gamma.desc, beta.desc, y.desc, axis, 1e-5f}) == 0);
+    const std::int64_t outer = s.elements() / d;
+    for (std::int64_t o = 0; o < outer; ++o) {
+      double m = 0, v = 0;
+      for (std::int64_t i = 0; i < d; ++i) m += x.get(static_cast<std::size_t>(o * d + i));
+      m /= static_cast<double>(d);
+      for (std::int64_t i = 0; i < d; ++i) v += std::pow(x.get(static_cast<std::size_t>(o * d + i)) - m, 2);
+      v /= static_cast<double>(d);
+      for (std::int64_t i = 0; i < d; ++i) {
+        const auto j = static_cast<std::size_t>(o * d + i);
+        const double want = (x.get(j) - m) / std::sqrt(v + 1e-5) * gamma.get(static_cast<std::size_t>(i)) + beta.get(static_cast<std::size_t>(i));
+        REQUIRE(close(y.get(j), want, 2e-6, 2e-6));
+      }
+    }
+  }
+}
+
+// ---- pooling -------------------------------------------------------------------------------
+
+TEST_CASE("max and avg pooling give the hand-computed windows", "[kernels][pool]") {
+  tensor x({1, 1, 4, 4});
+  x.assign({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16});
+  tensor y({1, 1, 2, 2});
+  REQUIRE(run(k::pool2d{k::pool_mode::max, x.desc, y.desc}) == 0);
+  CHECK(y.values() == std::vector<double>{6, 8, 14, 16});
+  REQUIRE(run(k::pool2d{k::pool_mode::avg, x.desc, y.desc}) == 0);
+  CHECK(y.values() == std::vector<double>{3.5, 5.5, 11.5, 13.5});
+  // Window 3, stride 2, pad 1: padding is excluded from the average's divisor.
+  REQUIRE(run(k::pool2d{k::pool_mode::avg, x.desc, y.desc, {3, 3}, {2, 2}, {1, 1}}) == 0);
+  CHECK(y.values() == std::vector<double>{3.5, 5, 9.5, 11});
+  REQUIRE(run(k::pool2d{k::pool_mode::max, x.desc, y.desc, {3, 3}, {2, 2}, {1, 1}}) == 0);
+  CHECK(y.values() == std::vector<double>{6, 8, 14, 16});
+  // Negative inputs: padding must not act as a zero in the max.
+  tensor neg({1, 1, 2, 2}), one({1, 1, 2, 2});
+  neg.assign({-4, -3, -2, -1});
+  REQUIRE(run(k::pool2d{k::pool_mode::max, neg.desc, one.desc, {3, 3}, {1, 1}, {1, 1}}) == 0);
+  CHECK(one.values() == std::vector<double>{-1, -1, -1, -1});
+}
+
+TEST_CASE("global average pooling averages each channel", "[kernels][pool]") {
+  tensor x({2, 3, 5, 7}), y({2, 3, 1, 1});
+  x.fill(8, -10, 10, true);
+  REQUIRE(run(k::pool2d{k::pool_mode::global_avg, x.desc, y.desc}) == 0);
+  for (std::size_t p = 0; p < 6; ++p) {
+    double s = 0;
+    for (std::size_t i = 0; i < 35; ++i) s += x.get(p * 35 + i);
+    REQUIRE(close(y.get(p), s / 35, 0, 1e-6));
+  }
+}
+
+TEST_CASE("pooling gradients match finite differences, with overlapping windows", "[kernels][pool]") {
+  const shape xs{2, 2, 5, 6};
+  tensor x(xs);
+  // Distinct integer values (a permutation) so that the max is unique with a margin of 1.
+  std::vector<double> vals(x.size());
+  std::iota(vals.begin(), vals.end(), -30.0);
+  std::uint64_t rng = 42;
+  for (std::size_t i = vals.size(); i > 1; --i) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    std::swap(vals[i - 1], vals[(rng >> 33) % i]);
+  }
+  x.assign(vals);
+  for (auto mode : {k::pool_mode::max, k::pool_mode::avg, k::pool_mode::global_avg}) {
+    CAPTURE(static_cast<int>(mode));
+    const std::array<std::int32_t, 2> win{3, 3}, stride{2, 2}, pad{1, 1};
+    const shape ys = mode == k::pool_mode::global_avg ? shape{2, 2, 1, 1} : shape{2, 2, 3, 3};
+    tensor dy(ys), dx(xs);
+    dy.fill(9, -4, 4, true);
+    auto loss = [&](const tensor& xx) {
+      tensor y(ys);
+      REQUIRE(run(k::pool2d{mode, xx.desc, y.desc, win, stride, pad}) == 0);
+      return dot(y.values(), dy.values());
+    };
+    REQUIRE(run(k::pool2d_backward{mode, x.desc, dy.desc, dx.desc, win, stride, pad}) == 0);
+    // h is below the margin between values (the argmax never moves) and exact in float; the
+    // tolerance covers float rounding of outputs up to ~90 in the loss, divided by 2h.
+    const double h = 0.25;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      tensor xp = x, xm = x;
+      xp.set(i, x.get(i) + h);
+      xm.set(i, x.get(i) - h);
+      CAPTURE(i, dx.get(i), (loss(xp) - loss(xm)) / (2 * h));
+      REQUIRE(close(dx.get(i), (loss(xp) - loss(xm)) / (2 * h), 5e-4, 0));
+    }
+  }
+}
+
+TEST_CASE("max pooling's gradient goes to the first maximum of a tied window", "[kernels][pool]") {
+  tensor x({1, 1, 2, 2}), dy({1, 1, 1, 1}), dx({1, 1, 2, 2});
+  x.assign({7, 7, 7, 7});
+  dy.assign({3});
+  REQUIRE(run(k::pool2d_backward{k::pool_mode::max, x.desc, dy.desc, dx.desc}) == 0);
+  CHECK(dx.values() == std::vector<double>{3, 0, 0, 0});
+  // avg backward needs no x.
+  REQUIRE(run(k::pool2d_backward{k::pool_mode::avg, {}, dy.desc, dx.desc}) == 0);
+  CHECK(dx.values() == std::vector<double>{0.75, 0.75, 0.75, 0.75});
+}
+
+// ---- softmax -------------------------------------------------------------------------------
+
+TEST_CASE("softmax matches exp(x - max) / sum along any axis and never overflows", "[kernels][softmax]") {
+  const shape s{3, 4, 5};
+  tensor x(s);
+  x.fill(10, -8, 8, false);
+  x.set(7, 1000.0);  // exp(1000) overflows unless the max is subtracted
+  for (int axis : {0, 1, 2, -1}) {
+    CAPTURE(axis);
+    const std::size_t ax = axis < 0 ? 2 : static_cast<std::size_t>(axis);
+    tensor y(s);
+    REQUIRE(run(k::softmax{x.desc, y.desc, axis}) == 0);
+    std::int64_t outer = 1, inner = 1;
+    for (std::size_t i = 0; i < ax; ++i) outer *= s[i];
+    for (std::size_t i = ax + 1; i < 3; ++i) inner *= s[i];
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t in = 0; in < inner; ++in) {
+        auto at = [&](std::int64_t q) { return static_cast<std::size_t>((o * s[ax] + q) * inner + in); };
+        double m = -1e300, z = 0, total = 0;
+        for (std::int64_t q = 0; q < s[ax]; ++q) m = std::max(m, x.get(at(q)));
+        for (std::int64_t q = 0; q < s[ax]; ++q) z += std::exp(x.get(at(q)) - m);
+        for (std::int64_t q = 0; q < s[ax]; ++q) {
+          REQUIRE(close(y.get(at(q)), std::exp(x.get(at(q)) - m) / z, 1e-7, 2e-6));
+          total += y.get(at(q));
+        }
+        REQUIRE(close(total, 1.0, 1e-6, 0));
+      }
+  }
+}
+
+// ---- reductions ----------------------------------------------------------------------------
+
+TEST_CASE("reductions over any set of axes match explicit loops", "[kernels][reduce]") {
+  const shape s{2, 3, 4};
+  tensor x(s);
+  x.fill(11, -50, 50, true);
+  for (std::uint32_t mask = 1; mask < 8; ++mask)
+    for (bool keep : {false, true})
+      for (auto fn : {k::reduce_fn::sum, k::reduce_fn::mean, k::reduce_fn::max}) {
+        CAPTURE(mask, keep, static_cast<int>(fn));
+        shape ys;
+        for (std::size_t i = 0; i < 3; ++i) {
+          if (!((mask >> i) & 1u)) ys.push_back(s[i]);
+          else if (keep) ys.push_back(1);
+        }
+        if (ys.rank() == 0) ys.push_back(1);
+        tensor y(ys);
+        REQUIRE(run(k::reduce{fn, x.desc, y.desc, mask, keep}) == 0);
+        // Oracle: for each output cell, scan all of x and keep the elements that map to it.
+        std::vector<double> sum(y.size(), 0), mx(y.size(), -1e300), cnt(y.size(), 0);
+        for (std::int64_t a = 0; a < s[0]; ++a)
+          for (std::int64_t b = 0; b < s[1]; ++b)
+            for (std::int64_t c = 0; c < s[2]; ++c) {
+              const std::int64_t idx[3] = {a, b, c};
+              std::int64_t o = 0;
+              for (std::size_t i = 0; i < 3; ++i)
+                if (!((mask >> i) & 1u)) o = o * s[i] + idx[i];
+              const double v = x.get(static_cast<std::size_t>((a * s[1] + b) * s[2] + c));
+              sum[static_cast<std::size_t>(o)] += v;
+              mx[static_cast<std::size_t>(o)] = std::max(mx[static_cast<std::size_t>(o)], v);
+              cnt[static_cast<std::size_t>(o)] += 1;
+            }
+        for (std::size_t o = 0; o < y.size(); ++o) {
+          if (fn == k::reduce_fn::sum) REQUIRE(y.get(o) == sum[o]);
+          if (fn == k::reduce_fn::max) REQUIRE(y.get(o) == mx[o]);
+          if (fn == k::reduce_fn::mean) REQUIRE(close(y.get(o), sum[o] / cnt[o], 0, 1e-7));
+        }
+      }
+}
+
+// ---- transpose -----------------------------------------------------------------------------
+
+TEST_CASE("transpose moves every element to its permuted index, for any dtype", "[kernels][transpose]") {
+  const shape xs{2, 3, 4, 5};
+  const std::array<std::uint8_t, 4> perm{2, 0, 3, 1};
+  const shape ys{xs[2], xs[0], xs[3], xs[1]};
+  for (auto t : {dtype::f32, dtype::f16, dtype::i8, dtype::i64, dtype::bf16}) {
+    CAPTURE(npurt::to_string(t));
+    tensor x(xs, t), y(ys, t);
+    x.fill(12, -100, 100, true);
+    k::transpose op{x.desc, y.desc};
+    std::copy(perm.begin(), perm.end(), op.perm.begin());
+    REQUIRE(run(op) == 0);
+    for (std::int64_t a = 0; a < ys[0]; ++a)
+      for (std::int64_t b = 0; b < ys[1]; ++b)
+        for (std::int64_t c = 0; c < ys[2]; ++c)
+          for (std::int64_t d = 0; d < ys[3]; ++d) {
+            std::int64_t xi[4];
+            const std::int64_t yi[4] = {a, b, c, d};
+            for (int i = 0; i < 4; ++i) xi[perm[static_cast<std::size_t>(i)]] = yi[i];
+            REQUIRE(y.get(at4(ys, a, b, c, d)) == x.get(at4(xs, xi[0], xi[1], xi[2], xi[3])));
+          }
+  }
+  // A 2-D transpose by hand.
+  tensor m({2, 3}), mt({3, 2});
+  m.assign({1, 2, 3, 4, 5, 6});
+  REQUIRE(run(k::transpose{m.desc, mt.desc, {1, 0}}) == 0);
+  CHECK(mt.values() == std::vector<double>{1, 4, 2, 5, 3, 6});
+}
+
+// ---- cast ----------------------------------------------------------------------------------
+
+TEST_CASE("cast rounds to nearest even and saturates", "[kernels][cast]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  struct cast_case {
+    dtype from, to;
+    std::vector<double> in, out;
+  };
+  const cast_case cases[] = {
+      {dtype::f32, dtype::i8, {2.5, 3.5, -2.5, -0.5, 1.25, 300, -300, nan, 126.5, 127.5}, {2, 4, -2, 0, 1, 127, -128, 0, 126, 127}},
+      {dtype::f32, dtype::u8, {-5, 255.5, 254.5, 0.5, 1.5}, {0, 255, 254, 0, 2}},
+      {dtype::f32, dtype::i32, {3e9, -3e9, 16777216.0, -7.5}, {2147483647, -2147483648.0, 16777216, -8}},
+      {dtype::f32, dtype::i64, {0x1p70, -0x1p63, -inf, nan}, {9223372036854775807.0, -9223372036854775808.0, -9223372036854775808.0, 0}},
+      {dtype::f32, dtype::f16, {1.0 + 0x1p-11, 1.0 + 3 * 0x1p-11, 65520, 0x1p-27, -0.0}, {1.0, 1.0 + 0x1p-9, inf, 0, 0}},
+      {dtype::f32, dtype::bf16, {1.0 + 0x1p-8, 1.0 + 3 * 0x1p-8, 3.0}, {1.0, 1.0 + 0x1p-6, 3.0}},
+      {dtype::f16, dtype::f32, {0x1p-24, 65504, -inf}, {0x1p-24, 65504, -inf}},
+      {dtype::bf16, dtype::f16, {0x1p-30, 0x1p17, 1.5}, {0, inf, 1.5}},
+      {dtype::i32, dtype::f16, {65519, 65520, -65520, 2049, 2051}, {65504, inf, -inf, 2048, 2052}},
+      {dtype::i32, dtype::i8, {200, -200, 5}, {127, -128, 5}},
+      {dtype::i8, dtype::u8, {-1, 100}, {0, 100}},
+      {dtype::i32, dtype::f32, {16777217, 16777219}, {16777216, 16777220}},
+      // 2^24 + 2^16 + 1 lies just above the midpoint of two bfloat16s; rounding through float
+      // first would land on the midpoint and tie down: a single rounding must go up.
+      {dtype::i32, dtype::bf16, {16777216 + 65536 + 1, 16777216 + 65536, -(16777216 + 65536 + 1)},
+       {16777216 + 131072, 16777216, -(16777216 + 131072)}},
+      {dtype::i64, dtype::i32, {1e12, -1e12}, {2147483647, -2147483648.0}},
+      // Rounding up carries into the next power of two: 2^25 - 1 -> 2^25.
+      {dtype::i32, dtype::bf16, {33554431, -33554431, 255, 257, 511}, {33554432, -33554432, 255, 256, 512}},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(npurt::to_string(c.from), npurt::to_string(c.to));
+    const auto n = static_cast<std::int64_t>(c.in.size());
+    tensor x({n}, c.from), y({n}, c.to);
+    x.assign(c.in);
+    for (std::size_t i = 0; i < c.in.size(); ++i) {  // the test inputs themselves must be exact
+      CAPTURE(i);
+      REQUIRE((std::isnan(c.in[i]) ? std::isnan(x.get(i)) : x.get(i) == c.in[i]));
+    }
+    REQUIRE(run(k::cast{x.desc, y.desc}) == 0);
+    for (std::size_t i = 0; i < c.out.size(); ++i) {
+      CAPTURE(i, c.in[i]);
+      CHECK(y.get(i) == c.out[i]);
+    }
+  }
+}
+
+TEST_CASE("cast from f32 to f16 and back matches npurt::half on every pattern tried", "[kernels][cast]") {
+  tensor x({4096}), h({4096}, dtype::f16), back({4096});
+  x.fill(13, -70000, 70000, false);
+  REQUIRE(run(k::cast{x.desc, h.desc}) == 0);
+  REQUIRE(run(k::cast{h.desc, back.desc}) == 0);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    REQUIRE(back.get(i) == static_cast<double>(npurt::round_to_half(static_cast<float>(x.get(i)))));
+}
+
+// ---- sgd -----------------------------------------------------------------------------------
+
+TEST_CASE("sgd_update applies weight decay and momentum", "[kernels][sgd]") {
+  tensor p({2}), g({2}), buf({2});
+  p.assign({1, 2});
+  g.assign({0.5, -1});
+  buf.assign({1, 0});
+  // d = g + 0.01 p = (0.51, -0.98); buf = 0.9 buf + d = (1.41, -0.98); p -= 0.1 buf.
+  REQUIRE(run(k::sgd_update{p.desc, g.desc, buf.desc, 0.1f, 0.9f, 0.01f}) == 0);
+  CHECK(close(buf.get(0), 1.41, 1e-6, 0));
+  CHECK(close(buf.get(1), -0.98, 1e-6, 0));
+  CHECK(close(p.get(0), 0.859, 1e-6, 0));
+  CHECK(close(p.get(1), 2.098, 1e-6, 0));
+  // Plain SGD on an FP16 parameter with an FP32 gradient.
+  tensor ph({3}, dtype::f16), gf({3});
+  ph.assign({1, -2, 0.5});
+  gf.assign({1, 1, -4});
+  REQUIRE(run(k::sgd_update{ph.desc, gf.desc, {}, 0.125f}) == 0);
+  CHECK(ph.values() == std::vector<double>{0.875, -2.125, 1.0});
+}
+
+// ---- determinism ---------------------------------------------------------------------------
+
+namespace {
+
+// conv -> batchnorm -> relu -> max pool -> matmul -> softmax, returning every output's bytes.
+std::vector<std::byte> pipeline(dtype t) {
+  tensor x({2, 3, 8, 8}, t), w({4, 3, 3, 3}, t), y({2, 4, 8, 8}, t), bn({2, 4, 8, 8}, t), pool({2, 4, 4, 4}, t);
+  tensor logits({2, 4, 5}, t), prob({2, 4, 5}, t), sm({4}), si({4});
+  x.fill(21, -1, 1, false);
+  w.fill(22, -1, 1, false);
+  REQUIRE(run(k::conv2d{x.desc, w.desc, y.desc, {1, 1}, {1, 1}}) == 0);
+  REQUIRE(run(k::batchnorm{y.desc, {}, {}, {}, {}, bn.desc, sm.desc, si.desc}) == 0);
+  REQUIRE(run(k::elementwise{k::eltwise_fn::relu, bn.desc, {}, bn.desc}) == 0);
+  REQUIRE(run(k::pool2d{k::pool_mode::max, bn.desc, pool.desc}) == 0);
+  tensor flat = pool;
+  flat.desc.shape = shape{2, 4, 16};
+  tensor fc2({16, 5}, t);
+  fc2.fill(24, -1, 1, false);
+  REQUIRE(run(k::matmul{flat.desc, fc2.desc, logits.desc}) == 0);
+  REQUIRE(run(k::softmax{logits.desc, prob.desc}) == 0);
+  std::vector<std::byte> all;
+  for (const tensor* r : {&y, &bn, &pool, &logits, &prob, &sm, &si}) all.insert(all.end(), r->bytes.begin(), r->bytes.end());
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("the same kernels on the same data give the same bits every time", "[kernels][determinism]") {
+  for (auto t : {dtype::f32, dtype::f16, dtype::bf16}) {
+    CAPTURE(npurt::to_string(t));
+    const auto first = pipeline(t);
+    const auto second = pipeline(t);
+    REQUIRE(first.size() == second.size());
+    CHECK(first == second);
+  }
+}

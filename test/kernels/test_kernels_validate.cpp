@@ -1,0 +1,292 @@
+// Validation: every wrong shape, dtype, layout or parameter gets its typed error before
+// anything runs; timing-only descriptors, pointer translation and the operand lists.
+#include "helpers.hpp"
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <string>
+#include <vector>
+
+using namespace kt;
+namespace k = npurt::kernels;
+using npurt::errc;
+using npurt::kernel_desc;
+using npurt::layout;
+
+namespace {
+
+tensor_desc t(shape s, dtype d = dtype::f32, layout l = layout::nd) {
+  tensor_desc r = shape_only(s, d);
+  r.format = l;
+  return r;
+}
+
+struct bad_case {
+  std::string what;
+  kernel_desc k;
+  errc want;
+};
+
+k::conv2d conv(tensor_desc x, tensor_desc w, tensor_desc y, std::array<std::int32_t, 2> s = {1, 1},
+               std::array<std::int32_t, 2> p = {0, 0}, std::array<std::int32_t, 2> d = {1, 1}, std::int32_t g = 1) {
+  return k::conv2d{x, w, y, s, p, d, g};
+}
+
+k::reduce red(tensor_desc x, tensor_desc y, std::uint32_t mask, bool keep = false) {
+  return k::reduce{k::reduce_fn::sum, x, y, mask, keep};
+}
+
+k::transpose tr(tensor_desc x, tensor_desc y, std::initializer_list<std::uint8_t> perm) {
+  k::transpose op{x, y};
+  std::copy(perm.begin(), perm.end(), op.perm.begin());
+  return op;
+}
+
+}  // namespace
+
+TEST_CASE("well-formed descriptors of every operation validate", "[kernels][validate]") {
+  const kernel_desc good[] = {
+      k::fixed{},
+      k::matmul{t({4, 8}), t({8, 3}), t({4, 3})},
+      k::matmul{t({8, 4}), t({3, 8}), t({4, 3}), true, true},
+      k::matmul{t({2, 4, 8}), t({8, 3}), t({2, 4, 3})},
+      k::matmul{t({4, 8}, dtype::f16), t({8, 3}, dtype::f16), t({4, 3}, dtype::f16)},
+      k::matmul{t({4, 8}, dtype::f16), t({8, 3}, dtype::f16), t({4, 3}, dtype::f32)},
+      k::matmul{t({4, 8}, dtype::bf16), t({8, 3}, dtype::bf16), t({4, 3}, dtype::bf16)},
+      k::matmul{t({4, 8}, dtype::i8), t({8, 3}, dtype::i8), t({4, 3}, dtype::i32)},
+      conv(t({2, 3, 224, 224}, dtype::f16, layout::nchw), t({64, 3, 7, 7}, dtype::f16), t({2, 64, 112, 112}, dtype::f16), {2, 2}, {3, 3}),
+      conv(t({1, 8, 5, 5}), t({8, 1, 3, 3}), t({1, 8, 5, 5}), {1, 1}, {2, 2}, {2, 2}, 8),
+      conv(t({1, 8, 5, 5}, dtype::i8), t({4, 8, 1, 1}, dtype::i8), t({1, 4, 5, 5}, dtype::i32)),
+      k::conv2d_backward_data{t({2, 64, 112, 112}), t({64, 3, 7, 7}), t({2, 3, 224, 224}), {2, 2}, {3, 3}},
+      k::conv2d_backward_weight{t({2, 3, 224, 224}), t({2, 64, 112, 112}), t({64, 3, 7, 7}), {2, 2}, {3, 3}},
+      k::elementwise{k::eltwise_fn::add, t({2, 3, 4}), t({3, 1}), t({2, 3, 4})},
+      k::elementwise{k::eltwise_fn::gelu, t({7}), {}, t({7})},
+      k::batchnorm{t({4, 3, 2, 2}), t({3}), t({3}), t({3}), t({3}), t({4, 3, 2, 2}), t({3}), t({3})},
+      k::batchnorm{t({1, 3, 1, 1}), {}, {}, t({3}), t({3}), t({1, 3, 1, 1}), {}, {}, false},
+      k::batchnorm_backward{t({4, 3, 2, 2}), t({4, 3, 2, 2}), t({3}), t({3}), t({3}), t({4, 3, 2, 2}), t({3}), t({3})},
+      k::layernorm{t({2, 5, 6}), t({5, 6}), t({30}), t({2, 5, 6}), 1},
+      k::pool2d{k::pool_mode::max, t({1, 64, 112, 112}), t({1, 64, 56, 56}), {3, 3}, {2, 2}, {1, 1}},
+      k::pool2d{k::pool_mode::global_avg, t({8, 2048, 7, 7}), t({8, 2048, 1, 1})},
+      k::pool2d_backward{k::pool_mode::avg, {}, t({1, 2, 2, 2}), t({1, 2, 4, 4})},
+      k::softmax{t({3, 4}), t({3, 4}), 0},
+      red(t({2, 3, 4}), t({1}), 0b111),
+      red(t({2, 3, 4}), t({1, 3, 1}), 0b101, true),
+      tr(t({2, 3, 4}, dtype::i64), t({4, 2, 3}, dtype::i64), {2, 0, 1}),
+      k::cast{t({5}, dtype::u8), t({5}, dtype::bf16)},
+      k::sgd_update{t({10}, dtype::f32), t({10}, dtype::f16), t({10}), 0.1f, 0.9f},
+  };
+  for (const auto& k : good) {
+    CAPTURE(k.display_name());
+    CHECK(npurt::sim::validate(k).value() == 0);
+    CHECK(npurt::sim::run_reference(k).value() == 0);  // timing-only: a no-op that succeeds
+  }
+}
+
+TEST_CASE("every kind of bad descriptor gets its typed error", "[kernels][validate]") {
+  const tensor_desc f4 = t({2, 3, 8, 8});
+  const bad_case cases[] = {
+      // Generic tensor checks.
+      {"zero dimension", k::matmul{t({0, 8}), t({8, 3}), t({0, 3})}, errc::invalid_shape},
+      {"negative dimension", k::matmul{t({-4, 8}), t({8, 3}), t({-4, 3})}, errc::invalid_shape},
+      {"rank-0 required tensor", k::elementwise{k::eltwise_fn::relu, {}, {}, {}}, errc::invalid_shape},
+      {"element count overflow", k::cast{t({1 << 30, 1 << 30, 1 << 30}), t({1 << 30, 1 << 30, 1 << 30})}, errc::invalid_shape},
+      {"NHWC layout", conv(t({2, 8, 8, 3}, dtype::f32, layout::nhwc), t({4, 3, 3, 3}), t({2, 4, 6, 6})), errc::invalid_layout},
+      {"NC1HWC0 layout", k::elementwise{k::eltwise_fn::relu, t({4}, dtype::f16, layout::nc1hwc0), {}, t({4}, dtype::f16)}, errc::invalid_layout},
+      {"unknown dtype", k::cast{t({4}, static_cast<dtype>(99)), t({4})}, errc::invalid_dtype},
+      // matmul
+      {"matmul K mismatch", k::matmul{t({4, 8}), t({7, 3}), t({4, 3})}, errc::invalid_shape},
+      {"matmul K mismatch after transpose", k::matmul{t({4, 8}), t({8, 3}), t({4, 3}), true}, errc::invalid_shape},
+      {"matmul wrong C", k::matmul{t({4, 8}), t({8, 3}), t({3, 4})}, errc::invalid_shape},
+      {"matmul rank 1", k::matmul{t({8}), t({8, 3}), t({3})}, errc::invalid_shape},
+      {"matmul rank 4", k::matmul{t({1, 2, 4, 8}), t({1, 2, 8, 3}), t({1, 2, 4, 3})}, errc::invalid_shape},
+      {"matmul batch mismatch", k::matmul{t({2, 4, 8}), t({3, 8, 3}), t({2, 4, 3})}, errc::invalid_shape},
+      {"matmul batched C for 2-D operands", k::matmul{t({4, 8}), t({8, 3}), t({1, 4, 3})}, errc::invalid_shape},
+      {"matmul mixed input dtypes", k::matmul{t({4, 8}, dtype::f16), t({8, 3}), t({4, 3})}, errc::invalid_dtype},
+      {"matmul FP32 into FP16", k::matmul{t({4, 8}), t({8, 3}), t({4, 3}, dtype::f16)}, errc::invalid_dtype},
+      {"matmul INT8 into INT8", k::matmul{t({4, 8}, dtype::i8), t({8, 3}, dtype::i8), t({4, 3}, dtype::i8)}, errc::invalid_dtype},
+      {"matmul INT32 inputs", k::matmul{t({4, 8}, dtype::i32), t({8, 3}, dtype::i32), t({4, 3}, dtype::i32)}, errc::invalid_dtype},
+      {"matmul NaN alpha", k::matmul{t({4, 8}), t({8, 3}), t({4, 3}), false, false, NAN}, errc::invalid_argument},
+      // conv2d
+      {"conv stride 0", conv(f4, t({4, 3, 3, 3}), t({2, 4, 6, 6}), {0, 1}), errc::invalid_argument},
+      {"conv negative pad", conv(f4, t({4, 3, 3, 3}), t({2, 4, 6, 6}), {1, 1}, {-1, 0}), errc::invalid_argument},
+      {"conv dilation 0", conv(f4, t({4, 3, 3, 3}), t({2, 4, 6, 6}), {1, 1}, {0, 0}, {1, 0}), errc::invalid_argument},
+      {"conv groups 0", conv(f4, t({4, 3, 3, 3}), t({2, 4, 6, 6}), {1, 1}, {0, 0}, {1, 1}, 0), errc::invalid_argument},
+      {"conv wrong output size", conv(f4, t({4, 3, 3, 3}), t({2, 4, 8, 8})), errc::invalid_shape},
+      {"conv output size ignores stride", conv(f4, t({4, 3, 3, 3}), t({2, 4, 6, 6}), {2, 2}), errc::invalid_shape},
+      {"conv output size ignores dilation", conv(f4, t({4, 3, 3, 3}), t({2, 4, 6, 6}), {1, 1}, {0, 0}, {2, 2}), errc::invalid_shape},
+      {"conv wrong output channels", conv(f4, t({4, 3, 3, 3}), t({2, 5, 6, 6})), errc::invalid_shape},
+      {"conv wrong batch", conv(f4, t({4, 3, 3, 3}), t({1, 4, 6, 6})), errc::invalid_shape},
+      {"conv weight channels", conv(f4, t({4, 2, 3, 3}), t({2, 4, 6, 6})), errc::invalid_shape},
+      {"conv channels not divisible by groups", conv(f4, t({4, 1, 3, 3}), t({2, 4, 6, 6}), {1, 1}, {0, 0}, {1, 1}, 2), errc::invalid_shape},
+      {"conv kernel larger than padded input", conv(t({1, 1, 2, 2}), t({1, 1, 5, 5}), t({1, 1, 1, 1})), errc::invalid_shape},
+      {"conv rank 3", conv(t({3, 8, 8}), t({4, 3, 3, 3}), t({4, 6, 6})), errc::invalid_shape},
+      {"conv mixed dtypes", conv(t({2, 3, 8, 8}, dtype::f16), t({4, 3, 3, 3}), t({2, 4, 6, 6})), errc::invalid_dtype},
+      {"conv INT8 into FP32", conv(t({2, 3, 8, 8}, dtype::i8), t({4, 3, 3, 3}, dtype::i8), t({2, 4, 6, 6})), errc::invalid_dtype},
+      {"conv backward-data wrong dx", k::conv2d_backward_data{t({2, 4, 6, 6}), t({4, 3, 3, 3}), t({2, 3, 9, 8})}, errc::invalid_shape},
+      {"conv backward-data INT8", k::conv2d_backward_data{t({2, 4, 6, 6}, dtype::i8), t({4, 3, 3, 3}, dtype::i8), t({2, 3, 8, 8}, dtype::i32)}, errc::invalid_dtype},
+      {"conv backward-weight wrong dw", k::conv2d_backward_weight{f4, t({2, 4, 6, 6}), t({4, 3, 2, 3})}, errc::invalid_shape},
+      {"conv backward-weight stride 0", k::conv2d_backward_weight{f4, t({2, 4, 6, 6}), t({4, 3, 3, 3}), {1, 0}}, errc::invalid_argument},
+      // elementwise
+      {"not broadcastable", k::elementwise{k::eltwise_fn::add, t({2, 3}), t({2}), t({2, 3})}, errc::invalid_shape},
+      {"broadcast output wrong", k::elementwise{k::eltwise_fn::mul, t({2, 1}), t({1, 3}), t({2, 1})}, errc::invalid_shape},
+      {"broadcast output rank", k::elementwise{k::eltwise_fn::mul, t({3}), t({3}), t({1, 3})}, errc::invalid_shape},
+      {"unary output shape", k::elementwise{k::eltwise_fn::tanh, t({2, 3}), {}, t({3, 2})}, errc::invalid_shape},
+      {"elementwise INT32", k::elementwise{k::eltwise_fn::add, t({3}, dtype::i32), t({3}, dtype::i32), t({3}, dtype::i32)}, errc::invalid_dtype},
+      {"elementwise mixed dtypes", k::elementwise{k::eltwise_fn::add, t({3}, dtype::f16), t({3}), t({3}, dtype::f16)}, errc::invalid_dtype},
+      {"elementwise output dtype", k::elementwise{k::eltwise_fn::relu, t({3}, dtype::f16), {}, t({3})}, errc::invalid_dtype},
+      {"unknown elementwise function", k::elementwise{static_cast<k::eltwise_fn>(200), t({3}), t({3}), t({3})}, errc::invalid_argument},
+      // batchnorm
+      {"bn gamma size", k::batchnorm{f4, t({4}), {}, {}, {}, f4}, errc::invalid_shape},
+      {"bn gamma rank", k::batchnorm{f4, t({1, 3}), {}, {}, {}, f4}, errc::invalid_shape},
+      {"bn running stats size", k::batchnorm{f4, {}, {}, t({3}), t({2}), f4}, errc::invalid_shape},
+      {"bn saved stats size", k::batchnorm{f4, {}, {}, {}, {}, f4, t({3}), t({6})}, errc::invalid_shape},
+      {"bn inference without running stats", k::batchnorm{f4, {}, {}, {}, {}, f4, {}, {}, false}, errc::invalid_shape},
+      {"bn rank 1", k::batchnorm{t({8}), {}, {}, {}, {}, t({8})}, errc::invalid_shape},
+      {"bn y shape", k::batchnorm{f4, {}, {}, {}, {}, t({2, 3, 8, 7})}, errc::invalid_shape},
+      {"bn one value per channel in training", k::batchnorm{t({1, 3, 1, 1}), {}, {}, {}, {}, t({1, 3, 1, 1})}, errc::invalid_shape},
+      {"bn momentum above 1", k::batchnorm{f4, {}, {}, {}, {}, f4, {}, {}, true, 1e-5f, 2.0f}, errc::invalid_argument},
+      {"bn negative eps", k::batchnorm{f4, {}, {}, {}, {}, f4, {}, {}, true, -1.0f}, errc::invalid_argument},
+      {"bn INT8", k::batchnorm{t({2, 3, 8, 8}, dtype::i8), {}, {}, {}, {}, t({2, 3, 8, 8}, dtype::i8)}, errc::invalid_dtype},
+      {"bn channel vector INT32", k::batchnorm{f4, t({3}, dtype::i32), {}, {}, {}, f4}, errc::invalid_dtype},
+      {"bn backward saved mean size", k::batchnorm_backward{f4, f4, {}, t({4}), t({3}), f4}, errc::invalid_shape},
+      {"bn backward dx shape", k::batchnorm_backward{f4, f4, {}, t({3}), t({3}), t({2, 3, 8, 9})}, errc::invalid_shape},
+      {"bn backward missing saved stats", k::batchnorm_backward{f4, f4, {}, {}, {}, f4}, errc::invalid_shape},
+      // layernorm
+      {"layernorm axis past rank", k::layernorm{t({2, 3, 4}), {}, {}, t({2, 3, 4}), 3}, errc::invalid_argument},
+      {"layernorm axis below -rank", k::layernorm{t({2, 3, 4}), {}, {}, t({2, 3, 4}), -4}, errc::invalid_argument},
+      {"layernorm gamma shape", k::layernorm{t({2, 3, 4}), t({3, 4}), {}, t({2, 3, 4}), -1}, errc::invalid_shape},
+      {"layernorm y shape", k::layernorm{t({2, 3, 4}), {}, {}, t({2, 12})}, errc::invalid_shape},
+      // pooling
+      {"pool window 0", k::pool2d{k::pool_mode::max, f4, t({2, 3, 4, 4}), {0, 2}}, errc::invalid_argument},
+      {"pool stride 0", k::pool2d{k::pool_mode::avg, f4, t({2, 3, 4, 4}), {2, 2}, {2, 0}}, errc::invalid_argument},
+      {"pool pad over half the window", k::pool2d{k::pool_mode::max, f4, t({2, 3, 6, 6}), {2, 2}, {2, 2}, {2, 2}}, errc::invalid_argument},
+      {"pool output size", k::pool2d{k::pool_mode::max, f4, t({2, 3, 5, 4})}, errc::invalid_shape},
+      {"pool window larger than input", k::pool2d{k::pool_mode::max, t({1, 1, 2, 2}), t({1, 1, 1, 1}), {3, 3}, {1, 1}}, errc::invalid_shape},
+      {"global pool output", k::pool2d{k::pool_mode::global_avg, f4, t({2, 3})}, errc::invalid_shape},
+      {"pool rank 3", k::pool2d{k::pool_mode::max, t({3, 8, 8}), t({3, 4, 4})}, errc::invalid_shape},
+      {"pool output dtype", k::pool2d{k::pool_mode::max, f4, t({2, 3, 4, 4}, dtype::f16)}, errc::invalid_dtype},
+      {"unknown pool mode", k::pool2d{static_cast<k::pool_mode>(9), f4, t({2, 3, 4, 4})}, errc::invalid_argument},
+      {"max pool backward without x", k::pool2d_backward{k::pool_mode::max, {}, t({2, 3, 4, 4}), f4}, errc::invalid_argument},
+      {"pool backward dy shape", k::pool2d_backward{k::pool_mode::avg, f4, t({2, 3, 3, 4}), f4}, errc::invalid_shape},
+      {"pool backward x and dx differ", k::pool2d_backward{k::pool_mode::max, t({2, 3, 8, 6}), t({2, 3, 4, 4}), f4}, errc::invalid_shape},
+      // softmax, reduce, transpose, cast, sgd
+      {"softmax axis", k::softmax{t({3, 4}), t({3, 4}), 2}, errc::invalid_argument},
+      {"softmax negative axis", k::softmax{t({3, 4}), t({3, 4}), -3}, errc::invalid_argument},
+      {"softmax y shape", k::softmax{t({3, 4}), t({4, 3})}, errc::invalid_shape},
+      {"reduce empty mask", red(t({2, 3}), t({2, 3}), 0), errc::invalid_argument},
+      {"reduce mask past rank", red(t({2, 3}), t({2}), 0b100), errc::invalid_argument},
+      {"reduce output shape", red(t({2, 3, 4}), t({2, 4}), 0b001), errc::invalid_shape},
+      {"reduce keep_dims shape", red(t({2, 3, 4}), t({3, 4}), 0b001, true), errc::invalid_shape},
+      {"reduce full needs {1}", red(t({2, 3}), t({1, 1}), 0b11), errc::invalid_shape},
+      {"reduce INT32", k::reduce{k::reduce_fn::max, t({4}, dtype::i32), t({1}, dtype::i32), 1}, errc::invalid_dtype},
+      {"transpose repeated axis", tr(t({2, 3}), t({2, 2}), {0, 0}), errc::invalid_argument},
+      {"transpose axis out of range", tr(t({2, 3}), t({3, 2}), {2, 0}), errc::invalid_argument},
+      {"transpose output shape", tr(t({2, 3, 4}), t({2, 3, 4}), {1, 0, 2}), errc::invalid_shape},
+      {"transpose rank", tr(t({2, 3}), t({3, 2, 1}), {1, 0}), errc::invalid_shape},
+      {"transpose dtype", tr(t({2, 3}), t({3, 2}, dtype::f16), {1, 0}), errc::invalid_dtype},
+      {"cast shape", k::cast{t({4}), t({2, 2}, dtype::f16)}, errc::invalid_shape},
+      {"sgd shapes", k::sgd_update{t({10}), t({11})}, errc::invalid_shape},
+      {"sgd buffer shape", k::sgd_update{t({10}), t({10}), t({5}), 0.1f, 0.9f}, errc::invalid_shape},
+      {"sgd momentum without buffer", k::sgd_update{t({10}), t({10}), {}, 0.1f, 0.9f}, errc::invalid_argument},
+      {"sgd infinite lr", k::sgd_update{t({10}), t({10}), {}, INFINITY}, errc::invalid_argument},
+      {"sgd INT32 param", k::sgd_update{t({10}, dtype::i32), t({10})}, errc::invalid_dtype},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.what);
+    const std::error_code ec = npurt::sim::validate(c.k);
+    CHECK(ec == c.want);
+    CHECK(ec == npurt::error_class::caller);
+    CHECK(npurt::sim::run_reference(c.k) == c.want);  // run_reference validates first
+  }
+}
+
+TEST_CASE("cast validates between every pair of dtypes", "[kernels][validate][cast]") {
+  for (auto a : {dtype::f32, dtype::f16, dtype::bf16, dtype::i8, dtype::i32, dtype::i64, dtype::u8})
+    for (auto b : {dtype::f32, dtype::f16, dtype::bf16, dtype::i8, dtype::i32, dtype::i64, dtype::u8})
+      CHECK(npurt::sim::validate(k::cast{t({3}, a), t({3}, b)}).value() == 0);
+}
+
+TEST_CASE("a descriptor mixing data and timing-only tensors is rejected and nothing is written", "[kernels][validate]") {
+  tensor a({2, 2}), c({2, 2});
+  a.assign({1, 2, 3, 4});
+  c.assign({9, 9, 9, 9});
+  const kernel_desc k = k::matmul{a.desc, shape_only({2, 2}), c.desc};
+  CHECK(npurt::sim::validate(k) == errc::invalid_argument);
+  CHECK(npurt::sim::run_reference(k) == errc::invalid_argument);
+  CHECK(c.values() == std::vector<double>{9, 9, 9, 9});
+  // An unused operand (b of a unary function) may carry anything.
+  tensor y({2, 2});
+  CHECK(npurt::sim::validate(k::elementwise{k::eltwise_fn::relu, a.desc, shape_only({7}), y.desc}).value() == 0);
+}
+
+namespace {
+
+// Translates host addresses unchanged except one range it pretends is not allocated, and
+// counts the calls.
+class holed_memory final : public npurt::memory_view {
+ public:
+  explicit holed_memory(const void* hole) : hole_(hole) {}
+  std::byte* translate(npurt::device_id dev, const void* addr, std::size_t bytes) noexcept override {
+    ++calls;
+    last_dev = dev;
+    last_bytes = bytes;
+    if (addr == hole_) return nullptr;
+    return static_cast<std::byte*>(const_cast<void*>(addr));
+  }
+  int calls = 0;
+  npurt::device_id last_dev = -1;
+  std::size_t last_bytes = 0;
+
+ private:
+  const void* hole_;
+};
+
+}  // namespace
+
+TEST_CASE("a pointer the memory view cannot translate is invalid_pointer and nothing is written", "[kernels][validate]") {
+  tensor a({2, 3}), b({3, 2}), c({2, 2});
+  a.fill(1, -3, 3, true);
+  b.fill(2, -3, 3, true);
+  c.assign({7, 7, 7, 7});
+  const kernel_desc k = k::matmul{a.desc, b.desc, c.desc};
+  holed_memory mem(b.desc.data);
+  CHECK(npurt::sim::run_reference(k, mem, 3) == errc::invalid_pointer);
+  CHECK(c.values() == std::vector<double>{7, 7, 7, 7});
+  holed_memory whole(nullptr);
+  CHECK(npurt::sim::run_reference(k, whole, 5).value() == 0);
+  CHECK(whole.calls == 3);
+  CHECK(whole.last_dev == 5);
+  CHECK(whole.last_bytes == c.desc.bytes());  // translated with each operand's full extent
+  CHECK(c.get(0) != 7);
+}
+
+TEST_CASE("timing-only descriptors and fixed kernels do nothing and never translate", "[kernels][validate]") {
+  holed_memory mem(nullptr);
+  const kernel_desc big = k::matmul{shape_only({8192, 8192}, dtype::f16), shape_only({8192, 8192}, dtype::f16),
+                                    shape_only({8192, 8192}, dtype::f16)};
+  CHECK_FALSE(npurt::sim::has_data(big));
+  CHECK(npurt::sim::run_reference(big, mem, 0).value() == 0);
+  CHECK(npurt::sim::run_reference(kernel_desc{k::fixed{}}, mem, 0).value() == 0);
+  CHECK(mem.calls == 0);
+}
+
+TEST_CASE("operand lists name what each operation reads and writes", "[kernels][validate]") {
+  using npurt::sim::access;
+  const tensor_desc a = t({2, 2}), b = t({2, 2}), c = t({2, 2});
+  k::matmul mm{a, b, c};
+  auto ops = npurt::sim::operands(mm);
+  REQUIRE(ops.size() == 3);
+  CHECK(ops.items[2].mode == access::write);
+  mm.beta = 1.0f;
+  ops = npurt::sim::operands(mm);
+  CHECK(ops.items[2].mode == access::read_write);
+  CHECK((ops.items[2].reads() && ops.items[2].writes()));
+  // Unary elementwise does not use b; absent optional batchnorm operands are left out.
+  CHECK(npurt::sim::operands(k::elementwise{k::eltwise_fn::relu, a, b, c}).size() == 2);
+  const tensor_desc x = t({2, 3, 4, 4}), v = t({3});
+  CHECK(npurt::sim::operands(k::batchnorm{x, {}, {}, {}, {}, x}).size() == 2);
+  CHECK(npurt::sim::operands(k::batchnorm{x, v, v, v, v, x, v, v}).size() == 8);
+  CHECK(npurt::sim::operands(k::batchnorm{x, v, v, v, v, x, v, v, false}).size() == 6);  // inference: no saved stats
+  CHECK(npurt::sim::operands(k::sgd_update{a, b}).items[0].mode == access::read_write);
+  CHECK(npurt::sim::operands(k::fixed{}).size() == 0);
+}

@@ -1,0 +1,181 @@
+#include <npurt/sim/cost_model.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+using namespace npurt;
+using namespace npurt::sim;
+
+namespace {
+
+std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+kernel_desc gemm(std::int64_t m, std::int64_t n, std::int64_t k, dtype t = dtype::f16, dtype out = dtype::f16) {
+  return kernel_desc{kernels::matmul{{nullptr, shape{m, k}, t}, {nullptr, shape{k, n}, t}, {nullptr, shape{m, n}, out}}};
+}
+
+struct conv_case {
+  std::int64_t n, cin, h, w, cout, kh, kw, stride, pad;
+};
+
+kernel_desc conv(const conv_case& c, int pass) {
+  const std::int64_t ho = (c.h + 2 * c.pad - c.kh) / c.stride + 1, wo = (c.w + 2 * c.pad - c.kw) / c.stride + 1;
+  const tensor_desc x{nullptr, shape{c.n, c.cin, c.h, c.w}, dtype::f16, layout::nchw};
+  const tensor_desc wt{nullptr, shape{c.cout, c.cin, c.kh, c.kw}, dtype::f16, layout::nchw};
+  const tensor_desc y{nullptr, shape{c.n, c.cout, ho, wo}, dtype::f16, layout::nchw};
+  const std::array<std::int32_t, 2> s{static_cast<std::int32_t>(c.stride), static_cast<std::int32_t>(c.stride)};
+  const std::array<std::int32_t, 2> p{static_cast<std::int32_t>(c.pad), static_cast<std::int32_t>(c.pad)};
+  if (pass == 0) return kernel_desc{kernels::conv2d{x, wt, y, s, p}};
+  if (pass == 1) return kernel_desc{kernels::conv2d_backward_data{y, wt, x, s, p}};
+  return kernel_desc{kernels::conv2d_backward_weight{x, y, wt, s, p}};
+}
+
+// The oracles of reference §1.3: the cube floor and the roofline, computed here from the shapes.
+void check_oracles(const preset& p, const kernel_desc& k, std::int64_t m, std::int64_t n, std::int64_t kk,
+                   double useful_flops, double min_bytes, std::uint32_t cores) {
+  const kernel_cost c = estimate(p, k, cores);
+  const double floor_cycles = static_cast<double>(cdiv(m, 16) * cdiv(n, 16) * cdiv(kk, 16)) / cores;
+  INFO("op " << c.op << " M=" << m << " N=" << n << " K=" << kk << " cores=" << cores);
+  CHECK(c.total_cycles >= floor_cycles);
+  const double roof = std::max(useful_flops / (p.cube_flops_per_cycle() * cores * p.clock_hz), min_bytes / p.hbm_bandwidth);
+  CHECK(to_us(c.body) * 1e-6 >= roof * (1 - 1e-9));
+  CHECK(c.cube_path);
+}
+
+}  // namespace
+
+TEST_CASE("no GEMM beats the cube floor or the roofline", "[sim][cost]") {
+  const preset p = presets::ascend910();
+  const std::vector<std::int64_t> dims{1, 15, 16, 17, 100, 256, 1000, 4096};
+  for (std::uint32_t cores : {1u, 7u, 32u})
+    for (auto m : dims)
+      for (auto n : dims)
+        for (auto k : dims) {
+          const double bytes = 2.0 * (m * k + k * n + m * n);
+          check_oracles(p, gemm(m, n, k), m, n, k, 2.0 * m * n * k, bytes, cores);
+        }
+}
+
+TEST_CASE("no convolution pass beats the cube floor or the roofline", "[sim][cost]") {
+  const preset p = presets::ascend910();
+  const std::vector<conv_case> cases{
+      {32, 3, 224, 224, 64, 7, 7, 2, 3},  {32, 64, 56, 56, 64, 3, 3, 1, 1},   {32, 256, 56, 56, 128, 1, 1, 1, 0},
+      {32, 128, 56, 56, 128, 3, 3, 2, 1}, {32, 512, 28, 28, 1024, 1, 1, 2, 0}, {16, 2048, 7, 7, 512, 1, 1, 1, 0},
+      {8, 17, 30, 30, 33, 5, 5, 1, 2},    {1, 512, 7, 7, 512, 3, 3, 1, 1},    {4, 96, 27, 27, 256, 5, 5, 1, 2},
+  };
+  for (std::uint32_t cores : {1u, 32u})
+    for (const auto& c : cases) {
+      const std::int64_t ho = (c.h + 2 * c.pad - c.kh) / c.stride + 1, wo = (c.w + 2 * c.pad - c.kw) / c.stride + 1;
+      const double macs = static_cast<double>(c.n) * ho * wo * c.cout * c.cin * c.kh * c.kw;
+      // A kernel smaller than its stride reads only the pixels it lands on (strided DMA).
+      const double x_all = 2.0 * c.n * c.cin * c.h * c.w;
+      const double x = c.kh < c.stride ? x_all * c.kh * c.kw / (c.stride * c.stride) : x_all;
+      const double w = 2.0 * c.cout * c.cin * c.kh * c.kw, y = 2.0 * c.n * c.cout * ho * wo;
+      // img2col GEMMs (reference §1.3): forward M = N*Ho*Wo, K = ceil(Cin/16)*16*kh*kw, N = Cout.
+      check_oracles(p, conv(c, 0), c.n * ho * wo, c.cout, cdiv(c.cin, 16) * 16 * c.kh * c.kw, 2 * macs, x + w + y, cores);
+      // The backward passes do the same MACs; their floors use the same fractal count.
+      const kernel_cost bd = estimate(p, conv(c, 1), cores), bw = estimate(p, conv(c, 2), cores);
+      const double fwd_floor = static_cast<double>(cdiv(c.n * ho * wo, 16) * cdiv(c.cout, 16) * cdiv(c.cin, 16) * c.kh * c.kw) / cores;
+      CHECK(bd.total_cycles >= fwd_floor * 0.999);
+      CHECK(bw.total_cycles >= fwd_floor * 0.999);
+      for (const kernel_cost* kc : {&bd, &bw}) {
+        CHECK(kc->flops == static_cast<std::uint64_t>(2 * macs));
+        CHECK(to_us(kc->body) * 1e-6 >= 2 * macs / (p.cube_flops_per_cycle() * cores * p.clock_hz));
+        CHECK(to_us(kc->body) * 1e-6 >= (x + w + y) / p.hbm_bandwidth * (1 - 1e-9));
+      }
+      {
+        // The input gradient is written in full, zeros included.
+        CHECK(to_us(bd.body) * 1e-6 >= (x_all + y) / p.hbm_bandwidth * (1 - 1e-9));
+      }
+    }
+}
+
+TEST_CASE("a large FP16 GEMM reaches at least 85% of the cube peak", "[sim][cost]") {
+  for (const preset& p : {presets::ascend910(), presets::ascend910b()}) {
+    const kernel_cost c = estimate(p, gemm(8192, 8192, 8192));
+    const double seconds = to_us(c.total) * 1e-6;
+    const double achieved = 2.0 * 8192.0 * 8192 * 8192 / seconds;
+    INFO(p.name << ": " << achieved / 1e12 << " TFLOP/s of " << p.peak_fp16_flops() / 1e12 << ", bound by "
+                << to_string(c.bound));
+    if (p.name == "ascend910") {
+      CHECK(achieved >= 0.85 * p.peak_fp16_flops());
+      CHECK(c.bound == unit::cube);
+    }
+    CHECK(achieved <= p.peak_fp16_flops());
+  }
+}
+
+TEST_CASE("a memory-bound elementwise kernel takes bytes over HBM bandwidth, within 15%", "[sim][cost]") {
+  const preset p = presets::ascend910();
+  // Large enough that the 2 us launch latency is not most of the time.
+  for (std::int64_t elems : {std::int64_t{1} << 24, std::int64_t{1} << 26, std::int64_t{300'000'000}}) {
+    for (auto fn : {kernels::eltwise_fn::add, kernels::eltwise_fn::mul, kernels::eltwise_fn::relu}) {
+      const tensor_desc t{nullptr, shape{elems}, dtype::f16};
+      const kernel_desc k{kernels::elementwise{fn, t, t, t}};
+      const bool unary = fn == kernels::eltwise_fn::relu;
+      const double bytes = (unary ? 2.0 : 3.0) * elems * 2;
+      const double expect = bytes / p.hbm_bandwidth;
+      const kernel_cost c = estimate(p, k);
+      const double got = to_us(c.total) * 1e-6;
+      INFO("elems " << elems << " " << c.op << ": " << got * 1e6 << " us vs " << expect * 1e6 << " us");
+      CHECK(got >= expect);
+      CHECK(got <= 1.15 * expect);
+      CHECK(c.bound == unit::hbm);
+      CHECK(c.hbm_bytes == static_cast<std::uint64_t>(bytes));
+    }
+  }
+}
+
+TEST_CASE("half the HBM bandwidth makes a memory-bound kernel twice as slow, a cube-bound one barely slower", "[sim][cost]") {
+  const preset p = presets::ascend910();
+  const tensor_desc t{nullptr, shape{1 << 26}, dtype::f16};
+  const kernel_desc add{kernels::elementwise{kernels::eltwise_fn::add, t, t, t}};
+  const double full = estimate(p, add, 0, p.hbm_bandwidth).total_cycles;
+  const double half = estimate(p, add, 0, p.hbm_bandwidth / 2).total_cycles;
+  CHECK(half / full > 1.9);
+  const kernel_desc g = gemm(4096, 4096, 4096);
+  // The GEMM's L2 misses slow down, its cube work does not.
+  CHECK(estimate(p, g, 0, p.hbm_bandwidth / 2).total_cycles / estimate(p, g).total_cycles < 1.25);
+}
+
+TEST_CASE("cube rates follow the dtype: INT8 twice FP16, FP32 half", "[sim][cost]") {
+  const preset p = presets::ascend910();
+  const double f16 = estimate(p, gemm(4096, 4096, 4096, dtype::f16)).busy.cube;
+  const double i8 = estimate(p, gemm(4096, 4096, 4096, dtype::i8, dtype::i32)).busy.cube;
+  const double f32 = estimate(p, gemm(4096, 4096, 4096, dtype::f32, dtype::f32)).busy.cube;
+  CHECK(i8 < f16 * 0.55);
+  CHECK(f32 > f16 * 1.9);
+}
+
+TEST_CASE("the same kernel always costs the same cycles", "[sim][cost]") {
+  const preset p = presets::ascend910b();
+  const conv_case c{64, 256, 56, 56, 64, 1, 1, 1, 0};
+  for (int pass = 0; pass < 3; ++pass) {
+    const kernel_cost a = estimate(p, conv(c, pass)), b = estimate(p, conv(c, pass));
+    CHECK(a.total_cycles == b.total_cycles);
+    CHECK(a.total == b.total);
+    CHECK(a.tiles == b.tiles);
+    CHECK(a.bound == b.bound);
+    CHECK(a.hbm_bytes == b.hbm_bytes);
+  }
+}
+
+TEST_CASE("the breakdown adds up", "[sim][cost]") {
+  const preset p = presets::ascend910();
+  const kernel_cost c = estimate(p, gemm(1024, 1024, 1024));
+  CHECK(c.total == c.launch_latency + c.body);
+  CHECK(c.launch_latency == p.kernel_launch_latency);
+  CHECK(c.body == cycles_to_ps(static_cast<std::uint64_t>(std::ceil(c.total_cycles)), p.clock_hz));
+  CHECK(c.stall_cycles == c.total_cycles - c.busy.of(c.bound));
+  CHECK(c.busy.of(c.bound) <= c.total_cycles);
+  CHECK(c.tiles >= c.tiles_per_core);
+  CHECK(c.cube_floor_cycles == static_cast<std::uint64_t>(cdiv(64 * 64 * 64, 32)));
+  const kernels::fixed f{picoseconds{12345}};
+  const kernel_cost fc = estimate(p, kernel_desc{f});
+  CHECK(fc.body == picoseconds{12345});
+  CHECK(fc.total == picoseconds{12345} + p.kernel_launch_latency);
+  CHECK(fc.bound == unit::fixed);
+}
