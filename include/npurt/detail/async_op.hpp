@@ -10,6 +10,7 @@
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/recycling_allocator.hpp>
 
 #include <memory>
 #include <system_error>
@@ -21,8 +22,13 @@ namespace npurt::detail {
 template <class Handler, class... Values>
 class handler_op final : public op_base {
  public:
-  using allocator_type = typename std::allocator_traits<
-      boost::asio::associated_allocator_t<Handler>>::template rebind_alloc<handler_op>;
+  // Handlers without an allocator of their own use Asio's per-thread recycling allocator, as
+  // Asio's own operations do: an awaited launch then allocates nothing once warm.
+  using allocator_type = typename std::allocator_traits<boost::asio::associated_allocator_t<
+      Handler, boost::asio::recycling_allocator<void>>>::template rebind_alloc<handler_op>;
+  static allocator_type get_alloc(const Handler& h) {
+    return allocator_type(boost::asio::get_associated_allocator(h, boost::asio::recycling_allocator<void>()));
+  }
 
   handler_op(runtime& rt, Handler&& h) : rt_(&rt), handler_(std::move(h)) { complete_fn = &do_complete; }
 
@@ -30,7 +36,7 @@ class handler_op final : public op_base {
   std::tuple<Values...> values{};
 
   static op_base* create(runtime& rt, Handler&& h) {
-    allocator_type alloc(boost::asio::get_associated_allocator(h));
+    allocator_type alloc = get_alloc(h);
     handler_op* p = std::allocator_traits<allocator_type>::allocate(alloc, 1);
     std::allocator_traits<allocator_type>::construct(alloc, p, rt, std::move(h));
     rt.host_wait_begin();
@@ -41,7 +47,7 @@ class handler_op final : public op_base {
   static void do_complete(op_base* base, std::error_code ec) {
     auto* self = static_cast<handler_op*>(base);
     runtime& rt = *self->rt_;
-    allocator_type alloc(boost::asio::get_associated_allocator(self->handler_));
+    allocator_type alloc = get_alloc(self->handler_);
     Handler h(std::move(self->handler_));
     std::tuple<Values...> vals(std::move(self->values));
     std::allocator_traits<allocator_type>::destroy(alloc, self);

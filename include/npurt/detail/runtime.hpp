@@ -63,7 +63,7 @@ struct task : task_info {
   std::uint32_t target_stream = 0;
   std::uint64_t target_seq = 0;
   std::uint64_t event_id = 0;
-  std::function<void()> callback;  // host_callback only
+  std::function<void()>* callback = nullptr;  // host_callback only (kept out of the record)
   kernel_desc* owned_kernel = nullptr;
   bool blocked = false;            // an event wait not yet satisfied
   std::error_code error;           // set when the task failed or was aborted

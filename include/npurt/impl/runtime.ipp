@@ -72,12 +72,11 @@ NPURT_DECL bool runtime::step() {
   // Host first: handlers posted by completions resume at the virtual time they were posted.
   if (posts_ != 0) {
     posts_ = 0;
+    // poll() runs until no handler is ready, including those posted while it runs, so
+    // afterwards only device-side completions (counted in posts_) can make more ready.
     const std::size_t n = ioc_.poll();
     if (ioc_.stopped()) ioc_.restart();
-    if (n != 0) {
-      posts_ = 1;  // a handler may have posted more without telling us
-      return true;
-    }
+    if (n != 0) return true;
   }
   if (now_head_ < now_queue_.size()) {
     // Actions appended while running are due now as well: run them in call order.
@@ -100,11 +99,7 @@ NPURT_DECL bool runtime::step() {
   // Nothing timed: one last look for host work posted from outside our accounting.
   const std::size_t n = ioc_.poll();
   if (ioc_.stopped()) ioc_.restart();
-  if (n != 0) {
-    posts_ = 1;
-    return true;
-  }
-  return false;
+  return n != 0;
 }
 
 NPURT_DECL void runtime::run_until(const std::function<bool()>& pred, std::error_code& ec) {
@@ -275,6 +270,7 @@ NPURT_DECL kernel_desc* runtime::new_kernel(const kernel_desc& k) { return kerne
 
 NPURT_DECL void runtime::free_task(task* t) noexcept {
   if (t->owned_kernel) kernels_.destroy(t->owned_kernel);
+  delete t->callback;
   tasks_.destroy(t);
 }
 
@@ -390,7 +386,7 @@ NPURT_DECL void runtime::start_task(stream_state& s, task* t) {
       note_post();
       boost::asio::post(s.strand, [this, t] {
         try {
-          if (t->callback) t->callback();
+          if (t->callback) (*t->callback)();
         } catch (...) {
           t->error = make_error_code(errc::kernel_fault);
         }

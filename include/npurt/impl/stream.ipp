@@ -73,10 +73,12 @@ NPURT_DECL event stream::submit(detail::task* t) {
 NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, std::error_code& ec) {
   auto* s = state(ec);
   if (!s) return nullptr;
-  const device_properties& props = rt_->backend().properties(s->device);
-  if (k.block_dim > std::max(props.ai_core_count, props.vector_core_count)) {
-    ec = make_error_code(errc::invalid_argument);
-    return nullptr;
+  if (k.block_dim != 0) {
+    const device_properties& props = rt_->backend().properties(s->device);
+    if (k.block_dim > std::max(props.ai_core_count, props.vector_core_count)) {
+      ec = make_error_code(errc::invalid_argument);
+      return nullptr;
+    }
   }
   if (!std::holds_alternative<kernels::fixed>(k.op)) {
     ec = rt_->backend().validate(s->device, k);
@@ -249,7 +251,7 @@ NPURT_DECL detail::task* stream::make_callback(std::function<void()> fn, std::er
   }
   detail::task* t = rt_->new_task(*s, task_kind::host_callback);
   t->engine = engine_kind::host;
-  t->callback = std::move(fn);
+  t->callback = new std::function<void()>(std::move(fn));
   t->name = "host_callback";
   return t;
 }
