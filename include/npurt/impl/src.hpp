@@ -18,4 +18,3 @@
 #include <npurt/impl/memplan.ipp>
 #include <npurt/impl/profiler.ipp>
 #include <npurt/impl/caching_allocator.ipp>
-#include <npurt/impl/memplan.ipp>

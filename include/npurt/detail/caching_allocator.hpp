@@ -1,0 +1,469 @@
+// npurt/detail/caching_allocator.hpp — the device caching allocator, modelled on the PyTorch /
+// torch_npu caching allocator (reference/memory.md §1), decoupled from the runtime.
+//
+// It manages one device's address space through a segment_provider (the device layer) and asks
+// the runtime about stream progress through callbacks, so the runtime can plug it in under
+// device::malloc and under the stream-ordered pool without the allocator knowing either.
+//
+// Model, in short:
+// - sizes round to 512 B (Ascend-compat mode adds 32 B first); requests <= 1 MiB use the small
+//   pool (2 MiB segments), larger ones the large pool (20 MiB segments below 10 MiB, else the
+//   request rounded to 2 MiB);
+// - best fit on (stream, size, address); split and coalesce inside a segment only; PyTorch's
+//   split rules, max_split_size and max_non_split_rounding;
+// - a freed block is reused on its own stream at once; on another stream only after the fences
+//   recorded with record_stream() completed, or (stream-ordered pool semantics) when one of the
+//   three cudaMemPool/aclrtMemPool reuse policies allows it;
+// - "compact" strategy: one growable arena per stream (reserve address space, map pages on
+//   demand, lowest-address best fit), the analogue of PyTorch's expandable segments;
+// - out of memory runs the retry chain: free cached blocks that fit the rule -> garbage-collect
+//   -> synchronise all streams and free everything cached -> out_of_memory_error.
+//
+// Not thread-safe: the runtime calls it from the device's strand (or under its own lock).
+#pragma once
+
+#include <npurt/config.hpp>
+#include <npurt/error.hpp>
+
+#include <mimalloc.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace npurt::detail {
+
+inline constexpr std::size_t kib = 1024, mib = 1024 * 1024;
+
+/// The device layer under the allocator: hands out and takes back device memory.
+///
+/// allocate/release are whole segments (cudaMalloc / aclrtMalloc). The four address-range calls
+/// back the "compact" strategy (cuMemAddressReserve / cuMemMap, AclrtReserveMemAddress /
+/// AclrtMapMem): reserve_range takes address space without memory, map/unmap back part of it
+/// with memory. A provider that cannot do that leaves the defaults; "compact" then reports
+/// errc::not_supported.
+class segment_provider {
+ public:
+  virtual ~segment_provider() = default;
+  virtual std::error_code allocate(std::size_t bytes, std::uint64_t& addr) = 0;
+  virtual void release(std::uint64_t addr, std::size_t bytes) = 0;
+  [[nodiscard]] virtual std::size_t capacity() const = 0;
+  [[nodiscard]] virtual std::size_t free_bytes() const = 0;
+
+  virtual std::error_code reserve_range(std::size_t /*bytes*/, std::uint64_t& /*addr*/) {
+    return make_error_code(errc::not_supported);
+  }
+  virtual void release_range(std::uint64_t /*addr*/, std::size_t /*bytes*/) {}
+  virtual std::error_code map(std::uint64_t /*addr*/, std::size_t /*bytes*/) {
+    return make_error_code(errc::not_supported);
+  }
+  virtual void unmap(std::uint64_t /*addr*/, std::size_t /*bytes*/) {}
+};
+
+/// A provider with no backing store: a device of `capacity` bytes whose addresses start at
+/// `base`. Physical memory is a counter (segments plus mapped pages), so a 32 GB device costs no
+/// host RAM; addresses are handed out by a bump pointer and never reused, so a stale pointer can
+/// never alias a newer allocation. Good for timing-only mode, tests and benchmarks; a functional
+/// device wraps it and attaches host storage.
+class counting_provider : public segment_provider {
+ public:
+  explicit counting_provider(std::size_t capacity, std::uint64_t base = 0x100000000ull)
+      : capacity_(capacity), next_(base) {}
+  std::error_code allocate(std::size_t bytes, std::uint64_t& addr) override;
+  void release(std::uint64_t addr, std::size_t bytes) override;
+  [[nodiscard]] std::size_t capacity() const override { return capacity_; }
+  [[nodiscard]] std::size_t free_bytes() const override { return capacity_ - used_; }
+  std::error_code reserve_range(std::size_t bytes, std::uint64_t& addr) override;
+  void release_range(std::uint64_t addr, std::size_t bytes) override;
+  std::error_code map(std::uint64_t addr, std::size_t bytes) override;
+  void unmap(std::uint64_t addr, std::size_t bytes) override;
+
+  /// Fails the next `n` allocate/map calls with out_of_memory (fault injection for tests).
+  void fail_next(int n) { fail_next_ = n; }
+  [[nodiscard]] std::size_t used() const noexcept { return used_; }
+  [[nodiscard]] std::size_t live_segments() const noexcept { return segments_.size(); }
+
+ private:
+  bool take(std::size_t bytes);
+  std::size_t capacity_;
+  std::size_t used_ = 0;
+  std::uint64_t next_;
+  int fail_next_ = 0;
+  std::map<std::uint64_t, std::size_t> segments_;  // allocate()d, to catch provider misuse
+};
+
+/// Open-addressing map from device address to a pointer (linear probing, backward-shift
+/// deletion): the allocator's address lookup is on every free, and node-based maps cost an
+/// allocation per insert. Key 0 marks an empty slot (0 is never a device address here).
+template <class V>
+class addr_map {
+ public:
+  addr_map() { rehash(64); }
+  [[nodiscard]] V* find(std::uint64_t key) const noexcept {
+    for (std::size_t i = slot(key);; i = (i + 1) & mask_) {
+      if (t_[i].key == key) return t_[i].value;
+      if (t_[i].key == 0) return nullptr;
+    }
+  }
+  void assign(std::uint64_t key, V* value) {
+    if ((size_ + 1) * 4 > t_.size() * 3) rehash(t_.size() * 2);
+    std::size_t i = slot(key);
+    for (; t_[i].key != 0 && t_[i].key != key; i = (i + 1) & mask_) {}
+    if (t_[i].key == 0) ++size_;
+    t_[i] = {key, value};
+  }
+  void emplace(std::uint64_t key, V* value) { assign(key, value); }
+  void erase(std::uint64_t key) noexcept {
+    std::size_t i = slot(key);
+    for (; t_[i].key != key; i = (i + 1) & mask_)
+      if (t_[i].key == 0) return;
+    // Shift later entries of the probe run back so lookups never need tombstones.
+    for (std::size_t j = (i + 1) & mask_; t_[j].key != 0; j = (j + 1) & mask_) {
+      const std::size_t home = slot(t_[j].key);
+      if (((j - home) & mask_) >= ((j - i) & mask_)) {
+        t_[i] = t_[j];
+        i = j;
+      }
+    }
+    t_[i] = {0, nullptr};
+    --size_;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+ private:
+  struct entry {
+    std::uint64_t key;
+    V* value;
+  };
+  [[nodiscard]] std::size_t slot(std::uint64_t key) const noexcept {
+    return static_cast<std::size_t>(((key >> 9) * 0x9e3779b97f4a7c15ull) >> shift_);
+  }
+  void rehash(std::size_t n) {
+    std::vector<entry> old(n, entry{0, nullptr});
+    old.swap(t_);
+    mask_ = n - 1;
+    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(n));
+    size_ = 0;
+    for (const auto& e : old)
+      if (e.key) assign(e.key, e.value);
+  }
+  std::vector<entry> t_;
+  std::size_t mask_ = 0, size_ = 0;
+  unsigned shift_ = 0;
+};
+
+enum class allocation_strategy {
+  segmented,  ///< PyTorch-like segments and pools (the default)
+  compact,    ///< one growable arena per stream, like expandable segments
+};
+
+struct caching_allocator_options {
+  int device = 0;
+  allocation_strategy strategy = allocation_strategy::segmented;
+  bool ascend_pad = false;  ///< torch_npu: add 32 B before rounding to 512 B
+  /// Blocks of at least this size are never split, and requests below it never take them.
+  std::size_t max_split_size = std::numeric_limits<std::size_t>::max();
+  /// A request >= max_split_size takes a cached block only if block < request + this.
+  std::size_t max_non_split_rounding = 20 * mib;
+  /// 0 disables; in (0, 1): when reserved exceeds t x limit, free old cached blocks first.
+  double garbage_collection_threshold = 0.0;
+  /// Upper bound on reserved bytes; 0 means the provider's capacity.
+  std::size_t pool_size_limit = 0;
+  /// false: allocate() never takes new device memory; memory comes from reserve() (and, in
+  /// compact mode, the initial_reserve mapped when a stream's arena is created).
+  bool auto_growth = true;
+  std::size_t initial_reserve = 0;
+  /// Compact mode: mapping granule, and address space reserved per arena (0: the limit).
+  std::size_t granule = 2 * mib;
+  std::size_t arena_address_space = 0;
+  // cudaMemPool / aclrtMemPool attributes (ids 1-4); 5-8 are read from stats().
+  bool reuse_follow_event_dependencies = true;
+  bool reuse_allow_opportunistic = true;
+  bool reuse_allow_internal_dependencies = true;
+  std::size_t release_threshold = 0;
+};
+
+/// How the allocator learns about stream progress. Streams are plain ids; fences are opaque
+/// ids the runtime hands out (an event recorded on a stream). 0 is never a valid fence.
+struct stream_callbacks {
+  /// Has the work behind this fence completed? Required for record_stream() and cross-stream
+  /// reuse; without it such blocks wait for synchronize_all.
+  std::function<bool(std::uint64_t fence)> fence_done;
+  /// Block the host until every stream of the device is idle (the retry chain's last resort).
+  std::function<void()> synchronize_all;
+  /// Optional: record a fence at the current end of `stream`. With it, frees remember where they
+  /// happened, so other streams may reuse the memory under the pool's reuse policies, and
+  /// record_stream() without a fence records one at free time (as PyTorch does).
+  std::function<std::uint64_t(std::uint32_t stream)> record_fence;
+  /// Optional (reuse_follow_event_dependencies): does `stream` already wait for `fence`?
+  std::function<bool(std::uint32_t stream, std::uint64_t fence)> stream_waits_on;
+  /// Optional (reuse_allow_internal_dependencies): make `stream` wait for `fence`.
+  std::function<void(std::uint32_t stream, std::uint64_t fence)> insert_wait;
+};
+
+/// PyTorch's Stat: current, peak, and the running totals of increases and decreases.
+struct stat {
+  std::int64_t current = 0;
+  std::int64_t peak = 0;
+  std::int64_t allocated = 0;
+  std::int64_t freed = 0;
+};
+
+enum stat_pool : int { stat_all = 0, stat_small = 1, stat_large = 2 };
+using stat_array = std::array<stat, 3>;
+
+struct allocator_stats {
+  stat_array allocation, segment, active, inactive_split;                    // counts
+  stat_array allocated_bytes, reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes;
+  stat oversize_allocations, oversize_segments;
+  std::uint64_t num_alloc_retries = 0;
+  std::uint64_t num_ooms = 0;
+  std::uint64_t num_sync_all_streams = 0;
+  std::uint64_t num_device_alloc = 0;  // segment allocations and page maps
+  std::uint64_t num_device_free = 0;   // segment releases and page unmaps
+  std::uint64_t num_gc_freed_blocks = 0;
+  std::uint64_t num_cross_stream_reuse = 0;
+  std::size_t max_split_size = 0;
+};
+
+/// The seed document's memory_usage(): MiB as doubles. peak_mb is peak allocated.
+struct memory_usage_report {
+  double allocated_mb = 0;
+  double reserved_mb = 0;
+  double peak_mb = 0;
+};
+
+struct block_snapshot {
+  std::uint64_t addr = 0;
+  std::size_t size = 0;
+  std::size_t requested = 0;
+  std::uint32_t stream = 0;
+  bool allocated = false;
+  bool pending = false;  ///< freed, waiting for recorded fences
+};
+
+struct segment_snapshot {
+  std::uint64_t addr = 0;
+  std::size_t size = 0;  ///< reserved (mapped, for an arena) bytes
+  std::uint32_t stream = 0;
+  bool small = false;
+  bool arena = false;
+  std::vector<block_snapshot> blocks;
+};
+
+struct memory_snapshot {
+  std::vector<segment_snapshot> segments;
+  std::size_t total_free = 0;     ///< free bytes inside segments
+  std::size_t largest_free = 0;   ///< largest free block
+  /// External fragmentation: 1 - largest free / total free (0 when nothing is free).
+  [[nodiscard]] double fragmentation() const noexcept {
+    return total_free ? 1.0 - static_cast<double>(largest_free) / static_cast<double>(total_free) : 0.0;
+  }
+};
+
+/// Steps of the out-of-memory retry chain, in the order they run (reported to on_retry_step).
+enum class retry_step {
+  garbage_collect_preemptive,  ///< usage above the GC threshold, before asking the device
+  device_alloc_failed,         ///< the device (or the pool limit) refused
+  free_fitting_cached,         ///< freed cached blocks that fit the rule, retried
+  garbage_collect,             ///< garbage-collected, retried
+  synchronize_and_free_all,    ///< synchronised all streams, freed everything cached, retried
+  out_of_memory,               ///< gave up
+};
+
+class caching_allocator {
+ public:
+  static constexpr std::size_t min_block_size = 512;
+  static constexpr std::size_t small_size = 1 * mib;
+  static constexpr std::size_t small_buffer = 2 * mib;
+  static constexpr std::size_t large_buffer = 20 * mib;
+  static constexpr std::size_t min_large_alloc = 10 * mib;
+  static constexpr std::size_t round_large = 2 * mib;
+  static constexpr std::size_t ascend_pad_size = 32;
+
+  NPURT_DECL caching_allocator(segment_provider& provider, caching_allocator_options opts = {},
+                               stream_callbacks callbacks = {});
+  NPURT_DECL ~caching_allocator();
+  caching_allocator(const caching_allocator&) = delete;
+  caching_allocator& operator=(const caching_allocator&) = delete;
+
+  /// Returns a device address for `size` bytes usable on `stream`. Errors: zero_size,
+  /// size_overflow (larger than the device), out_of_memory / pool_limit after the retry chain.
+  NPURT_DECL std::uint64_t allocate(std::size_t size, std::uint32_t stream, std::error_code& ec);
+  /// Throws caller_error for bad input and out_of_memory_error (with PyTorch's fields) for OOM.
+  NPURT_DECL std::uint64_t allocate(std::size_t size, std::uint32_t stream);
+
+  /// Frees `addr`, in the order of `stream` (the stream-of-free). If that is not the stream it
+  /// was allocated on, the block moves to the freeing stream. `device` (if >= 0) is the device
+  /// the caller believes the pointer is on. Errors: null_pointer, invalid_pointer, double_free,
+  /// stream_device_mismatch; on error nothing changes.
+  NPURT_DECL void deallocate(std::uint64_t addr, std::uint32_t stream, std::error_code& ec, int device = -1);
+  NPURT_DECL void deallocate(std::uint64_t addr, std::uint32_t stream, int device = -1);
+  /// Frees on the stream the block was allocated on (PyTorch's free()).
+  NPURT_DECL void deallocate(std::uint64_t addr, std::error_code& ec);
+  NPURT_DECL void deallocate(std::uint64_t addr);
+
+  /// `other_stream` uses the block: once freed, it is not reused until fence_done(fence). With
+  /// fence == 0 the fence is taken at free time through callbacks.record_fence (PyTorch style).
+  NPURT_DECL void record_stream(std::uint64_t addr, std::uint32_t other_stream, std::uint64_t fence,
+                                std::error_code& ec);
+  NPURT_DECL void record_stream(std::uint64_t addr, std::uint32_t other_stream, std::uint64_t fence = 0);
+
+  /// Takes `bytes` of device memory for `stream` into the cache now (a segment, or arena pages).
+  /// The way to stock a pool that has auto_growth off.
+  NPURT_DECL void reserve(std::size_t bytes, std::uint32_t stream, std::error_code& ec);
+
+  /// Returns every cached block that can be returned (whole free segments; free arena tails).
+  NPURT_DECL void empty_cache();
+  /// Runs garbage collection now: frees cached blocks that have not been reused for longer than
+  /// average, down to the threshold (or, with threshold 0, one round of old blocks).
+  NPURT_DECL void trigger_gc();
+  /// Releases cached memory until reserved <= keep_bytes (cudaMemPoolTrimTo).
+  NPURT_DECL void trim_to(std::size_t keep_bytes);
+  /// The runtime calls this after a stream, event or device synchronisation: completed fences
+  /// are reaped and, as cudaMemPool does, reserved memory above release_threshold is released.
+  /// all_streams: every stream of the device is idle, so every recorded use is over.
+  NPURT_DECL void on_synchronize(bool all_streams = false);
+  /// Reaps blocks whose recorded fences completed.
+  NPURT_DECL void process_events();
+
+  NPURT_DECL void reset_peak();
+  NPURT_DECL void reset_accumulated();
+  [[nodiscard]] const allocator_stats& stats() const noexcept { return stats_; }
+  [[nodiscard]] NPURT_DECL memory_usage_report memory_usage() const noexcept;
+  [[nodiscard]] NPURT_DECL memory_snapshot snapshot() const;
+
+  // cudaMemPool-style attributes. The used/reserved marks are allocated/reserved bytes.
+  [[nodiscard]] std::size_t reserved_current() const noexcept { return static_cast<std::size_t>(stats_.reserved_bytes[0].current); }
+  [[nodiscard]] std::size_t reserved_high() const noexcept { return static_cast<std::size_t>(stats_.reserved_bytes[0].peak); }
+  [[nodiscard]] std::size_t used_current() const noexcept { return static_cast<std::size_t>(stats_.allocated_bytes[0].current); }
+  [[nodiscard]] std::size_t used_high() const noexcept { return static_cast<std::size_t>(stats_.allocated_bytes[0].peak); }
+  NPURT_DECL void reset_reserved_high() noexcept;
+  NPURT_DECL void reset_used_high() noexcept;
+
+  [[nodiscard]] caching_allocator_options& options() noexcept { return opts_; }
+  [[nodiscard]] const caching_allocator_options& options() const noexcept { return opts_; }
+  [[nodiscard]] stream_callbacks& callbacks() noexcept { return cb_; }
+  /// Called with each retry-chain step, for logs and tests.
+  std::function<void(retry_step)> on_retry_step;
+
+  /// The rounded size a request becomes (512 B granules, plus the pad in Ascend-compat mode).
+  [[nodiscard]] NPURT_DECL std::size_t round_size(std::size_t size) const noexcept;
+  /// The segment size the segmented strategy asks the device for, for a rounded size.
+  [[nodiscard]] static NPURT_DECL std::size_t allocation_size(std::size_t rounded) noexcept;
+  /// Size of the block at addr (the allocated, rounded size); 0 if addr is not a live block.
+  [[nodiscard]] NPURT_DECL std::size_t block_size(std::uint64_t addr) const noexcept;
+  /// Consistency check of every internal structure (tests call it after each step).
+  [[nodiscard]] NPURT_DECL std::string check_consistency() const;
+
+  /// PyTorch-like message for an out-of-memory error with these fields.
+  [[nodiscard]] static NPURT_DECL std::string oom_message(const out_of_memory_error::info& i, bool pool_limit,
+                                                          std::size_t limit);
+
+ private:
+  struct segment;
+  struct block;
+  // The free index orders by (stream, size, address), PyTorch's BlockComparatorSize. The key
+  // lives in the node, so a tree descent never touches block memory: hi packs the stream and
+  // the size in 512 B units (sizes < 2 TiB), lo is the address.
+  struct free_key {
+    std::uint64_t hi;
+    std::uint64_t lo;
+    block* b;
+    bool operator<(const free_key& o) const noexcept { return hi != o.hi ? hi < o.hi : lo < o.lo; }
+  };
+  static std::uint64_t key_hi(std::uint32_t stream, std::size_t size) noexcept {
+    return (static_cast<std::uint64_t>(stream) << 32) | static_cast<std::uint64_t>(size >> 9);
+  }
+  using free_set = std::set<free_key, std::less<free_key>, mi_stl_allocator<free_key>>;
+  enum pool_id : std::uint8_t { small_pool = 0, large_pool = 1, arena_pool = 2 };
+  struct block {
+    std::uint64_t addr = 0;
+    std::size_t size = 0;
+    std::size_t requested = 0;
+    std::uint32_t stream = 0;
+    pool_id pool = small_pool;
+    bool allocated = false;
+    bool pending = false;
+    block* prev = nullptr;
+    block* next = nullptr;
+    segment* seg = nullptr;
+    std::uint64_t gc_base = 0;
+    std::uint64_t free_fence = 0;  // where the free happened in stream order (0: unknown)
+    free_set::iterator where;      // position in the free set while cached: O(1) erase
+    // Streams that used the block (record_stream) and their fences (0: record at free time).
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> uses;
+  };
+  struct segment {
+    std::uint64_t addr = 0;
+    std::size_t size = 0;        // reserved bytes (mapped bytes for an arena)
+    std::size_t va_size = 0;     // arena: reserved address space
+    std::uint32_t stream = 0;
+    pool_id pool = small_pool;
+    block* first = nullptr;
+    block* last = nullptr;
+    std::size_t live = 0;        // blocks allocated or pending
+  };
+  struct alloc_params {
+    std::size_t requested = 0;
+    std::size_t size = 0;        // rounded
+    std::size_t alloc_size = 0;  // segment size to ask for
+    std::uint32_t stream = 0;
+    pool_id pool = small_pool;
+    bool pool_limited = false;   // the last refusal came from the pool limit, not the device
+  };
+
+  NPURT_DECL block* new_block();
+  NPURT_DECL void delete_block(block* b) noexcept;
+  NPURT_DECL int stat_index(pool_id p) const noexcept;
+  NPURT_DECL void stat_add(stat_array& s, pool_id p, std::int64_t n) noexcept;
+  NPURT_DECL block* get_free_block(alloc_params& p);
+  NPURT_DECL block* get_cross_stream_block(alloc_params& p);
+  NPURT_DECL bool block_fits(const block* b, const alloc_params& p) const noexcept;
+  NPURT_DECL block* alloc_segment(alloc_params& p);
+  NPURT_DECL block* grow_arena(alloc_params& p);
+  NPURT_DECL block* extend_arena(segment* a, std::size_t bytes, std::uint32_t stream);
+  NPURT_DECL segment* arena_for(std::uint32_t stream, std::error_code& ec);
+  NPURT_DECL std::uint64_t take_block(block* b, alloc_params& p);
+  NPURT_DECL void free_block(block* b);
+  NPURT_DECL void coalesce_and_cache(block* b);
+  NPURT_DECL void release_segment(segment* s);
+  NPURT_DECL bool release_arena_tail(segment* s);
+  NPURT_DECL bool release_fitting_cached(const alloc_params& p);
+  NPURT_DECL bool release_all_cached(std::size_t keep = 0);
+  NPURT_DECL void garbage_collect(bool forced);
+  NPURT_DECL std::size_t gc_limit() const noexcept;
+  NPURT_DECL void step(retry_step s);
+  NPURT_DECL bool should_split(const block* b, std::size_t size) const noexcept;
+  NPURT_DECL free_set& set_of(pool_id p) noexcept;
+  NPURT_DECL void erase_free(block* b) noexcept;
+  NPURT_DECL void insert_free(block* b);
+
+  segment_provider& provider_;
+  caching_allocator_options opts_;
+  stream_callbacks cb_;
+  allocator_stats stats_;
+  std::array<free_set, 3> free_;
+  addr_map<block> blocks_;                         // every block, by start address
+  std::map<std::uint64_t, segment*> segments_;     // by base address
+  std::map<std::uint32_t, segment*> arenas_;       // compact: one per stream
+  std::vector<block*> pending_;                    // freed, waiting for fences
+  std::vector<std::unique_ptr<block[]>> block_chunks_;
+  std::vector<block*> spare_blocks_;
+  std::vector<free_set::node_type> spare_nodes_;  // recycled set nodes: no allocation per cache/uncache
+  std::uint64_t free_search_count_ = 0;            // gc ages count searches, as PyTorch does
+};
+
+}  // namespace npurt::detail
+
+#if NPURT_INCLUDE_IMPL
+#include <npurt/impl/caching_allocator.ipp>
+#endif

@@ -1,0 +1,598 @@
+// npurt/impl/memplan.ipp
+#pragma once
+
+#include <npurt/memplan.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <istream>
+#include <limits>
+#include <numeric>
+#include <ostream>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+
+namespace npurt::memplan {
+namespace detail {
+
+inline std::uint64_t align_up(std::uint64_t v, std::uint64_t a) noexcept { return (v + a - 1) & ~(a - 1); }
+
+// Deterministic generator for the local search (splitmix64): plans must depend on the seed only.
+struct splitmix {
+  std::uint64_t s;
+  std::uint64_t next() noexcept {
+    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  std::uint32_t below(std::uint32_t n) noexcept { return static_cast<std::uint32_t>(next() % n); }
+};
+
+// Greedy placement engine. The neighbour lists (buffers overlapping in time) are computed once,
+// so one placement pass costs O(sum over buffers of k log k) for k placed neighbours instead of
+// the O(n^2) scan over every placed buffer: sorted by lower, every buffer j that starts before i
+// ends overlaps i, so the sweep visits overlapping pairs only.
+class engine {
+ public:
+  engine(const std::vector<buffer>& b, std::uint64_t alignment) : b_(b), align_(alignment) {
+    const auto n = static_cast<std::uint32_t>(b.size());
+    std::vector<std::uint32_t> by_lower(n);
+    std::iota(by_lower.begin(), by_lower.end(), 0u);
+    std::sort(by_lower.begin(), by_lower.end(), [&](std::uint32_t x, std::uint32_t y) {
+      return b[x].lower != b[y].lower ? b[x].lower < b[y].lower : x < y;
+    });
+    std::vector<std::uint32_t> degree(n, 0);
+    for (std::uint32_t p = 0; p < n; ++p) {
+      const auto i = by_lower[p];
+      for (std::uint32_t q = p + 1; q < n && b[by_lower[q]].lower < b[i].upper; ++q) {
+        ++degree[i];
+        ++degree[by_lower[q]];
+      }
+    }
+    start_.assign(n + 1, 0);
+    for (std::uint32_t i = 0; i < n; ++i) start_[i + 1] = start_[i] + degree[i];
+    adj_.resize(start_[n]);
+    std::vector<std::uint32_t> fill(start_.begin(), start_.end() - 1);
+    for (std::uint32_t p = 0; p < n; ++p) {
+      const auto i = by_lower[p];
+      for (std::uint32_t q = p + 1; q < n && b[by_lower[q]].lower < b[i].upper; ++q) {
+        const auto j = by_lower[q];
+        adj_[fill[i]++] = j;
+        adj_[fill[j]++] = i;
+      }
+    }
+    offset_.assign(n, 0);
+    slot_.assign(n, {0, 0});
+    top_.assign(n + 1, 0);
+  }
+
+  [[nodiscard]] std::uint64_t pass_cost() const noexcept { return adj_.size() + b_.size(); }
+  [[nodiscard]] const std::vector<std::uint64_t>& offsets() const noexcept { return offset_; }
+  std::uint64_t work = 0;
+
+  // Places ord[from..] assuming ord[0..from) keep the offsets of the previous run over an order
+  // with the same prefix. Stops early (returns max) once the arena exceeds `cutoff`.
+  std::uint64_t run(const std::vector<std::uint32_t>& ord, fit f, std::size_t from = 0,
+                    std::uint64_t cutoff = std::numeric_limits<std::uint64_t>::max()) {
+    const std::size_t n = ord.size();
+    for (std::size_t p = 0; p < n; ++p) {
+      const auto i = ord[p];
+      slot_[i] = p < from ? std::make_pair(offset_[i], offset_[i] + b_[i].size) : std::make_pair(std::uint64_t{0}, std::uint64_t{0});
+    }
+    std::uint64_t top = top_[from];
+    for (std::size_t p = from; p < n; ++p) {
+      const auto i = ord[p];
+      const std::uint64_t off = place(i, f);
+      offset_[i] = off;
+      slot_[i] = {off, off + b_[i].size};
+      top = std::max(top, off + b_[i].size);
+      top_[p + 1] = top;
+      if (top > cutoff) return std::numeric_limits<std::uint64_t>::max();
+    }
+    return top;
+  }
+
+ private:
+  std::uint64_t place(std::uint32_t i, fit f) {
+    gaps_.clear();
+    // One packed (offset, end) array: a single random access per neighbour; end == 0 means
+    // not placed yet (sizes are positive).
+    for (auto k = start_[i]; k < start_[i + 1]; ++k) {
+      const auto& sl = slot_[adj_[k]];
+      if (sl.second) gaps_.push_back(sl);
+    }
+    work += start_[i + 1] - start_[i] + 1;
+    std::sort(gaps_.begin(), gaps_.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    const std::uint64_t size = b_[i].size;
+    std::uint64_t cur = 0, best = 0, best_gap = std::numeric_limits<std::uint64_t>::max();
+    bool found = false;
+    for (const auto& [lo, hi] : gaps_) {
+      if (lo > cur) {
+        const std::uint64_t off = align_up(cur, align_);
+        if (off + size <= lo) {
+          if (f == fit::first) return off;
+          if (lo - cur < best_gap) {
+            best_gap = lo - cur;
+            best = off;
+            found = true;
+          }
+        }
+      }
+      cur = std::max(cur, hi);
+    }
+    return found ? best : align_up(cur, align_);
+  }
+
+  const std::vector<buffer>& b_;
+  std::uint64_t align_;
+  std::vector<std::uint32_t> start_, adj_;
+  std::vector<std::uint64_t> offset_;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> slot_;  // (offset, end) of placed buffers
+  std::vector<std::uint64_t> top_;  // top_[p]: arena after placing the first p of the order
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> gaps_;
+};
+
+inline std::vector<std::uint32_t> make_order(const std::vector<buffer>& b, order o) {
+  std::vector<std::uint32_t> ord(b.size());
+  std::iota(ord.begin(), ord.end(), 0u);
+  auto key = [&](std::uint32_t i) -> long double {
+    const auto life = static_cast<long double>(b[i].upper - b[i].lower);
+    switch (o) {
+      case order::size: return static_cast<long double>(b[i].size);
+      case order::lifetime: return life;
+      case order::area: return life * static_cast<long double>(b[i].size);
+      case order::lower: return -static_cast<long double>(b[i].lower);
+    }
+    return 0;
+  };
+  std::sort(ord.begin(), ord.end(), [&](std::uint32_t x, std::uint32_t y) {
+    const auto kx = key(x), ky = key(y);
+    if (kx != ky) return kx > ky;
+    if (b[x].size != b[y].size) return b[x].size > b[y].size;
+    if (b[x].lower != b[y].lower) return b[x].lower < b[y].lower;
+    return x < y;
+  });
+  return ord;
+}
+
+inline const char* order_name(order o) {
+  switch (o) {
+    case order::size: return "size";
+    case order::lifetime: return "lifetime";
+    case order::area: return "area";
+    case order::lower: return "lower";
+  }
+  return "?";
+}
+
+// Local search over the placement order. The arena is fixed by the buffers that reach the top;
+// moving one of them (or a random buffer) earlier in the order lets it claim a low gap before
+// smaller buffers fragment the space. Equal-cost moves are accepted so the search can cross
+// plateaus; re-placement starts at the first changed position, so late moves are cheap.
+inline std::uint64_t local_search(engine& eng, std::vector<std::uint32_t>& ord, fit f, std::uint64_t current,
+                                  std::uint64_t lb, std::uint64_t budget, splitmix& rng, std::uint64_t& iters,
+                                  const std::vector<buffer>& b, std::vector<std::uint64_t>& best_offsets) {
+  const auto n = static_cast<std::uint32_t>(ord.size());
+  if (n < 2) return current;
+  std::vector<std::uint32_t> pos(n);
+  std::vector<std::uint32_t> trial;
+  std::vector<std::uint32_t> critical;
+  const std::uint64_t start_work = eng.work;
+  // The engine holds valid offsets for ord[0..valid) only: a rejected trial overwrote the rest,
+  // and the next trial re-places from min(its first change, valid) instead of restoring first.
+  std::size_t valid = n;
+  bool refresh = true;
+  // Plateaus are wide (many orders give the same arena), so ties are broken by the total
+  // overflow above the lower bound: a move that lowers it is progress toward a smaller arena.
+  auto overflow = [&](const std::vector<std::uint64_t>& off) {
+    std::uint64_t s = 0;
+    for (std::uint32_t i = 0; i < n; ++i) s += off[i] + b[i].size > lb ? off[i] + b[i].size - lb : 0;
+    return s;
+  };
+  std::uint64_t current_overflow = overflow(best_offsets);
+  while (eng.work - start_work < budget && current > lb) {
+    ++iters;
+    ++eng.work;  // skipped moves must still spend budget, so the loop always ends
+    if (refresh) {
+      for (std::uint32_t p = 0; p < n; ++p) pos[ord[p]] = p;
+      critical.clear();
+      for (std::uint32_t i = 0; i < n; ++i)
+        if (best_offsets[i] + b[i].size == current) critical.push_back(i);
+      refresh = false;
+    }
+    trial = ord;
+    std::uint32_t first_changed;
+    const auto kind = rng.below(4);
+    if (kind < 2 && !critical.empty()) {
+      // Move a buffer at the top to a random earlier position.
+      const auto c = critical[rng.below(static_cast<std::uint32_t>(critical.size()))];
+      const auto p = pos[c];
+      if (p == 0) continue;
+      const auto q = rng.below(p);
+      std::rotate(trial.begin() + q, trial.begin() + p, trial.begin() + p + 1);
+      first_changed = q;
+    } else if (kind == 2) {
+      const auto p = rng.below(n), q = rng.below(n);
+      if (p == q) continue;
+      std::swap(trial[p], trial[q]);
+      first_changed = std::min(p, q);
+    } else {
+      // Swapping neighbours is a fine-grained move, and cheap near the end of the order.
+      const auto p = rng.below(n - 1);
+      std::swap(trial[p], trial[p + 1]);
+      first_changed = p;
+    }
+    const std::size_t from = std::min<std::size_t>(first_changed, valid);
+    const auto cost = eng.run(trial, f, from, current);
+    const auto cost_overflow = cost <= current ? overflow(eng.offsets()) : 0;
+    if (cost < current || (cost == current && cost_overflow <= current_overflow)) {
+      current = cost;
+      current_overflow = cost_overflow;
+      ord.swap(trial);
+      best_offsets = eng.offsets();
+      valid = n;
+      refresh = true;
+    } else {
+      valid = from;
+    }
+  }
+  return current;
+}
+
+inline std::uint64_t checked_sum(const std::vector<buffer>& b) {
+  std::uint64_t s = 0;
+  for (const auto& x : b) s += x.size;
+  return s;
+}
+
+}  // namespace detail
+
+NPURT_DECL std::error_code validate(const std::vector<buffer>& buffers, std::uint64_t alignment, std::string* what) {
+  auto fail = [&](errc e, std::string msg) {
+    if (what) *what = std::move(msg);
+    return make_error_code(e);
+  };
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0)
+    return fail(errc::invalid_argument, "alignment " + std::to_string(alignment) + " is not a power of two");
+  if (buffers.size() >= std::numeric_limits<std::uint32_t>::max())
+    return fail(errc::size_overflow, "too many buffers");
+  std::uint64_t sum = 0;
+  for (const auto& x : buffers) {
+    const std::string name = "buffer " + std::to_string(x.id);
+    if (x.size == 0) return fail(errc::zero_size, name + " has size 0");
+    if (x.lower < 0) return fail(errc::invalid_argument, name + " has a negative lower bound");
+    if (x.upper <= x.lower)
+      return fail(errc::invalid_argument, name + " has an empty lifetime [" + std::to_string(x.lower) + ", " +
+                                              std::to_string(x.upper) + ")");
+    // Keep every offset + size representable even when each buffer is padded to the alignment.
+    const std::uint64_t padded = x.size + alignment;
+    if (padded < x.size || sum + padded < sum) return fail(errc::size_overflow, name + ": total size overflows");
+    sum += padded;
+  }
+  return {};
+}
+
+NPURT_DECL std::uint64_t lower_bound(const std::vector<buffer>& buffers) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> ev;  // (time, +size / -size); frees sort first
+  ev.reserve(buffers.size() * 2);
+  for (const auto& x : buffers) {
+    ev.emplace_back(x.lower, static_cast<std::int64_t>(x.size));
+    ev.emplace_back(x.upper, -static_cast<std::int64_t>(x.size));
+  }
+  std::sort(ev.begin(), ev.end());
+  std::int64_t live = 0, peak = 0;
+  for (const auto& [t, d] : ev) {
+    live += d;
+    peak = std::max(peak, live);
+  }
+  return static_cast<std::uint64_t>(peak);
+}
+
+NPURT_DECL std::uint64_t no_reuse_size(const std::vector<buffer>& buffers) { return detail::checked_sum(buffers); }
+
+NPURT_DECL plan greedy_plan(const std::vector<buffer>& buffers, order o, fit f, std::uint64_t alignment) {
+  std::error_code ec;
+  std::string what;
+  ec = validate(buffers, alignment, &what);
+  throw_if(ec, what);
+  detail::engine eng(buffers, alignment);
+  plan p;
+  p.arena_size = eng.run(detail::make_order(buffers, o), f);
+  p.greedy_arena_size = p.arena_size;
+  p.offsets = eng.offsets();
+  p.method = std::string(detail::order_name(o)) + (f == fit::best ? "/best-fit" : "/first-fit");
+  return p;
+}
+
+NPURT_DECL plan make_plan(const std::vector<buffer>& buffers, const options& opts, std::error_code& ec) {
+  std::string what;
+  ec = validate(buffers, opts.alignment, &what);
+  if (ec) return {};
+  plan result;
+  if (buffers.empty()) {
+    result.method = "empty";
+    return result;
+  }
+  detail::engine eng(buffers, opts.alignment);
+  const std::uint64_t lb = lower_bound(buffers);
+  std::vector<order> orders{order::size};
+  std::vector<fit> fits{fit::best};
+  if (opts.best_of_orders) {
+    fits = {fit::best, fit::first};
+    if (buffers.size() <= opts.search_max_buffers) orders = {order::size, order::area, order::lifetime, order::lower};
+  }
+  std::uint64_t best = std::numeric_limits<std::uint64_t>::max();
+  std::vector<std::uint32_t> best_order;
+  fit best_fit = fit::best;
+  for (auto o : orders) {
+    auto ord = detail::make_order(buffers, o);
+    for (auto f : fits) {
+      const auto cost = eng.run(ord, f);
+      if (cost < best) {
+        best = cost;
+        best_order = ord;
+        best_fit = f;
+        result.offsets = eng.offsets();
+        result.method = std::string(detail::order_name(o)) + (f == fit::best ? "/best-fit" : "/first-fit");
+      }
+      if (best == lb) break;
+    }
+    if (best == lb) break;
+  }
+  result.greedy_arena_size = best;
+  if (opts.search_work > 0 && best > lb && buffers.size() <= opts.search_max_buffers) {
+    detail::splitmix rng{opts.seed};
+    // Two chains, one per fit, each with half the budget: which one wins varies by instance.
+    std::uint64_t iters = 0;
+    for (auto f : {fit::first, fit::best}) {
+      auto ord = best_order;
+      const std::uint64_t start = eng.run(ord, f);
+      std::vector<std::uint64_t> offs = eng.offsets();
+      const auto got =
+          detail::local_search(eng, ord, f, start, lb, opts.search_work / 2, rng, iters, buffers, offs);
+      if (got < best) {
+        best = got;
+        result.offsets = std::move(offs);
+        best_fit = f;
+        result.method = std::string(f == fit::best ? "best-fit" : "first-fit") + "+search";
+      }
+    }
+    result.search_iterations = iters;
+  }
+  (void)best_fit;
+  result.arena_size = best;
+  return result;
+}
+
+NPURT_DECL plan make_plan(const std::vector<buffer>& buffers, const options& opts) {
+  std::error_code ec;
+  auto p = make_plan(buffers, opts, ec);
+  if (ec) {
+    std::string what;
+    validate(buffers, opts.alignment, &what);
+    throw_error(ec, "memplan: " + what);
+  }
+  return p;
+}
+
+NPURT_DECL check_report check(const std::vector<buffer>& buffers, const std::vector<std::uint64_t>& offsets,
+                              std::uint64_t alignment) {
+  check_report r;
+  // The bound is recomputed here on purpose rather than calling lower_bound(): the checker
+  // must not trust the planner's code.
+  struct event {
+    std::int64_t t;
+    int kind;  // 0 = end (processed first: lifetimes are half-open), 1 = start
+    std::size_t i;
+  };
+  std::vector<event> ev;
+  ev.reserve(buffers.size() * 2);
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    r.no_reuse += buffers[i].size;
+    ev.push_back({buffers[i].lower, 1, i});
+    ev.push_back({buffers[i].upper, 0, i});
+  }
+  std::sort(ev.begin(), ev.end(), [](const event& a, const event& b) {
+    return a.t != b.t ? a.t < b.t : a.kind != b.kind ? a.kind < b.kind : a.i < b.i;
+  });
+  std::uint64_t live = 0;
+  for (const auto& e : ev) {
+    if (e.kind == 1) {
+      live += buffers[e.i].size;
+      r.lower_bound = std::max(r.lower_bound, live);
+    } else {
+      live -= buffers[e.i].size;
+    }
+  }
+  auto fail = [&](std::string msg) {
+    r.valid = false;
+    r.error = std::move(msg);
+    return r;
+  };
+  if (offsets.size() != buffers.size())
+    return fail("plan has " + std::to_string(offsets.size()) + " offsets for " + std::to_string(buffers.size()) +
+                " buffers");
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0) return fail("alignment is not a power of two");
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const auto& x = buffers[i];
+    if (x.upper <= x.lower || x.size == 0) return fail("buffer " + std::to_string(x.id) + " is malformed");
+    if (offsets[i] % alignment != 0)
+      return fail("buffer " + std::to_string(x.id) + " at offset " + std::to_string(offsets[i]) +
+                  " is not aligned to " + std::to_string(alignment));
+    if (offsets[i] + x.size < offsets[i]) return fail("buffer " + std::to_string(x.id) + " overflows");
+    r.arena_size = std::max(r.arena_size, offsets[i] + x.size);
+  }
+  // Sweep over time with the live buffers ordered by offset. While the live set has no overlap,
+  // a new buffer can only collide with its neighbours in offset order.
+  std::set<std::pair<std::uint64_t, std::size_t>> live_set;
+  for (const auto& e : ev) {
+    const auto key = std::make_pair(offsets[e.i], e.i);
+    if (e.kind == 0) {
+      live_set.erase(key);
+      continue;
+    }
+    const std::uint64_t lo = offsets[e.i], hi = lo + buffers[e.i].size;
+    auto it = live_set.lower_bound(key);
+    auto clash = [&](std::size_t j) {
+      return fail("buffers " + std::to_string(buffers[e.i].id) + " and " + std::to_string(buffers[j].id) +
+                  " are live together at step " + std::to_string(e.t) + " and overlap in [" +
+                  std::to_string(std::max(lo, offsets[j])) + ", " +
+                  std::to_string(std::min(hi, offsets[j] + buffers[j].size)) + ")");
+    };
+    if (it != live_set.end() && it->first < hi) return clash(it->second);
+    if (it != live_set.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + buffers[prev->second].size > lo) return clash(prev->second);
+    }
+    live_set.insert(it, key);
+  }
+  r.valid = true;
+  return r;
+}
+
+namespace detail {
+
+inline std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+inline std::vector<std::string_view> split(std::string_view line) {
+  std::vector<std::string_view> out;
+  std::size_t p = 0;
+  for (;;) {
+    const auto c = line.find(',', p);
+    out.push_back(trim(line.substr(p, c == std::string_view::npos ? std::string_view::npos : c - p)));
+    if (c == std::string_view::npos) break;
+    p = c + 1;
+  }
+  return out;
+}
+
+template <class T>
+bool parse_int(std::string_view s, T& v) {
+  if (s.empty()) return false;
+  if (s.front() == '+') s.remove_prefix(1);
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc{} && p == s.data() + s.size();
+}
+
+}  // namespace detail
+
+NPURT_DECL table read_csv(std::istream& in, std::error_code& ec, std::string& message) {
+  table t;
+  ec.clear();
+  message.clear();
+  std::string line;
+  std::size_t line_no = 0;
+  auto fail = [&](errc e, const std::string& msg) {
+    ec = make_error_code(e);
+    message = "line " + std::to_string(line_no) + ": " + msg;
+    return table{};
+  };
+  // Header: the first non-blank line.
+  int col_id = -1, col_lower = -1, col_upper = -1, col_size = -1, col_offset = -1;
+  std::size_t ncols = 0;
+  bool have_header = false;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (detail::trim(line).empty()) continue;
+    const auto f = detail::split(line);
+    ncols = f.size();
+    for (std::size_t c = 0; c < f.size(); ++c) {
+      const auto name = f[c];
+      int* slot = name == "id" ? &col_id : name == "lower" ? &col_lower : name == "upper" ? &col_upper
+                : name == "size" ? &col_size : name == "offset" ? &col_offset : nullptr;
+      if (!slot) continue;
+      if (*slot >= 0) return fail(errc::parse_error, "column '" + std::string(name) + "' appears twice");
+      *slot = static_cast<int>(c);
+    }
+    for (auto [col, name] : {std::pair{col_id, "id"}, {col_lower, "lower"}, {col_upper, "upper"}, {col_size, "size"}})
+      if (col < 0)
+        return fail(errc::parse_error, std::string("header lacks column '") + name +
+                                           "' (expected id,lower,upper,size[,offset])");
+    have_header = true;
+    break;
+  }
+  if (!have_header) {
+    line_no = std::max<std::size_t>(line_no, 1);
+    return fail(errc::parse_error, "empty input: expected the header id,lower,upper,size");
+  }
+  t.has_offsets = col_offset >= 0;
+  std::unordered_set<std::int64_t> ids;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (detail::trim(line).empty()) continue;
+    const auto f = detail::split(line);
+    if (f.size() != ncols)
+      return fail(errc::parse_error,
+                  "expected " + std::to_string(ncols) + " fields, got " + std::to_string(f.size()));
+    buffer b;
+    auto bad = [&](const char* name, std::string_view v, const char* kind) {
+      return fail(errc::parse_error,
+                  std::string("field '") + name + "' is not " + kind + ": '" + std::string(v) + "'");
+    };
+    if (!detail::parse_int(f[col_id], b.id)) return bad("id", f[col_id], "an integer");
+    if (!detail::parse_int(f[col_lower], b.lower)) return bad("lower", f[col_lower], "an integer");
+    if (!detail::parse_int(f[col_upper], b.upper)) return bad("upper", f[col_upper], "an integer");
+    if (!detail::parse_int(f[col_size], b.size)) return bad("size", f[col_size], "a non-negative integer");
+    if (t.has_offsets) {
+      std::uint64_t off = 0;
+      if (!detail::parse_int(f[col_offset], off)) return bad("offset", f[col_offset], "a non-negative integer");
+      t.offsets.push_back(off);
+    }
+    if (!ids.insert(b.id).second) return fail(errc::invalid_argument, "duplicate id " + std::to_string(b.id));
+    std::string what;
+    if (auto e = validate({b}, 1, &what)) return fail(static_cast<errc>(e.value()), what);
+    t.buffers.push_back(b);
+  }
+  if (std::string what; auto e = validate(t.buffers, 1, &what)) return fail(static_cast<errc>(e.value()), what);
+  return t;
+}
+
+NPURT_DECL table read_csv(std::istream& in) {
+  std::error_code ec;
+  std::string msg;
+  auto t = read_csv(in, ec, msg);
+  if (ec) throw_error(ec, msg);
+  return t;
+}
+
+NPURT_DECL table read_csv_file(const std::string& path, std::error_code& ec, std::string& message) {
+  std::ifstream in(path);
+  if (!in) {
+    ec = make_error_code(errc::invalid_argument);
+    message = path + ": cannot open file";
+    return {};
+  }
+  auto t = read_csv(in, ec, message);
+  if (ec) message = path + ":" + message;
+  return t;
+}
+
+NPURT_DECL table read_csv_file(const std::string& path) {
+  std::error_code ec;
+  std::string msg;
+  auto t = read_csv_file(path, ec, msg);
+  if (ec) throw_error(ec, msg);
+  return t;
+}
+
+NPURT_DECL void write_csv(std::ostream& out, const std::vector<buffer>& buffers,
+                          const std::vector<std::uint64_t>* offsets) {
+  out << (offsets ? "id,lower,upper,size,offset\n" : "id,lower,upper,size\n");
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const auto& b = buffers[i];
+    out << b.id << ',' << b.lower << ',' << b.upper << ',' << b.size;
+    if (offsets) out << ',' << (*offsets)[i];
+    out << '\n';
+  }
+}
+
+}  // namespace npurt::memplan
