@@ -17,6 +17,10 @@
 #include <limits>
 #include <type_traits>
 
+// The per-task path (submit to start, timer to finish) is a handful of small steps; inlining
+// them into submit() and on_timer() keeps it a few dozen instructions per task.
+#define NPURT_SIM_HOT [[gnu::always_inline]]
+
 namespace npurt::sim {
 
 namespace {
@@ -137,7 +141,7 @@ kernel_cost device_model::cost_of(const kernel_desc& k, std::uint32_t cores) {
   return c;
 }
 
-std::uint32_t device_model::engine_of(const task_info& t) const {
+NPURT_SIM_HOT inline std::uint32_t device_model::engine_of(const task_info& t) const {
   const auto base = static_cast<std::uint32_t>(t.device) * engines_per_device_;
   if (t.kind == task_kind::kernel) {
     const bool vector = preset_.separated_cores && t.kernel && !uses_cube(*t.kernel);
@@ -153,17 +157,22 @@ std::uint32_t device_model::engine_of(const task_info& t) const {
   }
 }
 
-std::uint32_t device_model::alloc_job() {
-  if (!free_jobs_.empty()) {
-    const std::uint32_t s = free_jobs_.back();
-    free_jobs_.pop_back();
-    return s;
-  }
+std::uint32_t device_model::grow_jobs() {
   jobs_.emplace_back();
+  job_costs_.emplace_back();
+  job_faults_.emplace_back();
   return static_cast<std::uint32_t>(jobs_.size() - 1);
 }
 
-void device_model::schedule(std::uint32_t slot, sim_time at) {
+NPURT_SIM_HOT inline std::uint32_t device_model::alloc_job() {
+  if (free_jobs_ == no_slot) [[unlikely]]
+    return grow_jobs();
+  const std::uint32_t s = free_jobs_;
+  free_jobs_ = jobs_[s].next_free;
+  return s;
+}
+
+NPURT_SIM_HOT inline void device_model::schedule(std::uint32_t slot, sim_time at) {
   job& j = jobs_[slot];
   ++j.gen;
   host_->call_at(at, &device_model::on_timer, this, (static_cast<std::uint64_t>(j.gen) << 32) | slot);
@@ -173,39 +182,65 @@ void device_model::on_timer(void* self, std::uint64_t arg) {
   auto* m = static_cast<device_model*>(self);
   const auto slot = static_cast<std::uint32_t>(arg & 0xffffffffu);
   const auto gen = static_cast<std::uint32_t>(arg >> 32);
-  if (slot >= m->jobs_.size() || m->jobs_[slot].gen != gen || m->jobs_[slot].ph == phase::idle) return;  // superseded
-  m->timer(slot);
+  job& j = m->jobs_[slot];  // slots are never given back: always in range
+  if (j.gen != gen || j.ph == phase::idle) return;  // superseded
+  if (j.ph == phase::latency) m->enter_body(slot, m->host_->now());
+  else m->finish(slot);
 }
 
 void device_model::submit(task_info& t) {
   ++in_flight_;
-  const bool control = t.kind == task_kind::event_record || t.kind == task_kind::event_wait ||
-                       t.kind == task_kind::host_callback ||
-                       (t.kind != task_kind::kernel && t.engine == engine_kind::none && t.kind != task_kind::memcpy &&
-                        t.kind != task_kind::memset);
+  // The common case first: a kernel for a device the preset has (a negative id wraps to large).
+  if (t.kind == task_kind::kernel && static_cast<std::uint32_t>(t.device) < preset_.device_count) [[likely]] {
+    const std::uint32_t e = engine_of(t);
+    const std::uint32_t pool = engines_[e].capacity;
+    enqueue(t, e, t.block_dim == 0 || t.block_dim > pool ? pool : t.block_dim);
+    return;
+  }
+  submit_other(t);
+}
+
+void device_model::submit_other(task_info& t) {
   const auto out_of_range = [&](device_id d) { return d >= 0 && static_cast<std::uint32_t>(d) >= preset_.device_count; };
   const bool bad_device = t.device < 0 || out_of_range(t.device) ||
                           ((t.kind == task_kind::memcpy || t.kind == task_kind::memset) &&
                            (out_of_range(t.copy.src_device) || out_of_range(t.copy.dst_device)));
-  if (control || t.kind == task_kind::collective || bad_device) {
-    // No engine time: the runtime resolves control tasks; collectives get their cost from the
-    // collective engine of their own issue. Complete at this instant, outside submit().
-    const std::uint32_t slot = alloc_job();
-    job& j = jobs_[slot];
-    j = job{.task = &t, .gen = j.gen};
-    j.engine = std::numeric_limits<std::uint32_t>::max();
-    j.ph = phase::body;
-    if (bad_device) j.fault = make_error_code(errc::invalid_device);
-    t.start = host_->now();
-    schedule(slot, host_->now());
+  // Control tasks (event record/wait, host callbacks, an engine-less task of another kind) and
+  // collectives take no engine time here: the runtime resolves control tasks; collectives get
+  // their cost from the collective engine of their own issue.
+  const bool engine_task = t.kind == task_kind::kernel || t.kind == task_kind::memcpy || t.kind == task_kind::memset;
+  if (engine_task && !bad_device) {
+    enqueue(t, engine_of(t), 1);
     return;
   }
-  const std::uint32_t e = engine_of(t);
-  std::uint32_t need = 1;
-  if (t.kind == task_kind::kernel) {
-    const std::uint32_t pool = engines_[e].capacity;
-    need = t.block_dim == 0 || t.block_dim > pool ? pool : t.block_dim;
+  // Complete at this instant, outside submit().
+  const sim_time now = host_->now();
+  const std::uint32_t slot = alloc_job();
+  job& j = jobs_[slot];
+  j.task = &t;
+  j.engine = no_engine;
+  j.need = 0;
+  j.ph = phase::body;
+  if (bad_device) {
+    job_faults_[slot] = make_error_code(errc::invalid_device);
+    j.extra = x_fault;
   }
+  t.start = now;
+  schedule(slot, now);
+}
+
+NPURT_SIM_HOT inline void device_model::enqueue(task_info& t, std::uint32_t e, std::uint32_t need) {
+  engine& eng = engines_[e];
+  if (eng.heap.empty() && need <= eng.free) [[likely]] {
+    // Nothing waits and there is room: what a push and dispatch() would do at once.
+    eng.free -= need;
+    start(t, e, need, host_->now());
+    return;
+  }
+  wait(t, e, need);
+}
+
+void device_model::wait(task_info& t, std::uint32_t e, std::uint32_t need) {
   engine& eng = engines_[e];
   eng.heap.push_back(queued{t.priority, t.id, &t, need});
   std::push_heap(eng.heap.begin(), eng.heap.end());
@@ -214,46 +249,48 @@ void device_model::submit(task_info& t) {
 
 void device_model::dispatch(std::uint32_t e) {
   engine& eng = engines_[e];
+  if (eng.heap.empty() || eng.heap.front().need > eng.free) return;
+  const sim_time now = host_->now();
   // Strict order: the head of the queue waits for room; nothing overtakes it.
   while (!eng.heap.empty() && eng.heap.front().need <= eng.free) {
     std::pop_heap(eng.heap.begin(), eng.heap.end());
     const queued q = eng.heap.back();
     eng.heap.pop_back();
     eng.free -= q.need;
-    start(q, e);
+    start(*q.task, e, q.need, now);
   }
 }
 
-void device_model::start(const queued& q, std::uint32_t e) {
+NPURT_SIM_HOT inline void device_model::start(task_info& t, std::uint32_t e, std::uint32_t need, sim_time now) {
   const std::uint32_t slot = alloc_job();
   job& j = jobs_[slot];
-  j = job{.task = q.task, .engine = e, .need = q.need, .gen = j.gen};
-  q.task->start = host_->now();
-  if (q.task->kind == task_kind::kernel) start_kernel(slot);
-  else start_copy(slot);
+  j.task = &t;
+  j.engine = e;
+  j.need = need;
+  t.start = now;
+  if (t.kind != task_kind::kernel) return start_copy(slot, now);
+  if (t.kernel) return start_kernel(slot, now);
+  // kernels::fixed: exactly its duration after the on-device launch latency, no HBM traffic.
+  j.ph = phase::body;
+  j.body_start = now + preset_.kernel_launch_latency;
+  t.flops = t.fixed.flops;
+  t.bytes = t.fixed.bytes;
+  schedule(slot, j.body_start + t.fixed.duration);
 }
 
-void device_model::start_kernel(std::uint32_t slot) {
+void device_model::start_kernel(std::uint32_t slot, sim_time now) {
   job& j = jobs_[slot];
   task_info& t = *j.task;
-  const sim_time now = host_->now();
-  if (!t.kernel) {
-    // kernels::fixed: exactly its duration after the on-device launch latency, no HBM traffic.
-    j.ph = phase::body;
-    j.body_start = now + preset_.kernel_launch_latency;
-    t.flops = t.fixed.flops;
-    t.bytes = t.fixed.bytes;
-    schedule(slot, now + preset_.kernel_launch_latency + t.fixed.duration);
-    return;
-  }
-  kernel_cost c = cost_of(*t.kernel, j.need);
+  kernel_cost& c = job_costs_[slot];
+  c = cost_of(*t.kernel, j.need);
   t.flops = c.flops;
   t.bytes = c.hbm_bytes;
 #if NPURT_SIM_HAVE_REFERENCE
-  if (opts_.functional && has_data(*t.kernel)) j.fault = run_reference(*t.kernel, *host_, t.device);
+  if (opts_.functional && has_data(*t.kernel)) {
+    job_faults_[slot] = run_reference(*t.kernel, *host_, t.device);
+    j.extra |= x_fault;
+  }
 #endif
-  j.body_alone = c.body;
-  j.nres = 0;
   if (c.hbm_bytes > 0 && c.body.count() > 0) {
     j.nres = 1;
     j.res[0] = hbm(t.device);
@@ -261,22 +298,21 @@ void device_model::start_kernel(std::uint32_t slot) {
     j.max_rate = 1e12;
     j.usage = static_cast<double>(c.hbm_bytes) / j.work;
   }
-  j.cost = c;
-  j.has_cost = true;
-  j.ph = phase::latency;
+  j.extra |= x_cost;  // also sends finish() to release() for its HBM share, if it has one
   const sim_time body_at = now + c.launch_latency;
   if (j.nres == 0) {
     j.ph = phase::body;
     j.body_start = body_at;
     schedule(slot, body_at + c.body);
   } else if (c.launch_latency.count() == 0) {
-    enter_body(slot);
+    enter_body(slot, now);
   } else {
+    j.ph = phase::latency;
     schedule(slot, body_at);
   }
 }
 
-void device_model::start_copy(std::uint32_t slot) {
+void device_model::start_copy(std::uint32_t slot, sim_time now) {
   job& j = jobs_[slot];
   task_info& t = *j.task;
   const copy_desc& c = t.copy;
@@ -286,89 +322,117 @@ void device_model::start_copy(std::uint32_t slot) {
   j.work = static_cast<double>(c.bytes);
   j.max_rate = path.bandwidth;
   j.usage = 1;
-  j.nres = 0;
   const device_id src = c.src_device, dst = c.dst_device;
+  std::uint32_t n = 0;
   if (path.link == "hbm") {
-    j.nres = 1;
-    j.res[0] = hbm(dst >= 0 ? dst : t.device);
+    j.res[n++] = hbm(dst >= 0 ? dst : t.device);
     if (t.kind == task_kind::memcpy) j.usage = 2;  // read and write
     j.link = {};
   } else if (path.link == "pcie") {
-    if (src < 0) j.res[j.nres++] = pcie_h2d(dst);
-    else if (dst < 0) j.res[j.nres++] = pcie_d2h(src);
-    else j.res[j.nres++] = pcie_d2h(src), j.res[j.nres++] = pcie_h2d(dst);
+    if (src < 0) j.res[n++] = pcie_h2d(dst);
+    else if (dst < 0) j.res[n++] = pcie_d2h(src);
+    else j.res[n++] = pcie_d2h(src), j.res[n++] = pcie_h2d(dst);
   } else if (path.link == "hccs") {
-    j.res[j.nres++] = link_resource(link_key(1, static_cast<std::uint32_t>(src), static_cast<std::uint32_t>(dst)), preset_.hccs_bandwidth);
+    j.res[n++] = link_resource(link_key(1, static_cast<std::uint32_t>(src), static_cast<std::uint32_t>(dst)), preset_.hccs_bandwidth);
   } else if (path.link == "roce") {
-    j.res[j.nres++] = link_resource(link_key(2, static_cast<std::uint32_t>(src), 0), preset_.roce_bandwidth);
-    j.res[j.nres++] = link_resource(link_key(3, static_cast<std::uint32_t>(dst), 0), preset_.roce_bandwidth);
+    j.res[n++] = link_resource(link_key(2, static_cast<std::uint32_t>(src), 0), preset_.roce_bandwidth);
+    j.res[n++] = link_resource(link_key(3, static_cast<std::uint32_t>(dst), 0), preset_.roce_bandwidth);
   } else {
-    j.res[j.nres++] = link_resource(link_key(4, 0, 0), preset_.host_memcpy_bandwidth);
+    j.res[n++] = link_resource(link_key(4, 0, 0), preset_.host_memcpy_bandwidth);
   }
-  j.ph = phase::latency;
-  if (c.bytes == 0) j.nres = 0;
-  if (j.nres == 0) {
+  if (c.bytes == 0) n = 0;
+  j.nres = n;
+  j.extra = static_cast<std::uint8_t>((n != 0 ? x_resources : 0) | (j.link.empty() ? 0 : x_link));
+  if (n == 0) {
     j.ph = phase::body;
-    j.body_start = host_->now() + path.latency;
+    j.body_start = now + path.latency;
     schedule(slot, j.body_start);
   } else if (path.latency.count() == 0) {
-    enter_body(slot);
+    enter_body(slot, now);
   } else {
-    schedule(slot, host_->now() + path.latency);
+    j.ph = phase::latency;
+    schedule(slot, now + path.latency);
   }
 }
 
-void device_model::enter_body(std::uint32_t slot) {
+void device_model::enter_body(std::uint32_t slot, sim_time now) {
   job& j = jobs_[slot];
   j.ph = phase::body;
-  j.body_start = host_->now();
-  j.last = host_->now();
+  j.body_start = now;
+  j.last = now;
   j.rate = 0;
-  for (std::uint32_t i = 0; i < j.nres; ++i) resources_[j.res[i]].jobs.push_back(slot);
-  const std::uint32_t res[2] = {j.res[0], j.res[1]};
-  rerate(res, j.nres);
-}
-
-void device_model::timer(std::uint32_t slot) {
-  job& j = jobs_[slot];
-  if (j.ph == phase::latency) {
-    enter_body(slot);
-    return;
+  bool alone = j.nres != 0;
+  for (std::uint32_t i = 0; i < j.nres; ++i) {
+    auto& v = resources_[j.res[i]].jobs;
+    v.push_back(slot);
+    alone = alone && v.size() == 1;
   }
-  finish(slot);
+  if (alone) return rerate_alone(j, slot, now);
+  const std::uint32_t res[2] = {j.res[0], j.res[1]};
+  rerate(res, j.nres, now);
 }
 
-void device_model::finish(std::uint32_t slot) {
+NPURT_SIM_HOT inline void device_model::finish(std::uint32_t slot) {
   job& j = jobs_[slot];
   task_info& t = *j.task;
   const sim_time now = host_->now();
   t.end = now;
+  std::error_code fault = ok_;
+  if (j.extra != 0) [[unlikely]]
+    fault = release(slot, now);
+  const std::uint32_t e = j.engine;
+  if (e != no_engine) engines_[e].free += j.need;
+  j.ph = phase::idle;
+  j.next_free = free_jobs_;
+  free_jobs_ = slot;
+  --in_flight_;
+  host_->complete(t, fault);
+  if (e != no_engine && !engines_[e].heap.empty()) dispatch(e);
+}
+
+std::error_code device_model::release(std::uint32_t slot, sim_time now) {
+  job& j = jobs_[slot];
+  const task_info& t = *j.task;
   const std::uint32_t nres = j.nres;
   const std::uint32_t res[2] = {j.res[0], j.res[1]};
+  bool others = false;  // whether anyone is left on its resources to speed up
   for (std::uint32_t i = 0; i < nres; ++i) {
     auto& v = resources_[res[i]].jobs;
     v.erase(std::find(v.begin(), v.end(), slot));
+    others = others || !v.empty();
   }
-  if (!j.link.empty() && host_->tracer()) {
-    link_transfer_info info{j.link, t.copy.src_device, t.copy.dst_device, t.copy.bytes, t.start, t.end};
-    host_->tracer()->on_link_transfer(info);
+  j.nres = 0;
+  if (!j.link.empty()) {
+    if (observer* o = host_->tracer()) {
+      link_transfer_info info{j.link, t.copy.src_device, t.copy.dst_device, t.copy.bytes, t.start, t.end};
+      o->on_link_transfer(info);
+    }
+    j.link = {};
   }
-  if (j.has_cost) remember(j);
-  const std::uint32_t e = j.engine;
-  const std::error_code fault = j.fault;
-  if (e != std::numeric_limits<std::uint32_t>::max()) engines_[e].free += j.need;
-  j.ph = phase::idle;
-  j.task = nullptr;
-  j.has_cost = false;
-  free_jobs_.push_back(slot);
-  --in_flight_;
+  if (j.extra & x_cost) remember(slot);
+  const std::error_code fault = j.extra & x_fault ? job_faults_[slot] : ok_;
+  j.extra = 0;
   // Others on the same resources speed up now.
-  if (nres) rerate(res, nres);
-  host_->complete(t, fault);
-  if (e != std::numeric_limits<std::uint32_t>::max()) dispatch(e);
+  if (others) rerate(res, nres, now);
+  return fault;
 }
 
-void device_model::rerate(const std::uint32_t* seed, std::uint32_t nseed) {
+void device_model::rerate_alone(job& j, std::uint32_t slot, sim_time now) {
+  // rerate() for a job alone on its resources, in the same floating-point steps: one round of
+  // progressive filling (the job reaches its cap or fills its narrowest resource; with a single
+  // job the general loop stops after one round either way), no component to collect.
+  double delta = std::numeric_limits<double>::infinity();
+  delta = std::min(delta, j.max_rate * j.usage - 0.0);
+  for (std::uint32_t i = 0; i < j.nres; ++i) delta = std::min(delta, resources_[j.res[i]].capacity / 1u);
+  delta = std::max(delta, 0.0);
+  const double fill = 0.0 + delta;
+  const bool capped = fill >= j.max_rate * j.usage * (1 - 1e-12);
+  const double rate = capped ? j.max_rate : fill / j.usage;
+  j.rate = rate;  // j.last == now and the rate was 0: no work to settle
+  if (rate > 0) schedule(slot, now + transfer_time(j.work, rate));
+}
+
+void device_model::rerate(const std::uint32_t* seed, std::uint32_t nseed, sim_time now) {
   // The connected component of jobs and resources around the seeds.
   ++mark_epoch_;
   comp_jobs_.clear();
@@ -442,7 +506,6 @@ void device_model::rerate(const std::uint32_t* seed, std::uint32_t nseed) {
     }
     if (unfrozen == before) break;  // cannot happen with positive capacities; never loop forever
   }
-  const sim_time now = host_->now();
   for (std::uint32_t s : comp_jobs_) {
     job& j = jobs_[s];
     const double rate = j.capped ? j.max_rate : j.fill / j.usage;
@@ -458,9 +521,11 @@ void device_model::rerate(const std::uint32_t* seed, std::uint32_t nseed) {
   }
 }
 
-void device_model::remember(const job& j) {
+void device_model::remember(std::uint32_t slot) {
   const std::size_t cap = opts_.explain_history;
   if (cap == 0) return;
+  const job& j = jobs_[slot];
+  const kernel_cost& cost = job_costs_[slot];
   const task_info& t = *j.task;
   const std::size_t at = static_cast<std::size_t>(t.id % cap);
   if (history_.size() <= at) history_.resize(std::min(cap, std::max<std::size_t>(at + 1, history_.size() * 2)));
@@ -469,11 +534,11 @@ void device_model::remember(const job& j) {
   x.device = t.device;
   x.stream = t.stream;
   x.name = t.name.empty() && t.kernel ? t.kernel->display_name() : t.name;
-  x.cost = j.cost;
+  x.cost = cost;
   x.start = t.start;
   x.body_start = j.body_start;
   x.end = t.end;
-  x.contention = (t.end - t.start) - j.cost.total;
+  x.contention = (t.end - t.start) - cost.total;
 }
 
 std::optional<task_explanation> device_model::explain(std::uint64_t task) const {
@@ -485,3 +550,5 @@ std::optional<task_explanation> device_model::explain(std::uint64_t task) const 
 }
 
 }  // namespace npurt::sim
+
+#undef NPURT_SIM_HOT

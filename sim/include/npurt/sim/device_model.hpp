@@ -16,6 +16,11 @@
 // re-rated and the end re-scheduled; a generation counter makes the superseded end callbacks
 // no-ops. Alone on its resources a task therefore takes exactly its uncontended cost: a copy
 // latency + bytes / bandwidth, a kernel estimate().total.
+//
+// The per-task path is kept cheap (a kernels::fixed launch costs about 150 instructions from
+// submit() to complete()): a task that draws on no resource (kernels::fixed, zero-byte copies,
+// control tasks) never touches the fluid model, a task alone on its resources gets its rate in
+// the same arithmetic without the component walk, and per-task state lives in reused flat slots.
 #pragma once
 
 #include <npurt/backend.hpp>
@@ -80,29 +85,35 @@ class device_model {
 
  private:
   enum class phase : std::uint8_t { idle, latency, body };
-  struct job {
+  // What finish() must do beyond freeing the slot (job::extra), so that a task with none of it
+  // (a kernels::fixed launch, a control task) costs one test.
+  enum : std::uint8_t { x_resources = 1, x_link = 2, x_cost = 4, x_fault = 8 };
+  // The hot state of a task on an engine, one slot per task in flight, reused LIFO. Starting a
+  // task writes only the words its path reads: a free slot always has nres == 0, an empty link
+  // and extra == 0, and what only some tasks need (a kernel's cost breakdown, a functional
+  // failure) lives in the cold per-slot vectors job_costs_ / job_faults_.
+  struct alignas(64) job {  // two cache lines: indexing is a shift
     task_info* task = nullptr;
-    std::uint32_t engine = 0;       // index into engines_
+    std::uint32_t engine = 0;       // index into engines_ (no_engine: completes on its own)
     std::uint32_t need = 0;         // cores or channels held
-    phase ph = phase::idle;
     std::uint32_t gen = 0;
+    std::uint32_t next_free = 0;    // free-list link while the slot is idle
+    phase ph = phase::idle;
+    std::uint8_t extra = 0;         // x_* bits; x_cost: job_costs_[slot] holds its estimate,
+                                    // x_fault: job_faults_[slot] holds the outcome to report
+    // progressive filling scratch
+    bool frozen = false, capped = false;
+    std::uint32_t mark = 0;
     std::uint32_t nres = 0;
     std::uint32_t res[2] = {0, 0};  // resources the body draws on
     double work = 0;                // remaining body units
     double max_rate = 0;            // units/s alone
     double usage = 0;               // bytes of each resource per unit
     double rate = 0;                // current units/s
+    double fill = 0;
     sim_time last{};                // when `work` was last settled
     sim_time body_start{};
-    picoseconds body_alone{0};      // body time when nothing else shares its resources
     std::string_view link;          // for the tracer ("" = none)
-    bool has_cost = false;
-    kernel_cost cost;
-    std::error_code fault;          // a functional failure, reported at completion
-    // progressive filling scratch
-    double fill = 0;
-    std::uint32_t mark = 0;
-    bool frozen = false, capped = false;
   };
   struct resource {
     double capacity = 0;            // bytes/s
@@ -126,23 +137,31 @@ class device_model {
     std::vector<queued> heap;
   };
 
+  static constexpr std::uint32_t no_engine = 0xffffffffu;
+  static constexpr std::uint32_t no_slot = 0xffffffffu;
+
   static void on_timer(void* self, std::uint64_t arg);
   std::uint32_t engine_of(const task_info& t) const;
+  [[gnu::noinline]] void submit_other(task_info& t);
+  void enqueue(task_info& t, std::uint32_t e, std::uint32_t need);
+  [[gnu::noinline]] void wait(task_info& t, std::uint32_t e, std::uint32_t need);
   void dispatch(std::uint32_t e);
-  void start(const queued& q, std::uint32_t e);
-  void start_kernel(std::uint32_t slot);
-  void start_copy(std::uint32_t slot);
-  void timer(std::uint32_t slot);
-  void enter_body(std::uint32_t slot);
+  void start(task_info& t, std::uint32_t e, std::uint32_t need, sim_time now);
+  void start_kernel(std::uint32_t slot, sim_time now);
+  void start_copy(std::uint32_t slot, sim_time now);
+  void enter_body(std::uint32_t slot, sim_time now);
   void finish(std::uint32_t slot);
+  [[gnu::noinline]] std::error_code release(std::uint32_t slot, sim_time now);
   void schedule(std::uint32_t slot, sim_time at);
-  void rerate(const std::uint32_t* res, std::uint32_t n);
+  void rerate(const std::uint32_t* res, std::uint32_t n, sim_time now);
+  void rerate_alone(job& j, std::uint32_t slot, sim_time now);
   std::uint32_t alloc_job();
+  [[gnu::noinline]] std::uint32_t grow_jobs();
   std::uint32_t hbm(device_id d) const noexcept { return static_cast<std::uint32_t>(d) * 3; }
   std::uint32_t pcie_h2d(device_id d) const noexcept { return static_cast<std::uint32_t>(d) * 3 + 1; }
   std::uint32_t pcie_d2h(device_id d) const noexcept { return static_cast<std::uint32_t>(d) * 3 + 2; }
   std::uint32_t link_resource(std::uint64_t key, double capacity);
-  void remember(const job& j);
+  void remember(std::uint32_t slot);
 
   preset preset_;
   sim_options opts_;
@@ -152,7 +171,10 @@ class device_model {
   std::vector<resource> resources_;
   std::unordered_map<std::uint64_t, std::uint32_t> links_;  // lazily made HCCS/RoCE/host resources
   std::vector<job> jobs_;
-  std::vector<std::uint32_t> free_jobs_;
+  std::vector<kernel_cost> job_costs_;      // by slot, valid while jobs_[slot].extra has x_cost
+  std::vector<std::error_code> job_faults_; // by slot, valid while jobs_[slot].extra has x_fault
+  std::uint32_t free_jobs_ = no_slot;       // head of the idle slots' list
+  std::error_code ok_;                      // a success, made once (error_code{} is an out-of-line call)
   std::uint32_t mark_epoch_ = 0;
   std::vector<std::uint32_t> comp_jobs_, comp_res_;
   std::size_t in_flight_ = 0;
