@@ -220,25 +220,40 @@ gemm_dims dims_of(const kernels::matmul& op) {
   return d;
 }
 
-// acc_t is float for float inputs, uint32 (wrapping int32) for INT8.
+// Acc is float for float inputs, uint32 (wrapping int32) for INT8. Operands are first packed
+// to [M,K] and [K,N]; then each row of C accumulates k in ascending order, one whole row at a
+// time (C[i,:] += A[i,k] * B[k,:]). Every element still sees the same ordered sum as the naive
+// triple loop, and the inner loop over j vectorises.
 template <class In, class Acc, class Finish>
 void gemm_loop(const kernels::matmul& op, const std::vector<In>& a, const std::vector<In>& b, Finish&& finish) {
   const gemm_dims d = dims_of(op);
   const int64_t M = d.m, N = d.n, K = d.k;
+  std::vector<In> ap(static_cast<size_t>(M * K)), bp(static_cast<size_t>(K * N));
+  std::vector<Acc> row(static_cast<size_t>(N));
   for (int64_t bi = 0; bi < d.batch; ++bi) {
-    const In* A = a.data() + (d.a_batched ? bi * M * K : 0);
-    const In* B = b.data() + (d.b_batched ? bi * K * N : 0);
+    if (bi == 0 || d.a_batched) {
+      const In* A = a.data() + (d.a_batched ? bi * M * K : 0);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k) ap[static_cast<size_t>(i * K + k)] = op.trans_a ? A[k * M + i] : A[i * K + k];
+    }
+    if (bi == 0 || d.b_batched) {
+      const In* B = b.data() + (d.b_batched ? bi * K * N : 0);
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < N; ++j) bp[static_cast<size_t>(k * N + j)] = op.trans_b ? B[j * K + k] : B[k * N + j];
+    }
     for (int64_t i = 0; i < M; ++i) {
-      for (int64_t j = 0; j < N; ++j) {
-        Acc acc{};
-        for (int64_t k = 0; k < K; ++k) {
-          const In av = op.trans_a ? A[k * M + i] : A[i * K + k];
-          const In bv = op.trans_b ? B[j * K + k] : B[k * N + j];
-          if constexpr (std::is_same_v<Acc, float>) acc += av * bv;
-          else acc += static_cast<Acc>(static_cast<std::int32_t>(av) * static_cast<std::int32_t>(bv));
+      std::fill(row.begin(), row.end(), Acc{});
+      Acc* r = row.data();
+      for (int64_t k = 0; k < K; ++k) {
+        const In av = ap[static_cast<size_t>(i * K + k)];
+        const In* bk = bp.data() + k * N;
+        if constexpr (std::is_same_v<Acc, float>) {
+          for (int64_t j = 0; j < N; ++j) r[j] += av * bk[j];
+        } else {
+          for (int64_t j = 0; j < N; ++j) r[j] += static_cast<Acc>(av * bk[j]);
         }
-        finish(static_cast<size_t>((bi * M + i) * N + j), acc);
       }
+      for (int64_t j = 0; j < N; ++j) finish(static_cast<size_t>((bi * M + i) * N + j), row[static_cast<size_t>(j)]);
     }
   }
 }
@@ -294,31 +309,41 @@ conv_geom geom(const shape& x, const shape& w, const shape& y, const Op& op) {
   return g;
 }
 
+// The output columns ow in [lo, hi) whose input column ow * s + off lies inside [0, w).
+std::pair<int64_t, int64_t> valid_range(int64_t off, int64_t s, int64_t w, int64_t wo) {
+  const int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  const int64_t hi = off > w - 1 ? 0 : std::min(wo, (w - 1 - off) / s + 1);
+  return {lo, std::max(lo, hi)};
+}
+
+// One output plane at a time, accumulating (ci, ky, kx) in ascending order into every output
+// element: the same ordered sum per element as the direct 7-deep loop, without its branches.
 template <class In, class Acc>
 std::vector<Acc> conv_forward(const conv_geom& g, const std::vector<In>& x, const std::vector<In>& w) {
   std::vector<Acc> y(static_cast<size_t>(g.n * g.co * g.ho * g.wo));
-  size_t out = 0;
   for (int64_t n = 0; n < g.n; ++n) {
     for (int64_t co = 0; co < g.co; ++co) {
       const int64_t c0 = (co / g.cog) * g.cg;
-      for (int64_t oh = 0; oh < g.ho; ++oh) {
-        for (int64_t ow = 0; ow < g.wo; ++ow) {
-          Acc acc{};
-          for (int64_t ci = 0; ci < g.cg; ++ci) {
-            const In* xp = x.data() + ((n * g.c + c0 + ci) * g.h) * g.w;
-            const In* wp = w.data() + ((co * g.cg + ci) * g.kh) * g.kw;
-            for (int64_t ky = 0; ky < g.kh; ++ky) {
-              const int64_t ih = oh * g.sh - g.ph + ky * g.dh;
-              if (ih < 0 || ih >= g.h) continue;
-              for (int64_t kx = 0; kx < g.kw; ++kx) {
-                const int64_t iw = ow * g.sw - g.pw + kx * g.dw;
-                if (iw < 0 || iw >= g.w) continue;
-                if constexpr (std::is_same_v<Acc, float>) acc += xp[ih * g.w + iw] * wp[ky * g.kw + kx];
-                else acc += static_cast<Acc>(xp[ih * g.w + iw] * wp[ky * g.kw + kx]);
+      Acc* plane = y.data() + (n * g.co + co) * g.ho * g.wo;
+      for (int64_t ci = 0; ci < g.cg; ++ci) {
+        const In* xp = x.data() + ((n * g.c + c0 + ci) * g.h) * g.w;
+        const In* wp = w.data() + ((co * g.cg + ci) * g.kh) * g.kw;
+        for (int64_t ky = 0; ky < g.kh; ++ky) {
+          const auto [oh0, oh1] = valid_range(ky * g.dh - g.ph, g.sh, g.h, g.ho);
+          for (int64_t kx = 0; kx < g.kw; ++kx) {
+            const In wv = wp[ky * g.kw + kx];
+            const int64_t offw = kx * g.dw - g.pw;
+            const auto [ow0, ow1] = valid_range(offw, g.sw, g.w, g.wo);
+            for (int64_t oh = oh0; oh < oh1; ++oh) {
+              const int64_t base = (oh * g.sh - g.ph + ky * g.dh) * g.w + offw;  // may be < 0 before ow0
+              Acc* yr = plane + oh * g.wo;
+              if constexpr (std::is_same_v<Acc, float>) {
+                for (int64_t ow = ow0; ow < ow1; ++ow) yr[ow] += xp[base + ow * g.sw] * wv;
+              } else {
+                for (int64_t ow = ow0; ow < ow1; ++ow) yr[ow] += static_cast<Acc>(xp[base + ow * g.sw] * wv);
               }
             }
           }
-          y[out++] = acc;
         }
       }
     }
@@ -386,17 +411,15 @@ void run(const kernels::conv2d_backward_weight& op, const host_tensors& h) {
       for (int64_t ky = 0; ky < g.kh; ++ky) {
         for (int64_t kx = 0; kx < g.kw; ++kx) {
           float acc = 0.0f;
+          // Only the outputs whose input tap lies inside x contribute (padding reads zeros).
+          const auto [oh0, oh1] = valid_range(ky * g.dh - g.ph, g.sh, g.h, g.ho);
+          const auto [ow0, ow1] = valid_range(kx * g.dw - g.pw, g.sw, g.w, g.wo);
           for (int64_t n = 0; n < g.n; ++n) {
             const float* xp = x.data() + ((n * g.c + c0 + ci) * g.h) * g.w;
             const float* dyp = dy.data() + ((n * g.co + co) * g.ho) * g.wo;
-            for (int64_t oh = 0; oh < g.ho; ++oh) {
-              const int64_t ih = oh * g.sh - g.ph + ky * g.dh;
-              if (ih < 0 || ih >= g.h) continue;
-              for (int64_t ow = 0; ow < g.wo; ++ow) {
-                const int64_t iw = ow * g.sw - g.pw + kx * g.dw;
-                if (iw < 0 || iw >= g.w) continue;
-                acc += xp[ih * g.w + iw] * dyp[oh * g.wo + ow];
-              }
+            for (int64_t oh = oh0; oh < oh1; ++oh) {
+              const int64_t base = (oh * g.sh - g.ph + ky * g.dh) * g.w + kx * g.dw - g.pw;
+              for (int64_t ow = ow0; ow < ow1; ++ow) acc += xp[base + ow * g.sw] * dyp[oh * g.wo + ow];
             }
           }
           dw[out++] = acc;
@@ -539,20 +562,19 @@ void run(const kernels::batchnorm& op, const host_tensors& h) {
         y[k] = (x[k] - m) * invstd[c] * gamma[c] + beta[c];
       }
   }
+  // Every input (the running statistics too) is read before the first output is written.
+  const float mom = op.momentum;
+  std::vector<float> rm = load_or(h, op.running_mean, v.c, 0.0f);
+  std::vector<float> rv = load_or(h, op.running_var, v.c, 0.0f);
+  for (int64_t c = 0; c < v.c; ++c) {
+    rm[c] = (1.0f - mom) * rm[c] + mom * mean[c];
+    rv[c] = (1.0f - mom) * rv[c] + mom * var_unbiased[c];
+  }
   h.store(op.y, y);
   if (h.present(op.saved_mean)) h.store(op.saved_mean, mean);
   if (h.present(op.saved_invstd)) h.store(op.saved_invstd, invstd);
-  const float mom = op.momentum;
-  if (h.present(op.running_mean)) {
-    auto rm = h.load(op.running_mean);
-    for (int64_t c = 0; c < v.c; ++c) rm[c] = (1.0f - mom) * rm[c] + mom * mean[c];
-    h.store(op.running_mean, rm);
-  }
-  if (h.present(op.running_var)) {
-    auto rv = h.load(op.running_var);
-    for (int64_t c = 0; c < v.c; ++c) rv[c] = (1.0f - mom) * rv[c] + mom * var_unbiased[c];
-    h.store(op.running_var, rv);
-  }
+  if (h.present(op.running_mean)) h.store(op.running_mean, rm);
+  if (h.present(op.running_var)) h.store(op.running_var, rv);
 }
 
 // With xhat = (x - mean) * invstd and m values per channel:
