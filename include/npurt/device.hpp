@@ -7,6 +7,7 @@
 #include <npurt/detail/runtime.hpp>
 #include <npurt/error.hpp>
 #include <npurt/event.hpp>
+#include <npurt/memory.hpp>
 #include <npurt/stream.hpp>
 
 #include <boost/asio/async_result.hpp>
@@ -31,6 +32,7 @@ class device {
   using default_token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>;
 
   device(detail::runtime& rt, device_id id) : rt_(&rt), id_(id), strand_(boost::asio::make_strand(rt.io())) {}
+  NPURT_DECL ~device();
 
   [[nodiscard]] device_id id() const noexcept { return id_; }
   [[nodiscard]] const device_properties& properties() const { return rt_->backend().properties(id_); }
@@ -50,6 +52,22 @@ class device {
   NPURT_DECL void free(void* p);
   NPURT_DECL void free(void* p, std::error_code& ec) noexcept;
   [[nodiscard]] NPURT_DECL mem_info memory_info() const;
+
+  /// The device's default stream-ordered pool (created on first use), and its shortcuts:
+  /// `void* p = co_await dev.async_malloc(64 << 20, s, use_awaitable);`
+  [[nodiscard]] NPURT_DECL npurt::mem_pool& mem_pool();
+  /// Replaces the default pool with one of these options (its memory is released first).
+  NPURT_DECL npurt::mem_pool& configure_mem_pool(const mem_pool_options& opts);
+  template <class Token = default_token>
+  auto async_malloc(std::size_t bytes, stream& s, Token&& token = {}) {
+    return mem_pool().async_malloc(bytes, s, std::forward<Token>(token));
+  }
+  template <class Token = default_token>
+  auto async_free(void* p, stream& s, Token&& token = {}) {
+    return mem_pool().async_free(p, s, std::forward<Token>(token));
+  }
+  /// The default pool's usage: allocated_mb, reserved_mb, peak_mb.
+  [[nodiscard]] memory_usage_report memory_usage() { return mem_pool().memory_usage(); }
 
   /// Waits until every stream of this device is empty. Blocking forms drive the simulation and
   /// are for code outside system::run; with a timeout they throw timeout_error.
@@ -75,6 +93,7 @@ class device {
   detail::runtime* rt_;
   device_id id_;
   executor_type strand_;
+  std::unique_ptr<npurt::mem_pool> pool_;
 };
 
 template <class Token>

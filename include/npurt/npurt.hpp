@@ -9,6 +9,10 @@
 #include <npurt/backend.hpp>
 #include <npurt/observer.hpp>
 #include <npurt/event.hpp>
+#include <npurt/memory.hpp>
+#include <npurt/memplan.hpp>
+#include <npurt/numeric.hpp>
+#include <npurt/profiler.hpp>
 #include <npurt/stream.hpp>
 #include <npurt/device.hpp>
 #include <npurt/system.hpp>

@@ -438,7 +438,8 @@ class caching_allocator {
   NPURT_DECL void release_segment(segment* s);
   NPURT_DECL bool release_arena_tail(segment* s);
   NPURT_DECL bool release_fitting_cached(const alloc_params& p);
-  NPURT_DECL bool release_all_cached(std::size_t keep = 0);
+  /// assume_quiet: a synchronize just happened, so no free is still ahead in any stream.
+  NPURT_DECL bool release_all_cached(std::size_t keep = 0, bool assume_quiet = false);
   NPURT_DECL void garbage_collect(bool forced);
   NPURT_DECL std::size_t gc_limit() const noexcept;
   NPURT_DECL void step(retry_step s);

@@ -117,6 +117,8 @@ struct allocation {
   std::size_t bytes = 0;
   device_id device = 0;
   std::byte* backing = nullptr;   // host storage in functional mode
+  bool pool = false;              // a memory pool's segment or reserved range: users see its blocks
+  std::size_t mapped = 0;         // reserved ranges: bytes mapped (counted as used)
 };
 
 struct host_allocation {
@@ -195,9 +197,25 @@ class runtime final : public backend_host {
   [[nodiscard]] NPURT_DECL event_state* find_event(std::uint64_t id) noexcept;
 
   // --- memory ---
-  NPURT_DECL void* device_malloc(device_id dev, std::size_t bytes, std::error_code& ec);
-  NPURT_DECL void device_free(device_id dev, void* p, std::error_code& ec);
+  /// Raw device memory; `pool` marks a memory pool's segment (users cannot free it directly).
+  NPURT_DECL void* device_malloc(device_id dev, std::size_t bytes, std::error_code& ec, bool pool = false);
+  NPURT_DECL void device_free(device_id dev, void* p, std::error_code& ec, bool pool = false);
+  /// The live allocation holding p: a raw allocation, or a pool block (never a pool's segment,
+  /// so a pointer into cached pool memory is not live).
   NPURT_DECL const allocation* find_allocation(const void* p) const noexcept;
+  // Address ranges for growable pool arenas (expandable segments): reserve address space, then
+  // map and unmap physical memory inside it.
+  NPURT_DECL std::uint64_t reserve_range(device_id dev, std::size_t bytes, std::error_code& ec);
+  NPURT_DECL void release_range(std::uint64_t addr) noexcept;
+  NPURT_DECL std::error_code map_range(std::uint64_t range, std::size_t bytes);
+  NPURT_DECL void unmap_range(std::uint64_t range, std::size_t bytes) noexcept;
+  /// Pool blocks handed to users, so that copies and kernels can check them.
+  NPURT_DECL void register_pool_block(device_id dev, std::uint64_t addr, std::size_t bytes);
+  NPURT_DECL void unregister_pool_block(std::uint64_t addr) noexcept;
+  NPURT_DECL void drop_pool_blocks(device_id dev) noexcept;
+  /// Reports a pool allocation or free to the observers.
+  NPURT_DECL void trace_memory(device_id dev, memory_op op, std::uint64_t addr, std::size_t bytes, std::size_t in_use,
+                               std::size_t reserved, std::uint32_t stream);
   [[nodiscard]] NPURT_DECL std::size_t device_used(device_id dev) const noexcept;
   NPURT_DECL void* host_malloc(std::size_t bytes, std::error_code& ec);
   NPURT_DECL void host_free(void* p, std::error_code& ec);
@@ -285,6 +303,7 @@ class runtime final : public backend_host {
   std::vector<std::unique_ptr<event_state>> events_;    // index = event id
 
   std::map<std::uint64_t, allocation> allocations_;     // by address
+  std::map<std::uint64_t, allocation> pool_blocks_;     // by address: blocks inside pool segments
   std::unordered_set<std::uint64_t> freed_;             // addresses freed, to tell double frees
   std::vector<std::uint64_t> next_address_;             // per device: bump pointer (never reused)
   std::vector<std::size_t> used_;                       // per device: bytes allocated

@@ -454,8 +454,11 @@ NPURT_DECL std::uint64_t caching_allocator::allocate(std::size_t size, std::uint
         ++stats_.num_sync_all_streams;
         ++stats_.num_alloc_retries;
         if (cb_.synchronize_all) cb_.synchronize_all();
-        // After a full synchronisation every recorded use is over, whatever the fences say.
-        for (block* x : pending_) x->uses.clear();
+        // After a full synchronisation every recorded use is over. With fences the allocator asks
+        // them instead of assuming: a caller that cannot block (a coroutine inside the event loop)
+        // returns from synchronize_all with work still running, and that memory must stay put.
+        if (!cb_.fence_done)
+          for (block* x : pending_) x->uses.clear();
         process_events();
         if (opts_.auto_growth) release_all_cached();
         b = get_free_block(p);
@@ -766,7 +769,7 @@ NPURT_DECL bool caching_allocator::release_fitting_cached(const alloc_params& p)
   return true;
 }
 
-NPURT_DECL bool caching_allocator::release_all_cached(std::size_t keep) {
+NPURT_DECL bool caching_allocator::release_all_cached(std::size_t keep, bool assume_quiet) {
   bool any = false;
   std::vector<segment*> arenas;
   for (auto& [s, a] : arenas_) arenas.push_back(a);
@@ -775,8 +778,14 @@ NPURT_DECL bool caching_allocator::release_all_cached(std::size_t keep) {
     any = release_arena_tail(a) || any;
   }
   std::vector<segment*> cand;
+  auto quiet = [this, assume_quiet](const segment* sg) {
+    if (assume_quiet || !cb_.fence_done) return true;
+    for (const block* b = sg->first; b; b = b->next)
+      if (b->free_fence != 0 && !cb_.fence_done(b->free_fence)) return false;  // its free is still ahead
+    return true;
+  };
   for (auto& [addr, sg] : segments_)
-    if (sg->pool != arena_pool && sg->live == 0) cand.push_back(sg);
+    if (sg->pool != arena_pool && sg->live == 0 && quiet(sg)) cand.push_back(sg);
   // Largest first, so a trim releases as few segments as it can.
   std::stable_sort(cand.begin(), cand.end(), [](const segment* a, const segment* b) { return a->size > b->size; });
   for (segment* sg : cand) {
@@ -846,7 +855,7 @@ NPURT_DECL void caching_allocator::on_synchronize(bool all_streams) {
     for (block* x : pending_) x->uses.clear();
   process_events();
   if (static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) > opts_.release_threshold)
-    release_all_cached(opts_.release_threshold);
+    release_all_cached(opts_.release_threshold, all_streams);
 }
 
 NPURT_DECL void caching_allocator::reserve(std::size_t bytes, std::uint32_t stream, std::error_code& ec) {

@@ -8,6 +8,19 @@
 
 namespace npurt {
 
+NPURT_DECL device::~device() = default;
+
+NPURT_DECL npurt::mem_pool& device::mem_pool() {
+  if (!pool_) pool_ = std::make_unique<npurt::mem_pool>(*rt_, id_);
+  return *pool_;
+}
+
+NPURT_DECL npurt::mem_pool& device::configure_mem_pool(const mem_pool_options& opts) {
+  pool_.reset();
+  pool_ = std::make_unique<npurt::mem_pool>(*rt_, id_, opts);
+  return *pool_;
+}
+
 NPURT_DECL stream device::make_stream(const stream_options& opts) {
   return stream(*rt_, rt_->create_stream(id_, opts.priority, opts.flags));
 }
@@ -81,6 +94,8 @@ NPURT_DECL void device::synchronize(picoseconds timeout, std::error_code& ec) {
         return true;
       },
       deadline, ec);
+  // A CUDA pool trims to its release threshold at a synchronize.
+  if (!ec && pool_) pool_->on_synchronize();
 }
 
 NPURT_DECL void device::synchronize(picoseconds timeout) {
@@ -92,6 +107,7 @@ NPURT_DECL void device::synchronize(picoseconds timeout) {
 NPURT_DECL void device::synchronize() { synchronize(picoseconds{-1}); }
 
 NPURT_DECL void device::finish_reset() noexcept {
+  pool_.reset();
   rt_->invalidate_device(id_);
   rt_->release_device_memory(id_);
 }

@@ -497,7 +497,7 @@ NPURT_DECL event_state* runtime::find_event(std::uint64_t id) noexcept {
 // ---------------------------------------------------------------------------------------------
 // Memory
 
-NPURT_DECL void* runtime::device_malloc(device_id dev, std::size_t bytes, std::error_code& ec) {
+NPURT_DECL void* runtime::device_malloc(device_id dev, std::size_t bytes, std::error_code& ec, bool pool) {
   ec.clear();
   if (dev < 0 || static_cast<std::size_t>(dev) >= device_count()) {
     ec = make_error_code(errc::invalid_device);
@@ -527,14 +527,14 @@ NPURT_DECL void* runtime::device_malloc(device_id dev, std::size_t bytes, std::e
   }
   const std::uint64_t addr = next_address_[dev];
   next_address_[dev] += round_up(rounded, 4096);
-  allocations_.emplace(addr, allocation{addr, bytes, dev, backing});
+  allocations_.emplace(addr, allocation{addr, bytes, dev, backing, pool, 0});
   used_[dev] += rounded;
-  if (tracing())
+  if (tracing() && !pool)
     fanout_.on_memory({dev, memory_op::alloc, addr, rounded, used_[dev], used_[dev], 0, now_});
   return reinterpret_cast<void*>(addr);
 }
 
-NPURT_DECL void runtime::device_free(device_id dev, void* p, std::error_code& ec) {
+NPURT_DECL void runtime::device_free(device_id dev, void* p, std::error_code& ec, bool pool) {
   ec.clear();
   if (!p) {
     ec = make_error_code(errc::null_pointer);
@@ -546,6 +546,10 @@ NPURT_DECL void runtime::device_free(device_id dev, void* p, std::error_code& ec
     ec = make_error_code(freed_.count(addr) ? errc::double_free : errc::invalid_pointer);
     return;
   }
+  if (it->second.pool != pool) {
+    ec = make_error_code(errc::invalid_pointer);  // pool memory goes back through its pool
+    return;
+  }
   if (it->second.device != dev) {
     ec = make_error_code(errc::stream_device_mismatch);
     return;
@@ -555,16 +559,92 @@ NPURT_DECL void runtime::device_free(device_id dev, void* p, std::error_code& ec
   used_[dev] -= rounded;
   allocations_.erase(it);
   freed_.insert(addr);
-  if (tracing()) fanout_.on_memory({dev, memory_op::free, addr, rounded, used_[dev], used_[dev], 0, now_});
+  if (tracing() && !pool) fanout_.on_memory({dev, memory_op::free, addr, rounded, used_[dev], used_[dev], 0, now_});
 }
 
 NPURT_DECL const allocation* runtime::find_allocation(const void* p) const noexcept {
   const auto addr = reinterpret_cast<std::uint64_t>(p);
+  auto find_in = [addr](const std::map<std::uint64_t, allocation>& m) -> const allocation* {
+    auto it = m.upper_bound(addr);
+    if (it == m.begin()) return nullptr;
+    --it;
+    if (addr >= it->second.address + it->second.bytes) return nullptr;
+    return &it->second;
+  };
+  const allocation* a = find_in(allocations_);
+  if (a && a->pool) return find_in(pool_blocks_);
+  return a;
+}
+
+NPURT_DECL std::uint64_t runtime::reserve_range(device_id dev, std::size_t bytes, std::error_code& ec) {
+  ec.clear();
+  if (dev < 0 || static_cast<std::size_t>(dev) >= device_count()) {
+    ec = make_error_code(errc::invalid_device);
+    return 0;
+  }
+  if (bytes == 0) {
+    ec = make_error_code(errc::zero_size);
+    return 0;
+  }
+  const std::uint64_t addr = next_address_[dev];
+  next_address_[dev] += round_up(bytes, 1 << 21);
+  allocations_.emplace(addr, allocation{addr, bytes, dev, nullptr, true, 0});
+  return addr;
+}
+
+NPURT_DECL void runtime::release_range(std::uint64_t addr) noexcept {
+  auto it = allocations_.find(addr);
+  if (it == allocations_.end() || !it->second.pool) return;
+  used_[it->second.device] -= it->second.mapped;
+  if (it->second.backing) mi_free(it->second.backing);
+  freed_.insert(addr);
+  allocations_.erase(it);
+}
+
+NPURT_DECL std::error_code runtime::map_range(std::uint64_t range, std::size_t bytes) {
+  auto it = allocations_.find(range);
+  if (it == allocations_.end() || !it->second.pool) return make_error_code(errc::invalid_pointer);
+  allocation& a = it->second;
+  if (a.mapped + bytes > a.bytes) return make_error_code(errc::size_overflow);
+  if (used_[a.device] + bytes > backend_->properties(a.device).memory_bytes) return make_error_code(errc::out_of_memory);
+  if (backend_->functional() && !a.backing) {
+    // One contiguous store for the whole range, so blocks that span mapping granules translate.
+    a.backing = static_cast<std::byte*>(mi_zalloc_aligned(a.bytes, 64));
+    if (!a.backing) return make_error_code(errc::resource_exhausted);
+  }
+  a.mapped += bytes;
+  used_[a.device] += bytes;
+  return {};
+}
+
+NPURT_DECL void runtime::unmap_range(std::uint64_t range, std::size_t bytes) noexcept {
+  auto it = allocations_.find(range);
+  if (it == allocations_.end() || !it->second.pool) return;
+  const std::size_t n = std::min(bytes, it->second.mapped);
+  it->second.mapped -= n;
+  used_[it->second.device] -= n;
+}
+
+NPURT_DECL void runtime::register_pool_block(device_id dev, std::uint64_t addr, std::size_t bytes) {
+  std::byte* backing = nullptr;
   auto it = allocations_.upper_bound(addr);
-  if (it == allocations_.begin()) return nullptr;
-  --it;
-  if (addr >= it->second.address + it->second.bytes) return nullptr;
-  return &it->second;
+  if (it != allocations_.begin()) {
+    --it;
+    if (it->second.backing && addr >= it->second.address && addr < it->second.address + it->second.bytes)
+      backing = it->second.backing + (addr - it->second.address);
+  }
+  pool_blocks_[addr] = allocation{addr, bytes, dev, backing, false, 0};
+}
+
+NPURT_DECL void runtime::unregister_pool_block(std::uint64_t addr) noexcept { pool_blocks_.erase(addr); }
+
+NPURT_DECL void runtime::drop_pool_blocks(device_id dev) noexcept {
+  std::erase_if(pool_blocks_, [dev](const auto& kv) { return kv.second.device == dev; });
+}
+
+NPURT_DECL void runtime::trace_memory(device_id dev, memory_op op, std::uint64_t addr, std::size_t bytes,
+                                      std::size_t in_use, std::size_t reserved, std::uint32_t stream) {
+  if (tracing()) fanout_.on_memory({dev, op, addr, bytes, in_use, reserved, stream, now_});
 }
 
 NPURT_DECL std::size_t runtime::device_used(device_id dev) const noexcept {
@@ -580,6 +660,7 @@ NPURT_DECL std::byte* runtime::translate(device_id dev, const void* addr, std::s
 }
 
 NPURT_DECL void runtime::release_device_memory(device_id dev) noexcept {
+  drop_pool_blocks(dev);
   for (auto it = allocations_.begin(); it != allocations_.end();) {
     if (it->second.device == dev) {
       if (it->second.backing) mi_free(it->second.backing);

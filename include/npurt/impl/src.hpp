@@ -15,6 +15,7 @@
 #include <npurt/impl/stream.ipp>
 #include <npurt/impl/device.ipp>
 #include <npurt/impl/system.ipp>
+#include <npurt/impl/memory.ipp>
 #include <npurt/impl/memplan.ipp>
 #include <npurt/impl/profiler.ipp>
 #include <npurt/impl/caching_allocator.ipp>

@@ -1,0 +1,220 @@
+// npurt/impl/memory.ipp
+#pragma once
+
+#include <npurt/memory.hpp>
+
+#include <map>
+
+namespace npurt {
+namespace detail {
+
+/// Device memory for a pool, from the runtime: segments are raw device allocations marked as the
+/// pool's (backed in functional mode), and compact arenas are reserved address ranges whose pages
+/// are mapped on demand.
+class pool_provider final : public segment_provider {
+ public:
+  pool_provider(runtime& rt, device_id dev) : rt_(rt), dev_(dev) {}
+
+  std::error_code allocate(std::size_t bytes, std::uint64_t& addr) override {
+    std::error_code ec;
+    void* p = rt_.device_malloc(dev_, bytes, ec, true);
+    addr = reinterpret_cast<std::uint64_t>(p);
+    return ec;
+  }
+  void release(std::uint64_t addr, std::size_t) override {
+    std::error_code ec;
+    rt_.device_free(dev_, reinterpret_cast<void*>(addr), ec, true);
+  }
+  [[nodiscard]] std::size_t capacity() const override { return rt_.backend().properties(dev_).memory_bytes; }
+  [[nodiscard]] std::size_t free_bytes() const override { return capacity() - rt_.device_used(dev_); }
+
+  std::error_code reserve_range(std::size_t bytes, std::uint64_t& addr) override {
+    std::error_code ec;
+    addr = rt_.reserve_range(dev_, bytes, ec);
+    if (!ec) ranges_[addr] = bytes;
+    return ec;
+  }
+  void release_range(std::uint64_t addr, std::size_t) override {
+    rt_.release_range(addr);
+    ranges_.erase(addr);
+  }
+  std::error_code map(std::uint64_t addr, std::size_t bytes) override {
+    const std::uint64_t base = base_of(addr);
+    return base ? rt_.map_range(base, bytes) : make_error_code(errc::invalid_pointer);
+  }
+  void unmap(std::uint64_t addr, std::size_t bytes) override {
+    if (const std::uint64_t base = base_of(addr)) rt_.unmap_range(base, bytes);
+  }
+
+ private:
+  [[nodiscard]] std::uint64_t base_of(std::uint64_t addr) const {
+    auto it = ranges_.upper_bound(addr);
+    if (it == ranges_.begin()) return 0;
+    --it;
+    return addr < it->first + it->second ? it->first : 0;
+  }
+
+  runtime& rt_;
+  device_id dev_;
+  std::map<std::uint64_t, std::size_t> ranges_;
+};
+
+// A fence is a stream position: the stream in the high bits, the task sequence in the low 40.
+inline constexpr std::uint64_t fence_of(std::uint32_t stream, std::uint64_t seq) noexcept {
+  return (static_cast<std::uint64_t>(stream) << 40) | (seq & ((std::uint64_t{1} << 40) - 1));
+}
+inline constexpr std::uint32_t fence_stream(std::uint64_t f) noexcept { return static_cast<std::uint32_t>(f >> 40); }
+inline constexpr std::uint64_t fence_seq(std::uint64_t f) noexcept { return f & ((std::uint64_t{1} << 40) - 1); }
+
+}  // namespace detail
+
+NPURT_DECL mem_pool::mem_pool(detail::runtime& rt, device_id dev, const mem_pool_options& opts)
+    : rt_(&rt), dev_(dev), provider_(std::make_unique<detail::pool_provider>(rt, dev)) {
+  mem_pool_options o = opts;
+  o.device = dev;
+  detail::stream_callbacks cb;
+  cb.fence_done = [rt_ = rt_](std::uint64_t f) {
+    return rt_->position_reached(detail::fence_stream(f), detail::fence_seq(f));
+  };
+  cb.record_fence = [rt_ = rt_](std::uint32_t stream) {
+    const detail::stream_state* s = rt_->find_stream(stream);
+    return detail::fence_of(stream, s ? s->enqueued : 0);
+  };
+  cb.insert_wait = [rt_ = rt_](std::uint32_t stream, std::uint64_t f) {
+    detail::stream_state* s = rt_->find_stream(stream);
+    if (!s || rt_->position_reached(detail::fence_stream(f), detail::fence_seq(f))) return;
+    detail::task* t = rt_->new_task(*s, task_kind::event_wait);
+    t->target_stream = detail::fence_stream(f);
+    t->target_seq = detail::fence_seq(f);
+    t->name = "pool_wait";
+    rt_->enqueue(*s, t);
+  };
+  cb.synchronize_all = [rt_ = rt_, dev] {
+    // Blocking is only possible outside run(); inside it async_malloc drains the device itself.
+    if (rt_->in_run()) return;
+    std::error_code ec;
+    detail::wait_blocking(*rt_, [&] { return rt_->device_positions(dev).empty(); }, sim_time::max(), ec);
+  };
+  alloc_ = std::make_unique<detail::caching_allocator>(*provider_, o, std::move(cb));
+}
+
+NPURT_DECL mem_pool::~mem_pool() {
+  alloc_.reset();  // gives every segment back to the device
+  rt_->drop_pool_blocks(dev_);
+}
+
+NPURT_DECL std::uint32_t mem_pool::stream_id(stream& s, std::error_code& ec) const {
+  ec.clear();
+  if (!s.valid()) {
+    ec = make_error_code(errc::invalid_stream);
+    return 0;
+  }
+  if (s.device() != dev_) {
+    ec = make_error_code(errc::stream_device_mismatch);
+    return 0;
+  }
+  return s.id();
+}
+
+NPURT_DECL bool mem_pool::device_busy() const { return !rt_->device_positions(dev_).empty(); }
+
+NPURT_DECL void* mem_pool::do_malloc(std::size_t bytes, std::uint32_t stream, std::error_code& ec) {
+  const std::uint64_t addr = alloc_->allocate(bytes, stream, ec);
+  if (ec) return nullptr;
+  rt_->register_pool_block(dev_, addr, bytes);
+  rt_->trace_memory(dev_, memory_op::alloc, addr, alloc_->block_size(addr), alloc_->used_current(),
+                    alloc_->reserved_current(), stream);
+  return reinterpret_cast<void*>(addr);
+}
+
+NPURT_DECL void* mem_pool::malloc_async(std::size_t bytes, stream& s, std::error_code& ec) {
+  const std::uint32_t sid = stream_id(s, ec);
+  return ec ? nullptr : do_malloc(bytes, sid, ec);
+}
+
+NPURT_DECL void* mem_pool::malloc_async(std::size_t bytes, stream& s) {
+  std::error_code ec;
+  const std::uint32_t sid = stream_id(s, ec);
+  throw_if(ec, "npurt::mem_pool::malloc_async");
+  // The throwing allocate raises out_of_memory_error with every field of the report.
+  const std::uint64_t addr = alloc_->allocate(bytes, sid);
+  rt_->register_pool_block(dev_, addr, bytes);
+  rt_->trace_memory(dev_, memory_op::alloc, addr, alloc_->block_size(addr), alloc_->used_current(),
+                    alloc_->reserved_current(), sid);
+  return reinterpret_cast<void*>(addr);
+}
+
+NPURT_DECL void mem_pool::free_async(void* p, stream& s, std::error_code& ec) {
+  const std::uint32_t sid = stream_id(s, ec);
+  if (ec) return;
+  if (!p) {
+    ec = make_error_code(errc::null_pointer);
+    return;
+  }
+  const auto addr = reinterpret_cast<std::uint64_t>(p);
+  const std::size_t size = alloc_->block_size(addr);
+  alloc_->deallocate(addr, sid, ec, dev_);
+  if (ec) return;
+  rt_->unregister_pool_block(addr);
+  rt_->trace_memory(dev_, memory_op::free, addr, size, alloc_->used_current(), alloc_->reserved_current(), sid);
+}
+
+NPURT_DECL void mem_pool::free_async(void* p, stream& s) {
+  std::error_code ec;
+  free_async(p, s, ec);
+  throw_if(ec, "npurt::mem_pool::free_async");
+}
+
+NPURT_DECL void mem_pool::record_stream(void* p, stream& s, std::error_code& ec) {
+  const std::uint32_t sid = stream_id(s, ec);
+  if (ec) return;
+  alloc_->record_stream(reinterpret_cast<std::uint64_t>(p), sid, 0, ec);
+}
+
+NPURT_DECL void mem_pool::record_stream(void* p, stream& s) {
+  std::error_code ec;
+  record_stream(p, s, ec);
+  throw_if(ec, "npurt::mem_pool::record_stream");
+}
+
+NPURT_DECL void mem_pool::set_attribute(mem_pool_attr a, std::uint64_t value) {
+  auto& o = alloc_->options();
+  switch (a) {
+    case mem_pool_attr::reuse_follow_event_dependencies: o.reuse_follow_event_dependencies = value != 0; return;
+    case mem_pool_attr::reuse_allow_opportunistic: o.reuse_allow_opportunistic = value != 0; return;
+    case mem_pool_attr::reuse_allow_internal_dependencies: o.reuse_allow_internal_dependencies = value != 0; return;
+    case mem_pool_attr::release_threshold: o.release_threshold = static_cast<std::size_t>(value); return;
+    case mem_pool_attr::reserved_mem_high:
+      if (value != 0) throw_error(make_error_code(errc::invalid_argument), "reserved_mem_high can only be reset to 0");
+      alloc_->reset_reserved_high();
+      return;
+    case mem_pool_attr::used_mem_high:
+      if (value != 0) throw_error(make_error_code(errc::invalid_argument), "used_mem_high can only be reset to 0");
+      alloc_->reset_used_high();
+      return;
+    default: throw_error(make_error_code(errc::invalid_argument), "read-only memory pool attribute");
+  }
+}
+
+NPURT_DECL std::uint64_t mem_pool::get_attribute(mem_pool_attr a) const {
+  const auto& o = alloc_->options();
+  switch (a) {
+    case mem_pool_attr::reuse_follow_event_dependencies: return o.reuse_follow_event_dependencies;
+    case mem_pool_attr::reuse_allow_opportunistic: return o.reuse_allow_opportunistic;
+    case mem_pool_attr::reuse_allow_internal_dependencies: return o.reuse_allow_internal_dependencies;
+    case mem_pool_attr::release_threshold: return o.release_threshold;
+    case mem_pool_attr::reserved_mem_current: return alloc_->reserved_current();
+    case mem_pool_attr::reserved_mem_high: return alloc_->reserved_high();
+    case mem_pool_attr::used_mem_current: return alloc_->used_current();
+    case mem_pool_attr::used_mem_high: return alloc_->used_high();
+  }
+  throw_error(make_error_code(errc::invalid_argument), "unknown memory pool attribute");
+}
+
+NPURT_DECL void mem_pool::trim_to(std::size_t keep) { alloc_->trim_to(keep); }
+NPURT_DECL void mem_pool::empty_cache() { alloc_->empty_cache(); }
+NPURT_DECL void mem_pool::trigger_gc() { alloc_->trigger_gc(); }
+NPURT_DECL void mem_pool::reset_peak() { alloc_->reset_peak(); }
+NPURT_DECL void mem_pool::on_synchronize() { alloc_->on_synchronize(true); }
+
+}  // namespace npurt

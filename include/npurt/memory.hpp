@@ -1,0 +1,171 @@
+// npurt/memory.hpp — the stream-ordered caching memory pool (aclrtMemPool / cudaMemPool, with
+// PyTorch's caching allocator inside).
+//
+// Allocation happens when the host asks, on behalf of a stream: the pointer may be used by work
+// enqueued on that stream from then on. A free is stream-ordered too: the block goes back to the
+// pool at once, tagged with the stream position of the free, and is reused by the same stream at
+// once (stream order makes that safe) and by other streams only when the pool's reuse policies
+// allow it — the free's position has been reached, the other stream already waits for it, or (if
+// allowed) the pool makes it wait. record_stream() marks a block as used by another stream, so
+// that reuse also waits for that stream's work, as PyTorch's does.
+#pragma once
+
+#include <npurt/backend.hpp>
+#include <npurt/config.hpp>
+#include <npurt/detail/async_op.hpp>
+#include <npurt/detail/caching_allocator.hpp>
+#include <npurt/detail/runtime.hpp>
+#include <npurt/error.hpp>
+#include <npurt/stream.hpp>
+
+#include <boost/asio/async_result.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace npurt {
+
+/// The pool's options: strategy ("segmented", PyTorch-like, or "compact", one growable arena per
+/// stream), max_split_size, garbage_collection_threshold, pool_size_limit, auto_growth, the three
+/// reuse policies and the release threshold.
+using mem_pool_options = detail::caching_allocator_options;
+using detail::allocation_strategy;
+using detail::allocator_stats;
+using detail::memory_snapshot;
+using detail::memory_usage_report;
+
+/// Pool attributes with cudaMemPoolAttr's / aclrtMemPoolAttr's ids.
+enum class mem_pool_attr : int {
+  reuse_follow_event_dependencies = 1,
+  reuse_allow_opportunistic = 2,
+  reuse_allow_internal_dependencies = 3,
+  release_threshold = 4,
+  reserved_mem_current = 5,
+  reserved_mem_high = 6,
+  used_mem_current = 7,
+  used_mem_high = 8,
+};
+
+namespace detail {
+class pool_provider;
+}
+
+class mem_pool {
+ public:
+  using default_token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>;
+
+  NPURT_DECL mem_pool(detail::runtime& rt, device_id dev, const mem_pool_options& opts = {});
+  NPURT_DECL ~mem_pool();
+  mem_pool(const mem_pool&) = delete;
+  mem_pool& operator=(const mem_pool&) = delete;
+
+  [[nodiscard]] device_id device() const noexcept { return dev_; }
+
+  /// cudaMallocAsync: memory for work on `s`. Throws out_of_memory_error (with the requested
+  /// size, device, total and free capacity, allocated and reserved bytes, and a hint) when the
+  /// retry chain cannot find it.
+  [[nodiscard]] NPURT_DECL void* malloc_async(std::size_t bytes, stream& s);
+  [[nodiscard]] NPURT_DECL void* malloc_async(std::size_t bytes, stream& s, std::error_code& ec);
+  /// cudaFreeAsync: returns p to the pool in the order of `s`.
+  NPURT_DECL void free_async(void* p, stream& s);
+  NPURT_DECL void free_async(void* p, stream& s, std::error_code& ec);
+  /// PyTorch's record_stream: p is also used by `s`; reuse waits for s's work enqueued so far.
+  NPURT_DECL void record_stream(void* p, stream& s);
+  NPURT_DECL void record_stream(void* p, stream& s, std::error_code& ec);
+
+  /// `co_await pool.async_malloc(n, s, use_awaitable)` → void*. When the device is out of memory
+  /// while other streams still hold frees in flight, it waits for the device to drain and tries
+  /// once more before failing.
+  template <class Token = default_token>
+  auto async_malloc(std::size_t bytes, stream& s, Token&& token = {});
+  template <class Token = default_token>
+  auto async_free(void* p, stream& s, Token&& token = {});
+
+  NPURT_DECL void set_attribute(mem_pool_attr a, std::uint64_t value);
+  [[nodiscard]] NPURT_DECL std::uint64_t get_attribute(mem_pool_attr a) const;
+  /// aclrtMemPoolTrimTo: release cached memory until at most `keep` bytes stay reserved.
+  NPURT_DECL void trim_to(std::size_t keep);
+  NPURT_DECL void empty_cache();
+  NPURT_DECL void trigger_gc();
+  NPURT_DECL void reset_peak();
+  /// After a synchronize: trims to the release threshold (default 0), as a CUDA pool does.
+  NPURT_DECL void on_synchronize();
+
+  [[nodiscard]] const allocator_stats& stats() const noexcept { return alloc_->stats(); }
+  [[nodiscard]] memory_usage_report memory_usage() const noexcept { return alloc_->memory_usage(); }
+  [[nodiscard]] memory_snapshot snapshot() const { return alloc_->snapshot(); }
+  [[nodiscard]] mem_pool_options& options() noexcept { return alloc_->options(); }
+  [[nodiscard]] detail::caching_allocator& allocator() noexcept { return *alloc_; }
+
+ private:
+  NPURT_DECL void* do_malloc(std::size_t bytes, std::uint32_t stream, std::error_code& ec);
+  NPURT_DECL std::uint32_t stream_id(stream& s, std::error_code& ec) const;
+  [[nodiscard]] NPURT_DECL bool device_busy() const;
+
+  detail::runtime* rt_;
+  device_id dev_;
+  std::unique_ptr<detail::pool_provider> provider_;
+  std::unique_ptr<detail::caching_allocator> alloc_;
+};
+
+template <class Token>
+auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
+  return boost::asio::async_initiate<Token, void(async_error_code, void*)>(
+      [this, &s](auto handler, std::size_t n) {
+        using handler_t = decltype(handler);
+        std::error_code ec;
+        const std::uint32_t sid = stream_id(s, ec);
+        void* p = ec ? nullptr : do_malloc(n, sid, ec);
+        if (ec == errc::out_of_memory && device_busy()) {
+          // The last step of the retry chain, asynchronously: let the device drain (frees in
+          // flight on other streams become reusable), then try once more.
+          auto* op = detail::handler_op<handler_t, void*>::create(*rt_, std::move(handler));
+          struct retry final : detail::op_base {
+            mem_pool* pool;
+            std::size_t n;
+            std::uint32_t sid;
+            detail::op_base* user;
+            static void done(detail::op_base* b, std::error_code e) {
+              auto* self = static_cast<retry*>(b);
+              auto* user_op = static_cast<detail::handler_op<handler_t, void*>*>(self->user);
+              void* q = nullptr;
+              if (!e) {
+                self->pool->alloc_->on_synchronize(true);
+                q = self->pool->do_malloc(self->n, self->sid, e);
+              }
+              std::get<0>(user_op->values) = q;
+              user_op->complete(e);
+              delete self;
+            }
+          };
+          auto* r = new retry;
+          r->complete_fn = &retry::done;
+          r->pool = this;
+          r->n = n;
+          r->sid = sid;
+          r->user = op;
+          detail::start_multi_wait(*rt_, r, rt_->device_positions(dev_), picoseconds{-1});
+          return;
+        }
+        detail::post_error(*rt_, std::move(handler), ec, p);
+      },
+      token, bytes);
+}
+
+template <class Token>
+auto mem_pool::async_free(void* p, stream& s, Token&& token) {
+  return boost::asio::async_initiate<Token, void(async_error_code)>(
+      [this, &s](auto handler, void* ptr) {
+        std::error_code ec;
+        free_async(ptr, s, ec);
+        detail::post_error(*rt_, std::move(handler), ec);
+      },
+      token, p);
+}
+
+}  // namespace npurt
+
+#if NPURT_INCLUDE_IMPL
+#include <npurt/impl/memory.ipp>
+#endif

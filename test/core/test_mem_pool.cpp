@@ -1,0 +1,210 @@
+#include <npurt/memory.hpp>
+
+#include "common.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <numeric>
+
+using namespace npurt_test;
+using npurt::sim_time;
+
+namespace {
+
+npurt::simple_config small_device(std::size_t mib) {
+  auto c = simple();
+  c.properties.memory_bytes = mib << 20;
+  return c;
+}
+
+TEST_CASE("co_await async_malloc gives stream-ordered device memory that copies round-trip through",
+          "[core][pool]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  std::vector<int> in(4096), out(4096);
+  std::iota(in.begin(), in.end(), 1);
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    void* p = co_await dev.async_malloc(in.size() * sizeof(int), s, asio::use_awaitable);
+    CHECK(p != nullptr);
+    co_await s.async_memcpy(p, 16384, in.data(), 16384, npurt::memcpy_kind::host_to_device, asio::use_awaitable);
+    co_await s.async_memcpy(out.data(), 16384, p, 16384, npurt::memcpy_kind::device_to_host, asio::use_awaitable);
+    co_await dev.async_free(p, s, asio::use_awaitable);
+  }());
+  CHECK(out == in);
+  const auto usage = dev.memory_usage();
+  CHECK(usage.allocated_mb == 0.0);
+  CHECK(usage.reserved_mb == 2.0);  // one 2 MiB small-pool segment stays cached
+  CHECK(usage.peak_mb > 0.0);
+}
+
+TEST_CASE("a freed block is reused at once by its own stream", "[core][pool]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto& pool = dev.mem_pool();
+  void* a = pool.malloc_async(1 << 20, s);
+  s.launch(fixed(us(100)));  // the block is still in use by queued work when freed
+  pool.free_async(a, s);
+  void* b = pool.malloc_async(1 << 20, s);
+  CHECK(b == a);
+  CHECK(pool.stats().num_device_alloc == 1);
+}
+
+TEST_CASE("another stream reuses a freed block only when the free's position is reached", "[core][pool]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s1 = dev.make_stream();
+  auto s2 = dev.make_stream();
+  npurt::mem_pool_options o;
+  o.reuse_allow_internal_dependencies = false;
+  o.reuse_follow_event_dependencies = false;
+  auto& pool = dev.configure_mem_pool(o);
+  void* a = pool.malloc_async(4 << 20, s1);
+  s1.launch(fixed(us(100)));
+  pool.free_async(a, s1);
+  void* b = pool.malloc_async(4 << 20, s2);
+  CHECK(b != a);  // s1's work is still running: reusing a would race with it
+  pool.free_async(b, s2);
+  s1.synchronize();
+  void* c = pool.malloc_async(4 << 20, s2);
+  CHECK((c == a || c == b));
+}
+
+TEST_CASE("a pool block cannot be used after its free nor freed with device::free", "[core][pool][error]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto& pool = dev.mem_pool();
+  std::vector<char> host(1024);
+  void* p = pool.malloc_async(1024, s);
+  std::error_code ec;
+  dev.free(p, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  // A copy larger than the block is caught even though the segment around it is larger.
+  s.memcpy(p, 4096, host.data(), 2048, npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::size_overflow);
+  pool.free_async(p, s);
+  s.memcpy(p, 1024, host.data(), 1024, npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  pool.free_async(p, s, ec);
+  CHECK(ec == npurt::errc::double_free);
+  auto other = sys.device(0).make_stream();
+  (void)other;
+}
+
+TEST_CASE("pool calls check the stream's device", "[core][pool][error]") {
+  npurt::system sys{simple(2)};
+  auto s1 = sys.device(1).make_stream();
+  std::error_code ec;
+  (void)sys.device(0).mem_pool().malloc_async(64, s1, ec);
+  CHECK(ec == npurt::errc::stream_device_mismatch);
+  npurt::stream none;
+  (void)sys.device(0).mem_pool().malloc_async(64, none, ec);
+  CHECK(ec == npurt::errc::invalid_stream);
+  auto s0 = sys.device(0).make_stream();
+  (void)sys.device(0).mem_pool().malloc_async(0, s0, ec);
+  CHECK(ec == npurt::errc::zero_size);
+}
+
+TEST_CASE("out of memory raises out_of_memory_error with the pool's numbers", "[core][pool][error]") {
+  npurt::system sys{small_device(64)};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto& pool = dev.mem_pool();
+  void* a = pool.malloc_async(40 << 20, s);
+  try {
+    (void)pool.malloc_async(40 << 20, s);
+    FAIL("no exception");
+  } catch (const npurt::out_of_memory_error& e) {
+    CHECK(e.requested() == (40u << 20));
+    CHECK(e.details().total == (64u << 20));
+    CHECK(e.details().allocated == (40u << 20));
+    CHECK(std::string(e.what()).find("out of memory") != std::string::npos);
+  }
+  CHECK(pool.stats().num_ooms == 1);
+  pool.free_async(a, s);
+  CHECK_NOTHROW(pool.free_async(pool.malloc_async(40 << 20, s), s));
+}
+
+TEST_CASE("async_malloc inside run drains the device and retries before giving up", "[core][pool]") {
+  npurt::system sys{small_device(64)};
+  auto& dev = sys.device(0);
+  auto s1 = dev.make_stream();
+  auto s2 = dev.make_stream();
+  npurt::mem_pool_options o;
+  o.reuse_allow_internal_dependencies = false;
+  o.reuse_follow_event_dependencies = false;
+  auto& pool = dev.configure_mem_pool(o);
+  sim_time got_at{};
+  npurt::async_error_code got;
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    void* a = co_await dev.async_malloc(40 << 20, s1, asio::use_awaitable);
+    s1.launch(fixed(us(500)));
+    co_await dev.async_free(a, s1, asio::use_awaitable);
+    // s1's block is cached but busy; a second 40 MiB does not fit beside it.
+    auto [ec, b] = co_await dev.async_malloc(40 << 20, s2, asio::as_tuple(asio::use_awaitable));
+    got = ec;
+    got_at = sys.now();
+    if (!ec) co_await dev.async_free(b, s2, asio::use_awaitable);
+  }());
+  CHECK_FALSE(got);
+  // It succeeded once s1's kernel had finished, not before.
+  CHECK(got_at >= sim_time{us(500)});
+  CHECK(pool.stats().num_alloc_retries >= 1);
+}
+
+TEST_CASE("pool attributes mirror aclrtMemPool and cudaMemPool", "[core][pool]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto& pool = dev.mem_pool();
+  using A = npurt::mem_pool_attr;
+  CHECK(pool.get_attribute(A::release_threshold) == 0);
+  CHECK(pool.get_attribute(A::reuse_allow_opportunistic) == 1);
+  void* p = pool.malloc_async(3 << 20, s);
+  CHECK(pool.get_attribute(A::used_mem_current) >= (3u << 20));
+  CHECK(pool.get_attribute(A::reserved_mem_current) >= pool.get_attribute(A::used_mem_current));
+  pool.free_async(p, s);
+  CHECK(pool.get_attribute(A::used_mem_current) == 0);
+  CHECK(pool.get_attribute(A::used_mem_high) >= (3u << 20));
+  pool.set_attribute(A::used_mem_high, 0);
+  CHECK(pool.get_attribute(A::used_mem_high) == 0);
+  CHECK_THROWS_AS(pool.set_attribute(A::reserved_mem_current, 5), npurt::caller_error);
+  // With the default threshold of 0, a synchronize gives the cached memory back.
+  CHECK(pool.get_attribute(A::reserved_mem_current) > 0);
+  dev.synchronize();
+  CHECK(pool.get_attribute(A::reserved_mem_current) == 0);
+  pool.set_attribute(A::release_threshold, 64 << 20);
+  void* q = pool.malloc_async(3 << 20, s);
+  pool.free_async(q, s);
+  dev.synchronize();
+  CHECK(pool.get_attribute(A::reserved_mem_current) > 0);
+  pool.trim_to(0);
+  CHECK(pool.get_attribute(A::reserved_mem_current) == 0);
+}
+
+TEST_CASE("the compact strategy keeps one growable arena per stream with working data", "[core][pool]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  npurt::mem_pool_options o;
+  o.strategy = npurt::allocation_strategy::compact;
+  o.pool_size_limit = 256 << 20;
+  auto& pool = dev.configure_mem_pool(o);
+  std::vector<std::uint8_t> in(5 << 20), out(5 << 20);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<std::uint8_t>(i * 31);
+  void* a = pool.malloc_async(3 << 20, s);
+  void* b = pool.malloc_async(5 << 20, s);  // spans mapping granules
+  CHECK(reinterpret_cast<std::uintptr_t>(b) > reinterpret_cast<std::uintptr_t>(a));
+  s.memcpy(b, in.size(), in.data(), in.size());
+  s.memcpy(out.data(), out.size(), b, out.size());
+  s.synchronize();
+  CHECK(out == in);
+  pool.free_async(a, s);
+  pool.free_async(b, s);
+}
+
+}  // namespace
