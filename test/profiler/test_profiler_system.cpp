@@ -1,0 +1,222 @@
+// The profiler on a real run: a two-stream program through npurt::system on the reference
+// backend, whose times a reader can check by hand.
+#include <npurt/profiler.hpp>
+
+#include <npurt/detail/trace_reader.hpp>
+#include <npurt/npurt.hpp>
+
+#include <boost/json.hpp>  // bodies come from test_trace_json.cpp
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+namespace json = boost::json;
+
+namespace {
+
+constexpr npurt::picoseconds us(std::int64_t v) { return npurt::picoseconds{v * 1'000'000}; }
+npurt::sim_time at_us(std::int64_t v) { return npurt::sim_time{us(v)}; }
+
+struct seen_task {
+  std::uint64_t id;
+  npurt::device_id device;
+  std::uint32_t stream;
+  npurt::task_kind kind;
+  std::string name;
+  npurt::sim_time start, end;
+};
+
+/// An independent witness of what the runtime reported.
+class witness final : public npurt::observer {
+ public:
+  void on_task(const npurt::task_info& t) override {
+    tasks.push_back({t.id, t.device, t.stream, t.kind, std::string{t.name}, t.start, t.end});
+  }
+  std::vector<seen_task> tasks;
+  [[nodiscard]] const seen_task& named(const std::string& n) const {
+    for (const auto& t : tasks)
+      if (t.name == n) return t;
+    FAIL("no task " << n);
+    throw;
+  }
+};
+
+npurt::kernel_desc fixed(npurt::picoseconds d, std::string_view name) {
+  return npurt::kernel_desc{npurt::kernels::fixed{d}, name};
+}
+
+/// Device 0 stream a: producer (100 µs), record ev.  Device 1 stream b: early (20 µs), wait ev,
+/// consumer (10 µs). The wait holds stream b from 20 µs until the producer ends at 100 µs.
+struct run_result {
+  std::string trace;
+  witness seen;
+  npurt::profile_summary summary;
+  std::uint32_t stream_a = 0, stream_b = 0;
+};
+
+void two_streams(npurt::system& sys, npurt::profiler& prof, run_result& r) {
+  sys.add_observer(prof);
+  sys.add_observer(r.seen);
+  auto a = sys.device(0).make_stream();
+  auto b = sys.device(1).make_stream({.priority = 0});
+  auto ev = sys.device(0).make_event();
+  sys.push_range("step");
+  a.launch(fixed(us(100), "producer"));
+  a.record(ev);
+  b.launch(fixed(us(20), "early"));
+  b.wait(ev);
+  b.launch(fixed(us(10), "consumer"));
+  sys.run();
+  sys.pop_range();
+  std::ostringstream os;
+  prof.write_chrome_trace(os);
+  r.trace = os.str();
+  r.summary = prof.summary();
+}
+
+npurt::simple_config two_devices() {
+  npurt::simple_config c;
+  c.devices = 2;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a real two-stream run gives a trace with its tasks, tracks and event arrow", "[profiler][system]") {
+  run_result r;
+  npurt::system sys{std::make_unique<npurt::simple_backend>(two_devices()), {.trace_from_env = false}};
+  npurt::profiler prof{[&] { return sys.now(); }};
+  two_streams(sys, prof, r);
+
+  const auto& producer = r.seen.named("producer");
+  const auto& early = r.seen.named("early");
+  const auto& consumer = r.seen.named("consumer");
+  // The runtime's own semantics, which the trace must show.
+  CHECK(producer.end - producer.start == us(100));
+  CHECK(consumer.start == producer.end);
+  CHECK(early.end <= producer.end);
+
+  const auto root = json::parse(r.trace);
+  std::map<std::uint64_t, const json::object*> task_events;
+  const json::object* flow_s = nullptr;
+  const json::object* flow_f = nullptr;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::string> thread_names;
+  for (const auto& ev : root.at("traceEvents").as_array()) {
+    const auto& e = ev.as_object();
+    const auto ph = e.at("ph").as_string();
+    if (ph == "X" && e.at("cat").as_string() == "task")
+      task_events[json::value_to<std::uint64_t>(e.at("args").at("id"))] = &e;
+    if (ph == "s") flow_s = &e;
+    if (ph == "f") flow_f = &e;
+    if (ph == "M" && e.at("name").as_string() == "thread_name")
+      thread_names[{e.at("pid").as_int64(), e.at("tid").as_int64()}] = std::string{e.at("args").at("name").as_string()};
+  }
+  // Every task the runtime reported is in the trace, on its device's process and its stream's
+  // track, at its exact virtual time.
+  REQUIRE(task_events.size() == r.seen.tasks.size());
+  for (const auto& t : r.seen.tasks) {
+    INFO(t.name);
+    REQUIRE(task_events.count(t.id) == 1);
+    const auto& e = *task_events[t.id];
+    CHECK(e.at("pid").as_int64() == t.device + 1);
+    CHECK(e.at("tid").as_int64() == std::int64_t{t.stream} + 1);
+    CHECK(std::llround(json::value_to<double>(e.at("ts")) * 1e6) == t.start.time_since_epoch().count());
+    CHECK(std::llround(json::value_to<double>(e.at("dur")) * 1e6) == (t.end - t.start).count());
+    if (!t.name.empty() && t.kind == npurt::task_kind::kernel) CHECK(e.at("name").as_string() == t.name);
+  }
+  const auto& b_stream = consumer.stream;
+  CHECK(thread_names[{2, std::int64_t{b_stream} + 1}] == "stream " + std::to_string(b_stream) + " (prio 0)");
+
+  // The arrow goes from the record task on device 0 to the wait task on device 1.
+  REQUIRE(flow_s != nullptr);
+  REQUIRE(flow_f != nullptr);
+  CHECK(flow_s->at("id") == flow_f->at("id"));
+  CHECK(flow_s->at("pid").as_int64() == 1);
+  CHECK(flow_s->at("tid").as_int64() == std::int64_t{producer.stream} + 1);
+  CHECK(flow_f->at("pid").as_int64() == 2);
+  CHECK(flow_f->at("tid").as_int64() == std::int64_t{b_stream} + 1);
+  const auto record_id = json::value_to<std::uint64_t>(flow_s->at("args").at("record_task"));
+  REQUIRE(task_events.count(record_id) == 1);
+  CHECK(task_events[record_id]->at("args").at("kind").as_string() == "event_record");
+  const auto wait_id = json::value_to<std::uint64_t>(flow_f->at("args").at("wait_task"));
+  REQUIRE(task_events.count(wait_id) == 1);
+  CHECK(task_events[wait_id]->at("args").at("kind").as_string() == "event_wait");
+
+  // The summary explains stream b's idle time: it waited on the event until the producer ended.
+  const npurt::profile_summary::stream_stats* sb = nullptr;
+  for (const auto& st : r.summary.streams)
+    if (st.device == 1 && st.stream == b_stream) sb = &st;
+  REQUIRE(sb != nullptr);
+  CHECK(sb->busy == us(30));
+  REQUIRE(sb->gaps.size() == 1);
+  CHECK(sb->gaps[0].begin == early.end);
+  CHECK(sb->gaps[0].end == producer.end);
+  CHECK(sb->gaps[0].cause == npurt::gap_cause::event);
+  // The critical path runs producer -> record -> wait -> consumer.
+  REQUIRE(r.summary.critical_path.size() >= 4);
+  CHECK(r.summary.critical_path.back().name == "consumer");
+  bool through_producer = false;
+  for (const auto& p : r.summary.critical_path) through_producer |= p.name == "producer";
+  CHECK(through_producer);
+  CHECK(r.summary.critical_path_length == consumer.end - producer.start);
+
+  // Host range from system::push_range/pop_range.
+  CHECK(r.trace.find(R"("ph":"B","pid":0,"tid":1,"ts":0.000000,"name":"step")") != std::string::npos);
+
+  // And the reader gives back the same summary.
+  std::ostringstream a, b;
+  npurt::write_summary_json(a, r.summary);
+  npurt::write_summary_json(b, npurt::summarize(npurt::read_chrome_trace(r.trace)));
+  CHECK(a.str() == b.str());
+}
+
+TEST_CASE("two identical runs write byte-identical traces", "[profiler][system][determinism]") {
+  run_result r1, r2;
+  {
+    npurt::system sys{std::make_unique<npurt::simple_backend>(two_devices()), {.trace_from_env = false}};
+    npurt::profiler prof{[&] { return sys.now(); }};
+    two_streams(sys, prof, r1);
+  }
+  {
+    npurt::system sys{std::make_unique<npurt::simple_backend>(two_devices()), {.trace_from_env = false}};
+    npurt::profiler prof{[&] { return sys.now(); }};
+    two_streams(sys, prof, r2);
+  }
+  CHECK(r1.trace == r2.trace);
+}
+
+TEST_CASE("NPURT_TRACE writes the run's trace when the system shuts down", "[profiler][system][env]") {
+  const std::string path = "test_profiler_env_trace.json";
+  std::remove(path.c_str());
+  ::setenv("NPURT_TRACE", path.c_str(), 1);
+  run_result r;
+  {
+    npurt::system sys{std::make_unique<npurt::simple_backend>(two_devices())};
+    npurt::profiler mine{[&] { return sys.now(); }};
+    two_streams(sys, mine, r);
+    sys.remove_observer(mine);
+    sys.remove_observer(r.seen);
+  }
+  ::unsetenv("NPURT_TRACE");
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  // The environment's profiler saw the same run as ours, plus the shutdown time.
+  std::error_code ec;
+  std::string why;
+  const auto data = npurt::read_chrome_trace(ss.str(), ec, why);
+  REQUIRE_FALSE(ec);
+  CHECK(data.shutdown.has_value());
+  std::ostringstream a, b;
+  npurt::write_summary_json(a, r.summary);
+  npurt::write_summary_json(b, npurt::summarize(data));
+  CHECK(a.str() == b.str());
+  std::remove(path.c_str());
+}

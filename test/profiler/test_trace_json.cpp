@@ -1,0 +1,244 @@
+// The Chrome trace as JSON: parsed back with Boost.JSON (compiled here, once for this test
+// program), checked for what Perfetto and chrome://tracing need, and read back by the reader.
+#include <npurt/detail/trace_reader.hpp>
+
+#include "program.hpp"
+
+#include <boost/json.hpp>
+#include <boost/json/src.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <tuple>
+
+namespace json = boost::json;
+
+namespace {
+
+std::string chrome(const npurt::trace_data& d) {
+  std::ostringstream os;
+  npurt::write_chrome_trace(os, d);
+  return os.str();
+}
+
+std::string summary_json(const npurt::trace_data& d) {
+  std::ostringstream os;
+  npurt::write_summary_json(os, npurt::summarize(d));
+  return os.str();
+}
+
+std::int64_t to_ps(const json::value& v) { return std::llround(json::value_to<double>(v) * 1e6); }
+
+}  // namespace
+
+TEST_CASE("the chrome trace is valid JSON with the fields Perfetto needs", "[profiler][chrome]") {
+  npurt::profiler p;
+  test_program::feed(p);
+  const auto text = chrome(p.data());
+  json::value root;
+  REQUIRE_NOTHROW(root = json::parse(text));
+  REQUIRE(root.is_object());
+  REQUIRE(root.as_object().contains("traceEvents"));
+  CHECK(root.at("displayTimeUnit").as_string() == "ns");
+  const auto& events = root.at("traceEvents").as_array();
+  REQUIRE(events.size() > 40);
+
+  std::map<std::int64_t, int> flow_s, flow_f;  // id -> count
+  std::map<std::pair<std::int64_t, std::int64_t>, int> open_ranges;
+  std::set<std::pair<std::int64_t, std::int64_t>> named_threads, used_threads;
+  std::set<std::int64_t> named_processes;
+  for (const auto& ev : events) {
+    const auto& e = ev.as_object();
+    const auto ph = std::string{e.at("ph").as_string()};
+    INFO(json::serialize(ev));
+    REQUIRE(e.at("pid").is_int64());
+    REQUIRE(e.at("tid").is_int64());
+    const auto pid = e.at("pid").as_int64(), tid = e.at("tid").as_int64();
+    if (ph == "M") {
+      const auto name = std::string{e.at("name").as_string()};
+      if (name == "process_name") named_processes.insert(pid);
+      if (name == "thread_name") named_threads.insert({pid, tid});
+      CHECK(e.at("args").as_object().size() >= 1);
+      continue;
+    }
+    REQUIRE(e.at("ts").is_number());
+    CHECK(json::value_to<double>(e.at("ts")) >= 0);
+    used_threads.insert({pid, tid});
+    if (ph == "X") {
+      REQUIRE(e.at("dur").is_number());
+      CHECK(json::value_to<double>(e.at("dur")) >= 0);
+      CHECK(e.at("name").is_string());
+      CHECK(e.at("cat").is_string());
+    } else if (ph == "s" || ph == "f") {
+      CHECK(e.at("cat").as_string() == "dependency");
+      (ph == "s" ? flow_s : flow_f)[e.at("id").as_int64()]++;
+      if (ph == "f") CHECK(e.at("bp").as_string() == "e");
+    } else if (ph == "C") {
+      for (const auto& kv : e.at("args").as_object()) CHECK(kv.value().is_number());
+    } else if (ph == "B") {
+      open_ranges[{pid, tid}]++;
+    } else if (ph == "E") {
+      CHECK(open_ranges[{pid, tid}]-- > 0);
+    } else {
+      CHECK(ph == "i");
+      CHECK(e.at("s").as_string() == "t");
+    }
+  }
+  CHECK(flow_s == flow_f);  // every arrow has both ends, once
+  CHECK(flow_s.size() == 1);
+  for (const auto& [k, n] : open_ranges) CHECK(n == 0);
+  // Every track that holds events has a name, and so does every process.
+  for (const auto& t : used_threads) {
+    INFO(t.first << "/" << t.second);
+    CHECK(named_threads.count(t) == 1);
+    CHECK(named_processes.count(t.first) == 1);
+  }
+}
+
+TEST_CASE("the task events of the two-stream program are exactly the expected ones", "[profiler][chrome]") {
+  npurt::profiler p;
+  test_program::feed(p);
+  const auto root = json::parse(chrome(p.data()));
+  // (name, pid, tid, ts, end) of every task event, in picoseconds.
+  using row = std::tuple<std::string, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
+  std::multiset<row> got, want;
+  for (const auto& ev : root.at("traceEvents").as_array()) {
+    const auto& e = ev.as_object();
+    if (e.at("ph").as_string() != "X" || e.at("cat").as_string() != "task") continue;
+    const auto ts = to_ps(e.at("ts"));
+    got.insert({std::string{e.at("name").as_string()}, e.at("pid").as_int64(), e.at("tid").as_int64(), ts,
+                ts + to_ps(e.at("dur"))});
+  }
+  for (const auto& t : test_program::tasks())
+    want.insert({t.name, t.device + 1, std::int64_t{t.stream} + 1, static_cast<std::int64_t>(t.start * 1e6),
+                 static_cast<std::int64_t>(t.end * 1e6)});
+  CHECK(got == want);
+}
+
+TEST_CASE("a trace read back gives the same summary and writes the same bytes", "[profiler][reader]") {
+  npurt::profiler p;
+  test_program::feed(p);
+  const auto text = chrome(p.data());
+  std::error_code ec;
+  std::string why;
+  const auto back = npurt::read_chrome_trace(text, ec, why);
+  REQUIRE_FALSE(ec);
+  CHECK(back.tasks.size() == p.data().tasks.size());
+  CHECK(back.waits.size() == 1);
+  CHECK(back.records.size() == 1);
+  CHECK(back.memory.size() == 1);
+  CHECK(back.links.size() == 1);
+  CHECK(back.steps.size() == 2);
+  CHECK(back.ranges.size() == 3);
+  CHECK(back.streams.size() == 4);
+  REQUIRE(back.shutdown.has_value());
+  CHECK(*back.shutdown == test_program::us(40));
+  CHECK(summary_json(back) == summary_json(p.data()));
+  CHECK(chrome(back) == text);
+  std::ostringstream svg_a, svg_b;
+  npurt::write_svg(svg_a, p.data());
+  npurt::write_svg(svg_b, back);
+  CHECK(svg_a.str() == svg_b.str());
+}
+
+TEST_CASE("times survive the round trip to the picosecond", "[profiler][reader]") {
+  npurt::profiler p;
+  npurt::task_info t;
+  t.id = 1;
+  t.engine = npurt::engine_kind::ai_core;
+  t.start = npurt::sim_time{npurt::picoseconds{123'456'789'012'345}};  // 123 s and odd picoseconds
+  t.end = t.start + npurt::picoseconds{7};
+  t.name = "odd";
+  p.on_task(t);
+  const auto back = npurt::read_chrome_trace(chrome(p.data()));
+  REQUIRE(back.tasks.size() == 1);
+  CHECK(back.tasks[0].start == t.start);
+  CHECK(back.tasks[0].end == t.end);
+}
+
+TEST_CASE("the reader rejects what is not a trace with a parse error that says why", "[profiler][reader]") {
+  const std::pair<std::string, std::string> cases[] = {
+      {"this is not json", "not valid JSON"},
+      {"{\"traceEvents\": [", "not valid JSON"},
+      {"[1, 2, 3]", "not a JSON object"},
+      {"{}", "traceEvents"},
+      {"{\"traceEvents\": 5}", "not an array"},
+      {"{\"traceEvents\": [7]}", "traceEvents[0]"},
+      {"{\"traceEvents\": [{\"pid\": 1}]}", "\"ph\""},
+      {R"({"traceEvents": [{"ph":"X","cat":"task","name":"k","pid":1,"tid":1,"ts":"zero","dur":1,)"
+       R"("args":{"id":1,"kind":"kernel","engine":"ai_core","device":0,"stream":0,"priority":4,"submitted":0,"ready":0,"bytes":0,"flops":0}}]})",
+       "\"ts\" is not a number"},
+      {R"({"traceEvents": [{"ph":"X","cat":"task","name":"k","pid":1,"tid":1,"ts":0,"dur":1,)"
+       R"("args":{"id":1,"kind":"warp","engine":"ai_core","device":0,"stream":0,"priority":4,"submitted":0,"ready":0,"bytes":0,"flops":0}}]})",
+       "unknown task kind"},
+      {R"({"traceEvents": [{"ph":"X","cat":"task","name":"k","pid":1,"tid":1,"ts":0,"dur":1,"args":{"id":-3}}]})",
+       "\"id\""},
+  };
+  for (const auto& [text, expect] : cases) {
+    INFO(text);
+    std::error_code ec;
+    std::string why;
+    const auto d = npurt::read_chrome_trace(text, ec, why);
+    CHECK(ec == npurt::errc::parse_error);
+    CHECK(why.find(expect) != std::string::npos);
+    CHECK(d.tasks.empty());
+    try {
+      (void)npurt::read_chrome_trace(text);
+      FAIL("no exception");
+    } catch (const npurt::caller_error& e) {
+      CHECK(e.code() == npurt::errc::parse_error);
+    }
+  }
+  // A foreign Chrome trace with none of npurt's events reads as an empty profile.
+  std::error_code ec;
+  std::string why;
+  const auto d = npurt::read_chrome_trace(R"({"traceEvents":[{"ph":"X","pid":1,"tid":1,"ts":0,"dur":5,"name":"x"}]})", ec, why);
+  CHECK_FALSE(ec);
+  CHECK(d.tasks.empty());
+}
+
+TEST_CASE("npurt-trace summarises and renders a trace, and exits with 2 on a non-trace", "[profiler][tool]") {
+  const char* tool = std::getenv("NPURT_TRACE_TOOL");
+  if (tool == nullptr || *tool == '\0') SKIP("NPURT_TRACE_TOOL is not set (meson test sets it)");
+  npurt::profiler p;
+  test_program::feed(p);
+  p.write_chrome_trace("tool_trace.json");
+  { std::ofstream("tool_bad.json") << "{\"traceEvents\": 3}"; }
+  auto run = [&](const std::string& args) {
+    const int st = std::system((std::string{tool} + " " + args + " > tool_out.txt 2>&1").c_str());
+    std::ifstream in("tool_out.txt");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return std::pair{WIFEXITED(st) ? WEXITSTATUS(st) : -1, ss.str()};
+  };
+  auto [code, out] = run("summarize tool_trace.json");
+  CHECK(code == 0);
+  std::ostringstream expect;
+  p.write_summary_text(expect);
+  CHECK(out == expect.str());
+
+  std::tie(code, out) = run("svg tool_trace.json -o tool_out.svg");
+  CHECK(code == 0);
+  std::ifstream svg("tool_out.svg");
+  std::ostringstream svg_text, svg_expect;
+  svg_text << svg.rdbuf();
+  p.write_svg(svg_expect);
+  CHECK(svg_text.str() == svg_expect.str());
+
+  std::tie(code, out) = run("summarize tool_bad.json");
+  CHECK(code == 2);
+  CHECK(out.find("not an array") != std::string::npos);
+  std::tie(code, out) = run("summarize does_not_exist.json");
+  CHECK(code == 2);
+  std::tie(code, out) = run("frobnicate tool_trace.json");
+  CHECK(code == 1);
+  for (const char* f : {"tool_trace.json", "tool_bad.json", "tool_out.txt", "tool_out.svg"}) std::remove(f);
+}
