@@ -42,20 +42,39 @@ std::unique_ptr<npurt::system> make_system(npurt::system_options opts = {}) {
 
 const npurt::kernel_desc zero_kernel{npurt::kernels::fixed{}, "zero"};
 
+/// Wall and thread-CPU nanoseconds per unit of work.
+struct cost {
+  double wall = 0;
+  double cpu = 0;
+};
+
+class stopwatch {
+ public:
+  stopwatch() : wall_(clk::now()), cpu_(npurt_bench::thread_cpu_seconds()) {}
+  cost per(long n) const {
+    return {npurt_bench::seconds_since(wall_) * 1e9 / static_cast<double>(n),
+            (npurt_bench::thread_cpu_seconds() - cpu_) * 1e9 / static_cast<double>(n)};
+  }
+
+ private:
+  clk::time_point wall_;
+  double cpu_;
+};
+
 /// ns per task for `tasks` zero-duration fire-and-forget launches on one stream.
-double one_stream(npurt::system& sys, long tasks) {
+cost one_stream(npurt::system& sys, long tasks) {
   auto s = sys.device(0).make_stream();
-  const auto t0 = clk::now();
+  const stopwatch sw;
   for (long i = 0; i < tasks; ++i) s.launch(zero_kernel);
   sys.run();
-  return npurt_bench::seconds_since(t0) * 1e9 / static_cast<double>(tasks);
+  return sw.per(tasks);
 }
 
 /// ns per task over 8 streams, with a cross-stream event wait every 10 tasks.
-double eight_streams(npurt::system& sys, long tasks) {
+cost eight_streams(npurt::system& sys, long tasks) {
   std::vector<npurt::stream> streams;
   for (int i = 0; i < 8; ++i) streams.push_back(sys.device(0).make_stream());
-  const auto t0 = clk::now();
+  const stopwatch sw;
   npurt::event last;
   for (long i = 0; i < tasks; ++i) {
     auto& s = streams[static_cast<std::size_t>(i % 8)];
@@ -63,22 +82,22 @@ double eight_streams(npurt::system& sys, long tasks) {
     last = s.launch(zero_kernel);
   }
   sys.run();
-  return npurt_bench::seconds_since(t0) * 1e9 / static_cast<double>(tasks);
+  return sw.per(tasks);
 }
 
 /// ns per awaited launch: a coroutine doing `co_await s.async_launch(k, use_awaitable)`.
-double awaited(npurt::system& sys, long n) {
+cost awaited(npurt::system& sys, long n) {
   auto s = sys.device(0).make_stream();
-  const auto t0 = clk::now();
+  const stopwatch sw;
   asio::co_spawn(s.get_executor(), [&]() -> asio::awaitable<void> {
     for (long i = 0; i < n; ++i) co_await s.async_launch(zero_kernel, asio::use_awaitable);
   }, asio::detached);
   sys.run();
-  return npurt_bench::seconds_since(t0) * 1e9 / static_cast<double>(n);
+  return sw.per(n);
 }
 
 /// Baseline: a std::priority_queue of (time, sequence) records, one push and one pop per task.
-double bare_heap(long tasks) {
+cost bare_heap(long tasks) {
   struct rec {
     std::int64_t t;
     std::uint64_t seq;
@@ -86,7 +105,7 @@ double bare_heap(long tasks) {
   };
   std::priority_queue<rec, std::vector<rec>, std::greater<>> q;
   std::uint64_t checksum = 0;
-  const auto t0 = clk::now();
+  const stopwatch sw;
   std::int64_t now = 0;
   for (long i = 0; i < tasks; ++i) {
     q.push({now + (i * 7919) % 13, static_cast<std::uint64_t>(i)});
@@ -100,21 +119,21 @@ double bare_heap(long tasks) {
     checksum += q.top().seq;
     q.pop();
   }
-  const double ns = npurt_bench::seconds_since(t0) * 1e9 / static_cast<double>(tasks);
+  const cost c = sw.per(tasks);
   if (checksum == 42) std::printf(" ");  // keep the loop
-  return ns;
+  return c;
 }
 
 /// Baseline: plain Asio, one co_await post on a strand per step.
-double asio_post(long n) {
+cost asio_post(long n) {
   asio::io_context ioc{1};
   auto strand = asio::make_strand(ioc);
-  const auto t0 = clk::now();
+  const stopwatch sw;
   asio::co_spawn(strand, [&]() -> asio::awaitable<void> {
     for (long i = 0; i < n; ++i) co_await asio::post(strand, asio::use_awaitable);
   }, asio::detached);
   ioc.run();
-  return npurt_bench::seconds_since(t0) * 1e9 / static_cast<double>(n);
+  return sw.per(n);
 }
 
 }  // namespace
@@ -123,30 +142,34 @@ int main(int argc, char** argv) {
   const long tasks = npurt_bench::arg_value(argc, argv, "--tasks", 1'000'000);
   const long awaits = npurt_bench::arg_value(argc, argv, "--awaits", 200'000);
   npurt_bench::report r("stream_overhead");
+  auto add = [&](const std::string& key, cost c, const std::string& note = {}) {
+    r.add(key + "_ns", c.wall, "ns", note);
+    r.add(key + "_cpu_ns", c.cpu, "ns", "thread CPU time");
+  };
 
-  const double heap = bare_heap(tasks);
-  const double asio_ns = asio_post(awaits);
+  const cost heap = bare_heap(tasks);
+  const cost asio_ns = asio_post(awaits);
 
-  auto cold_sys = make_system();
-  const double cold1 = one_stream(*cold_sys, tasks);
-  const double warm1 = one_stream(*cold_sys, tasks);
+  auto sys1 = make_system();
+  const cost cold1 = one_stream(*sys1, tasks);
+  const cost warm1 = one_stream(*sys1, tasks);
   auto sys8 = make_system();
-  const double cold8 = eight_streams(*sys8, tasks);
-  const double warm8 = eight_streams(*sys8, tasks);
+  const cost cold8 = eight_streams(*sys8, tasks);
+  const cost warm8 = eight_streams(*sys8, tasks);
   auto sysa = make_system();
-  const double cold_aw = awaited(*sysa, awaits);
-  const double warm_aw = awaited(*sysa, awaits);
+  const cost cold_aw = awaited(*sysa, awaits);
+  const cost warm_aw = awaited(*sysa, awaits);
 
-  r.add("baseline_bare_heap_ns_per_event", heap, "ns");
-  r.add("baseline_asio_post_ns_per_step", asio_ns, "ns");
-  r.add("one_stream_cold_ns_per_task", cold1, "ns", "1 stream, fire-and-forget, fresh pools");
-  r.add("one_stream_warm_ns_per_task", warm1, "ns", "target <= 100");
-  r.add("eight_streams_cold_ns_per_task", cold8, "ns", "event every 10 tasks");
-  r.add("eight_streams_warm_ns_per_task", warm8, "ns");
-  r.add("awaited_launch_cold_ns", cold_aw, "ns");
-  r.add("awaited_launch_warm_ns", warm_aw, "ns");
-  r.add("one_stream_warm_over_bare_heap", warm1 / heap, "ratio");
-  r.add("awaited_warm_over_asio_post", warm_aw / asio_ns, "ratio", "target <= 1.5");
+  add("baseline_bare_heap_per_event", heap);
+  add("baseline_asio_post_per_step", asio_ns);
+  add("one_stream_cold_per_task", cold1, "1 stream, fire-and-forget, fresh pools");
+  add("one_stream_warm_per_task", warm1, "target <= 100");
+  add("eight_streams_cold_per_task", cold8, "event every 10 tasks");
+  add("eight_streams_warm_per_task", warm8);
+  add("awaited_launch_cold", cold_aw);
+  add("awaited_launch_warm", warm_aw);
+  r.add("one_stream_warm_over_bare_heap_cpu", warm1.cpu / heap.cpu, "ratio");
+  r.add("awaited_warm_over_asio_post_cpu", warm_aw.cpu / asio_ns.cpu, "ratio", "target <= 1.5");
 #ifdef NPURT_BENCH_PROFILER
   {
     auto traced = make_system();
@@ -154,9 +177,10 @@ int main(int argc, char** argv) {
     prof.reserve(2 * static_cast<std::size_t>(tasks));  // recording then touches no fresh pages
     traced->add_observer(prof);
     (void)one_stream(*traced, tasks);
-    const double traced1 = one_stream(*traced, tasks);
-    r.add("one_stream_warm_profiled_ns_per_task", traced1, "ns", "profiler attached");
-    r.add("profiler_overhead_ratio", traced1 / warm1, "ratio", "target <= 1.2");
+    const cost traced1 = one_stream(*traced, tasks);
+    add("one_stream_warm_profiled_per_task", traced1, "profiler attached");
+    r.add("profiler_overhead_ratio_cpu", traced1.cpu / warm1.cpu, "ratio", "target <= 1.2");
+    r.add("profiler_overhead_ratio_wall", traced1.wall / warm1.wall, "ratio");
   }
 #endif
   return npurt_bench::finish(r, argc, argv);
