@@ -1,18 +1,21 @@
 // bench/allocator: the device caching allocator.
 //  1. Cached path: nanoseconds per alloc+free pair, with glibc malloc and mimalloc measured in
 //     the same run as baselines (the ratio is the number to read; machines differ).
-//  2. Replays: a synthetic ResNet-50-like training trace (fixed batch, and batch varying from
-//     step to step) and the MiniMalloc traces A and K as alloc/free event streams: peak reserved
-//     over peak allocated, over the lower bound (peak requested live bytes), and external
-//     fragmentation (1 - largest free block / free bytes), for "segmented" and "compact".
+//  2. Replays as alloc/free event streams: the simulator's ResNet-50 training step (the tensors
+//     of sim::resnet50's kernel list, sim/memory_trace.hpp) at batch 32 and 256 for 3 steps on a
+//     32 GiB device, a synthetic ResNet-50-like trace (fixed batch, and batch varying from step
+//     to step), and the MiniMalloc traces A and K: peak reserved over peak allocated, over the
+//     lower bound (peak requested live bytes), and external fragmentation (1 - largest free block
+//     / free bytes) at the reserved peak, for "segmented" and "compact".
 //
-//   allocator [--json PATH] [--iters N] [--data DIR]
+//   allocator [--json PATH] [--iters N] [--data DIR] [--replays-only]
 //
 // Note: Debian's libmimalloc.so.2 exports malloc/free, so in this binary plain malloc() is
 // mimalloc; the glibc baseline calls __libc_malloc/__libc_free directly.
 #include <npurt/detail/caching_allocator.hpp>
 #include <npurt/detail/host_heap.hpp>
 #include <npurt/memplan.hpp>
+#include <npurt/sim/memory_trace.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -106,7 +109,8 @@ struct trace_builder {
   void free(std::uint32_t id) { ev.push_back({false, id, 0}); }
 };
 
-// ResNet-50 training steps in fp16 at 224x224: forward keeps each layer's output for the
+// Synthetic: ResNet-50 training steps in fp16 at 224x224 as a hand-written approximation (kept
+// for comparison with the simulated trace below): forward keeps each layer's output for the
 // backward pass and uses a short-lived workspace per convolution; backward walks the layers in
 // reverse, creating input gradients and weight gradients and freeing what it consumed; the
 // optimizer step frees the weight gradients. Weights and momentum live for the whole run.
@@ -202,13 +206,23 @@ std::vector<event> trace_from_plan(const std::vector<npurt::memplan::buffer>& b)
   return ev;
 }
 
+// The simulator's ResNet-50 training step at a batch size, `steps` times: parameters, momentum
+// and FP16 weight copies allocated once, everything else per step.
+std::vector<event> simulated_resnet50_trace(std::int64_t batch, int steps) {
+  const auto tr = npurt::sim::training_step_trace(batch);
+  std::vector<event> ev;
+  for (const auto& e : npurt::sim::repeated_events(tr, steps)) ev.push_back({e.alloc, e.buffer, static_cast<std::size_t>(e.size)});
+  return ev;
+}
+
 struct replay_result {
   std::size_t lb = 0, peak_allocated = 0, peak_reserved = 0;
   double frag_at_peak = 0, frag_max = 0, ns_per_event = 0;
   std::uint64_t device_allocs = 0;
+  std::string error;  // set when the replay ran out of device memory
 };
 
-replay_result replay(const std::vector<event>& ev, allocation_strategy strategy) {
+replay_result replay(const std::vector<event>& ev, allocation_strategy strategy, std::size_t capacity = std::size_t{64} << 30) {
   replay_result r;
   std::size_t live = 0;
   std::vector<std::size_t> sizes;
@@ -222,7 +236,7 @@ replay_result replay(const std::vector<event>& ev, allocation_strategy strategy)
       live -= sizes[e.id];
     }
   }
-  counting_provider dev(std::size_t{64} << 30);
+  counting_provider dev(capacity);
   caching_allocator_options o;
   o.strategy = strategy;
   caching_allocator a(dev, o);
@@ -230,8 +244,18 @@ replay_result replay(const std::vector<event>& ev, allocation_strategy strategy)
   // Untimed pass for the memory numbers: fragmentation is sampled whenever reserved peaks.
   std::size_t last_peak = 0;
   for (const auto& e : ev) {
-    if (e.alloc) addr[e.id] = a.allocate(e.size, 0);
-    else a.deallocate(addr[e.id], 0);
+    if (e.alloc) {
+      std::error_code ec;
+      addr[e.id] = a.allocate(e.size, 0, ec);
+      if (ec) {
+        r.error = ec.message();
+        r.peak_allocated = a.used_high();
+        r.peak_reserved = a.reserved_high();
+        return r;
+      }
+    } else {
+      a.deallocate(addr[e.id], 0);
+    }
     const auto reserved = a.reserved_current();
     if (reserved > last_peak || (e.alloc && reserved == last_peak)) {
       last_peak = reserved;
@@ -279,19 +303,21 @@ int main(int argc, char** argv) {
   const char* json = nullptr;
   const char* data = nullptr;
   std::size_t iters = 5'000'000;
+  bool replays_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json = argv[++i];
+    else if (a == "--replays-only") replays_only = true;
     else if (a == "--iters" && i + 1 < argc) iters = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--data" && i + 1 < argc) data = argv[++i];
     else {
-      std::fprintf(stderr, "usage: allocator [--json PATH] [--iters N] [--data DIR]\n");
+      std::fprintf(stderr, "usage: allocator [--json PATH] [--iters N] [--data DIR] [--replays-only]\n");
       return 2;
     }
   }
   const int repeat = 3;
   const std::size_t slots = 4096;
-  const auto w = make_workload(iters, slots);
+  const auto w = make_workload(replays_only ? 0 : iters, slots);
 
   void* probe = std::malloc(16);
   const bool malloc_is_mimalloc = mi_is_in_heap_region(probe);
@@ -304,33 +330,38 @@ int main(int argc, char** argv) {
     double slots_ns, hot_ns;
   };
   std::vector<cached_row> rows;
-  rows.push_back({"glibc malloc/free",
-                  ns_per_pair(w, slots, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(__libc_malloc(s)); },
-                              [](std::uintptr_t p) { __libc_free(reinterpret_cast<void*>(p)); }, repeat),
-                  ns_hot(iters, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(__libc_malloc(s)); },
-                         [](std::uintptr_t p) { __libc_free(reinterpret_cast<void*>(p)); }, repeat)});
-  rows.push_back({"mi_malloc/mi_free",
-                  ns_per_pair(w, slots, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(mi_malloc(s)); },
-                              [](std::uintptr_t p) { mi_free(reinterpret_cast<void*>(p)); }, repeat),
-                  ns_hot(iters, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(mi_malloc(s)); },
-                         [](std::uintptr_t p) { mi_free(reinterpret_cast<void*>(p)); }, repeat)});
-  rows.push_back({"host_heap (64 B aligned)",
-                  ns_per_pair(w, slots, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(host_heap::allocate(s)); },
-                              [](std::uintptr_t p) { host_heap::deallocate(reinterpret_cast<void*>(p)); }, repeat),
-                  ns_hot(iters, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(host_heap::allocate(s)); },
-                         [](std::uintptr_t p) { host_heap::deallocate(reinterpret_cast<void*>(p)); }, repeat)});
-  rows.push_back({"caching_allocator",
-                  ns_per_pair(w, slots, [&](std::size_t s) { return static_cast<std::uintptr_t>(cache.allocate(s, 0)); },
-                              [&](std::uintptr_t p) { cache.deallocate(p, 0); }, repeat),
-                  ns_hot(iters, [&](std::size_t s) { return static_cast<std::uintptr_t>(cache.allocate(s, 0)); },
-                         [&](std::uintptr_t p) { cache.deallocate(p, 0); }, repeat)});
-  const double glibc_slots = rows[0].slots_ns, mi_slots = rows[1].slots_ns;
-  const double glibc_hot = rows[0].hot_ns, mi_hot = rows[1].hot_ns;
+  // Skipped with --replays-only: the replays are the slow part to iterate on, this the noisy one.
+  if (!replays_only) {
+    rows.push_back({"glibc malloc/free",
+                    ns_per_pair(w, slots, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(__libc_malloc(s)); },
+                                [](std::uintptr_t p) { __libc_free(reinterpret_cast<void*>(p)); }, repeat),
+                    ns_hot(iters, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(__libc_malloc(s)); },
+                           [](std::uintptr_t p) { __libc_free(reinterpret_cast<void*>(p)); }, repeat)});
+    rows.push_back({"mi_malloc/mi_free",
+                    ns_per_pair(w, slots, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(mi_malloc(s)); },
+                                [](std::uintptr_t p) { mi_free(reinterpret_cast<void*>(p)); }, repeat),
+                    ns_hot(iters, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(mi_malloc(s)); },
+                           [](std::uintptr_t p) { mi_free(reinterpret_cast<void*>(p)); }, repeat)});
+    rows.push_back({"host_heap (64 B aligned)",
+                    ns_per_pair(w, slots, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(host_heap::allocate(s)); },
+                                [](std::uintptr_t p) { host_heap::deallocate(reinterpret_cast<void*>(p)); }, repeat),
+                    ns_hot(iters, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(host_heap::allocate(s)); },
+                           [](std::uintptr_t p) { host_heap::deallocate(reinterpret_cast<void*>(p)); }, repeat)});
+    rows.push_back({"caching_allocator",
+                    ns_per_pair(w, slots, [&](std::size_t s) { return static_cast<std::uintptr_t>(cache.allocate(s, 0)); },
+                                [&](std::uintptr_t p) { cache.deallocate(p, 0); }, repeat),
+                    ns_hot(iters, [&](std::size_t s) { return static_cast<std::uintptr_t>(cache.allocate(s, 0)); },
+                           [&](std::uintptr_t p) { cache.deallocate(p, 0); }, repeat)});
+  }
+  const double glibc_slots = replays_only ? 1 : rows[0].slots_ns, mi_slots = replays_only ? 1 : rows[1].slots_ns;
+  const double glibc_hot = replays_only ? 1 : rows[0].hot_ns, mi_hot = replays_only ? 1 : rows[1].hot_ns;
 
-  std::printf("cached path: ns per alloc+free pair (%zu pairs, best of %d; malloc() in this binary is %s)\n", iters,
-              repeat, malloc_is_mimalloc ? "mimalloc" : "glibc");
-  std::printf("%-26s %12s %9s %9s %12s %9s %9s\n", "allocator", "4096 slots", "/glibc", "/mimalloc", "hot 4 KiB",
-              "/glibc", "/mimalloc");
+  if (!replays_only) {
+    std::printf("cached path: ns per alloc+free pair (%zu pairs, best of %d; malloc() in this binary is %s)\n", iters,
+                repeat, malloc_is_mimalloc ? "mimalloc" : "glibc");
+    std::printf("%-26s %12s %9s %9s %12s %9s %9s\n", "allocator", "4096 slots", "/glibc", "/mimalloc", "hot 4 KiB",
+                "/glibc", "/mimalloc");
+  }
   for (const auto& r : rows)
     std::printf("%-26s %12.1f %9.2f %9.2f %12.1f %9.2f %9.2f\n", r.name, r.slots_ns, r.slots_ns / glibc_slots,
                 r.slots_ns / mi_slots, r.hot_ns, r.hot_ns / glibc_hot, r.hot_ns / mi_hot);
@@ -341,12 +372,15 @@ int main(int argc, char** argv) {
     replay_result seg, cmp;
   };
   std::vector<trace_row> traces;
-  auto add_trace = [&](std::string name, const std::vector<event>& ev) {
-    traces.push_back({std::move(name), ev.size(), replay(ev, allocation_strategy::segmented),
-                      replay(ev, allocation_strategy::compact)});
+  auto add_trace = [&](std::string name, const std::vector<event>& ev, std::size_t capacity = std::size_t{64} << 30) {
+    traces.push_back({std::move(name), ev.size(), replay(ev, allocation_strategy::segmented, capacity),
+                      replay(ev, allocation_strategy::compact, capacity)});
   };
-  add_trace("resnet50 b32 x3 steps", resnet50_trace({32, 32, 32}));
-  add_trace("resnet50 b32,30,27,31,25,32", resnet50_trace({32, 30, 27, 31, 25, 32}));
+  // The simulator's training step on a 32 GiB device (an Ascend 910's HBM); 3 steps warm the cache.
+  for (const std::int64_t batch : {32, 256})
+    add_trace("sim resnet50 b" + std::to_string(batch) + " x3 steps", simulated_resnet50_trace(batch, 3), std::size_t{32} << 30);
+  add_trace("synthetic resnet50 b32 x3", resnet50_trace({32, 32, 32}));
+  add_trace("synthetic resnet50 b32..25", resnet50_trace({32, 30, 27, 31, 25, 32}));
   const std::string dir = find_data(data);
   for (const char* inst : {"minimalloc_A", "minimalloc_K"}) {
     std::error_code ec;
@@ -356,23 +390,27 @@ int main(int argc, char** argv) {
     else std::fprintf(stderr, "allocator: skipping %s (%s)\n", inst, msg.c_str());
   }
   std::printf("\nreplays (LB = peak requested live bytes; frag = 1 - largest free / free, at the reserved peak)\n");
-  std::printf("%-28s %7s %9s | %-9s %9s %9s %6s %8s | %-9s %9s %6s %8s\n", "trace", "events", "LB MiB", "segmented",
-              "rsv/alloc", "rsv/LB", "frag", "ns/ev", "compact", "rsv/LB", "frag", "ns/ev");
+  std::printf("%-28s %7s %9s | %-9s %9s %9s %6s %8s | %-9s %9s %9s %6s %8s\n", "trace", "events", "LB MiB", "segmented",
+              "rsv/alloc", "rsv/LB", "frag", "ns/ev", "compact", "rsv/alloc", "rsv/LB", "frag", "ns/ev");
   const double m = 1024.0 * 1024.0;
   for (const auto& t : traces) {
     const double lb = static_cast<double>(t.seg.lb);
-    std::printf("%-28s %7zu %9.1f | %9.1f %9.3f %9.3f %6.3f %8.1f | %9.1f %9.3f %6.3f %8.1f\n", t.name.c_str(), t.events,
-                lb / m, static_cast<double>(t.seg.peak_reserved) / m,
+    for (const auto* r : {&t.seg, &t.cmp})
+      if (!r->error.empty()) std::printf("%-28s %s: %s\n", t.name.c_str(), r == &t.seg ? "segmented" : "compact", r->error.c_str());
+    std::printf("%-28s %7zu %9.1f | %9.1f %9.3f %9.3f %6.3f %8.1f | %9.1f %9.3f %9.3f %6.3f %8.1f\n", t.name.c_str(),
+                t.events, lb / m, static_cast<double>(t.seg.peak_reserved) / m,
                 static_cast<double>(t.seg.peak_reserved) / static_cast<double>(t.seg.peak_allocated),
                 static_cast<double>(t.seg.peak_reserved) / lb, t.seg.frag_at_peak, t.seg.ns_per_event,
-                static_cast<double>(t.cmp.peak_reserved) / m, static_cast<double>(t.cmp.peak_reserved) / lb,
-                t.cmp.frag_at_peak, t.cmp.ns_per_event);
+                static_cast<double>(t.cmp.peak_reserved) / m,
+                static_cast<double>(t.cmp.peak_reserved) / static_cast<double>(t.cmp.peak_allocated),
+                static_cast<double>(t.cmp.peak_reserved) / lb, t.cmp.frag_at_peak, t.cmp.ns_per_event);
   }
-  std::printf("(segmented/compact columns: peak reserved MiB, ratios, fragmentation, replay ns per event)\n");
+  std::printf("(segmented/compact columns: peak reserved MiB, ratios, fragmentation, replay ns per event;\n"
+              " sim = the simulator's ResNet-50 step, sim/memory_trace.hpp; synthetic = a hand-written approximation)\n");
 
   if (json) {
     std::ofstream out(json);
-    out << "{\n  \"benchmark\": \"allocator\",\n  \"pairs\": " << iters << ",\n  \"malloc_is_mimalloc\": "
+    out << "{\n  \"benchmark\": \"allocator\",\n  \"pairs\": " << (replays_only ? 0 : iters) << ",\n  \"malloc_is_mimalloc\": "
         << (malloc_is_mimalloc ? "true" : "false") << ",\n  \"cached_path\": [\n";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
@@ -389,7 +427,8 @@ int main(int argc, char** argv) {
             << ", \"reserved_over_allocated\": " << static_cast<double>(r.peak_reserved) / static_cast<double>(r.peak_allocated)
             << ", \"reserved_over_lb\": " << static_cast<double>(r.peak_reserved) / static_cast<double>(r.lb)
             << ", \"fragmentation_at_peak\": " << r.frag_at_peak << ", \"fragmentation_max\": " << r.frag_max
-            << ", \"ns_per_event\": " << r.ns_per_event << ", \"device_allocs\": " << r.device_allocs << "}";
+            << ", \"ns_per_event\": " << r.ns_per_event << ", \"device_allocs\": " << r.device_allocs
+            << ", \"oom\": " << (r.error.empty() ? "false" : "true") << "}";
       };
       out << "    {\"trace\": \"" << t.name << "\", \"events\": " << t.events << ", \"lower_bound\": " << t.seg.lb << ", ";
       emit("segmented", t.seg);

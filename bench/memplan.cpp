@@ -1,11 +1,15 @@
-// bench/memplan: the static planner on every instance in shared/data/memplan and on synthetic
-// DNN-like instances of 30,000 and 60,000 buffers. Prints arena / lower bound and plan time;
-// --json PATH writes the same numbers.
+// bench/memplan: the static planner on every instance in shared/data/memplan, on the simulator's
+// ResNet-50 training step (sim/memory_trace.hpp: every tensor of the step's kernel list with its
+// lifetime, batch 32 and 256, planned with 512 B alignment) and on synthetic DNN-like instances
+// of 30,000 and 60,000 buffers. Prints arena / lower bound, no reuse / lower bound and plan time;
+// --json PATH writes the same numbers; --write-trace DIR also writes the ResNet-50 steps as CSV
+// (npurt-memplan's input).
 //
-//   memplan [--data DIR] [--json PATH] [--repeat N]
+//   memplan [--data DIR] [--json PATH] [--repeat N] [--write-trace DIR]
 // DIR defaults to $NPURT_SHARED/data/memplan, else ../shared/data/memplan next to the repository
 // (found from the working directory or the binary's location).
 #include <npurt/memplan.hpp>
+#include <npurt/sim/memory_trace.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -61,6 +65,7 @@ std::vector<mp::buffer> synthetic(std::size_t n, std::uint64_t seed) {
 struct row {
   std::string name;
   std::size_t n = 0;
+  std::uint64_t alignment = 1;
   std::uint64_t lb = 0, no_reuse = 0, greedy = 0, best_of = 0, plan = 0;
   double greedy_ms = 0, best_of_ms = 0, plan_ms = 0;
   std::string method;
@@ -78,23 +83,28 @@ double time_ms(F&& f, int repeat) {
   return best;
 }
 
-row measure(const std::string& name, const std::vector<mp::buffer>& b, int repeat) {
+row measure(const std::string& name, const std::vector<mp::buffer>& b, int repeat, std::uint64_t alignment = 1) {
   row r;
   r.name = name;
   r.n = b.size();
+  r.alignment = alignment;
   r.lb = mp::lower_bound(b);
   r.no_reuse = mp::no_reuse_size(b);
   mp::plan g, bo, full;
-  r.greedy_ms = time_ms([&] { g = mp::greedy_plan(b, mp::order::size, mp::fit::best); }, repeat);
+  r.greedy_ms = time_ms([&] { g = mp::greedy_plan(b, mp::order::size, mp::fit::best, alignment); }, repeat);
   mp::options only_orders;
   only_orders.search_work = 0;
+  only_orders.alignment = alignment;
   r.best_of_ms = time_ms([&] { bo = mp::make_plan(b, only_orders); }, repeat);
-  r.plan_ms = time_ms([&] { full = mp::make_plan(b); }, repeat);
+  mp::options defaults;
+  defaults.alignment = alignment;
+  r.plan_ms = time_ms([&] { full = mp::make_plan(b, defaults); }, repeat);
   r.greedy = g.arena_size;
   r.best_of = bo.arena_size;
   r.plan = full.arena_size;
   r.method = full.method;
-  r.valid = mp::check(b, full.offsets).valid && mp::check(b, g.offsets).valid && mp::check(b, bo.offsets).valid;
+  r.valid = mp::check(b, full.offsets, alignment).valid && mp::check(b, g.offsets, alignment).valid &&
+            mp::check(b, bo.offsets, alignment).valid;
   return r;
 }
 
@@ -103,14 +113,16 @@ row measure(const std::string& name, const std::vector<mp::buffer>& b, int repea
 int main(int argc, char** argv) {
   const char* data_arg = nullptr;
   const char* json = nullptr;
+  const char* write_trace = nullptr;
   int repeat = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--data" && i + 1 < argc) data_arg = argv[++i];
     else if (a == "--json" && i + 1 < argc) json = argv[++i];
     else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--write-trace" && i + 1 < argc) write_trace = argv[++i];
     else {
-      std::fprintf(stderr, "usage: memplan [--data DIR] [--json PATH] [--repeat N]\n");
+      std::fprintf(stderr, "usage: memplan [--data DIR] [--json PATH] [--repeat N] [--write-trace DIR]\n");
       return 2;
     }
   }
@@ -132,6 +144,23 @@ int main(int argc, char** argv) {
     }
     rows.push_back(measure(fs::path(f).stem().string(), t.buffers, repeat));
   }
+  // The simulated training step: what a framework would plan ahead for one step's tensors.
+  for (const std::int64_t batch : {32, 256}) {
+    const auto tr = npurt::sim::training_step_trace(batch);
+    std::vector<mp::buffer> b;
+    for (const auto& x : tr.buffers) b.push_back({x.id, x.lower, x.upper, x.size});
+    const std::string name = "sim_resnet50_b" + std::to_string(batch);
+    rows.push_back(measure(name, b, repeat, 512));
+    if (write_trace) {
+      const std::string path = std::string(write_trace) + "/" + name + ".csv";
+      std::ofstream out(path);
+      npurt::sim::write_csv(out, tr);
+      if (!out) {
+        std::fprintf(stderr, "memplan: cannot write %s\n", path.c_str());
+        return 1;
+      }
+    }
+  }
   rows.push_back(measure("synthetic_30000", synthetic(30000, 1), repeat));
   rows.push_back(measure("synthetic_60000", synthetic(60000, 2), repeat));
 
@@ -145,6 +174,7 @@ int main(int argc, char** argv) {
                 static_cast<double>(r.plan) / lb, r.greedy_ms, r.best_of_ms, r.plan_ms, r.method.c_str(),
                 r.valid ? "" : "  INVALID");
   }
+  std::printf("(naive = no reuse; sim_resnet50_*: the simulator's training step, offsets aligned to 512 B)\n");
   if (json) {
     std::ofstream out(json);
     out << "{\n  \"benchmark\": \"memplan\",\n  \"repeat\": " << repeat << ",\n  \"instances\": [\n";
@@ -152,7 +182,8 @@ int main(int argc, char** argv) {
       const auto& r = rows[i];
       const double lb = static_cast<double>(r.lb);
       out << "    {\"name\": \"" << r.name << "\", \"n\": " << r.n << ", \"lower_bound\": " << r.lb
-          << ", \"no_reuse\": " << r.no_reuse << ", \"greedy_size_best_fit\": " << r.greedy
+          << ", \"no_reuse\": " << r.no_reuse << ", \"alignment\": " << r.alignment
+          << ", \"greedy_size_best_fit\": " << r.greedy
           << ", \"best_of_orders\": " << r.best_of << ", \"plan\": " << r.plan
           << ", \"greedy_ratio\": " << static_cast<double>(r.greedy) / lb
           << ", \"best_of_ratio\": " << static_cast<double>(r.best_of) / lb

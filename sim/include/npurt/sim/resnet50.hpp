@@ -12,6 +12,16 @@
 // gradient as a multiply by the mask, pooling gradients, the gradient adds of the shortcuts) and
 // one SGD-with-momentum update per parameter tensor on FP32 master weights. Activations and
 // convolution weights are in the compute dtype (FP16 for mixed precision).
+//
+// tensors() and accesses() say what the step's memory holds, which the descriptors cannot
+// (their data is null and in-place ops reuse one descriptor): every tensor a framework would
+// allocate for the step, and which of them each kernel reads and writes. They follow torchvision
+// and PyTorch autograd: ReLU and the residual add are in place (the block's bn3 output carries
+// the sum and relu3's output), batchnorm writes a new tensor and saves its input, batch mean and
+// inverse std, log-softmax writes a new tensor, a gradient is a new tensor per backward kernel
+// (an identity shortcut passes its gradient through), and parameters, momentum, the compute-dtype
+// weight copies and BN running statistics outlive the step. memory_trace.hpp turns this into an
+// allocation trace.
 #pragma once
 
 #include <npurt/kernel.hpp>
@@ -38,6 +48,41 @@ struct conv_layer {
 /// Which part of the step a kernel belongs to.
 enum class step_phase : std::uint8_t { forward, backward, update };
 
+/// What a tensor of the training step holds.
+enum class tensor_role : std::uint8_t {
+  input,            ///< the batch's images and labels, copied in before the step
+  master_weight,    ///< an FP32 parameter the optimizer updates (BN's gamma and beta are read as is)
+  compute_weight,   ///< the compute-dtype copy of a conv or FC weight (mixed precision only)
+  optimizer_state,  ///< a momentum buffer
+  running_stat,     ///< a BN running mean or variance (a module buffer)
+  activation,       ///< a forward output
+  saved_stat,       ///< a BN batch mean or inverse std, saved for the backward pass
+  activation_grad,  ///< the gradient of an activation
+  weight_grad,      ///< the gradient of a parameter
+};
+
+/// True for the tensors that live across steps rather than within one.
+constexpr bool is_persistent(tensor_role r) noexcept {
+  return r == tensor_role::master_weight || r == tensor_role::compute_weight || r == tensor_role::optimizer_state ||
+         r == tensor_role::running_stat;
+}
+
+/// One tensor of the training step.
+struct step_tensor {
+  std::string name;  // "layer1.0.conv1.out", "layer1.0.conv1.weight.grad", "fc.weight.f16"
+  npurt::shape shape;
+  dtype type = dtype::f32;
+  tensor_role role = tensor_role::activation;
+  [[nodiscard]] std::uint64_t bytes() const noexcept {
+    return static_cast<std::uint64_t>(shape.elements()) * size_of(type);
+  }
+};
+
+/// The tensors one kernel reads and writes, as indices into resnet50::tensors().
+struct tensor_access {
+  std::vector<std::uint32_t> reads, writes;
+};
+
 class resnet50 {
  public:
   /// The model at a batch size, computing in `compute` (activations, conv weights).
@@ -62,6 +107,11 @@ class resnet50 {
   /// The forward pass alone (the first kernels of training_step()).
   [[nodiscard]] std::size_t forward_kernels() const noexcept { return forward_count_; }
 
+  /// Every tensor the step touches (see the file comment for the conventions).
+  [[nodiscard]] const std::vector<step_tensor>& tensors() const noexcept { return tensors_; }
+  /// The tensors each kernel of training_step() reads and writes, by kernel index.
+  [[nodiscard]] const std::vector<tensor_access>& accesses() const noexcept { return accesses_; }
+
  private:
   std::string_view intern(std::string s);
   void build();
@@ -74,6 +124,8 @@ class resnet50 {
   std::vector<step_phase> phases_;
   std::size_t forward_count_ = 0;
   std::deque<std::string> names_;
+  std::vector<step_tensor> tensors_;
+  std::vector<tensor_access> accesses_;
 };
 
 }  // namespace npurt::sim

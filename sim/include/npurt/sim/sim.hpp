@@ -7,3 +7,4 @@
 #include <npurt/sim/device_model.hpp>
 #include <npurt/sim/preset.hpp>
 #include <npurt/sim/resnet50.hpp>
+#include <npurt/sim/memory_trace.hpp>
