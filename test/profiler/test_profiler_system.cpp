@@ -20,8 +20,7 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr npurt::picoseconds us(std::int64_t v) { return npurt::picoseconds{v * 1'000'000}; }
-npurt::sim_time at_us(std::int64_t v) { return npurt::sim_time{us(v)}; }
+constexpr npurt::picoseconds usec(std::int64_t v) { return npurt::picoseconds{v * 1'000'000}; }
 
 struct seen_task {
   std::uint64_t id;
@@ -67,11 +66,11 @@ void two_streams(npurt::system& sys, npurt::profiler& prof, run_result& r) {
   auto b = sys.device(1).make_stream({.priority = 0});
   auto ev = sys.device(0).make_event();
   sys.push_range("step");
-  a.launch(fixed(us(100), "producer"));
+  a.launch(fixed(usec(100), "producer"));
   a.record(ev);
-  b.launch(fixed(us(20), "early"));
+  b.launch(fixed(usec(20), "early"));
   b.wait(ev);
-  b.launch(fixed(us(10), "consumer"));
+  b.launch(fixed(usec(10), "consumer"));
   sys.run();
   sys.pop_range();
   std::ostringstream os;
@@ -98,7 +97,7 @@ TEST_CASE("a real two-stream run gives a trace with its tasks, tracks and event 
   const auto& early = r.seen.named("early");
   const auto& consumer = r.seen.named("consumer");
   // The runtime's own semantics, which the trace must show.
-  CHECK(producer.end - producer.start == us(100));
+  CHECK(producer.end - producer.start == usec(100));
   CHECK(consumer.start == producer.end);
   CHECK(early.end <= producer.end);
 
@@ -153,7 +152,7 @@ TEST_CASE("a real two-stream run gives a trace with its tasks, tracks and event 
   for (const auto& st : r.summary.streams)
     if (st.device == 1 && st.stream == b_stream) sb = &st;
   REQUIRE(sb != nullptr);
-  CHECK(sb->busy == us(30));
+  CHECK(sb->busy == usec(30));
   REQUIRE(sb->gaps.size() == 1);
   CHECK(sb->gaps[0].begin == early.end);
   CHECK(sb->gaps[0].end == producer.end);

@@ -385,11 +385,45 @@ class caching_allocator {
   }
   using free_set = std::set<free_key, std::less<free_key>, mi_stl_allocator<free_key>>;
   enum pool_id : std::uint8_t { small_pool = 0, large_pool = 1, arena_pool = 2 };
-  struct block {
+  // The small pool's free index (the large and arena pools keep free_set): per stream, one bin
+  // per block size (512 B classes up to the 2 MiB segment), each a 4-ary min-heap on address,
+  // and a two-level bitmap of the non-empty bins. Best fit is the first non-empty bin at or
+  // above the request's class (two ctz) and its heap top: the same (stream, size, address)
+  // order as the set, without a tree descent and a node per cached block. A stream's bins live
+  // while it caches small blocks (recycle_empty_bins), so many short-lived streams cost nothing.
+  static constexpr std::size_t small_classes = small_buffer / min_block_size;  // 4096 = 64 x 64 bits
+  static constexpr std::size_t size_class(std::size_t size) noexcept { return (size >> 9) - 1; }
+  struct bin_entry {
+    std::uint64_t addr;
+    block* b;
+  };
+  using bin_heap = std::vector<bin_entry, mi_stl_allocator<bin_entry>>;
+  struct small_bins {
+    std::uint32_t stream = 0;
+    std::size_t count = 0;
+    std::uint64_t summary = 0;                 // bit w: words[w] != 0
+    std::array<std::uint64_t, 64> words{};     // bit c % 64 of words[c / 64]: heaps[c] not empty
+    std::array<bin_heap, small_classes> heaps;
+    /// First non-empty class >= c, or -1.
+    [[nodiscard]] int find_from(std::size_t c) const noexcept {
+      std::size_t w = c >> 6;
+      if (const std::uint64_t m = words[w] & (~std::uint64_t{0} << (c & 63)))
+        return static_cast<int>((w << 6) | static_cast<std::size_t>(__builtin_ctzll(m)));
+      const std::uint64_t s = summary & (~std::uint64_t{1} << w);  // words above w
+      if (!s) return -1;
+      w = static_cast<std::size_t>(__builtin_ctzll(s));
+      return static_cast<int>((w << 6) | static_cast<std::size_t>(__builtin_ctzll(words[w])));
+    }
+    NPURT_DECL void push(std::size_t c, block* b);
+    NPURT_DECL void erase(std::size_t c, std::uint32_t pos) noexcept;
+  };
+  // 128 bytes with LP64 libstdc++: aligned, a block spans two cache lines rather than three.
+  struct alignas(64) block {
     std::uint64_t addr = 0;
     std::size_t size = 0;
     std::size_t requested = 0;
     std::uint32_t stream = 0;
+    std::uint32_t heap_pos = 0;    // small pool, while cached: index in its stream's bin heap
     pool_id pool = small_pool;
     bool allocated = false;
     bool pending = false;
@@ -421,6 +455,10 @@ class caching_allocator {
     bool pool_limited = false;   // the last refusal came from the pool limit, not the device
   };
 
+  // allocate/deallocate with a plain error value: the throwing overloads (the common path) then
+  // construct no std::error_code, whose constructor and clear() are out-of-line calls.
+  NPURT_DECL std::uint64_t allocate_impl(std::size_t size, std::uint32_t stream, errc& e);
+  NPURT_DECL errc deallocate_impl(std::uint64_t addr, std::uint32_t stream, int device);
   NPURT_DECL block* new_block();
   NPURT_DECL void delete_block(block* b) noexcept;
   NPURT_DECL int stat_index(pool_id p) const noexcept;
@@ -447,12 +485,26 @@ class caching_allocator {
   NPURT_DECL free_set& set_of(pool_id p) noexcept;
   NPURT_DECL void erase_free(block* b) noexcept;
   NPURT_DECL void insert_free(block* b);
+  small_bins* find_bins(std::uint32_t stream) const noexcept {
+    return last_bins_ && last_bins_->stream == stream ? last_bins_ : find_bins_slow(stream);
+  }
+  NPURT_DECL small_bins* find_bins_slow(std::uint32_t stream) const noexcept;
+  NPURT_DECL small_bins* bins_for(std::uint32_t stream);
+  NPURT_DECL void recycle_empty_bins() noexcept;
+  /// Calls f(block*) on a stream's cached small blocks of class >= c in (size, address) order
+  /// while it returns true, at most `limit` blocks.
+  template <class F>
+  void for_each_small(const small_bins& sb, std::size_t c, std::size_t limit, F&& f) const;
+  [[nodiscard]] NPURT_DECL std::size_t small_free_count() const noexcept;
 
   segment_provider& provider_;
   caching_allocator_options opts_;
   stream_callbacks cb_;
   allocator_stats stats_;
-  std::array<free_set, 3> free_;
+  std::array<free_set, 3> free_;                   // [small_pool] unused: bins_ index that pool
+  std::vector<std::unique_ptr<small_bins>> bins_;  // by stream, ascending
+  std::vector<std::unique_ptr<small_bins>> spare_bins_;
+  mutable small_bins* last_bins_ = nullptr;        // the stream looked up last (a cache)
   addr_map<block> blocks_;                         // every block, by start address
   std::map<std::uint64_t, segment*> segments_;     // by base address
   std::map<std::uint32_t, segment*> arenas_;       // compact: one per stream

@@ -68,6 +68,15 @@ inline void stat_apply(stat& s, std::int64_t n) noexcept {
   if (n >= 0) stat_inc(s, n);
   else stat_dec(s, -n);
 }
+// The hot paths' stat_add with the sign known and the pool's row computed once.
+inline void stat_up(stat_array& s, std::size_t row, std::int64_t n) noexcept {
+  stat_inc(s[stat_all], n);
+  stat_inc(s[row], n);
+}
+inline void stat_down(stat_array& s, std::size_t row, std::int64_t n) noexcept {
+  stat_dec(s[stat_all], n);
+  stat_dec(s[row], n);
+}
 
 inline std::string format_size(std::size_t bytes) {
   char buf[64];
@@ -120,7 +129,16 @@ NPURT_DECL caching_allocator::block* caching_allocator::new_block() {
   }
   block* b = spare_blocks_.back();
   spare_blocks_.pop_back();
-  *b = block{};
+  // Field by field rather than *b = block{}: that would free the uses vector's buffer.
+  b->addr = 0;
+  b->size = b->requested = 0;
+  b->stream = b->heap_pos = 0;
+  b->pool = small_pool;
+  b->allocated = b->pending = false;
+  b->prev = b->next = nullptr;
+  b->seg = nullptr;
+  b->gc_base = b->free_fence = 0;
+  b->where = {};
   return b;
 }
 
@@ -138,8 +156,144 @@ NPURT_DECL void caching_allocator::stat_add(stat_array& s, pool_id p, std::int64
 
 NPURT_DECL caching_allocator::free_set& caching_allocator::set_of(pool_id p) noexcept { return free_[p]; }
 
+// ---- small-pool bins: 4-ary min-heaps on address (half the levels of a binary heap: fewer
+// moves, each of which updates the moved block); each cached block knows its heap slot ----
+
+NPURT_DECL void caching_allocator::small_bins::push(std::size_t c, block* b) {
+  auto& h = heaps[c];
+  if (h.empty()) {
+    words[c >> 6] |= std::uint64_t{1} << (c & 63);
+    summary |= std::uint64_t{1} << (c >> 6);
+  }
+  h.push_back({b->addr, b});
+  auto i = static_cast<std::uint32_t>(h.size() - 1);
+  while (i > 0) {
+    const std::uint32_t parent = (i - 1) / 4;
+    if (h[parent].addr < b->addr) break;
+    h[i] = h[parent];
+    h[i].b->heap_pos = i;
+    i = parent;
+  }
+  h[i] = {b->addr, b};
+  b->heap_pos = i;
+  ++count;
+}
+
+NPURT_DECL void caching_allocator::small_bins::erase(std::size_t c, std::uint32_t pos) noexcept {
+  auto& h = heaps[c];
+  const bin_entry last = h.back();
+  h.pop_back();
+  --count;
+  const auto n = static_cast<std::uint32_t>(h.size());
+  if (n == 0) {
+    words[c >> 6] &= ~(std::uint64_t{1} << (c & 63));
+    if (!words[c >> 6]) summary &= ~(std::uint64_t{1} << (c >> 6));
+    return;
+  }
+  if (pos == n) return;  // it was the last slot
+  std::uint32_t i = pos;
+  if (i > 0 && h[(i - 1) / 4].addr > last.addr) {
+    do {
+      const std::uint32_t parent = (i - 1) / 4;
+      if (h[parent].addr < last.addr) break;
+      h[i] = h[parent];
+      h[i].b->heap_pos = i;
+      i = parent;
+    } while (i > 0);
+  } else {
+    for (;;) {
+      const std::uint32_t first = 4 * i + 1;
+      if (first >= n) break;
+      std::uint32_t child = first;
+      const std::uint32_t end = std::min(first + 4, n);
+      for (std::uint32_t k = first + 1; k < end; ++k)
+        if (h[k].addr < h[child].addr) child = k;
+      if (last.addr < h[child].addr) break;
+      h[i] = h[child];
+      h[i].b->heap_pos = i;
+      i = child;
+    }
+  }
+  h[i] = last;
+  last.b->heap_pos = i;
+}
+
+NPURT_DECL caching_allocator::small_bins* caching_allocator::find_bins_slow(std::uint32_t stream) const noexcept {
+  auto it = std::lower_bound(bins_.begin(), bins_.end(), stream,
+                             [](const std::unique_ptr<small_bins>& x, std::uint32_t s) { return x->stream < s; });
+  if (it == bins_.end() || (*it)->stream != stream) return nullptr;
+  return last_bins_ = it->get();
+}
+
+NPURT_DECL caching_allocator::small_bins* caching_allocator::bins_for(std::uint32_t stream) {
+  if (small_bins* sb = find_bins(stream)) return sb;
+  std::unique_ptr<small_bins> sb;
+  if (!spare_bins_.empty()) {
+    sb = std::move(spare_bins_.back());
+    spare_bins_.pop_back();
+  } else {
+    sb = std::make_unique<small_bins>();
+  }
+  sb->stream = stream;
+  auto it = std::lower_bound(bins_.begin(), bins_.end(), stream,
+                             [](const std::unique_ptr<small_bins>& x, std::uint32_t s) { return x->stream < s; });
+  return last_bins_ = bins_.insert(it, std::move(sb))->get();
+}
+
+// Called when segments go back to the device: a stream's empty bins are worth keeping only
+// while it caches small blocks, and a device may see many short-lived streams.
+NPURT_DECL void caching_allocator::recycle_empty_bins() noexcept {
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < bins_.size(); ++i) {
+    if (bins_[i]->count) {
+      bins_[keep++] = std::move(bins_[i]);
+      continue;
+    }
+    if (bins_[i].get() == last_bins_) last_bins_ = nullptr;
+    if (spare_bins_.size() < 2) spare_bins_.push_back(std::move(bins_[i]));  // heaps keep capacity
+    else bins_[i].reset();
+  }
+  bins_.resize(keep);
+}
+
+template <class F>
+void caching_allocator::for_each_small(const small_bins& sb, std::size_t c, std::size_t limit, F&& f) const {
+  std::array<bin_entry, 8> buf;
+  std::vector<bin_entry> big;
+  for (int k = sb.find_from(c); k >= 0 && limit > 0;) {
+    const auto& h = sb.heaps[static_cast<std::size_t>(k)];
+    const std::size_t n = std::min(limit, h.size());
+    bin_entry* out = buf.data();
+    if (n > buf.size()) {
+      big.resize(n);
+      out = big.data();
+    }
+    std::partial_sort_copy(h.begin(), h.end(), out, out + n,
+                           [](const bin_entry& x, const bin_entry& y) { return x.addr < y.addr; });
+    for (std::size_t i = 0; i < n; ++i)
+      if (!f(out[i].b)) return;
+    limit -= n;
+    if (static_cast<std::size_t>(k) + 1 >= small_classes) break;
+    k = sb.find_from(static_cast<std::size_t>(k) + 1);
+  }
+}
+
+NPURT_DECL std::size_t caching_allocator::small_free_count() const noexcept {
+  std::size_t n = 0;
+  for (const auto& sb : bins_) n += sb->count;
+  return n;
+}
+
 NPURT_DECL void caching_allocator::insert_free(block* b) {
   b->gc_base = free_search_count_;
+  if (b->pool == small_pool) {
+    bins_for(b->stream)->push(size_class(b->size), b);
+    if (b->prev || b->next) {
+      ca_detail::stat_up(stats_.inactive_split, stat_small, 1);
+      ca_detail::stat_up(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(b->size));
+    }
+    return;
+  }
   auto& set = free_[b->pool];
   const free_key key{key_hi(b->stream, b->size), b->addr, b};
   if (!spare_nodes_.empty()) {
@@ -157,12 +311,17 @@ NPURT_DECL void caching_allocator::insert_free(block* b) {
 }
 
 NPURT_DECL void caching_allocator::erase_free(block* b) noexcept {
-  spare_nodes_.push_back(free_[b->pool].extract(b->where));
+  if (b->pool == small_pool) {
+    find_bins(b->stream)->erase(size_class(b->size), b->heap_pos);
+  } else {
+    spare_nodes_.push_back(free_[b->pool].extract(b->where));
+  }
   // A free block's neighbours cannot change while it is cached (freeing a neighbour merges it
   // away first), so the split test here matches the one made at insertion.
   if (b->prev || b->next) {
-    stat_add(stats_.inactive_split, b->pool, -1);
-    stat_add(stats_.inactive_split_bytes, b->pool, -static_cast<std::int64_t>(b->size));
+    const auto row = static_cast<std::size_t>(stat_index(b->pool));
+    ca_detail::stat_down(stats_.inactive_split, row, 1);
+    ca_detail::stat_down(stats_.inactive_split_bytes, row, static_cast<std::int64_t>(b->size));
   }
 }
 
@@ -204,6 +363,16 @@ NPURT_DECL bool caching_allocator::block_fits(const block* b, const alloc_params
 
 NPURT_DECL caching_allocator::block* caching_allocator::get_free_block(alloc_params& p) {
   if (opts_.garbage_collection_threshold > 0.0) ++free_search_count_;
+  if (p.pool == small_pool) {
+    small_bins* sb = find_bins(p.stream);
+    if (!sb) return nullptr;
+    const int c = sb->find_from(size_class(p.size));
+    if (c < 0) return nullptr;
+    block* b = sb->heaps[static_cast<std::size_t>(c)].front().b;
+    if (!block_fits(b, p)) return nullptr;
+    erase_free(b);
+    return b;
+  }
   auto& set = set_of(p.pool);
   auto it = set.lower_bound(free_key{key_hi(p.stream, p.size), 0, nullptr});
   if (it == set.end() || (it->hi >> 32) != p.stream) return nullptr;
@@ -218,35 +387,43 @@ NPURT_DECL caching_allocator::block* caching_allocator::get_cross_stream_block(a
   const bool opportunistic = opts_.reuse_allow_opportunistic && cb_.fence_done;
   const bool internal = opts_.reuse_allow_internal_dependencies && cb_.insert_wait;
   if (!follow && !opportunistic && !internal) return nullptr;
-  auto& set = set_of(p.pool);
   block* best = nullptr;
   bool best_needs_wait = false;
-  auto it = set.begin();
-  while (it != set.end()) {
-    const auto s = static_cast<std::uint32_t>(it->hi >> 32);
-    if (s != p.stream) {
-      int looked = 0;
-      // Best fit first; a few more in case the best one's free is not yet usable.
-      for (auto jt = set.lower_bound(free_key{key_hi(s, p.size), 0, nullptr});
-           jt != set.end() && (jt->hi >> 32) == s && looked < 8; ++jt, ++looked) {
-        block* b = jt->b;
-        if (!block_fits(b, p)) break;  // larger blocks break the oversize rules too
-        if (best && b->size > best->size) break;
-        if (b->free_fence == 0) continue;  // freed without a fence: only its own stream may reuse it
-        bool ok = (follow && cb_.stream_waits_on(p.stream, b->free_fence)) ||
-                  (opportunistic && cb_.fence_done(b->free_fence));
-        bool needs_wait = false;
-        if (!ok && internal) ok = needs_wait = true;
-        if (!ok) continue;
-        if (!best || b->size < best->size || (b->size == best->size && best_needs_wait && !needs_wait)) {
-          best = b;
-          best_needs_wait = needs_wait;
-        }
-        break;
-      }
+  // One candidate of another stream, in (size, address) order; false stops that stream's scan.
+  auto consider = [&](block* b) {
+    if (!block_fits(b, p)) return false;  // larger blocks break the oversize rules too
+    if (best && b->size > best->size) return false;
+    if (b->free_fence == 0) return true;  // freed without a fence: only its own stream may reuse it
+    bool ok = (follow && cb_.stream_waits_on(p.stream, b->free_fence)) ||
+              (opportunistic && cb_.fence_done(b->free_fence));
+    bool needs_wait = false;
+    if (!ok && internal) ok = needs_wait = true;
+    if (!ok) return true;
+    if (!best || b->size < best->size || (b->size == best->size && best_needs_wait && !needs_wait)) {
+      best = b;
+      best_needs_wait = needs_wait;
     }
-    if (s == std::numeric_limits<std::uint32_t>::max()) break;
-    it = set.lower_bound(free_key{key_hi(s + 1, 0), 0, nullptr});
+    return false;
+  };
+  // Best fit first; a few more (8 in all) in case the best one's free is not yet usable.
+  constexpr std::size_t look = 8;
+  if (p.pool == small_pool) {
+    for (const auto& sb : bins_)
+      if (sb->count && sb->stream != p.stream) for_each_small(*sb, size_class(p.size), look, consider);
+  } else {
+    auto& set = set_of(p.pool);
+    auto it = set.begin();
+    while (it != set.end()) {
+      const auto s = static_cast<std::uint32_t>(it->hi >> 32);
+      if (s != p.stream) {
+        std::size_t looked = 0;
+        for (auto jt = set.lower_bound(free_key{key_hi(s, p.size), 0, nullptr});
+             jt != set.end() && (jt->hi >> 32) == s && looked < look; ++jt, ++looked)
+          if (!consider(jt->b)) break;
+      }
+      if (s == std::numeric_limits<std::uint32_t>::max()) break;
+      it = set.lower_bound(free_key{key_hi(s + 1, 0), 0, nullptr});
+    }
   }
   if (!best) return nullptr;
   if (best_needs_wait) cb_.insert_wait(p.stream, best->free_fence);
@@ -394,23 +571,23 @@ NPURT_DECL std::uint64_t caching_allocator::take_block(block* b, alloc_params& p
   b->free_fence = 0;
   ++b->seg->live;
   const auto sz = static_cast<std::int64_t>(b->size);
-  stat_add(stats_.allocation, b->pool, 1);
-  stat_add(stats_.allocated_bytes, b->pool, sz);
-  stat_add(stats_.active, b->pool, 1);
-  stat_add(stats_.active_bytes, b->pool, sz);
-  stat_add(stats_.requested_bytes, b->pool, static_cast<std::int64_t>(p.requested));
+  const auto row = static_cast<std::size_t>(stat_index(b->pool));
+  ca_detail::stat_up(stats_.allocation, row, 1);
+  ca_detail::stat_up(stats_.allocated_bytes, row, sz);
+  ca_detail::stat_up(stats_.active, row, 1);
+  ca_detail::stat_up(stats_.active_bytes, row, sz);
+  ca_detail::stat_up(stats_.requested_bytes, row, static_cast<std::int64_t>(p.requested));
   if (b->size >= opts_.max_split_size) ca_detail::stat_inc(stats_.oversize_allocations, 1);
   return b->addr;
 }
 
-NPURT_DECL std::uint64_t caching_allocator::allocate(std::size_t size, std::uint32_t stream, std::error_code& ec) {
-  ec.clear();
+NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std::uint32_t stream, errc& e) {
   if (size == 0) {
-    ec = make_error_code(errc::zero_size);
+    e = errc::zero_size;
     return 0;
   }
   if (size > provider_.capacity()) {
-    ec = make_error_code(errc::size_overflow);
+    e = errc::size_overflow;
     return 0;
   }
   if (!pending_.empty()) process_events();
@@ -468,12 +645,20 @@ NPURT_DECL std::uint64_t caching_allocator::allocate(std::size_t size, std::uint
       if (!b) {
         step(retry_step::out_of_memory);
         ++stats_.num_ooms;
-        ec = make_error_code(p.pool_limited ? errc::pool_limit : errc::out_of_memory);
+        e = p.pool_limited ? errc::pool_limit : errc::out_of_memory;
         return 0;
       }
     }
   }
   return take_block(b, p);
+}
+
+NPURT_DECL std::uint64_t caching_allocator::allocate(std::size_t size, std::uint32_t stream, std::error_code& ec) {
+  ec.clear();
+  errc e{};
+  const auto addr = allocate_impl(size, stream, e);
+  if (e != errc{}) ec = make_error_code(e);
+  return addr;
 }
 
 NPURT_DECL std::string caching_allocator::oom_message(const out_of_memory_error::info& i, bool pool_limit,
@@ -492,9 +677,10 @@ NPURT_DECL std::string caching_allocator::oom_message(const out_of_memory_error:
 }
 
 NPURT_DECL std::uint64_t caching_allocator::allocate(std::size_t size, std::uint32_t stream) {
-  std::error_code ec;
-  const auto addr = allocate(size, stream, ec);
-  if (!ec) return addr;
+  errc e{};
+  const auto addr = allocate_impl(size, stream, e);
+  if (e == errc{}) return addr;
+  const std::error_code ec = make_error_code(e);
   if (ec == errc::out_of_memory || ec == errc::pool_limit) {
     out_of_memory_error::info i;
     i.requested = size;
@@ -516,8 +702,9 @@ NPURT_DECL void caching_allocator::free_block(block* b) {
   b->pending = false;
   b->uses.clear();
   --b->seg->live;
-  stat_add(stats_.active, b->pool, -1);
-  stat_add(stats_.active_bytes, b->pool, -static_cast<std::int64_t>(b->size));
+  const auto row = static_cast<std::size_t>(stat_index(b->pool));
+  ca_detail::stat_down(stats_.active, row, 1);
+  ca_detail::stat_down(stats_.active_bytes, row, static_cast<std::int64_t>(b->size));
   coalesce_and_cache(b);
 }
 
@@ -548,42 +735,32 @@ NPURT_DECL void caching_allocator::coalesce_and_cache(block* b) {
   insert_free(b);
 }
 
-NPURT_DECL void caching_allocator::deallocate(std::uint64_t addr, std::uint32_t stream, std::error_code& ec,
-                                              int device) {
-  ec.clear();
+NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint32_t stream, int device) {
   if (addr == 0) {
-    ec = make_error_code(errc::null_pointer);
-    return;
+    return errc::null_pointer;
   }
   if (device >= 0 && device != opts_.device) {
-    ec = make_error_code(errc::stream_device_mismatch);
-    return;
+    return errc::stream_device_mismatch;
   }
   block* found = blocks_.find(addr);
   if (!found || !found->allocated) {
-    if (found) {
-      ec = make_error_code(errc::double_free);
-      return;
-    }
+    if (found) return errc::double_free;
     // Not a block start: inside cached (freed) memory is a stale pointer; anything else was
     // never handed out by this pool.
-    ec = make_error_code(errc::invalid_pointer);
     auto st = segments_.upper_bound(addr);
-    if (st == segments_.begin()) return;
+    if (st == segments_.begin()) return errc::invalid_pointer;
     segment* s = std::prev(st)->second;
-    if (addr >= s->addr + std::max(s->size, s->va_size)) return;
+    if (addr >= s->addr + std::max(s->size, s->va_size)) return errc::invalid_pointer;
     for (block* b = s->first; b; b = b->next)
-      if (addr >= b->addr && addr < b->addr + b->size) {
-        if (!b->allocated) ec = make_error_code(errc::double_free);
-        break;
-      }
-    return;
+      if (addr >= b->addr && addr < b->addr + b->size) return b->allocated ? errc::invalid_pointer : errc::double_free;
+    return errc::invalid_pointer;
   }
   block* b = found;
   const auto sz = static_cast<std::int64_t>(b->size);
-  stat_add(stats_.allocation, b->pool, -1);
-  stat_add(stats_.allocated_bytes, b->pool, -sz);
-  stat_add(stats_.requested_bytes, b->pool, -static_cast<std::int64_t>(b->requested));
+  const auto row = static_cast<std::size_t>(stat_index(b->pool));
+  ca_detail::stat_down(stats_.allocation, row, 1);
+  ca_detail::stat_down(stats_.allocated_bytes, row, sz);
+  ca_detail::stat_down(stats_.requested_bytes, row, static_cast<std::int64_t>(b->requested));
   if (b->size >= opts_.max_split_size) ca_detail::stat_dec(stats_.oversize_allocations, 1);
   b->allocated = false;
   b->requested = 0;
@@ -591,28 +768,34 @@ NPURT_DECL void caching_allocator::deallocate(std::uint64_t addr, std::uint32_t 
   b->free_fence = cb_.record_fence ? cb_.record_fence(stream) : 0;
   // Uses on the freeing stream are ordered before the free; others must complete first.
   auto& uses = b->uses;
-  uses.erase(std::remove_if(uses.begin(), uses.end(),
-                            [&](auto& u) {
-                              if (u.first == stream) return true;
-                              if (u.second == 0 && cb_.record_fence) u.second = cb_.record_fence(u.first);
-                              return u.second != 0 && cb_.fence_done && cb_.fence_done(u.second);
-                            }),
-             uses.end());
+  if (!uses.empty())
+    uses.erase(std::remove_if(uses.begin(), uses.end(),
+                              [&](auto& u) {
+                                if (u.first == stream) return true;
+                                if (u.second == 0 && cb_.record_fence) u.second = cb_.record_fence(u.first);
+                                return u.second != 0 && cb_.fence_done && cb_.fence_done(u.second);
+                              }),
+               uses.end());
   if (!uses.empty()) {
     b->pending = true;
     pending_.push_back(b);
-    return;
+    return {};
   }
   free_block(b);
+  return {};
+}
+
+NPURT_DECL void caching_allocator::deallocate(std::uint64_t addr, std::uint32_t stream, std::error_code& ec,
+                                              int device) {
+  ec.clear();
+  if (const errc e = deallocate_impl(addr, stream, device); e != errc{}) ec = make_error_code(e);
 }
 
 NPURT_DECL void caching_allocator::deallocate(std::uint64_t addr, std::uint32_t stream, int device) {
-  std::error_code ec;
-  deallocate(addr, stream, ec, device);
-  if (ec) {
+  if (const errc e = deallocate_impl(addr, stream, device); e != errc{}) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(addr));
-    throw_error(ec, std::string("deallocate(") + buf + ")");
+    throw_error(make_error_code(e), std::string("deallocate(") + buf + ")");
   }
 }
 
@@ -686,7 +869,9 @@ NPURT_DECL void caching_allocator::release_segment(segment* s) {
   stat_add(stats_.segment, s->pool, -1);
   if (s->size >= opts_.max_split_size) ca_detail::stat_dec(stats_.oversize_segments, 1);
   segments_.erase(s->addr);
+  const bool small = s->pool == small_pool;
   delete s;
+  if (small) recycle_empty_bins();
 }
 
 // Unmaps the free pages at the top of an arena (several free blocks if stream-ordered frees left
@@ -749,10 +934,20 @@ NPURT_DECL bool caching_allocator::release_fitting_cached(const alloc_params& p)
   // Whole cached segments of this stream and pool; with max_split_size set only oversize ones
   // (PyTorch's release_available_cached_blocks). One that alone covers the need is preferred.
   std::vector<block*> cand;
-  for (const auto& k : set_of(p.pool))
-    if (block* b = k.b; b->stream == p.stream && !b->prev && !b->next && !b->pending &&
-        (opts_.max_split_size == std::numeric_limits<std::size_t>::max() || b->size >= opts_.max_split_size))
-      cand.push_back(b);
+  auto fits_rule = [&](const block* b) {
+    return b->stream == p.stream && !b->prev && !b->next && !b->pending &&
+           (opts_.max_split_size == std::numeric_limits<std::size_t>::max() || b->size >= opts_.max_split_size);
+  };
+  if (p.pool == small_pool) {
+    if (small_bins* sb = find_bins(p.stream))
+      for_each_small(*sb, 0, sb->count, [&](block* b) {
+        if (fits_rule(b)) cand.push_back(b);
+        return true;
+      });
+  } else {
+    for (const auto& k : set_of(p.pool))
+      if (fits_rule(k.b)) cand.push_back(k.b);
+  }
   if (cand.empty()) return false;
   std::sort(cand.begin(), cand.end(), [](const block* a, const block* b) { return a->size > b->size; });
   auto one = std::find_if(cand.rbegin(), cand.rend(), [&](const block* b) { return b->size >= p.alloc_size; });
@@ -966,8 +1161,16 @@ NPURT_DECL std::string caching_allocator::check_consistency() const {
       if (b->addr != expect) return "blocks of a segment are not contiguous";
       if (b->size == 0 || b->size % min_block_size) return "block size is not a positive multiple of 512";
       if (blocks_.find(b->addr) != b) return "block missing from the address map";
-      const auto fk = free_[b->pool].find(free_key{key_hi(b->stream, b->size), b->addr, nullptr});
-      const bool in_free = fk != free_[b->pool].end() && fk->b == b;
+      bool in_free;
+      if (b->pool == small_pool) {
+        const small_bins* sb = find_bins(b->stream);
+        const bin_heap* h = sb ? &sb->heaps[size_class(b->size)] : nullptr;
+        in_free = h && b->heap_pos < h->size() && (*h)[b->heap_pos].b == b && (*h)[b->heap_pos].addr == b->addr;
+        if (in_free && b->heap_pos > 0 && (*h)[(b->heap_pos - 1) / 4].addr > b->addr) return "small bin heap order broken";
+      } else {
+        const auto fk = free_[b->pool].find(free_key{key_hi(b->stream, b->size), b->addr, nullptr});
+        in_free = fk != free_[b->pool].end() && fk->b == b;
+      }
       const bool is_free = !b->allocated && !b->pending;
       if (in_free != is_free) return "free set disagrees with block state";
       if (is_free) {
@@ -992,7 +1195,19 @@ NPURT_DECL std::string caching_allocator::check_consistency() const {
     if (live != s->live) return "segment live count is wrong";
   }
   if (nblocks != blocks_.size()) return "address map holds blocks that are in no segment";
-  if (nfree != free_[0].size() + free_[1].size() + free_[2].size()) return "free sets hold stale blocks";
+  if (nfree != small_free_count() + free_[1].size() + free_[2].size()) return "free sets hold stale blocks";
+  for (std::size_t i = 0; i < bins_.size(); ++i) {
+    const small_bins& sb = *bins_[i];
+    if (i > 0 && bins_[i - 1]->stream >= sb.stream) return "small bins are not ordered by stream";
+    std::size_t n = 0;
+    for (std::size_t c = 0; c < small_classes; ++c) {
+      n += sb.heaps[c].size();
+      if (((sb.words[c >> 6] >> (c & 63)) & 1) != !sb.heaps[c].empty()) return "small bin bitmap is wrong";
+    }
+    for (std::size_t w = 0; w < 64; ++w)
+      if (((sb.summary >> w) & 1) != (sb.words[w] != 0)) return "small bin summary bitmap is wrong";
+    if (n != sb.count) return "small bins' count is wrong";
+  }
   if (allocated != stats_.allocated_bytes[stat_all].current) return "allocated_bytes stat is wrong";
   if (active != stats_.active_bytes[stat_all].current) return "active_bytes stat is wrong";
   if (reserved != stats_.reserved_bytes[stat_all].current) return "reserved_bytes stat is wrong";
