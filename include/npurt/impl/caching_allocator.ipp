@@ -504,6 +504,10 @@ NPURT_DECL caching_allocator::block* caching_allocator::extend_arena(segment* a,
     last->size += bytes;
     b = last;
   } else {
+    // A cached neighbour's split status changes when it gains a successor: take it out of the
+    // free index (and its inactive-split count) while relinking, then put it back.
+    const bool cached_neighbour = last && !last->allocated && !last->pending;
+    if (cached_neighbour) erase_free(last);
     b = new_block();
     b->addr = a->addr + a->size;
     b->size = bytes;
@@ -515,6 +519,7 @@ NPURT_DECL caching_allocator::block* caching_allocator::extend_arena(segment* a,
     else a->first = b;
     a->last = b;
     blocks_.emplace(b->addr, b);
+    if (cached_neighbour) insert_free(last);
   }
   a->size += bytes;
   return b;
@@ -890,6 +895,10 @@ NPURT_DECL bool caching_allocator::release_arena_tail(segment* a) {
       std::vector<block*> above;
       for (block* b = last; b && b->addr + b->size > cut_addr; b = b->prev) above.push_back(b);
       for (block* b : above) erase_free(b);
+      // The cached block just below the cut loses its successor: its split status changes too.
+      block* below = above.empty() ? nullptr : above.back()->prev;
+      if (below && is_free(below)) erase_free(below);
+      else below = nullptr;
       block* straddler = nullptr;
       for (block* b : above) {
         if (b->addr >= cut_addr) {
@@ -905,6 +914,7 @@ NPURT_DECL bool caching_allocator::release_arena_tail(segment* a) {
         }
       }
       if (straddler) insert_free(straddler);
+      if (below) insert_free(below);
       const std::size_t len = a->size - cut;
       provider_.unmap(cut_addr, len);
       ++stats_.num_device_free;
