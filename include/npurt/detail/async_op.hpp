@@ -9,6 +9,8 @@
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_executor.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/recycling_allocator.hpp>
 
@@ -56,7 +58,20 @@ class handler_op final : public op_base {
     rt.note_post();
     auto ex = boost::asio::get_associated_executor(h, rt.io().get_executor());
     std::apply(
-        [&](auto&&... v) { boost::asio::post(ex, boost::asio::append(std::move(h), async_error_code(ec), std::move(v)...)); },
+        [&](auto&&... v) {
+          auto bound = boost::asio::append(std::move(h), async_error_code(ec), std::move(v)...);
+          // Coroutines hold their executor type-erased; when it is a strand of our io_context
+          // (a stream's or a device's), post to the concrete strand: the same executor, without
+          // the type-erased property queries on every completion.
+          if constexpr (std::is_same_v<decltype(ex), boost::asio::any_io_executor>) {
+            using strand_t = boost::asio::strand<boost::asio::io_context::executor_type>;
+            if (const strand_t* st = ex.template target<strand_t>()) {
+              boost::asio::post(*st, boost::asio::bind_executor(*st, std::move(bound)));
+              return;
+            }
+          }
+          boost::asio::post(ex, std::move(bound));
+        },
         std::move(vals));
   }
 
