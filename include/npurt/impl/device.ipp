@@ -2,6 +2,7 @@
 #pragma once
 
 #include <npurt/device.hpp>
+#include <npurt/impl/caching_allocator.ipp>  // format_size, shared with the pool's OOM message
 
 #include <cstdio>
 #include <string>
@@ -33,18 +34,6 @@ NPURT_DECL void* device::malloc(std::size_t bytes, std::error_code& ec) noexcept
   return rt_->device_malloc(id_, bytes, ec);
 }
 
-namespace detail {
-inline std::string format_bytes(std::size_t b) {
-  char buf[64];
-  const double v = static_cast<double>(b);
-  if (b < 1024) std::snprintf(buf, sizeof buf, "%zu bytes", b);
-  else if (b < (1u << 20)) std::snprintf(buf, sizeof buf, "%.2f KiB", v / 1024.0);
-  else if (b < (1u << 30)) std::snprintf(buf, sizeof buf, "%.2f MiB", v / (1024.0 * 1024.0));
-  else std::snprintf(buf, sizeof buf, "%.2f GiB", v / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
-}  // namespace detail
-
 NPURT_DECL void* device::malloc(std::size_t bytes) {
   std::error_code ec;
   void* p = malloc(bytes, ec);
@@ -56,10 +45,10 @@ NPURT_DECL void* device::malloc(std::size_t bytes) {
     i.allocated = rt_->device_used(id_);
     i.free = i.total - i.allocated;
     i.reserved = i.allocated;
-    throw out_of_memory_error(i, "NPU out of memory. Tried to allocate " + detail::format_bytes(bytes) + " (NPU " +
-                                     std::to_string(id_) + "; " + detail::format_bytes(i.total) + " total capacity; " +
-                                     detail::format_bytes(i.allocated) + " already allocated; " +
-                                     detail::format_bytes(i.free) + " free)");
+    throw out_of_memory_error(i, "NPU out of memory. Tried to allocate " + detail::ca_detail::format_size(bytes) + " (NPU " +
+                                     std::to_string(id_) + "; " + detail::ca_detail::format_size(i.total) + " total capacity; " +
+                                     detail::ca_detail::format_size(i.allocated) + " already allocated; " +
+                                     detail::ca_detail::format_size(i.free) + " free)");
   }
   throw_if(ec, "npurt::device::malloc");
   return p;
