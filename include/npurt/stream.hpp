@@ -22,9 +22,31 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string_view>
 #include <utility>
 
 namespace npurt {
+
+namespace detail {
+/// What an async_launch carries from the call to its initiation. A kernel_desc is about 750
+/// bytes and Asio's initiation layers move their arguments several times over; a fixed-cost
+/// kernel (the common case in schedules and benchmarks) travels as a few words, any other as
+/// one shared copy.
+struct launch_args {
+  kernels::fixed fixed{};
+  std::string_view name{};
+  std::uint32_t block_dim = 0;
+  std::shared_ptr<const kernel_desc> full;  // set unless the op is kernels::fixed
+
+  explicit launch_args(const kernel_desc& k) : name(k.display_name()), block_dim(k.block_dim) {
+    if (const auto* f = std::get_if<kernels::fixed>(&k.op))
+      fixed = *f;
+    else
+      full = std::make_shared<const kernel_desc>(k);
+  }
+};
+}  // namespace detail
 
 /// Stream priorities: 0 is the highest, 7 the lowest, as in CANN. Out-of-range values clamp.
 namespace priority {
@@ -114,7 +136,12 @@ class stream {
 
  private:
   NPURT_DECL detail::stream_state* state(std::error_code& ec) const noexcept;
+  /// A kernel spread over more cores than the device has is the caller's error.
+  NPURT_DECL bool block_dim_fits(const detail::stream_state& s, std::uint32_t block_dim, std::error_code& ec) const;
   NPURT_DECL detail::task* make_launch(const kernel_desc& k, std::error_code& ec);
+  NPURT_DECL detail::task* make_launch(const detail::launch_args& a, std::error_code& ec);
+  NPURT_DECL detail::task* make_fixed_launch(const kernels::fixed& f, std::string_view name,
+                                             std::uint32_t block_dim, std::error_code& ec);
   NPURT_DECL detail::task* make_copy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
                                      memcpy_kind kind, std::error_code& ec);
   NPURT_DECL detail::task* make_memset(void* dst, std::size_t dst_max, int value, std::size_t count,
@@ -156,8 +183,9 @@ auto stream::async_enqueue(Token&& token, Make make) {
 
 template <class Token>
 auto stream::async_launch(const kernel_desc& k, Token&& token) {
-  return async_enqueue(std::forward<Token>(token),
-                       [k](stream& s, std::error_code& ec) { return s.make_launch(k, ec); });
+  return async_enqueue(std::forward<Token>(token), [a = detail::launch_args(k)](stream& s, std::error_code& ec) {
+    return s.make_launch(a, ec);
+  });
 }
 
 template <class Token>

@@ -2,8 +2,12 @@
 
 #include "common.hpp"
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_allocator.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
 
 #include <set>
 
@@ -115,6 +119,101 @@ TEST_CASE("async operations accept use_awaitable, plain callbacks and deferred",
   REQUIRE(order == std::vector<std::string>{"callback", "awaitable", "deferred"});
   // The deferred launch was enqueued after the awaited one finished.
   CHECK(sys.now() == sim_time{o + us(10) + us(20) + o + us(5)});
+}
+
+/// Counts what it allocates, to tell whether an operation used the handler's allocator.
+struct counting_state {
+  long live = 0;
+  long total = 0;
+};
+template <class T>
+struct counting_allocator {
+  using value_type = T;
+  counting_state* st;
+  explicit counting_allocator(counting_state& s) noexcept : st(&s) {}
+  template <class U>
+  counting_allocator(const counting_allocator<U>& o) noexcept : st(o.st) {}  // NOLINT
+  T* allocate(std::size_t n) {
+    ++st->live;
+    ++st->total;
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    --st->live;
+    std::allocator<T>().deallocate(p, n);
+  }
+  template <class U>
+  bool operator==(const counting_allocator<U>& o) const noexcept { return st == o.st; }
+};
+
+TEST_CASE("an operation is stored with the handler's own allocator when it has one", "[core][stream][asio]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  counting_state st;
+  long seen_live = -1;
+  bool done = false;
+  s.async_launch(fixed(us(5)), asio::bind_allocator(counting_allocator<void>(st), [&](npurt::async_error_code ec) {
+                   CHECK(!ec);
+                   seen_live = st.live;
+                   done = true;
+                 }));
+  CHECK(st.live >= 1);  // the pending operation lives in the handler's storage
+  sys.run();
+  CHECK(done);
+  CHECK(seen_live == 0);  // released before the handler runs, as Asio's own operations do
+  CHECK(st.total >= 1);
+  CHECK(st.live == 0);
+}
+
+TEST_CASE("a completion bound to a stream's strand runs on it, never inside the initiating call",
+          "[core][stream][asio]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  // An empty stream is synchronized at once: the completion is ready during the initiating
+  // call, and must still be posted. The executor is type-erased, as a coroutine's is.
+  // The call is made from host code running inside the loop, where Asio may run handlers inline.
+  const asio::any_io_executor ex = s.get_executor();
+  bool returned = false;
+  int ran = 0;
+  asio::post(sys.get_executor(), [&] {
+    s.async_synchronize(asio::bind_executor(ex, [&](npurt::async_error_code ec) {
+      CHECK(!ec);
+      CHECK(returned);
+      CHECK(s.get_executor().running_in_this_thread());
+      ++ran;
+    }));
+    returned = true;
+  });
+  sys.run();
+  CHECK(ran == 1);
+  // The same for a launch that completes later, from the device side of the loop.
+  s.async_launch(fixed(us(3)), asio::bind_executor(ex, [&](npurt::async_error_code ec) {
+    CHECK(!ec);
+    CHECK(s.get_executor().running_in_this_thread());
+    CHECK(sys.now() == sim_time{sys.options().launch_overhead + us(3)});  // nothing else ran before
+    ++ran;
+  }));
+  sys.run();
+  CHECK(ran == 2);
+}
+
+TEST_CASE("a coroutine resumes after an awaited launch on its own strand", "[core][stream][asio]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  auto other = sys.device(0).make_stream();
+  int steps = 0;
+  bool on_strand = true;
+  asio::co_spawn(other.get_executor(), [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 3; ++i) {
+      co_await s.async_launch(fixed(us(2)), asio::use_awaitable);
+      on_strand = on_strand && other.get_executor().running_in_this_thread() &&
+                  !s.get_executor().running_in_this_thread();
+      ++steps;
+    }
+  }, asio::detached);
+  sys.run();
+  CHECK(steps == 3);
+  CHECK(on_strand);
 }
 
 TEST_CASE("host callbacks run in stream order on the stream's strand", "[core][stream][callback]") {

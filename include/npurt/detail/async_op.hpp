@@ -12,7 +12,6 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/recycling_allocator.hpp>
 
 #include <memory>
 #include <system_error>
@@ -21,15 +20,29 @@
 
 namespace npurt::detail {
 
+/// The error an async operation completes with. Converting a std::error_code to Boost's asks
+/// the category whether it wraps a Boost one (a dynamic_cast); success needs no such question.
+inline async_error_code to_async_error(std::error_code ec) noexcept {
+  return ec ? async_error_code(ec) : async_error_code();
+}
+
 template <class Handler, class... Values>
 class handler_op final : public op_base {
  public:
-  // Handlers without an allocator of their own use Asio's per-thread recycling allocator, as
-  // Asio's own operations do: an awaited launch then allocates nothing once warm.
-  using allocator_type = typename std::allocator_traits<boost::asio::associated_allocator_t<
-      Handler, boost::asio::recycling_allocator<void>>>::template rebind_alloc<handler_op>;
-  static allocator_type get_alloc(const Handler& h) {
-    return allocator_type(boost::asio::get_associated_allocator(h, boost::asio::recycling_allocator<void>()));
+  // Handlers without an allocator of their own take their record from the runtime's recycler:
+  // an awaited launch then allocates nothing once warm, and leaves Asio's per-thread cache to
+  // the strand post that completes it.
+  static constexpr bool own_allocator =
+      !std::is_same_v<boost::asio::associated_allocator_t<Handler>, std::allocator<void>>;
+  using allocator_type = std::conditional_t<
+      own_allocator,
+      typename std::allocator_traits<boost::asio::associated_allocator_t<Handler>>::template rebind_alloc<handler_op>,
+      recycler_allocator<handler_op>>;
+  static allocator_type get_alloc(runtime& rt, const Handler& h) {
+    if constexpr (own_allocator)
+      return allocator_type(boost::asio::get_associated_allocator(h));
+    else
+      return allocator_type(rt.op_memory());
   }
 
   handler_op(runtime& rt, Handler&& h) : rt_(&rt), handler_(std::move(h)) { complete_fn = &do_complete; }
@@ -38,7 +51,7 @@ class handler_op final : public op_base {
   std::tuple<Values...> values{};
 
   static op_base* create(runtime& rt, Handler&& h) {
-    allocator_type alloc = get_alloc(h);
+    allocator_type alloc = get_alloc(rt, h);
     handler_op* p = std::allocator_traits<allocator_type>::allocate(alloc, 1);
     std::allocator_traits<allocator_type>::construct(alloc, p, rt, std::move(h));
     rt.host_wait_begin();
@@ -49,7 +62,7 @@ class handler_op final : public op_base {
   static void do_complete(op_base* base, std::error_code ec) {
     auto* self = static_cast<handler_op*>(base);
     runtime& rt = *self->rt_;
-    allocator_type alloc = get_alloc(self->handler_);
+    allocator_type alloc = get_alloc(rt, self->handler_);
     Handler h(std::move(self->handler_));
     std::tuple<Values...> vals(std::move(self->values));
     std::allocator_traits<allocator_type>::destroy(alloc, self);
@@ -57,21 +70,24 @@ class handler_op final : public op_base {
     rt.host_wait_end();
     rt.note_post();
     auto ex = boost::asio::get_associated_executor(h, rt.io().get_executor());
+    // Coroutines hold their executor type-erased; when it is a strand of our io_context (a
+    // stream's or a device's), hand the completion straight to that strand, never blocking and
+    // with the runtime's recycled storage. That is what post() would do, minus the type-erased
+    // property queries, the work-tracking wrapper and the second dispatch it makes when the
+    // handler runs.
+    if constexpr (std::is_same_v<decltype(ex), boost::asio::any_io_executor>) {
+      using strand_t = boost::asio::strand<boost::asio::io_context::executor_type>;
+      if (const strand_t* st = ex.template target<strand_t>()) {
+        boost::asio::require(*st, boost::asio::execution::blocking.never,
+                             boost::asio::execution::allocator(recycler_allocator<void>(rt.op_memory())))
+            .execute([h = std::move(h), e = to_async_error(ec), vals = std::move(vals)]() mutable {
+              std::apply([&](auto&&... v) { std::move(h)(e, std::move(v)...); }, std::move(vals));
+            });
+        return;
+      }
+    }
     std::apply(
-        [&](auto&&... v) {
-          auto bound = boost::asio::append(std::move(h), async_error_code(ec), std::move(v)...);
-          // Coroutines hold their executor type-erased; when it is a strand of our io_context
-          // (a stream's or a device's), post to the concrete strand: the same executor, without
-          // the type-erased property queries on every completion.
-          if constexpr (std::is_same_v<decltype(ex), boost::asio::any_io_executor>) {
-            using strand_t = boost::asio::strand<boost::asio::io_context::executor_type>;
-            if (const strand_t* st = ex.template target<strand_t>()) {
-              boost::asio::post(*st, boost::asio::bind_executor(*st, std::move(bound)));
-              return;
-            }
-          }
-          boost::asio::post(ex, std::move(bound));
-        },
+        [&](auto&&... v) { boost::asio::post(ex, boost::asio::append(std::move(h), to_async_error(ec), std::move(v)...)); },
         std::move(vals));
   }
 
@@ -85,7 +101,7 @@ template <class Handler, class... Values>
 void post_error(runtime& rt, Handler&& h, std::error_code ec, Values&&... v) {
   rt.note_post();
   auto ex = boost::asio::get_associated_executor(h, rt.io().get_executor());
-  boost::asio::post(ex, boost::asio::append(std::forward<Handler>(h), async_error_code(ec), std::forward<Values>(v)...));
+  boost::asio::post(ex, boost::asio::append(std::forward<Handler>(h), to_async_error(ec), std::forward<Values>(v)...));
 }
 
 /// A host wait on several stream positions, with an optional timeout. Whichever of "all

@@ -65,4 +65,57 @@ class object_pool {
   std::vector<std::unique_ptr<node, chunk_deleter>> chunks_;
 };
 
+/// Size-classed free lists for the records of awaited operations. Each awaited op's record is
+/// reused by the next, without competing for Asio's per-thread two-slot cache, which Asio's own
+/// posts (the strand's op and its invoker) already fill.
+class block_recycler {
+ public:
+  static constexpr std::size_t granule = 64;
+  static constexpr std::size_t classes = 8;  // records up to 512 bytes are kept
+
+  block_recycler() = default;
+  block_recycler(const block_recycler&) = delete;
+  block_recycler& operator=(const block_recycler&) = delete;
+  ~block_recycler() {
+    for (node*& head : heads_)
+      while (head) mi_free(std::exchange(head, head->next));
+  }
+
+  void* allocate(std::size_t n) {
+    const std::size_t c = (n + granule - 1) / granule;
+    if (c - 1 < classes && heads_[c - 1]) return std::exchange(heads_[c - 1], heads_[c - 1]->next);
+    void* p = mi_malloc_aligned(c - 1 < classes ? c * granule : n, alignof(std::max_align_t));
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void deallocate(void* p, std::size_t n) noexcept {
+    const std::size_t c = (n + granule - 1) / granule;
+    if (c - 1 < classes) {
+      heads_[c - 1] = ::new (p) node{heads_[c - 1]};
+    } else {
+      mi_free(p);
+    }
+  }
+
+ private:
+  struct node {
+    node* next;
+  };
+  node* heads_[classes] = {};
+};
+
+/// A standard allocator over a block_recycler.
+template <class T>
+struct recycler_allocator {
+  using value_type = T;
+  block_recycler* r;
+  explicit recycler_allocator(block_recycler& rec) noexcept : r(&rec) {}
+  template <class U>
+  recycler_allocator(const recycler_allocator<U>& o) noexcept : r(o.r) {}  // NOLINT: rebinding
+  T* allocate(std::size_t n) { return static_cast<T*>(r->allocate(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { r->deallocate(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const recycler_allocator<U>& o) const noexcept { return r == o.r; }
+};
+
 }  // namespace npurt::detail

@@ -232,6 +232,8 @@ class runtime final : public backend_host {
   void host_wait_end() noexcept { --host_waits_; }
   /// Counts a handler posted by the device side, so the loop knows to poll.
   void note_post() noexcept { ++posts_; }
+  /// Storage for the records of awaited operations whose handlers bring no allocator.
+  [[nodiscard]] block_recycler& op_memory() noexcept { return op_memory_; }
 
   [[nodiscard]] std::size_t live_tasks() const noexcept { return tasks_.live(); }
   [[nodiscard]] std::size_t device_count() const noexcept { return backend_->device_count(); }
@@ -296,6 +298,7 @@ class runtime final : public backend_host {
   std::uint64_t posts_ = 0;
   std::size_t host_waits_ = 0;
   std::string deadlock_report_;
+  block_recycler op_memory_;
 
   object_pool<task, 4096> tasks_;
   object_pool<kernel_desc, 256> kernels_;

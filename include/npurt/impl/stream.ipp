@@ -70,32 +70,47 @@ NPURT_DECL event stream::submit(detail::task* t) {
 
 // --- preparation: every check happens here, before anything is enqueued ----------------------
 
+NPURT_DECL bool stream::block_dim_fits(const detail::stream_state& s, std::uint32_t block_dim, std::error_code& ec) const {
+  if (block_dim == 0) return true;
+  const device_properties& props = rt_->backend().properties(s.device);
+  if (block_dim <= std::max(props.ai_core_count, props.vector_core_count)) return true;
+  ec = make_error_code(errc::invalid_argument);
+  return false;
+}
+
 NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, std::error_code& ec) {
+  if (const auto* f = std::get_if<kernels::fixed>(&k.op)) return make_fixed_launch(*f, k.display_name(), k.block_dim, ec);
   auto* s = state(ec);
   if (!s) return nullptr;
-  if (k.block_dim != 0) {
-    const device_properties& props = rt_->backend().properties(s->device);
-    if (k.block_dim > std::max(props.ai_core_count, props.vector_core_count)) {
-      ec = make_error_code(errc::invalid_argument);
-      return nullptr;
-    }
-  }
-  if (!std::holds_alternative<kernels::fixed>(k.op)) {
-    ec = rt_->backend().validate(s->device, k);
-    if (ec) return nullptr;
-  }
+  if (!block_dim_fits(*s, k.block_dim, ec)) return nullptr;
+  ec = rt_->backend().validate(s->device, k);
+  if (ec) return nullptr;
   detail::task* t = rt_->new_task(*s, task_kind::kernel);
   t->engine = engine_kind::ai_core;
   t->block_dim = k.block_dim;
   t->name = k.display_name();
-  if (const auto* f = std::get_if<kernels::fixed>(&k.op)) {
-    t->fixed = *f;
-    t->flops = f->flops;
-    t->bytes = f->bytes;
-  } else {
-    t->owned_kernel = rt_->new_kernel(k);
-    t->kernel = t->owned_kernel;
-  }
+  t->owned_kernel = rt_->new_kernel(k);
+  t->kernel = t->owned_kernel;
+  return t;
+}
+
+NPURT_DECL detail::task* stream::make_launch(const detail::launch_args& a, std::error_code& ec) {
+  if (a.full) return make_launch(*a.full, ec);
+  return make_fixed_launch(a.fixed, a.name, a.block_dim, ec);
+}
+
+NPURT_DECL detail::task* stream::make_fixed_launch(const kernels::fixed& f, std::string_view name,
+                                                   std::uint32_t block_dim, std::error_code& ec) {
+  auto* s = state(ec);
+  if (!s) return nullptr;
+  if (!block_dim_fits(*s, block_dim, ec)) return nullptr;
+  detail::task* t = rt_->new_task(*s, task_kind::kernel);
+  t->engine = engine_kind::ai_core;
+  t->block_dim = block_dim;
+  t->name = name;
+  t->fixed = f;
+  t->flops = f.flops;
+  t->bytes = f.bytes;
   return t;
 }
 
