@@ -161,7 +161,8 @@ int main(int argc, char** argv) {
   cost warm1 = one_stream(*sys1, tasks);
   auto sys8 = make_system();
   const cost cold8 = eight_streams(*sys8, tasks);
-  const cost warm8 = eight_streams(*sys8, tasks);
+  cost warm8 = eight_streams(*sys8, tasks);
+  for (int i = 1; i < rounds; ++i) warm8 = best(warm8, eight_streams(*sys8, tasks));
 
   auto sysa = make_system();
   const cost cold_aw = awaited(*sysa, awaits);
@@ -184,14 +185,16 @@ int main(int argc, char** argv) {
     warm1 = best(warm1, one_stream(*sys1, tasks));
     traced1 = best(traced1, one_stream(*traced, tasks));
   }
+#else
+  for (int i = 1; i < rounds; ++i) warm1 = best(warm1, one_stream(*sys1, tasks));
 #endif
 
   add("baseline_bare_heap_per_event", heap);
   add("baseline_asio_post_per_step", asio_ns, "best of the rounds");
   add("one_stream_cold_per_task", cold1, "1 stream, fire-and-forget, fresh pools");
-  add("one_stream_warm_per_task", warm1, "target <= 100");
+  add("one_stream_warm_per_task", warm1, "best of the rounds; target <= 100");
   add("eight_streams_cold_per_task", cold8, "event every 10 tasks");
-  add("eight_streams_warm_per_task", warm8);
+  add("eight_streams_warm_per_task", warm8, "best of the rounds; target <= 100");
   add("awaited_launch_cold", cold_aw);
   add("awaited_launch_warm", warm_aw, "best of the rounds");
   r.add("one_stream_warm_over_bare_heap_cpu", warm1.cpu / heap.cpu, "ratio");

@@ -242,7 +242,7 @@ NPURT_SIM_HOT inline void device_model::enqueue(task_info& t, std::uint32_t e, s
 
 void device_model::wait(task_info& t, std::uint32_t e, std::uint32_t need) {
   engine& eng = engines_[e];
-  eng.heap.push_back(queued{t.priority, t.id, &t, need});
+  eng.heap.push_back(queued{queued::key_of(t.priority, t.id), &t, need});
   std::push_heap(eng.heap.begin(), eng.heap.end());
   dispatch(e);
 }

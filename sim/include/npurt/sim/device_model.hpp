@@ -123,13 +123,15 @@ class device_model {
     std::uint32_t active = 0;
   };
   struct queued {
-    std::uint8_t priority;
-    std::uint64_t id;
+    // Dispatch order (priority, then task id) packed into one word: the heap's comparisons
+    // are then one compare each. Ids stay far below 2^56.
+    std::uint64_t key;
     task_info* task;
     std::uint32_t need;
-    friend bool operator<(const queued& a, const queued& b) noexcept {  // max-heap: smallest key on top
-      return a.priority != b.priority ? a.priority > b.priority : a.id > b.id;
+    static std::uint64_t key_of(std::uint8_t priority, std::uint64_t id) noexcept {
+      return (std::uint64_t{priority} << 56) | (id & ((std::uint64_t{1} << 56) - 1));
     }
+    friend bool operator<(const queued& a, const queued& b) noexcept { return a.key > b.key; }  // min on top
   };
   struct engine {
     std::uint32_t capacity = 1;
