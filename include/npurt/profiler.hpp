@@ -3,8 +3,9 @@
 // chrome://tracing), a summary (text or JSON) and an SVG timeline.
 //
 // Recording only appends to vectors; nothing is formatted or written until a write_* call, so a
-// profiled run pays a copy per report. Every output is a pure function of the records and
-// virtual time is integer picoseconds, so the same run writes the same bytes.
+// profiled run pays a copy per report (a task: a 40-byte record, see task_head). Every output is
+// a pure function of the records and virtual time is integer picoseconds, so the same run writes
+// the same bytes.
 //
 // @code
 //   npurt::profiler prof{[&] { return sys.now(); }};
@@ -30,6 +31,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -242,6 +244,48 @@ NPURT_DECL void write_summary_text(std::ostream& os, const profile_summary& s);
 NPURT_DECL void write_summary_json(std::ostream& os, const profile_summary& s);
 NPURT_DECL void write_svg(std::ostream& os, const trace_data& data, const svg_options& opts = {});
 
+namespace detail {
+
+// A task as the profiler keeps it while the run goes on: 40 bytes, built in place in its
+// trace_chunks. Times are the end and three 32-bit steps back from it (4.29 ms of picoseconds
+// each). What is usually zero or absent (flops, bytes, block_dim, copy endpoints, a device above
+// 62) and steps that do not fit follow the head only when needed, flagged in `flags`.
+// profiler::data() expands them into trace_tasks.
+struct task_head {
+  std::uint64_t id;
+  std::int64_t end;
+  std::uint32_t run;   // end - start
+  std::uint32_t wait;  // start - ready
+  std::uint32_t stream;
+  std::uint8_t priority;
+  task_kind kind;
+  engine_kind engine;
+  std::uint8_t flags;   // without has_extra: the device
+  std::uint32_t queue;  // ready - submitted
+  std::uint32_t name;
+
+  static constexpr std::uint8_t has_extra = 0x40;
+  static constexpr std::uint8_t has_times = 0x80;
+  static constexpr std::uint8_t device_mask = 0x3f;  // devices 0 .. 62 fit in the head
+};
+
+struct task_extra {
+  std::uint64_t flops;
+  std::uint64_t bytes;
+  std::uint32_t block_dim;
+  device_id device;
+  device_id src_device;
+  device_id dst_device;
+};
+
+struct task_times {
+  std::int64_t submitted;
+  std::int64_t ready;
+  std::int64_t start;
+};
+
+}  // namespace detail
+
 /// The observer that records a run.
 class profiler : public observer {
  public:
@@ -263,7 +307,8 @@ class profiler : public observer {
   [[nodiscard]] std::error_code shutdown_error() const noexcept { return shutdown_error_; }
 
   /// Allocates and touches room for `tasks` more tasks now, so that recording them costs no
-  /// page faults during the run (as a CUPTI activity buffer is set up before profiling).
+  /// page faults during the run (as a CUPTI activity buffer is set up before profiling). Room is
+  /// counted in 40-byte task heads: tasks with flops, bytes or very long steps take more.
   NPURT_DECL void reserve(std::size_t tasks);
   NPURT_DECL void clear();
 
@@ -302,7 +347,7 @@ class profiler : public observer {
 
   /// Everything recorded so far.
   [[nodiscard]] const trace_data& data() const {
-    pending_tasks_.drain_into(data_.tasks);
+    if (!pending_tasks_.empty()) drain();
     return data_;
   }
   [[nodiscard]] profile_summary summary(std::size_t top_kernels = 10) const { return summarize(data(), top_kernels); }
@@ -319,26 +364,40 @@ class profiler : public observer {
   void write_svg(std::ostream& os, const svg_options& opts = {}) const { npurt::write_svg(os, data(), opts); }
 
  private:
+  // Names are mostly literals: a small cache keyed by address skips hashing the characters. The
+  // address alone is not enough (the storage may have died and been reused for other text), so
+  // a slot also keeps the first and last bytes, which hold all of a name of up to 16 characters;
+  // longer ones are compared with the interned copy, by intern_fast() only.
+  struct name_slot {
+    const char* data = nullptr;
+    std::uint32_t size = long_name;  // long_name | size for names longer than short_name
+    std::uint32_t id = 0;
+    std::uint64_t head = 0;
+    std::uint64_t tail = 0;
+  };
+  static constexpr std::size_t name_cache_size = 64;
+  static constexpr std::size_t short_name = 16;
+  static constexpr std::uint32_t long_name = std::uint32_t{1} << 31;
+
+  [[nodiscard]] name_slot& slot_of(const char* p) noexcept {
+    return name_cache_[(reinterpret_cast<std::uintptr_t>(p) >> 3) % name_cache_size];
+  }
   NPURT_DECL std::uint32_t intern_fast(std::string_view s);
+  NPURT_DECL void on_task_slow(const task_info& t);
+  NPURT_DECL void drain() const;
   NPURT_DECL sim_time now() const;
-  void seen(sim_time t) noexcept {
+  void seen(sim_time t) const noexcept {
     if (t > latest_) latest_ = t;
   }
 
   mutable trace_data data_;
   // Tasks arrive by the million: they wait here until data() is read (see trace_chunks.hpp).
-  mutable detail::trace_chunks<trace_task> pending_tasks_;
+  mutable detail::trace_chunks pending_tasks_;
   clock_type clock_;
   std::string output_;
   std::error_code shutdown_error_;
-  sim_time latest_{};
-  // Names are mostly literals: a small cache keyed by address skips hashing the characters.
-  struct name_slot {
-    const char* data = nullptr;
-    std::size_t size = 0;
-    std::uint32_t id = 0;
-  };
-  name_slot name_cache_[64]{};
+  mutable sim_time latest_{};  // of everything but pending tasks, which now() reads lazily
+  name_slot name_cache_[name_cache_size]{};
 };
 
 }  // namespace npurt

@@ -9,11 +9,14 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 using test_program::dus;
 using test_program::us;
@@ -414,4 +417,158 @@ TEST_CASE("an SVG of an empty profile is still a valid document", "[profiler][sv
   const auto s = p.summary();
   CHECK(s.tasks == 0);
   CHECK(s.critical_path.empty());
+}
+
+namespace {
+
+// What a trace_task must hold for a reported task, by the rules profiler.hpp documents: the
+// oracle for the compact records the profiler keeps while a run goes on.
+npurt::trace_task expected_record(const npurt::task_info& t, std::uint32_t name) {
+  npurt::trace_task r;
+  r.id = t.id;
+  r.device = t.device;
+  r.stream = t.stream;
+  r.priority = t.priority;
+  r.kind = t.kind;
+  r.engine = t.engine;
+  r.submitted = t.submitted;
+  r.ready = t.ready;
+  r.start = t.start;
+  r.end = t.end;
+  r.name = name;
+  r.block_dim = t.block_dim;
+  r.flops = t.flops != 0 ? t.flops : (t.kernel == nullptr ? t.fixed.flops : 0);
+  r.bytes = t.bytes != 0 ? t.bytes : (t.kind == npurt::task_kind::kernel ? (t.kernel == nullptr ? t.fixed.bytes : 0) : t.copy.bytes);
+  if (t.kind == npurt::task_kind::memcpy || t.kind == npurt::task_kind::memset) {
+    r.src_device = t.copy.src_device;
+    r.dst_device = t.copy.dst_device;
+  }
+  return r;
+}
+
+bool same_record(const npurt::trace_task& a, const npurt::trace_task& b) {
+  return a.id == b.id && a.device == b.device && a.stream == b.stream && a.priority == b.priority && a.kind == b.kind &&
+         a.engine == b.engine && a.submitted == b.submitted && a.ready == b.ready && a.start == b.start && a.end == b.end &&
+         a.name == b.name && a.block_dim == b.block_dim && a.flops == b.flops && a.bytes == b.bytes &&
+         a.src_device == b.src_device && a.dst_device == b.dst_device;
+}
+
+}  // namespace
+
+TEST_CASE("every field of every task survives recording, whatever it holds", "[profiler][records]") {
+  using npurt::engine_kind;
+  using npurt::task_kind;
+  npurt::profiler p;
+  std::vector<npurt::task_info> fed;
+  std::vector<std::string> fed_names;  // the name each task must come back with
+  std::mt19937_64 rng{12345};
+  const npurt::kernel_desc named{npurt::kernels::fixed{}, "from_desc"};
+  const npurt::kernel_desc unnamed{npurt::kernels::fixed{}};
+  static const char* const literals[] = {"k", "ab", "abc", "zero", "gelu7", "matmul", "softmax_",
+                                         "layernorm_fwd", "sixteen_chars_16", "seventeen_chars17",
+                                         "a much longer kernel name than any slot holds"};
+  // Storage that keeps its address while its text changes: the cache must notice.
+  char reused[40] = {};
+  std::string reused_string;
+  reused_string.reserve(64);
+  const auto ps = [](std::int64_t v) { return npurt::sim_time{npurt::picoseconds{v}}; };
+  // Enough tasks to fill several 2 MiB chunks with records of every size.
+  for (std::uint64_t i = 0; i < 150'000; ++i) {
+    npurt::task_info t;
+    t.id = 1'000'000'000'000ull + i * 7;
+    t.device = static_cast<npurt::device_id>(rng() % 4);
+    t.stream = static_cast<std::uint32_t>(rng() % 5);
+    t.priority = static_cast<std::uint8_t>(rng() % 8);
+    t.kind = task_kind::kernel;
+    t.engine = engine_kind::ai_core;
+    const std::int64_t end = 1'000'000 + static_cast<std::int64_t>(i) * 1000;
+    t.end = ps(end);
+    t.start = ps(end - static_cast<std::int64_t>(rng() % 1000));
+    t.ready = t.start - npurt::picoseconds{static_cast<std::int64_t>(rng() % 500)};
+    t.submitted = t.ready - npurt::picoseconds{static_cast<std::int64_t>(rng() % 500)};
+    // A literal (its address never changes) or a copy in storage that the next task reuses.
+    const char* literal = literals[rng() % std::size(literals)];
+    std::string name = literal;
+    if (rng() % 2 == 0) {
+      t.name = literal;
+    } else {
+      reused_string = literal;
+      t.name = reused_string;
+    }
+    const auto variant = rng() % 16;
+    switch (variant) {
+      case 0: t.flops = rng() % 100000 + 1; break;
+      case 1: t.bytes = rng() % 100000 + 1; break;
+      case 2: t.fixed.flops = 5; t.fixed.bytes = 7; break;
+      case 3: t.block_dim = 8; break;
+      case 4: t.device = 63 + static_cast<npurt::device_id>(rng() % 3); break;
+      case 5: t.device = -1; break;
+      case 6: t.start = ps(end - (std::int64_t{1} << 33)); t.ready = t.start; t.submitted = t.start; break;  // a long kernel
+      case 7: t.submitted = ps(-5); break;  // launched long before it ran
+      case 8: t.start = t.end + npurt::picoseconds{3}; break;  // times out of order: kept as given
+      case 9:
+        t.kind = task_kind::memcpy;
+        t.engine = engine_kind::copy_d2d;
+        t.copy.bytes = 4096;
+        t.copy.src_device = 0;
+        t.copy.dst_device = 1;
+        break;
+      case 10: t.kind = task_kind::event_record; t.engine = engine_kind::none; break;
+      case 11: t.name = {}; t.kernel = &named; name = "from_desc"; break;
+      case 12: t.name = {}; t.kernel = &unnamed; name = "kernel"; break;
+      case 13: t.name = {}; t.kind = task_kind::event_wait; t.engine = engine_kind::none; name = "event_wait"; break;
+      case 14: {
+        // Same address and length as last time, other characters (in the middle for long ones).
+        const bool is_long = rng() % 2 == 0;
+        std::string text = is_long ? "aaaaaaaaXaaaaaaaaa" : "abXd";
+        text[is_long ? 8 : 2] = static_cast<char>('0' + rng() % 10);
+        std::memcpy(reused, text.data(), text.size());
+        t.name = std::string_view{reused, text.size()};
+        name = text;
+        break;
+      }
+      default: break;
+    }
+    fed.push_back(t);
+    fed_names.push_back(name);
+    p.on_task(t);
+  }
+  const auto& data = p.data();
+  REQUIRE(data.tasks.size() == fed.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < fed.size(); ++i) {
+    CHECK(data.str(data.tasks[i].name) == fed_names[i]);
+    const auto want = expected_record(fed[i], data.tasks[i].name);
+    if (!same_record(want, data.tasks[i]) && ++bad <= 5) FAIL_CHECK("task " << i << " came back changed");
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("a mark without a clock lands at the latest end of the tasks recorded before it", "[profiler][annotations]") {
+  npurt::profiler p;
+  npurt::task_info t;
+  t.name = "k";
+  const auto at = [](std::int64_t v) { return npurt::sim_time{npurt::picoseconds{v}}; };
+  std::int64_t latest = 0;
+  // Ends out of order, and across chunk boundaries: the mark must see the largest.
+  for (std::int64_t i = 0; i < 120'000; ++i) {
+    const std::int64_t end = (i * 7919) % 1'000'003;
+    latest = std::max(latest, end);
+    t.id = static_cast<std::uint64_t>(i);
+    t.start = t.ready = t.submitted = at(end - 10);
+    t.end = at(end);
+    p.on_task(t);
+    if (i == 50'000 || i == 119'999) {
+      p.mark("m");
+      CHECK(p.data().ranges.back().time == at(latest));
+    }
+  }
+  t.end = at(5);  // earlier than what is known: the mark stays put
+  t.start = t.ready = t.submitted = at(1);
+  p.on_task(t);
+  p.mark("later");
+  CHECK(p.data().ranges.back().time == at(latest));
+  p.clear();
+  p.mark("after clear");
+  CHECK(p.data().ranges.back().time == at(0));
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <new>
 #include <ostream>
 #include <set>
 #include <tuple>
@@ -67,7 +69,7 @@ NPURT_DECL std::unique_ptr<profiler> profiler::from_environment() {
 }
 
 NPURT_DECL void profiler::reserve(std::size_t tasks) {
-  pending_tasks_.reserve(tasks);
+  pending_tasks_.reserve(tasks * sizeof(detail::task_head));
   const std::size_t others = std::max<std::size_t>(tasks / 8, 1024);
   data_.records.reserve(data_.records.size() + others);
   data_.waits.reserve(data_.waits.size() + others);
@@ -81,47 +83,221 @@ NPURT_DECL void profiler::clear() {
   for (auto& s : name_cache_) s = name_slot{};
 }
 
+namespace detail {
+
+/// The first and last bytes of a name (n > 0), read without going past its end: together they
+/// hold every character of names up to 16 long.
+inline void name_ends(const char* p, std::size_t n, std::uint64_t& head, std::uint64_t& tail) noexcept {
+  if (n >= 8) {
+    std::memcpy(&head, p, 8);
+    std::memcpy(&tail, p + n - 8, 8);
+  } else if (n >= 4) {
+    std::uint32_t a = 0, b = 0;
+    std::memcpy(&a, p, 4);
+    std::memcpy(&b, p + n - 4, 4);
+    head = a;
+    tail = b;
+  } else {
+    head = static_cast<std::uint64_t>(static_cast<unsigned char>(p[0])) |
+           static_cast<std::uint64_t>(static_cast<unsigned char>(p[n / 2])) << 8 |
+           static_cast<std::uint64_t>(static_cast<unsigned char>(p[n - 1])) << 16;
+    tail = 0;
+  }
+}
+
+inline std::int64_t ps(sim_time t) noexcept { return t.time_since_epoch().count(); }
+
+/// Calls f(head, extra or null, times or null) for each record of a span of a profiler's task
+/// chunks, oldest first.
+template <class F>
+void for_each_task_record(trace_chunks::span sp, F&& f) {
+  for (const std::byte* p = sp.begin; p != sp.end;) {
+    const auto* h = std::launder(reinterpret_cast<const task_head*>(p));
+    p += sizeof(task_head);
+    const task_extra* x = nullptr;
+    const task_times* tt = nullptr;
+    if ((h->flags & task_head::has_extra) != 0) {
+      x = std::launder(reinterpret_cast<const task_extra*>(p));
+      p += sizeof(task_extra);
+    }
+    if ((h->flags & task_head::has_times) != 0) {
+      tt = std::launder(reinterpret_cast<const task_times*>(p));
+      p += sizeof(task_times);
+    }
+    f(*h, x, tt);
+  }
+}
+
+}  // namespace detail
+
 NPURT_DECL std::uint32_t profiler::intern_fast(std::string_view s) {
   if (s.empty()) return 0;
-  auto& slot = name_cache_[(reinterpret_cast<std::uintptr_t>(s.data()) >> 3) % std::size(name_cache_)];
-  // The address alone is not enough: the storage may have died and been reused for other text.
-  if (slot.data == s.data() && slot.size == s.size()) {
-    const char* known = data_.strings[slot.id].data();
-    std::size_t i = 0;
-    while (i < s.size() && known[i] == s[i]) ++i;  // names are short: no call to memcmp
-    if (i == s.size()) return slot.id;
+  name_slot& slot = slot_of(s.data());
+  const std::size_t n = s.size();
+  const std::uint32_t size = n <= short_name ? static_cast<std::uint32_t>(n) : long_name | static_cast<std::uint32_t>(n);
+  if (slot.data == s.data() && slot.size == size && n < long_name) {
+    std::uint64_t head = 0, tail = 0;
+    detail::name_ends(s.data(), n, head, tail);
+    if (head == slot.head && tail == slot.tail &&
+        (n <= short_name || std::memcmp(data_.strings[slot.id].data(), s.data(), n) == 0))
+      return slot.id;
   }
   const std::uint32_t id = data_.intern(s);
-  slot = name_slot{s.data(), s.size(), id};
+  if (n < long_name) {
+    slot.data = s.data();
+    slot.size = size;
+    detail::name_ends(s.data(), n, slot.head, slot.tail);
+    slot.id = id;
+  }
   return id;
 }
 
-NPURT_DECL sim_time profiler::now() const { return clock_ ? clock_() : latest_; }
+NPURT_DECL sim_time profiler::now() const {
+  if (clock_) return clock_();
+  // Tasks leave latest_ alone as they arrive (a compare less per task): catch up with them here.
+  pending_tasks_.for_each_new_span([this](detail::trace_chunks::span sp) {
+    detail::for_each_task_record(sp, [this](const detail::task_head& h, const detail::task_extra*, const detail::task_times*) {
+      seen(sim_time{picoseconds{h.end}});
+    });
+  });
+  return latest_;
+}
 
 NPURT_DECL void profiler::on_task(const task_info& t) {
+  // The common case takes no call and writes a 40-byte head in place: a kernel with nothing but
+  // times to tell (no flops, bytes or block_dim, steps that fit), on a device below 63, whose
+  // short name the cache knows. Everything else goes to on_task_slow(), which writes the record
+  // again from the start: the head is filled as soon as the room is known, to free registers.
+  using detail::task_head;
+  if (!pending_tasks_.has_room()) [[unlikely]]
+    return on_task_slow(t);
+  auto* h = ::new (static_cast<void*>(pending_tasks_.cursor())) task_head;
+  h->id = t.id;
+  h->end = detail::ps(t.end);
+  h->stream = t.stream;
+  h->priority = t.priority;
+  h->kind = t.kind;
+  h->engine = t.engine;
+  h->flags = static_cast<std::uint8_t>(t.device);
+
+  const char* const np = t.name.data();
+  const std::size_t nn = t.name.size();
+  const name_slot& slot = slot_of(np);
+  // A slot's size is 1 .. short_name or has long_name set: a match is a short name.
+  if (slot.data != np || slot.size != nn) [[unlikely]]
+    return on_task_slow(t);
+  std::uint64_t head = 0, tail = 0;
+  detail::name_ends(np, nn, head, tail);
+  if (head != slot.head || tail != slot.tail) [[unlikely]]
+    return on_task_slow(t);
+
+  static_assert(static_cast<int>(task_kind::kernel) == 0);
+  if ((t.flops | t.bytes | t.fixed.flops | t.fixed.bytes | t.block_dim | static_cast<std::uint64_t>(t.kind)) != 0 ||
+      static_cast<std::uint32_t>(t.device) >= task_head::device_mask) [[unlikely]]
+    return on_task_slow(t);
+  const std::int64_t end = detail::ps(t.end), start = detail::ps(t.start), ready = detail::ps(t.ready);
+  const auto run = static_cast<std::uint64_t>(end - start);
+  const auto wait = static_cast<std::uint64_t>(start - ready);
+  const auto queue = static_cast<std::uint64_t>(ready - detail::ps(t.submitted));
+  if (((run | wait | queue) >> 32) != 0) [[unlikely]]
+    return on_task_slow(t);
+  h->run = static_cast<std::uint32_t>(run);
+  h->wait = static_cast<std::uint32_t>(wait);
+  h->queue = static_cast<std::uint32_t>(queue);
+  h->name = slot.id;
+  pending_tasks_.commit(sizeof(task_head));
+}
+
+NPURT_DECL void profiler::on_task_slow(const task_info& t) {
+  using detail::task_head;
   std::string_view name = t.name;
   if (name.empty()) name = t.kernel != nullptr ? t.kernel->display_name() : to_string(t.kind);
-  trace_task r;
-  r.id = t.id;
-  r.device = t.device;
-  r.stream = t.stream;
-  r.priority = t.priority;
-  r.kind = t.kind;
-  r.engine = t.engine;
-  r.submitted = t.submitted;
-  r.ready = t.ready;
-  r.start = t.start;
-  r.end = t.end;
-  r.name = intern_fast(name);
-  r.block_dim = t.block_dim;
-  r.flops = t.flops != 0 ? t.flops : (t.kernel == nullptr ? t.fixed.flops : 0);
-  r.bytes = t.bytes != 0 ? t.bytes : (t.kind == task_kind::kernel ? (t.kernel == nullptr ? t.fixed.bytes : 0) : t.copy.bytes);
+  const std::uint32_t name_id = intern_fast(name);
+  const std::uint64_t flops = t.flops != 0 ? t.flops : (t.kernel == nullptr ? t.fixed.flops : 0);
+  const std::uint64_t bytes =
+      t.bytes != 0 ? t.bytes : (t.kind == task_kind::kernel ? (t.kernel == nullptr ? t.fixed.bytes : 0) : t.copy.bytes);
+  device_id src = -1, dst = -1;
   if (t.kind == task_kind::memcpy || t.kind == task_kind::memset) {
-    r.src_device = t.copy.src_device;
-    r.dst_device = t.copy.dst_device;
+    src = t.copy.src_device;
+    dst = t.copy.dst_device;
   }
-  pending_tasks_.push_back(r);
-  seen(t.end);
+  const std::int64_t end = detail::ps(t.end), start = detail::ps(t.start), ready = detail::ps(t.ready);
+  const std::int64_t submitted = detail::ps(t.submitted);
+  const auto run = static_cast<std::uint64_t>(end - start);
+  const auto wait = static_cast<std::uint64_t>(start - ready);
+  const auto queue = static_cast<std::uint64_t>(ready - submitted);
+
+  std::byte* const p = pending_tasks_.room();
+  auto* h = ::new (static_cast<void*>(p)) task_head;
+  h->id = t.id;
+  h->end = end;
+  h->run = static_cast<std::uint32_t>(run);
+  h->wait = static_cast<std::uint32_t>(wait);
+  h->queue = static_cast<std::uint32_t>(queue);
+  h->name = name_id;
+  h->stream = t.stream;
+  h->priority = t.priority;
+  h->kind = t.kind;
+  h->engine = t.engine;
+  std::size_t n = sizeof(task_head);
+  if ((flops | bytes | t.block_dim) != 0 || src != -1 || dst != -1 ||
+      static_cast<std::uint32_t>(t.device) >= task_head::device_mask) {
+    ::new (static_cast<void*>(p + n)) detail::task_extra{flops, bytes, t.block_dim, t.device, src, dst};
+    n += sizeof(detail::task_extra);
+    h->flags = task_head::has_extra;
+  } else {
+    h->flags = static_cast<std::uint8_t>(t.device);
+  }
+  if (((run | wait | queue) >> 32) != 0) {
+    ::new (static_cast<void*>(p + n)) detail::task_times{submitted, ready, start};
+    n += sizeof(detail::task_times);
+    h->flags |= task_head::has_times;
+  }
+  pending_tasks_.commit(n);
+}
+
+NPURT_DECL void profiler::drain() const {
+  using detail::task_head;
+  static_assert(sizeof(task_head) == 40 && sizeof(detail::task_extra) % detail::trace_chunks::alignment == 0 &&
+                sizeof(detail::task_times) % detail::trace_chunks::alignment == 0 &&
+                sizeof(task_head) + sizeof(detail::task_extra) + sizeof(detail::task_times) <=
+                    detail::trace_chunks::max_record);
+  auto& out = data_.tasks;
+  out.reserve(out.size() + pending_tasks_.used_bytes() / sizeof(task_head));
+  pending_tasks_.for_each_span([&](detail::trace_chunks::span sp) {
+    detail::for_each_task_record(sp, [&](const task_head& h, const detail::task_extra* x, const detail::task_times* tt) {
+      trace_task r;
+      r.id = h.id;
+      r.stream = h.stream;
+      r.priority = h.priority;
+      r.kind = h.kind;
+      r.engine = h.engine;
+      r.name = h.name;
+      r.end = sim_time{picoseconds{h.end}};
+      if (tt != nullptr) {
+        r.submitted = sim_time{picoseconds{tt->submitted}};
+        r.ready = sim_time{picoseconds{tt->ready}};
+        r.start = sim_time{picoseconds{tt->start}};
+      } else {
+        r.start = r.end - picoseconds{h.run};
+        r.ready = r.start - picoseconds{h.wait};
+        r.submitted = r.ready - picoseconds{h.queue};
+      }
+      if (x != nullptr) {
+        r.device = x->device;
+        r.flops = x->flops;
+        r.bytes = x->bytes;
+        r.block_dim = x->block_dim;
+        r.src_device = x->src_device;
+        r.dst_device = x->dst_device;
+      } else {
+        r.device = h.flags & task_head::device_mask;
+      }
+      seen(r.end);
+      out.push_back(r);
+    });
+  });
+  pending_tasks_.clear();
 }
 
 NPURT_DECL void profiler::on_event_record(const event_record_info& e) {
@@ -239,8 +415,6 @@ inline std::int64_t intersection(const std::vector<interval>& a, const std::vect
   }
   return sum;
 }
-
-inline std::int64_t ps(sim_time t) noexcept { return t.time_since_epoch().count(); }
 
 inline bool is_communication(const trace_task& t) noexcept {
   if (t.engine == engine_kind::collective || t.kind == task_kind::collective) return true;
