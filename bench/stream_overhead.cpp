@@ -147,7 +147,7 @@ cost asio_post(long n) {
 int main(int argc, char** argv) {
   const long tasks = npurt_bench::arg_value(argc, argv, "--tasks", 1'000'000);
   const long awaits = npurt_bench::arg_value(argc, argv, "--awaits", 200'000);
-  const int rounds = static_cast<int>(std::max(1L, npurt_bench::arg_value(argc, argv, "--rounds", 3)));
+  const int rounds = static_cast<int>(std::max(1L, npurt_bench::arg_value(argc, argv, "--rounds", 7)));
   npurt_bench::report r("stream_overhead");
   auto add = [&](const std::string& key, cost c, const std::string& note = {}) {
     r.add(key + "_ns", c.wall, "ns", note);
