@@ -11,6 +11,7 @@
 
 #include <set>
 
+#include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 
 using namespace npurt_test;
@@ -165,14 +166,15 @@ TEST_CASE("an operation is stored with the handler's own allocator when it has o
   CHECK(st.live == 0);
 }
 
-TEST_CASE("a completion bound to a stream's strand runs on it, never inside the initiating call",
-          "[core][stream][asio]") {
+TEMPLATE_TEST_CASE("a completion bound to a stream's strand runs on it, never inside the initiating call",
+                   "[core][stream][asio]", asio::any_io_executor, npurt::stream::executor_type) {
   npurt::system sys{simple()};
   auto s = sys.device(0).make_stream();
   // An empty stream is synchronized at once: the completion is ready during the initiating
-  // call, and must still be posted. The executor is type-erased, as a coroutine's is.
-  // The call is made from host code running inside the loop, where Asio may run handlers inline.
-  const asio::any_io_executor ex = s.get_executor();
+  // call, and must still be posted. The executor is type-erased (as a coroutine's is) or the
+  // concrete strand. The call is made from host code running inside the loop, where Asio may
+  // run handlers inline.
+  const TestType ex = s.get_executor();
   bool returned = false;
   int ran = 0;
   asio::post(sys.get_executor(), [&] {

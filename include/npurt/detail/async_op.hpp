@@ -70,23 +70,25 @@ class handler_op final : public op_base {
     rt.host_wait_end();
     rt.note_post();
     auto ex = boost::asio::get_associated_executor(h, rt.io().get_executor());
-    // Coroutines hold their executor type-erased; when it is a strand of our io_context (a
-    // stream's, a device's, or one made on the system's executor), hand the completion straight
+    // When the handler's executor is a strand of our io_context (a stream's, a device's, or one
+    // made on the system's executor; coroutines hold it type-erased), hand the completion straight
     // to that strand, never blocking and with the runtime's recycled storage. That is what
     // post() would do, minus the type-erased property queries, the work-tracking wrapper and
     // the second dispatch it makes when the handler runs.
-    if constexpr (std::is_same_v<decltype(ex), boost::asio::any_io_executor>) {
-      using strand_t = boost::asio::strand<boost::asio::io_context::executor_type>;
-      const strand_t* st = ex.template target<strand_t>();
-      // Only a strand of our own loop: the recycler is not for other threads' io_contexts.
-      if (st && &st->context() == &rt.io()) {
-        boost::asio::require(*st, boost::asio::execution::blocking.never,
-                             boost::asio::execution::allocator(recycler_allocator<void>(rt.op_memory())))
-            .execute([h = std::move(h), e = to_async_error(ec), vals = std::move(vals)]() mutable {
-              std::apply([&](auto&&... v) { std::move(h)(e, std::move(v)...); }, std::move(vals));
-            });
-        return;
-      }
+    using strand_t = boost::asio::strand<boost::asio::io_context::executor_type>;
+    const strand_t* st = nullptr;
+    if constexpr (std::is_same_v<decltype(ex), boost::asio::any_io_executor>)
+      st = ex.template target<strand_t>();
+    else if constexpr (std::is_same_v<decltype(ex), strand_t>)
+      st = &ex;
+    // Only a strand of our own loop: the recycler is not for other threads' io_contexts.
+    if (st && &st->context() == &rt.io()) {
+      boost::asio::require(*st, boost::asio::execution::blocking.never,
+                           boost::asio::execution::allocator(recycler_allocator<void>(rt.op_memory())))
+          .execute([h = std::move(h), e = to_async_error(ec), vals = std::move(vals)]() mutable {
+            std::apply([&](auto&&... v) { std::move(h)(e, std::move(v)...); }, std::move(vals));
+          });
+      return;
     }
     std::apply(
         [&](auto&&... v) { boost::asio::post(ex, boost::asio::append(std::move(h), to_async_error(ec), std::move(v)...)); },
