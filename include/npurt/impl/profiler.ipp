@@ -107,6 +107,37 @@ inline void name_ends(const char* p, std::size_t n, std::uint64_t& head, std::ui
 
 inline std::int64_t ps(sim_time t) noexcept { return t.time_since_epoch().count(); }
 
+/// A task's times as a record keeps them: the end, and the steps back from it to start, ready
+/// and submitted, which fit the head when each is under 2^32 ps.
+struct task_steps {
+  std::int64_t end, start, ready, submitted;
+  std::uint64_t run, wait, queue;
+
+  explicit task_steps(const task_info& t) noexcept
+      : end(ps(t.end)), start(ps(t.start)), ready(ps(t.ready)), submitted(ps(t.submitted)),
+        run(static_cast<std::uint64_t>(end - start)), wait(static_cast<std::uint64_t>(start - ready)),
+        queue(static_cast<std::uint64_t>(ready - submitted)) {}
+  [[nodiscard]] bool fit() const noexcept { return ((run | wait | queue) >> 32) == 0; }
+};
+
+/// Builds the head every task record starts with at `at`.
+inline task_head* put_head(void* at, const task_info& t, const task_steps& s, std::uint32_t name,
+                           std::uint8_t flags) noexcept {
+  auto* h = ::new (at) task_head;
+  h->id = t.id;
+  h->end = s.end;
+  h->run = static_cast<std::uint32_t>(s.run);
+  h->wait = static_cast<std::uint32_t>(s.wait);
+  h->stream = t.stream;
+  h->priority = t.priority;
+  h->kind = t.kind;
+  h->engine = t.engine;
+  h->flags = flags;
+  h->queue = static_cast<std::uint32_t>(s.queue);
+  h->name = name;
+  return h;
+}
+
 /// Calls f(head, extra or null, times or null) for each record of a span of a profiler's task
 /// chunks, oldest first.
 template <class F>
@@ -166,20 +197,10 @@ NPURT_DECL sim_time profiler::now() const {
 NPURT_DECL void profiler::on_task(const task_info& t) {
   // The common case takes no call and writes a 40-byte head in place: a kernel with nothing but
   // times to tell (no flops, bytes or block_dim, steps that fit), on a device below 63, whose
-  // short name the cache knows. Everything else goes to on_task_slow(), which writes the record
-  // again from the start: the head is filled as soon as the room is known, to free registers.
+  // short name the cache knows. Everything else goes to on_task_slow().
   using detail::task_head;
   if (!pending_tasks_.has_room()) [[unlikely]]
     return on_task_slow(t);
-  auto* h = ::new (static_cast<void*>(pending_tasks_.cursor())) task_head;
-  h->id = t.id;
-  h->end = detail::ps(t.end);
-  h->stream = t.stream;
-  h->priority = t.priority;
-  h->kind = t.kind;
-  h->engine = t.engine;
-  h->flags = static_cast<std::uint8_t>(t.device);
-
   const char* const np = t.name.data();
   const std::size_t nn = t.name.size();
   const name_slot& slot = slot_of(np);
@@ -190,21 +211,14 @@ NPURT_DECL void profiler::on_task(const task_info& t) {
   detail::name_ends(np, nn, head, tail);
   if (head != slot.head || tail != slot.tail) [[unlikely]]
     return on_task_slow(t);
-
   static_assert(static_cast<int>(task_kind::kernel) == 0);
   if ((t.flops | t.bytes | t.fixed.flops | t.fixed.bytes | t.block_dim | static_cast<std::uint64_t>(t.kind)) != 0 ||
       static_cast<std::uint32_t>(t.device) >= task_head::device_mask) [[unlikely]]
     return on_task_slow(t);
-  const std::int64_t end = detail::ps(t.end), start = detail::ps(t.start), ready = detail::ps(t.ready);
-  const auto run = static_cast<std::uint64_t>(end - start);
-  const auto wait = static_cast<std::uint64_t>(start - ready);
-  const auto queue = static_cast<std::uint64_t>(ready - detail::ps(t.submitted));
-  if (((run | wait | queue) >> 32) != 0) [[unlikely]]
+  const detail::task_steps steps(t);
+  if (!steps.fit()) [[unlikely]]
     return on_task_slow(t);
-  h->run = static_cast<std::uint32_t>(run);
-  h->wait = static_cast<std::uint32_t>(wait);
-  h->queue = static_cast<std::uint32_t>(queue);
-  h->name = slot.id;
+  detail::put_head(pending_tasks_.cursor(), t, steps, slot.id, static_cast<std::uint8_t>(t.device));
   pending_tasks_.commit(sizeof(task_head));
 }
 
@@ -221,37 +235,22 @@ NPURT_DECL void profiler::on_task_slow(const task_info& t) {
     src = t.copy.src_device;
     dst = t.copy.dst_device;
   }
-  const std::int64_t end = detail::ps(t.end), start = detail::ps(t.start), ready = detail::ps(t.ready);
-  const std::int64_t submitted = detail::ps(t.submitted);
-  const auto run = static_cast<std::uint64_t>(end - start);
-  const auto wait = static_cast<std::uint64_t>(start - ready);
-  const auto queue = static_cast<std::uint64_t>(ready - submitted);
+  const detail::task_steps steps(t);
+  const bool extra = (flops | bytes | t.block_dim) != 0 || src != -1 || dst != -1 ||
+                     static_cast<std::uint32_t>(t.device) >= task_head::device_mask;
+  std::uint8_t flags = extra ? task_head::has_extra : static_cast<std::uint8_t>(t.device);
+  if (!steps.fit()) flags |= task_head::has_times;
 
   std::byte* const p = pending_tasks_.room();
-  auto* h = ::new (static_cast<void*>(p)) task_head;
-  h->id = t.id;
-  h->end = end;
-  h->run = static_cast<std::uint32_t>(run);
-  h->wait = static_cast<std::uint32_t>(wait);
-  h->queue = static_cast<std::uint32_t>(queue);
-  h->name = name_id;
-  h->stream = t.stream;
-  h->priority = t.priority;
-  h->kind = t.kind;
-  h->engine = t.engine;
+  detail::put_head(p, t, steps, name_id, flags);
   std::size_t n = sizeof(task_head);
-  if ((flops | bytes | t.block_dim) != 0 || src != -1 || dst != -1 ||
-      static_cast<std::uint32_t>(t.device) >= task_head::device_mask) {
+  if (extra) {
     ::new (static_cast<void*>(p + n)) detail::task_extra{flops, bytes, t.block_dim, t.device, src, dst};
     n += sizeof(detail::task_extra);
-    h->flags = task_head::has_extra;
-  } else {
-    h->flags = static_cast<std::uint8_t>(t.device);
   }
-  if (((run | wait | queue) >> 32) != 0) {
-    ::new (static_cast<void*>(p + n)) detail::task_times{submitted, ready, start};
+  if (!steps.fit()) {
+    ::new (static_cast<void*>(p + n)) detail::task_times{steps.submitted, steps.ready, steps.start};
     n += sizeof(detail::task_times);
-    h->flags |= task_head::has_times;
   }
   pending_tasks_.commit(n);
 }
