@@ -107,6 +107,15 @@ k::conv2d conv_op(const conv_case& t) {
   return op;
 }
 
+/// The case's convolution over x and w into y.
+k::conv2d conv_op(const conv_case& t, const tensor& x, const tensor& w, const tensor& y) {
+  k::conv2d op = conv_op(t);
+  op.x = x.desc;
+  op.w = w.desc;
+  op.y = y.desc;
+  return op;
+}
+
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
   for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
@@ -217,10 +226,7 @@ TEST_CASE("conv2d forward matches a padded, dilated direct convolution exactly",
     tensor x({t.n, t.c, t.h, t.w}), w({t.co, t.c / t.groups, t.kh, t.kw}), y(conv_out(t));
     x.fill(41, -5, 5, true);
     w.fill(42, -5, 5, true);
-    auto op = conv_op(t);
-    op.x = x.desc;
-    op.w = w.desc;
-    op.y = y.desc;
+    const auto op = conv_op(t, x, w, y);
     REQUIRE(run(op) == 0);
     const auto ref = conv_oracle(x, w, y.desc.shape, op);
     for (std::size_t i = 0; i < ref.size(); ++i) REQUIRE(y.get(i) == ref[i]);
@@ -246,10 +252,7 @@ TEST_CASE("INT8 conv2d accumulates exactly into INT32", "[kernels][conv]") {
   tensor x({t.n, t.c, t.h, t.w}, dtype::i8), w({t.co, t.c / t.groups, t.kh, t.kw}, dtype::i8), y(conv_out(t), dtype::i32);
   x.fill(51, -128, 127, true);
   w.fill(52, -128, 127, true);
-  auto op = conv_op(t);
-  op.x = x.desc;
-  op.w = w.desc;
-  op.y = y.desc;
+  const auto op = conv_op(t, x, w, y);
   REQUIRE(run(op) == 0);
   const auto ref = conv_oracle(x, w, y.desc.shape, op);
   for (std::size_t i = 0; i < ref.size(); ++i) REQUIRE(y.get(i) == ref[i]);
@@ -260,10 +263,7 @@ TEST_CASE("FP16 conv2d stays within output rounding plus float accumulation erro
   tensor x({t.n, t.c, t.h, t.w}, dtype::f16), w({t.co, t.c / t.groups, t.kh, t.kw}, dtype::f16), y(conv_out(t), dtype::f16);
   x.fill(61, -1, 1, false);
   w.fill(62, -1, 1, false);
-  auto op = conv_op(t);
-  op.x = x.desc;
-  op.w = w.desc;
-  op.y = y.desc;
+  const auto op = conv_op(t, x, w, y);
   REQUIRE(run(op) == 0);
   const auto ref = conv_oracle(x, w, y.desc.shape, op);
   const double terms = static_cast<double>(t.c / t.groups * t.kh * t.kw);
