@@ -145,7 +145,7 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
           r->n = n;
           r->sid = sid;
           r->user = op;
-          detail::start_multi_wait(*rt_, r, rt_->device_positions(dev_), picoseconds{-1});
+          detail::start_multi_wait(*rt_, r, rt_->device_positions(dev_), no_timeout);
           return;
         }
         detail::post_error(*rt_, std::move(handler), ec, p);

@@ -1,5 +1,12 @@
 // npurt/system.hpp — the root object: the simulated clock, the event loop, and the devices
 // built from a hardware preset or a backend.
+//
+// Thread safety: a system is single-threaded. Everything (host coroutines, handlers, device
+// completions) runs on the thread that calls run() or a blocking wait, in an order fixed by
+// virtual time; no member may be called concurrently. Another thread may own a system while no
+// call is in progress, but calls from a second thread while the loop runs are a race: with
+// system_options::check_thread (always on in builds without NDEBUG) they fail with
+// errc::wrong_thread instead.
 #pragma once
 
 #include <npurt/backend.hpp>
@@ -20,6 +27,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace npurt {
 
@@ -29,6 +37,12 @@ template <class P>
 concept backend_preset = requires(const P& p) {
   { make_backend(p) } -> std::convertible_to<std::unique_ptr<backend>>;
 };
+
+class system;
+namespace detail {
+/// The runtime behind a system, for npurt's own components and tests (not a user API).
+inline detail::runtime& runtime_of(system& sys) noexcept;
+}  // namespace detail
 
 class system {
  public:
@@ -84,13 +98,55 @@ class system {
 
   [[nodiscard]] const system_options& options() const noexcept { return rt_->options(); }
   [[nodiscard]] npurt::backend& get_backend() noexcept { return rt_->backend(); }
-  [[nodiscard]] detail::runtime& runtime() noexcept { return *rt_; }
 
  private:
+  friend detail::runtime& detail::runtime_of(system& sys) noexcept;
+
   std::unique_ptr<detail::runtime> rt_;
   std::deque<npurt::device> devices_;
   device_id current_ = 0;
   std::unique_ptr<npurt::profiler> profiler_;
+};
+
+inline detail::runtime& detail::runtime_of(system& sys) noexcept { return *sys.rt_; }
+
+/// Pinned host memory owned by a scope (system::host_malloc / host_free), freed when it dies.
+class host_buffer {
+ public:
+  host_buffer() noexcept = default;
+  host_buffer(system& sys, std::size_t bytes) : sys_(&sys), data_(sys.host_malloc(bytes)), bytes_(bytes) {}
+  host_buffer(host_buffer&& o) noexcept
+      : sys_(std::exchange(o.sys_, nullptr)), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  host_buffer& operator=(host_buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      sys_ = std::exchange(o.sys_, nullptr);
+      data_ = std::exchange(o.data_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  host_buffer(const host_buffer&) = delete;
+  host_buffer& operator=(const host_buffer&) = delete;
+  ~host_buffer() { reset(); }
+
+  [[nodiscard]] void* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
+  explicit operator bool() const noexcept { return data_ != nullptr; }
+  void reset() noexcept {
+    if (data_) {
+      std::error_code ec;
+      sys_->host_free(data_, ec);
+    }
+    sys_ = nullptr;
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  system* sys_ = nullptr;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
 };
 
 }  // namespace npurt

@@ -14,6 +14,7 @@
 #include <boost/asio/post.hpp>
 
 #include <memory>
+#include <optional>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -147,10 +148,10 @@ struct multi_wait {
   }
 };
 
-/// Starts a multi_wait on positions [first, last) of (stream, seq) pairs. A negative timeout
-/// means none.
+/// Starts a multi_wait on positions [first, last) of (stream, seq) pairs, with an optional
+/// timeout in virtual time.
 template <class Positions>
-void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, picoseconds timeout) {
+void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std::optional<picoseconds> timeout) {
   auto* w = new multi_wait{op, 0, 1, false};  // the extra ref is released below
   for (const auto& [stream, seq] : positions) {
     if (rt.position_reached(stream, seq)) continue;
@@ -161,12 +162,47 @@ void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, pico
   if (w->remaining == 0) {
     w->done = true;
     op->complete({});
-  } else if (timeout.count() >= 0) {
+  } else if (timeout) {
     ++w->refs;
     w->has_timer = true;
-    w->timer = rt.call_at_cancellable(rt.now() + timeout, &multi_wait::on_timeout, w, 0);
+    w->timer = rt.call_at_cancellable(rt.now() + *timeout, &multi_wait::on_timeout, w, 0);
   }
   w->release();
+}
+
+/// Completes a synchronize: when the wait succeeded, the first unread failure of the stream's
+/// (or the device's) fire-and-forget work is the outcome, and is read by it.
+struct sticky_op final : op_base {
+  runtime* rt = nullptr;
+  op_base* user = nullptr;
+  std::uint32_t stream = 0;  // 0: the device's failure
+  device_id device = 0;
+
+  static op_base* create(runtime& rt, op_base* user, std::uint32_t stream, device_id dev) {
+    auto* op = new sticky_op;
+    op->complete_fn = &done;
+    op->rt = &rt;
+    op->user = user;
+    op->stream = stream;
+    op->device = dev;
+    return op;
+  }
+  static void done(op_base* b, std::error_code ec) {
+    auto* self = static_cast<sticky_op*>(b);
+    if (!ec) ec = (self->stream ? self->rt->take_stream_failure(self->stream) : self->rt->take_device_failure(self->device)).ec;
+    op_base* user = self->user;
+    delete self;
+    user->complete(ec);
+  }
+};
+
+/// Completes a handler with an error from an initiating function that has no runtime to post to
+/// (a null handle): on the handler's associated executor, or Asio's system executor, never
+/// inside the initiating call.
+template <class Handler>
+void post_null_handle_error(Handler&& h, std::error_code ec) {
+  auto ex = boost::asio::get_associated_executor(h);
+  boost::asio::post(ex, boost::asio::append(std::forward<Handler>(h), to_async_error(ec)));
 }
 
 /// A blocking host wait: drives the loop until done() or the virtual deadline, whichever first.
@@ -179,6 +215,7 @@ void wait_blocking(runtime& rt, Done done, sim_time deadline, std::error_code& e
     ec = make_error_code(errc::not_supported);  // inside run(): use the async_ form
     return;
   }
+  if ((ec = rt.check_thread())) return;
   std::uint64_t ticket = 0;
   const bool timed = deadline != sim_time::max();
   if (timed) ticket = rt.call_at_cancellable(deadline, [](void*, std::uint64_t) {}, nullptr, 0);

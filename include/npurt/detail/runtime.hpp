@@ -26,21 +26,26 @@
 #include <map>
 #include <memory>
 #include <queue>
+#include <exception>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
 namespace npurt {
 
-/// Options of a system that do not belong to the hardware preset.
+/// Options of a system that do not belong to the hardware preset (every hardware number,
+/// host-to-host copy bandwidth included, comes from the backend's preset).
 struct system_options {
   /// Host time one enqueue (launch, copy, memset, record, wait) costs the calling host lane:
   /// the order CANN and CUDA measure for an asynchronous launch.
   picoseconds launch_overhead{2'500'000};
-  /// Host memcpy bandwidth for host-to-host copies, bytes per second.
-  double host_copy_bandwidth = 20e9;
   /// Attach a profiler and write a Chrome trace at shutdown when NPURT_TRACE is set.
   bool trace_from_env = true;
+  /// Reject calls from a thread other than the one that created the system with
+  /// errc::wrong_thread (the loop is single-threaded). Always on in builds without NDEBUG.
+  bool check_thread = false;
 };
 
 namespace detail {
@@ -66,7 +71,23 @@ struct task : task_info {
   std::function<void()>* callback = nullptr;  // host_callback only (kept out of the record)
   kernel_desc* owned_kernel = nullptr;
   bool blocked = false;            // an event wait not yet satisfied
+  bool orphan = false;             // its device was reset while a completion was on its way: free it then
   std::error_code error;           // set when the task failed or was aborted
+  std::exception_ptr exception;    // host_callback only: what the callback threw
+};
+
+/// The first failure of fire-and-forget work on a stream or device, kept until read (CUDA's and
+/// CANN's sticky error): which task failed, how, and for a host callback what it threw.
+struct failure {
+  std::error_code ec;
+  std::uint64_t task = 0;          // task id
+  std::uint32_t stream = 0;
+  std::uint64_t seq = 0;           // its position in the stream
+  std::string name;                // the task's name, owned
+  std::exception_ptr exception;
+  explicit operator bool() const noexcept { return static_cast<bool>(ec); }
+  /// "task 7 (add) on stream 3 failed: <message>"
+  [[nodiscard]] std::string describe() const;
 };
 
 /// A waiter on a stream position: runs fn when the stream completes task `seq`.
@@ -90,6 +111,7 @@ struct stream_state {
   std::uint64_t enqueued = 0;      // seq of the last enqueued task
   std::uint64_t completed = 0;     // seq of the last completed task
   sim_time host_cursor{};          // host lane time of this stream's enqueues
+  failure sticky;                  // first unread failure of fire-and-forget work
   std::multimap<std::uint64_t, position_waiter> waiters;
   boost::asio::strand<boost::asio::io_context::executor_type> strand;
 
@@ -129,10 +151,10 @@ struct host_allocation {
 inline constexpr std::uint64_t device_address_base = 0x4000'0000'0000'0000ULL;
 inline constexpr int device_address_shift = 44;  // 16 TiB of address space per device
 
-inline constexpr bool is_device_address(const void* p) noexcept {
+inline bool is_device_address(const void* p) noexcept {
   return (reinterpret_cast<std::uintptr_t>(p) & device_address_base) != 0;
 }
-inline constexpr device_id device_of_address(const void* p) noexcept {
+inline device_id device_of_address(const void* p) noexcept {
   return static_cast<device_id>((reinterpret_cast<std::uintptr_t>(p) & ~device_address_base) >> device_address_shift);
 }
 
@@ -149,6 +171,8 @@ class runtime final : public backend_host {
   NPURT_DECL void complete(task_info& t, std::error_code ec) override;
   [[nodiscard]] observer* tracer() noexcept override { return observers_.empty() ? nullptr : &fanout_; }
   NPURT_DECL std::byte* translate(device_id dev, const void* addr, std::size_t bytes) noexcept override;
+  [[nodiscard]] bool calls_flush() const noexcept override { return true; }
+  void request_flush() noexcept override { flush_pending_ = true; }
 
   /// call_at that can be taken back: returns a ticket for cancel_timer. A cancelled action
   /// never runs and never moves the clock.
@@ -161,7 +185,12 @@ class runtime final : public backend_host {
   /// Runs until pred() holds or nothing can run. Only outside run(): host code that blocks (a
   /// synchronous synchronize) drives the simulation itself.
   NPURT_DECL void run_until(const std::function<bool()>& pred, std::error_code& ec);
+  /// Runs everything runnable at the current instant without moving the clock: what a blocking
+  /// wait does before it returns, so the completion handlers of the work it waited for have run.
+  NPURT_DECL void settle();
   [[nodiscard]] bool in_run() const noexcept { return running_; }
+  /// errc::wrong_thread when called from another thread than the system's while checks are on.
+  [[nodiscard]] NPURT_DECL std::error_code check_thread() const noexcept;
   [[nodiscard]] boost::asio::io_context& io() noexcept { return ioc_; }
   [[nodiscard]] npurt::backend& backend() noexcept { return *backend_; }
   [[nodiscard]] const system_options& options() const noexcept { return opts_; }
@@ -188,6 +217,24 @@ class runtime final : public backend_host {
   NPURT_DECL void enqueue(stream_state& s, task* t);
   NPURT_DECL void free_task(task* t) noexcept;
   NPURT_DECL kernel_desc* new_kernel(const kernel_desc& k);
+  /// A copy of `name` that lives as long as the runtime (task names outlive their callers'
+  /// strings: traces read them after the run).
+  [[nodiscard]] NPURT_DECL std::string_view intern(std::string_view name);
+  /// Checks every operand of a kernel against the memory registry at launch, as copies are
+  /// checked: live device memory of device `dev` holding the whole tensor. `what` says which
+  /// operand is wrong and how.
+  [[nodiscard]] NPURT_DECL std::error_code check_operands(device_id dev, const kernel_desc& k, std::string& what) const;
+
+  // --- sticky errors ---
+  /// Reads (and clears) the first unread failure of a stream's fire-and-forget work.
+  NPURT_DECL failure take_stream_failure(std::uint32_t stream) noexcept;
+  /// The stream's first unread failure without clearing it, or null.
+  [[nodiscard]] NPURT_DECL const failure* peek_stream_failure(std::uint32_t stream) const noexcept;
+  /// Reads (and clears) the first unread failure of any stream of a device.
+  NPURT_DECL failure take_device_failure(device_id dev) noexcept;
+  /// aclrtResetDevice: every pending task of the device is dropped (its waiter completes with
+  /// errc::operation_aborted), without waiting for it.
+  NPURT_DECL void abort_device(device_id dev);
 
   // --- events ---
   NPURT_DECL std::uint64_t create_event(device_id dev, bool wait_for_record = false);
@@ -275,6 +322,9 @@ class runtime final : public backend_host {
   NPURT_DECL void start_task(stream_state& s, task* t);
   NPURT_DECL void finish_task(stream_state& s, task* t);
   NPURT_DECL void perform_copy(task& t);
+  NPURT_DECL void record_failure(const task& t, std::error_code ec);
+  NPURT_DECL void detach_wait(task* t) noexcept;
+  NPURT_DECL bool run_now();  // host handlers and actions due now; false when there were none
   NPURT_DECL bool step();  // one loop iteration; false when nothing can run
   NPURT_DECL bool resolve_deadlock(bool only_cycles);
   NPURT_DECL std::string describe_wait_chain(const stream_state& s) const;
@@ -295,6 +345,12 @@ class runtime final : public backend_host {
   std::vector<timed_action> now_queue_;  // actions due at now_, in call order
   std::size_t now_head_ = 0;
   bool running_ = false;
+  bool flush_pending_ = false;  // the backend asked for flush() at the end of this instant
+  bool check_thread_ = false;
+  std::thread::id owner_thread_ = std::this_thread::get_id();
+  std::unordered_set<std::string> names_;  // interned task names (node-based: views stay valid)
+  std::string_view last_name_;
+  std::vector<failure> device_failures_;   // by device
   std::uint64_t posts_ = 0;
   std::size_t host_waits_ = 0;
   std::string deadlock_report_;

@@ -5,6 +5,8 @@
 
 #include <mimalloc.h>
 
+#include <boost/pfr.hpp>
+
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -22,6 +24,12 @@ NPURT_DECL runtime::runtime(std::unique_ptr<npurt::backend> b, const system_opti
   streams_.emplace_back();  // id 0 means "no stream"
   events_.emplace_back();   // id 0 means "a task event"
   const std::size_t n = backend_->device_count();
+#ifndef NDEBUG
+  check_thread_ = true;
+#else
+  check_thread_ = opts.check_thread;
+#endif
+  device_failures_.resize(n);
   next_address_.resize(n);
   used_.assign(n, 0);
   for (std::size_t d = 0; d < n; ++d)
@@ -68,7 +76,7 @@ NPURT_DECL std::uint64_t runtime::call_at_cancellable(sim_time at, void (*fn)(vo
 
 NPURT_DECL void runtime::cancel_timer(std::uint64_t ticket) { cancelled_.insert(ticket); }
 
-NPURT_DECL bool runtime::step() {
+NPURT_DECL bool runtime::run_now() {
   // Host first: handlers posted by completions resume at the virtual time they were posted.
   if (posts_ != 0) {
     posts_ = 0;
@@ -88,7 +96,18 @@ NPURT_DECL bool runtime::step() {
     now_head_ = 0;
     return true;
   }
+  return false;
+}
+
+NPURT_DECL bool runtime::step() {
+  if (run_now()) return true;
   while (!timers_.empty() && !cancelled_.empty() && cancelled_.erase(timers_.top().order) != 0) timers_.pop();
+  if (flush_pending_ && (timers_.empty() || timers_.top().at > now_)) {
+    // The end of this instant: the backend now knows every task that became ready at it.
+    flush_pending_ = false;
+    backend_->flush();
+    return true;
+  }
   if (!timers_.empty()) {
     const timed_action a = timers_.top();
     timers_.pop();
@@ -108,6 +127,7 @@ NPURT_DECL void runtime::run_until(const std::function<bool()>& pred, std::error
     ec = make_error_code(errc::not_supported);  // a blocking wait inside run(): use the async form
     return;
   }
+  if ((ec = check_thread())) return;
   running_ = true;
   posts_ = 1;  // handlers posted before run() (co_spawn) have not been counted
   bool deadlocked = false;
@@ -117,7 +137,12 @@ NPURT_DECL void runtime::run_until(const std::function<bool()>& pred, std::error
     ~reset_flag() { f = false; }
   } guard{running_};
   for (;;) {
-    if (pred && pred()) break;
+    if (pred && pred()) {
+      // What the caller waited for is done: let its completion handlers run before returning,
+      // at this instant (settle never moves the clock).
+      settle();
+      break;
+    }
     if (step()) continue;
     if (tasks_.live() == 0 && host_waits_ == 0) break;
     deadlocked = true;
@@ -125,6 +150,26 @@ NPURT_DECL void runtime::run_until(const std::function<bool()>& pred, std::error
   }
   if (deadlocked || deadlock_report_.size() != reports_before) ec = make_error_code(errc::deadlock);
   if (!ec && pred && !pred()) ec = make_error_code(errc::deadlock);
+}
+
+NPURT_DECL void runtime::settle() {
+  for (;;) {
+    if (run_now()) continue;
+    if (flush_pending_) {
+      flush_pending_ = false;
+      backend_->flush();
+      continue;
+    }
+    // Handlers posted from outside our accounting (a completion run straight onto a strand).
+    const std::size_t n = ioc_.poll();
+    if (ioc_.stopped()) ioc_.restart();
+    if (n == 0) return;
+  }
+}
+
+NPURT_DECL std::error_code runtime::check_thread() const noexcept {
+  if (check_thread_ && std::this_thread::get_id() != owner_thread_) return make_error_code(errc::wrong_thread);
+  return {};
 }
 
 NPURT_DECL void runtime::run(std::error_code& ec) {
@@ -195,20 +240,24 @@ NPURT_DECL bool runtime::resolve_deadlock(bool only_cycles) {
   for (auto* s : blocked) {
     task* h = s->head;
     // Detach the wait from what it waited on, then fail it.
-    if (h->target_stream == 0) {
-      if (auto* e = find_event(h->event_id)) std::erase(e->unbound, h);
-    } else if (auto* target = find_stream(h->target_stream)) {
-      for (auto it = target->waiters.begin(); it != target->waiters.end(); ++it)
-        if (it->second.arg == reinterpret_cast<std::uint64_t>(h)) {
-          target->waiters.erase(it);
-          break;
-        }
-    }
+    detach_wait(h);
     h->blocked = false;
     h->error = make_error_code(errc::deadlock);
     call_at(now_, &runtime::task_done_now, this, reinterpret_cast<std::uint64_t>(h));
   }
   return true;
+}
+
+NPURT_DECL void runtime::detach_wait(task* h) noexcept {
+  if (h->target_stream == 0) {
+    if (auto* e = find_event(h->event_id)) std::erase(e->unbound, h);
+  } else if (auto* target = find_stream(h->target_stream)) {
+    for (auto it = target->waiters.begin(); it != target->waiters.end(); ++it)
+      if (it->second.arg == reinterpret_cast<std::uint64_t>(h)) {
+        target->waiters.erase(it);
+        break;
+      }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -268,6 +317,52 @@ NPURT_DECL task* runtime::new_task(stream_state& s, task_kind kind) {
 
 NPURT_DECL kernel_desc* runtime::new_kernel(const kernel_desc& k) { return kernels_.create(k); }
 
+NPURT_DECL std::string_view runtime::intern(std::string_view name) {
+  // Launch loops repeat one name: compare with the last one before hashing.
+  if (name.size() == last_name_.size() && name == last_name_) return last_name_;
+  last_name_ = *names_.emplace(name).first;
+  return last_name_;
+}
+
+NPURT_DECL std::error_code runtime::check_operands(device_id dev, const kernel_desc& k, std::string& what) const {
+  std::error_code ec;
+  std::visit(
+      [&](const auto& op) {
+        using op_t = std::remove_cvref_t<decltype(op)>;
+        if constexpr (!std::is_same_v<op_t, kernels::fixed>) {
+          std::size_t index = 0;  // the operand's position among the descriptor's tensors
+          boost::pfr::for_each_field(op, [&](const auto& field) {
+            using field_t = std::remove_cvref_t<decltype(field)>;
+            if constexpr (std::is_same_v<field_t, tensor_desc>) {
+              const std::size_t i = index++;
+              if (ec || !field.data) return;  // timing-only operands have no memory to check
+              std::ostringstream os;
+              os << "operand " << tensor_name(k.op, i) << " of kernel '" << k.display_name() << "' at " << field.data;
+              const std::size_t bytes = field.bytes();
+              if (!is_device_address(field.data)) {
+                ec = make_error_code(errc::invalid_pointer);
+                os << " is host memory; kernels read and write device memory";
+              } else if (const allocation* a = find_allocation(field.data); !a) {
+                ec = make_error_code(errc::invalid_pointer);
+                os << (freed_.count(reinterpret_cast<std::uint64_t>(field.data)) ? " was freed"
+                                                                                   : " is not live device memory");
+              } else if (bytes > a->bytes - (reinterpret_cast<std::uint64_t>(field.data) - a->address)) {
+                ec = make_error_code(errc::size_overflow);
+                os << " overruns its allocation: " << bytes << " bytes from offset "
+                   << reinterpret_cast<std::uint64_t>(field.data) - a->address << " of a " << a->bytes << "-byte block";
+              } else if (a->device != dev) {
+                ec = make_error_code(errc::stream_device_mismatch);
+                os << " is memory of device " << a->device << ", the stream's device is " << dev;
+              }
+              if (ec) what = os.str();
+            }
+          });
+        }
+      },
+      k.op);
+  return ec;
+}
+
 NPURT_DECL void runtime::free_task(task* t) noexcept {
   if (t->owned_kernel) kernels_.destroy(t->owned_kernel);
   delete t->callback;
@@ -311,6 +406,7 @@ NPURT_DECL void runtime::wake_stream(void* ctx, std::uint64_t stream_id) {
 NPURT_DECL void runtime::task_done_now(void* ctx, std::uint64_t task_ptr) {
   auto* rt = static_cast<runtime*>(ctx);
   auto* t = reinterpret_cast<task*>(task_ptr);
+  if (t->orphan) return rt->free_task(t);
   t->end = rt->now_;
   rt->finish_task(*rt->find_stream(t->stream), t);
 }
@@ -334,17 +430,7 @@ NPURT_DECL void runtime::start_task(stream_state& s, task* t) {
       backend_->submit(*t);
       return;
     case task_kind::memcpy:
-      if (t->engine == engine_kind::host) {
-        const double secs = static_cast<double>(t->copy.bytes) / opts_.host_copy_bandwidth;
-        t->end = now_ + picoseconds{static_cast<std::int64_t>(secs * 1e12 + 0.5)};
-        call_at(t->end, [](void* ctx, std::uint64_t p) {
-          auto* rt = static_cast<runtime*>(ctx);
-          auto* tk = reinterpret_cast<task*>(p);
-          rt->perform_copy(*tk);
-          rt->finish_task(*rt->find_stream(tk->stream), tk);
-        }, this, reinterpret_cast<std::uint64_t>(t));
-        return;
-      }
+      // Host-to-host copies too: the backend owns all data movement and its timing.
       backend_->submit(*t);
       return;
     case task_kind::event_record: {
@@ -385,10 +471,13 @@ NPURT_DECL void runtime::start_task(stream_state& s, task* t) {
     case task_kind::host_callback:
       note_post();
       boost::asio::post(s.strand, [this, t] {
+        if (t->orphan) return free_task(t);  // its device was reset meanwhile
         try {
           if (t->callback) (*t->callback)();
         } catch (...) {
-          t->error = make_error_code(errc::kernel_fault);
+          // Not swallowed: the awaiting caller, or the stream's sticky error, gets it.
+          t->error = make_error_code(errc::callback_failed);
+          t->exception = std::current_exception();
         }
         t->end = now_;
         finish_task(*find_stream(t->stream), t);
@@ -451,6 +540,7 @@ NPURT_DECL void runtime::finish_task(stream_state& s, task* t) {
   s.head_started = false;
   op_base* w = t->waiter;
   const std::error_code err = t->error;
+  if (err && !w) record_failure(*t, err);  // fire-and-forget: nobody else would hear of it
   free_task(t);
   if (w) w->complete(err);
   while (!s.waiters.empty() && s.waiters.begin()->first <= s.completed) {
@@ -462,6 +552,94 @@ NPURT_DECL void runtime::finish_task(stream_state& s, task* t) {
     try_start(s);
   else if (s.destroyed && s.waiters.empty())
     streams_[s.id].reset();
+}
+
+NPURT_DECL std::string failure::describe() const {
+  std::string out = "task " + std::to_string(task);
+  if (!name.empty()) out += " (" + name + ")";
+  out += " on stream " + std::to_string(stream) + " failed: " + ec.message();
+  if (exception) {
+    try {
+      std::rethrow_exception(exception);
+    } catch (const std::exception& e) {
+      out += ": ";
+      out += e.what();
+    } catch (...) {
+    }
+  }
+  return out;
+}
+
+NPURT_DECL void runtime::record_failure(const task& t, std::error_code ec) {
+  auto fill = [&](failure& f) {
+    if (f) return;  // the first failure is the one reported
+    f.ec = ec;
+    f.task = t.id;
+    f.stream = t.stream;
+    f.seq = t.seq;
+    f.name = std::string(t.name);
+    f.exception = t.exception;
+  };
+  if (auto* s = find_stream(t.stream)) fill(s->sticky);
+  if (t.device >= 0 && static_cast<std::size_t>(t.device) < device_failures_.size())
+    fill(device_failures_[static_cast<std::size_t>(t.device)]);
+}
+
+NPURT_DECL failure runtime::take_stream_failure(std::uint32_t stream) noexcept {
+  failure f;
+  if (auto* s = find_stream(stream)) std::swap(f, s->sticky);
+  return f;
+}
+
+NPURT_DECL const failure* runtime::peek_stream_failure(std::uint32_t stream) const noexcept {
+  if (stream >= streams_.size() || !streams_[stream] || !streams_[stream]->sticky) return nullptr;
+  return &streams_[stream]->sticky;
+}
+
+NPURT_DECL failure runtime::take_device_failure(device_id dev) noexcept {
+  failure f;
+  if (dev >= 0 && static_cast<std::size_t>(dev) < device_failures_.size())
+    std::swap(f, device_failures_[static_cast<std::size_t>(dev)]);
+  return f;
+}
+
+NPURT_DECL void runtime::abort_device(device_id dev) {
+  backend_->abort(dev);  // the backend lets go of every task of the device
+  const std::error_code aborted = make_error_code(errc::operation_aborted);
+  std::vector<op_base*> waiters;
+  for (auto& sp : streams_) {
+    if (!sp || sp->device != dev) continue;
+    stream_state& s = *sp;
+    for (task* t = s.head; t;) {
+      task* next = t->next;
+      if (t->waiter) waiters.push_back(std::exchange(t->waiter, nullptr));
+      if (t->kind == task_kind::event_wait && t->blocked) detach_wait(t);
+      const bool completion_queued =
+          t == s.head && s.head_started && !t->blocked &&
+          (t->kind == task_kind::event_record || t->kind == task_kind::event_wait ||
+           t->kind == task_kind::host_callback);
+      if (completion_queued)
+        t->orphan = true;  // a now-action or strand handler still holds it: it frees the record
+      else
+        free_task(t);
+      t = next;
+    }
+    s.head = s.tail = nullptr;
+    s.head_started = false;
+    s.completed = s.enqueued;
+    s.sticky = {};
+  }
+  device_failures_[static_cast<std::size_t>(dev)] = {};
+  for (op_base* w : waiters) w->complete(aborted);
+  // Whoever waited on a position of these streams hears that it will never come.
+  for (auto& sp : streams_) {
+    if (!sp || sp->device != dev) continue;
+    auto ws = std::move(sp->waiters);
+    sp->waiters.clear();
+    for (auto& [seq, w] : ws) w.fn(*this, w.ctx, w.arg, aborted);
+  }
+  for (auto& sp : streams_)
+    if (sp && sp->device == dev && sp->destroyed && sp->waiters.empty()) sp.reset();
 }
 
 // ---------------------------------------------------------------------------------------------
