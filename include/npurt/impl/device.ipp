@@ -31,7 +31,7 @@ NPURT_DECL event device::make_event(const event_options& opts) {
 }
 
 NPURT_DECL void* device::malloc(std::size_t bytes, std::error_code& ec) noexcept {
-  return rt_->device_malloc(id_, bytes, ec);
+  return rt_->memory().device_malloc(id_, bytes, ec);
 }
 
 NPURT_DECL void* device::malloc(std::size_t bytes) {
@@ -42,7 +42,7 @@ NPURT_DECL void* device::malloc(std::size_t bytes) {
     i.requested = bytes;
     i.device = id_;
     i.total = properties().memory_bytes;
-    i.allocated = rt_->device_used(id_);
+    i.allocated = rt_->memory().device_used(id_);
     i.free = i.total - i.allocated;
     i.reserved = i.allocated;
     throw out_of_memory_error(i, "NPU out of memory. Tried to allocate " + detail::ca_detail::format_size(bytes) + " (NPU " +
@@ -54,7 +54,7 @@ NPURT_DECL void* device::malloc(std::size_t bytes) {
   return p;
 }
 
-NPURT_DECL void device::free(void* p, std::error_code& ec) noexcept { rt_->device_free(id_, p, ec); }
+NPURT_DECL void device::free(void* p, std::error_code& ec) noexcept { rt_->memory().device_free(id_, p, ec); }
 
 NPURT_DECL void device::free(void* p) {
   std::error_code ec;
@@ -64,7 +64,7 @@ NPURT_DECL void device::free(void* p) {
 
 NPURT_DECL mem_info device::memory_info() const {
   const std::size_t total = properties().memory_bytes;
-  return {total - rt_->device_used(id_), total};
+  return {total - rt_->memory().device_used(id_), total};
 }
 
 NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> device::pending_positions() const {
@@ -135,7 +135,7 @@ NPURT_DECL void device::finish_reset() noexcept {
   copy_stream_.reset();
   pool_.reset();
   rt_->invalidate_device(id_);
-  rt_->release_device_memory(id_);
+  rt_->memory().release_device_memory(id_);
 }
 
 NPURT_DECL void device::reset(std::error_code& ec) {

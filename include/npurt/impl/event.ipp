@@ -9,13 +9,12 @@ NPURT_DECL event event::user_event(detail::runtime& rt, std::uint64_t id) {
   event e;
   e.rt_ = &rt;
   e.id_ = id;
-  if (auto* st = rt.find_event(id)) st->refs = 1;
+  rt.retain_event(id);  // the first handle
   return e;
 }
 
 NPURT_DECL event::event(const event& o) noexcept : rt_(o.rt_), id_(o.id_), stream_(o.stream_), seq_(o.seq_) {
-  if (rt_ && id_)
-    if (auto* st = rt_->find_event(id_)) ++st->refs;
+  if (rt_ && id_) rt_->retain_event(id_);
 }
 
 NPURT_DECL event& event::operator=(const event& o) noexcept {
@@ -38,8 +37,7 @@ NPURT_DECL event& event::operator=(event&& o) noexcept {
 }
 
 NPURT_DECL event::~event() {
-  if (rt_ && id_)
-    if (auto* st = rt_->find_event(id_); st && --st->refs == 0) rt_->destroy_event(id_);
+  if (rt_ && id_) rt_->release_event(id_);
   rt_ = nullptr;
 }
 

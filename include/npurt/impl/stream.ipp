@@ -88,7 +88,7 @@ NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, std::error_co
     return nullptr;
   }
   std::string why;
-  ec = rt_->check_operands(s->device, k, why);
+  ec = rt_->memory().check_operands(s->device, k, why);
   if (ec) {
     if (what) *what = std::move(why);
     return nullptr;
@@ -146,7 +146,7 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
   auto check_side = [&](const void* p, bool dev, device_id& owner) -> bool {
     owner = -1;
     if (dev) {
-      const detail::allocation* a = rt_->find_allocation(p);
+      const detail::allocation* a = rt_->memory().find_allocation(p);
       if (!a) {
         ec = make_error_code(errc::invalid_pointer);
         return false;
@@ -158,7 +158,7 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
       owner = a->device;
       return true;
     }
-    if (const detail::host_allocation* h = rt_->find_host_allocation(p)) {
+    if (const detail::host_allocation* h = rt_->memory().find_host_allocation(p)) {
       const auto off = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(h->base);
       if (count > h->bytes - off) {
         ec = make_error_code(errc::size_overflow);
@@ -222,7 +222,7 @@ NPURT_DECL detail::task* stream::make_memset(void* dst, std::size_t dst_max, int
     ec = make_error_code(errc::size_overflow);
     return nullptr;
   }
-  const detail::allocation* a = detail::is_device_address(dst) ? rt_->find_allocation(dst) : nullptr;
+  const detail::allocation* a = detail::is_device_address(dst) ? rt_->memory().find_allocation(dst) : nullptr;
   if (!a) {
     ec = make_error_code(errc::invalid_pointer);  // memset fills device memory npurt allocated
     return nullptr;
@@ -338,17 +338,7 @@ NPURT_DECL void stream::record(event& e, std::error_code& ec) {
     ec = make_error_code(errc::stream_device_mismatch);
     return;
   }
-  detail::task* t = rt_->new_task(*s, task_kind::event_record);
-  t->event_id = e.id();
-  t->name = "event_record";
-  // The event points at this record before it is enqueued: the record may run at once.
-  ++st->records;
-  st->stream = s->id;
-  st->seq = s->enqueued + 1;
-  st->record_task = t->id;
-  st->has_time = false;
-  submit(t);
-  if (!st->unbound.empty()) rt_->bind_unbound_waits(*st);
+  rt_->record_event(*s, *st);
 }
 
 NPURT_DECL void stream::record(event& e) {
@@ -404,7 +394,7 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout, std::err
   if (!s) return;
   detail::runtime& rt = *rt_;
   const std::uint32_t id = s->id;
-  const std::uint64_t target = s->enqueued;
+  const std::uint64_t target = rt.last_enqueued(id);
   const sim_time deadline = timeout ? rt.now() + *timeout : sim_time::max();
   detail::wait_blocking(rt, [&] { return rt.position_reached(id, target); }, deadline, ec);
   if (ec) return;
