@@ -7,6 +7,7 @@
 #include <npurt/backend.hpp>
 #include <npurt/config.hpp>
 #include <npurt/detail/async_op.hpp>
+#include <npurt/detail/owned_buffer.hpp>
 #include <npurt/detail/runtime.hpp>
 #include <npurt/error.hpp>
 #include <npurt/event.hpp>
@@ -113,46 +114,19 @@ class device {
   std::unique_ptr<stream> copy_stream_;  // device::memcpy's, made on first use
 };
 
-/// Device memory owned by a scope, like a std::unique_ptr for device::malloc: freed when the
-/// buffer dies, so a throwing step leaks nothing.
-class device_buffer {
- public:
-  device_buffer() noexcept = default;
-  device_buffer(device& dev, std::size_t bytes) : dev_(&dev), data_(dev.malloc(bytes)), bytes_(bytes) {}
-  device_buffer(device_buffer&& o) noexcept
-      : dev_(std::exchange(o.dev_, nullptr)), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  device_buffer& operator=(device_buffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      dev_ = std::exchange(o.dev_, nullptr);
-      data_ = std::exchange(o.data_, nullptr);
-      bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
+namespace detail {
+struct device_memory_traits {
+  static void* allocate(device& d, std::size_t n) { return d.malloc(n); }
+  static void release(device& d, void* p) noexcept {
+    std::error_code ec;
+    d.free(p, ec);
   }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  ~device_buffer() { reset(); }
-
-  [[nodiscard]] void* data() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
-  explicit operator bool() const noexcept { return data_ != nullptr; }
-  /// Frees the memory now (a no-op for an empty buffer, or when the device was reset since).
-  void reset() noexcept {
-    if (data_) {
-      std::error_code ec;
-      dev_->free(data_, ec);
-    }
-    dev_ = nullptr;
-    data_ = nullptr;
-    bytes_ = 0;
-  }
-
- private:
-  device* dev_ = nullptr;
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
 };
+}  // namespace detail
+
+/// Device memory owned by a scope, like a std::unique_ptr for device::malloc: freed when the
+/// buffer dies, so a throwing step leaks nothing. `npurt::device_buffer b(dev, bytes); b.data()`.
+using device_buffer = detail::owned_buffer<device, detail::device_memory_traits>;
 
 template <class Token>
 auto device::async_synchronize(std::optional<picoseconds> timeout, Token&& token) {

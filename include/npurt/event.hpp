@@ -32,6 +32,14 @@ namespace npurt {
 
 class stream;
 class device;
+class event;
+
+namespace detail {
+/// For npurt's own components and tests: an event standing for a stream position.
+struct event_access {
+  static event task_event(runtime& rt, std::uint32_t stream, std::uint64_t seq) noexcept;
+};
+}  // namespace detail
 
 struct event_options {
   /// A stream wait made before the first record holds until a record comes, as CANN's
@@ -88,7 +96,11 @@ class event {
   friend NPURT_DECL double elapsed_time(const event& start, const event& end);
   friend NPURT_DECL double elapsed_time(const event& start, const event& end, std::error_code& ec) noexcept;
 
-  // Internal: the stream position this event stands for now.
+ private:
+  friend class stream;
+  friend class device;
+  friend struct detail::event_access;
+  // The stream position this event stands for now.
   NPURT_DECL bool position(std::uint32_t& stream, std::uint64_t& seq, std::error_code& ec) const noexcept;
   [[nodiscard]] detail::runtime* runtime_ptr() const noexcept { return rt_; }
   static event task_event(detail::runtime& rt, std::uint32_t stream, std::uint64_t seq) noexcept {
@@ -100,7 +112,6 @@ class event {
   }
   NPURT_DECL static event user_event(detail::runtime& rt, std::uint64_t id);
 
- private:
   detail::runtime* rt_ = nullptr;
   std::uint64_t id_ = 0;
   std::uint32_t stream_ = 0;
@@ -109,6 +120,10 @@ class event {
 
 NPURT_DECL double elapsed_time(const event& start, const event& end);
 NPURT_DECL double elapsed_time(const event& start, const event& end, std::error_code& ec) noexcept;
+
+inline event detail::event_access::task_event(runtime& rt, std::uint32_t stream, std::uint64_t seq) noexcept {
+  return event::task_event(rt, stream, seq);
+}
 
 template <class Token>
   requires(!std::is_convertible_v<Token, std::optional<picoseconds>>)

@@ -59,7 +59,8 @@ constexpr std::string_view tensor_name(const kernel_op& op, std::size_t i) noexc
   return names.empty() ? std::string_view{"?"} : names;
 }
 
-/// One kernel launch. Cheap to copy when it carries no tensors.
+/// One kernel launch. Cheap to copy when it carries no tensors. A plain value: copies may be
+/// used from any thread; launching is a call on a stream, on the system's thread.
 struct kernel_desc {
   kernel_op op{};
   /// Shown in traces. Only needs to live until the launch call returns: the runtime keeps its

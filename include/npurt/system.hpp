@@ -11,6 +11,7 @@
 
 #include <npurt/backend.hpp>
 #include <npurt/config.hpp>
+#include <npurt/detail/owned_buffer.hpp>
 #include <npurt/detail/runtime.hpp>
 #include <npurt/device.hpp>
 #include <npurt/error.hpp>
@@ -110,44 +111,18 @@ class system {
 
 inline detail::runtime& detail::runtime_of(system& sys) noexcept { return *sys.rt_; }
 
-/// Pinned host memory owned by a scope (system::host_malloc / host_free), freed when it dies.
-class host_buffer {
- public:
-  host_buffer() noexcept = default;
-  host_buffer(system& sys, std::size_t bytes) : sys_(&sys), data_(sys.host_malloc(bytes)), bytes_(bytes) {}
-  host_buffer(host_buffer&& o) noexcept
-      : sys_(std::exchange(o.sys_, nullptr)), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  host_buffer& operator=(host_buffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      sys_ = std::exchange(o.sys_, nullptr);
-      data_ = std::exchange(o.data_, nullptr);
-      bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
+namespace detail {
+struct host_memory_traits {
+  static void* allocate(system& s, std::size_t n) { return s.host_malloc(n); }
+  static void release(system& s, void* p) noexcept {
+    std::error_code ec;
+    s.host_free(p, ec);
   }
-  host_buffer(const host_buffer&) = delete;
-  host_buffer& operator=(const host_buffer&) = delete;
-  ~host_buffer() { reset(); }
-
-  [[nodiscard]] void* data() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
-  explicit operator bool() const noexcept { return data_ != nullptr; }
-  void reset() noexcept {
-    if (data_) {
-      std::error_code ec;
-      sys_->host_free(data_, ec);
-    }
-    sys_ = nullptr;
-    data_ = nullptr;
-    bytes_ = 0;
-  }
-
- private:
-  system* sys_ = nullptr;
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
 };
+}  // namespace detail
+
+/// Pinned host memory owned by a scope (system::host_malloc / host_free), freed when it dies.
+using host_buffer = detail::owned_buffer<system, detail::host_memory_traits>;
 
 }  // namespace npurt
 
