@@ -17,6 +17,7 @@
 #include <npurt/error.hpp>
 #include <npurt/observer.hpp>
 #include <npurt/profiler.hpp>
+#include <npurt/system_options.hpp>
 #include <npurt/time.hpp>
 
 #include <boost/asio/io_context.hpp>

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <span>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -450,9 +451,11 @@ std::error_code validate(const kernel_desc& k) {
 namespace {
 
 std::string dims(const shape& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.rank(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
+  std::ostringstream os;
+  os << '[';
+  for (std::size_t i = 0; i < s.rank(); ++i) os << (i ? "," : "") << s[i];
+  os << ']';
+  return os.str();
 }
 
 // Says which tensor (and dimension) made validate() fail: one tensor's own rank or dimension,
@@ -481,23 +484,32 @@ std::string describe(const kernel_desc& k, std::error_code ec) {
       k.op);
   for (const auto& [name, t] : tensors) {
     if (absent(*t)) continue;
-    const std::string which = op + " tensor '" + std::string(name) + "' " + dims(t->shape);
+    std::ostringstream which;
+    which << op << " tensor '" << name << "' " << dims(t->shape);
     if (ec == errc::invalid_shape) {
-      if (t->shape.rank() == 0 || t->shape.rank() > shape::max_rank)
-        return which + ": rank " + std::to_string(t->shape.rank()) + " (must be 1.." + std::to_string(shape::max_rank) + ")";
+      if (t->shape.rank() == 0 || t->shape.rank() > shape::max_rank) {
+        which << ": rank " << t->shape.rank() << " (must be 1.." << shape::max_rank << ")";
+        return which.str();
+      }
       for (std::size_t d = 0; d < t->shape.rank(); ++d)
-        if (t->shape[d] <= 0) return which + ": dimension " + std::to_string(d) + " is " + std::to_string(t->shape[d]) + " (must be positive)";
+        if (t->shape[d] <= 0) {
+          which << ": dimension " << d << " is " << t->shape[d] << " (must be positive)";
+          return which.str();
+        }
     }
-    if (ec == errc::invalid_layout && t->format != layout::nd && t->format != layout::nchw)
-      return which + ": layout must be nd or nchw";
+    if (ec == errc::invalid_layout && t->format != layout::nd && t->format != layout::nchw) {
+      which << ": layout must be nd or nchw";
+      return which.str();
+    }
   }
-  std::string out = op + ": " + ec.message() + ":";
+  std::ostringstream out;
+  out << op << ": " << ec.message() << ":";
   for (const auto& [name, t] : tensors) {
     if (absent(*t)) continue;
-    out += " " + std::string(name) + " " + dims(t->shape) + " " + std::string(to_string(t->type)) + ";";
+    out << ' ' << name << ' ' << dims(t->shape) << ' ' << to_string(t->type) << ';';
   }
-  if (ec == errc::invalid_argument) out += " (a parameter, or data pointers on some operands but not all)";
-  return out;
+  if (ec == errc::invalid_argument) out << " (a parameter, or data pointers on some operands but not all)";
+  return out.str();
 }
 
 }  // namespace

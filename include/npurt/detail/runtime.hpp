@@ -21,6 +21,7 @@
 #include <npurt/error.hpp>
 #include <npurt/kernel.hpp>
 #include <npurt/observer.hpp>
+#include <npurt/system_options.hpp>
 #include <npurt/time.hpp>
 
 #include <boost/asio/append.hpp>
@@ -47,19 +48,6 @@
 #include <vector>
 
 namespace npurt {
-
-/// Options of a system that do not belong to the hardware preset (every hardware number,
-/// host-to-host copy bandwidth included, comes from the backend's preset).
-struct system_options {
-  /// Host time one enqueue (launch, copy, memset, record, wait) costs the calling host lane:
-  /// the order CANN and CUDA measure for an asynchronous launch.
-  picoseconds launch_overhead{2'500'000};
-  /// Attach a profiler and write a Chrome trace at shutdown when NPURT_TRACE is set.
-  bool trace_from_env = true;
-  /// Reject calls from a thread other than the one that created the system with
-  /// errc::wrong_thread (the loop is single-threaded). Always on in builds without NDEBUG.
-  bool check_thread = false;
-};
 
 namespace detail {
 
