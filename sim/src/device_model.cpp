@@ -251,7 +251,7 @@ void device_model::wait(task_info& t, std::uint32_t e, std::uint32_t need) {
 
 void device_model::defer(task_info* t, std::uint32_t e, std::uint32_t need) {
   if (pending_.empty()) host_->request_flush();
-  pending_.push_back(pending{t, e, need});
+  pending_.push_back(pending{t, e, need, 0});
   engines_[e].pending_need += need;
 }
 
@@ -331,8 +331,11 @@ void device_model::decide_contended(std::uint32_t e, std::size_t from) {
   arrivals_.clear();
   for (std::size_t i = from; i < flushing_.size(); ++i)
     if (flushing_[i].engine == e && flushing_[i].task) arrivals_.push_back(flushing_[i]);
-  std::stable_sort(arrivals_.begin(), arrivals_.end(),
-                   [](const pending& a, const pending& b) { return a.task->priority < b.task->priority; });
+  // By priority, then arrival order.
+  for (std::size_t i = 0; i < arrivals_.size(); ++i) arrivals_[i].order = static_cast<std::uint32_t>(i);
+  std::sort(arrivals_.begin(), arrivals_.end(), [](const pending& a, const pending& b) {
+    return a.task->priority != b.task->priority ? a.task->priority < b.task->priority : a.order < b.order;
+  });
   const sim_time now = host_->now();
   std::size_t next = 0;
   for (;;) {

@@ -157,6 +157,7 @@ class device_model {
     task_info* task;
     std::uint32_t engine;
     std::uint32_t need;
+    std::uint32_t order;  // arrival order among an engine's arrivals, while deciding
   };
 
   static constexpr std::uint32_t no_engine = 0xffffffffu;
