@@ -305,6 +305,25 @@ TEST_CASE("a block_dim beyond the device's cores is rejected at launch", "[core]
   CHECK(!ec);
 }
 
+TEST_CASE("a negative timeout is a caller error, not a wait forever", "[core][timeout]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto e = s.launch(fixed(us(10)));
+  std::error_code ec;
+  s.synchronize(picoseconds{-1}, ec);
+  CHECK(ec == npurt::errc::invalid_argument);
+  e.synchronize(picoseconds{-1}, ec);
+  CHECK(ec == npurt::errc::invalid_argument);
+  dev.synchronize(picoseconds{-1}, ec);
+  CHECK(ec == npurt::errc::invalid_argument);
+  npurt::async_error_code async_ec;
+  s.async_synchronize(picoseconds{-1}, [&](npurt::async_error_code c) { async_ec = c; });
+  sys.run();
+  CHECK(async_ec == npurt::errc::invalid_argument);
+  CHECK(sys.now() == npurt::sim_time{sys.options().launch_overhead + us(10)});
+}
+
 TEST_CASE("with thread checks on, a call from a second thread is a clear error", "[core][thread]") {
   npurt::system_options opts;
   opts.check_thread = true;

@@ -144,8 +144,18 @@ struct multi_wait {
 
 /// Starts a multi_wait on positions [first, last) of (stream, seq) pairs, with an optional
 /// timeout in virtual time.
+/// A negative timeout is the caller's error (no_timeout means none): never a silent "wait forever"
+/// or "time out at once".
+inline std::error_code check_timeout(const std::optional<picoseconds>& timeout) noexcept {
+  return timeout && timeout->count() < 0 ? make_error_code(errc::invalid_argument) : std::error_code{};
+}
+
 template <class Positions>
 void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std::optional<picoseconds> timeout) {
+  if (const std::error_code ec = check_timeout(timeout)) {
+    op->complete(ec);
+    return;
+  }
   auto* w = new multi_wait{op, 0, 1, false};  // the extra ref is released below
   for (const auto& [stream, seq] : positions) {
     if (rt.position_reached(stream, seq)) continue;

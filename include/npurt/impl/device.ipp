@@ -74,6 +74,7 @@ NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> device::pending_
 NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* out) {
   ec.clear();
   if ((ec = rt_->check_thread())) return;
+  if ((ec = detail::check_timeout(timeout))) return;
   const auto positions = pending_positions();
   const sim_time deadline = timeout ? rt_->now() + *timeout : sim_time::max();
   detail::runtime& rt = *rt_;

@@ -108,6 +108,7 @@ NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout, std::erro
   std::uint32_t s = 0;
   std::uint64_t q = 0;
   if (!position(s, q, ec)) return;
+  if ((ec = detail::check_timeout(timeout))) return;
   const sim_time deadline = timeout ? rt_->now() + *timeout : sim_time::max();
   detail::runtime& rt = *rt_;
   detail::wait_blocking(rt, [&] { return rt.position_reached(s, q); }, deadline, ec);

@@ -392,6 +392,7 @@ NPURT_DECL bool stream::query() const {
 NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* out) {
   auto* s = state(ec);
   if (!s) return;
+  if ((ec = detail::check_timeout(timeout))) return;
   detail::runtime& rt = *rt_;
   const std::uint32_t id = s->id;
   const std::uint64_t target = rt.last_enqueued(id);
