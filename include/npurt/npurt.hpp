@@ -15,5 +15,6 @@
 #include <npurt/profiler.hpp>
 #include <npurt/stream.hpp>
 #include <npurt/device.hpp>
+#include <npurt/system_options.hpp>
 #include <npurt/system.hpp>
 #include <npurt/simple_backend.hpp>

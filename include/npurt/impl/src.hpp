@@ -10,6 +10,8 @@
 #include <npurt/npurt.hpp>
 
 #include <npurt/impl/error.ipp>
+#include <npurt/impl/memory_registry.ipp>
+#include <npurt/impl/deadlock_detector.ipp>
 #include <npurt/impl/runtime.ipp>
 #include <npurt/impl/event.ipp>
 #include <npurt/impl/stream.ipp>

@@ -62,21 +62,21 @@ NPURT_DECL void system::run() {
 }
 
 NPURT_DECL void* system::host_malloc(std::size_t bytes, std::error_code& ec) noexcept {
-  return rt_->host_malloc(bytes, ec);
+  return rt_->memory().host_malloc(bytes, ec);
 }
 
 NPURT_DECL void* system::host_malloc(std::size_t bytes) {
   std::error_code ec;
-  void* p = rt_->host_malloc(bytes, ec);
+  void* p = rt_->memory().host_malloc(bytes, ec);
   throw_if(ec, "npurt::system::host_malloc");
   return p;
 }
 
-NPURT_DECL void system::host_free(void* p, std::error_code& ec) noexcept { rt_->host_free(p, ec); }
+NPURT_DECL void system::host_free(void* p, std::error_code& ec) noexcept { rt_->memory().host_free(p, ec); }
 
 NPURT_DECL void system::host_free(void* p) {
   std::error_code ec;
-  rt_->host_free(p, ec);
+  rt_->memory().host_free(p, ec);
   throw_if(ec, "npurt::system::host_free");
 }
 

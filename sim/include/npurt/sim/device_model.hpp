@@ -74,8 +74,19 @@ class device_model {
   device_model(const device_model&) = delete;
   device_model& operator=(const device_model&) = delete;
 
-  void attach(backend_host& host) noexcept { host_ = &host; }
+  void attach(backend_host& host) noexcept {
+    host_ = &host;
+    buffered_ = host.calls_flush();
+  }
   void submit(task_info& t);
+  /// End of an instant: starts what was submitted (and what finishing tasks made room for)
+  /// during it. An engine with room for everything starts the tasks in arrival order; one
+  /// without room decides by (priority, task id), so a high-priority task that becomes ready at
+  /// the same instant as a low-priority one is never passed by it.
+  void flush();
+  /// Device reset: drops every task of `dev` (queued, buffered or running) without completing
+  /// it, frees the cores, channels and bandwidth they held, and lets others use them.
+  void abort(device_id dev);
   [[nodiscard]] std::optional<task_explanation> explain(std::uint64_t task) const;
   [[nodiscard]] const preset& config() const noexcept { return preset_; }
   /// The cost estimate() gives, memoised by shape (ResNet-50 repeats a few dozen shapes).
@@ -137,6 +148,16 @@ class device_model {
     std::uint32_t capacity = 1;
     std::uint32_t free = 1;
     std::vector<queued> heap;
+    std::uint64_t pending_need = 0;  // summed needs of this instant's arrivals
+    bool flushed = false;            // decided at this flush already
+  };
+  // One thing that happened during the current instant, in order: an arrival (task set), or an
+  // engine that gained room while tasks waited (task null).
+  struct pending {
+    task_info* task;
+    std::uint32_t engine;
+    std::uint32_t need;
+    std::uint32_t order;  // arrival order among an engine's arrivals, while deciding
   };
 
   static constexpr std::uint32_t no_engine = 0xffffffffu;
@@ -148,6 +169,8 @@ class device_model {
   void enqueue(task_info& t, std::uint32_t e, std::uint32_t need);
   [[gnu::noinline]] void wait(task_info& t, std::uint32_t e, std::uint32_t need);
   void dispatch(std::uint32_t e);
+  void defer(task_info* t, std::uint32_t e, std::uint32_t need);
+  void decide_contended(std::uint32_t e, std::size_t from);
   void start(task_info& t, std::uint32_t e, std::uint32_t need, sim_time now);
   void start_kernel(std::uint32_t slot, sim_time now);
   void start_copy(std::uint32_t slot, sim_time now);
@@ -168,6 +191,8 @@ class device_model {
   preset preset_;
   sim_options opts_;
   backend_host* host_ = nullptr;
+  bool buffered_ = false;                   // the host calls flush(): decide at the end of an instant
+  std::vector<pending> pending_, flushing_, arrivals_;
   std::uint32_t engines_per_device_ = 0;
   std::vector<engine> engines_;
   std::vector<resource> resources_;
