@@ -5,10 +5,10 @@
 #include <npurt/backend.hpp>
 #include <npurt/config.hpp>
 #include <npurt/detail/runtime.hpp>
+#include <npurt/detail/trace_hook.hpp>
 #include <npurt/device.hpp>
 #include <npurt/error.hpp>
 #include <npurt/observer.hpp>
-#include <npurt/profiler.hpp>
 #include <npurt/time.hpp>
 
 #include <boost/asio/io_context.hpp>
@@ -22,6 +22,8 @@
 #include <string_view>
 
 namespace npurt {
+
+class profiler;
 
 /// Anything make_backend(p) (found by argument-dependent lookup) turns into a backend: the
 /// simulator's presets are.
@@ -71,7 +73,8 @@ class system {
 
   /// The system's own profiler, created and attached on first use: `sys.profiler()
   /// .write_chrome_trace("trace.json")`. With NPURT_TRACE=PATH in the environment it exists from
-  /// the start and writes PATH when the system is destroyed.
+  /// the start and writes PATH when the system is destroyed. Defined with the profiler: include
+  /// <npurt/profiler.hpp> (or npurt.hpp) to call it.
   NPURT_DECL npurt::profiler& profiler();
 
   NPURT_DECL void add_observer(observer& o);
@@ -90,7 +93,7 @@ class system {
   std::unique_ptr<detail::runtime> rt_;
   std::deque<npurt::device> devices_;
   device_id current_ = 0;
-  std::unique_ptr<npurt::profiler> profiler_;
+  std::unique_ptr<observer> profiler_;  // a profiler; its type is known only where profiler() is defined
 };
 
 }  // namespace npurt
