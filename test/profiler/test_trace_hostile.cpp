@@ -323,13 +323,7 @@ TEST_CASE("npurt-trace rejects bad options with exit 1 and unwritable output wit
   npurt::profiler p;
   test_program::feed(p);
   p.write_chrome_trace("hostile_trace.json");
-  auto run = [&](const std::string& args) {
-    const int st = std::system((std::string{tool} + " " + args + " > hostile_out.txt 2>&1").c_str());
-    std::ifstream in("hostile_out.txt");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return std::pair{WIFEXITED(st) ? WEXITSTATUS(st) : -1, ss.str()};
-  };
+  auto run = [&](const std::string& args) { return test_program::run_tool(tool, args, "hostile_out.txt"); };
   for (const char* w : {"nan", "inf", "1e300", "-5", "abc"}) {
     INFO(w);
     const auto [code, out] = run(std::string{"svg hostile_trace.json -o hostile.svg --width "} + w);

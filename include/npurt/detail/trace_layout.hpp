@@ -204,7 +204,8 @@ struct trace_layout {
     for (auto& [key, idx] : links) {
       const auto& [pid, name, src, dst] = key;
       const std::size_t k = link_names.size();
-      const int base = 3'000'000 + 1000 * per_pid[pid]++;
+      // Past 999 links on one process, tracks share the last base rather than run into memory's.
+      const int base = 3'000'000 + 1000 * std::min(per_pid[pid]++, 999);
       const auto end_name = [](device_id d) { return d < 0 ? std::string{"host"} : std::to_string(d); };
       link_names.push_back(std::string{name} + " " + end_name(src) + "->" + end_name(dst));
       link_base_tid.push_back(base);
