@@ -85,7 +85,7 @@ int main(int argc, char** argv) try {
   std::error_code ec;
   std::string message;
   const auto data = npurt::read_chrome_trace_file(cl.input, ec, message);
-  if (ec) return fail(npurt::detail::quote_prefix(cl.input) + ": " + message);
+  if (ec) return fail(cl.input + ": " + message);
 
   std::ostringstream text;
   if (cl.summarize) {
@@ -99,7 +99,7 @@ int main(int argc, char** argv) try {
     return 0;
   }
   npurt::write_svg(text, data, cl.svg);
-  if (!write_file(cl.output, text.str())) return fail("cannot write " + npurt::detail::quote_prefix(cl.output));
+  if (!write_file(cl.output, text.str())) return fail("cannot write " + cl.output);
   return 0;
 } catch (const std::exception& e) {
   return fail(e.what());

@@ -482,7 +482,7 @@ inline trace_data read_chrome_trace_file(const std::string& path, std::error_cod
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     ec = std::make_error_code(std::errc::no_such_file_or_directory);
-    message = "cannot open " + detail::quote_prefix(path);
+    message = "cannot open " + path;
     return {};
   }
   detail::json_feed feed;
@@ -506,7 +506,7 @@ inline trace_data read_chrome_trace_file(const std::string& path, std::error_cod
   }
   if (in.bad()) {
     ec = std::make_error_code(std::errc::io_error);
-    message = "cannot read " + detail::quote_prefix(path);
+    message = "cannot read " + path;
     return {};
   }
   if (!feed.finish()) {
