@@ -13,10 +13,10 @@
 #include <npurt/config.hpp>
 #include <npurt/detail/owned_buffer.hpp>
 #include <npurt/detail/runtime.hpp>
+#include <npurt/detail/trace_hook.hpp>
 #include <npurt/device.hpp>
 #include <npurt/error.hpp>
 #include <npurt/observer.hpp>
-#include <npurt/profiler.hpp>
 #include <npurt/system_options.hpp>
 #include <npurt/time.hpp>
 
@@ -32,6 +32,8 @@
 #include <utility>
 
 namespace npurt {
+
+class profiler;
 
 /// Anything make_backend(p) (found by argument-dependent lookup) turns into a backend: the
 /// simulator's presets are.
@@ -87,7 +89,8 @@ class system {
 
   /// The system's own profiler, created and attached on first use: `sys.profiler()
   /// .write_chrome_trace("trace.json")`. With NPURT_TRACE=PATH in the environment it exists from
-  /// the start and writes PATH when the system is destroyed.
+  /// the start and writes PATH when the system is destroyed. Defined with the profiler: include
+  /// <npurt/profiler.hpp> (or npurt.hpp) to call it.
   NPURT_DECL npurt::profiler& profiler();
 
   NPURT_DECL void add_observer(observer& o);
@@ -107,7 +110,7 @@ class system {
   std::unique_ptr<detail::runtime> rt_;
   std::deque<npurt::device> devices_;
   device_id current_ = 0;
-  std::unique_ptr<npurt::profiler> profiler_;
+  std::unique_ptr<observer> profiler_;  // a profiler; its type is known only where profiler() is defined
 };
 
 inline detail::runtime& detail::runtime_of(system& sys) noexcept { return *sys.rt_; }

@@ -20,4 +20,9 @@
 #include <npurt/impl/memory.ipp>
 #include <npurt/impl/memplan.ipp>
 #include <npurt/impl/profiler.ipp>
+#include <npurt/impl/trace_data.ipp>
+#include <npurt/impl/summary.ipp>
+#include <npurt/impl/summary_output.ipp>
+#include <npurt/impl/chrome_trace.ipp>
+#include <npurt/impl/svg_timeline.ipp>
 #include <npurt/impl/caching_allocator.ipp>
