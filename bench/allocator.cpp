@@ -21,7 +21,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -31,7 +30,6 @@ extern "C" void* __libc_malloc(std::size_t);
 extern "C" void __libc_free(void*);
 
 using namespace npurt::detail;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -284,17 +282,10 @@ replay_result replay(const std::vector<event>& ev, allocation_strategy strategy,
   return r;
 }
 
+// The instances ship with the repository (test/data/memplan); the build passes their path.
 std::string find_data(const char* arg) {
   if (arg) return arg;
-  if (const char* s = std::getenv("NPURT_SHARED")) return std::string(s) + "/data/memplan";
-  std::vector<fs::path> roots{fs::current_path()};
-  std::error_code ec;
-  auto exe = fs::canonical("/proc/self/exe", ec);
-  if (!ec) roots.push_back(exe.parent_path());
-  for (auto root : roots)
-    for (int up = 0; up < 5 && !root.empty(); ++up, root = root.parent_path())
-      if (fs::exists(root / ".." / "shared" / "data" / "memplan")) return (root / ".." / "shared" / "data" / "memplan").string();
-  return "../shared/data/memplan";
+  return NPURT_MEMPLAN_DATA;
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// bench/memplan: the static planner on every instance in shared/data/memplan, on the simulator's
+// bench/memplan: the static planner on every instance in test/data/memplan, on the simulator's
 // ResNet-50 training step (sim/memory_trace.hpp: every tensor of the step's kernel list with its
 // lifetime, batch 32 and 256, planned with 512 B alignment) and on synthetic DNN-like instances
 // of 30,000 and 60,000 buffers. Prints arena / lower bound, no reuse / lower bound and plan time;
@@ -6,8 +6,7 @@
 // (npurt-memplan's input).
 //
 //   memplan [--data DIR] [--json PATH] [--repeat N] [--write-trace DIR]
-// DIR defaults to $NPURT_SHARED/data/memplan, else ../shared/data/memplan next to the repository
-// (found from the working directory or the binary's location).
+// DIR defaults to the repository's test/data/memplan.
 #include <npurt/memplan.hpp>
 #include <npurt/sim/memory_trace.hpp>
 
@@ -27,18 +26,10 @@ namespace mp = npurt::memplan;
 
 namespace {
 
-std::string find_data(const char* arg, const char* argv0) {
+// The instances ship with the repository (test/data/memplan); the build passes their path.
+std::string find_data(const char* arg) {
   if (arg) return arg;
-  if (const char* s = std::getenv("NPURT_SHARED")) return std::string(s) + "/data/memplan";
-  std::vector<fs::path> roots{fs::current_path()};
-  std::error_code ec;
-  auto exe = fs::canonical("/proc/self/exe", ec);
-  if (ec) exe = fs::absolute(argv0);
-  roots.push_back(exe.parent_path());
-  for (auto root : roots)
-    for (int up = 0; up < 5 && !root.empty(); ++up, root = root.parent_path())
-      if (fs::exists(root / ".." / "shared" / "data" / "memplan")) return (root / ".." / "shared" / "data" / "memplan").string();
-  return "../shared/data/memplan";
+  return NPURT_MEMPLAN_DATA;
 }
 
 // A DNN-like trace: two buffers start per step; most die within a few steps (layer
@@ -126,7 +117,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::string dir = find_data(data_arg, argv[0]);
+  const std::string dir = find_data(data_arg);
   std::vector<row> rows;
   std::vector<std::string> files;
   if (fs::is_directory(dir))

@@ -14,13 +14,11 @@ namespace mp = npurt::memplan;
 
 namespace {
 
+// The build passes the repository's test/data/memplan; NPURT_MEMPLAN_DATA in the environment
+// overrides it (a relocated source tree).
 std::string data_dir() {
-  if (const char* s = std::getenv("NPURT_SHARED")) return std::string(s) + "/data/memplan";
-#ifdef NPURT_MEMPLAN_DATA
+  if (const char* s = std::getenv("NPURT_MEMPLAN_DATA")) return s;
   return NPURT_MEMPLAN_DATA;
-#else
-  return "../shared/data/memplan";
-#endif
 }
 
 // Oracle: the breadth profile by brute force over every time step (Pisarchyk & Lee's operator
