@@ -475,9 +475,14 @@ class caching_allocator {
   NPURT_DECL void coalesce_and_cache(block* b);
   NPURT_DECL void release_segment(segment* s);
   NPURT_DECL bool release_arena_tail(segment* s);
-  NPURT_DECL bool release_fitting_cached(const alloc_params& p);
+  /// Each returns how many segments (or arena tails) went back to the device.
+  NPURT_DECL std::size_t release_fitting_cached(const alloc_params& p);
   /// assume_quiet: a synchronize just happened, so no free is still ahead in any stream.
-  NPURT_DECL bool release_all_cached(std::size_t keep = 0, bool assume_quiet = false);
+  NPURT_DECL std::size_t release_all_cached(std::size_t keep = 0, bool assume_quiet = false);
+  /// Counts and runs callbacks.synchronize_all.
+  NPURT_DECL void synchronize_all_streams();
+  /// Is the block's stream-ordered free behind every stream (or unknown)?
+  [[nodiscard]] NPURT_DECL bool free_is_behind(const block* b) const;
   NPURT_DECL void garbage_collect(bool forced);
   NPURT_DECL std::size_t gc_limit() const noexcept;
   NPURT_DECL void step(retry_step s);

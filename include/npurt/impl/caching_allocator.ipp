@@ -624,25 +624,32 @@ NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std:
       step(retry_step::device_alloc_failed);
       if (opts_.auto_growth) {
         step(retry_step::free_fitting_cached);
-        if (release_fitting_cached(p)) b = alloc_new();
+        if (const std::size_t n = release_fitting_cached(p)) {
+          stats_.num_gc_freed_blocks += n;
+          ++stats_.num_alloc_retries;
+          b = alloc_new();
+        }
         if (!b && thr > 0.0) {
           step(retry_step::garbage_collect);
+          const auto before = stats_.num_gc_freed_blocks;
           garbage_collect(true);
-          b = alloc_new();
+          if (stats_.num_gc_freed_blocks != before) {
+            ++stats_.num_alloc_retries;
+            b = alloc_new();
+          }
         }
       }
       if (!b) {
         step(retry_step::synchronize_and_free_all);
-        ++stats_.num_sync_all_streams;
         ++stats_.num_alloc_retries;
-        if (cb_.synchronize_all) cb_.synchronize_all();
+        synchronize_all_streams();
         // After a full synchronisation every recorded use is over. With fences the allocator asks
         // them instead of assuming: a caller that cannot block (a coroutine inside the event loop)
         // returns from synchronize_all with work still running, and that memory must stay put.
         if (!cb_.fence_done)
           for (block* x : pending_) x->uses.clear();
         process_events();
-        if (opts_.auto_growth) release_all_cached();
+        if (opts_.auto_growth) stats_.num_gc_freed_blocks += release_all_cached();
         b = get_free_block(p);
         if (!b) b = get_cross_stream_block(p);
         if (!b) b = alloc_new();
@@ -933,13 +940,13 @@ NPURT_DECL bool caching_allocator::release_arena_tail(segment* a) {
   return released;
 }
 
-NPURT_DECL bool caching_allocator::release_fitting_cached(const alloc_params& p) {
+NPURT_DECL std::size_t caching_allocator::release_fitting_cached(const alloc_params& p) {
   if (p.pool == arena_pool) {
-    bool any = false;
+    std::size_t n = 0;
     std::vector<segment*> arenas;
     for (auto& [s, a] : arenas_) arenas.push_back(a);
-    for (segment* a : arenas) any = release_arena_tail(a) || any;
-    return any;
+    for (segment* a : arenas) n += release_arena_tail(a) ? 1 : 0;
+    return n;
   }
   // Whole cached segments of this stream and pool; with max_split_size set only oversize ones
   // (PyTorch's release_available_cached_blocks). One that alone covers the need is preferred.
@@ -958,35 +965,51 @@ NPURT_DECL bool caching_allocator::release_fitting_cached(const alloc_params& p)
     for (const auto& k : set_of(p.pool))
       if (fits_rule(k.b)) cand.push_back(k.b);
   }
-  if (cand.empty()) return false;
+  if (cand.empty()) return 0;
+  // Giving memory back to the device synchronises it (cudaFree, aclrtFree); a runtime that
+  // cannot block here leaves the segments whose stream-ordered free is still ahead cached.
+  synchronize_all_streams();
+  cand.erase(std::remove_if(cand.begin(), cand.end(), [&](const block* b) { return !free_is_behind(b); }),
+             cand.end());
+  if (cand.empty()) return 0;
   std::sort(cand.begin(), cand.end(), [](const block* a, const block* b) { return a->size > b->size; });
   auto one = std::find_if(cand.rbegin(), cand.rend(), [&](const block* b) { return b->size >= p.alloc_size; });
   if (one != cand.rend()) {
     release_segment((*one)->seg);
-    return true;
+    return 1;
   }
-  std::size_t freed = 0;
+  std::size_t freed = 0, n = 0;
   for (block* b : cand) {
     freed += b->size;
     release_segment(b->seg);
+    ++n;
     if (freed >= p.alloc_size) break;
   }
-  return true;
+  return n;
 }
 
-NPURT_DECL bool caching_allocator::release_all_cached(std::size_t keep, bool assume_quiet) {
-  bool any = false;
+NPURT_DECL void caching_allocator::synchronize_all_streams() {
+  ++stats_.num_sync_all_streams;
+  if (cb_.synchronize_all) cb_.synchronize_all();
+}
+
+NPURT_DECL bool caching_allocator::free_is_behind(const block* b) const {
+  return b->free_fence == 0 || !cb_.fence_done || cb_.fence_done(b->free_fence);
+}
+
+NPURT_DECL std::size_t caching_allocator::release_all_cached(std::size_t keep, bool assume_quiet) {
+  std::size_t n = 0;
   std::vector<segment*> arenas;
   for (auto& [s, a] : arenas_) arenas.push_back(a);
   for (segment* a : arenas) {
-    if (static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) <= keep) return any;
-    any = release_arena_tail(a) || any;
+    if (static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) <= keep) return n;
+    n += release_arena_tail(a) ? 1 : 0;
   }
   std::vector<segment*> cand;
   auto quiet = [this, assume_quiet](const segment* sg) {
     if (assume_quiet || !cb_.fence_done) return true;
     for (const block* b = sg->first; b; b = b->next)
-      if (b->free_fence != 0 && !cb_.fence_done(b->free_fence)) return false;  // its free is still ahead
+      if (!free_is_behind(b)) return false;
     return true;
   };
   for (auto& [addr, sg] : segments_)
@@ -996,16 +1019,17 @@ NPURT_DECL bool caching_allocator::release_all_cached(std::size_t keep, bool ass
   for (segment* sg : cand) {
     if (static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) <= keep) break;
     release_segment(sg);
-    any = true;
+    ++n;
   }
-  return any;
+  return n;
 }
 
 NPURT_DECL void caching_allocator::garbage_collect(bool forced) {
   if (opts_.strategy == allocation_strategy::compact) {
     std::vector<segment*> arenas;
     for (auto& [s, a] : arenas_) arenas.push_back(a);
-    for (segment* a : arenas) release_arena_tail(a);
+    for (segment* a : arenas)
+      if (release_arena_tail(a)) ++stats_.num_gc_freed_blocks;
     return;
   }
   const double thr = opts_.garbage_collection_threshold;
