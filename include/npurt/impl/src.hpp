@@ -19,3 +19,8 @@
 #include <npurt/impl/memplan.ipp>
 #include <npurt/impl/profiler.ipp>
 #include <npurt/impl/caching_allocator.ipp>
+#include <npurt/impl/allocator_free_index.ipp>
+#include <npurt/impl/allocator_arena.ipp>
+#include <npurt/impl/allocator_release.ipp>
+#include <npurt/impl/allocator_stats.ipp>
+#include <npurt/impl/segment_provider.ipp>
