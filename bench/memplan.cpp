@@ -10,6 +10,8 @@
 #include <npurt/memplan.hpp>
 #include <npurt/sim/memory_trace.hpp>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -102,21 +104,23 @@ row measure(const std::string& name, const std::vector<mp::buffer>& b, int repea
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* data_arg = nullptr;
-  const char* json = nullptr;
-  const char* write_trace = nullptr;
+  CLI::App app{"bench/memplan: the static planner on the instances of test/data/memplan, the simulator's "
+               "ResNet-50 step and synthetic DNN-like instances; arena / lower bound and plan time.",
+               "memplan"};
+  std::string data_dir, json_path, trace_dir;
   int repeat = 3;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--data" && i + 1 < argc) data_arg = argv[++i];
-    else if (a == "--json" && i + 1 < argc) json = argv[++i];
-    else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--write-trace" && i + 1 < argc) write_trace = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: memplan [--data DIR] [--json PATH] [--repeat N] [--write-trace DIR]\n");
-      return 2;
-    }
-  }
+  app.add_option("--data", data_dir, "folder of instances (CSV); default: the repository's test/data/memplan")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--json", json_path, "also write the numbers as JSON to this file");
+  app.add_option("--repeat", repeat, "rounds per instance; the best time is kept")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--write-trace", trace_dir, "also write the ResNet-50 steps as CSV (npurt-memplan's input) here")
+      ->check(CLI::ExistingDirectory);
+  CLI11_PARSE(app, argc, argv);
+  const char* data_arg = data_dir.empty() ? nullptr : data_dir.c_str();
+  const char* json = json_path.empty() ? nullptr : json_path.c_str();
+  const char* write_trace = trace_dir.empty() ? nullptr : trace_dir.c_str();
   const std::string dir = find_data(data_arg);
   std::vector<row> rows;
   std::vector<std::string> files;
