@@ -111,8 +111,10 @@ NPURT_DECL std::size_t caching_allocator::release_all_cached(std::size_t keep, b
   };
   for (auto& [addr, sg] : segments_)
     if (sg->pool != arena_pool && sg->live == 0 && quiet(sg)) cand.push_back(sg);
-  // Largest first, so a trim releases as few segments as it can.
-  std::stable_sort(cand.begin(), cand.end(), [](const segment* a, const segment* b) { return a->size > b->size; });
+  // Largest first, so a trim releases as few segments as it can; lowest address on ties (the
+  // order cand was built in), without stable_sort's temporary buffer.
+  std::sort(cand.begin(), cand.end(),
+            [](const segment* a, const segment* b) { return a->size != b->size ? a->size > b->size : a->addr < b->addr; });
   for (segment* sg : cand) {
     if (static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) <= keep) break;
     release_segment(sg);
