@@ -17,11 +17,12 @@
 #include <npurt/memplan.hpp>
 #include <npurt/sim/memory_trace.hpp>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -31,7 +32,6 @@ extern "C" void* __libc_malloc(std::size_t);
 extern "C" void __libc_free(void*);
 
 using namespace npurt::detail;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -284,37 +284,31 @@ replay_result replay(const std::vector<event>& ev, allocation_strategy strategy,
   return r;
 }
 
+// The instances ship with the repository (test/data/memplan); the build passes their path.
 std::string find_data(const char* arg) {
   if (arg) return arg;
-  if (const char* s = std::getenv("NPURT_SHARED")) return std::string(s) + "/data/memplan";
-  std::vector<fs::path> roots{fs::current_path()};
-  std::error_code ec;
-  auto exe = fs::canonical("/proc/self/exe", ec);
-  if (!ec) roots.push_back(exe.parent_path());
-  for (auto root : roots)
-    for (int up = 0; up < 5 && !root.empty(); ++up, root = root.parent_path())
-      if (fs::exists(root / ".." / "shared" / "data" / "memplan")) return (root / ".." / "shared" / "data" / "memplan").string();
-  return "../shared/data/memplan";
+  return NPURT_MEMPLAN_DATA;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* json = nullptr;
-  const char* data = nullptr;
+  CLI::App app{"bench/allocator: the pool's cached alloc+free pair against glibc and mimalloc, and allocation "
+               "traces replayed under the segmented and compact strategies.",
+               "allocator"};
+  std::string json_path, data_dir;
   std::size_t iters = 5'000'000;
   bool replays_only = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) json = argv[++i];
-    else if (a == "--replays-only") replays_only = true;
-    else if (a == "--iters" && i + 1 < argc) iters = std::strtoull(argv[++i], nullptr, 10);
-    else if (a == "--data" && i + 1 < argc) data = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: allocator [--json PATH] [--iters N] [--data DIR] [--replays-only]\n");
-      return 2;
-    }
-  }
+  app.add_option("--json", json_path, "also write the numbers as JSON to this file");
+  app.add_option("--iters", iters, "alloc+free pairs per measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000'000}));
+  app.add_option("--data", data_dir, "folder of MiniMalloc instances; default: the repository's test/data/memplan")
+      ->check(CLI::ExistingDirectory);
+  app.add_flag("--replays-only", replays_only, "skip the alloc+free measurements");
+  CLI11_PARSE(app, argc, argv);
+  const char* json = json_path.empty() ? nullptr : json_path.c_str();
+  const char* data = data_dir.empty() ? nullptr : data_dir.c_str();
   const int repeat = 3;
   const std::size_t slots = 4096;
   const auto w = make_workload(replays_only ? 0 : iters, slots);

@@ -10,6 +10,7 @@
 #include <npurt/observer.hpp>
 #include <npurt/event.hpp>
 #include <npurt/memory.hpp>
+#include <npurt/pool_types.hpp>
 #include <npurt/memplan.hpp>
 #include <npurt/numeric.hpp>
 #include <npurt/profiler.hpp>

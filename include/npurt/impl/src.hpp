@@ -26,3 +26,8 @@
 #include <npurt/impl/chrome_trace.ipp>
 #include <npurt/impl/svg_timeline.ipp>
 #include <npurt/impl/caching_allocator.ipp>
+#include <npurt/impl/allocator_free_index.ipp>
+#include <npurt/impl/allocator_arena.ipp>
+#include <npurt/impl/allocator_release.ipp>
+#include <npurt/impl/allocator_stats.ipp>
+#include <npurt/impl/segment_provider.ipp>
