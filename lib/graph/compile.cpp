@@ -35,6 +35,15 @@ tensor converted(const tensor& t, dtype to) {
   return r;
 }
 
+// Outputs that are constants (nothing computes them) are carried over too.
+void set_outputs(const graph& src, graph& g) {
+  for (const auto& o : src.outputs()) {
+    if (const tensor* c = src.constant(o); c && !g.find(o))
+      g.add_constant(o, c->is_host() ? c->clone() : tensor::timing_only(c->shape(), c->type(), c->format()));
+    g.set_output(o);
+  }
+}
+
 // Number of nodes reading each tensor (graph outputs count as a reader).
 std::map<std::string, int, std::less<>> use_counts(const graph& g) {
   std::map<std::string, int, std::less<>> uses;
@@ -120,7 +129,7 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
         if (outs.count(n.outputs[k])) cast_node(lowouts[k], n.outputs[k], src.value(n.outputs[k]).type);
     }
   }
-  for (const auto& o : src.outputs()) g.set_output(o);
+  set_outputs(src, g);
   g.validate();
   return g;
 }
@@ -191,7 +200,7 @@ graph fold_batchnorm(graph& src, std::size_t& fused) {
     g.add_node("Conv", n.name, {n.inputs[0], wn, bn_name}, bn.outputs, n.attrs);
     ++fused;
   }
-  for (const auto& o : src.outputs()) g.set_output(o);
+  set_outputs(src, g);
   g.validate();
   return g;
 }
@@ -228,7 +237,7 @@ graph fold_gemm_beta(graph& src) {
     }
     g.add_node(n.type, n.name, n.inputs, n.outputs, n.attrs);
   }
-  for (const auto& o : src.outputs()) g.set_output(o);
+  set_outputs(src, g);
   g.validate();
   return g;
 }
@@ -291,7 +300,7 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
         }
       copy.add_node(n.type, n.name, n.inputs, n.outputs, n.attrs);
     }
-    for (const auto& out : src.outputs()) copy.set_output(out);
+    set_outputs(src, copy);
     copy.validate();
     return copy;
   }();
@@ -366,7 +375,7 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     p->steps.push_back(std::move(s));
   }
   for (const auto& o2 : G.outputs()) {
-    const int v = vid.at(renamed.count(o2) ? renamed[o2] : o2);
+    const int v = add_value(G.value(renamed.count(o2) ? renamed[o2] : o2));
     p->values[static_cast<std::size_t>(v)].output = true;
     p->outputs.push_back(v);
   }

@@ -45,7 +45,7 @@ const value_info& need(const node& n, std::span<const value_info* const> in, std
 
 void need_float(const node& n, const value_info& v) {
   if (!is_float(v.type))
-    fail(errc::invalid_dtype, n, v.name, "needs a floating-point tensor, got " + std::string(to_string(v.type)));
+    fail(errc::not_supported, n, v.name, "needs a floating-point tensor, got " + std::string(to_string(v.type)));
 }
 
 void same_type(const node& n, const value_info& a, const value_info& b) {
@@ -259,6 +259,9 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     if (n.outputs.size() > 1) fail(errc::not_supported, n, x.name, "MaxPool's Indices output is not supported");
     const spatial s = read_spatial(n, x, {ks[0], ks[1]});
     if (s.dilation[0] != 1 || s.dilation[1] != 1) fail(errc::not_supported, n, x.name, "dilated pooling is not supported");
+    for (int i = 0; i < 2; ++i)
+      if (2 * s.pad[i] > s.kernel[i])
+        fail(errc::not_supported, n, x.name, "pads above half the window are not supported (every window must cover input)");
     return one({x.shape[0], x.shape[1], window_out(n, x, x.shape[2], s.kernel[0], s.stride[0], s.pad[0], 1),
                 window_out(n, x, x.shape[3], s.kernel[1], s.stride[1], s.pad[1], 1)},
                x.type);

@@ -58,7 +58,8 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
   auto desc = [&](int v) -> tensor_desc {
     if (v < 0) return {};
     const cvalue& c = values[static_cast<std::size_t>(v)];
-    return {ptr(v), c.shape, c.type, layout::nd};
+    // A scalar is a one-element tensor to the kernels.
+    return {ptr(v), c.shape.rank() == 0 ? shape{1} : c.shape, c.type, layout::nd};
   };
   std::vector<lowered_task> out;
   auto kernel = [&](kernel_op op) { out.push_back({kernel_desc(std::move(op), st.kernel_name, st.block_dim), {}}); };

@@ -344,7 +344,18 @@ std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& c
     p->observing = true;
   }
   p->start = sys_->now();
-  (void)enqueue_batch(x);
+  try {
+    (void)enqueue_batch(x);
+  } catch (...) {
+    // A launch the backend refused: nothing more is enqueued; what was waits for its memory's
+    // owner, the compiled graph, to outlive it.
+    abandon_run(*p);
+    for (auto& st : streams_) {
+      std::error_code ec;
+      st->synchronize(picoseconds{-1}, ec);
+    }
+    throw;
+  }
   return p;
 }
 
