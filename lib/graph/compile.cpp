@@ -582,6 +582,27 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
       }
     }
   }
+  // Prune waits: stream order already covers a wait on a step that an earlier step of the same
+  // stream waited for (or a later one of the same producer stream); each wait costs the host a
+  // launch.
+  if (p->streams > 1) {
+    std::vector<std::vector<int>> covered(p->streams, std::vector<int>(p->streams, -1));
+    for (int s = 0; s < nsteps; ++s) {
+      cstep& st = p->steps[static_cast<std::size_t>(s)];
+      std::vector<int> latest(p->streams, -1);
+      for (int w : st.waits) {
+        const auto ws = p->steps[static_cast<std::size_t>(w)].stream;
+        latest[ws] = std::max(latest[ws], w);
+      }
+      std::set<int> kept;
+      for (std::uint32_t k = 0; k < p->streams; ++k)
+        if (latest[k] > covered[st.stream][k]) {
+          kept.insert(latest[k]);
+          covered[st.stream][k] = latest[k];
+        }
+      st.waits = std::move(kept);
+    }
+  }
   // Which steps can overlap a step of another stream: neither is an ancestor of the other.
   if (p->streams > 1) {
     const std::size_t words = (static_cast<std::size_t>(nsteps) + 63) / 64;

@@ -53,6 +53,13 @@ session::~session() {
     if (s) s->synchronize(picoseconds{-1}, ec);
   }
   if (comm_buffer_) give_back(comm_buffer_, comm_bytes_);
+  // Compiled graphs that outlive the session lose their memory with it (running one is an error).
+  for (auto& w : compiled_)
+    if (auto c = w.lock()) {
+      for (auto [ptr, bytes] : c->held) give_back(ptr, bytes);
+      c->held.clear();
+      c->owner = nullptr;
+    }
 }
 
 npurt::stream& session::stream(std::size_t i) {
