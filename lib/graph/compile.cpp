@@ -621,12 +621,19 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
       prev_on_stream[p->steps[static_cast<std::size_t>(s)].stream] = s;
     }
     auto is_anc = [&](int a, int b) { return (anc[static_cast<std::size_t>(b)][static_cast<std::size_t>(a) / 64] >> (a % 64)) & 1u; };
+    std::vector<std::set<std::uint32_t>> peer_streams(static_cast<std::size_t>(nsteps));
     for (int s = 0; s < nsteps; ++s)
-      for (int t2 = s + 1; t2 < nsteps; ++t2)
-        if (p->steps[static_cast<std::size_t>(s)].stream != p->steps[static_cast<std::size_t>(t2)].stream && !is_anc(s, t2)) {
-          p->steps[static_cast<std::size_t>(s)].concurrent = true;
-          p->steps[static_cast<std::size_t>(t2)].concurrent = true;
+      for (int t2 = s + 1; t2 < nsteps; ++t2) {
+        auto& a = p->steps[static_cast<std::size_t>(s)];
+        auto& b = p->steps[static_cast<std::size_t>(t2)];
+        if (a.stream != b.stream && !is_anc(s, t2)) {
+          a.concurrent = b.concurrent = true;
+          peer_streams[static_cast<std::size_t>(s)].insert(b.stream);
+          peer_streams[static_cast<std::size_t>(t2)].insert(a.stream);
         }
+      }
+    for (int s = 0; s < nsteps; ++s)
+      p->steps[static_cast<std::size_t>(s)].peers = static_cast<std::uint32_t>(peer_streams[static_cast<std::size_t>(s)].size());
   }
   rep.operators = p->steps.size();
   rep.streams = p->streams;

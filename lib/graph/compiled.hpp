@@ -34,6 +34,7 @@ struct cstep {
   int stage = 0;             ///< pipeline stage
   std::set<int> waits;       ///< steps on other streams this one waits for
   bool concurrent = false;   ///< may run at the same time as a step of another stream
+  std::uint32_t peers = 0;   ///< other streams with a step it may overlap
   std::uint32_t block_dim = 0;  ///< cores its kernels use (0: all)
   std::string kernel_name;
 };

@@ -136,7 +136,7 @@ compiled_graph session::compile(graph& g, const compile_options& opts) {
   // tiling leaves cores free; everything else uses all of them.
   const std::uint32_t cores = dev_->properties().ai_core_count;
   for (auto& st : p->steps)
-    if (st.concurrent && rep.schedule == schedule::parallel) st.block_dim = std::max<std::uint32_t>(1, cores / p->streams);
+    if (st.concurrent && rep.schedule == schedule::parallel) st.block_dim = std::max<std::uint32_t>(1, cores / (st.peers + 1));
   auto hold = [&](std::size_t bytes) {
     void* ptr = acquire(bytes);
     p->held.emplace_back(ptr, bytes);
