@@ -2,7 +2,7 @@
 //  1. Cached path: nanoseconds per alloc+free pair, with glibc malloc and mimalloc measured in
 //     the same run as baselines (the ratio is the number to read; machines differ).
 //  2. Replays as alloc/free event streams: the simulator's ResNet-50 training step (the tensors
-//     of sim::resnet50's kernel list, sim/memory_trace.hpp) at batch 32 and 256 for 3 steps on a
+//     of models::resnet50's kernel list, models/memory_trace.hpp) at batch 32 and 256 for 3 steps on a
 //     32 GiB device, a synthetic ResNet-50-like trace (fixed batch, and batch varying from step
 //     to step), and the MiniMalloc traces A and K: peak reserved over peak allocated, over the
 //     lower bound (peak requested live bytes), and external fragmentation (1 - largest free block
@@ -15,7 +15,7 @@
 #include <npurt/detail/caching_allocator.hpp>
 #include <npurt/detail/host_heap.hpp>
 #include <npurt/memplan.hpp>
-#include <npurt/sim/memory_trace.hpp>
+#include <npurt/models/memory_trace.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -209,9 +209,9 @@ std::vector<event> trace_from_plan(const std::vector<npurt::memplan::buffer>& b)
 // The simulator's ResNet-50 training step at a batch size, `steps` times: parameters, momentum
 // and FP16 weight copies allocated once, everything else per step.
 std::vector<event> simulated_resnet50_trace(std::int64_t batch, int steps) {
-  const auto tr = npurt::sim::training_step_trace(batch);
+  const auto tr = npurt::models::training_step_trace(batch);
   std::vector<event> ev;
-  for (const auto& e : npurt::sim::repeated_events(tr, steps)) ev.push_back({e.alloc, e.buffer, static_cast<std::size_t>(e.size)});
+  for (const auto& e : npurt::models::repeated_events(tr, steps)) ev.push_back({e.alloc, e.buffer, static_cast<std::size_t>(e.size)});
   return ev;
 }
 
@@ -412,7 +412,7 @@ int main(int argc, char** argv) {
                 static_cast<double>(t.cmp.peak_reserved) / lb, t.cmp.frag_at_peak, t.cmp.ns_per_event);
   }
   std::printf("(segmented/compact columns: peak reserved MiB, ratios, fragmentation, replay ns per event;\n"
-              " sim = the simulator's ResNet-50 step, sim/memory_trace.hpp; synthetic = a hand-written approximation)\n");
+              " sim = the simulator's ResNet-50 step, models/memory_trace.hpp; synthetic = a hand-written approximation)\n");
 
   if (json) {
     std::ofstream out(json);

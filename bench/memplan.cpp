@@ -1,5 +1,5 @@
 // bench/memplan: the static planner on every instance in test/data/memplan, on the simulator's
-// ResNet-50 training step (sim/memory_trace.hpp: every tensor of the step's kernel list with its
+// ResNet-50 training step (models/memory_trace.hpp: every tensor of the step's kernel list with its
 // lifetime, batch 32 and 256, planned with 512 B alignment) and on synthetic DNN-like instances
 // of 30,000 and 60,000 buffers. Prints arena / lower bound, no reuse / lower bound and plan time;
 // --json PATH writes the same numbers; --write-trace DIR also writes the ResNet-50 steps as CSV
@@ -8,7 +8,7 @@
 //   memplan [--data DIR] [--json PATH] [--repeat N] [--write-trace DIR]
 // DIR defaults to the repository's test/data/memplan.
 #include <npurt/memplan.hpp>
-#include <npurt/sim/memory_trace.hpp>
+#include <npurt/models/memory_trace.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   }
   // The simulated training step: what a framework would plan ahead for one step's tensors.
   for (const std::int64_t batch : {32, 256}) {
-    const auto tr = npurt::sim::training_step_trace(batch);
+    const auto tr = npurt::models::training_step_trace(batch);
     std::vector<mp::buffer> b;
     for (const auto& x : tr.buffers) b.push_back({x.id, x.lower, x.upper, x.size});
     const std::string name = "sim_resnet50_b" + std::to_string(batch);
@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
     if (write_trace) {
       const std::string path = std::string(write_trace) + "/" + name + ".csv";
       std::ofstream out(path);
-      npurt::sim::write_csv(out, tr);
+      npurt::models::write_csv(out, tr);
       if (!out) {
         std::fprintf(stderr, "memplan: cannot write %s\n", path.c_str());
         return 1;
