@@ -44,6 +44,7 @@ enum class errc : int {
   task_timeout = 107020,
   deadlock = 107021,          // work is waiting and nothing can ever run
   operation_aborted = 107023,
+  corrupt_file = 107040,      // a file failed its checksums or layout rules (truncated, damaged)
   // Resource errors: the call was right but the resources were not there.
   out_of_memory = 207001,
   pool_limit = 207002,

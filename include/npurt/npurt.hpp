@@ -17,3 +17,4 @@
 #include <npurt/device.hpp>
 #include <npurt/system.hpp>
 #include <npurt/simple_backend.hpp>
+#include <npurt/checkpoint.hpp>

@@ -34,6 +34,7 @@ class npurt_category final : public std::error_category {
       case errc::task_timeout: return "task timed out";
       case errc::deadlock: return "deadlock: work is waiting and nothing can run";
       case errc::operation_aborted: return "operation aborted";
+      case errc::corrupt_file: return "corrupt file: checksum mismatch, truncation or inconsistent layout";
       case errc::out_of_memory: return "out of device memory";
       case errc::pool_limit: return "memory pool size limit reached";
       case errc::resource_exhausted: return "resource exhausted";
