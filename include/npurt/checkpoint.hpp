@@ -19,6 +19,8 @@
 #include <npurt/stream.hpp>
 #include <npurt/tensor.hpp>
 
+#include <boost/crc.hpp>
+
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -251,6 +253,15 @@ class checkpoint {
 inline checkpoint create_checkpoint() { return {}; }
 
 namespace detail {
+
+/// CRC32C (Castagnoli), the checksum of iSCSI (RFC 3720), ext4 metadata and SSE4.2's crc32.
+using crc32c_t = boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true>;
+
+inline std::uint32_t crc32c(std::span<const std::byte> bytes) noexcept {
+  crc32c_t c;
+  c.process_bytes(bytes.data(), bytes.size());
+  return c.checksum();
+}
 
 /// The points of a save that a crash test stops at. bytes_written is reported after every
 /// write(2) call; the others once, in this order.

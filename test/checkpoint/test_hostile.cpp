@@ -178,6 +178,12 @@ TEST_CASE("duplicate tensor names and metadata keys are corrupt", "[checkpoint][
   CHECK(parse_error_of(g.encode()) == errc::corrupt_file);
 }
 
+TEST_CASE("metadata keys out of order are corrupt, so every checkpoint has one encoding", "[checkpoint][hostile]") {
+  auto f = small();
+  std::swap(f.metadata[0], f.metadata[1]);
+  CHECK(parse_error_of(f.encode()) == errc::corrupt_file);
+}
+
 TEST_CASE("unknown dtypes, ranks and metadata kinds get typed errors", "[checkpoint][hostile]") {
   auto f = small();
   f.tensors[0].dtype_code = 0;

@@ -72,6 +72,14 @@ TEST_CASE("every dtype, a scalar, an empty tensor and all metadata kinds survive
   CHECK(dir.entries() == std::vector<std::string>{"a.ckpt"});  // no temporary file left
 }
 
+TEST_CASE("an empty checkpoint is a 64-byte header and loads back empty", "[checkpoint][roundtrip]") {
+  const auto b = checkpoint{}.serialize();
+  CHECK(b.size() == 64);
+  const checkpoint back = checkpoint::parse(b);
+  CHECK(back.tensors().empty());
+  CHECK(back.metadata().empty());
+}
+
 TEST_CASE("typed values read back the numbers that were stored", "[checkpoint][roundtrip]") {
   std::vector<float> w(12);
   std::iota(w.begin(), w.end(), -2.5f);

@@ -3,8 +3,6 @@
 
 #include <npurt/checkpoint.hpp>
 
-#include <boost/crc.hpp>
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,15 +17,6 @@
 
 namespace npurt {
 namespace detail {
-
-// CRC32C (Castagnoli), the checksum of iSCSI (RFC 3720), ext4 metadata and SSE4.2's crc32.
-using crc32c_t = boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true>;
-
-inline std::uint32_t crc32c(std::span<const std::byte> bytes) noexcept {
-  crc32c_t c;
-  c.process_bytes(bytes.data(), bytes.size());
-  return c.checksum();
-}
 
 namespace ckpt {
 
@@ -167,6 +156,7 @@ class source {
   [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
   /// Reads exactly dst.size() bytes at `offset` (the caller has bounds-checked them).
   bool read(std::uint64_t offset, std::span<std::byte> dst, status& st) const {
+    if (dst.empty()) return true;  // memcpy's pointers must not be null, even for 0 bytes
     if (fd_ < 0) {
       std::memcpy(dst.data(), mem_.data() + offset, dst.size());
       return true;
@@ -295,7 +285,7 @@ inline layout make_layout(std::span<const checkpoint_tensor> tensors,
   put_u32(h + 52, static_cast<std::uint32_t>(metadata.size()));
   put_u32(h + 56, crc32c(manifest));
   put_u32(h + 60, crc32c({h, 60}));
-  std::memcpy(h + manifest_offset, manifest.data(), manifest.size());
+  if (!manifest.empty()) std::memcpy(h + manifest_offset, manifest.data(), manifest.size());
   return l;
 }
 
@@ -578,189 +568,192 @@ NPURT_DECL void checkpoint::save(const std::filesystem::path& path) const {
 namespace detail {
 /// The loader: parses into fresh containers and moves them in only on success.
 struct checkpoint_loader {
-
-/// Reads and checks everything; `out` is filled only if the whole file is valid.
-static bool parse(const ckpt::source& src, ckpt::status& st, std::vector<checkpoint_tensor>& tensors,
-                  std::map<std::string, std::size_t, std::less<>>& index,
-                  std::map<std::string, checkpoint_value, std::less<>>& metadata) {
-  using namespace ckpt;
-  auto num = [](std::uint64_t v) { return std::to_string(v); };
-  const std::uint64_t size = src.size();
-  std::byte h[header_size];
-  if (size >= sizeof magic) {
-    if (!src.read(0, {h, sizeof magic}, st)) return false;
-    if (std::memcmp(h, magic, sizeof magic) != 0)
-      return st.fail(errc::parse_error, "checkpoint: not an npurt checkpoint (wrong magic bytes)");
-  }
-  if (size < header_size)
-    return st.fail(errc::corrupt_file, "checkpoint: truncated: " + num(size) + " bytes, the header alone is " +
-                                           num(header_size));
-  if (!src.read(0, {h, header_size}, st)) return false;
-  const std::uint32_t version = get_u32(h + 8);
-  if (version != checkpoint::format_version)
-    return st.fail(errc::not_supported, "checkpoint: format version " + num(version) + "; this build reads version " +
-                                            num(checkpoint::format_version));
-  if (crc32c({h, 60}) != get_u32(h + 60)) return st.fail(errc::corrupt_file, "checkpoint: header checksum mismatch");
-  const std::uint64_t hsize = get_u32(h + 12), file_size = get_u64(h + 16), manifest_offset = get_u64(h + 24),
-                      manifest_size = get_u64(h + 32), data_offset = get_u64(h + 40);
-  const std::uint32_t tensor_count = get_u32(h + 48), metadata_count = get_u32(h + 52);
-  if (hsize != header_size || manifest_offset != header_size)
-    return st.fail(errc::corrupt_file, "checkpoint: header size " + num(hsize) + " or manifest offset " +
-                                           num(manifest_offset) + " is not " + num(header_size));
-  if (file_size > size)
-    return st.fail(errc::corrupt_file,
-                   "checkpoint: truncated: the header says " + num(file_size) + " bytes, the file has " + num(size));
-  if (file_size < size)
-    return st.fail(errc::corrupt_file, "checkpoint: " + num(size - file_size) + " bytes after the end of the data");
-  if (manifest_size > size - header_size)
-    return st.fail(errc::size_overflow,
-                   "checkpoint: a manifest of " + num(manifest_size) + " bytes does not fit in the file");
-  std::uint64_t expected_data = 0;
-  if (!align_up(header_size + manifest_size, expected_data) || data_offset != expected_data || data_offset > size)
-    return st.fail(errc::corrupt_file, "checkpoint: data section at " + num(data_offset) + ", expected " +
-                                           num(expected_data));
-  if (std::uint64_t(tensor_count) * min_tensor_entry + std::uint64_t(metadata_count) * min_metadata_entry >
-      manifest_size)
-    return st.fail(errc::size_overflow, "checkpoint: a manifest of " + num(manifest_size) + " bytes cannot hold " +
-                                            num(tensor_count) + " tensors and " + num(metadata_count) +
-                                            " metadata entries");
-  // Bounded by the file's size (checked above).
-  std::vector<std::byte> manifest(static_cast<std::size_t>(manifest_size));
-  if (!src.read(header_size, manifest, st)) return false;
-  if (crc32c(manifest) != get_u32(h + 56)) return st.fail(errc::corrupt_file, "checkpoint: manifest checksum mismatch");
-
-  reader r(manifest);
-  auto truncated = [&](const std::string& where) {
-    return st.fail(errc::size_overflow, "checkpoint: " + where + " extends past the end of the manifest");
-  };
-  auto read_name = [&](const char* what, std::string& name) {
-    std::uint32_t len = 0;
-    if (!r.u32(len)) return truncated(std::string(what) + " name length");
-    if (len > r.remaining()) return truncated(std::string(what) + " name of " + num(len) + " bytes");
-    if (!r.bytes(len, name)) return truncated(what);
-    if (!check_name(what, name, st)) {
-      st.ec = len == 0 ? make_error_code(errc::corrupt_file) : make_error_code(errc::size_overflow);
-      return false;
+  /// Reads and checks everything; the containers are complete only if the whole file is valid.
+  static bool parse(const ckpt::source& src, ckpt::status& st, std::vector<checkpoint_tensor>& tensors,
+                    std::map<std::string, std::size_t, std::less<>>& index,
+                    std::map<std::string, checkpoint_value, std::less<>>& metadata) {
+    using namespace ckpt;
+    auto num = [](std::uint64_t v) { return std::to_string(v); };
+    const std::uint64_t size = src.size();
+    std::byte h[header_size];
+    if (size >= sizeof magic) {
+      if (!src.read(0, {h, sizeof magic}, st)) return false;
+      if (std::memcmp(h, magic, sizeof magic) != 0)
+        return st.fail(errc::parse_error, "checkpoint: not an npurt checkpoint (wrong magic bytes)");
     }
-    return true;
-  };
-
-  for (std::uint32_t i = 0; i < metadata_count; ++i) {
-    std::string key;
-    if (!read_name("metadata", key)) return false;
-    std::uint8_t kind = 0;
-    if (!r.u8(kind)) return truncated("metadata " + printable(key));
-    checkpoint_value value;
-    switch (static_cast<value_kind>(kind)) {
-      case value_kind::integer: {
-        std::uint64_t v = 0;
-        if (!r.u64(v)) return truncated("metadata " + printable(key));
-        value = static_cast<std::int64_t>(v);
-        break;
-      }
-      case value_kind::floating: {
-        std::uint64_t v = 0;
-        if (!r.u64(v)) return truncated("metadata " + printable(key));
-        value = std::bit_cast<double>(v);
-        break;
-      }
-      case value_kind::string: {
-        std::uint32_t len = 0;
-        std::string s;
-        if (!r.u32(len) || len > r.remaining() || !r.bytes(len, s)) return truncated("metadata " + printable(key));
-        value = std::move(s);
-        break;
-      }
-      default:
-        return st.fail(errc::corrupt_file, "checkpoint: metadata " + printable(key) + " has unknown kind " + num(kind));
-    }
-    if (!metadata.emplace(key, std::move(value)).second)
-      return st.fail(errc::corrupt_file, "checkpoint: duplicate metadata key " + printable(key));
-  }
-
-  struct placed {
-    std::uint64_t offset, size;
-    std::uint32_t crc;
-  };
-  std::vector<placed> where;
-  std::uint64_t expected = data_offset, end = data_offset;
-  for (std::uint32_t i = 0; i < tensor_count; ++i) {
-    std::string name;
-    if (!read_name("tensor", name)) return false;
-    const std::string q = printable(name);
-    std::uint8_t code = 0, rank = 0;
-    if (!r.u8(code) || !r.u8(rank)) return truncated("tensor " + q);
-    npurt::dtype type{};
-    if (!dtype_from_code(code, type))
-      return st.fail(errc::invalid_dtype, "checkpoint: tensor " + q + " has unknown dtype code " + num(code));
-    if (rank > checkpoint::max_rank)
-      return st.fail(errc::invalid_shape, "checkpoint: tensor " + q + " has rank " + num(rank));
-    std::vector<std::int64_t> shape(rank);
-    for (auto& d : shape) {
-      std::uint64_t v = 0;
-      if (!r.u64(v)) return truncated("tensor " + q + " shape");
-      d = static_cast<std::int64_t>(v);
-    }
-    std::uint64_t offset = 0, bytes = 0, need = 0;
-    std::uint32_t crc = 0;
-    if (!r.u64(offset) || !r.u64(bytes) || !r.u32(crc)) return truncated("tensor " + q);
-    if (!shape_bytes(type, shape, need, st)) {
-      st.what = "checkpoint: tensor " + q + ": " + st.what.substr(12);
-      return false;
-    }
-    if (bytes != need)
-      return st.fail(errc::corrupt_file, "checkpoint: tensor " + q + " stores " + num(bytes) +
-                                             " bytes; its shape and dtype need " + num(need));
-    std::uint64_t stop = 0;
-    if (add_overflows(offset, bytes, stop) || stop > size)
-      return st.fail(errc::size_overflow, "checkpoint: tensor " + q + " at offset " + num(offset) + " with " +
-                                              num(bytes) + " bytes extends past the end of the file");
-    if (offset != expected)
+    if (size < header_size)
+      return st.fail(errc::corrupt_file, "checkpoint: truncated: " + num(size) + " bytes, the header alone is " +
+                                             num(header_size));
+    if (!src.read(0, {h, header_size}, st)) return false;
+    const std::uint32_t version = get_u32(h + 8);
+    if (version != checkpoint::format_version)
+      return st.fail(errc::not_supported, "checkpoint: format version " + num(version) + "; this build reads version " +
+                                              num(checkpoint::format_version));
+    if (crc32c({h, 60}) != get_u32(h + 60)) return st.fail(errc::corrupt_file, "checkpoint: header checksum mismatch");
+    const std::uint64_t hsize = get_u32(h + 12), file_size = get_u64(h + 16), manifest_offset = get_u64(h + 24),
+                        manifest_size = get_u64(h + 32), data_offset = get_u64(h + 40);
+    const std::uint32_t tensor_count = get_u32(h + 48), metadata_count = get_u32(h + 52);
+    if (hsize != header_size || manifest_offset != header_size)
+      return st.fail(errc::corrupt_file, "checkpoint: header size " + num(hsize) + " or manifest offset " +
+                                             num(manifest_offset) + " is not " + num(header_size));
+    if (file_size > size)
       return st.fail(errc::corrupt_file,
-                     "checkpoint: tensor " + q + " at offset " + num(offset) + ", expected " + num(expected));
-    if (index.find(name) != index.end())
-      return st.fail(errc::corrupt_file, "checkpoint: duplicate tensor name " + q);
-    end = stop;
-    if (!align_up(stop, expected)) expected = std::numeric_limits<std::uint64_t>::max();
-    checkpoint_tensor t;
-    t.name_ = std::move(name);
-    t.type_ = type;
-    t.shape_ = std::move(shape);
-    t.size_ = static_cast<std::size_t>(bytes);
-    index.emplace(t.name_, tensors.size());
-    tensors.push_back(std::move(t));
-    where.push_back({offset, bytes, crc});
-  }
-  if (r.remaining() != 0)
-    return st.fail(errc::corrupt_file, "checkpoint: " + num(r.remaining()) + " unused bytes at the end of the manifest");
-  if (end != size)
-    return st.fail(errc::corrupt_file, "checkpoint: the data ends at " + num(end) + ", the file at " + num(size));
+                     "checkpoint: truncated: the header says " + num(file_size) + " bytes, the file has " + num(size));
+    if (file_size < size)
+      return st.fail(errc::corrupt_file, "checkpoint: " + num(size - file_size) + " bytes after the end of the data");
+    if (manifest_size > size - header_size)
+      return st.fail(errc::size_overflow,
+                     "checkpoint: a manifest of " + num(manifest_size) + " bytes does not fit in the file");
+    std::uint64_t expected_data = 0;
+    if (!align_up(header_size + manifest_size, expected_data) || data_offset != expected_data || data_offset > size)
+      return st.fail(errc::corrupt_file, "checkpoint: data section at " + num(data_offset) + ", expected " +
+                                             num(expected_data));
+    if (std::uint64_t(tensor_count) * min_tensor_entry + std::uint64_t(metadata_count) * min_metadata_entry >
+        manifest_size)
+      return st.fail(errc::size_overflow, "checkpoint: a manifest of " + num(manifest_size) + " bytes cannot hold " +
+                                              num(tensor_count) + " tensors and " + num(metadata_count) +
+                                              " metadata entries");
+    // Bounded by the file's size (checked above).
+    std::vector<std::byte> manifest(static_cast<std::size_t>(manifest_size));
+    if (!src.read(header_size, manifest, st)) return false;
+    if (crc32c(manifest) != get_u32(h + 56)) return st.fail(errc::corrupt_file, "checkpoint: manifest checksum mismatch");
 
-  // Padding must be zero, so that every byte of a valid file is checked by something.
-  std::byte pad[checkpoint::alignment];
-  auto check_padding = [&](std::uint64_t from, std::uint64_t to) {
-    if (to <= from) return true;
-    const std::span<std::byte> p(pad, static_cast<std::size_t>(to - from));
-    if (!src.read(from, p, st)) return false;
-    if (!all_zero(p)) return st.fail(errc::corrupt_file, "checkpoint: nonzero padding at offset " + num(from));
+    reader r(manifest);
+    auto truncated = [&](const std::string& where) {
+      return st.fail(errc::size_overflow, "checkpoint: " + where + " extends past the end of the manifest");
+    };
+    auto read_name = [&](const char* what, std::string& name) {
+      std::uint32_t len = 0;
+      if (!r.u32(len)) return truncated(std::string(what) + " name length");
+      if (len > r.remaining()) return truncated(std::string(what) + " name of " + num(len) + " bytes");
+      if (!r.bytes(len, name)) return truncated(what);
+      if (!check_name(what, name, st)) {
+        st.ec = len == 0 ? make_error_code(errc::corrupt_file) : make_error_code(errc::size_overflow);
+        return false;
+      }
+      return true;
+    };
+
+    for (std::uint32_t i = 0; i < metadata_count; ++i) {
+      std::string key;
+      if (!read_name("metadata", key)) return false;
+      std::uint8_t kind = 0;
+      if (!r.u8(kind)) return truncated("metadata " + printable(key));
+      checkpoint_value value;
+      switch (static_cast<value_kind>(kind)) {
+        case value_kind::integer: {
+          std::uint64_t v = 0;
+          if (!r.u64(v)) return truncated("metadata " + printable(key));
+          value = static_cast<std::int64_t>(v);
+          break;
+        }
+        case value_kind::floating: {
+          std::uint64_t v = 0;
+          if (!r.u64(v)) return truncated("metadata " + printable(key));
+          value = std::bit_cast<double>(v);
+          break;
+        }
+        case value_kind::string: {
+          std::uint32_t len = 0;
+          std::string s;
+          if (!r.u32(len) || len > r.remaining() || !r.bytes(len, s)) return truncated("metadata " + printable(key));
+          value = std::move(s);
+          break;
+        }
+        default:
+          return st.fail(errc::corrupt_file, "checkpoint: metadata " + printable(key) + " has unknown kind " + num(kind));
+      }
+      // Keys are stored in strictly increasing byte order, so a file has one valid encoding.
+      if (!metadata.empty() && key <= metadata.rbegin()->first)
+        return st.fail(errc::corrupt_file, key == metadata.rbegin()->first
+                                               ? "checkpoint: duplicate metadata key " + printable(key)
+                                               : "checkpoint: metadata key " + printable(key) + " out of order");
+      metadata.emplace_hint(metadata.end(), std::move(key), std::move(value));
+    }
+
+    struct placed {
+      std::uint64_t offset, size;
+      std::uint32_t crc;
+    };
+    std::vector<placed> where;
+    std::uint64_t expected = data_offset, end = data_offset;
+    for (std::uint32_t i = 0; i < tensor_count; ++i) {
+      std::string name;
+      if (!read_name("tensor", name)) return false;
+      const std::string q = printable(name);
+      std::uint8_t code = 0, rank = 0;
+      if (!r.u8(code) || !r.u8(rank)) return truncated("tensor " + q);
+      npurt::dtype type{};
+      if (!dtype_from_code(code, type))
+        return st.fail(errc::invalid_dtype, "checkpoint: tensor " + q + " has unknown dtype code " + num(code));
+      if (rank > checkpoint::max_rank)
+        return st.fail(errc::invalid_shape, "checkpoint: tensor " + q + " has rank " + num(rank));
+      std::vector<std::int64_t> shape(rank);
+      for (auto& d : shape) {
+        std::uint64_t v = 0;
+        if (!r.u64(v)) return truncated("tensor " + q + " shape");
+        d = static_cast<std::int64_t>(v);
+      }
+      std::uint64_t offset = 0, bytes = 0, need = 0;
+      std::uint32_t crc = 0;
+      if (!r.u64(offset) || !r.u64(bytes) || !r.u32(crc)) return truncated("tensor " + q);
+      if (!shape_bytes(type, shape, need, st)) {
+        st.what = "checkpoint: tensor " + q + ": " + st.what.substr(12);
+        return false;
+      }
+      if (bytes != need)
+        return st.fail(errc::corrupt_file, "checkpoint: tensor " + q + " stores " + num(bytes) +
+                                               " bytes; its shape and dtype need " + num(need));
+      std::uint64_t stop = 0;
+      if (add_overflows(offset, bytes, stop) || stop > size)
+        return st.fail(errc::size_overflow, "checkpoint: tensor " + q + " at offset " + num(offset) + " with " +
+                                                num(bytes) + " bytes extends past the end of the file");
+      if (offset != expected)
+        return st.fail(errc::corrupt_file,
+                       "checkpoint: tensor " + q + " at offset " + num(offset) + ", expected " + num(expected));
+      if (index.find(name) != index.end())
+        return st.fail(errc::corrupt_file, "checkpoint: duplicate tensor name " + q);
+      end = stop;
+      if (!align_up(stop, expected)) expected = std::numeric_limits<std::uint64_t>::max();
+      checkpoint_tensor t;
+      t.name_ = std::move(name);
+      t.type_ = type;
+      t.shape_ = std::move(shape);
+      t.size_ = static_cast<std::size_t>(bytes);
+      index.emplace(t.name_, tensors.size());
+      tensors.push_back(std::move(t));
+      where.push_back({offset, bytes, crc});
+    }
+    if (r.remaining() != 0)
+      return st.fail(errc::corrupt_file, "checkpoint: " + num(r.remaining()) + " unused bytes at the end of the manifest");
+    if (end != size)
+      return st.fail(errc::corrupt_file, "checkpoint: the data ends at " + num(end) + ", the file at " + num(size));
+
+    // Padding must be zero, so that every byte of a valid file is checked by something.
+    std::byte pad[checkpoint::alignment];
+    auto check_padding = [&](std::uint64_t from, std::uint64_t to) {
+      if (to <= from) return true;
+      const std::span<std::byte> p(pad, static_cast<std::size_t>(to - from));
+      if (!src.read(from, p, st)) return false;
+      if (!all_zero(p)) return st.fail(errc::corrupt_file, "checkpoint: nonzero padding at offset " + num(from));
+      return true;
+    };
+    if (!check_padding(header_size + manifest_size, data_offset)) return false;
+    std::uint64_t at = data_offset;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      checkpoint_tensor& t = tensors[i];
+      if (!check_padding(at, where[i].offset)) return false;
+      // Bounded by the file's size: offset + size <= size was checked for every tensor, and the
+      // tensors do not overlap.
+      t.data_.reset(static_cast<std::byte*>(host_heap::allocate(t.size_)));
+      if (!t.data_) return st.fail(errc::resource_exhausted, "checkpoint: out of host memory");
+      if (!src.read(where[i].offset, {t.data_.get(), t.size_}, st)) return false;
+      if (crc32c(t.bytes()) != where[i].crc)
+        return st.fail(errc::corrupt_file, "checkpoint: tensor " + printable(t.name_) + " checksum mismatch");
+      at = where[i].offset + where[i].size;
+    }
     return true;
-  };
-  if (!check_padding(header_size + manifest_size, data_offset)) return false;
-  std::uint64_t at = data_offset;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    checkpoint_tensor& t = tensors[i];
-    if (!check_padding(at, where[i].offset)) return false;
-    // Bounded by the file's size: offset + size <= size was checked for every tensor, and the
-    // tensors do not overlap.
-    t.data_.reset(static_cast<std::byte*>(host_heap::allocate(t.size_)));
-    if (!t.data_) return st.fail(errc::resource_exhausted, "checkpoint: out of host memory");
-    if (!src.read(where[i].offset, {t.data_.get(), t.size_}, st)) return false;
-    if (crc32c(t.bytes()) != where[i].crc)
-      return st.fail(errc::corrupt_file, "checkpoint: tensor " + printable(t.name_) + " checksum mismatch");
-    at = where[i].offset + where[i].size;
   }
-  return true;
-}
 
   static bool run(const ckpt::source& src, checkpoint& out, ckpt::status& st) {
     try {
