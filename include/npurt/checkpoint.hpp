@@ -42,7 +42,10 @@ namespace npurt {
 class checkpoint;
 namespace detail {
 struct checkpoint_loader;
+namespace ckpt {
+struct status;
 }
+}  // namespace detail
 
 /// A file-system failure while saving or loading (disk full, permission denied, missing file).
 /// code() is the errno value in std::generic_category().
@@ -242,7 +245,11 @@ class checkpoint {
   friend struct detail::checkpoint_loader;
   NPURT_DECL void set_value(std::string_view key, checkpoint_value v);
   NPURT_DECL checkpoint_tensor* make_entry(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
-                                           std::error_code& ec);
+                                           detail::ckpt::status& st);
+  NPURT_DECL bool add_host(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
+                           std::span<const std::byte> data, detail::ckpt::status& st);
+  NPURT_DECL bool add_device(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
+                             const void* device_ptr, stream& s, detail::ckpt::status& st);
 
   std::vector<checkpoint_tensor> tensors_;
   std::map<std::string, std::size_t, std::less<>> index_;  // name -> position in tensors_

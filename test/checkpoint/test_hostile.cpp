@@ -114,7 +114,7 @@ TEST_CASE("a manifest size beyond the file is size_overflow", "[checkpoint][host
   CHECK(parse_error_of(f.encode()) == errc::size_overflow);
 }
 
-TEST_CASE("oversized name lengths are reported before anything is allocated", "[checkpoint][hostile]") {
+TEST_CASE("an oversized name length is size_overflow and an empty name is corrupt", "[checkpoint][hostile]") {
   auto f = small();
   f.tensors[0].set_name_length = true;
   f.tensors[0].name_length = 0xFFFFFFF0u;

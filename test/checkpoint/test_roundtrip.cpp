@@ -174,6 +174,14 @@ TEST_CASE("add_tensor rejects bad names, shapes and sizes with typed errors", "[
   CHECK(ec == errc::size_overflow);  // 2^62 elements x 8 bytes
   CHECK(ck.tensors().size() == 1);
   CHECK_THROWS_AS(ck.add_tensor("a", dtype::f32, {2}, pattern(8, 0)), npurt::caller_error);
+  try {
+    ck.add_tensor("c", dtype::f32, {2, -1}, pattern(0, 0));
+    FAIL("no exception");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == errc::invalid_shape);
+    CHECK(std::string(e.what()).find("'c'") != std::string::npos);
+    CHECK(std::string(e.what()).find("negative extent -1 in dimension 1") != std::string::npos);
+  }
   CHECK_THROWS_AS(ck.get_tensor("missing"), npurt::caller_error);
   CHECK(ck.find_tensor("missing") == nullptr);
   ck.set_metadata("k", "text");

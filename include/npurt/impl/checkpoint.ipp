@@ -197,9 +197,9 @@ inline std::string printable(std::string_view s) {
 }
 
 inline bool check_name(std::string_view what, std::string_view name, status& st) {
-  if (name.empty()) return st.fail(errc::invalid_argument, "checkpoint: empty " + std::string(what) + " name");
+  if (name.empty()) return st.fail(errc::invalid_argument, "empty " + std::string(what) + " name");
   if (name.size() > checkpoint::max_name_length)
-    return st.fail(errc::invalid_argument, "checkpoint: " + std::string(what) + " name of " +
+    return st.fail(errc::invalid_argument, std::string(what) + " name of " +
                                                std::to_string(name.size()) + " bytes; at most " +
                                                std::to_string(checkpoint::max_name_length) + " are allowed");
   return true;
@@ -208,20 +208,20 @@ inline bool check_name(std::string_view what, std::string_view name, status& st)
 /// The shape checks shared by add_tensor and the loader.
 inline bool shape_bytes(npurt::dtype type, std::span<const std::int64_t> shape, std::uint64_t& bytes, status& st) {
   if (shape.size() > checkpoint::max_rank)
-    return st.fail(errc::invalid_shape, "checkpoint: rank " + std::to_string(shape.size()) + " exceeds " +
+    return st.fail(errc::invalid_shape, "rank " + std::to_string(shape.size()) + " exceeds " +
                                             std::to_string(checkpoint::max_rank));
   std::uint64_t n = size_of(type);
-  if (n == 0) return st.fail(errc::invalid_dtype, "checkpoint: unknown dtype");
+  if (n == 0) return st.fail(errc::invalid_dtype, "unknown dtype");
   for (std::size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0)
       return st.fail(errc::invalid_shape,
-                     "checkpoint: extent " + std::to_string(shape[i]) + " of dimension " + std::to_string(i));
+                     "negative extent " + std::to_string(shape[i]) + " in dimension " + std::to_string(i));
     if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(shape[i]), &n))
-      return st.fail(errc::size_overflow, "checkpoint: the shape's byte size overflows 64 bits");
+      return st.fail(errc::size_overflow, "the shape's byte size overflows 64 bits");
   }
   if (n > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
       n > std::numeric_limits<std::size_t>::max())
-    return st.fail(errc::size_overflow, "checkpoint: the shape's byte size overflows");
+    return st.fail(errc::size_overflow, "the shape's byte size overflows");
   bytes = n;
   return true;
 }
@@ -307,6 +307,11 @@ inline bool all_zero(std::span<const std::byte> b) noexcept {
   return std::ranges::all_of(b, [](std::byte x) { return x == std::byte{0}; });
 }
 
+[[noreturn]] inline void raise(const status& st) {
+  if (st.ec.category() == error_category()) throw_error(st.ec, st.what);
+  throw checkpoint_io_error(st.ec, st.what);
+}
+
 }  // namespace ckpt
 }  // namespace detail
 
@@ -331,15 +336,15 @@ NPURT_DECL bool checkpoint::byte_size(npurt::dtype type, std::span<const std::in
 }
 
 NPURT_DECL checkpoint_tensor* checkpoint::make_entry(std::string_view name, npurt::dtype type,
-                                                     std::vector<std::int64_t> shape, std::error_code& ec) {
-  detail::ckpt::status st;
+                                                     std::vector<std::int64_t> shape, detail::ckpt::status& st) {
+  const std::string where = "checkpoint::add_tensor(" + detail::ckpt::printable(name) + "): ";
   std::uint64_t bytes = 0;
   if (!detail::ckpt::check_name("tensor", name, st) || !detail::ckpt::shape_bytes(type, shape, bytes, st)) {
-    ec = st.ec;
+    st.what = where + st.what;
     return nullptr;
   }
   if (index_.find(name) != index_.end()) {
-    ec = make_error_code(errc::invalid_argument);
+    st.fail(errc::invalid_argument, where + "a tensor of that name already exists");
     return nullptr;
   }
   checkpoint_tensor t;
@@ -349,67 +354,71 @@ NPURT_DECL checkpoint_tensor* checkpoint::make_entry(std::string_view name, npur
   t.size_ = static_cast<std::size_t>(bytes);
   t.data_.reset(static_cast<std::byte*>(detail::host_heap::allocate(t.size_)));
   if (!t.data_) {
-    ec = make_error_code(errc::resource_exhausted);
+    st.fail(errc::resource_exhausted, where + "out of host memory for " + std::to_string(bytes) + " bytes");
     return nullptr;
   }
+  tensors_.reserve(tensors_.size() + 1);  // so that the push_back below cannot throw
   index_.emplace(t.name_, tensors_.size());
   tensors_.push_back(std::move(t));
-  ec.clear();
   return &tensors_.back();
+}
+
+NPURT_DECL bool checkpoint::add_host(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
+                                     std::span<const std::byte> data, detail::ckpt::status& st) {
+  std::uint64_t bytes = 0;
+  if (detail::ckpt::shape_bytes(type, shape, bytes, st) && bytes != data.size())
+    return st.fail(errc::invalid_argument, "checkpoint::add_tensor(" + detail::ckpt::printable(name) + "): " +
+                                               std::to_string(data.size()) + " bytes given, the shape and dtype need " +
+                                               std::to_string(bytes));
+  checkpoint_tensor* t = make_entry(name, type, std::move(shape), st);
+  if (!t) return false;
+  if (!data.empty()) std::memcpy(t->data_.get(), data.data(), data.size());
+  return true;
+}
+
+NPURT_DECL bool checkpoint::add_device(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
+                                       const void* device_ptr, stream& s, detail::ckpt::status& st) {
+  if (!device_ptr)
+    return st.fail(errc::null_pointer,
+                   "checkpoint::add_tensor(" + detail::ckpt::printable(name) + "): null device pointer");
+  checkpoint_tensor* t = make_entry(name, type, std::move(shape), st);
+  if (!t) return false;
+  if (t->size_ == 0) return true;
+  const std::size_t n = t->size_;
+  std::error_code ec;
+  s.memcpy(t->data_.get(), n, device_ptr, n, memcpy_kind::device_to_host, ec);
+  if (!ec) s.synchronize(picoseconds{-1}, ec);
+  if (!ec) return true;
+  // The entry is the last one: a failed snapshot leaves no half-filled tensor behind.
+  index_.erase(tensors_.back().name_);
+  tensors_.pop_back();
+  return st.fail(ec, "checkpoint::add_tensor(" + detail::ckpt::printable(name) + "): the device-to-host copy failed");
 }
 
 NPURT_DECL void checkpoint::add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
                                        std::span<const std::byte> data, std::error_code& ec) {
-  std::size_t bytes = 0;
-  if (!byte_size(type, shape, bytes, ec)) return;
-  if (bytes != data.size()) {
-    ec = make_error_code(errc::invalid_argument);
-    return;
-  }
-  checkpoint_tensor* t = make_entry(name, type, std::move(shape), ec);
-  if (t && !data.empty()) std::memcpy(t->data_.get(), data.data(), data.size());
+  detail::ckpt::status st;
+  add_host(name, type, std::move(shape), data, st);
+  ec = st.ec;
 }
 
 NPURT_DECL void checkpoint::add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
                                        std::span<const std::byte> data) {
-  std::size_t bytes = 0;
-  std::error_code ec;
-  if (byte_size(type, shape, bytes, ec) && bytes != data.size())
-    throw_error(make_error_code(errc::invalid_argument),
-                "checkpoint::add_tensor(" + detail::ckpt::printable(name) + "): " + std::to_string(data.size()) +
-                    " bytes given, the shape and dtype need " + std::to_string(bytes));
-  if (find_tensor(name))
-    throw_error(make_error_code(errc::invalid_argument),
-                "checkpoint::add_tensor: a tensor named " + detail::ckpt::printable(name) + " already exists");
-  add_tensor(name, type, std::move(shape), data, ec);
-  throw_if(ec, "checkpoint::add_tensor(" + detail::ckpt::printable(name) + ")");
+  detail::ckpt::status st;
+  if (!add_host(name, type, std::move(shape), data, st)) detail::ckpt::raise(st);
 }
 
 NPURT_DECL void checkpoint::add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
                                        const void* device_ptr, stream& s, std::error_code& ec) {
-  if (!device_ptr) {
-    ec = make_error_code(errc::null_pointer);
-    return;
-  }
-  checkpoint_tensor* t = make_entry(name, type, std::move(shape), ec);
-  if (!t || t->size_ == 0) return;
-  const std::size_t n = t->size_;
-  s.memcpy(t->data_.get(), n, device_ptr, n, memcpy_kind::device_to_host, ec);
-  if (!ec) s.synchronize(picoseconds{-1}, ec);
-  if (ec) {  // the entry is the last one: a failed snapshot leaves no half-filled tensor
-    index_.erase(tensors_.back().name_);
-    tensors_.pop_back();
-  }
+  detail::ckpt::status st;
+  add_device(name, type, std::move(shape), device_ptr, s, st);
+  ec = st.ec;
 }
 
 NPURT_DECL void checkpoint::add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
                                        const void* device_ptr, stream& s) {
-  if (find_tensor(name))
-    throw_error(make_error_code(errc::invalid_argument),
-                "checkpoint::add_tensor: a tensor named " + detail::ckpt::printable(name) + " already exists");
-  std::error_code ec;
-  add_tensor(name, type, std::move(shape), device_ptr, s, ec);
-  throw_if(ec, "checkpoint::add_tensor(" + detail::ckpt::printable(name) + ") from device memory");
+  detail::ckpt::status st;
+  if (!add_device(name, type, std::move(shape), device_ptr, s, st)) detail::ckpt::raise(st);
 }
 
 NPURT_DECL const checkpoint_tensor* checkpoint::find_tensor(std::string_view name) const noexcept {
@@ -432,7 +441,7 @@ NPURT_DECL event checkpoint::copy_to_device(std::string_view name, void* dst, st
 
 NPURT_DECL void checkpoint::set_value(std::string_view key, checkpoint_value v) {
   detail::ckpt::status st;
-  if (!detail::ckpt::check_name("metadata", key, st)) throw_error(st.ec, st.what);
+  if (!detail::ckpt::check_name("metadata key", key, st)) throw_error(st.ec, "checkpoint::set_metadata: " + st.what);
   if (auto it = metadata_.find(key); it != metadata_.end())
     it->second = std::move(v);
   else
@@ -539,11 +548,6 @@ inline bool save_file(std::span<const checkpoint_tensor> tensors, const layout& 
   return true;
 }
 
-[[noreturn]] inline void raise(const status& st) {
-  if (st.ec.category() == error_category()) throw_error(st.ec, st.what);
-  throw checkpoint_io_error(st.ec, st.what);
-}
-
 }  // namespace detail::ckpt
 
 NPURT_DECL void checkpoint::save(const std::filesystem::path& path, std::error_code& ec) const {
@@ -628,6 +632,7 @@ struct checkpoint_loader {
       if (len > r.remaining()) return truncated(std::string(what) + " name of " + num(len) + " bytes");
       if (!r.bytes(len, name)) return truncated(what);
       if (!check_name(what, name, st)) {
+        st.what = "checkpoint: " + st.what;
         st.ec = len == 0 ? make_error_code(errc::corrupt_file) : make_error_code(errc::size_overflow);
         return false;
       }
@@ -698,7 +703,7 @@ struct checkpoint_loader {
       std::uint32_t crc = 0;
       if (!r.u64(offset) || !r.u64(bytes) || !r.u32(crc)) return truncated("tensor " + q);
       if (!shape_bytes(type, shape, need, st)) {
-        st.what = "checkpoint: tensor " + q + ": " + st.what.substr(12);
+        st.what = "checkpoint: tensor " + q + ": " + st.what;
         return false;
       }
       if (bytes != need)
