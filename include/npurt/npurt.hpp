@@ -19,3 +19,4 @@
 #include <npurt/system_options.hpp>
 #include <npurt/system.hpp>
 #include <npurt/simple_backend.hpp>
+#include <npurt/checkpoint.hpp>

@@ -31,3 +31,4 @@
 #include <npurt/impl/allocator_release.ipp>
 #include <npurt/impl/allocator_stats.ipp>
 #include <npurt/impl/segment_provider.ipp>
+#include <npurt/impl/checkpoint.ipp>
