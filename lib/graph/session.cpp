@@ -50,7 +50,7 @@ session::session(npurt::system& sys, const session_config& cfg)
 session::~session() {
   for (auto& s : streams_) {
     std::error_code ec;
-    if (s) s->synchronize(picoseconds{-1}, ec);
+    if (s) s->synchronize(npurt::no_timeout, ec);
   }
   if (comm_buffer_) give_back(comm_buffer_, comm_bytes_);
   // Compiled graphs that outlive the session lose their memory with it (running one is an error).
@@ -359,7 +359,7 @@ std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& c
     abandon_run(*p);
     for (auto& st : streams_) {
       std::error_code ec;
-      st->synchronize(picoseconds{-1}, ec);
+      st->synchronize(npurt::no_timeout, ec);
     }
     throw;
   }
@@ -393,7 +393,7 @@ run_result session::finish_run(pending_run& p) {
 run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs) {
   auto p = start_run(c, inputs);
   std::error_code ec;
-  for (std::uint32_t k = 0; k < c.get().streams; ++k) stream(k).synchronize(picoseconds{-1}, ec);
+  for (std::uint32_t k = 0; k < c.get().streams; ++k) stream(k).synchronize(npurt::no_timeout, ec);
   if (ec) {
     abandon_run(*p);
     throw_error(ec, "run: graph '" + c.get().g.name() + "'");

@@ -188,7 +188,7 @@ void tensor::copy_from(const tensor& src, stream& s, std::error_code& ec) {
   if (ec || bytes() == 0) return;
   event done = s.memcpy(data_, bytes(), src.data_, bytes(), kind, ec);
   if (ec) return;
-  done.synchronize(picoseconds{-1}, ec);
+  done.synchronize(npurt::no_timeout, ec);
 }
 
 void tensor::copy_from(const tensor& src, stream& s) {

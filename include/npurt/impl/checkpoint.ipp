@@ -387,7 +387,7 @@ NPURT_DECL bool checkpoint::add_device(std::string_view name, npurt::dtype type,
   const std::size_t n = t->size_;
   std::error_code ec;
   s.memcpy(t->data_.get(), n, device_ptr, n, memcpy_kind::device_to_host, ec);
-  if (!ec) s.synchronize(picoseconds{-1}, ec);
+  if (!ec) s.synchronize(npurt::no_timeout, ec);
   if (!ec) return true;
   // The entry is the last one: a failed snapshot leaves no half-filled tensor behind.
   index_.erase(tensors_.back().name_);
