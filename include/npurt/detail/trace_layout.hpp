@@ -9,9 +9,14 @@
 //   3'000'000 + link * 1000 + lane   a link (name, src, dst) of this process
 //   4'000'000                        memory (instants and the in-use counter)
 //   1 + lane (pid 0)                 a host annotation lane
-#pragma once
-
+// Guarded by hand, not #pragma once: included first, this header includes profiler.hpp, whose
+// bodies (impl/profiler.ipp) include this header again and need its definitions, which the
+// nested inclusion provides now that profiler.hpp's types are complete.
+#ifndef NPURT_DETAIL_TRACE_LAYOUT_HPP
 #include <npurt/profiler.hpp>
+#endif
+#ifndef NPURT_DETAIL_TRACE_LAYOUT_HPP
+#define NPURT_DETAIL_TRACE_LAYOUT_HPP
 
 #include <algorithm>
 #include <cstddef>
@@ -219,3 +224,5 @@ struct trace_layout {
 };
 
 }  // namespace npurt::detail
+
+#endif  // NPURT_DETAIL_TRACE_LAYOUT_HPP
