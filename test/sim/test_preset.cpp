@@ -3,7 +3,6 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
-#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -12,13 +11,6 @@ using namespace npurt::sim;
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // 1-based line of the first line that starts with `prefix` (ignoring leading blanks).
 std::size_t line_starting(const std::string& text, const std::string& prefix) {
