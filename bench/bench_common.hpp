@@ -79,6 +79,7 @@ class command_line {
   CLI::Option* add_preset(std::string& name) {
     return app_.add_option("--preset", name, "hardware preset")
         ->capture_default_str()
+        ->type_name("NAME")
         ->check(CLI::Validator(
             [](const std::string& n) -> std::string {
               try {
@@ -88,7 +89,7 @@ class command_line {
                 return e.what();
               }
             },
-            "NAME", "preset"));
+            "", "preset"));
   }
 
   /// Parses argv. Returns the exit code to leave main with after --help (0) or a bad command
