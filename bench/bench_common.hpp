@@ -1,13 +1,18 @@
-// Shared by the benchmarks: wall-clock timing, a result table, and --json PATH output.
+// Shared by the benchmarks: wall-clock timing, a result table, and the command line (--help,
+// --json PATH and the options each program adds).
 #pragma once
+
+#include <npurt/error.hpp>
+#include <npurt/sim/preset.hpp>
+
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <ctime>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -56,34 +61,64 @@ class report {
   std::vector<row> rows_;
 };
 
-/// The value after --json, or empty.
-inline std::string json_path(int argc, char** argv) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--json") == 0) return argv[i + 1];
-  return {};
-}
-
-inline bool has_flag(int argc, char** argv, std::string_view flag) {
-  for (int i = 1; i < argc; ++i)
-    if (flag == argv[i]) return true;
-  return false;
-}
-
-inline long arg_value(int argc, char** argv, std::string_view flag, long fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (flag == argv[i]) return std::stol(argv[i + 1]);
-  return fallback;
-}
-
-/// Writes JSON if asked; returns the process exit code.
-inline int finish(const report& r, int argc, char** argv) {
-  r.print();
-  const std::string path = json_path(argc, argv);
-  if (!path.empty() && !r.write_json(path)) {
-    std::fprintf(stderr, "cannot write %s\n", path.c_str());
-    return 1;
+/// The command line every benchmark shares: --help, --json PATH, and the options the program
+/// adds, parsed by CLI11 so that a bad value is a clear error instead of an exception from deep
+/// inside. Usage:
+///   npurt_bench::command_line cl{"what the benchmark measures"};
+///   cl.app().add_option("--steps", steps, "...")->check(CLI::PositiveNumber);
+///   if (auto rc = cl.parse(argc, argv)) return *rc;
+class command_line {
+ public:
+  explicit command_line(std::string description) : app_(std::move(description)) {
+    app_.add_option("--json", json_, "also write the results to PATH as JSON")->option_text("PATH");
+    app_.get_formatter()->column_width(34);
   }
-  return 0;
-}
+  [[nodiscard]] CLI::App& app() noexcept { return app_; }
+
+  /// --preset NAME: a built-in hardware preset (npurt::sim::presets::by_name).
+  CLI::Option* add_preset(std::string& name) {
+    return app_.add_option("--preset", name, "hardware preset")
+        ->capture_default_str()
+        ->type_name("NAME")
+        ->check(CLI::Validator(
+            [](const std::string& n) -> std::string {
+              try {
+                (void)npurt::sim::presets::by_name(n);
+                return {};
+              } catch (const npurt::error& e) {
+                return e.what();
+              }
+            },
+            "", "preset"));
+  }
+
+  /// Parses argv. Returns the exit code to leave main with after --help (0) or a bad command
+  /// line (the message is printed), or nullopt to go on.
+  [[nodiscard]] std::optional<int> parse(int argc, char** argv) {
+    try {
+      app_.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app_.exit(e);
+    }
+    return std::nullopt;
+  }
+
+  /// The path given with --json, or empty.
+  [[nodiscard]] const std::string& json_path() const noexcept { return json_; }
+
+  /// Prints the table, writes JSON if asked; returns the process exit code.
+  [[nodiscard]] int finish(const report& r) const {
+    r.print();
+    if (!json_.empty() && !r.write_json(json_)) {
+      std::fprintf(stderr, "cannot write %s\n", json_.c_str());
+      return 1;
+    }
+    return 0;
+  }
+
+ private:
+  CLI::App app_;
+  std::string json_;
+};
 
 }  // namespace npurt_bench

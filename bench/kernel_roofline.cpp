@@ -39,10 +39,12 @@ row measure(const npurt::sim::preset& p, const npurt::kernel_desc& k, std::strin
 int main(int argc, char** argv) {
   using namespace npurt;
   std::string preset_name = "ascend910";
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string_view(argv[i]) == "--preset") preset_name = argv[i + 1];
+  std::int64_t batch = 256;
+  npurt_bench::command_line cl{"kernel_roofline: the cost model against the cube floor and the roofline"};
+  cl.add_preset(preset_name);
+  cl.app().add_option("--batch", batch, "ResNet-50 batch size")->capture_default_str()->check(CLI::Range(1, 65'536));
+  if (auto rc = cl.parse(argc, argv)) return *rc;
   const sim::preset p = sim::presets::by_name(preset_name);
-  const std::int64_t batch = npurt_bench::arg_value(argc, argv, "--batch", 256);
   std::vector<row> rows;
 
   auto gemm = [](std::int64_t m, std::int64_t n, std::int64_t k) {
@@ -82,7 +84,7 @@ int main(int argc, char** argv) {
     std::printf("%-34s %8lld %6lld %6lld %11.1f %8.1f %6.1f %11.1f %11.1f %6.2f %s\n", r.name.c_str(),
                 static_cast<long long>(r.m), static_cast<long long>(r.n), static_cast<long long>(r.k), r.us, r.tflops,
                 r.pct_peak, r.floor_us, r.roof_us, r.floor_ratio, r.bound.c_str());
-  const std::string path = npurt_bench::json_path(argc, argv);
+  const std::string& path = cl.json_path();
   if (!path.empty()) {
     std::ofstream os(path);
     os << "{\n  \"benchmark\": \"kernel_roofline\",\n  \"preset\": \"" << p.name << "\",\n  \"batch\": " << batch

@@ -47,10 +47,12 @@ result run(const npurt::sim::preset& base, int devices, int steps, const npurt::
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int steps = static_cast<int>(npurt_bench::arg_value(argc, argv, "--steps", 5));
+  int steps = 5;
   std::string preset_name = "ascend910";
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string_view(argv[i]) == "--preset") preset_name = argv[i + 1];
+  npurt_bench::command_line cl{"sim_speed: wall-clock cost of simulating ResNet-50 training steps"};
+  cl.app().add_option("--steps", steps, "training steps per run")->capture_default_str()->check(CLI::Range(1, 10'000));
+  cl.add_preset(preset_name);
+  if (auto rc = cl.parse(argc, argv)) return *rc;
   const npurt::sim::preset p = npurt::sim::presets::by_name(preset_name);
   const npurt::models::resnet50 model{256};
   npurt_bench::report rep("sim_speed: ResNet-50 v1.5 training step, batch 256, FP16, timing-only, " + p.name + ", " +
@@ -63,5 +65,5 @@ int main(int argc, char** argv) {
     rep.add(pre + "wall_s", r.wall_s, "s", std::to_string(steps) + " steps, best of 3");
     rep.add(pre + "wall_ms_per_device_step", r.wall_ms_per_device_step, "ms", "target <= 2");
   }
-  return npurt_bench::finish(rep, argc, argv);
+  return cl.finish(rep);
 }

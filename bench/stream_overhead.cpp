@@ -145,9 +145,17 @@ cost asio_post(long n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const long tasks = npurt_bench::arg_value(argc, argv, "--tasks", 1'000'000);
-  const long awaits = npurt_bench::arg_value(argc, argv, "--awaits", 200'000);
-  const int rounds = static_cast<int>(std::max(1L, npurt_bench::arg_value(argc, argv, "--rounds", 7)));
+  long tasks = 1'000'000;
+  long awaits = 200'000;
+  int rounds = 7;
+  npurt_bench::command_line cl{"stream_overhead: runtime cost per task against a bare heap and plain Asio"};
+  cl.app().add_option("--tasks", tasks, "fire-and-forget launches per round")->capture_default_str()
+      ->check(CLI::Range(1L, 100'000'000L));
+  cl.app().add_option("--awaits", awaits, "awaited launches per round")->capture_default_str()
+      ->check(CLI::Range(1L, 100'000'000L));
+  cl.app().add_option("--rounds", rounds, "rounds; the best of each is kept")->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  if (auto rc = cl.parse(argc, argv)) return *rc;
   npurt_bench::report r("stream_overhead");
   auto add = [&](const std::string& key, cost c, const std::string& note = {}) {
     r.add(key + "_ns", c.wall, "ns", note);
@@ -204,5 +212,5 @@ int main(int argc, char** argv) {
   r.add("profiler_overhead_ratio_cpu", traced1.cpu / warm1.cpu, "ratio", "target <= 1.2");
   r.add("profiler_overhead_ratio_wall", traced1.wall / warm1.wall, "ratio");
 #endif
-  return npurt_bench::finish(r, argc, argv);
+  return cl.finish(r);
 }

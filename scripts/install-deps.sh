@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Installs what npurt needs on Debian bookworm, and nothing when it is already there.
-# Boost 1.83, Catch2 3 and Meson >= 1.1 come from bookworm-backports; range-v3 and mimalloc from main.
+# Installs what npurt and every leg of .ci/run need on Debian bookworm, and nothing when it is
+# already there. Run as root (or with sudo available).
+#   bookworm main:       g++, clang-19 (+ libclang-rt-19-dev for sanitizers and libFuzzer),
+#                        clang-format-19, clang-tidy-19, range-v3, mimalloc, CLI11, ONNX + test data
+#   bookworm-backports:  Boost 1.83, Catch2 3, Meson >= 1.1
 set -euo pipefail
+main_pkgs=(g++ ninja-build pkg-config cmake git python3 librange-v3-dev libmimalloc-dev libcli11-dev
+           clang-19 libclang-rt-19-dev clang-format-19 clang-tidy-19 libonnx-dev libonnx-testdata)
+bp_pkgs=(libboost1.83-dev catch2 meson)
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in g++ ninja-build pkg-config cmake librange-v3-dev libmimalloc-dev; do have "$p" || need+=("$p"); done
+for p in "${main_pkgs[@]}"; do have "$p" || need+=("$p"); done
 bp=()
-for p in libboost1.83-dev catch2 meson; do have "$p" || bp+=("$p"); done
+for p in "${bp_pkgs[@]}"; do have "$p" || bp+=("$p"); done
 # Catch2 2.x or an old Meson from main would not do: check versions, not just presence.
 if have catch2 && ! dpkg --compare-versions "$(dpkg-query -W -f='${Version}' catch2)" ge 3; then bp+=(catch2); fi
 if have meson && ! dpkg --compare-versions "$(dpkg-query -W -f='${Version}' meson)" ge 1.1; then bp+=(meson); fi

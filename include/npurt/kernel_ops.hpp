@@ -12,11 +12,13 @@
 #include <cstdint>
 #include <string_view>
 
+// Every operand has an initializer: an aggregate that leaves trailing operands out (they are
+// optional for some operations) then compiles cleanly under -Wextra.
 namespace npurt::kernels {
 
 /// C = alpha * op(A) * op(B) + beta * C. Rank 2 ([M,K] x [K,N]) or batched rank 3 ([B,M,K]).
 struct matmul {
-  tensor_desc a, b, c;
+  tensor_desc a{}, b{}, c{};
   bool trans_a = false;
   bool trans_b = false;
   float alpha = 1.0f;
@@ -25,7 +27,7 @@ struct matmul {
 
 /// 2-D convolution, NCHW. x: [N,C,H,W], w: [Co, C/groups, kh, kw], y: [N,Co,Ho,Wo].
 struct conv2d {
-  tensor_desc x, w, y;
+  tensor_desc x{}, w{}, y{};
   std::array<std::int32_t, 2> stride{1, 1};
   std::array<std::int32_t, 2> pad{0, 0};
   std::array<std::int32_t, 2> dilation{1, 1};
@@ -34,7 +36,7 @@ struct conv2d {
 
 /// dx = conv2d_transpose(dy, w): the input gradient of conv2d (same parameters as the forward).
 struct conv2d_backward_data {
-  tensor_desc dy, w, dx;
+  tensor_desc dy{}, w{}, dx{};
   std::array<std::int32_t, 2> stride{1, 1};
   std::array<std::int32_t, 2> pad{0, 0};
   std::array<std::int32_t, 2> dilation{1, 1};
@@ -43,7 +45,7 @@ struct conv2d_backward_data {
 
 /// dw = correlation of x and dy: the weight gradient of conv2d.
 struct conv2d_backward_weight {
-  tensor_desc x, dy, dw;
+  tensor_desc x{}, dy{}, dw{};
   std::array<std::int32_t, 2> stride{1, 1};
   std::array<std::int32_t, 2> pad{0, 0};
   std::array<std::int32_t, 2> dilation{1, 1};
@@ -55,14 +57,14 @@ enum class eltwise_fn : std::uint8_t { add, sub, mul, div, relu, gelu, sigmoid, 
 /// y = fn(a, b) with NumPy broadcasting, or y = fn(a) for the unary functions (b unused).
 struct elementwise {
   eltwise_fn fn = eltwise_fn::add;
-  tensor_desc a, b, y;
+  tensor_desc a{}, b{}, y{};
 };
 
 /// Batch normalisation over N,H,W per channel of an NCHW tensor. In training it uses batch
 /// statistics, writes saved_mean / saved_invstd and updates running_mean / running_var; in
 /// inference it uses the running statistics.
 struct batchnorm {
-  tensor_desc x, gamma, beta, running_mean, running_var, y, saved_mean, saved_invstd;
+  tensor_desc x{}, gamma{}, beta{}, running_mean{}, running_var{}, y{}, saved_mean{}, saved_invstd{};
   bool training = true;
   float eps = 1e-5f;
   float momentum = 0.1f;
@@ -70,12 +72,12 @@ struct batchnorm {
 
 /// Gradients of training-mode batchnorm.
 struct batchnorm_backward {
-  tensor_desc x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta;
+  tensor_desc x{}, dy{}, gamma{}, saved_mean{}, saved_invstd{}, dx{}, dgamma{}, dbeta{};
 };
 
 /// Layer normalisation over the trailing dimensions from `axis` on.
 struct layernorm {
-  tensor_desc x, gamma, beta, y;
+  tensor_desc x{}, gamma{}, beta{}, y{};
   std::int32_t axis = -1;
   float eps = 1e-5f;
 };
@@ -85,7 +87,7 @@ enum class pool_mode : std::uint8_t { max, avg, global_avg };
 /// 2-D pooling, NCHW. global_avg ignores window, stride and pad.
 struct pool2d {
   pool_mode mode = pool_mode::max;
-  tensor_desc x, y;
+  tensor_desc x{}, y{};
   std::array<std::int32_t, 2> window{2, 2};
   std::array<std::int32_t, 2> stride{2, 2};
   std::array<std::int32_t, 2> pad{0, 0};
@@ -94,14 +96,14 @@ struct pool2d {
 /// Gradient of pool2d: dx from dy (x is needed for max).
 struct pool2d_backward {
   pool_mode mode = pool_mode::max;
-  tensor_desc x, dy, dx;
+  tensor_desc x{}, dy{}, dx{};
   std::array<std::int32_t, 2> window{2, 2};
   std::array<std::int32_t, 2> stride{2, 2};
   std::array<std::int32_t, 2> pad{0, 0};
 };
 
 struct softmax {
-  tensor_desc x, y;
+  tensor_desc x{}, y{};
   std::int32_t axis = -1;
 };
 
@@ -110,25 +112,25 @@ enum class reduce_fn : std::uint8_t { sum, mean, max };
 /// Reduction over the axes whose bit is set in axes_mask (bit i = dimension i).
 struct reduce {
   reduce_fn fn = reduce_fn::sum;
-  tensor_desc x, y;
+  tensor_desc x{}, y{};
   std::uint32_t axes_mask = 0;
   bool keep_dims = false;
 };
 
 /// y = x permuted: y.shape[i] = x.shape[perm[i]].
 struct transpose {
-  tensor_desc x, y;
+  tensor_desc x{}, y{};
   std::array<std::uint8_t, shape::max_rank> perm{0, 1, 2, 3, 4, 5, 6, 7};
 };
 
 /// y = x converted to y's dtype (round to nearest even, saturating for integers).
 struct cast {
-  tensor_desc x, y;
+  tensor_desc x{}, y{};
 };
 
 /// param -= lr * (grad + weight_decay * param), with momentum when a buffer is given.
 struct sgd_update {
-  tensor_desc param, grad, momentum_buffer;
+  tensor_desc param{}, grad{}, momentum_buffer{};
   float lr = 0.1f;
   float momentum = 0.0f;
   float weight_decay = 0.0f;

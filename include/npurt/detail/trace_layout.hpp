@@ -249,3 +249,5 @@ struct trace_layout {
 };
 
 }  // namespace npurt::detail
+
+#endif  // NPURT_DETAIL_TRACE_LAYOUT_HPP

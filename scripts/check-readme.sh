@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Compiles the C++ examples of a Markdown file as a user would, so documentation cannot drift from
+# the headers. A fenced ```cpp block is checked when the line before it (blank lines aside) is
+#   <!-- compile -->   compiled to an object file against include/ and sim/include/
+#   <!-- run -->       also linked against a build's libraries and run; it must exit with 0
+# Other blocks (fragments, pseudo-code) are left alone.
+# Usage: scripts/check-readme.sh [FILE.md] [BUILD_DIR]   (defaults: README.md, build)
+# CXX overrides the compiler (default g++-12, else c++).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+md=${1:-$root/README.md}
+build=${2:-$root/build}
+cxx=${CXX:-$(command -v g++-12 || command -v c++)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# Splits the marked blocks into $tmp/block_<line>.<mode>.cpp (line = where the block starts).
+python3 - "$md" "$tmp" <<'PY'
+import pathlib, re, sys
+md, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+lines = md.read_text().splitlines()
+mode, i = None, 0
+while i < len(lines):
+    s = lines[i].strip()
+    m = re.fullmatch(r'<!--\s*(compile|run)\s*-->', s)
+    if m:
+        mode = m.group(1)
+    elif s.startswith('```'):
+        lang = s[3:].strip().lower()
+        start = i + 1
+        j = start
+        while j < len(lines) and not lines[j].strip().startswith('```'):
+            j += 1
+        if mode and lang in ('cpp', 'c++'):
+            # #line: the compiler's messages point into the Markdown file.
+            body = f'#line {start + 1} "{md.name}"\n' + '\n'.join(lines[start:j]) + '\n'
+            (out / f'block_{start:05d}.{mode}.cpp').write_text(body)
+        elif mode:
+            sys.exit(f'{md}:{i + 1}: <!-- {mode} --> must be followed by a ```cpp block')
+        mode, i = None, j
+    elif s:
+        mode = None  # a marker applies only to the block right after it
+    i += 1
+PY
+shopt -s nullglob
+blocks=("$tmp"/block_*.cpp)
+flags=(-std=c++20 -I"$root/include" -I"$root/sim/include" -DBOOST_ASIO_NO_DEPRECATED)
+failed=0
+for b in "${blocks[@]}"; do
+  name=$(basename "$b" .cpp)
+  line=$((10#$(echo "$name" | sed -E 's/block_([0-9]+)\..*/\1/')))
+  where="$(basename "$md"):$line"
+  if [[ $name == *.run ]]; then
+    libs=("$build/sim/libnpurt_sim.a")
+    [ -f "$build/lib/libnpurt.a" ] && grep -q "header_only.*false" "$build/meson-info/intro-buildoptions.json" 2>/dev/null &&
+      libs+=("$build/lib/libnpurt.a")
+    if [ ! -f "${libs[0]}" ]; then echo "$where: no $build/sim/libnpurt_sim.a to link against (build first)"; failed=$((failed + 1)); continue; fi
+    if "$cxx" "${flags[@]}" -o "$tmp/$name" "$b" "${libs[@]}" -lmimalloc -pthread && (cd "$tmp" && "./$name" >/dev/null); then
+      echo "$where: compiles and runs"
+    else
+      echo "$where: FAILED (the block from line $line, compiled and run)"; failed=$((failed + 1))
+    fi
+  elif "$cxx" "${flags[@]}" -c -o "$tmp/$name.o" "$b"; then
+    echo "$where: compiles"
+  else
+    echo "$where: FAILED (the block from line $line)"; failed=$((failed + 1))
+  fi
+done
+echo "readme: ${#blocks[@]} blocks checked in $(basename "$md"), $failed failed"
+[ "$failed" -eq 0 ]
