@@ -249,5 +249,3 @@ struct trace_layout {
 };
 
 }  // namespace npurt::detail
-
-#endif  // NPURT_DETAIL_TRACE_LAYOUT_HPP
