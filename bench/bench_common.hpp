@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <cstdio>
 #include <fstream>
@@ -41,16 +42,48 @@ class report {
     std::printf("%-52s %14s  %-8s %s\n", "measure", "value", "unit", "note");
     for (const auto& r : rows_) std::printf("%-52s %14.3f  %-8s %s\n", r.key.c_str(), r.value, r.unit.c_str(), r.note.c_str());
   }
+  /// {"benchmark": title, "<key>": value, ..., "rows": [{"key", "value", "unit", "note"}, ...]}:
+  /// the flat keys for scripts, the rows for scripts/bench_docs.py (units and notes included).
   bool write_json(const std::string& path) const {
     std::ofstream os(path);
     if (!os) return false;
-    os << "{\n  \"benchmark\": \"" << title_ << "\"";
-    for (const auto& r : rows_) os << ",\n  \"" << r.key << "\": " << r.value;
-    os << "\n}\n";
+    os << "{\n  \"benchmark\": " << quoted(title_);
+    for (const auto& r : rows_) os << ",\n  " << quoted(r.key) << ": " << number(r.value);
+    os << ",\n  \"rows\": [";
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+      const auto& r = rows_[i];
+      os << (i ? ",\n" : "\n") << "    {\"key\": " << quoted(r.key) << ", \"value\": " << number(r.value)
+         << ", \"unit\": " << quoted(r.unit) << ", \"note\": " << quoted(r.note) << "}";
+    }
+    os << "\n  ]\n}\n";
+    os.close();
     return static_cast<bool>(os);
   }
 
  private:
+  static std::string quoted(const std::string& s) {
+    std::string out = "\"";
+    for (const char c : s) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+        out += buf;
+      } else {
+        out += c;
+      }
+    }
+    return out + "\"";
+  }
+  // JSON has no NaN or infinity: a value that is not finite is written as null.
+  static std::string number(double v) {
+    if (!std::isfinite(v)) return "null";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return buf;
+  }
   struct row {
     std::string key;
     double value;
