@@ -142,7 +142,8 @@ key_entry str_key(std::string_view sec, std::string_view key, std::string_view d
             if (v.empty()) return false;
             p.*m = std::string(v);
             return true;
-          }};
+          },
+          {}};
 }
 
 key_entry bool_key(std::string_view sec, std::string_view key, std::string_view desc, bool preset::*m) {
@@ -153,7 +154,8 @@ key_entry bool_key(std::string_view sec, std::string_view key, std::string_view 
             else if (v == "false" || v == "0") p.*m = false;
             else return false;
             return true;
-          }};
+          },
+          {}};
 }
 
 template <class T>
@@ -241,7 +243,8 @@ const std::vector<key_entry>& table() {
     {
       key_entry groups{{"Interconnect", "hccs_groups", "device lists", "HCCS full-mesh groups: ';' between groups, ',' or a-b inside"},
                        [](const preset& p) { return fmt_groups(p.hccs_groups); },
-                       [](preset& p, std::string_view s) { return parse_groups(s, p.hccs_groups); }};
+                       [](preset& p, std::string_view s) { return parse_groups(s, p.hccs_groups); },
+                       {}};
       v.push_back(std::move(groups));
     }
     v.push_back(real_key("Interconnect", "roce_bandwidth", "GB/s", "RoCE port bandwidth per direction per device", &preset::roce_bandwidth, gbs, 1e-3, 1e6));
