@@ -46,22 +46,13 @@ class by_op final : public npurt::observer {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (npurt_bench::has_flag(argc, argv, "--help")) {
-    std::printf("graph_schedules [--batch N] [--batches N] [--json PATH]\n");
-    return 0;
-  }
   long batch = 64, batches = 4;
-  try {
-    batch = npurt_bench::arg_value(argc, argv, "--batch", 64);
-    batches = npurt_bench::arg_value(argc, argv, "--batches", 4);
-  } catch (const std::exception&) {
-    std::fprintf(stderr, "graph_schedules: --batch and --batches take positive integers\n");
-    return 2;
-  }
-  if (batch < 1 || batches < 1) {
-    std::fprintf(stderr, "graph_schedules: --batch and --batches take positive integers\n");
-    return 2;
-  }
+  npurt_bench::command_line cl{"graph_schedules: ResNet-50 through the graph API, per schedule and optimisation level"};
+  cl.app().add_option("--batch", batch, "images per batch")->capture_default_str()->check(CLI::Range(1L, 4096L));
+  cl.app().add_option("--batches", batches, "batches streamed through the pipeline schedule")
+      ->capture_default_str()
+      ->check(CLI::Range(1L, 1024L));
+  if (auto rc = cl.parse(argc, argv)) return *rc;
   npurt_bench::report rep("graph_schedules (ResNet-50 inference, batch " + std::to_string(batch) + ", fp16, timing-only, ascend910)");
   npurt::graph g = npurt::models::resnet50_graph(batch, 224);
   npurt::tensor input = npurt::tensor::timing_only({batch, 3, 224, 224}, npurt::dtype::f32);
@@ -146,5 +137,5 @@ int main(int argc, char** argv) {
     for (const auto& [k, v] : obs.time) total += v;
     for (const auto& [k, v] : obs.time) rep.add("bert_time_share_" + k, 100.0 * v / total, "%");
   }
-  return npurt_bench::finish(rep, argc, argv);
+  return cl.finish(rep);
 }

@@ -54,7 +54,11 @@ double best_of(int rounds, F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto largest = static_cast<std::size_t>(npurt_bench::arg_value(argc, argv, "--tasks", 160000));
+  long tasks = 160000;
+  npurt_bench::command_line cl{"trace_summarize: the trace reader and summary against the size of a trace"};
+  cl.app().add_option("--tasks", tasks, "tasks of the largest trace")->capture_default_str()->check(CLI::Range(1000L, 10'000'000L));
+  if (auto rc = cl.parse(argc, argv)) return *rc;
+  const auto largest = static_cast<std::size_t>(tasks);
   npurt_bench::report r("trace_summarize");
   double first_summary = 0, first_read = 0;
   std::size_t first_n = 0, n = std::max<std::size_t>(largest / 8, 1000);
@@ -85,5 +89,5 @@ int main(int argc, char** argv) {
       r.add("read_growth_per_task", read / static_cast<double>(n) / first_read, "ratio");
     }
   }
-  return npurt_bench::finish(r, argc, argv);
+  return cl.finish(r);
 }
