@@ -17,6 +17,7 @@
 namespace npurt {
 
 class observer;
+struct collective_desc;  // collective_types.hpp
 
 using device_id = std::int32_t;
 
@@ -116,6 +117,7 @@ struct task_info {
   std::uint64_t flops = 0;      // for the profiler; the backend may fill them in
   std::uint64_t bytes = 0;
   void* backend_data = nullptr; // scratch for the backend
+  const collective_desc* collective = nullptr;  // kind == collective: the rank's call(s)
 };
 
 /// Memory access the backend needs for functional execution.
@@ -138,6 +140,14 @@ class backend_host : public memory_view {
   virtual void complete(task_info& t, std::error_code ec = {}) = 0;
   /// The observer to report engine-level activity to (link transfers, collective steps), or null.
   [[nodiscard]] virtual observer* tracer() noexcept = 0;
+  /// call_at that can be taken back (a timeout that usually does not fire must not move the
+  /// clock): returns a ticket for cancel_timer. The defaults cannot cancel.
+  virtual std::uint64_t call_at_cancellable(sim_time at, void (*fn)(void* ctx, std::uint64_t arg), void* ctx,
+                                            std::uint64_t arg) {
+    call_at(at, fn, ctx, arg);
+    return 0;
+  }
+  virtual void cancel_timer(std::uint64_t /*ticket*/) {}
 };
 
 /// A device layer.
@@ -156,6 +166,9 @@ class backend {
   virtual void submit(task_info& t) = 0;
   /// Whether a device keeps a real backing store for its memory (functional mode).
   [[nodiscard]] virtual bool functional() const noexcept = 0;
+  /// Fails every pending collective of communicator `comm` with errc::operation_aborted
+  /// (HcclCommDestroy / ncclCommAbort). A backend without collectives has none.
+  virtual void abort_collectives(std::uint64_t /*comm*/) {}
 };
 
 }  // namespace npurt

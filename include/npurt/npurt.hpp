@@ -17,3 +17,5 @@
 #include <npurt/device.hpp>
 #include <npurt/system.hpp>
 #include <npurt/simple_backend.hpp>
+#include <npurt/collective_types.hpp>
+#include <npurt/collective.hpp>

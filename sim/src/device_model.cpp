@@ -2,6 +2,7 @@
 #include <npurt/sim/device_model.hpp>
 
 #include <npurt/observer.hpp>
+#include <npurt/sim/collective_engine.hpp>
 
 #if __has_include(<npurt/sim/reference_kernels.hpp>)
 #include <npurt/sim/reference_kernels.hpp>
@@ -98,7 +99,8 @@ picoseconds copy_time(const preset& p, task_kind kind, const copy_desc& c, engin
   return path.latency + transfer_time(static_cast<double>(c.bytes), path.bandwidth);
 }
 
-device_model::device_model(const preset& p, const sim_options& opts) : preset_(p), opts_(opts) {
+device_model::device_model(const preset& p, const sim_options& opts)
+    : preset_(p), opts_(opts), coll_(std::make_unique<collective_engine>(*this, preset_, opts.functional)) {
   const std::uint32_t n = p.device_count;
   engines_per_device_ = engines_per_device;
   engines_.resize(static_cast<std::size_t>(n) * engines_per_device + 1);
@@ -117,6 +119,19 @@ device_model::device_model(const preset& p, const sim_options& opts) : preset_(p
     resources_[pcie_h2d(static_cast<device_id>(d))].capacity = p.pcie_bandwidth;
     resources_[pcie_d2h(static_cast<device_id>(d))].capacity = p.pcie_bandwidth;
   }
+}
+
+device_model::~device_model() = default;
+
+void device_model::attach(backend_host& host) noexcept {
+  host_ = &host;
+  coll_->attach(host);
+}
+
+void device_model::start_transfer(task_info& t) {
+  ++in_flight_;
+  t.start = host_->now();
+  start(t, no_engine, 0, t.start);
 }
 
 std::uint32_t device_model::link_resource(std::uint64_t key, double capacity) {
@@ -209,6 +224,11 @@ void device_model::submit_other(task_info& t) {
   // collectives take no engine time here: the runtime resolves control tasks; collectives get
   // their cost from the collective engine of their own issue.
   const bool engine_task = t.kind == task_kind::kernel || t.kind == task_kind::memcpy || t.kind == task_kind::memset;
+  if (t.kind == task_kind::collective && !bad_device) {
+    --in_flight_;  // the collective engine owns it from here
+    coll_->submit(t);
+    return;
+  }
   if (engine_task && !bad_device) {
     enqueue(t, engine_of(t), 1);
     return;
@@ -386,7 +406,10 @@ NPURT_SIM_HOT inline void device_model::finish(std::uint32_t slot) {
   j.next_free = free_jobs_;
   free_jobs_ = slot;
   --in_flight_;
-  host_->complete(t, fault);
+  if (t.kind == task_kind::collective) [[unlikely]]
+    coll_->on_transfer(t, fault);
+  else
+    host_->complete(t, fault);
   if (e != no_engine && !engines_[e].heap.empty()) dispatch(e);
 }
 

@@ -65,6 +65,7 @@ struct task : task_info {
   std::uint64_t event_id = 0;
   std::function<void()>* callback = nullptr;  // host_callback only (kept out of the record)
   kernel_desc* owned_kernel = nullptr;
+  std::shared_ptr<const void> owned_extra;  // what `collective` points into (freed with the task)
   bool blocked = false;            // an event wait not yet satisfied
   std::error_code error;           // set when the task failed or was aborted
 };
@@ -153,8 +154,8 @@ class runtime final : public backend_host {
   /// call_at that can be taken back: returns a ticket for cancel_timer. A cancelled action
   /// never runs and never moves the clock.
   NPURT_DECL std::uint64_t call_at_cancellable(sim_time at, void (*fn)(void*, std::uint64_t), void* ctx,
-                                               std::uint64_t arg);
-  NPURT_DECL void cancel_timer(std::uint64_t ticket);
+                                               std::uint64_t arg) override;
+  NPURT_DECL void cancel_timer(std::uint64_t ticket) override;
 
   // --- loop ---
   NPURT_DECL void run(std::error_code& ec);
@@ -238,6 +239,8 @@ class runtime final : public backend_host {
   [[nodiscard]] std::size_t live_tasks() const noexcept { return tasks_.live(); }
   [[nodiscard]] std::size_t device_count() const noexcept { return backend_->device_count(); }
   [[nodiscard]] std::uint64_t next_task_id() const noexcept { return next_task_id_; }
+  /// Communicator ids, unique per system (deterministic: they appear in error messages).
+  [[nodiscard]] std::uint64_t new_communicator_id() noexcept { return next_communicator_id_++; }
 
  private:
   struct timed_action {
@@ -290,6 +293,7 @@ class runtime final : public backend_host {
   sim_time now_{};
   std::uint64_t order_ = 0;
   std::uint64_t next_task_id_ = 1;
+  std::uint64_t next_communicator_id_ = 1;
   std::priority_queue<timed_action, std::vector<timed_action>, std::greater<>> timers_;
   std::unordered_set<std::uint64_t> cancelled_;
   std::vector<timed_action> now_queue_;  // actions due at now_, in call order

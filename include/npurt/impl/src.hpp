@@ -19,3 +19,4 @@
 #include <npurt/impl/memplan.ipp>
 #include <npurt/impl/profiler.ipp>
 #include <npurt/impl/caching_allocator.ipp>
+#include <npurt/impl/collective.ipp>

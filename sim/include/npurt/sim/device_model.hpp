@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -68,14 +69,22 @@ struct copy_path {
 /// latency + transfer_time(bytes, bandwidth): what an uncontended copy or memset takes.
 [[nodiscard]] picoseconds copy_time(const preset& p, task_kind kind, const copy_desc& c, engine_kind engine);
 
+class collective_engine;
+
 class device_model {
  public:
   device_model(const preset& p, const sim_options& opts);
+  ~device_model();
   device_model(const device_model&) = delete;
   device_model& operator=(const device_model&) = delete;
 
-  void attach(backend_host& host) noexcept { host_ = &host; }
+  void attach(backend_host& host) noexcept;
   void submit(task_info& t);
+  /// A peer transfer of a collective (t.kind == collective, t.copy says src, dst and bytes):
+  /// runs on the link path_of() names, sharing it with copies and other transfers, and is
+  /// reported to the collective engine instead of the host when it ends.
+  void start_transfer(task_info& t);
+  [[nodiscard]] collective_engine& collectives() noexcept { return *coll_; }
   [[nodiscard]] std::optional<task_explanation> explain(std::uint64_t task) const;
   [[nodiscard]] const preset& config() const noexcept { return preset_; }
   /// The cost estimate() gives, memoised by shape (ResNet-50 repeats a few dozen shapes).
@@ -184,6 +193,7 @@ class device_model {
   std::string key_;
   // Finished kernels by task id modulo the capacity: O(1), no allocation once grown.
   std::vector<task_explanation> history_;
+  std::unique_ptr<collective_engine> coll_;
 };
 
 }  // namespace npurt::sim

@@ -8,3 +8,4 @@
 #include <npurt/sim/preset.hpp>
 #include <npurt/sim/resnet50.hpp>
 #include <npurt/sim/memory_trace.hpp>
+#include <npurt/sim/topology.hpp>
