@@ -55,9 +55,11 @@ inline constexpr int normal = 4;
 inline constexpr int low = 7;
 }  // namespace priority
 
-/// Stream creation flags, after aclrtCreateStreamWithConfig. The simulator accepts them; they
-/// change no timing today.
-enum stream_flags : std::uint32_t { fast_launch = 0x1, fast_sync = 0x2 };
+/// Stream creation flags, after aclrtCreateStreamWithConfig. fast_launch and fast_sync change no
+/// timing today. overflow_edge (aclrtSetStreamOverFlowEdge) and direct_submit
+/// (aclrtSubmitTaskWithStream) take the stream's tasks out of the device's shared execution
+/// queue (detail/device_queue.hpp): they dispatch as soon as they are ready.
+enum stream_flags : std::uint32_t { fast_launch = 0x1, fast_sync = 0x2, overflow_edge = 0x4, direct_submit = 0x8 };
 
 struct stream_options {
   int priority = priority::normal;

@@ -7,6 +7,7 @@
 
 #include <npurt/backend.hpp>
 #include <npurt/config.hpp>
+#include <npurt/detail/device_queue.hpp>
 #include <npurt/detail/object_pool.hpp>
 #include <npurt/error.hpp>
 #include <npurt/kernel.hpp>
@@ -41,6 +42,8 @@ struct system_options {
   double host_copy_bandwidth = 20e9;
   /// Attach a profiler and write a Chrome trace at shutdown when NPURT_TRACE is set.
   bool trace_from_env = true;
+  /// The devices' task scheduler (detail/device_queue.hpp).
+  dispatch_model dispatch = dispatch_model::per_stream;
 };
 
 namespace detail {
@@ -318,6 +321,7 @@ class runtime final : public backend_host {
 
   std::vector<observer*> observers_;
   fanout_observer fanout_{observers_};
+  device_queue queue_;
 };
 
 }  // namespace detail

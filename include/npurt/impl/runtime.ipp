@@ -27,6 +27,7 @@ NPURT_DECL runtime::runtime(std::unique_ptr<npurt::backend> b, const system_opti
   for (std::size_t d = 0; d < n; ++d)
     next_address_[d] = device_address_base | (static_cast<std::uint64_t>(d) << device_address_shift) | 0x10000;
   backend_->attach(*this);
+  queue_.configure(opts_.dispatch);
 }
 
 NPURT_DECL runtime::~runtime() {
@@ -284,6 +285,7 @@ NPURT_DECL void runtime::enqueue(stream_state& s, task* t) {
   else
     s.head = t;
   s.tail = t;
+  queue_.on_enqueue(*t, s.id, (s.flags & (0x4u | 0x8u)) != 0);  // stream_flags overflow_edge, direct_submit
   if (s.head == t) try_start(s);
 }
 
@@ -297,6 +299,7 @@ NPURT_DECL void runtime::try_start(stream_state& s) {
     }
     return;
   }
+  if (!queue_.may_dispatch(*t)) return;  // the device's queue holds earlier tasks: woken on their dispatch
   start_task(s, t);
 }
 
@@ -325,6 +328,7 @@ NPURT_DECL void runtime::on_wait_satisfied(runtime& rt, void*, std::uint64_t arg
 
 NPURT_DECL void runtime::start_task(stream_state& s, task* t) {
   s.head_started = true;
+  if (const std::uint32_t next = queue_.on_dispatch(*t)) call_at(now_, &runtime::wake_stream, this, next);
   t->ready = now_;
   t->start = now_;
   switch (t->kind) {
