@@ -169,6 +169,9 @@ class backend {
   /// Fails every pending collective of communicator `comm` with errc::operation_aborted
   /// (HcclCommDestroy / ncclCommAbort). A backend without collectives has none.
   virtual void abort_collectives(std::uint64_t /*comm*/) {}
+  /// What the backend's pending work waits for (collectives waiting for peers), for the
+  /// runtime's deadlock report; empty when nothing waits there.
+  [[nodiscard]] virtual std::string describe_waits() const { return {}; }
 };
 
 }  // namespace npurt

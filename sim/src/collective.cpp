@@ -27,7 +27,7 @@ std::size_t checked_bytes(std::size_t count, dtype t, std::size_t times = 1) {
   return count * times * s;
 }
 
-std::string describe(const collective_call& c) {
+std::string describe_call(const collective_call& c) {
   std::ostringstream os;
   os << to_string(c.op) << "(count=" << c.count << ", " << to_string(c.type);
   if (c.op == collective_op::all_reduce || c.op == collective_op::reduce || c.op == collective_op::reduce_scatter)
@@ -248,7 +248,7 @@ void collective_engine::arrive(const key& k, task_info& t, std::uint32_t call_in
     std::ostringstream os;
     os << "collective mismatch in communicator '" << in.comm->name << "' (id " << in.comm->id << "), "
        << (in.p2p ? "point-to-point call #" : "call #") << in.sequence << ": rank " << in.ranks[in.first] << " called "
-       << describe(*in.calls[in.first]) << " but rank " << in.ranks[participant] << " called " << describe(call);
+       << describe_call(*in.calls[in.first]) << " but rank " << in.ranks[participant] << " called " << describe_call(call);
     fail(in, make_error_code(errc::collective_mismatch), os.str());
     if (in.arrived == in.tasks.size() && in.outstanding == 0) {
       by_id_.erase(in.id);
@@ -294,7 +294,7 @@ void collective_engine::on_timeout(void* self, std::uint64_t id) {
   in.timer_armed = false;
   std::ostringstream os;
   os << "HCCL execution timeout: timer exec_timeout (" << to_ms(in.comm->exec_timeout) / 1000.0 << " s) fired in "
-     << (in.calls[in.first] ? describe(*in.calls[in.first]) : std::string("?")) << " #" << in.sequence
+     << (in.calls[in.first] ? describe_call(*in.calls[in.first]) : std::string("?")) << " #" << in.sequence
      << " of communicator '" << in.comm->name << "' (id " << in.comm->id << "): rank(s)";
   for (std::size_t i = 0; i < in.tasks.size(); ++i)
     if (!in.tasks[i]) os << " " << in.ranks[i];
@@ -515,6 +515,20 @@ void collective_engine::abort(std::uint64_t comm) {
       instances_.erase(in->k);
     }
   }
+}
+
+std::string collective_engine::describe() const {
+  std::ostringstream os;
+  bool first = true;
+  for (const auto& [k, in] : instances_) {
+    if (in->started || in->failed || in->first == none) continue;
+    os << (first ? "" : "; ") << describe_call(*in->calls[in->first]) << " #" << in->sequence << " of communicator '"
+       << in->comm->name << "' (id " << in->comm->id << ") waits for rank(s)";
+    for (std::size_t i = 0; i < in->tasks.size(); ++i)
+      if (!in->tasks[i]) os << " " << in->ranks[i];
+    first = false;
+  }
+  return os.str();
 }
 
 void collective_engine::compute(instance& in) {

@@ -128,6 +128,8 @@ void device_model::attach(backend_host& host) noexcept {
   coll_->attach(host);
 }
 
+std::string device_model::collectives_describe() const { return coll_->describe(); }
+
 void device_model::start_transfer(task_info& t) {
   ++in_flight_;
   t.start = host_->now();

@@ -419,6 +419,7 @@ TEST_CASE("abort fails pending operations and refuses new ones", "[collective][e
   std::error_code ec;
   f.sys.run(ec);  // rank 1 never calls and no timeout is set: nothing can progress
   CHECK(ec == errc::deadlock);
+  CHECK_THAT(f.sys.deadlock_report(), ContainsSubstring("barrier") && ContainsSubstring("waits for rank(s) 1"));
   comm.abort();
   f.sys.run(ec);
   CHECK_FALSE(ec);

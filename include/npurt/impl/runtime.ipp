@@ -183,6 +183,7 @@ NPURT_DECL bool runtime::resolve_deadlock(bool only_cycles) {
   os << "deadlock at t=" << to_us(now_.time_since_epoch()) << " us: ";
   if (blocked.empty()) {
     os << host_waits_ << " host operation(s) wait and no stream or device can make progress";
+    if (const std::string w = backend_->describe_waits(); !w.empty()) os << "; " << w;
     if (deadlock_report_.empty()) deadlock_report_ = os.str();
     return false;
   }

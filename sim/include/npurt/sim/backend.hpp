@@ -36,6 +36,7 @@ class sim_backend final : public npurt::backend {
   void submit(task_info& t) override { model_.submit(t); }
   [[nodiscard]] bool functional() const noexcept override { return opts_.functional; }
   void abort_collectives(std::uint64_t comm) override { model_.collectives().abort(comm); }
+  [[nodiscard]] std::string describe_waits() const override { return model_.collectives_describe(); }
 
   /// The breakdown of a finished kernel (until sim_options::explain_history later task ids), or
   /// nullopt (unknown id, forgotten, not a kernel descriptor, or a kernels::fixed launch).

@@ -63,6 +63,9 @@ class collective_engine {
   /// A transfer the engine started on the device model has finished.
   void on_transfer(task_info& carrier, std::error_code ec);
   void abort(std::uint64_t comm);
+  /// The operations waiting for ranks that have not arrived: "all_reduce #3 of communicator
+  /// 'dp' (id 1) waits for rank(s) 2 5", one per operation, '; ' between.
+  [[nodiscard]] std::string describe() const;
 
  private:
   struct instance;

@@ -85,6 +85,8 @@ class device_model {
   /// reported to the collective engine instead of the host when it ends.
   void start_transfer(task_info& t);
   [[nodiscard]] collective_engine& collectives() noexcept { return *coll_; }
+  /// Collectives waiting for peers, for a deadlock report.
+  [[nodiscard]] std::string collectives_describe() const;
   [[nodiscard]] std::optional<task_explanation> explain(std::uint64_t task) const;
   [[nodiscard]] const preset& config() const noexcept { return preset_; }
   /// The cost estimate() gives, memoised by shape (ResNet-50 repeats a few dozen shapes).
