@@ -149,6 +149,7 @@ struct collective_engine::carrier {
   instance* in = nullptr;
   std::uint32_t src = 0, dst = 0;
   std::uint32_t step = 0;
+  bool reduction = false;  // a local reduction on the AI cores, not a transfer
 };
 
 collective_engine::collective_engine(device_model& model, const preset& p, bool functional)
@@ -396,6 +397,7 @@ void collective_engine::run_phase(instance& in) {
       c->src = x.src;
       c->dst = x.dst;
       c->step = step;
+      c->reduction = false;
       task_info& t = c->info;
       t = task_info{};
       t.id = in.tasks[x.src]->id;
@@ -417,6 +419,15 @@ void collective_engine::run_phase(instance& in) {
 void collective_engine::on_transfer(task_info& t, std::error_code ec) {
   auto* c = static_cast<carrier*>(t.backend_data);
   instance& in = *c->in;
+  if (c->reduction) {
+    if (observer* o = host_->tracer())
+      o->on_collective_step({t.id, to_string(in.op), "reduce", t.device, t.device, c->step, 0, t.start, t.end});
+    free_carriers_.push_back(c);
+    if (--in.outstanding != 0) return;
+    if (in.failed) return phase_done(in);
+    ++in.phase;
+    return run_phase(in);
+  }
   if (observer* o = host_->tracer())
     o->on_collective_step({t.id, to_string(in.op), to_string(in.algo), t.copy.src_device, t.copy.dst_device, c->step,
                            t.copy.bytes, t.start, t.end});
@@ -439,24 +450,38 @@ void collective_engine::phase_done(instance& in) {
     }
     return;
   }
-  const double rb = in.phases[in.phase].reduce_bytes;
-  if (rb > 0) {
-    const auto ps = static_cast<std::int64_t>(std::ceil(rb * gamma_ * 1e12));
-    host_->call_at(host_->now() + picoseconds{ps}, &collective_engine::on_reduced, this, in.id);
+  const coll_phase& ph = in.phases[in.phase];
+  if (ph.reduce_bytes > 0) {
+    // Every rank that received data reduces it on its vector cores, queued with its kernels.
+    const auto ps = static_cast<std::int64_t>(std::ceil(ph.reduce_bytes * gamma_ * 1e12));
+    std::vector<char> receives(in.devices.size(), 0);
+    for (const coll_transfer& x : ph.transfers) receives[x.dst] = 1;
+    if (ph.transfers.empty()) std::fill(receives.begin(), receives.end(), 1);
+    in.outstanding = static_cast<std::uint32_t>(std::count(receives.begin(), receives.end(), 1));
+    const auto step = static_cast<std::uint32_t>(in.chunk * in.phases.size() + in.phase);
+    for (std::uint32_t r = 0; r < receives.size(); ++r) {
+      if (!receives[r]) continue;
+      carrier* c = new_carrier();
+      c->in = &in;
+      c->src = c->dst = r;
+      c->step = step;
+      c->reduction = true;
+      task_info& t = c->info;
+      t = task_info{};
+      t.id = in.tasks[r]->id;
+      t.priority = in.tasks[r]->priority;
+      t.device = in.devices[r];
+      t.kind = task_kind::collective;
+      t.engine = engine_kind::ai_core;
+      t.name = "collective_reduce";
+      t.fixed.duration = picoseconds{ps};
+      t.backend_data = c;
+      model_.start_reduction(t);
+    }
     return;
   }
   ++in.phase;
   run_phase(in);
-}
-
-void collective_engine::on_reduced(void* self, std::uint64_t id) {
-  auto* e = static_cast<collective_engine*>(self);
-  auto it = e->by_id_.find(id);
-  if (it == e->by_id_.end()) return;
-  instance& in = *it->second;
-  if (in.failed) return e->phase_done(in);
-  ++in.phase;
-  e->run_phase(in);
 }
 
 void collective_engine::finish(instance& in) {

@@ -136,6 +136,13 @@ void device_model::start_transfer(task_info& t) {
   start(t, no_engine, 0, t.start);
 }
 
+void device_model::start_reduction(task_info& t) {
+  ++in_flight_;
+  const auto base = static_cast<std::uint32_t>(t.device) * engines_per_device_;
+  const std::uint32_t e = base + (preset_.separated_cores ? e_vector : e_cube);
+  enqueue(t, e, engines_[e].capacity);
+}
+
 std::uint32_t device_model::link_resource(std::uint64_t key, double capacity) {
   auto [it, inserted] = links_.try_emplace(key, static_cast<std::uint32_t>(resources_.size()));
   if (inserted) {
@@ -290,7 +297,14 @@ NPURT_SIM_HOT inline void device_model::start(task_info& t, std::uint32_t e, std
   j.engine = e;
   j.need = need;
   t.start = now;
-  if (t.kind != task_kind::kernel) return start_copy(slot, now);
+  if (t.kind != task_kind::kernel) {
+    if (t.kind == task_kind::collective && t.engine == engine_kind::ai_core) [[unlikely]] {
+      j.ph = phase::body;  // a collective's reduction: exactly its duration on the cores
+      j.body_start = now;
+      return schedule(slot, now + t.fixed.duration);
+    }
+    return start_copy(slot, now);
+  }
   if (t.kernel) return start_kernel(slot, now);
   // kernels::fixed: exactly its duration after the on-device launch latency, no HBM traffic.
   j.ph = phase::body;

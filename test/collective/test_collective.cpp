@@ -10,6 +10,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -117,6 +118,13 @@ std::vector<std::byte> reference_reduce(const std::vector<std::vector<std::byte>
     }
   return acc;
 }
+
+struct recorder_for_kernel final : observer {
+  sim_time end{};
+  void on_task(const task_info& t) override {
+    if (t.name == "compute") end = t.end;
+  }
+};
 
 struct fixture {
   npurt::system sys;
@@ -520,13 +528,50 @@ TEST_CASE("two all_reduces on the same links share their bandwidth", "[collectiv
       for (int d = 0; d < 2; ++d)
         cs[c].all_reduce(nullptr, nullptr, count, dtype::f32, reduce_op::sum, ss[static_cast<std::size_t>(c * 2 + d)]);
     sys.run();
-    const auto& r = cs[0].records().at(0);
-    return to_us(r.end - r.start);
+    std::vector<double> t;
+    for (auto& c : cs) t.push_back(to_us(c.records().at(0).end - c.records().at(0).start));
+    std::sort(t.begin(), t.end());
+    return t;
   };
-  const double alone = timed(1), shared = timed(2);
+  const double alone = timed(1)[0];
+  const auto both = timed(2);
   const double n = count * 4.0, alpha = 3.0, beta = 1e6 / p.roce_bandwidth;  // us, us per byte
   const double gamma = 1e6 / std::min(32 * 256.0 * 1e9, p.hbm_bandwidth / 3);
-  // Ring, p = 2: (alpha + n/2 beta + n/2 gamma) + (alpha + n/2 beta); sharing doubles beta.
+  // Ring, p = 2: (alpha + n/2 beta + n/2 gamma) + (alpha + n/2 beta).
   CHECK(std::abs(alone - (2 * alpha + n * beta + n / 2 * gamma)) / alone < 1e-3);
-  CHECK(std::abs(shared - (2 * alpha + 2 * n * beta + n / 2 * gamma)) / shared < 1e-3);
+  // Together the two move 2n bytes through each port: the later one cannot end before the port
+  // has carried them all, nor later than that plus both reductions (they share the cores too);
+  // the earlier one is slowed by nearly the other's bytes.
+  CHECK(both[1] >= 2 * alpha + 2 * n * beta - 1e-3);
+  CHECK(both[1] <= (2 * alpha + 2 * n * beta + n * gamma) * (1 + 1e-3));
+  CHECK(both[0] >= alone + 0.9 * n * beta);
+}
+
+TEST_CASE("a collective's reductions wait for the compute kernel holding the cores", "[collective][timing]") {
+  // Ring all-reduce on 2 devices: transfer, reduce, transfer. Device 0's cores are held by a
+  // 10 ms kernel, so its reduction (and with it the whole operation) waits for that kernel.
+  const auto p = roce_preset(2);
+  auto timed = [&](bool busy, sim_time* kernel_end) {
+    npurt::system sys{sim::make_backend(p, coll_test::timing_only())};
+    recorder_for_kernel rec;
+    sys.add_observer(rec);
+    auto comm = communicator::init_all(sys, {.algorithm = collective_algorithm::ring, .keep_records = true});
+    std::vector<stream> compute, comms;
+    for (auto& d : sys.devices()) compute.push_back(d.make_stream()), comms.push_back(d.make_stream());
+    if (busy) compute[0].launch(kernel_desc{kernels::fixed{picoseconds{10'000'000'000}}, "compute"});
+    for (int d = 0; d < 2; ++d) comm.all_reduce(nullptr, nullptr, 1 << 20, dtype::f32, reduce_op::sum, comms[d]);
+    sys.run();
+    sys.remove_observer(rec);
+    if (kernel_end) *kernel_end = rec.end;
+    return comm.records().at(0);
+  };
+  sim_time kend{};
+  const auto idle = timed(false, nullptr);
+  const auto busy = timed(true, &kend);
+  CHECK(to_ms(idle.end - idle.start) < 1.0);
+  CHECK(busy.end > kend);
+  // After the kernel: the rest of the reduction and the all-gather step, as on an idle device.
+  const double gamma_s = 1.0 / std::min(32 * 256.0 * 1e9, p.hbm_bandwidth / 3);
+  const double rest = (2 << 20) * gamma_s + 3e-6 + (2 << 20) / p.roce_bandwidth;
+  CHECK(std::abs(to_us(busy.end - kend) * 1e-6 - rest) < 1e-3 * rest + 1e-9);
 }

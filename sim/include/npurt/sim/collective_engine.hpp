@@ -7,8 +7,9 @@
 // algorithm "wait"). The instance then runs its algorithm as a sequence of phases, once per
 // chunk of the communication buffer: a phase starts its peer transfers together on the
 // device model's links (latency + bytes over fluidly shared bandwidth), and when the last one
-// has landed each rank reduces what it received (gamma seconds per byte), then the next phase
-// starts. On an uncontended network a phase therefore costs alpha + n_phase * beta +
+// has landed each receiving rank reduces what it received on its vector cores (gamma seconds per
+// byte, queued with the device's kernels by priority, never preempting one), then the next
+// phase starts. On an uncontended network a phase therefore costs alpha + n_phase * beta +
 // n_reduce * gamma exactly, and the whole instance its HCCL alpha-beta-gamma formula.
 //
 // In functional mode the results are computed when the instance ends, reducing rank by rank in
@@ -85,7 +86,6 @@ class collective_engine {
   void release_task(task_info& t, std::error_code ec);
   void compute(instance& in);
   static void on_timeout(void* self, std::uint64_t arg);
-  static void on_reduced(void* self, std::uint64_t arg);
   static void on_complete(void* self, std::uint64_t arg);
   static void on_begin(void* self, std::uint64_t arg);
   carrier* new_carrier();

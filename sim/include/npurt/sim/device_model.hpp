@@ -84,6 +84,10 @@ class device_model {
   /// runs on the link path_of() names, sharing it with copies and other transfers, and is
   /// reported to the collective engine instead of the host when it ends.
   void start_transfer(task_info& t);
+  /// A collective's local reduction on t.device (t.kind == collective, t.engine == ai_core):
+  /// t.fixed.duration on the whole vector-core pool, queued with the device's kernels by
+  /// (priority, task id) and, like them, never preempted; reported to the collective engine.
+  void start_reduction(task_info& t);
   [[nodiscard]] collective_engine& collectives() noexcept { return *coll_; }
   /// Collectives waiting for peers, for a deadlock report.
   [[nodiscard]] std::string collectives_describe() const;
