@@ -39,6 +39,8 @@ struct device_properties {
   picoseconds peer_link_latency{0};
   double cube_flops_per_cycle = 0;     // per core, FP16
   double peak_fp16_flops = 0;          // whole chip, per second
+  picoseconds hccl_connect_timeout{0}; // a communicator's default timeouts (0: never)
+  picoseconds hccl_exec_timeout{0};
 };
 
 /// Which engine of a device runs a task.

@@ -46,13 +46,14 @@ namespace npurt {
 
 class system;
 
-/// HCCL's defaults: HCCL_BUFFSIZE 200 MB, HCCL_CONNECT_TIMEOUT 120 s, HCCL_EXEC_TIMEOUT 1836 s
-/// (on Atlas training parts a multiple of 68 s: 27 x 68 s).
+/// HCCL_BUFFSIZE defaults to 200 MB. The timeouts default to the devices' (the preset's
+/// hccl_connect_timeout / hccl_exec_timeout: HCCL's 120 s and 1836 s); 0 = never.
 struct communicator_options {
+  static constexpr picoseconds from_device{-1};
   collective_algorithm algorithm = collective_algorithm::automatic;
   std::size_t buffer_size = 200'000'000;
-  picoseconds exec_timeout{1836LL * 1'000'000'000'000LL};
-  picoseconds connect_timeout{120LL * 1'000'000'000'000LL};
+  picoseconds exec_timeout = from_device;
+  picoseconds connect_timeout = from_device;
   std::string name;
   /// Keep a collective_record of every finished operation (records()).
   bool keep_records = false;

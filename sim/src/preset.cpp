@@ -221,6 +221,8 @@ const std::vector<key_entry>& table() {
     }
     v.push_back(real_key("Interconnect", "roce_bandwidth", "GB/s", "RoCE port bandwidth per direction per device", &preset::roce_bandwidth, gbs));
     v.push_back(ns_key("Interconnect", "roce_latency", "RoCE latency per transfer", &preset::roce_latency));
+    v.push_back(ns_key("Interconnect", "hccl_connect_timeout", "a communicator's default connect timeout (HCCL_CONNECT_TIMEOUT)", &preset::hccl_connect_timeout));
+    v.push_back(ns_key("Interconnect", "hccl_exec_timeout", "a communicator's default execution timeout, 0 = never (HCCL_EXEC_TIMEOUT)", &preset::hccl_exec_timeout));
     v.push_back(ns_key("Runtime", "kernel_launch_latency", "on-device kernel launch: task scheduler dispatch to cores running", &preset::kernel_launch_latency));
     v.push_back(int_key("Runtime", "pipeline_fill_cycles", "cycles", "per kernel per core: scalar setup and instruction fetch before the first tile", &preset::pipeline_fill_cycles));
     v.push_back(int_key("Runtime", "instr_issue_cycles", "cycles", "issue latency of each instruction the scalar unit dispatches", &preset::instr_issue_cycles));
@@ -287,6 +289,8 @@ device_properties preset::properties() const {
   d.peer_link_latency = hccs_latency;
   d.cube_flops_per_cycle = cube_flops_per_cycle();
   d.peak_fp16_flops = peak_fp16_flops();
+  d.hccl_connect_timeout = hccl_connect_timeout;
+  d.hccl_exec_timeout = hccl_exec_timeout;
   return d;
 }
 

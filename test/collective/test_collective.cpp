@@ -575,3 +575,27 @@ TEST_CASE("a collective's reductions wait for the compute kernel holding the cor
   const double rest = (2 << 20) * gamma_s + 3e-6 + (2 << 20) / p.roce_bandwidth;
   CHECK(std::abs(to_us(busy.end - kend) * 1e-6 - rest) < 1e-3 * rest + 1e-9);
 }
+
+TEST_CASE("communicator timeouts default to the preset's HCCL values, and the preset can set them",
+          "[collective][api]") {
+  {
+    fixture f(roce_preset(2));
+    auto comm = communicator::init_all(f.sys);
+    CHECK(comm.exec_timeout() == picoseconds{1836LL * 1'000'000'000'000LL});
+    CHECK(comm.connect_timeout() == picoseconds{120LL * 1'000'000'000'000LL});
+  }
+  auto p = roce_preset(2);
+  REQUIRE_FALSE(sim::set_value(p, "Interconnect.hccl_exec_timeout", "50000000000"));  // ns: the seed's 50 s
+  fixture f(p);
+  auto comm = communicator::init_all(f.sys);
+  CHECK(comm.exec_timeout() == picoseconds{50LL * 1'000'000'000'000LL});
+  auto never = communicator::init_all(f.sys, {.exec_timeout = picoseconds{0}});
+  CHECK(never.exec_timeout() == picoseconds{0});
+  std::error_code ec;
+  (void)communicator::init_all(f.sys, std::vector<device_id>{0, 1}, {.exec_timeout = picoseconds{-5}}, ec);
+  CHECK(ec == errc::invalid_argument);
+  (void)communicator::init_all(f.sys, std::vector<device_id>{0, 0}, {}, ec);
+  CHECK(ec == errc::invalid_argument);
+  (void)communicator::init_all(f.sys, std::vector<device_id>{0, 7}, {}, ec);
+  CHECK(ec == errc::invalid_device);
+}

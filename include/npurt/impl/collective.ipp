@@ -15,7 +15,8 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
                                                const communicator_options& opts, std::error_code& ec) {
   ec.clear();
   communicator c;
-  if (devices.empty() || opts.buffer_size == 0 || opts.exec_timeout.count() < 0) {
+  if (devices.empty() || opts.buffer_size == 0 || opts.exec_timeout.count() < -1 ||
+      opts.connect_timeout.count() < -1) {
     ec = make_error_code(errc::invalid_argument);
     return c;
   }
@@ -39,8 +40,10 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
   st.devices.assign(devices.begin(), devices.end());
   st.algorithm = opts.algorithm;
   st.buffer_bytes = opts.buffer_size;
-  st.exec_timeout = opts.exec_timeout;
-  st.connect_timeout = opts.connect_timeout;
+  const device_properties& props = sys.device(devices[0]).properties();
+  st.exec_timeout = opts.exec_timeout == communicator_options::from_device ? props.hccl_exec_timeout : opts.exec_timeout;
+  st.connect_timeout =
+      opts.connect_timeout == communicator_options::from_device ? props.hccl_connect_timeout : opts.connect_timeout;
   st.keep_records = opts.keep_records;
   const std::size_t n = st.devices.size();
   st.next_seq.assign(n, 0);
