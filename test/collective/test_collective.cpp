@@ -599,3 +599,21 @@ TEST_CASE("communicator timeouts default to the preset's HCCL values, and the pr
   (void)communicator::init_all(f.sys, std::vector<device_id>{0, 7}, {}, ec);
   CHECK(ec == errc::invalid_device);
 }
+
+TEST_CASE("a wait cycle through a collective is reported as a deadlock naming the event and the missing rank",
+          "[collective][errors]") {
+  // Rank 0's stream waits for an event that rank 1 records after its all-reduce, and rank 0's
+  // part of that all-reduce is behind the wait: neither can ever go on.
+  fixture f(roce_preset(2), coll_test::timing_only());
+  auto comm = communicator::init_all(f.sys, {.exec_timeout = picoseconds{0}});
+  event ev = f.sys.device(1).make_event({.wait_for_record = true});
+  f.streams[0].wait(ev);
+  comm.barrier(f.streams[0]);
+  comm.barrier(f.streams[1]);
+  f.streams[1].record(ev);
+  std::error_code ec;
+  f.sys.run(ec);
+  CHECK(ec == errc::deadlock);
+  CHECK_THAT(f.sys.deadlock_report(), ContainsSubstring("waits at task") &&
+                                          ContainsSubstring("barrier") && ContainsSubstring("waits for rank(s) 0"));
+}

@@ -192,6 +192,8 @@ NPURT_DECL bool runtime::resolve_deadlock(bool only_cycles) {
     os << (first ? "" : "; ") << describe_wait_chain(*s);
     first = false;
   }
+  if (!only_cycles)
+    if (const std::string w = backend_->describe_waits(); !w.empty()) os << "; " << w;
   if (!deadlock_report_.empty()) deadlock_report_ += "\n";
   deadlock_report_ += os.str();
   for (auto* s : blocked) {
