@@ -2,7 +2,7 @@
 //  1. Cached path: nanoseconds per alloc+free pair, with glibc malloc and mimalloc measured in
 //     the same run as baselines (the ratio is the number to read; machines differ).
 //  2. Replays as alloc/free event streams: the simulator's ResNet-50 training step (the tensors
-//     of sim::resnet50's kernel list, sim/memory_trace.hpp) at batch 32 and 256 for 3 steps on a
+//     of models::resnet50's kernel list, models/memory_trace.hpp) at batch 32 and 256 for 3 steps on a
 //     32 GiB device, a synthetic ResNet-50-like trace (fixed batch, and batch varying from step
 //     to step), and the MiniMalloc traces A and K: peak reserved over peak allocated, over the
 //     lower bound (peak requested live bytes), and external fragmentation (1 - largest free block
@@ -15,13 +15,14 @@
 #include <npurt/detail/caching_allocator.hpp>
 #include <npurt/detail/host_heap.hpp>
 #include <npurt/memplan.hpp>
-#include <npurt/sim/memory_trace.hpp>
+#include <npurt/models/memory_trace.hpp>
+
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -31,7 +32,6 @@ extern "C" void* __libc_malloc(std::size_t);
 extern "C" void __libc_free(void*);
 
 using namespace npurt::detail;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -209,9 +209,9 @@ std::vector<event> trace_from_plan(const std::vector<npurt::memplan::buffer>& b)
 // The simulator's ResNet-50 training step at a batch size, `steps` times: parameters, momentum
 // and FP16 weight copies allocated once, everything else per step.
 std::vector<event> simulated_resnet50_trace(std::int64_t batch, int steps) {
-  const auto tr = npurt::sim::training_step_trace(batch);
+  const auto tr = npurt::models::training_step_trace(batch);
   std::vector<event> ev;
-  for (const auto& e : npurt::sim::repeated_events(tr, steps)) ev.push_back({e.alloc, e.buffer, static_cast<std::size_t>(e.size)});
+  for (const auto& e : npurt::models::repeated_events(tr, steps)) ev.push_back({e.alloc, e.buffer, static_cast<std::size_t>(e.size)});
   return ev;
 }
 
@@ -284,37 +284,31 @@ replay_result replay(const std::vector<event>& ev, allocation_strategy strategy,
   return r;
 }
 
+// The instances ship with the repository (test/data/memplan); the build passes their path.
 std::string find_data(const char* arg) {
   if (arg) return arg;
-  if (const char* s = std::getenv("NPURT_SHARED")) return std::string(s) + "/data/memplan";
-  std::vector<fs::path> roots{fs::current_path()};
-  std::error_code ec;
-  auto exe = fs::canonical("/proc/self/exe", ec);
-  if (!ec) roots.push_back(exe.parent_path());
-  for (auto root : roots)
-    for (int up = 0; up < 5 && !root.empty(); ++up, root = root.parent_path())
-      if (fs::exists(root / ".." / "shared" / "data" / "memplan")) return (root / ".." / "shared" / "data" / "memplan").string();
-  return "../shared/data/memplan";
+  return NPURT_MEMPLAN_DATA;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* json = nullptr;
-  const char* data = nullptr;
+  CLI::App app{"bench/allocator: the pool's cached alloc+free pair against glibc and mimalloc, and allocation "
+               "traces replayed under the segmented and compact strategies.",
+               "allocator"};
+  std::string json_path, data_dir;
   std::size_t iters = 5'000'000;
   bool replays_only = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) json = argv[++i];
-    else if (a == "--replays-only") replays_only = true;
-    else if (a == "--iters" && i + 1 < argc) iters = std::strtoull(argv[++i], nullptr, 10);
-    else if (a == "--data" && i + 1 < argc) data = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: allocator [--json PATH] [--iters N] [--data DIR] [--replays-only]\n");
-      return 2;
-    }
-  }
+  app.add_option("--json", json_path, "also write the numbers as JSON to this file");
+  app.add_option("--iters", iters, "alloc+free pairs per measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000'000}));
+  app.add_option("--data", data_dir, "folder of MiniMalloc instances; default: the repository's test/data/memplan")
+      ->check(CLI::ExistingDirectory);
+  app.add_flag("--replays-only", replays_only, "skip the alloc+free measurements");
+  CLI11_PARSE(app, argc, argv);
+  const char* json = json_path.empty() ? nullptr : json_path.c_str();
+  const char* data = data_dir.empty() ? nullptr : data_dir.c_str();
   const int repeat = 3;
   const std::size_t slots = 4096;
   const auto w = make_workload(replays_only ? 0 : iters, slots);
@@ -418,7 +412,7 @@ int main(int argc, char** argv) {
                 static_cast<double>(t.cmp.peak_reserved) / lb, t.cmp.frag_at_peak, t.cmp.ns_per_event);
   }
   std::printf("(segmented/compact columns: peak reserved MiB, ratios, fragmentation, replay ns per event;\n"
-              " sim = the simulator's ResNet-50 step, sim/memory_trace.hpp; synthetic = a hand-written approximation)\n");
+              " sim = the simulator's ResNet-50 step, models/memory_trace.hpp; synthetic = a hand-written approximation)\n");
 
   if (json) {
     std::ofstream out(json);

@@ -4,6 +4,7 @@
 // (max(FLOPs / peak, bytes / HBM bandwidth)), and the unit that bounds the kernel.
 //
 //   kernel_roofline [--preset ascend910|ascend910b] [--batch 256] [--json PATH]
+#include <npurt/models/resnet50.hpp>
 #include <npurt/sim/sim.hpp>
 
 #include "bench_common.hpp"
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
     rows.push_back(measure(p, gemm(m, n, k), "gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k)));
 
   // Every distinct convolution of ResNet-50 at this batch: forward, input and weight gradients.
-  const sim::resnet50 model{batch};
+  const models::resnet50 model{batch};
   std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>> seen;
   for (std::size_t i = 0; i < model.training_step().size(); ++i) {
     const kernel_desc& k = model.training_step()[i];

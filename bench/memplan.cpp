@@ -1,15 +1,16 @@
-// bench/memplan: the static planner on every instance in shared/data/memplan, on the simulator's
-// ResNet-50 training step (sim/memory_trace.hpp: every tensor of the step's kernel list with its
+// bench/memplan: the static planner on every instance in test/data/memplan, on the simulator's
+// ResNet-50 training step (models/memory_trace.hpp: every tensor of the step's kernel list with its
 // lifetime, batch 32 and 256, planned with 512 B alignment) and on synthetic DNN-like instances
 // of 30,000 and 60,000 buffers. Prints arena / lower bound, no reuse / lower bound and plan time;
 // --json PATH writes the same numbers; --write-trace DIR also writes the ResNet-50 steps as CSV
 // (npurt-memplan's input).
 //
 //   memplan [--data DIR] [--json PATH] [--repeat N] [--write-trace DIR]
-// DIR defaults to $NPURT_SHARED/data/memplan, else ../shared/data/memplan next to the repository
-// (found from the working directory or the binary's location).
+// DIR defaults to the repository's test/data/memplan.
 #include <npurt/memplan.hpp>
-#include <npurt/sim/memory_trace.hpp>
+#include <npurt/models/memory_trace.hpp>
+
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -27,18 +28,10 @@ namespace mp = npurt::memplan;
 
 namespace {
 
-std::string find_data(const char* arg, const char* argv0) {
+// The instances ship with the repository (test/data/memplan); the build passes their path.
+std::string find_data(const char* arg) {
   if (arg) return arg;
-  if (const char* s = std::getenv("NPURT_SHARED")) return std::string(s) + "/data/memplan";
-  std::vector<fs::path> roots{fs::current_path()};
-  std::error_code ec;
-  auto exe = fs::canonical("/proc/self/exe", ec);
-  if (ec) exe = fs::absolute(argv0);
-  roots.push_back(exe.parent_path());
-  for (auto root : roots)
-    for (int up = 0; up < 5 && !root.empty(); ++up, root = root.parent_path())
-      if (fs::exists(root / ".." / "shared" / "data" / "memplan")) return (root / ".." / "shared" / "data" / "memplan").string();
-  return "../shared/data/memplan";
+  return NPURT_MEMPLAN_DATA;
 }
 
 // A DNN-like trace: two buffers start per step; most die within a few steps (layer
@@ -111,22 +104,24 @@ row measure(const std::string& name, const std::vector<mp::buffer>& b, int repea
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* data_arg = nullptr;
-  const char* json = nullptr;
-  const char* write_trace = nullptr;
+  CLI::App app{"bench/memplan: the static planner on the instances of test/data/memplan, the simulator's "
+               "ResNet-50 step and synthetic DNN-like instances; arena / lower bound and plan time.",
+               "memplan"};
+  std::string data_dir, json_path, trace_dir;
   int repeat = 3;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--data" && i + 1 < argc) data_arg = argv[++i];
-    else if (a == "--json" && i + 1 < argc) json = argv[++i];
-    else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--write-trace" && i + 1 < argc) write_trace = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: memplan [--data DIR] [--json PATH] [--repeat N] [--write-trace DIR]\n");
-      return 2;
-    }
-  }
-  const std::string dir = find_data(data_arg, argv[0]);
+  app.add_option("--data", data_dir, "folder of instances (CSV); default: the repository's test/data/memplan")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--json", json_path, "also write the numbers as JSON to this file");
+  app.add_option("--repeat", repeat, "rounds per instance; the best time is kept")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--write-trace", trace_dir, "also write the ResNet-50 steps as CSV (npurt-memplan's input) here")
+      ->check(CLI::ExistingDirectory);
+  CLI11_PARSE(app, argc, argv);
+  const char* data_arg = data_dir.empty() ? nullptr : data_dir.c_str();
+  const char* json = json_path.empty() ? nullptr : json_path.c_str();
+  const char* write_trace = trace_dir.empty() ? nullptr : trace_dir.c_str();
+  const std::string dir = find_data(data_arg);
   std::vector<row> rows;
   std::vector<std::string> files;
   if (fs::is_directory(dir))
@@ -146,7 +141,7 @@ int main(int argc, char** argv) {
   }
   // The simulated training step: what a framework would plan ahead for one step's tensors.
   for (const std::int64_t batch : {32, 256}) {
-    const auto tr = npurt::sim::training_step_trace(batch);
+    const auto tr = npurt::models::training_step_trace(batch);
     std::vector<mp::buffer> b;
     for (const auto& x : tr.buffers) b.push_back({x.id, x.lower, x.upper, x.size});
     const std::string name = "sim_resnet50_b" + std::to_string(batch);
@@ -154,7 +149,7 @@ int main(int argc, char** argv) {
     if (write_trace) {
       const std::string path = std::string(write_trace) + "/" + name + ".csv";
       std::ofstream out(path);
-      npurt::sim::write_csv(out, tr);
+      npurt::models::write_csv(out, tr);
       if (!out) {
         std::fprintf(stderr, "memplan: cannot write %s\n", path.c_str());
         return 1;

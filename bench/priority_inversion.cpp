@@ -12,7 +12,9 @@
 // all-reduces at different times and peers wait.
 #include "bench_common.hpp"
 
+#include <npurt/models/resnet50.hpp>
 #include <npurt/npurt.hpp>
+#include <npurt/profiler.hpp>
 #include <npurt/sim/sim.hpp>
 
 #include <algorithm>
@@ -30,7 +32,7 @@ namespace {
 struct config {
   const char* name;
   int comm_priority;
-  std::uint32_t comm_flags;
+  stream_flags comm_flags;
 };
 
 struct result {
@@ -45,7 +47,7 @@ struct workload {
   std::vector<std::size_t> bucket_bytes; // FP16 gradient bytes per bucket
 };
 
-workload build(const sim::preset& p, const sim::resnet50& net, std::size_t bucket_cap) {
+workload build(const sim::preset& p, const models::resnet50& net, std::size_t bucket_cap) {
   workload w;
   const auto& ks = net.training_step();
   const auto& acc = net.accesses();
@@ -55,11 +57,11 @@ workload build(const sim::preset& p, const sim::resnet50& net, std::size_t bucke
     w.duration.push_back(sim::estimate(p, ks[i]).total);
     w.name.push_back(ks[i].display_name());
     const auto ph = net.phases()[i];
-    w.phase.push_back(ph == sim::step_phase::forward ? 0 : ph == sim::step_phase::backward ? 1 : 2);
-    if (ph != sim::step_phase::backward) continue;
+    w.phase.push_back(ph == models::step_phase::forward ? 0 : ph == models::step_phase::backward ? 1 : 2);
+    if (ph != models::step_phase::backward) continue;
     for (std::uint32_t t : acc[i].writes)
-      if (ts[t].role == sim::tensor_role::weight_grad) open += ts[t].shape.elements() * 2;  // FP16 gradients
-    const bool last_bwd = i + 1 == ks.size() || net.phases()[i + 1] != sim::step_phase::backward;
+      if (ts[t].role == models::tensor_role::weight_grad) open += ts[t].shape.elements() * 2;  // FP16 gradients
+    const bool last_bwd = i + 1 == ks.size() || net.phases()[i + 1] != models::step_phase::backward;
     if (open >= bucket_cap || (last_bwd && open > 0)) {
       w.bucket_end.push_back(i);
       w.bucket_bytes.push_back(open);
@@ -192,10 +194,10 @@ void seed_svg(const config& c, const std::string& path) {
   sys.profiler().write_svg(os, o);
 }
 
-const config configs[] = {{"shared_fifo", priority::normal, 0u},
-                          {"priority", priority::high, 0u},
-                          {"overflow_edge", priority::normal, overflow_edge},
-                          {"direct_submit", priority::normal, direct_submit}};
+const config configs[] = {{"shared_fifo", priority::normal, stream_flags::none},
+                          {"priority", priority::high, stream_flags::none},
+                          {"overflow_edge", priority::normal, stream_flags::overflow_edge},
+                          {"direct_submit", priority::normal, stream_flags::direct_submit}};
 
 }  // namespace
 
@@ -214,7 +216,7 @@ int main(int argc, char** argv) {
   const int steps = static_cast<int>(std::clamp(npurt_bench::arg_value(argc, argv, "--steps", 3), 1L, 1000L));
   const bool quick = npurt_bench::has_flag(argc, argv, "--quick");
   const auto t0 = std::chrono::steady_clock::now();
-  sim::resnet50 net(256, dtype::f16);
+  models::resnet50 net(256, dtype::f16);
   npurt_bench::report rep("priority_inversion");
 
   const auto base = sim::presets::ascend910(8);

@@ -7,6 +7,7 @@
 #include <npurt/npurt.hpp>
 #include <npurt/stream.hpp>
 #include <npurt/system.hpp>
+#include <npurt/models/resnet50.hpp>
 #include <npurt/sim/sim.hpp>
 
 #include "bench_common.hpp"
@@ -24,7 +25,7 @@ struct result {
   double wall_ms_per_device_step = 0;
 };
 
-result run(const npurt::sim::preset& base, int devices, int steps, const npurt::sim::resnet50& model, int repeats) {
+result run(const npurt::sim::preset& base, int devices, int steps, const npurt::models::resnet50& model, int repeats) {
   result best;
   for (int r = 0; r < repeats; ++r) {
     npurt::sim::preset p = base;
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string_view(argv[i]) == "--preset") preset_name = argv[i + 1];
   const npurt::sim::preset p = npurt::sim::presets::by_name(preset_name);
-  const npurt::sim::resnet50 model{256};
+  const npurt::models::resnet50 model{256};
   npurt_bench::report rep("sim_speed: ResNet-50 v1.5 training step, batch 256, FP16, timing-only, " + p.name + ", " +
                           std::to_string(model.training_step().size()) + " kernels per step");
   for (int devices : {1, 8}) {

@@ -24,9 +24,11 @@ asio::awaitable<void> hello(npurt::system& sys) {
     a[i] = static_cast<float>(i);
     b[i] = 0.5f;
   }
-  void* da = dev.malloc(bytes);
-  void* db = dev.malloc(bytes);
-  void* dc = dev.malloc(bytes);
+  // Device memory owned by this scope: freed on every way out, exceptions included.
+  npurt::device_buffer a_dev(dev, bytes), b_dev(dev, bytes), c_dev(dev, bytes);
+  void* da = a_dev.data();
+  void* db = b_dev.data();
+  void* dc = c_dev.data();
 
   const auto t0 = sys.now();
   co_await s.async_memcpy(da, bytes, a.data(), bytes, npurt::memcpy_kind::host_to_device, asio::use_awaitable);
@@ -47,9 +49,6 @@ asio::awaitable<void> hello(npurt::system& sys) {
   std::printf("add kernel      : %8.2f us\n", npurt::to_us(t2 - t1));
   std::printf("D2H %zu KiB     : %8.2f us\n", bytes / 1024, npurt::to_us(t3 - t2));
   std::printf("simulated total : %8.2f us on %s\n", npurt::to_us(t3 - t0), dev.properties().name.c_str());
-  dev.free(da);
-  dev.free(db);
-  dev.free(dc);
 }
 
 int main() {

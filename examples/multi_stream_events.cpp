@@ -22,9 +22,10 @@ asio::awaitable<void> pipeline(npurt::system& sys) {
   const std::size_t a_bytes = m * k * sizeof(float);
   const std::size_t b_bytes = k * n * sizeof(float);
   std::vector<float> a(m * k, 1.0f), b(k * n, 2.0f), c(m * n);
-  void* da = dev.malloc(a_bytes);
-  void* db = dev.malloc(b_bytes);
-  void* dc = dev.malloc(m * n * sizeof(float));
+  npurt::device_buffer a_dev(dev, a_bytes), b_dev(dev, b_bytes), c_dev(dev, m * n * sizeof(float));
+  void* da = a_dev.data();
+  void* db = b_dev.data();
+  void* dc = c_dev.data();
 
   npurt::event uploaded = dev.make_event();
   npurt::event start = dev.make_event();
@@ -47,9 +48,6 @@ asio::awaitable<void> pipeline(npurt::system& sys) {
   std::printf("upload done at   %10.2f us\n", npurt::to_us(uploaded.completion_time()->time_since_epoch()));
   std::printf("matmul started   %10.2f us\n", npurt::to_us(start.completion_time()->time_since_epoch()));
   std::printf("matmul elapsed   %10.4f ms (event elapsed time)\n", npurt::elapsed_time(start, stop));
-  dev.free(da);
-  dev.free(db);
-  dev.free(dc);
 }
 
 int main() {

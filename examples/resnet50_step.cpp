@@ -6,6 +6,7 @@
 #include <npurt/npurt.hpp>
 #include <npurt/system.hpp>
 #include <npurt/stream.hpp>
+#include <npurt/models/resnet50.hpp>
 #include <npurt/sim/sim.hpp>
 
 #include <cstdio>
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
   }
   const npurt::sim::preset hw = preset_name.ends_with(".ini") ? npurt::sim::load_preset(preset_name)
                                                               : npurt::sim::presets::by_name(preset_name);
-  const npurt::sim::resnet50 model{batch, npurt::dtype::f16};
+  const npurt::models::resnet50 model{batch, npurt::dtype::f16};
 
   npurt::system sys{hw};
   auto* be = npurt::sim::as_sim(sys.get_backend());

@@ -3,113 +3,104 @@
 //   npurt-trace summarize TRACE.json [--json] [--top N]
 //   npurt-trace svg TRACE.json -o OUT.svg [--width PX] [--title TEXT] [--no-engines] [--no-links]
 //
-// Exit codes: 0 success, 1 bad command line, 2 the input is not a readable npurt trace (or the
-// output cannot be written).
-#include <npurt/detail/trace_reader.hpp>
-#include <npurt/profiler.hpp>
+// Exit codes: 0 success (and --help), 1 bad command line, 2 the input is not a readable npurt
+// trace or the output cannot be written.
+#include <npurt/profiler/summary.hpp>
+#include <npurt/profiler/svg_timeline.hpp>
+#include <npurt/profiler/trace_reader.hpp>
 
 // Boost.JSON's bodies, compiled once for this program.
 #include <boost/json/src.hpp>
 
-#include <charconv>
-#include <cstdlib>
+#include <CLI/CLI.hpp>
+
+#include <cstddef>
+#include <exception>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
-#include <string_view>
-#include <vector>
 
 namespace {
 
-constexpr std::string_view usage =
-    "usage: npurt-trace summarize TRACE.json [--json] [--top N]\n"
-    "       npurt-trace svg TRACE.json -o OUT.svg [--width PX] [--title TEXT] [--no-engines] [--no-links]\n";
-
-int bad_usage(std::string_view why) {
-  std::cerr << "npurt-trace: " << why << '\n' << usage;
-  return 1;
+int fail(const std::string& why) {
+  std::cerr << "npurt-trace: " << why << '\n';
+  return 2;
 }
 
-bool to_number(std::string_view s, double& out) {
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), out);
-  return r.ec == std::errc{} && r.ptr == s.data() + s.size();
+/// Writes the whole of `text` and closes the file; false if any byte did not reach it.
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return false;
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.flush();
+  out.close();
+  return !out.fail();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::vector<std::string_view> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::cout << usage;
-    return args.empty() ? 1 : 0;
-  }
-  const std::string_view command = args[0];
-  if (command != "summarize" && command != "svg") return bad_usage("unknown command '" + std::string{command} + "'");
-
+struct command_line {
   std::string input, output;
   bool json = false;
   std::size_t top = 10;
   npurt::svg_options svg;
-  for (std::size_t i = 1; i < args.size(); ++i) {
-    const auto a = args[i];
-    auto value = [&](std::string_view opt) -> std::string_view {
-      if (i + 1 >= args.size()) {
-        bad_usage(std::string{opt} + " needs a value");
-        std::exit(1);
-      }
-      return args[++i];
-    };
-    if (a == "--json" && command == "summarize") {
-      json = true;
-    } else if (a == "--top" && command == "summarize") {
-      double v = 0;
-      if (!to_number(value(a), v) || v < 0) return bad_usage("--top needs a non-negative number");
-      top = static_cast<std::size_t>(v);
-    } else if ((a == "-o" || a == "--output") && command == "svg") {
-      output = value(a);
-    } else if (a == "--width" && command == "svg") {
-      if (!to_number(value(a), svg.width) || svg.width < 200) return bad_usage("--width needs a number of pixels >= 200");
-    } else if (a == "--title" && command == "svg") {
-      svg.title = value(a);
-    } else if (a == "--no-engines" && command == "svg") {
-      svg.engines = false;
-    } else if (a == "--no-links" && command == "svg") {
-      svg.links = false;
-    } else if (!a.empty() && a[0] == '-' && a != "-") {
-      return bad_usage("unknown option '" + std::string{a} + "'");
-    } else if (input.empty()) {
-      input = a;
-    } else {
-      return bad_usage("more than one input file");
-    }
+  bool summarize = false;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  command_line cl;
+  CLI::App app{"Summarise or render a Chrome trace written by npurt (exit 1: bad command line, 2: bad input or "
+               "output)",
+               "npurt-trace"};
+  app.require_subcommand(1);
+  auto* sum = app.add_subcommand("summarize", "Busy time, idle gaps and their causes, top kernels, critical path");
+  sum->add_option("trace", cl.input, "Chrome trace JSON written by npurt")->required();
+  sum->add_flag("--json", cl.json, "Write the summary as JSON");
+  sum->add_option("--top", cl.top, "How many kernels to list")->check(CLI::Range(std::size_t{0}, std::size_t{1000000}));
+  auto* svg = app.add_subcommand("svg", "Render the trace as an SVG timeline");
+  svg->add_option("trace", cl.input, "Chrome trace JSON written by npurt")->required();
+  svg->add_option("-o,--output", cl.output, "SVG file to write")->required();
+  svg->add_option("--width", cl.svg.width, "Width of the picture in pixels (200 .. 100000)");
+  svg->add_option("--title", cl.svg.title, "Title line (at most 1000 bytes)");
+  svg->add_option("--max-bars", cl.svg.max_bars, "Above this many bars, merge bars closer than a pixel")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
+  bool no_engines = false, no_links = false;
+  svg->add_flag("--no-engines", no_engines, "Leave out the engine occupancy rows");
+  svg->add_flag("--no-links", no_links, "Leave out the link and collective-step rows");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 1;
   }
-  if (input.empty()) return bad_usage("no input trace");
-  if (command == "svg" && output.empty()) return bad_usage("svg needs -o OUT.svg");
+  cl.summarize = sum->parsed();
+  cl.svg.engines = !no_engines;
+  cl.svg.links = !no_links;
+  // CLI11 reads "nan", "inf" and 1e300 as numbers: the options say what a usable one is.
+  if (const auto why = cl.svg.check(); !cl.summarize && !why.empty()) {
+    std::cerr << "npurt-trace: bad option: " << why << "\nRun with --help for more information.\n";
+    return 1;
+  }
 
   std::error_code ec;
   std::string message;
-  const auto data = npurt::read_chrome_trace_file(input, ec, message);
-  if (ec) {
-    std::cerr << "npurt-trace: " << input << ": " << message << '\n';
-    return 2;
-  }
+  const auto data = npurt::read_chrome_trace_file(cl.input, ec, message);
+  if (ec) return fail(cl.input + ": " + message);
 
-  if (command == "summarize") {
-    const auto s = npurt::summarize(data, top);
-    if (json) npurt::write_summary_json(std::cout, s);
-    else npurt::write_summary_text(std::cout, s);
-    return std::cout ? 0 : 2;
+  std::ostringstream text;
+  if (cl.summarize) {
+    const auto s = npurt::summarize(data, cl.top);
+    if (cl.json) npurt::write_summary_json(text, s);
+    else npurt::write_summary_text(text, s);
+    const auto out = text.str();
+    std::cout.write(out.data(), static_cast<std::streamsize>(out.size()));
+    std::cout.flush();
+    if (!std::cout) return fail("cannot write the summary to standard output");
+    return 0;
   }
-  std::ofstream out(output, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    std::cerr << "npurt-trace: cannot write " << output << '\n';
-    return 2;
-  }
-  npurt::write_svg(out, data, svg);
-  out.flush();
-  if (!out) {
-    std::cerr << "npurt-trace: cannot write " << output << '\n';
-    return 2;
-  }
+  npurt::write_svg(text, data, cl.svg);
+  if (!write_file(cl.output, text.str())) return fail("cannot write " + cl.output);
   return 0;
+} catch (const std::exception& e) {
+  return fail(e.what());
 }

@@ -109,7 +109,7 @@ struct task_info {
   sim_time ready{};             // when its dependencies were met and it reached the backend
   sim_time start{};             // set by the backend
   sim_time end{};               // set by the backend
-  std::string_view name{};      // what traces show
+  std::string_view name{};      // what traces show; interned by the runtime, valid until the system dies
   /// kind == kernel: the launched descriptor, or null for a kernels::fixed launch, whose cost
   /// is then in `fixed` (records stay small: a million queued fixed kernels cost little memory).
   const kernel_desc* kernel = nullptr;
@@ -150,6 +150,12 @@ class backend_host : public memory_view {
     return 0;
   }
   virtual void cancel_timer(std::uint64_t /*ticket*/) {}
+  /// Whether this host calls backend::flush() at the end of an instant after request_flush().
+  /// A backend that buffers dispatch decisions must fall back to deciding at once when it is not.
+  [[nodiscard]] virtual bool calls_flush() const noexcept { return false; }
+  /// Asks for one backend::flush() call once everything runnable at now() has run, before the
+  /// clock moves: every task that becomes ready at this instant is then known.
+  virtual void request_flush() noexcept {}
 };
 
 /// A device layer.
@@ -161,8 +167,16 @@ class backend {
   [[nodiscard]] virtual const device_properties& properties(device_id dev) const = 0;
   /// Called once by the system before any submit.
   virtual void attach(backend_host& host) = 0;
-  /// Checks a kernel before it is enqueued (shape, dtype, layout): a clear error before anything runs.
+  /// Checks a kernel before it is enqueued (shape, dtype, layout, block_dim against the cores
+  /// the kernel may use): a clear error before anything runs. This is the only place block_dim
+  /// is checked; a backend never clamps it silently.
   [[nodiscard]] virtual std::error_code validate(device_id dev, const kernel_desc& k) const = 0;
+  /// validate() for a kernels::fixed launch, which only has a block_dim to check: the launch path
+  /// of scheduling tests and benchmarks builds no full descriptor.
+  [[nodiscard]] virtual std::error_code validate_fixed(device_id dev, std::uint32_t block_dim) const = 0;
+  /// For a kernel validate() rejected: which operand, dimension or parameter is wrong, in words
+  /// (the throwing launch puts it in its message). Empty when the backend cannot say more.
+  [[nodiscard]] virtual std::string describe_invalid(device_id /*dev*/, const kernel_desc& /*k*/) const { return {}; }
   /// A task whose dependencies are met at host.now(). The backend must eventually call
   /// host.complete(t) exactly once.
   virtual void submit(task_info& t) = 0;
@@ -174,6 +188,13 @@ class backend {
   /// What the backend's pending work waits for (collectives waiting for peers), for the
   /// runtime's deadlock report; empty when nothing waits there.
   [[nodiscard]] virtual std::string describe_waits() const { return {}; }
+  /// Called by the host at the end of an instant, after the backend's request_flush(): the
+  /// point where a backend that buffers submissions makes its dispatch decisions, so that a
+  /// high-priority task ready at t is never passed by a low-priority one ready at the same t.
+  virtual void flush() {}
+  /// Device reset: forget every task of `dev` submitted and not yet completed, never completing
+  /// it, and free the engines and bandwidth it held (aclrtResetDevice does not wait).
+  virtual void abort(device_id dev) = 0;
 };
 
 }  // namespace npurt

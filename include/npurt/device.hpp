@@ -1,9 +1,13 @@
 // npurt/device.hpp — one simulated NPU: its properties, streams, events, memory and lifecycle.
+//
+// Thread safety: a device belongs to its system's loop thread; every call must come from the
+// thread that runs the system (see system_options::check_thread).
 #pragma once
 
 #include <npurt/backend.hpp>
 #include <npurt/config.hpp>
 #include <npurt/detail/async_op.hpp>
+#include <npurt/detail/owned_buffer.hpp>
 #include <npurt/detail/runtime.hpp>
 #include <npurt/error.hpp>
 #include <npurt/event.hpp>
@@ -15,6 +19,9 @@
 #include <boost/asio/strand.hpp>
 
 #include <cstddef>
+#include <memory>
+#include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -37,7 +44,6 @@ class device {
   [[nodiscard]] device_id id() const noexcept { return id_; }
   [[nodiscard]] const device_properties& properties() const { return rt_->backend().properties(id_); }
   /// A strand for host coroutines that drive this device.
-  [[nodiscard]] executor_type executor() const noexcept { return strand_; }
   [[nodiscard]] executor_type get_executor() const noexcept { return strand_; }
 
   /// A new stream; priority 0 (highest) .. 7 (lowest), out-of-range values clamp.
@@ -69,24 +75,35 @@ class device {
   /// The default pool's usage: allocated_mb, reserved_mb, peak_mb.
   [[nodiscard]] memory_usage_report memory_usage() { return mem_pool().memory_usage(); }
 
-  /// Waits until every stream of this device is empty. Blocking forms drive the simulation and
-  /// are for code outside system::run; with a timeout they throw timeout_error.
-  NPURT_DECL void synchronize();
-  NPURT_DECL void synchronize(picoseconds timeout);
-  NPURT_DECL void synchronize(picoseconds timeout, std::error_code& ec);
+  /// aclrtMemcpy: copies `count` bytes and returns when the copy is done (and reports failed
+  /// fire-and-forget work of this device first, as a device synchronize would). On an internal
+  /// stream of the device; outside system::run only.
+  NPURT_DECL void memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
+                         memcpy_kind kind = memcpy_kind::default_kind);
+  NPURT_DECL void memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
+                         std::error_code& ec);
+
+  /// Waits until every stream of this device is empty, and reports (and reads) the device's first
+  /// unread failure of fire-and-forget work. Blocking forms drive the simulation and are for
+  /// code outside system::run; with a timeout they throw timeout_error.
+  NPURT_DECL void synchronize(std::optional<picoseconds> timeout = no_timeout);
+  NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec);
   template <class Token = default_token>
+    requires(!std::is_convertible_v<Token, std::optional<picoseconds>>)
   auto async_synchronize(Token&& token = {}) {
-    return async_synchronize(picoseconds{-1}, std::forward<Token>(token));
+    return async_synchronize(no_timeout, std::forward<Token>(token));
   }
   template <class Token = default_token>
-  auto async_synchronize(picoseconds timeout, Token&& token = {});
+  auto async_synchronize(std::optional<picoseconds> timeout, Token&& token = {});
 
-  /// aclrtResetDevice: drains pending work, then frees the device's memory and invalidates its
-  /// streams and events. Blocking (outside system::run).
+  /// aclrtResetDevice: aborts the device's pending work without waiting for it (whoever awaits
+  /// it completes with errc::operation_aborted), frees the device's memory, and invalidates its
+  /// streams and events. Fire-and-forget failures not yet read are dropped.
   NPURT_DECL void reset();
   NPURT_DECL void reset(std::error_code& ec);
 
  private:
+  NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* out);
   NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> pending_positions() const;
   NPURT_DECL void finish_reset() noexcept;
 
@@ -94,14 +111,30 @@ class device {
   device_id id_;
   executor_type strand_;
   std::unique_ptr<npurt::mem_pool> pool_;
+  std::unique_ptr<stream> copy_stream_;  // device::memcpy's, made on first use
 };
 
+namespace detail {
+struct device_memory_traits {
+  static void* allocate(device& d, std::size_t n) { return d.malloc(n); }
+  static void release(device& d, void* p) noexcept {
+    std::error_code ec;
+    d.free(p, ec);
+  }
+};
+}  // namespace detail
+
+/// Device memory owned by a scope, like a std::unique_ptr for device::malloc: freed when the
+/// buffer dies, so a throwing step leaks nothing. `npurt::device_buffer b(dev, bytes); b.data()`.
+using device_buffer = detail::owned_buffer<device, detail::device_memory_traits>;
+
 template <class Token>
-auto device::async_synchronize(picoseconds timeout, Token&& token) {
+auto device::async_synchronize(std::optional<picoseconds> timeout, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
-      [this](auto handler, picoseconds tmo) {
+      [this](auto handler, std::optional<picoseconds> tmo) {
         using handler_t = decltype(handler);
-        detail::op_base* op = detail::handler_op<handler_t>::create(*rt_, std::move(handler));
+        detail::op_base* op =
+            detail::sticky_op::create(*rt_, detail::handler_op<handler_t>::create(*rt_, std::move(handler)), 0, id_);
         detail::start_multi_wait(*rt_, op, pending_positions(), tmo);
       },
       token, timeout);

@@ -44,6 +44,9 @@ enum class errc : int {
   task_timeout = 107020,
   deadlock = 107021,          // work is waiting and nothing can ever run
   operation_aborted = 107023,
+  callback_failed = 107024,   // a host callback threw; the exception is kept with the error
+  wrong_thread = 107025,      // a call from a thread that does not run the system's loop
+  corrupt_file = 107040,      // a file failed its checksums or layout rules (truncated, damaged)
   // Resource errors: the call was right but the resources were not there.
   out_of_memory = 207001,
   pool_limit = 207002,
@@ -58,8 +61,12 @@ enum class errc : int {
 /// The three classes, as error conditions: `ec == npurt::error_class::caller`.
 enum class error_class : int { caller = 1, resource = 2, device = 5 };
 
+/// npurt's category as <system_error> sees it (the std face of a Boost.System category).
 NPURT_DECL const std::error_category& error_category() noexcept;
 NPURT_DECL const std::error_category& error_class_category() noexcept;
+/// The same categories as Boost.System sees them.
+NPURT_DECL const boost::system::error_category& boost_error_category() noexcept;
+NPURT_DECL const boost::system::error_category& boost_error_class_category() noexcept;
 
 inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), error_category()}; }
 inline std::error_condition make_error_condition(error_class c) noexcept {
@@ -106,7 +113,11 @@ class out_of_memory_error : public resource_error {
 /// which argument was wrong.
 [[noreturn]] NPURT_DECL void throw_error(std::error_code ec, std::string_view what = {});
 
-/// The error type of async completion signatures: Asio's, holding npurt's category.
+/// The error type of async completion signatures: Asio's. npurt's category is a Boost.System
+/// category whose std::error_category face is the one error_category() returns, so the same
+/// error has one identity either way: value() 107007 and category name "npurt" as a
+/// boost::system::error_code and as a std::error_code, and each converts to the other and
+/// compares equal to npurt::errc::invalid_pointer.
 using async_error_code = boost::system::error_code;
 
 /// Throws if ec is set: the bridge from the error_code& overloads to the throwing ones.

@@ -6,6 +6,12 @@
 // device::make_event() and is placed with stream::record(), like aclrtRecordEvent; waits refer to
 // its latest record at the time of the wait. Handles are cheap to copy; a user event is
 // destroyed with its last handle. The system must outlive every handle.
+//
+// Errors: query() and synchronize() report the first unread failure of fire-and-forget work on
+// the event's stream at or before the event's position (cudaEventQuery reports earlier
+// asynchronous errors too), without reading it: the stream's synchronize still does.
+//
+// Thread safety: as for streams, every call comes from the thread that runs the system.
 #pragma once
 
 #include <npurt/config.hpp>
@@ -19,12 +25,21 @@
 
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 namespace npurt {
 
 class stream;
 class device;
+class event;
+
+namespace detail {
+/// For npurt's own components and tests: an event standing for a stream position.
+struct event_access {
+  static event task_event(runtime& rt, std::uint32_t stream, std::uint64_t seq) noexcept;
+};
+}  // namespace detail
 
 struct event_options {
   /// A stream wait made before the first record holds until a record comes, as CANN's
@@ -49,25 +64,29 @@ class event {
   [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
 
   /// Whether the event has completed. A user event that was never recorded is an error
-  /// (errc::event_not_recorded), as is a destroyed one (errc::invalid_event).
+  /// (errc::event_not_recorded), as is a destroyed one (errc::invalid_event), and so is failed
+  /// work before it on its stream (the failure's code; the throwing form names the task).
   [[nodiscard]] NPURT_DECL bool query() const;
   NPURT_DECL bool query(std::error_code& ec) const noexcept;
+  /// The error query() would report, or success (completed or not): aclrtQueryEventStatus's
+  /// error side without the bool.
+  [[nodiscard]] NPURT_DECL std::error_code status() const noexcept;
 
   /// Waits from host code: `co_await ev.async_wait(asio::use_awaitable)`. Completes with
   /// errc::event_not_recorded at once for a user event that was never recorded.
   template <class Token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>>
+    requires(!std::is_convertible_v<Token, std::optional<picoseconds>>)
   auto async_wait(Token&& token = {}) const;
 
   /// As async_wait, with a timeout in virtual time: completes with errc::wait_timeout when the
   /// timeout passes first.
   template <class Token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>>
-  auto async_wait(picoseconds timeout, Token&& token = {}) const;
+  auto async_wait(std::optional<picoseconds> timeout, Token&& token = {}) const;
 
   /// Blocks until the event completes by driving the simulation (only outside system::run;
   /// inside a coroutine use async_wait). Throws timeout_error when the timeout passes first.
-  NPURT_DECL void synchronize() const;
-  NPURT_DECL void synchronize(picoseconds timeout) const;
-  NPURT_DECL void synchronize(picoseconds timeout, std::error_code& ec) const;
+  NPURT_DECL void synchronize(std::optional<picoseconds> timeout = no_timeout) const;
+  NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec) const;
 
   /// When the latest record completed, for a completed user event.
   [[nodiscard]] NPURT_DECL std::optional<sim_time> completion_time() const noexcept;
@@ -77,7 +96,11 @@ class event {
   friend NPURT_DECL double elapsed_time(const event& start, const event& end);
   friend NPURT_DECL double elapsed_time(const event& start, const event& end, std::error_code& ec) noexcept;
 
-  // Internal: the stream position this event stands for now.
+ private:
+  friend class stream;
+  friend class device;
+  friend struct detail::event_access;
+  // The stream position this event stands for now.
   NPURT_DECL bool position(std::uint32_t& stream, std::uint64_t& seq, std::error_code& ec) const noexcept;
   [[nodiscard]] detail::runtime* runtime_ptr() const noexcept { return rt_; }
   static event task_event(detail::runtime& rt, std::uint32_t stream, std::uint64_t seq) noexcept {
@@ -89,7 +112,6 @@ class event {
   }
   NPURT_DECL static event user_event(detail::runtime& rt, std::uint64_t id);
 
- private:
   detail::runtime* rt_ = nullptr;
   std::uint64_t id_ = 0;
   std::uint32_t stream_ = 0;
@@ -99,19 +121,23 @@ class event {
 NPURT_DECL double elapsed_time(const event& start, const event& end);
 NPURT_DECL double elapsed_time(const event& start, const event& end, std::error_code& ec) noexcept;
 
-template <class Token>
-auto event::async_wait(Token&& token) const {
-  return async_wait(picoseconds{-1}, std::forward<Token>(token));
+inline event detail::event_access::task_event(runtime& rt, std::uint32_t stream, std::uint64_t seq) noexcept {
+  return event::task_event(rt, stream, seq);
 }
 
 template <class Token>
-auto event::async_wait(picoseconds timeout, Token&& token) const {
+  requires(!std::is_convertible_v<Token, std::optional<picoseconds>>)
+auto event::async_wait(Token&& token) const {
+  return async_wait(no_timeout, std::forward<Token>(token));
+}
+
+template <class Token>
+auto event::async_wait(std::optional<picoseconds> timeout, Token&& token) const {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
-      [](auto handler, event self, picoseconds tmo) {
+      [](auto handler, event self, std::optional<picoseconds> tmo) {
         using handler_t = decltype(handler);
         if (!self.rt_) {
-          // A null handle has no system to post to: complete inline with the error.
-          std::move(handler)(async_error_code(make_error_code(errc::invalid_event)));
+          detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_event));
           return;
         }
         detail::runtime& rt = *self.rt_;

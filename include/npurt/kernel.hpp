@@ -5,7 +5,9 @@
 #include <npurt/tensor.hpp>
 #include <npurt/time.hpp>
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -36,10 +38,33 @@ namespace npurt {
 /// Every operation a kernel_desc can carry.
 using kernel_op = std::variant<kernels::fixed NPURT_KERNEL_OP_LIST>;
 
-/// One kernel launch. Cheap to copy when it carries no tensors.
+/// The name of the i-th tensor field of an operation, in declaration order ("x", "w", "y" of a
+/// conv2d), for messages that name an operand; "?" past the last one.
+constexpr std::string_view tensor_name(const kernel_op& op, std::size_t i) noexcept {
+  constexpr std::string_view lists[] = {
+      "",  // kernels::fixed
+      "a b c", "x w y", "dy w dx", "x dy dw", "a b y",
+      "x gamma beta running_mean running_var y saved_mean saved_invstd",
+      "x dy gamma saved_mean saved_invstd dx dgamma dbeta", "x gamma beta y", "x y", "x dy dx", "x y", "x y", "x y",
+      "x y", "param grad momentum_buffer"};
+  static_assert(std::size(lists) == std::variant_size_v<kernel_op>, "one name list per operation");
+  std::string_view names = op.index() < std::size(lists) ? lists[op.index()] : std::string_view{};
+  for (std::size_t k = 0; k < i; ++k) {
+    const auto sp = names.find(' ');
+    if (sp == std::string_view::npos) return "?";
+    names.remove_prefix(sp + 1);
+  }
+  const auto sp = names.find(' ');
+  names = names.substr(0, sp);
+  return names.empty() ? std::string_view{"?"} : names;
+}
+
+/// One kernel launch. Cheap to copy when it carries no tensors. A plain value: copies may be
+/// used from any thread; launching is a call on a stream, on the system's thread.
 struct kernel_desc {
   kernel_op op{};
-  /// Shown in traces. Must outlive the run (a literal, or storage owned by a model or graph).
+  /// Shown in traces. Only needs to live until the launch call returns: the runtime keeps its
+  /// own copy of every name it is given.
   std::string_view name{};
   /// AI cores the kernel is spread over; 0 means all of the device's cores.
   std::uint32_t block_dim = 0;

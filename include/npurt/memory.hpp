@@ -8,6 +8,9 @@
 // allow it — the free's position has been reached, the other stream already waits for it, or (if
 // allowed) the pool makes it wait. record_stream() marks a block as used by another stream, so
 // that reuse also waits for that stream's work, as PyTorch's does.
+//
+// Thread safety: a pool belongs to its system's loop thread, like the device that owns it; no
+// call may come from another thread while the system runs.
 #pragma once
 
 #include <npurt/backend.hpp>
@@ -145,7 +148,7 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
           r->n = n;
           r->sid = sid;
           r->user = op;
-          detail::start_multi_wait(*rt_, r, rt_->device_positions(dev_), picoseconds{-1});
+          detail::start_multi_wait(*rt_, r, rt_->device_positions(dev_), no_timeout);
           return;
         }
         detail::post_error(*rt_, std::move(handler), ec, p);

@@ -58,6 +58,10 @@ struct options {
   /// search: large graphs are near the bound already (greedy by size is within 0-2 % on real
   /// DNN graphs) and time matters more there.
   std::size_t search_max_buffers = 10'000;
+  // Instances whose overlapping pairs exceed max(512 n, 2^23) (dense ones: thousands of buffers
+  // live at once) are planned by a best-fit sweep in time order ("sweep/best-fit": O(n log n)
+  // time, O(n) memory, optimal when every buffer is live at once) instead of the greedy orders,
+  // whose neighbour lists would take memory proportional to the pairs.
   std::uint64_t seed = 0x9e3779b97f4a7c15ull;
 };
 
@@ -90,15 +94,14 @@ NPURT_DECL plan make_plan(const std::vector<buffer>& buffers, const options& opt
 /// One greedy pass in a given order and fit (the building block, exposed for benchmarks).
 NPURT_DECL plan greedy_plan(const std::vector<buffer>& buffers, order o, fit f, std::uint64_t alignment = 1);
 
-/// Peak live bytes: no plan can use a smaller arena.
+/// Peak live bytes: no plan can use a smaller arena. Any sizes up to 2^64 - 1 are accepted; if
+/// the bytes live at one step exceed 2^64 - 1 (no plan exists), ec is errc::size_overflow and
+/// the result 0. The throwing form raises npurt::caller_error instead.
+NPURT_DECL std::uint64_t lower_bound(const std::vector<buffer>& buffers, std::error_code& ec);
 NPURT_DECL std::uint64_t lower_bound(const std::vector<buffer>& buffers);
-/// Sum of sizes: the arena without any reuse.
+/// Sum of sizes: the arena without any reuse. errc::size_overflow past 2^64 - 1.
+NPURT_DECL std::uint64_t no_reuse_size(const std::vector<buffer>& buffers, std::error_code& ec);
 NPURT_DECL std::uint64_t no_reuse_size(const std::vector<buffer>& buffers);
-
-/// Verifies a plan: one offset per buffer, each aligned, no two buffers that are live at a common
-/// step overlapping in memory. Independent of the planner's code.
-NPURT_DECL check_report check(const std::vector<buffer>& buffers, const std::vector<std::uint64_t>& offsets,
-                              std::uint64_t alignment = 1);
 
 /// A CSV table in MiniMalloc's format: `id,lower,upper,size` and, in plans, `offset`.
 struct table {
@@ -107,8 +110,20 @@ struct table {
   bool has_offsets = false;
 };
 
+/// Verifies a plan given as offsets by input index: one offset per buffer, each aligned, no
+/// offset + size past 2^64 - 1, no two buffers that are live at a common step overlapping in
+/// memory. Independent of the planner's code. O(n log n) time, O(n) memory.
+NPURT_DECL check_report check(const std::vector<buffer>& buffers, const std::vector<std::uint64_t>& offsets,
+                              std::uint64_t alignment = 1);
+/// Verifies a plan read from a file against the input it claims to plan: every plan row must be
+/// an input buffer with the same id, lifetime and size, and every input buffer must have exactly
+/// one row (a plan with missing, extra, repeated or changed rows, or with no rows, is invalid),
+/// then the offsets are checked as above. Rows may come in any order.
+NPURT_DECL check_report check(const std::vector<buffer>& input, const table& plan, std::uint64_t alignment = 1);
+
 /// Reads a table. Columns are found by name in the header (any order, extra columns ignored);
-/// blank lines are skipped. On error, ec is errc::parse_error (or invalid_argument for a
+/// blank lines are skipped; lines longer than 64 KiB are an error, and messages quote at most a
+/// short prefix of a bad field. On error, ec is errc::parse_error (or invalid_argument for a
 /// well-formed but impossible buffer) and `message` starts with "line N:".
 NPURT_DECL table read_csv(std::istream& in, std::error_code& ec, std::string& message);
 /// Throwing form: npurt::caller_error whose what() names the line.
@@ -117,7 +132,8 @@ NPURT_DECL table read_csv(std::istream& in);
 NPURT_DECL table read_csv_file(const std::string& path, std::error_code& ec, std::string& message);
 NPURT_DECL table read_csv_file(const std::string& path);
 
-/// Writes `id,lower,upper,size` and, if offsets is given, `,offset`.
+/// Writes `id,lower,upper,size` and, if offsets is given, `,offset`. Write errors show in the
+/// stream's state (callers check it, and close files explicitly).
 NPURT_DECL void write_csv(std::ostream& out, const std::vector<buffer>& buffers,
                           const std::vector<std::uint64_t>* offsets = nullptr);
 

@@ -10,12 +10,15 @@
 #include <npurt/observer.hpp>
 #include <npurt/event.hpp>
 #include <npurt/memory.hpp>
+#include <npurt/pool_types.hpp>
 #include <npurt/memplan.hpp>
 #include <npurt/numeric.hpp>
 #include <npurt/profiler.hpp>
 #include <npurt/stream.hpp>
 #include <npurt/device.hpp>
+#include <npurt/system_options.hpp>
 #include <npurt/system.hpp>
 #include <npurt/simple_backend.hpp>
 #include <npurt/collective_types.hpp>
 #include <npurt/collective.hpp>
+#include <npurt/checkpoint.hpp>

@@ -23,268 +23,25 @@
 
 #include <npurt/config.hpp>
 #include <npurt/detail/trace_chunks.hpp>
+#include <npurt/detail/trace_hook.hpp>
+#include <npurt/detail/trace_records.hpp>
 #include <npurt/error.hpp>
 #include <npurt/observer.hpp>
+#include <npurt/profiler/chrome_trace.hpp>
+#include <npurt/profiler/summary.hpp>
+#include <npurt/profiler/svg_timeline.hpp>
+#include <npurt/profiler/trace_data.hpp>
+#include <npurt/system.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <memory>
-#include <new>
-#include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
-#include <vector>
 
 namespace npurt {
-
-/// A finished task as a trace keeps it. Names are indices into trace_data::strings, so a record
-/// is small and owns nothing that could dangle.
-struct trace_task {
-  std::uint64_t id = 0;
-  device_id device = 0;
-  std::uint32_t stream = 0;
-  std::uint8_t priority = 4;
-  task_kind kind = task_kind::kernel;
-  engine_kind engine = engine_kind::none;
-  sim_time submitted{};
-  sim_time ready{};
-  sim_time start{};
-  sim_time end{};
-  std::uint32_t name = 0;
-  std::uint32_t block_dim = 0;
-  std::uint64_t flops = 0;
-  std::uint64_t bytes = 0;
-  device_id src_device = -1;  // copies and memsets: -1 is host memory
-  device_id dst_device = -1;
-
-  [[nodiscard]] picoseconds duration() const noexcept { return end - start; }
-};
-
-struct trace_link_transfer {
-  std::uint32_t link = 0;  // string index: "hccs", "pcie", ...
-  device_id src = 0;
-  device_id dst = 0;
-  std::size_t bytes = 0;
-  sim_time start{};
-  sim_time end{};
-};
-
-struct trace_collective_step {
-  std::uint64_t collective = 0;
-  std::uint32_t op = 0;         // string index
-  std::uint32_t algorithm = 0;  // string index
-  device_id device = 0;
-  device_id peer = 0;
-  std::uint32_t step = 0;
-  std::size_t bytes = 0;
-  sim_time start{};
-  sim_time end{};
-};
-
-struct trace_host_range {
-  host_range_op op = host_range_op::mark;
-  std::uint32_t name = 0;  // string index
-  std::uint32_t lane = 0;
-  sim_time time{};
-};
-
-struct trace_stream {
-  device_id device = 0;
-  std::uint32_t stream = 0;
-  std::uint8_t priority = 4;
-};
-
-/// Everything a profiler recorded, or a trace reader loaded back. Outputs are computed from this
-/// alone.
-struct trace_data {
-  std::vector<std::string> strings;  // interned names; index 0 is ""
-  std::vector<trace_task> tasks;
-  std::vector<event_record_info> records;
-  std::vector<event_wait_info> waits;
-  std::vector<memory_info> memory;
-  std::vector<trace_link_transfer> links;
-  std::vector<trace_collective_step> steps;
-  std::vector<trace_host_range> ranges;
-  std::vector<trace_stream> streams;
-  std::optional<sim_time> shutdown;
-
-  trace_data() { strings.emplace_back(); }
-
-  /// The index of `s` in strings, adding it if new.
-  NPURT_DECL std::uint32_t intern(std::string_view s);
-  [[nodiscard]] std::string_view str(std::uint32_t i) const noexcept {
-    return i < strings.size() ? std::string_view{strings[i]} : std::string_view{};
-  }
-  NPURT_DECL void clear();
-
- private:
-  struct string_hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-  };
-  std::unordered_map<std::string, std::uint32_t, string_hash, std::equal_to<>> index_;
-};
-
-/// Why a stream sat idle between two pieces of work.
-enum class gap_cause : std::uint8_t {
-  event,   // a wait on an event blocked the stream
-  peer,    // the next task is a collective: it waited for its peers
-  memory,  // a stream-ordered allocation completed when the gap ended
-  host,    // the host had not launched the next task yet (launch overhead, host work)
-  engine,  // the next task was ready but its engine was busy with other streams
-  other,
-};
-
-constexpr std::string_view to_string(gap_cause c) noexcept {
-  switch (c) {
-    case gap_cause::event: return "event";
-    case gap_cause::peer: return "peer";
-    case gap_cause::memory: return "memory";
-    case gap_cause::host: return "host";
-    case gap_cause::engine: return "engine";
-    case gap_cause::other: return "other";
-  }
-  return "?";
-}
-
-/// What a run did, computed from records only (see summarize()).
-///
-/// Busy time is the union of the intervals of tasks that occupy an engine (control tasks such
-/// as event records and waits do not); utilisation is busy time over the span of the whole
-/// trace (first task start to last task end).
-struct profile_summary {
-  struct gap {
-    sim_time begin{};
-    sim_time end{};
-    gap_cause cause = gap_cause::other;
-    std::uint64_t next_task = 0;  // the task whose start ended the gap
-    std::uint64_t event = 0;      // cause == event: the event waited on
-    [[nodiscard]] picoseconds duration() const noexcept { return end - begin; }
-  };
-  struct stream_stats {
-    device_id device = 0;
-    std::uint32_t stream = 0;
-    std::uint8_t priority = 4;
-    std::uint64_t tasks = 0;
-    picoseconds busy{0};
-    double utilisation = 0;
-    picoseconds idle{0};  // sum of the gaps
-    std::vector<gap> gaps;
-  };
-  struct engine_stats {
-    engine_kind engine = engine_kind::none;
-    std::uint64_t tasks = 0;
-    picoseconds busy{0};
-    double utilisation = 0;
-  };
-  struct device_stats {
-    device_id device = 0;
-    std::uint64_t tasks = 0;
-    picoseconds busy{0};
-    double utilisation = 0;
-    picoseconds compute{0};        // union of ai_core work
-    picoseconds communication{0};  // union of collectives and peer copies
-    picoseconds overlap{0};        // time both ran at once
-    double overlap_fraction = 0;   // overlap / communication (0 without communication)
-    std::size_t peak_memory = 0;   // largest in_use reported
-    std::vector<engine_stats> engines;
-  };
-  struct kernel_stats {
-    std::string name;
-    std::uint64_t count = 0;
-    picoseconds total{0};
-    picoseconds max{0};
-    std::uint64_t flops = 0;
-    std::uint64_t bytes = 0;
-  };
-  struct path_task {
-    std::uint64_t id = 0;
-    std::string name;
-    device_id device = 0;
-    std::uint32_t stream = 0;
-    task_kind kind = task_kind::kernel;
-    engine_kind engine = engine_kind::none;
-    sim_time start{};
-    sim_time end{};
-    bool via_event = false;  // its predecessor on the path is the record task of an event it waited on
-  };
-
-  std::uint64_t tasks = 0;
-  sim_time begin{};
-  sim_time end{};
-  picoseconds span{0};
-  std::vector<device_stats> devices;
-  std::vector<stream_stats> streams;
-  std::vector<kernel_stats> top_kernels;  // by total time, longest first
-  /// Walked back from the task that ends last, each step to the predecessor (previous task on
-  /// the stream, or the record task of an event it waited on) that ended last. First task first.
-  std::vector<path_task> critical_path;
-  picoseconds critical_path_length{0};  // last end - first start
-  picoseconds critical_path_busy{0};    // sum of the durations of path tasks that use an engine
-};
-
-/// Options of write_svg().
-struct svg_options {
-  std::string title = "npurt timeline";
-  double width = 1200;       // pixels, whole image
-  double label_width = 190;  // pixels left of the time axis
-  double row_height = 18;
-  bool engines = true;  // engine occupancy rows
-  bool links = true;    // link and collective-step rows
-  bool host = true;     // host range rows
-  bool control = true;  // ticks for event records and waits
-};
-
-NPURT_DECL profile_summary summarize(const trace_data& data, std::size_t top_kernels = 10);
-NPURT_DECL void write_chrome_trace(std::ostream& os, const trace_data& data);
-NPURT_DECL void write_summary_text(std::ostream& os, const profile_summary& s);
-NPURT_DECL void write_summary_json(std::ostream& os, const profile_summary& s);
-NPURT_DECL void write_svg(std::ostream& os, const trace_data& data, const svg_options& opts = {});
-
-namespace detail {
-
-// A task as the profiler keeps it while the run goes on: 40 bytes, built in place in its
-// trace_chunks. Times are the end and three 32-bit steps back from it (4.29 ms of picoseconds
-// each). What is usually zero or absent (flops, bytes, block_dim, copy endpoints, a device above
-// 62) and steps that do not fit follow the head only when needed, flagged in `flags`.
-// profiler::data() expands them into trace_tasks.
-struct task_head {
-  std::uint64_t id;
-  std::int64_t end;
-  std::uint32_t run;   // end - start
-  std::uint32_t wait;  // start - ready
-  std::uint32_t stream;
-  std::uint8_t priority;
-  task_kind kind;
-  engine_kind engine;
-  std::uint8_t flags;   // without has_extra: the device
-  std::uint32_t queue;  // ready - submitted
-  std::uint32_t name;
-
-  static constexpr std::uint8_t has_extra = 0x40;
-  static constexpr std::uint8_t has_times = 0x80;
-  static constexpr std::uint8_t device_mask = 0x3f;  // devices 0 .. 62 fit in the head
-};
-
-struct task_extra {
-  std::uint64_t flops;
-  std::uint64_t bytes;
-  std::uint32_t block_dim;
-  device_id device;
-  device_id src_device;
-  device_id dst_device;
-};
-
-struct task_times {
-  std::int64_t submitted;
-  std::int64_t ready;
-  std::int64_t start;
-};
-
-}  // namespace detail
 
 /// The observer that records a run.
 class profiler : public observer {
@@ -399,6 +156,15 @@ class profiler : public observer {
   mutable sim_time latest_{};  // of everything but pending tasks, which now() reads lazily
   name_slot name_cache_[name_cache_size]{};
 };
+
+namespace detail {
+
+NPURT_DECL std::unique_ptr<observer> make_env_profiler(system& sys);
+
+// Every system made in a program that includes this header honours NPURT_TRACE.
+inline const bool trace_env_registered = (trace_from_environment = &make_env_profiler, true);
+
+}  // namespace detail
 
 }  // namespace npurt
 

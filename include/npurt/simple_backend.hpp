@@ -3,6 +3,8 @@
 // Each device has one queue per engine; a task waits for its engine in (priority, task id)
 // order and then takes exactly its cost: kernels::fixed kernels their duration plus a launch
 // latency, copies latency + bytes / bandwidth of their link. It runs only kernels::fixed kernels.
+// Dispatch decisions wait for the end of the instant (backend::flush), so a task ready at t
+// never loses its engine to a lower-priority one that became ready at the same t.
 // It exists so that the scheduling layer can be tested against arithmetic a reader can check,
 // and as the smallest example of a backend; the simulator (npurt/sim) is the real device layer.
 #pragma once
@@ -22,6 +24,8 @@ struct simple_config {
   std::size_t devices = 1;
   device_properties properties = default_properties();
   picoseconds kernel_launch_latency{0};
+  /// Host-to-host copies (memcpy on the host), bytes per second.
+  double host_copy_bandwidth = 20e9;
   bool functional = true;
 
   static device_properties default_properties() {
@@ -53,7 +57,7 @@ class simple_backend final : public backend {
 
   [[nodiscard]] std::error_code validate(device_id, const kernel_desc& k) const override {
     if (!std::holds_alternative<kernels::fixed>(k.op)) return make_error_code(errc::not_supported);
-    return {};
+    return validate_fixed(0, k.block_dim);
   }
 
   /// The exact cost this backend gives a task once it holds its engine.
@@ -67,6 +71,7 @@ class simple_backend final : public backend {
       case task_kind::memset: return transfer(t.copy.bytes, p.hbm_bandwidth, picoseconds{0});
       case task_kind::memcpy:
         switch (t.engine) {
+          case engine_kind::host: return transfer(t.copy.bytes, cfg_.host_copy_bandwidth, picoseconds{0});
           case engine_kind::copy_h2d:
           case engine_kind::copy_d2h: return transfer(t.copy.bytes, p.host_link_bandwidth, p.host_link_latency);
           default:
@@ -78,10 +83,35 @@ class simple_backend final : public backend {
     }
   }
 
+  [[nodiscard]] std::error_code validate_fixed(device_id, std::uint32_t block_dim) const override {
+    if (block_dim > cfg_.properties.ai_core_count) return make_error_code(errc::invalid_argument);
+    return {};
+  }
+
   void submit(task_info& t) override {
     engine& e = engines_[static_cast<std::size_t>(t.device) * engine_count + static_cast<std::size_t>(t.engine)];
     e.ready.push(&t);
-    if (!e.busy) dispatch(e);
+    if (!e.busy) idle(e);
+  }
+
+  /// End of an instant: idle engines start the best of what became ready during it.
+  void flush() override {
+    std::vector<engine*> list;
+    list.swap(to_dispatch_);
+    for (engine* e : list) {
+      e->queued = false;
+      if (!e->busy) dispatch(*e);
+    }
+  }
+
+  void abort(device_id dev) override {
+    for (std::size_t i = 0; i < engine_count; ++i) {
+      engine& e = engines_[static_cast<std::size_t>(dev) * engine_count + i];
+      e.ready = {};
+      e.running = nullptr;
+      e.busy = false;
+      ++e.generation;  // the running task's end timer finds nothing to finish
+    }
   }
 
  private:
@@ -94,9 +124,21 @@ class simple_backend final : public backend {
   struct engine {
     std::priority_queue<task_info*, std::vector<task_info*>, later> ready;
     bool busy = false;
+    bool queued = false;  // in to_dispatch_
     simple_backend* owner = nullptr;
     task_info* running = nullptr;
+    std::uint64_t generation = 0;
   };
+
+  // An engine with nothing running and tasks ready: start one now, or at the end of the instant
+  // when the host says so, so that every task ready at this instant competes for it.
+  void idle(engine& e) {
+    if (!host_->calls_flush()) return dispatch(e);
+    if (e.queued) return;
+    e.queued = true;
+    to_dispatch_.push_back(&e);
+    host_->request_flush();
+  }
 
   void dispatch(engine& e) {
     if (e.ready.empty()) return;
@@ -110,21 +152,23 @@ class simple_backend final : public backend {
     if (t->kind == task_kind::memcpy && t->copy.src_device != t->copy.dst_device && host_->tracer())
       host_->tracer()->on_link_transfer({t->engine == engine_kind::copy_d2d ? "hccs" : "pcie", t->copy.src_device,
                                          t->copy.dst_device, t->copy.bytes, t->start, t->end});
-    host_->call_at(t->end, &simple_backend::finished, &e, 0);
+    host_->call_at(t->end, &simple_backend::finished, &e, e.generation);
   }
 
-  static void finished(void* ctx, std::uint64_t) {
+  static void finished(void* ctx, std::uint64_t generation) {
     auto& e = *static_cast<engine*>(ctx);
+    if (generation != e.generation || !e.running) return;  // aborted by a device reset
     task_info* t = e.running;
     e.running = nullptr;
     e.busy = false;
     e.owner->host_->complete(*t);
-    e.owner->dispatch(e);
+    if (!e.ready.empty()) e.owner->idle(e);
   }
 
   simple_config cfg_;
   backend_host* host_ = nullptr;
   std::vector<engine> engines_;
+  std::vector<engine*> to_dispatch_;
 };
 
 /// `npurt::system sys{npurt::simple_config{.devices = 2}};`

@@ -4,11 +4,22 @@
 // returns an event (a plain record is queued; no coroutine is involved) and an async_ form that
 // takes any Asio completion token (use_awaitable, deferred, a callback). Each stream is also an
 // Asio strand: host callbacks run on it in stream order, and coroutines may be spawned on it.
+//
+// Errors: a bad call fails at once (nothing is enqueued). Work that fails later (a kernel whose
+// memory was freed while it was queued, a host callback that throws) completes an awaiting
+// caller with the error; fire-and-forget work records the first such failure on the stream and
+// its device, and the next synchronize(), query() or async_synchronize() of the stream reports it
+// (once: reporting reads it), as cudaStreamSynchronize and aclrtSynchronizeStream do.
+//
+// Thread safety: a stream belongs to its system's loop thread. Handles may be moved between
+// threads while the system is idle; every call must come from the thread that runs the system
+// (errc::wrong_thread when system_options::check_thread is set, always in debug builds).
 #pragma once
 
 #include <npurt/backend.hpp>
 #include <npurt/config.hpp>
 #include <npurt/detail/async_op.hpp>
+#include <npurt/detail/launch_args.hpp>
 #include <npurt/detail/runtime.hpp>
 #include <npurt/error.hpp>
 #include <npurt/event.hpp>
@@ -23,30 +34,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace npurt {
 
-namespace detail {
-/// What an async_launch carries from the call to its initiation. A kernel_desc is about 750
-/// bytes and Asio's initiation layers move their arguments several times over; a fixed-cost
-/// kernel (the common case in schedules and benchmarks) travels as a few words, any other as
-/// one shared copy.
-struct launch_args {
-  kernels::fixed fixed{};
-  std::string_view name{};
-  std::uint32_t block_dim = 0;
-  std::shared_ptr<const kernel_desc> full;  // set unless the op is kernels::fixed
-
-  explicit launch_args(const kernel_desc& k) : name(k.display_name()), block_dim(k.block_dim) {
-    if (const auto* f = std::get_if<kernels::fixed>(&k.op))
-      fixed = *f;
-    else
-      full = std::make_shared<const kernel_desc>(k);
-  }
-};
-}  // namespace detail
 
 /// Stream priorities: 0 is the highest, 7 the lowest, as in CANN. Out-of-range values clamp.
 namespace priority {
@@ -55,15 +50,23 @@ inline constexpr int normal = 4;
 inline constexpr int low = 7;
 }  // namespace priority
 
-/// Stream creation flags, after aclrtCreateStreamWithConfig. fast_launch and fast_sync change no
-/// timing today. overflow_edge (aclrtSetStreamOverFlowEdge) and direct_submit
-/// (aclrtSubmitTaskWithStream) take the stream's tasks out of the device's shared execution
-/// queue (detail/device_queue.hpp): they dispatch as soon as they are ready.
-enum stream_flags : std::uint32_t { fast_launch = 0x1, fast_sync = 0x2, overflow_edge = 0x4, direct_submit = 0x8 };
+/// Stream creation flags, after aclrtCreateStreamWithConfig; combine with |. fast_launch and
+/// fast_sync change no timing today. overflow_edge (aclrtSetStreamOverFlowEdge) and
+/// direct_submit (aclrtSubmitTaskWithStream) take the stream's tasks out of the device's shared
+/// execution queue (detail/device_queue.hpp): they dispatch as soon as they are ready.
+enum class stream_flags : std::uint32_t { none = 0, fast_launch = 0x1, fast_sync = 0x2, overflow_edge = 0x4, direct_submit = 0x8 };
+constexpr stream_flags operator|(stream_flags a, stream_flags b) noexcept {
+  return static_cast<stream_flags>(static_cast<std::uint32_t>(a) | static_cast<std::uint32_t>(b));
+}
+constexpr stream_flags operator&(stream_flags a, stream_flags b) noexcept {
+  return static_cast<stream_flags>(static_cast<std::uint32_t>(a) & static_cast<std::uint32_t>(b));
+}
+static_assert(detail::device_queue::bypass_flags ==
+              static_cast<std::uint32_t>(stream_flags::overflow_edge | stream_flags::direct_submit));
 
 struct stream_options {
   int priority = priority::normal;
-  std::uint32_t flags = 0;
+  stream_flags flags = stream_flags::none;
 };
 
 class stream {
@@ -71,6 +74,8 @@ class stream {
   using executor_type = boost::asio::strand<boost::asio::io_context::executor_type>;
   using default_token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>;
 
+  /// A null handle: every call reports errc::invalid_stream (async ones through the handler's
+  /// executor, never inside the call).
   stream() noexcept = default;
   stream(detail::runtime& rt, std::uint32_t id) noexcept : rt_(&rt), id_(id) {}
   stream(stream&& o) noexcept : rt_(std::exchange(o.rt_, nullptr)), id_(std::exchange(o.id_, 0)) {}
@@ -121,26 +126,32 @@ class stream {
   auto async_wait(const event& e, Token&& token = {});
   template <class Token = default_token>
   auto async_callback(std::function<void()> fn, Token&& token = {});
-  /// Completes when everything enqueued so far has finished; with a timeout, completes with
+  /// Completes when everything enqueued so far has finished, with the stream's first unread
+  /// failure if its fire-and-forget work failed; with a timeout, completes with
   /// errc::wait_timeout if it passes first (aclrtSynchronizeStreamWithTimeout).
   template <class Token = default_token>
+    requires(!std::is_convertible_v<Token, std::optional<picoseconds>>)
   auto async_synchronize(Token&& token = {});
   template <class Token = default_token>
-  auto async_synchronize(picoseconds timeout, Token&& token = {});
+  auto async_synchronize(std::optional<picoseconds> timeout, Token&& token = {});
 
   // --- host side ------------------------------------------------------------------------------
-  /// True when every enqueued task has completed (aclrtStreamQuery).
+  /// True when every enqueued task has completed (aclrtStreamQuery). Throws (and so reads) the
+  /// stream's first unread failure.
   [[nodiscard]] NPURT_DECL bool query() const;
-  /// Blocking waits, for code outside system::run (they drive the simulation).
-  NPURT_DECL void synchronize();
-  NPURT_DECL void synchronize(picoseconds timeout);
-  NPURT_DECL void synchronize(picoseconds timeout, std::error_code& ec);
+  NPURT_DECL bool query(std::error_code& ec) const noexcept;
+  /// Blocking waits, for code outside system::run (they drive the simulation). When they return,
+  /// the completion handlers of the work they waited for have run. They report (and read) the
+  /// stream's first unread failure: the throwing form rethrows what a host callback threw, or
+  /// raises the error class's exception naming the task that failed.
+  NPURT_DECL void synchronize(std::optional<picoseconds> timeout = no_timeout);
+  NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec);
 
  private:
+  NPURT_DECL void release() noexcept;
+  NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* f);
   NPURT_DECL detail::stream_state* state(std::error_code& ec) const noexcept;
-  /// A kernel spread over more cores than the device has is the caller's error.
-  NPURT_DECL bool block_dim_fits(const detail::stream_state& s, std::uint32_t block_dim, std::error_code& ec) const;
-  NPURT_DECL detail::task* make_launch(const kernel_desc& k, std::error_code& ec);
+  NPURT_DECL detail::task* make_launch(const kernel_desc& k, std::error_code& ec, std::string* what = nullptr);
   NPURT_DECL detail::task* make_launch(const detail::launch_args& a, std::error_code& ec);
   NPURT_DECL detail::task* make_fixed_launch(const kernels::fixed& f, std::string_view name,
                                              std::uint32_t block_dim, std::error_code& ec);
@@ -168,7 +179,7 @@ auto stream::async_enqueue(Token&& token, Make make) {
       [this](auto handler, Make mk) {
         using handler_t = decltype(handler);
         if (!rt_) {
-          std::move(handler)(async_error_code(make_error_code(errc::invalid_stream)));
+          detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_stream));
           return;
         }
         std::error_code ec;
@@ -185,7 +196,7 @@ auto stream::async_enqueue(Token&& token, Make make) {
 
 template <class Token>
 auto stream::async_launch(const kernel_desc& k, Token&& token) {
-  return async_enqueue(std::forward<Token>(token), [a = detail::launch_args(k)](stream& s, std::error_code& ec) {
+  return async_enqueue(std::forward<Token>(token), [a = detail::launch_args(k, rt_)](stream& s, std::error_code& ec) {
     return s.make_launch(a, ec);
   });
 }
@@ -219,17 +230,18 @@ auto stream::async_callback(std::function<void()> fn, Token&& token) {
 }
 
 template <class Token>
+  requires(!std::is_convertible_v<Token, std::optional<picoseconds>>)
 auto stream::async_synchronize(Token&& token) {
-  return async_synchronize(picoseconds{-1}, std::forward<Token>(token));
+  return async_synchronize(no_timeout, std::forward<Token>(token));
 }
 
 template <class Token>
-auto stream::async_synchronize(picoseconds timeout, Token&& token) {
+auto stream::async_synchronize(std::optional<picoseconds> timeout, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
-      [this](auto handler, picoseconds tmo) {
+      [this](auto handler, std::optional<picoseconds> tmo) {
         using handler_t = decltype(handler);
         if (!rt_) {
-          std::move(handler)(async_error_code(make_error_code(errc::invalid_stream)));
+          detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_stream));
           return;
         }
         std::error_code ec;
@@ -238,7 +250,8 @@ auto stream::async_synchronize(picoseconds timeout, Token&& token) {
           detail::post_error(*rt_, std::move(handler), ec);
           return;
         }
-        detail::op_base* op = detail::handler_op<handler_t>::create(*rt_, std::move(handler));
+        detail::op_base* op = detail::sticky_op::create(
+            *rt_, detail::handler_op<handler_t>::create(*rt_, std::move(handler)), s->id, s->device);
         const std::pair<std::uint32_t, std::uint64_t> pos[1] = {{s->id, s->enqueued}};
         detail::start_multi_wait(*rt_, op, pos, tmo);
       },

@@ -1,14 +1,23 @@
 // npurt/system.hpp — the root object: the simulated clock, the event loop, and the devices
 // built from a hardware preset or a backend.
+//
+// Thread safety: a system is single-threaded. Everything (host coroutines, handlers, device
+// completions) runs on the thread that calls run() or a blocking wait, in an order fixed by
+// virtual time; no member may be called concurrently. Another thread may own a system while no
+// call is in progress, but calls from a second thread while the loop runs are a race: with
+// system_options::check_thread (always on in builds without NDEBUG) they fail with
+// errc::wrong_thread instead.
 #pragma once
 
 #include <npurt/backend.hpp>
 #include <npurt/config.hpp>
+#include <npurt/detail/owned_buffer.hpp>
 #include <npurt/detail/runtime.hpp>
+#include <npurt/detail/trace_hook.hpp>
 #include <npurt/device.hpp>
 #include <npurt/error.hpp>
 #include <npurt/observer.hpp>
-#include <npurt/profiler.hpp>
+#include <npurt/system_options.hpp>
 #include <npurt/time.hpp>
 
 #include <boost/asio/io_context.hpp>
@@ -20,8 +29,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace npurt {
+
+class profiler;
 
 /// Anything make_backend(p) (found by argument-dependent lookup) turns into a backend: the
 /// simulator's presets are.
@@ -29,6 +41,12 @@ template <class P>
 concept backend_preset = requires(const P& p) {
   { make_backend(p) } -> std::convertible_to<std::unique_ptr<backend>>;
 };
+
+class system;
+namespace detail {
+/// The runtime behind a system, for npurt's own components and tests (not a user API).
+inline detail::runtime& runtime_of(system& sys) noexcept;
+}  // namespace detail
 
 class system {
  public:
@@ -71,7 +89,8 @@ class system {
 
   /// The system's own profiler, created and attached on first use: `sys.profiler()
   /// .write_chrome_trace("trace.json")`. With NPURT_TRACE=PATH in the environment it exists from
-  /// the start and writes PATH when the system is destroyed.
+  /// the start and writes PATH when the system is destroyed. Defined with the profiler: include
+  /// <npurt/profiler.hpp> (or npurt.hpp) to call it.
   NPURT_DECL npurt::profiler& profiler();
 
   NPURT_DECL void add_observer(observer& o);
@@ -84,14 +103,30 @@ class system {
 
   [[nodiscard]] const system_options& options() const noexcept { return rt_->options(); }
   [[nodiscard]] npurt::backend& get_backend() noexcept { return rt_->backend(); }
-  [[nodiscard]] detail::runtime& runtime() noexcept { return *rt_; }
 
  private:
+  friend detail::runtime& detail::runtime_of(system& sys) noexcept;
+
   std::unique_ptr<detail::runtime> rt_;
   std::deque<npurt::device> devices_;
   device_id current_ = 0;
-  std::unique_ptr<npurt::profiler> profiler_;
+  std::unique_ptr<observer> profiler_;  // a profiler; its type is known only where profiler() is defined
 };
+
+inline detail::runtime& detail::runtime_of(system& sys) noexcept { return *sys.rt_; }
+
+namespace detail {
+struct host_memory_traits {
+  static void* allocate(system& s, std::size_t n) { return s.host_malloc(n); }
+  static void release(system& s, void* p) noexcept {
+    std::error_code ec;
+    s.host_free(p, ec);
+  }
+};
+}  // namespace detail
+
+/// Pinned host memory owned by a scope (system::host_malloc / host_free), freed when it dies.
+using host_buffer = detail::owned_buffer<system, detail::host_memory_traits>;
 
 }  // namespace npurt
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 namespace npurt {
 
@@ -20,6 +21,10 @@ struct virtual_clock {
 };
 
 using sim_time = virtual_clock::time_point;
+
+/// Waits take their timeout as std::optional<picoseconds> of virtual time: a duration, or
+/// no_timeout to wait as long as it takes.
+inline constexpr std::nullopt_t no_timeout = std::nullopt;
 
 /// A duration as milliseconds in a double, as aclrtEventElapsedTime reports it.
 constexpr double to_ms(picoseconds d) noexcept { return static_cast<double>(d.count()) / 1e9; }

@@ -41,6 +41,30 @@ std::error_code sim_backend::validate(device_id dev, const kernel_desc& k) const
   return {};
 }
 
+std::error_code sim_backend::validate_fixed(device_id dev, std::uint32_t block_dim) const {
+  if (dev < 0 || static_cast<std::size_t>(dev) >= props_.size()) return make_error_code(errc::invalid_device);
+  // A kernels::fixed launch runs on the AI-core (cube) pool.
+  if (block_dim > config().ai_core_count) return make_error_code(errc::invalid_argument);
+  return {};
+}
+
+std::string sim_backend::describe_invalid(device_id dev, const kernel_desc& k) const {
+  if (dev < 0 || static_cast<std::size_t>(dev) >= props_.size())
+    return "device " + std::to_string(dev) + " does not exist";
+  if (k.block_dim > core_pool(config(), k))
+    return "block_dim " + std::to_string(k.block_dim) + " exceeds the " + std::to_string(core_pool(config(), k)) +
+           " cores this kernel can use on " + config().name;
+#if NPURT_SIM_HAVE_REFERENCE
+  std::string what;
+  (void)npurt::sim::validate(k, &what);
+  if (!what.empty()) return what;
+  if (!config().supports_bf16)
+    for (const auto& o : operands(k.op))
+      if (o.tensor->type == dtype::bf16) return "bf16 operands are not supported by " + config().name;
+#endif
+  return {};
+}
+
 std::unique_ptr<npurt::backend> make_backend(const preset& p, const sim_options& opts) {
   return std::make_unique<sim_backend>(p, opts);
 }

@@ -542,6 +542,35 @@ void collective_engine::abort(std::uint64_t comm) {
   }
 }
 
+void collective_engine::abort_device(device_id dev) {
+  std::erase_if(tasks_, [dev](const auto& kv) { return kv.first->device == dev; });
+  std::erase_if(done_, [dev](const auto& p) { return p.first->device == dev; });
+  std::vector<instance*> hit;
+  for (auto& [k, in] : instances_)
+    if (!in->failed && std::find(in->devices.begin(), in->devices.end(), dev) != in->devices.end())
+      hit.push_back(in.get());
+  for (instance* in : hit) {
+    std::ostringstream os;
+    os << "device " << dev << " was reset with "
+       << (in->first != none && in->calls[in->first] ? describe_call(*in->calls[in->first]) : std::string(to_string(in->op)))
+       << " #" << in->sequence << " of communicator '" << in->comm->name << "' (id " << in->comm->id << ") pending";
+    fail(*in, make_error_code(errc::operation_aborted), os.str());
+    // The reset device's records are about to be freed: nothing may point at them. Its carriers
+    // are dropped with its jobs, so `outstanding` never drains and a started instance stays
+    // (its other carriers still point at it).
+    for (std::size_t i = 0; i < in->devices.size(); ++i)
+      if (in->devices[i] == dev) {
+        in->tasks[i] = nullptr;
+        in->calls[i] = nullptr;
+      }
+    if (in->first != none && !in->calls[in->first]) in->first = none;
+    if (in->arrived == in->tasks.size() && in->outstanding == 0) {
+      by_id_.erase(in->id);
+      instances_.erase(in->k);
+    }
+  }
+}
+
 std::string collective_engine::describe() const {
   std::ostringstream os;
   bool first = true;

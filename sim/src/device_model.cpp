@@ -125,6 +125,7 @@ device_model::~device_model() = default;
 
 void device_model::attach(backend_host& host) noexcept {
   host_ = &host;
+  buffered_ = host.calls_flush();
   coll_->attach(host);
 }
 
@@ -218,7 +219,8 @@ void device_model::submit(task_info& t) {
   if (t.kind == task_kind::kernel && static_cast<std::uint32_t>(t.device) < preset_.device_count) [[likely]] {
     const std::uint32_t e = engine_of(t);
     const std::uint32_t pool = engines_[e].capacity;
-    enqueue(t, e, t.block_dim == 0 || t.block_dim > pool ? pool : t.block_dim);
+    // block_dim was checked against the pool by validate(); 0 means the whole pool.
+    enqueue(t, e, t.block_dim == 0 ? pool : t.block_dim);
     return;
   }
   submit_other(t);
@@ -259,6 +261,7 @@ void device_model::submit_other(task_info& t) {
 }
 
 NPURT_SIM_HOT inline void device_model::enqueue(task_info& t, std::uint32_t e, std::uint32_t need) {
+  if (buffered_) return defer(&t, e, need);
   engine& eng = engines_[e];
   if (eng.heap.empty() && need <= eng.free) [[likely]] {
     // Nothing waits and there is room: what a push and dispatch() would do at once.
@@ -273,6 +276,122 @@ void device_model::wait(task_info& t, std::uint32_t e, std::uint32_t need) {
   engine& eng = engines_[e];
   eng.heap.push_back(queued{queued::key_of(t.priority, t.id), &t, need});
   std::push_heap(eng.heap.begin(), eng.heap.end());
+  dispatch(e);
+}
+
+void device_model::defer(task_info* t, std::uint32_t e, std::uint32_t need) {
+  if (pending_.empty()) host_->request_flush();
+  pending_.push_back(pending{t, e, need, 0});
+  engines_[e].pending_need += need;
+}
+
+void device_model::flush() {
+  flushing_.swap(pending_);
+  for (std::size_t i = 0; i < flushing_.size(); ++i) {
+    const pending p = flushing_[i];
+    engine& eng = engines_[p.engine];
+    if (eng.flushed) continue;
+    if (eng.heap.empty() && eng.pending_need <= eng.free) {
+      // Room for every arrival: start each in arrival order, as an immediate dispatch would.
+      eng.free -= p.need;
+      start(*p.task, p.engine, p.need, host_->now());
+      continue;
+    }
+    decide_contended(p.engine, i);
+    eng.flushed = true;
+  }
+  for (const pending& p : flushing_) {
+    engines_[p.engine].pending_need = 0;
+    engines_[p.engine].flushed = false;
+  }
+  flushing_.clear();
+}
+
+void device_model::abort(device_id dev) {
+  coll_->abort_device(dev);  // first: the collective tasks of `dev` are still alive
+  const sim_time now = host_->now();
+  for (std::uint32_t slot = 0; slot < jobs_.size(); ++slot) {
+    job& j = jobs_[slot];
+    if (j.ph == phase::idle || !j.task || j.task->device != dev) continue;
+    const std::uint32_t nres = j.nres;
+    const std::uint32_t res[2] = {j.res[0], j.res[1]};
+    for (std::uint32_t i = 0; i < nres; ++i) {
+      auto& v = resources_[res[i]].jobs;
+      v.erase(std::find(v.begin(), v.end(), slot));
+    }
+    j.nres = 0;
+    j.link = {};
+    j.extra = 0;
+    if (j.engine != no_engine) engines_[j.engine].free += j.need;
+    ++j.gen;  // its scheduled end finds a stale generation
+    j.ph = phase::idle;
+    j.next_free = free_jobs_;
+    free_jobs_ = slot;
+    --in_flight_;
+    if (nres != 0) rerate(res, nres, now);  // who shared its bandwidth speeds up
+  }
+  for (auto& eng : engines_) {
+    const auto before = eng.heap.size();
+    std::erase_if(eng.heap, [dev](const queued& q) { return q.task->device == dev; });
+    std::make_heap(eng.heap.begin(), eng.heap.end());
+    in_flight_ -= before - eng.heap.size();
+  }
+  for (const pending& p : pending_) engines_[p.engine].pending_need = 0;
+  const auto before = pending_.size();
+  std::erase_if(pending_, [dev](const pending& p) { return p.task && p.task->device == dev; });
+  for (const pending& p : pending_)
+    if (p.task) {
+      engines_[p.engine].pending_need += p.need;
+    }
+  in_flight_ -= before - pending_.size();
+  // Engines shared with other devices (host copies) may have room for their waiting tasks now.
+  for (std::uint32_t e = 0; e < engines_.size(); ++e)
+    if (!engines_[e].heap.empty()) {
+      if (buffered_)
+        defer(nullptr, e, 0);
+      else
+        dispatch(e);
+    }
+}
+
+void device_model::decide_contended(std::uint32_t e, std::size_t from) {
+  engine& eng = engines_[e];
+  // This instant's arrivals of the engine, by priority (arrival order within one priority),
+  // merged with the tasks already waiting: the higher priority first, a waiting task first
+  // when priorities are equal.
+  arrivals_.clear();
+  for (std::size_t i = from; i < flushing_.size(); ++i)
+    if (flushing_[i].engine == e && flushing_[i].task) arrivals_.push_back(flushing_[i]);
+  // By priority, then arrival order.
+  for (std::size_t i = 0; i < arrivals_.size(); ++i) arrivals_[i].order = static_cast<std::uint32_t>(i);
+  std::sort(arrivals_.begin(), arrivals_.end(), [](const pending& a, const pending& b) {
+    return a.task->priority != b.task->priority ? a.task->priority < b.task->priority : a.order < b.order;
+  });
+  const sim_time now = host_->now();
+  std::size_t next = 0;
+  for (;;) {
+    const bool have_arrival = next < arrivals_.size();
+    if (!have_arrival && eng.heap.empty()) break;
+    const bool take_arrival =
+        have_arrival && (eng.heap.empty() || arrivals_[next].task->priority < (eng.heap.front().key >> 56));
+    const std::uint32_t need = take_arrival ? arrivals_[next].need : eng.heap.front().need;
+    if (need > eng.free) break;  // the head waits for room; nothing overtakes it
+    eng.free -= need;
+    if (take_arrival) {
+      start(*arrivals_[next].task, e, need, now);
+      ++next;
+    } else {
+      std::pop_heap(eng.heap.begin(), eng.heap.end());
+      const queued q = eng.heap.back();
+      eng.heap.pop_back();
+      start(*q.task, e, q.need, now);
+    }
+  }
+  for (; next < arrivals_.size(); ++next) {
+    eng.heap.push_back(queued{queued::key_of(arrivals_[next].task->priority, arrivals_[next].task->id),
+                              arrivals_[next].task, arrivals_[next].need});
+    std::push_heap(eng.heap.begin(), eng.heap.end());
+  }
   dispatch(e);
 }
 
@@ -426,7 +545,12 @@ NPURT_SIM_HOT inline void device_model::finish(std::uint32_t slot) {
     coll_->on_transfer(t, fault);
   else
     host_->complete(t, fault);
-  if (e != no_engine && !engines_[e].heap.empty()) dispatch(e);
+  if (e != no_engine && !engines_[e].heap.empty()) {
+    if (buffered_)
+      defer(nullptr, e, 0);
+    else
+      dispatch(e);
+  }
 }
 
 std::error_code device_model::release(std::uint32_t slot, sim_time now) {

@@ -2,12 +2,17 @@
 // before the kernel is enqueued, so that a bad call leaves nothing half-done.
 #include <npurt/sim/reference_kernels.hpp>
 
+#include <boost/pfr.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <span>
+#include <sstream>
+#include <string>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 namespace npurt::sim {
 namespace {
@@ -441,6 +446,78 @@ std::error_code validate(const kernel_desc& k) {
   }
   if (with_data != 0 && with_data != ops.size()) return fail(errc::invalid_argument);
   return std::visit([](const auto& o) { return check(o); }, k.op);
+}
+
+namespace {
+
+std::string dims(const shape& s) {
+  std::ostringstream os;
+  os << '[';
+  for (std::size_t i = 0; i < s.rank(); ++i) os << (i ? "," : "") << s[i];
+  os << ']';
+  return os.str();
+}
+
+// Says which tensor (and dimension) made validate() fail: one tensor's own rank or dimension,
+// or, when each tensor is fine alone, the shapes and types that do not fit together.
+std::string describe(const kernel_desc& k, std::error_code ec) {
+  std::string op;
+  std::visit([&](const auto& o) { op = std::string(kernels::op_name(o)); }, k.op);
+  struct named {
+    std::string_view name;
+    const tensor_desc* t;
+  };
+  std::vector<named> tensors;
+  std::visit(
+      [&](const auto& o) {
+        using op_t = std::remove_cvref_t<decltype(o)>;
+        if constexpr (!std::is_same_v<op_t, kernels::fixed>) {
+          std::size_t i = 0;
+          boost::pfr::for_each_field(o, [&](const auto& f) {
+            if constexpr (std::is_same_v<std::remove_cvref_t<decltype(f)>, tensor_desc>) {
+              tensors.push_back({tensor_name(k.op, i), &f});
+              ++i;
+            }
+          });
+        }
+      },
+      k.op);
+  for (const auto& [name, t] : tensors) {
+    if (absent(*t)) continue;
+    std::ostringstream which;
+    which << op << " tensor '" << name << "' " << dims(t->shape);
+    if (ec == errc::invalid_shape) {
+      if (t->shape.rank() == 0 || t->shape.rank() > shape::max_rank) {
+        which << ": rank " << t->shape.rank() << " (must be 1.." << shape::max_rank << ")";
+        return which.str();
+      }
+      for (std::size_t d = 0; d < t->shape.rank(); ++d)
+        if (t->shape[d] <= 0) {
+          which << ": dimension " << d << " is " << t->shape[d] << " (must be positive)";
+          return which.str();
+        }
+    }
+    if (ec == errc::invalid_layout && t->format != layout::nd && t->format != layout::nchw) {
+      which << ": layout must be nd or nchw";
+      return which.str();
+    }
+  }
+  std::ostringstream out;
+  out << op << ": " << ec.message() << ":";
+  for (const auto& [name, t] : tensors) {
+    if (absent(*t)) continue;
+    out << ' ' << name << ' ' << dims(t->shape) << ' ' << to_string(t->type) << ';';
+  }
+  if (ec == errc::invalid_argument) out << " (a parameter, or data pointers on some operands but not all)";
+  return out.str();
+}
+
+}  // namespace
+
+std::error_code validate(const kernel_desc& k, std::string* what) {
+  const std::error_code ec = validate(k);
+  if (ec && what) *what = describe(k, ec);
+  return ec;
 }
 
 }  // namespace npurt::sim

@@ -18,6 +18,9 @@ namespace npurt::sim {
 
 namespace {
 
+// Presets are a few kilobytes; anything far larger is not one.
+constexpr std::size_t max_preset_bytes = 1 << 20;
+
 std::vector<std::vector<device_id>> chunked_groups(int devices, int group) {
   std::vector<std::vector<device_id>> g;
   for (int d = 0; d < devices; d += group) {
@@ -75,6 +78,7 @@ std::string fmt_groups(const std::vector<std::vector<device_id>>& groups) {
 // "0,1,2,3;4-7" -> {{0,1,2,3},{4,5,6,7}}. Empty text: no groups.
 bool parse_groups(std::string_view s, std::vector<std::vector<device_id>>& out) {
   std::vector<std::vector<device_id>> groups;
+  std::uint64_t total = 0;
   s = trim(s);
   if (s.empty()) {
     out.clear();
@@ -95,7 +99,10 @@ bool parse_groups(std::string_view s, std::vector<std::vector<device_id>>& out) 
       } else if (!parse_u64(item.substr(0, dash), a) || !parse_u64(item.substr(dash + 1), b) || b < a) {
         return false;
       }
-      if (b > 1u << 20) return false;
+      // Device ids stay below max_device_count, and the lists of all groups together hold at
+      // most that many entries: a huge range is refused before anything is allocated.
+      if (b >= max_device_count || total + (b - a + 1) > max_device_count) return false;
+      total += b - a + 1;
       for (auto d = a; d <= b; ++d) one.push_back(static_cast<device_id>(d));
       if (comma == std::string_view::npos) break;
       g.remove_prefix(comma + 1);
@@ -109,12 +116,23 @@ bool parse_groups(std::string_view s, std::vector<std::vector<device_id>>& out) 
   return true;
 }
 
-// One row of the key table: how to print and parse one field.
+// One row of the key table: how to print and parse one field, and for numbers the value in
+// the file's unit (check() compares it with info.min and info.max).
 struct key_entry {
   preset_key info;
   std::function<std::string(const preset&)> get;
   std::function<bool(preset&, std::string_view)> set;  // false: bad value text
+  std::function<double(const preset&)> number;          // null for text, bool and lists
 };
+
+preset_key numeric(std::string_view sec, std::string_view key, std::string_view unit, std::string_view desc,
+                   double min, double max) {
+  preset_key k{sec, key, unit, desc};
+  k.numeric = true;
+  k.min = min;
+  k.max = max;
+  return k;
+}
 
 template <class T>
 key_entry str_key(std::string_view sec, std::string_view key, std::string_view desc, T preset::*m) {
@@ -139,79 +157,88 @@ key_entry bool_key(std::string_view sec, std::string_view key, std::string_view 
 }
 
 template <class T>
-key_entry int_key(std::string_view sec, std::string_view key, std::string_view unit, std::string_view desc, T preset::*m) {
-  return {{sec, key, unit, desc}, [m](const preset& p) { return std::to_string(p.*m); },
+key_entry int_key(std::string_view sec, std::string_view key, std::string_view unit, std::string_view desc, T preset::*m,
+                  double min, double max) {
+  return {numeric(sec, key, unit, desc, min, max), [m](const preset& p) { return std::to_string(p.*m); },
           [m](preset& p, std::string_view v) {
             std::uint64_t x = 0;
             if (!parse_u64(v, x) || x > std::numeric_limits<T>::max()) return false;
             p.*m = static_cast<T>(x);
             return true;
-          }};
+          },
+          [m](const preset& p) { return static_cast<double>(p.*m); }};
 }
 
-// A double stored in SI, written in the file divided by `scale` (MHz, GB/s).
+// A double stored in SI, written in the file divided by `scale` (MHz, GB/s); min and max are in
+// the file's unit.
 key_entry real_key(std::string_view sec, std::string_view key, std::string_view unit, std::string_view desc,
-                   double preset::*m, double scale) {
-  return {{sec, key, unit, desc}, [m, scale](const preset& p) { return fmt_double(p.*m / scale); },
+                   double preset::*m, double scale, double min, double max) {
+  return {numeric(sec, key, unit, desc, min, max), [m, scale](const preset& p) { return fmt_double(p.*m / scale); },
           [m, scale](preset& p, std::string_view v) {
             double x = 0;
             if (!parse_double(v, x)) return false;
             p.*m = x * scale;
             return true;
-          }};
+          },
+          [m, scale](const preset& p) { return p.*m / scale; }};
 }
 
-// Picoseconds, written in ns.
-key_entry ns_key(std::string_view sec, std::string_view key, std::string_view desc, picoseconds preset::*m) {
-  return {{sec, key, "ns", desc}, [m](const preset& p) { return fmt_double(static_cast<double>((p.*m).count()) / 1000.0); },
-          [m](preset& p, std::string_view v) {
+// Picoseconds, written in ns: 0, or from 1 ps (0.001 ns) to `max_ns` (1 s unless told). A
+// smaller positive value (a denormal, say) would round to 0 silently, so it is a bad value rather
+// than 0.
+key_entry ns_key(std::string_view sec, std::string_view key, std::string_view desc, picoseconds preset::*m,
+                 double max_ns = 1e9) {
+  return {numeric(sec, key, "ns", desc, 0, max_ns),
+          [m](const preset& p) { return fmt_double(static_cast<double>((p.*m).count()) / 1000.0); },
+          [m, max_ns](preset& p, std::string_view v) {
             double x = 0;
-            if (!parse_double(v, x) || x < 0 || x > 1e15) return false;
+            if (!parse_double(v, x) || x < 0 || (x > 0 && x < 1e-3) || x > max_ns) return false;
             p.*m = picoseconds{static_cast<std::int64_t>(std::llround(x * 1000.0))};
             return true;
-          }};
+          },
+          [m](const preset& p) { return static_cast<double>((p.*m).count()) / 1000.0; }};
 }
 
 const std::vector<key_entry>& table() {
   static const std::vector<key_entry> t = [] {
     std::vector<key_entry> v;
-    const double mhz = 1e6, gbs = 1e9;
+    const double mhz = 1e6, gbs = 1e9, gib = 1 << 30;
     v.push_back(str_key("SoCInfo", "name", "short preset name", &preset::name));
     v.push_back(str_key("SoCInfo", "soc_version", "CANN SoC version", &preset::soc_version));
-    v.push_back(int_key("SoCInfo", "ai_core_cnt", "cores", "cores with a cube unit (AIC when separated)", &preset::ai_core_count));
-    v.push_back(int_key("SoCInfo", "vector_core_cnt", "cores", "cores with a vector unit (AIV when separated)", &preset::vector_core_count));
+    v.push_back(int_key("SoCInfo", "ai_core_cnt", "cores", "cores with a cube unit (AIC when separated)", &preset::ai_core_count, 1, max_core_count));
+    v.push_back(int_key("SoCInfo", "vector_core_cnt", "cores", "cores with a vector unit (AIV when separated)", &preset::vector_core_count, 1, 2 * max_core_count));
     v.push_back(bool_key("SoCInfo", "separated_cores", "true: cube kernels run on AIC, vector kernels on AIV (910B); false: coupled (910)", &preset::separated_cores));
     v.push_back(bool_key("SoCInfo", "bf16_supported", "cube and vector units accept BF16", &preset::supports_bf16));
-    v.push_back(int_key("SoCInfo", "memory_size", "bytes", "HBM capacity", &preset::memory_bytes));
-    v.push_back(int_key("SoCInfo", "l2_size", "bytes", "shared L2 cache", &preset::l2_bytes));
-    v.push_back(real_key("AICoreSpec", "cube_freq", "MHz", "AI core clock", &preset::clock_hz, mhz));
-    v.push_back(int_key("AICoreSpec", "cube_m_size", "elements", "cube fractal M", &preset::cube_m));
-    v.push_back(int_key("AICoreSpec", "cube_n_size", "elements", "cube fractal N", &preset::cube_n));
-    v.push_back(int_key("AICoreSpec", "cube_k_size", "elements", "cube fractal K for FP16/BF16 (one fractal per cycle)", &preset::cube_k));
-    v.push_back(int_key("AICoreSpec", "cube_k_size_int8", "elements", "cube fractal K for INT8", &preset::cube_k_int8));
-    v.push_back(int_key("AICoreSpec", "cube_k_size_fp32", "elements", "cube fractal K for FP32", &preset::cube_k_fp32));
-    v.push_back(int_key("AICoreSpec", "vec_calc_size", "elements/cycle", "FP16 vector lanes (FP32 half, INT8 double)", &preset::vector_lanes));
-    v.push_back(int_key("AICoreSpec", "l0_a_size", "bytes", "L0A buffer per core", &preset::l0a_bytes));
-    v.push_back(int_key("AICoreSpec", "l0_b_size", "bytes", "L0B buffer per core", &preset::l0b_bytes));
-    v.push_back(int_key("AICoreSpec", "l0_c_size", "bytes", "L0C buffer per core (FP32 accumulators)", &preset::l0c_bytes));
-    v.push_back(int_key("AICoreSpec", "l1_size", "bytes", "L1 buffer per core", &preset::l1_bytes));
-    v.push_back(int_key("AICoreSpec", "ub_size", "bytes", "unified buffer per (vector) core", &preset::ub_bytes));
-    v.push_back(real_key("AICoreMemoryRates", "ddr_rate", "bytes/cycle", "per-core GM port (MTE2 reads, MTE3 writes) to HBM", &preset::ddr_rate, 1));
-    v.push_back(real_key("AICoreMemoryRates", "l2_rate", "bytes/cycle", "per-core GM reads that hit L2", &preset::l2_rate, 1));
-    v.push_back(real_key("AICoreMemoryRates", "l1_to_l0_a_rate", "bytes/cycle", "MTE1 L1 -> L0A", &preset::l1_to_l0a_rate, 1));
-    v.push_back(real_key("AICoreMemoryRates", "l1_to_l0_b_rate", "bytes/cycle", "MTE1 L1 -> L0B", &preset::l1_to_l0b_rate, 1));
-    v.push_back(real_key("AICoreMemoryRates", "l0_c_to_out_rate", "bytes/cycle", "L0C -> output (via UB on 910, FixPipe on 910B)", &preset::l0c_to_out_rate, 1));
-    v.push_back(real_key("AICoreMemoryRates", "ub_to_gm_rate", "bytes/cycle", "MTE3 UB -> GM", &preset::ub_to_gm_rate, 1));
-    v.push_back(real_key("Memory", "hbm_bandwidth", "GB/s", "HBM bandwidth of the chip, shared by all kernels and on-device copies", &preset::hbm_bandwidth, gbs));
-    v.push_back(real_key("Memory", "d2d_bandwidth", "GB/s", "on-device copy rate (each byte is read and written: 2 bytes of HBM traffic)", &preset::d2d_bandwidth, gbs));
+    v.push_back(int_key("SoCInfo", "memory_size", "bytes", "HBM capacity", &preset::memory_bytes, 1 << 20, max_memory_bytes));
+    v.push_back(int_key("SoCInfo", "l2_size", "bytes", "shared L2 cache", &preset::l2_bytes, 0, max_memory_bytes));
+    v.push_back(real_key("AICoreSpec", "cube_freq", "MHz", "AI core clock", &preset::clock_hz, mhz, 1, 1e5));
+    v.push_back(int_key("AICoreSpec", "cube_m_size", "elements", "cube fractal M", &preset::cube_m, 1, 256));
+    v.push_back(int_key("AICoreSpec", "cube_n_size", "elements", "cube fractal N", &preset::cube_n, 1, 256));
+    v.push_back(int_key("AICoreSpec", "cube_k_size", "elements", "cube fractal K for FP16/BF16 (one fractal per cycle)", &preset::cube_k, 1, 256));
+    v.push_back(int_key("AICoreSpec", "cube_k_size_int8", "elements", "cube fractal K for INT8", &preset::cube_k_int8, 1, 512));
+    v.push_back(int_key("AICoreSpec", "cube_k_size_fp32", "elements", "cube fractal K for FP32", &preset::cube_k_fp32, 1, 256));
+    v.push_back(int_key("AICoreSpec", "vec_calc_size", "elements/cycle", "FP16 vector lanes (FP32 half, INT8 double)", &preset::vector_lanes, 2, 65536));
+    v.push_back(int_key("AICoreSpec", "l0_a_size", "bytes", "L0A buffer per core", &preset::l0a_bytes, 1, gib));
+    v.push_back(int_key("AICoreSpec", "l0_b_size", "bytes", "L0B buffer per core", &preset::l0b_bytes, 1, gib));
+    v.push_back(int_key("AICoreSpec", "l0_c_size", "bytes", "L0C buffer per core (FP32 accumulators)", &preset::l0c_bytes, 1, gib));
+    v.push_back(int_key("AICoreSpec", "l1_size", "bytes", "L1 buffer per core", &preset::l1_bytes, 1, gib));
+    v.push_back(int_key("AICoreSpec", "ub_size", "bytes", "unified buffer per (vector) core", &preset::ub_bytes, 1, gib));
+    v.push_back(real_key("AICoreMemoryRates", "ddr_rate", "bytes/cycle", "per-core GM port (MTE2 reads, MTE3 writes) to HBM", &preset::ddr_rate, 1, 1e-3, 1e6));
+    v.push_back(real_key("AICoreMemoryRates", "l2_rate", "bytes/cycle", "per-core GM reads that hit L2", &preset::l2_rate, 1, 1e-3, 1e6));
+    v.push_back(real_key("AICoreMemoryRates", "l1_to_l0_a_rate", "bytes/cycle", "MTE1 L1 -> L0A", &preset::l1_to_l0a_rate, 1, 1e-3, 1e6));
+    v.push_back(real_key("AICoreMemoryRates", "l1_to_l0_b_rate", "bytes/cycle", "MTE1 L1 -> L0B", &preset::l1_to_l0b_rate, 1, 1e-3, 1e6));
+    v.push_back(real_key("AICoreMemoryRates", "l0_c_to_out_rate", "bytes/cycle", "L0C -> output (via UB on 910, FixPipe on 910B)", &preset::l0c_to_out_rate, 1, 1e-3, 1e6));
+    v.push_back(real_key("AICoreMemoryRates", "ub_to_gm_rate", "bytes/cycle", "MTE3 UB -> GM", &preset::ub_to_gm_rate, 1, 1e-3, 1e6));
+    v.push_back(real_key("Memory", "hbm_bandwidth", "GB/s", "HBM bandwidth of the chip, shared by all kernels and on-device copies", &preset::hbm_bandwidth, gbs, 1e-3, 1e6));
+    v.push_back(real_key("Memory", "d2d_bandwidth", "GB/s", "on-device copy rate (each byte is read and written: 2 bytes of HBM traffic)", &preset::d2d_bandwidth, gbs, 1e-3, 1e6));
     v.push_back(ns_key("Memory", "d2d_latency", "on-device DMA setup per copy or memset", &preset::d2d_latency));
-    v.push_back(real_key("Memory", "host_memcpy_bandwidth", "GB/s", "host-to-host copy rate", &preset::host_memcpy_bandwidth, gbs));
+    v.push_back(real_key("Memory", "host_memcpy_bandwidth", "GB/s", "host-to-host copy rate", &preset::host_memcpy_bandwidth, gbs, 1e-3, 1e6));
     v.push_back(ns_key("Memory", "host_memcpy_latency", "host-to-host copy setup", &preset::host_memcpy_latency));
-    v.push_back(int_key("Interconnect", "device_count", "devices", "devices in the system", &preset::device_count));
-    v.push_back(int_key("Interconnect", "server_size", "devices", "devices per server (servers are joined by RoCE)", &preset::server_size));
-    v.push_back(real_key("Interconnect", "pcie_bandwidth", "GB/s", "host link bandwidth per direction", &preset::pcie_bandwidth, gbs));
+    v.push_back(int_key("Interconnect", "device_count", "devices", "devices in the system", &preset::device_count, 1, max_device_count));
+    v.push_back(int_key("Interconnect", "server_size", "devices", "devices per server (servers are joined by RoCE)", &preset::server_size, 1, max_device_count));
+    v.push_back(real_key("Interconnect", "pcie_bandwidth", "GB/s", "host link bandwidth per direction", &preset::pcie_bandwidth, gbs, 1e-3, 1e6));
     v.push_back(ns_key("Interconnect", "pcie_latency", "host link latency per transfer", &preset::pcie_latency));
-    v.push_back(real_key("Interconnect", "hccs_bandwidth", "GB/s", "HCCS bandwidth per link per direction", &preset::hccs_bandwidth, gbs));
+    v.push_back(real_key("Interconnect", "hccs_bandwidth", "GB/s", "HCCS bandwidth per link per direction", &preset::hccs_bandwidth, gbs, 1e-3, 1e6));
     v.push_back(ns_key("Interconnect", "hccs_latency", "HCCS latency per transfer", &preset::hccs_latency));
     {
       key_entry groups{{"Interconnect", "hccs_groups", "device lists", "HCCS full-mesh groups: ';' between groups, ',' or a-b inside"},
@@ -219,14 +246,14 @@ const std::vector<key_entry>& table() {
                        [](preset& p, std::string_view s) { return parse_groups(s, p.hccs_groups); }};
       v.push_back(std::move(groups));
     }
-    v.push_back(real_key("Interconnect", "roce_bandwidth", "GB/s", "RoCE port bandwidth per direction per device", &preset::roce_bandwidth, gbs));
+    v.push_back(real_key("Interconnect", "roce_bandwidth", "GB/s", "RoCE port bandwidth per direction per device", &preset::roce_bandwidth, gbs, 1e-3, 1e6));
     v.push_back(ns_key("Interconnect", "roce_latency", "RoCE latency per transfer", &preset::roce_latency));
-    v.push_back(ns_key("Interconnect", "hccl_connect_timeout", "a communicator's default connect timeout (HCCL_CONNECT_TIMEOUT)", &preset::hccl_connect_timeout));
-    v.push_back(ns_key("Interconnect", "hccl_exec_timeout", "a communicator's default execution timeout, 0 = never (HCCL_EXEC_TIMEOUT)", &preset::hccl_exec_timeout));
+    v.push_back(ns_key("Interconnect", "hccl_connect_timeout", "a communicator's default connect timeout (HCCL_CONNECT_TIMEOUT), 0 = never", &preset::hccl_connect_timeout, 7200e9));
+    v.push_back(ns_key("Interconnect", "hccl_exec_timeout", "a communicator's default execution timeout (HCCL_EXEC_TIMEOUT), 0 = never", &preset::hccl_exec_timeout, 17340e9));
     v.push_back(ns_key("Runtime", "kernel_launch_latency", "on-device kernel launch: task scheduler dispatch to cores running", &preset::kernel_launch_latency));
-    v.push_back(int_key("Runtime", "pipeline_fill_cycles", "cycles", "per kernel per core: scalar setup and instruction fetch before the first tile", &preset::pipeline_fill_cycles));
-    v.push_back(int_key("Runtime", "instr_issue_cycles", "cycles", "issue latency of each instruction the scalar unit dispatches", &preset::instr_issue_cycles));
-    v.push_back(int_key("Runtime", "copy_engine_channels", "copies", "concurrent copies per copy engine (H2D, D2H, D2D)", &preset::copy_engine_channels));
+    v.push_back(int_key("Runtime", "pipeline_fill_cycles", "cycles", "per kernel per core: scalar setup and instruction fetch before the first tile", &preset::pipeline_fill_cycles, 0, 1e9));
+    v.push_back(int_key("Runtime", "instr_issue_cycles", "cycles", "issue latency of each instruction the scalar unit dispatches", &preset::instr_issue_cycles, 0, 1e6));
+    v.push_back(int_key("Runtime", "copy_engine_channels", "copies", "concurrent copies per copy engine (H2D, D2H, D2D)", &preset::copy_engine_channels, 1, 1024));
     return v;
   }();
   return t;
@@ -268,6 +295,41 @@ std::size_t line_of(std::string_view text, std::string_view section, std::string
   return section_line;
 }
 
+// Text from the file in a message: at most a 64-byte prefix, so a huge name stays readable.
+std::string shown(std::string_view v) { return std::string(v.substr(0, 64)) + (v.size() > 64 ? "..." : ""); }
+
+// "bad value 'x' for Section.key (unit, from min to max)": at most a prefix of the value.
+std::string bad_value(const key_entry& e, std::string_view v) {
+  v = trim(v);
+  std::string m = "bad value '" + shown(v) + "' for " +
+                  e.info.path() + " (" + std::string(e.info.unit);
+  if (e.info.numeric) {
+    m += ", from " + fmt_double(e.info.min) + " to " + fmt_double(e.info.max);
+    if (e.info.min == 0 && e.info.unit == "ns") m += "; 0 or at least 0.001";
+  }
+  return m + ")";
+}
+
+// Boost's reader says "duplicate key name" without the name: read it from the line.
+std::string duplicate_name(std::string_view text, std::size_t line_no, const std::string& message) {
+  if (message.find("duplicate") == std::string::npos || line_no == 0) return {};
+  std::string_view current, l;
+  for (std::size_t n = 1; n <= line_no && !text.empty(); ++n) {
+    const auto nl = text.find('\n');
+    l = trim(text.substr(0, nl));
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    if (n < line_no && !l.empty() && l.front() == '[') {
+      const auto close = l.find(']');
+      current = trim(l.substr(1, close == std::string_view::npos ? l.size() - 1 : close - 1));
+    }
+  }
+  if (!l.empty() && l.front() == '[') {
+    const auto close = l.find(']');
+    return " [" + shown(trim(l.substr(1, close == std::string_view::npos ? l.size() - 1 : close - 1))) + "]";
+  }
+  return " " + shown(current) + "." + shown(trim(l.substr(0, l.find('='))));
+}
+
 std::string at_line(std::size_t line) { return line ? " (line " + std::to_string(line) + ")" : ""; }
 
 }  // namespace
@@ -299,15 +361,16 @@ std::error_code check(const preset& p, std::string* what) {
     if (what) *what = "preset '" + p.name + "': " + std::string(key) + " " + std::string(why);
     return make_error_code(errc::invalid_config);
   };
-  if (p.ai_core_count == 0) return bad("SoCInfo.ai_core_cnt", "must be > 0");
-  if (p.vector_core_count == 0) return bad("SoCInfo.vector_core_cnt", "must be > 0");
+  // Ranges first: everything below (and the simulator) may then compute with the values.
+  for (const auto& e : table()) {
+    if (!e.number) continue;
+    const double v = e.number(p);
+    if (!(v >= e.info.min && v <= e.info.max))  // false for NaN too
+      return bad(e.info.path(), "must be in [" + fmt_double(e.info.min) + ", " + fmt_double(e.info.max) + "] " +
+                                    std::string(e.info.unit) + ", got " + fmt_double(v));
+  }
   if (!p.separated_cores && p.vector_core_count != p.ai_core_count)
     return bad("SoCInfo.vector_core_cnt", "must equal ai_core_cnt when cores are coupled");
-  if (p.memory_bytes == 0) return bad("SoCInfo.memory_size", "must be > 0");
-  if (!(p.clock_hz > 0)) return bad("AICoreSpec.cube_freq", "must be > 0");
-  if (p.cube_m == 0 || p.cube_n == 0 || p.cube_k == 0 || p.cube_k_int8 == 0 || p.cube_k_fp32 == 0)
-    return bad("AICoreSpec.cube_*_size", "must be > 0");
-  if (p.vector_lanes < 2) return bad("AICoreSpec.vec_calc_size", "must be >= 2");
   const std::uint64_t l0a_min = 2ull * p.cube_m * p.cube_k * 2, l0b_min = 2ull * p.cube_k * p.cube_n * 2,
                       l0c_min = 2ull * p.cube_m * p.cube_n * 4;
   if (p.l0a_bytes < l0a_min) return bad("AICoreSpec.l0_a_size", "must hold two FP16 fractals");
@@ -315,20 +378,9 @@ std::error_code check(const preset& p, std::string* what) {
   if (p.l0c_bytes < l0c_min) return bad("AICoreSpec.l0_c_size", "must hold two FP32 fractals");
   if (p.l1_bytes < p.l0a_bytes) return bad("AICoreSpec.l1_size", "must be >= l0_a_size");
   if (p.ub_bytes < 4096) return bad("AICoreSpec.ub_size", "must be >= 4096");
-  const std::pair<double, std::string_view> rates[] = {
-      {p.ddr_rate, "AICoreMemoryRates.ddr_rate"},           {p.l2_rate, "AICoreMemoryRates.l2_rate"},
-      {p.l1_to_l0a_rate, "AICoreMemoryRates.l1_to_l0_a_rate"}, {p.l1_to_l0b_rate, "AICoreMemoryRates.l1_to_l0_b_rate"},
-      {p.l0c_to_out_rate, "AICoreMemoryRates.l0_c_to_out_rate"}, {p.ub_to_gm_rate, "AICoreMemoryRates.ub_to_gm_rate"},
-      {p.hbm_bandwidth, "Memory.hbm_bandwidth"},            {p.d2d_bandwidth, "Memory.d2d_bandwidth"},
-      {p.host_memcpy_bandwidth, "Memory.host_memcpy_bandwidth"}, {p.pcie_bandwidth, "Interconnect.pcie_bandwidth"},
-      {p.hccs_bandwidth, "Interconnect.hccs_bandwidth"},    {p.roce_bandwidth, "Interconnect.roce_bandwidth"}};
-  for (const auto& [v, k] : rates)
-    if (!(v > 0)) return bad(k, "must be > 0");
-  if (p.device_count == 0) return bad("Interconnect.device_count", "must be > 0");
-  if (p.server_size == 0) return bad("Interconnect.server_size", "must be > 0");
-  if (p.copy_engine_channels == 0) return bad("Runtime.copy_engine_channels", "must be > 0");
   std::set<device_id> seen;
-  for (const auto& g : p.hccs_groups)
+  for (const auto& g : p.hccs_groups) {
+    if (g.empty()) return bad("Interconnect.hccs_groups", "has an empty group");
     for (auto d : g) {
       if (d < 0 || static_cast<std::uint32_t>(d) >= p.device_count)
         return bad("Interconnect.hccs_groups", "names device " + std::to_string(d) + " outside device_count");
@@ -336,12 +388,17 @@ std::error_code check(const preset& p, std::string* what) {
       if (static_cast<std::uint32_t>(d) / p.server_size != static_cast<std::uint32_t>(g.front()) / p.server_size)
         return bad("Interconnect.hccs_groups", "joins devices of different servers");
     }
+  }
   return {};
 }
 
 namespace presets {
 
 preset ascend910(int devices) {
+  if (devices < 1 || static_cast<std::uint64_t>(devices) > max_device_count)
+    throw_error(make_error_code(errc::invalid_config),
+                "preset: " + std::to_string(devices) + " devices; the simulator supports 1 to " +
+                    std::to_string(max_device_count));
   preset p;
   p.name = "ascend910";
   p.soc_version = "Ascend910A";
@@ -374,7 +431,7 @@ preset ascend910(int devices) {
   p.d2d_latency = picoseconds{1'000'000};
   p.host_memcpy_bandwidth = 10e9;
   p.host_memcpy_latency = picoseconds{1'000'000};
-  p.device_count = static_cast<std::uint32_t>(devices < 1 ? 1 : devices);
+  p.device_count = static_cast<std::uint32_t>(devices);
   p.server_size = 8;
   p.pcie_bandwidth = 25e9;  // PCIe 4.0 x16: 32 GB/s raw, ~25 GB/s after protocol overhead
   p.pcie_latency = picoseconds{2'000'000};
@@ -435,19 +492,19 @@ const std::vector<preset_key>& preset_keys() {
 
 std::string get_value(const preset& p, std::string_view key) {
   const key_entry* e = find_key(key);
-  if (!e) throw_error(make_error_code(errc::invalid_config), "unknown preset key '" + std::string(key) + "'");
+  if (!e) throw_error(make_error_code(errc::invalid_config), "unknown preset key '" + shown(key) + "'");
   return e->get(p);
 }
 
 std::error_code set_value(preset& p, std::string_view key, std::string_view value, std::string* what) {
   const key_entry* e = find_key(key);
   if (!e) {
-    if (what) *what = "unknown preset key '" + std::string(key) + "'";
+    if (what) *what = "unknown preset key '" + shown(key) + "'";
     return make_error_code(errc::invalid_config);
   }
   preset copy = p;
   if (!e->set(copy, value)) {
-    if (what) *what = "bad value '" + std::string(value) + "' for " + e->info.path() + " (" + std::string(e->info.unit) + ")";
+    if (what) *what = bad_value(*e, value);
     return make_error_code(errc::parse_error);
   }
   p = std::move(copy);
@@ -462,12 +519,16 @@ preset parse_preset(std::string_view text, std::error_code& ec, std::string* wha
     if (what) *what = std::move(msg);
     return preset{};
   };
+  if (text.size() > max_preset_bytes)
+    return fail(errc::parse_error, "preset INI: " + std::to_string(text.size()) + " bytes; a preset file is at most " +
+                                       std::to_string(max_preset_bytes));
   pt::ptree tree;
   try {
     std::istringstream in{std::string(text)};
     pt::ini_parser::read_ini(in, tree);
   } catch (const pt::ini_parser_error& e) {
-    return fail(errc::parse_error, "preset INI: " + e.message() + at_line(e.line()));
+    return fail(errc::parse_error, "preset INI: " + e.message() + duplicate_name(text, e.line(), e.message()) +
+                                       at_line(e.line()));
   }
   preset p;
   bool have_base = false;
@@ -475,24 +536,29 @@ preset parse_preset(std::string_view text, std::error_code& ec, std::string* wha
     if (auto base = soc->get_optional<std::string>("base")) {
       const std::string b{trim(*base)};
       if (b != "ascend910" && b != "ascend910b")
-        return fail(errc::invalid_config, "preset INI: unknown base '" + b + "' for SoCInfo.base" +
+        return fail(errc::invalid_config, "preset INI: unknown base '" + shown(b) + "' for SoCInfo.base" +
                                               at_line(line_of(text, "SoCInfo", "base")));
       // The base's device count (and groups) follow device_count below when it is given.
+      // Bounded before the base builds its groups: those take memory per device.
       std::uint64_t devices = 1;
-      if (auto dc = tree.get_optional<std::string>("Interconnect.device_count")) parse_u64(*dc, devices);
-      p = presets::by_name(b, static_cast<int>(std::min<std::uint64_t>(devices, 1u << 20)));
+      if (auto dc = tree.get_optional<std::string>("Interconnect.device_count"); dc && parse_u64(*dc, devices) &&
+                                                                                 (devices < 1 || devices > max_device_count))
+        return fail(errc::invalid_config, "preset INI: Interconnect.device_count must be in [1, " +
+                                              std::to_string(max_device_count) + "] devices, got " + std::to_string(devices) +
+                                              at_line(line_of(text, "Interconnect", "device_count")));
+      p = presets::by_name(b, static_cast<int>(std::clamp<std::uint64_t>(devices, 1, max_device_count)));
       have_base = true;
     }
   }
   // Unknown sections and keys are errors: a typo must not silently keep a default.
   for (const auto& [section, sub] : tree) {
     if (!sub.data().empty()) {
-      return fail(errc::invalid_config, "preset INI: key '" + section + "' outside any section" + at_line(line_of(text, "", section)));
+      return fail(errc::invalid_config, "preset INI: key '" + shown(section) + "' outside any section" + at_line(line_of(text, "", section)));
     }
     for (const auto& [key, value] : sub) {
       if (section == "SoCInfo" && key == "base") continue;
       if (!find_key(section + "." + key))
-        return fail(errc::invalid_config, "preset INI: unknown key " + section + "." + key + at_line(line_of(text, section, key)));
+        return fail(errc::invalid_config, "preset INI: unknown key " + shown(section) + "." + shown(key) + at_line(line_of(text, section, key)));
     }
   }
   for (const auto& e : table()) {
@@ -504,15 +570,15 @@ preset parse_preset(std::string_view text, std::error_code& ec, std::string* wha
                                             " (add it, or start from a built-in with [SoCInfo] base = ascend910)");
     }
     if (!e.set(p, *v))
-      return fail(errc::parse_error, "preset INI: bad value '" + std::string(trim(*v)) + "' for " + path + " (" +
-                                         std::string(e.info.unit) + ")" + at_line(line_of(text, e.info.section, e.info.key)));
+      return fail(errc::parse_error,
+                  "preset INI: " + bad_value(e, *v) + at_line(line_of(text, e.info.section, e.info.key)));
   }
   std::string why;
   if (auto c = check(p, &why)) {
     // Name the line of the offending key when the message starts with one.
     std::size_t line = 0;
     for (const auto& e : table())
-      if (why.find(e.info.path()) != std::string::npos) {
+      if (why.find(e.info.path() + " ") != std::string::npos) {  // cube_k_size must not match cube_k_size_int8
         line = line_of(text, e.info.section, e.info.key);
         break;
       }

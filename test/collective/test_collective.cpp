@@ -432,9 +432,69 @@ TEST_CASE("abort fails pending operations and refuses new ones", "[collective][e
   f.sys.run(ec);
   CHECK_FALSE(ec);
   CHECK(comm.async_error() == errc::operation_aborted);
+  // Nobody awaited the barrier: its failure is stream 0's sticky error, reported once.
+  CHECK_FALSE(f.streams[0].query(ec));
+  CHECK(ec == errc::operation_aborted);
   CHECK(f.streams[0].query());
   comm.barrier(f.streams[1], ec);
   CHECK(ec == errc::operation_aborted);
+}
+
+TEST_CASE("a fire-and-forget collective that fails is its stream's sticky error, and only its stream's",
+          "[collective][errors]") {
+  fixture f(roce_preset(3));
+  auto comm = communicator::init_all(f.sys, {.exec_timeout = picoseconds{1'000'000'000}, .name = "sticky"});
+  comm.barrier(f.streams[0]);  // ranks 1 and 2 never call: the 1 ms timeout fires
+  std::error_code ec;
+  f.streams[0].synchronize(no_timeout, ec);
+  CHECK(ec == errc::task_timeout);
+  f.streams[0].synchronize(no_timeout, ec);  // read once
+  CHECK_FALSE(ec);
+  CHECK(f.streams[1].query(ec));
+  CHECK_FALSE(ec);
+  f.sys.device(0).synchronize(no_timeout, ec);  // the device's first failure, kept apart
+  CHECK(ec == errc::task_timeout);
+}
+
+TEST_CASE("resetting a device fails the collectives it takes part in on the other ranks", "[collective][errors]") {
+  SECTION("an operation still waiting for the reset device's rank") {
+    fixture f(roce_preset(3));
+    auto comm = communicator::init_all(f.sys, {.exec_timeout = picoseconds{0}, .name = "r"});
+    async_error_code on_rank0;
+    comm.async_barrier(f.streams[0], [&](async_error_code e) { on_rank0 = e; });
+    comm.barrier(f.streams[1]);
+    std::error_code ec;
+    f.sys.run(ec);  // rank 2 never calls and no timeout is set
+    CHECK(ec == errc::deadlock);
+    f.sys.device(1).reset();
+    f.sys.run(ec);
+    CHECK_FALSE(ec);
+    CHECK(on_rank0 == errc::operation_aborted);
+    std::string msg;
+    CHECK(comm.async_error(&msg) == errc::operation_aborted);
+    CHECK_THAT(msg, ContainsSubstring("device 1 was reset") && ContainsSubstring("barrier") && ContainsSubstring("'r'"));
+  }
+  SECTION("an operation whose transfers are on the links") {
+    fixture f(mesh_preset(2), coll_test::timing_only());
+    auto comm = communicator::init_all(f.sys, {.exec_timeout = picoseconds{0}, .name = "r"});
+    const std::size_t count = std::size_t{1} << 28;  // 1 GiB of f32: tens of ms on HCCS
+    for (int d = 0; d < 2; ++d)
+      comm.all_reduce(nullptr, nullptr, count, dtype::f32, reduce_op::sum, f.streams[static_cast<std::size_t>(d)]);
+    std::error_code ec;
+    f.streams[0].synchronize(picoseconds{1'000'000'000}, ec);  // 1 ms in: the ring is running
+    CHECK(ec == errc::wait_timeout);
+    f.sys.device(1).reset();
+    f.sys.run(ec);
+    CHECK_FALSE(ec);
+    f.streams[0].synchronize(no_timeout, ec);
+    CHECK(ec == errc::operation_aborted);
+    CHECK(comm.async_error() == errc::operation_aborted);
+    // Device 0's engines were let go: a new operation on it runs to the end.
+    auto solo = communicator::init_all(f.sys, std::vector<device_id>{0}, {});
+    solo.barrier(f.streams[0]);
+    f.streams[0].synchronize(no_timeout, ec);
+    CHECK_FALSE(ec);
+  }
 }
 
 TEST_CASE("split makes one communicator per color in parent rank order", "[collective][api]") {

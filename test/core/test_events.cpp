@@ -165,8 +165,8 @@ TEST_CASE("a wait cycle through task events is found the moment the cycle closes
   a.launch(fixed(us(10)));
   b.launch(fixed(us(10)));
   // a waits for b's third task, b for a's third: each sits behind the other's wait.
-  a.wait(npurt::event::task_event(sys.runtime(), b.id(), 3));
-  b.wait(npurt::event::task_event(sys.runtime(), a.id(), 3));
+  a.wait(npurt::detail::event_access::task_event(npurt::detail::runtime_of(sys), b.id(), 3));
+  b.wait(npurt::detail::event_access::task_event(npurt::detail::runtime_of(sys), a.id(), 3));
   a.launch(fixed(us(1)));
   b.launch(fixed(us(1)));
   recorder rec;
@@ -190,7 +190,7 @@ TEST_CASE("the throwing run raises deadlock_error with the report", "[core][even
   auto& dev = sys.device(0);
   auto a = dev.make_stream();
   // A stream waiting on its own future position can never proceed.
-  auto future = npurt::event::task_event(sys.runtime(), a.id(), 2);
+  auto future = npurt::detail::event_access::task_event(npurt::detail::runtime_of(sys), a.id(), 2);
   a.wait(future);
   a.launch(fixed(us(1)));
   CHECK_THROWS_AS(sys.run(), npurt::deadlock_error);

@@ -78,8 +78,10 @@ TEST_CASE("two streams of one device share its serial engine in priority order",
   auto& dev = sys.device(0);
   auto low = dev.make_stream({.priority = npurt::priority::low});
   auto high = dev.make_stream({.priority = npurt::priority::high});
-  // Occupy the engine, then queue one task from each stream while it is busy.
-  auto blocker = dev.make_stream();
+  // Occupy the engine, then queue one task from each stream while it is busy. Every stream has
+  // its own host lane, so all three reach the device at the same instant: the blocker takes the
+  // engine by being high priority too, and first by task id.
+  auto blocker = dev.make_stream({.priority = npurt::priority::high});
   blocker.launch(fixed(us(100), "blocker"));
   low.launch(fixed(us(10), "low"));
   high.launch(fixed(us(10), "high"));

@@ -317,8 +317,11 @@ TEST_CASE("the retry chain frees fitting cached blocks, then collects garbage, t
     a.deallocate(y);
     a.allocate(30 * mib, 0);
     CHECK(steps == std::vector<retry_step>{retry_step::device_alloc_failed, retry_step::free_fitting_cached});
-    CHECK(rt.syncs == 0);
-    CHECK(a.stats().num_sync_all_streams == 0);
+    // Giving segments back to the device synchronises it first, as cudaFree and aclrtFree do.
+    CHECK(rt.syncs == 1);
+    CHECK(a.stats().num_sync_all_streams == 1);
+    CHECK(a.stats().num_alloc_retries == 1);
+    CHECK(a.stats().num_gc_freed_blocks == 2);
     check_invariants(a);
   }
   SECTION("only another stream's cache helps: synchronise and free everything") {
@@ -383,6 +386,59 @@ TEST_CASE("the retry chain frees fitting cached blocks, then collects garbage, t
     CHECK_THROWS_AS(a.allocate(24 * mib, 0), npurt::out_of_memory_error);
     check_invariants(a);
   }
+}
+
+TEST_CASE("statistics count the retry when cached segments are freed to satisfy a request under the pool limit",
+          "[memory][allocator][stats]") {
+  counting_provider dev(1024 * mib);
+  fake_streams rt;
+  caching_allocator_options o;
+  o.pool_size_limit = 100 * mib;
+  caching_allocator a(dev, o, rt.basic());
+  std::vector<std::uint64_t> p;
+  for (int i = 0; i < 5; ++i) p.push_back(a.allocate(12 * mib, 0));  // five 12 MiB segments
+  for (auto x : p) a.deallocate(x);
+  REQUIRE(a.reserved_current() == 60 * mib);
+  // 60 MiB cached + 90 MiB new exceeds the 100 MiB limit; no cached block holds 90 MiB, so the
+  // pool must give all five segments back and ask the device again.
+  const auto big = a.allocate(90 * mib, 0);
+  CHECK(big != 0);
+  CHECK(a.reserved_current() == 90 * mib);
+  const auto& s = a.stats();
+  CHECK(s.num_alloc_retries == 1);
+  CHECK(s.num_gc_freed_blocks == 5);
+  CHECK(s.num_sync_all_streams == 1);
+  CHECK(rt.syncs == 1);
+  CHECK(s.num_ooms == 0);
+  CHECK(s.num_device_free == 5);
+  check_invariants(a);
+}
+
+TEST_CASE("a segment whose stream-ordered free is still ahead is not given back to the device",
+          "[memory][allocator][stats]") {
+  // A runtime that cannot block (inside its event loop) returns from synchronize_all with work
+  // still running: the segment must stay cached rather than go back under a running kernel.
+  counting_provider dev(64 * mib);
+  fake_streams rt;
+  auto cb = rt.ordered();
+  cb.synchronize_all = [&rt] { ++rt.syncs; };  // cannot block: no fence completes
+  caching_allocator a(dev, {}, cb);
+  const auto x = a.allocate(24 * mib, 0), y = a.allocate(24 * mib, 0);
+  a.deallocate(x);
+  a.deallocate(y);
+  std::error_code ec;
+  CHECK(a.allocate(30 * mib, 0, ec) == 0);
+  CHECK(ec == errc::out_of_memory);
+  CHECK(a.reserved_current() == 48 * mib);
+  CHECK(a.stats().num_gc_freed_blocks == 0);
+  CHECK(rt.syncs >= 1);
+  check_invariants(a);
+  // Once the frees are behind the streams, the same request succeeds.
+  for (std::uint64_t f = 1; f < rt.next_fence; ++f) rt.done.insert(f);
+  CHECK(a.allocate(30 * mib, 0, ec) != 0);
+  CHECK_FALSE(ec);
+  CHECK(a.stats().num_gc_freed_blocks == 2);
+  check_invariants(a);
 }
 
 TEST_CASE("bad input gets a clear error and leaves the pool consistent", "[memory][allocator]") {

@@ -12,6 +12,12 @@
 #include <npurt/profiler.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <utility>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -100,6 +106,16 @@ inline void feed(npurt::observer& o, unsigned shuffle_seed = 0) {
   op = "XXXXXXXXXX";
   o.on_host_range({npurt::host_range_op::pop, {}, 0, us(34)});
   o.on_shutdown(us(40));
+}
+
+/// Runs `tool args` with stdout and stderr into `out_file`: (exit status or -1, what it printed).
+inline std::pair<int, std::string> run_tool(const std::string& tool, const std::string& args,
+                                            const std::string& out_file) {
+  const int st = std::system((tool + " " + args + " > " + out_file + " 2>&1").c_str());
+  std::ifstream in(out_file);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, ss.str()};
 }
 
 }  // namespace test_program

@@ -212,13 +212,7 @@ TEST_CASE("npurt-trace summarises and renders a trace, and exits with 2 on a non
   test_program::feed(p);
   p.write_chrome_trace("tool_trace.json");
   { std::ofstream("tool_bad.json") << "{\"traceEvents\": 3}"; }
-  auto run = [&](const std::string& args) {
-    const int st = std::system((std::string{tool} + " " + args + " > tool_out.txt 2>&1").c_str());
-    std::ifstream in("tool_out.txt");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return std::pair{WIFEXITED(st) ? WEXITSTATUS(st) : -1, ss.str()};
-  };
+  auto run = [&](const std::string& args) { return test_program::run_tool(tool, args, "tool_out.txt"); };
   auto [code, out] = run("summarize tool_trace.json");
   CHECK(code == 0);
   std::ostringstream expect;

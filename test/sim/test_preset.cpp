@@ -3,7 +3,9 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -12,13 +14,6 @@ using namespace npurt::sim;
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // 1-based line of the first line that starts with `prefix` (ignoring leading blanks).
 std::size_t line_starting(const std::string& text, const std::string& prefix) {
@@ -184,4 +179,125 @@ TEST_CASE("device properties come from the preset", "[sim][preset]") {
   CHECK(d.separated_cores);
   CHECK(d.hbm_bandwidth == p.hbm_bandwidth);
   CHECK(d.peak_fp16_flops == 24.0 * 8192 * 1.8e9);
+}
+
+TEST_CASE("every numeric preset key rejects zero, negative, NaN, infinite, denormal and absurd values, naming the "
+          "key and its line",
+          "[sim][preset][ranges]") {
+  const std::string good = to_ini(presets::ascend910(8));
+  struct probe {
+    const char* text;
+    double value;
+  };
+  const probe probes[] = {{"0", 0.0},
+                          {"-1", -1.0},
+                          {"nan", std::numeric_limits<double>::quiet_NaN()},
+                          {"inf", std::numeric_limits<double>::infinity()},
+                          {"-inf", -std::numeric_limits<double>::infinity()},
+                          {"1e-310", 1e-310},
+                          {"1e-300", 1e-300},
+                          {"1e300", 1e300},
+                          {"1e15", 1e15},
+                          {"18446744073709551616", 18446744073709551616.0}};
+  int rejected = 0;
+  for (const auto& k : preset_keys()) {
+    if (!k.numeric) continue;
+    CHECK(k.min >= 0);
+    CHECK(k.max >= k.min);
+    CHECK(std::isfinite(k.max));
+    for (const auto& pr : probes) {
+      // A value the documented range admits is no error (0 for a latency, say); a positive
+      // value below 0.001 never is a usable one.
+      const bool admitted = std::isfinite(pr.value) && pr.value >= k.min && pr.value <= k.max &&
+                            (pr.value == 0 || pr.value >= 1e-3);
+      if (admitted) continue;
+      const std::string line_text = std::string(k.key) + " = " + pr.text;
+      const std::string text = replace_line(good, std::string(k.key) + " =", line_text);
+      INFO(k.path() << " = " << pr.text);
+      std::error_code ec;
+      std::string what;
+      (void)parse_preset(text, ec, &what);
+      CHECK((ec == errc::parse_error || ec == errc::invalid_config));
+      CHECK_THAT(what, ContainsSubstring(k.path()));
+      CHECK_THAT(what, ContainsSubstring("line " + std::to_string(line_starting(text, line_text))));
+      ++rejected;
+    }
+  }
+  CHECK(rejected > 200);
+}
+
+TEST_CASE("preset counts are bounded by what the simulator supports before anything is allocated",
+          "[sim][preset][ranges]") {
+  const std::string good = to_ini(presets::ascend910(8));
+  std::error_code ec;
+  std::string what;
+  SECTION("a billion devices") {
+    (void)parse_preset(replace_line(good, "device_count =", "device_count = 1000000000"), ec, &what);
+    CHECK(ec == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("Interconnect.device_count"));
+  }
+  SECTION("a billion devices on top of a built-in") {
+    const std::string text = "[SoCInfo]\nbase = ascend910\n[Interconnect]\ndevice_count = 1000000000\n";
+    (void)parse_preset(text, ec, &what);
+    CHECK(ec == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("Interconnect.device_count"));
+    CHECK_THAT(what, ContainsSubstring("line 4"));
+  }
+  SECTION("300 HCCS groups of a million devices") {
+    std::string groups = "hccs_groups = ";
+    for (int g = 0; g < 300; ++g) {
+      if (g) groups += ';';
+      groups += std::to_string(g);
+      groups += '-';
+      groups += std::to_string(g + 1'000'000);
+    }
+    (void)parse_preset(replace_line(good, "hccs_groups =", groups), ec, &what);
+    CHECK(ec);
+    CHECK_THAT(what, ContainsSubstring("Interconnect.hccs_groups"));
+    CHECK(what.size() < 400);  // the value is quoted by a prefix only
+  }
+  SECTION("a launch latency that would saturate virtual time") {
+    (void)parse_preset(replace_line(good, "kernel_launch_latency =", "kernel_launch_latency = 1e15"), ec, &what);
+    CHECK(ec);
+    CHECK_THAT(what, ContainsSubstring("Runtime.kernel_launch_latency"));
+  }
+  SECTION("bandwidths and clocks of 1e-300") {
+    (void)parse_preset(replace_line(good, "hbm_bandwidth =", "hbm_bandwidth = 1e-300"), ec, &what);
+    CHECK(ec == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("Memory.hbm_bandwidth"));
+    (void)parse_preset(replace_line(good, "cube_freq =", "cube_freq = 1e-300"), ec, &what);
+    CHECK(ec == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("AICoreSpec.cube_freq"));
+  }
+  SECTION("built-ins with too many devices") {
+    CHECK_THROWS_AS(presets::ascend910(1'000'000'000), caller_error);
+    CHECK_THROWS_AS(presets::ascend910b(0), caller_error);
+    CHECK(presets::ascend910(static_cast<int>(max_device_count)).device_count == max_device_count);
+  }
+  SECTION("a programmatic preset out of range is refused by the simulator") {
+    preset p = presets::ascend910();
+    p.pcie_bandwidth = std::numeric_limits<double>::denorm_min();
+    CHECK(check(p, &what) == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("Interconnect.pcie_bandwidth"));
+    CHECK_THROWS_AS(make_backend(p), caller_error);
+  }
+}
+
+TEST_CASE("duplicate preset keys and sections are errors naming them", "[sim][preset]") {
+  const std::string good = to_ini(presets::ascend910());
+  std::error_code ec;
+  std::string what;
+  SECTION("a key given twice") {
+    const std::string text = replace_line(good, "ub_size =", "ub_size = 262144\nub_size = 262144");
+    (void)parse_preset(text, ec, &what);
+    CHECK(ec == errc::parse_error);
+    CHECK_THAT(what, ContainsSubstring("AICoreSpec.ub_size"));
+    CHECK_THAT(what, ContainsSubstring("line " + std::to_string(line_starting(text, "ub_size") + 1)));
+  }
+  SECTION("a section given twice") {
+    const std::string text = good + "\n[Runtime]\ncopy_engine_channels = 1\n";
+    (void)parse_preset(text, ec, &what);
+    CHECK(ec == errc::parse_error);
+    CHECK_THAT(what, ContainsSubstring("[Runtime]"));
+  }
 }

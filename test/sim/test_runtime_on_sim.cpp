@@ -8,13 +8,18 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 namespace {
 
 namespace asio = boost::asio;
+using Catch::Matchers::ContainsSubstring;
 
 TEST_CASE("a deferred launch keeps its kernel after the descriptor it was made from is gone",
           "[sim][runtime][asio]") {
@@ -96,6 +101,113 @@ TEST_CASE("an awaited launch of an invalid kernel fails when it starts, and the 
   CHECK(!second);
   CHECK(s.query());
   dev.free(d);
+}
+
+// A real kernel over n floats at a, b -> c.
+npurt::kernel_desc add_kernel(void* a, void* b, void* c, std::int64_t n, std::string_view name = {}) {
+  const npurt::shape shp{n};
+  return npurt::kernel_desc{npurt::kernels::elementwise{npurt::kernels::eltwise_fn::add,
+                                                        {a, shp, npurt::dtype::f32},
+                                                        {b, shp, npurt::dtype::f32},
+                                                        {c, shp, npurt::dtype::f32}},
+                            name};
+}
+
+TEST_CASE("kernel operands are checked at launch like copies: freed, host, overrun, other device",
+          "[sim][runtime][error]") {
+  npurt::system sys{npurt::sim::presets::ascend910(2)};
+  npurt::device& dev = sys.device(0);
+  auto s = dev.make_stream();
+  constexpr std::int64_t n = 256;
+  void* a = dev.malloc(n * 4);
+  void* b = dev.malloc(n * 4);
+  void* c = dev.malloc(n * 4);
+  void* small = dev.malloc(64);
+  void* gone = dev.malloc(n * 4);
+  dev.free(gone);
+  void* other = sys.device(1).malloc(n * 4);
+  std::vector<float> host(n);
+  auto failure = [&](const npurt::kernel_desc& k) -> std::pair<std::error_code, std::string> {
+    try {
+      s.launch(k);
+    } catch (const npurt::error& e) {
+      return {e.code(), e.what()};
+    }
+    return {{}, {}};
+  };
+  const auto freed = failure(add_kernel(a, gone, c, n));
+  CHECK(freed.first == npurt::errc::invalid_pointer);
+  CHECK_THAT(freed.second, ContainsSubstring("operand b") && ContainsSubstring("freed"));
+  const auto on_host = failure(add_kernel(host.data(), b, c, n));
+  CHECK(on_host.first == npurt::errc::invalid_pointer);
+  CHECK_THAT(on_host.second, ContainsSubstring("operand a") && ContainsSubstring("host memory"));
+  const auto overrun = failure(add_kernel(a, b, small, n));
+  CHECK(overrun.first == npurt::errc::size_overflow);
+  CHECK_THAT(overrun.second, ContainsSubstring("operand y") && ContainsSubstring("overruns"));
+  const auto foreign = failure(add_kernel(a, b, other, n));
+  CHECK(foreign.first == npurt::errc::stream_device_mismatch);
+  CHECK_THAT(foreign.second, ContainsSubstring("device 1"));
+  // Nothing was enqueued, and a correct launch still runs.
+  CHECK(s.query());
+  CHECK_NOTHROW(s.launch(add_kernel(a, b, c, n)));
+  CHECK_NOTHROW(s.synchronize());
+}
+
+TEST_CASE("an invalid shape names the tensor and the dimension", "[sim][runtime][error]") {
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  auto s = sys.device(0).make_stream();
+  npurt::kernels::conv2d conv;
+  conv.x = {nullptr, {1, 3, 32, 32}, npurt::dtype::f16};
+  conv.w = {nullptr, {8, 3, 0, 3}, npurt::dtype::f16};
+  conv.y = {nullptr, {1, 8, 30, 30}, npurt::dtype::f16};
+  try {
+    s.launch(npurt::kernel_desc{conv});
+    FAIL("an invalid conv2d was accepted");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::invalid_shape);
+    CHECK_THAT(std::string(e.what()), ContainsSubstring("'w'") && ContainsSubstring("dimension 2 is 0"));
+  }
+}
+
+TEST_CASE("on the simulator, priority wins a tie between kernels ready at the same instant", "[sim][runtime][priority]") {
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  npurt::device& dev = sys.device(0);
+  auto low = dev.make_stream({.priority = npurt::priority::low});
+  auto high = dev.make_stream({.priority = npurt::priority::high});
+  const npurt::picoseconds long_k{500'000'000}, short_k{10'000'000};
+  auto e_low = low.launch(npurt::kernel_desc{npurt::kernels::fixed{long_k}, "long_low"});
+  auto e_high = high.launch(npurt::kernel_desc{npurt::kernels::fixed{short_k}, "short_high"});
+  bool low_done_first = false;
+  e_high.async_wait([&](npurt::async_error_code) { low_done_first = e_low.query(); });
+  sys.run();
+  const auto& p = npurt::sim::as_sim(sys.get_backend())->config();
+  // Both reach the device at one launch overhead; the short one takes every core first.
+  const auto start = sys.options().launch_overhead;
+  CHECK_FALSE(low_done_first);
+  CHECK(sys.now() == npurt::sim_time{start + (p.kernel_launch_latency + short_k) + (p.kernel_launch_latency + long_k)});
+}
+
+TEST_CASE("host-to-host copies on the simulator take the preset's host memcpy time", "[sim][runtime][copy]") {
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  auto s = sys.device(0).make_stream();
+  std::vector<std::byte> a(1 << 20), b(1 << 20);
+  s.memcpy(b.data(), b.size(), a.data(), a.size(), npurt::memcpy_kind::host_to_host);
+  s.synchronize();
+  const auto& p = npurt::sim::as_sim(sys.get_backend())->config();
+  const auto expected = p.host_memcpy_latency + npurt::sim::transfer_time(double(1 << 20), p.host_memcpy_bandwidth);
+  CHECK(sys.now() == npurt::sim_time{sys.options().launch_overhead + expected});
+}
+
+TEST_CASE("a fixed kernel's block_dim is checked against the cube cores, never clamped", "[sim][runtime][error]") {
+  npurt::system sys{npurt::sim::presets::ascend910b(1)};
+  auto s = sys.device(0).make_stream();
+  const auto& props = sys.device(0).properties();
+  REQUIRE(props.vector_core_count > props.ai_core_count);
+  std::error_code ec;
+  s.launch(npurt::kernel_desc{npurt::kernels::fixed{npurt::picoseconds{1'000'000}}, "wide", props.vector_core_count}, ec);
+  CHECK(ec == npurt::errc::invalid_argument);
+  s.launch(npurt::kernel_desc{npurt::kernels::fixed{npurt::picoseconds{1'000'000}}, "fits", props.ai_core_count}, ec);
+  CHECK(!ec);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <boost/asio/post.hpp>
 
 #include <memory>
+#include <optional>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -68,7 +69,6 @@ class handler_op final : public op_base {
     std::allocator_traits<allocator_type>::destroy(alloc, self);
     std::allocator_traits<allocator_type>::deallocate(alloc, self, 1);
     rt.host_wait_end();
-    rt.note_post();
     auto ex = boost::asio::get_associated_executor(h, rt.io().get_executor());
     // When the handler's executor is a strand of our io_context (a stream's, a device's, or one
     // made on the system's executor; coroutines hold it type-erased), hand the completion straight
@@ -83,16 +83,13 @@ class handler_op final : public op_base {
       st = &ex;
     // Only a strand of our own loop: the recycler is not for other threads' io_contexts.
     if (st && &st->context() == &rt.io()) {
-      boost::asio::require(*st, boost::asio::execution::blocking.never,
-                           boost::asio::execution::allocator(recycler_allocator<void>(rt.op_memory())))
-          .execute([h = std::move(h), e = to_async_error(ec), vals = std::move(vals)]() mutable {
-            std::apply([&](auto&&... v) { std::move(h)(e, std::move(v)...); }, std::move(vals));
-          });
+      rt.post_to_strand(*st, [h = std::move(h), e = to_async_error(ec), vals = std::move(vals)]() mutable {
+        std::apply([&](auto&&... v) { std::move(h)(e, std::move(v)...); }, std::move(vals));
+      });
       return;
     }
-    std::apply(
-        [&](auto&&... v) { boost::asio::post(ex, boost::asio::append(std::move(h), to_async_error(ec), std::move(v)...)); },
-        std::move(vals));
+    std::apply([&](auto&&... v) { rt.post(ex, boost::asio::append(std::move(h), to_async_error(ec), std::move(v)...)); },
+               std::move(vals));
   }
 
   runtime* rt_;
@@ -103,9 +100,8 @@ class handler_op final : public op_base {
 /// caller's input was wrong and nothing was enqueued.
 template <class Handler, class... Values>
 void post_error(runtime& rt, Handler&& h, std::error_code ec, Values&&... v) {
-  rt.note_post();
   auto ex = boost::asio::get_associated_executor(h, rt.io().get_executor());
-  boost::asio::post(ex, boost::asio::append(std::forward<Handler>(h), to_async_error(ec), std::forward<Values>(v)...));
+  rt.post(ex, boost::asio::append(std::forward<Handler>(h), to_async_error(ec), std::forward<Values>(v)...));
 }
 
 /// A host wait on several stream positions, with an optional timeout. Whichever of "all
@@ -119,13 +115,13 @@ struct multi_wait {
   bool has_timer = false;
   std::uint64_t timer = 0;
 
-  static void on_position(runtime& rt, void* ctx, std::uint64_t, std::error_code ec) {
+  static void on_position(runtime& rt, void* ctx, std::error_code ec) {
     auto* self = static_cast<multi_wait*>(ctx);
     if (!self->done && (ec || --self->remaining == 0)) {
       self->done = true;
       if (self->has_timer) {
         // The timeout will never fire now: take it back so it does not move the clock.
-        rt.cancel_timer(self->timer);
+        rt.timers().cancel(self->timer);
         self->has_timer = false;
         self->release();
       }
@@ -133,40 +129,85 @@ struct multi_wait {
     }
     self->release();
   }
-  static void on_timeout(void* ctx, std::uint64_t) {
-    auto* self = static_cast<multi_wait*>(ctx);
-    self->has_timer = false;
-    if (!self->done) {
-      self->done = true;
-      self->op->complete(make_error_code(errc::wait_timeout));
+  void on_timeout(std::uint64_t) {
+    has_timer = false;
+    if (!done) {
+      done = true;
+      op->complete(make_error_code(errc::wait_timeout));
     }
-    self->release();
+    release();
   }
   void release() {
     if (--refs == 0) delete this;
   }
 };
 
-/// Starts a multi_wait on positions [first, last) of (stream, seq) pairs. A negative timeout
-/// means none.
+/// Starts a multi_wait on positions [first, last) of (stream, seq) pairs, with an optional
+/// timeout in virtual time.
+/// A negative timeout is the caller's error (no_timeout means none): never a silent "wait forever"
+/// or "time out at once".
+inline std::error_code check_timeout(const std::optional<picoseconds>& timeout) noexcept {
+  return timeout && timeout->count() < 0 ? make_error_code(errc::invalid_argument) : std::error_code{};
+}
+
 template <class Positions>
-void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, picoseconds timeout) {
+void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std::optional<picoseconds> timeout) {
+  if (const std::error_code ec = check_timeout(timeout)) {
+    op->complete(ec);
+    return;
+  }
   auto* w = new multi_wait{op, 0, 1, false};  // the extra ref is released below
   for (const auto& [stream, seq] : positions) {
     if (rt.position_reached(stream, seq)) continue;
     ++w->remaining;
     ++w->refs;
-    rt.wait_position(stream, seq, position_waiter{&multi_wait::on_position, w, 0});
+    rt.wait_position(stream, seq, position_waiter{&multi_wait::on_position, w});
   }
   if (w->remaining == 0) {
     w->done = true;
     op->complete({});
-  } else if (timeout.count() >= 0) {
+  } else if (timeout) {
     ++w->refs;
     w->has_timer = true;
-    w->timer = rt.call_at_cancellable(rt.now() + timeout, &multi_wait::on_timeout, w, 0);
+    w->timer = rt.timers().call_at_cancellable(rt.now() + *timeout,
+                                               timer_action::member_value<&multi_wait::on_timeout>(w, 0));
   }
   w->release();
+}
+
+/// Completes a synchronize: when the wait succeeded, the first unread failure of the stream's
+/// (or the device's) fire-and-forget work is the outcome, and is read by it.
+struct sticky_op final : op_base {
+  runtime* rt = nullptr;
+  op_base* user = nullptr;
+  std::uint32_t stream = 0;  // 0: the device's failure
+  device_id device = 0;
+
+  static op_base* create(runtime& rt, op_base* user, std::uint32_t stream, device_id dev) {
+    auto* op = new sticky_op;
+    op->complete_fn = &done;
+    op->rt = &rt;
+    op->user = user;
+    op->stream = stream;
+    op->device = dev;
+    return op;
+  }
+  static void done(op_base* b, std::error_code ec) {
+    auto* self = static_cast<sticky_op*>(b);
+    if (!ec) ec = (self->stream ? self->rt->take_stream_failure(self->stream) : self->rt->take_device_failure(self->device)).ec;
+    op_base* user = self->user;
+    delete self;
+    user->complete(ec);
+  }
+};
+
+/// Completes a handler with an error from an initiating function that has no runtime to post to
+/// (a null handle): on the handler's associated executor, or Asio's system executor, never
+/// inside the initiating call.
+template <class Handler>
+void post_null_handle_error(Handler&& h, std::error_code ec) {
+  auto ex = boost::asio::get_associated_executor(h);
+  boost::asio::post(ex, boost::asio::append(std::forward<Handler>(h), to_async_error(ec)));
 }
 
 /// A blocking host wait: drives the loop until done() or the virtual deadline, whichever first.
@@ -179,11 +220,12 @@ void wait_blocking(runtime& rt, Done done, sim_time deadline, std::error_code& e
     ec = make_error_code(errc::not_supported);  // inside run(): use the async_ form
     return;
   }
+  if ((ec = rt.check_thread())) return;
   std::uint64_t ticket = 0;
   const bool timed = deadline != sim_time::max();
-  if (timed) ticket = rt.call_at_cancellable(deadline, [](void*, std::uint64_t) {}, nullptr, 0);
+  if (timed) ticket = rt.timers().call_at_cancellable(deadline, timer_action::nothing());
   rt.run_until([&] { return done() || (timed && rt.now() >= deadline); }, ec);
-  if (timed) rt.cancel_timer(ticket);
+  if (timed) rt.timers().cancel(ticket);
   if (done()) return;
   if (!ec || (timed && rt.now() >= deadline)) ec = make_error_code(errc::wait_timeout);
 }

@@ -1,5 +1,6 @@
 // npurt/detail/caching_allocator.hpp — the device caching allocator, modelled on the PyTorch /
-// torch_npu caching allocator (reference/memory.md §1), decoupled from the runtime.
+// torch_npu caching allocator (c10/cuda/CUDACachingAllocator.cpp, NPUCachingAllocator.cpp),
+// decoupled from the runtime.
 //
 // It manages one device's address space through a segment_provider (the device layer) and asks
 // the runtime about stream progress through callbacks, so the runtime can plug it in under
@@ -23,10 +24,14 @@
 #pragma once
 
 #include <npurt/config.hpp>
+#include <npurt/detail/addr_map.hpp>
+#include <npurt/detail/segment_provider.hpp>
 #include <npurt/error.hpp>
+#include <npurt/pool_types.hpp>
 
 #include <mimalloc.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -41,155 +46,21 @@
 
 namespace npurt::detail {
 
-inline constexpr std::size_t kib = 1024, mib = 1024 * 1024;
-
-/// The device layer under the allocator: hands out and takes back device memory.
-///
-/// allocate/release are whole segments (cudaMalloc / aclrtMalloc). The four address-range calls
-/// back the "compact" strategy (cuMemAddressReserve / cuMemMap, AclrtReserveMemAddress /
-/// AclrtMapMem): reserve_range takes address space without memory, map/unmap back part of it
-/// with memory. A provider that cannot do that leaves the defaults; "compact" then reports
-/// errc::not_supported.
-class segment_provider {
- public:
-  virtual ~segment_provider() = default;
-  virtual std::error_code allocate(std::size_t bytes, std::uint64_t& addr) = 0;
-  virtual void release(std::uint64_t addr, std::size_t bytes) = 0;
-  [[nodiscard]] virtual std::size_t capacity() const = 0;
-  [[nodiscard]] virtual std::size_t free_bytes() const = 0;
-
-  virtual std::error_code reserve_range(std::size_t /*bytes*/, std::uint64_t& /*addr*/) {
-    return make_error_code(errc::not_supported);
-  }
-  virtual void release_range(std::uint64_t /*addr*/, std::size_t /*bytes*/) {}
-  virtual std::error_code map(std::uint64_t /*addr*/, std::size_t /*bytes*/) {
-    return make_error_code(errc::not_supported);
-  }
-  virtual void unmap(std::uint64_t /*addr*/, std::size_t /*bytes*/) {}
-};
-
-/// A provider with no backing store: a device of `capacity` bytes whose addresses start at
-/// `base`. Physical memory is a counter (segments plus mapped pages), so a 32 GB device costs no
-/// host RAM; addresses are handed out by a bump pointer and never reused, so a stale pointer can
-/// never alias a newer allocation. Good for timing-only mode, tests and benchmarks; a functional
-/// device wraps it and attaches host storage.
-class counting_provider : public segment_provider {
- public:
-  explicit counting_provider(std::size_t capacity, std::uint64_t base = 0x100000000ull)
-      : capacity_(capacity), next_(base) {}
-  std::error_code allocate(std::size_t bytes, std::uint64_t& addr) override;
-  void release(std::uint64_t addr, std::size_t bytes) override;
-  [[nodiscard]] std::size_t capacity() const override { return capacity_; }
-  [[nodiscard]] std::size_t free_bytes() const override { return capacity_ - used_; }
-  std::error_code reserve_range(std::size_t bytes, std::uint64_t& addr) override;
-  void release_range(std::uint64_t addr, std::size_t bytes) override;
-  std::error_code map(std::uint64_t addr, std::size_t bytes) override;
-  void unmap(std::uint64_t addr, std::size_t bytes) override;
-
-  /// Fails the next `n` allocate/map calls with out_of_memory (fault injection for tests).
-  void fail_next(int n) { fail_next_ = n; }
-  [[nodiscard]] std::size_t used() const noexcept { return used_; }
-  [[nodiscard]] std::size_t live_segments() const noexcept { return segments_.size(); }
-
- private:
-  bool take(std::size_t bytes);
-  std::size_t capacity_;
-  std::size_t used_ = 0;
-  std::uint64_t next_;
-  int fail_next_ = 0;
-  std::map<std::uint64_t, std::size_t> segments_;  // allocate()d, to catch provider misuse
-};
-
-/// Open-addressing map from device address to a pointer (linear probing, backward-shift
-/// deletion): the allocator's address lookup is on every free, and node-based maps cost an
-/// allocation per insert. Key 0 marks an empty slot (0 is never a device address here).
-template <class V>
-class addr_map {
- public:
-  addr_map() { rehash(64); }
-  [[nodiscard]] V* find(std::uint64_t key) const noexcept {
-    for (std::size_t i = slot(key);; i = (i + 1) & mask_) {
-      if (t_[i].key == key) return t_[i].value;
-      if (t_[i].key == 0) return nullptr;
-    }
-  }
-  void assign(std::uint64_t key, V* value) {
-    if ((size_ + 1) * 4 > t_.size() * 3) rehash(t_.size() * 2);
-    std::size_t i = slot(key);
-    for (; t_[i].key != 0 && t_[i].key != key; i = (i + 1) & mask_) {}
-    if (t_[i].key == 0) ++size_;
-    t_[i] = {key, value};
-  }
-  void emplace(std::uint64_t key, V* value) { assign(key, value); }
-  void erase(std::uint64_t key) noexcept {
-    std::size_t i = slot(key);
-    for (; t_[i].key != key; i = (i + 1) & mask_)
-      if (t_[i].key == 0) return;
-    // Shift later entries of the probe run back so lookups never need tombstones.
-    for (std::size_t j = (i + 1) & mask_; t_[j].key != 0; j = (j + 1) & mask_) {
-      const std::size_t home = slot(t_[j].key);
-      if (((j - home) & mask_) >= ((j - i) & mask_)) {
-        t_[i] = t_[j];
-        i = j;
-      }
-    }
-    t_[i] = {0, nullptr};
-    --size_;
-  }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
-
- private:
-  struct entry {
-    std::uint64_t key;
-    V* value;
-  };
-  [[nodiscard]] std::size_t slot(std::uint64_t key) const noexcept {
-    return static_cast<std::size_t>(((key >> 9) * 0x9e3779b97f4a7c15ull) >> shift_);
-  }
-  void rehash(std::size_t n) {
-    std::vector<entry> old(n, entry{0, nullptr});
-    old.swap(t_);
-    mask_ = n - 1;
-    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(n));
-    size_ = 0;
-    for (const auto& e : old)
-      if (e.key) assign(e.key, e.value);
-  }
-  std::vector<entry> t_;
-  std::size_t mask_ = 0, size_ = 0;
-  unsigned shift_ = 0;
-};
-
-enum class allocation_strategy {
-  segmented,  ///< PyTorch-like segments and pools (the default)
-  compact,    ///< one growable arena per stream, like expandable segments
-};
-
-struct caching_allocator_options {
-  int device = 0;
-  allocation_strategy strategy = allocation_strategy::segmented;
-  bool ascend_pad = false;  ///< torch_npu: add 32 B before rounding to 512 B
-  /// Blocks of at least this size are never split, and requests below it never take them.
-  std::size_t max_split_size = std::numeric_limits<std::size_t>::max();
-  /// A request >= max_split_size takes a cached block only if block < request + this.
-  std::size_t max_non_split_rounding = 20 * mib;
-  /// 0 disables; in (0, 1): when reserved exceeds t x limit, free old cached blocks first.
-  double garbage_collection_threshold = 0.0;
-  /// Upper bound on reserved bytes; 0 means the provider's capacity.
-  std::size_t pool_size_limit = 0;
-  /// false: allocate() never takes new device memory; memory comes from reserve() (and, in
-  /// compact mode, the initial_reserve mapped when a stream's arena is created).
-  bool auto_growth = true;
-  std::size_t initial_reserve = 0;
-  /// Compact mode: mapping granule, and address space reserved per arena (0: the limit).
-  std::size_t granule = 2 * mib;
-  std::size_t arena_address_space = 0;
-  // cudaMemPool / aclrtMemPool attributes (ids 1-4); 5-8 are read from stats().
-  bool reuse_follow_event_dependencies = true;
-  bool reuse_allow_opportunistic = true;
-  bool reuse_allow_internal_dependencies = true;
-  std::size_t release_threshold = 0;
-};
+// The pool's public vocabulary (pool_types.hpp) under the names the allocator always used.
+using caching_allocator_options = npurt::mem_pool_options;
+using allocation_strategy = npurt::allocation_strategy;
+using stat = npurt::pool_stat;
+using stat_array = npurt::pool_stat_array;
+using stat_pool = npurt::stat_pool;
+using npurt::stat_all;
+using npurt::stat_large;
+using npurt::stat_small;
+using allocator_stats = npurt::allocator_stats;
+using memory_usage_report = npurt::memory_usage_report;
+using block_snapshot = npurt::block_snapshot;
+using segment_snapshot = npurt::segment_snapshot;
+using memory_snapshot = npurt::memory_snapshot;
+using retry_step = npurt::retry_step;
 
 /// How the allocator learns about stream progress. Streams are plain ids; fences are opaque
 /// ids the runtime hands out (an event recorded on a stream). 0 is never a valid fence.
@@ -207,76 +78,6 @@ struct stream_callbacks {
   std::function<bool(std::uint32_t stream, std::uint64_t fence)> stream_waits_on;
   /// Optional (reuse_allow_internal_dependencies): make `stream` wait for `fence`.
   std::function<void(std::uint32_t stream, std::uint64_t fence)> insert_wait;
-};
-
-/// PyTorch's Stat: current, peak, and the running totals of increases and decreases.
-struct stat {
-  std::int64_t current = 0;
-  std::int64_t peak = 0;
-  std::int64_t allocated = 0;
-  std::int64_t freed = 0;
-};
-
-enum stat_pool : int { stat_all = 0, stat_small = 1, stat_large = 2 };
-using stat_array = std::array<stat, 3>;
-
-struct allocator_stats {
-  stat_array allocation, segment, active, inactive_split;                    // counts
-  stat_array allocated_bytes, reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes;
-  stat oversize_allocations, oversize_segments;
-  std::uint64_t num_alloc_retries = 0;
-  std::uint64_t num_ooms = 0;
-  std::uint64_t num_sync_all_streams = 0;
-  std::uint64_t num_device_alloc = 0;  // segment allocations and page maps
-  std::uint64_t num_device_free = 0;   // segment releases and page unmaps
-  std::uint64_t num_gc_freed_blocks = 0;
-  std::uint64_t num_cross_stream_reuse = 0;
-  std::size_t max_split_size = 0;
-};
-
-/// The seed document's memory_usage(): MiB as doubles. peak_mb is peak allocated.
-struct memory_usage_report {
-  double allocated_mb = 0;
-  double reserved_mb = 0;
-  double peak_mb = 0;
-};
-
-struct block_snapshot {
-  std::uint64_t addr = 0;
-  std::size_t size = 0;
-  std::size_t requested = 0;
-  std::uint32_t stream = 0;
-  bool allocated = false;
-  bool pending = false;  ///< freed, waiting for recorded fences
-};
-
-struct segment_snapshot {
-  std::uint64_t addr = 0;
-  std::size_t size = 0;  ///< reserved (mapped, for an arena) bytes
-  std::uint32_t stream = 0;
-  bool small = false;
-  bool arena = false;
-  std::vector<block_snapshot> blocks;
-};
-
-struct memory_snapshot {
-  std::vector<segment_snapshot> segments;
-  std::size_t total_free = 0;     ///< free bytes inside segments
-  std::size_t largest_free = 0;   ///< largest free block
-  /// External fragmentation: 1 - largest free / total free (0 when nothing is free).
-  [[nodiscard]] double fragmentation() const noexcept {
-    return total_free ? 1.0 - static_cast<double>(largest_free) / static_cast<double>(total_free) : 0.0;
-  }
-};
-
-/// Steps of the out-of-memory retry chain, in the order they run (reported to on_retry_step).
-enum class retry_step {
-  garbage_collect_preemptive,  ///< usage above the GC threshold, before asking the device
-  device_alloc_failed,         ///< the device (or the pool limit) refused
-  free_fitting_cached,         ///< freed cached blocks that fit the rule, retried
-  garbage_collect,             ///< garbage-collected, retried
-  synchronize_and_free_all,    ///< synchronised all streams, freed everything cached, retried
-  out_of_memory,               ///< gave up
 };
 
 class caching_allocator {
@@ -475,9 +276,14 @@ class caching_allocator {
   NPURT_DECL void coalesce_and_cache(block* b);
   NPURT_DECL void release_segment(segment* s);
   NPURT_DECL bool release_arena_tail(segment* s);
-  NPURT_DECL bool release_fitting_cached(const alloc_params& p);
+  /// Each returns how many segments (or arena tails) went back to the device.
+  NPURT_DECL std::size_t release_fitting_cached(const alloc_params& p);
   /// assume_quiet: a synchronize just happened, so no free is still ahead in any stream.
-  NPURT_DECL bool release_all_cached(std::size_t keep = 0, bool assume_quiet = false);
+  NPURT_DECL std::size_t release_all_cached(std::size_t keep = 0, bool assume_quiet = false);
+  /// Counts and runs callbacks.synchronize_all.
+  NPURT_DECL void synchronize_all_streams();
+  /// Is the block's stream-ordered free behind every stream (or unknown)?
+  [[nodiscard]] NPURT_DECL bool free_is_behind(const block* b) const;
   NPURT_DECL void garbage_collect(bool forced);
   NPURT_DECL std::size_t gc_limit() const noexcept;
   NPURT_DECL void step(retry_step s);
@@ -515,8 +321,41 @@ class caching_allocator {
   std::uint64_t free_search_count_ = 0;            // gc ages count searches, as PyTorch does
 };
 
+namespace ca_detail {
+
+inline void stat_inc(stat& s, std::int64_t n) noexcept {
+  s.current += n;
+  s.peak = std::max(s.peak, s.current);
+  s.allocated += n;
+}
+inline void stat_dec(stat& s, std::int64_t n) noexcept {
+  s.current -= n;
+  s.freed += n;
+}
+inline void stat_apply(stat& s, std::int64_t n) noexcept {
+  if (n >= 0) stat_inc(s, n);
+  else stat_dec(s, -n);
+}
+// The hot paths' stat_add with the sign known and the pool's row computed once.
+inline void stat_up(stat_array& s, std::size_t row, std::int64_t n) noexcept {
+  stat_inc(s[stat_all], n);
+  stat_inc(s[row], n);
+}
+inline void stat_down(stat_array& s, std::size_t row, std::int64_t n) noexcept {
+  stat_dec(s[stat_all], n);
+  stat_dec(s[row], n);
+}
+
+inline std::size_t round_up(std::size_t v, std::size_t a) noexcept { return (v + a - 1) / a * a; }
+
+}  // namespace ca_detail
+
 }  // namespace npurt::detail
 
 #if NPURT_INCLUDE_IMPL
 #include <npurt/impl/caching_allocator.ipp>
+#include <npurt/impl/allocator_free_index.ipp>
+#include <npurt/impl/allocator_arena.ipp>
+#include <npurt/impl/allocator_release.ipp>
+#include <npurt/impl/allocator_stats.ipp>
 #endif

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <npurt/backend.hpp>
+#include <npurt/system_options.hpp>
 
 #include <cstdint>
 #include <map>
@@ -21,19 +22,13 @@
 
 namespace npurt {
 
-/// How a device's task scheduler orders the tasks of its streams.
-enum class dispatch_model : std::uint8_t {
-  /// Each stream's head goes to the engines as soon as its stream order and events allow;
-  /// the engines order waiting tasks by (priority, submission).
-  per_stream,
-  /// One execution queue per device and priority level, in submission order (see above).
-  shared_fifo,
-};
-
 namespace detail {
 
 class device_queue {
  public:
+  /// stream_flags::overflow_edge | stream_flags::direct_submit (stream.hpp checks the values).
+  static constexpr std::uint32_t bypass_flags = 0x4 | 0x8;
+
   void configure(dispatch_model m) noexcept { model_ = m; }
   [[nodiscard]] dispatch_model model() const noexcept { return model_; }
 
@@ -47,6 +42,10 @@ class device_queue {
     const key k{t.device, t.priority, t.id};
     // Not queued (a bypassing stream), or the first of its device and level.
     return !pending_.contains(k) || pending_.lower_bound(key{t.device, t.priority, 0})->first == k;
+  }
+  /// Device reset: its tasks not yet dispatched leave the queue (their records are gone).
+  void forget(device_id dev) {
+    pending_.erase(pending_.lower_bound(key{dev, 0, 0}), pending_.lower_bound(key{dev + 1, 0, 0}));
   }
   /// The task was dispatched; returns the stream whose task is now first at its level (0: none).
   std::uint32_t on_dispatch(const task_info& t) {

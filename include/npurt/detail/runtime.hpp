@@ -1,17 +1,28 @@
-// npurt/detail/runtime.hpp — the scheduling layer: the virtual clock, the timed-action queue, the
-// stream FIFOs, event positions, the device-memory registry, and the loop that drives them
-// together with the host's io_context. One per npurt::system. Single-threaded by design: every
-// handler, host coroutine and device completion runs on the thread that calls run(), in an order
-// fixed by (virtual time, sequence), so results never depend on thread timing.
+// npurt/detail/runtime.hpp — the scheduler and the loop of one npurt::system.
+//
+// The runtime composes the owners of the core's invariants, each in its own header:
+//   timer_queue       (detail/timer_queue.hpp)       the virtual clock; actions due in call order
+//   memory_registry   (detail/memory_registry.hpp)   which device pointers are live
+//   deadlock_detector (detail/deadlock_detector.hpp) waits that can never end, and their report
+// and is itself the scheduler: stream FIFOs, tasks, events, host lanes, dependencies between
+// stream positions, sticky errors, and the loop that drives all of it together with the host's
+// io_context. Public classes call its narrow verbs and never write its state.
+// Single-threaded by design: every handler, host coroutine and device completion runs on the
+// thread that calls run(), in an order fixed by (virtual time, sequence), so results never depend
+// on thread timing.
 #pragma once
 
 #include <npurt/backend.hpp>
 #include <npurt/config.hpp>
 #include <npurt/detail/device_queue.hpp>
+#include <npurt/detail/deadlock_detector.hpp>
+#include <npurt/detail/memory_registry.hpp>
 #include <npurt/detail/object_pool.hpp>
+#include <npurt/detail/timer_queue.hpp>
 #include <npurt/error.hpp>
 #include <npurt/kernel.hpp>
 #include <npurt/observer.hpp>
+#include <npurt/system_options.hpp>
 #include <npurt/time.hpp>
 
 #include <boost/asio/append.hpp>
@@ -20,6 +31,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/execution/allocator.hpp>
+#include <boost/asio/execution/blocking.hpp>
+#include <boost/asio/require.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -27,24 +41,14 @@
 #include <map>
 #include <memory>
 #include <queue>
+#include <exception>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
 namespace npurt {
-
-/// Options of a system that do not belong to the hardware preset.
-struct system_options {
-  /// Host time one enqueue (launch, copy, memset, record, wait) costs the calling host lane:
-  /// the order CANN and CUDA measure for an asynchronous launch.
-  picoseconds launch_overhead{2'500'000};
-  /// Host memcpy bandwidth for host-to-host copies, bytes per second.
-  double host_copy_bandwidth = 20e9;
-  /// Attach a profiler and write a Chrome trace at shutdown when NPURT_TRACE is set.
-  bool trace_from_env = true;
-  /// The devices' task scheduler (detail/device_queue.hpp).
-  dispatch_model dispatch = dispatch_model::per_stream;
-};
 
 namespace detail {
 
@@ -70,14 +74,29 @@ struct task : task_info {
   kernel_desc* owned_kernel = nullptr;
   std::shared_ptr<const void> owned_extra;  // what `collective` points into (freed with the task)
   bool blocked = false;            // an event wait not yet satisfied
+  bool orphan = false;             // its device was reset while a completion was on its way: free it then
   std::error_code error;           // set when the task failed or was aborted
+  std::exception_ptr exception;    // host_callback only: what the callback threw
 };
 
-/// A waiter on a stream position: runs fn when the stream completes task `seq`.
+/// The first failure of fire-and-forget work on a stream or device, kept until read (CUDA's and
+/// CANN's sticky error): which task failed, how, and for a host callback what it threw.
+struct failure {
+  std::error_code ec;
+  std::uint64_t task = 0;          // task id
+  std::uint32_t stream = 0;
+  std::uint64_t seq = 0;           // its position in the stream
+  std::string name;                // the task's name, owned
+  std::exception_ptr exception;
+  explicit operator bool() const noexcept { return static_cast<bool>(ec); }
+  /// "task 7 (add) on stream 3 failed: <message>"
+  [[nodiscard]] std::string describe() const;
+};
+
+/// A waiter on a stream position: runs fn(rt, ctx, ec) when the stream completes task `seq`.
 struct position_waiter {
-  void (*fn)(runtime&, void* ctx, std::uint64_t arg, std::error_code) = nullptr;
+  void (*fn)(runtime&, void* ctx, std::error_code) = nullptr;
   void* ctx = nullptr;
-  std::uint64_t arg = 0;
 };
 
 struct stream_state {
@@ -94,6 +113,7 @@ struct stream_state {
   std::uint64_t enqueued = 0;      // seq of the last enqueued task
   std::uint64_t completed = 0;     // seq of the last completed task
   sim_time host_cursor{};          // host lane time of this stream's enqueues
+  failure sticky;                  // first unread failure of fire-and-forget work
   std::multimap<std::uint64_t, position_waiter> waiters;
   boost::asio::strand<boost::asio::io_context::executor_type> strand;
 
@@ -114,32 +134,6 @@ struct event_state {
   sim_time time{};
 };
 
-/// One live device allocation. Device addresses are non-canonical on x86-64 (bit 62 set), so a
-/// device pointer dereferenced on the host faults instead of reading host memory.
-struct allocation {
-  std::uint64_t address = 0;
-  std::size_t bytes = 0;
-  device_id device = 0;
-  std::byte* backing = nullptr;   // host storage in functional mode
-  bool pool = false;              // a memory pool's segment or reserved range: users see its blocks
-  std::size_t mapped = 0;         // reserved ranges: bytes mapped (counted as used)
-};
-
-struct host_allocation {
-  const void* base = nullptr;
-  std::size_t bytes = 0;
-};
-
-inline constexpr std::uint64_t device_address_base = 0x4000'0000'0000'0000ULL;
-inline constexpr int device_address_shift = 44;  // 16 TiB of address space per device
-
-inline constexpr bool is_device_address(const void* p) noexcept {
-  return (reinterpret_cast<std::uintptr_t>(p) & device_address_base) != 0;
-}
-inline constexpr device_id device_of_address(const void* p) noexcept {
-  return static_cast<device_id>((reinterpret_cast<std::uintptr_t>(p) & ~device_address_base) >> device_address_shift);
-}
-
 class runtime final : public backend_host {
  public:
   NPURT_DECL runtime(std::unique_ptr<npurt::backend> b, const system_options& opts);
@@ -148,33 +142,54 @@ class runtime final : public backend_host {
   runtime& operator=(const runtime&) = delete;
 
   // --- backend_host ---
-  [[nodiscard]] sim_time now() const noexcept override { return now_; }
-  NPURT_DECL void call_at(sim_time at, void (*fn)(void*, std::uint64_t), void* ctx, std::uint64_t arg) override;
+  [[nodiscard]] sim_time now() const noexcept override { return clock_.now(); }
+  void call_at(sim_time at, void (*fn)(void*, std::uint64_t), void* ctx, std::uint64_t arg) override {
+    clock_.call_at(at, timer_action::plain(fn, ctx, arg));
+  }
   NPURT_DECL void complete(task_info& t, std::error_code ec) override;
-  [[nodiscard]] observer* tracer() noexcept override { return observers_.empty() ? nullptr : &fanout_; }
-  NPURT_DECL std::byte* translate(device_id dev, const void* addr, std::size_t bytes) noexcept override;
+  [[nodiscard]] observer* tracer() noexcept override { return trace_; }
+  std::byte* translate(device_id dev, const void* addr, std::size_t bytes) noexcept override {
+    return memory_.translate(dev, addr, bytes);
+  }
+  [[nodiscard]] bool calls_flush() const noexcept override { return true; }
+  void request_flush() noexcept override { flush_pending_ = true; }
 
-  /// call_at that can be taken back: returns a ticket for cancel_timer. A cancelled action
-  /// never runs and never moves the clock.
-  NPURT_DECL std::uint64_t call_at_cancellable(sim_time at, void (*fn)(void*, std::uint64_t), void* ctx,
-                                               std::uint64_t arg) override;
-  NPURT_DECL void cancel_timer(std::uint64_t ticket) override;
+  /// call_at that can be taken back (the timer queue's): returns a ticket for cancel_timer. A
+  /// cancelled action never runs and never moves the clock.
+  std::uint64_t call_at_cancellable(sim_time at, void (*fn)(void*, std::uint64_t), void* ctx,
+                                    std::uint64_t arg) override {
+    return clock_.call_at_cancellable(at, timer_action::plain(fn, ctx, arg));
+  }
+  void cancel_timer(std::uint64_t ticket) override { clock_.cancel(ticket); }
+  /// The clock and its actions (host waits put their timeouts there).
+  [[nodiscard]] timer_queue& timers() noexcept { return clock_; }
+  /// The registry of live device and pinned host memory.
+  [[nodiscard]] memory_registry& memory() noexcept { return memory_; }
+  [[nodiscard]] const memory_registry& memory() const noexcept { return memory_; }
 
   // --- loop ---
   NPURT_DECL void run(std::error_code& ec);
   /// Runs until pred() holds or nothing can run. Only outside run(): host code that blocks (a
   /// synchronous synchronize) drives the simulation itself.
   NPURT_DECL void run_until(const std::function<bool()>& pred, std::error_code& ec);
+  /// Runs everything runnable at the current instant without moving the clock: what a blocking
+  /// wait does before it returns, so the completion handlers of the work it waited for have run.
+  NPURT_DECL void settle();
   [[nodiscard]] bool in_run() const noexcept { return running_; }
+  /// errc::wrong_thread when called from another thread than the system's while checks are on.
+  [[nodiscard]] NPURT_DECL std::error_code check_thread() const noexcept;
   [[nodiscard]] boost::asio::io_context& io() noexcept { return ioc_; }
   [[nodiscard]] npurt::backend& backend() noexcept { return *backend_; }
   [[nodiscard]] const system_options& options() const noexcept { return opts_; }
-  [[nodiscard]] const std::string& last_deadlock_report() const noexcept { return deadlock_report_; }
+  [[nodiscard]] const std::string& last_deadlock_report() const noexcept { return deadlocks_.last_report(); }
 
   // --- observers ---
   NPURT_DECL void add_observer(observer& o);
   NPURT_DECL void remove_observer(observer& o);
-  [[nodiscard]] bool tracing() const noexcept { return !observers_.empty(); }
+  [[nodiscard]] bool tracing() const noexcept { return trace_ != nullptr; }
+  /// Reports a pool allocation or free to the observers.
+  NPURT_DECL void trace_memory(device_id dev, memory_op op, std::uint64_t addr, std::size_t bytes, std::size_t in_use,
+                               std::size_t reserved, std::uint32_t stream);
   [[nodiscard]] observer& fanout() noexcept { return fanout_; }
 
   // --- streams ---
@@ -185,57 +200,68 @@ class runtime final : public backend_host {
   [[nodiscard]] NPURT_DECL bool position_reached(std::uint32_t stream, std::uint64_t seq) const noexcept;
   /// Calls w when the stream completes `seq` (at once, in the loop, if it already has).
   NPURT_DECL void wait_position(std::uint32_t stream, std::uint64_t seq, const position_waiter& w);
+  /// The position of the stream's next enqueue minus one: where a synchronize waits.
+  [[nodiscard]] NPURT_DECL std::uint64_t last_enqueued(std::uint32_t stream) const noexcept;
 
   // --- tasks ---
   NPURT_DECL task* new_task(stream_state& s, task_kind kind);
   /// Charges the host lane, stamps the task and appends it to its stream.
   NPURT_DECL void enqueue(stream_state& s, task* t);
+  /// Enqueues on `stream` a wait for position `seq` of `target` (a pool's reuse fence), unless
+  /// it is reached already.
+  NPURT_DECL void enqueue_wait(std::uint32_t stream, std::uint32_t target, std::uint64_t seq, std::string_view name);
   NPURT_DECL void free_task(task* t) noexcept;
   NPURT_DECL kernel_desc* new_kernel(const kernel_desc& k);
+  /// A copy of `name` that lives as long as the runtime (task names outlive their callers'
+  /// strings: traces read them after the run).
+  [[nodiscard]] NPURT_DECL std::string_view intern(std::string_view name);
+
+  // --- sticky errors ---
+  /// Reads (and clears) the first unread failure of a stream's fire-and-forget work.
+  NPURT_DECL failure take_stream_failure(std::uint32_t stream) noexcept;
+  /// The stream's first unread failure without clearing it, or null.
+  [[nodiscard]] NPURT_DECL const failure* peek_stream_failure(std::uint32_t stream) const noexcept;
+  /// Reads (and clears) the first unread failure of any stream of a device.
+  NPURT_DECL failure take_device_failure(device_id dev) noexcept;
+  /// aclrtResetDevice: every pending task of the device is dropped (its waiter completes with
+  /// errc::operation_aborted), without waiting for it.
+  NPURT_DECL void abort_device(device_id dev);
 
   // --- events ---
   NPURT_DECL std::uint64_t create_event(device_id dev, bool wait_for_record = false);
-  /// A record was enqueued: waits that preceded the first record now wait for this one.
-  NPURT_DECL void bind_unbound_waits(event_state& e);
-  NPURT_DECL void destroy_event(std::uint64_t id) noexcept;
+  /// stream::record: enqueues a record of `e` at the end of `s`, points the event at it, and
+  /// lets waits made before the first record wait for it.
+  NPURT_DECL void record_event(stream_state& s, event_state& e);
+  /// Handle counting of user events: a user event dies with its last handle.
+  NPURT_DECL void retain_event(std::uint64_t id) noexcept;
+  NPURT_DECL void release_event(std::uint64_t id) noexcept;
   [[nodiscard]] NPURT_DECL event_state* find_event(std::uint64_t id) noexcept;
 
-  // --- memory ---
-  /// Raw device memory; `pool` marks a memory pool's segment (users cannot free it directly).
-  NPURT_DECL void* device_malloc(device_id dev, std::size_t bytes, std::error_code& ec, bool pool = false);
-  NPURT_DECL void device_free(device_id dev, void* p, std::error_code& ec, bool pool = false);
-  /// The live allocation holding p: a raw allocation, or a pool block (never a pool's segment,
-  /// so a pointer into cached pool memory is not live).
-  NPURT_DECL const allocation* find_allocation(const void* p) const noexcept;
-  // Address ranges for growable pool arenas (expandable segments): reserve address space, then
-  // map and unmap physical memory inside it.
-  NPURT_DECL std::uint64_t reserve_range(device_id dev, std::size_t bytes, std::error_code& ec);
-  NPURT_DECL void release_range(std::uint64_t addr) noexcept;
-  NPURT_DECL std::error_code map_range(std::uint64_t range, std::size_t bytes);
-  NPURT_DECL void unmap_range(std::uint64_t range, std::size_t bytes) noexcept;
-  /// Pool blocks handed to users, so that copies and kernels can check them.
-  NPURT_DECL void register_pool_block(device_id dev, std::uint64_t addr, std::size_t bytes);
-  NPURT_DECL void unregister_pool_block(std::uint64_t addr) noexcept;
-  NPURT_DECL void drop_pool_blocks(device_id dev) noexcept;
-  /// Reports a pool allocation or free to the observers.
-  NPURT_DECL void trace_memory(device_id dev, memory_op op, std::uint64_t addr, std::size_t bytes, std::size_t in_use,
-                               std::size_t reserved, std::uint32_t stream);
-  [[nodiscard]] NPURT_DECL std::size_t device_used(device_id dev) const noexcept;
-  NPURT_DECL void* host_malloc(std::size_t bytes, std::error_code& ec);
-  NPURT_DECL void host_free(void* p, std::error_code& ec);
-  [[nodiscard]] NPURT_DECL const host_allocation* find_host_allocation(const void* p) const noexcept;
+  // --- devices ---
   /// (stream, last enqueued seq) of every live stream of a device with pending work.
   [[nodiscard]] NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> device_positions(device_id dev) const;
   /// Device reset: streams and events of the device stop working (handles report invalid).
   NPURT_DECL void invalidate_device(device_id dev) noexcept;
-  /// Frees every allocation of a device (device reset).
-  NPURT_DECL void release_device_memory(device_id dev) noexcept;
 
   /// Host operations outstanding (for deadlock detection: somebody still waits).
   void host_wait_begin() noexcept { ++host_waits_; }
   void host_wait_end() noexcept { --host_waits_; }
-  /// Counts a handler posted by the device side, so the loop knows to poll.
-  void note_post() noexcept { ++posts_; }
+  /// Posts a completion handler to its executor, and counts it so the loop knows to poll: the
+  /// only way the runtime's side hands work to the host side.
+  template <class Executor, class Handler>
+  void post(const Executor& ex, Handler&& h) {
+    ++posts_;
+    boost::asio::post(ex, std::forward<Handler>(h));
+  }
+  /// As post, for a strand of this runtime's io_context: never blocking, and with the
+  /// runtime's recycled storage for the handler.
+  template <class Handler>
+  void post_to_strand(const boost::asio::strand<boost::asio::io_context::executor_type>& st, Handler&& h) {
+    ++posts_;
+    boost::asio::require(st, boost::asio::execution::blocking.never,
+                         boost::asio::execution::allocator(recycler_allocator<void>(op_memory_)))
+        .execute(std::forward<Handler>(h));
+  }
   /// Storage for the records of awaited operations whose handlers bring no allocator.
   [[nodiscard]] block_recycler& op_memory() noexcept { return op_memory_; }
 
@@ -246,17 +272,6 @@ class runtime final : public backend_host {
   [[nodiscard]] std::uint64_t new_communicator_id() noexcept { return next_communicator_id_++; }
 
  private:
-  struct timed_action {
-    sim_time at;
-    std::uint64_t order;
-    void (*fn)(void*, std::uint64_t);
-    void* ctx;
-    std::uint64_t arg;
-    friend bool operator>(const timed_action& a, const timed_action& b) noexcept {
-      return a.at != b.at ? a.at > b.at : a.order > b.order;
-    }
-  };
-
   /// Broadcasts observer calls to every attached observer.
   class fanout_observer final : public observer {
    public:
@@ -281,43 +296,43 @@ class runtime final : public backend_host {
   NPURT_DECL void start_task(stream_state& s, task* t);
   NPURT_DECL void finish_task(stream_state& s, task* t);
   NPURT_DECL void perform_copy(task& t);
+  NPURT_DECL void record_failure(const task& t, std::error_code ec);
+  NPURT_DECL void detach_wait(task* t) noexcept;
+  NPURT_DECL bool run_now();  // host handlers and actions due now; false when there were none
   NPURT_DECL bool step();  // one loop iteration; false when nothing can run
   NPURT_DECL bool resolve_deadlock(bool only_cycles);
-  NPURT_DECL std::string describe_wait_chain(const stream_state& s) const;
-  NPURT_DECL bool wait_cycle_from(const stream_state& s) const;
-  static NPURT_DECL void wake_stream(void* ctx, std::uint64_t stream_id);
-  static NPURT_DECL void task_done_now(void* ctx, std::uint64_t task_ptr);
-  static NPURT_DECL void on_wait_satisfied(runtime& rt, void* ctx, std::uint64_t arg, std::error_code ec);
+  NPURT_DECL void wake_stream(std::uint64_t stream_id);
+  NPURT_DECL void task_done_now(task* t);
+  static NPURT_DECL void on_wait_satisfied(runtime& rt, void* ctx, std::error_code ec);
+  /// Runs `t`'s completion at this instant, through the due-now queue (long chains of
+  /// completions must not recurse).
+  void done_now(task* t) { clock_.call_at(clock_.now(), timer_action::member<&runtime::task_done_now>(this, t)); }
 
   system_options opts_;
   std::unique_ptr<npurt::backend> backend_;
   // One thread runs everything (determinism), so the scheduler needs no locks.
   boost::asio::io_context ioc_{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE};
-  sim_time now_{};
-  std::uint64_t order_ = 0;
+  timer_queue clock_;
+  observer* trace_ = nullptr;  // the fanout while any observer is attached
+  memory_registry memory_;
   std::uint64_t next_task_id_ = 1;
   std::uint64_t next_communicator_id_ = 1;
-  std::priority_queue<timed_action, std::vector<timed_action>, std::greater<>> timers_;
-  std::unordered_set<std::uint64_t> cancelled_;
-  std::vector<timed_action> now_queue_;  // actions due at now_, in call order
-  std::size_t now_head_ = 0;
   bool running_ = false;
+  bool flush_pending_ = false;  // the backend asked for flush() at the end of this instant
+  bool check_thread_ = false;
+  std::thread::id owner_thread_ = std::this_thread::get_id();
+  std::unordered_set<std::string> names_;  // interned task names (node-based: views stay valid)
+  std::string_view last_name_;
+  std::vector<failure> device_failures_;   // by device
   std::uint64_t posts_ = 0;
   std::size_t host_waits_ = 0;
-  std::string deadlock_report_;
   block_recycler op_memory_;
 
   object_pool<task, 4096> tasks_;
   object_pool<kernel_desc, 256> kernels_;
   std::vector<std::unique_ptr<stream_state>> streams_;  // index = stream id; ids are never reused
   std::vector<std::unique_ptr<event_state>> events_;    // index = event id
-
-  std::map<std::uint64_t, allocation> allocations_;     // by address
-  std::map<std::uint64_t, allocation> pool_blocks_;     // by address: blocks inside pool segments
-  std::unordered_set<std::uint64_t> freed_;             // addresses freed, to tell double frees
-  std::vector<std::uint64_t> next_address_;             // per device: bump pointer (never reused)
-  std::vector<std::size_t> used_;                       // per device: bytes allocated
-  std::map<const void*, host_allocation> host_allocations_;
+  deadlock_detector deadlocks_{streams_};
 
   std::vector<observer*> observers_;
   fanout_observer fanout_{observers_};

@@ -11,12 +11,14 @@
 //   1 + lane (pid 0)                 a host annotation lane
 #pragma once
 
-#include <npurt/profiler.hpp>
+#include <npurt/profiler/trace_data.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <queue>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,18 +27,27 @@ namespace npurt::detail {
 
 enum class track_kind : std::uint8_t { stream, engine, step, link, memory, host };
 
-/// Greedy interval colouring: each item goes to the lowest lane free at its start. `order` must
-/// be sorted by start. Returns the lane per position in `order`.
+/// Greedy interval colouring: each item goes to the lowest lane free at its start (a lane is free
+/// once its last item has ended). `order` must be sorted by start. Returns the lane per position
+/// in `order`. Heaps of busy and free lanes keep it O(n log n) however many items overlap.
 template <class Start, class End>
 std::vector<std::uint32_t> assign_lanes(const std::vector<std::size_t>& order, Start start, End end) {
   std::vector<std::uint32_t> lanes(order.size());
-  std::vector<sim_time> lane_end;
+  using busy_lane = std::pair<sim_time, std::uint32_t>;
+  std::priority_queue<busy_lane, std::vector<busy_lane>, std::greater<>> busy;
+  std::priority_queue<std::uint32_t, std::vector<std::uint32_t>, std::greater<>> free;
+  std::uint32_t used = 0;
   for (std::size_t k = 0; k < order.size(); ++k) {
     const auto s = start(order[k]);
-    std::uint32_t lane = 0;
-    while (lane < lane_end.size() && lane_end[lane] > s) ++lane;
-    if (lane == lane_end.size()) lane_end.push_back(end(order[k]));
-    else lane_end[lane] = end(order[k]);
+    for (; !busy.empty() && busy.top().first <= s; busy.pop()) free.push(busy.top().second);
+    std::uint32_t lane = used;
+    if (free.empty()) {
+      ++used;
+    } else {
+      lane = free.top();
+      free.pop();
+    }
+    busy.push({end(order[k]), lane});
     lanes[k] = std::min<std::uint32_t>(lane, 999);
   }
   return lanes;
@@ -78,10 +89,28 @@ struct trace_layout {
   std::vector<int> link_base_tid;
 
   explicit trace_layout(const trace_data& data) {
-    std::map<int, std::map<int, track>> tracks;  // pid -> tid -> track
-    auto add = [&](int pid, track t) { tracks[pid].try_emplace(t.tid, std::move(t)); };
+    add_streams(data);
+    add_engines(data);
+    add_steps(data);
+    add_links(data);
+    add_memory_and_host(data);
+    for (auto& [pid, ts] : tracks_) {
+      process p;
+      p.pid = pid;
+      p.name = pid == 0 ? std::string{"host"} : "device " + std::to_string(pid - 1);
+      for (auto& [tid, t] : ts) p.tracks.push_back(std::move(t));
+      processes.push_back(std::move(p));
+    }
+    tracks_.clear();
+  }
 
-    // Streams, with the priority they were created with (else their first task's).
+ private:
+  std::map<int, std::map<int, track>> tracks_;  // pid -> tid -> track, while building
+
+  void add(int pid, track t) { tracks_[pid].try_emplace(t.tid, std::move(t)); }
+
+  /// Streams, with the priority they were created with (else their first task's).
+  void add_streams(const trace_data& data) {
     std::map<std::pair<device_id, std::uint32_t>, std::uint8_t> streams;
     for (const auto& s : data.streams) streams.try_emplace({s.device, s.stream}, s.priority);
     for (const auto& t : data.tasks) streams.try_emplace({t.device, t.stream}, t.priority);
@@ -99,8 +128,10 @@ struct trace_layout {
       t.priority = prio;
       add(key.first + 1, std::move(t));
     }
+  }
 
-    // Engines: per (device, engine), tasks in time order coloured into lanes.
+  /// Engines: per (device, engine), tasks in time order coloured into lanes.
+  void add_engines(const trace_data& data) {
     task_tid.assign(data.tasks.size(), 0);
     std::map<std::pair<device_id, engine_kind>, std::vector<std::size_t>> engines;
     for (std::size_t i = 0; i < data.tasks.size(); ++i)
@@ -123,8 +154,10 @@ struct trace_layout {
         add(key.first + 1, std::move(t));
       }
     }
+  }
 
-    // Collective steps, per device.
+  /// Collective steps, per device.
+  void add_steps(const trace_data& data) {
     step_order.resize(data.steps.size());
     step_tid.assign(data.steps.size(), 0);
     for (std::size_t i = 0; i < step_order.size(); ++i) step_order[i] = i;
@@ -153,8 +186,10 @@ struct trace_layout {
       }
       k = e;
     }
+  }
 
-    // Links: a link belongs to the process of its sending device (or receiving one, from host).
+  /// Links: a link belongs to the process of its sending device (or receiving one, from host).
+  void add_links(const trace_data& data) {
     using link_id = std::tuple<int, std::string_view, device_id, device_id>;
     std::map<link_id, std::vector<std::size_t>> links;
     for (std::size_t i = 0; i < data.links.size(); ++i) {
@@ -169,7 +204,8 @@ struct trace_layout {
     for (auto& [key, idx] : links) {
       const auto& [pid, name, src, dst] = key;
       const std::size_t k = link_names.size();
-      const int base = 3'000'000 + 1000 * per_pid[pid]++;
+      // Past 999 links on one process, tracks share the last base rather than run into memory's.
+      const int base = 3'000'000 + 1000 * std::min(per_pid[pid]++, 999);
       const auto end_name = [](device_id d) { return d < 0 ? std::string{"host"} : std::to_string(d); };
       link_names.push_back(std::string{name} + " " + end_name(src) + "->" + end_name(dst));
       link_base_tid.push_back(base);
@@ -192,7 +228,9 @@ struct trace_layout {
         add(pid, std::move(t));
       }
     }
+  }
 
+  void add_memory_and_host(const trace_data& data) {
     for (const auto& m : data.memory) {
       track t;
       t.tid = memory_tid;
@@ -206,14 +244,6 @@ struct trace_layout {
       t.kind = track_kind::host;
       t.name = "host lane " + std::to_string(r.lane);
       add(0, std::move(t));
-    }
-
-    for (auto& [pid, ts] : tracks) {
-      process p;
-      p.pid = pid;
-      p.name = pid == 0 ? std::string{"host"} : "device " + std::to_string(pid - 1);
-      for (auto& [tid, t] : ts) p.tracks.push_back(std::move(t));
-      processes.push_back(std::move(p));
     }
   }
 };

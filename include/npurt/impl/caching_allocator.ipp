@@ -1,4 +1,7 @@
-// npurt/impl/caching_allocator.ipp
+// npurt/impl/caching_allocator.ipp — the allocator's life cycle and its two hot paths:
+// allocate (round, best fit, split, the out-of-memory retry chain) and deallocate (stream-ordered
+// free, record_stream fences, coalescing). The free index, the arenas, the release policy and
+// the statistics live in the allocator_*.ipp files next to this one.
 #pragma once
 
 #include <npurt/detail/caching_allocator.hpp>
@@ -8,75 +11,7 @@
 
 namespace npurt::detail {
 
-// ---- counting_provider ---------------------------------------------------------------------
-
-NPURT_DECL bool counting_provider::take(std::size_t bytes) {
-  if (fail_next_ > 0) {
-    --fail_next_;
-    return false;
-  }
-  if (bytes > capacity_ - used_) return false;
-  used_ += bytes;
-  return true;
-}
-
-NPURT_DECL std::error_code counting_provider::allocate(std::size_t bytes, std::uint64_t& addr) {
-  if (bytes == 0) return make_error_code(errc::zero_size);
-  if (!take(bytes)) return make_error_code(errc::out_of_memory);
-  addr = next_;
-  next_ += (bytes + 2 * mib - 1) / (2 * mib) * (2 * mib);  // 2 MiB-aligned, never reused
-  segments_.emplace(addr, bytes);
-  return {};
-}
-
-NPURT_DECL void counting_provider::release(std::uint64_t addr, std::size_t bytes) {
-  auto it = segments_.find(addr);
-  if (it == segments_.end() || it->second != bytes) return;  // not ours: ignore rather than corrupt
-  used_ -= bytes;
-  segments_.erase(it);
-}
-
-NPURT_DECL std::error_code counting_provider::reserve_range(std::size_t bytes, std::uint64_t& addr) {
-  if (bytes == 0) return make_error_code(errc::zero_size);
-  addr = next_;
-  next_ += (bytes + 2 * mib - 1) / (2 * mib) * (2 * mib);
-  return {};
-}
-
-NPURT_DECL void counting_provider::release_range(std::uint64_t, std::size_t) {}
-
-NPURT_DECL std::error_code counting_provider::map(std::uint64_t, std::size_t bytes) {
-  return take(bytes) ? std::error_code{} : make_error_code(errc::out_of_memory);
-}
-
-NPURT_DECL void counting_provider::unmap(std::uint64_t, std::size_t bytes) { used_ -= std::min(bytes, used_); }
-
-// ---- caching_allocator ---------------------------------------------------------------------
-
 namespace ca_detail {
-
-inline void stat_inc(stat& s, std::int64_t n) noexcept {
-  s.current += n;
-  s.peak = std::max(s.peak, s.current);
-  s.allocated += n;
-}
-inline void stat_dec(stat& s, std::int64_t n) noexcept {
-  s.current -= n;
-  s.freed += n;
-}
-inline void stat_apply(stat& s, std::int64_t n) noexcept {
-  if (n >= 0) stat_inc(s, n);
-  else stat_dec(s, -n);
-}
-// The hot paths' stat_add with the sign known and the pool's row computed once.
-inline void stat_up(stat_array& s, std::size_t row, std::int64_t n) noexcept {
-  stat_inc(s[stat_all], n);
-  stat_inc(s[row], n);
-}
-inline void stat_down(stat_array& s, std::size_t row, std::int64_t n) noexcept {
-  stat_dec(s[stat_all], n);
-  stat_dec(s[row], n);
-}
 
 inline std::string format_size(std::size_t bytes) {
   char buf[64];
@@ -87,8 +22,6 @@ inline std::string format_size(std::size_t bytes) {
   else std::snprintf(buf, sizeof buf, "%.2f GiB", b / static_cast<double>(1024 * mib));
   return buf;
 }
-
-inline std::size_t round_up(std::size_t v, std::size_t a) noexcept { return (v + a - 1) / a * a; }
 
 }  // namespace ca_detail
 
@@ -147,184 +80,6 @@ NPURT_DECL void caching_allocator::delete_block(block* b) noexcept {
   spare_blocks_.push_back(b);
 }
 
-NPURT_DECL int caching_allocator::stat_index(pool_id p) const noexcept { return p == small_pool ? stat_small : stat_large; }
-
-NPURT_DECL void caching_allocator::stat_add(stat_array& s, pool_id p, std::int64_t n) noexcept {
-  ca_detail::stat_apply(s[stat_all], n);
-  ca_detail::stat_apply(s[static_cast<std::size_t>(stat_index(p))], n);
-}
-
-NPURT_DECL caching_allocator::free_set& caching_allocator::set_of(pool_id p) noexcept { return free_[p]; }
-
-// ---- small-pool bins: 4-ary min-heaps on address (half the levels of a binary heap: fewer
-// moves, each of which updates the moved block); each cached block knows its heap slot ----
-
-NPURT_DECL void caching_allocator::small_bins::push(std::size_t c, block* b) {
-  auto& h = heaps[c];
-  if (h.empty()) {
-    words[c >> 6] |= std::uint64_t{1} << (c & 63);
-    summary |= std::uint64_t{1} << (c >> 6);
-  }
-  h.push_back({b->addr, b});
-  auto i = static_cast<std::uint32_t>(h.size() - 1);
-  while (i > 0) {
-    const std::uint32_t parent = (i - 1) / 4;
-    if (h[parent].addr < b->addr) break;
-    h[i] = h[parent];
-    h[i].b->heap_pos = i;
-    i = parent;
-  }
-  h[i] = {b->addr, b};
-  b->heap_pos = i;
-  ++count;
-}
-
-NPURT_DECL void caching_allocator::small_bins::erase(std::size_t c, std::uint32_t pos) noexcept {
-  auto& h = heaps[c];
-  const bin_entry last = h.back();
-  h.pop_back();
-  --count;
-  const auto n = static_cast<std::uint32_t>(h.size());
-  if (n == 0) {
-    words[c >> 6] &= ~(std::uint64_t{1} << (c & 63));
-    if (!words[c >> 6]) summary &= ~(std::uint64_t{1} << (c >> 6));
-    return;
-  }
-  if (pos == n) return;  // it was the last slot
-  std::uint32_t i = pos;
-  if (i > 0 && h[(i - 1) / 4].addr > last.addr) {
-    do {
-      const std::uint32_t parent = (i - 1) / 4;
-      if (h[parent].addr < last.addr) break;
-      h[i] = h[parent];
-      h[i].b->heap_pos = i;
-      i = parent;
-    } while (i > 0);
-  } else {
-    for (;;) {
-      const std::uint32_t first = 4 * i + 1;
-      if (first >= n) break;
-      std::uint32_t child = first;
-      const std::uint32_t end = std::min(first + 4, n);
-      for (std::uint32_t k = first + 1; k < end; ++k)
-        if (h[k].addr < h[child].addr) child = k;
-      if (last.addr < h[child].addr) break;
-      h[i] = h[child];
-      h[i].b->heap_pos = i;
-      i = child;
-    }
-  }
-  h[i] = last;
-  last.b->heap_pos = i;
-}
-
-NPURT_DECL caching_allocator::small_bins* caching_allocator::find_bins_slow(std::uint32_t stream) const noexcept {
-  auto it = std::lower_bound(bins_.begin(), bins_.end(), stream,
-                             [](const std::unique_ptr<small_bins>& x, std::uint32_t s) { return x->stream < s; });
-  if (it == bins_.end() || (*it)->stream != stream) return nullptr;
-  return last_bins_ = it->get();
-}
-
-NPURT_DECL caching_allocator::small_bins* caching_allocator::bins_for(std::uint32_t stream) {
-  if (small_bins* sb = find_bins(stream)) return sb;
-  std::unique_ptr<small_bins> sb;
-  if (!spare_bins_.empty()) {
-    sb = std::move(spare_bins_.back());
-    spare_bins_.pop_back();
-  } else {
-    sb = std::make_unique<small_bins>();
-  }
-  sb->stream = stream;
-  auto it = std::lower_bound(bins_.begin(), bins_.end(), stream,
-                             [](const std::unique_ptr<small_bins>& x, std::uint32_t s) { return x->stream < s; });
-  return last_bins_ = bins_.insert(it, std::move(sb))->get();
-}
-
-// Called when segments go back to the device: a stream's empty bins are worth keeping only
-// while it caches small blocks, and a device may see many short-lived streams.
-NPURT_DECL void caching_allocator::recycle_empty_bins() noexcept {
-  std::size_t keep = 0;
-  for (std::size_t i = 0; i < bins_.size(); ++i) {
-    if (bins_[i]->count) {
-      bins_[keep++] = std::move(bins_[i]);
-      continue;
-    }
-    if (bins_[i].get() == last_bins_) last_bins_ = nullptr;
-    if (spare_bins_.size() < 2) spare_bins_.push_back(std::move(bins_[i]));  // heaps keep capacity
-    else bins_[i].reset();
-  }
-  bins_.resize(keep);
-}
-
-template <class F>
-void caching_allocator::for_each_small(const small_bins& sb, std::size_t c, std::size_t limit, F&& f) const {
-  std::array<bin_entry, 8> buf;
-  std::vector<bin_entry> big;
-  for (int k = sb.find_from(c); k >= 0 && limit > 0;) {
-    const auto& h = sb.heaps[static_cast<std::size_t>(k)];
-    const std::size_t n = std::min(limit, h.size());
-    bin_entry* out = buf.data();
-    if (n > buf.size()) {
-      big.resize(n);
-      out = big.data();
-    }
-    std::partial_sort_copy(h.begin(), h.end(), out, out + n,
-                           [](const bin_entry& x, const bin_entry& y) { return x.addr < y.addr; });
-    for (std::size_t i = 0; i < n; ++i)
-      if (!f(out[i].b)) return;
-    limit -= n;
-    if (static_cast<std::size_t>(k) + 1 >= small_classes) break;
-    k = sb.find_from(static_cast<std::size_t>(k) + 1);
-  }
-}
-
-NPURT_DECL std::size_t caching_allocator::small_free_count() const noexcept {
-  std::size_t n = 0;
-  for (const auto& sb : bins_) n += sb->count;
-  return n;
-}
-
-NPURT_DECL void caching_allocator::insert_free(block* b) {
-  b->gc_base = free_search_count_;
-  if (b->pool == small_pool) {
-    bins_for(b->stream)->push(size_class(b->size), b);
-    if (b->prev || b->next) {
-      ca_detail::stat_up(stats_.inactive_split, stat_small, 1);
-      ca_detail::stat_up(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(b->size));
-    }
-    return;
-  }
-  auto& set = free_[b->pool];
-  const free_key key{key_hi(b->stream, b->size), b->addr, b};
-  if (!spare_nodes_.empty()) {
-    auto nh = std::move(spare_nodes_.back());
-    spare_nodes_.pop_back();
-    nh.value() = key;
-    b->where = set.insert(std::move(nh)).position;
-  } else {
-    b->where = set.insert(key).first;
-  }
-  if (b->prev || b->next) {
-    stat_add(stats_.inactive_split, b->pool, 1);
-    stat_add(stats_.inactive_split_bytes, b->pool, static_cast<std::int64_t>(b->size));
-  }
-}
-
-NPURT_DECL void caching_allocator::erase_free(block* b) noexcept {
-  if (b->pool == small_pool) {
-    find_bins(b->stream)->erase(size_class(b->size), b->heap_pos);
-  } else {
-    spare_nodes_.push_back(free_[b->pool].extract(b->where));
-  }
-  // A free block's neighbours cannot change while it is cached (freeing a neighbour merges it
-  // away first), so the split test here matches the one made at insertion.
-  if (b->prev || b->next) {
-    const auto row = static_cast<std::size_t>(stat_index(b->pool));
-    ca_detail::stat_down(stats_.inactive_split, row, 1);
-    ca_detail::stat_down(stats_.inactive_split_bytes, row, static_cast<std::int64_t>(b->size));
-  }
-}
-
 NPURT_DECL std::size_t caching_allocator::round_size(std::size_t size) const noexcept {
   if (opts_.ascend_pad) size += ascend_pad_size;
   if (size < min_block_size) return min_block_size;
@@ -337,10 +92,6 @@ NPURT_DECL std::size_t caching_allocator::allocation_size(std::size_t rounded) n
   return ca_detail::round_up(rounded, round_large);
 }
 
-NPURT_DECL std::size_t caching_allocator::gc_limit() const noexcept {
-  return opts_.pool_size_limit ? std::min(opts_.pool_size_limit, provider_.capacity()) : provider_.capacity();
-}
-
 NPURT_DECL void caching_allocator::step(retry_step s) {
   if (on_retry_step) on_retry_step(s);
 }
@@ -349,88 +100,6 @@ NPURT_DECL bool caching_allocator::should_split(const block* b, std::size_t size
   const std::size_t remaining = b->size - size;
   if (b->pool == large_pool) return size < opts_.max_split_size && remaining > small_size;
   return remaining >= min_block_size;
-}
-
-NPURT_DECL bool caching_allocator::block_fits(const block* b, const alloc_params& p) const noexcept {
-  if (b->size < p.size) return false;
-  if (b->pool != large_pool) return true;
-  // Do not hand an oversize block to a small request; an oversize request takes a cached
-  // oversize block only if little is wasted (max_non_split_rounding).
-  if (p.size < opts_.max_split_size && b->size >= opts_.max_split_size) return false;
-  if (p.size >= opts_.max_split_size && b->size >= p.size + opts_.max_non_split_rounding) return false;
-  return true;
-}
-
-NPURT_DECL caching_allocator::block* caching_allocator::get_free_block(alloc_params& p) {
-  if (opts_.garbage_collection_threshold > 0.0) ++free_search_count_;
-  if (p.pool == small_pool) {
-    small_bins* sb = find_bins(p.stream);
-    if (!sb) return nullptr;
-    const int c = sb->find_from(size_class(p.size));
-    if (c < 0) return nullptr;
-    block* b = sb->heaps[static_cast<std::size_t>(c)].front().b;
-    if (!block_fits(b, p)) return nullptr;
-    erase_free(b);
-    return b;
-  }
-  auto& set = set_of(p.pool);
-  auto it = set.lower_bound(free_key{key_hi(p.stream, p.size), 0, nullptr});
-  if (it == set.end() || (it->hi >> 32) != p.stream) return nullptr;
-  block* b = it->b;
-  if (!block_fits(b, p)) return nullptr;
-  erase_free(b);
-  return b;
-}
-
-NPURT_DECL caching_allocator::block* caching_allocator::get_cross_stream_block(alloc_params& p) {
-  const bool follow = opts_.reuse_follow_event_dependencies && cb_.stream_waits_on;
-  const bool opportunistic = opts_.reuse_allow_opportunistic && cb_.fence_done;
-  const bool internal = opts_.reuse_allow_internal_dependencies && cb_.insert_wait;
-  if (!follow && !opportunistic && !internal) return nullptr;
-  block* best = nullptr;
-  bool best_needs_wait = false;
-  // One candidate of another stream, in (size, address) order; false stops that stream's scan.
-  auto consider = [&](block* b) {
-    if (!block_fits(b, p)) return false;  // larger blocks break the oversize rules too
-    if (best && b->size > best->size) return false;
-    if (b->free_fence == 0) return true;  // freed without a fence: only its own stream may reuse it
-    bool ok = (follow && cb_.stream_waits_on(p.stream, b->free_fence)) ||
-              (opportunistic && cb_.fence_done(b->free_fence));
-    bool needs_wait = false;
-    if (!ok && internal) ok = needs_wait = true;
-    if (!ok) return true;
-    if (!best || b->size < best->size || (b->size == best->size && best_needs_wait && !needs_wait)) {
-      best = b;
-      best_needs_wait = needs_wait;
-    }
-    return false;
-  };
-  // Best fit first; a few more (8 in all) in case the best one's free is not yet usable.
-  constexpr std::size_t look = 8;
-  if (p.pool == small_pool) {
-    for (const auto& sb : bins_)
-      if (sb->count && sb->stream != p.stream) for_each_small(*sb, size_class(p.size), look, consider);
-  } else {
-    auto& set = set_of(p.pool);
-    auto it = set.begin();
-    while (it != set.end()) {
-      const auto s = static_cast<std::uint32_t>(it->hi >> 32);
-      if (s != p.stream) {
-        std::size_t looked = 0;
-        for (auto jt = set.lower_bound(free_key{key_hi(s, p.size), 0, nullptr});
-             jt != set.end() && (jt->hi >> 32) == s && looked < look; ++jt, ++looked)
-          if (!consider(jt->b)) break;
-      }
-      if (s == std::numeric_limits<std::uint32_t>::max()) break;
-      it = set.lower_bound(free_key{key_hi(s + 1, 0), 0, nullptr});
-    }
-  }
-  if (!best) return nullptr;
-  if (best_needs_wait) cb_.insert_wait(p.stream, best->free_fence);
-  erase_free(best);
-  best->stream = p.stream;
-  ++stats_.num_cross_stream_reuse;
-  return best;
 }
 
 NPURT_DECL caching_allocator::block* caching_allocator::alloc_segment(alloc_params& p) {
@@ -463,88 +132,6 @@ NPURT_DECL caching_allocator::block* caching_allocator::alloc_segment(alloc_para
   stat_add(stats_.reserved_bytes, p.pool, static_cast<std::int64_t>(p.alloc_size));
   stat_add(stats_.segment, p.pool, 1);
   if (p.alloc_size >= opts_.max_split_size) ca_detail::stat_inc(stats_.oversize_segments, 1);
-  return b;
-}
-
-NPURT_DECL caching_allocator::segment* caching_allocator::arena_for(std::uint32_t stream, std::error_code& ec) {
-  if (auto it = arenas_.find(stream); it != arenas_.end()) return it->second;
-  const std::size_t va = ca_detail::round_up(opts_.arena_address_space ? opts_.arena_address_space : gc_limit(),
-                                             opts_.granule);
-  std::uint64_t addr = 0;
-  if ((ec = provider_.reserve_range(va, addr))) return nullptr;
-  auto* s = new segment;
-  s->addr = addr;
-  s->va_size = va;
-  s->stream = stream;
-  s->pool = arena_pool;
-  arenas_.emplace(stream, s);
-  segments_.emplace(addr, s);
-  stat_add(stats_.segment, arena_pool, 1);
-  if (opts_.initial_reserve) {
-    const std::size_t bytes = std::min(va, ca_detail::round_up(opts_.initial_reserve, opts_.granule));
-    if (block* b = extend_arena(s, bytes, stream)) insert_free(b);
-  }
-  return s;
-}
-
-// Maps `bytes` more at the top of the arena. Returns the (not cached) free top block holding the
-// new pages, or null if the limit, the address space or the device refuses.
-NPURT_DECL caching_allocator::block* caching_allocator::extend_arena(segment* a, std::size_t bytes,
-                                                                     std::uint32_t stream) {
-  if (a->size + bytes > a->va_size ||
-      static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) + bytes > gc_limit())
-    return nullptr;
-  if (provider_.map(a->addr + a->size, bytes)) return nullptr;
-  ++stats_.num_device_alloc;
-  stat_add(stats_.reserved_bytes, arena_pool, static_cast<std::int64_t>(bytes));
-  block* last = a->last;
-  block* b;
-  if (last && !last->allocated && !last->pending && last->stream == stream) {
-    erase_free(last);
-    last->size += bytes;
-    b = last;
-  } else {
-    // A cached neighbour's split status changes when it gains a successor: take it out of the
-    // free index (and its inactive-split count) while relinking, then put it back.
-    const bool cached_neighbour = last && !last->allocated && !last->pending;
-    if (cached_neighbour) erase_free(last);
-    b = new_block();
-    b->addr = a->addr + a->size;
-    b->size = bytes;
-    b->stream = stream;
-    b->pool = arena_pool;
-    b->seg = a;
-    b->prev = last;
-    if (last) last->next = b;
-    else a->first = b;
-    a->last = b;
-    blocks_.emplace(b->addr, b);
-    if (cached_neighbour) insert_free(last);
-  }
-  a->size += bytes;
-  return b;
-}
-
-NPURT_DECL caching_allocator::block* caching_allocator::grow_arena(alloc_params& p) {
-  p.pool_limited = false;
-  std::error_code ec;
-  const bool existed = arenas_.count(p.stream) != 0;
-  segment* a = arena_for(p.stream, ec);
-  if (!a) return nullptr;
-  if (!existed && a->first) {
-    // The initial reservation may already hold the request.
-    if (block* b = get_free_block(p)) return b;
-  }
-  if (!opts_.auto_growth) {
-    p.pool_limited = true;
-    return nullptr;
-  }
-  block* last = a->last;
-  const bool top_free = last && !last->allocated && !last->pending && last->stream == p.stream;
-  const std::size_t have = top_free ? last->size : 0;
-  const std::size_t need = ca_detail::round_up(p.size - std::min(have, p.size), opts_.granule);
-  block* b = extend_arena(a, need, p.stream);
-  if (!b) p.pool_limited = opts_.pool_size_limit != 0 && provider_.free_bytes() >= need;
   return b;
 }
 
@@ -624,25 +211,32 @@ NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std:
       step(retry_step::device_alloc_failed);
       if (opts_.auto_growth) {
         step(retry_step::free_fitting_cached);
-        if (release_fitting_cached(p)) b = alloc_new();
+        if (const std::size_t n = release_fitting_cached(p)) {
+          stats_.num_gc_freed_blocks += n;
+          ++stats_.num_alloc_retries;
+          b = alloc_new();
+        }
         if (!b && thr > 0.0) {
           step(retry_step::garbage_collect);
+          const auto before = stats_.num_gc_freed_blocks;
           garbage_collect(true);
-          b = alloc_new();
+          if (stats_.num_gc_freed_blocks != before) {
+            ++stats_.num_alloc_retries;
+            b = alloc_new();
+          }
         }
       }
       if (!b) {
         step(retry_step::synchronize_and_free_all);
-        ++stats_.num_sync_all_streams;
         ++stats_.num_alloc_retries;
-        if (cb_.synchronize_all) cb_.synchronize_all();
+        synchronize_all_streams();
         // After a full synchronisation every recorded use is over. With fences the allocator asks
         // them instead of assuming: a caller that cannot block (a coroutine inside the event loop)
         // returns from synchronize_all with work still running, and that memory must stay put.
         if (!cb_.fence_done)
           for (block* x : pending_) x->uses.clear();
         process_events();
-        if (opts_.auto_growth) release_all_cached();
+        if (opts_.auto_growth) stats_.num_gc_freed_blocks += release_all_cached();
         b = get_free_block(p);
         if (!b) b = get_cross_stream_block(p);
         if (!b) b = alloc_new();
@@ -858,211 +452,6 @@ NPURT_DECL void caching_allocator::process_events() {
   pending_.resize(keep);
 }
 
-// Releases a segment none of whose blocks is live. Its free blocks may belong to different
-// streams (stream-ordered frees re-tag blocks), so there may be several.
-NPURT_DECL void caching_allocator::release_segment(segment* s) {
-  for (block* b = s->first; b;) {
-    block* next = b->next;
-    erase_free(b);
-    blocks_.erase(b->addr);
-    delete_block(b);
-    b = next;
-  }
-  provider_.release(s->addr, s->size);
-  ++stats_.num_device_free;
-  stat_add(stats_.reserved_bytes, s->pool, -static_cast<std::int64_t>(s->size));
-  stat_add(stats_.segment, s->pool, -1);
-  if (s->size >= opts_.max_split_size) ca_detail::stat_dec(stats_.oversize_segments, 1);
-  segments_.erase(s->addr);
-  const bool small = s->pool == small_pool;
-  delete s;
-  if (small) recycle_empty_bins();
-}
-
-// Unmaps the free pages at the top of an arena (several free blocks if stream-ordered frees left
-// blocks of different streams there); releases the arena once nothing is mapped.
-NPURT_DECL bool caching_allocator::release_arena_tail(segment* a) {
-  bool released = false;
-  auto is_free = [](const block* b) { return !b->allocated && !b->pending; };
-  block* last = a->last;
-  if (last && is_free(last)) {
-    block* run = last;
-    while (run->prev && is_free(run->prev)) run = run->prev;
-    const std::size_t cut = ca_detail::round_up(run->addr - a->addr, opts_.granule);
-    if (cut < a->size) {
-      const std::uint64_t cut_addr = a->addr + cut;
-      // Uncache first: the inactive_split accounting needs the links as they were.
-      std::vector<block*> above;
-      for (block* b = last; b && b->addr + b->size > cut_addr; b = b->prev) above.push_back(b);
-      for (block* b : above) erase_free(b);
-      // The cached block just below the cut loses its successor: its split status changes too.
-      block* below = above.empty() ? nullptr : above.back()->prev;
-      if (below && is_free(below)) erase_free(below);
-      else below = nullptr;
-      block* straddler = nullptr;
-      for (block* b : above) {
-        if (b->addr >= cut_addr) {
-          if (b->prev) b->prev->next = nullptr;
-          else a->first = nullptr;
-          a->last = b->prev;
-          blocks_.erase(b->addr);
-          delete_block(b);
-        } else {
-          b->size = static_cast<std::size_t>(cut_addr - b->addr);
-          straddler = b;
-          a->last = b;
-        }
-      }
-      if (straddler) insert_free(straddler);
-      if (below) insert_free(below);
-      const std::size_t len = a->size - cut;
-      provider_.unmap(cut_addr, len);
-      ++stats_.num_device_free;
-      stat_add(stats_.reserved_bytes, arena_pool, -static_cast<std::int64_t>(len));
-      a->size = cut;
-      released = true;
-    }
-  }
-  if (!a->first) {
-    provider_.release_range(a->addr, a->va_size);
-    stat_add(stats_.segment, arena_pool, -1);
-    arenas_.erase(a->stream);
-    segments_.erase(a->addr);
-    delete a;
-  }
-  return released;
-}
-
-NPURT_DECL bool caching_allocator::release_fitting_cached(const alloc_params& p) {
-  if (p.pool == arena_pool) {
-    bool any = false;
-    std::vector<segment*> arenas;
-    for (auto& [s, a] : arenas_) arenas.push_back(a);
-    for (segment* a : arenas) any = release_arena_tail(a) || any;
-    return any;
-  }
-  // Whole cached segments of this stream and pool; with max_split_size set only oversize ones
-  // (PyTorch's release_available_cached_blocks). One that alone covers the need is preferred.
-  std::vector<block*> cand;
-  auto fits_rule = [&](const block* b) {
-    return b->stream == p.stream && !b->prev && !b->next && !b->pending &&
-           (opts_.max_split_size == std::numeric_limits<std::size_t>::max() || b->size >= opts_.max_split_size);
-  };
-  if (p.pool == small_pool) {
-    if (small_bins* sb = find_bins(p.stream))
-      for_each_small(*sb, 0, sb->count, [&](block* b) {
-        if (fits_rule(b)) cand.push_back(b);
-        return true;
-      });
-  } else {
-    for (const auto& k : set_of(p.pool))
-      if (fits_rule(k.b)) cand.push_back(k.b);
-  }
-  if (cand.empty()) return false;
-  std::sort(cand.begin(), cand.end(), [](const block* a, const block* b) { return a->size > b->size; });
-  auto one = std::find_if(cand.rbegin(), cand.rend(), [&](const block* b) { return b->size >= p.alloc_size; });
-  if (one != cand.rend()) {
-    release_segment((*one)->seg);
-    return true;
-  }
-  std::size_t freed = 0;
-  for (block* b : cand) {
-    freed += b->size;
-    release_segment(b->seg);
-    if (freed >= p.alloc_size) break;
-  }
-  return true;
-}
-
-NPURT_DECL bool caching_allocator::release_all_cached(std::size_t keep, bool assume_quiet) {
-  bool any = false;
-  std::vector<segment*> arenas;
-  for (auto& [s, a] : arenas_) arenas.push_back(a);
-  for (segment* a : arenas) {
-    if (static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) <= keep) return any;
-    any = release_arena_tail(a) || any;
-  }
-  std::vector<segment*> cand;
-  auto quiet = [this, assume_quiet](const segment* sg) {
-    if (assume_quiet || !cb_.fence_done) return true;
-    for (const block* b = sg->first; b; b = b->next)
-      if (b->free_fence != 0 && !cb_.fence_done(b->free_fence)) return false;  // its free is still ahead
-    return true;
-  };
-  for (auto& [addr, sg] : segments_)
-    if (sg->pool != arena_pool && sg->live == 0 && quiet(sg)) cand.push_back(sg);
-  // Largest first, so a trim releases as few segments as it can.
-  std::stable_sort(cand.begin(), cand.end(), [](const segment* a, const segment* b) { return a->size > b->size; });
-  for (segment* sg : cand) {
-    if (static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) <= keep) break;
-    release_segment(sg);
-    any = true;
-  }
-  return any;
-}
-
-NPURT_DECL void caching_allocator::garbage_collect(bool forced) {
-  if (opts_.strategy == allocation_strategy::compact) {
-    std::vector<segment*> arenas;
-    for (auto& [s, a] : arenas_) arenas.push_back(a);
-    for (segment* a : arenas) release_arena_tail(a);
-    return;
-  }
-  const double thr = opts_.garbage_collection_threshold;
-  const auto reserved = static_cast<double>(stats_.reserved_bytes[stat_all].current);
-  const double threshold_bytes = thr * static_cast<double>(gc_limit());
-  const double target = thr > 0.0 ? reserved - threshold_bytes : 0.0;
-  if (target <= 0.0 && !forced) return;
-  double freed = 0;
-  // PyTorch's rule: only whole cached large-pool segments, and among them those at least as old
-  // (free-block searches since their last use) as the average, until enough is reclaimed.
-  for (;;) {
-    std::vector<block*> cand;
-    for (const auto& k : set_of(large_pool))
-      if (!k.b->prev && !k.b->next) cand.push_back(k.b);
-    if (cand.empty()) return;
-    double total_age = 0;
-    for (block* b : cand) total_age += static_cast<double>(free_search_count_ - b->gc_base);
-    const double avg = total_age / static_cast<double>(cand.size());
-    std::sort(cand.begin(), cand.end(), [](const block* a, const block* b) { return a->addr < b->addr; });
-    bool done = false;
-    for (block* b : cand) {
-      if (static_cast<double>(free_search_count_ - b->gc_base) < avg) continue;
-      freed += static_cast<double>(b->size);
-      ++stats_.num_gc_freed_blocks;
-      release_segment(b->seg);
-      if (target > 0.0 && freed >= target) {
-        done = true;
-        break;
-      }
-    }
-    if (done || target <= 0.0) return;
-  }
-}
-
-NPURT_DECL void caching_allocator::empty_cache() {
-  process_events();
-  release_all_cached(0);
-}
-
-NPURT_DECL void caching_allocator::trigger_gc() {
-  process_events();
-  garbage_collect(true);
-}
-
-NPURT_DECL void caching_allocator::trim_to(std::size_t keep_bytes) {
-  process_events();
-  release_all_cached(keep_bytes);
-}
-
-NPURT_DECL void caching_allocator::on_synchronize(bool all_streams) {
-  if (all_streams)
-    for (block* x : pending_) x->uses.clear();
-  process_events();
-  if (static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) > opts_.release_threshold)
-    release_all_cached(opts_.release_threshold, all_streams);
-}
-
 NPURT_DECL void caching_allocator::reserve(std::size_t bytes, std::uint32_t stream, std::error_code& ec) {
   ec.clear();
   if (bytes == 0) {
@@ -1094,136 +483,6 @@ NPURT_DECL void caching_allocator::reserve(std::size_t bytes, std::uint32_t stre
     else ec = make_error_code(p.pool_limited ? errc::pool_limit : errc::out_of_memory);
   }
   opts_.auto_growth = growth;
-}
-
-NPURT_DECL void caching_allocator::reset_peak() {
-  for (stat_array* a : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
-                        &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
-                        &stats_.inactive_split_bytes, &stats_.requested_bytes})
-    for (auto& s : *a) s.peak = s.current;
-  stats_.oversize_allocations.peak = stats_.oversize_allocations.current;
-  stats_.oversize_segments.peak = stats_.oversize_segments.current;
-}
-
-NPURT_DECL void caching_allocator::reset_accumulated() {
-  for (stat_array* a : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
-                        &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
-                        &stats_.inactive_split_bytes, &stats_.requested_bytes})
-    for (auto& s : *a) s.allocated = s.freed = 0;
-  stats_.num_alloc_retries = stats_.num_ooms = stats_.num_sync_all_streams = 0;
-  stats_.num_device_alloc = stats_.num_device_free = 0;
-}
-
-NPURT_DECL void caching_allocator::reset_reserved_high() noexcept {
-  for (auto& s : stats_.reserved_bytes) s.peak = s.current;
-}
-
-NPURT_DECL void caching_allocator::reset_used_high() noexcept {
-  for (auto& s : stats_.allocated_bytes) s.peak = s.current;
-}
-
-NPURT_DECL memory_usage_report caching_allocator::memory_usage() const noexcept {
-  const double m = static_cast<double>(mib);
-  return {static_cast<double>(stats_.allocated_bytes[stat_all].current) / m,
-          static_cast<double>(stats_.reserved_bytes[stat_all].current) / m,
-          static_cast<double>(stats_.allocated_bytes[stat_all].peak) / m};
-}
-
-NPURT_DECL memory_snapshot caching_allocator::snapshot() const {
-  memory_snapshot snap;
-  for (const auto& [addr, s] : segments_) {
-    segment_snapshot ss;
-    ss.addr = s->addr;
-    ss.size = s->size;
-    ss.stream = s->stream;
-    ss.small = s->pool == small_pool;
-    ss.arena = s->pool == arena_pool;
-    for (const block* b = s->first; b; b = b->next) {
-      ss.blocks.push_back({b->addr, b->size, b->requested, b->stream, b->allocated, b->pending});
-      if (!b->allocated && !b->pending) {
-        snap.total_free += b->size;
-        snap.largest_free = std::max(snap.largest_free, b->size);
-      }
-    }
-    snap.segments.push_back(std::move(ss));
-  }
-  return snap;
-}
-
-NPURT_DECL std::size_t caching_allocator::block_size(std::uint64_t addr) const noexcept {
-  const block* b = blocks_.find(addr);
-  return b && b->allocated ? b->size : 0;
-}
-
-NPURT_DECL std::string caching_allocator::check_consistency() const {
-  std::size_t nblocks = 0, nfree = 0;
-  std::int64_t allocated = 0, active = 0, reserved = 0, requested = 0, inactive = 0;
-  for (const auto& [addr, s] : segments_) {
-    if (addr != s->addr) return "segment key mismatch";
-    reserved += static_cast<std::int64_t>(s->size);
-    std::uint64_t expect = s->addr;
-    std::size_t live = 0;
-    const block* prev = nullptr;
-    for (const block* b = s->first; b; b = b->next) {
-      ++nblocks;
-      if (b->seg != s) return "block points to the wrong segment";
-      if (b->prev != prev) return "broken prev link";
-      if (b->addr != expect) return "blocks of a segment are not contiguous";
-      if (b->size == 0 || b->size % min_block_size) return "block size is not a positive multiple of 512";
-      if (blocks_.find(b->addr) != b) return "block missing from the address map";
-      bool in_free;
-      if (b->pool == small_pool) {
-        const small_bins* sb = find_bins(b->stream);
-        const bin_heap* h = sb ? &sb->heaps[size_class(b->size)] : nullptr;
-        in_free = h && b->heap_pos < h->size() && (*h)[b->heap_pos].b == b && (*h)[b->heap_pos].addr == b->addr;
-        if (in_free && b->heap_pos > 0 && (*h)[(b->heap_pos - 1) / 4].addr > b->addr) return "small bin heap order broken";
-      } else {
-        const auto fk = free_[b->pool].find(free_key{key_hi(b->stream, b->size), b->addr, nullptr});
-        in_free = fk != free_[b->pool].end() && fk->b == b;
-      }
-      const bool is_free = !b->allocated && !b->pending;
-      if (in_free != is_free) return "free set disagrees with block state";
-      if (is_free) {
-        ++nfree;
-        if (b->prev || b->next) inactive += static_cast<std::int64_t>(b->size);
-        if (prev && !prev->allocated && !prev->pending && prev->stream == b->stream)
-          return "two adjacent free blocks of one stream were not coalesced";
-      } else {
-        ++live;
-        active += static_cast<std::int64_t>(b->size);
-      }
-      if (b->allocated) {
-        allocated += static_cast<std::int64_t>(b->size);
-        requested += static_cast<std::int64_t>(b->requested);
-        if (b->requested > b->size) return "requested exceeds block size";
-      }
-      expect = b->addr + b->size;
-      prev = b;
-    }
-    if (expect != s->addr + s->size) return "blocks do not cover the segment";
-    if (s->last != prev) return "segment's last block is wrong";
-    if (live != s->live) return "segment live count is wrong";
-  }
-  if (nblocks != blocks_.size()) return "address map holds blocks that are in no segment";
-  if (nfree != small_free_count() + free_[1].size() + free_[2].size()) return "free sets hold stale blocks";
-  for (std::size_t i = 0; i < bins_.size(); ++i) {
-    const small_bins& sb = *bins_[i];
-    if (i > 0 && bins_[i - 1]->stream >= sb.stream) return "small bins are not ordered by stream";
-    std::size_t n = 0;
-    for (std::size_t c = 0; c < small_classes; ++c) {
-      n += sb.heaps[c].size();
-      if (((sb.words[c >> 6] >> (c & 63)) & 1) != !sb.heaps[c].empty()) return "small bin bitmap is wrong";
-    }
-    for (std::size_t w = 0; w < 64; ++w)
-      if (((sb.summary >> w) & 1) != (sb.words[w] != 0)) return "small bin summary bitmap is wrong";
-    if (n != sb.count) return "small bins' count is wrong";
-  }
-  if (allocated != stats_.allocated_bytes[stat_all].current) return "allocated_bytes stat is wrong";
-  if (active != stats_.active_bytes[stat_all].current) return "active_bytes stat is wrong";
-  if (reserved != stats_.reserved_bytes[stat_all].current) return "reserved_bytes stat is wrong";
-  if (requested != stats_.requested_bytes[stat_all].current) return "requested_bytes stat is wrong";
-  if (inactive != stats_.inactive_split_bytes[stat_all].current) return "inactive_split_bytes stat is wrong";
-  return {};
 }
 
 }  // namespace npurt::detail

@@ -32,7 +32,7 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
     }
   }
   c.sys_ = &sys;
-  c.rt_ = &sys.runtime();
+  c.rt_ = &detail::runtime_of(sys);
   c.state_ = std::make_shared<collective_comm_state>();
   auto& st = *c.state_;
   st.id = c.rt_->new_communicator_id();
@@ -181,7 +181,7 @@ NPURT_DECL std::error_code communicator::check(const collective_call& c, device_
   auto buffer = [&](const void* ptr, std::size_t bytes) -> std::error_code {
     if (bytes == 0) return {};
     if (!ptr) return timing_only ? std::error_code{} : make_error_code(errc::null_pointer);
-    const detail::allocation* a = rt_->find_allocation(ptr);
+    const detail::allocation* a = rt_->memory().find_allocation(ptr);
     if (!a) return make_error_code(errc::invalid_pointer);
     if (a->device != dev) return make_error_code(errc::stream_device_mismatch);
     if (bytes > a->bytes - (reinterpret_cast<std::uint64_t>(ptr) - a->address)) return make_error_code(errc::size_overflow);
@@ -252,7 +252,7 @@ NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s, std:
   detail::task* t = prepare(c, s, ec);
   if (!t) return {};
   rt_->enqueue(*rt_->find_stream(s.id()), t);
-  return event::task_event(*rt_, s.id(), t->seq);
+  return detail::event_access::task_event(*rt_, s.id(), t->seq);
 }
 
 NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {

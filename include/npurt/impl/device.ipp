@@ -23,7 +23,7 @@ NPURT_DECL npurt::mem_pool& device::configure_mem_pool(const mem_pool_options& o
 }
 
 NPURT_DECL stream device::make_stream(const stream_options& opts) {
-  return stream(*rt_, rt_->create_stream(id_, opts.priority, opts.flags));
+  return stream(*rt_, rt_->create_stream(id_, opts.priority, static_cast<std::uint32_t>(opts.flags)));
 }
 
 NPURT_DECL event device::make_event(const event_options& opts) {
@@ -31,7 +31,7 @@ NPURT_DECL event device::make_event(const event_options& opts) {
 }
 
 NPURT_DECL void* device::malloc(std::size_t bytes, std::error_code& ec) noexcept {
-  return rt_->device_malloc(id_, bytes, ec);
+  return rt_->memory().device_malloc(id_, bytes, ec);
 }
 
 NPURT_DECL void* device::malloc(std::size_t bytes) {
@@ -42,7 +42,7 @@ NPURT_DECL void* device::malloc(std::size_t bytes) {
     i.requested = bytes;
     i.device = id_;
     i.total = properties().memory_bytes;
-    i.allocated = rt_->device_used(id_);
+    i.allocated = rt_->memory().device_used(id_);
     i.free = i.total - i.allocated;
     i.reserved = i.allocated;
     throw out_of_memory_error(i, "NPU out of memory. Tried to allocate " + detail::ca_detail::format_size(bytes) + " (NPU " +
@@ -54,7 +54,7 @@ NPURT_DECL void* device::malloc(std::size_t bytes) {
   return p;
 }
 
-NPURT_DECL void device::free(void* p, std::error_code& ec) noexcept { rt_->device_free(id_, p, ec); }
+NPURT_DECL void device::free(void* p, std::error_code& ec) noexcept { rt_->memory().device_free(id_, p, ec); }
 
 NPURT_DECL void device::free(void* p) {
   std::error_code ec;
@@ -64,16 +64,19 @@ NPURT_DECL void device::free(void* p) {
 
 NPURT_DECL mem_info device::memory_info() const {
   const std::size_t total = properties().memory_bytes;
-  return {total - rt_->device_used(id_), total};
+  return {total - rt_->memory().device_used(id_), total};
 }
 
 NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> device::pending_positions() const {
   return rt_->device_positions(id_);
 }
 
-NPURT_DECL void device::synchronize(picoseconds timeout, std::error_code& ec) {
+NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* out) {
+  ec.clear();
+  if ((ec = rt_->check_thread())) return;
+  if ((ec = detail::check_timeout(timeout))) return;
   const auto positions = pending_positions();
-  const sim_time deadline = timeout.count() >= 0 ? rt_->now() + timeout : sim_time::max();
+  const sim_time deadline = timeout ? rt_->now() + *timeout : sim_time::max();
   detail::runtime& rt = *rt_;
   detail::wait_blocking(
       rt,
@@ -83,27 +86,64 @@ NPURT_DECL void device::synchronize(picoseconds timeout, std::error_code& ec) {
         return true;
       },
       deadline, ec);
+  if (ec) return;
   // A CUDA pool trims to its release threshold at a synchronize.
-  if (!ec && pool_) pool_->on_synchronize();
+  if (pool_) pool_->on_synchronize();
+  detail::failure f = rt.take_device_failure(id_);
+  ec = f.ec;
+  if (out) *out = std::move(f);
 }
 
-NPURT_DECL void device::synchronize(picoseconds timeout) {
+NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout, std::error_code& ec) {
+  synchronize(timeout, ec, nullptr);
+}
+
+NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout) {
   std::error_code ec;
-  synchronize(timeout, ec);
+  detail::failure f;
+  synchronize(timeout, ec, &f);
+  if (f.exception) std::rethrow_exception(f.exception);
+  if (f) throw_error(f.ec, "npurt::device::synchronize: device " + std::to_string(id_) + ": " + f.describe());
+  if (ec == errc::not_supported && rt_->in_run())
+    throw_error(ec, "npurt::device::synchronize blocks, which is not possible inside system::run (in a coroutine "
+                    "or handler); use co_await dev.async_synchronize(asio::use_awaitable)");
   throw_if(ec, "npurt::device::synchronize");
 }
 
-NPURT_DECL void device::synchronize() { synchronize(picoseconds{-1}); }
+NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
+                               std::error_code& ec) {
+  ec.clear();
+  if ((ec = rt_->check_thread())) return;
+  if (rt_->in_run()) {
+    ec = make_error_code(errc::not_supported);
+    return;
+  }
+  if (!copy_stream_ || !copy_stream_->valid()) copy_stream_ = std::make_unique<stream>(make_stream());
+  copy_stream_->memcpy(dst, dst_max, src, count, kind, ec);
+  if (!ec) copy_stream_->synchronize(no_timeout, ec);
+}
+
+NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind) {
+  std::error_code ec;
+  memcpy(dst, dst_max, src, count, kind, ec);
+  if (ec == errc::not_supported && rt_->in_run())
+    throw_error(ec, "npurt::device::memcpy blocks, which is not possible inside system::run (in a coroutine or "
+                    "handler); use co_await s.async_memcpy(..., asio::use_awaitable)");
+  throw_if(ec, "npurt::device::memcpy");
+}
 
 NPURT_DECL void device::finish_reset() noexcept {
+  copy_stream_.reset();
   pool_.reset();
   rt_->invalidate_device(id_);
-  rt_->release_device_memory(id_);
+  rt_->memory().release_device_memory(id_);
 }
 
 NPURT_DECL void device::reset(std::error_code& ec) {
-  synchronize(picoseconds{-1}, ec);
-  if (ec && ec != errc::deadlock) return;
+  ec.clear();
+  if ((ec = rt_->check_thread())) return;
+  // aclrtResetDevice does not wait: pending work is aborted, not drained.
+  rt_->abort_device(id_);
   finish_reset();
 }
 

@@ -6,8 +6,14 @@
 namespace npurt {
 namespace detail {
 
-class npurt_category final : public std::error_category {
+// Boost.System categories: Boost gives each one a std::error_category face, and converting a
+// std::error_code with that face back to Boost recovers the original category, so an npurt
+// error keeps its value and name across async completions (a plain std category would be
+// wrapped with a synthesised value and the name "std:...").
+class npurt_category final : public boost::system::error_category {
  public:
+  npurt_category() noexcept : boost::system::error_category(0x6e70757274000001ULL) {}
+  using boost::system::error_category::message;
   const char* name() const noexcept override { return "npurt"; }
   std::string message(int ev) const override {
     switch (static_cast<errc>(ev)) {
@@ -18,10 +24,10 @@ class npurt_category final : public std::error_category {
       case errc::invalid_event: return "invalid or destroyed event";
       case errc::event_not_recorded: return "event was never recorded";
       case errc::null_pointer: return "null pointer";
-      case errc::invalid_pointer: return "pointer was not allocated by npurt or was already freed";
+      case errc::invalid_pointer: return "pointer is not live device memory (never allocated by npurt, freed, or host memory)";
       case errc::double_free: return "pointer was already freed";
       case errc::zero_size: return "size is zero";
-      case errc::size_overflow: return "size exceeds the destination or the device";
+      case errc::size_overflow: return "overrun: the access runs past the end of its allocation or destination";
       case errc::invalid_copy_kind: return "copy kind does not match the pointers";
       case errc::invalid_shape: return "invalid tensor shape";
       case errc::invalid_dtype: return "unsupported data type";
@@ -34,6 +40,9 @@ class npurt_category final : public std::error_category {
       case errc::task_timeout: return "task timed out";
       case errc::deadlock: return "deadlock: work is waiting and nothing can run";
       case errc::operation_aborted: return "operation aborted";
+      case errc::callback_failed: return "a host callback threw";
+      case errc::wrong_thread: return "called from a thread that does not run the system (npurt is single-threaded)";
+      case errc::corrupt_file: return "corrupt file: checksum mismatch, truncation or inconsistent layout";
       case errc::out_of_memory: return "out of device memory";
       case errc::pool_limit: return "memory pool size limit reached";
       case errc::resource_exhausted: return "resource exhausted";
@@ -44,13 +53,15 @@ class npurt_category final : public std::error_category {
     }
     return "unknown npurt error " + std::to_string(ev);
   }
-  std::error_condition default_error_condition(int ev) const noexcept override {
-    return {ev / 100000 == 1 ? 1 : ev / 100000 == 2 ? 2 : 5, error_class_category()};
+  boost::system::error_condition default_error_condition(int ev) const noexcept override {
+    return {ev / 100000 == 1 ? 1 : ev / 100000 == 2 ? 2 : 5, boost_error_class_category()};
   }
 };
 
-class npurt_class_category final : public std::error_category {
+class npurt_class_category final : public boost::system::error_category {
  public:
+  npurt_class_category() noexcept : boost::system::error_category(0x6e70757274000002ULL) {}
+  using boost::system::error_category::message;
   const char* name() const noexcept override { return "npurt.class"; }
   std::string message(int ev) const override {
     switch (ev) {
@@ -64,13 +75,23 @@ class npurt_class_category final : public std::error_category {
 
 }  // namespace detail
 
-NPURT_DECL const std::error_category& error_category() noexcept {
+NPURT_DECL const boost::system::error_category& boost_error_category() noexcept {
   static const detail::npurt_category cat;
   return cat;
 }
 
-NPURT_DECL const std::error_category& error_class_category() noexcept {
+NPURT_DECL const boost::system::error_category& boost_error_class_category() noexcept {
   static const detail::npurt_class_category cat;
+  return cat;
+}
+
+NPURT_DECL const std::error_category& error_category() noexcept {
+  static const std::error_category& cat = static_cast<const std::error_category&>(boost_error_category());
+  return cat;
+}
+
+NPURT_DECL const std::error_category& error_class_category() noexcept {
+  static const std::error_category& cat = static_cast<const std::error_category&>(boost_error_class_category());
   return cat;
 }
 

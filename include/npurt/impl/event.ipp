@@ -9,13 +9,12 @@ NPURT_DECL event event::user_event(detail::runtime& rt, std::uint64_t id) {
   event e;
   e.rt_ = &rt;
   e.id_ = id;
-  if (auto* st = rt.find_event(id)) st->refs = 1;
+  rt.retain_event(id);  // the first handle
   return e;
 }
 
 NPURT_DECL event::event(const event& o) noexcept : rt_(o.rt_), id_(o.id_), stream_(o.stream_), seq_(o.seq_) {
-  if (rt_ && id_)
-    if (auto* st = rt_->find_event(id_)) ++st->refs;
+  if (rt_ && id_) rt_->retain_event(id_);
 }
 
 NPURT_DECL event& event::operator=(const event& o) noexcept {
@@ -38,8 +37,7 @@ NPURT_DECL event& event::operator=(event&& o) noexcept {
 }
 
 NPURT_DECL event::~event() {
-  if (rt_ && id_)
-    if (auto* st = rt_->find_event(id_); st && --st->refs == 0) rt_->destroy_event(id_);
+  if (rt_ && id_) rt_->release_event(id_);
   rt_ = nullptr;
 }
 
@@ -68,36 +66,69 @@ NPURT_DECL bool event::position(std::uint32_t& stream, std::uint64_t& seq, std::
   return true;
 }
 
+namespace detail {
+// The unread failure of the stream at or before position q, or null.
+inline const detail::failure* failure_before(detail::runtime& rt, std::uint32_t s, std::uint64_t q) noexcept {
+  const detail::failure* f = rt.peek_stream_failure(s);
+  return f && f->seq <= q ? f : nullptr;
+}
+}  // namespace detail
+
 NPURT_DECL bool event::query(std::error_code& ec) const noexcept {
   std::uint32_t s = 0;
   std::uint64_t q = 0;
   if (!position(s, q, ec)) return false;
+  if ((ec = rt_->check_thread())) return false;
+  if (const detail::failure* f = detail::failure_before(*rt_, s, q)) {
+    ec = f->ec;
+    return false;
+  }
   return rt_->position_reached(s, q);
+}
+
+NPURT_DECL std::error_code event::status() const noexcept {
+  std::error_code ec;
+  (void)query(ec);
+  return ec;
 }
 
 NPURT_DECL bool event::query() const {
   std::error_code ec;
   const bool r = query(ec);
+  std::uint32_t s = 0;
+  std::uint64_t q = 0;
+  std::error_code pos_ec;
+  if (ec && position(s, q, pos_ec))
+    if (const detail::failure* f = detail::failure_before(*rt_, s, q)) throw_error(ec, "npurt::event::query: " + f->describe());
   throw_if(ec, "npurt::event::query");
   return r;
 }
 
-NPURT_DECL void event::synchronize(picoseconds timeout, std::error_code& ec) const {
+NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout, std::error_code& ec) const {
   std::uint32_t s = 0;
   std::uint64_t q = 0;
   if (!position(s, q, ec)) return;
-  const sim_time deadline = timeout.count() >= 0 ? rt_->now() + timeout : sim_time::max();
+  if ((ec = detail::check_timeout(timeout))) return;
+  const sim_time deadline = timeout ? rt_->now() + *timeout : sim_time::max();
   detail::runtime& rt = *rt_;
   detail::wait_blocking(rt, [&] { return rt.position_reached(s, q); }, deadline, ec);
+  if (ec) return;
+  if (const detail::failure* f = detail::failure_before(rt, s, q)) ec = f->ec;
 }
 
-NPURT_DECL void event::synchronize(picoseconds timeout) const {
+NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout) const {
   std::error_code ec;
   synchronize(timeout, ec);
+  if (ec == errc::not_supported && rt_ && rt_->in_run())
+    throw_error(ec, "npurt::event::synchronize blocks, which is not possible inside system::run (in a coroutine "
+                    "or handler); use co_await e.async_wait(asio::use_awaitable)");
+  std::uint32_t s = 0;
+  std::uint64_t q = 0;
+  std::error_code pos_ec;
+  if (ec && rt_ && position(s, q, pos_ec))
+    if (const detail::failure* f = detail::failure_before(*rt_, s, q)) throw_error(ec, "npurt::event::synchronize: " + f->describe());
   throw_if(ec, "npurt::event::synchronize");
 }
-
-NPURT_DECL void event::synchronize() const { synchronize(picoseconds{-1}); }
 
 NPURT_DECL std::optional<sim_time> event::completion_time() const noexcept {
   if (!rt_ || id_ == 0) return std::nullopt;

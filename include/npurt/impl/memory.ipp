@@ -17,33 +17,33 @@ class pool_provider final : public segment_provider {
 
   std::error_code allocate(std::size_t bytes, std::uint64_t& addr) override {
     std::error_code ec;
-    void* p = rt_.device_malloc(dev_, bytes, ec, true);
+    void* p = rt_.memory().device_malloc(dev_, bytes, ec, true);
     addr = reinterpret_cast<std::uint64_t>(p);
     return ec;
   }
   void release(std::uint64_t addr, std::size_t) override {
     std::error_code ec;
-    rt_.device_free(dev_, reinterpret_cast<void*>(addr), ec, true);
+    rt_.memory().device_free(dev_, reinterpret_cast<void*>(addr), ec, true);
   }
   [[nodiscard]] std::size_t capacity() const override { return rt_.backend().properties(dev_).memory_bytes; }
-  [[nodiscard]] std::size_t free_bytes() const override { return capacity() - rt_.device_used(dev_); }
+  [[nodiscard]] std::size_t free_bytes() const override { return capacity() - rt_.memory().device_used(dev_); }
 
   std::error_code reserve_range(std::size_t bytes, std::uint64_t& addr) override {
     std::error_code ec;
-    addr = rt_.reserve_range(dev_, bytes, ec);
+    addr = rt_.memory().reserve_range(dev_, bytes, ec);
     if (!ec) ranges_[addr] = bytes;
     return ec;
   }
   void release_range(std::uint64_t addr, std::size_t) override {
-    rt_.release_range(addr);
+    rt_.memory().release_range(addr);
     ranges_.erase(addr);
   }
   std::error_code map(std::uint64_t addr, std::size_t bytes) override {
     const std::uint64_t base = base_of(addr);
-    return base ? rt_.map_range(base, bytes) : make_error_code(errc::invalid_pointer);
+    return base ? rt_.memory().map_range(base, bytes) : make_error_code(errc::invalid_pointer);
   }
   void unmap(std::uint64_t addr, std::size_t bytes) override {
-    if (const std::uint64_t base = base_of(addr)) rt_.unmap_range(base, bytes);
+    if (const std::uint64_t base = base_of(addr)) rt_.memory().unmap_range(base, bytes);
   }
 
  private:
@@ -77,17 +77,10 @@ NPURT_DECL mem_pool::mem_pool(detail::runtime& rt, device_id dev, const mem_pool
     return rt_->position_reached(detail::fence_stream(f), detail::fence_seq(f));
   };
   cb.record_fence = [rt_ = rt_](std::uint32_t stream) {
-    const detail::stream_state* s = rt_->find_stream(stream);
-    return detail::fence_of(stream, s ? s->enqueued : 0);
+    return detail::fence_of(stream, rt_->last_enqueued(stream));
   };
   cb.insert_wait = [rt_ = rt_](std::uint32_t stream, std::uint64_t f) {
-    detail::stream_state* s = rt_->find_stream(stream);
-    if (!s || rt_->position_reached(detail::fence_stream(f), detail::fence_seq(f))) return;
-    detail::task* t = rt_->new_task(*s, task_kind::event_wait);
-    t->target_stream = detail::fence_stream(f);
-    t->target_seq = detail::fence_seq(f);
-    t->name = "pool_wait";
-    rt_->enqueue(*s, t);
+    rt_->enqueue_wait(stream, detail::fence_stream(f), detail::fence_seq(f), "pool_wait");
   };
   cb.synchronize_all = [rt_ = rt_, dev] {
     // Blocking is only possible outside run(); inside it async_malloc drains the device itself.
@@ -100,7 +93,7 @@ NPURT_DECL mem_pool::mem_pool(detail::runtime& rt, device_id dev, const mem_pool
 
 NPURT_DECL mem_pool::~mem_pool() {
   alloc_.reset();  // gives every segment back to the device
-  rt_->drop_pool_blocks(dev_);
+  rt_->memory().drop_pool_blocks(dev_);
 }
 
 NPURT_DECL std::uint32_t mem_pool::stream_id(stream& s, std::error_code& ec) const {
@@ -121,7 +114,7 @@ NPURT_DECL bool mem_pool::device_busy() const { return !rt_->device_positions(de
 NPURT_DECL void* mem_pool::do_malloc(std::size_t bytes, std::uint32_t stream, std::error_code& ec) {
   const std::uint64_t addr = alloc_->allocate(bytes, stream, ec);
   if (ec) return nullptr;
-  rt_->register_pool_block(dev_, addr, bytes);
+  rt_->memory().register_pool_block(dev_, addr, bytes);
   rt_->trace_memory(dev_, memory_op::alloc, addr, alloc_->block_size(addr), alloc_->used_current(),
                     alloc_->reserved_current(), stream);
   return reinterpret_cast<void*>(addr);
@@ -138,7 +131,7 @@ NPURT_DECL void* mem_pool::malloc_async(std::size_t bytes, stream& s) {
   throw_if(ec, "npurt::mem_pool::malloc_async");
   // The throwing allocate raises out_of_memory_error with every field of the report.
   const std::uint64_t addr = alloc_->allocate(bytes, sid);
-  rt_->register_pool_block(dev_, addr, bytes);
+  rt_->memory().register_pool_block(dev_, addr, bytes);
   rt_->trace_memory(dev_, memory_op::alloc, addr, alloc_->block_size(addr), alloc_->used_current(),
                     alloc_->reserved_current(), sid);
   return reinterpret_cast<void*>(addr);
@@ -155,7 +148,7 @@ NPURT_DECL void mem_pool::free_async(void* p, stream& s, std::error_code& ec) {
   const std::size_t size = alloc_->block_size(addr);
   alloc_->deallocate(addr, sid, ec, dev_);
   if (ec) return;
-  rt_->unregister_pool_block(addr);
+  rt_->memory().unregister_pool_block(addr);
   rt_->trace_memory(dev_, memory_op::free, addr, size, alloc_->used_current(), alloc_->reserved_current(), sid);
 }
 

@@ -10,9 +10,11 @@
 #include <limits>
 #include <numeric>
 #include <ostream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -33,10 +35,40 @@ struct splitmix {
   std::uint32_t below(std::uint32_t n) noexcept { return static_cast<std::uint32_t>(next() % n); }
 };
 
+// Number of unordered pairs of buffers whose lifetimes intersect, in O(n log n) without
+// enumerating them: j overlaps i iff lower_j < upper_i and upper_j > lower_i.
+inline std::uint64_t overlap_pairs(const std::vector<buffer>& b) {
+  std::vector<std::int64_t> lowers, uppers;
+  lowers.reserve(b.size());
+  uppers.reserve(b.size());
+  for (const auto& x : b) {
+    lowers.push_back(x.lower);
+    uppers.push_back(x.upper);
+  }
+  std::sort(lowers.begin(), lowers.end());
+  std::sort(uppers.begin(), uppers.end());
+  std::uint64_t twice = 0;  // each pair counted from both ends; i itself is in the first count
+  for (const auto& x : b) {
+    const auto starts_before_end = std::lower_bound(lowers.begin(), lowers.end(), x.upper) - lowers.begin();
+    const auto ends_before_start = std::upper_bound(uppers.begin(), uppers.end(), x.lower) - uppers.begin();
+    twice += static_cast<std::uint64_t>(starts_before_end - ends_before_start - 1);
+  }
+  return twice / 2;
+}
+
+// The engine keeps every overlapping pair (twice, 4 bytes each) only while that stays within a
+// constant factor of the input: beyond it (dense instances, thousands of buffers live at once)
+// the planner switches to the sweep below, whose memory is linear.
+inline bool adjacency_fits(std::size_t n, std::uint64_t pairs) {
+  const std::uint64_t budget = std::max<std::uint64_t>(std::uint64_t{1024} * n, std::uint64_t{1} << 24);
+  return pairs <= budget / 2;
+}
+
 // Greedy placement engine. The neighbour lists (buffers overlapping in time) are computed once,
 // so one placement pass costs O(sum over buffers of k log k) for k placed neighbours instead of
 // the O(n^2) scan over every placed buffer: sorted by lower, every buffer j that starts before i
-// ends overlaps i, so the sweep visits overlapping pairs only.
+// ends overlaps i, so the sweep visits overlapping pairs only. Callers check adjacency_fits
+// first: the lists take memory proportional to the number of overlapping pairs.
 class engine {
  public:
   engine(const std::vector<buffer>& b, std::uint64_t alignment) : b_(b), align_(alignment) {
@@ -46,7 +78,8 @@ class engine {
     std::sort(by_lower.begin(), by_lower.end(), [&](std::uint32_t x, std::uint32_t y) {
       return b[x].lower != b[y].lower ? b[x].lower < b[y].lower : x < y;
     });
-    std::vector<std::uint32_t> degree(n, 0);
+    // 64-bit positions: the pair count of a large instance does not fit 32 bits.
+    std::vector<std::uint64_t> degree(n, 0);
     for (std::uint32_t p = 0; p < n; ++p) {
       const auto i = by_lower[p];
       for (std::uint32_t q = p + 1; q < n && b[by_lower[q]].lower < b[i].upper; ++q) {
@@ -54,10 +87,10 @@ class engine {
         ++degree[by_lower[q]];
       }
     }
-    start_.assign(n + 1, 0);
+    start_.assign(std::size_t{n} + 1, 0);
     for (std::uint32_t i = 0; i < n; ++i) start_[i + 1] = start_[i] + degree[i];
     adj_.resize(start_[n]);
-    std::vector<std::uint32_t> fill(start_.begin(), start_.end() - 1);
+    std::vector<std::uint64_t> fill(start_.begin(), start_.end() - 1);
     for (std::uint32_t p = 0; p < n; ++p) {
       const auto i = by_lower[p];
       for (std::uint32_t q = p + 1; q < n && b[by_lower[q]].lower < b[i].upper; ++q) {
@@ -68,7 +101,7 @@ class engine {
     }
     offset_.assign(n, 0);
     slot_.assign(n, {0, 0});
-    top_.assign(n + 1, 0);
+    top_.assign(std::size_t{n} + 1, 0);
   }
 
   [[nodiscard]] std::uint64_t pass_cost() const noexcept { return adj_.size() + b_.size(); }
@@ -130,7 +163,8 @@ class engine {
 
   const std::vector<buffer>& b_;
   std::uint64_t align_;
-  std::vector<std::uint32_t> start_, adj_;
+  std::vector<std::uint64_t> start_;
+  std::vector<std::uint32_t> adj_;
   std::vector<std::uint64_t> offset_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> slot_;  // (offset, end) of placed buffers
   std::vector<std::uint64_t> top_;  // top_[p]: arena after placing the first p of the order
@@ -244,10 +278,112 @@ inline std::uint64_t local_search(engine& eng, std::vector<std::uint32_t>& ord, 
   return current;
 }
 
-inline std::uint64_t checked_sum(const std::vector<buffer>& b) {
-  std::uint64_t s = 0;
-  for (const auto& x : b) s += x.size;
-  return s;
+// Sum of sizes; false if it does not fit 64 bits.
+inline bool checked_sum(const std::vector<buffer>& b, std::uint64_t& sum) {
+  sum = 0;
+  for (const auto& x : b)
+    if (__builtin_add_overflow(sum, x.size, &sum)) return false;
+  return true;
+}
+
+// Lifetime events in time order, ends before starts at equal times (lifetimes are half-open),
+// then by input index, so that every consumer sees one deterministic order.
+struct sweep_event {
+  std::int64_t t;
+  std::uint32_t end_first;  // 0 = end, 1 = start
+  std::uint32_t i;
+  bool operator<(const sweep_event& o) const noexcept {
+    return t != o.t ? t < o.t : end_first != o.end_first ? end_first < o.end_first : i < o.i;
+  }
+};
+
+inline std::vector<sweep_event> sweep_events(const std::vector<buffer>& b) {
+  std::vector<sweep_event> ev;
+  ev.reserve(b.size() * 2);
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    ev.push_back({b[i].lower, 1, static_cast<std::uint32_t>(i)});
+    ev.push_back({b[i].upper, 0, static_cast<std::uint32_t>(i)});
+  }
+  std::sort(ev.begin(), ev.end());
+  return ev;
+}
+
+// The planner for instances whose overlap graph is too large to keep: an allocator simulation
+// in time order (free at upper, allocate at lower), best fit among the free ranges below the
+// top, the top growing otherwise. O(n log n) time and O(n) memory; optimal when every buffer
+// is live at once (the arena is then the sum of sizes, the lower bound).
+inline std::uint64_t sweep_plan(const std::vector<buffer>& b, std::uint64_t alignment,
+                                std::vector<std::uint64_t>& offsets) {
+  offsets.assign(b.size(), 0);
+  std::map<std::uint64_t, std::uint64_t> free_by_addr;            // offset -> length
+  std::set<std::pair<std::uint64_t, std::uint64_t>> free_by_size;  // (length, offset)
+  std::uint64_t top = 0, arena = 0;
+  auto add_free = [&](std::uint64_t off, std::uint64_t len) {
+    // Merge with the neighbours, then give the top back if the range reaches it.
+    auto next = free_by_addr.lower_bound(off);
+    if (next != free_by_addr.end() && next->first == off + len) {
+      len += next->second;
+      free_by_size.erase({next->second, next->first});
+      next = free_by_addr.erase(next);
+    }
+    if (next != free_by_addr.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == off) {
+        off = prev->first;
+        len += prev->second;
+        free_by_size.erase({prev->second, prev->first});
+        free_by_addr.erase(prev);
+      }
+    }
+    if (off + len == top) {
+      top = off;
+      return;
+    }
+    free_by_addr.emplace(off, len);
+    free_by_size.emplace(len, off);
+  };
+  for (const auto& e : sweep_events(b)) {
+    const auto& x = b[e.i];
+    if (e.end_first == 0) {
+      add_free(offsets[e.i], x.size);
+      continue;
+    }
+    // The smallest free range that holds the buffer once aligned; ranges are few and aligned
+    // starts rarely waste much, so a short scan upward from the first large-enough one is fine.
+    std::uint64_t off = 0;
+    bool found = false;
+    for (auto it = free_by_size.lower_bound({x.size, 0}); it != free_by_size.end(); ++it) {
+      const auto [len, start] = *it;
+      const std::uint64_t aligned = align_up(start, alignment);
+      if (aligned - start <= len && len - (aligned - start) >= x.size) {
+        free_by_size.erase(it);
+        free_by_addr.erase(start);
+        off = aligned;
+        if (aligned > start) {
+          free_by_addr.emplace(start, aligned - start);
+          free_by_size.emplace(aligned - start, start);
+        }
+        if (aligned + x.size < start + len) {
+          const std::uint64_t rest = aligned + x.size;
+          free_by_addr.emplace(rest, start + len - rest);
+          free_by_size.emplace(start + len - rest, rest);
+        }
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      off = align_up(top, alignment);
+      if (off > top) {
+        free_by_addr.emplace(top, off - top);
+        free_by_size.emplace(off - top, top);
+      }
+      top = off + x.size;
+    }
+    offsets[e.i] = off;
+    arena = std::max(arena, off + x.size);
+  }
+  return arena;
 }
 
 }  // namespace detail
@@ -277,31 +413,60 @@ NPURT_DECL std::error_code validate(const std::vector<buffer>& buffers, std::uin
   return {};
 }
 
-NPURT_DECL std::uint64_t lower_bound(const std::vector<buffer>& buffers) {
-  std::vector<std::pair<std::int64_t, std::int64_t>> ev;  // (time, +size / -size); frees sort first
-  ev.reserve(buffers.size() * 2);
-  for (const auto& x : buffers) {
-    ev.emplace_back(x.lower, static_cast<std::int64_t>(x.size));
-    ev.emplace_back(x.upper, -static_cast<std::int64_t>(x.size));
+NPURT_DECL std::uint64_t lower_bound(const std::vector<buffer>& buffers, std::error_code& ec) {
+  ec.clear();
+  // Unsigned and checked: sizes may reach 2^64 - 1, and a live sum past that has no plan.
+  std::uint64_t live = 0, peak = 0;
+  for (const auto& e : detail::sweep_events(buffers)) {
+    const std::uint64_t size = buffers[e.i].size;
+    if (e.end_first == 0) {
+      live -= size;
+    } else if (__builtin_add_overflow(live, size, &live)) {
+      ec = make_error_code(errc::size_overflow);
+      return 0;
+    } else {
+      peak = std::max(peak, live);
+    }
   }
-  std::sort(ev.begin(), ev.end());
-  std::int64_t live = 0, peak = 0;
-  for (const auto& [t, d] : ev) {
-    live += d;
-    peak = std::max(peak, live);
-  }
-  return static_cast<std::uint64_t>(peak);
+  return peak;
 }
 
-NPURT_DECL std::uint64_t no_reuse_size(const std::vector<buffer>& buffers) { return detail::checked_sum(buffers); }
+NPURT_DECL std::uint64_t lower_bound(const std::vector<buffer>& buffers) {
+  std::error_code ec;
+  const auto lb = lower_bound(buffers, ec);
+  if (ec) throw_error(ec, "memplan::lower_bound: the bytes live at one step exceed 2^64 - 1");
+  return lb;
+}
+
+NPURT_DECL std::uint64_t no_reuse_size(const std::vector<buffer>& buffers, std::error_code& ec) {
+  ec.clear();
+  std::uint64_t sum = 0;
+  if (!detail::checked_sum(buffers, sum)) {
+    ec = make_error_code(errc::size_overflow);
+    return 0;
+  }
+  return sum;
+}
+
+NPURT_DECL std::uint64_t no_reuse_size(const std::vector<buffer>& buffers) {
+  std::error_code ec;
+  const auto sum = no_reuse_size(buffers, ec);
+  if (ec) throw_error(ec, "memplan::no_reuse_size: the sum of sizes exceeds 2^64 - 1");
+  return sum;
+}
 
 NPURT_DECL plan greedy_plan(const std::vector<buffer>& buffers, order o, fit f, std::uint64_t alignment) {
   std::error_code ec;
   std::string what;
   ec = validate(buffers, alignment, &what);
   throw_if(ec, what);
-  detail::engine eng(buffers, alignment);
   plan p;
+  if (!detail::adjacency_fits(buffers.size(), detail::overlap_pairs(buffers))) {
+    p.arena_size = p.greedy_arena_size = detail::sweep_plan(buffers, alignment, p.offsets);
+    p.method = "sweep/best-fit";
+    return p;
+  }
+  detail::engine eng(buffers, alignment);
   p.arena_size = eng.run(detail::make_order(buffers, o), f);
   p.greedy_arena_size = p.arena_size;
   p.offsets = eng.offsets();
@@ -318,8 +483,13 @@ NPURT_DECL plan make_plan(const std::vector<buffer>& buffers, const options& opt
     result.method = "empty";
     return result;
   }
+  if (!detail::adjacency_fits(buffers.size(), detail::overlap_pairs(buffers))) {
+    result.arena_size = result.greedy_arena_size = detail::sweep_plan(buffers, opts.alignment, result.offsets);
+    result.method = "sweep/best-fit";
+    return result;
+  }
   detail::engine eng(buffers, opts.alignment);
-  const std::uint64_t lb = lower_bound(buffers);
+  const std::uint64_t lb = lower_bound(buffers);  // validate() bounded the sum of sizes
   std::vector<order> orders{order::size};
   std::vector<fit> fits{fit::best};
   if (opts.best_of_orders) {
@@ -383,37 +553,59 @@ NPURT_DECL plan make_plan(const std::vector<buffer>& buffers, const options& opt
 NPURT_DECL check_report check(const std::vector<buffer>& buffers, const std::vector<std::uint64_t>& offsets,
                               std::uint64_t alignment) {
   check_report r;
-  // The bound is recomputed here on purpose rather than calling lower_bound(): the checker
-  // must not trust the planner's code.
-  struct event {
-    std::int64_t t;
-    int kind;  // 0 = end (processed first: lifetimes are half-open), 1 = start
-    std::size_t i;
-  };
-  std::vector<event> ev;
-  ev.reserve(buffers.size() * 2);
-  for (std::size_t i = 0; i < buffers.size(); ++i) {
-    r.no_reuse += buffers[i].size;
-    ev.push_back({buffers[i].lower, 1, i});
-    ev.push_back({buffers[i].upper, 0, i});
-  }
-  std::sort(ev.begin(), ev.end(), [](const event& a, const event& b) {
-    return a.t != b.t ? a.t < b.t : a.kind != b.kind ? a.kind < b.kind : a.i < b.i;
-  });
-  std::uint64_t live = 0;
-  for (const auto& e : ev) {
-    if (e.kind == 1) {
-      live += buffers[e.i].size;
-      r.lower_bound = std::max(r.lower_bound, live);
-    } else {
-      live -= buffers[e.i].size;
-    }
-  }
   auto fail = [&](std::string msg) {
     r.valid = false;
     r.error = std::move(msg);
     return r;
   };
+  if (buffers.size() >= std::numeric_limits<std::uint32_t>::max()) return fail("too many buffers");
+  // The bound is recomputed here on purpose rather than calling lower_bound(): the checker
+  // must not trust the planner's code. Unsigned and checked: no plan holds more than 2^64 - 1
+  // live bytes.
+  std::vector<std::pair<std::int64_t, std::size_t>> ends, starts;  // (time, index)
+  ends.reserve(buffers.size());
+  starts.reserve(buffers.size());
+  bool no_reuse_overflow = false;
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    no_reuse_overflow = no_reuse_overflow || __builtin_add_overflow(r.no_reuse, buffers[i].size, &r.no_reuse);
+    starts.emplace_back(buffers[i].lower, i);
+    ends.emplace_back(buffers[i].upper, i);
+  }
+  if (no_reuse_overflow) r.no_reuse = std::numeric_limits<std::uint64_t>::max();
+  std::sort(starts.begin(), starts.end());
+  std::sort(ends.begin(), ends.end());
+  // Merge the two lists: at equal times ends come first (lifetimes are half-open).
+  struct event {
+    std::int64_t t;
+    bool start;
+    std::size_t i;
+  };
+  std::vector<event> ev;
+  ev.reserve(buffers.size() * 2);
+  {
+    std::size_t a = 0, b = 0;
+    while (a < starts.size() || b < ends.size()) {
+      if (b < ends.size() && (a == starts.size() || ends[b].first <= starts[a].first)) {
+        ev.push_back({ends[b].first, false, ends[b].second});
+        ++b;
+      } else {
+        ev.push_back({starts[a].first, true, starts[a].second});
+        ++a;
+      }
+    }
+  }
+  std::uint64_t live = 0;
+  for (const auto& e : ev) {
+    if (!e.start) {
+      live -= buffers[e.i].size;
+    } else if (__builtin_add_overflow(live, buffers[e.i].size, &live)) {
+      r.lower_bound = std::numeric_limits<std::uint64_t>::max();
+      return fail("the buffers live at step " + std::to_string(e.t) +
+                  " need more than 2^64 - 1 bytes: no plan can hold them");
+    } else {
+      r.lower_bound = std::max(r.lower_bound, live);
+    }
+  }
   if (offsets.size() != buffers.size())
     return fail("plan has " + std::to_string(offsets.size()) + " offsets for " + std::to_string(buffers.size()) +
                 " buffers");
@@ -424,15 +616,18 @@ NPURT_DECL check_report check(const std::vector<buffer>& buffers, const std::vec
     if (offsets[i] % alignment != 0)
       return fail("buffer " + std::to_string(x.id) + " at offset " + std::to_string(offsets[i]) +
                   " is not aligned to " + std::to_string(alignment));
-    if (offsets[i] + x.size < offsets[i]) return fail("buffer " + std::to_string(x.id) + " overflows");
-    r.arena_size = std::max(r.arena_size, offsets[i] + x.size);
+    std::uint64_t end = 0;
+    if (__builtin_add_overflow(offsets[i], x.size, &end))
+      return fail("buffer " + std::to_string(x.id) + " at offset " + std::to_string(offsets[i]) + " with size " +
+                  std::to_string(x.size) + " ends past 2^64 - 1");
+    r.arena_size = std::max(r.arena_size, end);
   }
   // Sweep over time with the live buffers ordered by offset. While the live set has no overlap,
   // a new buffer can only collide with its neighbours in offset order.
   std::set<std::pair<std::uint64_t, std::size_t>> live_set;
   for (const auto& e : ev) {
     const auto key = std::make_pair(offsets[e.i], e.i);
-    if (e.kind == 0) {
+    if (!e.start) {
       live_set.erase(key);
       continue;
     }
@@ -455,6 +650,56 @@ NPURT_DECL check_report check(const std::vector<buffer>& buffers, const std::vec
   return r;
 }
 
+NPURT_DECL check_report check(const std::vector<buffer>& input, const table& plan, std::uint64_t alignment) {
+  check_report r;
+  auto fail = [&](std::string msg) {
+    r.valid = false;
+    r.error = std::move(msg);
+    return r;
+  };
+  if (!plan.has_offsets || plan.offsets.size() != plan.buffers.size()) return fail("the plan has no offset column");
+  if (plan.buffers.empty() && !input.empty())
+    return fail("the plan has no rows for the " + std::to_string(input.size()) + " input buffers");
+  // Every plan row must be an input buffer, unchanged, and every input buffer must appear exactly
+  // once: otherwise the overlap check below would judge some other instance than the input.
+  std::unordered_map<std::int64_t, std::size_t> index;
+  index.reserve(input.size());
+  for (std::size_t i = 0; i < input.size(); ++i)
+    if (!index.emplace(input[i].id, i).second) return fail("the input lists id " + std::to_string(input[i].id) + " twice");
+  std::vector<std::uint64_t> offsets(input.size(), 0);
+  std::vector<bool> seen(input.size(), false);
+  auto lifetime = [](const buffer& b) {
+    std::string s = "[";  // appended piece by piece: GCC 12 warns falsely on a chain of operator+
+    s += std::to_string(b.lower);
+    s += ", ";
+    s += std::to_string(b.upper);
+    s += ") of ";
+    s += std::to_string(b.size);
+    s += " bytes";
+    return s;
+  };
+  for (std::size_t k = 0; k < plan.buffers.size(); ++k) {
+    const buffer& row = plan.buffers[k];
+    const auto it = index.find(row.id);
+    if (it == index.end())
+      return fail("plan row " + std::to_string(k + 1) + ": buffer " + std::to_string(row.id) + " is not in the input");
+    const buffer& in = input[it->second];
+    if (seen[it->second]) return fail("the plan places buffer " + std::to_string(row.id) + " twice");
+    if (row.lower != in.lower || row.upper != in.upper || row.size != in.size)
+      return fail("buffer " + std::to_string(row.id) + " is " + lifetime(row) + " in the plan but " + lifetime(in) +
+                  " in the input");
+    seen[it->second] = true;
+    offsets[it->second] = plan.offsets[k];
+  }
+  if (plan.buffers.size() != input.size()) {
+    const auto miss = static_cast<std::size_t>(std::find(seen.begin(), seen.end(), false) - seen.begin());
+    return fail("the plan lacks buffer " + std::to_string(input[miss].id) + " (" +
+                std::to_string(input.size() - plan.buffers.size()) + " of " + std::to_string(input.size()) +
+                " input buffers have no row)");
+  }
+  return check(input, offsets, alignment);
+}
+
 namespace detail {
 
 inline std::string_view trim(std::string_view s) {
@@ -472,6 +717,54 @@ inline std::vector<std::string_view> split(std::string_view line) {
     if (c == std::string_view::npos) break;
     p = c + 1;
   }
+  return out;
+}
+
+// Lines longer than this are an error: a reader fed /dev/zero or a binary file must stop with a
+// message rather than grow one line until memory runs out. Real rows are a few dozen bytes.
+inline constexpr std::size_t max_line_bytes = 64 * 1024;
+
+// std::getline with a bound. Returns false at the end of input with nothing read; sets
+// too_long (and stops reading) when the line passes max_line_bytes.
+inline bool bounded_getline(std::istream& in, std::string& line, bool& too_long) {
+  line.clear();
+  too_long = false;
+  std::streambuf* sb = in.rdbuf();
+  if (!sb || !in.good()) return false;
+  for (;;) {
+    const auto c = sb->sbumpc();
+    if (std::char_traits<char>::eq_int_type(c, std::char_traits<char>::eof())) {
+      in.setstate(std::ios::eofbit);
+      return !line.empty();
+    }
+    const char ch = std::char_traits<char>::to_char_type(c);
+    if (ch == '\n') return true;
+    if (line.size() >= max_line_bytes) {
+      too_long = true;
+      return true;
+    }
+    line.push_back(ch);
+  }
+}
+
+// A field quoted in a message: at most a short prefix, non-printable bytes escaped, so a
+// megabyte field or binary garbage gives a readable one-line error.
+inline std::string quote(std::string_view v) {
+  constexpr std::size_t max_shown = 40;
+  std::string out = "'";
+  for (std::size_t k = 0; k < v.size() && k < max_shown; ++k) {
+    const auto c = static_cast<unsigned char>(v[k]);
+    if (c >= 0x20 && c < 0x7f && c != '\'') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      static constexpr char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  out += "'";
+  if (v.size() > max_shown) out += "... (" + std::to_string(v.size()) + " bytes)";
   return out;
 }
 
@@ -500,8 +793,14 @@ NPURT_DECL table read_csv(std::istream& in, std::error_code& ec, std::string& me
   int col_id = -1, col_lower = -1, col_upper = -1, col_size = -1, col_offset = -1;
   std::size_t ncols = 0;
   bool have_header = false;
-  while (std::getline(in, line)) {
+  bool too_long = false;
+  const auto long_line = [&] {
+    return fail(errc::parse_error, "line longer than " + std::to_string(detail::max_line_bytes) +
+                                       " bytes (is this a CSV file?)");
+  };
+  while (detail::bounded_getline(in, line, too_long)) {
     ++line_no;
+    if (too_long) return long_line();
     if (detail::trim(line).empty()) continue;
     const auto f = detail::split(line);
     ncols = f.size();
@@ -510,7 +809,8 @@ NPURT_DECL table read_csv(std::istream& in, std::error_code& ec, std::string& me
       int* slot = name == "id" ? &col_id : name == "lower" ? &col_lower : name == "upper" ? &col_upper
                 : name == "size" ? &col_size : name == "offset" ? &col_offset : nullptr;
       if (!slot) continue;
-      if (*slot >= 0) return fail(errc::parse_error, "column '" + std::string(name) + "' appears twice");
+      if (*slot >= 0) return fail(errc::parse_error, "column " + detail::quote(name) + " appears twice");
+      if (c > static_cast<std::size_t>(std::numeric_limits<int>::max())) return fail(errc::parse_error, "too many columns");
       *slot = static_cast<int>(c);
     }
     for (auto [col, name] : {std::pair{col_id, "id"}, {col_lower, "lower"}, {col_upper, "upper"}, {col_size, "size"}})
@@ -520,14 +820,16 @@ NPURT_DECL table read_csv(std::istream& in, std::error_code& ec, std::string& me
     have_header = true;
     break;
   }
+  if (in.bad()) return fail(errc::parse_error, "read error");
   if (!have_header) {
     line_no = std::max<std::size_t>(line_no, 1);
     return fail(errc::parse_error, "empty input: expected the header id,lower,upper,size");
   }
   t.has_offsets = col_offset >= 0;
   std::unordered_set<std::int64_t> ids;
-  while (std::getline(in, line)) {
+  while (detail::bounded_getline(in, line, too_long)) {
     ++line_no;
+    if (too_long) return long_line();
     if (detail::trim(line).empty()) continue;
     const auto f = detail::split(line);
     if (f.size() != ncols)
@@ -535,8 +837,7 @@ NPURT_DECL table read_csv(std::istream& in, std::error_code& ec, std::string& me
                   "expected " + std::to_string(ncols) + " fields, got " + std::to_string(f.size()));
     buffer b;
     auto bad = [&](const char* name, std::string_view v, const char* kind) {
-      return fail(errc::parse_error,
-                  std::string("field '") + name + "' is not " + kind + ": '" + std::string(v) + "'");
+      return fail(errc::parse_error, std::string("field '") + name + "' is not " + kind + ": " + detail::quote(v));
     };
     if (!detail::parse_int(f[col_id], b.id)) return bad("id", f[col_id], "an integer");
     if (!detail::parse_int(f[col_lower], b.lower)) return bad("lower", f[col_lower], "an integer");
@@ -552,6 +853,7 @@ NPURT_DECL table read_csv(std::istream& in, std::error_code& ec, std::string& me
     if (auto e = validate({b}, 1, &what)) return fail(static_cast<errc>(e.value()), what);
     t.buffers.push_back(b);
   }
+  if (in.bad()) return fail(errc::parse_error, "read error");
   if (std::string what; auto e = validate(t.buffers, 1, &what)) return fail(static_cast<errc>(e.value()), what);
   return t;
 }

@@ -2,8 +2,12 @@
 #pragma once
 
 #include <npurt/detail/runtime.hpp>
+#include <npurt/impl/deadlock_detector.ipp>
+#include <npurt/impl/memory_registry.ipp>
 
 #include <mimalloc.h>
+
+#include <boost/pfr.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -11,21 +15,24 @@
 
 namespace npurt::detail {
 
-namespace {
-constexpr std::size_t device_granule = 512;  // aclrtMalloc-style alignment of device allocations
-constexpr std::size_t round_up(std::size_t v, std::size_t g) noexcept { return (v + g - 1) / g * g; }
-}  // namespace
+namespace rt_detail {
+inline std::unique_ptr<npurt::backend> checked(std::unique_ptr<npurt::backend> b) {
+  if (!b) throw_error(make_error_code(errc::invalid_argument), "npurt::system: null backend");
+  return b;
+}
+}  // namespace rt_detail
 
 NPURT_DECL runtime::runtime(std::unique_ptr<npurt::backend> b, const system_options& opts)
-    : opts_(opts), backend_(std::move(b)) {
-  if (!backend_) throw_error(make_error_code(errc::invalid_argument), "npurt::system: null backend");
+    : opts_(opts), backend_(rt_detail::checked(std::move(b))), memory_(*backend_, clock_, trace_) {
   streams_.emplace_back();  // id 0 means "no stream"
   events_.emplace_back();   // id 0 means "a task event"
   const std::size_t n = backend_->device_count();
-  next_address_.resize(n);
-  used_.assign(n, 0);
-  for (std::size_t d = 0; d < n; ++d)
-    next_address_[d] = device_address_base | (static_cast<std::uint64_t>(d) << device_address_shift) | 0x10000;
+#ifndef NDEBUG
+  check_thread_ = true;
+#else
+  check_thread_ = opts.check_thread;
+#endif
+  device_failures_.resize(n);
   backend_->attach(*this);
   queue_.configure(opts_.dispatch);
 }
@@ -42,34 +49,15 @@ NPURT_DECL runtime::~runtime() {
       t = next;
     }
     sp->head = sp->tail = nullptr;
-    for (auto& [seq, w] : sp->waiters) w.fn(*this, w.ctx, w.arg, make_error_code(errc::operation_aborted));
+    for (auto& [seq, w] : sp->waiters) w.fn(*this, w.ctx, make_error_code(errc::operation_aborted));
     sp->waiters.clear();
   }
-  for (auto& [addr, a] : allocations_)
-    if (a.backing) mi_free(a.backing);
-  for (auto& [p, h] : host_allocations_) mi_free(const_cast<void*>(p));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Timed actions and the loop
 
-NPURT_DECL void runtime::call_at(sim_time at, void (*fn)(void*, std::uint64_t), void* ctx, std::uint64_t arg) {
-  if (at <= now_)
-    now_queue_.push_back({now_, order_++, fn, ctx, arg});
-  else
-    timers_.push({at, order_++, fn, ctx, arg});
-}
-
-NPURT_DECL std::uint64_t runtime::call_at_cancellable(sim_time at, void (*fn)(void*, std::uint64_t), void* ctx,
-                                                      std::uint64_t arg) {
-  const std::uint64_t ticket = order_;
-  timers_.push({std::max(at, now_), order_++, fn, ctx, arg});
-  return ticket;
-}
-
-NPURT_DECL void runtime::cancel_timer(std::uint64_t ticket) { cancelled_.insert(ticket); }
-
-NPURT_DECL bool runtime::step() {
+NPURT_DECL bool runtime::run_now() {
   // Host first: handlers posted by completions resume at the virtual time they were posted.
   if (posts_ != 0) {
     posts_ = 0;
@@ -79,24 +67,18 @@ NPURT_DECL bool runtime::step() {
     if (ioc_.stopped()) ioc_.restart();
     if (n != 0) return true;
   }
-  if (now_head_ < now_queue_.size()) {
-    // Actions appended while running are due now as well: run them in call order.
-    while (now_head_ < now_queue_.size()) {
-      const timed_action a = now_queue_[now_head_++];
-      a.fn(a.ctx, a.arg);
-    }
-    now_queue_.clear();
-    now_head_ = 0;
+  return clock_.run_due();
+}
+
+NPURT_DECL bool runtime::step() {
+  if (run_now()) return true;
+  if (flush_pending_ && !clock_.timed_due_now()) {
+    // The end of this instant: the backend now knows every task that became ready at it.
+    flush_pending_ = false;
+    backend_->flush();
     return true;
   }
-  while (!timers_.empty() && !cancelled_.empty() && cancelled_.erase(timers_.top().order) != 0) timers_.pop();
-  if (!timers_.empty()) {
-    const timed_action a = timers_.top();
-    timers_.pop();
-    now_ = a.at;
-    a.fn(a.ctx, a.arg);
-    return true;
-  }
+  if (clock_.advance()) return true;
   // Nothing timed: one last look for host work posted from outside our accounting.
   const std::size_t n = ioc_.poll();
   if (ioc_.stopped()) ioc_.restart();
@@ -109,110 +91,89 @@ NPURT_DECL void runtime::run_until(const std::function<bool()>& pred, std::error
     ec = make_error_code(errc::not_supported);  // a blocking wait inside run(): use the async form
     return;
   }
+  if ((ec = check_thread())) return;
   running_ = true;
   posts_ = 1;  // handlers posted before run() (co_spawn) have not been counted
   bool deadlocked = false;
-  const std::size_t reports_before = deadlock_report_.size();
+  const std::size_t reports_before = deadlocks_.last_report().size();
   struct reset_flag {
     bool& f;
     ~reset_flag() { f = false; }
   } guard{running_};
   for (;;) {
-    if (pred && pred()) break;
+    if (pred && pred()) {
+      // What the caller waited for is done: let its completion handlers run before returning,
+      // at this instant (settle never moves the clock).
+      settle();
+      break;
+    }
     if (step()) continue;
     if (tasks_.live() == 0 && host_waits_ == 0) break;
     deadlocked = true;
     if (!resolve_deadlock(false)) break;
   }
-  if (deadlocked || deadlock_report_.size() != reports_before) ec = make_error_code(errc::deadlock);
+  if (deadlocked || deadlocks_.last_report().size() != reports_before) ec = make_error_code(errc::deadlock);
   if (!ec && pred && !pred()) ec = make_error_code(errc::deadlock);
 }
 
+NPURT_DECL void runtime::settle() {
+  for (;;) {
+    if (run_now()) continue;
+    if (flush_pending_) {
+      flush_pending_ = false;
+      backend_->flush();
+      continue;
+    }
+    // Handlers posted from outside our accounting (a completion run straight onto a strand).
+    const std::size_t n = ioc_.poll();
+    if (ioc_.stopped()) ioc_.restart();
+    if (n == 0) return;
+  }
+}
+
+NPURT_DECL std::error_code runtime::check_thread() const noexcept {
+  if (check_thread_ && std::this_thread::get_id() != owner_thread_) return make_error_code(errc::wrong_thread);
+  return {};
+}
+
 NPURT_DECL void runtime::run(std::error_code& ec) {
-  deadlock_report_.clear();
+  deadlocks_.clear();
   run_until({}, ec);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Deadlock detection
 
-NPURT_DECL bool runtime::wait_cycle_from(const stream_state& s) const {
-  const stream_state* cur = &s;
-  for (std::size_t hops = 0; hops <= streams_.size(); ++hops) {
-    const task* h = cur->head;
-    if (!h || h->kind != task_kind::event_wait || !h->blocked) return false;
-    if (h->target_stream == 0) return false;  // its record is not even enqueued yet
-    if (h->target_stream == s.id) return true;
-    if (h->target_stream >= streams_.size() || !streams_[h->target_stream]) return false;
-    cur = streams_[h->target_stream].get();
-  }
-  return false;
-}
-
-NPURT_DECL std::string runtime::describe_wait_chain(const stream_state& s) const {
-  std::ostringstream os;
-  const task* h = s.head;
-  os << "stream " << s.id << " (device " << s.device << ") waits at task " << h->id << " on ";
-  if (h->event_id != 0)
-    os << "event " << h->event_id;
-  else
-    os << "a task event";
-  if (h->target_stream == 0) {
-    os << " (never recorded yet)";
-    return os.str();
-  }
-  os << " = stream " << h->target_stream << " position " << h->target_seq;
-  if (h->target_stream < streams_.size() && streams_[h->target_stream]) {
-    const stream_state& t = *streams_[h->target_stream];
-    os << " (stream " << t.id << " has completed " << t.completed;
-    if (t.head) os << ", its head is task " << t.head->id << " " << to_string(t.head->kind);
-    os << ")";
-  }
-  return os.str();
-}
-
 NPURT_DECL bool runtime::resolve_deadlock(bool only_cycles) {
   // Every blocked wait is reported; those on a cycle (or all of them, when nothing at all can
   // run) are failed with errc::deadlock so that awaiting code resumes with the error.
-  std::vector<stream_state*> blocked;
-  for (auto& sp : streams_)
-    if (sp && sp->head && sp->head_started && sp->head->kind == task_kind::event_wait && sp->head->blocked &&
-        (!only_cycles || wait_cycle_from(*sp)))
-      blocked.push_back(sp.get());
-  std::ostringstream os;
-  os << "deadlock at t=" << to_us(now_.time_since_epoch()) << " us: ";
-  if (blocked.empty()) {
-    os << host_waits_ << " host operation(s) wait and no stream or device can make progress";
-    if (const std::string w = backend_->describe_waits(); !w.empty()) os << "; " << w;
-    if (deadlock_report_.empty()) deadlock_report_ = os.str();
-    return false;
-  }
-  bool first = true;
-  for (auto* s : blocked) {
-    os << (first ? "" : "; ") << describe_wait_chain(*s);
-    first = false;
-  }
-  if (!only_cycles)
-    if (const std::string w = backend_->describe_waits(); !w.empty()) os << "; " << w;
-  if (!deadlock_report_.empty()) deadlock_report_ += "\n";
-  deadlock_report_ += os.str();
+  const std::vector<stream_state*> blocked = deadlocks_.blocked(only_cycles);
+  // Collectives waiting for peers are named when nothing at all can run (a wait cycle alone
+  // does not implicate them).
+  const bool name_backend = blocked.empty() || !only_cycles;
+  deadlocks_.report(now(), blocked, host_waits_, name_backend ? backend_->describe_waits() : std::string{});
+  if (blocked.empty()) return false;
   for (auto* s : blocked) {
     task* h = s->head;
     // Detach the wait from what it waited on, then fail it.
-    if (h->target_stream == 0) {
-      if (auto* e = find_event(h->event_id)) std::erase(e->unbound, h);
-    } else if (auto* target = find_stream(h->target_stream)) {
-      for (auto it = target->waiters.begin(); it != target->waiters.end(); ++it)
-        if (it->second.arg == reinterpret_cast<std::uint64_t>(h)) {
-          target->waiters.erase(it);
-          break;
-        }
-    }
+    detach_wait(h);
     h->blocked = false;
     h->error = make_error_code(errc::deadlock);
-    call_at(now_, &runtime::task_done_now, this, reinterpret_cast<std::uint64_t>(h));
+    done_now(h);
   }
   return true;
+}
+
+NPURT_DECL void runtime::detach_wait(task* h) noexcept {
+  if (h->target_stream == 0) {
+    if (auto* e = find_event(h->event_id)) std::erase(e->unbound, h);
+  } else if (auto* target = find_stream(h->target_stream)) {
+    for (auto it = target->waiters.begin(); it != target->waiters.end(); ++it)
+      if (it->second.ctx == h) {
+        target->waiters.erase(it);
+        break;
+      }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -224,10 +185,10 @@ NPURT_DECL std::uint32_t runtime::create_stream(device_id dev, int priority, std
   s->device = dev;
   s->priority = static_cast<std::uint8_t>(std::clamp(priority, 0, 7));  // out of range clamps, as in CANN
   s->flags = flags;
-  s->host_cursor = now_;
+  s->host_cursor = now();
   streams_.push_back(std::move(s));
   const auto& st = *streams_.back();
-  if (tracing()) fanout_.on_stream_created(dev, st.id, st.priority);
+  if (trace_) trace_->on_stream_created(dev, st.id, st.priority);
   return st.id;
 }
 
@@ -254,7 +215,7 @@ NPURT_DECL bool runtime::position_reached(std::uint32_t stream, std::uint64_t se
 
 NPURT_DECL void runtime::wait_position(std::uint32_t stream, std::uint64_t seq, const position_waiter& w) {
   if (position_reached(stream, seq)) {
-    w.fn(*this, w.ctx, w.arg, {});
+    w.fn(*this, w.ctx, {});
     return;
   }
   streams_[stream]->waiters.emplace(seq, w);
@@ -272,6 +233,13 @@ NPURT_DECL task* runtime::new_task(stream_state& s, task_kind kind) {
 
 NPURT_DECL kernel_desc* runtime::new_kernel(const kernel_desc& k) { return kernels_.create(k); }
 
+NPURT_DECL std::string_view runtime::intern(std::string_view name) {
+  // Launch loops repeat one name: compare with the last one before hashing.
+  if (name.size() == last_name_.size() && name == last_name_) return last_name_;
+  last_name_ = *names_.emplace(name).first;
+  return last_name_;
+}
+
 NPURT_DECL void runtime::free_task(task* t) noexcept {
   if (t->owned_kernel) kernels_.destroy(t->owned_kernel);
   delete t->callback;
@@ -280,7 +248,7 @@ NPURT_DECL void runtime::free_task(task* t) noexcept {
 
 NPURT_DECL void runtime::enqueue(stream_state& s, task* t) {
   // The host lane pays the enqueue; the task exists for the device from the moment the call returns.
-  s.host_cursor = std::max(s.host_cursor, now_) + opts_.launch_overhead;
+  s.host_cursor = std::max(s.host_cursor, now()) + opts_.launch_overhead;
   t->submitted = s.host_cursor;
   t->seq = ++s.enqueued;
   if (s.tail)
@@ -288,17 +256,28 @@ NPURT_DECL void runtime::enqueue(stream_state& s, task* t) {
   else
     s.head = t;
   s.tail = t;
-  queue_.on_enqueue(*t, s.id, (s.flags & (0x4u | 0x8u)) != 0);  // stream_flags overflow_edge, direct_submit
+  queue_.on_enqueue(*t, s.id, (s.flags & device_queue::bypass_flags) != 0);
   if (s.head == t) try_start(s);
+}
+
+NPURT_DECL void runtime::enqueue_wait(std::uint32_t stream, std::uint32_t target, std::uint64_t seq,
+                                      std::string_view name) {
+  stream_state* s = find_stream(stream);
+  if (!s || position_reached(target, seq)) return;
+  task* t = new_task(*s, task_kind::event_wait);
+  t->target_stream = target;
+  t->target_seq = seq;
+  t->name = name;
+  enqueue(*s, t);
 }
 
 NPURT_DECL void runtime::try_start(stream_state& s) {
   task* t = s.head;
   if (!t || s.head_started) return;
-  if (t->submitted > now_) {
+  if (t->submitted > now()) {
     if (!s.wake_pending) {
       s.wake_pending = true;
-      call_at(t->submitted, &runtime::wake_stream, this, s.id);
+      clock_.call_at(t->submitted, timer_action::member_value<&runtime::wake_stream>(this, s.id));
     }
     return;
   }
@@ -306,34 +285,33 @@ NPURT_DECL void runtime::try_start(stream_state& s) {
   start_task(s, t);
 }
 
-NPURT_DECL void runtime::wake_stream(void* ctx, std::uint64_t stream_id) {
-  auto* rt = static_cast<runtime*>(ctx);
-  if (auto* s = rt->find_stream(static_cast<std::uint32_t>(stream_id))) {
+NPURT_DECL void runtime::wake_stream(std::uint64_t stream_id) {
+  if (auto* s = find_stream(static_cast<std::uint32_t>(stream_id))) {
     s->wake_pending = false;
-    rt->try_start(*s);
+    try_start(*s);
   }
 }
 
-NPURT_DECL void runtime::task_done_now(void* ctx, std::uint64_t task_ptr) {
-  auto* rt = static_cast<runtime*>(ctx);
-  auto* t = reinterpret_cast<task*>(task_ptr);
-  t->end = rt->now_;
-  rt->finish_task(*rt->find_stream(t->stream), t);
+NPURT_DECL void runtime::task_done_now(task* t) {
+  if (t->orphan) return free_task(t);
+  t->end = now();
+  finish_task(*find_stream(t->stream), t);
 }
 
-NPURT_DECL void runtime::on_wait_satisfied(runtime& rt, void*, std::uint64_t arg, std::error_code ec) {
-  auto* t = reinterpret_cast<task*>(arg);
+NPURT_DECL void runtime::on_wait_satisfied(runtime& rt, void* ctx, std::error_code ec) {
+  auto* t = static_cast<task*>(ctx);
   t->blocked = false;
   if (ec) t->error = ec;
   // Through the now-queue rather than directly: long chains of waits must not recurse.
-  rt.call_at(rt.now_, &runtime::task_done_now, &rt, arg);
+  rt.done_now(t);
 }
 
 NPURT_DECL void runtime::start_task(stream_state& s, task* t) {
   s.head_started = true;
-  if (const std::uint32_t next = queue_.on_dispatch(*t)) call_at(now_, &runtime::wake_stream, this, next);
-  t->ready = now_;
-  t->start = now_;
+  if (const std::uint32_t next = queue_.on_dispatch(*t))
+    clock_.call_at(now(), timer_action::member_value<&runtime::wake_stream>(this, next));
+  t->ready = now();
+  t->start = now();
   switch (t->kind) {
     case task_kind::kernel:
     case task_kind::memset:
@@ -341,25 +319,15 @@ NPURT_DECL void runtime::start_task(stream_state& s, task* t) {
       backend_->submit(*t);
       return;
     case task_kind::memcpy:
-      if (t->engine == engine_kind::host) {
-        const double secs = static_cast<double>(t->copy.bytes) / opts_.host_copy_bandwidth;
-        t->end = now_ + picoseconds{static_cast<std::int64_t>(secs * 1e12 + 0.5)};
-        call_at(t->end, [](void* ctx, std::uint64_t p) {
-          auto* rt = static_cast<runtime*>(ctx);
-          auto* tk = reinterpret_cast<task*>(p);
-          rt->perform_copy(*tk);
-          rt->finish_task(*rt->find_stream(tk->stream), tk);
-        }, this, reinterpret_cast<std::uint64_t>(t));
-        return;
-      }
+      // Host-to-host copies too: the backend owns all data movement and its timing.
       backend_->submit(*t);
       return;
     case task_kind::event_record: {
       if (auto* e = find_event(t->event_id); e && e->stream == s.id && e->seq == t->seq) {
         e->has_time = true;
-        e->time = now_;
+        e->time = now();
       }
-      call_at(now_, &runtime::task_done_now, this, reinterpret_cast<std::uint64_t>(t));
+      done_now(t);
       return;
     }
     case task_kind::event_wait:
@@ -368,7 +336,7 @@ NPURT_DECL void runtime::start_task(stream_state& s, task* t) {
         event_state* e = find_event(t->event_id);
         if (!e) {
           t->error = make_error_code(errc::invalid_event);
-          call_at(now_, &runtime::task_done_now, this, reinterpret_cast<std::uint64_t>(t));
+          done_now(t);
           return;
         }
         if (e->records == 0) {
@@ -380,24 +348,25 @@ NPURT_DECL void runtime::start_task(stream_state& s, task* t) {
         t->target_seq = e->seq;
       }
       if (position_reached(t->target_stream, t->target_seq)) {
-        call_at(now_, &runtime::task_done_now, this, reinterpret_cast<std::uint64_t>(t));
+        done_now(t);
         return;
       }
       t->blocked = true;
-      streams_[t->target_stream]->waiters.emplace(
-          t->target_seq, position_waiter{&runtime::on_wait_satisfied, nullptr, reinterpret_cast<std::uint64_t>(t)});
+      streams_[t->target_stream]->waiters.emplace(t->target_seq, position_waiter{&runtime::on_wait_satisfied, t});
       // A wait that closes a cycle can never be satisfied: say so now, not at the end of time.
-      if (wait_cycle_from(s)) resolve_deadlock(true);
+      if (deadlocks_.closes_cycle(s)) resolve_deadlock(true);
       return;
     case task_kind::host_callback:
-      note_post();
-      boost::asio::post(s.strand, [this, t] {
+      post(s.strand, [this, t] {
+        if (t->orphan) return free_task(t);  // its device was reset meanwhile
         try {
           if (t->callback) (*t->callback)();
         } catch (...) {
-          t->error = make_error_code(errc::kernel_fault);
+          // Not swallowed: the awaiting caller, or the stream's sticky error, gets it.
+          t->error = make_error_code(errc::callback_failed);
+          t->exception = std::current_exception();
         }
-        t->end = now_;
+        t->end = now();
         finish_task(*find_stream(t->stream), t);
       });
       return;
@@ -416,7 +385,7 @@ NPURT_DECL void runtime::perform_copy(task& t) {
   const copy_desc& c = t.copy;
   auto resolve = [this](device_id dev, const void* p, std::size_t n) -> std::byte* {
     if (!is_device_address(p)) return static_cast<std::byte*>(const_cast<void*>(p));
-    return translate(dev, p, n);
+    return memory_.translate(dev, p, n);
   };
   std::byte* dst = resolve(c.dst_device, c.dst, c.bytes);
   if (!dst) {
@@ -438,9 +407,9 @@ NPURT_DECL void runtime::perform_copy(task& t) {
 
 NPURT_DECL void runtime::finish_task(stream_state& s, task* t) {
   if (tracing()) {
-    fanout_.on_task(*t);
+    trace_->on_task(*t);
     if (t->kind == task_kind::event_record) {
-      fanout_.on_event_record({t->event_id, t->id, t->device, t->stream, t->end});
+      trace_->on_event_record({t->event_id, t->id, t->device, t->stream, t->end});
     } else if (t->kind == task_kind::event_wait) {
       event_wait_info w{t->event_id, t->id, t->device, t->stream, 0, 0, t->target_stream, t->start, t->end};
       if (auto* e = find_event(t->event_id)) {
@@ -449,7 +418,7 @@ NPURT_DECL void runtime::finish_task(stream_state& s, task* t) {
       } else if (auto* ts = find_stream(t->target_stream)) {
         w.record_device = ts->device;
       }
-      fanout_.on_event_wait(w);
+      trace_->on_event_wait(w);
     }
   }
   s.completed = t->seq;
@@ -458,17 +427,107 @@ NPURT_DECL void runtime::finish_task(stream_state& s, task* t) {
   s.head_started = false;
   op_base* w = t->waiter;
   const std::error_code err = t->error;
+  if (err && !w) record_failure(*t, err);  // fire-and-forget: nobody else would hear of it
   free_task(t);
   if (w) w->complete(err);
   while (!s.waiters.empty() && s.waiters.begin()->first <= s.completed) {
     const position_waiter pw = s.waiters.begin()->second;
     s.waiters.erase(s.waiters.begin());
-    pw.fn(*this, pw.ctx, pw.arg, {});
+    pw.fn(*this, pw.ctx, {});
   }
   if (s.head)
     try_start(s);
   else if (s.destroyed && s.waiters.empty())
     streams_[s.id].reset();
+}
+
+NPURT_DECL std::string failure::describe() const {
+  std::string out = "task " + std::to_string(task);
+  if (!name.empty()) out += " (" + name + ")";
+  out += " on stream " + std::to_string(stream) + " failed: " + ec.message();
+  if (exception) {
+    try {
+      std::rethrow_exception(exception);
+    } catch (const std::exception& e) {
+      out += ": ";
+      out += e.what();
+    } catch (...) {
+    }
+  }
+  return out;
+}
+
+NPURT_DECL void runtime::record_failure(const task& t, std::error_code ec) {
+  auto fill = [&](failure& f) {
+    if (f) return;  // the first failure is the one reported
+    f.ec = ec;
+    f.task = t.id;
+    f.stream = t.stream;
+    f.seq = t.seq;
+    f.name = std::string(t.name);
+    f.exception = t.exception;
+  };
+  if (auto* s = find_stream(t.stream)) fill(s->sticky);
+  if (t.device >= 0 && static_cast<std::size_t>(t.device) < device_failures_.size())
+    fill(device_failures_[static_cast<std::size_t>(t.device)]);
+}
+
+NPURT_DECL failure runtime::take_stream_failure(std::uint32_t stream) noexcept {
+  failure f;
+  if (auto* s = find_stream(stream)) std::swap(f, s->sticky);
+  return f;
+}
+
+NPURT_DECL const failure* runtime::peek_stream_failure(std::uint32_t stream) const noexcept {
+  if (stream >= streams_.size() || !streams_[stream] || !streams_[stream]->sticky) return nullptr;
+  return &streams_[stream]->sticky;
+}
+
+NPURT_DECL failure runtime::take_device_failure(device_id dev) noexcept {
+  failure f;
+  if (dev >= 0 && static_cast<std::size_t>(dev) < device_failures_.size())
+    std::swap(f, device_failures_[static_cast<std::size_t>(dev)]);
+  return f;
+}
+
+NPURT_DECL void runtime::abort_device(device_id dev) {
+  backend_->abort(dev);  // the backend lets go of every task of the device
+  queue_.forget(dev);     // and the device's execution queue of every task not yet dispatched
+  const std::error_code aborted = make_error_code(errc::operation_aborted);
+  std::vector<op_base*> waiters;
+  for (auto& sp : streams_) {
+    if (!sp || sp->device != dev) continue;
+    stream_state& s = *sp;
+    for (task* t = s.head; t;) {
+      task* next = t->next;
+      if (t->waiter) waiters.push_back(std::exchange(t->waiter, nullptr));
+      if (t->kind == task_kind::event_wait && t->blocked) detach_wait(t);
+      const bool completion_queued =
+          t == s.head && s.head_started && !t->blocked &&
+          (t->kind == task_kind::event_record || t->kind == task_kind::event_wait ||
+           t->kind == task_kind::host_callback);
+      if (completion_queued)
+        t->orphan = true;  // a now-action or strand handler still holds it: it frees the record
+      else
+        free_task(t);
+      t = next;
+    }
+    s.head = s.tail = nullptr;
+    s.head_started = false;
+    s.completed = s.enqueued;
+    s.sticky = {};
+  }
+  device_failures_[static_cast<std::size_t>(dev)] = {};
+  for (op_base* w : waiters) w->complete(aborted);
+  // Whoever waited on a position of these streams hears that it will never come.
+  for (auto& sp : streams_) {
+    if (!sp || sp->device != dev) continue;
+    auto ws = std::move(sp->waiters);
+    sp->waiters.clear();
+    for (auto& [seq, w] : ws) w.fn(*this, w.ctx, aborted);
+  }
+  for (auto& sp : streams_)
+    if (sp && sp->device == dev && sp->destroyed && sp->waiters.empty()) sp.reset();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -483,18 +542,37 @@ NPURT_DECL std::uint64_t runtime::create_event(device_id dev, bool wait_for_reco
   return events_.back()->id;
 }
 
-NPURT_DECL void runtime::bind_unbound_waits(event_state& e) {
+NPURT_DECL void runtime::record_event(stream_state& s, event_state& e) {
+  task* t = new_task(s, task_kind::event_record);
+  t->event_id = e.id;
+  t->name = "event_record";
+  // The event points at this record before it is enqueued: the record may run at once.
+  ++e.records;
+  e.stream = s.id;
+  e.seq = s.enqueued + 1;
+  e.record_task = t->id;
+  e.has_time = false;
+  enqueue(s, t);
+  // Waits made before the first record wait for this one.
   std::vector<task*> waits;
   waits.swap(e.unbound);
-  for (task* t : waits) {
-    t->target_stream = e.stream;
-    t->target_seq = e.seq;
-    wait_position(e.stream, e.seq, position_waiter{&runtime::on_wait_satisfied, nullptr, reinterpret_cast<std::uint64_t>(t)});
+  for (task* w : waits) {
+    w->target_stream = e.stream;
+    w->target_seq = e.seq;
+    wait_position(e.stream, e.seq, position_waiter{&runtime::on_wait_satisfied, w});
   }
 }
 
-NPURT_DECL void runtime::destroy_event(std::uint64_t id) noexcept {
-  if (id != 0 && id < events_.size()) events_[id].reset();
+NPURT_DECL void runtime::retain_event(std::uint64_t id) noexcept {
+  if (auto* e = find_event(id)) ++e->refs;
+}
+
+NPURT_DECL void runtime::release_event(std::uint64_t id) noexcept {
+  if (auto* e = find_event(id); e && --e->refs == 0) events_[id].reset();
+}
+
+NPURT_DECL std::uint64_t runtime::last_enqueued(std::uint32_t stream) const noexcept {
+  return stream < streams_.size() && streams_[stream] ? streams_[stream]->enqueued : 0;
 }
 
 NPURT_DECL event_state* runtime::find_event(std::uint64_t id) noexcept {
@@ -504,223 +582,9 @@ NPURT_DECL event_state* runtime::find_event(std::uint64_t id) noexcept {
 // ---------------------------------------------------------------------------------------------
 // Memory
 
-NPURT_DECL void* runtime::device_malloc(device_id dev, std::size_t bytes, std::error_code& ec, bool pool) {
-  ec.clear();
-  if (dev < 0 || static_cast<std::size_t>(dev) >= device_count()) {
-    ec = make_error_code(errc::invalid_device);
-    return nullptr;
-  }
-  if (bytes == 0) {
-    ec = make_error_code(errc::zero_size);
-    return nullptr;
-  }
-  const std::size_t capacity = backend_->properties(dev).memory_bytes;
-  if (bytes > capacity) {
-    ec = make_error_code(errc::size_overflow);
-    return nullptr;
-  }
-  const std::size_t rounded = round_up(bytes, device_granule);
-  if (used_[dev] + rounded > capacity) {
-    ec = make_error_code(errc::out_of_memory);
-    return nullptr;
-  }
-  std::byte* backing = nullptr;
-  if (backend_->functional()) {
-    backing = static_cast<std::byte*>(mi_zalloc_aligned(rounded, 64));
-    if (!backing) {
-      ec = make_error_code(errc::resource_exhausted);  // the host could not back the device memory
-      return nullptr;
-    }
-  }
-  const std::uint64_t addr = next_address_[dev];
-  next_address_[dev] += round_up(rounded, 4096);
-  allocations_.emplace(addr, allocation{addr, bytes, dev, backing, pool, 0});
-  used_[dev] += rounded;
-  if (tracing() && !pool)
-    fanout_.on_memory({dev, memory_op::alloc, addr, rounded, used_[dev], used_[dev], 0, now_});
-  return reinterpret_cast<void*>(addr);
-}
-
-NPURT_DECL void runtime::device_free(device_id dev, void* p, std::error_code& ec, bool pool) {
-  ec.clear();
-  if (!p) {
-    ec = make_error_code(errc::null_pointer);
-    return;
-  }
-  const auto addr = reinterpret_cast<std::uint64_t>(p);
-  auto it = allocations_.find(addr);
-  if (it == allocations_.end()) {
-    ec = make_error_code(freed_.count(addr) ? errc::double_free : errc::invalid_pointer);
-    return;
-  }
-  if (it->second.pool != pool) {
-    ec = make_error_code(errc::invalid_pointer);  // pool memory goes back through its pool
-    return;
-  }
-  if (it->second.device != dev) {
-    ec = make_error_code(errc::stream_device_mismatch);
-    return;
-  }
-  const std::size_t rounded = round_up(it->second.bytes, device_granule);
-  if (it->second.backing) mi_free(it->second.backing);
-  used_[dev] -= rounded;
-  allocations_.erase(it);
-  freed_.insert(addr);
-  if (tracing() && !pool) fanout_.on_memory({dev, memory_op::free, addr, rounded, used_[dev], used_[dev], 0, now_});
-}
-
-NPURT_DECL const allocation* runtime::find_allocation(const void* p) const noexcept {
-  const auto addr = reinterpret_cast<std::uint64_t>(p);
-  auto find_in = [addr](const std::map<std::uint64_t, allocation>& m) -> const allocation* {
-    auto it = m.upper_bound(addr);
-    if (it == m.begin()) return nullptr;
-    --it;
-    if (addr >= it->second.address + it->second.bytes) return nullptr;
-    return &it->second;
-  };
-  const allocation* a = find_in(allocations_);
-  if (a && a->pool) return find_in(pool_blocks_);
-  return a;
-}
-
-NPURT_DECL std::uint64_t runtime::reserve_range(device_id dev, std::size_t bytes, std::error_code& ec) {
-  ec.clear();
-  if (dev < 0 || static_cast<std::size_t>(dev) >= device_count()) {
-    ec = make_error_code(errc::invalid_device);
-    return 0;
-  }
-  if (bytes == 0) {
-    ec = make_error_code(errc::zero_size);
-    return 0;
-  }
-  const std::uint64_t addr = next_address_[dev];
-  next_address_[dev] += round_up(bytes, 1 << 21);
-  allocations_.emplace(addr, allocation{addr, bytes, dev, nullptr, true, 0});
-  return addr;
-}
-
-NPURT_DECL void runtime::release_range(std::uint64_t addr) noexcept {
-  auto it = allocations_.find(addr);
-  if (it == allocations_.end() || !it->second.pool) return;
-  used_[it->second.device] -= it->second.mapped;
-  if (it->second.backing) mi_free(it->second.backing);
-  freed_.insert(addr);
-  allocations_.erase(it);
-}
-
-NPURT_DECL std::error_code runtime::map_range(std::uint64_t range, std::size_t bytes) {
-  auto it = allocations_.find(range);
-  if (it == allocations_.end() || !it->second.pool) return make_error_code(errc::invalid_pointer);
-  allocation& a = it->second;
-  if (a.mapped + bytes > a.bytes) return make_error_code(errc::size_overflow);
-  if (used_[a.device] + bytes > backend_->properties(a.device).memory_bytes) return make_error_code(errc::out_of_memory);
-  if (backend_->functional() && !a.backing) {
-    // One contiguous store for the whole range, so blocks that span mapping granules translate.
-    a.backing = static_cast<std::byte*>(mi_zalloc_aligned(a.bytes, 64));
-    if (!a.backing) return make_error_code(errc::resource_exhausted);
-  }
-  a.mapped += bytes;
-  used_[a.device] += bytes;
-  return {};
-}
-
-NPURT_DECL void runtime::unmap_range(std::uint64_t range, std::size_t bytes) noexcept {
-  auto it = allocations_.find(range);
-  if (it == allocations_.end() || !it->second.pool) return;
-  const std::size_t n = std::min(bytes, it->second.mapped);
-  it->second.mapped -= n;
-  used_[it->second.device] -= n;
-}
-
-NPURT_DECL void runtime::register_pool_block(device_id dev, std::uint64_t addr, std::size_t bytes) {
-  std::byte* backing = nullptr;
-  auto it = allocations_.upper_bound(addr);
-  if (it != allocations_.begin()) {
-    --it;
-    if (it->second.backing && addr >= it->second.address && addr < it->second.address + it->second.bytes)
-      backing = it->second.backing + (addr - it->second.address);
-  }
-  pool_blocks_[addr] = allocation{addr, bytes, dev, backing, false, 0};
-}
-
-NPURT_DECL void runtime::unregister_pool_block(std::uint64_t addr) noexcept { pool_blocks_.erase(addr); }
-
-NPURT_DECL void runtime::drop_pool_blocks(device_id dev) noexcept {
-  std::erase_if(pool_blocks_, [dev](const auto& kv) { return kv.second.device == dev; });
-}
-
 NPURT_DECL void runtime::trace_memory(device_id dev, memory_op op, std::uint64_t addr, std::size_t bytes,
                                       std::size_t in_use, std::size_t reserved, std::uint32_t stream) {
-  if (tracing()) fanout_.on_memory({dev, op, addr, bytes, in_use, reserved, stream, now_});
-}
-
-NPURT_DECL std::size_t runtime::device_used(device_id dev) const noexcept {
-  return dev >= 0 && static_cast<std::size_t>(dev) < used_.size() ? used_[dev] : 0;
-}
-
-NPURT_DECL std::byte* runtime::translate(device_id dev, const void* addr, std::size_t bytes) noexcept {
-  const allocation* a = find_allocation(addr);
-  if (!a || a->device != dev || !a->backing) return nullptr;
-  const auto off = reinterpret_cast<std::uint64_t>(addr) - a->address;
-  if (bytes > a->bytes - off) return nullptr;
-  return a->backing + off;
-}
-
-NPURT_DECL void runtime::release_device_memory(device_id dev) noexcept {
-  drop_pool_blocks(dev);
-  for (auto it = allocations_.begin(); it != allocations_.end();) {
-    if (it->second.device == dev) {
-      if (it->second.backing) mi_free(it->second.backing);
-      freed_.insert(it->first);
-      it = allocations_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  if (dev >= 0 && static_cast<std::size_t>(dev) < used_.size()) used_[dev] = 0;
-}
-
-NPURT_DECL void* runtime::host_malloc(std::size_t bytes, std::error_code& ec) {
-  ec.clear();
-  if (bytes == 0) {
-    ec = make_error_code(errc::zero_size);
-    return nullptr;
-  }
-  void* p = mi_zalloc_aligned(bytes, 64);
-  if (!p) {
-    ec = make_error_code(errc::out_of_memory);
-    return nullptr;
-  }
-  host_allocations_.emplace(p, host_allocation{p, bytes});
-  if (tracing())
-    fanout_.on_memory({-1, memory_op::alloc, reinterpret_cast<std::uint64_t>(p), bytes, 0, 0, 0, now_});
-  return p;
-}
-
-NPURT_DECL void runtime::host_free(void* p, std::error_code& ec) {
-  ec.clear();
-  if (!p) {
-    ec = make_error_code(errc::null_pointer);
-    return;
-  }
-  auto it = host_allocations_.find(p);
-  if (it == host_allocations_.end()) {
-    ec = make_error_code(errc::invalid_pointer);
-    return;
-  }
-  if (tracing())
-    fanout_.on_memory({-1, memory_op::free, reinterpret_cast<std::uint64_t>(p), it->second.bytes, 0, 0, 0, now_});
-  host_allocations_.erase(it);
-  mi_free(p);
-}
-
-NPURT_DECL const host_allocation* runtime::find_host_allocation(const void* p) const noexcept {
-  auto it = host_allocations_.upper_bound(p);
-  if (it == host_allocations_.begin()) return nullptr;
-  --it;
-  const auto base = reinterpret_cast<std::uintptr_t>(it->second.base);
-  if (reinterpret_cast<std::uintptr_t>(p) >= base + it->second.bytes) return nullptr;
-  return &it->second;
+  if (trace_) trace_->on_memory({dev, op, addr, bytes, in_use, reserved, stream, now()});
 }
 
 NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> runtime::device_positions(device_id dev) const {
@@ -742,10 +606,12 @@ NPURT_DECL void runtime::invalidate_device(device_id dev) noexcept {
 
 NPURT_DECL void runtime::add_observer(observer& o) {
   if (std::find(observers_.begin(), observers_.end(), &o) == observers_.end()) observers_.push_back(&o);
+  trace_ = &fanout_;
 }
 
 NPURT_DECL void runtime::remove_observer(observer& o) {
   observers_.erase(std::remove(observers_.begin(), observers_.end(), &o), observers_.end());
+  trace_ = observers_.empty() ? nullptr : &fanout_;
 }
 
 }  // namespace npurt::detail

@@ -7,19 +7,21 @@ namespace npurt {
 
 NPURT_DECL stream& stream::operator=(stream&& o) noexcept {
   if (this != &o) {
-    this->~stream();
+    release();
     rt_ = std::exchange(o.rt_, nullptr);
     id_ = std::exchange(o.id_, 0);
   }
   return *this;
 }
 
-NPURT_DECL stream::~stream() {
+NPURT_DECL stream::~stream() { release(); }
+
+NPURT_DECL void stream::release() noexcept {
   if (!rt_) return;
   detail::runtime& rt = *rt_;
   const std::uint32_t id = id_;
   rt_ = nullptr;
-  if (!rt.in_run() && !rt.stream_idle(id)) {
+  if (!rt.in_run() && !rt.stream_idle(id) && !rt.check_thread()) {
     std::error_code ec;
     detail::wait_blocking(rt, [&] { return rt.stream_idle(id); }, sim_time::max(), ec);
   }
@@ -28,6 +30,7 @@ NPURT_DECL stream::~stream() {
 
 NPURT_DECL detail::stream_state* stream::state(std::error_code& ec) const noexcept {
   ec.clear();
+  if (rt_ && (ec = rt_->check_thread())) return nullptr;
   detail::stream_state* s = rt_ ? rt_->find_stream(id_) : nullptr;
   if (!s || s->invalidated || s->destroyed) {
     ec = make_error_code(errc::invalid_stream);
@@ -70,26 +73,32 @@ NPURT_DECL event stream::submit(detail::task* t) {
 
 // --- preparation: every check happens here, before anything is enqueued ----------------------
 
-NPURT_DECL bool stream::block_dim_fits(const detail::stream_state& s, std::uint32_t block_dim, std::error_code& ec) const {
-  if (block_dim == 0) return true;
-  const device_properties& props = rt_->backend().properties(s.device);
-  if (block_dim <= std::max(props.ai_core_count, props.vector_core_count)) return true;
-  ec = make_error_code(errc::invalid_argument);
-  return false;
-}
-
-NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, std::error_code& ec) {
-  if (const auto* f = std::get_if<kernels::fixed>(&k.op)) return make_fixed_launch(*f, k.display_name(), k.block_dim, ec);
+NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, std::error_code& ec, std::string* what) {
+  if (const auto* f = std::get_if<kernels::fixed>(&k.op)) {
+    if (!state(ec)) return nullptr;
+    return make_fixed_launch(*f, rt_->intern(k.display_name()), k.block_dim, ec);
+  }
   auto* s = state(ec);
   if (!s) return nullptr;
-  if (!block_dim_fits(*s, k.block_dim, ec)) return nullptr;
+  // The backend checks everything about the kernel itself (shapes, types, block_dim); the
+  // memory registry checks where its operands point, as it does for copies.
   ec = rt_->backend().validate(s->device, k);
-  if (ec) return nullptr;
+  if (ec) {
+    if (what) *what = rt_->backend().describe_invalid(s->device, k);
+    return nullptr;
+  }
+  std::string why;
+  ec = rt_->memory().check_operands(s->device, k, why);
+  if (ec) {
+    if (what) *what = std::move(why);
+    return nullptr;
+  }
   detail::task* t = rt_->new_task(*s, task_kind::kernel);
   t->engine = engine_kind::ai_core;
   t->block_dim = k.block_dim;
-  t->name = k.display_name();
+  t->name = rt_->intern(k.display_name());
   t->owned_kernel = rt_->new_kernel(k);
+  t->owned_kernel->name = t->name;
   t->kernel = t->owned_kernel;
   return t;
 }
@@ -103,7 +112,7 @@ NPURT_DECL detail::task* stream::make_fixed_launch(const kernels::fixed& f, std:
                                                    std::uint32_t block_dim, std::error_code& ec) {
   auto* s = state(ec);
   if (!s) return nullptr;
-  if (!block_dim_fits(*s, block_dim, ec)) return nullptr;
+  if ((ec = rt_->backend().validate_fixed(s->device, block_dim))) return nullptr;
   detail::task* t = rt_->new_task(*s, task_kind::kernel);
   t->engine = engine_kind::ai_core;
   t->block_dim = block_dim;
@@ -137,7 +146,7 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
   auto check_side = [&](const void* p, bool dev, device_id& owner) -> bool {
     owner = -1;
     if (dev) {
-      const detail::allocation* a = rt_->find_allocation(p);
+      const detail::allocation* a = rt_->memory().find_allocation(p);
       if (!a) {
         ec = make_error_code(errc::invalid_pointer);
         return false;
@@ -149,7 +158,7 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
       owner = a->device;
       return true;
     }
-    if (const detail::host_allocation* h = rt_->find_host_allocation(p)) {
+    if (const detail::host_allocation* h = rt_->memory().find_host_allocation(p)) {
       const auto off = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(h->base);
       if (count > h->bytes - off) {
         ec = make_error_code(errc::size_overflow);
@@ -213,7 +222,7 @@ NPURT_DECL detail::task* stream::make_memset(void* dst, std::size_t dst_max, int
     ec = make_error_code(errc::size_overflow);
     return nullptr;
   }
-  const detail::allocation* a = detail::is_device_address(dst) ? rt_->find_allocation(dst) : nullptr;
+  const detail::allocation* a = detail::is_device_address(dst) ? rt_->memory().find_allocation(dst) : nullptr;
   if (!a) {
     ec = make_error_code(errc::invalid_pointer);  // memset fills device memory npurt allocated
     return nullptr;
@@ -280,9 +289,10 @@ NPURT_DECL event stream::launch(const kernel_desc& k, std::error_code& ec) {
 
 NPURT_DECL event stream::launch(const kernel_desc& k) {
   std::error_code ec;
-  event e = launch(k, ec);
-  throw_if(ec, "npurt::stream::launch");
-  return e;
+  std::string what;
+  detail::task* t = make_launch(k, ec, &what);
+  if (!t) throw_error(ec, "npurt::stream::launch: " + (what.empty() ? ec.message() : what));
+  return submit(t);
 }
 
 NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
@@ -328,17 +338,7 @@ NPURT_DECL void stream::record(event& e, std::error_code& ec) {
     ec = make_error_code(errc::stream_device_mismatch);
     return;
   }
-  detail::task* t = rt_->new_task(*s, task_kind::event_record);
-  t->event_id = e.id();
-  t->name = "event_record";
-  // The event points at this record before it is enqueued: the record may run at once.
-  ++st->records;
-  st->stream = s->id;
-  st->seq = s->enqueued + 1;
-  st->record_task = t->id;
-  st->has_time = false;
-  submit(t);
-  if (!st->unbound.empty()) rt_->bind_unbound_waits(*st);
+  rt_->record_event(*s, *st);
 }
 
 NPURT_DECL void stream::record(event& e) {
@@ -372,29 +372,52 @@ NPURT_DECL event stream::launch_callback(std::function<void()> fn) {
 
 // --- host side -------------------------------------------------------------------------------
 
+NPURT_DECL bool stream::query(std::error_code& ec) const noexcept {
+  auto* s = state(ec);
+  if (!s) return false;
+  if ((ec = rt_->take_stream_failure(s->id).ec)) return false;
+  return s->head == nullptr;
+}
+
 NPURT_DECL bool stream::query() const {
   std::error_code ec;
   auto* s = state(ec);
   throw_if(ec, "npurt::stream::query");
+  detail::failure f = rt_->take_stream_failure(s->id);
+  if (f.exception) std::rethrow_exception(f.exception);
+  if (f) throw_error(f.ec, "npurt::stream::query: " + f.describe());
   return s->head == nullptr;
 }
 
-NPURT_DECL void stream::synchronize(picoseconds timeout, std::error_code& ec) {
+NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* out) {
   auto* s = state(ec);
   if (!s) return;
+  if ((ec = detail::check_timeout(timeout))) return;
   detail::runtime& rt = *rt_;
   const std::uint32_t id = s->id;
-  const std::uint64_t target = s->enqueued;
-  const sim_time deadline = timeout.count() >= 0 ? rt.now() + timeout : sim_time::max();
+  const std::uint64_t target = rt.last_enqueued(id);
+  const sim_time deadline = timeout ? rt.now() + *timeout : sim_time::max();
   detail::wait_blocking(rt, [&] { return rt.position_reached(id, target); }, deadline, ec);
+  if (ec) return;
+  detail::failure f = rt.take_stream_failure(id);
+  ec = f.ec;
+  if (out) *out = std::move(f);
 }
 
-NPURT_DECL void stream::synchronize(picoseconds timeout) {
+NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout, std::error_code& ec) {
+  synchronize(timeout, ec, nullptr);
+}
+
+NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout) {
   std::error_code ec;
-  synchronize(timeout, ec);
+  detail::failure f;
+  synchronize(timeout, ec, &f);
+  if (f.exception) std::rethrow_exception(f.exception);
+  if (f) throw_error(f.ec, "npurt::stream::synchronize: " + f.describe());
+  if (ec == errc::not_supported && rt_ && rt_->in_run())
+    throw_error(ec, "npurt::stream::synchronize blocks, which is not possible inside system::run (in a coroutine "
+                    "or handler); use co_await s.async_synchronize(asio::use_awaitable)");
   throw_if(ec, "npurt::stream::synchronize");
 }
-
-NPURT_DECL void stream::synchronize() { synchronize(picoseconds{-1}); }
 
 }  // namespace npurt

@@ -10,22 +10,11 @@ namespace npurt {
 NPURT_DECL system::system(std::unique_ptr<npurt::backend> b, const system_options& opts)
     : rt_(std::make_unique<detail::runtime>(std::move(b), opts)) {
   for (std::size_t d = 0; d < rt_->device_count(); ++d) devices_.emplace_back(*rt_, static_cast<device_id>(d));
-  if (opts.trace_from_env) {
-    // Any program can be profiled without changing its code.
-    profiler_ = profiler::from_environment();
-    if (profiler_) {
-      profiler_->set_clock([this] { return now(); });
-      rt_->add_observer(*profiler_);
-    }
+  // Any program can be profiled without changing its code, if it includes the profiler.
+  if (opts.trace_from_env && detail::trace_from_environment != nullptr) {
+    profiler_ = detail::trace_from_environment(*this);
+    if (profiler_) rt_->add_observer(*profiler_);
   }
-}
-
-NPURT_DECL npurt::profiler& system::profiler() {
-  if (!profiler_) {
-    profiler_ = std::make_unique<npurt::profiler>([this] { return now(); });
-    rt_->add_observer(*profiler_);
-  }
-  return *profiler_;
 }
 
 NPURT_DECL system::~system() {
@@ -62,21 +51,21 @@ NPURT_DECL void system::run() {
 }
 
 NPURT_DECL void* system::host_malloc(std::size_t bytes, std::error_code& ec) noexcept {
-  return rt_->host_malloc(bytes, ec);
+  return rt_->memory().host_malloc(bytes, ec);
 }
 
 NPURT_DECL void* system::host_malloc(std::size_t bytes) {
   std::error_code ec;
-  void* p = rt_->host_malloc(bytes, ec);
+  void* p = rt_->memory().host_malloc(bytes, ec);
   throw_if(ec, "npurt::system::host_malloc");
   return p;
 }
 
-NPURT_DECL void system::host_free(void* p, std::error_code& ec) noexcept { rt_->host_free(p, ec); }
+NPURT_DECL void system::host_free(void* p, std::error_code& ec) noexcept { rt_->memory().host_free(p, ec); }
 
 NPURT_DECL void system::host_free(void* p) {
   std::error_code ec;
-  rt_->host_free(p, ec);
+  rt_->memory().host_free(p, ec);
   throw_if(ec, "npurt::system::host_free");
 }
 

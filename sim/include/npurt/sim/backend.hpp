@@ -33,7 +33,11 @@ class sim_backend final : public npurt::backend {
   [[nodiscard]] const device_properties& properties(device_id dev) const override;
   void attach(backend_host& host) override { model_.attach(host); }
   [[nodiscard]] std::error_code validate(device_id dev, const kernel_desc& k) const override;
+  [[nodiscard]] std::error_code validate_fixed(device_id dev, std::uint32_t block_dim) const override;
+  [[nodiscard]] std::string describe_invalid(device_id dev, const kernel_desc& k) const override;
   void submit(task_info& t) override { model_.submit(t); }
+  void flush() override { model_.flush(); }
+  void abort(device_id dev) override { model_.abort(dev); }
   [[nodiscard]] bool functional() const noexcept override { return opts_.functional; }
   void abort_collectives(std::uint64_t comm) override { model_.collectives().abort(comm); }
   [[nodiscard]] std::string describe_waits() const override { return model_.collectives_describe(); }

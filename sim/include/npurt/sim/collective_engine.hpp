@@ -64,6 +64,10 @@ class collective_engine {
   /// A transfer the engine started on the device model has finished.
   void on_transfer(task_info& carrier, std::error_code ec);
   void abort(std::uint64_t comm);
+  /// Device reset (before the device model drops the device's jobs): the device's collective
+  /// tasks are forgotten, never completed (the runtime drops their records), and every
+  /// operation the device takes part in fails with errc::operation_aborted on its other ranks.
+  void abort_device(device_id dev);
   /// The operations waiting for ranks that have not arrived: "all_reduce #3 of communicator
   /// 'dp' (id 1) waits for rank(s) 2 5", one per operation, '; ' between.
   [[nodiscard]] std::string describe() const;

@@ -80,13 +80,22 @@ class device_model {
 
   void attach(backend_host& host) noexcept;
   void submit(task_info& t);
+  /// End of an instant: starts what was submitted (and what finishing tasks made room for)
+  /// during it. An engine with room for everything starts the tasks in arrival order; one
+  /// without room decides by (priority, task id), so a high-priority task that becomes ready at
+  /// the same instant as a low-priority one is never passed by it.
+  void flush();
+  /// Device reset: drops every task of `dev` (queued, buffered or running) without completing
+  /// it, frees the cores, channels and bandwidth they held, and lets others use them. The
+  /// collectives `dev` takes part in fail on their other ranks.
+  void abort(device_id dev);
   /// A peer transfer of a collective (t.kind == collective, t.copy says src, dst and bytes):
   /// runs on the link path_of() names, sharing it with copies and other transfers, and is
   /// reported to the collective engine instead of the host when it ends.
   void start_transfer(task_info& t);
   /// A collective's local reduction on t.device (t.kind == collective, t.engine == ai_core):
   /// t.fixed.duration on the whole vector-core pool, queued with the device's kernels by
-  /// (priority, task id) and, like them, never preempted; reported to the collective engine.
+  /// (priority, arrival) and, like them, never preempted; reported to the collective engine.
   void start_reduction(task_info& t);
   [[nodiscard]] collective_engine& collectives() noexcept { return *coll_; }
   /// Collectives waiting for peers, for a deadlock report.
@@ -152,6 +161,16 @@ class device_model {
     std::uint32_t capacity = 1;
     std::uint32_t free = 1;
     std::vector<queued> heap;
+    std::uint64_t pending_need = 0;  // summed needs of this instant's arrivals
+    bool flushed = false;            // decided at this flush already
+  };
+  // One thing that happened during the current instant, in order: an arrival (task set), or an
+  // engine that gained room while tasks waited (task null).
+  struct pending {
+    task_info* task;
+    std::uint32_t engine;
+    std::uint32_t need;
+    std::uint32_t order;  // arrival order among an engine's arrivals, while deciding
   };
 
   static constexpr std::uint32_t no_engine = 0xffffffffu;
@@ -163,6 +182,8 @@ class device_model {
   void enqueue(task_info& t, std::uint32_t e, std::uint32_t need);
   [[gnu::noinline]] void wait(task_info& t, std::uint32_t e, std::uint32_t need);
   void dispatch(std::uint32_t e);
+  void defer(task_info* t, std::uint32_t e, std::uint32_t need);
+  void decide_contended(std::uint32_t e, std::size_t from);
   void start(task_info& t, std::uint32_t e, std::uint32_t need, sim_time now);
   void start_kernel(std::uint32_t slot, sim_time now);
   void start_copy(std::uint32_t slot, sim_time now);
@@ -183,6 +204,8 @@ class device_model {
   preset preset_;
   sim_options opts_;
   backend_host* host_ = nullptr;
+  bool buffered_ = false;                   // the host calls flush(): decide at the end of an instant
+  std::vector<pending> pending_, flushing_, arrivals_;
   std::uint32_t engines_per_device_ = 0;
   std::vector<engine> engines_;
   std::vector<resource> resources_;

@@ -26,6 +26,11 @@
 
 namespace npurt::sim {
 
+/// What the simulator supports: presets beyond these are rejected before anything is allocated.
+inline constexpr std::uint32_t max_device_count = 65536;          ///< devices in one system
+inline constexpr std::uint32_t max_core_count = 1024;             ///< AI cores per device (vector: twice)
+inline constexpr std::uint64_t max_memory_bytes = 1ull << 40;     ///< HBM per device (1 TiB)
+
 /// Every hardware parameter of one server of identical simulated devices.
 struct preset {
   // [SoCInfo]
@@ -100,13 +105,17 @@ struct preset {
   [[nodiscard]] device_properties properties() const;
 };
 
-/// Checks that a preset is usable (positive sizes and rates, groups inside the device count,
-/// no device in two groups). errc::invalid_config; `what` names the key.
+/// Checks that a preset is usable: every numeric key inside its documented range
+/// (preset_keys(): min..max in the file's unit; NaN, infinities and denormals are outside), the
+/// relations between keys (coupled cores, L0 holds two fractals, L1 >= L0A), and the HCCS
+/// groups (inside the device count, no device twice, one server per group).
+/// errc::invalid_config; `what` names the key.
 [[nodiscard]] std::error_code check(const preset& p, std::string* what = nullptr);
 
 namespace presets {
 /// Ascend 910 (910A): 32 coupled Da Vinci cores at 1 GHz, 32 GB HBM at 1.2 TB/s; a server of
-/// two 4-device HCCS full-mesh groups joined over PCIe.
+/// two 4-device HCCS full-mesh groups joined over PCIe. `devices` from 1 to max_device_count
+/// (npurt::caller_error, errc::invalid_config, otherwise).
 [[nodiscard]] preset ascend910(int devices = 1);
 /// Ascend 910B (910B2): 24 AIC + 48 AIV at 1.8 GHz, 64 GB HBM; an 8-device HCCS full mesh.
 [[nodiscard]] preset ascend910b(int devices = 1);
@@ -120,6 +129,10 @@ struct preset_key {
   std::string_view key;          // "l0_c_size"
   std::string_view unit;         // "bytes", "MHz", "GB/s", "ns", ...
   std::string_view description;
+  /// Numbers only: the valid range, inclusive, in `unit` (latencies also accept 0).
+  bool numeric = false;
+  double min = 0;
+  double max = 0;
   [[nodiscard]] std::string path() const { return std::string(section) + "." + std::string(key); }
 };
 
@@ -131,7 +144,7 @@ struct preset_key {
 /// errc::parse_error (bad value); `what` explains. The preset is unchanged on error.
 std::error_code set_value(preset& p, std::string_view key, std::string_view value, std::string* what = nullptr);
 
-/// Parses INI text. Every key must be present unless [SoCInfo] has `base = <built-in name>`,
+/// Parses INI text (at most 1 MiB). Every key must be present unless [SoCInfo] has `base = <built-in name>`,
 /// in which case missing keys keep the base's values; unknown keys are errors. Errors are
 /// errc::parse_error (syntax, bad value) or errc::invalid_config (missing/unknown key, a value
 /// out of range); `what` names the key and the line.

@@ -43,6 +43,8 @@
 #include <npurt/backend.hpp>
 #include <npurt/kernel.hpp>
 
+#include <string>
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -80,6 +82,9 @@ struct operand_list {
 /// the all-or-none rule for data pointers. errc::invalid_shape / invalid_dtype /
 /// invalid_layout / invalid_argument; {} when the kernel can run. kernels::fixed is always valid.
 [[nodiscard]] std::error_code validate(const kernel_desc& k);
+/// As validate, and on failure says in *what which tensor and dimension (or which parameter)
+/// is wrong, e.g. "conv2d tensor 'w' [64,3,0,7]: dimension 2 is 0 (must be positive)".
+[[nodiscard]] std::error_code validate(const kernel_desc& k, std::string* what);
 
 /// Validates, then computes the kernel's result with reference loops. Every operand's pointer
 /// is translated with mem.translate(dev, ptr, bytes); a null translation is

@@ -1,4 +1,4 @@
-#include <npurt/sim/memory_trace.hpp>
+#include <npurt/models/memory_trace.hpp>
 
 #include <npurt/memplan.hpp>
 
@@ -11,7 +11,7 @@
 #include <string>
 
 using namespace npurt;
-using namespace npurt::sim;
+using namespace npurt::models;
 
 namespace {
 
@@ -44,7 +44,7 @@ std::vector<memplan::buffer> as_memplan(const allocation_trace& tr) {
 
 }  // namespace
 
-TEST_CASE("the training-step trace sizes every tensor from its shape and dtype", "[sim][memory_trace]") {
+TEST_CASE("the training-step trace sizes every tensor from its shape and dtype", "[models][memory_trace]") {
   const resnet50 m{32};
   const auto tr = training_step_trace(m);
   const auto& ts = m.tensors();
@@ -89,7 +89,7 @@ TEST_CASE("the training-step trace sizes every tensor from its shape and dtype",
                                    by_role[tensor_role::running_stat].second * 4);
 }
 
-TEST_CASE("each tensor lives from the kernel that writes it to the last kernel that reads it", "[sim][memory_trace]") {
+TEST_CASE("each tensor lives from the kernel that writes it to the last kernel that reads it", "[models][memory_trace]") {
   const resnet50 m{32};
   const auto tr = training_step_trace(m);
   const auto& ts = m.tensors();
@@ -143,7 +143,7 @@ TEST_CASE("each tensor lives from the kernel that writes it to the last kernel t
   CHECK(tensor_index(m, "layer1.0.add.out") == -1);
 }
 
-TEST_CASE("peak live bytes holds every saved activation and every parameter", "[sim][memory_trace]") {
+TEST_CASE("peak live bytes holds every saved activation and every parameter", "[models][memory_trace]") {
   const resnet50 m{32};
   const auto tr = training_step_trace(m);
   const auto& ts = m.tensors();
@@ -195,7 +195,7 @@ TEST_CASE("peak live bytes holds every saved activation and every parameter", "[
   CHECK(tr64.peak_live < 2 * tr.peak_live);
 }
 
-TEST_CASE("repeated steps allocate the persistent tensors once", "[sim][memory_trace]") {
+TEST_CASE("repeated steps allocate the persistent tensors once", "[models][memory_trace]") {
   const auto tr = training_step_trace(8);
   const auto ev = repeated_events(tr, 3);
   std::size_t persistent = 0;
@@ -221,7 +221,7 @@ TEST_CASE("repeated steps allocate the persistent tensors once", "[sim][memory_t
   CHECK(kept.size() == persistent + 2 * 2 * transient);
 }
 
-TEST_CASE("the planner's plan of the trace passes the independent checker", "[sim][memory_trace][memplan]") {
+TEST_CASE("the planner's plan of the trace passes the independent checker", "[models][memory_trace][memplan]") {
   const auto tr = training_step_trace(32);
   const auto buffers = as_memplan(tr);
   memplan::options o;
@@ -247,7 +247,7 @@ TEST_CASE("the planner's plan of the trace passes the independent checker", "[si
   }
 }
 
-TEST_CASE("the trace is deterministic and follows the compute dtype", "[sim][memory_trace]") {
+TEST_CASE("the trace is deterministic and follows the compute dtype", "[models][memory_trace]") {
   const auto a = training_step_trace(16), b = training_step_trace(16);
   REQUIRE(a.buffers.size() == b.buffers.size());
   for (std::size_t i = 0; i < a.buffers.size(); ++i) {

@@ -1,9 +1,9 @@
 // ResNet-50 v1.5 as kernel descriptors (see resnet50.hpp).
-#include <npurt/sim/resnet50.hpp>
+#include <npurt/models/resnet50.hpp>
 
 #include <functional>
 
-namespace npurt::sim {
+namespace npurt::models {
 
 namespace {
 using arr2 = std::array<std::int32_t, 2>;
@@ -256,4 +256,4 @@ void resnet50::build() {
   }
 }
 
-}  // namespace npurt::sim
+}  // namespace npurt::models

@@ -1,4 +1,4 @@
-// npurt/sim/resnet50.hpp — ResNet-50 v1.5 (torchvision layout, 224x224) as kernel descriptors.
+// npurt/models/resnet50.hpp — ResNet-50 v1.5 (torchvision layout, 224x224) as kernel descriptors.
 //
 // The layer table is reference §5: a 7x7/2 stem and max-pool, four stages of 3, 4, 6, 3
 // bottleneck blocks (1x1 reduce, 3x3 with the stride in the first block of stages 3-5, 1x1
@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-namespace npurt::sim {
+namespace npurt::models {
 
 /// One convolution of the network.
 struct conv_layer {
@@ -128,4 +128,4 @@ class resnet50 {
   std::vector<tensor_access> accesses_;
 };
 
-}  // namespace npurt::sim
+}  // namespace npurt::models

@@ -1,4 +1,4 @@
-// npurt/sim/memory_trace.hpp — the device-memory allocation trace of a simulated training step.
+// npurt/models/memory_trace.hpp — the device-memory allocation trace of a simulated training step.
 //
 // Time is the kernel index in resnet50::training_step(). A tensor of the step lives on
 // [first kernel that writes it, last kernel that touches it + 1): what a framework's allocator
@@ -12,13 +12,13 @@
 // allocator replays it.
 #pragma once
 
-#include <npurt/sim/resnet50.hpp>
+#include <npurt/models/resnet50.hpp>
 
 #include <cstdint>
 #include <iosfwd>
 #include <vector>
 
-namespace npurt::sim {
+namespace npurt::models {
 
 /// One tensor's buffer: live on kernel steps [lower, upper), `size` bytes.
 struct trace_buffer {
@@ -62,4 +62,4 @@ struct allocation_trace {
 /// Writes `id,lower,upper,size` (the memplan / MiniMalloc CSV form).
 void write_csv(std::ostream& out, const allocation_trace& trace);
 
-}  // namespace npurt::sim
+}  // namespace npurt::models

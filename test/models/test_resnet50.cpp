@@ -1,11 +1,11 @@
-#include <npurt/sim/resnet50.hpp>
+#include <npurt/models/resnet50.hpp>
 
 #include <npurt/sim/backend.hpp>
 #if __has_include(<npurt/sim/reference_kernels.hpp>)
 #include <npurt/sim/reference_kernels.hpp>
 #endif
 
-#include "fake_host.hpp"
+#include "../sim/fake_host.hpp"
 
 #include <catch2/catch_test_macros.hpp>
 
@@ -15,6 +15,7 @@
 
 using namespace npurt;
 using namespace npurt::sim;
+using namespace npurt::models;
 
 namespace {
 
@@ -47,7 +48,7 @@ picoseconds run_step(sim_backend& be, test::fake_host& host, const resnet50& mod
 
 }  // namespace
 
-TEST_CASE("the ResNet-50 v1.5 builder has the reference layer table", "[sim][resnet50]") {
+TEST_CASE("the ResNet-50 v1.5 builder has the reference layer table", "[models][resnet50]") {
   const resnet50 m{1};
   CHECK(m.convs().size() == 53);
   CHECK(m.parameter_count() == 25'557'032);
@@ -70,7 +71,7 @@ TEST_CASE("the ResNet-50 v1.5 builder has the reference layer table", "[sim][res
     else if (c.name == "layer3.0.conv1") CHECK(c.stride == 1);
 }
 
-TEST_CASE("the training step's kernels are valid and do three times the forward MACs", "[sim][resnet50]") {
+TEST_CASE("the training step's kernels are valid and do three times the forward MACs", "[models][resnet50]") {
   const resnet50 m{8};
   const preset p = presets::ascend910();
   std::uint64_t flops = 0;
@@ -96,7 +97,7 @@ TEST_CASE("the training step's kernels are valid and do three times the forward 
   CHECK(std::abs(static_cast<double>(flops) - expected) / expected < 1e-9);
 }
 
-TEST_CASE("a ResNet-50 training step on one ascend910 lands near the published 2115 img/s", "[sim][resnet50]") {
+TEST_CASE("a ResNet-50 training step on one ascend910 lands near the published 2115 img/s", "[models][resnet50]") {
   const resnet50 model{256};
   test::fake_host host;
   sim_backend be{presets::ascend910(), {.functional = false}};

@@ -1,11 +1,11 @@
 // The allocation trace of a training step (see memory_trace.hpp).
-#include <npurt/sim/memory_trace.hpp>
+#include <npurt/models/memory_trace.hpp>
 
 #include <algorithm>
 #include <limits>
 #include <ostream>
 
-namespace npurt::sim {
+namespace npurt::models {
 
 namespace {
 
@@ -105,4 +105,4 @@ void write_csv(std::ostream& out, const allocation_trace& trace) {
   for (const auto& b : trace.buffers) out << b.id << ',' << b.lower << ',' << b.upper << ',' << b.size << '\n';
 }
 
-}  // namespace npurt::sim
+}  // namespace npurt::models

@@ -1,0 +1,150 @@
+// graph_schedules — ResNet-50 through the graph API on a simulated ascend910, timing-only:
+// latency, throughput and peak memory for each schedule (sequential, parallel, pipeline), each
+// optimisation level 0-3, memory reuse off and on; the "before" (level 0, sequential, no reuse)
+// and "after" (best) rows; the ResNet-50 training step (kernel list) with and without memory
+// reuse; and a BERT-Large training step (batch 96, mixed precision) against MindSpore's
+// published 269 sentences/s on one Ascend 910.
+//
+//   graph_schedules [--batch N] [--batches N] [--json PATH]
+#include <npurt/graph/session.hpp>
+#include <npurt/memplan.hpp>
+#include <npurt/models/graphs.hpp>
+#include <npurt/models/memory_trace.hpp>
+#include <npurt/models/resnet50.hpp>
+#include <npurt/observer.hpp>
+#include <npurt/sim/sim.hpp>
+
+#include "bench_common.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+
+namespace {
+
+constexpr double mib = 1024.0 * 1024.0;
+
+struct row {
+  std::string name;
+  double latency_ms = 0, images_per_s = 0, peak_mib = 0;
+};
+
+// Sums kernel time by operation, for "where the time goes".
+class by_op final : public npurt::observer {
+ public:
+  void on_task(const npurt::task_info& t) override {
+    if (t.kind != npurt::task_kind::kernel || !t.kernel) return;
+    const auto n = t.kernel->display_name();
+    std::string key = std::visit([](const auto& o) { return std::string(npurt::kernels::op_name(o)); }, t.kernel->op);
+    (void)n;
+    time[key] += npurt::to_us(t.end - t.start);
+  }
+  std::map<std::string, double> time;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (npurt_bench::has_flag(argc, argv, "--help")) {
+    std::printf("graph_schedules [--batch N] [--batches N] [--json PATH]\n");
+    return 0;
+  }
+  long batch = 64, batches = 4;
+  try {
+    batch = npurt_bench::arg_value(argc, argv, "--batch", 64);
+    batches = npurt_bench::arg_value(argc, argv, "--batches", 4);
+  } catch (const std::exception&) {
+    std::fprintf(stderr, "graph_schedules: --batch and --batches take positive integers\n");
+    return 2;
+  }
+  if (batch < 1 || batches < 1) {
+    std::fprintf(stderr, "graph_schedules: --batch and --batches take positive integers\n");
+    return 2;
+  }
+  npurt_bench::report rep("graph_schedules (ResNet-50 inference, batch " + std::to_string(batch) + ", fp16, timing-only, ascend910)");
+  npurt::graph g = npurt::models::resnet50_graph(batch, 224);
+  npurt::tensor input = npurt::tensor::timing_only({batch, 3, 224, 224}, npurt::dtype::f32);
+  std::vector<row> rows;
+  std::printf("%-34s %12s %12s %12s %8s %8s\n", "configuration", "latency ms", "images/s", "peak MiB", "fused", "streams");
+  for (auto sched : {npurt::schedule::sequential, npurt::schedule::parallel, npurt::schedule::pipeline})
+    for (int level = 0; level <= 3; ++level)
+      for (bool reuse : {false, true}) {
+        npurt::system sys{npurt::sim::presets::ascend910(1)};
+        npurt::session s{sys, {.precision = npurt::precision::fp16, .profiling = false}};
+        auto c = s.compile(g, {.schedule = sched, .memory_reuse = reuse, .optimization_level = level});
+        const auto& cr = c.report();
+        const double single = static_cast<double>(s.run(c, {{"input", input}}).latency.count()) * 1e-9;
+        std::vector<std::vector<npurt::feed>> feeds(static_cast<std::size_t>(batches), {{"input", input}});
+        const auto br = s.run_batches(c, feeds);
+        const double slots = sched == npurt::schedule::pipeline ? 3.0 : 1.0;  // two stages and one batch copying in
+        const double peak = (static_cast<double>(cr.activation_bytes) * slots + static_cast<double>(cr.weight_bytes) +
+                             static_cast<double>(cr.io_bytes)) / mib;
+        row r{std::string(npurt::to_string(sched)) + " L" + std::to_string(level) + (reuse ? " reuse" : " no-reuse"), single,
+              br.batches_per_second * static_cast<double>(batch), peak};
+        std::printf("%-34s %12.3f %12.1f %12.1f %8zu %8zu\n", r.name.c_str(), r.latency_ms, r.images_per_s, r.peak_mib, cr.fused,
+                    cr.streams);
+        std::string key = std::string(npurt::to_string(sched)) + "_L" + std::to_string(level) + (reuse ? "_reuse" : "_noreuse");
+        rep.add(key + "_latency_ms", r.latency_ms, "ms");
+        rep.add(key + "_images_per_s", r.images_per_s, "img/s");
+        rep.add(key + "_peak_mib", r.peak_mib, "MiB");
+        rows.push_back(r);
+      }
+  const row& before = rows.front();  // sequential L0 no-reuse
+  const auto best_lat = *std::min_element(rows.begin(), rows.end(), [](const row& a, const row& b) { return a.latency_ms < b.latency_ms; });
+  const auto best_thr = *std::max_element(rows.begin(), rows.end(), [](const row& a, const row& b) { return a.images_per_s < b.images_per_s; });
+  const auto best_mem = *std::min_element(rows.begin(), rows.end(), [](const row& a, const row& b) { return a.peak_mib < b.peak_mib; });
+  std::printf("\nbefore (sequential L0 no-reuse): %.3f ms, %.1f img/s, %.1f MiB\n", before.latency_ms, before.images_per_s, before.peak_mib);
+  std::printf("after, latency:    %-28s %.3f ms  (%+.1f %%)\n", best_lat.name.c_str(), best_lat.latency_ms,
+              100.0 * (best_lat.latency_ms / before.latency_ms - 1));
+  std::printf("after, throughput: %-28s %.1f img/s (x%.2f)\n", best_thr.name.c_str(), best_thr.images_per_s,
+              best_thr.images_per_s / before.images_per_s);
+  std::printf("after, memory:     %-28s %.1f MiB (%+.1f %%)\n\n", best_mem.name.c_str(), best_mem.peak_mib,
+              100.0 * (best_mem.peak_mib / before.peak_mib - 1));
+  rep.add("after_latency_change_pct", 100.0 * (best_lat.latency_ms / before.latency_ms - 1), "%", best_lat.name);
+  rep.add("after_throughput_ratio", best_thr.images_per_s / before.images_per_s, "x", best_thr.name);
+  rep.add("after_memory_change_pct", 100.0 * (best_mem.peak_mib / before.peak_mib - 1), "%", best_mem.name);
+
+  // The ResNet-50 training step: the kernel list on one stream, and its memory with and without
+  // reuse (the allocation trace planned statically, or every tensor in its own place).
+  {
+    const npurt::models::resnet50 model{batch, npurt::dtype::f16};
+    npurt::system sys{npurt::sim::presets::ascend910(1), {}};
+    auto st = sys.device(0).make_stream();
+    const auto t0 = sys.now();
+    for (const auto& k : model.training_step()) st.launch(k);
+    st.synchronize();
+    const double ms = static_cast<double>((sys.now() - t0).count()) * 1e-9;
+    const auto tr = npurt::models::training_step_trace(model);
+    std::vector<npurt::memplan::buffer> bufs;
+    for (const auto& b : tr.buffers) bufs.push_back({b.id, b.lower, b.upper, b.size});
+    const auto plan = npurt::memplan::make_plan(bufs, {.alignment = 512, .search_work = 0});
+    rep.add("train_step_ms", ms, "ms", "sequential stream, kernel list");
+    rep.add("train_images_per_s", static_cast<double>(batch) / (ms * 1e-3), "img/s");
+    rep.add("train_memory_noreuse_mib", static_cast<double>(npurt::memplan::no_reuse_size(bufs)) / mib, "MiB");
+    rep.add("train_memory_reuse_mib", static_cast<double>(plan.arena_size) / mib, "MiB");
+  }
+
+  // BERT-Large training step, batch 96, sequence 128, mixed precision, one ascend910.
+  {
+    std::deque<std::string> names;
+    const auto ks = npurt::models::bert_training_step(96, 128, names);
+    npurt::system sys{npurt::sim::presets::ascend910(1), {}};
+    by_op obs;
+    sys.add_observer(obs);
+    auto st = sys.device(0).make_stream();
+    const auto t0 = sys.now();
+    for (const auto& k : ks) st.launch(k);
+    st.synchronize();
+    sys.remove_observer(obs);
+    const double secs = static_cast<double>((sys.now() - t0).count()) * 1e-12;
+    const double sps = 96.0 / secs;
+    rep.add("bert_large_step_ms", secs * 1e3, "ms", "batch 96, seq 128, fp16 compute");
+    rep.add("bert_large_sentences_per_s", sps, "sent/s", "MindSpore 0.5 on one 910: 269");
+    rep.add("bert_large_vs_mindspore_pct", 100.0 * (sps / 269.0 - 1), "%");
+    double total = 0;
+    for (const auto& [k, v] : obs.time) total += v;
+    for (const auto& [k, v] : obs.time) rep.add("bert_time_share_" + k, 100.0 * v / total, "%");
+  }
+  return npurt_bench::finish(rep, argc, argv);
+}

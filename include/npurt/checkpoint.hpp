@@ -1,0 +1,295 @@
+// npurt/checkpoint.hpp — crash-safe checkpoints: named host tensors and key-value metadata,
+// saved to one self-checking file and loaded back from a file that is treated as hostile.
+//
+// The file format is documented in docs/checkpoints.md: a fixed little-endian header, a
+// manifest (metadata, then per tensor its dtype, shape, offset, size and CRC32C), then the
+// tensor bytes at 64-byte aligned offsets. Every byte of a valid file is covered by a checksum
+// or by a layout rule, so any single damaged byte is reported, never loaded.
+//
+// save() writes a temporary file in the destination's directory, fsyncs it, renames it over the
+// destination and fsyncs the directory (the sequence POSIX rename(2) and the ext4/XFS
+// documentation give for an atomic replace), so a crash at any point leaves either the old
+// checkpoint or the new one under the name.
+#pragma once
+
+#include <npurt/config.hpp>
+#include <npurt/detail/host_heap.hpp>
+#include <npurt/error.hpp>
+#include <npurt/event.hpp>
+#include <npurt/stream.hpp>
+#include <npurt/tensor.hpp>
+
+#include <boost/crc.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <ranges>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace npurt {
+
+class checkpoint;
+namespace detail {
+struct checkpoint_loader;
+namespace ckpt {
+struct status;
+}
+}  // namespace detail
+
+/// A file-system failure while saving or loading (disk full, permission denied, missing file).
+/// code() is the errno value in std::generic_category().
+class checkpoint_io_error : public error {
+ public:
+  using error::error;
+};
+
+/// One tensor of a checkpoint: its name, dtype, shape and a host copy of its bytes (64-byte
+/// aligned, from a mimalloc host heap, so `values<float>()` is safe to use as an array).
+class checkpoint_tensor {
+ public:
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] npurt::dtype dtype() const noexcept { return type_; }
+  [[nodiscard]] std::span<const std::int64_t> shape() const noexcept { return shape_; }
+  [[nodiscard]] std::int64_t elements() const noexcept {
+    std::int64_t n = 1;
+    for (auto d : shape_) n *= d;  // validated on entry: cannot overflow
+    return n;
+  }
+  [[nodiscard]] std::size_t size_bytes() const noexcept { return size_; }
+  [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return {data_.get(), size_}; }
+  [[nodiscard]] const void* data() const noexcept { return data_.get(); }
+  /// The elements as T. caller_error (errc::invalid_dtype) if T's size is not the dtype's.
+  template <class T>
+  [[nodiscard]] std::span<const T> values() const {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (sizeof(T) != size_of(type_))
+      throw_error(make_error_code(errc::invalid_dtype),
+                  "checkpoint tensor '" + name_ + "' is " + std::string(to_string(type_)) +
+                      ", not an element type of that size");
+    return {reinterpret_cast<const T*>(data_.get()), size_ / sizeof(T)};
+  }
+  friend bool operator==(const checkpoint_tensor& a, const checkpoint_tensor& b) noexcept {
+    return a.name_ == b.name_ && a.type_ == b.type_ && std::ranges::equal(a.shape_, b.shape_) &&
+           std::ranges::equal(a.bytes(), b.bytes());
+  }
+
+ private:
+  friend class checkpoint;
+  friend struct detail::checkpoint_loader;
+  struct free_block {
+    void operator()(std::byte* p) const noexcept { detail::host_heap::deallocate(p); }
+  };
+  std::string name_;
+  npurt::dtype type_ = npurt::dtype::u8;
+  std::vector<std::int64_t> shape_;
+  std::unique_ptr<std::byte[], free_block> data_;
+  std::size_t size_ = 0;
+};
+
+/// A metadata value: an integer (step, epoch), a float (learning rate) or a string.
+using checkpoint_value = std::variant<std::int64_t, double, std::string>;
+
+/// Anything that describes host tensor data: dtype(), a range of extents shape(), and data()
+/// pointing at the elements in host memory. A checkpoint_tensor is one, so is a host tensor type.
+template <class T>
+concept host_tensor_like = requires(const T& t) {
+  { t.dtype() } -> std::convertible_to<npurt::dtype>;
+  { t.data() } -> std::convertible_to<const void*>;
+  requires std::ranges::input_range<decltype(t.shape())>;
+  requires std::convertible_to<std::ranges::range_value_t<decltype(t.shape())>, std::int64_t>;
+};
+
+class checkpoint {
+ public:
+  static constexpr std::uint32_t format_version = 1;
+  static constexpr std::size_t max_rank = 32;
+  static constexpr std::size_t max_name_length = 4096;
+  static constexpr std::size_t alignment = 64;  // of every tensor's offset in the file
+
+  checkpoint() = default;
+  checkpoint(checkpoint&&) noexcept = default;
+  checkpoint& operator=(checkpoint&&) noexcept = default;
+  checkpoint(const checkpoint&) = delete;
+  checkpoint& operator=(const checkpoint&) = delete;
+
+  // --- tensors --------------------------------------------------------------------------------
+  /// Copies `data` (host memory) as tensor `name`. Errors: an empty, over-long or duplicate name
+  /// (invalid_argument), a negative extent or rank > max_rank (invalid_shape), an element count
+  /// whose byte size overflows (size_overflow), or data.size() different from that byte size
+  /// (invalid_argument).
+  NPURT_DECL void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
+                             std::span<const std::byte> data, std::error_code& ec);
+  NPURT_DECL void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
+                             std::span<const std::byte> data);
+  /// The same from any contiguous range of trivially copyable elements (a std::vector<float>).
+  template <std::ranges::contiguous_range R>
+    requires std::is_trivially_copyable_v<std::ranges::range_value_t<R>>
+  void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape, const R& data) {
+    add_tensor(name, type, std::move(shape), std::as_bytes(std::span(std::ranges::data(data), std::ranges::size(data))));
+  }
+  template <std::ranges::contiguous_range R>
+    requires std::is_trivially_copyable_v<std::ranges::range_value_t<R>>
+  void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape, const R& data,
+                  std::error_code& ec) {
+    add_tensor(name, type, std::move(shape), std::as_bytes(std::span(std::ranges::data(data), std::ranges::size(data))),
+               ec);
+  }
+  /// A host tensor type (see host_tensor_like); its byte size follows from shape and dtype.
+  template <host_tensor_like T>
+  void add_tensor(std::string_view name, const T& t) {
+    std::error_code ec;
+    add_tensor(name, t, ec);
+    throw_if(ec, "checkpoint::add_tensor('" + std::string(name) + "')");
+  }
+  template <host_tensor_like T>
+  void add_tensor(std::string_view name, const T& t, std::error_code& ec) {
+    std::vector<std::int64_t> shape;
+    for (auto d : t.shape()) shape.push_back(static_cast<std::int64_t>(d));
+    std::size_t bytes = 0;
+    if (!byte_size(t.dtype(), shape, bytes, ec)) return;
+    add_tensor(name, t.dtype(), std::move(shape),
+               std::span<const std::byte>(static_cast<const std::byte*>(static_cast<const void*>(t.data())), bytes),
+               ec);
+  }
+  /// Snapshots device memory: enqueues a device-to-host copy of the tensor's bytes from
+  /// `device_ptr` on `s` and waits for it (stream::synchronize, so call it outside system::run;
+  /// inside a coroutine, co_await s.async_memcpy into a host buffer and add that). A failed copy
+  /// adds nothing and reports the stream's error.
+  NPURT_DECL void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
+                             const void* device_ptr, stream& s, std::error_code& ec);
+  NPURT_DECL void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
+                             const void* device_ptr, stream& s);
+  /// The same for a kernel operand descriptor: t.data is a device address.
+  void add_tensor(std::string_view name, const tensor_desc& t, stream& s) {
+    add_tensor(name, t.type, std::vector<std::int64_t>(t.shape.begin(), t.shape.end()), t.data, s);
+  }
+
+  /// The tensor called `name`; caller_error (errc::invalid_argument) if there is none.
+  [[nodiscard]] NPURT_DECL const checkpoint_tensor& get_tensor(std::string_view name) const;
+  [[nodiscard]] NPURT_DECL const checkpoint_tensor* find_tensor(std::string_view name) const noexcept;
+  /// All tensors, in the order they were added (the order of the file).
+  [[nodiscard]] std::span<const checkpoint_tensor> tensors() const noexcept { return tensors_; }
+  /// Enqueues a host-to-device copy of tensor `name` into `dst` (dst_max bytes) on `s`. The
+  /// checkpoint must outlive the copy.
+  NPURT_DECL event copy_to_device(std::string_view name, void* dst, std::size_t dst_max, stream& s) const;
+
+  // --- metadata -------------------------------------------------------------------------------
+  /// Sets (or replaces) a metadata entry. Keys follow the tensor-name rules.
+  template <std::integral I>
+  void set_metadata(std::string_view key, I value) {
+    if constexpr (std::is_unsigned_v<I> && sizeof(I) >= sizeof(std::int64_t)) {
+      if (value > static_cast<I>(INT64_MAX))
+        throw_error(make_error_code(errc::size_overflow),
+                    "checkpoint metadata '" + std::string(key) + "' does not fit a signed 64-bit integer");
+    }
+    set_value(key, checkpoint_value(static_cast<std::int64_t>(value)));
+  }
+  void set_metadata(std::string_view key, double value) { set_value(key, checkpoint_value(value)); }
+  void set_metadata(std::string_view key, std::string_view value) {
+    set_value(key, checkpoint_value(std::string(value)));
+  }
+  /// The value of `key` as T (std::int64_t, double or std::string); caller_error
+  /// (errc::invalid_argument) if the key is missing or holds another type.
+  template <class T>
+  [[nodiscard]] const T& get_metadata(std::string_view key) const {
+    const checkpoint_value& v = metadata_value(key);
+    if (const T* p = std::get_if<T>(&v)) return *p;
+    throw_error(make_error_code(errc::invalid_argument),
+                "checkpoint metadata '" + std::string(key) + "' holds another type");
+  }
+  [[nodiscard]] NPURT_DECL const checkpoint_value& metadata_value(std::string_view key) const;
+  [[nodiscard]] NPURT_DECL const checkpoint_value* find_metadata(std::string_view key) const noexcept;
+  [[nodiscard]] const std::map<std::string, checkpoint_value, std::less<>>& metadata() const noexcept {
+    return metadata_;
+  }
+
+  // --- files ----------------------------------------------------------------------------------
+  /// Writes the checkpoint to `path` crash-safely (temporary file, fsync, rename, directory
+  /// fsync). On failure the temporary file is removed and `path` is untouched. I/O errors are
+  /// errno codes (checkpoint_io_error from the throwing overload).
+  NPURT_DECL void save(const std::filesystem::path& path, std::error_code& ec) const;
+  NPURT_DECL void save(const std::filesystem::path& path) const;
+  /// The exact bytes save() writes.
+  [[nodiscard]] NPURT_DECL std::vector<std::byte> serialize() const;
+
+  /// Loads a checkpoint file. A damaged or hostile file gets a typed error and nothing else:
+  /// parse_error (not a checkpoint), not_supported (another format version), corrupt_file
+  /// (truncated, checksum mismatch, inconsistent layout, duplicate names), size_overflow
+  /// (a count, length or shape product beyond the file or 64 bits), invalid_dtype,
+  /// invalid_shape. Allocations never exceed the file's size.
+  [[nodiscard]] NPURT_DECL static checkpoint load(const std::filesystem::path& path, std::error_code& ec);
+  [[nodiscard]] NPURT_DECL static checkpoint load(const std::filesystem::path& path);
+  /// The same from bytes in memory.
+  [[nodiscard]] NPURT_DECL static checkpoint parse(std::span<const std::byte> file, std::error_code& ec);
+  [[nodiscard]] NPURT_DECL static checkpoint parse(std::span<const std::byte> file);
+  /// Replaces this checkpoint's contents by the file's; on error the contents are unchanged.
+  NPURT_DECL void restore(const std::filesystem::path& path, std::error_code& ec);
+  NPURT_DECL void restore(const std::filesystem::path& path);
+
+  /// Byte size of a tensor of this dtype and shape, with the add_tensor checks.
+  NPURT_DECL static bool byte_size(npurt::dtype type, std::span<const std::int64_t> shape, std::size_t& bytes,
+                                   std::error_code& ec) noexcept;
+
+ private:
+  friend struct detail::checkpoint_loader;
+  NPURT_DECL void set_value(std::string_view key, checkpoint_value v);
+  NPURT_DECL checkpoint_tensor* make_entry(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
+                                           detail::ckpt::status& st);
+  NPURT_DECL bool add_host(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
+                           std::span<const std::byte> data, detail::ckpt::status& st);
+  NPURT_DECL bool add_device(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
+                             const void* device_ptr, stream& s, detail::ckpt::status& st);
+
+  std::vector<checkpoint_tensor> tensors_;
+  std::map<std::string, std::size_t, std::less<>> index_;  // name -> position in tensors_
+  std::map<std::string, checkpoint_value, std::less<>> metadata_;
+};
+
+/// The seed document's spelling: `auto ck = npurt::create_checkpoint(); ck.add_tensor(...)`.
+inline checkpoint create_checkpoint() { return {}; }
+
+namespace detail {
+
+/// CRC32C (Castagnoli), the checksum of iSCSI (RFC 3720), ext4 metadata and SSE4.2's crc32.
+using crc32c_t = boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true>;
+
+inline std::uint32_t crc32c(std::span<const std::byte> bytes) noexcept {
+  crc32c_t c;
+  c.process_bytes(bytes.data(), bytes.size());
+  return c.checksum();
+}
+
+/// The points of a save that a crash test stops at. bytes_written is reported after every
+/// write(2) call; the others once, in this order.
+enum class save_step : std::uint8_t { temp_created, bytes_written, file_synced, renamed, directory_synced };
+
+/// A test probe into save(): `at` is called at every save_step (a test ends the process there
+/// to model a crash), and no single write(2) call writes more than `max_write` bytes, so a probe
+/// can stop a save after any byte. Process-wide and unsynchronised: for tests only.
+struct save_probe {
+  void (*at)(save_step step, std::uint64_t bytes_written, void* context) = nullptr;
+  void* context = nullptr;
+  std::size_t max_write = std::size_t(1) << 30;
+};
+inline save_probe& checkpoint_save_probe() noexcept {
+  static save_probe p;
+  return p;
+}
+
+}  // namespace detail
+}  // namespace npurt
+
+#if NPURT_INCLUDE_IMPL
+#include <npurt/impl/checkpoint.ipp>
+#endif

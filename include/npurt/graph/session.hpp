@@ -1,0 +1,318 @@
+// npurt/graph/session.hpp — a session owns a device's streams and memory for graphs: it
+// compiles a graph (order, schedule, activation memory, precision, fusion) and runs it.
+//
+//   npurt::session s{sys, {.device_id = 0, .precision = npurt::precision::fp32}};
+//   npurt::graph g = s.make_graph("mlp");
+//   auto x = g.add_input("x", {8, 64}, npurt::dtype::f32);
+//   ...
+//   auto c = s.compile(g, {.schedule = npurt::schedule::parallel, .memory_reuse = true});
+//   npurt::run_result r = s.run(c, {{"x", x_tensor}});   // r.outputs, r.latency, r.ops
+//
+// compile():
+//  - a topological order (stable: the order operators were added when that order is valid);
+//  - precision: fp16 / bf16 cast every floating-point input and constant to the compute type
+//    and the outputs back to fp32 (Cast operators are inserted); mixed casts only the inputs
+//    of Conv, MatMul and Gemm (autocast's rule);
+//  - optimization_level (the seed's enable_auto_schedule(level)): 0 as written; 1 adds
+//    in-place operators where legal (an elementwise op writes over an input nothing else reads
+//    later; Reshape, Flatten and Identity are views); 2 adds fusion (BatchNormalization folded
+//    into the preceding Conv's weights and bias, a Relu after a Conv or after an elementwise op
+//    applied in the same kernel); 3 also picks the parallel schedule when the graph has
+//    independent branches;
+//  - activation memory: one arena planned with the static planner (memplan.hpp) over the
+//    operators' lifetimes when memory_reuse is on, every activation in its own place when off.
+//    Under the parallel schedule, two activations that share memory are ordered by an event
+//    from the last reader of the first to the writer of the second;
+//  - the schedule: sequential (one stream), parallel (independent branches on up to
+//    max_parallelism streams, joined by events), pipeline (run_batches() overlaps the stages of
+//    consecutive batches on their own streams, with one arena per batch in flight).
+//
+// A graph whose constants all have data runs functionally (real results); a graph with a
+// timing-only constant, or compiled with timing_only, runs timing-only (no data, simulated
+// time only). Inputs are copied to the device and outputs back inside the measured run.
+//
+// Thread safety: a session is used from the thread that drives its system.
+#pragma once
+
+#include <npurt/graph/graph.hpp>
+#include <npurt/graph/tensor.hpp>
+#include <npurt/system.hpp>
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/post.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace npurt {
+
+/// Precision modes (ACL's precision_mode): what the graph computes in.
+enum class precision : std::uint8_t { fp32, fp16, bf16, mixed };
+enum class schedule : std::uint8_t { sequential, parallel, pipeline };
+[[nodiscard]] std::string_view to_string(precision p) noexcept;
+[[nodiscard]] std::string_view to_string(schedule s) noexcept;
+
+struct session_config {
+  npurt::device_id device_id = 0;
+  npurt::precision precision = precision::fp32;
+  /// Per-operator timing in run results (the operators' kernels seen by an observer).
+  bool profiling = true;
+};
+
+/// The seed's memory configuration. pool_size caps the session's device memory (0: the device's
+/// capacity); auto_growth false makes the whole pool_size reserved when a graph is compiled.
+struct memory_config {
+  std::size_t pool_size = 0;
+  bool reuse = true;
+  bool auto_growth = true;
+};
+
+struct schedule_config {
+  npurt::schedule strategy = schedule::sequential;
+  int max_parallelism = 4;
+  /// Pipeline stages (each on its own stream) for schedule::pipeline.
+  int pipeline_stages = 2;
+};
+
+
+/// Options of one compile; unset fields take the session's configuration.
+struct compile_options {
+  std::optional<npurt::schedule> schedule{};
+  std::optional<bool> memory_reuse{};
+  std::optional<int> optimization_level{};
+  std::optional<int> max_parallelism{};
+  std::optional<int> pipeline_stages{};
+  /// Run without data even if every constant has it.
+  bool timing_only = false;
+};
+
+/// A tensor fed to a run, by input name.
+struct feed {
+  std::string name;
+  const tensor& value;
+};
+
+/// One operator of a run: when its kernels ran, relative to the run's start.
+struct op_timing {
+  std::string name;
+  std::string type;
+  std::uint32_t stream = 0;  ///< index of the session stream it ran on
+  picoseconds start{0};
+  picoseconds end{0};
+  picoseconds busy{0};  ///< sum of its kernels' durations
+};
+
+struct run_result {
+  std::map<std::string, tensor> outputs;  ///< host tensors (timing-only runs: no data)
+  picoseconds latency{0};                 ///< from the first copy in to the last copy out
+  std::vector<op_timing> ops;             ///< in execution order of starts
+};
+
+struct batches_result {
+  std::vector<std::map<std::string, tensor>> outputs;  ///< per batch
+  picoseconds latency{0};                              ///< all batches
+  double batches_per_second = 0;
+};
+
+/// What compile decided, for reports and tests.
+struct compile_report {
+  npurt::schedule schedule = schedule::sequential;
+  int optimization_level = 1;
+  bool memory_reuse = true;
+  bool timing_only = false;
+  std::size_t operators = 0;       ///< after fusion, including inserted casts
+  std::size_t kernels = 0;         ///< kernels and copies one run launches
+  std::size_t streams = 1;
+  std::size_t fused = 0;           ///< operators removed by fusion
+  std::size_t in_place = 0;        ///< operators writing over an input, plus views
+  std::size_t casts_inserted = 0;
+  std::uint64_t activation_bytes = 0;  ///< the arena
+  std::uint64_t activation_no_reuse_bytes = 0;
+  std::uint64_t activation_lower_bound = 0;  ///< peak live activation bytes
+  std::uint64_t weight_bytes = 0;
+  std::uint64_t io_bytes = 0;        ///< inputs and outputs on the device
+  [[nodiscard]] std::uint64_t peak_bytes() const noexcept { return activation_bytes + weight_bytes + io_bytes; }
+};
+
+class session;
+
+/// A compiled graph: cheap to move, bound to the session that compiled it.
+class compiled_graph {
+ public:
+  struct impl;
+  compiled_graph() = default;
+  explicit compiled_graph(std::shared_ptr<impl> p) : p_(std::move(p)) {}
+  [[nodiscard]] bool valid() const noexcept { return p_ != nullptr; }
+  [[nodiscard]] const compile_report& report() const;
+  /// Operator names in execution order with the stream each runs on.
+  [[nodiscard]] std::vector<std::pair<std::string, std::uint32_t>> schedule_order() const;
+  [[nodiscard]] impl& get() const { return *p_; }
+  /// The stream a run ends on (its outputs are copied out there).
+  [[nodiscard]] std::uint32_t final_stream() const;
+
+ private:
+  std::shared_ptr<impl> p_;
+};
+
+struct memory_usage_mb {
+  double allocated_mb = 0;
+  double reserved_mb = 0;
+  double peak_mb = 0;
+};
+
+/// The configuration the optimizer settled on and what it measured.
+struct optimizer_report {
+  compile_options options;
+  compile_report compiled;
+  picoseconds latency_before{0}, latency_after{0};
+  std::uint64_t peak_bytes_before = 0, peak_bytes_after = 0;
+  double memory_efficiency = 0;   ///< activation lower bound / arena
+  double compute_efficiency = 0;  ///< sum of operator busy time / (latency x streams)
+};
+
+class session {
+ public:
+  explicit session(npurt::system& sys, const session_config& cfg = {});
+  ~session();
+  session(const session&) = delete;
+  session& operator=(const session&) = delete;
+
+  [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
+  [[nodiscard]] const session_config& config() const noexcept { return cfg_; }
+  [[nodiscard]] npurt::device& device() noexcept { return *dev_; }
+  [[nodiscard]] npurt::system& system() noexcept { return *sys_; }
+  /// The session's streams (created on demand, up to the schedule's needs).
+  [[nodiscard]] npurt::stream& stream(std::size_t i);
+  [[nodiscard]] std::size_t stream_count() const noexcept { return streams_.size(); }
+
+  [[nodiscard]] graph make_graph(std::string name) const { return graph(std::move(name)); }
+
+  compiled_graph compile(graph& g, const compile_options& opts = {});
+  /// Runs once (blocking: call outside system::run). Feeds must match the inputs' shapes and
+  /// dtypes (graph_error naming the input otherwise).
+  run_result run(const compiled_graph& c, const std::vector<feed>& inputs);
+  /// Runs a stream of batches; under schedule::pipeline consecutive batches overlap.
+  batches_result run_batches(const compiled_graph& c, const std::vector<std::vector<feed>>& batches);
+  /// As run, completing through `token` with void(async_error_code, run_result). The feeds are
+  /// read when the call is made.
+  template <class Token>
+  auto async_run(const compiled_graph& c, const std::vector<feed>& inputs, Token&& token);
+
+  // --- the seed's knobs ---
+  void set_memory_config(const memory_config& m);
+  void set_schedule_config(const schedule_config& s);
+  [[nodiscard]] const memory_config& get_memory_config() const noexcept { return mem_; }
+  [[nodiscard]] const schedule_config& get_schedule_config() const noexcept { return sched_; }
+  /// Bytes the session holds on its device (weights, arenas, inputs and outputs), in MB.
+  [[nodiscard]] memory_usage_mb memory_usage() const noexcept;
+  /// Frees arenas of compiled graphs that are no longer referenced, and the device pool's cache.
+  void trigger_gc();
+  /// optimization level 0-3 for later compiles (level 3 also chooses the schedule).
+  void enable_auto_schedule(int level);
+  void enable_memory_reuse(bool on = true) { mem_.reuse = on; }
+  void set_allocation_strategy(allocation_strategy s) { alloc_ = s; }
+  [[nodiscard]] allocation_strategy get_allocation_strategy() const noexcept { return alloc_; }
+  /// Overlap copies with compute: inputs of the next batch are copied on their own stream.
+  void enable_overlap(bool on = true) { overlap_ = on; }
+  [[nodiscard]] bool overlap() const noexcept { return overlap_; }
+  /// Size of the buffer reserved for collective communication (held, unused by a single device).
+  void set_comm_buffer_size(std::size_t bytes);
+  [[nodiscard]] int optimization_level() const noexcept { return level_; }
+  /// Applies every knob (reuse, level 3, overlap), compiles g before and after, runs both once
+  /// and reports what it chose and measured.
+  optimizer_report optimize(graph& g, const std::vector<feed>& inputs);
+
+  /// Internal bookkeeping of device memory the session holds (used by compiled graphs).
+  void* acquire(std::size_t bytes);
+  void give_back(void* p, std::size_t bytes) noexcept;
+
+ private:
+  struct pending_run;
+  std::shared_ptr<pending_run> start_run(const compiled_graph& c, const std::vector<feed>& inputs);
+  run_result finish_run(pending_run& p);
+  void abandon_run(pending_run& p) noexcept;
+
+  npurt::system* sys_;
+  npurt::device* dev_;
+  session_config cfg_;
+  std::uint64_t id_;
+  std::vector<std::unique_ptr<npurt::stream>> streams_;
+  memory_config mem_{};
+  schedule_config sched_{};
+  allocation_strategy alloc_ = allocation_strategy::segmented;
+  int level_ = 1;
+  bool overlap_ = false;
+  std::size_t held_ = 0, peak_ = 0, reserved_extra_ = 0;
+  void* comm_buffer_ = nullptr;
+  std::size_t comm_bytes_ = 0;
+  std::vector<std::weak_ptr<compiled_graph::impl>> compiled_;
+};
+
+// ---- async_run ----
+
+template <class Token>
+auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs, Token&& token) {
+  return boost::asio::async_initiate<Token, void(async_error_code, run_result)>(
+      [this](auto handler, const compiled_graph* cg, std::vector<feed> in) {
+        std::shared_ptr<pending_run> p;
+        std::error_code ec;
+        try {
+          p = start_run(*cg, in);
+        } catch (const error& e) {
+          ec = e.code();
+        }
+        if (ec) {
+          auto ex = boost::asio::get_associated_executor(handler, sys_->get_executor());
+          boost::asio::post(ex, [h = std::move(handler), ec]() mutable { std::move(h)(async_error_code(ec), run_result{}); });
+          return;
+        }
+        stream(cg->final_stream()).async_synchronize([this, h = std::move(handler), p](async_error_code sync_ec) mutable {
+          run_result r;
+          if (!sync_ec) {
+            try {
+              r = finish_run(*p);
+            } catch (const error& e) {
+              sync_ec = async_error_code(e.code());
+            }
+          } else {
+            abandon_run(*p);
+          }
+          std::move(h)(sync_ec, std::move(r));
+        });
+      },
+      token, &c, inputs);
+}
+
+/// Memory-saving opportunities of a graph, each with its estimated saving.
+struct memory_suggestion {
+  enum class kind : std::uint8_t { enable_reuse, in_place, lower_precision, recomputation };
+  kind what = kind::enable_reuse;
+  std::string description;
+  double saving_mb = 0;
+  /// The compile options (and session precision) that apply it.
+  compile_options options;
+  std::optional<npurt::precision> precision;
+};
+
+class graph_optimizer {
+ public:
+  explicit graph_optimizer(graph& g, npurt::precision p = precision::fp32) : g_(&g), precision_(p) {}
+  /// Opportunities against the baseline (no reuse, level 0, the given precision), largest
+  /// saving first.
+  [[nodiscard]] std::vector<memory_suggestion> memory_suggestions() const;
+
+ private:
+  graph* g_;
+  npurt::precision precision_;
+};
+
+/// What compile would allocate, without a device (the planner run alone).
+[[nodiscard]] compile_report plan_memory(graph& g, const compile_options& opts, npurt::precision p = precision::fp32);
+
+}  // namespace npurt

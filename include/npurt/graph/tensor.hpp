@@ -1,0 +1,135 @@
+// npurt/graph/tensor.hpp — a tensor that owns its storage: shape, dtype and layout, with its
+// bytes on the host or on one device (RAII, or released early with release()).
+//
+// Host tensors give element access (converted to and from double whatever the dtype) and fill();
+// device tensors are what graphs compute on. copy_from() moves bytes between any two places
+// through a stream, blocking; async_copy_from() does the same with any completion token. A
+// tensor may also be timing-only: a shape and dtype without storage, for simulating models at
+// full size.
+//
+// Thread safety: a tensor is a plain value; use one from one thread at a time.
+#pragma once
+
+#include <npurt/device.hpp>
+#include <npurt/error.hpp>
+#include <npurt/stream.hpp>
+#include <npurt/tensor.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace npurt {
+
+/// Where a tensor's bytes are.
+enum class storage_place : std::uint8_t { none, host, device };
+
+class tensor {
+ public:
+  tensor() = default;
+  /// A host tensor, zero-filled.
+  tensor(npurt::shape s, npurt::dtype t, npurt::layout l = layout::nd);
+  /// A host tensor with these values (converted to `t`); values.size() must equal the elements.
+  tensor(npurt::shape s, npurt::dtype t, const std::vector<double>& values);
+  /// A tensor on `dev` (uninitialised device memory, freed by the destructor or release()).
+  static tensor on_device(npurt::device& dev, npurt::shape s, npurt::dtype t, npurt::layout l = layout::nd);
+  /// Shape and dtype only: what timing-only runs move around.
+  static tensor timing_only(npurt::shape s, npurt::dtype t, npurt::layout l = layout::nd);
+
+  tensor(tensor&& o) noexcept { swap(o); }
+  tensor& operator=(tensor&& o) noexcept {
+    if (this != &o) {
+      release();
+      swap(o);
+    }
+    return *this;
+  }
+  tensor(const tensor&) = delete;
+  tensor& operator=(const tensor&) = delete;
+  ~tensor() { release(); }
+  /// A host copy of a host tensor (device tensors are copied with copy_from).
+  [[nodiscard]] tensor clone() const;
+
+  /// Frees the storage now; the tensor keeps its shape and becomes timing-only.
+  void release() noexcept;
+
+  [[nodiscard]] const npurt::shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] npurt::dtype type() const noexcept { return type_; }
+  [[nodiscard]] npurt::layout format() const noexcept { return format_; }
+  [[nodiscard]] std::int64_t elements() const noexcept { return shape_.elements(); }
+  [[nodiscard]] std::size_t bytes() const noexcept { return static_cast<std::size_t>(elements()) * size_of(type_); }
+  [[nodiscard]] storage_place place() const noexcept { return place_; }
+  [[nodiscard]] bool is_host() const noexcept { return place_ == storage_place::host; }
+  [[nodiscard]] bool is_device() const noexcept { return place_ == storage_place::device; }
+  [[nodiscard]] bool has_storage() const noexcept { return place_ != storage_place::none; }
+  /// The device of a device tensor (-1 otherwise).
+  [[nodiscard]] device_id device() const noexcept { return dev_ ? dev_->id() : -1; }
+  /// Host pointer (host tensors) or device address (device tensors); null without storage.
+  [[nodiscard]] void* data() noexcept { return data_; }
+  [[nodiscard]] const void* data() const noexcept { return data_; }
+  /// The kernel operand descriptor of this tensor.
+  [[nodiscard]] tensor_desc desc() const noexcept { return {data_, shape_, type_, format_}; }
+
+  /// Element i (row-major), converted to double. Host tensors only; caller_error otherwise or
+  /// when i is out of range.
+  [[nodiscard]] double get(std::int64_t i) const;
+  [[nodiscard]] double at(std::initializer_list<std::int64_t> index) const { return get(linear(index)); }
+  /// Writes element i, rounded to the dtype (to nearest even for f16/bf16, saturating integers).
+  void set(std::int64_t i, double v);
+  void set(std::initializer_list<std::int64_t> index, double v) { set(linear(index), v); }
+  /// Every element = v. Host tensors; a device tensor is filled through a host staging copy on
+  /// `s` (the blocking form) — use fill(v, s).
+  void fill(double v);
+  void fill(double v, stream& s);
+  /// All elements as doubles (host tensors).
+  [[nodiscard]] std::vector<double> to_vector() const;
+
+  /// Copies src's bytes into this tensor through `s`, blocking until done. Shapes' element
+  /// counts and dtypes must match (errc::invalid_shape / invalid_dtype otherwise).
+  void copy_from(const tensor& src, stream& s);
+  void copy_from(const tensor& src, stream& s, std::error_code& ec);
+  /// As copy_from, completing through `token` with void(async_error_code).
+  template <class Token = stream::default_token>
+  auto async_copy_from(const tensor& src, stream& s, Token&& token = {}) {
+    std::error_code ec;
+    const memcpy_kind kind = check_copy(src, ec);
+    // A bad copy still goes through the stream so that it completes through the token, with the
+    // stream's own argument check reporting it (a null source is invalid_pointer).
+    return s.async_memcpy(ec ? nullptr : data_, bytes(), ec ? nullptr : src.data_, ec ? 0 : bytes(), kind,
+                          std::forward<Token>(token));
+  }
+  /// A device copy of this tensor on s's device (blocking), and a host copy of a device tensor.
+  [[nodiscard]] tensor to_device(npurt::device& dev, stream& s) const;
+  [[nodiscard]] tensor to_host(stream& s) const;
+
+ private:
+  [[nodiscard]] std::int64_t linear(std::initializer_list<std::int64_t> index) const;
+  memcpy_kind check_copy(const tensor& src, std::error_code& ec) const noexcept;
+  void swap(tensor& o) noexcept {
+    std::swap(shape_, o.shape_);
+    std::swap(type_, o.type_);
+    std::swap(format_, o.format_);
+    std::swap(place_, o.place_);
+    std::swap(data_, o.data_);
+    std::swap(dev_, o.dev_);
+    std::swap(host_, o.host_);
+  }
+
+  npurt::shape shape_{};
+  npurt::dtype type_ = dtype::f32;
+  npurt::layout format_ = layout::nd;
+  storage_place place_ = storage_place::none;
+  void* data_ = nullptr;
+  npurt::device* dev_ = nullptr;
+  std::vector<std::byte> host_;
+};
+
+/// Reads element i of raw storage of dtype t as double; writes it back rounded. Shared by the
+/// tensor, the graph compiler's constant folding and the ONNX importer.
+[[nodiscard]] double load_element(const void* data, dtype t, std::int64_t i) noexcept;
+void store_element(void* data, dtype t, std::int64_t i, double v) noexcept;
+
+}  // namespace npurt

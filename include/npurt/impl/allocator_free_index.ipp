@@ -1,0 +1,267 @@
+// npurt/impl/allocator_free_index.ipp — where cached blocks wait for reuse: the small pool's
+// size-class bins (per stream, one 4-ary heap per 512 B class, a two-level bitmap of non-empty
+// classes), the large and arena pools' (stream, size, address) sets, best-fit lookup and
+// cross-stream reuse under the pool's reuse policies.
+#pragma once
+
+#include <npurt/detail/caching_allocator.hpp>
+
+#include <algorithm>
+#include <limits>
+
+namespace npurt::detail {
+
+NPURT_DECL caching_allocator::free_set& caching_allocator::set_of(pool_id p) noexcept { return free_[p]; }
+
+// ---- small-pool bins: 4-ary min-heaps on address (half the levels of a binary heap: fewer
+// moves, each of which updates the moved block); each cached block knows its heap slot ----
+
+NPURT_DECL void caching_allocator::small_bins::push(std::size_t c, block* b) {
+  auto& h = heaps[c];
+  if (h.empty()) {
+    words[c >> 6] |= std::uint64_t{1} << (c & 63);
+    summary |= std::uint64_t{1} << (c >> 6);
+  }
+  h.push_back({b->addr, b});
+  auto i = static_cast<std::uint32_t>(h.size() - 1);
+  while (i > 0) {
+    const std::uint32_t parent = (i - 1) / 4;
+    if (h[parent].addr < b->addr) break;
+    h[i] = h[parent];
+    h[i].b->heap_pos = i;
+    i = parent;
+  }
+  h[i] = {b->addr, b};
+  b->heap_pos = i;
+  ++count;
+}
+
+NPURT_DECL void caching_allocator::small_bins::erase(std::size_t c, std::uint32_t pos) noexcept {
+  auto& h = heaps[c];
+  const bin_entry last = h.back();
+  h.pop_back();
+  --count;
+  const auto n = static_cast<std::uint32_t>(h.size());
+  if (n == 0) {
+    words[c >> 6] &= ~(std::uint64_t{1} << (c & 63));
+    if (!words[c >> 6]) summary &= ~(std::uint64_t{1} << (c >> 6));
+    return;
+  }
+  if (pos == n) return;  // it was the last slot
+  std::uint32_t i = pos;
+  if (i > 0 && h[(i - 1) / 4].addr > last.addr) {
+    do {
+      const std::uint32_t parent = (i - 1) / 4;
+      if (h[parent].addr < last.addr) break;
+      h[i] = h[parent];
+      h[i].b->heap_pos = i;
+      i = parent;
+    } while (i > 0);
+  } else {
+    for (;;) {
+      const std::uint32_t first = 4 * i + 1;
+      if (first >= n) break;
+      std::uint32_t child = first;
+      const std::uint32_t end = std::min(first + 4, n);
+      for (std::uint32_t k = first + 1; k < end; ++k)
+        if (h[k].addr < h[child].addr) child = k;
+      if (last.addr < h[child].addr) break;
+      h[i] = h[child];
+      h[i].b->heap_pos = i;
+      i = child;
+    }
+  }
+  h[i] = last;
+  last.b->heap_pos = i;
+}
+
+NPURT_DECL caching_allocator::small_bins* caching_allocator::find_bins_slow(std::uint32_t stream) const noexcept {
+  auto it = std::lower_bound(bins_.begin(), bins_.end(), stream,
+                             [](const std::unique_ptr<small_bins>& x, std::uint32_t s) { return x->stream < s; });
+  if (it == bins_.end() || (*it)->stream != stream) return nullptr;
+  return last_bins_ = it->get();
+}
+
+NPURT_DECL caching_allocator::small_bins* caching_allocator::bins_for(std::uint32_t stream) {
+  if (small_bins* sb = find_bins(stream)) return sb;
+  std::unique_ptr<small_bins> sb;
+  if (!spare_bins_.empty()) {
+    sb = std::move(spare_bins_.back());
+    spare_bins_.pop_back();
+  } else {
+    sb = std::make_unique<small_bins>();
+  }
+  sb->stream = stream;
+  auto it = std::lower_bound(bins_.begin(), bins_.end(), stream,
+                             [](const std::unique_ptr<small_bins>& x, std::uint32_t s) { return x->stream < s; });
+  return last_bins_ = bins_.insert(it, std::move(sb))->get();
+}
+
+// Called when segments go back to the device: a stream's empty bins are worth keeping only
+// while it caches small blocks, and a device may see many short-lived streams.
+NPURT_DECL void caching_allocator::recycle_empty_bins() noexcept {
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < bins_.size(); ++i) {
+    if (bins_[i]->count) {
+      bins_[keep++] = std::move(bins_[i]);
+      continue;
+    }
+    if (bins_[i].get() == last_bins_) last_bins_ = nullptr;
+    if (spare_bins_.size() < 2) spare_bins_.push_back(std::move(bins_[i]));  // heaps keep capacity
+    else bins_[i].reset();
+  }
+  bins_.resize(keep);
+}
+
+template <class F>
+void caching_allocator::for_each_small(const small_bins& sb, std::size_t c, std::size_t limit, F&& f) const {
+  std::array<bin_entry, 8> buf;
+  std::vector<bin_entry> big;
+  for (int k = sb.find_from(c); k >= 0 && limit > 0;) {
+    const auto& h = sb.heaps[static_cast<std::size_t>(k)];
+    const std::size_t n = std::min(limit, h.size());
+    bin_entry* out = buf.data();
+    if (n > buf.size()) {
+      big.resize(n);
+      out = big.data();
+    }
+    std::partial_sort_copy(h.begin(), h.end(), out, out + n,
+                           [](const bin_entry& x, const bin_entry& y) { return x.addr < y.addr; });
+    for (std::size_t i = 0; i < n; ++i)
+      if (!f(out[i].b)) return;
+    limit -= n;
+    if (static_cast<std::size_t>(k) + 1 >= small_classes) break;
+    k = sb.find_from(static_cast<std::size_t>(k) + 1);
+  }
+}
+
+NPURT_DECL std::size_t caching_allocator::small_free_count() const noexcept {
+  std::size_t n = 0;
+  for (const auto& sb : bins_) n += sb->count;
+  return n;
+}
+
+NPURT_DECL void caching_allocator::insert_free(block* b) {
+  b->gc_base = free_search_count_;
+  if (b->pool == small_pool) {
+    bins_for(b->stream)->push(size_class(b->size), b);
+    if (b->prev || b->next) {
+      ca_detail::stat_up(stats_.inactive_split, stat_small, 1);
+      ca_detail::stat_up(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(b->size));
+    }
+    return;
+  }
+  auto& set = free_[b->pool];
+  const free_key key{key_hi(b->stream, b->size), b->addr, b};
+  if (!spare_nodes_.empty()) {
+    auto nh = std::move(spare_nodes_.back());
+    spare_nodes_.pop_back();
+    nh.value() = key;
+    b->where = set.insert(std::move(nh)).position;
+  } else {
+    b->where = set.insert(key).first;
+  }
+  if (b->prev || b->next) {
+    stat_add(stats_.inactive_split, b->pool, 1);
+    stat_add(stats_.inactive_split_bytes, b->pool, static_cast<std::int64_t>(b->size));
+  }
+}
+
+NPURT_DECL void caching_allocator::erase_free(block* b) noexcept {
+  if (b->pool == small_pool) {
+    find_bins(b->stream)->erase(size_class(b->size), b->heap_pos);
+  } else {
+    spare_nodes_.push_back(free_[b->pool].extract(b->where));
+  }
+  // A free block's neighbours cannot change while it is cached (freeing a neighbour merges it
+  // away first), so the split test here matches the one made at insertion.
+  if (b->prev || b->next) {
+    const auto row = static_cast<std::size_t>(stat_index(b->pool));
+    ca_detail::stat_down(stats_.inactive_split, row, 1);
+    ca_detail::stat_down(stats_.inactive_split_bytes, row, static_cast<std::int64_t>(b->size));
+  }
+}
+
+NPURT_DECL bool caching_allocator::block_fits(const block* b, const alloc_params& p) const noexcept {
+  if (b->size < p.size) return false;
+  if (b->pool != large_pool) return true;
+  // Do not hand an oversize block to a small request; an oversize request takes a cached
+  // oversize block only if little is wasted (max_non_split_rounding).
+  if (p.size < opts_.max_split_size && b->size >= opts_.max_split_size) return false;
+  if (p.size >= opts_.max_split_size && b->size >= p.size + opts_.max_non_split_rounding) return false;
+  return true;
+}
+
+NPURT_DECL caching_allocator::block* caching_allocator::get_free_block(alloc_params& p) {
+  if (opts_.garbage_collection_threshold > 0.0) ++free_search_count_;
+  if (p.pool == small_pool) {
+    small_bins* sb = find_bins(p.stream);
+    if (!sb) return nullptr;
+    const int c = sb->find_from(size_class(p.size));
+    if (c < 0) return nullptr;
+    block* b = sb->heaps[static_cast<std::size_t>(c)].front().b;
+    if (!block_fits(b, p)) return nullptr;
+    erase_free(b);
+    return b;
+  }
+  auto& set = set_of(p.pool);
+  auto it = set.lower_bound(free_key{key_hi(p.stream, p.size), 0, nullptr});
+  if (it == set.end() || (it->hi >> 32) != p.stream) return nullptr;
+  block* b = it->b;
+  if (!block_fits(b, p)) return nullptr;
+  erase_free(b);
+  return b;
+}
+
+NPURT_DECL caching_allocator::block* caching_allocator::get_cross_stream_block(alloc_params& p) {
+  const bool follow = opts_.reuse_follow_event_dependencies && cb_.stream_waits_on;
+  const bool opportunistic = opts_.reuse_allow_opportunistic && cb_.fence_done;
+  const bool internal = opts_.reuse_allow_internal_dependencies && cb_.insert_wait;
+  if (!follow && !opportunistic && !internal) return nullptr;
+  block* best = nullptr;
+  bool best_needs_wait = false;
+  // One candidate of another stream, in (size, address) order; false stops that stream's scan.
+  auto consider = [&](block* b) {
+    if (!block_fits(b, p)) return false;  // larger blocks break the oversize rules too
+    if (best && b->size > best->size) return false;
+    if (b->free_fence == 0) return true;  // freed without a fence: only its own stream may reuse it
+    bool ok = (follow && cb_.stream_waits_on(p.stream, b->free_fence)) ||
+              (opportunistic && cb_.fence_done(b->free_fence));
+    bool needs_wait = false;
+    if (!ok && internal) ok = needs_wait = true;
+    if (!ok) return true;
+    if (!best || b->size < best->size || (b->size == best->size && best_needs_wait && !needs_wait)) {
+      best = b;
+      best_needs_wait = needs_wait;
+    }
+    return false;
+  };
+  // Best fit first; a few more (8 in all) in case the best one's free is not yet usable.
+  constexpr std::size_t look = 8;
+  if (p.pool == small_pool) {
+    for (const auto& sb : bins_)
+      if (sb->count && sb->stream != p.stream) for_each_small(*sb, size_class(p.size), look, consider);
+  } else {
+    auto& set = set_of(p.pool);
+    auto it = set.begin();
+    while (it != set.end()) {
+      const auto s = static_cast<std::uint32_t>(it->hi >> 32);
+      if (s != p.stream) {
+        std::size_t looked = 0;
+        for (auto jt = set.lower_bound(free_key{key_hi(s, p.size), 0, nullptr});
+             jt != set.end() && (jt->hi >> 32) == s && looked < look; ++jt, ++looked)
+          if (!consider(jt->b)) break;
+      }
+      if (s == std::numeric_limits<std::uint32_t>::max()) break;
+      it = set.lower_bound(free_key{key_hi(s + 1, 0), 0, nullptr});
+    }
+  }
+  if (!best) return nullptr;
+  if (best_needs_wait) cb_.insert_wait(p.stream, best->free_fence);
+  erase_free(best);
+  best->stream = p.stream;
+  ++stats_.num_cross_stream_reuse;
+  return best;
+}
+
+}  // namespace npurt::detail

@@ -1,0 +1,75 @@
+// npurt/impl/deadlock_detector.ipp — bodies of detail::deadlock_detector.
+#pragma once
+
+#include <npurt/detail/deadlock_detector.hpp>
+#include <npurt/detail/runtime.hpp>
+
+#include <sstream>
+
+namespace npurt::detail {
+
+NPURT_DECL bool deadlock_detector::closes_cycle(const stream_state& s) const {
+  const stream_state* cur = &s;
+  for (std::size_t hops = 0; hops <= streams_.size(); ++hops) {
+    const task* h = cur->head;
+    if (!h || h->kind != task_kind::event_wait || !h->blocked) return false;
+    if (h->target_stream == 0) return false;  // its record is not even enqueued yet
+    if (h->target_stream == s.id) return true;
+    if (h->target_stream >= streams_.size() || !streams_[h->target_stream]) return false;
+    cur = streams_[h->target_stream].get();
+  }
+  return false;
+}
+
+NPURT_DECL std::vector<stream_state*> deadlock_detector::blocked(bool only_cycles) const {
+  std::vector<stream_state*> out;
+  for (const auto& sp : streams_)
+    if (sp && sp->head && sp->head_started && sp->head->kind == task_kind::event_wait && sp->head->blocked &&
+        (!only_cycles || closes_cycle(*sp)))
+      out.push_back(sp.get());
+  return out;
+}
+
+NPURT_DECL std::string deadlock_detector::describe_wait_chain(const stream_state& s) const {
+  std::ostringstream os;
+  const task* h = s.head;
+  os << "stream " << s.id << " (device " << s.device << ") waits at task " << h->id << " on ";
+  if (h->event_id != 0)
+    os << "event " << h->event_id;
+  else
+    os << "a task event";
+  if (h->target_stream == 0) {
+    os << " (never recorded yet)";
+    return os.str();
+  }
+  os << " = stream " << h->target_stream << " position " << h->target_seq;
+  if (h->target_stream < streams_.size() && streams_[h->target_stream]) {
+    const stream_state& t = *streams_[h->target_stream];
+    os << " (stream " << t.id << " has completed " << t.completed;
+    if (t.head) os << ", its head is task " << t.head->id << " " << to_string(t.head->kind);
+    os << ")";
+  }
+  return os.str();
+}
+
+NPURT_DECL void deadlock_detector::report(sim_time now, const std::vector<stream_state*>& streams,
+                                          std::size_t host_waits, const std::string& backend_waits) {
+  std::ostringstream os;
+  os << "deadlock at t=" << to_us(now.time_since_epoch()) << " us: ";
+  if (streams.empty()) {
+    os << host_waits << " host operation(s) wait and no stream or device can make progress";
+    if (!backend_waits.empty()) os << "; " << backend_waits;
+    if (report_.empty()) report_ = os.str();
+    return;
+  }
+  bool first = true;
+  for (const auto* s : streams) {
+    os << (first ? "" : "; ") << describe_wait_chain(*s);
+    first = false;
+  }
+  if (!backend_waits.empty()) os << "; " << backend_waits;
+  if (!report_.empty()) report_ += "\n";
+  report_ += os.str();
+}
+
+}  // namespace npurt::detail

@@ -1,0 +1,291 @@
+// npurt/impl/memory_registry.ipp — bodies of detail::memory_registry.
+#pragma once
+
+#include <npurt/detail/memory_registry.hpp>
+
+#include <boost/pfr.hpp>
+#include <mimalloc.h>
+
+#include <algorithm>
+#include <sstream>
+#include <type_traits>
+#include <variant>
+
+namespace npurt::detail {
+
+namespace mr_detail {
+inline constexpr std::size_t device_granule = 512;  // aclrtMalloc-style alignment of device allocations
+constexpr std::size_t round_up(std::size_t v, std::size_t g) noexcept { return (v + g - 1) / g * g; }
+}  // namespace mr_detail
+using mr_detail::device_granule;
+using mr_detail::round_up;
+
+NPURT_DECL memory_registry::memory_registry(npurt::backend& b, const timer_queue& clock, observer* const& trace)
+    : backend_(b), clock_(clock), trace_(trace) {
+  const std::size_t n = backend_.device_count();
+  next_address_.resize(n);
+  used_.assign(n, 0);
+  for (std::size_t d = 0; d < n; ++d)
+    next_address_[d] = device_address_base | (static_cast<std::uint64_t>(d) << device_address_shift) | 0x10000;
+}
+
+NPURT_DECL memory_registry::~memory_registry() {
+  for (auto& [addr, a] : allocations_)
+    if (a.backing) mi_free(a.backing);
+  for (auto& [p, h] : host_allocations_) mi_free(const_cast<void*>(p));
+}
+
+NPURT_DECL void* memory_registry::device_malloc(device_id dev, std::size_t bytes, std::error_code& ec, bool pool) {
+  ec.clear();
+  if (dev < 0 || static_cast<std::size_t>(dev) >= backend_.device_count()) {
+    ec = make_error_code(errc::invalid_device);
+    return nullptr;
+  }
+  if (bytes == 0) {
+    ec = make_error_code(errc::zero_size);
+    return nullptr;
+  }
+  const std::size_t capacity = backend_.properties(dev).memory_bytes;
+  if (bytes > capacity) {
+    ec = make_error_code(errc::size_overflow);
+    return nullptr;
+  }
+  const std::size_t rounded = round_up(bytes, device_granule);
+  if (used_[dev] + rounded > capacity) {
+    ec = make_error_code(errc::out_of_memory);
+    return nullptr;
+  }
+  std::byte* backing = nullptr;
+  if (backend_.functional()) {
+    backing = static_cast<std::byte*>(mi_zalloc_aligned(rounded, 64));
+    if (!backing) {
+      ec = make_error_code(errc::resource_exhausted);  // the host could not back the device memory
+      return nullptr;
+    }
+  }
+  const std::uint64_t addr = next_address_[dev];
+  next_address_[dev] += round_up(rounded, 4096);
+  allocations_.emplace(addr, allocation{addr, bytes, dev, backing, pool, 0});
+  used_[dev] += rounded;
+  if (trace_ && !pool)
+    trace_->on_memory({dev, memory_op::alloc, addr, rounded, used_[dev], used_[dev], 0, clock_.now()});
+  return reinterpret_cast<void*>(addr);
+}
+
+NPURT_DECL void memory_registry::device_free(device_id dev, void* p, std::error_code& ec, bool pool) {
+  ec.clear();
+  if (!p) {
+    ec = make_error_code(errc::null_pointer);
+    return;
+  }
+  const auto addr = reinterpret_cast<std::uint64_t>(p);
+  auto it = allocations_.find(addr);
+  if (it == allocations_.end()) {
+    ec = make_error_code(freed_.count(addr) ? errc::double_free : errc::invalid_pointer);
+    return;
+  }
+  if (it->second.pool != pool) {
+    ec = make_error_code(errc::invalid_pointer);  // pool memory goes back through its pool
+    return;
+  }
+  if (it->second.device != dev) {
+    ec = make_error_code(errc::stream_device_mismatch);
+    return;
+  }
+  const std::size_t rounded = round_up(it->second.bytes, device_granule);
+  if (it->second.backing) mi_free(it->second.backing);
+  used_[dev] -= rounded;
+  allocations_.erase(it);
+  freed_.insert(addr);
+  if (trace_ && !pool) trace_->on_memory({dev, memory_op::free, addr, rounded, used_[dev], used_[dev], 0, clock_.now()});
+}
+
+NPURT_DECL const allocation* memory_registry::find_allocation(const void* p) const noexcept {
+  const auto addr = reinterpret_cast<std::uint64_t>(p);
+  auto find_in = [addr](const std::map<std::uint64_t, allocation>& m) -> const allocation* {
+    auto it = m.upper_bound(addr);
+    if (it == m.begin()) return nullptr;
+    --it;
+    if (addr >= it->second.address + it->second.bytes) return nullptr;
+    return &it->second;
+  };
+  const allocation* a = find_in(allocations_);
+  if (a && a->pool) return find_in(pool_blocks_);
+  return a;
+}
+
+NPURT_DECL std::uint64_t memory_registry::reserve_range(device_id dev, std::size_t bytes, std::error_code& ec) {
+  ec.clear();
+  if (dev < 0 || static_cast<std::size_t>(dev) >= backend_.device_count()) {
+    ec = make_error_code(errc::invalid_device);
+    return 0;
+  }
+  if (bytes == 0) {
+    ec = make_error_code(errc::zero_size);
+    return 0;
+  }
+  const std::uint64_t addr = next_address_[dev];
+  next_address_[dev] += round_up(bytes, 1 << 21);
+  allocations_.emplace(addr, allocation{addr, bytes, dev, nullptr, true, 0});
+  return addr;
+}
+
+NPURT_DECL void memory_registry::release_range(std::uint64_t addr) noexcept {
+  auto it = allocations_.find(addr);
+  if (it == allocations_.end() || !it->second.pool) return;
+  used_[it->second.device] -= it->second.mapped;
+  if (it->second.backing) mi_free(it->second.backing);
+  freed_.insert(addr);
+  allocations_.erase(it);
+}
+
+NPURT_DECL std::error_code memory_registry::map_range(std::uint64_t range, std::size_t bytes) {
+  auto it = allocations_.find(range);
+  if (it == allocations_.end() || !it->second.pool) return make_error_code(errc::invalid_pointer);
+  allocation& a = it->second;
+  if (a.mapped + bytes > a.bytes) return make_error_code(errc::size_overflow);
+  if (used_[a.device] + bytes > backend_.properties(a.device).memory_bytes) return make_error_code(errc::out_of_memory);
+  if (backend_.functional() && !a.backing) {
+    // One contiguous store for the whole range, so blocks that span mapping granules translate.
+    a.backing = static_cast<std::byte*>(mi_zalloc_aligned(a.bytes, 64));
+    if (!a.backing) return make_error_code(errc::resource_exhausted);
+  }
+  a.mapped += bytes;
+  used_[a.device] += bytes;
+  return {};
+}
+
+NPURT_DECL void memory_registry::unmap_range(std::uint64_t range, std::size_t bytes) noexcept {
+  auto it = allocations_.find(range);
+  if (it == allocations_.end() || !it->second.pool) return;
+  const std::size_t n = std::min(bytes, it->second.mapped);
+  it->second.mapped -= n;
+  used_[it->second.device] -= n;
+}
+
+NPURT_DECL void memory_registry::register_pool_block(device_id dev, std::uint64_t addr, std::size_t bytes) {
+  std::byte* backing = nullptr;
+  auto it = allocations_.upper_bound(addr);
+  if (it != allocations_.begin()) {
+    --it;
+    if (it->second.backing && addr >= it->second.address && addr < it->second.address + it->second.bytes)
+      backing = it->second.backing + (addr - it->second.address);
+  }
+  pool_blocks_[addr] = allocation{addr, bytes, dev, backing, false, 0};
+}
+
+NPURT_DECL void memory_registry::unregister_pool_block(std::uint64_t addr) noexcept { pool_blocks_.erase(addr); }
+
+NPURT_DECL void memory_registry::drop_pool_blocks(device_id dev) noexcept {
+  std::erase_if(pool_blocks_, [dev](const auto& kv) { return kv.second.device == dev; });
+}
+
+NPURT_DECL std::size_t memory_registry::device_used(device_id dev) const noexcept {
+  return dev >= 0 && static_cast<std::size_t>(dev) < used_.size() ? used_[dev] : 0;
+}
+
+NPURT_DECL std::byte* memory_registry::translate(device_id dev, const void* addr, std::size_t bytes) noexcept {
+  const allocation* a = find_allocation(addr);
+  if (!a || a->device != dev || !a->backing) return nullptr;
+  const auto off = reinterpret_cast<std::uint64_t>(addr) - a->address;
+  if (bytes > a->bytes - off) return nullptr;
+  return a->backing + off;
+}
+
+NPURT_DECL void memory_registry::release_device_memory(device_id dev) noexcept {
+  drop_pool_blocks(dev);
+  for (auto it = allocations_.begin(); it != allocations_.end();) {
+    if (it->second.device == dev) {
+      if (it->second.backing) mi_free(it->second.backing);
+      freed_.insert(it->first);
+      it = allocations_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (dev >= 0 && static_cast<std::size_t>(dev) < used_.size()) used_[dev] = 0;
+}
+
+NPURT_DECL void* memory_registry::host_malloc(std::size_t bytes, std::error_code& ec) {
+  ec.clear();
+  if (bytes == 0) {
+    ec = make_error_code(errc::zero_size);
+    return nullptr;
+  }
+  void* p = mi_zalloc_aligned(bytes, 64);
+  if (!p) {
+    ec = make_error_code(errc::out_of_memory);
+    return nullptr;
+  }
+  host_allocations_.emplace(p, host_allocation{p, bytes});
+  if (trace_)
+    trace_->on_memory({-1, memory_op::alloc, reinterpret_cast<std::uint64_t>(p), bytes, 0, 0, 0, clock_.now()});
+  return p;
+}
+
+NPURT_DECL void memory_registry::host_free(void* p, std::error_code& ec) {
+  ec.clear();
+  if (!p) {
+    ec = make_error_code(errc::null_pointer);
+    return;
+  }
+  auto it = host_allocations_.find(p);
+  if (it == host_allocations_.end()) {
+    ec = make_error_code(errc::invalid_pointer);
+    return;
+  }
+  if (trace_)
+    trace_->on_memory({-1, memory_op::free, reinterpret_cast<std::uint64_t>(p), it->second.bytes, 0, 0, 0, clock_.now()});
+  host_allocations_.erase(it);
+  mi_free(p);
+}
+
+NPURT_DECL const host_allocation* memory_registry::find_host_allocation(const void* p) const noexcept {
+  auto it = host_allocations_.upper_bound(p);
+  if (it == host_allocations_.begin()) return nullptr;
+  --it;
+  const auto base = reinterpret_cast<std::uintptr_t>(it->second.base);
+  if (reinterpret_cast<std::uintptr_t>(p) >= base + it->second.bytes) return nullptr;
+  return &it->second;
+}
+
+NPURT_DECL std::error_code memory_registry::check_operands(device_id dev, const kernel_desc& k, std::string& what) const {
+  std::error_code ec;
+  std::visit(
+      [&](const auto& op) {
+        using op_t = std::remove_cvref_t<decltype(op)>;
+        if constexpr (!std::is_same_v<op_t, kernels::fixed>) {
+          std::size_t index = 0;  // the operand's position among the descriptor's tensors
+          boost::pfr::for_each_field(op, [&](const auto& field) {
+            using field_t = std::remove_cvref_t<decltype(field)>;
+            if constexpr (std::is_same_v<field_t, tensor_desc>) {
+              const std::size_t i = index++;
+              if (ec || !field.data) return;  // timing-only operands have no memory to check
+              std::ostringstream os;
+              os << "operand " << tensor_name(k.op, i) << " of kernel '" << k.display_name() << "' at " << field.data;
+              const std::size_t bytes = field.bytes();
+              if (!is_device_address(field.data)) {
+                ec = make_error_code(errc::invalid_pointer);
+                os << " is host memory; kernels read and write device memory";
+              } else if (const allocation* a = find_allocation(field.data); !a) {
+                ec = make_error_code(errc::invalid_pointer);
+                os << (freed_.count(reinterpret_cast<std::uint64_t>(field.data)) ? " was freed"
+                                                                                   : " is not live device memory");
+              } else if (bytes > a->bytes - (reinterpret_cast<std::uint64_t>(field.data) - a->address)) {
+                ec = make_error_code(errc::size_overflow);
+                os << " overruns its allocation: " << bytes << " bytes from offset "
+                   << reinterpret_cast<std::uint64_t>(field.data) - a->address << " of a " << a->bytes << "-byte block";
+              } else if (a->device != dev) {
+                ec = make_error_code(errc::stream_device_mismatch);
+                os << " is memory of device " << a->device << ", the stream's device is " << dev;
+              }
+              if (ec) what = os.str();
+            }
+          });
+        }
+      },
+      k.op);
+  return ec;
+}
+
+}  // namespace npurt::detail

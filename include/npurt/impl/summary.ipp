@@ -1,0 +1,403 @@
+// npurt/impl/summary.ipp — summarize(): busy time, gaps and their causes, top kernels, critical
+// path.
+#pragma once
+
+#include <npurt/profiler/summary.hpp>
+#include <npurt/detail/trace_format.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace npurt {
+namespace detail {
+
+using interval = std::pair<std::int64_t, std::int64_t>;
+using stream_key = std::pair<device_id, std::uint32_t>;
+
+/// Sorts and merges intervals in place; empty ones are dropped.
+inline void merge_intervals(std::vector<interval>& v) {
+  std::erase_if(v, [](const interval& i) { return i.second <= i.first; });
+  std::sort(v.begin(), v.end());
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (out > 0 && v[i].first <= v[out - 1].second) {
+      v[out - 1].second = std::max(v[out - 1].second, v[i].second);
+    } else {
+      v[out++] = v[i];
+    }
+  }
+  v.resize(out);
+}
+
+inline std::int64_t measure(const std::vector<interval>& merged) {
+  std::int64_t sum = 0;
+  for (const auto& i : merged) sum += i.second - i.first;
+  return sum;
+}
+
+inline std::int64_t intersection(const std::vector<interval>& a, const std::vector<interval>& b) {
+  std::int64_t sum = 0;
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const auto lo = std::max(a[i].first, b[j].first);
+    const auto hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) sum += hi - lo;
+    if (a[i].second < b[j].second) ++i; else ++j;
+  }
+  return sum;
+}
+
+inline bool is_communication(const trace_task& t) noexcept {
+  if (t.engine == engine_kind::collective || t.kind == task_kind::collective) return true;
+  return t.engine == engine_kind::copy_d2d && t.src_device >= 0 && t.dst_device >= 0 && t.src_device != t.dst_device;
+}
+
+inline double ratio(std::int64_t a, std::int64_t b) noexcept {
+  return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0;
+}
+
+/// The first position whose value is at least a bound, in O(log n): a max segment tree. Gap
+/// causes ask "the first task of the stream (in id order) that starts at or after t" once per
+/// gap, which a scan would make quadratic.
+class first_at_least {
+ public:
+  explicit first_at_least(const std::vector<std::int64_t>& values) {
+    while (size_ < values.size()) size_ *= 2;
+    max_.assign(2 * size_, std::numeric_limits<std::int64_t>::min());
+    std::copy(values.begin(), values.end(), max_.begin() + static_cast<std::ptrdiff_t>(size_));
+    for (std::size_t i = size_ - 1; i > 0; --i) max_[i] = std::max(max_[2 * i], max_[2 * i + 1]);
+  }
+  /// The smallest position with value >= bound, or npos.
+  [[nodiscard]] std::size_t find(std::int64_t bound) const noexcept {
+    if (max_[1] < bound) return npos;
+    std::size_t i = 1;
+    while (i < size_) i = max_[2 * i] >= bound ? 2 * i : 2 * i + 1;
+    return i - size_;
+  }
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+ private:
+  std::size_t size_ = 1;
+  std::vector<std::int64_t> max_;
+};
+
+/// Tasks in a stable order that does not depend on the order they were reported in.
+inline std::vector<std::size_t> task_order(const std::vector<trace_task>& tasks) {
+  std::vector<std::size_t> order(tasks.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::tie(tasks[a].id, tasks[a].device, tasks[a].stream) < std::tie(tasks[b].id, tasks[b].device, tasks[b].stream);
+  });
+  return order;
+}
+
+inline void summarize_span(const std::vector<trace_task>& tasks, profile_summary& s) {
+  s.tasks = tasks.size();
+  if (tasks.empty()) return;
+  std::int64_t lo = ps(tasks.front().start), hi = ps(tasks.front().end);
+  for (const auto& t : tasks) {
+    lo = std::min(lo, ps(t.start));
+    hi = std::max(hi, ps(t.end));
+  }
+  s.begin = sim_time{picoseconds{lo}};
+  s.end = sim_time{picoseconds{hi}};
+  s.span = s.end - s.begin;
+}
+
+inline profile_summary::device_stats device_summary(const trace_data& data, device_id dev,
+                                                    const std::vector<std::size_t>& idx, std::int64_t span) {
+  const auto& tasks = data.tasks;
+  profile_summary::device_stats d;
+  d.device = dev;
+  d.tasks = idx.size();
+  std::vector<interval> all, compute, comm;
+  std::map<engine_kind, std::pair<std::uint64_t, std::vector<interval>>> engines;
+  for (auto i : idx) {
+    const auto& t = tasks[i];
+    if (t.engine == engine_kind::none) continue;
+    const interval iv{ps(t.start), ps(t.end)};
+    all.push_back(iv);
+    auto& e = engines[t.engine];
+    ++e.first;
+    e.second.push_back(iv);
+    if (t.engine == engine_kind::ai_core) compute.push_back(iv);
+    if (is_communication(t)) comm.push_back(iv);
+  }
+  merge_intervals(all);
+  merge_intervals(compute);
+  merge_intervals(comm);
+  d.busy = picoseconds{measure(all)};
+  d.utilisation = ratio(d.busy.count(), span);
+  d.compute = picoseconds{measure(compute)};
+  d.communication = picoseconds{measure(comm)};
+  d.overlap = picoseconds{intersection(compute, comm)};
+  d.overlap_fraction = ratio(d.overlap.count(), d.communication.count());
+  for (auto& [kind, e] : engines) {
+    merge_intervals(e.second);
+    profile_summary::engine_stats es;
+    es.engine = kind;
+    es.tasks = e.first;
+    es.busy = picoseconds{measure(e.second)};
+    es.utilisation = ratio(es.busy.count(), span);
+    d.engines.push_back(es);
+  }
+  return d;
+}
+
+inline void summarize_devices(const trace_data& data, const std::vector<std::size_t>& order, std::int64_t span,
+                              profile_summary& s) {
+  std::map<device_id, std::vector<std::size_t>> by_device;
+  for (auto i : order) by_device[data.tasks[i].device].push_back(i);
+  std::map<device_id, std::size_t> peak;
+  for (const auto& m : data.memory) {
+    if (m.device >= 0) by_device.try_emplace(m.device);
+    auto& p = peak[m.device];
+    p = std::max(p, m.in_use);
+  }
+  for (const auto& st : data.streams) by_device.try_emplace(st.device);
+  for (const auto& [dev, idx] : by_device) {
+    auto d = device_summary(data, dev, idx, span);
+    if (auto p = peak.find(dev); p != peak.end()) d.peak_memory = p->second;
+    s.devices.push_back(std::move(d));
+  }
+}
+
+/// What a stream's gaps are checked against: the waits that blocked it (those that took time,
+/// by when they began) and the stream-ordered allocations made on it (by time).
+struct stream_context {
+  std::vector<const event_wait_info*> waits;
+  std::vector<std::int64_t> allocs;
+};
+
+/// The waits that blocked across a gap, found as gaps go by in time order: among the waits that
+/// began before the gap ended, the one satisfied last (then the highest task id, then the first
+/// reported) blocked the gap if it was satisfied after the gap began.
+class blocking_waits {
+ public:
+  explicit blocking_waits(const std::vector<const event_wait_info*>& waits) : waits_(waits) {
+    std::stable_sort(waits_.begin(), waits_.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  }
+  const event_wait_info* at(std::int64_t a, std::int64_t b) {
+    for (; next_ < waits_.size() && ps(waits_[next_]->begin) < b; ++next_) {
+      const auto* w = waits_[next_];
+      if (best_ == nullptr || std::tie(w->satisfied, w->task) > std::tie(best_->satisfied, best_->task) ||
+          (std::tie(w->satisfied, w->task) == std::tie(best_->satisfied, best_->task) && w < best_))
+        best_ = w;
+    }
+    return best_ != nullptr && ps(best_->satisfied) > a ? best_ : nullptr;
+  }
+
+ private:
+  std::vector<const event_wait_info*> waits_;
+  std::size_t next_ = 0;
+  const event_wait_info* best_ = nullptr;
+};
+
+inline gap_cause cause_of(const trace_task* next, const event_wait_info* blocking, bool alloc_ended, std::int64_t a) {
+  if (blocking != nullptr) return gap_cause::event;
+  if (next != nullptr && (next->kind == task_kind::collective || next->engine == engine_kind::collective))
+    return gap_cause::peer;
+  if (alloc_ended) return gap_cause::memory;
+  if (next != nullptr && ps(next->submitted) > a) return gap_cause::host;
+  if (next != nullptr && next->start > next->ready) return gap_cause::engine;
+  return gap_cause::other;
+}
+
+/// The idle stretches inside a stream's window (first start to last end) and why each happened.
+inline void stream_gaps(const trace_data& data, const std::vector<std::size_t>& idx, const std::vector<interval>& busy,
+                        const stream_context& ctx, profile_summary::stream_stats& st) {
+  const auto& tasks = data.tasks;
+  std::int64_t w0 = ps(tasks[idx.front()].start), w1 = ps(tasks[idx.front()].end);
+  std::vector<std::int64_t> engine_start(idx.size()), end(idx.size());
+  for (std::size_t k = 0; k < idx.size(); ++k) {
+    const auto& t = tasks[idx[k]];
+    w0 = std::min(w0, ps(t.start));
+    w1 = std::max(w1, ps(t.end));
+    engine_start[k] = t.engine != engine_kind::none ? ps(t.start) : std::numeric_limits<std::int64_t>::min();
+    end[k] = ps(t.end);
+  }
+  std::vector<interval> gaps;
+  std::int64_t cursor = w0;
+  for (const auto& b : busy) {
+    if (b.first > cursor) gaps.push_back({cursor, b.first});
+    cursor = std::max(cursor, b.second);
+  }
+  if (w1 > cursor) gaps.push_back({cursor, w1});
+  const first_at_least first_start(engine_start), first_end(end);
+  blocking_waits blocking(ctx.waits);
+  for (const auto& [a, b] : gaps) {
+    profile_summary::gap g;
+    g.begin = sim_time{picoseconds{a}};
+    g.end = sim_time{picoseconds{b}};
+    // The task that ended the gap: the first engine task starting at its end, else the first
+    // task still running at its end (a trailing wait).
+    std::size_t k = first_start.find(b);
+    if (k == first_at_least::npos) k = first_end.find(b);
+    const trace_task* next = k == first_at_least::npos ? nullptr : &tasks[idx[k]];
+    if (next != nullptr) g.next_task = next->id;
+    const auto* w = blocking.at(a, b);
+    const auto alloc = std::upper_bound(ctx.allocs.begin(), ctx.allocs.end(), a);
+    g.cause = cause_of(next, w, alloc != ctx.allocs.end() && *alloc <= b, a);
+    if (w != nullptr) g.event = w->event;
+    st.idle += g.duration();
+    st.gaps.push_back(g);
+  }
+}
+
+inline std::map<stream_key, stream_context> stream_contexts(const trace_data& data) {
+  std::map<stream_key, stream_context> out;
+  for (const auto& w : data.waits)
+    if (w.satisfied > w.begin) out[{w.device, w.stream}].waits.push_back(&w);
+  for (const auto& m : data.memory)
+    if (m.op == memory_op::alloc && m.stream != 0) out[{m.device, m.stream}].allocs.push_back(ps(m.time));
+  for (auto& [key, c] : out) std::sort(c.allocs.begin(), c.allocs.end());
+  return out;
+}
+
+/// Task indices per stream in id order.
+inline std::map<stream_key, std::vector<std::size_t>> tasks_by_stream(const trace_data& data,
+                                                                       const std::vector<std::size_t>& order) {
+  std::map<stream_key, std::vector<std::size_t>> by_stream;
+  for (const auto& st : data.streams) by_stream.try_emplace({st.device, st.stream});
+  for (auto i : order) by_stream[{data.tasks[i].device, data.tasks[i].stream}].push_back(i);
+  return by_stream;
+}
+
+inline void summarize_streams(const trace_data& data, const std::vector<std::size_t>& order,
+                              const std::map<stream_key, std::vector<std::size_t>>& by_stream, std::int64_t span,
+                              profile_summary& s) {
+  const auto& tasks = data.tasks;
+  std::map<stream_key, std::uint8_t> priorities;
+  for (const auto& st : data.streams) priorities.try_emplace({st.device, st.stream}, st.priority);
+  for (auto i : order) priorities.try_emplace({tasks[i].device, tasks[i].stream}, tasks[i].priority);
+  const auto contexts = stream_contexts(data);
+  const stream_context none;
+  for (const auto& [key, idx] : by_stream) {
+    profile_summary::stream_stats st;
+    st.device = key.first;
+    st.stream = key.second;
+    st.priority = priorities[key];
+    st.tasks = idx.size();
+    std::vector<interval> busy;
+    for (auto i : idx)
+      if (tasks[i].engine != engine_kind::none) busy.push_back({ps(tasks[i].start), ps(tasks[i].end)});
+    merge_intervals(busy);
+    st.busy = picoseconds{measure(busy)};
+    st.utilisation = ratio(st.busy.count(), span);
+    if (!idx.empty()) {
+      const auto c = contexts.find(key);
+      stream_gaps(data, idx, busy, c != contexts.end() ? c->second : none, st);
+    }
+    s.streams.push_back(std::move(st));
+  }
+}
+
+inline void summarize_kernels(const trace_data& data, std::size_t top_kernels, profile_summary& s) {
+  std::map<std::string_view, profile_summary::kernel_stats> kernels;
+  for (const auto& t : data.tasks) {
+    if (t.kind != task_kind::kernel) continue;
+    auto& k = kernels[data.str(t.name)];
+    ++k.count;
+    k.total += t.duration();
+    k.max = std::max(k.max, t.duration());
+    k.flops += t.flops;
+    k.bytes += t.bytes;
+  }
+  for (auto& [name, k] : kernels) {
+    k.name = std::string{name};
+    s.top_kernels.push_back(std::move(k));
+  }
+  std::stable_sort(s.top_kernels.begin(), s.top_kernels.end(),
+                   [](const auto& a, const auto& b) { return a.total > b.total; });
+  if (s.top_kernels.size() > top_kernels) s.top_kernels.resize(top_kernels);
+}
+
+/// Each task's predecessor through an event it waited on: the record task that ended last.
+inline std::unordered_map<std::uint64_t, std::size_t> event_predecessors(const trace_data& data,
+                                                                         const std::vector<std::size_t>& order) {
+  const auto& tasks = data.tasks;
+  std::unordered_map<std::uint64_t, std::size_t> by_id;
+  for (auto i : order) by_id.try_emplace(tasks[i].id, i);
+  std::unordered_map<std::uint64_t, std::size_t> event_prev;  // wait task id -> record task
+  std::vector<const event_wait_info*> waits;
+  for (const auto& w : data.waits) waits.push_back(&w);
+  std::sort(waits.begin(), waits.end(), [](auto* a, auto* b) {
+    return std::tie(a->task, a->record_task, a->event) < std::tie(b->task, b->record_task, b->event);
+  });
+  for (const auto* w : waits) {
+    if (w->record_task == 0) continue;
+    auto r = by_id.find(w->record_task);
+    if (r == by_id.end()) continue;
+    auto [it, fresh] = event_prev.try_emplace(w->task, r->second);
+    if (!fresh && tasks[r->second].end > tasks[it->second].end) it->second = r->second;
+  }
+  return event_prev;
+}
+
+inline void critical_path(const trace_data& data, const std::vector<std::size_t>& order,
+                          const std::map<stream_key, std::vector<std::size_t>>& by_stream, profile_summary& s) {
+  const auto& tasks = data.tasks;
+  std::unordered_map<std::uint64_t, std::size_t> stream_prev;  // task id -> previous on its stream
+  for (const auto& [key, idx] : by_stream)
+    for (std::size_t k = 1; k < idx.size(); ++k) stream_prev[tasks[idx[k]].id] = idx[k - 1];
+  const auto event_prev = event_predecessors(data, order);
+  std::size_t cur = order.front();
+  for (auto i : order)
+    if (std::tie(tasks[i].end, tasks[i].id) > std::tie(tasks[cur].end, tasks[cur].id)) cur = i;
+  std::vector<profile_summary::path_task> rev;
+  // A trace with repeated ids or a dependency cycle must not make the path revisit a task.
+  std::vector<bool> visited(tasks.size(), false);
+  bool via_event = false;
+  while (!visited[cur]) {
+    visited[cur] = true;
+    const auto& t = tasks[cur];
+    rev.push_back({t.id, std::string{data.str(t.name)}, t.device, t.stream, t.kind, t.engine, t.start, t.end, via_event});
+    auto p = stream_prev.find(t.id);
+    auto e = event_prev.find(t.id);
+    const bool has_p = p != stream_prev.end(), has_e = e != event_prev.end();
+    if (!has_p && !has_e) break;
+    // Ties go to the stream predecessor: stream order is the dependency that always exists.
+    via_event = has_e && (!has_p || tasks[e->second].end > tasks[p->second].end);
+    cur = via_event ? e->second : p->second;
+  }
+  // via_event was recorded on the task reached through the edge; move it to the task the edge
+  // leaves from, which is the one that waited.
+  for (std::size_t k = 0; k + 1 < rev.size(); ++k) rev[k].via_event = rev[k + 1].via_event;
+  if (!rev.empty()) rev.back().via_event = false;
+  std::reverse(rev.begin(), rev.end());
+  s.critical_path = std::move(rev);
+  const auto first = ps(s.critical_path.front().start), last = ps(s.critical_path.back().end);
+  s.critical_path_length = picoseconds{last - first};
+  // The union of the path's engine time inside the path: the same as the sum of durations on a
+  // real trace (a path's tasks follow one another), and never more than the length on any other.
+  std::vector<interval> busy;
+  for (const auto& p : s.critical_path)
+    if (p.engine != engine_kind::none) busy.push_back({std::max(ps(p.start), first), std::min(ps(p.end), last)});
+  merge_intervals(busy);
+  s.critical_path_busy = picoseconds{measure(busy)};
+}
+
+}  // namespace detail
+
+NPURT_DECL profile_summary summarize(const trace_data& data, std::size_t top_kernels) {
+  profile_summary s;
+  detail::summarize_span(data.tasks, s);
+  const std::int64_t span = s.span.count();
+  const auto order = detail::task_order(data.tasks);
+  detail::summarize_devices(data, order, span, s);
+  const auto by_stream = detail::tasks_by_stream(data, order);
+  detail::summarize_streams(data, order, by_stream, span, s);
+  detail::summarize_kernels(data, top_kernels, s);
+  if (!data.tasks.empty()) detail::critical_path(data, order, by_stream, s);
+  return s;
+}
+
+}  // namespace npurt

@@ -1,0 +1,520 @@
+// npurt/impl/trace_reader.hpp — the bodies of npurt/profiler/trace_reader.hpp: a JSON event
+// reader that checks every field it takes, and check_trace()'s whole-trace rules.
+#pragma once
+
+#include <npurt/profiler/trace_reader.hpp>
+
+#include <boost/json/parse_options.hpp>
+#include <boost/json/stream_parser.hpp>
+#include <boost/json/value.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace npurt {
+namespace detail {
+
+struct trace_parse_failure {
+  std::string message;
+};
+
+/// At most the first 40 bytes of a piece of input, quoted, with control bytes escaped: enough to
+/// recognise it, never a whole hostile field.
+inline std::string quote_prefix(std::string_view s) {
+  constexpr std::size_t shown = 40;
+  std::string r = "\"";
+  for (std::size_t i = 0; i < s.size() && i < shown; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f || c == '"' || c == '\\') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
+      r += buf;
+    } else {
+      r += static_cast<char>(c);
+    }
+  }
+  r += s.size() > shown ? "\"... (" + std::to_string(s.size()) + " bytes)" : "\"";
+  return r;
+}
+
+class trace_reader {
+ public:
+  trace_data read(const boost::json::value& root) {
+    if (!root.is_object()) fail("not a Chrome trace: the top level is not a JSON object");
+    const auto& top = root.get_object();
+    const auto* events = top.if_contains("traceEvents");
+    if (events == nullptr) fail("not a Chrome trace: no \"traceEvents\" member");
+    if (!events->is_array()) fail("not a Chrome trace: \"traceEvents\" is not an array");
+    const auto& arr = events->get_array();
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+      where_ = "traceEvents[" + std::to_string(i) + "]";
+      if (!arr[i].is_object()) fail(where_ + " is not an object");
+      event(arr[i].get_object());
+    }
+    where_ = "otherData";
+    if (const auto* other = top.if_contains("otherData"); other != nullptr && other->is_object()) {
+      if (other->get_object().contains("shutdown")) data_.shutdown = time(other->get_object(), "shutdown");
+    }
+    if (auto why = check_trace(data_); !why.empty()) fail(std::move(why));
+    return std::move(data_);
+  }
+
+ private:
+  [[noreturn]] static void fail(std::string msg) { throw trace_parse_failure{std::move(msg)}; }
+  [[noreturn]] void fail_field(std::string_view key, std::string_view what) {
+    fail(where_ + ": \"" + std::string{key} + "\" " + std::string{what});
+  }
+
+  const boost::json::value& field(const boost::json::object& o, std::string_view key) {
+    const auto* v = o.if_contains(key);
+    if (v == nullptr) fail(where_ + ": missing \"" + std::string{key} + "\"");
+    return *v;
+  }
+  double number(const boost::json::object& o, std::string_view key) {
+    const auto& v = field(o, key);
+    if (v.is_double()) return v.get_double();
+    if (v.is_int64()) return static_cast<double>(v.get_int64());
+    if (v.is_uint64()) return static_cast<double>(v.get_uint64());
+    fail_field(key, "is not a number");
+  }
+  std::int64_t integer(const boost::json::object& o, std::string_view key) {
+    const auto& v = field(o, key);
+    if (v.is_int64()) return v.get_int64();
+    if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(INT64_MAX)) return static_cast<std::int64_t>(v.get_uint64());
+    if (v.is_double() && std::trunc(v.get_double()) == v.get_double() && std::abs(v.get_double()) < 9.0e18)
+      return static_cast<std::int64_t>(v.get_double());
+    fail_field(key, "is not an integer");
+  }
+  std::uint64_t unsigned_integer(const boost::json::object& o, std::string_view key) {
+    const auto& v = field(o, key);
+    if (v.is_uint64()) return v.get_uint64();
+    if (v.is_int64() && v.get_int64() >= 0) return static_cast<std::uint64_t>(v.get_int64());
+    if (v.is_double() && std::trunc(v.get_double()) == v.get_double() && v.get_double() >= 0 && v.get_double() < 1.8e19)
+      return static_cast<std::uint64_t>(v.get_double());
+    fail_field(key, "is not a non-negative integer");
+  }
+  std::string_view string(const boost::json::object& o, std::string_view key) {
+    const auto& v = field(o, key);
+    if (!v.is_string()) fail_field(key, "is not a string");
+    if (v.get_string().size() > max_trace_name)
+      fail_field(key, "is longer than " + std::to_string(max_trace_name) + " bytes");
+    return v.get_string();
+  }
+  const boost::json::object& object(const boost::json::object& o, std::string_view key) {
+    const auto& v = field(o, key);
+    if (!v.is_object()) fail_field(key, "is not an object");
+    return v.get_object();
+  }
+  /// Microseconds with 6 decimals back to whole picoseconds, 0 .. max_trace_time.
+  sim_time time(const boost::json::object& o, std::string_view key) {
+    const double us = number(o, key);
+    if (!std::isfinite(us)) fail_field(key, "is not a finite number");
+    if (us < 0) fail_field(key, "is negative");
+    if (us * 1e6 > static_cast<double>(max_trace_time)) fail_field(key, "is beyond the largest trace time (2^62 ps)");
+    return sim_time{picoseconds{std::min<std::int64_t>(std::llround(us * 1e6), max_trace_time)}};
+  }
+  /// An event's end: its start plus a duration, both checked, and the sum within range too.
+  sim_time end_of(const boost::json::object& e, sim_time start) {
+    const auto dur = time(e, "dur") - sim_time{};
+    if (dur.count() > max_trace_time - start.time_since_epoch().count())
+      fail(where_ + ": \"ts\" + \"dur\" is beyond the largest trace time (2^62 ps)");
+    return start + dur;
+  }
+  template <class T>
+  T small(const boost::json::object& o, std::string_view key, std::int64_t lo, std::int64_t hi) {
+    const auto v = integer(o, key);
+    if (v < lo || v > hi)
+      fail_field(key, "is out of range (" + std::to_string(lo) + " .. " + std::to_string(hi) + ")");
+    return static_cast<T>(v);
+  }
+  /// A device, or -1 for the host where the field allows it.
+  device_id device(const boost::json::object& o, std::string_view key, bool host = true) {
+    return small<device_id>(o, key, host ? -1 : 0, max_trace_devices - 1);
+  }
+  std::uint32_t u32(const boost::json::object& o, std::string_view key) {
+    return small<std::uint32_t>(o, key, 0, UINT32_MAX);
+  }
+
+  task_kind kind(std::string_view s) {
+    for (auto k : {task_kind::kernel, task_kind::memcpy, task_kind::memset, task_kind::event_record,
+                   task_kind::event_wait, task_kind::host_callback, task_kind::collective})
+      if (to_string(k) == s) return k;
+    fail(where_ + ": unknown task kind " + quote_prefix(s));
+  }
+  engine_kind engine(std::string_view s) {
+    for (auto e : {engine_kind::none, engine_kind::ai_core, engine_kind::copy_h2d, engine_kind::copy_d2h,
+                   engine_kind::copy_d2d, engine_kind::collective, engine_kind::host})
+      if (to_string(e) == s) return e;
+    fail(where_ + ": unknown engine " + quote_prefix(s));
+  }
+
+  void event(const boost::json::object& e) {
+    const auto ph = string(e, "ph");
+    std::string_view cat;
+    if (const auto* c = e.if_contains("cat"); c != nullptr) {
+      if (!c->is_string()) fail(where_ + ": \"cat\" is not a string");
+      cat = c->get_string();
+    }
+    if (ph == "M") stream(e);
+    else if (ph == "X" && cat == "task") task(e);
+    else if (ph == "X" && cat == "link") link(e);
+    else if (ph == "X" && cat == "collective_step") step(e);
+    else if ((ph == "f" && cat == "dependency") || (ph == "i" && cat == "event_wait")) wait(e);
+    else if (ph == "i" && cat == "event_record") record(e);
+    else if (ph == "i" && cat == "memory") memory(e);
+    else if ((ph == "B" || ph == "E" || ph == "i") && cat == "range") range(e, ph);
+    // Anything else (engine copies, counters, metadata, other tools' events) is derived or foreign.
+  }
+
+  void stream(const boost::json::object& e) {
+    if (string(e, "name") != "thread_name") return;
+    const auto& a = object(e, "args");
+    if (!a.contains("stream")) return;
+    data_.streams.push_back({device(a, "device", false), u32(a, "stream"), small<std::uint8_t>(a, "priority", 0, 255)});
+  }
+
+  void task(const boost::json::object& e) {
+    const auto& a = object(e, "args");
+    trace_task t;
+    t.id = unsigned_integer(a, "id");
+    t.kind = kind(string(a, "kind"));
+    t.engine = engine(string(a, "engine"));
+    t.device = device(a, "device", false);
+    t.stream = u32(a, "stream");
+    t.priority = small<std::uint8_t>(a, "priority", 0, 255);
+    t.submitted = time(a, "submitted");
+    t.ready = time(a, "ready");
+    t.start = time(e, "ts");
+    t.end = end_of(e, t.start);
+    t.name = data_.intern(string(e, "name"));
+    t.bytes = unsigned_integer(a, "bytes");
+    t.flops = unsigned_integer(a, "flops");
+    if (a.contains("block_dim")) t.block_dim = u32(a, "block_dim");
+    if (a.contains("src_device")) t.src_device = device(a, "src_device");
+    if (a.contains("dst_device")) t.dst_device = device(a, "dst_device");
+    if (a.contains("event"))
+      data_.records.push_back({unsigned_integer(a, "event"), t.id, t.device, t.stream, time(a, "event_time")});
+    data_.tasks.push_back(t);
+  }
+
+  void link(const boost::json::object& e) {
+    const auto& a = object(e, "args");
+    const auto start = time(e, "ts");
+    data_.links.push_back({data_.intern(string(a, "link")), device(a, "src"), device(a, "dst"),
+                           static_cast<std::size_t>(unsigned_integer(a, "bytes")), start, end_of(e, start)});
+  }
+
+  void step(const boost::json::object& e) {
+    const auto& a = object(e, "args");
+    trace_collective_step s;
+    s.collective = unsigned_integer(a, "collective");
+    s.op = data_.intern(string(a, "op"));
+    s.algorithm = data_.intern(string(a, "algorithm"));
+    s.device = device(a, "device", false);
+    s.peer = device(a, "peer");
+    s.step = u32(a, "step");
+    s.bytes = static_cast<std::size_t>(unsigned_integer(a, "bytes"));
+    s.start = time(e, "ts");
+    s.end = end_of(e, s.start);
+    data_.steps.push_back(s);
+  }
+
+  void wait(const boost::json::object& e) {
+    const auto& a = object(e, "args");
+    event_wait_info w;
+    w.event = unsigned_integer(a, "event");
+    w.task = unsigned_integer(a, "wait_task");
+    w.device = device(a, "device", false);
+    w.stream = u32(a, "stream");
+    w.record_task = unsigned_integer(a, "record_task");
+    w.record_device = device(a, "record_device", false);
+    w.record_stream = u32(a, "record_stream");
+    w.begin = time(a, "begin");
+    w.satisfied = time(a, "satisfied");
+    data_.waits.push_back(w);
+  }
+
+  void record(const boost::json::object& e) {
+    const auto& a = object(e, "args");
+    data_.records.push_back({unsigned_integer(a, "event"), unsigned_integer(a, "task"), device(a, "device", false),
+                             u32(a, "stream"), time(e, "ts")});
+  }
+
+  void memory(const boost::json::object& e) {
+    const auto& a = object(e, "args");
+    memory_info m;
+    m.device = device(a, "device");
+    const auto op = string(a, "op");
+    if (op != "alloc" && op != "free") fail(where_ + ": unknown memory op " + quote_prefix(op));
+    m.op = op == "alloc" ? memory_op::alloc : memory_op::free;
+    m.address = unsigned_integer(a, "address");
+    m.bytes = static_cast<std::size_t>(unsigned_integer(a, "bytes"));
+    m.in_use = static_cast<std::size_t>(unsigned_integer(a, "in_use"));
+    m.reserved = static_cast<std::size_t>(unsigned_integer(a, "reserved"));
+    m.stream = u32(a, "stream");
+    m.time = time(e, "ts");
+    data_.memory.push_back(m);
+  }
+
+  void range(const boost::json::object& e, std::string_view ph) {
+    const auto& a = object(e, "args");
+    trace_host_range r;
+    r.op = ph == "B" ? host_range_op::push : ph == "E" ? host_range_op::pop : host_range_op::mark;
+    if (e.contains("name")) r.name = data_.intern(string(e, "name"));
+    r.lane = u32(a, "lane");
+    r.time = time(e, "ts");
+    data_.ranges.push_back(r);
+  }
+
+  trace_data data_;
+  std::string where_;
+};
+
+inline bool time_ok(sim_time t) noexcept {
+  const auto v = t.time_since_epoch().count();
+  return v >= 0 && v <= max_trace_time;
+}
+inline bool device_ok(device_id d, bool host) noexcept { return d >= (host ? -1 : 0) && d < max_trace_devices; }
+
+/// Ranges of every task; empty when all hold.
+inline std::string check_tasks(const trace_data& data) {
+  std::int64_t total = 0;
+  std::uint64_t flops = 0, bytes = 0;
+  for (const auto& t : data.tasks) {
+    auto who = [&] { return "task " + std::to_string(t.id) + ": "; };
+    if (!time_ok(t.submitted) || !time_ok(t.ready) || !time_ok(t.start) || !time_ok(t.end))
+      return who() + "a time is negative or beyond 2^62 ps";
+    if (t.end < t.start) return who() + "ends before it starts";
+    if (!device_ok(t.device, false) || !device_ok(t.src_device, true) || !device_ok(t.dst_device, true))
+      return who() + "a device id is out of range";
+    if (data.str(t.name).size() > max_trace_name) return who() + "the name is too long";
+    if (__builtin_add_overflow(total, (t.end - t.start).count(), &total) ||
+        __builtin_add_overflow(flops, t.flops, &flops) || __builtin_add_overflow(bytes, t.bytes, &bytes))
+      return who() + "the durations, flops or bytes of the tasks add up past what 64 bits hold";
+  }
+  return {};
+}
+
+/// Ranges of everything else a trace holds.
+inline std::string check_others(const trace_data& data) {
+  for (const auto& w : data.waits)
+    if (!time_ok(w.begin) || !time_ok(w.satisfied) || !device_ok(w.device, false) || !device_ok(w.record_device, false))
+      return "the wait of task " + std::to_string(w.task) + " has a time or device out of range";
+  for (const auto& r : data.records)
+    if (!time_ok(r.time) || !device_ok(r.device, false))
+      return "the record of event " + std::to_string(r.event) + " has a time or device out of range";
+  for (const auto& m : data.memory)
+    if (!time_ok(m.time) || !device_ok(m.device, true)) return "a memory operation has a time or device out of range";
+  for (const auto& l : data.links)
+    if (!time_ok(l.start) || !time_ok(l.end) || l.end < l.start || !device_ok(l.src, true) || !device_ok(l.dst, true))
+      return "a link transfer has a time, duration or device out of range";
+  for (const auto& s : data.steps)
+    if (!time_ok(s.start) || !time_ok(s.end) || s.end < s.start || !device_ok(s.device, false) || !device_ok(s.peer, true))
+      return "a step of collective " + std::to_string(s.collective) + " has a time, duration or device out of range";
+  for (const auto& r : data.ranges)
+    if (!time_ok(r.time)) return "a host range has a time out of range";
+  for (const auto& s : data.streams)
+    if (!device_ok(s.device, false)) return "stream " + std::to_string(s.stream) + " is on a device out of range";
+  if (data.shutdown && !time_ok(*data.shutdown)) return "the shutdown time is out of range";
+  return {};
+}
+
+/// Unique task ids, and no cycle through stream order (by id) and waits (record task before the
+/// waiting task): Kahn's algorithm, O(n log n).
+inline std::string check_dependencies(const trace_data& data) {
+  const auto& tasks = data.tasks;
+  const std::size_t n = tasks.size();
+  std::vector<std::size_t> by_id(n), by_stream(n);
+  for (std::size_t i = 0; i < n; ++i) by_id[i] = by_stream[i] = i;
+  std::sort(by_id.begin(), by_id.end(), [&](auto a, auto b) { return tasks[a].id < tasks[b].id; });
+  for (std::size_t k = 1; k < n; ++k)
+    if (tasks[by_id[k]].id == tasks[by_id[k - 1]].id)
+      return "task id " + std::to_string(tasks[by_id[k]].id) + " appears more than once";
+  auto find = [&](std::uint64_t id) -> std::size_t {
+    auto it = std::lower_bound(by_id.begin(), by_id.end(), id, [&](std::size_t i, std::uint64_t v) { return tasks[i].id < v; });
+    return it != by_id.end() && tasks[*it].id == id ? *it : n;
+  };
+  std::sort(by_stream.begin(), by_stream.end(), [&](auto a, auto b) {
+    return std::tie(tasks[a].device, tasks[a].stream, tasks[a].id) < std::tie(tasks[b].device, tasks[b].stream, tasks[b].id);
+  });
+  std::vector<std::pair<std::size_t, std::size_t>> edges;  // (from, to)
+  for (std::size_t k = 1; k < n; ++k) {
+    const auto& a = tasks[by_stream[k - 1]];
+    const auto& b = tasks[by_stream[k]];
+    if (a.device == b.device && a.stream == b.stream) edges.push_back({by_stream[k - 1], by_stream[k]});
+  }
+  for (const auto& w : data.waits) {
+    if (w.record_task == 0) continue;
+    const auto from = find(w.record_task), to = find(w.task);
+    if (from < n && to < n) edges.push_back({from, to});
+  }
+  std::sort(edges.begin(), edges.end());
+  std::vector<std::size_t> indegree(n, 0), first(n + 1, 0);
+  for (const auto& [from, to] : edges) {
+    ++indegree[to];
+    ++first[from + 1];
+  }
+  for (std::size_t i = 0; i < n; ++i) first[i + 1] += first[i];
+  std::vector<std::size_t> ready;
+  for (std::size_t i = 0; i < n; ++i)
+    if (indegree[i] == 0) ready.push_back(i);
+  std::size_t done = 0;
+  while (!ready.empty()) {
+    const auto i = ready.back();
+    ready.pop_back();
+    ++done;
+    for (std::size_t e = first[i]; e < first[i + 1]; ++e)
+      if (--indegree[edges[e].second] == 0) ready.push_back(edges[e].second);
+  }
+  if (done == n) return {};
+  std::uint64_t id = 0;
+  for (auto i : by_id)
+    if (indegree[i] != 0) {
+      id = tasks[i].id;
+      break;
+    }
+  return "the waits and stream order form a cycle through task " + std::to_string(id);
+}
+
+/// Parses JSON text fed in pieces, keeping the line and column for an error message.
+class json_feed {
+ public:
+  json_feed() : parser_({}, options()) {}
+
+  /// False on a JSON error (then message() says where).
+  bool write(const char* p, std::size_t n) {
+    boost::system::error_code jec;
+    const std::size_t used = parser_.write(p, n, jec);
+    advance(p, std::min(used, n));
+    if (jec) return fail(jec);
+    return true;
+  }
+  bool finish() {
+    boost::system::error_code jec;
+    parser_.finish(jec);
+    return jec ? fail(jec) : true;
+  }
+  boost::json::value release() { return parser_.release(); }
+  [[nodiscard]] const std::string& message() const noexcept { return message_; }
+
+ private:
+  static boost::json::parse_options options() {
+    boost::json::parse_options opts;
+    opts.numbers = boost::json::number_precision::precise;  // times round-trip to the picosecond
+    opts.max_depth = 64;
+    return opts;
+  }
+  void advance(const char* p, std::size_t n) {
+    for (const char* end = p + n;;) {
+      const auto* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
+      if (nl == nullptr) {
+        col_ += static_cast<std::size_t>(end - p);
+        return;
+      }
+      ++line_;
+      col_ = 1;
+      p = nl + 1;
+    }
+  }
+  bool fail(const boost::system::error_code& jec) {
+    message_ = "not valid JSON (line " + std::to_string(line_) + ", column " + std::to_string(col_) + "): " + jec.message();
+    return false;
+  }
+
+  boost::json::stream_parser parser_;
+  std::size_t line_ = 1, col_ = 1;
+  std::string message_;
+};
+
+inline trace_data read_parsed(json_feed& feed, std::error_code& ec, std::string& message) {
+  try {
+    return trace_reader{}.read(feed.release());
+  } catch (const trace_parse_failure& f) {
+    ec = make_error_code(errc::parse_error);
+    message = f.message;
+    return {};
+  }
+}
+
+}  // namespace detail
+
+inline std::string check_trace(const trace_data& data) {
+  if (auto why = detail::check_tasks(data); !why.empty()) return why;
+  if (auto why = detail::check_others(data); !why.empty()) return why;
+  return detail::check_dependencies(data);
+}
+
+inline trace_data read_chrome_trace(std::string_view text, std::error_code& ec, std::string& message) {
+  ec.clear();
+  message.clear();
+  detail::json_feed feed;
+  if (!feed.write(text.data(), text.size()) || !feed.finish()) {
+    ec = make_error_code(errc::parse_error);
+    message = feed.message();
+    return {};
+  }
+  return detail::read_parsed(feed, ec, message);
+}
+
+inline trace_data read_chrome_trace(std::string_view text) {
+  std::error_code ec;
+  std::string message;
+  auto data = read_chrome_trace(text, ec, message);
+  if (ec) throw_error(ec, message);
+  return data;
+}
+
+inline trace_data read_chrome_trace_file(const std::string& path, std::error_code& ec, std::string& message,
+                                         const trace_read_limits& limits) {
+  ec.clear();
+  message.clear();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    ec = std::make_error_code(std::errc::no_such_file_or_directory);
+    message = "cannot open " + path;
+    return {};
+  }
+  detail::json_feed feed;
+  std::vector<char> buf(std::size_t{1} << 20);
+  std::size_t total = 0;
+  for (;;) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto n = static_cast<std::size_t>(in.gcount());
+    if (n == 0) break;
+    total += n;
+    if (total > limits.max_bytes) {
+      ec = make_error_code(errc::parse_error);
+      message = "the file is larger than " + std::to_string(limits.max_bytes) + " bytes";
+      return {};
+    }
+    if (!feed.write(buf.data(), n)) {
+      ec = make_error_code(errc::parse_error);
+      message = feed.message();
+      return {};
+    }
+  }
+  if (in.bad()) {
+    ec = std::make_error_code(std::errc::io_error);
+    message = "cannot read " + path;
+    return {};
+  }
+  if (!feed.finish()) {
+    ec = make_error_code(errc::parse_error);
+    message = feed.message();
+    return {};
+  }
+  return detail::read_parsed(feed, ec, message);
+}
+
+}  // namespace npurt

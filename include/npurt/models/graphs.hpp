@@ -1,0 +1,53 @@
+// npurt/models/graphs.hpp — models as npurt graphs (ONNX operators): a small MLP, ResNet-50 v1.5
+// (the layer table of models/resnet50.hpp), a Transformer encoder block and BERT-Large.
+//
+// Each builder takes `with_data`: true fills every weight with deterministic pseudo-random
+// values (seeded; functional runs at small sizes), false makes them timing-only (full-size
+// simulation without data). Weights are scaled by 1/sqrt(fan-in) so activations stay O(1).
+//
+// bert_training_step() is one BERT-Large training step as the kernels a framework launches
+// (forward, backward, optimizer update), timing-only, for the fidelity comparison with
+// MindSpore's published throughput.
+#pragma once
+
+#include <npurt/graph/graph.hpp>
+#include <npurt/kernel.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace npurt::models {
+
+/// x[batch, widths[0]] -> Gemm+Relu ... -> Gemm -> Softmax; output "prob".
+[[nodiscard]] graph mlp(std::int64_t batch, const std::vector<std::int64_t>& widths, bool with_data = true,
+                        std::uint64_t seed = 1);
+
+/// ResNet-50 v1.5 inference (Conv, BatchNormalization, Relu, MaxPool, Add, GlobalAveragePool,
+/// Flatten, Gemm); input "input" [batch, 3, image, image], output "logits" [batch, 1000].
+[[nodiscard]] graph resnet50_graph(std::int64_t batch, std::int64_t image = 224, bool with_data = false, std::uint64_t seed = 1,
+                             dtype type = dtype::f32);
+
+struct transformer_config {
+  std::int64_t batch = 1, seq = 128, hidden = 1024, heads = 16, ffn = 4096;
+  dtype type = dtype::f32;
+};
+
+/// Adds one post-LayerNorm encoder block (BERT's) reading `x` [batch, seq, hidden]; returns its
+/// output's name. Weights are named "<prefix>.*".
+std::string add_encoder_block(graph& g, const std::string& x, const transformer_config& c, const std::string& prefix,
+                              bool with_data, std::uint64_t seed);
+/// One encoder block as a graph: input "x", output "y".
+[[nodiscard]] graph transformer_encoder(const transformer_config& c, bool with_data = true, std::uint64_t seed = 1);
+/// BERT-Large's encoder (24 blocks, hidden 1024, 16 heads, FFN 4096) over embedded input "x"
+/// [batch, seq, 1024] after the embedding LayerNorm; output "y".
+[[nodiscard]] graph bert_large(std::int64_t batch, std::int64_t seq = 128, bool with_data = false, int layers = 24,
+                               dtype type = dtype::f32);
+
+/// The kernels of one BERT-Large pre-training step (mixed precision: fp16 compute, fp32 master
+/// weights), timing-only, in launch order. Names point into `names`.
+[[nodiscard]] std::vector<kernel_desc> bert_training_step(std::int64_t batch, std::int64_t seq, std::deque<std::string>& names,
+                                                          int layers = 24, std::int64_t vocab = 21128);
+
+}  // namespace npurt::models

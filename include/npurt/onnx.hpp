@@ -1,0 +1,27 @@
+// npurt/onnx.hpp — load an ONNX model into an npurt::graph (optional: the Meson feature `onnx`,
+// built on Debian's libonnx-dev and protobuf; NPURT_HAS_ONNX is 1 when it is available).
+//
+// Initializers become constants, Constant nodes become constants, the other graph inputs become
+// inputs, and every node becomes an operator of the same ONNX type with the same attributes.
+// An operator outside supported_ops() is an error (graph_error, errc::not_supported) that lists
+// every unsupported operator type of the model at once, so a user sees the whole gap, not the
+// first hole.
+#pragma once
+
+#include <npurt/graph/graph.hpp>
+#include <npurt/graph/tensor.hpp>
+
+#include <string>
+
+namespace npurt::onnx {
+
+/// Reads a .onnx file into a graph. Throws graph_error (not_supported listing the unsupported
+/// operators; parse_error for a file that is not an ONNX model; invalid_shape for a symbolic
+/// input dimension).
+[[nodiscard]] graph load(const std::string& path);
+/// The same from the serialized bytes.
+[[nodiscard]] graph load_from_bytes(const std::string& bytes, const std::string& name = "onnx");
+/// Reads a serialized TensorProto (the backend tests' input_N.pb / output_N.pb) into a host tensor.
+[[nodiscard]] tensor load_tensor(const std::string& path);
+
+}  // namespace npurt::onnx

@@ -1,0 +1,34 @@
+// npurt/system_options.hpp — the options of a system that do not belong to the hardware preset.
+#pragma once
+
+#include <npurt/time.hpp>
+
+#include <cstdint>
+
+namespace npurt {
+
+/// How a device's task scheduler orders the tasks of its streams.
+enum class dispatch_model : std::uint8_t {
+  /// Each stream's head goes to the engines as soon as its stream order and events allow;
+  /// the engines order waiting tasks by (priority, arrival).
+  per_stream,
+  /// One execution queue per device and priority level, in submission order (detail/device_queue.hpp).
+  shared_fifo,
+};
+
+/// Options of an npurt::system. Every hardware number (host-to-host copy bandwidth included)
+/// comes from the backend's preset; these are the runtime's own.
+struct system_options {
+  /// Host time one enqueue (launch, copy, memset, record, wait) costs the calling host lane:
+  /// the order CANN and CUDA measure for an asynchronous launch.
+  picoseconds launch_overhead{2'500'000};
+  /// Attach a profiler and write a Chrome trace at shutdown when NPURT_TRACE is set.
+  bool trace_from_env = true;
+  /// Reject calls from a thread other than the one that created the system with
+  /// errc::wrong_thread (the loop is single-threaded). Always on in builds without NDEBUG.
+  bool check_thread = false;
+  /// The devices' task scheduler (detail/device_queue.hpp).
+  dispatch_model dispatch = dispatch_model::per_stream;
+};
+
+}  // namespace npurt

@@ -1,0 +1,647 @@
+// compile(): rewrites (precision casts, BatchNorm folding), in-place and view decisions, the
+// activation plan and the schedule (see graph/session.hpp).
+#include "compiled.hpp"
+
+#include <npurt/memplan.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace npurt {
+
+namespace {
+
+bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
+bool is_view(const std::string& t) { return t == "Reshape" || t == "Flatten" || t == "Identity"; }
+bool is_unary_eltwise(const std::string& t) { return t == "Relu" || t == "Sigmoid" || t == "Tanh" || t == "Gelu"; }
+bool is_binary_eltwise(const std::string& t) { return t == "Add" || t == "Sub" || t == "Mul" || t == "Div"; }
+bool is_cube(const std::string& t) { return t == "Conv" || t == "MatMul" || t == "Gemm"; }
+
+dtype compute_type(precision p) {
+  switch (p) {
+    case precision::fp16: return dtype::f16;
+    case precision::bf16: return dtype::bf16;
+    case precision::mixed: return dtype::f16;
+    case precision::fp32: break;
+  }
+  return dtype::f32;
+}
+
+tensor converted(const tensor& t, dtype to) {
+  if (!t.is_host()) return tensor::timing_only(t.shape(), to, t.format());
+  tensor r(t.shape(), to, t.format());
+  for (std::int64_t i = 0; i < t.elements(); ++i) r.set(i, t.get(i));
+  return r;
+}
+
+// Outputs that are constants (nothing computes them) are carried over too.
+void set_outputs(const graph& src, graph& g) {
+  for (const auto& o : src.outputs()) {
+    if (const tensor* c = src.constant(o); c && !g.find(o))
+      g.add_constant(o, c->is_host() ? c->clone() : tensor::timing_only(c->shape(), c->type(), c->format()));
+    g.set_output(o);
+  }
+}
+
+// Number of nodes reading each tensor (graph outputs count as a reader).
+std::map<std::string, int, std::less<>> use_counts(const graph& g) {
+  std::map<std::string, int, std::less<>> uses;
+  for (const auto& n : g.nodes())
+    for (const auto& in : n.inputs)
+      if (!in.empty()) ++uses[in];
+  for (const auto& o : g.outputs()) ++uses[o];
+  return uses;
+}
+
+// The precision rewrite: fp16/bf16 compute everything floating in the compute type, mixed only
+// the cube operators; casts are inserted at the boundaries so feeds and outputs keep their types.
+graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
+  graph g(src.name());
+  const dtype cd = compute_type(p);
+  std::map<std::string, std::string, std::less<>> low;  // name -> its compute-type copy
+  auto cast_node = [&](const std::string& from, const std::string& to, dtype t) {
+    g.add_node("Cast", to + "::cast", {from}, {to}, {{"to", onnx_dtype_code(t)}});
+    ++casts;
+  };
+  for (const auto& in : src.inputs()) {
+    const auto& v = src.value(in);
+    g.add_input(in, v.shape, v.type);
+  }
+  std::map<std::string, bool, std::less<>> is_const;
+  for (const auto& n : src.nodes())
+    for (const auto& in : n.inputs)
+      if (const tensor* c = src.constant(in); c && !is_const.count(in)) {
+        is_const[in] = true;
+        g.add_constant(in, c->is_host() ? c->clone() : tensor::timing_only(c->shape(), c->type(), c->format()));
+      }
+  // The compute-type name of a tensor (a cast or converted constant, created once).
+  auto lowered = [&](const std::string& name) -> std::string {
+    if (name.empty()) return name;
+    if (auto it = low.find(name); it != low.end()) return it->second;
+    const auto& v = g.value(name);
+    if (!is_float(v.type) || v.type == cd) return name;
+    std::string l = name + "::" + std::string(to_string(cd));
+    if (const tensor* c = g.constant(name))
+      g.add_constant(l, converted(*c, cd));
+    else
+      cast_node(name, l, cd);
+    low[name] = l;
+    return l;
+  };
+  const std::set<std::string> outs(src.outputs().begin(), src.outputs().end());
+  for (auto i : src.topological_order()) {
+    const node& n = src.nodes()[i];
+    const bool lower = p != precision::mixed || is_cube(n.type);
+    std::vector<std::string> ins;
+    for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+      // Shape and axes inputs stay integers; BN/LN parameters follow x.
+      ins.push_back(lower ? lowered(n.inputs[k]) : n.inputs[k]);
+    }
+    if (n.type == "Cast") {
+      g.add_node(n.type, n.name, ins, n.outputs, n.attrs);
+      continue;
+    }
+    const bool float_out = is_float(src.value(n.outputs[0]).type);
+    if (!lower || !float_out || cd == dtype::f32) {
+      // Mixed: a non-cube op reads fp32 copies of fp16 tensors.
+      if (p == precision::mixed) {
+        for (auto& in : ins)
+          if (!in.empty() && g.value(in).type == cd && is_float(cd) && cd != dtype::f32) {
+            std::string up = in + "::f32";
+            if (!g.find(up)) cast_node(in, up, dtype::f32);
+            in = up;
+          }
+      }
+      g.add_node(n.type, n.name, ins, n.outputs, n.attrs);
+      continue;
+    }
+    // Computed in cd: outputs carry the compute type under a new name and are cast back to the
+    // original name when something downstream needs the original type.
+    std::vector<std::string> lowouts;
+    for (const auto& o : n.outputs) lowouts.push_back(o + "::" + std::string(to_string(cd)));
+    g.add_node(n.type, n.name, ins, lowouts, n.attrs);
+    for (std::size_t k = 0; k < n.outputs.size(); ++k) low[n.outputs[k]] = lowouts[k];
+    if (p == precision::mixed) {
+      for (std::size_t k = 0; k < n.outputs.size(); ++k) cast_node(lowouts[k], n.outputs[k], dtype::f32);
+    } else {
+      for (std::size_t k = 0; k < n.outputs.size(); ++k)
+        if (outs.count(n.outputs[k])) cast_node(lowouts[k], n.outputs[k], src.value(n.outputs[k]).type);
+    }
+  }
+  set_outputs(src, g);
+  g.validate();
+  return g;
+}
+
+// Level 2: a BatchNormalization whose input is a Conv's output nothing else reads, with constant
+// parameters, is folded into the Conv's weights and bias:
+//   w' = w * gamma / sqrt(var + eps),  b' = (b - mean) * gamma / sqrt(var + eps) + beta.
+graph fold_batchnorm(graph& src, std::size_t& fused) {
+  const auto uses = use_counts(src);
+  std::map<std::string, std::size_t, std::less<>> bn_of_conv;  // conv output -> BN node
+  for (std::size_t i = 0; i < src.nodes().size(); ++i) {
+    const node& bn = src.nodes()[i];
+    if (bn.type != "BatchNormalization" || bn.inputs.size() < 5) continue;
+    const value_info* x = src.find(bn.inputs[0]);
+    if (!x || x->producer < 0) continue;
+    const node& conv = src.nodes()[static_cast<std::size_t>(x->producer)];
+    if (conv.type != "Conv" || uses.at(bn.inputs[0]) != 1) continue;
+    bool consts = src.constant(conv.inputs[1]) != nullptr;
+    if (conv.inputs.size() > 2 && !conv.inputs[2].empty()) consts = consts && src.constant(conv.inputs[2]);
+    for (std::size_t k = 1; k < 5; ++k) consts = consts && src.constant(bn.inputs[k]);
+    if (consts) bn_of_conv[bn.inputs[0]] = i;
+  }
+  if (bn_of_conv.empty()) return std::move(src);
+  graph g(src.name());
+  for (const auto& in : src.inputs()) g.add_input(in, src.value(in).shape, src.value(in).type);
+  std::set<std::string> added;
+  auto add_const = [&](const std::string& name) {
+    if (name.empty() || added.count(name) || !src.constant(name)) return;
+    added.insert(name);
+    const tensor* c = src.constant(name);
+    g.add_constant(name, c->is_host() ? c->clone() : tensor::timing_only(c->shape(), c->type(), c->format()));
+  };
+  std::set<std::size_t> skip;
+  for (const auto& [out, bn] : bn_of_conv) skip.insert(bn);
+  for (auto i : src.topological_order()) {
+    if (skip.count(i)) continue;
+    const node& n = src.nodes()[i];
+    auto it = n.type == "Conv" ? bn_of_conv.find(n.outputs[0]) : bn_of_conv.end();
+    if (it == bn_of_conv.end()) {
+      for (const auto& in : n.inputs) add_const(in);
+      g.add_node(n.type, n.name, n.inputs, n.outputs, n.attrs);
+      continue;
+    }
+    const node& bn = src.nodes()[it->second];
+    const tensor& w = *src.constant(n.inputs[1]);
+    const tensor* b = n.inputs.size() > 2 && !n.inputs[2].empty() ? src.constant(n.inputs[2]) : nullptr;
+    const tensor& gamma = *src.constant(bn.inputs[1]);
+    const tensor& beta = *src.constant(bn.inputs[2]);
+    const tensor& mean = *src.constant(bn.inputs[3]);
+    const tensor& var = *src.constant(bn.inputs[4]);
+    const double eps = bn.attrs.get_float("epsilon", 1e-5);
+    const std::int64_t m = w.shape()[0];
+    const bool data = w.is_host() && gamma.is_host() && beta.is_host() && mean.is_host() && var.is_host() && (!b || b->is_host());
+    tensor wf = data ? tensor(w.shape(), w.type()) : tensor::timing_only(w.shape(), w.type());
+    tensor bf = data ? tensor({m}, w.type()) : tensor::timing_only({m}, w.type());
+    if (data) {
+      const std::int64_t per = w.elements() / m;
+      for (std::int64_t c = 0; c < m; ++c) {
+        const double s = gamma.get(c) / std::sqrt(var.get(c) + eps);
+        for (std::int64_t k = 0; k < per; ++k) wf.set(c * per + k, w.get(c * per + k) * s);
+        bf.set(c, ((b ? b->get(c) : 0.0) - mean.get(c)) * s + beta.get(c));
+      }
+    }
+    const std::string wn = n.name + "::folded_w", bn_name = n.name + "::folded_b";
+    g.add_constant(wn, std::move(wf));
+    g.add_constant(bn_name, std::move(bf));
+    add_const(n.inputs[0]);
+    g.add_node("Conv", n.name, {n.inputs[0], wn, bn_name}, bn.outputs, n.attrs);
+    ++fused;
+  }
+  set_outputs(src, g);
+  g.validate();
+  return g;
+}
+
+// Gemm's beta scales C; the kernels add C unscaled, so a constant C is scaled here.
+graph fold_gemm_beta(graph& src) {
+  bool any = false;
+  for (const auto& n : src.nodes())
+    if (n.type == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty() && n.attrs.get_float("beta", 1.0) != 1.0) any = true;
+  if (!any) return std::move(src);
+  graph g(src.name());
+  for (const auto& in : src.inputs()) g.add_input(in, src.value(in).shape, src.value(in).type);
+  std::set<std::string> added;
+  for (auto i : src.topological_order()) {
+    node n = src.nodes()[i];
+    for (const auto& in : n.inputs)
+      if (const tensor* c = src.constant(in); c && !added.count(in)) {
+        added.insert(in);
+        g.add_constant(in, c->is_host() ? c->clone() : tensor::timing_only(c->shape(), c->type()));
+      }
+    if (n.type == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty() && n.attrs.get_float("beta", 1.0) != 1.0) {
+      const double beta = n.attrs.get_float("beta", 1.0);
+      const tensor* c = src.constant(n.inputs[2]);
+      if (!c)
+        throw graph_error(make_error_code(errc::not_supported), n.name, n.inputs[2],
+                          "Gemm '" + n.name + "': beta != 1 needs a constant C");
+      tensor scaled = c->is_host() ? tensor(c->shape(), c->type()) : tensor::timing_only(c->shape(), c->type());
+      if (c->is_host())
+        for (std::int64_t k = 0; k < c->elements(); ++k) scaled.set(k, beta * c->get(k));
+      const std::string name = n.name + "::beta_c";
+      g.add_constant(name, std::move(scaled));
+      n.inputs[2] = name;
+      n.attrs.set("beta", 1.0);
+    }
+    g.add_node(n.type, n.name, n.inputs, n.outputs, n.attrs);
+  }
+  set_outputs(src, g);
+  g.validate();
+  return g;
+}
+
+bool has_branches(const graph& g) {
+  for (const auto& [name, n] : use_counts(g))
+    if (n > 1 && g.find(name) && g.find(name)->kind == value_kind::activation) return true;
+  return false;
+}
+
+}  // namespace
+
+std::string_view to_string(precision p) noexcept {
+  switch (p) {
+    case precision::fp32: return "fp32";
+    case precision::fp16: return "fp16";
+    case precision::bf16: return "bf16";
+    case precision::mixed: return "mixed";
+  }
+  return "?";
+}
+
+std::string_view to_string(schedule s) noexcept {
+  switch (s) {
+    case schedule::sequential: return "sequential";
+    case schedule::parallel: return "parallel";
+    case schedule::pipeline: return "pipeline";
+  }
+  return "?";
+}
+
+// Builds everything but device memory. Shared by session::compile and plan_memory.
+std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_options& o, precision prec,
+                                                 const schedule_config& sc, const memory_config& mc, int level_default) {
+  src.validate();
+  auto p = std::make_shared<compiled_graph::impl>();
+  compile_report& rep = p->rep;
+  rep.optimization_level = o.optimization_level.value_or(level_default);
+  if (rep.optimization_level < 0 || rep.optimization_level > 3)
+    throw_error(make_error_code(errc::invalid_argument),
+                "compile: optimization_level " + std::to_string(rep.optimization_level) + " (0-3)");
+  const int level = rep.optimization_level;
+  rep.memory_reuse = o.memory_reuse.value_or(mc.reuse);
+  rep.schedule = o.schedule.value_or(sc.strategy);
+  if (!o.schedule && level >= 3 && rep.schedule == schedule::sequential && has_branches(src)) rep.schedule = schedule::parallel;
+  const int max_par = std::max(1, o.max_parallelism.value_or(sc.max_parallelism));
+  const int stages = std::max(1, o.pipeline_stages.value_or(sc.pipeline_stages));
+
+  // Rewrites, each giving a validated graph.
+  graph g = [&] {
+    graph copy(src.name());
+    for (const auto& in : src.inputs()) copy.add_input(in, src.value(in).shape, src.value(in).type);
+    std::set<std::string> added;
+    for (auto i : src.topological_order()) {
+      const node& n = src.nodes()[i];
+      for (const auto& in : n.inputs)
+        if (const tensor* c = src.constant(in); c && !added.count(in)) {
+          added.insert(in);
+          copy.add_constant(in, c->is_host() ? c->clone() : tensor::timing_only(c->shape(), c->type()));
+        }
+      copy.add_node(n.type, n.name, n.inputs, n.outputs, n.attrs);
+    }
+    set_outputs(src, copy);
+    copy.validate();
+    return copy;
+  }();
+  if (level >= 2) g = fold_batchnorm(g, rep.fused);
+  g = fold_gemm_beta(g);
+  if (prec != precision::fp32) g = rewrite_precision(g, prec, rep.casts_inserted);
+  p->g = std::move(g);
+  graph& G = p->g;
+
+  bool timing_only = o.timing_only;
+  for (const auto& n : G.nodes())
+    for (const auto& in : n.inputs)
+      if (const tensor* c = G.constant(in); c && !c->is_host()) timing_only = true;
+  rep.timing_only = timing_only;
+
+  // Values.
+  std::map<std::string, int, std::less<>> vid;
+  auto add_value = [&](const value_info& v) {
+    if (auto it = vid.find(v.name); it != vid.end()) return it->second;
+    cvalue c{v.name, v.shape, v.type, v.kind, -1, -1, false, G.constant(v.name)};
+    const int id = static_cast<int>(p->values.size());
+    c.root = id;
+    p->values.push_back(std::move(c));
+    vid[v.name] = id;
+    return id;
+  };
+  for (const auto& in : G.inputs()) p->inputs.push_back(add_value(G.value(in)));
+  const auto order = G.topological_order();
+  const auto uses = use_counts(G);
+  // Fusion of a Relu into its producer (level 2): the producer's output is read by the Relu alone.
+  std::map<std::string, std::string, std::less<>> renamed;  // producer output -> relu output
+  std::set<std::size_t> fused_relu;
+  if (level >= 2) {
+    for (auto i : order) {
+      const node& r = G.nodes()[i];
+      if (r.type != "Relu") continue;
+      const value_info& x = G.value(r.inputs[0]);
+      if (x.producer < 0 || uses.at(r.inputs[0]) != 1) continue;
+      const std::string& pt = G.nodes()[static_cast<std::size_t>(x.producer)].type;
+      if (pt != "Conv" && !is_binary_eltwise(pt) && pt != "Gemm" && pt != "MatMul") continue;
+      fused_relu.insert(i);
+      renamed[r.inputs[0]] = r.outputs[0];
+    }
+  }
+  for (auto i : order) {
+    const node& n = G.nodes()[i];
+    if (fused_relu.count(i)) {
+      ++rep.fused;
+      continue;
+    }
+    std::vector<int> in, out;
+    for (const auto& name : n.inputs) in.push_back(name.empty() ? -1 : add_value(G.value(renamed.count(name) ? renamed[name] : name)));
+    const bool relu = !n.outputs.empty() && renamed.count(n.outputs[0]);
+    for (const auto& name : n.outputs) {
+      const int v = add_value(G.value(relu ? renamed[name] : name));
+      out.push_back(v);
+    }
+    if (is_view(n.type)) {
+      // A view: the output is the input's memory under another shape.
+      p->values[static_cast<std::size_t>(out[0])].root = p->values[static_cast<std::size_t>(in[0])].root;
+      ++rep.in_place;
+      continue;
+    }
+    cstep s;
+    s.n = &n;
+    s.in = std::move(in);
+    s.out = std::move(out);
+    s.relu_after = relu;
+    s.kernel_name = n.name;
+    const int step = static_cast<int>(p->steps.size());
+    for (int v : s.out) p->values[static_cast<std::size_t>(v)].producer = step;
+    p->steps.push_back(std::move(s));
+  }
+  for (const auto& o2 : G.outputs()) {
+    const int v = add_value(G.value(renamed.count(o2) ? renamed[o2] : o2));
+    p->values[static_cast<std::size_t>(v)].output = true;
+    p->outputs.push_back(v);
+  }
+  // Inputs and constants are never written by operators, so a view of them stays theirs.
+  const int nsteps = static_cast<int>(p->steps.size());
+  p->roots.assign(p->values.size(), {});
+  auto root_of = [&](int v) {
+    int r = v;
+    while (p->values[static_cast<std::size_t>(r)].root != r) r = p->values[static_cast<std::size_t>(r)].root;
+    return r;
+  };
+  auto is_act_root = [&](int r) { return p->values[static_cast<std::size_t>(r)].kind == value_kind::activation; };
+  // Last reader and output flag per root, kept up to date as in-place merges roots.
+  std::vector<int> last(p->values.size(), -1);
+  std::vector<bool> pinned(p->values.size(), false);  // roots that hold a graph output
+  for (std::size_t v = 0; v < p->values.size(); ++v)
+    if (p->values[v].output) pinned[static_cast<std::size_t>(root_of(static_cast<int>(v)))] = true;
+  std::vector<int> readers(p->values.size(), 0);
+  for (int s = 0; s < nsteps; ++s)
+    for (int v : p->steps[static_cast<std::size_t>(s)].in)
+      if (v >= 0) {
+        auto& l = last[static_cast<std::size_t>(root_of(v))];
+        l = std::max(l, s);
+        ++readers[static_cast<std::size_t>(root_of(v))];
+      }
+  // Under the parallel schedule an op that overwrites a tensor another branch reads would have
+  // to wait for that branch: in place only for a tensor with one reader there.
+  const bool single_reader_only = rep.schedule == schedule::parallel;
+  for (int s = 0; s < nsteps && level >= 1; ++s) {
+    cstep& st = p->steps[static_cast<std::size_t>(s)];
+    const std::string& t = st.n->type;
+    if (!(is_unary_eltwise(t) || is_binary_eltwise(t)) || st.in.empty() || st.in[0] < 0) continue;
+    const int r = root_of(st.in[0]);
+    const cvalue& x = p->values[static_cast<std::size_t>(st.in[0])];
+    const int y = st.out[0];
+    const cvalue& yv = p->values[static_cast<std::size_t>(y)];
+    // Legal when nothing reads x's memory after this op, x is an activation that is not an
+    // output, and y has x's shape and type (a broadcast would need more room).
+    if (single_reader_only && readers[static_cast<std::size_t>(r)] != 1) continue;
+    if (is_act_root(r) && !pinned[static_cast<std::size_t>(r)] && last[static_cast<std::size_t>(r)] == s &&
+        x.shape == yv.shape && x.type == yv.type && (st.in.size() < 2 || st.in[1] < 0 || root_of(st.in[1]) != r)) {
+      p->values[static_cast<std::size_t>(y)].root = r;
+      last[static_cast<std::size_t>(r)] = std::max(last[static_cast<std::size_t>(r)], last[static_cast<std::size_t>(y)]);
+      readers[static_cast<std::size_t>(r)] = readers[static_cast<std::size_t>(y)];
+      pinned[static_cast<std::size_t>(r)] = pinned[static_cast<std::size_t>(y)];
+      st.in_place = true;
+      ++rep.in_place;
+    }
+  }
+  for (std::size_t v = 0; v < p->values.size(); ++v) p->values[v].root = root_of(static_cast<int>(v));
+  for (int s = 0; s < nsteps; ++s) {
+    const cstep& st = p->steps[static_cast<std::size_t>(s)];
+    for (int v : st.in)
+      if (v >= 0) p->roots[static_cast<std::size_t>(root_of(v))].accesses.emplace_back(s, false);
+    for (int v : st.out) p->roots[static_cast<std::size_t>(root_of(v))].accesses.emplace_back(s, true);
+  }
+  // Activation buffers for the planner.
+  std::vector<memplan::buffer> bufs;
+  std::vector<int> buf_root;
+  constexpr std::uint64_t align = 512;  // the device allocator's granule
+  for (std::size_t r = 0; r < p->values.size(); ++r) {
+    const cvalue& v = p->values[r];
+    if (v.root != static_cast<int>(r) || v.kind != value_kind::activation) continue;
+    auto& ri = p->roots[r];
+    if (ri.accesses.empty()) continue;
+    ri.lower = nsteps;
+    ri.upper = 0;
+    for (auto [s, w] : ri.accesses) {
+      ri.lower = std::min(ri.lower, s);
+      ri.upper = std::max(ri.upper, s + 1);
+    }
+    if (pinned[r]) ri.upper = nsteps + 1;
+    std::uint64_t size = 0;
+    for (const auto& w : p->values)
+      if (w.root == static_cast<int>(r)) size = std::max<std::uint64_t>(size, w.bytes());
+    ri.size = std::max<std::uint64_t>(align, (size + align - 1) / align * align);
+    bufs.push_back({static_cast<std::int64_t>(r), ri.lower, ri.upper, ri.size});
+    buf_root.push_back(static_cast<int>(r));
+  }
+  rep.activation_no_reuse_bytes = bufs.empty() ? 0 : memplan::no_reuse_size(bufs);
+  rep.activation_lower_bound = bufs.empty() ? 0 : memplan::lower_bound(bufs);
+  if (!bufs.empty()) {
+    if (rep.memory_reuse) {
+      memplan::options mo;
+      mo.alignment = align;
+      if (level < 3) mo.search_work = 0;  // the local search is a level-3 effort
+      const memplan::plan plan = memplan::make_plan(bufs, mo);
+      for (std::size_t i = 0; i < bufs.size(); ++i) p->roots[static_cast<std::size_t>(buf_root[i])].offset = plan.offsets[i];
+      rep.activation_bytes = plan.arena_size;
+    } else {
+      std::uint64_t off = 0;
+      for (std::size_t i = 0; i < bufs.size(); ++i) {
+        p->roots[static_cast<std::size_t>(buf_root[i])].offset = off;
+        off += bufs[i].size;
+      }
+      rep.activation_bytes = off;
+    }
+  }
+  p->arena_bytes = rep.activation_bytes;
+  for (const auto& v : p->values) {
+    if (v.kind == value_kind::constant && v.root == static_cast<int>(&v - p->values.data()) &&
+        !p->roots[static_cast<std::size_t>(&v - p->values.data())].accesses.empty())
+      rep.weight_bytes += v.bytes();
+    if (v.kind == value_kind::input) rep.io_bytes += v.bytes();
+    if (v.output && timing_only) rep.io_bytes += v.bytes();
+  }
+
+  // Schedule: streams and cross-stream waits.
+  std::vector<int> producer_step(p->values.size(), -1);
+  for (int s = 0; s < nsteps; ++s)
+    for (int v : p->steps[static_cast<std::size_t>(s)].out) producer_step[static_cast<std::size_t>(v)] = s;
+  auto data_preds = [&](int s) {
+    std::vector<int> preds;
+    for (int v : p->steps[static_cast<std::size_t>(s)].in) {
+      if (v < 0) continue;
+      // A view's data comes from its root's last writer before s.
+      int w = producer_step[static_cast<std::size_t>(v)];
+      if (w < 0) {
+        for (auto [as, wr] : p->roots[static_cast<std::size_t>(root_of(v))].accesses)
+          if (wr && as < s) w = std::max(w, as);
+      }
+      if (w >= 0) preds.push_back(w);
+    }
+    // In place: the op also follows the previous writer of the memory it overwrites.
+    return preds;
+  };
+  if (rep.schedule == schedule::parallel && max_par > 1) {
+    std::vector<int> tail;  // last step per stream
+    std::map<std::string, std::set<std::string>, std::less<>> apart;
+    for (const auto& [a, b] : G.parallel_hints()) {
+      apart[G.nodes()[G.node_index(a)].name].insert(G.nodes()[G.node_index(b)].name);
+      apart[G.nodes()[G.node_index(b)].name].insert(G.nodes()[G.node_index(a)].name);
+    }
+    for (int s = 0; s < nsteps; ++s) {
+      cstep& st = p->steps[static_cast<std::size_t>(s)];
+      std::set<std::uint32_t> banned;
+      if (auto it = apart.find(st.n->name); it != apart.end())
+        for (int q = 0; q < s; ++q)
+          if (it->second.count(p->steps[static_cast<std::size_t>(q)].n->name)) banned.insert(p->steps[static_cast<std::size_t>(q)].stream);
+      int chosen = -1;
+      for (int pr : data_preds(s)) {
+        const auto ps = p->steps[static_cast<std::size_t>(pr)].stream;
+        if (tail[ps] == pr && !banned.count(ps)) {
+          chosen = static_cast<int>(ps);
+          break;
+        }
+      }
+      if (chosen < 0) {
+        if (static_cast<int>(tail.size()) < max_par) {
+          chosen = static_cast<int>(tail.size());
+          tail.push_back(-1);
+        } else {
+          // The stream whose last op came earliest.
+          int best = -1;
+          for (std::size_t k = 0; k < tail.size(); ++k)
+            if (!banned.count(static_cast<std::uint32_t>(k)) && (best < 0 || tail[k] < tail[static_cast<std::size_t>(best)]))
+              best = static_cast<int>(k);
+          chosen = best < 0 ? 0 : best;
+        }
+      }
+      if (tail.empty()) tail.push_back(-1);
+      st.stream = static_cast<std::uint32_t>(chosen);
+      tail[static_cast<std::size_t>(chosen)] = s;
+    }
+    p->streams = static_cast<std::uint32_t>(std::max<std::size_t>(1, tail.size()));
+  } else if (rep.schedule == schedule::pipeline) {
+    // Stages: contiguous runs of the order with about equal numbers of operators.
+    p->stages = std::min(stages, std::max(1, nsteps));
+    for (int s = 0; s < nsteps; ++s) {
+      cstep& st = p->steps[static_cast<std::size_t>(s)];
+      st.stage = static_cast<int>(static_cast<std::int64_t>(s) * p->stages / std::max(1, nsteps));
+      st.stream = static_cast<std::uint32_t>(st.stage);
+    }
+    // Inputs are copied in on a stream of their own, so the next batch's copy overlaps this
+    // batch's first stage; the last stage copies the outputs out.
+    p->streams = static_cast<std::uint32_t>(p->stages) + 1;
+    p->copy_stream = static_cast<std::uint32_t>(p->stages);
+    p->final_stream = static_cast<std::uint32_t>(p->stages) - 1;
+  }
+  // Waits: data dependencies, plus write-after-read and write-after-write on memory two values
+  // share (in place, or reuse by the planner) when the accesses are on different streams.
+  for (int s = 0; s < nsteps; ++s) {
+    cstep& st = p->steps[static_cast<std::size_t>(s)];
+    for (int pr : data_preds(s))
+      if (p->steps[static_cast<std::size_t>(pr)].stream != st.stream) st.waits.insert(pr);
+  }
+  if (p->streams > 1) {
+    std::vector<std::size_t> act;
+    for (std::size_t r = 0; r < p->roots.size(); ++r)
+      if (!p->roots[r].accesses.empty() && is_act_root(static_cast<int>(r)) && p->values[r].root == static_cast<int>(r))
+        act.push_back(r);
+    for (auto r2 : act) {
+      const auto& b = p->roots[r2];
+      for (auto [ws, writes] : b.accesses) {
+        if (!writes) continue;
+        for (auto r1 : act) {
+          const auto& a = p->roots[r1];
+          const bool overlap = r1 == r2 || (a.offset < b.offset + b.size && b.offset < a.offset + a.size);
+          if (!overlap) continue;
+          for (auto [as, aw] : a.accesses)
+            if (as < ws && p->steps[static_cast<std::size_t>(as)].stream != p->steps[static_cast<std::size_t>(ws)].stream)
+              p->steps[static_cast<std::size_t>(ws)].waits.insert(as);
+        }
+      }
+    }
+  }
+  // Prune waits: stream order already covers a wait on a step that an earlier step of the same
+  // stream waited for (or a later one of the same producer stream); each wait costs the host a
+  // launch.
+  if (p->streams > 1) {
+    std::vector<std::vector<int>> covered(p->streams, std::vector<int>(p->streams, -1));
+    for (int s = 0; s < nsteps; ++s) {
+      cstep& st = p->steps[static_cast<std::size_t>(s)];
+      std::vector<int> latest(p->streams, -1);
+      for (int w : st.waits) {
+        const auto ws = p->steps[static_cast<std::size_t>(w)].stream;
+        latest[ws] = std::max(latest[ws], w);
+      }
+      std::set<int> kept;
+      for (std::uint32_t k = 0; k < p->streams; ++k)
+        if (latest[k] > covered[st.stream][k]) {
+          kept.insert(latest[k]);
+          covered[st.stream][k] = latest[k];
+        }
+      st.waits = std::move(kept);
+    }
+  }
+  // Which steps can overlap a step of another stream: neither is an ancestor of the other.
+  if (p->streams > 1) {
+    const std::size_t words = (static_cast<std::size_t>(nsteps) + 63) / 64;
+    std::vector<std::vector<std::uint64_t>> anc(static_cast<std::size_t>(nsteps), std::vector<std::uint64_t>(words, 0));
+    std::vector<int> prev_on_stream(p->streams, -1);
+    for (int s = 0; s < nsteps; ++s) {
+      auto& a = anc[static_cast<std::size_t>(s)];
+      std::vector<int> deps(p->steps[static_cast<std::size_t>(s)].waits.begin(), p->steps[static_cast<std::size_t>(s)].waits.end());
+      for (int d : data_preds(s)) deps.push_back(d);
+      if (prev_on_stream[p->steps[static_cast<std::size_t>(s)].stream] >= 0) deps.push_back(prev_on_stream[p->steps[static_cast<std::size_t>(s)].stream]);
+      for (int d : deps) {
+        const auto& ad = anc[static_cast<std::size_t>(d)];
+        for (std::size_t k = 0; k < words; ++k) a[k] |= ad[k];
+        a[static_cast<std::size_t>(d) / 64] |= 1ull << (d % 64);
+      }
+      prev_on_stream[p->steps[static_cast<std::size_t>(s)].stream] = s;
+    }
+    auto is_anc = [&](int a, int b) { return (anc[static_cast<std::size_t>(b)][static_cast<std::size_t>(a) / 64] >> (a % 64)) & 1u; };
+    std::vector<std::set<std::uint32_t>> peer_streams(static_cast<std::size_t>(nsteps));
+    for (int s = 0; s < nsteps; ++s)
+      for (int t2 = s + 1; t2 < nsteps; ++t2) {
+        auto& a = p->steps[static_cast<std::size_t>(s)];
+        auto& b = p->steps[static_cast<std::size_t>(t2)];
+        if (a.stream != b.stream && !is_anc(s, t2)) {
+          a.concurrent = b.concurrent = true;
+          peer_streams[static_cast<std::size_t>(s)].insert(b.stream);
+          peer_streams[static_cast<std::size_t>(t2)].insert(a.stream);
+        }
+      }
+    for (int s = 0; s < nsteps; ++s)
+      p->steps[static_cast<std::size_t>(s)].peers = static_cast<std::uint32_t>(peer_streams[static_cast<std::size_t>(s)].size());
+  }
+  rep.operators = p->steps.size();
+  rep.streams = p->streams;
+  return p;
+}
+
+compile_report plan_memory(graph& g, const compile_options& opts, precision prec) {
+  return build_plan(g, opts, prec, schedule_config{}, memory_config{}, 1)->rep;
+}
+
+}  // namespace npurt

@@ -1,0 +1,72 @@
+// The compiled form of a graph: what compile() decided and run() executes. Private to the
+// graph library.
+#pragma once
+
+#include <npurt/graph/session.hpp>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace npurt {
+
+/// One tensor of the compiled graph.
+struct cvalue {
+  std::string name;
+  npurt::shape shape{};
+  npurt::dtype type = dtype::f32;
+  value_kind kind = value_kind::activation;
+  int producer = -1;  ///< step index (activations)
+  int root = -1;      ///< the value whose memory this one uses (itself unless a view or in place)
+  bool output = false;
+  const tensor* host = nullptr;  ///< constants: their value (null or without data: timing-only)
+  [[nodiscard]] std::size_t bytes() const noexcept { return static_cast<std::size_t>(shape.elements()) * size_of(type); }
+};
+
+/// One operator that launches work.
+struct cstep {
+  const node* n = nullptr;
+  std::vector<int> in, out;  ///< value indices (-1 for an omitted optional input)
+  bool relu_after = false;   ///< a fused Relu
+  bool in_place = false;
+  std::uint32_t stream = 0;
+  int stage = 0;             ///< pipeline stage
+  std::set<int> waits;       ///< steps on other streams this one waits for
+  bool concurrent = false;   ///< may run at the same time as a step of another stream
+  std::uint32_t peers = 0;   ///< other streams with a step it may overlap
+  std::uint32_t block_dim = 0;  ///< cores its kernels use (0: all)
+  std::string kernel_name;
+};
+
+/// A root's place in the arena and who touches it.
+struct root_info {
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+  int lower = 0, upper = 0;  ///< live on steps [lower, upper)
+  std::vector<std::pair<int, bool>> accesses;  ///< (step, writes)
+};
+
+struct compiled_graph::impl {
+  session* owner = nullptr;
+  graph g;  ///< the rewritten graph (casts inserted, BN folded); owns constants
+  std::vector<cvalue> values;
+  std::vector<cstep> steps;  ///< in execution order
+  std::vector<int> inputs, outputs;  ///< value indices in the graph's order
+  std::vector<root_info> roots;      ///< by value index (meaningful for activation roots)
+  compile_report rep;
+  int stages = 1;
+  std::uint32_t streams = 1;
+  std::uint32_t copy_stream = 0;   ///< where inputs are copied in
+  std::uint32_t final_stream = 0;  ///< where streams join and outputs are copied out
+  // Device memory (functional runs): constants by value index, input and output staging.
+  std::vector<void*> const_ptr;
+  std::vector<void*> arenas;  ///< one per pipeline slot
+  std::vector<std::vector<void*>> input_ptr, output_ptr;  ///< [slot][i]
+  std::uint64_t arena_bytes = 0;
+  std::vector<std::pair<void*, std::size_t>> held;  ///< everything acquired from the session
+
+  ~impl();
+};
+
+}  // namespace npurt

@@ -1,0 +1,665 @@
+// Graph construction, validation and shape inference (see graph/graph.hpp).
+#include <npurt/graph/graph.hpp>
+
+#include <algorithm>
+#include <array>
+#include <queue>
+#include <set>
+
+namespace npurt {
+
+namespace {
+
+constexpr std::array<std::string_view, 25> ops_table{
+    "Add",        "AveragePool", "BatchNormalization", "Cast",      "Concat",  "Conv",
+    "Div",        "Flatten",     "Gelu",               "Gemm",      "GlobalAveragePool", "Identity",
+    "LayerNormalization", "MatMul", "MaxPool",         "Mul",       "Relu",    "Reshape",
+    "Sigmoid",    "Softmax",     "Sub",       "Tanh",    "Transpose",
+    "ReduceMean", "ReduceSum"};
+
+[[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
+  throw graph_error(make_error_code(e), n.name, std::string(tensor),
+                    n.type + " '" + n.name + "'" + (tensor.empty() ? std::string() : " (tensor '" + std::string(tensor) + "')") +
+                        ": " + what);
+}
+
+}  // namespace
+
+std::string shape_string(const shape& s) {
+  std::string r = "[";
+  for (std::size_t i = 0; i < s.rank(); ++i) {
+    if (i) r += ',';
+    r += std::to_string(s[i]);
+  }
+  return r + "]";
+}
+
+namespace {
+
+bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
+
+const value_info& need(const node& n, std::span<const value_info* const> in, std::size_t i) {
+  if (i >= in.size() || !in[i]) fail(errc::invalid_argument, n, {}, "input " + std::to_string(i) + " is required");
+  return *in[i];
+}
+
+void need_float(const node& n, const value_info& v) {
+  if (!is_float(v.type))
+    fail(errc::not_supported, n, v.name, "needs a floating-point tensor, got " + std::string(to_string(v.type)));
+}
+
+void same_type(const node& n, const value_info& a, const value_info& b) {
+  if (a.type != b.type)
+    fail(errc::invalid_dtype, n, b.name,
+         "dtype " + std::string(to_string(b.type)) + " does not match '" + a.name + "' (" + std::string(to_string(a.type)) + ")");
+}
+
+std::int64_t norm_axis(const node& n, std::int64_t axis, std::size_t rank, std::string_view tensor, bool inclusive = false) {
+  const auto r = static_cast<std::int64_t>(rank);
+  const std::int64_t a = axis < 0 ? axis + r : axis;
+  if (a < 0 || a > r - (inclusive ? 0 : 1))
+    fail(errc::invalid_argument, n, tensor, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
+  return a;
+}
+
+shape broadcast(const node& n, const value_info& a, const value_info& b) {
+  const std::size_t r = std::max(a.shape.rank(), b.shape.rank());
+  shape out;
+  for (std::size_t i = 0; i < r; ++i) {
+    const std::int64_t da = i + a.shape.rank() >= r ? a.shape[i + a.shape.rank() - r] : 1;
+    const std::int64_t db = i + b.shape.rank() >= r ? b.shape[i + b.shape.rank() - r] : 1;
+    if (da != db && da != 1 && db != 1)
+      fail(errc::invalid_shape, n, b.name,
+           "shapes " + shape_string(a.shape) + " ('" + a.name + "') and " + shape_string(b.shape) + " do not broadcast");
+    out.push_back(da == 1 ? db : da);
+  }
+  return out;
+}
+
+struct spatial {
+  std::array<std::int64_t, 2> kernel{1, 1}, stride{1, 1}, pad{0, 0}, dilation{1, 1};
+};
+
+// Reads kernel_shape/strides/pads/dilations/auto_pad; the kernels take one pad per side pair, so
+// asymmetric pads are not supported.
+spatial read_spatial(const node& n, const value_info& x, std::array<std::int64_t, 2> kernel) {
+  spatial s;
+  s.kernel = kernel;
+  auto two = [&](std::string_view attr, std::array<std::int64_t, 2> def) {
+    const ints v = n.attrs.get_ints(attr, {def[0], def[1]});
+    if (v.size() != 2) fail(errc::not_supported, n, x.name, std::string(attr) + " must have 2 values (2-D only)");
+    return std::array<std::int64_t, 2>{v[0], v[1]};
+  };
+  s.stride = two("strides", {1, 1});
+  s.dilation = two("dilations", {1, 1});
+  const std::string auto_pad = n.attrs.get_string("auto_pad", "NOTSET");
+  if (auto_pad == "NOTSET") {
+    const ints p = n.attrs.get_ints("pads", {0, 0, 0, 0});
+    if (p.size() != 4) fail(errc::not_supported, n, x.name, "pads must have 4 values (2-D only)");
+    if (p[0] != p[2] || p[1] != p[3]) fail(errc::not_supported, n, x.name, "asymmetric pads are not supported");
+    s.pad = {p[0], p[1]};
+  } else if (auto_pad == "VALID") {
+    s.pad = {0, 0};
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (int i = 0; i < 2; ++i) {
+      const std::int64_t in = x.shape[2 + static_cast<std::size_t>(i)];
+      const std::int64_t out = (in + s.stride[i] - 1) / s.stride[i];
+      const std::int64_t total = std::max<std::int64_t>(0, (out - 1) * s.stride[i] + s.dilation[i] * (s.kernel[i] - 1) + 1 - in);
+      if (total % 2) fail(errc::not_supported, n, x.name, "auto_pad " + auto_pad + " needs asymmetric pads here");
+      s.pad[i] = total / 2;
+    }
+  } else {
+    fail(errc::not_supported, n, x.name, "auto_pad " + auto_pad);
+  }
+  for (int i = 0; i < 2; ++i)
+    if (s.stride[i] < 1 || s.dilation[i] < 1 || s.pad[i] < 0 || s.kernel[i] < 1)
+      fail(errc::invalid_argument, n, x.name, "strides, dilations and kernel must be positive, pads not negative");
+  return s;
+}
+
+std::int64_t window_out(const node& n, const value_info& x, std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p,
+                        std::int64_t d) {
+  const std::int64_t eff = d * (k - 1) + 1;
+  if (in + 2 * p < eff)
+    fail(errc::invalid_shape, n, x.name, "input " + shape_string(x.shape) + " is smaller than the window");
+  return (in + 2 * p - eff) / s + 1;
+}
+
+}  // namespace
+
+// ---- attributes ----
+
+std::int64_t attributes::get_int(std::string_view name, std::int64_t fallback) const {
+  auto it = map_.find(name);
+  if (it == map_.end()) return fallback;
+  if (const auto* v = std::get_if<std::int64_t>(&it->second)) return *v;
+  throw_error(make_error_code(errc::invalid_argument), "attribute '" + std::string(name) + "' is not an INT");
+}
+
+double attributes::get_float(std::string_view name, double fallback) const {
+  auto it = map_.find(name);
+  if (it == map_.end()) return fallback;
+  if (const auto* v = std::get_if<double>(&it->second)) return *v;
+  if (const auto* v = std::get_if<std::int64_t>(&it->second)) return static_cast<double>(*v);
+  throw_error(make_error_code(errc::invalid_argument), "attribute '" + std::string(name) + "' is not a FLOAT");
+}
+
+ints attributes::get_ints(std::string_view name, ints fallback) const {
+  auto it = map_.find(name);
+  if (it == map_.end()) return fallback;
+  if (const auto* v = std::get_if<ints>(&it->second)) return *v;
+  throw_error(make_error_code(errc::invalid_argument), "attribute '" + std::string(name) + "' is not INTS");
+}
+
+std::string attributes::get_string(std::string_view name, std::string fallback) const {
+  auto it = map_.find(name);
+  if (it == map_.end()) return fallback;
+  if (const auto* v = std::get_if<std::string>(&it->second)) return *v;
+  throw_error(make_error_code(errc::invalid_argument), "attribute '" + std::string(name) + "' is not a STRING");
+}
+
+std::span<const std::string_view> supported_ops() noexcept {
+  static const auto sorted = [] {
+    auto s = ops_table;
+    std::sort(s.begin(), s.end());
+    return s;
+  }();
+  return sorted;
+}
+
+bool is_supported_op(std::string_view type) noexcept {
+  return std::find(ops_table.begin(), ops_table.end(), type) != ops_table.end();
+}
+
+std::optional<dtype> dtype_from_onnx(std::int64_t code) noexcept {
+  switch (code) {
+    case 1: return dtype::f32;
+    case 2: return dtype::u8;
+    case 3: return dtype::i8;
+    case 6: return dtype::i32;
+    case 7: return dtype::i64;
+    case 10: return dtype::f16;
+    case 16: return dtype::bf16;
+    default: return std::nullopt;
+  }
+}
+
+std::int64_t onnx_dtype_code(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32: return 1;
+    case dtype::u8: return 2;
+    case dtype::i8: return 3;
+    case dtype::i32: return 6;
+    case dtype::i64: return 7;
+    case dtype::f16: return 10;
+    case dtype::bf16: return 16;
+  }
+  return 0;
+}
+
+// ---- shape inference ----
+
+std::vector<inferred_output> infer_op(const node& n, std::span<const value_info* const> in,
+                                      std::span<const tensor* const> constants) {
+  const std::string& t = n.type;
+  auto one = [](shape s, dtype d) { return std::vector<inferred_output>{{s, d}}; };
+  if (t == "Relu" || t == "Sigmoid" || t == "Tanh" || t == "Gelu") {
+    const auto& x = need(n, in, 0);
+    need_float(n, x);
+    if (t == "Gelu" && n.attrs.get_string("approximate", "none") != "tanh")
+      fail(errc::not_supported, n, x.name, "Gelu is computed with the tanh approximation: set approximate=\"tanh\"");
+    return one(x.shape, x.type);
+  }
+  if (t == "Identity") {
+    const auto& x = need(n, in, 0);
+    return one(x.shape, x.type);
+  }
+  if (t == "Add" || t == "Sub" || t == "Mul" || t == "Div") {
+    const auto& a = need(n, in, 0);
+    const auto& b = need(n, in, 1);
+    need_float(n, a);
+    same_type(n, a, b);
+    return one(broadcast(n, a, b), a.type);
+  }
+  if (t == "Conv") {
+    const auto& x = need(n, in, 0);
+    const auto& w = need(n, in, 1);
+    need_float(n, x);
+    same_type(n, x, w);
+    if (x.shape.rank() != 4) fail(errc::not_supported, n, x.name, "only 2-D convolution (rank-4 input) is supported, got " + shape_string(x.shape));
+    if (w.shape.rank() != 4) fail(errc::invalid_shape, n, w.name, "weight must be [M, C/group, kH, kW], got " + shape_string(w.shape));
+    const std::int64_t g = n.attrs.get_int("group", 1);
+    if (g < 1 || x.shape[1] % g || w.shape[0] % g || w.shape[1] * g != x.shape[1])
+      fail(errc::invalid_shape, n, w.name,
+           "weight " + shape_string(w.shape) + " does not fit input " + shape_string(x.shape) + " with group " + std::to_string(g));
+    const ints ks = n.attrs.get_ints("kernel_shape", {w.shape[2], w.shape[3]});
+    if (ks.size() != 2 || ks[0] != w.shape[2] || ks[1] != w.shape[3])
+      fail(errc::invalid_shape, n, w.name, "kernel_shape does not match the weight " + shape_string(w.shape));
+    const spatial s = read_spatial(n, x, {w.shape[2], w.shape[3]});
+    if (in.size() > 2 && in[2]) {
+      const auto& b = *in[2];
+      same_type(n, x, b);
+      if (b.shape.rank() != 1 || b.shape[0] != w.shape[0])
+        fail(errc::invalid_shape, n, b.name, "bias must be [" + std::to_string(w.shape[0]) + "], got " + shape_string(b.shape));
+    }
+    return one({x.shape[0], w.shape[0], window_out(n, x, x.shape[2], s.kernel[0], s.stride[0], s.pad[0], s.dilation[0]),
+                window_out(n, x, x.shape[3], s.kernel[1], s.stride[1], s.pad[1], s.dilation[1])},
+               x.type);
+  }
+  if (t == "MaxPool" || t == "AveragePool") {
+    const auto& x = need(n, in, 0);
+    need_float(n, x);
+    if (x.shape.rank() != 4) fail(errc::not_supported, n, x.name, "only 2-D pooling (rank-4 input) is supported");
+    const ints ks = n.attrs.get_ints("kernel_shape");
+    if (ks.size() != 2) fail(errc::not_supported, n, x.name, "kernel_shape must have 2 values");
+    if (n.attrs.get_int("ceil_mode", 0) != 0) fail(errc::not_supported, n, x.name, "ceil_mode=1 is not supported");
+    if (t == "AveragePool" && n.attrs.get_int("count_include_pad", 0) != 0)
+      fail(errc::not_supported, n, x.name, "count_include_pad=1 is not supported");
+    if (t == "MaxPool" && n.attrs.get_int("storage_order", 0) != 0) fail(errc::not_supported, n, x.name, "storage_order=1");
+    if (n.outputs.size() > 1) fail(errc::not_supported, n, x.name, "MaxPool's Indices output is not supported");
+    const spatial s = read_spatial(n, x, {ks[0], ks[1]});
+    if (s.dilation[0] != 1 || s.dilation[1] != 1) fail(errc::not_supported, n, x.name, "dilated pooling is not supported");
+    for (int i = 0; i < 2; ++i)
+      if (2 * s.pad[i] > s.kernel[i])
+        fail(errc::not_supported, n, x.name, "pads above half the window are not supported (every window must cover input)");
+    return one({x.shape[0], x.shape[1], window_out(n, x, x.shape[2], s.kernel[0], s.stride[0], s.pad[0], 1),
+                window_out(n, x, x.shape[3], s.kernel[1], s.stride[1], s.pad[1], 1)},
+               x.type);
+  }
+  if (t == "GlobalAveragePool") {
+    const auto& x = need(n, in, 0);
+    need_float(n, x);
+    if (x.shape.rank() != 4) fail(errc::not_supported, n, x.name, "only rank-4 input is supported");
+    return one({x.shape[0], x.shape[1], 1, 1}, x.type);
+  }
+  if (t == "MatMul") {
+    const auto& a = need(n, in, 0);
+    const auto& b = need(n, in, 1);
+    need_float(n, a);
+    same_type(n, a, b);
+    const auto ra = a.shape.rank(), rb = b.shape.rank();
+    if (ra < 2 || rb < 2) fail(errc::not_supported, n, ra < 2 ? a.name : b.name, "1-D MatMul operands are not supported");
+    if (a.shape[ra - 1] != b.shape[rb - 2])
+      fail(errc::invalid_shape, n, b.name, "inner dimensions differ: " + shape_string(a.shape) + " x " + shape_string(b.shape));
+    shape out;
+    if (rb == 2) {
+      for (std::size_t i = 0; i + 1 < ra; ++i) out.push_back(a.shape[i]);
+    } else {
+      if (ra != rb) fail(errc::not_supported, n, b.name, "batched MatMul needs equal ranks");
+      for (std::size_t i = 0; i + 2 < ra; ++i) {
+        if (a.shape[i] != b.shape[i])
+          fail(errc::not_supported, n, b.name, "batch dimensions must be equal (no broadcasting): " + shape_string(a.shape) + " x " + shape_string(b.shape));
+        out.push_back(a.shape[i]);
+      }
+      out.push_back(a.shape[ra - 2]);
+    }
+    out.push_back(b.shape[rb - 1]);
+    return one(out, a.type);
+  }
+  if (t == "Gemm") {
+    const auto& a = need(n, in, 0);
+    const auto& b = need(n, in, 1);
+    need_float(n, a);
+    same_type(n, a, b);
+    if (a.shape.rank() != 2 || b.shape.rank() != 2) fail(errc::invalid_shape, n, a.name, "Gemm needs rank-2 operands");
+    const bool ta = n.attrs.get_int("transA", 0) != 0, tb = n.attrs.get_int("transB", 0) != 0;
+    const std::int64_t M = ta ? a.shape[1] : a.shape[0], K = ta ? a.shape[0] : a.shape[1];
+    const std::int64_t Kb = tb ? b.shape[1] : b.shape[0], N = tb ? b.shape[0] : b.shape[1];
+    if (K != Kb) fail(errc::invalid_shape, n, b.name, "inner dimensions differ: " + shape_string(a.shape) + " x " + shape_string(b.shape));
+    if (in.size() > 2 && in[2]) {
+      value_info y{.name = n.outputs.empty() ? n.name : n.outputs[0], .shape = {M, N}};
+      same_type(n, a, *in[2]);
+      if (!(broadcast(n, y, *in[2]) == shape{M, N}))
+        fail(errc::invalid_shape, n, in[2]->name, "C " + shape_string(in[2]->shape) + " does not broadcast to [M,N]");
+    }
+    return one({M, N}, a.type);
+  }
+  if (t == "BatchNormalization") {
+    const auto& x = need(n, in, 0);
+    need_float(n, x);
+    if (n.attrs.get_int("training_mode", 0) != 0 || n.outputs.size() > 1)
+      fail(errc::not_supported, n, x.name, "only inference-mode BatchNormalization is supported");
+    if (x.shape.rank() < 2) fail(errc::invalid_shape, n, x.name, "needs rank >= 2");
+    for (std::size_t i = 1; i < 5; ++i) {
+      const auto& p = need(n, in, i);
+      same_type(n, x, p);
+      if (p.shape.rank() != 1 || p.shape[0] != x.shape[1])
+        fail(errc::invalid_shape, n, p.name, "must be [" + std::to_string(x.shape[1]) + "], got " + shape_string(p.shape));
+    }
+    return one(x.shape, x.type);
+  }
+  if (t == "LayerNormalization") {
+    const auto& x = need(n, in, 0);
+    need_float(n, x);
+    if (n.outputs.size() > 1) fail(errc::not_supported, n, x.name, "Mean and InvStdDev outputs are not supported");
+    const std::int64_t ax = norm_axis(n, n.attrs.get_int("axis", -1), x.shape.rank(), x.name);
+    const shape trailing(std::span<const std::int64_t>(x.shape.begin() + ax, x.shape.end()));
+    for (std::size_t i = 1; i < 3 && i < in.size(); ++i) {
+      if (!in[i]) continue;
+      same_type(n, x, *in[i]);
+      if (!(in[i]->shape == trailing) && !(in[i]->shape.rank() == 1 && in[i]->shape[0] == trailing.elements()))
+        fail(errc::invalid_shape, n, in[i]->name, "must be " + shape_string(trailing) + ", got " + shape_string(in[i]->shape));
+    }
+    need(n, in, 1);
+    return one(x.shape, x.type);
+  }
+  if (t == "Softmax") {
+    const auto& x = need(n, in, 0);
+    need_float(n, x);
+    (void)norm_axis(n, n.attrs.get_int("axis", -1), x.shape.rank(), x.name);
+    return one(x.shape, x.type);
+  }
+  if (t == "Flatten") {
+    const auto& x = need(n, in, 0);
+    const std::int64_t ax = norm_axis(n, n.attrs.get_int("axis", 1), x.shape.rank(), x.name, true);
+    std::int64_t outer = 1, inner = 1;
+    for (std::size_t i = 0; i < x.shape.rank(); ++i) (static_cast<std::int64_t>(i) < ax ? outer : inner) *= x.shape[i];
+    return one({outer, inner}, x.type);
+  }
+  if (t == "Reshape") {
+    const auto& x = need(n, in, 0);
+    const auto& s = need(n, in, 1);
+    const tensor* c = constants.size() > 1 ? constants[1] : nullptr;
+    if (!c || !c->is_host()) fail(errc::not_supported, n, s.name, "the target shape must be a constant with data");
+    if (s.type != dtype::i64 || s.shape.rank() != 1) fail(errc::invalid_dtype, n, s.name, "shape must be a 1-D int64 tensor");
+    if (n.attrs.get_int("allowzero", 0) != 0) fail(errc::not_supported, n, s.name, "allowzero=1");
+    shape out;
+    int infer_at = -1;
+    std::int64_t known = 1;
+    for (std::int64_t i = 0; i < c->elements(); ++i) {
+      auto d = static_cast<std::int64_t>(c->get(i));
+      if (d == 0) {
+        if (static_cast<std::size_t>(i) >= x.shape.rank()) fail(errc::invalid_shape, n, s.name, "0 copies a dimension the input lacks");
+        d = x.shape[static_cast<std::size_t>(i)];
+      }
+      if (d == -1) {
+        if (infer_at >= 0) fail(errc::invalid_shape, n, s.name, "more than one -1");
+        infer_at = static_cast<int>(i);
+        out.push_back(1);
+        continue;
+      }
+      if (d < 0) fail(errc::invalid_shape, n, s.name, "negative dimension " + std::to_string(d));
+      known *= d;
+      out.push_back(d);
+    }
+    if (infer_at >= 0) {
+      if (known == 0 || x.shape.elements() % known)
+        fail(errc::invalid_shape, n, s.name, "cannot infer -1 from " + shape_string(x.shape));
+      out[static_cast<std::size_t>(infer_at)] = x.shape.elements() / known;
+    }
+    if (out.elements() != x.shape.elements())
+      fail(errc::invalid_shape, n, s.name, shape_string(out) + " does not hold the " + std::to_string(x.shape.elements()) + " elements of " + shape_string(x.shape));
+    return one(out, x.type);
+  }
+  if (t == "Concat") {
+    const auto& x = need(n, in, 0);
+    const std::int64_t ax = norm_axis(n, n.attrs.get_int("axis", 0), x.shape.rank(), x.name);
+    shape out = x.shape;
+    for (std::size_t i = 1; i < in.size(); ++i) {
+      const auto& y = need(n, in, i);
+      same_type(n, x, y);
+      if (y.shape.rank() != x.shape.rank()) fail(errc::invalid_shape, n, y.name, "rank differs from '" + x.name + "'");
+      for (std::size_t d = 0; d < x.shape.rank(); ++d)
+        if (static_cast<std::int64_t>(d) != ax && y.shape[d] != x.shape[d])
+          fail(errc::invalid_shape, n, y.name, shape_string(y.shape) + " differs from " + shape_string(x.shape) + " outside the axis");
+      out[static_cast<std::size_t>(ax)] += y.shape[static_cast<std::size_t>(ax)];
+    }
+    return one(out, x.type);
+  }
+  if (t == "Transpose") {
+    const auto& x = need(n, in, 0);
+    ints perm = n.attrs.get_ints("perm");
+    if (perm.empty())
+      for (std::size_t i = x.shape.rank(); i-- > 0;) perm.push_back(static_cast<std::int64_t>(i));
+    if (perm.size() != x.shape.rank()) fail(errc::invalid_argument, n, x.name, "perm has the wrong length");
+    std::vector<bool> seen(perm.size());
+    shape out;
+    for (auto p : perm) {
+      if (p < 0 || p >= static_cast<std::int64_t>(perm.size()) || seen[static_cast<std::size_t>(p)])
+        fail(errc::invalid_argument, n, x.name, "perm is not a permutation");
+      seen[static_cast<std::size_t>(p)] = true;
+      out.push_back(x.shape[static_cast<std::size_t>(p)]);
+    }
+    return one(out, x.type);
+  }
+  if (t == "Cast") {
+    const auto& x = need(n, in, 0);
+    const auto to = dtype_from_onnx(n.attrs.get_int("to", 0));
+    if (!to) fail(errc::not_supported, n, x.name, "Cast to ONNX type " + std::to_string(n.attrs.get_int("to", 0)));
+    return one(x.shape, *to);
+  }
+  if (t == "ReduceMean" || t == "ReduceSum") {
+    const auto& x = need(n, in, 0);
+    need_float(n, x);
+    ints axes = n.attrs.get_ints("axes");
+    if (in.size() > 1 && in[1]) {
+      const tensor* c = constants.size() > 1 ? constants[1] : nullptr;
+      if (!c || !c->is_host()) fail(errc::not_supported, n, in[1]->name, "axes must be a constant");
+      axes.clear();
+      for (std::int64_t i = 0; i < c->elements(); ++i) axes.push_back(static_cast<std::int64_t>(c->get(i)));
+    }
+    if (axes.empty() && n.attrs.get_int("noop_with_empty_axes", 0) != 0)
+      fail(errc::not_supported, n, x.name, "noop_with_empty_axes=1");
+    const bool keep = n.attrs.get_int("keepdims", 1) != 0;
+    std::uint32_t mask = 0;
+    if (axes.empty()) mask = (1u << x.shape.rank()) - 1;
+    for (auto a : axes) mask |= 1u << norm_axis(n, a, x.shape.rank(), x.name);
+    shape out;
+    for (std::size_t d = 0; d < x.shape.rank(); ++d) {
+      if (mask & (1u << d)) {
+        if (keep) out.push_back(1);
+      } else {
+        out.push_back(x.shape[d]);
+      }
+    }
+    return one(out, x.type);
+  }
+  fail(errc::not_supported, n, {}, "unknown operator type");
+}
+
+// ---- graph ----
+
+void graph::check_new_name(std::string_view name, std::string_view op) const {
+  if (name.empty())
+    throw graph_error(make_error_code(errc::invalid_argument), std::string(op), {}, "graph '" + name_ + "': empty tensor name");
+  if (value_index_.count(name))
+    throw graph_error(make_error_code(errc::invalid_argument), std::string(op), std::string(name),
+                      "graph '" + name_ + "': duplicate tensor name '" + std::string(name) + "'" +
+                          (op.empty() ? std::string() : " (written by '" + std::string(op) + "')"));
+}
+
+std::string graph::add_input(std::string name, npurt::shape s, npurt::dtype t) {
+  check_new_name(name, {});
+  for (auto d : s)
+    if (d < 0)
+      throw graph_error(make_error_code(errc::invalid_shape), {}, name, "input '" + name + "': negative dimension");
+  value_index_[name] = values_.size();
+  values_.push_back({name, s, t, value_kind::input, -1, true});
+  inputs_.push_back(name);
+  return name;
+}
+
+std::string graph::add_constant(std::string name, tensor v) {
+  check_new_name(name, {});
+  if (v.is_device())
+    throw graph_error(make_error_code(errc::invalid_argument), {}, name, "constant '" + name + "' must be a host or timing-only tensor");
+  value_index_[name] = values_.size();
+  values_.push_back({name, v.shape(), v.type(), value_kind::constant, -1, true});
+  constants_.emplace(name, std::move(v));
+  return name;
+}
+
+std::string graph::add_op(std::string_view type, std::vector<std::string> inputs, npurt::attributes attrs, std::string name) {
+  if (name.empty()) {
+    do {
+      name = std::string(type) + "_" + std::to_string(auto_names_++);
+    } while (value_index_.count(name) || node_index_.count(name));
+  }
+  add_node(type, name, std::move(inputs), {name}, std::move(attrs));
+  return name;
+}
+
+void graph::add_node(std::string_view type, std::string name, std::vector<std::string> inputs,
+                     std::vector<std::string> outputs, npurt::attributes attrs) {
+  if (!is_supported_op(type))
+    throw graph_error(make_error_code(errc::not_supported), name, {},
+                      "node '" + name + "': unknown operator type '" + std::string(type) + "'");
+  if (node_index_.count(name))
+    throw graph_error(make_error_code(errc::invalid_argument), name, {}, "duplicate node name '" + name + "'");
+  if (outputs.empty())
+    throw graph_error(make_error_code(errc::invalid_argument), name, {}, "node '" + name + "' has no output");
+  for (const auto& o : outputs) check_new_name(o, name);
+  const std::size_t idx = nodes_.size();
+  node_index_[name] = idx;
+  for (const auto& o : outputs) {
+    value_index_[o] = values_.size();
+    values_.push_back({o, {}, dtype::f32, value_kind::activation, static_cast<int>(idx), false});
+  }
+  nodes_.push_back({std::string(type), std::move(name), std::move(inputs), std::move(outputs), std::move(attrs), false});
+  try {
+    try_infer(idx);
+  } catch (...) {
+    // A rejected node leaves the graph as it was.
+    for (const auto& o : nodes_.back().outputs) value_index_.erase(o);
+    values_.resize(values_.size() - nodes_.back().outputs.size());
+    node_index_.erase(nodes_.back().name);
+    nodes_.pop_back();
+    throw;
+  }
+}
+
+bool graph::try_infer(std::size_t idx) {
+  node& n = nodes_[idx];
+  std::vector<const value_info*> in;
+  std::vector<const tensor*> consts;
+  for (const auto& name : n.inputs) {
+    if (name.empty()) {
+      in.push_back(nullptr);
+      consts.push_back(nullptr);
+      continue;
+    }
+    const value_info* v = find(name);
+    if (!v || !v->known) return false;
+    in.push_back(v);
+    consts.push_back(constant(name));
+  }
+  const auto out = infer_op(n, in, consts);
+  for (std::size_t i = 0; i < n.outputs.size() && i < out.size(); ++i) {
+    auto& v = values_[value_index_.find(n.outputs[i])->second];
+    v.shape = out[i].shape;
+    v.type = out[i].type;
+    v.known = true;
+  }
+  n.inferred = true;
+  return true;
+}
+
+void graph::set_output(std::string name) {
+  if (std::find(outputs_.begin(), outputs_.end(), name) == outputs_.end()) outputs_.push_back(std::move(name));
+}
+
+void graph::hint_parallel(std::string a, std::string b) { hints_.emplace_back(std::move(a), std::move(b)); }
+
+const value_info* graph::find(std::string_view name) const {
+  auto it = value_index_.find(name);
+  return it == value_index_.end() ? nullptr : &values_[it->second];
+}
+
+const value_info& graph::value(std::string_view name) const {
+  if (const auto* v = find(name)) return *v;
+  throw graph_error(make_error_code(errc::invalid_argument), {}, std::string(name),
+                    "graph '" + name_ + "' has no tensor '" + std::string(name) + "'");
+}
+
+const tensor* graph::constant(std::string_view name) const {
+  auto it = constants_.find(name);
+  return it == constants_.end() ? nullptr : &it->second;
+}
+
+std::size_t graph::node_index(std::string_view name) const {
+  auto it = node_index_.find(name);
+  if (it != node_index_.end()) return it->second;
+  if (const auto* v = find(name); v && v->producer >= 0) return static_cast<std::size_t>(v->producer);
+  throw graph_error(make_error_code(errc::invalid_argument), std::string(name), {},
+                    "graph '" + name_ + "' has no operator '" + std::string(name) + "'");
+}
+
+std::vector<std::size_t> graph::topological_order() const {
+  // Kahn's algorithm with the lowest node index first among ready nodes: the order is the order
+  // of addition whenever that order is valid.
+  std::vector<int> pending(nodes_.size(), 0);
+  std::vector<std::vector<std::size_t>> users(nodes_.size());
+  for (std::size_t i = 0; i < nodes_.size(); ++i)
+    for (const auto& in : nodes_[i].inputs) {
+      if (in.empty()) continue;
+      const value_info* v = find(in);
+      if (v && v->producer >= 0) {
+        ++pending[i];
+        users[static_cast<std::size_t>(v->producer)].push_back(i);
+      }
+    }
+  std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
+  for (std::size_t i = 0; i < nodes_.size(); ++i)
+    if (pending[i] == 0) ready.push(i);
+  std::vector<std::size_t> order;
+  while (!ready.empty()) {
+    const std::size_t i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (auto u : users[i])
+      if (--pending[u] == 0) ready.push(u);
+  }
+  return order;
+}
+
+void graph::validate() {
+  // Every input is produced by something.
+  for (const auto& n : nodes_)
+    for (const auto& in : n.inputs)
+      if (!in.empty() && !find(in))
+        throw graph_error(make_error_code(errc::invalid_argument), n.name, in,
+                          n.type + " '" + n.name + "': input '" + in + "' is not produced by any operator, input or constant");
+  const auto order = topological_order();
+  if (order.size() != nodes_.size()) {
+    std::vector<bool> placed(nodes_.size());
+    for (auto i : order) placed[i] = true;
+    std::string members;
+    std::string first;
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+      if (!placed[i]) {
+        if (first.empty()) first = nodes_[i].name;
+        if (!members.empty()) members += ", ";
+        members += nodes_[i].name;
+      }
+    throw graph_error(make_error_code(errc::invalid_argument), first, {},
+                      "graph '" + name_ + "' has a cycle through the operators " + members);
+  }
+  for (auto i : order)
+    if (!nodes_[i].inferred && !try_infer(i))
+      throw graph_error(make_error_code(errc::invalid_argument), nodes_[i].name, {}, "cannot infer '" + nodes_[i].name + "'");
+  if (outputs_.empty())
+    throw graph_error(make_error_code(errc::invalid_argument), {}, {}, "graph '" + name_ + "' has no output (call set_output)");
+  for (const auto& o : outputs_)
+    if (!find(o))
+      throw graph_error(make_error_code(errc::invalid_argument), {}, o, "graph '" + name_ + "': output '" + o + "' is not produced by anything");
+  for (const auto& [a, b] : hints_) {
+    (void)node_index(a);
+    (void)node_index(b);
+  }
+}
+
+std::error_code graph::validate(std::string& message) noexcept {
+  try {
+    validate();
+    message.clear();
+    return {};
+  } catch (const error& e) {
+    message = e.what();
+    return e.code();
+  } catch (const std::exception& e) {
+    message = e.what();
+    return make_error_code(errc::invalid_argument);
+  }
+}
+
+}  // namespace npurt

@@ -1,0 +1,218 @@
+// Lowering: the kernels and copies one compiled operator launches (see graph/session.hpp).
+#include "lower.hpp"
+
+#include <numeric>
+
+namespace npurt {
+
+namespace {
+
+using arr2 = std::array<std::int32_t, 2>;
+
+arr2 two(const ints& v, arr2 def) {
+  if (v.size() < 2) return def;
+  return {static_cast<std::int32_t>(v[0]), static_cast<std::int32_t>(v[1])};
+}
+
+// Pads and strides as the graph validated them (symmetric; auto_pad resolved).
+arr2 pads_of(const node& n, const shape& x, arr2 kernel, arr2 stride, arr2 dil) {
+  const std::string ap = n.attrs.get_string("auto_pad", "NOTSET");
+  if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+    arr2 r{};
+    for (int i = 0; i < 2; ++i) {
+      const std::int64_t in = x[2 + static_cast<std::size_t>(i)];
+      const std::int64_t out = (in + stride[i] - 1) / stride[i];
+      const std::int64_t total = std::max<std::int64_t>(0, (out - 1) * stride[i] + dil[i] * (kernel[i] - 1) + 1 - in);
+      r[i] = static_cast<std::int32_t>(total / 2);
+    }
+    return r;
+  }
+  if (ap == "VALID") return {0, 0};
+  const ints p = n.attrs.get_ints("pads", {0, 0, 0, 0});
+  return {static_cast<std::int32_t>(p[0]), static_cast<std::int32_t>(p[1])};
+}
+
+kernels::eltwise_fn fn_of(const std::string& t) {
+  using enum kernels::eltwise_fn;
+  if (t == "Add") return add;
+  if (t == "Sub") return sub;
+  if (t == "Mul") return mul;
+  if (t == "Div") return div;
+  if (t == "Relu") return relu;
+  if (t == "Sigmoid") return sigmoid;
+  if (t == "Tanh") return tanh;
+  return gelu;
+}
+
+tensor_desc reshaped(tensor_desc d, shape s) {
+  d.shape = s;
+  return d;
+}
+
+}  // namespace
+
+std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>& values,
+                                     const std::function<void*(int)>& ptr) {
+  const node& n = *st.n;
+  const std::string& t = n.type;
+  auto desc = [&](int v) -> tensor_desc {
+    if (v < 0) return {};
+    const cvalue& c = values[static_cast<std::size_t>(v)];
+    // A scalar is a one-element tensor to the kernels.
+    return {ptr(v), c.shape.rank() == 0 ? shape{1} : c.shape, c.type, layout::nd};
+  };
+  std::vector<lowered_task> out;
+  auto kernel = [&](kernel_op op) { out.push_back({kernel_desc(std::move(op), st.kernel_name, st.block_dim), {}}); };
+  const tensor_desc y = desc(st.out[0]);
+  auto relu_epilogue = [&] {
+    if (st.relu_after) kernel(kernels::elementwise{kernels::eltwise_fn::relu, y, {}, y});
+  };
+  if (t == "Conv") {
+    const tensor_desc x = desc(st.in[0]), w = desc(st.in[1]);
+    kernels::conv2d c{x, w, y};
+    c.stride = two(n.attrs.get_ints("strides"), {1, 1});
+    c.dilation = two(n.attrs.get_ints("dilations"), {1, 1});
+    c.pad = pads_of(n, x.shape, {static_cast<std::int32_t>(w.shape[2]), static_cast<std::int32_t>(w.shape[3])}, c.stride,
+                    c.dilation);
+    c.groups = static_cast<std::int32_t>(n.attrs.get_int("group", 1));
+    kernel(c);
+    if (st.in.size() > 2 && st.in[2] >= 0) {
+      const tensor_desc b = reshaped(desc(st.in[2]), {1, w.shape[0], 1, 1});
+      kernel(kernels::elementwise{kernels::eltwise_fn::add, y, b, y});
+    }
+    relu_epilogue();
+  } else if (t == "MatMul" || t == "Gemm") {
+    tensor_desc a = desc(st.in[0]), b = desc(st.in[1]), c = y;
+    kernels::matmul m{};
+    if (t == "Gemm") {
+      m.trans_a = n.attrs.get_int("transA", 0) != 0;
+      m.trans_b = n.attrs.get_int("transB", 0) != 0;
+      m.alpha = static_cast<float>(n.attrs.get_float("alpha", 1.0));
+    } else {
+      const auto ra = a.shape.rank(), rb = b.shape.rank();
+      if (rb == 2 && ra > 2) {
+        // [..., M, K] x [K, N]: the leading dimensions are rows.
+        a.shape = {a.shape.elements() / a.shape[ra - 1], a.shape[ra - 1]};
+        c.shape = {c.shape.elements() / c.shape[c.shape.rank() - 1], c.shape[c.shape.rank() - 1]};
+      } else if (ra > 3) {
+        std::int64_t batch = 1;
+        for (std::size_t i = 0; i + 2 < ra; ++i) batch *= a.shape[i];
+        a.shape = {batch, a.shape[ra - 2], a.shape[ra - 1]};
+        b.shape = {batch, b.shape[rb - 2], b.shape[rb - 1]};
+        c.shape = {batch, c.shape[ra - 2], c.shape[ra - 1]};
+      }
+    }
+    m.a = a;
+    m.b = b;
+    m.c = c;
+    kernel(m);
+    if (t == "Gemm" && st.in.size() > 2 && st.in[2] >= 0) kernel(kernels::elementwise{kernels::eltwise_fn::add, y, desc(st.in[2]), y});
+    relu_epilogue();
+  } else if (t == "Add" || t == "Sub" || t == "Mul" || t == "Div") {
+    kernel(kernels::elementwise{fn_of(t), desc(st.in[0]), desc(st.in[1]), y});
+    relu_epilogue();
+  } else if (t == "Relu" || t == "Sigmoid" || t == "Tanh" || t == "Gelu") {
+    kernel(kernels::elementwise{fn_of(t), desc(st.in[0]), {}, y});
+  } else if (t == "BatchNormalization") {
+    kernels::batchnorm b{};
+    b.x = desc(st.in[0]);
+    b.gamma = desc(st.in[1]);
+    b.beta = desc(st.in[2]);
+    b.running_mean = desc(st.in[3]);
+    b.running_var = desc(st.in[4]);
+    b.y = y;
+    b.training = false;
+    b.eps = static_cast<float>(n.attrs.get_float("epsilon", 1e-5));
+    kernel(b);
+  } else if (t == "LayerNormalization") {
+    kernels::layernorm l{};
+    l.x = desc(st.in[0]);
+    l.gamma = desc(st.in[1]);
+    if (st.in.size() > 2) l.beta = desc(st.in[2]);
+    l.y = y;
+    l.axis = static_cast<std::int32_t>(n.attrs.get_int("axis", -1));
+    l.eps = static_cast<float>(n.attrs.get_float("epsilon", 1e-5));
+    kernel(l);
+  } else if (t == "MaxPool" || t == "AveragePool" || t == "GlobalAveragePool") {
+    kernels::pool2d p{};
+    p.x = desc(st.in[0]);
+    p.y = y;
+    if (t == "GlobalAveragePool") {
+      p.mode = kernels::pool_mode::global_avg;
+    } else {
+      p.mode = t == "MaxPool" ? kernels::pool_mode::max : kernels::pool_mode::avg;
+      p.window = two(n.attrs.get_ints("kernel_shape"), {1, 1});
+      p.stride = two(n.attrs.get_ints("strides"), {1, 1});
+      p.pad = pads_of(n, p.x.shape, p.window, p.stride, {1, 1});
+    }
+    kernel(p);
+  } else if (t == "Softmax") {
+    kernel(kernels::softmax{desc(st.in[0]), y, static_cast<std::int32_t>(n.attrs.get_int("axis", -1))});
+  } else if (t == "Transpose") {
+    kernels::transpose tr{desc(st.in[0]), y};
+    ints perm = n.attrs.get_ints("perm");
+    if (perm.empty())
+      for (std::size_t i = tr.x.shape.rank(); i-- > 0;) perm.push_back(static_cast<std::int64_t>(i));
+    for (std::size_t i = 0; i < perm.size(); ++i) tr.perm[i] = static_cast<std::uint8_t>(perm[i]);
+    kernel(tr);
+  } else if (t == "Cast") {
+    kernel(kernels::cast{desc(st.in[0]), y});
+  } else if (t == "ReduceMean" || t == "ReduceSum") {
+    kernels::reduce r{};
+    r.fn = t == "ReduceMean" ? kernels::reduce_fn::mean : kernels::reduce_fn::sum;
+    r.x = desc(st.in[0]);
+    r.y = y;
+    ints axes = n.attrs.get_ints("axes");
+    // Axes given as a constant input were folded into the output shape: recover them.
+    r.keep_dims = n.attrs.get_int("keepdims", 1) != 0;
+    const auto rank = r.x.shape.rank();
+    if (r.keep_dims) {
+      for (std::size_t d = 0; d < rank; ++d)
+        if (r.y.shape[d] == 1 && r.x.shape[d] != 1) r.axes_mask |= 1u << d;
+      if (axes.empty() && r.axes_mask == 0 && r.y.shape.elements() == 1) r.axes_mask = (1u << rank) - 1;
+    }
+    if (!axes.empty() || !r.keep_dims) {
+      r.axes_mask = 0;
+      if (axes.empty() && !(st.in.size() > 1 && st.in[1] >= 0)) r.axes_mask = (1u << rank) - 1;
+      for (auto a : axes) r.axes_mask |= 1u << (a < 0 ? a + static_cast<std::int64_t>(rank) : a);
+      if (axes.empty() && st.in.size() > 1 && st.in[1] >= 0) {
+        const cvalue& ax = values[static_cast<std::size_t>(st.in[1])];
+        if (ax.host && ax.host->is_host())
+          for (std::int64_t i = 0; i < ax.host->elements(); ++i) {
+            auto a = static_cast<std::int64_t>(ax.host->get(i));
+            r.axes_mask |= 1u << (a < 0 ? a + static_cast<std::int64_t>(rank) : a);
+          }
+      }
+    }
+    kernel(r);
+  } else if (t == "Concat") {
+    // Concatenation is copying: each input's rows go to their place in every outer slice.
+    const cvalue& yv = values[static_cast<std::size_t>(st.out[0])];
+    const auto rank = static_cast<std::int64_t>(yv.shape.rank());
+    std::int64_t axis = n.attrs.get_int("axis", 0);
+    if (axis < 0) axis += rank;
+    std::int64_t outer = 1;
+    for (std::int64_t d = 0; d < axis; ++d) outer *= yv.shape[static_cast<std::size_t>(d)];
+    const std::size_t esize = size_of(yv.type);
+    const std::size_t row = static_cast<std::size_t>(yv.shape.elements() / std::max<std::int64_t>(1, outer)) * esize;
+    std::size_t at = 0;
+    for (int v : st.in) {
+      const cvalue& xv = values[static_cast<std::size_t>(v)];
+      const std::size_t xrow = static_cast<std::size_t>(xv.shape.elements() / std::max<std::int64_t>(1, outer)) * esize;
+      void* src = ptr(v);
+      void* dst = ptr(st.out[0]);
+      if (!src || !dst) {
+        // Timing-only: the same bytes through the vector unit as an identity transpose.
+        kernel(kernels::transpose{desc(v), reshaped(desc(v), xv.shape)});
+      } else {
+        for (std::int64_t o = 0; o < outer; ++o)
+          out.push_back({std::nullopt, copy_task{static_cast<std::byte*>(dst) + static_cast<std::size_t>(o) * row + at,
+                                                 static_cast<const std::byte*>(src) + static_cast<std::size_t>(o) * xrow, xrow}});
+      }
+      at += xrow;
+    }
+  }
+  return out;
+}
+
+}  // namespace npurt

@@ -1,0 +1,490 @@
+// Sessions: device memory, compile, run, the seed's knobs (see graph/session.hpp).
+#include "compiled.hpp"
+#include "lower.hpp"
+
+#include <npurt/observer.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+
+namespace npurt {
+
+std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_options& o, precision prec,
+                                                 const schedule_config& sc, const memory_config& mc, int level_default);
+
+namespace {
+
+std::atomic<std::uint64_t> next_session_id{1};
+
+constexpr double mb = 1024.0 * 1024.0;
+
+}  // namespace
+
+compiled_graph::impl::~impl() {
+  if (owner)
+    for (auto [ptr, bytes] : held) owner->give_back(ptr, bytes);
+}
+
+const compile_report& compiled_graph::report() const {
+  if (!p_) throw_error(make_error_code(errc::invalid_argument), "compiled_graph: empty");
+  return p_->rep;
+}
+
+std::uint32_t compiled_graph::final_stream() const { return p_ ? p_->final_stream : 0; }
+
+std::vector<std::pair<std::string, std::uint32_t>> compiled_graph::schedule_order() const {
+  std::vector<std::pair<std::string, std::uint32_t>> r;
+  if (p_)
+    for (const auto& s : p_->steps) r.emplace_back(s.n->name, s.stream);
+  return r;
+}
+
+session::session(npurt::system& sys, const session_config& cfg)
+    : sys_(&sys), dev_(&sys.device(cfg.device_id)), cfg_(cfg), id_(next_session_id.fetch_add(1)) {
+  if (cfg.precision == precision::bf16 && dev_->properties().name == "ascend910")
+    throw_error(make_error_code(errc::not_supported), "session: " + dev_->properties().name + " has no bf16 (use fp16 or mixed)");
+  (void)stream(0);
+}
+
+session::~session() {
+  for (auto& s : streams_) {
+    std::error_code ec;
+    if (s) s->synchronize(npurt::no_timeout, ec);
+  }
+  if (comm_buffer_) give_back(comm_buffer_, comm_bytes_);
+  // Compiled graphs that outlive the session lose their memory with it (running one is an error).
+  for (auto& w : compiled_)
+    if (auto c = w.lock()) {
+      for (auto [ptr, bytes] : c->held) give_back(ptr, bytes);
+      c->held.clear();
+      c->owner = nullptr;
+    }
+}
+
+npurt::stream& session::stream(std::size_t i) {
+  while (streams_.size() <= i) streams_.push_back(std::make_unique<npurt::stream>(dev_->make_stream()));
+  return *streams_[i];
+}
+
+void* session::acquire(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  const std::size_t cap = mem_.pool_size;
+  if (cap && held_ + bytes > cap) {
+    out_of_memory_error::info i{bytes, dev_->id(), cap, cap - held_, held_, held_};
+    throw out_of_memory_error(i, "session " + std::to_string(id_) + ": " + std::to_string(bytes) +
+                                     " bytes exceed the pool_size of " + std::to_string(cap) + " (" + std::to_string(held_) +
+                                     " held)");
+  }
+  void* p = dev_->malloc(bytes);
+  held_ += bytes;
+  peak_ = std::max(peak_, held_);
+  return p;
+}
+
+void session::give_back(void* p, std::size_t bytes) noexcept {
+  if (!p) return;
+  std::error_code ec;
+  dev_->free(p, ec);
+  held_ -= std::min(held_, bytes);
+}
+
+void session::set_memory_config(const memory_config& m) { mem_ = m; }
+
+void session::set_schedule_config(const schedule_config& s) {
+  if (s.max_parallelism < 1 || s.pipeline_stages < 1)
+    throw_error(make_error_code(errc::invalid_argument), "set_schedule_config: max_parallelism and pipeline_stages must be >= 1");
+  sched_ = s;
+}
+
+void session::enable_auto_schedule(int level) {
+  if (level < 0 || level > 3)
+    throw_error(make_error_code(errc::invalid_argument), "enable_auto_schedule: level " + std::to_string(level) + " (0-3)");
+  level_ = level;
+}
+
+void session::set_comm_buffer_size(std::size_t bytes) {
+  if (comm_buffer_) give_back(comm_buffer_, comm_bytes_);
+  comm_buffer_ = nullptr;
+  comm_bytes_ = 0;
+  if (bytes) {
+    comm_buffer_ = acquire(bytes);
+    comm_bytes_ = bytes;
+  }
+}
+
+memory_usage_mb session::memory_usage() const noexcept {
+  const double reserved = static_cast<double>(std::max(held_, mem_.auto_growth ? held_ : mem_.pool_size));
+  return {static_cast<double>(held_) / mb, reserved / mb, static_cast<double>(peak_) / mb};
+}
+
+void session::trigger_gc() {
+  compiled_.erase(std::remove_if(compiled_.begin(), compiled_.end(), [](const auto& w) { return w.expired(); }),
+                  compiled_.end());
+  dev_->mem_pool().trigger_gc();
+}
+
+compiled_graph session::compile(graph& g, const compile_options& opts) {
+  auto p = build_plan(g, opts, cfg_.precision, sched_, mem_, level_);
+  p->owner = this;
+  auto& rep = p->rep;
+  // A pipeline has a batch in each stage and one being copied in.
+  const std::size_t slots = rep.schedule == schedule::pipeline ? static_cast<std::size_t>(p->stages) + 1 : 1;
+  rep.kernels = 0;
+  for (std::uint32_t s = 0; s < p->streams; ++s) (void)stream(s);
+  // Operators that may overlap share the AI cores, as kernels on concurrent streams do when their
+  // tiling leaves cores free; everything else uses all of them.
+  const std::uint32_t cores = dev_->properties().ai_core_count;
+  for (auto& st : p->steps)
+    if (st.concurrent && rep.schedule == schedule::parallel) st.block_dim = std::max<std::uint32_t>(1, cores / (st.peers + 1));
+  auto hold = [&](std::size_t bytes) {
+    void* ptr = acquire(bytes);
+    p->held.emplace_back(ptr, bytes);
+    return ptr;
+  };
+  // Constants go to the device once (functional runs).
+  p->const_ptr.assign(p->values.size(), nullptr);
+  if (!rep.timing_only) {
+    for (std::size_t v = 0; v < p->values.size(); ++v) {
+      const cvalue& c = p->values[v];
+      if (c.kind != value_kind::constant || !c.host || !c.host->is_host() || c.bytes() == 0) continue;
+      void* d = hold(c.bytes());
+      stream(0).memcpy(d, c.bytes(), c.host->data(), c.bytes(), memcpy_kind::host_to_device);
+      p->const_ptr[v] = d;
+    }
+    for (std::size_t k = 0; k < slots; ++k) p->arenas.push_back(hold(static_cast<std::size_t>(p->arena_bytes)));
+  }
+  p->input_ptr.assign(slots, {});
+  p->output_ptr.assign(slots, {});
+  for (std::size_t k = 0; k < slots; ++k) {
+    for (int v : p->inputs) p->input_ptr[k].push_back(hold(p->values[static_cast<std::size_t>(v)].bytes()));
+    if (rep.timing_only)
+      for (int v : p->outputs) p->output_ptr[k].push_back(hold(p->values[static_cast<std::size_t>(v)].bytes()));
+  }
+  if (slots > 1) rep.io_bytes *= slots, rep.activation_bytes *= 1;  // per slot figures stay per batch
+  stream(0).synchronize();
+  if (!mem_.auto_growth && mem_.pool_size > held_) reserved_extra_ = mem_.pool_size - held_;
+  // Kernel count of one run.
+  auto ptr0 = [](int) -> void* { return nullptr; };
+  for (const auto& st : p->steps) rep.kernels += lower_step(st, p->values, ptr0).size();
+  compiled_.push_back(p);
+  return compiled_graph(std::move(p));
+}
+
+// ---- runs ----
+
+namespace {
+
+/// Collects the kernels of a run by name: per-operator start, end and busy time.
+class op_recorder final : public observer {
+ public:
+  explicit op_recorder(const std::map<std::string_view, std::size_t>& index) : index_(index) {}
+  void on_task(const task_info& t) override {
+    if (t.kind != task_kind::kernel) return;
+    auto it = index_.find(t.name);
+    if (it == index_.end()) return;
+    auto& r = spans_[it->second];
+    if (!r.seen || t.start < r.start) r.start = t.start;
+    if (!r.seen || t.end > r.end) r.end = t.end;
+    r.busy += t.end - t.start;
+    r.seen = true;
+  }
+  struct span {
+    sim_time start{}, end{};
+    picoseconds busy{0};
+    bool seen = false;
+  };
+  std::map<std::size_t, span> spans_;
+
+ private:
+  const std::map<std::string_view, std::size_t>& index_;
+};
+
+}  // namespace
+
+struct session::pending_run {
+  std::shared_ptr<compiled_graph::impl> c;
+  std::vector<tensor> host_out;
+  sim_time start{};
+  std::map<std::string_view, std::size_t> index;
+  std::unique_ptr<op_recorder> rec;
+  bool observing = false;
+};
+
+namespace {
+
+void check_feeds(const compiled_graph::impl& c, const std::vector<feed>& inputs, std::vector<const tensor*>& by_input) {
+  by_input.assign(c.inputs.size(), nullptr);
+  for (const auto& f : inputs) {
+    bool found = false;
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+      const cvalue& v = c.values[static_cast<std::size_t>(c.inputs[i])];
+      if (v.name != f.name) continue;
+      found = true;
+      if (!(f.value.shape() == v.shape))
+        throw graph_error(make_error_code(errc::invalid_shape), {}, f.name,
+                          "run: input '" + f.name + "' expects shape " + shape_string(v.shape) + ", fed " + shape_string(f.value.shape()));
+      if (f.value.type() != v.type)
+        throw graph_error(make_error_code(errc::invalid_dtype), {}, f.name,
+                          "run: input '" + f.name + "' expects " + std::string(to_string(v.type)) + ", fed " +
+                              std::string(to_string(f.value.type())));
+      if (by_input[i]) throw graph_error(make_error_code(errc::invalid_argument), {}, f.name, "run: input '" + f.name + "' fed twice");
+      by_input[i] = &f.value;
+    }
+    if (!found)
+      throw graph_error(make_error_code(errc::invalid_argument), {}, f.name, "run: the graph has no input '" + f.name + "'");
+  }
+  for (std::size_t i = 0; i < c.inputs.size(); ++i)
+    if (!by_input[i]) {
+      const auto& name = c.values[static_cast<std::size_t>(c.inputs[i])].name;
+      throw graph_error(make_error_code(errc::invalid_argument), {}, name, "run: input '" + name + "' is not fed");
+    }
+}
+
+// Enqueues one batch on the session's streams: copies in, the operators with their waits,
+// copies out. `slot` selects the arena and staging buffers. Returns the event of the batch's end
+// on stream `base` (after the outputs' copies).
+struct enqueue_ctx {
+  session& s;
+  compiled_graph::impl& c;
+  std::size_t slot;
+  std::vector<const tensor*> in;
+  std::vector<tensor>* host_out;
+  std::vector<event>* stage_done;  // pipeline: per stage, the previous batch's end of that stage
+};
+
+event enqueue_batch(enqueue_ctx& x) {
+  auto& c = x.c;
+  const bool timing = c.rep.timing_only;
+  std::byte* arena = timing || c.arenas.empty() ? nullptr : static_cast<std::byte*>(c.arenas[x.slot]);
+  std::vector<int> input_pos(c.values.size(), -1);
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) input_pos[static_cast<std::size_t>(c.inputs[i])] = static_cast<int>(i);
+  auto ptr = [&](int v) -> void* {
+    if (timing) return nullptr;
+    const cvalue& cv = c.values[static_cast<std::size_t>(v)];
+    const int r = cv.root;
+    const cvalue& rv = c.values[static_cast<std::size_t>(r)];
+    if (rv.kind == value_kind::constant) return c.const_ptr[static_cast<std::size_t>(r)];
+    if (rv.kind == value_kind::input) return c.input_ptr[x.slot][static_cast<std::size_t>(input_pos[static_cast<std::size_t>(r)])];
+    return arena + c.roots[static_cast<std::size_t>(r)].offset;
+  };
+  npurt::stream& sin = x.s.stream(c.copy_stream);
+  npurt::stream& sout = x.s.stream(c.final_stream);
+  // Inputs: host to device on the first stream.
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    const tensor& t = *x.in[i];
+    const std::size_t bytes = c.values[static_cast<std::size_t>(c.inputs[i])].bytes();
+    if (bytes == 0) continue;
+    if (t.is_host())
+      sin.memcpy(c.input_ptr[x.slot][i], bytes, t.data(), bytes, memcpy_kind::host_to_device);
+    else if (t.is_device())
+      sin.memcpy(c.input_ptr[x.slot][i], bytes, t.data(), bytes, memcpy_kind::device_to_device);
+    else {
+      // A timing-only feed still costs its transfer: copy from a host staging buffer.
+      thread_local std::vector<std::byte> staging;
+      if (staging.size() < bytes) staging.resize(bytes);
+      sin.memcpy(c.input_ptr[x.slot][i], bytes, staging.data(), bytes, memcpy_kind::host_to_device);
+    }
+  }
+  event inputs_done = sin.launch_callback([] {});
+  std::vector<event> done(c.steps.size());
+  std::vector<bool> stream_started(c.streams, false);
+  std::vector<event> stage_end(static_cast<std::size_t>(c.stages));
+  for (std::size_t k = 0; k < c.steps.size(); ++k) {
+    const cstep& st = c.steps[k];
+    npurt::stream& s = x.s.stream(st.stream);
+    if (!stream_started[st.stream]) {
+      stream_started[st.stream] = true;
+      if (st.stream != c.copy_stream) s.wait(inputs_done);
+      if (x.stage_done && (*x.stage_done)[static_cast<std::size_t>(st.stage)].valid()) s.wait((*x.stage_done)[static_cast<std::size_t>(st.stage)]);
+    }
+    for (int w : st.waits) s.wait(done[static_cast<std::size_t>(w)]);
+    event last;
+    for (auto& task : lower_step(st, c.values, ptr)) {
+      if (task.kernel)
+        last = s.launch(*task.kernel);
+      else
+        last = s.memcpy(task.copy.dst, task.copy.bytes, task.copy.src, task.copy.bytes, memcpy_kind::device_to_device);
+    }
+    done[k] = last;
+    stage_end[static_cast<std::size_t>(st.stage)] = last;
+  }
+  // Join every stream into the final one, then copy the outputs out there.
+  stream_started[c.copy_stream] = true;
+  for (std::uint32_t k = 0; k < c.streams; ++k)
+    if (k != c.final_stream && stream_started[k]) {
+      event e = x.s.stream(k).launch_callback([] {});
+      sout.wait(e);
+    }
+  for (std::size_t i = 0; i < c.outputs.size(); ++i) {
+    const int v = c.outputs[i];
+    const cvalue& cv = c.values[static_cast<std::size_t>(v)];
+    tensor& h = (*x.host_out)[i];
+    h = tensor(cv.shape, cv.type);
+    if (cv.bytes() == 0) continue;
+    const void* src = timing ? c.output_ptr[x.slot][i] : ptr(v);
+    sout.memcpy(h.data(), h.bytes(), src, cv.bytes(), memcpy_kind::device_to_host);
+  }
+  if (x.stage_done)
+    for (std::size_t k = 0; k < stage_end.size(); ++k)
+      if (stage_end[k].valid()) (*x.stage_done)[k] = stage_end[k];
+  return sout.launch_callback([] {});
+}
+
+}  // namespace
+
+std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& cg, const std::vector<feed>& inputs) {
+  if (!cg.valid() || cg.get().owner != this)
+    throw_error(make_error_code(errc::invalid_argument), "run: the compiled graph belongs to another session");
+  auto p = std::make_shared<pending_run>();
+  // The compiled graph stays alive until the run completes.
+  for (const auto& w : compiled_)
+    if (auto sp = w.lock(); sp.get() == &cg.get()) p->c = sp;
+  auto& c = cg.get();
+  enqueue_ctx x{*this, c, 0, {}, &p->host_out, nullptr};
+  check_feeds(c, inputs, x.in);
+  p->host_out.resize(c.outputs.size());
+  if (cfg_.profiling) {
+    for (std::size_t k = 0; k < c.steps.size(); ++k) p->index[c.steps[k].kernel_name] = k;
+    p->rec = std::make_unique<op_recorder>(p->index);
+    sys_->add_observer(*p->rec);
+    p->observing = true;
+  }
+  p->start = sys_->now();
+  try {
+    (void)enqueue_batch(x);
+  } catch (...) {
+    // A launch the backend refused: nothing more is enqueued; what was waits for its memory's
+    // owner, the compiled graph, to outlive it.
+    abandon_run(*p);
+    for (auto& st : streams_) {
+      std::error_code ec;
+      st->synchronize(npurt::no_timeout, ec);
+    }
+    throw;
+  }
+  return p;
+}
+
+void session::abandon_run(pending_run& p) noexcept {
+  if (p.observing) sys_->remove_observer(*p.rec);
+  p.observing = false;
+}
+
+run_result session::finish_run(pending_run& p) {
+  abandon_run(p);
+  run_result r;
+  r.latency = sys_->now() - p.start;
+  auto& c = *p.c;
+  for (std::size_t i = 0; i < c.outputs.size(); ++i) {
+    const cvalue& v = c.values[static_cast<std::size_t>(c.outputs[i])];
+    if (c.rep.timing_only) p.host_out[i].release();
+    r.outputs.emplace(v.name, std::move(p.host_out[i]));
+  }
+  if (p.rec)
+    for (const auto& [k, sp] : p.rec->spans_) {
+      const cstep& st = c.steps[k];
+      r.ops.push_back({st.n->name, st.n->type, st.stream, sp.start - p.start, sp.end - p.start, sp.busy});
+    }
+  std::stable_sort(r.ops.begin(), r.ops.end(), [](const op_timing& a, const op_timing& b) { return a.start < b.start; });
+  return r;
+}
+
+run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs) {
+  auto p = start_run(c, inputs);
+  std::error_code ec;
+  for (std::uint32_t k = 0; k < c.get().streams; ++k) stream(k).synchronize(npurt::no_timeout, ec);
+  if (ec) {
+    abandon_run(*p);
+    throw_error(ec, "run: graph '" + c.get().g.name() + "'");
+  }
+  return finish_run(*p);
+}
+
+batches_result session::run_batches(const compiled_graph& cg, const std::vector<std::vector<feed>>& batches) {
+  if (!cg.valid() || cg.get().owner != this)
+    throw_error(make_error_code(errc::invalid_argument), "run_batches: the compiled graph belongs to another session");
+  auto& c = cg.get();
+  batches_result r;
+  const sim_time t0 = sys_->now();
+  const bool pipelined = c.rep.schedule == schedule::pipeline;
+  const std::size_t slots = c.input_ptr.size();
+  std::vector<std::vector<tensor>> outs(batches.size());
+  std::vector<event> stage_done(static_cast<std::size_t>(c.stages));
+  std::vector<event> batch_end(batches.size());
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    enqueue_ctx x{*this, c, pipelined ? b % slots : 0, {}, &outs[b], pipelined ? &stage_done : nullptr};
+    check_feeds(c, batches[b], x.in);
+    outs[b].resize(c.outputs.size());
+    if (pipelined) {
+      // A slot is reused only when the batch that used it has been copied out.
+      if (b >= slots) stream(c.copy_stream).wait(batch_end[b - slots]);
+    }
+    batch_end[b] = enqueue_batch(x);
+    if (!pipelined) batch_end[b].synchronize();
+  }
+  for (std::uint32_t k = 0; k < c.streams; ++k) stream(k).synchronize();
+  r.latency = sys_->now() - t0;
+  for (auto& o : outs) {
+    std::map<std::string, tensor> m;
+    for (std::size_t i = 0; i < c.outputs.size(); ++i) {
+      if (c.rep.timing_only) o[i].release();
+      m.emplace(c.values[static_cast<std::size_t>(c.outputs[i])].name, std::move(o[i]));
+    }
+    r.outputs.push_back(std::move(m));
+  }
+  const double secs = static_cast<double>(r.latency.count()) * 1e-12;
+  r.batches_per_second = secs > 0 ? static_cast<double>(batches.size()) / secs : 0;
+  return r;
+}
+
+optimizer_report session::optimize(graph& g, const std::vector<feed>& inputs) {
+  optimizer_report rep;
+  const compile_options before{.schedule = schedule::sequential, .memory_reuse = false, .optimization_level = 0};
+  {
+    compiled_graph c0 = compile(g, before);
+    const run_result r0 = run(c0, inputs);
+    rep.latency_before = r0.latency;
+    rep.peak_bytes_before = c0.report().peak_bytes();
+  }
+  enable_memory_reuse(true);
+  enable_auto_schedule(3);
+  enable_overlap(true);
+  rep.options = compile_options{.memory_reuse = true, .optimization_level = 3};
+  compiled_graph c1 = compile(g, rep.options);
+  const run_result r1 = run(c1, inputs);
+  rep.compiled = c1.report();
+  rep.latency_after = r1.latency;
+  rep.peak_bytes_after = rep.compiled.peak_bytes();
+  rep.memory_efficiency = rep.compiled.activation_bytes
+                              ? static_cast<double>(rep.compiled.activation_lower_bound) / static_cast<double>(rep.compiled.activation_bytes)
+                              : 1.0;
+  picoseconds busy{0};
+  for (const auto& o : r1.ops) busy += o.busy;
+  const double denom = static_cast<double>(r1.latency.count()) * static_cast<double>(rep.compiled.streams);
+  rep.compute_efficiency = denom > 0 ? static_cast<double>(busy.count()) / denom : 0;
+  return rep;
+}
+
+// ---- suggestions ----
+
+std::vector<memory_suggestion> graph_optimizer::memory_suggestions() const {
+  const compile_options base{.schedule = schedule::sequential, .memory_reuse = false, .optimization_level = 0};
+  const auto peak = [&](const compile_options& o, precision p) { return plan_memory(*g_, o, p).peak_bytes(); };
+  const double b = static_cast<double>(peak(base, precision_));
+  std::vector<memory_suggestion> out;
+  auto add = [&](memory_suggestion::kind k, std::string text, compile_options o, std::optional<precision> p) {
+    const double after = static_cast<double>(peak(o, p.value_or(precision_)));
+    if (after < b) out.push_back({k, std::move(text), (b - after) / mb, o, p});
+  };
+  add(memory_suggestion::kind::enable_reuse, "enable memory reuse: activations whose lifetimes do not overlap share memory",
+      {.schedule = schedule::sequential, .memory_reuse = true, .optimization_level = 0}, std::nullopt);
+  add(memory_suggestion::kind::in_place, "in-place activations and fusion (optimization level 2)",
+      {.schedule = schedule::sequential, .memory_reuse = false, .optimization_level = 2}, std::nullopt);
+  if (precision_ == precision::fp32)
+    add(memory_suggestion::kind::lower_precision, "compute in fp16: halves activations and weights", base, precision::fp16);
+  std::stable_sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.saving_mb > y.saving_mb; });
+  return out;
+}
+
+}  // namespace npurt

@@ -1,0 +1,215 @@
+// Tensors with storage (see graph/tensor.hpp).
+#include <npurt/graph/tensor.hpp>
+#include <npurt/numeric.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace npurt {
+
+namespace {
+
+template <class I>
+I saturate(double v) noexcept {
+  if (std::isnan(v)) return 0;
+  const double r = std::nearbyint(v);
+  if (r <= static_cast<double>(std::numeric_limits<I>::lowest())) return std::numeric_limits<I>::lowest();
+  if (r >= static_cast<double>(std::numeric_limits<I>::max())) return std::numeric_limits<I>::max();
+  return static_cast<I>(r);
+}
+
+void check_shape(const shape& s) {
+  for (auto d : s)
+    if (d < 0) throw_error(make_error_code(errc::invalid_shape), "tensor: negative dimension " + std::to_string(d));
+}
+
+}  // namespace
+
+double load_element(const void* data, dtype t, std::int64_t i) noexcept {
+  const auto* b = static_cast<const std::byte*>(data);
+  switch (t) {
+    case dtype::f32: { float v; std::memcpy(&v, b + i * 4, 4); return v; }
+    case dtype::f16: { std::uint16_t v; std::memcpy(&v, b + i * 2, 2); return numeric::half_bits_to_float(v); }
+    case dtype::bf16: { std::uint16_t v; std::memcpy(&v, b + i * 2, 2); return numeric::bfloat16_bits_to_float(v); }
+    case dtype::i8: { std::int8_t v; std::memcpy(&v, b + i, 1); return v; }
+    case dtype::u8: { std::uint8_t v; std::memcpy(&v, b + i, 1); return v; }
+    case dtype::i32: { std::int32_t v; std::memcpy(&v, b + i * 4, 4); return v; }
+    case dtype::i64: { std::int64_t v; std::memcpy(&v, b + i * 8, 8); return static_cast<double>(v); }
+  }
+  return 0;
+}
+
+void store_element(void* data, dtype t, std::int64_t i, double v) noexcept {
+  auto* b = static_cast<std::byte*>(data);
+  switch (t) {
+    case dtype::f32: { const float f = static_cast<float>(v); std::memcpy(b + i * 4, &f, 4); return; }
+    case dtype::f16: { const auto h = numeric::float_to_half_bits(static_cast<float>(v)); std::memcpy(b + i * 2, &h, 2); return; }
+    case dtype::bf16: { const auto h = numeric::float_to_bfloat16_bits(static_cast<float>(v)); std::memcpy(b + i * 2, &h, 2); return; }
+    case dtype::i8: { const auto x = saturate<std::int8_t>(v); std::memcpy(b + i, &x, 1); return; }
+    case dtype::u8: { const auto x = saturate<std::uint8_t>(v); std::memcpy(b + i, &x, 1); return; }
+    case dtype::i32: { const auto x = saturate<std::int32_t>(v); std::memcpy(b + i * 4, &x, 4); return; }
+    case dtype::i64: { const auto x = saturate<std::int64_t>(v); std::memcpy(b + i * 8, &x, 8); return; }
+  }
+}
+
+tensor::tensor(npurt::shape s, npurt::dtype t, npurt::layout l) : shape_(s), type_(t), format_(l) {
+  check_shape(s);
+  host_.assign(bytes(), std::byte{0});
+  place_ = storage_place::host;
+  data_ = host_.data();
+}
+
+tensor::tensor(npurt::shape s, npurt::dtype t, const std::vector<double>& values) : tensor(s, t) {
+  if (static_cast<std::int64_t>(values.size()) != elements())
+    throw_error(make_error_code(errc::invalid_shape), "tensor: " + std::to_string(values.size()) +
+                                                          " values for " + std::to_string(elements()) + " elements");
+  for (std::size_t i = 0; i < values.size(); ++i) store_element(data_, type_, static_cast<std::int64_t>(i), values[i]);
+}
+
+tensor tensor::on_device(npurt::device& dev, npurt::shape s, npurt::dtype t, npurt::layout l) {
+  check_shape(s);
+  tensor r;
+  r.shape_ = s;
+  r.type_ = t;
+  r.format_ = l;
+  if (r.bytes() > 0) {
+    r.data_ = dev.malloc(r.bytes());
+    r.dev_ = &dev;
+    r.place_ = storage_place::device;
+  }
+  return r;
+}
+
+tensor tensor::timing_only(npurt::shape s, npurt::dtype t, npurt::layout l) {
+  check_shape(s);
+  tensor r;
+  r.shape_ = s;
+  r.type_ = t;
+  r.format_ = l;
+  return r;
+}
+
+tensor tensor::clone() const {
+  if (place_ == storage_place::device)
+    throw_error(make_error_code(errc::not_supported), "tensor::clone: a device tensor is copied with copy_from");
+  if (place_ == storage_place::none) return timing_only(shape_, type_, format_);
+  tensor r(shape_, type_, format_);
+  std::memcpy(r.data_, data_, bytes());
+  return r;
+}
+
+void tensor::release() noexcept {
+  if (place_ == storage_place::device && dev_ && data_) {
+    std::error_code ec;
+    dev_->free(data_, ec);  // a lost device frees nothing; the handle is gone either way
+  }
+  host_.clear();
+  host_.shrink_to_fit();
+  data_ = nullptr;
+  dev_ = nullptr;
+  place_ = storage_place::none;
+}
+
+std::int64_t tensor::linear(std::initializer_list<std::int64_t> index) const {
+  if (index.size() != shape_.rank())
+    throw_error(make_error_code(errc::invalid_shape), "tensor: index of rank " + std::to_string(index.size()) +
+                                                          " into a tensor of rank " + std::to_string(shape_.rank()));
+  std::int64_t i = 0;
+  std::size_t d = 0;
+  for (auto x : index) {
+    if (x < 0 || x >= shape_[d])
+      throw_error(make_error_code(errc::invalid_argument), "tensor: index " + std::to_string(x) + " out of range in dimension " +
+                                                               std::to_string(d) + " of size " + std::to_string(shape_[d]));
+    i = i * shape_[d] + x;
+    ++d;
+  }
+  return i;
+}
+
+double tensor::get(std::int64_t i) const {
+  if (place_ != storage_place::host)
+    throw_error(make_error_code(errc::invalid_pointer), "tensor::get: element access needs a host tensor (use to_host)");
+  if (i < 0 || i >= elements())
+    throw_error(make_error_code(errc::invalid_argument),
+                "tensor::get: element " + std::to_string(i) + " of " + std::to_string(elements()));
+  return load_element(data_, type_, i);
+}
+
+void tensor::set(std::int64_t i, double v) {
+  if (place_ != storage_place::host)
+    throw_error(make_error_code(errc::invalid_pointer), "tensor::set: element access needs a host tensor");
+  if (i < 0 || i >= elements())
+    throw_error(make_error_code(errc::invalid_argument),
+                "tensor::set: element " + std::to_string(i) + " of " + std::to_string(elements()));
+  store_element(data_, type_, i, v);
+}
+
+void tensor::fill(double v) {
+  if (place_ != storage_place::host)
+    throw_error(make_error_code(errc::invalid_pointer), "tensor::fill: a device tensor is filled with fill(v, stream)");
+  for (std::int64_t i = 0; i < elements(); ++i) store_element(data_, type_, i, v);
+}
+
+void tensor::fill(double v, stream& s) {
+  if (place_ == storage_place::host) return fill(v);
+  tensor staging(shape_, type_, format_);
+  staging.fill(v);
+  copy_from(staging, s);
+}
+
+std::vector<double> tensor::to_vector() const {
+  std::vector<double> r(static_cast<std::size_t>(elements()));
+  for (std::int64_t i = 0; i < elements(); ++i) r[static_cast<std::size_t>(i)] = get(i);
+  return r;
+}
+
+memcpy_kind tensor::check_copy(const tensor& src, std::error_code& ec) const noexcept {
+  if (src.type_ != type_) {
+    ec = make_error_code(errc::invalid_dtype);
+    return memcpy_kind::default_kind;
+  }
+  if (src.elements() != elements()) {
+    ec = make_error_code(errc::invalid_shape);
+    return memcpy_kind::default_kind;
+  }
+  if (!src.has_storage() || !has_storage()) {
+    ec = make_error_code(errc::null_pointer);
+    return memcpy_kind::default_kind;
+  }
+  if (src.is_host()) return is_host() ? memcpy_kind::host_to_host : memcpy_kind::host_to_device;
+  return is_host() ? memcpy_kind::device_to_host : memcpy_kind::device_to_device;
+}
+
+void tensor::copy_from(const tensor& src, stream& s, std::error_code& ec) {
+  ec.clear();
+  const memcpy_kind kind = check_copy(src, ec);
+  if (ec || bytes() == 0) return;
+  event done = s.memcpy(data_, bytes(), src.data_, bytes(), kind, ec);
+  if (ec) return;
+  done.synchronize(npurt::no_timeout, ec);
+}
+
+void tensor::copy_from(const tensor& src, stream& s) {
+  std::error_code ec;
+  copy_from(src, s, ec);
+  if (ec)
+    throw_error(ec, "tensor::copy_from: " + std::string(to_string(src.type_)) + " tensor of " +
+                        std::to_string(src.elements()) + " elements into " + std::string(to_string(type_)) + " tensor of " +
+                        std::to_string(elements()) + " elements");
+}
+
+tensor tensor::to_device(npurt::device& dev, stream& s) const {
+  tensor r = on_device(dev, shape_, type_, format_);
+  r.copy_from(*this, s);
+  return r;
+}
+
+tensor tensor::to_host(stream& s) const {
+  tensor r(shape_, type_, format_);
+  r.copy_from(*this, s);
+  return r;
+}
+
+}  // namespace npurt

@@ -1,0 +1,297 @@
+// Models as graphs (see models/graphs.hpp).
+#include <npurt/models/graphs.hpp>
+#include <npurt/models/resnet50.hpp>
+
+#include <cmath>
+
+namespace npurt::models {
+
+namespace {
+
+// Deterministic values in [-scale, scale): a 64-bit LCG per tensor.
+tensor param(shape s, dtype t, bool with_data, std::uint64_t seed, double scale, double offset = 0) {
+  if (!with_data) return tensor::timing_only(s, t);
+  tensor r(s, t);
+  std::uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (std::int64_t i = 0; i < r.elements(); ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    r.set(i, offset + scale * (static_cast<double>(x >> 11) / 9007199254740992.0 * 2.0 - 1.0));
+  }
+  return r;
+}
+
+tensor shape_const(std::initializer_list<std::int64_t> dims) {
+  tensor t({static_cast<std::int64_t>(dims.size())}, dtype::i64);
+  std::int64_t i = 0;
+  for (auto d : dims) t.set(i++, static_cast<double>(d));
+  return t;
+}
+
+}  // namespace
+
+graph mlp(std::int64_t batch, const std::vector<std::int64_t>& widths, bool with_data, std::uint64_t seed) {
+  graph g("mlp");
+  std::string h = g.add_input("x", {batch, widths.at(0)}, dtype::f32);
+  for (std::size_t i = 1; i < widths.size(); ++i) {
+    const std::string n = "fc" + std::to_string(i);
+    const double s = 1.0 / std::sqrt(static_cast<double>(widths[i - 1]));
+    auto w = g.add_constant(n + ".weight", param({widths[i - 1], widths[i]}, dtype::f32, with_data, seed + i * 2, s));
+    auto b = g.add_constant(n + ".bias", param({widths[i]}, dtype::f32, with_data, seed + i * 2 + 1, 0.1));
+    h = g.add_op("Gemm", {h, w, b}, {}, n);
+    if (i + 1 < widths.size()) h = g.add_op("Relu", {h}, {}, n + ".relu");
+  }
+  g.set_output(g.add_op("Softmax", {h}, {{"axis", std::int64_t{1}}}, "prob"));
+  return g;
+}
+
+graph resnet50_graph(std::int64_t batch, std::int64_t image, bool with_data, std::uint64_t seed, dtype type) {
+  const resnet50 table{1, dtype::f32};
+  graph g("resnet50");
+  std::string x = g.add_input("input", {batch, 3, image, image}, type);
+  std::uint64_t k = seed;
+  // conv -> BatchNormalization (-> Relu), with torchvision's parameter names.
+  auto conv_bn = [&](const conv_layer& c, const std::string& in, bool relu) {
+    const double s = std::sqrt(2.0 / static_cast<double>(c.cin * c.kernel * c.kernel));
+    auto w = g.add_constant(c.name + ".weight", param({c.cout, c.cin, c.kernel, c.kernel}, type, with_data, ++k, s));
+    std::string y = g.add_op("Conv", {in, w},
+                             {{"strides", ints{c.stride, c.stride}}, {"pads", ints{c.pad, c.pad, c.pad, c.pad}},
+                              {"kernel_shape", ints{c.kernel, c.kernel}}},
+                             c.name);
+    std::string bn = c.name;
+    if (bn.find("downsample") != std::string::npos) bn.replace(bn.find(".0"), 2, ".1");
+    else bn.replace(bn.find("conv"), 4, "bn");
+    auto gm = g.add_constant(bn + ".weight", param({c.cout}, type, with_data, ++k, 0.2, 1.0));
+    auto bt = g.add_constant(bn + ".bias", param({c.cout}, type, with_data, ++k, 0.1));
+    auto mn = g.add_constant(bn + ".running_mean", param({c.cout}, type, with_data, ++k, 0.1));
+    auto vr = g.add_constant(bn + ".running_var", param({c.cout}, type, with_data, ++k, 0.2, 1.0));
+    y = g.add_op("BatchNormalization", {y, gm, bt, mn, vr}, {{"epsilon", 1e-5}}, bn);
+    if (relu) y = g.add_op("Relu", {y}, {}, bn + ".relu");
+    return y;
+  };
+  const auto& convs = table.convs();
+  x = conv_bn(convs[0], x, true);
+  x = g.add_op("MaxPool", {x}, {{"kernel_shape", ints{3, 3}}, {"strides", ints{2, 2}}, {"pads", ints{1, 1, 1, 1}}}, "maxpool");
+  for (std::size_t i = 1; i < convs.size();) {
+    // A bottleneck block: conv1, conv2, conv3 and, in a stage's first block, the projection.
+    const std::string block = convs[i].name.substr(0, convs[i].name.rfind(".conv"));
+    std::string y = conv_bn(convs[i], x, true);
+    y = conv_bn(convs[i + 1], y, true);
+    y = conv_bn(convs[i + 2], y, false);
+    std::string shortcut = x;
+    i += 3;
+    if (i < convs.size() && convs[i].name.find("downsample") != std::string::npos) {
+      shortcut = conv_bn(convs[i], x, false);
+      ++i;
+    }
+    x = g.add_op("Relu", {g.add_op("Add", {y, shortcut}, {}, block + ".add")}, {}, block + ".relu");
+  }
+  x = g.add_op("GlobalAveragePool", {x}, {}, "avgpool");
+  x = g.add_op("Flatten", {x}, {{"axis", std::int64_t{1}}}, "flatten");
+  auto fw = g.add_constant("fc.weight", param({1000, 2048}, type, with_data, ++k, 1.0 / std::sqrt(2048.0)));
+  auto fb = g.add_constant("fc.bias", param({1000}, type, with_data, ++k, 0.1));
+  g.set_output(g.add_op("Gemm", {x, fw, fb}, {{"transB", std::int64_t{1}}}, "logits"));
+  return g;
+}
+
+std::string add_encoder_block(graph& g, const std::string& x, const transformer_config& c, const std::string& p,
+                              bool with_data, std::uint64_t seed) {
+  const std::int64_t B = c.batch, S = c.seq, H = c.hidden, h = c.heads, d = H / h, F = c.ffn;
+  const dtype t = c.type;
+  std::uint64_t k = seed;
+  const double sh = 1.0 / std::sqrt(static_cast<double>(H));
+  auto linear = [&](const std::string& in, const std::string& name, std::int64_t fin, std::int64_t fout) {
+    auto w = g.add_constant(p + "." + name + ".weight", param({fin, fout}, t, with_data, ++k, 1.0 / std::sqrt(static_cast<double>(fin))));
+    auto b = g.add_constant(p + "." + name + ".bias", param({fout}, t, with_data, ++k, 0.05));
+    return g.add_op("Add", {g.add_op("MatMul", {in, w}, {}, p + "." + name), b}, {}, p + "." + name + ".bias_add");
+  };
+  auto heads_shape = g.add_constant(p + ".heads_shape", shape_const({B, S, h, d}));
+  auto merged_shape = g.add_constant(p + ".merged_shape", shape_const({B, S, H}));
+  auto split = [&](const std::string& in, const std::string& name, ints perm) {
+    auto r = g.add_op("Reshape", {in, heads_shape}, {}, p + "." + name + ".split");
+    return g.add_op("Transpose", {r}, {{"perm", perm}}, p + "." + name + ".heads");
+  };
+  auto q = split(linear(x, "query", H, H), "query", {0, 2, 1, 3});
+  auto kt = split(linear(x, "key", H, H), "key", {0, 2, 3, 1});
+  auto v = split(linear(x, "value", H, H), "value", {0, 2, 1, 3});
+  auto scale = g.add_constant(p + ".scale", param({1}, t, true, 0, 0.0, 1.0 / std::sqrt(static_cast<double>(d))));
+  auto scores = g.add_op("Mul", {g.add_op("MatMul", {q, kt}, {}, p + ".scores"), scale}, {}, p + ".scaled");
+  auto probs = g.add_op("Softmax", {scores}, {{"axis", std::int64_t{-1}}}, p + ".probs");
+  auto ctx = g.add_op("MatMul", {probs, v}, {}, p + ".context");
+  ctx = g.add_op("Transpose", {ctx}, {{"perm", ints{0, 2, 1, 3}}}, p + ".context.merge");
+  ctx = g.add_op("Reshape", {ctx, merged_shape}, {}, p + ".context.flat");
+  auto attn = g.add_op("Add", {linear(ctx, "attention.output", H, H), x}, {}, p + ".residual1");
+  auto ln = [&](const std::string& in, const std::string& name) {
+    auto gm = g.add_constant(p + "." + name + ".weight", param({H}, t, with_data, ++k, 0.1, 1.0));
+    auto bt = g.add_constant(p + "." + name + ".bias", param({H}, t, with_data, ++k, 0.05));
+    return g.add_op("LayerNormalization", {in, gm, bt}, {{"axis", std::int64_t{-1}}, {"epsilon", 1e-5}}, p + "." + name);
+  };
+  auto a = ln(attn, "ln1");
+  auto f = g.add_op("Gelu", {linear(a, "intermediate", H, F)}, {{"approximate", std::string("tanh")}}, p + ".gelu");
+  auto o = g.add_op("Add", {linear(f, "output", F, H), a}, {}, p + ".residual2");
+  (void)sh;
+  return ln(o, "ln2");
+}
+
+graph transformer_encoder(const transformer_config& c, bool with_data, std::uint64_t seed) {
+  graph g("transformer_encoder");
+  auto x = g.add_input("x", {c.batch, c.seq, c.hidden}, c.type);
+  auto y = add_encoder_block(g, x, c, "block", with_data, seed);
+  g.set_output(g.add_op("Identity", {y}, {}, "y"));
+  return g;
+}
+
+graph bert_large(std::int64_t batch, std::int64_t seq, bool with_data, int layers, dtype type) {
+  graph g("bert_large");
+  const transformer_config c{batch, seq, 1024, 16, 4096, type};
+  std::string x = g.add_input("x", {batch, seq, 1024}, type);
+  for (int l = 0; l < layers; ++l) x = add_encoder_block(g, x, c, "layer" + std::to_string(l), with_data, 1000u * static_cast<std::uint64_t>(l + 1));
+  g.set_output(g.add_op("Identity", {x}, {}, "y"));
+  return g;
+}
+
+std::vector<kernel_desc> bert_training_step(std::int64_t B, std::int64_t S, std::deque<std::string>& names, int layers,
+                                            std::int64_t V) {
+  using namespace kernels;
+  const std::int64_t H = 1024, F = 4096, h = 16, d = 64, T = B * S;
+  const std::int64_t P = B * 20;  // masked positions per batch (max_predictions_per_seq = 20)
+  const dtype c = dtype::f16, m = dtype::f32;
+  std::vector<kernel_desc> ks;
+  auto name = [&](std::string n) -> std::string_view {
+    names.push_back(std::move(n));
+    return names.back();
+  };
+  auto td = [](shape s, dtype t) { return tensor_desc{nullptr, s, t, layout::nd}; };
+  auto mm = [&](const std::string& n, std::int64_t M, std::int64_t K, std::int64_t N, bool ta = false, bool tb = false) {
+    ks.push_back(kernel_desc(matmul{td(ta ? shape{K, M} : shape{M, K}, c), td(tb ? shape{N, K} : shape{K, N}, c), td({M, N}, c), ta, tb},
+                             name(n)));
+  };
+  auto bmm = [&](const std::string& n, std::int64_t Bt, std::int64_t M, std::int64_t K, std::int64_t N) {
+    ks.push_back(kernel_desc(matmul{td({Bt, M, K}, c), td({Bt, K, N}, c), td({Bt, M, N}, c)}, name(n)));
+  };
+  auto ew = [&](const std::string& n, eltwise_fn f, shape s, bool binary = true) {
+    ks.push_back(kernel_desc(elementwise{f, td(s, c), binary ? td(s, c) : tensor_desc{}, td(s, c)}, name(n)));
+  };
+  auto bias = [&](const std::string& n, std::int64_t rows, std::int64_t cols) {
+    ks.push_back(kernel_desc(elementwise{eltwise_fn::add, td({rows, cols}, c), td({cols}, c), td({rows, cols}, c)}, name(n)));
+  };
+  auto lnorm = [&](const std::string& n, std::int64_t rows) {
+    ks.push_back(kernel_desc(layernorm{td({rows, H}, c), td({H}, c), td({H}, c), td({rows, H}, c)}, name(n)));
+  };
+  auto smax = [&](const std::string& n, shape s) { ks.push_back(kernel_desc(softmax{td(s, c), td(s, c), -1}, name(n))); };
+  auto tr = [&](const std::string& n) {
+    transpose t{td({B, S, h, d}, c), td({B, h, S, d}, c)};
+    t.perm = {0, 2, 1, 3, 4, 5, 6, 7};
+    ks.push_back(kernel_desc(t, name(n)));
+  };
+  auto colsum = [&](const std::string& n, std::int64_t rows, std::int64_t cols) {
+    ks.push_back(kernel_desc(reduce{reduce_fn::sum, td({rows, cols}, c), td({cols}, c), 1u, false}, name(n)));
+  };
+  // Forward: embeddings (the lookups as adds of gathered rows), then the encoder, then the heads.
+  ew("embeddings.add_position", eltwise_fn::add, {T, H});
+  ew("embeddings.add_type", eltwise_fn::add, {T, H});
+  lnorm("embeddings.ln", T);
+  ew("embeddings.dropout", eltwise_fn::mul, {T, H});
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "layer" + std::to_string(l) + ".";
+    mm(p + "qkv", T, H, 3 * H);
+    bias(p + "qkv.bias", T, 3 * H);
+    tr(p + "q.heads"), tr(p + "k.heads"), tr(p + "v.heads");
+    bmm(p + "scores", B * h, S, d, S);
+    ew(p + "scale_mask", eltwise_fn::add, {B * h, S, S});
+    smax(p + "softmax", {B * h, S, S});
+    ew(p + "attn.dropout", eltwise_fn::mul, {B * h, S, S});
+    bmm(p + "context", B * h, S, S, d);
+    tr(p + "context.merge");
+    mm(p + "attn.out", T, H, H);
+    bias(p + "attn.out.bias", T, H);
+    ew(p + "attn.out.dropout", eltwise_fn::mul, {T, H});
+    ew(p + "residual1", eltwise_fn::add, {T, H});
+    lnorm(p + "ln1", T);
+    mm(p + "ffn1", T, H, F);
+    bias(p + "ffn1.bias", T, F);
+    ew(p + "gelu", eltwise_fn::gelu, {T, F}, false);
+    mm(p + "ffn2", T, F, H);
+    bias(p + "ffn2.bias", T, H);
+    ew(p + "ffn.dropout", eltwise_fn::mul, {T, H});
+    ew(p + "residual2", eltwise_fn::add, {T, H});
+    lnorm(p + "ln2", T);
+  }
+  mm("mlm.transform", P, H, H);
+  ew("mlm.gelu", eltwise_fn::gelu, {P, H}, false);
+  lnorm("mlm.ln", P);
+  mm("mlm.decoder", P, H, V, false, true);  // tied to the word embeddings
+  smax("mlm.log_softmax", {P, V});
+  mm("nsp.pooler", B, H, H);
+  ew("nsp.tanh", eltwise_fn::tanh, {B, H}, false);
+  mm("nsp.classifier", B, H, 2);
+  // Backward, in reverse. A matmul's gradient is two matmuls (dX = dY W^T, dW = X^T dY); an
+  // elementwise op's is one or two elementwise passes; softmax's and layernorm's are a reduction
+  // and two elementwise passes over their input; a bias's is a column sum.
+  auto ln_bwd = [&](const std::string& n, std::int64_t rows) {
+    colsum(n + ".dgamma_dbeta", rows, H);
+    ew(n + ".dx1", eltwise_fn::mul, {rows, H});
+    ew(n + ".dx2", eltwise_fn::sub, {rows, H});
+  };
+  ew("mlm.log_softmax.bwd", eltwise_fn::sub, {P, V});
+  mm("mlm.decoder.dx", P, V, H);
+  mm("mlm.decoder.dw", V, P, H, true, false);
+  ln_bwd("mlm.ln.bwd", P);
+  ew("mlm.gelu.bwd", eltwise_fn::mul, {P, H});
+  mm("mlm.transform.dx", P, H, H, false, true);
+  mm("mlm.transform.dw", H, P, H, true, false);
+  mm("nsp.dx", B, 2, H), mm("nsp.dw", H, B, 2, true, false);
+  ew("nsp.tanh.bwd", eltwise_fn::mul, {B, H});
+  mm("nsp.pooler.dx", B, H, H, false, true), mm("nsp.pooler.dw", H, B, H, true, false);
+  for (int l = layers - 1; l >= 0; --l) {
+    const std::string p = "layer" + std::to_string(l) + ".bwd.";
+    ln_bwd(p + "ln2", T);
+    ew(p + "ffn.dropout", eltwise_fn::mul, {T, H});
+    colsum(p + "ffn2.dbias", T, H);
+    mm(p + "ffn2.dx", T, H, F, false, true);
+    mm(p + "ffn2.dw", F, T, H, true, false);
+    ew(p + "gelu", eltwise_fn::mul, {T, F});
+    ew(p + "gelu.2", eltwise_fn::mul, {T, F});
+    colsum(p + "ffn1.dbias", T, F);
+    mm(p + "ffn1.dx", T, F, H, false, true);
+    mm(p + "ffn1.dw", H, T, F, true, false);
+    ew(p + "residual.grad", eltwise_fn::add, {T, H});
+    ln_bwd(p + "ln1", T);
+    ew(p + "attn.out.dropout", eltwise_fn::mul, {T, H});
+    colsum(p + "attn.out.dbias", T, H);
+    mm(p + "attn.out.dx", T, H, H, false, true);
+    mm(p + "attn.out.dw", H, T, H, true, false);
+    tr(p + "context.split");
+    bmm(p + "context.dprobs", B * h, S, d, S);
+    bmm(p + "context.dv", B * h, S, S, d);
+    ew(p + "attn.dropout", eltwise_fn::mul, {B * h, S, S});
+    ks.push_back(kernel_desc(reduce{reduce_fn::sum, td({B * h, S, S}, c), td({B * h, S, 1}, c), 4u, true}, name(p + "softmax.sum")));
+    ew(p + "softmax.dx", eltwise_fn::sub, {B * h, S, S});
+    ew(p + "softmax.dx2", eltwise_fn::mul, {B * h, S, S});
+    bmm(p + "scores.dq", B * h, S, S, d);
+    bmm(p + "scores.dk", B * h, S, S, d);
+    tr(p + "q.merge"), tr(p + "k.merge"), tr(p + "v.merge");
+    colsum(p + "qkv.dbias", T, 3 * H);
+    mm(p + "qkv.dx", T, 3 * H, H, false, true);
+    mm(p + "qkv.dw", H, T, 3 * H, true, false);
+    ew(p + "residual.grad2", eltwise_fn::add, {T, H});
+  }
+  ln_bwd("embeddings.ln.bwd", T);
+  ew("embeddings.scatter_add", eltwise_fn::add, {T, H});
+  // Update: one pass per parameter tensor on FP32 master weights, then the FP16 copy.
+  std::vector<std::pair<std::string, shape>> params{{"word_embeddings", {V, H}}, {"position_embeddings", {512, H}},
+                                                     {"mlm.transform", {H, H}}, {"nsp.pooler", {H, H}}};
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "layer" + std::to_string(l) + ".";
+    for (auto& [n, s] : std::vector<std::pair<std::string, shape>>{{"qkv", {H, 3 * H}}, {"qkv.b", {3 * H}}, {"attn.out", {H, H}},
+                                                                     {"attn.out.b", {H}}, {"ln1", {2 * H}}, {"ffn1", {H, F}},
+                                                                     {"ffn1.b", {F}}, {"ffn2", {F, H}}, {"ffn2.b", {H}}, {"ln2", {2 * H}}})
+      params.emplace_back(p + n, s);
+  }
+  for (const auto& [n, s] : params) {
+    ks.push_back(kernel_desc(sgd_update{td(s, m), td(s, m), td(s, m), 1e-4f, 0.9f, 0.01f}, name(n + ".update")));
+    ks.push_back(kernel_desc(cast{td(s, m), td(s, c)}, name(n + ".to_fp16")));
+  }
+  return ks;
+}
+
+}  // namespace npurt::models

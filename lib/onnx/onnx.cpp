@@ -1,0 +1,177 @@
+// ONNX import (see npurt/onnx.hpp), on the protobuf classes of Debian's libonnx-dev.
+#include <npurt/onnx.hpp>
+
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace npurt::onnx {
+
+namespace {
+
+[[noreturn]] void fail(errc e, const std::string& op, const std::string& tensor, const std::string& what) {
+  throw graph_error(make_error_code(e), op, tensor, what);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(errc::invalid_argument, {}, {}, "onnx: cannot open '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+tensor to_tensor(const ::onnx::TensorProto& t) {
+  const auto type = dtype_from_onnx(t.data_type());
+  if (!type)
+    fail(errc::not_supported, {}, t.name(), "onnx: tensor '" + t.name() + "' has data type " + std::to_string(t.data_type()) +
+                                                 ", which npurt does not compute in");
+  if (t.has_data_location() && t.data_location() == ::onnx::TensorProto::EXTERNAL)
+    fail(errc::not_supported, {}, t.name(), "onnx: tensor '" + t.name() + "' has external data");
+  shape s;
+  if (t.dims_size() > static_cast<int>(shape::max_rank))
+    fail(errc::not_supported, {}, t.name(), "onnx: tensor '" + t.name() + "' has rank above 8");
+  for (auto d : t.dims()) s.push_back(d);
+  tensor r(s, *type);
+  const auto n = static_cast<std::size_t>(r.elements());
+  if (!t.raw_data().empty()) {
+    if (t.raw_data().size() != r.bytes())
+      fail(errc::parse_error, {}, t.name(), "onnx: tensor '" + t.name() + "' has " + std::to_string(t.raw_data().size()) +
+                                                " bytes of raw data for " + std::to_string(r.bytes()));
+    std::memcpy(r.data(), t.raw_data().data(), r.bytes());
+    return r;
+  }
+  auto need = [&](std::size_t have) {
+    if (have != n)
+      fail(errc::parse_error, {}, t.name(), "onnx: tensor '" + t.name() + "' has " + std::to_string(have) + " values for " +
+                                                std::to_string(n) + " elements");
+  };
+  switch (*type) {
+    case dtype::f32:
+      need(static_cast<std::size_t>(t.float_data_size()));
+      for (std::size_t i = 0; i < n; ++i) r.set(static_cast<std::int64_t>(i), t.float_data(static_cast<int>(i)));
+      break;
+    case dtype::i64:
+      need(static_cast<std::size_t>(t.int64_data_size()));
+      for (std::size_t i = 0; i < n; ++i) r.set(static_cast<std::int64_t>(i), static_cast<double>(t.int64_data(static_cast<int>(i))));
+      break;
+    case dtype::f16:
+    case dtype::bf16: {
+      // 16-bit floats travel as their bit patterns in int32_data.
+      need(static_cast<std::size_t>(t.int32_data_size()));
+      auto* p = static_cast<std::uint16_t*>(r.data());
+      for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::uint16_t>(t.int32_data(static_cast<int>(i)));
+      break;
+    }
+    default:
+      need(static_cast<std::size_t>(t.int32_data_size()));
+      for (std::size_t i = 0; i < n; ++i) r.set(static_cast<std::int64_t>(i), t.int32_data(static_cast<int>(i)));
+  }
+  return r;
+}
+
+attribute to_attribute(const ::onnx::NodeProto& n, const ::onnx::AttributeProto& a) {
+  switch (a.type()) {
+    case ::onnx::AttributeProto::INT: return static_cast<std::int64_t>(a.i());
+    case ::onnx::AttributeProto::FLOAT: return static_cast<double>(a.f());
+    case ::onnx::AttributeProto::STRING: return a.s();
+    case ::onnx::AttributeProto::INTS: return ints(a.ints().begin(), a.ints().end());
+    case ::onnx::AttributeProto::FLOATS: return floats(a.floats().begin(), a.floats().end());
+    default:
+      fail(errc::not_supported, n.name(), {}, "onnx: " + n.op_type() + " '" + n.name() + "': attribute '" + a.name() + "' of type " +
+                                                  std::to_string(static_cast<int>(a.type())) + " is not supported");
+  }
+}
+
+std::int64_t opset_of(const ::onnx::ModelProto& m) {
+  for (const auto& o : m.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
+  return 1;
+}
+
+graph build(const ::onnx::ModelProto& m, const std::string& name) {
+  const auto& gp = m.graph();
+  const std::int64_t opset = opset_of(m);
+  // Every unsupported operator, listed at once.
+  std::set<std::string> unsupported;
+  for (const auto& n : gp.node()) {
+    if (n.op_type() == "Constant") continue;
+    if (!n.domain().empty() && n.domain() != "ai.onnx") unsupported.insert(n.domain() + "." + n.op_type());
+    else if (!is_supported_op(n.op_type())) unsupported.insert(n.op_type());
+    // Softmax before opset 13 flattens to 2-D around the axis: a different operator.
+    else if (n.op_type() == "Softmax" && opset < 13) unsupported.insert("Softmax (opset " + std::to_string(opset) + ")");
+  }
+  if (!unsupported.empty()) {
+    std::string list;
+    for (const auto& u : unsupported) list += (list.empty() ? "" : ", ") + u;
+    fail(errc::not_supported, *unsupported.begin(), {}, "onnx: model '" + name + "' uses unsupported operators: " + list);
+  }
+  graph g(gp.name().empty() ? name : gp.name());
+  std::set<std::string> inits;
+  for (const auto& t : gp.initializer()) {
+    inits.insert(t.name());
+    g.add_constant(t.name(), to_tensor(t));
+  }
+  for (const auto& in : gp.input()) {
+    if (inits.count(in.name())) continue;
+    if (!in.type().has_tensor_type())
+      fail(errc::not_supported, {}, in.name(), "onnx: input '" + in.name() + "' is not a tensor");
+    const auto& tt = in.type().tensor_type();
+    const auto type = dtype_from_onnx(tt.elem_type());
+    if (!type)
+      fail(errc::not_supported, {}, in.name(), "onnx: input '" + in.name() + "' has data type " + std::to_string(tt.elem_type()));
+    shape s;
+    for (const auto& d : tt.shape().dim()) {
+      if (!d.has_dim_value())
+        fail(errc::invalid_shape, {}, in.name(), "onnx: input '" + in.name() + "' has the symbolic dimension '" + d.dim_param() + "'");
+      s.push_back(d.dim_value());
+    }
+    g.add_input(in.name(), s, *type);
+  }
+  std::size_t unnamed = 0;
+  for (const auto& n : gp.node()) {
+    std::string node_name = n.name().empty() ? n.op_type() + "_" + std::to_string(unnamed++) : n.name();
+    if (n.op_type() == "Constant") {
+      for (const auto& a : n.attribute())
+        if (a.name() == "value" && a.type() == ::onnx::AttributeProto::TENSOR) {
+          g.add_constant(n.output(0), to_tensor(a.t()));
+          goto next;
+        }
+      fail(errc::not_supported, node_name, n.output(0), "onnx: Constant '" + node_name + "' without a tensor value");
+    }
+    {
+      attributes attrs;
+      for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
+      std::vector<std::string> outs(n.output().begin(), n.output().end());
+      // Optional trailing outputs nobody reads (BatchNormalization's, MaxPool's Indices) drop.
+      while (outs.size() > 1 && outs.back().empty()) outs.pop_back();
+      g.add_node(n.op_type(), node_name, {n.input().begin(), n.input().end()}, outs, std::move(attrs));
+    }
+  next:;
+  }
+  for (const auto& o : gp.output()) g.set_output(o.name());
+  g.validate();
+  return g;
+}
+
+}  // namespace
+
+graph load_from_bytes(const std::string& bytes, const std::string& name) {
+  ::onnx::ModelProto m;
+  if (!m.ParseFromString(bytes)) fail(errc::parse_error, {}, {}, "onnx: '" + name + "' is not a serialized ONNX model");
+  return build(m, name);
+}
+
+graph load(const std::string& path) { return load_from_bytes(read_file(path), path); }
+
+tensor load_tensor(const std::string& path) {
+  ::onnx::TensorProto t;
+  if (!t.ParseFromString(read_file(path))) fail(errc::parse_error, {}, {}, "onnx: '" + path + "' is not a serialized TensorProto");
+  return to_tensor(t);
+}
+
+}  // namespace npurt::onnx

@@ -1,0 +1,345 @@
+// The runtime's rules a user relies on without seeing them: failures of fire-and-forget work are
+// never lost (sticky errors), a blocking wait returns after the handlers of what it waited for,
+// priority wins a tie, a device reset does not wait, names outlive the caller's strings, one
+// error identity, null handles never complete inside the call, and one thread owns a system.
+#include <npurt/npurt.hpp>
+
+#include "common.hpp"
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+using namespace npurt_test;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+// A copy into device memory that is freed while the copy still waits behind a long kernel:
+// accepted at enqueue, fails when it runs.
+struct failing_copy {
+  std::vector<std::byte> host = std::vector<std::byte>(1024);
+  void enqueue(npurt::device& dev, npurt::stream& s) {
+    void* p = dev.malloc(1024);
+    s.launch(fixed(us(100), "long"));
+    s.memcpy(p, 1024, host.data(), 1024, npurt::memcpy_kind::host_to_device);
+    dev.free(p);
+  }
+};
+
+TEST_CASE("a failed fire-and-forget copy is reported by the next stream synchronize, once, naming the task",
+          "[core][error][sticky]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  failing_copy c;
+  c.enqueue(dev, s);
+  try {
+    s.synchronize();
+    FAIL("synchronize returned normally after a failed copy");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::invalid_pointer);
+    CHECK_THAT(std::string(e.what()), ContainsSubstring("memcpy_h2d") && ContainsSubstring("task 2"));
+  }
+  // Read once: the stream is usable again and the next synchronize is clean.
+  s.launch(fixed(us(1)));
+  CHECK_NOTHROW(s.synchronize());
+}
+
+TEST_CASE("the device and the stream's query report a failure too", "[core][error][sticky]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  failing_copy c;
+  c.enqueue(dev, s);
+  auto after = s.launch(fixed(us(1)));
+  std::error_code ec;
+  dev.synchronize(npurt::no_timeout, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  dev.synchronize(npurt::no_timeout, ec);
+  CHECK(!ec);
+  // The event after the failed task reports it while the stream has not read it.
+  CHECK(after.status() == npurt::errc::invalid_pointer);
+  CHECK(!s.query(ec));
+  CHECK(ec == npurt::errc::invalid_pointer);
+  CHECK(s.query(ec));
+  CHECK(!ec);
+  CHECK(!after.status());
+}
+
+TEST_CASE("async_synchronize completes with the stream's sticky failure", "[core][error][sticky][asio]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  failing_copy c;
+  c.enqueue(dev, s);
+  npurt::async_error_code first, second;
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    co_await s.async_synchronize(asio::redirect_error(asio::use_awaitable, first));
+    co_await s.async_synchronize(asio::redirect_error(asio::use_awaitable, second));
+  }());
+  CHECK(first == npurt::errc::invalid_pointer);
+  CHECK(!second);
+}
+
+TEST_CASE("a host callback that throws puts its exception into the stream's sticky error", "[core][error][callback]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  s.launch_callback([] { throw std::runtime_error("callback exploded"); });
+  CHECK_THROWS_WITH(s.synchronize(), "callback exploded");
+  s.launch_callback([] { throw std::runtime_error("again"); });
+  std::error_code ec;
+  s.synchronize(npurt::no_timeout, ec);
+  CHECK(ec == npurt::errc::callback_failed);
+}
+
+TEST_CASE("a blocking synchronize returns after the completion handlers of the work it waited for",
+          "[core][stream][completion]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  bool handled = false;
+  s.async_launch(fixed(us(10)), [&](npurt::async_error_code ec) { handled = !ec; });
+  s.synchronize();
+  CHECK(handled);
+  bool event_handled = false;
+  auto e = s.launch(fixed(us(5)));
+  e.async_wait([&](npurt::async_error_code) { event_handled = true; });
+  e.synchronize();
+  CHECK(event_handled);
+}
+
+TEST_CASE("a high-priority kernel ready at the same instant as a low-priority one runs first",
+          "[core][stream][priority]") {
+  npurt::system sys{simple()};
+  recorder rec;
+  sys.add_observer(rec);
+  auto& dev = sys.device(0);
+  auto low = dev.make_stream({.priority = npurt::priority::low});
+  auto high = dev.make_stream({.priority = npurt::priority::high});
+  // Each stream has its own host lane: both launches reach the device at 2.5 us.
+  low.launch(fixed(us(500), "long_low"));
+  high.launch(fixed(us(10), "short_high"));
+  sys.run();
+  REQUIRE(rec.rows.size() == 2);
+  const auto overhead = sys.options().launch_overhead;
+  CHECK(rec.rows[0].name == "short_high");
+  CHECK(rec.rows[0].start == npurt::sim_time{overhead});
+  CHECK(rec.rows[0].end == npurt::sim_time{overhead + us(10)});
+  CHECK(rec.rows[1].name == "long_low");
+  CHECK(rec.rows[1].start == npurt::sim_time{overhead + us(10)});
+}
+
+TEST_CASE("device reset aborts pending work instead of waiting for it", "[core][device][reset]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  s.launch(fixed(picoseconds{10'000'000'000'000}, "ten_seconds"));
+  npurt::async_error_code outcome;
+  bool completed = false;
+  s.async_launch(fixed(us(1)), [&](npurt::async_error_code ec) {
+    outcome = ec;
+    completed = true;
+  });
+  const auto before = sys.now();
+  dev.reset();
+  CHECK(sys.now() == before);
+  sys.run();
+  REQUIRE(completed);
+  CHECK(outcome == npurt::errc::operation_aborted);
+  CHECK_FALSE(s.valid());
+  // The device works again after the reset.
+  auto fresh = dev.make_stream();
+  const auto t0 = sys.now();
+  fresh.launch(fixed(us(3)));
+  fresh.synchronize();
+  CHECK(sys.now() - t0 == sys.options().launch_overhead + us(3));
+}
+
+TEST_CASE("a kernel name taken from a temporary string survives the string", "[core][stream][names]") {
+  npurt::system sys{simple()};
+  recorder rec;
+  sys.add_observer(rec);
+  auto s = sys.device(0).make_stream();
+  {
+    std::string name = "a kernel name far longer than any small-string buffer";
+    s.launch(npurt::kernel_desc{npurt::kernels::fixed{us(1)}, name});
+    std::string other = "an awaited kernel whose name dies before it starts running";
+    s.async_launch(npurt::kernel_desc{npurt::kernels::fixed{us(1)}, other}, [](npurt::async_error_code) {});
+    name.assign(name.size(), 'x');
+    other.assign(other.size(), 'y');
+  }
+  sys.run();
+  REQUIRE(rec.rows.size() == 2);
+  CHECK(rec.rows[0].name == "a kernel name far longer than any small-string buffer");
+  CHECK(rec.rows[1].name == "an awaited kernel whose name dies before it starts running");
+}
+
+TEST_CASE("an npurt error has one identity as std::error_code and as async_error_code", "[core][error][asio]") {
+  const std::error_code sc = npurt::errc::invalid_pointer;
+  const npurt::async_error_code bc = sc;
+  CHECK(sc.value() == 107007);
+  CHECK(std::string(sc.category().name()) == "npurt");
+  CHECK(bc.value() == 107007);
+  CHECK(std::string(bc.category().name()) == "npurt");
+  CHECK(bc == npurt::errc::invalid_pointer);
+  const std::error_code back = bc;
+  CHECK(back == sc);
+  CHECK(back == npurt::error_class::caller);
+  CHECK(bc.message() == sc.message());
+  // What an operation completes with.
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  npurt::async_error_code got;
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    std::byte b[8]{};
+    co_await s.async_memcpy(b, 8, reinterpret_cast<void*>(0x4000'0000'0009'0000ULL), 8, npurt::memcpy_kind::device_to_host,
+                            asio::redirect_error(asio::use_awaitable, got));
+  }());
+  CHECK(got.value() == 107007);
+  CHECK(std::string(got.category().name()) == "npurt");
+  CHECK(std::error_code(got) == npurt::errc::invalid_pointer);
+}
+
+TEST_CASE("a blocking call inside a coroutine names the async form to use", "[core][error][messages]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  std::string message;
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    s.launch(fixed(us(1)));
+    try {
+      s.synchronize();
+    } catch (const npurt::caller_error& e) {
+      message = e.what();
+    }
+    co_return;
+  }());
+  CHECK_THAT(message, ContainsSubstring("async_synchronize"));
+}
+
+TEST_CASE("device::memcpy copies in one blocking call, as aclrtMemcpy does", "[core][memory][copy]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  std::vector<int> in(256), out(256, -1);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int>(i * 7 + 1);
+  npurt::device_buffer buf(dev, in.size() * sizeof(int));
+  dev.memcpy(buf.data(), buf.size(), in.data(), buf.size());
+  dev.memcpy(out.data(), out.size() * sizeof(int), buf.data(), buf.size());
+  CHECK(out == in);
+  CHECK_THROWS_AS(dev.memcpy(buf.data(), 4, in.data(), 8), npurt::caller_error);
+}
+
+TEST_CASE("device_buffer and host_buffer give their memory back when they die", "[core][memory]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  const auto free_before = dev.memory_info().free;
+  {
+    npurt::device_buffer a(dev, 1 << 20);
+    CHECK(dev.memory_info().free == free_before - (1 << 20));
+    npurt::device_buffer b = std::move(a);
+    CHECK_FALSE(a);
+    CHECK(b.size() == 1 << 20);
+    npurt::host_buffer h(sys, 4096);
+    REQUIRE(h);
+    std::error_code ec;
+    void* raw = h.data();
+    h.reset();
+    sys.host_free(raw, ec);
+    CHECK(ec == npurt::errc::invalid_pointer);  // already given back by reset()
+  }
+  CHECK(dev.memory_info().free == free_before);
+}
+
+TEST_CASE("operations on null handles complete through the executor, never inside the call", "[core][asio][null]") {
+  asio::io_context ioc;
+  bool launch_done = false, wait_done = false, sync_done = false;
+  npurt::async_error_code launch_ec, wait_ec;
+  npurt::stream{}.async_launch(fixed(us(1)), asio::bind_executor(ioc, [&](npurt::async_error_code ec) {
+    launch_ec = ec;
+    launch_done = true;
+  }));
+  npurt::event{}.async_wait(asio::bind_executor(ioc, [&](npurt::async_error_code ec) {
+    wait_ec = ec;
+    wait_done = true;
+  }));
+  npurt::stream{}.async_synchronize(asio::bind_executor(ioc, [&](npurt::async_error_code) { sync_done = true; }));
+  CHECK_FALSE(launch_done);
+  CHECK_FALSE(wait_done);
+  CHECK_FALSE(sync_done);
+  ioc.run();
+  CHECK(launch_done);
+  CHECK(wait_done);
+  CHECK(sync_done);
+  CHECK(launch_ec == npurt::errc::invalid_stream);
+  CHECK(wait_ec == npurt::errc::invalid_event);
+}
+
+TEST_CASE("host-to-host copies are timed by the backend's own bandwidth", "[core][copy][timing]") {
+  npurt::simple_config cfg = simple();
+  cfg.host_copy_bandwidth = 4e9;
+  npurt::system sys{cfg};
+  auto s = sys.device(0).make_stream();
+  std::vector<std::byte> a(1 << 20), b(1 << 20);
+  s.memcpy(b.data(), b.size(), a.data(), a.size(), npurt::memcpy_kind::host_to_host);
+  s.synchronize();
+  // 1 MiB at 4 GB/s after one launch overhead.
+  CHECK(sys.now() == npurt::sim_time{sys.options().launch_overhead + picoseconds{262'144'000}});
+}
+
+TEST_CASE("a block_dim beyond the device's cores is rejected at launch", "[core][error][kernel]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  npurt::kernel_desc k{npurt::kernels::fixed{us(1)}, "wide", 33};
+  std::error_code ec;
+  s.launch(k, ec);
+  CHECK(ec == npurt::errc::invalid_argument);
+  k.block_dim = 32;
+  s.launch(k, ec);
+  CHECK(!ec);
+}
+
+TEST_CASE("a negative timeout is a caller error, not a wait forever", "[core][timeout]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto e = s.launch(fixed(us(10)));
+  std::error_code ec;
+  s.synchronize(picoseconds{-1}, ec);
+  CHECK(ec == npurt::errc::invalid_argument);
+  e.synchronize(picoseconds{-1}, ec);
+  CHECK(ec == npurt::errc::invalid_argument);
+  dev.synchronize(picoseconds{-1}, ec);
+  CHECK(ec == npurt::errc::invalid_argument);
+  npurt::async_error_code async_ec;
+  s.async_synchronize(picoseconds{-1}, [&](npurt::async_error_code c) { async_ec = c; });
+  sys.run();
+  CHECK(async_ec == npurt::errc::invalid_argument);
+  CHECK(sys.now() == npurt::sim_time{sys.options().launch_overhead + us(10)});
+}
+
+TEST_CASE("with thread checks on, a call from a second thread is a clear error", "[core][thread]") {
+  npurt::system_options opts;
+  opts.check_thread = true;
+  npurt::system sys{simple(), opts};
+  auto s = sys.device(0).make_stream();
+  std::error_code launch_ec, sync_ec;
+  std::thread other([&] {
+    s.launch(fixed(us(1)), launch_ec);
+    s.synchronize(npurt::no_timeout, sync_ec);
+  });
+  other.join();
+  CHECK(launch_ec == npurt::errc::wrong_thread);
+  CHECK(sync_ec == npurt::errc::wrong_thread);
+  std::error_code ec;
+  s.launch(fixed(us(1)), ec);
+  CHECK(!ec);
+}
+
+}  // namespace

@@ -1,0 +1,54 @@
+// Helpers for the graph tests: deterministic data and plain reference operators.
+#pragma once
+
+#include <npurt/graph/graph.hpp>
+#include <npurt/graph/session.hpp>
+#include <npurt/sim/sim.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace npurt::test {
+
+/// Deterministic pseudo-random values in [-scale, scale) (a 64-bit LCG).
+inline std::vector<double> values(std::int64_t n, std::uint64_t seed, double scale = 1.0) {
+  std::vector<double> v(static_cast<std::size_t>(n));
+  std::uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (auto& e : v) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    e = scale * (static_cast<double>(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+  }
+  return v;
+}
+
+inline tensor random_tensor(shape s, std::uint64_t seed, double scale = 1.0, dtype t = dtype::f32) {
+  return tensor(s, t, values(s.elements(), seed, scale));
+}
+
+/// y[m][n] = sum_k a[m][k] b[k][n] (+ bias[n]).
+inline std::vector<double> ref_matmul(const std::vector<double>& a, const std::vector<double>& b, std::int64_t M,
+                                      std::int64_t K, std::int64_t N, const std::vector<double>* bias = nullptr) {
+  std::vector<double> y(static_cast<std::size_t>(M * N));
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t n = 0; n < N; ++n) {
+      double s = bias ? (*bias)[static_cast<std::size_t>(n)] : 0.0;
+      for (std::int64_t k = 0; k < K; ++k) s += a[static_cast<std::size_t>(m * K + k)] * b[static_cast<std::size_t>(k * N + n)];
+      y[static_cast<std::size_t>(m * N + n)] = s;
+    }
+  return y;
+}
+
+inline void ref_relu(std::vector<double>& v) {
+  for (auto& e : v) e = e > 0 ? e : 0;
+}
+
+inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return a.size() == b.size() ? m : 1e300;
+}
+
+inline npurt::system make_system() { return npurt::system{sim::presets::ascend910(1)}; }
+
+}  // namespace npurt::test

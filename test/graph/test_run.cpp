@@ -1,0 +1,314 @@
+#include <npurt/graph/session.hpp>
+#include <npurt/memplan.hpp>
+
+#include "helpers.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <catch2/catch_test_macros.hpp>
+
+#include <cmath>
+
+using namespace npurt;
+
+namespace {
+
+// x[8,16] -> Gemm(16->32)+bias -> Relu -> Gemm(32->4) -> Softmax.
+struct mlp {
+  graph g{"mlp"};
+  std::vector<double> w1 = test::values(16 * 32, 1, 0.3), b1 = test::values(32, 2, 0.1), w2 = test::values(32 * 4, 3, 0.3);
+  mlp() {
+    auto x = g.add_input("x", {8, 16}, dtype::f32);
+    auto W1 = g.add_constant("w1", tensor({16, 32}, dtype::f32, w1));
+    auto B1 = g.add_constant("b1", tensor({32}, dtype::f32, b1));
+    auto W2 = g.add_constant("w2", tensor({32, 4}, dtype::f32, w2));
+    auto h = g.add_op("Gemm", {x, W1, B1}, {}, "fc1");
+    auto r = g.add_op("Relu", {h}, {}, "relu1");
+    auto y = g.add_op("Gemm", {r, W2}, {}, "fc2");
+    g.set_output(g.add_op("Softmax", {y}, {{"axis", std::int64_t{1}}}, "prob"));
+  }
+  std::vector<double> reference(const std::vector<double>& x) const {
+    auto h = test::ref_matmul(x, w1, 8, 16, 32, &b1);
+    test::ref_relu(h);
+    auto y = test::ref_matmul(h, w2, 8, 32, 4);
+    for (int m = 0; m < 8; ++m) {
+      double mx = -1e300, s = 0;
+      for (int n = 0; n < 4; ++n) mx = std::max(mx, y[static_cast<std::size_t>(m * 4 + n)]);
+      for (int n = 0; n < 4; ++n) s += std::exp(y[static_cast<std::size_t>(m * 4 + n)] - mx);
+      for (int n = 0; n < 4; ++n) y[static_cast<std::size_t>(m * 4 + n)] = std::exp(y[static_cast<std::size_t>(m * 4 + n)] - mx) / s;
+    }
+    return y;
+  }
+};
+
+// The seed's diamond: op1 feeds op2 and op3, op4 joins them. The input is large enough that
+// its copy in outlasts the host's enqueueing, so op2 (cube) and op3 (vector) become ready at once.
+graph diamond(std::int64_t rows = 2048, std::int64_t n = 256) {
+  graph g("diamond");
+  auto x = g.add_input("x", {rows, n}, dtype::f32);
+  auto w = g.add_constant("w", test::random_tensor({n, n}, 5, 0.1));
+  auto a = g.add_op("MatMul", {x, w}, {}, "op1");
+  auto b = g.add_op("MatMul", {a, w}, {}, "op2");
+  auto c = g.add_op("Tanh", {a}, {}, "op3");
+  g.set_output(g.add_op("Add", {b, c}, {}, "op4"));
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("an MLP runs functionally and equals a plain reference at every optimisation level", "[graph][run]") {
+  auto sys = test::make_system();
+  session s{sys};
+  mlp m;
+  const auto xv = test::values(8 * 16, 9);
+  tensor x({8, 16}, dtype::f32, xv);
+  const auto ref = m.reference(xv);
+  for (int level = 0; level <= 3; ++level) {
+    auto c = s.compile(m.g, {.optimization_level = level});
+    auto r = s.run(c, {{"x", x}});
+    INFO("level " << level);
+    REQUIRE(r.outputs.count("prob"));
+    CHECK(test::max_abs_diff(r.outputs.at("prob").to_vector(), ref) < 1e-5);
+    CHECK(r.latency > picoseconds{0});
+    CHECK(r.ops.size() == c.report().operators);
+    for (const auto& op : r.ops) {
+      CHECK(op.start >= picoseconds{0});
+      CHECK(op.end > op.start);
+      CHECK(op.end <= r.latency);
+    }
+  }
+  // Level 2 fuses the Relu into the first Gemm.
+  CHECK(s.compile(m.g, {.optimization_level = 2}).report().fused == 1);
+  CHECK(s.compile(m.g, {.optimization_level = 0}).report().fused == 0);
+}
+
+TEST_CASE("a run fed the wrong shape or dtype names the input", "[graph][run][errors]") {
+  auto sys = test::make_system();
+  session s{sys};
+  mlp m;
+  auto c = s.compile(m.g);
+  tensor bad({8, 15}, dtype::f32);
+  try {
+    (void)s.run(c, {{"x", bad}});
+    FAIL("no error");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::invalid_shape);
+    CHECK(e.tensor() == "x");
+  }
+  tensor half({8, 16}, dtype::f16);
+  CHECK_THROWS_AS(s.run(c, {{"x", half}}), graph_error);
+  tensor ok({8, 16}, dtype::f32);
+  CHECK_THROWS_AS(s.run(c, {{"y", ok}}), graph_error);
+  CHECK_THROWS_AS(s.run(c, {}), graph_error);
+}
+
+TEST_CASE("Conv + BatchNormalization + Relu fused at level 2 equals the unfused graph", "[graph][run][fusion]") {
+  auto sys = test::make_system();
+  session s{sys};
+  graph g("cbr");
+  auto x = g.add_input("x", {2, 3, 8, 8}, dtype::f32);
+  auto w = g.add_constant("w", test::random_tensor({4, 3, 3, 3}, 11, 0.5));
+  auto scale = g.add_constant("scale", tensor({4}, dtype::f32, {1.5, 0.5, 2.0, 1.0}));
+  auto bias = g.add_constant("bias", tensor({4}, dtype::f32, {0.1, -0.2, 0.3, 0.0}));
+  auto mean = g.add_constant("mean", tensor({4}, dtype::f32, {0.05, -0.1, 0.2, 0.0}));
+  auto var = g.add_constant("var", tensor({4}, dtype::f32, {1.0, 0.25, 4.0, 0.5}));
+  auto c = g.add_op("Conv", {x, w}, {{"pads", ints{1, 1, 1, 1}}}, "conv");
+  auto bn = g.add_op("BatchNormalization", {c, scale, bias, mean, var}, {{"epsilon", 1e-5}}, "bn");
+  g.set_output(g.add_op("Relu", {bn}, {}, "relu"));
+  tensor in = test::random_tensor({2, 3, 8, 8}, 12);
+  auto c0 = s.compile(g, {.optimization_level = 0});
+  auto c2 = s.compile(g, {.optimization_level = 2});
+  CHECK(c2.report().fused == 2);  // the BN folded, the Relu applied in the conv's kernel sequence
+  CHECK(c2.report().operators == 1);
+  CHECK(c0.report().operators == 3);
+  auto r0 = s.run(c0, {{"x", in}});
+  auto r2 = s.run(c2, {{"x", in}});
+  const auto y0 = r0.outputs.at("relu").to_vector(), y2 = r2.outputs.at("relu").to_vector();
+  CHECK(test::max_abs_diff(y0, y2) < 1e-4);
+  double nonzero = 0;
+  for (double v : y0) nonzero += v != 0;
+  CHECK(nonzero > 0);
+}
+
+TEST_CASE("the parallel schedule overlaps the diamond's branches and equals the sequential run bit for bit",
+          "[graph][run][schedule]") {
+  auto sys = test::make_system();
+  session s{sys};
+  graph g = diamond();
+  tensor x = test::random_tensor({2048, 256}, 21);
+  auto cs = s.compile(g, {.schedule = schedule::sequential});
+  auto cp = s.compile(g, {.schedule = schedule::parallel, .max_parallelism = 2});
+  CHECK(cs.report().streams == 1);
+  CHECK(cp.report().streams == 2);
+  auto rs = s.run(cs, {{"x", x}});
+  auto rp = s.run(cp, {{"x", x}});
+  CHECK(rs.outputs.at("op4").to_vector() == rp.outputs.at("op4").to_vector());
+  auto find = [](const run_result& r, const std::string& n) {
+    for (const auto& o : r.ops)
+      if (o.name == n) return o;
+    FAIL("no op " << n);
+    return op_timing{};
+  };
+  const auto op2 = find(rp, "op2"), op3 = find(rp, "op3");
+  CHECK(op2.stream != op3.stream);
+  CHECK(op2.start < op3.end);  // the two intervals intersect
+  CHECK(op3.start < op2.end);
+  const auto s2 = find(rs, "op2"), s3 = find(rs, "op3");
+  CHECK((s2.end <= s3.start || s3.end <= s2.start));  // one stream: no overlap
+}
+
+TEST_CASE("an execution hint keeps two operators on different streams", "[graph][run][schedule]") {
+  auto sys = test::make_system();
+  session s{sys};
+  graph g("chain");
+  auto x = g.add_input("x", {16}, dtype::f32);
+  auto a = g.add_op("Relu", {x}, {}, "a");
+  auto b = g.add_op("Sigmoid", {x}, {}, "b");
+  g.hint_parallel("a", "b");
+  g.set_output(g.add_op("Add", {a, b}, {}, "c"));
+  auto cp = s.compile(g, {.schedule = schedule::parallel});
+  std::map<std::string, std::uint32_t> st;
+  for (auto& [n, k] : cp.schedule_order()) st[n] = k;
+  CHECK(st["a"] != st["b"]);
+}
+
+TEST_CASE("the pipeline schedule raises throughput over a stream of batches with the same outputs", "[graph][run][schedule]") {
+  auto sys = test::make_system();
+  session s{sys};
+  graph g("wide_mlp");
+  auto x = g.add_input("x", {512, 256}, dtype::f32);
+  auto w1 = g.add_constant("w1", test::random_tensor({256, 256}, 1, 0.1));
+  auto b1 = g.add_constant("b1", test::random_tensor({256}, 2, 0.1));
+  auto w2 = g.add_constant("w2", test::random_tensor({256, 16}, 3, 0.1));
+  auto h = g.add_op("Relu", {g.add_op("Gemm", {x, w1, b1})});
+  g.set_output(g.add_op("Softmax", {g.add_op("Gemm", {h, w2})}, {}, "prob"));
+  std::vector<tensor> xs;
+  for (int b = 0; b < 6; ++b) xs.push_back(test::random_tensor({512, 256}, 100 + static_cast<std::uint64_t>(b)));
+  std::vector<std::vector<feed>> batches;
+  for (auto& t : xs) batches.push_back({{"x", t}});
+  auto cs = s.compile(g, {.schedule = schedule::sequential});
+  auto cp = s.compile(g, {.schedule = schedule::pipeline, .pipeline_stages = 2});
+  CHECK(cp.report().streams == 3);  // two stages and the copy-in stream
+  auto rs = s.run_batches(cs, batches);
+  auto rp = s.run_batches(cp, batches);
+  REQUIRE(rp.outputs.size() == 6);
+  for (std::size_t b = 0; b < 6; ++b) CHECK(rs.outputs[b].at("prob").to_vector() == rp.outputs[b].at("prob").to_vector());
+  CHECK(rp.batches_per_second > rs.batches_per_second);
+}
+
+TEST_CASE("memory reuse shrinks the activation arena of a chain to its lower bound", "[graph][memory]") {
+  graph g("chain");
+  auto x = g.add_input("x", {64, 64}, dtype::f32);
+  auto w = g.add_constant("w", tensor::timing_only({64, 64}, dtype::f32));
+  std::string h = x;
+  for (int i = 0; i < 8; ++i) h = g.add_op("MatMul", {h, w});
+  g.set_output(h);
+  const auto off = plan_memory(g, {.memory_reuse = false, .optimization_level = 0});
+  const auto on = plan_memory(g, {.memory_reuse = true, .optimization_level = 0});
+  CHECK(off.activation_bytes == 8 * 64 * 64 * 4);
+  CHECK(on.activation_bytes == on.activation_lower_bound);
+  CHECK(on.activation_bytes == 2 * 64 * 64 * 4);  // a producer and its consumer overlap at one step
+  CHECK(on.timing_only);
+}
+
+TEST_CASE("in-place activations save memory and keep results", "[graph][memory]") {
+  auto sys = test::make_system();
+  session s{sys};
+  graph g("eltwise");
+  auto x = g.add_input("x", {256}, dtype::f32);
+  auto a = g.add_op("Sigmoid", {x});
+  auto b = g.add_op("Tanh", {a});
+  auto c = g.add_op("Relu", {b});
+  g.set_output(g.add_op("Mul", {c, c}, {}, "out"));
+  tensor in = test::random_tensor({256}, 3);
+  auto c0 = s.compile(g, {.memory_reuse = false, .optimization_level = 0});
+  auto c1 = s.compile(g, {.memory_reuse = false, .optimization_level = 1});
+  CHECK(c1.report().in_place == 2);  // Tanh and Relu; Mul reads c twice and writes the output
+  CHECK(c1.report().activation_bytes < c0.report().activation_bytes);
+  auto y0 = s.run(c0, {{"x", in}}).outputs.at("out").to_vector();
+  auto y1 = s.run(c1, {{"x", in}}).outputs.at("out").to_vector();
+  CHECK(y0 == y1);
+  for (std::size_t i = 0; i < y0.size(); ++i) {
+    const double r = std::max(0.0, std::tanh(1.0 / (1.0 + std::exp(-in.get(static_cast<std::int64_t>(i))))));
+    CHECK(std::abs(y0[i] - r * r) < 1e-5);
+  }
+}
+
+TEST_CASE("fp16 and mixed precision insert casts and stay close to fp32", "[graph][precision]") {
+  auto sys = test::make_system();
+  mlp m;
+  tensor x = test::random_tensor({8, 16}, 9);
+  session s32{sys};
+  const auto y32 = s32.run(s32.compile(m.g), {{"x", x}}).outputs.at("prob").to_vector();
+  for (auto p : {precision::fp16, precision::mixed}) {
+    session s{sys, {.precision = p}};
+    auto c = s.compile(m.g);
+    CHECK(c.report().casts_inserted > 0);
+    auto r = s.run(c, {{"x", x}});
+    CHECK(r.outputs.at("prob").type() == dtype::f32);
+    const auto y = r.outputs.at("prob").to_vector();
+    CHECK(test::max_abs_diff(y, y32) < 5e-3);
+    CHECK(test::max_abs_diff(y, y32) > 0);  // really computed in half
+  }
+}
+
+TEST_CASE("async_run completes through a coroutine with the same result as run", "[graph][run]") {
+  auto sys = test::make_system();
+  session s{sys};
+  mlp m;
+  tensor x = test::random_tensor({8, 16}, 9);
+  auto c = s.compile(m.g);
+  const auto expected = s.run(c, {{"x", x}});
+  run_result got;
+  boost::asio::co_spawn(
+      sys.get_executor(),
+      [&]() -> boost::asio::awaitable<void> {
+        const std::vector<feed> in{{"x", x}};
+        auto r = co_await s.async_run(c, in, boost::asio::use_awaitable);
+        got = std::move(r);
+      },
+      boost::asio::detached);
+  sys.run();
+  REQUIRE(got.outputs.count("prob"));
+  CHECK(got.outputs.at("prob").to_vector() == expected.outputs.at("prob").to_vector());
+  CHECK(got.latency == expected.latency);
+}
+
+TEST_CASE("each memory suggestion, applied, saves what it estimated", "[graph][memory][optimizer]") {
+  auto sys = test::make_system();
+  mlp m;
+  const auto sugg = graph_optimizer(m.g).memory_suggestions();
+  REQUIRE(sugg.size() >= 2);
+  for (const auto& sg : sugg) {
+    INFO(sg.description);
+    CHECK(sg.saving_mb > 0);
+    session base{sys};
+    auto cb = base.compile(m.g, {.schedule = schedule::sequential, .memory_reuse = false, .optimization_level = 0});
+    const double before = base.memory_usage().allocated_mb;
+    session applied{sys, {.precision = sg.precision.value_or(precision::fp32)}};
+    auto ca = applied.compile(m.g, sg.options);
+    const double after = applied.memory_usage().allocated_mb;
+    CHECK(std::abs((before - after) - sg.saving_mb) < 1e-9);
+  }
+}
+
+TEST_CASE("a run is deterministic: same outputs, latency and per-op times twice", "[graph][run][determinism]") {
+  auto once = [] {
+    auto sys = test::make_system();
+    session s{sys};
+    graph g = diamond();
+    tensor x = test::random_tensor({2048, 256}, 21);
+    auto c = s.compile(g, {.schedule = schedule::parallel});
+    return s.run(c, {{"x", x}});
+  };
+  auto a = once(), b = once();
+  CHECK(a.latency == b.latency);
+  CHECK(a.outputs.at("op4").to_vector() == b.outputs.at("op4").to_vector());
+  REQUIRE(a.ops.size() == b.ops.size());
+  for (std::size_t i = 0; i < a.ops.size(); ++i) {
+    CHECK(a.ops[i].name == b.ops[i].name);
+    CHECK(a.ops[i].start == b.ops[i].start);
+    CHECK(a.ops[i].end == b.ops[i].end);
+  }
+}

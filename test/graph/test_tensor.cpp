@@ -1,0 +1,77 @@
+#include <npurt/graph/tensor.hpp>
+
+#include "helpers.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <catch2/catch_test_macros.hpp>
+
+using namespace npurt;
+
+TEST_CASE("a host tensor stores elements rounded to its dtype", "[graph][tensor]") {
+  tensor t({2, 3}, dtype::f16);
+  CHECK(t.is_host());
+  CHECK(t.bytes() == 12);
+  t.set({1, 2}, 1.0 + 1.0 / 4096);  // below half's resolution at 1: rounds to 1
+  CHECK(t.at({1, 2}) == 1.0);
+  t.set(0, 65504.0 * 2);  // overflow rounds to infinity, as IEEE says
+  CHECK(std::isinf(t.get(0)));
+  tensor i({4}, dtype::i8);
+  i.set(0, 300);
+  CHECK(i.get(0) == 127);  // integers saturate
+  t.fill(0.5);
+  for (std::int64_t k = 0; k < t.elements(); ++k) CHECK(t.get(k) == 0.5);
+  CHECK_THROWS_AS(t.at({2, 0}), caller_error);
+  CHECK_THROWS_AS(t.at({0}), caller_error);
+}
+
+TEST_CASE("a tensor round-trips through the device with blocking and awaited copies", "[graph][tensor]") {
+  auto sys = test::make_system();
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  tensor h = test::random_tensor({4, 5}, 7);
+  tensor d = h.to_device(dev, s);
+  CHECK(d.is_device());
+  CHECK(d.device() == 0);
+  CHECK_THROWS_AS(d.get(0), caller_error);
+  tensor back = d.to_host(s);
+  CHECK(back.to_vector() == h.to_vector());
+
+  tensor d2 = tensor::on_device(dev, {4, 5}, dtype::f32);
+  tensor back2({4, 5}, dtype::f32);
+  bool done = false;
+  boost::asio::co_spawn(
+      sys.get_executor(),
+      [&]() -> boost::asio::awaitable<void> {
+        co_await d2.async_copy_from(h, s, boost::asio::use_awaitable);
+        co_await back2.async_copy_from(d2, s, boost::asio::use_awaitable);
+        done = true;
+      },
+      boost::asio::detached);
+  sys.run();
+  CHECK(done);
+  CHECK(back2.to_vector() == h.to_vector());
+
+  d2.fill(2.0, s);
+  CHECK(d2.to_host(s).get(19) == 2.0);
+  const auto before = dev.memory_info().free;
+  d2.release();
+  CHECK_FALSE(d2.has_storage());
+  CHECK(dev.memory_info().free > before);
+}
+
+TEST_CASE("a copy between tensors of different shapes or dtypes is refused", "[graph][tensor]") {
+  auto sys = test::make_system();
+  auto s = sys.device(0).make_stream();
+  tensor a({4}, dtype::f32), b({5}, dtype::f32), c({4}, dtype::f16);
+  try {
+    a.copy_from(b, s);
+    FAIL("no error");
+  } catch (const caller_error& e) {
+    CHECK(e.code() == errc::invalid_shape);
+  }
+  std::error_code ec;
+  a.copy_from(c, s, ec);
+  CHECK(ec == errc::invalid_dtype);
+}

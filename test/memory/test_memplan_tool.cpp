@@ -1,0 +1,149 @@
+// npurt-memplan as a user runs it: exit status, messages, and what it refuses.
+#include <catch2/catch_test_macros.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct result {
+  int status = -1;  // exit code, or -1 if killed by a signal
+  std::string out, err;
+};
+
+fs::path scratch() {
+  static const fs::path dir = [] {
+    auto d = fs::temp_directory_path() / ("npurt-memplan-test-" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+// Runs the tool through the shell so that redirections such as > /dev/full can be given.
+result run(const std::string& args, const std::string& stdout_to = "") {
+  const auto out = scratch() / "stdout", err = scratch() / "stderr";
+  const std::string cmd = std::string("'") + NPURT_MEMPLAN_TOOL + "' " + args + " > '" +
+                          (stdout_to.empty() ? out.string() : stdout_to) + "' 2> '" + err.string() + "'";
+  const int st = std::system(cmd.c_str());
+  result r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  if (stdout_to.empty()) r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+const std::string example = std::string(NPURT_MEMPLAN_DATA) + "/paper_example.csv";
+
+// A shell word in single quotes (built with +=: GCC 12 warns falsely on "'" + temporary).
+std::string q(const std::string& s) {
+  std::string w = "'";
+  w += s;
+  w += "'";
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("npurt-memplan plans, writes the plan, and --check accepts it", "[memory][memplan][tool]") {
+  const auto plan = scratch() / "plan.csv";
+  auto r = run(q(example) + " --output " + q(plan.string()));
+  CHECK(r.status == 0);
+  CHECK(r.out.find("lower bound  124 bytes") != std::string::npos);
+  CHECK(r.out.find("check        valid") != std::string::npos);
+  r = run(q(example) + " --check " + q(plan.string()));
+  CHECK(r.status == 0);
+  CHECK(r.out.find("check        valid") != std::string::npos);
+}
+
+TEST_CASE("npurt-memplan --check rejects plans that do not match the input", "[memory][memplan][tool]") {
+  const auto plan = scratch() / "bad-plan.csv";
+  SECTION("missing rows") {
+    write(plan, "id,lower,upper,size,offset\n0,0,2,32,0\n1,1,5,28,32\n");
+    const auto r = run(q(example) + " --check " + q(plan.string()));
+    CHECK(r.status == 1);
+    CHECK(r.out.find("INVALID: the plan lacks buffer 2") != std::string::npos);
+  }
+  SECTION("no rows at all") {
+    write(plan, "id,lower,upper,size,offset\n");
+    const auto r = run(q(example) + " --check " + q(plan.string()));
+    CHECK(r.status == 1);
+    CHECK(r.out.find("no rows") != std::string::npos);
+  }
+  SECTION("changed sizes") {
+    write(plan,
+          "id,lower,upper,size,offset\n0,0,2,1,0\n1,1,5,1,1\n2,2,6,1,2\n3,3,6,1,3\n4,4,6,1,4\n5,5,8,1,5\n"
+          "6,6,9,1,6\n7,7,9,1,7\n");
+    const auto r = run(q(example) + " --check " + q(plan.string()));
+    CHECK(r.status == 1);
+    CHECK(r.out.find("INVALID: buffer 0") != std::string::npos);
+  }
+  SECTION("no offset column") {
+    const auto r = run(q(example) + " --check " + q(example));
+    CHECK(r.status == 1);
+    CHECK(r.err.find("no offset column") != std::string::npos);
+  }
+}
+
+TEST_CASE("npurt-memplan reports unreadable input and failed writes with a non-zero status",
+          "[memory][memplan][tool]") {
+  SECTION("an endless line") {
+    const auto r = run("/dev/zero");
+    CHECK(r.status == 1);
+    CHECK(r.err.find("line 1: line longer than") != std::string::npos);
+    CHECK(r.err.size() < 200);
+  }
+  SECTION("a 5 MB field is not echoed whole") {
+    const auto in = scratch() / "huge.csv";
+    std::string text = "id,lower,upper,size\n0,0,1,";
+    text.append(5'000'000, 'q');
+    write(in, text + "\n");
+    const auto r = run(q(in.string()));
+    CHECK(r.status == 1);
+    CHECK(r.err.size() < 300);
+  }
+  SECTION("standard output on a full device") {
+    const auto r = run(q(example), "/dev/full");
+    CHECK(r.status == 1);
+    CHECK(r.err.find("cannot write to standard output") != std::string::npos);
+  }
+  SECTION("the plan file on a full device") {
+    const auto r = run(q(example) + " --output /dev/full");
+    CHECK(r.status == 1);
+    CHECK(r.err.find("cannot write /dev/full") != std::string::npos);
+  }
+}
+
+TEST_CASE("npurt-memplan's command line: --help, and bad values are clear errors", "[memory][memplan][tool]") {
+  auto r = run("--help");
+  CHECK(r.status == 0);
+  CHECK(r.out.find("--check") != std::string::npos);
+  r = run(q(example) + " --alignment 48");
+  CHECK(r.status != 0);
+  CHECK(r.err.find("power of two") != std::string::npos);
+  r = run(q(example) + " --search-work -5");
+  CHECK(r.status != 0);
+  CHECK(r.err.find("'-5'") != std::string::npos);
+  r = run(q(example) + " --search-work abc");
+  CHECK(r.status != 0);
+  r = run("");
+  CHECK(r.status != 0);
+  CHECK(r.err.find("input") != std::string::npos);
+}
