@@ -17,6 +17,7 @@
 namespace npurt {
 
 class observer;
+struct collective_desc;  // collective_types.hpp
 
 using device_id = std::int32_t;
 
@@ -38,6 +39,8 @@ struct device_properties {
   picoseconds peer_link_latency{0};
   double cube_flops_per_cycle = 0;     // per core, FP16
   double peak_fp16_flops = 0;          // whole chip, per second
+  picoseconds hccl_connect_timeout{0}; // a communicator's default timeouts (0: never)
+  picoseconds hccl_exec_timeout{0};
 };
 
 /// Which engine of a device runs a task.
@@ -116,6 +119,7 @@ struct task_info {
   std::uint64_t flops = 0;      // for the profiler; the backend may fill them in
   std::uint64_t bytes = 0;
   void* backend_data = nullptr; // scratch for the backend
+  const collective_desc* collective = nullptr;  // kind == collective: the rank's call(s)
 };
 
 /// Memory access the backend needs for functional execution.
@@ -138,6 +142,14 @@ class backend_host : public memory_view {
   virtual void complete(task_info& t, std::error_code ec = {}) = 0;
   /// The observer to report engine-level activity to (link transfers, collective steps), or null.
   [[nodiscard]] virtual observer* tracer() noexcept = 0;
+  /// call_at that can be taken back (a timeout that usually does not fire must not move the
+  /// clock): returns a ticket for cancel_timer. The defaults cannot cancel.
+  virtual std::uint64_t call_at_cancellable(sim_time at, void (*fn)(void* ctx, std::uint64_t arg), void* ctx,
+                                            std::uint64_t arg) {
+    call_at(at, fn, ctx, arg);
+    return 0;
+  }
+  virtual void cancel_timer(std::uint64_t /*ticket*/) {}
   /// Whether this host calls backend::flush() at the end of an instant after request_flush().
   /// A backend that buffers dispatch decisions must fall back to deciding at once when it is not.
   [[nodiscard]] virtual bool calls_flush() const noexcept { return false; }
@@ -170,6 +182,12 @@ class backend {
   virtual void submit(task_info& t) = 0;
   /// Whether a device keeps a real backing store for its memory (functional mode).
   [[nodiscard]] virtual bool functional() const noexcept = 0;
+  /// Fails every pending collective of communicator `comm` with errc::operation_aborted
+  /// (HcclCommDestroy / ncclCommAbort). A backend without collectives has none.
+  virtual void abort_collectives(std::uint64_t /*comm*/) {}
+  /// What the backend's pending work waits for (collectives waiting for peers), for the
+  /// runtime's deadlock report; empty when nothing waits there.
+  [[nodiscard]] virtual std::string describe_waits() const { return {}; }
   /// Called by the host at the end of an instant, after the backend's request_flush(): the
   /// point where a backend that buffers submissions makes its dispatch decisions, so that a
   /// high-priority task ready at t is never passed by a low-priority one ready at the same t.

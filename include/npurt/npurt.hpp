@@ -19,4 +19,6 @@
 #include <npurt/system_options.hpp>
 #include <npurt/system.hpp>
 #include <npurt/simple_backend.hpp>
+#include <npurt/collective_types.hpp>
+#include <npurt/collective.hpp>
 #include <npurt/checkpoint.hpp>

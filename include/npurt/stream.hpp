@@ -50,15 +50,19 @@ inline constexpr int normal = 4;
 inline constexpr int low = 7;
 }  // namespace priority
 
-/// Stream creation flags, after aclrtCreateStreamWithConfig. The simulator accepts them; they
-/// change no timing today. Combine with |.
-enum class stream_flags : std::uint32_t { none = 0, fast_launch = 0x1, fast_sync = 0x2 };
+/// Stream creation flags, after aclrtCreateStreamWithConfig; combine with |. fast_launch and
+/// fast_sync change no timing today. overflow_edge (aclrtSetStreamOverFlowEdge) and
+/// direct_submit (aclrtSubmitTaskWithStream) take the stream's tasks out of the device's shared
+/// execution queue (detail/device_queue.hpp): they dispatch as soon as they are ready.
+enum class stream_flags : std::uint32_t { none = 0, fast_launch = 0x1, fast_sync = 0x2, overflow_edge = 0x4, direct_submit = 0x8 };
 constexpr stream_flags operator|(stream_flags a, stream_flags b) noexcept {
   return static_cast<stream_flags>(static_cast<std::uint32_t>(a) | static_cast<std::uint32_t>(b));
 }
 constexpr stream_flags operator&(stream_flags a, stream_flags b) noexcept {
   return static_cast<stream_flags>(static_cast<std::uint32_t>(a) & static_cast<std::uint32_t>(b));
 }
+static_assert(detail::device_queue::bypass_flags ==
+              static_cast<std::uint32_t>(stream_flags::overflow_edge | stream_flags::direct_submit));
 
 struct stream_options {
   int priority = priority::normal;

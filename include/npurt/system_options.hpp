@@ -3,7 +3,18 @@
 
 #include <npurt/time.hpp>
 
+#include <cstdint>
+
 namespace npurt {
+
+/// How a device's task scheduler orders the tasks of its streams.
+enum class dispatch_model : std::uint8_t {
+  /// Each stream's head goes to the engines as soon as its stream order and events allow;
+  /// the engines order waiting tasks by (priority, arrival).
+  per_stream,
+  /// One execution queue per device and priority level, in submission order (detail/device_queue.hpp).
+  shared_fifo,
+};
 
 /// Options of an npurt::system. Every hardware number (host-to-host copy bandwidth included)
 /// comes from the backend's preset; these are the runtime's own.
@@ -16,6 +27,8 @@ struct system_options {
   /// Reject calls from a thread other than the one that created the system with
   /// errc::wrong_thread (the loop is single-threaded). Always on in builds without NDEBUG.
   bool check_thread = false;
+  /// The devices' task scheduler (detail/device_queue.hpp).
+  dispatch_model dispatch = dispatch_model::per_stream;
 };
 
 }  // namespace npurt

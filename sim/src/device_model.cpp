@@ -2,6 +2,7 @@
 #include <npurt/sim/device_model.hpp>
 
 #include <npurt/observer.hpp>
+#include <npurt/sim/collective_engine.hpp>
 
 #if __has_include(<npurt/sim/reference_kernels.hpp>)
 #include <npurt/sim/reference_kernels.hpp>
@@ -98,7 +99,8 @@ picoseconds copy_time(const preset& p, task_kind kind, const copy_desc& c, engin
   return path.latency + transfer_time(static_cast<double>(c.bytes), path.bandwidth);
 }
 
-device_model::device_model(const preset& p, const sim_options& opts) : preset_(p), opts_(opts) {
+device_model::device_model(const preset& p, const sim_options& opts)
+    : preset_(p), opts_(opts), coll_(std::make_unique<collective_engine>(*this, preset_, opts.functional)) {
   const std::uint32_t n = p.device_count;
   engines_per_device_ = engines_per_device;
   engines_.resize(static_cast<std::size_t>(n) * engines_per_device + 1);
@@ -117,6 +119,29 @@ device_model::device_model(const preset& p, const sim_options& opts) : preset_(p
     resources_[pcie_h2d(static_cast<device_id>(d))].capacity = p.pcie_bandwidth;
     resources_[pcie_d2h(static_cast<device_id>(d))].capacity = p.pcie_bandwidth;
   }
+}
+
+device_model::~device_model() = default;
+
+void device_model::attach(backend_host& host) noexcept {
+  host_ = &host;
+  buffered_ = host.calls_flush();
+  coll_->attach(host);
+}
+
+std::string device_model::collectives_describe() const { return coll_->describe(); }
+
+void device_model::start_transfer(task_info& t) {
+  ++in_flight_;
+  t.start = host_->now();
+  start(t, no_engine, 0, t.start);
+}
+
+void device_model::start_reduction(task_info& t) {
+  ++in_flight_;
+  const auto base = static_cast<std::uint32_t>(t.device) * engines_per_device_;
+  const std::uint32_t e = base + (preset_.separated_cores ? e_vector : e_cube);
+  enqueue(t, e, engines_[e].capacity);
 }
 
 std::uint32_t device_model::link_resource(std::uint64_t key, double capacity) {
@@ -210,6 +235,11 @@ void device_model::submit_other(task_info& t) {
   // collectives take no engine time here: the runtime resolves control tasks; collectives get
   // their cost from the collective engine of their own issue.
   const bool engine_task = t.kind == task_kind::kernel || t.kind == task_kind::memcpy || t.kind == task_kind::memset;
+  if (t.kind == task_kind::collective && !bad_device) {
+    --in_flight_;  // the collective engine owns it from here
+    coll_->submit(t);
+    return;
+  }
   if (engine_task && !bad_device) {
     enqueue(t, engine_of(t), 1);
     return;
@@ -278,6 +308,7 @@ void device_model::flush() {
 }
 
 void device_model::abort(device_id dev) {
+  coll_->abort_device(dev);  // first: the collective tasks of `dev` are still alive
   const sim_time now = host_->now();
   for (std::uint32_t slot = 0; slot < jobs_.size(); ++slot) {
     job& j = jobs_[slot];
@@ -385,7 +416,14 @@ NPURT_SIM_HOT inline void device_model::start(task_info& t, std::uint32_t e, std
   j.engine = e;
   j.need = need;
   t.start = now;
-  if (t.kind != task_kind::kernel) return start_copy(slot, now);
+  if (t.kind != task_kind::kernel) {
+    if (t.kind == task_kind::collective && t.engine == engine_kind::ai_core) [[unlikely]] {
+      j.ph = phase::body;  // a collective's reduction: exactly its duration on the cores
+      j.body_start = now;
+      return schedule(slot, now + t.fixed.duration);
+    }
+    return start_copy(slot, now);
+  }
   if (t.kernel) return start_kernel(slot, now);
   // kernels::fixed: exactly its duration after the on-device launch latency, no HBM traffic.
   j.ph = phase::body;
@@ -503,7 +541,10 @@ NPURT_SIM_HOT inline void device_model::finish(std::uint32_t slot) {
   j.next_free = free_jobs_;
   free_jobs_ = slot;
   --in_flight_;
-  host_->complete(t, fault);
+  if (t.kind == task_kind::collective) [[unlikely]]
+    coll_->on_transfer(t, fault);
+  else
+    host_->complete(t, fault);
   if (e != no_engine && !engines_[e].heap.empty()) {
     if (buffered_)
       defer(nullptr, e, 0);

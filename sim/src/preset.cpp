@@ -185,14 +185,16 @@ key_entry real_key(std::string_view sec, std::string_view key, std::string_view 
           [m, scale](const preset& p) { return p.*m / scale; }};
 }
 
-// Picoseconds, written in ns: 0, or from 1 ps (0.001 ns) to 1 s. A smaller positive value
-// (a denormal, say) would round to 0 silently, so it is a bad value rather than 0.
-key_entry ns_key(std::string_view sec, std::string_view key, std::string_view desc, picoseconds preset::*m) {
-  return {numeric(sec, key, "ns", desc, 0, 1e9),
+// Picoseconds, written in ns: 0, or from 1 ps (0.001 ns) to `max_ns` (1 s unless told). A
+// smaller positive value (a denormal, say) would round to 0 silently, so it is a bad value rather
+// than 0.
+key_entry ns_key(std::string_view sec, std::string_view key, std::string_view desc, picoseconds preset::*m,
+                 double max_ns = 1e9) {
+  return {numeric(sec, key, "ns", desc, 0, max_ns),
           [m](const preset& p) { return fmt_double(static_cast<double>((p.*m).count()) / 1000.0); },
-          [m](preset& p, std::string_view v) {
+          [m, max_ns](preset& p, std::string_view v) {
             double x = 0;
-            if (!parse_double(v, x) || x < 0 || (x > 0 && x < 1e-3) || x > 1e9) return false;
+            if (!parse_double(v, x) || x < 0 || (x > 0 && x < 1e-3) || x > max_ns) return false;
             p.*m = picoseconds{static_cast<std::int64_t>(std::llround(x * 1000.0))};
             return true;
           },
@@ -249,6 +251,8 @@ const std::vector<key_entry>& table() {
     }
     v.push_back(real_key("Interconnect", "roce_bandwidth", "GB/s", "RoCE port bandwidth per direction per device", &preset::roce_bandwidth, gbs, 1e-3, 1e6));
     v.push_back(ns_key("Interconnect", "roce_latency", "RoCE latency per transfer", &preset::roce_latency));
+    v.push_back(ns_key("Interconnect", "hccl_connect_timeout", "a communicator's default connect timeout (HCCL_CONNECT_TIMEOUT), 0 = never", &preset::hccl_connect_timeout, 7200e9));
+    v.push_back(ns_key("Interconnect", "hccl_exec_timeout", "a communicator's default execution timeout (HCCL_EXEC_TIMEOUT), 0 = never", &preset::hccl_exec_timeout, 17340e9));
     v.push_back(ns_key("Runtime", "kernel_launch_latency", "on-device kernel launch: task scheduler dispatch to cores running", &preset::kernel_launch_latency));
     v.push_back(int_key("Runtime", "pipeline_fill_cycles", "cycles", "per kernel per core: scalar setup and instruction fetch before the first tile", &preset::pipeline_fill_cycles, 0, 1e9));
     v.push_back(int_key("Runtime", "instr_issue_cycles", "cycles", "issue latency of each instruction the scalar unit dispatches", &preset::instr_issue_cycles, 0, 1e6));
@@ -350,6 +354,8 @@ device_properties preset::properties() const {
   d.peer_link_latency = hccs_latency;
   d.cube_flops_per_cycle = cube_flops_per_cycle();
   d.peak_fp16_flops = peak_fp16_flops();
+  d.hccl_connect_timeout = hccl_connect_timeout;
+  d.hccl_exec_timeout = hccl_exec_timeout;
   return d;
 }
 

@@ -30,8 +30,11 @@ class deadlock_detector {
   /// Streams whose head is a started, blocked wait (all of them, or only those on a cycle).
   [[nodiscard]] NPURT_DECL std::vector<stream_state*> blocked(bool only_cycles) const;
   /// Adds "deadlock at t=...: <chain>; <chain>" for these streams to the report; with none,
-  /// reports that `host_waits` host operations wait while nothing can run.
-  NPURT_DECL void report(sim_time now, const std::vector<stream_state*>& streams, std::size_t host_waits);
+  /// reports that `host_waits` host operations wait while nothing can run. `backend_waits` (what
+  /// the backend's pending work waits for, e.g. collectives waiting for peers) is appended when
+  /// not empty.
+  NPURT_DECL void report(sim_time now, const std::vector<stream_state*>& streams, std::size_t host_waits,
+                         const std::string& backend_waits = {});
   [[nodiscard]] const std::string& last_report() const noexcept { return report_; }
   void clear() noexcept { report_.clear(); }
 

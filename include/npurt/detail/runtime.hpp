@@ -14,6 +14,7 @@
 
 #include <npurt/backend.hpp>
 #include <npurt/config.hpp>
+#include <npurt/detail/device_queue.hpp>
 #include <npurt/detail/deadlock_detector.hpp>
 #include <npurt/detail/memory_registry.hpp>
 #include <npurt/detail/object_pool.hpp>
@@ -71,6 +72,7 @@ struct task : task_info {
   std::uint64_t event_id = 0;
   std::function<void()>* callback = nullptr;  // host_callback only (kept out of the record)
   kernel_desc* owned_kernel = nullptr;
+  std::shared_ptr<const void> owned_extra;  // what `collective` points into (freed with the task)
   bool blocked = false;            // an event wait not yet satisfied
   bool orphan = false;             // its device was reset while a completion was on its way: free it then
   std::error_code error;           // set when the task failed or was aborted
@@ -152,6 +154,13 @@ class runtime final : public backend_host {
   [[nodiscard]] bool calls_flush() const noexcept override { return true; }
   void request_flush() noexcept override { flush_pending_ = true; }
 
+  /// call_at that can be taken back (the timer queue's): returns a ticket for cancel_timer. A
+  /// cancelled action never runs and never moves the clock.
+  std::uint64_t call_at_cancellable(sim_time at, void (*fn)(void*, std::uint64_t), void* ctx,
+                                    std::uint64_t arg) override {
+    return clock_.call_at_cancellable(at, timer_action::plain(fn, ctx, arg));
+  }
+  void cancel_timer(std::uint64_t ticket) override { clock_.cancel(ticket); }
   /// The clock and its actions (host waits put their timeouts there).
   [[nodiscard]] timer_queue& timers() noexcept { return clock_; }
   /// The registry of live device and pinned host memory.
@@ -259,6 +268,8 @@ class runtime final : public backend_host {
   [[nodiscard]] std::size_t live_tasks() const noexcept { return tasks_.live(); }
   [[nodiscard]] std::size_t device_count() const noexcept { return backend_->device_count(); }
   [[nodiscard]] std::uint64_t next_task_id() const noexcept { return next_task_id_; }
+  /// Communicator ids, unique per system (deterministic: they appear in error messages).
+  [[nodiscard]] std::uint64_t new_communicator_id() noexcept { return next_communicator_id_++; }
 
  private:
   /// Broadcasts observer calls to every attached observer.
@@ -305,6 +316,7 @@ class runtime final : public backend_host {
   observer* trace_ = nullptr;  // the fanout while any observer is attached
   memory_registry memory_;
   std::uint64_t next_task_id_ = 1;
+  std::uint64_t next_communicator_id_ = 1;
   bool running_ = false;
   bool flush_pending_ = false;  // the backend asked for flush() at the end of this instant
   bool check_thread_ = false;
@@ -324,6 +336,7 @@ class runtime final : public backend_host {
 
   std::vector<observer*> observers_;
   fanout_observer fanout_{observers_};
+  device_queue queue_;
 };
 
 }  // namespace detail

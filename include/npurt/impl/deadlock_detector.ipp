@@ -53,11 +53,12 @@ NPURT_DECL std::string deadlock_detector::describe_wait_chain(const stream_state
 }
 
 NPURT_DECL void deadlock_detector::report(sim_time now, const std::vector<stream_state*>& streams,
-                                          std::size_t host_waits) {
+                                          std::size_t host_waits, const std::string& backend_waits) {
   std::ostringstream os;
   os << "deadlock at t=" << to_us(now.time_since_epoch()) << " us: ";
   if (streams.empty()) {
     os << host_waits << " host operation(s) wait and no stream or device can make progress";
+    if (!backend_waits.empty()) os << "; " << backend_waits;
     if (report_.empty()) report_ = os.str();
     return;
   }
@@ -66,6 +67,7 @@ NPURT_DECL void deadlock_detector::report(sim_time now, const std::vector<stream
     os << (first ? "" : "; ") << describe_wait_chain(*s);
     first = false;
   }
+  if (!backend_waits.empty()) os << "; " << backend_waits;
   if (!report_.empty()) report_ += "\n";
   report_ += os.str();
 }

@@ -34,6 +34,7 @@ NPURT_DECL runtime::runtime(std::unique_ptr<npurt::backend> b, const system_opti
 #endif
   device_failures_.resize(n);
   backend_->attach(*this);
+  queue_.configure(opts_.dispatch);
 }
 
 NPURT_DECL runtime::~runtime() {
@@ -147,7 +148,10 @@ NPURT_DECL bool runtime::resolve_deadlock(bool only_cycles) {
   // Every blocked wait is reported; those on a cycle (or all of them, when nothing at all can
   // run) are failed with errc::deadlock so that awaiting code resumes with the error.
   const std::vector<stream_state*> blocked = deadlocks_.blocked(only_cycles);
-  deadlocks_.report(now(), blocked, host_waits_);
+  // Collectives waiting for peers are named when nothing at all can run (a wait cycle alone
+  // does not implicate them).
+  const bool name_backend = blocked.empty() || !only_cycles;
+  deadlocks_.report(now(), blocked, host_waits_, name_backend ? backend_->describe_waits() : std::string{});
   if (blocked.empty()) return false;
   for (auto* s : blocked) {
     task* h = s->head;
@@ -252,6 +256,7 @@ NPURT_DECL void runtime::enqueue(stream_state& s, task* t) {
   else
     s.head = t;
   s.tail = t;
+  queue_.on_enqueue(*t, s.id, (s.flags & device_queue::bypass_flags) != 0);
   if (s.head == t) try_start(s);
 }
 
@@ -276,6 +281,7 @@ NPURT_DECL void runtime::try_start(stream_state& s) {
     }
     return;
   }
+  if (!queue_.may_dispatch(*t)) return;  // the device's queue holds earlier tasks: woken on their dispatch
   start_task(s, t);
 }
 
@@ -302,6 +308,8 @@ NPURT_DECL void runtime::on_wait_satisfied(runtime& rt, void* ctx, std::error_co
 
 NPURT_DECL void runtime::start_task(stream_state& s, task* t) {
   s.head_started = true;
+  if (const std::uint32_t next = queue_.on_dispatch(*t))
+    clock_.call_at(now(), timer_action::member_value<&runtime::wake_stream>(this, next));
   t->ready = now();
   t->start = now();
   switch (t->kind) {
@@ -484,6 +492,7 @@ NPURT_DECL failure runtime::take_device_failure(device_id dev) noexcept {
 
 NPURT_DECL void runtime::abort_device(device_id dev) {
   backend_->abort(dev);  // the backend lets go of every task of the device
+  queue_.forget(dev);     // and the device's execution queue of every task not yet dispatched
   const std::error_code aborted = make_error_code(errc::operation_aborted);
   std::vector<op_base*> waiters;
   for (auto& sp : streams_) {

@@ -32,3 +32,4 @@
 #include <npurt/impl/allocator_stats.ipp>
 #include <npurt/impl/segment_provider.ipp>
 #include <npurt/impl/checkpoint.ipp>
+#include <npurt/impl/collective.ipp>

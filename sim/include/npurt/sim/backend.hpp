@@ -7,10 +7,12 @@
 //    on-device copies share the device's HBM at the same time (see device_model.hpp).
 //  - memcpy/memset: copy_time(preset, kind, copy, engine) = latency + ceil(bytes / bandwidth) on
 //    an uncontended path (path_of() says which link).
-//  - control tasks and collectives: zero time (completed at the instant of submission).
+//  - control tasks: zero time (completed at the instant of submission).
+//  - collectives: the collective engine (collective_engine.hpp).
 #pragma once
 
 #include <npurt/backend.hpp>
+#include <npurt/sim/collective_engine.hpp>
 #include <npurt/sim/cost_model.hpp>
 #include <npurt/sim/device_model.hpp>
 #include <npurt/sim/preset.hpp>
@@ -37,6 +39,8 @@ class sim_backend final : public npurt::backend {
   void flush() override { model_.flush(); }
   void abort(device_id dev) override { model_.abort(dev); }
   [[nodiscard]] bool functional() const noexcept override { return opts_.functional; }
+  void abort_collectives(std::uint64_t comm) override { model_.collectives().abort(comm); }
+  [[nodiscard]] std::string describe_waits() const override { return model_.collectives_describe(); }
 
   /// The breakdown of a finished kernel (until sim_options::explain_history later task ids), or
   /// nullopt (unknown id, forgotten, not a kernel descriptor, or a kernels::fixed launch).

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -68,16 +69,16 @@ struct copy_path {
 /// latency + transfer_time(bytes, bandwidth): what an uncontended copy or memset takes.
 [[nodiscard]] picoseconds copy_time(const preset& p, task_kind kind, const copy_desc& c, engine_kind engine);
 
+class collective_engine;
+
 class device_model {
  public:
   device_model(const preset& p, const sim_options& opts);
+  ~device_model();
   device_model(const device_model&) = delete;
   device_model& operator=(const device_model&) = delete;
 
-  void attach(backend_host& host) noexcept {
-    host_ = &host;
-    buffered_ = host.calls_flush();
-  }
+  void attach(backend_host& host) noexcept;
   void submit(task_info& t);
   /// End of an instant: starts what was submitted (and what finishing tasks made room for)
   /// during it. An engine with room for everything starts the tasks in arrival order; one
@@ -85,8 +86,20 @@ class device_model {
   /// the same instant as a low-priority one is never passed by it.
   void flush();
   /// Device reset: drops every task of `dev` (queued, buffered or running) without completing
-  /// it, frees the cores, channels and bandwidth they held, and lets others use them.
+  /// it, frees the cores, channels and bandwidth they held, and lets others use them. The
+  /// collectives `dev` takes part in fail on their other ranks.
   void abort(device_id dev);
+  /// A peer transfer of a collective (t.kind == collective, t.copy says src, dst and bytes):
+  /// runs on the link path_of() names, sharing it with copies and other transfers, and is
+  /// reported to the collective engine instead of the host when it ends.
+  void start_transfer(task_info& t);
+  /// A collective's local reduction on t.device (t.kind == collective, t.engine == ai_core):
+  /// t.fixed.duration on the whole vector-core pool, queued with the device's kernels by
+  /// (priority, arrival) and, like them, never preempted; reported to the collective engine.
+  void start_reduction(task_info& t);
+  [[nodiscard]] collective_engine& collectives() noexcept { return *coll_; }
+  /// Collectives waiting for peers, for a deadlock report.
+  [[nodiscard]] std::string collectives_describe() const;
   [[nodiscard]] std::optional<task_explanation> explain(std::uint64_t task) const;
   [[nodiscard]] const preset& config() const noexcept { return preset_; }
   /// The cost estimate() gives, memoised by shape (ResNet-50 repeats a few dozen shapes).
@@ -209,6 +222,7 @@ class device_model {
   std::string key_;
   // Finished kernels by task id modulo the capacity: O(1), no allocation once grown.
   std::vector<task_explanation> history_;
+  std::unique_ptr<collective_engine> coll_;
 };
 
 }  // namespace npurt::sim

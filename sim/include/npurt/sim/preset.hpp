@@ -84,6 +84,10 @@ struct preset {
   std::vector<std::vector<device_id>> hccs_groups;
   double roce_bandwidth = 0;            // bytes/s per direction of each device's RoCE port
   picoseconds roce_latency{0};
+  // HCCL's documented defaults for a communicator's timeouts (HCCL_CONNECT_TIMEOUT,
+  // HCCL_EXEC_TIMEOUT; 1836 s is 27 x 68 s, the Atlas training granularity).
+  picoseconds hccl_connect_timeout{120LL * 1'000'000'000'000LL};
+  picoseconds hccl_exec_timeout{1836LL * 1'000'000'000'000LL};
 
   // [Runtime]
   picoseconds kernel_launch_latency{0}; // on-device: task scheduler picks a kernel -> cores start

@@ -6,3 +6,4 @@
 #include <npurt/sim/cost_model.hpp>
 #include <npurt/sim/device_model.hpp>
 #include <npurt/sim/preset.hpp>
+#include <npurt/sim/topology.hpp>

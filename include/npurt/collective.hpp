@@ -1,0 +1,244 @@
+// npurt/collective.hpp — communicators and HCCL-style collectives.
+//
+// A communicator spans devices of one system, one rank per device (HcclCommInitAll). Every
+// operation is one rank's part: it is enqueued on a stream of that rank's device — the stream
+// says which rank calls — and runs when the stream reaches it, like any other task; the
+// operation moves data when every rank has reached its part (docs/collectives.md). Each
+// operation comes in the runtime's three forms: fire-and-forget returning the task's event,
+// the same with an error_code, and async_ with any Asio completion token:
+//
+//   auto comm = npurt::communicator::init_all(sys);             // ranks 0..n-1 = devices 0..n-1
+//   for (auto& d : sys.devices()) {
+//     auto& s = streams[d.id()];
+//     comm.all_reduce(grad[d.id()], grad[d.id()], count, npurt::dtype::f16, npurt::reduce_op::sum, s);
+//   }
+//   co_await comm.async_all_reduce(buf, buf, n, dtype::f32, reduce_op::sum, s, asio::use_awaitable);
+//
+// Buffers are device memory of the calling rank's device; in timing-only mode they may be null.
+// Errors: a bad argument is a caller error at the call (nothing is enqueued). Ranks that disagree
+// (another operation, count, dtype, reduce op or root at the same call number) fail the
+// operation on every rank with errc::collective_mismatch; an operation whose peers do not arrive
+// within the execution timeout fails with errc::task_timeout. async_error() tells which, with
+// a message naming the ranks, calls, timer and communicator.
+#pragma once
+
+#include <npurt/collective_types.hpp>
+#include <npurt/config.hpp>
+#include <npurt/detail/async_op.hpp>
+#include <npurt/detail/runtime.hpp>
+#include <npurt/error.hpp>
+#include <npurt/event.hpp>
+#include <npurt/stream.hpp>
+#include <npurt/tensor.hpp>
+#include <npurt/time.hpp>
+
+#include <boost/asio/async_result.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace npurt {
+
+class system;
+
+/// HCCL_BUFFSIZE defaults to 200 MB. The timeouts default to the devices' (the preset's
+/// hccl_connect_timeout / hccl_exec_timeout: HCCL's 120 s and 1836 s); 0 = never.
+struct communicator_options {
+  static constexpr picoseconds from_device{-1};
+  collective_algorithm algorithm = collective_algorithm::automatic;
+  std::size_t buffer_size = 200'000'000;
+  picoseconds exec_timeout = from_device;
+  picoseconds connect_timeout = from_device;
+  std::string name;
+  /// Keep a collective_record of every finished operation (records()).
+  bool keep_records = false;
+};
+
+class communicator {
+ public:
+  communicator() = default;
+
+  /// One communicator over `devices` (rank i = devices[i]), like HcclCommInitAll. Caller
+  /// errors: no devices, an unknown device, a device twice, a zero buffer size.
+  [[nodiscard]] static NPURT_DECL communicator init_all(system& sys, std::span<const device_id> devices,
+                                                         const communicator_options& opts = {});
+  [[nodiscard]] static NPURT_DECL communicator init_all(system& sys, std::span<const device_id> devices,
+                                                         const communicator_options& opts, std::error_code& ec);
+  /// Over every device of the system.
+  [[nodiscard]] static NPURT_DECL communicator init_all(system& sys, const communicator_options& opts = {});
+
+  [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
+  [[nodiscard]] std::uint64_t id() const noexcept { return state_ ? state_->id : 0; }
+  [[nodiscard]] const std::string& name() const noexcept { return state_->name; }
+  [[nodiscard]] std::uint32_t size() const noexcept { return state_ ? state_->size() : 0; }
+  /// The rank of a device, or -1 when the device is not in the communicator.
+  [[nodiscard]] NPURT_DECL int rank_of(device_id dev) const noexcept;
+  [[nodiscard]] NPURT_DECL device_id device_of(std::uint32_t rank) const;
+  [[nodiscard]] const std::vector<device_id>& devices() const noexcept { return state_->devices; }
+
+  /// Sub-communicators (ncclCommSplit / HcclCreateSubComm): colors[r] for each rank r; ranks of
+  /// one color form one communicator, in parent rank order; a negative color takes no part.
+  /// Returned in increasing color order.
+  [[nodiscard]] NPURT_DECL std::vector<communicator> split(std::span<const int> colors) const;
+
+  // Per-communicator settings (HCCL_ALGO, HCCL_BUFFSIZE / set_comm_buffer_size, timeouts).
+  NPURT_DECL void set_algorithm(collective_algorithm a);
+  NPURT_DECL void set_buffer_size(std::size_t bytes);
+  NPURT_DECL void set_exec_timeout(picoseconds t);
+  [[nodiscard]] collective_algorithm algorithm() const noexcept { return state_->algorithm; }
+  [[nodiscard]] std::size_t buffer_size() const noexcept { return state_->buffer_bytes; }
+  [[nodiscard]] picoseconds exec_timeout() const noexcept { return state_->exec_timeout; }
+  [[nodiscard]] picoseconds connect_timeout() const noexcept { return state_->connect_timeout; }
+
+  /// HcclGetCommAsyncError: the first error an operation of this communicator hit (empty if
+  /// none); `message` receives every error's explanation, one per line.
+  [[nodiscard]] NPURT_DECL std::error_code async_error(std::string* message = nullptr) const;
+  /// Fails every pending operation with errc::operation_aborted; later calls fail at once.
+  NPURT_DECL void abort();
+  [[nodiscard]] bool aborted() const noexcept { return state_ && state_->aborted; }
+  /// Finished operations, when communicator_options::keep_records is set.
+  [[nodiscard]] const std::vector<collective_record>& records() const noexcept { return state_->records; }
+
+  /// HcclGroupStart / HcclGroupEnd: calls in between are batched into one task per stream
+  /// (so a send and a recv on one stream cannot deadlock each other). Fire-and-forget calls in a
+  /// group return an empty event; async_ calls are not allowed there (errc::not_supported).
+  NPURT_DECL void group_start();
+  NPURT_DECL void group_end();
+  NPURT_DECL void group_end(std::error_code& ec);
+
+  // --- the generic forms ------------------------------------------------------------------------
+  NPURT_DECL event enqueue(const collective_call& c, stream& s);
+  NPURT_DECL event enqueue(const collective_call& c, stream& s, std::error_code& ec);
+  template <class Token = stream::default_token>
+  auto async_enqueue(collective_call c, stream& s, Token&& token = {});
+
+  // --- named operations ------------------------------------------------------------------------
+  static collective_call all_reduce_call(const void* send, void* recv, std::size_t count, dtype t, reduce_op r) {
+    collective_call c;
+    c.op = collective_op::all_reduce, c.send = send, c.recv = recv, c.count = count, c.type = t, c.red = r;
+    return c;
+  }
+  static collective_call all_gather_call(const void* send, void* recv, std::size_t count, dtype t) {
+    collective_call c;
+    c.op = collective_op::all_gather, c.send = send, c.recv = recv, c.count = count, c.type = t;
+    return c;
+  }
+  static collective_call reduce_scatter_call(const void* send, void* recv, std::size_t count, dtype t, reduce_op r) {
+    collective_call c;
+    c.op = collective_op::reduce_scatter, c.send = send, c.recv = recv, c.count = count, c.type = t, c.red = r;
+    return c;
+  }
+  static collective_call broadcast_call(void* buf, std::size_t count, dtype t, int root) {
+    collective_call c;
+    c.op = collective_op::broadcast, c.send = buf, c.recv = buf, c.count = count, c.type = t, c.root = root;
+    return c;
+  }
+  static collective_call reduce_call(const void* send, void* recv, std::size_t count, dtype t, reduce_op r,
+                                     int root) {
+    collective_call c;
+    c.op = collective_op::reduce, c.send = send, c.recv = recv, c.count = count, c.type = t, c.red = r;
+    c.root = root;
+    return c;
+  }
+  static collective_call all_to_all_call(const void* send, void* recv, std::size_t count, dtype t) {
+    collective_call c;
+    c.op = collective_op::all_to_all, c.send = send, c.recv = recv, c.count = count, c.type = t;
+    return c;
+  }
+  static collective_call all_to_allv_call(const void* send, std::vector<std::size_t> send_counts,
+                                          std::vector<std::size_t> send_displs, void* recv,
+                                          std::vector<std::size_t> recv_counts,
+                                          std::vector<std::size_t> recv_displs, dtype t) {
+    collective_call c;
+    c.op = collective_op::all_to_allv, c.send = send, c.recv = recv, c.type = t;
+    c.send_counts = std::move(send_counts), c.send_displs = std::move(send_displs);
+    c.recv_counts = std::move(recv_counts), c.recv_displs = std::move(recv_displs);
+    return c;
+  }
+  static collective_call send_call(const void* buf, std::size_t count, dtype t, int peer) {
+    collective_call c;
+    c.op = collective_op::send, c.send = buf, c.count = count, c.type = t, c.root = peer;
+    return c;
+  }
+  static collective_call recv_call(void* buf, std::size_t count, dtype t, int peer) {
+    collective_call c;
+    c.op = collective_op::recv, c.recv = buf, c.count = count, c.type = t, c.root = peer;
+    return c;
+  }
+  static collective_call barrier_call() {
+    collective_call c;
+    c.op = collective_op::barrier;
+    return c;
+  }
+
+// Each named operation in the three forms: NAME(args..., stream), NAME(args..., stream, ec),
+// async_NAME(args..., stream, token).
+#define NPURT_COLLECTIVE_FORMS(NAME, ARGS, ...)                                                          \
+  event NAME(__VA_ARGS__ __VA_OPT__(, ) stream& s) { return enqueue(NAME##_call ARGS, s); }              \
+  event NAME(__VA_ARGS__ __VA_OPT__(, ) stream& s, std::error_code& ec) {                                \
+    return enqueue(NAME##_call ARGS, s, ec);                                                             \
+  }                                                                                                      \
+  template <class Token = stream::default_token>                                                         \
+  auto async_##NAME(__VA_ARGS__ __VA_OPT__(, ) stream& s, Token&& token = {}) {                          \
+    return async_enqueue(NAME##_call ARGS, s, std::forward<Token>(token));                               \
+  }
+  NPURT_COLLECTIVE_FORMS(all_reduce, (send, recv, count, t, r), const void* send, void* recv, std::size_t count,
+                         dtype t, reduce_op r)
+  NPURT_COLLECTIVE_FORMS(all_gather, (send, recv, count, t), const void* send, void* recv, std::size_t count, dtype t)
+  NPURT_COLLECTIVE_FORMS(reduce_scatter, (send, recv, count, t, r), const void* send, void* recv, std::size_t count,
+                         dtype t, reduce_op r)
+  NPURT_COLLECTIVE_FORMS(broadcast, (buf, count, t, root), void* buf, std::size_t count, dtype t, int root)
+  NPURT_COLLECTIVE_FORMS(reduce, (send, recv, count, t, r, root), const void* send, void* recv, std::size_t count,
+                         dtype t, reduce_op r, int root)
+  NPURT_COLLECTIVE_FORMS(all_to_all, (send, recv, count, t), const void* send, void* recv, std::size_t count, dtype t)
+  NPURT_COLLECTIVE_FORMS(send, (buf, count, t, peer), const void* buf, std::size_t count, dtype t, int peer)
+  NPURT_COLLECTIVE_FORMS(recv, (buf, count, t, peer), void* buf, std::size_t count, dtype t, int peer)
+  NPURT_COLLECTIVE_FORMS(barrier, ())
+#undef NPURT_COLLECTIVE_FORMS
+
+ private:
+  NPURT_DECL detail::task* prepare(const collective_call& c, stream& s, std::error_code& ec);
+  NPURT_DECL std::error_code check(const collective_call& c, device_id dev, std::uint32_t rank) const;
+
+  struct group_state {
+    int depth = 0;
+    std::map<std::uint32_t, std::shared_ptr<collective_desc>> pending;  // by stream id
+  };
+
+  system* sys_ = nullptr;
+  detail::runtime* rt_ = nullptr;
+  std::shared_ptr<collective_comm_state> state_;
+  std::shared_ptr<group_state> group_;
+};
+
+template <class Token>
+auto communicator::async_enqueue(collective_call c, stream& s, Token&& token) {
+  return boost::asio::async_initiate<Token, void(async_error_code)>(
+      [this, &s](auto handler, collective_call call) {
+        using handler_t = decltype(handler);
+        std::error_code ec;
+        detail::task* t = group_ && group_->depth > 0 ? nullptr : prepare(call, s, ec);
+        if (!t && !ec) ec = make_error_code(errc::not_supported);
+        if (!t) {
+          if (rt_)
+            detail::post_error(*rt_, std::move(handler), ec);
+          else
+            std::move(handler)(async_error_code(ec));
+          return;
+        }
+        t->waiter = detail::handler_op<handler_t>::create(*rt_, std::move(handler));
+        rt_->enqueue(*rt_->find_stream(s.id()), t);
+      },
+      token, std::move(c));
+}
+
+}  // namespace npurt
+
+#if NPURT_INCLUDE_IMPL
+#include <npurt/impl/collective.ipp>
+#endif

@@ -1,0 +1,300 @@
+// npurt/impl/collective.ipp — bodies of npurt::communicator.
+#pragma once
+
+#include <npurt/collective.hpp>
+#include <npurt/system.hpp>
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <string>
+
+namespace npurt {
+
+NPURT_DECL communicator communicator::init_all(system& sys, std::span<const device_id> devices,
+                                               const communicator_options& opts, std::error_code& ec) {
+  ec.clear();
+  communicator c;
+  if (devices.empty() || opts.buffer_size == 0 || opts.exec_timeout.count() < -1 ||
+      opts.connect_timeout.count() < -1) {
+    ec = make_error_code(errc::invalid_argument);
+    return c;
+  }
+  std::set<device_id> seen;
+  for (device_id d : devices) {
+    if (d < 0 || static_cast<std::size_t>(d) >= sys.device_count()) {
+      ec = make_error_code(errc::invalid_device);
+      return c;
+    }
+    if (!seen.insert(d).second) {
+      ec = make_error_code(errc::invalid_argument);
+      return c;
+    }
+  }
+  c.sys_ = &sys;
+  c.rt_ = &detail::runtime_of(sys);
+  c.state_ = std::make_shared<collective_comm_state>();
+  auto& st = *c.state_;
+  st.id = c.rt_->new_communicator_id();
+  st.name = opts.name.empty() ? "comm" + std::to_string(st.id) : opts.name;
+  st.devices.assign(devices.begin(), devices.end());
+  st.algorithm = opts.algorithm;
+  st.buffer_bytes = opts.buffer_size;
+  const device_properties& props = sys.device(devices[0]).properties();
+  st.exec_timeout = opts.exec_timeout == communicator_options::from_device ? props.hccl_exec_timeout : opts.exec_timeout;
+  st.connect_timeout =
+      opts.connect_timeout == communicator_options::from_device ? props.hccl_connect_timeout : opts.connect_timeout;
+  st.keep_records = opts.keep_records;
+  const std::size_t n = st.devices.size();
+  st.next_seq.assign(n, 0);
+  st.next_send.assign(n * n, 0);
+  st.next_recv.assign(n * n, 0);
+  c.group_ = std::make_shared<group_state>();
+  return c;
+}
+
+NPURT_DECL communicator communicator::init_all(system& sys, std::span<const device_id> devices,
+                                               const communicator_options& opts) {
+  std::error_code ec;
+  communicator c = init_all(sys, devices, opts, ec);
+  throw_if(ec, "npurt::communicator::init_all: devices must be distinct devices of the system, buffer size > 0");
+  return c;
+}
+
+NPURT_DECL communicator communicator::init_all(system& sys, const communicator_options& opts) {
+  std::vector<device_id> all(sys.device_count());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<device_id>(i);
+  return init_all(sys, all, opts);
+}
+
+NPURT_DECL int communicator::rank_of(device_id dev) const noexcept {
+  if (!state_) return -1;
+  const auto& d = state_->devices;
+  const auto it = std::find(d.begin(), d.end(), dev);
+  return it == d.end() ? -1 : static_cast<int>(it - d.begin());
+}
+
+NPURT_DECL device_id communicator::device_of(std::uint32_t rank) const {
+  if (!state_ || rank >= state_->size())
+    throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::device_of: rank out of range");
+  return state_->devices[rank];
+}
+
+NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> colors) const {
+  if (!state_ || colors.size() != state_->size())
+    throw_error(make_error_code(errc::invalid_argument),
+                "npurt::communicator::split: one color per rank (" + std::to_string(size()) + ")");
+  std::map<int, std::vector<device_id>> groups;
+  for (std::size_t r = 0; r < colors.size(); ++r)
+    if (colors[r] >= 0) groups[colors[r]].push_back(state_->devices[r]);
+  std::vector<communicator> out;
+  for (auto& [color, devs] : groups) {
+    communicator_options o;
+    o.algorithm = state_->algorithm;
+    o.buffer_size = state_->buffer_bytes;
+    o.exec_timeout = state_->exec_timeout;
+    o.connect_timeout = state_->connect_timeout;
+    o.keep_records = state_->keep_records;
+    o.name = state_->name + "/" + std::to_string(color);
+    out.push_back(init_all(*sys_, devs, o));
+  }
+  return out;
+}
+
+NPURT_DECL void communicator::set_algorithm(collective_algorithm a) {
+  if (!state_) throw_error(make_error_code(errc::invalid_argument), "npurt::communicator: empty handle");
+  state_->algorithm = a;
+}
+
+NPURT_DECL void communicator::set_buffer_size(std::size_t bytes) {
+  if (!state_ || bytes == 0)
+    throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::set_buffer_size: bytes must be > 0");
+  state_->buffer_bytes = bytes;
+}
+
+NPURT_DECL void communicator::set_exec_timeout(picoseconds t) {
+  if (!state_ || t.count() < 0)
+    throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::set_exec_timeout: negative timeout");
+  state_->exec_timeout = t;
+}
+
+NPURT_DECL std::error_code communicator::async_error(std::string* message) const {
+  if (!state_) return make_error_code(errc::invalid_argument);
+  if (message) *message = state_->message;
+  return state_->async_error;
+}
+
+NPURT_DECL void communicator::abort() {
+  if (!state_ || state_->aborted) return;
+  state_->aborted = true;
+  if (group_) group_->pending.clear();
+  rt_->backend().abort_collectives(state_->id);
+}
+
+NPURT_DECL std::error_code communicator::check(const collective_call& c, device_id dev, std::uint32_t rank) const {
+  const std::uint32_t p = state_->size();
+  const std::size_t es = size_of(c.type);
+  if (es == 0) return make_error_code(errc::invalid_dtype);
+  const bool needs_root = c.op == collective_op::broadcast || c.op == collective_op::reduce ||
+                          c.op == collective_op::send || c.op == collective_op::recv;
+  if (needs_root && (c.root < 0 || static_cast<std::uint32_t>(c.root) >= p)) return make_error_code(errc::invalid_argument);
+  if ((c.op == collective_op::send || c.op == collective_op::recv) && static_cast<std::uint32_t>(c.root) == rank)
+    return make_error_code(errc::invalid_argument);
+  // Bytes each buffer must hold.
+  std::size_t send_elems = c.count, recv_elems = c.count;
+  const auto mul = [](std::size_t a, std::size_t b, std::size_t& out) {
+    if (b != 0 && a > std::numeric_limits<std::size_t>::max() / b) return false;
+    out = a * b;
+    return true;
+  };
+  bool ok = true;
+  switch (c.op) {
+    case collective_op::all_gather: ok = mul(c.count, p, recv_elems); break;
+    case collective_op::reduce_scatter: ok = mul(c.count, p, send_elems); break;
+    case collective_op::all_to_all: ok = mul(c.count, p, send_elems) && mul(c.count, p, recv_elems); break;
+    case collective_op::send: recv_elems = 0; break;
+    case collective_op::recv: send_elems = 0; break;
+    case collective_op::reduce:
+      if (rank != static_cast<std::uint32_t>(c.root)) recv_elems = 0;
+      break;
+    case collective_op::barrier: send_elems = recv_elems = 0; break;
+    case collective_op::all_to_allv: {
+      if (c.send_counts.size() != p || c.send_displs.size() != p || c.recv_counts.size() != p ||
+          c.recv_displs.size() != p)
+        return make_error_code(errc::invalid_argument);
+      send_elems = recv_elems = 0;
+      for (std::uint32_t i = 0; i < p; ++i) {
+        if (c.send_counts[i] > std::numeric_limits<std::size_t>::max() - c.send_displs[i] ||
+            c.recv_counts[i] > std::numeric_limits<std::size_t>::max() - c.recv_displs[i])
+          return make_error_code(errc::size_overflow);
+        send_elems = std::max(send_elems, c.send_displs[i] + c.send_counts[i]);
+        recv_elems = std::max(recv_elems, c.recv_displs[i] + c.recv_counts[i]);
+      }
+      break;
+    }
+    default: break;
+  }
+  std::size_t send_bytes = 0, recv_bytes = 0;
+  if (!ok || !mul(send_elems, es, send_bytes) || !mul(recv_elems, es, recv_bytes))
+    return make_error_code(errc::size_overflow);
+  const bool timing_only = !rt_->backend().functional();
+  auto buffer = [&](const void* ptr, std::size_t bytes) -> std::error_code {
+    if (bytes == 0) return {};
+    if (!ptr) return timing_only ? std::error_code{} : make_error_code(errc::null_pointer);
+    const detail::allocation* a = rt_->memory().find_allocation(ptr);
+    if (!a) return make_error_code(errc::invalid_pointer);
+    if (a->device != dev) return make_error_code(errc::stream_device_mismatch);
+    if (bytes > a->bytes - (reinterpret_cast<std::uint64_t>(ptr) - a->address)) return make_error_code(errc::size_overflow);
+    return {};
+  };
+  if (auto e = buffer(c.send, send_bytes)) return e;
+  if (auto e = buffer(c.recv, recv_bytes)) return e;
+  return {};
+}
+
+NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream& s, std::error_code& ec) {
+  ec.clear();
+  if (!state_) {
+    ec = make_error_code(errc::invalid_argument);
+    return nullptr;
+  }
+  if (state_->aborted) {
+    ec = make_error_code(errc::operation_aborted);
+    return nullptr;
+  }
+  detail::stream_state* ss = s.valid() ? rt_->find_stream(s.id()) : nullptr;
+  if (!ss || ss->destroyed || ss->invalidated) {
+    ec = make_error_code(errc::invalid_stream);
+    return nullptr;
+  }
+  const int r = rank_of(ss->device);
+  if (r < 0) {
+    ec = make_error_code(errc::stream_device_mismatch);
+    return nullptr;
+  }
+  const auto rank = static_cast<std::uint32_t>(r);
+  if ((ec = check(c, ss->device, rank))) return nullptr;
+  // Call numbers, per rank for collectives and per ordered pair for point-to-point calls: the
+  // engine matches the ranks' parts by them.
+  const std::uint32_t p = state_->size();
+  std::uint64_t seq = 0;
+  if (c.op == collective_op::send)
+    seq = state_->next_send[rank * p + static_cast<std::uint32_t>(c.root)]++;
+  else if (c.op == collective_op::recv)
+    seq = state_->next_recv[static_cast<std::uint32_t>(c.root) * p + rank]++;
+  else
+    seq = state_->next_seq[rank]++;
+  if (group_ && group_->depth > 0) {
+    auto& d = group_->pending[ss->id];
+    if (!d) {
+      d = std::make_shared<collective_desc>();
+      d->comm = state_;
+      d->rank = rank;
+    }
+    d->calls.push_back(c);
+    d->sequence.push_back(seq);
+    return nullptr;
+  }
+  auto d = std::make_shared<collective_desc>();
+  d->comm = state_;
+  d->rank = rank;
+  d->calls.push_back(c);
+  d->sequence.push_back(seq);
+  detail::task* t = rt_->new_task(*ss, task_kind::collective);
+  t->engine = engine_kind::collective;
+  t->name = to_string(c.op);
+  t->collective = d.get();
+  t->owned_extra = std::move(d);
+  return t;
+}
+
+NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s, std::error_code& ec) {
+  detail::task* t = prepare(c, s, ec);
+  if (!t) return {};
+  rt_->enqueue(*rt_->find_stream(s.id()), t);
+  return detail::event_access::task_event(*rt_, s.id(), t->seq);
+}
+
+NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
+  std::error_code ec;
+  event e = enqueue(c, s, ec);
+  throw_if(ec, std::string("npurt::communicator::") + std::string(to_string(c.op)));
+  return e;
+}
+
+NPURT_DECL void communicator::group_start() {
+  if (!group_) throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::group_start: empty handle");
+  ++group_->depth;
+}
+
+NPURT_DECL void communicator::group_end(std::error_code& ec) {
+  ec.clear();
+  if (!group_ || group_->depth == 0) {
+    ec = make_error_code(errc::invalid_argument);  // group_end without group_start
+    return;
+  }
+  if (--group_->depth > 0) return;
+  auto pending = std::move(group_->pending);
+  group_->pending.clear();
+  for (auto& [sid, d] : pending) {
+    detail::stream_state* ss = rt_->find_stream(sid);
+    if (!ss || ss->destroyed || ss->invalidated) {
+      ec = make_error_code(errc::invalid_stream);
+      continue;
+    }
+    detail::task* t = rt_->new_task(*ss, task_kind::collective);
+    t->engine = engine_kind::collective;
+    t->name = d->calls.size() == 1 ? to_string(d->calls[0].op) : std::string_view("collective_group");
+    t->collective = d.get();
+    t->owned_extra = std::move(d);
+    rt_->enqueue(*ss, t);
+  }
+}
+
+NPURT_DECL void communicator::group_end() {
+  std::error_code ec;
+  group_end(ec);
+  throw_if(ec, "npurt::communicator::group_end");
+}
+
+}  // namespace npurt

@@ -1,0 +1,683 @@
+// The collective engine: rendezvous of the ranks, phases over the device model's links,
+// timeouts, mismatches, and the functional results.
+#include <npurt/sim/collective_engine.hpp>
+
+#include <npurt/numeric.hpp>
+#include <npurt/observer.hpp>
+#include <npurt/sim/device_model.hpp>
+#include <npurt/sim/topology.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+namespace npurt::sim {
+
+namespace {
+
+constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+
+std::size_t checked_bytes(std::size_t count, dtype t, std::size_t times = 1) {
+  const std::size_t s = size_of(t);
+  if (count != 0 && (times > std::numeric_limits<std::size_t>::max() / count ||
+                     count * times > std::numeric_limits<std::size_t>::max() / s))
+    return std::numeric_limits<std::size_t>::max();
+  return count * times * s;
+}
+
+std::string describe_call(const collective_call& c) {
+  std::ostringstream os;
+  os << to_string(c.op) << "(count=" << c.count << ", " << to_string(c.type);
+  if (c.op == collective_op::all_reduce || c.op == collective_op::reduce || c.op == collective_op::reduce_scatter)
+    os << ", " << to_string(c.red);
+  if (c.op == collective_op::broadcast || c.op == collective_op::reduce) os << ", root=" << c.root;
+  if (c.op == collective_op::send || c.op == collective_op::recv) os << ", peer=" << c.root;
+  os << ")";
+  return os.str();
+}
+
+bool same_call(const collective_call& a, const collective_call& b) {
+  if (a.type != b.type || a.count != b.count) return false;
+  if (a.op == collective_op::send || a.op == collective_op::recv) return true;  // roles differ by design
+  if (a.op != b.op) return false;
+  if ((a.op == collective_op::all_reduce || a.op == collective_op::reduce || a.op == collective_op::reduce_scatter) &&
+      a.red != b.red)
+    return false;
+  if ((a.op == collective_op::broadcast || a.op == collective_op::reduce) && a.root != b.root) return false;
+  return true;
+}
+
+// --- element-wise reduction in a fixed order -----------------------------------------------
+
+template <class T>
+T apply(reduce_op r, T a, T b) {
+  switch (r) {
+    case reduce_op::sum: return a + b;
+    case reduce_op::prod: return a * b;
+    case reduce_op::max: return a < b ? b : a;
+    case reduce_op::min: return b < a ? b : a;
+  }
+  return a;
+}
+
+// Integers wrap (as the device's integer units do) instead of overflowing into UB.
+template <class T>
+T apply_int(reduce_op r, T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  switch (r) {
+    case reduce_op::sum: return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    case reduce_op::prod: return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+    default: return apply(r, a, b);
+  }
+}
+
+template <class T>
+void reduce_plain(reduce_op r, std::byte* acc, const std::byte* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    T a, b;
+    std::memcpy(&a, acc + i * sizeof(T), sizeof(T));
+    std::memcpy(&b, x + i * sizeof(T), sizeof(T));
+    T c;
+    if constexpr (std::is_integral_v<T>) c = apply_int(r, a, b);
+    else c = apply(r, a, b);
+    std::memcpy(acc + i * sizeof(T), &c, sizeof(T));
+  }
+}
+
+// 16-bit floats: each step computes in float and rounds back, as a 16-bit vector unit does.
+template <float (*to_f)(std::uint16_t), std::uint16_t (*from_f)(float)>
+void reduce_16(reduce_op r, std::byte* acc, const std::byte* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint16_t a, b;
+    std::memcpy(&a, acc + i * 2, 2);
+    std::memcpy(&b, x + i * 2, 2);
+    const std::uint16_t c = from_f(apply(r, to_f(a), to_f(b)));
+    std::memcpy(acc + i * 2, &c, 2);
+  }
+}
+
+float h2f(std::uint16_t h) { return numeric::half_bits_to_float(h); }
+std::uint16_t f2h(float f) { return numeric::float_to_half_bits(f); }
+float b2f(std::uint16_t h) { return numeric::bfloat16_bits_to_float(h); }
+std::uint16_t f2b(float f) { return numeric::float_to_bfloat16_bits(f); }
+
+void reduce_into(dtype t, reduce_op r, std::byte* acc, const std::byte* x, std::size_t n) {
+  switch (t) {
+    case dtype::f32: return reduce_plain<float>(r, acc, x, n);
+    case dtype::f16: return reduce_16<&h2f, &f2h>(r, acc, x, n);
+    case dtype::bf16: return reduce_16<&b2f, &f2b>(r, acc, x, n);
+    case dtype::i8: return reduce_plain<std::int8_t>(r, acc, x, n);
+    case dtype::i32: return reduce_plain<std::int32_t>(r, acc, x, n);
+    case dtype::i64: return reduce_plain<std::int64_t>(r, acc, x, n);
+    case dtype::u8: return reduce_plain<std::uint8_t>(r, acc, x, n);
+  }
+}
+
+}  // namespace
+
+struct collective_engine::instance {
+  std::uint64_t id = 0;
+  key k{};
+  std::shared_ptr<collective_comm_state> comm;
+  bool p2p = false;
+  std::uint64_t sequence = 0;
+  std::vector<device_id> devices;            // by participant
+  std::vector<std::uint32_t> ranks;          // communicator rank by participant
+  std::vector<task_info*> tasks;
+  std::vector<const collective_call*> calls;
+  std::vector<sim_time> arrival;
+  std::uint32_t arrived = 0;
+  std::uint32_t first = none;
+  bool started = false;
+  bool failed = false;
+  std::error_code error;
+  std::uint64_t timer = 0;
+  bool timer_armed = false;
+  collective_op op = collective_op::all_reduce;
+  collective_algorithm algo = collective_algorithm::ring;
+  double bytes = 0;
+  std::size_t chunks = 1, chunk = 0, phase = 0;
+  std::vector<coll_phase> phases;
+  std::uint32_t outstanding = 0;
+  sim_time start{};
+};
+
+struct collective_engine::carrier {
+  task_info info;
+  instance* in = nullptr;
+  std::uint32_t src = 0, dst = 0;
+  std::uint32_t step = 0;
+  bool reduction = false;  // a local reduction on the AI cores, not a transfer
+};
+
+collective_engine::collective_engine(device_model& model, const preset& p, bool functional)
+    : model_(model), preset_(p), functional_(functional), gamma_(reduce_seconds_per_byte(p)) {}
+
+collective_engine::~collective_engine() = default;
+
+collective_engine::carrier* collective_engine::new_carrier() {
+  if (free_carriers_.empty()) {
+    carriers_.push_back(std::make_unique<carrier>());
+    return carriers_.back().get();
+  }
+  carrier* c = free_carriers_.back();
+  free_carriers_.pop_back();
+  return c;
+}
+
+void collective_engine::submit(task_info& t) {
+  const collective_desc* d = t.collective;
+  if (!d || !d->comm || d->calls.empty() || d->rank >= d->comm->size()) {
+    tasks_[&t] = {1, {}};
+    release_task(t, make_error_code(errc::invalid_argument));
+    return;
+  }
+  auto& track = tasks_[&t];
+  track.pending = static_cast<std::uint32_t>(d->calls.size());
+  if (d->comm->aborted) {
+    track.pending = 1;
+    release_task(t, make_error_code(errc::operation_aborted));
+    return;
+  }
+  for (std::uint32_t i = 0; i < d->calls.size(); ++i) {
+    const collective_call& c = d->calls[i];
+    const std::uint64_t seq = d->sequence[i];
+    const auto peer = static_cast<std::uint32_t>(c.root);
+    if (c.op == collective_op::send)
+      arrive(key{d->comm->id, d->rank, peer, seq}, t, i, 0);
+    else if (c.op == collective_op::recv)
+      arrive(key{d->comm->id, peer, d->rank, seq}, t, i, 1);
+    else
+      arrive(key{d->comm->id, none, none, seq}, t, i, d->rank);
+  }
+}
+
+void collective_engine::arrive(const key& k, task_info& t, std::uint32_t call_index, std::uint32_t participant) {
+  const collective_desc& d = *t.collective;
+  auto [it, inserted] = instances_.try_emplace(k);
+  if (inserted) {
+    auto in = std::make_unique<instance>();
+    in->id = next_id_++;
+    in->k = k;
+    in->comm = d.comm;
+    in->p2p = std::get<1>(k) != none;
+    in->sequence = std::get<3>(k);
+    if (in->p2p) {
+      in->ranks = {std::get<1>(k), std::get<2>(k)};
+      in->devices = {d.comm->devices[in->ranks[0]], d.comm->devices[in->ranks[1]]};
+    } else {
+      in->devices = d.comm->devices;
+      in->ranks.resize(in->devices.size());
+      for (std::uint32_t r = 0; r < in->ranks.size(); ++r) in->ranks[r] = r;
+    }
+    const std::size_t n = in->devices.size();
+    in->tasks.assign(n, nullptr);
+    in->calls.assign(n, nullptr);
+    in->arrival.assign(n, sim_time{});
+    by_id_[in->id] = in.get();
+    it->second = std::move(in);
+  }
+  instance& in = *it->second;
+  const collective_call& call = t.collective->calls[call_index];
+  const sim_time now = host_->now();
+  if (in.tasks[participant]) {
+    // The same rank twice under one key cannot come from the communicator's numbering.
+    release_task(t, make_error_code(errc::collective_mismatch));
+    return;
+  }
+  in.tasks[participant] = &t;
+  in.calls[participant] = &call;
+  in.arrival[participant] = now;
+  ++in.arrived;
+  if (in.failed) {
+    release_task(t, in.error);
+    if (in.arrived == in.tasks.size() && in.outstanding == 0) {
+      by_id_.erase(in.id);
+      instances_.erase(it);
+    }
+    return;
+  }
+  if (in.first == none) {
+    in.first = participant;
+    if (in.comm->exec_timeout.count() > 0 && in.arrived < in.tasks.size()) {
+      in.timer = host_->call_at_cancellable(now + in.comm->exec_timeout, &collective_engine::on_timeout, this, in.id);
+      in.timer_armed = true;
+    }
+  } else if (!same_call(*in.calls[in.first], call)) {
+    std::ostringstream os;
+    os << "collective mismatch in communicator '" << in.comm->name << "' (id " << in.comm->id << "), "
+       << (in.p2p ? "point-to-point call #" : "call #") << in.sequence << ": rank " << in.ranks[in.first] << " called "
+       << describe_call(*in.calls[in.first]) << " but rank " << in.ranks[participant] << " called " << describe_call(call);
+    fail(in, make_error_code(errc::collective_mismatch), os.str());
+    if (in.arrived == in.tasks.size() && in.outstanding == 0) {
+      by_id_.erase(in.id);
+      instances_.erase(it);
+    }
+    return;
+  }
+  if (in.arrived == in.tasks.size()) {
+    if (in.timer_armed) host_->cancel_timer(in.timer);
+    in.timer_armed = false;
+    host_->call_at(now, &collective_engine::on_begin, this, in.id);
+  }
+}
+
+void collective_engine::fail(instance& in, std::error_code ec, const std::string& message) {
+  in.failed = true;
+  in.error = ec;
+  if (in.timer_armed) host_->cancel_timer(in.timer);
+  in.timer_armed = false;
+  collective_comm_state& c = *in.comm;
+  if (!c.async_error) c.async_error = ec;
+  if (!c.message.empty()) c.message += "\n";
+  c.message += message;
+  for (task_info* t : in.tasks)
+    if (t) release_task(*t, ec);
+  if (c.keep_records) {
+    collective_record r;
+    r.sequence = in.sequence;
+    r.op = in.calls[in.first] ? in.calls[in.first]->op : collective_op::all_reduce;
+    r.arrival = in.arrival;
+    r.start = r.end = host_->now();
+    r.error = ec;
+    c.records.push_back(std::move(r));
+  }
+}
+
+void collective_engine::on_timeout(void* self, std::uint64_t id) {
+  auto* e = static_cast<collective_engine*>(self);
+  auto it = e->by_id_.find(id);
+  if (it == e->by_id_.end()) return;
+  instance& in = *it->second;
+  if (in.started || in.failed) return;
+  in.timer_armed = false;
+  std::ostringstream os;
+  os << "HCCL execution timeout: timer exec_timeout (" << to_ms(in.comm->exec_timeout) / 1000.0 << " s) fired in "
+     << (in.calls[in.first] ? describe_call(*in.calls[in.first]) : std::string("?")) << " #" << in.sequence
+     << " of communicator '" << in.comm->name << "' (id " << in.comm->id << "): rank(s)";
+  for (std::size_t i = 0; i < in.tasks.size(); ++i)
+    if (!in.tasks[i]) os << " " << in.ranks[i];
+  os << " had not arrived";
+  e->fail(in, make_error_code(errc::task_timeout), os.str());
+}
+
+void collective_engine::on_begin(void* self, std::uint64_t id) {
+  auto* e = static_cast<collective_engine*>(self);
+  auto it = e->by_id_.find(id);
+  if (it == e->by_id_.end() || it->second->failed || it->second->started) return;
+  e->begin(*it->second);
+}
+
+void collective_engine::begin(instance& in) {
+  in.started = true;
+  in.start = host_->now();
+  const collective_call& c = *in.calls[in.first];
+  in.op = c.op;
+  const std::size_t p = in.devices.size();
+  // n: the vector the formulas are written in.
+  std::vector<std::vector<double>> blocks;
+  std::size_t n = 0;
+  switch (c.op) {
+    case collective_op::all_gather:
+    case collective_op::reduce_scatter:
+    case collective_op::all_to_all: n = checked_bytes(c.count, c.type, p); break;
+    case collective_op::barrier: n = 8; break;
+    case collective_op::all_to_allv: {
+      blocks.assign(p, std::vector<double>(p, 0.0));
+      for (std::size_t s = 0; s < p; ++s)
+        for (std::size_t d = 0; d < p && d < in.calls[s]->send_counts.size(); ++d) {
+          blocks[s][d] = static_cast<double>(checked_bytes(in.calls[s]->send_counts[d], c.type));
+          n = std::max(n, static_cast<std::size_t>(blocks[s][d]) * p);
+        }
+      break;
+    }
+    default: n = checked_bytes(c.count, c.type); break;
+  }
+  in.bytes = static_cast<double>(n);
+  if (c.op == collective_op::all_to_allv)
+    for (std::size_t s = 0; s < p; ++s)
+      for (std::size_t d = 0; d < p; ++d)
+        if (in.calls[s]->send_counts[d] != in.calls[d]->recv_counts[s]) {
+          std::ostringstream os;
+          os << "collective mismatch in communicator '" << in.comm->name << "', all_to_allv #" << in.sequence
+             << ": rank " << s << " sends " << in.calls[s]->send_counts[d] << " elements to rank " << d
+             << ", which expects " << in.calls[d]->recv_counts[s];
+          in.started = false;
+          fail(in, make_error_code(errc::collective_mismatch), os.str());
+          by_id_.erase(in.id);
+          instances_.erase(in.k);
+          return;
+        }
+  collective_algorithm a = c.algorithm != collective_algorithm::automatic ? c.algorithm : in.comm->algorithm;
+  if (in.p2p) a = collective_algorithm::ring;
+  if (a == collective_algorithm::automatic) a = choose_algorithm(preset_, in.devices, c.op, n);
+  in.algo = a;
+  const std::size_t buf = std::max<std::size_t>(in.comm->buffer_bytes, 1);
+  in.chunks = c.op == collective_op::barrier ? 1 : std::max<std::size_t>(1, (n + buf - 1) / buf);
+  if (!blocks.empty())
+    for (auto& row : blocks)
+      for (auto& x : row) x /= static_cast<double>(in.chunks);
+  const auto root = in.p2p ? 0u : static_cast<std::uint32_t>(std::max(0, c.root));
+  in.phases = plan_phases(preset_, c.op, a, in.devices, in.bytes / static_cast<double>(in.chunks), root,
+                          blocks.empty() ? nullptr : &blocks);
+  // The ranks that came first waited for the last one: an idle gap whose cause is a peer.
+  if (observer* o = host_->tracer()) {
+    std::uint32_t last = 0;
+    for (std::uint32_t i = 0; i < p; ++i)
+      if (in.arrival[i] > in.arrival[last]) last = i;
+    for (std::uint32_t i = 0; i < p; ++i)
+      if (in.arrival[i] < in.start)
+        o->on_collective_step({in.tasks[i]->id, to_string(c.op), "wait", in.devices[i], in.devices[last], 0, 0,
+                               in.arrival[i], in.start});
+  }
+  run_phase(in);
+}
+
+void collective_engine::run_phase(instance& in) {
+  for (;;) {
+    if (in.phase == in.phases.size()) {
+      in.phase = 0;
+      if (++in.chunk >= in.chunks) return finish(in);
+      if (in.phases.empty()) continue;
+    }
+    const coll_phase& ph = in.phases[in.phase];
+    if (ph.transfers.empty()) {
+      if (ph.reduce_bytes > 0) return phase_done(in);
+      ++in.phase;
+      continue;
+    }
+    in.outstanding = static_cast<std::uint32_t>(ph.transfers.size());
+    const std::string_view name = to_string(in.op);
+    const auto step = static_cast<std::uint32_t>(in.chunk * in.phases.size() + in.phase);
+    for (const coll_transfer& x : ph.transfers) {
+      carrier* c = new_carrier();
+      c->in = &in;
+      c->src = x.src;
+      c->dst = x.dst;
+      c->step = step;
+      c->reduction = false;
+      task_info& t = c->info;
+      t = task_info{};
+      t.id = in.tasks[x.src]->id;
+      t.device = in.devices[x.src];
+      t.kind = task_kind::collective;
+      t.engine = engine_kind::copy_d2d;
+      t.name = name;
+      t.copy.kind = memcpy_kind::device_to_device;
+      t.copy.src_device = in.devices[x.src];
+      t.copy.dst_device = in.devices[x.dst];
+      t.copy.bytes = static_cast<std::size_t>(std::llround(x.bytes));
+      t.backend_data = c;
+      model_.start_transfer(t);
+    }
+    return;
+  }
+}
+
+void collective_engine::on_transfer(task_info& t, std::error_code ec) {
+  auto* c = static_cast<carrier*>(t.backend_data);
+  instance& in = *c->in;
+  if (c->reduction) {
+    if (observer* o = host_->tracer())
+      o->on_collective_step({t.id, to_string(in.op), "reduce", t.device, t.device, c->step, 0, t.start, t.end});
+    free_carriers_.push_back(c);
+    if (--in.outstanding != 0) return;
+    if (in.failed) return phase_done(in);
+    ++in.phase;
+    return run_phase(in);
+  }
+  if (observer* o = host_->tracer())
+    o->on_collective_step({t.id, to_string(in.op), to_string(in.algo), t.copy.src_device, t.copy.dst_device, c->step,
+                           t.copy.bytes, t.start, t.end});
+  free_carriers_.push_back(c);
+  if (ec && !in.failed) {
+    std::ostringstream os;
+    os << "link failure in " << to_string(in.op) << " #" << in.sequence << " of communicator '" << in.comm->name
+       << "' between devices " << t.copy.src_device << " and " << t.copy.dst_device;
+    fail(in, ec, os.str());
+  }
+  if (--in.outstanding != 0) return;
+  phase_done(in);
+}
+
+void collective_engine::phase_done(instance& in) {
+  if (in.failed) {
+    if (in.arrived == in.tasks.size()) {
+      by_id_.erase(in.id);
+      instances_.erase(in.k);
+    }
+    return;
+  }
+  const coll_phase& ph = in.phases[in.phase];
+  if (ph.reduce_bytes > 0) {
+    // Every rank that received data reduces it on its vector cores, queued with its kernels.
+    const auto ps = static_cast<std::int64_t>(std::ceil(ph.reduce_bytes * gamma_ * 1e12));
+    std::vector<char> receives(in.devices.size(), 0);
+    for (const coll_transfer& x : ph.transfers) receives[x.dst] = 1;
+    if (ph.transfers.empty()) std::fill(receives.begin(), receives.end(), 1);
+    in.outstanding = static_cast<std::uint32_t>(std::count(receives.begin(), receives.end(), 1));
+    const auto step = static_cast<std::uint32_t>(in.chunk * in.phases.size() + in.phase);
+    for (std::uint32_t r = 0; r < receives.size(); ++r) {
+      if (!receives[r]) continue;
+      carrier* c = new_carrier();
+      c->in = &in;
+      c->src = c->dst = r;
+      c->step = step;
+      c->reduction = true;
+      task_info& t = c->info;
+      t = task_info{};
+      t.id = in.tasks[r]->id;
+      t.priority = in.tasks[r]->priority;
+      t.device = in.devices[r];
+      t.kind = task_kind::collective;
+      t.engine = engine_kind::ai_core;
+      t.name = "collective_reduce";
+      t.fixed.duration = picoseconds{ps};
+      t.backend_data = c;
+      model_.start_reduction(t);
+    }
+    return;
+  }
+  ++in.phase;
+  run_phase(in);
+}
+
+void collective_engine::finish(instance& in) {
+  std::error_code ec;
+  if (functional_) compute(in);
+  collective_comm_state& c = *in.comm;
+  if (c.keep_records) {
+    collective_record r;
+    r.sequence = in.sequence;
+    r.op = in.op;
+    r.algorithm = in.algo;
+    r.bytes = static_cast<std::size_t>(in.bytes);
+    r.arrival = in.arrival;
+    r.start = in.start;
+    r.end = host_->now();
+    r.error = in.error;
+    c.records.push_back(std::move(r));
+  }
+  for (task_info* t : in.tasks) release_task(*t, in.error);
+  by_id_.erase(in.id);
+  instances_.erase(in.k);
+}
+
+void collective_engine::release_task(task_info& t, std::error_code ec) {
+  auto it = tasks_.find(&t);
+  if (it == tasks_.end()) return;
+  if (ec && !it->second.error) it->second.error = ec;
+  if (--it->second.pending != 0) return;
+  const std::error_code err = it->second.error;
+  tasks_.erase(it);
+  done_.push_back({&t, err});
+  if (done_.size() == 1) host_->call_at(host_->now(), &collective_engine::on_complete, this, 0);
+}
+
+void collective_engine::on_complete(void* self, std::uint64_t) {
+  auto* e = static_cast<collective_engine*>(self);
+  std::vector<std::pair<task_info*, std::error_code>> batch;
+  batch.swap(e->done_);
+  for (auto& [t, ec] : batch) {
+    t->end = e->host_->now();
+    e->host_->complete(*t, ec);
+  }
+}
+
+void collective_engine::abort(std::uint64_t comm) {
+  std::vector<instance*> hit;
+  for (auto& [k, in] : instances_)
+    if (std::get<0>(k) == comm && !in->failed) hit.push_back(in.get());
+  for (instance* in : hit) {
+    std::ostringstream os;
+    os << "communicator '" << in->comm->name << "' (id " << comm << ") aborted with " << to_string(in->op) << " #"
+       << in->sequence << " pending";
+    fail(*in, make_error_code(errc::operation_aborted), os.str());
+    if (in->arrived == in->tasks.size() && in->outstanding == 0) {
+      by_id_.erase(in->id);
+      instances_.erase(in->k);
+    }
+  }
+}
+
+void collective_engine::abort_device(device_id dev) {
+  std::erase_if(tasks_, [dev](const auto& kv) { return kv.first->device == dev; });
+  std::erase_if(done_, [dev](const auto& p) { return p.first->device == dev; });
+  std::vector<instance*> hit;
+  for (auto& [k, in] : instances_)
+    if (!in->failed && std::find(in->devices.begin(), in->devices.end(), dev) != in->devices.end())
+      hit.push_back(in.get());
+  for (instance* in : hit) {
+    std::ostringstream os;
+    os << "device " << dev << " was reset with "
+       << (in->first != none && in->calls[in->first] ? describe_call(*in->calls[in->first]) : std::string(to_string(in->op)))
+       << " #" << in->sequence << " of communicator '" << in->comm->name << "' (id " << in->comm->id << ") pending";
+    fail(*in, make_error_code(errc::operation_aborted), os.str());
+    // The reset device's records are about to be freed: nothing may point at them. Its carriers
+    // are dropped with its jobs, so `outstanding` never drains and a started instance stays
+    // (its other carriers still point at it).
+    for (std::size_t i = 0; i < in->devices.size(); ++i)
+      if (in->devices[i] == dev) {
+        in->tasks[i] = nullptr;
+        in->calls[i] = nullptr;
+      }
+    if (in->first != none && !in->calls[in->first]) in->first = none;
+    if (in->arrived == in->tasks.size() && in->outstanding == 0) {
+      by_id_.erase(in->id);
+      instances_.erase(in->k);
+    }
+  }
+}
+
+std::string collective_engine::describe() const {
+  std::ostringstream os;
+  bool first = true;
+  for (const auto& [k, in] : instances_) {
+    if (in->started || in->failed || in->first == none) continue;
+    os << (first ? "" : "; ") << describe_call(*in->calls[in->first]) << " #" << in->sequence << " of communicator '"
+       << in->comm->name << "' (id " << in->comm->id << ") waits for rank(s)";
+    for (std::size_t i = 0; i < in->tasks.size(); ++i)
+      if (!in->tasks[i]) os << " " << in->ranks[i];
+    first = false;
+  }
+  return os.str();
+}
+
+void collective_engine::compute(instance& in) {
+  const std::size_t p = in.devices.size();
+  const collective_call& c0 = *in.calls[in.first];
+  const std::size_t es = size_of(c0.type);
+  auto dev = [&](std::size_t i, const void* ptr, std::size_t bytes) -> std::byte* {
+    if (bytes == 0) return nullptr;
+    return host_->translate(in.devices[i], ptr, bytes);
+  };
+  auto fail_data = [&] {
+    in.error = make_error_code(errc::invalid_pointer);
+    if (!in.comm->async_error) in.comm->async_error = in.error;
+  };
+  // Inputs are read in full before any output is written: in-place calls are safe.
+  auto input = [&](std::size_t i, std::size_t bytes, std::size_t offset = 0) -> std::vector<std::byte> {
+    std::vector<std::byte> v;
+    const auto* base = static_cast<const std::byte*>(in.calls[i]->send);
+    if (const std::byte* src = dev(i, base + offset, bytes)) v.assign(src, src + bytes);
+    return v;
+  };
+  auto output = [&](std::size_t i, const std::vector<std::byte>& v, std::size_t offset = 0) {
+    if (v.empty()) return;
+    std::byte* dst = dev(i, static_cast<std::byte*>(in.calls[i]->recv) + offset, v.size());
+    if (!dst) return fail_data();
+    std::memcpy(dst, v.data(), v.size());
+  };
+  auto reduced = [&](std::size_t bytes, std::size_t offset, const std::vector<std::size_t>& order) {
+    std::vector<std::byte> acc = input(order[0], bytes, offset);
+    if (acc.size() != bytes) return std::vector<std::byte>{};
+    for (std::size_t k = 1; k < order.size(); ++k) {
+      const std::vector<std::byte> x = input(order[k], bytes, offset);
+      if (x.size() != bytes) return std::vector<std::byte>{};
+      reduce_into(c0.type, c0.red, acc.data(), x.data(), bytes / es);
+    }
+    return acc;
+  };
+  std::vector<std::size_t> order(p);
+  for (std::size_t i = 0; i < p; ++i) order[i] = i;
+  const std::size_t n = c0.count * es;
+  switch (in.op) {
+    case collective_op::all_reduce: {
+      const auto r = reduced(n, 0, order);
+      if (r.empty() && n) return fail_data();
+      for (std::size_t i = 0; i < p; ++i) output(i, r);
+      break;
+    }
+    case collective_op::reduce: {
+      const auto r = reduced(n, 0, order);
+      if (r.empty() && n) return fail_data();
+      output(static_cast<std::size_t>(c0.root), r);
+      break;
+    }
+    case collective_op::reduce_scatter:
+      for (std::size_t j = 0; j < p; ++j) {
+        const auto r = reduced(n, j * n, order);
+        if (r.empty() && n) return fail_data();
+        output(j, r);
+      }
+      break;
+    case collective_op::all_gather: {
+      std::vector<std::vector<std::byte>> parts(p);
+      for (std::size_t j = 0; j < p; ++j) parts[j] = input(j, n);
+      for (std::size_t i = 0; i < p; ++i)
+        for (std::size_t j = 0; j < p; ++j) output(i, parts[j], j * n);
+      break;
+    }
+    case collective_op::broadcast: {
+      const auto root = static_cast<std::size_t>(c0.root);
+      const auto v = input(root, n);
+      for (std::size_t i = 0; i < p; ++i)
+        if (i != root) output(i, v);
+      break;
+    }
+    case collective_op::all_to_all: {
+      std::vector<std::vector<std::byte>> blocks(p * p);
+      for (std::size_t s = 0; s < p; ++s)
+        for (std::size_t d = 0; d < p; ++d) blocks[s * p + d] = input(s, n, d * n);
+      for (std::size_t s = 0; s < p; ++s)
+        for (std::size_t d = 0; d < p; ++d) output(d, blocks[s * p + d], s * n);
+      break;
+    }
+    case collective_op::all_to_allv: {
+      std::vector<std::vector<std::byte>> blocks(p * p);
+      for (std::size_t s = 0; s < p; ++s)
+        for (std::size_t d = 0; d < p; ++d)
+          blocks[s * p + d] = input(s, in.calls[s]->send_counts[d] * es, in.calls[s]->send_displs[d] * es);
+      for (std::size_t s = 0; s < p; ++s)
+        for (std::size_t d = 0; d < p; ++d) output(d, blocks[s * p + d], in.calls[d]->recv_displs[s] * es);
+      break;
+    }
+    case collective_op::send:
+    case collective_op::recv: output(1, input(0, n)); break;
+    case collective_op::barrier: break;
+  }
+}
+
+}  // namespace npurt::sim
