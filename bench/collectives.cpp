@@ -139,7 +139,10 @@ double simulate(const sim::preset& pr, collective_op op, collective_algorithm a,
   sim::sim_options o;
   o.functional = false;
   npurt::system sys{sim::make_backend(pr, o)};
-  auto comm = communicator::init_all(sys, {.algorithm = a, .keep_records = true});
+  communicator_options co;
+  co.algorithm = a;
+  co.keep_records = true;
+  auto comm = communicator::init_all(sys, co);
   const int p = static_cast<int>(sys.device_count());
   std::vector<stream> ss;
   for (auto& d : sys.devices()) ss.push_back(d.make_stream());
@@ -158,25 +161,16 @@ double simulate(const sim::preset& pr, collective_op op, collective_algorithm a,
   return static_cast<double>((rec.end - rec.start).count()) * 1e-12;
 }
 
-void print_help() {
-  std::puts(
-      "collectives: nccl-tests style table of simulated HCCL collectives\n"
-      "  (ascend910b presets: 8 = one 8-device HCCS mesh, 64 = 8 such servers over RoCE)\n"
-      "options:\n"
-      "  --json PATH     write every row as JSON\n"
-      "  --quick         sizes 8 B, 64 KiB, 16 MiB only\n"
-      "  --no-scale      skip the 1024-device ResNet-50 all-reduce\n"
-      "  --help          this text");
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (npurt_bench::has_flag(argc, argv, "--help")) {
-    print_help();
-    return 0;
-  }
-  const bool quick = npurt_bench::has_flag(argc, argv, "--quick");
+  bool quick = false, no_scale = false;
+  npurt_bench::command_line cl{"collectives: nccl-tests style table of simulated HCCL collectives\n"
+                               "  (ascend910b presets: 8 = one 8-device HCCS mesh, 64 = 8 such servers over RoCE)"};
+  cl.app().add_flag("--quick", quick, "three message sizes instead of seven");
+  cl.app().add_flag("--no-scale", no_scale, "skip the 1024-device ResNet-50 all-reduce");
+  if (auto rc = cl.parse(argc, argv)) return *rc;
   std::vector<std::size_t> sizes = quick ? std::vector<std::size_t>{8, 64 << 10, 16 << 20}
                                          : std::vector<std::size_t>{8, 1 << 10, 64 << 10, 1 << 20, 16 << 20,
                                                                     256 << 20, std::size_t{1} << 30};
@@ -217,7 +211,7 @@ int main(int argc, char** argv) {
   }
   // Scale: ResNet-50's gradients (25,557,032 parameters) over 1024 devices, 128 servers.
   std::vector<std::pair<std::string, double>> scale;
-  if (!npurt_bench::has_flag(argc, argv, "--no-scale")) {
+  if (!no_scale) {
     std::printf("\n# scale: ResNet-50 gradient all-reduce, ascend910 x 1024 (128 servers), timing-only\n");
     for (std::size_t es : {std::size_t{2}, std::size_t{4}}) {
       const std::size_t bytes = 25'557'032 * es;
@@ -232,7 +226,7 @@ int main(int argc, char** argv) {
       scale.push_back({std::string("resnet50_1024_") + (es == 2 ? "fp16" : "fp32") + "_wall_s", wall});
     }
   }
-  const std::string path = npurt_bench::json_path(argc, argv);
+  const std::string path = cl.json_path();
   if (!path.empty()) {
     std::ofstream os(path);
     os << "{\n  \"benchmark\": \"collectives\",\n  \"rows\": [";

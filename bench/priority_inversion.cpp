@@ -202,19 +202,16 @@ const config configs[] = {{"shared_fifo", priority::normal, stream_flags::none},
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (npurt_bench::has_flag(argc, argv, "--help")) {
-    std::puts(
-        "priority_inversion: the seed case (ResNet-50 data parallel, FP16, batch 256/device, 25 MB buckets)\n"
-        "options:\n"
-        "  --json PATH     write the numbers as JSON\n"
-        "  --steps N       training steps per run (default 3)\n"
-        "  --quick         fewer sweep points (no 1024-device run)\n"
-        "  --svg PREFIX    also write PREFIX_shared_fifo.svg and PREFIX_priority.svg (the seed scenario)\n"
-        "  --help          this text");
-    return 0;
-  }
-  const int steps = static_cast<int>(std::clamp(npurt_bench::arg_value(argc, argv, "--steps", 3), 1L, 1000L));
-  const bool quick = npurt_bench::has_flag(argc, argv, "--quick");
+  int steps = 3;
+  bool quick = false;
+  std::string svg_prefix;
+  npurt_bench::command_line cl{
+      "priority_inversion: the seed case (ResNet-50 data parallel, FP16, batch 256/device, 25 MB buckets)"};
+  cl.app().add_option("--steps", steps, "training steps per run")->capture_default_str()->check(CLI::Range(1, 1000));
+  cl.app().add_flag("--quick", quick, "fewer sweep points (no 1024-device run)");
+  cl.app().add_option("--svg", svg_prefix, "also write PREFIX_shared_fifo.svg and PREFIX_priority.svg")
+      ->option_text("PREFIX");
+  if (auto rc = cl.parse(argc, argv)) return *rc;
   const auto t0 = std::chrono::steady_clock::now();
   models::resnet50 net(256, dtype::f16);
   npurt_bench::report rep("priority_inversion");
@@ -240,12 +237,8 @@ int main(int argc, char** argv) {
     rep.add(k + "step", r.step_ms, "ms");
     rep.add(k + "images_per_s", r.images_per_s, "img/s");
   }
-  if (const std::string prefix = [&] {
-        for (int i = 1; i + 1 < argc; ++i)
-          if (std::string(argv[i]) == "--svg") return std::string(argv[i + 1]);
-        return std::string();
-      }();
-      !prefix.empty()) {
+  if (!svg_prefix.empty()) {
+    const std::string& prefix = svg_prefix;
     seed_svg(configs[0], prefix + "_shared_fifo.svg");
     seed_svg(configs[1], prefix + "_priority.svg");
   }
@@ -282,5 +275,5 @@ int main(int argc, char** argv) {
   }
   rep.add("wall_seconds", npurt_bench::seconds_since(t0), "s");
   std::printf("\n");
-  return npurt_bench::finish(rep, argc, argv);
+  return cl.finish(rep);
 }

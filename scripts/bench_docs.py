@@ -56,9 +56,10 @@ BENCHES = [
 
 
 def rows_of(doc):
-    if isinstance(doc.get("rows"), list):
+    if isinstance(doc.get("rows"), list) and all(isinstance(r, dict) and "key" in r for r in doc["rows"]):
         return [(r.get("key", ""), r.get("value"), r.get("unit", ""), r.get("note", "")) for r in doc["rows"]]
-    return [(k, v, "", "") for k, v in doc.items() if k != "benchmark" and not isinstance(v, (dict, list))]
+    return [(k, v, "", "") for k, v in doc.items()
+            if k not in ("benchmark", "command", "measured") and not isinstance(v, (dict, list))]
 
 
 def fmt(v):
@@ -119,10 +120,24 @@ def main():
         out += [f"## `bench/{name}`", "", how, ""]
         if doc.get("command"):
             out += [f"Command: `{doc['command']}`" + (f" ({doc['measured']})." if doc.get("measured") else "."), ""]
-        out += ["| measure | value | unit | note |", "|---|---:|---|---|"]
-        for k, v, u, n in rows_of(doc):
-            out.append(f"| {k} | {fmt(v)} | {u} | {n} |")
-        out.append("")
+        rows = doc.get("rows")
+        if isinstance(rows, list) and rows and isinstance(rows[0], dict) and "key" not in rows[0]:
+            # A table of records (e.g. one row per operation, algorithm and size): its own columns,
+            # then the flat keys below it.
+            cols = list(rows[0].keys())
+            out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+            for r in rows:
+                out.append("| " + " | ".join(fmt(r.get(c)) for c in cols) + " |")
+            out.append("")
+            flat = [(k, v, "", "") for k, v in doc.items()
+                    if k not in ("benchmark", "command", "measured", "rows") and not isinstance(v, (dict, list))]
+        else:
+            flat = rows_of(doc)
+        if flat:
+            out += ["| measure | value | unit | note |", "|---|---:|---|---|"]
+            for k, v, u, n in flat:
+                out.append(f"| {k} | {fmt(v)} | {u} | {n} |")
+            out.append("")
     with open(a.out, "w") as f:
         f.write("\n".join(out))
     print(f"wrote {a.out}", file=sys.stderr)

@@ -54,7 +54,7 @@ struct communicator_options {
   std::size_t buffer_size = 200'000'000;
   picoseconds exec_timeout = from_device;
   picoseconds connect_timeout = from_device;
-  std::string name;
+  std::string name{};
   /// Keep a collective_record of every finished operation (records()).
   bool keep_records = false;
 };
