@@ -70,7 +70,8 @@ double ns_per_pair(const workload& w, std::size_t slots, Alloc&& alloc, Free&& f
     }
     const auto t1 = std::chrono::steady_clock::now();
     for (auto p : live) free_(p);
-    best = std::min(best, std::chrono::duration<double, std::nano>(t1 - t0).count() / static_cast<double>(w.slot.size()));
+    best =
+        std::min(best, std::chrono::duration<double, std::nano>(t1 - t0).count() / static_cast<double>(w.slot.size()));
   }
   return best;
 }
@@ -211,7 +212,8 @@ std::vector<event> trace_from_plan(const std::vector<npurt::memplan::buffer>& b)
 std::vector<event> simulated_resnet50_trace(std::int64_t batch, int steps) {
   const auto tr = npurt::models::training_step_trace(batch);
   std::vector<event> ev;
-  for (const auto& e : npurt::models::repeated_events(tr, steps)) ev.push_back({e.alloc, e.buffer, static_cast<std::size_t>(e.size)});
+  for (const auto& e : npurt::models::repeated_events(tr, steps))
+    ev.push_back({e.alloc, e.buffer, static_cast<std::size_t>(e.size)});
   return ev;
 }
 
@@ -222,7 +224,8 @@ struct replay_result {
   std::string error;  // set when the replay ran out of device memory
 };
 
-replay_result replay(const std::vector<event>& ev, allocation_strategy strategy, std::size_t capacity = std::size_t{64} << 30) {
+replay_result replay(const std::vector<event>& ev, allocation_strategy strategy,
+                     std::size_t capacity = std::size_t{64} << 30) {
   replay_result r;
   std::size_t live = 0;
   std::vector<std::size_t> sizes;
@@ -278,8 +281,9 @@ replay_result replay(const std::vector<event>& ev, allocation_strategy strategy,
         if (e.alloc) addr[e.id] = a.allocate(e.size, 0);
         else a.deallocate(addr[e.id], 0);
       }
-    r.ns_per_event = std::min(r.ns_per_event, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
-                                                  static_cast<double>(reps * ev.size()));
+    r.ns_per_event = std::min(r.ns_per_event,
+                              std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+                                  static_cast<double>(reps * ev.size()));
   }
   return r;
 }
@@ -293,9 +297,10 @@ std::string find_data(const char* arg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench/allocator: the pool's cached alloc+free pair against glibc and mimalloc, and allocation "
-               "traces replayed under the segmented and compact strategies.",
-               "allocator"};
+  CLI::App app{
+      "bench/allocator: the pool's cached alloc+free pair against glibc and mimalloc, and allocation "
+      "traces replayed under the segmented and compact strategies.",
+      "allocator"};
   std::string json_path, data_dir;
   std::size_t iters = 5'000'000;
   bool replays_only = false;
@@ -327,32 +332,43 @@ int main(int argc, char** argv) {
   // Skipped with --replays-only: the replays are the slow part to iterate on, this the noisy one.
   if (!replays_only) {
     rows.push_back({"glibc malloc/free",
-                    ns_per_pair(w, slots, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(__libc_malloc(s)); },
-                                [](std::uintptr_t p) { __libc_free(reinterpret_cast<void*>(p)); }, repeat),
-                    ns_hot(iters, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(__libc_malloc(s)); },
-                           [](std::uintptr_t p) { __libc_free(reinterpret_cast<void*>(p)); }, repeat)});
+                    ns_per_pair(
+                        w, slots, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(__libc_malloc(s)); },
+                        [](std::uintptr_t p) { __libc_free(reinterpret_cast<void*>(p)); }, repeat),
+                    ns_hot(
+                        iters, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(__libc_malloc(s)); },
+                        [](std::uintptr_t p) { __libc_free(reinterpret_cast<void*>(p)); }, repeat)});
     rows.push_back({"mi_malloc/mi_free",
-                    ns_per_pair(w, slots, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(mi_malloc(s)); },
-                                [](std::uintptr_t p) { mi_free(reinterpret_cast<void*>(p)); }, repeat),
-                    ns_hot(iters, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(mi_malloc(s)); },
-                           [](std::uintptr_t p) { mi_free(reinterpret_cast<void*>(p)); }, repeat)});
-    rows.push_back({"host_heap (64 B aligned)",
-                    ns_per_pair(w, slots, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(host_heap::allocate(s)); },
-                                [](std::uintptr_t p) { host_heap::deallocate(reinterpret_cast<void*>(p)); }, repeat),
-                    ns_hot(iters, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(host_heap::allocate(s)); },
-                           [](std::uintptr_t p) { host_heap::deallocate(reinterpret_cast<void*>(p)); }, repeat)});
+                    ns_per_pair(
+                        w, slots, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(mi_malloc(s)); },
+                        [](std::uintptr_t p) { mi_free(reinterpret_cast<void*>(p)); }, repeat),
+                    ns_hot(
+                        iters, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(mi_malloc(s)); },
+                        [](std::uintptr_t p) { mi_free(reinterpret_cast<void*>(p)); }, repeat)});
+    rows.push_back(
+        {"host_heap (64 B aligned)",
+         ns_per_pair(
+             w, slots, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(host_heap::allocate(s)); },
+             [](std::uintptr_t p) { host_heap::deallocate(reinterpret_cast<void*>(p)); }, repeat),
+         ns_hot(
+             iters, [](std::size_t s) { return reinterpret_cast<std::uintptr_t>(host_heap::allocate(s)); },
+             [](std::uintptr_t p) { host_heap::deallocate(reinterpret_cast<void*>(p)); }, repeat)});
     rows.push_back({"caching_allocator",
-                    ns_per_pair(w, slots, [&](std::size_t s) { return static_cast<std::uintptr_t>(cache.allocate(s, 0)); },
-                                [&](std::uintptr_t p) { cache.deallocate(p, 0); }, repeat),
-                    ns_hot(iters, [&](std::size_t s) { return static_cast<std::uintptr_t>(cache.allocate(s, 0)); },
-                           [&](std::uintptr_t p) { cache.deallocate(p, 0); }, repeat)});
+                    ns_per_pair(
+                        w, slots, [&](std::size_t s) { return static_cast<std::uintptr_t>(cache.allocate(s, 0)); },
+                        [&](std::uintptr_t p) { cache.deallocate(p, 0); }, repeat),
+                    ns_hot(
+                        iters, [&](std::size_t s) { return static_cast<std::uintptr_t>(cache.allocate(s, 0)); },
+                        [&](std::uintptr_t p) { cache.deallocate(p, 0); }, repeat)});
     // The std::error_code overloads, which the runtime's non-throwing paths call.
     std::error_code ec;
     rows.push_back({"caching_allocator (ec)",
-                    ns_per_pair(w, slots, [&](std::size_t s) { return static_cast<std::uintptr_t>(cache.allocate(s, 0, ec)); },
-                                [&](std::uintptr_t p) { cache.deallocate(p, 0, ec); }, repeat),
-                    ns_hot(iters, [&](std::size_t s) { return static_cast<std::uintptr_t>(cache.allocate(s, 0, ec)); },
-                           [&](std::uintptr_t p) { cache.deallocate(p, 0, ec); }, repeat)});
+                    ns_per_pair(
+                        w, slots, [&](std::size_t s) { return static_cast<std::uintptr_t>(cache.allocate(s, 0, ec)); },
+                        [&](std::uintptr_t p) { cache.deallocate(p, 0, ec); }, repeat),
+                    ns_hot(
+                        iters, [&](std::size_t s) { return static_cast<std::uintptr_t>(cache.allocate(s, 0, ec)); },
+                        [&](std::uintptr_t p) { cache.deallocate(p, 0, ec); }, repeat)});
   }
   const double glibc_slots = replays_only ? 1 : rows[0].slots_ns, mi_slots = replays_only ? 1 : rows[1].slots_ns;
   const double glibc_hot = replays_only ? 1 : rows[0].hot_ns, mi_hot = replays_only ? 1 : rows[1].hot_ns;
@@ -369,8 +385,9 @@ int main(int argc, char** argv) {
   // Issue 4's target for the caching allocator's cached path.
   constexpr double target_ns = 100.0;
   if (!replays_only)
-    std::printf("target <= %.0f ns per pair: caching_allocator at %.2f x target (4096 slots), %.2f x target (hot 4 KiB)\n",
-                target_ns, rows[3].slots_ns / target_ns, rows[3].hot_ns / target_ns);
+    std::printf(
+        "target <= %.0f ns per pair: caching_allocator at %.2f x target (4096 slots), %.2f x target (hot 4 KiB)\n",
+        target_ns, rows[3].slots_ns / target_ns, rows[3].hot_ns / target_ns);
 
   struct trace_row {
     std::string name;
@@ -384,7 +401,8 @@ int main(int argc, char** argv) {
   };
   // The simulator's training step on a 32 GiB device (an Ascend 910's HBM); 3 steps warm the cache.
   for (const std::int64_t batch : {32, 256})
-    add_trace("sim resnet50 b" + std::to_string(batch) + " x3 steps", simulated_resnet50_trace(batch, 3), std::size_t{32} << 30);
+    add_trace("sim resnet50 b" + std::to_string(batch) + " x3 steps", simulated_resnet50_trace(batch, 3),
+              std::size_t{32} << 30);
   add_trace("synthetic resnet50 b32 x3", resnet50_trace({32, 32, 32}));
   add_trace("synthetic resnet50 b32..25", resnet50_trace({32, 30, 27, 31, 25, 32}));
   const std::string dir = find_data(data);
@@ -402,7 +420,8 @@ int main(int argc, char** argv) {
   for (const auto& t : traces) {
     const double lb = static_cast<double>(t.seg.lb);
     for (const auto* r : {&t.seg, &t.cmp})
-      if (!r->error.empty()) std::printf("%-28s %s: %s\n", t.name.c_str(), r == &t.seg ? "segmented" : "compact", r->error.c_str());
+      if (!r->error.empty())
+        std::printf("%-28s %s: %s\n", t.name.c_str(), r == &t.seg ? "segmented" : "compact", r->error.c_str());
     std::printf("%-28s %7zu %9.1f | %9.1f %9.3f %9.3f %6.3f %8.1f | %9.1f %9.3f %9.3f %6.3f %8.1f\n", t.name.c_str(),
                 t.events, lb / m, static_cast<double>(t.seg.peak_reserved) / m,
                 static_cast<double>(t.seg.peak_reserved) / static_cast<double>(t.seg.peak_allocated),
@@ -411,33 +430,37 @@ int main(int argc, char** argv) {
                 static_cast<double>(t.cmp.peak_reserved) / static_cast<double>(t.cmp.peak_allocated),
                 static_cast<double>(t.cmp.peak_reserved) / lb, t.cmp.frag_at_peak, t.cmp.ns_per_event);
   }
-  std::printf("(segmented/compact columns: peak reserved MiB, ratios, fragmentation, replay ns per event;\n"
-              " sim = the simulator's ResNet-50 step, models/memory_trace.hpp; synthetic = a hand-written approximation)\n");
+  std::printf(
+      "(segmented/compact columns: peak reserved MiB, ratios, fragmentation, replay ns per event;\n"
+      " sim = the simulator's ResNet-50 step, models/memory_trace.hpp; synthetic = a hand-written approximation)\n");
 
   if (json) {
     std::ofstream out(json);
-    out << "{\n  \"benchmark\": \"allocator\",\n  \"pairs\": " << (replays_only ? 0 : iters) << ",\n  \"malloc_is_mimalloc\": "
-        << (malloc_is_mimalloc ? "true" : "false") << ",\n  \"target_ns_per_pair\": " << target_ns
-        << ",\n  \"cached_path\": [\n";
+    out << "{\n  \"benchmark\": \"allocator\",\n  \"pairs\": " << (replays_only ? 0 : iters)
+        << ",\n  \"malloc_is_mimalloc\": " << (malloc_is_mimalloc ? "true" : "false")
+        << ",\n  \"target_ns_per_pair\": " << target_ns << ",\n  \"cached_path\": [\n";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
       out << "    {\"allocator\": \"" << r.name << "\", \"slots_ns_per_pair\": " << r.slots_ns
-          << ", \"slots_ratio_glibc\": " << r.slots_ns / glibc_slots << ", \"slots_ratio_mimalloc\": " << r.slots_ns / mi_slots
-          << ", \"hot_ns_per_pair\": " << r.hot_ns << ", \"hot_ratio_glibc\": " << r.hot_ns / glibc_hot
-          << ", \"hot_ratio_mimalloc\": " << r.hot_ns / mi_hot << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+          << ", \"slots_ratio_glibc\": " << r.slots_ns / glibc_slots
+          << ", \"slots_ratio_mimalloc\": " << r.slots_ns / mi_slots << ", \"hot_ns_per_pair\": " << r.hot_ns
+          << ", \"hot_ratio_glibc\": " << r.hot_ns / glibc_hot << ", \"hot_ratio_mimalloc\": " << r.hot_ns / mi_hot
+          << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
     }
     out << "  ],\n  \"replays\": [\n";
     for (std::size_t i = 0; i < traces.size(); ++i) {
       const auto& t = traces[i];
       auto emit = [&](const char* k, const replay_result& r) {
-        out << "\"" << k << "\": {\"peak_reserved\": " << r.peak_reserved << ", \"peak_allocated\": " << r.peak_allocated
-            << ", \"reserved_over_allocated\": " << static_cast<double>(r.peak_reserved) / static_cast<double>(r.peak_allocated)
+        out << "\"" << k << "\": {\"peak_reserved\": " << r.peak_reserved
+            << ", \"peak_allocated\": " << r.peak_allocated << ", \"reserved_over_allocated\": "
+            << static_cast<double>(r.peak_reserved) / static_cast<double>(r.peak_allocated)
             << ", \"reserved_over_lb\": " << static_cast<double>(r.peak_reserved) / static_cast<double>(r.lb)
             << ", \"fragmentation_at_peak\": " << r.frag_at_peak << ", \"fragmentation_max\": " << r.frag_max
             << ", \"ns_per_event\": " << r.ns_per_event << ", \"device_allocs\": " << r.device_allocs
             << ", \"oom\": " << (r.error.empty() ? "false" : "true") << "}";
       };
-      out << "    {\"trace\": \"" << t.name << "\", \"events\": " << t.events << ", \"lower_bound\": " << t.seg.lb << ", ";
+      out << "    {\"trace\": \"" << t.name << "\", \"events\": " << t.events << ", \"lower_bound\": " << t.seg.lb
+          << ", ";
       emit("segmented", t.seg);
       out << ", ";
       emit("compact", t.cmp);

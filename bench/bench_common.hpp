@@ -9,8 +9,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -40,7 +40,8 @@ class report {
   void print() const {
     std::printf("%s\n", title_.c_str());
     std::printf("%-52s %14s  %-8s %s\n", "measure", "value", "unit", "note");
-    for (const auto& r : rows_) std::printf("%-52s %14.3f  %-8s %s\n", r.key.c_str(), r.value, r.unit.c_str(), r.note.c_str());
+    for (const auto& r : rows_)
+      std::printf("%-52s %14.3f  %-8s %s\n", r.key.c_str(), r.value, r.unit.c_str(), r.note.c_str());
   }
   /// {"benchmark": title, "<key>": value, ..., "rows": [{"key", "value", "unit", "note"}, ...]}:
   /// the flat keys for scripts, the rows for scripts/bench_docs.py (units and notes included).
@@ -118,9 +119,7 @@ class command_line {
               try {
                 (void)npurt::sim::presets::by_name(n);
                 return {};
-              } catch (const npurt::error& e) {
-                return e.what();
-              }
+              } catch (const npurt::error& e) { return e.what(); }
             },
             "", "preset"));
   }
@@ -130,9 +129,7 @@ class command_line {
   [[nodiscard]] std::optional<int> parse(int argc, char** argv) {
     try {
       app_.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      return app_.exit(e);
-    }
+    } catch (const CLI::ParseError& e) { return app_.exit(e); }
     return std::nullopt;
   }
 

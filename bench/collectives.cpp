@@ -117,7 +117,8 @@ double hierarchical(const sim::preset& pr, int p, double n) {
   inter.device_count = static_cast<std::uint32_t>(S);
   inter.server_size = 1;
   inter.hccs_groups.clear();
-  const auto ia = std::has_single_bit(static_cast<unsigned>(S)) ? collective_algorithm::rhd : collective_algorithm::ring;
+  const auto ia =
+      std::has_single_bit(static_cast<unsigned>(S)) ? collective_algorithm::rhd : collective_algorithm::ring;
   return formula(intra, collective_op::reduce_scatter, collective_algorithm::mesh, L, n) +
          formula(inter, collective_op::all_reduce, ia, S, n / L) +
          formula(intra, collective_op::all_gather, collective_algorithm::mesh, L, n);
@@ -161,19 +162,19 @@ double simulate(const sim::preset& pr, collective_op op, collective_algorithm a,
   return static_cast<double>((rec.end - rec.start).count()) * 1e-12;
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, no_scale = false;
-  npurt_bench::command_line cl{"collectives: nccl-tests style table of simulated HCCL collectives\n"
-                               "  (ascend910b presets: 8 = one 8-device HCCS mesh, 64 = 8 such servers over RoCE)"};
+  npurt_bench::command_line cl{
+      "collectives: nccl-tests style table of simulated HCCL collectives\n"
+      "  (ascend910b presets: 8 = one 8-device HCCS mesh, 64 = 8 such servers over RoCE)"};
   cl.app().add_flag("--quick", quick, "three message sizes instead of seven");
   cl.app().add_flag("--no-scale", no_scale, "skip the 1024-device ResNet-50 all-reduce");
   if (auto rc = cl.parse(argc, argv)) return *rc;
-  std::vector<std::size_t> sizes = quick ? std::vector<std::size_t>{8, 64 << 10, 16 << 20}
-                                         : std::vector<std::size_t>{8, 1 << 10, 64 << 10, 1 << 20, 16 << 20,
-                                                                    256 << 20, std::size_t{1} << 30};
+  std::vector<std::size_t> sizes =
+      quick ? std::vector<std::size_t>{8, 64 << 10, 16 << 20}
+            : std::vector<std::size_t>{8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, std::size_t{1} << 30};
   std::vector<row> rows;
   for (int p : {8, 64}) {
     const auto pr = sim::presets::ascend910b(p);
@@ -189,12 +190,14 @@ int main(int argc, char** argv) {
             !(p == 64 && a == collective_algorithm::mesh))
           combos.push_back({op, a});
     if (p == 64) combos.push_back({collective_op::all_reduce, collective_algorithm::hierarchical});
-    std::printf("\n# ascend910b, %d devices%s\n", p, p == 8 ? " (one HCCS full mesh)" : " (8 servers x 8, RoCE between)");
-    std::printf("%-15s %-12s %12s %12s %10s %10s %12s %8s\n", "op", "algorithm", "size(B)", "time(us)",
-                "algbw", "busbw", "formula(us)", "err(%)");
+    std::printf("\n# ascend910b, %d devices%s\n", p,
+                p == 8 ? " (one HCCS full mesh)" : " (8 servers x 8, RoCE between)");
+    std::printf("%-15s %-12s %12s %12s %10s %10s %12s %8s\n", "op", "algorithm", "size(B)", "time(us)", "algbw",
+                "busbw", "formula(us)", "err(%)");
     for (const auto& c : combos)
       for (std::size_t s : sizes) {
-        const std::size_t bytes = std::max<std::size_t>(s / static_cast<std::size_t>(p), 1) * static_cast<std::size_t>(p);
+        const std::size_t bytes =
+            std::max<std::size_t>(s / static_cast<std::size_t>(p), 1) * static_cast<std::size_t>(p);
         const double t = simulate(pr, c.op, c.a, bytes);
         const double chunks = std::ceil(static_cast<double>(bytes) / 200e6);
         const double one = c.a == collective_algorithm::hierarchical
@@ -202,8 +205,16 @@ int main(int argc, char** argv) {
                                : formula(pr, c.op, c.a, p, static_cast<double>(bytes) / chunks);
         const double want = chunks * one;
         const double algbw = static_cast<double>(bytes) / t / 1e9;
-        row r{"ascend910b", p, std::string(to_string(c.op)), std::string(to_string(c.a)), bytes, t * 1e6, algbw,
-              algbw * bus_factor(c.op, p), want * 1e6, 100.0 * (t - want) / want};
+        row r{"ascend910b",
+              p,
+              std::string(to_string(c.op)),
+              std::string(to_string(c.a)),
+              bytes,
+              t * 1e6,
+              algbw,
+              algbw * bus_factor(c.op, p),
+              want * 1e6,
+              100.0 * (t - want) / want};
         std::printf("%-15s %-12s %12zu %12.2f %10.3f %10.3f %12.2f %8.4f\n", r.op.c_str(), r.algo.c_str(), r.bytes,
                     r.time_us, r.algbw, r.busbw, r.formula_us, r.error_pct);
         rows.push_back(r);

@@ -49,15 +49,18 @@ int main(int argc, char** argv) {
   long batch = 64, batches = 4;
   npurt_bench::command_line cl{"graph_schedules: ResNet-50 through the graph API, per schedule and optimisation level"};
   cl.app().add_option("--batch", batch, "images per batch")->capture_default_str()->check(CLI::Range(1L, 4096L));
-  cl.app().add_option("--batches", batches, "batches streamed through the pipeline schedule")
+  cl.app()
+      .add_option("--batches", batches, "batches streamed through the pipeline schedule")
       ->capture_default_str()
       ->check(CLI::Range(1L, 1024L));
   if (auto rc = cl.parse(argc, argv)) return *rc;
-  npurt_bench::report rep("graph_schedules (ResNet-50 inference, batch " + std::to_string(batch) + ", fp16, timing-only, ascend910)");
+  npurt_bench::report rep("graph_schedules (ResNet-50 inference, batch " + std::to_string(batch) +
+                          ", fp16, timing-only, ascend910)");
   npurt::graph g = npurt::models::resnet50_graph(batch, 224);
   npurt::tensor input = npurt::tensor::timing_only({batch, 3, 224, 224}, npurt::dtype::f32);
   std::vector<row> rows;
-  std::printf("%-34s %12s %12s %12s %8s %8s\n", "configuration", "latency ms", "images/s", "peak MiB", "fused", "streams");
+  std::printf("%-34s %12s %12s %12s %8s %8s\n", "configuration", "latency ms", "images/s", "peak MiB", "fused",
+              "streams");
   for (auto sched : {npurt::schedule::sequential, npurt::schedule::parallel, npurt::schedule::pipeline})
     for (int level = 0; level <= 3; ++level)
       for (bool reuse : {false, true}) {
@@ -70,22 +73,28 @@ int main(int argc, char** argv) {
         const auto br = s.run_batches(c, feeds);
         const double slots = sched == npurt::schedule::pipeline ? 3.0 : 1.0;  // two stages and one batch copying in
         const double peak = (static_cast<double>(cr.activation_bytes) * slots + static_cast<double>(cr.weight_bytes) +
-                             static_cast<double>(cr.io_bytes)) / mib;
-        row r{std::string(npurt::to_string(sched)) + " L" + std::to_string(level) + (reuse ? " reuse" : " no-reuse"), single,
-              br.batches_per_second * static_cast<double>(batch), peak};
-        std::printf("%-34s %12.3f %12.1f %12.1f %8zu %8zu\n", r.name.c_str(), r.latency_ms, r.images_per_s, r.peak_mib, cr.fused,
-                    cr.streams);
-        std::string key = std::string(npurt::to_string(sched)) + "_L" + std::to_string(level) + (reuse ? "_reuse" : "_noreuse");
+                             static_cast<double>(cr.io_bytes)) /
+                            mib;
+        row r{std::string(npurt::to_string(sched)) + " L" + std::to_string(level) + (reuse ? " reuse" : " no-reuse"),
+              single, br.batches_per_second * static_cast<double>(batch), peak};
+        std::printf("%-34s %12.3f %12.1f %12.1f %8zu %8zu\n", r.name.c_str(), r.latency_ms, r.images_per_s, r.peak_mib,
+                    cr.fused, cr.streams);
+        std::string key =
+            std::string(npurt::to_string(sched)) + "_L" + std::to_string(level) + (reuse ? "_reuse" : "_noreuse");
         rep.add(key + "_latency_ms", r.latency_ms, "ms");
         rep.add(key + "_images_per_s", r.images_per_s, "img/s");
         rep.add(key + "_peak_mib", r.peak_mib, "MiB");
         rows.push_back(r);
       }
   const row& before = rows.front();  // sequential L0 no-reuse
-  const auto best_lat = *std::min_element(rows.begin(), rows.end(), [](const row& a, const row& b) { return a.latency_ms < b.latency_ms; });
-  const auto best_thr = *std::max_element(rows.begin(), rows.end(), [](const row& a, const row& b) { return a.images_per_s < b.images_per_s; });
-  const auto best_mem = *std::min_element(rows.begin(), rows.end(), [](const row& a, const row& b) { return a.peak_mib < b.peak_mib; });
-  std::printf("\nbefore (sequential L0 no-reuse): %.3f ms, %.1f img/s, %.1f MiB\n", before.latency_ms, before.images_per_s, before.peak_mib);
+  const auto best_lat = *std::min_element(rows.begin(), rows.end(),
+                                          [](const row& a, const row& b) { return a.latency_ms < b.latency_ms; });
+  const auto best_thr = *std::max_element(rows.begin(), rows.end(),
+                                          [](const row& a, const row& b) { return a.images_per_s < b.images_per_s; });
+  const auto best_mem =
+      *std::min_element(rows.begin(), rows.end(), [](const row& a, const row& b) { return a.peak_mib < b.peak_mib; });
+  std::printf("\nbefore (sequential L0 no-reuse): %.3f ms, %.1f img/s, %.1f MiB\n", before.latency_ms,
+              before.images_per_s, before.peak_mib);
   std::printf("after, latency:    %-28s %.3f ms  (%+.1f %%)\n", best_lat.name.c_str(), best_lat.latency_ms,
               100.0 * (best_lat.latency_ms / before.latency_ms - 1));
   std::printf("after, throughput: %-28s %.1f img/s (x%.2f)\n", best_thr.name.c_str(), best_thr.images_per_s,

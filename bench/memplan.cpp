@@ -104,9 +104,10 @@ row measure(const std::string& name, const std::vector<mp::buffer>& b, int repea
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench/memplan: the static planner on the instances of test/data/memplan, the simulator's "
-               "ResNet-50 step and synthetic DNN-like instances; arena / lower bound and plan time.",
-               "memplan"};
+  CLI::App app{
+      "bench/memplan: the static planner on the instances of test/data/memplan, the simulator's "
+      "ResNet-50 step and synthetic DNN-like instances; arena / lower bound and plan time.",
+      "memplan"};
   std::string data_dir, json_path, trace_dir;
   int repeat = 3;
   app.add_option("--data", data_dir, "folder of instances (CSV); default: the repository's test/data/memplan")
@@ -159,8 +160,8 @@ int main(int argc, char** argv) {
   rows.push_back(measure("synthetic_30000", synthetic(30000, 1), repeat));
   rows.push_back(measure("synthetic_60000", synthetic(60000, 2), repeat));
 
-  std::printf("%-18s %6s %12s %8s %9s %9s %9s %10s %10s %10s  %s\n", "instance", "n", "LB", "naive/LB",
-              "greedy/LB", "bestof/LB", "plan/LB", "greedy ms", "bestof ms", "plan ms", "method");
+  std::printf("%-18s %6s %12s %8s %9s %9s %9s %10s %10s %10s  %s\n", "instance", "n", "LB", "naive/LB", "greedy/LB",
+              "bestof/LB", "plan/LB", "greedy ms", "bestof ms", "plan ms", "method");
   for (const auto& r : rows) {
     const double lb = static_cast<double>(r.lb);
     std::printf("%-18s %6zu %12llu %8.2f %9.4f %9.4f %9.4f %10.2f %10.2f %10.2f  %s%s\n", r.name.c_str(), r.n,
@@ -178,9 +179,8 @@ int main(int argc, char** argv) {
       const double lb = static_cast<double>(r.lb);
       out << "    {\"name\": \"" << r.name << "\", \"n\": " << r.n << ", \"lower_bound\": " << r.lb
           << ", \"no_reuse\": " << r.no_reuse << ", \"alignment\": " << r.alignment
-          << ", \"greedy_size_best_fit\": " << r.greedy
-          << ", \"best_of_orders\": " << r.best_of << ", \"plan\": " << r.plan
-          << ", \"greedy_ratio\": " << static_cast<double>(r.greedy) / lb
+          << ", \"greedy_size_best_fit\": " << r.greedy << ", \"best_of_orders\": " << r.best_of
+          << ", \"plan\": " << r.plan << ", \"greedy_ratio\": " << static_cast<double>(r.greedy) / lb
           << ", \"best_of_ratio\": " << static_cast<double>(r.best_of) / lb
           << ", \"plan_ratio\": " << static_cast<double>(r.plan) / lb << ", \"greedy_ms\": " << r.greedy_ms
           << ", \"best_of_ms\": " << r.best_of_ms << ", \"plan_ms\": " << r.plan_ms << ", \"method\": \"" << r.method

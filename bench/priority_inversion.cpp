@@ -209,7 +209,8 @@ int main(int argc, char** argv) {
       "priority_inversion: the seed case (ResNet-50 data parallel, FP16, batch 256/device, 25 MB buckets)"};
   cl.app().add_option("--steps", steps, "training steps per run")->capture_default_str()->check(CLI::Range(1, 1000));
   cl.app().add_flag("--quick", quick, "fewer sweep points (no 1024-device run)");
-  cl.app().add_option("--svg", svg_prefix, "also write PREFIX_shared_fifo.svg and PREFIX_priority.svg")
+  cl.app()
+      .add_option("--svg", svg_prefix, "also write PREFIX_shared_fifo.svg and PREFIX_priority.svg")
       ->option_text("PREFIX");
   if (auto rc = cl.parse(argc, argv)) return *rc;
   const auto t0 = std::chrono::steady_clock::now();
@@ -218,8 +219,8 @@ int main(int argc, char** argv) {
 
   const auto base = sim::presets::ascend910(8);
   const workload w = build(base, net, 25'000'000);
-  std::printf("ResNet-50, batch 256/device, FP16, 8 x ascend910, %zu gradient buckets, %d steps\n",
-              w.bucket_end.size(), steps);
+  std::printf("ResNet-50, batch 256/device, FP16, 8 x ascend910, %zu gradient buckets, %d steps\n", w.bucket_end.size(),
+              steps);
   std::printf("%-14s %10s %10s %10s %12s %10s %10s\n", "config", "wait P50", "wait P99", "wait max", "exposed comm",
               "step", "images/s");
   double fifo_step = 0;
@@ -246,7 +247,8 @@ int main(int argc, char** argv) {
 
   std::printf("\nlink bandwidth sweep (HCCS, PCIe and RoCE scaled together), 8 devices\n");
   std::printf("%-8s %12s %12s %12s %12s %8s\n", "scale", "fifo step", "prio step", "fifo P99", "prio P99", "gain");
-  const std::vector<double> scales = quick ? std::vector<double>{0.1, 1.0} : std::vector<double>{0.05, 0.1, 0.25, 0.5, 1.0, 2.0};
+  const std::vector<double> scales =
+      quick ? std::vector<double>{0.1, 1.0} : std::vector<double>{0.05, 0.1, 0.25, 0.5, 1.0, 2.0};
   for (double f : scales) {
     auto p = base;
     p.hccs_bandwidth *= f, p.pcie_bandwidth *= f, p.roce_bandwidth *= f;

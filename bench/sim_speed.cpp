@@ -4,11 +4,11 @@
 // simulation took per device-step (target: at most 2 ms).
 //
 //   sim_speed [--steps 5] [--preset ascend910|ascend910b] [--json PATH]
+#include <npurt/models/resnet50.hpp>
 #include <npurt/npurt.hpp>
+#include <npurt/sim/sim.hpp>
 #include <npurt/stream.hpp>
 #include <npurt/system.hpp>
-#include <npurt/models/resnet50.hpp>
-#include <npurt/sim/sim.hpp>
 
 #include "bench_common.hpp"
 

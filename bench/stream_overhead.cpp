@@ -95,9 +95,12 @@ cost eight_streams(npurt::system& sys, long tasks) {
 cost awaited(npurt::system& sys, long n) {
   auto s = sys.device(0).make_stream();
   const stopwatch sw;
-  asio::co_spawn(s.get_executor(), [&]() -> asio::awaitable<void> {
-    for (long i = 0; i < n; ++i) co_await s.async_launch(zero_kernel, asio::use_awaitable);
-  }, asio::detached);
+  asio::co_spawn(
+      s.get_executor(),
+      [&]() -> asio::awaitable<void> {
+        for (long i = 0; i < n; ++i) co_await s.async_launch(zero_kernel, asio::use_awaitable);
+      },
+      asio::detached);
   sys.run();
   return sw.per(n);
 }
@@ -135,9 +138,12 @@ cost asio_post(long n) {
   asio::io_context ioc{1};
   auto strand = asio::make_strand(ioc);
   const stopwatch sw;
-  asio::co_spawn(strand, [&]() -> asio::awaitable<void> {
-    for (long i = 0; i < n; ++i) co_await asio::post(strand, asio::use_awaitable);
-  }, asio::detached);
+  asio::co_spawn(
+      strand,
+      [&]() -> asio::awaitable<void> {
+        for (long i = 0; i < n; ++i) co_await asio::post(strand, asio::use_awaitable);
+      },
+      asio::detached);
   ioc.run();
   return sw.per(n);
 }
@@ -149,11 +155,17 @@ int main(int argc, char** argv) {
   long awaits = 200'000;
   int rounds = 7;
   npurt_bench::command_line cl{"stream_overhead: runtime cost per task against a bare heap and plain Asio"};
-  cl.app().add_option("--tasks", tasks, "fire-and-forget launches per round")->capture_default_str()
+  cl.app()
+      .add_option("--tasks", tasks, "fire-and-forget launches per round")
+      ->capture_default_str()
       ->check(CLI::Range(1L, 100'000'000L));
-  cl.app().add_option("--awaits", awaits, "awaited launches per round")->capture_default_str()
+  cl.app()
+      .add_option("--awaits", awaits, "awaited launches per round")
+      ->capture_default_str()
       ->check(CLI::Range(1L, 100'000'000L));
-  cl.app().add_option("--rounds", rounds, "rounds; the best of each is kept")->capture_default_str()
+  cl.app()
+      .add_option("--rounds", rounds, "rounds; the best of each is kept")
+      ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   if (auto rc = cl.parse(argc, argv)) return *rc;
   npurt_bench::report r("stream_overhead");

@@ -56,7 +56,10 @@ double best_of(int rounds, F&& f) {
 int main(int argc, char** argv) {
   long tasks = 160000;
   npurt_bench::command_line cl{"trace_summarize: the trace reader and summary against the size of a trace"};
-  cl.app().add_option("--tasks", tasks, "tasks of the largest trace")->capture_default_str()->check(CLI::Range(1000L, 10'000'000L));
+  cl.app()
+      .add_option("--tasks", tasks, "tasks of the largest trace")
+      ->capture_default_str()
+      ->check(CLI::Range(1000L, 10'000'000L));
   if (auto rc = cl.parse(argc, argv)) return *rc;
   const auto largest = static_cast<std::size_t>(tasks);
   npurt_bench::report r("trace_summarize");

@@ -30,8 +30,9 @@ int main() {
     auto compiled = s.compile(g, {.schedule = sched, .memory_reuse = true, .optimization_level = 2});
     auto result = s.run(compiled, {{"x", input}});
     std::printf("%s: prob[0] = %.6f, latency %.2f us, activations %.1f KiB on %zu stream(s)\n",
-                std::string(npurt::to_string(sched)).c_str(), result.outputs.at("prob").get(0), npurt::to_us(result.latency),
-                static_cast<double>(compiled.report().activation_bytes) / 1024.0, compiled.report().streams);
+                std::string(npurt::to_string(sched)).c_str(), result.outputs.at("prob").get(0),
+                npurt::to_us(result.latency), static_cast<double>(compiled.report().activation_bytes) / 1024.0,
+                compiled.report().streams);
     for (const auto& op : result.ops)
       std::printf("  %-6s %-8s stream %u  %8.2f .. %8.2f us\n", op.name.c_str(), op.type.c_str(), op.stream,
                   npurt::to_us(op.start), npurt::to_us(op.end));

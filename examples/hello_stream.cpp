@@ -36,8 +36,10 @@ asio::awaitable<void> hello(npurt::system& sys) {
   const auto t1 = sys.now();
 
   const npurt::shape shp{n};
-  npurt::kernels::elementwise add{npurt::kernels::eltwise_fn::add, {da, shp, npurt::dtype::f32},
-                                  {db, shp, npurt::dtype::f32}, {dc, shp, npurt::dtype::f32}};
+  npurt::kernels::elementwise add{npurt::kernels::eltwise_fn::add,
+                                  {da, shp, npurt::dtype::f32},
+                                  {db, shp, npurt::dtype::f32},
+                                  {dc, shp, npurt::dtype::f32}};
   co_await s.async_launch(add, asio::use_awaitable);
   const auto t2 = sys.now();
 

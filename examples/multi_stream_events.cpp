@@ -37,9 +37,8 @@ asio::awaitable<void> pipeline(npurt::system& sys) {
 
   compute.wait(uploaded);  // the cross-stream dependency
   compute.record(start);
-  compute.launch(npurt::kernels::matmul{{da, {m, k}, npurt::dtype::f32},
-                                        {db, {k, n}, npurt::dtype::f32},
-                                        {dc, {m, n}, npurt::dtype::f32}});
+  compute.launch(npurt::kernels::matmul{
+      {da, {m, k}, npurt::dtype::f32}, {db, {k, n}, npurt::dtype::f32}, {dc, {m, n}, npurt::dtype::f32}});
   compute.record(stop);
   co_await compute.async_memcpy(c.data(), c.size() * sizeof(float), dc, c.size() * sizeof(float),
                                 npurt::memcpy_kind::device_to_host, asio::use_awaitable);

@@ -3,11 +3,11 @@
 // (2115 img/s per chip, about 121 ms per step), with where the time goes.
 //
 //   resnet50_step [--batch N] [--preset ascend910|ascend910b|FILE.ini]
-#include <npurt/npurt.hpp>
-#include <npurt/system.hpp>
-#include <npurt/stream.hpp>
 #include <npurt/models/resnet50.hpp>
+#include <npurt/npurt.hpp>
 #include <npurt/sim/sim.hpp>
+#include <npurt/stream.hpp>
+#include <npurt/system.hpp>
 
 #include <cstdio>
 #include <cstring>
@@ -51,8 +51,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--preset")) preset_name = argv[++i];
   }
-  const npurt::sim::preset hw = preset_name.ends_with(".ini") ? npurt::sim::load_preset(preset_name)
-                                                              : npurt::sim::presets::by_name(preset_name);
+  const npurt::sim::preset hw =
+      preset_name.ends_with(".ini") ? npurt::sim::load_preset(preset_name) : npurt::sim::presets::by_name(preset_name);
   const npurt::models::resnet50 model{batch, npurt::dtype::f16};
 
   npurt::system sys{hw};
@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
     std::printf("  MindSpore (910)     %9.2f ms   %8.1f img/s   -> simulated is %+.1f%%\n", published_ms, 2115.0,
                 100 * (ms - published_ms) / published_ms);
   std::printf("  cube utilisation    %9.1f %%  (%.1f TFLOP/s of %.1f)\n",
-              100 * obs.flops / (ms / 1000) / hw.peak_fp16_flops(), obs.flops / (ms / 1000) / 1e12, hw.peak_fp16_flops() / 1e12);
+              100 * obs.flops / (ms / 1000) / hw.peak_fp16_flops(), obs.flops / (ms / 1000) / 1e12,
+              hw.peak_fp16_flops() / 1e12);
   std::printf("  where the time goes (kernel time by the unit that bounds it):\n");
   for (const auto& [u, t] : obs.by_unit) std::printf("    %-8s %9.2f ms  %5.1f%%\n", u.c_str(), t, 100 * t / ms);
   std::printf("    cube kernels (conv, matmul) %.2f ms, vector kernels %.2f ms\n", obs.cube_kernels_ms,

@@ -55,10 +55,11 @@ std::string bytes(std::uint64_t v, bool saturated = false) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Plans buffers with known lifetimes into one arena (static memory planning), or checks a plan.\n"
-               "INPUT is a CSV with the columns id,lower,upper,size (MiniMalloc's format): buffer id is live\n"
-               "on the steps [lower, upper) and needs size bytes.",
-               "npurt-memplan"};
+  CLI::App app{
+      "Plans buffers with known lifetimes into one arena (static memory planning), or checks a plan.\n"
+      "INPUT is a CSV with the columns id,lower,upper,size (MiniMalloc's format): buffer id is live\n"
+      "on the steps [lower, upper) and needs size bytes.",
+      "npurt-memplan"};
   std::string input, output, check_path;
   mp::options opts;
   bool greedy = false;
@@ -70,10 +71,10 @@ int main(int argc, char** argv) {
   app.add_option("--alignment", opts.alignment, "every offset is a multiple of N (a power of two)")
       ->capture_default_str()
       ->check(u64_value(true));
-  auto* work_opt = app.add_option("--search-work", opts.search_work,
-                                  "local-search budget in overlap pairs visited (0: no search)")
-                       ->capture_default_str()
-                       ->check(u64_value(false));
+  auto* work_opt =
+      app.add_option("--search-work", opts.search_work, "local-search budget in overlap pairs visited (0: no search)")
+          ->capture_default_str()
+          ->check(u64_value(false));
   auto* greedy_opt = app.add_flag("--greedy", greedy, "one greedy pass (size order, best fit) and no search");
   check_opt->excludes(out_opt)->excludes(work_opt)->excludes(greedy_opt);
   CLI11_PARSE(app, argc, argv);
@@ -118,8 +119,8 @@ int main(int argc, char** argv) {
   std::printf("method       %s\n", method.c_str());
   if (rep.valid) std::printf("arena        %s\n", bytes(rep.arena_size).c_str());
   std::printf("lower bound  %s (peak live)\n", bytes(lb).c_str());
-  std::printf("no reuse     %s\n", bytes(naive_saturated ? std::numeric_limits<std::uint64_t>::max() : naive,
-                                          naive_saturated).c_str());
+  std::printf("no reuse     %s\n",
+              bytes(naive_saturated ? std::numeric_limits<std::uint64_t>::max() : naive, naive_saturated).c_str());
   if (lb > 0 && rep.valid) {
     std::printf("arena / LB   %.4f\n", static_cast<double>(rep.arena_size) / static_cast<double>(lb));
     std::printf("no reuse / arena  %.2fx (reuse factor)\n",

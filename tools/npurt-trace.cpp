@@ -50,9 +50,10 @@ struct command_line {
 
 int main(int argc, char** argv) try {
   command_line cl;
-  CLI::App app{"Summarise or render a Chrome trace written by npurt (exit 1: bad command line, 2: bad input or "
-               "output)",
-               "npurt-trace"};
+  CLI::App app{
+      "Summarise or render a Chrome trace written by npurt (exit 1: bad command line, 2: bad input or "
+      "output)",
+      "npurt-trace"};
   app.require_subcommand(1);
   auto* sum = app.add_subcommand("summarize", "Busy time, idle gaps and their causes, top kernels, critical path");
   sum->add_option("trace", cl.input, "Chrome trace JSON written by npurt")->required();
@@ -70,9 +71,7 @@ int main(int argc, char** argv) try {
   svg->add_flag("--no-links", no_links, "Leave out the link and collective-step rows");
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 1;
-  }
+  } catch (const CLI::ParseError& e) { return app.exit(e) == 0 ? 0 : 1; }
   cl.summarize = sum->parsed();
   cl.svg.engines = !no_engines;
   cl.svg.links = !no_links;
@@ -101,6 +100,4 @@ int main(int argc, char** argv) try {
   npurt::write_svg(text, data, cl.svg);
   if (!write_file(cl.output, text.str())) return fail("cannot write " + cl.output);
   return 0;
-} catch (const std::exception& e) {
-  return fail(e.what());
-}
+} catch (const std::exception& e) { return fail(e.what()); }

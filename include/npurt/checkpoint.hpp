@@ -74,9 +74,9 @@ class checkpoint_tensor {
   [[nodiscard]] std::span<const T> values() const {
     static_assert(std::is_trivially_copyable_v<T>);
     if (sizeof(T) != size_of(type_))
-      throw_error(make_error_code(errc::invalid_dtype),
-                  "checkpoint tensor '" + name_ + "' is " + std::string(to_string(type_)) +
-                      ", not an element type of that size");
+      throw_error(make_error_code(errc::invalid_dtype), "checkpoint tensor '" + name_ + "' is " +
+                                                            std::string(to_string(type_)) +
+                                                            ", not an element type of that size");
     return {reinterpret_cast<const T*>(data_.get()), size_ / sizeof(T)};
   }
   friend bool operator==(const checkpoint_tensor& a, const checkpoint_tensor& b) noexcept {
@@ -136,7 +136,8 @@ class checkpoint {
   template <std::ranges::contiguous_range R>
     requires std::is_trivially_copyable_v<std::ranges::range_value_t<R>>
   void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape, const R& data) {
-    add_tensor(name, type, std::move(shape), std::as_bytes(std::span(std::ranges::data(data), std::ranges::size(data))));
+    add_tensor(name, type, std::move(shape),
+               std::as_bytes(std::span(std::ranges::data(data), std::ranges::size(data))));
   }
   template <std::ranges::contiguous_range R>
     requires std::is_trivially_copyable_v<std::ranges::range_value_t<R>>

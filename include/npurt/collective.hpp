@@ -66,9 +66,9 @@ class communicator {
   /// One communicator over `devices` (rank i = devices[i]), like HcclCommInitAll. Caller
   /// errors: no devices, an unknown device, a device twice, a zero buffer size.
   [[nodiscard]] static NPURT_DECL communicator init_all(system& sys, std::span<const device_id> devices,
-                                                         const communicator_options& opts = {});
+                                                        const communicator_options& opts = {});
   [[nodiscard]] static NPURT_DECL communicator init_all(system& sys, std::span<const device_id> devices,
-                                                         const communicator_options& opts, std::error_code& ec);
+                                                        const communicator_options& opts, std::error_code& ec);
   /// Over every device of the system.
   [[nodiscard]] static NPURT_DECL communicator init_all(system& sys, const communicator_options& opts = {});
 
@@ -138,8 +138,7 @@ class communicator {
     c.op = collective_op::broadcast, c.send = buf, c.recv = buf, c.count = count, c.type = t, c.root = root;
     return c;
   }
-  static collective_call reduce_call(const void* send, void* recv, std::size_t count, dtype t, reduce_op r,
-                                     int root) {
+  static collective_call reduce_call(const void* send, void* recv, std::size_t count, dtype t, reduce_op r, int root) {
     collective_call c;
     c.op = collective_op::reduce, c.send = send, c.recv = recv, c.count = count, c.type = t, c.red = r;
     c.root = root;
@@ -152,8 +151,8 @@ class communicator {
   }
   static collective_call all_to_allv_call(const void* send, std::vector<std::size_t> send_counts,
                                           std::vector<std::size_t> send_displs, void* recv,
-                                          std::vector<std::size_t> recv_counts,
-                                          std::vector<std::size_t> recv_displs, dtype t) {
+                                          std::vector<std::size_t> recv_counts, std::vector<std::size_t> recv_displs,
+                                          dtype t) {
     collective_call c;
     c.op = collective_op::all_to_allv, c.send = send, c.recv = recv, c.type = t;
     c.send_counts = std::move(send_counts), c.send_displs = std::move(send_displs);
@@ -178,14 +177,12 @@ class communicator {
 
 // Each named operation in the three forms: NAME(args..., stream), NAME(args..., stream, ec),
 // async_NAME(args..., stream, token).
-#define NPURT_COLLECTIVE_FORMS(NAME, ARGS, ...)                                                          \
-  event NAME(__VA_ARGS__ __VA_OPT__(, ) stream& s) { return enqueue(NAME##_call ARGS, s); }              \
-  event NAME(__VA_ARGS__ __VA_OPT__(, ) stream& s, std::error_code& ec) {                                \
-    return enqueue(NAME##_call ARGS, s, ec);                                                             \
-  }                                                                                                      \
-  template <class Token = stream::default_token>                                                         \
-  auto async_##NAME(__VA_ARGS__ __VA_OPT__(, ) stream& s, Token&& token = {}) {                          \
-    return async_enqueue(NAME##_call ARGS, s, std::forward<Token>(token));                               \
+#define NPURT_COLLECTIVE_FORMS(NAME, ARGS, ...)                                                                      \
+  event NAME(__VA_ARGS__ __VA_OPT__(, ) stream& s) { return enqueue(NAME##_call ARGS, s); }                          \
+  event NAME(__VA_ARGS__ __VA_OPT__(, ) stream& s, std::error_code& ec) { return enqueue(NAME##_call ARGS, s, ec); } \
+  template <class Token = stream::default_token>                                                                     \
+  auto async_##NAME(__VA_ARGS__ __VA_OPT__(, ) stream& s, Token&& token = {}) {                                      \
+    return async_enqueue(NAME##_call ARGS, s, std::forward<Token>(token));                                           \
   }
   NPURT_COLLECTIVE_FORMS(all_reduce, (send, recv, count, t, r), const void* send, void* recv, std::size_t count,
                          dtype t, reduce_op r)
@@ -225,10 +222,8 @@ auto communicator::async_enqueue(collective_call c, stream& s, Token&& token) {
         detail::task* t = group_ && group_->depth > 0 ? nullptr : prepare(call, s, ec);
         if (!t && !ec) ec = make_error_code(errc::not_supported);
         if (!t) {
-          if (rt_)
-            detail::post_error(*rt_, std::move(handler), ec);
-          else
-            std::move(handler)(async_error_code(ec));
+          if (rt_) detail::post_error(*rt_, std::move(handler), ec);
+          else std::move(handler)(async_error_code(ec));
           return;
         }
         t->waiter = detail::handler_op<handler_t>::create(*rt_, std::move(handler));

@@ -79,11 +79,21 @@ class error : public std::system_error {
   error(std::error_code ec, const std::string& what) : std::system_error(ec, what) {}
 };
 
-class caller_error : public error { using error::error; };
-class resource_error : public error { using error::error; };
-class device_error : public error { using error::error; };
-class timeout_error : public error { using error::error; };
-class deadlock_error : public error { using error::error; };
+class caller_error : public error {
+  using error::error;
+};
+class resource_error : public error {
+  using error::error;
+};
+class device_error : public error {
+  using error::error;
+};
+class timeout_error : public error {
+  using error::error;
+};
+class deadlock_error : public error {
+  using error::error;
+};
 
 /// Raised when the device memory cannot satisfy a request after the allocator has tried
 /// everything it may (free cached blocks, collect garbage, synchronise and release all). The

@@ -41,12 +41,22 @@ using kernel_op = std::variant<kernels::fixed NPURT_KERNEL_OP_LIST>;
 /// The name of the i-th tensor field of an operation, in declaration order ("x", "w", "y" of a
 /// conv2d), for messages that name an operand; "?" past the last one.
 constexpr std::string_view tensor_name(const kernel_op& op, std::size_t i) noexcept {
-  constexpr std::string_view lists[] = {
-      "",  // kernels::fixed
-      "a b c", "x w y", "dy w dx", "x dy dw", "a b y",
-      "x gamma beta running_mean running_var y saved_mean saved_invstd",
-      "x dy gamma saved_mean saved_invstd dx dgamma dbeta", "x gamma beta y", "x y", "x dy dx", "x y", "x y", "x y",
-      "x y", "param grad momentum_buffer"};
+  constexpr std::string_view lists[] = {"",  // kernels::fixed
+                                        "a b c",
+                                        "x w y",
+                                        "dy w dx",
+                                        "x dy dw",
+                                        "a b y",
+                                        "x gamma beta running_mean running_var y saved_mean saved_invstd",
+                                        "x dy gamma saved_mean saved_invstd dx dgamma dbeta",
+                                        "x gamma beta y",
+                                        "x y",
+                                        "x dy dx",
+                                        "x y",
+                                        "x y",
+                                        "x y",
+                                        "x y",
+                                        "param grad momentum_buffer"};
   static_assert(std::size(lists) == std::variant_size_v<kernel_op>, "one name list per operation");
   std::string_view names = op.index() < std::size(lists) ? lists[op.index()] : std::string_view{};
   for (std::size_t k = 0; k < i; ++k) {

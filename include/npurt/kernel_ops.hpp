@@ -171,8 +171,8 @@ constexpr std::string_view op_name(const sgd_update&) noexcept { return "sgd_upd
 }  // namespace npurt::kernels
 
 /// Comma-led list of the operation types above, spliced into kernel_op.
-#define NPURT_KERNEL_OP_LIST                                                                               \
-  , kernels::matmul, kernels::conv2d, kernels::conv2d_backward_data, kernels::conv2d_backward_weight,     \
-      kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm,          \
-      kernels::pool2d, kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose,   \
-      kernels::cast, kernels::sgd_update
+#define NPURT_KERNEL_OP_LIST                                                                                      \
+  , kernels::matmul, kernels::conv2d, kernels::conv2d_backward_data, kernels::conv2d_backward_weight,             \
+      kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d, \
+      kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,             \
+      kernels::sgd_update

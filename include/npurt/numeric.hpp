@@ -95,9 +95,7 @@ class half {
 
   [[nodiscard]] constexpr bool is_nan() const noexcept { return (bits_ & 0x7fffu) > 0x7c00u; }
   [[nodiscard]] constexpr bool is_inf() const noexcept { return (bits_ & 0x7fffu) == 0x7c00u; }
-  [[nodiscard]] constexpr bool is_subnormal() const noexcept {
-    return (bits_ & 0x7c00u) == 0 && (bits_ & 0x3ffu) != 0;
-  }
+  [[nodiscard]] constexpr bool is_subnormal() const noexcept { return (bits_ & 0x7c00u) == 0 && (bits_ & 0x3ffu) != 0; }
 
   static constexpr half max() noexcept { return from_bits(0x7bffu); }             // 65504
   static constexpr half lowest() noexcept { return from_bits(0xfbffu); }          // -65504

@@ -42,7 +42,6 @@
 
 namespace npurt {
 
-
 /// Stream priorities: 0 is the highest, 7 the lowest, as in CANN. Out-of-range values clamp.
 namespace priority {
 inline constexpr int high = 0;
@@ -54,7 +53,13 @@ inline constexpr int low = 7;
 /// fast_sync change no timing today. overflow_edge (aclrtSetStreamOverFlowEdge) and
 /// direct_submit (aclrtSubmitTaskWithStream) take the stream's tasks out of the device's shared
 /// execution queue (detail/device_queue.hpp): they dispatch as soon as they are ready.
-enum class stream_flags : std::uint32_t { none = 0, fast_launch = 0x1, fast_sync = 0x2, overflow_edge = 0x4, direct_submit = 0x8 };
+enum class stream_flags : std::uint32_t {
+  none = 0,
+  fast_launch = 0x1,
+  fast_sync = 0x2,
+  overflow_edge = 0x4,
+  direct_submit = 0x8
+};
 constexpr stream_flags operator|(stream_flags a, stream_flags b) noexcept {
   return static_cast<stream_flags>(static_cast<std::uint32_t>(a) | static_cast<std::uint32_t>(b));
 }
@@ -153,8 +158,8 @@ class stream {
   NPURT_DECL detail::stream_state* state(std::error_code& ec) const noexcept;
   NPURT_DECL detail::task* make_launch(const kernel_desc& k, std::error_code& ec, std::string* what = nullptr);
   NPURT_DECL detail::task* make_launch(const detail::launch_args& a, std::error_code& ec);
-  NPURT_DECL detail::task* make_fixed_launch(const kernels::fixed& f, std::string_view name,
-                                             std::uint32_t block_dim, std::error_code& ec);
+  NPURT_DECL detail::task* make_fixed_launch(const kernels::fixed& f, std::string_view name, std::uint32_t block_dim,
+                                             std::error_code& ec);
   NPURT_DECL detail::task* make_copy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
                                      memcpy_kind kind, std::error_code& ec);
   NPURT_DECL detail::task* make_memset(void* dst, std::size_t dst_max, int value, std::size_t count,
@@ -204,22 +209,19 @@ auto stream::async_launch(const kernel_desc& k, Token&& token) {
 template <class Token>
 auto stream::async_memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                           Token&& token) {
-  return async_enqueue(std::forward<Token>(token), [=](stream& s, std::error_code& ec) {
-    return s.make_copy(dst, dst_max, src, count, kind, ec);
-  });
+  return async_enqueue(std::forward<Token>(token),
+                       [=](stream& s, std::error_code& ec) { return s.make_copy(dst, dst_max, src, count, kind, ec); });
 }
 
 template <class Token>
 auto stream::async_memset(void* dst, std::size_t dst_max, int value, std::size_t count, Token&& token) {
-  return async_enqueue(std::forward<Token>(token), [=](stream& s, std::error_code& ec) {
-    return s.make_memset(dst, dst_max, value, count, ec);
-  });
+  return async_enqueue(std::forward<Token>(token),
+                       [=](stream& s, std::error_code& ec) { return s.make_memset(dst, dst_max, value, count, ec); });
 }
 
 template <class Token>
 auto stream::async_wait(const event& e, Token&& token) {
-  return async_enqueue(std::forward<Token>(token),
-                       [e](stream& s, std::error_code& ec) { return s.make_wait(e, ec); });
+  return async_enqueue(std::forward<Token>(token), [e](stream& s, std::error_code& ec) { return s.make_wait(e, ec); });
 }
 
 template <class Token>

@@ -82,10 +82,8 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
     const auto& v = g.value(name);
     if (!is_float(v.type) || v.type == cd) return name;
     std::string l = name + "::" + std::string(to_string(cd));
-    if (const tensor* c = g.constant(name))
-      g.add_constant(l, converted(*c, cd));
-    else
-      cast_node(name, l, cd);
+    if (const tensor* c = g.constant(name)) g.add_constant(l, converted(*c, cd));
+    else cast_node(name, l, cd);
     low[name] = l;
     return l;
   };
@@ -182,7 +180,8 @@ graph fold_batchnorm(graph& src, std::size_t& fused) {
     const tensor& var = *src.constant(bn.inputs[4]);
     const double eps = bn.attrs.get_float("epsilon", 1e-5);
     const std::int64_t m = w.shape()[0];
-    const bool data = w.is_host() && gamma.is_host() && beta.is_host() && mean.is_host() && var.is_host() && (!b || b->is_host());
+    const bool data =
+        w.is_host() && gamma.is_host() && beta.is_host() && mean.is_host() && var.is_host() && (!b || b->is_host());
     tensor wf = data ? tensor(w.shape(), w.type()) : tensor::timing_only(w.shape(), w.type());
     tensor bf = data ? tensor({m}, w.type()) : tensor::timing_only({m}, w.type());
     if (data) {
@@ -209,7 +208,8 @@ graph fold_batchnorm(graph& src, std::size_t& fused) {
 graph fold_gemm_beta(graph& src) {
   bool any = false;
   for (const auto& n : src.nodes())
-    if (n.type == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty() && n.attrs.get_float("beta", 1.0) != 1.0) any = true;
+    if (n.type == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty() && n.attrs.get_float("beta", 1.0) != 1.0)
+      any = true;
   if (!any) return std::move(src);
   graph g(src.name());
   for (const auto& in : src.inputs()) g.add_input(in, src.value(in).shape, src.value(in).type);
@@ -271,7 +271,8 @@ std::string_view to_string(schedule s) noexcept {
 
 // Builds everything but device memory. Shared by session::compile and plan_memory.
 std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_options& o, precision prec,
-                                                 const schedule_config& sc, const memory_config& mc, int level_default) {
+                                                 const schedule_config& sc, const memory_config& mc,
+                                                 int level_default) {
   src.validate();
   auto p = std::make_shared<compiled_graph::impl>();
   compile_report& rep = p->rep;
@@ -282,7 +283,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   const int level = rep.optimization_level;
   rep.memory_reuse = o.memory_reuse.value_or(mc.reuse);
   rep.schedule = o.schedule.value_or(sc.strategy);
-  if (!o.schedule && level >= 3 && rep.schedule == schedule::sequential && has_branches(src)) rep.schedule = schedule::parallel;
+  if (!o.schedule && level >= 3 && rep.schedule == schedule::sequential && has_branches(src))
+    rep.schedule = schedule::parallel;
   const int max_par = std::max(1, o.max_parallelism.value_or(sc.max_parallelism));
   const int stages = std::max(1, o.pipeline_stages.value_or(sc.pipeline_stages));
 
@@ -352,7 +354,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
       continue;
     }
     std::vector<int> in, out;
-    for (const auto& name : n.inputs) in.push_back(name.empty() ? -1 : add_value(G.value(renamed.count(name) ? renamed[name] : name)));
+    for (const auto& name : n.inputs)
+      in.push_back(name.empty() ? -1 : add_value(G.value(renamed.count(name) ? renamed[name] : name)));
     const bool relu = !n.outputs.empty() && renamed.count(n.outputs[0]);
     for (const auto& name : n.outputs) {
       const int v = add_value(G.value(relu ? renamed[name] : name));
@@ -418,7 +421,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     if (is_act_root(r) && !pinned[static_cast<std::size_t>(r)] && last[static_cast<std::size_t>(r)] == s &&
         x.shape == yv.shape && x.type == yv.type && (st.in.size() < 2 || st.in[1] < 0 || root_of(st.in[1]) != r)) {
       p->values[static_cast<std::size_t>(y)].root = r;
-      last[static_cast<std::size_t>(r)] = std::max(last[static_cast<std::size_t>(r)], last[static_cast<std::size_t>(y)]);
+      last[static_cast<std::size_t>(r)] =
+          std::max(last[static_cast<std::size_t>(r)], last[static_cast<std::size_t>(y)]);
       readers[static_cast<std::size_t>(r)] = readers[static_cast<std::size_t>(y)];
       pinned[static_cast<std::size_t>(r)] = pinned[static_cast<std::size_t>(y)];
       st.in_place = true;
@@ -463,7 +467,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
       mo.alignment = align;
       if (level < 3) mo.search_work = 0;  // the local search is a level-3 effort
       const memplan::plan plan = memplan::make_plan(bufs, mo);
-      for (std::size_t i = 0; i < bufs.size(); ++i) p->roots[static_cast<std::size_t>(buf_root[i])].offset = plan.offsets[i];
+      for (std::size_t i = 0; i < bufs.size(); ++i)
+        p->roots[static_cast<std::size_t>(buf_root[i])].offset = plan.offsets[i];
       rep.activation_bytes = plan.arena_size;
     } else {
       std::uint64_t off = 0;
@@ -514,7 +519,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
       std::set<std::uint32_t> banned;
       if (auto it = apart.find(st.n->name); it != apart.end())
         for (int q = 0; q < s; ++q)
-          if (it->second.count(p->steps[static_cast<std::size_t>(q)].n->name)) banned.insert(p->steps[static_cast<std::size_t>(q)].stream);
+          if (it->second.count(p->steps[static_cast<std::size_t>(q)].n->name))
+            banned.insert(p->steps[static_cast<std::size_t>(q)].stream);
       int chosen = -1;
       for (int pr : data_preds(s)) {
         const auto ps = p->steps[static_cast<std::size_t>(pr)].stream;
@@ -531,7 +537,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
           // The stream whose last op came earliest.
           int best = -1;
           for (std::size_t k = 0; k < tail.size(); ++k)
-            if (!banned.count(static_cast<std::uint32_t>(k)) && (best < 0 || tail[k] < tail[static_cast<std::size_t>(best)]))
+            if (!banned.count(static_cast<std::uint32_t>(k)) &&
+                (best < 0 || tail[k] < tail[static_cast<std::size_t>(best)]))
               best = static_cast<int>(k);
           chosen = best < 0 ? 0 : best;
         }
@@ -576,7 +583,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
           const bool overlap = r1 == r2 || (a.offset < b.offset + b.size && b.offset < a.offset + a.size);
           if (!overlap) continue;
           for (auto [as, aw] : a.accesses)
-            if (as < ws && p->steps[static_cast<std::size_t>(as)].stream != p->steps[static_cast<std::size_t>(ws)].stream)
+            if (as < ws &&
+                p->steps[static_cast<std::size_t>(as)].stream != p->steps[static_cast<std::size_t>(ws)].stream)
               p->steps[static_cast<std::size_t>(ws)].waits.insert(as);
         }
       }
@@ -610,9 +618,11 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     std::vector<int> prev_on_stream(p->streams, -1);
     for (int s = 0; s < nsteps; ++s) {
       auto& a = anc[static_cast<std::size_t>(s)];
-      std::vector<int> deps(p->steps[static_cast<std::size_t>(s)].waits.begin(), p->steps[static_cast<std::size_t>(s)].waits.end());
+      std::vector<int> deps(p->steps[static_cast<std::size_t>(s)].waits.begin(),
+                            p->steps[static_cast<std::size_t>(s)].waits.end());
       for (int d : data_preds(s)) deps.push_back(d);
-      if (prev_on_stream[p->steps[static_cast<std::size_t>(s)].stream] >= 0) deps.push_back(prev_on_stream[p->steps[static_cast<std::size_t>(s)].stream]);
+      if (prev_on_stream[p->steps[static_cast<std::size_t>(s)].stream] >= 0)
+        deps.push_back(prev_on_stream[p->steps[static_cast<std::size_t>(s)].stream]);
       for (int d : deps) {
         const auto& ad = anc[static_cast<std::size_t>(d)];
         for (std::size_t k = 0; k < words; ++k) a[k] |= ad[k];
@@ -620,7 +630,9 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
       }
       prev_on_stream[p->steps[static_cast<std::size_t>(s)].stream] = s;
     }
-    auto is_anc = [&](int a, int b) { return (anc[static_cast<std::size_t>(b)][static_cast<std::size_t>(a) / 64] >> (a % 64)) & 1u; };
+    auto is_anc = [&](int a, int b) {
+      return (anc[static_cast<std::size_t>(b)][static_cast<std::size_t>(a) / 64] >> (a % 64)) & 1u;
+    };
     std::vector<std::set<std::uint32_t>> peer_streams(static_cast<std::size_t>(nsteps));
     for (int s = 0; s < nsteps; ++s)
       for (int t2 = s + 1; t2 < nsteps; ++t2) {
@@ -633,7 +645,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
         }
       }
     for (int s = 0; s < nsteps; ++s)
-      p->steps[static_cast<std::size_t>(s)].peers = static_cast<std::uint32_t>(peer_streams[static_cast<std::size_t>(s)].size());
+      p->steps[static_cast<std::size_t>(s)].peers =
+          static_cast<std::uint32_t>(peer_streams[static_cast<std::size_t>(s)].size());
   }
   rep.operators = p->steps.size();
   rep.streams = p->streams;

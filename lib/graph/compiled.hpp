@@ -21,7 +21,9 @@ struct cvalue {
   int root = -1;      ///< the value whose memory this one uses (itself unless a view or in place)
   bool output = false;
   const tensor* host = nullptr;  ///< constants: their value (null or without data: timing-only)
-  [[nodiscard]] std::size_t bytes() const noexcept { return static_cast<std::size_t>(shape.elements()) * size_of(type); }
+  [[nodiscard]] std::size_t bytes() const noexcept {
+    return static_cast<std::size_t>(shape.elements()) * size_of(type);
+  }
 };
 
 /// One operator that launches work.

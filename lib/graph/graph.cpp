@@ -10,17 +10,36 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 25> ops_table{
-    "Add",        "AveragePool", "BatchNormalization", "Cast",      "Concat",  "Conv",
-    "Div",        "Flatten",     "Gelu",               "Gemm",      "GlobalAveragePool", "Identity",
-    "LayerNormalization", "MatMul", "MaxPool",         "Mul",       "Relu",    "Reshape",
-    "Sigmoid",    "Softmax",     "Sub",       "Tanh",    "Transpose",
-    "ReduceMean", "ReduceSum"};
+constexpr std::array<std::string_view, 25> ops_table{"Add",
+                                                     "AveragePool",
+                                                     "BatchNormalization",
+                                                     "Cast",
+                                                     "Concat",
+                                                     "Conv",
+                                                     "Div",
+                                                     "Flatten",
+                                                     "Gelu",
+                                                     "Gemm",
+                                                     "GlobalAveragePool",
+                                                     "Identity",
+                                                     "LayerNormalization",
+                                                     "MatMul",
+                                                     "MaxPool",
+                                                     "Mul",
+                                                     "Relu",
+                                                     "Reshape",
+                                                     "Sigmoid",
+                                                     "Softmax",
+                                                     "Sub",
+                                                     "Tanh",
+                                                     "Transpose",
+                                                     "ReduceMean",
+                                                     "ReduceSum"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
-                    n.type + " '" + n.name + "'" + (tensor.empty() ? std::string() : " (tensor '" + std::string(tensor) + "')") +
-                        ": " + what);
+                    n.type + " '" + n.name + "'" +
+                        (tensor.empty() ? std::string() : " (tensor '" + std::string(tensor) + "')") + ": " + what);
 }
 
 }  // namespace
@@ -51,14 +70,17 @@ void need_float(const node& n, const value_info& v) {
 void same_type(const node& n, const value_info& a, const value_info& b) {
   if (a.type != b.type)
     fail(errc::invalid_dtype, n, b.name,
-         "dtype " + std::string(to_string(b.type)) + " does not match '" + a.name + "' (" + std::string(to_string(a.type)) + ")");
+         "dtype " + std::string(to_string(b.type)) + " does not match '" + a.name + "' (" +
+             std::string(to_string(a.type)) + ")");
 }
 
-std::int64_t norm_axis(const node& n, std::int64_t axis, std::size_t rank, std::string_view tensor, bool inclusive = false) {
+std::int64_t norm_axis(const node& n, std::int64_t axis, std::size_t rank, std::string_view tensor,
+                       bool inclusive = false) {
   const auto r = static_cast<std::int64_t>(rank);
   const std::int64_t a = axis < 0 ? axis + r : axis;
   if (a < 0 || a > r - (inclusive ? 0 : 1))
-    fail(errc::invalid_argument, n, tensor, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
+    fail(errc::invalid_argument, n, tensor,
+         "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
   return a;
 }
 
@@ -69,8 +91,9 @@ shape broadcast(const node& n, const value_info& a, const value_info& b) {
     const std::int64_t da = i + a.shape.rank() >= r ? a.shape[i + a.shape.rank() - r] : 1;
     const std::int64_t db = i + b.shape.rank() >= r ? b.shape[i + b.shape.rank() - r] : 1;
     if (da != db && da != 1 && db != 1)
-      fail(errc::invalid_shape, n, b.name,
-           "shapes " + shape_string(a.shape) + " ('" + a.name + "') and " + shape_string(b.shape) + " do not broadcast");
+      fail(
+          errc::invalid_shape, n, b.name,
+          "shapes " + shape_string(a.shape) + " ('" + a.name + "') and " + shape_string(b.shape) + " do not broadcast");
     out.push_back(da == 1 ? db : da);
   }
   return out;
@@ -104,7 +127,8 @@ spatial read_spatial(const node& n, const value_info& x, std::array<std::int64_t
     for (int i = 0; i < 2; ++i) {
       const std::int64_t in = x.shape[2 + static_cast<std::size_t>(i)];
       const std::int64_t out = (in + s.stride[i] - 1) / s.stride[i];
-      const std::int64_t total = std::max<std::int64_t>(0, (out - 1) * s.stride[i] + s.dilation[i] * (s.kernel[i] - 1) + 1 - in);
+      const std::int64_t total =
+          std::max<std::int64_t>(0, (out - 1) * s.stride[i] + s.dilation[i] * (s.kernel[i] - 1) + 1 - in);
       if (total % 2) fail(errc::not_supported, n, x.name, "auto_pad " + auto_pad + " needs asymmetric pads here");
       s.pad[i] = total / 2;
     }
@@ -117,8 +141,8 @@ spatial read_spatial(const node& n, const value_info& x, std::array<std::int64_t
   return s;
 }
 
-std::int64_t window_out(const node& n, const value_info& x, std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p,
-                        std::int64_t d) {
+std::int64_t window_out(const node& n, const value_info& x, std::int64_t in, std::int64_t k, std::int64_t s,
+                        std::int64_t p, std::int64_t d) {
   const std::int64_t eff = d * (k - 1) + 1;
   if (in + 2 * p < eff)
     fail(errc::invalid_shape, n, x.name, "input " + shape_string(x.shape) + " is smaller than the window");
@@ -226,12 +250,16 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     const auto& w = need(n, in, 1);
     need_float(n, x);
     same_type(n, x, w);
-    if (x.shape.rank() != 4) fail(errc::not_supported, n, x.name, "only 2-D convolution (rank-4 input) is supported, got " + shape_string(x.shape));
-    if (w.shape.rank() != 4) fail(errc::invalid_shape, n, w.name, "weight must be [M, C/group, kH, kW], got " + shape_string(w.shape));
+    if (x.shape.rank() != 4)
+      fail(errc::not_supported, n, x.name,
+           "only 2-D convolution (rank-4 input) is supported, got " + shape_string(x.shape));
+    if (w.shape.rank() != 4)
+      fail(errc::invalid_shape, n, w.name, "weight must be [M, C/group, kH, kW], got " + shape_string(w.shape));
     const std::int64_t g = n.attrs.get_int("group", 1);
     if (g < 1 || x.shape[1] % g || w.shape[0] % g || w.shape[1] * g != x.shape[1])
       fail(errc::invalid_shape, n, w.name,
-           "weight " + shape_string(w.shape) + " does not fit input " + shape_string(x.shape) + " with group " + std::to_string(g));
+           "weight " + shape_string(w.shape) + " does not fit input " + shape_string(x.shape) + " with group " +
+               std::to_string(g));
     const ints ks = n.attrs.get_ints("kernel_shape", {w.shape[2], w.shape[3]});
     if (ks.size() != 2 || ks[0] != w.shape[2] || ks[1] != w.shape[3])
       fail(errc::invalid_shape, n, w.name, "kernel_shape does not match the weight " + shape_string(w.shape));
@@ -240,7 +268,8 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       const auto& b = *in[2];
       same_type(n, x, b);
       if (b.shape.rank() != 1 || b.shape[0] != w.shape[0])
-        fail(errc::invalid_shape, n, b.name, "bias must be [" + std::to_string(w.shape[0]) + "], got " + shape_string(b.shape));
+        fail(errc::invalid_shape, n, b.name,
+             "bias must be [" + std::to_string(w.shape[0]) + "], got " + shape_string(b.shape));
     }
     return one({x.shape[0], w.shape[0], window_out(n, x, x.shape[2], s.kernel[0], s.stride[0], s.pad[0], s.dilation[0]),
                 window_out(n, x, x.shape[3], s.kernel[1], s.stride[1], s.pad[1], s.dilation[1])},
@@ -255,13 +284,16 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     if (n.attrs.get_int("ceil_mode", 0) != 0) fail(errc::not_supported, n, x.name, "ceil_mode=1 is not supported");
     if (t == "AveragePool" && n.attrs.get_int("count_include_pad", 0) != 0)
       fail(errc::not_supported, n, x.name, "count_include_pad=1 is not supported");
-    if (t == "MaxPool" && n.attrs.get_int("storage_order", 0) != 0) fail(errc::not_supported, n, x.name, "storage_order=1");
+    if (t == "MaxPool" && n.attrs.get_int("storage_order", 0) != 0)
+      fail(errc::not_supported, n, x.name, "storage_order=1");
     if (n.outputs.size() > 1) fail(errc::not_supported, n, x.name, "MaxPool's Indices output is not supported");
     const spatial s = read_spatial(n, x, {ks[0], ks[1]});
-    if (s.dilation[0] != 1 || s.dilation[1] != 1) fail(errc::not_supported, n, x.name, "dilated pooling is not supported");
+    if (s.dilation[0] != 1 || s.dilation[1] != 1)
+      fail(errc::not_supported, n, x.name, "dilated pooling is not supported");
     for (int i = 0; i < 2; ++i)
       if (2 * s.pad[i] > s.kernel[i])
-        fail(errc::not_supported, n, x.name, "pads above half the window are not supported (every window must cover input)");
+        fail(errc::not_supported, n, x.name,
+             "pads above half the window are not supported (every window must cover input)");
     return one({x.shape[0], x.shape[1], window_out(n, x, x.shape[2], s.kernel[0], s.stride[0], s.pad[0], 1),
                 window_out(n, x, x.shape[3], s.kernel[1], s.stride[1], s.pad[1], 1)},
                x.type);
@@ -278,9 +310,11 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     need_float(n, a);
     same_type(n, a, b);
     const auto ra = a.shape.rank(), rb = b.shape.rank();
-    if (ra < 2 || rb < 2) fail(errc::not_supported, n, ra < 2 ? a.name : b.name, "1-D MatMul operands are not supported");
+    if (ra < 2 || rb < 2)
+      fail(errc::not_supported, n, ra < 2 ? a.name : b.name, "1-D MatMul operands are not supported");
     if (a.shape[ra - 1] != b.shape[rb - 2])
-      fail(errc::invalid_shape, n, b.name, "inner dimensions differ: " + shape_string(a.shape) + " x " + shape_string(b.shape));
+      fail(errc::invalid_shape, n, b.name,
+           "inner dimensions differ: " + shape_string(a.shape) + " x " + shape_string(b.shape));
     shape out;
     if (rb == 2) {
       for (std::size_t i = 0; i + 1 < ra; ++i) out.push_back(a.shape[i]);
@@ -288,7 +322,9 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       if (ra != rb) fail(errc::not_supported, n, b.name, "batched MatMul needs equal ranks");
       for (std::size_t i = 0; i + 2 < ra; ++i) {
         if (a.shape[i] != b.shape[i])
-          fail(errc::not_supported, n, b.name, "batch dimensions must be equal (no broadcasting): " + shape_string(a.shape) + " x " + shape_string(b.shape));
+          fail(errc::not_supported, n, b.name,
+               "batch dimensions must be equal (no broadcasting): " + shape_string(a.shape) + " x " +
+                   shape_string(b.shape));
         out.push_back(a.shape[i]);
       }
       out.push_back(a.shape[ra - 2]);
@@ -305,7 +341,9 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     const bool ta = n.attrs.get_int("transA", 0) != 0, tb = n.attrs.get_int("transB", 0) != 0;
     const std::int64_t M = ta ? a.shape[1] : a.shape[0], K = ta ? a.shape[0] : a.shape[1];
     const std::int64_t Kb = tb ? b.shape[1] : b.shape[0], N = tb ? b.shape[0] : b.shape[1];
-    if (K != Kb) fail(errc::invalid_shape, n, b.name, "inner dimensions differ: " + shape_string(a.shape) + " x " + shape_string(b.shape));
+    if (K != Kb)
+      fail(errc::invalid_shape, n, b.name,
+           "inner dimensions differ: " + shape_string(a.shape) + " x " + shape_string(b.shape));
     if (in.size() > 2 && in[2]) {
       value_info y{.name = n.outputs.empty() ? n.name : n.outputs[0], .shape = {M, N}};
       same_type(n, a, *in[2]);
@@ -324,7 +362,8 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       const auto& p = need(n, in, i);
       same_type(n, x, p);
       if (p.shape.rank() != 1 || p.shape[0] != x.shape[1])
-        fail(errc::invalid_shape, n, p.name, "must be [" + std::to_string(x.shape[1]) + "], got " + shape_string(p.shape));
+        fail(errc::invalid_shape, n, p.name,
+             "must be [" + std::to_string(x.shape[1]) + "], got " + shape_string(p.shape));
     }
     return one(x.shape, x.type);
   }
@@ -338,7 +377,8 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       if (!in[i]) continue;
       same_type(n, x, *in[i]);
       if (!(in[i]->shape == trailing) && !(in[i]->shape.rank() == 1 && in[i]->shape[0] == trailing.elements()))
-        fail(errc::invalid_shape, n, in[i]->name, "must be " + shape_string(trailing) + ", got " + shape_string(in[i]->shape));
+        fail(errc::invalid_shape, n, in[i]->name,
+             "must be " + shape_string(trailing) + ", got " + shape_string(in[i]->shape));
     }
     need(n, in, 1);
     return one(x.shape, x.type);
@@ -361,7 +401,8 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     const auto& s = need(n, in, 1);
     const tensor* c = constants.size() > 1 ? constants[1] : nullptr;
     if (!c || !c->is_host()) fail(errc::not_supported, n, s.name, "the target shape must be a constant with data");
-    if (s.type != dtype::i64 || s.shape.rank() != 1) fail(errc::invalid_dtype, n, s.name, "shape must be a 1-D int64 tensor");
+    if (s.type != dtype::i64 || s.shape.rank() != 1)
+      fail(errc::invalid_dtype, n, s.name, "shape must be a 1-D int64 tensor");
     if (n.attrs.get_int("allowzero", 0) != 0) fail(errc::not_supported, n, s.name, "allowzero=1");
     shape out;
     int infer_at = -1;
@@ -369,7 +410,8 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     for (std::int64_t i = 0; i < c->elements(); ++i) {
       auto d = static_cast<std::int64_t>(c->get(i));
       if (d == 0) {
-        if (static_cast<std::size_t>(i) >= x.shape.rank()) fail(errc::invalid_shape, n, s.name, "0 copies a dimension the input lacks");
+        if (static_cast<std::size_t>(i) >= x.shape.rank())
+          fail(errc::invalid_shape, n, s.name, "0 copies a dimension the input lacks");
         d = x.shape[static_cast<std::size_t>(i)];
       }
       if (d == -1) {
@@ -388,7 +430,9 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       out[static_cast<std::size_t>(infer_at)] = x.shape.elements() / known;
     }
     if (out.elements() != x.shape.elements())
-      fail(errc::invalid_shape, n, s.name, shape_string(out) + " does not hold the " + std::to_string(x.shape.elements()) + " elements of " + shape_string(x.shape));
+      fail(errc::invalid_shape, n, s.name,
+           shape_string(out) + " does not hold the " + std::to_string(x.shape.elements()) + " elements of " +
+               shape_string(x.shape));
     return one(out, x.type);
   }
   if (t == "Concat") {
@@ -401,7 +445,8 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       if (y.shape.rank() != x.shape.rank()) fail(errc::invalid_shape, n, y.name, "rank differs from '" + x.name + "'");
       for (std::size_t d = 0; d < x.shape.rank(); ++d)
         if (static_cast<std::int64_t>(d) != ax && y.shape[d] != x.shape[d])
-          fail(errc::invalid_shape, n, y.name, shape_string(y.shape) + " differs from " + shape_string(x.shape) + " outside the axis");
+          fail(errc::invalid_shape, n, y.name,
+               shape_string(y.shape) + " differs from " + shape_string(x.shape) + " outside the axis");
       out[static_cast<std::size_t>(ax)] += y.shape[static_cast<std::size_t>(ax)];
     }
     return one(out, x.type);
@@ -461,7 +506,8 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
 
 void graph::check_new_name(std::string_view name, std::string_view op) const {
   if (name.empty())
-    throw graph_error(make_error_code(errc::invalid_argument), std::string(op), {}, "graph '" + name_ + "': empty tensor name");
+    throw graph_error(make_error_code(errc::invalid_argument), std::string(op), {},
+                      "graph '" + name_ + "': empty tensor name");
   if (value_index_.count(name))
     throw graph_error(make_error_code(errc::invalid_argument), std::string(op), std::string(name),
                       "graph '" + name_ + "': duplicate tensor name '" + std::string(name) + "'" +
@@ -482,14 +528,16 @@ std::string graph::add_input(std::string name, npurt::shape s, npurt::dtype t) {
 std::string graph::add_constant(std::string name, tensor v) {
   check_new_name(name, {});
   if (v.is_device())
-    throw graph_error(make_error_code(errc::invalid_argument), {}, name, "constant '" + name + "' must be a host or timing-only tensor");
+    throw graph_error(make_error_code(errc::invalid_argument), {}, name,
+                      "constant '" + name + "' must be a host or timing-only tensor");
   value_index_[name] = values_.size();
   values_.push_back({name, v.shape(), v.type(), value_kind::constant, -1, true});
   constants_.emplace(name, std::move(v));
   return name;
 }
 
-std::string graph::add_op(std::string_view type, std::vector<std::string> inputs, npurt::attributes attrs, std::string name) {
+std::string graph::add_op(std::string_view type, std::vector<std::string> inputs, npurt::attributes attrs,
+                          std::string name) {
   if (name.empty()) {
     do {
       name = std::string(type) + "_" + std::to_string(auto_names_++);
@@ -515,7 +563,8 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
     value_index_[o] = values_.size();
     values_.push_back({o, {}, dtype::f32, value_kind::activation, static_cast<int>(idx), false});
   }
-  nodes_.push_back({std::string(type), std::move(name), std::move(inputs), std::move(outputs), std::move(attrs), false});
+  nodes_.push_back(
+      {std::string(type), std::move(name), std::move(inputs), std::move(outputs), std::move(attrs), false});
   try {
     try_infer(idx);
   } catch (...) {
@@ -617,8 +666,9 @@ void graph::validate() {
   for (const auto& n : nodes_)
     for (const auto& in : n.inputs)
       if (!in.empty() && !find(in))
-        throw graph_error(make_error_code(errc::invalid_argument), n.name, in,
-                          n.type + " '" + n.name + "': input '" + in + "' is not produced by any operator, input or constant");
+        throw graph_error(
+            make_error_code(errc::invalid_argument), n.name, in,
+            n.type + " '" + n.name + "': input '" + in + "' is not produced by any operator, input or constant");
   const auto order = topological_order();
   if (order.size() != nodes_.size()) {
     std::vector<bool> placed(nodes_.size());
@@ -636,12 +686,15 @@ void graph::validate() {
   }
   for (auto i : order)
     if (!nodes_[i].inferred && !try_infer(i))
-      throw graph_error(make_error_code(errc::invalid_argument), nodes_[i].name, {}, "cannot infer '" + nodes_[i].name + "'");
+      throw graph_error(make_error_code(errc::invalid_argument), nodes_[i].name, {},
+                        "cannot infer '" + nodes_[i].name + "'");
   if (outputs_.empty())
-    throw graph_error(make_error_code(errc::invalid_argument), {}, {}, "graph '" + name_ + "' has no output (call set_output)");
+    throw graph_error(make_error_code(errc::invalid_argument), {}, {},
+                      "graph '" + name_ + "' has no output (call set_output)");
   for (const auto& o : outputs_)
     if (!find(o))
-      throw graph_error(make_error_code(errc::invalid_argument), {}, o, "graph '" + name_ + "': output '" + o + "' is not produced by anything");
+      throw graph_error(make_error_code(errc::invalid_argument), {}, o,
+                        "graph '" + name_ + "': output '" + o + "' is not produced by anything");
   for (const auto& [a, b] : hints_) {
     (void)node_index(a);
     (void)node_index(b);

@@ -72,8 +72,8 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     kernels::conv2d c{x, w, y};
     c.stride = two(n.attrs.get_ints("strides"), {1, 1});
     c.dilation = two(n.attrs.get_ints("dilations"), {1, 1});
-    c.pad = pads_of(n, x.shape, {static_cast<std::int32_t>(w.shape[2]), static_cast<std::int32_t>(w.shape[3])}, c.stride,
-                    c.dilation);
+    c.pad = pads_of(n, x.shape, {static_cast<std::int32_t>(w.shape[2]), static_cast<std::int32_t>(w.shape[3])},
+                    c.stride, c.dilation);
     c.groups = static_cast<std::int32_t>(n.attrs.get_int("group", 1));
     kernel(c);
     if (st.in.size() > 2 && st.in[2] >= 0) {
@@ -106,7 +106,8 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     m.b = b;
     m.c = c;
     kernel(m);
-    if (t == "Gemm" && st.in.size() > 2 && st.in[2] >= 0) kernel(kernels::elementwise{kernels::eltwise_fn::add, y, desc(st.in[2]), y});
+    if (t == "Gemm" && st.in.size() > 2 && st.in[2] >= 0)
+      kernel(kernels::elementwise{kernels::eltwise_fn::add, y, desc(st.in[2]), y});
     relu_epilogue();
   } else if (t == "Add" || t == "Sub" || t == "Mul" || t == "Div") {
     kernel(kernels::elementwise{fn_of(t), desc(st.in[0]), desc(st.in[1]), y});
@@ -206,8 +207,9 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
         kernel(kernels::transpose{desc(v), reshaped(desc(v), xv.shape)});
       } else {
         for (std::int64_t o = 0; o < outer; ++o)
-          out.push_back({std::nullopt, copy_task{static_cast<std::byte*>(dst) + static_cast<std::size_t>(o) * row + at,
-                                                 static_cast<const std::byte*>(src) + static_cast<std::size_t>(o) * xrow, xrow}});
+          out.push_back(
+              {std::nullopt, copy_task{static_cast<std::byte*>(dst) + static_cast<std::size_t>(o) * row + at,
+                                       static_cast<const std::byte*>(src) + static_cast<std::size_t>(o) * xrow, xrow}});
       }
       at += xrow;
     }

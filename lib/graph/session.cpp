@@ -43,7 +43,8 @@ std::vector<std::pair<std::string, std::uint32_t>> compiled_graph::schedule_orde
 session::session(npurt::system& sys, const session_config& cfg)
     : sys_(&sys), dev_(&sys.device(cfg.device_id)), cfg_(cfg), id_(next_session_id.fetch_add(1)) {
   if (cfg.precision == precision::bf16 && dev_->properties().name == "ascend910")
-    throw_error(make_error_code(errc::not_supported), "session: " + dev_->properties().name + " has no bf16 (use fp16 or mixed)");
+    throw_error(make_error_code(errc::not_supported),
+                "session: " + dev_->properties().name + " has no bf16 (use fp16 or mixed)");
   (void)stream(0);
 }
 
@@ -73,8 +74,8 @@ void* session::acquire(std::size_t bytes) {
   if (cap && held_ + bytes > cap) {
     out_of_memory_error::info i{bytes, dev_->id(), cap, cap - held_, held_, held_};
     throw out_of_memory_error(i, "session " + std::to_string(id_) + ": " + std::to_string(bytes) +
-                                     " bytes exceed the pool_size of " + std::to_string(cap) + " (" + std::to_string(held_) +
-                                     " held)");
+                                     " bytes exceed the pool_size of " + std::to_string(cap) + " (" +
+                                     std::to_string(held_) + " held)");
   }
   void* p = dev_->malloc(bytes);
   held_ += bytes;
@@ -93,13 +94,15 @@ void session::set_memory_config(const memory_config& m) { mem_ = m; }
 
 void session::set_schedule_config(const schedule_config& s) {
   if (s.max_parallelism < 1 || s.pipeline_stages < 1)
-    throw_error(make_error_code(errc::invalid_argument), "set_schedule_config: max_parallelism and pipeline_stages must be >= 1");
+    throw_error(make_error_code(errc::invalid_argument),
+                "set_schedule_config: max_parallelism and pipeline_stages must be >= 1");
   sched_ = s;
 }
 
 void session::enable_auto_schedule(int level) {
   if (level < 0 || level > 3)
-    throw_error(make_error_code(errc::invalid_argument), "enable_auto_schedule: level " + std::to_string(level) + " (0-3)");
+    throw_error(make_error_code(errc::invalid_argument),
+                "enable_auto_schedule: level " + std::to_string(level) + " (0-3)");
   level_ = level;
 }
 
@@ -136,7 +139,8 @@ compiled_graph session::compile(graph& g, const compile_options& opts) {
   // tiling leaves cores free; everything else uses all of them.
   const std::uint32_t cores = dev_->properties().ai_core_count;
   for (auto& st : p->steps)
-    if (st.concurrent && rep.schedule == schedule::parallel) st.block_dim = std::max<std::uint32_t>(1, cores / (st.peers + 1));
+    if (st.concurrent && rep.schedule == schedule::parallel)
+      st.block_dim = std::max<std::uint32_t>(1, cores / (st.peers + 1));
   auto hold = [&](std::size_t bytes) {
     void* ptr = acquire(bytes);
     p->held.emplace_back(ptr, bytes);
@@ -223,16 +227,19 @@ void check_feeds(const compiled_graph::impl& c, const std::vector<feed>& inputs,
       found = true;
       if (!(f.value.shape() == v.shape))
         throw graph_error(make_error_code(errc::invalid_shape), {}, f.name,
-                          "run: input '" + f.name + "' expects shape " + shape_string(v.shape) + ", fed " + shape_string(f.value.shape()));
+                          "run: input '" + f.name + "' expects shape " + shape_string(v.shape) + ", fed " +
+                              shape_string(f.value.shape()));
       if (f.value.type() != v.type)
         throw graph_error(make_error_code(errc::invalid_dtype), {}, f.name,
                           "run: input '" + f.name + "' expects " + std::string(to_string(v.type)) + ", fed " +
                               std::string(to_string(f.value.type())));
-      if (by_input[i]) throw graph_error(make_error_code(errc::invalid_argument), {}, f.name, "run: input '" + f.name + "' fed twice");
+      if (by_input[i])
+        throw graph_error(make_error_code(errc::invalid_argument), {}, f.name, "run: input '" + f.name + "' fed twice");
       by_input[i] = &f.value;
     }
     if (!found)
-      throw graph_error(make_error_code(errc::invalid_argument), {}, f.name, "run: the graph has no input '" + f.name + "'");
+      throw graph_error(make_error_code(errc::invalid_argument), {}, f.name,
+                        "run: the graph has no input '" + f.name + "'");
   }
   for (std::size_t i = 0; i < c.inputs.size(); ++i)
     if (!by_input[i]) {
@@ -258,14 +265,16 @@ event enqueue_batch(enqueue_ctx& x) {
   const bool timing = c.rep.timing_only;
   std::byte* arena = timing || c.arenas.empty() ? nullptr : static_cast<std::byte*>(c.arenas[x.slot]);
   std::vector<int> input_pos(c.values.size(), -1);
-  for (std::size_t i = 0; i < c.inputs.size(); ++i) input_pos[static_cast<std::size_t>(c.inputs[i])] = static_cast<int>(i);
+  for (std::size_t i = 0; i < c.inputs.size(); ++i)
+    input_pos[static_cast<std::size_t>(c.inputs[i])] = static_cast<int>(i);
   auto ptr = [&](int v) -> void* {
     if (timing) return nullptr;
     const cvalue& cv = c.values[static_cast<std::size_t>(v)];
     const int r = cv.root;
     const cvalue& rv = c.values[static_cast<std::size_t>(r)];
     if (rv.kind == value_kind::constant) return c.const_ptr[static_cast<std::size_t>(r)];
-    if (rv.kind == value_kind::input) return c.input_ptr[x.slot][static_cast<std::size_t>(input_pos[static_cast<std::size_t>(r)])];
+    if (rv.kind == value_kind::input)
+      return c.input_ptr[x.slot][static_cast<std::size_t>(input_pos[static_cast<std::size_t>(r)])];
     return arena + c.roots[static_cast<std::size_t>(r)].offset;
   };
   npurt::stream& sin = x.s.stream(c.copy_stream);
@@ -275,10 +284,8 @@ event enqueue_batch(enqueue_ctx& x) {
     const tensor& t = *x.in[i];
     const std::size_t bytes = c.values[static_cast<std::size_t>(c.inputs[i])].bytes();
     if (bytes == 0) continue;
-    if (t.is_host())
-      sin.memcpy(c.input_ptr[x.slot][i], bytes, t.data(), bytes, memcpy_kind::host_to_device);
-    else if (t.is_device())
-      sin.memcpy(c.input_ptr[x.slot][i], bytes, t.data(), bytes, memcpy_kind::device_to_device);
+    if (t.is_host()) sin.memcpy(c.input_ptr[x.slot][i], bytes, t.data(), bytes, memcpy_kind::host_to_device);
+    else if (t.is_device()) sin.memcpy(c.input_ptr[x.slot][i], bytes, t.data(), bytes, memcpy_kind::device_to_device);
     else {
       // A timing-only feed still costs its transfer: copy from a host staging buffer.
       thread_local std::vector<std::byte> staging;
@@ -296,13 +303,13 @@ event enqueue_batch(enqueue_ctx& x) {
     if (!stream_started[st.stream]) {
       stream_started[st.stream] = true;
       if (st.stream != c.copy_stream) s.wait(inputs_done);
-      if (x.stage_done && (*x.stage_done)[static_cast<std::size_t>(st.stage)].valid()) s.wait((*x.stage_done)[static_cast<std::size_t>(st.stage)]);
+      if (x.stage_done && (*x.stage_done)[static_cast<std::size_t>(st.stage)].valid())
+        s.wait((*x.stage_done)[static_cast<std::size_t>(st.stage)]);
     }
     for (int w : st.waits) s.wait(done[static_cast<std::size_t>(w)]);
     event last;
     for (auto& task : lower_step(st, c.values, ptr)) {
-      if (task.kernel)
-        last = s.launch(*task.kernel);
+      if (task.kernel) last = s.launch(*task.kernel);
       else
         last = s.memcpy(task.copy.dst, task.copy.bytes, task.copy.src, task.copy.bytes, memcpy_kind::device_to_device);
     }
@@ -386,7 +393,8 @@ run_result session::finish_run(pending_run& p) {
       const cstep& st = c.steps[k];
       r.ops.push_back({st.n->name, st.n->type, st.stream, sp.start - p.start, sp.end - p.start, sp.busy});
     }
-  std::stable_sort(r.ops.begin(), r.ops.end(), [](const op_timing& a, const op_timing& b) { return a.start < b.start; });
+  std::stable_sort(r.ops.begin(), r.ops.end(),
+                   [](const op_timing& a, const op_timing& b) { return a.start < b.start; });
   return r;
 }
 
@@ -456,9 +464,9 @@ optimizer_report session::optimize(graph& g, const std::vector<feed>& inputs) {
   rep.compiled = c1.report();
   rep.latency_after = r1.latency;
   rep.peak_bytes_after = rep.compiled.peak_bytes();
-  rep.memory_efficiency = rep.compiled.activation_bytes
-                              ? static_cast<double>(rep.compiled.activation_lower_bound) / static_cast<double>(rep.compiled.activation_bytes)
-                              : 1.0;
+  rep.memory_efficiency = rep.compiled.activation_bytes ? static_cast<double>(rep.compiled.activation_lower_bound) /
+                                                              static_cast<double>(rep.compiled.activation_bytes)
+                                                        : 1.0;
   picoseconds busy{0};
   for (const auto& o : r1.ops) busy += o.busy;
   const double denom = static_cast<double>(r1.latency.count()) * static_cast<double>(rep.compiled.streams);
@@ -477,12 +485,14 @@ std::vector<memory_suggestion> graph_optimizer::memory_suggestions() const {
     const double after = static_cast<double>(peak(o, p.value_or(precision_)));
     if (after < b) out.push_back({k, std::move(text), (b - after) / mb, o, p});
   };
-  add(memory_suggestion::kind::enable_reuse, "enable memory reuse: activations whose lifetimes do not overlap share memory",
+  add(memory_suggestion::kind::enable_reuse,
+      "enable memory reuse: activations whose lifetimes do not overlap share memory",
       {.schedule = schedule::sequential, .memory_reuse = true, .optimization_level = 0}, std::nullopt);
   add(memory_suggestion::kind::in_place, "in-place activations and fusion (optimization level 2)",
       {.schedule = schedule::sequential, .memory_reuse = false, .optimization_level = 2}, std::nullopt);
   if (precision_ == precision::fp32)
-    add(memory_suggestion::kind::lower_precision, "compute in fp16: halves activations and weights", base, precision::fp16);
+    add(memory_suggestion::kind::lower_precision, "compute in fp16: halves activations and weights", base,
+        precision::fp16);
   std::stable_sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.saving_mb > y.saving_mb; });
   return out;
 }

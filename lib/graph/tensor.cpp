@@ -30,13 +30,41 @@ void check_shape(const shape& s) {
 double load_element(const void* data, dtype t, std::int64_t i) noexcept {
   const auto* b = static_cast<const std::byte*>(data);
   switch (t) {
-    case dtype::f32: { float v; std::memcpy(&v, b + i * 4, 4); return v; }
-    case dtype::f16: { std::uint16_t v; std::memcpy(&v, b + i * 2, 2); return numeric::half_bits_to_float(v); }
-    case dtype::bf16: { std::uint16_t v; std::memcpy(&v, b + i * 2, 2); return numeric::bfloat16_bits_to_float(v); }
-    case dtype::i8: { std::int8_t v; std::memcpy(&v, b + i, 1); return v; }
-    case dtype::u8: { std::uint8_t v; std::memcpy(&v, b + i, 1); return v; }
-    case dtype::i32: { std::int32_t v; std::memcpy(&v, b + i * 4, 4); return v; }
-    case dtype::i64: { std::int64_t v; std::memcpy(&v, b + i * 8, 8); return static_cast<double>(v); }
+    case dtype::f32: {
+      float v;
+      std::memcpy(&v, b + i * 4, 4);
+      return v;
+    }
+    case dtype::f16: {
+      std::uint16_t v;
+      std::memcpy(&v, b + i * 2, 2);
+      return numeric::half_bits_to_float(v);
+    }
+    case dtype::bf16: {
+      std::uint16_t v;
+      std::memcpy(&v, b + i * 2, 2);
+      return numeric::bfloat16_bits_to_float(v);
+    }
+    case dtype::i8: {
+      std::int8_t v;
+      std::memcpy(&v, b + i, 1);
+      return v;
+    }
+    case dtype::u8: {
+      std::uint8_t v;
+      std::memcpy(&v, b + i, 1);
+      return v;
+    }
+    case dtype::i32: {
+      std::int32_t v;
+      std::memcpy(&v, b + i * 4, 4);
+      return v;
+    }
+    case dtype::i64: {
+      std::int64_t v;
+      std::memcpy(&v, b + i * 8, 8);
+      return static_cast<double>(v);
+    }
   }
   return 0;
 }
@@ -44,13 +72,41 @@ double load_element(const void* data, dtype t, std::int64_t i) noexcept {
 void store_element(void* data, dtype t, std::int64_t i, double v) noexcept {
   auto* b = static_cast<std::byte*>(data);
   switch (t) {
-    case dtype::f32: { const float f = static_cast<float>(v); std::memcpy(b + i * 4, &f, 4); return; }
-    case dtype::f16: { const auto h = numeric::float_to_half_bits(static_cast<float>(v)); std::memcpy(b + i * 2, &h, 2); return; }
-    case dtype::bf16: { const auto h = numeric::float_to_bfloat16_bits(static_cast<float>(v)); std::memcpy(b + i * 2, &h, 2); return; }
-    case dtype::i8: { const auto x = saturate<std::int8_t>(v); std::memcpy(b + i, &x, 1); return; }
-    case dtype::u8: { const auto x = saturate<std::uint8_t>(v); std::memcpy(b + i, &x, 1); return; }
-    case dtype::i32: { const auto x = saturate<std::int32_t>(v); std::memcpy(b + i * 4, &x, 4); return; }
-    case dtype::i64: { const auto x = saturate<std::int64_t>(v); std::memcpy(b + i * 8, &x, 8); return; }
+    case dtype::f32: {
+      const float f = static_cast<float>(v);
+      std::memcpy(b + i * 4, &f, 4);
+      return;
+    }
+    case dtype::f16: {
+      const auto h = numeric::float_to_half_bits(static_cast<float>(v));
+      std::memcpy(b + i * 2, &h, 2);
+      return;
+    }
+    case dtype::bf16: {
+      const auto h = numeric::float_to_bfloat16_bits(static_cast<float>(v));
+      std::memcpy(b + i * 2, &h, 2);
+      return;
+    }
+    case dtype::i8: {
+      const auto x = saturate<std::int8_t>(v);
+      std::memcpy(b + i, &x, 1);
+      return;
+    }
+    case dtype::u8: {
+      const auto x = saturate<std::uint8_t>(v);
+      std::memcpy(b + i, &x, 1);
+      return;
+    }
+    case dtype::i32: {
+      const auto x = saturate<std::int32_t>(v);
+      std::memcpy(b + i * 4, &x, 4);
+      return;
+    }
+    case dtype::i64: {
+      const auto x = saturate<std::int64_t>(v);
+      std::memcpy(b + i * 8, &x, 8);
+      return;
+    }
   }
 }
 
@@ -63,8 +119,8 @@ tensor::tensor(npurt::shape s, npurt::dtype t, npurt::layout l) : shape_(s), typ
 
 tensor::tensor(npurt::shape s, npurt::dtype t, const std::vector<double>& values) : tensor(s, t) {
   if (static_cast<std::int64_t>(values.size()) != elements())
-    throw_error(make_error_code(errc::invalid_shape), "tensor: " + std::to_string(values.size()) +
-                                                          " values for " + std::to_string(elements()) + " elements");
+    throw_error(make_error_code(errc::invalid_shape),
+                "tensor: " + std::to_string(values.size()) + " values for " + std::to_string(elements()) + " elements");
   for (std::size_t i = 0; i < values.size(); ++i) store_element(data_, type_, static_cast<std::int64_t>(i), values[i]);
 }
 
@@ -120,8 +176,9 @@ std::int64_t tensor::linear(std::initializer_list<std::int64_t> index) const {
   std::size_t d = 0;
   for (auto x : index) {
     if (x < 0 || x >= shape_[d])
-      throw_error(make_error_code(errc::invalid_argument), "tensor: index " + std::to_string(x) + " out of range in dimension " +
-                                                               std::to_string(d) + " of size " + std::to_string(shape_[d]));
+      throw_error(make_error_code(errc::invalid_argument), "tensor: index " + std::to_string(x) +
+                                                               " out of range in dimension " + std::to_string(d) +
+                                                               " of size " + std::to_string(shape_[d]));
     i = i * shape_[d] + x;
     ++d;
   }
@@ -130,7 +187,8 @@ std::int64_t tensor::linear(std::initializer_list<std::int64_t> index) const {
 
 double tensor::get(std::int64_t i) const {
   if (place_ != storage_place::host)
-    throw_error(make_error_code(errc::invalid_pointer), "tensor::get: element access needs a host tensor (use to_host)");
+    throw_error(make_error_code(errc::invalid_pointer),
+                "tensor::get: element access needs a host tensor (use to_host)");
   if (i < 0 || i >= elements())
     throw_error(make_error_code(errc::invalid_argument),
                 "tensor::get: element " + std::to_string(i) + " of " + std::to_string(elements()));
@@ -196,8 +254,8 @@ void tensor::copy_from(const tensor& src, stream& s) {
   copy_from(src, s, ec);
   if (ec)
     throw_error(ec, "tensor::copy_from: " + std::string(to_string(src.type_)) + " tensor of " +
-                        std::to_string(src.elements()) + " elements into " + std::string(to_string(type_)) + " tensor of " +
-                        std::to_string(elements()) + " elements");
+                        std::to_string(src.elements()) + " elements into " + std::string(to_string(type_)) +
+                        " tensor of " + std::to_string(elements()) + " elements");
 }
 
 tensor tensor::to_device(npurt::device& dev, stream& s) const {

@@ -54,7 +54,8 @@ graph resnet50_graph(std::int64_t batch, std::int64_t image, bool with_data, std
     const double s = std::sqrt(2.0 / static_cast<double>(c.cin * c.kernel * c.kernel));
     auto w = g.add_constant(c.name + ".weight", param({c.cout, c.cin, c.kernel, c.kernel}, type, with_data, ++k, s));
     std::string y = g.add_op("Conv", {in, w},
-                             {{"strides", ints{c.stride, c.stride}}, {"pads", ints{c.pad, c.pad, c.pad, c.pad}},
+                             {{"strides", ints{c.stride, c.stride}},
+                              {"pads", ints{c.pad, c.pad, c.pad, c.pad}},
                               {"kernel_shape", ints{c.kernel, c.kernel}}},
                              c.name);
     std::string bn = c.name;
@@ -70,7 +71,8 @@ graph resnet50_graph(std::int64_t batch, std::int64_t image, bool with_data, std
   };
   const auto& convs = table.convs();
   x = conv_bn(convs[0], x, true);
-  x = g.add_op("MaxPool", {x}, {{"kernel_shape", ints{3, 3}}, {"strides", ints{2, 2}}, {"pads", ints{1, 1, 1, 1}}}, "maxpool");
+  x = g.add_op("MaxPool", {x}, {{"kernel_shape", ints{3, 3}}, {"strides", ints{2, 2}}, {"pads", ints{1, 1, 1, 1}}},
+               "maxpool");
   for (std::size_t i = 1; i < convs.size();) {
     // A bottleneck block: conv1, conv2, conv3 and, in a stage's first block, the projection.
     const std::string block = convs[i].name.substr(0, convs[i].name.rfind(".conv"));
@@ -100,7 +102,8 @@ std::string add_encoder_block(graph& g, const std::string& x, const transformer_
   std::uint64_t k = seed;
   const double sh = 1.0 / std::sqrt(static_cast<double>(H));
   auto linear = [&](const std::string& in, const std::string& name, std::int64_t fin, std::int64_t fout) {
-    auto w = g.add_constant(p + "." + name + ".weight", param({fin, fout}, t, with_data, ++k, 1.0 / std::sqrt(static_cast<double>(fin))));
+    auto w = g.add_constant(p + "." + name + ".weight",
+                            param({fin, fout}, t, with_data, ++k, 1.0 / std::sqrt(static_cast<double>(fin))));
     auto b = g.add_constant(p + "." + name + ".bias", param({fout}, t, with_data, ++k, 0.05));
     return g.add_op("Add", {g.add_op("MatMul", {in, w}, {}, p + "." + name), b}, {}, p + "." + name + ".bias_add");
   };
@@ -123,7 +126,8 @@ std::string add_encoder_block(graph& g, const std::string& x, const transformer_
   auto ln = [&](const std::string& in, const std::string& name) {
     auto gm = g.add_constant(p + "." + name + ".weight", param({H}, t, with_data, ++k, 0.1, 1.0));
     auto bt = g.add_constant(p + "." + name + ".bias", param({H}, t, with_data, ++k, 0.05));
-    return g.add_op("LayerNormalization", {in, gm, bt}, {{"axis", std::int64_t{-1}}, {"epsilon", 1e-5}}, p + "." + name);
+    return g.add_op("LayerNormalization", {in, gm, bt}, {{"axis", std::int64_t{-1}}, {"epsilon", 1e-5}},
+                    p + "." + name);
   };
   auto a = ln(attn, "ln1");
   auto f = g.add_op("Gelu", {linear(a, "intermediate", H, F)}, {{"approximate", std::string("tanh")}}, p + ".gelu");
@@ -144,7 +148,8 @@ graph bert_large(std::int64_t batch, std::int64_t seq, bool with_data, int layer
   graph g("bert_large");
   const transformer_config c{batch, seq, 1024, 16, 4096, type};
   std::string x = g.add_input("x", {batch, seq, 1024}, type);
-  for (int l = 0; l < layers; ++l) x = add_encoder_block(g, x, c, "layer" + std::to_string(l), with_data, 1000u * static_cast<std::uint64_t>(l + 1));
+  for (int l = 0; l < layers; ++l)
+    x = add_encoder_block(g, x, c, "layer" + std::to_string(l), with_data, 1000u * static_cast<std::uint64_t>(l + 1));
   g.set_output(g.add_op("Identity", {x}, {}, "y"));
   return g;
 }
@@ -161,9 +166,11 @@ std::vector<kernel_desc> bert_training_step(std::int64_t B, std::int64_t S, std:
     return names.back();
   };
   auto td = [](shape s, dtype t) { return tensor_desc{nullptr, s, t, layout::nd}; };
-  auto mm = [&](const std::string& n, std::int64_t M, std::int64_t K, std::int64_t N, bool ta = false, bool tb = false) {
-    ks.push_back(kernel_desc(matmul{td(ta ? shape{K, M} : shape{M, K}, c), td(tb ? shape{N, K} : shape{K, N}, c), td({M, N}, c), ta, tb},
-                             name(n)));
+  auto mm = [&](const std::string& n, std::int64_t M, std::int64_t K, std::int64_t N, bool ta = false,
+                bool tb = false) {
+    ks.push_back(kernel_desc(
+        matmul{td(ta ? shape{K, M} : shape{M, K}, c), td(tb ? shape{N, K} : shape{K, N}, c), td({M, N}, c), ta, tb},
+        name(n)));
   };
   auto bmm = [&](const std::string& n, std::int64_t Bt, std::int64_t M, std::int64_t K, std::int64_t N) {
     ks.push_back(kernel_desc(matmul{td({Bt, M, K}, c), td({Bt, K, N}, c), td({Bt, M, N}, c)}, name(n)));
@@ -172,12 +179,15 @@ std::vector<kernel_desc> bert_training_step(std::int64_t B, std::int64_t S, std:
     ks.push_back(kernel_desc(elementwise{f, td(s, c), binary ? td(s, c) : tensor_desc{}, td(s, c)}, name(n)));
   };
   auto bias = [&](const std::string& n, std::int64_t rows, std::int64_t cols) {
-    ks.push_back(kernel_desc(elementwise{eltwise_fn::add, td({rows, cols}, c), td({cols}, c), td({rows, cols}, c)}, name(n)));
+    ks.push_back(
+        kernel_desc(elementwise{eltwise_fn::add, td({rows, cols}, c), td({cols}, c), td({rows, cols}, c)}, name(n)));
   };
   auto lnorm = [&](const std::string& n, std::int64_t rows) {
     ks.push_back(kernel_desc(layernorm{td({rows, H}, c), td({H}, c), td({H}, c), td({rows, H}, c)}, name(n)));
   };
-  auto smax = [&](const std::string& n, shape s) { ks.push_back(kernel_desc(softmax{td(s, c), td(s, c), -1}, name(n))); };
+  auto smax = [&](const std::string& n, shape s) {
+    ks.push_back(kernel_desc(softmax{td(s, c), td(s, c), -1}, name(n)));
+  };
   auto tr = [&](const std::string& n) {
     transpose t{td({B, S, h, d}, c), td({B, h, S, d}, c)};
     t.perm = {0, 2, 1, 3, 4, 5, 6, 7};
@@ -264,7 +274,8 @@ std::vector<kernel_desc> bert_training_step(std::int64_t B, std::int64_t S, std:
     bmm(p + "context.dprobs", B * h, S, d, S);
     bmm(p + "context.dv", B * h, S, S, d);
     ew(p + "attn.dropout", eltwise_fn::mul, {B * h, S, S});
-    ks.push_back(kernel_desc(reduce{reduce_fn::sum, td({B * h, S, S}, c), td({B * h, S, 1}, c), 4u, true}, name(p + "softmax.sum")));
+    ks.push_back(kernel_desc(reduce{reduce_fn::sum, td({B * h, S, S}, c), td({B * h, S, 1}, c), 4u, true},
+                             name(p + "softmax.sum")));
     ew(p + "softmax.dx", eltwise_fn::sub, {B * h, S, S});
     ew(p + "softmax.dx2", eltwise_fn::mul, {B * h, S, S});
     bmm(p + "scores.dq", B * h, S, S, d);
@@ -278,13 +289,22 @@ std::vector<kernel_desc> bert_training_step(std::int64_t B, std::int64_t S, std:
   ln_bwd("embeddings.ln.bwd", T);
   ew("embeddings.scatter_add", eltwise_fn::add, {T, H});
   // Update: one pass per parameter tensor on FP32 master weights, then the FP16 copy.
-  std::vector<std::pair<std::string, shape>> params{{"word_embeddings", {V, H}}, {"position_embeddings", {512, H}},
-                                                     {"mlm.transform", {H, H}}, {"nsp.pooler", {H, H}}};
+  std::vector<std::pair<std::string, shape>> params{{"word_embeddings", {V, H}},
+                                                    {"position_embeddings", {512, H}},
+                                                    {"mlm.transform", {H, H}},
+                                                    {"nsp.pooler", {H, H}}};
   for (int l = 0; l < layers; ++l) {
     const std::string p = "layer" + std::to_string(l) + ".";
-    for (auto& [n, s] : std::vector<std::pair<std::string, shape>>{{"qkv", {H, 3 * H}}, {"qkv.b", {3 * H}}, {"attn.out", {H, H}},
-                                                                     {"attn.out.b", {H}}, {"ln1", {2 * H}}, {"ffn1", {H, F}},
-                                                                     {"ffn1.b", {F}}, {"ffn2", {F, H}}, {"ffn2.b", {H}}, {"ln2", {2 * H}}})
+    for (auto& [n, s] : std::vector<std::pair<std::string, shape>>{{"qkv", {H, 3 * H}},
+                                                                   {"qkv.b", {3 * H}},
+                                                                   {"attn.out", {H, H}},
+                                                                   {"attn.out.b", {H}},
+                                                                   {"ln1", {2 * H}},
+                                                                   {"ffn1", {H, F}},
+                                                                   {"ffn1.b", {F}},
+                                                                   {"ffn2", {F, H}},
+                                                                   {"ffn2.b", {H}},
+                                                                   {"ln2", {2 * H}}})
       params.emplace_back(p + n, s);
   }
   for (const auto& [n, s] : params) {

@@ -106,7 +106,8 @@ void resnet50::build() {
     const auto& p = params.back();
     compute_copy.resize(params.size(), none);
     if (!mixed) return master;
-    return compute_copy.back() = tensor(p.name + "." + std::string(to_string(ct)), p.s, ct, tensor_role::compute_weight);
+    return compute_copy.back() =
+               tensor(p.name + "." + std::string(to_string(ct)), p.s, ct, tensor_role::compute_weight);
   };
 
   auto conv = [&](const std::string& name, const value& x, std::int64_t cout, std::int64_t k, std::int64_t stride,
@@ -144,11 +145,13 @@ void resnet50::build() {
     const auto smean = tensor(name + ".saved_mean", shape{c}, dtype::f32, tensor_role::saved_stat);
     const auto sinvstd = tensor(name + ".saved_invstd", shape{c}, dtype::f32, tensor_role::saved_stat);
     const value y{x.d, tensor(name + ".out", x.d.shape, x.d.type, tensor_role::activation), new_slot()};
-    fwd(batchnorm{x.d, v, v, v, v, x.d, v, v, true}, name, {x.t, gamma, beta, rmean, rvar}, {y.t, rmean, rvar, smean, sinvstd});
+    fwd(batchnorm{x.d, v, v, v, v, x.d, v, v, true}, name, {x.t, gamma, beta, rmean, rvar},
+        {y.t, rmean, rvar, smean, sinvstd});
     tape.emplace_back([=, &bwd, &grad_of, &new_grad] {
       const auto dy = grad_of(y.g);
       const auto dx = new_grad(x.g, name + ".grad_input", x.d);
-      bwd(batchnorm_backward{x.d, x.d, v, v, v, x.d, v, v}, name + ".grad", {x.t, dy, gamma, smean, sinvstd}, {dx, dgamma, dbeta});
+      bwd(batchnorm_backward{x.d, x.d, v, v, v, x.d, v, v}, name + ".grad", {x.t, dy, gamma, smean, sinvstd},
+          {dx, dgamma, dbeta});
     });
     return y;
   };
@@ -159,7 +162,8 @@ void resnet50::build() {
     // The gradient is dy masked by y > 0: one multiply reading dy and y.
     tape.emplace_back([=, &bwd, &grad_of, &new_grad] {
       const auto dy = grad_of(y.g);
-      bwd(elementwise{eltwise_fn::mul, x.d, x.d, x.d}, name + ".grad", {dy, y.t}, {new_grad(x.g, name + ".grad_input", x.d)});
+      bwd(elementwise{eltwise_fn::mul, x.d, x.d, x.d}, name + ".grad", {dy, y.t},
+          {new_grad(x.g, name + ".grad_input", x.d)});
     });
     return y;
   };
@@ -194,7 +198,8 @@ void resnet50::build() {
       // Runs last in the backward pass: the branch and shortcut gradients meet here.
       tape.emplace_back([=, &bwd, &grad_of, &new_grad] {
         const auto a = grad_of(branch_in.g), c = grad_of(shortcut_in.g);
-        bwd(elementwise{eltwise_fn::add, in.d, in.d, in.d}, pre + "grad_add", {a, c}, {new_grad(in.g, pre + "grad_add", in.d)});
+        bwd(elementwise{eltwise_fn::add, in.d, in.d, in.d}, pre + "grad_add", {a, c},
+            {new_grad(in.g, pre + "grad_add", in.d)});
       });
       value y = conv(pre + "conv1", branch_in, planes, 1, 1, 0, true);
       y = relu(pre + "relu1", bn(pre + "bn1", y));
@@ -203,7 +208,8 @@ void resnet50::build() {
       y = conv(pre + "conv3", y, planes * 4, 1, 1, 0, true);
       y = bn(pre + "bn3", y);
       value shortcut = shortcut_in;
-      if (b == 0) shortcut = bn(pre + "downsample.1", conv(pre + "downsample.0", shortcut_in, planes * 4, 1, stride, 0, true));
+      if (b == 0)
+        shortcut = bn(pre + "downsample.1", conv(pre + "downsample.0", shortcut_in, planes * 4, 1, stride, 0, true));
       // y += shortcut in place; its gradient is the gradient of the sum, for both operands.
       alias[root(shortcut.g)] = root(y.g);
       fwd(elementwise{eltwise_fn::add, y.d, shortcut.d, y.d}, pre + "add", {y.t, shortcut.t}, {y.t});
@@ -231,7 +237,8 @@ void resnet50::build() {
   forward_count_ = step_.size();
 
   const auto dlogits = tensor("softmax.grad_input", logits.shape, ct, tensor_role::activation_grad);
-  bwd(elementwise{eltwise_fn::sub, logits, logits, logits}, "softmax.grad", {probs_t, labels}, {dlogits});  // p - onehot
+  bwd(elementwise{eltwise_fn::sub, logits, logits, logits}, "softmax.grad", {probs_t, labels},
+      {dlogits});  // p - onehot
   bwd(matmul{flat, logits, {nullptr, shape{2048, 1000}, dtype::f32, layout::nd}, true, false}, "fc.grad_weight",
       {pooled_t, dlogits}, {fc_dw});
   bwd(reduce{reduce_fn::sum, logits, {nullptr, shape{1000}, ct, layout::nd}, 1u}, "fc.grad_bias", {dlogits}, {fc_db});
@@ -251,8 +258,8 @@ void resnet50::build() {
   for (std::size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
     if (!p.conv_weight || ct == dtype::f32) continue;
-    emit(cast{{nullptr, p.s, dtype::f32, layout::nd}, {nullptr, p.s, ct, layout::nd}}, p.name + ".cast", step_phase::update,
-         {p.master}, {compute_copy[i]});
+    emit(cast{{nullptr, p.s, dtype::f32, layout::nd}, {nullptr, p.s, ct, layout::nd}}, p.name + ".cast",
+         step_phase::update, {p.master}, {compute_copy[i]});
   }
 }
 

@@ -28,8 +28,9 @@ std::string read_file(const std::string& path) {
 tensor to_tensor(const ::onnx::TensorProto& t) {
   const auto type = dtype_from_onnx(t.data_type());
   if (!type)
-    fail(errc::not_supported, {}, t.name(), "onnx: tensor '" + t.name() + "' has data type " + std::to_string(t.data_type()) +
-                                                 ", which npurt does not compute in");
+    fail(errc::not_supported, {}, t.name(),
+         "onnx: tensor '" + t.name() + "' has data type " + std::to_string(t.data_type()) +
+             ", which npurt does not compute in");
   if (t.has_data_location() && t.data_location() == ::onnx::TensorProto::EXTERNAL)
     fail(errc::not_supported, {}, t.name(), "onnx: tensor '" + t.name() + "' has external data");
   shape s;
@@ -40,15 +41,17 @@ tensor to_tensor(const ::onnx::TensorProto& t) {
   const auto n = static_cast<std::size_t>(r.elements());
   if (!t.raw_data().empty()) {
     if (t.raw_data().size() != r.bytes())
-      fail(errc::parse_error, {}, t.name(), "onnx: tensor '" + t.name() + "' has " + std::to_string(t.raw_data().size()) +
-                                                " bytes of raw data for " + std::to_string(r.bytes()));
+      fail(errc::parse_error, {}, t.name(),
+           "onnx: tensor '" + t.name() + "' has " + std::to_string(t.raw_data().size()) + " bytes of raw data for " +
+               std::to_string(r.bytes()));
     std::memcpy(r.data(), t.raw_data().data(), r.bytes());
     return r;
   }
   auto need = [&](std::size_t have) {
     if (have != n)
-      fail(errc::parse_error, {}, t.name(), "onnx: tensor '" + t.name() + "' has " + std::to_string(have) + " values for " +
-                                                std::to_string(n) + " elements");
+      fail(errc::parse_error, {}, t.name(),
+           "onnx: tensor '" + t.name() + "' has " + std::to_string(have) + " values for " + std::to_string(n) +
+               " elements");
   };
   switch (*type) {
     case dtype::f32:
@@ -57,7 +60,8 @@ tensor to_tensor(const ::onnx::TensorProto& t) {
       break;
     case dtype::i64:
       need(static_cast<std::size_t>(t.int64_data_size()));
-      for (std::size_t i = 0; i < n; ++i) r.set(static_cast<std::int64_t>(i), static_cast<double>(t.int64_data(static_cast<int>(i))));
+      for (std::size_t i = 0; i < n; ++i)
+        r.set(static_cast<std::int64_t>(i), static_cast<double>(t.int64_data(static_cast<int>(i))));
       break;
     case dtype::f16:
     case dtype::bf16: {
@@ -82,8 +86,9 @@ attribute to_attribute(const ::onnx::NodeProto& n, const ::onnx::AttributeProto&
     case ::onnx::AttributeProto::INTS: return ints(a.ints().begin(), a.ints().end());
     case ::onnx::AttributeProto::FLOATS: return floats(a.floats().begin(), a.floats().end());
     default:
-      fail(errc::not_supported, n.name(), {}, "onnx: " + n.op_type() + " '" + n.name() + "': attribute '" + a.name() + "' of type " +
-                                                  std::to_string(static_cast<int>(a.type())) + " is not supported");
+      fail(errc::not_supported, n.name(), {},
+           "onnx: " + n.op_type() + " '" + n.name() + "': attribute '" + a.name() + "' of type " +
+               std::to_string(static_cast<int>(a.type())) + " is not supported");
   }
 }
 
@@ -103,12 +108,14 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
     if (!n.domain().empty() && n.domain() != "ai.onnx") unsupported.insert(n.domain() + "." + n.op_type());
     else if (!is_supported_op(n.op_type())) unsupported.insert(n.op_type());
     // Softmax before opset 13 flattens to 2-D around the axis: a different operator.
-    else if (n.op_type() == "Softmax" && opset < 13) unsupported.insert("Softmax (opset " + std::to_string(opset) + ")");
+    else if (n.op_type() == "Softmax" && opset < 13)
+      unsupported.insert("Softmax (opset " + std::to_string(opset) + ")");
   }
   if (!unsupported.empty()) {
     std::string list;
     for (const auto& u : unsupported) list += (list.empty() ? "" : ", ") + u;
-    fail(errc::not_supported, *unsupported.begin(), {}, "onnx: model '" + name + "' uses unsupported operators: " + list);
+    fail(errc::not_supported, *unsupported.begin(), {},
+         "onnx: model '" + name + "' uses unsupported operators: " + list);
   }
   graph g(gp.name().empty() ? name : gp.name());
   std::set<std::string> inits;
@@ -123,11 +130,13 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
     const auto& tt = in.type().tensor_type();
     const auto type = dtype_from_onnx(tt.elem_type());
     if (!type)
-      fail(errc::not_supported, {}, in.name(), "onnx: input '" + in.name() + "' has data type " + std::to_string(tt.elem_type()));
+      fail(errc::not_supported, {}, in.name(),
+           "onnx: input '" + in.name() + "' has data type " + std::to_string(tt.elem_type()));
     shape s;
     for (const auto& d : tt.shape().dim()) {
       if (!d.has_dim_value())
-        fail(errc::invalid_shape, {}, in.name(), "onnx: input '" + in.name() + "' has the symbolic dimension '" + d.dim_param() + "'");
+        fail(errc::invalid_shape, {}, in.name(),
+             "onnx: input '" + in.name() + "' has the symbolic dimension '" + d.dim_param() + "'");
       s.push_back(d.dim_value());
     }
     g.add_input(in.name(), s, *type);
@@ -170,7 +179,8 @@ graph load(const std::string& path) { return load_from_bytes(read_file(path), pa
 
 tensor load_tensor(const std::string& path) {
   ::onnx::TensorProto t;
-  if (!t.ParseFromString(read_file(path))) fail(errc::parse_error, {}, {}, "onnx: '" + path + "' is not a serialized TensorProto");
+  if (!t.ParseFromString(read_file(path)))
+    fail(errc::parse_error, {}, {}, "onnx: '" + path + "' is not a serialized TensorProto");
   return to_tensor(t);
 }
 

@@ -185,12 +185,9 @@ void collective_engine::submit(task_info& t) {
     const collective_call& c = d->calls[i];
     const std::uint64_t seq = d->sequence[i];
     const auto peer = static_cast<std::uint32_t>(c.root);
-    if (c.op == collective_op::send)
-      arrive(key{d->comm->id, d->rank, peer, seq}, t, i, 0);
-    else if (c.op == collective_op::recv)
-      arrive(key{d->comm->id, peer, d->rank, seq}, t, i, 1);
-    else
-      arrive(key{d->comm->id, none, none, seq}, t, i, d->rank);
+    if (c.op == collective_op::send) arrive(key{d->comm->id, d->rank, peer, seq}, t, i, 0);
+    else if (c.op == collective_op::recv) arrive(key{d->comm->id, peer, d->rank, seq}, t, i, 1);
+    else arrive(key{d->comm->id, none, none, seq}, t, i, d->rank);
   }
 }
 
@@ -249,7 +246,8 @@ void collective_engine::arrive(const key& k, task_info& t, std::uint32_t call_in
     std::ostringstream os;
     os << "collective mismatch in communicator '" << in.comm->name << "' (id " << in.comm->id << "), "
        << (in.p2p ? "point-to-point call #" : "call #") << in.sequence << ": rank " << in.ranks[in.first] << " called "
-       << describe_call(*in.calls[in.first]) << " but rank " << in.ranks[participant] << " called " << describe_call(call);
+       << describe_call(*in.calls[in.first]) << " but rank " << in.ranks[participant] << " called "
+       << describe_call(call);
     fail(in, make_error_code(errc::collective_mismatch), os.str());
     if (in.arrived == in.tasks.size() && in.outstanding == 0) {
       by_id_.erase(in.id);
@@ -369,8 +367,8 @@ void collective_engine::begin(instance& in) {
       if (in.arrival[i] > in.arrival[last]) last = i;
     for (std::uint32_t i = 0; i < p; ++i)
       if (in.arrival[i] < in.start)
-        o->on_collective_step({in.tasks[i]->id, to_string(c.op), "wait", in.devices[i], in.devices[last], 0, 0,
-                               in.arrival[i], in.start});
+        o->on_collective_step(
+            {in.tasks[i]->id, to_string(c.op), "wait", in.devices[i], in.devices[last], 0, 0, in.arrival[i], in.start});
   }
   run_phase(in);
 }
@@ -552,7 +550,8 @@ void collective_engine::abort_device(device_id dev) {
   for (instance* in : hit) {
     std::ostringstream os;
     os << "device " << dev << " was reset with "
-       << (in->first != none && in->calls[in->first] ? describe_call(*in->calls[in->first]) : std::string(to_string(in->op)))
+       << (in->first != none && in->calls[in->first] ? describe_call(*in->calls[in->first])
+                                                     : std::string(to_string(in->op)))
        << " #" << in->sequence << " of communicator '" << in->comm->name << "' (id " << in->comm->id << ") pending";
     fail(*in, make_error_code(errc::operation_aborted), os.str());
     // The reset device's records are about to be freed: nothing may point at them. Its carriers

@@ -127,8 +127,7 @@ std::vector<coll_phase> plan_phases(const preset& pr, collective_op op, collecti
   if (p < 2) return ph;
   const ranks_t all = iota(p);
   const bool pow2 = std::has_single_bit(p);
-  if (algo == collective_algorithm::hierarchical && op != collective_op::all_reduce &&
-      op != collective_op::barrier)
+  if (algo == collective_algorithm::hierarchical && op != collective_op::all_reduce && op != collective_op::barrier)
     algo = pow2 ? collective_algorithm::rhd : collective_algorithm::ring;
   switch (op) {
     case collective_op::barrier:

@@ -215,7 +215,8 @@ void plan_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
       const double w = static_cast<double>(cm * cn);
       const double steps = static_cast<double>(ceil_div(kc, kt));
       const double kstep = static_cast<double>(kc) / steps;
-      const double cube = static_cast<double>(ceil_div(m, f16m) * ceil_div(n, f16n)) * std::ceil(kstep / k0) + mmads_per_step * issue;
+      const double cube =
+          static_cast<double>(ceil_div(m, f16m) * ceil_div(n, f16n)) * std::ceil(kstep / k0) + mmads_per_step * issue;
       const double ld = (a_factor_for(m) * m + pr.b_factor * n) * kstep * e;
       const double mte2 = ld * (1 - miss) / p.l2_rate + 2 * issue, hbm = ld * miss / hbm_core;
       const double mte1 = m * kstep * e / p.l1_to_l0a_rate + kstep * n * e / p.l1_to_l0b_rate + 2 * issue;
@@ -223,7 +224,8 @@ void plan_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
       const double oe = ks > 1 ? 4.0 : pr.out_es;
       const double out_bytes = static_cast<double>(m) * n * oe * pr.c_factor;
       const double out = std::max({static_cast<double>(m) * n * 4 / p.l0c_to_out_rate, out_bytes / p.ub_to_gm_rate,
-                                   out_bytes / hbm_core}) + 2 * issue;
+                                   out_bytes / hbm_core}) +
+                         2 * issue;
       const double step = std::max({cube, mte2 + hbm, mte1, scalar});
       sum.cube += w * steps * cube;
       sum.mte2 += w * steps * (mte2);
@@ -241,8 +243,8 @@ void plan_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
   const double per_block = 1.0 / weight;
   const double qd = static_cast<double>(q);
   // Busiest core: fill, first load, q average blocks, the last block's drain.
-  double total = p.pipeline_fill_cycles + first_load + qd * (block_steps + out_extra) * per_block +
-                 (l0c_double ? out_last : 0.0);
+  double total =
+      p.pipeline_fill_cycles + first_load + qd * (block_steps + out_extra) * per_block + (l0c_double ? out_last : 0.0);
   unit_cycles busy;
   busy.cube = qd * sum.cube * per_block;
   busy.mte2 = qd * sum.mte2 * per_block;
@@ -255,8 +257,12 @@ void plan_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
   const double hbm_floor = hbm_total / hbm_share * clock;
   unit bound;
   {
-    const std::array<std::pair<unit, double>, 6> u{{{unit::cube, busy.cube}, {unit::mte2, busy.mte2}, {unit::hbm, busy.hbm},
-                                                    {unit::mte1, busy.mte1}, {unit::scalar, busy.scalar}, {unit::mte3, busy.mte3}}};
+    const std::array<std::pair<unit, double>, 6> u{{{unit::cube, busy.cube},
+                                                    {unit::mte2, busy.mte2},
+                                                    {unit::hbm, busy.hbm},
+                                                    {unit::mte1, busy.mte1},
+                                                    {unit::scalar, busy.scalar},
+                                                    {unit::mte3, busy.mte3}}};
     bound = std::max_element(u.begin(), u.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
   }
   if (hbm_floor > total) {
@@ -316,8 +322,9 @@ void cost_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
   kc.cube_floor_cycles = (pr.g.fractals(p) + cores - 1) / cores;
   // Roofline: the useful FLOPs at the cores' peak, and the least traffic any tiling moves.
   const double e = es(pr.g.in);
-  const double min_bytes = (pr.a_factor * pr.g.m * pr.g.k * e + pr.g.m * pr.g.n * pr.out_es * pr.c_factor) * pr.g.batch +
-                           pr.b_factor * pr.g.k * pr.g.n * e * (pr.b_shared ? 1 : pr.g.batch);
+  const double min_bytes =
+      (pr.a_factor * pr.g.m * pr.g.k * e + pr.g.m * pr.g.n * pr.out_es * pr.c_factor) * pr.g.batch +
+      pr.b_factor * pr.g.k * pr.g.n * e * (pr.b_shared ? 1 : pr.g.batch);
   const double t_flops = kc.flops / (cube_flops_per_cycle(p, pr.g.in) * cores * f);
   const double t_bytes = min_bytes / p.hbm_bandwidth;
   kc.roofline = picoseconds{static_cast<std::int64_t>(std::floor(std::max(t_flops, t_bytes) * 1e12))};
@@ -326,9 +333,9 @@ void cost_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
 // One streaming pass of a vector kernel over `elems` elements.
 struct vec_phase {
   double elems = 0;
-  double in_bytes = 0;   // GM bytes read in this pass
+  double in_bytes = 0;  // GM bytes read in this pass
   double out_bytes = 0;  // GM bytes written
-  double ops = 1;        // vector operations per element
+  double ops = 1;  // vector operations per element
   dtype type = dtype::f16;
 };
 
@@ -348,10 +355,10 @@ double eltwise_ops(kernels::eltwise_fn f) noexcept {
     case eltwise_fn::sub:
     case eltwise_fn::mul:
     case eltwise_fn::relu: return 1;
-    case eltwise_fn::div: return 2;      // reciprocal + multiply
+    case eltwise_fn::div: return 2;  // reciprocal + multiply
     case eltwise_fn::sigmoid: return 4;  // exp, add, reciprocal, (negate)
     case eltwise_fn::tanh: return 5;
-    case eltwise_fn::gelu: return 8;     // the tanh form: cube, fma, tanh, fma, mul
+    case eltwise_fn::gelu: return 8;  // the tanh form: cube, fma, tanh, fma, mul
   }
   return 1;
 }
@@ -372,14 +379,14 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           w.add(elems(op.y), in, bytes(op.y), eltwise_ops(op.fn), op.y.type);
         } else if constexpr (std::is_same_v<T, batchnorm>) {
           if (op.training) {
-            w.add(elems(op.x), bytes(op.x), 0, 2, op.x.type);           // sum and sum of squares
-            w.add(elems(op.x), bytes(op.x), bytes(op.y), 2, op.x.type); // scale and shift
+            w.add(elems(op.x), bytes(op.x), 0, 2, op.x.type);  // sum and sum of squares
+            w.add(elems(op.x), bytes(op.x), bytes(op.y), 2, op.x.type);  // scale and shift
           } else {
             w.add(elems(op.x), bytes(op.x), bytes(op.y), 2, op.x.type);
           }
         } else if constexpr (std::is_same_v<T, batchnorm_backward>) {
-          w.add(elems(op.x), bytes(op.x) + bytes(op.dy), 0, 4, op.x.type);              // dbeta, dgamma
-          w.add(elems(op.x), bytes(op.x) + bytes(op.dy), bytes(op.dx), 5, op.x.type);   // dx
+          w.add(elems(op.x), bytes(op.x) + bytes(op.dy), 0, 4, op.x.type);  // dbeta, dgamma
+          w.add(elems(op.x), bytes(op.x) + bytes(op.dy), bytes(op.dx), 5, op.x.type);  // dx
         } else if constexpr (std::is_same_v<T, layernorm>) {
           const std::int64_t r = static_cast<std::int64_t>(op.x.shape.rank());
           const std::int64_t axis = op.axis < 0 ? r + op.axis : op.axis;
@@ -417,7 +424,8 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           const bool inner_moves = r > 0 && op.perm[r - 1] != r - 1;
           w.add(elems(op.x), bytes(op.x), bytes(op.y), inner_moves ? 2 : 1, op.x.type);
         } else if constexpr (std::is_same_v<T, cast>) {
-          w.add(elems(op.x), bytes(op.x), bytes(op.y), 1, size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);
+          w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
+                size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);
         } else if constexpr (std::is_same_v<T, sgd_update>) {
           const bool mom = op.momentum != 0.0f && op.momentum_buffer.shape.rank() > 0;
           const double in = bytes(op.param) + bytes(op.grad) + (mom ? bytes(op.momentum_buffer) : 0.0);
@@ -466,15 +474,19 @@ void cost_vector(const preset& p, const vec_work& work, std::uint32_t cores, dou
     busy.scalar += tiles * scalar;
     hbm_bytes += ph.in_bytes + ph.out_bytes;
     flops += ph.elems * ph.ops;
-    tiles_all += static_cast<std::uint64_t>(tiles) * std::min<std::uint64_t>(cores, static_cast<std::uint64_t>(std::ceil(ph.elems / per_core)));
+    tiles_all += static_cast<std::uint64_t>(tiles) *
+                 std::min<std::uint64_t>(cores, static_cast<std::uint64_t>(std::ceil(ph.elems / per_core)));
     tiles_core += static_cast<std::uint64_t>(tiles);
     steady_sum += tiles * step;
     steady_tiles += tiles;
   }
   const double hbm_floor = hbm_bytes / share * f + p.pipeline_fill_cycles;
   if (hbm_floor > total) total = hbm_floor;
-  const std::array<std::pair<unit, double>, 5> u{{{unit::vector, busy.vector}, {unit::mte2, busy.mte2}, {unit::mte3, busy.mte3},
-                                                  {unit::hbm, busy.hbm}, {unit::scalar, busy.scalar}}};
+  const std::array<std::pair<unit, double>, 5> u{{{unit::vector, busy.vector},
+                                                  {unit::mte2, busy.mte2},
+                                                  {unit::mte3, busy.mte3},
+                                                  {unit::hbm, busy.hbm},
+                                                  {unit::scalar, busy.scalar}}};
   kc.bound = std::max_element(u.begin(), u.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
   kc.busy = busy;
   kc.total_cycles = total;
@@ -513,9 +525,7 @@ std::uint32_t core_pool(const preset& p, const kernel_desc& k) noexcept {
   return uses_cube(k) ? p.ai_core_count : p.vector_core_count;
 }
 
-double cube_flops_per_cycle(const preset& p, dtype t) noexcept {
-  return 2.0 * p.cube_m * p.cube_n * fractal_k(p, t);
-}
+double cube_flops_per_cycle(const preset& p, dtype t) noexcept { return 2.0 * p.cube_m * p.cube_n * fractal_k(p, t); }
 
 kernel_cost estimate(const preset& p, const kernel_desc& k, std::uint32_t cores, double share) {
   kernel_cost kc;

@@ -227,7 +227,9 @@ void device_model::submit(task_info& t) {
 }
 
 void device_model::submit_other(task_info& t) {
-  const auto out_of_range = [&](device_id d) { return d >= 0 && static_cast<std::uint32_t>(d) >= preset_.device_count; };
+  const auto out_of_range = [&](device_id d) {
+    return d >= 0 && static_cast<std::uint32_t>(d) >= preset_.device_count;
+  };
   const bool bad_device = t.device < 0 || out_of_range(t.device) ||
                           ((t.kind == task_kind::memcpy || t.kind == task_kind::memset) &&
                            (out_of_range(t.copy.src_device) || out_of_range(t.copy.dst_device)));
@@ -340,17 +342,13 @@ void device_model::abort(device_id dev) {
   const auto before = pending_.size();
   std::erase_if(pending_, [dev](const pending& p) { return p.task && p.task->device == dev; });
   for (const pending& p : pending_)
-    if (p.task) {
-      engines_[p.engine].pending_need += p.need;
-    }
+    if (p.task) { engines_[p.engine].pending_need += p.need; }
   in_flight_ -= before - pending_.size();
   // Engines shared with other devices (host copies) may have room for their waiting tasks now.
   for (std::uint32_t e = 0; e < engines_.size(); ++e)
     if (!engines_[e].heap.empty()) {
-      if (buffered_)
-        defer(nullptr, e, 0);
-      else
-        dispatch(e);
+      if (buffered_) defer(nullptr, e, 0);
+      else dispatch(e);
     }
 }
 
@@ -488,7 +486,8 @@ void device_model::start_copy(std::uint32_t slot, sim_time now) {
     else if (dst < 0) j.res[n++] = pcie_d2h(src);
     else j.res[n++] = pcie_d2h(src), j.res[n++] = pcie_h2d(dst);
   } else if (path.link == "hccs") {
-    j.res[n++] = link_resource(link_key(1, static_cast<std::uint32_t>(src), static_cast<std::uint32_t>(dst)), preset_.hccs_bandwidth);
+    j.res[n++] = link_resource(link_key(1, static_cast<std::uint32_t>(src), static_cast<std::uint32_t>(dst)),
+                               preset_.hccs_bandwidth);
   } else if (path.link == "roce") {
     j.res[n++] = link_resource(link_key(2, static_cast<std::uint32_t>(src), 0), preset_.roce_bandwidth);
     j.res[n++] = link_resource(link_key(3, static_cast<std::uint32_t>(dst), 0), preset_.roce_bandwidth);
@@ -543,13 +542,10 @@ NPURT_SIM_HOT inline void device_model::finish(std::uint32_t slot) {
   --in_flight_;
   if (t.kind == task_kind::collective) [[unlikely]]
     coll_->on_transfer(t, fault);
-  else
-    host_->complete(t, fault);
+  else host_->complete(t, fault);
   if (e != no_engine && !engines_[e].heap.empty()) {
-    if (buffered_)
-      defer(nullptr, e, 0);
-    else
-      dispatch(e);
+    if (buffered_) defer(nullptr, e, 0);
+    else dispatch(e);
   }
 }
 

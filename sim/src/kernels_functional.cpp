@@ -138,7 +138,7 @@ void cast_element(dtype from, const std::byte* src, dtype to, std::byte* dst, si
     case dtype::f32: write_raw<float>(dst, i, static_cast<float>(v)); break;  // correctly rounded
     case dtype::f16: {
       // Every integer below 65520 is exact in float; from 65520 up half rounds to infinity.
-      const float f = v >= 65520 ? std::numeric_limits<float>::infinity()
+      const float f = v >= 65520    ? std::numeric_limits<float>::infinity()
                       : v <= -65520 ? -std::numeric_limits<float>::infinity()
                                     : static_cast<float>(v);
       write_raw<std::uint16_t>(dst, i, numeric::float_to_half_bits(f));
@@ -262,7 +262,8 @@ void run(const kernels::matmul& op, const host_tensors& h) {
   if (op.a.type == dtype::i8) {
     const auto a = load_i32(op.a, h[op.a]);
     const auto b = load_i32(op.b, h[op.b]);
-    auto c = op.beta != 0.0f ? load_i32(op.c, h[op.c]) : std::vector<std::int32_t>(static_cast<size_t>(op.c.shape.elements()));
+    auto c = op.beta != 0.0f ? load_i32(op.c, h[op.c])
+                             : std::vector<std::int32_t>(static_cast<size_t>(op.c.shape.elements()));
     const bool plain = op.alpha == 1.0f && op.beta == 0.0f;
     gemm_loop<std::int32_t, std::uint32_t>(op, a, b, [&](size_t idx, std::uint32_t acc) {
       const auto s = static_cast<std::int32_t>(acc);
@@ -299,13 +300,24 @@ struct conv_geom {
 template <class Op>
 conv_geom geom(const shape& x, const shape& w, const shape& y, const Op& op) {
   conv_geom g{};
-  g.n = x[0]; g.c = x[1]; g.h = x[2]; g.w = x[3];
-  g.co = w[0]; g.kh = w[2]; g.kw = w[3];
-  g.ho = y[2]; g.wo = y[3];
-  g.g = op.groups; g.cg = g.c / g.g; g.cog = g.co / g.g;
-  g.sh = op.stride[0]; g.sw = op.stride[1];
-  g.ph = op.pad[0]; g.pw = op.pad[1];
-  g.dh = op.dilation[0]; g.dw = op.dilation[1];
+  g.n = x[0];
+  g.c = x[1];
+  g.h = x[2];
+  g.w = x[3];
+  g.co = w[0];
+  g.kh = w[2];
+  g.kw = w[3];
+  g.ho = y[2];
+  g.wo = y[3];
+  g.g = op.groups;
+  g.cg = g.c / g.g;
+  g.cog = g.co / g.g;
+  g.sh = op.stride[0];
+  g.sw = op.stride[1];
+  g.ph = op.pad[0];
+  g.pw = op.pad[1];
+  g.dh = op.dilation[0];
+  g.dw = op.dilation[1];
   return g;
 }
 
@@ -539,7 +551,8 @@ void run(const kernels::batchnorm& op, const host_tensors& h) {
     return;
   }
   const float count = static_cast<float>(v.n * v.inner);
-  std::vector<float> mean(static_cast<size_t>(v.c)), invstd(static_cast<size_t>(v.c)), var_unbiased(static_cast<size_t>(v.c));
+  std::vector<float> mean(static_cast<size_t>(v.c)), invstd(static_cast<size_t>(v.c)),
+      var_unbiased(static_cast<size_t>(v.c));
   for (int64_t c = 0; c < v.c; ++c) {
     // Two passes (mean, then squared deviations): no cancellation of E[x^2] - E[x]^2.
     float sum = 0.0f;
@@ -613,8 +626,8 @@ void run(const kernels::batchnorm_backward& op, const host_tensors& h) {
 
 void run(const kernels::layernorm& op, const host_tensors& h) {
   const shape& s = op.x.shape;
-  const size_t ax = op.axis < 0 ? static_cast<size_t>(op.axis + static_cast<std::int32_t>(s.rank()))
-                                : static_cast<size_t>(op.axis);
+  const size_t ax =
+      op.axis < 0 ? static_cast<size_t>(op.axis + static_cast<std::int32_t>(s.rank())) : static_cast<size_t>(op.axis);
   int64_t d = 1;
   for (size_t i = ax; i < s.rank(); ++i) d *= s[i];
   const int64_t outer = s.elements() / d;
@@ -653,11 +666,19 @@ pool_geom pgeom(const Op& op, const shape& in, const shape& out) {
   g.wo = out[3];
   g.global = op.mode == kernels::pool_mode::global_avg;
   if (g.global) {
-    g.kh = g.h; g.kw = g.w; g.sh = 1; g.sw = 1; g.ph = 0; g.pw = 0;
+    g.kh = g.h;
+    g.kw = g.w;
+    g.sh = 1;
+    g.sw = 1;
+    g.ph = 0;
+    g.pw = 0;
   } else {
-    g.kh = op.window[0]; g.kw = op.window[1];
-    g.sh = op.stride[0]; g.sw = op.stride[1];
-    g.ph = op.pad[0]; g.pw = op.pad[1];
+    g.kh = op.window[0];
+    g.kw = op.window[1];
+    g.sh = op.stride[0];
+    g.sw = op.stride[1];
+    g.ph = op.pad[0];
+    g.pw = op.pad[1];
   }
   return g;
 }
@@ -742,8 +763,8 @@ void run(const kernels::pool2d_backward& op, const host_tensors& h) {
 
 void run(const kernels::softmax& op, const host_tensors& h) {
   const shape& s = op.x.shape;
-  const size_t ax = op.axis < 0 ? static_cast<size_t>(op.axis + static_cast<std::int32_t>(s.rank()))
-                                : static_cast<size_t>(op.axis);
+  const size_t ax =
+      op.axis < 0 ? static_cast<size_t>(op.axis + static_cast<std::int32_t>(s.rank())) : static_cast<size_t>(op.axis);
   int64_t outer = 1, inner = 1;
   for (size_t i = 0; i < ax; ++i) outer *= s[i];
   for (size_t i = ax + 1; i < s.rank(); ++i) inner *= s[i];

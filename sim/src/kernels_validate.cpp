@@ -147,9 +147,7 @@ std::error_code check(const kernels::conv2d& c) {
 }
 
 // Gradients are float only (training never runs in INT8).
-bool grad_types_ok(dtype a, dtype b, dtype out) {
-  return a == b && is_float(a) && (out == a || out == dtype::f32);
-}
+bool grad_types_ok(dtype a, dtype b, dtype out) { return a == b && is_float(a) && (out == a || out == dtype::f32); }
 
 std::error_code check(const kernels::conv2d_backward_data& c) {
   const conv_params p{c.stride, c.pad, c.dilation, c.groups};

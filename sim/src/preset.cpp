@@ -32,8 +32,10 @@ std::vector<std::vector<device_id>> chunked_groups(int devices, int group) {
 }
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -125,8 +127,8 @@ struct key_entry {
   std::function<double(const preset&)> number;          // null for text, bool and lists
 };
 
-preset_key numeric(std::string_view sec, std::string_view key, std::string_view unit, std::string_view desc,
-                   double min, double max) {
+preset_key numeric(std::string_view sec, std::string_view key, std::string_view unit, std::string_view desc, double min,
+                   double max) {
   preset_key k{sec, key, unit, desc};
   k.numeric = true;
   k.min = min;
@@ -135,8 +137,9 @@ preset_key numeric(std::string_view sec, std::string_view key, std::string_view 
 }
 
 template <class T>
-key_entry str_key(std::string_view sec, std::string_view key, std::string_view desc, T preset::*m) {
-  return {{sec, key, "text", desc}, [m](const preset& p) { return std::string(p.*m); },
+key_entry str_key(std::string_view sec, std::string_view key, std::string_view desc, T preset::* m) {
+  return {{sec, key, "text", desc},
+          [m](const preset& p) { return std::string(p.*m); },
           [m](preset& p, std::string_view v) {
             v = trim(v);
             if (v.empty()) return false;
@@ -146,8 +149,9 @@ key_entry str_key(std::string_view sec, std::string_view key, std::string_view d
           {}};
 }
 
-key_entry bool_key(std::string_view sec, std::string_view key, std::string_view desc, bool preset::*m) {
-  return {{sec, key, "bool", desc}, [m](const preset& p) { return std::string(p.*m ? "true" : "false"); },
+key_entry bool_key(std::string_view sec, std::string_view key, std::string_view desc, bool preset::* m) {
+  return {{sec, key, "bool", desc},
+          [m](const preset& p) { return std::string(p.*m ? "true" : "false"); },
           [m](preset& p, std::string_view v) {
             v = trim(v);
             if (v == "true" || v == "1") p.*m = true;
@@ -159,8 +163,8 @@ key_entry bool_key(std::string_view sec, std::string_view key, std::string_view 
 }
 
 template <class T>
-key_entry int_key(std::string_view sec, std::string_view key, std::string_view unit, std::string_view desc, T preset::*m,
-                  double min, double max) {
+key_entry int_key(std::string_view sec, std::string_view key, std::string_view unit, std::string_view desc,
+                  T preset::* m, double min, double max) {
   return {numeric(sec, key, unit, desc, min, max), [m](const preset& p) { return std::to_string(p.*m); },
           [m](preset& p, std::string_view v) {
             std::uint64_t x = 0;
@@ -174,7 +178,7 @@ key_entry int_key(std::string_view sec, std::string_view key, std::string_view u
 // A double stored in SI, written in the file divided by `scale` (MHz, GB/s); min and max are in
 // the file's unit.
 key_entry real_key(std::string_view sec, std::string_view key, std::string_view unit, std::string_view desc,
-                   double preset::*m, double scale, double min, double max) {
+                   double preset::* m, double scale, double min, double max) {
   return {numeric(sec, key, unit, desc, min, max), [m, scale](const preset& p) { return fmt_double(p.*m / scale); },
           [m, scale](preset& p, std::string_view v) {
             double x = 0;
@@ -188,7 +192,7 @@ key_entry real_key(std::string_view sec, std::string_view key, std::string_view 
 // Picoseconds, written in ns: 0, or from 1 ps (0.001 ns) to `max_ns` (1 s unless told). A
 // smaller positive value (a denormal, say) would round to 0 silently, so it is a bad value rather
 // than 0.
-key_entry ns_key(std::string_view sec, std::string_view key, std::string_view desc, picoseconds preset::*m,
+key_entry ns_key(std::string_view sec, std::string_view key, std::string_view desc, picoseconds preset::* m,
                  double max_ns = 1e9) {
   return {numeric(sec, key, "ns", desc, 0, max_ns),
           [m](const preset& p) { return fmt_double(static_cast<double>((p.*m).count()) / 1000.0); },
@@ -207,56 +211,95 @@ const std::vector<key_entry>& table() {
     const double mhz = 1e6, gbs = 1e9, gib = 1 << 30;
     v.push_back(str_key("SoCInfo", "name", "short preset name", &preset::name));
     v.push_back(str_key("SoCInfo", "soc_version", "CANN SoC version", &preset::soc_version));
-    v.push_back(int_key("SoCInfo", "ai_core_cnt", "cores", "cores with a cube unit (AIC when separated)", &preset::ai_core_count, 1, max_core_count));
-    v.push_back(int_key("SoCInfo", "vector_core_cnt", "cores", "cores with a vector unit (AIV when separated)", &preset::vector_core_count, 1, 2 * max_core_count));
-    v.push_back(bool_key("SoCInfo", "separated_cores", "true: cube kernels run on AIC, vector kernels on AIV (910B); false: coupled (910)", &preset::separated_cores));
+    v.push_back(int_key("SoCInfo", "ai_core_cnt", "cores", "cores with a cube unit (AIC when separated)",
+                        &preset::ai_core_count, 1, max_core_count));
+    v.push_back(int_key("SoCInfo", "vector_core_cnt", "cores", "cores with a vector unit (AIV when separated)",
+                        &preset::vector_core_count, 1, 2 * max_core_count));
+    v.push_back(bool_key("SoCInfo", "separated_cores",
+                         "true: cube kernels run on AIC, vector kernels on AIV (910B); false: coupled (910)",
+                         &preset::separated_cores));
     v.push_back(bool_key("SoCInfo", "bf16_supported", "cube and vector units accept BF16", &preset::supports_bf16));
-    v.push_back(int_key("SoCInfo", "memory_size", "bytes", "HBM capacity", &preset::memory_bytes, 1 << 20, max_memory_bytes));
+    v.push_back(
+        int_key("SoCInfo", "memory_size", "bytes", "HBM capacity", &preset::memory_bytes, 1 << 20, max_memory_bytes));
     v.push_back(int_key("SoCInfo", "l2_size", "bytes", "shared L2 cache", &preset::l2_bytes, 0, max_memory_bytes));
     v.push_back(real_key("AICoreSpec", "cube_freq", "MHz", "AI core clock", &preset::clock_hz, mhz, 1, 1e5));
     v.push_back(int_key("AICoreSpec", "cube_m_size", "elements", "cube fractal M", &preset::cube_m, 1, 256));
     v.push_back(int_key("AICoreSpec", "cube_n_size", "elements", "cube fractal N", &preset::cube_n, 1, 256));
-    v.push_back(int_key("AICoreSpec", "cube_k_size", "elements", "cube fractal K for FP16/BF16 (one fractal per cycle)", &preset::cube_k, 1, 256));
-    v.push_back(int_key("AICoreSpec", "cube_k_size_int8", "elements", "cube fractal K for INT8", &preset::cube_k_int8, 1, 512));
-    v.push_back(int_key("AICoreSpec", "cube_k_size_fp32", "elements", "cube fractal K for FP32", &preset::cube_k_fp32, 1, 256));
-    v.push_back(int_key("AICoreSpec", "vec_calc_size", "elements/cycle", "FP16 vector lanes (FP32 half, INT8 double)", &preset::vector_lanes, 2, 65536));
+    v.push_back(int_key("AICoreSpec", "cube_k_size", "elements", "cube fractal K for FP16/BF16 (one fractal per cycle)",
+                        &preset::cube_k, 1, 256));
+    v.push_back(
+        int_key("AICoreSpec", "cube_k_size_int8", "elements", "cube fractal K for INT8", &preset::cube_k_int8, 1, 512));
+    v.push_back(
+        int_key("AICoreSpec", "cube_k_size_fp32", "elements", "cube fractal K for FP32", &preset::cube_k_fp32, 1, 256));
+    v.push_back(int_key("AICoreSpec", "vec_calc_size", "elements/cycle", "FP16 vector lanes (FP32 half, INT8 double)",
+                        &preset::vector_lanes, 2, 65536));
     v.push_back(int_key("AICoreSpec", "l0_a_size", "bytes", "L0A buffer per core", &preset::l0a_bytes, 1, gib));
     v.push_back(int_key("AICoreSpec", "l0_b_size", "bytes", "L0B buffer per core", &preset::l0b_bytes, 1, gib));
-    v.push_back(int_key("AICoreSpec", "l0_c_size", "bytes", "L0C buffer per core (FP32 accumulators)", &preset::l0c_bytes, 1, gib));
+    v.push_back(int_key("AICoreSpec", "l0_c_size", "bytes", "L0C buffer per core (FP32 accumulators)",
+                        &preset::l0c_bytes, 1, gib));
     v.push_back(int_key("AICoreSpec", "l1_size", "bytes", "L1 buffer per core", &preset::l1_bytes, 1, gib));
-    v.push_back(int_key("AICoreSpec", "ub_size", "bytes", "unified buffer per (vector) core", &preset::ub_bytes, 1, gib));
-    v.push_back(real_key("AICoreMemoryRates", "ddr_rate", "bytes/cycle", "per-core GM port (MTE2 reads, MTE3 writes) to HBM", &preset::ddr_rate, 1, 1e-3, 1e6));
-    v.push_back(real_key("AICoreMemoryRates", "l2_rate", "bytes/cycle", "per-core GM reads that hit L2", &preset::l2_rate, 1, 1e-3, 1e6));
-    v.push_back(real_key("AICoreMemoryRates", "l1_to_l0_a_rate", "bytes/cycle", "MTE1 L1 -> L0A", &preset::l1_to_l0a_rate, 1, 1e-3, 1e6));
-    v.push_back(real_key("AICoreMemoryRates", "l1_to_l0_b_rate", "bytes/cycle", "MTE1 L1 -> L0B", &preset::l1_to_l0b_rate, 1, 1e-3, 1e6));
-    v.push_back(real_key("AICoreMemoryRates", "l0_c_to_out_rate", "bytes/cycle", "L0C -> output (via UB on 910, FixPipe on 910B)", &preset::l0c_to_out_rate, 1, 1e-3, 1e6));
-    v.push_back(real_key("AICoreMemoryRates", "ub_to_gm_rate", "bytes/cycle", "MTE3 UB -> GM", &preset::ub_to_gm_rate, 1, 1e-3, 1e6));
-    v.push_back(real_key("Memory", "hbm_bandwidth", "GB/s", "HBM bandwidth of the chip, shared by all kernels and on-device copies", &preset::hbm_bandwidth, gbs, 1e-3, 1e6));
-    v.push_back(real_key("Memory", "d2d_bandwidth", "GB/s", "on-device copy rate (each byte is read and written: 2 bytes of HBM traffic)", &preset::d2d_bandwidth, gbs, 1e-3, 1e6));
+    v.push_back(
+        int_key("AICoreSpec", "ub_size", "bytes", "unified buffer per (vector) core", &preset::ub_bytes, 1, gib));
+    v.push_back(real_key("AICoreMemoryRates", "ddr_rate", "bytes/cycle",
+                         "per-core GM port (MTE2 reads, MTE3 writes) to HBM", &preset::ddr_rate, 1, 1e-3, 1e6));
+    v.push_back(real_key("AICoreMemoryRates", "l2_rate", "bytes/cycle", "per-core GM reads that hit L2",
+                         &preset::l2_rate, 1, 1e-3, 1e6));
+    v.push_back(real_key("AICoreMemoryRates", "l1_to_l0_a_rate", "bytes/cycle", "MTE1 L1 -> L0A",
+                         &preset::l1_to_l0a_rate, 1, 1e-3, 1e6));
+    v.push_back(real_key("AICoreMemoryRates", "l1_to_l0_b_rate", "bytes/cycle", "MTE1 L1 -> L0B",
+                         &preset::l1_to_l0b_rate, 1, 1e-3, 1e6));
+    v.push_back(real_key("AICoreMemoryRates", "l0_c_to_out_rate", "bytes/cycle",
+                         "L0C -> output (via UB on 910, FixPipe on 910B)", &preset::l0c_to_out_rate, 1, 1e-3, 1e6));
+    v.push_back(real_key("AICoreMemoryRates", "ub_to_gm_rate", "bytes/cycle", "MTE3 UB -> GM", &preset::ub_to_gm_rate,
+                         1, 1e-3, 1e6));
+    v.push_back(real_key("Memory", "hbm_bandwidth", "GB/s",
+                         "HBM bandwidth of the chip, shared by all kernels and on-device copies",
+                         &preset::hbm_bandwidth, gbs, 1e-3, 1e6));
+    v.push_back(real_key("Memory", "d2d_bandwidth", "GB/s",
+                         "on-device copy rate (each byte is read and written: 2 bytes of HBM traffic)",
+                         &preset::d2d_bandwidth, gbs, 1e-3, 1e6));
     v.push_back(ns_key("Memory", "d2d_latency", "on-device DMA setup per copy or memset", &preset::d2d_latency));
-    v.push_back(real_key("Memory", "host_memcpy_bandwidth", "GB/s", "host-to-host copy rate", &preset::host_memcpy_bandwidth, gbs, 1e-3, 1e6));
+    v.push_back(real_key("Memory", "host_memcpy_bandwidth", "GB/s", "host-to-host copy rate",
+                         &preset::host_memcpy_bandwidth, gbs, 1e-3, 1e6));
     v.push_back(ns_key("Memory", "host_memcpy_latency", "host-to-host copy setup", &preset::host_memcpy_latency));
-    v.push_back(int_key("Interconnect", "device_count", "devices", "devices in the system", &preset::device_count, 1, max_device_count));
-    v.push_back(int_key("Interconnect", "server_size", "devices", "devices per server (servers are joined by RoCE)", &preset::server_size, 1, max_device_count));
-    v.push_back(real_key("Interconnect", "pcie_bandwidth", "GB/s", "host link bandwidth per direction", &preset::pcie_bandwidth, gbs, 1e-3, 1e6));
+    v.push_back(int_key("Interconnect", "device_count", "devices", "devices in the system", &preset::device_count, 1,
+                        max_device_count));
+    v.push_back(int_key("Interconnect", "server_size", "devices", "devices per server (servers are joined by RoCE)",
+                        &preset::server_size, 1, max_device_count));
+    v.push_back(real_key("Interconnect", "pcie_bandwidth", "GB/s", "host link bandwidth per direction",
+                         &preset::pcie_bandwidth, gbs, 1e-3, 1e6));
     v.push_back(ns_key("Interconnect", "pcie_latency", "host link latency per transfer", &preset::pcie_latency));
-    v.push_back(real_key("Interconnect", "hccs_bandwidth", "GB/s", "HCCS bandwidth per link per direction", &preset::hccs_bandwidth, gbs, 1e-3, 1e6));
+    v.push_back(real_key("Interconnect", "hccs_bandwidth", "GB/s", "HCCS bandwidth per link per direction",
+                         &preset::hccs_bandwidth, gbs, 1e-3, 1e6));
     v.push_back(ns_key("Interconnect", "hccs_latency", "HCCS latency per transfer", &preset::hccs_latency));
     {
-      key_entry groups{{"Interconnect", "hccs_groups", "device lists", "HCCS full-mesh groups: ';' between groups, ',' or a-b inside"},
+      key_entry groups{{"Interconnect", "hccs_groups", "device lists",
+                        "HCCS full-mesh groups: ';' between groups, ',' or a-b inside"},
                        [](const preset& p) { return fmt_groups(p.hccs_groups); },
                        [](preset& p, std::string_view s) { return parse_groups(s, p.hccs_groups); },
                        {}};
       v.push_back(std::move(groups));
     }
-    v.push_back(real_key("Interconnect", "roce_bandwidth", "GB/s", "RoCE port bandwidth per direction per device", &preset::roce_bandwidth, gbs, 1e-3, 1e6));
+    v.push_back(real_key("Interconnect", "roce_bandwidth", "GB/s", "RoCE port bandwidth per direction per device",
+                         &preset::roce_bandwidth, gbs, 1e-3, 1e6));
     v.push_back(ns_key("Interconnect", "roce_latency", "RoCE latency per transfer", &preset::roce_latency));
-    v.push_back(ns_key("Interconnect", "hccl_connect_timeout", "a communicator's default connect timeout (HCCL_CONNECT_TIMEOUT), 0 = never", &preset::hccl_connect_timeout, 7200e9));
-    v.push_back(ns_key("Interconnect", "hccl_exec_timeout", "a communicator's default execution timeout (HCCL_EXEC_TIMEOUT), 0 = never", &preset::hccl_exec_timeout, 17340e9));
-    v.push_back(ns_key("Runtime", "kernel_launch_latency", "on-device kernel launch: task scheduler dispatch to cores running", &preset::kernel_launch_latency));
-    v.push_back(int_key("Runtime", "pipeline_fill_cycles", "cycles", "per kernel per core: scalar setup and instruction fetch before the first tile", &preset::pipeline_fill_cycles, 0, 1e9));
-    v.push_back(int_key("Runtime", "instr_issue_cycles", "cycles", "issue latency of each instruction the scalar unit dispatches", &preset::instr_issue_cycles, 0, 1e6));
-    v.push_back(int_key("Runtime", "copy_engine_channels", "copies", "concurrent copies per copy engine (H2D, D2H, D2D)", &preset::copy_engine_channels, 1, 1024));
+    v.push_back(ns_key("Interconnect", "hccl_connect_timeout",
+                       "a communicator's default connect timeout (HCCL_CONNECT_TIMEOUT), 0 = never",
+                       &preset::hccl_connect_timeout, 7200e9));
+    v.push_back(ns_key("Interconnect", "hccl_exec_timeout",
+                       "a communicator's default execution timeout (HCCL_EXEC_TIMEOUT), 0 = never",
+                       &preset::hccl_exec_timeout, 17340e9));
+    v.push_back(ns_key("Runtime", "kernel_launch_latency",
+                       "on-device kernel launch: task scheduler dispatch to cores running",
+                       &preset::kernel_launch_latency));
+    v.push_back(int_key("Runtime", "pipeline_fill_cycles", "cycles",
+                        "per kernel per core: scalar setup and instruction fetch before the first tile",
+                        &preset::pipeline_fill_cycles, 0, 1e9));
+    v.push_back(int_key("Runtime", "instr_issue_cycles", "cycles",
+                        "issue latency of each instruction the scalar unit dispatches", &preset::instr_issue_cycles, 0,
+                        1e6));
+    v.push_back(int_key("Runtime", "copy_engine_channels", "copies",
+                        "concurrent copies per copy engine (H2D, D2H, D2D)", &preset::copy_engine_channels, 1, 1024));
     return v;
   }();
   return t;
@@ -304,8 +347,7 @@ std::string shown(std::string_view v) { return std::string(v.substr(0, 64)) + (v
 // "bad value 'x' for Section.key (unit, from min to max)": at most a prefix of the value.
 std::string bad_value(const key_entry& e, std::string_view v) {
   v = trim(v);
-  std::string m = "bad value '" + shown(v) + "' for " +
-                  e.info.path() + " (" + std::string(e.info.unit);
+  std::string m = "bad value '" + shown(v) + "' for " + e.info.path() + " (" + std::string(e.info.unit);
   if (e.info.numeric) {
     m += ", from " + fmt_double(e.info.min) + " to " + fmt_double(e.info.max);
     if (e.info.min == 0 && e.info.unit == "ns") m += "; 0 or at least 0.001";
@@ -387,7 +429,8 @@ std::error_code check(const preset& p, std::string* what) {
     for (auto d : g) {
       if (d < 0 || static_cast<std::uint32_t>(d) >= p.device_count)
         return bad("Interconnect.hccs_groups", "names device " + std::to_string(d) + " outside device_count");
-      if (!seen.insert(d).second) return bad("Interconnect.hccs_groups", "lists device " + std::to_string(d) + " twice");
+      if (!seen.insert(d).second)
+        return bad("Interconnect.hccs_groups", "lists device " + std::to_string(d) + " twice");
       if (static_cast<std::uint32_t>(d) / p.server_size != static_cast<std::uint32_t>(g.front()) / p.server_size)
         return bad("Interconnect.hccs_groups", "joins devices of different servers");
     }
@@ -399,9 +442,9 @@ namespace presets {
 
 preset ascend910(int devices) {
   if (devices < 1 || static_cast<std::uint64_t>(devices) > max_device_count)
-    throw_error(make_error_code(errc::invalid_config),
-                "preset: " + std::to_string(devices) + " devices; the simulator supports 1 to " +
-                    std::to_string(max_device_count));
+    throw_error(make_error_code(errc::invalid_config), "preset: " + std::to_string(devices) +
+                                                           " devices; the simulator supports 1 to " +
+                                                           std::to_string(max_device_count));
   preset p;
   p.name = "ascend910";
   p.soc_version = "Ascend910A";
@@ -479,7 +522,8 @@ preset ascend910b(int devices) {
 preset by_name(std::string_view name, int devices) {
   if (name == "ascend910") return ascend910(devices);
   if (name == "ascend910b") return ascend910b(devices);
-  throw_error(make_error_code(errc::invalid_config), "unknown preset '" + std::string(name) + "' (known: ascend910, ascend910b)");
+  throw_error(make_error_code(errc::invalid_config),
+              "unknown preset '" + std::string(name) + "' (known: ascend910, ascend910b)");
 }
 
 }  // namespace presets
@@ -530,8 +574,8 @@ preset parse_preset(std::string_view text, std::error_code& ec, std::string* wha
     std::istringstream in{std::string(text)};
     pt::ini_parser::read_ini(in, tree);
   } catch (const pt::ini_parser_error& e) {
-    return fail(errc::parse_error, "preset INI: " + e.message() + duplicate_name(text, e.line(), e.message()) +
-                                       at_line(e.line()));
+    return fail(errc::parse_error,
+                "preset INI: " + e.message() + duplicate_name(text, e.line(), e.message()) + at_line(e.line()));
   }
   preset p;
   bool have_base = false;
@@ -544,10 +588,11 @@ preset parse_preset(std::string_view text, std::error_code& ec, std::string* wha
       // The base's device count (and groups) follow device_count below when it is given.
       // Bounded before the base builds its groups: those take memory per device.
       std::uint64_t devices = 1;
-      if (auto dc = tree.get_optional<std::string>("Interconnect.device_count"); dc && parse_u64(*dc, devices) &&
-                                                                                 (devices < 1 || devices > max_device_count))
+      if (auto dc = tree.get_optional<std::string>("Interconnect.device_count");
+          dc && parse_u64(*dc, devices) && (devices < 1 || devices > max_device_count))
         return fail(errc::invalid_config, "preset INI: Interconnect.device_count must be in [1, " +
-                                              std::to_string(max_device_count) + "] devices, got " + std::to_string(devices) +
+                                              std::to_string(max_device_count) + "] devices, got " +
+                                              std::to_string(devices) +
                                               at_line(line_of(text, "Interconnect", "device_count")));
       p = presets::by_name(b, static_cast<int>(std::clamp<std::uint64_t>(devices, 1, max_device_count)));
       have_base = true;
@@ -556,12 +601,14 @@ preset parse_preset(std::string_view text, std::error_code& ec, std::string* wha
   // Unknown sections and keys are errors: a typo must not silently keep a default.
   for (const auto& [section, sub] : tree) {
     if (!sub.data().empty()) {
-      return fail(errc::invalid_config, "preset INI: key '" + shown(section) + "' outside any section" + at_line(line_of(text, "", section)));
+      return fail(errc::invalid_config,
+                  "preset INI: key '" + shown(section) + "' outside any section" + at_line(line_of(text, "", section)));
     }
     for (const auto& [key, value] : sub) {
       if (section == "SoCInfo" && key == "base") continue;
       if (!find_key(section + "." + key))
-        return fail(errc::invalid_config, "preset INI: unknown key " + shown(section) + "." + shown(key) + at_line(line_of(text, section, key)));
+        return fail(errc::invalid_config, "preset INI: unknown key " + shown(section) + "." + shown(key) +
+                                              at_line(line_of(text, section, key)));
     }
   }
   for (const auto& e : table()) {

@@ -77,10 +77,8 @@ struct file {
     for (const auto& e : metadata) {
       m.str(e.key, e.key.size());
       m.u8(e.kind);
-      if (e.kind == 3)
-        m.str(e.text, e.text.size());
-      else
-        m.u64(e.number);
+      if (e.kind == 3) m.str(e.text, e.text.size());
+      else m.u64(e.number);
     }
     std::size_t entries = 0;
     for (const auto& t : tensors) entries += 4 + t.name.size() + 2 + 8 * t.dims.size() + 8 + 8 + 4;

@@ -73,8 +73,7 @@ int save_and_crash(const checkpoint& ck, const fs::path& path, crash_point at) {
     ::_exit(ec ? 2 : 0);
   }
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   return status;
 }
 
@@ -146,12 +145,10 @@ TEST_CASE("a writer killed with SIGKILL at seeded random times never leaves a br
     std::int64_t saved = 0;
     REQUIRE(::read(report[0], &saved, sizeof saved) == sizeof saved);  // the loop is running
     timespec ts{delay_us / 1000000, (delay_us % 1000000) * 1000};
-    while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
     REQUIRE(::kill(pid, SIGKILL) == 0);
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     REQUIRE(WIFSIGNALED(status));  // it was still writing: it never exits on its own
     for (std::int64_t s = 0; ::read(report[0], &s, sizeof s) == sizeof s;) saved = s;
     ::close(report[0]);

@@ -59,12 +59,9 @@ TEST_CASE("flipping any single byte of a checkpoint is detected", "[checkpoint][
       REQUIRE(ec);
       // The magic is the first thing checked; everything after it is caught by a checksum or
       // a layout rule, all of which say the file is corrupt (or of another version).
-      if (i < 8)
-        CHECK(ec == errc::parse_error);
-      else if (i >= 8 && i < 12)
-        CHECK(ec == errc::not_supported);
-      else
-        CHECK(ec == errc::corrupt_file);
+      if (i < 8) CHECK(ec == errc::parse_error);
+      else if (i >= 8 && i < 12) CHECK(ec == errc::not_supported);
+      else CHECK(ec == errc::corrupt_file);
     }
   }
 }
@@ -89,9 +86,7 @@ TEST_CASE("wrong magic and other versions get their own errors", "[checkpoint][h
   try {
     (void)checkpoint::parse(b);
     FAIL("no exception");
-  } catch (const npurt::caller_error& e) {
-    CHECK(std::string(e.what()).find("magic") != std::string::npos);
-  }
+  } catch (const npurt::caller_error& e) { CHECK(std::string(e.what()).find("magic") != std::string::npos); }
 }
 
 // The variants below keep every checksum valid, so they reach the checks behind them.
@@ -236,9 +231,7 @@ TEST_CASE("hostile names are quoted with control bytes escaped", "[checkpoint][h
   try {
     (void)checkpoint::parse(f.encode());
     FAIL("no exception");
-  } catch (const npurt::error& e) {
-    CHECK(std::string(e.what()).find("'x\\x0a\\x01'") != std::string::npos);
-  }
+  } catch (const npurt::error& e) { CHECK(std::string(e.what()).find("'x\\x0a\\x01'") != std::string::npos); }
 }
 
 TEST_CASE("a truncated file on disk is reported with its path", "[checkpoint][hostile]") {

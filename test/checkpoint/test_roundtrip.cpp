@@ -110,7 +110,8 @@ TEST_CASE("the file is the documented format, byte for byte", "[checkpoint][form
   std::uint8_t code = 1;
   unsigned seed = 0;
   for (dtype t : all_dtypes)
-    f.tensors.push_back({"w." + std::string(npurt::to_string(t)), code++, {3, 5, 2}, pattern(30 * npurt::size_of(t), seed++)});
+    f.tensors.push_back(
+        {"w." + std::string(npurt::to_string(t)), code++, {3, 5, 2}, pattern(30 * npurt::size_of(t), seed++)});
   f.tensors.push_back({"scalar", 1, {}, pattern(4, 99)});
   f.tensors.push_back({"empty", 5, {4, 0, 7}, {}});
   CHECK(ck.serialize() == f.encode());
@@ -222,8 +223,8 @@ TEST_CASE("save fsyncs the file before the rename and the directory after it", "
   ck.save(dir / "o.ckpt");
   probe = {};
   using st = npurt::detail::save_step;
-  CHECK(log.steps == std::vector<st>{st::temp_created, st::bytes_written, st::file_synced, st::renamed,
-                                     st::directory_synced});
+  CHECK(log.steps ==
+        std::vector<st>{st::temp_created, st::bytes_written, st::file_synced, st::renamed, st::directory_synced});
   CHECK(log.last_bytes == ck.serialize().size());
 }
 

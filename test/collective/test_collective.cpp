@@ -16,9 +16,9 @@
 #include <random>
 
 using namespace npurt;
+using Catch::Matchers::ContainsSubstring;
 using coll_test::mesh_preset;
 using coll_test::roce_preset;
-using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
@@ -300,8 +300,7 @@ TEST_CASE("all_gather, reduce_scatter, broadcast, reduce and all_to_all move the
   }
 }
 
-TEST_CASE("the async form completes through any token and reports the error of a bad call",
-          "[collective][api]") {
+TEST_CASE("the async form completes through any token and reports the error of a bad call", "[collective][api]") {
   fixture f(mesh_preset(2));
   auto comm = communicator::init_all(f.sys);
   std::vector<std::byte> h0 = random_bytes(64, 1, dtype::f32), h1 = random_bytes(64, 2, dtype::f32);
@@ -312,7 +311,8 @@ TEST_CASE("the async form completes through any token and reports the error of a
   boost::asio::co_spawn(
       f.sys.get_executor(),
       [&]() -> boost::asio::awaitable<void> {
-        co_await comm.async_all_reduce(b0, b0, 16, dtype::f32, reduce_op::sum, f.streams[0], boost::asio::use_awaitable);
+        co_await comm.async_all_reduce(b0, b0, 16, dtype::f32, reduce_op::sum, f.streams[0],
+                                       boost::asio::use_awaitable);
         when0 = f.sys.now();
         ++done;
       },
@@ -362,7 +362,8 @@ TEST_CASE("ranks that call different operations fail with a mismatch naming the 
     comm.all_reduce(a, a, 16, dtype::f32, reduce_op::sum, f.streams[0]);
     comm.all_reduce(b, b, 32, dtype::f32, reduce_op::sum, f.streams[1]);
     async_error_code on_rank2;
-    comm.async_all_reduce(c, c, 16, dtype::f32, reduce_op::sum, f.streams[2], [&](async_error_code e) { on_rank2 = e; });
+    comm.async_all_reduce(c, c, 16, dtype::f32, reduce_op::sum, f.streams[2],
+                          [&](async_error_code e) { on_rank2 = e; });
     f.sys.run();
     std::string msg;
     CHECK(comm.async_error(&msg) == errc::collective_mismatch);
@@ -389,8 +390,7 @@ TEST_CASE("ranks that call different operations fail with a mismatch naming the 
   }
 }
 
-TEST_CASE("a rank that never arrives fails the operation at the execution timeout, naming it",
-          "[collective][errors]") {
+TEST_CASE("a rank that never arrives fails the operation at the execution timeout, naming it", "[collective][errors]") {
   fixture f(roce_preset(3));
   auto comm = communicator::init_all(f.sys, {.exec_timeout = picoseconds{50'000'000'000'000LL}, .name = "seed"});
   async_error_code on_rank0;
@@ -472,7 +472,8 @@ TEST_CASE("resetting a device fails the collectives it takes part in on the othe
     CHECK(on_rank0 == errc::operation_aborted);
     std::string msg;
     CHECK(comm.async_error(&msg) == errc::operation_aborted);
-    CHECK_THAT(msg, ContainsSubstring("device 1 was reset") && ContainsSubstring("barrier") && ContainsSubstring("'r'"));
+    CHECK_THAT(msg,
+               ContainsSubstring("device 1 was reset") && ContainsSubstring("barrier") && ContainsSubstring("'r'"));
   }
   SECTION("an operation whose transfers are on the links") {
     fixture f(mesh_preset(2), coll_test::timing_only());
@@ -674,6 +675,6 @@ TEST_CASE("a wait cycle through a collective is reported as a deadlock naming th
   std::error_code ec;
   f.sys.run(ec);
   CHECK(ec == errc::deadlock);
-  CHECK_THAT(f.sys.deadlock_report(), ContainsSubstring("waits at task") &&
-                                          ContainsSubstring("barrier") && ContainsSubstring("waits for rank(s) 0"));
+  CHECK_THAT(f.sys.deadlock_report(), ContainsSubstring("waits at task") && ContainsSubstring("barrier") &&
+                                          ContainsSubstring("waits for rank(s) 0"));
 }

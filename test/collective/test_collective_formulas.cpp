@@ -83,8 +83,7 @@ double simulate(const sim::preset& pr, collective_op op, collective_algorithm a,
 
 }  // namespace
 
-TEST_CASE("ring and recursive halving-doubling over RoCE take exactly their formula time",
-          "[collective][formula]") {
+TEST_CASE("ring and recursive halving-doubling over RoCE take exactly their formula time", "[collective][formula]") {
   const int p = GENERATE(2, 3, 5, 8, 16, 64);
   const std::size_t bytes = GENERATE(std::size_t{8}, std::size_t{4096}, std::size_t{1} << 20, std::size_t{1} << 30);
   const auto pr = coll_test::roce_preset(p);
@@ -136,8 +135,8 @@ TEST_CASE("hierarchical all_reduce is intra-server reduce-scatter, inter-server 
   const auto pr = coll_test::cluster_preset(servers, per);
   const net intra = link(pr.hccs_latency, pr.hccs_bandwidth, pr);
   const net inter = link(pr.roce_latency, pr.roce_bandwidth, pr);
-  const auto inter_algo = std::has_single_bit(static_cast<unsigned>(servers)) ? collective_algorithm::rhd
-                                                                              : collective_algorithm::ring;
+  const auto inter_algo =
+      std::has_single_bit(static_cast<unsigned>(servers)) ? collective_algorithm::rhd : collective_algorithm::ring;
   const double d = static_cast<double>(n);
   const double want = formula(collective_op::reduce_scatter, collective_algorithm::mesh, per, d, intra) +
                       formula(collective_op::all_reduce, inter_algo, servers, d / per, inter) +

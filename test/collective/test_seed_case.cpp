@@ -70,8 +70,9 @@ std::size_t started_before(const outcome& o, int d) {
 
 }  // namespace
 
-TEST_CASE("under the shared FIFO the all-reduce waits for every kernel queued before it, and peers wait for the late rank",
-          "[collective][seed]") {
+TEST_CASE(
+    "under the shared FIFO the all-reduce waits for every kernel queued before it, and peers wait for the late rank",
+    "[collective][seed]") {
   const auto o = run_case(dispatch_model::shared_fifo, priority::normal, stream_flags::none);
   REQUIRE_FALSE(o.error);
   for (int d = 0; d < devices; ++d) {
@@ -97,7 +98,8 @@ TEST_CASE("a high-priority communication stream, an overflow edge or direct subm
     int prio;
     stream_flags flags;
   };
-  for (const cfg c : {cfg{"priority", priority::high, stream_flags::none}, cfg{"overflow edge", priority::normal, stream_flags::overflow_edge},
+  for (const cfg c : {cfg{"priority", priority::high, stream_flags::none},
+                      cfg{"overflow edge", priority::normal, stream_flags::overflow_edge},
                       cfg{"direct submission", priority::normal, stream_flags::direct_submit}}) {
     CAPTURE(c.name);
     const auto o = run_case(dispatch_model::shared_fifo, c.prio, c.flags);
@@ -117,7 +119,8 @@ TEST_CASE("a high-priority communication stream, an overflow edge or direct subm
 
 TEST_CASE("with a short execution timeout the shared FIFO's wait fires the HCCL timeout, naming the late rank",
           "[collective][seed]") {
-  const picoseconds timeout{5'000'000'000};  // 5 ms after rank 0 arrives (at 10 ms), ranks 1..3 (at 15, 20, 25 ms) are missing
+  const picoseconds timeout{
+      5'000'000'000};  // 5 ms after rank 0 arrives (at 10 ms), ranks 1..3 (at 15, 20, 25 ms) are missing
   const auto fifo = run_case(dispatch_model::shared_fifo, priority::normal, stream_flags::none, timeout);
   CHECK(fifo.error == errc::task_timeout);
   CHECK_THAT(fifo.message, ContainsSubstring("exec_timeout") && ContainsSubstring("'dp'") &&

@@ -92,7 +92,8 @@ TEST_CASE("bad async operations complete with the error instead of throwing", "[
   npurt::system sys{simple()};
   auto s = sys.device(0).make_stream();
   std::error_code got;
-  s.async_memcpy(nullptr, 4, nullptr, 4, npurt::memcpy_kind::host_to_device, [&](npurt::async_error_code ec) { got = ec; });
+  s.async_memcpy(nullptr, 4, nullptr, 4, npurt::memcpy_kind::host_to_device,
+                 [&](npurt::async_error_code ec) { got = ec; });
   sys.run();
   CHECK(got == npurt::errc::null_pointer);
   run_coro(sys, [&]() -> asio::awaitable<void> {

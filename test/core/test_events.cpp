@@ -103,8 +103,7 @@ TEST_CASE("an event wait with a timeout fires at the right virtual time", "[core
   CHECK(when == sim_time{us(120)});
 }
 
-TEST_CASE("re-recording an event moves it; waits refer to the record current when they were made",
-          "[core][event]") {
+TEST_CASE("re-recording an event moves it; waits refer to the record current when they were made", "[core][event]") {
   npurt::system sys{simple()};
   auto& dev = sys.device(0);
   auto s = dev.make_stream();

@@ -19,8 +19,7 @@ npurt::simple_config small_device(std::size_t mib) {
   return c;
 }
 
-TEST_CASE("co_await async_malloc gives stream-ordered device memory that copies round-trip through",
-          "[core][pool]") {
+TEST_CASE("co_await async_malloc gives stream-ordered device memory that copies round-trip through", "[core][pool]") {
   npurt::system sys{simple()};
   auto& dev = sys.device(0);
   auto s = dev.make_stream();

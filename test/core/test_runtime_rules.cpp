@@ -200,8 +200,8 @@ TEST_CASE("an npurt error has one identity as std::error_code and as async_error
   npurt::async_error_code got;
   run_coro(sys, [&]() -> asio::awaitable<void> {
     std::byte b[8]{};
-    co_await s.async_memcpy(b, 8, reinterpret_cast<void*>(0x4000'0000'0009'0000ULL), 8, npurt::memcpy_kind::device_to_host,
-                            asio::redirect_error(asio::use_awaitable, got));
+    co_await s.async_memcpy(b, 8, reinterpret_cast<void*>(0x4000'0000'0009'0000ULL), 8,
+                            npurt::memcpy_kind::device_to_host, asio::redirect_error(asio::use_awaitable, got));
   }());
   CHECK(got.value() == 107007);
   CHECK(std::string(got.category().name()) == "npurt");
@@ -216,9 +216,7 @@ TEST_CASE("a blocking call inside a coroutine names the async form to use", "[co
     s.launch(fixed(us(1)));
     try {
       s.synchronize();
-    } catch (const npurt::caller_error& e) {
-      message = e.what();
-    }
+    } catch (const npurt::caller_error& e) { message = e.what(); }
     co_return;
   }());
   CHECK_THAT(message, ContainsSubstring("async_synchronize"));
@@ -262,9 +260,9 @@ TEST_CASE("operations on null handles complete through the executor, never insid
   bool launch_done = false, wait_done = false, sync_done = false;
   npurt::async_error_code launch_ec, wait_ec;
   npurt::stream{}.async_launch(fixed(us(1)), asio::bind_executor(ioc, [&](npurt::async_error_code ec) {
-    launch_ec = ec;
-    launch_done = true;
-  }));
+                                 launch_ec = ec;
+                                 launch_done = true;
+                               }));
   npurt::event{}.async_wait(asio::bind_executor(ioc, [&](npurt::async_error_code ec) {
     wait_ec = ec;
     wait_done = true;

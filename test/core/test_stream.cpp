@@ -146,7 +146,9 @@ struct counting_allocator {
     std::allocator<T>().deallocate(p, n);
   }
   template <class U>
-  bool operator==(const counting_allocator<U>& o) const noexcept { return st == o.st; }
+  bool operator==(const counting_allocator<U>& o) const noexcept {
+    return st == o.st;
+  }
 };
 
 TEST_CASE("an operation is stored with the handler's own allocator when it has one", "[core][stream][asio]") {
@@ -192,11 +194,11 @@ TEMPLATE_TEST_CASE("a completion bound to a stream's strand runs on it, never in
   CHECK(ran == 1);
   // The same for a launch that completes later, from the device side of the loop.
   s.async_launch(fixed(us(3)), asio::bind_executor(ex, [&](npurt::async_error_code ec) {
-    CHECK(!ec);
-    CHECK(s.get_executor().running_in_this_thread());
-    CHECK(sys.now() == sim_time{sys.options().launch_overhead + us(3)});  // nothing else ran before
-    ++ran;
-  }));
+                   CHECK(!ec);
+                   CHECK(s.get_executor().running_in_this_thread());
+                   CHECK(sys.now() == sim_time{sys.options().launch_overhead + us(3)});  // nothing else ran before
+                   ++ran;
+                 }));
   sys.run();
   CHECK(ran == 2);
 }
@@ -207,14 +209,17 @@ TEST_CASE("a coroutine resumes after an awaited launch on its own strand", "[cor
   auto other = sys.device(0).make_stream();
   int steps = 0;
   bool on_strand = true;
-  asio::co_spawn(other.get_executor(), [&]() -> asio::awaitable<void> {
-    for (int i = 0; i < 3; ++i) {
-      co_await s.async_launch(fixed(us(2)), asio::use_awaitable);
-      on_strand = on_strand && other.get_executor().running_in_this_thread() &&
-                  !s.get_executor().running_in_this_thread();
-      ++steps;
-    }
-  }, asio::detached);
+  asio::co_spawn(
+      other.get_executor(),
+      [&]() -> asio::awaitable<void> {
+        for (int i = 0; i < 3; ++i) {
+          co_await s.async_launch(fixed(us(2)), asio::use_awaitable);
+          on_strand =
+              on_strand && other.get_executor().running_in_this_thread() && !s.get_executor().running_in_this_thread();
+          ++steps;
+        }
+      },
+      asio::detached);
   sys.run();
   CHECK(steps == 3);
   CHECK(on_strand);

@@ -22,8 +22,7 @@ void check_one(std::span<const std::byte> in) {
   const npurt::checkpoint ck = npurt::checkpoint::parse(in, ec);
   if (ec) {
     // An error must leave nothing behind and carry npurt's category.
-    if (!ck.tensors().empty() || !ck.metadata().empty() || ec.category() != npurt::error_category())
-      __builtin_trap();
+    if (!ck.tensors().empty() || !ck.metadata().empty() || ec.category() != npurt::error_category()) __builtin_trap();
     return;
   }
   const std::vector<std::byte> again = ck.serialize();

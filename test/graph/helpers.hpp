@@ -33,7 +33,8 @@ inline std::vector<double> ref_matmul(const std::vector<double>& a, const std::v
   for (std::int64_t m = 0; m < M; ++m)
     for (std::int64_t n = 0; n < N; ++n) {
       double s = bias ? (*bias)[static_cast<std::size_t>(n)] : 0.0;
-      for (std::int64_t k = 0; k < K; ++k) s += a[static_cast<std::size_t>(m * K + k)] * b[static_cast<std::size_t>(k * N + n)];
+      for (std::int64_t k = 0; k < K; ++k)
+        s += a[static_cast<std::size_t>(m * K + k)] * b[static_cast<std::size_t>(k * N + n)];
       y[static_cast<std::size_t>(m * N + n)] = s;
     }
   return y;

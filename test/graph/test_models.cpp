@@ -44,14 +44,16 @@ std::vector<double> ref_encoder(const graph& g, const models::transformer_config
         for (std::int64_t j = 0; j < S; ++j) {
           double s = 0;
           for (std::int64_t e = 0; e < d; ++e)
-            s += q[static_cast<std::size_t>((b * S + i) * H + hh * d + e)] * k[static_cast<std::size_t>((b * S + j) * H + hh * d + e)];
+            s += q[static_cast<std::size_t>((b * S + i) * H + hh * d + e)] *
+                 k[static_cast<std::size_t>((b * S + j) * H + hh * d + e)];
           p[static_cast<std::size_t>(j)] = s / std::sqrt(static_cast<double>(d));
           mx = std::max(mx, p[static_cast<std::size_t>(j)]);
         }
         for (auto& e : p) sum += (e = std::exp(e - mx));
         for (std::int64_t e = 0; e < d; ++e) {
           double acc = 0;
-          for (std::int64_t j = 0; j < S; ++j) acc += p[static_cast<std::size_t>(j)] / sum * v[static_cast<std::size_t>((b * S + j) * H + hh * d + e)];
+          for (std::int64_t j = 0; j < S; ++j)
+            acc += p[static_cast<std::size_t>(j)] / sum * v[static_cast<std::size_t>((b * S + j) * H + hh * d + e)];
           ctx[static_cast<std::size_t>((b * S + i) * H + hh * d + e)] = acc;
         }
       }
@@ -81,7 +83,9 @@ TEST_CASE("the MLP builder runs functionally and equals a plain reference", "[gr
   for (int r = 0; r < 4; ++r) {
     double sum = 0;
     for (int c = 0; c < 3; ++c) sum += std::exp(z[static_cast<std::size_t>(r * 3 + c)]);
-    for (int c = 0; c < 3; ++c) CHECK(std::abs(y[static_cast<std::size_t>(r * 3 + c)] - std::exp(z[static_cast<std::size_t>(r * 3 + c)]) / sum) < 1e-5);
+    for (int c = 0; c < 3; ++c)
+      CHECK(std::abs(y[static_cast<std::size_t>(r * 3 + c)] - std::exp(z[static_cast<std::size_t>(r * 3 + c)]) / sum) <
+            1e-5);
   }
 }
 
@@ -129,7 +133,9 @@ TEST_CASE("ResNet-50 at a small image computes the same logits fused and unfused
   graph g = models::resnet50_graph(1, 32, true);
   tensor in = test::random_tensor({1, 3, 32, 32}, 3);
   auto y0 = s.run(s.compile(g, {.optimization_level = 0}), {{"input", in}}).outputs.at("logits").to_vector();
-  auto y3 = s.run(s.compile(g, {.schedule = schedule::parallel, .optimization_level = 3}), {{"input", in}}).outputs.at("logits").to_vector();
+  auto y3 = s.run(s.compile(g, {.schedule = schedule::parallel, .optimization_level = 3}), {{"input", in}})
+                .outputs.at("logits")
+                .to_vector();
   double scale = 0;
   for (double v : y0) scale = std::max(scale, std::abs(v));
   CHECK(scale > 0);

@@ -17,7 +17,8 @@ namespace {
 // x[8,16] -> Gemm(16->32)+bias -> Relu -> Gemm(32->4) -> Softmax.
 struct mlp {
   graph g{"mlp"};
-  std::vector<double> w1 = test::values(16 * 32, 1, 0.3), b1 = test::values(32, 2, 0.1), w2 = test::values(32 * 4, 3, 0.3);
+  std::vector<double> w1 = test::values(16 * 32, 1, 0.3), b1 = test::values(32, 2, 0.1),
+                      w2 = test::values(32 * 4, 3, 0.3);
   mlp() {
     auto x = g.add_input("x", {8, 16}, dtype::f32);
     auto W1 = g.add_constant("w1", tensor({16, 32}, dtype::f32, w1));
@@ -36,7 +37,8 @@ struct mlp {
       double mx = -1e300, s = 0;
       for (int n = 0; n < 4; ++n) mx = std::max(mx, y[static_cast<std::size_t>(m * 4 + n)]);
       for (int n = 0; n < 4; ++n) s += std::exp(y[static_cast<std::size_t>(m * 4 + n)] - mx);
-      for (int n = 0; n < 4; ++n) y[static_cast<std::size_t>(m * 4 + n)] = std::exp(y[static_cast<std::size_t>(m * 4 + n)] - mx) / s;
+      for (int n = 0; n < 4; ++n)
+        y[static_cast<std::size_t>(m * 4 + n)] = std::exp(y[static_cast<std::size_t>(m * 4 + n)] - mx) / s;
     }
     return y;
   }
@@ -173,7 +175,8 @@ TEST_CASE("an execution hint keeps two operators on different streams", "[graph]
   CHECK(st["a"] != st["b"]);
 }
 
-TEST_CASE("the pipeline schedule raises throughput over a stream of batches with the same outputs", "[graph][run][schedule]") {
+TEST_CASE("the pipeline schedule raises throughput over a stream of batches with the same outputs",
+          "[graph][run][schedule]") {
   auto sys = test::make_system();
   session s{sys};
   graph g("wide_mlp");
@@ -193,7 +196,8 @@ TEST_CASE("the pipeline schedule raises throughput over a stream of batches with
   auto rs = s.run_batches(cs, batches);
   auto rp = s.run_batches(cp, batches);
   REQUIRE(rp.outputs.size() == 6);
-  for (std::size_t b = 0; b < 6; ++b) CHECK(rs.outputs[b].at("prob").to_vector() == rp.outputs[b].at("prob").to_vector());
+  for (std::size_t b = 0; b < 6; ++b)
+    CHECK(rs.outputs[b].at("prob").to_vector() == rp.outputs[b].at("prob").to_vector());
   CHECK(rp.batches_per_second > rs.batches_per_second);
 }
 

@@ -68,9 +68,7 @@ TEST_CASE("a copy between tensors of different shapes or dtypes is refused", "[g
   try {
     a.copy_from(b, s);
     FAIL("no error");
-  } catch (const caller_error& e) {
-    CHECK(e.code() == errc::invalid_shape);
-  }
+  } catch (const caller_error& e) { CHECK(e.code() == errc::invalid_shape); }
   std::error_code ec;
   a.copy_from(c, s, ec);
   CHECK(ec == errc::invalid_dtype);

@@ -40,25 +40,81 @@ struct tensor {
   void set(std::size_t i, double v) {
     std::byte* p = bytes.data();
     switch (desc.type) {
-      case dtype::f32: { float f = static_cast<float>(v); std::memcpy(p + 4 * i, &f, 4); break; }
-      case dtype::f16: { auto b = npurt::half(static_cast<float>(v)).bits(); std::memcpy(p + 2 * i, &b, 2); break; }
-      case dtype::bf16: { auto b = npurt::bfloat16(static_cast<float>(v)).bits(); std::memcpy(p + 2 * i, &b, 2); break; }
-      case dtype::i8: { auto b = static_cast<std::int8_t>(v); std::memcpy(p + i, &b, 1); break; }
-      case dtype::u8: { auto b = static_cast<std::uint8_t>(v); std::memcpy(p + i, &b, 1); break; }
-      case dtype::i32: { auto b = static_cast<std::int32_t>(v); std::memcpy(p + 4 * i, &b, 4); break; }
-      case dtype::i64: { auto b = static_cast<std::int64_t>(v); std::memcpy(p + 8 * i, &b, 8); break; }
+      case dtype::f32: {
+        float f = static_cast<float>(v);
+        std::memcpy(p + 4 * i, &f, 4);
+        break;
+      }
+      case dtype::f16: {
+        auto b = npurt::half(static_cast<float>(v)).bits();
+        std::memcpy(p + 2 * i, &b, 2);
+        break;
+      }
+      case dtype::bf16: {
+        auto b = npurt::bfloat16(static_cast<float>(v)).bits();
+        std::memcpy(p + 2 * i, &b, 2);
+        break;
+      }
+      case dtype::i8: {
+        auto b = static_cast<std::int8_t>(v);
+        std::memcpy(p + i, &b, 1);
+        break;
+      }
+      case dtype::u8: {
+        auto b = static_cast<std::uint8_t>(v);
+        std::memcpy(p + i, &b, 1);
+        break;
+      }
+      case dtype::i32: {
+        auto b = static_cast<std::int32_t>(v);
+        std::memcpy(p + 4 * i, &b, 4);
+        break;
+      }
+      case dtype::i64: {
+        auto b = static_cast<std::int64_t>(v);
+        std::memcpy(p + 8 * i, &b, 8);
+        break;
+      }
     }
   }
   [[nodiscard]] double get(std::size_t i) const {
     const std::byte* p = bytes.data();
     switch (desc.type) {
-      case dtype::f32: { float f; std::memcpy(&f, p + 4 * i, 4); return f; }
-      case dtype::f16: { std::uint16_t b; std::memcpy(&b, p + 2 * i, 2); return npurt::half::from_bits(b).to_float(); }
-      case dtype::bf16: { std::uint16_t b; std::memcpy(&b, p + 2 * i, 2); return npurt::bfloat16::from_bits(b).to_float(); }
-      case dtype::i8: { std::int8_t b; std::memcpy(&b, p + i, 1); return b; }
-      case dtype::u8: { std::uint8_t b; std::memcpy(&b, p + i, 1); return b; }
-      case dtype::i32: { std::int32_t b; std::memcpy(&b, p + 4 * i, 4); return b; }
-      case dtype::i64: { std::int64_t b; std::memcpy(&b, p + 8 * i, 8); return static_cast<double>(b); }
+      case dtype::f32: {
+        float f;
+        std::memcpy(&f, p + 4 * i, 4);
+        return f;
+      }
+      case dtype::f16: {
+        std::uint16_t b;
+        std::memcpy(&b, p + 2 * i, 2);
+        return npurt::half::from_bits(b).to_float();
+      }
+      case dtype::bf16: {
+        std::uint16_t b;
+        std::memcpy(&b, p + 2 * i, 2);
+        return npurt::bfloat16::from_bits(b).to_float();
+      }
+      case dtype::i8: {
+        std::int8_t b;
+        std::memcpy(&b, p + i, 1);
+        return b;
+      }
+      case dtype::u8: {
+        std::uint8_t b;
+        std::memcpy(&b, p + i, 1);
+        return b;
+      }
+      case dtype::i32: {
+        std::int32_t b;
+        std::memcpy(&b, p + 4 * i, 4);
+        return b;
+      }
+      case dtype::i64: {
+        std::int64_t b;
+        std::memcpy(&b, p + 8 * i, 8);
+        return static_cast<double>(b);
+      }
     }
     return 0;
   }

@@ -27,7 +27,8 @@ struct mm_ref {
 mm_ref matmul_oracle(const tensor& a, const tensor& b, const std::vector<double>& c0, const k::matmul& op,
                      std::int64_t B, std::int64_t M, std::int64_t N, std::int64_t K) {
   const bool ab = a.desc.shape.rank() == 3, bb = b.desc.shape.rank() == 3;
-  mm_ref r{std::vector<double>(static_cast<std::size_t>(B * M * N)), std::vector<double>(static_cast<std::size_t>(B * M * N))};
+  mm_ref r{std::vector<double>(static_cast<std::size_t>(B * M * N)),
+           std::vector<double>(static_cast<std::size_t>(B * M * N))};
   for (std::int64_t n = 0; n < B; ++n)
     for (std::int64_t i = 0; i < M; ++i)
       for (std::int64_t j = 0; j < N; ++j) {
@@ -47,9 +48,7 @@ mm_ref matmul_oracle(const tensor& a, const tensor& b, const std::vector<double>
   return r;
 }
 
-shape mat(std::int64_t batch, std::int64_t r, std::int64_t c) {
-  return batch > 0 ? shape{batch, r, c} : shape{r, c};
-}
+shape mat(std::int64_t batch, std::int64_t r, std::int64_t c) { return batch > 0 ? shape{batch, r, c} : shape{r, c}; }
 
 // Direct convolution over an explicitly padded and dilated view of x, in double.
 std::vector<double> conv_oracle(const tensor& x, const tensor& w, const shape& ys, const k::conv2d& p) {
@@ -70,7 +69,8 @@ std::vector<double> conv_oracle(const tensor& x, const tensor& w, const shape& y
           for (std::int64_t ci = 0; ci < cg; ++ci)
             for (std::int64_t ky = 0; ky < ws[2]; ++ky)
               for (std::int64_t kx = 0; kx < ws[3]; ++kx)
-                s += xv(n, (co / cog) * cg + ci, oh * p.stride[0] + ky * p.dilation[0], ow * p.stride[1] + kx * p.dilation[1]) *
+                s += xv(n, (co / cog) * cg + ci, oh * p.stride[0] + ky * p.dilation[0],
+                        ow * p.stride[1] + kx * p.dilation[1]) *
                      w.get(at4(ws, co, ci, ky, kx));
           y[at4(ys, n, co, oh, ow)] = s;
         }
@@ -172,7 +172,8 @@ TEST_CASE("FP32 matmul equals a float loop that sums k in ascending order, bit f
     for (std::int64_t j = 0; j < N; ++j) {
       float s = 0.0f;
       for (std::int64_t q = 0; q < K; ++q)
-        s += static_cast<float>(a.get(static_cast<std::size_t>(i * K + q))) * static_cast<float>(b.get(static_cast<std::size_t>(q * N + j)));
+        s += static_cast<float>(a.get(static_cast<std::size_t>(i * K + q))) *
+             static_cast<float>(b.get(static_cast<std::size_t>(q * N + j)));
       REQUIRE(c.get(static_cast<std::size_t>(i * N + j)) == static_cast<double>(s));
     }
 }
@@ -249,7 +250,8 @@ TEST_CASE("conv2d of a hand-sized example gives the hand-computed result", "[ker
 
 TEST_CASE("INT8 conv2d accumulates exactly into INT32", "[kernels][conv]") {
   const conv_case t{2, 8, 6, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 2};
-  tensor x({t.n, t.c, t.h, t.w}, dtype::i8), w({t.co, t.c / t.groups, t.kh, t.kw}, dtype::i8), y(conv_out(t), dtype::i32);
+  tensor x({t.n, t.c, t.h, t.w}, dtype::i8), w({t.co, t.c / t.groups, t.kh, t.kw}, dtype::i8),
+      y(conv_out(t), dtype::i32);
   x.fill(51, -128, 127, true);
   w.fill(52, -128, 127, true);
   const auto op = conv_op(t, x, w, y);
@@ -260,7 +262,8 @@ TEST_CASE("INT8 conv2d accumulates exactly into INT32", "[kernels][conv]") {
 
 TEST_CASE("FP16 conv2d stays within output rounding plus float accumulation error", "[kernels][conv]") {
   const conv_case t{2, 4, 8, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2};
-  tensor x({t.n, t.c, t.h, t.w}, dtype::f16), w({t.co, t.c / t.groups, t.kh, t.kw}, dtype::f16), y(conv_out(t), dtype::f16);
+  tensor x({t.n, t.c, t.h, t.w}, dtype::f16), w({t.co, t.c / t.groups, t.kh, t.kw}, dtype::f16),
+      y(conv_out(t), dtype::f16);
   x.fill(61, -1, 1, false);
   w.fill(62, -1, 1, false);
   const auto op = conv_op(t, x, w, y);
@@ -315,8 +318,10 @@ TEST_CASE("conv2d gradients match central finite differences of the loss", "[ker
     REQUIRE(run(f) == 0);
     return dot(y.values(), dy.values());
   };
-  REQUIRE(run(k::conv2d_backward_data{dy.desc, w.desc, dx.desc, base.stride, base.pad, base.dilation, base.groups}) == 0);
-  REQUIRE(run(k::conv2d_backward_weight{x.desc, dy.desc, dw.desc, base.stride, base.pad, base.dilation, base.groups}) == 0);
+  REQUIRE(run(k::conv2d_backward_data{dy.desc, w.desc, dx.desc, base.stride, base.pad, base.dilation, base.groups}) ==
+          0);
+  REQUIRE(run(k::conv2d_backward_weight{x.desc, dy.desc, dw.desc, base.stride, base.pad, base.dilation, base.groups}) ==
+          0);
   for (std::size_t i = 0; i < x.size(); ++i) {
     tensor xp = x, xm = x;
     xp.set(i, x.get(i) + 1);
@@ -338,7 +343,9 @@ TEST_CASE("unary elementwise functions match their definitions", "[kernels][elem
   a.fill(91, -6, 6, false);
   a.set(0, 0.0);
   a.set(1, -0.5);
-  const auto gelu = [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); };
+  const auto gelu = [](double x) {
+    return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+  };
   struct fn_case {
     k::eltwise_fn fn;
     double (*ref)(double);
@@ -352,15 +359,18 @@ TEST_CASE("unary elementwise functions match their definitions", "[kernels][elem
     CAPTURE(npurt::kernels::op_name(k::elementwise{c.fn}));
     tensor y(a.desc.shape);
     REQUIRE(run(k::elementwise{c.fn, a.desc, {}, y.desc}) == 0);
-    for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(std::fabs(y.get(i) - c.ref(a.get(i))) <= 4e-7 * (1 + std::fabs(c.ref(a.get(i)))));
+    for (std::size_t i = 0; i < a.size(); ++i)
+      REQUIRE(std::fabs(y.get(i) - c.ref(a.get(i))) <= 4e-7 * (1 + std::fabs(c.ref(a.get(i)))));
   }
   tensor y(a.desc.shape);
   REQUIRE(run(k::elementwise{k::eltwise_fn::gelu, a.desc, {}, y.desc}) == 0);
-  for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(std::fabs(y.get(i) - gelu(a.get(i))) <= 1e-6 * (1 + std::fabs(a.get(i))));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    REQUIRE(std::fabs(y.get(i) - gelu(a.get(i))) <= 1e-6 * (1 + std::fabs(a.get(i))));
   // Fixed points by hand: relu(-0.5) = 0, gelu(0) = 0, sigmoid(0) = 1/2, tanh(0) = 0.
   tensor h({2});
   h.assign({0.0, -0.5});
-  for (auto [fn, v0, v1] : {std::tuple{k::eltwise_fn::relu, 0.0, 0.0}, std::tuple{k::eltwise_fn::sigmoid, 0.5, 1 / (1 + std::exp(0.5))}}) {
+  for (auto [fn, v0, v1] :
+       {std::tuple{k::eltwise_fn::relu, 0.0, 0.0}, std::tuple{k::eltwise_fn::sigmoid, 0.5, 1 / (1 + std::exp(0.5))}}) {
     tensor o({2});
     REQUIRE(run(k::elementwise{fn, h.desc, {}, o.desc}) == 0);
     CHECK(o.get(0) == v0);
@@ -406,8 +416,11 @@ TEST_CASE("binary elementwise follows NumPy broadcasting", "[kernels][elementwis
           }
         }
         const double va = a.get(static_cast<std::size_t>(oa)), vb = b.get(static_cast<std::size_t>(ob));
-        const double want = fn == k::eltwise_fn::add ? va + vb : fn == k::eltwise_fn::sub ? va - vb
-                          : fn == k::eltwise_fn::mul ? va * vb : static_cast<double>(static_cast<float>(va) / static_cast<float>(vb));
+        const double want = fn == k::eltwise_fn::add   ? va + vb
+                            : fn == k::eltwise_fn::sub ? va - vb
+                            : fn == k::eltwise_fn::mul
+                                ? va * vb
+                                : static_cast<double>(static_cast<float>(va) / static_cast<float>(vb));
         REQUIRE(y.get(static_cast<std::size_t>(o)) == want);
       }
     }

@@ -71,13 +71,15 @@ TEST_CASE("batchnorm inference uses the running statistics and leaves them alone
   REQUIRE(run(op) == 0);
   for (std::size_t i = 0; i < x.size(); ++i) {
     const std::size_t c = (i / 4) % 2;
-    REQUIRE(close(y.get(i), (x.get(i) - rm.get(c)) / std::sqrt(rv.get(c) + 1e-3) * gamma.get(c) + beta.get(c), 1e-6, 1e-6));
+    REQUIRE(
+        close(y.get(i), (x.get(i) - rm.get(c)) / std::sqrt(rv.get(c) + 1e-3) * gamma.get(c) + beta.get(c), 1e-6, 1e-6));
   }
   CHECK(rm.values() == std::vector<double>{0.5, -1});
   CHECK(rv.values() == std::vector<double>{4, 0.25});
 }
 
-TEST_CASE("batchnorm without gamma, beta or running statistics normalises to zero mean, unit variance", "[kernels][batchnorm]") {
+TEST_CASE("batchnorm without gamma, beta or running statistics normalises to zero mean, unit variance",
+          "[kernels][batchnorm]") {
   tensor x({4, 3}), y({4, 3});  // rank 2: [N, C]
   x.fill(2, -5, 5, false);
   REQUIRE(run(k::batchnorm{x.desc, {}, {}, {}, {}, y.desc, {}, {}, true, 0.0f}) == 0);
@@ -109,7 +111,8 @@ TEST_CASE("batchnorm backward matches finite differences of the training forward
   };
   tensor y(s), sm({2}), si({2}), dx(s), dgamma({2}), dbeta({2});
   REQUIRE(run(k::batchnorm{x.desc, gamma.desc, beta.desc, {}, {}, y.desc, sm.desc, si.desc, true, eps}) == 0);
-  REQUIRE(run(k::batchnorm_backward{x.desc, dy.desc, gamma.desc, sm.desc, si.desc, dx.desc, dgamma.desc, dbeta.desc}) == 0);
+  REQUIRE(run(k::batchnorm_backward{x.desc, dy.desc, gamma.desc, sm.desc, si.desc, dx.desc, dgamma.desc, dbeta.desc}) ==
+          0);
   const double h = 1e-2;
   for (std::size_t i = 0; i < x.size(); ++i) {
     tensor xp = x, xm = x;
@@ -153,7 +156,8 @@ TEST_CASE("layernorm normalises the trailing dimensions from the axis on", "[ker
       v /= static_cast<double>(d);
       for (std::int64_t i = 0; i < d; ++i) {
         const auto j = static_cast<std::size_t>(o * d + i);
-        const double want = (x.get(j) - m) / std::sqrt(v + 1e-5) * gamma.get(static_cast<std::size_t>(i)) + beta.get(static_cast<std::size_t>(i));
+        const double want = (x.get(j) - m) / std::sqrt(v + 1e-5) * gamma.get(static_cast<std::size_t>(i)) +
+                            beta.get(static_cast<std::size_t>(i));
         REQUIRE(close(y.get(j), want, 2e-6, 2e-6));
       }
     }
@@ -351,11 +355,20 @@ TEST_CASE("cast rounds to nearest even and saturates", "[kernels][cast]") {
     std::vector<double> in, out;
   };
   const cast_case cases[] = {
-      {dtype::f32, dtype::i8, {2.5, 3.5, -2.5, -0.5, 1.25, 300, -300, nan, 126.5, 127.5}, {2, 4, -2, 0, 1, 127, -128, 0, 126, 127}},
+      {dtype::f32,
+       dtype::i8,
+       {2.5, 3.5, -2.5, -0.5, 1.25, 300, -300, nan, 126.5, 127.5},
+       {2, 4, -2, 0, 1, 127, -128, 0, 126, 127}},
       {dtype::f32, dtype::u8, {-5, 255.5, 254.5, 0.5, 1.5}, {0, 255, 254, 0, 2}},
       {dtype::f32, dtype::i32, {3e9, -3e9, 16777216.0, -7.5}, {2147483647, -2147483648.0, 16777216, -8}},
-      {dtype::f32, dtype::i64, {0x1p70, -0x1p63, -inf, nan}, {9223372036854775807.0, -9223372036854775808.0, -9223372036854775808.0, 0}},
-      {dtype::f32, dtype::f16, {1.0 + 0x1p-11, 1.0 + 3 * 0x1p-11, 65520, 0x1p-27, -0.0}, {1.0, 1.0 + 0x1p-9, inf, 0, 0}},
+      {dtype::f32,
+       dtype::i64,
+       {0x1p70, -0x1p63, -inf, nan},
+       {9223372036854775807.0, -9223372036854775808.0, -9223372036854775808.0, 0}},
+      {dtype::f32,
+       dtype::f16,
+       {1.0 + 0x1p-11, 1.0 + 3 * 0x1p-11, 65520, 0x1p-27, -0.0},
+       {1.0, 1.0 + 0x1p-9, inf, 0, 0}},
       {dtype::f32, dtype::bf16, {1.0 + 0x1p-8, 1.0 + 3 * 0x1p-8, 3.0}, {1.0, 1.0 + 0x1p-6, 3.0}},
       {dtype::f16, dtype::f32, {0x1p-24, 65504, -inf}, {0x1p-24, 65504, -inf}},
       {dtype::bf16, dtype::f16, {0x1p-30, 0x1p17, 1.5}, {0, inf, 1.5}},
@@ -365,7 +378,9 @@ TEST_CASE("cast rounds to nearest even and saturates", "[kernels][cast]") {
       {dtype::i32, dtype::f32, {16777217, 16777219}, {16777216, 16777220}},
       // 2^24 + 2^16 + 1 lies just above the midpoint of two bfloat16s; rounding through float
       // first would land on the midpoint and tie down: a single rounding must go up.
-      {dtype::i32, dtype::bf16, {16777216 + 65536 + 1, 16777216 + 65536, -(16777216 + 65536 + 1)},
+      {dtype::i32,
+       dtype::bf16,
+       {16777216 + 65536 + 1, 16777216 + 65536, -(16777216 + 65536 + 1)},
        {16777216 + 131072, 16777216, -(16777216 + 131072)}},
       {dtype::i64, dtype::i32, {1e12, -1e12}, {2147483647, -2147483648.0}},
       // Rounding up carries into the next power of two: 2^25 - 1 -> 2^25.
@@ -439,7 +454,8 @@ std::vector<std::byte> pipeline(dtype t) {
   REQUIRE(run(k::matmul{flat.desc, fc2.desc, logits.desc}) == 0);
   REQUIRE(run(k::softmax{logits.desc, prob.desc}) == 0);
   std::vector<std::byte> all;
-  for (const tensor* r : {&y, &bn, &pool, &logits, &prob, &sm, &si}) all.insert(all.end(), r->bytes.begin(), r->bytes.end());
+  for (const tensor* r : {&y, &bn, &pool, &logits, &prob, &sm, &si})
+    all.insert(all.end(), r->bytes.begin(), r->bytes.end());
   return all;
 }
 

@@ -300,9 +300,10 @@ TEST_CASE("garbage collection frees the oldest cached segments once usage passes
   CHECK(b.reserved_current() == 26 * mib);  // the reused 12 MiB segment stays cached next to the new one
 }
 
-TEST_CASE("the retry chain frees fitting cached blocks, then collects garbage, then synchronises and frees "
-          "everything, then raises out of memory",
-          "[memory][allocator]") {
+TEST_CASE(
+    "the retry chain frees fitting cached blocks, then collects garbage, then synchronises and frees "
+    "everything, then raises out of memory",
+    "[memory][allocator]") {
   counting_provider dev(64 * mib);
   fake_streams rt;
   caching_allocator_options o;

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <new>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <new>
 #include <random>
 #include <sstream>
 #include <string>
@@ -276,8 +276,7 @@ mp::table as_plan(const std::vector<mp::buffer>& b, const std::vector<std::uint6
 
 }  // namespace
 
-TEST_CASE("the checker compares every plan row with the input before it checks overlaps",
-          "[memory][memplan][check]") {
+TEST_CASE("the checker compares every plan row with the input before it checks overlaps", "[memory][memplan][check]") {
   const auto b = paper_example();
   const auto p = mp::make_plan(b);
   REQUIRE(mp::check(b, as_plan(b, p.offsets)).valid);
@@ -447,8 +446,7 @@ TEST_CASE("dense instances of 20,000 and 40,000 buffers live at once plan in mem
   }
 }
 
-TEST_CASE("the CSV reader bounds line length and quotes only a short prefix of a bad field",
-          "[memory][memplan][csv]") {
+TEST_CASE("the CSV reader bounds line length and quotes only a short prefix of a bad field", "[memory][memplan][csv]") {
   SECTION("an endless line (like /dev/zero) stops with a clear error") {
     std::error_code ec;
     std::string msg;

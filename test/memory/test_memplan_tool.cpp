@@ -1,14 +1,14 @@
 // npurt-memplan as a user runs it: exit status, messages, and what it refuses.
 #include <catch2/catch_test_macros.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace fs = std::filesystem;
 

@@ -31,7 +31,8 @@ std::int64_t kernel_index(const resnet50& m, std::string_view name) {
 }
 
 const trace_buffer& buffer_of(const allocation_trace& tr, std::int64_t tensor) {
-  const auto it = std::find_if(tr.buffers.begin(), tr.buffers.end(), [&](const trace_buffer& b) { return b.id == tensor; });
+  const auto it =
+      std::find_if(tr.buffers.begin(), tr.buffers.end(), [&](const trace_buffer& b) { return b.id == tensor; });
   REQUIRE(it != tr.buffers.end());
   return *it;
 }
@@ -89,7 +90,8 @@ TEST_CASE("the training-step trace sizes every tensor from its shape and dtype",
                                    by_role[tensor_role::running_stat].second * 4);
 }
 
-TEST_CASE("each tensor lives from the kernel that writes it to the last kernel that reads it", "[models][memory_trace]") {
+TEST_CASE("each tensor lives from the kernel that writes it to the last kernel that reads it",
+          "[models][memory_trace]") {
   const resnet50 m{32};
   const auto tr = training_step_trace(m);
   const auto& ts = m.tensors();

@@ -112,7 +112,9 @@ TEST_CASE("a ResNet-50 training step on one ascend910 lands near the published 2
     REQUIRE(x);
     const double t = to_ms(x->end - x->start);
     by_unit[to_string(x->cost.bound)] += t;
-    by_phase[model.phases()[i] == step_phase::forward ? "forward" : model.phases()[i] == step_phase::backward ? "backward" : "update"] += t;
+    by_phase[model.phases()[i] == step_phase::forward    ? "forward"
+             : model.phases()[i] == step_phase::backward ? "backward"
+                                                         : "update"] += t;
   }
   UNSCOPED_INFO("simulated step " << ms << " ms, " << 256.0 / (ms / 1000) << " img/s (MindSpore: 2115 img/s, ~121 ms)");
   for (const auto& [u, t] : by_unit) UNSCOPED_INFO("  bound by " << u << ": " << t << " ms (" << 100 * t / ms << "%)");

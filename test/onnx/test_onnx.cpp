@@ -1,6 +1,6 @@
 // ONNX import: the backend node tests Debian ships in libonnx-testdata, and the import errors.
-#include <npurt/onnx.hpp>
 #include <npurt/graph/session.hpp>
+#include <npurt/onnx.hpp>
 #include <npurt/sim/sim.hpp>
 
 #include <onnx/onnx_pb.h>
@@ -69,7 +69,8 @@ TEST_CASE("every ONNX backend node test of a supported operator and dtype passes
       for (int k = 0; fs::is_directory(t / ("test_data_set_" + std::to_string(k))); ++k, ++sets) {
         const fs::path ds = t / ("test_data_set_" + std::to_string(k));
         std::vector<tensor> ins;
-        for (std::size_t i = 0; i < g.inputs().size(); ++i) ins.push_back(npurt::onnx::load_tensor((ds / ("input_" + std::to_string(i) + ".pb")).string()));
+        for (std::size_t i = 0; i < g.inputs().size(); ++i)
+          ins.push_back(npurt::onnx::load_tensor((ds / ("input_" + std::to_string(i) + ".pb")).string()));
         std::vector<feed> feeds;
         for (std::size_t i = 0; i < ins.size(); ++i) feeds.push_back({g.inputs()[i], ins[i]});
         auto r = s.run(c, feeds);
@@ -89,13 +90,12 @@ TEST_CASE("every ONNX backend node test of a supported operator and dtype passes
         continue;
       }
       failures.push_back(name + ": " + e.what());
-    } catch (const std::exception& e) {
-      failures.push_back(name + ": " + e.what());
-    }
+    } catch (const std::exception& e) { failures.push_back(name + ": " + e.what()); }
   }
   for (const auto& f : failures) UNSCOPED_INFO(f);
   UNSCOPED_INFO("ONNX node tests: " << tests.size() << " in total, " << passed << " passed, " << failures.size()
-                                    << " failed, " << unsupported << " use an unsupported operator, attribute or dtype");
+                                    << " failed, " << unsupported
+                                    << " use an unsupported operator, attribute or dtype");
   CHECK(failures.empty());
   CHECK(passed > 0);
   WARN("ONNX node tests passed: " << passed << " of " << tests.size() << " (" << unsupported << " unsupported)");

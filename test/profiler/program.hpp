@@ -11,15 +11,15 @@
 
 #include <npurt/profiler.hpp>
 
+#include <sys/wait.h>
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 #include <utility>
-#include <cstdint>
-#include <random>
 #include <vector>
 
 namespace test_program {

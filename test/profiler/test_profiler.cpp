@@ -138,7 +138,8 @@ TEST_CASE("the summary of a small program equals the numbers worked out by hand"
 
 TEST_CASE("the critical path follows the event edge only when the record ends later", "[profiler][summary]") {
   npurt::profiler p;
-  auto task = [&](std::uint64_t id, std::uint32_t stream, npurt::task_kind k, npurt::engine_kind e, double a, double b) {
+  auto task = [&](std::uint64_t id, std::uint32_t stream, npurt::task_kind k, npurt::engine_kind e, double a,
+                  double b) {
     npurt::task_info t;
     t.id = id;
     t.stream = stream;
@@ -438,7 +439,9 @@ npurt::trace_task expected_record(const npurt::task_info& t, std::uint32_t name)
   r.name = name;
   r.block_dim = t.block_dim;
   r.flops = t.flops != 0 ? t.flops : (t.kernel == nullptr ? t.fixed.flops : 0);
-  r.bytes = t.bytes != 0 ? t.bytes : (t.kind == npurt::task_kind::kernel ? (t.kernel == nullptr ? t.fixed.bytes : 0) : t.copy.bytes);
+  r.bytes = t.bytes != 0
+                ? t.bytes
+                : (t.kind == npurt::task_kind::kernel ? (t.kernel == nullptr ? t.fixed.bytes : 0) : t.copy.bytes);
   if (t.kind == npurt::task_kind::memcpy || t.kind == npurt::task_kind::memset) {
     r.src_device = t.copy.src_device;
     r.dst_device = t.copy.dst_device;
@@ -448,8 +451,8 @@ npurt::trace_task expected_record(const npurt::task_info& t, std::uint32_t name)
 
 bool same_record(const npurt::trace_task& a, const npurt::trace_task& b) {
   return a.id == b.id && a.device == b.device && a.stream == b.stream && a.priority == b.priority && a.kind == b.kind &&
-         a.engine == b.engine && a.submitted == b.submitted && a.ready == b.ready && a.start == b.start && a.end == b.end &&
-         a.name == b.name && a.block_dim == b.block_dim && a.flops == b.flops && a.bytes == b.bytes &&
+         a.engine == b.engine && a.submitted == b.submitted && a.ready == b.ready && a.start == b.start &&
+         a.end == b.end && a.name == b.name && a.block_dim == b.block_dim && a.flops == b.flops && a.bytes == b.bytes &&
          a.src_device == b.src_device && a.dst_device == b.dst_device;
 }
 
@@ -464,8 +467,16 @@ TEST_CASE("every field of every task survives recording, whatever it holds", "[p
   std::mt19937_64 rng{12345};
   const npurt::kernel_desc named{npurt::kernels::fixed{}, "from_desc"};
   const npurt::kernel_desc unnamed{npurt::kernels::fixed{}};
-  static const char* const literals[] = {"k", "ab", "abc", "zero", "gelu7", "matmul", "softmax_",
-                                         "layernorm_fwd", "sixteen_chars_16", "seventeen_chars17",
+  static const char* const literals[] = {"k",
+                                         "ab",
+                                         "abc",
+                                         "zero",
+                                         "gelu7",
+                                         "matmul",
+                                         "softmax_",
+                                         "layernorm_fwd",
+                                         "sixteen_chars_16",
+                                         "seventeen_chars17",
                                          "a much longer kernel name than any slot holds"};
   // Storage that keeps its address while its text changes: the cache must notice.
   char reused[40] = {};
@@ -499,11 +510,18 @@ TEST_CASE("every field of every task survives recording, whatever it holds", "[p
     switch (variant) {
       case 0: t.flops = rng() % 100000 + 1; break;
       case 1: t.bytes = rng() % 100000 + 1; break;
-      case 2: t.fixed.flops = 5; t.fixed.bytes = 7; break;
+      case 2:
+        t.fixed.flops = 5;
+        t.fixed.bytes = 7;
+        break;
       case 3: t.block_dim = 8; break;
       case 4: t.device = 63 + static_cast<npurt::device_id>(rng() % 3); break;
       case 5: t.device = -1; break;
-      case 6: t.start = ps(end - (std::int64_t{1} << 33)); t.ready = t.start; t.submitted = t.start; break;  // a long kernel
+      case 6:
+        t.start = ps(end - (std::int64_t{1} << 33));
+        t.ready = t.start;
+        t.submitted = t.start;
+        break;  // a long kernel
       case 7: t.submitted = ps(-5); break;  // launched long before it ran
       case 8: t.start = t.end + npurt::picoseconds{3}; break;  // times out of order: kept as given
       case 9:
@@ -513,10 +531,26 @@ TEST_CASE("every field of every task survives recording, whatever it holds", "[p
         t.copy.src_device = 0;
         t.copy.dst_device = 1;
         break;
-      case 10: t.kind = task_kind::event_record; t.engine = engine_kind::none; break;
-      case 11: t.name = {}; t.kernel = &named; name = "from_desc"; break;
-      case 12: t.name = {}; t.kernel = &unnamed; name = "kernel"; break;
-      case 13: t.name = {}; t.kind = task_kind::event_wait; t.engine = engine_kind::none; name = "event_wait"; break;
+      case 10:
+        t.kind = task_kind::event_record;
+        t.engine = engine_kind::none;
+        break;
+      case 11:
+        t.name = {};
+        t.kernel = &named;
+        name = "from_desc";
+        break;
+      case 12:
+        t.name = {};
+        t.kernel = &unnamed;
+        name = "kernel";
+        break;
+      case 13:
+        t.name = {};
+        t.kind = task_kind::event_wait;
+        t.engine = engine_kind::none;
+        name = "event_wait";
+        break;
       case 14: {
         // Same address and length as last time, other characters (in the middle for long ones).
         const bool is_long = rng() % 2 == 0;

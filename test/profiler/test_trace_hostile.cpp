@@ -9,6 +9,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <sys/wait.h>
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -19,7 +20,6 @@
 #include <random>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 #include <tuple>
 #include <vector>
 
@@ -33,9 +33,9 @@ sim_time at(std::int64_t v) { return sim_time{picoseconds{v}}; }
 /// One task event as write_chrome_trace writes it, with the fields a test wants to break.
 std::string task_event(std::uint64_t id, std::string_view ts, std::string_view dur, int stream = 0,
                        std::string_view kind = "kernel") {
-  std::string e = R"({"ph":"X","cat":"task","name":"k","pid":1,"tid":1,"ts":)" + std::string{ts} +
-                  R"(,"dur":)" + std::string{dur} + R"(,"args":{"id":)" + std::to_string(id) + R"(,"kind":")" +
-                  std::string{kind} + R"(","engine":"ai_core","device":0,"stream":)" + std::to_string(stream) +
+  std::string e = R"({"ph":"X","cat":"task","name":"k","pid":1,"tid":1,"ts":)" + std::string{ts} + R"(,"dur":)" +
+                  std::string{dur} + R"(,"args":{"id":)" + std::to_string(id) + R"(,"kind":")" + std::string{kind} +
+                  R"(","engine":"ai_core","device":0,"stream":)" + std::to_string(stream) +
                   R"(,"priority":4,"submitted":0,"ready":0,"bytes":0,"flops":0}})";
   return e;
 }
@@ -68,7 +68,9 @@ void expect_rejected(const std::string& text, const std::string& expect) {
 npurt::trace_data random_trace(unsigned seed, int n) {
   npurt::profiler p;
   std::mt19937_64 rng(seed);
-  auto pick = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
+  auto pick = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
   std::map<std::pair<int, int>, std::int64_t> cursor;
   std::vector<npurt::task_info> done;
   for (int i = 1; i <= n; ++i) {
@@ -77,9 +79,12 @@ npurt::trace_data random_trace(unsigned seed, int n) {
     t.device = static_cast<int>(pick(0, 1));
     t.stream = static_cast<std::uint32_t>(t.device * 10 + pick(0, 2));
     const bool control = pick(0, 4) == 0;
-    t.kind = control ? npurt::task_kind::event_wait : pick(0, 5) == 0 ? npurt::task_kind::collective : npurt::task_kind::kernel;
-    t.engine = control ? npurt::engine_kind::none
-               : t.kind == npurt::task_kind::collective ? npurt::engine_kind::collective : npurt::engine_kind::ai_core;
+    t.kind = control           ? npurt::task_kind::event_wait
+             : pick(0, 5) == 0 ? npurt::task_kind::collective
+                               : npurt::task_kind::kernel;
+    t.engine = control                                  ? npurt::engine_kind::none
+               : t.kind == npurt::task_kind::collective ? npurt::engine_kind::collective
+                                                        : npurt::engine_kind::ai_core;
     auto& c = cursor[{t.device, static_cast<int>(t.stream)}];
     const std::int64_t gap = pick(0, 2) == 0 ? pick(1, 5000) : 0;
     t.submitted = at(std::max<std::int64_t>(0, c - pick(-3000, 1000)));
@@ -128,10 +133,16 @@ std::vector<std::tuple<std::int64_t, npurt::gap_cause, std::uint64_t, std::uint6
   for (const auto& [a, b] : gaps) {
     const npurt::trace_task* next = nullptr;
     for (auto* t : idx)
-      if (t->engine != npurt::engine_kind::none && t->start.time_since_epoch().count() >= b) { next = t; break; }
+      if (t->engine != npurt::engine_kind::none && t->start.time_since_epoch().count() >= b) {
+        next = t;
+        break;
+      }
     if (next == nullptr)
       for (auto* t : idx)
-        if (t->end.time_since_epoch().count() >= b) { next = t; break; }
+        if (t->end.time_since_epoch().count() >= b) {
+          next = t;
+          break;
+        }
     const npurt::event_wait_info* blocking = nullptr;
     for (const auto& w : d.waits)
       if (w.device == dev && w.stream == stream && w.satisfied > w.begin && w.begin.time_since_epoch().count() < b &&
@@ -192,7 +203,8 @@ TEST_CASE("every trace the profiler writes passes the reader's checks", "[profil
   }
 }
 
-TEST_CASE("times that are negative, beyond range or overflow their sum are parse errors", "[profiler][reader][hostile]") {
+TEST_CASE("times that are negative, beyond range or overflow their sum are parse errors",
+          "[profiler][reader][hostile]") {
   expect_rejected(trace_of({task_event(1, "-5", "1")}), "\"ts\" is negative");
   expect_rejected(trace_of({task_event(1, "5", "-4")}), "\"dur\" is negative");
   expect_rejected(trace_of({task_event(1, "9e12", "1")}), "\"ts\" is beyond the largest trace time");
@@ -200,11 +212,13 @@ TEST_CASE("times that are negative, beyond range or overflow their sum are parse
   expect_rejected(trace_of({task_event(1, "4e12", "4e12")}), "\"ts\" + \"dur\"");
   expect_rejected(trace_of({task_event(1, "1e400", "1")}), "\"ts\"");
   // Three tasks whose durations add up past 64 bits.
-  expect_rejected(trace_of({task_event(1, "0", "4e12", 0), task_event(2, "0", "4e12", 1), task_event(3, "0", "4e12", 2)}),
-                  "add up");
+  expect_rejected(
+      trace_of({task_event(1, "0", "4e12", 0), task_event(2, "0", "4e12", 1), task_event(3, "0", "4e12", 2)}),
+      "add up");
 }
 
-TEST_CASE("duplicate task ids and wait cycles are parse errors, not impossible critical paths", "[profiler][reader][hostile]") {
+TEST_CASE("duplicate task ids and wait cycles are parse errors, not impossible critical paths",
+          "[profiler][reader][hostile]") {
   expect_rejected(trace_of({task_event(7, "0", "1"), task_event(7, "2", "1")}), "task id 7 appears more than once");
   // Task 1 (stream 0) waits for task 4 (stream 1), task 3 (stream 1) waits for task 2 (stream 0):
   // 1 -> 2 -> 3 -> 4 -> 1.
@@ -229,7 +243,8 @@ TEST_CASE("duplicate task ids and wait cycles are parse errors, not impossible c
   CHECK(s.critical_path_busy <= s.span);
 }
 
-TEST_CASE("device ids, names and kinds out of range are named, quoting only a short prefix", "[profiler][reader][hostile]") {
+TEST_CASE("device ids, names and kinds out of range are named, quoting only a short prefix",
+          "[profiler][reader][hostile]") {
   auto big_device = task_event(1, "0", "1");
   big_device.replace(big_device.find("\"device\":0"), 10, "\"device\":2147483647");
   expect_rejected(trace_of({big_device}), "\"device\" is out of range");
@@ -284,9 +299,7 @@ TEST_CASE("SVG options that are not finite pixel counts are caller errors", "[pr
     try {
       npurt::write_svg(os, d, o);
       FAIL("no exception");
-    } catch (const npurt::caller_error& e) {
-      CHECK(e.code() == npurt::errc::invalid_argument);
-    }
+    } catch (const npurt::caller_error& e) { CHECK(e.code() == npurt::errc::invalid_argument); }
     CHECK(os.str().empty());
   }
 }
@@ -317,7 +330,8 @@ TEST_CASE("the SVG of a large trace merges bars instead of growing with the trac
   CHECK(svg.find(std::to_string(n / 2) + " bars") != std::string::npos);  // one stream's tasks as one bar
 }
 
-TEST_CASE("npurt-trace rejects bad options with exit 1 and unwritable output with exit 2", "[profiler][tool][hostile]") {
+TEST_CASE("npurt-trace rejects bad options with exit 1 and unwritable output with exit 2",
+          "[profiler][tool][hostile]") {
   const char* tool = std::getenv("NPURT_TRACE_TOOL");
   if (tool == nullptr || *tool == '\0') SKIP("NPURT_TRACE_TOOL is not set (meson test sets it)");
   npurt::profiler p;

@@ -9,6 +9,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <sys/wait.h>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -16,7 +17,6 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 #include <tuple>
 
 namespace json = boost::json;
@@ -193,14 +193,13 @@ TEST_CASE("the reader rejects what is not a trace with a parse error that says w
     try {
       (void)npurt::read_chrome_trace(text);
       FAIL("no exception");
-    } catch (const npurt::caller_error& e) {
-      CHECK(e.code() == npurt::errc::parse_error);
-    }
+    } catch (const npurt::caller_error& e) { CHECK(e.code() == npurt::errc::parse_error); }
   }
   // A foreign Chrome trace with none of npurt's events reads as an empty profile.
   std::error_code ec;
   std::string why;
-  const auto d = npurt::read_chrome_trace(R"({"traceEvents":[{"ph":"X","pid":1,"tid":1,"ts":0,"dur":5,"name":"x"}]})", ec, why);
+  const auto d =
+      npurt::read_chrome_trace(R"({"traceEvents":[{"ph":"X","pid":1,"tid":1,"ts":0,"dur":5,"name":"x"}]})", ec, why);
   CHECK_FALSE(ec);
   CHECK(d.tasks.empty());
 }

@@ -14,7 +14,8 @@ namespace {
 std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 kernel_desc gemm(std::int64_t m, std::int64_t n, std::int64_t k, dtype t = dtype::f16, dtype out = dtype::f16) {
-  return kernel_desc{kernels::matmul{{nullptr, shape{m, k}, t}, {nullptr, shape{k, n}, t}, {nullptr, shape{m, n}, out}}};
+  return kernel_desc{
+      kernels::matmul{{nullptr, shape{m, k}, t}, {nullptr, shape{k, n}, t}, {nullptr, shape{m, n}, out}}};
 }
 
 struct conv_case {
@@ -40,7 +41,8 @@ void check_oracles(const preset& p, const kernel_desc& k, std::int64_t m, std::i
   const double floor_cycles = static_cast<double>(cdiv(m, 16) * cdiv(n, 16) * cdiv(kk, 16)) / cores;
   INFO("op " << c.op << " M=" << m << " N=" << n << " K=" << kk << " cores=" << cores);
   CHECK(c.total_cycles >= floor_cycles);
-  const double roof = std::max(useful_flops / (p.cube_flops_per_cycle() * cores * p.clock_hz), min_bytes / p.hbm_bandwidth);
+  const double roof =
+      std::max(useful_flops / (p.cube_flops_per_cycle() * cores * p.clock_hz), min_bytes / p.hbm_bandwidth);
   CHECK(to_us(c.body) * 1e-6 >= roof * (1 - 1e-9));
   CHECK(c.cube_path);
 }
@@ -62,9 +64,9 @@ TEST_CASE("no GEMM beats the cube floor or the roofline", "[sim][cost]") {
 TEST_CASE("no convolution pass beats the cube floor or the roofline", "[sim][cost]") {
   const preset p = presets::ascend910();
   const std::vector<conv_case> cases{
-      {32, 3, 224, 224, 64, 7, 7, 2, 3},  {32, 64, 56, 56, 64, 3, 3, 1, 1},   {32, 256, 56, 56, 128, 1, 1, 1, 0},
+      {32, 3, 224, 224, 64, 7, 7, 2, 3},  {32, 64, 56, 56, 64, 3, 3, 1, 1},    {32, 256, 56, 56, 128, 1, 1, 1, 0},
       {32, 128, 56, 56, 128, 3, 3, 2, 1}, {32, 512, 28, 28, 1024, 1, 1, 2, 0}, {16, 2048, 7, 7, 512, 1, 1, 1, 0},
-      {8, 17, 30, 30, 33, 5, 5, 1, 2},    {1, 512, 7, 7, 512, 3, 3, 1, 1},    {4, 96, 27, 27, 256, 5, 5, 1, 2},
+      {8, 17, 30, 30, 33, 5, 5, 1, 2},    {1, 512, 7, 7, 512, 3, 3, 1, 1},     {4, 96, 27, 27, 256, 5, 5, 1, 2},
   };
   for (std::uint32_t cores : {1u, 32u})
     for (const auto& c : cases) {
@@ -75,10 +77,12 @@ TEST_CASE("no convolution pass beats the cube floor or the roofline", "[sim][cos
       const double x = c.kh < c.stride ? x_all * c.kh * c.kw / (c.stride * c.stride) : x_all;
       const double w = 2.0 * c.cout * c.cin * c.kh * c.kw, y = 2.0 * c.n * c.cout * ho * wo;
       // img2col GEMMs (reference §1.3): forward M = N*Ho*Wo, K = ceil(Cin/16)*16*kh*kw, N = Cout.
-      check_oracles(p, conv(c, 0), c.n * ho * wo, c.cout, cdiv(c.cin, 16) * 16 * c.kh * c.kw, 2 * macs, x + w + y, cores);
+      check_oracles(p, conv(c, 0), c.n * ho * wo, c.cout, cdiv(c.cin, 16) * 16 * c.kh * c.kw, 2 * macs, x + w + y,
+                    cores);
       // The backward passes do the same MACs; their floors use the same fractal count.
       const kernel_cost bd = estimate(p, conv(c, 1), cores), bw = estimate(p, conv(c, 2), cores);
-      const double fwd_floor = static_cast<double>(cdiv(c.n * ho * wo, 16) * cdiv(c.cout, 16) * cdiv(c.cin, 16) * c.kh * c.kw) / cores;
+      const double fwd_floor =
+          static_cast<double>(cdiv(c.n * ho * wo, 16) * cdiv(c.cout, 16) * cdiv(c.cin, 16) * c.kh * c.kw) / cores;
       CHECK(bd.total_cycles >= fwd_floor * 0.999);
       CHECK(bw.total_cycles >= fwd_floor * 0.999);
       for (const kernel_cost* kc : {&bd, &bw}) {
@@ -129,7 +133,8 @@ TEST_CASE("a memory-bound elementwise kernel takes bytes over HBM bandwidth, wit
   }
 }
 
-TEST_CASE("half the HBM bandwidth makes a memory-bound kernel twice as slow, a cube-bound one barely slower", "[sim][cost]") {
+TEST_CASE("half the HBM bandwidth makes a memory-bound kernel twice as slow, a cube-bound one barely slower",
+          "[sim][cost]") {
   const preset p = presets::ascend910();
   const tensor_desc t{nullptr, shape{1 << 26}, dtype::f16};
   const kernel_desc add{kernels::elementwise{kernels::eltwise_fn::add, t, t, t}};

@@ -26,9 +26,10 @@ kernel_desc add_kernel(std::int64_t elems, std::uint32_t blocks = 0) {
 }
 
 kernel_desc gemm_kernel(std::int64_t m, std::int64_t n, std::int64_t k, std::uint32_t blocks = 0) {
-  return kernel_desc{kernels::matmul{{nullptr, shape{m, k}, dtype::f16}, {nullptr, shape{k, n}, dtype::f16},
-                                     {nullptr, shape{m, n}, dtype::f16}},
-                     "gemm", blocks};
+  return kernel_desc{
+      kernels::matmul{
+          {nullptr, shape{m, k}, dtype::f16}, {nullptr, shape{k, n}, dtype::f16}, {nullptr, shape{m, n}, dtype::f16}},
+      "gemm", blocks};
 }
 
 struct rig {
@@ -153,7 +154,7 @@ TEST_CASE("ready kernels wait for cores in priority order, then by task id", "[s
   std::vector<std::uint64_t> order;
   for (const auto& c : r.host.done) order.push_back(c.id);
   // Blocker first, then priority 0, the two priority 1s by id, 3, 5, 7.
-  const std::vector<std::uint64_t> expected{first.id, waiting[5]->id, waiting[1]->id, waiting[3]->id,
+  const std::vector<std::uint64_t> expected{first.id,       waiting[5]->id, waiting[1]->id, waiting[3]->id,
                                             waiting[2]->id, waiting[0]->id, waiting[4]->id};
   CHECK(order == expected);
   // Non-preemptive and one at a time (each takes all cores): back to back.
@@ -262,7 +263,8 @@ TEST_CASE("the same tasks give the same timeline, always", "[sim][device]") {
       r.be.submit(r.tasks.copy(engine_kind::copy_d2d, 1 << (10 + i % 8), i % 2, (i + 1) % 4, i % 2));
     }
     r.host.run();
-    for (const auto& c : r.host.done) out.emplace_back(c.id, c.start.time_since_epoch().count(), c.end.time_since_epoch().count());
+    for (const auto& c : r.host.done)
+      out.emplace_back(c.id, c.start.time_since_epoch().count(), c.end.time_since_epoch().count());
     return out;
   };
   const auto a = run();
@@ -275,7 +277,8 @@ TEST_CASE("the same tasks give the same timeline, always", "[sim][device]") {
 TEST_CASE("a functional kernel computes its result when it starts", "[sim][device]") {
   rig r;
   float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {};
-  const kernel_desc k{kernels::matmul{{a, shape{2, 2}, dtype::f32}, {b, shape{2, 2}, dtype::f32}, {c, shape{2, 2}, dtype::f32}}};
+  const kernel_desc k{
+      kernels::matmul{{a, shape{2, 2}, dtype::f32}, {b, shape{2, 2}, dtype::f32}, {c, shape{2, 2}, dtype::f32}}};
   REQUIRE_FALSE(r.be.validate(0, k));
   task_info& t = r.tasks.kernel(k);
   r.be.submit(t);

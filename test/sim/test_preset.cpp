@@ -163,8 +163,9 @@ TEST_CASE("a malformed preset file gets an error naming the key and line", "[sim
 }
 
 TEST_CASE("a preset file may start from a built-in and change a few keys", "[sim][preset]") {
-  const preset p = parse_preset("[SoCInfo]\nbase = ascend910\n[AICoreSpec]\ncube_freq = 1200\n[Interconnect]\ndevice_count = 8\n"
-                                "hccs_groups = 0-3;4-7\n");
+  const preset p = parse_preset(
+      "[SoCInfo]\nbase = ascend910\n[AICoreSpec]\ncube_freq = 1200\n[Interconnect]\ndevice_count = 8\n"
+      "hccs_groups = 0-3;4-7\n");
   preset expected = presets::ascend910(8);
   expected.clock_hz = 1200e6;
   CHECK(p == expected);
@@ -181,9 +182,10 @@ TEST_CASE("device properties come from the preset", "[sim][preset]") {
   CHECK(d.peak_fp16_flops == 24.0 * 8192 * 1.8e9);
 }
 
-TEST_CASE("every numeric preset key rejects zero, negative, NaN, infinite, denormal and absurd values, naming the "
-          "key and its line",
-          "[sim][preset][ranges]") {
+TEST_CASE(
+    "every numeric preset key rejects zero, negative, NaN, infinite, denormal and absurd values, naming the "
+    "key and its line",
+    "[sim][preset][ranges]") {
   const std::string good = to_ini(presets::ascend910(8));
   struct probe {
     const char* text;
@@ -208,8 +210,8 @@ TEST_CASE("every numeric preset key rejects zero, negative, NaN, infinite, denor
     for (const auto& pr : probes) {
       // A value the documented range admits is no error (0 for a latency, say); a positive
       // value below 0.001 never is a usable one.
-      const bool admitted = std::isfinite(pr.value) && pr.value >= k.min && pr.value <= k.max &&
-                            (pr.value == 0 || pr.value >= 1e-3);
+      const bool admitted =
+          std::isfinite(pr.value) && pr.value >= k.min && pr.value <= k.max && (pr.value == 0 || pr.value >= 1e-3);
       if (admitted) continue;
       const std::string line_text = std::string(k.key) + " = " + pr.text;
       const std::string text = replace_line(good, std::string(k.key) + " =", line_text);

@@ -21,8 +21,7 @@ namespace {
 namespace asio = boost::asio;
 using Catch::Matchers::ContainsSubstring;
 
-TEST_CASE("a deferred launch keeps its kernel after the descriptor it was made from is gone",
-          "[sim][runtime][asio]") {
+TEST_CASE("a deferred launch keeps its kernel after the descriptor it was made from is gone", "[sim][runtime][asio]") {
   npurt::system sys{npurt::sim::presets::ascend910(1)};
   npurt::device& dev = sys.device(0);
   auto s = dev.make_stream();
@@ -56,11 +55,14 @@ TEST_CASE("a deferred launch keeps its kernel after the descriptor it was made f
   };
   scribble();
   bool done = false;
-  asio::co_spawn(s.get_executor(), [&]() -> asio::awaitable<void> {
-    co_await std::move(op)(asio::use_awaitable);
-    co_await s.async_memcpy(out.data(), bytes, dc, bytes, npurt::memcpy_kind::device_to_host, asio::use_awaitable);
-    done = true;
-  }, asio::detached);
+  asio::co_spawn(
+      s.get_executor(),
+      [&]() -> asio::awaitable<void> {
+        co_await std::move(op)(asio::use_awaitable);
+        co_await s.async_memcpy(out.data(), bytes, dc, bytes, npurt::memcpy_kind::device_to_host, asio::use_awaitable);
+        done = true;
+      },
+      asio::detached);
   sys.run();
   REQUIRE(done);
   for (std::size_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == a[i] + b[i]);
@@ -78,24 +80,23 @@ TEST_CASE("an awaited launch of an invalid kernel fails when it starts, and the 
   const npurt::shape small{16};
   const npurt::shape big{64};
   std::error_code first, second;
-  asio::co_spawn(s.get_executor(), [&]() -> asio::awaitable<void> {
+  asio::co_spawn(
+      s.get_executor(),
+      [&]() -> asio::awaitable<void> {
     // Shapes that do not broadcast: validation rejects the kernel and nothing is enqueued.
-    const npurt::kernel_desc bad{npurt::kernels::elementwise{npurt::kernels::eltwise_fn::add,
-                                                             {d, small, npurt::dtype::f32},
-                                                             {d, big, npurt::dtype::f32},
-                                                             {d, small, npurt::dtype::f32}}};
-    try {
-      co_await s.async_launch(bad, asio::use_awaitable);
-    } catch (const boost::system::system_error& e) {
-      first = e.code();
-    }
-    const npurt::kernel_desc good{npurt::kernels::fixed{npurt::picoseconds{1'000'000}}, "ok"};
-    try {
-      co_await s.async_launch(good, asio::use_awaitable);
-    } catch (const boost::system::system_error& e) {
-      second = e.code();
-    }
-  }, asio::detached);
+        const npurt::kernel_desc bad{npurt::kernels::elementwise{npurt::kernels::eltwise_fn::add,
+                                                                 {d, small, npurt::dtype::f32},
+                                                                 {d, big, npurt::dtype::f32},
+                                                                 {d, small, npurt::dtype::f32}}};
+        try {
+          co_await s.async_launch(bad, asio::use_awaitable);
+        } catch (const boost::system::system_error& e) { first = e.code(); }
+        const npurt::kernel_desc good{npurt::kernels::fixed{npurt::picoseconds{1'000'000}}, "ok"};
+        try {
+          co_await s.async_launch(good, asio::use_awaitable);
+        } catch (const boost::system::system_error& e) { second = e.code(); }
+      },
+      asio::detached);
   sys.run();
   CHECK(first == npurt::errc::invalid_shape);
   CHECK(!second);
@@ -130,9 +131,7 @@ TEST_CASE("kernel operands are checked at launch like copies: freed, host, overr
   auto failure = [&](const npurt::kernel_desc& k) -> std::pair<std::error_code, std::string> {
     try {
       s.launch(k);
-    } catch (const npurt::error& e) {
-      return {e.code(), e.what()};
-    }
+    } catch (const npurt::error& e) { return {e.code(), e.what()}; }
     return {{}, {}};
   };
   const auto freed = failure(add_kernel(a, gone, c, n));
@@ -169,7 +168,8 @@ TEST_CASE("an invalid shape names the tensor and the dimension", "[sim][runtime]
   }
 }
 
-TEST_CASE("on the simulator, priority wins a tie between kernels ready at the same instant", "[sim][runtime][priority]") {
+TEST_CASE("on the simulator, priority wins a tie between kernels ready at the same instant",
+          "[sim][runtime][priority]") {
   npurt::system sys{npurt::sim::presets::ascend910(1)};
   npurt::device& dev = sys.device(0);
   auto low = dev.make_stream({.priority = npurt::priority::low});
@@ -204,7 +204,8 @@ TEST_CASE("a fixed kernel's block_dim is checked against the cube cores, never c
   const auto& props = sys.device(0).properties();
   REQUIRE(props.vector_core_count > props.ai_core_count);
   std::error_code ec;
-  s.launch(npurt::kernel_desc{npurt::kernels::fixed{npurt::picoseconds{1'000'000}}, "wide", props.vector_core_count}, ec);
+  s.launch(npurt::kernel_desc{npurt::kernels::fixed{npurt::picoseconds{1'000'000}}, "wide", props.vector_core_count},
+           ec);
   CHECK(ec == npurt::errc::invalid_argument);
   s.launch(npurt::kernel_desc{npurt::kernels::fixed{npurt::picoseconds{1'000'000}}, "fits", props.ai_core_count}, ec);
   CHECK(!ec);

@@ -6,10 +6,10 @@
 
 #include <npurt/detail/runtime.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_executor.hpp>
-#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
 
@@ -40,10 +40,8 @@ class handler_op final : public op_base {
       typename std::allocator_traits<boost::asio::associated_allocator_t<Handler>>::template rebind_alloc<handler_op>,
       recycler_allocator<handler_op>>;
   static allocator_type get_alloc(runtime& rt, const Handler& h) {
-    if constexpr (own_allocator)
-      return allocator_type(boost::asio::get_associated_allocator(h));
-    else
-      return allocator_type(rt.op_memory());
+    if constexpr (own_allocator) return allocator_type(boost::asio::get_associated_allocator(h));
+    else return allocator_type(rt.op_memory());
   }
 
   handler_op(runtime& rt, Handler&& h) : rt_(&rt), handler_(std::move(h)) { complete_fn = &do_complete; }
@@ -77,10 +75,8 @@ class handler_op final : public op_base {
     // the second dispatch it makes when the handler runs.
     using strand_t = boost::asio::strand<boost::asio::io_context::executor_type>;
     const strand_t* st = nullptr;
-    if constexpr (std::is_same_v<decltype(ex), boost::asio::any_io_executor>)
-      st = ex.template target<strand_t>();
-    else if constexpr (std::is_same_v<decltype(ex), strand_t>)
-      st = &ex;
+    if constexpr (std::is_same_v<decltype(ex), boost::asio::any_io_executor>) st = ex.template target<strand_t>();
+    else if constexpr (std::is_same_v<decltype(ex), strand_t>) st = &ex;
     // Only a strand of our own loop: the recycler is not for other threads' io_contexts.
     if (st && &st->context() == &rt.io()) {
       rt.post_to_strand(*st, [h = std::move(h), e = to_async_error(ec), vals = std::move(vals)]() mutable {
@@ -88,8 +84,9 @@ class handler_op final : public op_base {
       });
       return;
     }
-    std::apply([&](auto&&... v) { rt.post(ex, boost::asio::append(std::move(h), to_async_error(ec), std::move(v)...)); },
-               std::move(vals));
+    std::apply(
+        [&](auto&&... v) { rt.post(ex, boost::asio::append(std::move(h), to_async_error(ec), std::move(v)...)); },
+        std::move(vals));
   }
 
   runtime* rt_;
@@ -169,8 +166,8 @@ void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std:
   } else if (timeout) {
     ++w->refs;
     w->has_timer = true;
-    w->timer = rt.timers().call_at_cancellable(rt.now() + *timeout,
-                                               timer_action::member_value<&multi_wait::on_timeout>(w, 0));
+    w->timer =
+        rt.timers().call_at_cancellable(rt.now() + *timeout, timer_action::member_value<&multi_wait::on_timeout>(w, 0));
   }
   w->release();
 }
@@ -194,7 +191,9 @@ struct sticky_op final : op_base {
   }
   static void done(op_base* b, std::error_code ec) {
     auto* self = static_cast<sticky_op*>(b);
-    if (!ec) ec = (self->stream ? self->rt->take_stream_failure(self->stream) : self->rt->take_device_failure(self->device)).ec;
+    if (!ec)
+      ec =
+          (self->stream ? self->rt->take_stream_failure(self->stream) : self->rt->take_device_failure(self->device)).ec;
     op_base* user = self->user;
     delete self;
     user->complete(ec);

@@ -143,10 +143,18 @@ class caching_allocator {
   [[nodiscard]] NPURT_DECL memory_snapshot snapshot() const;
 
   // cudaMemPool-style attributes. The used/reserved marks are allocated/reserved bytes.
-  [[nodiscard]] std::size_t reserved_current() const noexcept { return static_cast<std::size_t>(stats_.reserved_bytes[0].current); }
-  [[nodiscard]] std::size_t reserved_high() const noexcept { return static_cast<std::size_t>(stats_.reserved_bytes[0].peak); }
-  [[nodiscard]] std::size_t used_current() const noexcept { return static_cast<std::size_t>(stats_.allocated_bytes[0].current); }
-  [[nodiscard]] std::size_t used_high() const noexcept { return static_cast<std::size_t>(stats_.allocated_bytes[0].peak); }
+  [[nodiscard]] std::size_t reserved_current() const noexcept {
+    return static_cast<std::size_t>(stats_.reserved_bytes[0].current);
+  }
+  [[nodiscard]] std::size_t reserved_high() const noexcept {
+    return static_cast<std::size_t>(stats_.reserved_bytes[0].peak);
+  }
+  [[nodiscard]] std::size_t used_current() const noexcept {
+    return static_cast<std::size_t>(stats_.allocated_bytes[0].current);
+  }
+  [[nodiscard]] std::size_t used_high() const noexcept {
+    return static_cast<std::size_t>(stats_.allocated_bytes[0].peak);
+  }
   NPURT_DECL void reset_reserved_high() noexcept;
   NPURT_DECL void reset_used_high() noexcept;
 
@@ -353,9 +361,9 @@ inline std::size_t round_up(std::size_t v, std::size_t a) noexcept { return (v +
 }  // namespace npurt::detail
 
 #if NPURT_INCLUDE_IMPL
-#include <npurt/impl/caching_allocator.ipp>
-#include <npurt/impl/allocator_free_index.ipp>
 #include <npurt/impl/allocator_arena.ipp>
+#include <npurt/impl/allocator_free_index.ipp>
 #include <npurt/impl/allocator_release.ipp>
 #include <npurt/impl/allocator_stats.ipp>
+#include <npurt/impl/caching_allocator.ipp>
 #endif

@@ -106,7 +106,9 @@ struct host_allocator {
   }
   void deallocate(T* p, std::size_t) noexcept { host_heap::deallocate(p); }
   template <class U>
-  bool operator==(const host_allocator<U>&) const noexcept { return true; }
+  bool operator==(const host_allocator<U>&) const noexcept {
+    return true;
+  }
 };
 
 }  // namespace npurt::detail

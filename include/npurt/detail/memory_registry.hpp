@@ -63,7 +63,9 @@ class memory_registry {
   /// The live allocation holding p: a raw allocation, or a pool block (never a pool's segment,
   /// so a pointer into cached pool memory is not live).
   [[nodiscard]] NPURT_DECL const allocation* find_allocation(const void* p) const noexcept;
-  [[nodiscard]] bool was_freed(const void* p) const noexcept { return freed_.count(reinterpret_cast<std::uint64_t>(p)) != 0; }
+  [[nodiscard]] bool was_freed(const void* p) const noexcept {
+    return freed_.count(reinterpret_cast<std::uint64_t>(p)) != 0;
+  }
   // Address ranges for growable pool arenas (expandable segments): reserve address space, then
   // map and unmap physical memory inside it.
   NPURT_DECL std::uint64_t reserve_range(device_id dev, std::size_t bytes, std::error_code& ec);

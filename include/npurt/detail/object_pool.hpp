@@ -115,7 +115,9 @@ struct recycler_allocator {
   T* allocate(std::size_t n) { return static_cast<T*>(r->allocate(n * sizeof(T))); }
   void deallocate(T* p, std::size_t n) noexcept { r->deallocate(p, n * sizeof(T)); }
   template <class U>
-  bool operator==(const recycler_allocator<U>& o) const noexcept { return r == o.r; }
+  bool operator==(const recycler_allocator<U>& o) const noexcept {
+    return r == o.r;
+  }
 };
 
 }  // namespace npurt::detail

@@ -11,9 +11,12 @@ template <class Owner, class Traits>
 class owned_buffer {
  public:
   owned_buffer() noexcept = default;
-  owned_buffer(Owner& owner, std::size_t bytes) : owner_(&owner), data_(Traits::allocate(owner, bytes)), bytes_(bytes) {}
+  owned_buffer(Owner& owner, std::size_t bytes)
+      : owner_(&owner), data_(Traits::allocate(owner, bytes)), bytes_(bytes) {}
   owned_buffer(owned_buffer&& o) noexcept
-      : owner_(std::exchange(o.owner_, nullptr)), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+      : owner_(std::exchange(o.owner_, nullptr)),
+        data_(std::exchange(o.data_, nullptr)),
+        bytes_(std::exchange(o.bytes_, 0)) {}
   owned_buffer& operator=(owned_buffer&& o) noexcept {
     if (this != &o) {
       reset();

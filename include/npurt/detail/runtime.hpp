@@ -14,8 +14,8 @@
 
 #include <npurt/backend.hpp>
 #include <npurt/config.hpp>
-#include <npurt/detail/device_queue.hpp>
 #include <npurt/detail/deadlock_detector.hpp>
+#include <npurt/detail/device_queue.hpp>
 #include <npurt/detail/memory_registry.hpp>
 #include <npurt/detail/object_pool.hpp>
 #include <npurt/detail/timer_queue.hpp>
@@ -28,20 +28,20 @@
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_executor.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/execution/allocator.hpp>
 #include <boost/asio/execution/blocking.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/require.hpp>
+#include <boost/asio/strand.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
 #include <queue>
-#include <exception>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -276,17 +276,33 @@ class runtime final : public backend_host {
   class fanout_observer final : public observer {
    public:
     explicit fanout_observer(std::vector<observer*>& list) : list_(list) {}
-    void on_task(const task_info& t) override { for (auto* o : list_) o->on_task(t); }
-    void on_event_record(const event_record_info& i) override { for (auto* o : list_) o->on_event_record(i); }
-    void on_event_wait(const event_wait_info& i) override { for (auto* o : list_) o->on_event_wait(i); }
-    void on_memory(const memory_info& i) override { for (auto* o : list_) o->on_memory(i); }
-    void on_link_transfer(const link_transfer_info& i) override { for (auto* o : list_) o->on_link_transfer(i); }
-    void on_collective_step(const collective_step_info& i) override { for (auto* o : list_) o->on_collective_step(i); }
-    void on_host_range(const host_range_info& i) override { for (auto* o : list_) o->on_host_range(i); }
+    void on_task(const task_info& t) override {
+      for (auto* o : list_) o->on_task(t);
+    }
+    void on_event_record(const event_record_info& i) override {
+      for (auto* o : list_) o->on_event_record(i);
+    }
+    void on_event_wait(const event_wait_info& i) override {
+      for (auto* o : list_) o->on_event_wait(i);
+    }
+    void on_memory(const memory_info& i) override {
+      for (auto* o : list_) o->on_memory(i);
+    }
+    void on_link_transfer(const link_transfer_info& i) override {
+      for (auto* o : list_) o->on_link_transfer(i);
+    }
+    void on_collective_step(const collective_step_info& i) override {
+      for (auto* o : list_) o->on_collective_step(i);
+    }
+    void on_host_range(const host_range_info& i) override {
+      for (auto* o : list_) o->on_host_range(i);
+    }
     void on_stream_created(device_id d, std::uint32_t s, std::uint8_t p) override {
       for (auto* o : list_) o->on_stream_created(d, s, p);
     }
-    void on_shutdown(sim_time t) override { for (auto* o : list_) o->on_shutdown(t); }
+    void on_shutdown(sim_time t) override {
+      for (auto* o : list_) o->on_shutdown(t);
+    }
 
    private:
     std::vector<observer*>& list_;

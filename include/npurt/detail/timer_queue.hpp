@@ -67,10 +67,8 @@ class timer_queue {
 
   /// Runs `a` when the clock reaches `at`; at or before now means at this instant.
   void call_at(sim_time at, const timer_action& a) {
-    if (at <= now_)
-      due_.push_back({now_, order_++, a});
-    else
-      timers_.push({at, order_++, a});
+    if (at <= now_) due_.push_back({now_, order_++, a});
+    else timers_.push({at, order_++, a});
   }
   /// call_at that can be taken back: a cancelled action never runs and never moves the clock.
   std::uint64_t call_at_cancellable(sim_time at, const timer_action& a) {

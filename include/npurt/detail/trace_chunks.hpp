@@ -38,9 +38,13 @@ class trace_chunks {
   trace_chunks(const trace_chunks&) = delete;
   trace_chunks& operator=(const trace_chunks&) = delete;
   trace_chunks(trace_chunks&& o) noexcept
-      : chunks_(std::move(o.chunks_)), spare_(std::move(o.spare_)), cur_(std::exchange(o.cur_, nullptr)),
-        end_(std::exchange(o.end_, nullptr)), limit_(std::exchange(o.limit_, nullptr)),
-        seen_chunk_(std::exchange(o.seen_chunk_, 0)), seen_(std::exchange(o.seen_, nullptr)) {}
+      : chunks_(std::move(o.chunks_)),
+        spare_(std::move(o.spare_)),
+        cur_(std::exchange(o.cur_, nullptr)),
+        end_(std::exchange(o.end_, nullptr)),
+        limit_(std::exchange(o.limit_, nullptr)),
+        seen_chunk_(std::exchange(o.seen_chunk_, 0)),
+        seen_(std::exchange(o.seen_, nullptr)) {}
   ~trace_chunks() { release(); }
 
   /// Where the next record goes: at least max_record bytes, aligned to `alignment`.

@@ -2,8 +2,8 @@
 // Times are exact: picoseconds printed as microseconds with six decimals, no floating point.
 #pragma once
 
-#include <npurt/time.hpp>
 #include <npurt/observer.hpp>
+#include <npurt/time.hpp>
 
 #include <cinttypes>
 #include <cmath>

@@ -120,7 +120,9 @@ class graph {
   [[nodiscard]] const std::vector<node>& nodes() const noexcept { return nodes_; }
   [[nodiscard]] const std::vector<std::string>& inputs() const noexcept { return inputs_; }
   [[nodiscard]] const std::vector<std::string>& outputs() const noexcept { return outputs_; }
-  [[nodiscard]] const std::vector<std::pair<std::string, std::string>>& parallel_hints() const noexcept { return hints_; }
+  [[nodiscard]] const std::vector<std::pair<std::string, std::string>>& parallel_hints() const noexcept {
+    return hints_;
+  }
   /// The tensor of this name, or null.
   [[nodiscard]] const value_info* find(std::string_view name) const;
   [[nodiscard]] const value_info& value(std::string_view name) const;

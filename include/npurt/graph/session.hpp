@@ -80,7 +80,6 @@ struct schedule_config {
   int pipeline_stages = 2;
 };
 
-
 /// Options of one compile; unset fields take the session's configuration.
 struct compile_options {
   std::optional<npurt::schedule> schedule{};
@@ -264,27 +263,25 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
         std::error_code ec;
         try {
           p = start_run(*cg, in);
-        } catch (const error& e) {
-          ec = e.code();
-        }
+        } catch (const error& e) { ec = e.code(); }
         if (ec) {
           auto ex = boost::asio::get_associated_executor(handler, sys_->get_executor());
-          boost::asio::post(ex, [h = std::move(handler), ec]() mutable { std::move(h)(async_error_code(ec), run_result{}); });
+          boost::asio::post(
+              ex, [h = std::move(handler), ec]() mutable { std::move(h)(async_error_code(ec), run_result{}); });
           return;
         }
-        stream(cg->final_stream()).async_synchronize([this, h = std::move(handler), p](async_error_code sync_ec) mutable {
-          run_result r;
-          if (!sync_ec) {
-            try {
-              r = finish_run(*p);
-            } catch (const error& e) {
-              sync_ec = async_error_code(e.code());
-            }
-          } else {
-            abandon_run(*p);
-          }
-          std::move(h)(sync_ec, std::move(r));
-        });
+        stream(cg->final_stream())
+            .async_synchronize([this, h = std::move(handler), p](async_error_code sync_ec) mutable {
+              run_result r;
+              if (!sync_ec) {
+                try {
+                  r = finish_run(*p);
+                } catch (const error& e) { sync_ec = async_error_code(e.code()); }
+              } else {
+                abandon_run(*p);
+              }
+              std::move(h)(sync_ec, std::move(r));
+            });
       },
       token, &c, inputs);
 }

@@ -12,8 +12,8 @@ namespace npurt::detail {
 
 NPURT_DECL caching_allocator::segment* caching_allocator::arena_for(std::uint32_t stream, std::error_code& ec) {
   if (auto it = arenas_.find(stream); it != arenas_.end()) return it->second;
-  const std::size_t va = ca_detail::round_up(opts_.arena_address_space ? opts_.arena_address_space : gc_limit(),
-                                             opts_.granule);
+  const std::size_t va =
+      ca_detail::round_up(opts_.arena_address_space ? opts_.arena_address_space : gc_limit(), opts_.granule);
   std::uint64_t addr = 0;
   if ((ec = provider_.reserve_range(va, addr))) return nullptr;
   auto* s = new segment;

@@ -225,8 +225,8 @@ NPURT_DECL caching_allocator::block* caching_allocator::get_cross_stream_block(a
     if (!block_fits(b, p)) return false;  // larger blocks break the oversize rules too
     if (best && b->size > best->size) return false;
     if (b->free_fence == 0) return true;  // freed without a fence: only its own stream may reuse it
-    bool ok = (follow && cb_.stream_waits_on(p.stream, b->free_fence)) ||
-              (opportunistic && cb_.fence_done(b->free_fence));
+    bool ok =
+        (follow && cb_.stream_waits_on(p.stream, b->free_fence)) || (opportunistic && cb_.fence_done(b->free_fence));
     bool needs_wait = false;
     if (!ok && internal) ok = needs_wait = true;
     if (!ok) return true;

@@ -66,8 +66,7 @@ NPURT_DECL std::size_t caching_allocator::release_fitting_cached(const alloc_par
   // Giving memory back to the device synchronises it (cudaFree, aclrtFree); a runtime that
   // cannot block here leaves the segments whose stream-ordered free is still ahead cached.
   synchronize_all_streams();
-  cand.erase(std::remove_if(cand.begin(), cand.end(), [&](const block* b) { return !free_is_behind(b); }),
-             cand.end());
+  cand.erase(std::remove_if(cand.begin(), cand.end(), [&](const block* b) { return !free_is_behind(b); }), cand.end());
   if (cand.empty()) return 0;
   std::sort(cand.begin(), cand.end(), [](const block* a, const block* b) { return a->size > b->size; });
   auto one = std::find_if(cand.rbegin(), cand.rend(), [&](const block* b) { return b->size >= p.alloc_size; });
@@ -113,8 +112,9 @@ NPURT_DECL std::size_t caching_allocator::release_all_cached(std::size_t keep, b
     if (sg->pool != arena_pool && sg->live == 0 && quiet(sg)) cand.push_back(sg);
   // Largest first, so a trim releases as few segments as it can; lowest address on ties (the
   // order cand was built in), without stable_sort's temporary buffer.
-  std::sort(cand.begin(), cand.end(),
-            [](const segment* a, const segment* b) { return a->size != b->size ? a->size > b->size : a->addr < b->addr; });
+  std::sort(cand.begin(), cand.end(), [](const segment* a, const segment* b) {
+    return a->size != b->size ? a->size > b->size : a->addr < b->addr;
+  });
   for (segment* sg : cand) {
     if (static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) <= keep) break;
     release_segment(sg);

@@ -9,7 +9,9 @@
 
 namespace npurt::detail {
 
-NPURT_DECL int caching_allocator::stat_index(pool_id p) const noexcept { return p == small_pool ? stat_small : stat_large; }
+NPURT_DECL int caching_allocator::stat_index(pool_id p) const noexcept {
+  return p == small_pool ? stat_small : stat_large;
+}
 
 NPURT_DECL void caching_allocator::stat_add(stat_array& s, pool_id p, std::int64_t n) noexcept {
   ca_detail::stat_apply(s[stat_all], n);
@@ -17,18 +19,18 @@ NPURT_DECL void caching_allocator::stat_add(stat_array& s, pool_id p, std::int64
 }
 
 NPURT_DECL void caching_allocator::reset_peak() {
-  for (stat_array* a : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
-                        &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
-                        &stats_.inactive_split_bytes, &stats_.requested_bytes})
+  for (stat_array* a :
+       {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split, &stats_.allocated_bytes,
+        &stats_.reserved_bytes, &stats_.active_bytes, &stats_.inactive_split_bytes, &stats_.requested_bytes})
     for (auto& s : *a) s.peak = s.current;
   stats_.oversize_allocations.peak = stats_.oversize_allocations.current;
   stats_.oversize_segments.peak = stats_.oversize_segments.current;
 }
 
 NPURT_DECL void caching_allocator::reset_accumulated() {
-  for (stat_array* a : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
-                        &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
-                        &stats_.inactive_split_bytes, &stats_.requested_bytes})
+  for (stat_array* a :
+       {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split, &stats_.allocated_bytes,
+        &stats_.reserved_bytes, &stats_.active_bytes, &stats_.inactive_split_bytes, &stats_.requested_bytes})
     for (auto& s : *a) s.allocated = s.freed = 0;
   stats_.num_alloc_retries = stats_.num_ooms = stats_.num_sync_all_streams = 0;
   stats_.num_device_alloc = stats_.num_device_free = 0;
@@ -96,7 +98,8 @@ NPURT_DECL std::string caching_allocator::check_consistency() const {
         const small_bins* sb = find_bins(b->stream);
         const bin_heap* h = sb ? &sb->heaps[size_class(b->size)] : nullptr;
         in_free = h && b->heap_pos < h->size() && (*h)[b->heap_pos].b == b && (*h)[b->heap_pos].addr == b->addr;
-        if (in_free && b->heap_pos > 0 && (*h)[(b->heap_pos - 1) / 4].addr > b->addr) return "small bin heap order broken";
+        if (in_free && b->heap_pos > 0 && (*h)[(b->heap_pos - 1) / 4].addr > b->addr)
+          return "small bin heap order broken";
       } else {
         const auto fk = free_[b->pool].find(free_key{key_hi(b->stream, b->size), b->addr, nullptr});
         in_free = fk != free_[b->pool].end() && fk->b == b;

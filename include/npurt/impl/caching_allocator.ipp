@@ -197,9 +197,7 @@ NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std:
   block* b = get_free_block(p);
   if (!b) b = get_cross_stream_block(p);
   if (!b) {
-    auto alloc_new = [&]() -> block* {
-      return p.pool == arena_pool ? grow_arena(p) : alloc_segment(p);
-    };
+    auto alloc_new = [&]() -> block* { return p.pool == arena_pool ? grow_arena(p) : alloc_segment(p); };
     const double thr = opts_.garbage_collection_threshold;
     if (thr > 0.0 && opts_.auto_growth &&
         static_cast<double>(stats_.reserved_bytes[stat_all].current) > thr * static_cast<double>(gc_limit())) {
@@ -335,12 +333,8 @@ NPURT_DECL void caching_allocator::coalesce_and_cache(block* b) {
 }
 
 NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint32_t stream, int device) {
-  if (addr == 0) {
-    return errc::null_pointer;
-  }
-  if (device >= 0 && device != opts_.device) {
-    return errc::stream_device_mismatch;
-  }
+  if (addr == 0) { return errc::null_pointer; }
+  if (device >= 0 && device != opts_.device) { return errc::stream_device_mismatch; }
   block* found = blocks_.find(addr);
   if (!found || !found->allocated) {
     if (found) return errc::double_free;

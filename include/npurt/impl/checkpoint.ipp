@@ -199,17 +199,17 @@ inline std::string printable(std::string_view s) {
 inline bool check_name(std::string_view what, std::string_view name, status& st) {
   if (name.empty()) return st.fail(errc::invalid_argument, "empty " + std::string(what) + " name");
   if (name.size() > checkpoint::max_name_length)
-    return st.fail(errc::invalid_argument, std::string(what) + " name of " +
-                                               std::to_string(name.size()) + " bytes; at most " +
-                                               std::to_string(checkpoint::max_name_length) + " are allowed");
+    return st.fail(errc::invalid_argument, std::string(what) + " name of " + std::to_string(name.size()) +
+                                               " bytes; at most " + std::to_string(checkpoint::max_name_length) +
+                                               " are allowed");
   return true;
 }
 
 /// The shape checks shared by add_tensor and the loader.
 inline bool shape_bytes(npurt::dtype type, std::span<const std::int64_t> shape, std::uint64_t& bytes, status& st) {
   if (shape.size() > checkpoint::max_rank)
-    return st.fail(errc::invalid_shape, "rank " + std::to_string(shape.size()) + " exceeds " +
-                                            std::to_string(checkpoint::max_rank));
+    return st.fail(errc::invalid_shape,
+                   "rank " + std::to_string(shape.size()) + " exceeds " + std::to_string(checkpoint::max_rank));
   std::uint64_t n = size_of(type);
   if (n == 0) return st.fail(errc::invalid_dtype, "unknown dtype");
   for (std::size_t i = 0; i < shape.size(); ++i) {
@@ -254,8 +254,8 @@ inline layout make_layout(std::span<const checkpoint_tensor> tensors,
   for (const auto& t : tensors) entries_size += 4 + t.name().size() + 1 + 1 + 8 * t.shape().size() + 8 + 8 + 4;
   const std::uint64_t manifest_size = m.bytes().size() + entries_size;
   // In-memory sizes are far below 2^64: these sums cannot overflow.
-  const std::uint64_t data_offset = (manifest_offset + manifest_size + checkpoint::alignment - 1) &
-                                    ~std::uint64_t(checkpoint::alignment - 1);
+  const std::uint64_t data_offset =
+      (manifest_offset + manifest_size + checkpoint::alignment - 1) & ~std::uint64_t(checkpoint::alignment - 1);
   layout l;
   std::uint64_t at = data_offset, end = data_offset;
   for (const auto& t : tensors) {
@@ -367,9 +367,9 @@ NPURT_DECL bool checkpoint::add_host(std::string_view name, npurt::dtype type, s
                                      std::span<const std::byte> data, detail::ckpt::status& st) {
   std::uint64_t bytes = 0;
   if (detail::ckpt::shape_bytes(type, shape, bytes, st) && bytes != data.size())
-    return st.fail(errc::invalid_argument, "checkpoint::add_tensor(" + detail::ckpt::printable(name) + "): " +
-                                               std::to_string(data.size()) + " bytes given, the shape and dtype need " +
-                                               std::to_string(bytes));
+    return st.fail(errc::invalid_argument, "checkpoint::add_tensor(" + detail::ckpt::printable(name) +
+                                               "): " + std::to_string(data.size()) +
+                                               " bytes given, the shape and dtype need " + std::to_string(bytes));
   checkpoint_tensor* t = make_entry(name, type, std::move(shape), st);
   if (!t) return false;
   if (!data.empty()) std::memcpy(t->data_.get(), data.data(), data.size());
@@ -442,10 +442,8 @@ NPURT_DECL event checkpoint::copy_to_device(std::string_view name, void* dst, st
 NPURT_DECL void checkpoint::set_value(std::string_view key, checkpoint_value v) {
   detail::ckpt::status st;
   if (!detail::ckpt::check_name("metadata key", key, st)) throw_error(st.ec, "checkpoint::set_metadata: " + st.what);
-  if (auto it = metadata_.find(key); it != metadata_.end())
-    it->second = std::move(v);
-  else
-    metadata_.emplace(std::string(key), std::move(v));
+  if (auto it = metadata_.find(key); it != metadata_.end()) it->second = std::move(v);
+  else metadata_.emplace(std::string(key), std::move(v));
 }
 
 NPURT_DECL const checkpoint_value* checkpoint::find_metadata(std::string_view key) const noexcept {
@@ -555,9 +553,7 @@ NPURT_DECL void checkpoint::save(const std::filesystem::path& path, std::error_c
   try {
     const detail::ckpt::layout l = detail::ckpt::make_layout(tensors_, metadata_);
     detail::ckpt::save_file(tensors_, l, path, st);
-  } catch (const std::bad_alloc&) {
-    st.fail(errc::resource_exhausted, "checkpoint::save: out of host memory");
-  }
+  } catch (const std::bad_alloc&) { st.fail(errc::resource_exhausted, "checkpoint::save: out of host memory"); }
   ec = st.ec;
 }
 
@@ -586,8 +582,8 @@ struct checkpoint_loader {
         return st.fail(errc::parse_error, "checkpoint: not an npurt checkpoint (wrong magic bytes)");
     }
     if (size < header_size)
-      return st.fail(errc::corrupt_file, "checkpoint: truncated: " + num(size) + " bytes, the header alone is " +
-                                             num(header_size));
+      return st.fail(errc::corrupt_file,
+                     "checkpoint: truncated: " + num(size) + " bytes, the header alone is " + num(header_size));
     if (!src.read(0, {h, header_size}, st)) return false;
     const std::uint32_t version = get_u32(h + 8);
     if (version != checkpoint::format_version)
@@ -610,8 +606,8 @@ struct checkpoint_loader {
                      "checkpoint: a manifest of " + num(manifest_size) + " bytes does not fit in the file");
     std::uint64_t expected_data = 0;
     if (!align_up(header_size + manifest_size, expected_data) || data_offset != expected_data || data_offset > size)
-      return st.fail(errc::corrupt_file, "checkpoint: data section at " + num(data_offset) + ", expected " +
-                                             num(expected_data));
+      return st.fail(errc::corrupt_file,
+                     "checkpoint: data section at " + num(data_offset) + ", expected " + num(expected_data));
     if (std::uint64_t(tensor_count) * min_tensor_entry + std::uint64_t(metadata_count) * min_metadata_entry >
         manifest_size)
       return st.fail(errc::size_overflow, "checkpoint: a manifest of " + num(manifest_size) + " bytes cannot hold " +
@@ -620,7 +616,8 @@ struct checkpoint_loader {
     // Bounded by the file's size (checked above).
     std::vector<std::byte> manifest(static_cast<std::size_t>(manifest_size));
     if (!src.read(header_size, manifest, st)) return false;
-    if (crc32c(manifest) != get_u32(h + 56)) return st.fail(errc::corrupt_file, "checkpoint: manifest checksum mismatch");
+    if (crc32c(manifest) != get_u32(h + 56))
+      return st.fail(errc::corrupt_file, "checkpoint: manifest checksum mismatch");
 
     reader r(manifest);
     auto truncated = [&](const std::string& where) {
@@ -666,7 +663,8 @@ struct checkpoint_loader {
           break;
         }
         default:
-          return st.fail(errc::corrupt_file, "checkpoint: metadata " + printable(key) + " has unknown kind " + num(kind));
+          return st.fail(errc::corrupt_file,
+                         "checkpoint: metadata " + printable(key) + " has unknown kind " + num(kind));
       }
       // Keys are stored in strictly increasing byte order, so a file has one valid encoding.
       if (!metadata.empty() && key <= metadata.rbegin()->first)
@@ -716,8 +714,7 @@ struct checkpoint_loader {
       if (offset != expected)
         return st.fail(errc::corrupt_file,
                        "checkpoint: tensor " + q + " at offset " + num(offset) + ", expected " + num(expected));
-      if (index.find(name) != index.end())
-        return st.fail(errc::corrupt_file, "checkpoint: duplicate tensor name " + q);
+      if (index.find(name) != index.end()) return st.fail(errc::corrupt_file, "checkpoint: duplicate tensor name " + q);
       end = stop;
       if (!align_up(stop, expected)) expected = std::numeric_limits<std::uint64_t>::max();
       checkpoint_tensor t;
@@ -730,7 +727,8 @@ struct checkpoint_loader {
       where.push_back({offset, bytes, crc});
     }
     if (r.remaining() != 0)
-      return st.fail(errc::corrupt_file, "checkpoint: " + num(r.remaining()) + " unused bytes at the end of the manifest");
+      return st.fail(errc::corrupt_file,
+                     "checkpoint: " + num(r.remaining()) + " unused bytes at the end of the manifest");
     if (end != size)
       return st.fail(errc::corrupt_file, "checkpoint: the data ends at " + num(end) + ", the file at " + num(size));
 
@@ -766,21 +764,17 @@ struct checkpoint_loader {
       if (!parse(src, st, c.tensors_, c.index_, c.metadata_)) return false;
       out = std::move(c);
       return true;
-    } catch (const std::bad_alloc&) {
-      return st.fail(errc::resource_exhausted, "checkpoint: out of host memory");
-    }
+    } catch (const std::bad_alloc&) { return st.fail(errc::resource_exhausted, "checkpoint: out of host memory"); }
   }
   static bool run_file(const std::filesystem::path& path, checkpoint& out, ckpt::status& st) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return st.fail(ckpt::last_errno(), "checkpoint: cannot open " + path.string());
-    struct ::stat sb {};
+    struct ::stat sb{};
     bool ok = false;
-    if (::fstat(fd, &sb) != 0)
-      st.fail(ckpt::last_errno(), "checkpoint: cannot stat " + path.string());
+    if (::fstat(fd, &sb) != 0) st.fail(ckpt::last_errno(), "checkpoint: cannot stat " + path.string());
     else if (!S_ISREG(sb.st_mode))
       st.fail(errc::invalid_argument, "checkpoint: " + path.string() + " is not a regular file");
-    else
-      ok = run(ckpt::source(fd, static_cast<std::uint64_t>(sb.st_size)), out, st);
+    else ok = run(ckpt::source(fd, static_cast<std::uint64_t>(sb.st_size)), out, st);
     ::close(fd);
     if (!ok && st.ec.category() == error_category()) st.what += " (" + path.string() + ")";
     return ok;

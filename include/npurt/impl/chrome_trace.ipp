@@ -2,10 +2,10 @@
 // the order they appear in the file.
 #pragma once
 
-#include <npurt/profiler/chrome_trace.hpp>
 #include <npurt/config.hpp>
 #include <npurt/detail/trace_format.hpp>
 #include <npurt/detail/trace_layout.hpp>
+#include <npurt/profiler/chrome_trace.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -127,7 +127,8 @@ class chrome_writer {
     std::sort(waits.begin(), waits.end(), [&](std::size_t a, std::size_t b) {
       const auto& x = all[a];
       const auto& y = all[b];
-      return std::tie(x.task, x.event, x.record_task, x.satisfied) < std::tie(y.task, y.event, y.record_task, y.satisfied);
+      return std::tie(x.task, x.event, x.record_task, x.satisfied) <
+             std::tie(y.task, y.event, y.record_task, y.satisfied);
     });
     for (auto wi : waits) {
       const auto& w = all[wi];
@@ -394,7 +395,8 @@ class chrome_writer {
       std::uint64_t address = m.address;
       if (m.device < 0) {
         auto it = host_block.find(m.address);
-        if (m.op == memory_op::alloc || it == host_block.end()) it = host_block.insert_or_assign(m.address, ++host_blocks).first;
+        if (m.op == memory_op::alloc || it == host_block.end())
+          it = host_block.insert_or_assign(m.address, ++host_blocks).first;
         address = it->second;
         if (m.op == memory_op::free) host_block.erase(it);
       }

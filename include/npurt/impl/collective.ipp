@@ -15,8 +15,7 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
                                                const communicator_options& opts, std::error_code& ec) {
   ec.clear();
   communicator c;
-  if (devices.empty() || opts.buffer_size == 0 || opts.exec_timeout.count() < -1 ||
-      opts.connect_timeout.count() < -1) {
+  if (devices.empty() || opts.buffer_size == 0 || opts.exec_timeout.count() < -1 || opts.connect_timeout.count() < -1) {
     ec = make_error_code(errc::invalid_argument);
     return c;
   }
@@ -41,7 +40,8 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
   st.algorithm = opts.algorithm;
   st.buffer_bytes = opts.buffer_size;
   const device_properties& props = sys.device(devices[0]).properties();
-  st.exec_timeout = opts.exec_timeout == communicator_options::from_device ? props.hccl_exec_timeout : opts.exec_timeout;
+  st.exec_timeout =
+      opts.exec_timeout == communicator_options::from_device ? props.hccl_exec_timeout : opts.exec_timeout;
   st.connect_timeout =
       opts.connect_timeout == communicator_options::from_device ? props.hccl_connect_timeout : opts.connect_timeout;
   st.keep_records = opts.keep_records;
@@ -137,7 +137,8 @@ NPURT_DECL std::error_code communicator::check(const collective_call& c, device_
   if (es == 0) return make_error_code(errc::invalid_dtype);
   const bool needs_root = c.op == collective_op::broadcast || c.op == collective_op::reduce ||
                           c.op == collective_op::send || c.op == collective_op::recv;
-  if (needs_root && (c.root < 0 || static_cast<std::uint32_t>(c.root) >= p)) return make_error_code(errc::invalid_argument);
+  if (needs_root && (c.root < 0 || static_cast<std::uint32_t>(c.root) >= p))
+    return make_error_code(errc::invalid_argument);
   if ((c.op == collective_op::send || c.op == collective_op::recv) && static_cast<std::uint32_t>(c.root) == rank)
     return make_error_code(errc::invalid_argument);
   // Bytes each buffer must hold.
@@ -184,7 +185,8 @@ NPURT_DECL std::error_code communicator::check(const collective_call& c, device_
     const detail::allocation* a = rt_->memory().find_allocation(ptr);
     if (!a) return make_error_code(errc::invalid_pointer);
     if (a->device != dev) return make_error_code(errc::stream_device_mismatch);
-    if (bytes > a->bytes - (reinterpret_cast<std::uint64_t>(ptr) - a->address)) return make_error_code(errc::size_overflow);
+    if (bytes > a->bytes - (reinterpret_cast<std::uint64_t>(ptr) - a->address))
+      return make_error_code(errc::size_overflow);
     return {};
   };
   if (auto e = buffer(c.send, send_bytes)) return e;
@@ -218,12 +220,9 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
   // engine matches the ranks' parts by them.
   const std::uint32_t p = state_->size();
   std::uint64_t seq = 0;
-  if (c.op == collective_op::send)
-    seq = state_->next_send[rank * p + static_cast<std::uint32_t>(c.root)]++;
-  else if (c.op == collective_op::recv)
-    seq = state_->next_recv[static_cast<std::uint32_t>(c.root) * p + rank]++;
-  else
-    seq = state_->next_seq[rank]++;
+  if (c.op == collective_op::send) seq = state_->next_send[rank * p + static_cast<std::uint32_t>(c.root)]++;
+  else if (c.op == collective_op::recv) seq = state_->next_recv[static_cast<std::uint32_t>(c.root) * p + rank]++;
+  else seq = state_->next_seq[rank]++;
   if (group_ && group_->depth > 0) {
     auto& d = group_->pending[ss->id];
     if (!d) {

@@ -34,10 +34,8 @@ NPURT_DECL std::string deadlock_detector::describe_wait_chain(const stream_state
   std::ostringstream os;
   const task* h = s.head;
   os << "stream " << s.id << " (device " << s.device << ") waits at task " << h->id << " on ";
-  if (h->event_id != 0)
-    os << "event " << h->event_id;
-  else
-    os << "a task event";
+  if (h->event_id != 0) os << "event " << h->event_id;
+  else os << "a task event";
   if (h->target_stream == 0) {
     os << " (never recorded yet)";
     return os.str();

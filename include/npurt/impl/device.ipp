@@ -45,10 +45,10 @@ NPURT_DECL void* device::malloc(std::size_t bytes) {
     i.allocated = rt_->memory().device_used(id_);
     i.free = i.total - i.allocated;
     i.reserved = i.allocated;
-    throw out_of_memory_error(i, "NPU out of memory. Tried to allocate " + detail::ca_detail::format_size(bytes) + " (NPU " +
-                                     std::to_string(id_) + "; " + detail::ca_detail::format_size(i.total) + " total capacity; " +
-                                     detail::ca_detail::format_size(i.allocated) + " already allocated; " +
-                                     detail::ca_detail::format_size(i.free) + " free)");
+    throw out_of_memory_error(i, "NPU out of memory. Tried to allocate " + detail::ca_detail::format_size(bytes) +
+                                     " (NPU " + std::to_string(id_) + "; " + detail::ca_detail::format_size(i.total) +
+                                     " total capacity; " + detail::ca_detail::format_size(i.allocated) +
+                                     " already allocated; " + detail::ca_detail::format_size(i.free) + " free)");
   }
   throw_if(ec, "npurt::device::malloc");
   return p;
@@ -105,8 +105,9 @@ NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout) {
   if (f.exception) std::rethrow_exception(f.exception);
   if (f) throw_error(f.ec, "npurt::device::synchronize: device " + std::to_string(id_) + ": " + f.describe());
   if (ec == errc::not_supported && rt_->in_run())
-    throw_error(ec, "npurt::device::synchronize blocks, which is not possible inside system::run (in a coroutine "
-                    "or handler); use co_await dev.async_synchronize(asio::use_awaitable)");
+    throw_error(ec,
+                "npurt::device::synchronize blocks, which is not possible inside system::run (in a coroutine "
+                "or handler); use co_await dev.async_synchronize(asio::use_awaitable)");
   throw_if(ec, "npurt::device::synchronize");
 }
 
@@ -127,8 +128,9 @@ NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, 
   std::error_code ec;
   memcpy(dst, dst_max, src, count, kind, ec);
   if (ec == errc::not_supported && rt_->in_run())
-    throw_error(ec, "npurt::device::memcpy blocks, which is not possible inside system::run (in a coroutine or "
-                    "handler); use co_await s.async_memcpy(..., asio::use_awaitable)");
+    throw_error(ec,
+                "npurt::device::memcpy blocks, which is not possible inside system::run (in a coroutine or "
+                "handler); use co_await s.async_memcpy(..., asio::use_awaitable)");
   throw_if(ec, "npurt::device::memcpy");
 }
 

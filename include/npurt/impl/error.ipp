@@ -24,7 +24,8 @@ class npurt_category final : public boost::system::error_category {
       case errc::invalid_event: return "invalid or destroyed event";
       case errc::event_not_recorded: return "event was never recorded";
       case errc::null_pointer: return "null pointer";
-      case errc::invalid_pointer: return "pointer is not live device memory (never allocated by npurt, freed, or host memory)";
+      case errc::invalid_pointer:
+        return "pointer is not live device memory (never allocated by npurt, freed, or host memory)";
       case errc::double_free: return "pointer was already freed";
       case errc::zero_size: return "size is zero";
       case errc::size_overflow: return "overrun: the access runs past the end of its allocation or destination";

@@ -99,7 +99,8 @@ NPURT_DECL bool event::query() const {
   std::uint64_t q = 0;
   std::error_code pos_ec;
   if (ec && position(s, q, pos_ec))
-    if (const detail::failure* f = detail::failure_before(*rt_, s, q)) throw_error(ec, "npurt::event::query: " + f->describe());
+    if (const detail::failure* f = detail::failure_before(*rt_, s, q))
+      throw_error(ec, "npurt::event::query: " + f->describe());
   throw_if(ec, "npurt::event::query");
   return r;
 }
@@ -120,13 +121,15 @@ NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout) const {
   std::error_code ec;
   synchronize(timeout, ec);
   if (ec == errc::not_supported && rt_ && rt_->in_run())
-    throw_error(ec, "npurt::event::synchronize blocks, which is not possible inside system::run (in a coroutine "
-                    "or handler); use co_await e.async_wait(asio::use_awaitable)");
+    throw_error(ec,
+                "npurt::event::synchronize blocks, which is not possible inside system::run (in a coroutine "
+                "or handler); use co_await e.async_wait(asio::use_awaitable)");
   std::uint32_t s = 0;
   std::uint64_t q = 0;
   std::error_code pos_ec;
   if (ec && rt_ && position(s, q, pos_ec))
-    if (const detail::failure* f = detail::failure_before(*rt_, s, q)) throw_error(ec, "npurt::event::synchronize: " + f->describe());
+    if (const detail::failure* f = detail::failure_before(*rt_, s, q))
+      throw_error(ec, "npurt::event::synchronize: " + f->describe());
   throw_if(ec, "npurt::event::synchronize");
 }
 

@@ -76,9 +76,7 @@ NPURT_DECL mem_pool::mem_pool(detail::runtime& rt, device_id dev, const mem_pool
   cb.fence_done = [rt_ = rt_](std::uint64_t f) {
     return rt_->position_reached(detail::fence_stream(f), detail::fence_seq(f));
   };
-  cb.record_fence = [rt_ = rt_](std::uint32_t stream) {
-    return detail::fence_of(stream, rt_->last_enqueued(stream));
-  };
+  cb.record_fence = [rt_ = rt_](std::uint32_t stream) { return detail::fence_of(stream, rt_->last_enqueued(stream)); };
   cb.insert_wait = [rt_ = rt_](std::uint32_t stream, std::uint64_t f) {
     rt_->enqueue_wait(stream, detail::fence_stream(f), detail::fence_seq(f), "pool_wait");
   };

@@ -3,8 +3,8 @@
 
 #include <npurt/detail/memory_registry.hpp>
 
-#include <boost/pfr.hpp>
 #include <mimalloc.h>
+#include <boost/pfr.hpp>
 
 #include <algorithm>
 #include <sstream>
@@ -97,7 +97,8 @@ NPURT_DECL void memory_registry::device_free(device_id dev, void* p, std::error_
   used_[dev] -= rounded;
   allocations_.erase(it);
   freed_.insert(addr);
-  if (trace_ && !pool) trace_->on_memory({dev, memory_op::free, addr, rounded, used_[dev], used_[dev], 0, clock_.now()});
+  if (trace_ && !pool)
+    trace_->on_memory({dev, memory_op::free, addr, rounded, used_[dev], used_[dev], 0, clock_.now()});
 }
 
 NPURT_DECL const allocation* memory_registry::find_allocation(const void* p) const noexcept {
@@ -235,7 +236,8 @@ NPURT_DECL void memory_registry::host_free(void* p, std::error_code& ec) {
     return;
   }
   if (trace_)
-    trace_->on_memory({-1, memory_op::free, reinterpret_cast<std::uint64_t>(p), it->second.bytes, 0, 0, 0, clock_.now()});
+    trace_->on_memory(
+        {-1, memory_op::free, reinterpret_cast<std::uint64_t>(p), it->second.bytes, 0, 0, 0, clock_.now()});
   host_allocations_.erase(it);
   mi_free(p);
 }
@@ -249,7 +251,8 @@ NPURT_DECL const host_allocation* memory_registry::find_host_allocation(const vo
   return &it->second;
 }
 
-NPURT_DECL std::error_code memory_registry::check_operands(device_id dev, const kernel_desc& k, std::string& what) const {
+NPURT_DECL std::error_code memory_registry::check_operands(device_id dev, const kernel_desc& k,
+                                                           std::string& what) const {
   std::error_code ec;
   std::visit(
       [&](const auto& op) {
@@ -270,7 +273,7 @@ NPURT_DECL std::error_code memory_registry::check_operands(device_id dev, const 
               } else if (const allocation* a = find_allocation(field.data); !a) {
                 ec = make_error_code(errc::invalid_pointer);
                 os << (freed_.count(reinterpret_cast<std::uint64_t>(field.data)) ? " was freed"
-                                                                                   : " is not live device memory");
+                                                                                 : " is not live device memory");
               } else if (bytes > a->bytes - (reinterpret_cast<std::uint64_t>(field.data) - a->address)) {
                 ec = make_error_code(errc::size_overflow);
                 os << " overruns its allocation: " << bytes << " bytes from offset "

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <istream>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <ostream>
-#include <map>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -115,7 +115,8 @@ class engine {
     const std::size_t n = ord.size();
     for (std::size_t p = 0; p < n; ++p) {
       const auto i = ord[p];
-      slot_[i] = p < from ? std::make_pair(offset_[i], offset_[i] + b_[i].size) : std::make_pair(std::uint64_t{0}, std::uint64_t{0});
+      slot_[i] = p < from ? std::make_pair(offset_[i], offset_[i] + b_[i].size)
+                          : std::make_pair(std::uint64_t{0}, std::uint64_t{0});
     }
     std::uint64_t top = top_[from];
     for (std::size_t p = from; p < n; ++p) {
@@ -395,16 +396,15 @@ NPURT_DECL std::error_code validate(const std::vector<buffer>& buffers, std::uin
   };
   if (alignment == 0 || (alignment & (alignment - 1)) != 0)
     return fail(errc::invalid_argument, "alignment " + std::to_string(alignment) + " is not a power of two");
-  if (buffers.size() >= std::numeric_limits<std::uint32_t>::max())
-    return fail(errc::size_overflow, "too many buffers");
+  if (buffers.size() >= std::numeric_limits<std::uint32_t>::max()) return fail(errc::size_overflow, "too many buffers");
   std::uint64_t sum = 0;
   for (const auto& x : buffers) {
     const std::string name = "buffer " + std::to_string(x.id);
     if (x.size == 0) return fail(errc::zero_size, name + " has size 0");
     if (x.lower < 0) return fail(errc::invalid_argument, name + " has a negative lower bound");
     if (x.upper <= x.lower)
-      return fail(errc::invalid_argument, name + " has an empty lifetime [" + std::to_string(x.lower) + ", " +
-                                              std::to_string(x.upper) + ")");
+      return fail(errc::invalid_argument,
+                  name + " has an empty lifetime [" + std::to_string(x.lower) + ", " + std::to_string(x.upper) + ")");
     // Keep every offset + size representable even when each buffer is padded to the alignment.
     const std::uint64_t padded = x.size + alignment;
     if (padded < x.size || sum + padded < sum) return fail(errc::size_overflow, name + ": total size overflows");
@@ -523,8 +523,7 @@ NPURT_DECL plan make_plan(const std::vector<buffer>& buffers, const options& opt
       auto ord = best_order;
       const std::uint64_t start = eng.run(ord, f);
       std::vector<std::uint64_t> offs = eng.offsets();
-      const auto got =
-          detail::local_search(eng, ord, f, start, lb, opts.search_work / 2, rng, iters, buffers, offs);
+      const auto got = detail::local_search(eng, ord, f, start, lb, opts.search_work / 2, rng, iters, buffers, offs);
       if (got < best) {
         best = got;
         result.offsets = std::move(offs);
@@ -665,7 +664,8 @@ NPURT_DECL check_report check(const std::vector<buffer>& input, const table& pla
   std::unordered_map<std::int64_t, std::size_t> index;
   index.reserve(input.size());
   for (std::size_t i = 0; i < input.size(); ++i)
-    if (!index.emplace(input[i].id, i).second) return fail("the input lists id " + std::to_string(input[i].id) + " twice");
+    if (!index.emplace(input[i].id, i).second)
+      return fail("the input lists id " + std::to_string(input[i].id) + " twice");
   std::vector<std::uint64_t> offsets(input.size(), 0);
   std::vector<bool> seen(input.size(), false);
   auto lifetime = [](const buffer& b) {
@@ -795,8 +795,8 @@ NPURT_DECL table read_csv(std::istream& in, std::error_code& ec, std::string& me
   bool have_header = false;
   bool too_long = false;
   const auto long_line = [&] {
-    return fail(errc::parse_error, "line longer than " + std::to_string(detail::max_line_bytes) +
-                                       " bytes (is this a CSV file?)");
+    return fail(errc::parse_error,
+                "line longer than " + std::to_string(detail::max_line_bytes) + " bytes (is this a CSV file?)");
   };
   while (detail::bounded_getline(in, line, too_long)) {
     ++line_no;
@@ -806,17 +806,22 @@ NPURT_DECL table read_csv(std::istream& in, std::error_code& ec, std::string& me
     ncols = f.size();
     for (std::size_t c = 0; c < f.size(); ++c) {
       const auto name = f[c];
-      int* slot = name == "id" ? &col_id : name == "lower" ? &col_lower : name == "upper" ? &col_upper
-                : name == "size" ? &col_size : name == "offset" ? &col_offset : nullptr;
+      int* slot = name == "id"       ? &col_id
+                  : name == "lower"  ? &col_lower
+                  : name == "upper"  ? &col_upper
+                  : name == "size"   ? &col_size
+                  : name == "offset" ? &col_offset
+                                     : nullptr;
       if (!slot) continue;
       if (*slot >= 0) return fail(errc::parse_error, "column " + detail::quote(name) + " appears twice");
-      if (c > static_cast<std::size_t>(std::numeric_limits<int>::max())) return fail(errc::parse_error, "too many columns");
+      if (c > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+        return fail(errc::parse_error, "too many columns");
       *slot = static_cast<int>(c);
     }
     for (auto [col, name] : {std::pair{col_id, "id"}, {col_lower, "lower"}, {col_upper, "upper"}, {col_size, "size"}})
       if (col < 0)
-        return fail(errc::parse_error, std::string("header lacks column '") + name +
-                                           "' (expected id,lower,upper,size[,offset])");
+        return fail(errc::parse_error,
+                    std::string("header lacks column '") + name + "' (expected id,lower,upper,size[,offset])");
     have_header = true;
     break;
   }
@@ -833,8 +838,7 @@ NPURT_DECL table read_csv(std::istream& in, std::error_code& ec, std::string& me
     if (detail::trim(line).empty()) continue;
     const auto f = detail::split(line);
     if (f.size() != ncols)
-      return fail(errc::parse_error,
-                  "expected " + std::to_string(ncols) + " fields, got " + std::to_string(f.size()));
+      return fail(errc::parse_error, "expected " + std::to_string(ncols) + " fields, got " + std::to_string(f.size()));
     buffer b;
     auto bad = [&](const char* name, std::string_view v, const char* kind) {
       return fail(errc::parse_error, std::string("field '") + name + "' is not " + kind + ": " + detail::quote(v));

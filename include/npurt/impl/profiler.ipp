@@ -2,8 +2,8 @@
 // NPURT_TRACE. The outputs live in chrome_trace.ipp, summary*.ipp and svg_timeline.ipp.
 #pragma once
 
-#include <npurt/profiler.hpp>
 #include <npurt/detail/trace_format.hpp>
+#include <npurt/profiler.hpp>
 #include <npurt/system.hpp>
 
 #include <algorithm>
@@ -78,8 +78,12 @@ struct task_steps {
   std::uint64_t run, wait, queue;
 
   explicit task_steps(const task_info& t) noexcept
-      : end(ps(t.end)), start(ps(t.start)), ready(ps(t.ready)), submitted(ps(t.submitted)),
-        run(static_cast<std::uint64_t>(end - start)), wait(static_cast<std::uint64_t>(start - ready)),
+      : end(ps(t.end)),
+        start(ps(t.start)),
+        ready(ps(t.ready)),
+        submitted(ps(t.submitted)),
+        run(static_cast<std::uint64_t>(end - start)),
+        wait(static_cast<std::uint64_t>(start - ready)),
         queue(static_cast<std::uint64_t>(ready - submitted)) {}
   [[nodiscard]] bool fit() const noexcept { return ((run | wait | queue) >> 32) == 0; }
 };
@@ -129,7 +133,8 @@ NPURT_DECL std::uint32_t profiler::intern_fast(std::string_view s) {
   if (s.empty()) return 0;
   name_slot& slot = slot_of(s.data());
   const std::size_t n = s.size();
-  const std::uint32_t size = n <= short_name ? static_cast<std::uint32_t>(n) : long_name | static_cast<std::uint32_t>(n);
+  const std::uint32_t size =
+      n <= short_name ? static_cast<std::uint32_t>(n) : long_name | static_cast<std::uint32_t>(n);
   if (slot.data == s.data() && slot.size == size && n < long_name) {
     std::uint64_t head = 0, tail = 0;
     detail::name_ends(s.data(), n, head, tail);
@@ -151,9 +156,8 @@ NPURT_DECL sim_time profiler::now() const {
   if (clock_) return clock_();
   // Tasks leave latest_ alone as they arrive (a compare less per task): catch up with them here.
   pending_tasks_.for_each_new_span([this](detail::trace_chunks::span sp) {
-    detail::for_each_task_record(sp, [this](const detail::task_head& h, const detail::task_extra*, const detail::task_times*) {
-      seen(sim_time{picoseconds{h.end}});
-    });
+    detail::for_each_task_record(sp, [this](const detail::task_head& h, const detail::task_extra*,
+                                            const detail::task_times*) { seen(sim_time{picoseconds{h.end}}); });
   });
   return latest_;
 }
@@ -228,37 +232,38 @@ NPURT_DECL void profiler::drain() const {
   auto& out = data_.tasks;
   out.reserve(out.size() + pending_tasks_.used_bytes() / sizeof(task_head));
   pending_tasks_.for_each_span([&](detail::trace_chunks::span sp) {
-    detail::for_each_task_record(sp, [&](const task_head& h, const detail::task_extra* x, const detail::task_times* tt) {
-      trace_task r;
-      r.id = h.id;
-      r.stream = h.stream;
-      r.priority = h.priority;
-      r.kind = h.kind;
-      r.engine = h.engine;
-      r.name = h.name;
-      r.end = sim_time{picoseconds{h.end}};
-      if (tt != nullptr) {
-        r.submitted = sim_time{picoseconds{tt->submitted}};
-        r.ready = sim_time{picoseconds{tt->ready}};
-        r.start = sim_time{picoseconds{tt->start}};
-      } else {
-        r.start = r.end - picoseconds{h.run};
-        r.ready = r.start - picoseconds{h.wait};
-        r.submitted = r.ready - picoseconds{h.queue};
-      }
-      if (x != nullptr) {
-        r.device = x->device;
-        r.flops = x->flops;
-        r.bytes = x->bytes;
-        r.block_dim = x->block_dim;
-        r.src_device = x->src_device;
-        r.dst_device = x->dst_device;
-      } else {
-        r.device = h.flags & task_head::device_mask;
-      }
-      seen(r.end);
-      out.push_back(r);
-    });
+    detail::for_each_task_record(sp,
+                                 [&](const task_head& h, const detail::task_extra* x, const detail::task_times* tt) {
+                                   trace_task r;
+                                   r.id = h.id;
+                                   r.stream = h.stream;
+                                   r.priority = h.priority;
+                                   r.kind = h.kind;
+                                   r.engine = h.engine;
+                                   r.name = h.name;
+                                   r.end = sim_time{picoseconds{h.end}};
+                                   if (tt != nullptr) {
+                                     r.submitted = sim_time{picoseconds{tt->submitted}};
+                                     r.ready = sim_time{picoseconds{tt->ready}};
+                                     r.start = sim_time{picoseconds{tt->start}};
+                                   } else {
+                                     r.start = r.end - picoseconds{h.run};
+                                     r.ready = r.start - picoseconds{h.wait};
+                                     r.submitted = r.ready - picoseconds{h.queue};
+                                   }
+                                   if (x != nullptr) {
+                                     r.device = x->device;
+                                     r.flops = x->flops;
+                                     r.bytes = x->bytes;
+                                     r.block_dim = x->block_dim;
+                                     r.src_device = x->src_device;
+                                     r.dst_device = x->dst_device;
+                                   } else {
+                                     r.device = h.flags & task_head::device_mask;
+                                   }
+                                   seen(r.end);
+                                   out.push_back(r);
+                                 });
   });
   pending_tasks_.clear();
 }

@@ -251,10 +251,8 @@ NPURT_DECL void runtime::enqueue(stream_state& s, task* t) {
   s.host_cursor = std::max(s.host_cursor, now()) + opts_.launch_overhead;
   t->submitted = s.host_cursor;
   t->seq = ++s.enqueued;
-  if (s.tail)
-    s.tail->next = t;
-  else
-    s.head = t;
+  if (s.tail) s.tail->next = t;
+  else s.head = t;
   s.tail = t;
   queue_.on_enqueue(*t, s.id, (s.flags & device_queue::bypass_flags) != 0);
   if (s.head == t) try_start(s);
@@ -315,9 +313,7 @@ NPURT_DECL void runtime::start_task(stream_state& s, task* t) {
   switch (t->kind) {
     case task_kind::kernel:
     case task_kind::memset:
-    case task_kind::collective:
-      backend_->submit(*t);
-      return;
+    case task_kind::collective: backend_->submit(*t); return;
     case task_kind::memcpy:
       // Host-to-host copies too: the backend owns all data movement and its timing.
       backend_->submit(*t);
@@ -435,10 +431,8 @@ NPURT_DECL void runtime::finish_task(stream_state& s, task* t) {
     s.waiters.erase(s.waiters.begin());
     pw.fn(*this, pw.ctx, {});
   }
-  if (s.head)
-    try_start(s);
-  else if (s.destroyed && s.waiters.empty())
-    streams_[s.id].reset();
+  if (s.head) try_start(s);
+  else if (s.destroyed && s.waiters.empty()) streams_[s.id].reset();
 }
 
 NPURT_DECL std::string failure::describe() const {
@@ -451,8 +445,7 @@ NPURT_DECL std::string failure::describe() const {
     } catch (const std::exception& e) {
       out += ": ";
       out += e.what();
-    } catch (...) {
-    }
+    } catch (...) {}
   }
   return out;
 }
@@ -502,14 +495,11 @@ NPURT_DECL void runtime::abort_device(device_id dev) {
       task* next = t->next;
       if (t->waiter) waiters.push_back(std::exchange(t->waiter, nullptr));
       if (t->kind == task_kind::event_wait && t->blocked) detach_wait(t);
-      const bool completion_queued =
-          t == s.head && s.head_started && !t->blocked &&
-          (t->kind == task_kind::event_record || t->kind == task_kind::event_wait ||
-           t->kind == task_kind::host_callback);
-      if (completion_queued)
-        t->orphan = true;  // a now-action or strand handler still holds it: it frees the record
-      else
-        free_task(t);
+      const bool completion_queued = t == s.head && s.head_started && !t->blocked &&
+                                     (t->kind == task_kind::event_record || t->kind == task_kind::event_wait ||
+                                      t->kind == task_kind::host_callback);
+      if (completion_queued) t->orphan = true;  // a now-action or strand handler still holds it: it frees the record
+      else free_task(t);
       t = next;
     }
     s.head = s.tail = nullptr;

@@ -172,19 +172,16 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
   if (!check_side(dst, dst_dev, dst_owner) || !check_side(src, src_dev, src_owner)) return nullptr;
 
   memcpy_kind actual = memcpy_kind::host_to_host;
-  if (src_dev && dst_dev)
-    actual = memcpy_kind::device_to_device;
-  else if (dst_dev)
-    actual = memcpy_kind::host_to_device;
-  else if (src_dev)
-    actual = memcpy_kind::device_to_host;
+  if (src_dev && dst_dev) actual = memcpy_kind::device_to_device;
+  else if (dst_dev) actual = memcpy_kind::host_to_device;
+  else if (src_dev) actual = memcpy_kind::device_to_host;
   if (kind != memcpy_kind::default_kind && kind != actual) {
     ec = make_error_code(errc::invalid_copy_kind);
     return nullptr;
   }
   // The stream's device must take part in the copy.
-  const bool mine = (dst_dev && dst_owner == s->device) || (src_dev && src_owner == s->device) ||
-                    actual == memcpy_kind::host_to_host;
+  const bool mine =
+      (dst_dev && dst_owner == s->device) || (src_dev && src_owner == s->device) || actual == memcpy_kind::host_to_host;
   const bool foreign_end = (actual == memcpy_kind::host_to_device && dst_owner != s->device) ||
                            (actual == memcpy_kind::device_to_host && src_owner != s->device);
   if (!mine || foreign_end) {
@@ -195,13 +192,22 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
   t->copy = copy_desc{actual, dst, src, count, src_owner, dst_owner, 0};
   t->bytes = count;
   switch (actual) {
-    case memcpy_kind::host_to_device: t->engine = engine_kind::copy_h2d; t->name = "memcpy_h2d"; break;
-    case memcpy_kind::device_to_host: t->engine = engine_kind::copy_d2h; t->name = "memcpy_d2h"; break;
+    case memcpy_kind::host_to_device:
+      t->engine = engine_kind::copy_h2d;
+      t->name = "memcpy_h2d";
+      break;
+    case memcpy_kind::device_to_host:
+      t->engine = engine_kind::copy_d2h;
+      t->name = "memcpy_d2h";
+      break;
     case memcpy_kind::device_to_device:
       t->engine = engine_kind::copy_d2d;
       t->name = src_owner == dst_owner ? "memcpy_d2d" : "memcpy_peer";
       break;
-    default: t->engine = engine_kind::host; t->name = "memcpy_h2h"; break;
+    default:
+      t->engine = engine_kind::host;
+      t->name = "memcpy_h2h";
+      break;
   }
   return t;
 }
@@ -295,22 +301,20 @@ NPURT_DECL event stream::launch(const kernel_desc& k) {
   return submit(t);
 }
 
-NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
-                                memcpy_kind kind, std::error_code& ec) {
+NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
+                                std::error_code& ec) {
   detail::task* t = make_copy(dst, dst_max, src, count, kind, ec);
   return t ? submit(t) : event{};
 }
 
-NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
-                                memcpy_kind kind) {
+NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind) {
   std::error_code ec;
   event e = memcpy(dst, dst_max, src, count, kind, ec);
   throw_if(ec, "npurt::stream::memcpy");
   return e;
 }
 
-NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::size_t count,
-                                std::error_code& ec) {
+NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::size_t count, std::error_code& ec) {
   detail::task* t = make_memset(dst, dst_max, value, count, ec);
   return t ? submit(t) : event{};
 }
@@ -415,8 +419,9 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout) {
   if (f.exception) std::rethrow_exception(f.exception);
   if (f) throw_error(f.ec, "npurt::stream::synchronize: " + f.describe());
   if (ec == errc::not_supported && rt_ && rt_->in_run())
-    throw_error(ec, "npurt::stream::synchronize blocks, which is not possible inside system::run (in a coroutine "
-                    "or handler); use co_await s.async_synchronize(asio::use_awaitable)");
+    throw_error(ec,
+                "npurt::stream::synchronize blocks, which is not possible inside system::run (in a coroutine "
+                "or handler); use co_await s.async_synchronize(asio::use_awaitable)");
   throw_if(ec, "npurt::stream::synchronize");
 }
 

@@ -2,8 +2,8 @@
 // path.
 #pragma once
 
-#include <npurt/profiler/summary.hpp>
 #include <npurt/detail/trace_format.hpp>
+#include <npurt/profiler/summary.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -50,7 +50,8 @@ inline std::int64_t intersection(const std::vector<interval>& a, const std::vect
     const auto lo = std::max(a[i].first, b[j].first);
     const auto hi = std::min(a[i].second, b[j].second);
     if (hi > lo) sum += hi - lo;
-    if (a[i].second < b[j].second) ++i; else ++j;
+    if (a[i].second < b[j].second) ++i;
+    else ++j;
   }
   return sum;
 }
@@ -94,7 +95,8 @@ inline std::vector<std::size_t> task_order(const std::vector<trace_task>& tasks)
   std::vector<std::size_t> order(tasks.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return std::tie(tasks[a].id, tasks[a].device, tasks[a].stream) < std::tie(tasks[b].id, tasks[b].device, tasks[b].stream);
+    return std::tie(tasks[a].id, tasks[a].device, tasks[a].stream) <
+           std::tie(tasks[b].id, tasks[b].device, tasks[b].stream);
   });
   return order;
 }
@@ -264,7 +266,7 @@ inline std::map<stream_key, stream_context> stream_contexts(const trace_data& da
 
 /// Task indices per stream in id order.
 inline std::map<stream_key, std::vector<std::size_t>> tasks_by_stream(const trace_data& data,
-                                                                       const std::vector<std::size_t>& order) {
+                                                                      const std::vector<std::size_t>& order) {
   std::map<stream_key, std::vector<std::size_t>> by_stream;
   for (const auto& st : data.streams) by_stream.try_emplace({st.device, st.stream});
   for (auto i : order) by_stream[{data.tasks[i].device, data.tasks[i].stream}].push_back(i);
@@ -359,7 +361,8 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
   while (!visited[cur]) {
     visited[cur] = true;
     const auto& t = tasks[cur];
-    rev.push_back({t.id, std::string{data.str(t.name)}, t.device, t.stream, t.kind, t.engine, t.start, t.end, via_event});
+    rev.push_back(
+        {t.id, std::string{data.str(t.name)}, t.device, t.stream, t.kind, t.engine, t.start, t.end, via_event});
     auto p = stream_prev.find(t.id);
     auto e = event_prev.find(t.id);
     const bool has_p = p != stream_prev.end(), has_e = e != event_prev.end();

@@ -1,8 +1,8 @@
 // npurt/impl/summary_output.ipp — a profile_summary as text (for people) and JSON (for scripts).
 #pragma once
 
-#include <npurt/profiler/summary.hpp>
 #include <npurt/detail/trace_format.hpp>
+#include <npurt/profiler/summary.hpp>
 
 #include <algorithm>
 #include <cinttypes>
@@ -56,8 +56,8 @@ inline void text_devices(std::string& o, const profile_summary& s) {
 inline void text_streams(std::string& o, const profile_summary& s) {
   char buf[256];
   o += "\nStreams\n";
-  std::snprintf(buf, sizeof buf, "  %-7s %-7s %4s %7s %16s %7s %16s %5s\n", "device", "stream", "prio", "tasks", "busy us",
-                "util", "idle us", "gaps");
+  std::snprintf(buf, sizeof buf, "  %-7s %-7s %4s %7s %16s %7s %16s %5s\n", "device", "stream", "prio", "tasks",
+                "busy us", "util", "idle us", "gaps");
   o += buf;
   for (const auto& st : s.streams) {
     std::snprintf(buf, sizeof buf, "  %-7d %-7u %4u %7" PRIu64 " %16s %7s %16s %5zu\n", st.device, st.stream,
@@ -77,15 +77,16 @@ inline void text_gaps(std::string& o, const profile_summary& s) {
   std::vector<ref> gaps;
   for (const auto& st : s.streams)
     for (const auto& g : st.gaps) gaps.push_back({&st, &g});
-  std::stable_sort(gaps.begin(), gaps.end(), [](const ref& a, const ref& b) { return a.g->duration() > b.g->duration(); });
+  std::stable_sort(gaps.begin(), gaps.end(),
+                   [](const ref& a, const ref& b) { return a.g->duration() > b.g->duration(); });
   if (gaps.empty()) o += "  none\n";
   for (std::size_t i = 0; i < gaps.size() && i < 20; ++i) {
     const auto& [st, g] = gaps[i];
     std::string cause{to_string(g->cause)};
     if (g->cause == gap_cause::event) cause += " " + std::to_string(g->event);
-    std::snprintf(buf, sizeof buf, "  device %d stream %u: %s .. %s us (%s us) %s, before task %" PRIu64 "\n", st->device,
-                  st->stream, at_text(g->begin).c_str(), at_text(g->end).c_str(), us_text(g->duration()).c_str(),
-                  cause.c_str(), g->next_task);
+    std::snprintf(buf, sizeof buf, "  device %d stream %u: %s .. %s us (%s us) %s, before task %" PRIu64 "\n",
+                  st->device, st->stream, at_text(g->begin).c_str(), at_text(g->end).c_str(),
+                  us_text(g->duration()).c_str(), cause.c_str(), g->next_task);
     o += buf;
   }
 }

@@ -1,10 +1,10 @@
 // npurt/impl/svg_timeline.ipp — write_svg(): window, rows, axis, bars per kind, legend.
 #pragma once
 
-#include <npurt/profiler/svg_timeline.hpp>
 #include <npurt/detail/trace_format.hpp>
 #include <npurt/detail/trace_layout.hpp>
 #include <npurt/error.hpp>
+#include <npurt/profiler/svg_timeline.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -85,7 +85,11 @@ inline std::string tick_label(std::int64_t t, int step_exp, std::int64_t span) {
   int span_exp = 0;
   for (std::int64_t v = span; v >= 10; v /= 10) ++span_exp;
   const int unit_exp = span_exp >= 12 ? 12 : span_exp >= 9 ? 9 : span_exp >= 6 ? 6 : span_exp >= 3 ? 3 : 0;
-  const char* unit = unit_exp == 12 ? "s" : unit_exp == 9 ? "ms" : unit_exp == 6 ? "\xC2\xB5s" : unit_exp == 3 ? "ns" : "ps";
+  const char* unit = unit_exp == 12  ? "s"
+                     : unit_exp == 9 ? "ms"
+                     : unit_exp == 6 ? "\xC2\xB5s"
+                     : unit_exp == 3 ? "ns"
+                                     : "ps";
   const int decimals = std::max(0, unit_exp - step_exp);
   std::string r;
   append_fixed(r, static_cast<double>(t) / std::pow(10.0, unit_exp), decimals);
@@ -211,8 +215,8 @@ class svg_writer {
     const double height = legend_y_ + 24;
     const std::string w = svg_num(opts_.width), h = svg_num(height);
     o_ += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-    o_ += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + w + "\" height=\"" + h + "\" viewBox=\"0 0 " + w + " " +
-          h + "\" font-family=\"Helvetica, Arial, sans-serif\">\n";
+    o_ += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + w + "\" height=\"" + h + "\" viewBox=\"0 0 " + w +
+          " " + h + "\" font-family=\"Helvetica, Arial, sans-serif\">\n";
     o_ += "<rect class=\"background\" x=\"0\" y=\"0\" width=\"" + w + "\" height=\"" + h + "\" fill=\"#ffffff\"/>\n";
     o_ += "<text class=\"title\" x=\"" + svg_num(left_ > 10 ? 10 : left_) +
           "\" y=\"20\" font-size=\"15\" font-weight=\"bold\" fill=\"#222\">";
@@ -231,7 +235,8 @@ class svg_writer {
     sub += " .. ";
     append_us(sub, t1_);
     sub += " \xC2\xB5s";
-    o_ += "<text class=\"subtitle\" x=\"" + svg_num(left_ > 10 ? 10 : left_) + "\" y=\"38\" font-size=\"11\" fill=\"#555\">";
+    o_ += "<text class=\"subtitle\" x=\"" + svg_num(left_ > 10 ? 10 : left_) +
+          "\" y=\"38\" font-size=\"11\" fill=\"#555\">";
     append_xml(o_, sub);
     o_ += "</text>\n";
   }
@@ -248,8 +253,8 @@ class svg_writer {
         o_ += "<text x=\"6\" y=\"" + svg_num(y + rh * 0.72) + "\" font-size=\"12\" font-weight=\"bold\" fill=\"#222\">";
       } else {
         if (r % 2 == 0)
-          o_ += "<rect x=\"0\" y=\"" + svg_num(y) + "\" width=\"" + svg_num(opts_.width) + "\" height=\"" + svg_num(rh) +
-                "\" fill=\"#f7f7f7\"/>\n";
+          o_ += "<rect x=\"0\" y=\"" + svg_num(y) + "\" width=\"" + svg_num(opts_.width) + "\" height=\"" +
+                svg_num(rh) + "\" fill=\"#f7f7f7\"/>\n";
         o_ += "<text x=\"16\" y=\"" + svg_num(y + rh * 0.72) + "\" font-size=\"11\" fill=\"#333\">";
       }
       append_xml(o_, rw.label);
@@ -389,8 +394,8 @@ class svg_writer {
       auto r = row_of_.find({t.device + 1, lay_.task_tid[i]});
       if (r == row_of_.end()) continue;
       const auto style = task_style(t);
-      bar("engine", r->second, t.start, t.end, style.fill, {}, bar_tip(data_.str(t.name), to_string(t.engine), t.start, t.end),
-          t.id, 3);
+      bar("engine", r->second, t.start, t.end, style.fill, {},
+          bar_tip(data_.str(t.name), to_string(t.engine), t.start, t.end), t.id, 3);
     }
     end_group();
   }
@@ -462,7 +467,8 @@ class svg_writer {
       o_ += "<rect class=\"swatch\" x=\"" + svg_num(x) + "\" y=\"" + svg_num(legend_y_ - 9) +
             "\" width=\"12\" height=\"10\" fill=\"";
       o_ += fill;
-      o_ += "\"/>\n<text x=\"" + svg_num(x + 16) + "\" y=\"" + svg_num(legend_y_) + "\" font-size=\"11\" fill=\"#333\">";
+      o_ +=
+          "\"/>\n<text x=\"" + svg_num(x + 16) + "\" y=\"" + svg_num(legend_y_) + "\" font-size=\"11\" fill=\"#333\">";
       append_xml(o_, label);
       o_ += "</text>\n";
       x += 16 + 6.5 * static_cast<double>(label.size()) + 18;

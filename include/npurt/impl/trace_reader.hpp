@@ -91,7 +91,8 @@ class trace_reader {
   std::int64_t integer(const boost::json::object& o, std::string_view key) {
     const auto& v = field(o, key);
     if (v.is_int64()) return v.get_int64();
-    if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(INT64_MAX)) return static_cast<std::int64_t>(v.get_uint64());
+    if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(INT64_MAX))
+      return static_cast<std::int64_t>(v.get_uint64());
     if (v.is_double() && std::trunc(v.get_double()) == v.get_double() && std::abs(v.get_double()) < 9.0e18)
       return static_cast<std::int64_t>(v.get_double());
     fail_field(key, "is not an integer");
@@ -134,8 +135,7 @@ class trace_reader {
   template <class T>
   T small(const boost::json::object& o, std::string_view key, std::int64_t lo, std::int64_t hi) {
     const auto v = integer(o, key);
-    if (v < lo || v > hi)
-      fail_field(key, "is out of range (" + std::to_string(lo) + " .. " + std::to_string(hi) + ")");
+    if (v < lo || v > hi) fail_field(key, "is out of range (" + std::to_string(lo) + " .. " + std::to_string(hi) + ")");
     return static_cast<T>(v);
   }
   /// A device, or -1 for the host where the field allows it.
@@ -320,7 +320,8 @@ inline std::string check_others(const trace_data& data) {
     if (!time_ok(l.start) || !time_ok(l.end) || l.end < l.start || !device_ok(l.src, true) || !device_ok(l.dst, true))
       return "a link transfer has a time, duration or device out of range";
   for (const auto& s : data.steps)
-    if (!time_ok(s.start) || !time_ok(s.end) || s.end < s.start || !device_ok(s.device, false) || !device_ok(s.peer, true))
+    if (!time_ok(s.start) || !time_ok(s.end) || s.end < s.start || !device_ok(s.device, false) ||
+        !device_ok(s.peer, true))
       return "a step of collective " + std::to_string(s.collective) + " has a time, duration or device out of range";
   for (const auto& r : data.ranges)
     if (!time_ok(r.time)) return "a host range has a time out of range";
@@ -342,11 +343,13 @@ inline std::string check_dependencies(const trace_data& data) {
     if (tasks[by_id[k]].id == tasks[by_id[k - 1]].id)
       return "task id " + std::to_string(tasks[by_id[k]].id) + " appears more than once";
   auto find = [&](std::uint64_t id) -> std::size_t {
-    auto it = std::lower_bound(by_id.begin(), by_id.end(), id, [&](std::size_t i, std::uint64_t v) { return tasks[i].id < v; });
+    auto it = std::lower_bound(by_id.begin(), by_id.end(), id,
+                               [&](std::size_t i, std::uint64_t v) { return tasks[i].id < v; });
     return it != by_id.end() && tasks[*it].id == id ? *it : n;
   };
   std::sort(by_stream.begin(), by_stream.end(), [&](auto a, auto b) {
-    return std::tie(tasks[a].device, tasks[a].stream, tasks[a].id) < std::tie(tasks[b].device, tasks[b].stream, tasks[b].id);
+    return std::tie(tasks[a].device, tasks[a].stream, tasks[a].id) <
+           std::tie(tasks[b].device, tasks[b].stream, tasks[b].id);
   });
   std::vector<std::pair<std::size_t, std::size_t>> edges;  // (from, to)
   for (std::size_t k = 1; k < n; ++k) {
@@ -428,7 +431,8 @@ class json_feed {
     }
   }
   bool fail(const boost::system::error_code& jec) {
-    message_ = "not valid JSON (line " + std::to_string(line_) + ", column " + std::to_string(col_) + "): " + jec.message();
+    message_ =
+        "not valid JSON (line " + std::to_string(line_) + ", column " + std::to_string(col_) + "): " + jec.message();
     return false;
   }
 

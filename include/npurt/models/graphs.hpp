@@ -26,8 +26,8 @@ namespace npurt::models {
 
 /// ResNet-50 v1.5 inference (Conv, BatchNormalization, Relu, MaxPool, Add, GlobalAveragePool,
 /// Flatten, Gemm); input "input" [batch, 3, image, image], output "logits" [batch, 1000].
-[[nodiscard]] graph resnet50_graph(std::int64_t batch, std::int64_t image = 224, bool with_data = false, std::uint64_t seed = 1,
-                             dtype type = dtype::f32);
+[[nodiscard]] graph resnet50_graph(std::int64_t batch, std::int64_t image = 224, bool with_data = false,
+                                   std::uint64_t seed = 1, dtype type = dtype::f32);
 
 struct transformer_config {
   std::int64_t batch = 1, seq = 128, hidden = 1024, heads = 16, ffn = 4096;
@@ -47,7 +47,8 @@ std::string add_encoder_block(graph& g, const std::string& x, const transformer_
 
 /// The kernels of one BERT-Large pre-training step (mixed precision: fp16 compute, fp32 master
 /// weights), timing-only, in launch order. Names point into `names`.
-[[nodiscard]] std::vector<kernel_desc> bert_training_step(std::int64_t batch, std::int64_t seq, std::deque<std::string>& names,
-                                                          int layers = 24, std::int64_t vocab = 21128);
+[[nodiscard]] std::vector<kernel_desc> bert_training_step(std::int64_t batch, std::int64_t seq,
+                                                          std::deque<std::string>& names, int layers = 24,
+                                                          std::int64_t vocab = 21128);
 
 }  // namespace npurt::models

@@ -38,7 +38,9 @@ namespace npurt::models {
 struct conv_layer {
   std::string name;       // "layer3.0.conv2", "layer1.0.downsample.0", "conv1"
   std::int64_t cin = 0, cout = 0, kernel = 0, stride = 1, pad = 0, h_in = 0, h_out = 0;
-  [[nodiscard]] std::uint64_t params() const noexcept { return static_cast<std::uint64_t>(cout * cin * kernel * kernel); }
+  [[nodiscard]] std::uint64_t params() const noexcept {
+    return static_cast<std::uint64_t>(cout * cin * kernel * kernel);
+  }
   /// Forward MACs per image.
   [[nodiscard]] std::uint64_t macs() const noexcept {
     return static_cast<std::uint64_t>(h_out * h_out * cout * cin * kernel * kernel);

@@ -57,7 +57,7 @@ inline trace_data read_chrome_trace(std::string_view text);
 /// Reads a trace file in pieces (the text is never held whole). A file that cannot be opened sets
 /// ec to no_such_file_or_directory; one larger than limits.max_bytes, to errc::parse_error.
 inline trace_data read_chrome_trace_file(const std::string& path, std::error_code& ec, std::string& message,
-                                  const trace_read_limits& limits = {});
+                                         const trace_read_limits& limits = {});
 
 /// Checks data against the rules above (the reader calls it). Empty when valid, else what is
 /// wrong, naming the task.

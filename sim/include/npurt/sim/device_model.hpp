@@ -124,23 +124,23 @@ class device_model {
     std::uint32_t next_free = 0;    // free-list link while the slot is idle
     phase ph = phase::idle;
     std::uint8_t extra = 0;         // x_* bits; x_cost: job_costs_[slot] holds its estimate,
-                                    // x_fault: job_faults_[slot] holds the outcome to report
+                             // x_fault: job_faults_[slot] holds the outcome to report
     // progressive filling scratch
     bool frozen = false, capped = false;
     std::uint32_t mark = 0;
     std::uint32_t nres = 0;
     std::uint32_t res[2] = {0, 0};  // resources the body draws on
-    double work = 0;                // remaining body units
-    double max_rate = 0;            // units/s alone
-    double usage = 0;               // bytes of each resource per unit
-    double rate = 0;                // current units/s
+    double work = 0;  // remaining body units
+    double max_rate = 0;  // units/s alone
+    double usage = 0;  // bytes of each resource per unit
+    double rate = 0;  // current units/s
     double fill = 0;
-    sim_time last{};                // when `work` was last settled
+    sim_time last{};  // when `work` was last settled
     sim_time body_start{};
-    std::string_view link;          // for the tracer ("" = none)
+    std::string_view link;  // for the tracer ("" = none)
   };
   struct resource {
-    double capacity = 0;            // bytes/s
+    double capacity = 0;  // bytes/s
     std::vector<std::uint32_t> jobs;
     std::uint32_t mark = 0;
     double residual = 0;
@@ -162,7 +162,7 @@ class device_model {
     std::uint32_t free = 1;
     std::vector<queued> heap;
     std::uint64_t pending_need = 0;  // summed needs of this instant's arrivals
-    bool flushed = false;            // decided at this flush already
+    bool flushed = false;  // decided at this flush already
   };
   // One thing that happened during the current instant, in order: an arrival (task set), or an
   // engine that gained room while tasks waited (task null).
@@ -204,17 +204,17 @@ class device_model {
   preset preset_;
   sim_options opts_;
   backend_host* host_ = nullptr;
-  bool buffered_ = false;                   // the host calls flush(): decide at the end of an instant
+  bool buffered_ = false;  // the host calls flush(): decide at the end of an instant
   std::vector<pending> pending_, flushing_, arrivals_;
   std::uint32_t engines_per_device_ = 0;
   std::vector<engine> engines_;
   std::vector<resource> resources_;
   std::unordered_map<std::uint64_t, std::uint32_t> links_;  // lazily made HCCS/RoCE/host resources
   std::vector<job> jobs_;
-  std::vector<kernel_cost> job_costs_;      // by slot, valid while jobs_[slot].extra has x_cost
-  std::vector<std::error_code> job_faults_; // by slot, valid while jobs_[slot].extra has x_fault
-  std::uint32_t free_jobs_ = no_slot;       // head of the idle slots' list
-  std::error_code ok_;                      // a success, made once (error_code{} is an out-of-line call)
+  std::vector<kernel_cost> job_costs_;  // by slot, valid while jobs_[slot].extra has x_cost
+  std::vector<std::error_code> job_faults_;  // by slot, valid while jobs_[slot].extra has x_fault
+  std::uint32_t free_jobs_ = no_slot;  // head of the idle slots' list
+  std::error_code ok_;  // a success, made once (error_code{} is an out-of-line call)
   std::uint32_t mark_epoch_ = 0;
   std::vector<std::uint32_t> comp_jobs_, comp_res_;
   std::size_t in_flight_ = 0;

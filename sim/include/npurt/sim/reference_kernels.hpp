@@ -109,8 +109,6 @@ class identity_memory final : public memory_view {
 }
 
 /// run_reference on host pointers.
-[[nodiscard]] inline std::error_code run_reference(const kernel_desc& k) {
-  return run_reference(k, host_memory(), 0);
-}
+[[nodiscard]] inline std::error_code run_reference(const kernel_desc& k) { return run_reference(k, host_memory(), 0); }
 
 }  // namespace npurt::sim

@@ -38,6 +38,6 @@ struct server_layout {
 /// halving-doubling when the rank count is a power of two (or the message is small), ring
 /// otherwise. Point-to-point operations report ring.
 [[nodiscard]] collective_algorithm choose_algorithm(const preset& p, std::span<const device_id> devices,
-                                                   collective_op op, std::size_t bytes);
+                                                    collective_op op, std::size_t bytes);
 
 }  // namespace npurt::sim
