@@ -2,8 +2,9 @@
 # Builds the libFuzzer targets of test/fuzz with clang-19 (instrumented with ASan + UBSan) and runs
 # each for a bounded time, starting from its seeds in test/fuzz/corpus/<name>/ when there are any.
 # A crash, leak, sanitizer report or timeout fails; the input that caused it is kept in the
-# build directory (crash-*, leak-*, timeout-*) and printed.
-# Environment: NPURT_FUZZ_SECONDS (per target, default 60), NPURT_BUILD_DIR (default build-fuzz),
+# build directory (<target>-crash-*, -leak-*, -timeout-*) and printed.
+# Environment: NPURT_FUZZ_SECONDS (per target, default 60), NPURT_FUZZ_PARALLEL (targets at a time,
+#   default: the number of cores), NPURT_BUILD_DIR (default build-fuzz),
 #   NPURT_JOBS (compile jobs, default: ninja's), CXX (default clang++-19).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,24 +18,40 @@ if [ ! -f "$dir/build.ninja" ]; then
     -Dbenchmarks=false -Dexamples=false -Dtools=false -Dheader_tests=false || exit 1
 fi
 ninja -C "$dir" "${jobs[@]}" fuzz || exit 1
-passed=0
-failed=0
+# The targets run side by side, as many at a time as there are cores (NPURT_FUZZ_PARALLEL):
+# each is one single-threaded libFuzzer process, so the wall time is the per-target budget times
+# the number of rounds, not times the number of targets.
+parallel=${NPURT_FUZZ_PARALLEL:-$(nproc)}
+names=()
 for exe in "$dir"/test/fuzz/fuzz_*; do
   [ -x "$exe" ] && [ -f "$exe" ] || continue
   name=$(basename "$exe")
-  name=${name#fuzz_}
-  corpus="$dir/corpus-$name"
-  mkdir -p "$corpus"
-  [ -d "test/fuzz/corpus/$name" ] && cp -n "test/fuzz/corpus/$name"/* "$corpus"/ 2>/dev/null
+  names+=("${name#fuzz_}")
+done
+run_one() {  # run_one NAME: one bounded run; its exit status is the target's verdict
+  local name=$1
+  mkdir -p "$dir/corpus-$name"
+  [ -d "test/fuzz/corpus/$name" ] && cp -n "test/fuzz/corpus/$name"/* "$dir/corpus-$name"/ 2>/dev/null
+  (cd "$dir" && "./test/fuzz/fuzz_$name" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+     -print_final_stats=1 -artifact_prefix="./$name-" "corpus-$name" >"fuzz-$name.log" 2>&1)
+}
+declare -A pid_of
+for name in "${names[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n; done
   echo "--- fuzz_$name: ${secs} s"
-  if (cd "$dir" && "./test/fuzz/fuzz_$name" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-        -print_final_stats=1 "corpus-$name" >"fuzz-$name.log" 2>&1); then
+  run_one "$name" &
+  pid_of[$name]=$!
+done
+passed=0
+failed=0
+for name in "${names[@]}"; do
+  if wait "${pid_of[$name]}"; then
     echo "fuzz_$name: ok ($(grep -E 'stat::number_of_executed_units' "$dir/fuzz-$name.log" | awk '{print $2}') runs)"
     passed=$((passed + 1))
   else
     echo "fuzz_$name: FAILED"
     grep -E -A30 'ERROR: (libFuzzer|AddressSanitizer|UndefinedBehaviorSanitizer|LeakSanitizer)|runtime error|SUMMARY' "$dir/fuzz-$name.log" | head -60
-    ls "$dir"/crash-* "$dir"/leak-* "$dir"/timeout-* 2>/dev/null
+    ls "$dir/$name"-crash-* "$dir/$name"-leak-* "$dir/$name"-timeout-* 2>/dev/null
     failed=$((failed + 1))
   fi
 done
