@@ -267,6 +267,23 @@ class caching_allocator {
   // allocate/deallocate with a plain error value: the throwing overloads (the common path) then
   // construct no std::error_code, whose constructor and clear() are out-of-line calls.
   NPURT_DECL std::uint64_t allocate_impl(std::size_t size, std::uint32_t stream, errc& e);
+  // The exact-size fast path. A small-pool free whose block would not merge with its previous
+  // neighbour is held back: its statistics are applied at once, exactly as free_block and
+  // coalescing would apply them, but the block (and the free next neighbour it would absorb)
+  // stay where they are. If the next call is an allocation of the same rounded size on the same
+  // stream, and best fit over the coalesced free blocks would pick that block at that address
+  // (the common free-then-allocate-again pattern), it is handed out again with the statistics
+  // of the merge-split-take the slow path would do: same address, same statistics, same peaks.
+  // Every other call settles first, i.e. does the structural merge and caches the block.
+  NPURT_DECL bool defer_free(block* b) noexcept;
+  NPURT_DECL bool take_deferred(std::size_t requested) noexcept;
+  void settle() {
+    if (deferred_) settle_deferred();
+  }
+  /// Settling changes no observable state, so the const observers may do it too (an allocator
+  /// with a deferred free is never a const object: only non-const calls defer).
+  void settle() const { const_cast<caching_allocator*>(this)->settle(); }
+  NPURT_DECL void settle_deferred();
   NPURT_DECL errc deallocate_impl(std::uint64_t addr, std::uint32_t stream, int device);
   NPURT_DECL block* new_block();
   NPURT_DECL void delete_block(block* b) noexcept;
@@ -327,6 +344,8 @@ class caching_allocator {
   std::vector<block*> spare_blocks_;
   std::vector<free_set::node_type> spare_nodes_;  // recycled set nodes: no allocation per cache/uncache
   std::uint64_t free_search_count_ = 0;            // gc ages count searches, as PyTorch does
+  block* deferred_ = nullptr;                      // the held-back free (see defer_free)
+  block* deferred_next_ = nullptr;                 // its free next neighbour, merged when settling
 };
 
 namespace ca_detail {

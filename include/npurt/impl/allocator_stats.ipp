@@ -52,6 +52,7 @@ NPURT_DECL memory_usage_report caching_allocator::memory_usage() const noexcept 
 }
 
 NPURT_DECL memory_snapshot caching_allocator::snapshot() const {
+  settle();
   memory_snapshot snap;
   for (const auto& [addr, s] : segments_) {
     segment_snapshot ss;
@@ -78,6 +79,7 @@ NPURT_DECL std::size_t caching_allocator::block_size(std::uint64_t addr) const n
 }
 
 NPURT_DECL std::string caching_allocator::check_consistency() const {
+  settle();
   std::size_t nblocks = 0, nfree = 0;
   std::int64_t allocated = 0, active = 0, reserved = 0, requested = 0, inactive = 0;
   for (const auto& [addr, s] : segments_) {

@@ -182,6 +182,14 @@ NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std:
     e = errc::size_overflow;
     return 0;
   }
+  if (deferred_) {
+    if (deferred_->stream == stream && pending_.empty() && opts_.strategy == allocation_strategy::segmented &&
+        round_size(size) == deferred_->size) {
+      block* x = deferred_;
+      if (take_deferred(size)) return x->addr;
+    }
+    settle_deferred();
+  }
   if (!pending_.empty()) process_events();
   alloc_params p;
   p.requested = size;
@@ -335,6 +343,7 @@ NPURT_DECL void caching_allocator::coalesce_and_cache(block* b) {
 NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint32_t stream, int device) {
   if (addr == 0) { return errc::null_pointer; }
   if (device >= 0 && device != opts_.device) { return errc::stream_device_mismatch; }
+  settle();
   block* found = blocks_.find(addr);
   if (!found || !found->allocated) {
     if (found) return errc::double_free;
@@ -374,8 +383,93 @@ NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint
     pending_.push_back(b);
     return {};
   }
-  free_block(b);
+  if (!defer_free(b)) free_block(b);
   return {};
+}
+
+NPURT_DECL bool caching_allocator::defer_free(block* b) noexcept {
+  if (b->pool != small_pool) return false;
+  const auto mergeable = [&](const block* n) { return n && !n->allocated && !n->pending && n->stream == b->stream; };
+  if (mergeable(b->prev)) return false;  // the merged block would start below b: no exact reuse
+  block* n = mergeable(b->next) ? b->next : nullptr;
+  // free_block's bookkeeping, then coalesce_and_cache's statistics: erase_free(n) (n has b as
+  // its neighbour, so it counts as split) and insert_free(b merged with n).
+  b->pending = false;
+  --b->seg->live;
+  ca_detail::stat_down(stats_.active, stat_small, 1);
+  ca_detail::stat_down(stats_.active_bytes, stat_small, static_cast<std::int64_t>(b->size));
+  if (n) {
+    ca_detail::stat_down(stats_.inactive_split, stat_small, 1);
+    ca_detail::stat_down(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(n->size));
+  }
+  if (b->prev || (n ? n->next : b->next)) {
+    ca_detail::stat_up(stats_.inactive_split, stat_small, 1);
+    ca_detail::stat_up(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(b->size + (n ? n->size : 0)));
+  }
+  b->gc_base = free_search_count_;
+  deferred_ = b;
+  deferred_next_ = n;
+  return true;
+}
+
+NPURT_DECL void caching_allocator::settle_deferred() {
+  block* b = deferred_;
+  deferred_ = nullptr;
+  if (block* n = deferred_next_) {
+    find_bins(n->stream)->erase(size_class(n->size), n->heap_pos);
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    else b->seg->last = b;
+    blocks_.erase(n->addr);
+    b->size += n->size;
+    b->free_fence = std::max(b->free_fence, n->free_fence);
+    delete_block(n);
+  }
+  // No search ran since the free (every allocation settles or takes the block first), so this
+  // is the age insert_free would have given it then.
+  bins_for(b->stream)->push(size_class(b->size), b);
+}
+
+NPURT_DECL bool caching_allocator::take_deferred(std::size_t requested) noexcept {
+  block* x = deferred_;
+  block* n = deferred_next_;
+  const std::size_t merged = x->size + (n ? n->size : 0);
+  const auto cm = static_cast<int>(size_class(merged));
+  // Best fit over the coalesced free blocks: the first non-empty class at or above the
+  // request's, lowest address first. n would be gone (merged), so its class does not count if
+  // it holds n alone; any other block below the merged block's class, or in that class at a
+  // lower address, is the best fit instead.
+  if (const small_bins* sb = find_bins(x->stream)) {
+    int k = sb->find_from(size_class(x->size));
+    if (n && k == static_cast<int>(size_class(n->size)) && sb->heaps[static_cast<std::size_t>(k)].size() == 1)
+      k = static_cast<std::size_t>(k) + 1 < small_classes ? sb->find_from(static_cast<std::size_t>(k) + 1) : -1;
+    if (k >= 0 && (k < cm || (k == cm && sb->heaps[static_cast<std::size_t>(k)].front().addr < x->addr))) return false;
+  }
+  if (opts_.garbage_collection_threshold > 0.0) ++free_search_count_;
+  deferred_ = nullptr;
+  // erase_free(merged), then take_block: the split gives back n's range as a new free block at
+  // n's address (its next neighbour cannot be a free block of this stream: n was coalesced).
+  if (x->prev || (n ? n->next : x->next)) {
+    ca_detail::stat_down(stats_.inactive_split, stat_small, 1);
+    ca_detail::stat_down(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(merged));
+  }
+  if (n) {
+    n->free_fence = std::max(x->free_fence, n->free_fence);
+    n->gc_base = free_search_count_;
+    ca_detail::stat_up(stats_.inactive_split, stat_small, 1);
+    ca_detail::stat_up(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(n->size));
+  }
+  x->allocated = true;
+  x->requested = requested;
+  x->free_fence = 0;
+  ++x->seg->live;
+  const auto sz = static_cast<std::int64_t>(x->size);
+  ca_detail::stat_up(stats_.allocation, stat_small, 1);
+  ca_detail::stat_up(stats_.allocated_bytes, stat_small, sz);
+  ca_detail::stat_up(stats_.active, stat_small, 1);
+  ca_detail::stat_up(stats_.active_bytes, stat_small, sz);
+  ca_detail::stat_up(stats_.requested_bytes, stat_small, static_cast<std::int64_t>(requested));
+  return true;
 }
 
 NPURT_DECL void caching_allocator::deallocate(std::uint64_t addr, std::uint32_t stream, std::error_code& ec,
@@ -405,6 +499,7 @@ NPURT_DECL void caching_allocator::deallocate(std::uint64_t addr) {
 NPURT_DECL void caching_allocator::record_stream(std::uint64_t addr, std::uint32_t other_stream, std::uint64_t fence,
                                                  std::error_code& ec) {
   ec.clear();
+  settle();
   if (addr == 0) {
     ec = make_error_code(errc::null_pointer);
     return;
@@ -430,6 +525,7 @@ NPURT_DECL void caching_allocator::record_stream(std::uint64_t addr, std::uint32
 }
 
 NPURT_DECL void caching_allocator::process_events() {
+  settle();
   std::size_t keep = 0;
   for (std::size_t i = 0; i < pending_.size(); ++i) {
     block* b = pending_[i];
@@ -456,6 +552,7 @@ NPURT_DECL void caching_allocator::reserve(std::size_t bytes, std::uint32_t stre
     ec = make_error_code(errc::size_overflow);
     return;
   }
+  settle();
   const bool growth = opts_.auto_growth;
   opts_.auto_growth = true;
   alloc_params p;

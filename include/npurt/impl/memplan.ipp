@@ -18,6 +18,13 @@
 #include <unordered_set>
 #include <utility>
 
+#include <range/v3/action/sort.hpp>
+#include <range/v3/action/unique.hpp>
+#include <range/v3/algorithm/lower_bound.hpp>
+#include <range/v3/range/conversion.hpp>
+#include <range/v3/view/iota.hpp>
+#include <range/v3/view/transform.hpp>
+
 namespace npurt::memplan {
 namespace detail {
 
@@ -63,6 +70,121 @@ inline bool adjacency_fits(std::size_t n, std::uint64_t pairs) {
   const std::uint64_t budget = std::max<std::uint64_t>(std::uint64_t{1024} * n, std::uint64_t{1} << 24);
   return pairs <= budget / 2;
 }
+
+using slot_list = std::vector<std::pair<std::uint64_t, std::uint64_t>>;  // (offset, end) of placed buffers
+
+// Where a buffer of `size` goes among the placed buffers it overlaps in time (`placed`, in any
+// order; sorted here): the smallest gap between them that holds it aligned (best fit) or the
+// lowest one (first fit), else on top of them. The gaps are the holes of the union of the placed
+// ranges, so the result depends on that union only (not on order, repeats or touching pieces).
+inline std::uint64_t place_among(slot_list& placed, std::uint64_t size, std::uint64_t align, fit f) {
+  std::sort(placed.begin(), placed.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::uint64_t cur = 0, best = 0, best_gap = std::numeric_limits<std::uint64_t>::max();
+  bool found = false;
+  for (const auto& [lo, hi] : placed) {
+    if (lo > cur) {
+      const std::uint64_t off = align_up(cur, align);
+      if (off + size <= lo) {
+        if (f == fit::first) return off;
+        if (lo - cur < best_gap) {
+          best_gap = lo - cur;
+          best = off;
+          found = true;
+        }
+      }
+    }
+    cur = std::max(cur, hi);
+  }
+  return found ? best : align_up(cur, align);
+}
+
+// A union of memory ranges as sorted, disjoint, non-touching (offset, end) pairs.
+struct range_union {
+  slot_list r;
+  void add(std::uint64_t lo, std::uint64_t hi) {
+    // The first range that ends at or after lo touches or follows [lo, hi).
+    auto it = std::lower_bound(r.begin(), r.end(), lo, [](const auto& x, std::uint64_t v) { return x.second < v; });
+    auto jt = it;
+    for (; jt != r.end() && jt->first <= hi; ++jt) {
+      lo = std::min(lo, jt->first);
+      hi = std::max(hi, jt->second);
+    }
+    if (it == jt) {
+      r.insert(it, {lo, hi});
+    } else {
+      *it = {lo, hi};
+      r.erase(it + 1, jt);
+    }
+  }
+};
+
+// Greedy placement in one order without neighbour lists: what the planner uses when no local
+// search follows (large instances, greedy_plan), so memory stays near-linear in the buffers and
+// the plan is the engine's, buffer for buffer.
+//
+// place_among depends only on the union of the placed neighbours' ranges (its gaps are the holes
+// of that union), so the index keeps unions, not buffers. Time is compressed to the distinct
+// first-use steps p_0 < p_1 < ...; buffer j covers the points [a_j, e_j) inside its lifetime. A
+// placed j overlaps i exactly when j covers a_i (a_j <= a_i < e_j) or starts inside i's lifetime
+// (a_i < a_j < e_i). Two segment trees over the points answer the two cases: in `covering_`,
+// j's range joins the union of each of the O(log) nodes that make up [a_j, e_j), and the nodes on
+// the path to a_i hold every j covering a_i; in `starting_`, j's range joins the union of the leaf
+// a_j and of its ancestors, and the O(log) nodes that make up (a_i, e_i) hold every j starting
+// there. Buffers placed at the same addresses at different times collapse into one range, so a
+// placement reads a few dozen short lists instead of all its placed neighbours.
+class order_placer {
+ public:
+  order_placer(const std::vector<buffer>& b, std::uint64_t alignment) : b_(b), align_(alignment) {
+    namespace rv = ranges::views;
+    const auto points =
+        b | rv::transform(&buffer::lower) | ranges::to<std::vector>() | ranges::actions::sort | ranges::actions::unique;
+    const auto index = [&](std::int64_t t) {
+      return static_cast<std::uint32_t>(ranges::lower_bound(points, t) - points.begin());
+    };
+    first_ = b | rv::transform([&](const buffer& x) { return index(x.lower); }) | ranges::to<std::vector>();
+    end_ = b | rv::transform([&](const buffer& x) { return index(x.upper); }) | ranges::to<std::vector>();
+    leaves_ = 1;
+    while (leaves_ < points.size()) leaves_ *= 2;
+    covering_.resize(2 * leaves_);
+    starting_.resize(2 * leaves_);
+  }
+
+  std::uint64_t run(const std::vector<std::uint32_t>& ord, fit f, std::vector<std::uint64_t>& offsets) {
+    for (auto& u : covering_) u.r.clear();
+    for (auto& u : starting_) u.r.clear();
+    offsets.assign(b_.size(), 0);
+    std::uint64_t top = 0;
+    const auto append = [&](const range_union& u) { gaps_.insert(gaps_.end(), u.r.begin(), u.r.end()); };
+    for (const auto i : ord) {
+      const std::size_t a = first_[i], e = end_[i];
+      gaps_.clear();
+      for (std::size_t v = a + leaves_; v >= 1; v /= 2) append(covering_[v]);
+      for (std::size_t l = a + 1 + leaves_, r = e + leaves_; l < r; l /= 2, r /= 2) {
+        if (l & 1) append(starting_[l++]);
+        if (r & 1) append(starting_[--r]);
+      }
+      const std::uint64_t off = place_among(gaps_, b_[i].size, align_, f);
+      const std::uint64_t hi = off + b_[i].size;
+      offsets[i] = off;
+      top = std::max(top, hi);
+      for (std::size_t l = a + leaves_, r = e + leaves_; l < r; l /= 2, r /= 2) {
+        if (l & 1) covering_[l++].add(off, hi);
+        if (r & 1) covering_[--r].add(off, hi);
+      }
+      for (std::size_t v = a + leaves_; v >= 1; v /= 2) starting_[v].add(off, hi);
+    }
+    return top;
+  }
+
+ private:
+  const std::vector<buffer>& b_;
+  std::uint64_t align_;
+  std::vector<std::uint32_t> first_, end_;  // a_j, e_j: the compressed points of each buffer
+  std::size_t leaves_ = 1;
+  std::vector<range_union> covering_;  // by node: placed buffers covering all of the node's points
+  std::vector<range_union> starting_;  // by node: placed buffers first used at one of its points
+  slot_list gaps_;
+};
 
 // Greedy placement engine. The neighbour lists (buffers overlapping in time) are computed once,
 // so one placement pass costs O(sum over buffers of k log k) for k placed neighbours instead of
@@ -141,25 +263,7 @@ class engine {
       if (sl.second) gaps_.push_back(sl);
     }
     work += start_[i + 1] - start_[i] + 1;
-    std::sort(gaps_.begin(), gaps_.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-    const std::uint64_t size = b_[i].size;
-    std::uint64_t cur = 0, best = 0, best_gap = std::numeric_limits<std::uint64_t>::max();
-    bool found = false;
-    for (const auto& [lo, hi] : gaps_) {
-      if (lo > cur) {
-        const std::uint64_t off = align_up(cur, align_);
-        if (off + size <= lo) {
-          if (f == fit::first) return off;
-          if (lo - cur < best_gap) {
-            best_gap = lo - cur;
-            best = off;
-            found = true;
-          }
-        }
-      }
-      cur = std::max(cur, hi);
-    }
-    return found ? best : align_up(cur, align_);
+    return place_among(gaps_, b_[i].size, align_, f);
   }
 
   const std::vector<buffer>& b_;
@@ -169,12 +273,10 @@ class engine {
   std::vector<std::uint64_t> offset_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> slot_;  // (offset, end) of placed buffers
   std::vector<std::uint64_t> top_;  // top_[p]: arena after placing the first p of the order
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> gaps_;
+  slot_list gaps_;
 };
 
 inline std::vector<std::uint32_t> make_order(const std::vector<buffer>& b, order o) {
-  std::vector<std::uint32_t> ord(b.size());
-  std::iota(ord.begin(), ord.end(), 0u);
   auto key = [&](std::uint32_t i) -> long double {
     const auto life = static_cast<long double>(b[i].upper - b[i].lower);
     switch (o) {
@@ -185,14 +287,15 @@ inline std::vector<std::uint32_t> make_order(const std::vector<buffer>& b, order
     }
     return 0;
   };
-  std::sort(ord.begin(), ord.end(), [&](std::uint32_t x, std::uint32_t y) {
-    const auto kx = key(x), ky = key(y);
-    if (kx != ky) return kx > ky;
-    if (b[x].size != b[y].size) return b[x].size > b[y].size;
-    if (b[x].lower != b[y].lower) return b[x].lower < b[y].lower;
-    return x < y;
-  });
-  return ord;
+  // A total order (the input index breaks the last ties), so the plan never depends on the sort.
+  return ranges::views::iota(std::uint32_t{0}, static_cast<std::uint32_t>(b.size())) | ranges::to<std::vector>() |
+         ranges::actions::sort([&](std::uint32_t x, std::uint32_t y) {
+           const auto kx = key(x), ky = key(y);
+           if (kx != ky) return kx > ky;
+           if (b[x].size != b[y].size) return b[x].size > b[y].size;
+           if (b[x].lower != b[y].lower) return b[x].lower < b[y].lower;
+           return x < y;
+         });
 }
 
 inline const char* order_name(order o) {
@@ -466,10 +569,9 @@ NPURT_DECL plan greedy_plan(const std::vector<buffer>& buffers, order o, fit f, 
     p.method = "sweep/best-fit";
     return p;
   }
-  detail::engine eng(buffers, alignment);
-  p.arena_size = eng.run(detail::make_order(buffers, o), f);
+  detail::order_placer placer(buffers, alignment);
+  p.arena_size = placer.run(detail::make_order(buffers, o), f, p.offsets);
   p.greedy_arena_size = p.arena_size;
-  p.offsets = eng.offsets();
   p.method = std::string(detail::order_name(o)) + (f == fit::best ? "/best-fit" : "/first-fit");
   return p;
 }
@@ -488,8 +590,30 @@ NPURT_DECL plan make_plan(const std::vector<buffer>& buffers, const options& opt
     result.method = "sweep/best-fit";
     return result;
   }
-  detail::engine eng(buffers, opts.alignment);
   const std::uint64_t lb = lower_bound(buffers);  // validate() bounded the sum of sizes
+  if (buffers.size() > opts.search_max_buffers) {
+    // No search follows: the greedy passes run without neighbour lists (order_placer), which
+    // gives the engine's plans in near-linear memory. With best_of_orders, the size order with
+    // both fits, then the time-order sweep (cheap, and better on graphs whose micro-batches
+    // repeat one shape: greedy by size interleaves them).
+    detail::order_placer placer(buffers, opts.alignment);
+    const auto ord = detail::make_order(buffers, order::size);
+    std::vector<std::uint64_t> offsets;
+    result.arena_size = std::numeric_limits<std::uint64_t>::max();
+    const auto consider = [&](std::uint64_t cost, const char* method) {
+      if (cost >= result.arena_size) return;
+      result.arena_size = cost;
+      result.offsets = offsets;
+      result.method = method;
+    };
+    consider(placer.run(ord, fit::best, offsets), "size/best-fit");
+    if (opts.best_of_orders && result.arena_size > lb) consider(placer.run(ord, fit::first, offsets), "size/first-fit");
+    if (opts.best_of_orders && result.arena_size > lb)
+      consider(detail::sweep_plan(buffers, opts.alignment, offsets), "sweep/best-fit");
+    result.greedy_arena_size = result.arena_size;
+    return result;
+  }
+  detail::engine eng(buffers, opts.alignment);
   std::vector<order> orders{order::size};
   std::vector<fit> fits{fit::best};
   if (opts.best_of_orders) {
