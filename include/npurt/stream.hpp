@@ -156,6 +156,9 @@ class stream {
   NPURT_DECL void release() noexcept;
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* f);
   NPURT_DECL detail::stream_state* state(std::error_code& ec) const noexcept;
+  /// The task of a kernels::fixed launch when nothing about it can fail (a live stream on its
+  /// own thread, a block_dim the backend accepts); null otherwise: the general path reports why.
+  NPURT_DECL detail::task* live_fixed_launch(const kernel_desc& k);
   NPURT_DECL detail::task* make_launch(const kernel_desc& k, std::error_code& ec, std::string* what = nullptr);
   NPURT_DECL detail::task* make_launch(const detail::launch_args& a, std::error_code& ec);
   NPURT_DECL detail::task* make_fixed_launch(const kernels::fixed& f, std::string_view name, std::uint32_t block_dim,

@@ -37,6 +37,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <map>
@@ -178,6 +179,10 @@ class runtime final : public backend_host {
   [[nodiscard]] bool in_run() const noexcept { return running_; }
   /// errc::wrong_thread when called from another thread than the system's while checks are on.
   [[nodiscard]] NPURT_DECL std::error_code check_thread() const noexcept;
+  /// check_thread() as a test, inline for the launch path: one load while checks are off.
+  [[nodiscard]] bool wrong_thread() const noexcept {
+    return check_thread_ && std::this_thread::get_id() != owner_thread_;
+  }
   [[nodiscard]] boost::asio::io_context& io() noexcept { return ioc_; }
   [[nodiscard]] npurt::backend& backend() noexcept { return *backend_; }
   [[nodiscard]] const system_options& options() const noexcept { return opts_; }
@@ -195,7 +200,9 @@ class runtime final : public backend_host {
   // --- streams ---
   NPURT_DECL std::uint32_t create_stream(device_id dev, int priority, std::uint32_t flags);
   NPURT_DECL void release_stream(std::uint32_t id) noexcept;  // handle destroyed: drain, then free
-  [[nodiscard]] NPURT_DECL stream_state* find_stream(std::uint32_t id) noexcept;
+  [[nodiscard]] stream_state* find_stream(std::uint32_t id) noexcept {
+    return id < streams_.size() ? streams_[id].get() : nullptr;
+  }
   [[nodiscard]] NPURT_DECL bool stream_idle(std::uint32_t id) const noexcept;
   [[nodiscard]] NPURT_DECL bool position_reached(std::uint32_t stream, std::uint64_t seq) const noexcept;
   /// Calls w when the stream completes `seq` (at once, in the loop, if it already has).
@@ -214,7 +221,27 @@ class runtime final : public backend_host {
   NPURT_DECL kernel_desc* new_kernel(const kernel_desc& k);
   /// A copy of `name` that lives as long as the runtime (task names outlive their callers'
   /// strings: traces read them after the run).
-  [[nodiscard]] NPURT_DECL std::string_view intern(std::string_view name);
+  [[nodiscard]] std::string_view intern(std::string_view name) {
+    // Launch loops repeat one name: compare with the last one before hashing (a short name, the
+    // usual case, with two overlapping word loads instead of a memcmp call).
+    const std::size_t n = name.size();
+    if (n == last_name_.size()) {
+      const char* a = name.data();
+      const char* b = last_name_.data();
+      if (n >= 8 && n <= 16) {
+        if (load<std::uint64_t>(a) == load<std::uint64_t>(b) &&
+            load<std::uint64_t>(a + n - 8) == load<std::uint64_t>(b + n - 8))
+          return last_name_;
+      } else if (n >= 4 && n < 8) {
+        if (load<std::uint32_t>(a) == load<std::uint32_t>(b) &&
+            load<std::uint32_t>(a + n - 4) == load<std::uint32_t>(b + n - 4))
+          return last_name_;
+      } else if (name == last_name_) {
+        return last_name_;
+      }
+    }
+    return intern_slow(name);
+  }
 
   // --- sticky errors ---
   /// Reads (and clears) the first unread failure of a stream's fire-and-forget work.
@@ -308,6 +335,13 @@ class runtime final : public backend_host {
     std::vector<observer*>& list_;
   };
 
+  template <class Word>
+  static Word load(const char* p) noexcept {
+    Word w;
+    std::memcpy(&w, p, sizeof w);
+    return w;
+  }
+  NPURT_DECL std::string_view intern_slow(std::string_view name);
   NPURT_DECL void try_start(stream_state& s);
   NPURT_DECL void start_task(stream_state& s, task* t);
   NPURT_DECL void finish_task(stream_state& s, task* t);

@@ -78,7 +78,15 @@ NPURT_DECL bool runtime::step() {
     backend_->flush();
     return true;
   }
-  if (clock_.advance()) return true;
+  if (clock_.advance()) {
+    // The action just run is often the only one of its instant: when nothing else is runnable
+    // at it, end the instant now, exactly as the next step would.
+    if (flush_pending_ && posts_ == 0 && !clock_.has_due() && !clock_.timed_due_now()) {
+      flush_pending_ = false;
+      backend_->flush();
+    }
+    return true;
+  }
   // Nothing timed: one last look for host work posted from outside our accounting.
   const std::size_t n = ioc_.poll();
   if (ioc_.stopped()) ioc_.restart();
@@ -199,10 +207,6 @@ NPURT_DECL void runtime::release_stream(std::uint32_t id) noexcept {
   if (!s.head && s.waiters.empty()) streams_[id].reset();
 }
 
-NPURT_DECL stream_state* runtime::find_stream(std::uint32_t id) noexcept {
-  return id < streams_.size() ? streams_[id].get() : nullptr;
-}
-
 NPURT_DECL bool runtime::stream_idle(std::uint32_t id) const noexcept {
   if (id >= streams_.size() || !streams_[id]) return true;
   return streams_[id]->head == nullptr;
@@ -233,9 +237,7 @@ NPURT_DECL task* runtime::new_task(stream_state& s, task_kind kind) {
 
 NPURT_DECL kernel_desc* runtime::new_kernel(const kernel_desc& k) { return kernels_.create(k); }
 
-NPURT_DECL std::string_view runtime::intern(std::string_view name) {
-  // Launch loops repeat one name: compare with the last one before hashing.
-  if (name.size() == last_name_.size() && name == last_name_) return last_name_;
+NPURT_DECL std::string_view runtime::intern_slow(std::string_view name) {
   last_name_ = *names_.emplace(name).first;
   return last_name_;
 }
