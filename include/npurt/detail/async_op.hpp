@@ -105,6 +105,7 @@ void post_error(runtime& rt, Handler&& h, std::error_code ec, Values&&... v) {
 /// positions reached" and "the timer fired" comes first completes the op; the other side
 /// only drops its reference.
 struct multi_wait {
+  runtime* rt = nullptr;
   op_base* op = nullptr;
   std::size_t remaining = 0;
   std::size_t refs = 0;
@@ -112,13 +113,13 @@ struct multi_wait {
   bool has_timer = false;
   std::uint64_t timer = 0;
 
-  static void on_position(runtime& rt, void* ctx, std::error_code ec) {
+  static void on_position(void* /*self*/, void* ctx, std::error_code ec) {
     auto* self = static_cast<multi_wait*>(ctx);
     if (!self->done && (ec || --self->remaining == 0)) {
       self->done = true;
       if (self->has_timer) {
         // The timeout will never fire now: take it back so it does not move the clock.
-        rt.timers().cancel(self->timer);
+        self->rt->timers().cancel(self->timer);
         self->has_timer = false;
         self->release();
       }
@@ -153,12 +154,12 @@ void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std:
     op->complete(ec);
     return;
   }
-  auto* w = new multi_wait{op, 0, 1, false};  // the extra ref is released below
+  auto* w = new multi_wait{&rt, op, 0, 1, false};  // the extra ref is released below
   for (const auto& [stream, seq] : positions) {
     if (rt.position_reached(stream, seq)) continue;
     ++w->remaining;
     ++w->refs;
-    rt.wait_position(stream, seq, position_waiter{&multi_wait::on_position, w});
+    rt.wait_position(stream, seq, position_waiter{&multi_wait::on_position, nullptr, w});
   }
   if (w->remaining == 0) {
     w->done = true;
