@@ -173,31 +173,42 @@ void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std:
   w->release();
 }
 
-/// Completes a synchronize: when the wait succeeded, the first unread failure of the stream's
-/// (or the device's) fire-and-forget work is the outcome, and is read by it.
+/// Completes a wait whose outcome, when the wait itself succeeded, is a failure of
+/// fire-and-forget work: for a synchronize, the first unread failure of the stream (or of the
+/// device, stream 0), read by it; for an event wait (upto != 0), the stream's unread failure at
+/// or before position `upto`, left unread as event::query and event::synchronize leave it.
 struct sticky_op final : op_base {
   runtime* rt = nullptr;
   op_base* user = nullptr;
   std::uint32_t stream = 0;  // 0: the device's failure
   device_id device = 0;
+  std::uint64_t upto = 0;    // 0: take the failure; else peek at positions up to this one
 
-  static op_base* create(runtime& rt, op_base* user, std::uint32_t stream, device_id dev) {
+  static op_base* create(runtime& rt, op_base* user, std::uint32_t stream, device_id dev, std::uint64_t upto = 0) {
     auto* op = new sticky_op;
     op->complete_fn = &done;
     op->rt = &rt;
     op->user = user;
     op->stream = stream;
     op->device = dev;
+    op->upto = upto;
     return op;
   }
   static void done(op_base* b, std::error_code ec) {
     auto* self = static_cast<sticky_op*>(b);
-    if (!ec)
-      ec =
-          (self->stream ? self->rt->take_stream_failure(self->stream) : self->rt->take_device_failure(self->device)).ec;
+    if (!ec) ec = self->outcome();
     op_base* user = self->user;
     delete self;
     user->complete(ec);
+  }
+
+ private:
+  std::error_code outcome() const {
+    if (upto != 0) {
+      const failure* f = rt->peek_stream_failure(stream);
+      return f && f->seq <= upto ? f->ec : std::error_code{};
+    }
+    return (stream ? rt->take_stream_failure(stream) : rt->take_device_failure(device)).ec;
   }
 };
 
