@@ -137,7 +137,6 @@ template <class Token>
 auto event::async_wait(std::optional<picoseconds> timeout, Token&& token) const {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
       [](auto handler, event self, std::optional<picoseconds> tmo) {
-        using handler_t = decltype(handler);
         if (!self.rt_) {
           detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_event));
           return;
@@ -151,8 +150,7 @@ auto event::async_wait(std::optional<picoseconds> timeout, Token&& token) const 
           return;
         }
         // A task event's position is at least 1; the event's device is not needed to peek.
-        detail::op_base* op =
-            detail::sticky_op::create(rt, detail::handler_op<handler_t>::create(rt, std::move(handler)), s, 0, q);
+        detail::op_base* op = detail::sticky_op::create(rt, detail::make_op(rt, std::move(handler)), s, 0, q);
         const std::pair<std::uint32_t, std::uint64_t> pos[1] = {{s, q}};
         detail::start_multi_wait(rt, op, pos, tmo);
       },

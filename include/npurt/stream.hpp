@@ -185,7 +185,6 @@ template <class Token, class Make>
 auto stream::async_enqueue(Token&& token, Make make) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
       [this](auto handler, Make mk) {
-        using handler_t = decltype(handler);
         if (!rt_) {
           detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_stream));
           return;
@@ -196,7 +195,7 @@ auto stream::async_enqueue(Token&& token, Make make) {
           detail::post_error(*rt_, std::move(handler), ec);
           return;
         }
-        t->waiter = detail::handler_op<handler_t>::create(*rt_, std::move(handler));
+        t->waiter = detail::make_op(*rt_, std::move(handler));
         submit(t);
       },
       token, std::move(make));
@@ -244,7 +243,6 @@ template <class Token>
 auto stream::async_synchronize(std::optional<picoseconds> timeout, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
       [this](auto handler, std::optional<picoseconds> tmo) {
-        using handler_t = decltype(handler);
         if (!rt_) {
           detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_stream));
           return;
@@ -255,8 +253,8 @@ auto stream::async_synchronize(std::optional<picoseconds> timeout, Token&& token
           detail::post_error(*rt_, std::move(handler), ec);
           return;
         }
-        detail::op_base* op = detail::sticky_op::create(
-            *rt_, detail::handler_op<handler_t>::create(*rt_, std::move(handler)), s->id, s->device);
+        detail::op_base* op =
+            detail::sticky_op::create(*rt_, detail::make_op(*rt_, std::move(handler)), s->id, s->device);
         const std::pair<std::uint32_t, std::uint64_t> pos[1] = {{s->id, s->enqueued}};
         detail::start_multi_wait(*rt_, op, pos, tmo);
       },

@@ -13,6 +13,7 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
 
+#include <coroutine>
 #include <memory>
 #include <optional>
 #include <system_error>
@@ -93,10 +94,60 @@ class handler_op final : public op_base {
   Handler handler_;
 };
 
+/// The record of an operation awaited with npurt::use_task (npurt/task.hpp): it lives in the
+/// awaiting coroutine's frame while that is suspended, and is the op the runtime completes.
+struct direct_op final : op_base {
+  runtime* rt = nullptr;
+  std::coroutine_handle<> waiting;
+  std::error_code ec;
+  bool early = false;  // completed during initiation without a runtime: do not suspend
+
+  static void on_complete(op_base* b, std::error_code e) {
+    auto* self = static_cast<direct_op*>(b);
+    self->ec = e;
+    self->rt->host_wait_end();
+    // Through the due-now queue, not an Asio post: at this instant, in the loop's order, and
+    // never inside the caller (completions are reported from the scheduler's bookkeeping).
+    self->rt->timers().call_at(self->rt->now(), timer_action::member<&direct_op::resume>(self, self));
+  }
+  void resume(direct_op*) { waiting.resume(); }
+};
+
+/// What an initiating function receives for npurt::use_task. make_op() recognises it and lets
+/// the runtime complete the op directly; code that treats it as a plain handler posts it to the
+/// system's io_context (its default executor there), which resumes the coroutine just the same.
+struct direct_handler {
+  direct_op* op;
+  void operator()(const async_error_code& e) const {
+    op->ec = e ? std::error_code(e) : std::error_code{};
+    op->waiting.resume();
+  }
+};
+
+template <class Handler>
+inline constexpr bool is_direct_handler_v = std::is_same_v<std::decay_t<Handler>, direct_handler>;
+
+/// The op an initiating function hands to the runtime for its completion handler.
+template <class Handler>
+op_base* make_op(runtime& rt, Handler&& h) {
+  if constexpr (is_direct_handler_v<Handler>) {
+    h.op->rt = &rt;
+    h.op->complete_fn = &direct_op::on_complete;
+    rt.host_wait_begin();
+    return h.op;
+  } else {
+    return handler_op<std::decay_t<Handler>>::create(rt, std::forward<Handler>(h));
+  }
+}
+
 /// Completes a handler at once with an error, without touching the runtime's queues: the
 /// caller's input was wrong and nothing was enqueued.
 template <class Handler, class... Values>
 void post_error(runtime& rt, Handler&& h, std::error_code ec, Values&&... v) {
+  if constexpr (is_direct_handler_v<Handler> && sizeof...(Values) == 0) {
+    make_op(rt, std::forward<Handler>(h))->complete(ec);
+    return;
+  }
   auto ex = boost::asio::get_associated_executor(h, rt.io().get_executor());
   rt.post(ex, boost::asio::append(std::forward<Handler>(h), to_async_error(ec), std::forward<Values>(v)...));
 }
@@ -217,6 +268,13 @@ struct sticky_op final : op_base {
 /// inside the initiating call.
 template <class Handler>
 void post_null_handle_error(Handler&& h, std::error_code ec) {
+  if constexpr (is_direct_handler_v<Handler>) {
+    // No loop to resume from: the awaiting coroutine does not suspend and sees the error once
+    // the initiating call has returned.
+    h.op->ec = ec;
+    h.op->early = true;
+    return;
+  }
   auto ex = boost::asio::get_associated_executor(h);
   boost::asio::post(ex, boost::asio::append(std::forward<Handler>(h), to_async_error(ec)));
 }
