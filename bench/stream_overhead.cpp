@@ -8,7 +8,7 @@
 // kernels of several sizes contending for the cores, event waits, awaited launches): two builds
 // of the runtime that schedule alike write the same bytes.
 //
-// --case runs one measurement alone (one_stream, eight_streams, awaited, bare_heap): what an
+// --case runs one measurement alone (one_stream, eight_streams, awaited, awaited_task, bare_heap): what an
 // instruction-level profiler such as callgrind needs to attribute a cost to one path.
 //
 // Cold numbers use a fresh system (task pools untouched); warm numbers repeat the work on the
@@ -108,6 +108,19 @@ cost awaited(npurt::system& sys, long n) {
         for (long i = 0; i < n; ++i) co_await s.async_launch(zero_kernel, asio::use_awaitable);
       },
       asio::detached);
+  sys.run();
+  return sw.per(n);
+}
+
+/// ns per awaited launch in npurt's own coroutine type: `co_await s.async_launch(k, use_task)`,
+/// resumed from the completion through the loop's due-now queue (no Asio post).
+cost awaited_task(npurt::system& sys, long n) {
+  auto s = sys.device(0).make_stream();
+  const stopwatch sw;
+  auto body = [&]() -> npurt::task<void> {
+    for (long i = 0; i < n; ++i) co_await s.async_launch(zero_kernel, npurt::use_task);
+  };
+  npurt::spawn(sys, body());
   sys.run();
   return sw.per(n);
 }
@@ -251,7 +264,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   cl.app()
       .add_option("--case", only, "run only this measurement (for profilers)")
-      ->check(CLI::IsMember({"one_stream", "eight_streams", "awaited", "bare_heap"}));
+      ->check(CLI::IsMember({"one_stream", "eight_streams", "awaited", "awaited_task", "bare_heap"}));
   long flat_max = 1'000'000;
   cl.app()
       .add_option("--flat-max", flat_max,
@@ -278,12 +291,13 @@ int main(int argc, char** argv) {
   if (!only.empty()) {
     // Each case alone, cold then its warm rounds, on one system.
     auto sys = make_system();
-    const long n = only == "awaited" ? awaits : tasks;
+    const long n = only == "awaited" || only == "awaited_task" ? awaits : tasks;
     cost c{1e300, 1e300};
     for (int i = 0; i <= rounds; ++i) {
       if (only == "one_stream") c = best(c, one_stream(*sys, n));
       else if (only == "eight_streams") c = best(c, eight_streams(*sys, n));
       else if (only == "awaited") c = best(c, awaited(*sys, n));
+      else if (only == "awaited_task") c = best(c, awaited_task(*sys, n));
       else c = best(c, bare_heap(n));
     }
     add(only, c, "best of the rounds, run alone");
@@ -304,9 +318,13 @@ int main(int argc, char** argv) {
   const cost cold_aw = awaited(*sysa, awaits);
   cost warm_aw = awaited(*sysa, awaits);
   cost asio_ns = asio_post(awaits);
+  auto syst = make_system();
+  (void)awaited_task(*syst, awaits);
+  cost warm_task = awaited_task(*syst, awaits);
   for (int i = 1; i < rounds; ++i) {
     asio_ns = best(asio_ns, asio_post(awaits));
     warm_aw = best(warm_aw, awaited(*sysa, awaits));
+    warm_task = best(warm_task, awaited_task(*syst, awaits));
   }
 
 #ifdef NPURT_BENCH_PROFILER
@@ -367,9 +385,11 @@ int main(int argc, char** argv) {
   add("eight_streams_warm_per_task", warm8, "best of the rounds; target <= 100");
   add("awaited_launch_cold", cold_aw);
   add("awaited_launch_warm", warm_aw, "best of the rounds");
+  add("awaited_task_launch_warm", warm_task, "npurt::task with use_task, best of the rounds");
   r.add("one_stream_warm_over_bare_heap_cpu", warm1.cpu / heap.cpu, "ratio", "target <= 1.25");
   r.add("eight_streams_warm_over_bare_heap_cpu", warm8.cpu / heap.cpu, "ratio", "target <= 1.25");
-  r.add("awaited_warm_over_bare_heap_cpu", warm_aw.cpu / heap.cpu, "ratio", "target <= 2");
+  r.add("awaited_warm_over_bare_heap_cpu", warm_aw.cpu / heap.cpu, "ratio", "use_awaitable");
+  r.add("awaited_task_warm_over_bare_heap_cpu", warm_task.cpu / heap.cpu, "ratio", "use_task; target <= 2");
   for (const auto& f : flat) {
     const bool streams = f.key.starts_with("flat_streams_");
     r.add(f.key + "_cpu_ns", f.c.cpu, "ns",
