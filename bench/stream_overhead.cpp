@@ -2,7 +2,14 @@
 // same run: a bare binary-heap event queue and plain Asio (a coroutine on a strand doing one
 // co_await post per step).
 //
-//   stream_overhead [--tasks N] [--awaits N] [--rounds N] [--json PATH]
+//   stream_overhead [--tasks N] [--awaits N] [--rounds N] [--case NAME] [--trace PATH] [--json PATH]
+//
+// --trace PATH writes the Chrome trace of a mixed workload instead (streams of three priorities,
+// kernels of several sizes contending for the cores, event waits, awaited launches): two builds
+// of the runtime that schedule alike write the same bytes.
+//
+// --case runs one measurement alone (one_stream, eight_streams, awaited, awaited_task, bare_heap): what an
+// instruction-level profiler such as callgrind needs to attribute a cost to one path.
 //
 // Cold numbers use a fresh system (task pools untouched); warm numbers repeat the work on the
 // same system once its pools have grown. Each ratio compares two measurements taken in
@@ -105,6 +112,19 @@ cost awaited(npurt::system& sys, long n) {
   return sw.per(n);
 }
 
+/// ns per awaited launch in npurt's own coroutine type: `co_await s.async_launch(k, use_task)`,
+/// resumed from the completion through the loop's due-now queue (no Asio post).
+cost awaited_task(npurt::system& sys, long n) {
+  auto s = sys.device(0).make_stream();
+  const stopwatch sw;
+  auto body = [&]() -> npurt::task<void> {
+    for (long i = 0; i < n; ++i) co_await s.async_launch(zero_kernel, npurt::use_task);
+  };
+  npurt::spawn(sys, body());
+  sys.run();
+  return sw.per(n);
+}
+
 /// Baseline: a std::priority_queue of (time, sequence) records, one push and one pop per task.
 cost bare_heap(long tasks) {
   struct rec {
@@ -133,6 +153,47 @@ cost bare_heap(long tasks) {
   return c;
 }
 
+/// Flatness: ns per task for `tasks` fire-and-forget launches spread round-robin over `streams`
+/// streams of one device, all queued before the run (so `tasks` is also the queue's depth).
+cost spread(npurt::system& sys, int streams, long tasks) {
+  std::vector<npurt::stream> ss;
+  for (int i = 0; i < streams; ++i) ss.push_back(sys.device(0).make_stream());
+  const stopwatch sw;
+  for (long i = 0; i < tasks; ++i) ss[static_cast<std::size_t>(i % streams)].launch(zero_kernel);
+  sys.run();
+  return sw.per(tasks);
+}
+
+/// The bare heap at a given depth: `depth` records queued first, then `events` pops each followed
+/// by a push, then the drain; ns per event (one push and one pop).
+cost bare_heap_at(long depth, long events) {
+  struct rec {
+    std::int64_t t;
+    std::uint64_t seq;
+    bool operator>(const rec& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+  };
+  std::vector<rec> v;
+  v.reserve(static_cast<std::size_t>(depth) + 1);
+  std::priority_queue<rec, std::vector<rec>, std::greater<>> q(std::greater<>{}, std::move(v));
+  std::uint64_t checksum = 0;
+  std::uint64_t seq = 0;
+  const stopwatch sw;
+  for (long i = 0; i < depth; ++i, ++seq) q.push({(i * 7919) % (depth * 2 + 13), seq});
+  for (long i = 0; i < events - depth; ++i, ++seq) {
+    const rec top = q.top();
+    q.pop();
+    checksum += top.seq;
+    q.push({top.t + 1 + (i * 7919) % 13, seq});
+  }
+  while (!q.empty()) {
+    checksum += q.top().seq;
+    q.pop();
+  }
+  const cost c = sw.per(std::max(events, depth));
+  if (checksum == 42) std::printf(" ");  // keep the loop
+  return c;
+}
+
 /// Baseline: plain Asio, one co_await post on a strand per step.
 cost asio_post(long n) {
   asio::io_context ioc{1};
@@ -148,12 +209,46 @@ cost asio_post(long n) {
   return sw.per(n);
 }
 
+#ifdef NPURT_BENCH_PROFILER
+/// The --trace workload: what the launch path decides (ties, priorities, contention for the
+/// cores, event waits, awaited launches) recorded by the profiler.
+int write_trace(const std::string& path, long tasks) {
+  auto sys = make_system();
+  npurt::profiler prof;
+  sys->add_observer(prof);
+  std::vector<npurt::stream> streams;
+  const int prios[3] = {npurt::priority::low, npurt::priority::normal, npurt::priority::high};
+  for (int i = 0; i < 8; ++i) streams.push_back(sys->device(0).make_stream({.priority = prios[i % 3]}));
+  npurt::event last;
+  for (long i = 0; i < tasks; ++i) {
+    auto& s = streams[static_cast<std::size_t>((i * 5) % 8)];
+    if (i % 10 == 9) s.wait(last);
+    npurt::kernel_desc k{npurt::kernels::fixed{npurt::picoseconds{(i % 7) * 700'000}, 0, 0}, "k"};
+    k.block_dim = static_cast<std::uint32_t>((i % 4) * 8);
+    last = s.launch(k);
+  }
+  auto aw = sys->device(0).make_stream({.priority = npurt::priority::high});
+  asio::co_spawn(
+      aw.get_executor(),
+      [&]() -> asio::awaitable<void> {
+        for (long i = 0; i < tasks / 10; ++i)
+          co_await aw.async_launch(npurt::kernel_desc{npurt::kernels::fixed{npurt::picoseconds{300'000}}, "aw"},
+                                   asio::use_awaitable);
+      },
+      asio::detached);
+  sys->run();
+  prof.write_chrome_trace(path);
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
   long tasks = 1'000'000;
   long awaits = 200'000;
   int rounds = 7;
+  std::string only;
   npurt_bench::command_line cl{"stream_overhead: runtime cost per task against a bare heap and plain Asio"};
   cl.app()
       .add_option("--tasks", tasks, "fire-and-forget launches per round")
@@ -167,12 +262,47 @@ int main(int argc, char** argv) {
       .add_option("--rounds", rounds, "rounds; the best of each is kept")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  cl.app()
+      .add_option("--case", only, "run only this measurement (for profilers)")
+      ->check(CLI::IsMember({"one_stream", "eight_streams", "awaited", "awaited_task", "bare_heap"}));
+  long flat_max = 1'000'000;
+  cl.app()
+      .add_option("--flat-max", flat_max,
+                  "largest queue of the flatness sweep (10^3 up to this, by powers of 10; 0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0L, 100'000'000L));
+  std::string trace;
+  cl.app().add_option("--trace", trace, "write the Chrome trace of a mixed workload of --tasks tasks and stop");
   if (auto rc = cl.parse(argc, argv)) return *rc;
+  if (!trace.empty()) {
+#ifdef NPURT_BENCH_PROFILER
+    return write_trace(trace, tasks);
+#else
+    std::fprintf(stderr, "stream_overhead: --trace needs the profiler\n");
+    return 1;
+#endif
+  }
   npurt_bench::report r("stream_overhead");
   auto add = [&](const std::string& key, cost c, const std::string& note = {}) {
     r.add(key + "_ns", c.wall, "ns", note);
     r.add(key + "_cpu_ns", c.cpu, "ns", "thread CPU time");
   };
+
+  if (!only.empty()) {
+    // Each case alone, cold then its warm rounds, on one system.
+    auto sys = make_system();
+    const long n = only == "awaited" || only == "awaited_task" ? awaits : tasks;
+    cost c{1e300, 1e300};
+    for (int i = 0; i <= rounds; ++i) {
+      if (only == "one_stream") c = best(c, one_stream(*sys, n));
+      else if (only == "eight_streams") c = best(c, eight_streams(*sys, n));
+      else if (only == "awaited") c = best(c, awaited(*sys, n));
+      else if (only == "awaited_task") c = best(c, awaited_task(*sys, n));
+      else c = best(c, bare_heap(n));
+    }
+    add(only, c, "best of the rounds, run alone");
+    return cl.finish(r);
+  }
 
   const cost heap = bare_heap(tasks);
 
@@ -188,9 +318,13 @@ int main(int argc, char** argv) {
   const cost cold_aw = awaited(*sysa, awaits);
   cost warm_aw = awaited(*sysa, awaits);
   cost asio_ns = asio_post(awaits);
+  auto syst = make_system();
+  (void)awaited_task(*syst, awaits);
+  cost warm_task = awaited_task(*syst, awaits);
   for (int i = 1; i < rounds; ++i) {
     asio_ns = best(asio_ns, asio_post(awaits));
     warm_aw = best(warm_aw, awaited(*sysa, awaits));
+    warm_task = best(warm_task, awaited_task(*syst, awaits));
   }
 
 #ifdef NPURT_BENCH_PROFILER
@@ -209,6 +343,40 @@ int main(int argc, char** argv) {
   for (int i = 1; i < rounds; ++i) warm1 = best(warm1, one_stream(*sys1, tasks));
 #endif
 
+  // Flatness: the cost per task as the streams and the queued work grow, beside the bare heap
+  // at the same depth (the runtime's timer heap holds about one entry per busy stream; a queue of
+  // N tasks is compared with a heap of N events). Thread-CPU time, best of two runs each.
+  struct flat_row {
+    std::string key;
+    long size;
+    cost c;
+    cost heap;
+  };
+  std::vector<flat_row> flat;
+  if (flat_max > 0) {
+    const long per = std::min(tasks, 1'000'000L);
+    for (int streams : {1, 8, 64, 1024}) {
+      cost c{1e300, 1e300};
+      for (int k = 0; k < 2; ++k) {
+        auto sys = make_system();
+        c = best(c, spread(*sys, streams, per));
+      }
+      const cost h = best(bare_heap_at(streams, per), bare_heap_at(streams, per));
+      flat.push_back({"flat_streams_" + std::to_string(streams), streams, c, h});
+    }
+    for (long n = 1000; n <= flat_max; n *= 10) {
+      cost c{1e300, 1e300};
+      const int reps = n >= 10'000'000 ? 1 : 2;
+      for (int k = 0; k < reps; ++k) {
+        auto sys = make_system();
+        c = best(c, spread(*sys, 1, n));
+      }
+      cost h{1e300, 1e300};
+      for (int k = 0; k < reps; ++k) h = best(h, bare_heap_at(n, n));
+      flat.push_back({"flat_queued_" + std::to_string(n), n, c, h});
+    }
+  }
+
   add("baseline_bare_heap_per_event", heap);
   add("baseline_asio_post_per_step", asio_ns, "best of the rounds");
   add("one_stream_cold_per_task", cold1, "1 stream, fire-and-forget, fresh pools");
@@ -217,7 +385,17 @@ int main(int argc, char** argv) {
   add("eight_streams_warm_per_task", warm8, "best of the rounds; target <= 100");
   add("awaited_launch_cold", cold_aw);
   add("awaited_launch_warm", warm_aw, "best of the rounds");
-  r.add("one_stream_warm_over_bare_heap_cpu", warm1.cpu / heap.cpu, "ratio");
+  add("awaited_task_launch_warm", warm_task, "npurt::task with use_task, best of the rounds");
+  r.add("one_stream_warm_over_bare_heap_cpu", warm1.cpu / heap.cpu, "ratio", "target <= 1.25");
+  r.add("eight_streams_warm_over_bare_heap_cpu", warm8.cpu / heap.cpu, "ratio", "target <= 1.25");
+  r.add("awaited_warm_over_bare_heap_cpu", warm_aw.cpu / heap.cpu, "ratio", "use_awaitable");
+  r.add("awaited_task_warm_over_bare_heap_cpu", warm_task.cpu / heap.cpu, "ratio", "use_task; target <= 2");
+  for (const auto& f : flat) {
+    const bool streams = f.key.starts_with("flat_streams_");
+    r.add(f.key + "_cpu_ns", f.c.cpu, "ns",
+          streams ? "per task, 10^6 tasks over this many streams" : "per task, this many queued on 1 stream");
+    r.add(f.key + "_heap_cpu_ns", f.heap.cpu, "ns", "bare heap at the same depth");
+  }
   r.add("awaited_warm_over_asio_post_cpu", warm_aw.cpu / asio_ns.cpu, "ratio", "target <= 1.5");
 #ifdef NPURT_BENCH_PROFILER
   add("one_stream_warm_profiled_per_task", traced1, "profiler attached");

@@ -22,18 +22,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # name -> (arguments, how the numbers are measured). Order is the page's order.
 BENCHES = [
-    ("stream_overhead", [],
+    ("stream_overhead", ["--flat-max", "10000000"],
      "The runtime's cost per task: fire-and-forget launches of zero-duration kernels and awaited "
-     "launches on the ascend910 backend, against two baselines measured in the same run (a bare "
-     "binary-heap event queue and a plain Asio `co_await post` on a strand). Each ratio's two sides "
-     "run in alternating rounds and each keeps its best round; thread-CPU time is the figure to "
-     "compare, wall time is printed beside it."),
+     "launches (`use_awaitable` in an Asio coroutine, `use_task` in an `npurt::task`) on the "
+     "ascend910 backend, against two baselines measured in the same run (a bare binary-heap event "
+     "queue and a plain Asio `co_await post` on a strand). Each ratio's two sides run in alternating "
+     "rounds and each keeps its best round; thread-CPU time is the figure to compare, wall time is "
+     "printed beside it. The flatness rows (and the plot) launch 10^6 tasks over 1 to 1,024 streams, "
+     "and 10^3 to 10^7 tasks queued on one stream before the run, each point on a fresh system "
+     "(so the smallest sizes include growing the pools), beside a bare heap holding as many events."),
     ("kernel_roofline", [],
      "The cost model against its oracles: GEMMs and ResNet-50 convolutions on ascend910, as a "
      "fraction of peak and against the cube floor and the roofline."),
     ("sim_speed", [],
      "How fast the simulator simulates: ResNet-50 training steps (batch 256, FP16, timing-only) on "
-     "1 and more devices; wall time per simulated device-step."),
+     "1, 8, 64, 256 and 1,024 devices (one stream each; one step at 64 devices and more, every "
+     "kernel queued before the run); wall time per simulated device-step, first run and best of three."),
     ("allocator", [],
      "The caching pool's cached alloc+free path against glibc malloc and mimalloc in the same run, "
      "and replays of the ResNet-50 training step's allocation trace (reserved / lower bound)."),
@@ -70,6 +74,73 @@ def fmt(v):
     if isinstance(v, float):
         return f"{v:,.3f}" if abs(v) >= 0.001 else f"{v:.3e}"
     return str(v)
+
+
+def flatness_svg(doc, path):
+    """Draws stream_overhead's flatness rows (flat_streams_S_*, flat_queued_N_*) as two log-log
+    panels, runtime beside the bare heap at the same depth. Returns False when there are none."""
+    import math
+    series = {}
+    for key, value, _, _ in rows_of(doc):
+        for kind in ("streams", "queued"):
+            prefix = f"flat_{kind}_"
+            if key.startswith(prefix) and key.endswith("_cpu_ns") and isinstance(value, (int, float)):
+                rest = key[len(prefix):-len("_cpu_ns")]
+                heap = rest.endswith("_heap")
+                size = int(rest[:-len("_heap")] if heap else rest)
+                series.setdefault(kind, {}).setdefault("heap" if heap else "runtime", []).append((size, value))
+    if not series:
+        return False
+    w, h, pad = 360, 260, 50
+    panels = [("streams", "streams (10^6 tasks)"), ("queued", "tasks queued on 1 stream")]
+    colors = {"runtime": "#d62728", "heap": "#1f77b4"}
+    labels = {"runtime": "npurt fire-and-forget", "heap": "bare binary heap, same depth"}
+    ys = [v for k in series.values() for pts in k.values() for _, v in pts if v > 0]
+    y0 = 10 ** math.floor(math.log10(min(ys)))
+    y1 = 10 ** math.ceil(math.log10(max(ys)))
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * w + 20}" height="{h + 40}" '
+           f'font-family="sans-serif" font-size="11">',
+           f'<rect width="{2 * w + 20}" height="{h + 40}" fill="white"/>']
+    for i, (kind, title) in enumerate(panels):
+        if kind not in series:
+            continue
+        ox = 10 + i * w
+        xs = [x for pts in series[kind].values() for x, _ in pts]
+        x0, x1 = min(xs), max(xs)
+        if x0 == x1:
+            x1 = x0 * 10
+
+        def px(x):
+            return ox + pad + (math.log10(x) - math.log10(x0)) / (math.log10(x1) - math.log10(x0)) * (w - pad - 20)
+
+        def py(y):
+            return 20 + (h - pad) * (1 - (math.log10(y) - math.log10(y0)) / (math.log10(y1) - math.log10(y0)))
+
+        out.append(f'<text x="{ox + w / 2}" y="14" text-anchor="middle">ns per task (thread CPU) against {title}</text>')
+        out.append(f'<line x1="{ox + pad}" y1="{py(y0)}" x2="{ox + w - 20}" y2="{py(y0)}" stroke="black"/>')
+        out.append(f'<line x1="{ox + pad}" y1="{py(y0)}" x2="{ox + pad}" y2="{py(y1)}" stroke="black"/>')
+        e = math.floor(math.log10(y0))
+        while 10 ** e <= y1 * 1.0001:
+            y = py(10 ** e)
+            out.append(f'<line x1="{ox + pad - 4}" y1="{y}" x2="{ox + w - 20}" y2="{y}" stroke="#ddd"/>')
+            out.append(f'<text x="{ox + pad - 6}" y="{y + 4}" text-anchor="end">{10 ** e:g}</text>')
+            e += 1
+        for x in sorted(set(xs)):
+            out.append(f'<text x="{px(x)}" y="{py(y0) + 14}" text-anchor="middle">{x:g}</text>')
+        for name, pts in sorted(series[kind].items()):
+            pts = sorted(pts)
+            d = " ".join(f"{px(x):.1f},{py(v):.1f}" for x, v in pts if v > 0)
+            out.append(f'<polyline points="{d}" fill="none" stroke="{colors[name]}" stroke-width="2"/>')
+            for x, v in pts:
+                if v > 0:
+                    out.append(f'<circle cx="{px(x):.1f}" cy="{py(v):.1f}" r="3" fill="{colors[name]}"/>')
+    for j, name in enumerate(("runtime", "heap")):
+        out.append(f'<rect x="{20 + j * 240}" y="{h + 18}" width="12" height="3" fill="{colors[name]}"/>')
+        out.append(f'<text x="{36 + j * 240}" y="{h + 23}">{labels[name]}</text>')
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+    return True
 
 
 def main():
@@ -133,6 +204,8 @@ def main():
                     if k not in ("benchmark", "command", "measured", "rows") and not isinstance(v, (dict, list))]
         else:
             flat = rows_of(doc)
+        if name == "stream_overhead" and flatness_svg(doc, os.path.join(ROOT, "docs", "stream_overhead_flatness.svg")):
+            out += ["![cost per task against streams and queued tasks](stream_overhead_flatness.svg)", ""]
         if flat:
             out += ["| measure | value | unit | note |", "|---|---:|---|---|"]
             for k, v, u, n in flat:

@@ -73,7 +73,9 @@ class event {
   [[nodiscard]] NPURT_DECL std::error_code status() const noexcept;
 
   /// Waits from host code: `co_await ev.async_wait(asio::use_awaitable)`. Completes with
-  /// errc::event_not_recorded at once for a user event that was never recorded.
+  /// errc::event_not_recorded at once for a user event that was never recorded, and with the
+  /// failure of fire-and-forget work before the event on its stream, as query() reports it
+  /// (without reading it: the stream's synchronize still does).
   template <class Token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>>
     requires(!std::is_convertible_v<Token, std::optional<picoseconds>>)
   auto async_wait(Token&& token = {}) const;
@@ -135,7 +137,6 @@ template <class Token>
 auto event::async_wait(std::optional<picoseconds> timeout, Token&& token) const {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
       [](auto handler, event self, std::optional<picoseconds> tmo) {
-        using handler_t = decltype(handler);
         if (!self.rt_) {
           detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_event));
           return;
@@ -148,7 +149,8 @@ auto event::async_wait(std::optional<picoseconds> timeout, Token&& token) const 
           detail::post_error(rt, std::move(handler), ec);
           return;
         }
-        detail::op_base* op = detail::handler_op<handler_t>::create(rt, std::move(handler));
+        // A task event's position is at least 1; the event's device is not needed to peek.
+        detail::op_base* op = detail::sticky_op::create(rt, detail::make_op(rt, std::move(handler)), s, 0, q);
         const std::pair<std::uint32_t, std::uint64_t> pos[1] = {{s, q}};
         detail::start_multi_wait(rt, op, pos, tmo);
       },

@@ -20,5 +20,6 @@
 #include <npurt/stream.hpp>
 #include <npurt/system.hpp>
 #include <npurt/system_options.hpp>
+#include <npurt/task.hpp>
 #include <npurt/tensor.hpp>
 #include <npurt/time.hpp>

@@ -156,6 +156,9 @@ class stream {
   NPURT_DECL void release() noexcept;
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* f);
   NPURT_DECL detail::stream_state* state(std::error_code& ec) const noexcept;
+  /// The task of a kernels::fixed launch when nothing about it can fail (a live stream on its
+  /// own thread, a block_dim the backend accepts); null otherwise: the general path reports why.
+  NPURT_DECL detail::task* live_fixed_launch(const kernel_desc& k);
   NPURT_DECL detail::task* make_launch(const kernel_desc& k, std::error_code& ec, std::string* what = nullptr);
   NPURT_DECL detail::task* make_launch(const detail::launch_args& a, std::error_code& ec);
   NPURT_DECL detail::task* make_fixed_launch(const kernels::fixed& f, std::string_view name, std::uint32_t block_dim,
@@ -182,7 +185,6 @@ template <class Token, class Make>
 auto stream::async_enqueue(Token&& token, Make make) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
       [this](auto handler, Make mk) {
-        using handler_t = decltype(handler);
         if (!rt_) {
           detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_stream));
           return;
@@ -193,7 +195,7 @@ auto stream::async_enqueue(Token&& token, Make make) {
           detail::post_error(*rt_, std::move(handler), ec);
           return;
         }
-        t->waiter = detail::handler_op<handler_t>::create(*rt_, std::move(handler));
+        t->waiter = detail::make_op(*rt_, std::move(handler));
         submit(t);
       },
       token, std::move(make));
@@ -241,7 +243,6 @@ template <class Token>
 auto stream::async_synchronize(std::optional<picoseconds> timeout, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
       [this](auto handler, std::optional<picoseconds> tmo) {
-        using handler_t = decltype(handler);
         if (!rt_) {
           detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_stream));
           return;
@@ -252,8 +253,8 @@ auto stream::async_synchronize(std::optional<picoseconds> timeout, Token&& token
           detail::post_error(*rt_, std::move(handler), ec);
           return;
         }
-        detail::op_base* op = detail::sticky_op::create(
-            *rt_, detail::handler_op<handler_t>::create(*rt_, std::move(handler)), s->id, s->device);
+        detail::op_base* op =
+            detail::sticky_op::create(*rt_, detail::make_op(*rt_, std::move(handler)), s->id, s->device);
         const std::pair<std::uint32_t, std::uint64_t> pos[1] = {{s->id, s->enqueued}};
         detail::start_multi_wait(*rt_, op, pos, tmo);
       },

@@ -45,7 +45,7 @@ std::error_code sim_backend::validate_fixed(device_id dev, std::uint32_t block_d
   if (dev < 0 || static_cast<std::size_t>(dev) >= props_.size()) return make_error_code(errc::invalid_device);
   // A kernels::fixed launch runs on the AI-core (cube) pool.
   if (block_dim > config().ai_core_count) return make_error_code(errc::invalid_argument);
-  return {};
+  return ok_;  // a copy: building error_code{} is an out-of-line call, on every launch
 }
 
 std::string sim_backend::describe_invalid(device_id dev, const kernel_desc& k) const {

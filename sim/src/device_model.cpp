@@ -293,7 +293,7 @@ void device_model::flush() {
     const pending p = flushing_[i];
     engine& eng = engines_[p.engine];
     if (eng.flushed) continue;
-    if (eng.heap.empty() && eng.pending_need <= eng.free) {
+    if (p.task && eng.heap.empty() && eng.pending_need <= eng.free) [[likely]] {
       // Room for every arrival: start each in arrival order, as an immediate dispatch would.
       eng.free -= p.need;
       start(*p.task, p.engine, p.need, host_->now());
@@ -360,11 +360,13 @@ void device_model::decide_contended(std::uint32_t e, std::size_t from) {
   arrivals_.clear();
   for (std::size_t i = from; i < flushing_.size(); ++i)
     if (flushing_[i].engine == e && flushing_[i].task) arrivals_.push_back(flushing_[i]);
-  // By priority, then arrival order.
-  for (std::size_t i = 0; i < arrivals_.size(); ++i) arrivals_[i].order = static_cast<std::uint32_t>(i);
-  std::sort(arrivals_.begin(), arrivals_.end(), [](const pending& a, const pending& b) {
-    return a.task->priority != b.task->priority ? a.task->priority < b.task->priority : a.order < b.order;
-  });
+  // By priority, then arrival order (one arrival, the usual case, is in order already).
+  if (arrivals_.size() > 1) {
+    for (std::size_t i = 0; i < arrivals_.size(); ++i) arrivals_[i].order = static_cast<std::uint32_t>(i);
+    std::sort(arrivals_.begin(), arrivals_.end(), [](const pending& a, const pending& b) {
+      return a.task->priority != b.task->priority ? a.task->priority < b.task->priority : a.order < b.order;
+    });
+  }
   const sim_time now = host_->now();
   std::size_t next = 0;
   for (;;) {

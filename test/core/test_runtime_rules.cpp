@@ -90,6 +90,36 @@ TEST_CASE("async_synchronize completes with the stream's sticky failure", "[core
   CHECK(!second);
 }
 
+TEST_CASE("an event's async_wait completes with a failure before the event on its stream, and leaves it unread",
+          "[core][error][sticky][asio]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto before = s.launch(fixed(us(1), "before"));
+  failing_copy c;
+  c.enqueue(dev, s);
+  auto after = s.launch(fixed(us(1), "after"));
+  npurt::async_error_code on_before, on_after, on_done;
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    co_await before.async_wait(asio::redirect_error(asio::use_awaitable, on_before));
+    co_await after.async_wait(asio::redirect_error(asio::use_awaitable, on_after));
+    // Waited again once everything completed: the failure is still unread, still reported.
+    co_await after.async_wait(asio::redirect_error(asio::use_awaitable, on_done));
+  }());
+  CHECK(!on_before);
+  CHECK(on_after == npurt::errc::invalid_pointer);
+  CHECK(on_done == npurt::errc::invalid_pointer);
+  // The stream still reports (and now reads) it.
+  std::error_code ec;
+  CHECK(!s.query(ec));
+  CHECK(ec == npurt::errc::invalid_pointer);
+  npurt::async_error_code read_out;
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    co_await after.async_wait(asio::redirect_error(asio::use_awaitable, read_out));
+  }());
+  CHECK(!read_out);
+}
+
 TEST_CASE("a host callback that throws puts its exception into the stream's sticky error", "[core][error][callback]") {
   npurt::system sys{simple()};
   auto s = sys.device(0).make_stream();

@@ -13,6 +13,7 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
 
+#include <coroutine>
 #include <memory>
 #include <optional>
 #include <system_error>
@@ -93,10 +94,60 @@ class handler_op final : public op_base {
   Handler handler_;
 };
 
+/// The record of an operation awaited with npurt::use_task (npurt/task.hpp): it lives in the
+/// awaiting coroutine's frame while that is suspended, and is the op the runtime completes.
+struct direct_op final : op_base {
+  runtime* rt = nullptr;
+  std::coroutine_handle<> waiting;
+  std::error_code ec;
+  bool early = false;  // completed during initiation without a runtime: do not suspend
+
+  static void on_complete(op_base* b, std::error_code e) {
+    auto* self = static_cast<direct_op*>(b);
+    self->ec = e;
+    self->rt->host_wait_end();
+    // Through the due-now queue, not an Asio post: at this instant, in the loop's order, and
+    // never inside the caller (completions are reported from the scheduler's bookkeeping).
+    self->rt->timers().call_at(self->rt->now(), timer_action::member<&direct_op::resume>(self, self));
+  }
+  void resume(direct_op*) { waiting.resume(); }
+};
+
+/// What an initiating function receives for npurt::use_task. make_op() recognises it and lets
+/// the runtime complete the op directly; code that treats it as a plain handler posts it to the
+/// system's io_context (its default executor there), which resumes the coroutine just the same.
+struct direct_handler {
+  direct_op* op;
+  void operator()(const async_error_code& e) const {
+    op->ec = e ? std::error_code(e) : std::error_code{};
+    op->waiting.resume();
+  }
+};
+
+template <class Handler>
+inline constexpr bool is_direct_handler_v = std::is_same_v<std::decay_t<Handler>, direct_handler>;
+
+/// The op an initiating function hands to the runtime for its completion handler.
+template <class Handler>
+op_base* make_op(runtime& rt, Handler&& h) {
+  if constexpr (is_direct_handler_v<Handler>) {
+    h.op->rt = &rt;
+    h.op->complete_fn = &direct_op::on_complete;
+    rt.host_wait_begin();
+    return h.op;
+  } else {
+    return handler_op<std::decay_t<Handler>>::create(rt, std::forward<Handler>(h));
+  }
+}
+
 /// Completes a handler at once with an error, without touching the runtime's queues: the
 /// caller's input was wrong and nothing was enqueued.
 template <class Handler, class... Values>
 void post_error(runtime& rt, Handler&& h, std::error_code ec, Values&&... v) {
+  if constexpr (is_direct_handler_v<Handler> && sizeof...(Values) == 0) {
+    make_op(rt, std::forward<Handler>(h))->complete(ec);
+    return;
+  }
   auto ex = boost::asio::get_associated_executor(h, rt.io().get_executor());
   rt.post(ex, boost::asio::append(std::forward<Handler>(h), to_async_error(ec), std::forward<Values>(v)...));
 }
@@ -105,6 +156,7 @@ void post_error(runtime& rt, Handler&& h, std::error_code ec, Values&&... v) {
 /// positions reached" and "the timer fired" comes first completes the op; the other side
 /// only drops its reference.
 struct multi_wait {
+  runtime* rt = nullptr;
   op_base* op = nullptr;
   std::size_t remaining = 0;
   std::size_t refs = 0;
@@ -112,13 +164,13 @@ struct multi_wait {
   bool has_timer = false;
   std::uint64_t timer = 0;
 
-  static void on_position(runtime& rt, void* ctx, std::error_code ec) {
+  static void on_position(void* /*self*/, void* ctx, std::error_code ec) {
     auto* self = static_cast<multi_wait*>(ctx);
     if (!self->done && (ec || --self->remaining == 0)) {
       self->done = true;
       if (self->has_timer) {
         // The timeout will never fire now: take it back so it does not move the clock.
-        rt.timers().cancel(self->timer);
+        self->rt->timers().cancel(self->timer);
         self->has_timer = false;
         self->release();
       }
@@ -153,12 +205,12 @@ void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std:
     op->complete(ec);
     return;
   }
-  auto* w = new multi_wait{op, 0, 1, false};  // the extra ref is released below
+  auto* w = new multi_wait{&rt, op, 0, 1, false};  // the extra ref is released below
   for (const auto& [stream, seq] : positions) {
     if (rt.position_reached(stream, seq)) continue;
     ++w->remaining;
     ++w->refs;
-    rt.wait_position(stream, seq, position_waiter{&multi_wait::on_position, w});
+    rt.wait_position(stream, seq, position_waiter{&multi_wait::on_position, nullptr, w});
   }
   if (w->remaining == 0) {
     w->done = true;
@@ -172,31 +224,42 @@ void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std:
   w->release();
 }
 
-/// Completes a synchronize: when the wait succeeded, the first unread failure of the stream's
-/// (or the device's) fire-and-forget work is the outcome, and is read by it.
+/// Completes a wait whose outcome, when the wait itself succeeded, is a failure of
+/// fire-and-forget work: for a synchronize, the first unread failure of the stream (or of the
+/// device, stream 0), read by it; for an event wait (upto != 0), the stream's unread failure at
+/// or before position `upto`, left unread as event::query and event::synchronize leave it.
 struct sticky_op final : op_base {
   runtime* rt = nullptr;
   op_base* user = nullptr;
   std::uint32_t stream = 0;  // 0: the device's failure
   device_id device = 0;
+  std::uint64_t upto = 0;    // 0: take the failure; else peek at positions up to this one
 
-  static op_base* create(runtime& rt, op_base* user, std::uint32_t stream, device_id dev) {
+  static op_base* create(runtime& rt, op_base* user, std::uint32_t stream, device_id dev, std::uint64_t upto = 0) {
     auto* op = new sticky_op;
     op->complete_fn = &done;
     op->rt = &rt;
     op->user = user;
     op->stream = stream;
     op->device = dev;
+    op->upto = upto;
     return op;
   }
   static void done(op_base* b, std::error_code ec) {
     auto* self = static_cast<sticky_op*>(b);
-    if (!ec)
-      ec =
-          (self->stream ? self->rt->take_stream_failure(self->stream) : self->rt->take_device_failure(self->device)).ec;
+    if (!ec) ec = self->outcome();
     op_base* user = self->user;
     delete self;
     user->complete(ec);
+  }
+
+ private:
+  std::error_code outcome() const {
+    if (upto != 0) {
+      const failure* f = rt->peek_stream_failure(stream);
+      return f && f->seq <= upto ? f->ec : std::error_code{};
+    }
+    return (stream ? rt->take_stream_failure(stream) : rt->take_device_failure(device)).ec;
   }
 };
 
@@ -205,6 +268,13 @@ struct sticky_op final : op_base {
 /// inside the initiating call.
 template <class Handler>
 void post_null_handle_error(Handler&& h, std::error_code ec) {
+  if constexpr (is_direct_handler_v<Handler>) {
+    // No loop to resume from: the awaiting coroutine does not suspend and sees the error once
+    // the initiating call has returned.
+    h.op->ec = ec;
+    h.op->early = true;
+    return;
+  }
   auto ex = boost::asio::get_associated_executor(h);
   boost::asio::post(ex, boost::asio::append(std::forward<Handler>(h), to_async_error(ec)));
 }

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
-#include <queue>
 #include <unordered_set>
 #include <vector>
 
@@ -22,9 +21,13 @@ namespace npurt::detail {
 struct timer_action {
   void (*run)(const timer_action&) = nullptr;
   void* obj = nullptr;
-  void* ptr = nullptr;                          // typed pointer argument (member form)
-  std::uint64_t arg = 0;                        // integer argument (member and raw forms)
-  void (*raw)(void*, std::uint64_t) = nullptr;  // the backend interface's plain callback
+  // A form uses either a typed pointer argument or a plain callback, never both: sharing one
+  // word keeps a pending timer at six words, which the heap moves on every push and pop.
+  union {
+    void* ptr = nullptr;                // typed pointer argument (member form)
+    void (*raw)(void*, std::uint64_t);  // the backend interface's plain callback (plain form)
+  };
+  std::uint64_t arg = 0;  // integer argument (member_value and plain forms)
 
   /// (obj->*Fn)(p) for a member function taking a pointer.
   template <auto Fn, class Obj, class Arg>
@@ -68,12 +71,12 @@ class timer_queue {
   /// Runs `a` when the clock reaches `at`; at or before now means at this instant.
   void call_at(sim_time at, const timer_action& a) {
     if (at <= now_) due_.push_back({now_, order_++, a});
-    else timers_.push({at, order_++, a});
+    else push({at, order_++, a});
   }
   /// call_at that can be taken back: a cancelled action never runs and never moves the clock.
   std::uint64_t call_at_cancellable(sim_time at, const timer_action& a) {
     const std::uint64_t ticket = order_;
-    timers_.push({std::max(at, now_), order_++, a});
+    push({std::max(at, now_), order_++, a});
     return ticket;
   }
   void cancel(std::uint64_t ticket) { cancelled_.insert(ticket); }
@@ -90,17 +93,18 @@ class timer_queue {
     head_ = 0;
     return true;
   }
+  /// Whether an action is queued to run at this instant (not yet run).
+  [[nodiscard]] bool has_due() const noexcept { return head_ != due_.size(); }
   /// Whether a timed action (cancellable ones included) is due at this instant.
   [[nodiscard]] bool timed_due_now() {
     drop_cancelled();
-    return !timers_.empty() && timers_.top().at <= now_;
+    return !timers_.empty() && timers_.front().at <= now_;
   }
   /// Moves the clock to the earliest timed action and runs it. False when none is pending.
   bool advance() {
     drop_cancelled();
     if (timers_.empty()) return false;
-    const entry e = timers_.top();
-    timers_.pop();
+    const entry e = pop();
     now_ = e.at;
     e.a.run(e.a);
     return true;
@@ -111,17 +115,55 @@ class timer_queue {
     sim_time at;
     std::uint64_t order;
     timer_action a;
-    friend bool operator>(const entry& x, const entry& y) noexcept {
-      return x.at != y.at ? x.at > y.at : x.order > y.order;
-    }
   };
+  // (time, order) is unique, so any correct min-heap pops the same sequence. This one moves a
+  // hole instead of swapping (one store per level, no temporaries), which std::push_heap and
+  // std::pop_heap do not manage for a six-word entry.
+  static bool before(const entry& x, const entry& y) noexcept { return x.at != y.at ? x.at < y.at : x.order < y.order; }
+  void push(const entry& e) {
+    timers_.emplace_back();
+    std::size_t i = timers_.size() - 1;
+    entry* h = timers_.data();
+    while (i > 0) {
+      const std::size_t parent = (i - 1) / 2;
+      if (!before(e, h[parent])) break;
+      h[i] = h[parent];
+      i = parent;
+    }
+    h[i] = e;
+  }
+  entry pop() {
+    const entry top = timers_.front();
+    const entry last = timers_.back();
+    timers_.pop_back();
+    const std::size_t n = timers_.size();
+    if (n != 0) {
+      entry* h = timers_.data();
+      std::size_t i = 0;
+      for (;;) {
+        std::size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && before(h[c + 1], h[c])) ++c;
+        if (!before(h[c], last)) break;
+        h[i] = h[c];
+        i = c;
+      }
+      h[i] = last;
+    }
+    return top;
+  }
+  // Cancellations are rare (timed host waits): the common case is one test, inline.
   void drop_cancelled() {
-    while (!timers_.empty() && !cancelled_.empty() && cancelled_.erase(timers_.top().order) != 0) timers_.pop();
+    if (!cancelled_.empty()) [[unlikely]]
+      drop_cancelled_slow();
+  }
+  [[gnu::noinline]] void drop_cancelled_slow() {
+    while (!timers_.empty() && !cancelled_.empty() && cancelled_.erase(timers_.front().order) != 0) (void)pop();
   }
 
   sim_time now_{};
   std::uint64_t order_ = 0;
-  std::priority_queue<entry, std::vector<entry>, std::greater<>> timers_;
+  std::vector<entry> timers_;  // a binary min-heap by (at, order)
   std::unordered_set<std::uint64_t> cancelled_;
   std::vector<entry> due_;  // actions due at now_, in call order
   std::size_t head_ = 0;

@@ -26,6 +26,7 @@
 #include <npurt/impl/memplan.ipp>
 #include <npurt/impl/profiler.ipp>
 #include <npurt/impl/runtime.ipp>
+#include <npurt/impl/scheduler.ipp>
 #include <npurt/impl/segment_provider.ipp>
 #include <npurt/impl/stream.ipp>
 #include <npurt/impl/summary.ipp>

@@ -30,7 +30,10 @@ NPURT_DECL void stream::release() noexcept {
 
 NPURT_DECL detail::stream_state* stream::state(std::error_code& ec) const noexcept {
   ec.clear();
-  if (rt_ && (ec = rt_->check_thread())) return nullptr;
+  if (rt_ && rt_->wrong_thread()) [[unlikely]] {
+    ec = make_error_code(errc::wrong_thread);
+    return nullptr;
+  }
   detail::stream_state* s = rt_ ? rt_->find_stream(id_) : nullptr;
   if (!s || s->invalidated || s->destroyed) {
     ec = make_error_code(errc::invalid_stream);
@@ -66,17 +69,45 @@ NPURT_DECL stream::executor_type stream::get_executor() const {
 }
 
 NPURT_DECL event stream::submit(detail::task* t) {
-  detail::stream_state& s = *rt_->find_stream(id_);
-  rt_->enqueue(s, t);
+  rt_->enqueue(*rt_->find_stream(id_), t);
   return event::task_event(*rt_, id_, t->seq);
 }
 
 // --- preparation: every check happens here, before anything is enqueued ----------------------
 
+namespace detail {
+/// The record of a kernels::fixed launch the backend accepted (the launch path of schedules
+/// and benchmarks: no descriptor copy).
+inline task* fixed_task(runtime& rt, stream_state& s, const kernels::fixed& f, std::string_view name,
+                        std::uint32_t block_dim) {
+  task* t = rt.new_task(s, task_kind::kernel);
+  t->engine = engine_kind::ai_core;
+  t->block_dim = block_dim;
+  t->name = name;
+  t->fixed = f;
+  t->flops = f.flops;
+  t->bytes = f.bytes;
+  return t;
+}
+}  // namespace detail
+
+NPURT_DECL detail::task* stream::live_fixed_launch(const kernel_desc& k) {
+  const auto* f = std::get_if<kernels::fixed>(&k.op);
+  if (!f || !rt_ || rt_->wrong_thread()) return nullptr;
+  detail::stream_state* s = rt_->find_stream(id_);
+  if (!s || s->invalidated || s->destroyed) return nullptr;
+  // No error code is built unless the backend refuses (the caller's general path then reports
+  // it): even a default std::error_code costs a call to std::system_category().
+  if (rt_->backend().validate_fixed(s->device, k.block_dim)) [[unlikely]]
+    return nullptr;
+  return detail::fixed_task(*rt_, *s, *f, rt_->intern(k.display_name()), k.block_dim);
+}
+
 NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, std::error_code& ec, std::string* what) {
   if (const auto* f = std::get_if<kernels::fixed>(&k.op)) {
-    if (!state(ec)) return nullptr;
-    return make_fixed_launch(*f, rt_->intern(k.display_name()), k.block_dim, ec);
+    auto* s = state(ec);
+    if (!s || (ec = rt_->backend().validate_fixed(s->device, k.block_dim))) return nullptr;
+    return detail::fixed_task(*rt_, *s, *f, rt_->intern(k.display_name()), k.block_dim);
   }
   auto* s = state(ec);
   if (!s) return nullptr;
@@ -111,16 +142,8 @@ NPURT_DECL detail::task* stream::make_launch(const detail::launch_args& a, std::
 NPURT_DECL detail::task* stream::make_fixed_launch(const kernels::fixed& f, std::string_view name,
                                                    std::uint32_t block_dim, std::error_code& ec) {
   auto* s = state(ec);
-  if (!s) return nullptr;
-  if ((ec = rt_->backend().validate_fixed(s->device, block_dim))) return nullptr;
-  detail::task* t = rt_->new_task(*s, task_kind::kernel);
-  t->engine = engine_kind::ai_core;
-  t->block_dim = block_dim;
-  t->name = name;
-  t->fixed = f;
-  t->flops = f.flops;
-  t->bytes = f.bytes;
-  return t;
+  if (!s || (ec = rt_->backend().validate_fixed(s->device, block_dim))) return nullptr;
+  return detail::fixed_task(*rt_, *s, f, name, block_dim);
 }
 
 NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
@@ -289,11 +312,17 @@ NPURT_DECL detail::task* stream::make_callback(std::function<void()> fn, std::er
 // --- fire and forget -------------------------------------------------------------------------
 
 NPURT_DECL event stream::launch(const kernel_desc& k, std::error_code& ec) {
+  if (detail::task* t = live_fixed_launch(k)) [[likely]] {
+    ec.clear();
+    return submit(t);
+  }
   detail::task* t = make_launch(k, ec);
   return t ? submit(t) : event{};
 }
 
 NPURT_DECL event stream::launch(const kernel_desc& k) {
+  if (detail::task* t = live_fixed_launch(k)) [[likely]]
+    return submit(t);
   std::error_code ec;
   std::string what;
   detail::task* t = make_launch(k, ec, &what);

@@ -54,6 +54,7 @@ class sim_backend final : public npurt::backend {
   sim_options opts_;
   std::vector<device_properties> props_;
   device_model model_;
+  std::error_code ok_;  // a success, made once
 };
 
 /// The simulator behind a backend, or null when the backend is another one.

@@ -1,0 +1,283 @@
+// npurt/detail/scheduler.hpp — the scheduling layer of one npurt::system.
+//
+// Owns one invariant: work runs in stream order, after the events it waits for, and no failure
+// of fire-and-forget work is lost. Its state is stream FIFOs, task records, events, host lanes
+// (the virtual time at which the host enqueues), dependencies between stream positions and
+// sticky errors. It decides when a task reaches the backend and hears when it is done; the loop
+// that drives time (detail::runtime) and the parts it lends (loop_parts) are separate owners.
+// Single-threaded: called only from the thread that runs the system.
+#pragma once
+
+#include <npurt/backend.hpp>
+#include <npurt/config.hpp>
+#include <npurt/detail/device_queue.hpp>
+#include <npurt/detail/memory_registry.hpp>
+#include <npurt/detail/object_pool.hpp>
+#include <npurt/detail/timer_queue.hpp>
+#include <npurt/error.hpp>
+#include <npurt/kernel.hpp>
+#include <npurt/observer.hpp>
+#include <npurt/system_options.hpp>
+#include <npurt/time.hpp>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace npurt::detail {
+
+/// A host-side operation waiting for a completion (an awaited launch, a sync, an event wait).
+/// Type-erased so that tasks stay plain records; concrete ops hold the Asio handler.
+struct op_base {
+  void (*complete_fn)(op_base*, std::error_code) = nullptr;
+  void complete(std::error_code ec) { complete_fn(this, ec); }
+};
+
+/// One enqueued unit of stream work. The task_info part is what the backend sees.
+struct task : task_info {
+  task* next = nullptr;            // stream FIFO
+  op_base* waiter = nullptr;       // host op completed with the task's outcome
+  std::uint64_t seq = 0;           // position in its stream (1-based)
+  // event_wait: the stream position waited for; event_record: the event id recorded.
+  std::uint32_t target_stream = 0;
+  std::uint64_t target_seq = 0;
+  std::uint64_t event_id = 0;
+  std::function<void()>* callback = nullptr;  // host_callback only (kept out of the record)
+  kernel_desc* owned_kernel = nullptr;
+  std::shared_ptr<const void> owned_extra;  // what `collective` points into (freed with the task)
+  bool blocked = false;            // an event wait not yet satisfied
+  bool orphan = false;             // its device was reset while a completion was on its way: free it then
+  std::error_code error;           // set when the task failed or was aborted
+  std::exception_ptr exception;    // host_callback only: what the callback threw
+};
+
+/// The first failure of fire-and-forget work on a stream or device, kept until read (CUDA's and
+/// CANN's sticky error): which task failed, how, and for a host callback what it threw.
+struct failure {
+  std::error_code ec;
+  std::uint64_t task = 0;          // task id
+  std::uint32_t stream = 0;
+  std::uint64_t seq = 0;           // its position in the stream
+  std::string name;                // the task's name, owned
+  std::exception_ptr exception;
+  explicit operator bool() const noexcept { return static_cast<bool>(ec); }
+  /// "task 7 (add) on stream 3 failed: <message>"
+  [[nodiscard]] std::string describe() const;
+};
+
+/// A waiter on a stream position: runs fn(self, ctx, ec) when the stream completes task `seq` (or
+/// with an error when it never will).
+struct position_waiter {
+  void (*fn)(void* self, void* ctx, std::error_code) = nullptr;
+  void* self = nullptr;  // who waits (e.g. the scheduler for a stream's event wait)
+  void* ctx = nullptr;   // on what (e.g. the waiting task)
+};
+
+struct stream_state {
+  std::uint32_t id = 0;
+  device_id device = 0;
+  std::uint8_t priority = 4;
+  std::uint32_t flags = 0;
+  task* head = nullptr;            // oldest not-yet-completed task
+  task* tail = nullptr;
+  bool head_started = false;
+  bool wake_pending = false;       // a timer will start the head when its submit time comes
+  bool destroyed = false;          // handle gone: free the state once drained
+  bool invalidated = false;        // its device was reset: the handle no longer works
+  std::uint64_t enqueued = 0;      // seq of the last enqueued task
+  std::uint64_t completed = 0;     // seq of the last completed task
+  sim_time host_cursor{};          // host lane time of this stream's enqueues
+  failure sticky;                  // first unread failure of fire-and-forget work
+  std::multimap<std::uint64_t, position_waiter> waiters;
+  boost::asio::strand<boost::asio::io_context::executor_type> strand;
+
+  explicit stream_state(boost::asio::io_context& ioc) : strand(boost::asio::make_strand(ioc)) {}
+};
+
+struct event_state {
+  std::uint64_t id = 0;
+  device_id device = 0;
+  std::uint32_t refs = 0;         // handles alive
+  bool wait_for_record = false;     // a stream wait before the first record holds until it
+  std::vector<struct task*> unbound; // such waits, blocked until the first record
+  std::uint64_t records = 0;        // how many times it was recorded
+  std::uint32_t stream = 0;         // the latest record's stream position
+  std::uint64_t seq = 0;
+  std::uint64_t record_task = 0;
+  bool has_time = false;            // the latest record completed
+  sim_time time{};
+};
+
+/// What the loop owns and lends to the scheduler: the options, the backend, the host's
+/// io_context, the clock, the memory registry, the observer, and the accounting of handlers
+/// handed to the host side (the loop polls the io_context only when some were posted).
+struct loop_parts {
+  NPURT_DECL loop_parts(std::unique_ptr<npurt::backend> b, const system_options& opts);
+
+  /// Posts a completion handler to its executor, and counts it so the loop knows to poll: the
+  /// only way the runtime's side hands work to the host side.
+  template <class Executor, class Handler>
+  void post(const Executor& ex, Handler&& h) {
+    ++posts_;
+    boost::asio::post(ex, std::forward<Handler>(h));
+  }
+
+  system_options opts_;
+  std::unique_ptr<npurt::backend> backend_;
+  // One thread runs everything (determinism), so nothing here needs locks.
+  boost::asio::io_context ioc_{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE};
+  timer_queue clock_;
+  observer* trace_ = nullptr;  // the observers' fanout while any is attached
+  memory_registry memory_;
+  std::uint64_t posts_ = 0;  // handlers posted since the loop last polled
+};
+
+class scheduler {
+ public:
+  scheduler(const scheduler&) = delete;
+  scheduler& operator=(const scheduler&) = delete;
+
+  // --- streams ---
+  NPURT_DECL std::uint32_t create_stream(device_id dev, int priority, std::uint32_t flags);
+  NPURT_DECL void release_stream(std::uint32_t id) noexcept;  // handle destroyed: drain, then free
+  [[nodiscard]] stream_state* find_stream(std::uint32_t id) noexcept {
+    return id < streams_.size() ? streams_[id].get() : nullptr;
+  }
+  [[nodiscard]] NPURT_DECL bool stream_idle(std::uint32_t id) const noexcept;
+  [[nodiscard]] NPURT_DECL bool position_reached(std::uint32_t stream, std::uint64_t seq) const noexcept;
+  /// Calls w when the stream completes `seq` (at once, in the loop, if it already has).
+  NPURT_DECL void wait_position(std::uint32_t stream, std::uint64_t seq, const position_waiter& w);
+  /// The position of the stream's next enqueue minus one: where a synchronize waits.
+  [[nodiscard]] NPURT_DECL std::uint64_t last_enqueued(std::uint32_t stream) const noexcept;
+
+  // --- tasks ---
+  NPURT_DECL task* new_task(stream_state& s, task_kind kind);
+  /// Charges the host lane, stamps the task and appends it to its stream.
+  NPURT_DECL void enqueue(stream_state& s, task* t);
+  /// Enqueues on `stream` a wait for position `seq` of `target` (a pool's reuse fence), unless
+  /// it is reached already.
+  NPURT_DECL void enqueue_wait(std::uint32_t stream, std::uint32_t target, std::uint64_t seq, std::string_view name);
+  NPURT_DECL void free_task(task* t) noexcept;
+  NPURT_DECL kernel_desc* new_kernel(const kernel_desc& k);
+  /// A copy of `name` that lives as long as the runtime (task names outlive their callers'
+  /// strings: traces read them after the run).
+  [[nodiscard]] std::string_view intern(std::string_view name) {
+    // Launch loops repeat one name: compare with the last one before hashing (a short name, the
+    // usual case, with two overlapping word loads instead of a memcmp call).
+    const std::size_t n = name.size();
+    if (n == last_name_.size()) {
+      const char* a = name.data();
+      const char* b = last_name_.data();
+      if (n >= 8 && n <= 16) {
+        if (load<std::uint64_t>(a) == load<std::uint64_t>(b) &&
+            load<std::uint64_t>(a + n - 8) == load<std::uint64_t>(b + n - 8))
+          return last_name_;
+      } else if (n >= 4 && n < 8) {
+        if (load<std::uint32_t>(a) == load<std::uint32_t>(b) &&
+            load<std::uint32_t>(a + n - 4) == load<std::uint32_t>(b + n - 4))
+          return last_name_;
+      } else if (name == last_name_) {
+        return last_name_;
+      }
+    }
+    return intern_slow(name);
+  }
+  /// The backend finished `t` with outcome ec (backend_host::complete).
+  NPURT_DECL void task_completed(task_info& t, std::error_code ec);
+
+  // --- sticky errors ---
+  /// Reads (and clears) the first unread failure of a stream's fire-and-forget work.
+  NPURT_DECL failure take_stream_failure(std::uint32_t stream) noexcept;
+  /// The stream's first unread failure without clearing it, or null.
+  [[nodiscard]] NPURT_DECL const failure* peek_stream_failure(std::uint32_t stream) const noexcept;
+  /// Reads (and clears) the first unread failure of any stream of a device.
+  NPURT_DECL failure take_device_failure(device_id dev) noexcept;
+  /// aclrtResetDevice: every pending task of the device is dropped (its waiter completes with
+  /// errc::operation_aborted), without waiting for it.
+  NPURT_DECL void abort_device(device_id dev);
+
+  // --- events ---
+  NPURT_DECL std::uint64_t create_event(device_id dev, bool wait_for_record = false);
+  /// stream::record: enqueues a record of `e` at the end of `s`, points the event at it, and
+  /// lets waits made before the first record wait for it.
+  NPURT_DECL void record_event(stream_state& s, event_state& e);
+  /// Handle counting of user events: a user event dies with its last handle.
+  NPURT_DECL void retain_event(std::uint64_t id) noexcept;
+  NPURT_DECL void release_event(std::uint64_t id) noexcept;
+  [[nodiscard]] NPURT_DECL event_state* find_event(std::uint64_t id) noexcept;
+
+  // --- devices ---
+  /// (stream, last enqueued seq) of every live stream of a device with pending work.
+  [[nodiscard]] NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> device_positions(device_id dev) const;
+  /// Device reset: streams and events of the device stop working (handles report invalid).
+  NPURT_DECL void invalidate_device(device_id dev) noexcept;
+
+  [[nodiscard]] std::size_t live_tasks() const noexcept { return tasks_.live(); }
+  [[nodiscard]] std::uint64_t next_task_id() const noexcept { return next_task_id_; }
+
+ protected:
+  NPURT_DECL explicit scheduler(loop_parts& parts);
+  virtual ~scheduler() = default;
+
+  /// A stream's head became a blocked event wait: the loop checks whether it closed a cycle.
+  virtual void wait_blocked(stream_state& s) = 0;
+  /// Fails a blocked wait at the head of `s` with `ec` (deadlock resolution), at this instant.
+  NPURT_DECL void fail_blocked_wait(stream_state& s, std::error_code ec);
+  /// The system is going away: whoever still waits hears errc::operation_aborted.
+  NPURT_DECL void abort_all() noexcept;
+  [[nodiscard]] const std::vector<std::unique_ptr<stream_state>>& streams() const noexcept { return streams_; }
+
+ private:
+  template <class Word>
+  static Word load(const char* p) noexcept {
+    Word w;
+    std::memcpy(&w, p, sizeof w);
+    return w;
+  }
+  [[nodiscard]] sim_time now() const noexcept { return parts_.clock_.now(); }
+  NPURT_DECL std::string_view intern_slow(std::string_view name);
+  NPURT_DECL void try_start(stream_state& s);
+  NPURT_DECL void start_task(stream_state& s, task* t);
+  NPURT_DECL void finish_task(stream_state& s, task* t);
+  NPURT_DECL void perform_copy(task& t);
+  NPURT_DECL void record_failure(const task& t, std::error_code ec);
+  NPURT_DECL void detach_wait(task* t) noexcept;
+  NPURT_DECL void wake_stream(std::uint64_t stream_id);
+  NPURT_DECL void task_done_now(task* t);
+  static NPURT_DECL void on_wait_satisfied(void* self, void* ctx, std::error_code ec);
+  /// Runs `t`'s completion at this instant, through the due-now queue (long chains of
+  /// completions must not recurse).
+  void done_now(task* t) {
+    parts_.clock_.call_at(parts_.clock_.now(), timer_action::member<&scheduler::task_done_now>(this, t));
+  }
+
+  loop_parts& parts_;
+  std::uint64_t next_task_id_ = 1;
+  std::unordered_set<std::string> names_;  // interned task names (node-based: views stay valid)
+  std::string_view last_name_;
+  std::vector<failure> device_failures_;  // by device
+  object_pool<task, 4096> tasks_;
+  object_pool<kernel_desc, 256> kernels_;
+  std::vector<std::unique_ptr<stream_state>> streams_;  // index = stream id; ids are never reused
+  std::vector<std::unique_ptr<event_state>> events_;    // index = event id
+  device_queue queue_;
+};
+
+}  // namespace npurt::detail
+
+#if NPURT_INCLUDE_IMPL
+#include <npurt/impl/scheduler.ipp>
+#endif

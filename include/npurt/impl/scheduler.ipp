@@ -1,0 +1,467 @@
+// npurt/impl/scheduler.ipp — bodies of detail::scheduler.
+#pragma once
+
+#include <npurt/detail/scheduler.hpp>
+#include <npurt/impl/memory_registry.ipp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace npurt::detail {
+
+NPURT_DECL loop_parts::loop_parts(std::unique_ptr<npurt::backend> b, const system_options& opts)
+    : opts_(opts), backend_(std::move(b)), memory_(*backend_, clock_, trace_) {}
+
+NPURT_DECL scheduler::scheduler(loop_parts& parts) : parts_(parts) {
+  streams_.emplace_back();  // id 0 means "no stream"
+  events_.emplace_back();   // id 0 means "a task event"
+  device_failures_.resize(parts_.backend_->device_count());
+  queue_.configure(parts_.opts_.dispatch);
+}
+
+NPURT_DECL void scheduler::abort_all() noexcept {
+  for (auto& sp : streams_) {
+    if (!sp) continue;
+    for (task* t = sp->head; t;) {
+      task* next = t->next;
+      if (t->waiter) t->waiter->complete(make_error_code(errc::operation_aborted));
+      free_task(t);
+      t = next;
+    }
+    sp->head = sp->tail = nullptr;
+    for (auto& [seq, w] : sp->waiters) w.fn(w.self, w.ctx, make_error_code(errc::operation_aborted));
+    sp->waiters.clear();
+  }
+}
+
+NPURT_DECL void scheduler::fail_blocked_wait(stream_state& s, std::error_code ec) {
+  task* h = s.head;
+  // Detach the wait from what it waited on, then fail it.
+  detach_wait(h);
+  h->blocked = false;
+  h->error = ec;
+  done_now(h);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Waits
+
+NPURT_DECL void scheduler::detach_wait(task* h) noexcept {
+  if (h->target_stream == 0) {
+    if (auto* e = find_event(h->event_id)) std::erase(e->unbound, h);
+  } else if (auto* target = find_stream(h->target_stream)) {
+    for (auto it = target->waiters.begin(); it != target->waiters.end(); ++it)
+      if (it->second.ctx == h) {
+        target->waiters.erase(it);
+        break;
+      }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams and tasks
+
+NPURT_DECL std::uint32_t scheduler::create_stream(device_id dev, int priority, std::uint32_t flags) {
+  auto s = std::make_unique<stream_state>(parts_.ioc_);
+  s->id = static_cast<std::uint32_t>(streams_.size());
+  s->device = dev;
+  s->priority = static_cast<std::uint8_t>(std::clamp(priority, 0, 7));  // out of range clamps, as in CANN
+  s->flags = flags;
+  s->host_cursor = now();
+  streams_.push_back(std::move(s));
+  const auto& st = *streams_.back();
+  if (parts_.trace_) parts_.trace_->on_stream_created(dev, st.id, st.priority);
+  return st.id;
+}
+
+NPURT_DECL void scheduler::release_stream(std::uint32_t id) noexcept {
+  if (id == 0 || id >= streams_.size() || !streams_[id]) return;
+  auto& s = *streams_[id];
+  s.destroyed = true;
+  if (!s.head && s.waiters.empty()) streams_[id].reset();
+}
+
+NPURT_DECL bool scheduler::stream_idle(std::uint32_t id) const noexcept {
+  if (id >= streams_.size() || !streams_[id]) return true;
+  return streams_[id]->head == nullptr;
+}
+
+NPURT_DECL bool scheduler::position_reached(std::uint32_t stream, std::uint64_t seq) const noexcept {
+  if (stream >= streams_.size() || !streams_[stream]) return true;  // freed streams are drained
+  return streams_[stream]->completed >= seq;
+}
+
+NPURT_DECL void scheduler::wait_position(std::uint32_t stream, std::uint64_t seq, const position_waiter& w) {
+  if (position_reached(stream, seq)) {
+    w.fn(w.self, w.ctx, {});
+    return;
+  }
+  streams_[stream]->waiters.emplace(seq, w);
+}
+
+NPURT_DECL task* scheduler::new_task(stream_state& s, task_kind kind) {
+  task* t = tasks_.create();
+  t->id = next_task_id_++;
+  t->device = s.device;
+  t->stream = s.id;
+  t->priority = s.priority;
+  t->kind = kind;
+  return t;
+}
+
+NPURT_DECL kernel_desc* scheduler::new_kernel(const kernel_desc& k) { return kernels_.create(k); }
+
+NPURT_DECL std::string_view scheduler::intern_slow(std::string_view name) {
+  last_name_ = *names_.emplace(name).first;
+  return last_name_;
+}
+
+NPURT_DECL void scheduler::free_task(task* t) noexcept {
+  if (t->owned_kernel) kernels_.destroy(t->owned_kernel);
+  delete t->callback;
+  tasks_.destroy(t);
+}
+
+NPURT_DECL void scheduler::enqueue(stream_state& s, task* t) {
+  // The host lane pays the enqueue; the task exists for the device from the moment the call returns.
+  s.host_cursor = std::max(s.host_cursor, now()) + parts_.opts_.launch_overhead;
+  t->submitted = s.host_cursor;
+  t->seq = ++s.enqueued;
+  if (s.tail) s.tail->next = t;
+  else s.head = t;
+  s.tail = t;
+  queue_.on_enqueue(*t, s.id, (s.flags & device_queue::bypass_flags) != 0);
+  if (s.head == t) try_start(s);
+}
+
+NPURT_DECL void scheduler::enqueue_wait(std::uint32_t stream, std::uint32_t target, std::uint64_t seq,
+                                        std::string_view name) {
+  stream_state* s = find_stream(stream);
+  if (!s || position_reached(target, seq)) return;
+  task* t = new_task(*s, task_kind::event_wait);
+  t->target_stream = target;
+  t->target_seq = seq;
+  t->name = name;
+  enqueue(*s, t);
+}
+
+NPURT_DECL void scheduler::try_start(stream_state& s) {
+  task* t = s.head;
+  if (!t || s.head_started) return;
+  if (t->submitted > now()) {
+    if (!s.wake_pending) {
+      s.wake_pending = true;
+      parts_.clock_.call_at(t->submitted, timer_action::member_value<&scheduler::wake_stream>(this, s.id));
+    }
+    return;
+  }
+  if (!queue_.may_dispatch(*t)) return;  // the device's queue holds earlier tasks: woken on their dispatch
+  start_task(s, t);
+}
+
+NPURT_DECL void scheduler::wake_stream(std::uint64_t stream_id) {
+  if (auto* s = find_stream(static_cast<std::uint32_t>(stream_id))) {
+    s->wake_pending = false;
+    try_start(*s);
+  }
+}
+
+NPURT_DECL void scheduler::task_done_now(task* t) {
+  if (t->orphan) return free_task(t);
+  t->end = now();
+  finish_task(*find_stream(t->stream), t);
+}
+
+NPURT_DECL void scheduler::on_wait_satisfied(void* self, void* ctx, std::error_code ec) {
+  auto* t = static_cast<task*>(ctx);
+  t->blocked = false;
+  if (ec) t->error = ec;
+  // Through the now-queue rather than directly: long chains of waits must not recurse.
+  static_cast<scheduler*>(self)->done_now(t);
+}
+
+NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
+  s.head_started = true;
+  if (const std::uint32_t next = queue_.on_dispatch(*t))
+    parts_.clock_.call_at(now(), timer_action::member_value<&scheduler::wake_stream>(this, next));
+  t->ready = now();
+  t->start = now();
+  switch (t->kind) {
+    case task_kind::kernel:
+    case task_kind::memset:
+    case task_kind::collective: parts_.backend_->submit(*t); return;
+    case task_kind::memcpy:
+      // Host-to-host copies too: the backend owns all data movement and its timing.
+      parts_.backend_->submit(*t);
+      return;
+    case task_kind::event_record: {
+      if (auto* e = find_event(t->event_id); e && e->stream == s.id && e->seq == t->seq) {
+        e->has_time = true;
+        e->time = now();
+      }
+      done_now(t);
+      return;
+    }
+    case task_kind::event_wait:
+      if (t->target_stream == 0) {
+        // A wait made before the event's first record: hold until a record binds it.
+        event_state* e = find_event(t->event_id);
+        if (!e) {
+          t->error = make_error_code(errc::invalid_event);
+          done_now(t);
+          return;
+        }
+        if (e->records == 0) {
+          t->blocked = true;
+          e->unbound.push_back(t);
+          return;
+        }
+        t->target_stream = e->stream;
+        t->target_seq = e->seq;
+      }
+      if (position_reached(t->target_stream, t->target_seq)) {
+        done_now(t);
+        return;
+      }
+      t->blocked = true;
+      streams_[t->target_stream]->waiters.emplace(t->target_seq,
+                                                  position_waiter{&scheduler::on_wait_satisfied, this, t});
+      // A wait that closes a cycle can never be satisfied: the loop says so now, not at the end
+      // of time.
+      wait_blocked(s);
+      return;
+    case task_kind::host_callback:
+      parts_.post(s.strand, [this, t] {
+        if (t->orphan) return free_task(t);  // its device was reset meanwhile
+        try {
+          if (t->callback) (*t->callback)();
+        } catch (...) {
+          // Not swallowed: the awaiting caller, or the stream's sticky error, gets it.
+          t->error = make_error_code(errc::callback_failed);
+          t->exception = std::current_exception();
+        }
+        t->end = now();
+        finish_task(*find_stream(t->stream), t);
+      });
+      return;
+  }
+}
+
+NPURT_DECL void scheduler::task_completed(task_info& ti, std::error_code ec) {
+  auto& t = static_cast<task&>(ti);
+  if (ec) t.error = ec;
+  if (!t.error && (t.kind == task_kind::memcpy || t.kind == task_kind::memset)) perform_copy(t);
+  finish_task(*find_stream(t.stream), &t);
+}
+
+NPURT_DECL void scheduler::perform_copy(task& t) {
+  if (!parts_.backend_->functional()) return;
+  const copy_desc& c = t.copy;
+  auto resolve = [this](device_id dev, const void* p, std::size_t n) -> std::byte* {
+    if (!is_device_address(p)) return static_cast<std::byte*>(const_cast<void*>(p));
+    return parts_.memory_.translate(dev, p, n);
+  };
+  std::byte* dst = resolve(c.dst_device, c.dst, c.bytes);
+  if (!dst) {
+    // The memory was freed while the copy was queued: fail the task, touch nothing.
+    t.error = make_error_code(errc::invalid_pointer);
+    return;
+  }
+  if (t.kind == task_kind::memset) {
+    std::memset(dst, c.value, c.bytes);
+    return;
+  }
+  const std::byte* src = resolve(c.src_device, c.src, c.bytes);
+  if (!src) {
+    t.error = make_error_code(errc::invalid_pointer);
+    return;
+  }
+  std::memmove(dst, src, c.bytes);
+}
+
+NPURT_DECL void scheduler::finish_task(stream_state& s, task* t) {
+  if (parts_.trace_) {
+    parts_.trace_->on_task(*t);
+    if (t->kind == task_kind::event_record) {
+      parts_.trace_->on_event_record({t->event_id, t->id, t->device, t->stream, t->end});
+    } else if (t->kind == task_kind::event_wait) {
+      event_wait_info w{t->event_id, t->id, t->device, t->stream, 0, 0, t->target_stream, t->start, t->end};
+      if (auto* e = find_event(t->event_id)) {
+        w.record_task = e->record_task;
+        w.record_device = e->device;
+      } else if (auto* ts = find_stream(t->target_stream)) {
+        w.record_device = ts->device;
+      }
+      parts_.trace_->on_event_wait(w);
+    }
+  }
+  s.completed = t->seq;
+  s.head = t->next;
+  if (!s.head) s.tail = nullptr;
+  s.head_started = false;
+  op_base* w = t->waiter;
+  const std::error_code err = t->error;
+  if (err && !w) record_failure(*t, err);  // fire-and-forget: nobody else would hear of it
+  free_task(t);
+  if (w) w->complete(err);
+  while (!s.waiters.empty() && s.waiters.begin()->first <= s.completed) {
+    const position_waiter pw = s.waiters.begin()->second;
+    s.waiters.erase(s.waiters.begin());
+    pw.fn(pw.self, pw.ctx, {});
+  }
+  if (s.head) try_start(s);
+  else if (s.destroyed && s.waiters.empty()) streams_[s.id].reset();
+}
+
+NPURT_DECL std::string failure::describe() const {
+  std::string out = "task " + std::to_string(task);
+  if (!name.empty()) out += " (" + name + ")";
+  out += " on stream " + std::to_string(stream) + " failed: " + ec.message();
+  if (exception) {
+    try {
+      std::rethrow_exception(exception);
+    } catch (const std::exception& e) {
+      out += ": ";
+      out += e.what();
+    } catch (...) {}
+  }
+  return out;
+}
+
+NPURT_DECL void scheduler::record_failure(const task& t, std::error_code ec) {
+  auto fill = [&](failure& f) {
+    if (f) return;  // the first failure is the one reported
+    f.ec = ec;
+    f.task = t.id;
+    f.stream = t.stream;
+    f.seq = t.seq;
+    f.name = std::string(t.name);
+    f.exception = t.exception;
+  };
+  if (auto* s = find_stream(t.stream)) fill(s->sticky);
+  if (t.device >= 0 && static_cast<std::size_t>(t.device) < device_failures_.size())
+    fill(device_failures_[static_cast<std::size_t>(t.device)]);
+}
+
+NPURT_DECL failure scheduler::take_stream_failure(std::uint32_t stream) noexcept {
+  failure f;
+  if (auto* s = find_stream(stream)) std::swap(f, s->sticky);
+  return f;
+}
+
+NPURT_DECL const failure* scheduler::peek_stream_failure(std::uint32_t stream) const noexcept {
+  if (stream >= streams_.size() || !streams_[stream] || !streams_[stream]->sticky) return nullptr;
+  return &streams_[stream]->sticky;
+}
+
+NPURT_DECL failure scheduler::take_device_failure(device_id dev) noexcept {
+  failure f;
+  if (dev >= 0 && static_cast<std::size_t>(dev) < device_failures_.size())
+    std::swap(f, device_failures_[static_cast<std::size_t>(dev)]);
+  return f;
+}
+
+NPURT_DECL void scheduler::abort_device(device_id dev) {
+  parts_.backend_->abort(dev);  // the backend lets go of every task of the device
+  queue_.forget(dev);     // and the device's execution queue of every task not yet dispatched
+  const std::error_code aborted = make_error_code(errc::operation_aborted);
+  std::vector<op_base*> waiters;
+  for (auto& sp : streams_) {
+    if (!sp || sp->device != dev) continue;
+    stream_state& s = *sp;
+    for (task* t = s.head; t;) {
+      task* next = t->next;
+      if (t->waiter) waiters.push_back(std::exchange(t->waiter, nullptr));
+      if (t->kind == task_kind::event_wait && t->blocked) detach_wait(t);
+      const bool completion_queued = t == s.head && s.head_started && !t->blocked &&
+                                     (t->kind == task_kind::event_record || t->kind == task_kind::event_wait ||
+                                      t->kind == task_kind::host_callback);
+      if (completion_queued) t->orphan = true;  // a now-action or strand handler still holds it: it frees the record
+      else free_task(t);
+      t = next;
+    }
+    s.head = s.tail = nullptr;
+    s.head_started = false;
+    s.completed = s.enqueued;
+    s.sticky = {};
+  }
+  device_failures_[static_cast<std::size_t>(dev)] = {};
+  for (op_base* w : waiters) w->complete(aborted);
+  // Whoever waited on a position of these streams hears that it will never come.
+  for (auto& sp : streams_) {
+    if (!sp || sp->device != dev) continue;
+    auto ws = std::move(sp->waiters);
+    sp->waiters.clear();
+    for (auto& [seq, w] : ws) w.fn(w.self, w.ctx, aborted);
+  }
+  for (auto& sp : streams_)
+    if (sp && sp->device == dev && sp->destroyed && sp->waiters.empty()) sp.reset();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events
+
+NPURT_DECL std::uint64_t scheduler::create_event(device_id dev, bool wait_for_record) {
+  auto e = std::make_unique<event_state>();
+  e->id = events_.size();
+  e->device = dev;
+  e->wait_for_record = wait_for_record;
+  events_.push_back(std::move(e));
+  return events_.back()->id;
+}
+
+NPURT_DECL void scheduler::record_event(stream_state& s, event_state& e) {
+  task* t = new_task(s, task_kind::event_record);
+  t->event_id = e.id;
+  t->name = "event_record";
+  // The event points at this record before it is enqueued: the record may run at once.
+  ++e.records;
+  e.stream = s.id;
+  e.seq = s.enqueued + 1;
+  e.record_task = t->id;
+  e.has_time = false;
+  enqueue(s, t);
+  // Waits made before the first record wait for this one.
+  std::vector<task*> waits;
+  waits.swap(e.unbound);
+  for (task* w : waits) {
+    w->target_stream = e.stream;
+    w->target_seq = e.seq;
+    wait_position(e.stream, e.seq, position_waiter{&scheduler::on_wait_satisfied, this, w});
+  }
+}
+
+NPURT_DECL void scheduler::retain_event(std::uint64_t id) noexcept {
+  if (auto* e = find_event(id)) ++e->refs;
+}
+
+NPURT_DECL void scheduler::release_event(std::uint64_t id) noexcept {
+  if (auto* e = find_event(id); e && --e->refs == 0) events_[id].reset();
+}
+
+NPURT_DECL std::uint64_t scheduler::last_enqueued(std::uint32_t stream) const noexcept {
+  return stream < streams_.size() && streams_[stream] ? streams_[stream]->enqueued : 0;
+}
+
+NPURT_DECL event_state* scheduler::find_event(std::uint64_t id) noexcept {
+  return id != 0 && id < events_.size() ? events_[id].get() : nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Devices
+
+NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> scheduler::device_positions(device_id dev) const {
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> out;
+  for (const auto& sp : streams_)
+    if (sp && sp->device == dev && sp->completed < sp->enqueued) out.emplace_back(sp->id, sp->enqueued);
+  return out;
+}
+
+NPURT_DECL void scheduler::invalidate_device(device_id dev) noexcept {
+  for (auto& sp : streams_)
+    if (sp && sp->device == dev) sp->invalidated = true;
+  for (auto& ep : events_)
+    if (ep && ep->device == dev) ep.reset();
+}
+
+}  // namespace npurt::detail

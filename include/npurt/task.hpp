@@ -1,0 +1,227 @@
+// npurt/task.hpp — npurt's own coroutine type, and a completion token that resumes it from the
+// completion itself.
+//
+//   npurt::task<void> step(npurt::stream& s, npurt::event ready) {
+//     co_await ready.async_wait(npurt::use_task);          // an event dependency
+//     co_await s.async_launch(kernel, npurt::use_task);    // resumes when the kernel completes
+//   }
+//   npurt::spawn(sys, step(s, ev), [](std::exception_ptr e) { ... });
+//   sys.run();
+//
+// An operation awaited with `npurt::use_task` keeps its record in the awaiting coroutine's frame
+// (nothing is allocated) and, when the task completes, resumes the coroutine through the loop's
+// queue of actions due at this instant instead of an Asio post: the resumption happens at the
+// virtual time of the completion, in the loop's fixed order, and never inside the initiating
+// call. Errors are thrown from the co_await as npurt's typed exceptions. Tasks run on the
+// system's thread, outside any strand: a strand orders handlers among themselves, and a task is
+// never run concurrently with one because the loop runs everything on one thread.
+//
+// `use_awaitable` keeps working for Asio coroutines; `use_task` is for npurt::task only (an
+// Asio awaitable cannot co_await a foreign awaiter). Operations whose completion carries values
+// besides the error (async_malloc) are awaited with use_awaitable.
+#pragma once
+
+#include <npurt/detail/async_op.hpp>
+#include <npurt/detail/runtime.hpp>
+#include <npurt/error.hpp>
+#include <npurt/system.hpp>
+
+#include <boost/asio/async_result.hpp>
+
+#include <coroutine>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace npurt {
+
+/// Completion token: `co_await op(..., npurt::use_task)` inside an npurt::task.
+struct use_task_t {
+  constexpr use_task_t() noexcept = default;
+};
+inline constexpr use_task_t use_task{};
+
+template <class T = void>
+class task;
+
+namespace detail {
+
+template <class Initiation, class... Args>
+class direct_awaiter {
+ public:
+  template <class I, class... A>
+  explicit direct_awaiter(I&& init, A&&... args) : init_(std::forward<I>(init)), args_(std::forward<A>(args)...) {}
+
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(std::coroutine_handle<> h) {
+    op_.waiting = h;
+    std::apply([&](auto&&... a) { std::move(init_)(direct_handler{&op_}, std::move(a)...); }, std::move(args_));
+    return !op_.early;
+  }
+  void await_resume() const {
+    if (op_.ec) throw_error(op_.ec, "npurt: awaited operation failed");
+  }
+
+ private:
+  Initiation init_;
+  std::tuple<Args...> args_;
+  direct_op op_;
+};
+
+template <class T>
+struct task_promise_base {
+  std::coroutine_handle<> continuation;
+  std::exception_ptr error;
+
+  std::suspend_always initial_suspend() noexcept { return {}; }
+  struct final_awaiter {
+    bool await_ready() const noexcept { return false; }
+    template <class P>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) noexcept {
+      // Symmetric transfer to whoever awaited this task: no stack growth along chains.
+      if (auto c = h.promise().continuation) return c;
+      return std::noop_coroutine();
+    }
+    void await_resume() const noexcept {}
+  };
+  final_awaiter final_suspend() noexcept { return {}; }
+  void unhandled_exception() noexcept { error = std::current_exception(); }
+};
+
+template <class T>
+struct task_promise : task_promise_base<T> {
+  std::optional<T> value;
+  npurt::task<T> get_return_object() noexcept;
+  template <class U>
+  void return_value(U&& v) {
+    value.emplace(std::forward<U>(v));
+  }
+  T take() {
+    if (this->error) std::rethrow_exception(this->error);
+    return std::move(*value);
+  }
+};
+
+template <>
+struct task_promise<void> : task_promise_base<void> {
+  npurt::task<void> get_return_object() noexcept;
+  void return_void() noexcept {}
+  void take() {
+    if (error) std::rethrow_exception(error);
+  }
+};
+
+/// The frame that runs a spawned task to its end and reports how it ended.
+struct spawned {
+  struct promise_type {
+    spawned get_return_object() noexcept { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    // Only the completion handler can throw here: out of system::run(), to the program.
+    void unhandled_exception() { throw; }
+  };
+  std::coroutine_handle<promise_type> h;
+};
+
+/// The handler is type-erased: a coroutine frame that held a caller's lambda type would have no
+/// linkage when the caller is a function with internal linkage (GCC's -Wsubobject-linkage).
+template <class T>
+spawned drive(runtime& rt, npurt::task<T> t, std::function<void(std::exception_ptr)> h) {
+  std::exception_ptr e;
+  try {
+    co_await std::move(t);
+  } catch (...) { e = std::current_exception(); }
+  rt.host_wait_end();
+  h(e);  // what it throws leaves through system::run() (spawned::promise_type rethrows it)
+}
+
+/// Starts a suspended frame at this instant through the due-now queue.
+struct frame_start {
+  std::coroutine_handle<> h;
+  void run(frame_start*) {
+    const auto c = h;
+    delete this;
+    c.resume();
+  }
+};
+
+}  // namespace detail
+
+/// A lazily started coroutine of npurt's own: starts when awaited (by another task) or spawned.
+/// Move-only; destroying a task that has not finished destroys its frame.
+template <class T>
+class [[nodiscard]] task {
+ public:
+  using promise_type = detail::task_promise<T>;
+  using handle_type = std::coroutine_handle<promise_type>;
+
+  task() noexcept = default;
+  explicit task(handle_type h) noexcept : h_(h) {}
+  task(task&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+  task& operator=(task&& o) noexcept {
+    if (this != &o) {
+      if (h_) h_.destroy();
+      h_ = std::exchange(o.h_, {});
+    }
+    return *this;
+  }
+  task(const task&) = delete;
+  task& operator=(const task&) = delete;
+  ~task() {
+    if (h_) h_.destroy();
+  }
+
+  bool await_ready() const noexcept { return !h_ || h_.done(); }
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> c) noexcept {
+    h_.promise().continuation = c;
+    return h_;
+  }
+  T await_resume() { return h_.promise().take(); }
+
+ private:
+  handle_type h_;
+};
+
+template <class T>
+npurt::task<T> detail::task_promise<T>::get_return_object() noexcept {
+  return npurt::task<T>{std::coroutine_handle<task_promise<T>>::from_promise(*this)};
+}
+inline npurt::task<void> detail::task_promise<void>::get_return_object() noexcept {
+  return npurt::task<void>{std::coroutine_handle<task_promise<void>>::from_promise(*this)};
+}
+
+/// Runs `t` on `sys`, starting at the current instant (never inside this call), and calls
+/// done(exception_ptr) when it ends: null, or what escaped the task. system::run() runs until
+/// it has ended.
+template <class T, class Done>
+void spawn(system& sys, task<T> t, Done done) {
+  detail::runtime& rt = detail::runtime_of(sys);
+  detail::spawned d = detail::drive(rt, std::move(t), std::function<void(std::exception_ptr)>(std::move(done)));
+  rt.host_wait_begin();  // the task counts as a waiter until it ends
+  auto* start = new detail::frame_start{d.h};
+  rt.timers().call_at(rt.now(), detail::timer_action::member<&detail::frame_start::run>(start, start));
+}
+
+/// spawn() whose escaping exception is rethrown from system::run().
+template <class T>
+void spawn(system& sys, task<T> t) {
+  spawn(sys, std::move(t), [](std::exception_ptr e) {
+    if (e) std::rethrow_exception(e);
+  });
+}
+
+}  // namespace npurt
+
+template <>
+class boost::asio::async_result<npurt::use_task_t, void(npurt::async_error_code)> {
+ public:
+  template <class Initiation, class... Args>
+  static auto initiate(Initiation&& init, npurt::use_task_t, Args&&... args) {
+    return npurt::detail::direct_awaiter<std::decay_t<Initiation>, std::decay_t<Args>...>(
+        std::forward<Initiation>(init), std::forward<Args>(args)...);
+  }
+};

@@ -1,0 +1,204 @@
+// npurt::task and the use_task token: awaited launches and event waits resume from the
+// completion itself (no Asio post), in stream order, at the completion's virtual time, never
+// inside the initiating call, with npurt's typed errors and exceptions crossing task boundaries.
+#include <npurt/npurt.hpp>
+#include <npurt/task.hpp>
+
+#include "common.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+
+using namespace npurt_test;
+
+namespace {
+
+npurt::task<void> task_test_three(npurt::system& sys, npurt::stream& s, std::vector<npurt::sim_time>& at) {
+  for (int i = 0; i < 3; ++i) {
+    co_await s.async_launch(fixed(us(10)), npurt::use_task);
+    at.push_back(sys.now());
+  }
+}
+
+asio::awaitable<void> task_test_three_asio(npurt::system& sys, npurt::stream& s, std::vector<npurt::sim_time>& at) {
+  for (int i = 0; i < 3; ++i) {
+    co_await s.async_launch(fixed(us(10)), asio::use_awaitable);
+    at.push_back(sys.now());
+  }
+}
+
+npurt::task<int> task_test_add_after(npurt::stream& s, int a, int b) {
+  co_await s.async_launch(fixed(us(1)), npurt::use_task);
+  co_return a + b;
+}
+
+npurt::task<void> task_test_throws_after(npurt::stream& s) {
+  co_await s.async_launch(fixed(us(1)), npurt::use_task);
+  throw std::runtime_error("from the inner task");
+}
+
+}  // namespace
+
+TEST_CASE("a task's awaited launches resume in stream order at the virtual times use_awaitable sees", "[core][task]") {
+  std::vector<npurt::sim_time> direct, posted;
+  {
+    npurt::system sys{simple()};
+    auto s = sys.device(0).make_stream();
+    bool ended = false;
+    npurt::spawn(sys, task_test_three(sys, s, direct), [&](std::exception_ptr e) { ended = !e; });
+    sys.run();
+    CHECK(ended);
+  }
+  {
+    npurt::system sys{simple()};
+    auto s = sys.device(0).make_stream();
+    asio::co_spawn(s.get_executor(), task_test_three_asio(sys, s, posted), asio::detached);
+    sys.run();
+  }
+  REQUIRE(direct.size() == 3);
+  // Each awaited kernel runs its 10 us after the one before it completed.
+  CHECK(direct[0] >= npurt::sim_time{} + us(10));
+  CHECK(direct[1] - direct[0] >= us(10));
+  CHECK(direct[2] - direct[1] >= us(10));
+  CHECK(direct == posted);
+}
+
+TEST_CASE("a task never resumes inside the initiating call, even when the operation fails at once",
+          "[core][task][rules]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  std::vector<std::string> log;
+  auto a = [&]() -> npurt::task<void> {
+    log.push_back("a starts");
+    npurt::kernel_desc bad = fixed(us(1));
+    bad.block_dim = 1'000'000;  // more cores than any device has: refused before anything is enqueued
+    try {
+      co_await s.async_launch(bad, npurt::use_task);
+      log.push_back("a: launched");
+    } catch (const npurt::error& e) {
+      log.push_back(e.code() == npurt::errc::invalid_argument ? "a: invalid_argument" : "a: other error");
+    }
+  };
+  auto b = [&]() -> npurt::task<void> {
+    log.push_back("b starts");
+    co_return;
+  };
+  npurt::spawn(sys, a());
+  npurt::spawn(sys, b());
+  CHECK(log.empty());  // spawn never runs the task inside the call either
+  sys.run();
+  // Had a resumed inside async_launch, its error would precede b's start.
+  CHECK(log == std::vector<std::string>{"a starts", "b starts", "a: invalid_argument"});
+}
+
+TEST_CASE("a task waits on an event of another stream and sees a failure before it", "[core][task][event]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto producer = dev.make_stream();
+  auto consumer = dev.make_stream();
+  auto ready = producer.launch(fixed(us(100), "produce"));
+  npurt::sim_time resumed{};
+  // Named: a coroutine lambda's captures live in the closure, which must outlive the task.
+  auto consume = [&]() -> npurt::task<void> {
+    co_await ready.async_wait(npurt::use_task);
+    resumed = sys.now();
+    co_await consumer.async_launch(fixed(us(1), "consume"), npurt::use_task);
+  };
+  npurt::spawn(sys, consume());
+  sys.run();
+  CHECK(resumed >= npurt::sim_time{} + us(100));
+
+  // A copy that fails when it runs: the event after it reports the failure to the awaiting task.
+  void* p = dev.malloc(1024);
+  std::vector<std::byte> host(1024);
+  producer.launch(fixed(us(50), "long"));
+  producer.memcpy(p, 1024, host.data(), 1024, npurt::memcpy_kind::host_to_device);
+  dev.free(p);
+  auto after = producer.launch(fixed(us(1), "after"));
+  std::error_code seen;
+  auto wait_after = [&]() -> npurt::task<void> {
+    try {
+      co_await after.async_wait(npurt::use_task);
+    } catch (const npurt::error& e) { seen = e.code(); }
+  };
+  npurt::spawn(sys, wait_after());
+  sys.run();
+  CHECK(seen == npurt::errc::invalid_pointer);
+}
+
+TEST_CASE("values and exceptions cross task boundaries; spawn reports what escaped", "[core][task][error]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  int sum = 0;
+  std::string inner;
+  std::exception_ptr escaped;
+  auto outer = [&]() -> npurt::task<void> {
+    sum = co_await task_test_add_after(s, 2, 3);
+    try {
+      co_await task_test_throws_after(s);
+    } catch (const std::runtime_error& e) { inner = e.what(); }
+    co_await task_test_throws_after(s);  // not caught: escapes to spawn's handler
+  };
+  npurt::spawn(sys, outer(), [&](std::exception_ptr e) { escaped = e; });
+  sys.run();
+  CHECK(sum == 5);
+  CHECK(inner == "from the inner task");
+  REQUIRE(escaped);
+  CHECK_THROWS_AS(std::rethrow_exception(escaped), std::runtime_error);
+}
+
+TEST_CASE("tasks run outside the strands, beside strand coroutines, in one order run after run",
+          "[core][task][strand][determinism]") {
+  auto once = [] {
+    npurt::system sys{simple()};
+    auto s1 = sys.device(0).make_stream();
+    auto s2 = sys.device(0).make_stream();
+    std::vector<std::string> log;
+    bool task_outside_strand = true;
+    bool asio_inside_strand = true;
+    auto native = [&]() -> npurt::task<void> {
+      for (int i = 0; i < 4; ++i) {
+        co_await s1.async_launch(fixed(us(3)), npurt::use_task);
+        task_outside_strand = task_outside_strand && !s1.get_executor().running_in_this_thread();
+        log.push_back("task " + std::to_string(i) + " @" + std::to_string(sys.now().time_since_epoch().count()));
+      }
+    };
+    auto on_strand = [&]() -> asio::awaitable<void> {
+      for (int i = 0; i < 4; ++i) {
+        co_await s2.async_launch(fixed(us(2)), asio::use_awaitable);
+        asio_inside_strand = asio_inside_strand && s2.get_executor().running_in_this_thread();
+        log.push_back("asio " + std::to_string(i) + " @" + std::to_string(sys.now().time_since_epoch().count()));
+      }
+    };
+    npurt::spawn(sys, native());
+    asio::co_spawn(s2.get_executor(), on_strand(), asio::detached);
+    sys.run();
+    CHECK(task_outside_strand);
+    CHECK(asio_inside_strand);
+    return log;
+  };
+  const auto first = once();
+  CHECK(first.size() == 8);
+  CHECK(first == once());
+}
+
+TEST_CASE("use_task on a null stream completes with invalid_stream after the call, without a loop",
+          "[core][task][rules]") {
+  npurt::system sys{simple()};
+  std::error_code seen;
+  auto null_launch = [&]() -> npurt::task<void> {
+    npurt::stream none;
+    try {
+      co_await none.async_launch(fixed(us(1)), npurt::use_task);
+    } catch (const npurt::error& e) { seen = e.code(); }
+  };
+  npurt::spawn(sys, null_launch());
+  sys.run();
+  CHECK(seen == npurt::errc::invalid_stream);
+}
