@@ -9,6 +9,7 @@
 #include <npurt/device.hpp>
 #include <npurt/error.hpp>
 #include <npurt/event.hpp>
+#include <npurt/fault.hpp>
 #include <npurt/kernel.hpp>
 #include <npurt/memory.hpp>
 #include <npurt/memplan.hpp>
