@@ -201,6 +201,9 @@ class backend {
   [[nodiscard]] virtual std::error_code admit_allocation(device_id /*dev*/, std::size_t /*bytes*/) { return {}; }
   /// What the device is doing as far as the backend knows (healthy unless it injects faults).
   [[nodiscard]] virtual device_status status(device_id /*dev*/) const noexcept { return device_status::healthy; }
+  /// aclrtSetOpExecuteTimeOut: the watchdog of every later kernel and copy (0: never), for a
+  /// backend that runs one; errc::not_supported otherwise.
+  virtual std::error_code set_op_execute_timeout(picoseconds /*limit*/) { return make_error_code(errc::not_supported); }
 };
 
 }  // namespace npurt

@@ -131,7 +131,7 @@ inline device_status status_after(std::error_code ec) noexcept {
   if (ec.category() != error_category()) return device_status::healthy;
   const auto e = static_cast<errc>(ec.value());
   return e == errc::device_lost || e == errc::lost_heartbeat || e == errc::hbm_ecc_error ? device_status::lost
-                                                                                          : device_status::healthy;
+                                                                                         : device_status::healthy;
 }
 class resource_error : public error {
   using error::error;
@@ -141,8 +141,7 @@ class resource_error : public error {
 /// tell which device.
 class device_error : public error {
  public:
-  device_error(std::error_code ec, const std::string& what)
-      : error(ec, what), status_(status_after(ec)) {}
+  device_error(std::error_code ec, const std::string& what) : error(ec, what), status_(status_after(ec)) {}
   device_error(std::error_code ec, const std::string& what, std::int32_t device, device_status status)
       : error(ec, what), device_(device), status_(status) {}
   [[nodiscard]] std::int32_t device() const noexcept { return device_; }

@@ -168,7 +168,9 @@ void fault_backend::evaluate_triggers(task_info& t, std::uint64_t stream_pos) {
         fire = !st.started && !st.armed && st.hits == 0 && now >= f.at;
         start = f.at;
         break;
-      case fault_trigger::at_task: fire = st.hits == 0 && !st.armed && t.stream == f.stream && stream_pos == f.task; break;
+      case fault_trigger::at_task:
+        fire = st.hits == 0 && !st.armed && t.stream == f.stream && stream_pos == f.task;
+        break;
       case fault_trigger::random: {
         const bool room = f.max_hits == 0 || st.hits < f.max_hits;
         const bool eligible = f.kind == fault_kind::aicore_exception || f.kind == fault_kind::kernel_hang
@@ -324,8 +326,8 @@ void fault_backend::submit(task_info& t) {
   if (t.kind == task_kind::collective) {
     device_id silent_member = -1;
     if (const std::error_code ec = collective_fate(t, &silent_member)) {
-      if (silent_member >= 0) hold(t, silent_error(t, silent_member), silent_release_time(t, silent_member), false,
-                                   true, silent_member);
+      if (silent_member >= 0)
+        hold(t, silent_error(t, silent_member), silent_release_time(t, silent_member), false, true, silent_member);
       else hold(t, ec, now);
       return;
     }
@@ -383,7 +385,9 @@ void fault_backend::hold(task_info& t, std::error_code ec, sim_time at, bool sil
   held_[t.id] = h;
 }
 
-void fault_backend::on_release(void* self, std::uint64_t task_id) { static_cast<fault_backend*>(self)->release(task_id); }
+void fault_backend::on_release(void* self, std::uint64_t task_id) {
+  static_cast<fault_backend*>(self)->release(task_id);
+}
 
 void fault_backend::release(std::uint64_t task_id) {
   auto it = held_.find(task_id);
@@ -420,7 +424,8 @@ void fault_backend::abort(device_id dev) {
     stretch_.erase(id);
   }
   std::erase_if(inflight_, [dev](const auto& kv) { return kv.second->device == dev; });
-  std::erase_if(fail_with_, [this, dev](const auto& kv) { return !inflight_.contains(kv.first) && !held_.contains(kv.first); });
+  std::erase_if(fail_with_,
+                [this, dev](const auto& kv) { return !inflight_.contains(kv.first) && !held_.contains(kv.first); });
   inner_->abort(dev);
   device_state& d = devices_[static_cast<std::size_t>(dev)];
   const bool was_silent = d.silent_since.has_value();

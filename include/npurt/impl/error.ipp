@@ -102,7 +102,8 @@ NPURT_DECL const std::error_category& error_class_category() noexcept {
 
 NPURT_DECL void throw_error(std::error_code ec, std::string_view what) {
   std::string msg{what};
-  if (ec == errc::wait_timeout || ec == errc::task_timeout || ec == errc::collective_timeout) throw timeout_error(ec, msg);
+  if (ec == errc::wait_timeout || ec == errc::task_timeout || ec == errc::collective_timeout)
+    throw timeout_error(ec, msg);
   if (ec == errc::deadlock) throw deadlock_error(ec, msg);
   if (ec == error_class::resource) throw resource_error(ec, msg);
   if (ec == error_class::device) throw device_error(ec, msg);

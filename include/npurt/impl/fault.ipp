@@ -11,8 +11,8 @@ namespace npurt {
 NPURT_DECL std::error_code validate(const fault_plan& plan, std::size_t device_count, std::string* what) {
   auto bad = [&](std::size_t i, const fault_spec& f, std::string_view why) {
     if (what)
-      *what = "fault plan: fault " + std::to_string(i) + " (" + std::string(to_string(f.kind)) + "): " +
-              std::string(why);
+      *what =
+          "fault plan: fault " + std::to_string(i) + " (" + std::string(to_string(f.kind)) + "): " + std::string(why);
     return make_error_code(errc::invalid_config);
   };
   for (std::size_t i = 0; i < plan.faults.size(); ++i) {

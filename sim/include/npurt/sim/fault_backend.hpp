@@ -68,7 +68,11 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   void enable_fault_detection(picoseconds interval);
   /// The op-execute watchdog of kernels and copies (aclrtSetOpExecuteTimeOut); defaults to the
   /// preset's op_execute_timeout. Zero: never.
-  void set_op_execute_timeout(picoseconds t) { op_timeout_ = t; }
+  std::error_code set_op_execute_timeout(picoseconds t) override {
+    if (t.count() < 0) return make_error_code(errc::invalid_argument);
+    op_timeout_ = t;
+    return {};
+  }
   [[nodiscard]] picoseconds op_execute_timeout() const noexcept { return op_timeout_; }
   /// Called for every failed task the backend reports (aclrtExceptionInfoCallbackRegister):
   /// device, stream, task ids and the error. Returns a handle for remove_exception_callback.
