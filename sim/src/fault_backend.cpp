@@ -355,6 +355,10 @@ void fault_backend::complete(task_info& t, std::error_code ec) {
         hold(t, silent_error(t, m), silent_release_time(t, m), false, true, m);
         return;
       }
+      if (devices_[static_cast<std::size_t>(m)].lost) {
+        ec = make_error_code(errc::remote_error);
+        break;
+      }
     }
   }
   if (auto it = fail_with_.find(t.id); it != fail_with_.end()) {
@@ -403,12 +407,29 @@ void fault_backend::release(std::uint64_t task_id) {
 }
 
 void fault_backend::deliver(task_info& t, std::error_code ec) {
-  if (fatal(ec)) devices_[static_cast<std::size_t>(t.device)].lost = true;
+  if (fatal(ec) && !devices_[static_cast<std::size_t>(t.device)].lost) {
+    devices_[static_cast<std::size_t>(t.device)].lost = true;
+    fail_peer_collectives(t.device);
+  }
   if (ec && !callbacks_.empty()) {
     const exception_info info{t.device, t.stream, t.id, ec, host_->now(), t.name};
     for (const auto& [h, fn] : callbacks_) fn(info);
   }
   host_->complete(t, ec);
+}
+
+void fault_backend::fail_peer_collectives(device_id dev) {
+  // The lost device will never join the collectives its peers already wait in: end them (the
+  // peers then hear remote_error) instead of leaving them to the exec timeout.
+  std::vector<std::uint64_t> comms;
+  for (const auto& [id, t] : inflight_) {
+    if (t->kind != task_kind::collective || !t->collective || !t->collective->comm) continue;
+    const auto& members = t->collective->comm->devices;
+    if (std::find(members.begin(), members.end(), dev) != members.end()) comms.push_back(t->collective->comm->id);
+  }
+  std::sort(comms.begin(), comms.end());
+  comms.erase(std::unique(comms.begin(), comms.end()), comms.end());
+  for (std::uint64_t c : comms) inner_->abort_collectives(c);
 }
 
 void fault_backend::abort(device_id dev) {

@@ -133,9 +133,13 @@ TEST_CASE("an uncorrectable ECC error in a region loses the device until it is r
     CHECK(e.status() == npurt::device_status::lost);
   }
   CHECK(faults.status(0) == npurt::device_status::lost);
-  // Every later call fails with device_lost: launches...
-  (void)s.launch(fixed_kernel(ms(1), "later"));
+  // Every later call fails with device_lost: launches, at the call...
   std::error_code ec;
+  (void)s.launch(fixed_kernel(ms(1), "later"), ec);
+  CHECK(ec == errc::device_lost);
+  CHECK_THROWS_AS((void)s.launch(fixed_kernel(ms(1), "later")), npurt::device_error);
+  // ...copies, on the device...
+  (void)s.memcpy(a, n, host.data(), n);
   s.synchronize(npurt::no_timeout, ec);
   CHECK(ec == errc::device_lost);
   // ...and allocations.
@@ -166,8 +170,7 @@ TEST_CASE("a device that stops answering is noticed by the heartbeat monitor wit
     CHECK(rec.rows[0].end == at(sec(3)));  // 2.5 s + at most one interval, on the tick
     CHECK(rec.rows[0].end - silent_at <= sec(1));
     CHECK(faults.status(0) == npurt::device_status::lost);
-    (void)s.launch(fixed_kernel(ms(1), "later"));
-    s.synchronize(npurt::no_timeout, ec);
+    (void)s.launch(fixed_kernel(ms(1), "later"), ec);
     CHECK(ec == errc::device_lost);
   }
   SECTION("without it, the op-execute watchdog reports the silent task") {
@@ -351,4 +354,43 @@ TEST_CASE("random faults are a function of the seed: the same plan twice injects
   for (const auto& [spec, task, t] : a.first) on0 += spec == 0;
   CHECK(on0 >= 5);
   CHECK(on0 <= 40);
+}
+
+TEST_CASE("a stop-on-failure stream skips its later tasks until the failure is read", "[fault][detection][stream]") {
+  npurt::system probe{npurt::sim::presets::ascend910(1)};
+  const std::uint32_t sid = probe.device(0).make_stream({.flags = npurt::stream_flags::stop_on_failure}).id();
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::aicore_exception(0).at_task(sid, 2)))};
+  recorder rec;
+  sys.add_observer(rec);
+  auto s = sys.device(0).make_stream({.flags = npurt::stream_flags::stop_on_failure});
+  REQUIRE(s.id() == sid);
+  for (int i = 1; i <= 4; ++i) (void)s.launch(fixed_kernel(ms(1), "k" + std::to_string(i)));
+  std::error_code awaited;
+  s.async_launch(fixed_kernel(ms(1), "k5"), [&](npurt::async_error_code ec) { awaited = ec; });
+  std::error_code ec;
+  s.synchronize(npurt::no_timeout, ec);
+  CHECK(ec == errc::kernel_fault);  // the first failure, not the skipped tasks'
+  CHECK(awaited == errc::operation_aborted);
+  for (const char* skipped : {"k3", "k4", "k5"}) {
+    REQUIRE(rec.named(skipped) != nullptr);
+    CHECK(rec.named(skipped)->end == rec.named(skipped)->start);  // never ran
+  }
+  CHECK(rec.named("k1")->end - rec.named("k1")->start == ms(1) + launch_latency);
+  // Read: the stream runs again.
+  (void)s.launch(fixed_kernel(ms(1), "k6"));
+  s.synchronize(npurt::no_timeout, ec);
+  CHECK(!ec);
+  CHECK(rec.named("k6")->end - rec.named("k6")->start == ms(1) + launch_latency);
+
+  SECTION("the default stream mode continues") {
+    npurt::system sys2{preset(1, fault_plan{}.add(fault_spec::aicore_exception(0).at_task(sid, 2)))};
+    recorder rec2;
+    sys2.add_observer(rec2);
+    auto s2 = sys2.device(0).make_stream();
+    REQUIRE(s2.id() == sid);
+    for (int i = 1; i <= 4; ++i) (void)s2.launch(fixed_kernel(ms(1), "k" + std::to_string(i)));
+    s2.synchronize(npurt::no_timeout, ec);
+    CHECK(ec == errc::kernel_fault);
+    CHECK(rec2.named("k4")->end - rec2.named("k4")->start == ms(1) + launch_latency);
+  }
 }

@@ -262,8 +262,10 @@ class trainer {
       }
     }
     dirty = true;
+    std::size_t cur = 0;  // the rank being enqueued, for an error at the call
     try {
       for (std::size_t r = 0; r < n; ++r) {
+        cur = r;
         rank_state& rk = ranks_[r];
         (void)rk.s.memset(rk.grad, bytes(), 0, bytes());
         for (std::uint32_t j = static_cast<std::uint32_t>(r); j < o_.shards; j += static_cast<std::uint32_t>(n)) {
@@ -277,9 +279,10 @@ class trainer {
           (void)rk.s.launch(kernel_desc{add, "grad_acc"});
         }
       }
-      for (std::size_t r = 0; r < n; ++r)
+      for (std::size_t r = 0; r < n; ++r, cur = r)
         comm_.all_reduce(ranks_[r].grad, ranks_[r].grad, o_.params, dtype::f32, reduce_op::sum, ranks_[r].s);
       for (std::size_t r = 0; r < n; ++r) {
+        cur = r;
         kernels::sgd_update u{};
         u.param = desc(ranks_[r].param);
         u.grad = desc(ranks_[r].grad);
@@ -287,9 +290,12 @@ class trainer {
         (void)ranks_[r].s.launch(kernel_desc{u, "sgd"});
       }
     } catch (const npurt::error& e) {
+      // A call refused mid-step (a device lost meanwhile): the ranks already enqueued would
+      // wait for it in their collective until the exec timeout; abort that instead.
+      comm_.abort();
       drain();
       release_x();
-      failed_rank = 0;
+      failed_rank = cur;
       return e.code();
     }
     const std::error_code worst = drain(&failed_rank);

@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -40,13 +41,18 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   [[nodiscard]] std::size_t device_count() const noexcept override { return inner_->device_count(); }
   [[nodiscard]] const device_properties& properties(device_id dev) const override { return inner_->properties(dev); }
   void attach(backend_host& host) override;
+  /// A launch on a lost device is refused at the call with errc::device_lost.
   [[nodiscard]] std::error_code validate(device_id dev, const kernel_desc& k) const override {
+    if (status(dev) == device_status::lost) return make_error_code(errc::device_lost);
     return inner_->validate(dev, k);
   }
   [[nodiscard]] std::error_code validate_fixed(device_id dev, std::uint32_t block_dim) const override {
+    if (status(dev) == device_status::lost) return make_error_code(errc::device_lost);
     return inner_->validate_fixed(dev, block_dim);
   }
   [[nodiscard]] std::string describe_invalid(device_id dev, const kernel_desc& k) const override {
+    if (status(dev) == device_status::lost)
+      return "device " + std::to_string(dev) + " is lost after a fatal error; reset it";
     return inner_->describe_invalid(dev, k);
   }
   void submit(task_info& t) override;
@@ -134,6 +140,7 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   void hold(task_info& t, std::error_code ec, sim_time at, bool silent = false, bool remote = false,
             device_id silent_device = -1);
   void deliver(task_info& t, std::error_code ec);
+  void fail_peer_collectives(device_id dev);
   void record(std::size_t spec, device_id dev, std::uint64_t task);
   bool trial(std::size_t spec, std::uint64_t key) const noexcept;
   void notice_windows();
