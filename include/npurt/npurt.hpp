@@ -17,6 +17,7 @@
 #include <npurt/observer.hpp>
 #include <npurt/pool_types.hpp>
 #include <npurt/profiler.hpp>
+#include <npurt/recovery.hpp>
 #include <npurt/simple_backend.hpp>
 #include <npurt/stream.hpp>
 #include <npurt/system.hpp>
