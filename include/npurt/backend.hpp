@@ -41,6 +41,7 @@ struct device_properties {
   double peak_fp16_flops = 0;          // whole chip, per second
   picoseconds hccl_connect_timeout{0}; // a communicator's default timeouts (0: never)
   picoseconds hccl_exec_timeout{0};
+  picoseconds op_execute_timeout{0};   // the per-task watchdog of kernels and copies (0: never)
 };
 
 /// Which engine of a device runs a task.
@@ -195,6 +196,14 @@ class backend {
   /// Device reset: forget every task of `dev` submitted and not yet completed, never completing
   /// it, and free the engines and bandwidth it held (aclrtResetDevice does not wait).
   virtual void abort(device_id dev) = 0;
+  /// Asked before device memory is handed out: a backend that injects faults answers
+  /// errc::out_of_memory (a transient shortage) or errc::device_lost; {} lets it go ahead.
+  [[nodiscard]] virtual std::error_code admit_allocation(device_id /*dev*/, std::size_t /*bytes*/) { return {}; }
+  /// What the device is doing as far as the backend knows (healthy unless it injects faults).
+  [[nodiscard]] virtual device_status status(device_id /*dev*/) const noexcept { return device_status::healthy; }
+  /// aclrtSetOpExecuteTimeOut: the watchdog of every later kernel and copy (0: never), for a
+  /// backend that runs one; errc::not_supported otherwise.
+  virtual std::error_code set_op_execute_timeout(picoseconds /*limit*/) { return make_error_code(errc::not_supported); }
 };
 
 }  // namespace npurt

@@ -46,6 +46,7 @@ enum class errc : int {
   operation_aborted = 107023,
   callback_failed = 107024,   // a host callback threw; the exception is kept with the error
   wrong_thread = 107025,      // a call from a thread that does not run the system's loop
+  collective_timeout = 107026, // a collective ran past its communicator's exec timeout (HCCL_EXEC_TIMEOUT)
   corrupt_file = 107040,      // a file failed its checksums or layout rules (truncated, damaged)
   // Resource errors: the call was right but the resources were not there.
   out_of_memory = 207001,
@@ -55,7 +56,10 @@ enum class errc : int {
   device_error = 507000,
   device_lost = 507001,
   link_failure = 507002,
-  kernel_fault = 507003,
+  kernel_fault = 507003,      // an AI core exception in a kernel (ACL_ERROR_RT_AICORE_EXCEPTION)
+  lost_heartbeat = 507010,    // the device stopped answering (ACL_ERROR_RT_LOST_HEARTBEAT)
+  hbm_ecc_error = 507054,     // uncorrectable (multi-bit) ECC error in device memory
+  remote_error = 507057,      // a collective peer failed (ACL_ERROR_RT_SUSPECT_REMOTE_ERROR)
 };
 
 /// The three classes, as error conditions: `ec == npurt::error_class::caller`.
@@ -82,14 +86,85 @@ class error : public std::system_error {
 class caller_error : public error {
   using error::error;
 };
+
+/// What a device is doing, as a device_error reports it.
+enum class device_status : std::uint8_t {
+  healthy,    // working (a task may still have failed on it: a non-fatal error)
+  throttled,  // working, slower (thermal throttling)
+  lost,       // a fatal error: every call fails with errc::device_lost until the device is reset
+};
+
+constexpr std::string_view to_string(device_status s) noexcept {
+  switch (s) {
+    case device_status::healthy: return "healthy";
+    case device_status::throttled: return "throttled";
+    case device_status::lost: return "lost";
+  }
+  return "?";
+}
+
+/// Which timer of the documented hierarchy fired (docs/faults.md): the per-task watchdogs
+/// (op execute, collective exec), the event wait of a stream, and the host's sync waits.
+enum class timeout_kind : std::uint8_t { op_execute, collective_exec, event_wait, sync };
+
+constexpr std::string_view to_string(timeout_kind k) noexcept {
+  switch (k) {
+    case timeout_kind::op_execute: return "op_execute";
+    case timeout_kind::collective_exec: return "collective_exec";
+    case timeout_kind::event_wait: return "event_wait";
+    case timeout_kind::sync: return "sync";
+  }
+  return "?";
+}
+
+/// The timer a timeout code stands for: task_timeout is the op-execute watchdog,
+/// collective_timeout a communicator's exec timeout, wait_timeout a host sync wait.
+inline timeout_kind timeout_kind_of(std::error_code ec) noexcept {
+  if (ec.category() != error_category()) return timeout_kind::sync;
+  if (ec.value() == static_cast<int>(errc::task_timeout)) return timeout_kind::op_execute;
+  if (ec.value() == static_cast<int>(errc::collective_timeout)) return timeout_kind::collective_exec;
+  return timeout_kind::sync;
+}
+
+/// The status a device is left in by an error: the fatal device errors lose the device.
+inline device_status status_after(std::error_code ec) noexcept {
+  if (ec.category() != error_category()) return device_status::healthy;
+  const auto e = static_cast<errc>(ec.value());
+  return e == errc::device_lost || e == errc::lost_heartbeat || e == errc::hbm_ecc_error ? device_status::lost
+                                                                                         : device_status::healthy;
+}
 class resource_error : public error {
   using error::error;
 };
+/// A device failed. status() says whether the device is still usable (healthy: the task
+/// failed, the device did not) or lost until reset; device() is -1 when the raiser could not
+/// tell which device.
 class device_error : public error {
-  using error::error;
+ public:
+  device_error(std::error_code ec, const std::string& what) : error(ec, what), status_(status_after(ec)) {}
+  device_error(std::error_code ec, const std::string& what, std::int32_t device, device_status status)
+      : error(ec, what), device_(device), status_(status) {}
+  [[nodiscard]] std::int32_t device() const noexcept { return device_; }
+  [[nodiscard]] device_status status() const noexcept { return status_; }
+
+ private:
+  std::int32_t device_ = -1;
+  device_status status_ = device_status::healthy;
 };
+
+/// A timer ran out. timer() says which one (the hierarchy of docs/faults.md), limit() its value
+/// in picoseconds (0 when the raiser could not tell).
 class timeout_error : public error {
-  using error::error;
+ public:
+  timeout_error(std::error_code ec, const std::string& what) : error(ec, what), timer_(timeout_kind_of(ec)) {}
+  timeout_error(std::error_code ec, const std::string& what, timeout_kind timer, std::int64_t limit_ps)
+      : error(ec, what), timer_(timer), limit_(limit_ps) {}
+  [[nodiscard]] timeout_kind timer() const noexcept { return timer_; }
+  [[nodiscard]] std::int64_t limit() const noexcept { return limit_; }
+
+ private:
+  timeout_kind timer_;
+  std::int64_t limit_ = 0;
 };
 class deadlock_error : public error {
   using error::error;

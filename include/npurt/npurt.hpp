@@ -9,6 +9,7 @@
 #include <npurt/device.hpp>
 #include <npurt/error.hpp>
 #include <npurt/event.hpp>
+#include <npurt/fault.hpp>
 #include <npurt/kernel.hpp>
 #include <npurt/memory.hpp>
 #include <npurt/memplan.hpp>
@@ -16,6 +17,7 @@
 #include <npurt/observer.hpp>
 #include <npurt/pool_types.hpp>
 #include <npurt/profiler.hpp>
+#include <npurt/recovery.hpp>
 #include <npurt/simple_backend.hpp>
 #include <npurt/stream.hpp>
 #include <npurt/system.hpp>

@@ -58,7 +58,11 @@ enum class stream_flags : std::uint32_t {
   fast_launch = 0x1,
   fast_sync = 0x2,
   overflow_edge = 0x4,
-  direct_submit = 0x8
+  direct_submit = 0x8,
+  /// Failure mode (aclrtSetStreamFailureMode): after a task fails, the stream's later tasks
+  /// fail with errc::operation_aborted without running, until the failure is read (synchronize,
+  /// query). Without it the stream continues on failure, the default.
+  stop_on_failure = 0x10
 };
 constexpr stream_flags operator|(stream_flags a, stream_flags b) noexcept {
   return static_cast<stream_flags>(static_cast<std::uint32_t>(a) | static_cast<std::uint32_t>(b));
@@ -66,6 +70,7 @@ constexpr stream_flags operator|(stream_flags a, stream_flags b) noexcept {
 constexpr stream_flags operator&(stream_flags a, stream_flags b) noexcept {
   return static_cast<stream_flags>(static_cast<std::uint32_t>(a) & static_cast<std::uint32_t>(b));
 }
+static_assert(detail::stop_on_failure_flag == static_cast<std::uint32_t>(stream_flags::stop_on_failure));
 static_assert(detail::device_queue::bypass_flags ==
               static_cast<std::uint32_t>(stream_flags::overflow_edge | stream_flags::direct_submit));
 

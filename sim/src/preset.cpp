@@ -300,6 +300,9 @@ const std::vector<key_entry>& table() {
                         1e6));
     v.push_back(int_key("Runtime", "copy_engine_channels", "copies",
                         "concurrent copies per copy engine (H2D, D2H, D2D)", &preset::copy_engine_channels, 1, 1024));
+    v.push_back(ns_key("Runtime", "op_execute_timeout",
+                       "per-task watchdog of kernels and copies (aclrtSetOpExecuteTimeOut), 0 = never",
+                       &preset::op_execute_timeout, 17340e9));
     return v;
   }();
   return t;
@@ -398,6 +401,7 @@ device_properties preset::properties() const {
   d.peak_fp16_flops = peak_fp16_flops();
   d.hccl_connect_timeout = hccl_connect_timeout;
   d.hccl_exec_timeout = hccl_exec_timeout;
+  d.op_execute_timeout = op_execute_timeout;
   return d;
 }
 
@@ -516,6 +520,7 @@ preset ascend910b(int devices) {
   p.hccs_bandwidth = 56e9;
   p.hccs_groups = chunked_groups(static_cast<int>(p.device_count), 8);
   p.roce_bandwidth = 25e9;  // 200GE
+  p.op_execute_timeout = picoseconds{1091LL * 1'000'000'000'000LL};  // CANN's A2/A3 default
   return p;
 }
 

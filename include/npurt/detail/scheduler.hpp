@@ -86,6 +86,10 @@ struct position_waiter {
   void* ctx = nullptr;   // on what (e.g. the waiting task)
 };
 
+/// stream_flags::stop_on_failure: after a failure the stream fails its later tasks with
+/// errc::operation_aborted until the failure is read (aclrtSetStreamFailureMode).
+inline constexpr std::uint32_t stop_on_failure_flag = 0x10;
+
 struct stream_state {
   std::uint32_t id = 0;
   device_id device = 0;
@@ -97,6 +101,7 @@ struct stream_state {
   bool wake_pending = false;       // a timer will start the head when its submit time comes
   bool destroyed = false;          // handle gone: free the state once drained
   bool invalidated = false;        // its device was reset: the handle no longer works
+  bool stopped = false;            // stop_on_failure and a failure not yet read
   std::uint64_t enqueued = 0;      // seq of the last enqueued task
   std::uint64_t completed = 0;     // seq of the last completed task
   sim_time host_cursor{};          // host lane time of this stream's enqueues

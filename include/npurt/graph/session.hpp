@@ -36,6 +36,7 @@
 
 #include <npurt/graph/graph.hpp>
 #include <npurt/graph/tensor.hpp>
+#include <npurt/recovery.hpp>
 #include <npurt/system.hpp>
 
 #include <boost/asio/async_result.hpp>
@@ -227,6 +228,19 @@ class session {
   /// and reports what it chose and measured.
   optimizer_report optimize(graph& g, const std::vector<feed>& inputs);
 
+  // --- fault recovery (npurt/recovery.hpp) ---
+  void set_recovery_strategy(const recovery_strategy& r) { recovery_ = r; }
+  [[nodiscard]] const recovery_strategy& get_recovery_strategy() const noexcept { return recovery_; }
+  /// run() under the recovery strategy: device errors retried after a backoff, out of memory
+  /// after trigger_gc(), timeouts with the strategy's short op-execute watchdog, each at most
+  /// max_retries times. A graph run holds no state between runs, so a retry reruns it whole.
+  /// restart resets the device, which frees the session's memory: the session cannot go on,
+  /// so restart, failover, degrade and abort rethrow the error (a training loop with
+  /// checkpoints resumes instead: npurt/models/dp_training.hpp). recovered_errors() lists the
+  /// errors that were recovered from.
+  run_result run_with_recovery(const compiled_graph& c, const std::vector<feed>& inputs);
+  [[nodiscard]] const std::vector<std::error_code>& recovered_errors() const noexcept { return recovered_; }
+
   /// Internal bookkeeping of device memory the session holds (used by compiled graphs).
   void* acquire(std::size_t bytes);
   void give_back(void* p, std::size_t bytes) noexcept;
@@ -251,6 +265,8 @@ class session {
   void* comm_buffer_ = nullptr;
   std::size_t comm_bytes_ = 0;
   std::vector<std::weak_ptr<compiled_graph::impl>> compiled_;
+  recovery_strategy recovery_{};
+  std::vector<std::error_code> recovered_;
 };
 
 // ---- async_run ----

@@ -50,7 +50,11 @@ class npurt_category final : public boost::system::error_category {
       case errc::device_error: return "device error";
       case errc::device_lost: return "device lost; reset it";
       case errc::link_failure: return "link failure";
-      case errc::kernel_fault: return "kernel fault";
+      case errc::kernel_fault: return "kernel fault (AI core exception)";
+      case errc::collective_timeout: return "collective timed out (exec timeout)";
+      case errc::lost_heartbeat: return "device lost its heartbeat (stopped answering)";
+      case errc::hbm_ecc_error: return "uncorrectable HBM ECC error";
+      case errc::remote_error: return "a collective peer failed";
     }
     return "unknown npurt error " + std::to_string(ev);
   }
@@ -98,7 +102,8 @@ NPURT_DECL const std::error_category& error_class_category() noexcept {
 
 NPURT_DECL void throw_error(std::error_code ec, std::string_view what) {
   std::string msg{what};
-  if (ec == errc::wait_timeout || ec == errc::task_timeout) throw timeout_error(ec, msg);
+  if (ec == errc::wait_timeout || ec == errc::task_timeout || ec == errc::collective_timeout)
+    throw timeout_error(ec, msg);
   if (ec == errc::deadlock) throw deadlock_error(ec, msg);
   if (ec == error_class::resource) throw resource_error(ec, msg);
   if (ec == error_class::device) throw device_error(ec, msg);

@@ -55,6 +55,10 @@ NPURT_DECL void* memory_registry::device_malloc(device_id dev, std::size_t bytes
     ec = make_error_code(errc::out_of_memory);
     return nullptr;
   }
+  if (const std::error_code refused = backend_.admit_allocation(dev, rounded)) {
+    ec = refused;  // an injected fault: a transient shortage or a lost device
+    return nullptr;
+  }
   std::byte* backing = nullptr;
   if (backend_.functional()) {
     backing = static_cast<std::byte*>(mi_zalloc_aligned(rounded, 64));
@@ -146,6 +150,7 @@ NPURT_DECL std::error_code memory_registry::map_range(std::uint64_t range, std::
   allocation& a = it->second;
   if (a.mapped + bytes > a.bytes) return make_error_code(errc::size_overflow);
   if (used_[a.device] + bytes > backend_.properties(a.device).memory_bytes) return make_error_code(errc::out_of_memory);
+  if (const std::error_code refused = backend_.admit_allocation(a.device, bytes)) return refused;
   if (backend_.functional() && !a.backing) {
     // One contiguous store for the whole range, so blocks that span mapping granules translate.
     a.backing = static_cast<std::byte*>(mi_zalloc_aligned(a.bytes, 64));

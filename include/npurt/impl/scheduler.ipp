@@ -186,6 +186,11 @@ NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
     parts_.clock_.call_at(now(), timer_action::member_value<&scheduler::wake_stream>(this, next));
   t->ready = now();
   t->start = now();
+  if (s.stopped) {
+    t->error = make_error_code(errc::operation_aborted);  // stop-on-failure: skipped, not run
+    done_now(t);
+    return;
+  }
   switch (t->kind) {
     case task_kind::kernel:
     case task_kind::memset:
@@ -302,6 +307,7 @@ NPURT_DECL void scheduler::finish_task(stream_state& s, task* t) {
   op_base* w = t->waiter;
   const std::error_code err = t->error;
   if (err && !w) record_failure(*t, err);  // fire-and-forget: nobody else would hear of it
+  if (err && (s.flags & stop_on_failure_flag)) s.stopped = true;
   free_task(t);
   if (w) w->complete(err);
   while (!s.waiters.empty() && s.waiters.begin()->first <= s.completed) {
@@ -345,7 +351,10 @@ NPURT_DECL void scheduler::record_failure(const task& t, std::error_code ec) {
 
 NPURT_DECL failure scheduler::take_stream_failure(std::uint32_t stream) noexcept {
   failure f;
-  if (auto* s = find_stream(stream)) std::swap(f, s->sticky);
+  if (auto* s = find_stream(stream)) {
+    std::swap(f, s->sticky);
+    s->stopped = false;  // the failure is read: a stop-on-failure stream runs again
+  }
   return f;
 }
 

@@ -21,6 +21,7 @@
 #include <npurt/impl/device.ipp>
 #include <npurt/impl/error.ipp>
 #include <npurt/impl/event.ipp>
+#include <npurt/impl/fault.ipp>
 #include <npurt/impl/memory.ipp>
 #include <npurt/impl/memory_registry.ipp>
 #include <npurt/impl/memplan.ipp>

@@ -94,6 +94,9 @@ struct preset {
   std::uint32_t pipeline_fill_cycles = 0;  // per kernel per core: scalar setup, icache, first sync
   std::uint32_t instr_issue_cycles = 0;    // per instruction the scalar unit issues to a unit queue
   std::uint32_t copy_engine_channels = 1;  // concurrent copies per copy engine (H2D, D2H, D2D)
+  // The per-task watchdog of kernels and copies (aclrtSetOpExecuteTimeOut); 0 = never. CANN's
+  // defaults: 68 s for AI cores on Atlas training (910), 1091 s on A2/A3.
+  picoseconds op_execute_timeout{68LL * 1'000'000'000'000LL};
 
   friend bool operator==(const preset&, const preset&) = default;
 

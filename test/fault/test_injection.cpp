@@ -1,0 +1,396 @@
+// Fault injection and detection: every fault kind is injected where the plan says, reaches the
+// stream, the awaiting handler and the exception callbacks as the right typed error, and leaves
+// the device in the right status.
+#include "common.hpp"
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+using namespace fault_test;
+using npurt::errc;
+using npurt::fault_plan;
+using npurt::fault_spec;
+
+namespace {
+
+const picoseconds launch_latency = npurt::sim::presets::ascend910(1).kernel_launch_latency;
+
+}  // namespace
+
+TEST_CASE("an AI core exception fails the Nth task of a stream and reaches the sync, the handler and the callback",
+          "[fault][injection][aicore]") {
+  npurt::system probe{npurt::sim::presets::ascend910(1)};
+  auto s0 = probe.device(0).make_stream();
+  const std::uint32_t sid = s0.id();  // stream ids are deterministic: the same in the next system
+
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::aicore_exception(0).at_task(sid, 3)))};
+  auto& faults = npurt::sim::faults_of(sys);
+  std::vector<npurt::exception_info> seen;
+  faults.add_exception_callback([&](const npurt::exception_info& i) { seen.push_back(i); });
+  recorder rec;
+  sys.add_observer(rec);
+  auto s = sys.device(0).make_stream();
+  REQUIRE(s.id() == sid);
+  for (int i = 1; i <= 5; ++i) (void)s.launch(fixed_kernel(ms(1), "k" + std::to_string(i)));
+  try {
+    s.synchronize();
+    FAIL("the failed kernel was not reported");
+  } catch (const npurt::device_error& e) {
+    CHECK(e.code() == errc::kernel_fault);
+    CHECK(e.status() == npurt::device_status::healthy);  // an exception does not lose the device
+    CHECK_THAT(e.what(), Catch::Matchers::ContainsSubstring("k3"));
+  }
+  const task_row* k3 = rec.named("k3");
+  REQUIRE(k3 != nullptr);
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].device == 0);
+  CHECK(seen[0].stream == sid);
+  CHECK(seen[0].task == k3->id);
+  CHECK(seen[0].error == errc::kernel_fault);
+  CHECK(faults.injected().size() == 1);
+  CHECK(faults.injected()[0].task == k3->id);
+  // The stream goes on (continue-on-failure): k4 and k5 ran after k3.
+  REQUIRE(rec.named("k5") != nullptr);
+  CHECK(rec.named("k5")->start >= k3->end);
+  // An awaited launch after that hears of its own outcome only.
+  std::error_code got = make_error_code(errc::invalid_argument);
+  s.async_launch(fixed_kernel(ms(1), "k6"), [&](npurt::async_error_code ec) { got = ec; });
+  sys.run();
+  CHECK(!got);
+  CHECK(faults.status(0) == npurt::device_status::healthy);
+}
+
+TEST_CASE("a hanging kernel is ended by the op-execute watchdog at exactly the preset's 68 s",
+          "[fault][injection][hang][timeout]") {
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::kernel_hang(0).at_time(at(ms(5)))))};
+  auto& faults = npurt::sim::faults_of(sys);
+  REQUIRE(faults.op_execute_timeout() == sec(68));
+  recorder rec;
+  sys.add_observer(rec);
+  auto s = sys.device(0).make_stream();
+  (void)s.launch(fixed_kernel(ms(10), "before"));  // starts at ~0: the fault is not armed yet
+  (void)s.launch(fixed_kernel(ms(1), "hung"));      // the first kernel at or after 5 ms
+  std::error_code awaited;
+  s.async_launch(fixed_kernel(ms(1), "after"), [&](npurt::async_error_code ec) { awaited = ec; });
+  try {
+    s.synchronize();
+    FAIL("the hang was not reported");
+  } catch (const npurt::timeout_error& e) {
+    CHECK(e.code() == errc::task_timeout);
+    CHECK(e.timer() == npurt::timeout_kind::op_execute);
+    CHECK_THAT(e.what(), Catch::Matchers::ContainsSubstring("hung"));
+  }
+  const task_row* hung = rec.named("hung");
+  REQUIRE(hung != nullptr);
+  CHECK(hung->end - hung->start == sec(68));
+  CHECK(!awaited);  // the next kernel ran once the watchdog freed the stream
+  REQUIRE(rec.named("after") != nullptr);
+  CHECK(rec.named("after")->start >= hung->end);
+
+  SECTION("a shorter watchdog fires sooner") {
+    npurt::system sys2{preset(1, fault_plan{}.add(fault_spec::kernel_hang(0).at_time(at(ms(0)))))};
+    npurt::sim::faults_of(sys2).set_op_execute_timeout(sec(2));
+    recorder rec2;
+    sys2.add_observer(rec2);
+    auto s2 = sys2.device(0).make_stream();
+    (void)s2.launch(fixed_kernel(ms(1), "hung"));
+    std::error_code ec;
+    s2.synchronize(npurt::no_timeout, ec);
+    CHECK(ec == errc::task_timeout);
+    CHECK(rec2.rows.at(0).end - rec2.rows.at(0).start == sec(2));
+  }
+}
+
+TEST_CASE("an uncorrectable ECC error in a region loses the device until it is reset",
+          "[fault][injection][ecc][lost]") {
+  constexpr std::size_t n = 4096;
+  // Addresses are deterministic: the first allocation of device 0 has the same address in every system.
+  npurt::system probe{npurt::sim::presets::ascend910(1)};
+  void* first = probe.device(0).malloc(n);
+  void* second = probe.device(0).malloc(n);
+
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::hbm_ecc(0, second, n).at_time(at(ms(0)))))};
+  auto& faults = npurt::sim::faults_of(sys);
+  auto& dev = sys.device(0);
+  void* a = dev.malloc(n);
+  void* b = dev.malloc(n);
+  REQUIRE(a == first);
+  REQUIRE(b == second);
+  auto s = dev.make_stream();
+  std::vector<std::byte> host(n, std::byte{7});
+  (void)s.memcpy(a, n, host.data(), n);  // outside the damaged region: fine
+  s.synchronize();
+  CHECK(faults.status(0) == npurt::device_status::healthy);
+  (void)s.memcpy(b, n, host.data(), n);  // touches it
+  try {
+    s.synchronize();
+    FAIL("the ECC error was not reported");
+  } catch (const npurt::device_error& e) {
+    CHECK(e.code() == errc::hbm_ecc_error);
+    CHECK(e.status() == npurt::device_status::lost);
+  }
+  CHECK(faults.status(0) == npurt::device_status::lost);
+  // Every later call fails with device_lost: launches, at the call...
+  std::error_code ec;
+  (void)s.launch(fixed_kernel(ms(1), "later"), ec);
+  CHECK(ec == errc::device_lost);
+  CHECK_THROWS_AS((void)s.launch(fixed_kernel(ms(1), "later")), npurt::device_error);
+  // ...copies, on the device...
+  (void)s.memcpy(a, n, host.data(), n);
+  s.synchronize(npurt::no_timeout, ec);
+  CHECK(ec == errc::device_lost);
+  // ...and allocations.
+  CHECK_THROWS_AS((void)dev.malloc(n), npurt::device_error);
+  dev.reset();
+  CHECK(faults.status(0) == npurt::device_status::healthy);
+  auto s2 = dev.make_stream();
+  void* c = dev.malloc(n);
+  (void)s2.memcpy(c, n, host.data(), n);
+  s2.synchronize();  // repaired: no error
+}
+
+TEST_CASE("a device that stops answering is noticed by the heartbeat monitor within one interval",
+          "[fault][injection][heartbeat][detection]") {
+  const sim_time silent_at = at(ms(2500));
+  SECTION("with the monitor, at the first tick after the silence") {
+    npurt::system sys{preset(1, fault_plan{}.add(fault_spec::lost_heartbeat(0).at_time(silent_at)))};
+    auto& faults = npurt::sim::faults_of(sys);
+    faults.enable_fault_detection(sec(1));
+    recorder rec;
+    sys.add_observer(rec);
+    auto s = sys.device(0).make_stream();
+    (void)s.launch(fixed_kernel(sec(10), "long"));
+    std::error_code ec;
+    s.synchronize(npurt::no_timeout, ec);
+    CHECK(ec == errc::lost_heartbeat);
+    REQUIRE(rec.rows.size() == 1);
+    CHECK(rec.rows[0].end == at(sec(3)));  // 2.5 s + at most one interval, on the tick
+    CHECK(rec.rows[0].end - silent_at <= sec(1));
+    CHECK(faults.status(0) == npurt::device_status::lost);
+    (void)s.launch(fixed_kernel(ms(1), "later"), ec);
+    CHECK(ec == errc::device_lost);
+  }
+  SECTION("without it, the op-execute watchdog reports the silent task") {
+    npurt::system sys{preset(1, fault_plan{}.add(fault_spec::lost_heartbeat(0).at_time(silent_at)))};
+    recorder rec;
+    sys.add_observer(rec);
+    auto s = sys.device(0).make_stream();
+    (void)s.launch(fixed_kernel(sec(10), "long"));
+    std::error_code ec;
+    s.synchronize(npurt::no_timeout, ec);
+    CHECK(ec == errc::task_timeout);
+    REQUIRE(rec.rows.size() == 1);
+    CHECK(rec.rows[0].end - rec.rows[0].start == sec(68));
+    CHECK(npurt::sim::faults_of(sys).status(0) == npurt::device_status::lost);
+  }
+}
+
+TEST_CASE("a transient out-of-memory refuses the next allocations and then clears", "[fault][injection][oom]") {
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::transient_oom(0, 2).at_time(at(ms(0)))))};
+  auto& dev = sys.device(0);
+  const std::size_t total = dev.properties().memory_bytes;
+  for (int i = 0; i < 2; ++i) {
+    try {
+      (void)dev.malloc(1 << 20);
+      FAIL("the allocation was not refused");
+    } catch (const npurt::out_of_memory_error& e) {
+      CHECK(e.code() == errc::out_of_memory);
+      CHECK(e.details().total == total);
+      CHECK(e.details().free == total);  // nothing is allocated: the shortage is transient
+    }
+  }
+  void* p = dev.malloc(1 << 20);
+  CHECK(p != nullptr);
+  CHECK(npurt::sim::faults_of(sys).injected().size() == 1);
+}
+
+TEST_CASE("thermal throttling stretches the device's tasks by its factor while it lasts",
+          "[fault][injection][throttle]") {
+  const picoseconds k = ms(3);
+  npurt::system sys{preset(2, fault_plan{}.add(fault_spec::thermal_throttle(1, 2.5, ms(20)).at_time(at(ms(0)))))};
+  auto& faults = npurt::sim::faults_of(sys);
+  recorder rec;
+  sys.add_observer(rec);
+  auto s0 = sys.device(0).make_stream();
+  auto s1 = sys.device(1).make_stream();
+  (void)s0.launch(fixed_kernel(k, "cool"));
+  (void)s1.launch(fixed_kernel(k, "hot"));
+  sys.run();
+  CHECK(faults.status(1) == npurt::device_status::throttled);  // the 20 ms window is still open
+  CHECK(faults.status(0) == npurt::device_status::healthy);
+  const picoseconds base = k + launch_latency;
+  REQUIRE(rec.named("cool") != nullptr);
+  REQUIRE(rec.named("hot") != nullptr);
+  CHECK(rec.named("cool")->end - rec.named("cool")->start == base);
+  CHECK(rec.named("hot")->end - rec.named("hot")->start == picoseconds{base.count() * 5 / 2});
+  // After the window, full speed again.
+  while (sys.now() < at(ms(25))) (void)s1.launch(fixed_kernel(ms(5), "filler")), sys.run();
+  (void)s1.launch(fixed_kernel(k, "cooled"));
+  sys.run();
+  CHECK(rec.named("cooled")->end - rec.named("cooled")->start == base);
+}
+
+TEST_CASE("a link that is down, flaps or a network interruption fails the collectives it carries, on every rank",
+          "[fault][injection][link][collective]") {
+  auto run_all_reduce = [](npurt::system& sys, const std::vector<npurt::device_id>& devs) {
+    auto comm = npurt::communicator::init_all(sys, devs);
+    std::vector<npurt::stream> streams;
+    std::vector<std::error_code> out(devs.size());
+    for (auto d : devs) streams.push_back(sys.device(d).make_stream());
+    for (std::size_t r = 0; r < devs.size(); ++r)
+      comm.async_all_reduce(nullptr, nullptr, 1024, npurt::dtype::f32, npurt::reduce_op::sum, streams[r],
+                            [&out, r](npurt::async_error_code ec) { out[r] = ec; });
+    sys.run();
+    return out;
+  };
+  SECTION("link down for a while") {
+    npurt::sim::sim_options timing_only;
+    timing_only.functional = false;
+    npurt::system sys{npurt::sim::with_faults(npurt::sim::presets::ascend910(4),
+                                              fault_plan{}.add(fault_spec::link_down(2, ms(10)).at_time(at(ms(0)))),
+                                              timing_only)};
+    for (const auto& ec : run_all_reduce(sys, {0, 1, 2, 3})) CHECK(ec == errc::link_failure);
+    for (const auto& ec : run_all_reduce(sys, {0, 1})) CHECK(!ec);  // the link of device 2 is not in it
+    while (sys.now() < at(ms(11))) {
+      auto s = sys.device(0).make_stream();
+      (void)s.launch(fixed_kernel(ms(4), "wait"));
+      sys.run();
+    }
+    for (const auto& ec : run_all_reduce(sys, {0, 1, 2, 3})) CHECK(!ec);  // back up
+  }
+  SECTION("network interruption between servers") {
+    npurt::sim::sim_options timing_only;
+    timing_only.functional = false;
+    npurt::system sys{npurt::sim::with_faults(
+        npurt::sim::presets::ascend910(16),
+        fault_plan{}.add(fault_spec::network_interruption(0, ms(50), 8).at_time(at(ms(0)))), timing_only)};
+    for (const auto& ec : run_all_reduce(sys, {0, 1, 2, 3, 4, 5, 6, 7})) CHECK(!ec);  // inside one server
+    for (const auto& ec : run_all_reduce(sys, {0, 8})) CHECK(ec == errc::link_failure);
+  }
+}
+
+TEST_CASE("a link flap alternates failures and successes with its period", "[fault][injection][link][flap]") {
+  npurt::sim::sim_options timing_only;
+  timing_only.functional = false;
+  npurt::system sys{npurt::sim::with_faults(
+      npurt::sim::presets::ascend910(2), fault_plan{}.add(fault_spec::link_flap(0, ms(10), ms(100)).at_time(at(ms(0)))),
+      timing_only)};
+  auto comm = npurt::communicator::init_all(sys, std::vector<npurt::device_id>{0, 1});
+  auto s0 = sys.device(0).make_stream();
+  auto s1 = sys.device(1).make_stream();
+  std::vector<std::pair<std::int64_t, bool>> outcomes;  // (phase, failed)
+  for (int i = 0; i < 8; ++i) {
+    const sim_time t = at(ms(5 + 10 * i));
+    for (auto* s : {&s0, &s1}) {
+      auto wait = t - sys.now();
+      if (wait.count() > 0) (void)s->launch(fixed_kernel(wait - launch_latency, "gap"));
+    }
+    sys.run();
+    std::error_code e0, e1;
+    comm.async_all_reduce(nullptr, nullptr, 16, npurt::dtype::f32, npurt::reduce_op::sum, s0,
+                          [&](npurt::async_error_code ec) { e0 = ec; });
+    comm.async_all_reduce(nullptr, nullptr, 16, npurt::dtype::f32, npurt::reduce_op::sum, s1,
+                          [&](npurt::async_error_code ec) { e1 = ec; });
+    const std::int64_t phase = sys.now().time_since_epoch().count() / ms(10).count();
+    sys.run();
+    CHECK(e0 == e1);  // both ranks agree
+    outcomes.emplace_back(phase, static_cast<bool>(e0));
+  }
+  for (const auto& [phase, failed] : outcomes) CHECK(failed == (phase % 2 == 0));
+}
+
+TEST_CASE("fault plans are validated with a message naming the fault and the field", "[fault][plan][errors]") {
+  std::string what;
+  CHECK(npurt::validate(fault_plan{}.add(fault_spec::aicore_exception(3)), 2, &what) == errc::invalid_config);
+  CHECK_THAT(what, Catch::Matchers::ContainsSubstring("device 3"));
+  CHECK(npurt::validate(fault_plan{}.add(fault_spec::aicore_exception(0).random(1.5)), 2, &what) ==
+        errc::invalid_config);
+  CHECK_THAT(what, Catch::Matchers::ContainsSubstring("rate"));
+  CHECK(npurt::validate(fault_plan{}.add(fault_spec::thermal_throttle(0, 0.5, ms(1))), 2, &what) ==
+        errc::invalid_config);
+  CHECK_THAT(what, Catch::Matchers::ContainsSubstring("factor"));
+  CHECK(npurt::validate(fault_plan{}.add(fault_spec::link_flap(0, picoseconds{0}, ms(1))), 2, &what) ==
+        errc::invalid_config);
+  CHECK(npurt::validate(fault_plan{}.add(fault_spec::aicore_exception(0).at_task(0, 1)), 2, &what) ==
+        errc::invalid_config);
+  CHECK_FALSE(npurt::validate(fault_plan{}.add(fault_spec::kernel_hang(1).random(0.5)), 2, &what));
+  CHECK_THROWS_AS(npurt::system(preset(1, fault_plan{}.add(fault_spec::hbm_ecc(5)))), npurt::caller_error);
+}
+
+TEST_CASE("random faults are a function of the seed: the same plan twice injects the same faults at the same tasks",
+          "[fault][determinism]") {
+  auto run = [](std::uint64_t seed) {
+    fault_plan plan;
+    plan.seed = seed;
+    plan.add(fault_spec::aicore_exception(0).random(0.1, 0));
+    plan.add(fault_spec::thermal_throttle(1, 2, ms(3)).random(0.05, 0));
+    npurt::system sys{preset(2, plan)};
+    recorder rec;
+    sys.add_observer(rec);
+    auto s0 = sys.device(0).make_stream();
+    auto s1 = sys.device(1).make_stream();
+    for (int i = 0; i < 200; ++i) {
+      (void)s0.launch(fixed_kernel(picoseconds{100'000'000}, "a"));
+      (void)s1.launch(fixed_kernel(picoseconds{100'000'000}, "b"));
+    }
+    std::error_code ec;
+    s0.synchronize(npurt::no_timeout, ec);
+    s1.synchronize(npurt::no_timeout, ec);
+    std::vector<std::tuple<std::size_t, std::uint64_t, std::int64_t>> inj;
+    for (const auto& r : npurt::sim::faults_of(sys).injected())
+      inj.emplace_back(r.spec, r.task, r.time.time_since_epoch().count());
+    return std::make_pair(inj, rec.rows);
+  };
+  const auto a = run(42);
+  const auto b = run(42);
+  const auto c = run(43);
+  CHECK(a == b);
+  CHECK(a.first != c.first);
+  // About 10% of 200 kernels on device 0 (a loose binomial bound: 20 +- 5 sigma).
+  std::size_t on0 = 0;
+  for (const auto& [spec, task, t] : a.first) on0 += spec == 0;
+  CHECK(on0 >= 5);
+  CHECK(on0 <= 40);
+}
+
+TEST_CASE("a stop-on-failure stream skips its later tasks until the failure is read", "[fault][detection][stream]") {
+  npurt::system probe{npurt::sim::presets::ascend910(1)};
+  const std::uint32_t sid = probe.device(0).make_stream({.flags = npurt::stream_flags::stop_on_failure}).id();
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::aicore_exception(0).at_task(sid, 2)))};
+  recorder rec;
+  sys.add_observer(rec);
+  auto s = sys.device(0).make_stream({.flags = npurt::stream_flags::stop_on_failure});
+  REQUIRE(s.id() == sid);
+  for (int i = 1; i <= 4; ++i) (void)s.launch(fixed_kernel(ms(1), "k" + std::to_string(i)));
+  std::error_code awaited;
+  s.async_launch(fixed_kernel(ms(1), "k5"), [&](npurt::async_error_code ec) { awaited = ec; });
+  std::error_code ec;
+  s.synchronize(npurt::no_timeout, ec);
+  CHECK(ec == errc::kernel_fault);  // the first failure, not the skipped tasks'
+  CHECK(awaited == errc::operation_aborted);
+  for (const char* skipped : {"k3", "k4", "k5"}) {
+    REQUIRE(rec.named(skipped) != nullptr);
+    CHECK(rec.named(skipped)->end == rec.named(skipped)->start);  // never ran
+  }
+  CHECK(rec.named("k1")->end - rec.named("k1")->start == ms(1) + launch_latency);
+  // Read: the stream runs again.
+  (void)s.launch(fixed_kernel(ms(1), "k6"));
+  s.synchronize(npurt::no_timeout, ec);
+  CHECK(!ec);
+  CHECK(rec.named("k6")->end - rec.named("k6")->start == ms(1) + launch_latency);
+
+  SECTION("the default stream mode continues") {
+    npurt::system sys2{preset(1, fault_plan{}.add(fault_spec::aicore_exception(0).at_task(sid, 2)))};
+    recorder rec2;
+    sys2.add_observer(rec2);
+    auto s2 = sys2.device(0).make_stream();
+    REQUIRE(s2.id() == sid);
+    for (int i = 1; i <= 4; ++i) (void)s2.launch(fixed_kernel(ms(1), "k" + std::to_string(i)));
+    s2.synchronize(npurt::no_timeout, ec);
+    CHECK(ec == errc::kernel_fault);
+    CHECK(rec2.named("k4")->end - rec2.named("k4")->start == ms(1) + launch_latency);
+  }
+}

@@ -1,0 +1,79 @@
+// session::run_with_recovery: a graph run that meets a transient fault is run again and gives
+// the fault-free outputs; a fatal one is reported, not hidden.
+#include "common.hpp"
+
+#include <npurt/graph/session.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+
+using namespace fault_test;
+using npurt::errc;
+using npurt::fault_plan;
+using npurt::fault_spec;
+
+namespace {
+
+npurt::graph small_graph() {
+  npurt::graph g("small");
+  auto x = g.add_input("x", {4, 8}, npurt::dtype::f32);
+  std::vector<double> wv(8 * 8);
+  for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<double>(i % 5) - 2.0;
+  auto w = g.add_constant("w", npurt::tensor({8, 8}, npurt::dtype::f32, wv));
+  auto y = g.add_op("MatMul", {x, w}, {}, "mm");
+  g.set_output(g.add_op("Relu", {y}, {}, "out"));
+  return g;
+}
+
+std::vector<double> input() {
+  std::vector<double> v(32);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i % 7) - 3.0;
+  return v;
+}
+
+std::vector<double> run_once(const fault_plan& plan, npurt::recovery_strategy strategy,
+                             std::vector<std::error_code>* recovered = nullptr) {
+  npurt::system sys{preset(1, plan)};
+  npurt::session s{sys};
+  s.set_recovery_strategy(strategy);
+  auto g = small_graph();
+  auto c = s.compile(g);
+  npurt::tensor x({4, 8}, npurt::dtype::f32, input());
+  auto r = s.run_with_recovery(c, {{"x", x}});
+  if (recovered) *recovered = s.recovered_errors();
+  return r.outputs.begin()->second.to_vector();
+}
+
+}  // namespace
+
+TEST_CASE("run_with_recovery retries a graph run that hit an AI core exception and returns the fault-free outputs",
+          "[fault][recovery][session]") {
+  const auto clean = run_once(fault_plan{}, {});
+  std::vector<std::error_code> recovered;
+  const auto faulty =
+      run_once(fault_plan{}.add(fault_spec::aicore_exception(0).at_time(at(picoseconds{0}))), {}, &recovered);
+  REQUIRE(recovered.size() == 1);
+  CHECK(recovered[0] == errc::kernel_fault);
+  CHECK(faulty == clean);
+}
+
+TEST_CASE("run_with_recovery retries a hang with the short watchdog", "[fault][recovery][session][hang]") {
+  const auto clean = run_once(fault_plan{}, {});
+  std::vector<std::error_code> recovered;
+  const auto faulty =
+      run_once(fault_plan{}.add(fault_spec::kernel_hang(0).at_time(at(picoseconds{0}))), {}, &recovered);
+  REQUIRE(recovered.size() == 1);
+  CHECK(recovered[0] == errc::task_timeout);
+  CHECK(faulty == clean);
+}
+
+TEST_CASE("run_with_recovery reports a lost device and an abort policy instead of retrying",
+          "[fault][recovery][session][errors]") {
+  CHECK_THROWS_AS(run_once(fault_plan{}.add(fault_spec::hbm_ecc(0).at_time(at(picoseconds{0}))), {}),
+                  npurt::device_error);
+  npurt::recovery_strategy abort_all;
+  abort_all.on_device_error = npurt::recovery_action::abort;
+  try {
+    (void)run_once(fault_plan{}.add(fault_spec::aicore_exception(0).at_time(at(picoseconds{0}))), abort_all);
+    FAIL("the error was hidden");
+  } catch (const npurt::device_error& e) { CHECK(e.code() == errc::kernel_fault); }
+}
