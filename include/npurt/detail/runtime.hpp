@@ -348,11 +348,11 @@ class runtime final : public backend_host {
   object_pool<kernel_desc, 256> kernels_;
   std::vector<std::unique_ptr<stream_state>> streams_;  // index = stream id; ids are never reused
   std::vector<std::unique_ptr<event_state>> events_;    // index = event id
-  deadlock_detector deadlocks_{streams_};
+  device_queue queue_;
+  deadlock_detector deadlocks_{streams_, queue_};
 
   std::vector<observer*> observers_;
   fanout_observer fanout_{observers_};
-  device_queue queue_;
 };
 
 }  // namespace detail
