@@ -105,9 +105,11 @@ double formula(const sim::preset& pr, collective_op op, collective_algorithm a, 
   }
 }
 
-// Hierarchical all-reduce: intra-server mesh reduce-scatter, inter-server all-reduce of the
-// shard (RHD when the server count is a power of two, else ring), intra-server all-gather.
-double hierarchical(const sim::preset& pr, int p, double n) {
+// HCCL's two-level schemes, stage by stage (the inter-server stage RHD when the server count is
+// a power of two, else ring): all-reduce = intra mesh reduce-scatter, inter all-reduce of the
+// n/L shard, intra mesh all-gather; reduce-scatter = inter RS of n, intra RS of n/S;
+// all-gather = intra AG of n/S, inter AG of n.
+double hierarchical(const sim::preset& pr, collective_op op, int p, double n) {
   const int L = static_cast<int>(pr.server_size), S = p / L;
   sim::preset intra = pr;
   intra.device_count = static_cast<std::uint32_t>(L);
@@ -119,9 +121,15 @@ double hierarchical(const sim::preset& pr, int p, double n) {
   inter.hccs_groups.clear();
   const auto ia =
       std::has_single_bit(static_cast<unsigned>(S)) ? collective_algorithm::rhd : collective_algorithm::ring;
-  return formula(intra, collective_op::reduce_scatter, collective_algorithm::mesh, L, n) +
-         formula(inter, collective_op::all_reduce, ia, S, n / L) +
-         formula(intra, collective_op::all_gather, collective_algorithm::mesh, L, n);
+  const auto mesh = collective_algorithm::mesh;
+  switch (op) {
+    case collective_op::reduce_scatter: return formula(inter, op, ia, S, n) + formula(intra, op, mesh, L, n / S);
+    case collective_op::all_gather: return formula(intra, op, mesh, L, n / S) + formula(inter, op, ia, S, n);
+    default:
+      return formula(intra, collective_op::reduce_scatter, mesh, L, n) +
+             formula(inter, collective_op::all_reduce, ia, S, n / L) +
+             formula(intra, collective_op::all_gather, mesh, L, n);
+  }
 }
 
 double bus_factor(collective_op op, int p) {
@@ -189,7 +197,9 @@ int main(int argc, char** argv) {
         if (!(op == collective_op::all_to_all && a == collective_algorithm::rhd) &&
             !(p == 64 && a == collective_algorithm::mesh))
           combos.push_back({op, a});
-    if (p == 64) combos.push_back({collective_op::all_reduce, collective_algorithm::hierarchical});
+    if (p == 64)
+      for (auto op : {collective_op::all_reduce, collective_op::reduce_scatter, collective_op::all_gather})
+        combos.push_back({op, collective_algorithm::hierarchical});
     std::printf("\n# ascend910b, %d devices%s\n", p,
                 p == 8 ? " (one HCCS full mesh)" : " (8 servers x 8, RoCE between)");
     std::printf("%-15s %-12s %12s %12s %10s %10s %12s %8s\n", "op", "algorithm", "size(B)", "time(us)", "algbw",
@@ -201,7 +211,7 @@ int main(int argc, char** argv) {
         const double t = simulate(pr, c.op, c.a, bytes);
         const double chunks = std::ceil(static_cast<double>(bytes) / 200e6);
         const double one = c.a == collective_algorithm::hierarchical
-                               ? hierarchical(pr, p, static_cast<double>(bytes) / chunks)
+                               ? hierarchical(pr, c.op, p, static_cast<double>(bytes) / chunks)
                                : formula(pr, c.op, c.a, p, static_cast<double>(bytes) / chunks);
         const double want = chunks * one;
         const double algbw = static_cast<double>(bytes) / t / 1e9;

@@ -87,7 +87,8 @@ result run(const sim::preset& pr, const workload& w, const config& c, int steps,
   npurt::system sys{sim::make_backend(pr, so), opts};
   if (!svg.empty()) (void)sys.profiler();
   const int n = static_cast<int>(sys.device_count());
-  auto comm = communicator::init_all(sys, {.exec_timeout = picoseconds{0}, .name = "dp", .keep_records = true});
+  auto comm = communicator::init_all(
+      sys, {.exec_timeout = no_timeout, .connect_timeout = no_timeout, .name = "dp", .keep_records = true});
   std::vector<stream> compute, comms;
   for (auto& d : sys.devices()) {
     compute.push_back(d.make_stream());
@@ -176,7 +177,7 @@ void seed_svg(const config& c, const std::string& path) {
   opts.dispatch = dispatch_model::shared_fifo;
   npurt::system sys{sim::make_backend(sim::presets::ascend910(4), so), opts};
   (void)sys.profiler();
-  auto comm = communicator::init_all(sys, {.exec_timeout = picoseconds{0}, .name = "dp"});
+  auto comm = communicator::init_all(sys, {.exec_timeout = no_timeout, .connect_timeout = no_timeout, .name = "dp"});
   std::vector<stream> compute, comms;
   for (auto& d : sys.devices()) {
     compute.push_back(d.make_stream());

@@ -38,22 +38,34 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace npurt {
 
 class system;
 
-/// HCCL_BUFFSIZE defaults to 200 MB. The timeouts default to the devices' (the preset's
-/// hccl_connect_timeout / hccl_exec_timeout: HCCL's 120 s and 1836 s); 0 = never.
+/// The default of a communicator timeout: the preset's (Interconnect.hccl_connect_timeout /
+/// hccl_exec_timeout, HCCL's 120 s and 1836 s; a preset value of 0 means never).
+struct preset_timeout_t {};
+inline constexpr preset_timeout_t preset_timeout{};
+/// A communicator timeout as an option: preset_timeout, or what the runtime's waits take — a
+/// duration of virtual time, or no_timeout to wait as long as it takes.
+using timeout_option = std::variant<preset_timeout_t, std::optional<picoseconds>>;
+
+/// HCCL_BUFFSIZE defaults to 200 MB.
 struct communicator_options {
-  static constexpr picoseconds from_device{-1};
   collective_algorithm algorithm = collective_algorithm::automatic;
   std::size_t buffer_size = 200'000'000;
-  picoseconds exec_timeout = from_device;
-  picoseconds connect_timeout = from_device;
+  /// How long the first rank of an operation waits for the others (HCCL_EXEC_TIMEOUT).
+  timeout_option exec_timeout = preset_timeout;
+  /// How long the first rank of the communicator's first operation waits for the others: HCCL
+  /// sets up its links at the first operation, so a rank that never gets there is a connect
+  /// failure (HCCL_CONNECT_TIMEOUT). That operation fails at the earlier of the two timers.
+  timeout_option connect_timeout = preset_timeout;
   std::string name{};
   /// Keep a collective_record of every finished operation (records()).
   bool keep_records = false;
@@ -89,11 +101,13 @@ class communicator {
   // Per-communicator settings (HCCL_ALGO, HCCL_BUFFSIZE / set_comm_buffer_size, timeouts).
   NPURT_DECL void set_algorithm(collective_algorithm a);
   NPURT_DECL void set_buffer_size(std::size_t bytes);
-  NPURT_DECL void set_exec_timeout(picoseconds t);
+  NPURT_DECL void set_exec_timeout(std::optional<picoseconds> t);
+  NPURT_DECL void set_connect_timeout(std::optional<picoseconds> t);
   [[nodiscard]] collective_algorithm algorithm() const noexcept { return state_->algorithm; }
   [[nodiscard]] std::size_t buffer_size() const noexcept { return state_->buffer_bytes; }
-  [[nodiscard]] picoseconds exec_timeout() const noexcept { return state_->exec_timeout; }
-  [[nodiscard]] picoseconds connect_timeout() const noexcept { return state_->connect_timeout; }
+  /// The timeouts in force: a duration, or no_timeout (never).
+  [[nodiscard]] std::optional<picoseconds> exec_timeout() const noexcept { return state_->exec_timeout; }
+  [[nodiscard]] std::optional<picoseconds> connect_timeout() const noexcept { return state_->connect_timeout; }
 
   /// HcclGetCommAsyncError: the first error an operation of this communicator hit (empty if
   /// none); `message` receives every error's explanation, one per line.

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -110,8 +111,9 @@ struct collective_comm_state {
   std::vector<device_id> devices;         // rank -> device
   collective_algorithm algorithm = collective_algorithm::automatic;
   std::size_t buffer_bytes = 200'000'000; // HCCL_BUFFSIZE: messages larger than this run in chunks
-  picoseconds exec_timeout{0};            // 0: never
-  picoseconds connect_timeout{0};
+  std::optional<picoseconds> exec_timeout;     // no_timeout: never
+  std::optional<picoseconds> connect_timeout;  // bounds the rendezvous of the first operation
+  bool connected = false;                      // an operation has started: the links are set up
   // Per-rank sequence numbers of collective calls, and per (src, dst) pair of point-to-point ones.
   std::vector<std::uint64_t> next_seq;
   std::vector<std::uint64_t> next_send, next_recv;  // index src * size + dst

@@ -158,6 +158,8 @@ class stream {
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec);
 
  private:
+  friend class communicator;  // checks that a stream belongs to the communicator's system
+
   NPURT_DECL void release() noexcept;
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* f);
   NPURT_DECL detail::stream_state* state(std::error_code& ec) const noexcept;

@@ -27,8 +27,9 @@ struct system_options {
   /// Reject calls from a thread other than the one that created the system with
   /// errc::wrong_thread (the loop is single-threaded). Always on in builds without NDEBUG.
   bool check_thread = false;
-  /// The devices' task scheduler (detail/device_queue.hpp).
-  dispatch_model dispatch = dispatch_model::per_stream;
+  /// The devices' task scheduler (detail/device_queue.hpp). The default is the one the CANN
+  /// runtime documents: every stream of a device feeds one execution queue per priority level.
+  dispatch_model dispatch = dispatch_model::shared_fifo;
 };
 
 }  // namespace npurt

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 namespace npurt::sim {
@@ -135,6 +136,8 @@ struct collective_engine::instance {
   std::error_code error;
   std::uint64_t timer = 0;
   bool timer_armed = false;
+  bool connect_timer = false;  // the armed timer is connect_timeout (else exec_timeout)
+  picoseconds timer_span{0};
   collective_op op = collective_op::all_reduce;
   collective_algorithm algo = collective_algorithm::ring;
   double bytes = 0;
@@ -238,8 +241,16 @@ void collective_engine::arrive(const key& k, task_info& t, std::uint32_t call_in
   }
   if (in.first == none) {
     in.first = participant;
-    if (in.comm->exec_timeout.count() > 0 && in.arrived < in.tasks.size()) {
-      in.timer = host_->call_at_cancellable(now + in.comm->exec_timeout, &collective_engine::on_timeout, this, in.id);
+    // Until an operation has started, the communicator's links are not set up: the first
+    // rendezvous is also bounded by the connect timeout (HCCL links lazily, at the first
+    // operation), and the earlier timer is the one that fires.
+    std::optional<picoseconds> span = in.comm->exec_timeout;
+    const std::optional<picoseconds> connect = in.comm->connected ? std::nullopt : in.comm->connect_timeout;
+    in.connect_timer = connect && (!span || *connect <= *span);
+    if (in.connect_timer) span = connect;
+    if (span && in.arrived < in.tasks.size()) {
+      in.timer_span = *span;
+      in.timer = host_->call_at_cancellable(now + *span, &collective_engine::on_timeout, this, in.id);
       in.timer_armed = true;
     }
   } else if (!same_call(*in.calls[in.first], call)) {
@@ -292,7 +303,9 @@ void collective_engine::on_timeout(void* self, std::uint64_t id) {
   if (in.started || in.failed) return;
   in.timer_armed = false;
   std::ostringstream os;
-  os << "HCCL execution timeout: timer exec_timeout (" << to_ms(in.comm->exec_timeout) / 1000.0 << " s) fired in "
+  os << (in.connect_timer ? "HCCL connect timeout: timer connect_timeout ("
+                          : "HCCL execution timeout: timer exec_timeout (")
+     << to_ms(in.timer_span) / 1000.0 << " s) fired in "
      << (in.calls[in.first] ? describe_call(*in.calls[in.first]) : std::string("?")) << " #" << in.sequence
      << " of communicator '" << in.comm->name << "' (id " << in.comm->id << "): rank(s)";
   for (std::size_t i = 0; i < in.tasks.size(); ++i)
@@ -311,6 +324,7 @@ void collective_engine::on_begin(void* self, std::uint64_t id) {
 void collective_engine::begin(instance& in) {
   in.started = true;
   in.start = host_->now();
+  in.comm->connected = true;
   const collective_call& c = *in.calls[in.first];
   in.op = c.op;
   const std::size_t p = in.devices.size();

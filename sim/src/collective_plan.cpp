@@ -82,6 +82,45 @@ struct builder {
     return base + 1;
   }
 
+  // Reduce-scatter / all-gather of an n-byte vector over r by one algorithm (rhd: p a power of two).
+  std::size_t reduce_scatter(std::size_t base, const ranks_t& r, double n, collective_algorithm a) {
+    if (a == collective_algorithm::mesh) return mesh(base, r, n, true);
+    if (a == collective_algorithm::rhd) return halving(base, r, n, true);
+    return ring(base, r, n, true);
+  }
+  std::size_t all_gather(std::size_t base, const ranks_t& r, double n, collective_algorithm a) {
+    if (a == collective_algorithm::mesh) return mesh(base, r, n, false);
+    if (a == collective_algorithm::rhd) return doubling(base, r, n);
+    return ring(base, r, n, false);
+  }
+  // Scatter of an n-byte vector from r[0]: mesh, one step of n/p to each rank; otherwise along
+  // the ring, each step forwarding one block of n/p one hop further.
+  std::size_t scatter(std::size_t base, const ranks_t& r, double n, bool mesh_links) {
+    const std::size_t p = r.size();
+    if (p < 2) return base;
+    const double blk = n / static_cast<double>(p);
+    if (mesh_links) {
+      for (std::size_t i = 1; i < p; ++i) add(base, r[0], r[i], blk);
+      return base + 1;
+    }
+    for (std::size_t s = 0; s + 1 < p; ++s)
+      for (std::size_t i = 0; i <= s; ++i) add(base + s, r[i], r[i + 1], blk);
+    return base + p - 1;
+  }
+  // Broadcast of n bytes from r[0]: rhd, a binomial tree; otherwise a chain.
+  std::size_t broadcast(std::size_t base, const ranks_t& r, double n, collective_algorithm a) {
+    const std::size_t p = r.size();
+    if (p < 2) return base;
+    if (a == collective_algorithm::rhd) {
+      std::size_t s = 0;
+      for (std::size_t d = 1; d < p; d *= 2, ++s)
+        for (std::size_t i = 0; i < d && i + d < p; ++i) add(base + s, r[i], r[i + d], n);
+      return base + s;
+    }
+    for (std::size_t i = 0; i + 1 < p; ++i) add(base + i, r[i], r[i + 1], n);
+    return base + p - 1;
+  }
+
   std::size_t all_reduce(std::size_t base, const ranks_t& r, double n, collective_algorithm a) {
     const std::size_t p = r.size();
     if (p < 2) return base;
@@ -127,8 +166,54 @@ std::vector<coll_phase> plan_phases(const preset& pr, collective_op op, collecti
   if (p < 2) return ph;
   const ranks_t all = iota(p);
   const bool pow2 = std::has_single_bit(p);
-  if (algo == collective_algorithm::hierarchical && op != collective_op::all_reduce && op != collective_op::barrier)
+  const bool has_hierarchical = op == collective_op::all_reduce || op == collective_op::barrier ||
+                                op == collective_op::all_gather || op == collective_op::reduce_scatter ||
+                                op == collective_op::broadcast;
+  if (algo == collective_algorithm::hierarchical && !has_hierarchical)
     algo = pow2 ? collective_algorithm::rhd : collective_algorithm::ring;
+  // HCCL's two-level schemes (coll_algo_intro): ReduceScatter = inter-server RS, then intra RS;
+  // AllGather = intra AG, then inter AG; Broadcast = intra Scatter from the root, inter Bcast of
+  // the root server's shards, intra AG. Servers hold L consecutive ranks; rank s*L + j is rank j
+  // of server s, and the inter-server stages run over the L "columns" at once.
+  if (algo == collective_algorithm::hierarchical && op != collective_op::all_reduce && op != collective_op::barrier) {
+    const server_layout l = layout_of(pr, devices);
+    if (l.servers < 2 || l.per_server < 2) {
+      algo = pow2 ? collective_algorithm::rhd : collective_algorithm::ring;
+    } else {
+      const std::size_t L = l.per_server, S = l.servers;
+      const std::vector<device_id> first(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(L));
+      const auto intra = full_mesh(pr, first) ? collective_algorithm::mesh : collective_algorithm::ring;
+      const auto inter = std::has_single_bit(S) ? collective_algorithm::rhd : collective_algorithm::ring;
+      const auto server = [&](std::size_t s) {
+        ranks_t g(L);
+        for (std::size_t j = 0; j < L; ++j) g[j] = static_cast<std::uint32_t>(s * L + j);
+        return g;
+      };
+      const auto column = [&](std::size_t j, std::size_t first_server) {
+        ranks_t g(S);
+        for (std::size_t s = 0; s < S; ++s) g[s] = static_cast<std::uint32_t>(((first_server + s) % S) * L + j);
+        return g;
+      };
+      const double dL = static_cast<double>(L), dS = static_cast<double>(S);
+      std::size_t end = 0;
+      if (op == collective_op::reduce_scatter) {
+        for (std::size_t j = 0; j < L; ++j) end = b.reduce_scatter(0, column(j, 0), n, inter);
+        for (std::size_t s = 0; s < S; ++s) (void)b.reduce_scatter(end, server(s), n / dS, intra);
+      } else if (op == collective_op::all_gather) {
+        for (std::size_t s = 0; s < S; ++s) end = b.all_gather(0, server(s), n / dS, intra);
+        for (std::size_t j = 0; j < L; ++j) (void)b.all_gather(end, column(j, 0), n, inter);
+      } else {  // broadcast
+        const std::size_t s0 = root / L, j0 = root % L;
+        ranks_t g(L);  // the root's server, root first
+        for (std::size_t j = 0; j < L; ++j) g[j] = static_cast<std::uint32_t>(s0 * L + (j0 + j) % L);
+        end = b.scatter(0, g, n, intra == collective_algorithm::mesh);
+        std::size_t end2 = end;
+        for (std::size_t j = 0; j < L; ++j) end2 = b.broadcast(end, column(j, s0), n / dL, inter);
+        for (std::size_t s = 0; s < S; ++s) (void)b.all_gather(end2, server(s), n, intra);
+      }
+      return ph;
+    }
+  }
   switch (op) {
     case collective_op::barrier:
     case collective_op::all_reduce: {
@@ -191,12 +276,8 @@ std::vector<coll_phase> plan_phases(const preset& pr, collective_op op, collecti
         for (std::size_t i = 1; i < p; ++i)
           for (std::size_t j = 1; j < p; ++j)
             if (i != j) b.add(1, r[i], r[j], n / static_cast<double>(p));
-      } else if (algo == collective_algorithm::rhd) {  // binomial tree
-        std::size_t s = 0;
-        for (std::size_t d = 1; d < p; d *= 2, ++s)
-          for (std::size_t i = 0; i < d && i + d < p; ++i) b.add(s, r[i], r[i + d], n);
-      } else {  // chain
-        for (std::size_t i = 0; i + 1 < p; ++i) b.add(i, r[i], r[i + 1], n);
+      } else {
+        b.broadcast(0, r, n, algo);  // rhd: binomial tree; ring: chain
       }
       break;
     }

@@ -49,7 +49,20 @@ collective_algorithm choose_algorithm(const preset& p, std::span<const device_id
   if (n <= 1 || op == collective_op::send || op == collective_op::recv) return collective_algorithm::ring;
   if (full_mesh(p, devices)) return collective_algorithm::mesh;
   const server_layout l = layout_of(p, devices);
-  if (op == collective_op::all_reduce && l.servers > 1 && l.per_server > 1) return collective_algorithm::hierarchical;
+  if (l.servers > 1 && l.per_server > 1) {
+    if (op == collective_op::all_reduce) return collective_algorithm::hierarchical;
+    // The other two-level schemes win outright when a server is one HCCS mesh (one intra step
+    // instead of lg L or L-1). Inside a ring of HCCS groups joined over PCIe: all-gather and
+    // reduce-scatter move the same bytes across servers as the flat recursive halving-doubling
+    // (power-of-two p) in fewer steps there, but fewer steps than the flat ring (other p);
+    // broadcast moves n/L instead of n across servers, worth its extra intra-server steps once
+    // the message is bandwidth-bound.
+    const bool mesh_inside = full_mesh(p, devices.first(l.per_server));
+    if ((op == collective_op::all_gather || op == collective_op::reduce_scatter) &&
+        (mesh_inside || !std::has_single_bit(n)))
+      return collective_algorithm::hierarchical;
+    if (op == collective_op::broadcast && (mesh_inside || bytes > 64 * 1024)) return collective_algorithm::hierarchical;
+  }
   if (op == collective_op::all_to_all || op == collective_op::all_to_allv) return collective_algorithm::ring;
   const bool pow2 = std::has_single_bit(n);
   // Latency-bound messages take the log-step algorithm whatever the rank count.

@@ -422,7 +422,7 @@ TEST_CASE("a finished operation cancels its timeout: the clock does not move to 
 
 TEST_CASE("abort fails pending operations and refuses new ones", "[collective][errors]") {
   fixture f(roce_preset(2));
-  auto comm = communicator::init_all(f.sys, {.exec_timeout = picoseconds{0}});
+  auto comm = communicator::init_all(f.sys, {.exec_timeout = no_timeout, .connect_timeout = no_timeout});
   comm.barrier(f.streams[0]);
   std::error_code ec;
   f.sys.run(ec);  // rank 1 never calls and no timeout is set: nothing can progress
@@ -459,7 +459,7 @@ TEST_CASE("a fire-and-forget collective that fails is its stream's sticky error,
 TEST_CASE("resetting a device fails the collectives it takes part in on the other ranks", "[collective][errors]") {
   SECTION("an operation still waiting for the reset device's rank") {
     fixture f(roce_preset(3));
-    auto comm = communicator::init_all(f.sys, {.exec_timeout = picoseconds{0}, .name = "r"});
+    auto comm = communicator::init_all(f.sys, {.exec_timeout = no_timeout, .connect_timeout = no_timeout, .name = "r"});
     async_error_code on_rank0;
     comm.async_barrier(f.streams[0], [&](async_error_code e) { on_rank0 = e; });
     comm.barrier(f.streams[1]);
@@ -477,7 +477,7 @@ TEST_CASE("resetting a device fails the collectives it takes part in on the othe
   }
   SECTION("an operation whose transfers are on the links") {
     fixture f(mesh_preset(2), coll_test::timing_only());
-    auto comm = communicator::init_all(f.sys, {.exec_timeout = picoseconds{0}, .name = "r"});
+    auto comm = communicator::init_all(f.sys, {.exec_timeout = no_timeout, .connect_timeout = no_timeout, .name = "r"});
     const std::size_t count = std::size_t{1} << 28;  // 1 GiB of f32: tens of ms on HCCS
     for (int d = 0; d < 2; ++d)
       comm.all_reduce(nullptr, nullptr, count, dtype::f32, reduce_op::sum, f.streams[static_cast<std::size_t>(d)]);
@@ -645,15 +645,35 @@ TEST_CASE("communicator timeouts default to the preset's HCCL values, and the pr
     CHECK(comm.exec_timeout() == picoseconds{1836LL * 1'000'000'000'000LL});
     CHECK(comm.connect_timeout() == picoseconds{120LL * 1'000'000'000'000LL});
   }
+  {
+    // HCCL's convention in the preset file: 0 disables the timer.
+    auto p0 = roce_preset(2);
+    REQUIRE_FALSE(sim::set_value(p0, "Interconnect.hccl_exec_timeout", "0"));
+    fixture f(p0);
+    CHECK_FALSE(communicator::init_all(f.sys).exec_timeout().has_value());
+  }
   auto p = roce_preset(2);
   REQUIRE_FALSE(sim::set_value(p, "Interconnect.hccl_exec_timeout", "50000000000"));  // ns: the seed's 50 s
   fixture f(p);
   auto comm = communicator::init_all(f.sys);
   CHECK(comm.exec_timeout() == picoseconds{50LL * 1'000'000'000'000LL});
-  auto never = communicator::init_all(f.sys, {.exec_timeout = picoseconds{0}});
-  CHECK(never.exec_timeout() == picoseconds{0});
+  auto never = communicator::init_all(f.sys, {.exec_timeout = no_timeout, .connect_timeout = no_timeout});
+  CHECK_FALSE(never.exec_timeout().has_value());
+  CHECK_FALSE(never.connect_timeout().has_value());
+  // A duration of zero is a duration (it fires at once), as in the runtime's waits.
+  auto zero = communicator::init_all(f.sys, {.exec_timeout = picoseconds{0}});
+  CHECK(zero.exec_timeout() == picoseconds{0});
+  // A split keeps the parent's timeouts, never included.
+  const std::vector<int> colors{0, 0};
+  CHECK_FALSE(never.split(colors).at(0).exec_timeout().has_value());
+  CHECK(zero.split(colors).at(0).exec_timeout() == picoseconds{0});
+  never.set_exec_timeout(std::chrono::seconds{3});
+  CHECK(never.exec_timeout() == picoseconds{3LL * 1'000'000'000'000LL});
+  CHECK_THROWS_AS(never.set_connect_timeout(picoseconds{-1}), caller_error);
   std::error_code ec;
   (void)communicator::init_all(f.sys, std::vector<device_id>{0, 1}, {.exec_timeout = picoseconds{-5}}, ec);
+  CHECK(ec == errc::invalid_argument);
+  (void)communicator::init_all(f.sys, std::vector<device_id>{0, 1}, {.connect_timeout = picoseconds{-1}}, ec);
   CHECK(ec == errc::invalid_argument);
   (void)communicator::init_all(f.sys, std::vector<device_id>{0, 0}, {}, ec);
   CHECK(ec == errc::invalid_argument);
@@ -666,7 +686,7 @@ TEST_CASE("a wait cycle through a collective is reported as a deadlock naming th
   // Rank 0's stream waits for an event that rank 1 records after its all-reduce, and rank 0's
   // part of that all-reduce is behind the wait: neither can ever go on.
   fixture f(roce_preset(2), coll_test::timing_only());
-  auto comm = communicator::init_all(f.sys, {.exec_timeout = picoseconds{0}});
+  auto comm = communicator::init_all(f.sys, {.exec_timeout = no_timeout, .connect_timeout = no_timeout});
   event ev = f.sys.device(1).make_event({.wait_for_record = true});
   f.streams[0].wait(ev);
   comm.barrier(f.streams[0]);

@@ -60,9 +60,9 @@ double formula(collective_op op, collective_algorithm a, double p, double n, con
   }
 }
 
-// Simulated seconds of one operation whose ranks all arrive together (timing-only).
-double simulate(const sim::preset& pr, collective_op op, collective_algorithm a, std::size_t bytes,
-                std::size_t buffer = 200'000'000) {
+// The record of one operation whose ranks all arrive together (timing-only), rooted at `root`.
+collective_record simulate_record(const sim::preset& pr, collective_op op, collective_algorithm a, std::size_t bytes,
+                                  int root = 0, std::size_t buffer = 200'000'000) {
   npurt::system sys{sim::make_backend(pr, coll_test::timing_only())};
   auto comm = communicator::init_all(sys, {.algorithm = a, .buffer_size = buffer, .keep_records = true});
   const std::size_t p = sys.device_count();
@@ -72,13 +72,21 @@ double simulate(const sim::preset& pr, collective_op op, collective_algorithm a,
     collective_call c;
     c.op = op;
     c.type = dtype::i8;
+    c.root = root;
     c.count = (op == collective_op::all_gather || op == collective_op::reduce_scatter) ? bytes / p : bytes;
     comm.enqueue(c, ss[r]);
   }
   sys.run();
   REQUIRE_FALSE(comm.async_error());
-  const auto& rec = comm.records().at(0);
-  return static_cast<double>((rec.end - rec.start).count()) * 1e-12;
+  return comm.records().at(0);
+}
+
+double seconds(const collective_record& r) { return static_cast<double>((r.end - r.start).count()) * 1e-12; }
+
+// Simulated seconds of one operation whose ranks all arrive together.
+double simulate(const sim::preset& pr, collective_op op, collective_algorithm a, std::size_t bytes,
+                std::size_t buffer = 200'000'000) {
+  return seconds(simulate_record(pr, op, a, bytes, 0, buffer));
 }
 
 }  // namespace
@@ -157,5 +165,79 @@ TEST_CASE("messages larger than the buffer run in chunks, each paying the latenc
     const double got = simulate(pr, collective_op::all_reduce, collective_algorithm::ring, n, buffer);
     CAPTURE(buffer, got, want);
     CHECK(std::abs(got - want) <= 1e-3 * want);
+  }
+}
+
+TEST_CASE("hierarchical reduce_scatter, all_gather and broadcast take the sum of their stages' formulas",
+          "[collective][formula]") {
+  const int servers = GENERATE(2, 3, 8);
+  const int per = GENERATE(4, 8);
+  const std::size_t p = static_cast<std::size_t>(servers * per);
+  // A whole multiple of p (reduce-scatter and all-gather split the vector in p shards), from
+  // latency-bound to bandwidth-bound (up to 192 MiB: two chunks of the 200 MB buffer at p = 64).
+  const std::size_t n = GENERATE(std::size_t{64}, std::size_t{3} << 20) * p;
+  const auto pr = coll_test::cluster_preset(servers, per);
+  const net intra = link(pr.hccs_latency, pr.hccs_bandwidth, pr);
+  const net inter = link(pr.roce_latency, pr.roce_bandwidth, pr);
+  const auto inter_algo =
+      std::has_single_bit(static_cast<unsigned>(servers)) ? collective_algorithm::rhd : collective_algorithm::ring;
+  const double chunks = std::ceil(static_cast<double>(n) / 200e6);
+  const double d = static_cast<double>(n) / chunks, S = servers, L = per;
+  using enum collective_op;
+  const auto mesh = collective_algorithm::mesh;
+  SECTION("reduce_scatter: inter-server reduce-scatter of the whole vector, then intra-server of the server's share") {
+    const double want =
+        chunks * (formula(reduce_scatter, inter_algo, S, d, inter) + formula(reduce_scatter, mesh, L, d / S, intra));
+    const auto rec = simulate_record(pr, reduce_scatter, collective_algorithm::automatic, n);
+    CAPTURE(servers, per, n, seconds(rec), want);
+    CHECK(rec.algorithm == collective_algorithm::hierarchical);
+    CHECK(std::abs(seconds(rec) - want) <= 1e-3 * want);
+  }
+  SECTION("all_gather: intra-server all-gather of the server's share, then inter-server of the whole vector") {
+    const double want =
+        chunks * (formula(all_gather, mesh, L, d / S, intra) + formula(all_gather, inter_algo, S, d, inter));
+    const auto rec = simulate_record(pr, all_gather, collective_algorithm::automatic, n);
+    CAPTURE(servers, per, n, seconds(rec), want);
+    CHECK(rec.algorithm == collective_algorithm::hierarchical);
+    CHECK(std::abs(seconds(rec) - want) <= 1e-3 * want);
+  }
+  SECTION("broadcast: intra scatter from the root, inter broadcast of the shards, intra all-gather") {
+    const int root = GENERATE_COPY(0, servers * per - 3);  // on the first server and on the last
+    const double scatter = intra.alpha + d / L * intra.beta;  // HCCL's mesh Scatter: alpha + n/p beta
+    const double want =
+        chunks * (scatter + formula(broadcast, inter_algo, S, d / L, inter) + formula(all_gather, mesh, L, d, intra));
+    const auto rec = simulate_record(pr, broadcast, collective_algorithm::automatic, n, root);
+    CAPTURE(servers, per, n, root, seconds(rec), want);
+    CHECK(rec.algorithm == collective_algorithm::hierarchical);
+    CHECK(std::abs(seconds(rec) - want) <= 1e-3 * want);
+    // And it beats the flat algorithm whenever bandwidth matters.
+    if (n > (std::size_t{1} << 20)) CHECK(seconds(rec) < seconds(simulate_record(pr, broadcast, inter_algo, n, root)));
+  }
+}
+
+TEST_CASE(
+    "without a full mesh inside a server, the choice between the two-level and the flat schemes is the faster "
+    "one, by rank count and size",
+    "[collective][formula]") {
+  // ascend910 servers: two HCCS groups of four joined over PCIe; servers over RoCE.
+  const int devices = GENERATE(16, 24);
+  const auto pr = sim::presets::ascend910(devices);
+  REQUIRE(pr.server_size == 8);
+  const bool pow2 = std::has_single_bit(static_cast<unsigned>(devices));
+  for (auto op : {collective_op::broadcast, collective_op::all_gather, collective_op::reduce_scatter}) {
+    for (std::size_t n : {std::size_t{64} * 24 * 16, std::size_t{24 * 16} << 16}) {  // 24 KiB and 24 MiB
+      const auto chosen = simulate_record(pr, op, collective_algorithm::automatic, n);
+      const bool large = n > 64 * 1024;
+      const bool want_hier = op == collective_op::broadcast ? large : !pow2;
+      CAPTURE(devices, to_string(op), n, to_string(chosen.algorithm));
+      CHECK((chosen.algorithm == collective_algorithm::hierarchical) == want_hier);
+      // The flat alternative: recursive halving-doubling at powers of two and for small
+      // broadcasts, ring otherwise.
+      const auto flat =
+          pow2 || (op == collective_op::broadcast && !large) ? collective_algorithm::rhd : collective_algorithm::ring;
+      const auto other = simulate_record(pr, op, want_hier ? flat : collective_algorithm::hierarchical, n);
+      CAPTURE(seconds(chosen), seconds(other));
+      CHECK(seconds(chosen) <= seconds(other));
+    }
   }
 }

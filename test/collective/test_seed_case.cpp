@@ -35,7 +35,7 @@ struct outcome {
 };
 
 outcome run_case(dispatch_model model, int comm_priority, stream_flags comm_flags,
-                 picoseconds timeout = picoseconds{0}) {
+                 std::optional<picoseconds> timeout = no_timeout) {
   outcome o;
   system_options so;
   so.dispatch = model;

@@ -121,37 +121,75 @@ TEST_CASE("re-recording an event moves it; waits refer to the record current whe
   CHECK(*ev.completion_time() > *first);
 }
 
+namespace {
+
+// Two streams of device 0, each waiting on the other's event before recording its own (events
+// that a wait may precede, as CANN's synchronising events: the wait holds until the first
+// record). a runs a 10 us kernel first, b a 30 us one. Runs the system; returns the error.
+struct mutual_waits {
+  npurt::stream a, b;
+  npurt::event ea, eb;
+  std::error_code ec;
+  std::string report;
+  explicit mutual_waits(npurt::system& sys) {
+    auto& dev = sys.device(0);
+    a = dev.make_stream();
+    b = dev.make_stream();
+    ea = dev.make_event({.wait_for_record = true});
+    eb = dev.make_event({.wait_for_record = true});
+    a.launch(fixed(us(10)));
+    a.wait(eb);
+    a.record(ea);
+    b.launch(fixed(us(30)));
+    b.wait(ea);
+    b.record(eb);
+    sys.run(ec);
+    report = sys.deadlock_report();
+  }
+};
+
+}  // namespace
+
 TEST_CASE("two streams waiting on each other's events are reported as a deadlock at once, naming both",
           "[core][event][deadlock]") {
-  npurt::system sys{simple()};
-  auto& dev = sys.device(0);
-  auto a = dev.make_stream();
-  auto b = dev.make_stream();
-  // Events that a wait may precede, as CANN's synchronising events: the wait holds until the
-  // first record. Each stream records its event only after waiting on the other's.
-  auto ea = dev.make_event({.wait_for_record = true});
-  auto eb = dev.make_event({.wait_for_record = true});
-  a.launch(fixed(us(10)));
-  a.wait(eb);
-  a.record(ea);
-  b.launch(fixed(us(30)));
-  b.wait(ea);
-  b.record(eb);
-  std::error_code ec;
-  sys.run(ec);
-  CHECK(ec == npurt::errc::deadlock);
-  const std::string report = sys.deadlock_report();
-  INFO(report);
-  CHECK(report.find("stream " + std::to_string(a.id())) != std::string::npos);
-  CHECK(report.find("stream " + std::to_string(b.id())) != std::string::npos);
-  CHECK(report.find("event " + std::to_string(ea.id())) != std::string::npos);
-  CHECK(report.find("event " + std::to_string(eb.id())) != std::string::npos);
+  // Each stream's head dispatches on its own: the cycle is the two waits alone (under the shared
+  // FIFO the same program deadlocks earlier, through the queue: the next test).
+  npurt::system sys{simple(), {.dispatch = npurt::dispatch_model::per_stream}};
+  const mutual_waits m(sys);
+  CHECK(m.ec == npurt::errc::deadlock);
+  INFO(m.report);
+  CHECK(m.report.find("stream " + std::to_string(m.a.id())) != std::string::npos);
+  CHECK(m.report.find("stream " + std::to_string(m.b.id())) != std::string::npos);
+  CHECK(m.report.find("event " + std::to_string(m.ea.id())) != std::string::npos);
+  CHECK(m.report.find("event " + std::to_string(m.eb.id())) != std::string::npos);
   // Reported as soon as nothing else could run: when b's kernel ended, not at a timeout.
   CHECK(sys.now() == sim_time{sys.options().launch_overhead + us(10) + us(30)});
   // The runtime stays usable.
-  auto c = dev.make_stream();
+  auto c = sys.device(0).make_stream();
   c.launch(fixed(us(1)));
   CHECK_NOTHROW(c.synchronize());
+}
+
+TEST_CASE(
+    "under the shared FIFO a wait submitted before the record it needs deadlocks through the device's queue, "
+    "and the report names the task that holds the queue",
+    "[core][event][deadlock]") {
+  npurt::system sys{simple()};
+  REQUIRE(sys.options().dispatch == npurt::dispatch_model::shared_fifo);  // the default
+  const mutual_waits m(sys);
+  CHECK(m.ec == npurt::errc::deadlock);
+  INFO(m.report);
+  // One queue in submission order: a's kernel, a's wait (which leaves the queue at its stream's
+  // head), a's record of ea, then b's kernel. The record cannot go before the wait ends, the wait
+  // needs b's record of eb, and b's kernel never leaves the queue: deadlock as soon as a's kernel
+  // ends (launch overhead 2.5 us + 10 us), with b's kernel not started. (Failing the waits then
+  // frees the queue, and b's kernel runs.)
+  REQUIRE(sys.options().launch_overhead == us(2) + picoseconds{500'000});
+  CHECK(m.report.rfind("deadlock at t=12.5 us:", 0) == 0);
+  CHECK(m.report.find("stream " + std::to_string(m.a.id()) + " (device 0) waits at task") != std::string::npos);
+  CHECK(m.report.find("event " + std::to_string(m.eb.id())) != std::string::npos);
+  CHECK(m.report.find("held in device 0's execution queue behind task") != std::string::npos);
+  CHECK(m.report.find("of stream " + std::to_string(m.a.id())) != std::string::npos);
 }
 
 TEST_CASE("a wait cycle through task events is found the moment the cycle closes", "[core][event][deadlock]") {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <npurt/config.hpp>
+#include <npurt/detail/device_queue.hpp>
 #include <npurt/time.hpp>
 
 #include <cstddef>
@@ -23,7 +24,10 @@ class deadlock_detector {
  public:
   using stream_table = std::vector<std::unique_ptr<stream_state>>;
 
-  explicit deadlock_detector(const stream_table& streams) noexcept : streams_(streams) {}
+  /// `queue`: the devices' execution queues, which can hold a stream's head behind another
+  /// stream's task (named in the report).
+  deadlock_detector(const stream_table& streams, const device_queue& queue) noexcept
+      : streams_(streams), queue_(queue) {}
 
   /// Whether the wait at the head of `s` closes a cycle of waits back to `s`.
   [[nodiscard]] NPURT_DECL bool closes_cycle(const stream_state& s) const;
@@ -42,6 +46,7 @@ class deadlock_detector {
   [[nodiscard]] NPURT_DECL std::string describe_wait_chain(const stream_state& s) const;
 
   const stream_table& streams_;
+  const device_queue& queue_;
   std::string report_;
 };
 

@@ -18,7 +18,9 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <tuple>
+#include <utility>
 
 namespace npurt {
 
@@ -43,6 +45,16 @@ class device_queue {
     // Not queued (a bypassing stream), or the first of its device and level.
     return !pending_.contains(k) || pending_.lower_bound(key{t.device, t.priority, 0})->first == k;
   }
+  /// When `t` is held behind an earlier task of its device and level: that task's id and stream
+  /// (what a deadlock report names).
+  [[nodiscard]] std::optional<std::pair<std::uint64_t, std::uint32_t>> held_behind(const task_info& t) const {
+    if (model_ != dispatch_model::shared_fifo) return std::nullopt;
+    const key k{t.device, t.priority, t.id};
+    if (!pending_.contains(k)) return std::nullopt;
+    const auto first = pending_.lower_bound(key{t.device, t.priority, 0});
+    if (first->first == k) return std::nullopt;
+    return std::pair{std::get<2>(first->first), first->second};
+  }
   /// Device reset: its tasks not yet dispatched leave the queue (their records are gone).
   void forget(device_id dev) {
     pending_.erase(pending_.lower_bound(key{dev, 0, 0}), pending_.lower_bound(key{dev + 1, 0, 0}));
@@ -58,7 +70,7 @@ class device_queue {
 
  private:
   using key = std::tuple<device_id, std::uint8_t, std::uint64_t>;
-  dispatch_model model_ = dispatch_model::per_stream;
+  dispatch_model model_ = dispatch_model::shared_fifo;
   std::map<key, std::uint32_t> pending_;
 };
 

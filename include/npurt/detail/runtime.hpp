@@ -187,7 +187,7 @@ class runtime final : public backend_host, private loop_parts, public scheduler 
   std::thread::id owner_thread_ = std::this_thread::get_id();
   std::size_t host_waits_ = 0;
   block_recycler op_memory_;
-  deadlock_detector deadlocks_{streams()};
+  deadlock_detector deadlocks_{streams(), queue()};
 
   std::vector<observer*> observers_;
   fanout_observer fanout_{observers_};

@@ -244,6 +244,8 @@ class scheduler {
   /// The system is going away: whoever still waits hears errc::operation_aborted.
   NPURT_DECL void abort_all() noexcept;
   [[nodiscard]] const std::vector<std::unique_ptr<stream_state>>& streams() const noexcept { return streams_; }
+  /// The devices' execution queues (the deadlock report names the task a queue holds a head behind).
+  [[nodiscard]] const device_queue& queue() const noexcept { return queue_; }
 
  private:
   template <class Word>

@@ -15,7 +15,16 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
                                                const communicator_options& opts, std::error_code& ec) {
   ec.clear();
   communicator c;
-  if (devices.empty() || opts.buffer_size == 0 || opts.exec_timeout.count() < -1 || opts.connect_timeout.count() < -1) {
+  // The preset's value, or the option's (a negative duration is a caller error).
+  const auto resolve = [](const timeout_option& o, picoseconds preset, std::optional<picoseconds>& out) {
+    if (std::holds_alternative<preset_timeout_t>(o)) {
+      out = preset.count() > 0 ? std::optional<picoseconds>(preset) : std::nullopt;  // 0: HCCL's "never"
+      return true;
+    }
+    out = std::get<std::optional<picoseconds>>(o);
+    return !out || out->count() >= 0;
+  };
+  if (devices.empty() || opts.buffer_size == 0) {
     ec = make_error_code(errc::invalid_argument);
     return c;
   }
@@ -30,6 +39,13 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
       return c;
     }
   }
+  const device_properties& props = sys.device(devices[0]).properties();
+  std::optional<picoseconds> exec, connect;
+  if (!resolve(opts.exec_timeout, props.hccl_exec_timeout, exec) ||
+      !resolve(opts.connect_timeout, props.hccl_connect_timeout, connect)) {
+    ec = make_error_code(errc::invalid_argument);
+    return c;
+  }
   c.sys_ = &sys;
   c.rt_ = &detail::runtime_of(sys);
   c.state_ = std::make_shared<collective_comm_state>();
@@ -39,11 +55,8 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
   st.devices.assign(devices.begin(), devices.end());
   st.algorithm = opts.algorithm;
   st.buffer_bytes = opts.buffer_size;
-  const device_properties& props = sys.device(devices[0]).properties();
-  st.exec_timeout =
-      opts.exec_timeout == communicator_options::from_device ? props.hccl_exec_timeout : opts.exec_timeout;
-  st.connect_timeout =
-      opts.connect_timeout == communicator_options::from_device ? props.hccl_connect_timeout : opts.connect_timeout;
+  st.exec_timeout = exec;
+  st.connect_timeout = connect;
   st.keep_records = opts.keep_records;
   const std::size_t n = st.devices.size();
   st.next_seq.assign(n, 0);
@@ -57,7 +70,9 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
                                                const communicator_options& opts) {
   std::error_code ec;
   communicator c = init_all(sys, devices, opts, ec);
-  throw_if(ec, "npurt::communicator::init_all: devices must be distinct devices of the system, buffer size > 0");
+  throw_if(ec,
+           "npurt::communicator::init_all: devices must be distinct devices of the system, buffer size > 0, "
+           "timeouts >= 0");
   return c;
 }
 
@@ -112,10 +127,16 @@ NPURT_DECL void communicator::set_buffer_size(std::size_t bytes) {
   state_->buffer_bytes = bytes;
 }
 
-NPURT_DECL void communicator::set_exec_timeout(picoseconds t) {
-  if (!state_ || t.count() < 0)
+NPURT_DECL void communicator::set_exec_timeout(std::optional<picoseconds> t) {
+  if (!state_ || (t && t->count() < 0))
     throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::set_exec_timeout: negative timeout");
   state_->exec_timeout = t;
+}
+
+NPURT_DECL void communicator::set_connect_timeout(std::optional<picoseconds> t) {
+  if (!state_ || (t && t->count() < 0))
+    throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::set_connect_timeout: negative timeout");
+  state_->connect_timeout = t;
 }
 
 NPURT_DECL std::error_code communicator::async_error(std::string* message) const {
@@ -204,7 +225,8 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
     ec = make_error_code(errc::operation_aborted);
     return nullptr;
   }
-  detail::stream_state* ss = s.valid() ? rt_->find_stream(s.id()) : nullptr;
+  // Stream ids are per system: another system's stream could name one of ours.
+  detail::stream_state* ss = s.rt_ == rt_ && s.valid() ? rt_->find_stream(s.id()) : nullptr;
   if (!ss || ss->destroyed || ss->invalidated) {
     ec = make_error_code(errc::invalid_stream);
     return nullptr;
@@ -257,7 +279,14 @@ NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s, std:
 NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
   std::error_code ec;
   event e = enqueue(c, s, ec);
-  throw_if(ec, std::string("npurt::communicator::") + std::string(to_string(c.op)));
+  if (ec) {
+    std::string what = std::string("npurt::communicator::") + std::string(to_string(c.op));
+    if (ec == errc::invalid_stream) what += ": the stream is empty, destroyed, or of another system";
+    else if (ec == errc::stream_device_mismatch)
+      what += ": the stream's device (or a buffer's) is not the calling rank's device of this communicator";
+    else if (ec == errc::invalid_argument && !state_) what += ": empty communicator handle";
+    throw_error(ec, what);
+  }
   return e;
 }
 

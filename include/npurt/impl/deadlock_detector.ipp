@@ -44,7 +44,12 @@ NPURT_DECL std::string deadlock_detector::describe_wait_chain(const stream_state
   if (h->target_stream < streams_.size() && streams_[h->target_stream]) {
     const stream_state& t = *streams_[h->target_stream];
     os << " (stream " << t.id << " has completed " << t.completed;
-    if (t.head) os << ", its head is task " << t.head->id << " " << to_string(t.head->kind);
+    if (t.head) {
+      os << ", its head is task " << t.head->id << " " << to_string(t.head->kind);
+      if (const auto behind = queue_.held_behind(*t.head))
+        os << ", held in device " << t.device << "'s execution queue behind task " << behind->first << " of stream "
+           << behind->second;
+    }
     os << ")";
   }
   return os.str();

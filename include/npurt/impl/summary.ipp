@@ -13,6 +13,7 @@
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -203,10 +204,39 @@ class blocking_waits {
   const event_wait_info* best_ = nullptr;
 };
 
-inline gap_cause cause_of(const trace_task* next, const event_wait_info* blocking, bool alloc_ended, std::int64_t a) {
+/// The ranks' waits for their peers, as the collective engine traced them ("wait" steps): per
+/// collective task, when its data began to move. Traced collectives are busy from then on, and
+/// [arrival, data start] is a gap whose cause is a peer; a collective without steps (a trace of
+/// another source) is busy from its start, and the gap before it is taken as a peer wait.
+struct peer_waits {
+  std::unordered_map<std::uint64_t, std::int64_t> data_start;  // by task id
+  std::unordered_set<std::uint64_t> traced;                    // collectives with steps
+  [[nodiscard]] std::int64_t start_of(const trace_task& t) const {
+    const auto it = data_start.find(t.id);
+    return it == data_start.end() ? ps(t.start) : std::max(ps(t.start), it->second);
+  }
+};
+
+inline peer_waits peer_waits_of(const trace_data& data) {
+  peer_waits w;
+  for (const auto& st : data.steps) {
+    w.traced.insert(st.collective);
+    if (data.str(st.algorithm) == "wait") {
+      auto [it, fresh] = w.data_start.try_emplace(st.collective, ps(st.end));
+      if (!fresh) it->second = std::max(it->second, ps(st.end));
+    }
+  }
+  return w;
+}
+
+inline bool is_collective(const trace_task& t) noexcept {
+  return t.kind == task_kind::collective || t.engine == engine_kind::collective;
+}
+
+inline gap_cause cause_of(const trace_task* next, const event_wait_info* blocking, bool alloc_ended, std::int64_t a,
+                          const peer_waits& peers) {
   if (blocking != nullptr) return gap_cause::event;
-  if (next != nullptr && (next->kind == task_kind::collective || next->engine == engine_kind::collective))
-    return gap_cause::peer;
+  if (next != nullptr && is_collective(*next) && !peers.traced.contains(next->id)) return gap_cause::peer;
   if (alloc_ended) return gap_cause::memory;
   if (next != nullptr && ps(next->submitted) > a) return gap_cause::host;
   if (next != nullptr && next->start > next->ready) return gap_cause::engine;
@@ -215,7 +245,7 @@ inline gap_cause cause_of(const trace_task* next, const event_wait_info* blockin
 
 /// The idle stretches inside a stream's window (first start to last end) and why each happened.
 inline void stream_gaps(const trace_data& data, const std::vector<std::size_t>& idx, const std::vector<interval>& busy,
-                        const stream_context& ctx, profile_summary::stream_stats& st) {
+                        const stream_context& ctx, const peer_waits& peers, profile_summary::stream_stats& st) {
   const auto& tasks = data.tasks;
   std::int64_t w0 = ps(tasks[idx.front()].start), w1 = ps(tasks[idx.front()].end);
   std::vector<std::int64_t> engine_start(idx.size()), end(idx.size());
@@ -223,7 +253,7 @@ inline void stream_gaps(const trace_data& data, const std::vector<std::size_t>& 
     const auto& t = tasks[idx[k]];
     w0 = std::min(w0, ps(t.start));
     w1 = std::max(w1, ps(t.end));
-    engine_start[k] = t.engine != engine_kind::none ? ps(t.start) : std::numeric_limits<std::int64_t>::min();
+    engine_start[k] = t.engine != engine_kind::none ? peers.start_of(t) : std::numeric_limits<std::int64_t>::min();
     end[k] = ps(t.end);
   }
   std::vector<interval> gaps;
@@ -235,7 +265,7 @@ inline void stream_gaps(const trace_data& data, const std::vector<std::size_t>& 
   if (w1 > cursor) gaps.push_back({cursor, w1});
   const first_at_least first_start(engine_start), first_end(end);
   blocking_waits blocking(ctx.waits);
-  for (const auto& [a, b] : gaps) {
+  for (auto [a, b] : gaps) {
     profile_summary::gap g;
     g.begin = sim_time{picoseconds{a}};
     g.end = sim_time{picoseconds{b}};
@@ -245,9 +275,35 @@ inline void stream_gaps(const trace_data& data, const std::vector<std::size_t>& 
     if (k == first_at_least::npos) k = first_end.find(b);
     const trace_task* next = k == first_at_least::npos ? nullptr : &tasks[idx[k]];
     if (next != nullptr) g.next_task = next->id;
+    // A traced collective that waited for its peers ends the gap: the stretch from its arrival
+    // is that wait, and what came before its arrival is a gap of its own, with its own cause.
+    if (next != nullptr && is_collective(*next) && peers.data_start.contains(next->id)) {
+      const std::int64_t arrival = std::max(a, ps(next->start));
+      profile_summary::gap w;
+      w.begin = sim_time{picoseconds{arrival}};
+      w.end = g.end;
+      w.cause = gap_cause::peer;
+      w.next_task = next->id;
+      if (arrival > a) {
+        g.end = w.begin;
+        b = arrival;
+      } else {
+        st.idle += w.duration();
+        st.gaps.push_back(w);
+        continue;
+      }
+      const auto* ev = blocking.at(a, b);
+      const auto alloc = std::upper_bound(ctx.allocs.begin(), ctx.allocs.end(), a);
+      g.cause = cause_of(next, ev, alloc != ctx.allocs.end() && *alloc <= b, a, peers);
+      if (ev != nullptr) g.event = ev->event;
+      st.idle += g.duration() + w.duration();
+      st.gaps.push_back(g);
+      st.gaps.push_back(w);
+      continue;
+    }
     const auto* w = blocking.at(a, b);
     const auto alloc = std::upper_bound(ctx.allocs.begin(), ctx.allocs.end(), a);
-    g.cause = cause_of(next, w, alloc != ctx.allocs.end() && *alloc <= b, a);
+    g.cause = cause_of(next, w, alloc != ctx.allocs.end() && *alloc <= b, a, peers);
     if (w != nullptr) g.event = w->event;
     st.idle += g.duration();
     st.gaps.push_back(g);
@@ -281,6 +337,7 @@ inline void summarize_streams(const trace_data& data, const std::vector<std::siz
   for (const auto& st : data.streams) priorities.try_emplace({st.device, st.stream}, st.priority);
   for (auto i : order) priorities.try_emplace({tasks[i].device, tasks[i].stream}, tasks[i].priority);
   const auto contexts = stream_contexts(data);
+  const auto peers = peer_waits_of(data);
   const stream_context none;
   for (const auto& [key, idx] : by_stream) {
     profile_summary::stream_stats st;
@@ -290,13 +347,13 @@ inline void summarize_streams(const trace_data& data, const std::vector<std::siz
     st.tasks = idx.size();
     std::vector<interval> busy;
     for (auto i : idx)
-      if (tasks[i].engine != engine_kind::none) busy.push_back({ps(tasks[i].start), ps(tasks[i].end)});
+      if (tasks[i].engine != engine_kind::none) busy.push_back({peers.start_of(tasks[i]), ps(tasks[i].end)});
     merge_intervals(busy);
     st.busy = picoseconds{measure(busy)};
     st.utilisation = ratio(st.busy.count(), span);
     if (!idx.empty()) {
       const auto c = contexts.find(key);
-      stream_gaps(data, idx, busy, c != contexts.end() ? c->second : none, st);
+      stream_gaps(data, idx, busy, c != contexts.end() ? c->second : none, peers, st);
     }
     s.streams.push_back(std::move(st));
   }

@@ -34,7 +34,9 @@ struct server_layout {
 [[nodiscard]] server_layout layout_of(const preset& p, std::span<const device_id> devices);
 
 /// The algorithm HCCL would use (docs/collectives.md): a full HCCS mesh -> mesh; several
-/// servers with more than one rank each -> hierarchical (all_reduce); otherwise recursive
+/// servers with more than one rank each -> hierarchical (all_reduce always; all_gather and
+/// reduce_scatter when a server is a full mesh or p is not a power of two; broadcast when a
+/// server is a full mesh or the message exceeds 64 KiB); otherwise recursive
 /// halving-doubling when the rank count is a power of two (or the message is small), ring
 /// otherwise. Point-to-point operations report ring.
 [[nodiscard]] collective_algorithm choose_algorithm(const preset& p, std::span<const device_id> devices,
