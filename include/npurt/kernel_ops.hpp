@@ -16,22 +16,38 @@
 // optional for some operations) then compiles cleanly under -Wextra.
 namespace npurt::kernels {
 
-/// C = alpha * op(A) * op(B) + beta * C. Rank 2 ([M,K] x [K,N]) or batched rank 3 ([B,M,K]).
+/// The activation a cube kernel's epilogue applies as its results leave the accumulator.
+enum class activation : std::uint8_t { none, relu, gelu, sigmoid, tanh };
+
+/// C = act(alpha * op(A) * op(B) + beta * C + bias + residual). Rank 2 ([M,K] x [K,N]) or
+/// batched rank 3 ([B,M,K]).
+///
+/// The epilogue (bias, residual, act) is applied to each output tile on its way from L0C to
+/// global memory, as fused GEMM epilogues are on Da Vinci and CUTLASS: the output is written
+/// once and never read back. bias and residual are optional (absent: rank 0, no data) and
+/// broadcast to C NumPy-style; each stage rounds to C's dtype, so a fused kernel's result is
+/// bit-identical to the separate matmul, add and activation kernels it replaces.
 struct matmul {
   tensor_desc a{}, b{}, c{};
   bool trans_a = false;
   bool trans_b = false;
   float alpha = 1.0f;
   float beta = 0.0f;
+  tensor_desc bias{}, residual{};
+  kernels::activation act = activation::none;
 };
 
 /// 2-D convolution, NCHW. x: [N,C,H,W], w: [Co, C/groups, kh, kw], y: [N,Co,Ho,Wo].
+/// y = act(conv(x, w) + bias + residual) with the same epilogue as matmul (bias typically
+/// [1,Co,1,1], residual y's shape).
 struct conv2d {
   tensor_desc x{}, w{}, y{};
   std::array<std::int32_t, 2> stride{1, 1};
   std::array<std::int32_t, 2> pad{0, 0};
   std::array<std::int32_t, 2> dilation{1, 1};
   std::int32_t groups = 1;
+  tensor_desc bias{}, residual{};
+  kernels::activation act = activation::none;
 };
 
 /// dx = conv2d_transpose(dy, w): the input gradient of conv2d (same parameters as the forward).

@@ -75,12 +75,11 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     c.pad = pads_of(n, x.shape, {static_cast<std::int32_t>(w.shape[2]), static_cast<std::int32_t>(w.shape[3])},
                     c.stride, c.dilation);
     c.groups = static_cast<std::int32_t>(n.attrs.get_int("group", 1));
+    // Bias, residual and Relu are the convolution's epilogue: one pass over the output.
+    if (n.inputs.size() > 2 && st.in[2] >= 0) c.bias = reshaped(desc(st.in[2]), {1, w.shape[0], 1, 1});
+    if (st.residual >= 0) c.residual = desc(st.residual);
+    if (st.relu_after) c.act = kernels::activation::relu;
     kernel(c);
-    if (st.in.size() > 2 && st.in[2] >= 0) {
-      const tensor_desc b = reshaped(desc(st.in[2]), {1, w.shape[0], 1, 1});
-      kernel(kernels::elementwise{kernels::eltwise_fn::add, y, b, y});
-    }
-    relu_epilogue();
   } else if (t == "MatMul" || t == "Gemm") {
     tensor_desc a = desc(st.in[0]), b = desc(st.in[1]), c = y;
     kernels::matmul m{};
@@ -105,10 +104,10 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     m.a = a;
     m.b = b;
     m.c = c;
+    if (t == "Gemm" && n.inputs.size() > 2 && st.in[2] >= 0) m.bias = desc(st.in[2]);
+    if (st.residual >= 0) m.residual = reshaped(desc(st.residual), c.shape);
+    if (st.relu_after) m.act = kernels::activation::relu;
     kernel(m);
-    if (t == "Gemm" && st.in.size() > 2 && st.in[2] >= 0)
-      kernel(kernels::elementwise{kernels::eltwise_fn::add, y, desc(st.in[2]), y});
-    relu_epilogue();
   } else if (t == "Add" || t == "Sub" || t == "Mul" || t == "Div") {
     kernel(kernels::elementwise{fn_of(t), desc(st.in[0]), desc(st.in[1]), y});
     relu_epilogue();

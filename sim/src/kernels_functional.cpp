@@ -5,6 +5,7 @@
 #include <npurt/sim/reference_kernels.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -199,6 +200,11 @@ class host_tensors {
   const std::array<std::byte*, 8>& ptrs_;
 };
 
+// ---- epilogue of cube kernels -----------------------------------------------------------
+
+void apply_epilogue(const tensor_desc& y, const tensor_desc& bias, const tensor_desc& residual, kernels::activation act,
+                    const host_tensors& h, std::vector<float>& v);
+
 // ---- matmul ------------------------------------------------------------------------------
 
 struct gemm_dims {
@@ -284,6 +290,7 @@ void run(const kernels::matmul& op, const host_tensors& h) {
     // beta == 0 ignores C entirely (NaN in C does not leak), as BLAS does.
     c[idx] = op.beta != 0.0f ? op.alpha * acc + op.beta * c[idx] : op.alpha * acc;
   });
+  apply_epilogue(op.c, op.bias, op.residual, op.act, h, c);
   h.store(op.c, c);
 }
 
@@ -371,7 +378,9 @@ void run(const kernels::conv2d& op, const host_tensors& h) {
     for (size_t i = 0; i < y.size(); ++i) write_raw<std::int32_t>(p, i, static_cast<std::int32_t>(y[i]));
     return;
   }
-  h.store(op.y, conv_forward<float, float>(g, h.load(op.x), h.load(op.w)));
+  auto y = conv_forward<float, float>(g, h.load(op.x), h.load(op.w));
+  apply_epilogue(op.y, op.bias, op.residual, op.act, h, y);
+  h.store(op.y, y);
 }
 
 // dx[n,c,ih,iw] = sum over the outputs that read it: gathered, so every dx element is one
@@ -512,6 +521,49 @@ void run(const kernels::elementwise& op, const host_tensors& h) {
     }
   }
   h.store(op.y, y);
+}
+
+float round_to(dtype t, float v) noexcept {
+  std::array<std::byte, 4> b{};
+  write_float(t, b.data(), 0, v);
+  return read_float(t, b.data(), 0);
+}
+
+// v = v (op) x with x broadcast to y's shape, each result rounded to y's dtype: exactly what
+// the elementwise kernel computes when v was stored and read back.
+void add_broadcast(const tensor_desc& y, const tensor_desc& x, const host_tensors& h, std::vector<float>& v) {
+  const auto b = h.load(x);
+  const shape& ys = y.shape;
+  const size_t r = ys.rank();
+  const auto sb = broadcast_strides(x.shape, r);
+  std::array<int64_t, shape::max_rank> idx{};
+  int64_t ib = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = round_to(y.type, apply_binary(kernels::eltwise_fn::add, v[i], b[static_cast<size_t>(ib)]));
+    for (size_t d = r; d-- > 0;) {
+      ++idx[d];
+      ib += sb[d];
+      if (idx[d] < ys[d]) break;
+      ib -= sb[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// The stages in the order of the unfused graph (result, + bias, + residual, activation), each
+// rounded to y's dtype as a separate kernel's store would round it.
+void apply_epilogue(const tensor_desc& y, const tensor_desc& bias, const tensor_desc& residual, kernels::activation act,
+                    const host_tensors& h, std::vector<float>& v) {
+  const bool any_input = h.present(bias) || h.present(residual);
+  if (act == kernels::activation::none && !any_input) return;
+  for (auto& e : v) e = round_to(y.type, e);
+  if (h.present(bias)) add_broadcast(y, bias, h, v);
+  if (h.present(residual)) add_broadcast(y, residual, h, v);
+  using A = kernels::activation;
+  using F = kernels::eltwise_fn;
+  if (act == A::none) return;
+  const F f = act == A::relu ? F::relu : act == A::gelu ? F::gelu : act == A::sigmoid ? F::sigmoid : F::tanh;
+  for (auto& e : v) e = apply_unary(f, e);
 }
 
 // ---- normalisation -----------------------------------------------------------------------
