@@ -68,12 +68,58 @@ struct conv2d_backward_weight {
   std::int32_t groups = 1;
 };
 
-enum class eltwise_fn : std::uint8_t { add, sub, mul, div, relu, gelu, sigmoid, tanh };
+/// Elementwise functions. Binary: add .. div, relu_backward (y = b > 0 ? a : 0, the gradient
+/// of Relu: a = dy, b = the Relu's input or output), pow, max, min. Unary (ONNX's meanings):
+/// the rest; alpha and beta are their parameters (leaky_relu, elu, celu, thresholded_relu:
+/// alpha; selu: alpha, gamma = beta; hard_sigmoid: alpha, beta; clip: min = alpha, max = beta).
+enum class eltwise_fn : std::uint8_t {
+  add,
+  sub,
+  mul,
+  div,
+  relu,
+  gelu,
+  sigmoid,
+  tanh,
+  relu_backward,
+  pow,
+  max,
+  min,
+  exp,
+  log,
+  sqrt,
+  abs,
+  neg,
+  reciprocal,
+  floor,
+  ceil,
+  erf,
+  sin,
+  cos,
+  softplus,
+  softsign,
+  sign,
+  leaky_relu,
+  elu,
+  selu,
+  hard_sigmoid,
+  thresholded_relu,
+  celu,
+  hard_swish,
+  clip,
+};
+inline constexpr eltwise_fn last_eltwise_fn = eltwise_fn::clip;
+
+constexpr bool is_binary(eltwise_fn f) noexcept {
+  return f <= eltwise_fn::div || (f >= eltwise_fn::relu_backward && f <= eltwise_fn::min);
+}
 
 /// y = fn(a, b) with NumPy broadcasting, or y = fn(a) for the unary functions (b unused).
 struct elementwise {
   eltwise_fn fn = eltwise_fn::add;
   tensor_desc a{}, b{}, y{};
+  float alpha = 0.0f;
+  float beta = 0.0f;
 };
 
 /// Batch normalisation over N,H,W per channel of an NCHW tensor. In training it uses batch
@@ -123,7 +169,9 @@ struct softmax {
   std::int32_t axis = -1;
 };
 
-enum class reduce_fn : std::uint8_t { sum, mean, max };
+/// argmax / argmin reduce one axis to the int64 index of the largest / smallest element (the
+/// first one on ties, the last with select_last); NaN is never selected unless all are NaN.
+enum class reduce_fn : std::uint8_t { sum, mean, max, min, argmax, argmin };
 
 /// Reduction over the axes whose bit is set in axes_mask (bit i = dimension i).
 struct reduce {
@@ -131,6 +179,7 @@ struct reduce {
   tensor_desc x{}, y{};
   std::uint32_t axes_mask = 0;
   bool keep_dims = false;
+  bool select_last = false;
 };
 
 /// y = x permuted: y.shape[i] = x.shape[perm[i]].
@@ -166,6 +215,32 @@ constexpr std::string_view op_name(const elementwise& e) noexcept {
     case eltwise_fn::gelu: return "gelu";
     case eltwise_fn::sigmoid: return "sigmoid";
     case eltwise_fn::tanh: return "tanh";
+    case eltwise_fn::relu_backward: return "relu_backward";
+    case eltwise_fn::pow: return "pow";
+    case eltwise_fn::max: return "max";
+    case eltwise_fn::min: return "min";
+    case eltwise_fn::exp: return "exp";
+    case eltwise_fn::log: return "log";
+    case eltwise_fn::sqrt: return "sqrt";
+    case eltwise_fn::abs: return "abs";
+    case eltwise_fn::neg: return "neg";
+    case eltwise_fn::reciprocal: return "reciprocal";
+    case eltwise_fn::floor: return "floor";
+    case eltwise_fn::ceil: return "ceil";
+    case eltwise_fn::erf: return "erf";
+    case eltwise_fn::sin: return "sin";
+    case eltwise_fn::cos: return "cos";
+    case eltwise_fn::softplus: return "softplus";
+    case eltwise_fn::softsign: return "softsign";
+    case eltwise_fn::sign: return "sign";
+    case eltwise_fn::leaky_relu: return "leaky_relu";
+    case eltwise_fn::elu: return "elu";
+    case eltwise_fn::selu: return "selu";
+    case eltwise_fn::hard_sigmoid: return "hard_sigmoid";
+    case eltwise_fn::thresholded_relu: return "thresholded_relu";
+    case eltwise_fn::celu: return "celu";
+    case eltwise_fn::hard_swish: return "hard_swish";
+    case eltwise_fn::clip: return "clip";
   }
   return "elementwise";
 }
@@ -178,7 +253,15 @@ constexpr std::string_view op_name(const pool2d& p) noexcept {
 constexpr std::string_view op_name(const pool2d_backward&) noexcept { return "pool2d_backward"; }
 constexpr std::string_view op_name(const softmax&) noexcept { return "softmax"; }
 constexpr std::string_view op_name(const reduce& r) noexcept {
-  return r.fn == reduce_fn::sum ? "reduce_sum" : r.fn == reduce_fn::mean ? "reduce_mean" : "reduce_max";
+  switch (r.fn) {
+    case reduce_fn::sum: return "reduce_sum";
+    case reduce_fn::mean: return "reduce_mean";
+    case reduce_fn::max: return "reduce_max";
+    case reduce_fn::min: return "reduce_min";
+    case reduce_fn::argmax: return "argmax";
+    case reduce_fn::argmin: return "argmin";
+  }
+  return "reduce";
 }
 constexpr std::string_view op_name(const transpose&) noexcept { return "transpose"; }
 constexpr std::string_view op_name(const cast&) noexcept { return "cast"; }

@@ -1,6 +1,7 @@
 // compile(): rewrites (precision casts, BatchNorm folding), in-place and view decisions, the
 // activation plan and the schedule (see graph/session.hpp).
 #include "compiled.hpp"
+#include "eltwise.hpp"
 
 #include <npurt/memplan.hpp>
 
@@ -13,9 +14,17 @@ namespace npurt {
 namespace {
 
 bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
-bool is_view(const std::string& t) { return t == "Reshape" || t == "Flatten" || t == "Identity"; }
-bool is_unary_eltwise(const std::string& t) { return t == "Relu" || t == "Sigmoid" || t == "Tanh" || t == "Gelu"; }
-bool is_binary_eltwise(const std::string& t) { return t == "Add" || t == "Sub" || t == "Mul" || t == "Div"; }
+bool is_view(const std::string& t) {
+  return t == "Reshape" || t == "Flatten" || t == "Identity" || t == "Dropout";  // Dropout: inference
+}
+bool is_unary_eltwise(const std::string& t) {
+  const auto e = graph_ops::find_eltwise(t);
+  return e && !e->binary;
+}
+bool is_binary_eltwise(const std::string& t) {
+  const auto e = graph_ops::find_eltwise(t);
+  return e && e->binary && t != "Max" && t != "Min";  // Max/Min may take more than two inputs
+}
 bool is_cube(const std::string& t) { return t == "Conv" || t == "MatMul" || t == "Gemm"; }
 
 dtype compute_type(precision p) {
@@ -337,7 +346,6 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   // either is its activation; a Relu after an elementwise binary op joins that op's kernel
   // sequence. The fused tensor must be read by the fusing op alone, and a residual must be
   // computed before the cube operator runs.
-  auto is_cube = [](const std::string& t) { return t == "Conv" || t == "Gemm" || t == "MatMul"; };
   std::map<std::string, std::string, std::less<>> renamed;  // fused-away output -> next output
   std::set<std::size_t> fused_away;                          // Add and Relu nodes absorbed
   std::map<std::size_t, std::string> residual_of;            // cube node -> residual tensor

@@ -1,12 +1,14 @@
 // Sessions: device memory, compile, run, the seed's knobs (see graph/session.hpp).
 #include "compiled.hpp"
 #include "lower.hpp"
+#include "recompute.hpp"
 
 #include <npurt/observer.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <set>
 
 namespace npurt {
 
@@ -509,9 +511,12 @@ optimizer_report session::optimize(graph& g, const std::vector<feed>& inputs) {
   }
   enable_memory_reuse(true);
   enable_auto_schedule(3);
-  enable_overlap(true);
+  // Overlap pays off across batches (run_batches) and costs a second I/O and arena slot; the
+  // single run measured here is compiled without it, later compiles get it.
+  enable_overlap(false);
   rep.options = compile_options{.memory_reuse = true, .optimization_level = 3};
   compiled_graph c1 = compile(g, rep.options);
+  enable_overlap(true);
   const run_result r1 = run(c1, inputs);
   rep.compiled = c1.report();
   rep.latency_after = r1.latency;
@@ -545,6 +550,39 @@ std::vector<memory_suggestion> graph_optimizer::memory_suggestions() const {
   if (precision_ == precision::fp32)
     add(memory_suggestion::kind::lower_precision, "compute in fp16: halves activations and weights", base,
         precision::fp16);
+  // Recomputation: greedily, largest activation first, keep each rewrite that lowers the peak
+  // of the plan with reuse and fusion.
+  {
+    const compile_options with{.schedule = schedule::sequential, .memory_reuse = true, .optimization_level = 2};
+    const std::uint64_t now = plan_memory(*g_, with, precision_).peak_bytes();
+    auto cands = recompute_candidates(*g_);
+    std::stable_sort(cands.begin(), cands.end(), [](const auto& x, const auto& y) { return x.bytes > y.bytes; });
+    if (cands.size() > 16) cands.resize(16);  // each trial is a planner run
+    std::vector<recompute_candidate> chosen;
+    std::set<std::size_t> cloned;
+    std::uint64_t best = now;
+    for (const auto& c : cands) {
+      if (std::any_of(c.chain.begin(), c.chain.end(), [&](auto k) { return cloned.count(k) != 0; })) continue;
+      chosen.push_back(c);
+      graph t = apply_recompute(*g_, chosen);
+      const std::uint64_t pk = plan_memory(t, with, precision_).peak_bytes();
+      if (pk < best) {
+        best = pk;
+        cloned.insert(c.chain.begin(), c.chain.end());
+      } else {
+        chosen.pop_back();
+      }
+    }
+    if (best < now) {
+      std::string names;
+      for (const auto& c : chosen) names += (names.empty() ? "" : ", ") + c.value;
+      out.push_back({memory_suggestion::kind::recomputation,
+                     "recompute " + std::to_string(chosen.size()) + " activation(s) before their late readers (" +
+                         names + ") instead of keeping them",
+                     static_cast<double>(now - best) / mb, with, std::nullopt,
+                     std::make_shared<graph>(apply_recompute(*g_, chosen))});
+    }
+  }
   std::stable_sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.saving_mb > y.saving_mb; });
   return out;
 }

@@ -390,6 +390,32 @@ double eltwise_ops(kernels::eltwise_fn f) noexcept {
     case eltwise_fn::sigmoid: return 4;  // exp, add, reciprocal, (negate)
     case eltwise_fn::tanh: return 5;
     case eltwise_fn::gelu: return 8;  // the tanh form: cube, fma, tanh, fma, mul
+    case eltwise_fn::relu_backward:
+    case eltwise_fn::max:
+    case eltwise_fn::min:
+    case eltwise_fn::abs:
+    case eltwise_fn::neg:
+    case eltwise_fn::floor:
+    case eltwise_fn::ceil:
+    case eltwise_fn::sign: return 2;  // compare or round, select
+    case eltwise_fn::leaky_relu:
+    case eltwise_fn::thresholded_relu:
+    case eltwise_fn::clip: return 2;
+    case eltwise_fn::exp:
+    case eltwise_fn::log:
+    case eltwise_fn::sqrt:
+    case eltwise_fn::reciprocal: return 2;  // a transcendental estimate and a refinement step
+    case eltwise_fn::softsign:
+    case eltwise_fn::hard_sigmoid:
+    case eltwise_fn::hard_swish: return 4;
+    case eltwise_fn::elu:
+    case eltwise_fn::selu:
+    case eltwise_fn::celu:
+    case eltwise_fn::softplus: return 5;  // exp, add or log, select
+    case eltwise_fn::pow: return 6;  // exp(b log a) with sign handling
+    case eltwise_fn::sin:
+    case eltwise_fn::cos:
+    case eltwise_fn::erf: return 8;  // range reduction and a polynomial
   }
   return 1;
 }
@@ -406,10 +432,7 @@ double activation_ops(kernels::activation a) noexcept {
   return 0;
 }
 
-bool is_unary(kernels::eltwise_fn f) noexcept {
-  using kernels::eltwise_fn;
-  return f == eltwise_fn::relu || f == eltwise_fn::gelu || f == eltwise_fn::sigmoid || f == eltwise_fn::tanh;
-}
+bool is_unary(kernels::eltwise_fn f) noexcept { return !kernels::is_binary(f); }
 
 std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
   using namespace kernels;

@@ -467,6 +467,37 @@ float apply_unary(kernels::eltwise_fn f, float x) noexcept {
   }
 }
 
+// The parametric and transcendental unary functions, with ONNX's definitions.
+float apply_unary(const kernels::elementwise& op, float x) noexcept {
+  using enum kernels::eltwise_fn;
+  const float a = op.alpha, b = op.beta;
+  switch (op.fn) {
+    case exp: return std::exp(x);
+    case log: return std::log(x);
+    case sqrt: return std::sqrt(x);
+    case abs: return std::fabs(x);
+    case neg: return -x;
+    case reciprocal: return 1.0f / x;
+    case floor: return std::floor(x);
+    case ceil: return std::ceil(x);
+    case erf: return std::erf(x);
+    case sin: return std::sin(x);
+    case cos: return std::cos(x);
+    case softplus: return std::log1p(std::exp(x));
+    case softsign: return x / (1.0f + std::fabs(x));
+    case sign: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;  // keeps 0, -0 and NaN
+    case leaky_relu: return x < 0.0f ? a * x : x;
+    case elu: return x < 0.0f ? a * (std::exp(x) - 1.0f) : x;
+    case selu: return x <= 0.0f ? b * (a * std::exp(x) - a) : b * x;
+    case hard_sigmoid: return std::max(0.0f, std::min(1.0f, a * x + b));
+    case thresholded_relu: return x > a ? x : 0.0f;
+    case celu: return std::max(0.0f, x) + std::min(0.0f, a * (std::exp(x / a) - 1.0f));
+    case hard_swish: return x * std::max(0.0f, std::min(1.0f, x / 6.0f + 0.5f));
+    case clip: return std::isnan(x) ? x : std::min(b, std::max(a, x));
+    default: return apply_unary(op.fn, x);
+  }
+}
+
 float apply_binary(kernels::eltwise_fn f, float a, float b) noexcept {
   using enum kernels::eltwise_fn;
   switch (f) {
@@ -474,6 +505,10 @@ float apply_binary(kernels::eltwise_fn f, float a, float b) noexcept {
     case sub: return a - b;
     case mul: return a * b;
     case div: return a / b;
+    case relu_backward: return b > 0.0f ? a : 0.0f;
+    case pow: return std::pow(a, b);
+    case max: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b);
+    case min: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN() : std::min(a, b);
     default: return a;
   }
 }
@@ -493,10 +528,10 @@ std::array<int64_t, shape::max_rank> broadcast_strides(const shape& s, size_t r)
 void run(const kernels::elementwise& op, const host_tensors& h) {
   using enum kernels::eltwise_fn;
   const auto a = h.load(op.a);
-  const bool bin = op.fn == add || op.fn == sub || op.fn == mul || op.fn == div;
+  const bool bin = kernels::is_binary(op.fn);
   std::vector<float> y(static_cast<size_t>(op.y.shape.elements()));
   if (!bin) {
-    for (size_t i = 0; i < y.size(); ++i) y[i] = apply_unary(op.fn, a[i]);
+    for (size_t i = 0; i < y.size(); ++i) y[i] = apply_unary(op, a[i]);
     h.store(op.y, y);
     return;
   }
@@ -854,15 +889,33 @@ void run(const kernels::reduce& op, const host_tensors& h) {
     }
   }
   const auto x = h.load(op.x);
-  const bool is_max = op.fn == kernels::reduce_fn::max;
-  std::vector<float> y(static_cast<size_t>(op.y.shape.elements()),
-                       is_max ? -std::numeric_limits<float>::infinity() : 0.0f);
+  using kernels::reduce_fn;
+  const bool is_max = op.fn == reduce_fn::max, is_min = op.fn == reduce_fn::min;
+  const bool arg = op.fn == reduce_fn::argmax || op.fn == reduce_fn::argmin;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> y(static_cast<size_t>(op.y.shape.elements()), is_max ? -inf : is_min ? inf : 0.0f);
+  std::vector<int64_t> at(arg ? y.size() : 0, -1);  // argmax/argmin: the index so far
+  size_t axis = 0;
+  while (arg && !((op.axes_mask >> axis) & 1u)) ++axis;
   std::array<int64_t, shape::max_rank> idx{};
   int64_t o = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     float& acc = y[static_cast<size_t>(o)];
     if (is_max) {
       if (x[i] > acc || std::isnan(x[i])) acc = std::isnan(acc) ? acc : x[i];
+    } else if (is_min) {
+      if (x[i] < acc || std::isnan(x[i])) acc = std::isnan(acc) ? acc : x[i];
+    } else if (arg) {
+      int64_t& best = at[static_cast<size_t>(o)];
+      const float v = x[i];
+      const bool better = op.fn == reduce_fn::argmax ? v > acc : v < acc;
+      const bool tie = v == acc && op.select_last;
+      if (!std::isnan(v) && (best < 0 || better || tie)) {
+        acc = v;
+        best = idx[axis];
+      } else if (best < 0 && std::isnan(v) && idx[axis] + 1 == op.x.shape[axis]) {
+        best = 0;  // every element NaN
+      }
     } else {
       acc += x[i];
     }
@@ -876,6 +929,11 @@ void run(const kernels::reduce& op, const host_tensors& h) {
   }
   if (op.fn == kernels::reduce_fn::mean)
     for (float& v : y) v /= static_cast<float>(count);
+  if (arg) {
+    std::byte* p = h[op.y];
+    for (size_t i = 0; i < at.size(); ++i) write_raw<int64_t>(p, i, std::max<int64_t>(0, at[i]));
+    return;
+  }
   h.store(op.y, y);
 }
 

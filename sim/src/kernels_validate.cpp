@@ -195,14 +195,12 @@ std::error_code check(const kernels::conv2d_backward_weight& c) {
 
 // ---- elementwise -----------------------------------------------------------------------
 
-bool binary(kernels::eltwise_fn f) noexcept {
-  using enum kernels::eltwise_fn;
-  return f == add || f == sub || f == mul || f == div;
-}
+bool binary(kernels::eltwise_fn f) noexcept { return kernels::is_binary(f); }
 
 std::error_code check(const kernels::elementwise& e) {
-  if (static_cast<unsigned>(e.fn) > static_cast<unsigned>(kernels::eltwise_fn::tanh))
+  if (static_cast<unsigned>(e.fn) > static_cast<unsigned>(kernels::last_eltwise_fn))
     return fail(errc::invalid_argument);
+  if (!finite(e.alpha) || !finite(e.beta)) return fail(errc::invalid_argument);
   if (!is_float(e.a.type) || e.y.type != e.a.type) return fail(errc::invalid_dtype);
   if (!binary(e.fn)) return e.y.shape == e.a.shape ? std::error_code{} : fail(errc::invalid_shape);
   if (e.b.type != e.a.type) return fail(errc::invalid_dtype);
@@ -328,11 +326,14 @@ std::error_code check(const kernels::softmax& s) {
 }
 
 std::error_code check(const kernels::reduce& r) {
-  if (static_cast<unsigned>(r.fn) > static_cast<unsigned>(kernels::reduce_fn::max)) return fail(errc::invalid_argument);
+  if (static_cast<unsigned>(r.fn) > static_cast<unsigned>(kernels::reduce_fn::argmin))
+    return fail(errc::invalid_argument);
   const std::size_t rank = r.x.shape.rank();
   // An empty mask reduces nothing; that is a bug in the caller more often than an intent.
   if (r.axes_mask == 0 || (rank < 32 && (r.axes_mask >> rank) != 0)) return fail(errc::invalid_argument);
-  if (!is_float(r.x.type) || r.y.type != r.x.type) return fail(errc::invalid_dtype);
+  const bool arg = r.fn == kernels::reduce_fn::argmax || r.fn == kernels::reduce_fn::argmin;
+  if (arg && (r.axes_mask & (r.axes_mask - 1)) != 0) return fail(errc::invalid_argument);  // one axis
+  if (!is_float(r.x.type) || r.y.type != (arg ? dtype::i64 : r.x.type)) return fail(errc::invalid_dtype);
   shape out;
   for (std::size_t i = 0; i < rank; ++i) {
     if ((r.axes_mask >> i) & 1u) {

@@ -311,13 +311,18 @@ struct memory_suggestion {
   /// The compile options (and session precision) that apply it.
   compile_options options;
   std::optional<npurt::precision> precision;
+  /// Recomputation: the graph to compile instead (the recomputed operators cloned before their
+  /// late readers). Its saving is measured against the original graph under the same
+  /// `options` (reuse and fusion on), not against the baseline.
+  std::shared_ptr<graph> rewritten{};
 };
 
 class graph_optimizer {
  public:
   explicit graph_optimizer(graph& g, npurt::precision p = precision::fp32) : g_(&g), precision_(p) {}
   /// Opportunities against the baseline (no reuse, level 0, the given precision), largest
-  /// saving first.
+  /// saving first; recomputation (when an activation is read again long after it was written,
+  /// as in a training step) against the plan with reuse and fusion.
   [[nodiscard]] std::vector<memory_suggestion> memory_suggestions() const;
 
  private:
