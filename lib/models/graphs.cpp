@@ -115,15 +115,14 @@ graph resnet50_graph(std::int64_t batch, std::int64_t image, bool with_data, std
   for (std::size_t i = 1; i < convs.size();) {
     // A bottleneck block: conv1, conv2, conv3 and, in a stage's first block, the projection.
     const std::string block = convs[i].name.substr(0, convs[i].name.rfind(".conv"));
+    // The projection is added first: the block's last convolution can then take the shortcut
+    // as its fused residual, and the projection may run beside the main path.
+    const bool projected = i + 3 < convs.size() && convs[i + 3].name.find("downsample") != std::string::npos;
+    const std::string shortcut = projected ? conv_bn(convs[i + 3], x, false) : x;
     std::string y = conv_bn(convs[i], x, true);
     y = conv_bn(convs[i + 1], y, true);
     y = conv_bn(convs[i + 2], y, false);
-    std::string shortcut = x;
-    i += 3;
-    if (i < convs.size() && convs[i].name.find("downsample") != std::string::npos) {
-      shortcut = conv_bn(convs[i], x, false);
-      ++i;
-    }
+    i += projected ? 4 : 3;
     x = g.add_op("Relu", {g.add_op("Add", {y, shortcut}, {}, block + ".add")}, {}, block + ".relu");
   }
   x = g.add_op("GlobalAveragePool", {x}, {}, "avgpool");
