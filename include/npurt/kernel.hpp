@@ -42,8 +42,8 @@ using kernel_op = std::variant<kernels::fixed NPURT_KERNEL_OP_LIST>;
 /// conv2d), for messages that name an operand; "?" past the last one.
 constexpr std::string_view tensor_name(const kernel_op& op, std::size_t i) noexcept {
   constexpr std::string_view lists[] = {"",  // kernels::fixed
-                                        "a b c",
-                                        "x w y",
+                                        "a b c bias residual",
+                                        "x w y bias residual",
                                         "dy w dx",
                                         "x dy dw",
                                         "a b y",

@@ -16,22 +16,38 @@
 // optional for some operations) then compiles cleanly under -Wextra.
 namespace npurt::kernels {
 
-/// C = alpha * op(A) * op(B) + beta * C. Rank 2 ([M,K] x [K,N]) or batched rank 3 ([B,M,K]).
+/// The activation a cube kernel's epilogue applies as its results leave the accumulator.
+enum class activation : std::uint8_t { none, relu, gelu, sigmoid, tanh };
+
+/// C = act(alpha * op(A) * op(B) + beta * C + bias + residual). Rank 2 ([M,K] x [K,N]) or
+/// batched rank 3 ([B,M,K]).
+///
+/// The epilogue (bias, residual, act) is applied to each output tile on its way from L0C to
+/// global memory, as fused GEMM epilogues are on Da Vinci and CUTLASS: the output is written
+/// once and never read back. bias and residual are optional (absent: rank 0, no data) and
+/// broadcast to C NumPy-style; each stage rounds to C's dtype, so a fused kernel's result is
+/// bit-identical to the separate matmul, add and activation kernels it replaces.
 struct matmul {
   tensor_desc a{}, b{}, c{};
   bool trans_a = false;
   bool trans_b = false;
   float alpha = 1.0f;
   float beta = 0.0f;
+  tensor_desc bias{}, residual{};
+  kernels::activation act = activation::none;
 };
 
 /// 2-D convolution, NCHW. x: [N,C,H,W], w: [Co, C/groups, kh, kw], y: [N,Co,Ho,Wo].
+/// y = act(conv(x, w) + bias + residual) with the same epilogue as matmul (bias typically
+/// [1,Co,1,1], residual y's shape).
 struct conv2d {
   tensor_desc x{}, w{}, y{};
   std::array<std::int32_t, 2> stride{1, 1};
   std::array<std::int32_t, 2> pad{0, 0};
   std::array<std::int32_t, 2> dilation{1, 1};
   std::int32_t groups = 1;
+  tensor_desc bias{}, residual{};
+  kernels::activation act = activation::none;
 };
 
 /// dx = conv2d_transpose(dy, w): the input gradient of conv2d (same parameters as the forward).
@@ -52,12 +68,58 @@ struct conv2d_backward_weight {
   std::int32_t groups = 1;
 };
 
-enum class eltwise_fn : std::uint8_t { add, sub, mul, div, relu, gelu, sigmoid, tanh };
+/// Elementwise functions. Binary: add .. div, relu_backward (y = b > 0 ? a : 0, the gradient
+/// of Relu: a = dy, b = the Relu's input or output), pow, max, min. Unary (ONNX's meanings):
+/// the rest; alpha and beta are their parameters (leaky_relu, elu, celu, thresholded_relu:
+/// alpha; selu: alpha, gamma = beta; hard_sigmoid: alpha, beta; clip: min = alpha, max = beta).
+enum class eltwise_fn : std::uint8_t {
+  add,
+  sub,
+  mul,
+  div,
+  relu,
+  gelu,
+  sigmoid,
+  tanh,
+  relu_backward,
+  pow,
+  max,
+  min,
+  exp,
+  log,
+  sqrt,
+  abs,
+  neg,
+  reciprocal,
+  floor,
+  ceil,
+  erf,
+  sin,
+  cos,
+  softplus,
+  softsign,
+  sign,
+  leaky_relu,
+  elu,
+  selu,
+  hard_sigmoid,
+  thresholded_relu,
+  celu,
+  hard_swish,
+  clip,
+};
+inline constexpr eltwise_fn last_eltwise_fn = eltwise_fn::clip;
+
+constexpr bool is_binary(eltwise_fn f) noexcept {
+  return f <= eltwise_fn::div || (f >= eltwise_fn::relu_backward && f <= eltwise_fn::min);
+}
 
 /// y = fn(a, b) with NumPy broadcasting, or y = fn(a) for the unary functions (b unused).
 struct elementwise {
   eltwise_fn fn = eltwise_fn::add;
   tensor_desc a{}, b{}, y{};
+  float alpha = 0.0f;
+  float beta = 0.0f;
 };
 
 /// Batch normalisation over N,H,W per channel of an NCHW tensor. In training it uses batch
@@ -107,7 +169,9 @@ struct softmax {
   std::int32_t axis = -1;
 };
 
-enum class reduce_fn : std::uint8_t { sum, mean, max };
+/// argmax / argmin reduce one axis to the int64 index of the largest / smallest element (the
+/// first one on ties, the last with select_last); NaN is never selected unless all are NaN.
+enum class reduce_fn : std::uint8_t { sum, mean, max, min, argmax, argmin };
 
 /// Reduction over the axes whose bit is set in axes_mask (bit i = dimension i).
 struct reduce {
@@ -115,6 +179,7 @@ struct reduce {
   tensor_desc x{}, y{};
   std::uint32_t axes_mask = 0;
   bool keep_dims = false;
+  bool select_last = false;
 };
 
 /// y = x permuted: y.shape[i] = x.shape[perm[i]].
@@ -150,6 +215,32 @@ constexpr std::string_view op_name(const elementwise& e) noexcept {
     case eltwise_fn::gelu: return "gelu";
     case eltwise_fn::sigmoid: return "sigmoid";
     case eltwise_fn::tanh: return "tanh";
+    case eltwise_fn::relu_backward: return "relu_backward";
+    case eltwise_fn::pow: return "pow";
+    case eltwise_fn::max: return "max";
+    case eltwise_fn::min: return "min";
+    case eltwise_fn::exp: return "exp";
+    case eltwise_fn::log: return "log";
+    case eltwise_fn::sqrt: return "sqrt";
+    case eltwise_fn::abs: return "abs";
+    case eltwise_fn::neg: return "neg";
+    case eltwise_fn::reciprocal: return "reciprocal";
+    case eltwise_fn::floor: return "floor";
+    case eltwise_fn::ceil: return "ceil";
+    case eltwise_fn::erf: return "erf";
+    case eltwise_fn::sin: return "sin";
+    case eltwise_fn::cos: return "cos";
+    case eltwise_fn::softplus: return "softplus";
+    case eltwise_fn::softsign: return "softsign";
+    case eltwise_fn::sign: return "sign";
+    case eltwise_fn::leaky_relu: return "leaky_relu";
+    case eltwise_fn::elu: return "elu";
+    case eltwise_fn::selu: return "selu";
+    case eltwise_fn::hard_sigmoid: return "hard_sigmoid";
+    case eltwise_fn::thresholded_relu: return "thresholded_relu";
+    case eltwise_fn::celu: return "celu";
+    case eltwise_fn::hard_swish: return "hard_swish";
+    case eltwise_fn::clip: return "clip";
   }
   return "elementwise";
 }
@@ -162,7 +253,15 @@ constexpr std::string_view op_name(const pool2d& p) noexcept {
 constexpr std::string_view op_name(const pool2d_backward&) noexcept { return "pool2d_backward"; }
 constexpr std::string_view op_name(const softmax&) noexcept { return "softmax"; }
 constexpr std::string_view op_name(const reduce& r) noexcept {
-  return r.fn == reduce_fn::sum ? "reduce_sum" : r.fn == reduce_fn::mean ? "reduce_mean" : "reduce_max";
+  switch (r.fn) {
+    case reduce_fn::sum: return "reduce_sum";
+    case reduce_fn::mean: return "reduce_mean";
+    case reduce_fn::max: return "reduce_max";
+    case reduce_fn::min: return "reduce_min";
+    case reduce_fn::argmax: return "argmax";
+    case reduce_fn::argmin: return "argmin";
+  }
+  return "reduce";
 }
 constexpr std::string_view op_name(const transpose&) noexcept { return "transpose"; }
 constexpr std::string_view op_name(const cast&) noexcept { return "cast"; }

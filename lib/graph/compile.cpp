@@ -1,6 +1,7 @@
 // compile(): rewrites (precision casts, BatchNorm folding), in-place and view decisions, the
 // activation plan and the schedule (see graph/session.hpp).
 #include "compiled.hpp"
+#include "eltwise.hpp"
 
 #include <npurt/memplan.hpp>
 
@@ -13,9 +14,17 @@ namespace npurt {
 namespace {
 
 bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
-bool is_view(const std::string& t) { return t == "Reshape" || t == "Flatten" || t == "Identity"; }
-bool is_unary_eltwise(const std::string& t) { return t == "Relu" || t == "Sigmoid" || t == "Tanh" || t == "Gelu"; }
-bool is_binary_eltwise(const std::string& t) { return t == "Add" || t == "Sub" || t == "Mul" || t == "Div"; }
+bool is_view(const std::string& t) {
+  return t == "Reshape" || t == "Flatten" || t == "Identity" || t == "Dropout";  // Dropout: inference
+}
+bool is_unary_eltwise(const std::string& t) {
+  const auto e = graph_ops::find_eltwise(t);
+  return e && !e->binary;
+}
+bool is_binary_eltwise(const std::string& t) {
+  const auto e = graph_ops::find_eltwise(t);
+  return e && e->binary && t != "Max" && t != "Min";  // Max/Min may take more than two inputs
+}
 bool is_cube(const std::string& t) { return t == "Conv" || t == "MatMul" || t == "Gemm"; }
 
 dtype compute_type(precision p) {
@@ -332,34 +341,78 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   for (const auto& in : G.inputs()) p->inputs.push_back(add_value(G.value(in)));
   const auto order = G.topological_order();
   const auto uses = use_counts(G);
-  // Fusion of a Relu into its producer (level 2): the producer's output is read by the Relu alone.
-  std::map<std::string, std::string, std::less<>> renamed;  // producer output -> relu output
-  std::set<std::size_t> fused_relu;
+  // Fusion into a cube operator's epilogue (level 2): an Add of a Conv/Gemm/MatMul output and a
+  // tensor of the output's shape and dtype becomes the cube kernel's residual, and a Relu after
+  // either is its activation; a Relu after an elementwise binary op joins that op's kernel
+  // sequence. The fused tensor must be read by the fusing op alone, and a residual must be
+  // computed before the cube operator runs.
+  std::map<std::string, std::string, std::less<>> renamed;  // fused-away output -> next output
+  std::set<std::size_t> fused_away;                          // Add and Relu nodes absorbed
+  std::map<std::size_t, std::string> residual_of;            // cube node -> residual tensor
+  std::set<std::string> relu_outputs;                        // outputs of absorbed Relus
   if (level >= 2) {
+    std::vector<std::size_t> position(G.nodes().size(), 0);
+    for (std::size_t k = 0; k < order.size(); ++k) position[order[k]] = k;
+    auto placed_before = [&](const std::string& v, std::size_t node_index) {
+      const value_info& vi = G.value(v);
+      return vi.producer < 0 || position[static_cast<std::size_t>(vi.producer)] < position[node_index];
+    };
     for (auto i : order) {
       const node& r = G.nodes()[i];
+      if (r.type == "Add" && r.inputs.size() == 2 && r.inputs[0] != r.inputs[1]) {
+        const value_info& y = G.value(r.outputs[0]);
+        for (int j = 0; j < 2; ++j) {
+          const std::string& x = r.inputs[static_cast<std::size_t>(j)];
+          const std::string& other = r.inputs[static_cast<std::size_t>(1 - j)];
+          const value_info& xv = G.value(x);
+          const value_info& ov = G.value(other);
+          if (xv.producer < 0 || uses.at(x) != 1 || renamed.count(x)) continue;
+          const auto prod = static_cast<std::size_t>(xv.producer);
+          if (!is_cube(G.nodes()[prod].type) || residual_of.count(prod)) continue;
+          if (!(ov.shape == y.shape) || !(xv.shape == y.shape) || ov.type != y.type || xv.type != y.type) continue;
+          if (!placed_before(other, prod)) continue;
+          residual_of[prod] = other;
+          renamed[x] = r.outputs[0];
+          fused_away.insert(i);
+          break;
+        }
+        continue;
+      }
       if (r.type != "Relu") continue;
       const value_info& x = G.value(r.inputs[0]);
       if (x.producer < 0 || uses.at(r.inputs[0]) != 1) continue;
-      const std::string& pt = G.nodes()[static_cast<std::size_t>(x.producer)].type;
-      if (pt != "Conv" && !is_binary_eltwise(pt) && pt != "Gemm" && pt != "MatMul") continue;
-      fused_relu.insert(i);
+      const auto prod = static_cast<std::size_t>(x.producer);
+      const std::string& pt = G.nodes()[prod].type;
+      // An Add already absorbed into a cube operator passes its Relu on to that operator.
+      const bool after_fused_add = fused_away.count(prod) != 0;
+      if (!after_fused_add && !is_cube(pt) && !is_binary_eltwise(pt)) continue;
+      fused_away.insert(i);
       renamed[r.inputs[0]] = r.outputs[0];
+      relu_outputs.insert(r.outputs[0]);
     }
   }
+  auto resolve = [&](std::string name) {
+    for (auto it = renamed.find(name); it != renamed.end(); it = renamed.find(name)) name = it->second;
+    return name;
+  };
   for (auto i : order) {
     const node& n = G.nodes()[i];
-    if (fused_relu.count(i)) {
+    if (fused_away.count(i)) {
       ++rep.fused;
       continue;
     }
     std::vector<int> in, out;
-    for (const auto& name : n.inputs)
-      in.push_back(name.empty() ? -1 : add_value(G.value(renamed.count(name) ? renamed[name] : name)));
-    const bool relu = !n.outputs.empty() && renamed.count(n.outputs[0]);
+    for (const auto& name : n.inputs) in.push_back(name.empty() ? -1 : add_value(G.value(resolve(name))));
+    int residual = -1;
+    if (auto it = residual_of.find(i); it != residual_of.end()) {
+      residual = add_value(G.value(resolve(it->second)));
+      in.push_back(residual);  // read by this step: liveness and cross-stream waits see it
+    }
+    bool relu = false;
     for (const auto& name : n.outputs) {
-      const int v = add_value(G.value(relu ? renamed[name] : name));
-      out.push_back(v);
+      const std::string final_name = resolve(name);
+      relu = relu || relu_outputs.count(final_name) != 0;
+      out.push_back(add_value(G.value(final_name)));
     }
     if (is_view(n.type)) {
       // A view: the output is the input's memory under another shape.
@@ -372,13 +425,14 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     s.in = std::move(in);
     s.out = std::move(out);
     s.relu_after = relu;
+    s.residual = residual;
     s.kernel_name = n.name;
     const int step = static_cast<int>(p->steps.size());
     for (int v : s.out) p->values[static_cast<std::size_t>(v)].producer = step;
     p->steps.push_back(std::move(s));
   }
   for (const auto& o2 : G.outputs()) {
-    const int v = add_value(G.value(renamed.count(o2) ? renamed[o2] : o2));
+    const int v = add_value(G.value(resolve(o2)));
     p->values[static_cast<std::size_t>(v)].output = true;
     p->outputs.push_back(v);
   }

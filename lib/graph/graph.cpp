@@ -1,8 +1,11 @@
 // Graph construction, validation and shape inference (see graph/graph.hpp).
 #include <npurt/graph/graph.hpp>
 
+#include "eltwise.hpp"
+
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <queue>
 #include <set>
 
@@ -10,7 +13,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 25> ops_table{"Add",
+constexpr std::array<std::string_view, 59> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -34,7 +37,41 @@ constexpr std::array<std::string_view, 25> ops_table{"Add",
                                                      "Tanh",
                                                      "Transpose",
                                                      "ReduceMean",
-                                                     "ReduceSum"};
+                                                     "ReduceSum",
+                                                     "Pow",
+                                                     "Max",
+                                                     "Min",
+                                                     "ReluGrad",
+                                                     "Exp",
+                                                     "Log",
+                                                     "Sqrt",
+                                                     "Abs",
+                                                     "Neg",
+                                                     "Reciprocal",
+                                                     "Floor",
+                                                     "Ceil",
+                                                     "Erf",
+                                                     "Sin",
+                                                     "Cos",
+                                                     "Softplus",
+                                                     "Softsign",
+                                                     "Sign",
+                                                     "LeakyRelu",
+                                                     "Elu",
+                                                     "Selu",
+                                                     "HardSigmoid",
+                                                     "ThresholdedRelu",
+                                                     "Celu",
+                                                     "HardSwish",
+                                                     "Clip",
+                                                     "LogSoftmax",
+                                                     "ReduceMax",
+                                                     "SGDUpdate",
+                                                     "ReduceMin",
+                                                     "ArgMax",
+                                                     "ArgMin",
+                                                     "CastLike",
+                                                     "Dropout"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -227,22 +264,68 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
                                       std::span<const tensor* const> constants) {
   const std::string& t = n.type;
   auto one = [](shape s, dtype d) { return std::vector<inferred_output>{{s, d}}; };
-  if (t == "Relu" || t == "Sigmoid" || t == "Tanh" || t == "Gelu") {
+  if (const auto e = graph_ops::find_eltwise(t); e && !e->binary) {
     const auto& x = need(n, in, 0);
     need_float(n, x);
     if (t == "Gelu" && n.attrs.get_string("approximate", "none") != "tanh")
       fail(errc::not_supported, n, x.name, "Gelu is computed with the tanh approximation: set approximate=\"tanh\"");
+    // Clip's bounds (opset 11 on) are optional inputs: they must be constant scalars.
+    for (std::size_t i = 1; i < in.size(); ++i) {
+      if (!in[i]) continue;
+      if (t != "Clip") fail(errc::invalid_argument, n, in[i]->name, "takes one input");
+      const tensor* c = constants.size() > i ? constants[i] : nullptr;
+      if (!c || !c->is_host() || c->elements() != 1)
+        fail(errc::not_supported, n, in[i]->name, "a bound must be a constant scalar");
+      same_type(n, x, *in[i]);
+    }
     return one(x.shape, x.type);
+  }
+  if (t == "SGDUpdate") {
+    // param - lr * grad: the parameter's next value (the update as a graph operator).
+    const auto& w = need(n, in, 0);
+    const auto& g = need(n, in, 1);
+    need_float(n, w);
+    same_type(n, w, g);
+    if (!(w.shape == g.shape))
+      fail(errc::invalid_shape, n, g.name,
+           "gradient " + shape_string(g.shape) + " does not match parameter " + shape_string(w.shape));
+    if (!std::isfinite(n.attrs.get_float("lr", 0.01))) fail(errc::invalid_argument, n, {}, "lr must be finite");
+    return one(w.shape, w.type);
+  }
+  if (t == "Max" || t == "Min") {
+    const auto& a = need(n, in, 0);
+    need_float(n, a);
+    shape s = a.shape;
+    for (std::size_t i = 1; i < in.size(); ++i) {
+      const auto& b = need(n, in, i);
+      same_type(n, a, b);
+      value_info acc = a;
+      acc.shape = s;
+      const shape next = broadcast(n, acc, b);
+      // Inputs are folded pairwise into the output: each step must already have its shape.
+      if (i > 1 && !(next == s))
+        fail(errc::not_supported, n, b.name, "an input after the second that widens the broadcast shape");
+      s = next;
+    }
+    return one(s, a.type);
   }
   if (t == "Identity") {
     const auto& x = need(n, in, 0);
     return one(x.shape, x.type);
   }
-  if (t == "Add" || t == "Sub" || t == "Mul" || t == "Div") {
+  if (const auto e = graph_ops::find_eltwise(t); e && e->binary) {
     const auto& a = need(n, in, 0);
     const auto& b = need(n, in, 1);
     need_float(n, a);
+    // ONNX's Pow allows an exponent of another type; the kernel computes in one.
+    if (t == "Pow" && a.type != b.type)
+      fail(errc::not_supported, n, b.name,
+           "Pow with an exponent of dtype " + std::string(to_string(b.type)) + " and a base of " +
+               std::string(to_string(a.type)));
     same_type(n, a, b);
+    if (t == "ReluGrad" && !(a.shape == b.shape))
+      fail(errc::invalid_shape, n, b.name,
+           "dY " + shape_string(a.shape) + " and X " + shape_string(b.shape) + " must have one shape");
     return one(broadcast(n, a, b), a.type);
   }
   if (t == "Conv") {
@@ -383,7 +466,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     need(n, in, 1);
     return one(x.shape, x.type);
   }
-  if (t == "Softmax") {
+  if (t == "Softmax" || t == "LogSoftmax") {
     const auto& x = need(n, in, 0);
     need_float(n, x);
     (void)norm_axis(n, n.attrs.get_int("axis", -1), x.shape.rank(), x.name);
@@ -473,7 +556,33 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     if (!to) fail(errc::not_supported, n, x.name, "Cast to ONNX type " + std::to_string(n.attrs.get_int("to", 0)));
     return one(x.shape, *to);
   }
-  if (t == "ReduceMean" || t == "ReduceSum") {
+  if (t == "CastLike") {
+    const auto& x = need(n, in, 0);
+    return one(x.shape, need(n, in, 1).type);
+  }
+  if (t == "Dropout") {
+    // Inference: the identity. Training mode (a constant true) and the mask are not computed.
+    const auto& x = need(n, in, 0);
+    if (n.outputs.size() > 1) fail(errc::not_supported, n, n.outputs[1], "Dropout's mask output");
+    if (in.size() > 2 && in[2]) {
+      const tensor* c = constants.size() > 2 ? constants[2] : nullptr;
+      if (!c || !c->is_host() || c->elements() != 1 || c->get(0) != 0)
+        fail(errc::not_supported, n, in[2]->name, "training_mode must be a constant false");
+    }
+    return one(x.shape, x.type);
+  }
+  if (t == "ArgMax" || t == "ArgMin") {
+    const auto& x = need(n, in, 0);
+    need_float(n, x);
+    const std::size_t axis = norm_axis(n, n.attrs.get_int("axis", 0), x.shape.rank(), x.name);
+    shape out;
+    for (std::size_t d = 0; d < x.shape.rank(); ++d) {
+      if (d != axis) out.push_back(x.shape[d]);
+      else if (n.attrs.get_int("keepdims", 1) != 0) out.push_back(1);
+    }
+    return one(out, dtype::i64);
+  }
+  if (t == "ReduceMean" || t == "ReduceSum" || t == "ReduceMax" || t == "ReduceMin") {
     const auto& x = need(n, in, 0);
     need_float(n, x);
     ints axes = n.attrs.get_ints("axes");
@@ -534,6 +643,25 @@ std::string graph::add_constant(std::string name, tensor v) {
   values_.push_back({name, v.shape(), v.type(), value_kind::constant, -1, true});
   constants_.emplace(name, std::move(v));
   return name;
+}
+
+void graph::set_constant(std::string_view name, tensor v) {
+  auto it = constants_.find(name);
+  if (it == constants_.end())
+    throw graph_error(make_error_code(errc::invalid_argument), {}, std::string(name),
+                      "graph '" + name_ + "': '" + std::string(name) + "' is not a constant");
+  if (v.is_device())
+    throw graph_error(make_error_code(errc::invalid_argument), {}, std::string(name),
+                      "constant '" + std::string(name) + "' must be a host or timing-only tensor");
+  if (!(v.shape() == it->second.shape()))
+    throw graph_error(make_error_code(errc::invalid_shape), {}, std::string(name),
+                      "constant '" + std::string(name) + "' is " + shape_string(it->second.shape()) + ", given " +
+                          shape_string(v.shape()));
+  if (v.type() != it->second.type())
+    throw graph_error(make_error_code(errc::invalid_dtype), {}, std::string(name),
+                      "constant '" + std::string(name) + "' is " + std::string(to_string(it->second.type())) +
+                          ", given " + std::string(to_string(v.type())));
+  it->second = std::move(v);
 }
 
 std::string graph::add_op(std::string_view type, std::vector<std::string> inputs, npurt::attributes attrs,

@@ -1,6 +1,10 @@
 // Lowering: the kernels and copies one compiled operator launches (see graph/session.hpp).
 #include "lower.hpp"
 
+#include "eltwise.hpp"
+
+#include <algorithm>
+#include <limits>
 #include <numeric>
 
 namespace npurt {
@@ -32,16 +36,14 @@ arr2 pads_of(const node& n, const shape& x, arr2 kernel, arr2 stride, arr2 dil) 
   return {static_cast<std::int32_t>(p[0]), static_cast<std::int32_t>(p[1])};
 }
 
-kernels::eltwise_fn fn_of(const std::string& t) {
-  using enum kernels::eltwise_fn;
-  if (t == "Add") return add;
-  if (t == "Sub") return sub;
-  if (t == "Mul") return mul;
-  if (t == "Div") return div;
-  if (t == "Relu") return relu;
-  if (t == "Sigmoid") return sigmoid;
-  if (t == "Tanh") return tanh;
-  return gelu;
+// A constant scalar input's value, if the input is given.
+std::optional<double> scalar_input(const cstep& st, const std::vector<cvalue>& values, std::size_t i) {
+  if (st.n->inputs.size() <= i || st.in[i] < 0) return std::nullopt;
+  const cvalue& v = values[static_cast<std::size_t>(st.in[i])];
+  if (!v.host || !v.host->is_host() || v.host->elements() < 1) return std::nullopt;
+  // Infinite bounds clamp nothing: the largest finite float says the same to the kernel.
+  const double lim = std::numeric_limits<float>::max();
+  return std::clamp(v.host->get(0), -lim, lim);
 }
 
 tensor_desc reshaped(tensor_desc d, shape s) {
@@ -75,12 +77,11 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     c.pad = pads_of(n, x.shape, {static_cast<std::int32_t>(w.shape[2]), static_cast<std::int32_t>(w.shape[3])},
                     c.stride, c.dilation);
     c.groups = static_cast<std::int32_t>(n.attrs.get_int("group", 1));
+    // Bias, residual and Relu are the convolution's epilogue: one pass over the output.
+    if (n.inputs.size() > 2 && st.in[2] >= 0) c.bias = reshaped(desc(st.in[2]), {1, w.shape[0], 1, 1});
+    if (st.residual >= 0) c.residual = desc(st.residual);
+    if (st.relu_after) c.act = kernels::activation::relu;
     kernel(c);
-    if (st.in.size() > 2 && st.in[2] >= 0) {
-      const tensor_desc b = reshaped(desc(st.in[2]), {1, w.shape[0], 1, 1});
-      kernel(kernels::elementwise{kernels::eltwise_fn::add, y, b, y});
-    }
-    relu_epilogue();
   } else if (t == "MatMul" || t == "Gemm") {
     tensor_desc a = desc(st.in[0]), b = desc(st.in[1]), c = y;
     kernels::matmul m{};
@@ -105,15 +106,32 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     m.a = a;
     m.b = b;
     m.c = c;
+    if (t == "Gemm" && n.inputs.size() > 2 && st.in[2] >= 0) m.bias = desc(st.in[2]);
+    if (st.residual >= 0) m.residual = reshaped(desc(st.residual), c.shape);
+    if (st.relu_after) m.act = kernels::activation::relu;
     kernel(m);
-    if (t == "Gemm" && st.in.size() > 2 && st.in[2] >= 0)
-      kernel(kernels::elementwise{kernels::eltwise_fn::add, y, desc(st.in[2]), y});
+  } else if (t == "Max" || t == "Min") {
+    // Folded pairwise into y; one input is max(x, x) = x.
+    const auto f = t == "Max" ? kernels::eltwise_fn::max : kernels::eltwise_fn::min;
+    const std::size_t n_in = n.inputs.size();
+    kernel(kernels::elementwise{f, desc(st.in[0]), desc(st.in[n_in > 1 ? 1 : 0]), y});
+    for (std::size_t i = 2; i < n_in; ++i) kernel(kernels::elementwise{f, y, desc(st.in[i]), y});
+  } else if (const auto e = graph_ops::find_eltwise(t); e && e->binary) {
+    kernel(kernels::elementwise{e->fn, desc(st.in[0]), desc(st.in[1]), y});
     relu_epilogue();
-  } else if (t == "Add" || t == "Sub" || t == "Mul" || t == "Div") {
-    kernel(kernels::elementwise{fn_of(t), desc(st.in[0]), desc(st.in[1]), y});
-    relu_epilogue();
-  } else if (t == "Relu" || t == "Sigmoid" || t == "Tanh" || t == "Gelu") {
-    kernel(kernels::elementwise{fn_of(t), desc(st.in[0]), {}, y});
+  } else if (e && !e->binary) {
+    const auto [alpha, beta] =
+        graph_ops::eltwise_params(n, e->fn, scalar_input(st, values, 1), scalar_input(st, values, 2));
+    kernel(kernels::elementwise{e->fn, desc(st.in[0]), {}, y, alpha, beta});
+  } else if (t == "SGDUpdate") {
+    // y = param, then the update in place on y.
+    const tensor_desc w = desc(st.in[0]);
+    if (w.data && y.data) out.push_back({std::nullopt, copy_task{y.data, w.data, w.bytes()}});
+    kernels::sgd_update u{};
+    u.param = y;
+    u.grad = desc(st.in[1]);
+    u.lr = static_cast<float>(n.attrs.get_float("lr", 0.01));
+    kernel(u);
   } else if (t == "BatchNormalization") {
     kernels::batchnorm b{};
     b.x = desc(st.in[0]);
@@ -147,8 +165,9 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       p.pad = pads_of(n, p.x.shape, p.window, p.stride, {1, 1});
     }
     kernel(p);
-  } else if (t == "Softmax") {
+  } else if (t == "Softmax" || t == "LogSoftmax") {
     kernel(kernels::softmax{desc(st.in[0]), y, static_cast<std::int32_t>(n.attrs.get_int("axis", -1))});
+    if (t == "LogSoftmax") kernel(kernels::elementwise{kernels::eltwise_fn::log, y, {}, y});
   } else if (t == "Transpose") {
     kernels::transpose tr{desc(st.in[0]), y};
     ints perm = n.attrs.get_ints("perm");
@@ -158,9 +177,27 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     kernel(tr);
   } else if (t == "Cast") {
     kernel(kernels::cast{desc(st.in[0]), y});
-  } else if (t == "ReduceMean" || t == "ReduceSum") {
+  } else if (t == "ArgMax" || t == "ArgMin") {
     kernels::reduce r{};
-    r.fn = t == "ReduceMean" ? kernels::reduce_fn::mean : kernels::reduce_fn::sum;
+    r.fn = t == "ArgMax" ? kernels::reduce_fn::argmax : kernels::reduce_fn::argmin;
+    r.x = desc(st.in[0]);
+    r.y = y;
+    std::int64_t axis = n.attrs.get_int("axis", 0);
+    if (axis < 0) axis += static_cast<std::int64_t>(r.x.shape.rank());
+    r.axes_mask = 1u << axis;
+    r.keep_dims = n.attrs.get_int("keepdims", 1) != 0;
+    r.select_last = n.attrs.get_int("select_last_index", 0) != 0;
+    // A reduction to nothing (rank 1, no keepdims) is one element to the kernels.
+    if (!r.keep_dims && r.x.shape.rank() == 1) r.y.shape = shape{1};
+    kernel(r);
+  } else if (t == "CastLike") {
+    kernel(kernels::cast{desc(st.in[0]), y});
+  } else if (t == "ReduceMean" || t == "ReduceSum" || t == "ReduceMax" || t == "ReduceMin") {
+    kernels::reduce r{};
+    r.fn = t == "ReduceMean"  ? kernels::reduce_fn::mean
+           : t == "ReduceSum" ? kernels::reduce_fn::sum
+           : t == "ReduceMax" ? kernels::reduce_fn::max
+                              : kernels::reduce_fn::min;
     r.x = desc(st.in[0]);
     r.y = y;
     ints axes = n.attrs.get_ints("axes");

@@ -1,12 +1,14 @@
 // Sessions: device memory, compile, run, the seed's knobs (see graph/session.hpp).
 #include "compiled.hpp"
 #include "lower.hpp"
+#include "recompute.hpp"
 
 #include <npurt/observer.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <set>
 
 namespace npurt {
 
@@ -61,6 +63,37 @@ session::~session() {
       c->held.clear();
       c->owner = nullptr;
     }
+  drain();
+  pool_.reset();
+}
+
+void session::drain() noexcept {
+  for (auto& s : streams_) {
+    std::error_code ec;
+    if (s) s->synchronize(npurt::no_timeout, ec);
+  }
+}
+
+npurt::mem_pool& session::pool() {
+  if (!pool_) {
+    mem_pool_options o;
+    o.strategy = alloc_;
+    o.pool_size_limit = mem_.pool_size;
+    pool_ = std::make_unique<npurt::mem_pool>(detail::runtime_of(*sys_), dev_->id(), o);
+  }
+  return *pool_;
+}
+
+void session::set_allocation_strategy(allocation_strategy s) {
+  alloc_ = s;
+  rebuild_pool_if_idle();
+}
+
+void session::rebuild_pool_if_idle() {
+  if (!pool_ || held_ != 0) return;
+  if (pool_->options().strategy == alloc_ && pool_->options().pool_size_limit == mem_.pool_size) return;
+  drain();  // nothing the old pool handed out may still be in use on a stream
+  pool_.reset();
 }
 
 npurt::stream& session::stream(std::size_t i) {
@@ -77,7 +110,8 @@ void* session::acquire(std::size_t bytes) {
                                      " bytes exceed the pool_size of " + std::to_string(cap) + " (" +
                                      std::to_string(held_) + " held)");
   }
-  void* p = dev_->malloc(bytes);
+  rebuild_pool_if_idle();
+  void* p = pool().malloc_async(bytes, stream(0));
   held_ += bytes;
   peak_ = std::max(peak_, held_);
   return p;
@@ -85,12 +119,18 @@ void* session::acquire(std::size_t bytes) {
 
 void session::give_back(void* p, std::size_t bytes) noexcept {
   if (!p) return;
+  // Buffers of a compiled graph are used by kernels on every session stream: the block is
+  // reused only after the work enqueued on each of them so far (PyTorch's record_stream).
   std::error_code ec;
-  dev_->free(p, ec);
+  for (std::size_t i = 1; i < streams_.size(); ++i) pool_->record_stream(p, *streams_[i], ec);
+  pool_->free_async(p, *streams_[0], ec);
   held_ -= std::min(held_, bytes);
 }
 
-void session::set_memory_config(const memory_config& m) { mem_ = m; }
+void session::set_memory_config(const memory_config& m) {
+  mem_ = m;
+  rebuild_pool_if_idle();
+}
 
 void session::set_schedule_config(const schedule_config& s) {
   if (s.max_parallelism < 1 || s.pipeline_stages < 1)
@@ -117,22 +157,37 @@ void session::set_comm_buffer_size(std::size_t bytes) {
 }
 
 memory_usage_mb session::memory_usage() const noexcept {
-  const double reserved = static_cast<double>(std::max(held_, mem_.auto_growth ? held_ : mem_.pool_size));
+  const std::size_t pool_reserved =
+      pool_ ? static_cast<std::size_t>(pool_->stats().reserved_bytes[stat_all].current) : 0;
+  const double reserved = static_cast<double>(std::max(pool_reserved, mem_.auto_growth ? held_ : mem_.pool_size));
   return {static_cast<double>(held_) / mb, reserved / mb, static_cast<double>(peak_) / mb};
 }
 
 void session::trigger_gc() {
   compiled_.erase(std::remove_if(compiled_.begin(), compiled_.end(), [](const auto& w) { return w.expired(); }),
                   compiled_.end());
-  dev_->mem_pool().trigger_gc();
+  if (pool_) {
+    drain();  // frees in flight complete, so their blocks count as cached
+    pool_->empty_cache();
+  }
 }
 
 compiled_graph session::compile(graph& g, const compile_options& opts) {
   auto p = build_plan(g, opts, cfg_.precision, sched_, mem_, level_);
   p->owner = this;
   auto& rep = p->rep;
+  // Overlap: inputs come in on a stream of their own, into one of two slots, so the next
+  // batch's copy runs beside this batch's operators.
+  if (overlap_ && rep.schedule != schedule::pipeline) {
+    p->copy_stream = p->streams;
+    p->streams += 1;
+    rep.overlap = true;
+    rep.streams = p->streams;
+  }
   // A pipeline has a batch in each stage and one being copied in.
-  const std::size_t slots = rep.schedule == schedule::pipeline ? static_cast<std::size_t>(p->stages) + 1 : 1;
+  const std::size_t slots = rep.schedule == schedule::pipeline ? static_cast<std::size_t>(p->stages) + 1
+                            : rep.overlap                      ? 2
+                                                               : 1;
   rep.kernels = 0;
   for (std::uint32_t s = 0; s < p->streams; ++s) (void)stream(s);
   // Operators that may overlap share the AI cores, as kernels on concurrent streams do when their
@@ -416,20 +471,19 @@ batches_result session::run_batches(const compiled_graph& cg, const std::vector<
   batches_result r;
   const sim_time t0 = sys_->now();
   const bool pipelined = c.rep.schedule == schedule::pipeline;
+  const bool rotating = pipelined || c.rep.overlap;  // batches take turns in several slots
   const std::size_t slots = c.input_ptr.size();
   std::vector<std::vector<tensor>> outs(batches.size());
   std::vector<event> stage_done(static_cast<std::size_t>(c.stages));
   std::vector<event> batch_end(batches.size());
   for (std::size_t b = 0; b < batches.size(); ++b) {
-    enqueue_ctx x{*this, c, pipelined ? b % slots : 0, {}, &outs[b], pipelined ? &stage_done : nullptr};
+    enqueue_ctx x{*this, c, rotating ? b % slots : 0, {}, &outs[b], pipelined ? &stage_done : nullptr};
     check_feeds(c, batches[b], x.in);
     outs[b].resize(c.outputs.size());
-    if (pipelined) {
-      // A slot is reused only when the batch that used it has been copied out.
-      if (b >= slots) stream(c.copy_stream).wait(batch_end[b - slots]);
-    }
+    // A slot is reused only when the batch that used it has been copied out.
+    if (rotating && b >= slots) stream(c.copy_stream).wait(batch_end[b - slots]);
     batch_end[b] = enqueue_batch(x);
-    if (!pipelined) batch_end[b].synchronize();
+    if (!rotating) batch_end[b].synchronize();
   }
   for (std::uint32_t k = 0; k < c.streams; ++k) stream(k).synchronize();
   r.latency = sys_->now() - t0;
@@ -457,9 +511,12 @@ optimizer_report session::optimize(graph& g, const std::vector<feed>& inputs) {
   }
   enable_memory_reuse(true);
   enable_auto_schedule(3);
-  enable_overlap(true);
+  // Overlap pays off across batches (run_batches) and costs a second I/O and arena slot; the
+  // single run measured here is compiled without it, later compiles get it.
+  enable_overlap(false);
   rep.options = compile_options{.memory_reuse = true, .optimization_level = 3};
   compiled_graph c1 = compile(g, rep.options);
+  enable_overlap(true);
   const run_result r1 = run(c1, inputs);
   rep.compiled = c1.report();
   rep.latency_after = r1.latency;
@@ -493,6 +550,39 @@ std::vector<memory_suggestion> graph_optimizer::memory_suggestions() const {
   if (precision_ == precision::fp32)
     add(memory_suggestion::kind::lower_precision, "compute in fp16: halves activations and weights", base,
         precision::fp16);
+  // Recomputation: greedily, largest activation first, keep each rewrite that lowers the peak
+  // of the plan with reuse and fusion.
+  {
+    const compile_options with{.schedule = schedule::sequential, .memory_reuse = true, .optimization_level = 2};
+    const std::uint64_t now = plan_memory(*g_, with, precision_).peak_bytes();
+    auto cands = recompute_candidates(*g_);
+    std::stable_sort(cands.begin(), cands.end(), [](const auto& x, const auto& y) { return x.bytes > y.bytes; });
+    if (cands.size() > 16) cands.resize(16);  // each trial is a planner run
+    std::vector<recompute_candidate> chosen;
+    std::set<std::size_t> cloned;
+    std::uint64_t best = now;
+    for (const auto& c : cands) {
+      if (std::any_of(c.chain.begin(), c.chain.end(), [&](auto k) { return cloned.count(k) != 0; })) continue;
+      chosen.push_back(c);
+      graph t = apply_recompute(*g_, chosen);
+      const std::uint64_t pk = plan_memory(t, with, precision_).peak_bytes();
+      if (pk < best) {
+        best = pk;
+        cloned.insert(c.chain.begin(), c.chain.end());
+      } else {
+        chosen.pop_back();
+      }
+    }
+    if (best < now) {
+      std::string names;
+      for (const auto& c : chosen) names += (names.empty() ? "" : ", ") + c.value;
+      out.push_back({memory_suggestion::kind::recomputation,
+                     "recompute " + std::to_string(chosen.size()) + " activation(s) before their late readers (" +
+                         names + ") instead of keeping them",
+                     static_cast<double>(now - best) / mb, with, std::nullopt,
+                     std::make_shared<graph>(apply_recompute(*g_, chosen))});
+    }
+  }
   std::stable_sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.saving_mb > y.saving_mb; });
   return out;
 }

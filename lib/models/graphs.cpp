@@ -44,6 +44,45 @@ graph mlp(std::int64_t batch, const std::vector<std::int64_t>& widths, bool with
   return g;
 }
 
+graph mlp_training_step(std::int64_t batch, const std::vector<std::int64_t>& widths, double lr, bool with_data,
+                        std::uint64_t seed) {
+  graph g("mlp_training_step");
+  const std::size_t layers = widths.size() - 1;
+  std::vector<std::string> h{g.add_input("x", {batch, widths.at(0)}, dtype::f32)};
+  const std::string target = g.add_input("target", {batch, widths.back()}, dtype::f32);
+  std::vector<std::string> w(layers + 1), b(layers + 1);
+  // Forward: the same weights (names and values) as mlp().
+  for (std::size_t i = 1; i <= layers; ++i) {
+    const std::string n = "fc" + std::to_string(i);
+    const double s = 1.0 / std::sqrt(static_cast<double>(widths[i - 1]));
+    w[i] = g.add_constant(n + ".weight", param({widths[i - 1], widths[i]}, dtype::f32, with_data, seed + i * 2, s));
+    b[i] = g.add_constant(n + ".bias", param({widths[i]}, dtype::f32, with_data, seed + i * 2 + 1, 0.1));
+    std::string z = g.add_op("Gemm", {h.back(), w[i], b[i]}, {}, n);
+    h.push_back(i < layers ? g.add_op("Relu", {z}, {}, n + ".relu") : z);
+  }
+  // Loss: mean((y - t)^2); its gradient 2 (y - t) / (batch * outputs).
+  const std::string diff = g.add_op("Sub", {h.back(), target}, {}, "loss.diff");
+  g.set_output(
+      g.add_op("ReduceMean", {g.add_op("Mul", {diff, diff}, {}, "loss.sq")}, {{"keepdims", std::int64_t{1}}}, "loss"));
+  const double scale = 2.0 / static_cast<double>(batch * widths.back());
+  const std::string c = g.add_constant("loss.scale", tensor({1}, dtype::f32, {scale}));
+  std::string dz = g.add_op("Mul", {diff, c}, {}, "loss.grad");
+  // Backward, last layer first; each parameter's update follows its gradient.
+  for (std::size_t i = layers; i >= 1; --i) {
+    const std::string n = "fc" + std::to_string(i);
+    const std::string dw = g.add_op("Gemm", {h[i - 1], dz}, {{"transA", std::int64_t{1}}}, n + ".weight.grad");
+    const std::string db =
+        g.add_op("ReduceSum", {dz}, {{"axes", ints{0}}, {"keepdims", std::int64_t{0}}}, n + ".bias.grad");
+    if (i > 1) {
+      const std::string dh = g.add_op("Gemm", {dz, w[i]}, {{"transB", std::int64_t{1}}}, n + ".input.grad");
+      dz = g.add_op("ReluGrad", {dh, h[i - 1]}, {}, "fc" + std::to_string(i - 1) + ".relu.grad");
+    }
+    g.set_output(g.add_op("SGDUpdate", {w[i], dw}, {{"lr", lr}}, n + ".weight.next"));
+    g.set_output(g.add_op("SGDUpdate", {b[i], db}, {{"lr", lr}}, n + ".bias.next"));
+  }
+  return g;
+}
+
 graph resnet50_graph(std::int64_t batch, std::int64_t image, bool with_data, std::uint64_t seed, dtype type) {
   const resnet50 table{1, dtype::f32};
   graph g("resnet50");
@@ -76,15 +115,14 @@ graph resnet50_graph(std::int64_t batch, std::int64_t image, bool with_data, std
   for (std::size_t i = 1; i < convs.size();) {
     // A bottleneck block: conv1, conv2, conv3 and, in a stage's first block, the projection.
     const std::string block = convs[i].name.substr(0, convs[i].name.rfind(".conv"));
+    // The projection is added first: the block's last convolution can then take the shortcut
+    // as its fused residual, and the projection may run beside the main path.
+    const bool projected = i + 3 < convs.size() && convs[i + 3].name.find("downsample") != std::string::npos;
+    const std::string shortcut = projected ? conv_bn(convs[i + 3], x, false) : x;
     std::string y = conv_bn(convs[i], x, true);
     y = conv_bn(convs[i + 1], y, true);
     y = conv_bn(convs[i + 2], y, false);
-    std::string shortcut = x;
-    i += 3;
-    if (i < convs.size() && convs[i].name.find("downsample") != std::string::npos) {
-      shortcut = conv_bn(convs[i], x, false);
-      ++i;
-    }
+    i += projected ? 4 : 3;
     x = g.add_op("Relu", {g.add_op("Add", {y, shortcut}, {}, block + ".add")}, {}, block + ".relu");
   }
   x = g.add_op("GlobalAveragePool", {x}, {}, "avgpool");

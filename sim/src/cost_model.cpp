@@ -48,9 +48,25 @@ struct gemm_problem {
   bool b_shared = false;      // B is the same for every batch entry
   bool read_c = false;        // beta != 0
   double useful_macs = 0;
+  // The epilogue applied as tiles leave L0C: vector operations per output element, and the
+  // GM bytes it reads (bias, residual); the output itself is written once either way.
+  double epi_ops = 0;
+  double epi_bytes = 0;
+  dtype out_type = dtype::f16;
+  [[nodiscard]] bool has_epilogue() const noexcept { return epi_ops > 0; }
 };
 
 std::int64_t dim(const tensor_desc& t, std::size_t i) noexcept { return i < t.shape.rank() ? t.shape[i] : 1; }
+
+double activation_ops(kernels::activation a) noexcept;
+
+void set_epilogue(gemm_problem& pr, const tensor_desc& out, const tensor_desc& bias, const tensor_desc& residual,
+                  kernels::activation act) {
+  pr.out_type = out.type;
+  const bool b = bias.shape.rank() > 0, r = residual.shape.rank() > 0;
+  pr.epi_ops = (b ? 1.0 : 0.0) + (r ? 1.0 : 0.0) + activation_ops(act);
+  pr.epi_bytes = (b ? static_cast<double>(bias.bytes()) : 0.0) + (r ? static_cast<double>(residual.bytes()) : 0.0);
+}
 
 std::optional<gemm_problem> to_gemm(const kernel_desc& k) {
   using namespace kernels;
@@ -70,6 +86,7 @@ std::optional<gemm_problem> to_gemm(const kernel_desc& k) {
     pr.b_shared = rb == 2 && pr.g.batch > 1;
     pr.read_c = mm->beta != 0.0f;
     pr.useful_macs = static_cast<double>(pr.g.batch) * pr.g.m * pr.g.n * pr.g.k;
+    set_epilogue(pr, mm->c, mm->bias, mm->residual, mm->act);
     return pr;
   }
   if (const auto* c = std::get_if<conv2d>(&k.op)) {
@@ -86,6 +103,7 @@ std::optional<gemm_problem> to_gemm(const kernel_desc& k) {
     pr.halo_kh = (kh - 1) * c->dilation[0] + 1;
     pr.halo_sh = c->stride[0];
     pr.useful_macs = static_cast<double>(n) * ho * wo * co * cig * kh * kw;
+    set_epilogue(pr, c->y, c->bias, c->residual, c->act);
     return pr;
   }
   if (const auto* c = std::get_if<conv2d_backward_data>(&k.op)) {
@@ -122,7 +140,7 @@ std::optional<gemm_problem> to_gemm(const kernel_desc& k) {
 }
 
 struct stage_times {
-  double cube = 0, mte1 = 0, mte2 = 0, hbm = 0, scalar = 0, out = 0, out_hbm = 0;
+  double cube = 0, mte1 = 0, mte2 = 0, hbm = 0, scalar = 0, out = 0, out_hbm = 0, vec = 0;
 };
 
 // The tiler's choice for one GEMM and what it costs on the busiest core.
@@ -187,7 +205,10 @@ void plan_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
     const double total_waves = std::ceil(static_cast<double>(nbm * nbn * g.batch) / per_wave);
     ab_hbm = std::max(a_all + b_all, total_waves * per);
   }
-  const double c_hbm = (c_out + (pr.read_c ? g.m * g.n * pr.out_es : 0.0)) * g.batch;
+  const double c_hbm = (c_out + (pr.read_c ? g.m * g.n * pr.out_es : 0.0)) * g.batch + pr.epi_bytes;
+  // Epilogue bytes per output element (bias and residual are read beside the tile they finish).
+  const double epi_pe = pr.epi_bytes / (static_cast<double>(g.m) * g.n * g.batch);
+  const double epi_lanes = lanes_for(p, pr.out_type);
 
   // GM bytes the cores load (every block loads its A and B panels).
   auto a_factor_for = [&](std::int64_t m) {
@@ -223,8 +244,12 @@ void plan_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
       const double scalar = instr_per_step * issue;
       const double oe = ks > 1 ? 4.0 : pr.out_es;
       const double out_bytes = static_cast<double>(m) * n * oe * pr.c_factor;
+      // The epilogue runs on the vector unit as the tile passes through UB on its way out:
+      // it adds vector work and the bias/residual reads to the drain, not another pass.
+      const double epi_in = static_cast<double>(m) * n * epi_pe;
+      const double epi_vec = pr.has_epilogue() ? static_cast<double>(m) * n * pr.epi_ops / epi_lanes + issue : 0.0;
       const double out = std::max({static_cast<double>(m) * n * 4 / p.l0c_to_out_rate, out_bytes / p.ub_to_gm_rate,
-                                   out_bytes / hbm_core}) +
+                                   (out_bytes + epi_in) / hbm_core, epi_vec}) +
                          2 * issue;
       const double step = std::max({cube, mte2 + hbm, mte1, scalar});
       sum.cube += w * steps * cube;
@@ -233,7 +258,8 @@ void plan_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
       sum.mte1 += w * steps * mte1;
       sum.scalar += w * steps * scalar;
       sum.out += w * out;
-      sum.out_hbm += w * out_bytes / hbm_core;
+      sum.out_hbm += w * (out_bytes + epi_in) / hbm_core;
+      sum.vec += w * epi_vec;
       block_steps += w * steps * step;
       out_extra += w * (l0c_double ? std::max(0.0, out - steps * step) : out);
       first_load = std::max(first_load, mte2 + hbm + mte1);
@@ -252,17 +278,19 @@ void plan_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
   busy.mte1 = qd * sum.mte1 * per_block;
   busy.scalar = qd * sum.scalar * per_block;
   busy.mte3 = qd * sum.out * per_block;
+  busy.vector = qd * sum.vec * per_block;
   // The kernel as a whole never moves its HBM bytes faster than its share.
   const double hbm_total = ab_hbm + c_hbm;
   const double hbm_floor = hbm_total / hbm_share * clock;
   unit bound;
   {
-    const std::array<std::pair<unit, double>, 6> u{{{unit::cube, busy.cube},
+    const std::array<std::pair<unit, double>, 7> u{{{unit::cube, busy.cube},
                                                     {unit::mte2, busy.mte2},
                                                     {unit::hbm, busy.hbm},
                                                     {unit::mte1, busy.mte1},
                                                     {unit::scalar, busy.scalar},
-                                                    {unit::mte3, busy.mte3}}};
+                                                    {unit::mte3, busy.mte3},
+                                                    {unit::vector, busy.vector}}};
     bound = std::max_element(u.begin(), u.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
   }
   if (hbm_floor > total) {
@@ -302,6 +330,9 @@ void cost_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
       const std::uint64_t blocks = static_cast<std::uint64_t>(ceil_div(pr.g.m, m) * ceil_div(pr.g.n, n) * pr.g.batch);
       for (std::int64_t ks = 1; ks <= 64; ks *= 2) {
         if (ks > 1 && blocks * static_cast<std::uint64_t>(ks / 2) >= cores) break;  // split K only to fill idle cores
+        // Split-K partial sums are reduced in GM by atomic adds: no tile ever holds the final
+        // value an epilogue would need.
+        if (ks > 1 && pr.has_epilogue()) break;
         plan_gemm(p, pr, cores, share, m, n, ks, best);
       }
     }
@@ -324,7 +355,7 @@ void cost_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
   const double e = es(pr.g.in);
   const double min_bytes =
       (pr.a_factor * pr.g.m * pr.g.k * e + pr.g.m * pr.g.n * pr.out_es * pr.c_factor) * pr.g.batch +
-      pr.b_factor * pr.g.k * pr.g.n * e * (pr.b_shared ? 1 : pr.g.batch);
+      pr.b_factor * pr.g.k * pr.g.n * e * (pr.b_shared ? 1 : pr.g.batch) + pr.epi_bytes;
   const double t_flops = kc.flops / (cube_flops_per_cycle(p, pr.g.in) * cores * f);
   const double t_bytes = min_bytes / p.hbm_bandwidth;
   kc.roofline = picoseconds{static_cast<std::int64_t>(std::floor(std::max(t_flops, t_bytes) * 1e12))};
@@ -359,14 +390,49 @@ double eltwise_ops(kernels::eltwise_fn f) noexcept {
     case eltwise_fn::sigmoid: return 4;  // exp, add, reciprocal, (negate)
     case eltwise_fn::tanh: return 5;
     case eltwise_fn::gelu: return 8;  // the tanh form: cube, fma, tanh, fma, mul
+    case eltwise_fn::relu_backward:
+    case eltwise_fn::max:
+    case eltwise_fn::min:
+    case eltwise_fn::abs:
+    case eltwise_fn::neg:
+    case eltwise_fn::floor:
+    case eltwise_fn::ceil:
+    case eltwise_fn::sign: return 2;  // compare or round, select
+    case eltwise_fn::leaky_relu:
+    case eltwise_fn::thresholded_relu:
+    case eltwise_fn::clip: return 2;
+    case eltwise_fn::exp:
+    case eltwise_fn::log:
+    case eltwise_fn::sqrt:
+    case eltwise_fn::reciprocal: return 2;  // a transcendental estimate and a refinement step
+    case eltwise_fn::softsign:
+    case eltwise_fn::hard_sigmoid:
+    case eltwise_fn::hard_swish: return 4;
+    case eltwise_fn::elu:
+    case eltwise_fn::selu:
+    case eltwise_fn::celu:
+    case eltwise_fn::softplus: return 5;  // exp, add or log, select
+    case eltwise_fn::pow: return 6;  // exp(b log a) with sign handling
+    case eltwise_fn::sin:
+    case eltwise_fn::cos:
+    case eltwise_fn::erf: return 8;  // range reduction and a polynomial
   }
   return 1;
 }
 
-bool is_unary(kernels::eltwise_fn f) noexcept {
-  using kernels::eltwise_fn;
-  return f == eltwise_fn::relu || f == eltwise_fn::gelu || f == eltwise_fn::sigmoid || f == eltwise_fn::tanh;
+double activation_ops(kernels::activation a) noexcept {
+  using kernels::activation;
+  switch (a) {
+    case activation::none: return 0;
+    case activation::relu: return eltwise_ops(kernels::eltwise_fn::relu);
+    case activation::gelu: return eltwise_ops(kernels::eltwise_fn::gelu);
+    case activation::sigmoid: return eltwise_ops(kernels::eltwise_fn::sigmoid);
+    case activation::tanh: return eltwise_ops(kernels::eltwise_fn::tanh);
+  }
+  return 0;
 }
+
+bool is_unary(kernels::eltwise_fn f) noexcept { return !kernels::is_binary(f); }
 
 std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
   using namespace kernels;

@@ -5,6 +5,7 @@
 #include <npurt/sim/reference_kernels.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -199,6 +200,11 @@ class host_tensors {
   const std::array<std::byte*, 8>& ptrs_;
 };
 
+// ---- epilogue of cube kernels -----------------------------------------------------------
+
+void apply_epilogue(const tensor_desc& y, const tensor_desc& bias, const tensor_desc& residual, kernels::activation act,
+                    const host_tensors& h, std::vector<float>& v);
+
 // ---- matmul ------------------------------------------------------------------------------
 
 struct gemm_dims {
@@ -284,6 +290,7 @@ void run(const kernels::matmul& op, const host_tensors& h) {
     // beta == 0 ignores C entirely (NaN in C does not leak), as BLAS does.
     c[idx] = op.beta != 0.0f ? op.alpha * acc + op.beta * c[idx] : op.alpha * acc;
   });
+  apply_epilogue(op.c, op.bias, op.residual, op.act, h, c);
   h.store(op.c, c);
 }
 
@@ -371,7 +378,9 @@ void run(const kernels::conv2d& op, const host_tensors& h) {
     for (size_t i = 0; i < y.size(); ++i) write_raw<std::int32_t>(p, i, static_cast<std::int32_t>(y[i]));
     return;
   }
-  h.store(op.y, conv_forward<float, float>(g, h.load(op.x), h.load(op.w)));
+  auto y = conv_forward<float, float>(g, h.load(op.x), h.load(op.w));
+  apply_epilogue(op.y, op.bias, op.residual, op.act, h, y);
+  h.store(op.y, y);
 }
 
 // dx[n,c,ih,iw] = sum over the outputs that read it: gathered, so every dx element is one
@@ -458,6 +467,37 @@ float apply_unary(kernels::eltwise_fn f, float x) noexcept {
   }
 }
 
+// The parametric and transcendental unary functions, with ONNX's definitions.
+float apply_unary(const kernels::elementwise& op, float x) noexcept {
+  using enum kernels::eltwise_fn;
+  const float a = op.alpha, b = op.beta;
+  switch (op.fn) {
+    case exp: return std::exp(x);
+    case log: return std::log(x);
+    case sqrt: return std::sqrt(x);
+    case abs: return std::fabs(x);
+    case neg: return -x;
+    case reciprocal: return 1.0f / x;
+    case floor: return std::floor(x);
+    case ceil: return std::ceil(x);
+    case erf: return std::erf(x);
+    case sin: return std::sin(x);
+    case cos: return std::cos(x);
+    case softplus: return std::log1p(std::exp(x));
+    case softsign: return x / (1.0f + std::fabs(x));
+    case sign: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;  // keeps 0, -0 and NaN
+    case leaky_relu: return x < 0.0f ? a * x : x;
+    case elu: return x < 0.0f ? a * (std::exp(x) - 1.0f) : x;
+    case selu: return x <= 0.0f ? b * (a * std::exp(x) - a) : b * x;
+    case hard_sigmoid: return std::max(0.0f, std::min(1.0f, a * x + b));
+    case thresholded_relu: return x > a ? x : 0.0f;
+    case celu: return std::max(0.0f, x) + std::min(0.0f, a * (std::exp(x / a) - 1.0f));
+    case hard_swish: return x * std::max(0.0f, std::min(1.0f, x / 6.0f + 0.5f));
+    case clip: return std::isnan(x) ? x : std::min(b, std::max(a, x));
+    default: return apply_unary(op.fn, x);
+  }
+}
+
 float apply_binary(kernels::eltwise_fn f, float a, float b) noexcept {
   using enum kernels::eltwise_fn;
   switch (f) {
@@ -465,6 +505,10 @@ float apply_binary(kernels::eltwise_fn f, float a, float b) noexcept {
     case sub: return a - b;
     case mul: return a * b;
     case div: return a / b;
+    case relu_backward: return b > 0.0f ? a : 0.0f;
+    case pow: return std::pow(a, b);
+    case max: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b);
+    case min: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN() : std::min(a, b);
     default: return a;
   }
 }
@@ -484,10 +528,10 @@ std::array<int64_t, shape::max_rank> broadcast_strides(const shape& s, size_t r)
 void run(const kernels::elementwise& op, const host_tensors& h) {
   using enum kernels::eltwise_fn;
   const auto a = h.load(op.a);
-  const bool bin = op.fn == add || op.fn == sub || op.fn == mul || op.fn == div;
+  const bool bin = kernels::is_binary(op.fn);
   std::vector<float> y(static_cast<size_t>(op.y.shape.elements()));
   if (!bin) {
-    for (size_t i = 0; i < y.size(); ++i) y[i] = apply_unary(op.fn, a[i]);
+    for (size_t i = 0; i < y.size(); ++i) y[i] = apply_unary(op, a[i]);
     h.store(op.y, y);
     return;
   }
@@ -512,6 +556,49 @@ void run(const kernels::elementwise& op, const host_tensors& h) {
     }
   }
   h.store(op.y, y);
+}
+
+float round_to(dtype t, float v) noexcept {
+  std::array<std::byte, 4> b{};
+  write_float(t, b.data(), 0, v);
+  return read_float(t, b.data(), 0);
+}
+
+// v = v (op) x with x broadcast to y's shape, each result rounded to y's dtype: exactly what
+// the elementwise kernel computes when v was stored and read back.
+void add_broadcast(const tensor_desc& y, const tensor_desc& x, const host_tensors& h, std::vector<float>& v) {
+  const auto b = h.load(x);
+  const shape& ys = y.shape;
+  const size_t r = ys.rank();
+  const auto sb = broadcast_strides(x.shape, r);
+  std::array<int64_t, shape::max_rank> idx{};
+  int64_t ib = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = round_to(y.type, apply_binary(kernels::eltwise_fn::add, v[i], b[static_cast<size_t>(ib)]));
+    for (size_t d = r; d-- > 0;) {
+      ++idx[d];
+      ib += sb[d];
+      if (idx[d] < ys[d]) break;
+      ib -= sb[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// The stages in the order of the unfused graph (result, + bias, + residual, activation), each
+// rounded to y's dtype as a separate kernel's store would round it.
+void apply_epilogue(const tensor_desc& y, const tensor_desc& bias, const tensor_desc& residual, kernels::activation act,
+                    const host_tensors& h, std::vector<float>& v) {
+  const bool any_input = h.present(bias) || h.present(residual);
+  if (act == kernels::activation::none && !any_input) return;
+  for (auto& e : v) e = round_to(y.type, e);
+  if (h.present(bias)) add_broadcast(y, bias, h, v);
+  if (h.present(residual)) add_broadcast(y, residual, h, v);
+  using A = kernels::activation;
+  using F = kernels::eltwise_fn;
+  if (act == A::none) return;
+  const F f = act == A::relu ? F::relu : act == A::gelu ? F::gelu : act == A::sigmoid ? F::sigmoid : F::tanh;
+  for (auto& e : v) e = apply_unary(f, e);
 }
 
 // ---- normalisation -----------------------------------------------------------------------
@@ -802,15 +889,33 @@ void run(const kernels::reduce& op, const host_tensors& h) {
     }
   }
   const auto x = h.load(op.x);
-  const bool is_max = op.fn == kernels::reduce_fn::max;
-  std::vector<float> y(static_cast<size_t>(op.y.shape.elements()),
-                       is_max ? -std::numeric_limits<float>::infinity() : 0.0f);
+  using kernels::reduce_fn;
+  const bool is_max = op.fn == reduce_fn::max, is_min = op.fn == reduce_fn::min;
+  const bool arg = op.fn == reduce_fn::argmax || op.fn == reduce_fn::argmin;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> y(static_cast<size_t>(op.y.shape.elements()), is_max ? -inf : is_min ? inf : 0.0f);
+  std::vector<int64_t> at(arg ? y.size() : 0, -1);  // argmax/argmin: the index so far
+  size_t axis = 0;
+  while (arg && !((op.axes_mask >> axis) & 1u)) ++axis;
   std::array<int64_t, shape::max_rank> idx{};
   int64_t o = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     float& acc = y[static_cast<size_t>(o)];
     if (is_max) {
       if (x[i] > acc || std::isnan(x[i])) acc = std::isnan(acc) ? acc : x[i];
+    } else if (is_min) {
+      if (x[i] < acc || std::isnan(x[i])) acc = std::isnan(acc) ? acc : x[i];
+    } else if (arg) {
+      int64_t& best = at[static_cast<size_t>(o)];
+      const float v = x[i];
+      const bool better = op.fn == reduce_fn::argmax ? v > acc : v < acc;
+      const bool tie = v == acc && op.select_last;
+      if (!std::isnan(v) && (best < 0 || better || tie)) {
+        acc = v;
+        best = idx[axis];
+      } else if (best < 0 && std::isnan(v) && idx[axis] + 1 == op.x.shape[axis]) {
+        best = 0;  // every element NaN
+      }
     } else {
       acc += x[i];
     }
@@ -824,6 +929,11 @@ void run(const kernels::reduce& op, const host_tensors& h) {
   }
   if (op.fn == kernels::reduce_fn::mean)
     for (float& v : y) v /= static_cast<float>(count);
+  if (arg) {
+    std::byte* p = h[op.y];
+    for (size_t i = 0; i < at.size(); ++i) write_raw<int64_t>(p, i, std::max<int64_t>(0, at[i]));
+    return;
+  }
   h.store(op.y, y);
 }
 

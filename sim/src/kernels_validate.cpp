@@ -74,6 +74,35 @@ std::size_t norm_axis(std::int32_t axis, std::size_t rank) noexcept {
 
 bool finite(float f) noexcept { return std::isfinite(f); }
 
+// ---- epilogue ----------------------------------------------------------------------------
+
+// `in` broadcasts to `out` NumPy-style (aligned at the trailing dimension).
+bool broadcasts_to(const shape& in, const shape& out) noexcept {
+  if (in.rank() > out.rank()) return false;
+  for (std::size_t i = 0; i < in.rank(); ++i) {
+    const int64_t d = in[in.rank() - 1 - i], o = out[out.rank() - 1 - i];
+    if (d != 1 && d != o) return false;
+  }
+  return true;
+}
+
+// A cube kernel's epilogue: float output only (an INT32 accumulator has no activation), bias
+// and residual of the output's dtype, broadcasting to it.
+std::error_code check_epilogue(const tensor_desc& out, const tensor_desc& bias, const tensor_desc& residual,
+                               kernels::activation act) {
+  if (static_cast<unsigned>(act) > static_cast<unsigned>(kernels::activation::tanh))
+    return fail(errc::invalid_argument);
+  const bool any = act != kernels::activation::none || !absent(bias) || !absent(residual);
+  if (!any) return {};
+  if (!is_float(out.type)) return fail(errc::invalid_dtype);
+  for (const tensor_desc* t : {&bias, &residual}) {
+    if (absent(*t)) continue;
+    if (t->type != out.type) return fail(errc::invalid_dtype);
+    if (!broadcasts_to(t->shape, out.shape)) return fail(errc::invalid_shape);
+  }
+  return {};
+}
+
 // ---- matmul ----------------------------------------------------------------------------
 
 std::error_code check(const kernels::matmul& m) {
@@ -98,7 +127,7 @@ std::error_code check(const kernels::matmul& m) {
     if (rb == 3 && b[0] != B) return fail(errc::invalid_shape);
   }
   if (!finite(m.alpha) || !finite(m.beta)) return fail(errc::invalid_argument);
-  return {};
+  return check_epilogue(m.c, m.bias, m.residual, m.act);
 }
 
 // ---- convolution -----------------------------------------------------------------------
@@ -143,7 +172,8 @@ std::error_code check(const kernels::conv2d& c) {
   if (c.x.type != c.w.type) return fail(errc::invalid_dtype);
   if (!is_float(c.x.type) && c.x.type != dtype::i8) return fail(errc::invalid_dtype);
   if (!cube_output_ok(c.x.type, c.y.type)) return fail(errc::invalid_dtype);
-  return check_conv_shapes(c.x.shape, c.w.shape, c.y.shape, p);
+  if (auto ec = check_conv_shapes(c.x.shape, c.w.shape, c.y.shape, p)) return ec;
+  return check_epilogue(c.y, c.bias, c.residual, c.act);
 }
 
 // Gradients are float only (training never runs in INT8).
@@ -165,14 +195,12 @@ std::error_code check(const kernels::conv2d_backward_weight& c) {
 
 // ---- elementwise -----------------------------------------------------------------------
 
-bool binary(kernels::eltwise_fn f) noexcept {
-  using enum kernels::eltwise_fn;
-  return f == add || f == sub || f == mul || f == div;
-}
+bool binary(kernels::eltwise_fn f) noexcept { return kernels::is_binary(f); }
 
 std::error_code check(const kernels::elementwise& e) {
-  if (static_cast<unsigned>(e.fn) > static_cast<unsigned>(kernels::eltwise_fn::tanh))
+  if (static_cast<unsigned>(e.fn) > static_cast<unsigned>(kernels::last_eltwise_fn))
     return fail(errc::invalid_argument);
+  if (!finite(e.alpha) || !finite(e.beta)) return fail(errc::invalid_argument);
   if (!is_float(e.a.type) || e.y.type != e.a.type) return fail(errc::invalid_dtype);
   if (!binary(e.fn)) return e.y.shape == e.a.shape ? std::error_code{} : fail(errc::invalid_shape);
   if (e.b.type != e.a.type) return fail(errc::invalid_dtype);
@@ -298,11 +326,14 @@ std::error_code check(const kernels::softmax& s) {
 }
 
 std::error_code check(const kernels::reduce& r) {
-  if (static_cast<unsigned>(r.fn) > static_cast<unsigned>(kernels::reduce_fn::max)) return fail(errc::invalid_argument);
+  if (static_cast<unsigned>(r.fn) > static_cast<unsigned>(kernels::reduce_fn::argmin))
+    return fail(errc::invalid_argument);
   const std::size_t rank = r.x.shape.rank();
   // An empty mask reduces nothing; that is a bug in the caller more often than an intent.
   if (r.axes_mask == 0 || (rank < 32 && (r.axes_mask >> rank) != 0)) return fail(errc::invalid_argument);
-  if (!is_float(r.x.type) || r.y.type != r.x.type) return fail(errc::invalid_dtype);
+  const bool arg = r.fn == kernels::reduce_fn::argmax || r.fn == kernels::reduce_fn::argmin;
+  if (arg && (r.axes_mask & (r.axes_mask - 1)) != 0) return fail(errc::invalid_argument);  // one axis
+  if (!is_float(r.x.type) || r.y.type != (arg ? dtype::i64 : r.x.type)) return fail(errc::invalid_dtype);
   shape out;
   for (std::size_t i = 0; i < rank; ++i) {
     if ((r.axes_mask >> i) & 1u) {
@@ -362,10 +393,14 @@ operand_list operands(const kernel_op& op) noexcept {
           b.add(o.a, r);
           b.add(o.b, r);
           b.add(o.c, o.beta != 0.0f ? rw : w);
+          b.add_optional(o.bias, r);
+          b.add_optional(o.residual, r);
         } else if constexpr (std::is_same_v<T, kernels::conv2d>) {
           b.add(o.x, r);
           b.add(o.w, r);
           b.add(o.y, w);
+          b.add_optional(o.bias, r);
+          b.add_optional(o.residual, r);
         } else if constexpr (std::is_same_v<T, kernels::conv2d_backward_data>) {
           b.add(o.dy, r);
           b.add(o.w, r);

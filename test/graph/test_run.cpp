@@ -287,6 +287,7 @@ TEST_CASE("each memory suggestion, applied, saves what it estimated", "[graph][m
   for (const auto& sg : sugg) {
     INFO(sg.description);
     CHECK(sg.saving_mb > 0);
+    if (sg.rewritten) continue;  // recomputation: measured against its own plan (test_training.cpp)
     session base{sys};
     auto cb = base.compile(m.g, {.schedule = schedule::sequential, .memory_reuse = false, .optimization_level = 0});
     const double before = base.memory_usage().allocated_mb;

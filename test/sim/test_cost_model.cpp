@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <variant>
 #include <vector>
 
 using namespace npurt;
@@ -183,4 +184,56 @@ TEST_CASE("the breakdown adds up", "[sim][cost]") {
   CHECK(fc.body == picoseconds{12345});
   CHECK(fc.total == picoseconds{12345} + p.kernel_launch_latency);
   CHECK(fc.bound == unit::fixed);
+}
+
+// A fused epilogue (bias, residual, activation) is part of the one pass of a cube kernel: the
+// output is written once, so the fused kernel costs no HBM round trip of its output and stays
+// within the oracles of the plain kernel.
+TEST_CASE("a conv2d or matmul with a fused epilogue costs one pass, not one pass per fused op",
+          "[sim][cost][epilogue]") {
+  const preset p = presets::ascend910();
+  const std::vector<conv_case> cases{{32, 64, 56, 56, 64, 3, 3, 1, 1},
+                                     {32, 256, 56, 56, 64, 1, 1, 1, 0},
+                                     {32, 64, 56, 56, 256, 1, 1, 1, 0},
+                                     {32, 512, 7, 7, 2048, 1, 1, 1, 0}};
+  for (const auto& c : cases) {
+    CAPTURE(c.cin, c.h, c.cout, c.kh);
+    const kernel_desc plain = conv(c, 0);
+    const auto& pc = std::get<kernels::conv2d>(plain.op);
+    kernels::conv2d f = pc;
+    const tensor_desc bias{nullptr, shape{1, pc.y.shape[1], 1, 1}, dtype::f16};
+    f.bias = bias;
+    f.residual = pc.y;
+    f.act = kernels::activation::relu;
+    const kernel_cost base = estimate(p, plain), fused = estimate(p, kernel_desc{f});
+    const kernel_cost add = estimate(p, kernel_desc{kernels::elementwise{kernels::eltwise_fn::add, pc.y, pc.y, pc.y}});
+    const kernel_cost relu = estimate(p, kernel_desc{kernels::elementwise{kernels::eltwise_fn::relu, pc.y, {}, pc.y}});
+    const double y_bytes = static_cast<double>(pc.y.bytes());
+    // Traffic: the plain kernel's plus the bias and the residual, read once; the output is not
+    // written a second time nor read back.
+    CHECK(fused.hbm_bytes == base.hbm_bytes + bias.bytes() + pc.y.bytes());
+    // Time: within the plain kernel plus streaming the residual in at the HBM rate, i.e. less
+    // than any unfused sequence, whose every extra kernel moves the output at least twice.
+    const double residual_read_s = y_bytes / p.hbm_bandwidth;
+    CHECK(to_us(fused.body) * 1e-6 <= to_us(base.body) * 1e-6 + residual_read_s * 1.05 + 2e-6);
+    CHECK(fused.total < base.total + add.total + relu.total);
+    CHECK(to_us(fused.body) * 1e-6 < to_us(base.body + add.body + relu.body) * 1e-6 - y_bytes / p.hbm_bandwidth);
+    // The oracles: no faster than the cube floor, the roofline with the extra bytes, nor the
+    // plain kernel.
+    CHECK(fused.total_cycles >= static_cast<double>(fused.cube_floor_cycles));
+    CHECK(fused.body >= fused.roofline);
+    CHECK(fused.body >= base.body);
+  }
+  SECTION("a GEMM epilogue of bias and GELU, as in a Transformer's feed-forward layer") {
+    const kernel_desc plain = gemm(128 * 32, 4096, 1024);
+    kernels::matmul f = std::get<kernels::matmul>(plain.op);
+    f.bias = tensor_desc{nullptr, shape{4096}, dtype::f16};
+    f.act = kernels::activation::gelu;
+    const kernel_cost base = estimate(p, plain), fused = estimate(p, kernel_desc{f});
+    CHECK(fused.hbm_bytes == base.hbm_bytes + 4096 * 2);
+    CHECK(fused.body >= base.body);
+    // Compute-bound: the vector work of the epilogue hides under the cube (within 2%).
+    CHECK(to_us(fused.body) <= to_us(base.body) * 1.02);
+    CHECK(fused.total_cycles >= static_cast<double>(fused.cube_floor_cycles));
+  }
 }

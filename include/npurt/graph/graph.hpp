@@ -104,6 +104,10 @@ class graph {
   /// models without data.
   std::string add_constant(std::string name, tensor value);
   std::string add_weight(std::string name, tensor value) { return add_constant(std::move(name), std::move(value)); }
+  /// Replaces a constant's value (a weight after a training step): same shape and dtype, or
+  /// graph_error (invalid_shape / invalid_dtype); not a constant: invalid_argument. Graphs
+  /// compiled before keep the value they copied.
+  void set_constant(std::string_view name, tensor value);
   /// An operator with one output; the output is named `name` (default: "<type>_<n>") and the
   /// node "<output>". Returns the output's name.
   std::string add_op(std::string_view type, std::vector<std::string> inputs, npurt::attributes attrs = {},

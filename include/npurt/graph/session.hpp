@@ -36,6 +36,7 @@
 
 #include <npurt/graph/graph.hpp>
 #include <npurt/graph/tensor.hpp>
+#include <npurt/memory.hpp>
 #include <npurt/recovery.hpp>
 #include <npurt/system.hpp>
 
@@ -126,6 +127,7 @@ struct compile_report {
   int optimization_level = 1;
   bool memory_reuse = true;
   bool timing_only = false;
+  bool overlap = false;            ///< inputs copied on their own stream into alternating slots
   std::size_t operators = 0;       ///< after fusion, including inserted casts
   std::size_t kernels = 0;         ///< kernels and copies one run launches
   std::size_t streams = 1;
@@ -209,16 +211,27 @@ class session {
   void set_schedule_config(const schedule_config& s);
   [[nodiscard]] const memory_config& get_memory_config() const noexcept { return mem_; }
   [[nodiscard]] const schedule_config& get_schedule_config() const noexcept { return sched_; }
-  /// Bytes the session holds on its device (weights, arenas, inputs and outputs), in MB.
+  /// Bytes the session holds on its device (weights, arenas, inputs and outputs), in MB:
+  /// allocated and peak are what the session asked its pool for; reserved is what the pool
+  /// took from the device (at least pool_size when auto_growth is off).
   [[nodiscard]] memory_usage_mb memory_usage() const noexcept;
-  /// Frees arenas of compiled graphs that are no longer referenced, and the device pool's cache.
+  /// Forgets compiled graphs that are no longer referenced and returns the pool's cached
+  /// memory (blocks nobody holds) to the device.
   void trigger_gc();
+  /// The session's own stream-ordered caching pool (created on first use with the session's
+  /// allocation strategy and pool_size): every device buffer of the session comes from it.
+  [[nodiscard]] npurt::mem_pool& pool();
   /// optimization level 0-3 for later compiles (level 3 also chooses the schedule).
   void enable_auto_schedule(int level);
   void enable_memory_reuse(bool on = true) { mem_.reuse = on; }
-  void set_allocation_strategy(allocation_strategy s) { alloc_ = s; }
+  /// The pool's strategy (segmented: PyTorch-like segments; compact: one growable arena per
+  /// stream). Takes effect at once when the session holds no device memory, otherwise the next
+  /// time it holds none (the pool is rebuilt then).
+  void set_allocation_strategy(allocation_strategy s);
   [[nodiscard]] allocation_strategy get_allocation_strategy() const noexcept { return alloc_; }
-  /// Overlap copies with compute: inputs of the next batch are copied on their own stream.
+  /// Overlap copies with compute in run_batches: graphs compiled afterwards copy inputs in on a
+  /// stream of their own into two alternating input and arena slots, so batch k+1's copy runs
+  /// while batch k computes (at the cost of a second slot of activation and I/O memory).
   void enable_overlap(bool on = true) { overlap_ = on; }
   [[nodiscard]] bool overlap() const noexcept { return overlap_; }
   /// Size of the buffer reserved for collective communication (held, unused by a single device).
@@ -250,6 +263,8 @@ class session {
   std::shared_ptr<pending_run> start_run(const compiled_graph& c, const std::vector<feed>& inputs);
   run_result finish_run(pending_run& p);
   void abandon_run(pending_run& p) noexcept;
+  void drain() noexcept;
+  void rebuild_pool_if_idle();
 
   npurt::system* sys_;
   npurt::device* dev_;
@@ -267,6 +282,7 @@ class session {
   std::vector<std::weak_ptr<compiled_graph::impl>> compiled_;
   recovery_strategy recovery_{};
   std::vector<std::error_code> recovered_;
+  std::unique_ptr<npurt::mem_pool> pool_;  // last member: destroyed before the streams it orders
 };
 
 // ---- async_run ----
@@ -311,13 +327,18 @@ struct memory_suggestion {
   /// The compile options (and session precision) that apply it.
   compile_options options;
   std::optional<npurt::precision> precision;
+  /// Recomputation: the graph to compile instead (the recomputed operators cloned before their
+  /// late readers). Its saving is measured against the original graph under the same
+  /// `options` (reuse and fusion on), not against the baseline.
+  std::shared_ptr<graph> rewritten{};
 };
 
 class graph_optimizer {
  public:
   explicit graph_optimizer(graph& g, npurt::precision p = precision::fp32) : g_(&g), precision_(p) {}
   /// Opportunities against the baseline (no reuse, level 0, the given precision), largest
-  /// saving first.
+  /// saving first; recomputation (when an activation is read again long after it was written,
+  /// as in a training step) against the plan with reuse and fusion.
   [[nodiscard]] std::vector<memory_suggestion> memory_suggestions() const;
 
  private:

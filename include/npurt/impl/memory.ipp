@@ -90,8 +90,11 @@ NPURT_DECL mem_pool::mem_pool(detail::runtime& rt, device_id dev, const mem_pool
 }
 
 NPURT_DECL mem_pool::~mem_pool() {
+  // Only this pool's blocks leave the registry: a device may have several pools (a session's
+  // beside the default one), and the others' blocks stay live.
+  for (const auto& seg : alloc_->snapshot().segments)
+    for (const auto& b : seg.blocks) rt_->memory().unregister_pool_block(b.addr);
   alloc_.reset();  // gives every segment back to the device
-  rt_->memory().drop_pool_blocks(dev_);
 }
 
 NPURT_DECL std::uint32_t mem_pool::stream_id(stream& s, std::error_code& ec) const {

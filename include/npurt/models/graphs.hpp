@@ -24,6 +24,16 @@ namespace npurt::models {
 [[nodiscard]] graph mlp(std::int64_t batch, const std::vector<std::int64_t>& widths, bool with_data = true,
                         std::uint64_t seed = 1);
 
+/// One SGD training step of the same MLP as a graph: forward (Gemm + Relu ... Gemm), the mean
+/// squared error against input "target" (output "loss", shape [1, 1]), backward (Gemm with
+/// transA/transB for the weight and input gradients, ReduceSum for the bias gradients, ReluGrad)
+/// and an SGDUpdate per parameter. Inputs "x" [batch, widths[0]] and "target" [batch,
+/// widths.back()]; outputs "loss" and "fc<i>.weight.next", "fc<i>.bias.next" (the updated
+/// parameters, same names as mlp()'s weights plus ".next"); "fc<i>.weight.grad" etc. are the
+/// gradients' tensor names.
+[[nodiscard]] graph mlp_training_step(std::int64_t batch, const std::vector<std::int64_t>& widths, double lr = 0.1,
+                                      bool with_data = true, std::uint64_t seed = 1);
+
 /// ResNet-50 v1.5 inference (Conv, BatchNormalization, Relu, MaxPool, Add, GlobalAveragePool,
 /// Flatten, Gemm); input "input" [batch, 3, image, image], output "logits" [batch, 1000].
 [[nodiscard]] graph resnet50_graph(std::int64_t batch, std::int64_t image = 224, bool with_data = false,
