@@ -236,8 +236,14 @@ sim_time fault_backend::silent_release_time(const task_info& t, device_id silent
   }
   picoseconds limit = op_timeout_;
   if (t.kind == task_kind::collective) {
-    limit = t.collective && t.collective->comm ? t.collective->comm->exec_timeout : picoseconds{0};
-    if (limit.count() <= 0) limit = inner_->properties(t.device).hccl_exec_timeout;
+    // The communicator's timeout is already resolved against the preset; none means never.
+    if (t.collective && t.collective->comm) {
+      const std::optional<picoseconds> comm_limit = t.collective->comm->exec_timeout;
+      if (!comm_limit) return never;
+      limit = *comm_limit;
+    } else {
+      limit = inner_->properties(t.device).hccl_exec_timeout;
+    }
   }
   if (limit.count() <= 0) return never;
   return std::max(now, add(t.start, limit));
