@@ -114,19 +114,9 @@ class device {
   std::unique_ptr<stream> copy_stream_;  // device::memcpy's, made on first use
 };
 
-namespace detail {
-struct device_memory_traits {
-  static void* allocate(device& d, std::size_t n) { return d.malloc(n); }
-  static void release(device& d, void* p) noexcept {
-    std::error_code ec;
-    d.free(p, ec);
-  }
-};
-}  // namespace detail
-
 /// Device memory owned by a scope, like a std::unique_ptr for device::malloc: freed when the
 /// buffer dies, so a throwing step leaks nothing. `npurt::device_buffer b(dev, bytes); b.data()`.
-using device_buffer = detail::owned_buffer<device, detail::device_memory_traits>;
+using device_buffer = detail::owned_buffer<device, &device::malloc, &device::free>;
 
 template <class Token>
 auto device::async_synchronize(std::optional<picoseconds> timeout, Token&& token) {

@@ -1,18 +1,20 @@
-// npurt/detail/owned_buffer.hpp — memory owned by a scope: the common body of device_buffer and
-// host_buffer. Traits say how the owner allocates and frees.
+// npurt/detail/owned_buffer.hpp — memory owned by a scope: the one body of device_buffer and
+// host_buffer, parameterised by the owner's allocate and free members.
 #pragma once
 
 #include <cstddef>
+#include <system_error>
 #include <utility>
 
 namespace npurt::detail {
 
-template <class Owner, class Traits>
+/// `Allocate` throws what the owner's allocation throws; `Free` reports through an error_code
+/// and is ignored here: a free after a device reset finds the memory gone already.
+template <class Owner, void* (Owner::*Allocate)(std::size_t), void (Owner::*Free)(void*, std::error_code&) noexcept>
 class owned_buffer {
  public:
   owned_buffer() noexcept = default;
-  owned_buffer(Owner& owner, std::size_t bytes)
-      : owner_(&owner), data_(Traits::allocate(owner, bytes)), bytes_(bytes) {}
+  owned_buffer(Owner& owner, std::size_t bytes) : owner_(&owner), data_((owner.*Allocate)(bytes)), bytes_(bytes) {}
   owned_buffer(owned_buffer&& o) noexcept
       : owner_(std::exchange(o.owner_, nullptr)),
         data_(std::exchange(o.data_, nullptr)),
@@ -33,10 +35,12 @@ class owned_buffer {
   [[nodiscard]] void* data() const noexcept { return data_; }
   [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
   explicit operator bool() const noexcept { return data_ != nullptr; }
-  /// Frees the memory now (nothing for an empty buffer; an error from a free after a device
-  /// reset is ignored: the memory is gone already).
+  /// Frees the memory now (nothing for an empty buffer).
   void reset() noexcept {
-    if (data_) Traits::release(*owner_, data_);
+    if (data_) {
+      std::error_code ec;
+      (owner_->*Free)(data_, ec);
+    }
     owner_ = nullptr;
     data_ = nullptr;
     bytes_ = 0;
