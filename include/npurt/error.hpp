@@ -46,6 +46,7 @@ enum class errc : int {
   operation_aborted = 107023,
   callback_failed = 107024,   // a host callback threw; the exception is kept with the error
   wrong_thread = 107025,      // a call from a thread that does not run the system's loop
+  time_overflow = 107026,     // a time or duration past the end of virtual time (2^63 ps)
   corrupt_file = 107040,      // a file failed its checksums or layout rules (truncated, damaged)
   // Resource errors: the call was right but the resources were not there.
   out_of_memory = 207001,

@@ -115,7 +115,8 @@ class system {
 
 inline detail::runtime& detail::runtime_of(system& sys) noexcept { return *sys.rt_; }
 
-/// Pinned host memory owned by a scope (system::host_malloc / host_free), freed when it dies.
+/// Pinned host memory owned by a scope (system::host_malloc / host_free), freed when it dies;
+/// empty if it outlives its system.
 using host_buffer = detail::owned_buffer<system, &system::host_malloc, &system::host_free>;
 
 }  // namespace npurt

@@ -248,7 +248,7 @@ NPURT_DECL void runtime::free_task(task* t) noexcept {
 
 NPURT_DECL void runtime::enqueue(stream_state& s, task* t) {
   // The host lane pays the enqueue; the task exists for the device from the moment the call returns.
-  s.host_cursor = std::max(s.host_cursor, now()) + opts_.launch_overhead;
+  s.host_cursor = later(std::max(s.host_cursor, now()), opts_.launch_overhead);
   t->submitted = s.host_cursor;
   t->seq = ++s.enqueued;
   if (s.tail) s.tail->next = t;

@@ -76,6 +76,8 @@ NPURT_DECL event stream::submit(detail::task* t) {
 NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, std::error_code& ec, std::string* what) {
   if (const auto* f = std::get_if<kernels::fixed>(&k.op)) {
     if (!state(ec)) return nullptr;
+    if (f->duration.count() < 0 && what)
+      *what = "kernels::fixed duration of " + std::to_string(f->duration.count()) + " ps is negative";
     return make_fixed_launch(*f, rt_->intern(k.display_name()), k.block_dim, ec);
   }
   auto* s = state(ec);
@@ -112,6 +114,10 @@ NPURT_DECL detail::task* stream::make_fixed_launch(const kernels::fixed& f, std:
                                                    std::uint32_t block_dim, std::error_code& ec) {
   auto* s = state(ec);
   if (!s) return nullptr;
+  if (f.duration.count() < 0) {
+    ec = make_error_code(errc::invalid_argument);  // a duration before its start
+    return nullptr;
+  }
   if ((ec = rt_->backend().validate_fixed(s->device, block_dim))) return nullptr;
   detail::task* t = rt_->new_task(*s, task_kind::kernel);
   t->engine = engine_kind::ai_core;
@@ -164,6 +170,15 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
         ec = make_error_code(errc::size_overflow);
         return false;
       }
+      return true;
+    }
+    // Pageable memory is trusted to hold `count` bytes, but no object runs past the end of the
+    // user address space (2^56 covers x86-64 with 5-level paging and 52-bit AArch64).
+    constexpr std::uint64_t user_space_end = std::uint64_t{1} << 56;
+    const auto at = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+    if (at >= user_space_end || count > user_space_end - at) {
+      ec = make_error_code(errc::size_overflow);
+      return false;
     }
     return true;
   };
@@ -400,7 +415,7 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout, std::err
   detail::runtime& rt = *rt_;
   const std::uint32_t id = s->id;
   const std::uint64_t target = rt.last_enqueued(id);
-  const sim_time deadline = timeout ? rt.now() + *timeout : sim_time::max();
+  const sim_time deadline = timeout ? later(rt.now(), *timeout) : end_of_time;
   detail::wait_blocking(rt, [&] { return rt.position_reached(id, target); }, deadline, ec);
   if (ec) return;
   detail::failure f = rt.take_stream_failure(id);
