@@ -52,6 +52,9 @@ NPURT_DECL runtime::~runtime() {
     for (auto& [seq, w] : sp->waiters) w.fn(*this, w.ctx, make_error_code(errc::operation_aborted));
     sp->waiters.clear();
   }
+  // Callbacks of tasks whose handlers are still posted (the io_context drops them unrun).
+  for (auto* f : callbacks_) delete f;
+  callbacks_.clear();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -242,6 +245,7 @@ NPURT_DECL std::string_view runtime::intern(std::string_view name) {
 
 NPURT_DECL void runtime::free_task(task* t) noexcept {
   if (t->owned_kernel) kernels_.destroy(t->owned_kernel);
+  if (t->callback) callbacks_.erase(t->callback);
   delete t->callback;
   tasks_.destroy(t);
 }

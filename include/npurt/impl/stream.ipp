@@ -296,7 +296,7 @@ NPURT_DECL detail::task* stream::make_callback(std::function<void()> fn, std::er
   }
   detail::task* t = rt_->new_task(*s, task_kind::host_callback);
   t->engine = engine_kind::host;
-  t->callback = new std::function<void()>(std::move(fn));
+  t->callback = rt_->own_callback(std::move(fn));
   t->name = "host_callback";
   return t;
 }
