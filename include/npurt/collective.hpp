@@ -84,7 +84,8 @@ class communicator {
   /// Over every device of the system.
   [[nodiscard]] static NPURT_DECL communicator init_all(system& sys, const communicator_options& opts = {});
 
-  [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
+  /// False for an empty handle and once its system is destroyed (every call then fails).
+  [[nodiscard]] bool valid() const noexcept { return state_ != nullptr && rt_ != nullptr; }
   [[nodiscard]] std::uint64_t id() const noexcept { return state_ ? state_->id : 0; }
   [[nodiscard]] const std::string& name() const noexcept { return state_->name; }
   [[nodiscard]] std::uint32_t size() const noexcept { return state_ ? state_->size() : 0; }
@@ -222,7 +223,7 @@ class communicator {
   };
 
   system* sys_ = nullptr;
-  detail::runtime* rt_ = nullptr;
+  detail::runtime_ref rt_;  // null once the system is gone
   std::shared_ptr<collective_comm_state> state_;
   std::shared_ptr<group_state> group_;
 };

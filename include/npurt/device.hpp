@@ -106,6 +106,7 @@ class device {
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* out);
   NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> pending_positions() const;
   NPURT_DECL void finish_reset() noexcept;
+  friend detail::runtime& detail::runtime_of(device& dev) noexcept;
 
   detail::runtime* rt_;
   device_id id_;
@@ -114,19 +115,12 @@ class device {
   std::unique_ptr<stream> copy_stream_;  // device::memcpy's, made on first use
 };
 
-namespace detail {
-struct device_memory_traits {
-  static void* allocate(device& d, std::size_t n) { return d.malloc(n); }
-  static void release(device& d, void* p) noexcept {
-    std::error_code ec;
-    d.free(p, ec);
-  }
-};
-}  // namespace detail
+inline detail::runtime& detail::runtime_of(device& dev) noexcept { return *dev.rt_; }
 
 /// Device memory owned by a scope, like a std::unique_ptr for device::malloc: freed when the
 /// buffer dies, so a throwing step leaks nothing. `npurt::device_buffer b(dev, bytes); b.data()`.
-using device_buffer = detail::owned_buffer<device, detail::device_memory_traits>;
+/// A buffer that outlives its system is empty (the memory went with the system).
+using device_buffer = detail::owned_buffer<device, &device::malloc, &device::free>;
 
 template <class Token>
 auto device::async_synchronize(std::optional<picoseconds> timeout, Token&& token) {

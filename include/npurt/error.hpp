@@ -47,6 +47,7 @@ enum class errc : int {
   callback_failed = 107024,   // a host callback threw; the exception is kept with the error
   wrong_thread = 107025,      // a call from a thread that does not run the system's loop
   collective_timeout = 107026, // a collective ran past its communicator's exec timeout (HCCL_EXEC_TIMEOUT)
+  time_overflow = 107027,     // a time or duration past the end of virtual time (2^63 ps)
   corrupt_file = 107040,      // a file failed its checksums or layout rules (truncated, damaged)
   // Resource errors: the call was right but the resources were not there.
   out_of_memory = 207001,

@@ -5,7 +5,8 @@
 // completion of that one task; it costs nothing to make. A *user event* comes from
 // device::make_event() and is placed with stream::record(), like aclrtRecordEvent; waits refer to
 // its latest record at the time of the wait. Handles are cheap to copy; a user event is
-// destroyed with its last handle. The system must outlive every handle.
+// destroyed with its last handle. A handle that outlives its system becomes a null handle
+// (valid() is false, and every call reports errc::invalid_event).
 //
 // Errors: query() and synchronize() report the first unread failure of fire-and-forget work on
 // the event's stream at or before the event's position (cudaEventQuery reports earlier
@@ -114,7 +115,7 @@ class event {
   }
   NPURT_DECL static event user_event(detail::runtime& rt, std::uint64_t id);
 
-  detail::runtime* rt_ = nullptr;
+  detail::runtime_ref rt_;  // null once the system is gone: the handle then is a null handle
   std::uint64_t id_ = 0;
   std::uint32_t stream_ = 0;
   std::uint64_t seq_ = 0;

@@ -47,7 +47,9 @@ struct simple_config {
 
 class simple_backend final : public backend {
  public:
-  explicit simple_backend(simple_config cfg) : cfg_(std::move(cfg)), engines_(cfg_.devices * engine_count) {}
+  /// Throws caller_error (errc::invalid_config) naming the field for a negative latency, a
+  /// bandwidth or clock that is not a positive finite number, or more devices than a system holds.
+  explicit simple_backend(simple_config cfg) : cfg_(checked(std::move(cfg))), engines_(cfg_.devices * engine_count) {}
 
   [[nodiscard]] std::string_view name() const noexcept override { return "simple"; }
   [[nodiscard]] std::size_t device_count() const noexcept override { return cfg_.devices; }
@@ -64,10 +66,10 @@ class simple_backend final : public backend {
   [[nodiscard]] picoseconds cost(const task_info& t) const noexcept {
     const device_properties& p = cfg_.properties;
     auto transfer = [](std::size_t bytes, double bw, picoseconds lat) {
-      return lat + picoseconds{static_cast<std::int64_t>(static_cast<double>(bytes) / bw * 1e12 + 0.5)};
+      return saturating_add(lat, saturating_ps(static_cast<long double>(bytes) / bw * 1e12L + 0.5L));
     };
     switch (t.kind) {
-      case task_kind::kernel: return cfg_.kernel_launch_latency + t.fixed.duration;
+      case task_kind::kernel: return saturating_add(cfg_.kernel_launch_latency, t.fixed.duration);
       case task_kind::memset: return transfer(t.copy.bytes, p.hbm_bandwidth, picoseconds{0});
       case task_kind::memcpy:
         switch (t.engine) {
@@ -116,6 +118,24 @@ class simple_backend final : public backend {
 
  private:
   static constexpr std::size_t engine_count = 8;
+
+  static simple_config checked(simple_config c) {
+    const auto bad = [](const char* field) {
+      throw_error(make_error_code(errc::invalid_config), std::string("npurt::simple_config: ") + field);
+    };
+    const auto rate = [](double x) { return x > 0 && x <= 1e30; };  // positive, finite, not absurd
+    const device_properties& p = c.properties;
+    if (c.devices == 0 || c.devices > 65536) bad("devices must be 1..65536");
+    if (c.kernel_launch_latency.count() < 0) bad("kernel_launch_latency is negative");
+    if (p.host_link_latency.count() < 0) bad("properties.host_link_latency is negative");
+    if (p.peer_link_latency.count() < 0) bad("properties.peer_link_latency is negative");
+    if (!rate(c.host_copy_bandwidth)) bad("host_copy_bandwidth must be a positive finite number");
+    if (!rate(p.hbm_bandwidth)) bad("properties.hbm_bandwidth must be a positive finite number");
+    if (!rate(p.host_link_bandwidth)) bad("properties.host_link_bandwidth must be a positive finite number");
+    if (!rate(p.peer_link_bandwidth)) bad("properties.peer_link_bandwidth must be a positive finite number");
+    if (!rate(p.clock_hz)) bad("properties.clock_hz must be a positive finite number");
+    return c;
+  }
   struct later {
     bool operator()(const task_info* a, const task_info* b) const noexcept {
       return a->priority != b->priority ? a->priority > b->priority : a->id > b->id;
@@ -128,6 +148,7 @@ class simple_backend final : public backend {
     simple_backend* owner = nullptr;
     task_info* running = nullptr;
     std::uint64_t generation = 0;
+    bool overflow = false;  // the running task fails with errc::time_overflow
   };
 
   // An engine with nothing running and tasks ready: start one now, or at the end of the instant
@@ -148,7 +169,11 @@ class simple_backend final : public backend {
     e.running = t;
     e.owner = this;
     t->start = host_->now();
-    t->end = t->start + cost(*t);
+    t->end = npurt::later(t->start, cost(*t));
+    // A task that would end past the end of virtual time fails at once instead of wrapping the
+    // clock (the failure reaches the caller as any task's does).
+    e.overflow = t->end == end_of_time;
+    if (e.overflow) t->end = t->start;
     if (t->kind == task_kind::memcpy && t->copy.src_device != t->copy.dst_device && host_->tracer())
       host_->tracer()->on_link_transfer({t->engine == engine_kind::copy_d2d ? "hccs" : "pcie", t->copy.src_device,
                                          t->copy.dst_device, t->copy.bytes, t->start, t->end});
@@ -161,7 +186,7 @@ class simple_backend final : public backend {
     task_info* t = e.running;
     e.running = nullptr;
     e.busy = false;
-    e.owner->host_->complete(*t);
+    e.owner->host_->complete(*t, e.overflow ? make_error_code(errc::time_overflow) : std::error_code{});
     if (!e.ready.empty()) e.owner->idle(e);
   }
 

@@ -85,7 +85,7 @@ class stream {
   using default_token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>;
 
   /// A null handle: every call reports errc::invalid_stream (async ones through the handler's
-  /// executor, never inside the call).
+  /// executor, never inside the call). A handle whose system was destroyed becomes one.
   stream() noexcept = default;
   stream(detail::runtime& rt, std::uint32_t id) noexcept : rt_(&rt), id_(id) {}
   stream(stream&& o) noexcept : rt_(std::exchange(o.rt_, nullptr)), id_(std::exchange(o.id_, 0)) {}
@@ -184,7 +184,7 @@ class stream {
   template <class Token, class Make>
   auto async_enqueue(Token&& token, Make make);
 
-  detail::runtime* rt_ = nullptr;
+  detail::runtime_ref rt_;  // null once the system is gone: the handle then is a null handle
   std::uint32_t id_ = 0;
 };
 

@@ -115,18 +115,9 @@ class system {
 
 inline detail::runtime& detail::runtime_of(system& sys) noexcept { return *sys.rt_; }
 
-namespace detail {
-struct host_memory_traits {
-  static void* allocate(system& s, std::size_t n) { return s.host_malloc(n); }
-  static void release(system& s, void* p) noexcept {
-    std::error_code ec;
-    s.host_free(p, ec);
-  }
-};
-}  // namespace detail
-
-/// Pinned host memory owned by a scope (system::host_malloc / host_free), freed when it dies.
-using host_buffer = detail::owned_buffer<system, detail::host_memory_traits>;
+/// Pinned host memory owned by a scope (system::host_malloc / host_free), freed when it dies;
+/// empty if it outlives its system.
+using host_buffer = detail::owned_buffer<system, &system::host_malloc, &system::host_free>;
 
 }  // namespace npurt
 

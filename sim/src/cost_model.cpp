@@ -4,11 +4,21 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <variant>
 
 namespace npurt::sim {
 
 namespace {
+
+// Counts the model computes in double, as integers: saturating, so an absurd shape gives an
+// absurd (and then rejected) cost rather than an undefined float-to-integer conversion.
+std::uint64_t saturating_u64(double x) noexcept {
+  if (!(x < 0x1p64)) return std::numeric_limits<std::uint64_t>::max();
+  if (!(x > 0)) return 0;
+  return static_cast<std::uint64_t>(x);
+}
 
 constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return (a + b - 1) / b; }
 constexpr std::int64_t round_up(std::int64_t a, std::int64_t b) noexcept { return ceil_div(a, b) * b; }
@@ -346,9 +356,9 @@ void cost_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
   kc.tile_cycles = best.tile;
   kc.fill_cycles = best.fill;
   kc.total_cycles = best.total;
-  kc.hbm_bytes = static_cast<std::uint64_t>(best.hbm_bytes);
-  kc.gm_bytes = static_cast<std::uint64_t>(best.gm_bytes);
-  kc.flops = static_cast<std::uint64_t>(2.0 * pr.useful_macs);
+  kc.hbm_bytes = saturating_u64(best.hbm_bytes);
+  kc.gm_bytes = saturating_u64(best.gm_bytes);
+  kc.flops = saturating_u64(2.0 * pr.useful_macs);
   kc.gemm = pr.g;
   kc.cube_floor_cycles = (pr.g.fractals(p) + cores - 1) / cores;
   // Roofline: the useful FLOPs at the cores' peak, and the least traffic any tiling moves.
@@ -358,7 +368,7 @@ void cost_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
       pr.b_factor * pr.g.k * pr.g.n * e * (pr.b_shared ? 1 : pr.g.batch) + pr.epi_bytes;
   const double t_flops = kc.flops / (cube_flops_per_cycle(p, pr.g.in) * cores * f);
   const double t_bytes = min_bytes / p.hbm_bandwidth;
-  kc.roofline = picoseconds{static_cast<std::int64_t>(std::floor(std::max(t_flops, t_bytes) * 1e12))};
+  kc.roofline = saturating_ps(std::floor(std::max(t_flops, t_bytes) * 1e12));
 }
 
 // One streaming pass of a vector kernel over `elems` elements.
@@ -540,9 +550,8 @@ void cost_vector(const preset& p, const vec_work& work, std::uint32_t cores, dou
     busy.scalar += tiles * scalar;
     hbm_bytes += ph.in_bytes + ph.out_bytes;
     flops += ph.elems * ph.ops;
-    tiles_all += static_cast<std::uint64_t>(tiles) *
-                 std::min<std::uint64_t>(cores, static_cast<std::uint64_t>(std::ceil(ph.elems / per_core)));
-    tiles_core += static_cast<std::uint64_t>(tiles);
+    tiles_all += saturating_u64(tiles) * std::min<std::uint64_t>(cores, saturating_u64(std::ceil(ph.elems / per_core)));
+    tiles_core += saturating_u64(tiles);
     steady_sum += tiles * step;
     steady_tiles += tiles;
   }
@@ -561,10 +570,10 @@ void cost_vector(const preset& p, const vec_work& work, std::uint32_t cores, dou
   kc.tiles_per_core = tiles_core;
   kc.blocks = tiles_all;
   kc.tile_cycles = steady_tiles > 0 ? steady_sum / steady_tiles : 0;
-  kc.hbm_bytes = static_cast<std::uint64_t>(hbm_bytes);
+  kc.hbm_bytes = saturating_u64(hbm_bytes);
   kc.gm_bytes = kc.hbm_bytes;
-  kc.flops = static_cast<std::uint64_t>(flops);
-  kc.roofline = picoseconds{static_cast<std::int64_t>(std::floor(hbm_bytes / p.hbm_bandwidth * 1e12))};
+  kc.flops = saturating_u64(flops);
+  kc.roofline = saturating_ps(std::floor(hbm_bytes / p.hbm_bandwidth * 1e12));
 }
 
 }  // namespace
@@ -606,7 +615,7 @@ kernel_cost estimate(const preset& p, const kernel_desc& k, std::uint32_t cores,
   if (const auto* fx = std::get_if<kernels::fixed>(&k.op)) {
     kc.bound = unit::fixed;
     kc.body = fx->duration;
-    kc.total = kc.launch_latency + kc.body;
+    kc.total = saturating_add(kc.launch_latency, kc.body);
     kc.total_cycles = static_cast<double>(fx->duration.count()) * p.clock_hz / 1e12;
     kc.flops = fx->flops;
     kc.hbm_bytes = fx->bytes;
@@ -619,8 +628,10 @@ kernel_cost estimate(const preset& p, const kernel_desc& k, std::uint32_t cores,
     cost_vector(p, *vw, cores, share, kc);
   }
   kc.stall_cycles = std::max(0.0, kc.total_cycles - kc.busy.of(kc.bound));
-  kc.body = cycles_to_ps(static_cast<std::uint64_t>(std::ceil(kc.total_cycles)), p.clock_hz);
-  kc.total = kc.launch_latency + kc.body;
+  // Saturating: a cost past the end of virtual time makes the task fail with time_overflow when
+  // it would start (the device model's schedule), never a wrapped, plausible-looking time.
+  kc.body = cycles_to_ps(saturating_u64(std::ceil(kc.total_cycles)), p.clock_hz);
+  kc.total = saturating_add(kc.launch_latency, kc.body);
   return kc;
 }
 

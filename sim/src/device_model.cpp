@@ -76,7 +76,7 @@ bool same_group(const preset& p, device_id a, device_id b) {
 picoseconds transfer_time(double bytes, double bytes_per_s) noexcept {
   if (!(bytes > 0)) return picoseconds{0};
   const long double ps = static_cast<long double>(bytes) * 1e12L / static_cast<long double>(bytes_per_s);
-  return picoseconds{static_cast<std::int64_t>(std::ceil(ps))};
+  return saturating_ps(std::ceil(ps));
 }
 
 copy_path path_of(const preset& p, task_kind kind, const copy_desc& c, engine_kind engine) {
@@ -199,6 +199,14 @@ NPURT_SIM_HOT inline std::uint32_t device_model::alloc_job() {
 
 NPURT_SIM_HOT inline void device_model::schedule(std::uint32_t slot, sim_time at) {
   job& j = jobs_[slot];
+  if (at == end_of_time) [[unlikely]] {
+    // Virtual time cannot count that far (the sums saturate there): the job fails now with a
+    // typed error instead of wrapping the clock around.
+    job_faults_[slot] = make_error_code(errc::time_overflow);
+    j.extra |= x_fault;
+    j.ph = phase::body;
+    at = host_->now();
+  }
   ++j.gen;
   host_->call_at(at, &device_model::on_timer, this, (static_cast<std::uint64_t>(j.gen) << 32) | slot);
 }
@@ -420,17 +428,17 @@ NPURT_SIM_HOT inline void device_model::start(task_info& t, std::uint32_t e, std
     if (t.kind == task_kind::collective && t.engine == engine_kind::ai_core) [[unlikely]] {
       j.ph = phase::body;  // a collective's reduction: exactly its duration on the cores
       j.body_start = now;
-      return schedule(slot, now + t.fixed.duration);
+      return schedule(slot, later(now, t.fixed.duration));
     }
     return start_copy(slot, now);
   }
   if (t.kernel) return start_kernel(slot, now);
   // kernels::fixed: exactly its duration after the on-device launch latency, no HBM traffic.
   j.ph = phase::body;
-  j.body_start = now + preset_.kernel_launch_latency;
+  j.body_start = later(now, preset_.kernel_launch_latency);
   t.flops = t.fixed.flops;
   t.bytes = t.fixed.bytes;
-  schedule(slot, j.body_start + t.fixed.duration);
+  schedule(slot, later(j.body_start, t.fixed.duration));
 }
 
 void device_model::start_kernel(std::uint32_t slot, sim_time now) {
@@ -454,11 +462,11 @@ void device_model::start_kernel(std::uint32_t slot, sim_time now) {
     j.usage = static_cast<double>(c.hbm_bytes) / j.work;
   }
   j.extra |= x_cost;  // also sends finish() to release() for its HBM share, if it has one
-  const sim_time body_at = now + c.launch_latency;
+  const sim_time body_at = later(now, c.launch_latency);
   if (j.nres == 0) {
     j.ph = phase::body;
     j.body_start = body_at;
-    schedule(slot, body_at + c.body);
+    schedule(slot, later(body_at, c.body));
   } else if (c.launch_latency.count() == 0) {
     enter_body(slot, now);
   } else {
@@ -501,13 +509,13 @@ void device_model::start_copy(std::uint32_t slot, sim_time now) {
   j.extra = static_cast<std::uint8_t>((n != 0 ? x_resources : 0) | (j.link.empty() ? 0 : x_link));
   if (n == 0) {
     j.ph = phase::body;
-    j.body_start = now + path.latency;
+    j.body_start = later(now, path.latency);
     schedule(slot, j.body_start);
   } else if (path.latency.count() == 0) {
     enter_body(slot, now);
   } else {
     j.ph = phase::latency;
-    schedule(slot, now + path.latency);
+    schedule(slot, later(now, path.latency));
   }
 }
 
@@ -590,7 +598,7 @@ void device_model::rerate_alone(job& j, std::uint32_t slot, sim_time now) {
   const bool capped = fill >= j.max_rate * j.usage * (1 - 1e-12);
   const double rate = capped ? j.max_rate : fill / j.usage;
   j.rate = rate;  // j.last == now and the rate was 0: no work to settle
-  if (rate > 0) schedule(slot, now + transfer_time(j.work, rate));
+  if (rate > 0) schedule(slot, later(now, transfer_time(j.work, rate)));
 }
 
 void device_model::rerate(const std::uint32_t* seed, std::uint32_t nseed, sim_time now) {
@@ -678,7 +686,7 @@ void device_model::rerate(const std::uint32_t* seed, std::uint32_t nseed, sim_ti
     j.last = now;
     j.rate = rate;
     if (!(rate > 0)) continue;  // starved (cannot happen with positive capacities)
-    schedule(s, now + transfer_time(j.work, rate));
+    schedule(s, later(now, transfer_time(j.work, rate)));
   }
 }
 

@@ -49,6 +49,10 @@ struct builder {
   }
 };
 
+// At most 2^60 multiply-accumulates per matmul: twice that (the FLOPs) and the cube fractals
+// still fit the cost model's 64-bit counters, and such a kernel already runs for hours.
+constexpr double max_macs = 0x1p60;
+
 // Rank, positive dimensions, no element-count overflow, a layout we compute in.
 std::error_code check_tensor(const tensor_desc& t) {
   if (t.format != layout::nd && t.format != layout::nchw) return fail(errc::invalid_layout);
@@ -127,6 +131,10 @@ std::error_code check(const kernels::matmul& m) {
     if (rb == 3 && b[0] != B) return fail(errc::invalid_shape);
   }
   if (!finite(m.alpha) || !finite(m.beta)) return fail(errc::invalid_argument);
+  // The cost model counts multiply-accumulates (and cube fractals) in 64-bit integers.
+  const double macs = static_cast<double>(rc == 3 ? c[0] : 1) * static_cast<double>(M) * static_cast<double>(N) *
+                      static_cast<double>(Ka);
+  if (macs > max_macs) return fail(errc::invalid_shape);
   return check_epilogue(m.c, m.bias, m.residual, m.act);
 }
 

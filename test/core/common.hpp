@@ -29,7 +29,8 @@ struct task_row {
   friend bool operator==(const task_row&, const task_row&) = default;
 };
 
-/// Records every finished task.
+/// Records every finished task. Declare it before the system: a system tells its observers
+/// about its shutdown when it dies, so they must outlive it.
 class recorder final : public npurt::observer {
  public:
   void on_task(const npurt::task_info& t) override {

@@ -11,8 +11,8 @@ namespace {
 // A program with several devices, streams, cross-stream and cross-device waits, callbacks and
 // awaited operations, whose task list must come out the same every time.
 std::vector<task_row> program() {
-  npurt::system sys{simple(3, ns(300))};
   recorder rec;
+  npurt::system sys{simple(3, ns(300))};
   sys.add_observer(rec);
   std::vector<npurt::stream> streams;
   for (auto& d : sys.devices())

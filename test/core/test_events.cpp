@@ -13,8 +13,8 @@ using npurt::sim_time;
 namespace {
 
 TEST_CASE("a stream that waits on another stream's event starts after it", "[core][event]") {
-  npurt::system sys{simple(2)};
   recorder rec;
+  npurt::system sys{simple(2)};
   sys.add_observer(rec);
   auto a = sys.device(0).make_stream();
   auto b = sys.device(1).make_stream();  // another device: the wait crosses devices
@@ -34,8 +34,8 @@ TEST_CASE("a stream that waits on another stream's event starts after it", "[cor
 }
 
 TEST_CASE("the event a launch returns can be waited on by another stream", "[core][event]") {
-  npurt::system sys{simple()};
   recorder rec;
+  npurt::system sys{simple()};
   sys.add_observer(rec);
   auto& dev = sys.device(0);
   auto a = dev.make_stream();
@@ -193,6 +193,7 @@ TEST_CASE(
 }
 
 TEST_CASE("a wait cycle through task events is found the moment the cycle closes", "[core][event][deadlock]") {
+  recorder rec;
   npurt::system sys{simple(2)};
   auto& dev = sys.device(0);
   auto a = dev.make_stream();
@@ -206,7 +207,6 @@ TEST_CASE("a wait cycle through task events is found the moment the cycle closes
   b.wait(npurt::detail::event_access::task_event(npurt::detail::runtime_of(sys), a.id(), 3));
   a.launch(fixed(us(1)));
   b.launch(fixed(us(1)));
-  recorder rec;
   sys.add_observer(rec);
   std::error_code ec;
   sys.run(ec);

@@ -27,8 +27,8 @@ TEST_CASE("data copied host to device and back comes back unchanged", "[core][me
 }
 
 TEST_CASE("a copy costs latency + bytes / bandwidth of its link", "[core][memory][copy]") {
-  npurt::system sys{simple(2)};
   recorder rec;
+  npurt::system sys{simple(2)};
   sys.add_observer(rec);
   auto& d0 = sys.device(0);
   const auto& p = d0.properties();

@@ -148,8 +148,8 @@ TEST_CASE("a blocking synchronize returns after the completion handlers of the w
 
 TEST_CASE("a high-priority kernel ready at the same instant as a low-priority one runs first",
           "[core][stream][priority]") {
-  npurt::system sys{simple()};
   recorder rec;
+  npurt::system sys{simple()};
   sys.add_observer(rec);
   auto& dev = sys.device(0);
   auto low = dev.make_stream({.priority = npurt::priority::low});
@@ -194,8 +194,8 @@ TEST_CASE("device reset aborts pending work instead of waiting for it", "[core][
 }
 
 TEST_CASE("a kernel name taken from a temporary string survives the string", "[core][stream][names]") {
-  npurt::system sys{simple()};
   recorder rec;
+  npurt::system sys{simple()};
   sys.add_observer(rec);
   auto s = sys.device(0).make_stream();
   {

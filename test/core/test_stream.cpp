@@ -20,8 +20,8 @@ using npurt::sim_time;
 namespace {
 
 TEST_CASE("tasks of one stream run in enqueue order, each after the previous one ends", "[core][stream]") {
-  npurt::system sys{simple()};
   recorder rec;
+  npurt::system sys{simple()};
   sys.add_observer(rec);
   auto s = sys.device(0).make_stream();
   for (int i = 1; i <= 5; ++i) s.launch(fixed(us(i * 3)));
@@ -42,8 +42,8 @@ TEST_CASE("tasks of one stream run in enqueue order, each after the previous one
 TEST_CASE("a launch charges the host lane its overhead, so tiny kernels are host-bound", "[core][stream]") {
   npurt::system_options opts;
   opts.launch_overhead = us(4);
-  npurt::system sys{simple(), opts};
   recorder rec;
+  npurt::system sys{simple(), opts};
   sys.add_observer(rec);
   auto s = sys.device(0).make_stream();
   for (int i = 0; i < 10; ++i) s.launch(fixed(us(1)));
@@ -54,8 +54,8 @@ TEST_CASE("a launch charges the host lane its overhead, so tiny kernels are host
 }
 
 TEST_CASE("kernels on streams of different devices run at the same time", "[core][stream][device]") {
-  npurt::system sys{simple(4)};
   recorder rec;
+  npurt::system sys{simple(4)};
   sys.add_observer(rec);
   std::vector<npurt::stream> streams;
   for (auto& d : sys.devices()) streams.push_back(d.make_stream());
@@ -72,8 +72,8 @@ TEST_CASE("kernels on streams of different devices run at the same time", "[core
 }
 
 TEST_CASE("two streams of one device share its serial engine in priority order", "[core][stream][priority]") {
-  npurt::system sys{simple()};
   recorder rec;
+  npurt::system sys{simple()};
   sys.add_observer(rec);
   auto& dev = sys.device(0);
   auto low = dev.make_stream({.priority = npurt::priority::low});
@@ -283,8 +283,8 @@ TEST_CASE("blocking synchronize outside run drives the simulation and can time o
 }
 
 TEST_CASE("destroying a stream drains its work", "[core][stream]") {
-  npurt::system sys{simple()};
   recorder rec;
+  npurt::system sys{simple()};
   sys.add_observer(rec);
   {
     auto s = sys.device(0).make_stream();
@@ -296,8 +296,8 @@ TEST_CASE("destroying a stream drains its work", "[core][stream]") {
 }
 
 TEST_CASE("a stream destroyed inside run finishes its queued work", "[core][stream]") {
-  npurt::system sys{simple()};
   recorder rec;
+  npurt::system sys{simple()};
   sys.add_observer(rec);
   run_coro(sys, [&]() -> asio::awaitable<void> {
     auto s = sys.device(0).make_stream();

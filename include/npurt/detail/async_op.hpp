@@ -215,11 +215,11 @@ void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std:
   if (w->remaining == 0) {
     w->done = true;
     op->complete({});
-  } else if (timeout) {
+  } else if (timeout && later(rt.now(), *timeout) != end_of_time) {  // past the end of time: never fires
     ++w->refs;
     w->has_timer = true;
-    w->timer =
-        rt.timers().call_at_cancellable(rt.now() + *timeout, timer_action::member_value<&multi_wait::on_timeout>(w, 0));
+    w->timer = rt.timers().call_at_cancellable(later(rt.now(), *timeout),
+                                               timer_action::member_value<&multi_wait::on_timeout>(w, 0));
   }
   w->release();
 }

@@ -20,6 +20,7 @@
 #include <npurt/detail/device_queue.hpp>
 #include <npurt/detail/memory_registry.hpp>
 #include <npurt/detail/object_pool.hpp>
+#include <npurt/detail/runtime_ref.hpp>
 #include <npurt/detail/scheduler.hpp>
 #include <npurt/detail/timer_queue.hpp>
 #include <npurt/error.hpp>
@@ -191,7 +192,14 @@ class runtime final : public backend_host, private loop_parts, public scheduler 
 
   std::vector<observer*> observers_;
   fanout_observer fanout_{observers_};
+  // Last, so that it is destroyed first: handles still alive become null before anything they
+  // could reach is gone.
+  handle_list handles_;
+
+  friend handle_list& handles_of(runtime& rt) noexcept;
 };
+
+inline handle_list& handles_of(runtime& rt) noexcept { return rt.handles_; }
 
 }  // namespace detail
 }  // namespace npurt

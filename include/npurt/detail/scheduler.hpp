@@ -176,6 +176,13 @@ class scheduler {
   /// it is reached already.
   NPURT_DECL void enqueue_wait(std::uint32_t stream, std::uint32_t target, std::uint64_t seq, std::string_view name);
   NPURT_DECL void free_task(task* t) noexcept;
+  /// A host callback's function, owned by the scheduler until free_task: one whose task is still
+  /// posted when the system dies (the io_context drops the handler unrun) is freed with it.
+  std::function<void()>* own_callback(std::function<void()> fn) {
+    auto* f = new std::function<void()>(std::move(fn));
+    callbacks_.insert(f);
+    return f;
+  }
   NPURT_DECL kernel_desc* new_kernel(const kernel_desc& k);
   /// A copy of `name` that lives as long as the runtime (task names outlive their callers'
   /// strings: traces read them after the run).
@@ -281,6 +288,7 @@ class scheduler {
   std::vector<std::unique_ptr<stream_state>> streams_;  // index = stream id; ids are never reused
   std::vector<std::unique_ptr<event_state>> events_;    // index = event id
   device_queue queue_;
+  std::unordered_set<std::function<void()>*> callbacks_;  // see own_callback
 };
 
 }  // namespace npurt::detail

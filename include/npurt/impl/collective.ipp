@@ -96,6 +96,8 @@ NPURT_DECL device_id communicator::device_of(std::uint32_t rank) const {
 }
 
 NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> colors) const {
+  if (state_ && !rt_)
+    throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::split: its system was destroyed");
   if (!state_ || colors.size() != state_->size())
     throw_error(make_error_code(errc::invalid_argument),
                 "npurt::communicator::split: one color per rank (" + std::to_string(size()) + ")");
@@ -149,7 +151,7 @@ NPURT_DECL void communicator::abort() {
   if (!state_ || state_->aborted) return;
   state_->aborted = true;
   if (group_) group_->pending.clear();
-  rt_->backend().abort_collectives(state_->id);
+  if (rt_) rt_->backend().abort_collectives(state_->id);  // a destroyed system has nothing pending
 }
 
 NPURT_DECL std::error_code communicator::check(const collective_call& c, device_id dev, std::uint32_t rank) const {
@@ -219,6 +221,10 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
   ec.clear();
   if (!state_) {
     ec = make_error_code(errc::invalid_argument);
+    return nullptr;
+  }
+  if (!rt_) {
+    ec = make_error_code(errc::invalid_argument);  // its system was destroyed
     return nullptr;
   }
   if (state_->aborted) {
@@ -302,6 +308,11 @@ NPURT_DECL void communicator::group_end(std::error_code& ec) {
     return;
   }
   if (--group_->depth > 0) return;
+  if (!rt_) {
+    group_->pending.clear();
+    ec = make_error_code(errc::invalid_argument);  // its system was destroyed
+    return;
+  }
   auto pending = std::move(group_->pending);
   group_->pending.clear();
   for (auto& [sid, d] : pending) {

@@ -76,7 +76,7 @@ NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout, std::err
   if ((ec = rt_->check_thread())) return;
   if ((ec = detail::check_timeout(timeout))) return;
   const auto positions = pending_positions();
-  const sim_time deadline = timeout ? rt_->now() + *timeout : sim_time::max();
+  const sim_time deadline = timeout ? later(rt_->now(), *timeout) : end_of_time;
   detail::runtime& rt = *rt_;
   detail::wait_blocking(
       rt,

@@ -43,6 +43,8 @@ class npurt_category final : public boost::system::error_category {
       case errc::operation_aborted: return "operation aborted";
       case errc::callback_failed: return "a host callback threw";
       case errc::wrong_thread: return "called from a thread that does not run the system (npurt is single-threaded)";
+      case errc::time_overflow:
+        return "virtual time overflow: the time or duration runs past the end of the simulated clock (2^63 ps)";
       case errc::corrupt_file: return "corrupt file: checksum mismatch, truncation or inconsistent layout";
       case errc::out_of_memory: return "out of device memory";
       case errc::pool_limit: return "memory pool size limit reached";

@@ -110,7 +110,7 @@ NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout, std::erro
   std::uint64_t q = 0;
   if (!position(s, q, ec)) return;
   if ((ec = detail::check_timeout(timeout))) return;
-  const sim_time deadline = timeout ? rt_->now() + *timeout : sim_time::max();
+  const sim_time deadline = timeout ? later(rt_->now(), *timeout) : end_of_time;
   detail::runtime& rt = *rt_;
   detail::wait_blocking(rt, [&] { return rt.position_reached(s, q); }, deadline, ec);
   if (ec) return;
@@ -146,6 +146,10 @@ NPURT_DECL double elapsed_time(const event& start, const event& end, std::error_
     ec = make_error_code(errc::invalid_event);  // only recorded user events carry timestamps
     return 0;
   }
+  if (start.rt_ != end.rt_) {
+    ec = make_error_code(errc::invalid_event);  // two systems' clocks have nothing in common
+    return 0;
+  }
   for (const event* e : {&start, &end}) {
     std::uint32_t s = 0;
     std::uint64_t q = 0;
@@ -163,6 +167,8 @@ NPURT_DECL double elapsed_time(const event& start, const event& end, std::error_
 NPURT_DECL double elapsed_time(const event& start, const event& end) {
   std::error_code ec;
   const double ms = elapsed_time(start, end, ec);
+  if (ec && start.valid() && end.valid() && start.rt_ != end.rt_)
+    throw_error(ec, "npurt::elapsed_time: the events belong to different systems");
   throw_if(ec, "npurt::elapsed_time");
   return ms;
 }

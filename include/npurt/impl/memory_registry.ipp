@@ -7,6 +7,7 @@
 #include <boost/pfr.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
 #include <type_traits>
 #include <variant>
@@ -216,6 +217,10 @@ NPURT_DECL void* memory_registry::host_malloc(std::size_t bytes, std::error_code
   ec.clear();
   if (bytes == 0) {
     ec = make_error_code(errc::zero_size);
+    return nullptr;
+  }
+  if (bytes > static_cast<std::size_t>(PTRDIFF_MAX)) {
+    ec = make_error_code(errc::out_of_memory);  // no object can be that large
     return nullptr;
   }
   void* p = mi_zalloc_aligned(bytes, 64);

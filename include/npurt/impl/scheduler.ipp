@@ -32,6 +32,9 @@ NPURT_DECL void scheduler::abort_all() noexcept {
     for (auto& [seq, w] : sp->waiters) w.fn(w.self, w.ctx, make_error_code(errc::operation_aborted));
     sp->waiters.clear();
   }
+  // Callbacks of tasks whose handlers are still posted (the io_context drops them unrun).
+  for (auto* f : callbacks_) delete f;
+  callbacks_.clear();
 }
 
 NPURT_DECL void scheduler::fail_blocked_wait(stream_state& s, std::error_code ec) {
@@ -118,13 +121,14 @@ NPURT_DECL std::string_view scheduler::intern_slow(std::string_view name) {
 
 NPURT_DECL void scheduler::free_task(task* t) noexcept {
   if (t->owned_kernel) kernels_.destroy(t->owned_kernel);
+  if (t->callback) callbacks_.erase(t->callback);
   delete t->callback;
   tasks_.destroy(t);
 }
 
 NPURT_DECL void scheduler::enqueue(stream_state& s, task* t) {
   // The host lane pays the enqueue; the task exists for the device from the moment the call returns.
-  s.host_cursor = std::max(s.host_cursor, now()) + parts_.opts_.launch_overhead;
+  s.host_cursor = later(std::max(s.host_cursor, now()), parts_.opts_.launch_overhead);
   t->submitted = s.host_cursor;
   t->seq = ++s.enqueued;
   if (s.tail) s.tail->next = t;

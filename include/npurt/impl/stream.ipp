@@ -93,7 +93,8 @@ inline task* fixed_task(runtime& rt, stream_state& s, const kernels::fixed& f, s
 
 NPURT_DECL detail::task* stream::live_fixed_launch(const kernel_desc& k) {
   const auto* f = std::get_if<kernels::fixed>(&k.op);
-  if (!f || !rt_ || rt_->wrong_thread()) return nullptr;
+  // A negative duration takes the general path, which reports it.
+  if (!f || f->duration.count() < 0 || !rt_ || rt_->wrong_thread()) return nullptr;
   detail::stream_state* s = rt_->find_stream(id_);
   if (!s || s->invalidated || s->destroyed) return nullptr;
   // No error code is built unless the backend refuses (the caller's general path then reports
@@ -106,7 +107,13 @@ NPURT_DECL detail::task* stream::live_fixed_launch(const kernel_desc& k) {
 NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, std::error_code& ec, std::string* what) {
   if (const auto* f = std::get_if<kernels::fixed>(&k.op)) {
     auto* s = state(ec);
-    if (!s || (ec = rt_->backend().validate_fixed(s->device, k.block_dim))) return nullptr;
+    if (!s) return nullptr;
+    if (f->duration.count() < 0) {
+      ec = make_error_code(errc::invalid_argument);  // a duration before its start
+      if (what) *what = "kernels::fixed duration of " + std::to_string(f->duration.count()) + " ps is negative";
+      return nullptr;
+    }
+    if ((ec = rt_->backend().validate_fixed(s->device, k.block_dim))) return nullptr;
     return detail::fixed_task(*rt_, *s, *f, rt_->intern(k.display_name()), k.block_dim);
   }
   auto* s = state(ec);
@@ -142,7 +149,12 @@ NPURT_DECL detail::task* stream::make_launch(const detail::launch_args& a, std::
 NPURT_DECL detail::task* stream::make_fixed_launch(const kernels::fixed& f, std::string_view name,
                                                    std::uint32_t block_dim, std::error_code& ec) {
   auto* s = state(ec);
-  if (!s || (ec = rt_->backend().validate_fixed(s->device, block_dim))) return nullptr;
+  if (!s) return nullptr;
+  if (f.duration.count() < 0) {
+    ec = make_error_code(errc::invalid_argument);  // a duration before its start
+    return nullptr;
+  }
+  if ((ec = rt_->backend().validate_fixed(s->device, block_dim))) return nullptr;
   return detail::fixed_task(*rt_, *s, f, name, block_dim);
 }
 
@@ -187,6 +199,15 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
         ec = make_error_code(errc::size_overflow);
         return false;
       }
+      return true;
+    }
+    // Pageable memory is trusted to hold `count` bytes, but no object runs past the end of the
+    // user address space (2^56 covers x86-64 with 5-level paging and 52-bit AArch64).
+    constexpr std::uint64_t user_space_end = std::uint64_t{1} << 56;
+    const auto at = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+    if (at >= user_space_end || count > user_space_end - at) {
+      ec = make_error_code(errc::size_overflow);
+      return false;
     }
     return true;
   };
@@ -304,7 +325,7 @@ NPURT_DECL detail::task* stream::make_callback(std::function<void()> fn, std::er
   }
   detail::task* t = rt_->new_task(*s, task_kind::host_callback);
   t->engine = engine_kind::host;
-  t->callback = new std::function<void()>(std::move(fn));
+  t->callback = rt_->own_callback(std::move(fn));
   t->name = "host_callback";
   return t;
 }
@@ -429,7 +450,7 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout, std::err
   detail::runtime& rt = *rt_;
   const std::uint32_t id = s->id;
   const std::uint64_t target = rt.last_enqueued(id);
-  const sim_time deadline = timeout ? rt.now() + *timeout : sim_time::max();
+  const sim_time deadline = timeout ? later(rt.now(), *timeout) : end_of_time;
   detail::wait_blocking(rt, [&] { return rt.position_reached(id, target); }, deadline, ec);
   if (ec) return;
   detail::failure f = rt.take_stream_failure(id);

@@ -7,8 +7,17 @@
 
 namespace npurt {
 
+namespace detail {
+// Times from outside are checked before anything is built.
+inline const system_options& checked(const system_options& o) {
+  if (o.launch_overhead.count() < 0)
+    throw_error(make_error_code(errc::invalid_config), "npurt::system: system_options::launch_overhead is negative");
+  return o;
+}
+}  // namespace detail
+
 NPURT_DECL system::system(std::unique_ptr<npurt::backend> b, const system_options& opts)
-    : rt_(std::make_unique<detail::runtime>(std::move(b), opts)) {
+    : rt_(std::make_unique<detail::runtime>(std::move(b), detail::checked(opts))) {
   for (std::size_t d = 0; d < rt_->device_count(); ++d) devices_.emplace_back(*rt_, static_cast<device_id>(d));
   // Any program can be profiled without changing its code, if it includes the profiler.
   if (opts.trace_from_env && detail::trace_from_environment != nullptr) {

@@ -1,0 +1,362 @@
+// The public API under hostile input: handles that outlive their system, times and sizes at the
+// ends of their ranges, cost models fed absurd shapes, and events of another system. Every case
+// gets a typed error naming what was wrong (or a correct result), never undefined behaviour, and
+// fire-and-forget failures surface at the next synchronize. Run under ASan+UBSan too: a wrong
+// implementation here is a use-after-free or a signed overflow before it is a wrong value.
+#include <npurt/npurt.hpp>
+#include <npurt/sim/preset.hpp>
+
+#include "common.hpp"
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+using namespace npurt_test;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+constexpr picoseconds max_ps = picoseconds::max();
+
+// Completes an async operation on a private io_context, so that it can run after the system is
+// gone, and returns its error.
+template <class Start>
+npurt::async_error_code complete_on_own_context(Start start) {
+  asio::io_context ioc;
+  npurt::async_error_code got;
+  bool done = false;
+  start(asio::bind_executor(ioc, [&](npurt::async_error_code ec) {
+    got = ec;
+    done = true;
+  }));
+  CHECK_FALSE(done);  // never inside the call
+  ioc.run();
+  CHECK(done);
+  return got;
+}
+
+TEST_CASE("a stream that outlives its system is a null handle: every call is invalid_stream",
+          "[core][hostile][lifetime]") {
+  std::optional<npurt::system> sys{std::in_place, simple()};
+  auto s = sys->device(0).make_stream();
+  npurt::stream moved = sys->device(0).make_stream();
+  s.launch(fixed(us(5)));  // still queued when the system dies
+  REQUIRE(s.valid());
+  sys.reset();
+
+  CHECK_FALSE(s.valid());
+  CHECK_FALSE(moved.valid());
+  std::error_code ec;
+  s.launch(fixed(us(1)), ec);
+  CHECK(ec == npurt::errc::invalid_stream);
+  CHECK_THROWS_AS(s.launch(fixed(us(1))), npurt::caller_error);
+  CHECK_FALSE(s.query(ec));
+  CHECK(ec == npurt::errc::invalid_stream);
+  s.synchronize(npurt::no_timeout, ec);
+  CHECK(ec == npurt::errc::invalid_stream);
+  std::vector<char> a(16), b(16);
+  s.memcpy(a.data(), a.size(), b.data(), b.size(), npurt::memcpy_kind::host_to_host, ec);
+  CHECK(ec == npurt::errc::invalid_stream);
+  CHECK_THROWS_AS(s.priority(), npurt::caller_error);
+  CHECK(complete_on_own_context([&](auto h) { s.async_launch(fixed(us(1)), std::move(h)); }) ==
+        npurt::errc::invalid_stream);
+  CHECK(complete_on_own_context([&](auto h) { s.async_synchronize(std::move(h)); }) == npurt::errc::invalid_stream);
+  // Moving and destroying stale handles touches nothing.
+  npurt::stream t = std::move(moved);
+  t = std::move(s);
+  CHECK_FALSE(t.valid());
+}
+
+TEST_CASE("events that outlive their system are null handles: every call is invalid_event",
+          "[core][hostile][lifetime]") {
+  std::optional<npurt::system> sys{std::in_place, simple()};
+  auto& dev = sys->device(0);
+  auto s = dev.make_stream();
+  auto start = dev.make_event();
+  auto end = dev.make_event();
+  s.record(start);
+  npurt::event task = s.launch(fixed(us(3)));
+  s.record(end);
+  s.synchronize();
+  REQUIRE(npurt::elapsed_time(start, end) > 0);
+  const npurt::event copy_before = end;  // a const copy becomes null as well
+  sys.reset();
+
+  const npurt::event* const stale[] = {&start, &end, &task, &copy_before};
+  for (const npurt::event* e : stale) {
+    CHECK_FALSE(e->valid());
+    std::error_code ec;
+    CHECK_FALSE(e->query(ec));
+    CHECK(ec == npurt::errc::invalid_event);
+    e->synchronize(npurt::no_timeout, ec);
+    CHECK(ec == npurt::errc::invalid_event);
+    CHECK_FALSE(e->completion_time().has_value());
+    CHECK(complete_on_own_context([&](auto h) { e->async_wait(std::move(h)); }) == npurt::errc::invalid_event);
+  }
+  std::error_code ec;
+  CHECK(npurt::elapsed_time(start, end, ec) == 0);
+  CHECK(ec == npurt::errc::invalid_event);
+  CHECK_THROWS_AS(npurt::elapsed_time(start, end), npurt::caller_error);
+  npurt::event copy_after = task;  // copies of stale handles are stale too
+  CHECK_FALSE(copy_after.valid());
+}
+
+TEST_CASE("device and host buffers that outlive their system are empty and free nothing", "[core][hostile][lifetime]") {
+  std::optional<npurt::system> sys{std::in_place, simple()};
+  npurt::device_buffer d(sys->device(0), 4096);
+  npurt::host_buffer h(*sys, 4096);
+  npurt::device_buffer moved_from(sys->device(0), 512);
+  npurt::device_buffer moved = std::move(moved_from);
+  REQUIRE(d);
+  REQUIRE(h);
+  REQUIRE(moved);
+  sys.reset();
+  CHECK_FALSE(d);
+  CHECK(d.data() == nullptr);
+  CHECK(d.size() == 0);
+  CHECK_FALSE(h);
+  CHECK(h.data() == nullptr);
+  CHECK_FALSE(moved);
+  d.reset();  // nothing to free: the memory went with the system
+  npurt::host_buffer h2 = std::move(h);
+  CHECK_FALSE(h2);
+}
+
+TEST_CASE("a communicator that outlives its system reports invalid and fails every call", "[core][hostile][lifetime]") {
+  std::optional<npurt::system> sys{std::in_place, simple(2)};
+  auto comm = npurt::communicator::init_all(*sys);
+  auto s = sys->device(0).make_stream();
+  REQUIRE(comm.valid());
+  sys.reset();
+  CHECK_FALSE(comm.valid());
+  std::error_code ec;
+  comm.barrier(s, ec);
+  CHECK(ec);
+  CHECK(ec == npurt::error_class::caller);
+  const int colors[2] = {0, 1};
+  CHECK_THROWS_AS(comm.split(colors), npurt::caller_error);
+  comm.abort();  // nothing pending: a no-op, not a call into a dead system
+  npurt::communicator copy = comm;
+  CHECK_FALSE(copy.valid());
+}
+
+TEST_CASE("a negative fixed duration is rejected at launch, naming the duration", "[core][hostile][time]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  std::error_code ec;
+  s.launch(fixed(picoseconds{-1}), ec);
+  CHECK(ec == npurt::errc::invalid_argument);
+  try {
+    s.launch(fixed(picoseconds{-5}));
+    FAIL("a negative duration was accepted");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::invalid_argument);
+    CHECK_THAT(std::string(e.what()), ContainsSubstring("negative") && ContainsSubstring("-5"));
+  }
+  npurt::async_error_code async_ec;
+  s.async_launch(fixed(picoseconds{-1}), [&](npurt::async_error_code c) { async_ec = c; });
+  sys.run();
+  CHECK(async_ec == npurt::errc::invalid_argument);
+  // Nothing was enqueued: no launch overhead was charged and the clock did not move.
+  CHECK(s.query());
+  CHECK(sys.now() == npurt::sim_time{});
+}
+
+TEST_CASE("kernels that would end past the end of virtual time fail with time_overflow at the next synchronize",
+          "[core][hostile][time]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  const picoseconds four_e18{4'000'000'000'000'000'000};
+  s.launch(fixed(four_e18, "first"));
+  s.launch(fixed(four_e18, "second"));
+  s.launch(fixed(four_e18, "third"));  // 1.2e19 ps > 2^63 - 1
+  try {
+    s.synchronize();
+    FAIL("synchronize returned normally after the clock would have overflowed");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::time_overflow);
+    CHECK_THAT(std::string(e.what()), ContainsSubstring("third"));
+  }
+  // The clock stopped where the two kernels that fit ended: not wrapped, not saturated.
+  const auto overhead = sys.options().launch_overhead;
+  CHECK(sys.now() == npurt::sim_time{overhead + four_e18 + four_e18});
+  // Reported once; the stream keeps working at the end of what time can count.
+  CHECK(s.query());
+  std::error_code ec;
+  s.launch(fixed(max_ps, "longest"), ec);  // accepted: only its end is out of range
+  CHECK(!ec);
+  s.synchronize(npurt::no_timeout, ec);
+  CHECK(ec == npurt::errc::time_overflow);
+  CHECK(sys.now().time_since_epoch() > picoseconds{0});
+}
+
+TEST_CASE("a launch latency plus a duration past the end of time fails instead of wrapping", "[core][hostile][time]") {
+  npurt::system sys{simple(1, picoseconds{1'000})};
+  auto s = sys.device(0).make_stream();
+  auto e = s.launch(fixed(max_ps - picoseconds{10}, "almost forever"));
+  std::error_code ec;
+  e.synchronize(npurt::no_timeout, ec);
+  CHECK(ec == npurt::errc::time_overflow);
+  CHECK(sys.now().time_since_epoch() >= picoseconds{0});
+}
+
+TEST_CASE("timeouts near the end of virtual time wait as long as it takes", "[core][hostile][time]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  s.launch(fixed(us(10)));
+  s.synchronize();
+  const auto t0 = sys.now();
+  REQUIRE(t0.time_since_epoch() > picoseconds{0});  // now + max would overflow
+
+  auto e = s.launch(fixed(us(10)));
+  std::error_code ec;
+  e.synchronize(max_ps, ec);
+  CHECK(!ec);
+  s.launch(fixed(us(10)));
+  s.synchronize(max_ps, ec);
+  CHECK(!ec);
+  s.launch(fixed(us(10)));
+  dev.synchronize(max_ps, ec);
+  CHECK(!ec);
+  const auto overhead = sys.options().launch_overhead;
+  CHECK(sys.now() == t0 + 3 * (overhead + us(10)));
+
+  npurt::async_error_code sync_ec = npurt::errc::not_supported, wait_ec = npurt::errc::not_supported;
+  auto last = s.launch(fixed(us(10)));
+  s.async_synchronize(max_ps, [&](npurt::async_error_code c) { sync_ec = c; });
+  last.async_wait(max_ps - picoseconds{1}, [&](npurt::async_error_code c) { wait_ec = c; });
+  sys.run();
+  CHECK(!sync_ec);
+  CHECK(!wait_ec);
+  // No timer at the end of time was left behind to drag the clock there.
+  CHECK(sys.now() == t0 + 4 * (overhead + us(10)));
+}
+
+TEST_CASE("out-of-range times in the configuration are rejected when the system is built", "[core][hostile][time]") {
+  npurt::system_options opts;
+  opts.launch_overhead = picoseconds{-1};
+  try {
+    npurt::system sys{simple(), opts};
+    FAIL("a negative launch overhead was accepted");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::invalid_config);
+    CHECK_THAT(std::string(e.what()), ContainsSubstring("launch_overhead"));
+  }
+  auto cfg = simple(1, picoseconds{-1});
+  CHECK_THROWS_AS(npurt::system{cfg}, npurt::caller_error);
+  cfg = simple();
+  cfg.host_copy_bandwidth = std::numeric_limits<double>::quiet_NaN();
+  try {
+    npurt::system sys{cfg};
+    FAIL("a NaN bandwidth was accepted");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::invalid_config);
+    CHECK_THAT(std::string(e.what()), ContainsSubstring("host_copy_bandwidth"));
+  }
+  cfg = simple();
+  cfg.properties.hbm_bandwidth = 0;
+  CHECK_THROWS_AS(npurt::system{cfg}, npurt::caller_error);
+}
+
+TEST_CASE("elapsed_time of events of two different systems is an error, not 0", "[core][hostile][event]") {
+  npurt::system a{simple()};
+  npurt::system b{simple()};
+  auto sa = a.device(0).make_stream();
+  auto sb = b.device(0).make_stream();
+  auto ea = a.device(0).make_event();
+  auto eb = b.device(0).make_event();
+  sa.record(ea);
+  sb.launch(fixed(us(7)));
+  sb.record(eb);
+  sa.synchronize();
+  sb.synchronize();
+  std::error_code ec;
+  CHECK(npurt::elapsed_time(ea, eb, ec) == 0);
+  CHECK(ec == npurt::errc::invalid_event);
+  try {
+    (void)npurt::elapsed_time(ea, eb);
+    FAIL("elapsed_time across systems returned a value");
+  } catch (const npurt::caller_error& e) { CHECK_THAT(std::string(e.what()), ContainsSubstring("different systems")); }
+  // Nor may a stream record or wait on another system's event (same ids, other system).
+  sa.record(eb, ec);
+  CHECK(ec == npurt::errc::invalid_event);
+  sa.wait(eb, ec);
+  CHECK(ec == npurt::errc::invalid_event);
+}
+
+TEST_CASE("copies and allocations of sizes that cannot fit are rejected before anything runs",
+          "[core][hostile][size]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  std::vector<std::byte> small(64), other(64);
+  constexpr std::size_t half = std::numeric_limits<std::size_t>::max() / 2;
+  std::error_code ec;
+  // Pageable memory: npurt cannot know its size, but no object reaches past the address space.
+  s.memcpy(other.data(), half, small.data(), half, npurt::memcpy_kind::host_to_host, ec);
+  CHECK(ec == npurt::errc::size_overflow);
+  s.memcpy(other.data(), SIZE_MAX, small.data(), SIZE_MAX - 8, npurt::memcpy_kind::host_to_host, ec);
+  CHECK(ec == npurt::errc::size_overflow);
+  CHECK(complete_on_own_context([&](auto h) {
+          s.async_memcpy(other.data(), half, small.data(), half, npurt::memcpy_kind::host_to_host, std::move(h));
+        }) == npurt::errc::size_overflow);
+  CHECK_THROWS_AS(s.memcpy(other.data(), half, small.data(), half, npurt::memcpy_kind::host_to_host),
+                  npurt::caller_error);
+  // Device and pinned memory: their sizes are known exactly.
+  npurt::device_buffer d(dev, 4096);
+  npurt::host_buffer h(sys, 4096);
+  s.memcpy(h.data(), half, d.data(), half, npurt::memcpy_kind::device_to_host, ec);
+  CHECK(ec == npurt::errc::size_overflow);
+  s.memcpy(d.data(), d.size(), h.data(), 4097, npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::size_overflow);
+  s.memset(d.data(), SIZE_MAX, 0, SIZE_MAX, ec);
+  CHECK(ec == npurt::errc::size_overflow);
+  // Allocations: rounding SIZE_MAX up to the granule must not wrap to a tiny block.
+  CHECK(dev.malloc(SIZE_MAX, ec) == nullptr);
+  CHECK(ec);
+  CHECK(dev.malloc(SIZE_MAX - 100, ec) == nullptr);
+  CHECK(ec);
+  CHECK_THROWS_AS((void)dev.malloc(SIZE_MAX), npurt::out_of_memory_error);
+  CHECK(sys.host_malloc(SIZE_MAX, ec) == nullptr);
+  CHECK(ec);
+  // Nothing above was enqueued, and a right copy still runs.
+  CHECK(s.query());
+  CHECK(sys.now() == npurt::sim_time{});
+  s.memcpy(other.data(), other.size(), small.data(), small.size(), npurt::memcpy_kind::host_to_host);
+  s.synchronize();
+}
+
+TEST_CASE("a timing-only matmul too large for the cost model's counters is rejected at launch",
+          "[core][hostile][kernel]") {
+  npurt::sim::sim_options timing_only;
+  timing_only.functional = false;
+  npurt::system sys{npurt::sim::make_backend(npurt::sim::presets::ascend910(1), timing_only)};
+  auto s = sys.device(0).make_stream();
+  const std::int64_t n = std::int64_t{1} << 21;
+  auto mm = [](std::int64_t m, std::int64_t k, std::int64_t nn) {
+    return npurt::kernel_desc{npurt::kernels::matmul{{nullptr, npurt::shape{m, k}, npurt::dtype::f16},
+                                                     {nullptr, npurt::shape{k, nn}, npurt::dtype::f16},
+                                                     {nullptr, npurt::shape{m, nn}, npurt::dtype::f16}}};
+  };
+  std::error_code ec;
+  s.launch(mm(n, n, n), ec);  // 2^63 multiply-accumulates
+  CHECK(ec == npurt::errc::invalid_shape);
+  CHECK(s.query());
+  // A large accepted size still gives a cost that is a positive, representable time.
+  auto e = s.launch(mm(std::int64_t{1} << 19, std::int64_t{1} << 19, std::int64_t{1} << 19), ec);
+  REQUIRE(!ec);
+  e.synchronize();
+  CHECK(sys.now().time_since_epoch() > picoseconds{0});
+}
+
+}  // namespace

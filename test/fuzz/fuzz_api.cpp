@@ -1,0 +1,349 @@
+// libFuzzer target: random sequences of public runtime calls on the simple backend, including
+// times and sizes at the ends of their ranges, freed and foreign pointers, device resets, and
+// handles that outlive their system. Properties, beyond "no crash, no UB, no leak, no hang": every
+// error is one of npurt's codes, and virtual time never runs backwards or below zero.
+//
+// Pageable host memory is the one place where npurt trusts the caller (it cannot know the size
+// of memory it did not allocate), so sizes of copies touching the two pageable buffers are either
+// honest (at most their size) or beyond the user address space (which npurt must reject).
+#include <npurt/device.hpp>
+#include <npurt/error.hpp>
+#include <npurt/event.hpp>
+#include <npurt/simple_backend.hpp>
+#include <npurt/stream.hpp>
+#include <npurt/system.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <vector>
+
+namespace {
+
+using npurt::picoseconds;
+
+class input {
+ public:
+  input(const std::uint8_t* d, std::size_t n) : d_(d), n_(n) {}
+  [[nodiscard]] bool empty() const noexcept { return i_ >= n_; }
+  std::uint8_t byte() noexcept { return i_ < n_ ? d_[i_++] : 0; }
+  std::uint64_t u64() noexcept {
+    std::uint64_t v = 0;
+    for (int k = 0; k < 8; ++k) v = (v << 8) | byte();
+    return v;
+  }
+  template <class T>
+  T& pick(std::vector<T>& v) noexcept {
+    return v[byte() % v.size()];
+  }
+
+ private:
+  const std::uint8_t* d_;
+  std::size_t n_;
+  std::size_t i_ = 0;
+};
+
+constexpr std::size_t pageable_bytes = 1 << 16;
+
+picoseconds any_time(input& in) {
+  constexpr std::int64_t max = INT64_MAX;
+  switch (in.byte() % 9) {
+    case 0: return picoseconds{0};
+    case 1: return picoseconds{1};
+    case 2: return picoseconds{in.byte() * 1'000'000LL};
+    case 3: return picoseconds{-1};
+    case 4: return picoseconds{max};
+    case 5: return picoseconds{max - in.byte()};
+    case 6: return picoseconds{4'000'000'000'000'000'000LL};
+    case 7: return picoseconds{static_cast<std::int64_t>(in.u64())};
+    default: return picoseconds{INT64_MIN};
+  }
+}
+
+std::optional<picoseconds> any_timeout(input& in) {
+  if (in.byte() % 3 == 0) return npurt::no_timeout;
+  return any_time(in);
+}
+
+// Sizes for memory npurt knows (device, pinned): anything.
+std::size_t any_size(input& in) {
+  switch (in.byte() % 8) {
+    case 0: return 0;
+    case 1: return 1;
+    case 2: return std::size_t{in.byte()} << (in.byte() % 24);
+    case 3: return SIZE_MAX;
+    case 4: return SIZE_MAX / 2;
+    case 5: return SIZE_MAX - in.byte();
+    case 6: return std::size_t{1} << (in.byte() % 64);
+    default: return static_cast<std::size_t>(in.u64());
+  }
+}
+
+// Sizes for copies that may touch pageable memory: honest, or past the user address space.
+std::size_t pageable_size(input& in) {
+  switch (in.byte() % 4) {
+    case 0: return 1 + in.byte() % pageable_bytes;
+    case 1: return pageable_bytes;
+    case 2: return SIZE_MAX / 2 + (in.byte() % 2);
+    default: return (std::size_t{1} << 57) + in.byte();
+  }
+}
+
+struct device_ptr {
+  void* p = nullptr;
+  int device = 0;
+};
+
+struct world {
+  // First, so they die last: queued copies may still point into them when the streams drain.
+  std::vector<std::byte> a = std::vector<std::byte>(pageable_bytes);
+  std::vector<std::byte> b = std::vector<std::byte>(pageable_bytes);
+  std::unique_ptr<npurt::system> sys;
+  std::vector<npurt::stream> streams;
+  std::vector<npurt::event> events;
+  std::vector<device_ptr> device_ptrs;  // live, freed or of a destroyed system
+  std::vector<void*> pinned;
+  std::vector<void*> freed_pinned;  // only ever passed to host_free again
+  std::vector<npurt::device_buffer> buffers;
+  npurt::sim_time last_now{};
+
+  void make_system(input& in) {
+    npurt::simple_config cfg;
+    cfg.devices = 1 + in.byte() % 3;
+    cfg.kernel_launch_latency = picoseconds{in.byte() % 2 ? 0 : 1000};
+    cfg.properties.memory_bytes = std::size_t{1} << 24;
+    npurt::system_options opts;
+    opts.trace_from_env = false;
+    sys = std::make_unique<npurt::system>(cfg, opts);
+    last_now = {};
+  }
+};
+
+void check(std::error_code ec) {
+  if (ec && ec.category() != npurt::error_category()) __builtin_trap();
+}
+
+void check_clock(world& w) {
+  if (!w.sys) return;
+  const auto now = w.sys->now();
+  if (now < w.last_now || now.time_since_epoch().count() < 0) __builtin_trap();
+  w.last_now = now;
+}
+
+npurt::stream* any_stream(world& w, input& in) {
+  if (w.streams.empty()) return nullptr;
+  return &in.pick(w.streams);
+}
+
+void* host_end(world& w, input& in, bool& pageable) {
+  pageable = false;
+  switch (in.byte() % 4) {
+    case 0: pageable = true; return w.a.data();
+    case 1: pageable = true; return w.b.data();
+    case 2: return w.pinned.empty() ? nullptr : in.pick(w.pinned);
+    default: return nullptr;
+  }
+}
+
+void step(world& w, input& in) {
+  std::error_code ec;
+  const std::uint8_t op = in.byte() % 16;
+  if (!w.sys && op != 15) return;
+  switch (op) {
+    case 0: {  // a stream, on a device id that may not exist
+      const int dev = static_cast<int>(in.byte() % 4) - (in.byte() % 8 == 0 ? 5 : 0);
+      if (npurt::device* d = w.sys->find_device(dev, ec)) {
+        if (w.streams.size() < 8) w.streams.push_back(d->make_stream({.priority = static_cast<int>(in.byte()) - 128}));
+      }
+      check(ec);
+      break;
+    }
+    case 1: {  // a fixed kernel of any duration and block_dim
+      if (auto* s = any_stream(w, in)) {
+        npurt::kernel_desc k{npurt::kernels::fixed{any_time(in)}, "k", in.byte() % 40u};
+        if (in.byte() % 2) {
+          npurt::event e = s->launch(k, ec);
+          if (!ec && w.events.size() < 16) w.events.push_back(e);
+        } else {
+          s->async_launch(k, [](npurt::async_error_code c) { check(c); });
+        }
+        check(ec);
+      }
+      break;
+    }
+    case 2: {  // a copy between any two ends
+      auto* s = any_stream(w, in);
+      if (!s) break;
+      bool dst_pageable = false, src_pageable = false;
+      void* dst = nullptr;
+      const void* src = nullptr;
+      const bool dst_dev = in.byte() % 2 && !w.device_ptrs.empty();
+      const bool src_dev = in.byte() % 2 && !w.device_ptrs.empty();
+      dst = dst_dev ? in.pick(w.device_ptrs).p : host_end(w, in, dst_pageable);
+      src = src_dev ? in.pick(w.device_ptrs).p : host_end(w, in, src_pageable);
+      const bool pageable = dst_pageable || src_pageable;
+      const std::size_t count = pageable ? pageable_size(in) : any_size(in);
+      std::size_t dst_max = pageable ? pageable_size(in) : any_size(in);
+      if (dst_pageable && count <= pageable_bytes) dst_max = std::min(dst_max, pageable_bytes);
+      const auto kind = static_cast<npurt::memcpy_kind>(in.byte() % 5);
+      s->memcpy(dst, dst_max, src, count, kind, ec);
+      check(ec);
+      break;
+    }
+    case 3: {  // memset of device memory (any pointer, any size)
+      auto* s = any_stream(w, in);
+      if (!s || w.device_ptrs.empty()) break;
+      const std::size_t n = any_size(in);
+      s->memset(in.pick(w.device_ptrs).p, any_size(in), in.byte(), n, ec);
+      check(ec);
+      break;
+    }
+    case 4: {  // device malloc of any size
+      const int dev = in.byte() % 4;
+      if (npurt::device* d = w.sys->find_device(dev, ec)) {
+        const std::size_t n = any_size(in);
+        if (in.byte() % 4 == 0) {
+          try {
+            if (w.buffers.size() < 8) w.buffers.emplace_back(*d, n);
+          } catch (const npurt::error& e) { check(e.code()); }
+        } else if (void* p = d->malloc(n, ec); p && w.device_ptrs.size() < 32) {
+          w.device_ptrs.push_back({p, dev});
+        }
+      }
+      check(ec);
+      break;
+    }
+    case 5: {  // free: live, freed, or on the wrong device
+      if (w.device_ptrs.empty()) break;
+      device_ptr& p = in.pick(w.device_ptrs);
+      if (npurt::device* d = w.sys->find_device(in.byte() % 2 ? p.device : in.byte() % 4, ec)) d->free(p.p, ec);
+      check(ec);
+      break;
+    }
+    case 6: {  // events: make, record, wait
+      const std::uint8_t what = in.byte() % 3;
+      if (what == 0) {
+        if (npurt::device* d = w.sys->find_device(in.byte() % 4, ec); d && w.events.size() < 16)
+          w.events.push_back(d->make_event({.wait_for_record = in.byte() % 2 == 0}));
+      } else if (auto* s = any_stream(w, in); s && !w.events.empty()) {
+        npurt::event& e = in.pick(w.events);
+        if (what == 1) s->record(e, ec);
+        else s->wait(e, ec);
+      }
+      check(ec);
+      break;
+    }
+    case 7: {  // blocking waits with any timeout
+      const auto t = any_timeout(in);
+      switch (in.byte() % 3) {
+        case 0:
+          if (auto* s = any_stream(w, in)) s->synchronize(t, ec);
+          break;
+        case 1:
+          if (!w.events.empty()) in.pick(w.events).synchronize(t, ec);
+          break;
+        default:
+          if (npurt::device* d = w.sys->find_device(in.byte() % 4, ec)) d->synchronize(t, ec);
+          break;
+      }
+      check(ec);
+      check_clock(w);
+      break;
+    }
+    case 8: {  // queries and elapsed times
+      if (auto* s = any_stream(w, in)) (void)s->query(ec);
+      check(ec);
+      if (w.events.size() >= 2) {
+        (void)in.pick(w.events).query(ec);
+        check(ec);
+        const double ms = npurt::elapsed_time(in.pick(w.events), in.pick(w.events), ec);
+        check(ec);
+        if (ec && ms != 0) __builtin_trap();
+      }
+      break;
+    }
+    case 9: {  // device reset
+      if (npurt::device* d = w.sys->find_device(in.byte() % 4, ec)) d->reset(ec);
+      check(ec);
+      break;
+    }
+    case 10: {  // async waits with any timeout, then run
+      const auto t = any_timeout(in);
+      if (auto* s = any_stream(w, in)) s->async_synchronize(t, [](npurt::async_error_code c) { check(c); });
+      if (!w.events.empty()) in.pick(w.events).async_wait(t, [](npurt::async_error_code c) { check(c); });
+      w.sys->run(ec);
+      check(ec);
+      check_clock(w);
+      break;
+    }
+    case 11: {  // a host callback that may throw
+      if (auto* s = any_stream(w, in)) {
+        const bool throws = in.byte() % 2;
+        s->launch_callback(
+            [throws] {
+              if (throws) throw std::runtime_error("callback");
+            },
+            ec);
+        check(ec);
+      }
+      break;
+    }
+    case 12: {  // pinned host memory
+      if (in.byte() % 3 == 0 && !w.freed_pinned.empty()) {
+        w.sys->host_free(in.pick(w.freed_pinned), ec);  // a double free: an error, not a crash
+      } else if (in.byte() % 2 && !w.pinned.empty()) {
+        // A freed pinned pointer looks like pageable memory to npurt, so it leaves the copy pool.
+        const std::size_t i = in.byte() % w.pinned.size();
+        w.sys->host_free(w.pinned[i], ec);
+        if (w.freed_pinned.size() < 8) w.freed_pinned.push_back(w.pinned[i]);
+        w.pinned.erase(w.pinned.begin() + static_cast<std::ptrdiff_t>(i));
+      } else if (w.pinned.size() < 4) {
+        if (void* p = w.sys->host_malloc(1 + in.byte() % 8192, ec)) w.pinned.push_back(p);
+      }
+      check(ec);
+      break;
+    }
+    case 13: {  // drop a handle (streams drain, events release)
+      if (in.byte() % 2 && !w.streams.empty())
+        w.streams.erase(w.streams.begin() + static_cast<std::ptrdiff_t>(in.byte() % w.streams.size()));
+      else if (!w.events.empty())
+        w.events.erase(w.events.begin() + static_cast<std::ptrdiff_t>(in.byte() % w.events.size()));
+      break;
+    }
+    case 14: {  // the system dies while handles live on
+      w.sys.reset();
+      w.pinned.clear();  // its memory went with it
+      w.freed_pinned.clear();
+      for (auto& s : w.streams)
+        if (s.valid()) __builtin_trap();
+      for (auto& e : w.events)
+        if (e.valid()) __builtin_trap();
+      for (auto& b : w.buffers)
+        if (b) __builtin_trap();
+      break;
+    }
+    default:  // a (new) system; old handles stay stale
+      if (!w.sys) w.make_system(in);
+      break;
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  input in(data, size);
+  world w;
+  w.make_system(in);
+  for (int n = 0; n < 256 && !in.empty(); ++n) step(w, in);
+  if (w.sys) {
+    std::error_code ec;
+    w.sys->run(ec);
+    check(ec);
+    check_clock(w);
+  }
+  // Stale and live handles die in any order with their system (declared after it in `world`).
+  return 0;
+}
