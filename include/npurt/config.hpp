@@ -24,3 +24,17 @@
 #else
 #define NPURT_INCLUDE_IMPL 0
 #endif
+
+// 1 when compiled with AddressSanitizer (GCC defines __SANITIZE_ADDRESS__, clang has the
+// feature test): internal record caches then hand memory straight to the global heap, so that
+// ASan sees every use after free.
+#if defined(__SANITIZE_ADDRESS__)
+#define NPURT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NPURT_ASAN 1
+#endif
+#endif
+#ifndef NPURT_ASAN
+#define NPURT_ASAN 0
+#endif
