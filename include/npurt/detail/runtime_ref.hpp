@@ -17,7 +17,7 @@ class runtime;
 class handle_list;
 
 /// The list of a runtime (defined in detail/runtime.hpp, after the runtime).
-inline handle_list& handles_of(runtime& rt) noexcept;
+handle_list& handles_of(runtime& rt) noexcept;
 
 class runtime_ref {
  public:
