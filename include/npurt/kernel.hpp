@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <memory>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -91,5 +92,15 @@ struct kernel_desc {
     return std::visit([](const auto& o) -> std::string_view { return kernels::op_name(o); }, op);
   }
 };
+
+/// A kernel descriptor shared by many launches: a model builds it once per layer and launches it
+/// on every device and every step. A launch of it references it (the queued task holds one
+/// reference) instead of copying it, so a queued kernel costs its task record alone. Immutable:
+/// every launch of it sees the same operation, shapes and name.
+using shared_kernel = std::shared_ptr<const kernel_desc>;
+
+/// A shared copy of `k`. Its name is copied with it only as a view: it must outlive the launches
+/// (the runtime interns the name it shows at each launch).
+inline shared_kernel make_shared_kernel(const kernel_desc& k) { return std::make_shared<const kernel_desc>(k); }
 
 }  // namespace npurt

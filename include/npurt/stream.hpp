@@ -105,6 +105,11 @@ class stream {
   // --- fire and forget: enqueue and return the task's event ---------------------------------
   NPURT_DECL event launch(const kernel_desc& k);
   NPURT_DECL event launch(const kernel_desc& k, std::error_code& ec);
+  /// Launches a shared descriptor: the queued task references it rather than copying it (the
+  /// launch path of models that launch one layer table on many devices). Same checks, same
+  /// result and timeline as launching *k; a null pointer is errc::null_pointer.
+  NPURT_DECL event launch(const shared_kernel& k);
+  NPURT_DECL event launch(const shared_kernel& k, std::error_code& ec);
   /// Copies `count` bytes; `dst_max` is how much the destination holds (aclrtMemcpy's destMax):
   /// count > dst_max is errc::size_overflow, never a write out of bounds.
   NPURT_DECL event memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
@@ -167,6 +172,9 @@ class stream {
   /// own thread, a block_dim the backend accepts); null otherwise: the general path reports why.
   NPURT_DECL detail::task* live_fixed_launch(const kernel_desc& k);
   NPURT_DECL detail::task* make_launch(const kernel_desc& k, std::error_code& ec, std::string* what = nullptr);
+  /// make_launch for a descriptor the task may reference (`shared`, when set, owns `k`).
+  NPURT_DECL detail::task* make_launch(const kernel_desc& k, const shared_kernel* shared, std::error_code& ec,
+                                       std::string* what);
   NPURT_DECL detail::task* make_launch(const detail::launch_args& a, std::error_code& ec);
   NPURT_DECL detail::task* make_fixed_launch(const kernels::fixed& f, std::string_view name, std::uint32_t block_dim,
                                              std::error_code& ec);

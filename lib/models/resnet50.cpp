@@ -261,6 +261,8 @@ void resnet50::build() {
     emit(cast{{nullptr, p.s, dtype::f32, layout::nd}, {nullptr, p.s, ct, layout::nd}}, p.name + ".cast",
          step_phase::update, {p.master}, {compute_copy[i]});
   }
+  shared_step_.reserve(step_.size());
+  for (const auto& k : step_) shared_step_.push_back(make_shared_kernel(k));
 }
 
 }  // namespace npurt::models

@@ -105,6 +105,11 @@ NPURT_DECL detail::task* stream::live_fixed_launch(const kernel_desc& k) {
 }
 
 NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, std::error_code& ec, std::string* what) {
+  return make_launch(k, nullptr, ec, what);
+}
+
+NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, const shared_kernel* shared, std::error_code& ec,
+                                             std::string* what) {
   if (const auto* f = std::get_if<kernels::fixed>(&k.op)) {
     auto* s = state(ec);
     if (!s) return nullptr;
@@ -135,6 +140,11 @@ NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, std::error_co
   t->engine = engine_kind::ai_core;
   t->block_dim = k.block_dim;
   t->name = rt_->intern(k.display_name());
+  if (shared) {
+    t->kernel = shared->get();
+    t->owned_extra = *shared;  // one reference, freed with the task
+    return t;
+  }
   t->owned_kernel = rt_->new_kernel(k);
   t->owned_kernel->name = t->name;
   t->kernel = t->owned_kernel;
@@ -347,6 +357,29 @@ NPURT_DECL event stream::launch(const kernel_desc& k) {
   std::error_code ec;
   std::string what;
   detail::task* t = make_launch(k, ec, &what);
+  if (!t) throw_error(ec, "npurt::stream::launch: " + (what.empty() ? ec.message() : what));
+  return submit(t);
+}
+
+NPURT_DECL event stream::launch(const shared_kernel& k, std::error_code& ec) {
+  if (!k) {
+    ec = make_error_code(errc::null_pointer);
+    return {};
+  }
+  if (detail::task* t = live_fixed_launch(*k)) {
+    ec.clear();
+    return submit(t);
+  }
+  detail::task* t = make_launch(*k, &k, ec, nullptr);
+  return t ? submit(t) : event{};
+}
+
+NPURT_DECL event stream::launch(const shared_kernel& k) {
+  if (!k) throw_error(make_error_code(errc::null_pointer), "npurt::stream::launch: null shared kernel descriptor");
+  if (detail::task* t = live_fixed_launch(*k)) return submit(t);
+  std::error_code ec;
+  std::string what;
+  detail::task* t = make_launch(*k, &k, ec, &what);
   if (!t) throw_error(ec, "npurt::stream::launch: " + (what.empty() ? ec.message() : what));
   return submit(t);
 }

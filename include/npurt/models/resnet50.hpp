@@ -104,6 +104,9 @@ class resnet50 {
 
   /// The kernels of one training step, in launch order (names live as long as this object).
   [[nodiscard]] const std::vector<kernel_desc>& training_step() const noexcept { return step_; }
+  /// training_step() as shared descriptors, one per kernel, built once: launching these on many
+  /// devices and steps queues references instead of copies (the same tasks, times and traces).
+  [[nodiscard]] const std::vector<shared_kernel>& shared_training_step() const noexcept { return shared_step_; }
   /// The phase of each kernel of training_step().
   [[nodiscard]] const std::vector<step_phase>& phases() const noexcept { return phases_; }
   /// The forward pass alone (the first kernels of training_step()).
@@ -123,6 +126,7 @@ class resnet50 {
   std::vector<conv_layer> convs_;
   std::vector<std::int64_t> param_sizes_;
   std::vector<kernel_desc> step_;
+  std::vector<shared_kernel> shared_step_;
   std::vector<step_phase> phases_;
   std::size_t forward_count_ = 0;
   std::deque<std::string> names_;
