@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -43,11 +44,17 @@ struct key_writer {
     if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T>) {
       put(&v, sizeof v);
     } else if constexpr (std::is_same_v<T, tensor_desc>) {
-      const std::uint8_t r = static_cast<std::uint8_t>(v.shape.rank());
-      put(&r, 1);
-      for (auto d : v.shape) put(&d, sizeof d);
-      put(&v.type, 1);
-      put(&v.format, 1);
+      // The same bytes as one put per field, in one append: every kernel of a run builds its key.
+      char buf[1 + shape::max_rank * sizeof(std::int64_t) + 2];
+      char* o = buf;
+      *o++ = static_cast<char>(static_cast<std::uint8_t>(v.shape.rank()));
+      for (auto d : v.shape) {
+        std::memcpy(o, &d, sizeof d);
+        o += sizeof d;
+      }
+      std::memcpy(o++, &v.type, 1);
+      std::memcpy(o++, &v.format, 1);
+      put(buf, static_cast<std::size_t>(o - buf));
     } else if constexpr (std::is_same_v<T, picoseconds>) {
       const auto c = v.count();
       put(&c, sizeof c);
