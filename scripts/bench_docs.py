@@ -37,7 +37,9 @@ BENCHES = [
     ("sim_speed", [],
      "How fast the simulator simulates: ResNet-50 training steps (batch 256, FP16, timing-only) on "
      "1, 8, 64, 256 and 1,024 devices (one stream each; one step at 64 devices and more, every "
-     "kernel queued before the run); wall time per simulated device-step, first run and best of three."),
+     "kernel queued before the run, launched from the model's shared descriptors, with the "
+     "data-parallel gradient AllReduce over all devices); wall time per simulated device-step, "
+     "first run and best of three."),
     ("allocator", [],
      "The caching pool's cached alloc+free path against glibc malloc and mimalloc in the same run, "
      "and replays of the ResNet-50 training step's allocation trace (reserved / lower bound)."),
