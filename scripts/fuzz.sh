@@ -13,7 +13,9 @@ secs=${NPURT_FUZZ_SECONDS:-60}
 jobs=()
 [ -n "${NPURT_JOBS:-}" ] && jobs=(-j "$NPURT_JOBS")
 if [ ! -f "$dir/build.ninja" ]; then
-  CXX=${CXX:-clang++-19} meson setup "$dir" -Dbuildtype=plain -Dfuzzing=true -Db_sanitize=address,undefined \
+  # Separately compiled: the runtime's bodies are instrumented once, in lib/ (the global cpp_args
+  # give it the same coverage instrumentation), not once per target.
+  CXX=${CXX:-clang++-19} meson setup "$dir" -Dbuildtype=plain -Dfuzzing=true -Dheader_only=false -Db_sanitize=address,undefined \
     -Db_lundef=false "-Dcpp_args=-O1 -g -fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined" \
     -Dbenchmarks=false -Dexamples=false -Dtools=false -Dheader_tests=false || exit 1
 fi
