@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 namespace npurt {
 
@@ -66,9 +67,27 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
   std::vector<lowered_task> out;
   auto kernel = [&](kernel_op op) { out.push_back({kernel_desc(std::move(op), st.kernel_name, st.block_dim), {}}); };
   const tensor_desc y = desc(st.out[0]);
-  auto relu_epilogue = [&] {
-    if (st.relu_after) kernel(kernels::elementwise{kernels::eltwise_fn::relu, y, {}, y});
-  };
+  if (!st.chain.empty()) {
+    kernels::fused_elementwise f{};
+    f.y = y;
+    f.inputs = static_cast<std::uint8_t>(st.in.size());
+    for (std::size_t i = 0; i < st.in.size(); ++i) f.input(i) = desc(st.in[i]);
+    f.count = static_cast<std::uint8_t>(st.chain.size());
+    auto operand = [](int o) {
+      return o == cstep::chain_value ? kernels::fused_elementwise::chain : static_cast<std::uint8_t>(o);
+    };
+    for (std::size_t k = 0; k < st.chain.size(); ++k) {
+      const node& m = *st.chain[k];
+      const auto e = graph_ops::find_eltwise(m.type);
+      auto& stage = f.stages[k];
+      stage.fn = e->fn;
+      stage.a = operand(st.chain_operands[k][0]);
+      stage.b = e->binary ? operand(st.chain_operands[k][1]) : stage.a;
+      std::tie(stage.alpha, stage.beta) = graph_ops::eltwise_params(m, e->fn);
+    }
+    kernel(f);
+    return out;
+  }
   if (t == "Conv") {
     const tensor_desc x = desc(st.in[0]), w = desc(st.in[1]);
     kernels::conv2d c{x, w, y};
@@ -118,7 +137,6 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     for (std::size_t i = 2; i < n_in; ++i) kernel(kernels::elementwise{f, y, desc(st.in[i]), y});
   } else if (const auto e = graph_ops::find_eltwise(t); e && e->binary) {
     kernel(kernels::elementwise{e->fn, desc(st.in[0]), desc(st.in[1]), y});
-    relu_epilogue();
   } else if (e && !e->binary) {
     const auto [alpha, beta] =
         graph_ops::eltwise_params(n, e->fn, scalar_input(st, values, 1), scalar_input(st, values, 2));
