@@ -122,6 +122,42 @@ struct elementwise {
   float beta = 0.0f;
 };
 
+/// One function of a fused elementwise chain. `a` and `b` name its operands: an input of the
+/// chain (0..4 for fused_elementwise::a..e) or `fused_elementwise::chain`, the previous stage's
+/// result. Unary functions read `a` only.
+struct eltwise_stage {
+  eltwise_fn fn = eltwise_fn::relu;
+  std::uint8_t a = 0, b = 0;
+  float alpha = 0.0f;
+  float beta = 0.0f;
+};
+
+/// A chain of elementwise functions computed in one pass over memory, as a compiler's loop
+/// fusion emits it (XLA's and TVM's elementwise fusion): every element of y is computed from the
+/// inputs' elements (each broadcast to y's shape NumPy-style) through all stages, so each input
+/// is read once and y written once, and no intermediate tensor exists. Each stage's result is
+/// rounded to y's dtype as a separate kernel's store would round it, so the chain computes
+/// exactly what its stages computed as separate elementwise kernels. Stage 0 reads inputs only;
+/// every later stage reads the previous result (`chain`) as one operand.
+struct fused_elementwise {
+  static constexpr std::size_t max_inputs = 5;
+  static constexpr std::size_t max_stages = 4;
+  static constexpr std::uint8_t chain = 0xff;
+  tensor_desc a{}, b{}, c{}, d{}, e{}, y{};
+  std::array<eltwise_stage, max_stages> stages{};
+  std::uint8_t inputs = 0;  ///< a.. used
+  std::uint8_t count = 0;   ///< stages used
+
+  [[nodiscard]] constexpr const tensor_desc& input(std::size_t i) const noexcept {
+    const tensor_desc* all[] = {&a, &b, &c, &d, &e};
+    return *all[i < max_inputs ? i : 0];
+  }
+  [[nodiscard]] constexpr tensor_desc& input(std::size_t i) noexcept {
+    tensor_desc* all[] = {&a, &b, &c, &d, &e};
+    return *all[i < max_inputs ? i : 0];
+  }
+};
+
 /// Batch normalisation over N,H,W per channel of an NCHW tensor. In training it uses batch
 /// statistics, writes saved_mean / saved_invstd and updates running_mean / running_var; in
 /// inference it uses the running statistics.
@@ -266,6 +302,7 @@ constexpr std::string_view op_name(const reduce& r) noexcept {
 constexpr std::string_view op_name(const transpose&) noexcept { return "transpose"; }
 constexpr std::string_view op_name(const cast&) noexcept { return "cast"; }
 constexpr std::string_view op_name(const sgd_update&) noexcept { return "sgd_update"; }
+constexpr std::string_view op_name(const fused_elementwise&) noexcept { return "fused_elementwise"; }
 
 }  // namespace npurt::kernels
 
@@ -274,4 +311,4 @@ constexpr std::string_view op_name(const sgd_update&) noexcept { return "sgd_upd
   , kernels::matmul, kernels::conv2d, kernels::conv2d_backward_data, kernels::conv2d_backward_weight,             \
       kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d, \
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,             \
-      kernels::sgd_update
+      kernels::sgd_update, kernels::fused_elementwise

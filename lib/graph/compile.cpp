@@ -5,6 +5,11 @@
 
 #include <npurt/memplan.hpp>
 
+#include <range/v3/algorithm/all_of.hpp>
+#include <range/v3/range/conversion.hpp>
+#include <range/v3/view/chunk.hpp>
+#include <range/v3/view/enumerate.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -251,6 +256,53 @@ graph fold_gemm_beta(graph& src) {
   return g;
 }
 
+// Elementwise chains (level 2): runs of elementwise operators where each one's result is read
+// by the next alone, is not a graph output, and has the chain's output shape and dtype (other
+// operands may broadcast to it). Each chain becomes one fused_elementwise kernel, a chain longer
+// than the kernel's stage limit several. `skip` holds operators already fused elsewhere.
+// Returns the chains, each in execution order.
+std::vector<std::vector<std::size_t>> eltwise_chains(const graph& g, const std::vector<std::size_t>& order,
+                                                     const std::map<std::string, int, std::less<>>& uses,
+                                                     const std::set<std::size_t>& skip) {
+  const auto fusible = [&](std::size_t i) {
+    const node& n = g.nodes()[i];
+    const auto e = graph_ops::find_eltwise(n.type);
+    // Max/Min with other than two inputs and Clip with bound inputs are not one stage.
+    if (!e || skip.count(i) || n.outputs.size() != 1 || n.inputs.size() != (e->binary ? 2u : 1u)) return false;
+    const value_info& y = g.value(n.outputs[0]);
+    return is_float(y.type) &&
+           ranges::all_of(n.inputs, [&](const std::string& in) { return !in.empty() && g.value(in).type == y.type; });
+  };
+  // next[i]: the operator continuing i's chain; a chain continues through one operand only.
+  std::vector<int> next(g.nodes().size(), -1), prev(g.nodes().size(), -1);
+  for (auto i : order) {
+    if (!fusible(i)) continue;
+    const node& n = g.nodes()[i];
+    const shape& ys = g.value(n.outputs[0]).shape;
+    for (const auto& in : n.inputs) {
+      const value_info& x = g.value(in);
+      if (x.producer < 0 || uses.at(in) != 1 || !(x.shape == ys)) continue;
+      const auto p = static_cast<std::size_t>(x.producer);
+      if (!fusible(p) || next[p] >= 0) continue;
+      next[p] = static_cast<int>(i);
+      prev[i] = static_cast<int>(p);
+      break;
+    }
+  }
+  std::vector<std::vector<std::size_t>> chains;
+  for (auto head : order) {
+    if (prev[head] >= 0 || next[head] < 0) continue;
+    std::vector<std::size_t> chain;
+    for (int i = static_cast<int>(head); i >= 0; i = next[static_cast<std::size_t>(i)])
+      chain.push_back(static_cast<std::size_t>(i));
+    // The kernel takes a bounded number of stages: a longer chain is several kernels, each
+    // piece's last result a tensor again. A piece of one operator is that operator's own kernel.
+    for (auto piece : chain | ranges::views::chunk(kernels::fused_elementwise::max_stages))
+      if (ranges::distance(piece) > 1) chains.push_back(piece | ranges::to<std::vector>());
+  }
+  return chains;
+}
+
 bool has_branches(const graph& g) {
   for (const auto& [name, n] : use_counts(g))
     if (n > 1 && g.find(name) && g.find(name)->kind == value_kind::activation) return true;
@@ -343,9 +395,9 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   const auto uses = use_counts(G);
   // Fusion into a cube operator's epilogue (level 2): an Add of a Conv/Gemm/MatMul output and a
   // tensor of the output's shape and dtype becomes the cube kernel's residual, and a Relu after
-  // either is its activation; a Relu after an elementwise binary op joins that op's kernel
-  // sequence. The fused tensor must be read by the fusing op alone, and a residual must be
-  // computed before the cube operator runs.
+  // either is its activation. The fused tensor must be read by the fusing op alone, and a
+  // residual must be computed before the cube operator runs. What remains of elementwise
+  // operators then fuses into chains.
   std::map<std::string, std::string, std::less<>> renamed;  // fused-away output -> next output
   std::set<std::size_t> fused_away;                          // Add and Relu nodes absorbed
   std::map<std::size_t, std::string> residual_of;            // cube node -> residual tensor
@@ -385,24 +437,53 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
       const std::string& pt = G.nodes()[prod].type;
       // An Add already absorbed into a cube operator passes its Relu on to that operator.
       const bool after_fused_add = fused_away.count(prod) != 0;
-      if (!after_fused_add && !is_cube(pt) && !is_binary_eltwise(pt)) continue;
+      if (!after_fused_add && !is_cube(pt)) continue;
       fused_away.insert(i);
       renamed[r.inputs[0]] = r.outputs[0];
       relu_outputs.insert(r.outputs[0]);
     }
   }
+  std::set<std::size_t> chained;                          // chain members before the last
+  std::map<std::size_t, std::vector<std::size_t>> chain_at;  // a chain's last operator -> chain
+  if (level >= 2)
+    for (auto& ch : eltwise_chains(G, order, uses, fused_away)) {
+      chained.insert(ch.begin(), ch.end() - 1);
+      chain_at[ch.back()] = std::move(ch);
+    }
   auto resolve = [&](std::string name) {
     for (auto it = renamed.find(name); it != renamed.end(); it = renamed.find(name)) name = it->second;
     return name;
   };
   for (auto i : order) {
     const node& n = G.nodes()[i];
-    if (fused_away.count(i)) {
+    if (fused_away.count(i) || chained.count(i)) {
       ++rep.fused;
       continue;
     }
     std::vector<int> in, out;
-    for (const auto& name : n.inputs) in.push_back(name.empty() ? -1 : add_value(G.value(resolve(name))));
+    std::vector<const node*> chain;
+    std::vector<std::array<int, 2>> chain_operands;
+    if (auto it = chain_at.find(i); it != chain_at.end()) {
+      // The chain's inputs, each once, in order of first use; an operand produced inside the
+      // chain is the previous stage's result.
+      std::set<std::string> inside;
+      for (auto k : it->second) {
+        const node& m = G.nodes()[k];
+        std::array<int, 2> ops{cstep::chain_value, cstep::chain_value};
+        for (auto [j, name] : m.inputs | ranges::views::enumerate) {
+          if (inside.count(name)) continue;
+          const int v = add_value(G.value(resolve(name)));
+          auto pos = std::find(in.begin(), in.end(), v);
+          if (pos == in.end()) pos = in.insert(in.end(), v);
+          ops[j] = static_cast<int>(pos - in.begin());
+        }
+        inside.insert(m.outputs[0]);
+        chain.push_back(&m);
+        chain_operands.push_back(ops);
+      }
+    } else {
+      for (const auto& name : n.inputs) in.push_back(name.empty() ? -1 : add_value(G.value(resolve(name))));
+    }
     int residual = -1;
     if (auto it = residual_of.find(i); it != residual_of.end()) {
       residual = add_value(G.value(resolve(it->second)));
@@ -427,6 +508,13 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     s.relu_after = relu;
     s.residual = residual;
     s.kernel_name = n.name;
+    if (!chain.empty()) {
+      // Named after every operator it computes, so traces and run results show what fused.
+      s.kernel_name.clear();
+      for (const node* m : chain) s.kernel_name += (s.kernel_name.empty() ? "" : "+") + m->name;
+      s.chain = std::move(chain);
+      s.chain_operands = std::move(chain_operands);
+    }
     const int step = static_cast<int>(p->steps.size());
     for (int v : s.out) p->values[static_cast<std::size_t>(v)].producer = step;
     p->steps.push_back(std::move(s));
@@ -473,7 +561,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     // output, and y has x's shape and type (a broadcast would need more room).
     if (single_reader_only && readers[static_cast<std::size_t>(r)] != 1) continue;
     if (is_act_root(r) && !pinned[static_cast<std::size_t>(r)] && last[static_cast<std::size_t>(r)] == s &&
-        x.shape == yv.shape && x.type == yv.type && (st.in.size() < 2 || st.in[1] < 0 || root_of(st.in[1]) != r)) {
+        x.shape == yv.shape && x.type == yv.type &&
+        std::none_of(st.in.begin() + 1, st.in.end(), [&](int v) { return v >= 0 && root_of(v) == r; })) {
       p->values[static_cast<std::size_t>(y)].root = r;
       last[static_cast<std::size_t>(r)] =
           std::max(last[static_cast<std::size_t>(r)], last[static_cast<std::size_t>(y)]);

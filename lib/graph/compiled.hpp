@@ -4,6 +4,7 @@
 
 #include <npurt/graph/session.hpp>
 
+#include <array>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -40,6 +41,11 @@ struct cstep {
   std::uint32_t peers = 0;   ///< other streams with a step it may overlap
   std::uint32_t block_dim = 0;  ///< cores its kernels use (0: all)
   std::string kernel_name;
+  /// A fused elementwise chain (empty otherwise): its operators in order, the last one being n,
+  /// and each one's operands as indices into `in` or `chain_value` (the previous one's result).
+  std::vector<const node*> chain;
+  std::vector<std::array<int, 2>> chain_operands;
+  static constexpr int chain_value = -1;
 };
 
 /// A root's place in the arena and who touches it.

@@ -13,7 +13,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 59> ops_table{"Add",
+constexpr std::array<std::string_view, 62> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -71,7 +71,10 @@ constexpr std::array<std::string_view, 59> ops_table{"Add",
                                                      "ArgMax",
                                                      "ArgMin",
                                                      "CastLike",
-                                                     "Dropout"};
+                                                     "Dropout",
+                                                     "ConvGrad",
+                                                     "BatchNormInternal",
+                                                     "BatchNormalizationGrad"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -358,6 +361,26 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
                 window_out(n, x, x.shape[3], s.kernel[1], s.stride[1], s.pad[1], s.dilation[1])},
                x.type);
   }
+  if (t == "ConvGrad") {
+    // onnxruntime's training operator: (dY, X, W) -> (dX, dW[, dB]) of Conv(X, W[, B]) with
+    // Conv's attributes.
+    const auto& dy = need(n, in, 0);
+    const auto& x = need(n, in, 1);
+    const auto& w = need(n, in, 2);
+    same_type(n, x, dy);
+    if (n.outputs.size() < 2 || n.outputs.size() > 3)
+      fail(errc::invalid_argument, n, dy.name, "has outputs dX, dW and optionally dB");
+    node fwd = n;
+    fwd.type = "Conv";
+    const std::array<const value_info*, 2> fin{&x, &w};
+    const auto y = infer_op(fwd, fin, {});
+    if (!(y[0].shape == dy.shape))
+      fail(errc::invalid_shape, n, dy.name,
+           "dY " + shape_string(dy.shape) + " is not the shape of Conv's output " + shape_string(y[0].shape));
+    std::vector<inferred_output> out{{x.shape, x.type}, {w.shape, w.type}};
+    if (n.outputs.size() > 2) out.push_back({shape{w.shape[0]}, w.type});
+    return out;
+  }
   if (t == "MaxPool" || t == "AveragePool") {
     const auto& x = need(n, in, 0);
     need_float(n, x);
@@ -449,6 +472,43 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
              "must be [" + std::to_string(x.shape[1]) + "], got " + shape_string(p.shape));
     }
     return one(x.shape, x.type);
+  }
+  if (t == "BatchNormInternal" || t == "BatchNormalizationGrad") {
+    // onnxruntime's training pair. BatchNormInternal(X, scale, B, input_mean, input_var) ->
+    // (Y, running_mean, running_var, saved_mean, saved_inv_std) normalises with the batch's
+    // statistics; BatchNormalizationGrad(dY, X, scale, saved_mean, saved_inv_std) ->
+    // (dX, dscale, dbias).
+    const bool fwd = t == "BatchNormInternal";
+    const auto& x = need(n, in, fwd ? 0 : 1);
+    need_float(n, x);
+    if (x.shape.rank() < 2) fail(errc::invalid_shape, n, x.name, "needs rank >= 2");
+    if (n.outputs.size() != (fwd ? 5u : 3u))
+      fail(errc::invalid_argument, n, x.name,
+           fwd ? "has outputs Y, running_mean, running_var, saved_mean, saved_inv_std"
+               : "has outputs dX, dscale, dbias");
+    if (fwd) {
+      const double m = n.attrs.get_float("momentum", 0.9), eps = n.attrs.get_float("epsilon", 1e-5);
+      if (!(m >= 0 && m <= 1) || !(eps >= 0) || !std::isfinite(eps))
+        fail(errc::invalid_argument, n, x.name, "momentum must be in [0, 1] and epsilon finite and not negative");
+      // The running variance is unbiased (count - 1 in the divisor): two values per channel.
+      if (x.shape.elements() / x.shape[1] < 2)
+        fail(errc::invalid_shape, n, x.name, "needs at least two values per channel");
+    } else {
+      const auto& dy = need(n, in, 0);
+      same_type(n, x, dy);
+      if (!(dy.shape == x.shape))
+        fail(errc::invalid_shape, n, dy.name, "dY " + shape_string(dy.shape) + " is not X's " + shape_string(x.shape));
+    }
+    const shape c{x.shape[1]};
+    for (std::size_t i = 2 - (fwd ? 1 : 0); i < 5; ++i) {
+      const auto& p = need(n, in, i);
+      same_type(n, x, p);
+      if (!(p.shape == c))
+        fail(errc::invalid_shape, n, p.name, "must be [" + std::to_string(c[0]) + "], got " + shape_string(p.shape));
+    }
+    std::vector<inferred_output> out{{x.shape, x.type}};
+    for (std::size_t i = 1; i < n.outputs.size(); ++i) out.push_back({c, x.type});
+    return out;
   }
   if (t == "LayerNormalization") {
     const auto& x = need(n, in, 0);

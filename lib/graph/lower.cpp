@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 namespace npurt {
 
@@ -66,9 +67,27 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
   std::vector<lowered_task> out;
   auto kernel = [&](kernel_op op) { out.push_back({kernel_desc(std::move(op), st.kernel_name, st.block_dim), {}}); };
   const tensor_desc y = desc(st.out[0]);
-  auto relu_epilogue = [&] {
-    if (st.relu_after) kernel(kernels::elementwise{kernels::eltwise_fn::relu, y, {}, y});
-  };
+  if (!st.chain.empty()) {
+    kernels::fused_elementwise f{};
+    f.y = y;
+    f.inputs = static_cast<std::uint8_t>(st.in.size());
+    for (std::size_t i = 0; i < st.in.size(); ++i) f.input(i) = desc(st.in[i]);
+    f.count = static_cast<std::uint8_t>(st.chain.size());
+    auto operand = [](int o) {
+      return o == cstep::chain_value ? kernels::fused_elementwise::chain : static_cast<std::uint8_t>(o);
+    };
+    for (std::size_t k = 0; k < st.chain.size(); ++k) {
+      const node& m = *st.chain[k];
+      const auto e = graph_ops::find_eltwise(m.type);
+      auto& stage = f.stages[k];
+      stage.fn = e->fn;
+      stage.a = operand(st.chain_operands[k][0]);
+      stage.b = e->binary ? operand(st.chain_operands[k][1]) : stage.a;
+      std::tie(stage.alpha, stage.beta) = graph_ops::eltwise_params(m, e->fn);
+    }
+    kernel(f);
+    return out;
+  }
   if (t == "Conv") {
     const tensor_desc x = desc(st.in[0]), w = desc(st.in[1]);
     kernels::conv2d c{x, w, y};
@@ -82,6 +101,24 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     if (st.residual >= 0) c.residual = desc(st.residual);
     if (st.relu_after) c.act = kernels::activation::relu;
     kernel(c);
+  } else if (t == "ConvGrad") {
+    // dX and dW are the convolution's two backward kernels; dB sums dY over N, H and W.
+    const tensor_desc dy = desc(st.in[0]), x = desc(st.in[1]), w = desc(st.in[2]);
+    const auto stride = two(n.attrs.get_ints("strides"), {1, 1});
+    const auto dil = two(n.attrs.get_ints("dilations"), {1, 1});
+    const auto pad = pads_of(n, x.shape, {static_cast<std::int32_t>(w.shape[2]), static_cast<std::int32_t>(w.shape[3])},
+                             stride, dil);
+    const auto groups = static_cast<std::int32_t>(n.attrs.get_int("group", 1));
+    kernel(kernels::conv2d_backward_data{dy, w, desc(st.out[0]), stride, pad, dil, groups});
+    kernel(kernels::conv2d_backward_weight{x, dy, desc(st.out[1]), stride, pad, dil, groups});
+    if (st.out.size() > 2) {
+      kernels::reduce r{};
+      r.fn = kernels::reduce_fn::sum;
+      r.x = dy;
+      r.y = desc(st.out[2]);
+      r.axes_mask = 0b1101;
+      kernel(r);
+    }
   } else if (t == "MatMul" || t == "Gemm") {
     tensor_desc a = desc(st.in[0]), b = desc(st.in[1]), c = y;
     kernels::matmul m{};
@@ -118,7 +155,6 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     for (std::size_t i = 2; i < n_in; ++i) kernel(kernels::elementwise{f, y, desc(st.in[i]), y});
   } else if (const auto e = graph_ops::find_eltwise(t); e && e->binary) {
     kernel(kernels::elementwise{e->fn, desc(st.in[0]), desc(st.in[1]), y});
-    relu_epilogue();
   } else if (e && !e->binary) {
     const auto [alpha, beta] =
         graph_ops::eltwise_params(n, e->fn, scalar_input(st, values, 1), scalar_input(st, values, 2));
@@ -142,6 +178,37 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     b.y = y;
     b.training = false;
     b.eps = static_cast<float>(n.attrs.get_float("epsilon", 1e-5));
+    kernel(b);
+  } else if (t == "BatchNormInternal") {
+    // The running statistics are new tensors: the inputs' values, then updated in place by the
+    // kernel (ONNX's momentum weighs the old value, the kernel's the batch's).
+    kernels::batchnorm b{};
+    b.x = desc(st.in[0]);
+    b.gamma = desc(st.in[1]);
+    b.beta = desc(st.in[2]);
+    b.y = y;
+    b.running_mean = desc(st.out[1]);
+    b.running_var = desc(st.out[2]);
+    b.saved_mean = desc(st.out[3]);
+    b.saved_invstd = desc(st.out[4]);
+    for (std::size_t k = 1; k < 3; ++k) {
+      const tensor_desc from = desc(st.in[2 + k]), to = desc(st.out[k]);
+      if (from.data && to.data) out.push_back({std::nullopt, copy_task{to.data, from.data, from.bytes()}});
+    }
+    b.training = true;
+    b.eps = static_cast<float>(n.attrs.get_float("epsilon", 1e-5));
+    b.momentum = static_cast<float>(1.0 - n.attrs.get_float("momentum", 0.9));
+    kernel(b);
+  } else if (t == "BatchNormalizationGrad") {
+    kernels::batchnorm_backward b{};
+    b.dy = desc(st.in[0]);
+    b.x = desc(st.in[1]);
+    b.gamma = desc(st.in[2]);
+    b.saved_mean = desc(st.in[3]);
+    b.saved_invstd = desc(st.in[4]);
+    b.dx = y;
+    b.dgamma = desc(st.out[1]);
+    b.dbeta = desc(st.out[2]);
     kernel(b);
   } else if (t == "LayerNormalization") {
     kernels::layernorm l{};

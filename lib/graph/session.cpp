@@ -97,8 +97,25 @@ void session::rebuild_pool_if_idle() {
 }
 
 npurt::stream& session::stream(std::size_t i) {
-  while (streams_.size() <= i) streams_.push_back(std::make_unique<npurt::stream>(dev_->make_stream()));
-  return *streams_[i];
+  while (compute_.size() <= i) {
+    compute_.push_back(streams_.size());
+    streams_.push_back(std::make_unique<npurt::stream>(dev_->make_stream()));
+  }
+  return *streams_[compute_[i]];
+}
+
+npurt::stream& session::io_stream(std::size_t i) {
+  auto& at = io_.at(i);
+  if (at == 0) {  // index 0 is always stream(0), never a copy stream
+    (void)stream(0);
+    at = streams_.size();
+    streams_.push_back(std::make_unique<npurt::stream>(dev_->make_stream({.flags = stream_flags::direct_submit})));
+  }
+  return *streams_[at];
+}
+
+npurt::stream& session::end_stream(const compiled_graph& c) {
+  return c.get().rep.overlap ? io_stream(1) : stream(c.final_stream());
 }
 
 void* session::acquire(std::size_t bytes) {
@@ -176,13 +193,15 @@ compiled_graph session::compile(graph& g, const compile_options& opts) {
   auto p = build_plan(g, opts, cfg_.precision, sched_, mem_, level_);
   p->owner = this;
   auto& rep = p->rep;
-  // Overlap: inputs come in on a stream of their own, into one of two slots, so the next
-  // batch's copy runs beside this batch's operators.
+  // Overlap: inputs come in and outputs go out on copy streams of their own, into one of two
+  // slots, so the next batch's copy in and the last batch's copy out run beside this batch's
+  // operators. The copy streams bypass the device's shared execution queue: there a copy out
+  // submitted before the next batch's operators would hold them until its own batch finished.
   if (overlap_ && rep.schedule != schedule::pipeline) {
-    p->copy_stream = p->streams;
-    p->streams += 1;
     rep.overlap = true;
-    rep.streams = p->streams;
+    rep.streams = p->streams + 2;
+    (void)io_stream(0);
+    (void)io_stream(1);
   }
   // A pipeline has a batch in each stage and one being copied in.
   const std::size_t slots = rep.schedule == schedule::pipeline ? static_cast<std::size_t>(p->stages) + 1
@@ -332,8 +351,9 @@ event enqueue_batch(enqueue_ctx& x) {
       return c.input_ptr[x.slot][static_cast<std::size_t>(input_pos[static_cast<std::size_t>(r)])];
     return arena + c.roots[static_cast<std::size_t>(r)].offset;
   };
-  npurt::stream& sin = x.s.stream(c.copy_stream);
-  npurt::stream& sout = x.s.stream(c.final_stream);
+  const bool overlap = c.rep.overlap;
+  npurt::stream& sin = overlap ? x.s.io_stream(0) : x.s.stream(c.copy_stream);
+  npurt::stream& sout = overlap ? x.s.io_stream(1) : x.s.stream(c.final_stream);
   // Inputs: host to device on the first stream.
   for (std::size_t i = 0; i < c.inputs.size(); ++i) {
     const tensor& t = *x.in[i];
@@ -357,7 +377,7 @@ event enqueue_batch(enqueue_ctx& x) {
     npurt::stream& s = x.s.stream(st.stream);
     if (!stream_started[st.stream]) {
       stream_started[st.stream] = true;
-      if (st.stream != c.copy_stream) s.wait(inputs_done);
+      if (overlap || st.stream != c.copy_stream) s.wait(inputs_done);
       if (x.stage_done && (*x.stage_done)[static_cast<std::size_t>(st.stage)].valid())
         s.wait((*x.stage_done)[static_cast<std::size_t>(st.stage)]);
     }
@@ -372,9 +392,9 @@ event enqueue_batch(enqueue_ctx& x) {
     stage_end[static_cast<std::size_t>(st.stage)] = last;
   }
   // Join every stream into the final one, then copy the outputs out there.
-  stream_started[c.copy_stream] = true;
+  if (!overlap) stream_started[c.copy_stream] = true;
   for (std::uint32_t k = 0; k < c.streams; ++k)
-    if (k != c.final_stream && stream_started[k]) {
+    if ((overlap || k != c.final_stream) && stream_started[k]) {
       event e = x.s.stream(k).launch_callback([] {});
       sout.wait(e);
     }
@@ -446,7 +466,7 @@ run_result session::finish_run(pending_run& p) {
   if (p.rec)
     for (const auto& [k, sp] : p.rec->spans_) {
       const cstep& st = c.steps[k];
-      r.ops.push_back({st.n->name, st.n->type, st.stream, sp.start - p.start, sp.end - p.start, sp.busy});
+      r.ops.push_back({st.kernel_name, st.n->type, st.stream, sp.start - p.start, sp.end - p.start, sp.busy});
     }
   std::stable_sort(r.ops.begin(), r.ops.end(),
                    [](const op_timing& a, const op_timing& b) { return a.start < b.start; });
@@ -457,6 +477,7 @@ run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs
   auto p = start_run(c, inputs);
   std::error_code ec;
   for (std::uint32_t k = 0; k < c.get().streams; ++k) stream(k).synchronize(npurt::no_timeout, ec);
+  if (!ec) end_stream(c).synchronize(npurt::no_timeout, ec);
   if (ec) {
     abandon_run(*p);
     throw_error(ec, "run: graph '" + c.get().g.name() + "'");
@@ -481,11 +502,12 @@ batches_result session::run_batches(const compiled_graph& cg, const std::vector<
     check_feeds(c, batches[b], x.in);
     outs[b].resize(c.outputs.size());
     // A slot is reused only when the batch that used it has been copied out.
-    if (rotating && b >= slots) stream(c.copy_stream).wait(batch_end[b - slots]);
+    if (rotating && b >= slots) (c.rep.overlap ? io_stream(0) : stream(c.copy_stream)).wait(batch_end[b - slots]);
     batch_end[b] = enqueue_batch(x);
     if (!rotating) batch_end[b].synchronize();
   }
   for (std::uint32_t k = 0; k < c.streams; ++k) stream(k).synchronize();
+  end_stream(cg).synchronize();
   r.latency = sys_->now() - t0;
   for (auto& o : outs) {
     std::map<std::string, tensor> m;

@@ -502,6 +502,14 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);
+        } else if constexpr (std::is_same_v<T, fused_elementwise>) {
+          // One pass: each input read once (a broadcast one at its own size), y written once;
+          // the vector unit does every stage's work on each element.
+          double in = 0, ops = 0;
+          for (std::size_t i = 0; i < op.inputs && i < fused_elementwise::max_inputs; ++i) in += bytes(op.input(i));
+          for (std::size_t s = 0; s < op.count && s < fused_elementwise::max_stages; ++s)
+            ops += eltwise_ops(op.stages[s].fn);
+          w.add(elems(op.y), in, bytes(op.y), ops, op.y.type);
         } else if constexpr (std::is_same_v<T, sgd_update>) {
           const bool mom = op.momentum != 0.0f && op.momentum_buffer.shape.rank() > 0;
           const double in = bytes(op.param) + bytes(op.grad) + (mom ? bytes(op.momentum_buffer) : 0.0);

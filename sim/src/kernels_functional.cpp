@@ -601,6 +601,50 @@ void apply_epilogue(const tensor_desc& y, const tensor_desc& bias, const tensor_
   for (auto& e : v) e = apply_unary(f, e);
 }
 
+// The chain element by element: each stage's result is rounded to y's dtype, as the store of
+// the separate kernel it replaces would round it.
+void run(const kernels::fused_elementwise& op, const host_tensors& h) {
+  using F = kernels::fused_elementwise;
+  const shape& ys = op.y.shape;
+  const size_t r = ys.rank();
+  std::array<std::vector<float>, F::max_inputs> in;
+  std::array<std::array<int64_t, shape::max_rank>, F::max_inputs> st{};
+  std::array<int64_t, F::max_inputs> at{};
+  for (size_t i = 0; i < op.inputs; ++i) {
+    in[i] = h.load(op.input(i));
+    st[i] = broadcast_strides(op.input(i).shape, r);
+  }
+  std::vector<float> y(static_cast<size_t>(ys.elements()));
+  std::array<int64_t, shape::max_rank> idx{};
+  for (size_t i = 0; i < y.size(); ++i) {
+    float v = 0.0f;
+    auto operand = [&](std::uint8_t o) { return o == F::chain ? v : in[o][static_cast<size_t>(at[o])]; };
+    for (size_t k = 0; k < op.count; ++k) {
+      const kernels::eltwise_stage& s = op.stages[k];
+      const float a = operand(s.a);
+      if (kernels::is_binary(s.fn)) {
+        v = apply_binary(s.fn, a, operand(s.b));
+      } else {
+        kernels::elementwise e{};
+        e.fn = s.fn;
+        e.alpha = s.alpha;
+        e.beta = s.beta;
+        v = apply_unary(e, a);
+      }
+      v = round_to(op.y.type, v);
+    }
+    y[i] = v;
+    for (size_t d = r; d-- > 0;) {
+      ++idx[d];
+      for (size_t k = 0; k < op.inputs; ++k) at[k] += st[k][d];
+      if (idx[d] < ys[d]) break;
+      for (size_t k = 0; k < op.inputs; ++k) at[k] -= st[k][d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+  h.store(op.y, y);
+}
+
 // ---- normalisation -----------------------------------------------------------------------
 
 // x viewed as [outer = N, C, inner = H*W*...]: channel axis 1.

@@ -227,6 +227,30 @@ std::error_code check(const kernels::elementwise& e) {
   return {};
 }
 
+std::error_code check(const kernels::fused_elementwise& f) {
+  using F = kernels::fused_elementwise;
+  if (f.inputs == 0 || f.inputs > F::max_inputs || f.count == 0 || f.count > F::max_stages)
+    return fail(errc::invalid_argument);
+  for (std::size_t k = 0; k < f.count; ++k) {
+    const kernels::eltwise_stage& st = f.stages[k];
+    if (static_cast<unsigned>(st.fn) > static_cast<unsigned>(kernels::last_eltwise_fn))
+      return fail(errc::invalid_argument);
+    if (!finite(st.alpha) || !finite(st.beta)) return fail(errc::invalid_argument);
+    // An operand is an input in range, or the running value after the first stage; every later
+    // stage continues the chain (otherwise an earlier stage's result would be dropped).
+    auto ok = [&](std::uint8_t o) { return o < f.inputs || (o == F::chain && k > 0); };
+    const bool bin = binary(st.fn);
+    if (!ok(st.a) || (bin && !ok(st.b))) return fail(errc::invalid_argument);
+    if (k > 0 && st.a != F::chain && !(bin && st.b == F::chain)) return fail(errc::invalid_argument);
+  }
+  if (!is_float(f.y.type)) return fail(errc::invalid_dtype);
+  for (std::size_t i = 0; i < f.inputs; ++i) {
+    if (f.input(i).type != f.y.type) return fail(errc::invalid_dtype);
+    if (!broadcasts_to(f.input(i).shape, f.y.shape)) return fail(errc::invalid_shape);
+  }
+  return {};
+}
+
 // ---- normalisation ---------------------------------------------------------------------
 
 std::error_code check_channel_vector(const tensor_desc& t, int64_t c) {
@@ -466,6 +490,11 @@ operand_list operands(const kernel_op& op) noexcept {
           b.add(o.param, rw);
           b.add(o.grad, r);
           b.add_optional(o.momentum_buffer, rw);
+        } else if constexpr (std::is_same_v<T, kernels::fused_elementwise>) {
+          // A count past the limit names no operand: check() reports the count itself.
+          if (o.inputs <= T::max_inputs)
+            for (std::size_t i = 0; i < o.inputs; ++i) b.add(o.input(i), r);
+          b.add(o.y, w);
         }
       },
       op);

@@ -259,3 +259,251 @@ TEST_CASE("the recomputation suggestion saves what it estimates and changes no r
   REQUIRE(ra.outputs.size() == rb.outputs.size());
   for (const auto& [name, v] : ra.outputs) CHECK(v.to_vector() == rb.outputs.at(name).to_vector());
 }
+
+namespace {
+
+// Checks grad against central differences of loss() in each element of p (perturbed in place
+// and restored): |grad - fd| <= tol * (1 + |fd|).
+template <class Loss>
+void check_differences(const char* name, vec& p, const vec& grad, double h, double tol, Loss loss) {
+  INFO(name);
+  REQUIRE(grad.size() == p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double keep = p[i];
+    p[i] = keep + h;
+    const double up = loss();
+    p[i] = keep - h;
+    const double down = loss();
+    p[i] = keep;
+    const double fd = (up - down) / (2 * h);
+    CHECK(std::abs(grad[i] - fd) <= tol * (1 + std::abs(fd)));
+  }
+}
+
+// A plain grouped 2-D convolution in double: y[n][m][oy][ox] = b[m] + sum over the group's
+// channels and the window of x * w, zero outside x.
+struct conv_ref {
+  std::int64_t N, C, H, W, M, K, stride, pad, groups;
+  [[nodiscard]] std::int64_t out(std::int64_t in) const { return (in + 2 * pad - K) / stride + 1; }
+  [[nodiscard]] vec y(const vec& x, const vec& w, const vec& b) const {
+    const std::int64_t Ho = out(H), Wo = out(W), cg = C / groups, mg = M / groups;
+    vec r(static_cast<std::size_t>(N * M * Ho * Wo));
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t m = 0; m < M; ++m)
+        for (std::int64_t oy = 0; oy < Ho; ++oy)
+          for (std::int64_t ox = 0; ox < Wo; ++ox) {
+            double s = b[static_cast<std::size_t>(m)];
+            for (std::int64_t c = 0; c < cg; ++c)
+              for (std::int64_t ky = 0; ky < K; ++ky)
+                for (std::int64_t kx = 0; kx < K; ++kx) {
+                  const std::int64_t iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
+                  if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                  const std::int64_t ci = m / mg * cg + c;
+                  s += x[static_cast<std::size_t>(((n * C + ci) * H + iy) * W + ix)] *
+                       w[static_cast<std::size_t>(((m * cg + c) * K + ky) * K + kx)];
+                }
+            r[static_cast<std::size_t>(((n * M + m) * Ho + oy) * Wo + ox)] = s;
+          }
+    return r;
+  }
+  // The loss whose gradient with respect to y is r: sum(r * y).
+  [[nodiscard]] double loss(const vec& x, const vec& w, const vec& b, const vec& r) const {
+    const vec yy = y(x, w, b);
+    double l = 0;
+    for (std::size_t i = 0; i < yy.size(); ++i) l += r[i] * yy[i];
+    return l;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("ConvGrad's dX, dW and dB equal finite differences of the convolution", "[graph][training][conv]") {
+  // Strided, padded and grouped, so every index mapping of the backward kernels is exercised.
+  const conv_ref cr{2, 4, 7, 7, 6, 3, 2, 1, 2};
+  const std::int64_t Ho = cr.out(cr.H), Wo = cr.out(cr.W);
+  vec xv = test::values(cr.N * cr.C * cr.H * cr.W, 71), wv = test::values(cr.M * 2 * 9, 72, 0.5),
+      bv = test::values(cr.M, 73);
+  const vec rv = test::values(cr.N * cr.M * Ho * Wo, 74);
+  auto sys = test::make_system();
+  session s{sys};
+  graph g("conv_grad");
+  auto x = g.add_input("x", {cr.N, cr.C, cr.H, cr.W}, dtype::f32);
+  auto dy = g.add_input("dy", {cr.N, cr.M, Ho, Wo}, dtype::f32);
+  auto w = g.add_constant("w", tensor({cr.M, 2, 3, 3}, dtype::f32, wv));
+  const attributes conv{{"strides", ints{2, 2}}, {"pads", ints{1, 1, 1, 1}}, {"group", std::int64_t{2}}};
+  g.add_node("ConvGrad", "conv_grad", {dy, x, w}, {"dx", "dw", "db"}, conv);
+  for (const char* o : {"dx", "dw", "db"}) g.set_output(o);
+  CHECK(g.value("dw").shape == shape{cr.M, 2, 3, 3});
+  CHECK(g.value("db").shape == shape{cr.M});
+  const tensor xt({cr.N, cr.C, cr.H, cr.W}, dtype::f32, xv), rt({cr.N, cr.M, Ho, Wo}, dtype::f32, rv);
+  const auto out = s.run(s.compile(g), {{"x", xt}, {"dy", rt}}).outputs;
+  // sum(r * conv(x, w, b)) is linear in each of x, w and b: central differences are exact up to
+  // rounding, so they are the oracle.
+  const double h = 1e-2;
+  auto l = [&] { return cr.loss(xv, wv, bv, rv); };
+  check_differences("dx", xv, out.at("dx").to_vector(), h, 1e-4, l);
+  check_differences("dw", wv, out.at("dw").to_vector(), h, 1e-4, l);
+  check_differences("db", bv, out.at("db").to_vector(), h, 1e-4, l);
+}
+
+TEST_CASE("ConvGrad rejects a dY that is not the convolution's output shape", "[graph][training][conv][errors]") {
+  graph g("bad");
+  auto x = g.add_input("x", {1, 2, 5, 5}, dtype::f32);
+  auto dy = g.add_input("dy", {1, 3, 4, 4}, dtype::f32);  // Conv's output is [1,3,5,5] with pads 1
+  auto w = g.add_constant("w", tensor::timing_only({3, 2, 3, 3}, dtype::f32));
+  try {
+    g.add_node("ConvGrad", "cg", {dy, x, w}, {"dx", "dw"}, {{"pads", ints{1, 1, 1, 1}}});
+    FAIL("accepted");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::invalid_shape);
+    CHECK(e.op() == "cg");
+    CHECK(e.tensor() == "dy");
+  }
+}
+
+TEST_CASE("BatchNormInternal and BatchNormalizationGrad equal a plain reference and finite differences",
+          "[graph][training][batchnorm]") {
+  const std::int64_t N = 3, C = 2, H = 2, W = 3, per = N * H * W;
+  const double eps = 1e-5, momentum = 0.9;
+  vec xv = test::values(N * C * H * W, 81, 2.0), gv = test::values(C, 82), bv = test::values(C, 83);
+  const vec rv = test::values(N * C * H * W, 84), mean0{0.5, -0.25}, var0{1.5, 0.75};
+  auto at = [&](std::int64_t n, std::int64_t c, std::int64_t i) {
+    return static_cast<std::size_t>((n * C + c) * H * W + i);
+  };
+  // Training-mode normalisation with the batch's biased variance, and sum(r * y).
+  auto loss = [&](vec* y, vec* mean, vec* var) {
+    double l = 0;
+    for (std::int64_t c = 0; c < C; ++c) {
+      double m = 0, v = 0;
+      for (std::int64_t n = 0; n < N; ++n)
+        for (std::int64_t i = 0; i < H * W; ++i) m += xv[at(n, c, i)];
+      m /= static_cast<double>(per);
+      for (std::int64_t n = 0; n < N; ++n)
+        for (std::int64_t i = 0; i < H * W; ++i) v += (xv[at(n, c, i)] - m) * (xv[at(n, c, i)] - m);
+      v /= static_cast<double>(per);
+      if (mean) mean->push_back(m);
+      if (var) var->push_back(v);
+      for (std::int64_t n = 0; n < N; ++n)
+        for (std::int64_t i = 0; i < H * W; ++i) {
+          const double yy = gv[static_cast<std::size_t>(c)] * (xv[at(n, c, i)] - m) / std::sqrt(v + eps) +
+                            bv[static_cast<std::size_t>(c)];
+          if (y) (*y)[at(n, c, i)] = yy;
+          l += rv[at(n, c, i)] * yy;
+        }
+    }
+    return l;
+  };
+  auto sys = test::make_system();
+  session s{sys};
+  graph g("bn_train");
+  auto x = g.add_input("x", {N, C, H, W}, dtype::f32);
+  auto r = g.add_input("dy", {N, C, H, W}, dtype::f32);
+  auto gamma = g.add_constant("gamma", tensor({C}, dtype::f32, gv));
+  auto beta = g.add_constant("beta", tensor({C}, dtype::f32, bv));
+  auto m0 = g.add_constant("mean", tensor({C}, dtype::f32, mean0));
+  auto v0 = g.add_constant("var", tensor({C}, dtype::f32, var0));
+  g.add_node("BatchNormInternal", "bn", {x, gamma, beta, m0, v0}, {"y", "running_mean", "running_var", "sm", "sis"},
+             {{"epsilon", eps}, {"momentum", momentum}});
+  g.add_node("BatchNormalizationGrad", "bn_grad", {r, x, gamma, "sm", "sis"}, {"dx", "dgamma", "dbeta"}, {});
+  for (const char* o : {"y", "running_mean", "running_var", "dx", "dgamma", "dbeta"}) g.set_output(o);
+  const auto out =
+      s.run(s.compile(g), {{"x", tensor({N, C, H, W}, dtype::f32, xv)}, {"dy", tensor({N, C, H, W}, dtype::f32, rv)}})
+          .outputs;
+  vec y(xv.size()), mean, var;
+  loss(&y, &mean, &var);
+  CHECK(test::max_abs_diff(out.at("y").to_vector(), y) <= 1e-5);
+  // ONNX's momentum weighs the old statistic; the running variance is the unbiased one.
+  const auto rm = out.at("running_mean").to_vector(), rvar = out.at("running_var").to_vector();
+  for (std::size_t c = 0; c < 2; ++c) {
+    CHECK(std::abs(rm[c] - (momentum * mean0[c] + (1 - momentum) * mean[c])) <= 1e-6);
+    const double unbiased = var[c] * static_cast<double>(per) / static_cast<double>(per - 1);
+    CHECK(std::abs(rvar[c] - (momentum * var0[c] + (1 - momentum) * unbiased)) <= 1e-5);
+  }
+  // Central differences of sum(r * y) (second order: h^2 error, far below the tolerance).
+  const double h = 1e-4;
+  auto l = [&] { return loss(nullptr, nullptr, nullptr); };
+  check_differences("dx", xv, out.at("dx").to_vector(), h, 2e-4, l);
+  check_differences("dgamma", gv, out.at("dgamma").to_vector(), h, 2e-4, l);
+  check_differences("dbeta", bv, out.at("dbeta").to_vector(), h, 2e-4, l);
+}
+
+namespace {
+
+// Training-mode batch normalisation in double (biased batch variance), NCHW.
+vec bn_train_ref(const vec& x, std::int64_t N, std::int64_t C, std::int64_t HW, const vec& gamma, const vec& beta,
+                 double eps) {
+  vec y(x.size());
+  for (std::int64_t c = 0; c < C; ++c) {
+    double m = 0, v = 0;
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t i = 0; i < HW; ++i) m += x[static_cast<std::size_t>((n * C + c) * HW + i)];
+    m /= static_cast<double>(N * HW);
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t i = 0; i < HW; ++i) {
+        const double d = x[static_cast<std::size_t>((n * C + c) * HW + i)] - m;
+        v += d * d;
+      }
+    v /= static_cast<double>(N * HW);
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t i = 0; i < HW; ++i) {
+        const auto k = static_cast<std::size_t>((n * C + c) * HW + i);
+        y[k] = gamma[static_cast<std::size_t>(c)] * (x[k] - m) / std::sqrt(v + eps) + beta[static_cast<std::size_t>(c)];
+      }
+  }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("a residual block's training step as a graph has the gradients of finite differences",
+          "[graph][training][conv][batchnorm]") {
+  // y = Relu(Conv(Relu(BN(Conv(x, w1))), w2) + x); loss = sum(r * y), so dY = r.
+  const std::int64_t N = 2, C = 3, S = 4;
+  const conv_ref cr{N, C, S, S, C, 3, 1, 1, 1};
+  const vec xv = test::values(N * C * S * S, 91), rv = test::values(N * C * S * S, 92);
+  vec w1 = test::values(C * C * 9, 93, 0.4), w2 = test::values(C * C * 9, 94, 0.4), gv = test::values(C, 95),
+      bv = test::values(C, 96);
+  const vec zero(static_cast<std::size_t>(C), 0.0);
+  auto loss = [&] {
+    vec h = bn_train_ref(cr.y(xv, w1, zero), N, C, S * S, gv, bv, 1e-5);
+    test::ref_relu(h);
+    vec y = cr.y(h, w2, zero);
+    double l = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) l += rv[i] * std::max(0.0, y[i] + xv[i]);
+    return l;
+  };
+  graph g("block_step");
+  auto x = g.add_input("x", {N, C, S, S}, dtype::f32);
+  auto r = g.add_input("dy", {N, C, S, S}, dtype::f32);
+  auto param = [&](const char* name, shape s, const vec& v) { return g.add_constant(name, tensor(s, dtype::f32, v)); };
+  auto W1 = param("w1", {C, C, 3, 3}, w1), W2 = param("w2", {C, C, 3, 3}, w2);
+  auto G = param("gamma", {C}, gv), B = param("beta", {C}, bv);
+  auto M = param("mean", {C}, zero), V = param("var", {C}, vec(static_cast<std::size_t>(C), 1.0));
+  const attributes conv{{"pads", ints{1, 1, 1, 1}}};
+  auto c1 = g.add_op("Conv", {x, W1}, conv, "c1");
+  g.add_node("BatchNormInternal", "bn", {c1, G, B, M, V}, {"a1", "rm", "rv", "sm", "sis"}, {});
+  auto h = g.add_op("Relu", {"a1"}, {}, "h");
+  auto s = g.add_op("Add", {g.add_op("Conv", {h, W2}, conv, "c2"), x}, {}, "s");
+  g.set_output(g.add_op("Relu", {s}, {}, "y"));
+  // Backward.
+  auto ds = g.add_op("ReluGrad", {r, s}, {}, "ds");
+  g.add_node("ConvGrad", "c2_grad", {ds, h, W2}, {"dh", "dw2"}, conv);
+  auto da1 = g.add_op("ReluGrad", {"dh", "a1"}, {}, "da1");
+  g.add_node("BatchNormalizationGrad", "bn_grad", {da1, c1, G, "sm", "sis"}, {"dc1", "dgamma", "dbeta"}, {});
+  g.add_node("ConvGrad", "c1_grad", {"dc1", x, W1}, {"dx1", "dw1"}, conv);
+  for (const char* o : {"dw1", "dw2", "dgamma", "dbeta"}) g.set_output(o);
+  auto sys = test::make_system();
+  session sess{sys};
+  const tensor xt({N, C, S, S}, dtype::f32, xv), rt({N, C, S, S}, dtype::f32, rv);
+  const auto o1 = sess.run(sess.compile(g, {.optimization_level = 1}), {{"x", xt}, {"dy", rt}}).outputs;
+  // Level 2 fuses the residual Add into c2's epilogue; the gradients do not change.
+  auto c2l = sess.compile(g, {.optimization_level = 2});
+  CHECK(c2l.report().fused >= 1);
+  const auto o2 = sess.run(c2l, {{"x", xt}, {"dy", rt}}).outputs;
+  for (const char* o : {"dw1", "dw2", "dgamma", "dbeta"}) CHECK(o1.at(o).to_vector() == o2.at(o).to_vector());
+  const double step = 1e-4;
+  check_differences("dw1", w1, o1.at("dw1").to_vector(), step, 1e-3, loss);
+  check_differences("dw2", w2, o1.at("dw2").to_vector(), step, 1e-3, loss);
+  check_differences("dgamma", gv, o1.at("dgamma").to_vector(), step, 1e-3, loss);
+  check_differences("dbeta", bv, o1.at("dbeta").to_vector(), step, 1e-3, loss);
+}

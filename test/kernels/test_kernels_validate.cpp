@@ -4,6 +4,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -319,4 +320,71 @@ TEST_CASE("operand lists name what each operation reads and writes", "[kernels][
   CHECK(npurt::sim::operands(k::batchnorm{x, v, v, v, v, x, v, v, false}).size() == 6);  // inference: no saved stats
   CHECK(npurt::sim::operands(k::sgd_update{a, b}).items[0].mode == access::read_write);
   CHECK(npurt::sim::operands(k::fixed{}).size() == 0);
+}
+
+TEST_CASE("a fused elementwise chain validates its stages, operands and broadcasts", "[kernels][validate][fused]") {
+  using F = k::fused_elementwise;
+  // y = relu(a * b + c) with b a per-channel scale: the well-formed chain.
+  auto chain = [] {
+    F f{};
+    f.a = t({2, 3, 4});
+    f.b = t({3, 1});
+    f.c = t({2, 3, 4});
+    f.y = t({2, 3, 4});
+    f.inputs = 3;
+    f.count = 3;
+    f.stages[0] = {k::eltwise_fn::mul, 0, 1};
+    f.stages[1] = {k::eltwise_fn::add, F::chain, 2};
+    f.stages[2] = {k::eltwise_fn::relu, F::chain, F::chain};
+    return f;
+  };
+  CHECK(npurt::sim::validate(chain()).value() == 0);
+  auto bad = [&](auto change) {
+    F f = chain();
+    change(f);
+    return npurt::sim::validate(f);
+  };
+  CHECK(bad([](F& f) { f.count = 0; }) == errc::invalid_argument);
+  CHECK(bad([](F& f) { f.count = F::max_stages + 1; }) == errc::invalid_argument);
+  CHECK(bad([](F& f) { f.inputs = F::max_inputs + 1; }) == errc::invalid_argument);
+  CHECK(bad([](F& f) { f.stages[0].a = F::chain; }) == errc::invalid_argument);  // nothing before stage 0
+  CHECK(bad([](F& f) { f.stages[1].b = 3; }) == errc::invalid_argument);        // an input past `inputs`
+  CHECK(bad([](F& f) { f.stages[1].a = 0; }) == errc::invalid_argument);  // drops stage 0's result
+  CHECK(bad([](F& f) { f.stages[2].fn = static_cast<k::eltwise_fn>(200); }) == errc::invalid_argument);
+  CHECK(bad([](F& f) { f.stages[2].alpha = std::numeric_limits<float>::infinity(); }) == errc::invalid_argument);
+  CHECK(bad([](F& f) { f.b = t({4, 1}); }) == errc::invalid_shape);  // does not broadcast to y
+  CHECK(bad([](F& f) { f.c = t({2, 3, 4}, dtype::f16); }) == errc::invalid_dtype);
+  CHECK(bad([](F& f) { f.y = t({2, 3, 4}, dtype::i32); }) == errc::invalid_dtype);
+  // The operand list is the inputs in use and y.
+  const auto ops = npurt::sim::operands(chain());
+  REQUIRE(ops.size() == 4);
+  CHECK(ops.items[3].writes());
+  CHECK_FALSE(ops.items[0].writes());
+}
+
+TEST_CASE("a fused elementwise chain computes its stages' separate kernels bit for bit", "[kernels][fused]") {
+  using F = k::fused_elementwise;
+  // f16: a chain that kept its intermediates in float would differ from the separate kernels.
+  tensor a({2, 3, 4}, dtype::f16), b({3, 1}, dtype::f16), c({2, 3, 4}, dtype::f16);
+  for (std::size_t i = 0; i < a.size(); ++i) a.set(i, 0.37 * static_cast<double>(i) - 3.1);
+  for (std::size_t i = 0; i < b.size(); ++i) b.set(i, 1.3 - 0.71 * static_cast<double>(i));
+  for (std::size_t i = 0; i < c.size(); ++i) c.set(i, 0.11 * static_cast<double>(i % 7) - 0.2);
+  // y = sigmoid(c - a * b), the running value as Sub's second operand.
+  tensor y({2, 3, 4}, dtype::f16);
+  F f{};
+  f.a = a.desc;
+  f.b = b.desc;
+  f.c = c.desc;
+  f.y = y.desc;
+  f.inputs = 3;
+  f.count = 3;
+  f.stages[0] = {k::eltwise_fn::mul, 0, 1};
+  f.stages[1] = {k::eltwise_fn::sub, 2, F::chain};
+  f.stages[2] = {k::eltwise_fn::sigmoid, F::chain, F::chain};
+  REQUIRE(run(f) == 0);
+  tensor t1({2, 3, 4}, dtype::f16), t2({2, 3, 4}, dtype::f16), want({2, 3, 4}, dtype::f16);
+  REQUIRE(run(k::elementwise{k::eltwise_fn::mul, a.desc, b.desc, t1.desc}) == 0);
+  REQUIRE(run(k::elementwise{k::eltwise_fn::sub, c.desc, t1.desc, t2.desc}) == 0);
+  REQUIRE(run(k::elementwise{k::eltwise_fn::sigmoid, t2.desc, {}, want.desc}) == 0);
+  CHECK(y.bytes == want.bytes);
 }

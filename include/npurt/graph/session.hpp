@@ -43,6 +43,7 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/post.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -155,7 +156,8 @@ class compiled_graph {
   /// Operator names in execution order with the stream each runs on.
   [[nodiscard]] std::vector<std::pair<std::string, std::uint32_t>> schedule_order() const;
   [[nodiscard]] impl& get() const { return *p_; }
-  /// The stream a run ends on (its outputs are copied out there).
+  /// The compute stream a run ends on (its outputs are copied out there, or on the session's
+  /// io_stream(1) when the graph was compiled with overlap).
   [[nodiscard]] std::uint32_t final_stream() const;
 
  private:
@@ -189,8 +191,13 @@ class session {
   [[nodiscard]] const session_config& config() const noexcept { return cfg_; }
   [[nodiscard]] npurt::device& device() noexcept { return *dev_; }
   [[nodiscard]] npurt::system& system() noexcept { return *sys_; }
-  /// The session's streams (created on demand, up to the schedule's needs).
+  /// The session's compute streams (created on demand, up to the schedule's needs).
   [[nodiscard]] npurt::stream& stream(std::size_t i);
+  /// The copy streams of overlapped runs: 0 copies inputs in, 1 copies outputs out. They submit
+  /// directly (stream_flags::direct_submit), so under the default shared execution queue a copy
+  /// waiting for its batch never holds another batch's operators, nor they it.
+  [[nodiscard]] npurt::stream& io_stream(std::size_t i);
+  /// Every stream the session owns (compute and copy streams).
   [[nodiscard]] std::size_t stream_count() const noexcept { return streams_.size(); }
 
   [[nodiscard]] graph make_graph(std::string name) const { return graph(std::move(name)); }
@@ -265,12 +272,16 @@ class session {
   void abandon_run(pending_run& p) noexcept;
   void drain() noexcept;
   void rebuild_pool_if_idle();
+  /// The stream a run of `c` ends on: its outputs are copied out there.
+  npurt::stream& end_stream(const compiled_graph& c);
 
   npurt::system* sys_;
   npurt::device* dev_;
   session_config cfg_;
   std::uint64_t id_;
-  std::vector<std::unique_ptr<npurt::stream>> streams_;
+  std::vector<std::unique_ptr<npurt::stream>> streams_;  // every stream; [0] is stream(0)
+  std::vector<std::size_t> compute_;                      // stream(i) is streams_[compute_[i]]
+  std::array<std::size_t, 2> io_{};                       // io_stream(i); 0: not created yet
   memory_config mem_{};
   schedule_config sched_{};
   allocation_strategy alloc_ = allocation_strategy::segmented;
@@ -302,18 +313,17 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
               ex, [h = std::move(handler), ec]() mutable { std::move(h)(async_error_code(ec), run_result{}); });
           return;
         }
-        stream(cg->final_stream())
-            .async_synchronize([this, h = std::move(handler), p](async_error_code sync_ec) mutable {
-              run_result r;
-              if (!sync_ec) {
-                try {
-                  r = finish_run(*p);
-                } catch (const error& e) { sync_ec = async_error_code(e.code()); }
-              } else {
-                abandon_run(*p);
-              }
-              std::move(h)(sync_ec, std::move(r));
-            });
+        end_stream(*cg).async_synchronize([this, h = std::move(handler), p](async_error_code sync_ec) mutable {
+          run_result r;
+          if (!sync_ec) {
+            try {
+              r = finish_run(*p);
+            } catch (const error& e) { sync_ec = async_error_code(e.code()); }
+          } else {
+            abandon_run(*p);
+          }
+          std::move(h)(sync_ec, std::move(r));
+        });
       },
       token, &c, inputs);
 }
