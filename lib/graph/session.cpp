@@ -114,8 +114,27 @@ npurt::stream& session::io_stream(std::size_t i) {
   return *streams_[at];
 }
 
+npurt::stream& session::stage_stream(std::size_t i) {
+  (void)stream(0);
+  while (stage_.size() <= i) {
+    stage_.push_back(streams_.size());
+    streams_.push_back(std::make_unique<npurt::stream>(dev_->make_stream({.flags = stream_flags::direct_submit})));
+  }
+  return *streams_[stage_[i]];
+}
+
+namespace {
+
+// The stream a compiled graph's stream index k names: a pipeline's stages run on direct-submit
+// streams of their own, every other schedule on the session's compute streams.
+npurt::stream& exec_stream(session& s, const compiled_graph::impl& c, std::uint32_t k) {
+  return c.rep.schedule == schedule::pipeline ? s.stage_stream(k) : s.stream(k);
+}
+
+}  // namespace
+
 npurt::stream& session::end_stream(const compiled_graph& c) {
-  return c.get().rep.overlap ? io_stream(1) : stream(c.final_stream());
+  return c.get().rep.overlap ? io_stream(1) : exec_stream(*this, c.get(), c.final_stream());
 }
 
 void* session::acquire(std::size_t bytes) {
@@ -208,7 +227,7 @@ compiled_graph session::compile(graph& g, const compile_options& opts) {
                             : rep.overlap                      ? 2
                                                                : 1;
   rep.kernels = 0;
-  for (std::uint32_t s = 0; s < p->streams; ++s) (void)stream(s);
+  for (std::uint32_t s = 0; s < p->streams; ++s) (void)exec_stream(*this, *p, s);
   // Operators that may overlap share the AI cores, as kernels on concurrent streams do when their
   // tiling leaves cores free; everything else uses all of them.
   const std::uint32_t cores = dev_->properties().ai_core_count;
@@ -352,8 +371,8 @@ event enqueue_batch(enqueue_ctx& x) {
     return arena + c.roots[static_cast<std::size_t>(r)].offset;
   };
   const bool overlap = c.rep.overlap;
-  npurt::stream& sin = overlap ? x.s.io_stream(0) : x.s.stream(c.copy_stream);
-  npurt::stream& sout = overlap ? x.s.io_stream(1) : x.s.stream(c.final_stream);
+  npurt::stream& sin = overlap ? x.s.io_stream(0) : exec_stream(x.s, c, c.copy_stream);
+  npurt::stream& sout = overlap ? x.s.io_stream(1) : exec_stream(x.s, c, c.final_stream);
   // Inputs: host to device on the first stream.
   for (std::size_t i = 0; i < c.inputs.size(); ++i) {
     const tensor& t = *x.in[i];
@@ -374,7 +393,7 @@ event enqueue_batch(enqueue_ctx& x) {
   std::vector<event> stage_end(static_cast<std::size_t>(c.stages));
   for (std::size_t k = 0; k < c.steps.size(); ++k) {
     const cstep& st = c.steps[k];
-    npurt::stream& s = x.s.stream(st.stream);
+    npurt::stream& s = exec_stream(x.s, c, st.stream);
     if (!stream_started[st.stream]) {
       stream_started[st.stream] = true;
       if (overlap || st.stream != c.copy_stream) s.wait(inputs_done);
@@ -395,7 +414,7 @@ event enqueue_batch(enqueue_ctx& x) {
   if (!overlap) stream_started[c.copy_stream] = true;
   for (std::uint32_t k = 0; k < c.streams; ++k)
     if ((overlap || k != c.final_stream) && stream_started[k]) {
-      event e = x.s.stream(k).launch_callback([] {});
+      event e = exec_stream(x.s, c, k).launch_callback([] {});
       sout.wait(e);
     }
   for (std::size_t i = 0; i < c.outputs.size(); ++i) {
@@ -476,7 +495,7 @@ run_result session::finish_run(pending_run& p) {
 run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs) {
   auto p = start_run(c, inputs);
   std::error_code ec;
-  for (std::uint32_t k = 0; k < c.get().streams; ++k) stream(k).synchronize(npurt::no_timeout, ec);
+  for (std::uint32_t k = 0; k < c.get().streams; ++k) exec_stream(*this, c.get(), k).synchronize(npurt::no_timeout, ec);
   if (!ec) end_stream(c).synchronize(npurt::no_timeout, ec);
   if (ec) {
     abandon_run(*p);
@@ -502,11 +521,12 @@ batches_result session::run_batches(const compiled_graph& cg, const std::vector<
     check_feeds(c, batches[b], x.in);
     outs[b].resize(c.outputs.size());
     // A slot is reused only when the batch that used it has been copied out.
-    if (rotating && b >= slots) (c.rep.overlap ? io_stream(0) : stream(c.copy_stream)).wait(batch_end[b - slots]);
+    if (rotating && b >= slots)
+      (c.rep.overlap ? io_stream(0) : exec_stream(*this, c, c.copy_stream)).wait(batch_end[b - slots]);
     batch_end[b] = enqueue_batch(x);
     if (!rotating) batch_end[b].synchronize();
   }
-  for (std::uint32_t k = 0; k < c.streams; ++k) stream(k).synchronize();
+  for (std::uint32_t k = 0; k < c.streams; ++k) exec_stream(*this, c, k).synchronize();
   end_stream(cg).synchronize();
   r.latency = sys_->now() - t0;
   for (auto& o : outs) {

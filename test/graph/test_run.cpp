@@ -198,7 +198,10 @@ TEST_CASE("the pipeline schedule raises throughput over a stream of batches with
   REQUIRE(rp.outputs.size() == 6);
   for (std::size_t b = 0; b < 6; ++b)
     CHECK(rs.outputs[b].at("prob").to_vector() == rp.outputs[b].at("prob").to_vector());
-  CHECK(rp.batches_per_second > rs.batches_per_second);
+  // Two stages over six batches: batch k+1's first stage runs beside batch k's second, so the
+  // pipeline approaches twice the sequential rate (under the shared execution queue, stages that
+  // waited in one queue would give about 1.05).
+  CHECK(rp.batches_per_second > 1.4 * rs.batches_per_second);
 }
 
 TEST_CASE("memory reuse shrinks the activation arena of a chain to its lower bound", "[graph][memory]") {

@@ -197,6 +197,11 @@ class session {
   /// directly (stream_flags::direct_submit), so under the default shared execution queue a copy
   /// waiting for its batch never holds another batch's operators, nor they it.
   [[nodiscard]] npurt::stream& io_stream(std::size_t i);
+  /// The streams of pipelined runs, one per stage (and the copy-in stream). They submit directly
+  /// too: under the shared execution queue a later stage of batch k, waiting for its producer,
+  /// would otherwise hold batch k+1's first stage behind it, and the pipeline would run as a
+  /// sequence.
+  [[nodiscard]] npurt::stream& stage_stream(std::size_t i);
   /// Every stream the session owns (compute and copy streams).
   [[nodiscard]] std::size_t stream_count() const noexcept { return streams_.size(); }
 
@@ -282,6 +287,7 @@ class session {
   std::vector<std::unique_ptr<npurt::stream>> streams_;  // every stream; [0] is stream(0)
   std::vector<std::size_t> compute_;                      // stream(i) is streams_[compute_[i]]
   std::array<std::size_t, 2> io_{};                       // io_stream(i); 0: not created yet
+  std::vector<std::size_t> stage_;                        // stage_stream(i) is streams_[stage_[i]]
   memory_config mem_{};
   schedule_config sched_{};
   allocation_strategy alloc_ = allocation_strategy::segmented;
