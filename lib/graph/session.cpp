@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <map>
 #include <set>
 
@@ -455,11 +456,19 @@ run_result session::finish_run(pending_run& p) {
 
 run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs) {
   auto p = start_run(c, inputs);
-  std::error_code ec;
-  for (std::uint32_t k = 0; k < c.get().streams; ++k) stream(k).synchronize(npurt::no_timeout, ec);
-  if (ec) {
+  // Every stream is drained; the first failure is the one reported, as the stream's throwing
+  // synchronize raises it (a timeout_error keeps its timer and limit).
+  std::exception_ptr first;
+  for (std::uint32_t k = 0; k < c.get().streams; ++k) {
+    try {
+      stream(k).synchronize();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) {
     abandon_run(*p);
-    throw_error(ec, "run: graph '" + c.get().g.name() + "'");
+    std::rethrow_exception(first);
   }
   return finish_run(*p);
 }
