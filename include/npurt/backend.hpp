@@ -141,6 +141,11 @@ class backend_host : public memory_view {
   virtual void call_at(sim_time at, void (*fn)(void* ctx, std::uint64_t arg), void* ctx, std::uint64_t arg) = 0;
   /// Reports that a task finished at now() with outcome ec. start/end must be set.
   virtual void complete(task_info& t, std::error_code ec = {}) = 0;
+  /// complete() for a task a watchdog ended: which timer fired and its value, which the
+  /// timeout_error of the task's failure reports (timer(), limit()).
+  virtual void complete_timeout(task_info& t, std::error_code ec, timeout_kind /*timer*/, picoseconds /*limit*/) {
+    complete(t, ec);
+  }
   /// The observer to report engine-level activity to (link transfers, collective steps), or null.
   [[nodiscard]] virtual observer* tracer() noexcept = 0;
   /// call_at that can be taken back (a timeout that usually does not fire must not move the
@@ -196,6 +201,9 @@ class backend {
   /// Device reset: forget every task of `dev` submitted and not yet completed, never completing
   /// it, and free the engines and bandwidth it held (aclrtResetDevice does not wait).
   virtual void abort(device_id dev) = 0;
+  /// A watchdog ends one running task: forget it without completing it, freeing what it held,
+  /// as abort() does for a whole device. False when the backend cannot (the task then runs on).
+  virtual bool cancel(task_info& /*t*/) { return false; }
   /// Asked before device memory is handed out: a backend that injects faults answers
   /// errc::out_of_memory (a transient shortage) or errc::device_lost; {} lets it go ahead.
   [[nodiscard]] virtual std::error_code admit_allocation(device_id /*dev*/, std::size_t /*bytes*/) { return {}; }

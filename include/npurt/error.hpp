@@ -48,6 +48,7 @@ enum class errc : int {
   wrong_thread = 107025,      // a call from a thread that does not run the system's loop
   collective_timeout = 107026, // a collective ran past its communicator's exec timeout (HCCL_EXEC_TIMEOUT)
   time_overflow = 107027,     // a time or duration past the end of virtual time (2^63 ps)
+  event_wait_timeout = 107028, // a stream's event wait ran past the event-wait timeout (aclrtSetOpWaitTimeout)
   corrupt_file = 107040,      // a file failed its checksums or layout rules (truncated, damaged)
   // Resource errors: the call was right but the resources were not there.
   out_of_memory = 207001,
@@ -119,12 +120,22 @@ constexpr std::string_view to_string(timeout_kind k) noexcept {
 }
 
 /// The timer a timeout code stands for: task_timeout is the op-execute watchdog,
-/// collective_timeout a communicator's exec timeout, wait_timeout a host sync wait.
+/// collective_timeout a communicator's exec timeout, event_wait_timeout a stream's event wait,
+/// wait_timeout a host sync wait.
 inline timeout_kind timeout_kind_of(std::error_code ec) noexcept {
   if (ec.category() != error_category()) return timeout_kind::sync;
   if (ec.value() == static_cast<int>(errc::task_timeout)) return timeout_kind::op_execute;
   if (ec.value() == static_cast<int>(errc::collective_timeout)) return timeout_kind::collective_exec;
+  if (ec.value() == static_cast<int>(errc::event_wait_timeout)) return timeout_kind::event_wait;
   return timeout_kind::sync;
+}
+
+/// Whether ec is one of the timeout codes (a timeout_error when thrown).
+inline bool is_timeout(std::error_code ec) noexcept {
+  if (ec.category() != error_category()) return false;
+  const auto e = static_cast<errc>(ec.value());
+  return e == errc::wait_timeout || e == errc::task_timeout || e == errc::collective_timeout ||
+         e == errc::event_wait_timeout;
 }
 
 /// The status a device is left in by an error: the fatal device errors lose the device.
@@ -154,7 +165,7 @@ class device_error : public error {
 };
 
 /// A timer ran out. timer() says which one (the hierarchy of docs/faults.md), limit() its value
-/// in picoseconds (0 when the raiser could not tell).
+/// in picoseconds (0 only when the exception was built from a bare code, without its limit).
 class timeout_error : public error {
  public:
   timeout_error(std::error_code ec, const std::string& what) : error(ec, what), timer_(timeout_kind_of(ec)) {}
@@ -198,6 +209,9 @@ class out_of_memory_error : public resource_error {
 /// deadlock_error for deadlocks, caller/resource/device_error otherwise). `what` should say
 /// which argument was wrong.
 [[noreturn]] NPURT_DECL void throw_error(std::error_code ec, std::string_view what = {});
+/// As throw_error, with the value of the timer that fired when ec is a timeout (timeout_error's
+/// limit(), in picoseconds).
+[[noreturn]] NPURT_DECL void throw_error(std::error_code ec, std::string_view what, std::int64_t timeout_limit_ps);
 
 /// The error type of async completion signatures: Asio's. npurt's category is a Boost.System
 /// category whose std::error_category face is the one error_category() returns, so the same

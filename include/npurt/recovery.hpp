@@ -81,6 +81,7 @@ inline failure_class classify(std::error_code ec) noexcept {
     case errc::pool_limit: return failure_class::memory;
     case errc::task_timeout:
     case errc::wait_timeout:
+    case errc::event_wait_timeout:
     case errc::collective_timeout: return failure_class::timeout;
     case errc::device_lost:
     case errc::lost_heartbeat:

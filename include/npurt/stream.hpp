@@ -178,6 +178,8 @@ class stream {
   NPURT_DECL detail::task* make_launch(const detail::launch_args& a, std::error_code& ec);
   NPURT_DECL detail::task* make_fixed_launch(const kernels::fixed& f, std::string_view name, std::uint32_t block_dim,
                                              std::error_code& ec);
+  /// Whether the backend reports `dev` lost (a fatal error, until reset).
+  [[nodiscard]] NPURT_DECL bool lost(device_id dev) const noexcept;
   NPURT_DECL detail::task* make_copy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
                                      memcpy_kind kind, std::error_code& ec);
   NPURT_DECL detail::task* make_memset(void* dst, std::size_t dst_max, int value, std::size_t count,

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -100,6 +101,18 @@ class system {
   NPURT_DECL void mark(std::string_view name, std::uint32_t lane = 0);
   NPURT_DECL void push_range(std::string_view name, std::uint32_t lane = 0);
   NPURT_DECL void pop_range(std::uint32_t lane = 0);
+
+  /// The event-wait timeout (aclrtSetOpWaitTimeout): a stream wait on an event (stream::wait,
+  /// async_wait) enqueued from now on that stays blocked this long fails with
+  /// errc::event_wait_timeout, reported as the stream's sticky error (timeout_error with timer()
+  /// event_wait). no_timeout, the default, waits as long as it takes. A duration must be
+  /// positive: invalid_argument otherwise (CANN's 0 for "never" is no_timeout here).
+  NPURT_DECL void set_event_wait_timeout(std::optional<picoseconds> limit);
+  NPURT_DECL void set_event_wait_timeout(std::optional<picoseconds> limit, std::error_code& ec) noexcept;
+  [[nodiscard]] std::optional<picoseconds> event_wait_timeout() const noexcept {
+    const std::int64_t ps = rt_->event_wait_timeout();
+    return ps > 0 ? std::optional<picoseconds>(picoseconds{ps}) : std::nullopt;
+  }
 
   [[nodiscard]] const system_options& options() const noexcept { return rt_->options(); }
   [[nodiscard]] npurt::backend& get_backend() noexcept { return rt_->backend(); }

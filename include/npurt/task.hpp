@@ -62,6 +62,8 @@ class direct_awaiter {
     return !op_.early;
   }
   void await_resume() const {
+    if (is_timeout(op_.ec))
+      throw timeout_error(op_.ec, "npurt: awaited operation timed out", op_.timer, op_.timeout_limit);
     if (op_.ec) throw_error(op_.ec, "npurt: awaited operation failed");
   }
 

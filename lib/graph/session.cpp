@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <map>
 #include <set>
 
@@ -494,12 +495,21 @@ run_result session::finish_run(pending_run& p) {
 
 run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs) {
   auto p = start_run(c, inputs);
-  std::error_code ec;
-  for (std::uint32_t k = 0; k < c.get().streams; ++k) exec_stream(*this, c.get(), k).synchronize(npurt::no_timeout, ec);
-  if (!ec) end_stream(c).synchronize(npurt::no_timeout, ec);
-  if (ec) {
+  // Every stream is drained; the first failure is the one reported, as the stream's throwing
+  // synchronize raises it (a timeout_error keeps its timer and limit).
+  std::exception_ptr first;
+  auto drain_one = [&first](npurt::stream& s) {
+    try {
+      s.synchronize();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  };
+  for (std::uint32_t k = 0; k < c.get().streams; ++k) drain_one(exec_stream(*this, c.get(), k));
+  drain_one(end_stream(c));
+  if (first) {
     abandon_run(*p);
-    throw_error(ec, "run: graph '" + c.get().g.name() + "'");
+    std::rethrow_exception(first);
   }
   return finish_run(*p);
 }

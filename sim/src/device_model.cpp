@@ -324,28 +324,50 @@ void device_model::flush() {
   flushing_.clear();
 }
 
+void device_model::drop_job(std::uint32_t slot, sim_time now) {
+  job& j = jobs_[slot];
+  const std::uint32_t nres = j.nres;
+  const std::uint32_t res[2] = {j.res[0], j.res[1]};
+  for (std::uint32_t i = 0; i < nres; ++i) {
+    auto& v = resources_[res[i]].jobs;
+    v.erase(std::find(v.begin(), v.end(), slot));
+  }
+  j.nres = 0;
+  j.link = {};
+  j.extra = 0;
+  if (j.engine != no_engine) engines_[j.engine].free += j.need;
+  ++j.gen;  // its scheduled end finds a stale generation
+  j.ph = phase::idle;
+  j.next_free = free_jobs_;
+  free_jobs_ = slot;
+  --in_flight_;
+  if (nres != 0) rerate(res, nres, now);  // who shared its bandwidth speeds up
+}
+
+bool device_model::cancel(task_info& t) {
+  if (t.kind == task_kind::collective) return false;  // collectives end through their engine
+  for (std::uint32_t slot = 0; slot < jobs_.size(); ++slot) {
+    const job& j = jobs_[slot];
+    if (j.ph == phase::idle || j.task != &t) continue;
+    const std::uint32_t e = j.engine;
+    drop_job(slot, host_->now());
+    // The cores or channel it held are free for the next task in line.
+    if (e != no_engine && !engines_[e].heap.empty()) {
+      if (buffered_) defer(nullptr, e, 0);
+      else dispatch(e);
+    }
+    return true;
+  }
+  return false;  // not running (queued or unknown): nothing to end
+}
+
 void device_model::abort(device_id dev) {
   coll_->abort_device(dev);  // first: the collective tasks of `dev` are still alive
   const sim_time now = host_->now();
   for (std::uint32_t slot = 0; slot < jobs_.size(); ++slot) {
-    job& j = jobs_[slot];
+    const job& j = jobs_[slot];
     if (j.ph == phase::idle || !j.task || j.task->device != dev) continue;
-    const std::uint32_t nres = j.nres;
-    const std::uint32_t res[2] = {j.res[0], j.res[1]};
-    for (std::uint32_t i = 0; i < nres; ++i) {
-      auto& v = resources_[res[i]].jobs;
-      v.erase(std::find(v.begin(), v.end(), slot));
-    }
-    j.nres = 0;
-    j.link = {};
-    j.extra = 0;
-    if (j.engine != no_engine) engines_[j.engine].free += j.need;
-    ++j.gen;  // its scheduled end finds a stale generation
-    j.ph = phase::idle;
-    j.next_free = free_jobs_;
-    free_jobs_ = slot;
-    --in_flight_;
-    if (nres != 0) rerate(res, nres, now);  // who shared its bandwidth speeds up
+    drop_job(slot, now);
   }
   for (auto& eng : engines_) {
     const auto before = eng.heap.size();

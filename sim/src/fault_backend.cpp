@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 
 namespace npurt::sim {
 
@@ -221,7 +222,10 @@ void fault_backend::start_silence(device_id dev, sim_time since) {
   for (const auto& [id, t] : inflight_)
     if (t->device == dev) mine.push_back(t);
   std::sort(mine.begin(), mine.end(), [](const task_info* a, const task_info* b) { return a->id < b->id; });
-  for (task_info* t : mine) inflight_.erase(t->id);
+  for (task_info* t : mine) {
+    inflight_.erase(t->id);
+    unwatch(*t);
+  }
   inner_->abort(dev);
   for (task_info* t : mine) hold(*t, silent_error(*t, dev), silent_release_time(*t, dev), true, false, dev);
 }
@@ -234,19 +238,67 @@ sim_time fault_backend::silent_release_time(const task_info& t, device_id silent
     const sim_time det{picoseconds{(d.silent_since->time_since_epoch().count() / hb + 1) * hb}};
     return std::max(now, det);
   }
-  picoseconds limit = op_timeout_;
-  if (t.kind == task_kind::collective) {
-    // The communicator's timeout is already resolved against the preset; none means never.
-    if (t.collective && t.collective->comm) {
-      const std::optional<picoseconds> comm_limit = t.collective->comm->exec_timeout;
-      if (!comm_limit) return never;
-      limit = *comm_limit;
-    } else {
-      limit = inner_->properties(t.device).hccl_exec_timeout;
-    }
-  }
+  const picoseconds limit = silent_watchdog(t).second;
   if (limit.count() <= 0) return never;
   return std::max(now, add(t.start, limit));
+}
+
+std::pair<timeout_kind, picoseconds> fault_backend::silent_watchdog(const task_info& t) const noexcept {
+  if (t.kind != task_kind::collective) return {timeout_kind::op_execute, op_timeout_};
+  // The communicator's timeout is already resolved against the preset; none means never.
+  if (t.collective && t.collective->comm) {
+    const std::optional<picoseconds> comm_limit = t.collective->comm->exec_timeout;
+    return {timeout_kind::collective_exec, comm_limit ? *comm_limit : picoseconds{0}};
+  }
+  return {timeout_kind::collective_exec, inner_->properties(t.device).hccl_exec_timeout};
+}
+
+bool fault_backend::watched(const task_info& t) const noexcept {
+  if (op_timeout_.count() <= 0) return false;
+  return t.kind == task_kind::kernel ||
+         ((t.kind == task_kind::memcpy || t.kind == task_kind::memset) && t.engine != engine_kind::host);
+}
+
+void fault_backend::arm_watch(std::uint64_t task_id, sim_time at, picoseconds limit) {
+  if (at == never) return;
+  // Cancellable: a task that ends in time takes its watchdog back, so the clock never moves to
+  // a deadline nobody needed and traces stay as they are without the watchdog.
+  watches_[task_id] = watch{host_->call_at_cancellable(at, &fault_backend::on_watchdog, this, task_id), limit};
+}
+
+void fault_backend::unwatch(task_info& t) {
+  if (auto w = watches_.find(t.id); w != watches_.end()) {
+    host_->cancel_timer(w->second.ticket);
+    watches_.erase(w);
+  }
+  if (t.start == never) t.start = t.ready;  // never started in the wrapped backend
+}
+
+void fault_backend::on_watchdog(void* self, std::uint64_t task_id) {
+  static_cast<fault_backend*>(self)->watchdog(task_id);
+}
+
+void fault_backend::watchdog(std::uint64_t task_id) {
+  auto w = watches_.find(task_id);
+  if (w == watches_.end()) return;
+  const picoseconds limit = w->second.limit;
+  watches_.erase(w);
+  auto it = inflight_.find(task_id);
+  if (it == inflight_.end()) return;
+  task_info& t = *it->second;
+  const sim_time now = host_->now();
+  // The watchdog counts from the task's start on its engine, not from its submission: a task
+  // still queued behind others (start not yet written) is looked at again one limit later.
+  if (t.start == never) return arm_watch(task_id, add(now, limit), limit);
+  if (const sim_time deadline = add(t.start, limit); deadline > now) return arm_watch(task_id, deadline, limit);
+  // As the AI-core watchdog: the task is ended where it is, its engine freed, and it fails. A
+  // backend that cannot end one task lets it run to its end.
+  if (!inner_->cancel(t)) return;
+  inflight_.erase(it);
+  fail_with_.erase(task_id);
+  stretch_.erase(task_id);
+  t.end = now;
+  deliver(t, make_error_code(errc::task_timeout), timeout_kind::op_execute, limit);
 }
 
 std::error_code fault_backend::silent_error(const task_info& t, device_id silent_dev) const noexcept {
@@ -340,11 +392,21 @@ void fault_backend::submit(task_info& t) {
   }
   if (const double s = slowdown(t.device); s > 1) stretch_[t.id] = s;
   inflight_[t.id] = &t;
+  if (watched(t)) {
+    t.start = never;  // the wrapped backend writes the start when the task reaches its engine
+    arm_watch(t.id, add(now, op_timeout_), op_timeout_);
+  }
   inner_->submit(t);
 }
 
 void fault_backend::complete(task_info& t, std::error_code ec) {
   inflight_.erase(t.id);
+  picoseconds limit{0};
+  if (auto w = watches_.find(t.id); w != watches_.end()) {
+    limit = w->second.limit;
+    host_->cancel_timer(w->second.ticket);
+    watches_.erase(w);
+  }
   const device_state& d = devices_[static_cast<std::size_t>(t.device)];
   const sim_time now = host_->now();
   if (d.silent_since && *d.silent_since <= now) {
@@ -376,6 +438,13 @@ void fault_backend::complete(task_info& t, std::error_code ec) {
     stretch_.erase(it);
     const auto took = static_cast<double>((t.end - t.start).count());
     const sim_time end = t.start + picoseconds{static_cast<std::int64_t>(std::ceil(took * factor))};
+    if (const sim_time cut = add(t.start, limit); limit.count() > 0 && end > cut) {
+      // Slowed past the watchdog: it fires at start + limit.
+      t.end = std::max(cut, now);
+      hold(t, make_error_code(errc::task_timeout), t.end);
+      held_[t.id].limit = limit;
+      return;
+    }
     if (end > now) {
       t.end = end;
       hold(t, ec, end);
@@ -387,7 +456,8 @@ void fault_backend::complete(task_info& t, std::error_code ec) {
 
 void fault_backend::hold(task_info& t, std::error_code ec, sim_time at, bool silent, bool remote,
                          device_id silent_device) {
-  held_task h{&t, ec, 0, false, silent, remote, silent_device};
+  held_task h{&t, ec, timeout_kind::op_execute, picoseconds{0}, 0, false, silent, remote, silent_device};
+  if (is_timeout(ec)) std::tie(h.timer, h.limit) = silent_watchdog(t);
   if (at != never) {
     h.ticket = host_->call_at_cancellable(at, &fault_backend::on_release, this, t.id);
     h.timed = true;
@@ -409,10 +479,10 @@ void fault_backend::release(std::uint64_t task_id) {
   if (t.start > now) t.start = now;
   if (t.end < now) t.end = now;
   if (h.silent && h.silent_device == t.device) devices_[static_cast<std::size_t>(t.device)].lost = true;
-  deliver(t, h.ec);
+  deliver(t, h.ec, h.timer, h.limit);
 }
 
-void fault_backend::deliver(task_info& t, std::error_code ec) {
+void fault_backend::deliver(task_info& t, std::error_code ec, timeout_kind timer, picoseconds limit) {
   if (fatal(ec) && !devices_[static_cast<std::size_t>(t.device)].lost) {
     devices_[static_cast<std::size_t>(t.device)].lost = true;
     fail_peer_collectives(t.device);
@@ -421,7 +491,8 @@ void fault_backend::deliver(task_info& t, std::error_code ec) {
     const exception_info info{t.device, t.stream, t.id, ec, host_->now(), t.name};
     for (const auto& [h, fn] : callbacks_) fn(info);
   }
-  host_->complete(t, ec);
+  if (limit.count() > 0 && is_timeout(ec)) host_->complete_timeout(t, ec, timer, limit);
+  else host_->complete(t, ec);
 }
 
 void fault_backend::fail_peer_collectives(device_id dev) {
@@ -450,7 +521,11 @@ void fault_backend::abort(device_id dev) {
     fail_with_.erase(id);
     stretch_.erase(id);
   }
-  std::erase_if(inflight_, [dev](const auto& kv) { return kv.second->device == dev; });
+  std::erase_if(inflight_, [this, dev](const auto& kv) {
+    if (kv.second->device != dev) return false;
+    unwatch(*kv.second);
+    return true;
+  });
   std::erase_if(fail_with_,
                 [this, dev](const auto& kv) { return !inflight_.contains(kv.first) && !held_.contains(kv.first); });
   inner_->abort(dev);

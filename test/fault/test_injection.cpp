@@ -138,10 +138,10 @@ TEST_CASE("an uncorrectable ECC error in a region loses the device until it is r
   (void)s.launch(fixed_kernel(ms(1), "later"), ec);
   CHECK(ec == errc::device_lost);
   CHECK_THROWS_AS((void)s.launch(fixed_kernel(ms(1), "later")), npurt::device_error);
-  // ...copies, on the device...
-  (void)s.memcpy(a, n, host.data(), n);
-  s.synchronize(npurt::no_timeout, ec);
+  // ...copies, at the call too...
+  (void)s.memcpy(a, n, host.data(), n, npurt::memcpy_kind::host_to_device, ec);
   CHECK(ec == errc::device_lost);
+  CHECK_THROWS_AS((void)s.memcpy(a, n, host.data(), n), npurt::device_error);
   // ...and allocations.
   CHECK_THROWS_AS((void)dev.malloc(n), npurt::device_error);
   dev.reset();

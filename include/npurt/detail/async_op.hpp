@@ -163,6 +163,7 @@ struct multi_wait {
   bool done = false;
   bool has_timer = false;
   std::uint64_t timer = 0;
+  std::int64_t limit = 0;  // the timeout, for the op's timeout_error
 
   static void on_position(void* /*self*/, void* ctx, std::error_code ec) {
     auto* self = static_cast<multi_wait*>(ctx);
@@ -182,6 +183,8 @@ struct multi_wait {
     has_timer = false;
     if (!done) {
       done = true;
+      op->timer = timeout_kind::sync;
+      op->timeout_limit = limit;
       op->complete(make_error_code(errc::wait_timeout));
     }
     release();
@@ -218,6 +221,7 @@ void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std:
   } else if (timeout && later(rt.now(), *timeout) != end_of_time) {  // past the end of time: never fires
     ++w->refs;
     w->has_timer = true;
+    w->limit = timeout->count();
     w->timer = rt.timers().call_at_cancellable(later(rt.now(), *timeout),
                                                timer_action::member_value<&multi_wait::on_timeout>(w, 0));
   }
@@ -247,19 +251,27 @@ struct sticky_op final : op_base {
   }
   static void done(op_base* b, std::error_code ec) {
     auto* self = static_cast<sticky_op*>(b);
-    if (!ec) ec = self->outcome();
     op_base* user = self->user;
+    // The wait's own timeout, or the failure's timer: a throwing await names it.
+    user->timer = self->timer;
+    user->timeout_limit = self->timeout_limit;
+    if (!ec) ec = self->outcome(*user);
     delete self;
     user->complete(ec);
   }
 
  private:
-  std::error_code outcome() const {
+  std::error_code outcome(op_base& user) const {
+    const auto report = [&](const failure& f) {
+      user.timer = f.timer;
+      user.timeout_limit = f.timeout_limit;
+      return f.ec;
+    };
     if (upto != 0) {
       const failure* f = rt->peek_stream_failure(stream);
-      return f && f->seq <= upto ? f->ec : std::error_code{};
+      return f && f->seq <= upto ? report(*f) : std::error_code{};
     }
-    return (stream ? rt->take_stream_failure(stream) : rt->take_device_failure(device)).ec;
+    return report(stream ? rt->take_stream_failure(stream) : rt->take_device_failure(device));
   }
 };
 

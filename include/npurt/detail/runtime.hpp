@@ -70,6 +70,12 @@ class runtime final : public backend_host, private loop_parts, public scheduler 
     clock_.call_at(at, timer_action::plain(fn, ctx, arg));
   }
   void complete(task_info& t, std::error_code ec) override { task_completed(t, ec); }
+  void complete_timeout(task_info& t, std::error_code ec, timeout_kind timer, picoseconds limit) override {
+    auto& rec = static_cast<task&>(t);
+    rec.timer = timer;
+    rec.timeout_limit = limit.count();
+    task_completed(t, ec);
+  }
   [[nodiscard]] observer* tracer() noexcept override { return trace_; }
   std::byte* translate(device_id dev, const void* addr, std::size_t bytes) noexcept override {
     return memory_.translate(dev, addr, bytes);

@@ -33,6 +33,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -43,6 +44,10 @@ namespace npurt::detail {
 /// Type-erased so that tasks stay plain records; concrete ops hold the Asio handler.
 struct op_base {
   void (*complete_fn)(op_base*, std::error_code) = nullptr;
+  // When completed with a timeout: which timer fired and its value in picoseconds, for the
+  // timeout_error of a throwing await (an error_code cannot carry them).
+  std::int64_t timeout_limit = 0;
+  timeout_kind timer = timeout_kind::sync;
   void complete(std::error_code ec) { complete_fn(this, ec); }
 };
 
@@ -60,6 +65,10 @@ struct task : task_info {
   std::shared_ptr<const void> owned_extra;  // what `collective` points into (freed with the task)
   bool blocked = false;            // an event wait not yet satisfied
   bool orphan = false;             // its device was reset while a completion was on its way: free it then
+  timeout_kind timer = timeout_kind::sync;  // error is a timeout: which timer fired
+  // error is a timeout: the timer's value (ps). A user event wait carries the event-wait timeout
+  // in force when it was enqueued (0: none) until it completes.
+  std::int64_t timeout_limit = 0;
   std::error_code error;           // set when the task failed or was aborted
   std::exception_ptr exception;    // host_callback only: what the callback threw
 };
@@ -73,10 +82,19 @@ struct failure {
   std::uint64_t seq = 0;           // its position in the stream
   std::string name;                // the task's name, owned
   std::exception_ptr exception;
+  timeout_kind timer = timeout_kind::sync;  // ec is a timeout: which timer fired
+  std::int64_t timeout_limit = 0;           // and its value in picoseconds
   explicit operator bool() const noexcept { return static_cast<bool>(ec); }
   /// "task 7 (add) on stream 3 failed: <message>"
   [[nodiscard]] std::string describe() const;
 };
+
+/// Throws the failure as the throwing overloads report it: a timeout_error that names its
+/// timer and limit, or the error class's exception.
+[[noreturn]] inline void throw_failure(const failure& f, const std::string& what) {
+  if (is_timeout(f.ec)) throw timeout_error(f.ec, what, f.timer, f.timeout_limit);
+  throw_error(f.ec, what);
+}
 
 /// A waiter on a stream position: runs fn(self, ctx, ec) when the stream completes task `seq` (or
 /// with an error when it never will).
@@ -237,6 +255,11 @@ class scheduler {
   /// Device reset: streams and events of the device stop working (handles report invalid).
   NPURT_DECL void invalidate_device(device_id dev) noexcept;
 
+  // --- event-wait timeout (aclrtSetOpWaitTimeout) ---
+  /// The limit of a user event wait enqueued from now on (0: none, the default).
+  void set_event_wait_timeout(std::int64_t limit_ps) noexcept { event_wait_limit_ = limit_ps; }
+  [[nodiscard]] std::int64_t event_wait_timeout() const noexcept { return event_wait_limit_; }
+
   [[nodiscard]] std::size_t live_tasks() const noexcept { return tasks_.live(); }
   [[nodiscard]] std::uint64_t next_task_id() const noexcept { return next_task_id_; }
 
@@ -269,6 +292,11 @@ class scheduler {
   NPURT_DECL void perform_copy(task& t);
   NPURT_DECL void record_failure(const task& t, std::error_code ec);
   NPURT_DECL void detach_wait(task* t) noexcept;
+  /// A user event wait blocked with an event-wait timeout: its timer, taken back when the wait
+  /// ends otherwise.
+  NPURT_DECL void arm_wait_timer(task* t);
+  NPURT_DECL void disarm_wait_timer(task* t) noexcept;
+  NPURT_DECL void on_wait_timeout(std::uint64_t task_id);
   NPURT_DECL void wake_stream(std::uint64_t stream_id);
   NPURT_DECL void task_done_now(task* t);
   static NPURT_DECL void on_wait_satisfied(void* self, void* ctx, std::error_code ec);
@@ -289,6 +317,12 @@ class scheduler {
   std::vector<std::unique_ptr<event_state>> events_;    // index = event id
   device_queue queue_;
   std::unordered_set<std::function<void()>*> callbacks_;  // see own_callback
+  std::int64_t event_wait_limit_ = 0;
+  struct wait_timer {
+    task* t;
+    std::uint64_t ticket;
+  };
+  std::unordered_map<std::uint64_t, wait_timer> wait_timers_;  // by task id
 };
 
 }  // namespace npurt::detail

@@ -103,11 +103,12 @@ NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout) {
   detail::failure f;
   synchronize(timeout, ec, &f);
   if (f.exception) std::rethrow_exception(f.exception);
-  if (f) throw_error(f.ec, "npurt::device::synchronize: device " + std::to_string(id_) + ": " + f.describe());
+  if (f) detail::throw_failure(f, "npurt::device::synchronize: device " + std::to_string(id_) + ": " + f.describe());
   if (ec == errc::not_supported && rt_->in_run())
     throw_error(ec,
                 "npurt::device::synchronize blocks, which is not possible inside system::run (in a coroutine "
                 "or handler); use co_await dev.async_synchronize(asio::use_awaitable)");
+  if (ec == errc::wait_timeout) throw_error(ec, "npurt::device::synchronize", timeout.value_or(picoseconds{0}).count());
   throw_if(ec, "npurt::device::synchronize");
 }
 

@@ -54,6 +54,7 @@ class npurt_category final : public boost::system::error_category {
       case errc::link_failure: return "link failure";
       case errc::kernel_fault: return "kernel fault (AI core exception)";
       case errc::collective_timeout: return "collective timed out (exec timeout)";
+      case errc::event_wait_timeout: return "event wait timed out (the stream's event-wait timeout)";
       case errc::lost_heartbeat: return "device lost its heartbeat (stopped answering)";
       case errc::hbm_ecc_error: return "uncorrectable HBM ECC error";
       case errc::remote_error: return "a collective peer failed";
@@ -102,10 +103,11 @@ NPURT_DECL const std::error_category& error_class_category() noexcept {
   return cat;
 }
 
-NPURT_DECL void throw_error(std::error_code ec, std::string_view what) {
+NPURT_DECL void throw_error(std::error_code ec, std::string_view what) { throw_error(ec, what, 0); }
+
+NPURT_DECL void throw_error(std::error_code ec, std::string_view what, std::int64_t timeout_limit_ps) {
   std::string msg{what};
-  if (ec == errc::wait_timeout || ec == errc::task_timeout || ec == errc::collective_timeout)
-    throw timeout_error(ec, msg);
+  if (is_timeout(ec)) throw timeout_error(ec, msg, timeout_kind_of(ec), timeout_limit_ps);
   if (ec == errc::deadlock) throw deadlock_error(ec, msg);
   if (ec == error_class::resource) throw resource_error(ec, msg);
   if (ec == error_class::device) throw device_error(ec, msg);

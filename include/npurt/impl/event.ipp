@@ -100,7 +100,7 @@ NPURT_DECL bool event::query() const {
   std::error_code pos_ec;
   if (ec && position(s, q, pos_ec))
     if (const detail::failure* f = detail::failure_before(*rt_, s, q))
-      throw_error(ec, "npurt::event::query: " + f->describe());
+      detail::throw_failure(*f, "npurt::event::query: " + f->describe());
   throw_if(ec, "npurt::event::query");
   return r;
 }
@@ -128,8 +128,9 @@ NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout) const {
   std::uint64_t q = 0;
   std::error_code pos_ec;
   if (ec && rt_ && position(s, q, pos_ec))
-    if (const detail::failure* f = detail::failure_before(*rt_, s, q))
-      throw_error(ec, "npurt::event::synchronize: " + f->describe());
+    if (const detail::failure* f = detail::failure_before(*rt_, s, q); f && f->ec == ec)
+      detail::throw_failure(*f, "npurt::event::synchronize: " + f->describe());
+  if (ec == errc::wait_timeout) throw_error(ec, "npurt::event::synchronize", timeout.value_or(picoseconds{0}).count());
   throw_if(ec, "npurt::event::synchronize");
 }
 

@@ -1,11 +1,14 @@
 // npurt/impl/scheduler.ipp — bodies of detail::scheduler.
 #pragma once
 
+#include <npurt/collective_types.hpp>
 #include <npurt/detail/scheduler.hpp>
 #include <npurt/impl/memory_registry.ipp>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <sstream>
 
 namespace npurt::detail {
 
@@ -50,6 +53,7 @@ NPURT_DECL void scheduler::fail_blocked_wait(stream_state& s, std::error_code ec
 // Waits
 
 NPURT_DECL void scheduler::detach_wait(task* h) noexcept {
+  disarm_wait_timer(h);
   if (h->target_stream == 0) {
     if (auto* e = find_event(h->event_id)) std::erase(e->unbound, h);
   } else if (auto* target = find_stream(h->target_stream)) {
@@ -59,6 +63,38 @@ NPURT_DECL void scheduler::detach_wait(task* h) noexcept {
         break;
       }
   }
+}
+
+NPURT_DECL void scheduler::arm_wait_timer(task* t) {
+  if (t->timeout_limit <= 0) return;
+  const sim_time at = later(now(), picoseconds{t->timeout_limit});
+  if (at == end_of_time) return;  // past the end of time: never fires
+  const std::uint64_t ticket =
+      parts_.clock_.call_at_cancellable(at, timer_action::member_value<&scheduler::on_wait_timeout>(this, t->id));
+  wait_timers_[t->id] = wait_timer{t, ticket};
+}
+
+NPURT_DECL void scheduler::disarm_wait_timer(task* t) noexcept {
+  if (wait_timers_.empty()) return;  // the usual case: no event-wait timeout
+  if (auto it = wait_timers_.find(t->id); it != wait_timers_.end()) {
+    // Taken back, so that a wait that ends in time does not move the clock to its deadline.
+    parts_.clock_.cancel(it->second.ticket);
+    wait_timers_.erase(it);
+  }
+}
+
+NPURT_DECL void scheduler::on_wait_timeout(std::uint64_t task_id) {
+  auto it = wait_timers_.find(task_id);
+  if (it == wait_timers_.end()) return;
+  task* t = it->second.t;
+  wait_timers_.erase(it);
+  // As aclrtSetOpWaitTimeout: the wait task fails; the stream goes on (or stops, in
+  // stop-on-failure mode) and its next synchronize reports the failure.
+  detach_wait(t);
+  t->blocked = false;
+  t->error = make_error_code(errc::event_wait_timeout);
+  t->timer = timeout_kind::event_wait;
+  done_now(t);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -178,6 +214,7 @@ NPURT_DECL void scheduler::task_done_now(task* t) {
 
 NPURT_DECL void scheduler::on_wait_satisfied(void* self, void* ctx, std::error_code ec) {
   auto* t = static_cast<task*>(ctx);
+  static_cast<scheduler*>(self)->disarm_wait_timer(t);
   t->blocked = false;
   if (ec) t->error = ec;
   // Through the now-queue rather than directly: long chains of waits must not recurse.
@@ -223,6 +260,7 @@ NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
         if (e->records == 0) {
           t->blocked = true;
           e->unbound.push_back(t);
+          arm_wait_timer(t);
           return;
         }
         t->target_stream = e->stream;
@@ -235,6 +273,7 @@ NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
       t->blocked = true;
       streams_[t->target_stream]->waiters.emplace(t->target_seq,
                                                   position_waiter{&scheduler::on_wait_satisfied, this, t});
+      arm_wait_timer(t);
       // A wait that closes a cycle can never be satisfied: the loop says so now, not at the end
       // of time.
       wait_blocked(s);
@@ -259,6 +298,19 @@ NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
 NPURT_DECL void scheduler::task_completed(task_info& ti, std::error_code ec) {
   auto& t = static_cast<task&>(ti);
   if (ec) t.error = ec;
+  if (is_timeout(ec) && t.timeout_limit == 0) [[unlikely]] {
+    // A backend that did not say which timer fired: the communicator's, for a collective (its
+    // connect timeout bounds the first rendezvous when that is the earlier one), else the
+    // code's.
+    t.timer = timeout_kind_of(ec);
+    if (t.kind == task_kind::collective && t.collective && t.collective->comm) {
+      const auto& c = *t.collective->comm;
+      std::optional<picoseconds> span = c.exec_timeout;
+      if (!c.connected && c.connect_timeout && (!span || *c.connect_timeout <= *span)) span = c.connect_timeout;
+      t.timer = timeout_kind::collective_exec;
+      if (span) t.timeout_limit = span->count();
+    }
+  }
   if (!t.error && (t.kind == task_kind::memcpy || t.kind == task_kind::memset)) perform_copy(t);
   finish_task(*find_stream(t.stream), &t);
 }
@@ -312,6 +364,10 @@ NPURT_DECL void scheduler::finish_task(stream_state& s, task* t) {
   const std::error_code err = t->error;
   if (err && !w) record_failure(*t, err);  // fire-and-forget: nobody else would hear of it
   if (err && (s.flags & stop_on_failure_flag)) s.stopped = true;
+  if (w && is_timeout(err)) [[unlikely]] {
+    w->timer = t->timer;
+    w->timeout_limit = t->timeout_limit;
+  }
   free_task(t);
   if (w) w->complete(err);
   while (!s.waiters.empty() && s.waiters.begin()->first <= s.completed) {
@@ -327,6 +383,11 @@ NPURT_DECL std::string failure::describe() const {
   std::string out = "task " + std::to_string(task);
   if (!name.empty()) out += " (" + name + ")";
   out += " on stream " + std::to_string(stream) + " failed: " + ec.message();
+  if (is_timeout(ec) && timeout_limit > 0) {
+    std::ostringstream os;
+    os << " (" << to_string(timer) << " timer, limit " << to_ms(picoseconds{timeout_limit}) << " ms)";
+    out += os.str();
+  }
   if (exception) {
     try {
       std::rethrow_exception(exception);
@@ -347,6 +408,10 @@ NPURT_DECL void scheduler::record_failure(const task& t, std::error_code ec) {
     f.seq = t.seq;
     f.name = std::string(t.name);
     f.exception = t.exception;
+    if (is_timeout(ec)) {
+      f.timer = t.timer;
+      f.timeout_limit = t.timeout_limit;
+    }
   };
   if (auto* s = find_stream(t.stream)) fill(s->sticky);
   if (t.device >= 0 && static_cast<std::size_t>(t.device) < device_failures_.size())

@@ -168,6 +168,8 @@ NPURT_DECL detail::task* stream::make_fixed_launch(const kernels::fixed& f, std:
   return detail::fixed_task(*rt_, *s, f, name, block_dim);
 }
 
+NPURT_DECL bool stream::lost(device_id dev) const noexcept { return rt_->backend().status(dev) == device_status::lost; }
+
 NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
                                            memcpy_kind kind, std::error_code& ec) {
   auto* s = state(ec);
@@ -224,6 +226,12 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
   device_id dst_owner = -1;
   device_id src_owner = -1;
   if (!check_side(dst, dst_dev, dst_owner) || !check_side(src, src_dev, src_owner)) return nullptr;
+  // A lost device takes no work until it is reset, as launches and allocations are refused: a
+  // copy fails at the call, not later on the stream.
+  if (lost(s->device) || (src_owner >= 0 && lost(src_owner)) || (dst_owner >= 0 && lost(dst_owner))) {
+    ec = make_error_code(errc::device_lost);
+    return nullptr;
+  }
 
   memcpy_kind actual = memcpy_kind::host_to_host;
   if (src_dev && dst_dev) actual = memcpy_kind::device_to_device;
@@ -295,6 +303,10 @@ NPURT_DECL detail::task* stream::make_memset(void* dst, std::size_t dst_max, int
     ec = make_error_code(errc::stream_device_mismatch);
     return nullptr;
   }
+  if (lost(s->device)) {
+    ec = make_error_code(errc::device_lost);
+    return nullptr;
+  }
   detail::task* t = rt_->new_task(*s, task_kind::memset);
   t->engine = engine_kind::copy_d2d;
   t->name = "memset";
@@ -323,6 +335,7 @@ NPURT_DECL detail::task* stream::make_wait(const event& e, std::error_code& ec) 
   t->target_seq = seq;
   t->event_id = e.id();
   t->name = "event_wait";
+  t->timeout_limit = rt_->event_wait_timeout();  // the limit in force when the wait is enqueued
   return t;
 }
 
@@ -472,7 +485,7 @@ NPURT_DECL bool stream::query() const {
   throw_if(ec, "npurt::stream::query");
   detail::failure f = rt_->take_stream_failure(s->id);
   if (f.exception) std::rethrow_exception(f.exception);
-  if (f) throw_error(f.ec, "npurt::stream::query: " + f.describe());
+  if (f) detail::throw_failure(f, "npurt::stream::query: " + f.describe());
   return s->head == nullptr;
 }
 
@@ -500,11 +513,12 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout) {
   detail::failure f;
   synchronize(timeout, ec, &f);
   if (f.exception) std::rethrow_exception(f.exception);
-  if (f) throw_error(f.ec, "npurt::stream::synchronize: " + f.describe());
+  if (f) detail::throw_failure(f, "npurt::stream::synchronize: " + f.describe());
   if (ec == errc::not_supported && rt_ && rt_->in_run())
     throw_error(ec,
                 "npurt::stream::synchronize blocks, which is not possible inside system::run (in a coroutine "
                 "or handler); use co_await s.async_synchronize(asio::use_awaitable)");
+  if (ec == errc::wait_timeout) throw_error(ec, "npurt::stream::synchronize", timeout.value_or(picoseconds{0}).count());
   throw_if(ec, "npurt::stream::synchronize");
 }
 

@@ -78,6 +78,25 @@ NPURT_DECL void system::host_free(void* p) {
   throw_if(ec, "npurt::system::host_free");
 }
 
+NPURT_DECL void system::set_event_wait_timeout(std::optional<picoseconds> limit, std::error_code& ec) noexcept {
+  ec.clear();
+  if ((ec = rt_->check_thread())) return;
+  if (limit && limit->count() <= 0) {
+    ec = make_error_code(errc::invalid_argument);
+    return;
+  }
+  rt_->set_event_wait_timeout(limit ? limit->count() : 0);
+}
+
+NPURT_DECL void system::set_event_wait_timeout(std::optional<picoseconds> limit) {
+  std::error_code ec;
+  set_event_wait_timeout(limit, ec);
+  if (ec == errc::invalid_argument)
+    throw_error(ec, "npurt::system::set_event_wait_timeout: the limit must be positive (no_timeout for none), got " +
+                        std::to_string(limit->count()) + " ps");
+  throw_if(ec, "npurt::system::set_event_wait_timeout");
+}
+
 NPURT_DECL void system::add_observer(observer& o) { rt_->add_observer(o); }
 NPURT_DECL void system::remove_observer(observer& o) { rt_->remove_observer(o); }
 

@@ -38,6 +38,7 @@ class sim_backend final : public npurt::backend {
   void submit(task_info& t) override { model_.submit(t); }
   void flush() override { model_.flush(); }
   void abort(device_id dev) override { model_.abort(dev); }
+  bool cancel(task_info& t) override { return model_.cancel(t); }
   [[nodiscard]] bool functional() const noexcept override { return opts_.functional; }
   void abort_collectives(std::uint64_t comm) override { model_.collectives().abort(comm); }
   [[nodiscard]] std::string describe_waits() const override { return model_.collectives_describe(); }

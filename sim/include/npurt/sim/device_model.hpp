@@ -89,6 +89,10 @@ class device_model {
   /// it, frees the cores, channels and bandwidth they held, and lets others use them. The
   /// collectives `dev` takes part in fail on their other ranks.
   void abort(device_id dev);
+  /// Ends one running task (an op-execute watchdog) without completing it: frees its cores,
+  /// channel and bandwidth as abort() does. False when `t` is not running here (queued,
+  /// unknown, or a collective, whose engine ends it).
+  bool cancel(task_info& t);
   /// A peer transfer of a collective (t.kind == collective, t.copy says src, dst and bytes):
   /// runs on the link path_of() names, sharing it with copies and other transfers, and is
   /// reported to the collective engine instead of the host when it ends.
@@ -182,6 +186,7 @@ class device_model {
   void enqueue(task_info& t, std::uint32_t e, std::uint32_t need);
   [[gnu::noinline]] void wait(task_info& t, std::uint32_t e, std::uint32_t need);
   void dispatch(std::uint32_t e);
+  void drop_job(std::uint32_t slot, sim_time now);  // forgets a running job (abort, cancel)
   void defer(task_info* t, std::uint32_t e, std::uint32_t need);
   void decide_contended(std::uint32_t e, std::size_t from);
   void start(task_info& t, std::uint32_t e, std::uint32_t need, sim_time now);

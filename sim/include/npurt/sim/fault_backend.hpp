@@ -73,7 +73,9 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   /// multiples of `interval` in virtual time. Zero turns the monitor off.
   void enable_fault_detection(picoseconds interval);
   /// The op-execute watchdog of kernels and copies (aclrtSetOpExecuteTimeOut); defaults to the
-  /// preset's op_execute_timeout. Zero: never.
+  /// preset's op_execute_timeout. Zero: never. A task submitted from now on that runs longer
+  /// than this (a hang, or merely a long task) fails with errc::task_timeout at exactly
+  /// start + limit, and its engine is free again from then on.
   std::error_code set_op_execute_timeout(picoseconds t) override {
     if (t.count() < 0) return make_error_code(errc::invalid_argument);
     op_timeout_ = t;
@@ -121,6 +123,8 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   struct held_task {
     task_info* task = nullptr;
     std::error_code ec;
+    timeout_kind timer = timeout_kind::op_execute;  // ec is a timeout: the watchdog that fired
+    picoseconds limit{0};                           // and its value
     std::uint64_t ticket = 0;
     bool timed = false;   // a release is scheduled (ticket is valid)
     bool silent = false;  // waits for its device's heartbeat detection or its watchdog
@@ -134,12 +138,26 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
     std::uint64_t allocations = 0;
   };
 
+  /// The op-execute watchdog of a task in the wrapped backend: armed at submit, it ends the
+  /// task at start + limit if it is still running then.
+  struct watch {
+    std::uint64_t ticket = 0;
+    picoseconds limit{0};
+  };
+  static void on_watchdog(void* self, std::uint64_t task_id);
+  void watchdog(std::uint64_t task_id);
+  void arm_watch(std::uint64_t task_id, sim_time at, picoseconds limit);
+  void unwatch(task_info& t);
+  [[nodiscard]] bool watched(const task_info& t) const noexcept;
+  /// The watchdog that ends a silent task (op execute, or its communicator's exec timeout).
+  [[nodiscard]] std::pair<timeout_kind, picoseconds> silent_watchdog(const task_info& t) const noexcept;
   static void on_release(void* self, std::uint64_t task_id);
   static void on_silence(void* self, std::uint64_t spec);
   void release(std::uint64_t task_id);
   void hold(task_info& t, std::error_code ec, sim_time at, bool silent = false, bool remote = false,
             device_id silent_device = -1);
-  void deliver(task_info& t, std::error_code ec);
+  void deliver(task_info& t, std::error_code ec, timeout_kind timer = timeout_kind::op_execute,
+               picoseconds limit = picoseconds{0});
   void fail_peer_collectives(device_id dev);
   void record(std::size_t spec, device_id dev, std::uint64_t task);
   bool trial(std::size_t spec, std::uint64_t key) const noexcept;
@@ -164,6 +182,7 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   std::unordered_map<std::uint64_t, held_task> held_;          // completed by this layer
   std::unordered_map<std::uint64_t, std::error_code> fail_with_;  // completion error to impose
   std::unordered_map<std::uint64_t, double> stretch_;          // throttled tasks
+  std::unordered_map<std::uint64_t, watch> watches_;           // op-execute watchdogs of in-flight tasks
   // A collective's fate is decided once, by its first rank, so all ranks agree.
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::pair<std::error_code, std::uint32_t>> fates_;
   std::map<std::uint64_t, std::function<void(const exception_info&)>> callbacks_;
