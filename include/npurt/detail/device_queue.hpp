@@ -16,11 +16,13 @@
 #include <npurt/backend.hpp>
 #include <npurt/system_options.hpp>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <tuple>
 #include <utility>
+#include <vector>
 
 namespace npurt {
 
@@ -36,42 +38,121 @@ class device_queue {
 
   /// A task was enqueued on `stream`; `bypass` for streams outside the queue.
   void on_enqueue(const task_info& t, std::uint32_t stream, bool bypass) {
-    if (model_ == dispatch_model::shared_fifo && !bypass) pending_.emplace(key{t.device, t.priority, t.id}, stream);
+    if (model_ == dispatch_model::shared_fifo && !bypass) level_of(t.device, t.priority).push(t.id, stream);
   }
-  /// Whether the task, ready at its stream's head, may be dispatched now.
-  [[nodiscard]] bool may_dispatch(const task_info& t) const {
-    if (model_ != dispatch_model::shared_fifo) return true;
-    const key k{t.device, t.priority, t.id};
-    // Not queued (a bypassing stream), or the first of its device and level.
-    return !pending_.contains(k) || pending_.lower_bound(key{t.device, t.priority, 0})->first == k;
+  /// Whether the task, ready at its stream's head, may be dispatched now; `bypass` as for
+  /// on_enqueue.
+  [[nodiscard]] bool may_dispatch(const task_info& t, bool bypass) const {
+    if (model_ != dispatch_model::shared_fifo || bypass) return true;
+    // A task of a queued stream is in the queue from its enqueue to its dispatch, and the queue
+    // is sorted by id: it is first exactly when nothing with a smaller id is queued.
+    const fifo* q = find_level(t.device, t.priority);
+    return !q || q->empty() || q->front().id >= t.id;
   }
   /// When `t` is held behind an earlier task of its device and level: that task's id and stream
   /// (what a deadlock report names).
   [[nodiscard]] std::optional<std::pair<std::uint64_t, std::uint32_t>> held_behind(const task_info& t) const {
     if (model_ != dispatch_model::shared_fifo) return std::nullopt;
-    const key k{t.device, t.priority, t.id};
-    if (!pending_.contains(k)) return std::nullopt;
-    const auto first = pending_.lower_bound(key{t.device, t.priority, 0});
-    if (first->first == k) return std::nullopt;
-    return std::pair{std::get<2>(first->first), first->second};
+    const fifo* q = find_level(t.device, t.priority);
+    if (!q || q->empty() || q->front().id == t.id || !q->contains(t.id)) return std::nullopt;
+    return std::pair{q->front().id, q->front().stream};
   }
   /// Device reset: its tasks not yet dispatched leave the queue (their records are gone).
   void forget(device_id dev) {
-    pending_.erase(pending_.lower_bound(key{dev, 0, 0}), pending_.lower_bound(key{dev + 1, 0, 0}));
+    for (std::uint8_t p = 0; p < levels; ++p)
+      if (fifo* q = find_level(dev, p)) q->clear();
+    for (auto& [k, q] : other_)
+      if (k.first == dev) q.clear();
   }
   /// The task was dispatched; returns the stream whose task is now first at its level (0: none).
   std::uint32_t on_dispatch(const task_info& t) {
     if (model_ != dispatch_model::shared_fifo) return 0;
-    if (pending_.erase(key{t.device, t.priority, t.id}) == 0) return 0;
-    const auto it = pending_.lower_bound(key{t.device, t.priority, 0});
-    if (it == pending_.end() || std::get<0>(it->first) != t.device || std::get<1>(it->first) != t.priority) return 0;
-    return it->second;
+    fifo* q = find_level(t.device, t.priority);
+    if (!q || !q->erase(t.id) || q->empty()) return 0;
+    return q->front().stream;
   }
 
  private:
-  using key = std::tuple<device_id, std::uint8_t, std::uint64_t>;
+  static constexpr std::uint8_t levels = 8;  // stream priorities 0..7
+  struct entry {
+    std::uint64_t id;
+    std::uint32_t stream;
+  };
+  // The tasks of one device and level not yet dispatched, by id. Tasks are enqueued in id order
+  // almost always and leave from the front (only the first may be dispatched), so a vector with
+  // a moving head does both in O(1) without a node per task.
+  class fifo {
+   public:
+    [[nodiscard]] bool empty() const noexcept { return head_ == v_.size(); }
+    [[nodiscard]] const entry& front() const noexcept { return v_[head_]; }
+    [[nodiscard]] bool contains(std::uint64_t id) const noexcept {
+      const auto it = find(id);
+      return it != v_.end() && it->id == id;
+    }
+    void push(std::uint64_t id, std::uint32_t stream) {
+      if (empty() || v_.back().id < id) [[likely]] {
+        v_.push_back({id, stream});
+        return;
+      }
+      const auto it = find(id);
+      if (it != v_.end() && it->id == id) return;  // already queued
+      v_.insert(it, entry{id, stream});
+    }
+    /// Removes `id`; false when it was not queued.
+    bool erase(std::uint64_t id) {
+      if (empty()) return false;
+      if (v_[head_].id == id) [[likely]] {
+        if (++head_ == v_.size()) clear();
+        else if (head_ >= 64 && head_ * 2 >= v_.size()) compact();
+        return true;
+      }
+      const auto it = find(id);
+      if (it == v_.end() || it->id != id) return false;
+      v_.erase(it);
+      return true;
+    }
+    void clear() noexcept {
+      v_.clear();
+      head_ = 0;
+    }
+
+   private:
+    [[nodiscard]] std::vector<entry>::const_iterator find(std::uint64_t id) const noexcept {
+      return std::lower_bound(v_.begin() + static_cast<std::ptrdiff_t>(head_), v_.end(), id,
+                              [](const entry& e, std::uint64_t x) { return e.id < x; });
+    }
+    // Dispatched entries in front of head_ are dropped once they are half the storage.
+    void compact() {
+      v_.erase(v_.begin(), v_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
+    std::vector<entry> v_;
+    std::size_t head_ = 0;
+  };
+
+  [[nodiscard]] fifo* find_level(device_id dev, std::uint8_t prio) noexcept {
+    return const_cast<fifo*>(std::as_const(*this).find_level(dev, prio));
+  }
+  [[nodiscard]] const fifo* find_level(device_id dev, std::uint8_t prio) const noexcept {
+    if (dev >= 0 && prio < levels) [[likely]] {
+      const auto i = static_cast<std::size_t>(dev) * levels + prio;
+      return i < by_device_.size() ? &by_device_[i] : nullptr;
+    }
+    const auto it = other_.find({dev, prio});
+    return it == other_.end() ? nullptr : &it->second;
+  }
+  fifo& level_of(device_id dev, std::uint8_t prio) {
+    if (dev >= 0 && prio < levels) [[likely]] {
+      const auto i = static_cast<std::size_t>(dev) * levels + prio;
+      if (i >= by_device_.size()) by_device_.resize((static_cast<std::size_t>(dev) + 1) * levels);
+      return by_device_[i];
+    }
+    return other_[{dev, prio}];
+  }
+
   dispatch_model model_ = dispatch_model::shared_fifo;
-  std::map<key, std::uint32_t> pending_;
+  std::vector<fifo> by_device_;  // index = device * levels + priority
+  std::map<std::pair<device_id, std::uint8_t>, fifo> other_;  // ids or priorities outside those ranges
 };
 
 }  // namespace detail
