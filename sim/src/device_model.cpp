@@ -291,8 +291,7 @@ NPURT_SIM_HOT inline void device_model::enqueue(task_info& t, std::uint32_t e, s
 
 void device_model::wait(task_info& t, std::uint32_t e, std::uint32_t need) {
   engine& eng = engines_[e];
-  eng.heap.push_back(queued{queued::key_of(t.priority, t.id), &t, need});
-  std::push_heap(eng.heap.begin(), eng.heap.end());
+  eng.heap.push(queued{queued::key_of(t.priority, t.id), &t, need});
   dispatch(e);
 }
 
@@ -370,10 +369,7 @@ void device_model::abort(device_id dev) {
     drop_job(slot, now);
   }
   for (auto& eng : engines_) {
-    const auto before = eng.heap.size();
-    std::erase_if(eng.heap, [dev](const queued& q) { return q.task->device == dev; });
-    std::make_heap(eng.heap.begin(), eng.heap.end());
-    in_flight_ -= before - eng.heap.size();
+    in_flight_ -= eng.heap.erase_if([dev](const queued& q) { return q.task->device == dev; });
   }
   for (const pending& p : pending_) engines_[p.engine].pending_need = 0;
   const auto before = pending_.size();
@@ -410,37 +406,31 @@ void device_model::decide_contended(std::uint32_t e, std::size_t from) {
     const bool have_arrival = next < arrivals_.size();
     if (!have_arrival && eng.heap.empty()) break;
     const bool take_arrival =
-        have_arrival && (eng.heap.empty() || arrivals_[next].task->priority < (eng.heap.front().key >> 56));
-    const std::uint32_t need = take_arrival ? arrivals_[next].need : eng.heap.front().need;
+        have_arrival && (eng.heap.empty() || arrivals_[next].task->priority < (eng.heap.top().key >> 56));
+    const std::uint32_t need = take_arrival ? arrivals_[next].need : eng.heap.top().need;
     if (need > eng.free) break;  // the head waits for room; nothing overtakes it
     eng.free -= need;
     if (take_arrival) {
       start(*arrivals_[next].task, e, need, now);
       ++next;
     } else {
-      std::pop_heap(eng.heap.begin(), eng.heap.end());
-      const queued q = eng.heap.back();
-      eng.heap.pop_back();
+      const queued q = eng.heap.pop();
       start(*q.task, e, q.need, now);
     }
   }
-  for (; next < arrivals_.size(); ++next) {
-    eng.heap.push_back(queued{queued::key_of(arrivals_[next].task->priority, arrivals_[next].task->id),
-                              arrivals_[next].task, arrivals_[next].need});
-    std::push_heap(eng.heap.begin(), eng.heap.end());
-  }
+  for (; next < arrivals_.size(); ++next)
+    eng.heap.push(queued{queued::key_of(arrivals_[next].task->priority, arrivals_[next].task->id), arrivals_[next].task,
+                         arrivals_[next].need});
   dispatch(e);
 }
 
 void device_model::dispatch(std::uint32_t e) {
   engine& eng = engines_[e];
-  if (eng.heap.empty() || eng.heap.front().need > eng.free) return;
+  if (eng.heap.empty() || eng.heap.top().need > eng.free) return;
   const sim_time now = host_->now();
   // Strict order: the head of the queue waits for room; nothing overtakes it.
-  while (!eng.heap.empty() && eng.heap.front().need <= eng.free) {
-    std::pop_heap(eng.heap.begin(), eng.heap.end());
-    const queued q = eng.heap.back();
-    eng.heap.pop_back();
+  while (!eng.heap.empty() && eng.heap.top().need <= eng.free) {
+    const queued q = eng.heap.pop();
     eng.free -= q.need;
     start(*q.task, e, q.need, now);
   }

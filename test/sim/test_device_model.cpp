@@ -4,6 +4,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <string>
 #include <tuple>
@@ -159,6 +160,29 @@ TEST_CASE("ready kernels wait for cores in priority order, then by task id", "[s
   CHECK(order == expected);
   // Non-preemptive and one at a time (each takes all cores): back to back.
   for (std::size_t i = 1; i < r.host.done.size(); ++i) CHECK(r.host.done[i].start == r.host.done[i - 1].end);
+}
+
+TEST_CASE("kernels that reach a busy engine out of id order still start by priority, then id", "[sim][device]") {
+  rig r;
+  const auto blocker = fixed_kernel(1000);
+  const auto k = fixed_kernel(10);
+  task_info& first = r.tasks.kernel(blocker, 4);
+  r.be.submit(first);
+  // Ids in creation order; submitted as 7i mod 40 (a permutation mixing rising runs with
+  // stragglers that arrive after larger ids), over four priorities.
+  std::vector<task_info*> made;
+  for (int i = 0; i < 40; ++i) made.push_back(&r.tasks.kernel(k, static_cast<std::uint8_t>((i * 3) % 4)));
+  for (int i = 0; i < 40; ++i) r.be.submit(*made[static_cast<std::size_t>((i * 7) % 40)]);
+  r.host.run();
+  std::vector<std::pair<std::uint8_t, std::uint64_t>> expected;
+  for (const task_info* t : made) expected.emplace_back(t->priority, t->id);
+  std::sort(expected.begin(), expected.end());
+  REQUIRE(r.host.done.size() == 41);
+  CHECK(r.host.done[0].id == first.id);
+  for (std::size_t i = 1; i < r.host.done.size(); ++i) {
+    CHECK(r.host.done[i].id == expected[i - 1].second);
+    CHECK(r.host.done[i].start == r.host.done[i - 1].end);
+  }
 }
 
 TEST_CASE("kernels that fit the free cores run side by side", "[sim][device]") {

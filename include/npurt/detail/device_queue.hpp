@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -37,113 +38,121 @@ class device_queue {
 
   /// A task was enqueued on `stream`; `bypass` for streams outside the queue.
   void on_enqueue(const task_info& t, std::uint32_t stream, bool bypass) {
-    if (model_ == dispatch_model::shared_fifo && !bypass) level_of(t, true)->push(t.id, stream);
+    if (model_ == dispatch_model::shared_fifo && !bypass) level_of(t.device, t.priority).push(t.id, stream);
   }
-  /// Whether the task, ready at its stream's head, may be dispatched now.
-  [[nodiscard]] bool may_dispatch(const task_info& t) const {
-    if (model_ != dispatch_model::shared_fifo) return true;
-    const level* l = level_of(t);
-    // Not queued (a bypassing stream), or the first of its device and level.
-    return !l || l->empty() || l->front().id == t.id || !l->contains(t.id);
+  /// Whether the task, ready at its stream's head, may be dispatched now; `bypass` as for
+  /// on_enqueue.
+  [[nodiscard]] bool may_dispatch(const task_info& t, bool bypass) const {
+    if (model_ != dispatch_model::shared_fifo || bypass) return true;
+    // A task of a queued stream is in the queue from its enqueue to its dispatch, and the queue
+    // is sorted by id: it is first exactly when nothing with a smaller id is queued.
+    const fifo* q = find_level(t.device, t.priority);
+    return !q || q->empty() || q->front().id >= t.id;
   }
   /// When `t` is held behind an earlier task of its device and level: that task's id and stream
   /// (what a deadlock report names).
   [[nodiscard]] std::optional<std::pair<std::uint64_t, std::uint32_t>> held_behind(const task_info& t) const {
     if (model_ != dispatch_model::shared_fifo) return std::nullopt;
-    const level* l = level_of(t);
-    if (!l || l->empty() || l->front().id == t.id || !l->contains(t.id)) return std::nullopt;
-    return std::pair{l->front().id, l->front().stream};
+    const fifo* q = find_level(t.device, t.priority);
+    if (!q || q->empty() || q->front().id == t.id || !q->contains(t.id)) return std::nullopt;
+    return std::pair{q->front().id, q->front().stream};
   }
   /// Device reset: its tasks not yet dispatched leave the queue (their records are gone).
   void forget(device_id dev) {
-    for (std::size_t p = 0; p < levels_per_device; ++p) {
-      const std::size_t i = static_cast<std::size_t>(dev) * levels_per_device + p;
-      if (dev >= 0 && i < levels_.size()) levels_[i] = level{};
-    }
+    for (std::uint8_t p = 0; p < levels; ++p)
+      if (fifo* q = find_level(dev, p)) q->clear();
+    for (auto& [k, q] : other_)
+      if (k.first == dev) q.clear();
   }
   /// The task was dispatched; returns the stream whose task is now first at its level (0: none).
   std::uint32_t on_dispatch(const task_info& t) {
     if (model_ != dispatch_model::shared_fifo) return 0;
-    level* l = level_of(t);
-    if (!l || !l->erase(t.id)) return 0;
-    return l->empty() ? 0 : l->front().stream;
+    fifo* q = find_level(t.device, t.priority);
+    if (!q || !q->erase(t.id) || q->empty()) return 0;
+    return q->front().stream;
   }
 
  private:
-  // One FIFO per (device, priority level), in task id order. Task ids grow with every enqueue,
-  // so a push is an append and the first task is the front; a task that leaves out of order
-  // (an event wait reaching its stream's head) is found by binary search and marked, and marked
-  // entries are dropped when they reach the front. Every operation is O(log n) in the level's
-  // length and independent of how many devices the system has.
+  static constexpr std::uint8_t levels = 8;  // stream priorities 0..7
   struct entry {
     std::uint64_t id;
     std::uint32_t stream;
-    bool live;
   };
-  struct level {
-    std::vector<entry> q;
-    std::size_t head = 0;  // q[head] is live whenever head < q.size()
-
-    [[nodiscard]] bool empty() const noexcept { return head == q.size(); }
-    [[nodiscard]] const entry& front() const noexcept { return q[head]; }
-    /// The index of task `id` while it is queued, or q.size().
-    [[nodiscard]] std::size_t find(std::uint64_t id) const noexcept {
-      const auto it = std::lower_bound(q.begin() + static_cast<std::ptrdiff_t>(head), q.end(), id,
-                                       [](const entry& e, std::uint64_t v) { return e.id < v; });
-      return it != q.end() && it->id == id && it->live ? static_cast<std::size_t>(it - q.begin()) : q.size();
+  // The tasks of one device and level not yet dispatched, by id. Tasks are enqueued in id order
+  // almost always and leave from the front (only the first may be dispatched), so a vector with
+  // a moving head does both in O(1) without a node per task.
+  class fifo {
+   public:
+    [[nodiscard]] bool empty() const noexcept { return head_ == v_.size(); }
+    [[nodiscard]] const entry& front() const noexcept { return v_[head_]; }
+    [[nodiscard]] bool contains(std::uint64_t id) const noexcept {
+      const auto it = find(id);
+      return it != v_.end() && it->id == id;
     }
-    [[nodiscard]] bool contains(std::uint64_t id) const noexcept { return find(id) != q.size(); }
     void push(std::uint64_t id, std::uint32_t stream) {
-      if (empty()) {
-        q.clear();
-        head = 0;
-      }
-      if (q.empty() || q.back().id < id) {
-        q.push_back(entry{id, stream, true});
+      if (empty() || v_.back().id < id) [[likely]] {
+        v_.push_back({id, stream});
         return;
       }
-      // Enqueued after a task created later (ids are taken before enqueue): keep the order.
-      const auto it = std::lower_bound(q.begin() + static_cast<std::ptrdiff_t>(head), q.end(), id,
-                                       [](const entry& e, std::uint64_t v) { return e.id < v; });
-      q.insert(it, entry{id, stream, true});
+      const auto it = find(id);
+      if (it != v_.end() && it->id == id) return;  // already queued
+      v_.insert(it, entry{id, stream});
     }
+    /// Removes `id`; false when it was not queued.
     bool erase(std::uint64_t id) {
-      // Dispatch takes the front almost always: no search then.
-      const std::size_t i = !empty() && q[head].id == id ? head : find(id);
-      if (i == q.size()) return false;
-      q[i].live = false;
-      while (head < q.size() && !q[head].live) ++head;
-      if (head == q.size()) {
-        q.clear();
-        head = 0;
-      } else if (head >= 1024 && head * 2 >= q.size()) {
-        q.erase(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(head));  // amortised O(1)
-        head = 0;
+      if (empty()) return false;
+      if (v_[head_].id == id) [[likely]] {
+        if (++head_ == v_.size()) clear();
+        else if (head_ >= 64 && head_ * 2 >= v_.size()) compact();
+        return true;
       }
+      const auto it = find(id);
+      if (it == v_.end() || it->id != id) return false;
+      v_.erase(it);
       return true;
     }
-  };
-  static constexpr std::size_t levels_per_device = 8;  // stream priorities 0..7
-
-  [[nodiscard]] const level* level_of(const task_info& t) const noexcept {
-    const std::size_t i = index(t);
-    return t.device >= 0 && t.priority < levels_per_device && i < levels_.size() ? &levels_[i] : nullptr;
-  }
-  level* level_of(const task_info& t, bool create = false) {
-    if (t.device < 0 || t.priority >= levels_per_device) return nullptr;  // never made by the scheduler
-    const std::size_t i = index(t);
-    if (i >= levels_.size()) {
-      if (!create) return nullptr;
-      levels_.resize((static_cast<std::size_t>(t.device) + 1) * levels_per_device);
+    void clear() noexcept {
+      v_.clear();
+      head_ = 0;
     }
-    return &levels_[i];
+
+   private:
+    [[nodiscard]] std::vector<entry>::const_iterator find(std::uint64_t id) const noexcept {
+      return std::lower_bound(v_.begin() + static_cast<std::ptrdiff_t>(head_), v_.end(), id,
+                              [](const entry& e, std::uint64_t x) { return e.id < x; });
+    }
+    // Dispatched entries in front of head_ are dropped once they are half the storage.
+    void compact() {
+      v_.erase(v_.begin(), v_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
+    std::vector<entry> v_;
+    std::size_t head_ = 0;
+  };
+
+  [[nodiscard]] fifo* find_level(device_id dev, std::uint8_t prio) noexcept {
+    return const_cast<fifo*>(std::as_const(*this).find_level(dev, prio));
   }
-  static std::size_t index(const task_info& t) noexcept {
-    return static_cast<std::size_t>(t.device) * levels_per_device + t.priority;
+  [[nodiscard]] const fifo* find_level(device_id dev, std::uint8_t prio) const noexcept {
+    if (dev >= 0 && prio < levels) [[likely]] {
+      const auto i = static_cast<std::size_t>(dev) * levels + prio;
+      return i < by_device_.size() ? &by_device_[i] : nullptr;
+    }
+    const auto it = other_.find({dev, prio});
+    return it == other_.end() ? nullptr : &it->second;
+  }
+  fifo& level_of(device_id dev, std::uint8_t prio) {
+    if (dev >= 0 && prio < levels) [[likely]] {
+      const auto i = static_cast<std::size_t>(dev) * levels + prio;
+      if (i >= by_device_.size()) by_device_.resize((static_cast<std::size_t>(dev) + 1) * levels);
+      return by_device_[i];
+    }
+    return other_[{dev, prio}];
   }
 
   dispatch_model model_ = dispatch_model::shared_fifo;
-  std::vector<level> levels_;
+  std::vector<fifo> by_device_;  // index = device * levels + priority
+  std::map<std::pair<device_id, std::uint8_t>, fifo> other_;  // ids or priorities outside those ranges
 };
 
 }  // namespace detail

@@ -28,7 +28,10 @@ class object_pool {
     node* n = free_;
     free_ = n->next;
     ++live_;
-    return ::new (static_cast<void*>(n->storage)) T(std::forward<Args>(args)...);
+    // Without arguments, default-initialisation: the members' own initialisers set every field,
+    // where value-initialisation would first zero the whole record and then set them again.
+    if constexpr (sizeof...(Args) == 0) return ::new (static_cast<void*>(n->storage)) T;
+    else return ::new (static_cast<void*>(n->storage)) T(std::forward<Args>(args)...);
   }
 
   void destroy(T* p) noexcept {

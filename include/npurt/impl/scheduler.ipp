@@ -195,7 +195,8 @@ NPURT_DECL void scheduler::try_start(stream_state& s) {
     }
     return;
   }
-  if (!queue_.may_dispatch(*t)) return;  // the device's queue holds earlier tasks: woken on their dispatch
+  // The device's queue holds earlier tasks: woken on their dispatch.
+  if (!queue_.may_dispatch(*t, (s.flags & device_queue::bypass_flags) != 0)) return;
   start_task(s, t);
 }
 

@@ -27,6 +27,8 @@
 #include <npurt/sim/cost_model.hpp>
 #include <npurt/sim/preset.hpp>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -161,10 +163,65 @@ class device_model {
     }
     friend bool operator<(const queued& a, const queued& b) noexcept { return a.key > b.key; }  // min on top
   };
+  // An engine's waiting tasks, smallest key first. Tasks mostly arrive in key order (one
+  // priority, ids rising), and those go to a sorted run that pops in O(1); a task that arrives
+  // out of order goes to a heap beside it. Keys are unique, so the pops come in exactly the
+  // order one heap of everything would give.
+  class wait_queue {
+   public:
+    [[nodiscard]] bool empty() const noexcept { return head_ == run_.size() && heap_.empty(); }
+    [[nodiscard]] std::size_t size() const noexcept { return run_.size() - head_ + heap_.size(); }
+    [[nodiscard]] const queued& top() const noexcept {
+      if (heap_.empty()) return run_[head_];
+      if (head_ == run_.size() || heap_.front().key < run_[head_].key) return heap_.front();
+      return run_[head_];
+    }
+    void push(const queued& q) {
+      if (head_ == run_.size() || run_.back().key < q.key) [[likely]] {
+        run_.push_back(q);
+        return;
+      }
+      heap_.push_back(q);
+      std::push_heap(heap_.begin(), heap_.end());
+    }
+    queued pop() {
+      if (!heap_.empty() && (head_ == run_.size() || heap_.front().key < run_[head_].key)) {
+        std::pop_heap(heap_.begin(), heap_.end());
+        const queued q = heap_.back();
+        heap_.pop_back();
+        return q;
+      }
+      const queued q = run_[head_];
+      if (++head_ == run_.size()) {
+        run_.clear();
+        head_ = 0;
+      } else if (head_ >= 64 && head_ * 2 >= run_.size()) {
+        run_.erase(run_.begin(), run_.begin() + static_cast<std::ptrdiff_t>(head_));
+        head_ = 0;
+      }
+      return q;
+    }
+    /// Drops the tasks `pred` selects; returns how many.
+    template <class Pred>
+    std::size_t erase_if(Pred pred) {
+      const std::size_t before = size();
+      run_.erase(run_.begin(), run_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+      std::erase_if(run_, pred);  // keeps the run sorted
+      std::erase_if(heap_, pred);
+      std::make_heap(heap_.begin(), heap_.end());
+      return before - size();
+    }
+
+   private:
+    std::vector<queued> run_;  // sorted by key from head_
+    std::size_t head_ = 0;
+    std::vector<queued> heap_;
+  };
   struct engine {
     std::uint32_t capacity = 1;
     std::uint32_t free = 1;
-    std::vector<queued> heap;
+    wait_queue heap;
     std::uint64_t pending_need = 0;  // summed needs of this instant's arrivals
     bool flushed = false;  // decided at this flush already
   };
