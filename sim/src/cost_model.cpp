@@ -22,6 +22,10 @@ std::uint64_t saturating_u64(double x) noexcept {
 
 constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return (a + b - 1) / b; }
 constexpr std::int64_t round_up(std::int64_t a, std::int64_t b) noexcept { return ceil_div(a, b) * b; }
+// min(a * b, cap) for positive a, b, cap, without forming a product that may not fit.
+constexpr std::int64_t capped_product(std::int64_t a, std::int64_t b, std::int64_t cap) noexcept {
+  return a > cap / b ? cap : std::min(a * b, cap);
+}
 
 double es(dtype t) noexcept { return static_cast<double>(size_of(t)); }
 
@@ -123,7 +127,7 @@ std::optional<gemm_problem> to_gemm(const kernel_desc& k) {
     const std::int64_t co = dim(c->dy, 1), ho = dim(c->dy, 2), wo = dim(c->dy, 3);
     const std::int64_t kh = dim(c->w, 2), kw = dim(c->w, 3), sh = c->stride[0], sw = c->stride[1];
     const std::int64_t g = std::max<std::int32_t>(1, c->groups), cog = co / g;
-    const std::int64_t rows = kh >= sh ? h : std::min(h, ho * kh), cols = kw >= sw ? w : std::min(w, wo * kw);
+    const std::int64_t rows = kh >= sh ? h : capped_product(ho, kh, h), cols = kw >= sw ? w : capped_product(wo, kw, w);
     const std::int64_t taps = (kh >= sh && kw >= sw) ? std::max<std::int64_t>(1, ceil_div(kh * kw, sh * sw)) : 1;
     pr.g = {g, n * rows * cols, ci / g, round_up(cog, 16) * taps, c->dy.type};
     pr.out_es = es(c->dx.type);

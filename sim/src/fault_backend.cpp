@@ -1,5 +1,6 @@
 // The fault layer: carries out a fault_plan between the runtime and a wrapped backend.
 #include <npurt/collective_types.hpp>
+#include <npurt/detail/memory_registry.hpp>
 #include <npurt/sim/fault_backend.hpp>
 #include <npurt/sim/reference_kernels.hpp>
 
@@ -32,6 +33,15 @@ bool fatal(std::error_code ec) noexcept {
 
 bool overlaps(std::uint64_t a, std::size_t an, std::uint64_t b, std::size_t bn) noexcept {
   return an != 0 && bn != 0 && a < b + bn && b < a + an;
+}
+
+// Whether device memory [p, p + n) of the fault's device meets its damaged region. Each system
+// has its own device address spaces, so the region is an offset range in the device's space: a
+// plan written before its system exists names it with a pointer of another system of the same
+// configuration (the same allocations give the same offsets).
+bool in_region(const void* p, std::size_t n, const fault_spec& f) noexcept {
+  constexpr std::uint64_t offset = detail::address_space_bytes - 1;
+  return overlaps(reinterpret_cast<std::uintptr_t>(p) & offset, n, f.address & offset, f.bytes);
 }
 
 sim_time add(sim_time t, picoseconds d) noexcept {
@@ -124,19 +134,16 @@ device_status fault_backend::status(device_id dev) const noexcept {
 bool fault_backend::touches(const task_info& t, const fault_spec& f) const noexcept {
   if (t.kind == task_kind::memcpy || t.kind == task_kind::memset) {
     if (f.bytes == 0) return true;
-    const bool dst = t.copy.dst_device == f.device &&
-                     overlaps(reinterpret_cast<std::uintptr_t>(t.copy.dst), t.copy.bytes, f.address, f.bytes);
-    const bool src = t.kind == task_kind::memcpy && t.copy.src_device == f.device &&
-                     overlaps(reinterpret_cast<std::uintptr_t>(t.copy.src), t.copy.bytes, f.address, f.bytes);
+    const bool dst = t.copy.dst_device == f.device && in_region(t.copy.dst, t.copy.bytes, f);
+    const bool src =
+        t.kind == task_kind::memcpy && t.copy.src_device == f.device && in_region(t.copy.src, t.copy.bytes, f);
     return dst || src;
   }
   if (t.kind != task_kind::kernel) return false;
   if (f.bytes == 0) return true;
-  if (!t.kernel) return false;  // a kernels::fixed launch names no memory
+  if (!t.kernel || t.device != f.device) return false;  // no memory (kernels::fixed), or another device's
   for (const operand& o : operands(t.kernel->op))
-    if (o.tensor && o.tensor->data &&
-        overlaps(reinterpret_cast<std::uintptr_t>(o.tensor->data), o.tensor->bytes(), f.address, f.bytes))
-      return true;
+    if (o.tensor && o.tensor->data && in_region(o.tensor->data, o.tensor->bytes(), f)) return true;
   return false;
 }
 

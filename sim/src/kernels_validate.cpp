@@ -5,12 +5,15 @@
 #include <boost/pfr.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -49,9 +52,10 @@ struct builder {
   }
 };
 
-// At most 2^60 multiply-accumulates per matmul: twice that (the FLOPs) and the cube fractals
-// still fit the cost model's 64-bit counters, and such a kernel already runs for hours.
-constexpr double max_macs = 0x1p60;
+// At most 2^60 multiply-accumulates per cube kernel (and window reads per pooling): twice that
+// (the FLOPs) and the cube fractals still fit the cost model's 64-bit counters, and such a
+// kernel already runs for hours.
+constexpr std::uint64_t max_work = std::uint64_t{1} << 60;
 
 // Rank, positive dimensions, no element-count overflow, a layout we compute in.
 std::error_code check_tensor(const tensor_desc& t) {
@@ -131,10 +135,6 @@ std::error_code check(const kernels::matmul& m) {
     if (rb == 3 && b[0] != B) return fail(errc::invalid_shape);
   }
   if (!finite(m.alpha) || !finite(m.beta)) return fail(errc::invalid_argument);
-  // The cost model counts multiply-accumulates (and cube fractals) in 64-bit integers.
-  const double macs = static_cast<double>(rc == 3 ? c[0] : 1) * static_cast<double>(M) * static_cast<double>(N) *
-                      static_cast<double>(Ka);
-  if (macs > max_macs) return fail(errc::invalid_shape);
   return check_epilogue(m.c, m.bias, m.residual, m.act);
 }
 
@@ -153,11 +153,12 @@ std::error_code check_conv_params(const conv_params& p) {
 }
 
 // Output extent of one spatial dimension, or -1 when the (padded) input is smaller than the
-// dilated kernel.
+// dilated kernel. in, k >= 1 and d >= 1: the dilated extent d * (k - 1) + 1 is compared with the
+// span by division first, since a kernel of 2^33 with a dilation of 2^31 passes 2^63.
 int64_t conv_out(int64_t in, int64_t k, std::int32_t s, std::int32_t p, std::int32_t d) {
-  const int64_t eff = int64_t{d} * (k - 1) + 1;
   const int64_t span = in + 2 * int64_t{p};
-  if (span < eff) return -1;
+  if (k - 1 > (span - 1) / d) return -1;
+  const int64_t eff = int64_t{d} * (k - 1) + 1;
   return (span - eff) / s + 1;
 }
 
@@ -318,7 +319,8 @@ std::error_code pool_output(kernels::pool_mode mode, const shape& x, const std::
   }
   for (int i = 0; i < 2; ++i) {
     // A window must always cover part of the input, as PyTorch's pad <= kernel / 2 ensures.
-    if (window[i] < 1 || stride[i] < 1 || pad[i] < 0 || 2 * pad[i] > window[i]) return fail(errc::invalid_argument);
+    if (window[i] < 1 || stride[i] < 1 || pad[i] < 0 || 2 * int64_t{pad[i]} > window[i])
+      return fail(errc::invalid_argument);
   }
   const int64_t ho = conv_out(x[2], window[0], stride[0], pad[0], 1);
   const int64_t wo = conv_out(x[3], window[1], stride[1], pad[1], 1);
@@ -410,6 +412,75 @@ std::error_code check(const kernels::sgd_update& s) {
 }
 
 std::error_code check(const kernels::fixed&) { return {}; }
+
+// ---- work bounds -----------------------------------------------------------------------
+
+// The work whose count is a product of the caller's dimensions: the multiply-accumulates of a
+// cube kernel, the window reads of a pooling. Counted exactly in 64-bit integers with overflow
+// checks and bounded by max_work, so that a shape whose count wraps (or runs for centuries) is
+// an error at launch, never a wrapped count in the cost model. The shapes are valid already:
+// every factor is positive.
+struct work {
+  const char* unit = nullptr;  // null: no bound applies to this kernel
+  std::array<std::pair<const char*, int64_t>, 8> factors{};
+  std::size_t count = 0;
+  void add(const char* name, int64_t v) noexcept { factors[count++] = {name, v}; }
+  [[nodiscard]] bool within() const noexcept {
+    std::uint64_t p = 1;
+    for (std::size_t i = 0; i < count; ++i)
+      if (__builtin_mul_overflow(p, static_cast<std::uint64_t>(factors[i].second), &p) || p > max_work) return false;
+    return true;
+  }
+};
+
+void conv_work(work& w, const shape& x, const shape& wt, const shape& y) {
+  w.unit = "multiply-accumulates";
+  w.add("N", x[0]);
+  w.add("Co", wt[0]);
+  w.add("Ho", y[2]);
+  w.add("Wo", y[3]);
+  w.add("C/groups", wt[1]);
+  w.add("kh", wt[2]);
+  w.add("kw", wt[3]);
+}
+
+work work_of(const kernel_op& op) noexcept {
+  work w;
+  std::visit(
+      [&](const auto& o) {
+        using T = std::remove_cvref_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, kernels::matmul>) {
+          const auto& a = o.a.shape;
+          const auto ra = a.rank();
+          w.unit = "multiply-accumulates";
+          w.add("batch", o.c.shape.rank() == 3 ? o.c.shape[0] : 1);
+          w.add("M", o.trans_a ? a[ra - 1] : a[ra - 2]);
+          w.add("N", o.c.shape[o.c.shape.rank() - 1]);
+          w.add("K", o.trans_a ? a[ra - 2] : a[ra - 1]);
+        } else if constexpr (std::is_same_v<T, kernels::conv2d>) {
+          conv_work(w, o.x.shape, o.w.shape, o.y.shape);
+        } else if constexpr (std::is_same_v<T, kernels::conv2d_backward_data>) {
+          conv_work(w, o.dx.shape, o.w.shape, o.dy.shape);
+        } else if constexpr (std::is_same_v<T, kernels::conv2d_backward_weight>) {
+          conv_work(w, o.x.shape, o.dw.shape, o.dy.shape);
+        } else if constexpr (std::is_same_v<T, kernels::pool2d> || std::is_same_v<T, kernels::pool2d_backward>) {
+          if (o.mode == kernels::pool_mode::global_avg) return;  // one read per input element
+          const shape& y = [&]() -> const shape& {
+            if constexpr (std::is_same_v<T, kernels::pool2d>) return o.y.shape;
+            else return o.dy.shape;
+          }();
+          w.unit = "window reads";
+          w.add("N", y[0]);
+          w.add("C", y[1]);
+          w.add("Ho", y[2]);
+          w.add("Wo", y[3]);
+          w.add("window[0]", o.window[0]);
+          w.add("window[1]", o.window[1]);
+        }
+      },
+      op);
+  return w;
+}
 
 }  // namespace
 
@@ -515,7 +586,9 @@ std::error_code validate(const kernel_desc& k) {
     if (o.tensor->data != nullptr) ++with_data;
   }
   if (with_data != 0 && with_data != ops.size()) return fail(errc::invalid_argument);
-  return std::visit([](const auto& o) { return check(o); }, k.op);
+  if (auto ec = std::visit([](const auto& o) { return check(o); }, k.op)) return ec;
+  if (!work_of(k.op).within()) return fail(errc::invalid_shape);
+  return {};
 }
 
 namespace {
@@ -570,6 +643,18 @@ std::string describe(const kernel_desc& k, std::error_code ec) {
     if (ec == errc::invalid_layout && t->format != layout::nd && t->format != layout::nchw) {
       which << ": layout must be nd or nchw";
       return which.str();
+    }
+  }
+  // Each tensor is fine, and so is their relation: the work is what is too large.
+  if (ec == errc::invalid_shape && !std::visit([](const auto& o) { return check(o); }, k.op)) {
+    const work w = work_of(k.op);
+    if (w.unit && !w.within()) {
+      std::ostringstream out;
+      out << op << ": " << ec.message() << ": ";
+      for (std::size_t i = 0; i < w.count; ++i)
+        out << (i ? " x " : "") << w.factors[i].first << ' ' << w.factors[i].second;
+      out << " is more than 2^60 " << w.unit << " (the simulator's bound)";
+      return out.str();
     }
   }
   std::ostringstream out;

@@ -11,9 +11,11 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -357,6 +359,243 @@ TEST_CASE("a timing-only matmul too large for the cost model's counters is rejec
   REQUIRE(!ec);
   e.synchronize();
   CHECK(sys.now().time_since_epoch() > picoseconds{0});
+}
+
+// Work counts the cost model computes from a kernel's dimensions (multiply-accumulates, window
+// reads) are bounded at 2^60 and counted with overflow checks: each tensor below is a valid size
+// on its own (at most 2^52 elements), only the product of their dimensions is too large.
+namespace work_bound {
+
+using npurt::dtype;
+using npurt::shape;
+using npurt::tensor_desc;
+
+constexpr std::int64_t p2(int e) { return std::int64_t{1} << e; }
+tensor_desc t(shape s) { return {nullptr, std::move(s), dtype::f16}; }
+
+npurt::system timing_only_system() {
+  npurt::sim::sim_options o;
+  o.functional = false;
+  return npurt::system{npurt::sim::make_backend(npurt::sim::presets::ascend910(1), o)};
+}
+
+// A stream of a timing-only Ascend 910, where shapes cost nothing to describe.
+struct timing_only_stream {
+  npurt::system sys = timing_only_system();
+  npurt::stream s = sys.device(0).make_stream();
+  std::error_code ec;
+};
+
+npurt::kernel_desc conv(std::int64_t co, std::int64_t hw, std::int64_t k) {
+  // x [1, 2^20, hw + k - 1, hw + k - 1] * w [co, 2^20, k, k] -> y [1, co, hw, hw]
+  const std::int64_t c = p2(20), in = hw + k - 1;
+  return {npurt::kernels::conv2d{t({1, c, in, in}), t({co, c, k, k}), t({1, co, hw, hw})}};
+}
+
+}  // namespace work_bound
+
+TEST_CASE("convolutions of more than 2^60 multiply-accumulates are invalid_shape naming the dimensions",
+          "[core][hostile][kernel]") {
+  using namespace work_bound;
+  timing_only_stream w;
+  auto& [sys, s, ec] = w;
+  // N * Co * Ho * Wo * C * kh * kw: 1 * 2^20 * 2^10 * 2^10 * 2^20 = 2^60 is the largest accepted.
+  (void)s.launch(conv(p2(20), p2(10), 1), ec);
+  CHECK_FALSE(ec);
+  s.launch(conv(p2(21), p2(10), 1), ec);  // 2^61
+  CHECK(ec == npurt::errc::invalid_shape);
+  // 2^15 * 2^15 outputs of a 2^15 x 2^15 window over 2^20 channels: 2^80, which wraps 64 bits.
+  s.launch(conv(1, p2(15), p2(15)), ec);
+  CHECK(ec == npurt::errc::invalid_shape);
+  CHECK_THROWS_WITH(s.launch(conv(1, p2(15), p2(15))),
+                    ContainsSubstring("conv2d") && ContainsSubstring("Ho 32768") && ContainsSubstring("kh 32768") &&
+                        ContainsSubstring("C/groups 1048576") && ContainsSubstring("2^60 multiply-accumulates"));
+  // The gradients run the same multiply-accumulates.
+  const auto big = conv(1, p2(15), p2(15));
+  const auto& f = std::get<npurt::kernels::conv2d>(big.op);
+  s.launch({npurt::kernels::conv2d_backward_data{f.y, f.w, f.x}}, ec);
+  CHECK(ec == npurt::errc::invalid_shape);
+  s.launch({npurt::kernels::conv2d_backward_weight{f.x, f.y, f.w}}, ec);
+  CHECK(ec == npurt::errc::invalid_shape);
+  CHECK_THROWS_WITH(s.launch({npurt::kernels::conv2d_backward_weight{f.x, f.y, f.w}}),
+                    ContainsSubstring("conv2d_backward_weight") && ContainsSubstring("kw 32768"));
+  // A dilation of 2^31 - 1 over a 2^33-tap kernel: the dilated extent passes 2^63, the input
+  // is far smaller than it.
+  npurt::kernels::conv2d dil{t({1, 1, 4, 1}), t({1, 1, p2(33), 1}), t({1, 1, 1, 1})};
+  dil.dilation = {INT32_MAX, 1};
+  s.launch({dil}, ec);
+  CHECK(ec == npurt::errc::invalid_shape);
+  // Nothing was enqueued but the accepted convolution.
+  CHECK(sys.now() == npurt::sim_time{});
+}
+
+TEST_CASE("batched matmuls and pooling windows past 2^60 are invalid_shape; a pad of 2^31 - 1 is invalid_argument",
+          "[core][hostile][kernel]") {
+  using namespace work_bound;
+  timing_only_stream w;
+  auto& [sys, s, ec] = w;
+  auto bmm = [](std::int64_t b) {  // [b, 2^16, 2^16] x [b, 2^16, 2^16]: b * 2^48 multiply-accumulates
+    const shape sh{b, p2(16), p2(16)};
+    return npurt::kernel_desc{npurt::kernels::matmul{t(sh), t(sh), t(sh)}};
+  };
+  (void)s.launch(bmm(p2(12)), ec);
+  CHECK_FALSE(ec);
+  s.launch(bmm(p2(13)), ec);
+  CHECK(ec == npurt::errc::invalid_shape);
+  s.launch(bmm(p2(20)), ec);  // 2^68: wraps 64 bits
+  CHECK(ec == npurt::errc::invalid_shape);
+  CHECK_THROWS_WITH(s.launch(bmm(p2(20))), ContainsSubstring("batch 1048576") && ContainsSubstring("2^60"));
+
+  // A window of (2^31 - 1)^2 over one padded pixel: 2^62 reads for one output.
+  npurt::kernels::pool2d pool{npurt::kernels::pool_mode::avg, t({1, 1, 1, 1}), t({1, 1, 1, 1})};
+  pool.window = {INT32_MAX, INT32_MAX};
+  pool.stride = {1, 1};
+  pool.pad = {(1 << 30) - 1, (1 << 30) - 1};
+  s.launch({pool}, ec);
+  CHECK(ec == npurt::errc::invalid_shape);
+  CHECK_THROWS_WITH(s.launch({pool}), ContainsSubstring("window[0] 2147483647") && ContainsSubstring("window reads"));
+  npurt::kernels::pool2d_backward back{npurt::kernels::pool_mode::avg, {}, pool.y, pool.x};
+  back.window = pool.window;
+  back.stride = pool.stride;
+  back.pad = pool.pad;
+  s.launch({back}, ec);
+  CHECK(ec == npurt::errc::invalid_shape);
+  // 2 * pad must not overflow while it is compared with the window.
+  pool.pad = {INT32_MAX, 0};
+  s.launch({pool}, ec);
+  CHECK(ec == npurt::errc::invalid_argument);
+  // A small window is still fine.
+  pool.window = {1, 1};
+  pool.pad = {0, 0};
+  (void)s.launch({pool}, ec);
+  CHECK_FALSE(ec);
+}
+
+TEST_CASE("a device pointer of another system is invalid_pointer in copies, memsets, frees and pools, naming it",
+          "[core][hostile][memory]") {
+  npurt::system a{simple()}, b{simple()};
+  auto& da = a.device(0);
+  auto& db = b.device(0);
+  void* pa = da.malloc(4096);
+  void* pb = db.malloc(4096);
+  // Both are the first allocation of device 0 of their system: only the system tells them apart.
+  REQUIRE(pa != pb);
+  auto s = da.make_stream();
+  std::vector<char> h(4096);
+  std::error_code ec;
+  s.memcpy(h.data(), h.size(), pb, 4096, npurt::memcpy_kind::device_to_host, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  s.memcpy(pb, 4096, h.data(), h.size(), npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  CHECK_THROWS_WITH(s.memcpy(pa, 4096, pb, 4096, npurt::memcpy_kind::device_to_device),
+                    ContainsSubstring("npurt::stream::memcpy") && ContainsSubstring("another system"));
+  s.memset(pb, 4096, 0, 16, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  CHECK_THROWS_WITH(s.memset(pb, 4096, 0, 16), ContainsSubstring("another system"));
+  da.free(pb, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  CHECK_THROWS_WITH(da.free(pb), ContainsSubstring("npurt::device::free") && ContainsSubstring("another system"));
+  // Pool blocks: freeing the other system's block must not free ours at the same offset.
+  auto sb = db.make_stream();
+  void* qa = da.mem_pool().malloc_async(512, s);
+  void* qb = db.mem_pool().malloc_async(512, sb);
+  REQUIRE(qa != qb);
+  da.mem_pool().free_async(qb, s, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  // Nothing of either system was touched: each frees its own memory.
+  s.memcpy(h.data(), h.size(), pa, 4096, npurt::memcpy_kind::device_to_host);
+  s.synchronize();
+  da.mem_pool().free_async(qa, s);
+  db.mem_pool().free_async(qb, sb);
+  da.free(pa);
+  db.free(pb);
+  CHECK(a.now() > npurt::sim_time{});
+}
+
+TEST_CASE("kernels and collectives given another system's device memory are invalid_pointer naming the operand",
+          "[core][hostile][memory]") {
+  npurt::sim::sim_options o;
+  o.functional = false;
+  npurt::system a{npurt::sim::make_backend(npurt::sim::presets::ascend910(2), o)};
+  npurt::system b{npurt::sim::make_backend(npurt::sim::presets::ascend910(2), o)};
+  void* mine = a.device(0).malloc(4096);
+  void* theirs = b.device(0).malloc(4096);
+  auto s = a.device(0).make_stream();
+  using npurt::dtype;
+  const npurt::kernel_desc relu{npurt::kernels::elementwise{npurt::kernels::eltwise_fn::relu,
+                                                            {theirs, npurt::shape{1024}, dtype::f32},
+                                                            {},
+                                                            {mine, npurt::shape{1024}, dtype::f32}}};
+  std::error_code ec;
+  s.launch(relu, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  CHECK_THROWS_WITH(s.launch(relu), ContainsSubstring("another system"));
+  auto comm = npurt::communicator::init_all(a);
+  CHECK_THROWS_WITH(comm.all_reduce(theirs, mine, 16, dtype::f32, npurt::reduce_op::sum, s),
+                    ContainsSubstring("all_reduce") && ContainsSubstring("another system"));
+  comm.all_reduce(mine, theirs, 16, dtype::f32, npurt::reduce_op::sum, s, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  CHECK(s.query());  // nothing was enqueued
+}
+
+TEST_CASE("traces show the same device addresses for every system a program makes", "[core][hostile][determinism]") {
+  auto run = [] {
+    npurt::system sys{simple(2)};
+    std::ostringstream trace;
+    auto& prof = sys.profiler();
+    void* p = sys.device(1).malloc(1000);
+    auto s = sys.device(1).make_stream();
+    void* q = sys.device(1).mem_pool().malloc_async(512, s);
+    s.memset(p, 1000, 1, 1000);
+    sys.device(1).mem_pool().free_async(q, s);
+    s.synchronize();
+    sys.device(1).free(p);
+    prof.write_chrome_trace(trace);
+    return std::pair{trace.str(), p};
+  };
+  const auto [first, p1] = run();
+  const auto [second, p2] = run();
+  CHECK(p1 != p2);  // two systems: two address spaces
+  CHECK(first == second);
+  // Device 1's first allocation, as every run reports it: bit 62, the device in bits 44 and up,
+  // and the first 64 KiB left unused.
+  const std::uint64_t portable = (std::uint64_t{1} << 62) | (std::uint64_t{1} << 44) | 0x10000;
+  CHECK_THAT(first, ContainsSubstring("\"address\":" + std::to_string(portable)));
+}
+
+TEST_CASE("pinned memory freed while a copy into it is queued stays allocated until the copy is done",
+          "[core][hostile][memory]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  constexpr std::size_t n = 4096;
+  void* d = dev.malloc(n);
+  void* pinned = sys.host_malloc(n);
+  s.memset(d, n, 7, n);
+  s.memcpy(pinned, n, d, n, npurt::memcpy_kind::device_to_host);  // queued: writes `pinned` later
+  s.memcpy(d, n, pinned, n, npurt::memcpy_kind::host_to_device);  // and reads it
+  sys.host_free(pinned);
+  // The block is no longer the caller's, but the heap must not hand it out again while the copies
+  // may write it: new pinned blocks are other memory, and the copies do not reach them.
+  std::vector<void*> fresh;
+  for (int i = 0; i < 64; ++i) fresh.push_back(sys.host_malloc(n));
+  for (void* q : fresh) CHECK(q != pinned);
+  s.synchronize();
+  for (void* q : fresh) {
+    const auto* b = static_cast<const unsigned char*>(q);
+    CHECK(std::all_of(b, b + n, [](unsigned char c) { return c == 0; }));
+    sys.host_free(q);
+  }
+  // A second free is still an error, and a block freed with copies queued is released when the
+  // system dies before they ran.
+  std::error_code ec;
+  sys.host_free(pinned, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  void* again = sys.host_malloc(n);
+  s.memcpy(again, n, d, n, npurt::memcpy_kind::device_to_host);
+  sys.host_free(again);
+  dev.free(d, ec);
+  CHECK_FALSE(ec);
 }
 
 }  // namespace

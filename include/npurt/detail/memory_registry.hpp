@@ -39,15 +39,28 @@ struct host_allocation {
   std::size_t bytes = 0;
 };
 
+// A device address is bit 62, an address space (18 bits) and an offset in it (44 bits: 16 TiB,
+// never reused). Every system takes one space per device from a process-wide counter, so two
+// systems never hand out the same address, and a pointer of another system is told from ours by
+// its space alone. What the runtime reports (traces, memory events) is the portable address,
+// with the system's first space taken away: bit 62, the device id, the offset, the same in every
+// run of the program whatever systems it made before.
 inline constexpr std::uint64_t device_address_base = 0x4000'0000'0000'0000ULL;
-inline constexpr int device_address_shift = 44;  // 16 TiB of address space per device
+inline constexpr int device_address_shift = 44;
+inline constexpr std::uint64_t address_space_bytes = std::uint64_t{1} << device_address_shift;
+inline constexpr std::uint32_t address_spaces = 1u << 18;
 
 inline bool is_device_address(const void* p) noexcept {
   return (reinterpret_cast<std::uintptr_t>(p) & device_address_base) != 0;
 }
-inline device_id device_of_address(const void* p) noexcept {
-  return static_cast<device_id>((reinterpret_cast<std::uintptr_t>(p) & ~device_address_base) >> device_address_shift);
+inline std::uint32_t address_space_of(std::uint64_t addr) noexcept {
+  return static_cast<std::uint32_t>((addr >> device_address_shift) & (address_spaces - 1));
 }
+
+/// The first of `n` consecutive address spaces for a new system: the next ones in creation order,
+/// from the first space again when they would run past the last (a program that has made 2^18
+/// devices' worth of systems reuses the spaces of its oldest ones).
+NPURT_DECL std::uint32_t take_address_spaces(std::size_t n) noexcept;
 
 class memory_registry {
  public:
@@ -66,6 +79,18 @@ class memory_registry {
   [[nodiscard]] bool was_freed(const void* p) const noexcept {
     return freed_.count(reinterpret_cast<std::uint64_t>(p)) != 0;
   }
+  /// A device address of another system (or of none): outside this system's address spaces.
+  [[nodiscard]] bool foreign(const void* p) const noexcept {
+    const auto a = reinterpret_cast<std::uint64_t>(p);
+    return is_device_address(p) && address_space_of(a) - first_space_ >= next_address_.size();
+  }
+  /// What a report shows of one of this system's device addresses: the same in every run.
+  [[nodiscard]] std::uint64_t portable(std::uint64_t addr) const noexcept {
+    return addr - (std::uint64_t{first_space_} << device_address_shift);
+  }
+  /// Why p is not live memory for a copy, memset, free or kernel ("0x... is device memory of
+  /// another system", "... was freed", ...), or empty when it is live.
+  [[nodiscard]] NPURT_DECL std::string why_not_live(const void* p) const;
   // Address ranges for growable pool arenas (expandable segments): reserve address space, then
   // map and unmap physical memory inside it.
   NPURT_DECL std::uint64_t reserve_range(device_id dev, std::size_t bytes, std::error_code& ec);
@@ -84,6 +109,10 @@ class memory_registry {
 
   NPURT_DECL void* host_malloc(std::size_t bytes, std::error_code& ec);
   NPURT_DECL void host_free(void* p, std::error_code& ec);
+  /// As host_free of a live block start, but its memory stays allocated until release_host(p):
+  /// queued copies still read or write it.
+  NPURT_DECL void retire_host(void* p) noexcept;
+  NPURT_DECL void release_host(void* p) noexcept;
   [[nodiscard]] NPURT_DECL const host_allocation* find_host_allocation(const void* p) const noexcept;
 
   /// Every operand of a kernel must be live device memory of device `dev` holding the whole
@@ -98,8 +127,13 @@ class memory_registry {
   std::map<std::uint64_t, allocation> pool_blocks_;     // by address: blocks inside pool segments
   std::unordered_set<std::uint64_t> freed_;             // addresses freed, to tell double frees
   std::vector<std::uint64_t> next_address_;             // per device: bump pointer (never reused)
+  std::uint32_t first_space_ = 0;                       // device d's addresses are in space first_space_ + d
   std::vector<std::size_t> used_;                       // per device: bytes allocated
   std::map<const void*, host_allocation> host_allocations_;
+  std::unordered_set<void*> retired_host_;  // freed by the caller, still used by queued copies
+
+  // `bytes` of fresh addresses of the device's space; false when the space is used up.
+  NPURT_DECL bool take_addresses(device_id dev, std::size_t bytes, std::uint64_t& addr) noexcept;
 };
 
 }  // namespace npurt::detail

@@ -193,7 +193,6 @@ class runtime final : public backend_host, private loop_parts, public scheduler 
   bool check_thread_ = false;
   std::thread::id owner_thread_ = std::this_thread::get_id();
   std::size_t host_waits_ = 0;
-  block_recycler op_memory_;
   deadlock_detector deadlocks_{streams(), queue()};
 
   std::vector<observer*> observers_;

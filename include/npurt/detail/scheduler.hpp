@@ -160,6 +160,11 @@ struct loop_parts {
 
   system_options opts_;
   std::unique_ptr<npurt::backend> backend_;
+  // Storage for the records of awaited operations whose handlers bring no allocator, and for the
+  // handlers posted to the system's strands. Before the io_context, so that it outlives it: the
+  // io_context destroys the handlers still posted when the system dies, and they give their
+  // storage back here.
+  block_recycler op_memory_;
   // One thread runs everything (determinism), so nothing here needs locks.
   boost::asio::io_context ioc_{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE};
   timer_queue clock_;
@@ -194,6 +199,9 @@ class scheduler {
   /// it is reached already.
   NPURT_DECL void enqueue_wait(std::uint32_t stream, std::uint32_t target, std::uint64_t seq, std::string_view name);
   NPURT_DECL void free_task(task* t) noexcept;
+  /// system::host_free: pinned memory that queued copies still read or write is released when
+  /// the last of them has completed (or was aborted), never while a copy may still touch it.
+  NPURT_DECL void free_host(void* p, std::error_code& ec);
   /// A host callback's function, owned by the scheduler until free_task: one whose task is still
   /// posted when the system dies (the io_context drops the handler unrun) is freed with it.
   std::function<void()>* own_callback(std::function<void()> fn) {

@@ -291,6 +291,10 @@ NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
     else if (ec == errc::stream_device_mismatch)
       what += ": the stream's device (or a buffer's) is not the calling rank's device of this communicator";
     else if (ec == errc::invalid_argument && !state_) what += ": empty communicator handle";
+    else if (ec == errc::invalid_pointer && rt_) {
+      std::string why = c.send ? rt_->memory().why_not_live(c.send) : std::string();
+      what += ": " + (why.empty() && c.recv ? rt_->memory().why_not_live(c.recv) : why);
+    }
     throw_error(ec, what);
   }
   return e;

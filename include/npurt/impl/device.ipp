@@ -59,6 +59,7 @@ NPURT_DECL void device::free(void* p, std::error_code& ec) noexcept { rt_->memor
 NPURT_DECL void device::free(void* p) {
   std::error_code ec;
   free(p, ec);
+  if (ec == errc::invalid_pointer) throw_error(ec, "npurt::device::free: " + rt_->memory().why_not_live(p));
   throw_if(ec, "npurt::device::free");
 }
 

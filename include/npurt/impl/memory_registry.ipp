@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <sstream>
 #include <type_traits>
 #include <variant>
@@ -21,19 +22,53 @@ constexpr std::size_t round_up(std::size_t v, std::size_t g) noexcept { return (
 using mr_detail::device_granule;
 using mr_detail::round_up;
 
+NPURT_DECL std::uint32_t take_address_spaces(std::size_t n) noexcept {
+  // Systems may be made on several threads (one system per thread).
+  static std::mutex m;
+  static std::uint32_t next = 0;
+  const std::lock_guard lock(m);
+  if (n > address_spaces - next) next = 0;
+  const std::uint32_t first = next;
+  next += static_cast<std::uint32_t>(n);
+  return first;
+}
+
 NPURT_DECL memory_registry::memory_registry(npurt::backend& b, const timer_queue& clock, observer* const& trace)
     : backend_(b), clock_(clock), trace_(trace) {
   const std::size_t n = backend_.device_count();
   next_address_.resize(n);
   used_.assign(n, 0);
+  first_space_ = take_address_spaces(n);
   for (std::size_t d = 0; d < n; ++d)
-    next_address_[d] = device_address_base | (static_cast<std::uint64_t>(d) << device_address_shift) | 0x10000;
+    next_address_[d] = device_address_base | (std::uint64_t{first_space_ + d} << device_address_shift) | 0x10000;
+}
+
+NPURT_DECL bool memory_registry::take_addresses(device_id dev, std::size_t bytes, std::uint64_t& addr) noexcept {
+  // The space's end: a device whose allocations add up to 16 TiB over its life has no addresses
+  // left (they are never reused), rather than running into the next device's.
+  const std::uint64_t end = (next_address_[dev] & ~(address_space_bytes - 1)) + address_space_bytes;
+  if (bytes > end - next_address_[dev]) return false;
+  addr = next_address_[dev];
+  next_address_[dev] += bytes;
+  return true;
+}
+
+NPURT_DECL std::string memory_registry::why_not_live(const void* p) const {
+  std::ostringstream os;
+  os << p;
+  if (!p) return "the pointer is null";
+  if (!is_device_address(p)) return os.str() + " is host memory, not device memory";
+  if (foreign(p)) return os.str() + " is device memory of another system";
+  if (was_freed(p)) return os.str() + " was freed";
+  if (!find_allocation(p)) return os.str() + " is not live device memory";
+  return {};
 }
 
 NPURT_DECL memory_registry::~memory_registry() {
   for (auto& [addr, a] : allocations_)
     if (a.backing) mi_free(a.backing);
   for (auto& [p, h] : host_allocations_) mi_free(const_cast<void*>(p));
+  for (void* p : retired_host_) mi_free(p);
 }
 
 NPURT_DECL void* memory_registry::device_malloc(device_id dev, std::size_t bytes, std::error_code& ec, bool pool) {
@@ -60,6 +95,11 @@ NPURT_DECL void* memory_registry::device_malloc(device_id dev, std::size_t bytes
     ec = refused;  // an injected fault: a transient shortage or a lost device
     return nullptr;
   }
+  std::uint64_t addr = 0;
+  if (!take_addresses(dev, round_up(rounded, 4096), addr)) {
+    ec = make_error_code(errc::out_of_memory);
+    return nullptr;
+  }
   std::byte* backing = nullptr;
   if (backend_.functional()) {
     backing = static_cast<std::byte*>(mi_zalloc_aligned(rounded, 64));
@@ -68,12 +108,10 @@ NPURT_DECL void* memory_registry::device_malloc(device_id dev, std::size_t bytes
       return nullptr;
     }
   }
-  const std::uint64_t addr = next_address_[dev];
-  next_address_[dev] += round_up(rounded, 4096);
   allocations_.emplace(addr, allocation{addr, bytes, dev, backing, pool, 0});
   used_[dev] += rounded;
   if (trace_ && !pool)
-    trace_->on_memory({dev, memory_op::alloc, addr, rounded, used_[dev], used_[dev], 0, clock_.now()});
+    trace_->on_memory({dev, memory_op::alloc, portable(addr), rounded, used_[dev], used_[dev], 0, clock_.now()});
   return reinterpret_cast<void*>(addr);
 }
 
@@ -103,7 +141,7 @@ NPURT_DECL void memory_registry::device_free(device_id dev, void* p, std::error_
   allocations_.erase(it);
   freed_.insert(addr);
   if (trace_ && !pool)
-    trace_->on_memory({dev, memory_op::free, addr, rounded, used_[dev], used_[dev], 0, clock_.now()});
+    trace_->on_memory({dev, memory_op::free, portable(addr), rounded, used_[dev], used_[dev], 0, clock_.now()});
 }
 
 NPURT_DECL const allocation* memory_registry::find_allocation(const void* p) const noexcept {
@@ -130,8 +168,11 @@ NPURT_DECL std::uint64_t memory_registry::reserve_range(device_id dev, std::size
     ec = make_error_code(errc::zero_size);
     return 0;
   }
-  const std::uint64_t addr = next_address_[dev];
-  next_address_[dev] += round_up(bytes, 1 << 21);
+  std::uint64_t addr = 0;
+  if (bytes > address_space_bytes || !take_addresses(dev, round_up(bytes, 1 << 21), addr)) {
+    ec = make_error_code(errc::out_of_memory);
+    return 0;
+  }
   allocations_.emplace(addr, allocation{addr, bytes, dev, nullptr, true, 0});
   return addr;
 }
@@ -252,6 +293,20 @@ NPURT_DECL void memory_registry::host_free(void* p, std::error_code& ec) {
   mi_free(p);
 }
 
+NPURT_DECL void memory_registry::retire_host(void* p) noexcept {
+  auto it = host_allocations_.find(p);
+  if (it == host_allocations_.end()) return;
+  if (trace_)
+    trace_->on_memory(
+        {-1, memory_op::free, reinterpret_cast<std::uint64_t>(p), it->second.bytes, 0, 0, 0, clock_.now()});
+  host_allocations_.erase(it);
+  retired_host_.insert(p);
+}
+
+NPURT_DECL void memory_registry::release_host(void* p) noexcept {
+  if (retired_host_.erase(p) != 0) mi_free(p);
+}
+
 NPURT_DECL const host_allocation* memory_registry::find_host_allocation(const void* p) const noexcept {
   auto it = host_allocations_.upper_bound(p);
   if (it == host_allocations_.begin()) return nullptr;
@@ -280,6 +335,9 @@ NPURT_DECL std::error_code memory_registry::check_operands(device_id dev, const 
               if (!is_device_address(field.data)) {
                 ec = make_error_code(errc::invalid_pointer);
                 os << " is host memory; kernels read and write device memory";
+              } else if (foreign(field.data)) {
+                ec = make_error_code(errc::invalid_pointer);
+                os << " is device memory of another system";
               } else if (const allocation* a = find_allocation(field.data); !a) {
                 ec = make_error_code(errc::invalid_pointer);
                 os << (freed_.count(reinterpret_cast<std::uint64_t>(field.data)) ? " was freed"

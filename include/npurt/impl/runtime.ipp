@@ -158,7 +158,8 @@ NPURT_DECL void runtime::wait_blocked(stream_state& s) {
 
 NPURT_DECL void runtime::trace_memory(device_id dev, memory_op op, std::uint64_t addr, std::size_t bytes,
                                       std::size_t in_use, std::size_t reserved, std::uint32_t stream) {
-  if (trace_) trace_->on_memory({dev, op, addr, bytes, in_use, reserved, stream, now()});
+  if (trace_)
+    trace_->on_memory({dev, op, dev >= 0 ? memory_.portable(addr) : addr, bytes, in_use, reserved, stream, now()});
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -130,6 +130,47 @@ NPURT_DECL bool scheduler::position_reached(std::uint32_t stream, std::uint64_t 
   return streams_[stream]->completed >= seq;
 }
 
+namespace sched_detail {
+// A pinned block freed while copies were queued on it: released when the last of them is done.
+struct retired_host_block {
+  memory_registry* memory;
+  void* block;
+  std::size_t refs;
+  static void reached(void*, void* ctx, std::error_code) {
+    auto* r = static_cast<retired_host_block*>(ctx);
+    if (--r->refs != 0) return;
+    r->memory->release_host(r->block);
+    delete r;
+  }
+};
+}  // namespace sched_detail
+
+NPURT_DECL void scheduler::free_host(void* p, std::error_code& ec) {
+  ec.clear();
+  memory_registry& mem = parts_.memory_;
+  const host_allocation* h = p ? mem.find_host_allocation(p) : nullptr;
+  if (!h || h->base != p) return mem.host_free(p, ec);  // its errors: null, not a block start
+  const auto lo = reinterpret_cast<std::uintptr_t>(p), hi = lo + h->bytes;
+  const auto touches = [&](const void* q, std::size_t n) {
+    const auto a = reinterpret_cast<std::uintptr_t>(q);
+    return q && !is_device_address(q) && a < hi && (a >= lo || lo - a < n);  // [a, a + n) meets [lo, hi)
+  };
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> last;  // per stream, its last copy touching the block
+  for (std::uint32_t id = 0; id < streams_.size(); ++id) {
+    if (!streams_[id]) continue;
+    std::uint64_t seq = 0;
+    for (const task* t = streams_[id]->head; t; t = t->next)
+      if (t->kind == task_kind::memcpy && (touches(t->copy.dst, t->copy.bytes) || touches(t->copy.src, t->copy.bytes)))
+        seq = t->seq;
+    if (seq != 0) last.emplace_back(id, seq);
+  }
+  if (last.empty()) return mem.host_free(p, ec);
+  mem.retire_host(p);
+  auto* r = new sched_detail::retired_host_block{&mem, p, last.size()};
+  for (const auto& [id, seq] : last)
+    wait_position(id, seq, position_waiter{&sched_detail::retired_host_block::reached, nullptr, r});
+}
+
 NPURT_DECL void scheduler::wait_position(std::uint32_t stream, std::uint64_t seq, const position_waiter& w) {
   if (position_reached(stream, seq)) {
     w.fn(w.self, w.ctx, {});

@@ -406,6 +406,11 @@ NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src,
 NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind) {
   std::error_code ec;
   event e = memcpy(dst, dst_max, src, count, kind, ec);
+  if (ec == errc::invalid_pointer && rt_) {
+    std::string why = rt_->memory().why_not_live(dst);
+    if (why.empty() || !detail::is_device_address(dst)) why = rt_->memory().why_not_live(src);
+    throw_error(ec, "npurt::stream::memcpy: " + why);
+  }
   throw_if(ec, "npurt::stream::memcpy");
   return e;
 }
@@ -418,6 +423,7 @@ NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::
 NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::size_t count) {
   std::error_code ec;
   event e = memset(dst, dst_max, value, count, ec);
+  if (ec == errc::invalid_pointer && rt_) throw_error(ec, "npurt::stream::memset: " + rt_->memory().why_not_live(dst));
   throw_if(ec, "npurt::stream::memset");
   return e;
 }

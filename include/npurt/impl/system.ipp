@@ -70,11 +70,15 @@ NPURT_DECL void* system::host_malloc(std::size_t bytes) {
   return p;
 }
 
-NPURT_DECL void system::host_free(void* p, std::error_code& ec) noexcept { rt_->memory().host_free(p, ec); }
+NPURT_DECL void system::host_free(void* p, std::error_code& ec) noexcept {
+  try {
+    rt_->free_host(p, ec);
+  } catch (const std::bad_alloc&) { ec = make_error_code(errc::out_of_memory); }
+}
 
 NPURT_DECL void system::host_free(void* p) {
   std::error_code ec;
-  rt_->memory().host_free(p, ec);
+  host_free(p, ec);
   throw_if(ec, "npurt::system::host_free");
 }
 
