@@ -53,7 +53,7 @@ class event {
   event() noexcept = default;
   NPURT_DECL event(const event& o) noexcept;
   NPURT_DECL event& operator=(const event& o) noexcept;
-  event(event&& o) noexcept : rt_(std::exchange(o.rt_, nullptr)), id_(o.id_), stream_(o.stream_), seq_(o.seq_) {}
+  event(event&& o) noexcept : rt_(std::move(o.rt_)), id_(o.id_), stream_(o.stream_), seq_(o.seq_) {}
   NPURT_DECL event& operator=(event&& o) noexcept;
   NPURT_DECL ~event();
 
@@ -114,6 +114,8 @@ class event {
     return e;
   }
   NPURT_DECL static event user_event(detail::runtime& rt, std::uint64_t id);
+  // Gives up this handle's count on a user event (the runtime_ref leaves on its own).
+  NPURT_DECL void release() noexcept;
 
   detail::runtime_ref rt_;  // null once the system is gone: the handle then is a null handle
   std::uint64_t id_ = 0;

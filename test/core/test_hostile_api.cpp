@@ -112,6 +112,37 @@ TEST_CASE("events that outlive their system are null handles: every call is inva
   CHECK_FALSE(copy_after.valid());
 }
 
+TEST_CASE("moved event handles keep their tie to the system: every one becomes null when it dies",
+          "[core][hostile][lifetime]") {
+  std::optional<npurt::system> sys{std::in_place, simple()};
+  auto& dev = sys->device(0);
+  auto s = dev.make_stream();
+  npurt::event a = dev.make_event();
+  npurt::event b = std::move(a);  // constructed from a move
+  CHECK_FALSE(a.valid());
+  REQUIRE(b.valid());
+  npurt::event c = dev.make_event();
+  c = std::move(b);  // assigned over a live user event, which this handle gives up
+  CHECK_FALSE(b.valid());
+  auto& self = c;
+  c = std::move(self);  // self-move keeps the handle
+  REQUIRE(c.valid());
+  s.record(c);
+  std::vector<npurt::event> many;  // reallocation moves every element again
+  for (int i = 0; i < 100; ++i) many.push_back(s.launch(fixed(us(1))));
+  many.push_back(c);
+  s.synchronize();
+  CHECK(c.query());
+  CHECK(many.back().query());
+  sys.reset();
+
+  CHECK_FALSE(c.valid());
+  for (const auto& e : many) CHECK_FALSE(e.valid());
+  std::error_code ec;
+  CHECK_FALSE(c.query(ec));
+  CHECK(ec == npurt::errc::invalid_event);
+}
+
 TEST_CASE("device and host buffers that outlive their system are empty and free nothing", "[core][hostile][lifetime]") {
   std::optional<npurt::system> sys{std::in_place, simple()};
   npurt::device_buffer d(sys->device(0), 4096);

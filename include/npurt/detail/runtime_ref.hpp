@@ -27,12 +27,7 @@ class runtime_ref {
   runtime_ref(const runtime_ref& o) noexcept : rt_(o.rt_) {
     if (rt_) insert_after(o);
   }
-  runtime_ref(runtime_ref&& o) noexcept : rt_(o.rt_) {
-    if (rt_) {
-      insert_after(o);
-      o.reset();
-    }
-  }
+  runtime_ref(runtime_ref&& o) noexcept { take_place(o); }
   runtime_ref& operator=(const runtime_ref& o) noexcept {
     if (this != &o) {
       reset();
@@ -43,8 +38,8 @@ class runtime_ref {
   }
   runtime_ref& operator=(runtime_ref&& o) noexcept {
     if (this != &o) {
-      *this = static_cast<const runtime_ref&>(o);
-      o.reset();
+      reset();
+      take_place(o);
     }
     return *this;
   }
@@ -84,6 +79,18 @@ class runtime_ref {
   }
 
   inline void attach(runtime* rt) noexcept;
+  // A move takes the source's place in the list (handles are moved on every launch that returns
+  // an event: one relink instead of a join and a leave). Precondition: *this is unlinked.
+  void take_place(runtime_ref& o) noexcept {
+    rt_ = o.rt_;
+    if (!o.next_) return;
+    prev_ = o.prev_;
+    next_ = o.next_;
+    prev_->next_ = this;
+    next_->prev_ = this;
+    o.prev_ = o.next_ = nullptr;
+    o.rt_ = nullptr;
+  }
   // The list links are not part of the value: joining after a const handle is fine.
   void insert_after(const runtime_ref& o) noexcept {
     prev_ = &o;

@@ -27,8 +27,8 @@ NPURT_DECL event& event::operator=(const event& o) noexcept {
 
 NPURT_DECL event& event::operator=(event&& o) noexcept {
   if (this != &o) {
-    this->~event();
-    rt_ = std::exchange(o.rt_, nullptr);
+    release();
+    rt_ = std::move(o.rt_);
     id_ = o.id_;
     stream_ = o.stream_;
     seq_ = o.seq_;
@@ -36,9 +36,10 @@ NPURT_DECL event& event::operator=(event&& o) noexcept {
   return *this;
 }
 
-NPURT_DECL event::~event() {
+NPURT_DECL event::~event() { release(); }
+
+NPURT_DECL void event::release() noexcept {
   if (rt_ && id_) rt_->release_event(id_);
-  rt_ = nullptr;
 }
 
 NPURT_DECL bool event::position(std::uint32_t& stream, std::uint64_t& seq, std::error_code& ec) const noexcept {
