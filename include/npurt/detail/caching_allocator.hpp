@@ -236,9 +236,13 @@ class caching_allocator {
     pool_id pool = small_pool;
     bool allocated = false;
     bool pending = false;
+    bool has_uses = false;         // uses may be non-empty: the hot paths need not read it
     block* prev = nullptr;
     block* next = nullptr;
     segment* seg = nullptr;
+    // The second cache line: what only garbage collection, fences, the large pools and
+    // record_stream need. The hot paths leave it untouched while those are unused (see
+    // fences_seen_ and free_search_count_).
     std::uint64_t gc_base = 0;
     std::uint64_t free_fence = 0;  // where the free happened in stream order (0: unknown)
     free_set::iterator where;      // position in the free set while cached: O(1) erase
@@ -287,6 +291,12 @@ class caching_allocator {
   NPURT_DECL errc deallocate_impl(std::uint64_t addr, std::uint32_t stream, int device);
   NPURT_DECL block* new_block();
   NPURT_DECL void delete_block(block* b) noexcept;
+  static void clear_uses(block* b) noexcept {
+    if (b->has_uses) {
+      b->uses.clear();
+      b->has_uses = false;
+    }
+  }
   NPURT_DECL int stat_index(pool_id p) const noexcept;
   NPURT_DECL void stat_add(stat_array& s, pool_id p, std::int64_t n) noexcept;
   NPURT_DECL block* get_free_block(alloc_params& p);
@@ -343,7 +353,12 @@ class caching_allocator {
   std::vector<std::unique_ptr<block[]>> block_chunks_;
   std::vector<block*> spare_blocks_;
   std::vector<free_set::node_type> spare_nodes_;  // recycled set nodes: no allocation per cache/uncache
-  std::uint64_t free_search_count_ = 0;            // gc ages count searches, as PyTorch does
+  // gc ages count searches, as PyTorch does. It only grows, so while it is 0 every block's
+  // gc_base is 0 too and need not be written.
+  std::uint64_t free_search_count_ = 0;
+  // Has a free recorded a non-zero fence? Until then every free_fence is 0 and need not be
+  // read or written.
+  bool fences_seen_ = false;
   block* deferred_ = nullptr;                      // the held-back free (see defer_free)
   block* deferred_next_ = nullptr;                 // its free next neighbour, merged when settling
 };

@@ -142,7 +142,7 @@ NPURT_DECL std::size_t caching_allocator::small_free_count() const noexcept {
 }
 
 NPURT_DECL void caching_allocator::insert_free(block* b) {
-  b->gc_base = free_search_count_;
+  if (free_search_count_) b->gc_base = free_search_count_;
   if (b->pool == small_pool) {
     bins_for(b->stream)->push(size_class(b->size), b);
     if (b->prev || b->next) {

@@ -70,13 +70,13 @@ NPURT_DECL caching_allocator::block* caching_allocator::new_block() {
   b->allocated = b->pending = false;
   b->prev = b->next = nullptr;
   b->seg = nullptr;
-  b->gc_base = b->free_fence = 0;
-  b->where = {};
+  if (free_search_count_) b->gc_base = 0;
+  if (fences_seen_) b->free_fence = 0;
   return b;
 }
 
 NPURT_DECL void caching_allocator::delete_block(block* b) noexcept {
-  b->uses.clear();
+  clear_uses(b);
   spare_blocks_.push_back(b);
 }
 
@@ -145,7 +145,7 @@ NPURT_DECL std::uint64_t caching_allocator::take_block(block* b, alloc_params& p
     r->stream = b->stream;
     r->pool = b->pool;
     r->seg = b->seg;
-    r->free_fence = b->free_fence;
+    if (fences_seen_) r->free_fence = b->free_fence;
     r->prev = b;
     r->next = b->next;
     if (b->next) b->next->prev = r;
@@ -160,7 +160,7 @@ NPURT_DECL std::uint64_t caching_allocator::take_block(block* b, alloc_params& p
   b->allocated = true;
   b->requested = p.requested;
   b->stream = p.stream;
-  b->free_fence = 0;
+  if (fences_seen_) b->free_fence = 0;
   ++b->seg->live;
   const auto sz = static_cast<std::int64_t>(b->size);
   const auto row = static_cast<std::size_t>(stat_index(b->pool));
@@ -240,7 +240,7 @@ NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std:
         // them instead of assuming: a caller that cannot block (a coroutine inside the event loop)
         // returns from synchronize_all with work still running, and that memory must stay put.
         if (!cb_.fence_done)
-          for (block* x : pending_) x->uses.clear();
+          for (block* x : pending_) clear_uses(x);
         process_events();
         if (opts_.auto_growth) stats_.num_gc_freed_blocks += release_all_cached();
         b = get_free_block(p);
@@ -305,7 +305,7 @@ NPURT_DECL std::uint64_t caching_allocator::allocate(std::size_t size, std::uint
 NPURT_DECL void caching_allocator::free_block(block* b) {
   b->allocated = false;
   b->pending = false;
-  b->uses.clear();
+  clear_uses(b);
   --b->seg->live;
   const auto row = static_cast<std::size_t>(stat_index(b->pool));
   ca_detail::stat_down(stats_.active, row, 1);
@@ -334,7 +334,7 @@ NPURT_DECL void caching_allocator::coalesce_and_cache(block* b) {
       blocks_.erase(n->addr);
     }
     b->size += n->size;
-    b->free_fence = std::max(b->free_fence, n->free_fence);  // fences increase along a stream
+    if (fences_seen_) b->free_fence = std::max(b->free_fence, n->free_fence);  // fences increase along a stream
     delete_block(n);
   }
   insert_free(b);
@@ -367,10 +367,14 @@ NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint
   b->allocated = false;
   b->requested = 0;
   b->stream = stream;
-  b->free_fence = cb_.record_fence ? cb_.record_fence(stream) : 0;
+  // An allocated block's free_fence is 0 (taking a block clears it).
+  if (cb_.record_fence) {
+    b->free_fence = cb_.record_fence(stream);
+    fences_seen_ = true;
+  }
   // Uses on the freeing stream are ordered before the free; others must complete first.
   auto& uses = b->uses;
-  if (!uses.empty())
+  if (b->has_uses && !uses.empty())
     uses.erase(std::remove_if(uses.begin(), uses.end(),
                               [&](auto& u) {
                                 if (u.first == stream) return true;
@@ -378,11 +382,12 @@ NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint
                                 return u.second != 0 && cb_.fence_done && cb_.fence_done(u.second);
                               }),
                uses.end());
-  if (!uses.empty()) {
+  if (b->has_uses && !uses.empty()) {
     b->pending = true;
     pending_.push_back(b);
     return {};
   }
+  b->has_uses = false;
   if (!defer_free(b)) free_block(b);
   return {};
 }
@@ -406,7 +411,7 @@ NPURT_DECL bool caching_allocator::defer_free(block* b) noexcept {
     ca_detail::stat_up(stats_.inactive_split, stat_small, 1);
     ca_detail::stat_up(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(b->size + (n ? n->size : 0)));
   }
-  b->gc_base = free_search_count_;
+  if (free_search_count_) b->gc_base = free_search_count_;
   deferred_ = b;
   deferred_next_ = n;
   return true;
@@ -422,7 +427,7 @@ NPURT_DECL void caching_allocator::settle_deferred() {
     else b->seg->last = b;
     blocks_.erase(n->addr);
     b->size += n->size;
-    b->free_fence = std::max(b->free_fence, n->free_fence);
+    if (fences_seen_) b->free_fence = std::max(b->free_fence, n->free_fence);
     delete_block(n);
   }
   // No search ran since the free (every allocation settles or takes the block first), so this
@@ -454,14 +459,14 @@ NPURT_DECL bool caching_allocator::take_deferred(std::size_t requested) noexcept
     ca_detail::stat_down(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(merged));
   }
   if (n) {
-    n->free_fence = std::max(x->free_fence, n->free_fence);
-    n->gc_base = free_search_count_;
+    if (fences_seen_) n->free_fence = std::max(x->free_fence, n->free_fence);
+    if (free_search_count_) n->gc_base = free_search_count_;
     ca_detail::stat_up(stats_.inactive_split, stat_small, 1);
     ca_detail::stat_up(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(n->size));
   }
   x->allocated = true;
   x->requested = requested;
-  x->free_fence = 0;
+  if (fences_seen_) x->free_fence = 0;
   ++x->seg->live;
   const auto sz = static_cast<std::int64_t>(x->size);
   ca_detail::stat_up(stats_.allocation, stat_small, 1);
@@ -516,6 +521,7 @@ NPURT_DECL void caching_allocator::record_stream(std::uint64_t addr, std::uint32
       return;
     }
   b->uses.emplace_back(other_stream, fence);
+  b->has_uses = true;
 }
 
 NPURT_DECL void caching_allocator::record_stream(std::uint64_t addr, std::uint32_t other_stream, std::uint64_t fence) {
