@@ -330,7 +330,11 @@ class caching_allocator {
     return last_bins_ && last_bins_->stream == stream ? last_bins_ : find_bins_slow(stream);
   }
   NPURT_DECL small_bins* find_bins_slow(std::uint32_t stream) const noexcept;
-  NPURT_DECL small_bins* bins_for(std::uint32_t stream);
+  small_bins* bins_for(std::uint32_t stream) {
+    return last_bins_ && last_bins_->stream == stream ? last_bins_ : new_bins(stream);
+  }
+  /// bins_for's slow path: the stream's bins, created if it has none.
+  NPURT_DECL small_bins* new_bins(std::uint32_t stream);
   NPURT_DECL void recycle_empty_bins() noexcept;
   /// Calls f(block*) on a stream's cached small blocks of class >= c in (size, address) order
   /// while it returns true, at most `limit` blocks.
@@ -367,7 +371,8 @@ namespace ca_detail {
 
 inline void stat_inc(stat& s, std::int64_t n) noexcept {
   s.current += n;
-  s.peak = std::max(s.peak, s.current);
+  // A branch, not a max: peaks rarely move in a steady state, so this skips a store.
+  if (s.current > s.peak) s.peak = s.current;
   s.allocated += n;
 }
 inline void stat_dec(stat& s, std::int64_t n) noexcept {
