@@ -149,8 +149,9 @@ NPURT_DECL void caching_allocator::insert_free(block* b) {
   if (b->pool == small_pool) {
     bins_for(b->stream)->push(size_class(b->size), b);
     if (b->prev || b->next) {
-      ca_detail::stat_up(stats_.inactive_split, stat_small, 1);
-      ca_detail::stat_up(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(b->size));
+      const stat_rows small = rows_of(small_pool);
+      stat_up(stats_.inactive_split, small, 1);
+      stat_up(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(b->size));
     }
     return;
   }
@@ -165,8 +166,9 @@ NPURT_DECL void caching_allocator::insert_free(block* b) {
     b->where = set.insert(key).first;
   }
   if (b->prev || b->next) {
-    stat_add(stats_.inactive_split, b->pool, 1);
-    stat_add(stats_.inactive_split_bytes, b->pool, static_cast<std::int64_t>(b->size));
+    const stat_rows row = rows_of(b->pool);
+    stat_up(stats_.inactive_split, row, 1);
+    stat_up(stats_.inactive_split_bytes, row, static_cast<std::int64_t>(b->size));
   }
 }
 
@@ -179,9 +181,9 @@ NPURT_DECL void caching_allocator::erase_free(block* b) noexcept {
   // A free block's neighbours cannot change while it is cached (freeing a neighbour merges it
   // away first), so the split test here matches the one made at insertion.
   if (b->prev || b->next) {
-    const auto row = static_cast<std::size_t>(stat_index(b->pool));
-    ca_detail::stat_down(stats_.inactive_split, row, 1);
-    ca_detail::stat_down(stats_.inactive_split_bytes, row, static_cast<std::int64_t>(b->size));
+    const stat_rows row = rows_of(b->pool);
+    stat_down(stats_.inactive_split, row, 1);
+    stat_down(stats_.inactive_split_bytes, row, static_cast<std::int64_t>(b->size));
   }
 }
 

@@ -163,12 +163,12 @@ NPURT_DECL std::uint64_t caching_allocator::take_block(block* b, alloc_params& p
   if (fences_seen_) b->free_fence = 0;
   ++b->seg->live;
   const auto sz = static_cast<std::int64_t>(b->size);
-  const auto row = static_cast<std::size_t>(stat_index(b->pool));
-  ca_detail::stat_up(stats_.allocation, row, 1);
-  ca_detail::stat_up(stats_.allocated_bytes, row, sz);
-  ca_detail::stat_up(stats_.active, row, 1);
-  ca_detail::stat_up(stats_.active_bytes, row, sz);
-  ca_detail::stat_up(stats_.requested_bytes, row, static_cast<std::int64_t>(p.requested));
+  const stat_rows row = rows_of(b->pool);
+  stat_up(stats_.allocation, row, 1);
+  stat_up(stats_.allocated_bytes, row, sz);
+  stat_up(stats_.active, row, 1);
+  stat_up(stats_.active_bytes, row, sz);
+  stat_up(stats_.requested_bytes, row, static_cast<std::int64_t>(p.requested));
   if (b->size >= opts_.max_split_size) ca_detail::stat_inc(stats_.oversize_allocations, 1);
   return b->addr;
 }
@@ -292,7 +292,7 @@ NPURT_DECL std::uint64_t caching_allocator::allocate(std::size_t size, std::uint
     i.device = opts_.device;
     i.total = provider_.capacity();
     i.free = provider_.free_bytes();
-    i.allocated = static_cast<std::size_t>(stats_.allocated_bytes[stat_all].current);
+    i.allocated = static_cast<std::size_t>(stats().allocated_bytes[stat_all].current);
     i.reserved = static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current);
     throw out_of_memory_error(i, oom_message(i, ec == errc::pool_limit, gc_limit()));
   }
@@ -307,9 +307,9 @@ NPURT_DECL void caching_allocator::free_block(block* b) {
   b->pending = false;
   clear_uses(b);
   --b->seg->live;
-  const auto row = static_cast<std::size_t>(stat_index(b->pool));
-  ca_detail::stat_down(stats_.active, row, 1);
-  ca_detail::stat_down(stats_.active_bytes, row, static_cast<std::int64_t>(b->size));
+  const stat_rows row = rows_of(b->pool);
+  stat_down(stats_.active, row, 1);
+  stat_down(stats_.active_bytes, row, static_cast<std::int64_t>(b->size));
   coalesce_and_cache(b);
 }
 
@@ -359,10 +359,10 @@ NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint
   }
   block* b = found;
   const auto sz = static_cast<std::int64_t>(b->size);
-  const auto row = static_cast<std::size_t>(stat_index(b->pool));
-  ca_detail::stat_down(stats_.allocation, row, 1);
-  ca_detail::stat_down(stats_.allocated_bytes, row, sz);
-  ca_detail::stat_down(stats_.requested_bytes, row, static_cast<std::int64_t>(b->requested));
+  const stat_rows row = rows_of(b->pool);
+  stat_down(stats_.allocation, row, 1);
+  stat_down(stats_.allocated_bytes, row, sz);
+  stat_down(stats_.requested_bytes, row, static_cast<std::int64_t>(b->requested));
   if (b->size >= opts_.max_split_size) ca_detail::stat_dec(stats_.oversize_allocations, 1);
   b->allocated = false;
   b->requested = 0;
@@ -401,15 +401,16 @@ NPURT_DECL bool caching_allocator::defer_free(block* b) noexcept {
   // its neighbour, so it counts as split) and insert_free(b merged with n).
   b->pending = false;
   --b->seg->live;
-  ca_detail::stat_down(stats_.active, stat_small, 1);
-  ca_detail::stat_down(stats_.active_bytes, stat_small, static_cast<std::int64_t>(b->size));
+  const stat_rows small = rows_of(small_pool);
+  stat_down(stats_.active, small, 1);
+  stat_down(stats_.active_bytes, small, static_cast<std::int64_t>(b->size));
   if (n) {
-    ca_detail::stat_down(stats_.inactive_split, stat_small, 1);
-    ca_detail::stat_down(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(n->size));
+    stat_down(stats_.inactive_split, small, 1);
+    stat_down(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(n->size));
   }
   if (b->prev || (n ? n->next : b->next)) {
-    ca_detail::stat_up(stats_.inactive_split, stat_small, 1);
-    ca_detail::stat_up(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(b->size + (n ? n->size : 0)));
+    stat_up(stats_.inactive_split, small, 1);
+    stat_up(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(b->size + (n ? n->size : 0)));
   }
   if (free_search_count_) b->gc_base = free_search_count_;
   deferred_ = b;
@@ -452,28 +453,29 @@ NPURT_DECL bool caching_allocator::take_deferred(std::size_t requested) noexcept
   }
   if (opts_.garbage_collection_threshold > 0.0) ++free_search_count_;
   deferred_ = nullptr;
+  const stat_rows small = rows_of(small_pool);
   // erase_free(merged), then take_block: the split gives back n's range as a new free block at
   // n's address (its next neighbour cannot be a free block of this stream: n was coalesced).
   if (x->prev || (n ? n->next : x->next)) {
-    ca_detail::stat_down(stats_.inactive_split, stat_small, 1);
-    ca_detail::stat_down(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(merged));
+    stat_down(stats_.inactive_split, small, 1);
+    stat_down(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(merged));
   }
   if (n) {
     if (fences_seen_) n->free_fence = std::max(x->free_fence, n->free_fence);
     if (free_search_count_) n->gc_base = free_search_count_;
-    ca_detail::stat_up(stats_.inactive_split, stat_small, 1);
-    ca_detail::stat_up(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(n->size));
+    stat_up(stats_.inactive_split, small, 1);
+    stat_up(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(n->size));
   }
   x->allocated = true;
   x->requested = requested;
   if (fences_seen_) x->free_fence = 0;
   ++x->seg->live;
   const auto sz = static_cast<std::int64_t>(x->size);
-  ca_detail::stat_up(stats_.allocation, stat_small, 1);
-  ca_detail::stat_up(stats_.allocated_bytes, stat_small, sz);
-  ca_detail::stat_up(stats_.active, stat_small, 1);
-  ca_detail::stat_up(stats_.active_bytes, stat_small, sz);
-  ca_detail::stat_up(stats_.requested_bytes, stat_small, static_cast<std::int64_t>(requested));
+  stat_up(stats_.allocation, small, 1);
+  stat_up(stats_.allocated_bytes, small, sz);
+  stat_up(stats_.active, small, 1);
+  stat_up(stats_.active_bytes, small, sz);
+  stat_up(stats_.requested_bytes, small, static_cast<std::int64_t>(requested));
   return true;
 }
 
