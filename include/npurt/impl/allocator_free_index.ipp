@@ -204,9 +204,15 @@ NPURT_DECL caching_allocator::block* caching_allocator::get_free_block(alloc_par
     if (!sb) return nullptr;
     const int c = sb->find_from(size_class(p.size));
     if (c < 0) return nullptr;
+    // Any block of a class at or above the request's fits: no block_fits, and erase_free's
+    // work with the bins and the slot (the top) already known.
     block* b = sb->heaps[static_cast<std::size_t>(c)].front().b;
-    if (!block_fits(b, p)) return nullptr;
-    erase_free(b);
+    sb->erase(static_cast<std::size_t>(c), 0);
+    if (b->prev || b->next) {
+      const stat_rows small = rows_of(small_pool);
+      stat_down(stats_.inactive_split, small, 1);
+      stat_down(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(b->size));
+    }
     return b;
   }
   auto& set = set_of(p.pool);

@@ -421,8 +421,9 @@ NPURT_DECL bool caching_allocator::defer_free(block* b) noexcept {
 NPURT_DECL void caching_allocator::settle_deferred() {
   block* b = deferred_;
   deferred_ = nullptr;
+  small_bins* sb = bins_for(b->stream);  // n's too: it merges only with blocks of its stream
   if (block* n = deferred_next_) {
-    find_bins(n->stream)->erase(size_class(n->size), n->heap_pos);
+    sb->erase(size_class(n->size), n->heap_pos);
     b->next = n->next;
     if (n->next) n->next->prev = b;
     else b->seg->last = b;
@@ -433,7 +434,7 @@ NPURT_DECL void caching_allocator::settle_deferred() {
   }
   // No search ran since the free (every allocation settles or takes the block first), so this
   // is the age insert_free would have given it then.
-  bins_for(b->stream)->push(size_class(b->size), b);
+  sb->push(size_class(b->size), b);
 }
 
 NPURT_DECL bool caching_allocator::take_deferred(std::size_t requested) noexcept {
