@@ -8,7 +8,10 @@
 //     lower bound (peak requested live bytes), and external fragmentation (1 - largest free block
 //     / free bytes) at the reserved peak, for "segmented" and "compact".
 //
-//   allocator [--json PATH] [--iters N] [--data DIR] [--replays-only]
+//   allocator [--json PATH] [--iters N] [--data DIR] [--replays-only | --cached-only]
+//
+// The measuring loops are separate functions, so a profiler can count one of them alone:
+//   valgrind --tool=callgrind --toggle-collect='*ns_per_pair*' allocator --cached-only --iters 100000
 //
 // Note: Debian's libmimalloc.so.2 exports malloc/free, so in this binary plain malloc() is
 // mimalloc; the glibc baseline calls __libc_malloc/__libc_free directly.
@@ -57,7 +60,7 @@ workload make_workload(std::size_t n, std::size_t slots) {
 }
 
 template <class Alloc, class Free>
-double ns_per_pair(const workload& w, std::size_t slots, Alloc&& alloc, Free&& free_, int repeat) {
+[[gnu::noinline]] double ns_per_pair(const workload& w, std::size_t slots, Alloc&& alloc, Free&& free_, int repeat) {
   double best = 1e300;
   for (int r = 0; r < repeat; ++r) {
     std::vector<std::uintptr_t> live(slots);
@@ -77,7 +80,7 @@ double ns_per_pair(const workload& w, std::size_t slots, Alloc&& alloc, Free&& f
 }
 
 template <class Alloc, class Free>
-double ns_hot(std::size_t n, Alloc&& alloc, Free&& free_, int repeat) {
+[[gnu::noinline]] double ns_hot(std::size_t n, Alloc&& alloc, Free&& free_, int repeat) {
   double best = 1e300;
   for (int r = 0; r < repeat; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -303,14 +306,15 @@ int main(int argc, char** argv) {
       "allocator"};
   std::string json_path, data_dir;
   std::size_t iters = 5'000'000;
-  bool replays_only = false;
+  bool replays_only = false, cached_only = false;
   app.add_option("--json", json_path, "also write the numbers as JSON to this file");
   app.add_option("--iters", iters, "alloc+free pairs per measurement")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000'000}));
   app.add_option("--data", data_dir, "folder of MiniMalloc instances; default: the repository's test/data/memplan")
       ->check(CLI::ExistingDirectory);
-  app.add_flag("--replays-only", replays_only, "skip the alloc+free measurements");
+  auto* replays_flag = app.add_flag("--replays-only", replays_only, "skip the alloc+free measurements");
+  app.add_flag("--cached-only", cached_only, "skip the replays")->excludes(replays_flag);
   CLI11_PARSE(app, argc, argv);
   const char* json = json_path.empty() ? nullptr : json_path.c_str();
   const char* data = data_dir.empty() ? nullptr : data_dir.c_str();
@@ -401,38 +405,44 @@ int main(int argc, char** argv) {
   };
   // The simulator's training step on a 32 GiB device (an Ascend 910's HBM); 3 steps warm the cache.
   for (const std::int64_t batch : {32, 256})
-    add_trace("sim resnet50 b" + std::to_string(batch) + " x3 steps", simulated_resnet50_trace(batch, 3),
-              std::size_t{32} << 30);
-  add_trace("synthetic resnet50 b32 x3", resnet50_trace({32, 32, 32}));
-  add_trace("synthetic resnet50 b32..25", resnet50_trace({32, 30, 27, 31, 25, 32}));
+    if (!cached_only)
+      add_trace("sim resnet50 b" + std::to_string(batch) + " x3 steps", simulated_resnet50_trace(batch, 3),
+                std::size_t{32} << 30);
+  if (!cached_only) {
+    add_trace("synthetic resnet50 b32 x3", resnet50_trace({32, 32, 32}));
+    add_trace("synthetic resnet50 b32..25", resnet50_trace({32, 30, 27, 31, 25, 32}));
+  }
   const std::string dir = find_data(data);
   for (const char* inst : {"minimalloc_A", "minimalloc_K"}) {
+    if (cached_only) break;
     std::error_code ec;
     std::string msg;
     const auto t = npurt::memplan::read_csv_file(dir + "/" + inst + ".csv", ec, msg);
     if (!ec) add_trace(inst, trace_from_plan(t.buffers));
     else std::fprintf(stderr, "allocator: skipping %s (%s)\n", inst, msg.c_str());
   }
-  std::printf("\nreplays (LB = peak requested live bytes; frag = 1 - largest free / free, at the reserved peak)\n");
-  std::printf("%-28s %7s %9s | %-9s %9s %9s %6s %8s | %-9s %9s %9s %6s %8s\n", "trace", "events", "LB MiB", "segmented",
-              "rsv/alloc", "rsv/LB", "frag", "ns/ev", "compact", "rsv/alloc", "rsv/LB", "frag", "ns/ev");
-  const double m = 1024.0 * 1024.0;
-  for (const auto& t : traces) {
-    const double lb = static_cast<double>(t.seg.lb);
-    for (const auto* r : {&t.seg, &t.cmp})
-      if (!r->error.empty())
-        std::printf("%-28s %s: %s\n", t.name.c_str(), r == &t.seg ? "segmented" : "compact", r->error.c_str());
-    std::printf("%-28s %7zu %9.1f | %9.1f %9.3f %9.3f %6.3f %8.1f | %9.1f %9.3f %9.3f %6.3f %8.1f\n", t.name.c_str(),
-                t.events, lb / m, static_cast<double>(t.seg.peak_reserved) / m,
-                static_cast<double>(t.seg.peak_reserved) / static_cast<double>(t.seg.peak_allocated),
-                static_cast<double>(t.seg.peak_reserved) / lb, t.seg.frag_at_peak, t.seg.ns_per_event,
-                static_cast<double>(t.cmp.peak_reserved) / m,
-                static_cast<double>(t.cmp.peak_reserved) / static_cast<double>(t.cmp.peak_allocated),
-                static_cast<double>(t.cmp.peak_reserved) / lb, t.cmp.frag_at_peak, t.cmp.ns_per_event);
+  if (!cached_only) {
+    std::printf("\nreplays (LB = peak requested live bytes; frag = 1 - largest free / free, at the reserved peak)\n");
+    std::printf("%-28s %7s %9s | %-9s %9s %9s %6s %8s | %-9s %9s %9s %6s %8s\n", "trace", "events", "LB MiB",
+                "segmented", "rsv/alloc", "rsv/LB", "frag", "ns/ev", "compact", "rsv/alloc", "rsv/LB", "frag", "ns/ev");
+    const double m = 1024.0 * 1024.0;
+    for (const auto& t : traces) {
+      const double lb = static_cast<double>(t.seg.lb);
+      for (const auto* r : {&t.seg, &t.cmp})
+        if (!r->error.empty())
+          std::printf("%-28s %s: %s\n", t.name.c_str(), r == &t.seg ? "segmented" : "compact", r->error.c_str());
+      std::printf("%-28s %7zu %9.1f | %9.1f %9.3f %9.3f %6.3f %8.1f | %9.1f %9.3f %9.3f %6.3f %8.1f\n", t.name.c_str(),
+                  t.events, lb / m, static_cast<double>(t.seg.peak_reserved) / m,
+                  static_cast<double>(t.seg.peak_reserved) / static_cast<double>(t.seg.peak_allocated),
+                  static_cast<double>(t.seg.peak_reserved) / lb, t.seg.frag_at_peak, t.seg.ns_per_event,
+                  static_cast<double>(t.cmp.peak_reserved) / m,
+                  static_cast<double>(t.cmp.peak_reserved) / static_cast<double>(t.cmp.peak_allocated),
+                  static_cast<double>(t.cmp.peak_reserved) / lb, t.cmp.frag_at_peak, t.cmp.ns_per_event);
+    }
+    std::printf(
+        "(segmented/compact columns: peak reserved MiB, ratios, fragmentation, replay ns per event;\n"
+        " sim = the simulator's ResNet-50 step, models/memory_trace.hpp; synthetic = a hand-written approximation)\n");
   }
-  std::printf(
-      "(segmented/compact columns: peak reserved MiB, ratios, fragmentation, replay ns per event;\n"
-      " sim = the simulator's ResNet-50 step, models/memory_trace.hpp; synthetic = a hand-written approximation)\n");
 
   if (json) {
     std::ofstream out(json);

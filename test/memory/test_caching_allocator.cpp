@@ -2,6 +2,8 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
+#include <array>
 #include <map>
 #include <random>
 #include <set>
@@ -731,5 +733,79 @@ TEST_CASE("another stream reuses freed memory only as the pool's reuse policies 
     CHECK(a.allocate(4096, 1) == x);
     REQUIRE(rt.inserted.size() == 1);
     CHECK(rt.inserted[0] == std::pair<std::uint32_t, std::uint64_t>{1, 1});
+  }
+}
+
+TEST_CASE("every row of the per-call statistics stays exact when large blocks join a small-only history",
+          "[memory][allocator][stats]") {
+  // An independent model of the allocation counts and allocated bytes, per pool and in all: the
+  // pool may keep the all-pools row lazily while only small blocks take part, so the test reads
+  // every row after each call and once the large pool joins, for compact arenas as well.
+  for (const auto strategy : {allocation_strategy::segmented, allocation_strategy::compact}) {
+    INFO("strategy " << static_cast<int>(strategy));
+    counting_provider dev(4096 * mib);
+    caching_allocator_options o;
+    o.strategy = strategy;
+    caching_allocator a(dev, o);
+    struct row {
+      std::int64_t current = 0, peak = 0, allocated = 0, freed = 0;
+      void add(std::int64_t n) {
+        current += n;
+        peak = std::max(peak, current);
+        allocated += n;
+      }
+      void sub(std::int64_t n) {
+        current -= n;
+        freed += n;
+      }
+    };
+    std::array<row, 3> count, bytes;  // [stat_all], [stat_small], [stat_large]
+    const auto check = [&] {
+      const auto& s = a.stats();
+      for (std::size_t r = 0; r < 3; ++r) {
+        INFO("row " << r);
+        REQUIRE(s.allocation[r].current == count[r].current);
+        REQUIRE(s.allocation[r].peak == count[r].peak);
+        REQUIRE(s.allocation[r].allocated == count[r].allocated);
+        REQUIRE(s.allocation[r].freed == count[r].freed);
+        REQUIRE(s.allocated_bytes[r].current == bytes[r].current);
+        REQUIRE(s.allocated_bytes[r].peak == bytes[r].peak);
+        REQUIRE(s.allocated_bytes[r].allocated == bytes[r].allocated);
+        REQUIRE(s.allocated_bytes[r].freed == bytes[r].freed);
+      }
+      REQUIRE(a.used_current() == static_cast<std::size_t>(bytes[stat_all].current));
+      REQUIRE(a.used_high() == static_cast<std::size_t>(bytes[stat_all].peak));
+    };
+    std::mt19937_64 rng(7);
+    std::vector<std::pair<std::uint64_t, bool>> live;  // address, small pool
+    for (int step = 0; step < 3000; ++step) {
+      const bool with_large = step >= 1500;
+      if (!live.empty() && rng() % 2 == 0) {
+        const std::size_t i = rng() % live.size();
+        const auto [addr, small] = live[i];
+        const auto n = static_cast<std::int64_t>(a.block_size(addr));
+        a.deallocate(addr, 0);
+        for (std::size_t r : {std::size_t{stat_all}, small ? std::size_t{stat_small} : std::size_t{stat_large}}) {
+          count[r].sub(1);
+          bytes[r].sub(n);
+        }
+        live[i] = live.back();
+        live.pop_back();
+      } else {
+        const bool large = with_large && rng() % 4 == 0;
+        const std::size_t size = large ? (2 + rng() % 30) * mib : 1 + rng() % 8192;
+        const auto addr = a.allocate(size, 0);
+        const auto n = static_cast<std::int64_t>(a.block_size(addr));
+        // Compact arenas count as the large pool; the segmented small pool takes <= 1 MiB.
+        const bool small = strategy == allocation_strategy::segmented && !large;
+        for (std::size_t r : {std::size_t{stat_all}, small ? std::size_t{stat_small} : std::size_t{stat_large}}) {
+          count[r].add(1);
+          bytes[r].add(n);
+        }
+        live.emplace_back(addr, small);
+      }
+      check();
+    }
+    check_invariants(a);
   }
 }

@@ -138,7 +138,11 @@ class caching_allocator {
 
   NPURT_DECL void reset_peak();
   NPURT_DECL void reset_accumulated();
-  [[nodiscard]] const allocator_stats& stats() const noexcept { return stats_; }
+  /// The statistics as of this call (a later call refreshes the same object).
+  [[nodiscard]] const allocator_stats& stats() const noexcept {
+    sync_rows();
+    return stats_;
+  }
   [[nodiscard]] NPURT_DECL memory_usage_report memory_usage() const noexcept;
   [[nodiscard]] NPURT_DECL memory_snapshot snapshot() const;
 
@@ -150,10 +154,10 @@ class caching_allocator {
     return static_cast<std::size_t>(stats_.reserved_bytes[0].peak);
   }
   [[nodiscard]] std::size_t used_current() const noexcept {
-    return static_cast<std::size_t>(stats_.allocated_bytes[0].current);
+    return static_cast<std::size_t>(stats().allocated_bytes[0].current);
   }
   [[nodiscard]] std::size_t used_high() const noexcept {
-    return static_cast<std::size_t>(stats_.allocated_bytes[0].peak);
+    return static_cast<std::size_t>(stats().allocated_bytes[0].peak);
   }
   NPURT_DECL void reset_reserved_high() noexcept;
   NPURT_DECL void reset_used_high() noexcept;
@@ -236,9 +240,13 @@ class caching_allocator {
     pool_id pool = small_pool;
     bool allocated = false;
     bool pending = false;
+    bool has_uses = false;         // uses may be non-empty: the hot paths need not read it
     block* prev = nullptr;
     block* next = nullptr;
     segment* seg = nullptr;
+    // The second cache line: what only garbage collection, fences, the large pools and
+    // record_stream need. The hot paths leave it untouched while those are unused (see
+    // fences_seen_ and free_search_count_).
     std::uint64_t gc_base = 0;
     std::uint64_t free_fence = 0;  // where the free happened in stream order (0: unknown)
     free_set::iterator where;      // position in the free set while cached: O(1) erase
@@ -287,8 +295,34 @@ class caching_allocator {
   NPURT_DECL errc deallocate_impl(std::uint64_t addr, std::uint32_t stream, int device);
   NPURT_DECL block* new_block();
   NPURT_DECL void delete_block(block* b) noexcept;
+  static void clear_uses(block* b) noexcept {
+    if (b->has_uses) {
+      b->uses.clear();
+      b->has_uses = false;
+    }
+  }
   NPURT_DECL int stat_index(pool_id p) const noexcept;
   NPURT_DECL void stat_add(stat_array& s, pool_id p, std::int64_t n) noexcept;
+  // The statistics that change on every call (allocation, active, allocated, requested and
+  // inactive-split counts and bytes): until a large-pool or arena block takes part their
+  // all-pools row equals the small pool's, so only that row is kept and sync_rows() copies it
+  // before the all-pools row is read. Same numbers, half the updates on the small-pool path.
+  struct stat_rows {
+    std::size_t row;  // the pool's
+    bool all;         // and the all-pools row
+  };
+  stat_rows rows_of(pool_id p) noexcept {
+    const auto row = static_cast<std::size_t>(stat_index(p));
+    if (row != stat_small && !dual_rows_) start_dual_rows();
+    return {row, dual_rows_};
+  }
+  static void stat_up(stat_array& s, stat_rows r, std::int64_t n) noexcept;
+  static void stat_down(stat_array& s, stat_rows r, std::int64_t n) noexcept;
+  void sync_rows() const noexcept {
+    if (!dual_rows_) copy_small_rows();
+  }
+  NPURT_DECL void copy_small_rows() const noexcept;
+  NPURT_DECL void start_dual_rows() noexcept;
   NPURT_DECL block* get_free_block(alloc_params& p);
   NPURT_DECL block* get_cross_stream_block(alloc_params& p);
   NPURT_DECL bool block_fits(const block* b, const alloc_params& p) const noexcept;
@@ -320,7 +354,11 @@ class caching_allocator {
     return last_bins_ && last_bins_->stream == stream ? last_bins_ : find_bins_slow(stream);
   }
   NPURT_DECL small_bins* find_bins_slow(std::uint32_t stream) const noexcept;
-  NPURT_DECL small_bins* bins_for(std::uint32_t stream);
+  small_bins* bins_for(std::uint32_t stream) {
+    return last_bins_ && last_bins_->stream == stream ? last_bins_ : new_bins(stream);
+  }
+  /// bins_for's slow path: the stream's bins, created if it has none.
+  NPURT_DECL small_bins* new_bins(std::uint32_t stream);
   NPURT_DECL void recycle_empty_bins() noexcept;
   /// Calls f(block*) on a stream's cached small blocks of class >= c in (size, address) order
   /// while it returns true, at most `limit` blocks.
@@ -331,7 +369,8 @@ class caching_allocator {
   segment_provider& provider_;
   caching_allocator_options opts_;
   stream_callbacks cb_;
-  allocator_stats stats_;
+  mutable allocator_stats stats_;  // mutable: sync_rows() completes it for readers
+  bool dual_rows_ = false;         // the all-pools row of the per-call statistics is kept
   std::array<free_set, 3> free_;                   // [small_pool] unused: bins_ index that pool
   std::vector<std::unique_ptr<small_bins>> bins_;  // by stream, ascending
   std::vector<std::unique_ptr<small_bins>> spare_bins_;
@@ -343,7 +382,12 @@ class caching_allocator {
   std::vector<std::unique_ptr<block[]>> block_chunks_;
   std::vector<block*> spare_blocks_;
   std::vector<free_set::node_type> spare_nodes_;  // recycled set nodes: no allocation per cache/uncache
-  std::uint64_t free_search_count_ = 0;            // gc ages count searches, as PyTorch does
+  // gc ages count searches, as PyTorch does. It only grows, so while it is 0 every block's
+  // gc_base is 0 too and need not be written.
+  std::uint64_t free_search_count_ = 0;
+  // Has a free recorded a non-zero fence? Until then every free_fence is 0 and need not be
+  // read or written.
+  bool fences_seen_ = false;
   block* deferred_ = nullptr;                      // the held-back free (see defer_free)
   block* deferred_next_ = nullptr;                 // its free next neighbour, merged when settling
 };
@@ -352,7 +396,8 @@ namespace ca_detail {
 
 inline void stat_inc(stat& s, std::int64_t n) noexcept {
   s.current += n;
-  s.peak = std::max(s.peak, s.current);
+  // A branch, not a max: peaks rarely move in a steady state, so this skips a store.
+  if (s.current > s.peak) s.peak = s.current;
   s.allocated += n;
 }
 inline void stat_dec(stat& s, std::int64_t n) noexcept {
@@ -363,19 +408,19 @@ inline void stat_apply(stat& s, std::int64_t n) noexcept {
   if (n >= 0) stat_inc(s, n);
   else stat_dec(s, -n);
 }
-// The hot paths' stat_add with the sign known and the pool's row computed once.
-inline void stat_up(stat_array& s, std::size_t row, std::int64_t n) noexcept {
-  stat_inc(s[stat_all], n);
-  stat_inc(s[row], n);
-}
-inline void stat_down(stat_array& s, std::size_t row, std::int64_t n) noexcept {
-  stat_dec(s[stat_all], n);
-  stat_dec(s[row], n);
-}
 
 inline std::size_t round_up(std::size_t v, std::size_t a) noexcept { return (v + a - 1) / a * a; }
 
 }  // namespace ca_detail
+
+[[gnu::always_inline]] inline void caching_allocator::stat_up(stat_array& s, stat_rows r, std::int64_t n) noexcept {
+  ca_detail::stat_inc(s[r.row], n);
+  if (r.all) ca_detail::stat_inc(s[stat_all], n);
+}
+[[gnu::always_inline]] inline void caching_allocator::stat_down(stat_array& s, stat_rows r, std::int64_t n) noexcept {
+  ca_detail::stat_dec(s[r.row], n);
+  if (r.all) ca_detail::stat_dec(s[stat_all], n);
+}
 
 }  // namespace npurt::detail
 

@@ -48,30 +48,33 @@ NPURT_DECL void caching_allocator::small_bins::erase(std::size_t c, std::uint32_
     return;
   }
   if (pos == n) return;  // it was the last slot
+  // Floyd's deletion: the hole goes down to a leaf along the smaller children, then `last`
+  // rises from there (it may rise above pos). Choosing among four children with selects
+  // rather than branches matters: on random addresses each such branch is a coin toss.
+  bin_entry* d = h.data();
   std::uint32_t i = pos;
-  if (i > 0 && h[(i - 1) / 4].addr > last.addr) {
-    do {
-      const std::uint32_t parent = (i - 1) / 4;
-      if (h[parent].addr < last.addr) break;
-      h[i] = h[parent];
-      h[i].b->heap_pos = i;
-      i = parent;
-    } while (i > 0);
-  } else {
-    for (;;) {
-      const std::uint32_t first = 4 * i + 1;
-      if (first >= n) break;
-      std::uint32_t child = first;
-      const std::uint32_t end = std::min(first + 4, n);
-      for (std::uint32_t k = first + 1; k < end; ++k)
-        if (h[k].addr < h[child].addr) child = k;
-      if (last.addr < h[child].addr) break;
-      h[i] = h[child];
-      h[i].b->heap_pos = i;
-      i = child;
-    }
+  // A missing child reads as the last entry, which is then a child too: the minimum is the same.
+  const std::uint32_t m = n - 1;
+  const auto pick = [](bool take_a, std::uint32_t a, std::uint32_t b) {
+    return b ^ ((a ^ b) & (0u - static_cast<std::uint32_t>(take_a)));
+  };
+  for (std::uint32_t first = 4 * i + 1; first < n; first = 4 * i + 1) {
+    const std::uint32_t k1 = std::min(first + 1, m), k2 = std::min(first + 2, m), k3 = std::min(first + 3, m);
+    const std::uint32_t x = pick(d[k1].addr < d[first].addr, k1, first);
+    const std::uint32_t y = pick(d[k3].addr < d[k2].addr, k3, k2);
+    const std::uint32_t child = pick(d[y].addr < d[x].addr, y, x);
+    d[i] = d[child];
+    d[i].b->heap_pos = i;
+    i = child;
   }
-  h[i] = last;
+  while (i > 0) {
+    const std::uint32_t parent = (i - 1) / 4;
+    if (d[parent].addr < last.addr) break;
+    d[i] = d[parent];
+    d[i].b->heap_pos = i;
+    i = parent;
+  }
+  d[i] = last;
   last.b->heap_pos = i;
 }
 
@@ -82,8 +85,8 @@ NPURT_DECL caching_allocator::small_bins* caching_allocator::find_bins_slow(std:
   return last_bins_ = it->get();
 }
 
-NPURT_DECL caching_allocator::small_bins* caching_allocator::bins_for(std::uint32_t stream) {
-  if (small_bins* sb = find_bins(stream)) return sb;
+NPURT_DECL caching_allocator::small_bins* caching_allocator::new_bins(std::uint32_t stream) {
+  if (small_bins* sb = find_bins_slow(stream)) return sb;
   std::unique_ptr<small_bins> sb;
   if (!spare_bins_.empty()) {
     sb = std::move(spare_bins_.back());
@@ -142,12 +145,13 @@ NPURT_DECL std::size_t caching_allocator::small_free_count() const noexcept {
 }
 
 NPURT_DECL void caching_allocator::insert_free(block* b) {
-  b->gc_base = free_search_count_;
+  if (free_search_count_) b->gc_base = free_search_count_;
   if (b->pool == small_pool) {
     bins_for(b->stream)->push(size_class(b->size), b);
     if (b->prev || b->next) {
-      ca_detail::stat_up(stats_.inactive_split, stat_small, 1);
-      ca_detail::stat_up(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(b->size));
+      const stat_rows small = rows_of(small_pool);
+      stat_up(stats_.inactive_split, small, 1);
+      stat_up(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(b->size));
     }
     return;
   }
@@ -162,8 +166,9 @@ NPURT_DECL void caching_allocator::insert_free(block* b) {
     b->where = set.insert(key).first;
   }
   if (b->prev || b->next) {
-    stat_add(stats_.inactive_split, b->pool, 1);
-    stat_add(stats_.inactive_split_bytes, b->pool, static_cast<std::int64_t>(b->size));
+    const stat_rows row = rows_of(b->pool);
+    stat_up(stats_.inactive_split, row, 1);
+    stat_up(stats_.inactive_split_bytes, row, static_cast<std::int64_t>(b->size));
   }
 }
 
@@ -176,9 +181,9 @@ NPURT_DECL void caching_allocator::erase_free(block* b) noexcept {
   // A free block's neighbours cannot change while it is cached (freeing a neighbour merges it
   // away first), so the split test here matches the one made at insertion.
   if (b->prev || b->next) {
-    const auto row = static_cast<std::size_t>(stat_index(b->pool));
-    ca_detail::stat_down(stats_.inactive_split, row, 1);
-    ca_detail::stat_down(stats_.inactive_split_bytes, row, static_cast<std::int64_t>(b->size));
+    const stat_rows row = rows_of(b->pool);
+    stat_down(stats_.inactive_split, row, 1);
+    stat_down(stats_.inactive_split_bytes, row, static_cast<std::int64_t>(b->size));
   }
 }
 
@@ -199,9 +204,15 @@ NPURT_DECL caching_allocator::block* caching_allocator::get_free_block(alloc_par
     if (!sb) return nullptr;
     const int c = sb->find_from(size_class(p.size));
     if (c < 0) return nullptr;
+    // Any block of a class at or above the request's fits: no block_fits, and erase_free's
+    // work with the bins and the slot (the top) already known.
     block* b = sb->heaps[static_cast<std::size_t>(c)].front().b;
-    if (!block_fits(b, p)) return nullptr;
-    erase_free(b);
+    sb->erase(static_cast<std::size_t>(c), 0);
+    if (b->prev || b->next) {
+      const stat_rows small = rows_of(small_pool);
+      stat_down(stats_.inactive_split, small, 1);
+      stat_down(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(b->size));
+    }
     return b;
   }
   auto& set = set_of(p.pool);

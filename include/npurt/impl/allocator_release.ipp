@@ -180,7 +180,7 @@ NPURT_DECL void caching_allocator::trim_to(std::size_t keep_bytes) {
 
 NPURT_DECL void caching_allocator::on_synchronize(bool all_streams) {
   if (all_streams)
-    for (block* x : pending_) x->uses.clear();
+    for (block* x : pending_) clear_uses(x);
   process_events();
   if (static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) > opts_.release_threshold)
     release_all_cached(opts_.release_threshold, all_streams);

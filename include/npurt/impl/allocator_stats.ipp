@@ -18,7 +18,19 @@ NPURT_DECL void caching_allocator::stat_add(stat_array& s, pool_id p, std::int64
   ca_detail::stat_apply(s[static_cast<std::size_t>(stat_index(p))], n);
 }
 
+NPURT_DECL void caching_allocator::copy_small_rows() const noexcept {
+  for (stat_array* a : {&stats_.allocation, &stats_.active, &stats_.inactive_split, &stats_.allocated_bytes,
+                        &stats_.active_bytes, &stats_.inactive_split_bytes, &stats_.requested_bytes})
+    (*a)[stat_all] = (*a)[stat_small];
+}
+
+NPURT_DECL void caching_allocator::start_dual_rows() noexcept {
+  copy_small_rows();
+  dual_rows_ = true;
+}
+
 NPURT_DECL void caching_allocator::reset_peak() {
+  sync_rows();
   for (stat_array* a :
        {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split, &stats_.allocated_bytes,
         &stats_.reserved_bytes, &stats_.active_bytes, &stats_.inactive_split_bytes, &stats_.requested_bytes})
@@ -28,6 +40,7 @@ NPURT_DECL void caching_allocator::reset_peak() {
 }
 
 NPURT_DECL void caching_allocator::reset_accumulated() {
+  sync_rows();
   for (stat_array* a :
        {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split, &stats_.allocated_bytes,
         &stats_.reserved_bytes, &stats_.active_bytes, &stats_.inactive_split_bytes, &stats_.requested_bytes})
@@ -41,10 +54,12 @@ NPURT_DECL void caching_allocator::reset_reserved_high() noexcept {
 }
 
 NPURT_DECL void caching_allocator::reset_used_high() noexcept {
+  sync_rows();
   for (auto& s : stats_.allocated_bytes) s.peak = s.current;
 }
 
 NPURT_DECL memory_usage_report caching_allocator::memory_usage() const noexcept {
+  sync_rows();
   const double m = static_cast<double>(mib);
   return {static_cast<double>(stats_.allocated_bytes[stat_all].current) / m,
           static_cast<double>(stats_.reserved_bytes[stat_all].current) / m,
@@ -80,6 +95,7 @@ NPURT_DECL std::size_t caching_allocator::block_size(std::uint64_t addr) const n
 
 NPURT_DECL std::string caching_allocator::check_consistency() const {
   settle();
+  sync_rows();
   std::size_t nblocks = 0, nfree = 0;
   std::int64_t allocated = 0, active = 0, reserved = 0, requested = 0, inactive = 0;
   for (const auto& [addr, s] : segments_) {

@@ -70,13 +70,13 @@ NPURT_DECL caching_allocator::block* caching_allocator::new_block() {
   b->allocated = b->pending = false;
   b->prev = b->next = nullptr;
   b->seg = nullptr;
-  b->gc_base = b->free_fence = 0;
-  b->where = {};
+  if (free_search_count_) b->gc_base = 0;
+  if (fences_seen_) b->free_fence = 0;
   return b;
 }
 
 NPURT_DECL void caching_allocator::delete_block(block* b) noexcept {
-  b->uses.clear();
+  clear_uses(b);
   spare_blocks_.push_back(b);
 }
 
@@ -145,7 +145,7 @@ NPURT_DECL std::uint64_t caching_allocator::take_block(block* b, alloc_params& p
     r->stream = b->stream;
     r->pool = b->pool;
     r->seg = b->seg;
-    r->free_fence = b->free_fence;
+    if (fences_seen_) r->free_fence = b->free_fence;
     r->prev = b;
     r->next = b->next;
     if (b->next) b->next->prev = r;
@@ -160,15 +160,15 @@ NPURT_DECL std::uint64_t caching_allocator::take_block(block* b, alloc_params& p
   b->allocated = true;
   b->requested = p.requested;
   b->stream = p.stream;
-  b->free_fence = 0;
+  if (fences_seen_) b->free_fence = 0;
   ++b->seg->live;
   const auto sz = static_cast<std::int64_t>(b->size);
-  const auto row = static_cast<std::size_t>(stat_index(b->pool));
-  ca_detail::stat_up(stats_.allocation, row, 1);
-  ca_detail::stat_up(stats_.allocated_bytes, row, sz);
-  ca_detail::stat_up(stats_.active, row, 1);
-  ca_detail::stat_up(stats_.active_bytes, row, sz);
-  ca_detail::stat_up(stats_.requested_bytes, row, static_cast<std::int64_t>(p.requested));
+  const stat_rows row = rows_of(b->pool);
+  stat_up(stats_.allocation, row, 1);
+  stat_up(stats_.allocated_bytes, row, sz);
+  stat_up(stats_.active, row, 1);
+  stat_up(stats_.active_bytes, row, sz);
+  stat_up(stats_.requested_bytes, row, static_cast<std::int64_t>(p.requested));
   if (b->size >= opts_.max_split_size) ca_detail::stat_inc(stats_.oversize_allocations, 1);
   return b->addr;
 }
@@ -240,7 +240,7 @@ NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std:
         // them instead of assuming: a caller that cannot block (a coroutine inside the event loop)
         // returns from synchronize_all with work still running, and that memory must stay put.
         if (!cb_.fence_done)
-          for (block* x : pending_) x->uses.clear();
+          for (block* x : pending_) clear_uses(x);
         process_events();
         if (opts_.auto_growth) stats_.num_gc_freed_blocks += release_all_cached();
         b = get_free_block(p);
@@ -292,7 +292,7 @@ NPURT_DECL std::uint64_t caching_allocator::allocate(std::size_t size, std::uint
     i.device = opts_.device;
     i.total = provider_.capacity();
     i.free = provider_.free_bytes();
-    i.allocated = static_cast<std::size_t>(stats_.allocated_bytes[stat_all].current);
+    i.allocated = static_cast<std::size_t>(stats().allocated_bytes[stat_all].current);
     i.reserved = static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current);
     throw out_of_memory_error(i, oom_message(i, ec == errc::pool_limit, gc_limit()));
   }
@@ -305,11 +305,11 @@ NPURT_DECL std::uint64_t caching_allocator::allocate(std::size_t size, std::uint
 NPURT_DECL void caching_allocator::free_block(block* b) {
   b->allocated = false;
   b->pending = false;
-  b->uses.clear();
+  clear_uses(b);
   --b->seg->live;
-  const auto row = static_cast<std::size_t>(stat_index(b->pool));
-  ca_detail::stat_down(stats_.active, row, 1);
-  ca_detail::stat_down(stats_.active_bytes, row, static_cast<std::int64_t>(b->size));
+  const stat_rows row = rows_of(b->pool);
+  stat_down(stats_.active, row, 1);
+  stat_down(stats_.active_bytes, row, static_cast<std::int64_t>(b->size));
   coalesce_and_cache(b);
 }
 
@@ -334,7 +334,7 @@ NPURT_DECL void caching_allocator::coalesce_and_cache(block* b) {
       blocks_.erase(n->addr);
     }
     b->size += n->size;
-    b->free_fence = std::max(b->free_fence, n->free_fence);  // fences increase along a stream
+    if (fences_seen_) b->free_fence = std::max(b->free_fence, n->free_fence);  // fences increase along a stream
     delete_block(n);
   }
   insert_free(b);
@@ -359,18 +359,22 @@ NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint
   }
   block* b = found;
   const auto sz = static_cast<std::int64_t>(b->size);
-  const auto row = static_cast<std::size_t>(stat_index(b->pool));
-  ca_detail::stat_down(stats_.allocation, row, 1);
-  ca_detail::stat_down(stats_.allocated_bytes, row, sz);
-  ca_detail::stat_down(stats_.requested_bytes, row, static_cast<std::int64_t>(b->requested));
+  const stat_rows row = rows_of(b->pool);
+  stat_down(stats_.allocation, row, 1);
+  stat_down(stats_.allocated_bytes, row, sz);
+  stat_down(stats_.requested_bytes, row, static_cast<std::int64_t>(b->requested));
   if (b->size >= opts_.max_split_size) ca_detail::stat_dec(stats_.oversize_allocations, 1);
   b->allocated = false;
   b->requested = 0;
   b->stream = stream;
-  b->free_fence = cb_.record_fence ? cb_.record_fence(stream) : 0;
+  // An allocated block's free_fence is 0 (taking a block clears it).
+  if (cb_.record_fence) {
+    b->free_fence = cb_.record_fence(stream);
+    fences_seen_ = true;
+  }
   // Uses on the freeing stream are ordered before the free; others must complete first.
   auto& uses = b->uses;
-  if (!uses.empty())
+  if (b->has_uses && !uses.empty())
     uses.erase(std::remove_if(uses.begin(), uses.end(),
                               [&](auto& u) {
                                 if (u.first == stream) return true;
@@ -378,11 +382,12 @@ NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint
                                 return u.second != 0 && cb_.fence_done && cb_.fence_done(u.second);
                               }),
                uses.end());
-  if (!uses.empty()) {
+  if (b->has_uses && !uses.empty()) {
     b->pending = true;
     pending_.push_back(b);
     return {};
   }
+  b->has_uses = false;
   if (!defer_free(b)) free_block(b);
   return {};
 }
@@ -396,17 +401,18 @@ NPURT_DECL bool caching_allocator::defer_free(block* b) noexcept {
   // its neighbour, so it counts as split) and insert_free(b merged with n).
   b->pending = false;
   --b->seg->live;
-  ca_detail::stat_down(stats_.active, stat_small, 1);
-  ca_detail::stat_down(stats_.active_bytes, stat_small, static_cast<std::int64_t>(b->size));
+  const stat_rows small = rows_of(small_pool);
+  stat_down(stats_.active, small, 1);
+  stat_down(stats_.active_bytes, small, static_cast<std::int64_t>(b->size));
   if (n) {
-    ca_detail::stat_down(stats_.inactive_split, stat_small, 1);
-    ca_detail::stat_down(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(n->size));
+    stat_down(stats_.inactive_split, small, 1);
+    stat_down(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(n->size));
   }
   if (b->prev || (n ? n->next : b->next)) {
-    ca_detail::stat_up(stats_.inactive_split, stat_small, 1);
-    ca_detail::stat_up(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(b->size + (n ? n->size : 0)));
+    stat_up(stats_.inactive_split, small, 1);
+    stat_up(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(b->size + (n ? n->size : 0)));
   }
-  b->gc_base = free_search_count_;
+  if (free_search_count_) b->gc_base = free_search_count_;
   deferred_ = b;
   deferred_next_ = n;
   return true;
@@ -415,19 +421,20 @@ NPURT_DECL bool caching_allocator::defer_free(block* b) noexcept {
 NPURT_DECL void caching_allocator::settle_deferred() {
   block* b = deferred_;
   deferred_ = nullptr;
+  small_bins* sb = bins_for(b->stream);  // n's too: it merges only with blocks of its stream
   if (block* n = deferred_next_) {
-    find_bins(n->stream)->erase(size_class(n->size), n->heap_pos);
+    sb->erase(size_class(n->size), n->heap_pos);
     b->next = n->next;
     if (n->next) n->next->prev = b;
     else b->seg->last = b;
     blocks_.erase(n->addr);
     b->size += n->size;
-    b->free_fence = std::max(b->free_fence, n->free_fence);
+    if (fences_seen_) b->free_fence = std::max(b->free_fence, n->free_fence);
     delete_block(n);
   }
   // No search ran since the free (every allocation settles or takes the block first), so this
   // is the age insert_free would have given it then.
-  bins_for(b->stream)->push(size_class(b->size), b);
+  sb->push(size_class(b->size), b);
 }
 
 NPURT_DECL bool caching_allocator::take_deferred(std::size_t requested) noexcept {
@@ -447,28 +454,29 @@ NPURT_DECL bool caching_allocator::take_deferred(std::size_t requested) noexcept
   }
   if (opts_.garbage_collection_threshold > 0.0) ++free_search_count_;
   deferred_ = nullptr;
+  const stat_rows small = rows_of(small_pool);
   // erase_free(merged), then take_block: the split gives back n's range as a new free block at
   // n's address (its next neighbour cannot be a free block of this stream: n was coalesced).
   if (x->prev || (n ? n->next : x->next)) {
-    ca_detail::stat_down(stats_.inactive_split, stat_small, 1);
-    ca_detail::stat_down(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(merged));
+    stat_down(stats_.inactive_split, small, 1);
+    stat_down(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(merged));
   }
   if (n) {
-    n->free_fence = std::max(x->free_fence, n->free_fence);
-    n->gc_base = free_search_count_;
-    ca_detail::stat_up(stats_.inactive_split, stat_small, 1);
-    ca_detail::stat_up(stats_.inactive_split_bytes, stat_small, static_cast<std::int64_t>(n->size));
+    if (fences_seen_) n->free_fence = std::max(x->free_fence, n->free_fence);
+    if (free_search_count_) n->gc_base = free_search_count_;
+    stat_up(stats_.inactive_split, small, 1);
+    stat_up(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(n->size));
   }
   x->allocated = true;
   x->requested = requested;
-  x->free_fence = 0;
+  if (fences_seen_) x->free_fence = 0;
   ++x->seg->live;
   const auto sz = static_cast<std::int64_t>(x->size);
-  ca_detail::stat_up(stats_.allocation, stat_small, 1);
-  ca_detail::stat_up(stats_.allocated_bytes, stat_small, sz);
-  ca_detail::stat_up(stats_.active, stat_small, 1);
-  ca_detail::stat_up(stats_.active_bytes, stat_small, sz);
-  ca_detail::stat_up(stats_.requested_bytes, stat_small, static_cast<std::int64_t>(requested));
+  stat_up(stats_.allocation, small, 1);
+  stat_up(stats_.allocated_bytes, small, sz);
+  stat_up(stats_.active, small, 1);
+  stat_up(stats_.active_bytes, small, sz);
+  stat_up(stats_.requested_bytes, small, static_cast<std::int64_t>(requested));
   return true;
 }
 
@@ -516,6 +524,7 @@ NPURT_DECL void caching_allocator::record_stream(std::uint64_t addr, std::uint32
       return;
     }
   b->uses.emplace_back(other_stream, fence);
+  b->has_uses = true;
 }
 
 NPURT_DECL void caching_allocator::record_stream(std::uint64_t addr, std::uint32_t other_stream, std::uint64_t fence) {
