@@ -95,7 +95,9 @@ class mem_pool {
   /// After a synchronize: trims to the release threshold (default 0), as a CUDA pool does.
   NPURT_DECL void on_synchronize();
 
-  [[nodiscard]] const allocator_stats& stats() const noexcept { return alloc_->stats(); }
+  /// A snapshot of the statistics (by value, as PyTorch's memory_stats: the pool brings some of
+  /// them up to date only when asked, so a kept reference could not stay current).
+  [[nodiscard]] allocator_stats stats() const noexcept { return alloc_->stats(); }
   [[nodiscard]] memory_usage_report memory_usage() const noexcept { return alloc_->memory_usage(); }
   [[nodiscard]] memory_snapshot snapshot() const { return alloc_->snapshot(); }
   [[nodiscard]] mem_pool_options& options() noexcept { return alloc_->options(); }
