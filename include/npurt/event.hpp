@@ -153,9 +153,10 @@ auto event::async_wait(std::optional<picoseconds> timeout, Token&& token) const 
           return;
         }
         // A task event's position is at least 1; the event's device is not needed to peek.
-        detail::op_base* op = detail::sticky_op::create(rt, detail::make_op(rt, std::move(handler)), s, 0, q);
+        detail::cancellable_op* user = detail::make_op(rt, std::move(handler));
+        detail::op_base* op = detail::sticky_op::create(rt, user, s, 0, q);
         const std::pair<std::uint32_t, std::uint64_t> pos[1] = {{s, q}};
-        detail::start_multi_wait(rt, op, pos, tmo);
+        detail::start_multi_wait(rt, op, pos, tmo, user);
       },
       token, *this, timeout);
 }

@@ -212,7 +212,9 @@ auto stream::async_enqueue(Token&& token, Make make) {
           detail::post_error(*rt_, std::move(handler), ec);
           return;
         }
-        t->waiter = detail::make_op(*rt_, std::move(handler));
+        detail::cancellable_op* op = detail::make_op(*rt_, std::move(handler));
+        t->waiter = op;
+        op->arm(&detail::cancel_enqueued, t, detail::enqueue_cancel_types);
         submit(t);
       },
       token, std::move(make));
@@ -270,10 +272,10 @@ auto stream::async_synchronize(std::optional<picoseconds> timeout, Token&& token
           detail::post_error(*rt_, std::move(handler), ec);
           return;
         }
-        detail::op_base* op =
-            detail::sticky_op::create(*rt_, detail::make_op(*rt_, std::move(handler)), s->id, s->device);
+        detail::cancellable_op* user = detail::make_op(*rt_, std::move(handler));
+        detail::op_base* op = detail::sticky_op::create(*rt_, user, s->id, s->device);
         const std::pair<std::uint32_t, std::uint64_t> pos[1] = {{s->id, s->enqueued}};
-        detail::start_multi_wait(*rt_, op, pos, tmo);
+        detail::start_multi_wait(*rt_, op, pos, tmo, user);
       },
       token, timeout);
 }

@@ -16,6 +16,9 @@
 // system's thread, outside any strand: a strand orders handlers among themselves, and a task is
 // never run concurrently with one because the loop runs everything on one thread.
 //
+// Cancellation: spawn() takes the cancellation slot bound to its handler, as co_spawn does, and
+// passes emits to the operation the task awaits (docs/runtime.md, "Cancellation").
+//
 // `use_awaitable` keeps working for Asio coroutines; `use_task` is for npurt::task only (an
 // Asio awaitable cannot co_await a foreign awaiter). Operations whose completion carries values
 // besides the error (async_malloc) are awaited with use_awaitable.
@@ -26,11 +29,15 @@
 #include <npurt/error.hpp>
 #include <npurt/system.hpp>
 
+#include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_type.hpp>
 
 #include <coroutine>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -49,6 +56,29 @@ class task;
 
 namespace detail {
 
+/// The cancellation state of a task spawned with a connected cancellation slot: what was emitted
+/// so far, and the signal whose slot the operation awaited now is bound to. Shared by every
+/// npurt::task the spawned one awaits, as an Asio awaitable thread shares its state.
+struct task_cancel {
+  boost::asio::cancellation_slot outer;   // the spawn's handler's slot
+  boost::asio::cancellation_signal inner;  // forwards to the awaited operation
+  boost::asio::cancellation_type cancelled = boost::asio::cancellation_type::none;
+
+  /// What a spawned task honours: terminal and partial. A task that has run has had effects, so
+  /// a "total" cancellation (nothing happened) cannot be honoured and is ignored.
+  static constexpr boost::asio::cancellation_type honoured =
+      boost::asio::cancellation_type::terminal | boost::asio::cancellation_type::partial;
+
+  struct forward {
+    task_cancel* self;
+    void operator()(boost::asio::cancellation_type t) const {
+      if ((t & honoured) == boost::asio::cancellation_type::none) return;
+      self->cancelled = self->cancelled | t;
+      self->inner.emit(t);
+    }
+  };
+};
+
 template <class Initiation, class... Args>
 class direct_awaiter {
  public:
@@ -56,14 +86,29 @@ class direct_awaiter {
   explicit direct_awaiter(I&& init, A&&... args) : init_(std::forward<I>(init)), args_(std::forward<A>(args)...) {}
 
   bool await_ready() const noexcept { return false; }
-  bool await_suspend(std::coroutine_handle<> h) {
+  template <class P>
+  bool await_suspend(std::coroutine_handle<P> h) {
+    if constexpr (requires { h.promise().cancel; }) {
+      if (task_cancel* c = h.promise().cancel) [[unlikely]] {
+        // Cancelled before this await (Asio's awaitables likewise throw at the next await once
+        // cancelled): nothing is initiated.
+        if (c->cancelled != boost::asio::cancellation_type::none) {
+          op_.ec = make_error_code(errc::operation_aborted);
+          return false;
+        }
+        op_.slot = c->inner.slot();
+      }
+    }
     op_.waiting = h;
     std::apply([&](auto&&... a) { std::move(init_)(direct_handler{&op_}, std::move(a)...); }, std::move(args_));
     return !op_.early;
   }
   void await_resume() const {
+    if (!op_.ec) [[likely]]
+      return;  // before any category test: comparing categories is an out-of-line call
     if (is_timeout(op_.ec))
       throw timeout_error(op_.ec, "npurt: awaited operation timed out", op_.timer, op_.timeout_limit);
+    if (op_.ec == errc::operation_aborted) throw_error(op_.ec, "npurt: awaited operation aborted or cancelled");
     if (op_.ec) throw_error(op_.ec, "npurt: awaited operation failed");
   }
 
@@ -77,6 +122,7 @@ template <class T>
 struct task_promise_base {
   std::coroutine_handle<> continuation;
   std::exception_ptr error;
+  task_cancel* cancel = nullptr;  // the spawn's, when it was given a cancellation slot
 
   std::suspend_always initial_suspend() noexcept { return {}; }
   struct final_awaiter {
@@ -119,6 +165,7 @@ struct task_promise<void> : task_promise_base<void> {
 /// The frame that runs a spawned task to its end and reports how it ended.
 struct spawned {
   struct promise_type {
+    task_cancel* cancel = nullptr;  // read by the task it awaits
     spawned get_return_object() noexcept { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
     std::suspend_always initial_suspend() noexcept { return {}; }
     std::suspend_never final_suspend() noexcept { return {}; }
@@ -132,11 +179,14 @@ struct spawned {
 /// The handler is type-erased: a coroutine frame that held a caller's lambda type would have no
 /// linkage when the caller is a function with internal linkage (GCC's -Wsubobject-linkage).
 template <class T>
-spawned drive(runtime& rt, npurt::task<T> t, std::function<void(std::exception_ptr)> h) {
+spawned drive(runtime& rt, npurt::task<T> t, std::function<void(std::exception_ptr)> h,
+              std::unique_ptr<task_cancel> cancel) {
   std::exception_ptr e;
   try {
     co_await std::move(t);
   } catch (...) { e = std::current_exception(); }
+  // The task has ended: a later emit must find no handler (the slot may be reused from h).
+  if (cancel) cancel->outer.clear();
   rt.host_wait_end();
   h(e);  // what it throws leaves through system::run() (spawned::promise_type rethrows it)
 }
@@ -178,7 +228,10 @@ class [[nodiscard]] task {
   }
 
   bool await_ready() const noexcept { return !h_ || h_.done(); }
-  std::coroutine_handle<> await_suspend(std::coroutine_handle<> c) noexcept {
+  template <class P>
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<P> c) noexcept {
+    // An awaited task is cancelled with its awaiter.
+    if constexpr (requires { c.promise().cancel; }) h_.promise().cancel = c.promise().cancel;
     h_.promise().continuation = c;
     return h_;
   }
@@ -199,10 +252,24 @@ inline npurt::task<void> detail::task_promise<void>::get_return_object() noexcep
 /// Runs `t` on `sys`, starting at the current instant (never inside this call), and calls
 /// done(exception_ptr) when it ends: null, or what escaped the task. system::run() runs until
 /// it has ended.
+///
+/// Cancellation, as with asio::co_spawn: bind a slot to `done`
+/// (`asio::bind_cancellation_slot(sig.slot(), done)`). A terminal or partial emit ends the
+/// operation the task awaits at that moment, as that operation honours it, and every later
+/// co_await in the task throws caller_error(errc::operation_aborted) without starting anything.
 template <class T, class Done>
 void spawn(system& sys, task<T> t, Done done) {
   detail::runtime& rt = detail::runtime_of(sys);
-  detail::spawned d = detail::drive(rt, std::move(t), std::function<void(std::exception_ptr)>(std::move(done)));
+  std::unique_ptr<detail::task_cancel> cancel;
+  if (auto slot = boost::asio::get_associated_cancellation_slot(done); slot.is_connected()) [[unlikely]] {
+    cancel = std::make_unique<detail::task_cancel>();
+    cancel->outer = slot;
+    slot.template emplace<detail::task_cancel::forward>(cancel.get());
+  }
+  detail::task_cancel* c = cancel.get();
+  detail::spawned d =
+      detail::drive(rt, std::move(t), std::function<void(std::exception_ptr)>(std::move(done)), std::move(cancel));
+  d.h.promise().cancel = c;
   rt.host_wait_begin();  // the task counts as a waiter until it ends
   auto* start = new detail::frame_start{d.h};
   rt.timers().call_at(rt.now(), detail::timer_action::member<&detail::frame_start::run>(start, start));

@@ -9,8 +9,11 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/post.hpp>
 
 #include <coroutine>
@@ -28,8 +31,64 @@ inline async_error_code to_async_error(std::error_code ec) noexcept {
   return ec ? async_error_code(ec) : async_error_code();
 }
 
+/// An op a cancellation slot can reach (Asio's per-operation cancellation). The slot is the
+/// handler's associated one; the initiating function arms it once the op waits, saying what a
+/// cancellation does and which cancellation types it honours. Completion disarms it, so an
+/// emit after the completion finds no handler. Without a connected slot nothing is installed.
+struct cancellable_op : op_base {
+  using cancel_type = boost::asio::cancellation_type;
+  /// Ends the wait early; returns false when there was nothing left to end.
+  using cancel_fn = bool (*)(void* ctx, cancellable_op* op);
+
+  boost::asio::cancellation_slot slot;
+  cancel_fn on_cancel = nullptr;  // non-null while armed
+  void* cancel_ctx = nullptr;
+  cancel_type honoured = cancel_type::none;
+
+  void arm(cancel_fn fn, void* ctx, cancel_type types) {
+    if (!slot.is_connected()) return;
+    on_cancel = fn;
+    cancel_ctx = ctx;
+    honoured = types;
+    slot.template emplace<forward>(this);
+  }
+  /// At completion: the slot's handler must not outlive the op.
+  void disarm() noexcept {
+    if (on_cancel) [[unlikely]] {
+      on_cancel = nullptr;
+      if (!in_emit) slot.clear();
+    }
+  }
+
+ private:
+  struct forward {
+    cancellable_op* op;
+    void operator()(cancel_type t) const {
+      cancellable_op* o = op;
+      if ((t & o->honoured) == cancel_type::none || !o->on_cancel) return;
+      // The cancellation completes the op, which may free it (and would clear the slot, that
+      // is this very handler): keep the slot, and clear it as the last thing done here.
+      boost::asio::cancellation_slot s = o->slot;
+      o->in_emit = true;
+      const bool ended = o->on_cancel(o->cancel_ctx, o);
+      if (ended) s.clear();
+      else o->in_emit = false;
+    }
+  };
+  bool in_emit = false;
+};
+
+/// The cancellation types a wait honours: ending it early has no side effect at all.
+inline constexpr boost::asio::cancellation_type wait_cancel_types = boost::asio::cancellation_type::terminal |
+                                                                    boost::asio::cancellation_type::partial |
+                                                                    boost::asio::cancellation_type::total;
+/// The cancellation types an awaited enqueue honours: the await ends early, but the queued work
+/// stays queued and runs (its effects happen), so a "total" cancellation is not possible.
+inline constexpr boost::asio::cancellation_type enqueue_cancel_types =
+    boost::asio::cancellation_type::terminal | boost::asio::cancellation_type::partial;
+
 template <class Handler, class... Values>
-class handler_op final : public op_base {
+class handler_op final : public cancellable_op {
  public:
   // Handlers without an allocator of their own take their record from the runtime's recycler:
   // an awaited launch then allocates nothing once warm, and leaves Asio's per-thread cache to
@@ -45,12 +104,15 @@ class handler_op final : public op_base {
     else return allocator_type(rt.op_memory());
   }
 
-  handler_op(runtime& rt, Handler&& h) : rt_(&rt), handler_(std::move(h)) { complete_fn = &do_complete; }
+  handler_op(runtime& rt, Handler&& h) : rt_(&rt), handler_(std::move(h)) {
+    complete_fn = &do_complete;
+    slot = boost::asio::get_associated_cancellation_slot(handler_);
+  }
 
   /// Values delivered after the error_code (e.g. the pointer of an async_malloc).
   std::tuple<Values...> values{};
 
-  static op_base* create(runtime& rt, Handler&& h) {
+  static handler_op* create(runtime& rt, Handler&& h) {
     allocator_type alloc = get_alloc(rt, h);
     handler_op* p = std::allocator_traits<allocator_type>::allocate(alloc, 1);
     std::allocator_traits<allocator_type>::construct(alloc, p, rt, std::move(h));
@@ -61,6 +123,7 @@ class handler_op final : public op_base {
  private:
   static void do_complete(op_base* base, std::error_code ec) {
     auto* self = static_cast<handler_op*>(base);
+    self->disarm();
     runtime& rt = *self->rt_;
     allocator_type alloc = get_alloc(rt, self->handler_);
     Handler h(std::move(self->handler_));
@@ -96,7 +159,8 @@ class handler_op final : public op_base {
 
 /// The record of an operation awaited with npurt::use_task (npurt/task.hpp): it lives in the
 /// awaiting coroutine's frame while that is suspended, and is the op the runtime completes.
-struct direct_op final : op_base {
+/// Its slot, when connected, is the one of the spawned task it belongs to (npurt::spawn).
+struct direct_op final : cancellable_op {
   runtime* rt = nullptr;
   std::coroutine_handle<> waiting;
   std::error_code ec;
@@ -104,6 +168,7 @@ struct direct_op final : op_base {
 
   static void on_complete(op_base* b, std::error_code e) {
     auto* self = static_cast<direct_op*>(b);
+    self->disarm();
     self->ec = e;
     self->rt->host_wait_end();
     // Through the due-now queue, not an Asio post: at this instant, in the loop's order, and
@@ -119,6 +184,7 @@ struct direct_op final : op_base {
 struct direct_handler {
   direct_op* op;
   void operator()(const async_error_code& e) const {
+    op->disarm();
     op->ec = e ? std::error_code(e) : std::error_code{};
     op->waiting.resume();
   }
@@ -129,7 +195,7 @@ inline constexpr bool is_direct_handler_v = std::is_same_v<std::decay_t<Handler>
 
 /// The op an initiating function hands to the runtime for its completion handler.
 template <class Handler>
-op_base* make_op(runtime& rt, Handler&& h) {
+cancellable_op* make_op(runtime& rt, Handler&& h) {
   if constexpr (is_direct_handler_v<Handler>) {
     h.op->rt = &rt;
     h.op->complete_fn = &direct_op::on_complete;
@@ -138,6 +204,16 @@ op_base* make_op(runtime& rt, Handler&& h) {
   } else {
     return handler_op<std::decay_t<Handler>>::create(rt, std::forward<Handler>(h));
   }
+}
+
+/// Cancels the await of an enqueued task: the task stays queued and runs, and is from then on
+/// fire-and-forget (a failure of it is the stream's sticky error).
+inline bool cancel_enqueued(void* ctx, cancellable_op* op) {
+  auto* t = static_cast<task*>(ctx);
+  if (t->waiter != op) return false;
+  t->waiter = nullptr;
+  op->complete(make_error_code(errc::operation_aborted));
+  return true;
 }
 
 /// Completes a handler at once with an error, without touching the runtime's queues: the
@@ -192,10 +268,25 @@ struct multi_wait {
   void release() {
     if (--refs == 0) delete this;
   }
+  /// A cancellation of the awaiting handler: the wait ends now with errc::operation_aborted and
+  /// stops counting as a host wait; the positions' waiters only drop their references later.
+  static bool cancel(void* ctx, cancellable_op* /*user*/) {
+    auto* self = static_cast<multi_wait*>(ctx);
+    if (self->done) return false;
+    self->done = true;
+    if (self->has_timer) {
+      self->rt->timers().cancel(self->timer);
+      self->has_timer = false;
+      self->release();  // a position still holds its reference: self lives on
+    }
+    self->op->complete(make_error_code(errc::operation_aborted));
+    return true;
+  }
 };
 
 /// Starts a multi_wait on positions [first, last) of (stream, seq) pairs, with an optional
-/// timeout in virtual time.
+/// timeout in virtual time. `user`, the op `op` completes, is armed for cancellation while the
+/// wait waits.
 /// A negative timeout is the caller's error (no_timeout means none): never a silent "wait forever"
 /// or "time out at once".
 inline std::error_code check_timeout(const std::optional<picoseconds>& timeout) noexcept {
@@ -203,7 +294,8 @@ inline std::error_code check_timeout(const std::optional<picoseconds>& timeout) 
 }
 
 template <class Positions>
-void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std::optional<picoseconds> timeout) {
+void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std::optional<picoseconds> timeout,
+                      cancellable_op* user = nullptr) {
   if (const std::error_code ec = check_timeout(timeout)) {
     op->complete(ec);
     return;
@@ -225,6 +317,7 @@ void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std:
     w->timer = rt.timers().call_at_cancellable(later(rt.now(), *timeout),
                                                timer_action::member_value<&multi_wait::on_timeout>(w, 0));
   }
+  if (!w->done && user) user->arm(&multi_wait::cancel, w, wait_cancel_types);
   w->release();
 }
 
