@@ -36,25 +36,28 @@ class device_queue {
   void configure(dispatch_model m) noexcept { model_ = m; }
   [[nodiscard]] dispatch_model model() const noexcept { return model_; }
 
-  /// A task was enqueued on `stream`; `bypass` for streams outside the queue.
-  void on_enqueue(const task_info& t, std::uint32_t stream, bool bypass) {
-    if (model_ == dispatch_model::shared_fifo && !bypass) level_of(t.device, t.priority).push(t.id, stream);
+  // A task is named by its device, its stream's priority (its level) and its id.
+
+  /// Task `id` was enqueued on `stream`; `bypass` for streams outside the queue.
+  void on_enqueue(device_id dev, std::uint8_t prio, std::uint64_t id, std::uint32_t stream, bool bypass) {
+    if (model_ == dispatch_model::shared_fifo && !bypass) level_of(dev, prio).push(id, stream);
   }
   /// Whether the task, ready at its stream's head, may be dispatched now; `bypass` as for
   /// on_enqueue.
-  [[nodiscard]] bool may_dispatch(const task_info& t, bool bypass) const {
+  [[nodiscard]] bool may_dispatch(device_id dev, std::uint8_t prio, std::uint64_t id, bool bypass) const {
     if (model_ != dispatch_model::shared_fifo || bypass) return true;
     // A task of a queued stream is in the queue from its enqueue to its dispatch, and the queue
     // is sorted by id: it is first exactly when nothing with a smaller id is queued.
-    const fifo* q = find_level(t.device, t.priority);
-    return !q || q->empty() || q->front().id >= t.id;
+    const fifo* q = find_level(dev, prio);
+    return !q || q->empty() || q->front().id >= id;
   }
-  /// When `t` is held behind an earlier task of its device and level: that task's id and stream
-  /// (what a deadlock report names).
-  [[nodiscard]] std::optional<std::pair<std::uint64_t, std::uint32_t>> held_behind(const task_info& t) const {
+  /// When the task is held behind an earlier task of its device and level: that task's id and
+  /// stream (what a deadlock report names).
+  [[nodiscard]] std::optional<std::pair<std::uint64_t, std::uint32_t>> held_behind(device_id dev, std::uint8_t prio,
+                                                                                   std::uint64_t id) const {
     if (model_ != dispatch_model::shared_fifo) return std::nullopt;
-    const fifo* q = find_level(t.device, t.priority);
-    if (!q || q->empty() || q->front().id == t.id || !q->contains(t.id)) return std::nullopt;
+    const fifo* q = find_level(dev, prio);
+    if (!q || q->empty() || q->front().id == id || !q->contains(id)) return std::nullopt;
     return std::pair{q->front().id, q->front().stream};
   }
   /// Device reset: its tasks not yet dispatched leave the queue (their records are gone).
@@ -65,10 +68,10 @@ class device_queue {
       if (k.first == dev) q.clear();
   }
   /// The task was dispatched; returns the stream whose task is now first at its level (0: none).
-  std::uint32_t on_dispatch(const task_info& t) {
+  std::uint32_t on_dispatch(device_id dev, std::uint8_t prio, std::uint64_t id) {
     if (model_ != dispatch_model::shared_fifo) return 0;
-    fifo* q = find_level(t.device, t.priority);
-    if (!q || !q->erase(t.id) || q->empty()) return 0;
+    fifo* q = find_level(dev, prio);
+    if (!q || !q->erase(id) || q->empty()) return 0;
     return q->front().stream;
   }
 

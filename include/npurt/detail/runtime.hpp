@@ -71,7 +71,7 @@ class runtime final : public backend_host, private loop_parts, public scheduler 
   }
   void complete(task_info& t, std::error_code ec) override { task_completed(t, ec); }
   void complete_timeout(task_info& t, std::error_code ec, timeout_kind timer, picoseconds limit) override {
-    auto& rec = static_cast<task&>(t);
+    auto& rec = static_cast<running_task&>(t);  // the backend only ever holds a stream's running_task
     rec.timer = timer;
     rec.timeout_limit = limit.count();
     task_completed(t, ec);

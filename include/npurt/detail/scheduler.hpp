@@ -51,26 +51,81 @@ struct op_base {
   void complete(std::error_code ec) { complete_fn(this, ec); }
 };
 
-/// One enqueued unit of stream work. The task_info part is what the backend sees.
-struct task : task_info {
-  task* next = nullptr;            // stream FIFO
-  op_base* waiter = nullptr;       // host op completed with the task's outcome
-  std::uint64_t seq = 0;           // position in its stream (1-based)
+/// What only some kinds of task carry: copies and memsets their copy, event waits and records
+/// their event links, host callbacks their function. A side record from its own pool, so that a
+/// queued kernel pays for none of it.
+struct task_side {
+  copy_desc copy{};  // memcpy / memset
   // event_wait: the stream position waited for; event_record: the event id recorded.
   std::uint32_t target_stream = 0;
   std::uint64_t target_seq = 0;
   std::uint64_t event_id = 0;
-  std::function<void()>* callback = nullptr;  // host_callback only (kept out of the record)
-  kernel_desc* owned_kernel = nullptr;
-  std::shared_ptr<const void> owned_extra;  // what `collective` points into (freed with the task)
-  bool blocked = false;            // an event wait not yet satisfied
-  bool orphan = false;             // its device was reset while a completion was on its way: free it then
+  std::int64_t wait_limit = 0;  // a user event wait: the event-wait timeout in force at its enqueue (0: none)
+  std::function<void()>* callback = nullptr;  // host_callback (owned by the scheduler, see own_callback)
+};
+
+/// One enqueued unit of stream work, as it waits in its stream: only what dispatching it needs.
+/// What the backend sees (task_info) and how the task ends are filled in when it starts, in its
+/// stream's running_task: only a stream's head is ever started, so queued work (possibly millions
+/// of records) carries none of it. Its position in the stream is not kept either: a stream runs
+/// its tasks in order, so the head's is always one past the stream's last completed.
+struct task {
+  /// What a task made from a descriptor points at.
+  struct described {
+    const kernel_desc* kernel = nullptr;  // kind == kernel
+    std::shared_ptr<const void> ref;      // keeps a shared descriptor or a collective's calls alive
+  };
+
+  task* next = nullptr;       // stream FIFO
+  op_base* waiter = nullptr;  // host op completed with the task's outcome
+  std::uint64_t id = 0;       // global sequence number
+  sim_time submitted{};       // when the host enqueued it
+  std::string_view name{};    // interned (see scheduler::intern) or a literal
+  // A kernels::fixed launch carries its cost, any other kernel (and a collective) what it points
+  // at; never both, so they share storage, keyed by `has_desc`.
+  union {
+    kernels::fixed fixed;
+    described desc;
+  };
+  task_side* extra = nullptr;  // see task_side; null for kernels and collectives
+  std::uint32_t stream = 0;
+  std::uint32_t block_dim = 0;  // kind == kernel: AI cores requested, 0 = all
+  task_kind kind = task_kind::kernel;
+  engine_kind engine = engine_kind::none;
+  bool has_desc = false;     // `desc` is the live member of the union
+  bool owns_kernel = false;  // desc.kernel is a copy from the scheduler's pool, freed with the task
+  bool blocked = false;      // an event wait not yet satisfied
+  bool orphan = false;       // its device was reset while a completion was on its way: free it then
+
+  task() : fixed{} {}
+  ~task() {
+    if (has_desc) desc.~described();
+  }
+  task(const task&) = delete;
+  task& operator=(const task&) = delete;
+  /// Makes `desc` the live member (once, right after the record is made).
+  void describe(const kernel_desc* k, std::shared_ptr<const void> ref) noexcept {
+    ::new (static_cast<void*>(&desc)) described{k, std::move(ref)};
+    has_desc = true;
+  }
+  /// kind == kernel: the descriptor, or null for a kernels::fixed launch.
+  [[nodiscard]] const kernel_desc* kernel() const noexcept { return has_desc ? desc.kernel : nullptr; }
+  [[nodiscard]] const collective_desc* collective() const noexcept {
+    return kind == task_kind::collective && has_desc ? static_cast<const collective_desc*>(desc.ref.get()) : nullptr;
+  }
+};
+
+/// A stream's started head: what the backend sees of it (it holds this task_info between submit
+/// and complete) and how it ended. Filled from the task record when the task starts.
+struct running_task : task_info {
+  task* rec = nullptr;           // the record in its stream's FIFO
+  std::uint64_t seq = 0;         // its position in the stream (1-based)
+  std::error_code error;         // set when the task failed or was aborted
+  std::exception_ptr exception;  // host_callback only: what the callback threw
   timeout_kind timer = timeout_kind::sync;  // error is a timeout: which timer fired
   // error is a timeout: the timer's value (ps). A user event wait carries the event-wait timeout
-  // in force when it was enqueued (0: none) until it completes.
+  // in force when it was enqueued (0: none).
   std::int64_t timeout_limit = 0;
-  std::error_code error;           // set when the task failed or was aborted
-  std::exception_ptr exception;    // host_callback only: what the callback threw
 };
 
 /// The first failure of fire-and-forget work on a stream or device, kept until read (CUDA's and
@@ -124,6 +179,7 @@ struct stream_state {
   std::uint64_t completed = 0;     // seq of the last completed task
   sim_time host_cursor{};          // host lane time of this stream's enqueues
   failure sticky;                  // first unread failure of fire-and-forget work
+  running_task run;                // the head, once started (head_started)
   std::multimap<std::uint64_t, position_waiter> waiters;
   boost::asio::strand<boost::asio::io_context::executor_type> strand;
 
@@ -193,8 +249,10 @@ class scheduler {
 
   // --- tasks ---
   NPURT_DECL task* new_task(stream_state& s, task_kind kind);
-  /// Charges the host lane, stamps the task and appends it to its stream.
-  NPURT_DECL void enqueue(stream_state& s, task* t);
+  /// The side record of a copy, event or callback task (made on first use).
+  NPURT_DECL task_side& extra(task* t);
+  /// Charges the host lane, stamps the task and appends it to its stream; returns its position.
+  NPURT_DECL std::uint64_t enqueue(stream_state& s, task* t);
   /// Enqueues on `stream` a wait for position `seq` of `target` (a pool's reuse fence), unless
   /// it is reached already.
   NPURT_DECL void enqueue_wait(std::uint32_t stream, std::uint32_t target, std::uint64_t seq, std::string_view name);
@@ -296,9 +354,11 @@ class scheduler {
   NPURT_DECL std::string_view intern_slow(std::string_view name);
   NPURT_DECL void try_start(stream_state& s);
   NPURT_DECL void start_task(stream_state& s, task* t);
+  /// The stream's running_task for its head `t`, as it starts.
+  NPURT_DECL void fill_running(stream_state& s, task* t);
   NPURT_DECL void finish_task(stream_state& s, task* t);
-  NPURT_DECL void perform_copy(task& t);
-  NPURT_DECL void record_failure(const task& t, std::error_code ec);
+  NPURT_DECL void perform_copy(running_task& r);
+  NPURT_DECL void record_failure(const running_task& r, std::error_code ec);
   NPURT_DECL void detach_wait(task* t) noexcept;
   /// A user event wait blocked with an event-wait timeout: its timer, taken back when the wait
   /// ends otherwise.
@@ -320,6 +380,7 @@ class scheduler {
   std::string_view last_name_;
   std::vector<failure> device_failures_;  // by device
   object_pool<task, 4096> tasks_;
+  object_pool<task_side, 256> extras_;
   object_pool<kernel_desc, 256> kernels_;
   std::vector<std::unique_ptr<stream_state>> streams_;  // index = stream id; ids are never reused
   std::vector<std::unique_ptr<event_state>> events_;    // index = event id

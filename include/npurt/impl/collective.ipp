@@ -270,16 +270,14 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
   detail::task* t = rt_->new_task(*ss, task_kind::collective);
   t->engine = engine_kind::collective;
   t->name = to_string(c.op);
-  t->collective = d.get();
-  t->owned_extra = std::move(d);
+  t->describe(nullptr, std::move(d));
   return t;
 }
 
 NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s, std::error_code& ec) {
   detail::task* t = prepare(c, s, ec);
   if (!t) return {};
-  rt_->enqueue(*rt_->find_stream(s.id()), t);
-  return detail::event_access::task_event(*rt_, s.id(), t->seq);
+  return detail::event_access::task_event(*rt_, s.id(), rt_->enqueue(*rt_->find_stream(s.id()), t));
 }
 
 NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
@@ -328,8 +326,7 @@ NPURT_DECL void communicator::group_end(std::error_code& ec) {
     detail::task* t = rt_->new_task(*ss, task_kind::collective);
     t->engine = engine_kind::collective;
     t->name = d->calls.size() == 1 ? to_string(d->calls[0].op) : std::string_view("collective_group");
-    t->collective = d.get();
-    t->owned_extra = std::move(d);
+    t->describe(nullptr, std::move(d));
     rt_->enqueue(*ss, t);
   }
 }

@@ -13,10 +13,11 @@ NPURT_DECL bool deadlock_detector::closes_cycle(const stream_state& s) const {
   for (std::size_t hops = 0; hops <= streams_.size(); ++hops) {
     const task* h = cur->head;
     if (!h || h->kind != task_kind::event_wait || !h->blocked) return false;
-    if (h->target_stream == 0) return false;  // its record is not even enqueued yet
-    if (h->target_stream == s.id) return true;
-    if (h->target_stream >= streams_.size() || !streams_[h->target_stream]) return false;
-    cur = streams_[h->target_stream].get();
+    const std::uint32_t target = h->extra->target_stream;
+    if (target == 0) return false;  // its record is not even enqueued yet
+    if (target == s.id) return true;
+    if (target >= streams_.size() || !streams_[target]) return false;
+    cur = streams_[target].get();
   }
   return false;
 }
@@ -33,20 +34,21 @@ NPURT_DECL std::vector<stream_state*> deadlock_detector::blocked(bool only_cycle
 NPURT_DECL std::string deadlock_detector::describe_wait_chain(const stream_state& s) const {
   std::ostringstream os;
   const task* h = s.head;
+  const task_side& x = *h->extra;
   os << "stream " << s.id << " (device " << s.device << ") waits at task " << h->id << " on ";
-  if (h->event_id != 0) os << "event " << h->event_id;
+  if (x.event_id != 0) os << "event " << x.event_id;
   else os << "a task event";
-  if (h->target_stream == 0) {
+  if (x.target_stream == 0) {
     os << " (never recorded yet)";
     return os.str();
   }
-  os << " = stream " << h->target_stream << " position " << h->target_seq;
-  if (h->target_stream < streams_.size() && streams_[h->target_stream]) {
-    const stream_state& t = *streams_[h->target_stream];
+  os << " = stream " << x.target_stream << " position " << x.target_seq;
+  if (x.target_stream < streams_.size() && streams_[x.target_stream]) {
+    const stream_state& t = *streams_[x.target_stream];
     os << " (stream " << t.id << " has completed " << t.completed;
     if (t.head) {
       os << ", its head is task " << t.head->id << " " << to_string(t.head->kind);
-      if (const auto behind = queue_.held_behind(*t.head))
+      if (const auto behind = queue_.held_behind(t.device, t.priority, t.head->id))
         os << ", held in device " << t.device << "'s execution queue behind task " << behind->first << " of stream "
            << behind->second;
     }

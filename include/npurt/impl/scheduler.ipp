@@ -45,7 +45,7 @@ NPURT_DECL void scheduler::fail_blocked_wait(stream_state& s, std::error_code ec
   // Detach the wait from what it waited on, then fail it.
   detach_wait(h);
   h->blocked = false;
-  h->error = ec;
+  s.run.error = ec;
   done_now(h);
 }
 
@@ -54,9 +54,10 @@ NPURT_DECL void scheduler::fail_blocked_wait(stream_state& s, std::error_code ec
 
 NPURT_DECL void scheduler::detach_wait(task* h) noexcept {
   disarm_wait_timer(h);
-  if (h->target_stream == 0) {
-    if (auto* e = find_event(h->event_id)) std::erase(e->unbound, h);
-  } else if (auto* target = find_stream(h->target_stream)) {
+  const task_side& x = *h->extra;
+  if (x.target_stream == 0) {
+    if (auto* e = find_event(x.event_id)) std::erase(e->unbound, h);
+  } else if (auto* target = find_stream(x.target_stream)) {
     for (auto it = target->waiters.begin(); it != target->waiters.end(); ++it)
       if (it->second.ctx == h) {
         target->waiters.erase(it);
@@ -66,8 +67,8 @@ NPURT_DECL void scheduler::detach_wait(task* h) noexcept {
 }
 
 NPURT_DECL void scheduler::arm_wait_timer(task* t) {
-  if (t->timeout_limit <= 0) return;
-  const sim_time at = later(now(), picoseconds{t->timeout_limit});
+  if (t->extra->wait_limit <= 0) return;
+  const sim_time at = later(now(), picoseconds{t->extra->wait_limit});
   if (at == end_of_time) return;  // past the end of time: never fires
   const std::uint64_t ticket =
       parts_.clock_.call_at_cancellable(at, timer_action::member_value<&scheduler::on_wait_timeout>(this, t->id));
@@ -92,8 +93,9 @@ NPURT_DECL void scheduler::on_wait_timeout(std::uint64_t task_id) {
   // stop-on-failure mode) and its next synchronize reports the failure.
   detach_wait(t);
   t->blocked = false;
-  t->error = make_error_code(errc::event_wait_timeout);
-  t->timer = timeout_kind::event_wait;
+  running_task& r = find_stream(t->stream)->run;
+  r.error = make_error_code(errc::event_wait_timeout);
+  r.timer = timeout_kind::event_wait;
   done_now(t);
 }
 
@@ -159,9 +161,13 @@ NPURT_DECL void scheduler::free_host(void* p, std::error_code& ec) {
   for (std::uint32_t id = 0; id < streams_.size(); ++id) {
     if (!streams_[id]) continue;
     std::uint64_t seq = 0;
-    for (const task* t = streams_[id]->head; t; t = t->next)
-      if (t->kind == task_kind::memcpy && (touches(t->copy.dst, t->copy.bytes) || touches(t->copy.src, t->copy.bytes)))
-        seq = t->seq;
+    std::uint64_t at = streams_[id]->completed;  // the tasks' positions, counted from the head
+    for (const task* t = streams_[id]->head; t; t = t->next) {
+      ++at;
+      if (t->kind == task_kind::memcpy &&
+          (touches(t->extra->copy.dst, t->extra->copy.bytes) || touches(t->extra->copy.src, t->extra->copy.bytes)))
+        seq = at;
+    }
     if (seq != 0) last.emplace_back(id, seq);
   }
   if (last.empty()) return mem.host_free(p, ec);
@@ -182,11 +188,14 @@ NPURT_DECL void scheduler::wait_position(std::uint32_t stream, std::uint64_t seq
 NPURT_DECL task* scheduler::new_task(stream_state& s, task_kind kind) {
   task* t = tasks_.create();
   t->id = next_task_id_++;
-  t->device = s.device;
   t->stream = s.id;
-  t->priority = s.priority;
   t->kind = kind;
   return t;
+}
+
+NPURT_DECL task_side& scheduler::extra(task* t) {
+  if (!t->extra) t->extra = extras_.create();
+  return *t->extra;
 }
 
 NPURT_DECL kernel_desc* scheduler::new_kernel(const kernel_desc& k) { return kernels_.create(k); }
@@ -197,22 +206,26 @@ NPURT_DECL std::string_view scheduler::intern_slow(std::string_view name) {
 }
 
 NPURT_DECL void scheduler::free_task(task* t) noexcept {
-  if (t->owned_kernel) kernels_.destroy(t->owned_kernel);
-  if (t->callback) callbacks_.erase(t->callback);
-  delete t->callback;
+  if (t->owns_kernel) kernels_.destroy(const_cast<kernel_desc*>(t->desc.kernel));
+  if (task_side* x = t->extra) {
+    if (x->callback) callbacks_.erase(x->callback);
+    delete x->callback;
+    extras_.destroy(x);
+  }
   tasks_.destroy(t);
 }
 
-NPURT_DECL void scheduler::enqueue(stream_state& s, task* t) {
+NPURT_DECL std::uint64_t scheduler::enqueue(stream_state& s, task* t) {
   // The host lane pays the enqueue; the task exists for the device from the moment the call returns.
   s.host_cursor = later(std::max(s.host_cursor, now()), parts_.opts_.launch_overhead);
   t->submitted = s.host_cursor;
-  t->seq = ++s.enqueued;
+  const std::uint64_t seq = ++s.enqueued;
   if (s.tail) s.tail->next = t;
   else s.head = t;
   s.tail = t;
-  queue_.on_enqueue(*t, s.id, (s.flags & device_queue::bypass_flags) != 0);
+  queue_.on_enqueue(s.device, s.priority, t->id, s.id, (s.flags & device_queue::bypass_flags) != 0);
   if (s.head == t) try_start(s);
+  return seq;
 }
 
 NPURT_DECL void scheduler::enqueue_wait(std::uint32_t stream, std::uint32_t target, std::uint64_t seq,
@@ -220,8 +233,9 @@ NPURT_DECL void scheduler::enqueue_wait(std::uint32_t stream, std::uint32_t targ
   stream_state* s = find_stream(stream);
   if (!s || position_reached(target, seq)) return;
   task* t = new_task(*s, task_kind::event_wait);
-  t->target_stream = target;
-  t->target_seq = seq;
+  task_side& x = extra(t);
+  x.target_stream = target;
+  x.target_seq = seq;
   t->name = name;
   enqueue(*s, t);
 }
@@ -237,7 +251,7 @@ NPURT_DECL void scheduler::try_start(stream_state& s) {
     return;
   }
   // The device's queue holds earlier tasks: woken on their dispatch.
-  if (!queue_.may_dispatch(*t, (s.flags & device_queue::bypass_flags) != 0)) return;
+  if (!queue_.may_dispatch(s.device, s.priority, t->id, (s.flags & device_queue::bypass_flags) != 0)) return;
   start_task(s, t);
 }
 
@@ -250,52 +264,55 @@ NPURT_DECL void scheduler::wake_stream(std::uint64_t stream_id) {
 
 NPURT_DECL void scheduler::task_done_now(task* t) {
   if (t->orphan) return free_task(t);
-  t->end = now();
-  finish_task(*find_stream(t->stream), t);
+  stream_state& s = *find_stream(t->stream);
+  s.run.end = now();
+  finish_task(s, t);
 }
 
 NPURT_DECL void scheduler::on_wait_satisfied(void* self, void* ctx, std::error_code ec) {
   auto* t = static_cast<task*>(ctx);
-  static_cast<scheduler*>(self)->disarm_wait_timer(t);
+  auto* sched = static_cast<scheduler*>(self);
+  sched->disarm_wait_timer(t);
   t->blocked = false;
-  if (ec) t->error = ec;
+  if (ec) sched->find_stream(t->stream)->run.error = ec;
   // Through the now-queue rather than directly: long chains of waits must not recurse.
-  static_cast<scheduler*>(self)->done_now(t);
+  sched->done_now(t);
 }
 
 NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
   s.head_started = true;
-  if (const std::uint32_t next = queue_.on_dispatch(*t))
+  if (const std::uint32_t next = queue_.on_dispatch(s.device, s.priority, t->id))
     parts_.clock_.call_at(now(), timer_action::member_value<&scheduler::wake_stream>(this, next));
-  t->ready = now();
-  t->start = now();
+  running_task& r = s.run;
+  fill_running(s, t);
   if (s.stopped) {
-    t->error = make_error_code(errc::operation_aborted);  // stop-on-failure: skipped, not run
+    r.error = make_error_code(errc::operation_aborted);  // stop-on-failure: skipped, not run
     done_now(t);
     return;
   }
   switch (t->kind) {
     case task_kind::kernel:
     case task_kind::memset:
-    case task_kind::collective: parts_.backend_->submit(*t); return;
+    case task_kind::collective: parts_.backend_->submit(r); return;
     case task_kind::memcpy:
       // Host-to-host copies too: the backend owns all data movement and its timing.
-      parts_.backend_->submit(*t);
+      parts_.backend_->submit(r);
       return;
     case task_kind::event_record: {
-      if (auto* e = find_event(t->event_id); e && e->stream == s.id && e->seq == t->seq) {
+      if (auto* e = find_event(t->extra->event_id); e && e->stream == s.id && e->seq == r.seq) {
         e->has_time = true;
         e->time = now();
       }
       done_now(t);
       return;
     }
-    case task_kind::event_wait:
-      if (t->target_stream == 0) {
+    case task_kind::event_wait: {
+      task_side& x = *t->extra;
+      if (x.target_stream == 0) {
         // A wait made before the event's first record: hold until a record binds it.
-        event_state* e = find_event(t->event_id);
+        event_state* e = find_event(x.event_id);
         if (!e) {
-          t->error = make_error_code(errc::invalid_event);
+          r.error = make_error_code(errc::invalid_event);
           done_now(t);
           return;
         }
@@ -305,40 +322,85 @@ NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
           arm_wait_timer(t);
           return;
         }
-        t->target_stream = e->stream;
-        t->target_seq = e->seq;
+        x.target_stream = e->stream;
+        x.target_seq = e->seq;
       }
-      if (position_reached(t->target_stream, t->target_seq)) {
+      if (position_reached(x.target_stream, x.target_seq)) {
         done_now(t);
         return;
       }
       t->blocked = true;
-      streams_[t->target_stream]->waiters.emplace(t->target_seq,
-                                                  position_waiter{&scheduler::on_wait_satisfied, this, t});
+      streams_[x.target_stream]->waiters.emplace(x.target_seq, position_waiter{&scheduler::on_wait_satisfied, this, t});
       arm_wait_timer(t);
       // A wait that closes a cycle can never be satisfied: the loop says so now, not at the end
       // of time.
       wait_blocked(s);
       return;
+    }
     case task_kind::host_callback:
       parts_.post(s.strand, [this, t] {
         if (t->orphan) return free_task(t);  // its device was reset meanwhile
+        stream_state& st = *find_stream(t->stream);
         try {
-          if (t->callback) (*t->callback)();
+          if (t->extra->callback) (*t->extra->callback)();
         } catch (...) {
           // Not swallowed: the awaiting caller, or the stream's sticky error, gets it.
-          t->error = make_error_code(errc::callback_failed);
-          t->exception = std::current_exception();
+          st.run.error = make_error_code(errc::callback_failed);
+          st.run.exception = std::current_exception();
         }
-        t->end = now();
-        finish_task(*find_stream(t->stream), t);
+        st.run.end = now();
+        finish_task(st, t);
       });
       return;
   }
 }
 
+NPURT_DECL void scheduler::fill_running(stream_state& s, task* t) {
+  running_task& r = s.run;
+  // Every field from a fresh record: what the backend left in the previous task's (its scratch,
+  // the times and counts it set) must not leak into this one.
+  static_cast<task_info&>(r) = task_info{};
+  r.id = t->id;
+  r.device = s.device;
+  r.stream = s.id;
+  r.priority = s.priority;
+  r.kind = t->kind;
+  r.engine = t->engine;
+  r.submitted = t->submitted;
+  r.ready = now();
+  r.start = now();
+  r.name = t->name;
+  r.kernel = t->kernel();
+  r.block_dim = t->block_dim;
+  r.rec = t;
+  r.seq = s.completed + 1;
+  r.error.clear();
+  r.exception = nullptr;
+  r.timer = timeout_kind::sync;
+  r.timeout_limit = 0;
+  switch (t->kind) {
+    case task_kind::kernel:
+      if (!t->has_desc) {
+        r.fixed = t->fixed;
+        r.flops = t->fixed.flops;
+        r.bytes = t->fixed.bytes;
+      }
+      break;
+    case task_kind::memcpy:
+    case task_kind::memset:
+      r.copy = t->extra->copy;
+      r.bytes = r.copy.bytes;
+      break;
+    case task_kind::collective: r.collective = t->collective(); break;
+    case task_kind::event_wait: r.timeout_limit = t->extra->wait_limit; break;
+    case task_kind::event_record:
+    case task_kind::host_callback: break;
+  }
+}
+
 NPURT_DECL void scheduler::task_completed(task_info& ti, std::error_code ec) {
-  auto& t = static_cast<task&>(ti);
+  // The backend only ever holds a stream's running_task.
+  auto& t = static_cast<running_task&>(ti);
   if (ec) t.error = ec;
   if (is_timeout(ec) && t.timeout_limit == 0) [[unlikely]] {
     // A backend that did not say which timer fired: the communicator's, for a collective (its
@@ -354,10 +416,10 @@ NPURT_DECL void scheduler::task_completed(task_info& ti, std::error_code ec) {
     }
   }
   if (!t.error && (t.kind == task_kind::memcpy || t.kind == task_kind::memset)) perform_copy(t);
-  finish_task(*find_stream(t.stream), &t);
+  finish_task(*find_stream(t.stream), t.rec);
 }
 
-NPURT_DECL void scheduler::perform_copy(task& t) {
+NPURT_DECL void scheduler::perform_copy(running_task& t) {
   if (!parts_.backend_->functional()) return;
   const copy_desc& c = t.copy;
   auto resolve = [this](device_id dev, const void* p, std::size_t n) -> std::byte* {
@@ -383,32 +445,34 @@ NPURT_DECL void scheduler::perform_copy(task& t) {
 }
 
 NPURT_DECL void scheduler::finish_task(stream_state& s, task* t) {
+  running_task& r = s.run;
   if (parts_.trace_) {
-    parts_.trace_->on_task(*t);
+    parts_.trace_->on_task(r);
     if (t->kind == task_kind::event_record) {
-      parts_.trace_->on_event_record({t->event_id, t->id, t->device, t->stream, t->end});
+      parts_.trace_->on_event_record({t->extra->event_id, r.id, r.device, r.stream, r.end});
     } else if (t->kind == task_kind::event_wait) {
-      event_wait_info w{t->event_id, t->id, t->device, t->stream, 0, 0, t->target_stream, t->start, t->end};
-      if (auto* e = find_event(t->event_id)) {
+      const task_side& x = *t->extra;
+      event_wait_info w{x.event_id, r.id, r.device, r.stream, 0, 0, x.target_stream, r.start, r.end};
+      if (auto* e = find_event(x.event_id)) {
         w.record_task = e->record_task;
         w.record_device = e->device;
-      } else if (auto* ts = find_stream(t->target_stream)) {
+      } else if (auto* ts = find_stream(x.target_stream)) {
         w.record_device = ts->device;
       }
       parts_.trace_->on_event_wait(w);
     }
   }
-  s.completed = t->seq;
+  s.completed = r.seq;
   s.head = t->next;
   if (!s.head) s.tail = nullptr;
   s.head_started = false;
   op_base* w = t->waiter;
-  const std::error_code err = t->error;
-  if (err && !w) record_failure(*t, err);  // fire-and-forget: nobody else would hear of it
+  const std::error_code err = r.error;
+  if (err && !w) record_failure(r, err);  // fire-and-forget: nobody else would hear of it
   if (err && (s.flags & stop_on_failure_flag)) s.stopped = true;
   if (w && is_timeout(err)) [[unlikely]] {
-    w->timer = t->timer;
-    w->timeout_limit = t->timeout_limit;
+    w->timer = r.timer;
+    w->timeout_limit = r.timeout_limit;
   }
   free_task(t);
   if (w) w->complete(err);
@@ -441,7 +505,7 @@ NPURT_DECL std::string failure::describe() const {
   return out;
 }
 
-NPURT_DECL void scheduler::record_failure(const task& t, std::error_code ec) {
+NPURT_DECL void scheduler::record_failure(const running_task& t, std::error_code ec) {
   auto fill = [&](failure& f) {
     if (f) return;  // the first failure is the one reported
     f.ec = ec;
@@ -532,7 +596,7 @@ NPURT_DECL std::uint64_t scheduler::create_event(device_id dev, bool wait_for_re
 
 NPURT_DECL void scheduler::record_event(stream_state& s, event_state& e) {
   task* t = new_task(s, task_kind::event_record);
-  t->event_id = e.id;
+  extra(t).event_id = e.id;
   t->name = "event_record";
   // The event points at this record before it is enqueued: the record may run at once.
   ++e.records;
@@ -545,8 +609,8 @@ NPURT_DECL void scheduler::record_event(stream_state& s, event_state& e) {
   std::vector<task*> waits;
   waits.swap(e.unbound);
   for (task* w : waits) {
-    w->target_stream = e.stream;
-    w->target_seq = e.seq;
+    w->extra->target_stream = e.stream;
+    w->extra->target_seq = e.seq;
     wait_position(e.stream, e.seq, position_waiter{&scheduler::on_wait_satisfied, this, w});
   }
 }

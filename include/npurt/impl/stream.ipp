@@ -69,8 +69,7 @@ NPURT_DECL stream::executor_type stream::get_executor() const {
 }
 
 NPURT_DECL event stream::submit(detail::task* t) {
-  rt_->enqueue(*rt_->find_stream(id_), t);
-  return event::task_event(*rt_, id_, t->seq);
+  return event::task_event(*rt_, id_, rt_->enqueue(*rt_->find_stream(id_), t));
 }
 
 // --- preparation: every check happens here, before anything is enqueued ----------------------
@@ -85,8 +84,6 @@ inline task* fixed_task(runtime& rt, stream_state& s, const kernels::fixed& f, s
   t->block_dim = block_dim;
   t->name = name;
   t->fixed = f;
-  t->flops = f.flops;
-  t->bytes = f.bytes;
   return t;
 }
 }  // namespace detail
@@ -141,13 +138,13 @@ NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, const shared_
   t->block_dim = k.block_dim;
   t->name = rt_->intern(k.display_name());
   if (shared) {
-    t->kernel = shared->get();
-    t->owned_extra = *shared;  // one reference, freed with the task
+    t->describe(shared->get(), *shared);  // one reference, freed with the task
     return t;
   }
-  t->owned_kernel = rt_->new_kernel(k);
-  t->owned_kernel->name = t->name;
-  t->kernel = t->owned_kernel;
+  kernel_desc* copy = rt_->new_kernel(k);
+  copy->name = t->name;
+  t->describe(copy, nullptr);
+  t->owns_kernel = true;
   return t;
 }
 
@@ -251,8 +248,7 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
     return nullptr;
   }
   detail::task* t = rt_->new_task(*s, task_kind::memcpy);
-  t->copy = copy_desc{actual, dst, src, count, src_owner, dst_owner, 0};
-  t->bytes = count;
+  rt_->extra(t).copy = copy_desc{actual, dst, src, count, src_owner, dst_owner, 0};
   switch (actual) {
     case memcpy_kind::host_to_device:
       t->engine = engine_kind::copy_h2d;
@@ -310,8 +306,7 @@ NPURT_DECL detail::task* stream::make_memset(void* dst, std::size_t dst_max, int
   detail::task* t = rt_->new_task(*s, task_kind::memset);
   t->engine = engine_kind::copy_d2d;
   t->name = "memset";
-  t->copy = copy_desc{memcpy_kind::device_to_device, dst, nullptr, count, -1, a->device, value};
-  t->bytes = count;
+  rt_->extra(t).copy = copy_desc{memcpy_kind::device_to_device, dst, nullptr, count, -1, a->device, value};
   return t;
 }
 
@@ -331,11 +326,12 @@ NPURT_DECL detail::task* stream::make_wait(const event& e, std::error_code& ec) 
     ec.clear();
   }
   detail::task* t = rt_->new_task(*s, task_kind::event_wait);
-  t->target_stream = target;
-  t->target_seq = seq;
-  t->event_id = e.id();
+  detail::task_side& x = rt_->extra(t);
+  x.target_stream = target;
+  x.target_seq = seq;
+  x.event_id = e.id();
   t->name = "event_wait";
-  t->timeout_limit = rt_->event_wait_timeout();  // the limit in force when the wait is enqueued
+  x.wait_limit = rt_->event_wait_timeout();  // the limit in force when the wait is enqueued
   return t;
 }
 
@@ -348,7 +344,7 @@ NPURT_DECL detail::task* stream::make_callback(std::function<void()> fn, std::er
   }
   detail::task* t = rt_->new_task(*s, task_kind::host_callback);
   t->engine = engine_kind::host;
-  t->callback = rt_->own_callback(std::move(fn));
+  rt_->extra(t).callback = rt_->own_callback(std::move(fn));
   t->name = "host_callback";
   return t;
 }
