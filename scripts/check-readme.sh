@@ -43,6 +43,11 @@ while i < len(lines):
 PY
 shopt -s nullglob
 blocks=("$tmp"/block_*.cpp)
+header_only() {  # the build's header_only option: True or False
+  python3 -c 'import json, sys
+print(next(o["value"] for o in json.load(open(sys.argv[1])) if o["name"] == "header_only"))' \
+    "$1/meson-info/intro-buildoptions.json" 2>/dev/null || echo unknown
+}
 flags=(-std=c++20 -I"$root/include" -I"$root/sim/include" -DBOOST_ASIO_NO_DEPRECATED)
 failed=0
 for b in "${blocks[@]}"; do
@@ -50,11 +55,16 @@ for b in "${blocks[@]}"; do
   line=$((10#$(echo "$name" | sed -E 's/block_([0-9]+)\..*/\1/')))
   where="$(basename "$md"):$line"
   if [[ $name == *.run ]]; then
+    # As a consumer of that build: with its runtime library and NPURT_SEPARATE_COMPILATION when
+    # it compiled the runtime once (the default), header-only otherwise.
     libs=("$build/sim/libnpurt_sim.a")
-    [ -f "$build/lib/libnpurt.a" ] && grep -q "header_only.*false" "$build/meson-info/intro-buildoptions.json" 2>/dev/null &&
+    mode=()
+    if [ "$(header_only "$build")" = False ]; then
       libs+=("$build/lib/libnpurt.a")
-    if [ ! -f "${libs[0]}" ]; then echo "$where: no $build/sim/libnpurt_sim.a to link against (build first)"; failed=$((failed + 1)); continue; fi
-    if "$cxx" "${flags[@]}" -o "$tmp/$name" "$b" "${libs[@]}" -lmimalloc -pthread && (cd "$tmp" && "./$name" >/dev/null); then
+      mode=(-DNPURT_SEPARATE_COMPILATION)
+    fi
+    if [ ! -f "${libs[0]}" ] || [ ! -f "${libs[-1]}" ]; then echo "$where: no ${libs[*]} to link against (build first)"; failed=$((failed + 1)); continue; fi
+    if "$cxx" "${flags[@]}" "${mode[@]}" -o "$tmp/$name" "$b" "${libs[@]}" -lmimalloc -pthread && (cd "$tmp" && "./$name" >/dev/null); then
       echo "$where: compiles and runs"
     else
       echo "$where: FAILED (the block from line $line, compiled and run)"; failed=$((failed + 1))
