@@ -49,6 +49,14 @@ inline npurt::kernel_desc fixed_kernel(picoseconds d, std::string_view name) {
   return npurt::kernel_desc{npurt::kernels::fixed{d}, name, 0};
 }
 
+/// "k1", "k2", ...: appended rather than `"k" + std::to_string(i)`, which GCC 12 at -O3 reports as
+/// an overlapping memcpy (-Wrestrict, GCC bug 105651).
+inline std::string numbered(std::string_view prefix, int i) {
+  std::string s{prefix};
+  s += std::to_string(i);
+  return s;
+}
+
 inline npurt::sim::faulty_preset preset(int devices, const npurt::fault_plan& plan) {
   return npurt::sim::with_faults(npurt::sim::presets::ascend910(devices), plan);
 }

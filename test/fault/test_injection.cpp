@@ -34,7 +34,7 @@ TEST_CASE("an AI core exception fails the Nth task of a stream and reaches the s
   sys.add_observer(rec);
   auto s = sys.device(0).make_stream();
   REQUIRE(s.id() == sid);
-  for (int i = 1; i <= 5; ++i) (void)s.launch(fixed_kernel(ms(1), "k" + std::to_string(i)));
+  for (int i = 1; i <= 5; ++i) (void)s.launch(fixed_kernel(ms(1), numbered("k", i)));
   try {
     s.synchronize();
     FAIL("the failed kernel was not reported");
@@ -365,7 +365,7 @@ TEST_CASE("a stop-on-failure stream skips its later tasks until the failure is r
   sys.add_observer(rec);
   auto s = sys.device(0).make_stream({.flags = npurt::stream_flags::stop_on_failure});
   REQUIRE(s.id() == sid);
-  for (int i = 1; i <= 4; ++i) (void)s.launch(fixed_kernel(ms(1), "k" + std::to_string(i)));
+  for (int i = 1; i <= 4; ++i) (void)s.launch(fixed_kernel(ms(1), numbered("k", i)));
   std::error_code awaited;
   s.async_launch(fixed_kernel(ms(1), "k5"), [&](npurt::async_error_code ec) { awaited = ec; });
   std::error_code ec;
@@ -389,7 +389,7 @@ TEST_CASE("a stop-on-failure stream skips its later tasks until the failure is r
     sys2.add_observer(rec2);
     auto s2 = sys2.device(0).make_stream();
     REQUIRE(s2.id() == sid);
-    for (int i = 1; i <= 4; ++i) (void)s2.launch(fixed_kernel(ms(1), "k" + std::to_string(i)));
+    for (int i = 1; i <= 4; ++i) (void)s2.launch(fixed_kernel(ms(1), numbered("k", i)));
     s2.synchronize(npurt::no_timeout, ec);
     CHECK(ec == errc::kernel_fault);
     CHECK(rec2.named("k4")->end - rec2.named("k4")->start == ms(1) + launch_latency);
