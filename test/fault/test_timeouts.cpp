@@ -290,7 +290,7 @@ TEST_CASE("a watchdog that no task outlasts changes nothing: the same rows and c
     auto s = d0.make_stream();
     auto t = d0.make_stream();
     for (int i = 0; i < 4; ++i) {
-      (void)s.launch(fixed_kernel(ms(1 + i), "k" + std::to_string(i)));
+      (void)s.launch(fixed_kernel(ms(1 + i), numbered("k", i)));
       (void)t.memcpy(buf, n, host.data(), n);
       (void)t.launch(npurt::kernel_desc{npurt::kernels::fixed{ms(2)}, "half", 4});
     }
