@@ -357,9 +357,9 @@ NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
 
 NPURT_DECL void scheduler::fill_running(stream_state& s, task* t) {
   running_task& r = s.run;
-  // Every field is written: what the backend left in the previous task's (its scratch, the
-  // times and counts it set) must not leak into this one. Field by field rather than resetting
-  // the whole record first, which would write most of it twice on every task.
+  // Every field from a fresh record: what the backend left in the previous task's (its scratch,
+  // the times and counts it set) must not leak into this one.
+  static_cast<task_info&>(r) = task_info{};
   r.id = t->id;
   r.device = s.device;
   r.stream = s.id;
@@ -369,26 +369,33 @@ NPURT_DECL void scheduler::fill_running(stream_state& s, task* t) {
   r.submitted = t->submitted;
   r.ready = now();
   r.start = now();
-  r.end = {};
   r.name = t->name;
   r.kernel = t->kernel();
   r.block_dim = t->block_dim;
-  r.backend_data = nullptr;
   r.rec = t;
   r.seq = s.completed + 1;
   r.error.clear();
   r.exception = nullptr;
   r.timer = timeout_kind::sync;
   r.timeout_limit = 0;
-  const bool fixed_kernel = t->kind == task_kind::kernel && !t->has_desc;
-  r.fixed = fixed_kernel ? t->fixed : kernels::fixed{};
-  r.flops = r.fixed.flops;
-  r.bytes = r.fixed.bytes;
-  const bool copy = t->kind == task_kind::memcpy || t->kind == task_kind::memset;
-  r.copy = copy ? t->extra->copy : copy_desc{};
-  if (copy) r.bytes = r.copy.bytes;
-  r.collective = t->kind == task_kind::collective ? t->collective() : nullptr;
-  if (t->kind == task_kind::event_wait) r.timeout_limit = t->extra->wait_limit;
+  switch (t->kind) {
+    case task_kind::kernel:
+      if (!t->has_desc) {
+        r.fixed = t->fixed;
+        r.flops = t->fixed.flops;
+        r.bytes = t->fixed.bytes;
+      }
+      break;
+    case task_kind::memcpy:
+    case task_kind::memset:
+      r.copy = t->extra->copy;
+      r.bytes = r.copy.bytes;
+      break;
+    case task_kind::collective: r.collective = t->collective(); break;
+    case task_kind::event_wait: r.timeout_limit = t->extra->wait_limit; break;
+    case task_kind::event_record:
+    case task_kind::host_callback: break;
+  }
 }
 
 NPURT_DECL void scheduler::task_completed(task_info& ti, std::error_code ec) {
