@@ -18,8 +18,10 @@
 #define NPURT_DECL inline
 #endif
 
-// In the compiled library itself, bodies are emitted exactly once by impl/src.hpp.
-#if NPURT_HEADER_ONLY || defined(NPURT_BUILDING_LIBRARY)
+// In the compiled library itself, bodies are emitted exactly once by impl/src.hpp, or by lib/'s
+// parts (NPURT_LIBRARY_PART): each includes the impl/*.ipp files it compiles and nothing pulls in
+// the others, so the parts compile side by side.
+#if NPURT_HEADER_ONLY || (defined(NPURT_BUILDING_LIBRARY) && !defined(NPURT_LIBRARY_PART))
 #define NPURT_INCLUDE_IMPL 1
 #else
 #define NPURT_INCLUDE_IMPL 0

@@ -188,6 +188,9 @@ class stream {
   NPURT_DECL detail::task* make_callback(std::function<void()> fn, std::error_code& ec);
   /// Enqueues a prepared task and returns its event.
   NPURT_DECL event submit(detail::task* t);
+  /// Enqueues a prepared task whose completion a handler awaits: no event handle is made (each
+  /// one joins and leaves the system's handle list).
+  NPURT_DECL void submit_awaited(detail::task* t);
 
   /// The common shape of every async_ enqueue: prepare (errors complete at once, nothing is
   /// enqueued), attach the handler, enqueue.
@@ -215,7 +218,7 @@ auto stream::async_enqueue(Token&& token, Make make) {
         detail::cancellable_op* op = detail::make_op(*rt_, std::move(handler));
         t->waiter = op;
         op->arm(&detail::cancel_enqueued, t, detail::enqueue_cancel_types);
-        submit(t);
+        submit_awaited(t);
       },
       token, std::move(make));
 }

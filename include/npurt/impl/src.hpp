@@ -1,5 +1,5 @@
 // npurt/impl/src.hpp — include exactly once, in one translation unit, to compile the runtime's
-// non-template bodies (lib/npurt.cpp does). The Asio equivalent is asio/impl/src.hpp.
+// non-template bodies (lib/ compiles the same bodies in parts). The Asio equivalent is asio/impl/src.hpp.
 #pragma once
 
 #if !defined(NPURT_SEPARATE_COMPILATION)

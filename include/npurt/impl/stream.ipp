@@ -72,6 +72,8 @@ NPURT_DECL event stream::submit(detail::task* t) {
   return event::task_event(*rt_, id_, rt_->enqueue(*rt_->find_stream(id_), t));
 }
 
+NPURT_DECL void stream::submit_awaited(detail::task* t) { (void)rt_->enqueue(*rt_->find_stream(id_), t); }
+
 // --- preparation: every check happens here, before anything is enqueued ----------------------
 
 namespace detail {
