@@ -111,7 +111,9 @@ class stream {
   NPURT_DECL event launch(const shared_kernel& k);
   NPURT_DECL event launch(const shared_kernel& k, std::error_code& ec);
   /// Copies `count` bytes; `dst_max` is how much the destination holds (aclrtMemcpy's destMax):
-  /// count > dst_max is errc::size_overflow, never a write out of bounds.
+  /// count > dst_max is errc::size_overflow, never a write out of bounds. Pageable host memory is
+  /// read or written when the copy runs (as aclrtMemcpyAsync, not staged at the call): it must stay
+  /// alive until the copy has completed. Pinned memory (system::host_malloc) is kept until then.
   NPURT_DECL event memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
                           memcpy_kind kind = memcpy_kind::default_kind);
   NPURT_DECL event memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
