@@ -1,16 +1,10 @@
-// The separately compiled runtime, its profiler, trace tools, memory planner and checkpoints: every non-template body
-// of these files, once. lib/ compiles the runtime in parts that build side by side; impl/src.hpp is the one-file way.
+// The separately compiled runtime, its profiler, trace tools, memory planner and checkpoints: every
+// non-template body of impl/src_profiler.hpp's files, once. lib/ compiles the runtime in parts that
+// build side by side; impl/src.hpp is the one-file way.
 #if !defined(NPURT_SEPARATE_COMPILATION)
 #error "lib/ is the separately compiled runtime: define NPURT_SEPARATE_COMPILATION"
 #endif
 #define NPURT_BUILDING_LIBRARY 1
 #define NPURT_LIBRARY_PART 1
 
-#include <npurt/impl/checkpoint.ipp>
-#include <npurt/impl/chrome_trace.ipp>
-#include <npurt/impl/memplan.ipp>
-#include <npurt/impl/profiler.ipp>
-#include <npurt/impl/summary.ipp>
-#include <npurt/impl/summary_output.ipp>
-#include <npurt/impl/svg_timeline.ipp>
-#include <npurt/impl/trace_data.ipp>
+#include <npurt/impl/src_profiler.hpp>

@@ -9,29 +9,5 @@
 
 #include <npurt/npurt.hpp>
 
-#include <npurt/impl/allocator_arena.ipp>
-#include <npurt/impl/allocator_free_index.ipp>
-#include <npurt/impl/allocator_release.ipp>
-#include <npurt/impl/allocator_stats.ipp>
-#include <npurt/impl/caching_allocator.ipp>
-#include <npurt/impl/checkpoint.ipp>
-#include <npurt/impl/chrome_trace.ipp>
-#include <npurt/impl/collective.ipp>
-#include <npurt/impl/deadlock_detector.ipp>
-#include <npurt/impl/device.ipp>
-#include <npurt/impl/error.ipp>
-#include <npurt/impl/event.ipp>
-#include <npurt/impl/fault.ipp>
-#include <npurt/impl/memory.ipp>
-#include <npurt/impl/memory_registry.ipp>
-#include <npurt/impl/memplan.ipp>
-#include <npurt/impl/profiler.ipp>
-#include <npurt/impl/runtime.ipp>
-#include <npurt/impl/scheduler.ipp>
-#include <npurt/impl/segment_provider.ipp>
-#include <npurt/impl/stream.ipp>
-#include <npurt/impl/summary.ipp>
-#include <npurt/impl/summary_output.ipp>
-#include <npurt/impl/svg_timeline.ipp>
-#include <npurt/impl/system.ipp>
-#include <npurt/impl/trace_data.ipp>
+#include <npurt/impl/src_core.hpp>
+#include <npurt/impl/src_profiler.hpp>
