@@ -275,6 +275,9 @@ class caching_allocator {
   // allocate/deallocate with a plain error value: the throwing overloads (the common path) then
   // construct no std::error_code, whose constructor and clear() are out-of-line calls.
   NPURT_DECL std::uint64_t allocate_impl(std::size_t size, std::uint32_t stream, errc& e);
+  // The throwing overloads' errors, out of their hot paths.
+  [[noreturn, gnu::cold]] NPURT_DECL void throw_allocate_error(errc e, std::size_t size);
+  [[noreturn, gnu::cold]] NPURT_DECL void throw_deallocate_error(errc e, std::uint64_t addr);
   // The exact-size fast path. A small-pool free whose block would not merge with its previous
   // neighbour is held back: its statistics are applied at once, exactly as free_block and
   // coalescing would apply them, but the block (and the free next neighbour it would absorb)
@@ -301,7 +304,7 @@ class caching_allocator {
       b->has_uses = false;
     }
   }
-  NPURT_DECL int stat_index(pool_id p) const noexcept;
+  static constexpr int stat_index(pool_id p) noexcept { return p == small_pool ? stat_small : stat_large; }
   NPURT_DECL void stat_add(stat_array& s, pool_id p, std::int64_t n) noexcept;
   // The statistics that change on every call (allocation, active, allocated, requested and
   // inactive-split counts and bytes): until a large-pool or arena block takes part their
@@ -311,7 +314,7 @@ class caching_allocator {
     std::size_t row;  // the pool's
     bool all;         // and the all-pools row
   };
-  stat_rows rows_of(pool_id p) noexcept {
+  [[gnu::always_inline]] stat_rows rows_of(pool_id p) noexcept {
     const auto row = static_cast<std::size_t>(stat_index(p));
     if (row != stat_small && !dual_rows_) start_dual_rows();
     return {row, dual_rows_};
@@ -320,9 +323,26 @@ class caching_allocator {
   static void stat_down(stat_array& s, stat_rows r, std::int64_t n) noexcept;
   void sync_rows() const noexcept {
     if (!dual_rows_) copy_small_rows();
+    if (!active_rows_) copy_active_rows();
   }
   NPURT_DECL void copy_small_rows() const noexcept;
   NPURT_DECL void start_dual_rows() noexcept;
+  // The active counts and bytes equal the allocation counts and allocated bytes, field for
+  // field, until a freed block waits for other streams' uses (record_stream) or the used-memory
+  // high mark is reset on its own: until then only the allocation rows are kept and sync_rows()
+  // copies them. Same numbers, two updates fewer on each allocation and each free.
+  NPURT_DECL void copy_active_rows() const noexcept;
+  NPURT_DECL void start_active_rows() noexcept;
+  [[gnu::always_inline]] void active_up(stat_rows r, std::int64_t bytes) noexcept {
+    if (!active_rows_) return;
+    stat_up(stats_.active, r, 1);
+    stat_up(stats_.active_bytes, r, bytes);
+  }
+  [[gnu::always_inline]] void active_down(stat_rows r, std::int64_t bytes) noexcept {
+    if (!active_rows_) return;
+    stat_down(stats_.active, r, 1);
+    stat_down(stats_.active_bytes, r, bytes);
+  }
   NPURT_DECL block* get_free_block(alloc_params& p);
   NPURT_DECL block* get_cross_stream_block(alloc_params& p);
   NPURT_DECL bool block_fits(const block* b, const alloc_params& p) const noexcept;
@@ -367,10 +387,12 @@ class caching_allocator {
   [[nodiscard]] NPURT_DECL std::size_t small_free_count() const noexcept;
 
   segment_provider& provider_;
+  const std::size_t capacity_;  // the device's memory, which does not change while it lives
   caching_allocator_options opts_;
   stream_callbacks cb_;
   mutable allocator_stats stats_;  // mutable: sync_rows() completes it for readers
   bool dual_rows_ = false;         // the all-pools row of the per-call statistics is kept
+  bool active_rows_ = false;       // the active rows are kept apart from the allocation rows
   std::array<free_set, 3> free_;                   // [small_pool] unused: bins_ index that pool
   std::vector<std::unique_ptr<small_bins>> bins_;  // by stream, ascending
   std::vector<std::unique_ptr<small_bins>> spare_bins_;

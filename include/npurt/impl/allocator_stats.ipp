@@ -9,10 +9,6 @@
 
 namespace npurt::detail {
 
-NPURT_DECL int caching_allocator::stat_index(pool_id p) const noexcept {
-  return p == small_pool ? stat_small : stat_large;
-}
-
 NPURT_DECL void caching_allocator::stat_add(stat_array& s, pool_id p, std::int64_t n) noexcept {
   ca_detail::stat_apply(s[stat_all], n);
   ca_detail::stat_apply(s[static_cast<std::size_t>(stat_index(p))], n);
@@ -22,6 +18,16 @@ NPURT_DECL void caching_allocator::copy_small_rows() const noexcept {
   for (stat_array* a : {&stats_.allocation, &stats_.active, &stats_.inactive_split, &stats_.allocated_bytes,
                         &stats_.active_bytes, &stats_.inactive_split_bytes, &stats_.requested_bytes})
     (*a)[stat_all] = (*a)[stat_small];
+}
+
+NPURT_DECL void caching_allocator::copy_active_rows() const noexcept {
+  stats_.active = stats_.allocation;
+  stats_.active_bytes = stats_.allocated_bytes;
+}
+
+NPURT_DECL void caching_allocator::start_active_rows() noexcept {
+  sync_rows();
+  active_rows_ = true;
 }
 
 NPURT_DECL void caching_allocator::start_dual_rows() noexcept {
@@ -54,7 +60,7 @@ NPURT_DECL void caching_allocator::reset_reserved_high() noexcept {
 }
 
 NPURT_DECL void caching_allocator::reset_used_high() noexcept {
-  sync_rows();
+  start_active_rows();  // the active bytes keep their high mark
   for (auto& s : stats_.allocated_bytes) s.peak = s.current;
 }
 

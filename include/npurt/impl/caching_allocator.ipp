@@ -27,7 +27,7 @@ inline std::string format_size(std::size_t bytes) {
 
 NPURT_DECL caching_allocator::caching_allocator(segment_provider& provider, caching_allocator_options opts,
                                                 stream_callbacks callbacks)
-    : provider_(provider), opts_(opts), cb_(std::move(callbacks)) {
+    : provider_(provider), capacity_(provider.capacity()), opts_(opts), cb_(std::move(callbacks)) {
   if (opts_.granule == 0 || (opts_.granule & (opts_.granule - 1)) != 0 || opts_.granule % min_block_size != 0)
     throw_error(make_error_code(errc::invalid_config), "caching_allocator: granule must be a power of two >= 512");
   if (opts_.garbage_collection_threshold < 0.0 || opts_.garbage_collection_threshold >= 1.0)
@@ -36,7 +36,7 @@ NPURT_DECL caching_allocator::caching_allocator(segment_provider& provider, cach
   if (opts_.max_split_size < large_buffer && opts_.max_split_size != std::numeric_limits<std::size_t>::max())
     throw_error(make_error_code(errc::invalid_config),
                 "caching_allocator: max_split_size must exceed 20 MiB (the large segment size)");
-  if (provider_.capacity() >= (std::size_t{1} << 41))
+  if (capacity_ >= (std::size_t{1} << 41))
     throw_error(make_error_code(errc::invalid_config), "caching_allocator: devices of 2 TiB or more are not supported");
   stats_.max_split_size = opts_.max_split_size;
 }
@@ -166,8 +166,7 @@ NPURT_DECL std::uint64_t caching_allocator::take_block(block* b, alloc_params& p
   const stat_rows row = rows_of(b->pool);
   stat_up(stats_.allocation, row, 1);
   stat_up(stats_.allocated_bytes, row, sz);
-  stat_up(stats_.active, row, 1);
-  stat_up(stats_.active_bytes, row, sz);
+  active_up(row, sz);
   stat_up(stats_.requested_bytes, row, static_cast<std::int64_t>(p.requested));
   if (b->size >= opts_.max_split_size) ca_detail::stat_inc(stats_.oversize_allocations, 1);
   return b->addr;
@@ -178,7 +177,7 @@ NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std:
     e = errc::zero_size;
     return 0;
   }
-  if (size > provider_.capacity()) {
+  if (size > capacity_) {
     e = errc::size_overflow;
     return 0;
   }
@@ -284,7 +283,12 @@ NPURT_DECL std::string caching_allocator::oom_message(const out_of_memory_error:
 NPURT_DECL std::uint64_t caching_allocator::allocate(std::size_t size, std::uint32_t stream) {
   errc e{};
   const auto addr = allocate_impl(size, stream, e);
-  if (e == errc{}) return addr;
+  if (e == errc{}) [[likely]]
+    return addr;
+  throw_allocate_error(e, size);
+}
+
+NPURT_DECL void caching_allocator::throw_allocate_error(errc e, std::size_t size) {
   const std::error_code ec = make_error_code(e);
   if (ec == errc::out_of_memory || ec == errc::pool_limit) {
     out_of_memory_error::info i;
@@ -308,8 +312,7 @@ NPURT_DECL void caching_allocator::free_block(block* b) {
   clear_uses(b);
   --b->seg->live;
   const stat_rows row = rows_of(b->pool);
-  stat_down(stats_.active, row, 1);
-  stat_down(stats_.active_bytes, row, static_cast<std::int64_t>(b->size));
+  active_down(row, static_cast<std::int64_t>(b->size));
   coalesce_and_cache(b);
 }
 
@@ -358,6 +361,9 @@ NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint
     return errc::invalid_pointer;
   }
   block* b = found;
+  // A block other streams used may stay active after this free (see active_rows_).
+  if (b->has_uses && !active_rows_) [[unlikely]]
+    start_active_rows();
   const auto sz = static_cast<std::int64_t>(b->size);
   const stat_rows row = rows_of(b->pool);
   stat_down(stats_.allocation, row, 1);
@@ -402,8 +408,7 @@ NPURT_DECL bool caching_allocator::defer_free(block* b) noexcept {
   b->pending = false;
   --b->seg->live;
   const stat_rows small = rows_of(small_pool);
-  stat_down(stats_.active, small, 1);
-  stat_down(stats_.active_bytes, small, static_cast<std::int64_t>(b->size));
+  active_down(small, static_cast<std::int64_t>(b->size));
   if (n) {
     stat_down(stats_.inactive_split, small, 1);
     stat_down(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(n->size));
@@ -474,8 +479,7 @@ NPURT_DECL bool caching_allocator::take_deferred(std::size_t requested) noexcept
   const auto sz = static_cast<std::int64_t>(x->size);
   stat_up(stats_.allocation, small, 1);
   stat_up(stats_.allocated_bytes, small, sz);
-  stat_up(stats_.active, small, 1);
-  stat_up(stats_.active_bytes, small, sz);
+  active_up(small, sz);
   stat_up(stats_.requested_bytes, small, static_cast<std::int64_t>(requested));
   return true;
 }
@@ -487,11 +491,14 @@ NPURT_DECL void caching_allocator::deallocate(std::uint64_t addr, std::uint32_t 
 }
 
 NPURT_DECL void caching_allocator::deallocate(std::uint64_t addr, std::uint32_t stream, int device) {
-  if (const errc e = deallocate_impl(addr, stream, device); e != errc{}) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(addr));
-    throw_error(make_error_code(e), std::string("deallocate(") + buf + ")");
-  }
+  if (const errc e = deallocate_impl(addr, stream, device); e != errc{}) [[unlikely]]
+    throw_deallocate_error(e, addr);
+}
+
+NPURT_DECL void caching_allocator::throw_deallocate_error(errc e, std::uint64_t addr) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(addr));
+  throw_error(make_error_code(e), std::string("deallocate(") + buf + ")");
 }
 
 NPURT_DECL void caching_allocator::deallocate(std::uint64_t addr, std::error_code& ec) {
