@@ -68,6 +68,30 @@ def rows_of(doc):
             if k not in ("benchmark", "command", "measured") and not isinstance(v, (dict, list))]
 
 
+def flatten(record, prefix=""):
+    """A record with nested objects as one row: {"a": {"b": 1}} -> {"a.b": 1}."""
+    out = {}
+    for k, v in record.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def record_table(records):
+    """Markdown lines of a table with one row per record (nested objects flattened), its columns
+    in first-seen order."""
+    rows = [flatten(r) for r in records]
+    cols = []
+    for r in rows:
+        cols += [c for c in r if c not in cols]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |")
+    return lines + [""]
+
+
 def fmt(v):
     if isinstance(v, bool) or v is None:
         return str(v)
@@ -197,15 +221,16 @@ def main():
         if isinstance(rows, list) and rows and isinstance(rows[0], dict) and "key" not in rows[0]:
             # A table of records (e.g. one row per operation, algorithm and size): its own columns,
             # then the flat keys below it.
-            cols = list(rows[0].keys())
-            out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-            for r in rows:
-                out.append("| " + " | ".join(fmt(r.get(c)) for c in cols) + " |")
-            out.append("")
+            out += record_table(rows)
             flat = [(k, v, "", "") for k, v in doc.items()
                     if k not in ("benchmark", "command", "measured", "rows") and not isinstance(v, (dict, list))]
         else:
             flat = rows_of(doc)
+        # Other lists of records (the allocator's cached path and replays, the planner's
+        # instances): a table each, under its name.
+        for k, v in doc.items():
+            if k != "rows" and isinstance(v, list) and v and all(isinstance(r, dict) for r in v):
+                out += [f"`{k}`:", ""] + record_table(v)
         if name == "stream_overhead" and flatness_svg(doc, os.path.join(ROOT, "docs", "stream_overhead_flatness.svg")):
             out += ["![cost per task against streams and queued tasks](stream_overhead_flatness.svg)", ""]
         if flat:
