@@ -281,7 +281,9 @@ NPURT_DECL void scheduler::on_wait_satisfied(void* self, void* ctx, std::error_c
 
 NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
   s.head_started = true;
-  if (const std::uint32_t next = queue_.on_dispatch(s.device, s.priority, t->id))
+  // The stream whose task is now first in the device's queue may start: woken at this instant.
+  // Not this stream (its next task waits for this one), which a wake would leave as it is.
+  if (const std::uint32_t next = queue_.on_dispatch(s.device, s.priority, t->id); next != 0 && next != s.id)
     parts_.clock_.call_at(now(), timer_action::member_value<&scheduler::wake_stream>(this, next));
   running_task& r = s.run;
   fill_running(s, t);
