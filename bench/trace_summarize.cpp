@@ -11,8 +11,6 @@
 
 #include "bench_common.hpp"
 
-#include <boost/json/src.hpp>
-
 #include <algorithm>
 #include <sstream>
 

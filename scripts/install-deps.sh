@@ -3,11 +3,11 @@
 # already there. Run as root (or with sudo available).
 #   bookworm main:       g++, clang-19 (+ libclang-rt-19-dev for sanitizers and libFuzzer),
 #                        clang-format-19, clang-tidy-19, range-v3, mimalloc, CLI11, ONNX (+ protobuf) and its test data
-#   bookworm-backports:  Boost 1.83, Catch2 3, Meson >= 1.1
+#   bookworm-backports:  Boost 1.83 (and Boost.JSON's library), Catch2 3, Meson >= 1.1
 set -euo pipefail
 main_pkgs=(g++ ninja-build pkg-config cmake git python3 librange-v3-dev libmimalloc-dev libcli11-dev
            clang-19 libclang-rt-19-dev clang-format-19 clang-tidy-19 libonnx-dev libprotobuf-dev libonnx-testdata)
-bp_pkgs=(libboost1.83-dev catch2 meson)
+bp_pkgs=(libboost1.83-dev libboost-json1.83-dev catch2 meson)
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in "${main_pkgs[@]}"; do have "$p" || need+=("$p"); done

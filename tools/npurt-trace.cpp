@@ -9,9 +9,6 @@
 #include <npurt/profiler/svg_timeline.hpp>
 #include <npurt/profiler/trace_reader.hpp>
 
-// Boost.JSON's bodies, compiled once for this program.
-#include <boost/json/src.hpp>
-
 #include <CLI/CLI.hpp>
 
 #include <cstddef>

@@ -1,11 +1,10 @@
-// The Chrome trace as JSON: parsed back with Boost.JSON (compiled here, once for this test
-// program), checked for what Perfetto and chrome://tracing need, and read back by the reader.
+// The Chrome trace as JSON: parsed back with Boost.JSON (its compiled library), checked for what
+// Perfetto and chrome://tracing need, and read back by the reader.
 #include <npurt/detail/trace_reader.hpp>
 
 #include "program.hpp"
 
 #include <boost/json.hpp>
-#include <boost/json/src.hpp>
 
 #include <catch2/catch_test_macros.hpp>
 

@@ -1,8 +1,9 @@
 // npurt/profiler/trace_reader.hpp — loads a Chrome trace written by npurt::write_chrome_trace
 // back into trace_data, so a trace file can be summarised and rendered again (npurt-trace does).
 //
-// Uses Boost.JSON: the program must compile its bodies once, by including <boost/json/src.hpp>
-// in exactly one translation unit. This header includes only the declarations.
+// Uses Boost.JSON: the program links its library (-lboost_json; Debian's libboost-json1.83-dev),
+// or compiles its bodies once by including <boost/json/src.hpp> in exactly one translation unit.
+// This header includes only the declarations.
 //
 // What comes back is what the trace holds: tasks, event waits (from the flow arrows), event
 // records (attached to their record tasks), memory operations, link transfers, collective
