@@ -2,11 +2,13 @@
 #pragma once
 
 #include <npurt/config.hpp>
+#include <npurt/error.hpp>
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <span>
 #include <string_view>
 
@@ -44,35 +46,43 @@ constexpr std::string_view to_string(dtype t) noexcept {
 /// NHWC and account for the conversion the hardware would do.
 enum class layout : std::uint8_t { nd, nchw, nhwc, nc1hwc0 };
 
-/// A shape of at most 8 dimensions, stored inline: descriptors are copied on launch paths.
+/// A shape of at most 8 dimensions, stored inline: descriptors are copied on launch paths. More
+/// dimensions are refused (errc::invalid_shape), never dropped.
 class shape {
  public:
   static constexpr std::size_t max_rank = 8;
   constexpr shape() = default;
-  constexpr shape(std::initializer_list<std::int64_t> dims) noexcept {
-    for (auto d : dims) {
-      if (rank_ == max_rank) break;
-      dims_[rank_++] = d;
-    }
+  constexpr shape(std::initializer_list<std::int64_t> dims) {
+    for (auto d : dims) push_back(d);
   }
-  constexpr explicit shape(std::span<const std::int64_t> dims) noexcept {
-    for (auto d : dims) {
-      if (rank_ == max_rank) break;
-      dims_[rank_++] = d;
-    }
+  constexpr explicit shape(std::span<const std::int64_t> dims) {
+    for (auto d : dims) push_back(d);
   }
   [[nodiscard]] constexpr std::size_t rank() const noexcept { return rank_; }
   [[nodiscard]] constexpr std::int64_t operator[](std::size_t i) const noexcept { return dims_[i]; }
   [[nodiscard]] constexpr std::int64_t& operator[](std::size_t i) noexcept { return dims_[i]; }
+  /// The product of the dimensions; saturates at the largest std::int64_t rather than overflow
+  /// (checked_elements() tells the two apart).
   [[nodiscard]] constexpr std::int64_t elements() const noexcept {
     std::int64_t n = 1;
-    for (std::size_t i = 0; i < rank_; ++i) n *= dims_[i];
+    for (std::size_t i = 0; i < rank_; ++i)
+      if (__builtin_mul_overflow(n, dims_[i], &n)) return std::numeric_limits<std::int64_t>::max();
+    return n;
+  }
+  /// The product of the dimensions, or -1 when one is negative or the product does not fit: what
+  /// code that takes shapes from outside checks before it sizes anything.
+  [[nodiscard]] constexpr std::int64_t checked_elements() const noexcept {
+    std::int64_t n = 1;
+    for (std::size_t i = 0; i < rank_; ++i)
+      if (dims_[i] < 0 || __builtin_mul_overflow(n, dims_[i], &n)) return -1;
     return n;
   }
   [[nodiscard]] constexpr const std::int64_t* begin() const noexcept { return dims_.data(); }
   [[nodiscard]] constexpr const std::int64_t* end() const noexcept { return dims_.data() + rank_; }
-  constexpr void push_back(std::int64_t d) noexcept {
-    if (rank_ < max_rank) dims_[rank_++] = d;
+  constexpr void push_back(std::int64_t d) {
+    if (rank_ == max_rank) [[unlikely]]
+      throw_error(make_error_code(errc::invalid_shape), "shape: more than 8 dimensions");
+    dims_[rank_++] = d;
   }
   friend constexpr bool operator==(const shape& a, const shape& b) noexcept {
     if (a.rank_ != b.rank_) return false;
@@ -94,8 +104,12 @@ struct tensor_desc {
   npurt::dtype type = dtype::f32;
   npurt::layout format = layout::nd;
 
+  /// Saturates at SIZE_MAX rather than wrap: no allocation or range check can then pass.
   [[nodiscard]] constexpr std::size_t bytes() const noexcept {
-    return static_cast<std::size_t>(shape.elements()) * size_of(type);
+    std::size_t b = 0;
+    if (__builtin_mul_overflow(static_cast<std::size_t>(shape.elements()), size_of(type), &b))
+      return std::numeric_limits<std::size_t>::max();
+    return b;
   }
 };
 

@@ -346,8 +346,13 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   rep.schedule = o.schedule.value_or(sc.strategy);
   if (!o.schedule && level >= 3 && rep.schedule == schedule::sequential && has_branches(src))
     rep.schedule = schedule::parallel;
-  const int max_par = std::max(1, o.max_parallelism.value_or(sc.max_parallelism));
-  const int stages = std::max(1, o.pipeline_stages.value_or(sc.pipeline_stages));
+  const int max_par = o.max_parallelism.value_or(sc.max_parallelism);
+  const int stages = o.pipeline_stages.value_or(sc.pipeline_stages);
+  // As set_schedule_config: a value that cannot be meant is refused, not clamped.
+  if (max_par < 1 || stages < 1)
+    throw_error(make_error_code(errc::invalid_argument), "compile: max_parallelism " + std::to_string(max_par) +
+                                                             " and pipeline_stages " + std::to_string(stages) +
+                                                             " must be at least 1");
 
   // Rewrites, each giving a validated graph.
   graph g = [&] {

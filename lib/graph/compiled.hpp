@@ -74,6 +74,9 @@ struct compiled_graph::impl {
   std::vector<std::vector<void*>> input_ptr, output_ptr;  ///< [slot][i]
   std::uint64_t arena_bytes = 0;
   std::vector<std::pair<void*, std::size_t>> held;  ///< everything acquired from the session
+  /// Zeros a timing-only feed is copied from: queued copies read it when they run, so it is sized
+  /// once, for the largest input, and never moves while the graph lives.
+  std::vector<std::byte> staging;
 
   ~impl();
 };

@@ -155,6 +155,12 @@ spatial read_spatial(const node& n, const value_info& x, std::array<std::int64_t
   };
   s.stride = two("strides", {1, 1});
   s.dilation = two("dilations", {1, 1});
+  // Before auto_pad divides by the strides; the kernels take 32-bit windows.
+  constexpr std::int64_t window_max = std::numeric_limits<std::int32_t>::max();
+  for (int i = 0; i < 2; ++i)
+    if (s.stride[i] < 1 || s.dilation[i] < 1 || s.kernel[i] < 1 || s.stride[i] > window_max ||
+        s.dilation[i] > window_max || s.kernel[i] > window_max)
+      fail(errc::invalid_argument, n, x.name, "strides, dilations and kernel must be positive 32-bit values");
   const std::string auto_pad = n.attrs.get_string("auto_pad", "NOTSET");
   if (auto_pad == "NOTSET") {
     const ints p = n.attrs.get_ints("pads", {0, 0, 0, 0});
@@ -491,6 +497,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       if (!(m >= 0 && m <= 1) || !(eps >= 0) || !std::isfinite(eps))
         fail(errc::invalid_argument, n, x.name, "momentum must be in [0, 1] and epsilon finite and not negative");
       // The running variance is unbiased (count - 1 in the divisor): two values per channel.
+      if (x.shape[1] == 0) fail(errc::invalid_shape, n, x.name, "has no channel");
       if (x.shape.elements() / x.shape[1] < 2)
         fail(errc::invalid_shape, n, x.name, "needs at least two values per channel");
     } else {
@@ -564,7 +571,8 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
         continue;
       }
       if (d < 0) fail(errc::invalid_shape, n, s.name, "negative dimension " + std::to_string(d));
-      known *= d;
+      if (__builtin_mul_overflow(known, d, &known))
+        fail(errc::invalid_shape, n, s.name, "the target shape's element count overflows");
       out.push_back(d);
     }
     if (infer_at >= 0) {
@@ -688,6 +696,10 @@ std::string graph::add_input(std::string name, npurt::shape s, npurt::dtype t) {
   for (auto d : s)
     if (d < 0)
       throw graph_error(make_error_code(errc::invalid_shape), {}, name, "input '" + name + "': negative dimension");
+  if (tensor_desc{nullptr, s, t}.bytes() > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+    throw graph_error(
+        make_error_code(errc::size_overflow), {}, name,
+        "input '" + name + "': " + shape_string(s) + " of " + std::string(to_string(t)) + " does not fit in memory");
   value_index_[name] = values_.size();
   values_.push_back({name, s, t, value_kind::input, -1, true});
   inputs_.push_back(name);
@@ -744,7 +756,13 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
     throw graph_error(make_error_code(errc::invalid_argument), name, {}, "duplicate node name '" + name + "'");
   if (outputs.empty())
     throw graph_error(make_error_code(errc::invalid_argument), name, {}, "node '" + name + "' has no output");
-  for (const auto& o : outputs) check_new_name(o, name);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    check_new_name(outputs[i], name);
+    if (std::find(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(i), outputs[i]) !=
+        outputs.begin() + static_cast<std::ptrdiff_t>(i))
+      throw graph_error(make_error_code(errc::invalid_argument), name, outputs[i],
+                        "node '" + name + "' names output '" + outputs[i] + "' twice");
+  }
   const std::size_t idx = nodes_.size();
   node_index_[name] = idx;
   for (const auto& o : outputs) {
@@ -781,7 +799,16 @@ bool graph::try_infer(std::size_t idx) {
     consts.push_back(constant(name));
   }
   const auto out = infer_op(n, in, consts);
-  for (std::size_t i = 0; i < n.outputs.size() && i < out.size(); ++i) {
+  if (out.size() < n.outputs.size())
+    fail(errc::invalid_argument, n, n.outputs[out.size()],
+         "produces " + std::to_string(out.size()) + " output" + (out.size() == 1 ? "" : "s") + ", " +
+             std::to_string(n.outputs.size()) + " named");
+  // An output whose element count or bytes do not fit is refused here, whatever the operator.
+  for (const auto& o : out)
+    if (tensor_desc{nullptr, o.shape, o.type}.bytes() >
+        static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+      fail(errc::size_overflow, n, {}, shape_string(o.shape) + " does not fit in memory");
+  for (std::size_t i = 0; i < n.outputs.size(); ++i) {
     auto& v = values_[value_index_.find(n.outputs[i])->second];
     v.shape = out[i].shape;
     v.type = out[i].type;

@@ -106,7 +106,10 @@ npurt::stream& session::stream(std::size_t i) {
 }
 
 npurt::stream& session::io_stream(std::size_t i) {
-  auto& at = io_.at(i);
+  if (i >= io_.size())
+    throw_error(make_error_code(errc::invalid_argument), "io_stream: index " + std::to_string(i) + "; a session has " +
+                                                             std::to_string(io_.size()) + " copy streams");
+  auto& at = io_[i];
   if (at == 0) {  // index 0 is always stream(0), never a copy stream
     (void)stream(0);
     at = streams_.size();
@@ -329,6 +332,10 @@ void check_feeds(const compiled_graph::impl& c, const std::vector<feed>& inputs,
                               std::string(to_string(f.value.type())));
       if (by_input[i])
         throw graph_error(make_error_code(errc::invalid_argument), {}, f.name, "run: input '" + f.name + "' fed twice");
+      if (!c.rep.timing_only && !f.value.is_host() && !f.value.is_device() && v.bytes() != 0)
+        throw graph_error(
+            make_error_code(errc::invalid_argument), {}, f.name,
+            "run: input '" + f.name + "' is a timing-only tensor (no data), but the graph computes real results");
       by_input[i] = &f.value;
     }
     if (!found)
@@ -382,10 +389,13 @@ event enqueue_batch(enqueue_ctx& x) {
     if (t.is_host()) sin.memcpy(c.input_ptr[x.slot][i], bytes, t.data(), bytes, memcpy_kind::host_to_device);
     else if (t.is_device()) sin.memcpy(c.input_ptr[x.slot][i], bytes, t.data(), bytes, memcpy_kind::device_to_device);
     else {
-      // A timing-only feed still costs its transfer: copy from a host staging buffer.
-      thread_local std::vector<std::byte> staging;
-      if (staging.size() < bytes) staging.resize(bytes);
-      sin.memcpy(c.input_ptr[x.slot][i], bytes, staging.data(), bytes, memcpy_kind::host_to_device);
+      // A timing-only feed (check_feeds admits it to timing-only graphs) still costs its transfer.
+      if (c.staging.empty()) {
+        std::size_t most = 0;
+        for (int v : c.inputs) most = std::max(most, c.values[static_cast<std::size_t>(v)].bytes());
+        c.staging.assign(most, std::byte{0});
+      }
+      sin.memcpy(c.input_ptr[x.slot][i], bytes, c.staging.data(), bytes, memcpy_kind::host_to_device);
     }
   }
   event inputs_done = sin.launch_callback([] {});
@@ -436,7 +446,9 @@ event enqueue_batch(enqueue_ctx& x) {
 }  // namespace
 
 std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& cg, const std::vector<feed>& inputs) {
-  if (!cg.valid() || cg.get().owner != this)
+  if (!cg.valid())
+    throw_error(make_error_code(errc::invalid_argument), "run: the compiled graph is empty (not from compile())");
+  if (cg.get().owner != this)
     throw_error(make_error_code(errc::invalid_argument), "run: the compiled graph belongs to another session");
   auto p = std::make_shared<pending_run>();
   // The compiled graph stays alive until the run completes.
@@ -515,7 +527,10 @@ run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs
 }
 
 batches_result session::run_batches(const compiled_graph& cg, const std::vector<std::vector<feed>>& batches) {
-  if (!cg.valid() || cg.get().owner != this)
+  if (!cg.valid())
+    throw_error(make_error_code(errc::invalid_argument),
+                "run_batches: the compiled graph is empty (not from compile())");
+  if (cg.get().owner != this)
     throw_error(make_error_code(errc::invalid_argument), "run_batches: the compiled graph belongs to another session");
   auto& c = cg.get();
   batches_result r;
@@ -526,18 +541,34 @@ batches_result session::run_batches(const compiled_graph& cg, const std::vector<
   std::vector<std::vector<tensor>> outs(batches.size());
   std::vector<event> stage_done(static_cast<std::size_t>(c.stages));
   std::vector<event> batch_end(batches.size());
-  for (std::size_t b = 0; b < batches.size(); ++b) {
-    enqueue_ctx x{*this, c, rotating ? b % slots : 0, {}, &outs[b], pipelined ? &stage_done : nullptr};
-    check_feeds(c, batches[b], x.in);
-    outs[b].resize(c.outputs.size());
-    // A slot is reused only when the batch that used it has been copied out.
-    if (rotating && b >= slots)
-      (c.rep.overlap ? io_stream(0) : exec_stream(*this, c, c.copy_stream)).wait(batch_end[b - slots]);
-    batch_end[b] = enqueue_batch(x);
-    if (!rotating) batch_end[b].synchronize();
+  // Every batch's feeds are checked before the first is queued: a bad batch fails the call with
+  // nothing in flight.
+  std::vector<std::vector<const tensor*>> fed(batches.size());
+  for (std::size_t b = 0; b < batches.size(); ++b) check_feeds(c, batches[b], fed[b]);
+  // Queued copies write into `outs` when they run: should queueing fail part way, the queued
+  // batches finish before `outs` goes.
+  auto drain = [&] {
+    for (std::uint32_t k = 0; k < c.streams; ++k) exec_stream(*this, c, k).synchronize();
+    end_stream(cg).synchronize();
+  };
+  try {
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+      enqueue_ctx x{*this, c, rotating ? b % slots : 0, std::move(fed[b]), &outs[b], pipelined ? &stage_done : nullptr};
+      outs[b].resize(c.outputs.size());
+      // A slot is reused only when the batch that used it has been copied out.
+      if (rotating && b >= slots)
+        (c.rep.overlap ? io_stream(0) : exec_stream(*this, c, c.copy_stream)).wait(batch_end[b - slots]);
+      batch_end[b] = enqueue_batch(x);
+      if (!rotating) batch_end[b].synchronize();
+    }
+  } catch (...) {
+    try {
+      drain();
+    } catch (...) {  // the first failure is the one to report
+    }
+    throw;
   }
-  for (std::uint32_t k = 0; k < c.streams; ++k) exec_stream(*this, c, k).synchronize();
-  end_stream(cg).synchronize();
+  drain();
   r.latency = sys_->now() - t0;
   for (auto& o : outs) {
     std::map<std::string, tensor> m;

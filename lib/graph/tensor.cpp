@@ -1,4 +1,5 @@
 // Tensors with storage (see graph/tensor.hpp).
+#include <npurt/graph/graph.hpp>
 #include <npurt/graph/tensor.hpp>
 #include <npurt/numeric.hpp>
 
@@ -6,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
+#include <string>
 
 namespace npurt {
 
@@ -20,9 +23,16 @@ I saturate(double v) noexcept {
   return static_cast<I>(r);
 }
 
-void check_shape(const shape& s) {
+void check_shape(const shape& s, dtype t) {
   for (auto d : s)
     if (d < 0) throw_error(make_error_code(errc::invalid_shape), "tensor: negative dimension " + std::to_string(d));
+  const std::int64_t n = s.checked_elements();
+  std::size_t bytes = 0;
+  // Sizes from outside (a file, a user's dimensions) are checked before anything is sized by them.
+  if (n < 0 || __builtin_mul_overflow(static_cast<std::size_t>(n), size_of(t), &bytes) ||
+      bytes > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+    throw_error(make_error_code(errc::size_overflow), "tensor: the " + std::string(to_string(t)) + " elements of " +
+                                                          shape_string(s) + " do not fit in memory");
 }
 
 }  // namespace
@@ -111,8 +121,13 @@ void store_element(void* data, dtype t, std::int64_t i, double v) noexcept {
 }
 
 tensor::tensor(npurt::shape s, npurt::dtype t, npurt::layout l) : shape_(s), type_(t), format_(l) {
-  check_shape(s);
-  host_.assign(bytes(), std::byte{0});
+  check_shape(s, t);
+  try {
+    host_.assign(bytes(), std::byte{0});
+  } catch (const std::bad_alloc&) {
+    throw_error(make_error_code(errc::out_of_memory),
+                "tensor: no host memory for the " + std::to_string(bytes()) + " bytes of " + shape_string(s));
+  }
   place_ = storage_place::host;
   data_ = host_.data();
 }
@@ -125,7 +140,7 @@ tensor::tensor(npurt::shape s, npurt::dtype t, const std::vector<double>& values
 }
 
 tensor tensor::on_device(npurt::device& dev, npurt::shape s, npurt::dtype t, npurt::layout l) {
-  check_shape(s);
+  check_shape(s, t);
   tensor r;
   r.shape_ = s;
   r.type_ = t;
@@ -139,7 +154,7 @@ tensor tensor::on_device(npurt::device& dev, npurt::shape s, npurt::dtype t, npu
 }
 
 tensor tensor::timing_only(npurt::shape s, npurt::dtype t, npurt::layout l) {
-  check_shape(s);
+  check_shape(s, t);
   tensor r;
   r.shape_ = s;
   r.type_ = t;

@@ -1,0 +1,173 @@
+// Bad input to the graph layer: every case is a typed error that leaves the graph, the session
+// and the caller's memory as they were — never a crash, undefined behaviour or a silent answer.
+#include <npurt/graph/session.hpp>
+
+#include "helpers.hpp"
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+using namespace npurt;
+
+namespace {
+
+template <class F>
+errc code_of(F f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return static_cast<errc>(e.code().value());
+  }
+  return errc{};
+}
+
+}  // namespace
+
+TEST_CASE("a shape refuses a ninth dimension instead of dropping it", "[graph][errors][tensor]") {
+  CHECK(code_of([] { (void)shape{1, 1, 1, 1, 1, 1, 1, 2, 3}; }) == errc::invalid_shape);
+  const std::vector<std::int64_t> nine(9, 1);
+  CHECK(code_of([&] { (void)shape(std::span<const std::int64_t>(nine)); }) == errc::invalid_shape);
+  shape s{1, 2, 3, 4, 5, 6, 7, 8};
+  CHECK(code_of([&] { s.push_back(9); }) == errc::invalid_shape);
+  CHECK(s.rank() == 8);
+  graph g;
+  CHECK(code_of([&] { (void)g.add_input("x", {1, 1, 1, 1, 1, 1, 1, 2, 3}, dtype::f32); }) == errc::invalid_shape);
+  CHECK(g.find("x") == nullptr);
+}
+
+TEST_CASE("element counts that overflow are refused, never wrapped", "[graph][errors][tensor]") {
+  constexpr std::int64_t big = std::int64_t{1} << 62;
+  const shape s{big, 4};
+  CHECK(s.checked_elements() == -1);
+  CHECK(s.elements() == std::numeric_limits<std::int64_t>::max());
+  CHECK(tensor_desc{nullptr, s, dtype::f32}.bytes() == std::numeric_limits<std::size_t>::max());
+  CHECK(shape{-1, 4}.checked_elements() == -1);
+  CHECK(shape{3, 4}.checked_elements() == 12);
+  CHECK(code_of([&] { tensor t(s, dtype::f32); }) == errc::size_overflow);
+  CHECK(code_of([&] { (void)tensor::timing_only(s, dtype::f32); }) == errc::size_overflow);
+  // Fits in elements, not in bytes.
+  CHECK(code_of([] { (void)tensor::timing_only({std::int64_t{1} << 62}, dtype::f32); }) == errc::size_overflow);
+  graph g;
+  CHECK(code_of([&] { (void)g.add_input("x", {std::int64_t{1} << 40, std::int64_t{1} << 40}, dtype::f32); }) ==
+        errc::size_overflow);
+  auto x = g.add_input("x", {2, 3}, dtype::f32);
+  auto sh = g.add_constant("s", tensor({3}, dtype::i64, {double(std::int64_t{1} << 40), double(std::int64_t{1} << 40), -1}));
+  CHECK(code_of([&] { (void)g.add_op("Reshape", {x, sh}); }) == errc::invalid_shape);
+}
+
+TEST_CASE("window attributes are checked before auto_pad divides by them", "[graph][errors]") {
+  for (const char* op : {"Conv", "MaxPool", "AveragePool"})
+    for (const char* pad : {"SAME_UPPER", "SAME_LOWER"}) {
+      INFO(op << " " << pad);
+      graph g;
+      auto x = g.add_input("x", {1, 3, 8, 8}, dtype::f32);
+      std::vector<std::string> in{x};
+      attributes a{{"auto_pad", std::string(pad)}, {"strides", ints{0, 0}}};
+      if (std::string(op) == "Conv") in.push_back(g.add_constant("w", tensor::timing_only({4, 3, 3, 3}, dtype::f32)));
+      else a.set("kernel_shape", ints{3, 3});
+      CHECK(code_of([&] { (void)g.add_op(op, in, a, "op"); }) == errc::invalid_argument);
+      CHECK(g.find("op") == nullptr);
+    }
+}
+
+TEST_CASE("batch normalisation over no channel is an error, not a division by zero", "[graph][errors]") {
+  graph g;
+  auto x = g.add_input("x", {2, 0, 4, 4}, dtype::f32);
+  auto sc = g.add_input("s", {0}, dtype::f32), b = g.add_input("b", {0}, dtype::f32);
+  auto m = g.add_input("m", {0}, dtype::f32), v = g.add_input("v", {0}, dtype::f32);
+  CHECK(code_of([&] { g.add_node("BatchNormInternal", "bn", {x, sc, b, m, v}, {"y", "rm", "rv", "sm", "si"}); }) ==
+        errc::invalid_shape);
+  CHECK(g.find("y") == nullptr);
+}
+
+TEST_CASE("an operator given more output names than it produces, or one name twice, is refused", "[graph][errors]") {
+  graph g;
+  auto x = g.add_input("x", {4}, dtype::f32);
+  CHECK(code_of([&] { g.add_node("Relu", "r", {x}, {"a", "b"}); }) == errc::invalid_argument);
+  CHECK(code_of([&] { g.add_node("Relu", "r", {x}, {"o", "o"}); }) == errc::invalid_argument);
+  // Nothing of either is left behind: the same names can be used now.
+  CHECK(g.find("a") == nullptr);
+  CHECK(g.find("b") == nullptr);
+  CHECK(g.find("o") == nullptr);
+  g.add_node("Relu", "r", {x}, {"a"});
+  CHECK(g.value("a").shape == shape{4});
+}
+
+TEST_CASE("compile options that cannot be meant are refused, as set_schedule_config refuses them",
+          "[graph][errors]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  graph g;
+  g.set_output(g.add_op("Relu", {g.add_input("x", {4}, dtype::f32)}, {}, "y"));
+  CHECK(code_of([&] { (void)s.compile(g, {.max_parallelism = -3}); }) == errc::invalid_argument);
+  CHECK(code_of([&] { (void)s.compile(g, {.pipeline_stages = 0}); }) == errc::invalid_argument);
+  CHECK(code_of([&] { (void)s.io_stream(2); }) == errc::invalid_argument);
+  try {
+    (void)s.run(compiled_graph{}, {});
+    FAIL("no error");
+  } catch (const error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK(std::string(e.what()).find("empty") != std::string::npos);
+  }
+}
+
+TEST_CASE("a timing-only feed into a graph that computes real results is refused", "[graph][errors][run]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  graph g;
+  g.set_output(g.add_op("Sigmoid", {g.add_input("x", {4}, dtype::f32)}, {}, "y"));
+  auto c = s.compile(g);
+  REQUIRE_FALSE(c.report().timing_only);
+  try {
+    (void)s.run(c, {{"x", tensor::timing_only({4}, dtype::f32)}});
+    FAIL("no error");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK(e.tensor() == "x");
+  }
+  // A timing-only graph takes it, with inputs of different sizes copied from one stable buffer.
+  graph t;
+  auto a = t.add_input("a", {16}, dtype::f32);
+  auto b = t.add_input("b", {4096}, dtype::f32);
+  auto w = t.add_constant("w", tensor::timing_only({4096}, dtype::f32));
+  t.set_output(t.add_op("Add", {t.add_op("Add", {b, w}), t.add_op("ReduceSum", {a}, {{"keepdims", std::int64_t{1}}})}, {}, "z"));
+  auto ct = s.compile(t);
+  REQUIRE(ct.report().timing_only);
+  const auto r = s.run_batches(ct, std::vector<std::vector<feed>>(
+                                       3, {{"a", tensor::timing_only({16}, dtype::f32)},
+                                           {"b", tensor::timing_only({4096}, dtype::f32)}}));
+  CHECK(r.outputs.size() == 3);
+}
+
+TEST_CASE("run_batches checks every batch's feeds before it queues any", "[graph][errors][run]") {
+  for (const auto sched : {schedule::pipeline, schedule::sequential}) {
+    npurt::system sys{sim::presets::ascend910(1)};
+    graph g;
+    auto x = g.add_input("x", {64, 64}, dtype::f32);
+    g.set_output(g.add_op("Relu", {g.add_op("Sigmoid", {x})}, {}, "y"));
+    const tensor good = test::random_tensor({64, 64}, 7), bad({2, 2}, dtype::f32);
+    // The reference: one run in a session that never saw a bad batch.
+    session fresh{sys};
+    const auto c0 = fresh.compile(g, {.schedule = sched});
+    const auto want = fresh.run(c0, {{"x", good}});
+    session s{sys};
+    const auto c = s.compile(g, {.schedule = sched});
+    try {
+      (void)s.run_batches(c, {{{"x", good}}, {{"x", bad}}});
+      FAIL("no error");
+    } catch (const graph_error& e) {
+      CHECK(e.code() == errc::invalid_shape);
+      CHECK(e.tensor() == "x");
+    }
+    // Nothing of the first batch was left queued: the next run starts on idle streams (as long
+    // as the fresh session's) and writes only its own outputs (ASan checks the freed ones).
+    const auto got = s.run(c, {{"x", good}});
+    CHECK(got.latency == want.latency);
+    const tensor& y = got.outputs.at("y");
+    const tensor& w = want.outputs.at("y");
+    for (std::int64_t i = 0; i < y.elements(); ++i) CHECK(y.get(i) == w.get(i));
+  }
+}
