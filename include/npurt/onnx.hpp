@@ -16,8 +16,10 @@
 namespace npurt::onnx {
 
 /// Reads a .onnx file into a graph. Throws graph_error (not_supported listing the unsupported
-/// operators; parse_error for a file that is not an ONNX model; invalid_shape for a symbolic
-/// input dimension).
+/// operators, or for a rank above 8; parse_error for a file that is not an ONNX model or is
+/// malformed: an initializer whose data does not match its dimensions, a Constant without one
+/// named output; invalid_shape for a symbolic input dimension, or an initializer dimension that
+/// is negative or overflows the element count).
 [[nodiscard]] graph load(const std::string& path);
 /// The same from the serialized bytes.
 [[nodiscard]] graph load_from_bytes(const std::string& bytes, const std::string& name = "onnx");

@@ -36,44 +36,53 @@ tensor to_tensor(const ::onnx::TensorProto& t) {
   shape s;
   if (t.dims_size() > static_cast<int>(shape::max_rank))
     fail(errc::not_supported, {}, t.name(), "onnx: tensor '" + t.name() + "' has rank above 8");
-  for (auto d : t.dims()) s.push_back(d);
-  tensor r(s, *type);
-  const auto n = static_cast<std::size_t>(r.elements());
+  // The dims come from the file: their product may overflow, and a tensor sized by them before
+  // its data is counted would let a few bytes of model ask for terabytes.
+  std::int64_t n = 1;
+  for (auto d : t.dims()) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      fail(errc::invalid_shape, {}, t.name(),
+           "onnx: tensor '" + t.name() + "' has dimension " + std::to_string(d) +
+               (d < 0 ? ", which is negative" : ", which makes its element count overflow"));
+    s.push_back(d);
+  }
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(n), size_of(*type), &bytes))
+    fail(errc::invalid_shape, {}, t.name(),
+         "onnx: tensor '" + t.name() + "' has " + std::to_string(n) + " elements, whose size in bytes overflows");
   if (!t.raw_data().empty()) {
-    if (t.raw_data().size() != r.bytes())
+    if (t.raw_data().size() != bytes)
       fail(errc::parse_error, {}, t.name(),
            "onnx: tensor '" + t.name() + "' has " + std::to_string(t.raw_data().size()) + " bytes of raw data for " +
-               std::to_string(r.bytes()));
-    std::memcpy(r.data(), t.raw_data().data(), r.bytes());
+               std::to_string(bytes));
+    tensor r(s, *type);
+    std::memcpy(r.data(), t.raw_data().data(), bytes);
     return r;
   }
-  auto need = [&](std::size_t have) {
-    if (have != n)
-      fail(errc::parse_error, {}, t.name(),
-           "onnx: tensor '" + t.name() + "' has " + std::to_string(have) + " values for " + std::to_string(n) +
-               " elements");
-  };
+  // 16-bit floats travel as their bit patterns in int32_data, with the narrow integers.
+  const int have = *type == dtype::f32   ? t.float_data_size()
+                   : *type == dtype::i64 ? t.int64_data_size()
+                                         : t.int32_data_size();
+  if (static_cast<std::int64_t>(have) != n)
+    fail(errc::parse_error, {}, t.name(),
+         "onnx: tensor '" + t.name() + "' has " + std::to_string(have) + " values for " + std::to_string(n) +
+             " elements");
+  tensor r(s, *type);
   switch (*type) {
     case dtype::f32:
-      need(static_cast<std::size_t>(t.float_data_size()));
-      for (std::size_t i = 0; i < n; ++i) r.set(static_cast<std::int64_t>(i), t.float_data(static_cast<int>(i)));
+      for (int i = 0; i < have; ++i) r.set(i, t.float_data(i));
       break;
     case dtype::i64:
-      need(static_cast<std::size_t>(t.int64_data_size()));
-      for (std::size_t i = 0; i < n; ++i)
-        r.set(static_cast<std::int64_t>(i), static_cast<double>(t.int64_data(static_cast<int>(i))));
+      for (int i = 0; i < have; ++i) r.set(i, static_cast<double>(t.int64_data(i)));
       break;
     case dtype::f16:
     case dtype::bf16: {
-      // 16-bit floats travel as their bit patterns in int32_data.
-      need(static_cast<std::size_t>(t.int32_data_size()));
       auto* p = static_cast<std::uint16_t*>(r.data());
-      for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::uint16_t>(t.int32_data(static_cast<int>(i)));
+      for (int i = 0; i < have; ++i) p[i] = static_cast<std::uint16_t>(t.int32_data(i));
       break;
     }
     default:
-      need(static_cast<std::size_t>(t.int32_data_size()));
-      for (std::size_t i = 0; i < n; ++i) r.set(static_cast<std::int64_t>(i), t.int32_data(static_cast<int>(i)));
+      for (int i = 0; i < have; ++i) r.set(i, t.int32_data(i));
   }
   return r;
 }
@@ -132,6 +141,9 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
     if (!type)
       fail(errc::not_supported, {}, in.name(),
            "onnx: input '" + in.name() + "' has data type " + std::to_string(tt.elem_type()));
+    // npurt's shapes hold at most 8 dimensions: the initializers' limit, and error, applies.
+    if (tt.shape().dim_size() > static_cast<int>(shape::max_rank))
+      fail(errc::not_supported, {}, in.name(), "onnx: input '" + in.name() + "' has rank above 8");
     shape s;
     for (const auto& d : tt.shape().dim()) {
       if (!d.has_dim_value())
@@ -145,6 +157,11 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
   for (const auto& n : gp.node()) {
     std::string node_name = n.name().empty() ? n.op_type() + "_" + std::to_string(unnamed++) : n.name();
     if (n.op_type() == "Constant") {
+      // The output names the constant. protobuf's output(0) on an empty list is a FatalException,
+      // not an error a caller of load() expects.
+      if (n.output_size() != 1 || n.output(0).empty())
+        fail(errc::parse_error, node_name, {},
+             "onnx: Constant '" + node_name + "' needs exactly one named output, the name of its value");
       for (const auto& a : n.attribute())
         if (a.name() == "value" && a.type() == ::onnx::AttributeProto::TENSOR) {
           g.add_constant(n.output(0), to_tensor(a.t()));

@@ -42,6 +42,38 @@ bool allclose(const tensor& expected, const tensor& got, std::string& why) {
   return true;
 }
 
+// A model of one Relu from the input x, of these dimensions, to the output y.
+::onnx::ModelProto relu_model(std::initializer_list<std::int64_t> dims) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(1);
+  for (auto d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  auto* n = g->add_node();
+  n->set_op_type("Relu");
+  n->add_input("x");
+  n->add_output("y");
+  g->add_output()->set_name("y");
+  return m;
+}
+
+// The graph_error loading `m` raises; a model that loads gives no error, and any other exception
+// escapes to fail the test with its own message.
+struct load_error {
+  std::error_code code;
+  std::string op, tensor, what;
+};
+load_error error_loading(const ::onnx::ModelProto& m) {
+  try {
+    (void)npurt::onnx::load_from_bytes(m.SerializeAsString(), "malformed");
+  } catch (const graph_error& e) { return {e.code(), e.op(), e.tensor(), e.what()}; }
+  return {};
+}
+
 }  // namespace
 
 TEST_CASE("every ONNX backend node test of a supported operator and dtype passes within ONNX's tolerances",
@@ -173,4 +205,86 @@ TEST_CASE("an ONNX model's initializers, attributes and outputs become the graph
   auto r = s.run(s.compile(gr), {{"x", x}});
   // y = x * w^T: row 0 picks w[:,0] = {0, 1.5, 3, 4.5}; row 1 picks w[:,1].
   CHECK(r.outputs.at("y").to_vector() == std::vector<double>{0, 1.5, 3, 4.5, 0.5, 2, 3.5, 5});
+}
+
+TEST_CASE("a Constant node without a named output is a parse error naming the node", "[onnx][errors]") {
+  SECTION("with a value") {
+    auto m = relu_model({2});
+    auto* c = m.mutable_graph()->add_node();
+    c->set_op_type("Constant");
+    c->set_name("c");
+    auto* a = c->add_attribute();
+    a->set_name("value");
+    a->set_type(::onnx::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(1);
+    a->mutable_t()->add_float_data(1.0f);
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::parse_error);
+    CHECK(e.op == "c");
+    CHECK(e.what.find("Constant 'c'") != std::string::npos);
+  }
+  SECTION("without a value or a name") {
+    auto m = relu_model({2});
+    m.mutable_graph()->add_node()->set_op_type("Constant");
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::parse_error);
+    CHECK(e.op == "Constant_1");
+  }
+  SECTION("with an empty output name") {
+    auto m = relu_model({2});
+    auto* c = m.mutable_graph()->add_node();
+    c->set_op_type("Constant");
+    c->set_name("c");
+    c->add_output("");
+    CHECK(error_loading(m).code == errc::parse_error);
+  }
+}
+
+TEST_CASE("an initializer's dimensions are checked against its data before anything is allocated", "[onnx][errors]") {
+  auto m = relu_model({2});
+  auto* w = m.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(1);
+  SECTION("2^40 elements and no data: an error, not 4 TiB of zeros") {
+    w->add_dims(std::int64_t{1} << 20);
+    w->add_dims(std::int64_t{1} << 20);
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::parse_error);
+    CHECK(e.tensor == "w");
+    CHECK(e.what.find("0 values for 1099511627776 elements") != std::string::npos);
+  }
+  SECTION("an element count past std::int64_t") {
+    w->add_dims(std::int64_t{1} << 62);
+    w->add_dims(4);
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::invalid_shape);
+    CHECK(e.tensor == "w");
+  }
+  SECTION("a size in bytes past std::size_t, which would wrap to the 4 bytes of raw data given") {
+    w->add_dims((std::int64_t{1} << 62) + 1);
+    w->set_raw_data(std::string(4, '\0'));
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::invalid_shape);
+    CHECK(e.tensor == "w");
+  }
+  SECTION("a negative dimension") {
+    w->add_dims(-2);
+    CHECK(error_loading(m).code == errc::invalid_shape);
+  }
+}
+
+TEST_CASE("a graph input of rank above 8 is not_supported, as an initializer's is, not truncated", "[onnx][errors]") {
+  const auto e = error_loading(relu_model({1, 1, 1, 1, 1, 1, 1, 2, 3}));
+  CHECK(e.code == errc::not_supported);
+  CHECK(e.tensor == "x");
+  CHECK(e.what.find("rank above 8") != std::string::npos);
+  // Rank 8 itself still loads.
+  CHECK(
+      npurt::onnx::load_from_bytes(relu_model({1, 1, 1, 1, 1, 1, 2, 3}).SerializeAsString()).value("x").shape.rank() ==
+      8);
+  // A symbolic dimension is the other shape npurt cannot take (docs/graph.md).
+  auto m = relu_model({});
+  m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param(
+      "N");
+  CHECK(error_loading(m).code == errc::invalid_shape);
 }
