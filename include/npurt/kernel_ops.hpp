@@ -224,9 +224,15 @@ struct transpose {
   std::array<std::uint8_t, shape::max_rank> perm{0, 1, 2, 3, 4, 5, 6, 7};
 };
 
-/// y = x converted to y's dtype (round to nearest even, saturating for integers).
+/// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
+/// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
+enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
+
+/// y = x converted to y's dtype: float to float to nearest even; float to integer by `mode`,
+/// saturating (NaN becomes 0).
 struct cast {
   tensor_desc x{}, y{};
+  round_mode mode = round_mode::rint;
 };
 
 /// param -= lr * (grad + weight_decay * param), with momentum when a buffer is given.

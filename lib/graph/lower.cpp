@@ -242,8 +242,9 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       for (std::size_t i = tr.x.shape.rank(); i-- > 0;) perm.push_back(static_cast<std::int64_t>(i));
     for (std::size_t i = 0; i < perm.size(); ++i) tr.perm[i] = static_cast<std::uint8_t>(perm[i]);
     kernel(tr);
-  } else if (t == "Cast") {
-    kernel(kernels::cast{desc(st.in[0]), y});
+  } else if (t == "Cast" || t == "CastLike") {
+    // ONNX's reference implementation converts with NumPy's astype: floats truncate toward zero.
+    kernel(kernels::cast{desc(st.in[0]), y, kernels::round_mode::trunc});
   } else if (t == "ArgMax" || t == "ArgMin") {
     kernels::reduce r{};
     r.fn = t == "ArgMax" ? kernels::reduce_fn::argmax : kernels::reduce_fn::argmin;
@@ -257,8 +258,6 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     // A reduction to nothing (rank 1, no keepdims) is one element to the kernels.
     if (!r.keep_dims && r.x.shape.rank() == 1) r.y.shape = shape{1};
     kernel(r);
-  } else if (t == "CastLike") {
-    kernel(kernels::cast{desc(st.in[0]), y});
   } else if (t == "ReduceMean" || t == "ReduceSum" || t == "ReduceMax" || t == "ReduceMin") {
     kernels::reduce r{};
     r.fn = t == "ReduceMean"  ? kernels::reduce_fn::mean

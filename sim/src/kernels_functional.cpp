@@ -98,10 +98,17 @@ double round_even(double d) noexcept {
   return t;
 }
 
-int64_t double_to_int(double d, dtype t) noexcept {
+int64_t double_to_int(double d, dtype t, kernels::round_mode m = kernels::round_mode::rint) noexcept {
   if (std::isnan(d)) return 0;
   const int_range r = range_of(t);
-  const double x = round_even(d);
+  double x = 0;
+  switch (m) {
+    case kernels::round_mode::rint: x = round_even(d); break;
+    case kernels::round_mode::floor: x = std::floor(d); break;
+    case kernels::round_mode::ceil: x = std::ceil(d); break;
+    case kernels::round_mode::round: x = std::round(d); break;  // halves away from zero
+    case kernels::round_mode::trunc: x = std::trunc(d); break;
+  }
   if (x >= r.hi_excl_d) return r.hi;
   if (x < r.lo_d) return r.lo;
   return static_cast<int64_t>(x);
@@ -127,11 +134,12 @@ std::uint16_t int_to_bfloat16_bits(int64_t v) noexcept {
   return static_cast<std::uint16_t>(sign | ((p + 127) << 7) | (q & 0x7fu));
 }
 
-void cast_element(dtype from, const std::byte* src, dtype to, std::byte* dst, size_t i) noexcept {
+void cast_element(dtype from, const std::byte* src, dtype to, std::byte* dst, size_t i,
+                  kernels::round_mode m = kernels::round_mode::rint) noexcept {
   if (is_float(from)) {
     const float f = read_float(from, src, i);
     if (is_float(to)) write_float(to, dst, i, f);  // from is exact in float: one rounding
-    else write_int(to, dst, i, double_to_int(f, to));
+    else write_int(to, dst, i, double_to_int(f, to, m));
     return;
   }
   const int64_t v = read_int(from, src, i);
@@ -1017,7 +1025,7 @@ void run(const kernels::cast& op, const host_tensors& h) {
   const auto n = static_cast<size_t>(op.x.shape.elements());
   std::vector<std::byte> out(n * size_of(op.y.type));  // staged: x and y may overlap
   const std::byte* src = h[op.x];
-  for (size_t i = 0; i < n; ++i) cast_element(op.x.type, src, op.y.type, out.data(), i);
+  for (size_t i = 0; i < n; ++i) cast_element(op.x.type, src, op.y.type, out.data(), i, op.mode);
   std::memcpy(h[op.y], out.data(), out.size());
 }
 

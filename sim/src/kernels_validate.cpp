@@ -398,6 +398,8 @@ std::error_code check(const kernels::transpose& t) {
 
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
+  if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
+    return fail(errc::invalid_argument);
   return {};
 }
 

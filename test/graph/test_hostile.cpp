@@ -18,9 +18,7 @@ template <class F>
 errc code_of(F f) {
   try {
     f();
-  } catch (const error& e) {
-    return static_cast<errc>(e.code().value());
-  }
+  } catch (const error& e) { return static_cast<errc>(e.code().value()); }
   return errc{};
 }
 
@@ -54,7 +52,8 @@ TEST_CASE("element counts that overflow are refused, never wrapped", "[graph][er
   CHECK(code_of([&] { (void)g.add_input("x", {std::int64_t{1} << 40, std::int64_t{1} << 40}, dtype::f32); }) ==
         errc::size_overflow);
   auto x = g.add_input("x", {2, 3}, dtype::f32);
-  auto sh = g.add_constant("s", tensor({3}, dtype::i64, {double(std::int64_t{1} << 40), double(std::int64_t{1} << 40), -1}));
+  auto sh =
+      g.add_constant("s", tensor({3}, dtype::i64, {double(std::int64_t{1} << 40), double(std::int64_t{1} << 40), -1}));
   CHECK(code_of([&] { (void)g.add_op("Reshape", {x, sh}); }) == errc::invalid_shape);
 }
 
@@ -96,8 +95,7 @@ TEST_CASE("an operator given more output names than it produces, or one name twi
   CHECK(g.value("a").shape == shape{4});
 }
 
-TEST_CASE("compile options that cannot be meant are refused, as set_schedule_config refuses them",
-          "[graph][errors]") {
+TEST_CASE("compile options that cannot be meant are refused, as set_schedule_config refuses them", "[graph][errors]") {
   npurt::system sys{sim::presets::ascend910(1)};
   session s{sys};
   graph g;
@@ -133,12 +131,12 @@ TEST_CASE("a timing-only feed into a graph that computes real results is refused
   auto a = t.add_input("a", {16}, dtype::f32);
   auto b = t.add_input("b", {4096}, dtype::f32);
   auto w = t.add_constant("w", tensor::timing_only({4096}, dtype::f32));
-  t.set_output(t.add_op("Add", {t.add_op("Add", {b, w}), t.add_op("ReduceSum", {a}, {{"keepdims", std::int64_t{1}}})}, {}, "z"));
+  t.set_output(
+      t.add_op("Add", {t.add_op("Add", {b, w}), t.add_op("ReduceSum", {a}, {{"keepdims", std::int64_t{1}}})}, {}, "z"));
   auto ct = s.compile(t);
   REQUIRE(ct.report().timing_only);
-  const auto r = s.run_batches(ct, std::vector<std::vector<feed>>(
-                                       3, {{"a", tensor::timing_only({16}, dtype::f32)},
-                                           {"b", tensor::timing_only({4096}, dtype::f32)}}));
+  const auto r = s.run_batches(ct, std::vector<std::vector<feed>>(3, {{"a", tensor::timing_only({16}, dtype::f32)},
+                                                                      {"b", tensor::timing_only({4096}, dtype::f32)}}));
   CHECK(r.outputs.size() == 3);
 }
 
@@ -170,4 +168,16 @@ TEST_CASE("run_batches checks every batch's feeds before it queues any", "[graph
     const tensor& w = want.outputs.at("y");
     for (std::int64_t i = 0; i < y.elements(); ++i) CHECK(y.get(i) == w.get(i));
   }
+}
+
+TEST_CASE("ONNX Cast from float to integer truncates toward zero, as ONNX's reference does", "[graph][run]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  graph g;
+  auto x = g.add_input("x", {4}, dtype::f32);
+  g.set_output(g.add_op("Cast", {x}, {{"to", std::int64_t{6}}}, "y"));  // 6: INT32
+  const auto r = s.run(s.compile(g), {{"x", tensor({4}, dtype::f32, {3.7, -1.5, 2.5, -0.6})}});
+  const tensor& y = r.outputs.at("y");
+  REQUIRE(y.type() == dtype::i32);
+  CHECK(y.to_vector() == std::vector<double>{3, -1, 2, 0});
 }

@@ -403,6 +403,35 @@ TEST_CASE("cast rounds to nearest even and saturates", "[kernels][cast]") {
   }
 }
 
+TEST_CASE("cast from float to integer rounds as its mode says (Ascend C's RoundMode)", "[kernels][cast]") {
+  // Halves of both parities and both signs, a value on each side of zero, NaN and values past
+  // the int32 range: the modes differ on each.
+  const std::vector<double> in{3.7, -1.5, 2.5, -0.6, 0.4, std::nan(""), 3e9, -3e9};
+  struct mode_case {
+    k::round_mode mode;
+    std::vector<double> out;
+  };
+  const double hi = 2147483647, lo = -2147483648.0;
+  const mode_case cases[] = {
+      {k::round_mode::rint, {4, -2, 2, -1, 0, 0, hi, lo}},   // halves to even
+      {k::round_mode::floor, {3, -2, 2, -1, 0, 0, hi, lo}},  // toward -inf
+      {k::round_mode::ceil, {4, -1, 3, 0, 1, 0, hi, lo}},    // toward +inf
+      {k::round_mode::round, {4, -2, 3, -1, 0, 0, hi, lo}},  // halves away from zero
+      {k::round_mode::trunc, {3, -1, 2, 0, 0, 0, hi, lo}},   // toward zero (ONNX, C++, NumPy)
+  };
+  const auto n = static_cast<std::int64_t>(in.size());
+  tensor x({n}), y({n}, dtype::i32);
+  x.assign(in);
+  for (const auto& c : cases) {
+    CAPTURE(static_cast<int>(c.mode));
+    REQUIRE(run(k::cast{x.desc, y.desc, c.mode}) == 0);
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      CAPTURE(i, in[i]);
+      CHECK(y.get(i) == c.out[i]);
+    }
+  }
+}
+
 TEST_CASE("cast from f32 to f16 and back matches npurt::half on every pattern tried", "[kernels][cast]") {
   tensor x({4096}), h({4096}, dtype::f16), back({4096});
   x.fill(13, -70000, 70000, false);

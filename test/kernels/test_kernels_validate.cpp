@@ -99,6 +99,8 @@ TEST_CASE("every kind of bad descriptor gets its typed error", "[kernels][valida
        k::elementwise{k::eltwise_fn::relu, t({4}, dtype::f16, layout::nc1hwc0), {}, t({4}, dtype::f16)},
        errc::invalid_layout},
       {"unknown dtype", k::cast{t({4}, static_cast<dtype>(99)), t({4})}, errc::invalid_dtype},
+      {"unknown rounding mode", k::cast{t({4}), t({4}, dtype::i32), static_cast<k::round_mode>(9)},
+       errc::invalid_argument},
       // matmul
       {"matmul K mismatch", k::matmul{t({4, 8}), t({7, 3}), t({4, 3})}, errc::invalid_shape},
       {"matmul K mismatch after transpose", k::matmul{t({4, 8}), t({8, 3}), t({4, 3}), true}, errc::invalid_shape},
