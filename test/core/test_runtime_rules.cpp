@@ -75,6 +75,29 @@ TEST_CASE("the device and the stream's query report a failure too", "[core][erro
   CHECK(!after.status());
 }
 
+TEST_CASE("an event reports its stream's unread failure after the stream is destroyed, until a device reset",
+          "[core][error][sticky]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  failing_copy c;
+  npurt::event before, after;
+  {
+    auto s = dev.make_stream();
+    before = s.launch(fixed(us(1), "before"));
+    c.enqueue(dev, s);
+    after = s.launch(fixed(us(1)));
+  }  // drained here; nobody read the failure
+  CHECK(after.status() == npurt::errc::invalid_pointer);
+  CHECK_THROWS_AS(after.synchronize(), npurt::caller_error);
+  CHECK(after.status() == npurt::errc::invalid_pointer);  // an event reads it without clearing it
+  CHECK(!before.status());                                // before the failed task: clean
+  // A later stream is not confused with the destroyed one.
+  auto other = dev.make_stream();
+  CHECK(!other.launch(fixed(us(1))).status());
+  dev.reset();
+  CHECK(!after.status());
+}
+
 TEST_CASE("async_synchronize completes with the stream's sticky failure", "[core][error][sticky][asio]") {
   npurt::system sys{simple()};
   auto& dev = sys.device(0);

@@ -379,6 +379,10 @@ class scheduler {
   std::unordered_set<std::string> names_;  // interned task names (node-based: views stay valid)
   std::string_view last_name_;
   std::vector<failure> device_failures_;  // by device
+  // A destroyed stream's unread failure, with its device: its events still report it (stream ids
+  // are not reused) until the device is reset.
+  std::unordered_map<std::uint32_t, std::pair<device_id, failure>> released_failures_;
+  NPURT_DECL void free_stream(std::uint32_t id) noexcept;
   object_pool<task, 4096> tasks_;
   object_pool<task_side, 256> extras_;
   object_pool<kernel_desc, 256> kernels_;

@@ -119,7 +119,17 @@ NPURT_DECL void scheduler::release_stream(std::uint32_t id) noexcept {
   if (id == 0 || id >= streams_.size() || !streams_[id]) return;
   auto& s = *streams_[id];
   s.destroyed = true;
-  if (!s.head && s.waiters.empty()) streams_[id].reset();
+  if (!s.head && s.waiters.empty()) free_stream(id);
+}
+
+NPURT_DECL void scheduler::free_stream(std::uint32_t id) noexcept {
+  if (failure& f = streams_[id]->sticky) {
+    try {
+      released_failures_.emplace(id, std::pair{streams_[id]->device, std::move(f)});
+    } catch (...) {  // no memory to keep it: the device's failure still says so
+    }
+  }
+  streams_[id].reset();
 }
 
 NPURT_DECL bool scheduler::stream_idle(std::uint32_t id) const noexcept {
@@ -484,7 +494,7 @@ NPURT_DECL void scheduler::finish_task(stream_state& s, task* t) {
     pw.fn(pw.self, pw.ctx, {});
   }
   if (s.head) try_start(s);
-  else if (s.destroyed && s.waiters.empty()) streams_[s.id].reset();
+  else if (s.destroyed && s.waiters.empty()) free_stream(s.id);
 }
 
 NPURT_DECL std::string failure::describe() const {
@@ -536,7 +546,12 @@ NPURT_DECL failure scheduler::take_stream_failure(std::uint32_t stream) noexcept
 }
 
 NPURT_DECL const failure* scheduler::peek_stream_failure(std::uint32_t stream) const noexcept {
-  if (stream >= streams_.size() || !streams_[stream] || !streams_[stream]->sticky) return nullptr;
+  if (stream >= streams_.size()) return nullptr;
+  if (!streams_[stream]) {
+    const auto it = released_failures_.find(stream);
+    return it == released_failures_.end() ? nullptr : &it->second.second;
+  }
+  if (!streams_[stream]->sticky) return nullptr;
   return &streams_[stream]->sticky;
 }
 
@@ -572,6 +587,7 @@ NPURT_DECL void scheduler::abort_device(device_id dev) {
     s.sticky = {};
   }
   device_failures_[static_cast<std::size_t>(dev)] = {};
+  std::erase_if(released_failures_, [dev](const auto& kv) { return kv.second.first == dev; });
   for (op_base* w : waiters) w->complete(aborted);
   // Whoever waited on a position of these streams hears that it will never come.
   for (auto& sp : streams_) {
