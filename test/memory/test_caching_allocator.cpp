@@ -231,6 +231,31 @@ TEST_CASE("record_stream delays reuse until the recorded fence is done", "[memor
   check_invariants(a);
 }
 
+TEST_CASE("record_stream in any order keeps one use per stream, the latest fence of each", "[memory][allocator]") {
+  counting_provider dev(1024 * mib);
+  fake_streams rt;
+  caching_allocator a(dev, {}, rt.basic());
+  const auto x = a.allocate(8192, 0);
+  // Streams out of order and repeated: a repeat moves its stream's fence forward, never back.
+  a.record_stream(x, 9, 10);
+  a.record_stream(x, 3, 11);
+  a.record_stream(x, 5, 12);
+  a.record_stream(x, 3, 20);
+  a.record_stream(x, 9, 5);
+  a.deallocate(x, 0);
+  const std::uint64_t order[] = {10, 12, 11};  // 11 is stream 3's stale fence: done, not enough
+  for (const auto f : order) {
+    rt.done.insert(f);
+    a.process_events();
+    CHECK(a.stats().active_bytes[stat_all].current == 8192);
+  }
+  rt.done.insert(20);
+  a.process_events();
+  CHECK(a.stats().active_bytes[stat_all].current == 0);
+  CHECK(a.allocate(8192, 0) == x);
+  check_invariants(a);
+}
+
 TEST_CASE("record_stream without a fence records one at free time", "[memory][allocator]") {
   counting_provider dev(1024 * mib);
   fake_streams rt;

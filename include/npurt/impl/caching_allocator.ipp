@@ -525,12 +525,16 @@ NPURT_DECL void caching_allocator::record_stream(std::uint64_t addr, std::uint32
     return;
   }
   if (other_stream == b->stream) return;
-  for (auto& u : b->uses)
-    if (u.first == other_stream) {
-      u.second = fence == 0 || u.second == 0 ? 0 : std::max(u.second, fence);
-      return;
-    }
-  b->uses.emplace_back(other_stream, fence);
+  // Kept in stream order (frees filter it in place, which keeps the order): a block shared by
+  // every stream of a session is recorded once per stream, so finding a stream must not scan.
+  auto& uses = b->uses;
+  const auto at = std::lower_bound(uses.begin(), uses.end(), other_stream,
+                                   [](const auto& u, std::uint32_t s) { return u.first < s; });
+  if (at != uses.end() && at->first == other_stream) {
+    at->second = fence == 0 || at->second == 0 ? 0 : std::max(at->second, fence);
+    return;
+  }
+  uses.emplace(at, other_stream, fence);
   b->has_uses = true;
 }
 

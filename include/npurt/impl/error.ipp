@@ -28,7 +28,9 @@ class npurt_category final : public boost::system::error_category {
         return "pointer is not live device memory (never allocated by npurt, freed, or host memory)";
       case errc::double_free: return "pointer was already freed";
       case errc::zero_size: return "size is zero";
-      case errc::size_overflow: return "overrun: the access runs past the end of its allocation or destination";
+      case errc::size_overflow:
+        return "size overflow: a size or range does not fit (past the end of an allocation or destination, or more "
+               "than the device holds)";
       case errc::invalid_copy_kind: return "copy kind does not match the pointers";
       case errc::invalid_shape: return "invalid tensor shape";
       case errc::invalid_dtype: return "unsupported data type";
