@@ -211,6 +211,9 @@ NPURT_SIM_HOT inline void device_model::schedule(std::uint32_t slot, sim_time at
     // typed error instead of wrapping the clock around.
     job_faults_[slot] = make_error_code(errc::time_overflow);
     j.extra |= x_fault;
+    // Failing out of its latency, it never joined its resources' lists: release() must not
+    // look for it there.
+    if (j.ph == phase::latency) j.nres = 0;
     j.ph = phase::body;
     at = host_->now();
   }
@@ -325,7 +328,9 @@ void device_model::flush() {
 
 void device_model::drop_job(std::uint32_t slot, sim_time now) {
   job& j = jobs_[slot];
-  const std::uint32_t nres = j.nres;
+  // A job still in its latency knows its resources but joins their lists only in enter_body():
+  // there is nothing to take off, and nobody's rate depended on it.
+  const std::uint32_t nres = j.ph == phase::latency ? 0 : j.nres;
   const std::uint32_t res[2] = {j.res[0], j.res[1]};
   for (std::uint32_t i = 0; i < nres; ++i) {
     auto& v = resources_[res[i]].jobs;

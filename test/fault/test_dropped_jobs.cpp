@@ -1,0 +1,135 @@
+// Tasks ended before they finish (a device reset, a lost heartbeat, the op-execute watchdog)
+// while a transfer is still in its latency, before it draws on any link.
+#include "common.hpp"
+
+#include <npurt/models/dp_training.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <catch2/catch_test_macros.hpp>
+
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace dropped_jobs_test {
+
+using namespace fault_test;
+using npurt::dtype;
+using npurt::errc;
+using npurt::reduce_op;
+
+struct ranks {
+  std::vector<npurt::stream> streams;
+  std::vector<void*> buffers;
+};
+
+inline ranks two_ranks(npurt::system& sys, std::size_t bytes) {
+  ranks r;
+  for (int d = 0; d < 2; ++d) {
+    r.streams.push_back(sys.device(d).make_stream());
+    r.buffers.push_back(sys.device(d).malloc(bytes));
+  }
+  return r;
+}
+
+inline std::error_code sync_code(npurt::stream& s) {
+  std::error_code ec;
+  s.synchronize(npurt::no_timeout, ec);
+  return ec;
+}
+
+// When the fault-free 2-rank all_reduce of 1024 floats starts moving data.
+inline sim_time all_reduce_start() {
+  npurt::system sys{npurt::sim::presets::ascend910(2)};
+  auto comm = npurt::communicator::init_all(sys, {.keep_records = true});
+  ranks r = two_ranks(sys, 4096);
+  for (int d = 0; d < 2; ++d)
+    comm.all_reduce(r.buffers[d], r.buffers[d], 1024, dtype::f32, reduce_op::sum, r.streams[d]);
+  for (auto& s : r.streams) s.synchronize();
+  return comm.records().at(0).start;
+}
+
+TEST_CASE("a device reset while a collective's first transfer is in its latency aborts the collective",
+          "[fault][reset][collective]") {
+  npurt::system sys{npurt::sim::presets::ascend910(3)};
+  auto comm = npurt::communicator::init_all(sys, std::vector<npurt::device_id>{0, 1});
+  ranks r = two_ranks(sys, 4096);
+  npurt::stream timer = sys.device(2).make_stream();  // outside the communicator
+  for (int d = 0; d < 2; ++d)
+    comm.all_reduce(r.buffers[d], r.buffers[d], 1024, dtype::f32, reduce_op::sum, r.streams[d]);
+  std::error_code reset_ec = make_error_code(errc::invalid_argument);
+  namespace asio = boost::asio;
+  asio::co_spawn(
+      sys.get_executor(),
+      [&]() -> asio::awaitable<void> {
+        co_await timer.async_launch(npurt::kernels::fixed{std::chrono::nanoseconds{1}}, asio::use_awaitable);
+        sys.device(1).reset(reset_ec);
+      },
+      asio::detached);
+  sys.run();
+  CHECK_FALSE(reset_ec);
+  CHECK(sync_code(r.streams[0]) == errc::operation_aborted);
+  // The run goes on: the surviving device and the reset one both take new work.
+  r.streams[0].launch(npurt::kernels::fixed{std::chrono::microseconds{1}});
+  CHECK_FALSE(sync_code(r.streams[0]));
+  npurt::stream fresh = sys.device(1).make_stream();
+  fresh.launch(npurt::kernels::fixed{std::chrono::microseconds{1}});
+  CHECK_FALSE(sync_code(fresh));
+}
+
+TEST_CASE("a lost heartbeat while a collective's transfers are in their latency fails both ranks",
+          "[fault][heartbeat][collective]") {
+  const sim_time start = all_reduce_start();
+  npurt::fault_plan plan;
+  plan.add(npurt::fault_spec::lost_heartbeat(1).at_time(start + std::chrono::nanoseconds{1}));
+  npurt::system sys{preset(2, plan)};
+  npurt::sim::faults_of(sys).enable_fault_detection(ms(1));
+  auto comm = npurt::communicator::init_all(sys);
+  ranks r = two_ranks(sys, 4096);
+  for (int d = 0; d < 2; ++d)
+    comm.all_reduce(r.buffers[d], r.buffers[d], 1024, dtype::f32, reduce_op::sum, r.streams[d]);
+  CHECK(sync_code(r.streams[0]) == errc::remote_error);
+  CHECK(sync_code(r.streams[1]) == errc::lost_heartbeat);
+  r.streams[0].launch(npurt::kernels::fixed{std::chrono::microseconds{1}});
+  CHECK_FALSE(sync_code(r.streams[0]));
+}
+
+TEST_CASE("the op-execute watchdog ends a copy still in its link latency", "[fault][timeout][watchdog][copy]") {
+  const std::size_t bytes = std::size_t{1} << 20;
+  for (const std::int64_t limit_ps : {1'000, 100'000, 1'000'000}) {
+    npurt::system sys{preset(2, npurt::fault_plan{})};
+    npurt::sim::faults_of(sys).set_op_execute_timeout(picoseconds{limit_ps});
+    npurt::host_buffer h(sys, bytes);
+    void* d0 = sys.device(0).malloc(bytes);
+    void* d1 = sys.device(1).malloc(bytes);
+    auto s = sys.device(0).make_stream();
+    s.memcpy(d0, bytes, h.data(), bytes, npurt::memcpy_kind::host_to_device);
+    s.memcpy(d1, bytes, d0, bytes, npurt::memcpy_kind::device_to_device);
+    CHECK(sync_code(s) == errc::task_timeout);
+    // The links it would have used still carry the next copy.
+    npurt::sim::faults_of(sys).set_op_execute_timeout(picoseconds{0});
+    s.memcpy(d1, bytes, d0, bytes, npurt::memcpy_kind::device_to_device);
+    CHECK_FALSE(sync_code(s));
+  }
+}
+
+TEST_CASE("data-parallel training survives a lost heartbeat mid-collective", "[fault][heartbeat][models]") {
+  npurt::fault_plan plan;
+  plan.add(npurt::fault_spec::lost_heartbeat(1).at_time(at(picoseconds{80'000'000})));
+  npurt::system sys{preset(5, plan)};
+  npurt::sim::faults_of(sys).enable_fault_detection(ms(1));
+  npurt::models::dp_training_options o;
+  o.ranks = {0, 1, 2, 3};
+  o.spares = {4};
+  o.steps = 12;
+  o.checkpoint_every = 4;
+  o.params = 1000;
+  const auto result = npurt::models::train_data_parallel(sys, o);
+  CHECK(result.failures >= 1);
+  CHECK_FALSE(result.fatal);
+  CHECK(result.steps_done == 12);
+}
+
+}  // namespace dropped_jobs_test
