@@ -610,11 +610,18 @@ void collective_engine::compute(instance& in) {
     in.error = make_error_code(errc::invalid_pointer);
     if (!in.comm->async_error) in.comm->async_error = in.error;
   };
-  // Inputs are read in full before any output is written: in-place calls are safe.
+  // Inputs are read in full before any output is written: in-place calls are safe. An input
+  // that cannot be read fails the collective on every rank, and no output is written, so that
+  // a freed buffer never passes for one that held nothing.
+  bool unreadable = false;
   auto input = [&](std::size_t i, std::size_t bytes, std::size_t offset = 0) -> std::vector<std::byte> {
     std::vector<std::byte> v;
     const auto* base = static_cast<const std::byte*>(in.calls[i]->send);
     if (const std::byte* src = dev(i, base + offset, bytes)) v.assign(src, src + bytes);
+    else if (bytes != 0) {
+      unreadable = true;
+      fail_data();
+    }
     return v;
   };
   auto output = [&](std::size_t i, const std::vector<std::byte>& v, std::size_t offset = 0) {
@@ -659,6 +666,7 @@ void collective_engine::compute(instance& in) {
     case collective_op::all_gather: {
       std::vector<std::vector<std::byte>> parts(p);
       for (std::size_t j = 0; j < p; ++j) parts[j] = input(j, n);
+      if (unreadable) return;
       for (std::size_t i = 0; i < p; ++i)
         for (std::size_t j = 0; j < p; ++j) output(i, parts[j], j * n);
       break;
@@ -666,6 +674,7 @@ void collective_engine::compute(instance& in) {
     case collective_op::broadcast: {
       const auto root = static_cast<std::size_t>(c0.root);
       const auto v = input(root, n);
+      if (unreadable) return;
       for (std::size_t i = 0; i < p; ++i)
         if (i != root) output(i, v);
       break;
@@ -674,6 +683,7 @@ void collective_engine::compute(instance& in) {
       std::vector<std::vector<std::byte>> blocks(p * p);
       for (std::size_t s = 0; s < p; ++s)
         for (std::size_t d = 0; d < p; ++d) blocks[s * p + d] = input(s, n, d * n);
+      if (unreadable) return;
       for (std::size_t s = 0; s < p; ++s)
         for (std::size_t d = 0; d < p; ++d) output(d, blocks[s * p + d], s * n);
       break;
@@ -683,12 +693,18 @@ void collective_engine::compute(instance& in) {
       for (std::size_t s = 0; s < p; ++s)
         for (std::size_t d = 0; d < p; ++d)
           blocks[s * p + d] = input(s, in.calls[s]->send_counts[d] * es, in.calls[s]->send_displs[d] * es);
+      if (unreadable) return;
       for (std::size_t s = 0; s < p; ++s)
         for (std::size_t d = 0; d < p; ++d) output(d, blocks[s * p + d], in.calls[d]->recv_displs[s] * es);
       break;
     }
     case collective_op::send:
-    case collective_op::recv: output(1, input(0, n)); break;
+    case collective_op::recv: {
+      const auto v = input(0, n);
+      if (unreadable) return;
+      output(1, v);
+      break;
+    }
     case collective_op::barrier: break;
   }
 }

@@ -1,0 +1,68 @@
+// Inputs a collective cannot use: a buffer freed between the call and the run.
+#include "helpers.hpp"
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace coll_inputs_test {
+
+using npurt::collective_op;
+using npurt::dtype;
+using npurt::errc;
+using npurt::reduce_op;
+
+inline std::error_code sync_code(npurt::stream& s) {
+  std::error_code ec;
+  s.synchronize(npurt::no_timeout, ec);
+  return ec;
+}
+
+TEST_CASE("a collective whose input was freed before it ran fails with invalid_pointer on every rank",
+          "[collective][memory]") {
+  const std::string kind = GENERATE(as<std::string>{}, "all_reduce", "reduce", "reduce_scatter", "all_gather",
+                                    "broadcast", "all_to_all", "all_to_allv", "send_recv");
+  CAPTURE(kind);
+  npurt::system sys{npurt::sim::presets::ascend910(2)};
+  auto comm = npurt::communicator::init_all(sys);
+  std::vector<npurt::stream> s;
+  std::vector<void*> in(2), out(2);
+  const std::vector<float> sentinel(8, -7.f);
+  for (int r = 0; r < 2; ++r) {
+    auto& d = sys.device(r);
+    s.push_back(d.make_stream());
+    in[r] = d.malloc(32);
+    out[r] = d.malloc(32);
+    const std::vector<float> h(8, float(r + 1));
+    d.memcpy(in[r], 32, h.data(), 32, npurt::memcpy_kind::host_to_device);
+    d.memcpy(out[r], 32, sentinel.data(), 32, npurt::memcpy_kind::host_to_device);
+  }
+  // Rank 1 arrives late, so rank 0's input is freed before the operation runs.
+  s[1].launch(npurt::kernels::fixed{std::chrono::milliseconds{1}});
+  const std::vector<std::size_t> one{1, 1}, displs{0, 1};
+  for (int r = 0; r < 2; ++r) {
+    if (kind == "all_reduce") comm.all_reduce(in[r], out[r], 4, dtype::f32, reduce_op::sum, s[r]);
+    else if (kind == "reduce") comm.reduce(in[r], out[r], 4, dtype::f32, reduce_op::sum, 1, s[r]);
+    else if (kind == "reduce_scatter") comm.reduce_scatter(in[r], out[r], 2, dtype::f32, reduce_op::sum, s[r]);
+    else if (kind == "all_gather") comm.all_gather(in[r], out[r], 4, dtype::f32, s[r]);
+    else if (kind == "broadcast") comm.broadcast(r == 0 ? in[r] : out[r], 4, dtype::f32, 0, s[r]);
+    else if (kind == "all_to_all") comm.all_to_all(in[r], out[r], 2, dtype::f32, s[r]);
+    else if (kind == "all_to_allv")
+      comm.enqueue(npurt::communicator::all_to_allv_call(in[r], one, displs, out[r], one, displs, dtype::f32), s[r]);
+    else if (r == 0) comm.send(in[0], 4, dtype::f32, 1, s[0]);
+    else comm.recv(out[1], 4, dtype::f32, 0, s[1]);
+  }
+  sys.device(0).free(in[0]);
+  CHECK(sync_code(s[0]) == errc::invalid_pointer);
+  CHECK(sync_code(s[1]) == errc::invalid_pointer);
+  CHECK(comm.async_error() == errc::invalid_pointer);
+  // Nothing written: a partial result would pass for a real one.
+  std::vector<float> got(8);
+  sys.device(1).memcpy(got.data(), 32, out[1], 32, npurt::memcpy_kind::device_to_host);
+  CHECK(got == sentinel);
+}
+
+}  // namespace coll_inputs_test
