@@ -640,6 +640,15 @@ void collective_engine::compute(instance& in) {
     }
     return acc;
   };
+  // The communicator rejects unknown enumerators at the call; a backend driven another way must
+  // not turn them into some other reduction or a silent no-op.
+  auto fail_argument = [&] {
+    in.error = make_error_code(errc::invalid_argument);
+    if (!in.comm->async_error) in.comm->async_error = in.error;
+  };
+  const bool reduces =
+      in.op == collective_op::all_reduce || in.op == collective_op::reduce || in.op == collective_op::reduce_scatter;
+  if (reduces && c0.red > reduce_op::min) return fail_argument();
   std::vector<std::size_t> order(p);
   for (std::size_t i = 0; i < p; ++i) order[i] = i;
   const std::size_t n = c0.count * es;
@@ -706,6 +715,7 @@ void collective_engine::compute(instance& in) {
       break;
     }
     case collective_op::barrier: break;
+    default: return fail_argument();
   }
 }
 

@@ -1,4 +1,5 @@
-// Inputs a collective cannot use: a buffer freed between the call and the run.
+// Inputs a collective cannot use: a buffer freed between the call and the run, and enumerators
+// cast from integers out of their range.
 #include "helpers.hpp"
 
 #include <catch2/catch_test_macros.hpp>
@@ -63,6 +64,40 @@ TEST_CASE("a collective whose input was freed before it ran fails with invalid_p
   std::vector<float> got(8);
   sys.device(1).memcpy(got.data(), 32, out[1], 32, npurt::memcpy_kind::device_to_host);
   CHECK(got == sentinel);
+}
+
+TEST_CASE("enumerators out of their range are refused at the call", "[collective][args]") {
+  npurt::system sys{npurt::sim::presets::ascend910(2)};
+  auto comm = npurt::communicator::init_all(sys);
+  auto s = sys.device(0).make_stream();
+  void* b = sys.device(0).malloc(64);
+  const auto base = npurt::communicator::all_reduce_call(b, b, 4, dtype::f32, reduce_op::sum);
+  std::error_code ec;
+  SECTION("reduce_op") {
+    auto c = base;
+    c.red = static_cast<reduce_op>(9);
+    comm.enqueue(c, s, ec);
+    CHECK(ec == errc::invalid_argument);
+    c.op = collective_op::reduce_scatter;
+    comm.enqueue(c, s, ec);
+    CHECK(ec == errc::invalid_argument);
+  }
+  SECTION("collective_op") {
+    auto c = base;
+    c.op = static_cast<collective_op>(42);
+    comm.enqueue(c, s, ec);
+    CHECK(ec == errc::invalid_argument);
+  }
+  SECTION("collective_algorithm, per call and per communicator") {
+    auto c = base;
+    c.algorithm = static_cast<npurt::collective_algorithm>(17);
+    comm.enqueue(c, s, ec);
+    CHECK(ec == errc::invalid_argument);
+    CHECK_THROWS_AS(comm.set_algorithm(static_cast<npurt::collective_algorithm>(17)), npurt::caller_error);
+    CHECK(comm.algorithm() == npurt::collective_algorithm::automatic);
+  }
+  CHECK(sync_code(s) == std::error_code{});  // nothing was enqueued
+  CHECK_FALSE(comm.async_error());
 }
 
 }  // namespace coll_inputs_test

@@ -120,6 +120,8 @@ NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> co
 
 NPURT_DECL void communicator::set_algorithm(collective_algorithm a) {
   if (!state_) throw_error(make_error_code(errc::invalid_argument), "npurt::communicator: empty handle");
+  if (a > collective_algorithm::hierarchical)
+    throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::set_algorithm: unknown algorithm");
   state_->algorithm = a;
 }
 
@@ -158,6 +160,13 @@ NPURT_DECL std::error_code communicator::check(const collective_call& c, device_
   const std::uint32_t p = state_->size();
   const std::size_t es = size_of(c.type);
   if (es == 0) return make_error_code(errc::invalid_dtype);
+  // Enumerators from a cast integer: the simulator would otherwise run them as some other
+  // operation (or none) and complete with a wrong answer.
+  if (c.op > collective_op::barrier || c.algorithm > collective_algorithm::hierarchical)
+    return make_error_code(errc::invalid_argument);
+  const bool reduces =
+      c.op == collective_op::all_reduce || c.op == collective_op::reduce || c.op == collective_op::reduce_scatter;
+  if (reduces && c.red > reduce_op::min) return make_error_code(errc::invalid_argument);
   const bool needs_root = c.op == collective_op::broadcast || c.op == collective_op::reduce ||
                           c.op == collective_op::send || c.op == collective_op::recv;
   if (needs_root && (c.root < 0 || static_cast<std::uint32_t>(c.root) >= p))
