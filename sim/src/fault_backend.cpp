@@ -358,13 +358,13 @@ void fault_backend::submit(task_info& t) {
   const std::uint64_t pos = ++d.stream_tasks[t.stream];
   const sim_time now = host_->now();
   if (status(t.device) == device_status::lost) {
-    hold(t, make_error_code(errc::device_lost), now);  // until reset, nothing runs on it
+    hold_collective(t, make_error_code(errc::device_lost), now);  // until reset, nothing runs on it
     return;
   }
   notice_windows();
   evaluate_triggers(t, pos);
   if (d.silent_since && *d.silent_since <= now) {
-    hold(t, silent_error(t, t.device), silent_release_time(t, t.device), true, false, t.device);
+    hold_collective(t, silent_error(t, t.device), silent_release_time(t, t.device), true, false, t.device);
     return;
   }
   for (std::size_t i = 0; i < plan_.faults.size(); ++i) {
@@ -392,8 +392,9 @@ void fault_backend::submit(task_info& t) {
     device_id silent_member = -1;
     if (const std::error_code ec = collective_fate(t, &silent_member)) {
       if (silent_member >= 0)
-        hold(t, silent_error(t, silent_member), silent_release_time(t, silent_member), false, true, silent_member);
-      else hold(t, ec, now);
+        hold_collective(t, silent_error(t, silent_member), silent_release_time(t, silent_member), false, true,
+                        silent_member);
+      else hold_collective(t, ec, now);
       return;
     }
   }
@@ -486,7 +487,41 @@ void fault_backend::release(std::uint64_t task_id) {
   if (t.start > now) t.start = now;
   if (t.end < now) t.end = now;
   if (h.silent && h.silent_device == t.device) devices_[static_cast<std::size_t>(t.device)].lost = true;
+  if (h.unseen && h.ec) note_collective_failure(t, h.ec);
   deliver(t, h.ec, h.timer, h.limit);
+}
+
+void fault_backend::hold_collective(task_info& t, std::error_code ec, sim_time at, bool silent, bool remote,
+                                    device_id silent_device) {
+  hold(t, ec, at, silent, remote, silent_device);
+  if (t.kind == task_kind::collective) held_[t.id].unseen = true;
+}
+
+void fault_backend::note_collective_failure(const task_info& t, std::error_code ec) {
+  // The collective engine notes the failures it sees (async_error, message, records); one this
+  // layer decides never reaches it, and HcclGetCommAsyncError must still report it.
+  if (!t.collective || !t.collective->comm) return;
+  collective_comm_state& c = *t.collective->comm;
+  const collective_op op = t.collective->calls.empty() ? collective_op::all_reduce : t.collective->calls.front().op;
+  const bool p2p = op == collective_op::send || op == collective_op::recv;
+  const std::uint64_t seq = t.collective->sequence.empty() ? 0 : t.collective->sequence.front();
+  const auto [it, first] = noted_.try_emplace(std::make_tuple(c.id, seq, p2p), 0u);
+  if (++it->second >= (p2p ? 2u : c.size())) noted_.erase(it);
+  if (!first) return;
+  if (!c.async_error) c.async_error = ec;
+  if (!c.message.empty()) c.message += "\n";
+  c.message += std::string(to_string(op)) + " #" + std::to_string(seq) + " of communicator '" + c.name + "' (id " +
+               std::to_string(c.id) + ") failed on rank " + std::to_string(t.collective->rank) + " (device " +
+               std::to_string(t.device) + "): " + ec.message();
+  if (c.keep_records) {
+    collective_record r;
+    r.sequence = seq;
+    r.op = op;
+    r.arrival.assign(c.size(), sim_time{});
+    r.start = r.end = host_->now();
+    r.error = ec;
+    c.records.push_back(std::move(r));
+  }
 }
 
 void fault_backend::deliver(task_info& t, std::error_code ec, timeout_kind timer, picoseconds limit) {

@@ -1,5 +1,6 @@
 // Tasks ended before they finish (a device reset, a lost heartbeat, the op-execute watchdog)
-// while a transfer is still in its latency, before it draws on any link.
+// while a transfer is still in its latency, before it draws on any link; failures the fault
+// layer decides for collectives, as the communicator reports them.
 #include "common.hpp"
 
 #include <npurt/models/dp_training.hpp>
@@ -130,6 +131,56 @@ TEST_CASE("data-parallel training survives a lost heartbeat mid-collective", "[f
   CHECK(result.failures >= 1);
   CHECK_FALSE(result.fatal);
   CHECK(result.steps_done == 12);
+}
+
+TEST_CASE("a collective failed by the fault layer sets the communicator's async error and records",
+          "[fault][collective][async_error]") {
+  SECTION("a link down fails the operation before it reaches the collective engine") {
+    npurt::fault_plan plan;
+    plan.add(npurt::fault_spec::link_down(1, ms(1)).at_time(at(picoseconds{0})));
+    npurt::system sys{preset(2, plan)};
+    auto comm = npurt::communicator::init_all(sys, {.keep_records = true});
+    ranks r = two_ranks(sys, 64);
+    for (int d = 0; d < 2; ++d)
+      comm.all_reduce(r.buffers[d], r.buffers[d], 4, dtype::f32, reduce_op::sum, r.streams[d]);
+    CHECK(sync_code(r.streams[0]) == errc::link_failure);
+    CHECK(sync_code(r.streams[1]) == errc::link_failure);
+    std::string message;
+    CHECK(comm.async_error(&message) == errc::link_failure);
+    CHECK(message.find("all_reduce #") != std::string::npos);
+    REQUIRE(comm.records().size() == 1);  // one operation, however many ranks failed
+    CHECK(comm.records()[0].error == errc::link_failure);
+    CHECK(comm.records()[0].op == npurt::collective_op::all_reduce);
+  }
+  SECTION("a lost member: the first error is the one kept, with a message per operation") {
+    npurt::fault_plan plan;
+    plan.add(npurt::fault_spec::hbm_ecc(1).at_time(at(picoseconds{0})));
+    npurt::system sys{preset(2, plan)};
+    auto comm = npurt::communicator::init_all(sys, {.exec_timeout = ms(3)});
+    ranks r = two_ranks(sys, 64);
+    r.streams[1].memset(r.buffers[1], 64, 0, 64);
+    CHECK(sync_code(r.streams[1]) == errc::hbm_ecc_error);
+    for (int d = 0; d < 2; ++d)
+      comm.all_reduce(r.buffers[d], r.buffers[d], 4, dtype::f32, reduce_op::sum, r.streams[d]);
+    CHECK(sync_code(r.streams[0]) == errc::remote_error);
+    CHECK(sync_code(r.streams[1]) == errc::device_lost);
+    std::string message;
+    CHECK(comm.async_error(&message) == errc::remote_error);
+    CAPTURE(message);
+    CHECK(message.find("all_reduce #0") != std::string::npos);
+    CHECK(message.find('\n') == std::string::npos);
+  }
+  SECTION("a fault-free communicator keeps no error") {
+    npurt::system sys{preset(2, npurt::fault_plan{})};
+    auto comm = npurt::communicator::init_all(sys, {.keep_records = true});
+    ranks r = two_ranks(sys, 64);
+    for (int d = 0; d < 2; ++d)
+      comm.all_reduce(r.buffers[d], r.buffers[d], 4, dtype::f32, reduce_op::sum, r.streams[d]);
+    for (auto& s : r.streams) CHECK_FALSE(sync_code(s));
+    CHECK_FALSE(comm.async_error());
+    REQUIRE(comm.records().size() == 1);
+    CHECK_FALSE(comm.records()[0].error);
+  }
 }
 
 }  // namespace dropped_jobs_test

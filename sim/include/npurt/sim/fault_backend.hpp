@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -130,6 +131,7 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
     bool silent = false;  // waits for its device's heartbeat detection or its watchdog
     bool remote = false;  // a peer's collective waiting for a silent member's detection
     device_id silent_device = -1;
+    bool unseen = false;  // a collective the collective engine never saw: its failure is noted here
   };
   struct device_state {
     bool lost = false;
@@ -159,6 +161,9 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   void deliver(task_info& t, std::error_code ec, timeout_kind timer = timeout_kind::op_execute,
                picoseconds limit = picoseconds{0});
   void fail_peer_collectives(device_id dev);
+  void hold_collective(task_info& t, std::error_code ec, sim_time at, bool silent = false, bool remote = false,
+                       device_id silent_device = -1);
+  void note_collective_failure(const task_info& t, std::error_code ec);
   void record(std::size_t spec, device_id dev, std::uint64_t task);
   bool trial(std::size_t spec, std::uint64_t key) const noexcept;
   void notice_windows();
@@ -185,6 +190,9 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   std::unordered_map<std::uint64_t, watch> watches_;           // op-execute watchdogs of in-flight tasks
   // A collective's fate is decided once, by its first rank, so all ranks agree.
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::pair<std::error_code, std::uint32_t>> fates_;
+  // Operations failed here, before the collective engine: (communicator, sequence, point-to-point)
+  // -> ranks that failed so far, so that the communicator notes each operation once.
+  std::map<std::tuple<std::uint64_t, std::uint64_t, bool>, std::uint32_t> noted_;
   std::map<std::uint64_t, std::function<void(const exception_info&)>> callbacks_;
   std::uint64_t next_callback_ = 1;
   std::vector<fault_record> records_;
