@@ -212,6 +212,10 @@ class out_of_memory_error : public resource_error {
 /// As throw_error, with the value of the timer that fired when ec is a timeout (timeout_error's
 /// limit(), in picoseconds).
 [[noreturn]] NPURT_DECL void throw_error(std::error_code ec, std::string_view what, std::int64_t timeout_limit_ps);
+/// As throw_error, from a raiser that knows which device the error is about: a device_error
+/// names it in device().
+[[noreturn]] NPURT_DECL void throw_error_on(std::int32_t device, std::error_code ec, std::string_view what = {},
+                                            std::int64_t timeout_limit_ps = 0);
 
 /// The error type of async completion signatures: Asio's. npurt's category is a Boost.System
 /// category whose std::error_category face is the one error_category() returns, so the same
@@ -223,6 +227,10 @@ using async_error_code = boost::system::error_code;
 /// Throws if ec is set: the bridge from the error_code& overloads to the throwing ones.
 inline void throw_if(std::error_code ec, std::string_view what = {}) {
   if (ec) throw_error(ec, what);
+}
+/// throw_if, naming the device the error is about.
+inline void throw_if_on(std::int32_t device, std::error_code ec, std::string_view what = {}) {
+  if (ec) throw_error_on(device, ec, what);
 }
 
 }  // namespace npurt

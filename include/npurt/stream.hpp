@@ -170,6 +170,8 @@ class stream {
   NPURT_DECL void release() noexcept;
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* f);
   NPURT_DECL detail::stream_state* state(std::error_code& ec) const noexcept;
+  // The stream's device for an exception to name, or -1 when the stream is gone.
+  NPURT_DECL std::int32_t device_or_none() const noexcept;
   /// The task of a kernels::fixed launch when nothing about it can fail (a live stream on its
   /// own thread, a block_dim the backend accepts); null otherwise: the general path reports why.
   NPURT_DECL detail::task* live_fixed_launch(const kernel_desc& k);

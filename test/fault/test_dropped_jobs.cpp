@@ -1,6 +1,7 @@
 // Tasks ended before they finish (a device reset, a lost heartbeat, the op-execute watchdog)
 // while a transfer is still in its latency, before it draws on any link; failures the fault
-// layer decides for collectives, as the communicator reports them.
+// layer decides for collectives, as the communicator reports them; the device a device_error
+// names.
 #include "common.hpp"
 
 #include <npurt/models/dp_training.hpp>
@@ -181,6 +182,34 @@ TEST_CASE("a collective failed by the fault layer sets the communicator's async 
     REQUIRE(comm.records().size() == 1);
     CHECK_FALSE(comm.records()[0].error);
   }
+}
+
+TEST_CASE("a device_error names the device when the raiser knows it", "[fault][lost][error]") {
+  npurt::fault_plan plan;
+  plan.add(npurt::fault_spec::hbm_ecc(1).at_time(at(picoseconds{0})));
+  npurt::system sys{preset(2, plan)};
+  auto& dev = sys.device(1);
+  auto s = dev.make_stream();
+  void* p = dev.malloc(64);
+  s.memset(p, 64, 0, 64);
+  const auto device_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const npurt::device_error& e) {
+      CHECK(e.status() == npurt::device_status::lost);
+      return e.device();
+    }
+    FAIL("no device_error");
+    return -2;
+  };
+  CHECK(device_of([&] { dev.synchronize(); }) == 1);
+  CHECK(device_of([&] { (void)dev.malloc(64); }) == 1);
+  CHECK(device_of([&] { s.launch(npurt::kernels::fixed{std::chrono::milliseconds{1}}); }) == 1);
+  CHECK(device_of([&] { s.memset(p, 64, 0, 64); }) == 1);
+  // Raised with no device to name, it stays -1.
+  try {
+    npurt::throw_error(make_error_code(errc::device_lost), "no device");
+  } catch (const npurt::device_error& e) { CHECK(e.device() == -1); }
 }
 
 }  // namespace dropped_jobs_test

@@ -146,9 +146,10 @@ struct failure {
 
 /// Throws the failure as the throwing overloads report it: a timeout_error that names its
 /// timer and limit, or the error class's exception.
-[[noreturn]] inline void throw_failure(const failure& f, const std::string& what) {
+/// `device`: the device the failure is about, when the raiser knows it.
+[[noreturn]] inline void throw_failure(const failure& f, const std::string& what, std::int32_t device = -1) {
   if (is_timeout(f.ec)) throw timeout_error(f.ec, what, f.timer, f.timeout_limit);
-  throw_error(f.ec, what);
+  throw_error_on(device, f.ec, what);
 }
 
 /// A waiter on a stream position: runs fn(self, ctx, ec) when the stream completes task `seq` (or

@@ -50,7 +50,7 @@ NPURT_DECL void* device::malloc(std::size_t bytes) {
                                      " total capacity; " + detail::ca_detail::format_size(i.allocated) +
                                      " already allocated; " + detail::ca_detail::format_size(i.free) + " free)");
   }
-  throw_if(ec, "npurt::device::malloc");
+  throw_if_on(id_, ec, "npurt::device::malloc");
   return p;
 }
 
@@ -59,8 +59,8 @@ NPURT_DECL void device::free(void* p, std::error_code& ec) noexcept { rt_->memor
 NPURT_DECL void device::free(void* p) {
   std::error_code ec;
   free(p, ec);
-  if (ec == errc::invalid_pointer) throw_error(ec, "npurt::device::free: " + rt_->memory().why_not_live(p));
-  throw_if(ec, "npurt::device::free");
+  if (ec == errc::invalid_pointer) throw_error_on(id_, ec, "npurt::device::free: " + rt_->memory().why_not_live(p));
+  throw_if_on(id_, ec, "npurt::device::free");
 }
 
 NPURT_DECL mem_info device::memory_info() const {
@@ -104,13 +104,14 @@ NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout) {
   detail::failure f;
   synchronize(timeout, ec, &f);
   if (f.exception) std::rethrow_exception(f.exception);
-  if (f) detail::throw_failure(f, "npurt::device::synchronize: device " + std::to_string(id_) + ": " + f.describe());
+  if (f)
+    detail::throw_failure(f, "npurt::device::synchronize: device " + std::to_string(id_) + ": " + f.describe(), id_);
   if (ec == errc::not_supported && rt_->in_run())
     throw_error(ec,
                 "npurt::device::synchronize blocks, which is not possible inside system::run (in a coroutine "
                 "or handler); use co_await dev.async_synchronize(asio::use_awaitable)");
   if (ec == errc::wait_timeout) throw_error(ec, "npurt::device::synchronize", timeout.value_or(picoseconds{0}).count());
-  throw_if(ec, "npurt::device::synchronize");
+  throw_if_on(id_, ec, "npurt::device::synchronize");
 }
 
 NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
@@ -133,7 +134,7 @@ NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, 
     throw_error(ec,
                 "npurt::device::memcpy blocks, which is not possible inside system::run (in a coroutine or "
                 "handler); use co_await s.async_memcpy(..., asio::use_awaitable)");
-  throw_if(ec, "npurt::device::memcpy");
+  throw_if_on(id_, ec, "npurt::device::memcpy");
 }
 
 NPURT_DECL void device::finish_reset() noexcept {
@@ -154,7 +155,7 @@ NPURT_DECL void device::reset(std::error_code& ec) {
 NPURT_DECL void device::reset() {
   std::error_code ec;
   reset(ec);
-  throw_if(ec, "npurt::device::reset");
+  throw_if_on(id_, ec, "npurt::device::reset");
 }
 
 }  // namespace npurt

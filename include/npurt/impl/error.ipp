@@ -108,11 +108,16 @@ NPURT_DECL const std::error_category& error_class_category() noexcept {
 NPURT_DECL void throw_error(std::error_code ec, std::string_view what) { throw_error(ec, what, 0); }
 
 NPURT_DECL void throw_error(std::error_code ec, std::string_view what, std::int64_t timeout_limit_ps) {
+  throw_error_on(-1, ec, what, timeout_limit_ps);
+}
+
+NPURT_DECL void throw_error_on(std::int32_t device, std::error_code ec, std::string_view what,
+                               std::int64_t timeout_limit_ps) {
   std::string msg{what};
   if (is_timeout(ec)) throw timeout_error(ec, msg, timeout_kind_of(ec), timeout_limit_ps);
   if (ec == errc::deadlock) throw deadlock_error(ec, msg);
   if (ec == error_class::resource) throw resource_error(ec, msg);
-  if (ec == error_class::device) throw device_error(ec, msg);
+  if (ec == error_class::device) throw device_error(ec, msg, device, status_after(ec));
   throw caller_error(ec, msg);
 }
 

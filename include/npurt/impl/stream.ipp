@@ -353,6 +353,12 @@ NPURT_DECL detail::task* stream::make_callback(std::function<void()> fn, std::er
 
 // --- fire and forget -------------------------------------------------------------------------
 
+NPURT_DECL std::int32_t stream::device_or_none() const noexcept {
+  std::error_code ec;
+  const detail::stream_state* s = state(ec);
+  return s ? s->device : -1;
+}
+
 NPURT_DECL event stream::launch(const kernel_desc& k, std::error_code& ec) {
   if (detail::task* t = live_fixed_launch(k)) [[likely]] {
     ec.clear();
@@ -368,7 +374,7 @@ NPURT_DECL event stream::launch(const kernel_desc& k) {
   std::error_code ec;
   std::string what;
   detail::task* t = make_launch(k, ec, &what);
-  if (!t) throw_error(ec, "npurt::stream::launch: " + (what.empty() ? ec.message() : what));
+  if (!t) throw_error_on(device_or_none(), ec, "npurt::stream::launch: " + (what.empty() ? ec.message() : what));
   return submit(t);
 }
 
@@ -391,7 +397,7 @@ NPURT_DECL event stream::launch(const shared_kernel& k) {
   std::error_code ec;
   std::string what;
   detail::task* t = make_launch(*k, &k, ec, &what);
-  if (!t) throw_error(ec, "npurt::stream::launch: " + (what.empty() ? ec.message() : what));
+  if (!t) throw_error_on(device_or_none(), ec, "npurt::stream::launch: " + (what.empty() ? ec.message() : what));
   return submit(t);
 }
 
@@ -407,9 +413,9 @@ NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src,
   if (ec == errc::invalid_pointer && rt_) {
     std::string why = rt_->memory().why_not_live(dst);
     if (why.empty() || !detail::is_device_address(dst)) why = rt_->memory().why_not_live(src);
-    throw_error(ec, "npurt::stream::memcpy: " + why);
+    throw_error_on(device_or_none(), ec, "npurt::stream::memcpy: " + why);
   }
-  throw_if(ec, "npurt::stream::memcpy");
+  throw_if_on(device_or_none(), ec, "npurt::stream::memcpy");
   return e;
 }
 
@@ -421,8 +427,9 @@ NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::
 NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::size_t count) {
   std::error_code ec;
   event e = memset(dst, dst_max, value, count, ec);
-  if (ec == errc::invalid_pointer && rt_) throw_error(ec, "npurt::stream::memset: " + rt_->memory().why_not_live(dst));
-  throw_if(ec, "npurt::stream::memset");
+  if (ec == errc::invalid_pointer && rt_)
+    throw_error_on(device_or_none(), ec, "npurt::stream::memset: " + rt_->memory().why_not_live(dst));
+  throw_if_on(device_or_none(), ec, "npurt::stream::memset");
   return e;
 }
 
@@ -448,7 +455,7 @@ NPURT_DECL void stream::record(event& e, std::error_code& ec) {
 NPURT_DECL void stream::record(event& e) {
   std::error_code ec;
   record(e, ec);
-  throw_if(ec, "npurt::stream::record");
+  throw_if_on(device_or_none(), ec, "npurt::stream::record");
 }
 
 NPURT_DECL void stream::wait(const event& e, std::error_code& ec) {
@@ -459,7 +466,7 @@ NPURT_DECL void stream::wait(const event& e, std::error_code& ec) {
 NPURT_DECL void stream::wait(const event& e) {
   std::error_code ec;
   wait(e, ec);
-  throw_if(ec, "npurt::stream::wait");
+  throw_if_on(device_or_none(), ec, "npurt::stream::wait");
 }
 
 NPURT_DECL event stream::launch_callback(std::function<void()> fn, std::error_code& ec) {
@@ -470,7 +477,7 @@ NPURT_DECL event stream::launch_callback(std::function<void()> fn, std::error_co
 NPURT_DECL event stream::launch_callback(std::function<void()> fn) {
   std::error_code ec;
   event e = launch_callback(std::move(fn), ec);
-  throw_if(ec, "npurt::stream::launch_callback");
+  throw_if_on(device_or_none(), ec, "npurt::stream::launch_callback");
   return e;
 }
 
@@ -489,7 +496,7 @@ NPURT_DECL bool stream::query() const {
   throw_if(ec, "npurt::stream::query");
   detail::failure f = rt_->take_stream_failure(s->id);
   if (f.exception) std::rethrow_exception(f.exception);
-  if (f) detail::throw_failure(f, "npurt::stream::query: " + f.describe());
+  if (f) detail::throw_failure(f, "npurt::stream::query: " + f.describe(), s->device);
   return s->head == nullptr;
 }
 
@@ -517,13 +524,13 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout) {
   detail::failure f;
   synchronize(timeout, ec, &f);
   if (f.exception) std::rethrow_exception(f.exception);
-  if (f) detail::throw_failure(f, "npurt::stream::synchronize: " + f.describe());
+  if (f) detail::throw_failure(f, "npurt::stream::synchronize: " + f.describe(), device_or_none());
   if (ec == errc::not_supported && rt_ && rt_->in_run())
     throw_error(ec,
                 "npurt::stream::synchronize blocks, which is not possible inside system::run (in a coroutine "
                 "or handler); use co_await s.async_synchronize(asio::use_awaitable)");
   if (ec == errc::wait_timeout) throw_error(ec, "npurt::stream::synchronize", timeout.value_or(picoseconds{0}).count());
-  throw_if(ec, "npurt::stream::synchronize");
+  throw_if_on(device_or_none(), ec, "npurt::stream::synchronize");
 }
 
 }  // namespace npurt
