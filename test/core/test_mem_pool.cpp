@@ -72,6 +72,39 @@ TEST_CASE("another stream reuses a freed block only when the free's position is 
   CHECK((c == a || c == b));
 }
 
+TEST_CASE("free_async is stream-ordered: work queued before it, on its stream or a recorded one, runs on the block",
+          "[core][pool]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto& pool = dev.mem_pool();
+  auto s1 = dev.make_stream(), s2 = dev.make_stream();
+  std::vector<unsigned char> in(4096), out(4096, 0), out2(4096, 0);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 7 + 3);
+  // cudaMemcpyAsync(p); cudaFreeAsync(p, s): the copies run before the free, on the block.
+  void* p = pool.malloc_async(in.size(), s1);
+  s1.memcpy(p, in.size(), in.data(), in.size(), npurt::memcpy_kind::host_to_device);
+  s1.memcpy(out.data(), out.size(), p, in.size(), npurt::memcpy_kind::device_to_host);
+  pool.free_async(p, s1);
+  CHECK_NOTHROW(s1.synchronize());
+  CHECK(out == in);
+  // Another stream reads it, record_stream orders the reuse after that read, the free is on s1.
+  void* q = pool.malloc_async(in.size(), s1);
+  s1.memcpy(q, in.size(), in.data(), in.size(), npurt::memcpy_kind::host_to_device);
+  auto written = dev.make_event();
+  s1.record(written);
+  s2.wait(written);
+  s2.memcpy(out2.data(), out2.size(), q, in.size(), npurt::memcpy_kind::device_to_host);
+  pool.record_stream(q, s2);
+  pool.free_async(q, s1);
+  CHECK_NOTHROW(s2.synchronize());
+  CHECK_NOTHROW(s1.synchronize());
+  CHECK(out2 == in);
+  // Work queued after the free is still refused at the call.
+  std::error_code ec;
+  s1.memcpy(q, in.size(), in.data(), in.size(), npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+}
+
 TEST_CASE("a pool block cannot be used after its free nor freed with device::free", "[core][pool][error]") {
   npurt::system sys{simple()};
   auto& dev = sys.device(0);

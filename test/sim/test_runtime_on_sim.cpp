@@ -8,6 +8,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -212,3 +213,23 @@ TEST_CASE("a fixed kernel's block_dim is checked against the cube cores, never c
 }
 
 }  // namespace
+
+TEST_CASE("a kernel queued before the stream-ordered free of its operands runs on them", "[sim][runtime][pool]") {
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  auto& dev = sys.device(0);
+  auto& pool = dev.mem_pool();
+  auto s = dev.make_stream();
+  std::vector<float> in{-2, -1, 0, 1, 2, 3, -4, 5}, out(in.size(), 7.0f);
+  const std::size_t bytes = in.size() * sizeof(float);
+  void* x = pool.malloc_async(bytes, s);
+  void* y = pool.malloc_async(bytes, s);
+  s.memcpy(x, bytes, in.data(), bytes, npurt::memcpy_kind::host_to_device);
+  const npurt::shape shp{static_cast<std::int64_t>(in.size())};
+  s.launch(npurt::kernels::elementwise{
+      npurt::kernels::eltwise_fn::relu, {x, shp, npurt::dtype::f32}, {}, {y, shp, npurt::dtype::f32}});
+  s.memcpy(out.data(), bytes, y, bytes, npurt::memcpy_kind::device_to_host);
+  pool.free_async(x, s);
+  pool.free_async(y, s);
+  REQUIRE_NOTHROW(s.synchronize());
+  for (std::size_t i = 0; i < in.size(); ++i) CHECK(out[i] == std::max(in[i], 0.0f));
+}

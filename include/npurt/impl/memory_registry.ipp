@@ -233,11 +233,19 @@ NPURT_DECL std::size_t memory_registry::device_used(device_id dev) const noexcep
 }
 
 NPURT_DECL std::byte* memory_registry::translate(device_id dev, const void* addr, std::size_t bytes) noexcept {
-  const allocation* a = find_allocation(addr);
-  if (!a || a->device != dev || !a->backing) return nullptr;
-  const auto off = reinterpret_cast<std::uint64_t>(addr) - a->address;
-  if (bytes > a->bytes - off) return nullptr;
-  return a->backing + off;
+  // Queued work reaches memory when it runs. A pool block may be freed after the work was
+  // queued (free_async on the same stream, or on another after record_stream): the free is
+  // stream-ordered, as cudaFreeAsync's, and the block stays the pool's until its free is behind
+  // its streams. So work translates through the pool's segment, not the block; the call that
+  // queued it checked the block.
+  const auto at = reinterpret_cast<std::uint64_t>(addr);
+  auto it = allocations_.upper_bound(at);
+  if (it == allocations_.begin()) return nullptr;
+  const allocation& a = std::prev(it)->second;
+  if (at >= a.address + a.bytes || a.device != dev || !a.backing) return nullptr;
+  const auto off = at - a.address;
+  if (bytes > a.bytes - off) return nullptr;
+  return a.backing + off;
 }
 
 NPURT_DECL void memory_registry::release_device_memory(device_id dev) noexcept {
