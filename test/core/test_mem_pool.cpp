@@ -239,4 +239,31 @@ TEST_CASE("the compact strategy keeps one growable arena per stream with working
   pool.free_async(b, s);
 }
 
+TEST_CASE("configure_mem_pool with invalid options keeps the existing pool", "[core][pool][error]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto& pool = dev.mem_pool();
+  void* p = pool.malloc_async(4096, s);
+  std::vector<char> in(4096, 42), out(4096, 0);
+  s.memcpy(p, 4096, in.data(), 4096, npurt::memcpy_kind::host_to_device);
+  s.synchronize();
+  const auto reserved = pool.get_attribute(npurt::mem_pool_attr::reserved_mem_current);
+  REQUIRE(reserved > 0);
+  npurt::mem_pool_options bad;
+  bad.granule = 3;
+  try {
+    dev.configure_mem_pool(bad);
+    FAIL("no exception");
+  } catch (const std::system_error& e) { CHECK(e.code() == npurt::errc::invalid_config); }
+  CHECK(dev.mem_pool().get_attribute(npurt::mem_pool_attr::reserved_mem_current) == reserved);
+  std::error_code ec;
+  s.memcpy(out.data(), out.size(), p, 4096, npurt::memcpy_kind::device_to_host, ec);
+  CHECK_FALSE(ec);
+  s.synchronize();
+  CHECK(out == in);
+  dev.mem_pool().free_async(p, s, ec);
+  CHECK_FALSE(ec);
+}
+
 }  // namespace

@@ -17,8 +17,10 @@ NPURT_DECL npurt::mem_pool& device::mem_pool() {
 }
 
 NPURT_DECL npurt::mem_pool& device::configure_mem_pool(const mem_pool_options& opts) {
-  pool_.reset();
-  pool_ = std::make_unique<npurt::mem_pool>(*rt_, id_, opts);
+  // The new pool is built first: its constructor validates the options, and bad ones must leave
+  // the old pool and its live blocks as they were.
+  auto fresh = std::make_unique<npurt::mem_pool>(*rt_, id_, opts);
+  pool_ = std::move(fresh);
   return *pool_;
 }
 
