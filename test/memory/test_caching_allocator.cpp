@@ -270,6 +270,29 @@ TEST_CASE("record_stream without a fence records one at free time", "[memory][al
   check_invariants(a);
 }
 
+TEST_CASE("trigger_gc keeps a segment whose free is still ahead of its stream", "[memory][allocator]") {
+  counting_provider dev(1024 * mib);
+  fake_streams rt;
+  caching_allocator_options o;
+  o.garbage_collection_threshold = 0.5;
+  caching_allocator a(dev, o, rt.ordered());
+  const auto busy = a.allocate(30 * mib, 0);
+  const auto idle = a.allocate(30 * mib, 1);
+  a.deallocate(busy, 0);  // fence 1, not reached: queued work on stream 0 may still write it
+  a.deallocate(idle, 1);  // fence 2
+  rt.done.insert(2);
+  a.trigger_gc();
+  CHECK(a.reserved_current() == 30 * mib);
+  CHECK(a.stats().num_gc_freed_blocks == 1);
+  const auto snap = a.snapshot();
+  REQUIRE(snap.segments.size() == 1);
+  CHECK(snap.segments.front().addr == busy);
+  rt.done.insert(1);
+  a.trigger_gc();
+  CHECK(a.reserved_current() == 0);
+  check_invariants(a);
+}
+
 TEST_CASE("max_split_size keeps oversize blocks whole and reserves them for big requests", "[memory][allocator]") {
   counting_provider dev(4096 * mib);
   caching_allocator_options o;

@@ -149,8 +149,14 @@ NPURT_DECL void caching_allocator::garbage_collect(bool forced) {
     const double avg = total_age / static_cast<double>(cand.size());
     std::sort(cand.begin(), cand.end(), [](const block* a, const block* b) { return a->addr < b->addr; });
     bool done = false;
+    bool released = false;
     for (block* b : cand) {
       if (static_cast<double>(free_search_count_ - b->gc_base) < avg) continue;
+      // Queued work may still use a block whose free is ahead of its stream, so its segment
+      // stays until that work is done, as in release_all_cached. It still counts in the
+      // average age: skipping it must not change which other segments go.
+      if (!free_is_behind(b)) continue;
+      released = true;
       freed += static_cast<double>(b->size);
       ++stats_.num_gc_freed_blocks;
       release_segment(b->seg);
@@ -159,7 +165,7 @@ NPURT_DECL void caching_allocator::garbage_collect(bool forced) {
         break;
       }
     }
-    if (done || target <= 0.0) return;
+    if (done || target <= 0.0 || !released) return;
   }
 }
 
