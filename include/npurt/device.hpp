@@ -104,6 +104,8 @@ class device {
 
  private:
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* out);
+  NPURT_DECL void memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
+                         std::error_code& ec, detail::failure* out);
   NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> pending_positions() const;
   NPURT_DECL void finish_reset() noexcept;
   friend detail::runtime& detail::runtime_of(device& dev) noexcept;

@@ -75,6 +75,31 @@ TEST_CASE("the device and the stream's query report a failure too", "[core][erro
   CHECK(!after.status());
 }
 
+TEST_CASE("a blocking device memcpy reports and reads the device's earlier failure", "[core][error][sticky]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  failing_copy c;
+  c.enqueue(dev, s);
+  auto done = dev.make_event();
+  s.record(done);
+  std::error_code ec;
+  done.synchronize(npurt::no_timeout, ec);  // the failure has happened; an event does not read it
+  std::vector<char> host(64, 1);
+  void* d = dev.malloc(64);
+  dev.memcpy(d, 64, host.data(), 64, npurt::memcpy_kind::host_to_device, ec);
+  CHECK(ec == npurt::errc::invalid_pointer);
+  dev.synchronize(npurt::no_timeout, ec);
+  CHECK(!ec);
+  auto s2 = dev.make_stream();
+  s2.launch_callback([] { throw std::runtime_error("callback exploded"); });
+  s2.synchronize(npurt::no_timeout, ec);  // reads the stream's record, not the device's
+  CHECK(ec == npurt::errc::callback_failed);
+  CHECK_THROWS_WITH(dev.memcpy(d, 64, host.data(), 64, npurt::memcpy_kind::host_to_device), "callback exploded");
+  CHECK_NOTHROW(dev.memcpy(d, 64, host.data(), 64, npurt::memcpy_kind::host_to_device));
+  dev.free(d);
+}
+
 TEST_CASE("an event reports its stream's unread failure after the stream is destroyed, until a device reset",
           "[core][error][sticky]") {
   npurt::system sys{simple()};

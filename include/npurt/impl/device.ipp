@@ -118,6 +118,11 @@ NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout) {
 
 NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                                std::error_code& ec) {
+  memcpy(dst, dst_max, src, count, kind, ec, nullptr);
+}
+
+NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
+                               std::error_code& ec, detail::failure* out) {
   ec.clear();
   if ((ec = rt_->check_thread())) return;
   if (rt_->in_run()) {
@@ -127,11 +132,21 @@ NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, 
   if (!copy_stream_ || !copy_stream_->valid()) copy_stream_ = std::make_unique<stream>(make_stream());
   copy_stream_->memcpy(dst, dst_max, src, count, kind, ec);
   if (!ec) copy_stream_->synchronize(no_timeout, ec);
+  if (ec) return;
+  // aclrtMemcpy is a synchronisation point of the device: failed fire-and-forget work of any of
+  // its streams is reported (and read) here, as by device::synchronize. When the copy itself
+  // failed, that error was reported instead and the device's record stays for the next reader.
+  detail::failure f = rt_->take_device_failure(id_);
+  ec = f.ec;
+  if (out) *out = std::move(f);
 }
 
 NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind) {
   std::error_code ec;
-  memcpy(dst, dst_max, src, count, kind, ec);
+  detail::failure f;
+  memcpy(dst, dst_max, src, count, kind, ec, &f);
+  if (f.exception) std::rethrow_exception(f.exception);
+  if (f) detail::throw_failure(f, "npurt::device::memcpy: device " + std::to_string(id_) + ": " + f.describe(), id_);
   if (ec == errc::not_supported && rt_->in_run())
     throw_error(ec,
                 "npurt::device::memcpy blocks, which is not possible inside system::run (in a coroutine or "
