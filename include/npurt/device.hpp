@@ -62,7 +62,8 @@ class device {
   /// The device's default stream-ordered pool (created on first use), and its shortcuts:
   /// `void* p = co_await dev.async_malloc(64 << 20, s, use_awaitable);`
   [[nodiscard]] NPURT_DECL npurt::mem_pool& mem_pool();
-  /// Replaces the default pool with one of these options (its memory is released first).
+  /// Gives the default pool these options: the memory of its old allocator is released, and the
+  /// pool object (every mem_pool& to it) stays. Invalid options throw and change nothing.
   NPURT_DECL npurt::mem_pool& configure_mem_pool(const mem_pool_options& opts);
   template <class Token = default_token>
   auto async_malloc(std::size_t bytes, stream& s, Token&& token = {}) {

@@ -104,6 +104,13 @@ class mem_pool {
   [[nodiscard]] detail::caching_allocator& allocator() noexcept { return *alloc_; }
 
  private:
+  friend class device;
+  /// Swaps in an allocator with these options, releasing all memory of the old one; the pool
+  /// object stays, so references to it (and in-flight async_malloc retries) stay valid.
+  NPURT_DECL void reconfigure(const mem_pool_options& opts);
+  [[nodiscard]] NPURT_DECL std::unique_ptr<detail::caching_allocator> make_allocator(
+      const mem_pool_options& opts) const;
+  NPURT_DECL void unregister_blocks();
   NPURT_DECL void* do_malloc(std::size_t bytes, std::uint32_t stream, std::error_code& ec);
   NPURT_DECL std::uint32_t stream_id(stream& s, std::error_code& ec) const;
   [[nodiscard]] NPURT_DECL bool device_busy() const;

@@ -266,4 +266,58 @@ TEST_CASE("configure_mem_pool with invalid options keeps the existing pool", "[c
   CHECK_FALSE(ec);
 }
 
+TEST_CASE("a mem_pool reference stays valid across configure_mem_pool and device reset", "[core][pool]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto& pool = dev.mem_pool();
+  {
+    auto s = dev.make_stream();
+    pool.free_async(pool.malloc_async(4096, s), s);
+  }
+  npurt::mem_pool_options o;
+  o.release_threshold = 1 << 20;
+  CHECK(&dev.configure_mem_pool(o) == &pool);
+  CHECK(pool.get_attribute(npurt::mem_pool_attr::release_threshold) == (1u << 20));
+  auto s = dev.make_stream();
+  void* p = pool.malloc_async(4096, s);
+  dev.reset();
+  CHECK(&dev.mem_pool() == &pool);
+  // The reset dropped the old blocks and the options with them, as a new default pool would.
+  CHECK(pool.get_attribute(npurt::mem_pool_attr::reserved_mem_current) == 0);
+  CHECK(pool.get_attribute(npurt::mem_pool_attr::release_threshold) == 0);
+  auto s2 = dev.make_stream();
+  std::error_code ec;
+  pool.free_async(p, s2, ec);
+  CHECK(ec);
+  CHECK_NOTHROW(pool.free_async(pool.malloc_async(4096, s2), s2));
+}
+
+TEST_CASE("an async_malloc waiting to retry uses the pool's new allocator after configure_mem_pool", "[core][pool]") {
+  npurt::system sys{small_device(64)};
+  auto& dev = sys.device(0);
+  auto s1 = dev.make_stream();
+  auto s2 = dev.make_stream();
+  npurt::mem_pool_options o;
+  o.reuse_allow_internal_dependencies = false;
+  o.reuse_follow_event_dependencies = false;
+  auto& pool = dev.configure_mem_pool(o);
+  npurt::async_error_code got = npurt::make_error_code(npurt::errc::invalid_argument);
+  void* b = nullptr;
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    void* a = co_await pool.async_malloc(40 << 20, s1, asio::use_awaitable);
+    s1.launch(fixed(us(500)));
+    co_await pool.async_free(a, s1, asio::use_awaitable);
+    // Does not fit beside s1's busy cached block: waits for the device, then retries.
+    pool.async_malloc(40 << 20, s2, [&](npurt::async_error_code ec, void* q) {
+      got = ec;
+      b = q;
+    });
+    dev.configure_mem_pool(o);  // drops the old allocator while the retry waits
+  }());
+  CHECK_FALSE(got);
+  REQUIRE(b != nullptr);
+  CHECK(pool.get_attribute(npurt::mem_pool_attr::used_mem_current) == (40u << 20));
+  pool.free_async(b, s2);
+}
+
 }  // namespace

@@ -17,10 +17,10 @@ NPURT_DECL npurt::mem_pool& device::mem_pool() {
 }
 
 NPURT_DECL npurt::mem_pool& device::configure_mem_pool(const mem_pool_options& opts) {
-  // The new pool is built first: its constructor validates the options, and bad ones must leave
-  // the old pool and its live blocks as they were.
-  auto fresh = std::make_unique<npurt::mem_pool>(*rt_, id_, opts);
-  pool_ = std::move(fresh);
+  // The pool object stays and only its allocator is replaced: a mem_pool& handed out earlier,
+  // and an async_malloc waiting to retry, keep pointing at a live pool.
+  if (pool_) pool_->reconfigure(opts);
+  else pool_ = std::make_unique<npurt::mem_pool>(*rt_, id_, opts);
   return *pool_;
 }
 
@@ -156,7 +156,8 @@ NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, 
 
 NPURT_DECL void device::finish_reset() noexcept {
   copy_stream_.reset();
-  pool_.reset();
+  // A fresh default allocator rather than no pool: a mem_pool& must outlive a reset.
+  if (pool_) pool_->reconfigure({});
   rt_->invalidate_device(id_);
   rt_->memory().release_device_memory(id_);
 }

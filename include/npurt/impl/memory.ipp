@@ -70,8 +70,12 @@ inline constexpr std::uint64_t fence_seq(std::uint64_t f) noexcept { return f & 
 
 NPURT_DECL mem_pool::mem_pool(detail::runtime& rt, device_id dev, const mem_pool_options& opts)
     : rt_(&rt), dev_(dev), provider_(std::make_unique<detail::pool_provider>(rt, dev)) {
+  alloc_ = make_allocator(opts);
+}
+
+NPURT_DECL std::unique_ptr<detail::caching_allocator> mem_pool::make_allocator(const mem_pool_options& opts) const {
   mem_pool_options o = opts;
-  o.device = dev;
+  o.device = dev_;
   detail::stream_callbacks cb;
   cb.fence_done = [rt_ = rt_](std::uint64_t f) {
     return rt_->position_reached(detail::fence_stream(f), detail::fence_seq(f));
@@ -80,20 +84,32 @@ NPURT_DECL mem_pool::mem_pool(detail::runtime& rt, device_id dev, const mem_pool
   cb.insert_wait = [rt_ = rt_](std::uint32_t stream, std::uint64_t f) {
     rt_->enqueue_wait(stream, detail::fence_stream(f), detail::fence_seq(f), "pool_wait");
   };
-  cb.synchronize_all = [rt_ = rt_, dev] {
+  cb.synchronize_all = [rt_ = rt_, dev = dev_] {
     // Blocking is only possible outside run(); inside it async_malloc drains the device itself.
     if (rt_->in_run()) return;
     std::error_code ec;
     detail::wait_blocking(*rt_, [&] { return rt_->device_positions(dev).empty(); }, sim_time::max(), ec);
   };
-  alloc_ = std::make_unique<detail::caching_allocator>(*provider_, o, std::move(cb));
+  return std::make_unique<detail::caching_allocator>(*provider_, o, std::move(cb));
 }
 
-NPURT_DECL mem_pool::~mem_pool() {
+NPURT_DECL void mem_pool::unregister_blocks() {
   // Only this pool's blocks leave the registry: a device may have several pools (a session's
   // beside the default one), and the others' blocks stay live.
   for (const auto& seg : alloc_->snapshot().segments)
     for (const auto& b : seg.blocks) rt_->memory().unregister_pool_block(b.addr);
+}
+
+NPURT_DECL void mem_pool::reconfigure(const mem_pool_options& opts) {
+  // The new allocator is built first: its constructor validates the options, and bad ones must
+  // leave the pool and its live blocks as they were.
+  auto fresh = make_allocator(opts);
+  unregister_blocks();
+  alloc_ = std::move(fresh);  // the old allocator gives every segment back to the device
+}
+
+NPURT_DECL mem_pool::~mem_pool() {
+  unregister_blocks();
   alloc_.reset();  // gives every segment back to the device
 }
 
