@@ -418,4 +418,40 @@ TEST_CASE("with thread checks on, a call from a second thread is a clear error",
   CHECK(!ec);
 }
 
+TEST_CASE("memory calls from another thread fail with wrong_thread", "[core][thread][error]") {
+  npurt::system_options opts;
+  opts.check_thread = true;
+  npurt::system sys{simple(), opts};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto& pool = dev.mem_pool();
+  void* d = dev.malloc(1024);
+  void* h = sys.host_malloc(1024);
+  void* b = pool.malloc_async(1024, s);
+  std::error_code malloc_ec, free_ec, host_malloc_ec, host_free_ec, pool_ec;
+  void* got_d = nullptr;
+  void* got_h = nullptr;
+  void* got_b = nullptr;
+  std::thread other([&] {
+    got_d = dev.malloc(1024, malloc_ec);
+    dev.free(d, free_ec);
+    got_h = sys.host_malloc(1024, host_malloc_ec);
+    sys.host_free(h, host_free_ec);
+    got_b = pool.malloc_async(1024, s, pool_ec);
+  });
+  other.join();
+  CHECK(malloc_ec == npurt::errc::wrong_thread);
+  CHECK(got_d == nullptr);
+  CHECK(free_ec == npurt::errc::wrong_thread);
+  CHECK(host_malloc_ec == npurt::errc::wrong_thread);
+  CHECK(got_h == nullptr);
+  CHECK(host_free_ec == npurt::errc::wrong_thread);
+  CHECK(pool_ec == npurt::errc::wrong_thread);
+  CHECK(got_b == nullptr);
+  // Nothing was freed by the rejected calls.
+  CHECK_NOTHROW(dev.free(d));
+  CHECK_NOTHROW(sys.host_free(h));
+  CHECK_NOTHROW(pool.free_async(b, s));
+}
+
 }  // namespace

@@ -33,6 +33,7 @@ NPURT_DECL event device::make_event(const event_options& opts) {
 }
 
 NPURT_DECL void* device::malloc(std::size_t bytes, std::error_code& ec) noexcept {
+  if ((ec = rt_->check_thread())) return nullptr;
   return rt_->memory().device_malloc(id_, bytes, ec);
 }
 
@@ -56,7 +57,10 @@ NPURT_DECL void* device::malloc(std::size_t bytes) {
   return p;
 }
 
-NPURT_DECL void device::free(void* p, std::error_code& ec) noexcept { rt_->memory().device_free(id_, p, ec); }
+NPURT_DECL void device::free(void* p, std::error_code& ec) noexcept {
+  if ((ec = rt_->check_thread())) return;
+  rt_->memory().device_free(id_, p, ec);
+}
 
 NPURT_DECL void device::free(void* p) {
   std::error_code ec;

@@ -114,7 +114,9 @@ NPURT_DECL mem_pool::~mem_pool() {
 }
 
 NPURT_DECL std::uint32_t mem_pool::stream_id(stream& s, std::error_code& ec) const {
-  ec.clear();
+  // Before the stream's own check: valid() is false on a wrong thread too, which would hide
+  // the real cause behind invalid_stream.
+  if ((ec = rt_->check_thread())) return 0;
   if (!s.valid()) {
     ec = make_error_code(errc::invalid_stream);
     return 0;

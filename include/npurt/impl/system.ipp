@@ -60,17 +60,19 @@ NPURT_DECL void system::run() {
 }
 
 NPURT_DECL void* system::host_malloc(std::size_t bytes, std::error_code& ec) noexcept {
+  if ((ec = rt_->check_thread())) return nullptr;
   return rt_->memory().host_malloc(bytes, ec);
 }
 
 NPURT_DECL void* system::host_malloc(std::size_t bytes) {
   std::error_code ec;
-  void* p = rt_->memory().host_malloc(bytes, ec);
+  void* p = host_malloc(bytes, ec);
   throw_if(ec, "npurt::system::host_malloc");
   return p;
 }
 
 NPURT_DECL void system::host_free(void* p, std::error_code& ec) noexcept {
+  if ((ec = rt_->check_thread())) return;
   try {
     rt_->free_host(p, ec);
   } catch (const std::bad_alloc&) { ec = make_error_code(errc::out_of_memory); }
