@@ -60,6 +60,10 @@ TEST_CASE("a collective whose input was freed before it ran fails with invalid_p
   CHECK(sync_code(s[0]) == errc::invalid_pointer);
   CHECK(sync_code(s[1]) == errc::invalid_pointer);
   CHECK(comm.async_error() == errc::invalid_pointer);
+  // The device keeps its own record of the failure until a blocking device call reads it.
+  std::error_code dev_ec;
+  sys.device(1).synchronize(npurt::no_timeout, dev_ec);
+  CHECK(dev_ec == errc::invalid_pointer);
   // Nothing written: a partial result would pass for a real one.
   std::vector<float> got(8);
   sys.device(1).memcpy(got.data(), 32, out[1], 32, npurt::memcpy_kind::device_to_host);
