@@ -49,6 +49,7 @@ enum class errc : int {
   collective_timeout = 107026, // a collective ran past its communicator's exec timeout (HCCL_EXEC_TIMEOUT)
   time_overflow = 107027,     // a time or duration past the end of virtual time (2^63 ps)
   event_wait_timeout = 107028, // a stream's event wait ran past the event-wait timeout (aclrtSetOpWaitTimeout)
+  event_not_complete = 107029, // recorded, but the recorded work has not completed (cudaErrorNotReady)
   corrupt_file = 107040,      // a file failed its checksums or layout rules (truncated, damaged)
   // Resource errors: the call was right but the resources were not there.
   out_of_memory = 207001,

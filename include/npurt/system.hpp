@@ -103,7 +103,8 @@ class system {
   NPURT_DECL void pop_range(std::uint32_t lane = 0);
 
   /// The event-wait timeout (aclrtSetOpWaitTimeout): a stream wait on an event (stream::wait,
-  /// async_wait) enqueued from now on that stays blocked this long fails with
+  /// async_wait) enqueued from now on that stays blocked this long after it reaches the device
+  /// (under shared_fifo, after the device's earlier work has been dispatched) fails with
   /// errc::event_wait_timeout, reported as the stream's sticky error (timeout_error with timer()
   /// event_wait). no_timeout, the default, waits as long as it takes. A duration must be
   /// positive: invalid_argument otherwise (CANN's 0 for "never" is no_timeout here).

@@ -67,6 +67,14 @@ TEST_CASE("elapsed time over a chain of kernels is exactly their sum", "[core][e
   s.record(start);
   for (auto d : durations_us) s.launch(fixed(us(d)));
   s.record(stop);
+  // Recorded, not reached: not ready (cudaErrorNotReady), which is not "never recorded".
+  std::error_code ec;
+  CHECK(npurt::elapsed_time(start, stop, ec) == 0);
+  CHECK(ec == npurt::errc::event_not_complete);
+  CHECK(ec == npurt::error_class::caller);
+  auto never = dev.make_event();
+  CHECK(npurt::elapsed_time(never, stop, ec) == 0);
+  CHECK(ec == npurt::errc::event_not_recorded);
   s.synchronize();
   picoseconds expected{0};
   for (auto d : durations_us) expected += us(d) + lat;

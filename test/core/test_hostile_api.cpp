@@ -362,6 +362,13 @@ TEST_CASE("copies and allocations of sizes that cannot fit are rejected before a
   CHECK_THROWS_AS((void)dev.malloc(SIZE_MAX), npurt::out_of_memory_error);
   CHECK(sys.host_malloc(SIZE_MAX, ec) == nullptr);
   CHECK(ec);
+  try {
+    (void)sys.host_malloc(SIZE_MAX);
+    FAIL("host_malloc(SIZE_MAX) returned");
+  } catch (const npurt::error& e) {
+    CHECK(e.code() == npurt::errc::out_of_memory);
+    CHECK(std::string(e.what()).find("pinned host memory") != std::string::npos);
+  }
   // Nothing above was enqueued, and a right copy still runs.
   CHECK(s.query());
   CHECK(sys.now() == npurt::sim_time{});

@@ -23,6 +23,7 @@ class npurt_category final : public boost::system::error_category {
       case errc::stream_device_mismatch: return "stream, event or memory belongs to another device";
       case errc::invalid_event: return "invalid or destroyed event";
       case errc::event_not_recorded: return "event was never recorded";
+      case errc::event_not_complete: return "event was recorded, but the recorded work has not completed";
       case errc::null_pointer: return "null pointer";
       case errc::invalid_pointer:
         return "pointer is not live device memory (never allocated by npurt, freed, or host memory)";
@@ -48,7 +49,7 @@ class npurt_category final : public boost::system::error_category {
       case errc::time_overflow:
         return "virtual time overflow: the time or duration runs past the end of the simulated clock (2^63 ps)";
       case errc::corrupt_file: return "corrupt file: checksum mismatch, truncation or inconsistent layout";
-      case errc::out_of_memory: return "out of device memory";
+      case errc::out_of_memory: return "out of memory (the device's, or pinned host memory)";
       case errc::pool_limit: return "memory pool size limit reached";
       case errc::resource_exhausted: return "resource exhausted";
       case errc::device_error: return "device error";

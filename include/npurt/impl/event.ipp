@@ -160,7 +160,8 @@ NPURT_DECL double elapsed_time(const event& start, const event& end, std::error_
   const auto t0 = start.completion_time();
   const auto t1 = end.completion_time();
   if (!t0 || !t1) {
-    ec = make_error_code(errc::event_not_recorded);  // recorded, but not reached yet
+    // Never recorded (position() said so above) differs from not reached yet, as in CUDA.
+    ec = make_error_code(errc::event_not_complete);
     return 0;
   }
   return to_ms(*t1 - *t0);

@@ -67,6 +67,9 @@ NPURT_DECL void* system::host_malloc(std::size_t bytes, std::error_code& ec) noe
 NPURT_DECL void* system::host_malloc(std::size_t bytes) {
   std::error_code ec;
   void* p = host_malloc(bytes, ec);
+  // The code is the device's out_of_memory; the message says whose memory ran out.
+  if (ec == errc::out_of_memory)
+    throw_error(ec, "npurt::system::host_malloc: no pinned host memory for " + std::to_string(bytes) + " bytes");
   throw_if(ec, "npurt::system::host_malloc");
   return p;
 }
