@@ -13,6 +13,15 @@ using npurt::sim_time;
 
 namespace {
 
+// A pool whose other streams take a freed block only once the free has completed: no inserted
+// waits, no following of event dependencies.
+npurt::mem_pool& opportunistic_only(npurt::device& dev) {
+  npurt::mem_pool_options o;
+  o.reuse_allow_internal_dependencies = false;
+  o.reuse_follow_event_dependencies = false;
+  return dev.configure_mem_pool(o);
+}
+
 npurt::simple_config small_device(std::size_t mib) {
   auto c = simple();
   c.properties.memory_bytes = mib << 20;
@@ -57,10 +66,7 @@ TEST_CASE("another stream reuses a freed block only when the free's position is 
   auto& dev = sys.device(0);
   auto s1 = dev.make_stream();
   auto s2 = dev.make_stream();
-  npurt::mem_pool_options o;
-  o.reuse_allow_internal_dependencies = false;
-  o.reuse_follow_event_dependencies = false;
-  auto& pool = dev.configure_mem_pool(o);
+  auto& pool = opportunistic_only(dev);
   void* a = pool.malloc_async(4 << 20, s1);
   s1.launch(fixed(us(100)));
   pool.free_async(a, s1);
@@ -166,10 +172,7 @@ TEST_CASE("async_malloc inside run drains the device and retries before giving u
   auto& dev = sys.device(0);
   auto s1 = dev.make_stream();
   auto s2 = dev.make_stream();
-  npurt::mem_pool_options o;
-  o.reuse_allow_internal_dependencies = false;
-  o.reuse_follow_event_dependencies = false;
-  auto& pool = dev.configure_mem_pool(o);
+  auto& pool = opportunistic_only(dev);
   sim_time got_at{};
   npurt::async_error_code got;
   run_coro(sys, [&]() -> asio::awaitable<void> {
@@ -297,10 +300,7 @@ TEST_CASE("an async_malloc waiting to retry uses the pool's new allocator after 
   auto& dev = sys.device(0);
   auto s1 = dev.make_stream();
   auto s2 = dev.make_stream();
-  npurt::mem_pool_options o;
-  o.reuse_allow_internal_dependencies = false;
-  o.reuse_follow_event_dependencies = false;
-  auto& pool = dev.configure_mem_pool(o);
+  auto& pool = opportunistic_only(dev);
   npurt::async_error_code got = npurt::make_error_code(npurt::errc::invalid_argument);
   void* b = nullptr;
   run_coro(sys, [&]() -> asio::awaitable<void> {
@@ -312,7 +312,7 @@ TEST_CASE("an async_malloc waiting to retry uses the pool's new allocator after 
       got = ec;
       b = q;
     });
-    dev.configure_mem_pool(o);  // drops the old allocator while the retry waits
+    (void)opportunistic_only(dev);  // the same options: drops the old allocator while the retry waits
   }());
   CHECK_FALSE(got);
   REQUIRE(b != nullptr);
