@@ -52,8 +52,15 @@ for name in "${names[@]}"; do
     passed=$((passed + 1))
   else
     echo "fuzz_$name: FAILED"
-    grep -E -A30 'ERROR: (libFuzzer|AddressSanitizer|UndefinedBehaviorSanitizer|LeakSanitizer)|runtime error|SUMMARY' "$dir/fuzz-$name.log" | head -60
-    ls "$dir/$name"-crash-* "$dir/$name"-leak-* "$dir/$name"-timeout-* 2>/dev/null
+    # Every line carries the target's name, so a log filtered on it (.ci/run's) keeps the report
+    # and the input: a rare crash is then reproducible from the log alone, after the build
+    # directory is gone (printf '%s' B64 | base64 -d > input; ./fuzz_NAME input).
+    grep -E -A30 'ERROR: (libFuzzer|AddressSanitizer|UndefinedBehaviorSanitizer|LeakSanitizer)|runtime error|SUMMARY' \
+      "$dir/fuzz-$name.log" | head -60 | sed "s/^/fuzz_$name| /"
+    for f in "$dir/$name"-crash-* "$dir/$name"-leak-* "$dir/$name"-timeout-*; do
+      [ -f "$f" ] || continue
+      echo "fuzz_$name: input $(basename "$f"), $(stat -c %s "$f") bytes, base64: $(head -c 16384 "$f" | base64 -w0)"
+    done
     failed=$((failed + 1))
   fi
 done
