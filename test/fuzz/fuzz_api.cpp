@@ -106,7 +106,7 @@ struct world {
   std::vector<npurt::event> events;
   std::vector<device_ptr> device_ptrs;  // live, freed or of a destroyed system
   std::vector<void*> pinned;
-  std::vector<void*> freed_pinned;  // only ever passed to host_free again
+  std::vector<void*> freed_pinned;  // only ever passed to host_free again; never a live block
   std::vector<npurt::device_buffer> buffers;
   npurt::sim_time last_now{};
 
@@ -301,7 +301,13 @@ void step(world& w, input& in) {
         if (w.freed_pinned.size() < 8) w.freed_pinned.push_back(w.pinned[i]);
         w.pinned.erase(w.pinned.begin() + static_cast<std::ptrdiff_t>(i));
       } else if (w.pinned.size() < 4) {
-        if (void* p = w.sys->host_malloc(1 + in.byte() % 8192, ec)) w.pinned.push_back(p);
+        if (void* p = w.sys->host_malloc(1 + in.byte() % 8192, ec)) {
+          w.pinned.push_back(p);
+          // The heap hands freed addresses out again: "freeing" the stale copy would then free
+          // this live block behind our back, and its copies (sized as for pinned memory, not
+          // honestly) would run on what npurt now takes for pageable memory.
+          std::erase(w.freed_pinned, p);
+        }
       }
       check(ec);
       break;
