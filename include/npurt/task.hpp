@@ -123,6 +123,10 @@ struct task_promise_base {
   std::coroutine_handle<> continuation;
   std::exception_ptr error;
   task_cancel* cancel = nullptr;  // the spawn's, when it was given a cancellation slot
+  // One awaiter per task: a second one would resume a frame suspended in an operation (or take
+  // a value already moved out), so it is refused instead.
+  bool started = false;
+  bool taken = false;
 
   std::suspend_always initial_suspend() noexcept { return {}; }
   struct final_awaiter {
@@ -203,8 +207,9 @@ struct frame_start {
 
 }  // namespace detail
 
-/// A lazily started coroutine of npurt's own: starts when awaited (by another task) or spawned.
-/// Move-only; destroying a task that has not finished destroys its frame.
+/// A lazily started coroutine of npurt's own: starts when awaited (by another task) or spawned,
+/// once: a second co_await throws caller_error(errc::invalid_argument), as does awaiting or
+/// spawning an empty task. Move-only; destroying a task that has not finished destroys its frame.
 template <class T>
 class [[nodiscard]] task {
  public:
@@ -227,15 +232,32 @@ class [[nodiscard]] task {
     if (h_) h_.destroy();
   }
 
-  bool await_ready() const noexcept { return !h_ || h_.done(); }
+  /// A task is awaited once. An empty task (default-constructed or moved-from), one that another
+  /// await or spawn started, and one whose result was taken do not suspend: the co_await throws
+  /// caller_error(errc::invalid_argument).
+  bool await_ready() const noexcept { return !h_ || h_.promise().started; }
   template <class P>
   std::coroutine_handle<> await_suspend(std::coroutine_handle<P> c) noexcept {
     // An awaited task is cancelled with its awaiter.
     if constexpr (requires { c.promise().cancel; }) h_.promise().cancel = c.promise().cancel;
+    h_.promise().started = true;
     h_.promise().continuation = c;
     return h_;
   }
-  T await_resume() { return h_.promise().take(); }
+  T await_resume() {
+    if (!h_) [[unlikely]]
+      throw_error(make_error_code(errc::invalid_argument),
+                  "npurt::task: co_await of an empty task (default-constructed or moved-from)");
+    promise_type& p = h_.promise();
+    if (!h_.done()) [[unlikely]]
+      throw_error(make_error_code(errc::invalid_argument),
+                  "npurt::task: co_await of a task that another co_await or spawn is running");
+    if (p.taken) [[unlikely]]
+      throw_error(make_error_code(errc::invalid_argument),
+                  "npurt::task: co_await of a task whose result was already taken (a task is awaited once)");
+    p.taken = true;
+    return p.take();
+  }
 
  private:
   handle_type h_;

@@ -11,6 +11,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch_test_macros.hpp>
@@ -201,4 +202,75 @@ TEST_CASE("use_task on a null stream completes with invalid_stream after the cal
   npurt::spawn(sys, null_launch());
   sys.run();
   CHECK(seen == npurt::errc::invalid_stream);
+}
+
+namespace {
+
+npurt::task<std::string> task_test_text_after(npurt::stream& s) {
+  co_await s.async_launch(fixed(us(1)), npurt::use_task);
+  co_return std::string(40, 'x');
+}
+
+// Awaits *t through a local reference (the task object belongs to the test).
+npurt::task<void> task_test_await_shared(npurt::task<std::string>* t, std::string& got, std::error_code& seen) {
+  npurt::task<std::string>& shared = *t;
+  try {
+    got = co_await shared;
+  } catch (const npurt::caller_error& e) { seen = e.code(); }
+}
+
+}  // namespace
+
+TEST_CASE("a task is awaited once: an empty task and a second await throw invalid_argument, never UB",
+          "[core][task][error]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+
+  SECTION("co_await of an empty task, and spawn of one, report invalid_argument") {
+    std::error_code awaited;
+    auto outer = [&]() -> npurt::task<void> {
+      npurt::task<int> empty;
+      try {
+        (void)co_await std::move(empty);
+      } catch (const npurt::caller_error& e) { awaited = e.code(); }
+    };
+    npurt::spawn(sys, outer());
+    std::exception_ptr spawned;
+    npurt::spawn(sys, npurt::task<void>{}, [&](std::exception_ptr e) { spawned = e; });
+    sys.run();
+    CHECK(awaited == npurt::errc::invalid_argument);
+    REQUIRE(spawned);
+    CHECK_THROWS_AS(std::rethrow_exception(spawned), npurt::caller_error);
+  }
+
+  SECTION("a second co_await of a finished task does not hand out its moved-from value") {
+    std::string first, second;
+    std::error_code seen;
+    auto outer = [&]() -> npurt::task<void> {
+      auto t = task_test_text_after(s);
+      first = co_await t;
+      try {
+        second = co_await t;
+      } catch (const npurt::caller_error& e) { seen = e.code(); }
+    };
+    npurt::spawn(sys, outer());
+    sys.run();
+    CHECK(first == std::string(40, 'x'));
+    CHECK(second.empty());
+    CHECK(seen == npurt::errc::invalid_argument);
+  }
+
+  SECTION("a second awaiter of a running task is refused; the first gets the value at its time") {
+    npurt::task<std::string> shared = task_test_text_after(s);
+    std::string a, b;
+    std::error_code ea, eb;
+    npurt::spawn(sys, task_test_await_shared(&shared, a, ea));
+    npurt::spawn(sys, task_test_await_shared(&shared, b, eb));
+    sys.run();
+    CHECK(a == std::string(40, 'x'));
+    CHECK(!ea);
+    CHECK(b.empty());
+    CHECK(eb == npurt::errc::invalid_argument);
+    CHECK(sys.now().time_since_epoch() == npurt::system_options{}.launch_overhead + us(1));
+  }
 }
