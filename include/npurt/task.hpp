@@ -35,6 +35,7 @@
 #include <boost/asio/cancellation_type.hpp>
 
 #include <coroutine>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -166,16 +167,24 @@ struct task_promise<void> : task_promise_base<void> {
   }
 };
 
-/// The frame that runs a spawned task to its end and reports how it ended.
+/// The frame that runs a spawned task to its end and reports how it ended. The runtime holds it
+/// until it ends: a system destroyed first destroys it, and with it the task it awaits.
 struct spawned {
   struct promise_type {
     task_cancel* cancel = nullptr;  // read by the task it awaits
+    runtime* rt = nullptr;          // set once the runtime holds the frame
+    std::uint64_t frame_id = 0;
     spawned get_return_object() noexcept { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
     std::suspend_always initial_suspend() noexcept { return {}; }
     std::suspend_never final_suspend() noexcept { return {}; }
     void return_void() noexcept {}
     // Only the completion handler can throw here: out of system::run(), to the program.
     void unhandled_exception() { throw; }
+    /// The start at the spawn's instant (a due-now action of the loop).
+    void start(promise_type*) { std::coroutine_handle<promise_type>::from_promise(*this).resume(); }
+    ~promise_type() {
+      if (rt) rt->release_frame(frame_id);
+    }
   };
   std::coroutine_handle<promise_type> h;
 };
@@ -185,25 +194,23 @@ struct spawned {
 template <class T>
 spawned drive(runtime& rt, npurt::task<T> t, std::function<void(std::exception_ptr)> h,
               std::unique_ptr<task_cancel> cancel) {
+  // A frame destroyed with its system leaves no handler in the slot either.
+  struct disconnect {
+    task_cancel* c;
+    ~disconnect() {
+      if (c) c->outer.clear();
+    }
+  } slot_guard{cancel.get()};
   std::exception_ptr e;
   try {
     co_await std::move(t);
   } catch (...) { e = std::current_exception(); }
   // The task has ended: a later emit must find no handler (the slot may be reused from h).
   if (cancel) cancel->outer.clear();
+  slot_guard.c = nullptr;
   rt.host_wait_end();
   h(e);  // what it throws leaves through system::run() (spawned::promise_type rethrows it)
 }
-
-/// Starts a suspended frame at this instant through the due-now queue.
-struct frame_start {
-  std::coroutine_handle<> h;
-  void run(frame_start*) {
-    const auto c = h;
-    delete this;
-    c.resume();
-  }
-};
 
 }  // namespace detail
 
@@ -291,10 +298,17 @@ void spawn(system& sys, task<T> t, Done done) {
   detail::task_cancel* c = cancel.get();
   detail::spawned d =
       detail::drive(rt, std::move(t), std::function<void(std::exception_ptr)>(std::move(done)), std::move(cancel));
-  d.h.promise().cancel = c;
+  auto& p = d.h.promise();
+  p.cancel = c;
+  try {
+    p.frame_id = rt.adopt_frame(d.h.address());
+  } catch (...) {
+    d.h.destroy();
+    throw;
+  }
+  p.rt = &rt;
   rt.host_wait_begin();  // the task counts as a waiter until it ends
-  auto* start = new detail::frame_start{d.h};
-  rt.timers().call_at(rt.now(), detail::timer_action::member<&detail::frame_start::run>(start, start));
+  rt.timers().call_at(rt.now(), detail::timer_action::member<&detail::spawned::promise_type::start>(&p, &p));
 }
 
 /// spawn() whose escaping exception is rethrown from system::run().

@@ -274,3 +274,53 @@ TEST_CASE("a task is awaited once: an empty task and a second await throw invali
     CHECK(sys.now().time_since_epoch() == npurt::system_options{}.launch_overhead + us(1));
   }
 }
+
+namespace {
+
+struct task_test_dies {
+  int* destroyed;
+  explicit task_test_dies(int* d) : destroyed(d) {}
+  task_test_dies(task_test_dies&& o) noexcept : destroyed(std::exchange(o.destroyed, nullptr)) {}
+  ~task_test_dies() {
+    if (destroyed) ++*destroyed;
+  }
+};
+
+// Holds a stream, device memory and a marker in its frame while it waits for a long kernel.
+npurt::task<void> task_test_long_wait(npurt::device& dev, task_test_dies marker, bool& resumed) {
+  auto s = dev.make_stream();
+  npurt::device_buffer b(dev, 4096);
+  co_await s.async_launch(fixed(picoseconds{1'000'000'000'000}), npurt::use_task);
+  resumed = true;
+}
+
+}  // namespace
+
+TEST_CASE("spawned tasks that have not ended when their system dies are destroyed with it, handles first",
+          "[core][task][lifetime]") {
+  int destroyed = 0;
+  bool resumed = false;
+  bool done = false;
+  SECTION("never started") {
+    {
+      npurt::system sys{simple()};
+      npurt::spawn(sys, task_test_long_wait(sys.device(0), task_test_dies{&destroyed}, resumed),
+                   [&](std::exception_ptr) { done = true; });
+    }
+    CHECK(destroyed == 1);
+  }
+  SECTION("suspended on work the system's death aborts") {
+    {
+      npurt::system sys{simple()};
+      npurt::spawn(sys, task_test_long_wait(sys.device(0), task_test_dies{&destroyed}, resumed),
+                   [&](std::exception_ptr) { done = true; });
+      auto other = sys.device(0).make_stream();
+      other.launch(fixed(us(5)));
+      other.synchronize();  // drives the loop: the task starts and waits for its kernel
+      CHECK(destroyed == 0);
+    }
+    CHECK(destroyed == 1);
+  }
+  CHECK_FALSE(resumed);
+  CHECK_FALSE(done);  // as co_spawn's handler when its io_context dies: never called
+}

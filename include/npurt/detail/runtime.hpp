@@ -141,6 +141,14 @@ class runtime final : public backend_host, private loop_parts, public scheduler 
   /// Storage for the records of awaited operations whose handlers bring no allocator.
   [[nodiscard]] block_recycler& op_memory() noexcept { return op_memory_; }
 
+  /// The frames of spawned tasks (npurt::spawn) that have not ended: a system destroyed first
+  /// destroys them, as the io_context does the Asio coroutines it still holds.
+  std::uint64_t adopt_frame(void* frame) {
+    frames_.emplace(next_frame_, frame);
+    return next_frame_++;
+  }
+  void release_frame(std::uint64_t id) noexcept { frames_.erase(id); }
+
   [[nodiscard]] std::size_t device_count() const noexcept { return backend_->device_count(); }
   /// Communicator ids, unique per system (deterministic: they appear in error messages).
   [[nodiscard]] std::uint64_t new_communicator_id() noexcept { return next_communicator_id_++; }
@@ -188,6 +196,8 @@ class runtime final : public backend_host, private loop_parts, public scheduler 
   NPURT_DECL bool resolve_deadlock(bool only_cycles);
 
   std::uint64_t next_communicator_id_ = 1;
+  std::map<std::uint64_t, void*> frames_;  // see adopt_frame; by spawn order, so they die in a fixed order
+  std::uint64_t next_frame_ = 1;
   bool running_ = false;
   bool flush_pending_ = false;  // the backend asked for flush() at the end of this instant
   bool check_thread_ = false;

@@ -10,6 +10,7 @@
 #include <boost/pfr.hpp>
 
 #include <algorithm>
+#include <coroutine>
 #include <cstring>
 #include <sstream>
 
@@ -36,6 +37,13 @@ NPURT_DECL runtime::~runtime() {
   // Whoever still waits is told the system is going away; the io_context then destroys the
   // posted handlers (and with them any suspended coroutine frames) without running them.
   abort_all();
+  // Spawned tasks that have not ended (never started, or suspended on work just aborted) die
+  // here, with their frames' handles null first, as the Asio coroutines' are when the io_context
+  // destroys them: what the frames hold then touches nothing of the system.
+  handles_.detach_all();
+  auto frames = std::move(frames_);
+  frames_.clear();
+  for (const auto& [id, frame] : frames) std::coroutine_handle<>::from_address(frame).destroy();
 }
 
 // ---------------------------------------------------------------------------------------------
