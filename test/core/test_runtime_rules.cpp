@@ -455,3 +455,30 @@ TEST_CASE("memory calls from another thread fail with wrong_thread", "[core][thr
 }
 
 }  // namespace
+
+TEST_CASE("a device reset invalidates the task events of its streams: aborted work is not reported complete",
+          "[core][device][reset][event]") {
+  npurt::system sys{simple(2)};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto peer = sys.device(1).make_stream();
+  npurt::event done_before = s.launch(fixed(us(1)));
+  s.synchronize();
+  npurt::event aborted = s.launch(fixed(picoseconds{10'000'000'000'000}, "ten_seconds"));
+  dev.reset();
+  std::error_code ec;
+  CHECK_FALSE(aborted.query(ec));
+  CHECK(ec == npurt::errc::invalid_event);
+  CHECK(aborted.status() == npurt::errc::invalid_event);
+  CHECK(done_before.status() == npurt::errc::invalid_event);  // as every event of the device
+  CHECK_THROWS_AS(aborted.synchronize(), npurt::caller_error);
+  peer.wait(aborted, ec);
+  CHECK(ec == npurt::errc::invalid_event);
+  npurt::async_error_code awaited;
+  aborted.async_wait([&](npurt::async_error_code e) { awaited = e; });
+  sys.run();
+  CHECK(awaited == npurt::errc::invalid_event);
+  // The device's new streams are not confused with the reset ones.
+  auto fresh = dev.make_stream();
+  CHECK(!fresh.launch(fixed(us(1))).status());
+}

@@ -321,6 +321,11 @@ class scheduler {
   [[nodiscard]] NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> device_positions(device_id dev) const;
   /// Device reset: streams and events of the device stop working (handles report invalid).
   NPURT_DECL void invalidate_device(device_id dev) noexcept;
+  /// Whether the stream's device was reset while the stream existed: its task events then stand
+  /// for work that may have been aborted, not completed.
+  [[nodiscard]] bool stream_was_reset(std::uint32_t id) const noexcept {
+    return !reset_streams_.empty() && reset_streams_.count(id) != 0;
+  }
 
   // --- event-wait timeout (aclrtSetOpWaitTimeout) ---
   /// The limit of a user event wait enqueued from now on (0: none, the default).
@@ -383,6 +388,7 @@ class scheduler {
   // A destroyed stream's unread failure, with its device: its events still report it (stream ids
   // are not reused) until the device is reset.
   std::unordered_map<std::uint32_t, std::pair<device_id, failure>> released_failures_;
+  std::unordered_set<std::uint32_t> reset_streams_;  // see stream_was_reset (ids are never reused)
   NPURT_DECL void free_stream(std::uint32_t id) noexcept;
   object_pool<task, 4096> tasks_;
   object_pool<task_side, 256> extras_;

@@ -49,6 +49,11 @@ NPURT_DECL bool event::position(std::uint32_t& stream, std::uint64_t& seq, std::
     return false;
   }
   if (id_ == 0) {
+    // A reset aborted the stream's pending work: "completed" would be a wrong answer.
+    if (rt_->stream_was_reset(stream_)) {
+      ec = make_error_code(errc::invalid_event);
+      return false;
+    }
     stream = stream_;
     seq = seq_;
     return true;

@@ -570,6 +570,7 @@ NPURT_DECL void scheduler::abort_device(device_id dev) {
   for (auto& sp : streams_) {
     if (!sp || sp->device != dev) continue;
     stream_state& s = *sp;
+    reset_streams_.insert(s.id);
     for (task* t = s.head; t;) {
       task* next = t->next;
       if (t->waiter) waiters.push_back(std::exchange(t->waiter, nullptr));
