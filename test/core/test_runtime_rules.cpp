@@ -482,3 +482,17 @@ TEST_CASE("a device reset invalidates the task events of its streams: aborted wo
   auto fresh = dev.make_stream();
   CHECK(!fresh.launch(fixed(us(1))).status());
 }
+
+TEST_CASE("a handler that throws while a stream's destructor drains the stream leaves through the next run()",
+          "[core][stream][lifetime][error]") {
+  npurt::system sys{simple()};
+  bool later_ran = false;
+  {
+    auto s = sys.device(0).make_stream();
+    s.async_launch(fixed(us(1)), [](npurt::async_error_code) { throw std::runtime_error("from the handler"); });
+    s.async_launch(fixed(us(1)), [&](npurt::async_error_code) { later_ran = true; });
+  }  // the destructor drives the loop: the exception must not leave it (std::terminate)
+  CHECK_THROWS_WITH(sys.run(), "from the handler");
+  CHECK_NOTHROW(sys.run());  // reported once; the rest of the work still runs
+  CHECK(later_ran);
+}

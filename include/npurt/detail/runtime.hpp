@@ -105,6 +105,11 @@ class runtime final : public backend_host, private loop_parts, public scheduler 
   /// wait does before it returns, so the completion handlers of the work it waited for have run.
   NPURT_DECL void settle();
   [[nodiscard]] bool in_run() const noexcept { return running_; }
+  /// A destructor that drives the loop (a stream's drain) cannot let a handler's exception out:
+  /// it keeps the first one here, and the next run() or blocking wait throws it.
+  void defer_exception(std::exception_ptr e) noexcept {
+    if (!deferred_exception_) deferred_exception_ = std::move(e);
+  }
   /// errc::wrong_thread when called from another thread than the system's while checks are on.
   [[nodiscard]] NPURT_DECL std::error_code check_thread() const noexcept;
   /// check_thread() as a test, inline for the launch path: one load while checks are off.
@@ -199,6 +204,7 @@ class runtime final : public backend_host, private loop_parts, public scheduler 
   std::map<std::uint64_t, void*> frames_;  // see adopt_frame; by spawn order, so they die in a fixed order
   std::uint64_t next_frame_ = 1;
   bool running_ = false;
+  std::exception_ptr deferred_exception_;  // see defer_exception
   bool flush_pending_ = false;  // the backend asked for flush() at the end of this instant
   bool check_thread_ = false;
   std::thread::id owner_thread_ = std::this_thread::get_id();

@@ -13,6 +13,7 @@
 #include <coroutine>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 namespace npurt::detail {
 
@@ -92,6 +93,8 @@ NPURT_DECL void runtime::run_until(const std::function<bool()>& pred, std::error
     return;
   }
   if ((ec = check_thread())) return;
+  // What a handler threw while a destructor drove the loop leaves through this call instead.
+  if (deferred_exception_) std::rethrow_exception(std::exchange(deferred_exception_, nullptr));
   running_ = true;
   posts_ = 1;  // handlers posted before run() (co_spawn) have not been counted
   bool deadlocked = false;

@@ -23,7 +23,12 @@ NPURT_DECL void stream::release() noexcept {
   rt_ = nullptr;
   if (!rt.in_run() && !rt.stream_idle(id) && !rt.check_thread()) {
     std::error_code ec;
-    detail::wait_blocking(rt, [&] { return rt.stream_idle(id); }, sim_time::max(), ec);
+    try {
+      detail::wait_blocking(rt, [&] { return rt.stream_idle(id); }, sim_time::max(), ec);
+    } catch (...) {
+      // A handler the drain ran threw: not out of a destructor (std::terminate), and not lost.
+      rt.defer_exception(std::current_exception());
+    }
   }
   rt.release_stream(id);
 }
