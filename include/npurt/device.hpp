@@ -46,10 +46,16 @@ class device {
   /// A strand for host coroutines that drive this device.
   [[nodiscard]] executor_type get_executor() const noexcept { return strand_; }
 
-  /// A new stream; priority 0 (highest) .. 7 (lowest), out-of-range values clamp.
+  /// A new stream; priority 0 (highest) .. 7 (lowest), out-of-range values clamp. Flags outside
+  /// stream_flags are errc::invalid_argument (as aclrtCreateStreamWithConfig refuses them), a
+  /// call from another thread (system_options::check_thread) errc::wrong_thread; the throwing
+  /// form raises caller_error, the other returns a null stream.
   [[nodiscard]] NPURT_DECL stream make_stream(const stream_options& opts = {});
-  /// A new user event of this device, to be placed with stream::record.
+  [[nodiscard]] NPURT_DECL stream make_stream(const stream_options& opts, std::error_code& ec);
+  /// A new user event of this device, to be placed with stream::record. errc::wrong_thread from
+  /// another thread (the error_code form returns a null event).
   [[nodiscard]] NPURT_DECL event make_event(const event_options& opts = {});
+  [[nodiscard]] NPURT_DECL event make_event(const event_options& opts, std::error_code& ec);
 
   /// Device memory, like aclrtMalloc: `bytes` rounded up to 512 B; out_of_memory_error when the
   /// device cannot hold it. The caching pool (memory.hpp) is the fast path; this is the raw one.

@@ -496,3 +496,39 @@ TEST_CASE("a handler that throws while a stream's destructor drains the stream l
   CHECK_NOTHROW(sys.run());  // reported once; the rest of the work still runs
   CHECK(later_ran);
 }
+
+TEST_CASE("make_stream refuses unknown flag bits, and stream and event creation check the thread",
+          "[core][stream][thread][error]") {
+  npurt::system_options opts;
+  opts.check_thread = true;
+  npurt::system sys{simple(), opts};
+  auto& dev = sys.device(0);
+  std::error_code ec;
+  auto bad = dev.make_stream({.flags = static_cast<npurt::stream_flags>(0x20)}, ec);
+  CHECK(ec == npurt::errc::invalid_argument);
+  CHECK_FALSE(bad.valid());
+  CHECK_THROWS_AS(dev.make_stream({.flags = static_cast<npurt::stream_flags>(0xffff)}), npurt::caller_error);
+  // Every documented flag together is accepted, and works.
+  auto all = dev.make_stream(
+      {.flags = npurt::stream_flags::fast_launch | npurt::stream_flags::fast_sync | npurt::stream_flags::overflow_edge |
+                npurt::stream_flags::direct_submit | npurt::stream_flags::stop_on_failure},
+      ec);
+  REQUIRE(!ec);
+  CHECK(!all.launch(fixed(us(1))).status());
+
+  std::error_code stream_ec, event_ec;
+  npurt::stream from_other;
+  npurt::event event_other;
+  std::thread other([&] {
+    from_other = dev.make_stream({}, stream_ec);
+    event_other = dev.make_event({}, event_ec);
+  });
+  other.join();
+  CHECK(stream_ec == npurt::errc::wrong_thread);
+  CHECK_FALSE(from_other.valid());
+  CHECK(event_ec == npurt::errc::wrong_thread);
+  CHECK_FALSE(event_other.valid());
+  // The owner thread still creates both.
+  CHECK(dev.make_stream().valid());
+  CHECK(dev.make_event().valid());
+}

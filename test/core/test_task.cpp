@@ -287,7 +287,7 @@ struct task_test_dies {
 };
 
 // Holds a stream, device memory and a marker in its frame while it waits for a long kernel.
-npurt::task<void> task_test_long_wait(npurt::device& dev, task_test_dies marker, bool& resumed) {
+npurt::task<void> task_test_long_wait(npurt::device& dev, [[maybe_unused]] task_test_dies marker, bool& resumed) {
   auto s = dev.make_stream();
   npurt::device_buffer b(dev, 4096);
   co_await s.async_launch(fixed(picoseconds{1'000'000'000'000}), npurt::use_task);

@@ -24,12 +24,42 @@ NPURT_DECL npurt::mem_pool& device::configure_mem_pool(const mem_pool_options& o
   return *pool_;
 }
 
-NPURT_DECL stream device::make_stream(const stream_options& opts) {
+NPURT_DECL stream device::make_stream(const stream_options& opts, std::error_code& ec) {
+  ec.clear();
+  if ((ec = rt_->check_thread())) return {};
+  constexpr auto known = stream_flags::fast_launch | stream_flags::fast_sync | stream_flags::overflow_edge |
+                         stream_flags::direct_submit | stream_flags::stop_on_failure;
+  // A bit from a newer API or a cast integer would otherwise be kept and silently ignored.
+  if ((static_cast<std::uint32_t>(opts.flags) & ~static_cast<std::uint32_t>(known)) != 0) {
+    ec = make_error_code(errc::invalid_argument);
+    return {};
+  }
   return stream(*rt_, rt_->create_stream(id_, opts.priority, static_cast<std::uint32_t>(opts.flags)));
 }
 
-NPURT_DECL event device::make_event(const event_options& opts) {
+NPURT_DECL stream device::make_stream(const stream_options& opts) {
+  std::error_code ec;
+  stream s = make_stream(opts, ec);
+  if (ec == errc::invalid_argument) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "0x%x", static_cast<unsigned>(opts.flags));
+    throw_error(ec, std::string("make_stream: unknown stream_flags bits in ") + buf);
+  }
+  throw_if(ec, "make_stream");
+  return s;
+}
+
+NPURT_DECL event device::make_event(const event_options& opts, std::error_code& ec) {
+  ec.clear();
+  if ((ec = rt_->check_thread())) return {};
   return event::user_event(*rt_, rt_->create_event(id_, opts.wait_for_record));
+}
+
+NPURT_DECL event device::make_event(const event_options& opts) {
+  std::error_code ec;
+  event e = make_event(opts, ec);
+  throw_if(ec, "make_event");
+  return e;
 }
 
 NPURT_DECL void* device::malloc(std::size_t bytes, std::error_code& ec) noexcept {
