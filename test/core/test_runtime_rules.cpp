@@ -2,6 +2,7 @@
 // never lost (sticky errors), a blocking wait returns after the handlers of what it waited for,
 // priority wins a tie, a device reset does not wait, names outlive the caller's strings, one
 // error identity, null handles never complete inside the call, and one thread owns a system.
+#include <npurt/detail/timer_queue.hpp>
 #include <npurt/npurt.hpp>
 
 #include "common.hpp"
@@ -531,4 +532,26 @@ TEST_CASE("make_stream refuses unknown flag bits, and stream and event creation 
   // The owner thread still creates both.
   CHECK(dev.make_stream().valid());
   CHECK(dev.make_event().valid());
+}
+
+TEST_CASE("timer_queue: cancelling a timer that already fired leaves nothing behind", "[core][timer]") {
+  npurt::detail::timer_queue q;
+  int ran = 0;
+  auto count = npurt::detail::timer_action::plain([](void* p, std::uint64_t) { ++*static_cast<int*>(p); }, &ran, 0);
+  // A blocking wait's deadline that is reached: the action runs, then the wait cancels it.
+  const auto fired = q.call_at_cancellable(npurt::sim_time{us(1)}, count);
+  REQUIRE(q.advance());
+  CHECK(ran == 1);
+  q.cancel(fired);
+  CHECK(q.cancelled_pending() == 0);
+  // A pending one that is cancelled never runs and never moves the clock; cancelling twice is
+  // harmless, and the queue is empty afterwards.
+  const auto pending = q.call_at_cancellable(npurt::sim_time{us(5)}, count);
+  q.cancel(pending);
+  q.cancel(pending);
+  CHECK(q.cancelled_pending() == 1);
+  CHECK_FALSE(q.advance());
+  CHECK(ran == 1);
+  CHECK(q.now() == npurt::sim_time{us(1)});
+  CHECK(q.cancelled_pending() == 0);
 }

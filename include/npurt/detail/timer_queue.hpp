@@ -76,10 +76,20 @@ class timer_queue {
   /// call_at that can be taken back: a cancelled action never runs and never moves the clock.
   std::uint64_t call_at_cancellable(sim_time at, const timer_action& a) {
     const std::uint64_t ticket = order_;
+    armed_.insert(ticket);
     push({std::max(at, now_), order_++, a});
     return ticket;
   }
-  void cancel(std::uint64_t ticket) { cancelled_.insert(ticket); }
+  /// Takes back an action of call_at_cancellable; one that already ran (a timed wait's
+  /// deadline that was reached) or was cancelled is left alone.
+  void cancel(std::uint64_t ticket) {
+    // Only a pending ticket joins cancelled_: a fired one would stay there for good, and every
+    // later advance would take the slow path for it.
+    if (armed_.erase(ticket) != 0) cancelled_.insert(ticket);
+  }
+  /// Cancelled actions not yet dropped from the queue (for tests: it never exceeds the number
+  /// of pending cancellable actions).
+  [[nodiscard]] std::size_t cancelled_pending() const noexcept { return cancelled_.size(); }
 
   /// Runs every action due at this instant, including those they schedule for it, in call
   /// order. False when there was none.
@@ -105,6 +115,8 @@ class timer_queue {
     drop_cancelled();
     if (timers_.empty()) return false;
     const entry e = pop();
+    if (!armed_.empty()) [[unlikely]]
+      armed_.erase(e.order);  // fired: a later cancel has nothing to take back
     now_ = e.at;
     e.a.run(e.a);
     return true;
@@ -164,7 +176,8 @@ class timer_queue {
   sim_time now_{};
   std::uint64_t order_ = 0;
   std::vector<entry> timers_;  // a binary min-heap by (at, order)
-  std::unordered_set<std::uint64_t> cancelled_;
+  std::unordered_set<std::uint64_t> armed_;      // cancellable actions not yet run or cancelled
+  std::unordered_set<std::uint64_t> cancelled_;  // cancelled, still in timers_
   std::vector<entry> due_;  // actions due at now_, in call order
   std::size_t head_ = 0;
 };
