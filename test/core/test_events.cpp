@@ -242,3 +242,31 @@ TEST_CASE("the throwing run raises deadlock_error with the report", "[core][even
 }
 
 }  // namespace
+
+TEST_CASE("a wait made before the first record is checked for a cycle when a record binds it",
+          "[core][event][deadlock]") {
+  // a waits for ev before any record; at 7.5 us a handler records ev on a itself, behind that
+  // wait: a cycle from that instant on, while b still has a long kernel to run.
+  npurt::system sys{simple(), {.dispatch = npurt::dispatch_model::per_stream}};
+  auto& dev = sys.device(0);
+  auto a = dev.make_stream();
+  auto b = dev.make_stream();
+  auto ev = dev.make_event({.wait_for_record = true});
+  a.wait(ev);
+  npurt::sim_time bound_at{};
+  b.async_launch(fixed(us(5)), [&](npurt::async_error_code) {
+    bound_at = sys.now();
+    a.record(ev);
+  });
+  b.launch(fixed(picoseconds{1'000'000'000'000}));
+  std::error_code ec;
+  sys.run(ec);
+  CHECK(ec == npurt::errc::deadlock);
+  const std::string report = sys.deadlock_report();
+  INFO(report);
+  REQUIRE(sys.options().launch_overhead == us(2) + picoseconds{500'000});
+  REQUIRE(bound_at == sim_time{us(7) + picoseconds{500'000}});
+  // Reported when the record closed the cycle, not when b's one-second kernel ended.
+  CHECK(report.rfind("deadlock at t=7.5 us:", 0) == 0);
+  CHECK(report.find("stream " + std::to_string(a.id())) != std::string::npos);
+}

@@ -631,6 +631,11 @@ NPURT_DECL void scheduler::record_event(stream_state& s, event_state& e) {
     w->extra->target_stream = e.stream;
     w->extra->target_seq = e.seq;
     wait_position(e.stream, e.seq, position_waiter{&scheduler::on_wait_satisfied, this, w});
+    // The wait is now on a position, as if it had started with this record bound: a record that
+    // closes a cycle (behind the wait on its own stream, say) is a deadlock now, not when nothing
+    // else is left to run.
+    if (!position_reached(e.stream, e.seq))
+      if (stream_state* ws = find_stream(w->stream)) wait_blocked(*ws);
   }
 }
 
