@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace npurt {
 
@@ -80,9 +81,34 @@ struct host_range_info {
   sim_time time{};
 };
 
+class observer;
+
+namespace detail {
+class runtime;
+
+/// What an observer is attached to; told when an attached observer is destroyed first.
+class observer_host {
+ public:
+  virtual void observer_destroyed(observer& o) noexcept = 0;
+
+ protected:
+  ~observer_host() = default;
+};
+}  // namespace detail
+
+/// Attach with system::add_observer. An observer may be destroyed before or after the systems
+/// it is attached to, and may attach or remove observers (itself included) from inside a report.
 class observer {
  public:
-  virtual ~observer() = default;
+  observer() = default;
+  // A copy is another observer: it is attached to nothing.
+  observer(const observer&) noexcept {}
+  observer& operator=(const observer&) noexcept { return *this; }
+  // A system must never report to an observer that is gone, so one destroyed while attached
+  // detaches itself.
+  virtual ~observer() {
+    for (auto* h : hosts_) h->observer_destroyed(*this);
+  }
   /// A task finished (start and end are final).
   virtual void on_task(const task_info&) {}
   virtual void on_event_record(const event_record_info&) {}
@@ -95,6 +121,10 @@ class observer {
   virtual void on_stream_created(device_id, std::uint32_t /*stream*/, std::uint8_t /*priority*/) {}
   /// The system is shutting down at virtual time `t`.
   virtual void on_shutdown(sim_time) {}
+
+ private:
+  friend class detail::runtime;
+  std::vector<detail::observer_host*> hosts_;  // the runtimes this observer is attached to
 };
 
 }  // namespace npurt

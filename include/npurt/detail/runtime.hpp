@@ -39,6 +39,7 @@
 #include <boost/asio/require.hpp>
 #include <boost/asio/strand.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -57,7 +58,7 @@ namespace npurt {
 
 namespace detail {
 
-class runtime final : public backend_host, private loop_parts, public scheduler {
+class runtime final : public backend_host, private loop_parts, public scheduler, public observer_host {
  public:
   NPURT_DECL runtime(std::unique_ptr<npurt::backend> b, const system_options& opts);
   NPURT_DECL ~runtime() override;
@@ -162,38 +163,86 @@ class runtime final : public backend_host, private loop_parts, public scheduler 
   /// Broadcasts observer calls to every attached observer.
   class fanout_observer final : public observer {
    public:
-    explicit fanout_observer(std::vector<observer*>& list) : list_(list) {}
     void on_task(const task_info& t) override {
-      for (auto* o : list_) o->on_task(t);
+      each([&](observer& o) { o.on_task(t); });
     }
     void on_event_record(const event_record_info& i) override {
-      for (auto* o : list_) o->on_event_record(i);
+      each([&](observer& o) { o.on_event_record(i); });
     }
     void on_event_wait(const event_wait_info& i) override {
-      for (auto* o : list_) o->on_event_wait(i);
+      each([&](observer& o) { o.on_event_wait(i); });
     }
     void on_memory(const memory_info& i) override {
-      for (auto* o : list_) o->on_memory(i);
+      each([&](observer& o) { o.on_memory(i); });
     }
     void on_link_transfer(const link_transfer_info& i) override {
-      for (auto* o : list_) o->on_link_transfer(i);
+      each([&](observer& o) { o.on_link_transfer(i); });
     }
     void on_collective_step(const collective_step_info& i) override {
-      for (auto* o : list_) o->on_collective_step(i);
+      each([&](observer& o) { o.on_collective_step(i); });
     }
     void on_host_range(const host_range_info& i) override {
-      for (auto* o : list_) o->on_host_range(i);
+      each([&](observer& o) { o.on_host_range(i); });
     }
     void on_stream_created(device_id d, std::uint32_t s, std::uint8_t p) override {
-      for (auto* o : list_) o->on_stream_created(d, s, p);
+      each([&](observer& o) { o.on_stream_created(d, s, p); });
     }
     void on_shutdown(sim_time t) override {
-      for (auto* o : list_) o->on_shutdown(t);
+      each([&](observer& o) { o.on_shutdown(t); });
     }
 
+    /// False if `o` is attached already.
+    bool add(observer& o) {
+      if (std::find(list_.begin(), list_.end(), &o) != list_.end()) return false;
+      list_.push_back(&o);
+      ++live_;
+      return true;
+    }
+    /// False if `o` is not attached.
+    bool remove(observer& o) noexcept {
+      const auto it = std::find(list_.begin(), list_.end(), &o);
+      if (it == list_.end()) return false;
+      --live_;
+      // A report in progress walks the list by index: leave a hole until it ends.
+      if (depth_ > 0) {
+        *it = nullptr;
+        holes_ = true;
+      } else {
+        list_.erase(it);
+      }
+      return true;
+    }
+    [[nodiscard]] bool empty() const noexcept { return live_ == 0; }
+    [[nodiscard]] const std::vector<observer*>& list() const noexcept { return list_; }
+
    private:
-    std::vector<observer*>& list_;
+    // An observer may attach or remove observers, itself included, from inside a report: the walk
+    // is by index over the observers attached when the report began, skipping removed ones, so
+    // neither a reallocation nor an erase can pull the list from under it.
+    template <class F>
+    void each(F&& f) {
+      struct depth_guard {
+        fanout_observer& self;
+        ~depth_guard() {
+          if (--self.depth_ == 0 && self.holes_) {
+            std::erase(self.list_, nullptr);
+            self.holes_ = false;
+          }
+        }
+      };
+      ++depth_;
+      depth_guard guard{*this};
+      for (std::size_t i = 0, n = list_.size(); i < n; ++i)
+        if (observer* o = list_[i]) f(*o);
+    }
+
+    std::vector<observer*> list_;
+    std::size_t live_ = 0;   // non-null entries
+    std::size_t depth_ = 0;  // reports in progress (a report may cause another)
+    bool holes_ = false;
   };
+
+  NPURT_DECL void observer_destroyed(observer& o) noexcept override;
 
   NPURT_DECL void wait_blocked(stream_state& s) override;
   NPURT_DECL bool run_now();  // host handlers and actions due now; false when there were none
@@ -211,8 +260,7 @@ class runtime final : public backend_host, private loop_parts, public scheduler 
   std::size_t host_waits_ = 0;
   deadlock_detector deadlocks_{streams(), queue()};
 
-  std::vector<observer*> observers_;
-  fanout_observer fanout_{observers_};
+  fanout_observer fanout_;
   // Last, so that it is destroyed first: handles still alive become null before anything they
   // could reach is gone.
   handle_list handles_;

@@ -45,6 +45,9 @@ NPURT_DECL runtime::~runtime() {
   auto frames = std::move(frames_);
   frames_.clear();
   for (const auto& [id, frame] : frames) std::coroutine_handle<>::from_address(frame).destroy();
+  // Observers that outlive the system must not call back into it when they are destroyed.
+  for (observer* o : fanout_.list())
+    if (o != nullptr) std::erase(o->hosts_, static_cast<observer_host*>(this));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -177,13 +180,19 @@ NPURT_DECL void runtime::trace_memory(device_id dev, memory_op op, std::uint64_t
 // Observers
 
 NPURT_DECL void runtime::add_observer(observer& o) {
-  if (std::find(observers_.begin(), observers_.end(), &o) == observers_.end()) observers_.push_back(&o);
+  o.hosts_.reserve(o.hosts_.size() + 1);  // so that nothing below can throw after the list changed
+  if (fanout_.add(o)) o.hosts_.push_back(this);
   trace_ = &fanout_;
 }
 
 NPURT_DECL void runtime::remove_observer(observer& o) {
-  observers_.erase(std::remove(observers_.begin(), observers_.end(), &o), observers_.end());
-  trace_ = observers_.empty() ? nullptr : &fanout_;
+  if (fanout_.remove(o)) std::erase(o.hosts_, static_cast<observer_host*>(this));
+  trace_ = fanout_.empty() ? nullptr : &fanout_;
+}
+
+NPURT_DECL void runtime::observer_destroyed(observer& o) noexcept {
+  fanout_.remove(o);  // o is walking its own list of hosts: leave it alone
+  trace_ = fanout_.empty() ? nullptr : &fanout_;
 }
 
 }  // namespace npurt::detail
