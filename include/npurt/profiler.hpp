@@ -110,6 +110,8 @@ class profiler : public observer {
   [[nodiscard]] profile_summary summary(std::size_t top_kernels = 10) const { return summarize(data(), top_kernels); }
 
   void write_chrome_trace(std::ostream& os) const { npurt::write_chrome_trace(os, data()); }
+  /// A file that cannot be opened gives open(2)'s errno (std::generic_category(): a directory is
+  /// is_a_directory, a missing directory no_such_file_or_directory); a failed write, io_error.
   NPURT_DECL void write_chrome_trace(const std::string& path, std::error_code& ec) const;
   NPURT_DECL void write_chrome_trace(const std::string& path) const;
   void write_summary_text(std::ostream& os, std::size_t top_kernels = 10) const {

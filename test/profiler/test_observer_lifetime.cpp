@@ -155,3 +155,21 @@ TEST_CASE("two profilers on one system record the same trace", "[profiler][obser
   sys.remove_observer(mine);
   sys.remove_observer(late);
 }
+
+TEST_CASE("writing a trace where it cannot go says why", "[profiler][write]") {
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  auto s = sys.device(0).make_stream();
+  launch(s, 1);
+  sys.run();
+  std::error_code ec;
+  sys.profiler().write_chrome_trace("/nonexistent-npurt-dir/trace.json", ec);
+  CHECK(ec == std::errc::no_such_file_or_directory);
+  sys.profiler().write_chrome_trace("/", ec);
+  CHECK(ec == std::errc::is_a_directory);
+  sys.profiler().write_chrome_trace("/dev/full", ec);
+  CHECK(ec == std::errc::io_error);
+  try {
+    sys.profiler().write_chrome_trace("/");
+    FAIL("no exception");
+  } catch (const std::system_error& e) { CHECK(e.code() == std::errc::is_a_directory); }
+}

@@ -7,6 +7,7 @@
 #include <npurt/system.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,9 @@
 #include <new>
 #include <system_error>
 #include <utility>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace npurt {
 
@@ -330,11 +334,17 @@ NPURT_DECL void profiler::write_chrome_trace(const std::string& path, std::error
   ec.clear();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) {
-    ec = std::make_error_code(std::errc::no_such_file_or_directory);
+    // Say why (a directory, no permission, a missing directory) rather than guess. The stream's
+    // errno is not to be trusted: its cleanup may run the allocator after open(2) failed. Asking
+    // open(2) again, without truncating, gives the reason and changes nothing.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+    const int why = fd < 0 ? errno : EIO;
+    if (fd >= 0) ::close(fd);
+    ec = std::error_code(why, std::generic_category());
     return;
   }
   npurt::write_chrome_trace(out, data());
-  out.flush();
+  out.close();
   if (!out) ec = std::make_error_code(std::errc::io_error);
 }
 
