@@ -657,10 +657,25 @@ preset load_preset(const std::filesystem::path& file, std::error_code& ec, std::
     if (what) *what = "cannot open preset file " + file.string();
     return preset{};
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  // At most one byte past the limit: a larger file, a device like /dev/zero or a pipe that never
+  // ends is refused without being read whole.
+  std::string text(max_preset_bytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) {
+    ec = make_error_code(errc::invalid_config);
+    if (what) *what = "cannot read preset file " + file.string();
+    return preset{};
+  }
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > max_preset_bytes) {
+    ec = make_error_code(errc::parse_error);
+    if (what)
+      *what = file.string() + ": preset INI: larger than " + std::to_string(max_preset_bytes) +
+              " bytes, the most a preset file may hold";
+    return preset{};
+  }
   std::string msg;
-  preset p = parse_preset(ss.str(), ec, &msg);
+  preset p = parse_preset(text, ec, &msg);
   if (ec && what) *what = file.string() + ": " + msg;
   return p;
 }

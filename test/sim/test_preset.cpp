@@ -3,11 +3,18 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace npurt;
 using namespace npurt::sim;
@@ -301,5 +308,50 @@ TEST_CASE("duplicate preset keys and sections are errors naming them", "[sim][pr
     (void)parse_preset(text, ec, &what);
     CHECK(ec == errc::parse_error);
     CHECK_THAT(what, ContainsSubstring("[Runtime]"));
+  }
+}
+
+TEST_CASE("a preset file is read no further than a preset may be long", "[sim][preset]") {
+  SECTION("an endless file is refused, not read until memory runs out") {
+    // In a child: the unbounded read never returns, and the parent ends it.
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      std::error_code ec;
+      std::string what;
+      (void)load_preset("/dev/zero", ec, &what);
+      _exit(ec == errc::parse_error && what.find("larger than 1048576 bytes") != std::string::npos ? 0 : 1);
+    }
+    int status = 0;
+    pid_t done = 0;
+    for (int i = 0; i < 300 && done == 0; ++i) {
+      done = waitpid(child, &status, WNOHANG);
+      if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (done == 0) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      FAIL("load_preset(\"/dev/zero\") did not return within 30 s");
+    }
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  SECTION("a file just over the limit is refused by its size, a directory as unreadable") {
+    const auto dir = std::filesystem::temp_directory_path() / ("npurt-preset-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    const auto big = dir / "big.ini";
+    {
+      std::ofstream out(big, std::ios::binary);
+      out << to_ini(presets::ascend910()) << std::string((1u << 20) + 1, ' ');
+    }
+    std::error_code ec;
+    std::string what;
+    (void)load_preset(big, ec, &what);
+    CHECK(ec == errc::parse_error);
+    CHECK_THAT(what, ContainsSubstring("larger than 1048576 bytes"));
+    (void)load_preset(dir, ec, &what);
+    CHECK(ec == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("cannot read preset file"));
+    std::filesystem::remove_all(dir);
   }
 }
