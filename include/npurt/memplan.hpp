@@ -128,7 +128,8 @@ NPURT_DECL check_report check(const std::vector<buffer>& input, const table& pla
 NPURT_DECL table read_csv(std::istream& in, std::error_code& ec, std::string& message);
 /// Throwing form: npurt::caller_error whose what() names the line.
 NPURT_DECL table read_csv(std::istream& in);
-/// Reads a file; messages start with "PATH:line N:". A missing file is errc::invalid_argument.
+/// Reads a file; messages start with "PATH:line N:". A missing file, or one that cannot be read
+/// (a directory), is errc::invalid_argument.
 NPURT_DECL table read_csv_file(const std::string& path, std::error_code& ec, std::string& message);
 NPURT_DECL table read_csv_file(const std::string& path);
 

@@ -147,3 +147,13 @@ TEST_CASE("npurt-memplan's command line: --help, and bad values are clear errors
   CHECK(r.status != 0);
   CHECK(r.err.find("input") != std::string::npos);
 }
+
+TEST_CASE("npurt-memplan given a directory says it cannot read it and exits 1", "[memory][memplan][tool]") {
+  // A file stream throws when read(2) fails on a directory: that must become a message, not abort.
+  auto r = run(q(scratch().string()));
+  CHECK(r.status == 1);
+  CHECK(r.err.find("cannot read file") != std::string::npos);
+  r = run(q(example) + " --check " + q(scratch().string()));
+  CHECK(r.status == 1);
+  CHECK(r.err.find("cannot read file") != std::string::npos);
+}

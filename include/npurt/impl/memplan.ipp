@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <exception>
 #include <fstream>
 #include <istream>
 #include <limits>
@@ -856,7 +857,15 @@ inline bool bounded_getline(std::istream& in, std::string& line, bool& too_long)
   std::streambuf* sb = in.rdbuf();
   if (!sb || !in.good()) return false;
   for (;;) {
-    const auto c = sb->sbumpc();
+    std::char_traits<char>::int_type c{};
+    // A file stream reports a failed read(2) (a directory, an I/O error) by throwing from its
+    // buffer; the istream functions would catch that, and so must a caller of the buffer.
+    try {
+      c = sb->sbumpc();
+    } catch (const std::exception&) {
+      in.setstate(std::ios::badbit);
+      return false;
+    }
     if (std::char_traits<char>::eq_int_type(c, std::char_traits<char>::eof())) {
       in.setstate(std::ios::eofbit);
       return !line.empty();
@@ -1002,6 +1011,11 @@ NPURT_DECL table read_csv_file(const std::string& path, std::error_code& ec, std
     return {};
   }
   auto t = read_csv(in, ec, message);
+  if (in.bad()) {
+    ec = make_error_code(errc::invalid_argument);
+    message = path + ": cannot read file";
+    return {};
+  }
   if (ec) message = path + ":" + message;
   return t;
 }
