@@ -94,7 +94,8 @@ NPURT_DECL plan make_plan(const std::vector<buffer>& buffers, const options& opt
 /// One greedy pass in a given order and fit (the building block, exposed for benchmarks).
 NPURT_DECL plan greedy_plan(const std::vector<buffer>& buffers, order o, fit f, std::uint64_t alignment = 1);
 
-/// Peak live bytes: no plan can use a smaller arena. Any sizes up to 2^64 - 1 are accepted; if
+/// Peak live bytes: no plan can use a smaller arena. A buffer with an empty lifetime (upper <=
+/// lower) is never live. Any sizes up to 2^64 - 1 are accepted; if
 /// the bytes live at one step exceed 2^64 - 1 (no plan exists), ec is errc::size_overflow and
 /// the result 0. The throwing form raises npurt::caller_error instead.
 NPURT_DECL std::uint64_t lower_bound(const std::vector<buffer>& buffers, std::error_code& ec);

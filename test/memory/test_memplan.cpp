@@ -513,3 +513,22 @@ TEST_CASE("dense instances whose buffers come and go get valid aligned plans fro
   for (auto off : p.offsets) REQUIRE(off % 64 == 0);
   CHECK(mp::make_plan(b, o).offsets == p.offsets);  // deterministic
 }
+
+TEST_CASE("a buffer with an empty lifetime is never live: the lower bound and the checker say so",
+          "[memory][memplan]") {
+  // The sweep sees such a buffer's end before its start: it must not take away bytes it never
+  // added, which would wrap the live sum.
+  std::error_code ec;
+  CHECK(mp::lower_bound({{0, 3, 3, 10}}, ec) == 0);
+  CHECK_FALSE(ec);
+  CHECK(mp::lower_bound({{0, 5, 2, 10}, {1, 3, 4, 1}}, ec) == 1);
+  CHECK_FALSE(ec);
+  CHECK(mp::lower_bound({{0, 0, 4, 7}, {1, 2, 2, 100}, {2, 1, 3, 5}}, ec) == 12);
+  CHECK_FALSE(ec);
+  const auto rep = mp::check({{0, 3, 3, 10}, {1, 0, 5, 4}}, {0, 0});
+  CHECK_FALSE(rep.valid);
+  CHECK(rep.error == "buffer 0 is malformed");
+  const auto rep2 = mp::check({{0, 5, 2, 10}, {1, 3, 4, 1}}, {0, 16});
+  CHECK_FALSE(rep2.valid);
+  CHECK(rep2.error == "buffer 0 is malformed");
+}

@@ -8,6 +8,7 @@
 #include <exception>
 #include <fstream>
 #include <istream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -521,8 +522,16 @@ NPURT_DECL std::uint64_t lower_bound(const std::vector<buffer>& buffers, std::er
   ec.clear();
   // Unsigned and checked: sizes may reach 2^64 - 1, and a live sum past that has no plan.
   std::uint64_t live = 0, peak = 0;
-  for (const auto& e : detail::sweep_events(buffers)) {
-    const std::uint64_t size = buffers[e.i].size;
+  // A buffer whose lifetime is empty (upper <= lower) is never live. Its end would come before
+  // its start in the sweep and take its size from bytes it never added.
+  std::vector<buffer> live_ones;
+  const bool all_live = std::all_of(buffers.begin(), buffers.end(), [](const buffer& b) { return b.lower < b.upper; });
+  if (!all_live)
+    std::copy_if(buffers.begin(), buffers.end(), std::back_inserter(live_ones),
+                 [](const buffer& b) { return b.lower < b.upper; });
+  const std::vector<buffer>& b = all_live ? buffers : live_ones;
+  for (const auto& e : detail::sweep_events(b)) {
+    const std::uint64_t size = b[e.i].size;
     if (e.end_first == 0) {
       live -= size;
     } else if (__builtin_add_overflow(live, size, &live)) {
@@ -683,6 +692,9 @@ NPURT_DECL check_report check(const std::vector<buffer>& buffers, const std::vec
     return r;
   };
   if (buffers.size() >= std::numeric_limits<std::uint32_t>::max()) return fail("too many buffers");
+  // Before the sweep, which counts on every end coming after its start.
+  for (const auto& x : buffers)
+    if (x.upper <= x.lower || x.size == 0) return fail("buffer " + std::to_string(x.id) + " is malformed");
   // The bound is recomputed here on purpose rather than calling lower_bound(): the checker
   // must not trust the planner's code. Unsigned and checked: no plan holds more than 2^64 - 1
   // live bytes.
@@ -736,7 +748,6 @@ NPURT_DECL check_report check(const std::vector<buffer>& buffers, const std::vec
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) return fail("alignment is not a power of two");
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     const auto& x = buffers[i];
-    if (x.upper <= x.lower || x.size == 0) return fail("buffer " + std::to_string(x.id) + " is malformed");
     if (offsets[i] % alignment != 0)
       return fail("buffer " + std::to_string(x.id) + " at offset " + std::to_string(offsets[i]) +
                   " is not aligned to " + std::to_string(alignment));
