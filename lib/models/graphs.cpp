@@ -2,7 +2,11 @@
 #include <npurt/models/graphs.hpp>
 #include <npurt/models/resnet50.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string>
 
 namespace npurt::models {
 
@@ -20,6 +24,50 @@ tensor param(shape s, dtype t, bool with_data, std::uint64_t seed, double scale,
   return r;
 }
 
+// Counts from the caller are checked before any arithmetic or shape uses them: a count below 1
+// is invalid_argument, and a tensor whose bytes (at 4 per element, the widest dtype the models
+// use) would not fit a std::ptrdiff_t is size_overflow.
+void require_positive(const char* model, const char* what, std::int64_t v) {
+  if (v < 1)
+    throw_error(make_error_code(errc::invalid_argument),
+                std::string("models::") + model + ": " + what + " must be at least 1, got " + std::to_string(v));
+}
+
+std::int64_t checked_elements(const char* model, std::initializer_list<std::int64_t> dims) {
+  std::int64_t n = 4;
+  for (auto d : dims)
+    if (__builtin_mul_overflow(n, d, &n) || n > std::numeric_limits<std::ptrdiff_t>::max())
+      throw_error(make_error_code(errc::size_overflow),
+                  std::string("models::") + model + ": a tensor of the model does not fit in memory");
+  return n / 4;
+}
+
+void check_widths(const char* model, std::int64_t batch, const std::vector<std::int64_t>& widths) {
+  require_positive(model, "batch", batch);
+  if (widths.empty())
+    throw_error(make_error_code(errc::invalid_argument), std::string("models::") + model + ": no layer widths");
+  for (auto w : widths) {
+    require_positive(model, "a layer width", w);
+    (void)checked_elements(model, {batch, w});
+  }
+  for (std::size_t i = 1; i < widths.size(); ++i) (void)checked_elements(model, {widths[i - 1], widths[i]});
+}
+
+void check_transformer(const char* model, const transformer_config& c) {
+  require_positive(model, "batch", c.batch);
+  require_positive(model, "seq", c.seq);
+  require_positive(model, "hidden", c.hidden);
+  require_positive(model, "heads", c.heads);
+  require_positive(model, "ffn", c.ffn);
+  if (c.hidden % c.heads != 0)
+    throw_error(make_error_code(errc::invalid_argument), std::string("models::") + model + ": hidden " +
+                                                             std::to_string(c.hidden) + " is not a multiple of heads " +
+                                                             std::to_string(c.heads));
+  (void)checked_elements(model, {c.batch, c.seq, std::max(c.hidden, c.ffn)});
+  (void)checked_elements(model, {c.batch, c.heads, c.seq, c.seq});
+  (void)checked_elements(model, {c.hidden, c.ffn});
+}
+
 tensor shape_const(std::initializer_list<std::int64_t> dims) {
   tensor t({static_cast<std::int64_t>(dims.size())}, dtype::i64);
   std::int64_t i = 0;
@@ -30,6 +78,7 @@ tensor shape_const(std::initializer_list<std::int64_t> dims) {
 }  // namespace
 
 graph mlp(std::int64_t batch, const std::vector<std::int64_t>& widths, bool with_data, std::uint64_t seed) {
+  check_widths("mlp", batch, widths);
   graph g("mlp");
   std::string h = g.add_input("x", {batch, widths.at(0)}, dtype::f32);
   for (std::size_t i = 1; i < widths.size(); ++i) {
@@ -46,6 +95,7 @@ graph mlp(std::int64_t batch, const std::vector<std::int64_t>& widths, bool with
 
 graph mlp_training_step(std::int64_t batch, const std::vector<std::int64_t>& widths, double lr, bool with_data,
                         std::uint64_t seed) {
+  check_widths("mlp_training_step", batch, widths);
   graph g("mlp_training_step");
   const std::size_t layers = widths.size() - 1;
   std::vector<std::string> h{g.add_input("x", {batch, widths.at(0)}, dtype::f32)};
@@ -84,6 +134,9 @@ graph mlp_training_step(std::int64_t batch, const std::vector<std::int64_t>& wid
 }
 
 graph resnet50_graph(std::int64_t batch, std::int64_t image, bool with_data, std::uint64_t seed, dtype type) {
+  require_positive("resnet50_graph", "batch", batch);
+  require_positive("resnet50_graph", "image", image);
+  (void)checked_elements("resnet50_graph", {batch, 64, image, image});
   const resnet50 table{1, dtype::f32};
   graph g("resnet50");
   std::string x = g.add_input("input", {batch, 3, image, image}, type);
@@ -135,6 +188,7 @@ graph resnet50_graph(std::int64_t batch, std::int64_t image, bool with_data, std
 
 std::string add_encoder_block(graph& g, const std::string& x, const transformer_config& c, const std::string& p,
                               bool with_data, std::uint64_t seed) {
+  check_transformer("add_encoder_block", c);
   const std::int64_t B = c.batch, S = c.seq, H = c.hidden, h = c.heads, d = H / h, F = c.ffn;
   const dtype t = c.type;
   std::uint64_t k = seed;
@@ -175,6 +229,7 @@ std::string add_encoder_block(graph& g, const std::string& x, const transformer_
 }
 
 graph transformer_encoder(const transformer_config& c, bool with_data, std::uint64_t seed) {
+  check_transformer("transformer_encoder", c);
   graph g("transformer_encoder");
   auto x = g.add_input("x", {c.batch, c.seq, c.hidden}, c.type);
   auto y = add_encoder_block(g, x, c, "block", with_data, seed);
@@ -183,8 +238,12 @@ graph transformer_encoder(const transformer_config& c, bool with_data, std::uint
 }
 
 graph bert_large(std::int64_t batch, std::int64_t seq, bool with_data, int layers, dtype type) {
-  graph g("bert_large");
   const transformer_config c{batch, seq, 1024, 16, 4096, type};
+  check_transformer("bert_large", c);
+  if (layers < 0)
+    throw_error(make_error_code(errc::invalid_argument),
+                "models::bert_large: layers " + std::to_string(layers) + " is negative");
+  graph g("bert_large");
   std::string x = g.add_input("x", {batch, seq, 1024}, type);
   for (int l = 0; l < layers; ++l)
     x = add_encoder_block(g, x, c, "layer" + std::to_string(l), with_data, 1000u * static_cast<std::uint64_t>(l + 1));
@@ -195,6 +254,13 @@ graph bert_large(std::int64_t batch, std::int64_t seq, bool with_data, int layer
 std::vector<kernel_desc> bert_training_step(std::int64_t B, std::int64_t S, std::deque<std::string>& names, int layers,
                                             std::int64_t V) {
   using namespace kernels;
+  check_transformer("bert_training_step", {B, S, 1024, 16, 4096, dtype::f16});
+  require_positive("bert_training_step", "vocab", V);
+  if (layers < 0)
+    throw_error(make_error_code(errc::invalid_argument),
+                "models::bert_training_step: layers " + std::to_string(layers) + " is negative");
+  (void)checked_elements("bert_training_step", {B, 20, V});
+  (void)checked_elements("bert_training_step", {1024, V});
   const std::int64_t H = 1024, F = 4096, h = 16, d = 64, T = B * S;
   const std::int64_t P = B * 20;  // masked positions per batch (max_predictions_per_seq = 20)
   const dtype c = dtype::f16, m = dtype::f32;

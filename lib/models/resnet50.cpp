@@ -1,7 +1,10 @@
 // ResNet-50 v1.5 as kernel descriptors (see resnet50.hpp).
 #include <npurt/models/resnet50.hpp>
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <string>
 
 namespace npurt::models {
 
@@ -9,7 +12,19 @@ namespace {
 using arr2 = std::array<std::int32_t, 2>;
 }
 
-resnet50::resnet50(std::int64_t batch, dtype compute) : batch_(batch), compute_(compute) { build(); }
+resnet50::resnet50(std::int64_t batch, dtype compute) : batch_(batch), compute_(compute) {
+  // The batch comes from the caller: a step of no or negative images has no meaning, and one
+  // whose tensors do not fit in memory would give byte counts that saturate.
+  if (batch < 1)
+    throw_error(make_error_code(errc::invalid_argument),
+                "models::resnet50: batch must be at least 1, got " + std::to_string(batch));
+  build();
+  for (const auto& t : tensors_)
+    if (t.shape.checked_elements() < 0 ||
+        tensor_desc{nullptr, t.shape, t.type}.bytes() > static_cast<std::size_t>(PTRDIFF_MAX))
+      throw_error(make_error_code(errc::size_overflow), "models::resnet50: at batch " + std::to_string(batch) +
+                                                            ", tensor '" + t.name + "' does not fit in memory");
+}
 
 std::string_view resnet50::intern(std::string s) {
   names_.push_back(std::move(s));

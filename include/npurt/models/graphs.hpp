@@ -5,6 +5,11 @@
 // values (seeded; functional runs at small sizes), false makes them timing-only (full-size
 // simulation without data). Weights are scaled by 1/sqrt(fan-in) so activations stay O(1).
 //
+// Sizes are checked before anything is built: a batch, width, sequence, hidden size, head count
+// or vocabulary below 1, a hidden size that is not a multiple of the heads, or a negative layer
+// count is npurt::caller_error (errc::invalid_argument); a model whose tensors do not fit in
+// memory is errc::size_overflow.
+//
 // bert_training_step() is one BERT-Large training step as the kernels a framework launches
 // (forward, backward, optimizer update), timing-only, for the fidelity comparison with
 // MindSpore's published throughput.

@@ -87,7 +87,9 @@ struct tensor_access {
 
 class resnet50 {
  public:
-  /// The model at a batch size, computing in `compute` (activations, conv weights).
+  /// The model at a batch size, computing in `compute` (activations, conv weights). A batch below
+  /// 1 is npurt::caller_error (errc::invalid_argument); one whose tensors do not fit in memory,
+  /// errc::size_overflow.
   explicit resnet50(std::int64_t batch = 256, dtype compute = dtype::f16);
   resnet50(const resnet50&) = delete;  // kernel names point into this object
   resnet50& operator=(const resnet50&) = delete;
