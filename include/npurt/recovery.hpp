@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <system_error>
 
@@ -118,6 +119,24 @@ struct recovery_strategy {
     return recovery_action::abort;
   }
   [[nodiscard]] recovery_action action_for(std::error_code ec) const noexcept { return action_for(classify(ec)); }
+
+  /// errc::invalid_argument, with `what` naming the field, for a strategy that cannot be carried
+  /// out as written: an action outside recovery_action (a cast integer), a negative backoff or
+  /// backoff cap, a backoff factor below 1 or not finite, or a retry watchdog that is not
+  /// positive (the watchdog would refuse it, and the retry would run with the long one).
+  [[nodiscard]] std::error_code validate(std::string* what = nullptr) const {
+    const auto bad = [&](const char* why) {
+      if (what) *what = std::string("recovery_strategy: ") + why;
+      return make_error_code(errc::invalid_argument);
+    };
+    for (const recovery_action a : {on_device_error, on_memory_error, on_timeout, on_device_lost})
+      if (a > recovery_action::abort) return bad("an action is not a recovery_action");
+    if (backoff.count() < 0) return bad("backoff is negative");
+    if (max_backoff.count() < 0) return bad("max_backoff is negative");
+    if (!std::isfinite(backoff_factor) || backoff_factor < 1) return bad("backoff_factor must be finite and >= 1");
+    if (retry_timeout.count() <= 0) return bad("retry_timeout must be positive");
+    return {};
+  }
 
   /// The backoff before retry `attempt` (1-based), with saturating arithmetic.
   [[nodiscard]] picoseconds backoff_for(std::uint32_t attempt) const noexcept {

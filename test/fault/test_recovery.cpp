@@ -8,7 +8,9 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <cmath>
 #include <cstring>
+#include <string>
 
 using namespace fault_test;
 using npurt::errc;
@@ -86,6 +88,38 @@ TEST_CASE("recovery classes and backoff follow the strategy", "[fault][recovery]
   CHECK(s.backoff_for(1) == s.backoff);
   CHECK(s.backoff_for(3) == s.backoff * 4);
   CHECK(s.backoff_for(200) == s.max_backoff);  // saturates instead of overflowing
+}
+
+TEST_CASE("a strategy that cannot be carried out is refused with the field it gets wrong",
+          "[fault][recovery][policy][error]") {
+  CHECK_FALSE(npurt::recovery_strategy{}.validate());
+  const auto refused = [](npurt::recovery_strategy s, const char* field) {
+    std::string what;
+    CHECK(s.validate(&what) == errc::invalid_argument);
+    CHECK(what.find(field) != std::string::npos);
+  };
+  npurt::recovery_strategy s;
+  s.retry_timeout = npurt::picoseconds{0};
+  refused(s, "retry_timeout");
+  s = {};
+  s.backoff = npurt::picoseconds{-1};
+  refused(s, "backoff");
+  s = {};
+  s.max_backoff = npurt::picoseconds{-1};
+  refused(s, "max_backoff");
+  s = {};
+  s.backoff_factor = 0.5;
+  refused(s, "backoff_factor");
+  s.backoff_factor = std::nan("");
+  refused(s, "backoff_factor");
+  s = {};
+  s.on_timeout = static_cast<recovery_action>(42);
+  refused(s, "action");
+  // The training loop refuses it before touching a device.
+  npurt::system sys{preset(2, fault_plan{})};
+  auto o = options({0, 1});
+  o.strategy.retry_timeout = npurt::picoseconds{-5};
+  CHECK_THROWS_AS(train_data_parallel(sys, o), npurt::caller_error);
 }
 
 TEST_CASE("an AI core exception is retried and the run ends bit-identical to the fault-free one",

@@ -77,3 +77,13 @@ TEST_CASE("run_with_recovery reports a lost device and an abort policy instead o
     FAIL("the error was hidden");
   } catch (const npurt::device_error& e) { CHECK(e.code() == errc::kernel_fault); }
 }
+
+TEST_CASE("set_recovery_strategy refuses a strategy it could not carry out and keeps its own",
+          "[fault][recovery][session][error]") {
+  npurt::system sys{preset(1, fault_plan{})};
+  npurt::session s{sys};
+  npurt::recovery_strategy bad;
+  bad.retry_timeout = npurt::picoseconds{0};
+  CHECK_THROWS_AS(s.set_recovery_strategy(bad), npurt::caller_error);
+  CHECK(s.get_recovery_strategy().retry_timeout == npurt::recovery_strategy{}.retry_timeout);
+}

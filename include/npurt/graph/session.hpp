@@ -254,7 +254,13 @@ class session {
   optimizer_report optimize(graph& g, const std::vector<feed>& inputs);
 
   // --- fault recovery (npurt/recovery.hpp) ---
-  void set_recovery_strategy(const recovery_strategy& r) { recovery_ = r; }
+  /// Throws caller_error (errc::invalid_argument) for a strategy recovery_strategy::validate
+  /// refuses, and keeps the one it had.
+  void set_recovery_strategy(const recovery_strategy& r) {
+    std::string what;
+    if (const std::error_code ec = r.validate(&what)) throw_error(ec, what);
+    recovery_ = r;
+  }
   [[nodiscard]] const recovery_strategy& get_recovery_strategy() const noexcept { return recovery_; }
   /// run() under the recovery strategy: device errors retried after a backoff, out of memory
   /// after trigger_gc(), timeouts with the strategy's short op-execute watchdog, each at most

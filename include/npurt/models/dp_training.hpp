@@ -123,6 +123,8 @@ class trainer {
                   "train_data_parallel: ranks, params, shards and checkpoint_every must be non-zero");
     if (o.params > (std::size_t{1} << 28))
       throw_error(make_error_code(errc::size_overflow), "train_data_parallel: params exceeds 2^28");
+    std::string why;
+    if (const std::error_code ec = o.strategy.validate(&why)) throw_error(ec, "train_data_parallel: " + why);
     std::vector<device_id> all = o.ranks;
     all.insert(all.end(), o.spares.begin(), o.spares.end());
     for (device_id d : all) {

@@ -93,6 +93,8 @@ inline fault_campaign_result run_fault_campaign(const fault_campaign_options& o)
   using namespace campaign_detail;
   if (o.ranks < 2 || o.runs == 0 || o.steps == 0)
     throw_error(make_error_code(errc::invalid_argument), "fault campaign: needs at least 2 ranks, 1 run and 1 step");
+  std::string why;
+  if (const std::error_code ec = o.strategy.validate(&why)) throw_error(ec, "fault campaign: " + why);
   const auto hw = sim::presets::ascend910(static_cast<int>(o.ranks + 1));
   fault_campaign_result res;
   dp_training_report clean;
