@@ -113,6 +113,7 @@ class profiler : public observer {
   /// A file that cannot be opened gives open(2)'s errno (std::generic_category(): a directory is
   /// is_a_directory, a missing directory no_such_file_or_directory); a failed write, io_error.
   NPURT_DECL void write_chrome_trace(const std::string& path, std::error_code& ec) const;
+  /// Throws npurt::error with that code.
   NPURT_DECL void write_chrome_trace(const std::string& path) const;
   void write_summary_text(std::ostream& os, std::size_t top_kernels = 10) const {
     npurt::write_summary_text(os, summary(top_kernels));

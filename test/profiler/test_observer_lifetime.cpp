@@ -171,5 +171,5 @@ TEST_CASE("writing a trace where it cannot go says why", "[profiler][write]") {
   try {
     sys.profiler().write_chrome_trace("/");
     FAIL("no exception");
-  } catch (const std::system_error& e) { CHECK(e.code() == std::errc::is_a_directory); }
+  } catch (const npurt::error& e) { CHECK(e.code() == std::errc::is_a_directory); }
 }

@@ -351,7 +351,8 @@ NPURT_DECL void profiler::write_chrome_trace(const std::string& path, std::error
 NPURT_DECL void profiler::write_chrome_trace(const std::string& path) const {
   std::error_code ec;
   write_chrome_trace(path, ec);
-  if (ec) throw std::system_error(ec, "npurt: cannot write trace to " + path);
+  // npurt::error, as every other throw of the library, though the code is the OS's.
+  if (ec) throw npurt::error(ec, "npurt: cannot write trace to " + path);
 }
 
 // ---------------------------------------------------------------------------------------------
