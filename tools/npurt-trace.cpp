@@ -17,6 +17,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 namespace {
 
@@ -66,6 +67,12 @@ int main(int argc, char** argv) try {
   bool no_engines = false, no_links = false;
   svg->add_flag("--no-engines", no_engines, "Leave out the engine occupancy rows");
   svg->add_flag("--no-links", no_links, "Leave out the link and collective-step rows");
+  // CLI11 reports a misspelt command as "a subcommand is required": name it instead.
+  if (argc > 1 && argv[1][0] != '-' && std::string_view{argv[1]} != "summarize" && std::string_view{argv[1]} != "svg") {
+    std::cerr << "npurt-trace: unknown command '" << argv[1]
+              << "' (commands: summarize, svg)\nRun with --help for more information.\n";
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) { return app.exit(e) == 0 ? 0 : 1; }

@@ -346,6 +346,9 @@ TEST_CASE("npurt-trace rejects bad options with exit 1 and unwritable output wit
   }
   CHECK(run("summarize hostile_trace.json --top abc").first == 1);
   CHECK(run("svg hostile_trace.json").first == 1);  // no -o
+  const auto [unknown, said] = run("summarise hostile_trace.json");
+  CHECK(unknown == 1);
+  CHECK(said.find("unknown command 'summarise'") != std::string::npos);
   const auto [help, text] = run("--help");
   CHECK(help == 0);
   CHECK(text.find("summarize") != std::string::npos);
