@@ -128,6 +128,9 @@ struct task_promise_base {
   // a value already moved out), so it is refused instead.
   bool started = false;
   bool taken = false;
+  // Its task object was destroyed while it was suspended in an operation: the frame finishes on
+  // its own and destroys itself (see task::drop).
+  bool orphaned = false;
 
   std::suspend_always initial_suspend() noexcept { return {}; }
   struct final_awaiter {
@@ -135,8 +138,9 @@ struct task_promise_base {
     template <class P>
     std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) noexcept {
       // Symmetric transfer to whoever awaited this task: no stack growth along chains.
-      if (auto c = h.promise().continuation) return c;
-      return std::noop_coroutine();
+      const std::coroutine_handle<> c = h.promise().continuation;
+      if (h.promise().orphaned) h.destroy();  // nobody holds it: suspended here, it may go
+      return c ? c : std::noop_coroutine();
     }
     void await_resume() const noexcept {}
   };
@@ -216,7 +220,9 @@ spawned drive(runtime& rt, npurt::task<T> t, std::function<void(std::exception_p
 
 /// A lazily started coroutine of npurt's own: starts when awaited (by another task) or spawned,
 /// once: a second co_await throws caller_error(errc::invalid_argument), as does awaiting or
-/// spawning an empty task. Move-only; destroying a task that has not finished destroys its frame.
+/// spawning an empty task. Move-only. Destroying a task destroys its frame, except while the
+/// frame is suspended in an operation (the task was moved away from its awaiter): the frame then
+/// runs to its end and destroys itself, and its awaiter's co_await throws as for an empty task.
 template <class T>
 class [[nodiscard]] task {
  public:
@@ -228,16 +234,14 @@ class [[nodiscard]] task {
   task(task&& o) noexcept : h_(std::exchange(o.h_, {})) {}
   task& operator=(task&& o) noexcept {
     if (this != &o) {
-      if (h_) h_.destroy();
+      drop();
       h_ = std::exchange(o.h_, {});
     }
     return *this;
   }
   task(const task&) = delete;
   task& operator=(const task&) = delete;
-  ~task() {
-    if (h_) h_.destroy();
-  }
+  ~task() { drop(); }
 
   /// A task is awaited once. An empty task (default-constructed or moved-from), one that another
   /// await or spawn started, and one whose result was taken do not suspend: the co_await throws
@@ -267,6 +271,17 @@ class [[nodiscard]] task {
   }
 
  private:
+  // A frame suspended in an operation is pointed at by the runtime, and resumed by it: destroying
+  // it would leave that pointer dangling (a task object moved away from its awaiter, then
+  // destroyed). Such a frame is orphaned instead: it runs to its end and destroys itself there.
+  // Only a dying system destroys suspended frames, after taking its own pointers back.
+  void drop() noexcept {
+    if (!h_) return;
+    promise_type& p = h_.promise();
+    if (p.started && !h_.done() && detail::runtime::frame_teardown == 0) p.orphaned = true;
+    else h_.destroy();
+    h_ = {};
+  }
   handle_type h_;
 };
 

@@ -324,3 +324,35 @@ TEST_CASE("spawned tasks that have not ended when their system dies are destroye
   CHECK_FALSE(resumed);
   CHECK_FALSE(done);  // as co_spawn's handler when its io_context dies: never called
 }
+
+namespace {
+
+npurt::task<std::string> task_test_text_with_marker(npurt::stream& s, task_test_dies marker) {
+  co_await s.async_launch(fixed(us(1)), npurt::use_task);
+  (void)marker;
+  co_return std::string(40, 'y');
+}
+
+}  // namespace
+
+TEST_CASE("a task moved away from its awaiter and destroyed mid-operation finishes on its own, never a dangling frame",
+          "[core][task][lifetime]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  int destroyed = 0;
+  npurt::task<std::string> shared = task_test_text_with_marker(s, task_test_dies{&destroyed});
+  std::string got;
+  std::error_code seen;
+  npurt::spawn(sys, task_test_await_shared(&shared, got, seen));  // starts it, suspends in the launch
+  auto thief = [&]() -> npurt::task<void> {
+    { npurt::task<std::string> stolen = std::move(shared); }  // destroyed while the launch it waits for is queued
+    co_return;
+  };
+  npurt::spawn(sys, thief());
+  sys.run();
+  // The awaiter holds a moved-from task: its co_await reports that, once the frame has ended.
+  CHECK(seen == npurt::errc::invalid_argument);
+  CHECK(got.empty());
+  CHECK(destroyed == 1);  // the frame destroyed itself at its end: nothing leaked
+  CHECK(sys.now().time_since_epoch() == npurt::system_options{}.launch_overhead + us(1));
+}

@@ -147,6 +147,10 @@ class runtime final : public backend_host, private loop_parts, public scheduler,
   /// Storage for the records of awaited operations whose handlers bring no allocator.
   [[nodiscard]] block_recycler& op_memory() noexcept { return op_memory_; }
 
+  /// Non-zero while a dying runtime destroys the frames of spawned tasks: a task that is
+  /// suspended in an operation is then destroyed with its parent (the system's work is gone),
+  /// where at any other time it is left to finish on its own (see npurt::task's destructor).
+  static inline thread_local int frame_teardown = 0;
   /// The frames of spawned tasks (npurt::spawn) that have not ended: a system destroyed first
   /// destroys them, as the io_context does the Asio coroutines it still holds.
   std::uint64_t adopt_frame(void* frame) {

@@ -44,7 +44,9 @@ NPURT_DECL runtime::~runtime() {
   handles_.detach_all();
   auto frames = std::move(frames_);
   frames_.clear();
+  ++frame_teardown;
   for (const auto& [id, frame] : frames) std::coroutine_handle<>::from_address(frame).destroy();
+  --frame_teardown;
   // Observers that outlive the system must not call back into it when they are destroyed.
   for (observer* o : fanout_.list())
     if (o != nullptr) std::erase(o->hosts_, static_cast<observer_host*>(this));
