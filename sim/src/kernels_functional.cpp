@@ -497,9 +497,11 @@ float apply_unary(const kernels::elementwise& op, float x) noexcept {
     case leaky_relu: return x < 0.0f ? a * x : x;
     case elu: return x < 0.0f ? a * (std::exp(x) - 1.0f) : x;
     case selu: return x <= 0.0f ? b * (a * std::exp(x) - a) : b * x;
-    case hard_sigmoid: return std::max(0.0f, std::min(1.0f, a * x + b));
+    // std::max and std::min return their first argument when the other is NaN: NaN would
+    // become a number where ONNX's NumPy definitions keep it.
+    case hard_sigmoid: return std::isnan(x) ? x : std::max(0.0f, std::min(1.0f, a * x + b));
     case thresholded_relu: return x > a ? x : 0.0f;
-    case celu: return std::max(0.0f, x) + std::min(0.0f, a * (std::exp(x / a) - 1.0f));
+    case celu: return std::isnan(x) ? x : std::max(0.0f, x) + std::min(0.0f, a * (std::exp(x / a) - 1.0f));
     case hard_swish: return x * std::max(0.0f, std::min(1.0f, x / 6.0f + 0.5f));
     case clip: return std::isnan(x) ? x : std::min(b, std::max(a, x));
     default: return apply_unary(op.fn, x);

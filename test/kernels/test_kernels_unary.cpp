@@ -118,3 +118,21 @@ TEST_CASE("reduce min, argmax and argmin pick the extreme along one axis, first 
   tensor one({1}, dtype::i64);
   CHECK(run(k::reduce{k::reduce_fn::argmax, x.desc, one.desc, 3u}) == static_cast<int>(errc::invalid_argument));
 }
+
+// ONNX defines these functions with NumPy's maximum, minimum and clip, which return NaN for a
+// NaN operand; std::max and std::min return their first argument instead and would turn NaN
+// into a number. thresholded_relu is left out: its definition selects 0 when x > alpha is false.
+TEST_CASE("unary elementwise functions return NaN for NaN", "[kernels][eltwise]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int f = 0; f <= static_cast<int>(k::last_eltwise_fn); ++f) {
+    const auto fn = static_cast<k::eltwise_fn>(f);
+    if (k::is_binary(fn) || fn == k::eltwise_fn::thresholded_relu) continue;
+    for (dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
+      CAPTURE(k::op_name(k::elementwise{fn}), npurt::to_string(t));
+      tensor x({1}, t), y({1}, t);
+      x.set(0, nan);
+      REQUIRE(run(k::elementwise{fn, x.desc, {}, y.desc, 0.5f, 0.5f}) == 0);
+      CHECK(std::isnan(y.get(0)));
+    }
+  }
+}
