@@ -491,7 +491,11 @@ float apply_unary(const kernels::elementwise& op, float x) noexcept {
     case erf: return std::erf(x);
     case sin: return std::sin(x);
     case cos: return std::cos(x);
-    case softplus: return std::log1p(std::exp(x));
+    case softplus: {
+      // e^x overflows a float from about 88.7, where log(1 + e^x) is still x to float precision.
+      const float e = std::exp(x);
+      return std::isinf(e) ? x : std::log1p(e);
+    }
     case softsign: return x / (1.0f + std::fabs(x));
     case sign: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;  // keeps 0, -0 and NaN
     case leaky_relu: return x < 0.0f ? a * x : x;

@@ -136,3 +136,19 @@ TEST_CASE("unary elementwise functions return NaN for NaN", "[kernels][eltwise]"
     }
   }
 }
+
+// log(1 + e^x) is about x once e^x no longer fits a float, and its result still does.
+TEST_CASE("softplus of a large input is about the input and not infinity", "[kernels][eltwise]") {
+  tensor x({6}), y({6});
+  x.assign({20, 88, 89, 100, 1e4, 3e38});
+  REQUIRE(run(k::elementwise{k::eltwise_fn::softplus, x.desc, {}, y.desc}) == 0);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double v = x.get(i), want = v + std::log1p(std::exp(-v));
+    CAPTURE(v, y.get(i));
+    CHECK(std::abs(y.get(i) - want) <= 2e-7 * want);
+  }
+  tensor h({1}, dtype::f16), hy({1}, dtype::f16);
+  h.set(0, 1000);
+  REQUIRE(run(k::elementwise{k::eltwise_fn::softplus, h.desc, {}, hy.desc}) == 0);
+  CHECK(hy.get(0) == 1000);
+}
