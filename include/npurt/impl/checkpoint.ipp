@@ -476,6 +476,11 @@ namespace detail::ckpt {
 
 inline std::error_code last_errno() noexcept { return {errno, std::generic_category()}; }
 
+// The system calls see a path only up to its first NUL: such a path would name another file.
+inline bool has_nul(const std::filesystem::path& path) noexcept {
+  return path.native().find('\0') != std::filesystem::path::string_type::npos;
+}
+
 inline void probe(save_step step, std::uint64_t bytes) {
   const save_probe& p = checkpoint_save_probe();
   if (p.at) p.at(step, bytes, p.context);
@@ -484,6 +489,7 @@ inline void probe(save_step step, std::uint64_t bytes) {
 inline bool save_file(std::span<const checkpoint_tensor> tensors, const layout& l, const std::filesystem::path& path,
                       status& st) {
   static std::atomic<std::uint64_t> counter{0};
+  if (has_nul(path)) return st.fail(errc::invalid_argument, "checkpoint::save: the path contains a NUL byte");
   std::filesystem::path dir = path.parent_path();
   if (dir.empty()) dir = ".";
   if (path.filename().empty())
@@ -767,6 +773,7 @@ struct checkpoint_loader {
     } catch (const std::bad_alloc&) { return st.fail(errc::resource_exhausted, "checkpoint: out of host memory"); }
   }
   static bool run_file(const std::filesystem::path& path, checkpoint& out, ckpt::status& st) {
+    if (ckpt::has_nul(path)) return st.fail(errc::invalid_argument, "checkpoint: the path contains a NUL byte");
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return st.fail(ckpt::last_errno(), "checkpoint: cannot open " + path.string());
     struct ::stat sb{};
