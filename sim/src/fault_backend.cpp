@@ -445,7 +445,10 @@ void fault_backend::complete(task_info& t, std::error_code ec) {
     const double factor = it->second;
     stretch_.erase(it);
     const auto took = static_cast<double>((t.end - t.start).count());
-    const sim_time end = t.start + picoseconds{static_cast<std::int64_t>(std::ceil(took * factor))};
+    // A long task under a large factor can outlast the clock: converting such a duration to
+    // an integer is undefined, so it saturates to never (and the watchdog still cuts it).
+    const double stretched = std::ceil(took * factor);
+    const sim_time end = stretched < 0x1p63 ? add(t.start, picoseconds{static_cast<std::int64_t>(stretched)}) : never;
     if (const sim_time cut = add(t.start, limit); limit.count() > 0 && end > cut) {
       // Slowed past the watchdog: it fires at start + limit.
       t.end = std::max(cut, now);

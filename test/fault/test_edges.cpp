@@ -1,0 +1,30 @@
+// Fault detection, recovery and the training loop at the edges of their inputs.
+#include "common.hpp"
+
+#include <npurt/graph/session.hpp>
+#include <npurt/models/dp_training.hpp>
+#include <npurt/models/fault_campaign.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <limits>
+
+using namespace fault_test;
+using npurt::errc;
+using npurt::fault_plan;
+using npurt::fault_spec;
+
+TEST_CASE("a long kernel slowed past the end of the clock times out instead of finishing at once",
+          "[fault][edges][throttle]") {
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::thermal_throttle(0, 1e6, picoseconds{0}).at_time(at(picoseconds{0}))))};
+  auto s = sys.device(0).make_stream();
+  recorder rec;
+  sys.add_observer(rec);
+  (void)s.launch(fixed_kernel(sec(20), "long"));
+  std::error_code ec;
+  s.synchronize(npurt::no_timeout, ec);
+  sys.remove_observer(rec);
+  CHECK(ec == errc::task_timeout);
+  REQUIRE(rec.named("long"));
+  CHECK(rec.named("long")->end - rec.named("long")->start == sec(68));
+}
