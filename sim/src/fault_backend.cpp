@@ -76,7 +76,14 @@ void fault_backend::attach(backend_host& host) {
   }
 }
 
-void fault_backend::enable_fault_detection(picoseconds interval) { heartbeat_ = std::max(interval, picoseconds{0}); }
+void fault_backend::enable_fault_detection(picoseconds interval) {
+  // A negative interval is a mistake, not a request to turn the monitor off: saying so beats
+  // running without detection the caller believes is on.
+  if (interval.count() < 0)
+    throw_error(make_error_code(errc::invalid_argument),
+                "fault_backend::enable_fault_detection: negative interval " + std::to_string(interval.count()) + " ps");
+  heartbeat_ = interval;
+}
 
 std::uint64_t fault_backend::add_exception_callback(std::function<void(const exception_info&)> fn) {
   const std::uint64_t h = next_callback_++;

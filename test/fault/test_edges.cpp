@@ -16,7 +16,8 @@ using npurt::fault_spec;
 
 TEST_CASE("a long kernel slowed past the end of the clock times out instead of finishing at once",
           "[fault][edges][throttle]") {
-  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::thermal_throttle(0, 1e6, picoseconds{0}).at_time(at(picoseconds{0}))))};
+  npurt::system sys{
+      preset(1, fault_plan{}.add(fault_spec::thermal_throttle(0, 1e6, picoseconds{0}).at_time(at(picoseconds{0}))))};
   auto s = sys.device(0).make_stream();
   recorder rec;
   sys.add_observer(rec);
@@ -27,4 +28,11 @@ TEST_CASE("a long kernel slowed past the end of the clock times out instead of f
   CHECK(ec == errc::task_timeout);
   REQUIRE(rec.named("long"));
   CHECK(rec.named("long")->end - rec.named("long")->start == sec(68));
+}
+
+TEST_CASE("a negative heartbeat interval is a caller error, not a monitor turned off", "[fault][edges]") {
+  npurt::system sys{preset(1, {})};
+  auto& faults = npurt::sim::faults_of(sys);
+  CHECK_THROWS_AS(faults.enable_fault_detection(picoseconds{-1}), npurt::caller_error);
+  CHECK_NOTHROW(faults.enable_fault_detection(picoseconds{0}));
 }

@@ -71,7 +71,8 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   /// Starts the heartbeat monitor: a device that stops answering is declared lost (its pending
   /// tasks fail with errc::lost_heartbeat, its peers' collectives with errc::remote_error) at
   /// the first heartbeat tick after it fell silent, so within one interval. Ticks are at
-  /// multiples of `interval` in virtual time. Zero turns the monitor off.
+  /// multiples of `interval` in virtual time. Zero turns the monitor off; a negative interval
+  /// is a caller_error (errc::invalid_argument) and leaves the monitor as it was.
   void enable_fault_detection(picoseconds interval);
   /// The op-execute watchdog of kernels and copies (aclrtSetOpExecuteTimeOut); defaults to the
   /// preset's op_execute_timeout. Zero: never. A task submitted from now on that runs longer
