@@ -14,6 +14,22 @@ using npurt::errc;
 using npurt::fault_plan;
 using npurt::fault_spec;
 
+TEST_CASE("a checkpoint file that cannot be written ends the run in its report, not in an exception",
+          "[fault][edges][recovery]") {
+  npurt::system sys{npurt::sim::presets::ascend910(2)};
+  npurt::models::dp_training_options o;
+  o.ranks = {0, 1};
+  o.params = 64;
+  o.steps = 6;
+  o.checkpoint_every = 3;
+  o.checkpoint_path = "/nonexistent-npurt-dir/x.ckpt";
+  npurt::models::dp_training_report r;
+  REQUIRE_NOTHROW(r = npurt::models::train_data_parallel(sys, o));
+  CHECK(r.fatal == std::errc::no_such_file_or_directory);
+  CHECK(r.checkpoints == 0);
+  CHECK(r.steps_done == 3);
+}
+
 TEST_CASE("a long kernel slowed past the end of the clock times out instead of finishing at once",
           "[fault][edges][throttle]") {
   npurt::system sys{

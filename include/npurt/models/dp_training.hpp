@@ -337,8 +337,14 @@ class trainer {
     ck.add_tensor("param", dtype::f32, {static_cast<std::int64_t>(o_.params)}, ranks_[0].param, ranks_[0].s, ec);
     if (ec) return ec;
     ck.set_metadata("step", static_cast<std::int64_t>(step));
+    // A file that cannot be written is a failed checkpoint, handled by the strategy like any
+    // other: thrown, it would discard the run's report. Until it is written, the previous
+    // checkpoint stays the one to resume from.
+    if (!o_.checkpoint_path.empty()) {
+      ck.save(o_.checkpoint_path, ec);
+      if (ec) return ec;
+    }
     saved_ = ck.serialize();
-    if (!o_.checkpoint_path.empty()) ck.save(o_.checkpoint_path);
     ++report_.checkpoints;
     return {};
   }
