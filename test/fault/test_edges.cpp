@@ -30,6 +30,18 @@ TEST_CASE("a checkpoint file that cannot be written ends the run in its report, 
   CHECK(r.steps_done == 3);
 }
 
+TEST_CASE("train_data_parallel gives the devices' memory back", "[fault][edges][recovery]") {
+  npurt::system sys{npurt::sim::presets::ascend910(2)};
+  const auto before = sys.device(0).memory_info();
+  npurt::models::dp_training_options o;
+  o.ranks = {0, 1};
+  o.params = 1 << 16;
+  o.steps = 2;
+  (void)npurt::models::train_data_parallel(sys, o);
+  sys.device(0).mem_pool().empty_cache();
+  CHECK(sys.device(0).memory_info().free == before.free);
+}
+
 TEST_CASE("a long kernel slowed past the end of the clock times out instead of finishing at once",
           "[fault][edges][throttle]") {
   npurt::system sys{

@@ -137,7 +137,12 @@ class trainer {
       throw_error(make_error_code(errc::invalid_argument), "train_data_parallel: a device is listed twice");
     sys.add_observer(spans_);
   }
-  ~trainer() { sys_.remove_observer(spans_); }
+  ~trainer() {
+    // The ranks' buffers belong to this run: a second run on the same system must find the
+    // devices' memory as the first one did.
+    for (auto& r : ranks_) free_rank(r);
+    sys_.remove_observer(spans_);
+  }
   trainer(const trainer&) = delete;
   trainer& operator=(const trainer&) = delete;
 
