@@ -212,6 +212,9 @@ class backend {
   /// aclrtSetOpExecuteTimeOut: the watchdog of every later kernel and copy (0: never), for a
   /// backend that runs one; errc::not_supported otherwise.
   virtual std::error_code set_op_execute_timeout(picoseconds /*limit*/) { return make_error_code(errc::not_supported); }
+  /// The watchdog in force, as set_op_execute_timeout left it, so that a caller who shortens
+  /// it can put back what was there; zero for a backend that runs none.
+  [[nodiscard]] virtual picoseconds op_execute_timeout() const noexcept { return picoseconds{0}; }
 };
 
 }  // namespace npurt

@@ -7,7 +7,8 @@
 namespace npurt {
 
 run_result session::run_with_recovery(const compiled_graph& c, const std::vector<feed>& inputs) {
-  const picoseconds watchdog = dev_->properties().op_execute_timeout;
+  // The watchdog in force, not the preset's: the caller may have set their own.
+  const picoseconds watchdog = sys_->get_backend().op_execute_timeout();
   bool short_watchdog = false;
   for (std::uint32_t attempt = 1;; ++attempt) {
     try {

@@ -14,6 +14,17 @@ using npurt::errc;
 using npurt::fault_plan;
 using npurt::fault_spec;
 
+namespace {
+
+npurt::graph relu_graph() {
+  npurt::graph g("relu");
+  auto x = g.add_input("x", {2, 2}, npurt::dtype::f32);
+  g.set_output(g.add_op("Relu", {x}, {}, "out"));
+  return g;
+}
+
+}  // namespace
+
 TEST_CASE("a checkpoint file that cannot be written ends the run in its report, not in an exception",
           "[fault][edges][recovery]") {
   npurt::system sys{npurt::sim::presets::ascend910(2)};
@@ -40,6 +51,20 @@ TEST_CASE("train_data_parallel gives the devices' memory back", "[fault][edges][
   (void)npurt::models::train_data_parallel(sys, o);
   sys.device(0).mem_pool().empty_cache();
   CHECK(sys.device(0).memory_info().free == before.free);
+}
+
+TEST_CASE("run_with_recovery puts back the caller's op-execute watchdog after a short retry one",
+          "[fault][edges][session]") {
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::kernel_hang(0).at_time(at(picoseconds{0}))))};
+  auto& faults = npurt::sim::faults_of(sys);
+  REQUIRE(!faults.set_op_execute_timeout(sec(5)));
+  npurt::session s{sys};
+  auto g = relu_graph();
+  auto c = s.compile(g);
+  npurt::tensor xt({2, 2}, npurt::dtype::f32, std::vector<double>{1, -1, 2, -2});
+  (void)s.run_with_recovery(c, {{"x", xt}});
+  REQUIRE(s.recovered_errors().size() == 1);
+  CHECK(faults.op_execute_timeout() == sec(5));
 }
 
 TEST_CASE("a long kernel slowed past the end of the clock times out instead of finishing at once",

@@ -167,13 +167,15 @@ class trainer {
     }
     std::uint32_t attempts = 0;
     bool short_watchdog = false;
+    // Put back after a short retry watchdog: the one in force, which the caller may have set.
+    const picoseconds watchdog = sys_.get_backend().op_execute_timeout();
     while (step < o_.steps) {
       std::size_t failed_rank = 0;
       bool dirty = false;
       const std::error_code ec = run_step(step, failed_rank, dirty);
       if (!ec) {
         if (short_watchdog) {
-          (void)sys_.get_backend().set_op_execute_timeout(sys_.device(ranks_[0].dev).properties().op_execute_timeout);
+          (void)sys_.get_backend().set_op_execute_timeout(watchdog);
           short_watchdog = false;
         }
         detect_slow(step);

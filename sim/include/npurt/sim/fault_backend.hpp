@@ -83,7 +83,7 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
     op_timeout_ = t;
     return {};
   }
-  [[nodiscard]] picoseconds op_execute_timeout() const noexcept { return op_timeout_; }
+  [[nodiscard]] picoseconds op_execute_timeout() const noexcept override { return op_timeout_; }
   /// Called for every failed task the backend reports (aclrtExceptionInfoCallbackRegister):
   /// device, stream, task ids and the error. Returns a handle for remove_exception_callback.
   std::uint64_t add_exception_callback(std::function<void(const exception_info&)> fn);
