@@ -143,8 +143,11 @@ struct recovery_strategy {
     if (attempt == 0 || backoff.count() <= 0) return picoseconds{0};
     const double f = std::pow(backoff_factor < 1 ? 1.0 : backoff_factor, static_cast<double>(attempt - 1));
     const double v = static_cast<double>(backoff.count()) * f;
-    const double cap = static_cast<double>(max_backoff.count() > 0 ? max_backoff.count() : backoff.count());
-    return picoseconds{static_cast<std::int64_t>(std::isfinite(v) && v < cap ? v : cap)};
+    const picoseconds cap = max_backoff.count() > 0 ? max_backoff : backoff;
+    // The cap is returned as the integer it is: near 2^63 its double rounds up out of range,
+    // and converting that back is undefined.
+    if (!std::isfinite(v) || v >= static_cast<double>(cap.count())) return cap;
+    return picoseconds{static_cast<std::int64_t>(v)};
   }
 };
 

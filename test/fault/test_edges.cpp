@@ -83,6 +83,15 @@ TEST_CASE("a long kernel slowed past the end of the clock times out instead of f
   CHECK(rec.named("long")->end - rec.named("long")->start == sec(68));
 }
 
+TEST_CASE("backoff_for returns the cap itself when the cap is the largest duration", "[fault][edges][recovery]") {
+  npurt::recovery_strategy st;
+  st.backoff = picoseconds::max();
+  st.max_backoff = picoseconds::max();
+  REQUIRE(!st.validate());
+  CHECK(st.backoff_for(1) == picoseconds::max());
+  CHECK(st.backoff_for(7) == picoseconds::max());
+}
+
 TEST_CASE("a negative heartbeat interval is a caller error, not a monitor turned off", "[fault][edges]") {
   npurt::system sys{preset(1, {})};
   auto& faults = npurt::sim::faults_of(sys);
