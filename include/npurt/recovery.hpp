@@ -162,7 +162,10 @@ inline void sleep_for(system& sys, picoseconds d) {
   if (d.count() <= 0) return;
   auto& rt = detail::runtime_of(sys);
   bool woke = false;
-  rt.call_at(rt.now() + d, [](void* ctx, std::uint64_t) { *static_cast<bool*>(ctx) = true; }, &woke, 0);
+  // Saturating: a sleep past the end of the clock ends there rather than wrapping into the past.
+  const sim_time now = rt.now();
+  const sim_time wake = d > sim_time::max() - now ? sim_time::max() : now + d;
+  rt.call_at(wake, [](void* ctx, std::uint64_t) { *static_cast<bool*>(ctx) = true; }, &woke, 0);
   std::error_code ec;
   rt.run_until([&] { return woke; }, ec);
   throw_if(ec, "npurt::sleep_for");

@@ -92,6 +92,13 @@ TEST_CASE("backoff_for returns the cap itself when the cap is the largest durati
   CHECK(st.backoff_for(7) == picoseconds::max());
 }
 
+TEST_CASE("sleep_for past the end of the clock saturates instead of overflowing", "[fault][edges][recovery]") {
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  npurt::sleep_for(sys, ms(1));
+  npurt::sleep_for(sys, picoseconds::max());
+  CHECK(sys.now() == sim_time::max());
+}
+
 TEST_CASE("a negative heartbeat interval is a caller error, not a monitor turned off", "[fault][edges]") {
   npurt::system sys{preset(1, {})};
   auto& faults = npurt::sim::faults_of(sys);
