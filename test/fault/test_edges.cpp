@@ -53,6 +53,22 @@ TEST_CASE("train_data_parallel gives the devices' memory back", "[fault][edges][
   CHECK(sys.device(0).memory_info().free == before.free);
 }
 
+TEST_CASE("a fault campaign takes any probability as its rate and refuses other rates before it runs",
+          "[fault][edges][campaign]") {
+  npurt::models::fault_campaign_options o;
+  o.runs = 1;
+  o.ranks = 2;
+  o.steps = 2;
+  o.params = 64;
+  o.rate = 0.5;  // transient_oom runs at 4 x the rate
+  CHECK_NOTHROW(npurt::models::run_fault_campaign(o));
+  o.rate = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_AS(npurt::models::run_fault_campaign(o), npurt::caller_error);
+  o.rate = 0.01;
+  o.heartbeat = picoseconds{-5};
+  CHECK_THROWS_AS(npurt::models::run_fault_campaign(o), npurt::caller_error);
+}
+
 TEST_CASE("run_with_recovery puts back the caller's op-execute watchdog after a short retry one",
           "[fault][edges][session]") {
   npurt::system sys{preset(1, fault_plan{}.add(fault_spec::kernel_hang(0).at_time(at(picoseconds{0}))))};

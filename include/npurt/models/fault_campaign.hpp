@@ -12,6 +12,7 @@
 #include <npurt/sim/fault_backend.hpp>
 #include <npurt/sim/preset.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -56,20 +57,22 @@ namespace campaign_detail {
 inline fault_plan random_plan(const fault_campaign_options& o, std::uint64_t seed) {
   fault_plan p;
   p.seed = seed;
-  const double r = o.rate;
+  // Some kinds run at a multiple of the rate: a probability above 1 is a certainty, not a plan
+  // for the fault backend to refuse.
+  const auto r = [&](double multiple) { return std::min(1.0, o.rate * multiple); };
   constexpr picoseconds ms{1'000'000'000};
   for (std::uint32_t d = 0; d < o.ranks; ++d) {
     const auto dev = static_cast<device_id>(d);
-    p.add(fault_spec::aicore_exception(dev).random(r, 2));
-    p.add(fault_spec::kernel_hang(dev).random(r / 8, 1));
-    p.add(fault_spec::hbm_ecc(dev).random(r / 8, 1));
-    p.add(fault_spec::link_down(dev, ms).random(r / 2, 1));
-    p.add(fault_spec::link_flap(dev, ms / 4, ms * 2).random(r / 4, 1));
-    p.add(fault_spec::lost_heartbeat(dev).random(r / 8, 1));
-    p.add(fault_spec::transient_oom(dev, 1).random(r * 4, 1));
-    p.add(fault_spec::thermal_throttle(dev, 2.0, ms * 2).random(r / 2, 1));
+    p.add(fault_spec::aicore_exception(dev).random(r(1), 2));
+    p.add(fault_spec::kernel_hang(dev).random(r(1.0 / 8), 1));
+    p.add(fault_spec::hbm_ecc(dev).random(r(1.0 / 8), 1));
+    p.add(fault_spec::link_down(dev, ms).random(r(1.0 / 2), 1));
+    p.add(fault_spec::link_flap(dev, ms / 4, ms * 2).random(r(1.0 / 4), 1));
+    p.add(fault_spec::lost_heartbeat(dev).random(r(1.0 / 8), 1));
+    p.add(fault_spec::transient_oom(dev, 1).random(r(4), 1));
+    p.add(fault_spec::thermal_throttle(dev, 2.0, ms * 2).random(r(1.0 / 2), 1));
   }
-  p.add(fault_spec::network_interruption(0, ms, o.ranks / 2 == 0 ? 1 : o.ranks / 2).random(r / 2, 1));
+  p.add(fault_spec::network_interruption(0, ms, o.ranks / 2 == 0 ? 1 : o.ranks / 2).random(r(1.0 / 2), 1));
   return p;
 }
 
@@ -93,6 +96,11 @@ inline fault_campaign_result run_fault_campaign(const fault_campaign_options& o)
   using namespace campaign_detail;
   if (o.ranks < 2 || o.runs == 0 || o.steps == 0)
     throw_error(make_error_code(errc::invalid_argument), "fault campaign: needs at least 2 ranks, 1 run and 1 step");
+  // Checked before the fault-free run, so that a bad option costs nothing.
+  if (!(o.rate >= 0 && o.rate <= 1))
+    throw_error(make_error_code(errc::invalid_argument), "fault campaign: rate must be a probability in [0, 1]");
+  if (o.heartbeat.count() < 0)
+    throw_error(make_error_code(errc::invalid_argument), "fault campaign: heartbeat interval is negative");
   std::string why;
   if (const std::error_code ec = o.strategy.validate(&why)) throw_error(ec, "fault campaign: " + why);
   const auto hw = sim::presets::ascend910(static_cast<int>(o.ranks + 1));
