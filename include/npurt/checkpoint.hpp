@@ -182,7 +182,7 @@ class checkpoint {
   /// All tensors, in the order they were added (the order of the file).
   [[nodiscard]] std::span<const checkpoint_tensor> tensors() const noexcept { return tensors_; }
   /// Enqueues a host-to-device copy of tensor `name` into `dst` (dst_max bytes) on `s`. The
-  /// checkpoint must outlive the copy.
+  /// checkpoint must outlive the copy. An empty tensor enqueues an empty task instead.
   NPURT_DECL event copy_to_device(std::string_view name, void* dst, std::size_t dst_max, stream& s) const;
 
   // --- metadata -------------------------------------------------------------------------------

@@ -43,3 +43,19 @@ TEST_CASE("a path with an embedded NUL is refused, not cut short at the NUL", "[
   CHECK(ec == errc::invalid_argument);
   CHECK(r.tensors().empty());
 }
+
+TEST_CASE("copying an empty tensor back to the device is an empty task and not a refused copy",
+          "[checkpoint][device]") {
+  npurt::simple_config cfg;
+  npurt::system sys{cfg};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto ck = misuse_sample();
+  ck.add_tensor("empty", dtype::f32, {3, 0}, std::vector<float>{});
+  const checkpoint back = checkpoint::parse(ck.serialize());
+  void* d = dev.malloc(64);
+  npurt::event e;
+  REQUIRE_NOTHROW(e = back.copy_to_device("empty", d, 64, s));
+  s.synchronize();
+  CHECK(e.query());
+}
