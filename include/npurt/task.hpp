@@ -131,6 +131,11 @@ struct task_promise_base {
   // Its task object was destroyed while it was suspended in an operation: the frame finishes on
   // its own and destroys itself (see task::drop).
   bool orphaned = false;
+  // The runtime of the spawn at the root of its await chain (null when an awaiter of another
+  // kind started it): an orphaned frame is held there, so a system that dies before the frame
+  // ends destroys it rather than leaking it.
+  runtime* rt = nullptr;
+  std::uint64_t frame_id = 0;  // non-zero while the runtime holds the orphaned frame
 
   std::suspend_always initial_suspend() noexcept { return {}; }
   struct final_awaiter {
@@ -139,7 +144,10 @@ struct task_promise_base {
     std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) noexcept {
       // Symmetric transfer to whoever awaited this task: no stack growth along chains.
       const std::coroutine_handle<> c = h.promise().continuation;
-      if (h.promise().orphaned) h.destroy();  // nobody holds it: suspended here, it may go
+      if (h.promise().orphaned) {  // nobody holds it: suspended here, it may go
+        if (h.promise().frame_id) h.promise().rt->release_frame(h.promise().frame_id);
+        h.destroy();
+      }
       return c ? c : std::noop_coroutine();
     }
     void await_resume() const noexcept {}
@@ -222,7 +230,8 @@ spawned drive(runtime& rt, npurt::task<T> t, std::function<void(std::exception_p
 /// once: a second co_await throws caller_error(errc::invalid_argument), as does awaiting or
 /// spawning an empty task. Move-only. Destroying a task destroys its frame, except while the
 /// frame is suspended in an operation (the task was moved away from its awaiter): the frame then
-/// runs to its end and destroys itself, and its awaiter's co_await throws as for an empty task.
+/// runs to its end and destroys itself (or dies with its system, if that comes first), and its
+/// awaiter's co_await throws as for an empty task.
 template <class T>
 class [[nodiscard]] task {
  public:
@@ -251,6 +260,7 @@ class [[nodiscard]] task {
   std::coroutine_handle<> await_suspend(std::coroutine_handle<P> c) noexcept {
     // An awaited task is cancelled with its awaiter.
     if constexpr (requires { c.promise().cancel; }) h_.promise().cancel = c.promise().cancel;
+    if constexpr (requires { c.promise().rt; }) h_.promise().rt = c.promise().rt;
     h_.promise().started = true;
     h_.promise().continuation = c;
     return h_;
@@ -274,12 +284,22 @@ class [[nodiscard]] task {
   // A frame suspended in an operation is pointed at by the runtime, and resumed by it: destroying
   // it would leave that pointer dangling (a task object moved away from its awaiter, then
   // destroyed). Such a frame is orphaned instead: it runs to its end and destroys itself there.
-  // Only a dying system destroys suspended frames, after taking its own pointers back.
+  // Only a dying system destroys suspended frames, after taking its own pointers back: the
+  // runtime holds an orphaned frame until it ends, as it holds spawned ones.
   void drop() noexcept {
     if (!h_) return;
     promise_type& p = h_.promise();
-    if (p.started && !h_.done() && detail::runtime::frame_teardown == 0) p.orphaned = true;
-    else h_.destroy();
+    if (p.started && !h_.done() && detail::runtime::frame_teardown == 0) {
+      p.orphaned = true;
+      if (p.rt) {
+        try {
+          p.frame_id = p.rt->adopt_frame(h_.address());
+        } catch (...) {  // out of memory: the frame still ends on its own, only a dying system misses it
+        }
+      }
+    } else {
+      h_.destroy();
+    }
     h_ = {};
   }
   handle_type h_;

@@ -356,3 +356,37 @@ TEST_CASE("a task moved away from its awaiter and destroyed mid-operation finish
   CHECK(destroyed == 1);  // the frame destroyed itself at its end: nothing leaked
   CHECK(sys.now().time_since_epoch() == npurt::system_options{}.launch_overhead + us(1));
 }
+
+namespace {
+
+npurt::task<std::string> task_test_long_text(npurt::device& dev, [[maybe_unused]] task_test_dies marker) {
+  auto s = dev.make_stream();
+  co_await s.async_launch(fixed(picoseconds{1'000'000'000'000}), npurt::use_task);
+  co_return std::string(40, 'z');
+}
+
+}  // namespace
+
+TEST_CASE("an orphaned frame still suspended when its system dies is destroyed with the system, never leaked",
+          "[core][task][lifetime]") {
+  int destroyed = 0;
+  std::string got;
+  std::error_code seen;
+  {
+    npurt::system sys{simple()};
+    npurt::task<std::string> shared = task_test_long_text(sys.device(0), task_test_dies{&destroyed});
+    npurt::spawn(sys, task_test_await_shared(&shared, got, seen));
+    auto thief = [&]() -> npurt::task<void> {
+      { npurt::task<std::string> stolen = std::move(shared); }  // orphans the frame inside its 1 s kernel
+      co_return;
+    };
+    npurt::spawn(sys, thief());
+    auto other = sys.device(0).make_stream();
+    other.launch(fixed(us(5)));
+    other.synchronize();  // drives the loop: the frame starts, suspends, and is orphaned
+    CHECK(destroyed == 0);
+  }
+  CHECK(destroyed == 1);
+  CHECK(got.empty());
+  CHECK_FALSE(seen);  // its awaiter died with the system, never resumed
+}
