@@ -616,6 +616,9 @@ void collective_engine::compute(instance& in) {
   bool unreadable = false;
   auto input = [&](std::size_t i, std::size_t bytes, std::size_t offset = 0) -> std::vector<std::byte> {
     std::vector<std::byte> v;
+    // An empty block's offset may lie anywhere (all_to_allv does not check it): no pointer is
+    // formed from it.
+    if (bytes == 0) return v;
     const auto* base = static_cast<const std::byte*>(in.calls[i]->send);
     if (const std::byte* src = dev(i, base + offset, bytes)) v.assign(src, src + bytes);
     else if (bytes != 0) {

@@ -5,6 +5,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 
+#include <cstdint>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -102,6 +103,42 @@ TEST_CASE("enumerators out of their range are refused at the call", "[collective
   }
   CHECK(sync_code(s) == std::error_code{});  // nothing was enqueued
   CHECK_FALSE(comm.async_error());
+}
+
+TEST_CASE("all_to_allv does not check the displacement of a zero-count entry", "[collective][args]") {
+  // MPI_Alltoallv and HCCL's AlltoAllV access no data for a zero count, so any displacement is
+  // valid there; here past the buffer's end, and the largest size_t.
+  npurt::system sys{npurt::sim::presets::ascend910(2)};
+  auto comm = npurt::communicator::init_all(sys);
+  std::vector<npurt::stream> s;
+  std::vector<void*> in(2), out(2);
+  const std::vector<std::vector<float>> host{{1, 2, 3, 4}, {10, 20, 30, 40}};
+  const std::vector<float> sentinel(4, -7.f);
+  for (int r = 0; r < 2; ++r) {
+    auto& d = sys.device(r);
+    s.push_back(d.make_stream());
+    in[r] = d.malloc(16);
+    out[r] = d.malloc(16);
+    d.memcpy(in[r], 16, host[r].data(), 16, npurt::memcpy_kind::host_to_device);
+    d.memcpy(out[r], 16, sentinel.data(), 16, npurt::memcpy_kind::host_to_device);
+  }
+  constexpr std::size_t far = 1000, last = SIZE_MAX;
+  // Rank 0 sends its elements 1..2 to rank 1 and nothing to itself; rank 1 sends its elements
+  // 0..2 to rank 0 and element 3 to itself.
+  using call = npurt::communicator;
+  std::error_code ec0, ec1;
+  comm.enqueue(call::all_to_allv_call(in[0], {0, 2}, {far, 1}, out[0], {0, 3}, {last, 1}, dtype::f32), s[0], ec0);
+  comm.enqueue(call::all_to_allv_call(in[1], {3, 1}, {0, 3}, out[1], {2, 1}, {0, 2}, dtype::f32), s[1], ec1);
+  REQUIRE_FALSE(ec0);
+  REQUIRE_FALSE(ec1);
+  CHECK(sync_code(s[0]) == std::error_code{});
+  CHECK(sync_code(s[1]) == std::error_code{});
+  CHECK_FALSE(comm.async_error());
+  std::vector<float> got(4);
+  sys.device(0).memcpy(got.data(), 16, out[0], 16, npurt::memcpy_kind::device_to_host);
+  CHECK(got == std::vector<float>{-7, 10, 20, 30});
+  sys.device(1).memcpy(got.data(), 16, out[1], 16, npurt::memcpy_kind::device_to_host);
+  CHECK(got == std::vector<float>{2, 3, 40, -7});
 }
 
 }  // namespace coll_inputs_test

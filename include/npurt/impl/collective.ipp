@@ -196,12 +196,14 @@ NPURT_DECL std::error_code communicator::check(const collective_call& c, device_
           c.recv_displs.size() != p)
         return make_error_code(errc::invalid_argument);
       send_elems = recv_elems = 0;
+      // A zero-count entry moves nothing, so its displacement names no element and is not
+      // checked: MPI_Alltoallv and HCCL's AlltoAllV do not access the buffer for it either.
       for (std::uint32_t i = 0; i < p; ++i) {
         if (c.send_counts[i] > std::numeric_limits<std::size_t>::max() - c.send_displs[i] ||
             c.recv_counts[i] > std::numeric_limits<std::size_t>::max() - c.recv_displs[i])
           return make_error_code(errc::size_overflow);
-        send_elems = std::max(send_elems, c.send_displs[i] + c.send_counts[i]);
-        recv_elems = std::max(recv_elems, c.recv_displs[i] + c.recv_counts[i]);
+        if (c.send_counts[i] != 0) send_elems = std::max(send_elems, c.send_displs[i] + c.send_counts[i]);
+        if (c.recv_counts[i] != 0) recv_elems = std::max(recv_elems, c.recv_displs[i] + c.recv_counts[i]);
       }
       break;
     }
