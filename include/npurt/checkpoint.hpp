@@ -218,10 +218,12 @@ class checkpoint {
   // --- files ----------------------------------------------------------------------------------
   /// Writes the checkpoint to `path` crash-safely (temporary file, fsync, rename, directory
   /// fsync). On failure the temporary file is removed and `path` is untouched. I/O errors are
-  /// errno codes (checkpoint_io_error from the throwing overload).
+  /// errno codes (checkpoint_io_error from the throwing overload). More than 2^32 - 1 tensors or
+  /// metadata entries, or a metadata string of 4 GiB or more, do not fit the format: size_overflow,
+  /// and nothing is written.
   NPURT_DECL void save(const std::filesystem::path& path, std::error_code& ec) const;
   NPURT_DECL void save(const std::filesystem::path& path) const;
-  /// The exact bytes save() writes.
+  /// The exact bytes save() writes, with save()'s errors as exceptions.
   [[nodiscard]] NPURT_DECL std::vector<std::byte> serialize() const;
 
   /// Loads a checkpoint file. A damaged or hostile file gets a typed error and nothing else:
@@ -282,6 +284,10 @@ struct save_probe {
   void (*at)(save_step step, std::uint64_t bytes_written, void* context) = nullptr;
   void* context = nullptr;
   std::size_t max_write = std::size_t(1) << 30;
+  /// The largest count or length save() and serialize() accept for a 32-bit field of the
+  /// format. Lowering it reaches their refusal without gigabytes of data; above the format's
+  /// limit it has no effect.
+  std::uint64_t max_field = 0xffffffff;
 };
 inline save_probe& checkpoint_save_probe() noexcept {
   static save_probe p;

@@ -5,7 +5,10 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <cstdint>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 using namespace ckpt_test;
@@ -58,4 +61,50 @@ TEST_CASE("copying an empty tensor back to the device is an empty task and not a
   REQUIRE_NOTHROW(e = back.copy_to_device("empty", d, 64, s));
   s.synchronize();
   CHECK(e.query());
+}
+
+namespace {
+
+/// Lowers the probe's 32-bit field limit for one test and puts it back.
+struct field_limit {
+  explicit field_limit(std::uint64_t n) { npurt::detail::checkpoint_save_probe().max_field = n; }
+  ~field_limit() { npurt::detail::checkpoint_save_probe().max_field = npurt::detail::save_probe{}.max_field; }
+  field_limit(const field_limit&) = delete;
+  field_limit& operator=(const field_limit&) = delete;
+};
+
+std::error_code save_code(const checkpoint& ck, const std::filesystem::path& p) {
+  std::error_code ec;
+  ck.save(p, ec);
+  return ec;
+}
+
+}  // namespace
+
+TEST_CASE("save refuses a count or length beyond the format's 32-bit fields and writes nothing",
+          "[checkpoint][errors][limits]") {
+  scratch_dir dir("fields");
+  const auto path = dir / "a.ckpt";
+  misuse_sample().save(path);
+  const auto before = read_file(path);
+  const field_limit limit(8);
+  auto ck = misuse_sample();
+  SECTION("a string value one byte longer") { ck.set_metadata("note", std::string(9, 'x')); }
+  SECTION("more tensors than a count field holds") {
+    for (int i = 0; i < 8; ++i) ck.add_tensor("t" + std::to_string(i), dtype::u8, {1}, std::vector<std::uint8_t>{1});
+  }
+  SECTION("more metadata entries than a count field holds") {
+    for (int i = 0; i < 8; ++i) ck.set_metadata("k" + std::to_string(i), i);
+  }
+  SECTION("a key longer than a length field holds") { ck.set_metadata("a-long-key", 1); }
+  CHECK(save_code(ck, path) == errc::size_overflow);
+  CHECK_THROWS_AS(ck.save(path), npurt::caller_error);
+  CHECK_THROWS_AS((void)ck.serialize(), npurt::caller_error);
+  CHECK(dir.entries() == std::vector<std::string>{"a.ckpt"});
+  CHECK(read_file(path) == before);
+  // At the limit itself the same checkpoint is saved.
+  ck = misuse_sample();
+  ck.set_metadata("note", std::string(8, 'x'));
+  REQUIRE_FALSE(save_code(ck, path));
+  CHECK(checkpoint::load(path).get_metadata<std::string>("note") == std::string(8, 'x'));
 }

@@ -23,6 +23,8 @@ namespace ckpt {
 inline constexpr std::byte magic[8] = {std::byte{0x89}, std::byte{'N'}, std::byte{'P'}, std::byte{'C'},
                                        std::byte{'K'},  std::byte{'P'}, std::byte{'T'}, std::byte{'\n'}};
 inline constexpr std::uint64_t header_size = 64;
+// Counts and lengths are stored in 32-bit fields.
+inline constexpr std::uint64_t max_field = std::numeric_limits<std::uint32_t>::max();
 // The smallest manifest entries: a one-byte name, and for a tensor dtype, rank 0, offset, size
 // and CRC; for metadata a kind and the smallest value (a string length of 4 bytes).
 inline constexpr std::uint64_t min_tensor_entry = 4 + 1 + 1 + 1 + 8 + 8 + 4;
@@ -233,8 +235,30 @@ struct layout {
   std::uint64_t file_size = 0;
 };
 
-inline layout make_layout(std::span<const checkpoint_tensor> tensors,
-                          const std::map<std::string, checkpoint_value, std::less<>>& metadata) {
+/// Refuses contents whose counts or lengths do not fit the format's 32-bit fields: written cut
+/// to 32 bits they would make a file that is corrupt, or worse, loads as something else.
+inline bool check_fields(std::span<const checkpoint_tensor> tensors,
+                         const std::map<std::string, checkpoint_value, std::less<>>& metadata, status& st) {
+  const std::uint64_t limit = std::min<std::uint64_t>(checkpoint_save_probe().max_field, max_field);
+  auto too_big = [&](const std::string& what, std::uint64_t n) {
+    return st.fail(errc::size_overflow, "checkpoint: " + what + " of " + std::to_string(n) +
+                                            "; the format stores at most " + std::to_string(limit));
+  };
+  if (tensors.size() > limit) return too_big("a tensor count", tensors.size());
+  if (metadata.size() > limit) return too_big("a metadata count", metadata.size());
+  for (const auto& t : tensors)
+    if (t.name().size() > limit) return too_big("tensor " + printable(t.name()) + ": a name", t.name().size());
+  for (const auto& [key, value] : metadata) {
+    if (key.size() > limit) return too_big("metadata " + printable(key) + ": a key", key.size());
+    if (const auto* v = std::get_if<std::string>(&value); v && v->size() > limit)
+      return too_big("metadata " + printable(key) + ": a string value", v->size());
+  }
+  return true;
+}
+
+inline bool make_layout(std::span<const checkpoint_tensor> tensors,
+                        const std::map<std::string, checkpoint_value, std::less<>>& metadata, layout& l, status& st) {
+  if (!check_fields(tensors, metadata, st)) return false;
   writer m;
   for (const auto& [key, value] : metadata) {
     m.str(key);
@@ -256,7 +280,6 @@ inline layout make_layout(std::span<const checkpoint_tensor> tensors,
   // In-memory sizes are far below 2^64: these sums cannot overflow.
   const std::uint64_t data_offset =
       (manifest_offset + manifest_size + checkpoint::alignment - 1) & ~std::uint64_t(checkpoint::alignment - 1);
-  layout l;
   std::uint64_t at = data_offset, end = data_offset;
   for (const auto& t : tensors) {
     l.offsets.push_back(at);
@@ -286,7 +309,7 @@ inline layout make_layout(std::span<const checkpoint_tensor> tensors,
   put_u32(h + 56, crc32c(manifest));
   put_u32(h + 60, crc32c({h, 60}));
   if (!manifest.empty()) std::memcpy(h + manifest_offset, manifest.data(), manifest.size());
-  return l;
+  return true;
 }
 
 /// Emits the file through `sink(span)`, which returns false to stop.
@@ -465,7 +488,9 @@ NPURT_DECL const checkpoint_value& checkpoint::metadata_value(std::string_view k
 // --- writing --------------------------------------------------------------------------------------
 
 NPURT_DECL std::vector<std::byte> checkpoint::serialize() const {
-  const detail::ckpt::layout l = detail::ckpt::make_layout(tensors_, metadata_);
+  detail::ckpt::status st;
+  detail::ckpt::layout l;
+  if (!detail::ckpt::make_layout(tensors_, metadata_, l, st)) detail::ckpt::raise(st);
   std::vector<std::byte> out;
   out.reserve(static_cast<std::size_t>(l.file_size));
   detail::ckpt::emit(std::span<const checkpoint_tensor>(tensors_), l, [&](std::span<const std::byte> b) {
@@ -560,16 +585,17 @@ inline bool save_file(std::span<const checkpoint_tensor> tensors, const layout& 
 NPURT_DECL void checkpoint::save(const std::filesystem::path& path, std::error_code& ec) const {
   detail::ckpt::status st;
   try {
-    const detail::ckpt::layout l = detail::ckpt::make_layout(tensors_, metadata_);
-    detail::ckpt::save_file(tensors_, l, path, st);
+    detail::ckpt::layout l;
+    if (detail::ckpt::make_layout(tensors_, metadata_, l, st)) detail::ckpt::save_file(tensors_, l, path, st);
   } catch (const std::bad_alloc&) { st.fail(errc::resource_exhausted, "checkpoint::save: out of host memory"); }
   ec = st.ec;
 }
 
 NPURT_DECL void checkpoint::save(const std::filesystem::path& path) const {
   detail::ckpt::status st;
-  const detail::ckpt::layout l = detail::ckpt::make_layout(tensors_, metadata_);
-  if (!detail::ckpt::save_file(tensors_, l, path, st)) detail::ckpt::raise(st);
+  detail::ckpt::layout l;
+  if (!detail::ckpt::make_layout(tensors_, metadata_, l, st) || !detail::ckpt::save_file(tensors_, l, path, st))
+    detail::ckpt::raise(st);
 }
 
 // --- loading --------------------------------------------------------------------------------------
