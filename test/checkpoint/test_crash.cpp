@@ -45,7 +45,7 @@ bool is_complete_generation(const checkpoint& ck, std::size_t bytes) {
 
 void remove_temporaries(const scratch_dir& dir) {
   for (const auto& name : dir.entries())
-    if (name.find(".tmp-") != std::string::npos) fs::remove(dir / name);
+    if (name.starts_with(".npurt-ckpt-")) fs::remove(dir / name);
 }
 
 struct crash_point {

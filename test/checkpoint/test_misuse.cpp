@@ -108,3 +108,23 @@ TEST_CASE("save refuses a count or length beyond the format's 32-bit fields and 
   REQUIRE_FALSE(save_code(ck, path));
   CHECK(checkpoint::load(path).get_metadata<std::string>("note") == std::string(8, 'x'));
 }
+
+TEST_CASE("save works for a file name a few bytes under NAME_MAX and leaves no temporary file", "[checkpoint][files]") {
+  scratch_dir dir("longname");
+  const std::string name(250, 'n');
+  const auto ck = misuse_sample();
+  SECTION("success") {
+    REQUIRE_FALSE(save_code(ck, dir / name));
+    const auto back = checkpoint::load(dir / name);
+    CHECK(back.get_tensor("w") == ck.get_tensor("w"));
+    CHECK(back.get_metadata<std::int64_t>("step") == 7);
+    CHECK(dir.entries() == std::vector<std::string>{name});
+  }
+  SECTION("failure after the temporary file was written") {
+    // rename(2) cannot replace a non-empty directory.
+    std::filesystem::create_directory(dir / name);
+    write_file(dir / name / "inside", {std::byte{1}});
+    CHECK(save_code(ck, dir / name));
+    CHECK(dir.entries() == std::vector<std::string>{name});
+  }
+}

@@ -11,9 +11,11 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 
 namespace npurt {
 namespace detail {
@@ -514,32 +516,66 @@ inline void probe(save_step step, std::uint64_t bytes) {
   if (p.at) p.at(step, bytes, p.context);
 }
 
+/// A fresh temporary file in `dir`, created exclusively. The name has a fixed length, so that it
+/// fits wherever the destination's name fits (a suffix on that name would pass NAME_MAX). Not
+/// mkstemp(3): it creates mode 0600, which the rename would carry over to the checkpoint.
+inline int create_temp(const std::filesystem::path& dir, std::filesystem::path& tmp, status& st) {
+  static std::atomic<std::uint64_t> counter{0};
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    // splitmix64 over pid, counter and clock: O_EXCL makes a collision a retry, never a clash.
+    std::uint64_t x = (std::uint64_t(::getpid()) << 32) ^ counter.fetch_add(1) ^
+                      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    x += 0x9e3779b97f4a7c15;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
+    x ^= x >> 31;
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string name = ".npurt-ckpt-";
+    for (int i = 0; i < 12; ++i) name += hex[(x >> (4 * i)) & 15];
+    tmp = dir / name;
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST) break;
+  }
+  st.fail(last_errno(), "checkpoint::save: cannot create a temporary file in " + dir.string());
+  return -1;
+}
+
+/// Closes the temporary file and removes it unless it was renamed, on every way out of
+/// save_file, including an exception.
+struct temp_file {
+  int fd = -1;
+  const std::filesystem::path* path = nullptr;
+  bool renamed = false;
+  temp_file() = default;
+  temp_file(const temp_file&) = delete;
+  temp_file& operator=(const temp_file&) = delete;
+  ~temp_file() {
+    if (fd >= 0) ::close(fd);
+    if (path && !renamed) ::unlink(path->c_str());
+  }
+};
+
 inline bool save_file(std::span<const checkpoint_tensor> tensors, const layout& l, const std::filesystem::path& path,
                       status& st) {
-  static std::atomic<std::uint64_t> counter{0};
   if (has_nul(path)) return st.fail(errc::invalid_argument, "checkpoint::save: the path contains a NUL byte");
   std::filesystem::path dir = path.parent_path();
   if (dir.empty()) dir = ".";
   if (path.filename().empty())
     return st.fail(errc::invalid_argument, "checkpoint::save: " + path.string() + " names no file");
-  // Same directory, so that rename(2) replaces atomically; pid and counter keep concurrent
-  // writers (processes or threads) off each other's temporary files.
-  std::filesystem::path tmp = path;
-  tmp += ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return st.fail(last_errno(), "checkpoint::save: cannot create " + tmp.string());
+  // Same directory, so that rename(2) replaces atomically.
+  std::filesystem::path tmp;
+  temp_file t;
+  t.fd = create_temp(dir, tmp, st);
+  if (t.fd < 0) return false;
+  t.path = &tmp;
   probe(save_step::temp_created, 0);
-  auto abandon = [&](std::error_code ec, std::string what) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return st.fail(ec, std::move(what));
-  };
   std::uint64_t written = 0;
   const std::size_t max_write = std::max<std::size_t>(1, checkpoint_save_probe().max_write);
   std::error_code write_ec;
   const bool ok = emit(tensors, l, [&](std::span<const std::byte> b) {
     while (!b.empty()) {
-      const ssize_t n = ::write(fd, b.data(), std::min(b.size(), max_write));
+      const ssize_t n = ::write(t.fd, b.data(), std::min(b.size(), max_write));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         write_ec = last_errno();
@@ -551,21 +587,16 @@ inline bool save_file(std::span<const checkpoint_tensor> tensors, const layout& 
     }
     return true;
   });
-  if (!ok) return abandon(write_ec, "checkpoint::save: cannot write " + tmp.string());
+  if (!ok) return st.fail(write_ec, "checkpoint::save: cannot write " + tmp.string());
   // The data must be durable before the name points at it, or a power loss after the rename
   // could leave the new name on an empty or partial file.
-  if (::fsync(fd) != 0) return abandon(last_errno(), "checkpoint::save: cannot fsync " + tmp.string());
+  if (::fsync(t.fd) != 0) return st.fail(last_errno(), "checkpoint::save: cannot fsync " + tmp.string());
   probe(save_step::file_synced, written);
-  if (::close(fd) != 0) {
-    const std::error_code ec = last_errno();
-    ::unlink(tmp.c_str());
-    return st.fail(ec, "checkpoint::save: cannot close " + tmp.string());
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::error_code ec = last_errno();
-    ::unlink(tmp.c_str());
-    return st.fail(ec, "checkpoint::save: cannot rename " + tmp.string() + " to " + path.string());
-  }
+  const int fd = std::exchange(t.fd, -1);
+  if (::close(fd) != 0) return st.fail(last_errno(), "checkpoint::save: cannot close " + tmp.string());
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    return st.fail(last_errno(), "checkpoint::save: cannot rename " + tmp.string() + " to " + path.string());
+  t.renamed = true;
   probe(save_step::renamed, written);
   // The rename is a change of the directory: it is durable once the directory is synced.
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
