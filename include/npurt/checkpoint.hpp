@@ -220,7 +220,7 @@ class checkpoint {
   /// fsync). On failure the temporary file is removed and `path` is untouched. I/O errors are
   /// errno codes (checkpoint_io_error from the throwing overload). More than 2^32 - 1 tensors or
   /// metadata entries, or a metadata string of 4 GiB or more, do not fit the format: size_overflow,
-  /// and nothing is written.
+  /// and nothing is written. Out of host memory: resource_exhausted.
   NPURT_DECL void save(const std::filesystem::path& path, std::error_code& ec) const;
   NPURT_DECL void save(const std::filesystem::path& path) const;
   /// The exact bytes save() writes, with save()'s errors as exceptions.

@@ -491,14 +491,19 @@ NPURT_DECL const checkpoint_value& checkpoint::metadata_value(std::string_view k
 
 NPURT_DECL std::vector<std::byte> checkpoint::serialize() const {
   detail::ckpt::status st;
-  detail::ckpt::layout l;
-  if (!detail::ckpt::make_layout(tensors_, metadata_, l, st)) detail::ckpt::raise(st);
   std::vector<std::byte> out;
-  out.reserve(static_cast<std::size_t>(l.file_size));
-  detail::ckpt::emit(std::span<const checkpoint_tensor>(tensors_), l, [&](std::span<const std::byte> b) {
-    out.insert(out.end(), b.begin(), b.end());
-    return true;
-  });
+  try {
+    detail::ckpt::layout l;
+    if (!detail::ckpt::make_layout(tensors_, metadata_, l, st)) detail::ckpt::raise(st);
+    out.reserve(static_cast<std::size_t>(l.file_size));
+    detail::ckpt::emit(std::span<const checkpoint_tensor>(tensors_), l, [&](std::span<const std::byte> b) {
+      out.insert(out.end(), b.begin(), b.end());
+      return true;
+    });
+  } catch (const std::bad_alloc&) {
+    st.fail(errc::resource_exhausted, "checkpoint::serialize: out of host memory");
+    detail::ckpt::raise(st);
+  }
   return out;
 }
 
@@ -611,22 +616,27 @@ inline bool save_file(std::span<const checkpoint_tensor> tensors, const layout& 
   return true;
 }
 
+// Both overloads report running out of memory as resource_exhausted, like every other error:
+// never as a std::bad_alloc the caller of a typed API does not expect.
+inline bool save_all(std::span<const checkpoint_tensor> tensors,
+                     const std::map<std::string, checkpoint_value, std::less<>>& metadata,
+                     const std::filesystem::path& path, status& st) {
+  try {
+    layout l;
+    return make_layout(tensors, metadata, l, st) && save_file(tensors, l, path, st);
+  } catch (const std::bad_alloc&) { return st.fail(errc::resource_exhausted, "checkpoint::save: out of host memory"); }
+}
 }  // namespace detail::ckpt
 
 NPURT_DECL void checkpoint::save(const std::filesystem::path& path, std::error_code& ec) const {
   detail::ckpt::status st;
-  try {
-    detail::ckpt::layout l;
-    if (detail::ckpt::make_layout(tensors_, metadata_, l, st)) detail::ckpt::save_file(tensors_, l, path, st);
-  } catch (const std::bad_alloc&) { st.fail(errc::resource_exhausted, "checkpoint::save: out of host memory"); }
+  detail::ckpt::save_all(tensors_, metadata_, path, st);
   ec = st.ec;
 }
 
 NPURT_DECL void checkpoint::save(const std::filesystem::path& path) const {
   detail::ckpt::status st;
-  detail::ckpt::layout l;
-  if (!detail::ckpt::make_layout(tensors_, metadata_, l, st) || !detail::ckpt::save_file(tensors_, l, path, st))
-    detail::ckpt::raise(st);
+  if (!detail::ckpt::save_all(tensors_, metadata_, path, st)) detail::ckpt::raise(st);
 }
 
 // --- loading --------------------------------------------------------------------------------------
@@ -833,18 +843,25 @@ struct checkpoint_loader {
     } catch (const std::bad_alloc&) { return st.fail(errc::resource_exhausted, "checkpoint: out of host memory"); }
   }
   static bool run_file(const std::filesystem::path& path, checkpoint& out, ckpt::status& st) {
-    if (ckpt::has_nul(path)) return st.fail(errc::invalid_argument, "checkpoint: the path contains a NUL byte");
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return st.fail(ckpt::last_errno(), "checkpoint: cannot open " + path.string());
-    struct ::stat sb{};
-    bool ok = false;
-    if (::fstat(fd, &sb) != 0) st.fail(ckpt::last_errno(), "checkpoint: cannot stat " + path.string());
-    else if (!S_ISREG(sb.st_mode))
-      st.fail(errc::invalid_argument, "checkpoint: " + path.string() + " is not a regular file");
-    else ok = run(ckpt::source(fd, static_cast<std::uint64_t>(sb.st_size)), out, st);
-    ::close(fd);
-    if (!ok && st.ec.category() == error_category()) st.what += " (" + path.string() + ")";
-    return ok;
+    // The messages below allocate too: running out of memory there is resource_exhausted as well.
+    try {
+      if (ckpt::has_nul(path)) return st.fail(errc::invalid_argument, "checkpoint: the path contains a NUL byte");
+      struct file {
+        int fd;
+        ~file() {
+          if (fd >= 0) ::close(fd);
+        }
+      } f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+      if (f.fd < 0) return st.fail(ckpt::last_errno(), "checkpoint: cannot open " + path.string());
+      struct ::stat sb{};
+      bool ok = false;
+      if (::fstat(f.fd, &sb) != 0) st.fail(ckpt::last_errno(), "checkpoint: cannot stat " + path.string());
+      else if (!S_ISREG(sb.st_mode))
+        st.fail(errc::invalid_argument, "checkpoint: " + path.string() + " is not a regular file");
+      else ok = run(ckpt::source(f.fd, static_cast<std::uint64_t>(sb.st_size)), out, st);
+      if (!ok && st.ec.category() == error_category()) st.what += " (" + path.string() + ")";
+      return ok;
+    } catch (const std::bad_alloc&) { return st.fail(errc::resource_exhausted, "checkpoint: out of host memory"); }
   }
 };
 }  // namespace detail
