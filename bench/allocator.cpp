@@ -477,6 +477,11 @@ int main(int argc, char** argv) {
       out << "}" << (i + 1 < traces.size() ? "," : "") << "\n";
     }
     out << "  ]\n}\n";
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "allocator: cannot write %s\n", json);
+      return 1;
+    }
   }
   return 0;
 }

@@ -11,7 +11,10 @@
 int main(int argc, char** argv) {
   npurt::models::fault_campaign_options o;
   npurt_bench::command_line cl{"Seeded fault campaign over a data-parallel training loop"};
-  cl.app().add_option("--runs", o.runs, "runs with random faults")->capture_default_str()->check(CLI::PositiveNumber);
+  cl.app()
+      .add_option("--runs", o.runs, "runs with random faults")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1'000'000u));
   cl.app()
       .add_option("--ranks", o.ranks, "training ranks (one spare device more)")
       ->capture_default_str()

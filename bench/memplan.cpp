@@ -400,6 +400,10 @@ int main(int argc, char** argv) {
   if (want("synthetic_30000")) rows.push_back(measure("synthetic_30000", synthetic(30000, 1), repeat));
   if (want("synthetic_60000")) rows.push_back(measure("synthetic_60000", synthetic(60000, 2), repeat));
   rows.insert(rows.end(), large.begin(), large.end());
+  if (rows.empty()) {
+    std::fprintf(stderr, "memplan: no instance matches --only '%s'\n", only.c_str());
+    return 1;
+  }
 
   std::printf("%-26s %6s %12s %8s %9s %9s %9s %10s %10s %10s %8s  %s\n", "instance", "n", "LB", "naive/LB", "greedy/LB",
               "bestof/LB", "plan/LB", "greedy ms", "bestof ms", "plan ms", "peak MiB", "method");
@@ -437,6 +441,11 @@ int main(int argc, char** argv) {
       out << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
     }
     out << "  ]\n}\n";
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "memplan: cannot write %s\n", json);
+      return 1;
+    }
   }
   for (const auto& r : rows)
     if (!r.valid) return 1;

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace npurt;
@@ -78,14 +79,12 @@ double pct(std::vector<double> v, double q) {
   return v[std::min(i, v.size() - 1)];
 }
 
-result run(const sim::preset& pr, const workload& w, const config& c, int steps, std::uint32_t seed,
-           const std::string& svg = {}) {
+result run(const sim::preset& pr, const workload& w, const config& c, int steps, std::uint32_t seed) {
   sim::sim_options so;
   so.functional = false;
   system_options opts;
   opts.dispatch = dispatch_model::shared_fifo;
   npurt::system sys{sim::make_backend(pr, so), opts};
-  if (!svg.empty()) (void)sys.profiler();
   const int n = static_cast<int>(sys.device_count());
   auto comm = communicator::init_all(
       sys, {.exec_timeout = no_timeout, .connect_timeout = no_timeout, .name = "dp", .keep_records = true});
@@ -138,12 +137,6 @@ result run(const sim::preset& pr, const workload& w, const config& c, int steps,
     }
   }
   sys.run();
-  if (!svg.empty()) {
-    std::ofstream os(svg);
-    svg_options o;
-    o.title = std::string("ResNet-50 step, ") + c.name + " (compute stream, then the gradient all-reduces)";
-    sys.profiler().write_svg(os, o);
-  }
   result r;
   std::vector<double> waits;
   double exposed = 0;
@@ -169,8 +162,8 @@ result run(const sim::preset& pr, const workload& w, const config& c, int steps,
 }
 
 // The seed scenario as a picture: 4 devices, device d with 10 + 5d one-millisecond kernels
-// enqueued before its all-reduce of 50 MB, under `c`.
-void seed_svg(const config& c, const std::string& path) {
+// enqueued before its all-reduce of 50 MB, under `c`. False if the file cannot be written.
+bool seed_svg(const config& c, const std::string& path) {
   sim::sim_options so;
   so.functional = false;
   system_options opts;
@@ -193,6 +186,8 @@ void seed_svg(const config& c, const std::string& path) {
   svg_options o;
   o.title = std::string("seed case, ") + c.name + ": compute kernels queued before each device's all-reduce";
   sys.profiler().write_svg(os, o);
+  os.close();
+  return static_cast<bool>(os);
 }
 
 const config configs[] = {{"shared_fifo", priority::normal, stream_flags::none},
@@ -241,8 +236,11 @@ int main(int argc, char** argv) {
   }
   if (!svg_prefix.empty()) {
     const std::string& prefix = svg_prefix;
-    seed_svg(configs[0], prefix + "_shared_fifo.svg");
-    seed_svg(configs[1], prefix + "_priority.svg");
+    for (const auto& [c, suffix] : {std::pair{configs[0], "_shared_fifo.svg"}, std::pair{configs[1], "_priority.svg"}})
+      if (!seed_svg(c, prefix + suffix)) {
+        std::fprintf(stderr, "priority_inversion: cannot write %s%s\n", prefix.c_str(), suffix);
+        return 1;
+      }
   }
   std::printf("seed document: AllReduce wait P99 ~240 ms (shared FIFO) -> ~8 ms (priority), training ~12%% faster\n");
 

@@ -237,7 +237,12 @@ int write_trace(const std::string& path, long tasks) {
       },
       asio::detached);
   sys->run();
-  prof.write_chrome_trace(path);
+  std::error_code ec;
+  prof.write_chrome_trace(path, ec);
+  if (ec) {
+    std::fprintf(stderr, "stream_overhead: cannot write %s: %s\n", path.c_str(), ec.message().c_str());
+    return 1;
+  }
   return 0;
 }
 #endif

@@ -1,0 +1,32 @@
+#!/bin/sh
+# The benchmarks refuse what they cannot do with a message and exit status 1, never a crash or a
+# silent success: an output path that cannot be written (--json, --svg, --trace) and an --only
+# that matches nothing. Each case is the cheapest run that reaches the write.
+# Usage: check_cli.sh BENCH_DIR
+dir=$1
+bad=/nonexistent-npurt-dir/out
+status=0
+expect_error() {  # expect_error PATTERN PROGRAM ARGS...
+  pattern=$1
+  shift
+  err=$("$@" 2>&1 >/dev/null)
+  rc=$?
+  if [ "$rc" -ne 1 ] || ! printf '%s\n' "$err" | grep -q "$pattern"; then
+    echo "FAIL: $* exited with $rc, stderr: $err"
+    status=1
+  else
+    echo "ok: $*"
+  fi
+}
+expect_error "cannot write" "$dir/allocator" --cached-only --iters 1000 --json $bad.json
+expect_error "no instance matches" "$dir/memplan" --only no-such-instance
+expect_error "cannot write" "$dir/memplan" --only synthetic_30000 --small-only --json $bad.json
+expect_error "cannot write" "$dir/priority_inversion" --quick --svg $bad
+expect_error "cannot write" "$dir/stream_overhead" --case one_stream --rounds 1 --tasks 1000 --trace $bad.json
+expect_error "cannot write" "$dir/collectives" --quick --json $bad.json
+expect_error "cannot write" "$dir/graph_schedules" --batch 1 --batches 1 --json $bad.json
+expect_error "cannot write" "$dir/kernel_roofline" --batch 1 --json $bad.json
+expect_error "cannot write" "$dir/sim_speed" --steps 1 --cluster-steps 1 --max-devices 1 --json $bad.json
+expect_error "cannot write" "$dir/fault_campaign" --runs 1 --steps 1 --json $bad.json
+expect_error "cannot write" "$dir/trace_summarize" --tasks 1000 --json $bad.json
+exit $status
