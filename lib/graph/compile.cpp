@@ -658,9 +658,13 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   if (rep.schedule == schedule::parallel && max_par > 1) {
     std::vector<int> tail;  // last step per stream
     std::map<std::string, std::set<std::string>, std::less<>> apart;
-    for (const auto& [a, b] : G.parallel_hints()) {
-      apart[G.nodes()[G.node_index(a)].name].insert(G.nodes()[G.node_index(b)].name);
-      apart[G.nodes()[G.node_index(b)].name].insert(G.nodes()[G.node_index(a)].name);
+    // The hints are the source graph's: the rewrites build new graphs without them, and they
+    // keep the source's node names.
+    for (const auto& [a, b] : src.parallel_hints()) {
+      const std::string& na = src.nodes()[src.node_index(a)].name;
+      const std::string& nb = src.nodes()[src.node_index(b)].name;
+      apart[na].insert(nb);
+      apart[nb].insert(na);
     }
     for (int s = 0; s < nsteps; ++s) {
       cstep& st = p->steps[static_cast<std::size_t>(s)];
