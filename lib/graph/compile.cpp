@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <string_view>
 
 namespace npurt {
 
@@ -628,13 +630,24 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     }
   }
   p->arena_bytes = rep.activation_bytes;
+  // Each tensor fits in memory, their sums need not: a wrapped total would be a report of a
+  // graph that fits.
+  const auto add_bytes = [&](std::uint64_t& to, std::uint64_t n, std::string_view what) {
+    if (n > std::numeric_limits<std::uint64_t>::max() - to)
+      throw_error(make_error_code(errc::size_overflow),
+                  "compile: graph '" + src.name() + "': its " + std::string(what) + " exceed 2^64 - 1 bytes");
+    to += n;
+  };
   for (const auto& v : p->values) {
     if (v.kind == value_kind::constant && v.root == static_cast<int>(&v - p->values.data()) &&
         !p->roots[static_cast<std::size_t>(&v - p->values.data())].accesses.empty())
-      rep.weight_bytes += v.bytes();
-    if (v.kind == value_kind::input) rep.io_bytes += v.bytes();
-    if (v.output && timing_only) rep.io_bytes += v.bytes();
+      add_bytes(rep.weight_bytes, v.bytes(), "weights");
+    if (v.kind == value_kind::input) add_bytes(rep.io_bytes, v.bytes(), "inputs and outputs");
+    if (v.output && timing_only) add_bytes(rep.io_bytes, v.bytes(), "inputs and outputs");
   }
+  std::uint64_t peak = rep.activation_bytes;
+  add_bytes(peak, rep.weight_bytes, "activations, weights, inputs and outputs");
+  add_bytes(peak, rep.io_bytes, "activations, weights, inputs and outputs");
 
   // Schedule: streams and cross-stream waits.
   std::vector<int> producer_step(p->values.size(), -1);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 using namespace npurt;
@@ -180,4 +181,19 @@ TEST_CASE("ONNX Cast from float to integer truncates toward zero, as ONNX's refe
   const tensor& y = r.outputs.at("y");
   REQUIRE(y.type() == dtype::i32);
   CHECK(y.to_vector() == std::vector<double>{3, -1, 2, 0});
+}
+
+TEST_CASE("plan_memory refuses a graph whose byte totals do not fit in 64 bits", "[graph][errors][memory]") {
+  graph g;
+  std::vector<std::string> in;
+  // Each input is 2^62 bytes: representable, but four of them are not.
+  for (int i = 0; i < 4; ++i) in.push_back(g.add_input("x" + std::to_string(i), {std::int64_t{1} << 60}, dtype::f32));
+  g.set_output(g.add_op("Add", {g.add_op("Add", {in[0], in[1]}), g.add_op("Add", {in[2], in[3]})}, {}, "y"));
+  CHECK(code_of([&] { (void)plan_memory(g, {}); }) == errc::size_overflow);
+  CHECK(code_of([&] { (void)plan_memory(g, {.timing_only = true}); }) == errc::size_overflow);
+  // Two inputs and an output add up to 3 x 2^62: still representable.
+  graph h;
+  (void)h.add_input("a", {std::int64_t{1} << 60}, dtype::f32);
+  h.set_output(h.add_op("Relu", {h.add_input("b", {std::int64_t{1} << 60}, dtype::f32)}, {}, "y"));
+  CHECK(plan_memory(h, {}).io_bytes == std::uint64_t{1} << 63);
 }
