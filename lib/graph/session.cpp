@@ -144,8 +144,10 @@ npurt::stream& session::end_stream(const compiled_graph& c) {
 void* session::acquire(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   const std::size_t cap = mem_.pool_size;
-  if (cap && held_ + bytes > cap) {
-    out_of_memory_error::info i{bytes, dev_->id(), cap, cap - held_, held_, held_};
+  // held_ may already exceed a pool_size lowered since, and held_ + bytes may wrap.
+  const std::size_t room = cap > held_ ? cap - held_ : 0;
+  if (cap && bytes > room) {
+    out_of_memory_error::info i{bytes, dev_->id(), cap, room, held_, held_};
     throw out_of_memory_error(i, "session " + std::to_string(id_) + ": " + std::to_string(bytes) +
                                      " bytes exceed the pool_size of " + std::to_string(cap) + " (" +
                                      std::to_string(held_) + " held)");

@@ -197,3 +197,22 @@ TEST_CASE("plan_memory refuses a graph whose byte totals do not fit in 64 bits",
   h.set_output(h.add_op("Relu", {h.add_input("b", {std::int64_t{1} << 60}, dtype::f32)}, {}, "y"));
   CHECK(plan_memory(h, {}).io_bytes == std::uint64_t{1} << 63);
 }
+
+TEST_CASE("a pool_size below what the session holds reports no free bytes, never a wrapped count",
+          "[graph][errors][memory]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  s.set_comm_buffer_size(mib);
+  s.set_memory_config({.pool_size = 4096});
+  for (const std::size_t bytes : {std::size_t{512}, std::numeric_limits<std::size_t>::max() - 100}) {
+    try {
+      (void)s.acquire(bytes);
+      FAIL("no error");
+    } catch (const out_of_memory_error& e) {
+      CHECK(e.details().free == 0);
+      CHECK(e.details().allocated == mib);
+    }
+  }
+  CHECK(s.memory_usage().allocated_mb == 1.0);
+}
