@@ -141,11 +141,14 @@ npurt::stream& session::end_stream(const compiled_graph& c) {
   return c.get().rep.overlap ? io_stream(1) : exec_stream(*this, c.get(), c.final_stream());
 }
 
-void* session::acquire(std::size_t bytes) {
+void* session::acquire(std::size_t bytes) { return acquire(bytes, 0); }
+
+void* session::acquire(std::size_t bytes, std::size_t freeing) {
   if (bytes == 0) return nullptr;
   const std::size_t cap = mem_.pool_size;
   // held_ may already exceed a pool_size lowered since, and held_ + bytes may wrap.
-  const std::size_t room = cap > held_ ? cap - held_ : 0;
+  const std::size_t counted = held_ - std::min(held_, freeing);
+  const std::size_t room = cap > counted ? cap - counted : 0;
   if (cap && bytes > room) {
     out_of_memory_error::info i{bytes, dev_->id(), cap, room, held_, held_};
     throw out_of_memory_error(i, "session " + std::to_string(id_) + ": " + std::to_string(bytes) +
@@ -189,13 +192,13 @@ void session::enable_auto_schedule(int level) {
 }
 
 void session::set_comm_buffer_size(std::size_t bytes) {
+  if (bytes == comm_bytes_) return;
+  // The new buffer is had before the old one goes, so that a size that cannot be had keeps the
+  // old one; against pool_size the old one counts as gone already.
+  void* fresh = acquire(bytes, comm_bytes_);
   if (comm_buffer_) give_back(comm_buffer_, comm_bytes_);
-  comm_buffer_ = nullptr;
-  comm_bytes_ = 0;
-  if (bytes) {
-    comm_buffer_ = acquire(bytes);
-    comm_bytes_ = bytes;
-  }
+  comm_buffer_ = fresh;
+  comm_bytes_ = bytes;
 }
 
 memory_usage_mb session::memory_usage() const noexcept {

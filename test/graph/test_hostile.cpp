@@ -216,3 +216,17 @@ TEST_CASE("a pool_size below what the session holds reports no free bytes, never
   }
   CHECK(s.memory_usage().allocated_mb == 1.0);
 }
+
+TEST_CASE("a comm buffer size that cannot be had keeps the buffer held before", "[graph][errors][memory]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  s.set_comm_buffer_size(mib);
+  CHECK(code_of([&] { s.set_comm_buffer_size(std::numeric_limits<std::size_t>::max()); }) == errc::size_overflow);
+  CHECK(s.memory_usage().allocated_mb == 1.0);
+  s.set_memory_config({.pool_size = 4 * mib});
+  CHECK(code_of([&] { s.set_comm_buffer_size(8 * mib); }) == errc::out_of_memory);
+  CHECK(s.memory_usage().allocated_mb == 1.0);
+  s.set_comm_buffer_size(0);
+  CHECK(s.memory_usage().allocated_mb == 0);
+}

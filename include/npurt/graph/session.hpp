@@ -247,6 +247,8 @@ class session {
   void enable_overlap(bool on = true) { overlap_ = on; }
   [[nodiscard]] bool overlap() const noexcept { return overlap_; }
   /// Size of the buffer reserved for collective communication (held, unused by a single device).
+  /// A size that cannot be had throws (out_of_memory_error, size_overflow) and keeps the buffer
+  /// held before.
   void set_comm_buffer_size(std::size_t bytes);
   [[nodiscard]] int optimization_level() const noexcept { return level_; }
   /// Applies every knob (reuse, level 3, overlap), compiles g before and after, runs both once
@@ -283,6 +285,9 @@ class session {
   void abandon_run(pending_run& p) noexcept;
   void drain() noexcept;
   void rebuild_pool_if_idle();
+  /// acquire, counting `freeing` bytes of what the session holds as already given back against
+  /// pool_size (a buffer replaced once its successor is had).
+  void* acquire(std::size_t bytes, std::size_t freeing);
   /// The stream a run of `c` ends on: its outputs are copied out there.
   npurt::stream& end_stream(const compiled_graph& c);
 
