@@ -173,6 +173,13 @@ void session::give_back(void* p, std::size_t bytes) noexcept {
 }
 
 void session::set_memory_config(const memory_config& m) {
+  const std::size_t capacity = dev_->properties().memory_bytes;
+  // Without auto_growth the whole pool_size counts as reserved: more than the device has would
+  // be reported as reserved all the same.
+  if (!m.auto_growth && m.pool_size > capacity)
+    throw_error(make_error_code(errc::invalid_argument),
+                "set_memory_config: pool_size " + std::to_string(m.pool_size) + " without auto_growth exceeds the " +
+                    std::to_string(capacity) + " bytes of device " + std::to_string(dev_->id()));
   mem_ = m;
   rebuild_pool_if_idle();
 }

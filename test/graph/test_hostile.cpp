@@ -230,3 +230,17 @@ TEST_CASE("a comm buffer size that cannot be had keeps the buffer held before", 
   s.set_comm_buffer_size(0);
   CHECK(s.memory_usage().allocated_mb == 0);
 }
+
+TEST_CASE("a pool_size without auto_growth beyond the device's memory is refused", "[graph][errors][memory]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  const std::size_t capacity = s.device().properties().memory_bytes;
+  CHECK(code_of([&] { s.set_memory_config({.pool_size = capacity + 1, .auto_growth = false}); }) ==
+        errc::invalid_argument);
+  CHECK(s.get_memory_config().pool_size == 0);
+  CHECK(s.memory_usage().reserved_mb == 0);
+  s.set_memory_config({.pool_size = capacity, .auto_growth = false});
+  CHECK(s.memory_usage().reserved_mb * 1024 * 1024 == static_cast<double>(capacity));
+  // As a cap with auto_growth, a size beyond the device only means "the device's capacity".
+  s.set_memory_config({.pool_size = std::numeric_limits<std::size_t>::max()});
+}

@@ -219,6 +219,8 @@ class session {
   auto async_run(const compiled_graph& c, const std::vector<feed>& inputs, Token&& token);
 
   // --- the seed's knobs ---
+  /// Throws caller_error (errc::invalid_argument) for a pool_size beyond the device's memory
+  /// without auto_growth (it would all count as reserved), and keeps the configuration it had.
   void set_memory_config(const memory_config& m);
   void set_schedule_config(const schedule_config& s);
   [[nodiscard]] const memory_config& get_memory_config() const noexcept { return mem_; }
