@@ -255,26 +255,34 @@ compiled_graph session::compile(graph& g, const compile_options& opts) {
     p->held.emplace_back(ptr, bytes);
     return ptr;
   };
-  // Constants go to the device once (functional runs).
-  p->const_ptr.assign(p->values.size(), nullptr);
-  if (!rep.timing_only) {
-    for (std::size_t v = 0; v < p->values.size(); ++v) {
-      const cvalue& c = p->values[v];
-      if (c.kind != value_kind::constant || !c.host || !c.host->is_host() || c.bytes() == 0) continue;
-      void* d = hold(c.bytes());
-      stream(0).memcpy(d, c.bytes(), c.host->data(), c.bytes(), memcpy_kind::host_to_device);
-      p->const_ptr[v] = d;
+  // Constants are copied to the device from p's graph when the copies run: should a later
+  // acquire fail, they finish before p (and the host values they read) goes.
+  try {
+    // Constants go to the device once (functional runs).
+    p->const_ptr.assign(p->values.size(), nullptr);
+    if (!rep.timing_only) {
+      for (std::size_t v = 0; v < p->values.size(); ++v) {
+        const cvalue& c = p->values[v];
+        if (c.kind != value_kind::constant || !c.host || !c.host->is_host() || c.bytes() == 0) continue;
+        void* d = hold(c.bytes());
+        stream(0).memcpy(d, c.bytes(), c.host->data(), c.bytes(), memcpy_kind::host_to_device);
+        p->const_ptr[v] = d;
+      }
+      for (std::size_t k = 0; k < slots; ++k) p->arenas.push_back(hold(static_cast<std::size_t>(p->arena_bytes)));
     }
-    for (std::size_t k = 0; k < slots; ++k) p->arenas.push_back(hold(static_cast<std::size_t>(p->arena_bytes)));
+    p->input_ptr.assign(slots, {});
+    p->output_ptr.assign(slots, {});
+    for (std::size_t k = 0; k < slots; ++k) {
+      for (int v : p->inputs) p->input_ptr[k].push_back(hold(p->values[static_cast<std::size_t>(v)].bytes()));
+      if (rep.timing_only)
+        for (int v : p->outputs) p->output_ptr[k].push_back(hold(p->values[static_cast<std::size_t>(v)].bytes()));
+    }
+    if (slots > 1) rep.io_bytes *= slots, rep.activation_bytes *= 1;  // per slot figures stay per batch
+  } catch (...) {
+    std::error_code ec;
+    stream(0).synchronize(npurt::no_timeout, ec);
+    throw;
   }
-  p->input_ptr.assign(slots, {});
-  p->output_ptr.assign(slots, {});
-  for (std::size_t k = 0; k < slots; ++k) {
-    for (int v : p->inputs) p->input_ptr[k].push_back(hold(p->values[static_cast<std::size_t>(v)].bytes()));
-    if (rep.timing_only)
-      for (int v : p->outputs) p->output_ptr[k].push_back(hold(p->values[static_cast<std::size_t>(v)].bytes()));
-  }
-  if (slots > 1) rep.io_bytes *= slots, rep.activation_bytes *= 1;  // per slot figures stay per batch
   stream(0).synchronize();
   if (!mem_.auto_growth && mem_.pool_size > held_) reserved_extra_ = mem_.pool_size - held_;
   // Kernel count of one run.

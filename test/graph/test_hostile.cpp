@@ -244,3 +244,18 @@ TEST_CASE("a pool_size without auto_growth beyond the device's memory is refused
   // As a cap with auto_growth, a size beyond the device only means "the device's capacity".
   s.set_memory_config({.pool_size = std::numeric_limits<std::size_t>::max()});
 }
+
+TEST_CASE("a compile refused part way leaves no queued copy reading its freed constants", "[graph][errors][memory]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  s.set_memory_config({.pool_size = std::size_t{3} << 20});
+  graph g;
+  auto x = g.add_input("x", {1024, 256}, dtype::f32);
+  auto w = g.add_constant("w", test::random_tensor({256, 1024}, 3));
+  g.set_output(g.add_op("Relu", {g.add_op("MatMul", {x, w})}, {}, "y"));
+  // The 1 MiB weight fits the pool_size, the 4 MiB activation after it does not.
+  CHECK(code_of([&] { (void)s.compile(g); }) == errc::out_of_memory);
+  // The weight's copy, queued before the refusal, has run (ASan checks what it read).
+  CHECK(s.stream(0).query());
+  CHECK(s.memory_usage().allocated_mb == 0);
+}
