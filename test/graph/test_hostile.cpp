@@ -23,6 +23,13 @@ errc code_of(F f) {
   return errc{};
 }
 
+// Relu over an f32 input "x" of n elements, as output "y".
+graph relu_graph(std::int64_t n) {
+  graph g;
+  g.set_output(g.add_op("Relu", {g.add_input("x", {n}, dtype::f32)}, {}, "y"));
+  return g;
+}
+
 }  // namespace
 
 TEST_CASE("a shape refuses a ninth dimension instead of dropping it", "[graph][errors][tensor]") {
@@ -258,4 +265,21 @@ TEST_CASE("a compile refused part way leaves no queued copy reading its freed co
   // The weight's copy, queued before the refusal, has run (ASan checks what it read).
   CHECK(s.stream(0).query());
   CHECK(s.memory_usage().allocated_mb == 0);
+}
+
+TEST_CASE("async_run reads host feeds when the call is made, not when its copies run", "[graph][run]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  graph g = relu_graph(64);
+  const auto c = s.compile(g);
+  tensor x({64}, dtype::f32, std::vector<double>(64, 3.0));
+  std::vector<double> got;
+  s.async_run(c, {{"x", x}}, [&](async_error_code ec, run_result r) {
+    REQUIRE_FALSE(ec);
+    got = r.outputs.at("y").to_vector();
+  });
+  // The caller is free to reuse (or drop) its tensor as soon as the call returns.
+  x.fill(-1.0);
+  sys.run();
+  CHECK(got == std::vector<double>(64, 3.0));
 }

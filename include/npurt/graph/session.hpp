@@ -213,8 +213,9 @@ class session {
   run_result run(const compiled_graph& c, const std::vector<feed>& inputs);
   /// Runs a stream of batches; under schedule::pipeline consecutive batches overlap.
   batches_result run_batches(const compiled_graph& c, const std::vector<std::vector<feed>>& batches);
-  /// As run, completing through `token` with void(async_error_code, run_result). The feeds are
-  /// read when the call is made.
+  /// As run, completing through `token` with void(async_error_code, run_result). Host feeds are
+  /// read when the call is made (copied: they may go at once); a device tensor fed is read when
+  /// the run's copy in runs, so it must live until the run completes.
   template <class Token>
   auto async_run(const compiled_graph& c, const std::vector<feed>& inputs, Token&& token);
 
@@ -282,7 +283,9 @@ class session {
 
  private:
   struct pending_run;
-  std::shared_ptr<pending_run> start_run(const compiled_graph& c, const std::vector<feed>& inputs);
+  /// keep_feeds: host feeds are copied, for a caller that does not wait for the run.
+  std::shared_ptr<pending_run> start_run(const compiled_graph& c, const std::vector<feed>& inputs,
+                                         bool keep_feeds = false);
   run_result finish_run(pending_run& p);
   void abandon_run(pending_run& p) noexcept;
   void drain() noexcept;
@@ -324,7 +327,7 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
         std::shared_ptr<pending_run> p;
         std::error_code ec;
         try {
-          p = start_run(*cg, in);
+          p = start_run(*cg, in, true);
         } catch (const error& e) { ec = e.code(); }
         if (ec) {
           auto ex = boost::asio::get_associated_executor(handler, sys_->get_executor());
