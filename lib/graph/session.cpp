@@ -68,6 +68,15 @@ session::~session() {
   pool_.reset();
 }
 
+void session::check_can_block(std::string_view what) const {
+  const detail::runtime& rt = detail::runtime_of(*sys_);
+  if (rt.in_run())
+    throw_error(make_error_code(errc::not_supported),
+                std::string(what) + " blocks, which is not possible inside system::run (in a coroutine or handler); " +
+                    "use async_run");
+  if (const std::error_code ec = rt.check_thread()) throw_error(ec, std::string(what) + " blocks");
+}
+
 void session::drain() noexcept {
   for (auto& s : streams_) {
     std::error_code ec;
@@ -225,6 +234,9 @@ void session::trigger_gc() {
 }
 
 compiled_graph session::compile(graph& g, const compile_options& opts) {
+  // Queued copies of constants and the blocking wait for them: refused up front where the wait
+  // could not happen, as the copies would outlive the graph they read.
+  check_can_block("compile");
   auto p = build_plan(g, opts, cfg_.precision, sched_, mem_, level_);
   p->owner = this;
   auto& rep = p->rep;
@@ -538,6 +550,8 @@ run_result session::finish_run(pending_run& p) {
 }
 
 run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs) {
+  // A run that could not wait would leave its copies out writing into host outputs already gone.
+  check_can_block("run");
   auto p = start_run(c, inputs);
   // Every stream is drained; the first failure is the one reported, as the stream's throwing
   // synchronize raises it (a timeout_error keeps its timer and limit).
@@ -564,6 +578,7 @@ batches_result session::run_batches(const compiled_graph& cg, const std::vector<
                 "run_batches: the compiled graph is empty (not from compile())");
   if (cg.get().owner != this)
     throw_error(make_error_code(errc::invalid_argument), "run_batches: the compiled graph belongs to another session");
+  check_can_block("run_batches");
   auto& c = cg.get();
   batches_result r;
   const sim_time t0 = sys_->now();

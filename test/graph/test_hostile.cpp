@@ -6,6 +6,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -282,4 +283,26 @@ TEST_CASE("async_run reads host feeds when the call is made, not when its copies
   x.fill(-1.0);
   sys.run();
   CHECK(got == std::vector<double>(64, 3.0));
+}
+
+TEST_CASE("a blocking run or compile inside system::run is refused before it queues anything", "[graph][errors][run]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  graph g = relu_graph(64);
+  const auto c = s.compile(g);
+  const tensor x = test::random_tensor({64}, 5);
+  std::vector<errc> codes;
+  bool idle = false;
+  s.async_run(c, {{"x", x}}, [&](async_error_code ec, run_result) {
+    REQUIRE_FALSE(ec);
+    codes.push_back(code_of([&] { (void)s.run(c, {{"x", x}}); }));
+    codes.push_back(code_of([&] { (void)s.run_batches(c, {{{"x", x}}}); }));
+    codes.push_back(code_of([&] { (void)s.compile(g); }));
+    // Nothing was left queued to write into the refused runs' outputs after they had gone.
+    idle = s.stream(0).query();
+  });
+  sys.run();
+  CHECK(codes == std::vector<errc>(3, errc::not_supported));
+  CHECK(idle);
+  CHECK(s.run(c, {{"x", x}}).outputs.at("y").get(0) == std::max(0.0, x.get(0)));
 }

@@ -51,6 +51,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace npurt {
@@ -208,8 +209,9 @@ class session {
   [[nodiscard]] graph make_graph(std::string name) const { return graph(std::move(name)); }
 
   compiled_graph compile(graph& g, const compile_options& opts = {});
-  /// Runs once (blocking: call outside system::run). Feeds must match the inputs' shapes and
-  /// dtypes (graph_error naming the input otherwise).
+  /// Runs once (blocking: call outside system::run; inside it, as from another thread, compile,
+  /// run and run_batches throw before they queue anything). Feeds must match the inputs' shapes
+  /// and dtypes (graph_error naming the input otherwise).
   run_result run(const compiled_graph& c, const std::vector<feed>& inputs);
   /// Runs a stream of batches; under schedule::pipeline consecutive batches overlap.
   batches_result run_batches(const compiled_graph& c, const std::vector<std::vector<feed>>& batches);
@@ -290,6 +292,9 @@ class session {
   void abandon_run(pending_run& p) noexcept;
   void drain() noexcept;
   void rebuild_pool_if_idle();
+  /// Refuses a blocking call that could not wait for what it queues (inside system::run, or
+  /// from a thread that does not drive the system) before it queues anything.
+  void check_can_block(std::string_view what) const;
   /// acquire, counting `freeing` bytes of what the session holds as already given back against
   /// pool_size (a buffer replaced once its successor is had).
   void* acquire(std::size_t bytes, std::size_t freeing);
