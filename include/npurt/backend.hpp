@@ -39,6 +39,7 @@ struct device_properties {
   picoseconds peer_link_latency{0};
   double cube_flops_per_cycle = 0;     // per core, FP16
   double peak_fp16_flops = 0;          // whole chip, per second
+  bool bf16_supported = true;          // cube and vector units accept BF16 operands
   picoseconds hccl_connect_timeout{0}; // a communicator's default timeouts (0: never)
   picoseconds hccl_exec_timeout{0};
   picoseconds op_execute_timeout{0};   // the per-task watchdog of kernels and copies (0: never)

@@ -45,7 +45,7 @@ std::vector<std::pair<std::string, std::uint32_t>> compiled_graph::schedule_orde
 
 session::session(npurt::system& sys, const session_config& cfg)
     : sys_(&sys), dev_(&sys.device(cfg.device_id)), cfg_(cfg), id_(next_session_id.fetch_add(1)) {
-  if (cfg.precision == precision::bf16 && dev_->properties().name == "ascend910")
+  if (cfg.precision == precision::bf16 && !dev_->properties().bf16_supported)
     throw_error(make_error_code(errc::not_supported),
                 "session: " + dev_->properties().name + " has no bf16 (use fp16 or mixed)");
   (void)stream(0);

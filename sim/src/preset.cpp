@@ -399,6 +399,7 @@ device_properties preset::properties() const {
   d.peer_link_latency = hccs_latency;
   d.cube_flops_per_cycle = cube_flops_per_cycle();
   d.peak_fp16_flops = peak_fp16_flops();
+  d.bf16_supported = supports_bf16;
   d.hccl_connect_timeout = hccl_connect_timeout;
   d.hccl_exec_timeout = hccl_exec_timeout;
   d.op_execute_timeout = op_execute_timeout;

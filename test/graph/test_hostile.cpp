@@ -306,3 +306,21 @@ TEST_CASE("a blocking run or compile inside system::run is refused before it que
   CHECK(idle);
   CHECK(s.run(c, {{"x", x}}).outputs.at("y").get(0) == std::max(0.0, x.get(0)));
 }
+
+TEST_CASE("bf16 precision is refused by what the device supports, not by its preset's name", "[graph][errors]") {
+  auto no_bf16 = sim::presets::ascend910(1);
+  no_bf16.name = "custom910";
+  npurt::system a{no_bf16};
+  CHECK(code_of([&] { session s(a, {.precision = precision::bf16}); }) == errc::not_supported);
+  auto with_bf16 = sim::presets::ascend910b(1);
+  with_bf16.name = "ascend910";
+  npurt::system b{with_bf16};
+  session s{b, {.precision = precision::bf16}};
+  graph g = relu_graph(16);
+  std::vector<double> v(16, -1.5);
+  v[1] = 2.5;  // exact in bf16
+  const tensor x({16}, dtype::f32, v);
+  const auto r = s.run(s.compile(g), {{"x", x}});
+  CHECK(r.outputs.at("y").get(0) == 0);
+  CHECK(r.outputs.at("y").get(1) == 2.5);
+}
