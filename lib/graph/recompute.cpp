@@ -83,14 +83,28 @@ graph apply_recompute(const graph& g, const std::vector<recompute_candidate>& cs
         r.add_constant(in, c->is_host() ? c->clone() : tensor::timing_only(c->shape(), c->type()));
       }
   };
+  // A clone's name is its original's with ".recompute", unless the graph (or an earlier clone)
+  // already uses that name: then the first free ".recompute.<k>". Tensors and nodes have
+  // separate namespaces.
+  std::set<std::string> taken_values, taken_nodes;
+  for (const auto& n : g.nodes()) taken_nodes.insert(n.name);
+  auto fresh = [&](const std::string& base, std::set<std::string>& taken, bool value) {
+    std::string name = base + ".recompute";
+    for (std::size_t k = 1; taken.count(name) || (value && g.find(name) != nullptr); ++k)
+      name = base + ".recompute." + std::to_string(k);
+    taken.insert(name);
+    return name;
+  };
   // Per candidate: from its first late reader on, its chain's outputs read the clones.
   std::map<std::string, std::pair<std::size_t, std::string>> redirect;  // value -> (from position, clone)
   std::map<std::size_t, std::vector<const recompute_candidate*>> before;  // node -> chains cloned before it
+  std::map<std::size_t, std::string> clone_node;                          // node -> its clone's name
   for (const auto& c : cs) {
     before[c.first_late].push_back(&c);
     for (auto k : c.chain) {
       const std::string& o = g.nodes()[k].outputs[0];
-      redirect[o] = {pos[c.first_late], o + ".recompute"};
+      redirect[o] = {pos[c.first_late], fresh(o, taken_values, true)};
+      clone_node[k] = fresh(g.nodes()[k].name, taken_nodes, false);
     }
   }
   auto renamed = [&](const std::vector<std::string>& ins, std::size_t at) {
@@ -105,7 +119,7 @@ graph apply_recompute(const graph& g, const std::vector<recompute_candidate>& cs
       for (const auto* c : it->second)
         for (auto k : c->chain) {
           const node& q = g.nodes()[k];
-          r.add_node(q.type, q.name + ".recompute", renamed(q.inputs, pos[i]), {q.outputs[0] + ".recompute"}, q.attrs);
+          r.add_node(q.type, clone_node.at(k), renamed(q.inputs, pos[i]), {redirect.at(q.outputs[0]).second}, q.attrs);
         }
     constants_of(n);
     r.add_node(n.type, n.name, renamed(n.inputs, pos[i]), n.outputs, n.attrs);

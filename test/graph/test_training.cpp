@@ -260,6 +260,45 @@ TEST_CASE("the recomputation suggestion saves what it estimates and changes no r
   for (const auto& [name, v] : ra.outputs) CHECK(v.to_vector() == rb.outputs.at(name).to_vector());
 }
 
+TEST_CASE("recomputation clones take free names when the graph already uses the obvious ones",
+          "[graph][training][optimizer][recompute]") {
+  const std::int64_t B = 512;
+  const std::vector<std::int64_t> widths{32, 256, 256, 256, 8};
+  // The clone names the rewrite gives this graph...
+  std::string clone;
+  {
+    graph g = models::mlp_training_step(B, widths, 0.05);
+    for (const auto& s : graph_optimizer(g).memory_suggestions())
+      if (s.what == memory_suggestion::kind::recomputation && s.rewritten)
+        for (const auto& n : s.rewritten->nodes())
+          if (n.outputs[0].ends_with(".recompute")) clone = n.outputs[0];
+  }
+  REQUIRE_FALSE(clone.empty());
+  // ...are taken by a tensor of the user's own in this one (an input nothing reads).
+  graph g = models::mlp_training_step(B, widths, 0.05);
+  g.add_input(clone, {1}, dtype::f32);
+  std::vector<memory_suggestion> sugg;
+  REQUIRE_NOTHROW(sugg = graph_optimizer(g).memory_suggestions());
+  const memory_suggestion* rc = nullptr;
+  for (const auto& s : sugg)
+    if (s.what == memory_suggestion::kind::recomputation) rc = &s;
+  REQUIRE(rc != nullptr);
+  REQUIRE(rc->rewritten != nullptr);
+  const value_info* kept = rc->rewritten->find(clone);
+  REQUIRE(kept != nullptr);
+  CHECK(kept->kind == value_kind::input);  // the user's tensor, not a clone
+  // And the rewrite still computes what the graph does.
+  auto sys = test::make_system();
+  session a{sys}, b{sys};
+  auto ca = a.compile(g, rc->options);
+  auto cb = b.compile(*rc->rewritten, rc->options);
+  const tensor x = test::random_tensor({B, 32}, 111), t = test::random_tensor({B, 8}, 112), u({1}, dtype::f32);
+  const auto ra = a.run(ca, {{"x", x}, {"target", t}, {clone, u}});
+  const auto rb = b.run(cb, {{"x", x}, {"target", t}, {clone, u}});
+  REQUIRE(ra.outputs.size() == rb.outputs.size());
+  for (const auto& [name, v] : ra.outputs) CHECK(v.to_vector() == rb.outputs.at(name).to_vector());
+}
+
 namespace {
 
 // Checks grad against central differences of loss() in each element of p (perturbed in place
