@@ -87,12 +87,16 @@ class communicator {
   /// False for an empty handle and once its system is destroyed (every call then fails).
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr && rt_ != nullptr; }
   [[nodiscard]] std::uint64_t id() const noexcept { return state_ ? state_->id : 0; }
-  [[nodiscard]] const std::string& name() const noexcept { return state_->name; }
+  // An empty handle (default-constructed, not yet given an init_all result) has no state to
+  // read: its accessors answer as a communicator of no ranks.
+  [[nodiscard]] const std::string& name() const noexcept { return state_ ? state_->name : empty_state().name; }
   [[nodiscard]] std::uint32_t size() const noexcept { return state_ ? state_->size() : 0; }
   /// The rank of a device, or -1 when the device is not in the communicator.
   [[nodiscard]] NPURT_DECL int rank_of(device_id dev) const noexcept;
   [[nodiscard]] NPURT_DECL device_id device_of(std::uint32_t rank) const;
-  [[nodiscard]] const std::vector<device_id>& devices() const noexcept { return state_->devices; }
+  [[nodiscard]] const std::vector<device_id>& devices() const noexcept {
+    return state_ ? state_->devices : empty_state().devices;
+  }
 
   /// Sub-communicators (ncclCommSplit / HcclCreateSubComm): colors[r] for each rank r; ranks of
   /// one color form one communicator, in parent rank order; a negative color takes no part.
@@ -104,11 +108,17 @@ class communicator {
   NPURT_DECL void set_buffer_size(std::size_t bytes);
   NPURT_DECL void set_exec_timeout(std::optional<picoseconds> t);
   NPURT_DECL void set_connect_timeout(std::optional<picoseconds> t);
-  [[nodiscard]] collective_algorithm algorithm() const noexcept { return state_->algorithm; }
-  [[nodiscard]] std::size_t buffer_size() const noexcept { return state_->buffer_bytes; }
+  [[nodiscard]] collective_algorithm algorithm() const noexcept {
+    return state_ ? state_->algorithm : collective_algorithm::automatic;
+  }
+  [[nodiscard]] std::size_t buffer_size() const noexcept { return state_ ? state_->buffer_bytes : 0; }
   /// The timeouts in force: a duration, or no_timeout (never).
-  [[nodiscard]] std::optional<picoseconds> exec_timeout() const noexcept { return state_->exec_timeout; }
-  [[nodiscard]] std::optional<picoseconds> connect_timeout() const noexcept { return state_->connect_timeout; }
+  [[nodiscard]] std::optional<picoseconds> exec_timeout() const noexcept {
+    return state_ ? state_->exec_timeout : no_timeout;
+  }
+  [[nodiscard]] std::optional<picoseconds> connect_timeout() const noexcept {
+    return state_ ? state_->connect_timeout : no_timeout;
+  }
 
   /// HcclGetCommAsyncError: the first error an operation of this communicator hit (empty if
   /// none); `message` receives every error's explanation, one per line.
@@ -117,7 +127,9 @@ class communicator {
   NPURT_DECL void abort();
   [[nodiscard]] bool aborted() const noexcept { return state_ && state_->aborted; }
   /// Finished operations, when communicator_options::keep_records is set.
-  [[nodiscard]] const std::vector<collective_record>& records() const noexcept { return state_->records; }
+  [[nodiscard]] const std::vector<collective_record>& records() const noexcept {
+    return state_ ? state_->records : empty_state().records;
+  }
 
   /// HcclGroupStart / HcclGroupEnd: calls in between are batched into one task per stream
   /// (so a send and a recv on one stream cannot deadlock each other). Fire-and-forget calls in a
@@ -216,6 +228,10 @@ class communicator {
  private:
   NPURT_DECL detail::task* prepare(const collective_call& c, stream& s, std::error_code& ec);
   NPURT_DECL std::error_code check(const collective_call& c, device_id dev, std::uint32_t rank) const;
+  static const collective_comm_state& empty_state() noexcept {
+    static const collective_comm_state empty{};
+    return empty;
+  }
 
   struct group_state {
     int depth = 0;

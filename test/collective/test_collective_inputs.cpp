@@ -141,4 +141,19 @@ TEST_CASE("all_to_allv does not check the displacement of a zero-count entry", "
   CHECK(got == std::vector<float>{2, 3, 40, -7});
 }
 
+TEST_CASE("an empty communicator handle answers its accessors as a communicator of no ranks", "[collective][args]") {
+  const npurt::communicator c;
+  CHECK_FALSE(c.valid());
+  CHECK(c.size() == 0);
+  CHECK(c.name().empty());
+  CHECK(c.devices().empty());
+  CHECK(c.records().empty());
+  CHECK(c.algorithm() == npurt::collective_algorithm::automatic);
+  CHECK(c.buffer_size() == 0);
+  CHECK(c.exec_timeout() == npurt::no_timeout);
+  CHECK(c.connect_timeout() == npurt::no_timeout);
+  CHECK(c.rank_of(0) == -1);
+  CHECK(c.async_error() == errc::invalid_argument);
+}
+
 }  // namespace coll_inputs_test
