@@ -6,6 +6,7 @@
 #include <npurt/observer.hpp>
 #include <npurt/sim/device_model.hpp>
 #include <npurt/sim/topology.hpp>
+#include <npurt/time.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -248,9 +249,12 @@ void collective_engine::arrive(const key& k, task_info& t, std::uint32_t call_in
     const std::optional<picoseconds> connect = in.comm->connected ? std::nullopt : in.comm->connect_timeout;
     in.connect_timer = connect && (!span || *connect <= *span);
     if (in.connect_timer) span = connect;
-    if (span && in.arrived < in.tasks.size()) {
+    // A deadline past the end of virtual time never fires (npurt/time.hpp); now + span would
+    // wrap around to a time already passed and fire at once.
+    const sim_time deadline = span ? later(now, *span) : end_of_time;
+    if (deadline != end_of_time && in.arrived < in.tasks.size()) {
       in.timer_span = *span;
-      in.timer = host_->call_at_cancellable(now + *span, &collective_engine::on_timeout, this, in.id);
+      in.timer = host_->call_at_cancellable(deadline, &collective_engine::on_timeout, this, in.id);
       in.timer_armed = true;
     }
   } else if (!same_call(*in.calls[in.first], call)) {

@@ -186,3 +186,20 @@ TEST_CASE("the profiler shows each rank's wait for its peers as an idle gap whos
     }
   }
 }
+
+TEST_CASE("a timeout past the end of virtual time never fires", "[collective][errors]") {
+  // now + picoseconds::max() does not fit in the clock: the timer must not wrap to a time already
+  // passed and fail the operation at once.
+  world w(coll_test::roce_preset(2));
+  auto comm =
+      communicator::init_all(w.sys, {.exec_timeout = picoseconds::max(), .connect_timeout = picoseconds::max()});
+  w.busy(1, 10);
+  comm.barrier(w.streams[0]);
+  comm.barrier(w.streams[1]);
+  comm.barrier(w.streams[0]);  // past the first operation: the execution timer alone
+  w.busy(1, 10);
+  comm.barrier(w.streams[1]);
+  CHECK_NOTHROW(w.streams[0].synchronize());
+  CHECK_NOTHROW(w.streams[1].synchronize());
+  CHECK_FALSE(comm.async_error());
+}
