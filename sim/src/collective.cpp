@@ -548,8 +548,12 @@ void collective_engine::abort(std::uint64_t comm) {
     if (std::get<0>(k) == comm && !in->failed) hit.push_back(in.get());
   for (instance* in : hit) {
     std::ostringstream os;
-    os << "communicator '" << in->comm->name << "' (id " << comm << ") aborted with " << to_string(in->op) << " #"
-       << in->sequence << " pending";
+    // in->op is only set once the operation starts: before that, the first arrival's call says
+    // which operation it is.
+    os << "communicator '" << in->comm->name << "' (id " << comm << ") aborted with "
+       << (in->first != none && in->calls[in->first] ? describe_call(*in->calls[in->first])
+                                                     : std::string(to_string(in->op)))
+       << " #" << in->sequence << " pending";
     fail(*in, make_error_code(errc::operation_aborted), os.str());
     if (in->arrived == in->tasks.size() && in->outstanding == 0) {
       by_id_.erase(in->id);

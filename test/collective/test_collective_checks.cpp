@@ -203,3 +203,17 @@ TEST_CASE("a timeout past the end of virtual time never fires", "[collective][er
   CHECK_NOTHROW(w.streams[1].synchronize());
   CHECK_FALSE(comm.async_error());
 }
+
+TEST_CASE("abort names the operation that was pending", "[collective][errors]") {
+  world w(coll_test::roce_preset(2));
+  auto comm = communicator::init_all(w.sys);
+  comm.broadcast(nullptr, 4, dtype::f32, 1, w.streams[0]);  // rank 1 never calls
+  std::error_code ec;
+  w.streams[0].synchronize(seconds_ps(1), ec);  // rank 0 has arrived
+  comm.abort();
+  std::string msg;
+  CHECK(comm.async_error(&msg) == errc::operation_aborted);
+  CHECK_THAT(msg, ContainsSubstring("broadcast(count=4, f32, root=1) #0 pending"));
+  w.streams[0].synchronize(no_timeout, ec);
+  CHECK(ec == errc::operation_aborted);
+}
