@@ -141,6 +141,42 @@ TEST_CASE("all_to_allv does not check the displacement of a zero-count entry", "
   CHECK(got == std::vector<float>{2, 3, 40, -7});
 }
 
+TEST_CASE("a bf16 reduction on a preset without bf16 is refused at the call", "[collective][args]") {
+  // ascend910 (910A) has no bf16 vector arithmetic: its kernels refuse bf16 operands, and a
+  // reduction runs on the same units. Moving bf16 bytes (all_gather) needs none.
+  npurt::system sys{npurt::sim::presets::ascend910(2)};
+  auto comm = npurt::communicator::init_all(sys);
+  auto s = sys.device(0).make_stream();
+  void* b = sys.device(0).malloc(64);
+  std::error_code ec;
+  comm.all_reduce(b, b, 4, dtype::bf16, reduce_op::sum, s, ec);
+  CHECK(ec == errc::invalid_dtype);
+  comm.reduce(b, b, 4, dtype::bf16, reduce_op::max, 0, s, ec);
+  CHECK(ec == errc::invalid_dtype);
+  comm.reduce_scatter(b, b, 2, dtype::bf16, reduce_op::sum, s, ec);
+  CHECK(ec == errc::invalid_dtype);
+  CHECK_THROWS_AS(comm.all_reduce(b, b, 4, dtype::bf16, reduce_op::sum, s), npurt::caller_error);
+  CHECK(sync_code(s) == std::error_code{});  // nothing was enqueued
+  CHECK_FALSE(comm.async_error());
+  // The call numbers were not used up: the ranks still agree on the next operation.
+  auto s1 = sys.device(1).make_stream();
+  void* b1 = sys.device(1).malloc(64);
+  comm.all_gather(b, b, 2, dtype::bf16, s, ec);
+  CHECK_FALSE(ec);
+  comm.all_gather(b1, b1, 2, dtype::bf16, s1, ec);
+  CHECK_FALSE(ec);
+  CHECK(sync_code(s) == std::error_code{});
+  CHECK(sync_code(s1) == std::error_code{});
+
+  npurt::system with_bf16{npurt::sim::presets::ascend910b(1)};
+  auto one = npurt::communicator::init_all(with_bf16);
+  auto t = with_bf16.device(0).make_stream();
+  void* c = with_bf16.device(0).malloc(64);
+  one.all_reduce(c, c, 4, dtype::bf16, reduce_op::sum, t, ec);
+  CHECK_FALSE(ec);
+  CHECK(sync_code(t) == std::error_code{});
+}
+
 TEST_CASE("an empty communicator handle answers its accessors as a communicator of no ranks", "[collective][args]") {
   const npurt::communicator c;
   CHECK_FALSE(c.valid());

@@ -167,6 +167,10 @@ NPURT_DECL std::error_code communicator::check(const collective_call& c, device_
   const bool reduces =
       c.op == collective_op::all_reduce || c.op == collective_op::reduce || c.op == collective_op::reduce_scatter;
   if (reduces && c.red > reduce_op::min) return make_error_code(errc::invalid_argument);
+  // The reduction runs on the device's vector units, which take bf16 only where the preset says
+  // so (as a kernel's bf16 operands); moving bf16 bytes needs no arithmetic.
+  if (reduces && c.type == dtype::bf16 && !rt_->backend().properties(dev).bf16_supported)
+    return make_error_code(errc::invalid_dtype);
   const bool needs_root = c.op == collective_op::broadcast || c.op == collective_op::reduce ||
                           c.op == collective_op::send || c.op == collective_op::recv;
   if (needs_root && (c.root < 0 || static_cast<std::uint32_t>(c.root) >= p))
@@ -300,6 +304,8 @@ NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
     else if (ec == errc::stream_device_mismatch)
       what += ": the stream's device (or a buffer's) is not the calling rank's device of this communicator";
     else if (ec == errc::invalid_argument && !state_) what += ": empty communicator handle";
+    else if (ec == errc::invalid_dtype && c.type == dtype::bf16)
+      what += ": the devices of this system cannot reduce bf16 (the preset has no bf16 support)";
     else if (ec == errc::invalid_pointer && rt_) {
       std::string why = c.send ? rt_->memory().why_not_live(c.send) : std::string();
       what += ": " + (why.empty() && c.recv ? rt_->memory().why_not_live(c.recv) : why);
