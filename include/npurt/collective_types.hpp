@@ -74,7 +74,8 @@ constexpr std::string_view to_string(collective_algorithm a) noexcept {
 }
 
 /// One rank's part of one operation. Counts are elements of `type`:
-///  - all_reduce, broadcast, reduce, send, recv: the whole vector (send and recv hold `count`);
+///  - all_reduce, broadcast, reduce, send, recv: the whole vector (send and recv hold `count`;
+///    broadcast reads send on the root only, reduce writes recv on the root only);
 ///  - all_gather: the rank's input (recv holds size * count);
 ///  - reduce_scatter: the rank's output shard (send holds size * count);
 ///  - all_to_all: the block for each peer (send and recv hold size * count);

@@ -695,8 +695,10 @@ void collective_engine::compute(instance& in) {
       const auto root = static_cast<std::size_t>(c0.root);
       const auto v = input(root, n);
       if (unreadable) return;
+      // The root's own recv too: a call with send != recv (ncclBroadcast's form) expects the
+      // root's result there as on every other rank.
       for (std::size_t i = 0; i < p; ++i)
-        if (i != root) output(i, v);
+        if (i != root || in.calls[i]->recv != in.calls[i]->send) output(i, v);
       break;
     }
     case collective_op::all_to_all: {

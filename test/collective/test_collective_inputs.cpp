@@ -177,6 +177,40 @@ TEST_CASE("a bf16 reduction on a preset without bf16 is refused at the call", "[
   CHECK(sync_code(t) == std::error_code{});
 }
 
+TEST_CASE("broadcast with send != recv writes the root's recv and reads only the root's send",
+          "[collective][functional]") {
+  // ncclBroadcast's form: sendbuff is used on the root only, and every rank's recvbuff, the
+  // root's included, receives the data.
+  npurt::system sys{npurt::sim::presets::ascend910(3)};
+  auto comm = npurt::communicator::init_all(sys);
+  std::vector<npurt::stream> s;
+  std::vector<void*> out(3);
+  const std::vector<float> data{1, 2, 3, 4}, sentinel(4, -7.f);
+  void* in = sys.device(1).malloc(16);
+  sys.device(1).memcpy(in, 16, data.data(), 16, npurt::memcpy_kind::host_to_device);
+  for (int r = 0; r < 3; ++r) {
+    auto& d = sys.device(r);
+    s.push_back(d.make_stream());
+    out[r] = d.malloc(16);
+    d.memcpy(out[r], 16, sentinel.data(), 16, npurt::memcpy_kind::host_to_device);
+  }
+  for (int r = 0; r < 3; ++r) {
+    auto c = npurt::communicator::broadcast_call(out[r], 4, dtype::f32, 1);
+    c.send = r == 1 ? in : nullptr;
+    std::error_code ec;
+    comm.enqueue(c, s[r], ec);
+    REQUIRE_FALSE(ec);
+  }
+  for (auto& st : s) CHECK(sync_code(st) == std::error_code{});
+  CHECK_FALSE(comm.async_error());
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    std::vector<float> got(4);
+    sys.device(r).memcpy(got.data(), 16, out[r], 16, npurt::memcpy_kind::device_to_host);
+    CHECK(got == data);
+  }
+}
+
 TEST_CASE("an empty communicator handle answers its accessors as a communicator of no ranks", "[collective][args]") {
   const npurt::communicator c;
   CHECK_FALSE(c.valid());

@@ -194,6 +194,9 @@ NPURT_DECL std::error_code communicator::check(const collective_call& c, device_
     case collective_op::reduce:
       if (rank != static_cast<std::uint32_t>(c.root)) recv_elems = 0;
       break;
+    case collective_op::broadcast:  // only the root's send is read (ncclBroadcast)
+      if (rank != static_cast<std::uint32_t>(c.root)) send_elems = 0;
+      break;
     case collective_op::barrier: send_elems = recv_elems = 0; break;
     case collective_op::all_to_allv: {
       if (c.send_counts.size() != p || c.send_displs.size() != p || c.recv_counts.size() != p ||
