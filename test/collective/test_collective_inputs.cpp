@@ -226,4 +226,30 @@ TEST_CASE("an empty communicator handle answers its accessors as a communicator 
   CHECK(c.async_error() == errc::invalid_argument);
 }
 
+TEST_CASE("a timing-only call larger than the device's memory is refused at the call", "[collective][args]") {
+  // Null buffers carry no size: the device's memory is the only bound on the count. Without it a
+  // count near SIZE_MAX / 4 ran as one buffer-sized chunk after another, without end.
+  npurt::system sys{npurt::sim::make_backend(npurt::sim::presets::ascend910(2), coll_test::timing_only())};
+  auto comm = npurt::communicator::init_all(sys);
+  std::vector<npurt::stream> s;
+  for (auto& d : sys.devices()) s.push_back(d.make_stream());
+  const std::size_t hbm = sys.device(0).properties().memory_bytes;
+  std::error_code ec;
+  comm.all_reduce(nullptr, nullptr, SIZE_MAX / 8, dtype::f32, reduce_op::sum, s[0], ec);
+  CHECK(ec == errc::size_overflow);
+  comm.all_reduce(nullptr, nullptr, hbm / 4 + 1, dtype::f32, reduce_op::sum, s[0], ec);
+  CHECK(ec == errc::size_overflow);
+  comm.all_gather(nullptr, nullptr, hbm / 2 / 4 + 1, dtype::f32, s[0], ec);  // the output is 2x
+  CHECK(ec == errc::size_overflow);
+  CHECK_THROWS_AS(comm.broadcast(nullptr, SIZE_MAX / 8, dtype::f32, 0, s[0]), npurt::caller_error);
+  CHECK(sync_code(s[0]) == std::error_code{});  // nothing was enqueued
+  // A message as large as the memory still runs, on every rank.
+  for (auto& st : s) {
+    comm.all_reduce(nullptr, nullptr, hbm / 4, dtype::f32, reduce_op::sum, st, ec);
+    REQUIRE_FALSE(ec);
+  }
+  for (auto& st : s) CHECK(sync_code(st) == std::error_code{});
+  CHECK_FALSE(comm.async_error());
+}
+
 }  // namespace coll_inputs_test

@@ -219,6 +219,11 @@ NPURT_DECL std::error_code communicator::check(const collective_call& c, device_
   std::size_t send_bytes = 0, recv_bytes = 0;
   if (!ok || !mul(send_elems, es, send_bytes) || !mul(recv_elems, es, recv_bytes))
     return make_error_code(errc::size_overflow);
+  // A buffer larger than the device's memory cannot exist. Timing-only calls pass null buffers,
+  // so nothing else bounds the count there, and the engine would simulate such a message one
+  // buffer-sized chunk at a time, practically forever.
+  const std::size_t hbm = rt_->backend().properties(dev).memory_bytes;
+  if (hbm != 0 && (send_bytes > hbm || recv_bytes > hbm)) return make_error_code(errc::size_overflow);
   const bool timing_only = !rt_->backend().functional();
   auto buffer = [&](const void* ptr, std::size_t bytes) -> std::error_code {
     if (bytes == 0) return {};
