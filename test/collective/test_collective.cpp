@@ -442,6 +442,25 @@ TEST_CASE("abort fails pending operations and refuses new ones", "[collective][e
   CHECK(ec == errc::operation_aborted);
 }
 
+TEST_CASE("group_end after abort reports the group's calls as aborted", "[collective][errors]") {
+  fixture f(roce_preset(2), coll_test::timing_only());
+  auto comm = communicator::init_all(f.sys);
+  comm.group_start();
+  comm.send(nullptr, 4, dtype::f32, 1, f.streams[0]);
+  comm.recv(nullptr, 4, dtype::f32, 1, f.streams[0]);
+  comm.abort();
+  std::error_code ec;
+  comm.group_end(ec);
+  CHECK(ec == errc::operation_aborted);
+  CHECK_THROWS_AS(
+      [&] {
+        comm.group_start();
+        comm.group_end();
+      }(),
+      npurt::error);
+  CHECK(f.streams[0].query());  // nothing was enqueued
+}
+
 TEST_CASE("a fire-and-forget collective that fails is its stream's sticky error, and only its stream's",
           "[collective][errors]") {
   fixture f(roce_preset(3));

@@ -335,6 +335,13 @@ NPURT_DECL void communicator::group_end(std::error_code& ec) {
     return;
   }
   if (--group_->depth > 0) return;
+  // abort() dropped the group's calls: without an error here they would vanish unreported, as
+  // their fire-and-forget events are empty.
+  if (state_ && state_->aborted) {
+    group_->pending.clear();
+    ec = make_error_code(errc::operation_aborted);
+    return;
+  }
   if (!rt_) {
     group_->pending.clear();
     ec = make_error_code(errc::invalid_argument);  // its system was destroyed
