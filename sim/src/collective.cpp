@@ -629,7 +629,7 @@ void collective_engine::compute(instance& in) {
     if (bytes == 0) return v;
     const auto* base = static_cast<const std::byte*>(in.calls[i]->send);
     if (const std::byte* src = dev(i, base + offset, bytes)) v.assign(src, src + bytes);
-    else if (bytes != 0) {
+    else {
       unreadable = true;
       fail_data();
     }

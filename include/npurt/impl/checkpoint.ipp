@@ -11,7 +11,6 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -527,9 +526,9 @@ inline void probe(save_step step, std::uint64_t bytes) {
 inline int create_temp(const std::filesystem::path& dir, std::filesystem::path& tmp, status& st) {
   static std::atomic<std::uint64_t> counter{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
-    // splitmix64 over pid, counter and clock: O_EXCL makes a collision a retry, never a clash.
-    std::uint64_t x = (std::uint64_t(::getpid()) << 32) ^ counter.fetch_add(1) ^
-                      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    // splitmix64 over pid and counter: O_EXCL makes a collision (a file left by a crash) a retry
+    // under the next counter, never a clash.
+    std::uint64_t x = (std::uint64_t(::getpid()) << 32) ^ counter.fetch_add(1);
     x += 0x9e3779b97f4a7c15;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
     x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
