@@ -111,9 +111,11 @@ class stream {
   NPURT_DECL event launch(const shared_kernel& k);
   NPURT_DECL event launch(const shared_kernel& k, std::error_code& ec);
   /// Copies `count` bytes; `dst_max` is how much the destination holds (aclrtMemcpy's destMax):
-  /// count > dst_max is errc::size_overflow, never a write out of bounds. Pageable host memory is
-  /// read or written when the copy runs (as aclrtMemcpyAsync, not staged at the call): it must stay
-  /// alive until the copy has completed. Pinned memory (system::host_malloc) is kept until then.
+  /// count > dst_max is errc::size_overflow, never a write out of bounds. A pageable host source
+  /// is read at the call (staged, as cudaMemcpyAsync does), so it may be changed or freed as soon
+  /// as this returns; a pageable host destination is written when the copy runs and must stay
+  /// alive until it has completed. Pinned memory (system::host_malloc) is read and written when
+  /// the copy runs, and kept allocated until then.
   NPURT_DECL event memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
                           memcpy_kind kind = memcpy_kind::default_kind);
   NPURT_DECL event memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
@@ -166,6 +168,7 @@ class stream {
 
  private:
   friend class communicator;  // checks that a stream belongs to the communicator's system
+  friend class device;        // its blocking memcpy needs no staging
 
   NPURT_DECL void release() noexcept;
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* f);
@@ -184,8 +187,10 @@ class stream {
                                              std::error_code& ec);
   /// Whether the backend reports `dev` lost (a fatal error, until reset).
   [[nodiscard]] NPURT_DECL bool lost(device_id dev) const noexcept;
+  /// stage: a pageable host source is copied at the call (see memcpy); device::memcpy, which
+  /// blocks until the copy is done, reads it in place.
   NPURT_DECL detail::task* make_copy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
-                                     memcpy_kind kind, std::error_code& ec);
+                                     memcpy_kind kind, std::error_code& ec, bool stage = true);
   NPURT_DECL detail::task* make_memset(void* dst, std::size_t dst_max, int value, std::size_t count,
                                        std::error_code& ec);
   NPURT_DECL detail::task* make_wait(const event& e, std::error_code& ec);

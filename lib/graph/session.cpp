@@ -337,9 +337,6 @@ class op_recorder final : public observer {
 
 struct session::pending_run {
   std::shared_ptr<compiled_graph::impl> c;
-  /// Host copies of the feeds of an asynchronous run: its queued copies read them when they run,
-  /// after the caller's tensors may have gone.
-  std::vector<tensor> feeds;
   std::vector<tensor> host_out;
   sim_time start{};
   std::map<std::string_view, std::size_t> index;
@@ -480,8 +477,7 @@ event enqueue_batch(enqueue_ctx& x) {
 
 }  // namespace
 
-std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& cg, const std::vector<feed>& inputs,
-                                                         bool keep_feeds) {
+std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& cg, const std::vector<feed>& inputs) {
   if (!cg.valid())
     throw_error(make_error_code(errc::invalid_argument), "run: the compiled graph is empty (not from compile())");
   if (cg.get().owner != this)
@@ -493,14 +489,6 @@ std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& c
   auto& c = cg.get();
   enqueue_ctx x{*this, c, 0, {}, &p->host_out, nullptr};
   check_feeds(c, inputs, x.in);
-  if (keep_feeds) {
-    p->feeds.reserve(x.in.size());  // the pointers below must not move
-    for (auto& t : x.in)
-      if (t->is_host()) {
-        p->feeds.push_back(t->clone());
-        t = &p->feeds.back();
-      }
-  }
   p->host_out.resize(c.outputs.size());
   if (cfg_.profiling) {
     for (std::size_t k = 0; k < c.steps.size(); ++k) p->index[c.steps[k].kernel_name] = k;

@@ -20,6 +20,7 @@
 #include <npurt/system_options.hpp>
 #include <npurt/time.hpp>
 
+#include <mimalloc.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
@@ -62,6 +63,13 @@ struct task_side {
   std::uint64_t event_id = 0;
   std::int64_t wait_limit = 0;  // a user event wait: the event-wait timeout in force at its enqueue (0: none)
   std::function<void()>* callback = nullptr;  // host_callback (owned by the scheduler, see own_callback)
+  // A fire-and-forget copy from pageable host memory reads this snapshot, taken at the call, as
+  // cudaMemcpyAsync stages pageable memory before it returns: the caller may reuse or free its
+  // buffer at once.
+  struct staged_deleter {
+    void operator()(std::byte* p) const noexcept { mi_free(p); }
+  };
+  std::unique_ptr<std::byte[], staged_deleter> staged;
 };
 
 /// One enqueued unit of stream work, as it waits in its stream: only what dispatching it needs.

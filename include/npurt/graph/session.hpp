@@ -285,9 +285,9 @@ class session {
 
  private:
   struct pending_run;
-  /// keep_feeds: host feeds are copied, for a caller that does not wait for the run.
-  std::shared_ptr<pending_run> start_run(const compiled_graph& c, const std::vector<feed>& inputs,
-                                         bool keep_feeds = false);
+  /// Host feeds are read before it returns (stream::memcpy stages pageable memory), so an
+  /// asynchronous run need not keep them.
+  std::shared_ptr<pending_run> start_run(const compiled_graph& c, const std::vector<feed>& inputs);
   run_result finish_run(pending_run& p);
   void abandon_run(pending_run& p) noexcept;
   void drain() noexcept;
@@ -332,7 +332,7 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
         std::shared_ptr<pending_run> p;
         std::error_code ec;
         try {
-          p = start_run(*cg, in, true);
+          p = start_run(*cg, in);
         } catch (const error& e) { ec = e.code(); }
         if (ec) {
           auto ex = boost::asio::get_associated_executor(handler, sys_->get_executor());

@@ -164,8 +164,11 @@ NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, 
     return;
   }
   if (!copy_stream_ || !copy_stream_->valid()) copy_stream_ = std::make_unique<stream>(make_stream());
-  copy_stream_->memcpy(dst, dst_max, src, count, kind, ec);
-  if (!ec) copy_stream_->synchronize(no_timeout, ec);
+  // Blocking: the source is read before this returns, so it is not staged.
+  if (detail::task* t = copy_stream_->make_copy(dst, dst_max, src, count, kind, ec, false)) {
+    copy_stream_->submit(t);
+    copy_stream_->synchronize(no_timeout, ec);
+  }
   if (ec) return;
   // aclrtMemcpy is a synchronisation point of the device: failed fire-and-forget work of any of
   // its streams is reported (and read) here, as by device::synchronize. When the copy itself

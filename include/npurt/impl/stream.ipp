@@ -3,6 +3,11 @@
 
 #include <npurt/stream.hpp>
 
+#include <mimalloc.h>
+
+#include <cstring>
+#include <memory>
+
 namespace npurt {
 
 NPURT_DECL stream& stream::operator=(stream&& o) noexcept {
@@ -175,7 +180,7 @@ NPURT_DECL detail::task* stream::make_fixed_launch(const kernels::fixed& f, std:
 NPURT_DECL bool stream::lost(device_id dev) const noexcept { return rt_->backend().status(dev) == device_status::lost; }
 
 NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
-                                           memcpy_kind kind, std::error_code& ec) {
+                                           memcpy_kind kind, std::error_code& ec, bool stage) {
   auto* s = state(ec);
   if (!s) return nullptr;
   if (!dst || !src) {
@@ -254,8 +259,24 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
     ec = make_error_code(errc::stream_device_mismatch);
     return nullptr;
   }
+  // A pageable source is snapshotted now, as cudaMemcpyAsync stages pageable memory before it
+  // returns: the caller may reuse or free it at once, where reading it when the copy runs would
+  // copy whatever the memory holds by then. Pinned memory is the caller's promise (and npurt
+  // keeps it allocated); a timing-only backend reads no host bytes at all.
+  std::unique_ptr<std::byte[], detail::task_side::staged_deleter> staged;
+  if (stage && !src_dev && rt_->backend().functional() && !rt_->memory().find_host_allocation(src)) {
+    staged.reset(static_cast<std::byte*>(mi_malloc(count)));
+    if (!staged) {
+      ec = make_error_code(errc::resource_exhausted);
+      return nullptr;
+    }
+    std::memcpy(staged.get(), src, count);
+    src = staged.get();
+  }
   detail::task* t = rt_->new_task(*s, task_kind::memcpy);
-  rt_->extra(t).copy = copy_desc{actual, dst, src, count, src_owner, dst_owner, 0};
+  detail::task_side& side = rt_->extra(t);
+  side.copy = copy_desc{actual, dst, src, count, src_owner, dst_owner, 0};
+  side.staged = std::move(staged);
   switch (actual) {
     case memcpy_kind::host_to_device:
       t->engine = engine_kind::copy_h2d;
