@@ -106,7 +106,17 @@ void session::rebuild_pool_if_idle() {
   pool_.reset();
 }
 
+namespace {
+void check_stream_index(const char* what, std::size_t i) {
+  if (i >= session::max_streams)
+    throw_error(make_error_code(errc::invalid_argument), std::string(what) + ": index " + std::to_string(i) +
+                                                             "; a session has at most " +
+                                                             std::to_string(session::max_streams) + " such streams");
+}
+}  // namespace
+
 npurt::stream& session::stream(std::size_t i) {
+  check_stream_index("stream", i);
   while (compute_.size() <= i) {
     compute_.push_back(streams_.size());
     streams_.push_back(std::make_unique<npurt::stream>(dev_->make_stream()));
@@ -128,6 +138,7 @@ npurt::stream& session::io_stream(std::size_t i) {
 }
 
 npurt::stream& session::stage_stream(std::size_t i) {
+  check_stream_index("stage_stream", i);
   (void)stream(0);
   while (stage_.size() <= i) {
     stage_.push_back(streams_.size());
@@ -194,9 +205,11 @@ void session::set_memory_config(const memory_config& m) {
 }
 
 void session::set_schedule_config(const schedule_config& s) {
-  if (s.max_parallelism < 1 || s.pipeline_stages < 1)
+  if (s.max_parallelism < 1 || s.pipeline_stages < 1 || static_cast<std::size_t>(s.max_parallelism) > max_streams ||
+      static_cast<std::size_t>(s.pipeline_stages) >= max_streams)
     throw_error(make_error_code(errc::invalid_argument),
-                "set_schedule_config: max_parallelism and pipeline_stages must be >= 1");
+                "set_schedule_config: max_parallelism must be in 1.." + std::to_string(max_streams) +
+                    " and pipeline_stages in 1.." + std::to_string(max_streams - 1));
   sched_ = s;
 }
 

@@ -112,6 +112,18 @@ TEST_CASE("compile options that cannot be meant are refused, as set_schedule_con
   CHECK(code_of([&] { (void)s.compile(g, {.max_parallelism = -3}); }) == errc::invalid_argument);
   CHECK(code_of([&] { (void)s.compile(g, {.pipeline_stages = 0}); }) == errc::invalid_argument);
   CHECK(code_of([&] { (void)s.io_stream(2); }) == errc::invalid_argument);
+  // A stream index or count is never trusted blindly: each stream costs memory, so SIZE_MAX
+  // would make streams until none is left.
+  const std::size_t made = s.stream_count();
+  CHECK(code_of([&] { (void)s.stream(SIZE_MAX); }) == errc::invalid_argument);
+  CHECK(code_of([&] { (void)s.stage_stream(session::max_streams); }) == errc::invalid_argument);
+  CHECK(s.stream_count() == made);  // the refused calls made none
+  CHECK(code_of([&] { (void)s.compile(g, {.max_parallelism = 1 << 30}); }) == errc::invalid_argument);
+  CHECK(code_of([&] { (void)s.compile(g, {.pipeline_stages = 1024}); }) == errc::invalid_argument);
+  CHECK(code_of([&] { s.set_schedule_config({.max_parallelism = 1 << 30}); }) == errc::invalid_argument);
+  CHECK(code_of([&] { s.set_schedule_config({.pipeline_stages = 1 << 30}); }) == errc::invalid_argument);
+  (void)s.stream(session::max_streams - 1);  // the largest index is taken
+  CHECK(s.stream_count() == session::max_streams);
   try {
     (void)s.run(compiled_graph{}, {});
     FAIL("no error");

@@ -192,6 +192,13 @@ class session {
   [[nodiscard]] const session_config& config() const noexcept { return cfg_; }
   [[nodiscard]] npurt::device& device() noexcept { return *dev_; }
   [[nodiscard]] npurt::system& system() noexcept { return *sys_; }
+  /// How many compute streams, and how many pipeline stage streams, a session may have: the
+  /// stream count of a device in CANN's C-model driver. stream(i) and stage_stream(i) with a
+  /// larger index are invalid_argument, and so are a max_parallelism above it and
+  /// pipeline_stages at or above it (a pipeline's copy-in stream takes one more) in
+  /// set_schedule_config and compile: each stream made costs memory, so an index is never
+  /// trusted blindly.
+  static constexpr std::size_t max_streams = 1024;
   /// The session's compute streams (created on demand, up to the schedule's needs).
   [[nodiscard]] npurt::stream& stream(std::size_t i);
   /// The copy streams of overlapped runs: 0 copies inputs in, 1 copies outputs out. They submit
