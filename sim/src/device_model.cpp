@@ -298,13 +298,26 @@ void device_model::wait(task_info& t, std::uint32_t e, std::uint32_t need) {
   dispatch(e);
 }
 
-void device_model::defer(task_info* t, std::uint32_t e, std::uint32_t need) {
+NPURT_SIM_HOT inline void device_model::defer(task_info* t, std::uint32_t e, std::uint32_t need) {
   if (pending_.empty()) host_->request_flush();
   pending_.push_back(pending{t, e, need, 0});
   engines_[e].pending_need += need;
 }
 
 void device_model::flush() {
+  if (pending_.size() == 1) [[likely]] {
+    // One arrival at this instant, with room for it: the loop below would start it and reset
+    // its engine, without the swap and the second pass.
+    const pending p = pending_.front();
+    engine& eng = engines_[p.engine];
+    if (p.task && eng.heap.empty() && eng.pending_need <= eng.free) {
+      pending_.clear();  // what start() defers belongs to the next flush, as after the swap
+      eng.free -= p.need;
+      start(*p.task, p.engine, p.need, host_->now());
+      eng.pending_need = 0;
+      return;
+    }
+  }
   flushing_.swap(pending_);
   for (std::size_t i = 0; i < flushing_.size(); ++i) {
     const pending p = flushing_[i];
