@@ -199,11 +199,16 @@ class caching_allocator {
   using free_set = std::set<free_key, std::less<free_key>, mi_stl_allocator<free_key>>;
   enum pool_id : std::uint8_t { small_pool = 0, large_pool = 1, arena_pool = 2 };
   // The small pool's free index (the large and arena pools keep free_set): per stream, one bin
-  // per block size (512 B classes up to the 2 MiB segment), each a 4-ary min-heap on address,
-  // and a two-level bitmap of the non-empty bins. Best fit is the first non-empty bin at or
-  // above the request's class (two ctz) and its heap top: the same (stream, size, address)
-  // order as the set, without a tree descent and a node per cached block. A stream's bins live
-  // while it caches small blocks (recycle_empty_bins), so many short-lived streams cost nothing.
+  // per block size (512 B classes up to the 2 MiB segment) and a two-level bitmap of the
+  // non-empty bins. Best fit is the first non-empty bin at or above the request's class (two
+  // ctz) and its lowest address: the same (stream, size, address) order as the set, without a
+  // tree descent and a node per cached block. A bin of fewer than sorted_max blocks is an array
+  // sorted by descending address: taking the best fit is a pop_back, and caching a block a
+  // search without data-dependent branches and a short move, with no per-block position to
+  // keep (a heap's sifts write the slots of the blocks they move, and their loops mispredict on
+  // random addresses). Larger bins are 4-ary min-heaps on address (each cached block knows its
+  // slot, for O(log n) erasure) until they shrink to sorted_min. A stream's bins live while it
+  // caches small blocks (recycle_empty_bins), so many short-lived streams cost nothing.
   static constexpr std::size_t small_classes = small_buffer / min_block_size;  // 4096 = 64 x 64 bits
   static constexpr std::size_t size_class(std::size_t size) noexcept { return (size >> 9) - 1; }
   struct bin_entry {
@@ -212,11 +217,36 @@ class caching_allocator {
   };
   using bin_heap = std::vector<bin_entry, mi_stl_allocator<bin_entry>>;
   struct small_bins {
+    // A sorted bin holds fewer than sorted_max blocks (caching one more makes it a heap, whose
+    // insertions move O(log n) entries rather than O(n)); a heap that shrinks to sorted_min
+    // becomes sorted again. The gap keeps a bin near the limit from switching back and forth.
+    static constexpr std::size_t sorted_max = 256;
+    static constexpr std::size_t sorted_min = 128;
     std::uint32_t stream = 0;
     std::size_t count = 0;
     std::uint64_t summary = 0;                 // bit w: words[w] != 0
     std::array<std::uint64_t, 64> words{};     // bit c % 64 of words[c / 64]: heaps[c] not empty
+    std::array<std::uint64_t, 64> heap_form{}; // bit c % 64 of heap_form[c / 64]: heaps[c] is a heap
     std::array<bin_heap, small_classes> heaps;
+    [[nodiscard]] bool is_heap(std::size_t c) const noexcept { return (heap_form[c >> 6] >> (c & 63)) & 1; }
+    /// The entry of lowest address in a non-empty bin.
+    [[nodiscard]] const bin_entry& min_entry(std::size_t c) const noexcept {
+      return is_heap(c) ? heaps[c].front() : heaps[c].back();
+    }
+    /// In a sorted bin of n entries: how many have an address above addr (where addr belongs).
+    /// Branch-free steps (Khuong and Morin, "Array Layouts for Comparison-Based Searching"):
+    /// on random addresses each branch of a plain binary search is a coin toss.
+    [[nodiscard]] static std::size_t sorted_rank(const bin_entry* d, std::size_t n, std::uint64_t addr) noexcept {
+      static constexpr bin_entry none{0, nullptr};  // an empty bin reads as one entry below every address
+      const bin_entry* e = n ? d : &none;
+      std::size_t lo = 0;
+      while (n > 1) {
+        const std::size_t half = n / 2;
+        lo += half & (std::size_t{0} - static_cast<std::size_t>(e[lo + half - 1].addr > addr));
+        n -= half;
+      }
+      return lo + static_cast<std::size_t>(e[lo].addr > addr);
+    }
     /// First non-empty class >= c, or -1.
     [[nodiscard]] int find_from(std::size_t c) const noexcept {
       std::size_t w = c >> 6;
@@ -228,7 +258,14 @@ class caching_allocator {
       return static_cast<int>((w << 6) | static_cast<std::size_t>(__builtin_ctzll(words[w])));
     }
     NPURT_DECL void push(std::size_t c, block* b);
-    NPURT_DECL void erase(std::size_t c, std::uint32_t pos) noexcept;
+    /// Removes b, which is cached in bin c.
+    NPURT_DECL void erase(std::size_t c, const block* b) noexcept;
+    /// Removes and returns the lowest-address block of a non-empty bin.
+    NPURT_DECL block* pop_min(std::size_t c) noexcept;
+    /// Removes the entry at pos of a heap bin (and sorts the bin once it is small).
+    NPURT_DECL void heap_erase(std::size_t c, std::uint32_t pos) noexcept;
+    /// Bin c has just become empty: clear its bits.
+    NPURT_DECL void emptied(std::size_t c) noexcept;
   };
   // 128 bytes with LP64 libstdc++: aligned, a block spans two cache lines rather than three.
   struct alignas(64) block {
@@ -236,7 +273,7 @@ class caching_allocator {
     std::size_t size = 0;
     std::size_t requested = 0;
     std::uint32_t stream = 0;
-    std::uint32_t heap_pos = 0;    // small pool, while cached: index in its stream's bin heap
+    std::uint32_t heap_pos = 0;    // small pool, while cached in a heap bin: its index there
     pool_id pool = small_pool;
     bool allocated = false;
     bool pending = false;

@@ -13,14 +13,37 @@ namespace npurt::detail {
 
 NPURT_DECL caching_allocator::free_set& caching_allocator::set_of(pool_id p) noexcept { return free_[p]; }
 
-// ---- small-pool bins: 4-ary min-heaps on address (half the levels of a binary heap: fewer
-// moves, each of which updates the moved block); each cached block knows its heap slot ----
+// ---- small-pool bins: arrays sorted by descending address while small (the best fit is the
+// last entry), else 4-ary min-heaps on address (half the levels of a binary heap: fewer moves,
+// each of which updates the moved block); each block cached in a heap knows its heap slot ----
+
+NPURT_DECL void caching_allocator::small_bins::emptied(std::size_t c) noexcept {
+  const std::uint64_t bit = std::uint64_t{1} << (c & 63);
+  heap_form[c >> 6] &= ~bit;
+  words[c >> 6] &= ~bit;
+  if (!words[c >> 6]) summary &= ~(std::uint64_t{1} << (c >> 6));
+}
 
 NPURT_DECL void caching_allocator::small_bins::push(std::size_t c, block* b) {
   auto& h = heaps[c];
-  if (h.empty()) {
-    words[c >> 6] |= std::uint64_t{1} << (c & 63);
-    summary |= std::uint64_t{1} << (c >> 6);
+  ++count;
+  const std::uint64_t bit = std::uint64_t{1} << (c & 63);
+  words[c >> 6] |= bit;
+  summary |= std::uint64_t{1} << (c >> 6);
+  if (!(heap_form[c >> 6] & bit)) {
+    const std::size_t n = h.size();
+    if (n + 1 < sorted_max) {
+      const std::size_t at = sorted_rank(h.data(), n, b->addr);
+      h.emplace_back();
+      bin_entry* d = h.data();
+      for (std::size_t i = n; i > at; --i) d[i] = d[i - 1];  // the lower addresses move up one
+      d[at] = {b->addr, b};
+      return;
+    }
+    // Ascending order is a valid min-heap.
+    std::reverse(h.begin(), h.end());
+    for (std::uint32_t i = 0; i < h.size(); ++i) h[i].b->heap_pos = i;
+    heap_form[c >> 6] |= bit;
   }
   h.push_back({b->addr, b});
   auto i = static_cast<std::uint32_t>(h.size() - 1);
@@ -33,18 +56,47 @@ NPURT_DECL void caching_allocator::small_bins::push(std::size_t c, block* b) {
   }
   h[i] = {b->addr, b};
   b->heap_pos = i;
-  ++count;
 }
 
-NPURT_DECL void caching_allocator::small_bins::erase(std::size_t c, std::uint32_t pos) noexcept {
+NPURT_DECL caching_allocator::block* caching_allocator::small_bins::pop_min(std::size_t c) noexcept {
+  auto& h = heaps[c];
+  if (is_heap(c)) {
+    block* b = h.front().b;
+    heap_erase(c, 0);
+    return b;
+  }
+  block* b = h.back().b;
+  h.pop_back();
+  --count;
+  // Without branches: whether the bin empties is as random as the request sizes.
+  const std::size_t w = c >> 6;
+  words[w] &= ~(static_cast<std::uint64_t>(h.empty()) << (c & 63));
+  summary &= ~(static_cast<std::uint64_t>(words[w] == 0) << w);
+  return b;
+}
+
+NPURT_DECL void caching_allocator::small_bins::erase(std::size_t c, const block* b) noexcept {
+  if (is_heap(c)) {
+    heap_erase(c, b->heap_pos);
+    return;
+  }
+  auto& h = heaps[c];
+  h.erase(h.begin() + static_cast<std::ptrdiff_t>(sorted_rank(h.data(), h.size(), b->addr)));
+  --count;
+  if (h.empty()) emptied(c);
+}
+
+NPURT_DECL void caching_allocator::small_bins::heap_erase(std::size_t c, std::uint32_t pos) noexcept {
   auto& h = heaps[c];
   const bin_entry last = h.back();
   h.pop_back();
   --count;
   const auto n = static_cast<std::uint32_t>(h.size());
-  if (n == 0) {
-    words[c >> 6] &= ~(std::uint64_t{1} << (c & 63));
-    if (!words[c >> 6]) summary &= ~(std::uint64_t{1} << (c >> 6));
+  if (n <= sorted_min) {
+    if (pos < n) h[pos] = last;
+    std::sort(h.begin(), h.end(), [](const bin_entry& x, const bin_entry& y) { return x.addr > y.addr; });
+    heap_form[c >> 6] &= ~(std::uint64_t{1} << (c & 63));
+    if (n == 0) emptied(c);
     return;
   }
   if (pos == n) return;  // it was the last slot
@@ -174,7 +226,7 @@ NPURT_DECL void caching_allocator::insert_free(block* b) {
 
 NPURT_DECL void caching_allocator::erase_free(block* b) noexcept {
   if (b->pool == small_pool) {
-    find_bins(b->stream)->erase(size_class(b->size), b->heap_pos);
+    find_bins(b->stream)->erase(size_class(b->size), b);
   } else {
     spare_nodes_.push_back(free_[b->pool].extract(b->where));
   }
@@ -206,8 +258,7 @@ NPURT_DECL caching_allocator::block* caching_allocator::get_free_block(alloc_par
     if (c < 0) return nullptr;
     // Any block of a class at or above the request's fits: no block_fits, and erase_free's
     // work with the bins and the slot (the top) already known.
-    block* b = sb->heaps[static_cast<std::size_t>(c)].front().b;
-    sb->erase(static_cast<std::size_t>(c), 0);
+    block* b = sb->pop_min(static_cast<std::size_t>(c));
     if (b->prev || b->next) {
       const stat_rows small = rows_of(small_pool);
       stat_down(stats_.inactive_split, small, 1);

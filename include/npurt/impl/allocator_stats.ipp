@@ -120,10 +120,16 @@ NPURT_DECL std::string caching_allocator::check_consistency() const {
       bool in_free;
       if (b->pool == small_pool) {
         const small_bins* sb = find_bins(b->stream);
-        const bin_heap* h = sb ? &sb->heaps[size_class(b->size)] : nullptr;
-        in_free = h && b->heap_pos < h->size() && (*h)[b->heap_pos].b == b && (*h)[b->heap_pos].addr == b->addr;
-        if (in_free && b->heap_pos > 0 && (*h)[(b->heap_pos - 1) / 4].addr > b->addr)
-          return "small bin heap order broken";
+        const std::size_t c = size_class(b->size);
+        const bin_heap* h = sb ? &sb->heaps[c] : nullptr;
+        if (h && !h->empty() && !sb->is_heap(c)) {
+          const std::size_t i = small_bins::sorted_rank(h->data(), h->size(), b->addr);
+          in_free = i < h->size() && (*h)[i].b == b && (*h)[i].addr == b->addr;
+        } else {
+          in_free = h && b->heap_pos < h->size() && (*h)[b->heap_pos].b == b && (*h)[b->heap_pos].addr == b->addr;
+          if (in_free && b->heap_pos > 0 && (*h)[(b->heap_pos - 1) / 4].addr > b->addr)
+            return "small bin heap order broken";
+        }
       } else {
         const auto fk = free_[b->pool].find(free_key{key_hi(b->stream, b->size), b->addr, nullptr});
         in_free = fk != free_[b->pool].end() && fk->b == b;
@@ -158,8 +164,14 @@ NPURT_DECL std::string caching_allocator::check_consistency() const {
     if (i > 0 && bins_[i - 1]->stream >= sb.stream) return "small bins are not ordered by stream";
     std::size_t n = 0;
     for (std::size_t c = 0; c < small_classes; ++c) {
-      n += sb.heaps[c].size();
-      if (((sb.words[c >> 6] >> (c & 63)) & 1) != !sb.heaps[c].empty()) return "small bin bitmap is wrong";
+      const bin_heap& h = sb.heaps[c];
+      n += h.size();
+      if (((sb.words[c >> 6] >> (c & 63)) & 1) != !h.empty()) return "small bin bitmap is wrong";
+      if (sb.is_heap(c) ? h.size() <= small_bins::sorted_min : h.size() >= small_bins::sorted_max)
+        return "small bin has the wrong form for its size";
+      if (!sb.is_heap(c))
+        for (std::size_t i = 1; i < h.size(); ++i)
+          if (h[i - 1].addr <= h[i].addr) return "sorted small bin out of order";
     }
     for (std::size_t w = 0; w < 64; ++w)
       if (((sb.summary >> w) & 1) != (sb.words[w] != 0)) return "small bin summary bitmap is wrong";

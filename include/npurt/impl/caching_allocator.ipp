@@ -428,7 +428,7 @@ NPURT_DECL void caching_allocator::settle_deferred() {
   deferred_ = nullptr;
   small_bins* sb = bins_for(b->stream);  // n's too: it merges only with blocks of its stream
   if (block* n = deferred_next_) {
-    sb->erase(size_class(n->size), n->heap_pos);
+    sb->erase(size_class(n->size), n);
     b->next = n->next;
     if (n->next) n->next->prev = b;
     else b->seg->last = b;
@@ -455,7 +455,7 @@ NPURT_DECL bool caching_allocator::take_deferred(std::size_t requested) noexcept
     int k = sb->find_from(size_class(x->size));
     if (n && k == static_cast<int>(size_class(n->size)) && sb->heaps[static_cast<std::size_t>(k)].size() == 1)
       k = static_cast<std::size_t>(k) + 1 < small_classes ? sb->find_from(static_cast<std::size_t>(k) + 1) : -1;
-    if (k >= 0 && (k < cm || (k == cm && sb->heaps[static_cast<std::size_t>(k)].front().addr < x->addr))) return false;
+    if (k >= 0 && (k < cm || (k == cm && sb->min_entry(static_cast<std::size_t>(k)).addr < x->addr))) return false;
   }
   if (opts_.garbage_collection_threshold > 0.0) ++free_search_count_;
   deferred_ = nullptr;
