@@ -26,6 +26,8 @@ NPURT_DECL void caching_allocator::small_bins::emptied(std::size_t c) noexcept {
 
 NPURT_DECL void caching_allocator::small_bins::push(std::size_t c, block* b) {
   auto& h = heaps[c];
+  // Grow first: what follows cannot throw, so a refused allocation leaves the bin as it was.
+  if (h.size() == h.capacity()) h.reserve(std::max<std::size_t>(8, 2 * h.capacity()));
   ++count;
   const std::uint64_t bit = std::uint64_t{1} << (c & 63);
   words[c >> 6] |= bit;
