@@ -461,6 +461,22 @@ TEST_CASE("group_end after abort reports the group's calls as aborted", "[collec
   CHECK(f.streams[0].query());  // nothing was enqueued
 }
 
+TEST_CASE("group_end with a stream destroyed inside the group enqueues none of the group", "[collective][errors]") {
+  fixture f(roce_preset(2), coll_test::timing_only());
+  auto comm = communicator::init_all(f.sys, {.exec_timeout = no_timeout, .connect_timeout = no_timeout, .name = "g"});
+  comm.group_start();
+  comm.all_reduce(nullptr, nullptr, 4, dtype::f32, reduce_op::sum, f.streams[0]);
+  comm.all_reduce(nullptr, nullptr, 4, dtype::f32, reduce_op::sum, f.streams[1]);
+  f.streams[1] = npurt::stream{};  // rank 1's stream goes before the group is submitted
+  std::error_code ec;
+  comm.group_end(ec);
+  CHECK(ec == errc::invalid_stream);
+  // Rank 0's part was not enqueued alone, to wait for ever for a rank 1 that never comes.
+  CHECK(f.streams[0].query());
+  f.sys.run(ec);
+  CHECK_FALSE(ec);
+}
+
 TEST_CASE("a fire-and-forget collective that fails is its stream's sticky error, and only its stream's",
           "[collective][errors]") {
   fixture f(roce_preset(3));

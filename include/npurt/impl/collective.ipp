@@ -349,12 +349,17 @@ NPURT_DECL void communicator::group_end(std::error_code& ec) {
   }
   auto pending = std::move(group_->pending);
   group_->pending.clear();
-  for (auto& [sid, d] : pending) {
-    detail::stream_state* ss = rt_->find_stream(sid);
+  // All or nothing: a stream destroyed inside the group would leave the other ranks' parts
+  // waiting for a peer that never comes (until a timeout, or for ever without one).
+  for (const auto& entry : pending) {
+    const detail::stream_state* ss = rt_->find_stream(entry.first);
     if (!ss || ss->destroyed || ss->invalidated) {
       ec = make_error_code(errc::invalid_stream);
-      continue;
+      return;
     }
+  }
+  for (auto& [sid, d] : pending) {
+    detail::stream_state* ss = rt_->find_stream(sid);
     detail::task* t = rt_->new_task(*ss, task_kind::collective);
     t->engine = engine_kind::collective;
     t->name = d->calls.size() == 1 ? to_string(d->calls[0].op) : std::string_view("collective_group");
