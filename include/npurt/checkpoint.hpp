@@ -87,13 +87,10 @@ class checkpoint_tensor {
  private:
   friend class checkpoint;
   friend struct detail::checkpoint_loader;
-  struct free_block {
-    void operator()(std::byte* p) const noexcept { detail::host_heap::deallocate(p); }
-  };
   std::string name_;
   npurt::dtype type_ = npurt::dtype::u8;
   std::vector<std::int64_t> shape_;
-  std::unique_ptr<std::byte[], free_block> data_;
+  detail::host_bytes data_;
   std::size_t size_ = 0;
 };
 

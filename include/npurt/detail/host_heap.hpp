@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <new>
 
 namespace npurt::detail {
@@ -88,6 +89,12 @@ class host_heap {
     return h;
   }
 };
+
+/// Frees a host_heap block: host_bytes owns a byte buffer from host_heap::allocate.
+struct host_heap_deleter {
+  void operator()(void* p) const noexcept { host_heap::deallocate(p); }
+};
+using host_bytes = std::unique_ptr<std::byte[], host_heap_deleter>;
 
 /// Standard allocator over host_heap, for containers in runtime internals. Stateless: any
 /// instance frees what any other allocated, on any thread.

@@ -11,6 +11,7 @@
 #include <npurt/backend.hpp>
 #include <npurt/config.hpp>
 #include <npurt/detail/device_queue.hpp>
+#include <npurt/detail/host_heap.hpp>
 #include <npurt/detail/memory_registry.hpp>
 #include <npurt/detail/object_pool.hpp>
 #include <npurt/detail/timer_queue.hpp>
@@ -20,7 +21,6 @@
 #include <npurt/system_options.hpp>
 #include <npurt/time.hpp>
 
-#include <mimalloc.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
@@ -66,10 +66,7 @@ struct task_side {
   // A fire-and-forget copy from pageable host memory reads this snapshot, taken at the call, as
   // cudaMemcpyAsync stages pageable memory before it returns: the caller may reuse or free its
   // buffer at once.
-  struct staged_deleter {
-    void operator()(std::byte* p) const noexcept { mi_free(p); }
-  };
-  std::unique_ptr<std::byte[], staged_deleter> staged;
+  host_bytes staged;
 };
 
 /// One enqueued unit of stream work, as it waits in its stream: only what dispatching it needs.

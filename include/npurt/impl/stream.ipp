@@ -3,8 +3,6 @@
 
 #include <npurt/stream.hpp>
 
-#include <mimalloc.h>
-
 #include <cstring>
 #include <memory>
 
@@ -263,9 +261,9 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
   // returns: the caller may reuse or free it at once, where reading it when the copy runs would
   // copy whatever the memory holds by then. Pinned memory is the caller's promise (and npurt
   // keeps it allocated); a timing-only backend reads no host bytes at all.
-  std::unique_ptr<std::byte[], detail::task_side::staged_deleter> staged;
+  detail::host_bytes staged;
   if (stage && !src_dev && rt_->backend().functional() && !rt_->memory().find_host_allocation(src)) {
-    staged.reset(static_cast<std::byte*>(mi_malloc(count)));
+    staged.reset(static_cast<std::byte*>(detail::host_heap::allocate(count)));
     if (!staged) {
       ec = make_error_code(errc::resource_exhausted);
       return nullptr;
