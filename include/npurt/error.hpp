@@ -133,10 +133,12 @@ inline timeout_kind timeout_kind_of(std::error_code ec) noexcept {
 
 /// Whether ec is one of the timeout codes (a timeout_error when thrown).
 inline bool is_timeout(std::error_code ec) noexcept {
-  if (ec.category() != error_category()) return false;
+  // The value first: asking the category is an out-of-line call, and the scheduler asks this of
+  // every task's outcome, successes included.
   const auto e = static_cast<errc>(ec.value());
-  return e == errc::wait_timeout || e == errc::task_timeout || e == errc::collective_timeout ||
-         e == errc::event_wait_timeout;
+  return (e == errc::wait_timeout || e == errc::task_timeout || e == errc::collective_timeout ||
+          e == errc::event_wait_timeout) &&
+         ec.category() == error_category();
 }
 
 /// The status a device is left in by an error: the fatal device errors lose the device.

@@ -418,8 +418,7 @@ NPURT_DECL void scheduler::task_completed(task_info& ti, std::error_code ec) {
   // The backend only ever holds a stream's running_task.
   auto& t = static_cast<running_task&>(ti);
   if (ec) t.error = ec;
-  // `ec &&` first: a success is never a timeout, and asking the category is an out-of-line call.
-  if (ec && is_timeout(ec) && t.timeout_limit == 0) [[unlikely]] {
+  if (is_timeout(ec) && t.timeout_limit == 0) [[unlikely]] {
     // A backend that did not say which timer fired: the communicator's, for a collective (its
     // connect timeout bounds the first rendezvous when that is the earlier one), else the
     // code's.
@@ -487,7 +486,7 @@ NPURT_DECL void scheduler::finish_task(stream_state& s, task* t) {
   const std::error_code err = r.error;
   if (err && !w) record_failure(r, err);  // fire-and-forget: nobody else would hear of it
   if (err && (s.flags & stop_on_failure_flag)) s.stopped = true;
-  if (w && err && is_timeout(err)) [[unlikely]] {
+  if (w && is_timeout(err)) [[unlikely]] {
     w->timer = r.timer;
     w->timeout_limit = r.timeout_limit;
   }
