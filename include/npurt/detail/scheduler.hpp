@@ -276,24 +276,20 @@ class scheduler {
   NPURT_DECL kernel_desc* new_kernel(const kernel_desc& k);
   /// A copy of `name` that lives as long as the runtime (task names outlive their callers'
   /// strings: traces read them after the run).
-  [[nodiscard]] std::string_view intern(std::string_view name) {
-    // Launch loops repeat one name: compare with the last one before hashing (a short name, the
-    // usual case, with two overlapping word loads instead of a memcmp call).
+  // Forced inline: left to itself the compiler calls it, and the call costs more than the test.
+  [[nodiscard, gnu::always_inline]] std::string_view intern(std::string_view name) {
+    // Launch loops repeat one name: compare with the last one before hashing. Only this test is
+    // inline at every launch site; longer or different names take the call.
     const std::size_t n = name.size();
-    if (n == last_name_.size()) {
+    if (n == last_name_.size() && n >= 4 && n <= 16) [[likely]] {
       const char* a = name.data();
       const char* b = last_name_.data();
-      if (n >= 8 && n <= 16) {
-        if (load<std::uint64_t>(a) == load<std::uint64_t>(b) &&
-            load<std::uint64_t>(a + n - 8) == load<std::uint64_t>(b + n - 8))
-          return last_name_;
-      } else if (n >= 4 && n < 8) {
-        if (load<std::uint32_t>(a) == load<std::uint32_t>(b) &&
-            load<std::uint32_t>(a + n - 4) == load<std::uint32_t>(b + n - 4))
-          return last_name_;
-      } else if (name == last_name_) {
+      // Two overlapping loads cover any length in range, without a memcmp call.
+      if (n >= 8 ? load<std::uint64_t>(a) == load<std::uint64_t>(b) &&
+                       load<std::uint64_t>(a + n - 8) == load<std::uint64_t>(b + n - 8)
+                 : load<std::uint32_t>(a) == load<std::uint32_t>(b) &&
+                       load<std::uint32_t>(a + n - 4) == load<std::uint32_t>(b + n - 4))
         return last_name_;
-      }
     }
     return intern_slow(name);
   }

@@ -211,6 +211,7 @@ NPURT_DECL task_side& scheduler::extra(task* t) {
 NPURT_DECL kernel_desc* scheduler::new_kernel(const kernel_desc& k) { return kernels_.create(k); }
 
 NPURT_DECL std::string_view scheduler::intern_slow(std::string_view name) {
+  if (name == last_name_) return last_name_;  // a repeated name of a length intern() leaves to here
   last_name_ = *names_.emplace(name).first;
   return last_name_;
 }

@@ -96,19 +96,24 @@ inline task* fixed_task(runtime& rt, stream_state& s, const kernels::fixed& f, s
   t->fixed = f;
   return t;
 }
+
+/// The stream a kernels::fixed launch goes to when every check passes, else null: the caller's
+/// general path then finds and reports what failed (a negative duration, say). No error code is
+/// built on the way: even a default std::error_code costs a call to std::system_category().
+inline stream_state* accepting_stream(runtime* rt, std::uint32_t id, const kernels::fixed& f, std::uint32_t block_dim) {
+  if (f.duration.count() < 0 || !rt || rt->wrong_thread()) return nullptr;
+  stream_state* s = rt->find_stream(id);
+  if (!s || s->invalidated || s->destroyed) return nullptr;
+  if (rt->backend().validate_fixed(s->device, block_dim)) [[unlikely]]
+    return nullptr;
+  return s;
+}
 }  // namespace detail
 
 NPURT_DECL detail::task* stream::live_fixed_launch(const kernel_desc& k) {
   const auto* f = std::get_if<kernels::fixed>(&k.op);
-  // A negative duration takes the general path, which reports it.
-  if (!f || f->duration.count() < 0 || !rt_ || rt_->wrong_thread()) return nullptr;
-  detail::stream_state* s = rt_->find_stream(id_);
-  if (!s || s->invalidated || s->destroyed) return nullptr;
-  // No error code is built unless the backend refuses (the caller's general path then reports
-  // it): even a default std::error_code costs a call to std::system_category().
-  if (rt_->backend().validate_fixed(s->device, k.block_dim)) [[unlikely]]
-    return nullptr;
-  return detail::fixed_task(*rt_, *s, *f, rt_->intern(k.display_name()), k.block_dim);
+  detail::stream_state* s = f ? detail::accepting_stream(rt_, id_, *f, k.block_dim) : nullptr;
+  return s ? detail::fixed_task(*rt_, *s, *f, rt_->intern(k.display_name()), k.block_dim) : nullptr;
 }
 
 NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, std::error_code& ec, std::string* what) {
@@ -160,6 +165,13 @@ NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, const shared_
 
 NPURT_DECL detail::task* stream::make_launch(const detail::launch_args& a, std::error_code& ec) {
   if (a.full) return make_launch(*a.full, ec);
+  // An awaited launch the checks accept: `ec` is only cleared when it holds an error, as
+  // state() would, without the category call clear() makes.
+  if (detail::stream_state* s = detail::accepting_stream(rt_, id_, a.fixed, a.block_dim)) [[likely]] {
+    if (ec) [[unlikely]]
+      ec.clear();
+    return detail::fixed_task(*rt_, *s, a.fixed, a.name, a.block_dim);
+  }
   return make_fixed_launch(a.fixed, a.name, a.block_dim, ec);
 }
 
