@@ -320,25 +320,26 @@ NPURT_DECL void caching_allocator::free_block(block* b) {
 // different streams stay apart: one's free is not ordered before the other stream's work.
 NPURT_DECL void caching_allocator::coalesce_and_cache(block* b) {
   segment* s = b->seg;
-  for (block* n : {b->prev, b->next}) {
-    if (!n || n->allocated || n->pending || n->stream != b->stream) continue;
+  const auto mergeable = [&](const block* n) { return n && !n->allocated && !n->pending && n->stream == b->stream; };
+  // The lower block absorbs the higher one, so a merge only drops the higher start from the
+  // address map: the merged block keeps the lower start and its entry.
+  const auto absorb = [&](block* lo, block* hi) {
+    lo->next = hi->next;
+    if (hi->next) hi->next->prev = lo;
+    else s->last = lo;
+    blocks_.erase(hi->addr);
+    lo->size += hi->size;
+    if (fences_seen_) lo->free_fence = std::max(lo->free_fence, hi->free_fence);  // fences increase along a stream
+    delete_block(hi);
+  };
+  if (block* n = b->prev; mergeable(n)) {
     erase_free(n);
-    if (n == b->prev) {
-      blocks_.erase(b->addr);
-      b->addr = n->addr;
-      b->prev = n->prev;
-      if (n->prev) n->prev->next = b;
-      else s->first = b;
-      blocks_.assign(b->addr, b);  // takes over n's entry
-    } else {
-      b->next = n->next;
-      if (n->next) n->next->prev = b;
-      else s->last = b;
-      blocks_.erase(n->addr);
-    }
-    b->size += n->size;
-    if (fences_seen_) b->free_fence = std::max(b->free_fence, n->free_fence);  // fences increase along a stream
-    delete_block(n);
+    absorb(n, b);
+    b = n;
+  }
+  if (block* n = b->next; mergeable(n)) {
+    erase_free(n);
+    absorb(b, n);
   }
   insert_free(b);
 }
