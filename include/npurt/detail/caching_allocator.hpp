@@ -258,6 +258,10 @@ class caching_allocator {
       return static_cast<int>((w << 6) | static_cast<std::size_t>(__builtin_ctzll(words[w])));
     }
     NPURT_DECL void push(std::size_t c, block* b);
+    /// push's other cases: the bin has no room (it grows first), or is or becomes a heap.
+    [[gnu::cold]] NPURT_DECL void push_grow(std::size_t c, block* b);
+    /// Caches b in bin c, sorted and with room for one more entry.
+    void insert_sorted(std::size_t c, block* b);
     /// Removes b, which is cached in bin c.
     NPURT_DECL void erase(std::size_t c, const block* b) noexcept;
     /// Removes and returns the lowest-address block of a non-empty bin.

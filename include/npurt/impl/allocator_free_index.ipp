@@ -24,22 +24,40 @@ NPURT_DECL void caching_allocator::small_bins::emptied(std::size_t c) noexcept {
   if (!words[c >> 6]) summary &= ~(std::uint64_t{1} << (c >> 6));
 }
 
+[[gnu::always_inline]] inline void caching_allocator::small_bins::insert_sorted(std::size_t c, block* b) {
+  auto& h = heaps[c];
+  const std::size_t n = h.size();
+  ++count;
+  words[c >> 6] |= std::uint64_t{1} << (c & 63);
+  summary |= std::uint64_t{1} << (c >> 6);
+  const std::size_t at = sorted_rank(h.data(), n, b->addr);
+  h.emplace_back();
+  bin_entry* d = h.data();
+  for (std::size_t i = n; i > at; --i) d[i] = d[i - 1];  // the lower addresses move up one
+  d[at] = {b->addr, b};
+}
+
 NPURT_DECL void caching_allocator::small_bins::push(std::size_t c, block* b) {
+  auto& h = heaps[c];
+  const std::size_t n = h.size();
+  const std::uint64_t bit = std::uint64_t{1} << (c & 63);
+  // The common case, a sorted bin with room, on its own: small enough for the callers to inline,
+  // without the registers and stack the growth and heap paths need.
+  if ((heap_form[c >> 6] & bit) || n + 1 >= sorted_max || n == h.capacity()) [[unlikely]] {
+    push_grow(c, b);
+    return;
+  }
+  insert_sorted(c, b);
+}
+
+NPURT_DECL void caching_allocator::small_bins::push_grow(std::size_t c, block* b) {
   auto& h = heaps[c];
   // Grow first: what follows cannot throw, so a refused allocation leaves the bin as it was.
   if (h.size() == h.capacity()) h.reserve(std::max<std::size_t>(8, 2 * h.capacity()));
-  ++count;
   const std::uint64_t bit = std::uint64_t{1} << (c & 63);
-  words[c >> 6] |= bit;
-  summary |= std::uint64_t{1} << (c >> 6);
   if (!(heap_form[c >> 6] & bit)) {
-    const std::size_t n = h.size();
-    if (n + 1 < sorted_max) {
-      const std::size_t at = sorted_rank(h.data(), n, b->addr);
-      h.emplace_back();
-      bin_entry* d = h.data();
-      for (std::size_t i = n; i > at; --i) d[i] = d[i - 1];  // the lower addresses move up one
-      d[at] = {b->addr, b};
+    if (h.size() + 1 < sorted_max) {
+      insert_sorted(c, b);  // a sorted bin that had no room: it has now
       return;
     }
     // Ascending order is a valid min-heap.
@@ -47,6 +65,9 @@ NPURT_DECL void caching_allocator::small_bins::push(std::size_t c, block* b) {
     for (std::uint32_t i = 0; i < h.size(); ++i) h[i].b->heap_pos = i;
     heap_form[c >> 6] |= bit;
   }
+  ++count;
+  words[c >> 6] |= bit;
+  summary |= std::uint64_t{1} << (c >> 6);
   h.push_back({b->addr, b});
   auto i = static_cast<std::uint32_t>(h.size() - 1);
   while (i > 0) {
