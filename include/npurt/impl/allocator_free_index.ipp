@@ -7,6 +7,7 @@
 #include <npurt/detail/caching_allocator.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 namespace npurt::detail {
@@ -24,6 +25,10 @@ NPURT_DECL void caching_allocator::small_bins::emptied(std::size_t c) noexcept {
   if (!words[c >> 6]) summary &= ~(std::uint64_t{1} << (c >> 6));
 }
 
+namespace ca_detail {
+inline constexpr std::size_t short_move = 4;
+}  // namespace ca_detail
+
 [[gnu::always_inline]] inline void caching_allocator::small_bins::insert_sorted(std::size_t c, block* b) {
   auto& h = heaps[c];
   const std::size_t n = h.size();
@@ -33,7 +38,13 @@ NPURT_DECL void caching_allocator::small_bins::emptied(std::size_t c) noexcept {
   const std::size_t at = sorted_rank(h.data(), n, b->addr);
   h.emplace_back();
   bin_entry* d = h.data();
-  for (std::size_t i = n; i > at; --i) d[i] = d[i - 1];  // the lower addresses move up one
+  // The lower addresses move up one. Most inserts move only a few: then short_move entries
+  // move whatever the number (push keeps the room), without memmove's branches on the length.
+  if (n - at > ca_detail::short_move) [[unlikely]] {
+    std::memmove(static_cast<void*>(d + at + 1), d + at, (n - at) * sizeof(bin_entry));
+  } else {
+    std::memmove(static_cast<void*>(d + at + 1), d + at, ca_detail::short_move * sizeof(bin_entry));
+  }
   d[at] = {b->addr, b};
 }
 
@@ -43,7 +54,7 @@ NPURT_DECL void caching_allocator::small_bins::push(std::size_t c, block* b) {
   const std::uint64_t bit = std::uint64_t{1} << (c & 63);
   // The common case, a sorted bin with room, on its own: small enough for the callers to inline,
   // without the registers and stack the growth and heap paths need.
-  if ((heap_form[c >> 6] & bit) || n + 1 >= sorted_max || n == h.capacity()) [[unlikely]] {
+  if ((heap_form[c >> 6] & bit) || n + 1 >= sorted_max || n + 1 + ca_detail::short_move > h.capacity()) [[unlikely]] {
     push_grow(c, b);
     return;
   }
@@ -53,7 +64,8 @@ NPURT_DECL void caching_allocator::small_bins::push(std::size_t c, block* b) {
 NPURT_DECL void caching_allocator::small_bins::push_grow(std::size_t c, block* b) {
   auto& h = heaps[c];
   // Grow first: what follows cannot throw, so a refused allocation leaves the bin as it was.
-  if (h.size() == h.capacity()) h.reserve(std::max<std::size_t>(8, 2 * h.capacity()));
+  // A sorted insert wants short_move entries of room past the new one (insert_sorted).
+  if (h.size() + 1 + ca_detail::short_move > h.capacity()) h.reserve(std::max<std::size_t>(8, 2 * h.capacity()));
   const std::uint64_t bit = std::uint64_t{1} << (c & 63);
   if (!(heap_form[c >> 6] & bit)) {
     if (h.size() + 1 < sorted_max) {
