@@ -22,9 +22,12 @@ class object_pool {
   object_pool& operator=(const object_pool&) = delete;
   ~object_pool() = default;  // callers destroy live objects first; chunks free raw storage
 
+  // Inlined into every launch; growing, rare, stays out of line so the common path saves no
+  // registers for it.
   template <class... Args>
-  T* create(Args&&... args) {
-    if (!free_) grow();
+  [[gnu::always_inline]] T* create(Args&&... args) {
+    if (!free_) [[unlikely]]
+      grow();
     node* n = free_;
     free_ = n->next;
     ++live_;
@@ -54,7 +57,7 @@ class object_pool {
     void operator()(node* p) const noexcept { mi_free(p); }
   };
 
-  void grow() {
+  [[gnu::noinline, gnu::cold]] void grow() {
     // Chunks come from mimalloc, as every runtime-internal heap does.
     node* c = static_cast<node*>(mi_malloc_aligned(sizeof(node) * ChunkSize, alignof(node) < 16 ? 16 : alignof(node)));
     if (!c) throw std::bad_alloc();
