@@ -408,37 +408,48 @@ void device_model::decide_contended(std::uint32_t e, std::size_t from) {
   // This instant's arrivals of the engine, by priority (arrival order within one priority),
   // merged with the tasks already waiting: the higher priority first, a waiting task first
   // when priorities are equal.
-  arrivals_.clear();
-  for (std::size_t i = from; i < flushing_.size(); ++i)
-    if (flushing_[i].engine == e && flushing_[i].task) arrivals_.push_back(flushing_[i]);
-  // By priority, then arrival order (one arrival, the usual case, is in order already).
-  if (arrivals_.size() > 1) {
+  const std::size_t n = flushing_.size();
+  const auto arrival_at = [&](std::size_t i) { return flushing_[i].engine == e && flushing_[i].task; };
+  std::size_t first = from;
+  while (first < n && !arrival_at(first)) ++first;
+  std::size_t second = first + 1;
+  while (second < n && !arrival_at(second)) ++second;
+  // Mostly a single arrival (a stream's next task as its last one ends) meets the waiting
+  // tasks: it is in order already and is merged from where it stands.
+  const pending* arrivals = first < n ? &flushing_[first] : nullptr;
+  std::size_t count = first < n ? 1 : 0;
+  if (second < n) {
+    arrivals_.clear();
+    for (std::size_t i = first; i < n; ++i)
+      if (arrival_at(i)) arrivals_.push_back(flushing_[i]);
     for (std::size_t i = 0; i < arrivals_.size(); ++i) arrivals_[i].order = static_cast<std::uint32_t>(i);
     std::sort(arrivals_.begin(), arrivals_.end(), [](const pending& a, const pending& b) {
       return a.task->priority != b.task->priority ? a.task->priority < b.task->priority : a.order < b.order;
     });
+    arrivals = arrivals_.data();
+    count = arrivals_.size();
   }
   const sim_time now = host_->now();
   std::size_t next = 0;
   for (;;) {
-    const bool have_arrival = next < arrivals_.size();
+    const bool have_arrival = next < count;
     if (!have_arrival && eng.heap.empty()) break;
     const bool take_arrival =
-        have_arrival && (eng.heap.empty() || arrivals_[next].task->priority < (eng.heap.top().key >> 56));
-    const std::uint32_t need = take_arrival ? arrivals_[next].need : eng.heap.top().need;
+        have_arrival && (eng.heap.empty() || arrivals[next].task->priority < (eng.heap.top().key >> 56));
+    const std::uint32_t need = take_arrival ? arrivals[next].need : eng.heap.top().need;
     if (need > eng.free) break;  // the head waits for room; nothing overtakes it
     eng.free -= need;
     if (take_arrival) {
-      start(*arrivals_[next].task, e, need, now);
+      start(*arrivals[next].task, e, need, now);
       ++next;
     } else {
       const queued q = eng.heap.pop();
       start(*q.task, e, q.need, now);
     }
   }
-  for (; next < arrivals_.size(); ++next)
-    eng.heap.push(queued{queued::key_of(arrivals_[next].task->priority, arrivals_[next].task->id), arrivals_[next].task,
-                         arrivals_[next].need});
+  for (; next < count; ++next)
+    eng.heap.push(queued{queued::key_of(arrivals[next].task->priority, arrivals[next].task->id), arrivals[next].task,
+                         arrivals[next].need});
   dispatch(e);
 }
 
