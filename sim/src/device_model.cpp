@@ -450,7 +450,9 @@ void device_model::decide_contended(std::uint32_t e, std::size_t from) {
   for (; next < count; ++next)
     eng.heap.push(queued{queued::key_of(arrivals[next].task->priority, arrivals[next].task->id), arrivals[next].task,
                          arrivals[next].need});
-  dispatch(e);
+  // dispatch()'s own first test, here: the new head mostly waits for room, and then the call
+  // would do nothing.
+  if (!eng.heap.empty() && eng.heap.top().need <= eng.free) dispatch(e);
 }
 
 void device_model::dispatch(std::uint32_t e) {
