@@ -317,6 +317,13 @@ void device_model::flush() {
       eng.pending_need = 0;
       return;
     }
+    // One engine to decide, and nothing else at this instant: the loops below would only
+    // find it and reset it.
+    flushing_.swap(pending_);
+    decide_contended(p.engine, 0);
+    eng.pending_need = 0;
+    flushing_.clear();
+    return;
   }
   flushing_.swap(pending_);
   for (std::size_t i = 0; i < flushing_.size(); ++i) {
