@@ -20,8 +20,8 @@
 // passes emits to the operation the task awaits (docs/runtime.md, "Cancellation").
 //
 // `use_awaitable` keeps working for Asio coroutines; `use_task` is for npurt::task only (an
-// Asio awaitable cannot co_await a foreign awaiter). Operations whose completion carries values
-// besides the error (async_malloc) are awaited with use_awaitable.
+// Asio awaitable cannot co_await a foreign awaiter). Operations whose completion carries a value
+// besides the error (async_malloc, session::async_run) give it as the co_await's result.
 #pragma once
 
 #include <npurt/detail/async_op.hpp>
@@ -80,6 +80,23 @@ struct task_cancel {
   };
 };
 
+/// Binds an await to its task's cancellation, when the task was spawned with a connected slot.
+/// False when the task was cancelled before this await (Asio's awaitables likewise throw at the
+/// next await once cancelled): `ec` says so and nothing is initiated.
+template <class P>
+bool connect_cancel(std::coroutine_handle<P> h, std::error_code& ec, boost::asio::cancellation_slot& slot) {
+  if constexpr (requires { h.promise().cancel; }) {
+    if (task_cancel* c = h.promise().cancel) [[unlikely]] {
+      if (c->cancelled != boost::asio::cancellation_type::none) {
+        ec = make_error_code(errc::operation_aborted);
+        return false;
+      }
+      slot = c->inner.slot();
+    }
+  }
+  return true;
+}
+
 template <class Initiation, class... Args>
 class direct_awaiter {
  public:
@@ -89,17 +106,7 @@ class direct_awaiter {
   bool await_ready() const noexcept { return false; }
   template <class P>
   bool await_suspend(std::coroutine_handle<P> h) {
-    if constexpr (requires { h.promise().cancel; }) {
-      if (task_cancel* c = h.promise().cancel) [[unlikely]] {
-        // Cancelled before this await (Asio's awaitables likewise throw at the next await once
-        // cancelled): nothing is initiated.
-        if (c->cancelled != boost::asio::cancellation_type::none) {
-          op_.ec = make_error_code(errc::operation_aborted);
-          return false;
-        }
-        op_.slot = c->inner.slot();
-      }
-    }
+    if (!connect_cancel(h, op_.ec, op_.slot)) return false;
     op_.waiting = h;
     std::apply([&](auto&&... a) { std::move(init_)(direct_handler{&op_}, std::move(a)...); }, std::move(args_));
     return !op_.early;
@@ -117,6 +124,74 @@ class direct_awaiter {
   Initiation init_;
   std::tuple<Args...> args_;
   direct_op op_;
+};
+
+/// Where a value-carrying completion (`void(async_error_code, T)`, e.g. async_malloc's pointer)
+/// leaves its result for the awaiting task. Such operations complete through the runtime's
+/// ordinary handler path (a post, never inside the initiating call), so the handler only stores
+/// and resumes.
+template <class T>
+struct value_await_state {
+  std::coroutine_handle<> waiting;
+  std::error_code ec;
+  std::optional<T> value;
+  boost::asio::cancellation_slot slot;
+  bool initiating = false;
+  bool early = false;  // completed inside the initiating call: the await does not suspend
+};
+
+template <class T>
+struct value_handler {
+  value_await_state<T>* st;
+
+  using cancellation_slot_type = boost::asio::cancellation_slot;
+  cancellation_slot_type get_cancellation_slot() const noexcept { return st->slot; }
+
+  void operator()(const async_error_code& e, T v) const {
+    st->ec = e ? std::error_code(e) : std::error_code{};
+    st->value.emplace(std::move(v));
+    if (st->initiating) {
+      st->early = true;
+      return;
+    }
+    st->waiting.resume();
+  }
+};
+
+template <class T, class Initiation, class... Args>
+class value_awaiter {
+ public:
+  template <class I, class... A>
+  explicit value_awaiter(I&& init, A&&... args) : init_(std::forward<I>(init)), args_(std::forward<A>(args)...) {}
+
+  bool await_ready() const noexcept { return false; }
+  template <class P>
+  bool await_suspend(std::coroutine_handle<P> h) {
+    if (!connect_cancel(h, st_.ec, st_.slot)) return false;
+    st_.waiting = h;
+    st_.initiating = true;
+    try {
+      std::apply([&](auto&&... a) { std::move(init_)(value_handler<T>{&st_}, std::move(a)...); }, std::move(args_));
+    } catch (...) {
+      st_.initiating = false;
+      throw;
+    }
+    st_.initiating = false;
+    return !st_.early;
+  }
+  T await_resume() {
+    if (st_.ec) [[unlikely]] {
+      if (is_timeout(st_.ec)) throw timeout_error(st_.ec, "npurt: awaited operation timed out");
+      if (st_.ec == errc::operation_aborted) throw_error(st_.ec, "npurt: awaited operation aborted or cancelled");
+      throw_error(st_.ec, "npurt: awaited operation failed");
+    }
+    return std::move(*st_.value);
+  }
+
+ private:
+  Initiation init_;
+  std::tuple<Args...> args_;
+  value_await_state<T> st_;
 };
 
 template <class T>
@@ -362,6 +437,18 @@ class boost::asio::async_result<npurt::use_task_t, void(npurt::async_error_code)
   template <class Initiation, class... Args>
   static auto initiate(Initiation&& init, npurt::use_task_t, Args&&... args) {
     return npurt::detail::direct_awaiter<std::decay_t<Initiation>, std::decay_t<Args>...>(
+        std::forward<Initiation>(init), std::forward<Args>(args)...);
+  }
+};
+
+/// `T v = co_await op(..., npurt::use_task)` for operations that complete with a value after the
+/// error (async_malloc's pointer, a session's run_result); a failure is thrown as for launches.
+template <class T>
+class boost::asio::async_result<npurt::use_task_t, void(npurt::async_error_code, T)> {
+ public:
+  template <class Initiation, class... Args>
+  static auto initiate(Initiation&& init, npurt::use_task_t, Args&&... args) {
+    return npurt::detail::value_awaiter<T, std::decay_t<Initiation>, std::decay_t<Args>...>(
         std::forward<Initiation>(init), std::forward<Args>(args)...);
   }
 };

@@ -390,3 +390,53 @@ TEST_CASE("an orphaned frame still suspended when its system dies is destroyed w
   CHECK(got.empty());
   CHECK_FALSE(seen);  // its awaiter died with the system, never resumed
 }
+
+namespace {
+
+npurt::task<void> task_test_pool(npurt::device& dev, npurt::stream& s, std::vector<float>& out, std::error_code& oom,
+                                 bool& resumed_after_oom) {
+  const std::size_t bytes = 256 * sizeof(float);
+  void* p = co_await dev.async_malloc(bytes, s, npurt::use_task);
+  std::vector<float> in(256);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) * 0.5f;
+  co_await s.async_memcpy(p, bytes, in.data(), bytes, npurt::memcpy_kind::host_to_device, npurt::use_task);
+  out.assign(256, -1.0f);
+  co_await s.async_memcpy(out.data(), bytes, p, bytes, npurt::memcpy_kind::device_to_host, npurt::use_task);
+  co_await dev.async_free(p, s, npurt::use_task);
+  void* big = co_await dev.async_malloc(std::size_t{40} << 20, s, npurt::use_task);
+  s.launch(fixed(us(50)));  // a busy device: the pool's last retry waits for it to drain
+  try {
+    void* second = co_await dev.async_malloc(std::size_t{40} << 20, s, npurt::use_task);
+    (void)second;
+  } catch (const npurt::error& e) { oom = e.code(); }
+  co_await dev.async_free(big, s, npurt::use_task);
+  void* again = co_await dev.async_malloc(bytes, s, npurt::use_task);
+  resumed_after_oom = again != nullptr;
+  co_await dev.async_free(again, s, npurt::use_task);
+}
+
+}  // namespace
+
+TEST_CASE("use_task gives a value-carrying completion's value: async_malloc's pointer, and throws its error",
+          "[core][task][memory]") {
+  auto cfg = simple();
+  cfg.properties.memory_bytes = std::size_t{64} << 20;
+  npurt::system sys{cfg};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  std::vector<float> out;
+  std::error_code oom;
+  bool again = false;
+  bool ended = false;
+  npurt::spawn(sys, task_test_pool(dev, s, out, oom, again), [&](std::exception_ptr e) { ended = !e; });
+  sys.run();
+  CHECK(ended);
+  REQUIRE(out.size() == 256);
+  CHECK(out[0] == 0.0f);
+  CHECK(out[255] == 127.5f);
+  CHECK(oom == npurt::errc::out_of_memory);  // typed and thrown, and the task went on
+  CHECK(again);
+  CHECK(dev.mem_pool().stats().allocated_bytes[0].current == 0);
+  CHECK(dev.mem_pool().stats().allocation[0].allocated == 3);  // the refused request took nothing
+  CHECK(sys.now() >= npurt::sim_time{} + us(50));             // the retry waited for the kernel
+}

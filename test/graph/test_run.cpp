@@ -1,5 +1,6 @@
 #include <npurt/graph/session.hpp>
 #include <npurt/memplan.hpp>
+#include <npurt/task.hpp>
 
 #include "helpers.hpp"
 
@@ -267,14 +268,22 @@ TEST_CASE("fp16 and mixed precision insert casts and stay close to fp32", "[grap
   }
 }
 
-TEST_CASE("async_run completes through a coroutine with the same result as run", "[graph][run]") {
+namespace {
+npurt::task<void> run_in_task(session& s, const compiled_graph& c, std::vector<feed> in, run_result& got) {
+  run_result r = co_await s.async_run(c, in, npurt::use_task);
+  got = std::move(r);
+}
+}  // namespace
+
+TEST_CASE("async_run completes through a coroutine with the same result as run, with either token",
+          "[graph][run][task]") {
   auto sys = test::make_system();
   session s{sys};
   mlp m;
   tensor x = test::random_tensor({8, 16}, 9);
   auto c = s.compile(m.g);
   const auto expected = s.run(c, {{"x", x}});
-  run_result got;
+  run_result got, got_task;
   boost::asio::co_spawn(
       sys.get_executor(),
       [&]() -> boost::asio::awaitable<void> {
@@ -284,9 +293,15 @@ TEST_CASE("async_run completes through a coroutine with the same result as run",
       },
       boost::asio::detached);
   sys.run();
-  REQUIRE(got.outputs.count("prob"));
-  CHECK(got.outputs.at("prob").to_vector() == expected.outputs.at("prob").to_vector());
-  CHECK(got.latency == expected.latency);
+  bool ended = false;
+  npurt::spawn(sys, run_in_task(s, c, {{"x", x}}, got_task), [&](std::exception_ptr e) { ended = !e; });
+  sys.run();
+  CHECK(ended);
+  for (const run_result* r : {&got, &got_task}) {
+    REQUIRE(r->outputs.count("prob"));
+    CHECK(r->outputs.at("prob").to_vector() == expected.outputs.at("prob").to_vector());
+    CHECK(r->latency == expected.latency);
+  }
 }
 
 TEST_CASE("each memory suggestion, applied, saves what it estimated", "[graph][memory][optimizer]") {
