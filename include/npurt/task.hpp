@@ -169,13 +169,9 @@ class value_awaiter {
   bool await_suspend(std::coroutine_handle<P> h) {
     if (!connect_cancel(h, st_.ec, st_.slot)) return false;
     st_.waiting = h;
+    // An initiation that throws leaves through the co_await; this state is not read again.
     st_.initiating = true;
-    try {
-      std::apply([&](auto&&... a) { std::move(init_)(value_handler<T>{&st_}, std::move(a)...); }, std::move(args_));
-    } catch (...) {
-      st_.initiating = false;
-      throw;
-    }
+    std::apply([&](auto&&... a) { std::move(init_)(value_handler<T>{&st_}, std::move(a)...); }, std::move(args_));
     st_.initiating = false;
     return !st_.early;
   }
