@@ -48,7 +48,13 @@ TEST_CASE("a failed fire-and-forget copy is reported by the next stream synchron
     FAIL("synchronize returned normally after a failed copy");
   } catch (const npurt::caller_error& e) {
     CHECK(e.code() == npurt::errc::invalid_pointer);
-    CHECK_THAT(std::string(e.what()), ContainsSubstring("memcpy_h2d") && ContainsSubstring("task 2"));
+    const std::string what = e.what();
+    CHECK_THAT(what, ContainsSubstring("memcpy_h2d") && ContainsSubstring("task 2"));
+    // The error's own message once, at the end, as std::system_error appends it.
+    const std::string message = e.code().message();
+    REQUIRE(what.size() > message.size());
+    CHECK(what.ends_with(": " + message));
+    CHECK(what.find(message) == what.size() - message.size());
   }
   // Read once: the stream is usable again and the next synchronize is clean.
   s.launch(fixed(us(1)));

@@ -505,7 +505,7 @@ NPURT_DECL void scheduler::finish_task(stream_state& s, task* t) {
 NPURT_DECL std::string failure::describe() const {
   std::string out = "task " + std::to_string(task);
   if (!name.empty()) out += " (" + name + ")";
-  out += " on stream " + std::to_string(stream) + " failed: " + ec.message();
+  out += " on stream " + std::to_string(stream) + " failed";
   if (is_timeout(ec) && timeout_limit > 0) {
     std::ostringstream os;
     os << " (" << to_string(timer) << " timer, limit " << to_ms(picoseconds{timeout_limit}) << " ms)";
@@ -515,8 +515,9 @@ NPURT_DECL std::string failure::describe() const {
     try {
       std::rethrow_exception(exception);
     } catch (const std::exception& e) {
-      out += ": ";
+      out += " (threw: ";
       out += e.what();
+      out += ")";
     } catch (...) {}
   }
   return out;
