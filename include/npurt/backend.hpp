@@ -157,6 +157,19 @@ class backend_host : public memory_view {
     return 0;
   }
   virtual void cancel_timer(std::uint64_t /*ticket*/) {}
+  /// call_at for an action the caller may supersede (a task's end that moves when bandwidth is
+  /// shared anew, or that a watchdog or a reset ends early): returns a ticket for revoke_timer,
+  /// 0 when there is nothing to revoke (the action runs at this instant). Unlike a cancellable
+  /// action, the caller keeps track of whether it already ran.
+  virtual std::uint64_t call_at_revocable(sim_time at, void (*fn)(void* ctx, std::uint64_t arg), void* ctx,
+                                          std::uint64_t arg) {
+    call_at(at, fn, ctx, arg);
+    return 0;
+  }
+  /// Takes back a pending action of call_at_revocable, so that it neither runs nor moves the
+  /// clock: the end of a simulation is the end of its last real work, not of a superseded
+  /// deadline. Only for a ticket whose action has not run. The default cannot take it back.
+  virtual void revoke_timer(std::uint64_t /*ticket*/) {}
   /// Whether this host calls backend::flush() at the end of an instant after request_flush().
   /// A backend that buffers dispatch decisions must fall back to deciding at once when it is not.
   [[nodiscard]] virtual bool calls_flush() const noexcept { return false; }

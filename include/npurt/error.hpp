@@ -208,12 +208,15 @@ class out_of_memory_error : public resource_error {
   info info_;
 };
 
+/// " (sync timer, limit 1.5 ms)": how a timeout's message names its timer and value.
+[[nodiscard]] NPURT_DECL std::string timeout_detail(timeout_kind timer, std::int64_t limit_ps);
+
 /// Throws the exception type that matches the code's class (timeout_error for timeouts,
 /// deadlock_error for deadlocks, caller/resource/device_error otherwise). `what` should say
 /// which argument was wrong.
 [[noreturn]] NPURT_DECL void throw_error(std::error_code ec, std::string_view what = {});
 /// As throw_error, with the value of the timer that fired when ec is a timeout (timeout_error's
-/// limit(), in picoseconds).
+/// limit(), in picoseconds; a positive one is named in the message too).
 [[noreturn]] NPURT_DECL void throw_error(std::error_code ec, std::string_view what, std::int64_t timeout_limit_ps);
 /// As throw_error, from a raiser that knows which device the error is about: a device_error
 /// names it in device().

@@ -115,7 +115,11 @@ class direct_awaiter {
     if (!op_.ec) [[likely]]
       return;  // before any category test: comparing categories is an out-of-line call
     if (is_timeout(op_.ec))
-      throw timeout_error(op_.ec, "npurt: awaited operation timed out", op_.timer, op_.timeout_limit);
+      throw timeout_error(op_.ec,
+                          op_.timeout_limit > 0
+                              ? "npurt: awaited operation" + timeout_detail(op_.timer, op_.timeout_limit)
+                              : std::string("npurt: awaited operation"),
+                          op_.timer, op_.timeout_limit);
     if (op_.ec == errc::operation_aborted) throw_error(op_.ec, "npurt: awaited operation aborted or cancelled");
     if (op_.ec) throw_error(op_.ec, "npurt: awaited operation failed");
   }
@@ -177,7 +181,7 @@ class value_awaiter {
   }
   T await_resume() {
     if (st_.ec) [[unlikely]] {
-      if (is_timeout(st_.ec)) throw timeout_error(st_.ec, "npurt: awaited operation timed out");
+      if (is_timeout(st_.ec)) throw timeout_error(st_.ec, "npurt: awaited operation");
       if (st_.ec == errc::operation_aborted) throw_error(st_.ec, "npurt: awaited operation aborted or cancelled");
       throw_error(st_.ec, "npurt: awaited operation failed");
     }

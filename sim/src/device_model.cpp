@@ -193,6 +193,7 @@ std::uint32_t device_model::grow_jobs() {
   jobs_.emplace_back();
   job_costs_.emplace_back();
   job_faults_.emplace_back();
+  job_timers_.emplace_back();
   return static_cast<std::uint32_t>(jobs_.size() - 1);
 }
 
@@ -218,7 +219,10 @@ NPURT_SIM_HOT inline void device_model::schedule(std::uint32_t slot, sim_time at
     at = host_->now();
   }
   ++j.gen;
-  host_->call_at(at, &device_model::on_timer, this, (static_cast<std::uint64_t>(j.gen) << 32) | slot);
+  std::uint64_t& pending = job_timers_[slot];
+  if (pending != 0) host_->revoke_timer(pending);
+  pending =
+      host_->call_at_revocable(at, &device_model::on_timer, this, (static_cast<std::uint64_t>(j.gen) << 32) | slot);
 }
 
 void device_model::on_timer(void* self, std::uint64_t arg) {
@@ -227,6 +231,7 @@ void device_model::on_timer(void* self, std::uint64_t arg) {
   const auto gen = static_cast<std::uint32_t>(arg >> 32);
   job& j = m->jobs_[slot];  // slots are never given back: always in range
   if (j.gen != gen || j.ph == phase::idle) return;  // superseded
+  m->job_timers_[slot] = 0;  // this was its pending timer
   if (j.ph == phase::latency) m->enter_body(slot, m->host_->now());
   else m->finish(slot);
 }
@@ -361,6 +366,10 @@ void device_model::drop_job(std::uint32_t slot, sim_time now) {
   j.extra = 0;
   if (j.engine != no_engine) engines_[j.engine].free += j.need;
   ++j.gen;  // its scheduled end finds a stale generation
+  if (std::uint64_t& pending = job_timers_[slot]; pending != 0) {
+    host_->revoke_timer(pending);  // and does not move the clock
+    pending = 0;
+  }
   j.ph = phase::idle;
   j.next_free = free_jobs_;
   free_jobs_ = slot;

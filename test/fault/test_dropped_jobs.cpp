@@ -212,4 +212,75 @@ TEST_CASE("a device_error names the device when the raiser knows it", "[fault][l
   } catch (const npurt::device_error& e) { CHECK(e.device() == -1); }
 }
 
+TEST_CASE("work ended early leaves no end behind: the clock stops at the last real work",
+          "[fault][reset][watchdog][clock]") {
+  SECTION("a device reset of a running ten-second kernel") {
+    npurt::system sys{npurt::sim::presets::ascend910(2)};
+    auto& dev = sys.device(0);
+    auto s = dev.make_stream();
+    s.launch(fixed_kernel(sec(10), "ten_seconds"));
+    auto other = dev.make_stream();
+    other.launch(fixed_kernel(ms(1), "short"));  // waits for the cores, then is aborted too
+    auto timer = sys.device(1).make_stream();
+    sim_time reset_at{};
+    namespace asio = boost::asio;
+    asio::co_spawn(
+        sys.get_executor(),
+        [&]() -> asio::awaitable<void> {
+          co_await timer.async_launch(fixed_kernel(ms(2), "timer"), asio::use_awaitable);  // "ten_seconds" runs
+          reset_at = sys.now();
+          dev.reset();
+        },
+        asio::detached);
+    sys.run();
+    REQUIRE(reset_at > sim_time{});
+    CHECK(sys.now() == reset_at);
+  }
+  SECTION("a copy the op-execute watchdog ends") {
+    const std::size_t bytes = std::size_t{64} << 20;
+    npurt::system sys{preset(1, npurt::fault_plan{})};
+    npurt::sim::faults_of(sys).set_op_execute_timeout(ms(1));
+    recorder rec;
+    sys.add_observer(rec);
+    npurt::host_buffer h(sys, bytes);
+    void* d = sys.device(0).malloc(bytes);
+    auto s = sys.device(0).make_stream();
+    s.memcpy(d, bytes, h.data(), bytes, npurt::memcpy_kind::host_to_device);  // longer than 1 ms
+    CHECK(sync_code(s) == errc::task_timeout);
+    s.memcpy(d, 4096, h.data(), 4096, npurt::memcpy_kind::host_to_device);
+    CHECK_FALSE(sync_code(s));
+    sys.run();
+    REQUIRE(rec.rows.size() == 2);
+    CHECK(rec.rows[0].end - rec.rows[0].start == ms(1));  // ended by the watchdog
+    CHECK(sys.now() == rec.rows[1].end);  // not the big copy's modelled end
+  }
+}
+
+TEST_CASE("the stream-ordered pool on a lost device fails with device_lost, not out of memory", "[fault][lost][pool]") {
+  npurt::fault_plan plan;
+  plan.add(npurt::fault_spec::hbm_ecc(0).at_time(at(picoseconds{0})));
+  npurt::system sys{preset(1, plan)};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  void* p = dev.malloc(64);
+  s.memset(p, 64, 0, 64);
+  CHECK(sync_code(s) == errc::hbm_ecc_error);
+  std::error_code ec;
+  CHECK(dev.mem_pool().malloc_async(4096, s, ec) == nullptr);
+  CHECK(ec == errc::device_lost);
+  try {
+    (void)dev.mem_pool().malloc_async(4096, s);
+    FAIL("no device_error");
+  } catch (const npurt::device_error& e) {
+    CHECK(e.code() == errc::device_lost);
+    CHECK(e.device() == 0);
+    CHECK(e.status() == npurt::device_status::lost);
+  }
+  // Not counted as an out-of-memory event, and nothing was synchronised or freed for it.
+  const auto st = dev.mem_pool().stats();
+  CHECK(st.num_ooms == 0);
+  CHECK(st.num_alloc_retries == 0);
+  CHECK(st.num_sync_all_streams == 0);
+}
+
 }  // namespace dropped_jobs_test

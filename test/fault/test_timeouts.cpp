@@ -8,6 +8,8 @@
 
 #include <exception>
 #include <optional>
+#include <sstream>
+#include <string>
 
 using namespace fault_test;
 using npurt::errc;
@@ -32,14 +34,21 @@ struct caught {
   std::error_code code;
   timeout_kind timer = timeout_kind::sync;
   std::int64_t limit = -1;
+  std::string what;
 };
 
-/// Checks that a timeout_error was thrown with this code, timer and limit.
+/// Checks that a timeout_error was thrown with this code, timer and limit, and that its message
+/// names the timer and the limit, then the error's own message once.
 void expect(const caught& c, errc code, timeout_kind timer, picoseconds limit) {
   CHECK(c.thrown);
   CHECK(c.code == code);
   CHECK(c.timer == timer);
   CHECK(c.limit == limit.count());
+  std::ostringstream detail;
+  detail << " (" << npurt::to_string(timer) << " timer, limit " << npurt::to_ms(limit) << " ms)";
+  CHECK_THAT(c.what, Catch::Matchers::ContainsSubstring(detail.str()));
+  const std::string message = c.code.message();
+  CHECK(c.what.find(message) == c.what.size() - message.size());
 }
 
 template <class F>
@@ -47,26 +56,26 @@ caught catch_timeout(F&& f) {
   caught c;
   try {
     f();
-  } catch (const npurt::timeout_error& e) { c = {true, e.code(), e.timer(), e.limit()}; }
+  } catch (const npurt::timeout_error& e) { c = {true, e.code(), e.timer(), e.limit(), e.what()}; }
   return c;
 }
 
 npurt::task<void> await_launch(npurt::stream& s, npurt::kernel_desc k, caught& out) {
   try {
     co_await s.async_launch(k, npurt::use_task);
-  } catch (const npurt::timeout_error& e) { out = {true, e.code(), e.timer(), e.limit()}; }
+  } catch (const npurt::timeout_error& e) { out = {true, e.code(), e.timer(), e.limit(), e.what()}; }
 }
 
 npurt::task<void> await_wait(npurt::stream& s, npurt::event e, caught& out) {
   try {
     co_await s.async_wait(e, npurt::use_task);
-  } catch (const npurt::timeout_error& x) { out = {true, x.code(), x.timer(), x.limit()}; }
+  } catch (const npurt::timeout_error& x) { out = {true, x.code(), x.timer(), x.limit(), x.what()}; }
 }
 
 npurt::task<void> await_sync(npurt::stream& s, picoseconds limit, caught& out) {
   try {
     co_await s.async_synchronize(limit, npurt::use_task);
-  } catch (const npurt::timeout_error& x) { out = {true, x.code(), x.timer(), x.limit()}; }
+  } catch (const npurt::timeout_error& x) { out = {true, x.code(), x.timer(), x.limit(), x.what()}; }
 }
 
 }  // namespace
@@ -248,6 +257,11 @@ TEST_CASE("a healthy kernel longer than the op-execute watchdog is ended at star
   CHECK(queued->end - queued->start == ms(1) + latency);
   CHECK(next->start >= queued->end);
   CHECK(faults.status(0) == npurt::device_status::healthy);  // not a fatal error
+  // The simulation ends with its last real work: the long kernel's modelled end (20 ms after its
+  // start) was taken back with it, and does not move the clock.
+  sys.run();
+  CHECK(sys.now() == std::max(queued->end, next->end));
+  CHECK(sys.now() < lng->start + ms(20));
 }
 
 TEST_CASE("the op-execute watchdog counts from a task's start, not from its submission", "[fault][timeout][watchdog]") {
@@ -363,4 +377,20 @@ TEST_CASE("copies and memsets on a lost device are refused at the call, in every
   auto s2 = d0.make_stream();
   (void)s2.memcpy(b, n, host.data(), n);
   s2.synchronize();
+}
+
+TEST_CASE("a hung kernel with the watchdog off is a deadlock that names the task", "[fault][timeout][deadlock]") {
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::kernel_hang(0).at_task(1, 1)))};
+  (void)npurt::sim::faults_of(sys).set_op_execute_timeout(picoseconds{0});  // never
+  auto s = sys.device(0).make_stream();
+  (void)s.launch(fixed_kernel(ms(1), "stuck"));
+  try {
+    s.synchronize();
+    FAIL("a hung kernel completed");
+  } catch (const npurt::deadlock_error& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Matchers::ContainsSubstring("runs task"));
+    CHECK_THAT(what, Catch::Matchers::ContainsSubstring("(stuck)"));
+    CHECK_THAT(what, Catch::Matchers::ContainsSubstring("never ends"));
+  }
 }

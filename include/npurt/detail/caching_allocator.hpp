@@ -451,6 +451,11 @@ class caching_allocator {
   // Has a free recorded a non-zero fence? Until then every free_fence is 0 and need not be
   // read or written.
   bool fences_seen_ = false;
+  // The device refused memory for a reason other than its capacity (it is lost, say): the
+  // allocation fails with that error, without the out-of-memory retry chain.
+  errc device_fault_{};
+  /// Keeps a provider's failure when it is the device's (error_class::device); true if it was.
+  NPURT_DECL bool note_provider_error(std::error_code ec) noexcept;
   block* deferred_ = nullptr;                      // the held-back free (see defer_free)
   block* deferred_next_ = nullptr;                 // its free next neighbour, merged when settling
 };

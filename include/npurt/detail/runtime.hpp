@@ -91,6 +91,11 @@ class runtime final : public backend_host, private loop_parts, public scheduler,
     return clock_.call_at_cancellable(at, timer_action::plain(fn, ctx, arg));
   }
   void cancel_timer(std::uint64_t ticket) override { clock_.cancel(ticket); }
+  std::uint64_t call_at_revocable(sim_time at, void (*fn)(void*, std::uint64_t), void* ctx,
+                                  std::uint64_t arg) override {
+    return clock_.call_at_revocable(at, timer_action::plain(fn, ctx, arg));
+  }
+  void revoke_timer(std::uint64_t ticket) override { clock_.revoke(ticket); }
   /// The clock and its actions (host waits put their timeouts there).
   [[nodiscard]] timer_queue& timers() noexcept { return clock_; }
   /// The registry of live device and pinned host memory.

@@ -80,6 +80,21 @@ class timer_queue {
     push({std::max(at, now_), order_++, a});
     return ticket;
   }
+  /// call_at for an action its caller may revoke (backend_host::call_at_revocable): the ticket,
+  /// or 0 for an action due at this instant, which runs before anything could revoke it. No
+  /// bookkeeping until a revoke: the caller knows whether the action is still pending.
+  std::uint64_t call_at_revocable(sim_time at, const timer_action& a) {
+    if (at <= now_) {
+      due_.push_back({now_, order_++, a});
+      return 0;
+    }
+    push({at, order_++, a});
+    return order_;  // order + 1: never 0
+  }
+  /// Takes back a pending action of call_at_revocable (never one that ran).
+  void revoke(std::uint64_t ticket) {
+    if (ticket != 0) cancelled_.insert(ticket - 1);
+  }
   /// Takes back an action of call_at_cancellable; one that already ran (a timed wait's
   /// deadline that was reached) or was cancelled is left alone.
   void cancel(std::uint64_t ticket) {

@@ -38,7 +38,10 @@ NPURT_DECL caching_allocator::block* caching_allocator::extend_arena(segment* a,
   if (a->size + bytes > a->va_size ||
       static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) + bytes > gc_limit())
     return nullptr;
-  if (provider_.map(a->addr + a->size, bytes)) return nullptr;
+  if (const std::error_code ec = provider_.map(a->addr + a->size, bytes)) {
+    note_provider_error(ec);
+    return nullptr;
+  }
   ++stats_.num_device_alloc;
   stat_add(stats_.reserved_bytes, arena_pool, static_cast<std::int64_t>(bytes));
   block* last = a->last;
@@ -74,7 +77,10 @@ NPURT_DECL caching_allocator::block* caching_allocator::grow_arena(alloc_params&
   std::error_code ec;
   const bool existed = arenas_.count(p.stream) != 0;
   segment* a = arena_for(p.stream, ec);
-  if (!a) return nullptr;
+  if (!a) {
+    note_provider_error(ec);
+    return nullptr;
+  }
   if (!existed && a->first) {
     // The initial reservation may already hold the request.
     if (block* b = get_free_block(p)) return b;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 namespace npurt::detail {
 
@@ -102,6 +103,12 @@ NPURT_DECL bool caching_allocator::should_split(const block* b, std::size_t size
   return remaining >= min_block_size;
 }
 
+NPURT_DECL bool caching_allocator::note_provider_error(std::error_code ec) noexcept {
+  if (ec.category() != error_category() || !(ec == error_class::device)) return false;
+  device_fault_ = static_cast<errc>(ec.value());
+  return true;
+}
+
 NPURT_DECL caching_allocator::block* caching_allocator::alloc_segment(alloc_params& p) {
   p.pool_limited = false;
   if (!opts_.auto_growth) {
@@ -113,7 +120,10 @@ NPURT_DECL caching_allocator::block* caching_allocator::alloc_segment(alloc_para
     return nullptr;
   }
   std::uint64_t addr = 0;
-  if (provider_.allocate(p.alloc_size, addr)) return nullptr;
+  if (const std::error_code ec = provider_.allocate(p.alloc_size, addr)) {
+    note_provider_error(ec);
+    return nullptr;
+  }
   ++stats_.num_device_alloc;
   auto* s = new segment;
   s->addr = addr;
@@ -212,6 +222,11 @@ NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std:
       garbage_collect(false);
     }
     b = alloc_new();
+    if (!b && device_fault_ != errc{}) [[unlikely]] {
+      // A lost device: freeing cache or synchronising cannot help, and it is not out of memory.
+      e = std::exchange(device_fault_, errc{});
+      return 0;
+    }
     if (!b) {
       step(retry_step::device_alloc_failed);
       if (opts_.auto_growth) {
@@ -245,6 +260,10 @@ NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std:
         b = get_free_block(p);
         if (!b) b = get_cross_stream_block(p);
         if (!b) b = alloc_new();
+      }
+      if (!b && device_fault_ != errc{}) {
+        e = std::exchange(device_fault_, errc{});  // the device was lost during the retries
+        return 0;
       }
       if (!b) {
         step(retry_step::out_of_memory);
@@ -303,6 +322,9 @@ NPURT_DECL void caching_allocator::throw_allocate_error(errc e, std::size_t size
   if (ec == errc::size_overflow)
     throw_error(ec, "allocate: " + std::to_string(size) + " bytes exceed the device capacity of " +
                         std::to_string(provider_.capacity()) + " bytes");
+  if (ec == error_class::device)
+    throw_error_on(opts_.device, ec,
+                   "allocate: " + std::to_string(size) + " bytes on device " + std::to_string(opts_.device));
   throw_error(ec, "allocate: size must be positive");
 }
 
@@ -585,6 +607,7 @@ NPURT_DECL void caching_allocator::reserve(std::size_t bytes, std::uint32_t stre
     segment* a = arena_for(stream, ec);
     if (a) {
       if (block* g = extend_arena(a, ca_detail::round_up(p.size, opts_.granule), stream)) insert_free(g);
+      else if (device_fault_ != errc{}) ec = make_error_code(std::exchange(device_fault_, errc{}));
       else ec = make_error_code(errc::out_of_memory);
     }
   } else {
@@ -592,6 +615,7 @@ NPURT_DECL void caching_allocator::reserve(std::size_t bytes, std::uint32_t stre
     p.alloc_size = allocation_size(p.size);
     b = alloc_segment(p);
     if (b) insert_free(b);
+    else if (device_fault_ != errc{}) ec = make_error_code(std::exchange(device_fault_, errc{}));
     else ec = make_error_code(p.pool_limited ? errc::pool_limit : errc::out_of_memory);
   }
   opts_.auto_growth = growth;

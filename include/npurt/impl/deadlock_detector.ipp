@@ -62,7 +62,17 @@ NPURT_DECL void deadlock_detector::report(sim_time now, const std::vector<stream
   std::ostringstream os;
   os << "deadlock at t=" << to_us(now.time_since_epoch()) << " us: ";
   if (streams.empty()) {
-    os << host_waits << " host operation(s) wait and no stream or device can make progress";
+    os << "no stream or device can make progress";
+    if (host_waits != 0) os << " and " << host_waits << " awaited host operation(s) wait";
+    // Work the backend holds and never completes: a hung task with no watchdog to end it.
+    for (const auto& sp : streams_)
+      if (sp && sp->head && sp->head_started && !sp->head->blocked && sp->run.rec == sp->head &&
+          sp->head->kind != task_kind::collective) {
+        os << "; stream " << sp->id << " (device " << sp->device << ") runs task " << sp->run.id;
+        if (!sp->run.name.empty()) os << " (" << sp->run.name << ")";
+        os << ", started at t=" << to_us(sp->run.start.time_since_epoch())
+           << " us, which never ends (hung, with no op-execute watchdog to end it)";
+      }
     if (!backend_waits.empty()) os << "; " << backend_waits;
     if (report_.empty()) report_ = os.str();
     return;

@@ -147,6 +147,8 @@ NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout) {
                 "npurt::device::synchronize blocks, which is not possible inside system::run (in a coroutine "
                 "or handler); use co_await dev.async_synchronize(asio::use_awaitable)");
   if (ec == errc::wait_timeout) throw_error(ec, "npurt::device::synchronize", timeout.value_or(picoseconds{0}).count());
+  if (ec == errc::deadlock && !rt_->last_deadlock_report().empty())
+    throw_error_on(id_, ec, "npurt::device::synchronize: " + rt_->last_deadlock_report());
   throw_if_on(id_, ec, "npurt::device::synchronize");
 }
 

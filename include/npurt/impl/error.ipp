@@ -2,6 +2,9 @@
 #pragma once
 
 #include <npurt/error.hpp>
+#include <npurt/time.hpp>
+
+#include <sstream>
 
 namespace npurt {
 namespace detail {
@@ -106,6 +109,12 @@ NPURT_DECL const std::error_category& error_class_category() noexcept {
   return cat;
 }
 
+NPURT_DECL std::string timeout_detail(timeout_kind timer, std::int64_t limit_ps) {
+  std::ostringstream os;
+  os << " (" << to_string(timer) << " timer, limit " << to_ms(picoseconds{limit_ps}) << " ms)";
+  return os.str();
+}
+
 NPURT_DECL void throw_error(std::error_code ec, std::string_view what) { throw_error(ec, what, 0); }
 
 NPURT_DECL void throw_error(std::error_code ec, std::string_view what, std::int64_t timeout_limit_ps) {
@@ -115,7 +124,11 @@ NPURT_DECL void throw_error(std::error_code ec, std::string_view what, std::int6
 NPURT_DECL void throw_error_on(std::int32_t device, std::error_code ec, std::string_view what,
                                std::int64_t timeout_limit_ps) {
   std::string msg{what};
-  if (is_timeout(ec)) throw timeout_error(ec, msg, timeout_kind_of(ec), timeout_limit_ps);
+  if (is_timeout(ec)) {
+    const timeout_kind timer = timeout_kind_of(ec);
+    if (timeout_limit_ps > 0) msg += timeout_detail(timer, timeout_limit_ps);
+    throw timeout_error(ec, msg, timer, timeout_limit_ps);
+  }
   if (ec == errc::deadlock) throw deadlock_error(ec, msg);
   if (ec == error_class::resource) throw resource_error(ec, msg);
   if (ec == error_class::device) throw device_error(ec, msg, device, status_after(ec));

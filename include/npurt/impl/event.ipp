@@ -137,6 +137,8 @@ NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout) const {
     if (const detail::failure* f = detail::failure_before(*rt_, s, q); f && f->ec == ec)
       detail::throw_failure(*f, "npurt::event::synchronize: " + f->describe());
   if (ec == errc::wait_timeout) throw_error(ec, "npurt::event::synchronize", timeout.value_or(picoseconds{0}).count());
+  if (ec == errc::deadlock && rt_ && !rt_->last_deadlock_report().empty())
+    throw_error(ec, "npurt::event::synchronize: " + rt_->last_deadlock_report());
   throw_if(ec, "npurt::event::synchronize");
 }
 

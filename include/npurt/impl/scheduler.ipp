@@ -506,11 +506,7 @@ NPURT_DECL std::string failure::describe() const {
   std::string out = "task " + std::to_string(task);
   if (!name.empty()) out += " (" + name + ")";
   out += " on stream " + std::to_string(stream) + " failed";
-  if (is_timeout(ec) && timeout_limit > 0) {
-    std::ostringstream os;
-    os << " (" << to_string(timer) << " timer, limit " << to_ms(picoseconds{timeout_limit}) << " ms)";
-    out += os.str();
-  }
+  if (is_timeout(ec) && timeout_limit > 0) out += timeout_detail(timer, timeout_limit);
   if (exception) {
     try {
       std::rethrow_exception(exception);

@@ -566,6 +566,9 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout) {
                 "npurt::stream::synchronize blocks, which is not possible inside system::run (in a coroutine "
                 "or handler); use co_await s.async_synchronize(asio::use_awaitable)");
   if (ec == errc::wait_timeout) throw_error(ec, "npurt::stream::synchronize", timeout.value_or(picoseconds{0}).count());
+  // What waits on what, as system::run says it.
+  if (ec == errc::deadlock && rt_ && !rt_->last_deadlock_report().empty())
+    throw_error_on(device_or_none(), ec, "npurt::stream::synchronize: " + rt_->last_deadlock_report());
   throw_if_on(device_or_none(), ec, "npurt::stream::synchronize");
 }
 

@@ -275,6 +275,10 @@ class device_model {
   std::vector<job> jobs_;
   std::vector<kernel_cost> job_costs_;  // by slot, valid while jobs_[slot].extra has x_cost
   std::vector<std::error_code> job_faults_;  // by slot, valid while jobs_[slot].extra has x_fault
+  // By slot: the ticket of the job's pending timer (0: none, or one due at this instant). A
+  // timer superseded by a new end (bandwidth shared anew) or by the job's end (a watchdog, a
+  // reset) is revoked, so it cannot move the clock past the last real work.
+  std::vector<std::uint64_t> job_timers_;
   std::uint32_t free_jobs_ = no_slot;  // head of the idle slots' list
   std::error_code ok_;  // a success, made once (error_code{} is an out-of-line call)
   std::uint32_t mark_epoch_ = 0;

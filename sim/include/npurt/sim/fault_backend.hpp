@@ -110,6 +110,11 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
     return host_->call_at_cancellable(at, fn, ctx, arg);
   }
   void cancel_timer(std::uint64_t ticket) override { host_->cancel_timer(ticket); }
+  std::uint64_t call_at_revocable(sim_time at, void (*fn)(void*, std::uint64_t), void* ctx,
+                                  std::uint64_t arg) override {
+    return host_->call_at_revocable(at, fn, ctx, arg);
+  }
+  void revoke_timer(std::uint64_t ticket) override { host_->revoke_timer(ticket); }
   [[nodiscard]] bool calls_flush() const noexcept override { return host_->calls_flush(); }
   void request_flush() noexcept override { host_->request_flush(); }
 
