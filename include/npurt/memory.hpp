@@ -115,7 +115,9 @@ class mem_pool {
   NPURT_DECL std::uint32_t stream_id(stream& s, std::error_code& ec) const;
   [[nodiscard]] NPURT_DECL bool device_busy() const;
 
-  detail::runtime* rt_;
+  // Null once the system is gone: only a pool its owner keeps past the system (a session's)
+  // sees that, in its destructor.
+  detail::runtime_ref rt_;
   device_id dev_;
   std::unique_ptr<detail::pool_provider> provider_;
   std::unique_ptr<detail::caching_allocator> alloc_;

@@ -237,6 +237,72 @@ std::span<const std::string_view> supported_ops() noexcept {
   return sorted;
 }
 
+namespace {
+
+// The attributes ONNX defines for each operator npurt takes (onnx.ai/onnx/operators), the ones it
+// reads and the ones whose defaults it follows alike. A name outside this list is refused, so a
+// misspelt attribute ("stride" for "strides") is an error rather than a silent default. npurt's own
+// training operators (ConvGrad, SGDUpdate, ...) are made by its model builders and not listed.
+struct op_attributes {
+  std::string_view op;
+  std::initializer_list<std::string_view> names;
+};
+const op_attributes onnx_attributes[] = {
+    {"AveragePool", {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"}},
+    {"MaxPool", {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}},
+    {"Conv", {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
+    {"BatchNormalization", {"epsilon", "momentum", "training_mode"}},
+    {"LayerNormalization", {"axis", "epsilon", "stash_type"}},
+    {"Cast", {"to", "saturate"}},
+    {"CastLike", {"saturate"}},
+    {"Concat", {"axis"}},
+    {"Flatten", {"axis"}},
+    {"Softmax", {"axis"}},
+    {"LogSoftmax", {"axis"}},
+    {"Gelu", {"approximate"}},
+    {"Gemm", {"alpha", "beta", "transA", "transB"}},
+    {"Reshape", {"allowzero"}},
+    {"Transpose", {"perm"}},
+    {"ReduceMean", {"axes", "keepdims", "noop_with_empty_axes"}},
+    {"ReduceSum", {"axes", "keepdims", "noop_with_empty_axes"}},
+    {"ReduceMax", {"axes", "keepdims", "noop_with_empty_axes"}},
+    {"ReduceMin", {"axes", "keepdims", "noop_with_empty_axes"}},
+    {"ArgMax", {"axis", "keepdims", "select_last_index"}},
+    {"ArgMin", {"axis", "keepdims", "select_last_index"}},
+    {"LeakyRelu", {"alpha"}},
+    {"Elu", {"alpha"}},
+    {"Celu", {"alpha"}},
+    {"ThresholdedRelu", {"alpha"}},
+    {"Selu", {"alpha", "gamma"}},
+    {"HardSigmoid", {"alpha", "beta"}},
+    {"Clip", {"min", "max"}},
+    {"Dropout", {"seed", "ratio"}},  // ratio: opsets before 12
+};
+constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
+                                        "BatchNormalizationGrad"};
+
+/// The attribute of `attrs` that `type` does not have, or null.
+const std::string* unknown_attribute(std::string_view type, const npurt::attributes& attrs) {
+  if (attrs.items().empty() || std::find(std::begin(own_ops), std::end(own_ops), type) != std::end(own_ops))
+    return nullptr;
+  std::initializer_list<std::string_view> names{};
+  for (const auto& o : onnx_attributes)
+    if (o.op == type) names = o.names;
+  for (const auto& [name, value] : attrs.items())
+    if (std::find(names.begin(), names.end(), name) == names.end()) return &name;
+  return nullptr;
+}
+
+std::string attribute_list(std::string_view type) {
+  std::string out;
+  for (const auto& o : onnx_attributes)
+    if (o.op == type)
+      for (std::string_view n : o.names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
 bool is_supported_op(std::string_view type) noexcept {
   return std::find(ops_table.begin(), ops_table.end(), type) != ops_table.end();
 }
@@ -693,9 +759,16 @@ void graph::check_new_name(std::string_view name, std::string_view op) const {
 
 std::string graph::add_input(std::string name, npurt::shape s, npurt::dtype t) {
   check_new_name(name, {});
-  for (auto d : s)
+  for (auto d : s) {
     if (d < 0)
       throw graph_error(make_error_code(errc::invalid_shape), {}, name, "input '" + name + "': negative dimension");
+    // The kernels compute on non-empty tensors only: refused here, naming the input, rather than
+    // at launch after the copies were queued.
+    if (d == 0)
+      throw graph_error(
+          make_error_code(errc::not_supported), {}, name,
+          "input '" + name + "' " + shape_string(s) + ": a dimension is 0 (empty tensors are not computed)");
+  }
   if (tensor_desc{nullptr, s, t}.bytes() > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
     throw graph_error(
         make_error_code(errc::size_overflow), {}, name,
@@ -738,12 +811,15 @@ void graph::set_constant(std::string_view name, tensor v) {
 
 std::string graph::add_op(std::string_view type, std::vector<std::string> inputs, npurt::attributes attrs,
                           std::string name) {
+  // The counter moves only when the node is added: a rejected add_op leaves the graph as it was.
+  std::size_t next = auto_names_;
   if (name.empty()) {
     do {
-      name = std::string(type) + "_" + std::to_string(auto_names_++);
+      name = std::string(type) + "_" + std::to_string(next++);
     } while (value_index_.count(name) || node_index_.count(name));
   }
   add_node(type, name, std::move(inputs), {name}, std::move(attrs));
+  auto_names_ = next;
   return name;
 }
 
@@ -752,6 +828,10 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
   if (!is_supported_op(type))
     throw graph_error(make_error_code(errc::not_supported), name, {},
                       "node '" + name + "': unknown operator type '" + std::string(type) + "'");
+  if (const std::string* a = unknown_attribute(type, attrs))
+    throw graph_error(make_error_code(errc::not_supported), name, {},
+                      "node '" + name + "': " + std::string(type) + " has no attribute '" + *a +
+                          "' (its attributes: " + attribute_list(type) + ")");
   if (node_index_.count(name))
     throw graph_error(make_error_code(errc::invalid_argument), name, {}, "duplicate node name '" + name + "'");
   if (outputs.empty())
@@ -798,7 +878,14 @@ bool graph::try_infer(std::size_t idx) {
     in.push_back(v);
     consts.push_back(constant(name));
   }
-  const auto out = infer_op(n, in, consts);
+  std::vector<inferred_output> out;
+  try {
+    out = infer_op(n, in, consts);
+  } catch (const graph_error&) { throw; } catch (const caller_error& e) {
+    // An attribute of the wrong type (attributes::get_int and the like): a graph_error too, that
+    // names the operator.
+    throw graph_error(e.code(), n.name, {}, "node '" + n.name + "' (" + n.type + "): " + e.what());
+  }
   if (out.size() < n.outputs.size())
     fail(errc::invalid_argument, n, n.outputs[out.size()],
          "produces " + std::to_string(out.size()) + " output" + (out.size() == 1 ? "" : "s") + ", " +

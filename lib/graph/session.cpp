@@ -44,7 +44,11 @@ std::vector<std::pair<std::string, std::uint32_t>> compiled_graph::schedule_orde
 }
 
 session::session(npurt::system& sys, const session_config& cfg)
-    : sys_(&sys), dev_(&sys.device(cfg.device_id)), cfg_(cfg), id_(next_session_id.fetch_add(1)) {
+    : sys_(&sys),
+      dev_(&sys.device(cfg.device_id)),
+      rt_(&detail::runtime_of(sys)),
+      cfg_(cfg),
+      id_(next_session_id.fetch_add(1)) {
   if (cfg.precision == precision::bf16 && !dev_->properties().bf16_supported)
     throw_error(make_error_code(errc::not_supported),
                 "session: " + dev_->properties().name + " has no bf16 (use fp16 or mixed)");
@@ -52,6 +56,15 @@ session::session(npurt::system& sys, const session_config& cfg)
 }
 
 session::~session() {
+  if (!rt_) {
+    // The system went first, and its device memory with it: nothing to give back or wait for.
+    for (auto& w : compiled_)
+      if (auto c = w.lock()) {
+        c->held.clear();
+        c->owner = nullptr;
+      }
+    return;
+  }
   for (auto& s : streams_) {
     std::error_code ec;
     if (s) s->synchronize(npurt::no_timeout, ec);
@@ -68,8 +81,14 @@ session::~session() {
   pool_.reset();
 }
 
+void session::check_alive(std::string_view what) const {
+  if (!rt_)
+    throw_error(make_error_code(errc::invalid_argument), std::string(what) + ": the session's system was destroyed");
+}
+
 void session::check_can_block(std::string_view what) const {
-  const detail::runtime& rt = detail::runtime_of(*sys_);
+  check_alive(what);
+  const detail::runtime& rt = *rt_;
   if (rt.in_run())
     throw_error(make_error_code(errc::not_supported),
                 std::string(what) + " blocks, which is not possible inside system::run (in a coroutine or handler); " +
@@ -85,6 +104,7 @@ void session::drain() noexcept {
 }
 
 npurt::mem_pool& session::pool() {
+  check_alive("session");
   if (!pool_) {
     mem_pool_options o;
     o.strategy = alloc_;
@@ -231,6 +251,7 @@ void session::set_comm_buffer_size(std::size_t bytes) {
 }
 
 memory_usage_mb session::memory_usage() const noexcept {
+  if (!rt_) return {};
   const std::size_t pool_reserved =
       pool_ ? static_cast<std::size_t>(pool_->stats().reserved_bytes[stat_all].current) : 0;
   const double reserved = static_cast<double>(std::max(pool_reserved, mem_.auto_growth ? held_ : mem_.pool_size));
@@ -491,6 +512,7 @@ event enqueue_batch(enqueue_ctx& x) {
 }  // namespace
 
 std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& cg, const std::vector<feed>& inputs) {
+  check_alive("run");
   if (!cg.valid())
     throw_error(make_error_code(errc::invalid_argument), "run: the compiled graph is empty (not from compile())");
   if (cg.get().owner != this)

@@ -146,8 +146,9 @@ tensor tensor::on_device(npurt::device& dev, npurt::shape s, npurt::dtype t, npu
   r.type_ = t;
   r.format_ = l;
   if (r.bytes() > 0) {
-    r.data_ = dev.malloc(r.bytes());
-    r.dev_ = &dev;
+    r.device_memory_ = device_buffer(dev, r.bytes());
+    r.data_ = r.device_memory_.data();
+    r.device_id_ = dev.id();
     r.place_ = storage_place::device;
   }
   return r;
@@ -172,14 +173,11 @@ tensor tensor::clone() const {
 }
 
 void tensor::release() noexcept {
-  if (place_ == storage_place::device && dev_ && data_) {
-    std::error_code ec;
-    dev_->free(data_, ec);  // a lost device frees nothing; the handle is gone either way
-  }
+  device_memory_.reset();  // a lost device or a dead system frees nothing; the handle goes either way
   host_.clear();
   host_.shrink_to_fit();
   data_ = nullptr;
-  dev_ = nullptr;
+  device_id_ = -1;
   place_ = storage_place::none;
 }
 
@@ -259,7 +257,7 @@ void tensor::copy_from(const tensor& src, stream& s, std::error_code& ec) {
   ec.clear();
   const memcpy_kind kind = check_copy(src, ec);
   if (ec || bytes() == 0) return;
-  event done = s.memcpy(data_, bytes(), src.data_, bytes(), kind, ec);
+  event done = s.memcpy(live_data(), bytes(), src.live_data(), bytes(), kind, ec);
   if (ec) return;
   done.synchronize(npurt::no_timeout, ec);
 }

@@ -81,11 +81,25 @@ TEST_CASE("window attributes are checked before auto_pad divides by them", "[gra
     }
 }
 
+TEST_CASE("an input with a dimension of 0 is refused at add_input, naming it", "[graph][errors]") {
+  graph g;
+  try {
+    (void)g.add_input("x", {0, 3}, dtype::f32);
+    FAIL("an empty input was accepted");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::not_supported);
+    CHECK(e.tensor() == "x");
+  }
+  CHECK(g.find("x") == nullptr);
+}
+
 TEST_CASE("batch normalisation over no channel is an error, not a division by zero", "[graph][errors]") {
   graph g;
-  auto x = g.add_input("x", {2, 0, 4, 4}, dtype::f32);
-  auto sc = g.add_input("s", {0}, dtype::f32), b = g.add_input("b", {0}, dtype::f32);
-  auto m = g.add_input("m", {0}, dtype::f32), v = g.add_input("v", {0}, dtype::f32);
+  auto x = g.add_constant("x", tensor::timing_only({2, 0, 4, 4}, dtype::f32));
+  auto sc = g.add_constant("s", tensor::timing_only({0}, dtype::f32));
+  auto b = g.add_constant("b", tensor::timing_only({0}, dtype::f32));
+  auto m = g.add_constant("m", tensor::timing_only({0}, dtype::f32));
+  auto v = g.add_constant("v", tensor::timing_only({0}, dtype::f32));
   CHECK(code_of([&] { g.add_node("BatchNormInternal", "bn", {x, sc, b, m, v}, {"y", "rm", "rv", "sm", "si"}); }) ==
         errc::invalid_shape);
   CHECK(g.find("y") == nullptr);
@@ -335,4 +349,47 @@ TEST_CASE("bf16 precision is refused by what the device supports, not by its pre
   const auto r = s.run(s.compile(g), {{"x", x}});
   CHECK(r.outputs.at("y").get(0) == 0);
   CHECK(r.outputs.at("y").get(1) == 2.5);
+}
+
+TEST_CASE("an attribute the operator does not have is refused, not ignored", "[graph][hostile][attributes]") {
+  graph g("attrs");
+  auto x = g.add_input("x", {1, 1, 4, 4}, dtype::f32);
+  auto w = g.add_constant("w", tensor({1, 1, 1, 1}, dtype::f32, {1.0}));
+  const std::size_t nodes = g.nodes().size();
+  try {
+    (void)g.add_op("Conv", {x, w}, {{"stride", ints{2, 2}}}, "y");  // "strides", misspelt
+    FAIL("a misspelt attribute was accepted");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::not_supported);
+    CHECK(e.op() == "y");
+    CHECK(std::string(e.what()).find("'stride'") != std::string::npos);
+    CHECK(std::string(e.what()).find("strides") != std::string::npos);  // the list names the right one
+  }
+  CHECK(g.nodes().size() == nodes);  // the graph is as it was
+  CHECK_THROWS_AS(g.add_op("Relu", {x}, {{"alpha", 0.1}}), graph_error);
+  // The operators' own attributes still work.
+  const auto y = g.add_op("Conv", {x, w}, {{"strides", ints{2, 2}}}, "y");
+  CHECK(g.value(y).shape == shape{1, 1, 2, 2});
+  CHECK_NOTHROW(g.add_op("LeakyRelu", {y}, {{"alpha", 0.2}}));
+}
+
+TEST_CASE("an attribute of the wrong type is a graph_error naming the operator", "[graph][hostile][attributes]") {
+  graph g("attrs");
+  auto x = g.add_input("x", {1, 1, 4, 4}, dtype::f32);
+  auto w = g.add_constant("w", tensor({1, 1, 1, 1}, dtype::f32, {1.0}));
+  try {
+    (void)g.add_op("Conv", {x, w}, {{"strides", std::int64_t{2}}}, "conv");  // INT, not INTS
+    FAIL("an INT strides was accepted");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK(e.op() == "conv");
+    CHECK(std::string(e.what()).find("strides") != std::string::npos);
+  }
+}
+
+TEST_CASE("a rejected add_op leaves the automatic names as they were", "[graph][hostile]") {
+  graph g;
+  auto x = g.add_input("x", {4}, dtype::f32);
+  CHECK_THROWS_AS(g.add_op("Relu", {x, x, x}), graph_error);  // too many inputs
+  CHECK(g.add_op("Relu", {x}) == "Relu_0");
 }

@@ -10,6 +10,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <cmath>
+#include <memory>
 
 using namespace npurt;
 
@@ -341,4 +342,23 @@ TEST_CASE("a run is deterministic: same outputs, latency and per-op times twice"
     CHECK(a.ops[i].start == b.ops[i].start);
     CHECK(a.ops[i].end == b.ops[i].end);
   }
+}
+
+TEST_CASE("a session that outlives its system fails every call with invalid_argument", "[graph][session][lifetime]") {
+  auto sys = std::make_unique<npurt::system>(sim::presets::ascend910(1));
+  auto s = std::make_unique<session>(*sys);
+  graph g("g");
+  auto x = g.add_input("x", {2}, dtype::f32);
+  g.set_output(g.add_op("Relu", {x}, {}, "y"));
+  auto c = s->compile(g);
+  tensor h({2}, dtype::f32, {1, -1});
+  REQUIRE(s->run(c, {{"x", h}}).outputs.at("y").get(1) == 0);
+  sys.reset();
+  try {
+    (void)s->run(c, {{"x", h}});
+    FAIL("run after the system was destroyed");
+  } catch (const caller_error& e) { CHECK(e.code() == errc::invalid_argument); }
+  CHECK_THROWS_AS(s->compile(g), caller_error);
+  CHECK(s->memory_usage().reserved_mb == 0);
+  s.reset();  // and its destructor touches nothing of the system
 }

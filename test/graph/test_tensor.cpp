@@ -7,6 +7,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <catch2/catch_test_macros.hpp>
 
+#include <memory>
+
 using namespace npurt;
 
 TEST_CASE("a host tensor stores elements rounded to its dtype", "[graph][tensor]") {
@@ -72,4 +74,30 @@ TEST_CASE("a copy between tensors of different shapes or dtypes is refused", "[g
   std::error_code ec;
   a.copy_from(c, s, ec);
   CHECK(ec == errc::invalid_dtype);
+}
+
+TEST_CASE("a device tensor that outlives its system is an empty handle", "[graph][tensor][lifetime]") {
+  tensor t;
+  {
+    auto sys = std::make_unique<npurt::system>(sim::presets::ascend910(1));
+    t = tensor::on_device(sys->device(0), {4}, dtype::f32);
+    REQUIRE(t.data() != nullptr);
+  }
+  // The memory went with the system: no dangling address, and the destructor frees nothing.
+  CHECK(t.data() == nullptr);
+  CHECK(t.desc().data == nullptr);
+  CHECK(t.is_device());
+  CHECK(t.device() == 0);
+  tensor moved = std::move(t);
+  CHECK(moved.data() == nullptr);
+  moved.release();
+  CHECK_FALSE(moved.has_storage());
+}
+
+TEST_CASE("a host tensor larger than the host's memory is out_of_memory, not an abort", "[graph][tensor][oom]") {
+  // 2^48 bytes: more than the user address space, so the allocation fails at once.
+  try {
+    tensor t({std::int64_t{1} << 23, std::int64_t{1} << 23}, dtype::f32);
+    FAIL("a 256 TiB host tensor was allocated");
+  } catch (const npurt::error& e) { CHECK(e.code() == errc::out_of_memory); }
 }

@@ -302,6 +302,8 @@ class session {
   /// Refuses a blocking call that could not wait for what it queues (inside system::run, or
   /// from a thread that does not drive the system) before it queues anything.
   void check_can_block(std::string_view what) const;
+  /// Throws invalid_argument when the system is gone.
+  void check_alive(std::string_view what) const;
   /// acquire, counting `freeing` bytes of what the session holds as already given back against
   /// pool_size (a buffer replaced once its successor is had).
   void* acquire(std::size_t bytes, std::size_t freeing);
@@ -310,6 +312,9 @@ class session {
 
   npurt::system* sys_;
   npurt::device* dev_;
+  // Null once the system is gone: every call then fails with invalid_argument instead of
+  // reaching into it (sys_ and dev_ dangle).
+  detail::runtime_ref rt_;
   session_config cfg_;
   std::uint64_t id_;
   std::vector<std::unique_ptr<npurt::stream>> streams_;  // every stream; [0] is stream(0)
@@ -342,9 +347,13 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
           p = start_run(*cg, in);
         } catch (const error& e) { ec = e.code(); }
         if (ec) {
-          auto ex = boost::asio::get_associated_executor(handler, sys_->get_executor());
-          boost::asio::post(
-              ex, [h = std::move(handler), ec]() mutable { std::move(h)(async_error_code(ec), run_result{}); });
+          auto post_error = [&](const auto& ex) {
+            boost::asio::post(
+                ex, [h = std::move(handler), ec]() mutable { std::move(h)(async_error_code(ec), run_result{}); });
+          };
+          // Without its system, the handler's own executor (Asio's system executor if it has none).
+          if (rt_) post_error(boost::asio::get_associated_executor(handler, sys_->get_executor()));
+          else post_error(boost::asio::get_associated_executor(handler));
           return;
         }
         end_stream(*cg).async_synchronize([this, h = std::move(handler), p](async_error_code sync_ec) mutable {

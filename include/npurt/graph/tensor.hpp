@@ -10,6 +10,7 @@
 // Thread safety: a tensor is a plain value; use one from one thread at a time.
 #pragma once
 
+#include <npurt/detail/host_heap.hpp>
 #include <npurt/device.hpp>
 #include <npurt/error.hpp>
 #include <npurt/stream.hpp>
@@ -34,7 +35,8 @@ class tensor {
   tensor(npurt::shape s, npurt::dtype t, npurt::layout l = layout::nd);
   /// A host tensor with these values (converted to `t`); values.size() must equal the elements.
   tensor(npurt::shape s, npurt::dtype t, const std::vector<double>& values);
-  /// A tensor on `dev` (uninitialised device memory, freed by the destructor or release()).
+  /// A tensor on `dev` (uninitialised device memory, freed by the destructor or release()). If
+  /// the device's system dies first, the memory goes with it: data() becomes null.
   static tensor on_device(npurt::device& dev, npurt::shape s, npurt::dtype t, npurt::layout l = layout::nd);
   /// Shape and dtype only: what timing-only runs move around.
   static tensor timing_only(npurt::shape s, npurt::dtype t, npurt::layout l = layout::nd);
@@ -66,12 +68,13 @@ class tensor {
   [[nodiscard]] bool is_device() const noexcept { return place_ == storage_place::device; }
   [[nodiscard]] bool has_storage() const noexcept { return place_ != storage_place::none; }
   /// The device of a device tensor (-1 otherwise).
-  [[nodiscard]] device_id device() const noexcept { return dev_ ? dev_->id() : -1; }
-  /// Host pointer (host tensors) or device address (device tensors); null without storage.
-  [[nodiscard]] void* data() noexcept { return data_; }
-  [[nodiscard]] const void* data() const noexcept { return data_; }
+  [[nodiscard]] device_id device() const noexcept { return place_ == storage_place::device ? device_id_ : -1; }
+  /// Host pointer (host tensors) or device address (device tensors); null without storage, and
+  /// for a device tensor whose system is gone.
+  [[nodiscard]] void* data() noexcept { return live_data(); }
+  [[nodiscard]] const void* data() const noexcept { return live_data(); }
   /// The kernel operand descriptor of this tensor.
-  [[nodiscard]] tensor_desc desc() const noexcept { return {data_, shape_, type_, format_}; }
+  [[nodiscard]] tensor_desc desc() const noexcept { return {live_data(), shape_, type_, format_}; }
 
   /// Element i (row-major), converted to double. Host tensors only; caller_error otherwise or
   /// when i is out of range.
@@ -98,7 +101,7 @@ class tensor {
     const memcpy_kind kind = check_copy(src, ec);
     // A bad copy still goes through the stream so that it completes through the token, with the
     // stream's own argument check reporting it (a null source is invalid_pointer).
-    return s.async_memcpy(ec ? nullptr : data_, bytes(), ec ? nullptr : src.data_, ec ? 0 : bytes(), kind,
+    return s.async_memcpy(ec ? nullptr : live_data(), bytes(), ec ? nullptr : src.live_data(), ec ? 0 : bytes(), kind,
                           std::forward<Token>(token));
   }
   /// A device copy of this tensor on s's device (blocking), and a host copy of a device tensor.
@@ -108,13 +111,17 @@ class tensor {
  private:
   [[nodiscard]] std::int64_t linear(std::initializer_list<std::int64_t> index) const;
   memcpy_kind check_copy(const tensor& src, std::error_code& ec) const noexcept;
+  [[nodiscard]] void* live_data() const noexcept {
+    return place_ == storage_place::device && !device_memory_ ? nullptr : data_;
+  }
   void swap(tensor& o) noexcept {
     std::swap(shape_, o.shape_);
     std::swap(type_, o.type_);
     std::swap(format_, o.format_);
     std::swap(place_, o.place_);
     std::swap(data_, o.data_);
-    std::swap(dev_, o.dev_);
+    std::swap(device_memory_, o.device_memory_);
+    std::swap(device_id_, o.device_id_);
     std::swap(host_, o.host_);
   }
 
@@ -123,8 +130,13 @@ class tensor {
   npurt::layout format_ = layout::nd;
   storage_place place_ = storage_place::none;
   void* data_ = nullptr;
-  npurt::device* dev_ = nullptr;
-  std::vector<std::byte> host_;
+  // Device storage: a buffer that becomes empty when its system dies (then data_ dangles and
+  // live_data() hides it), and the device's id, which stays meaningful.
+  device_buffer device_memory_;
+  device_id device_id_ = -1;
+  // From npurt's host heap, whose allocator throws std::bad_alloc when memory runs out: a global
+  // operator new replaced by a C build of mimalloc aborts the process instead.
+  std::vector<std::byte, detail::host_allocator<std::byte>> host_;
 };
 
 /// Reads element i of raw storage of dtype t as double; writes it back rounded. Shared by the

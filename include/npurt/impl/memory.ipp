@@ -13,37 +13,40 @@ namespace detail {
 /// are mapped on demand.
 class pool_provider final : public segment_provider {
  public:
-  pool_provider(runtime& rt, device_id dev) : rt_(rt), dev_(dev) {}
+  pool_provider(runtime& rt, device_id dev) : rt_(&rt), dev_(dev) {}
 
   std::error_code allocate(std::size_t bytes, std::uint64_t& addr) override {
     std::error_code ec;
-    void* p = rt_.memory().device_malloc(dev_, bytes, ec, true);
+    void* p = rt_->memory().device_malloc(dev_, bytes, ec, true);
     addr = reinterpret_cast<std::uint64_t>(p);
     return ec;
   }
+  // The releases run when a pool dies, which may be after its system (a session's pool): the
+  // device memory is gone with the system then, and there is nothing to give back.
   void release(std::uint64_t addr, std::size_t) override {
+    if (!rt_) return;
     std::error_code ec;
-    rt_.memory().device_free(dev_, reinterpret_cast<void*>(addr), ec, true);
+    rt_->memory().device_free(dev_, reinterpret_cast<void*>(addr), ec, true);
   }
-  [[nodiscard]] std::size_t capacity() const override { return rt_.backend().properties(dev_).memory_bytes; }
-  [[nodiscard]] std::size_t free_bytes() const override { return capacity() - rt_.memory().device_used(dev_); }
+  [[nodiscard]] std::size_t capacity() const override { return rt_->backend().properties(dev_).memory_bytes; }
+  [[nodiscard]] std::size_t free_bytes() const override { return capacity() - rt_->memory().device_used(dev_); }
 
   std::error_code reserve_range(std::size_t bytes, std::uint64_t& addr) override {
     std::error_code ec;
-    addr = rt_.memory().reserve_range(dev_, bytes, ec);
+    addr = rt_->memory().reserve_range(dev_, bytes, ec);
     if (!ec) ranges_[addr] = bytes;
     return ec;
   }
   void release_range(std::uint64_t addr, std::size_t) override {
-    rt_.memory().release_range(addr);
+    if (rt_) rt_->memory().release_range(addr);
     ranges_.erase(addr);
   }
   std::error_code map(std::uint64_t addr, std::size_t bytes) override {
     const std::uint64_t base = base_of(addr);
-    return base ? rt_.memory().map_range(base, bytes) : make_error_code(errc::invalid_pointer);
+    return base ? rt_->memory().map_range(base, bytes) : make_error_code(errc::invalid_pointer);
   }
   void unmap(std::uint64_t addr, std::size_t bytes) override {
-    if (const std::uint64_t base = base_of(addr)) rt_.memory().unmap_range(base, bytes);
+    if (const std::uint64_t base = base_of(addr); base && rt_) rt_->memory().unmap_range(base, bytes);
   }
 
  private:
@@ -54,7 +57,7 @@ class pool_provider final : public segment_provider {
     return addr < it->first + it->second ? it->first : 0;
   }
 
-  runtime& rt_;
+  runtime_ref rt_;  // null once the system is gone
   device_id dev_;
   std::map<std::uint64_t, std::size_t> ranges_;
 };
@@ -77,14 +80,16 @@ NPURT_DECL std::unique_ptr<detail::caching_allocator> mem_pool::make_allocator(c
   mem_pool_options o = opts;
   o.device = dev_;
   detail::stream_callbacks cb;
-  cb.fence_done = [rt_ = rt_](std::uint64_t f) {
+  cb.fence_done = [rt_ = rt_.get()](std::uint64_t f) {
     return rt_->position_reached(detail::fence_stream(f), detail::fence_seq(f));
   };
-  cb.record_fence = [rt_ = rt_](std::uint32_t stream) { return detail::fence_of(stream, rt_->last_enqueued(stream)); };
-  cb.insert_wait = [rt_ = rt_](std::uint32_t stream, std::uint64_t f) {
+  cb.record_fence = [rt_ = rt_.get()](std::uint32_t stream) {
+    return detail::fence_of(stream, rt_->last_enqueued(stream));
+  };
+  cb.insert_wait = [rt_ = rt_.get()](std::uint32_t stream, std::uint64_t f) {
     rt_->enqueue_wait(stream, detail::fence_stream(f), detail::fence_seq(f), "pool_wait");
   };
-  cb.synchronize_all = [rt_ = rt_, dev = dev_] {
+  cb.synchronize_all = [rt_ = rt_.get(), dev = dev_] {
     // Blocking is only possible outside run(); inside it async_malloc drains the device itself.
     if (rt_->in_run()) return;
     std::error_code ec;
@@ -109,8 +114,8 @@ NPURT_DECL void mem_pool::reconfigure(const mem_pool_options& opts) {
 }
 
 NPURT_DECL mem_pool::~mem_pool() {
-  unregister_blocks();
-  alloc_.reset();  // gives every segment back to the device
+  if (rt_) unregister_blocks();  // a pool that outlives its system (a session's) has no registry left
+  alloc_.reset();                // gives every segment back to the device, if it is still there
 }
 
 NPURT_DECL std::uint32_t mem_pool::stream_id(stream& s, std::error_code& ec) const {
