@@ -4,10 +4,13 @@
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <system_error>
 
 namespace npurt::onnx {
 
@@ -18,10 +21,19 @@ namespace {
 }
 
 std::string read_file(const std::string& path) {
+  std::error_code fs_ec;
+  if (std::filesystem::is_directory(path, fs_ec))
+    fail(errc::invalid_argument, {}, {}, "onnx: cannot read '" + path + "': it is a directory");
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(errc::invalid_argument, {}, {}, "onnx: cannot open '" + path + "'");
+  if (!in) {
+    const int e = errno;
+    fail(errc::invalid_argument, {}, {},
+         "onnx: cannot open '" + path + "'" + (e != 0 ? ": " + std::generic_category().message(e) : std::string()));
+  }
   std::ostringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) fail(errc::invalid_argument, {}, {}, "onnx: cannot read '" + path + "'");
   return ss.str();
 }
 
@@ -144,6 +156,8 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
     // npurt's shapes hold at most 8 dimensions: the initializers' limit, and error, applies.
     if (tt.shape().dim_size() > static_cast<int>(shape::max_rank))
       fail(errc::not_supported, {}, in.name(), "onnx: input '" + in.name() + "' has rank above 8");
+    if (!tt.has_shape())
+      fail(errc::invalid_shape, {}, in.name(), "onnx: input '" + in.name() + "' has no shape (its rank is unknown)");
     shape s;
     for (const auto& d : tt.shape().dim()) {
       if (!d.has_dim_value())
@@ -153,9 +167,15 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
     }
     g.add_input(in.name(), s, *type);
   }
+  // Names for unnamed nodes, never one a named node of the model has (in any order).
+  std::set<std::string> named;
+  for (const auto& n : gp.node())
+    if (!n.name().empty()) named.insert(n.name());
   std::size_t unnamed = 0;
   for (const auto& n : gp.node()) {
-    std::string node_name = n.name().empty() ? n.op_type() + "_" + std::to_string(unnamed++) : n.name();
+    std::string node_name = n.name();
+    while (node_name.empty() || (n.name().empty() && named.count(node_name)))
+      node_name = n.op_type() + "_" + std::to_string(unnamed++);
     if (n.op_type() == "Constant") {
       // The output names the constant. protobuf's output(0) on an empty list is a FatalException,
       // not an error a caller of load() expects.
@@ -189,6 +209,11 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
 graph load_from_bytes(const std::string& bytes, const std::string& name) {
   ::onnx::ModelProto m;
   if (!m.ParseFromString(bytes)) fail(errc::parse_error, {}, {}, "onnx: '" + name + "' is not a serialized ONNX model");
+  // An empty file parses as an empty model: say so rather than that its graph has no output.
+  if (!m.has_graph())
+    fail(errc::parse_error, {}, {},
+         "onnx: '" + name + "' is not an ONNX model (" +
+             (bytes.empty() ? std::string("the file is empty") : "it has no graph") + ")");
   return build(m, name);
 }
 

@@ -52,6 +52,7 @@ bool allclose(const tensor& expected, const tensor& got, std::string& why) {
   in->set_name("x");
   auto* tt = in->mutable_type()->mutable_tensor_type();
   tt->set_elem_type(1);
+  (void)tt->mutable_shape();  // no dims: a scalar (a shape that is absent is an unknown rank)
   for (auto d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
   auto* n = g->add_node();
   n->set_op_type("Relu");
@@ -287,4 +288,54 @@ TEST_CASE("a graph input of rank above 8 is not_supported, as an initializer's i
   m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param(
       "N");
   CHECK(error_loading(m).code == errc::invalid_shape);
+  // So is an input without a shape at all (its rank unknown), not a scalar.
+  auto unranked = relu_model({});
+  unranked.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+  const auto u = error_loading(unranked);
+  CHECK(u.code == errc::invalid_shape);
+  CHECK(u.tensor == "x");
+  CHECK(npurt::onnx::load_from_bytes(relu_model({}).SerializeAsString()).value("x").shape.rank() == 0);
+}
+
+TEST_CASE("unnamed nodes get names no named node of the model has, in either order", "[onnx]") {
+  for (const bool named_first : {false, true}) {
+    auto m = relu_model({2});
+    auto* g = m.mutable_graph();
+    auto* second = g->add_node();
+    second->set_op_type("Relu");
+    second->add_input("y");
+    second->add_output("z");
+    g->mutable_output(0)->set_name("z");
+    (named_first ? g->mutable_node(0) : second)->set_name("Relu_0");
+    const graph loaded = npurt::onnx::load_from_bytes(m.SerializeAsString(), "names");
+    CHECK(loaded.nodes().size() == 2);
+    CHECK(loaded.nodes()[0].name != loaded.nodes()[1].name);
+  }
+}
+
+TEST_CASE("a file that is not a model says why: a directory, an empty file, a missing file", "[onnx][errors]") {
+  const fs::path dir = fs::temp_directory_path() / "npurt_onnx_not_a_model";
+  fs::create_directories(dir);
+  const fs::path empty = dir / "empty.onnx";
+  {
+    std::FILE* f = std::fopen(empty.c_str(), "wb");
+    REQUIRE(f);
+    std::fclose(f);
+  }
+  const auto message = [](const fs::path& p) -> std::pair<std::error_code, std::string> {
+    try {
+      (void)npurt::onnx::load(p.string());
+    } catch (const npurt::error& e) { return {e.code(), e.what()}; }
+    return {};
+  };
+  const auto [dir_ec, dir_what] = message(dir);
+  CHECK(dir_ec == errc::invalid_argument);
+  CHECK(dir_what.find("directory") != std::string::npos);
+  const auto [empty_ec, empty_what] = message(empty);
+  CHECK(empty_ec == errc::parse_error);
+  CHECK(empty_what.find("empty") != std::string::npos);
+  const auto [missing_ec, missing_what] = message(dir / "missing.onnx");
+  CHECK(missing_ec == errc::invalid_argument);
+  CHECK(missing_what.find("No such file") != std::string::npos);
+  fs::remove_all(dir);
 }
