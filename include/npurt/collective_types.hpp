@@ -127,12 +127,22 @@ struct collective_comm_state {
   [[nodiscard]] std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(devices.size()); }
 };
 
+/// The communicator's settings one call was enqueued under. A later set_algorithm or
+/// set_buffer_size must not reach calls already queued (HCCL reads HCCL_ALGO and HCCL_BUFFSIZE
+/// when the operation is issued), so the call carries its own copy.
+struct collective_settings {
+  /// The call's own algorithm, or the communicator's when the call left it automatic.
+  collective_algorithm algorithm = collective_algorithm::automatic;
+  std::size_t buffer_bytes = 200'000'000;
+};
+
 /// One rank's task: one call, or several batched by group_start / group_end.
 struct collective_desc {
   std::shared_ptr<collective_comm_state> comm;
   std::uint32_t rank = 0;
   std::vector<collective_call> calls;
-  std::vector<std::uint64_t> sequence;    // per call
+  std::vector<std::uint64_t> sequence;          // per call
+  std::vector<collective_settings> settings;    // per call
 };
 
 }  // namespace npurt

@@ -129,6 +129,7 @@ struct collective_engine::instance {
   std::vector<std::uint32_t> ranks;          // communicator rank by participant
   std::vector<task_info*> tasks;
   std::vector<const collective_call*> calls;
+  std::vector<collective_settings> settings;  // by participant: what its call was enqueued under
   std::vector<sim_time> arrival;
   std::uint32_t arrived = 0;
   std::uint32_t first = none;
@@ -173,7 +174,8 @@ collective_engine::carrier* collective_engine::new_carrier() {
 
 void collective_engine::submit(task_info& t) {
   const collective_desc* d = t.collective;
-  if (!d || !d->comm || d->calls.empty() || d->rank >= d->comm->size()) {
+  if (!d || !d->comm || d->calls.empty() || d->sequence.size() != d->calls.size() ||
+      d->settings.size() != d->calls.size() || d->rank >= d->comm->size()) {
     tasks_[&t] = {1, {}};
     release_task(t, make_error_code(errc::invalid_argument));
     return;
@@ -216,6 +218,7 @@ void collective_engine::arrive(const key& k, task_info& t, std::uint32_t call_in
     const std::size_t n = in->devices.size();
     in->tasks.assign(n, nullptr);
     in->calls.assign(n, nullptr);
+    in->settings.assign(n, collective_settings{});
     in->arrival.assign(n, sim_time{});
     by_id_[in->id] = in.get();
     it->second = std::move(in);
@@ -230,6 +233,7 @@ void collective_engine::arrive(const key& k, task_info& t, std::uint32_t call_in
   }
   in.tasks[participant] = &t;
   in.calls[participant] = &call;
+  in.settings[participant] = t.collective->settings[call_index];
   in.arrival[participant] = now;
   ++in.arrived;
   if (in.failed) {
@@ -366,11 +370,13 @@ void collective_engine::begin(instance& in) {
           instances_.erase(in.k);
           return;
         }
-  collective_algorithm a = c.algorithm != collective_algorithm::automatic ? c.algorithm : in.comm->algorithm;
+  // What the calls were enqueued under, not the communicator's settings now.
+  const collective_settings& settings = in.settings[in.first];
+  collective_algorithm a = settings.algorithm;
   if (in.p2p) a = collective_algorithm::ring;
   if (a == collective_algorithm::automatic) a = choose_algorithm(preset_, in.devices, c.op, n);
   in.algo = a;
-  const std::size_t buf = std::max<std::size_t>(in.comm->buffer_bytes, 1);
+  const std::size_t buf = std::max<std::size_t>(settings.buffer_bytes, 1);
   in.chunks = c.op == collective_op::barrier ? 1 : std::max<std::size_t>(1, (n + buf - 1) / buf);
   if (!blocks.empty())
     for (auto& row : blocks)

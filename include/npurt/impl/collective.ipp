@@ -274,6 +274,9 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
   if (c.op == collective_op::send) seq = state_->next_send[rank * p + static_cast<std::uint32_t>(c.root)]++;
   else if (c.op == collective_op::recv) seq = state_->next_recv[static_cast<std::uint32_t>(c.root) * p + rank]++;
   else seq = state_->next_seq[rank]++;
+  collective_settings settings;
+  settings.algorithm = c.algorithm != collective_algorithm::automatic ? c.algorithm : state_->algorithm;
+  settings.buffer_bytes = state_->buffer_bytes;
   if (group_ && group_->depth > 0) {
     auto& d = group_->pending[ss->id];
     if (!d) {
@@ -283,6 +286,7 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
     }
     d->calls.push_back(c);
     d->sequence.push_back(seq);
+    d->settings.push_back(settings);
     return nullptr;
   }
   auto d = std::make_shared<collective_desc>();
@@ -290,6 +294,7 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
   d->rank = rank;
   d->calls.push_back(c);
   d->sequence.push_back(seq);
+  d->settings.push_back(settings);
   detail::task* t = rt_->new_task(*ss, task_kind::collective);
   t->engine = engine_kind::collective;
   t->name = to_string(c.op);

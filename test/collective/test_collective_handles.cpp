@@ -1,0 +1,90 @@
+// What a call is bound to: the settings in force when it was enqueued, the communicator's
+// options as init_all takes them, and handles that cannot take a call (empty, a destroyed
+// system, another thread).
+#include "helpers.hpp"
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace coll_handles_test {
+
+using namespace npurt;
+using Catch::Matchers::ContainsSubstring;
+
+std::error_code sync_code(stream& s) {
+  std::error_code ec;
+  s.synchronize(no_timeout, ec);
+  return ec;
+}
+
+struct ranks {
+  npurt::system sys;
+  std::vector<stream> s;
+  explicit ranks(const sim::preset& p) : sys(sim::make_backend(p, coll_test::timing_only())) {
+    for (auto& d : sys.devices()) s.push_back(d.make_stream());
+  }
+  void all_reduce(communicator& comm, std::size_t count) {
+    for (std::size_t r = 0; r < s.size(); ++r)
+      comm.all_reduce(nullptr, nullptr, count, dtype::f32, reduce_op::sum, s[r]);
+  }
+};
+
+// The communicator's error message, for the cases that fail.
+std::string message_of(const communicator& comm) {
+  std::string m;
+  (void)comm.async_error(&m);
+  return m;
+}
+
+TEST_CASE("set_algorithm and set_buffer_size reach only the calls enqueued after them", "[collective][settings]") {
+  constexpr std::size_t count = 16u << 20;  // 64 MiB of f32
+  // The same call with nothing changed after it: what the call enqueued under ring must match.
+  ranks ref(coll_test::mesh_preset(4));
+  auto ref_comm = communicator::init_all(ref.sys, {.algorithm = collective_algorithm::ring, .keep_records = true});
+  ref.all_reduce(ref_comm, count);
+  ref.sys.run();
+  const collective_record expected = ref_comm.records().at(0);
+  REQUIRE(expected.algorithm == collective_algorithm::ring);
+
+  ranks w(coll_test::mesh_preset(4));
+  auto comm = communicator::init_all(w.sys, {.algorithm = collective_algorithm::ring, .keep_records = true});
+  w.all_reduce(comm, count);
+  comm.set_algorithm(collective_algorithm::mesh);
+  comm.set_buffer_size(1u << 20);  // 64 chunks, had it reached the call
+  w.all_reduce(comm, count);
+  w.sys.run();
+  REQUIRE(comm.records().size() == 2);
+  const collective_record& before = comm.records()[0];
+  CHECK(before.algorithm == collective_algorithm::ring);
+  CHECK(before.end - before.start == expected.end - expected.start);
+  // The later call runs under the new settings.
+  const collective_record& after = comm.records()[1];
+  CHECK(after.algorithm == collective_algorithm::mesh);
+  CHECK_FALSE(comm.async_error());
+
+  SECTION("a call batched in a group keeps the settings it was enqueued under") {
+    comm.set_algorithm(collective_algorithm::ring);
+    comm.set_buffer_size(200'000'000);
+    comm.group_start();
+    w.all_reduce(comm, count);
+    comm.set_algorithm(collective_algorithm::mesh);
+    comm.group_end();
+    w.sys.run();
+    REQUIRE(comm.records().size() == 3);
+    CHECK(comm.records()[2].algorithm == collective_algorithm::ring);
+    CHECK(comm.records()[2].end - comm.records()[2].start == expected.end - expected.start);
+  }
+}
+
+}  // namespace coll_handles_test
