@@ -87,4 +87,21 @@ TEST_CASE("set_algorithm and set_buffer_size reach only the calls enqueued after
   }
 }
 
+TEST_CASE("init_all refuses an algorithm outside its enumeration, naming the option", "[collective][args]") {
+  npurt::system sys{sim::presets::ascend910(2)};
+  const std::vector<device_id> devs{0, 1};
+  const auto bad = static_cast<collective_algorithm>(9);
+  std::error_code ec;
+  const auto comm = communicator::init_all(sys, devs, {.algorithm = bad}, ec);
+  CHECK(ec == errc::invalid_argument);
+  CHECK_FALSE(comm.valid());
+  try {
+    (void)communicator::init_all(sys, {.algorithm = bad});
+    FAIL("init_all took algorithm 9");
+  } catch (const caller_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK_THAT(std::string(e.what()), ContainsSubstring("communicator_options::algorithm"));
+  }
+}
+
 }  // namespace coll_handles_test

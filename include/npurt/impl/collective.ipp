@@ -24,7 +24,9 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
     out = std::get<std::optional<picoseconds>>(o);
     return !out || out->count() >= 0;
   };
-  if (devices.empty() || opts.buffer_size == 0) {
+  // An algorithm cast from an integer out of the enumeration is refused here as set_algorithm
+  // and the per-call override refuse it: the engine would plan it as no algorithm at all.
+  if (devices.empty() || opts.buffer_size == 0 || opts.algorithm > collective_algorithm::hierarchical) {
     ec = make_error_code(errc::invalid_argument);
     return c;
   }
@@ -70,6 +72,11 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
                                                const communicator_options& opts) {
   std::error_code ec;
   communicator c = init_all(sys, devices, opts, ec);
+  if (ec && opts.algorithm > collective_algorithm::hierarchical)
+    throw_error(ec, "npurt::communicator::init_all: communicator_options::algorithm is not a collective_algorithm (" +
+                        std::to_string(static_cast<int>(opts.algorithm)) + ")");
+  if (ec && opts.buffer_size == 0)
+    throw_error(ec, "npurt::communicator::init_all: communicator_options::buffer_size must be > 0");
   throw_if(ec,
            "npurt::communicator::init_all: devices must be distinct devices of the system, buffer size > 0, "
            "timeouts >= 0");
