@@ -249,12 +249,15 @@ auto communicator::async_enqueue(collective_call c, stream& s, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
       [this, &s](auto handler, collective_call call) {
         using handler_t = decltype(handler);
+        if (!rt_) {  // an empty handle, or its system is gone: no loop to complete through
+          detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_argument));
+          return;
+        }
         std::error_code ec;
         detail::task* t = group_ && group_->depth > 0 ? nullptr : prepare(call, s, ec);
         if (!t && !ec) ec = make_error_code(errc::not_supported);
         if (!t) {
-          if (rt_) detail::post_error(*rt_, std::move(handler), ec);
-          else std::move(handler)(async_error_code(ec));
+          detail::post_error(*rt_, std::move(handler), ec);
           return;
         }
         t->waiter = detail::handler_op<handler_t>::create(*rt_, std::move(handler));

@@ -104,4 +104,38 @@ TEST_CASE("init_all refuses an algorithm outside its enumeration, naming the opt
   }
 }
 
+TEST_CASE("an async call on an empty or orphaned communicator completes after the call, through the handler's executor",
+          "[collective][async][lifetime]") {
+  communicator empty;
+  communicator orphan;
+  stream orphan_stream;
+  {
+    npurt::system sys{sim::presets::ascend910(2)};
+    orphan = communicator::init_all(sys);
+    orphan_stream = sys.device(0).make_stream();
+  }
+  stream null_stream;
+  for (auto* comm : {&empty, &orphan}) {
+    stream& s = comm == &empty ? null_stream : orphan_stream;
+    boost::asio::io_context io;
+    std::optional<async_error_code> got;
+    comm->async_barrier(s, boost::asio::bind_executor(io, [&](async_error_code ec) { got = ec; }));
+    CHECK_FALSE(got);  // never inside the call
+    io.run();
+    REQUIRE(got);
+    CHECK(std::error_code(*got) == errc::invalid_argument);
+
+    // Without an executor of its own the handler runs on Asio's system executor.
+    std::atomic<bool> in_call{true};
+    const auto caller = std::this_thread::get_id();
+    std::promise<bool> ran_inside;
+    auto done = ran_inside.get_future();
+    comm->async_barrier(
+        s, [&](async_error_code) { ran_inside.set_value(in_call.load() && std::this_thread::get_id() == caller); });
+    in_call = false;
+    REQUIRE(done.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    CHECK_FALSE(done.get());
+  }
+}
+
 }  // namespace coll_handles_test
