@@ -620,9 +620,17 @@ void collective_engine::compute(instance& in) {
     if (bytes == 0) return nullptr;
     return host_->translate(in.devices[i], ptr, bytes);
   };
-  auto fail_data = [&] {
+  // Every rank fails with the first unusable buffer found: the message says whose it was.
+  auto fail_data = [&](std::size_t i, const char* which, const void* ptr) {
+    if (in.error) return;
     in.error = make_error_code(errc::invalid_pointer);
     if (!in.comm->async_error) in.comm->async_error = in.error;
+    std::ostringstream os;
+    os << "invalid pointer in " << describe_call(c0) << " #" << in.sequence << " of communicator '" << in.comm->name
+       << "' (id " << in.comm->id << "): rank " << in.ranks[i] << "'s " << which << " buffer " << ptr
+       << " is not live memory of device " << in.devices[i] << " (freed after the call?)";
+    if (!in.comm->message.empty()) in.comm->message += "\n";
+    in.comm->message += os.str();
   };
   // Inputs are read in full before any output is written: in-place calls are safe. An input
   // that cannot be read fails the collective on every rank, and no output is written, so that
@@ -637,14 +645,14 @@ void collective_engine::compute(instance& in) {
     if (const std::byte* src = dev(i, base + offset, bytes)) v.assign(src, src + bytes);
     else {
       unreadable = true;
-      fail_data();
+      fail_data(i, "send", in.calls[i]->send);
     }
     return v;
   };
   auto output = [&](std::size_t i, const std::vector<std::byte>& v, std::size_t offset = 0) {
     if (v.empty()) return;
     std::byte* dst = dev(i, static_cast<std::byte*>(in.calls[i]->recv) + offset, v.size());
-    if (!dst) return fail_data();
+    if (!dst) return fail_data(i, "recv", in.calls[i]->recv);
     std::memcpy(dst, v.data(), v.size());
   };
   auto reduced = [&](std::size_t bytes, std::size_t offset, const std::vector<std::size_t>& order) {
@@ -672,20 +680,20 @@ void collective_engine::compute(instance& in) {
   switch (in.op) {
     case collective_op::all_reduce: {
       const auto r = reduced(n, 0, order);
-      if (r.empty() && n) return fail_data();
+      if (unreadable) return;
       for (std::size_t i = 0; i < p; ++i) output(i, r);
       break;
     }
     case collective_op::reduce: {
       const auto r = reduced(n, 0, order);
-      if (r.empty() && n) return fail_data();
+      if (unreadable) return;
       output(static_cast<std::size_t>(c0.root), r);
       break;
     }
     case collective_op::reduce_scatter:
       for (std::size_t j = 0; j < p; ++j) {
         const auto r = reduced(n, j * n, order);
-        if (r.empty() && n) return fail_data();
+        if (unreadable) return;
         output(j, r);
       }
       break;

@@ -4,6 +4,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cstdint>
 #include <string>
@@ -12,6 +13,7 @@
 
 namespace coll_inputs_test {
 
+using Catch::Matchers::ContainsSubstring;
 using npurt::collective_op;
 using npurt::dtype;
 using npurt::errc;
@@ -60,7 +62,10 @@ TEST_CASE("a collective whose input was freed before it ran fails with invalid_p
   sys.device(0).free(in[0]);
   CHECK(sync_code(s[0]) == errc::invalid_pointer);
   CHECK(sync_code(s[1]) == errc::invalid_pointer);
-  CHECK(comm.async_error() == errc::invalid_pointer);
+  std::string msg;
+  CHECK(comm.async_error(&msg) == errc::invalid_pointer);
+  CHECK_THAT(msg, ContainsSubstring("invalid pointer") && ContainsSubstring("'" + comm.name() + "'") &&
+                      ContainsSubstring("#0") && ContainsSubstring("rank 0's send buffer"));
   // The device keeps its own record of the failure until a blocking device call reads it.
   std::error_code dev_ec;
   sys.device(1).synchronize(npurt::no_timeout, dev_ec);
