@@ -41,6 +41,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -84,7 +85,8 @@ class communicator {
   /// Over every device of the system.
   [[nodiscard]] static NPURT_DECL communicator init_all(system& sys, const communicator_options& opts = {});
 
-  /// False for an empty handle and once its system is destroyed (every call then fails).
+  /// False for an empty handle and once its system is destroyed (every call then fails with
+  /// errc::invalid_argument: the operations, split, the setters, abort and group_start).
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr && rt_ != nullptr; }
   [[nodiscard]] std::uint64_t id() const noexcept { return state_ ? state_->id : 0; }
   // An empty handle (default-constructed, not yet given an init_all result) has no state to
@@ -228,6 +230,11 @@ class communicator {
  private:
   NPURT_DECL detail::task* prepare(const collective_call& c, stream& s, std::error_code& ec);
   NPURT_DECL std::error_code check(const collective_call& c, device_id dev, std::uint32_t rank) const;
+  /// Whether this handle can take a call: invalid_argument for an empty handle or a destroyed
+  /// system.
+  [[nodiscard]] NPURT_DECL std::error_code usable() const noexcept;
+  /// usable() for the throwing calls: the error names `what` and the cause.
+  NPURT_DECL void require_usable(std::string_view what) const;
   static const collective_comm_state& empty_state() noexcept {
     static const collective_comm_state empty{};
     return empty;

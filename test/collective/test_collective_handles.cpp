@@ -138,4 +138,39 @@ TEST_CASE("an async call on an empty or orphaned communicator completes after th
   }
 }
 
+TEST_CASE("setters, abort and group_start on an orphaned or empty communicator fail with the cause",
+          "[collective][args][lifetime]") {
+  communicator orphan;
+  {
+    npurt::system sys{sim::presets::ascend910(2)};
+    orphan = communicator::init_all(sys);
+  }
+  communicator empty;
+  const auto refused = [](auto call, const char* cause) {
+    try {
+      call();
+      FAIL("accepted");
+    } catch (const caller_error& e) {
+      CHECK(e.code() == errc::invalid_argument);
+      CHECK_THAT(std::string(e.what()), ContainsSubstring(cause));
+    }
+  };
+  for (auto* comm : {&orphan, &empty}) {
+    const char* cause = comm == &orphan ? "its system was destroyed" : "empty communicator handle";
+    CAPTURE(cause);
+    refused([&] { comm->set_algorithm(collective_algorithm::ring); }, cause);
+    refused([&] { comm->set_buffer_size(1u << 20); }, cause);
+    refused([&] { comm->set_exec_timeout(std::chrono::seconds{1}); }, cause);
+    refused([&] { comm->set_connect_timeout(std::chrono::seconds{1}); }, cause);
+    refused([&] { comm->abort(); }, cause);
+    refused([&] { comm->group_start(); }, cause);
+  }
+  // Nothing changed on the orphan.
+  CHECK(orphan.algorithm() == collective_algorithm::automatic);
+  CHECK_FALSE(orphan.aborted());
+  std::error_code ec;
+  orphan.group_end(ec);
+  CHECK(ec == errc::invalid_argument);
+}
+
 }  // namespace coll_handles_test

@@ -177,7 +177,7 @@ TEST_CASE("a communicator that outlives its system reports invalid and fails eve
   CHECK(ec == npurt::error_class::caller);
   const int colors[2] = {0, 1};
   CHECK_THROWS_AS(comm.split(colors), npurt::caller_error);
-  comm.abort();  // nothing pending: a no-op, not a call into a dead system
+  CHECK_THROWS_AS(comm.abort(), npurt::caller_error);  // never a call into a dead system
   npurt::communicator copy = comm;
   CHECK_FALSE(copy.valid());
 }

@@ -102,10 +102,23 @@ NPURT_DECL device_id communicator::device_of(std::uint32_t rank) const {
   return state_->devices[rank];
 }
 
+NPURT_DECL std::error_code communicator::usable() const noexcept {
+  if (!state_ || !rt_) return make_error_code(errc::invalid_argument);
+  return {};
+}
+
+NPURT_DECL void communicator::require_usable(std::string_view what) const {
+  const std::error_code ec = usable();
+  if (!ec) return;
+  std::string msg = "npurt::communicator::" + std::string(what);
+  if (!state_) msg += ": empty communicator handle";
+  else if (!rt_) msg += ": its system was destroyed";
+  throw_error(ec, msg);
+}
+
 NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> colors) const {
-  if (state_ && !rt_)
-    throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::split: its system was destroyed");
-  if (!state_ || colors.size() != state_->size())
+  require_usable("split");
+  if (colors.size() != state_->size())
     throw_error(make_error_code(errc::invalid_argument),
                 "npurt::communicator::split: one color per rank (" + std::to_string(size()) + ")");
   std::map<int, std::vector<device_id>> groups;
@@ -126,26 +139,29 @@ NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> co
 }
 
 NPURT_DECL void communicator::set_algorithm(collective_algorithm a) {
-  if (!state_) throw_error(make_error_code(errc::invalid_argument), "npurt::communicator: empty handle");
+  require_usable("set_algorithm");
   if (a > collective_algorithm::hierarchical)
     throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::set_algorithm: unknown algorithm");
   state_->algorithm = a;
 }
 
 NPURT_DECL void communicator::set_buffer_size(std::size_t bytes) {
-  if (!state_ || bytes == 0)
+  require_usable("set_buffer_size");
+  if (bytes == 0)
     throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::set_buffer_size: bytes must be > 0");
   state_->buffer_bytes = bytes;
 }
 
 NPURT_DECL void communicator::set_exec_timeout(std::optional<picoseconds> t) {
-  if (!state_ || (t && t->count() < 0))
+  require_usable("set_exec_timeout");
+  if (t && t->count() < 0)
     throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::set_exec_timeout: negative timeout");
   state_->exec_timeout = t;
 }
 
 NPURT_DECL void communicator::set_connect_timeout(std::optional<picoseconds> t) {
-  if (!state_ || (t && t->count() < 0))
+  require_usable("set_connect_timeout");
+  if (t && t->count() < 0)
     throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::set_connect_timeout: negative timeout");
   state_->connect_timeout = t;
 }
@@ -157,10 +173,11 @@ NPURT_DECL std::error_code communicator::async_error(std::string* message) const
 }
 
 NPURT_DECL void communicator::abort() {
-  if (!state_ || state_->aborted) return;
+  require_usable("abort");
+  if (state_->aborted) return;
   state_->aborted = true;
   if (group_) group_->pending.clear();
-  if (rt_) rt_->backend().abort_collectives(state_->id);  // a destroyed system has nothing pending
+  rt_->backend().abort_collectives(state_->id);
 }
 
 NPURT_DECL std::error_code communicator::check(const collective_call& c, device_id dev, std::uint32_t rank) const {
@@ -324,6 +341,7 @@ NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
     else if (ec == errc::stream_device_mismatch)
       what += ": the stream's device (or a buffer's) is not the calling rank's device of this communicator";
     else if (ec == errc::invalid_argument && !state_) what += ": empty communicator handle";
+    else if (ec == errc::invalid_argument && !rt_) what += ": its system was destroyed";
     else if (ec == errc::invalid_dtype && c.type == dtype::bf16)
       what += ": the devices of this system cannot reduce bf16 (the preset has no bf16 support)";
     else if (ec == errc::invalid_pointer && rt_) {
@@ -336,7 +354,7 @@ NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
 }
 
 NPURT_DECL void communicator::group_start() {
-  if (!group_) throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::group_start: empty handle");
+  require_usable("group_start");
   ++group_->depth;
 }
 
