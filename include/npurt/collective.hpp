@@ -230,8 +230,8 @@ class communicator {
  private:
   NPURT_DECL detail::task* prepare(const collective_call& c, stream& s, std::error_code& ec);
   NPURT_DECL std::error_code check(const collective_call& c, device_id dev, std::uint32_t rank) const;
-  /// Whether this handle can take a call: invalid_argument for an empty handle or a destroyed
-  /// system.
+  /// Whether this handle can take a call from this thread: invalid_argument for an empty
+  /// handle or a destroyed system, wrong_thread under system_options::check_thread.
   [[nodiscard]] NPURT_DECL std::error_code usable() const noexcept;
   /// usable() for the throwing calls: the error names `what` and the cause.
   NPURT_DECL void require_usable(std::string_view what) const;

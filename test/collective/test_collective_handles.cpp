@@ -173,4 +173,42 @@ TEST_CASE("setters, abort and group_start on an orphaned or empty communicator f
   CHECK(ec == errc::invalid_argument);
 }
 
+TEST_CASE("with thread checks on, communicator calls from another thread fail with wrong_thread",
+          "[collective][thread]") {
+  npurt::system sys{sim::presets::ascend910(2), system_options{.check_thread = true}};
+  auto comm = communicator::init_all(sys);
+  std::vector<stream> s;
+  std::vector<void*> p;
+  for (auto& d : sys.devices()) {
+    s.push_back(d.make_stream());
+    p.push_back(d.malloc(64));
+  }
+  std::error_code call_ec, group_start_ec, group_end_ec, split_ec, setter_ec;
+  std::thread([&] {
+    comm.all_reduce(p[1], p[1], 8, dtype::f32, reduce_op::sum, s[1], call_ec);
+    const auto code = [](auto f) {
+      try {
+        f();
+      } catch (const error& e) { return e.code(); }
+      return std::error_code{};
+    };
+    group_start_ec = code([&] { comm.group_start(); });
+    comm.group_end(group_end_ec);
+    split_ec = code([&] { (void)comm.split(std::vector<int>{0, 0}); });
+    setter_ec = code([&] { comm.set_algorithm(collective_algorithm::ring); });
+  }).join();
+  CHECK(call_ec == errc::wrong_thread);
+  CHECK(group_start_ec == errc::wrong_thread);
+  CHECK(group_end_ec == errc::wrong_thread);
+  CHECK(split_ec == errc::wrong_thread);
+  CHECK(setter_ec == errc::wrong_thread);
+  CHECK(comm.algorithm() == collective_algorithm::automatic);
+  // Nothing was enqueued or left open: the owner thread's calls work.
+  comm.group_start();
+  comm.group_end();
+  for (int r = 0; r < 2; ++r) comm.all_reduce(p[r], p[r], 8, dtype::f32, reduce_op::sum, s[r]);
+  CHECK(sync_code(s[0]) == std::error_code{});
+  CHECK(sync_code(s[1]) == std::error_code{});
+}
+
 }  // namespace coll_handles_test

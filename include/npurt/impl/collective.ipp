@@ -104,7 +104,7 @@ NPURT_DECL device_id communicator::device_of(std::uint32_t rank) const {
 
 NPURT_DECL std::error_code communicator::usable() const noexcept {
   if (!state_ || !rt_) return make_error_code(errc::invalid_argument);
-  return {};
+  return rt_->check_thread();
 }
 
 NPURT_DECL void communicator::require_usable(std::string_view what) const {
@@ -274,6 +274,9 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
     ec = make_error_code(errc::invalid_argument);  // its system was destroyed
     return nullptr;
   }
+  // Before the stream's check: from another thread every stream reads as invalid, which would
+  // hide the cause.
+  if ((ec = rt_->check_thread())) return nullptr;
   if (state_->aborted) {
     ec = make_error_code(errc::operation_aborted);
     return nullptr;
@@ -360,6 +363,7 @@ NPURT_DECL void communicator::group_start() {
 
 NPURT_DECL void communicator::group_end(std::error_code& ec) {
   ec.clear();
+  if (rt_ && (ec = rt_->check_thread())) return;
   if (!group_ || group_->depth == 0) {
     ec = make_error_code(errc::invalid_argument);  // group_end without group_start
     return;
