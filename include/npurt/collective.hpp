@@ -16,10 +16,11 @@
 //
 // Buffers are device memory of the calling rank's device; in timing-only mode they may be null.
 // Errors: a bad argument is a caller error at the call (nothing is enqueued). Ranks that disagree
-// (another operation, count, dtype, reduce op or root at the same call number) fail the
-// operation on every rank with errc::collective_mismatch; an operation whose peers do not arrive
-// within the execution timeout fails with errc::task_timeout. async_error() tells which, with
-// a message naming the ranks, calls, timer and communicator.
+// (another operation, count, dtype, reduce op or root at the same call number, or another
+// algorithm or buffer size in force at their calls) fail the operation on every rank with
+// errc::collective_mismatch; an operation whose peers do not arrive within the execution
+// timeout fails with errc::task_timeout. async_error() tells which, with a message naming the
+// ranks, calls, timer and communicator.
 #pragma once
 
 #include <npurt/collective_types.hpp>

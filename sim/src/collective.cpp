@@ -40,6 +40,19 @@ std::string describe_call(const collective_call& c) {
   return os.str();
 }
 
+std::string describe_settings(const collective_settings& s) {
+  std::ostringstream os;
+  os << "algorithm " << to_string(s.algorithm) << ", buffer size " << s.buffer_bytes << " B";
+  return os.str();
+}
+
+// Ranks that run one operation with different algorithms or chunkings would move different
+// data at different steps; a send and a recv are one transfer whatever their algorithm.
+bool same_settings(const collective_call& c, const collective_settings& a, const collective_settings& b) {
+  if (a.buffer_bytes != b.buffer_bytes) return false;
+  return c.op == collective_op::send || c.op == collective_op::recv || a.algorithm == b.algorithm;
+}
+
 bool same_call(const collective_call& a, const collective_call& b) {
   if (a.type != b.type || a.count != b.count) return false;
   if (a.op == collective_op::send || a.op == collective_op::recv) return true;  // roles differ by design
@@ -261,12 +274,16 @@ void collective_engine::arrive(const key& k, task_info& t, std::uint32_t call_in
       in.timer = host_->call_at_cancellable(deadline, &collective_engine::on_timeout, this, in.id);
       in.timer_armed = true;
     }
-  } else if (!same_call(*in.calls[in.first], call)) {
+  } else if (const bool calls_agree = same_call(*in.calls[in.first], call);
+             !calls_agree || !same_settings(call, in.settings[in.first], in.settings[participant])) {
     std::ostringstream os;
     os << "collective mismatch in communicator '" << in.comm->name << "' (id " << in.comm->id << "), "
        << (in.p2p ? "point-to-point call #" : "call #") << in.sequence << ": rank " << in.ranks[in.first] << " called "
-       << describe_call(*in.calls[in.first]) << " but rank " << in.ranks[participant] << " called "
-       << describe_call(call);
+       << describe_call(*in.calls[in.first]);
+    if (calls_agree)
+      os << " with " << describe_settings(in.settings[in.first]) << " but rank " << in.ranks[participant] << " with "
+         << describe_settings(in.settings[participant]);
+    else os << " but rank " << in.ranks[participant] << " called " << describe_call(call);
     fail(in, make_error_code(errc::collective_mismatch), os.str());
     if (in.arrived == in.tasks.size() && in.outstanding == 0) {
       by_id_.erase(in.id);

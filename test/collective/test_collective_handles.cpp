@@ -211,4 +211,48 @@ TEST_CASE("with thread checks on, communicator calls from another thread fail wi
   CHECK(sync_code(s[1]) == std::error_code{});
 }
 
+TEST_CASE("ranks that ask for different algorithms for one call fail it with collective_mismatch",
+          "[collective][settings][mismatch]") {
+  ranks w(coll_test::mesh_preset(2));
+  auto comm = communicator::init_all(w.sys, {.name = "algo"});
+  SECTION("per-call algorithms") {
+    for (int r = 0; r < 2; ++r) {
+      auto c = communicator::all_reduce_call(nullptr, nullptr, 1u << 18, dtype::f32, reduce_op::sum);
+      c.algorithm = r == 0 ? collective_algorithm::ring : collective_algorithm::mesh;
+      comm.enqueue(c, w.s[static_cast<std::size_t>(r)]);
+    }
+    CHECK(sync_code(w.s[0]) == errc::collective_mismatch);
+    CHECK(sync_code(w.s[1]) == errc::collective_mismatch);
+    CHECK(comm.async_error() == errc::collective_mismatch);
+    CHECK_THAT(message_of(comm), ContainsSubstring("'algo'") && ContainsSubstring("call #0") &&
+                                     ContainsSubstring("algorithm ring") && ContainsSubstring("algorithm mesh"));
+  }
+  SECTION("the communicator's algorithm changed between the ranks' calls") {
+    comm.all_reduce(nullptr, nullptr, 1u << 18, dtype::f32, reduce_op::sum, w.s[0]);
+    comm.set_algorithm(collective_algorithm::rhd);
+    comm.all_reduce(nullptr, nullptr, 1u << 18, dtype::f32, reduce_op::sum, w.s[1]);
+    CHECK(sync_code(w.s[0]) == errc::collective_mismatch);
+    CHECK(sync_code(w.s[1]) == errc::collective_mismatch);
+    CHECK_THAT(message_of(comm), ContainsSubstring("algorithm auto") && ContainsSubstring("algorithm rhd"));
+  }
+  SECTION("the buffer size changed between the ranks' calls") {
+    comm.all_reduce(nullptr, nullptr, 1u << 18, dtype::f32, reduce_op::sum, w.s[0]);
+    comm.set_buffer_size(4096);
+    comm.all_reduce(nullptr, nullptr, 1u << 18, dtype::f32, reduce_op::sum, w.s[1]);
+    CHECK(sync_code(w.s[0]) == errc::collective_mismatch);
+    CHECK(sync_code(w.s[1]) == errc::collective_mismatch);
+    CHECK_THAT(message_of(comm),
+               ContainsSubstring("buffer size 200000000 B") && ContainsSubstring("buffer size 4096 B"));
+  }
+  SECTION("a per-call algorithm equal to the communicator's is no disagreement") {
+    comm.set_algorithm(collective_algorithm::ring);
+    auto c = communicator::all_reduce_call(nullptr, nullptr, 1u << 18, dtype::f32, reduce_op::sum);
+    comm.enqueue(c, w.s[0]);
+    c.algorithm = collective_algorithm::ring;
+    comm.enqueue(c, w.s[1]);
+    CHECK(sync_code(w.s[0]) == std::error_code{});
+    CHECK(sync_code(w.s[1]) == std::error_code{});
+  }
+}
+
 }  // namespace coll_handles_test
