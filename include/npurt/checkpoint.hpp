@@ -44,7 +44,26 @@ namespace detail {
 struct checkpoint_loader;
 namespace ckpt {
 struct status;
+
+/// A tensor name or metadata key as every message shows it: quoted, at most 64 bytes, control
+/// bytes escaped. Names come from hostile files and from any caller's string.
+inline std::string printable(std::string_view s) {
+  std::string out = "'";
+  for (std::size_t i = 0; i < s.size() && i < 64; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f || c == '\'') {
+      static constexpr char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > 64) out += "...";
+  return out + "'";
 }
+}  // namespace ckpt
 }  // namespace detail
 
 /// A file-system failure while saving or loading (disk full, permission denied, missing file).
@@ -74,7 +93,7 @@ class checkpoint_tensor {
   [[nodiscard]] std::span<const T> values() const {
     static_assert(std::is_trivially_copyable_v<T>);
     if (sizeof(T) != size_of(type_))
-      throw_error(make_error_code(errc::invalid_dtype), "checkpoint tensor '" + name_ + "' is " +
+      throw_error(make_error_code(errc::invalid_dtype), "checkpoint tensor " + detail::ckpt::printable(name_) + " is " +
                                                             std::string(to_string(type_)) +
                                                             ", not an element type of that size");
     return {reinterpret_cast<const T*>(data_.get()), size_ / sizeof(T)};
@@ -148,7 +167,7 @@ class checkpoint {
   void add_tensor(std::string_view name, const T& t) {
     std::error_code ec;
     add_tensor(name, t, ec);
-    throw_if(ec, "checkpoint::add_tensor('" + std::string(name) + "')");
+    throw_if(ec, "checkpoint::add_tensor(" + detail::ckpt::printable(name) + ")");
   }
   template <host_tensor_like T>
   void add_tensor(std::string_view name, const T& t, std::error_code& ec) {
@@ -189,7 +208,7 @@ class checkpoint {
     if constexpr (std::is_unsigned_v<I> && sizeof(I) >= sizeof(std::int64_t)) {
       if (value > static_cast<I>(INT64_MAX))
         throw_error(make_error_code(errc::size_overflow),
-                    "checkpoint metadata '" + std::string(key) + "' does not fit a signed 64-bit integer");
+                    "checkpoint metadata " + detail::ckpt::printable(key) + " does not fit a signed 64-bit integer");
     }
     set_value(key, checkpoint_value(static_cast<std::int64_t>(value)));
   }
@@ -204,7 +223,7 @@ class checkpoint {
     const checkpoint_value& v = metadata_value(key);
     if (const T* p = std::get_if<T>(&v)) return *p;
     throw_error(make_error_code(errc::invalid_argument),
-                "checkpoint metadata '" + std::string(key) + "' holds another type");
+                "checkpoint metadata " + detail::ckpt::printable(key) + " holds another type");
   }
   [[nodiscard]] NPURT_DECL const checkpoint_value& metadata_value(std::string_view key) const;
   [[nodiscard]] NPURT_DECL const checkpoint_value* find_metadata(std::string_view key) const noexcept;

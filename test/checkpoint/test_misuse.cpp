@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 using namespace ckpt_test;
@@ -127,4 +128,71 @@ TEST_CASE("save works for a file name a few bytes under NAME_MAX and leaves no t
     CHECK(save_code(ck, dir / name));
     CHECK(dir.entries() == std::vector<std::string>{name});
   }
+}
+
+namespace {
+
+/// What a call throws, or an empty string if it does not.
+template <class F>
+std::string what_of(F&& f) {
+  try {
+    f();
+  } catch (const npurt::error& e) { return e.what(); }
+  return {};
+}
+
+bool has_control_byte(const std::string& s) {
+  for (unsigned char c : s)
+    if (c < 0x20 || c == 0x7f) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("every message naming a tensor or key quotes it as add_tensor does", "[checkpoint][errors]") {
+  auto ck = npurt::create_checkpoint();
+  const std::string ctl("bad\x01\nkey", 8);
+  const std::string long_key(300, 'k');
+  ck.set_metadata(ctl, 1);
+  ck.set_metadata(long_key, 1);
+  ck.add_tensor(ctl, dtype::f32, {1}, std::vector<float>{1.0f});
+
+  const std::string quoted_ctl = "'bad\\x01\\x0akey'";
+  const std::string quoted_long = "'" + std::string(64, 'k') + "...'";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {what_of([&] { (void)ck.get_metadata<double>(ctl); }), quoted_ctl},
+      {what_of([&] { (void)ck.get_metadata<double>(long_key); }), quoted_long},
+      {what_of([&] { (void)ck.get_tensor(ctl).values<double>(); }), quoted_ctl},
+      {what_of([&] { ck.set_metadata(long_key, ~std::uint64_t{0}); }), quoted_long},
+      {what_of([&] { ck.add_tensor(ctl, ck.get_tensor(ctl)); }), quoted_ctl},
+  };
+  for (const auto& [what, quoted] : cases) {
+    INFO(what);
+    CHECK(what.find(quoted) != std::string::npos);
+    CHECK_FALSE(has_control_byte(what));
+    CHECK(what.find(std::string(65, 'k')) == std::string::npos);
+  }
+}
+
+TEST_CASE("copying a tensor into a destination too small for it names the tensor and both sizes",
+          "[checkpoint][device][errors]") {
+  npurt::simple_config cfg;
+  npurt::system sys{cfg};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto ck = misuse_sample();
+  ck.add_tensor("h", dtype::f32, {1024}, std::vector<float>(1024, 1.0f));
+  void* d = dev.malloc(4096);
+  try {
+    (void)ck.copy_to_device("h", d, 100, s);
+    FAIL("the copy was accepted");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == errc::size_overflow);
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("checkpoint::copy_to_device('h')") != std::string::npos);
+    CHECK(what.find("4096") != std::string::npos);
+    CHECK(what.find("100") != std::string::npos);
+  }
+  CHECK(s.query());
 }

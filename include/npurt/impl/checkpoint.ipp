@@ -181,24 +181,6 @@ class source {
   std::uint64_t size_ = 0;
 };
 
-inline std::string printable(std::string_view s) {
-  // Names come from hostile files: show at most 64 bytes, control bytes escaped.
-  std::string out = "'";
-  for (std::size_t i = 0; i < s.size() && i < 64; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f || c == '\'') {
-      static constexpr char hex[] = "0123456789abcdef";
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > 64) out += "...";
-  return out + "'";
-}
-
 inline bool check_name(std::string_view what, std::string_view name, status& st) {
   if (name.empty()) return st.fail(errc::invalid_argument, "empty " + std::string(what) + " name");
   if (name.size() > checkpoint::max_name_length)
@@ -463,7 +445,18 @@ NPURT_DECL event checkpoint::copy_to_device(std::string_view name, void* dst, st
   // An empty tensor is a valid entry, but the stream refuses a copy of zero bytes: an empty
   // task keeps the returned event ordered in the stream all the same.
   if (t.size_bytes() == 0) return s.launch_callback([] {});
-  return s.memcpy(dst, dst_max, t.data(), t.size_bytes(), memcpy_kind::host_to_device);
+  // The stream's own message names neither the tensor nor the sizes that disagree.
+  const std::string where = "checkpoint::copy_to_device(" + detail::ckpt::printable(name) + "): ";
+  if (t.size_bytes() > dst_max)
+    throw_error(make_error_code(errc::size_overflow), where + "the tensor's " + std::to_string(t.size_bytes()) +
+                                                          " bytes do not fit the destination's " +
+                                                          std::to_string(dst_max));
+  std::error_code ec;
+  event e = s.memcpy(dst, dst_max, t.data(), t.size_bytes(), memcpy_kind::host_to_device, ec);
+  if (ec)
+    throw_error_on(ec == error_class::device ? static_cast<std::int32_t>(s.device()) : -1, ec,
+                   where + "the stream refused the host-to-device copy");
+  return e;
 }
 
 NPURT_DECL void checkpoint::set_value(std::string_view key, checkpoint_value v) {
