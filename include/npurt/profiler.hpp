@@ -53,7 +53,8 @@ class profiler : public observer {
   NPURT_DECL explicit profiler(clock_type clock);
 
   /// A profiler that writes its Chrome trace to $NPURT_TRACE when the system shuts down, or
-  /// null when the variable is unset or empty.
+  /// null when the variable is unset or empty. The first one made for a path writes the path
+  /// itself, later ones a numbered path (p.json, then p.1.json, p.2.json, ...).
   [[nodiscard]] NPURT_DECL static std::unique_ptr<profiler> from_environment();
 
   void set_clock(clock_type clock) { clock_ = std::move(clock); }
@@ -163,6 +164,9 @@ class profiler : public observer {
 namespace detail {
 
 NPURT_DECL std::unique_ptr<observer> make_env_profiler(system& sys);
+/// The path of the n-th trace (from 0) NPURT_TRACE makes for `path`: path itself, then the name
+/// with ".n" before its extension (p.json, p.1.json, p.2.json), or after it when it has none.
+[[nodiscard]] NPURT_DECL std::string numbered_trace_path(const std::string& path, std::uint64_t n);
 
 // Every system made in a program that includes this header honours NPURT_TRACE.
 inline const bool trace_env_registered = (trace_from_environment = &make_env_profiler, true);

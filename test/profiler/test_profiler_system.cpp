@@ -15,6 +15,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace json = boost::json;
 
@@ -218,4 +219,48 @@ TEST_CASE("NPURT_TRACE writes the run's trace when the system shuts down", "[pro
   npurt::write_summary_json(b, npurt::summarize(data));
   CHECK(a.str() == b.str());
   std::remove(path.c_str());
+}
+
+TEST_CASE("with NPURT_TRACE each system of a program keeps its trace, later ones under numbered paths",
+          "[profiler][system][env]") {
+  const std::vector<std::string> paths = {"test_profiler_env_multi.json", "test_profiler_env_multi.1.json",
+                                          "test_profiler_env_multi.2.json"};
+  for (const auto& p : paths) std::remove(p.c_str());
+  ::setenv("NPURT_TRACE", paths[0].c_str(), 1);
+  // Three systems, the first with two devices, the others with one: each trace shows its own.
+  for (int devices : {2, 1, 1}) {
+    npurt::simple_config c;
+    c.devices = devices;
+    npurt::system sys{std::make_unique<npurt::simple_backend>(c)};
+    for (int d = 0; d < devices; ++d) {
+      auto s = sys.device(d).make_stream();
+      s.launch(fixed(usec(10), "work"));
+      s.synchronize();
+    }
+  }
+  ::unsetenv("NPURT_TRACE");
+  std::vector<std::size_t> tasks;
+  for (const auto& p : paths) {
+    INFO(p);
+    std::ifstream in(p, std::ios::binary);
+    REQUIRE(in);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    std::error_code ec;
+    std::string why;
+    const auto data = npurt::read_chrome_trace(ss.str(), ec, why);
+    REQUIRE_FALSE(ec);
+    tasks.push_back(data.tasks.size());
+    std::remove(p.c_str());
+  }
+  CHECK(tasks == std::vector<std::size_t>{2, 1, 1});
+}
+
+TEST_CASE("numbered trace paths put the number before the extension", "[profiler][env]") {
+  using npurt::detail::numbered_trace_path;
+  CHECK(numbered_trace_path("p.json", 0) == "p.json");
+  CHECK(numbered_trace_path("p.json", 1) == "p.1.json");
+  CHECK(numbered_trace_path("out/run.v2/p.json", 12) == "out/run.v2/p.12.json");
+  CHECK(numbered_trace_path("out.d/trace", 2) == "out.d/trace.2");
+  CHECK(numbered_trace_path("dir/.trace", 1) == "dir/.trace.1");
 }

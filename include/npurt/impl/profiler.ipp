@@ -13,8 +13,11 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <string>
 #include <system_error>
 #include <utility>
 
@@ -30,11 +33,34 @@ NPURT_DECL profiler::profiler() { reserve(0); }
 
 NPURT_DECL profiler::profiler(clock_type clock) : clock_(std::move(clock)) { reserve(0); }
 
+namespace detail {
+
+NPURT_DECL std::string numbered_trace_path(const std::string& path, std::uint64_t n) {
+  if (n == 0) return path;
+  const std::size_t slash = path.rfind('/');
+  const std::size_t name = slash == std::string::npos ? 0 : slash + 1;
+  std::size_t dot = path.rfind('.');
+  // A leading dot names a hidden file, not an extension.
+  if (dot == std::string::npos || dot <= name) dot = path.size();
+  return path.substr(0, dot) + "." + std::to_string(n) + path.substr(dot);
+}
+
+}  // namespace detail
+
 NPURT_DECL std::unique_ptr<profiler> profiler::from_environment() {
   const char* path = std::getenv("NPURT_TRACE");
   if (path == nullptr || *path == '\0') return nullptr;
+  // Each system of a program writes its own trace: were they all to write PATH, the last to
+  // shut down would silently replace the others. Counted per path, in creation order.
+  static std::mutex mutex;
+  static std::map<std::string, std::uint64_t, std::less<>> made;
+  std::uint64_t n = 0;
+  {
+    std::lock_guard lock(mutex);
+    n = made[path]++;
+  }
   auto p = std::make_unique<profiler>();
-  p->set_output(path);
+  p->set_output(detail::numbered_trace_path(path, n));
   return p;
 }
 
