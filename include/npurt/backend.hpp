@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 namespace npurt {
 
@@ -122,6 +123,9 @@ struct task_info {
   std::uint64_t bytes = 0;
   void* backend_data = nullptr; // scratch for the backend
   const collective_desc* collective = nullptr;  // kind == collective: the rank's call(s)
+  /// What observer::on_task sees of how the task ended: the error of a task that failed or was
+  /// aborted, null for one that succeeded (and while the task runs).
+  const std::error_code* failure = nullptr;
 };
 
 /// Memory access the backend needs for functional execution.

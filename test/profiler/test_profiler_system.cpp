@@ -4,17 +4,22 @@
 
 #include <npurt/detail/trace_reader.hpp>
 #include <npurt/npurt.hpp>
+#include <npurt/sim/fault_backend.hpp>
+#include <npurt/sim/sim.hpp>
 
 #include <boost/json.hpp>  // bodies come from test_trace_json.cpp
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace json = boost::json;
@@ -254,6 +259,76 @@ TEST_CASE("with NPURT_TRACE each system of a program keeps its trace, later ones
     std::remove(p.c_str());
   }
   CHECK(tasks == std::vector<std::size_t>{2, 1, 1});
+}
+
+namespace {
+
+/// Records each task's outcome as on_task sees it.
+class outcome_witness final : public npurt::observer {
+ public:
+  void on_task(const npurt::task_info& t) override {
+    outcomes.emplace(std::string{t.name}, t.failure != nullptr ? *t.failure : std::error_code{});
+  }
+  std::multimap<std::string, std::error_code> outcomes;
+};
+
+}  // namespace
+
+TEST_CASE("a task ended by the op-execute watchdog carries its error in the trace, the others do not",
+          "[profiler][system][fault]") {
+  using namespace std::chrono_literals;
+  npurt::fault_plan plan;
+  plan.add(npurt::fault_spec::kernel_hang(0).at_task(1, 2));
+  npurt::system sys{npurt::sim::with_faults(npurt::sim::presets::ascend910(1), plan), {.trace_from_env = false}};
+  REQUIRE_FALSE(npurt::sim::faults_of(sys).set_op_execute_timeout(5ms));
+  npurt::profiler prof{[&] { return sys.now(); }};
+  outcome_witness seen;
+  sys.add_observer(prof);
+  sys.add_observer(seen);
+  auto s = sys.device(0).make_stream();
+  s.launch(fixed(usec(10), "first"));
+  s.launch(fixed(usec(10), "hangs"));
+  std::error_code ec;
+  s.synchronize(npurt::no_timeout, ec);
+  REQUIRE(ec == npurt::errc::task_timeout);
+  s.launch(fixed(usec(10), "after"));
+  s.synchronize();
+  sys.remove_observer(seen);
+
+  REQUIRE(seen.outcomes.size() == 3);
+  CHECK_FALSE(seen.outcomes.find("first")->second);
+  CHECK(seen.outcomes.find("hangs")->second == npurt::errc::task_timeout);
+  CHECK_FALSE(seen.outcomes.find("after")->second);
+
+  std::ostringstream os;
+  prof.write_chrome_trace(os);
+  const auto root = json::parse(os.str());
+  std::map<std::string, json::object> slices;
+  for (const auto& e : root.at("traceEvents").as_array())
+    if (e.as_object().contains("cat") && e.at("cat").as_string() == "task")
+      slices.emplace(std::string{e.at("name").as_string()}, e.at("args").as_object());
+  REQUIRE(slices.size() == 3);
+  const auto& hung = slices.at("hangs");
+  REQUIRE(hung.contains("error"));
+  CHECK(hung.at("error").as_string() == npurt::make_error_code(npurt::errc::task_timeout).message());
+  CHECK(hung.at("code").to_number<std::int64_t>() == static_cast<std::int64_t>(npurt::errc::task_timeout));
+  CHECK_FALSE(slices.at("first").contains("error"));
+  CHECK_FALSE(slices.at("after").contains("code"));
+
+  // The reader takes the failure back, and the summary counts it.
+  std::string why;
+  const auto back = npurt::read_chrome_trace(os.str(), ec, why);
+  REQUIRE_FALSE(ec);
+  REQUIRE(back.errors.size() == 1);
+  CHECK(back.errors[0].code == static_cast<std::int32_t>(npurt::errc::task_timeout));
+  CHECK(npurt::summarize(back).failed_tasks == 1);
+  CHECK(prof.summary().failed_tasks == 1);
+  std::ostringstream text;
+  npurt::write_summary_text(text, prof.summary());
+  CHECK(text.str().find("3 tasks, 1 failed, span") != std::string::npos);
+  std::ostringstream again;
+  npurt::write_chrome_trace(again, back);
+  CHECK(again.str() == os.str());
 }
 
 TEST_CASE("numbered trace paths put the number before the extension", "[profiler][env]") {

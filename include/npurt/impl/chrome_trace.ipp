@@ -32,6 +32,7 @@ class chrome_writer {
     metadata();
     prepare_flows();
     prepare_records();
+    for (const auto& e : data_.errors) error_of_task_.try_emplace(e.task, &e);
     const auto order = time_order();
     tasks(order);
     unreported_flows();
@@ -231,6 +232,13 @@ class chrome_writer {
     if (auto r = record_of_task_.find(t.id); r != record_of_task_.end()) {
       unum("event", r->second->event);
       ts("event_time", r->second->time);
+    }
+    // Only failed tasks carry these: the trace of a run without failures keeps its bytes.
+    if (!error_of_task_.empty()) {
+      if (auto e = error_of_task_.find(t.id); e != error_of_task_.end()) {
+        str("error", data_.str(e->second->message));
+        num("code", e->second->code);
+      }
     }
     o_ += "}}";
   }
@@ -456,6 +464,7 @@ class chrome_writer {
   std::vector<bool> flow_started_, flow_ended_;
   std::vector<std::size_t> loose_waits_;
   std::unordered_map<std::uint64_t, const event_record_info*> record_of_task_;
+  std::unordered_map<std::uint64_t, const trace_task_error*> error_of_task_;
   std::vector<const event_record_info*> loose_records_;
 };
 

@@ -211,7 +211,7 @@ NPURT_DECL void profiler::on_task(const task_info& t) {
     return on_task_slow(t);
   static_assert(static_cast<int>(task_kind::kernel) == 0);
   if ((t.flops | t.bytes | t.fixed.flops | t.fixed.bytes | t.block_dim | static_cast<std::uint64_t>(t.kind)) != 0 ||
-      static_cast<std::uint32_t>(t.device) >= task_head::device_mask) [[unlikely]]
+      static_cast<std::uint32_t>(t.device) >= task_head::device_mask || t.failure != nullptr) [[unlikely]]
     return on_task_slow(t);
   const detail::task_steps steps(t);
   if (!steps.fit()) [[unlikely]]
@@ -222,6 +222,9 @@ NPURT_DECL void profiler::on_task(const task_info& t) {
 
 NPURT_DECL void profiler::on_task_slow(const task_info& t) {
   using detail::task_head;
+  // The head has no room for an outcome: the few failed tasks keep theirs beside the records.
+  if (t.failure != nullptr && *t.failure)
+    data_.errors.push_back({t.id, t.failure->value(), data_.intern(t.failure->message())});
   std::string_view name = t.name;
   if (name.empty()) name = t.kernel != nullptr ? t.kernel->display_name() : to_string(t.kind);
   const std::uint32_t name_id = intern_fast(name);

@@ -464,6 +464,7 @@ NPURT_DECL void scheduler::perform_copy(running_task& t) {
 NPURT_DECL void scheduler::finish_task(stream_state& s, task* t) {
   running_task& r = s.run;
   if (parts_.trace_) {
+    r.failure = r.error ? &r.error : nullptr;
     parts_.trace_->on_task(r);
     if (t->kind == task_kind::event_record) {
       parts_.trace_->on_event_record({t->extra->event_id, r.id, r.device, r.stream, r.end});

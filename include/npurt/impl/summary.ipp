@@ -450,6 +450,7 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
 NPURT_DECL profile_summary summarize(const trace_data& data, std::size_t top_kernels) {
   profile_summary s;
   detail::summarize_span(data.tasks, s);
+  s.failed_tasks = data.errors.size();
   const std::int64_t span = s.span.count();
   const auto order = detail::task_order(data.tasks);
   detail::summarize_devices(data, order, span, s);

@@ -133,6 +133,8 @@ class summary_json {
     o_ += "{\n  ";
     num("tasks", s_.tasks);
     o_ += ", ";
+    num("failed_tasks", s_.failed_tasks);
+    o_ += ", ";
     at("begin_us", s_.begin);
     o_ += ", ";
     at("end_us", s_.end);
@@ -303,8 +305,11 @@ class summary_json {
 }  // namespace detail
 
 NPURT_DECL void write_summary_text(std::ostream& os, const profile_summary& s) {
-  std::string o = "npurt profile: " + std::to_string(s.tasks) + " tasks, span " + detail::us_text(s.span) + " us (" +
-                  detail::at_text(s.begin) + " .. " + detail::at_text(s.end) + " us)\n\n";
+  std::string o = "npurt profile: " + std::to_string(s.tasks) + " tasks, ";
+  // Said only when some failed: the summary of a run without failures reads as it always has.
+  if (s.failed_tasks != 0) o += std::to_string(s.failed_tasks) + " failed, ";
+  o += "span " + detail::us_text(s.span) + " us (" + detail::at_text(s.begin) + " .. " + detail::at_text(s.end) +
+       " us)\n\n";
   detail::text_devices(o, s);
   detail::text_streams(o, s);
   detail::text_gaps(o, s);

@@ -25,6 +25,7 @@ NPURT_DECL void trace_data::clear() {
   strings.assign(1, std::string{});
   index_.clear();
   tasks.clear();
+  errors.clear();
   records.clear();
   waits.clear();
   memory.clear();

@@ -205,6 +205,9 @@ class trace_reader {
     if (a.contains("dst_device")) t.dst_device = device(a, "dst_device");
     if (a.contains("event"))
       data_.records.push_back({unsigned_integer(a, "event"), t.id, t.device, t.stream, time(a, "event_time")});
+    if (a.contains("error"))
+      data_.errors.push_back(
+          {t.id, small<std::int32_t>(a, "code", INT32_MIN, INT32_MAX), data_.intern(string(a, "error"))});
     data_.tasks.push_back(t);
   }
 

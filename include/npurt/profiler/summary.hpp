@@ -105,6 +105,7 @@ struct profile_summary {
   };
 
   std::uint64_t tasks = 0;
+  std::uint64_t failed_tasks = 0;  // tasks that failed or were aborted (counted in tasks too)
   sim_time begin{};
   sim_time end{};
   picoseconds span{0};

@@ -43,6 +43,14 @@ struct trace_task {
   [[nodiscard]] picoseconds duration() const noexcept { return end - start; }
 };
 
+/// How a failed or aborted task ended. Only such tasks have one, so a trace of a program whose
+/// tasks all succeed holds none.
+struct trace_task_error {
+  std::uint64_t task = 0;      // the task's id
+  std::int32_t code = 0;       // the error code's value (npurt's category: errc)
+  std::uint32_t message = 0;   // string index: the code's message
+};
+
 struct trace_link_transfer {
   std::uint32_t link = 0;  // string index: "hccs", "pcie", ...
   device_id src = 0;
@@ -82,6 +90,7 @@ struct trace_stream {
 struct trace_data {
   std::vector<std::string> strings;  // interned names; index 0 is ""
   std::vector<trace_task> tasks;
+  std::vector<trace_task_error> errors;  // of the failed tasks only
   std::vector<event_record_info> records;
   std::vector<event_wait_info> waits;
   std::vector<memory_info> memory;
