@@ -4,6 +4,8 @@
 
 #include <boost/asio/as_tuple.hpp>
 
+#include <string>
+
 #include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 
@@ -52,6 +54,17 @@ TEST_CASE("the event a launch returns can be waited on by another stream", "[cor
     if (r.name == "second") second_start = r.start;
   }
   CHECK(second_start == first_end);
+  // It carries no timestamp: elapsed_time says which events it needs.
+  auto user = dev.make_event();
+  a.record(user);
+  sys.run();
+  try {
+    (void)npurt::elapsed_time(done, user);
+    FAIL("elapsed_time accepted a task event");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::invalid_event);
+    CHECK(std::string(e.what()).find("stream::record") != std::string::npos);
+  }
 }
 
 TEST_CASE("elapsed time over a chain of kernels is exactly their sum", "[core][event][timing]") {

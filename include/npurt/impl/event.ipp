@@ -179,6 +179,10 @@ NPURT_DECL double elapsed_time(const event& start, const event& end) {
   const double ms = elapsed_time(start, end, ec);
   if (ec && start.valid() && end.valid() && start.rt_ != end.rt_)
     throw_error(ec, "npurt::elapsed_time: the events belong to different systems");
+  if (ec && (start.is_task_event() || end.is_task_event()))
+    throw_error(ec,
+                "npurt::elapsed_time: needs user events recorded with stream::record (the event a launch returns "
+                "carries no timestamp, as cudaEventElapsedTime needs recorded events)");
   throw_if(ec, "npurt::elapsed_time");
   return ms;
 }
