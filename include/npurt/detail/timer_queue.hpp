@@ -147,7 +147,9 @@ class timer_queue {
   // hole instead of swapping (one store per level, no temporaries), which std::push_heap and
   // std::pop_heap do not manage for a six-word entry.
   static bool before(const entry& x, const entry& y) noexcept { return x.at != y.at ? x.at < y.at : x.order < y.order; }
-  void push(const entry& e) {
+  // Forced inline: called from call_at and call_at_revocable, it would otherwise become a call on
+  // every timed action.
+  [[gnu::always_inline]] void push(const entry& e) {
     timers_.emplace_back();
     std::size_t i = timers_.size() - 1;
     entry* h = timers_.data();
