@@ -203,7 +203,7 @@ void* session::acquire(std::size_t bytes, std::size_t freeing) {
 }
 
 void session::give_back(void* p, std::size_t bytes) noexcept {
-  if (!p) return;
+  if (!p || !rt_) return;  // without its system the memory is gone already (a compiled graph dying late)
   // Buffers of a compiled graph are used by kernels on every session stream: the block is
   // reused only after the work enqueued on each of them so far (PyTorch's record_stream).
   std::error_code ec;
