@@ -293,6 +293,18 @@ const std::string* unknown_attribute(std::string_view type, const npurt::attribu
   return nullptr;
 }
 
+/// The float attribute of `attrs` that the kernels cannot take, or null: every float attribute
+/// becomes a kernel's scalar, which must be finite, but Clip's bounds may be infinite (no bound).
+const std::string* non_finite_attribute(std::string_view type, const npurt::attributes& attrs) {
+  for (const auto& [name, value] : attrs.items()) {
+    const bool ok_inf = type == "Clip";
+    const auto bad = [&](double v) { return std::isnan(v) || (!ok_inf && std::isinf(v)); };
+    if (const double* d = std::get_if<double>(&value); d && bad(*d)) return &name;
+    if (const auto* f = std::get_if<npurt::floats>(&value); f && std::any_of(f->begin(), f->end(), bad)) return &name;
+  }
+  return nullptr;
+}
+
 std::string attribute_list(std::string_view type) {
   std::string out;
   for (const auto& o : onnx_attributes)
@@ -624,7 +636,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     int infer_at = -1;
     std::int64_t known = 1;
     for (std::int64_t i = 0; i < c->elements(); ++i) {
-      auto d = static_cast<std::int64_t>(c->get(i));
+      auto d = c->get_int(i);
       if (d == 0) {
         if (static_cast<std::size_t>(i) >= x.shape.rank())
           fail(errc::invalid_shape, n, s.name, "0 copies a dimension the input lacks");
@@ -724,7 +736,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       const tensor* c = constants.size() > 1 ? constants[1] : nullptr;
       if (!c || !c->is_host()) fail(errc::not_supported, n, in[1]->name, "axes must be a constant");
       axes.clear();
-      for (std::int64_t i = 0; i < c->elements(); ++i) axes.push_back(static_cast<std::int64_t>(c->get(i)));
+      for (std::int64_t i = 0; i < c->elements(); ++i) axes.push_back(c->get_int(i));
     }
     if (axes.empty() && n.attrs.get_int("noop_with_empty_axes", 0) != 0)
       fail(errc::not_supported, n, x.name, "noop_with_empty_axes=1");
@@ -832,6 +844,10 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
     throw graph_error(make_error_code(errc::not_supported), name, {},
                       "node '" + name + "': " + std::string(type) + " has no attribute '" + *a +
                           "' (its attributes: " + attribute_list(type) + ")");
+  if (const std::string* a = non_finite_attribute(type, attrs))
+    throw graph_error(make_error_code(errc::invalid_argument), name, {},
+                      "node '" + name + "': " + std::string(type) + "'s attribute '" + *a +
+                          (type == "Clip" ? "' is NaN" : "' must be finite (it holds a NaN or an infinity)"));
   if (node_index_.count(name))
     throw graph_error(make_error_code(errc::invalid_argument), name, {}, "duplicate node name '" + name + "'");
   if (outputs.empty())

@@ -283,7 +283,7 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
         const cvalue& ax = values[static_cast<std::size_t>(st.in[1])];
         if (ax.host && ax.host->is_host())
           for (std::int64_t i = 0; i < ax.host->elements(); ++i) {
-            auto a = static_cast<std::int64_t>(ax.host->get(i));
+            auto a = ax.host->get_int(i);
             r.axes_mask |= 1u << (a < 0 ? a + static_cast<std::int64_t>(rank) : a);
           }
       }

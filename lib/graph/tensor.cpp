@@ -208,6 +208,21 @@ double tensor::get(std::int64_t i) const {
   return load_element(data_, type_, i);
 }
 
+std::int64_t tensor::get_int(std::int64_t i) const {
+  if (type_ == dtype::i64) {
+    (void)get(i);  // its checks: a host tensor, i in range
+    std::int64_t v = 0;
+    std::memcpy(&v, static_cast<const std::byte*>(data_) + static_cast<std::size_t>(i) * sizeof v, sizeof v);
+    return v;
+  }
+  const double d = get(i);
+  // -2^63 is exact in a double; 2^63 is the first value past the range.
+  if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+    throw_error(make_error_code(errc::invalid_argument), "tensor::get_int: element " + std::to_string(i) + " is " +
+                                                             std::to_string(d) + ", which is not an int64 value");
+  return static_cast<std::int64_t>(d);
+}
+
 void tensor::set(std::int64_t i, double v) {
   if (place_ != storage_place::host)
     throw_error(make_error_code(errc::invalid_pointer), "tensor::set: element access needs a host tensor");

@@ -85,7 +85,9 @@ tensor to_tensor(const ::onnx::TensorProto& t) {
       for (int i = 0; i < have; ++i) r.set(i, t.float_data(i));
       break;
     case dtype::i64:
-      for (int i = 0; i < have; ++i) r.set(i, static_cast<double>(t.int64_data(i)));
+      // Through the bits, not set(double): a double holds integers exactly only up to 2^53, and
+      // models use INT64_MAX as "to the end" (Slice's ends).
+      if (have) std::memcpy(r.data(), t.int64_data().data(), static_cast<std::size_t>(have) * sizeof(std::int64_t));
       break;
     case dtype::f16:
     case dtype::bf16: {
@@ -111,6 +113,52 @@ attribute to_attribute(const ::onnx::NodeProto& n, const ::onnx::AttributeProto&
            "onnx: " + n.op_type() + " '" + n.name() + "': attribute '" + a.name() + "' of type " +
                std::to_string(static_cast<int>(a.type())) + " is not supported");
   }
+}
+
+// A Constant node's value: exactly one of its value attributes (ONNX's Constant, opset 12 on).
+tensor constant_value(const ::onnx::NodeProto& n, const std::string& node_name) {
+  const ::onnx::AttributeProto* v = nullptr;
+  for (const auto& a : n.attribute()) {
+    if (a.name().rfind("value", 0) != 0 && a.name() != "sparse_value") continue;
+    if (v)
+      fail(errc::parse_error, node_name, n.output(0),
+           "onnx: Constant '" + node_name + "' has both '" + v->name() + "' and '" + a.name() +
+               "'; it takes exactly one value");
+    v = &a;
+  }
+  if (!v) fail(errc::parse_error, node_name, n.output(0), "onnx: Constant '" + node_name + "' has no value");
+  const auto wrong_type = [&] {
+    fail(errc::parse_error, node_name, n.output(0),
+         "onnx: Constant '" + node_name + "': attribute '" + v->name() + "' has type " +
+             std::to_string(static_cast<int>(v->type())) + ", not the one its name says");
+  };
+  const std::string& k = v->name();
+  if (k == "value") {
+    if (v->type() != ::onnx::AttributeProto::TENSOR) wrong_type();
+    return to_tensor(v->t());
+  }
+  if (k == "value_float" || k == "value_floats") {
+    const bool one = k == "value_float";
+    if (v->type() != (one ? ::onnx::AttributeProto::FLOAT : ::onnx::AttributeProto::FLOATS)) wrong_type();
+    const auto count = one ? 1 : v->floats_size();
+    tensor r(one ? shape{} : shape{count}, dtype::f32);
+    for (int i = 0; i < count; ++i) r.set(i, one ? v->f() : v->floats(i));
+    return r;
+  }
+  if (k == "value_int" || k == "value_ints") {
+    const bool one = k == "value_int";
+    if (v->type() != (one ? ::onnx::AttributeProto::INT : ::onnx::AttributeProto::INTS)) wrong_type();
+    const auto count = one ? 1 : v->ints_size();
+    tensor r(one ? shape{} : shape{count}, dtype::i64);
+    // Through the bits: set(double) would round integers above 2^53.
+    auto* p = static_cast<std::int64_t*>(r.data());
+    for (int i = 0; i < count; ++i) p[i] = one ? v->i() : v->ints(i);
+    return r;
+  }
+  // value_string(s) and sparse_value: npurt computes in neither strings nor sparse tensors.
+  fail(errc::not_supported, node_name, n.output(0),
+       "onnx: Constant '" + node_name + "': '" + k +
+           "' is not supported (npurt takes value, value_float, value_floats, value_int and value_ints)");
 }
 
 std::int64_t opset_of(const ::onnx::ModelProto& m) {
@@ -182,22 +230,15 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
       if (n.output_size() != 1 || n.output(0).empty())
         fail(errc::parse_error, node_name, {},
              "onnx: Constant '" + node_name + "' needs exactly one named output, the name of its value");
-      for (const auto& a : n.attribute())
-        if (a.name() == "value" && a.type() == ::onnx::AttributeProto::TENSOR) {
-          g.add_constant(n.output(0), to_tensor(a.t()));
-          goto next;
-        }
-      fail(errc::not_supported, node_name, n.output(0), "onnx: Constant '" + node_name + "' without a tensor value");
+      g.add_constant(n.output(0), constant_value(n, node_name));
+      continue;
     }
-    {
-      attributes attrs;
-      for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
-      std::vector<std::string> outs(n.output().begin(), n.output().end());
-      // Optional trailing outputs nobody reads (BatchNormalization's, MaxPool's Indices) drop.
-      while (outs.size() > 1 && outs.back().empty()) outs.pop_back();
-      g.add_node(n.op_type(), node_name, {n.input().begin(), n.input().end()}, outs, std::move(attrs));
-    }
-  next:;
+    attributes attrs;
+    for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
+    std::vector<std::string> outs(n.output().begin(), n.output().end());
+    // Optional trailing outputs nobody reads (BatchNormalization's, MaxPool's Indices) drop.
+    while (outs.size() > 1 && outs.back().empty()) outs.pop_back();
+    g.add_node(n.op_type(), node_name, {n.input().begin(), n.input().end()}, outs, std::move(attrs));
   }
   for (const auto& o : gp.output()) g.set_output(o.name());
   g.validate();

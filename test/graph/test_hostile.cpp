@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 using namespace npurt;
@@ -385,6 +387,30 @@ TEST_CASE("an attribute of the wrong type is a graph_error naming the operator",
     CHECK(e.op() == "conv");
     CHECK(std::string(e.what()).find("strides") != std::string::npos);
   }
+}
+
+TEST_CASE("a NaN or infinite float attribute is refused at add_op, not at launch", "[graph][hostile][attributes]") {
+  graph g("attrs");
+  auto a = g.add_input("a", {2, 3}, dtype::f32);
+  auto b = g.add_constant("b", tensor({3, 2}, dtype::f32, {1, 2, 3, 4, 5, 6}));
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (const auto& [op, attr, v] : {std::tuple{"Gemm", "alpha", nan}, std::tuple{"Gemm", "beta", -inf},
+                                    std::tuple{"LeakyRelu", "alpha", nan}, std::tuple{"Clip", "min", nan}}) {
+    const bool unary = std::string_view(op) != "Gemm";
+    const std::size_t nodes = g.nodes().size();
+    try {
+      (void)g.add_op(op, unary ? std::vector<std::string>{a} : std::vector<std::string>{a, b}, {{attr, v}}, "n");
+      FAIL(op << " took " << attr << " = " << v);
+    } catch (const graph_error& e) {
+      CHECK(e.code() == errc::invalid_argument);
+      CHECK(e.op() == "n");
+      CHECK(std::string(e.what()).find(std::string("'") + attr + "'") != std::string::npos);
+    }
+    CHECK(g.nodes().size() == nodes);
+  }
+  // Clip's bounds may be infinite: no bound on that side.
+  CHECK_NOTHROW(g.add_op("Clip", {a}, {{"min", -inf}, {"max", 6.0}}));
+  CHECK_NOTHROW(g.add_op("Gemm", {a, b}, {{"alpha", 0.5}}));
 }
 
 TEST_CASE("a rejected add_op leaves the automatic names as they were", "[graph][hostile]") {

@@ -7,6 +7,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <catch2/catch_test_macros.hpp>
 
+#include <cstring>
+#include <limits>
 #include <memory>
 
 using namespace npurt;
@@ -26,6 +28,23 @@ TEST_CASE("a host tensor stores elements rounded to its dtype", "[graph][tensor]
   for (std::int64_t k = 0; k < t.elements(); ++k) CHECK(t.get(k) == 0.5);
   CHECK_THROWS_AS(t.at({2, 0}), caller_error);
   CHECK_THROWS_AS(t.at({0}), caller_error);
+}
+
+TEST_CASE("get_int reads int64 exactly and refuses floats that are not int64 values", "[graph][tensor]") {
+  tensor i({2}, dtype::i64);
+  const std::int64_t big = (std::int64_t{1} << 60) + 3;  // a double would round it
+  std::memcpy(i.data(), &big, sizeof big);
+  CHECK(i.get_int(0) == big);
+  CHECK(static_cast<std::int64_t>(i.get(0)) != big);  // why get_int exists
+  tensor f({3}, dtype::f32, {-2.75, 1e30, std::numeric_limits<double>::quiet_NaN()});
+  CHECK(f.get_int(0) == -2);
+  for (std::int64_t k : {1, 2}) {
+    try {
+      (void)f.get_int(k);
+      FAIL("element " << k << " read as an int64");
+    } catch (const npurt::error& e) { CHECK(e.code() == errc::invalid_argument); }
+  }
+  CHECK_THROWS_AS(i.get_int(2), npurt::error);  // out of range
 }
 
 TEST_CASE("a tensor round-trips through the device with blocking and awaited copies", "[graph][tensor]") {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 
 using namespace npurt;
@@ -338,4 +339,137 @@ TEST_CASE("a file that is not a model says why: a directory, an empty file, a mi
   CHECK(missing_ec == errc::invalid_argument);
   CHECK(missing_what.find("No such file") != std::string::npos);
   fs::remove_all(dir);
+}
+
+namespace {
+
+// x (f32, dims) and the Constant c feed `op`, whose output is y. `value` sets c's attributes.
+template <class Value>
+::onnx::ModelProto constant_model(std::initializer_list<std::int64_t> dims, const char* op, Value&& value) {
+  auto m = relu_model(dims);
+  auto* g = m.mutable_graph();
+  g->clear_node();
+  auto* c = g->add_node();
+  c->set_op_type("Constant");
+  c->set_name("c");
+  c->add_output("c");
+  value(*c);
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->add_input("x");
+  n->add_input("c");
+  n->add_output("y");
+  return m;
+}
+
+::onnx::AttributeProto& add_attr(::onnx::NodeProto& n, const char* name, ::onnx::AttributeProto::AttributeType t) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(t);
+  return *a;
+}
+
+std::vector<double> run_y(graph& g, tensor x) {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  auto r = s.run(s.compile(g), {{"x", x}});
+  return r.outputs.at("y").to_vector();
+}
+
+}  // namespace
+
+TEST_CASE("a Constant node takes value_float, value_floats, value_int and value_ints", "[onnx]") {
+  SECTION("value_ints: the target shape of a Reshape") {
+    const auto m = constant_model({2, 3}, "Reshape", [](::onnx::NodeProto& c) {
+      auto& a = add_attr(c, "value_ints", ::onnx::AttributeProto::INTS);
+      a.add_ints(3);
+      a.add_ints(-1);
+    });
+    graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "reshape");
+    REQUIRE(g.constant("c"));
+    CHECK(g.constant("c")->type() == dtype::i64);
+    CHECK(g.constant("c")->shape() == shape{2});
+    CHECK(g.value("y").shape == shape{3, 2});
+    CHECK(run_y(g, tensor({2, 3}, dtype::f32, {1, 2, 3, 4, 5, 6})) == std::vector<double>{1, 2, 3, 4, 5, 6});
+  }
+  SECTION("value_float: a scalar that broadcasts") {
+    const auto m = constant_model({3}, "Mul", [](::onnx::NodeProto& c) {
+      add_attr(c, "value_float", ::onnx::AttributeProto::FLOAT).set_f(2.5f);
+    });
+    graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "mul");
+    CHECK(g.constant("c")->shape().rank() == 0);
+    CHECK(run_y(g, tensor({3}, dtype::f32, {1, -2, 4})) == std::vector<double>{2.5, -5, 10});
+  }
+  SECTION("value_floats: a vector") {
+    const auto m = constant_model({3}, "Add", [](::onnx::NodeProto& c) {
+      auto& a = add_attr(c, "value_floats", ::onnx::AttributeProto::FLOATS);
+      for (float f : {0.5f, 1.0f, -3.0f}) a.add_floats(f);
+    });
+    graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "add");
+    CHECK(run_y(g, tensor({3}, dtype::f32, {1, 2, 3})) == std::vector<double>{1.5, 3, 0});
+  }
+  SECTION("value_int: a scalar kept exactly, past 2^53") {
+    const std::int64_t big = (std::int64_t{1} << 62) + 1;
+    const auto m = constant_model(
+        {3}, "Add", [&](::onnx::NodeProto& c) { add_attr(c, "value_int", ::onnx::AttributeProto::INT).set_i(big); });
+    // The graph's Add of f32 and i64 is refused; the constant alone, beside a Relu, is not.
+    CHECK(error_loading(m).code == errc::invalid_dtype);
+    auto m2 = relu_model({3});
+    auto* c = m2.mutable_graph()->add_node();
+    *c = m.graph().node(0);
+    const graph only = npurt::onnx::load_from_bytes(m2.SerializeAsString(), "int");
+    REQUIRE(only.constant("c"));
+    CHECK(only.constant("c")->type() == dtype::i64);
+    CHECK(only.constant("c")->shape().rank() == 0);
+    CHECK(only.constant("c")->get_int(0) == big);
+  }
+}
+
+TEST_CASE("a Constant node with two values, the wrong attribute type or a string value is refused", "[onnx][errors]") {
+  SECTION("two values") {
+    const auto m = constant_model({3}, "Add", [](::onnx::NodeProto& c) {
+      add_attr(c, "value_float", ::onnx::AttributeProto::FLOAT).set_f(1);
+      add_attr(c, "value_int", ::onnx::AttributeProto::INT).set_i(1);
+    });
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::parse_error);
+    CHECK(e.op == "c");
+    CHECK(e.what.find("'value_float' and 'value_int'") != std::string::npos);
+  }
+  SECTION("value_ints given as one INT") {
+    const auto m = constant_model(
+        {3}, "Add", [](::onnx::NodeProto& c) { add_attr(c, "value_ints", ::onnx::AttributeProto::INT).set_i(1); });
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::parse_error);
+    CHECK(e.what.find("'value_ints'") != std::string::npos);
+  }
+  SECTION("value_string") {
+    const auto m = constant_model({3}, "Add", [](::onnx::NodeProto& c) {
+      add_attr(c, "value_string", ::onnx::AttributeProto::STRING).set_s("text");
+    });
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.tensor == "c");
+    CHECK(e.what.find("value_string") != std::string::npos);
+  }
+  SECTION("no value") {
+    const auto m = constant_model({3}, "Add", [](::onnx::NodeProto&) {});
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::parse_error);
+    CHECK(e.what.find("has no value") != std::string::npos);
+  }
+}
+
+TEST_CASE("an int64 initializer keeps values past 2^53 exactly", "[onnx]") {
+  auto m = relu_model({2});
+  auto* w = m.mutable_graph()->add_initializer();
+  w->set_name("ends");
+  w->set_data_type(7);  // INT64
+  w->add_dims(2);
+  w->add_int64_data(std::numeric_limits<std::int64_t>::max());
+  w->add_int64_data(-(std::int64_t{1} << 53) - 1);
+  const graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "ends");
+  REQUIRE(g.constant("ends"));
+  CHECK(g.constant("ends")->get_int(0) == std::numeric_limits<std::int64_t>::max());
+  CHECK(g.constant("ends")->get_int(1) == -(std::int64_t{1} << 53) - 1);
 }

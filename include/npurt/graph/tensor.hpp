@@ -80,6 +80,10 @@ class tensor {
   /// when i is out of range.
   [[nodiscard]] double get(std::int64_t i) const;
   [[nodiscard]] double at(std::initializer_list<std::int64_t> index) const { return get(linear(index)); }
+  /// Element i as an integer: exact for i64, whose values above 2^53 a double would round (models
+  /// write INT64_MAX for "to the end"); a floating element truncates toward zero, and one that is
+  /// NaN or outside int64's range is invalid_argument.
+  [[nodiscard]] std::int64_t get_int(std::int64_t i) const;
   /// Writes element i, rounded to the dtype (to nearest even for f16/bf16, saturating integers).
   void set(std::int64_t i, double v);
   void set(std::initializer_list<std::int64_t> index, double v) { set(linear(index), v); }
