@@ -253,6 +253,32 @@ TEST_CASE("a pool_size below what the session holds reports no free bytes, never
   CHECK(s.memory_usage().allocated_mb == 1.0);
 }
 
+TEST_CASE("a request the pool limit refuses only for its segment's size says so", "[graph][errors][memory]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  s.set_memory_config({.pool_size = 8 * mib});
+  try {
+    (void)s.acquire(4 * mib);  // 4 MiB fits under 8 MiB; its 20 MiB segment does not
+    FAIL("no error");
+  } catch (const out_of_memory_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("new 20.00 MiB segment") != std::string::npos);
+    CHECK(what.find("pool_size of at least 20.00 MiB") != std::string::npos);
+    CHECK(what.find("\"compact\" strategy, would hold it") != std::string::npos);
+  }
+  // A request the limit refuses by itself gets no such sentence.
+  try {
+    (void)s.acquire(9 * mib);
+    FAIL("no error");
+  } catch (const out_of_memory_error& e) { CHECK(std::string(e.what()).find("segment (") == std::string::npos); }
+  // As the message says, the compact strategy holds it.
+  s.set_allocation_strategy(allocation_strategy::compact);
+  void* p = nullptr;
+  CHECK_NOTHROW(p = s.acquire(4 * mib));
+  s.give_back(p, 4 * mib);
+}
+
 TEST_CASE("a comm buffer size that cannot be had keeps the buffer held before", "[graph][errors][memory]") {
   npurt::system sys{sim::presets::ascend910(1)};
   session s{sys};

@@ -177,9 +177,10 @@ class caching_allocator {
   /// Consistency check of every internal structure (tests call it after each step).
   [[nodiscard]] NPURT_DECL std::string check_consistency() const;
 
-  /// PyTorch-like message for an out-of-memory error with these fields.
+  /// PyTorch-like message for an out-of-memory error with these fields; limit_detail follows the
+  /// sentence on a reached limit.
   [[nodiscard]] static NPURT_DECL std::string oom_message(const out_of_memory_error::info& i, bool pool_limit,
-                                                          std::size_t limit);
+                                                          std::size_t limit, const std::string& limit_detail = {});
 
  private:
   struct segment;

@@ -285,12 +285,12 @@ NPURT_DECL std::uint64_t caching_allocator::allocate(std::size_t size, std::uint
 }
 
 NPURT_DECL std::string caching_allocator::oom_message(const out_of_memory_error::info& i, bool pool_limit,
-                                                      std::size_t limit) {
+                                                      std::size_t limit, const std::string& limit_detail) {
   using ca_detail::format_size;
   std::string m = "NPU out of memory. Tried to allocate " + format_size(i.requested) + ". NPU " +
                   std::to_string(i.device) + " has a total capacity of " + format_size(i.total) + " of which " +
                   format_size(i.free) + " is free.";
-  if (pool_limit) m += " The pool's size limit of " + format_size(limit) + " is reached.";
+  if (pool_limit) m += " The pool's size limit of " + format_size(limit) + " is reached." + limit_detail;
   m += " Of the allocated memory " + format_size(i.allocated) + " is allocated by the pool, and " +
        format_size(i.reserved > i.allocated ? i.reserved - i.allocated : 0) +
        " is reserved by the pool but unallocated. If reserved but unallocated memory is large try the "
@@ -317,7 +317,22 @@ NPURT_DECL void caching_allocator::throw_allocate_error(errc e, std::size_t size
     i.free = provider_.free_bytes();
     i.allocated = static_cast<std::size_t>(stats().allocated_bytes[stat_all].current);
     i.reserved = static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current);
-    throw out_of_memory_error(i, oom_message(i, ec == errc::pool_limit, gc_limit()));
+    std::string why;
+    // The segmented strategy takes a whole segment from the device, which can be what the limit
+    // refuses while the request alone would fit: say so, or the limit looks like a wrong count.
+    if (ec == errc::pool_limit && opts_.strategy == allocation_strategy::segmented) {
+      const std::size_t rounded = round_size(size), seg = allocation_size(rounded);
+      if (seg > rounded && i.reserved + rounded <= gc_limit() && i.reserved + seg > gc_limit()) {
+        using ca_detail::format_size;
+        why = " The request needs a new " + format_size(seg) + " segment (the segmented strategy gives requests " +
+              (rounded <= small_size ? "up to " + format_size(small_size) + " " + format_size(small_buffer)
+                                     : "from " + format_size(small_size) + " to " + format_size(min_large_alloc) + " " +
+                                           format_size(large_buffer)) +
+              " segments), which does not fit under the limit; a pool_size of at least " +
+              format_size(i.reserved + seg) + ", or the \"compact\" strategy, would hold it.";
+      }
+    }
+    throw out_of_memory_error(i, oom_message(i, ec == errc::pool_limit, gc_limit(), why));
   }
   if (ec == errc::size_overflow)
     throw_error(ec, "allocate: " + std::to_string(size) + " bytes exceed the device capacity of " +
