@@ -47,6 +47,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <string>
 #include <string_view>
@@ -278,6 +279,14 @@ class runtime final : public backend_host, private loop_parts, public scheduler,
 };
 
 inline handle_list& handles_of(runtime& rt) noexcept { return rt.handles_; }
+
+/// The error of a blocking synchronize that ended with ec and no task failure to report (none
+/// when ec is empty): a call inside system::run, which cannot block (async_form names what to
+/// use instead), a timeout with its limit, or a deadlock with the report system::run gives.
+/// rt is null for a handle whose system is gone.
+NPURT_DECL void throw_if_sync_error(const runtime* rt, std::error_code ec, std::string_view what,
+                                    std::optional<picoseconds> timeout, std::int32_t device,
+                                    std::string_view async_form);
 
 }  // namespace detail
 }  // namespace npurt

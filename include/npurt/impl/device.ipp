@@ -142,14 +142,8 @@ NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout) {
   if (f.exception) std::rethrow_exception(f.exception);
   if (f)
     detail::throw_failure(f, "npurt::device::synchronize: device " + std::to_string(id_) + ": " + f.describe(), id_);
-  if (ec == errc::not_supported && rt_->in_run())
-    throw_error(ec,
-                "npurt::device::synchronize blocks, which is not possible inside system::run (in a coroutine "
-                "or handler); use co_await dev.async_synchronize(asio::use_awaitable)");
-  if (ec == errc::wait_timeout) throw_error(ec, "npurt::device::synchronize", timeout.value_or(picoseconds{0}).count());
-  if (ec == errc::deadlock && !rt_->last_deadlock_report().empty())
-    throw_error_on(id_, ec, "npurt::device::synchronize: " + rt_->last_deadlock_report());
-  throw_if_on(id_, ec, "npurt::device::synchronize");
+  detail::throw_if_sync_error(rt_, ec, "npurt::device::synchronize", timeout, id_,
+                              "co_await dev.async_synchronize(asio::use_awaitable)");
 }
 
 NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,

@@ -126,20 +126,14 @@ NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout, std::erro
 NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout) const {
   std::error_code ec;
   synchronize(timeout, ec);
-  if (ec == errc::not_supported && rt_ && rt_->in_run())
-    throw_error(ec,
-                "npurt::event::synchronize blocks, which is not possible inside system::run (in a coroutine "
-                "or handler); use co_await e.async_wait(asio::use_awaitable)");
   std::uint32_t s = 0;
   std::uint64_t q = 0;
   std::error_code pos_ec;
   if (ec && rt_ && position(s, q, pos_ec))
     if (const detail::failure* f = detail::failure_before(*rt_, s, q); f && f->ec == ec)
       detail::throw_failure(*f, "npurt::event::synchronize: " + f->describe());
-  if (ec == errc::wait_timeout) throw_error(ec, "npurt::event::synchronize", timeout.value_or(picoseconds{0}).count());
-  if (ec == errc::deadlock && rt_ && !rt_->last_deadlock_report().empty())
-    throw_error(ec, "npurt::event::synchronize: " + rt_->last_deadlock_report());
-  throw_if(ec, "npurt::event::synchronize");
+  detail::throw_if_sync_error(rt_.get(), ec, "npurt::event::synchronize", timeout, -1,
+                              "co_await e.async_wait(asio::use_awaitable)");
 }
 
 NPURT_DECL std::optional<sim_time> event::completion_time() const noexcept {

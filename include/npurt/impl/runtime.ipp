@@ -197,4 +197,19 @@ NPURT_DECL void runtime::observer_destroyed(observer& o) noexcept {
   trace_ = fanout_.empty() ? nullptr : &fanout_;
 }
 
+NPURT_DECL void throw_if_sync_error(const runtime* rt, std::error_code ec, std::string_view what,
+                                    std::optional<picoseconds> timeout, std::int32_t device,
+                                    std::string_view async_form) {
+  if (!ec) return;
+  if (ec == errc::not_supported && rt && rt->in_run())
+    throw_error(ec, std::string(what) +
+                        " blocks, which is not possible inside system::run (in a coroutine or handler); use " +
+                        std::string(async_form));
+  if (ec == errc::wait_timeout) throw_error_on(device, ec, what, timeout.value_or(picoseconds{0}).count());
+  // What waits on what, as system::run says it.
+  if (ec == errc::deadlock && rt && !rt->last_deadlock_report().empty())
+    throw_error_on(device, ec, std::string(what) + ": " + rt->last_deadlock_report());
+  throw_error_on(device, ec, what);
+}
+
 }  // namespace npurt::detail

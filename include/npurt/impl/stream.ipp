@@ -561,15 +561,8 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout) {
   synchronize(timeout, ec, &f);
   if (f.exception) std::rethrow_exception(f.exception);
   if (f) detail::throw_failure(f, "npurt::stream::synchronize: " + f.describe(), device_or_none());
-  if (ec == errc::not_supported && rt_ && rt_->in_run())
-    throw_error(ec,
-                "npurt::stream::synchronize blocks, which is not possible inside system::run (in a coroutine "
-                "or handler); use co_await s.async_synchronize(asio::use_awaitable)");
-  if (ec == errc::wait_timeout) throw_error(ec, "npurt::stream::synchronize", timeout.value_or(picoseconds{0}).count());
-  // What waits on what, as system::run says it.
-  if (ec == errc::deadlock && rt_ && !rt_->last_deadlock_report().empty())
-    throw_error_on(device_or_none(), ec, "npurt::stream::synchronize: " + rt_->last_deadlock_report());
-  throw_if_on(device_or_none(), ec, "npurt::stream::synchronize");
+  detail::throw_if_sync_error(rt_.get(), ec, "npurt::stream::synchronize", timeout, device_or_none(),
+                              "co_await s.async_synchronize(asio::use_awaitable)");
 }
 
 }  // namespace npurt
