@@ -36,6 +36,24 @@ inline ranks two_ranks(npurt::system& sys, std::size_t bytes) {
   return r;
 }
 
+/// A system of `devices` whose device `lost` an HBM ECC fault at time 0 takes down: the memset
+/// queued on s runs into it.
+struct lost_device {
+  static npurt::fault_plan ecc_at_start(int d) {
+    npurt::fault_plan plan;
+    plan.add(npurt::fault_spec::hbm_ecc(d).at_time(at(npurt::picoseconds{0})));
+    return plan;
+  }
+  lost_device(int devices, int lost)
+      : sys{preset(devices, ecc_at_start(lost))}, dev{sys.device(lost)}, s{dev.make_stream()}, p{dev.malloc(64)} {
+    s.memset(p, 64, 0, 64);
+  }
+  npurt::system sys;
+  npurt::device& dev;
+  npurt::stream s;
+  void* p;
+};
+
 inline std::error_code sync_code(npurt::stream& s) {
   std::error_code ec;
   s.synchronize(npurt::no_timeout, ec);
@@ -185,13 +203,11 @@ TEST_CASE("a collective failed by the fault layer sets the communicator's async 
 }
 
 TEST_CASE("a device_error names the device when the raiser knows it", "[fault][lost][error]") {
-  npurt::fault_plan plan;
-  plan.add(npurt::fault_spec::hbm_ecc(1).at_time(at(picoseconds{0})));
-  npurt::system sys{preset(2, plan)};
-  auto& dev = sys.device(1);
-  auto s = dev.make_stream();
-  void* p = dev.malloc(64);
-  s.memset(p, 64, 0, 64);
+  // Plain references: clang before 16 cannot capture structured bindings in lambdas.
+  lost_device lost(2, 1);
+  auto& dev = lost.dev;
+  auto& s = lost.s;
+  void* p = lost.p;
   const auto device_of = [](auto&& f) {
     try {
       f();
@@ -257,13 +273,9 @@ TEST_CASE("work ended early leaves no end behind: the clock stops at the last re
 }
 
 TEST_CASE("the stream-ordered pool on a lost device fails with device_lost, not out of memory", "[fault][lost][pool]") {
-  npurt::fault_plan plan;
-  plan.add(npurt::fault_spec::hbm_ecc(0).at_time(at(picoseconds{0})));
-  npurt::system sys{preset(1, plan)};
-  auto& dev = sys.device(0);
-  auto s = dev.make_stream();
-  void* p = dev.malloc(64);
-  s.memset(p, 64, 0, 64);
+  lost_device lost(1, 0);
+  auto& dev = lost.dev;
+  auto& s = lost.s;
   CHECK(sync_code(s) == errc::hbm_ecc_error);
   std::error_code ec;
   CHECK(dev.mem_pool().malloc_async(4096, s, ec) == nullptr);

@@ -56,6 +56,20 @@ npurt::kernel_desc fixed(npurt::picoseconds d, std::string_view name) {
   return npurt::kernel_desc{npurt::kernels::fixed{d}, name};
 }
 
+/// The Chrome trace a file holds; a file that is missing or does not parse fails the test.
+npurt::trace_data read_trace_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::error_code ec;
+  std::string why;
+  auto data = npurt::read_chrome_trace(ss.str(), ec, why);
+  INFO(why);
+  REQUIRE_FALSE(ec);
+  return data;
+}
+
 /// Device 0 stream a: producer (100 µs), record ev.  Device 1 stream b: early (20 µs), wait ev,
 /// consumer (10 µs). The wait holds stream b from 20 µs until the producer ends at 100 µs.
 struct run_result {
@@ -209,15 +223,8 @@ TEST_CASE("NPURT_TRACE writes the run's trace when the system shuts down", "[pro
     sys.remove_observer(r.seen);
   }
   ::unsetenv("NPURT_TRACE");
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  std::ostringstream ss;
-  ss << in.rdbuf();
   // The environment's profiler saw the same run as ours, plus the shutdown time.
-  std::error_code ec;
-  std::string why;
-  const auto data = npurt::read_chrome_trace(ss.str(), ec, why);
-  REQUIRE_FALSE(ec);
+  const auto data = read_trace_file(path);
   CHECK(data.shutdown.has_value());
   std::ostringstream a, b;
   npurt::write_summary_json(a, r.summary);
@@ -247,15 +254,7 @@ TEST_CASE("with NPURT_TRACE each system of a program keeps its trace, later ones
   std::vector<std::size_t> tasks;
   for (const auto& p : paths) {
     INFO(p);
-    std::ifstream in(p, std::ios::binary);
-    REQUIRE(in);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    std::error_code ec;
-    std::string why;
-    const auto data = npurt::read_chrome_trace(ss.str(), ec, why);
-    REQUIRE_FALSE(ec);
-    tasks.push_back(data.tasks.size());
+    tasks.push_back(read_trace_file(p).tasks.size());
     std::remove(p.c_str());
   }
   CHECK(tasks == std::vector<std::size_t>{2, 1, 1});
