@@ -338,3 +338,50 @@ TEST_CASE("numbered trace paths put the number before the extension", "[profiler
   CHECK(numbered_trace_path("out.d/trace", 2) == "out.d/trace.2");
   CHECK(numbered_trace_path("dir/.trace", 1) == "dir/.trace.1");
 }
+
+TEST_CASE("a stream held in the device's shared execution queue has a gap whose cause is queue",
+          "[profiler][system][summary]") {
+  // One device. b's first memset runs at once; a's long kernel and its short follower are
+  // submitted before b's second memset, which shared_fifo dispatches only after the follower:
+  // when the long kernel ends. The copy engine is free all along, so b waits in the queue alone.
+  struct outcome {
+    std::vector<npurt::profile_summary::gap> b_gaps;
+    npurt::sim_time long_end{};
+  };
+  const auto run = [](npurt::dispatch_model m) {
+    npurt::system sys{std::make_unique<npurt::simple_backend>(npurt::simple_config{}),
+                      {.trace_from_env = false, .dispatch = m}};
+    npurt::profiler prof{[&] { return sys.now(); }};
+    sys.add_observer(prof);
+    auto& dev = sys.device(0);
+    // Memsets long enough to outlast the launch overhead: b's next one is submitted before its
+    // first ends, so the host does not hold b.
+    constexpr std::size_t bytes = std::size_t{16} << 20;
+    void* p = dev.malloc(bytes);
+    auto a = dev.make_stream();
+    auto b = dev.make_stream();
+    b.memset(p, bytes, 0, bytes);
+    a.launch(fixed(usec(100), "long"));
+    a.launch(fixed(usec(10), "follower"));
+    b.memset(p, bytes, 1, bytes);
+    sys.run();
+    outcome o;
+    for (const auto& st : prof.summary().streams)
+      if (st.stream == b.id()) o.b_gaps = st.gaps;
+    const auto& data = prof.data();
+    for (const auto& t : data.tasks)
+      if (data.str(t.name) == "long") o.long_end = t.end;
+    sys.remove_observer(prof);
+    dev.free(p);
+    return o;
+  };
+  const outcome held = run(npurt::dispatch_model::shared_fifo);
+  REQUIRE(held.b_gaps.size() == 1);
+  CHECK(held.b_gaps[0].cause == npurt::gap_cause::queue);
+  CHECK(to_string(held.b_gaps[0].cause) == "queue");
+  CHECK(held.b_gaps[0].end == held.long_end);  // the instant the follower is dispatched
+  INFO("b's gap: " << held.b_gaps[0].begin.time_since_epoch().count() << " .. "
+                   << held.b_gaps[0].end.time_since_epoch().count() << " ps");
+  // Without the shared queue nothing holds b: it has no gap.
+  CHECK(run(npurt::dispatch_model::per_stream).b_gaps.empty());
+}

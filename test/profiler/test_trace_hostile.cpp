@@ -159,6 +159,12 @@ std::vector<std::tuple<std::int64_t, npurt::gap_cause, std::uint64_t, std::uint6
       c = npurt::gap_cause::peer;
     else if (alloc) c = npurt::gap_cause::memory;
     else if (next && next->submitted.time_since_epoch().count() > a) c = npurt::gap_cause::host;
+    else if (next && next->ready.time_since_epoch().count() > a &&
+             std::any_of(d.tasks.begin(), d.tasks.end(), [&](const npurt::trace_task& t) {
+               return t.device == next->device && t.priority == next->priority && t.ready == next->ready &&
+                      t.id < next->id;
+             }))
+      c = npurt::gap_cause::queue;
     else if (next && next->start > next->ready) c = npurt::gap_cause::engine;
     out.emplace_back(a, c, next ? next->id : 0, blocking ? blocking->event : 0);
   }

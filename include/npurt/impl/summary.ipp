@@ -229,23 +229,58 @@ inline peer_waits peer_waits_of(const trace_data& data) {
   return w;
 }
 
+/// Under dispatch_model::shared_fifo a task of a device and priority level is dispatched only
+/// after every task of that level submitted before it; held behind one, it is dispatched in the
+/// same instant as the task it waited for. Every task by (device, level, dispatch time, id).
+struct dispatch_fronts {
+  struct entry {
+    device_id device;
+    std::uint8_t priority;
+    std::int64_t ready;
+    std::uint64_t id;
+    [[nodiscard]] auto key() const noexcept { return std::tie(device, priority, ready, id); }
+  };
+  std::vector<entry> by_dispatch;  // sorted by (device, level, dispatch time, id)
+  /// Whether t was dispatched together with an earlier task of its device and level: what holds
+  /// a ready task in the device's execution queue.
+  [[nodiscard]] bool held_behind_earlier(const trace_task& t) const {
+    const entry probe{t.device, t.priority, ps(t.ready), 0};
+    const auto it = std::lower_bound(by_dispatch.begin(), by_dispatch.end(), probe,
+                                     [](const entry& x, const entry& y) { return x.key() < y.key(); });
+    return it != by_dispatch.end() && it->device == t.device && it->priority == t.priority &&
+           it->ready == ps(t.ready) && it->id < t.id;
+  }
+};
+
+inline dispatch_fronts dispatch_fronts_of(const trace_data& data) {
+  dispatch_fronts d;
+  d.by_dispatch.reserve(data.tasks.size());
+  for (const auto& t : data.tasks) d.by_dispatch.push_back({t.device, t.priority, ps(t.ready), t.id});
+  std::sort(d.by_dispatch.begin(), d.by_dispatch.end(), [](const auto& x, const auto& y) { return x.key() < y.key(); });
+  return d;
+}
+
 inline bool is_collective(const trace_task& t) noexcept {
   return t.kind == task_kind::collective || t.engine == engine_kind::collective;
 }
 
 inline gap_cause cause_of(const trace_task* next, const event_wait_info* blocking, bool alloc_ended, std::int64_t a,
-                          const peer_waits& peers) {
+                          const peer_waits& peers, const dispatch_fronts& fronts) {
   if (blocking != nullptr) return gap_cause::event;
   if (next != nullptr && is_collective(*next) && !peers.traced.contains(next->id)) return gap_cause::peer;
   if (alloc_ended) return gap_cause::memory;
   if (next != nullptr && ps(next->submitted) > a) return gap_cause::host;
+  // Submitted before the gap began, yet dispatched only at its end, with an earlier task of the
+  // device: it waited in the execution queue.
+  if (next != nullptr && ps(next->ready) > a && fronts.held_behind_earlier(*next)) return gap_cause::queue;
   if (next != nullptr && next->start > next->ready) return gap_cause::engine;
   return gap_cause::other;
 }
 
 /// The idle stretches inside a stream's window (first start to last end) and why each happened.
 inline void stream_gaps(const trace_data& data, const std::vector<std::size_t>& idx, const std::vector<interval>& busy,
-                        const stream_context& ctx, const peer_waits& peers, profile_summary::stream_stats& st) {
+                        const stream_context& ctx, const peer_waits& peers, const dispatch_fronts& fronts,
+                        profile_summary::stream_stats& st) {
   const auto& tasks = data.tasks;
   std::int64_t w0 = ps(tasks[idx.front()].start), w1 = ps(tasks[idx.front()].end);
   std::vector<std::int64_t> engine_start(idx.size()), end(idx.size());
@@ -294,7 +329,7 @@ inline void stream_gaps(const trace_data& data, const std::vector<std::size_t>& 
       }
       const auto* ev = blocking.at(a, b);
       const auto alloc = std::upper_bound(ctx.allocs.begin(), ctx.allocs.end(), a);
-      g.cause = cause_of(next, ev, alloc != ctx.allocs.end() && *alloc <= b, a, peers);
+      g.cause = cause_of(next, ev, alloc != ctx.allocs.end() && *alloc <= b, a, peers, fronts);
       if (ev != nullptr) g.event = ev->event;
       st.idle += g.duration() + w.duration();
       st.gaps.push_back(g);
@@ -303,7 +338,7 @@ inline void stream_gaps(const trace_data& data, const std::vector<std::size_t>& 
     }
     const auto* w = blocking.at(a, b);
     const auto alloc = std::upper_bound(ctx.allocs.begin(), ctx.allocs.end(), a);
-    g.cause = cause_of(next, w, alloc != ctx.allocs.end() && *alloc <= b, a, peers);
+    g.cause = cause_of(next, w, alloc != ctx.allocs.end() && *alloc <= b, a, peers, fronts);
     if (w != nullptr) g.event = w->event;
     st.idle += g.duration();
     st.gaps.push_back(g);
@@ -338,6 +373,7 @@ inline void summarize_streams(const trace_data& data, const std::vector<std::siz
   for (auto i : order) priorities.try_emplace({tasks[i].device, tasks[i].stream}, tasks[i].priority);
   const auto contexts = stream_contexts(data);
   const auto peers = peer_waits_of(data);
+  const auto fronts = dispatch_fronts_of(data);
   const stream_context none;
   for (const auto& [key, idx] : by_stream) {
     profile_summary::stream_stats st;
@@ -353,7 +389,7 @@ inline void summarize_streams(const trace_data& data, const std::vector<std::siz
     st.utilisation = ratio(st.busy.count(), span);
     if (!idx.empty()) {
       const auto c = contexts.find(key);
-      stream_gaps(data, idx, busy, c != contexts.end() ? c->second : none, peers, st);
+      stream_gaps(data, idx, busy, c != contexts.end() ? c->second : none, peers, fronts, st);
     }
     s.streams.push_back(std::move(st));
   }

@@ -28,6 +28,8 @@ enum class gap_cause : std::uint8_t {
   host,    // the host had not launched the next task yet (launch overhead, host work)
   engine,  // the next task was ready but its engine was busy with other streams
   other,
+  queue,  // the next task was held in the device's execution queue behind earlier tasks of other
+          // streams (dispatch_model::shared_fifo's head-of-line blocking)
 };
 
 constexpr std::string_view to_string(gap_cause c) noexcept {
@@ -38,6 +40,7 @@ constexpr std::string_view to_string(gap_cause c) noexcept {
     case gap_cause::host: return "host";
     case gap_cause::engine: return "engine";
     case gap_cause::other: return "other";
+    case gap_cause::queue: return "queue";
   }
   return "?";
 }
