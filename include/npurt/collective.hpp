@@ -256,7 +256,6 @@ template <class Token>
 auto communicator::async_enqueue(collective_call c, stream& s, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
       [this, &s](auto handler, collective_call call) {
-        using handler_t = decltype(handler);
         if (!rt_) {  // an empty handle, or its system is gone: no loop to complete through
           detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_argument));
           return;
@@ -268,7 +267,11 @@ auto communicator::async_enqueue(collective_call c, stream& s, Token&& token) {
           detail::post_error(*rt_, std::move(handler), ec);
           return;
         }
-        t->waiter = detail::handler_op<handler_t>::create(*rt_, std::move(handler));
+        // As the stream's awaits: a cancellation ends the await, and the call, which its peers
+        // may already be part of, stays queued and runs.
+        detail::cancellable_op* op = detail::make_op(*rt_, std::move(handler));
+        t->waiter = op;
+        op->arm(&detail::cancel_enqueued, t, detail::enqueue_cancel_types);
         rt_->enqueue(*rt_->find_stream(s.id()), t);
       },
       token, std::move(c));

@@ -6,6 +6,9 @@
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -300,6 +303,62 @@ TEST_CASE("all_gather, reduce_scatter, broadcast, reduce and all_to_all move the
       REQUIRE(std::equal(got.begin(), got.end(), in[(d + n - 1) % n].begin()));
     }
   }
+}
+
+TEST_CASE("a cancelled await of a collective ends at the emit, and the call still runs with its peers",
+          "[collective][api][cancel]") {
+  namespace asio = boost::asio;
+  fixture f(mesh_preset(2));
+  auto comm = communicator::init_all(f.sys, {.keep_records = true});
+  std::vector<std::byte> h0 = random_bytes(64, 1, dtype::f32), h1 = random_bytes(64, 2, dtype::f32);
+  void* b0 = f.upload(0, h0);
+  void* b1 = f.upload(1, h1);
+  f.sys.run();
+  const auto type =
+      GENERATE(asio::cancellation_type::terminal, asio::cancellation_type::partial, asio::cancellation_type::total);
+  asio::cancellation_signal sig;
+  std::error_code got;
+  sim_time completed{}, emitted{};
+  // Rank 0 arrives first and waits for rank 1, which a millisecond of compute holds back.
+  asio::co_spawn(
+      f.sys.get_executor(),
+      [&]() -> asio::awaitable<void> {
+        auto [e] = co_await comm.async_all_reduce(
+            b0, b0, 16, dtype::f32, reduce_op::sum, f.streams[0],
+            asio::bind_cancellation_slot(sig.slot(), asio::as_tuple(asio::use_awaitable)));
+        got = e;
+        completed = f.sys.now();
+      },
+      asio::detached);
+  asio::co_spawn(
+      f.sys.get_executor(),
+      [&]() -> asio::awaitable<void> {
+        co_await f.streams[1].async_launch(kernel_desc{kernels::fixed{picoseconds{1'000'000'000}}, "compute"},
+                                           asio::use_awaitable);
+        emitted = f.sys.now();
+        sig.emit(type);
+        comm.all_reduce(b1, b1, 16, dtype::f32, reduce_op::sum, f.streams[1]);
+      },
+      asio::detached);
+  f.sys.run();
+  REQUIRE(comm.records().size() == 1);
+  const collective_record rec = comm.records()[0];
+  CHECK_FALSE(rec.error);
+  if (type == asio::cancellation_type::total) {
+    // Total cancellation would need the call un-queued, which a stream never does: ignored.
+    CHECK_FALSE(got);
+    CHECK(completed == rec.end);
+  } else {
+    CHECK(got == errc::operation_aborted);
+    CHECK(completed == emitted);
+    CHECK(rec.end > emitted);  // it ran after the emit, with rank 1
+  }
+  for (auto& s : f.streams) {
+    std::error_code ec;
+    s.synchronize(no_timeout, ec);
+    CHECK_FALSE(ec);
+  }
+  CHECK(f.download(0, b0, 64) == reference_reduce({h0, h1}, dtype::f32, reduce_op::sum, 0, 64));
 }
 
 TEST_CASE("the async form completes through any token and reports the error of a bad call", "[collective][api]") {
