@@ -339,6 +339,37 @@ TEST_CASE("async_run reads host feeds when the call is made, not when its copies
   CHECK(got == std::vector<double>(64, 3.0));
 }
 
+TEST_CASE("a failed async_run says what failed, as the blocking run's exception does", "[graph][errors][run]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  graph g = relu_graph(64);
+  const auto c = s.compile(g);
+  std::string blocking;
+  try {
+    (void)s.run(c, {});
+  } catch (const graph_error& e) { blocking = e.what(); }
+  REQUIRE_FALSE(blocking.empty());
+  std::error_code got;
+  std::string message = "not called";
+  s.async_run(c, {}, [&](async_error_code ec, run_result r) {
+    got = ec;
+    message = r.error;
+  });
+  sys.run();
+  CHECK(got == errc::invalid_argument);
+  CHECK(message == blocking);  // names the missing feed "x"
+  CHECK(message.find("'x'") != std::string::npos);
+  // A run that succeeds has no error text.
+  tensor x({64}, dtype::f32, std::vector<double>(64, 1.0));
+  s.async_run(c, {{"x", x}}, [&](async_error_code ec, run_result r) {
+    got = ec;
+    message = r.error;
+  });
+  sys.run();
+  CHECK_FALSE(got);
+  CHECK(message.empty());
+}
+
 TEST_CASE("a blocking run or compile inside system::run is refused before it queues anything", "[graph][errors][run]") {
   npurt::system sys{sim::presets::ascend910(1)};
   session s{sys};

@@ -115,6 +115,9 @@ struct run_result {
   std::map<std::string, tensor> outputs;  ///< host tensors (timing-only runs: no data)
   picoseconds latency{0};                 ///< from the first copy in to the last copy out
   std::vector<op_timing> ops;             ///< in execution order of starts
+  /// async_run: empty, or what failed, as the blocking run's exception says it (the completion's
+  /// error_code alone cannot name the feed or operator).
+  std::string error;
 };
 
 struct batches_result {
@@ -343,13 +346,18 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
       [this](auto handler, const compiled_graph* cg, std::vector<feed> in) {
         std::shared_ptr<pending_run> p;
         std::error_code ec;
+        run_result failed;
         try {
           p = start_run(*cg, in);
-        } catch (const error& e) { ec = e.code(); }
+        } catch (const error& e) {
+          ec = e.code();
+          failed.error = e.what();
+        }
         if (ec) {
           auto post_error = [&](const auto& ex) {
-            boost::asio::post(
-                ex, [h = std::move(handler), ec]() mutable { std::move(h)(async_error_code(ec), run_result{}); });
+            boost::asio::post(ex, [h = std::move(handler), ec, r = std::move(failed)]() mutable {
+              std::move(h)(async_error_code(ec), std::move(r));
+            });
           };
           // Without its system, the handler's own executor (Asio's system executor if it has none).
           if (rt_) post_error(boost::asio::get_associated_executor(handler, sys_->get_executor()));
@@ -361,9 +369,13 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
           if (!sync_ec) {
             try {
               r = finish_run(*p);
-            } catch (const error& e) { sync_ec = async_error_code(e.code()); }
+            } catch (const error& e) {
+              sync_ec = async_error_code(e.code());
+              r.error = e.what();
+            }
           } else {
             abandon_run(*p);
+            r.error = "npurt::session::async_run: " + sync_ec.message();
           }
           std::move(h)(sync_ec, std::move(r));
         });
