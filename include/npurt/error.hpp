@@ -200,6 +200,9 @@ class out_of_memory_error : public resource_error {
   };
   out_of_memory_error(const info& i, const std::string& what)
       : resource_error(make_error_code(errc::out_of_memory), what), info_(i) {}
+  /// With the code the refusal had: errc::pool_limit when a pool's size limit refused it.
+  out_of_memory_error(std::error_code ec, const info& i, const std::string& what)
+      : resource_error(ec, what), info_(i) {}
   [[nodiscard]] const info& details() const noexcept { return info_; }
   [[nodiscard]] std::size_t requested() const noexcept { return info_.requested; }
   [[nodiscard]] int device() const noexcept { return info_.device; }

@@ -92,7 +92,7 @@ class mem_pool {
   NPURT_DECL void empty_cache();
   NPURT_DECL void trigger_gc();
   NPURT_DECL void reset_peak();
-  /// After a synchronize: trims to the release threshold (default 0), as a CUDA pool does.
+  /// After a device synchronize: trims to the release threshold (default 0), as a CUDA pool does.
   NPURT_DECL void on_synchronize();
 
   /// A snapshot of the statistics (by value, as PyTorch's memory_stats: the pool brings some of

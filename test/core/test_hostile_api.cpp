@@ -628,12 +628,89 @@ TEST_CASE("pinned memory freed while a copy into it is queued stays allocated un
   // system dies before they ran.
   std::error_code ec;
   sys.host_free(pinned, ec);
-  CHECK(ec == npurt::errc::invalid_pointer);
+  CHECK(ec == npurt::errc::double_free);
   void* again = sys.host_malloc(n);
   s.memcpy(again, n, d, n, npurt::memcpy_kind::device_to_host);
   sys.host_free(again);
   dev.free(d, ec);
   CHECK_FALSE(ec);
+}
+
+TEST_CASE("a synchronize that reports a deadlock reads it: the stream's next failure is reported",
+          "[core][hostile][deadlock]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto never = dev.make_event({.wait_for_record = true});
+  s.wait(never);
+  CHECK_THROWS_AS(s.synchronize(), npurt::deadlock_error);
+  s.launch_callback([] { throw std::runtime_error("after the deadlock"); });
+  try {
+    s.synchronize();
+    FAIL("the callback's failure was lost");
+  } catch (const std::runtime_error& e) { CHECK(std::string(e.what()) == "after the deadlock"); }
+  CHECK_NOTHROW(s.synchronize());
+  // The device's synchronize reads its deadlock the same way.
+  auto t = dev.make_stream();
+  t.wait(never);
+  CHECK_THROWS_AS(dev.synchronize(), npurt::deadlock_error);
+  t.launch(fixed(us(1)));
+  CHECK_NOTHROW(dev.synchronize());
+}
+
+TEST_CASE("refusals say what is wrong once, about the memory they concern", "[core][hostile][messages]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  const auto what_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const npurt::error& e) { return e.what(); }
+    return "no error";
+  };
+  // A fixed kernel asking for more AI cores than the device has.
+  const std::string cores = what_of([&] { s.launch(npurt::kernel_desc{npurt::kernels::fixed{us(1)}, "k", 1000}); });
+  CHECK_THAT(cores, ContainsSubstring("block_dim 1000"));
+  // A null stream: the code's text once, not twice.
+  npurt::stream null_stream;
+  const std::string null_what = what_of([&] { null_stream.launch(fixed(us(1))); });
+  const std::string text = make_error_code(npurt::errc::invalid_stream).message();
+  REQUIRE(null_what.find(text) != std::string::npos);
+  CHECK(null_what.find(text, null_what.find(text) + 1) == std::string::npos);
+  // device::free of a pointer inside an allocation names the allocation.
+  auto* base = static_cast<std::byte*>(dev.malloc(4096));
+  const std::string inside = what_of([&] { dev.free(base + 64); });
+  CHECK_THAT(inside, ContainsSubstring("inside the allocation at"));
+  dev.free(base);
+  // host_free: pinned host memory, not device memory; a second free is a double free.
+  void* pinned = sys.host_malloc(64);
+  sys.host_free(pinned);
+  std::error_code ec;
+  sys.host_free(pinned, ec);
+  CHECK(ec == npurt::errc::double_free);
+  int local = 0;
+  const std::string foreign = what_of([&] { sys.host_free(&local); });
+  CHECK_THAT(foreign, ContainsSubstring("pinned memory from host_malloc"));
+}
+
+TEST_CASE("a pool's limit is pool_limit in every form, and a NaN gc threshold is refused", "[core][hostile][memory]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto& pool = dev.configure_mem_pool({.pool_size_limit = std::size_t{4} << 20});
+  std::error_code ec;
+  CHECK(pool.malloc_async(std::size_t{8} << 20, s, ec) == nullptr);
+  CHECK(ec == npurt::errc::pool_limit);
+  try {
+    (void)pool.malloc_async(std::size_t{8} << 20, s);
+    FAIL("no error");
+  } catch (const npurt::out_of_memory_error& e) {
+    CHECK(e.code() == npurt::errc::pool_limit);
+    CHECK(e.requested() == std::size_t{8} << 20);
+  }
+  CHECK_THROWS_AS(dev.configure_mem_pool({.garbage_collection_threshold = std::numeric_limits<double>::quiet_NaN()}),
+                  npurt::caller_error);
+  CHECK(dev.mem_pool().options().pool_size_limit == std::size_t{4} << 20);  // unchanged
 }
 
 }  // namespace

@@ -131,6 +131,9 @@ class memory_registry {
   std::vector<std::size_t> used_;                       // per device: bytes allocated
   std::map<const void*, host_allocation> host_allocations_;
   std::unordered_set<void*> retired_host_;  // freed by the caller, still used by queued copies
+  // Host addresses the caller freed, to tell double frees; one leaves when the heap hands its
+  // address out again.
+  std::unordered_set<const void*> freed_host_;
 
   // `bytes` of fresh addresses of the device's space; false when the space is used up.
   NPURT_DECL bool take_addresses(device_id dev, std::size_t bytes, std::uint64_t& addr) noexcept;

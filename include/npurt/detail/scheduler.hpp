@@ -304,6 +304,10 @@ class scheduler {
   [[nodiscard]] NPURT_DECL const failure* peek_stream_failure(std::uint32_t stream) const noexcept;
   /// Reads (and clears) the first unread failure of any stream of a device.
   NPURT_DECL failure take_device_failure(device_id dev) noexcept;
+  /// Clears the device's unread failure when it is errc::deadlock: a blocking synchronize that
+  /// reports a deadlock has reported the failed waits that broke it, and a later failure must
+  /// not find the slot taken.
+  NPURT_DECL void read_device_deadlock(device_id dev) noexcept;
   /// aclrtResetDevice: every pending task of the device is dropped (its waiter completes with
   /// errc::operation_aborted), without waiting for it.
   NPURT_DECL void abort_device(device_id dev);

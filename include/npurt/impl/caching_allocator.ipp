@@ -31,7 +31,8 @@ NPURT_DECL caching_allocator::caching_allocator(segment_provider& provider, cach
     : provider_(provider), capacity_(provider.capacity()), opts_(opts), cb_(std::move(callbacks)) {
   if (opts_.granule == 0 || (opts_.granule & (opts_.granule - 1)) != 0 || opts_.granule % min_block_size != 0)
     throw_error(make_error_code(errc::invalid_config), "caching_allocator: granule must be a power of two >= 512");
-  if (opts_.garbage_collection_threshold < 0.0 || opts_.garbage_collection_threshold >= 1.0)
+  // Written so that NaN fails too.
+  if (!(opts_.garbage_collection_threshold >= 0.0 && opts_.garbage_collection_threshold < 1.0))
     throw_error(make_error_code(errc::invalid_config),
                 "caching_allocator: garbage_collection_threshold must be in [0, 1)");
   if (opts_.max_split_size < large_buffer && opts_.max_split_size != std::numeric_limits<std::size_t>::max())
@@ -332,7 +333,7 @@ NPURT_DECL void caching_allocator::throw_allocate_error(errc e, std::size_t size
               format_size(i.reserved + seg) + ", or the \"compact\" strategy, would hold it.";
       }
     }
-    throw out_of_memory_error(i, oom_message(i, ec == errc::pool_limit, gc_limit(), why));
+    throw out_of_memory_error(ec, i, oom_message(i, ec == errc::pool_limit, gc_limit(), why));
   }
   if (ec == errc::size_overflow)
     throw_error(ec, "allocate: " + std::to_string(size) + " bytes exceed the device capacity of " +

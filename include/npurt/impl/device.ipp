@@ -123,6 +123,7 @@ NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout, std::err
         return true;
       },
       deadline, ec);
+  if (ec == errc::deadlock) rt.read_device_deadlock(id_);  // as stream::synchronize reads its own
   if (ec) return;
   // A CUDA pool trims to its release threshold at a synchronize.
   if (pool_) pool_->on_synchronize();

@@ -61,6 +61,15 @@ NPURT_DECL std::string memory_registry::why_not_live(const void* p) const {
   if (foreign(p)) return os.str() + " is device memory of another system";
   if (was_freed(p)) return os.str() + " was freed";
   if (!find_allocation(p)) return os.str() + " is not live device memory";
+  // Live, but not what device::free takes.
+  const auto it = allocations_.find(reinterpret_cast<std::uint64_t>(p));
+  if (it != allocations_.end() && it->second.pool) return os.str() + " is a memory pool's segment, not an allocation";
+  if (it == allocations_.end()) {
+    std::ostringstream base;
+    base << reinterpret_cast<const void*>(find_allocation(p)->address);
+    return os.str() + " is inside the allocation at " + base.str() +
+           " (or a memory pool's block, which free_async gives back), not the start of one";
+  }
   return {};
 }
 
@@ -278,6 +287,7 @@ NPURT_DECL void* memory_registry::host_malloc(std::size_t bytes, std::error_code
     return nullptr;
   }
   host_allocations_.emplace(p, host_allocation{p, bytes});
+  freed_host_.erase(p);  // the heap gave a freed address out again
   if (trace_)
     trace_->on_memory({-1, memory_op::alloc, reinterpret_cast<std::uint64_t>(p), bytes, 0, 0, 0, clock_.now()});
   return p;
@@ -291,13 +301,16 @@ NPURT_DECL void memory_registry::host_free(void* p, std::error_code& ec) {
   }
   auto it = host_allocations_.find(p);
   if (it == host_allocations_.end()) {
-    ec = make_error_code(errc::invalid_pointer);
+    // Freed before (whether queued copies still hold it or not): a double free, as device::free
+    // says it.
+    ec = make_error_code(freed_host_.count(p) ? errc::double_free : errc::invalid_pointer);
     return;
   }
   if (trace_)
     trace_->on_memory(
         {-1, memory_op::free, reinterpret_cast<std::uint64_t>(p), it->second.bytes, 0, 0, 0, clock_.now()});
   host_allocations_.erase(it);
+  freed_host_.insert(p);
   mi_free(p);
 }
 
@@ -309,6 +322,7 @@ NPURT_DECL void memory_registry::retire_host(void* p) noexcept {
         {-1, memory_op::free, reinterpret_cast<std::uint64_t>(p), it->second.bytes, 0, 0, 0, clock_.now()});
   host_allocations_.erase(it);
   retired_host_.insert(p);
+  freed_host_.insert(p);
 }
 
 NPURT_DECL void memory_registry::release_host(void* p) noexcept {

@@ -565,6 +565,13 @@ NPURT_DECL failure scheduler::take_device_failure(device_id dev) noexcept {
   return f;
 }
 
+NPURT_DECL void scheduler::read_device_deadlock(device_id dev) noexcept {
+  if (dev >= 0 && static_cast<std::size_t>(dev) < device_failures_.size()) {
+    failure& f = device_failures_[static_cast<std::size_t>(dev)];
+    if (f.ec == errc::deadlock) f = {};
+  }
+}
+
 NPURT_DECL void scheduler::abort_device(device_id dev) {
   parts_.backend_->abort(dev);  // the backend lets go of every task of the device
   queue_.forget(dev);     // and the device's execution queue of every task not yet dispatched

@@ -130,7 +130,12 @@ NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, const shared_
       if (what) *what = "kernels::fixed duration of " + std::to_string(f->duration.count()) + " ps is negative";
       return nullptr;
     }
-    if ((ec = rt_->backend().validate_fixed(s->device, k.block_dim))) return nullptr;
+    if ((ec = rt_->backend().validate_fixed(s->device, k.block_dim))) {
+      if (what && ec == errc::invalid_argument)
+        *what = "block_dim " + std::to_string(k.block_dim) + " is more than device " + std::to_string(s->device) +
+                "'s AI cores";
+      return nullptr;
+    }
     return detail::fixed_task(*rt_, *s, *f, rt_->intern(k.display_name()), k.block_dim);
   }
   auto* s = state(ec);
@@ -410,7 +415,8 @@ NPURT_DECL event stream::launch(const kernel_desc& k) {
   std::error_code ec;
   std::string what;
   detail::task* t = make_launch(k, ec, &what);
-  if (!t) throw_error_on(device_or_none(), ec, "npurt::stream::launch: " + (what.empty() ? ec.message() : what));
+  if (!t)
+    throw_error_on(device_or_none(), ec, what.empty() ? "npurt::stream::launch" : "npurt::stream::launch: " + what);
   return submit(t);
 }
 
@@ -433,7 +439,8 @@ NPURT_DECL event stream::launch(const shared_kernel& k) {
   std::error_code ec;
   std::string what;
   detail::task* t = make_launch(*k, &k, ec, &what);
-  if (!t) throw_error_on(device_or_none(), ec, "npurt::stream::launch: " + (what.empty() ? ec.message() : what));
+  if (!t)
+    throw_error_on(device_or_none(), ec, what.empty() ? "npurt::stream::launch" : "npurt::stream::launch: " + what);
   return submit(t);
 }
 
@@ -545,6 +552,11 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout, std::err
   const std::uint64_t target = rt.last_enqueued(id);
   const sim_time deadline = timeout ? later(rt.now(), *timeout) : end_of_time;
   detail::wait_blocking(rt, [&] { return rt.position_reached(id, target); }, deadline, ec);
+  // The deadlock was broken by failing this stream's blocked wait; this call reports it, so the
+  // failure is read here, or the stream's next real failure would find its slot taken.
+  if (ec == errc::deadlock)
+    if (const detail::failure* f = rt.peek_stream_failure(id); f && f->ec == errc::deadlock)
+      (void)rt.take_stream_failure(id);
   if (ec) return;
   detail::failure f = rt.take_stream_failure(id);
   ec = f.ec;

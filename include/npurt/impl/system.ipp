@@ -4,6 +4,7 @@
 #include <npurt/system.hpp>
 
 #include <cstdlib>
+#include <sstream>
 
 namespace npurt {
 
@@ -84,6 +85,14 @@ NPURT_DECL void system::host_free(void* p, std::error_code& ec) noexcept {
 NPURT_DECL void system::host_free(void* p) {
   std::error_code ec;
   host_free(p, ec);
+  // The code's own text is about device memory: say which memory this is about.
+  if (ec == errc::invalid_pointer || ec == errc::double_free) {
+    std::ostringstream os;
+    os << p;
+    throw_error(ec, "npurt::system::host_free: " + os.str() +
+                        (ec == errc::double_free ? " was freed already"
+                                                 : " is not the start of pinned memory from host_malloc"));
+  }
   throw_if(ec, "npurt::system::host_free");
 }
 
