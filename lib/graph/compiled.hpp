@@ -77,6 +77,9 @@ struct compiled_graph::impl {
   /// Zeros a timing-only feed is copied from: queued copies read it when they run, so it is sized
   /// once, for the largest input, and never moves while the graph lives.
   std::vector<std::byte> staging;
+  /// The end of the latest run queued. Runs of one compiled graph share its arenas and input
+  /// slots, so one queued while another is in flight (async_run) starts after it.
+  event last_run;
 
   ~impl();
 };

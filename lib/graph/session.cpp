@@ -175,6 +175,19 @@ npurt::stream& exec_stream(session& s, const compiled_graph::impl& c, std::uint3
   return c.rep.schedule == schedule::pipeline ? s.stage_stream(k) : s.stream(k);
 }
 
+/// Makes every stream a run of `c` uses wait for the graph's previous run. Nothing is queued
+/// when that run is over: a wait costs its stream a launch, and a lone run would be slower.
+void after_previous_run(session& s, const compiled_graph::impl& c) {
+  if (!c.last_run.valid()) return;
+  std::error_code ec;  // a run that failed may still have work queued: it is waited for too
+  if (c.last_run.query(ec)) return;
+  for (std::uint32_t k = 0; k < c.streams; ++k) exec_stream(s, c, k).wait(c.last_run);
+  if (c.rep.overlap) {
+    s.io_stream(0).wait(c.last_run);
+    s.io_stream(1).wait(c.last_run);
+  }
+}
+
 }  // namespace
 
 npurt::stream& session::end_stream(const compiled_graph& c) {
@@ -533,7 +546,8 @@ std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& c
   }
   p->start = sys_->now();
   try {
-    (void)enqueue_batch(x);
+    after_previous_run(*this, c);
+    c.last_run = enqueue_batch(x);
   } catch (...) {
     // A launch the backend refused: nothing more is enqueued; what was waits for its memory's
     // owner, the compiled graph, to outlive it.
@@ -622,6 +636,7 @@ batches_result session::run_batches(const compiled_graph& cg, const std::vector<
     end_stream(cg).synchronize();
   };
   try {
+    after_previous_run(*this, c);
     for (std::size_t b = 0; b < batches.size(); ++b) {
       enqueue_ctx x{*this, c, rotating ? b % slots : 0, std::move(fed[b]), &outs[b], pipelined ? &stage_done : nullptr};
       outs[b].resize(c.outputs.size());
@@ -639,6 +654,7 @@ batches_result session::run_batches(const compiled_graph& cg, const std::vector<
     throw;
   }
   drain();
+  if (!batch_end.empty()) c.last_run = batch_end.back();
   r.latency = sys_->now() - t0;
   for (auto& o : outs) {
     std::map<std::string, tensor> m;
