@@ -235,9 +235,21 @@ class caching_allocator {
       return is_heap(c) ? heaps[c].front() : heaps[c].back();
     }
     /// In a sorted bin of n entries: how many have an address above addr (where addr belongs).
-    /// Branch-free steps (Khuong and Morin, "Array Layouts for Comparison-Based Searching"):
-    /// on random addresses each branch of a plain binary search is a coin toss.
+    /// Best fit hands out the lowest addresses first, so the blocks cached again are mostly
+    /// among the lowest of their bin: the last rank_tail entries are counted before any search.
+    static constexpr std::size_t rank_tail = 4;
     [[nodiscard]] static std::size_t sorted_rank(const bin_entry* d, std::size_t n, std::uint64_t addr) noexcept {
+      if (n > rank_tail && d[n - rank_tail - 1].addr > addr) {
+        const bin_entry* t = d + (n - rank_tail);
+        return n - rank_tail + static_cast<std::size_t>(t[0].addr > addr) + static_cast<std::size_t>(t[1].addr > addr) +
+               static_cast<std::size_t>(t[2].addr > addr) + static_cast<std::size_t>(t[3].addr > addr);
+      }
+      return sorted_search(d, n > rank_tail ? n - rank_tail - 1 : n, addr);
+    }
+    /// sorted_rank's search. Branch-free steps (Khuong and Morin, "Array Layouts for
+    /// Comparison-Based Searching"): on random addresses each branch of a plain binary search
+    /// is a coin toss.
+    [[nodiscard]] static std::size_t sorted_search(const bin_entry* d, std::size_t n, std::uint64_t addr) noexcept {
       static constexpr bin_entry none{0, nullptr};  // an empty bin reads as one entry below every address
       const bin_entry* e = n ? d : &none;
       std::size_t lo = 0;
@@ -258,7 +270,7 @@ class caching_allocator {
       w = static_cast<std::size_t>(__builtin_ctzll(s));
       return static_cast<int>((w << 6) | static_cast<std::size_t>(__builtin_ctzll(words[w])));
     }
-    NPURT_DECL void push(std::size_t c, block* b);
+    void push(std::size_t c, block* b);
     /// push's other cases: the bin has no room (it grows first), or is or becomes a heap.
     [[gnu::cold]] NPURT_DECL void push_grow(std::size_t c, block* b);
     /// Caches b in bin c, sorted and with room for one more entry.

@@ -48,12 +48,13 @@ inline constexpr std::size_t short_move = 4;
   d[at] = {b->addr, b};
 }
 
-NPURT_DECL void caching_allocator::small_bins::push(std::size_t c, block* b) {
+[[gnu::always_inline]] inline void caching_allocator::small_bins::push(std::size_t c, block* b) {
   auto& h = heaps[c];
   const std::size_t n = h.size();
   const std::uint64_t bit = std::uint64_t{1} << (c & 63);
-  // The common case, a sorted bin with room, on its own: small enough for the callers to inline,
-  // without the registers and stack the growth and heap paths need.
+  // The common case, a sorted bin with room, on its own: inlined into its two callers, without
+  // the registers and stack the growth and heap paths need (a call here costs more than the
+  // insertion it makes).
   if ((heap_form[c >> 6] & bit) || n + 1 >= sorted_max || n + 1 + ca_detail::short_move > h.capacity()) [[unlikely]] {
     push_grow(c, b);
     return;
