@@ -329,6 +329,9 @@ class caching_allocator {
   // allocate/deallocate with a plain error value: the throwing overloads (the common path) then
   // construct no std::error_code, whose constructor and clear() are out-of-line calls.
   NPURT_DECL std::uint64_t allocate_impl(std::size_t size, std::uint32_t stream, errc& e);
+  /// allocate_impl when its stream caches no block that fits: other streams' blocks, new device
+  /// memory, the out-of-memory retry chain. Null with e set on failure.
+  NPURT_DECL block* allocate_uncached(alloc_params& p, errc& e);
   // The throwing overloads' errors, out of their hot paths.
   [[noreturn, gnu::cold]] NPURT_DECL void throw_allocate_error(errc e, std::size_t size);
   [[noreturn, gnu::cold]] NPURT_DECL void throw_deallocate_error(errc e, std::uint64_t addr);
@@ -398,6 +401,8 @@ class caching_allocator {
     stat_down(stats_.active_bytes, r, bytes);
   }
   NPURT_DECL block* get_free_block(alloc_params& p);
+  /// get_free_block's small-pool search, without the gc age count.
+  block* get_small_block(const alloc_params& p);
   NPURT_DECL block* get_cross_stream_block(alloc_params& p);
   NPURT_DECL bool block_fits(const block* b, const alloc_params& p) const noexcept;
   NPURT_DECL block* alloc_segment(alloc_params& p);

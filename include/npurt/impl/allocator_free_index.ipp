@@ -285,23 +285,25 @@ NPURT_DECL bool caching_allocator::block_fits(const block* b, const alloc_params
   return true;
 }
 
+[[gnu::always_inline]] inline caching_allocator::block* caching_allocator::get_small_block(const alloc_params& p) {
+  small_bins* sb = find_bins(p.stream);
+  if (!sb) return nullptr;
+  const int c = sb->find_from(size_class(p.size));
+  if (c < 0) return nullptr;
+  // Any block of a class at or above the request's fits: no block_fits, and erase_free's
+  // work with the bins and the slot (the top) already known.
+  block* b = sb->pop_min(static_cast<std::size_t>(c));
+  if (b->prev || b->next) {
+    const stat_rows small = rows_of(small_pool);
+    stat_down(stats_.inactive_split, small, 1);
+    stat_down(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(b->size));
+  }
+  return b;
+}
+
 NPURT_DECL caching_allocator::block* caching_allocator::get_free_block(alloc_params& p) {
   if (opts_.garbage_collection_threshold > 0.0) ++free_search_count_;
-  if (p.pool == small_pool) {
-    small_bins* sb = find_bins(p.stream);
-    if (!sb) return nullptr;
-    const int c = sb->find_from(size_class(p.size));
-    if (c < 0) return nullptr;
-    // Any block of a class at or above the request's fits: no block_fits, and erase_free's
-    // work with the bins and the slot (the top) already known.
-    block* b = sb->pop_min(static_cast<std::size_t>(c));
-    if (b->prev || b->next) {
-      const stat_rows small = rows_of(small_pool);
-      stat_down(stats_.inactive_split, small, 1);
-      stat_down(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(b->size));
-    }
-    return b;
-  }
+  if (p.pool == small_pool) return get_small_block(p);
   auto& set = set_of(p.pool);
   auto it = set.lower_bound(free_key{key_hi(p.stream, p.size), 0, nullptr});
   if (it == set.end() || (it->hi >> 32) != p.stream) return nullptr;

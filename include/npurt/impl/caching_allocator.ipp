@@ -183,6 +183,72 @@ NPURT_DECL std::uint64_t caching_allocator::take_block(block* b, alloc_params& p
   return b->addr;
 }
 
+NPURT_DECL caching_allocator::block* caching_allocator::allocate_uncached(alloc_params& p, errc& e) {
+  // Only new segments and the release of cached ones for them need the segment size.
+  p.alloc_size = p.pool == arena_pool ? ca_detail::round_up(p.size, opts_.granule) : allocation_size(p.size);
+  block* b = get_cross_stream_block(p);
+  if (b) return b;
+  auto alloc_new = [&]() -> block* { return p.pool == arena_pool ? grow_arena(p) : alloc_segment(p); };
+  const double thr = opts_.garbage_collection_threshold;
+  if (thr > 0.0 && opts_.auto_growth &&
+      static_cast<double>(stats_.reserved_bytes[stat_all].current) > thr * static_cast<double>(gc_limit())) {
+    step(retry_step::garbage_collect_preemptive);
+    garbage_collect(false);
+  }
+  b = alloc_new();
+  if (!b && device_fault_ != errc{}) [[unlikely]] {
+    // A lost device: freeing cache or synchronising cannot help, and it is not out of memory.
+    e = std::exchange(device_fault_, errc{});
+    return nullptr;
+  }
+  if (!b) {
+    step(retry_step::device_alloc_failed);
+    if (opts_.auto_growth) {
+      step(retry_step::free_fitting_cached);
+      if (const std::size_t n = release_fitting_cached(p)) {
+        stats_.num_gc_freed_blocks += n;
+        ++stats_.num_alloc_retries;
+        b = alloc_new();
+      }
+      if (!b && thr > 0.0) {
+        step(retry_step::garbage_collect);
+        const auto before = stats_.num_gc_freed_blocks;
+        garbage_collect(true);
+        if (stats_.num_gc_freed_blocks != before) {
+          ++stats_.num_alloc_retries;
+          b = alloc_new();
+        }
+      }
+    }
+    if (!b) {
+      step(retry_step::synchronize_and_free_all);
+      ++stats_.num_alloc_retries;
+      synchronize_all_streams();
+      // After a full synchronisation every recorded use is over. With fences the allocator asks
+      // them instead of assuming: a caller that cannot block (a coroutine inside the event loop)
+      // returns from synchronize_all with work still running, and that memory must stay put.
+      if (!cb_.fence_done)
+        for (block* x : pending_) clear_uses(x);
+      process_events();
+      if (opts_.auto_growth) stats_.num_gc_freed_blocks += release_all_cached();
+      b = get_free_block(p);
+      if (!b) b = get_cross_stream_block(p);
+      if (!b) b = alloc_new();
+    }
+    if (!b && device_fault_ != errc{}) {
+      e = std::exchange(device_fault_, errc{});  // the device was lost during the retries
+      return nullptr;
+    }
+    if (!b) {
+      step(retry_step::out_of_memory);
+      ++stats_.num_ooms;
+      e = p.pool_limited ? errc::pool_limit : errc::out_of_memory;
+      return nullptr;
+    }
+  }
+  return b;
+}
+
 NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std::uint32_t stream, errc& e) {
   if (size == 0) {
     e = errc::zero_size;
@@ -192,9 +258,10 @@ NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std:
     e = errc::size_overflow;
     return 0;
   }
+  const std::size_t rounded = round_size(size);
   if (deferred_) {
     if (deferred_->stream == stream && pending_.empty() && opts_.strategy == allocation_strategy::segmented &&
-        round_size(size) == deferred_->size) {
+        rounded == deferred_->size) {
       block* x = deferred_;
       if (take_deferred(size)) return x->addr;
     }
@@ -203,76 +270,20 @@ NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std:
   if (!pending_.empty()) process_events();
   alloc_params p;
   p.requested = size;
-  p.size = round_size(size);
+  p.size = rounded;
   p.stream = stream;
-  if (opts_.strategy == allocation_strategy::compact) {
-    p.pool = arena_pool;
-    p.alloc_size = ca_detail::round_up(p.size, opts_.granule);
+  if (opts_.strategy == allocation_strategy::compact) p.pool = arena_pool;
+  else p.pool = p.size <= small_size ? small_pool : large_pool;
+  block* b;
+  if (p.pool == small_pool) {  // get_free_block, its small-pool search inlined
+    if (opts_.garbage_collection_threshold > 0.0) ++free_search_count_;
+    b = get_small_block(p);
   } else {
-    p.pool = p.size <= small_size ? small_pool : large_pool;
-    p.alloc_size = allocation_size(p.size);
+    b = get_free_block(p);
   }
-  block* b = get_free_block(p);
-  if (!b) b = get_cross_stream_block(p);
-  if (!b) {
-    auto alloc_new = [&]() -> block* { return p.pool == arena_pool ? grow_arena(p) : alloc_segment(p); };
-    const double thr = opts_.garbage_collection_threshold;
-    if (thr > 0.0 && opts_.auto_growth &&
-        static_cast<double>(stats_.reserved_bytes[stat_all].current) > thr * static_cast<double>(gc_limit())) {
-      step(retry_step::garbage_collect_preemptive);
-      garbage_collect(false);
-    }
-    b = alloc_new();
-    if (!b && device_fault_ != errc{}) [[unlikely]] {
-      // A lost device: freeing cache or synchronising cannot help, and it is not out of memory.
-      e = std::exchange(device_fault_, errc{});
-      return 0;
-    }
-    if (!b) {
-      step(retry_step::device_alloc_failed);
-      if (opts_.auto_growth) {
-        step(retry_step::free_fitting_cached);
-        if (const std::size_t n = release_fitting_cached(p)) {
-          stats_.num_gc_freed_blocks += n;
-          ++stats_.num_alloc_retries;
-          b = alloc_new();
-        }
-        if (!b && thr > 0.0) {
-          step(retry_step::garbage_collect);
-          const auto before = stats_.num_gc_freed_blocks;
-          garbage_collect(true);
-          if (stats_.num_gc_freed_blocks != before) {
-            ++stats_.num_alloc_retries;
-            b = alloc_new();
-          }
-        }
-      }
-      if (!b) {
-        step(retry_step::synchronize_and_free_all);
-        ++stats_.num_alloc_retries;
-        synchronize_all_streams();
-        // After a full synchronisation every recorded use is over. With fences the allocator asks
-        // them instead of assuming: a caller that cannot block (a coroutine inside the event loop)
-        // returns from synchronize_all with work still running, and that memory must stay put.
-        if (!cb_.fence_done)
-          for (block* x : pending_) clear_uses(x);
-        process_events();
-        if (opts_.auto_growth) stats_.num_gc_freed_blocks += release_all_cached();
-        b = get_free_block(p);
-        if (!b) b = get_cross_stream_block(p);
-        if (!b) b = alloc_new();
-      }
-      if (!b && device_fault_ != errc{}) {
-        e = std::exchange(device_fault_, errc{});  // the device was lost during the retries
-        return 0;
-      }
-      if (!b) {
-        step(retry_step::out_of_memory);
-        ++stats_.num_ooms;
-        e = p.pool_limited ? errc::pool_limit : errc::out_of_memory;
-        return 0;
-      }
-    }
+  if (!b) [[unlikely]] {
+    b = allocate_uncached(p, e);
+    if (!b) return 0;
   }
   return take_block(b, p);
 }
