@@ -353,6 +353,11 @@ class caching_allocator {
   void settle() const { const_cast<caching_allocator*>(this)->settle(); }
   NPURT_DECL void settle_deferred();
   NPURT_DECL errc deallocate_impl(std::uint64_t addr, std::uint32_t stream, int device);
+  /// deallocate_impl's error for an address that is no live block's start.
+  [[gnu::cold]] NPURT_DECL errc bad_free(std::uint64_t addr) const;
+  /// A freed block that other streams used: drops the uses the free orders and, if others
+  /// remain, makes the block pending and returns true.
+  [[gnu::cold]] NPURT_DECL bool hold_for_uses(block* b, std::uint32_t stream);
   NPURT_DECL block* new_block();
   NPURT_DECL void delete_block(block* b) noexcept;
   static void clear_uses(block* b) noexcept {

@@ -397,20 +397,9 @@ NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint
   if (addr == 0) { return errc::null_pointer; }
   if (device >= 0 && device != opts_.device) { return errc::stream_device_mismatch; }
   settle();
-  block* found = blocks_.find(addr);
-  if (!found || !found->allocated) {
-    if (found) return errc::double_free;
-    // Not a block start: inside cached (freed) memory is a stale pointer; anything else was
-    // never handed out by this pool.
-    auto st = segments_.upper_bound(addr);
-    if (st == segments_.begin()) return errc::invalid_pointer;
-    segment* s = std::prev(st)->second;
-    if (addr >= s->addr + std::max(s->size, s->va_size)) return errc::invalid_pointer;
-    for (block* b = s->first; b; b = b->next)
-      if (addr >= b->addr && addr < b->addr + b->size) return b->allocated ? errc::invalid_pointer : errc::double_free;
-    return errc::invalid_pointer;
-  }
-  block* b = found;
+  block* b = blocks_.find(addr);
+  if (!b || !b->allocated) [[unlikely]]
+    return b ? errc::double_free : bad_free(addr);
   // A block other streams used may stay active after this free (see active_rows_).
   if (b->has_uses && !active_rows_) [[unlikely]]
     start_active_rows();
@@ -428,24 +417,41 @@ NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint
     b->free_fence = cb_.record_fence(stream);
     fences_seen_ = true;
   }
-  // Uses on the freeing stream are ordered before the free; others must complete first.
-  auto& uses = b->uses;
-  if (b->has_uses && !uses.empty())
-    uses.erase(std::remove_if(uses.begin(), uses.end(),
-                              [&](auto& u) {
-                                if (u.first == stream) return true;
-                                if (u.second == 0 && cb_.record_fence) u.second = cb_.record_fence(u.first);
-                                return u.second != 0 && cb_.fence_done && cb_.fence_done(u.second);
-                              }),
-               uses.end());
-  if (b->has_uses && !uses.empty()) {
-    b->pending = true;
-    pending_.push_back(b);
+  if (b->has_uses && hold_for_uses(b, stream)) [[unlikely]]
     return {};
-  }
-  b->has_uses = false;
   if (!defer_free(b)) free_block(b);
   return {};
+}
+
+NPURT_DECL errc caching_allocator::bad_free(std::uint64_t addr) const {
+  // Not a block start: inside cached (freed) memory is a stale pointer; anything else was
+  // never handed out by this pool.
+  auto st = segments_.upper_bound(addr);
+  if (st == segments_.begin()) return errc::invalid_pointer;
+  const segment* s = std::prev(st)->second;
+  if (addr >= s->addr + std::max(s->size, s->va_size)) return errc::invalid_pointer;
+  for (const block* b = s->first; b; b = b->next)
+    if (addr >= b->addr && addr < b->addr + b->size) return b->allocated ? errc::invalid_pointer : errc::double_free;
+  return errc::invalid_pointer;
+}
+
+NPURT_DECL bool caching_allocator::hold_for_uses(block* b, std::uint32_t stream) {
+  // Uses on the freeing stream are ordered before the free; others must complete first.
+  auto& uses = b->uses;
+  uses.erase(std::remove_if(uses.begin(), uses.end(),
+                            [&](auto& u) {
+                              if (u.first == stream) return true;
+                              if (u.second == 0 && cb_.record_fence) u.second = cb_.record_fence(u.first);
+                              return u.second != 0 && cb_.fence_done && cb_.fence_done(u.second);
+                            }),
+             uses.end());
+  if (!uses.empty()) {
+    b->pending = true;
+    pending_.push_back(b);
+    return true;
+  }
+  b->has_uses = false;
+  return false;
 }
 
 NPURT_DECL bool caching_allocator::defer_free(block* b) noexcept {
