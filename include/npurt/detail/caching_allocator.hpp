@@ -238,7 +238,8 @@ class caching_allocator {
     /// Best fit hands out the lowest addresses first, so the blocks cached again are mostly
     /// among the lowest of their bin: the last rank_tail entries are counted before any search.
     static constexpr std::size_t rank_tail = 4;
-    [[nodiscard]] static std::size_t sorted_rank(const bin_entry* d, std::size_t n, std::uint64_t addr) noexcept {
+    [[nodiscard, gnu::always_inline]] static std::size_t sorted_rank(const bin_entry* d, std::size_t n,
+                                                                     std::uint64_t addr) noexcept {
       if (n > rank_tail && d[n - rank_tail - 1].addr > addr) {
         const bin_entry* t = d + (n - rank_tail);
         return n - rank_tail + static_cast<std::size_t>(t[0].addr > addr) + static_cast<std::size_t>(t[1].addr > addr) +
@@ -261,7 +262,7 @@ class caching_allocator {
       return lo + static_cast<std::size_t>(e[lo].addr > addr);
     }
     /// First non-empty class >= c, or -1.
-    [[nodiscard]] int find_from(std::size_t c) const noexcept {
+    [[nodiscard, gnu::always_inline]] int find_from(std::size_t c) const noexcept {
       std::size_t w = c >> 6;
       if (const std::uint64_t m = words[w] & (~std::uint64_t{0} << (c & 63)))
         return static_cast<int>((w << 6) | static_cast<std::size_t>(__builtin_ctzll(m)));
