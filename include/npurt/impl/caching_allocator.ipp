@@ -165,8 +165,10 @@ NPURT_DECL std::uint64_t caching_allocator::take_block(block* b, alloc_params& p
     b->size = p.size;
     blocks_.emplace(r->addr, r);
     // After a cross-stream reuse the remainder takes the new stream, whose free block may
-    // follow it.
-    coalesce_and_cache(r);
+    // follow it. Its previous neighbour, b, is allocated.
+    if (const block* n = r->next; n && !n->allocated && !n->pending && n->stream == r->stream) [[unlikely]]
+      coalesce_and_cache(r);
+    else insert_free(r);
   }
   b->allocated = true;
   b->requested = p.requested;
