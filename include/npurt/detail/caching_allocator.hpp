@@ -406,6 +406,16 @@ class caching_allocator {
     stat_down(stats_.active, r, 1);
     stat_down(stats_.active_bytes, r, bytes);
   }
+  // The statistics that move together, each group with one test of r.all rather than one per
+  // statistic.
+  /// An allocation of `bytes` (rounded) for `requested` bytes: the allocation, allocated, active
+  /// and requested rows.
+  void allocation_up(stat_rows r, std::int64_t bytes, std::int64_t requested) noexcept;
+  /// A free: the allocation, allocated and requested rows (active ones move when it is cached).
+  void allocation_down(stat_rows r, std::int64_t bytes, std::int64_t requested) noexcept;
+  /// A split block of `bytes` is cached (up) or leaves the cache (down): the inactive-split rows.
+  void inactive_split_up(stat_rows r, std::int64_t bytes) noexcept;
+  void inactive_split_down(stat_rows r, std::int64_t bytes) noexcept;
   NPURT_DECL block* get_free_block(alloc_params& p);
   /// get_free_block's small-pool search, without the gc age count.
   block* get_small_block(const alloc_params& p);
@@ -512,6 +522,46 @@ inline std::size_t round_up(std::size_t v, std::size_t a) noexcept { return (v +
 [[gnu::always_inline]] inline void caching_allocator::stat_down(stat_array& s, stat_rows r, std::int64_t n) noexcept {
   ca_detail::stat_dec(s[r.row], n);
   if (r.all) ca_detail::stat_dec(s[stat_all], n);
+}
+
+[[gnu::always_inline]] inline void caching_allocator::allocation_up(stat_rows r, std::int64_t bytes,
+                                                                    std::int64_t requested) noexcept {
+  ca_detail::stat_inc(stats_.allocation[r.row], 1);
+  ca_detail::stat_inc(stats_.allocated_bytes[r.row], bytes);
+  ca_detail::stat_inc(stats_.requested_bytes[r.row], requested);
+  if (r.all) {
+    ca_detail::stat_inc(stats_.allocation[stat_all], 1);
+    ca_detail::stat_inc(stats_.allocated_bytes[stat_all], bytes);
+    ca_detail::stat_inc(stats_.requested_bytes[stat_all], requested);
+  }
+  active_up(r, bytes);
+}
+[[gnu::always_inline]] inline void caching_allocator::allocation_down(stat_rows r, std::int64_t bytes,
+                                                                      std::int64_t requested) noexcept {
+  ca_detail::stat_dec(stats_.allocation[r.row], 1);
+  ca_detail::stat_dec(stats_.allocated_bytes[r.row], bytes);
+  ca_detail::stat_dec(stats_.requested_bytes[r.row], requested);
+  if (r.all) {
+    ca_detail::stat_dec(stats_.allocation[stat_all], 1);
+    ca_detail::stat_dec(stats_.allocated_bytes[stat_all], bytes);
+    ca_detail::stat_dec(stats_.requested_bytes[stat_all], requested);
+  }
+}
+[[gnu::always_inline]] inline void caching_allocator::inactive_split_up(stat_rows r, std::int64_t bytes) noexcept {
+  ca_detail::stat_inc(stats_.inactive_split[r.row], 1);
+  ca_detail::stat_inc(stats_.inactive_split_bytes[r.row], bytes);
+  if (r.all) {
+    ca_detail::stat_inc(stats_.inactive_split[stat_all], 1);
+    ca_detail::stat_inc(stats_.inactive_split_bytes[stat_all], bytes);
+  }
+}
+[[gnu::always_inline]] inline void caching_allocator::inactive_split_down(stat_rows r, std::int64_t bytes) noexcept {
+  ca_detail::stat_dec(stats_.inactive_split[r.row], 1);
+  ca_detail::stat_dec(stats_.inactive_split_bytes[r.row], bytes);
+  if (r.all) {
+    ca_detail::stat_dec(stats_.inactive_split[stat_all], 1);
+    ca_detail::stat_dec(stats_.inactive_split_bytes[stat_all], bytes);
+  }
 }
 
 }  // namespace npurt::detail

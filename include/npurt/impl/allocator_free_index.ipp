@@ -238,8 +238,7 @@ NPURT_DECL void caching_allocator::insert_free(block* b) {
     bins_for(b->stream)->push(size_class(b->size), b);
     if (b->prev || b->next) {
       const stat_rows small = rows_of(small_pool);
-      stat_up(stats_.inactive_split, small, 1);
-      stat_up(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(b->size));
+      inactive_split_up(small, static_cast<std::int64_t>(b->size));
     }
     return;
   }
@@ -255,8 +254,7 @@ NPURT_DECL void caching_allocator::insert_free(block* b) {
   }
   if (b->prev || b->next) {
     const stat_rows row = rows_of(b->pool);
-    stat_up(stats_.inactive_split, row, 1);
-    stat_up(stats_.inactive_split_bytes, row, static_cast<std::int64_t>(b->size));
+    inactive_split_up(row, static_cast<std::int64_t>(b->size));
   }
 }
 
@@ -270,8 +268,7 @@ NPURT_DECL void caching_allocator::erase_free(block* b) noexcept {
   // away first), so the split test here matches the one made at insertion.
   if (b->prev || b->next) {
     const stat_rows row = rows_of(b->pool);
-    stat_down(stats_.inactive_split, row, 1);
-    stat_down(stats_.inactive_split_bytes, row, static_cast<std::int64_t>(b->size));
+    inactive_split_down(row, static_cast<std::int64_t>(b->size));
   }
 }
 
@@ -295,8 +292,7 @@ NPURT_DECL bool caching_allocator::block_fits(const block* b, const alloc_params
   block* b = sb->pop_min(static_cast<std::size_t>(c));
   if (b->prev || b->next) {
     const stat_rows small = rows_of(small_pool);
-    stat_down(stats_.inactive_split, small, 1);
-    stat_down(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(b->size));
+    inactive_split_down(small, static_cast<std::int64_t>(b->size));
   }
   return b;
 }

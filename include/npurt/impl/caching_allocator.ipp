@@ -177,10 +177,7 @@ NPURT_DECL std::uint64_t caching_allocator::take_block(block* b, alloc_params& p
   ++b->seg->live;
   const auto sz = static_cast<std::int64_t>(b->size);
   const stat_rows row = rows_of(b->pool);
-  stat_up(stats_.allocation, row, 1);
-  stat_up(stats_.allocated_bytes, row, sz);
-  active_up(row, sz);
-  stat_up(stats_.requested_bytes, row, static_cast<std::int64_t>(p.requested));
+  allocation_up(row, sz, static_cast<std::int64_t>(p.requested));
   if (b->size >= opts_.max_split_size) ca_detail::stat_inc(stats_.oversize_allocations, 1);
   return b->addr;
 }
@@ -407,9 +404,7 @@ NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint
     start_active_rows();
   const auto sz = static_cast<std::int64_t>(b->size);
   const stat_rows row = rows_of(b->pool);
-  stat_down(stats_.allocation, row, 1);
-  stat_down(stats_.allocated_bytes, row, sz);
-  stat_down(stats_.requested_bytes, row, static_cast<std::int64_t>(b->requested));
+  allocation_down(row, sz, static_cast<std::int64_t>(b->requested));
   if (b->size >= opts_.max_split_size) ca_detail::stat_dec(stats_.oversize_allocations, 1);
   b->allocated = false;
   b->requested = 0;
@@ -467,14 +462,9 @@ NPURT_DECL bool caching_allocator::defer_free(block* b) noexcept {
   --b->seg->live;
   const stat_rows small = rows_of(small_pool);
   active_down(small, static_cast<std::int64_t>(b->size));
-  if (n) {
-    stat_down(stats_.inactive_split, small, 1);
-    stat_down(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(n->size));
-  }
-  if (b->prev || (n ? n->next : b->next)) {
-    stat_up(stats_.inactive_split, small, 1);
-    stat_up(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(b->size + (n ? n->size : 0)));
-  }
+  if (n) inactive_split_down(small, static_cast<std::int64_t>(n->size));
+  if (b->prev || (n ? n->next : b->next))
+    inactive_split_up(small, static_cast<std::int64_t>(b->size + (n ? n->size : 0)));
   if (free_search_count_) b->gc_base = free_search_count_;
   deferred_ = b;
   deferred_next_ = n;
@@ -520,25 +510,18 @@ NPURT_DECL bool caching_allocator::take_deferred(std::size_t requested) noexcept
   const stat_rows small = rows_of(small_pool);
   // erase_free(merged), then take_block: the split gives back n's range as a new free block at
   // n's address (its next neighbour cannot be a free block of this stream: n was coalesced).
-  if (x->prev || (n ? n->next : x->next)) {
-    stat_down(stats_.inactive_split, small, 1);
-    stat_down(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(merged));
-  }
+  if (x->prev || (n ? n->next : x->next)) inactive_split_down(small, static_cast<std::int64_t>(merged));
   if (n) {
     if (fences_seen_) n->free_fence = std::max(x->free_fence, n->free_fence);
     if (free_search_count_) n->gc_base = free_search_count_;
-    stat_up(stats_.inactive_split, small, 1);
-    stat_up(stats_.inactive_split_bytes, small, static_cast<std::int64_t>(n->size));
+    inactive_split_up(small, static_cast<std::int64_t>(n->size));
   }
   x->allocated = true;
   x->requested = requested;
   if (fences_seen_) x->free_fence = 0;
   ++x->seg->live;
   const auto sz = static_cast<std::int64_t>(x->size);
-  stat_up(stats_.allocation, small, 1);
-  stat_up(stats_.allocated_bytes, small, sz);
-  active_up(small, sz);
-  stat_up(stats_.requested_bytes, small, static_cast<std::int64_t>(requested));
+  allocation_up(small, sz, static_cast<std::int64_t>(requested));
   return true;
 }
 
