@@ -231,6 +231,8 @@ class communicator {
  private:
   NPURT_DECL detail::task* prepare(const collective_call& c, stream& s, std::error_code& ec);
   NPURT_DECL std::error_code check(const collective_call& c, device_id dev, std::uint32_t rank) const;
+  /// What check() refused as invalid_argument, for the throwing forms' messages.
+  [[nodiscard]] NPURT_DECL std::string describe_invalid(const collective_call& c, const stream& s) const;
   /// Whether this handle can take a call from this thread: invalid_argument for an empty
   /// handle or a destroyed system, wrong_thread under system_options::check_thread.
   [[nodiscard]] NPURT_DECL std::error_code usable() const noexcept;

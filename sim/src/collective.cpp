@@ -68,6 +68,10 @@ bool same_call(const collective_call& a, const collective_call& b) {
 
 template <class T>
 T apply(reduce_op r, T a, T b) {
+  // max and min propagate a NaN (as numpy's maximum and the graph's ReduceMax do): a comparison
+  // alone would keep or drop it by the rank that holds it.
+  if constexpr (std::is_floating_point_v<T>)
+    if ((r == reduce_op::max || r == reduce_op::min) && (a != a || b != b)) return a != a ? a : b;
   switch (r) {
     case reduce_op::sum: return a + b;
     case reduce_op::prod: return a * b;

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 using namespace npurt;
@@ -359,6 +360,29 @@ TEST_CASE("a cancelled await of a collective ends at the emit, and the call stil
     CHECK_FALSE(ec);
   }
   CHECK(f.download(0, b0, 64) == reference_reduce({h0, h1}, dtype::f32, reduce_op::sum, 0, 64));
+}
+
+TEST_CASE("max and min propagate a NaN whichever rank holds it", "[collective][reduce]") {
+  for (const reduce_op op : {reduce_op::max, reduce_op::min})
+    for (int nan_rank = 0; nan_rank < 4; ++nan_rank) {
+      INFO(to_string(op) << ", NaN on rank " << nan_rank);
+      fixture f(mesh_preset(4));
+      auto comm = communicator::init_all(f.sys);
+      std::vector<void*> buf;
+      for (int r = 0; r < 4; ++r) {
+        const float v = r == nan_rank ? std::numeric_limits<float>::quiet_NaN() : 1.0f;
+        std::vector<std::byte> h(sizeof v);
+        std::memcpy(h.data(), &v, sizeof v);
+        buf.push_back(f.upload(r, h));
+      }
+      for (int r = 0; r < 4; ++r) comm.all_reduce(buf[r], buf[r], 1, dtype::f32, op, f.streams[r]);
+      for (int r = 0; r < 4; ++r) {
+        const auto out = f.download(r, buf[r], sizeof(float));
+        float v = 0;
+        std::memcpy(&v, out.data(), sizeof v);
+        CHECK(std::isnan(v));
+      }
+    }
 }
 
 TEST_CASE("the async form completes through any token and reports the error of a bad call", "[collective][api]") {

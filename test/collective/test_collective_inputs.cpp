@@ -110,6 +110,30 @@ TEST_CASE("enumerators out of their range are refused at the call", "[collective
   CHECK_FALSE(comm.async_error());
 }
 
+TEST_CASE("an invalid argument to a collective says which one", "[collective][args]") {
+  npurt::system sys{npurt::sim::presets::ascend910(2)};
+  auto comm = npurt::communicator::init_all(sys);
+  auto s = sys.device(0).make_stream();
+  void* b = sys.device(0).malloc(64);
+  const auto what_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const npurt::caller_error& e) { return e.what(); }
+    return "no error";
+  };
+  CHECK_THAT(what_of([&] { comm.send(b, 4, dtype::f32, 0, s); }), ContainsSubstring("rank 0 cannot send to itself"));
+  CHECK_THAT(what_of([&] { comm.broadcast(b, 4, dtype::f32, 5, s); }),
+             ContainsSubstring("root 5 is not a rank of this communicator (0..1)"));
+  CHECK_THAT(what_of([&] { comm.all_reduce(b, b, 4, dtype::f32, static_cast<reduce_op>(9), s); }),
+             ContainsSubstring("reduce operator 9 is not a reduce_op"));
+  CHECK_THAT(what_of([&] { comm.group_end(); }), ContainsSubstring("no group_start"));
+  comm.abort();
+  try {
+    comm.group_start();
+    FAIL("group_start after abort was accepted");
+  } catch (const npurt::error& e) { CHECK(e.code() == errc::operation_aborted); }
+}
+
 TEST_CASE("all_to_allv does not check the displacement of a zero-count entry", "[collective][args]") {
   // MPI_Alltoallv and HCCL's AlltoAllV access no data for a zero count, so any displacement is
   // valid there; here past the buffer's end, and the largest size_t.

@@ -329,6 +329,30 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
   return t;
 }
 
+NPURT_DECL std::string communicator::describe_invalid(const collective_call& c, const stream& s) const {
+  const std::uint32_t p = state_->size();
+  if (c.op > collective_op::barrier)
+    return "operation " + std::to_string(static_cast<unsigned>(c.op)) + " is not a collective_op";
+  if (c.algorithm > collective_algorithm::hierarchical)
+    return "algorithm " + std::to_string(static_cast<unsigned>(c.algorithm)) + " is not a collective_algorithm";
+  const bool reduces =
+      c.op == collective_op::all_reduce || c.op == collective_op::reduce || c.op == collective_op::reduce_scatter;
+  if (reduces && c.red > reduce_op::min)
+    return "reduce operator " + std::to_string(static_cast<unsigned>(c.red)) + " is not a reduce_op";
+  const bool p2p = c.op == collective_op::send || c.op == collective_op::recv;
+  if ((p2p || c.op == collective_op::broadcast || c.op == collective_op::reduce) &&
+      (c.root < 0 || static_cast<std::uint32_t>(c.root) >= p))
+    return std::string(p2p ? "peer " : "root ") + std::to_string(c.root) + " is not a rank of this communicator (0.." +
+           std::to_string(p - 1) + ")";
+  const int rank = s.valid() ? rank_of(s.device_or_none()) : -1;
+  if (p2p && rank >= 0 && c.root == rank)
+    return "rank " + std::to_string(rank) + " cannot " + (c.op == collective_op::send ? "send to" : "receive from") +
+           " itself";
+  if (c.op == collective_op::all_to_allv)
+    return "all_to_allv takes " + std::to_string(p) + " send and receive counts and displacements, one per rank";
+  return {};
+}
+
 NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s, std::error_code& ec) {
   detail::task* t = prepare(c, s, ec);
   if (!t) return {};
@@ -345,7 +369,9 @@ NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
       what += ": the stream's device (or a buffer's) is not the calling rank's device of this communicator";
     else if (ec == errc::invalid_argument && !state_) what += ": empty communicator handle";
     else if (ec == errc::invalid_argument && !rt_) what += ": its system was destroyed";
-    else if (ec == errc::invalid_dtype && c.type == dtype::bf16)
+    else if (ec == errc::invalid_argument) {
+      if (std::string why = describe_invalid(c, s); !why.empty()) what += ": " + why;
+    } else if (ec == errc::invalid_dtype && c.type == dtype::bf16)
       what += ": the devices of this system cannot reduce bf16 (the preset has no bf16 support)";
     else if (ec == errc::invalid_pointer && rt_) {
       std::string why = c.send ? rt_->memory().why_not_live(c.send) : std::string();
@@ -358,6 +384,10 @@ NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
 
 NPURT_DECL void communicator::group_start() {
   require_usable("group_start");
+  // As every call after abort() is refused: a group opened now could only end in that error.
+  if (state_->aborted)
+    throw_error(make_error_code(errc::operation_aborted),
+                "npurt::communicator::group_start: the communicator was aborted");
   ++group_->depth;
 }
 
@@ -405,6 +435,8 @@ NPURT_DECL void communicator::group_end(std::error_code& ec) {
 NPURT_DECL void communicator::group_end() {
   std::error_code ec;
   group_end(ec);
+  if (ec == errc::invalid_argument && (!group_ || group_->depth == 0) && state_ && rt_)
+    throw_error(ec, "npurt::communicator::group_end: no group_start to end");
   throw_if(ec, "npurt::communicator::group_end");
 }
 
