@@ -713,4 +713,27 @@ TEST_CASE("a pool's limit is pool_limit in every form, and a NaN gc threshold is
   CHECK(dev.mem_pool().options().pool_size_limit == std::size_t{4} << 20);  // unchanged
 }
 
+TEST_CASE("a wait on a record that a device reset dropped fails instead of passing", "[core][hostile][reset]") {
+  npurt::system sys{simple(2)};
+  auto& d0 = sys.device(0);
+  auto s = d0.make_stream();
+  auto t = sys.device(1).make_stream();
+  auto ev = d0.make_event();
+  s.launch(fixed(us(100)));
+  s.record(ev);
+  t.wait(ev);  // fire-and-forget, across devices
+  d0.reset();  // drops the kernel and the record
+  std::error_code ec;
+  t.synchronize(npurt::no_timeout, ec);
+  CHECK(ec == npurt::errc::operation_aborted);
+  // Records made after the reset are waited for as usual.
+  auto s2 = d0.make_stream();
+  auto ev2 = d0.make_event();
+  s2.launch(fixed(us(10)));
+  s2.record(ev2);
+  t.wait(ev2);
+  t.synchronize(npurt::no_timeout, ec);
+  CHECK_FALSE(ec);
+}
+
 }  // namespace

@@ -184,6 +184,10 @@ struct stream_state {
   bool stopped = false;            // stop_on_failure and a failure not yet read
   std::uint64_t enqueued = 0;      // seq of the last enqueued task
   std::uint64_t completed = 0;     // seq of the last completed task
+  // Positions (aborted_from, aborted_to] a device reset dropped: they count as reached, but a
+  // wait on one fails with errc::operation_aborted rather than pass as if its work had run.
+  std::uint64_t aborted_from = 0;
+  std::uint64_t aborted_to = 0;
   sim_time host_cursor{};          // host lane time of this stream's enqueues
   failure sticky;                  // first unread failure of fire-and-forget work
   running_task run;                // the head, once started (head_started)
@@ -249,6 +253,8 @@ class scheduler {
   }
   [[nodiscard]] NPURT_DECL bool stream_idle(std::uint32_t id) const noexcept;
   [[nodiscard]] NPURT_DECL bool position_reached(std::uint32_t stream, std::uint64_t seq) const noexcept;
+  /// Whether a device reset dropped the task at this position instead of running it.
+  [[nodiscard]] NPURT_DECL bool position_aborted(std::uint32_t stream, std::uint64_t seq) const noexcept;
   /// Calls w when the stream completes `seq` (at once, in the loop, if it already has).
   NPURT_DECL void wait_position(std::uint32_t stream, std::uint64_t seq, const position_waiter& w);
   /// The position of the stream's next enqueue minus one: where a synchronize waits.

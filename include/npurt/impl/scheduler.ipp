@@ -142,6 +142,12 @@ NPURT_DECL bool scheduler::position_reached(std::uint32_t stream, std::uint64_t 
   return streams_[stream]->completed >= seq;
 }
 
+NPURT_DECL bool scheduler::position_aborted(std::uint32_t stream, std::uint64_t seq) const noexcept {
+  if (stream >= streams_.size() || !streams_[stream]) return false;
+  const stream_state& s = *streams_[stream];
+  return seq > s.aborted_from && seq <= s.aborted_to;
+}
+
 namespace sched_detail {
 // A pinned block freed while copies were queued on it: released when the last of them is done.
 struct retired_host_block {
@@ -242,7 +248,7 @@ NPURT_DECL std::uint64_t scheduler::enqueue(stream_state& s, task* t) {
 NPURT_DECL void scheduler::enqueue_wait(std::uint32_t stream, std::uint32_t target, std::uint64_t seq,
                                         std::string_view name) {
   stream_state* s = find_stream(stream);
-  if (!s || position_reached(target, seq)) return;
+  if (!s || (position_reached(target, seq) && !position_aborted(target, seq))) return;
   task* t = new_task(*s, task_kind::event_wait);
   task_side& x = extra(t);
   x.target_stream = target;
@@ -337,6 +343,13 @@ NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
         }
         x.target_stream = e->stream;
         x.target_seq = e->seq;
+      }
+      if (position_aborted(x.target_stream, x.target_seq)) {
+        // The record it waits for was dropped by a device reset: the wait cannot be met, and a
+        // fire-and-forget wait would otherwise let the work after it run as if it had been.
+        r.error = make_error_code(errc::operation_aborted);
+        done_now(t);
+        return;
       }
       if (position_reached(x.target_stream, x.target_seq)) {
         done_now(t);
@@ -594,6 +607,10 @@ NPURT_DECL void scheduler::abort_device(device_id dev) {
     }
     s.head = s.tail = nullptr;
     s.head_started = false;
+    if (s.enqueued > s.completed) {
+      s.aborted_from = s.completed;
+      s.aborted_to = s.enqueued;
+    }
     s.completed = s.enqueued;
     s.sticky = {};
   }
