@@ -343,6 +343,14 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   if (rep.optimization_level < 0 || rep.optimization_level > 3)
     throw_error(make_error_code(errc::invalid_argument),
                 "compile: optimization_level " + std::to_string(rep.optimization_level) + " (0-3)");
+  // Enumerations cast from integers: refused rather than run as something unnamed.
+  if (const auto s = o.schedule.value_or(sc.strategy);
+      static_cast<unsigned>(s) > static_cast<unsigned>(schedule::pipeline))
+    throw_error(make_error_code(errc::invalid_argument),
+                "compile: schedule " + std::to_string(static_cast<unsigned>(s)) + " is not a schedule");
+  if (static_cast<unsigned>(prec) > static_cast<unsigned>(precision::mixed))
+    throw_error(make_error_code(errc::invalid_argument),
+                "compile: precision " + std::to_string(static_cast<unsigned>(prec)) + " is not a precision");
   const int level = rep.optimization_level;
   rep.memory_reuse = o.memory_reuse.value_or(mc.reuse);
   rep.schedule = o.schedule.value_or(sc.strategy);

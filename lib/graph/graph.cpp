@@ -743,7 +743,12 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     const bool keep = n.attrs.get_int("keepdims", 1) != 0;
     std::uint32_t mask = 0;
     if (axes.empty()) mask = (1u << x.shape.rank()) - 1;
-    for (auto a : axes) mask |= 1u << norm_axis(n, a, x.shape.rank(), x.name);
+    for (auto a : axes) {
+      const auto bit = 1u << norm_axis(n, a, x.shape.rank(), x.name);
+      // ONNX's reference refuses an axis named twice (-1 and rank-1 included).
+      if (mask & bit) fail(errc::invalid_argument, n, x.name, "axis " + std::to_string(a) + " is named twice");
+      mask |= bit;
+    }
     shape out;
     for (std::size_t d = 0; d < x.shape.rank(); ++d) {
       if (mask & (1u << d)) {

@@ -49,6 +49,9 @@ session::session(npurt::system& sys, const session_config& cfg)
       rt_(&detail::runtime_of(sys)),
       cfg_(cfg),
       id_(next_session_id.fetch_add(1)) {
+  if (static_cast<unsigned>(cfg.precision) > static_cast<unsigned>(precision::mixed))
+    throw_error(make_error_code(errc::invalid_argument),
+                "session: precision " + std::to_string(static_cast<unsigned>(cfg.precision)) + " is not a precision");
   if (cfg.precision == precision::bf16 && !dev_->properties().bf16_supported)
     throw_error(make_error_code(errc::not_supported),
                 "session: " + dev_->properties().name + " has no bf16 (use fp16 or mixed)");
@@ -84,6 +87,12 @@ session::~session() {
 void session::check_alive(std::string_view what) const {
   if (!rt_)
     throw_error(make_error_code(errc::invalid_argument), std::string(what) + ": the session's system was destroyed");
+  // A device reset invalidates the session's streams and frees its memory: nothing it holds is
+  // left to run on. Said here, rather than by whichever internal stream a call touches first.
+  if (!streams_.empty() && !streams_.front()->valid())
+    throw_error(make_error_code(errc::invalid_stream),
+                std::string(what) + ": device " + std::to_string(dev_->id()) +
+                    " was reset after the session was made; its streams and memory are gone: make a new session");
 }
 
 void session::check_can_block(std::string_view what) const {
@@ -238,6 +247,10 @@ void session::set_memory_config(const memory_config& m) {
 }
 
 void session::set_schedule_config(const schedule_config& s) {
+  if (static_cast<unsigned>(s.strategy) > static_cast<unsigned>(schedule::pipeline))
+    throw_error(
+        make_error_code(errc::invalid_argument),
+        "set_schedule_config: strategy " + std::to_string(static_cast<unsigned>(s.strategy)) + " is not a schedule");
   if (s.max_parallelism < 1 || s.pipeline_stages < 1 || static_cast<std::size_t>(s.max_parallelism) > max_streams ||
       static_cast<std::size_t>(s.pipeline_stages) >= max_streams)
     throw_error(make_error_code(errc::invalid_argument),

@@ -199,6 +199,11 @@ std::int64_t tensor::linear(std::initializer_list<std::int64_t> index) const {
 }
 
 double tensor::get(std::int64_t i) const {
+  // A timing-only tensor (the output of a timing-only run, say) has no values anywhere.
+  if (place_ == storage_place::none)
+    throw_error(make_error_code(errc::invalid_argument),
+                "tensor::get: the tensor has no data (a timing-only tensor, such as a timing-only run's output, or an "
+                "empty one)");
   if (place_ != storage_place::host)
     throw_error(make_error_code(errc::invalid_pointer),
                 "tensor::get: element access needs a host tensor (use to_host)");

@@ -68,6 +68,31 @@ TEST_CASE("element counts that overflow are refused, never wrapped", "[graph][er
   CHECK(code_of([&] { (void)g.add_op("Reshape", {x, sh}); }) == errc::invalid_shape);
 }
 
+TEST_CASE("a reduction naming an axis twice is refused", "[graph][errors]") {
+  graph g;
+  auto x = g.add_input("x", {2, 3}, dtype::f32);
+  CHECK(code_of([&] { (void)g.add_op("ReduceSum", {x}, {{"axes", ints{0, 0}}}); }) == errc::invalid_argument);
+  CHECK(code_of([&] { (void)g.add_op("ReduceMean", {x}, {{"axes", ints{1, -1}}}); }) == errc::invalid_argument);
+  CHECK(g.value(g.add_op("ReduceSum", {x}, {{"axes", ints{0, 1}}})).shape == shape{1, 1});
+}
+
+TEST_CASE("a session whose device was reset says to make a new one", "[graph][errors][fault]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  graph g = relu_graph(64);
+  (void)s.compile(g);
+  s.device().reset();
+  try {
+    (void)s.compile(g);
+    FAIL("no error");
+  } catch (const error& e) {
+    CHECK(e.code() == errc::invalid_stream);
+    CHECK(std::string(e.what()).find("make a new session") != std::string::npos);
+  }
+  session fresh{sys};
+  CHECK_NOTHROW(fresh.compile(g));
+}
+
 TEST_CASE("window attributes are checked before auto_pad divides by them", "[graph][errors]") {
   for (const char* op : {"Conv", "MaxPool", "AveragePool"})
     for (const char* pad : {"SAME_UPPER", "SAME_LOWER"}) {
@@ -138,6 +163,11 @@ TEST_CASE("compile options that cannot be meant are refused, as set_schedule_con
   CHECK(code_of([&] { (void)s.compile(g, {.pipeline_stages = 1024}); }) == errc::invalid_argument);
   CHECK(code_of([&] { s.set_schedule_config({.max_parallelism = 1 << 30}); }) == errc::invalid_argument);
   CHECK(code_of([&] { s.set_schedule_config({.pipeline_stages = 1 << 30}); }) == errc::invalid_argument);
+  // Enumerations cast from integers name nothing: refused, not run as some schedule or precision.
+  CHECK(code_of([&] { (void)s.compile(g, {.schedule = static_cast<schedule>(9)}); }) == errc::invalid_argument);
+  CHECK(code_of([&] { s.set_schedule_config({.strategy = static_cast<schedule>(9)}); }) == errc::invalid_argument);
+  CHECK(s.get_schedule_config().strategy == schedule::sequential);
+  CHECK(code_of([&] { session bad{sys, {.precision = static_cast<precision>(9)}}; }) == errc::invalid_argument);
   (void)s.stream(session::max_streams - 1);  // the largest index is taken
   CHECK(s.stream_count() == session::max_streams);
   try {

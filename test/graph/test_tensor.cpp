@@ -47,6 +47,17 @@ TEST_CASE("get_int reads int64 exactly and refuses floats that are not int64 val
   CHECK_THROWS_AS(i.get_int(2), npurt::error);  // out of range
 }
 
+TEST_CASE("reading a timing-only tensor says it has no data", "[graph][tensor]") {
+  const tensor t = tensor::timing_only({4}, dtype::f32);
+  try {
+    (void)t.to_vector();
+    FAIL("a timing-only tensor gave values");
+  } catch (const npurt::error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK(std::string(e.what()).find("no data") != std::string::npos);
+  }
+}
+
 TEST_CASE("a tensor round-trips through the device with blocking and awaited copies", "[graph][tensor]") {
   auto sys = test::make_system();
   auto& dev = sys.device(0);
