@@ -143,6 +143,10 @@ struct collective_desc {
   std::vector<collective_call> calls;
   std::vector<std::uint64_t> sequence;          // per call
   std::vector<collective_settings> settings;    // per call
+  /// Set by the backend when this rank's task fails: what it found wrong, as async_error's
+  /// message says it. The backend sees the desc const once it is queued, hence mutable; the
+  /// scheduler copies it into the failure a synchronize reports.
+  mutable std::string failure;
 };
 
 }  // namespace npurt

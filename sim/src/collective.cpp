@@ -64,6 +64,24 @@ bool same_call(const collective_call& a, const collective_call& b) {
   return true;
 }
 
+// What same_call found different, named as the user's arguments are: a message that only lists
+// both calls leaves the reader to diff them.
+std::string differing_fields(const collective_call& a, const collective_call& b) {
+  std::string out;
+  auto add = [&](const char* field) { out += out.empty() ? field : std::string(", ") + field; };
+  const bool p2p = a.op == collective_op::send || a.op == collective_op::recv;
+  if (!p2p && a.op != b.op) add("operation");
+  if (a.count != b.count) add("count");
+  if (a.type != b.type) add("datatype");
+  if (!p2p && a.op == b.op) {
+    if ((a.op == collective_op::all_reduce || a.op == collective_op::reduce || a.op == collective_op::reduce_scatter) &&
+        a.red != b.red)
+      add("reduction op");
+    if ((a.op == collective_op::broadcast || a.op == collective_op::reduce) && a.root != b.root) add("root");
+  }
+  return out;
+}
+
 // --- element-wise reduction in a fixed order -----------------------------------------------
 
 template <class T>
@@ -153,6 +171,7 @@ struct collective_engine::instance {
   bool started = false;
   bool failed = false;
   std::error_code error;
+  std::string message;  // failed: what fail() said, for ranks that arrive later too
   std::uint64_t timer = 0;
   bool timer_armed = false;
   bool connect_timer = false;  // the armed timer is connect_timeout (else exec_timeout)
@@ -254,6 +273,7 @@ void collective_engine::arrive(const key& k, task_info& t, std::uint32_t call_in
   in.arrival[participant] = now;
   ++in.arrived;
   if (in.failed) {
+    note_failure(t, in.message);
     release_task(t, in.error);
     if (in.arrived == in.tasks.size() && in.outstanding == 0) {
       by_id_.erase(in.id);
@@ -287,7 +307,9 @@ void collective_engine::arrive(const key& k, task_info& t, std::uint32_t call_in
     if (calls_agree)
       os << " with " << describe_settings(in.settings[in.first]) << " but rank " << in.ranks[participant] << " with "
          << describe_settings(in.settings[participant]);
-    else os << " but rank " << in.ranks[participant] << " called " << describe_call(call);
+    else
+      os << " but rank " << in.ranks[participant] << " called " << describe_call(call) << " (they differ in "
+         << differing_fields(*in.calls[in.first], call) << ")";
     fail(in, make_error_code(errc::collective_mismatch), os.str());
     if (in.arrived == in.tasks.size() && in.outstanding == 0) {
       by_id_.erase(in.id);
@@ -305,6 +327,7 @@ void collective_engine::arrive(const key& k, task_info& t, std::uint32_t call_in
 void collective_engine::fail(instance& in, std::error_code ec, const std::string& message) {
   in.failed = true;
   in.error = ec;
+  in.message = message;
   if (in.timer_armed) host_->cancel_timer(in.timer);
   in.timer_armed = false;
   collective_comm_state& c = *in.comm;
@@ -312,7 +335,10 @@ void collective_engine::fail(instance& in, std::error_code ec, const std::string
   if (!c.message.empty()) c.message += "\n";
   c.message += message;
   for (task_info* t : in.tasks)
-    if (t) release_task(*t, ec);
+    if (t) {
+      note_failure(*t, message);
+      release_task(*t, ec);
+    }
   if (c.keep_records) {
     collective_record r;
     r.sequence = in.sequence;
@@ -543,9 +569,18 @@ void collective_engine::finish(instance& in) {
     r.error = in.error;
     c.records.push_back(std::move(r));
   }
-  for (task_info* t : in.tasks) release_task(*t, in.error);
+  for (task_info* t : in.tasks) {
+    if (in.error && !in.message.empty()) note_failure(*t, in.message);
+    release_task(*t, in.error);
+  }
   by_id_.erase(in.id);
   instances_.erase(in.k);
+}
+
+void collective_engine::note_failure(task_info& t, const std::string& message) {
+  // Only the communicator's async_error would say what went wrong otherwise: a synchronize that
+  // reports this task's failure reads it from the rank's call.
+  if (t.collective && t.collective->failure.empty()) t.collective->failure = message;
 }
 
 void collective_engine::release_task(task_info& t, std::error_code ec) {
@@ -650,8 +685,9 @@ void collective_engine::compute(instance& in) {
     os << "invalid pointer in " << describe_call(c0) << " #" << in.sequence << " of communicator '" << in.comm->name
        << "' (id " << in.comm->id << "): rank " << in.ranks[i] << "'s " << which << " buffer " << ptr
        << " is not live memory of device " << in.devices[i] << " (freed after the call?)";
+    in.message = os.str();
     if (!in.comm->message.empty()) in.comm->message += "\n";
-    in.comm->message += os.str();
+    in.comm->message += in.message;
   };
   // Inputs are read in full before any output is written: in-place calls are safe. An input
   // that cannot be read fails the collective on every rank, and no output is written, so that

@@ -515,14 +515,17 @@ void fault_backend::note_collective_failure(const task_info& t, std::error_code 
   const collective_op op = t.collective->calls.empty() ? collective_op::all_reduce : t.collective->calls.front().op;
   const bool p2p = op == collective_op::send || op == collective_op::recv;
   const std::uint64_t seq = t.collective->sequence.empty() ? 0 : t.collective->sequence.front();
+  const std::string message = std::string(to_string(op)) + " #" + std::to_string(seq) + " of communicator '" + c.name +
+                              "' (id " + std::to_string(c.id) + ") failed on rank " +
+                              std::to_string(t.collective->rank) + " (device " + std::to_string(t.device) +
+                              "): " + ec.message();
+  if (t.collective->failure.empty()) t.collective->failure = message;
   const auto [it, first] = noted_.try_emplace(std::make_tuple(c.id, seq, p2p), 0u);
   if (++it->second >= (p2p ? 2u : c.size())) noted_.erase(it);
   if (!first) return;
   if (!c.async_error) c.async_error = ec;
   if (!c.message.empty()) c.message += "\n";
-  c.message += std::string(to_string(op)) + " #" + std::to_string(seq) + " of communicator '" + c.name + "' (id " +
-               std::to_string(c.id) + ") failed on rank " + std::to_string(t.collective->rank) + " (device " +
-               std::to_string(t.device) + "): " + ec.message();
+  c.message += message;
   if (c.keep_records) {
     collective_record r;
     r.sequence = seq;

@@ -475,6 +475,64 @@ TEST_CASE("ranks that call different operations fail with a mismatch naming the 
   }
 }
 
+// A synchronize's exception is often the only report a program logs: it must say what the ranks
+// disagreed on, not only that they did.
+TEST_CASE("a synchronize that reports a mismatched collective says which field differs on which ranks",
+          "[collective][errors]") {
+  fixture f(roce_preset(2));
+  auto comm = communicator::init_all(f.sys, {.name = "tp"});
+  void* a = f.sys.device(0).malloc(4096);
+  void* b = f.sys.device(1).malloc(4096);
+  std::string rank0, rank1, field;
+  SECTION("counts") {
+    comm.all_reduce(a, a, 16, dtype::f32, reduce_op::sum, f.streams[0]);
+    comm.all_reduce(b, b, 32, dtype::f32, reduce_op::sum, f.streams[1]);
+    rank0 = "count=16", rank1 = "count=32", field = "differ in count)";
+  }
+  SECTION("datatypes") {
+    comm.all_reduce(a, a, 16, dtype::f32, reduce_op::sum, f.streams[0]);
+    comm.all_reduce(b, b, 16, dtype::f16, reduce_op::sum, f.streams[1]);
+    rank0 = "f32", rank1 = "f16", field = "differ in datatype)";
+  }
+  SECTION("ops") {
+    comm.all_reduce(a, a, 16, dtype::f32, reduce_op::sum, f.streams[0]);
+    comm.all_reduce(b, b, 16, dtype::f32, reduce_op::max, f.streams[1]);
+    rank0 = "sum", rank1 = "max", field = "differ in reduction op)";
+  }
+  SECTION("roots") {
+    comm.broadcast(a, 16, dtype::f32, 0, f.streams[0]);
+    comm.broadcast(b, 16, dtype::f32, 1, f.streams[1]);
+    rank0 = "root=0", rank1 = "root=1", field = "differ in root)";
+  }
+  std::error_code ec;
+  f.sys.run(ec);
+  std::string async_msg;
+  REQUIRE(comm.async_error(&async_msg) == errc::collective_mismatch);
+  auto check_names_both = [&](const std::string& text) {
+    CHECK_THAT(text, ContainsSubstring("'tp'") && ContainsSubstring("rank 0 called") &&
+                         ContainsSubstring("rank 1 called") && ContainsSubstring(rank0) && ContainsSubstring(rank1) &&
+                         ContainsSubstring(field));
+  };
+  check_names_both(async_msg);
+  for (std::size_t r = 0; r < 2; ++r) {
+    try {
+      f.streams[r].synchronize();
+      FAIL("stream " << r << "'s synchronize did not throw");
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::collective_mismatch);
+      check_names_both(e.what());
+      CHECK_THAT(std::string(e.what()), ContainsSubstring(async_msg));
+    }
+    try {
+      f.sys.device(static_cast<int>(r)).synchronize();
+      FAIL("device " << r << "'s synchronize did not throw");
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::collective_mismatch);
+      check_names_both(e.what());
+    }
+  }
+}
+
 TEST_CASE("a rank that never arrives fails the operation at the execution timeout, naming it", "[collective][errors]") {
   fixture f(roce_preset(3));
   auto comm = communicator::init_all(f.sys, {.exec_timeout = picoseconds{50'000'000'000'000LL}, .name = "seed"});

@@ -144,9 +144,11 @@ struct failure {
   std::exception_ptr exception;
   timeout_kind timer = timeout_kind::sync;  // ec is a timeout: which timer fired
   std::int64_t timeout_limit = 0;           // and its value in picoseconds
+  std::string detail;  // what the backend found wrong, e.g. how a collective's ranks disagreed
   explicit operator bool() const noexcept { return static_cast<bool>(ec); }
-  /// "task 7 (add) on stream 3 failed", with the timer of a timeout and what a callback threw:
-  /// the start of an exception's what(), to which std::system_error appends ": <message>".
+  /// "task 7 (add) on stream 3 failed", with the timer of a timeout, the backend's detail and what
+  /// a callback threw: the start of an exception's what(), to which std::system_error appends
+  /// ": <message>".
   [[nodiscard]] std::string describe() const;
 };
 

@@ -521,6 +521,7 @@ NPURT_DECL std::string failure::describe() const {
   if (!name.empty()) out += " (" + name + ")";
   out += " on stream " + std::to_string(stream) + " failed";
   if (is_timeout(ec) && timeout_limit > 0) out += timeout_detail(timer, timeout_limit);
+  if (!detail.empty()) out += " (" + detail + ")";
   if (exception) {
     try {
       std::rethrow_exception(exception);
@@ -542,6 +543,7 @@ NPURT_DECL void scheduler::record_failure(const running_task& t, std::error_code
     f.seq = t.seq;
     f.name = std::string(t.name);
     f.exception = t.exception;
+    if (const collective_desc* c = t.rec ? t.rec->collective() : nullptr) f.detail = c->failure;
     if (is_timeout(ec)) {
       f.timer = t.timer;
       f.timeout_limit = t.timeout_limit;

@@ -88,6 +88,7 @@ class collective_engine {
   void phase_done(instance& in);
   void finish(instance& in);
   void release_task(task_info& t, std::error_code ec);
+  static void note_failure(task_info& t, const std::string& message);
   void compute(instance& in);
   static void on_timeout(void* self, std::uint64_t arg);
   static void on_complete(void* self, std::uint64_t arg);
