@@ -123,6 +123,13 @@ class profiler : public observer {
     npurt::write_summary_json(os, summary(top_kernels));
   }
   void write_svg(std::ostream& os, const svg_options& opts = {}) const { npurt::write_svg(os, data(), opts); }
+  /// As write_chrome_trace(path, ec) for the file; options write_svg refuses give their
+  /// errc::invalid_argument. The picture is drawn before the file is opened, so a refused one
+  /// leaves an existing file as it was.
+  NPURT_DECL void write_svg(const std::string& path, std::error_code& ec, const svg_options& opts = {}) const;
+  /// Throws caller_error for refused options, as the stream form does, and npurt::error with the
+  /// file's code.
+  NPURT_DECL void write_svg(const std::string& path, const svg_options& opts = {}) const;
 
  private:
   // Names are mostly literals: a small cache keyed by address skips hashing the characters. The

@@ -6,11 +6,16 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 namespace {
 
@@ -170,6 +175,48 @@ TEST_CASE("writing a trace where it cannot go says why", "[profiler][write]") {
   CHECK(ec == std::errc::io_error);
   try {
     sys.profiler().write_chrome_trace("/");
+    FAIL("no exception");
+  } catch (const npurt::error& e) { CHECK(e.code() == std::errc::is_a_directory); }
+}
+
+TEST_CASE("an SVG timeline is written to a path, and where it cannot go says why", "[profiler][write][svg]") {
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  auto s = sys.device(0).make_stream();
+  launch(s, 3);
+  sys.run();
+  const auto& prof = sys.profiler();
+  std::ostringstream expect;
+  prof.write_svg(expect);
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("npurt-svg-" + std::to_string(::getpid()) + ".svg");
+  auto read_back = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::error_code ec = std::make_error_code(std::errc::io_error);
+  prof.write_svg(path.string(), ec);
+  CHECK_FALSE(ec);
+  CHECK(read_back() == expect.str());
+  prof.write_svg(path.string());
+  CHECK(read_back() == expect.str());
+
+  // Refused options: a typed error, and the file written before is still there.
+  npurt::svg_options bad;
+  bad.width = 1;
+  CHECK_NOTHROW(prof.write_svg(path.string(), ec, bad));
+  CHECK(ec == npurt::errc::invalid_argument);
+  CHECK_THROWS_AS(prof.write_svg(path.string(), bad), npurt::caller_error);
+  CHECK(read_back() == expect.str());
+  std::filesystem::remove(path);
+
+  CHECK_NOTHROW(prof.write_svg("/nonexistent-npurt-dir/timeline.svg", ec));
+  CHECK(ec == std::errc::no_such_file_or_directory);
+  CHECK_NOTHROW(prof.write_svg("/", ec));
+  CHECK(ec == std::errc::is_a_directory);
+  CHECK_NOTHROW(prof.write_svg("/dev/full", ec));
+  CHECK(ec == std::errc::io_error);
+  try {
+    prof.write_svg("/");
     FAIL("no exception");
   } catch (const npurt::error& e) { CHECK(e.code() == std::errc::is_a_directory); }
 }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -359,22 +360,36 @@ NPURT_DECL void profiler::pop_range_at(sim_time t, std::uint32_t lane) {
   on_host_range({host_range_op::pop, {}, lane, t});
 }
 
-NPURT_DECL void profiler::write_chrome_trace(const std::string& path, std::error_code& ec) const {
-  ec.clear();
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    // Say why (a directory, no permission, a missing directory) rather than guess. The stream's
-    // errno is not to be trusted: its cleanup may run the allocator after open(2) failed. Asking
-    // open(2) again, without truncating, gives the reason and changes nothing.
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
-    const int why = fd < 0 ? errno : EIO;
-    if (fd >= 0) ::close(fd);
-    ec = std::error_code(why, std::generic_category());
-    return;
-  }
-  npurt::write_chrome_trace(out, data());
+namespace detail {
+
+/// Opens `path` for a profiler's file, or says why it cannot in ec.
+NPURT_DECL bool open_output(std::ofstream& out, const std::string& path, std::error_code& ec) {
+  out.open(path, std::ios::binary | std::ios::trunc);
+  if (out) return true;
+  // Say why (a directory, no permission, a missing directory) rather than guess. The stream's
+  // errno is not to be trusted: its cleanup may run the allocator after open(2) failed. Asking
+  // open(2) again, without truncating, gives the reason and changes nothing.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+  const int why = fd < 0 ? errno : EIO;
+  if (fd >= 0) ::close(fd);
+  ec = std::error_code(why, std::generic_category());
+  return false;
+}
+
+/// Closes a file open_output opened: a write that failed, the close included, is io_error.
+NPURT_DECL void close_output(std::ofstream& out, std::error_code& ec) {
   out.close();
   if (!out) ec = std::make_error_code(std::errc::io_error);
+}
+
+}  // namespace detail
+
+NPURT_DECL void profiler::write_chrome_trace(const std::string& path, std::error_code& ec) const {
+  ec.clear();
+  std::ofstream out;
+  if (!detail::open_output(out, path, ec)) return;
+  npurt::write_chrome_trace(out, data());
+  detail::close_output(out, ec);
 }
 
 NPURT_DECL void profiler::write_chrome_trace(const std::string& path) const {
@@ -382,6 +397,31 @@ NPURT_DECL void profiler::write_chrome_trace(const std::string& path) const {
   write_chrome_trace(path, ec);
   // npurt::error, as every other throw of the library, though the code is the OS's.
   if (ec) throw npurt::error(ec, "npurt: cannot write trace to " + path);
+}
+
+NPURT_DECL void profiler::write_svg(const std::string& path, std::error_code& ec, const svg_options& opts) const {
+  ec.clear();
+  std::ostringstream svg;
+  try {
+    npurt::write_svg(svg, data(), opts);
+  } catch (const npurt::error& e) {
+    ec = e.code();
+    return;
+  }
+  std::ofstream out;
+  if (!detail::open_output(out, path, ec)) return;
+  const std::string text = std::move(svg).str();
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  detail::close_output(out, ec);
+}
+
+NPURT_DECL void profiler::write_svg(const std::string& path, const svg_options& opts) const {
+  // Refused options throw here, with what is wrong, before the file is touched.
+  if (const auto why = opts.check(); !why.empty())
+    throw_error(make_error_code(errc::invalid_argument), "npurt::profiler::write_svg: " + why);
+  std::error_code ec;
+  write_svg(path, ec, opts);
+  if (ec) throw npurt::error(ec, "npurt: cannot write SVG timeline to " + path);
 }
 
 // ---------------------------------------------------------------------------------------------
