@@ -984,6 +984,74 @@ std::vector<std::size_t> graph::topological_order() const {
   return order;
 }
 
+std::vector<std::vector<std::size_t>> graph::find_cycles(const std::vector<std::size_t>& order) const {
+  // The nodes Kahn's algorithm could not place are on a cycle or downstream of one. Each strongly
+  // connected component among them with more than one node, or with an edge to itself, is one
+  // cycle: two separate cycles must not read as one long one, nor a node that merely consumes a
+  // cycle's output as part of it. Tarjan's algorithm, without recursion: a long cycle must not
+  // exhaust the stack.
+  const std::size_t n = nodes_.size();
+  std::vector<bool> placed(n);
+  for (auto i : order) placed[i] = true;
+  std::vector<std::vector<std::size_t>> users(n);
+  std::vector<bool> self_loop(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (placed[i]) continue;
+    for (const auto& in : nodes_[i].inputs) {
+      const value_info* v = in.empty() ? nullptr : find(in);
+      if (!v || v->producer < 0) continue;
+      const auto p = static_cast<std::size_t>(v->producer);
+      if (placed[p]) continue;
+      if (p == i) self_loop[i] = true;
+      users[p].push_back(i);
+    }
+  }
+  constexpr std::size_t unvisited = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> index(n, unvisited), low(n, 0);
+  std::vector<bool> on_stack(n);
+  std::vector<std::size_t> stack;
+  std::vector<std::pair<std::size_t, std::size_t>> calls;  // (node, next user to visit)
+  std::size_t next_index = 0;
+  std::vector<std::vector<std::size_t>> cycles;
+  for (std::size_t root = 0; root < n; ++root) {
+    if (placed[root] || index[root] != unvisited) continue;
+    calls.emplace_back(root, 0);
+    while (!calls.empty()) {
+      auto& [v, k] = calls.back();
+      if (k == 0 && index[v] == unvisited) {
+        index[v] = low[v] = next_index++;
+        stack.push_back(v);
+        on_stack[v] = true;
+      }
+      if (k < users[v].size()) {
+        const std::size_t w = users[v][k++];
+        if (index[w] == unvisited) calls.emplace_back(w, 0);
+        else if (on_stack[w]) low[v] = std::min(low[v], index[w]);
+        continue;
+      }
+      const std::size_t done = v;
+      calls.pop_back();
+      if (!calls.empty()) low[calls.back().first] = std::min(low[calls.back().first], low[done]);
+      if (low[done] != index[done]) continue;
+      std::vector<std::size_t> component;
+      std::size_t w = 0;
+      do {
+        w = stack.back();
+        stack.pop_back();
+        on_stack[w] = false;
+        component.push_back(w);
+      } while (w != done);
+      if (component.size() > 1 || self_loop[done]) {
+        std::sort(component.begin(), component.end());
+        cycles.push_back(std::move(component));
+      }
+    }
+  }
+  // In the order the graph was built: the first operator added that sits on a cycle comes first.
+  std::sort(cycles.begin(), cycles.end());
+  return cycles;
+}
+
 void graph::validate() {
   // Every input is produced by something.
   for (const auto& n : nodes_)
@@ -994,18 +1062,16 @@ void graph::validate() {
             n.type + " '" + n.name + "': input '" + in + "' is not produced by any operator, input or constant");
   const auto order = topological_order();
   if (order.size() != nodes_.size()) {
-    std::vector<bool> placed(nodes_.size());
-    for (auto i : order) placed[i] = true;
-    std::string members;
-    std::string first;
-    for (std::size_t i = 0; i < nodes_.size(); ++i)
-      if (!placed[i]) {
-        if (first.empty()) first = nodes_[i].name;
-        if (!members.empty()) members += ", ";
-        members += nodes_[i].name;
-      }
-    throw graph_error(make_error_code(errc::invalid_argument), first, {},
-                      "graph '" + name_ + "' has a cycle through the operators " + members);
+    const auto cycles = find_cycles(order);
+    std::string what = "graph '" + name_ + "' has ";
+    if (cycles.size() == 1) what += "a cycle";
+    else what += std::to_string(cycles.size()) + " cycles:";
+    for (std::size_t c = 0; c < cycles.size(); ++c) {
+      if (cycles.size() > 1) what += c == 0 ? " one" : "; one";
+      what += " through the operators ";
+      for (std::size_t k = 0; k < cycles[c].size(); ++k) what += (k ? ", " : "") + nodes_[cycles[c][k]].name;
+    }
+    throw graph_error(make_error_code(errc::invalid_argument), nodes_[cycles.front().front()].name, {}, what);
   }
   for (auto i : order)
     if (!nodes_[i].inferred && !try_infer(i))

@@ -107,6 +107,44 @@ TEST_CASE("a cycle is reported with the operators on it", "[graph][errors]") {
   }
 }
 
+TEST_CASE("two separate cycles are reported each with its own operators", "[graph][errors]") {
+  graph g;
+  auto a = g.add_input("a", {4}, dtype::f32);
+  g.add_node("Add", "p1", {a, "q2"}, {"q1"});
+  g.add_node("Relu", "p2", {"q1"}, {"q2"});
+  g.add_node("Add", "r1", {a, "s3"}, {"s1"});
+  g.add_node("Relu", "r2", {"s1"}, {"s2"});
+  g.add_node("Relu", "r3", {"s2"}, {"s3"});
+  // Downstream of both cycles but on neither.
+  g.add_node("Add", "join", {"q2", "s3"}, {"out"});
+  g.set_output("out");
+  try {
+    g.validate();
+    FAIL("no error");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK(e.op() == "p1");
+    CHECK(std::string(e.what()).find("has 2 cycles: one through the operators p1, p2; one through the operators r1, "
+                                     "r2, r3") != std::string::npos);
+    CHECK(std::string(e.what()).find("join") == std::string::npos);
+  }
+  std::string msg;
+  CHECK(g.validate(msg) == errc::invalid_argument);
+  CHECK(msg.find("p1, p2; one through the operators r1, r2, r3") != std::string::npos);
+}
+
+TEST_CASE("an operator that reads its own output is a cycle of one", "[graph][errors]") {
+  graph g;
+  auto a = g.add_input("a", {4}, dtype::f32);
+  g.add_node("Add", "self", {a, "y"}, {"y"});
+  g.add_node("Relu", "after", {"y"}, {"z"});
+  g.set_output("z");
+  std::string msg;
+  CHECK(g.validate(msg) == errc::invalid_argument);
+  CHECK(msg.find("has a cycle through the operators self") != std::string::npos);
+  CHECK(msg.find("after") == std::string::npos);
+}
+
 TEST_CASE("a duplicate name is refused", "[graph][errors]") {
   graph g;
   auto a = g.add_input("a", {4}, dtype::f32);

@@ -134,8 +134,9 @@ class graph {
   [[nodiscard]] const tensor* constant(std::string_view name) const;
   [[nodiscard]] std::size_t node_index(std::string_view name) const;
 
-  /// Checks the whole graph and infers what is still unknown: every input produced, no cycle,
-  /// at least one output and each output produced, shapes and dtypes consistent.
+  /// Checks the whole graph and infers what is still unknown: every input produced, no cycle
+  /// (each one is named with its own operators), at least one output and each output produced,
+  /// shapes and dtypes consistent.
   void validate();
   std::error_code validate(std::string& message) noexcept;
   /// Node indices in a topological order (stable: among ready nodes, the one added first).
@@ -144,6 +145,8 @@ class graph {
  private:
   void check_new_name(std::string_view name, std::string_view op) const;
   bool try_infer(std::size_t n);
+  /// The nodes of each cycle, given a topological_order() that left them out.
+  [[nodiscard]] std::vector<std::vector<std::size_t>> find_cycles(const std::vector<std::size_t>& order) const;
 
   std::string name_;
   std::vector<node> nodes_;
