@@ -66,6 +66,40 @@ TEST_CASE("run_with_recovery retries a hang with the short watchdog", "[fault][r
   CHECK(faulty == clean);
 }
 
+TEST_CASE("recovered_errors lists only what a retry got past; unrecovered_errors the rest",
+          "[fault][recovery][session]") {
+  npurt::recovery_strategy once;
+  once.max_retries = 1;
+  auto g = small_graph();
+  npurt::tensor x({4, 8}, npurt::dtype::f32, input());
+  {
+    // One retry, and an AI core exception in each attempt (the retry starts after a 1 ms backoff,
+    // the graph runs in microseconds): the run fails twice and gives up.
+    npurt::system sys{preset(1, fault_plan{}
+                                    .add(fault_spec::aicore_exception(0).at_time(at(picoseconds{0})))
+                                    .add(fault_spec::aicore_exception(0).at_time(at(picoseconds{500'000'000}))))};
+    npurt::session s{sys};
+    s.set_recovery_strategy(once);
+    auto c = s.compile(g);
+    CHECK_THROWS_AS(s.run_with_recovery(c, {{"x", x}}), npurt::device_error);
+    CHECK(s.recovered_errors().empty());
+    REQUIRE(s.unrecovered_errors().size() == 2);
+    CHECK(s.unrecovered_errors()[0] == errc::kernel_fault);
+    CHECK(s.unrecovered_errors()[1] == errc::kernel_fault);
+  }
+  {
+    // One: the retry completes the run.
+    npurt::system sys{preset(1, fault_plan{}.add(fault_spec::aicore_exception(0).at_time(at(picoseconds{0}))))};
+    npurt::session s{sys};
+    s.set_recovery_strategy(once);
+    auto c = s.compile(g);
+    CHECK_NOTHROW(s.run_with_recovery(c, {{"x", x}}));
+    REQUIRE(s.recovered_errors().size() == 1);
+    CHECK(s.recovered_errors()[0] == errc::kernel_fault);
+    CHECK(s.unrecovered_errors().empty());
+  }
+}
+
 TEST_CASE("run_with_recovery reports a lost device and an abort policy instead of retrying",
           "[fault][recovery][session][errors]") {
   CHECK_THROWS_AS(run_once(fault_plan{}.add(fault_spec::hbm_ecc(0).at_time(at(picoseconds{0}))), {}),

@@ -284,10 +284,15 @@ class session {
   /// max_retries times. A graph run holds no state between runs, so a retry reruns it whole.
   /// restart resets the device, which frees the session's memory: the session cannot go on,
   /// so restart, failover, degrade and abort rethrow the error (a training loop with
-  /// checkpoints resumes instead: npurt/models/dp_training.hpp). recovered_errors() lists the
-  /// errors that were recovered from.
+  /// checkpoints resumes instead: npurt/models/dp_training.hpp).
   run_result run_with_recovery(const compiled_graph& c, const std::vector<feed>& inputs);
+  /// The errors the session's run_with_recovery calls recovered from, oldest first: those of
+  /// runs that a retry then completed.
   [[nodiscard]] const std::vector<std::error_code>& recovered_errors() const noexcept { return recovered_; }
+  /// The errors of run_with_recovery calls that failed in the end, oldest first: the ones their
+  /// retries did not get past and the one each rethrew. With recovered_errors(), every error the
+  /// calls met.
+  [[nodiscard]] const std::vector<std::error_code>& unrecovered_errors() const noexcept { return unrecovered_; }
 
   /// Internal bookkeeping of device memory the session holds (used by compiled graphs).
   void* acquire(std::size_t bytes);
@@ -334,7 +339,7 @@ class session {
   std::size_t comm_bytes_ = 0;
   std::vector<std::weak_ptr<compiled_graph::impl>> compiled_;
   recovery_strategy recovery_{};
-  std::vector<std::error_code> recovered_;
+  std::vector<std::error_code> recovered_, unrecovered_;
   std::unique_ptr<npurt::mem_pool> pool_;  // last member: destroyed before the streams it orders
 };
 
