@@ -58,7 +58,9 @@ class device {
   [[nodiscard]] NPURT_DECL event make_event(const event_options& opts, std::error_code& ec);
 
   /// Device memory, like aclrtMalloc: `bytes` rounded up to 512 B; out_of_memory_error when the
-  /// device cannot hold it. The caching pool (memory.hpp) is the fast path; this is the raw one.
+  /// device cannot hold it, caller_error(errc::size_overflow) when rounding `bytes` up would
+  /// overflow size_t (as mem_pool::malloc_async answers both). The caching pool (memory.hpp) is
+  /// the fast path; this is the raw one.
   [[nodiscard]] NPURT_DECL void* malloc(std::size_t bytes);
   [[nodiscard]] NPURT_DECL void* malloc(std::size_t bytes, std::error_code& ec) noexcept;
   NPURT_DECL void free(void* p);

@@ -67,7 +67,8 @@ class mem_pool {
 
   /// cudaMallocAsync: memory for work on `s`. Throws out_of_memory_error (with the requested
   /// size, device, total and free capacity, allocated and reserved bytes, and a hint) when the
-  /// retry chain cannot find it.
+  /// retry chain cannot find it or the device could never hold it, and
+  /// caller_error(errc::size_overflow) when rounding `bytes` up would overflow size_t.
   [[nodiscard]] NPURT_DECL void* malloc_async(std::size_t bytes, stream& s);
   [[nodiscard]] NPURT_DECL void* malloc_async(std::size_t bytes, stream& s, std::error_code& ec);
   /// cudaFreeAsync: returns p to the pool in the order of `s`.
@@ -79,7 +80,8 @@ class mem_pool {
 
   /// `co_await pool.async_malloc(n, s, use_awaitable)` → void*. When the device is out of memory
   /// while other streams still hold frees in flight, it waits for the device to drain and tries
-  /// once more before failing.
+  /// once more before failing. Awaited with npurt::use_task, a refusal throws what malloc_async
+  /// throws (out_of_memory_error with its fields, taken at the refusal).
   template <class Token = default_token>
   auto async_malloc(std::size_t bytes, stream& s, Token&& token = {});
   template <class Token = default_token>
@@ -114,6 +116,8 @@ class mem_pool {
   NPURT_DECL void* do_malloc(std::size_t bytes, std::uint32_t stream, std::error_code& ec);
   NPURT_DECL std::uint32_t stream_id(stream& s, std::error_code& ec) const;
   [[nodiscard]] NPURT_DECL bool device_busy() const;
+  // Whether the device could hold `bytes` at all: only then can waiting for frees make room.
+  [[nodiscard]] NPURT_DECL bool fits_device(std::size_t bytes) const;
 
   // Null once the system is gone: only a pool its owner keeps past the system (a session's)
   // sees that, in its destructor.
@@ -130,8 +134,12 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
         using handler_t = decltype(handler);
         std::error_code ec;
         const std::uint32_t sid = stream_id(s, ec);
-        void* p = ec ? nullptr : do_malloc(n, sid, ec);
-        if (ec == errc::out_of_memory && device_busy()) {
+        if (ec) {
+          detail::post_error(*rt_, std::move(handler), ec, static_cast<void*>(nullptr));
+          return;
+        }
+        void* p = do_malloc(n, sid, ec);
+        if (ec == errc::out_of_memory && fits_device(n) && device_busy()) {
           // The last step of the retry chain, asynchronously: let the device drain (frees in
           // flight on other streams become reusable), then try once more.
           auto* op = detail::handler_op<handler_t, void*>::create(*rt_, std::move(handler));
@@ -147,6 +155,9 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
               if (!e) {
                 self->pool->alloc_->on_synchronize(true);
                 q = self->pool->do_malloc(self->n, self->sid, e);
+                using detail::attach_thrown;
+                if (e)
+                  attach_thrown(user_op->handler(), [&] { return self->pool->alloc_->allocate_error(e, self->n); });
               }
               std::get<0>(user_op->values) = q;
               user_op->complete(e);
@@ -162,6 +173,10 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
           detail::start_multi_wait(*rt_, r, rt_->device_positions(dev_), no_timeout);
           return;
         }
+        // The report of the refusal as the throwing malloc_async raises it, taken now: by the
+        // time the awaiter resumes, the pool's figures may have moved.
+        using detail::attach_thrown;
+        if (ec) attach_thrown(handler, [&] { return alloc_->allocate_error(ec, n); });
         detail::post_error(*rt_, std::move(handler), ec, p);
       },
       token, bytes);

@@ -142,6 +142,7 @@ struct value_await_state {
   boost::asio::cancellation_slot slot;
   bool initiating = false;
   bool early = false;  // completed inside the initiating call: the await does not suspend
+  std::exception_ptr thrown;  // see attach_thrown
 };
 
 template <class T>
@@ -162,6 +163,11 @@ struct value_handler {
   }
 };
 
+template <class T, class Make>
+void attach_thrown(value_handler<T>& h, Make&& make) {
+  h.st->thrown = std::forward<Make>(make)();
+}
+
 template <class T, class Initiation, class... Args>
 class value_awaiter {
  public:
@@ -181,6 +187,7 @@ class value_awaiter {
   }
   T await_resume() {
     if (st_.ec) [[unlikely]] {
+      if (st_.thrown) std::rethrow_exception(st_.thrown);
       if (is_timeout(st_.ec)) throw timeout_error(st_.ec, "npurt: awaited operation");
       if (st_.ec == errc::operation_aborted) throw_error(st_.ec, "npurt: awaited operation aborted or cancelled");
       throw_error(st_.ec, "npurt: awaited operation failed");

@@ -354,12 +354,50 @@ TEST_CASE("copies and allocations of sizes that cannot fit are rejected before a
   CHECK(ec == npurt::errc::size_overflow);
   s.memset(d.data(), SIZE_MAX, 0, SIZE_MAX, ec);
   CHECK(ec == npurt::errc::size_overflow);
-  // Allocations: rounding SIZE_MAX up to the granule must not wrap to a tiny block.
+  // Allocations: rounding SIZE_MAX up to the granule must not wrap to a tiny block. Such a size
+  // is a bad argument for the raw and the pool allocation alike; one that is representable but
+  // more than the device holds is out of memory for both.
+  auto& pool = dev.mem_pool();
   CHECK(dev.malloc(SIZE_MAX, ec) == nullptr);
-  CHECK(ec);
+  CHECK(ec == npurt::errc::size_overflow);
   CHECK(dev.malloc(SIZE_MAX - 100, ec) == nullptr);
-  CHECK(ec);
-  CHECK_THROWS_AS((void)dev.malloc(SIZE_MAX), npurt::out_of_memory_error);
+  CHECK(ec == npurt::errc::size_overflow);
+  CHECK(pool.malloc_async(SIZE_MAX, s, ec) == nullptr);
+  CHECK(ec == npurt::errc::size_overflow);
+  CHECK(pool.malloc_async(SIZE_MAX - 100, s, ec) == nullptr);
+  CHECK(ec == npurt::errc::size_overflow);
+  try {
+    (void)dev.malloc(SIZE_MAX);
+    FAIL("malloc(SIZE_MAX) returned");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::size_overflow);
+    CHECK(std::string(e.what()).find("overflowing size_t") != std::string::npos);
+  }
+  try {
+    (void)pool.malloc_async(SIZE_MAX, s);
+    FAIL("malloc_async(SIZE_MAX) returned");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::size_overflow);
+    CHECK(std::string(e.what()).find("overflowing size_t") != std::string::npos);
+  }
+  const std::size_t too_big = dev.properties().memory_bytes * 2;
+  CHECK(dev.malloc(too_big, ec) == nullptr);
+  CHECK(ec == npurt::errc::out_of_memory);
+  CHECK(pool.malloc_async(too_big, s, ec) == nullptr);
+  CHECK(ec == npurt::errc::out_of_memory);
+  for (auto alloc :
+       {+[](npurt::device& d, npurt::stream&, std::size_t n) { return d.malloc(n); },
+        +[](npurt::device& d, npurt::stream& st, std::size_t n) { return d.mem_pool().malloc_async(n, st); }}) {
+    try {
+      (void)alloc(dev, s, too_big);
+      FAIL("an allocation larger than the device returned");
+    } catch (const npurt::out_of_memory_error& e) {
+      CHECK(e.code() == npurt::errc::out_of_memory);
+      CHECK(e.requested() == too_big);
+      CHECK(e.details().total == dev.properties().memory_bytes);
+    }
+  }
+  CHECK(pool.stats().allocated_bytes[0].current == 0);
   CHECK(sys.host_malloc(SIZE_MAX, ec) == nullptr);
   CHECK(ec);
   try {

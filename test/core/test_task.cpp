@@ -440,3 +440,49 @@ TEST_CASE("use_task gives a value-carrying completion's value: async_malloc's po
   CHECK(dev.mem_pool().stats().allocation[0].allocated == 3);  // the refused request took nothing
   CHECK(sys.now() >= npurt::sim_time{} + us(50));             // the retry waited for the kernel
 }
+
+namespace {
+
+npurt::task<void> task_test_oom(npurt::device& dev, npurt::stream& s, std::vector<npurt::out_of_memory_error>& seen) {
+  const std::size_t big = std::size_t{40} << 20;
+  void* first = co_await dev.async_malloc(big, s, npurt::use_task);
+  // Refused at once (the device is idle), then after the device drained (it is busy).
+  for (int busy = 0; busy < 2; ++busy) {
+    if (busy) s.launch(fixed(us(50)));
+    try {
+      void* second = co_await dev.async_malloc(big, s, npurt::use_task);
+      (void)second;
+    } catch (const npurt::out_of_memory_error& e) { seen.push_back(e); }
+  }
+  co_await dev.async_free(first, s, npurt::use_task);
+}
+
+}  // namespace
+
+TEST_CASE("an awaited async_malloc that runs out of memory throws out_of_memory_error with its fields",
+          "[core][task][memory]") {
+  auto cfg = simple();
+  cfg.properties.memory_bytes = std::size_t{64} << 20;
+  npurt::system sys{cfg};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  std::vector<npurt::out_of_memory_error> seen;
+  bool ended = false;
+  npurt::spawn(sys, task_test_oom(dev, s, seen), [&](std::exception_ptr e) { ended = !e; });
+  sys.run();
+  CHECK(ended);
+  REQUIRE(seen.size() == 2);
+  for (const auto& e : seen) {
+    CHECK(e.code() == npurt::errc::out_of_memory);
+    CHECK(e.requested() == (std::size_t{40} << 20));
+    CHECK(e.device() == 0);
+    CHECK(e.details().total == (std::size_t{64} << 20));
+    CHECK(e.details().allocated >= (std::size_t{40} << 20));  // the first block, held when refused
+    CHECK(std::string(e.what()).find("Tried to allocate 40") != std::string::npos);
+  }
+  // The same as the throwing form raises.
+  void* held = dev.mem_pool().malloc_async(std::size_t{40} << 20, s);
+  CHECK_THROWS_AS((void)dev.mem_pool().malloc_async(std::size_t{40} << 20, s), npurt::out_of_memory_error);
+  dev.mem_pool().free_async(held, s);
+  CHECK(dev.mem_pool().stats().allocated_bytes[0].current == 0);
+}

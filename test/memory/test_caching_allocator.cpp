@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <map>
 #include <random>
 #include <set>
@@ -514,10 +515,19 @@ TEST_CASE("bad input gets a clear error and leaves the pool consistent", "[memor
   std::error_code ec;
   CHECK(a.allocate(0, 0, ec) == 0);
   CHECK(ec == errc::zero_size);
+  // More than the device holds is out of memory (as cudaMalloc says), a size that cannot be
+  // rounded up is a bad argument.
   CHECK(a.allocate(257 * mib, 0, ec) == 0);
+  CHECK(ec == errc::out_of_memory);
+  CHECK(a.allocate(SIZE_MAX, 0, ec) == 0);
   CHECK(ec == errc::size_overflow);
+  CHECK(a.allocate(SIZE_MAX - 510, 0, ec) == 0);  // rounds up past SIZE_MAX
+  CHECK(ec == errc::size_overflow);
+  CHECK(a.allocate(SIZE_MAX - 511, 0, ec) == 0);  // a multiple of 512 already: representable
+  CHECK(ec == errc::out_of_memory);
   CHECK_THROWS_AS(a.allocate(0, 0), npurt::caller_error);
-  CHECK_THROWS_AS(a.allocate(257 * mib, 0), npurt::caller_error);
+  CHECK_THROWS_AS(a.allocate(257 * mib, 0), npurt::out_of_memory_error);
+  CHECK_THROWS_AS(a.allocate(SIZE_MAX, 0), npurt::caller_error);
 
   const auto x = a.allocate(4096, 0);
   const auto y = a.allocate(4096, 0);

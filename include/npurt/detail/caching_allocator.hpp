@@ -35,6 +35,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <map>
@@ -97,10 +98,16 @@ class caching_allocator {
   caching_allocator& operator=(const caching_allocator&) = delete;
 
   /// Returns a device address for `size` bytes usable on `stream`. Errors: zero_size,
-  /// size_overflow (larger than the device), out_of_memory / pool_limit after the retry chain.
+  /// size_overflow (rounding the size up to the block granularity would overflow size_t),
+  /// out_of_memory (more than the device holds, at once; otherwise after the retry chain) or
+  /// pool_limit.
   NPURT_DECL std::uint64_t allocate(std::size_t size, std::uint32_t stream, std::error_code& ec);
   /// Throws caller_error for bad input and out_of_memory_error (with PyTorch's fields) for OOM.
   NPURT_DECL std::uint64_t allocate(std::size_t size, std::uint32_t stream);
+  /// The exception allocate(size, stream) raises for the error `ec` it refused `size` with, for a
+  /// caller that reports the refusal later (an awaited allocation): built now, so that its
+  /// figures are those of the refusal.
+  [[nodiscard]] NPURT_DECL std::exception_ptr allocate_error(std::error_code ec, std::size_t size);
 
   /// Frees `addr`, in the order of `stream` (the stream-of-free). If that is not the stream it
   /// was allocated on, the block moves to the freeing stream. `device` (if >= 0) is the device

@@ -254,7 +254,15 @@ NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std:
     return 0;
   }
   if (size > capacity_) {
-    e = errc::size_overflow;
+    // cudaMalloc's answers: a size that cannot even be rounded up is a bad argument; one that is
+    // representable but more than the device holds is out of memory, with no retry that could help.
+    const std::size_t pad = opts_.ascend_pad ? ascend_pad_size : 0;
+    if (size > std::numeric_limits<std::size_t>::max() - pad - (min_block_size - 1)) {
+      e = errc::size_overflow;
+    } else {
+      ++stats_.num_ooms;
+      e = errc::out_of_memory;
+    }
     return 0;
   }
   const std::size_t rounded = round_size(size);
@@ -346,12 +354,18 @@ NPURT_DECL void caching_allocator::throw_allocate_error(errc e, std::size_t size
     throw out_of_memory_error(ec, i, oom_message(i, ec == errc::pool_limit, gc_limit(), why));
   }
   if (ec == errc::size_overflow)
-    throw_error(ec, "allocate: " + std::to_string(size) + " bytes exceed the device capacity of " +
-                        std::to_string(provider_.capacity()) + " bytes");
+    throw_error(ec, "allocate: " + std::to_string(size) +
+                        " bytes cannot be rounded up to the allocation granularity without overflowing size_t");
   if (ec == error_class::device)
     throw_error_on(opts_.device, ec,
                    "allocate: " + std::to_string(size) + " bytes on device " + std::to_string(opts_.device));
   throw_error(ec, "allocate: size must be positive");
+}
+
+NPURT_DECL std::exception_ptr caching_allocator::allocate_error(std::error_code ec, std::size_t size) {
+  try {
+    throw_allocate_error(static_cast<errc>(ec.value()), size);
+  } catch (...) { return std::current_exception(); }
 }
 
 NPURT_DECL void caching_allocator::free_block(block* b) {

@@ -70,7 +70,10 @@ NPURT_DECL void* device::malloc(std::size_t bytes, std::error_code& ec) noexcept
 NPURT_DECL void* device::malloc(std::size_t bytes) {
   std::error_code ec;
   void* p = malloc(bytes, ec);
-  if (ec == errc::out_of_memory || ec == errc::size_overflow) {
+  if (ec == errc::size_overflow)
+    throw_error(ec, "npurt::device::malloc: " + std::to_string(bytes) +
+                        " bytes cannot be rounded up to the allocation granule without overflowing size_t");
+  if (ec == errc::out_of_memory) {
     out_of_memory_error::info i;
     i.requested = bytes;
     i.device = id_;

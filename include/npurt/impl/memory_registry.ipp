@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <type_traits>
@@ -92,7 +93,10 @@ NPURT_DECL void* memory_registry::device_malloc(device_id dev, std::size_t bytes
   }
   const std::size_t capacity = backend_.properties(dev).memory_bytes;
   if (bytes > capacity) {
-    ec = make_error_code(errc::size_overflow);
+    // As cudaMalloc: a size that cannot be rounded up to the granule is a bad argument, a
+    // representable one that the device cannot hold is out of memory.
+    ec = make_error_code(bytes > std::numeric_limits<std::size_t>::max() - (device_granule - 1) ? errc::size_overflow
+                                                                                                : errc::out_of_memory);
     return nullptr;
   }
   const std::size_t rounded = round_up(bytes, device_granule);
