@@ -137,8 +137,9 @@ template <class Token>
 auto device::async_synchronize(std::optional<picoseconds> timeout, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
       [this](auto handler, std::optional<picoseconds> tmo) {
+        std::exception_ptr* thrown = detail::thrown_slot(handler);
         detail::cancellable_op* user = detail::make_op(*rt_, std::move(handler));
-        detail::op_base* op = detail::sticky_op::create(*rt_, user, 0, id_);
+        detail::op_base* op = detail::sticky_op::create(*rt_, user, 0, id_, 0, thrown);
         detail::start_multi_wait(*rt_, op, pending_positions(), tmo, user);
       },
       token, timeout);

@@ -153,8 +153,9 @@ auto event::async_wait(std::optional<picoseconds> timeout, Token&& token) const 
           return;
         }
         // A task event's position is at least 1; the event's device is not needed to peek.
+        std::exception_ptr* thrown = detail::thrown_slot(handler);
         detail::cancellable_op* user = detail::make_op(rt, std::move(handler));
-        detail::op_base* op = detail::sticky_op::create(rt, user, s, 0, q);
+        detail::op_base* op = detail::sticky_op::create(rt, user, s, 0, q, thrown);
         const std::pair<std::uint32_t, std::uint64_t> pos[1] = {{s, q}};
         detail::start_multi_wait(rt, op, pos, tmo, user);
       },

@@ -284,8 +284,9 @@ auto stream::async_synchronize(std::optional<picoseconds> timeout, Token&& token
           detail::post_error(*rt_, std::move(handler), ec);
           return;
         }
+        std::exception_ptr* thrown = detail::thrown_slot(handler);
         detail::cancellable_op* user = detail::make_op(*rt_, std::move(handler));
-        detail::op_base* op = detail::sticky_op::create(*rt_, user, s->id, s->device);
+        detail::op_base* op = detail::sticky_op::create(*rt_, user, s->id, s->device, 0, thrown);
         const std::pair<std::uint32_t, std::uint64_t> pos[1] = {{s->id, s->enqueued}};
         detail::start_multi_wait(*rt_, op, pos, tmo, user);
       },

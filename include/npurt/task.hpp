@@ -114,6 +114,7 @@ class direct_awaiter {
   void await_resume() const {
     if (!op_.ec) [[likely]]
       return;  // before any category test: comparing categories is an out-of-line call
+    if (op_.thrown) std::rethrow_exception(op_.thrown);
     if (is_timeout(op_.ec))
       throw timeout_error(op_.ec,
                           op_.timeout_limit > 0

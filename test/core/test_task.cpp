@@ -486,3 +486,38 @@ TEST_CASE("an awaited async_malloc that runs out of memory throws out_of_memory_
   dev.mem_pool().free_async(held, s);
   CHECK(dev.mem_pool().stats().allocated_bytes[0].current == 0);
 }
+
+namespace {
+
+npurt::task<void> task_test_sync_after_callback(npurt::stream& s, std::string& what, std::string& nested,
+                                                std::error_code& code) {
+  s.launch_callback([] { throw std::runtime_error("callback exploded"); });
+  try {
+    co_await s.async_synchronize(npurt::use_task);
+  } catch (const npurt::caller_error& e) {
+    code = e.code();
+    what = e.what();
+    try {
+      std::rethrow_if_nested(e);
+    } catch (const std::runtime_error& inner) { nested = inner.what(); }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("an awaited async_synchronize after a host callback threw names the task, as synchronize does",
+          "[core][task][error][callback]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  std::string what, nested;
+  std::error_code code;
+  npurt::spawn(sys, task_test_sync_after_callback(s, what, nested, code));
+  sys.run();
+  INFO(what);
+  CHECK(code == npurt::errc::callback_failed);
+  CHECK(what.find("npurt::stream::async_synchronize: task ") != std::string::npos);
+  CHECK(what.find("(host_callback) on stream " + std::to_string(s.id()) + " failed") != std::string::npos);
+  CHECK(what.find("callback exploded") != std::string::npos);
+  CHECK(nested == "callback exploded");  // the callback's own exception is kept, nested
+  CHECK(s.query());                      // the failure was read, once
+}

@@ -168,6 +168,9 @@ struct direct_op final : cancellable_op {
   runtime* rt = nullptr;
   std::coroutine_handle<> waiting;
   std::error_code ec;
+  // What the throwing form of the operation raises for ec, when the operation knows more than
+  // ec says (the task that failed): the await rethrows it instead of one built from ec.
+  std::exception_ptr thrown;
   bool early = false;  // completed during initiation without a runtime: do not suspend
 
   static void on_complete(op_base* b, std::error_code e) {
@@ -343,8 +346,10 @@ struct sticky_op final : op_base {
   std::uint32_t stream = 0;  // 0: the device's failure
   device_id device = 0;
   std::uint64_t upto = 0;    // 0: take the failure; else peek at positions up to this one
+  std::exception_ptr* thrown = nullptr;  // the awaiter's (thrown_slot), when it rethrows one
 
-  static op_base* create(runtime& rt, op_base* user, std::uint32_t stream, device_id dev, std::uint64_t upto = 0) {
+  static op_base* create(runtime& rt, op_base* user, std::uint32_t stream, device_id dev, std::uint64_t upto = 0,
+                         std::exception_ptr* thrown = nullptr) {
     auto* op = new sticky_op;
     op->complete_fn = &done;
     op->rt = &rt;
@@ -352,6 +357,7 @@ struct sticky_op final : op_base {
     op->stream = stream;
     op->device = dev;
     op->upto = upto;
+    op->thrown = thrown;
     return op;
   }
   static void done(op_base* b, std::error_code ec) {
@@ -374,11 +380,30 @@ struct sticky_op final : op_base {
     };
     if (upto != 0) {
       const failure* f = rt->peek_stream_failure(stream);
-      return f && f->seq <= upto ? report(*f) : std::error_code{};
+      if (!f || f->seq > upto) return {};
+      if (thrown) [[unlikely]]
+        *thrown = failure_exception(*f, "npurt::event::async_wait: " + f->describe());
+      return report(*f);
     }
-    return report(stream ? rt->take_stream_failure(stream) : rt->take_device_failure(device));
+    const failure f = stream ? rt->take_stream_failure(stream) : rt->take_device_failure(device);
+    // The failure is read here: what the blocking form's message says of it must go with it now.
+    if (f && thrown) [[unlikely]]
+      *thrown = failure_exception(
+          f,
+          stream ? "npurt::stream::async_synchronize: " + f.describe()
+                 : "npurt::device::async_synchronize: device " + std::to_string(device) + ": " + f.describe(),
+          device);
+    return report(f);
   }
 };
+
+/// Where an awaiter that rethrows an operation's own exception keeps it (npurt::use_task's
+/// direct_op), or null for handlers that receive only the code.
+template <class Handler>
+std::exception_ptr* thrown_slot(Handler& h) noexcept {
+  if constexpr (is_direct_handler_v<Handler>) return &h.op->thrown;
+  else return nullptr;
+}
 
 /// Completes a handler with an error from an initiating function that has no runtime to post to
 /// (a null handle): on the handler's associated executor, or Asio's system executor, never

@@ -534,6 +534,17 @@ NPURT_DECL std::string failure::describe() const {
   return out;
 }
 
+NPURT_DECL std::exception_ptr failure_exception(const failure& f, const std::string& what, std::int32_t device) {
+  try {
+    if (f.exception && f.ec == errc::callback_failed) {
+      try {
+        std::rethrow_exception(f.exception);
+      } catch (...) { std::throw_with_nested(caller_error(f.ec, what)); }
+    }
+    throw_failure(f, what, device);
+  } catch (...) { return std::current_exception(); }
+}
+
 NPURT_DECL void scheduler::record_failure(const running_task& t, std::error_code ec) {
   auto fill = [&](failure& f) {
     if (f) return;  // the first failure is the one reported
