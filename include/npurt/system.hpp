@@ -76,11 +76,16 @@ class system {
 
   /// Drives virtual time until all work is done. A deadlock (work waits and nothing can ever
   /// run) throws deadlock_error at once, naming who waits on what; the blocked waits complete
-  /// with errc::deadlock first, so awaiting coroutines see the error too.
+  /// with errc::deadlock first, so awaiting coroutines see the error too. Called from inside the
+  /// loop (a handler, callback or coroutine that run() is running) it is errc::not_supported:
+  /// the running loop already drives the work, which such code awaits with an async_ form.
   NPURT_DECL void run();
   NPURT_DECL void run(std::error_code& ec);
   [[nodiscard]] sim_time now() const noexcept { return rt_->now(); }
+  /// The last deadlock's report (empty if none): it stays until a later deadlock replaces it or
+  /// clear_deadlock_report() empties it, so a run that succeeds afterwards does not lose it.
   [[nodiscard]] const std::string& deadlock_report() const noexcept { return rt_->last_deadlock_report(); }
+  void clear_deadlock_report() noexcept { rt_->clear_deadlock_report(); }
 
   /// Pinned host memory from a mimalloc heap, zeroed. Copies from it are bounds-checked.
   [[nodiscard]] NPURT_DECL void* host_malloc(std::size_t bytes);

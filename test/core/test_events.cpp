@@ -283,3 +283,40 @@ TEST_CASE("a wait made before the first record is checked for a cycle when a rec
   CHECK(report.rfind("deadlock at t=7.5 us:", 0) == 0);
   CHECK(report.find("stream " + std::to_string(a.id())) != std::string::npos);
 }
+
+TEST_CASE("a deadlock's report outlives a later run that succeeds, until a new deadlock or the user clears it",
+          "[core][event][deadlock]") {
+  npurt::system sys{simple(), {.dispatch = npurt::dispatch_model::per_stream}};
+  const mutual_waits m(sys);
+  REQUIRE(m.ec == npurt::errc::deadlock);
+  REQUIRE_FALSE(m.report.empty());
+  auto c = sys.device(0).make_stream();
+  c.launch(fixed(us(1)));
+  std::error_code ec;
+  sys.run(ec);
+  CHECK(!ec);
+  CHECK(sys.deadlock_report() == m.report);  // still there to read after the good run
+  CHECK_NOTHROW(sys.run());
+  CHECK(sys.deadlock_report() == m.report);
+  // A new deadlock replaces it rather than adding to it.
+  const mutual_waits again(sys);
+  CHECK(again.ec == npurt::errc::deadlock);
+  CHECK_FALSE(again.report.empty());
+  CHECK(again.report != m.report);
+  CHECK(again.report.find(m.report) == std::string::npos);
+  CHECK(again.report.find("stream " + std::to_string(again.a.id())) != std::string::npos);
+  sys.clear_deadlock_report();
+  CHECK(sys.deadlock_report().empty());
+  // A later error that is no deadlock does not carry a kept report as its message.
+  const mutual_waits third(sys);
+  REQUIRE_FALSE(sys.deadlock_report().empty());
+  c.launch_callback([&] {
+    try {
+      sys.run();
+    } catch (const npurt::error& e) {
+      CHECK(e.code() == npurt::errc::not_supported);
+      CHECK(std::string(e.what()).find("deadlock at") == std::string::npos);
+    }
+  });
+  CHECK_NOTHROW(sys.run());
+}

@@ -561,3 +561,33 @@ TEST_CASE("timer_queue: cancelling a timer that already fired leaves nothing beh
   CHECK(q.now() == npurt::sim_time{us(1)});
   CHECK(q.cancelled_pending() == 0);
 }
+
+TEST_CASE("system::run called from inside the loop is refused with what to do instead", "[core][run][error]") {
+  npurt::system sys{simple()};
+  auto s = sys.device(0).make_stream();
+  std::error_code ec_form;
+  std::string what;
+  std::error_code thrown;
+  bool later_ran = false;
+  s.launch_callback([&] {
+    sys.run(ec_form);
+    try {
+      sys.run();
+    } catch (const npurt::error& e) {
+      thrown = e.code();
+      what = e.what();
+    }
+  });
+  s.launch(fixed(us(1)));
+  s.launch_callback([&] { later_ran = true; });
+  CHECK_NOTHROW(sys.run());
+  INFO(what);
+  CHECK(ec_form == npurt::errc::not_supported);
+  CHECK(thrown == npurt::errc::not_supported);
+  CHECK_THAT(what, Catch::Matchers::ContainsSubstring("npurt::system::run") &&
+                       Catch::Matchers::ContainsSubstring("inside the loop") &&
+                       Catch::Matchers::ContainsSubstring("co_await") &&
+                       Catch::Matchers::ContainsSubstring("async_synchronize"));
+  CHECK(later_ran);  // the refused call changed nothing: the outer run went on
+  CHECK(s.query());
+}

@@ -40,7 +40,16 @@ class deadlock_detector {
   NPURT_DECL void report(sim_time now, const std::vector<stream_state*>& streams, std::size_t host_waits,
                          const std::string& backend_waits = {});
   [[nodiscard]] const std::string& last_report() const noexcept { return report_; }
-  void clear() noexcept { report_.clear(); }
+  /// How many times the report has changed: a new deadlock is told by this, not by the text,
+  /// which a new report may repeat.
+  [[nodiscard]] std::uint64_t reports() const noexcept { return reports_; }
+  /// The next deadlock replaces the report instead of adding to it; until then it stays for the
+  /// user to read (system::run starts each run so).
+  void start_new() noexcept { replace_ = true; }
+  void clear() noexcept {
+    report_.clear();
+    replace_ = false;
+  }
 
  private:
   [[nodiscard]] NPURT_DECL std::string describe_wait_chain(const stream_state& s) const;
@@ -48,6 +57,8 @@ class deadlock_detector {
   const stream_table& streams_;
   const device_queue& queue_;
   std::string report_;
+  std::uint64_t reports_ = 0;
+  bool replace_ = false;
 };
 
 }  // namespace npurt::detail

@@ -127,6 +127,7 @@ class runtime final : public backend_host, private loop_parts, public scheduler,
   [[nodiscard]] npurt::backend& backend() noexcept { return *backend_; }
   [[nodiscard]] const system_options& options() const noexcept { return opts_; }
   [[nodiscard]] const std::string& last_deadlock_report() const noexcept { return deadlocks_.last_report(); }
+  void clear_deadlock_report() noexcept { deadlocks_.clear(); }
 
   // --- observers ---
   NPURT_DECL void add_observer(observer& o);

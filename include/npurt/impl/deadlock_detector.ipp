@@ -59,6 +59,10 @@ NPURT_DECL std::string deadlock_detector::describe_wait_chain(const stream_state
 
 NPURT_DECL void deadlock_detector::report(sim_time now, const std::vector<stream_state*>& streams,
                                           std::size_t host_waits, const std::string& backend_waits) {
+  if (replace_) {
+    report_.clear();
+    replace_ = false;
+  }
   std::ostringstream os;
   os << "deadlock at t=" << to_us(now.time_since_epoch()) << " us: ";
   if (streams.empty()) {
@@ -74,7 +78,10 @@ NPURT_DECL void deadlock_detector::report(sim_time now, const std::vector<stream
            << " us, which never ends (hung, with no op-execute watchdog to end it)";
       }
     if (!backend_waits.empty()) os << "; " << backend_waits;
-    if (report_.empty()) report_ = os.str();
+    if (report_.empty()) {
+      report_ = os.str();
+      ++reports_;
+    }
     return;
   }
   bool first = true;
@@ -85,6 +92,7 @@ NPURT_DECL void deadlock_detector::report(sim_time now, const std::vector<stream
   if (!backend_waits.empty()) os << "; " << backend_waits;
   if (!report_.empty()) report_ += "\n";
   report_ += os.str();
+  ++reports_;
 }
 
 }  // namespace npurt::detail

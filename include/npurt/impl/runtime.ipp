@@ -103,7 +103,7 @@ NPURT_DECL void runtime::run_until(const std::function<bool()>& pred, std::error
   running_ = true;
   posts_ = 1;  // handlers posted before run() (co_spawn) have not been counted
   bool deadlocked = false;
-  const std::size_t reports_before = deadlocks_.last_report().size();
+  const std::uint64_t reports_before = deadlocks_.reports();
   struct reset_flag {
     bool& f;
     ~reset_flag() { f = false; }
@@ -120,7 +120,7 @@ NPURT_DECL void runtime::run_until(const std::function<bool()>& pred, std::error
     deadlocked = true;
     if (!resolve_deadlock(false)) break;
   }
-  if (deadlocked || deadlocks_.last_report().size() != reports_before) ec = make_error_code(errc::deadlock);
+  if (deadlocked || deadlocks_.reports() != reports_before) ec = make_error_code(errc::deadlock);
   if (!ec && pred && !pred()) ec = make_error_code(errc::deadlock);
 }
 
@@ -145,7 +145,8 @@ NPURT_DECL std::error_code runtime::check_thread() const noexcept {
 }
 
 NPURT_DECL void runtime::run(std::error_code& ec) {
-  deadlocks_.clear();
+  // The last report stays readable after this run unless a deadlock of this run replaces it.
+  if (!in_run()) deadlocks_.start_new();  // a re-entered run is refused and starts nothing
   run_until({}, ec);
 }
 

@@ -56,8 +56,18 @@ NPURT_DECL void system::run(std::error_code& ec) { rt_->run(ec); }
 
 NPURT_DECL void system::run() {
   std::error_code ec;
+  const bool nested = rt_->in_run();
   rt_->run(ec);
-  if (ec) throw_error(ec, rt_->last_deadlock_report().empty() ? "npurt::system::run" : rt_->last_deadlock_report());
+  if (!ec) return;
+  if (ec == errc::not_supported && nested)
+    throw_error(ec,
+                "npurt::system::run: called from inside the loop it would run (a handler, host callback or "
+                "coroutine of this system), which cannot be re-entered; the running loop already drives the "
+                "work: co_await its async_ form instead (async_synchronize, async_wait), or return and let the "
+                "outer run() go on");
+  // A report kept from an earlier deadlock is not this error's message.
+  if (ec == errc::deadlock && !rt_->last_deadlock_report().empty()) throw_error(ec, rt_->last_deadlock_report());
+  throw_error(ec, "npurt::system::run");
 }
 
 NPURT_DECL void* system::host_malloc(std::size_t bytes, std::error_code& ec) noexcept {
