@@ -57,8 +57,10 @@ class event {
   NPURT_DECL event& operator=(event&& o) noexcept;
   NPURT_DECL ~event();
 
-  /// False for a default-constructed handle.
-  [[nodiscard]] bool valid() const noexcept { return rt_ != nullptr; }
+  /// False for a default-constructed handle, one that outlived its system, and one whose
+  /// device was reset (as after cudaDeviceReset, the handle no longer names an event): exactly
+  /// when query() reports errc::invalid_event. Like stream::valid(), it asks the runtime.
+  [[nodiscard]] NPURT_DECL bool valid() const noexcept;
   /// True for the events launches return; false for user events.
   [[nodiscard]] bool is_task_event() const noexcept { return rt_ && id_ == 0; }
   /// The user event's id (0 for task events).

@@ -320,3 +320,30 @@ TEST_CASE("a deadlock's report outlives a later run that succeeds, until a new d
   });
   CHECK_NOTHROW(sys.run());
 }
+
+TEST_CASE("an event of a reset device is not valid(), as query() says it is invalid", "[core][event][reset]") {
+  npurt::system sys{simple(2)};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto user = dev.make_event();
+  s.record(user);
+  auto task = s.launch(fixed(us(10)));
+  auto never_recorded = dev.make_event();
+  auto other = sys.device(1).make_stream().launch(fixed(us(1)));
+  REQUIRE(user.valid());
+  REQUIRE(task.valid());
+  REQUIRE(never_recorded.valid());
+  dev.reset();
+  for (const npurt::event* e : {&user, &task, &never_recorded}) {
+    CHECK(e->status() == npurt::errc::invalid_event);
+    CHECK_FALSE(e->valid());
+  }
+  // Another device's events, and new events of the reset device, are untouched.
+  CHECK(other.valid());
+  CHECK(!other.status());
+  auto fresh = dev.make_event();
+  CHECK(fresh.valid());
+  auto s2 = dev.make_stream();
+  CHECK(s2.launch(fixed(us(1))).valid());
+  s2.synchronize();
+}

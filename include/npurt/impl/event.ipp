@@ -38,6 +38,13 @@ NPURT_DECL event& event::operator=(event&& o) noexcept {
 
 NPURT_DECL event::~event() { release(); }
 
+NPURT_DECL bool event::valid() const noexcept {
+  if (!rt_) return false;
+  // The same tests as position(): a reset drops a user event's state, and marks the streams
+  // whose task events it made meaningless.
+  return id_ != 0 ? rt_->find_event(id_) != nullptr : !rt_->stream_was_reset(stream_);
+}
+
 NPURT_DECL void event::release() noexcept {
   if (rt_ && id_) rt_->release_event(id_);
 }
