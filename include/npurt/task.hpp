@@ -310,11 +310,11 @@ spawned drive(runtime& rt, npurt::task<T> t, std::function<void(std::exception_p
 }  // namespace detail
 
 /// A lazily started coroutine of npurt's own: starts when awaited (by another task) or spawned,
-/// once: a second co_await throws caller_error(errc::invalid_argument), as does awaiting or
-/// spawning an empty task. Move-only. Destroying a task destroys its frame, except while the
-/// frame is suspended in an operation (the task was moved away from its awaiter): the frame then
-/// runs to its end and destroys itself (or dies with its system, if that comes first), and its
-/// awaiter's co_await throws as for an empty task.
+/// once: a second co_await throws caller_error(errc::invalid_argument), as does awaiting an
+/// empty task (spawn refuses one at the call). Move-only. Destroying a task destroys its frame,
+/// except while the frame is suspended in an operation (the task was moved away from its
+/// awaiter): the frame then runs to its end and destroys itself (or dies with its system, if that
+/// comes first), and its awaiter's co_await throws as for an empty task.
 template <class T>
 class [[nodiscard]] task {
  public:
@@ -334,6 +334,9 @@ class [[nodiscard]] task {
   task(const task&) = delete;
   task& operator=(const task&) = delete;
   ~task() { drop(); }
+
+  /// Default-constructed or moved-from: nothing to await or spawn.
+  [[nodiscard]] bool empty() const noexcept { return !h_; }
 
   /// A task is awaited once. An empty task (default-constructed or moved-from), one that another
   /// await or spawn started, and one whose result was taken do not suspend: the co_await throws
@@ -398,7 +401,8 @@ inline npurt::task<void> detail::task_promise<void>::get_return_object() noexcep
 
 /// Runs `t` on `sys`, starting at the current instant (never inside this call), and calls
 /// done(exception_ptr) when it ends: null, or what escaped the task. system::run() runs until
-/// it has ended.
+/// it has ended. An empty task throws caller_error(errc::invalid_argument) here, and done is
+/// never called.
 ///
 /// Cancellation, as with asio::co_spawn: bind a slot to `done`
 /// (`asio::bind_cancellation_slot(sig.slot(), done)`). A terminal or partial emit ends the
@@ -406,6 +410,11 @@ inline npurt::task<void> detail::task_promise<void>::get_return_object() noexcep
 /// co_await in the task throws caller_error(errc::operation_aborted) without starting anything.
 template <class T, class Done>
 void spawn(system& sys, task<T> t, Done done) {
+  // Refused at the call: the handler would only learn of the mistake once the loop ran, far from
+  // the code that made it.
+  if (t.empty()) [[unlikely]]
+    throw_error(make_error_code(errc::invalid_argument),
+                "npurt::spawn: the task is empty (default-constructed or moved-from); nothing was spawned");
   detail::runtime& rt = detail::runtime_of(sys);
   std::unique_ptr<detail::task_cancel> cancel;
   if (auto slot = boost::asio::get_associated_cancellation_slot(done); slot.is_connected()) [[unlikely]] {
