@@ -71,7 +71,8 @@ class mem_pool {
   /// caller_error(errc::size_overflow) when rounding `bytes` up would overflow size_t.
   [[nodiscard]] NPURT_DECL void* malloc_async(std::size_t bytes, stream& s);
   [[nodiscard]] NPURT_DECL void* malloc_async(std::size_t bytes, stream& s, std::error_code& ec);
-  /// cudaFreeAsync: returns p to the pool in the order of `s`.
+  /// cudaFreeAsync: returns p to the pool in the order of `s`. A pointer of another device is
+  /// errc::stream_device_mismatch, as device::free says (the throwing form names both devices).
   NPURT_DECL void free_async(void* p, stream& s);
   NPURT_DECL void free_async(void* p, stream& s, std::error_code& ec);
   /// PyTorch's record_stream: p is also used by `s`; reuse waits for s's work enqueued so far.

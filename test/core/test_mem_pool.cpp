@@ -5,8 +5,10 @@
 #include <boost/asio/as_tuple.hpp>
 
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <numeric>
+#include <string>
 
 using namespace npurt_test;
 using npurt::sim_time;
@@ -321,3 +323,66 @@ TEST_CASE("an async_malloc waiting to retry uses the pool's new allocator after 
 }
 
 }  // namespace
+
+TEST_CASE("a memory pool attribute id that names no attribute is unknown, not read-only", "[core][pool][error]") {
+  npurt::system sys{simple()};
+  auto& pool = sys.device(0).mem_pool();
+  using A = npurt::mem_pool_attr;
+  using Catch::Matchers::ContainsSubstring;
+  for (const int id : {0, 9, -1}) {
+    INFO(id);
+    try {
+      pool.set_attribute(static_cast<A>(id), 0);
+      FAIL("set_attribute accepted an unknown id");
+    } catch (const npurt::caller_error& e) {
+      CHECK(e.code() == npurt::errc::invalid_argument);
+      CHECK_THAT(e.what(), ContainsSubstring("unknown memory pool attribute id " + std::to_string(id)));
+      CHECK_THAT(e.what(), !ContainsSubstring("read-only"));
+    }
+    CHECK_THROWS_WITH((void)pool.get_attribute(static_cast<A>(id)),
+                      ContainsSubstring("unknown memory pool attribute id " + std::to_string(id)));
+  }
+  // The current figures are the read-only ones, and say so.
+  CHECK_THROWS_WITH(pool.set_attribute(A::used_mem_current, 0), ContainsSubstring("read-only"));
+  CHECK_THROWS_WITH(pool.set_attribute(A::reserved_mem_current, 0), ContainsSubstring("read-only"));
+  CHECK(pool.get_attribute(A::release_threshold) == 0);  // nothing changed
+}
+
+TEST_CASE("free_async of another device's memory is stream_device_mismatch, as device::free says",
+          "[core][pool][error]") {
+  npurt::system sys{simple(2)};
+  auto& d0 = sys.device(0);
+  auto& d1 = sys.device(1);
+  auto s0 = d0.make_stream();
+  auto s1 = d1.make_stream();
+  void* raw1 = d1.malloc(4096);
+  void* block1 = d1.mem_pool().malloc_async(4096, s1);
+  std::error_code ec;
+  d0.free(raw1, ec);
+  REQUIRE(ec == npurt::errc::stream_device_mismatch);
+  for (void* p : {raw1, block1}) {
+    d0.mem_pool().free_async(p, s0, ec);
+    CHECK(ec == npurt::errc::stream_device_mismatch);
+    try {
+      d0.mem_pool().free_async(p, s0);
+      FAIL("free_async accepted another device's memory");
+    } catch (const npurt::caller_error& e) {
+      CHECK(e.code() == npurt::errc::stream_device_mismatch);
+      CHECK_THAT(e.what(), Catch::Matchers::ContainsSubstring("is memory of device 1") &&
+                               Catch::Matchers::ContainsSubstring("the pool's device is 0"));
+    }
+    npurt::async_error_code async_ec;
+    d0.mem_pool().async_free(p, s0, [&](npurt::async_error_code e) { async_ec = e; });
+    sys.run();
+    CHECK(async_ec == npurt::errc::stream_device_mismatch);
+  }
+  // A stream of the other device still names the stream.
+  void* block0 = d0.mem_pool().malloc_async(4096, s0);
+  CHECK_THROWS_WITH(d0.mem_pool().free_async(block0, s1), Catch::Matchers::ContainsSubstring("stream is of device 1"));
+  // Nothing was lost: every block and allocation is still live, and goes back where it belongs.
+  d1.mem_pool().free_async(block1, s1);
+  d0.mem_pool().free_async(block0, s0);
+  d1.free(raw1);
+  CHECK(d1.mem_pool().stats().allocated_bytes[0].current == 0);
+  CHECK(d0.mem_pool().stats().allocated_bytes[0].current == 0);
+}

@@ -4,6 +4,8 @@
 #include <npurt/memory.hpp>
 
 #include <map>
+#include <sstream>
+#include <string>
 
 namespace npurt {
 namespace detail {
@@ -175,7 +177,14 @@ NPURT_DECL void mem_pool::free_async(void* p, stream& s, std::error_code& ec) {
   const auto addr = reinterpret_cast<std::uint64_t>(p);
   const std::size_t size = alloc_->block_size(addr);
   alloc_->deallocate(addr, sid, ec, dev_);
-  if (ec) return;
+  if (ec) [[unlikely]] {
+    // Not this pool's: memory of another device is the caller's device mix-up, as device::free
+    // reports it, not a pointer npurt never handed out.
+    if (ec == errc::invalid_pointer)
+      if (const detail::allocation* a = rt_->memory().find_allocation(p); a && a->device != dev_)
+        ec = make_error_code(errc::stream_device_mismatch);
+    return;
+  }
   rt_->memory().unregister_pool_block(addr);
   rt_->trace_memory(dev_, memory_op::free, addr, size, alloc_->used_current(), alloc_->reserved_current(), sid);
 }
@@ -183,6 +192,16 @@ NPURT_DECL void mem_pool::free_async(void* p, stream& s, std::error_code& ec) {
 NPURT_DECL void mem_pool::free_async(void* p, stream& s) {
   std::error_code ec;
   free_async(p, s, ec);
+  if (ec == errc::stream_device_mismatch) {
+    const std::string pool = "the pool's device is " + std::to_string(dev_);
+    if (const detail::allocation* a = rt_->memory().find_allocation(p); a && a->device != dev_) {
+      std::ostringstream os;
+      os << p;
+      throw_error(ec, "npurt::mem_pool::free_async: " + os.str() + " is memory of device " + std::to_string(a->device) +
+                          ", " + pool);
+    }
+    throw_error(ec, "npurt::mem_pool::free_async: the stream is of device " + std::to_string(s.device()) + ", " + pool);
+  }
   throw_if(ec, "npurt::mem_pool::free_async");
 }
 
@@ -213,8 +232,16 @@ NPURT_DECL void mem_pool::set_attribute(mem_pool_attr a, std::uint64_t value) {
       if (value != 0) throw_error(make_error_code(errc::invalid_argument), "used_mem_high can only be reset to 0");
       alloc_->reset_used_high();
       return;
-    default: throw_error(make_error_code(errc::invalid_argument), "read-only memory pool attribute");
+    case mem_pool_attr::reserved_mem_current:
+    case mem_pool_attr::used_mem_current:
+      throw_error(make_error_code(errc::invalid_argument), "npurt::mem_pool::set_attribute: attribute " +
+                                                               std::to_string(static_cast<int>(a)) +
+                                                               " (a current figure) is read-only");
   }
+  // An id cast from an integer that names no attribute (0 among them) is not a read-only one.
+  throw_error(
+      make_error_code(errc::invalid_argument),
+      "npurt::mem_pool::set_attribute: unknown memory pool attribute id " + std::to_string(static_cast<int>(a)));
 }
 
 NPURT_DECL std::uint64_t mem_pool::get_attribute(mem_pool_attr a) const {
@@ -229,7 +256,9 @@ NPURT_DECL std::uint64_t mem_pool::get_attribute(mem_pool_attr a) const {
     case mem_pool_attr::used_mem_current: return alloc_->used_current();
     case mem_pool_attr::used_mem_high: return alloc_->used_high();
   }
-  throw_error(make_error_code(errc::invalid_argument), "unknown memory pool attribute");
+  throw_error(
+      make_error_code(errc::invalid_argument),
+      "npurt::mem_pool::get_attribute: unknown memory pool attribute id " + std::to_string(static_cast<int>(a)));
 }
 
 NPURT_DECL void mem_pool::trim_to(std::size_t keep) { alloc_->trim_to(keep); }
