@@ -160,9 +160,8 @@ struct failure {
   throw_error_on(device, f.ec, what);
 }
 
-/// The exception an awaited synchronize or event wait (npurt::use_task) raises for a failure:
-/// throw_failure's, and for a host callback a caller_error(errc::callback_failed) naming the
-/// task with the callback's own exception nested in it (std::rethrow_if_nested reaches it).
+/// The exception an awaited synchronize or event wait (npurt::use_task) raises for a failure, as
+/// the blocking forms raise it: a host callback's own exception, else throw_failure's.
 [[nodiscard]] NPURT_DECL std::exception_ptr failure_exception(const failure& f, const std::string& what,
                                                               std::int32_t device = -1);
 

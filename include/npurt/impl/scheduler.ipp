@@ -535,12 +535,10 @@ NPURT_DECL std::string failure::describe() const {
 }
 
 NPURT_DECL std::exception_ptr failure_exception(const failure& f, const std::string& what, std::int32_t device) {
+  // A callback's own exception, as the blocking synchronize rethrows it (and as std::future and
+  // co_spawn hand on what a coroutine threw).
+  if (f.exception) return f.exception;
   try {
-    if (f.exception && f.ec == errc::callback_failed) {
-      try {
-        std::rethrow_exception(f.exception);
-      } catch (...) { std::throw_with_nested(caller_error(f.ec, what)); }
-    }
     throw_failure(f, what, device);
   } catch (...) { return std::current_exception(); }
 }
