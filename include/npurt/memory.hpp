@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 
 namespace npurt {
@@ -139,6 +140,8 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
           detail::post_error(*rt_, std::move(handler), ec, static_cast<void*>(nullptr));
           return;
         }
+        using detail::thrown_slot;
+        std::exception_ptr* thrown = thrown_slot(handler);
         void* p = do_malloc(n, sid, ec);
         if (ec == errc::out_of_memory && fits_device(n) && device_busy()) {
           // The last step of the retry chain, asynchronously: let the device drain (frees in
@@ -148,6 +151,7 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
             mem_pool* pool;
             std::size_t n;
             std::uint32_t sid;
+            std::exception_ptr* thrown;
             detail::op_base* user;
             static void done(detail::op_base* b, std::error_code e) {
               auto* self = static_cast<retry*>(b);
@@ -156,9 +160,7 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
               if (!e) {
                 self->pool->alloc_->on_synchronize(true);
                 q = self->pool->do_malloc(self->n, self->sid, e);
-                using detail::attach_thrown;
-                if (e)
-                  attach_thrown(user_op->handler(), [&] { return self->pool->alloc_->allocate_error(e, self->n); });
+                if (e && self->thrown) *self->thrown = self->pool->alloc_->allocate_error(e, self->n);
               }
               std::get<0>(user_op->values) = q;
               user_op->complete(e);
@@ -170,14 +172,14 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
           r->pool = this;
           r->n = n;
           r->sid = sid;
+          r->thrown = thrown;
           r->user = op;
           detail::start_multi_wait(*rt_, r, rt_->device_positions(dev_), no_timeout);
           return;
         }
         // The report of the refusal as the throwing malloc_async raises it, taken now: by the
         // time the awaiter resumes, the pool's figures may have moved.
-        using detail::attach_thrown;
-        if (ec) attach_thrown(handler, [&] { return alloc_->allocate_error(ec, n); });
+        if (ec && thrown) *thrown = alloc_->allocate_error(ec, n);
         detail::post_error(*rt_, std::move(handler), ec, p);
       },
       token, bytes);

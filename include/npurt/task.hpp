@@ -143,7 +143,7 @@ struct value_await_state {
   boost::asio::cancellation_slot slot;
   bool initiating = false;
   bool early = false;  // completed inside the initiating call: the await does not suspend
-  std::exception_ptr thrown;  // see attach_thrown
+  std::exception_ptr thrown;  // see detail::thrown_slot
 };
 
 template <class T>
@@ -164,9 +164,9 @@ struct value_handler {
   }
 };
 
-template <class T, class Make>
-void attach_thrown(value_handler<T>& h, Make&& make) {
-  h.st->thrown = std::forward<Make>(make)();
+template <class T>
+std::exception_ptr* thrown_slot(value_handler<T>& h) noexcept {
+  return &h.st->thrown;
 }
 
 template <class T, class Initiation, class... Args>

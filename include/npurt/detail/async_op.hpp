@@ -112,9 +112,6 @@ class handler_op final : public cancellable_op {
 
   /// Values delivered after the error_code (e.g. the pointer of an async_malloc).
   std::tuple<Values...> values{};
-  /// The handler, until completion moves it out: an initiation that learns more about a failure
-  /// than the code says hands it over here (attach_thrown).
-  Handler& handler() noexcept { return handler_; }
 
   static handler_op* create(runtime& rt, Handler&& h) {
     allocator_type alloc = get_alloc(rt, h);
@@ -199,14 +196,6 @@ struct direct_handler {
 
 template <class Handler>
 inline constexpr bool is_direct_handler_v = std::is_same_v<std::decay_t<Handler>, direct_handler>;
-
-/// Gives a failing operation's exception, as its throwing form would raise it (`make()`), to a
-/// handler that rethrows it from its co_await (npurt::use_task's value_handler). An error_code
-/// alone cannot carry the fields of an out_of_memory_error; other handlers get only the code, and
-/// make is not called for them. Call it unqualified after `using detail::attach_thrown;`, so that
-/// a handler type declared elsewhere (npurt/task.hpp) finds its own overload.
-template <class Handler, class Make>
-void attach_thrown(Handler&, Make&&) noexcept {}
 
 /// The op an initiating function hands to the runtime for its completion handler.
 template <class Handler>
@@ -397,8 +386,12 @@ struct sticky_op final : op_base {
   }
 };
 
-/// Where an awaiter that rethrows an operation's own exception keeps it (npurt::use_task's
-/// direct_op), or null for handlers that receive only the code.
+/// Where an awaiter that rethrows an operation's own exception keeps it, or null for handlers
+/// that receive only the code: an error_code alone cannot carry, say, the fields of an
+/// out_of_memory_error, so an operation that knows more stores the exception its throwing form
+/// would raise here. npurt::use_task's direct_op has the slot; its value-carrying handler
+/// (npurt/task.hpp) overloads this, so a generic initiation calls it unqualified after
+/// `using detail::thrown_slot;`. The slot outlives the handler's move into its op.
 template <class Handler>
 std::exception_ptr* thrown_slot(Handler& h) noexcept {
   if constexpr (is_direct_handler_v<Handler>) return &h.op->thrown;
