@@ -15,6 +15,7 @@
 #include <npurt/sim/fault_backend.hpp>
 #include <npurt/sim/sim.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
