@@ -8,8 +8,9 @@
 // kernels of several sizes contending for the cores, event waits, awaited launches): two builds
 // of the runtime that schedule alike write the same bytes.
 //
-// --case runs one measurement alone (one_stream, eight_streams, awaited, awaited_task, bare_heap): what an
-// instruction-level profiler such as callgrind needs to attribute a cost to one path.
+// --case runs one measurement alone (one_stream, eight_streams, awaited, awaited_task, bare_heap,
+// asio_post): what an instruction-level profiler such as callgrind needs to attribute a cost to
+// one path.
 //
 // Cold numbers use a fresh system (task pools untouched); warm numbers repeat the work on the
 // same system once its pools have grown. Each ratio compares two measurements taken in
@@ -269,7 +270,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   cl.app()
       .add_option("--case", only, "run only this measurement (for profilers)")
-      ->check(CLI::IsMember({"one_stream", "eight_streams", "awaited", "awaited_task", "bare_heap"}));
+      ->check(CLI::IsMember({"one_stream", "eight_streams", "awaited", "awaited_task", "bare_heap", "asio_post"}));
   long flat_max = 1'000'000;
   cl.app()
       .add_option("--flat-max", flat_max,
@@ -296,13 +297,14 @@ int main(int argc, char** argv) {
   if (!only.empty()) {
     // Each case alone, cold then its warm rounds, on one system.
     auto sys = make_system();
-    const long n = only == "awaited" || only == "awaited_task" ? awaits : tasks;
+    const long n = only == "awaited" || only == "awaited_task" || only == "asio_post" ? awaits : tasks;
     cost c{1e300, 1e300};
     for (int i = 0; i <= rounds; ++i) {
       if (only == "one_stream") c = best(c, one_stream(*sys, n));
       else if (only == "eight_streams") c = best(c, eight_streams(*sys, n));
       else if (only == "awaited") c = best(c, awaited(*sys, n));
       else if (only == "awaited_task") c = best(c, awaited_task(*sys, n));
+      else if (only == "asio_post") c = best(c, asio_post(n));
       else c = best(c, bare_heap(n));
     }
     add(only, c, "best of the rounds, run alone");
