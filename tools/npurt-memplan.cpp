@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <iostream>
 #include <limits>
 #include <string>
+#include <system_error>
 
 namespace {
 
@@ -26,6 +28,9 @@ int fail(const std::string& msg) {
   std::cerr << "npurt-memplan: " << msg << "\n";
   return 1;
 }
+
+/// ": <the system's reason>" for a failed file operation that set errno, else nothing.
+std::string reason(int e) { return e != 0 ? ": " + std::generic_category().message(e) : std::string(); }
 
 // Everything printed on stdout must reach it: a full disk or a closed pipe is an error.
 int finish(int status) {
@@ -130,11 +135,12 @@ int main(int argc, char** argv) {
   std::printf("check        %s\n", rep.valid ? "valid" : ("INVALID: " + rep.error).c_str());
   if (!rep.valid) return finish(1);
   if (!output.empty()) {
+    errno = 0;
     std::ofstream out(output);
-    if (!out) return fail("cannot open " + output + " for writing");
+    if (!out) return fail("cannot open " + output + " for writing" + reason(errno));
     mp::write_csv(out, t.buffers, &offsets);
     out.close();
-    if (!out) return fail("cannot write " + output);
+    if (!out) return fail("cannot write " + output + reason(errno));
   }
   return finish(0);
 }

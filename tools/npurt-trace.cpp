@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstddef>
 #include <exception>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 namespace {
 
@@ -102,6 +104,8 @@ int main(int argc, char** argv) try {
     return 0;
   }
   npurt::write_svg(text, data, cl.svg);
-  if (!write_file(cl.output, text.str())) return fail("cannot write " + cl.output);
+  errno = 0;
+  if (!write_file(cl.output, text.str()))
+    return fail("cannot write " + cl.output + (errno != 0 ? ": " + std::generic_category().message(errno) : ""));
   return 0;
 } catch (const std::exception& e) { return fail(e.what()); }

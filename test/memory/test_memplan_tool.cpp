@@ -127,7 +127,15 @@ TEST_CASE("npurt-memplan reports unreadable input and failed writes with a non-z
   SECTION("the plan file on a full device") {
     const auto r = run(q(example) + " --output /dev/full");
     CHECK(r.status == 1);
-    CHECK(r.err.find("cannot write /dev/full") != std::string::npos);
+    CHECK(r.err.find("cannot write /dev/full: No space left on device") != std::string::npos);
+  }
+  SECTION("files that cannot be opened say why") {
+    auto r = run(q((scratch() / "no_such_input.csv").string()));
+    CHECK(r.status == 1);
+    CHECK(r.err.find("no_such_input.csv: cannot open file: No such file or directory") != std::string::npos);
+    r = run(q(example) + " --output " + q((scratch() / "no_such_dir" / "plan.csv").string()));
+    CHECK(r.status == 1);
+    CHECK(r.err.find("plan.csv for writing: No such file or directory") != std::string::npos);
   }
 }
 

@@ -268,6 +268,9 @@ TEST_CASE("a file of zero bytes without end, or a directory, is an error at once
   CHECK(why.find("line 1, column 1") != std::string::npos);
   (void)npurt::read_chrome_trace_file("/", ec, why);
   CHECK(ec);
+  (void)npurt::read_chrome_trace_file("hostile_no_such_file.json", ec, why);
+  CHECK(ec == std::errc::no_such_file_or_directory);
+  CHECK(why == "cannot open: No such file or directory");
   npurt::trace_read_limits small;
   small.max_bytes = 16;
   { std::ofstream("hostile_big.json") << trace_of({task_event(1, "0", "1")}); }
@@ -361,5 +364,12 @@ TEST_CASE("npurt-trace rejects bad options with exit 1 and unwritable output wit
   // A full disk: the summary (stdout) and the picture must fail loudly.
   CHECK(std::system((std::string{tool} + " summarize hostile_trace.json > /dev/full 2>/dev/null").c_str()) != 0);
   CHECK(run("svg hostile_trace.json -o /dev/full").first == 2);
+  // The system's reason comes with the file's name: what the user has to fix.
+  const auto [missing, missing_said] = run("summarize hostile_no_such_trace.json");
+  CHECK(missing == 2);
+  CHECK(missing_said.find("hostile_no_such_trace.json: cannot open: No such file or directory") != std::string::npos);
+  const auto [no_dir, no_dir_said] = run("svg hostile_trace.json -o hostile_no_such_dir/x.svg");
+  CHECK(no_dir == 2);
+  CHECK(no_dir_said.find("cannot write hostile_no_such_dir/x.svg: No such file or directory") != std::string::npos);
   for (const char* f : {"hostile_trace.json", "hostile_out.txt", "hostile.svg"}) std::remove(f);
 }

@@ -4,6 +4,7 @@
 #include <npurt/memplan.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <exception>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <system_error>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -1015,10 +1017,12 @@ NPURT_DECL table read_csv(std::istream& in) {
 }
 
 NPURT_DECL table read_csv_file(const std::string& path, std::error_code& ec, std::string& message) {
+  errno = 0;
   std::ifstream in(path);
   if (!in) {
+    const int e = errno;
     ec = make_error_code(errc::invalid_argument);
-    message = path + ": cannot open file";
+    message = path + ": cannot open file" + (e != 0 ? ": " + std::generic_category().message(e) : std::string());
     return {};
   }
   auto t = read_csv(in, ec, message);

@@ -9,6 +9,7 @@
 #include <boost/json/value.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -486,10 +487,14 @@ inline trace_data read_chrome_trace_file(const std::string& path, std::error_cod
                                          const trace_read_limits& limits) {
   ec.clear();
   message.clear();
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    ec = std::make_error_code(std::errc::no_such_file_or_directory);
-    message = "cannot open " + path;
+    // The system's reason (missing, a directory, no permission) tells the user what to fix.
+    const int e = errno;
+    ec = e != 0 ? std::error_code(e, std::generic_category())
+                : std::make_error_code(std::errc::no_such_file_or_directory);
+    message = "cannot open: " + ec.message();  // callers name the file, as for every other message
     return {};
   }
   detail::json_feed feed;

@@ -56,7 +56,9 @@ inline trace_data read_chrome_trace(std::string_view text, std::error_code& ec, 
 inline trace_data read_chrome_trace(std::string_view text);
 
 /// Reads a trace file in pieces (the text is never held whole). A file that cannot be opened sets
-/// ec to no_such_file_or_directory; one larger than limits.max_bytes, to errc::parse_error.
+/// ec to the system's reason (std::generic_category: no_such_file_or_directory,
+/// permission_denied, ...); one larger than limits.max_bytes, to errc::parse_error. `message`
+/// does not repeat the path, which the caller knows.
 inline trace_data read_chrome_trace_file(const std::string& path, std::error_code& ec, std::string& message,
                                          const trace_read_limits& limits = {});
 
