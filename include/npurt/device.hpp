@@ -94,7 +94,8 @@ class device {
 
   /// Waits until every stream of this device is empty, and reports (and reads) the device's first
   /// unread failure of fire-and-forget work. Blocking forms drive the simulation and are for
-  /// code outside system::run; with a timeout they throw timeout_error.
+  /// code outside system::run; with a timeout they throw timeout_error. A wait that ends (this and
+  /// async_synchronize) trims the device's pool to its release threshold, as CUDA's does.
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout = no_timeout);
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec);
   template <class Token = default_token>
@@ -117,6 +118,8 @@ class device {
                          std::error_code& ec, detail::failure* out);
   NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> pending_positions() const;
   NPURT_DECL void finish_reset() noexcept;
+  // Makes pool_ the one the runtime trims when a synchronize on this device ends.
+  NPURT_DECL void register_pool();
   friend detail::runtime& detail::runtime_of(device& dev) noexcept;
 
   detail::runtime* rt_;

@@ -89,7 +89,9 @@ class event {
   auto async_wait(std::optional<picoseconds> timeout, Token&& token = {}) const;
 
   /// Blocks until the event completes by driving the simulation (only outside system::run;
-  /// inside a coroutine use async_wait). Throws timeout_error when the timeout passes first.
+  /// inside a coroutine use async_wait). Throws timeout_error when the timeout passes first. A
+  /// wait that ends (this and async_wait) trims the device's pool to its release threshold, as
+  /// cudaEventSynchronize does.
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout = no_timeout) const;
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec) const;
 
@@ -107,6 +109,8 @@ class event {
   friend struct detail::event_access;
   // The stream position this event stands for now.
   NPURT_DECL bool position(std::uint32_t& stream, std::uint64_t& seq, std::error_code& ec) const noexcept;
+  // The device whose pool a synchronize on this event trims, or -1 when it is not known.
+  [[nodiscard]] NPURT_DECL device_id device_or_none() const noexcept;
   [[nodiscard]] detail::runtime* runtime_ptr() const noexcept { return rt_; }
   static event task_event(detail::runtime& rt, std::uint32_t stream, std::uint64_t seq) noexcept {
     event e;
@@ -154,10 +158,11 @@ auto event::async_wait(std::optional<picoseconds> timeout, Token&& token) const 
           detail::post_error(rt, std::move(handler), ec);
           return;
         }
-        // A task event's position is at least 1; the event's device is not needed to peek.
+        // A task event's position is at least 1, which makes the op a peek; the device is the
+        // one whose pool the completed wait trims.
         std::exception_ptr* thrown = detail::thrown_slot(handler);
         detail::cancellable_op* user = detail::make_op(rt, std::move(handler));
-        detail::op_base* op = detail::sticky_op::create(rt, user, s, 0, q, thrown);
+        detail::op_base* op = detail::sticky_op::create(rt, user, s, self.device_or_none(), q, thrown);
         const std::pair<std::uint32_t, std::uint64_t> pos[1] = {{s, q}};
         detail::start_multi_wait(rt, op, pos, tmo, user);
       },

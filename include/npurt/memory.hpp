@@ -96,8 +96,10 @@ class mem_pool {
   NPURT_DECL void empty_cache();
   NPURT_DECL void trigger_gc();
   NPURT_DECL void reset_peak();
-  /// After a device synchronize: trims to the release threshold (default 0), as a CUDA pool does.
-  NPURT_DECL void on_synchronize();
+  /// After a stream, event or device synchronize of the pool's device: trims to the release
+  /// threshold (default 0), as a CUDA pool does. all_streams: the whole device is idle, so every
+  /// recorded use is over; otherwise memory whose stream-ordered free is still ahead stays.
+  NPURT_DECL void on_synchronize(bool all_streams = true);
 
   /// A snapshot of the statistics (by value, as PyTorch's memory_stats: the pool brings some of
   /// them up to date only when asked, so a kept reference could not stay current).

@@ -162,7 +162,8 @@ class stream {
   /// Blocking waits, for code outside system::run (they drive the simulation). When they return,
   /// the completion handlers of the work they waited for have run. They report (and read) the
   /// stream's first unread failure: the throwing form rethrows what a host callback threw, or
-  /// raises the error class's exception naming the task that failed.
+  /// raises the error class's exception naming the task that failed. A wait that ends (this and
+  /// async_synchronize) trims the device's pool to its release threshold, as CUDA's does.
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout = no_timeout);
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec);
 

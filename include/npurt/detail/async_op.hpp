@@ -329,11 +329,12 @@ void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std:
 /// fire-and-forget work: for a synchronize, the first unread failure of the stream (or of the
 /// device, stream 0), read by it; for an event wait (upto != 0), the stream's unread failure at
 /// or before position `upto`, left unread as event::query and event::synchronize leave it.
+/// Like the blocking forms, a wait that ended trims the device's pool to its release threshold.
 struct sticky_op final : op_base {
   runtime* rt = nullptr;
   op_base* user = nullptr;
   std::uint32_t stream = 0;  // 0: the device's failure
-  device_id device = 0;
+  device_id device = 0;      // -1: not known (an event whose stream is gone), nothing to trim
   std::uint64_t upto = 0;    // 0: take the failure; else peek at positions up to this one
   std::exception_ptr* thrown = nullptr;  // the awaiter's (thrown_slot), when it rethrows one
 
@@ -355,7 +356,13 @@ struct sticky_op final : op_base {
     // The wait's own timeout, or the failure's timer: a throwing await names it.
     user->timer = self->timer;
     user->timeout_limit = self->timeout_limit;
-    if (!ec) ec = self->outcome(*user);
+    if (!ec) {
+      // A device wait covers the positions of when it began: its device is idle, every recorded
+      // use over, only if nothing was enqueued on it since.
+      const bool all_streams = self->stream == 0 && self->rt->device_positions(self->device).empty();
+      self->rt->device_synchronized(self->device, all_streams);
+      ec = self->outcome(*user);
+    }
     delete self;
     user->complete(ec);
   }

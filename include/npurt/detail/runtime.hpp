@@ -167,6 +167,23 @@ class runtime final : public backend_host, private loop_parts, public scheduler,
   void release_frame(std::uint64_t id) noexcept { frames_.erase(id); }
 
   [[nodiscard]] std::size_t device_count() const noexcept { return backend_->device_count(); }
+
+  // --- pools ---
+  /// The device's default pool, which every synchronisation on the device trims (null to take it
+  /// away). A callback rather than the pool: the pool's header sits above the runtime's.
+  void set_device_pool(device_id dev, void (*on_sync)(void*, bool), void* pool) {
+    const auto i = static_cast<std::size_t>(dev);
+    if (i >= device_pools_.size()) device_pools_.resize(i + 1);
+    device_pools_[i] = {on_sync, pool};
+  }
+  /// A synchronize on `dev` ended: as cudaMemPoolAttrReleaseThreshold asks of every stream,
+  /// event and device synchronisation, the device's pool gives back cached memory above its
+  /// threshold. all_streams: every stream of the device is idle (a device synchronize).
+  void device_synchronized(device_id dev, bool all_streams) {
+    const auto i = static_cast<std::size_t>(dev);
+    if (dev < 0 || i >= device_pools_.size() || !device_pools_[i].on_sync) return;
+    device_pools_[i].on_sync(device_pools_[i].pool, all_streams);
+  }
   /// Communicator ids, unique per system (deterministic: they appear in error messages).
   [[nodiscard]] std::uint64_t new_communicator_id() noexcept { return next_communicator_id_++; }
 
@@ -260,6 +277,11 @@ class runtime final : public backend_host, private loop_parts, public scheduler,
   NPURT_DECL bool step();     // one loop iteration; false when nothing can run
   NPURT_DECL bool resolve_deadlock(bool only_cycles);
 
+  struct device_pool {
+    void (*on_sync)(void*, bool) = nullptr;
+    void* pool = nullptr;
+  };
+  std::vector<device_pool> device_pools_;  // by device id; see set_device_pool
   std::uint64_t next_communicator_id_ = 1;
   std::map<std::uint64_t, void*> frames_;  // see adopt_frame; by spawn order, so they die in a fixed order
   std::uint64_t next_frame_ = 1;

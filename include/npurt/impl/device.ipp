@@ -9,18 +9,34 @@
 
 namespace npurt {
 
-NPURT_DECL device::~device() = default;
+// The runtime outlives the devices (the system destroys them first), so it is still there.
+NPURT_DECL device::~device() {
+  if (pool_) rt_->set_device_pool(id_, nullptr, nullptr);
+}
+
+NPURT_DECL void device::register_pool() {
+  rt_->set_device_pool(
+      id_, [](void* p, bool all_streams) { static_cast<npurt::mem_pool*>(p)->on_synchronize(all_streams); },
+      pool_.get());
+}
 
 NPURT_DECL npurt::mem_pool& device::mem_pool() {
-  if (!pool_) pool_ = std::make_unique<npurt::mem_pool>(*rt_, id_);
+  if (!pool_) {
+    pool_ = std::make_unique<npurt::mem_pool>(*rt_, id_);
+    register_pool();
+  }
   return *pool_;
 }
 
 NPURT_DECL npurt::mem_pool& device::configure_mem_pool(const mem_pool_options& opts) {
   // The pool object stays and only its allocator is replaced: a mem_pool& handed out earlier,
   // and an async_malloc waiting to retry, keep pointing at a live pool.
-  if (pool_) pool_->reconfigure(opts);
-  else pool_ = std::make_unique<npurt::mem_pool>(*rt_, id_, opts);
+  if (pool_) {
+    pool_->reconfigure(opts);
+  } else {
+    pool_ = std::make_unique<npurt::mem_pool>(*rt_, id_, opts);
+    register_pool();
+  }
   return *pool_;
 }
 
@@ -128,8 +144,7 @@ NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout, std::err
       deadline, ec);
   if (ec == errc::deadlock) rt.read_device_deadlock(id_);  // as stream::synchronize reads its own
   if (ec) return;
-  // A CUDA pool trims to its release threshold at a synchronize.
-  if (pool_) pool_->on_synchronize();
+  rt.device_synchronized(id_, /*all_streams=*/true);
   detail::failure f = rt.take_device_failure(id_);
   ec = f.ec;
   if (out) *out = std::move(f);

@@ -79,6 +79,18 @@ NPURT_DECL bool event::position(std::uint32_t& stream, std::uint64_t& seq, std::
   return true;
 }
 
+NPURT_DECL device_id event::device_or_none() const noexcept {
+  if (!rt_) return -1;
+  if (id_ != 0) {
+    const detail::event_state* st = rt_->find_event(id_);
+    return st ? st->device : -1;
+  }
+  // A task event knows only its stream, whose state goes once its handle is gone and its work
+  // has drained.
+  const detail::stream_state* s = rt_->find_stream(stream_);
+  return s ? s->device : -1;
+}
+
 namespace detail {
 // The unread failure of the stream at or before position q, or null.
 inline const detail::failure* failure_before(detail::runtime& rt, std::uint32_t s, std::uint64_t q) noexcept {
@@ -127,6 +139,7 @@ NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout, std::erro
   detail::runtime& rt = *rt_;
   detail::wait_blocking(rt, [&] { return rt.position_reached(s, q); }, deadline, ec);
   if (ec) return;
+  rt.device_synchronized(device_or_none(), /*all_streams=*/false);
   if (const detail::failure* f = detail::failure_before(rt, s, q)) ec = f->ec;
 }
 

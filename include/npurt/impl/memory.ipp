@@ -265,6 +265,6 @@ NPURT_DECL void mem_pool::trim_to(std::size_t keep) { alloc_->trim_to(keep); }
 NPURT_DECL void mem_pool::empty_cache() { alloc_->empty_cache(); }
 NPURT_DECL void mem_pool::trigger_gc() { alloc_->trigger_gc(); }
 NPURT_DECL void mem_pool::reset_peak() { alloc_->reset_peak(); }
-NPURT_DECL void mem_pool::on_synchronize() { alloc_->on_synchronize(true); }
+NPURT_DECL void mem_pool::on_synchronize(bool all_streams) { alloc_->on_synchronize(all_streams); }
 
 }  // namespace npurt

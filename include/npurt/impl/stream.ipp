@@ -549,6 +549,7 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout, std::err
   if ((ec = detail::check_timeout(timeout))) return;
   detail::runtime& rt = *rt_;
   const std::uint32_t id = s->id;
+  const device_id dev = s->device;
   const std::uint64_t target = rt.last_enqueued(id);
   const sim_time deadline = timeout ? later(rt.now(), *timeout) : end_of_time;
   detail::wait_blocking(rt, [&] { return rt.position_reached(id, target); }, deadline, ec);
@@ -558,6 +559,7 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout, std::err
     if (const detail::failure* f = rt.peek_stream_failure(id); f && f->ec == errc::deadlock)
       (void)rt.take_stream_failure(id);
   if (ec) return;
+  rt.device_synchronized(dev, /*all_streams=*/false);
   detail::failure f = rt.take_stream_failure(id);
   ec = f.ec;
   if (out) *out = std::move(f);
