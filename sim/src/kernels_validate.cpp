@@ -42,13 +42,23 @@ bool cube_output_ok(dtype in, dtype out) noexcept {
   }
 }
 
+// Collects an op's operands in order; the access comes first, so that a group of tensors used
+// alike is one call.
 struct builder {
   operand_list list;
-  void add(const tensor_desc& t, access m) noexcept {
-    if (list.count < list.items.size()) list.items[list.count++] = operand{&t, m};
+  template <class... T>
+  void add(access m, const T&... t) noexcept {
+    (one(t, m), ...);
   }
-  void add_optional(const tensor_desc& t, access m) noexcept {
-    if (!absent(t)) add(t, m);
+  // As add, leaving out the tensors the caller left absent.
+  template <class... T>
+  void add_optional(access m, const T&... t) noexcept {
+    ((absent(t) ? void() : one(t, m)), ...);
+  }
+
+ private:
+  void one(const tensor_desc& t, access m) noexcept {
+    if (list.count < list.items.size()) list.items[list.count++] = operand{&t, m};
   }
 };
 
@@ -495,79 +505,60 @@ operand_list operands(const kernel_op& op) noexcept {
       [&](const auto& o) {
         using T = std::remove_cvref_t<decltype(o)>;
         if constexpr (std::is_same_v<T, kernels::matmul>) {
-          b.add(o.a, r);
-          b.add(o.b, r);
-          b.add(o.c, o.beta != 0.0f ? rw : w);
-          b.add_optional(o.bias, r);
-          b.add_optional(o.residual, r);
+          b.add(r, o.a, o.b);
+          b.add(o.beta != 0.0f ? rw : w, o.c);
+          b.add_optional(r, o.bias, o.residual);
         } else if constexpr (std::is_same_v<T, kernels::conv2d>) {
-          b.add(o.x, r);
-          b.add(o.w, r);
-          b.add(o.y, w);
-          b.add_optional(o.bias, r);
-          b.add_optional(o.residual, r);
+          b.add(r, o.x, o.w);
+          b.add(w, o.y);
+          b.add_optional(r, o.bias, o.residual);
         } else if constexpr (std::is_same_v<T, kernels::conv2d_backward_data>) {
-          b.add(o.dy, r);
-          b.add(o.w, r);
-          b.add(o.dx, w);
+          b.add(r, o.dy, o.w);
+          b.add(w, o.dx);
         } else if constexpr (std::is_same_v<T, kernels::conv2d_backward_weight>) {
-          b.add(o.x, r);
-          b.add(o.dy, r);
-          b.add(o.dw, w);
+          b.add(r, o.x, o.dy);
+          b.add(w, o.dw);
         } else if constexpr (std::is_same_v<T, kernels::elementwise>) {
-          b.add(o.a, r);
-          if (binary(o.fn)) b.add(o.b, r);
-          b.add(o.y, w);
+          b.add(r, o.a);
+          if (binary(o.fn)) b.add(r, o.b);
+          b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::batchnorm>) {
-          b.add(o.x, r);
-          b.add_optional(o.gamma, r);
-          b.add_optional(o.beta, r);
-          if (o.training) {
-            b.add_optional(o.running_mean, rw);
-            b.add_optional(o.running_var, rw);
-          } else {
-            b.add(o.running_mean, r);
-            b.add(o.running_var, r);
-          }
-          b.add(o.y, w);
-          if (o.training) {
-            b.add_optional(o.saved_mean, w);
-            b.add_optional(o.saved_invstd, w);
-          }
+          b.add(r, o.x);
+          b.add_optional(r, o.gamma, o.beta);
+          if (o.training) b.add_optional(rw, o.running_mean, o.running_var);
+          else b.add(r, o.running_mean, o.running_var);
+          b.add(w, o.y);
+          if (o.training) b.add_optional(w, o.saved_mean, o.saved_invstd);
         } else if constexpr (std::is_same_v<T, kernels::batchnorm_backward>) {
-          b.add(o.x, r);
-          b.add(o.dy, r);
-          b.add_optional(o.gamma, r);
-          b.add(o.saved_mean, r);
-          b.add(o.saved_invstd, r);
-          b.add(o.dx, w);
-          b.add_optional(o.dgamma, w);
-          b.add_optional(o.dbeta, w);
+          b.add(r, o.x, o.dy);
+          b.add_optional(r, o.gamma);
+          b.add(r, o.saved_mean, o.saved_invstd);
+          b.add(w, o.dx);
+          b.add_optional(w, o.dgamma, o.dbeta);
         } else if constexpr (std::is_same_v<T, kernels::layernorm>) {
-          b.add(o.x, r);
-          b.add_optional(o.gamma, r);
-          b.add_optional(o.beta, r);
-          b.add(o.y, w);
+          b.add(r, o.x);
+          b.add_optional(r, o.gamma, o.beta);
+          b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::pool2d>) {
-          b.add(o.x, r);
-          b.add(o.y, w);
+          b.add(r, o.x);
+          b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::pool2d_backward>) {
-          b.add_optional(o.x, r);  // needed for max: check() reports its absence
-          b.add(o.dy, r);
-          b.add(o.dx, w);
+          b.add_optional(r, o.x);  // needed for max: check() reports its absence
+          b.add(r, o.dy);
+          b.add(w, o.dx);
         } else if constexpr (std::is_same_v<T, kernels::softmax> || std::is_same_v<T, kernels::reduce> ||
                              std::is_same_v<T, kernels::transpose> || std::is_same_v<T, kernels::cast>) {
-          b.add(o.x, r);
-          b.add(o.y, w);
+          b.add(r, o.x);
+          b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::sgd_update>) {
-          b.add(o.param, rw);
-          b.add(o.grad, r);
-          b.add_optional(o.momentum_buffer, rw);
+          b.add(rw, o.param);
+          b.add(r, o.grad);
+          b.add_optional(rw, o.momentum_buffer);
         } else if constexpr (std::is_same_v<T, kernels::fused_elementwise>) {
           // A count past the limit names no operand: check() reports the count itself.
           if (o.inputs <= T::max_inputs)
-            for (std::size_t i = 0; i < o.inputs; ++i) b.add(o.input(i), r);
-          b.add(o.y, w);
+            for (std::size_t i = 0; i < o.inputs; ++i) b.add(r, o.input(i));
+          b.add(w, o.y);
         }
       },
       op);
