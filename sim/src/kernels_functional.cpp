@@ -312,28 +312,44 @@ struct conv_geom {
   int64_t sh, sw, ph, pw, dh, dw;
 };
 
+// Height and width from a pair parameter (window, stride, pad, dilation), or from the last two
+// dimensions of an NCHW shape with first = 2.
+template <class Pair>
+void hw(const Pair& p, int64_t& h, int64_t& w, size_t first = 0) {
+  h = p[first];
+  w = p[first + 1];
+}
+
 template <class Op>
 conv_geom geom(const shape& x, const shape& w, const shape& y, const Op& op) {
   conv_geom g{};
   g.n = x[0];
   g.c = x[1];
-  g.h = x[2];
-  g.w = x[3];
+  hw(x, g.h, g.w, 2);
   g.co = w[0];
-  g.kh = w[2];
-  g.kw = w[3];
-  g.ho = y[2];
-  g.wo = y[3];
+  hw(w, g.kh, g.kw, 2);
+  hw(y, g.ho, g.wo, 2);
   g.g = op.groups;
   g.cg = g.c / g.g;
   g.cog = g.co / g.g;
-  g.sh = op.stride[0];
-  g.sw = op.stride[1];
-  g.ph = op.pad[0];
-  g.pw = op.pad[1];
-  g.dh = op.dilation[0];
-  g.dw = op.dilation[1];
+  hw(op.stride, g.sh, g.sw);
+  hw(op.pad, g.ph, g.pw);
+  hw(op.dilation, g.dh, g.dw);
   return g;
+}
+
+// Computes a 4-D float output element by element in row-major order, each as f(i0, i1, i2, i3),
+// and stores it: the gradient passes gather, one ordered sum per output element.
+template <class F>
+void fill_4d(const tensor_desc& out, const host_tensors& h, F f) {
+  const shape& s = out.shape;
+  std::vector<float> v(static_cast<size_t>(s.elements()));
+  size_t k = 0;
+  for (int64_t a = 0; a < s[0]; ++a)
+    for (int64_t b = 0; b < s[1]; ++b)
+      for (int64_t c = 0; c < s[2]; ++c)
+        for (int64_t d = 0; d < s[3]; ++d) v[k++] = f(a, b, c, d);
+  h.store(out, v);
 }
 
 // The output columns ow in [lo, hi) whose input column ow * s + off lies inside [0, w).
@@ -397,34 +413,25 @@ void run(const kernels::conv2d_backward_data& op, const host_tensors& h) {
   const conv_geom g = geom(op.dx.shape, op.w.shape, op.dy.shape, op);
   const auto dy = h.load(op.dy);
   const auto w = h.load(op.w);
-  std::vector<float> dx(static_cast<size_t>(g.n * g.c * g.h * g.w));
-  size_t out = 0;
-  for (int64_t n = 0; n < g.n; ++n) {
-    for (int64_t c = 0; c < g.c; ++c) {
-      const int64_t grp = c / g.cg, ci = c % g.cg;
-      for (int64_t ih = 0; ih < g.h; ++ih) {
-        for (int64_t iw = 0; iw < g.w; ++iw) {
-          float acc = 0.0f;
-          for (int64_t co = grp * g.cog; co < (grp + 1) * g.cog; ++co) {
-            for (int64_t ky = 0; ky < g.kh; ++ky) {
-              const int64_t th = ih + g.ph - ky * g.dh;
-              if (th < 0 || th % g.sh != 0 || th / g.sh >= g.ho) continue;
-              const int64_t oh = th / g.sh;
-              for (int64_t kx = 0; kx < g.kw; ++kx) {
-                const int64_t tw = iw + g.pw - kx * g.dw;
-                if (tw < 0 || tw % g.sw != 0 || tw / g.sw >= g.wo) continue;
-                const int64_t ow = tw / g.sw;
-                acc += dy[static_cast<size_t>(((n * g.co + co) * g.ho + oh) * g.wo + ow)] *
-                       w[static_cast<size_t>(((co * g.cg + ci) * g.kh + ky) * g.kw + kx)];
-              }
-            }
-          }
-          dx[out++] = acc;
+  fill_4d(op.dx, h, [&](int64_t n, int64_t c, int64_t ih, int64_t iw) {
+    const int64_t grp = c / g.cg, ci = c % g.cg;
+    float acc = 0.0f;
+    for (int64_t co = grp * g.cog; co < (grp + 1) * g.cog; ++co) {
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t th = ih + g.ph - ky * g.dh;
+        if (th < 0 || th % g.sh != 0 || th / g.sh >= g.ho) continue;
+        const int64_t oh = th / g.sh;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t tw = iw + g.pw - kx * g.dw;
+          if (tw < 0 || tw % g.sw != 0 || tw / g.sw >= g.wo) continue;
+          const int64_t ow = tw / g.sw;
+          acc += dy[static_cast<size_t>(((n * g.co + co) * g.ho + oh) * g.wo + ow)] *
+                 w[static_cast<size_t>(((co * g.cg + ci) * g.kh + ky) * g.kw + kx)];
         }
       }
     }
-  }
-  h.store(op.dx, dx);
+    return acc;
+  });
 }
 
 // dw[co,ci,ky,kx] = sum over n, oh, ow (ascending) of x * dy.
@@ -432,31 +439,22 @@ void run(const kernels::conv2d_backward_weight& op, const host_tensors& h) {
   const conv_geom g = geom(op.x.shape, op.dw.shape, op.dy.shape, op);
   const auto x = h.load(op.x);
   const auto dy = h.load(op.dy);
-  std::vector<float> dw(static_cast<size_t>(g.co * g.cg * g.kh * g.kw));
-  size_t out = 0;
-  for (int64_t co = 0; co < g.co; ++co) {
+  fill_4d(op.dw, h, [&](int64_t co, int64_t ci, int64_t ky, int64_t kx) {
     const int64_t c0 = (co / g.cog) * g.cg;
-    for (int64_t ci = 0; ci < g.cg; ++ci) {
-      for (int64_t ky = 0; ky < g.kh; ++ky) {
-        for (int64_t kx = 0; kx < g.kw; ++kx) {
-          float acc = 0.0f;
-          // Only the outputs whose input tap lies inside x contribute (padding reads zeros).
-          const auto [oh0, oh1] = valid_range(ky * g.dh - g.ph, g.sh, g.h, g.ho);
-          const auto [ow0, ow1] = valid_range(kx * g.dw - g.pw, g.sw, g.w, g.wo);
-          for (int64_t n = 0; n < g.n; ++n) {
-            const float* xp = x.data() + ((n * g.c + c0 + ci) * g.h) * g.w;
-            const float* dyp = dy.data() + ((n * g.co + co) * g.ho) * g.wo;
-            for (int64_t oh = oh0; oh < oh1; ++oh) {
-              const int64_t base = (oh * g.sh - g.ph + ky * g.dh) * g.w + kx * g.dw - g.pw;
-              for (int64_t ow = ow0; ow < ow1; ++ow) acc += xp[base + ow * g.sw] * dyp[oh * g.wo + ow];
-            }
-          }
-          dw[out++] = acc;
-        }
+    float acc = 0.0f;
+    // Only the outputs whose input tap lies inside x contribute (padding reads zeros).
+    const auto [oh0, oh1] = valid_range(ky * g.dh - g.ph, g.sh, g.h, g.ho);
+    const auto [ow0, ow1] = valid_range(kx * g.dw - g.pw, g.sw, g.w, g.wo);
+    for (int64_t n = 0; n < g.n; ++n) {
+      const float* xp = x.data() + ((n * g.c + c0 + ci) * g.h) * g.w;
+      const float* dyp = dy.data() + ((n * g.co + co) * g.ho) * g.wo;
+      for (int64_t oh = oh0; oh < oh1; ++oh) {
+        const int64_t base = (oh * g.sh - g.ph + ky * g.dh) * g.w + kx * g.dw - g.pw;
+        for (int64_t ow = ow0; ow < ow1; ++ow) acc += xp[base + ow * g.sw] * dyp[oh * g.wo + ow];
       }
     }
-  }
-  h.store(op.dw, dw);
+    return acc;
+  });
 }
 
 // ---- elementwise -------------------------------------------------------------------------
@@ -527,9 +525,23 @@ float apply_binary(kernels::eltwise_fn f, float a, float b) noexcept {
   }
 }
 
+using index_array = std::array<int64_t, shape::max_rank>;
+
+// Steps the row-major index `idx` over `s` by one element, keeping `off`, an offset that moves by
+// step[d] along dimension d, in step with it (back to the start of a dimension that wraps).
+void advance(index_array& idx, const shape& s, const index_array& step, int64_t& off) noexcept {
+  for (size_t d = s.rank(); d-- > 0;) {
+    ++idx[d];
+    off += step[d];
+    if (idx[d] < s[d]) break;
+    off -= step[d] * idx[d];
+    idx[d] = 0;
+  }
+}
+
 // Row-major strides of `s` aligned to an output of rank `r`, 0 where s broadcasts.
-std::array<int64_t, shape::max_rank> broadcast_strides(const shape& s, size_t r) {
-  std::array<int64_t, shape::max_rank> st{};
+index_array broadcast_strides(const shape& s, size_t r) {
+  index_array st{};
   int64_t stride = 1;
   for (size_t i = s.rank(); i-- > 0;) {
     const size_t o = i + (r - s.rank());
@@ -554,7 +566,7 @@ void run(const kernels::elementwise& op, const host_tensors& h) {
   const size_t r = ys.rank();
   const auto sa = broadcast_strides(op.a.shape, r);
   const auto sb = broadcast_strides(op.b.shape, r);
-  std::array<int64_t, shape::max_rank> idx{};
+  index_array idx{};
   int64_t ia = 0, ib = 0;
   for (size_t i = 0; i < y.size(); ++i) {
     y[i] = apply_binary(op.fn, a[static_cast<size_t>(ia)], b[static_cast<size_t>(ib)]);
@@ -585,17 +597,11 @@ void add_broadcast(const tensor_desc& y, const tensor_desc& x, const host_tensor
   const shape& ys = y.shape;
   const size_t r = ys.rank();
   const auto sb = broadcast_strides(x.shape, r);
-  std::array<int64_t, shape::max_rank> idx{};
+  index_array idx{};
   int64_t ib = 0;
   for (size_t i = 0; i < v.size(); ++i) {
     v[i] = round_to(y.type, apply_binary(kernels::eltwise_fn::add, v[i], b[static_cast<size_t>(ib)]));
-    for (size_t d = r; d-- > 0;) {
-      ++idx[d];
-      ib += sb[d];
-      if (idx[d] < ys[d]) break;
-      ib -= sb[d] * idx[d];
-      idx[d] = 0;
-    }
+    advance(idx, ys, sb, ib);
   }
 }
 
@@ -622,14 +628,14 @@ void run(const kernels::fused_elementwise& op, const host_tensors& h) {
   const shape& ys = op.y.shape;
   const size_t r = ys.rank();
   std::array<std::vector<float>, F::max_inputs> in;
-  std::array<std::array<int64_t, shape::max_rank>, F::max_inputs> st{};
+  std::array<index_array, F::max_inputs> st{};
   std::array<int64_t, F::max_inputs> at{};
   for (size_t i = 0; i < op.inputs; ++i) {
     in[i] = h.load(op.input(i));
     st[i] = broadcast_strides(op.input(i).shape, r);
   }
   std::vector<float> y(static_cast<size_t>(ys.elements()));
-  std::array<int64_t, shape::max_rank> idx{};
+  index_array idx{};
   for (size_t i = 0; i < y.size(); ++i) {
     float v = 0.0f;
     auto operand = [&](std::uint8_t o) { return o == F::chain ? v : in[o][static_cast<size_t>(at[o])]; };
@@ -805,10 +811,8 @@ template <class Op>
 pool_geom pgeom(const Op& op, const shape& in, const shape& out) {
   pool_geom g{};
   g.nc = in[0] * in[1];
-  g.h = in[2];
-  g.w = in[3];
-  g.ho = out[2];
-  g.wo = out[3];
+  hw(in, g.h, g.w, 2);
+  hw(out, g.ho, g.wo, 2);
   g.global = op.mode == kernels::pool_mode::global_avg;
   if (g.global) {
     g.kh = g.h;
@@ -818,12 +822,9 @@ pool_geom pgeom(const Op& op, const shape& in, const shape& out) {
     g.ph = 0;
     g.pw = 0;
   } else {
-    g.kh = op.window[0];
-    g.kw = op.window[1];
-    g.sh = op.stride[0];
-    g.sw = op.stride[1];
-    g.ph = op.pad[0];
-    g.pw = op.pad[1];
+    hw(op.window, g.kh, g.kw);
+    hw(op.stride, g.sh, g.sw);
+    hw(op.pad, g.ph, g.pw);
   }
   return g;
 }
@@ -936,7 +937,7 @@ void run(const kernels::reduce& op, const host_tensors& h) {
   const shape& s = op.x.shape;
   const size_t r = s.rank();
   // Offset of each input index in the output: the output strides, 0 on reduced axes.
-  std::array<int64_t, shape::max_rank> ostride{};
+  index_array ostride{};
   int64_t st = 1, count = 1;
   for (size_t i = r; i-- > 0;) {
     if ((op.axes_mask >> i) & 1u) {
@@ -955,7 +956,7 @@ void run(const kernels::reduce& op, const host_tensors& h) {
   std::vector<int64_t> at(arg ? y.size() : 0, -1);  // argmax/argmin: the index so far
   size_t axis = 0;
   while (arg && !((op.axes_mask >> axis) & 1u)) ++axis;
-  std::array<int64_t, shape::max_rank> idx{};
+  index_array idx{};
   int64_t o = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     float& acc = y[static_cast<size_t>(o)];
@@ -977,13 +978,7 @@ void run(const kernels::reduce& op, const host_tensors& h) {
     } else {
       acc += x[i];
     }
-    for (size_t d = r; d-- > 0;) {
-      ++idx[d];
-      o += ostride[d];
-      if (idx[d] < s[d]) break;
-      o -= ostride[d] * idx[d];
-      idx[d] = 0;
-    }
+    advance(idx, s, ostride, o);
   }
   if (op.fn == kernels::reduce_fn::mean)
     for (float& v : y) v /= static_cast<float>(count);
@@ -1000,29 +995,23 @@ void run(const kernels::transpose& op, const host_tensors& h) {
   const shape& ys = op.y.shape;
   const size_t r = xs.rank();
   const size_t es = size_of(op.x.type);
-  std::array<int64_t, shape::max_rank> xstride{};
+  index_array xstride{};
   int64_t st = 1;
   for (size_t i = r; i-- > 0;) {
     xstride[i] = st;
     st *= xs[i];
   }
   // Walking y in row-major order, dimension i of y moves x by xstride[perm[i]].
-  std::array<int64_t, shape::max_rank> ystep{};
+  index_array ystep{};
   for (size_t i = 0; i < r; ++i) ystep[i] = xstride[op.perm[i]];
   const std::byte* src = h[op.x];
   const auto n = static_cast<size_t>(xs.elements());
   std::vector<std::byte> out(n * es);  // staged: x and y may overlap
-  std::array<int64_t, shape::max_rank> idx{};
+  index_array idx{};
   int64_t off = 0;
   for (size_t i = 0; i < n; ++i) {
     std::memcpy(out.data() + i * es, src + static_cast<size_t>(off) * es, es);
-    for (size_t d = r; d-- > 0;) {
-      ++idx[d];
-      off += ystep[d];
-      if (idx[d] < ys[d]) break;
-      off -= ystep[d] * idx[d];
-      idx[d] = 0;
-    }
+    advance(idx, ys, ystep, off);
   }
   std::memcpy(h[op.y], out.data(), out.size());
 }
