@@ -18,6 +18,23 @@ namespace {
 
 const picoseconds launch_latency = npurt::sim::presets::ascend910(1).kernel_launch_latency;
 
+// Runs `check` on what s.synchronize() throws as E; fails with `missing` when it throws nothing.
+template <class E, class Check>
+void check_sync_throws(npurt::stream& s, const char* missing, Check check) {
+  try {
+    s.synchronize();
+    FAIL(missing);
+  } catch (const E& e) { check(e); }
+}
+
+// Launches one kernel on `s` and synchronizes: what the synchronize reported.
+std::error_code launch_and_sync(npurt::stream& s, picoseconds d, const char* name) {
+  (void)s.launch(fixed_kernel(d, name));
+  std::error_code ec;
+  s.synchronize(npurt::no_timeout, ec);
+  return ec;
+}
+
 }  // namespace
 
 TEST_CASE("an AI core exception fails the Nth task of a stream and reaches the sync, the handler and the callback",
@@ -35,14 +52,11 @@ TEST_CASE("an AI core exception fails the Nth task of a stream and reaches the s
   auto s = sys.device(0).make_stream();
   REQUIRE(s.id() == sid);
   for (int i = 1; i <= 5; ++i) (void)s.launch(fixed_kernel(ms(1), numbered("k", i)));
-  try {
-    s.synchronize();
-    FAIL("the failed kernel was not reported");
-  } catch (const npurt::device_error& e) {
+  check_sync_throws<npurt::device_error>(s, "the failed kernel was not reported", [](const auto& e) {
     CHECK(e.code() == errc::kernel_fault);
     CHECK(e.status() == npurt::device_status::healthy);  // an exception does not lose the device
     CHECK_THAT(e.what(), Catch::Matchers::ContainsSubstring("k3"));
-  }
+  });
   const task_row* k3 = rec.named("k3");
   REQUIRE(k3 != nullptr);
   REQUIRE(seen.size() == 1);
@@ -75,14 +89,11 @@ TEST_CASE("a hanging kernel is ended by the op-execute watchdog at exactly the p
   (void)s.launch(fixed_kernel(ms(1), "hung"));      // the first kernel at or after 5 ms
   std::error_code awaited;
   s.async_launch(fixed_kernel(ms(1), "after"), [&](npurt::async_error_code ec) { awaited = ec; });
-  try {
-    s.synchronize();
-    FAIL("the hang was not reported");
-  } catch (const npurt::timeout_error& e) {
+  check_sync_throws<npurt::timeout_error>(s, "the hang was not reported", [](const auto& e) {
     CHECK(e.code() == errc::task_timeout);
     CHECK(e.timer() == npurt::timeout_kind::op_execute);
     CHECK_THAT(e.what(), Catch::Matchers::ContainsSubstring("hung"));
-  }
+  });
   const task_row* hung = rec.named("hung");
   REQUIRE(hung != nullptr);
   CHECK(hung->end - hung->start == sec(68));
@@ -96,10 +107,7 @@ TEST_CASE("a hanging kernel is ended by the op-execute watchdog at exactly the p
     recorder rec2;
     sys2.add_observer(rec2);
     auto s2 = sys2.device(0).make_stream();
-    (void)s2.launch(fixed_kernel(ms(1), "hung"));
-    std::error_code ec;
-    s2.synchronize(npurt::no_timeout, ec);
-    CHECK(ec == errc::task_timeout);
+    CHECK(launch_and_sync(s2, ms(1), "hung") == errc::task_timeout);
     CHECK(rec2.rows.at(0).end - rec2.rows.at(0).start == sec(2));
   }
 }
@@ -126,13 +134,10 @@ TEST_CASE("an uncorrectable ECC error in a region loses the device until it is r
   s.synchronize();
   CHECK(faults.status(0) == npurt::device_status::healthy);
   (void)s.memcpy(b, n, host.data(), n);  // touches it
-  try {
-    s.synchronize();
-    FAIL("the ECC error was not reported");
-  } catch (const npurt::device_error& e) {
+  check_sync_throws<npurt::device_error>(s, "the ECC error was not reported", [](const auto& e) {
     CHECK(e.code() == errc::hbm_ecc_error);
     CHECK(e.status() == npurt::device_status::lost);
-  }
+  });
   CHECK(faults.status(0) == npurt::device_status::lost);
   // Every later call fails with device_lost: launches, at the call...
   std::error_code ec;
@@ -156,33 +161,29 @@ TEST_CASE("an uncorrectable ECC error in a region loses the device until it is r
 TEST_CASE("a device that stops answering is noticed by the heartbeat monitor within one interval",
           "[fault][injection][heartbeat][detection]") {
   const sim_time silent_at = at(ms(2500));
+  const fault_plan silence = fault_plan{}.add(fault_spec::lost_heartbeat(0).at_time(silent_at));
   SECTION("with the monitor, at the first tick after the silence") {
-    npurt::system sys{preset(1, fault_plan{}.add(fault_spec::lost_heartbeat(0).at_time(silent_at)))};
+    npurt::system sys{preset(1, silence)};
     auto& faults = npurt::sim::faults_of(sys);
     faults.enable_fault_detection(sec(1));
     recorder rec;
     sys.add_observer(rec);
     auto s = sys.device(0).make_stream();
-    (void)s.launch(fixed_kernel(sec(10), "long"));
-    std::error_code ec;
-    s.synchronize(npurt::no_timeout, ec);
-    CHECK(ec == errc::lost_heartbeat);
+    CHECK(launch_and_sync(s, sec(10), "long") == errc::lost_heartbeat);
     REQUIRE(rec.rows.size() == 1);
     CHECK(rec.rows[0].end == at(sec(3)));  // 2.5 s + at most one interval, on the tick
     CHECK(rec.rows[0].end - silent_at <= sec(1));
     CHECK(faults.status(0) == npurt::device_status::lost);
+    std::error_code ec;
     (void)s.launch(fixed_kernel(ms(1), "later"), ec);
     CHECK(ec == errc::device_lost);
   }
   SECTION("without it, the op-execute watchdog reports the silent task") {
-    npurt::system sys{preset(1, fault_plan{}.add(fault_spec::lost_heartbeat(0).at_time(silent_at)))};
+    npurt::system sys{preset(1, silence)};
     recorder rec;
     sys.add_observer(rec);
     auto s = sys.device(0).make_stream();
-    (void)s.launch(fixed_kernel(sec(10), "long"));
-    std::error_code ec;
-    s.synchronize(npurt::no_timeout, ec);
-    CHECK(ec == errc::task_timeout);
+    CHECK(launch_and_sync(s, sec(10), "long") == errc::task_timeout);
     REQUIRE(rec.rows.size() == 1);
     CHECK(rec.rows[0].end - rec.rows[0].start == sec(68));
     CHECK(npurt::sim::faults_of(sys).status(0) == npurt::device_status::lost);
