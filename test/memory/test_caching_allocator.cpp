@@ -209,14 +209,30 @@ TEST_CASE("a freed block is reused at once on its own stream, never on another w
   check_invariants(a);
 }
 
-TEST_CASE("record_stream delays reuse until the recorded fence is done", "[memory][allocator]") {
-  counting_provider dev(1024 * mib);
+namespace {
+
+// One 8 KiB block x on stream 0 of an allocator over a 1 GiB device, whose fences the test
+// completes by hand; with `ordered`, each free also records a fence.
+template <bool ordered>
+struct one_block {
+  counting_provider dev{1024 * mib};
   fake_streams rt;
-  caching_allocator a(dev, {}, rt.basic());
-  const auto x = a.allocate(8192, 0);
-  a.record_stream(x, 1, 42);
-  a.record_stream(x, 0, 99);  // its own stream: no effect
+  caching_allocator a{dev, {}, ordered ? rt.ordered() : rt.basic()};
+  const std::uint64_t x = a.allocate(8192, 0);
+};
+
+// Frees x on stream 0 after recording these (stream, fence) uses of it.
+void free_after_uses(caching_allocator& a, std::uint64_t x,
+                     std::initializer_list<std::pair<std::uint32_t, std::uint64_t>> uses) {
+  for (const auto& [stream, fence] : uses) a.record_stream(x, stream, fence);
   a.deallocate(x, 0);
+}
+
+}  // namespace
+
+TEST_CASE_METHOD(one_block<false>, "record_stream delays reuse until the recorded fence is done",
+                 "[memory][allocator]") {
+  free_after_uses(a, x, {{1, 42}, {0, 99}});  // 99 on its own stream: no effect
   CHECK(a.stats().allocated_bytes[stat_all].current == 0);
   CHECK(a.stats().active_bytes[stat_all].current == 8192);  // freed but pending
   CHECK(a.snapshot().segments[0].blocks[0].pending);
@@ -232,18 +248,10 @@ TEST_CASE("record_stream delays reuse until the recorded fence is done", "[memor
   check_invariants(a);
 }
 
-TEST_CASE("record_stream in any order keeps one use per stream, the latest fence of each", "[memory][allocator]") {
-  counting_provider dev(1024 * mib);
-  fake_streams rt;
-  caching_allocator a(dev, {}, rt.basic());
-  const auto x = a.allocate(8192, 0);
+TEST_CASE_METHOD(one_block<false>, "record_stream in any order keeps one use per stream, the latest fence of each",
+                 "[memory][allocator]") {
   // Streams out of order and repeated: a repeat moves its stream's fence forward, never back.
-  a.record_stream(x, 9, 10);
-  a.record_stream(x, 3, 11);
-  a.record_stream(x, 5, 12);
-  a.record_stream(x, 3, 20);
-  a.record_stream(x, 9, 5);
-  a.deallocate(x, 0);
+  free_after_uses(a, x, {{9, 10}, {3, 11}, {5, 12}, {3, 20}, {9, 5}});
   const std::uint64_t order[] = {10, 12, 11};  // 11 is stream 3's stale fence: done, not enough
   for (const auto f : order) {
     rt.done.insert(f);
@@ -257,11 +265,7 @@ TEST_CASE("record_stream in any order keeps one use per stream, the latest fence
   check_invariants(a);
 }
 
-TEST_CASE("record_stream without a fence records one at free time", "[memory][allocator]") {
-  counting_provider dev(1024 * mib);
-  fake_streams rt;
-  caching_allocator a(dev, {}, rt.ordered());
-  const auto x = a.allocate(8192, 0);
+TEST_CASE_METHOD(one_block<true>, "record_stream without a fence records one at free time", "[memory][allocator]") {
   a.record_stream(x, 3);
   a.deallocate(x, 0);  // fence 1: the free on stream 0; fence 2: stream 3's use
   CHECK(rt.next_fence == 3);
@@ -374,34 +378,38 @@ TEST_CASE(
   caching_allocator_options o;
   o.device = 3;
   std::vector<retry_step> steps;
+  // Two 24 MiB segments cached on `stream`, then 30 MiB asked for on stream 0: the 64 MiB device
+  // has room for it only once cached memory goes back.
+  auto cache_two_then_ask = [](caching_allocator& a, std::uint32_t stream) {
+    const auto x = a.allocate(24 * mib, stream), y = a.allocate(24 * mib, stream);
+    a.deallocate(x);
+    a.deallocate(y);
+    a.allocate(30 * mib, 0);
+  };
+  // Giving segments back to the device synchronises it first, as cudaFree and aclrtFree do: once,
+  // for the one retry.
+  auto check_one_synced_retry = [&](const caching_allocator& a) {
+    CHECK(rt.syncs == 1);
+    CHECK(a.stats().num_sync_all_streams == 1);
+    CHECK(a.stats().num_alloc_retries == 1);
+  };
 
   SECTION("cached blocks of the stream are enough") {
     caching_allocator a(dev, o, rt.basic());
     a.on_retry_step = [&](retry_step s) { steps.push_back(s); };
-    const auto x = a.allocate(24 * mib, 0), y = a.allocate(24 * mib, 0);
-    a.deallocate(x);
-    a.deallocate(y);
-    a.allocate(30 * mib, 0);
+    cache_two_then_ask(a, 0);
     CHECK(steps == std::vector<retry_step>{retry_step::device_alloc_failed, retry_step::free_fitting_cached});
-    // Giving segments back to the device synchronises it first, as cudaFree and aclrtFree do.
-    CHECK(rt.syncs == 1);
-    CHECK(a.stats().num_sync_all_streams == 1);
-    CHECK(a.stats().num_alloc_retries == 1);
+    check_one_synced_retry(a);
     CHECK(a.stats().num_gc_freed_blocks == 2);
     check_invariants(a);
   }
   SECTION("only another stream's cache helps: synchronise and free everything") {
     caching_allocator a(dev, o, rt.basic());
     a.on_retry_step = [&](retry_step s) { steps.push_back(s); };
-    const auto x = a.allocate(24 * mib, 1), y = a.allocate(24 * mib, 1);
-    a.deallocate(x);
-    a.deallocate(y);
-    a.allocate(30 * mib, 0);
+    cache_two_then_ask(a, 1);
     CHECK(steps == std::vector<retry_step>{retry_step::device_alloc_failed, retry_step::free_fitting_cached,
                                            retry_step::synchronize_and_free_all});
-    CHECK(rt.syncs == 1);
-    CHECK(a.stats().num_sync_all_streams == 1);
-    CHECK(a.stats().num_alloc_retries == 1);
+    check_one_synced_retry(a);
     check_invariants(a);
   }
   SECTION("nothing helps: every step in order, then out_of_memory_error with PyTorch's fields") {
