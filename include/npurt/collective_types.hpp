@@ -122,6 +122,8 @@ struct collective_comm_state {
   std::error_code async_error;
   std::string message;
   bool aborted = false;
+  // Why it was aborted, when not by abort(): calls refused from then on say it.
+  std::string abort_reason;
   bool keep_records = false;
   std::vector<collective_record> records;
   [[nodiscard]] std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(devices.size()); }

@@ -220,6 +220,7 @@ void collective_engine::submit(task_info& t) {
   track.pending = static_cast<std::uint32_t>(d->calls.size());
   if (d->comm->aborted) {
     track.pending = 1;
+    if (!d->comm->abort_reason.empty()) note_failure(t, d->comm->abort_reason);
     release_task(t, make_error_code(errc::operation_aborted));
     return;
   }

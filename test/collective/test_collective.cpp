@@ -676,6 +676,58 @@ TEST_CASE("resetting a device fails the collectives it takes part in on the othe
   }
 }
 
+TEST_CASE("a reset with an operation in flight aborts the communicator, queued calls and later calls alike",
+          "[collective][errors]") {
+  fixture f(roce_preset(2));
+  auto comm = communicator::init_all(f.sys, {.name = "r"});
+  // Rank 0's part is still queued on its stream (the host has not run) when device 1 is reset:
+  // rank 1 never made the call, and after the reset its call numbers restart behind rank 0's.
+  comm.barrier(f.streams[0]);
+  f.sys.device(1).reset();
+  std::error_code ec;
+  f.streams[0].synchronize(no_timeout, ec);
+  CHECK(ec == errc::operation_aborted);
+  CHECK(f.sys.now() < sim_time{std::chrono::seconds{1}});  // at once, not at the connect timeout
+  CHECK(comm.aborted());
+  try {
+    comm.barrier(f.streams[0]);
+    FAIL("a call on the aborted communicator was accepted");
+  } catch (const caller_error& e) {
+    CHECK(e.code() == errc::operation_aborted);
+    CHECK_THAT(std::string(e.what()),
+               ContainsSubstring("device 1 was reset") && ContainsSubstring("'r'") && ContainsSubstring("init_all"));
+  }
+  stream s1 = f.sys.device(1).make_stream();
+  comm.barrier(s1, ec);
+  CHECK(ec == errc::operation_aborted);
+  // A new communicator works.
+  auto again = communicator::init_all(f.sys);
+  again.barrier(f.streams[0]);
+  again.barrier(s1);
+  f.sys.run();
+  f.streams[0].synchronize(no_timeout, ec);
+  CHECK_FALSE(ec);
+}
+
+TEST_CASE("a reset with nothing in flight leaves the communicator usable", "[collective][errors]") {
+  fixture f(roce_preset(2));
+  auto comm = communicator::init_all(f.sys);
+  comm.barrier(f.streams[0]);
+  comm.barrier(f.streams[1]);
+  f.sys.run();
+  f.sys.device(1).reset();
+  CHECK_FALSE(comm.aborted());
+  stream s1 = f.sys.device(1).make_stream();
+  comm.barrier(f.streams[0]);
+  comm.barrier(s1);
+  f.sys.run();
+  std::error_code ec;
+  f.streams[0].synchronize(no_timeout, ec);
+  CHECK_FALSE(ec);
+  s1.synchronize(no_timeout, ec);
+  CHECK_FALSE(ec);
+}
+
 TEST_CASE("split makes one communicator per color in parent rank order", "[collective][api]") {
   fixture f(roce_preset(6));
   auto world = communicator::init_all(f.sys);

@@ -367,6 +367,9 @@ NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
     if (ec == errc::invalid_stream) what += ": the stream is empty, destroyed, or of another system";
     else if (ec == errc::stream_device_mismatch)
       what += ": the stream's device (or a buffer's) is not the calling rank's device of this communicator";
+    else if (ec == errc::operation_aborted && state_)
+      what += ": the communicator was aborted" +
+              (state_->abort_reason.empty() ? std::string("") : " (" + state_->abort_reason + ")");
     else if (ec == errc::invalid_argument && !state_) what += ": empty communicator handle";
     else if (ec == errc::invalid_argument && !rt_) what += ": its system was destroyed";
     else if (ec == errc::invalid_argument) {

@@ -597,6 +597,24 @@ NPURT_DECL void scheduler::read_device_deadlock(device_id dev) noexcept {
 }
 
 NPURT_DECL void scheduler::abort_device(device_id dev) {
+  // A communicator with an operation of this device in flight cannot go on: the reset forgets
+  // the device's parts, so its ranks' call numbers no longer line up and every later call would
+  // wait for a part that never comes. It is aborted, as HCCL destroys a reset device's
+  // communicators: its queued calls fail at once and later calls at the call.
+  for (auto& sp : streams_) {
+    if (!sp) continue;
+    for (task* t = sp->head; t; t = t->next) {
+      const collective_desc* c = t->collective();
+      if (!c || !c->comm || c->comm->aborted ||
+          std::find(c->comm->devices.begin(), c->comm->devices.end(), dev) == c->comm->devices.end())
+        continue;
+      collective_comm_state& comm = *c->comm;
+      comm.aborted = true;
+      comm.abort_reason = "device " + std::to_string(dev) + " was reset with an operation of communicator '" +
+                          comm.name + "' (id " + std::to_string(comm.id) +
+                          ") in flight; make a new communicator (init_all)";
+    }
+  }
   parts_.backend_->abort(dev);  // the backend lets go of every task of the device
   queue_.forget(dev);     // and the device's execution queue of every task not yet dispatched
   const std::error_code aborted = make_error_code(errc::operation_aborted);
