@@ -88,14 +88,20 @@ class checkpoint_tensor {
   [[nodiscard]] std::size_t size_bytes() const noexcept { return size_; }
   [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return {data_.get(), size_}; }
   [[nodiscard]] const void* data() const noexcept { return data_.get(); }
-  /// The elements as T. caller_error (errc::invalid_dtype) if T's size is not the dtype's.
+  /// The elements as T. caller_error (errc::invalid_dtype) if T's size is not the dtype's, or if
+  /// T is a floating type and the dtype an integer one or the other way round; a 2-byte integer
+  /// reads f16 and bf16 as bit patterns, and class types (a half type) pass on size alone.
   template <class T>
   [[nodiscard]] std::span<const T> values() const {
     static_assert(std::is_trivially_copyable_v<T>);
-    if (sizeof(T) != size_of(type_))
-      throw_error(make_error_code(errc::invalid_dtype), "checkpoint tensor " + detail::ckpt::printable(name_) + " is " +
-                                                            std::string(to_string(type_)) +
-                                                            ", not an element type of that size");
+    const bool floating = type_ == npurt::dtype::f32 || type_ == npurt::dtype::f16 || type_ == npurt::dtype::bf16;
+    // Same size is not the same type: f32 weights read as int32_t would be bit patterns, silently.
+    const bool kind_differs =
+        (std::is_floating_point_v<T> && !floating) || (std::is_integral_v<T> && floating && sizeof(T) != 2);
+    if (sizeof(T) != size_of(type_) || kind_differs)
+      throw_error(make_error_code(errc::invalid_dtype),
+                  "checkpoint tensor " + detail::ckpt::printable(name_) + " is " + std::string(to_string(type_)) +
+                      (kind_differs ? ", not an element type of that kind" : ", not an element type of that size"));
     return {reinterpret_cast<const T*>(data_.get()), size_ / sizeof(T)};
   }
   friend bool operator==(const checkpoint_tensor& a, const checkpoint_tensor& b) noexcept {

@@ -196,3 +196,21 @@ TEST_CASE("copying a tensor into a destination too small for it names the tensor
   }
   CHECK(s.query());
 }
+
+TEST_CASE("values<T> refuses an element type of the same size but another kind", "[checkpoint][errors]") {
+  checkpoint ck;
+  ck.add_tensor("w", dtype::f32, {4}, std::vector<float>(4, 1.0f));
+  ck.add_tensor("n", dtype::i32, {4}, std::vector<std::int32_t>(4, 7));
+  ck.add_tensor("h", dtype::f16, {4}, std::vector<std::uint16_t>(4, 0x3c00));
+  try {
+    (void)ck.get_tensor("w").values<std::int32_t>();
+    FAIL("f32 read as int32_t");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == errc::invalid_dtype);
+    CHECK(std::string(e.what()).find("'w' is f32") != std::string::npos);
+  }
+  CHECK_THROWS_AS(ck.get_tensor("n").values<float>(), npurt::caller_error);
+  CHECK(ck.get_tensor("w").values<float>().size() == 4);
+  CHECK(ck.get_tensor("n").values<std::int32_t>()[0] == 7);
+  CHECK(ck.get_tensor("h").values<std::uint16_t>()[0] == 0x3c00);  // f16 as bit patterns
+}
