@@ -206,6 +206,13 @@ class checkpoint {
   /// Enqueues a host-to-device copy of tensor `name` into `dst` (dst_max bytes) on `s`. The
   /// checkpoint must outlive the copy. An empty tensor enqueues an empty task instead.
   NPURT_DECL event copy_to_device(std::string_view name, void* dst, std::size_t dst_max, stream& s) const;
+  NPURT_DECL event copy_to_device(std::string_view name, void* dst, std::size_t dst_max, stream& s,
+                                  std::error_code& ec) const;
+  /// The same into a kernel operand descriptor, which says what the destination holds: a tensor
+  /// of another dtype is errc::invalid_dtype, of another shape errc::invalid_shape (the bytes
+  /// would fit, and be read as something else).
+  NPURT_DECL event copy_to_device(std::string_view name, const tensor_desc& dst, stream& s) const;
+  NPURT_DECL event copy_to_device(std::string_view name, const tensor_desc& dst, stream& s, std::error_code& ec) const;
 
   // --- metadata -------------------------------------------------------------------------------
   /// Sets (or replaces) a metadata entry. Keys follow the tensor-name rules.

@@ -214,3 +214,46 @@ TEST_CASE("values<T> refuses an element type of the same size but another kind",
   CHECK(ck.get_tensor("n").values<std::int32_t>()[0] == 7);
   CHECK(ck.get_tensor("h").values<std::uint16_t>()[0] == 0x3c00);  // f16 as bit patterns
 }
+
+TEST_CASE("copying into a descriptor checks its dtype and shape, in both forms", "[checkpoint][device][errors]") {
+  npurt::simple_config cfg;
+  npurt::system sys{cfg};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  checkpoint ck;
+  std::vector<float> w(12);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
+  ck.add_tensor("fc.weight", dtype::f32, {3, 4}, w);
+  void* d = dev.malloc(48);
+  // Another model's parameter of the same byte size: the bytes would fit and mean something else.
+  const npurt::tensor_desc as_i32{d, npurt::shape{3, 4}, dtype::i32};
+  const npurt::tensor_desc transposed{d, npurt::shape{4, 3}, dtype::f32};
+  try {
+    (void)ck.copy_to_device("fc.weight", as_i32, s);
+    FAIL("a copy into an i32 destination was accepted");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == errc::invalid_dtype);
+    CHECK(std::string(e.what()).find("'fc.weight'") != std::string::npos);
+  }
+  try {
+    (void)ck.copy_to_device("fc.weight", transposed, s);
+    FAIL("a copy into a [4,3] destination was accepted");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == errc::invalid_shape);
+    CHECK(std::string(e.what()).find("[3,4]") != std::string::npos);
+    CHECK(std::string(e.what()).find("[4,3]") != std::string::npos);
+  }
+  std::error_code ec;
+  (void)ck.copy_to_device("fc.weight", transposed, s, ec);
+  CHECK(ec == errc::invalid_shape);
+  (void)ck.copy_to_device("nope", d, 48, s, ec);
+  CHECK(ec == errc::invalid_argument);
+  (void)ck.copy_to_device("fc.weight", d, 47, s, ec);
+  CHECK(ec == errc::size_overflow);
+  (void)ck.copy_to_device("fc.weight", npurt::tensor_desc{d, npurt::shape{3, 4}, dtype::f32}, s, ec);
+  CHECK_FALSE(ec);
+  std::vector<float> back(12);
+  s.memcpy(back.data(), 48, d, 48, npurt::memcpy_kind::device_to_host);
+  s.synchronize();
+  CHECK(back == w);
+}

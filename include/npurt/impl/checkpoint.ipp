@@ -440,6 +440,66 @@ NPURT_DECL const checkpoint_tensor& checkpoint::get_tensor(std::string_view name
   return *t;
 }
 
+NPURT_DECL event checkpoint::copy_to_device(std::string_view name, void* dst, std::size_t dst_max, stream& s,
+                                            std::error_code& ec) const {
+  ec.clear();
+  const checkpoint_tensor* t = find_tensor(name);
+  if (!t) {
+    ec = make_error_code(errc::invalid_argument);
+    return {};
+  }
+  if (t->size_bytes() == 0) return s.launch_callback([] {}, ec);
+  if (t->size_bytes() > dst_max) {
+    ec = make_error_code(errc::size_overflow);
+    return {};
+  }
+  return s.memcpy(dst, dst_max, t->data(), t->size_bytes(), memcpy_kind::host_to_device, ec);
+}
+
+namespace detail::ckpt {
+inline std::string shape_text(std::span<const std::int64_t> dims) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) out += (i ? "," : "") + std::to_string(dims[i]);
+  return out + "]";
+}
+// What keeps a tensor out of `dst` other than its size: a dtype or shape of another model.
+inline std::error_code desc_mismatch(const checkpoint_tensor& t, const tensor_desc& dst, std::string* what) {
+  if (t.dtype() != dst.type) {
+    if (what)
+      *what = "the tensor is " + std::string(to_string(t.dtype())) + ", the destination " +
+              std::string(to_string(dst.type));
+    return make_error_code(errc::invalid_dtype);
+  }
+  if (!std::ranges::equal(t.shape(), std::span<const std::int64_t>(dst.shape.begin(), dst.shape.end()))) {
+    if (what)
+      *what = "the tensor's shape is " + shape_text(t.shape()) + ", the destination's " +
+              shape_text(std::span<const std::int64_t>(dst.shape.begin(), dst.shape.end()));
+    return make_error_code(errc::invalid_shape);
+  }
+  return {};
+}
+}  // namespace detail::ckpt
+
+NPURT_DECL event checkpoint::copy_to_device(std::string_view name, const tensor_desc& dst, stream& s,
+                                            std::error_code& ec) const {
+  ec.clear();
+  const checkpoint_tensor* t = find_tensor(name);
+  if (!t) {
+    ec = make_error_code(errc::invalid_argument);
+    return {};
+  }
+  if ((ec = detail::ckpt::desc_mismatch(*t, dst, nullptr))) return {};
+  return copy_to_device(name, dst.data, dst.bytes(), s, ec);
+}
+
+NPURT_DECL event checkpoint::copy_to_device(std::string_view name, const tensor_desc& dst, stream& s) const {
+  const checkpoint_tensor& t = get_tensor(name);
+  std::string what;
+  if (const std::error_code ec = detail::ckpt::desc_mismatch(t, dst, &what))
+    throw_error(ec, "checkpoint::copy_to_device(" + detail::ckpt::printable(name) + "): " + what);
+  return copy_to_device(name, dst.data, dst.bytes(), s);
+}
+
 NPURT_DECL event checkpoint::copy_to_device(std::string_view name, void* dst, std::size_t dst_max, stream& s) const {
   const checkpoint_tensor& t = get_tensor(name);
   // An empty tensor is a valid entry, but the stream refuses a copy of zero bytes: an empty
