@@ -905,7 +905,10 @@ bool graph::try_infer(std::size_t idx) {
   } catch (const graph_error&) { throw; } catch (const caller_error& e) {
     // An attribute of the wrong type (attributes::get_int and the like): a graph_error too, that
     // names the operator.
-    throw graph_error(e.code(), n.name, {}, "node '" + n.name + "' (" + n.type + "): " + e.what());
+    // what() already ends in the code's message, which graph_error appends again.
+    std::string why = e.what();
+    if (const std::string tail = ": " + e.code().message(); why.ends_with(tail)) why.resize(why.size() - tail.size());
+    throw graph_error(e.code(), n.name, {}, "node '" + n.name + "' (" + n.type + "): " + why);
   }
   if (out.size() < n.outputs.size())
     fail(errc::invalid_argument, n, n.outputs[out.size()],

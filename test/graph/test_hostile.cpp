@@ -76,6 +76,21 @@ TEST_CASE("a reduction naming an axis twice is refused", "[graph][errors]") {
   CHECK(g.value(g.add_op("ReduceSum", {x}, {{"axes", ints{0, 1}}})).shape == shape{1, 1});
 }
 
+TEST_CASE("an attribute of the wrong type is a graph_error that says the code once", "[graph][errors]") {
+  graph g;
+  auto x = g.add_input("x", {4, 4}, dtype::f32);
+  try {
+    (void)g.add_op("Softmax", {x}, {{"axis", 1.5}});
+    FAIL("no error");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("'axis' is not an INT") != std::string::npos);
+    CHECK(what.find("invalid argument: invalid argument") == std::string::npos);
+  }
+}
+
 TEST_CASE("a session whose device was reset says to make a new one", "[graph][errors][fault]") {
   npurt::system sys{sim::presets::ascend910(1)};
   session s{sys};
