@@ -91,6 +91,23 @@ TEST_CASE("an attribute of the wrong type is a graph_error that says the code on
   }
 }
 
+TEST_CASE("a name with a NUL or control bytes does not cut or garble the message", "[graph][errors]") {
+  graph g;
+  auto x = g.add_input("x", {4}, dtype::f32);
+  const std::string name("a\0b\nc", 5);
+  try {
+    g.add_node("Frobnicate", name, {x}, {"y"}, {});
+    FAIL("no error");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::not_supported);
+    CHECK(e.op() == name);
+    const std::string what = e.what();  // as a C string: up to the first NUL
+    INFO(what);
+    CHECK(what.find("a\\x00b\\x0ac") != std::string::npos);
+    CHECK(what.find("unknown operator type 'Frobnicate'") != std::string::npos);
+  }
+}
+
 TEST_CASE("a session whose device was reset says to make a new one", "[graph][errors][fault]") {
   npurt::system sys{sim::presets::ascend910(1)};
   session s{sys};

@@ -60,11 +60,30 @@ class attributes {
 class graph_error : public caller_error {
  public:
   graph_error(std::error_code ec, std::string op, std::string tensor, const std::string& what)
-      : caller_error(ec, what), op_(std::move(op)), tensor_(std::move(tensor)) {}
+      : caller_error(ec, printable(what)), op_(std::move(op)), tensor_(std::move(tensor)) {}
   [[nodiscard]] const std::string& op() const noexcept { return op_; }
   [[nodiscard]] const std::string& tensor() const noexcept { return tensor_; }
 
  private:
+  // Messages quote names from models and callers as they are; a NUL in one would end what()
+  // there and drop the rest of the message, other control bytes garble a terminal. op() and
+  // tensor() keep the names as given.
+  static std::string printable(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (const char ch : s) {
+      const auto c = static_cast<unsigned char>(ch);
+      if (c >= 0x20 && c != 0x7f) {
+        out += ch;
+        continue;
+      }
+      static constexpr char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+    return out;
+  }
   std::string op_, tensor_;
 };
 
