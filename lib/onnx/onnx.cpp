@@ -262,8 +262,12 @@ graph load(const std::string& path) { return load_from_bytes(read_file(path), pa
 
 tensor load_tensor(const std::string& path) {
   ::onnx::TensorProto t;
-  if (!t.ParseFromString(read_file(path)))
-    fail(errc::parse_error, {}, {}, "onnx: '" + path + "' is not a serialized TensorProto");
+  // Protobuf parses most byte strings as some message: a model file reads as a TensorProto whose
+  // fields are garbage. Every real tensor has a data type, so one without is not a tensor file.
+  if (!t.ParseFromString(read_file(path)) || t.data_type() == ::onnx::TensorProto::UNDEFINED)
+    fail(errc::parse_error, {}, {},
+         "onnx: '" + path + "' is not a serialized TensorProto" +
+             (t.data_type() == ::onnx::TensorProto::UNDEFINED ? " (it has no data type)" : ""));
   return to_tensor(t);
 }
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 
@@ -338,6 +339,24 @@ TEST_CASE("a file that is not a model says why: a directory, an empty file, a mi
   const auto [missing_ec, missing_what] = message(dir / "missing.onnx");
   CHECK(missing_ec == errc::invalid_argument);
   CHECK(missing_what.find("No such file") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("load_tensor of a file that is not a TensorProto is a parse error", "[onnx][errors]") {
+  const fs::path dir = fs::temp_directory_path() / "npurt_onnx_not_a_tensor";
+  fs::create_directories(dir);
+  const fs::path model = dir / "model.onnx";
+  {
+    std::ofstream out(model, std::ios::binary);
+    out << relu_model({2, 3}).SerializeAsString();
+  }
+  try {
+    (void)npurt::onnx::load_tensor(model.string());
+    FAIL("a model file was read as a tensor");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::parse_error);
+    CHECK(std::string(e.what()).find("is not a serialized TensorProto") != std::string::npos);
+  }
   fs::remove_all(dir);
 }
 
