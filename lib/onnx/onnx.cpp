@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <system_error>
@@ -161,6 +162,68 @@ tensor constant_value(const ::onnx::NodeProto& n, const std::string& node_name) 
            "' is not supported (npurt takes value, value_float, value_floats, value_int and value_ints)");
 }
 
+// ONNX operators npurt computes as a chain of its own: the reductions the kernels lack as ReduceSum
+// or ReduceMax with elementwise steps, Sum as Adds. Each chain's intermediates get fresh names.
+bool is_expanded_op(const std::string& type) {
+  return type == "ReduceSumSquare" || type == "ReduceL1" || type == "ReduceL2" || type == "ReduceLogSum" ||
+         type == "ReduceLogSumExp" || type == "Sum";
+}
+
+void add_expanded(graph& g, const ::onnx::NodeProto& n, const std::string& node_name, const attributes& attrs,
+                  const std::function<std::string(const std::string&)>& fresh) {
+  const std::string& t = n.op_type();
+  const std::vector<std::string> ins(n.input().begin(), n.input().end());
+  if (n.output_size() != 1 || n.output(0).empty())
+    fail(errc::parse_error, node_name, {}, "onnx: " + t + " '" + node_name + "' needs exactly one named output");
+  const std::string& y = n.output(0);
+  if (ins.empty() || ins[0].empty())
+    fail(errc::parse_error, node_name, y, "onnx: " + t + " '" + node_name + "' has no input");
+  // One step of the chain: `to` empty is a fresh intermediate, named after the step. The step
+  // writing the output carries the model's node name, so its errors name the node the user wrote.
+  auto step = [&](const std::string& type, const std::string& tag, std::vector<std::string> from,
+                  const std::string& to = {}, attributes a = {}) {
+    const std::string out = to.empty() ? fresh(y + "/" + tag) : to;
+    g.add_node(type, to.empty() ? out : node_name, std::move(from), {out}, std::move(a));
+    return out;
+  };
+  if (t == "Sum") {
+    // Sum has no attributes: any the model gives reach Add (or Identity), which refuses them.
+    if (ins.size() == 1) {
+      step("Identity", "identity", ins, y, attrs);
+      return;
+    }
+    std::string acc = ins[0];
+    for (std::size_t i = 1; i < ins.size(); ++i)
+      acc = step("Add", "add" + std::to_string(i), {acc, ins[i]}, i + 1 == ins.size() ? y : std::string(), attrs);
+    return;
+  }
+  // The reduction's own inputs (data and, from opset 18, axes) follow the first step's result.
+  auto reduce = [&](const std::string& type, const std::string& tag, const std::string& x, const std::string& to,
+                    attributes a) {
+    std::vector<std::string> from = ins;
+    from[0] = x;
+    return step(type, tag, std::move(from), to, std::move(a));
+  };
+  if (t == "ReduceSumSquare") {
+    reduce("ReduceSum", "sum", step("Mul", "square", {ins[0], ins[0]}), y, attrs);
+  } else if (t == "ReduceL1") {
+    reduce("ReduceSum", "sum", step("Abs", "abs", {ins[0]}), y, attrs);
+  } else if (t == "ReduceL2") {
+    step("Sqrt", "sqrt", {reduce("ReduceSum", "sum", step("Mul", "square", {ins[0], ins[0]}), {}, attrs)}, y);
+  } else if (t == "ReduceLogSum") {
+    step("Log", "log", {reduce("ReduceSum", "sum", ins[0], {}, attrs)}, y);
+  } else {
+    // log(sum(exp(x))) = max + log(sum(exp(x - max))): exp of the raw values overflows from 89 on.
+    attributes keep = attrs;
+    keep.set("keepdims", std::int64_t{1});
+    const std::string max_kept = reduce("ReduceMax", "max_kept", ins[0], {}, keep);
+    const std::string max_out =
+        attrs.get_int("keepdims", 1) != 0 ? max_kept : reduce("ReduceMax", "max", ins[0], {}, attrs);
+    const std::string e = step("Exp", "exp", {step("Sub", "shift", {ins[0], max_kept})});
+    step("Add", "add_max", {step("Log", "log", {reduce("ReduceSum", "sum", e, {}, attrs)}), max_out}, y);
+  }
+}
+
 std::int64_t opset_of(const ::onnx::ModelProto& m) {
   for (const auto& o : m.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
@@ -175,7 +238,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
   for (const auto& n : gp.node()) {
     if (n.op_type() == "Constant") continue;
     if (!n.domain().empty() && n.domain() != "ai.onnx") unsupported.insert(n.domain() + "." + n.op_type());
-    else if (!is_supported_op(n.op_type())) unsupported.insert(n.op_type());
+    else if (!is_supported_op(n.op_type()) && !is_expanded_op(n.op_type())) unsupported.insert(n.op_type());
     // Softmax before opset 13 flattens to 2-D around the axis: a different operator.
     else if ((n.op_type() == "Softmax" || n.op_type() == "LogSoftmax") && opset < 13)
       unsupported.insert(n.op_type() + " (opset " + std::to_string(opset) + ")");
@@ -220,6 +283,20 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
   for (const auto& n : gp.node())
     if (!n.name().empty()) named.insert(n.name());
   std::size_t unnamed = 0;
+  // Every name the model uses, for the intermediates of expanded operators to avoid.
+  std::set<std::string> taken = named;
+  for (const auto& t : gp.initializer()) taken.insert(t.name());
+  for (const auto& in : gp.input()) taken.insert(in.name());
+  for (const auto& n : gp.node()) {
+    taken.insert(n.input().begin(), n.input().end());
+    taken.insert(n.output().begin(), n.output().end());
+  }
+  const auto fresh = [&taken](const std::string& base) {
+    std::string r = base;
+    for (std::size_t k = 1; taken.count(r); ++k) r = base + "_" + std::to_string(k);
+    taken.insert(r);
+    return r;
+  };
   for (const auto& n : gp.node()) {
     std::string node_name = n.name();
     while (node_name.empty() || (n.name().empty() && named.count(node_name)))
@@ -235,6 +312,10 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
     }
     attributes attrs;
     for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
+    if (is_expanded_op(n.op_type())) {
+      add_expanded(g, n, node_name, attrs, fresh);
+      continue;
+    }
     std::vector<std::string> outs(n.output().begin(), n.output().end());
     // Optional trailing outputs nobody reads (BatchNormalization's, MaxPool's Indices) drop.
     while (outs.size() > 1 && outs.back().empty()) outs.pop_back();

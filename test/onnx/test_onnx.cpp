@@ -15,6 +15,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 
 using namespace npurt;
 namespace fs = std::filesystem;
@@ -491,4 +492,132 @@ TEST_CASE("an int64 initializer keeps values past 2^53 exactly", "[onnx]") {
   REQUIRE(g.constant("ends"));
   CHECK(g.constant("ends")->get_int(0) == std::numeric_limits<std::int64_t>::max());
   CHECK(g.constant("ends")->get_int(1) == -(std::int64_t{1} << 53) - 1);
+}
+
+namespace {
+
+// A reduction node: `axes` as an attribute when given, and `keepdims`.
+::onnx::NodeProto* add_reduce_node(::onnx::GraphProto* g, const char* type, std::vector<std::string> ins,
+                                   const char* out, std::optional<std::vector<std::int64_t>> axes,
+                                   std::int64_t keepdims) {
+  auto* n = g->add_node();
+  n->set_op_type(type);
+  for (const auto& i : ins) n->add_input(i);
+  n->add_output(out);
+  if (axes) {
+    auto* a = n->add_attribute();
+    a->set_name("axes");
+    a->set_type(::onnx::AttributeProto::INTS);
+    for (auto v : *axes) a->add_ints(v);
+  }
+  auto* k = n->add_attribute();
+  k->set_name("keepdims");
+  k->set_type(::onnx::AttributeProto::INT);
+  k->set_i(keepdims);
+  return n;
+}
+
+// A model whose one input is the float x of these dimensions; its nodes and outputs are the caller's.
+::onnx::ModelProto model_of_x(std::initializer_list<std::int64_t> dims) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* in = m.mutable_graph()->add_input();
+  in->set_name("x");
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(1);
+  for (auto d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp and Sum import as chains", "[onnx]") {
+  ::onnx::ModelProto m = model_of_x({2, 3});
+  auto* g = m.mutable_graph();
+  auto* b = g->add_initializer();
+  b->set_name("b");
+  b->set_data_type(1);
+  b->add_dims(3);
+  for (float v : {1.f, 2.f, 3.f}) b->add_float_data(v);
+  // Unused, but named as the importer would first name ReduceSumSquare's square: it must pick another.
+  auto* taken = g->add_initializer();
+  taken->set_name("ss/square");
+  taken->set_data_type(1);
+  taken->add_float_data(7.f);
+  add_reduce_node(g, "ReduceSumSquare", {"x"}, "ss", std::vector<std::int64_t>{1}, 0);
+  add_reduce_node(g, "ReduceL1", {"x"}, "l1", std::vector<std::int64_t>{-1}, 1);
+  add_reduce_node(g, "ReduceL2", {"x"}, "l2", std::nullopt, 1);
+  add_reduce_node(g, "ReduceLogSum", {"ss"}, "ls", std::vector<std::int64_t>{0}, 0);
+  add_reduce_node(g, "ReduceLogSumExp", {"x"}, "lse", std::vector<std::int64_t>{1}, 0);
+  add_reduce_node(g, "ReduceLogSumExp", {"x"}, "lse_kept", std::vector<std::int64_t>{0}, 1);
+  auto* sum = g->add_node();
+  sum->set_op_type("Sum");
+  for (const char* i : {"x", "x", "b"}) sum->add_input(i);
+  sum->add_output("sum");
+  auto* one = g->add_node();
+  one->set_op_type("Sum");
+  one->add_input("b");
+  one->add_output("sum_of_one");
+  for (const char* o : {"ss", "l1", "l2", "ls", "lse", "lse_kept", "sum", "sum_of_one"}) g->add_output()->set_name(o);
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString());
+  CHECK(gr.value("ss").shape == shape{2});
+  CHECK(gr.value("l1").shape == shape{2, 1});
+  CHECK(gr.value("l2").shape == shape{1, 1});
+  CHECK(gr.value("ls").shape == shape{});
+  CHECK(gr.value("lse_kept").shape == shape{1, 3});
+  REQUIRE(gr.constant("ss/square"));
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  const std::vector<double> xs{3, -4, 12, 100, 101, 102};
+  auto r = s.run(s.compile(gr, {.optimization_level = 2}), {{"x", tensor({2, 3}, dtype::f32, xs)}});
+  auto close = [](const std::vector<double>& got, const std::vector<double>& want) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]) + 1e-6);
+  };
+  close(r.outputs.at("ss").to_vector(), {9 + 16 + 144, 10000 + 10201 + 10404});
+  close(r.outputs.at("l1").to_vector(), {19, 303});
+  close(r.outputs.at("l2").to_vector(), {std::sqrt(169.0 + 30605.0)});
+  close(r.outputs.at("ls").to_vector(), {std::log(169.0 + 30605.0)});
+  // e^102 is past float's range: the result is only finite when the maximum is taken out first.
+  close(r.outputs.at("lse").to_vector(),
+        {12 + std::log(std::exp(3.0 - 12) + std::exp(-16.0) + 1), 102 + std::log(std::exp(-2.0) + std::exp(-1.0) + 1)});
+  std::vector<double> kept;
+  for (int c = 0; c < 3; ++c) {
+    const double hi = std::max(xs[c], xs[3 + c]), lo = std::min(xs[c], xs[3 + c]);
+    kept.push_back(hi + std::log(1 + std::exp(lo - hi)));
+  }
+  close(r.outputs.at("lse_kept").to_vector(), kept);
+  close(r.outputs.at("sum").to_vector(), {7, -6, 27, 201, 204, 207});
+  close(r.outputs.at("sum_of_one").to_vector(), {1, 2, 3});
+}
+
+TEST_CASE("an expanded reduction keeps the reduction's typed errors", "[onnx][errors]") {
+  ::onnx::ModelProto m = model_of_x({2, 3});
+  auto* g = m.mutable_graph();
+  auto* n = add_reduce_node(g, "ReduceL2", {"x"}, "y", std::nullopt, 1);
+  auto* noop = n->add_attribute();
+  noop->set_name("noop_with_empty_axes");
+  noop->set_type(::onnx::AttributeProto::INT);
+  noop->set_i(1);
+  g->add_output()->set_name("y");
+  CHECK(error_loading(m).code == make_error_code(errc::not_supported));
+  // An axis past the rank is the reduction's own invalid_argument, not a crash in the chain.
+  ::onnx::ModelProto bad = model_of_x({2, 3});
+  add_reduce_node(bad.mutable_graph(), "ReduceLogSumExp", {"x"}, "y", std::vector<std::int64_t>{5}, 0);
+  bad.mutable_graph()->add_output()->set_name("y");
+  CHECK(error_loading(bad).code == make_error_code(errc::invalid_argument));
+  // Sum has no attributes: one is refused, never dropped.
+  ::onnx::ModelProto sum = model_of_x({2});
+  auto* s = sum.mutable_graph()->add_node();
+  s->set_op_type("Sum");
+  s->add_input("x");
+  s->add_input("x");
+  s->add_output("y");
+  auto* axis = s->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(::onnx::AttributeProto::INT);
+  axis->set_i(0);
+  sum.mutable_graph()->add_output()->set_name("y");
+  CHECK(error_loading(sum).code == make_error_code(errc::not_supported));
 }
