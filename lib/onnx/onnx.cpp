@@ -186,6 +186,20 @@ void add_expanded(graph& g, const ::onnx::NodeProto& n, const std::string& node_
     g.add_node(type, to.empty() ? out : node_name, std::move(from), {out}, std::move(a));
     return out;
   };
+  if (t == "Clip") {
+    // The kernel's bounds are scalars fixed when it is compiled; bounds known only at run time
+    // are the broadcasting Max and Min, which clip alike (numpy.clip is the same pair).
+    const bool has_min = ins.size() > 1 && !ins[1].empty(), has_max = ins.size() > 2 && !ins[2].empty();
+    for (std::size_t i = 1; i < std::min<std::size_t>(ins.size(), 3); ++i)
+      if (!ins[i].empty() && g.value(ins[i]).shape.elements() != 1)
+        fail(errc::invalid_shape, node_name, ins[i],
+             "onnx: Clip '" + node_name + "': bound '" + ins[i] + "' has shape " + shape_string(g.value(ins[i]).shape) +
+                 ", not one element");
+    std::string acc = ins[0];
+    if (has_min) acc = step("Max", "min", {acc, ins[1]}, has_max ? std::string() : y, attrs);
+    if (has_max) step("Min", "max", {acc, ins[2]}, y, attrs);
+    return;
+  }
   if (t == "Sum") {
     // Sum has no attributes: any the model gives reach Add (or Identity), which refuses them.
     if (ins.size() == 1) {
@@ -312,7 +326,11 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
     }
     attributes attrs;
     for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
-    if (is_expanded_op(n.op_type())) {
+    // Clip's kernel takes constant bounds; others make it the chain Max, Min.
+    const bool clip_at_run_time =
+        n.op_type() == "Clip" && std::any_of(n.input().begin() + std::min(n.input_size(), 1), n.input().end(),
+                                             [&g](const std::string& b) { return !b.empty() && !g.constant(b); });
+    if (is_expanded_op(n.op_type()) || clip_at_run_time) {
       add_expanded(g, n, node_name, attrs, fresh);
       continue;
     }

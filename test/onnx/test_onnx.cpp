@@ -621,3 +621,68 @@ TEST_CASE("an expanded reduction keeps the reduction's typed errors", "[onnx][er
   sum.mutable_graph()->add_output()->set_name("y");
   CHECK(error_loading(sum).code == make_error_code(errc::not_supported));
 }
+
+TEST_CASE("Clip's bounds fed at run time clip as Max then Min, each bound optional", "[onnx]") {
+  ::onnx::ModelProto m = model_of_x({5});
+  auto* g = m.mutable_graph();
+  for (const char* b : {"lo", "hi"}) {
+    auto* in = g->add_input();
+    in->set_name(b);
+    (void)in->mutable_type()->mutable_tensor_type()->mutable_shape();  // a scalar
+    in->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  }
+  // A constant bound beside a run-time one: the whole Clip becomes the chain.
+  auto* c = g->add_initializer();
+  c->set_name("three");
+  c->set_data_type(1);
+  c->add_float_data(3.f);
+  auto clip = [&](std::vector<std::string> ins, const char* out) {
+    auto* n = g->add_node();
+    n->set_op_type("Clip");
+    for (const auto& i : ins) n->add_input(i);
+    n->add_output(out);
+    g->add_output()->set_name(out);
+  };
+  clip({"x", "lo", "hi"}, "both");
+  clip({"x", "", "hi"}, "max_only");
+  clip({"x", "lo"}, "min_only");
+  clip({"x", "lo", "three"}, "mixed");
+  clip({"x", "hi", "lo"}, "crossed");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString());
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  const std::vector<double> xs{-5, -1, 0, 2.5, 9};
+  const double lo = -1.5, hi = 2;
+  auto r = s.run(s.compile(gr), {{"x", tensor({5}, dtype::f32, xs)},
+                                 {"lo", tensor(shape{}, dtype::f32, {lo})},
+                                 {"hi", tensor(shape{}, dtype::f32, {hi})}});
+  // numpy.clip(x, a, b) = minimum(maximum(x, a), b): with a > b every element is b.
+  auto np_clip = [&](std::optional<double> a, std::optional<double> b) {
+    std::vector<double> v;
+    for (double x : xs) v.push_back(std::min(std::max(x, a.value_or(-1e30)), b.value_or(1e30)));
+    return v;
+  };
+  CHECK(r.outputs.at("both").to_vector() == np_clip(lo, hi));
+  CHECK(r.outputs.at("max_only").to_vector() == np_clip(std::nullopt, hi));
+  CHECK(r.outputs.at("min_only").to_vector() == np_clip(lo, std::nullopt));
+  CHECK(r.outputs.at("mixed").to_vector() == np_clip(lo, 3));
+  CHECK(r.outputs.at("crossed").to_vector() == std::vector<double>(5, lo));
+}
+
+TEST_CASE("a Clip bound fed at run time that is not one element is invalid_shape naming it", "[onnx][errors]") {
+  ::onnx::ModelProto m = model_of_x({4});
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("lo");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(4);
+  auto* n = g->add_node();
+  n->set_op_type("Clip");
+  n->add_input("x");
+  n->add_input("lo");
+  n->add_output("y");
+  g->add_output()->set_name("y");
+  const auto e = error_loading(m);
+  CHECK(e.code == make_error_code(errc::invalid_shape));
+  CHECK(e.tensor == "lo");
+}
