@@ -163,10 +163,12 @@ tensor constant_value(const ::onnx::NodeProto& n, const std::string& node_name) 
 }
 
 // ONNX operators npurt computes as a chain of its own: the reductions the kernels lack as ReduceSum
-// or ReduceMax with elementwise steps, Sum as Adds. Each chain's intermediates get fresh names.
+// or ReduceMax with elementwise steps, Sum and Mean as Adds, PRelu, Tan and Cosh as elementwise
+// steps. Each chain's intermediates get fresh names.
 bool is_expanded_op(const std::string& type) {
   return type == "ReduceSumSquare" || type == "ReduceL1" || type == "ReduceL2" || type == "ReduceLogSum" ||
-         type == "ReduceLogSumExp" || type == "Sum";
+         type == "ReduceLogSumExp" || type == "Sum" || type == "Mean" || type == "PRelu" || type == "GlobalMaxPool" ||
+         type == "Tan" || type == "Cosh";
 }
 
 void add_expanded(graph& g, const ::onnx::NodeProto& n, const std::string& node_name, const attributes& attrs,
@@ -200,15 +202,57 @@ void add_expanded(graph& g, const ::onnx::NodeProto& n, const std::string& node_
     if (has_max) step("Min", "max", {acc, ins[2]}, y, attrs);
     return;
   }
-  if (t == "Sum") {
-    // Sum has no attributes: any the model gives reach Add (or Identity), which refuses them.
-    if (ins.size() == 1) {
-      step("Identity", "identity", ins, y, attrs);
-      return;
-    }
-    std::string acc = ins[0];
+  // A scalar of x's dtype, for the steps that scale or compare with a number.
+  auto scalar = [&](const std::string& tag, double v) {
+    tensor c(shape{}, g.value(ins[0]).type);
+    c.set(0, v);
+    return g.add_constant(fresh(y + "/" + tag), std::move(c));
+  };
+  if (t == "Sum" || t == "Mean") {
+    // Neither has attributes: any the model gives reach Add (or Identity), which refuses them.
+    const std::string to = t == "Sum" ? y : std::string();
+    std::string acc = ins.size() == 1 ? step("Identity", "identity", ins, to, attrs) : ins[0];
     for (std::size_t i = 1; i < ins.size(); ++i)
-      acc = step("Add", "add" + std::to_string(i), {acc, ins[i]}, i + 1 == ins.size() ? y : std::string(), attrs);
+      acc = step("Add", "add" + std::to_string(i), {acc, ins[i]}, i + 1 == ins.size() ? to : std::string(), attrs);
+    if (t == "Mean") step("Div", "mean", {acc, scalar("count", static_cast<double>(ins.size()))}, y);
+    return;
+  }
+  if (t == "PRelu") {
+    // x where x > 0, slope * x elsewhere, slope broadcasting as in Mul.
+    if (ins.size() != 2 || ins[1].empty())
+      fail(errc::parse_error, node_name, y, "onnx: PRelu '" + node_name + "' needs the inputs X and slope");
+    const std::string neg = step("Mul", "scaled", {step("Min", "negative", {ins[0], scalar("zero", 0)}), ins[1]});
+    step("Add", "prelu", {step("Relu", "positive", {ins[0]}), neg}, y, attrs);
+    // Mul broadcasts both ways; ONNX's slope only broadcasts to X, never widening the output.
+    if (!(g.value(y).shape == g.value(ins[0]).shape))
+      fail(errc::invalid_shape, node_name, ins[1],
+           "onnx: PRelu '" + node_name + "': slope of shape " + shape_string(g.value(ins[1]).shape) +
+               " does not broadcast to X's " + shape_string(g.value(ins[0]).shape));
+    return;
+  }
+  if (t == "GlobalMaxPool") {
+    const auto rank = g.value(ins[0]).shape.rank();
+    if (rank < 3)
+      fail(errc::invalid_shape, node_name, ins[0],
+           "onnx: GlobalMaxPool '" + node_name + "' needs N, C and a spatial dimension, got rank " +
+               std::to_string(rank));
+    ints axes;
+    for (std::size_t d = 2; d < rank; ++d) axes.push_back(static_cast<std::int64_t>(d));
+    attributes a = attrs;
+    a.set("axes", axes);
+    a.set("keepdims", std::int64_t{1});
+    step("ReduceMax", "max", {ins[0]}, y, std::move(a));
+    return;
+  }
+  if (t == "Tan") {
+    step("Div", "tan", {step("Sin", "sin", {ins[0]}), step("Cos", "cos", {ins[0]})}, y, attrs);
+    return;
+  }
+  if (t == "Cosh") {
+    // The two exponentials add, so nothing cancels (unlike Sinh's difference near 0).
+    const std::string e =
+        step("Add", "sum", {step("Exp", "exp", {ins[0]}), step("Exp", "exp_neg", {step("Neg", "neg", {ins[0]})})});
+    step("Mul", "half", {e, scalar("half", 0.5)}, y, attrs);
     return;
   }
   // The reduction's own inputs (data and, from opset 18, axes) follow the first step's result.

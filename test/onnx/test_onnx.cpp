@@ -686,3 +686,78 @@ TEST_CASE("a Clip bound fed at run time that is not one element is invalid_shape
   CHECK(e.code == make_error_code(errc::invalid_shape));
   CHECK(e.tensor == "lo");
 }
+
+TEST_CASE("Mean, PRelu, GlobalMaxPool, Tan and Cosh import as chains", "[onnx]") {
+  ::onnx::ModelProto m = model_of_x({1, 2, 3});
+  auto* g = m.mutable_graph();
+  auto init = [&](const char* name, std::vector<std::int64_t> dims, std::vector<float> v) {
+    auto* c = g->add_initializer();
+    c->set_name(name);
+    c->set_data_type(1);
+    for (auto d : dims) c->add_dims(d);
+    for (float f : v) c->add_float_data(f);
+  };
+  init("c", {3}, {1, 2, 3});
+  init("slope", {2, 1}, {0.1f, 0.5f});
+  auto node = [&](const char* type, std::vector<std::string> ins, const char* out) {
+    auto* n = g->add_node();
+    n->set_op_type(type);
+    for (const auto& i : ins) n->add_input(i);
+    n->add_output(out);
+    g->add_output()->set_name(out);
+  };
+  node("Mean", {"x", "c"}, "mean");
+  node("Mean", {"x"}, "mean_of_one");
+  node("PRelu", {"x", "slope"}, "prelu");
+  node("GlobalMaxPool", {"x"}, "gmp");
+  node("Tan", {"x"}, "tan");
+  node("Cosh", {"x"}, "cosh");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString());
+  CHECK(gr.value("gmp").shape == shape{1, 2, 1});
+  CHECK(gr.value("prelu").shape == shape{1, 2, 3});
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  const std::vector<double> xs{-2, 0.5, 1, -0.25, 3, -1};
+  auto r = s.run(s.compile(gr, {.optimization_level = 2}), {{"x", tensor({1, 2, 3}, dtype::f32, xs)}});
+  auto close = [](const std::vector<double>& got, const std::vector<double>& want) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]) + 1e-6);
+  };
+  std::vector<double> mean, prelu, tan, cosh;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    mean.push_back((xs[i] + static_cast<double>(i % 3 + 1)) / 2);
+    prelu.push_back(xs[i] > 0 ? xs[i] : (i < 3 ? 0.1 : 0.5) * xs[i]);
+    tan.push_back(std::tan(xs[i]));
+    cosh.push_back(std::cosh(xs[i]));
+  }
+  close(r.outputs.at("mean").to_vector(), mean);
+  close(r.outputs.at("mean_of_one").to_vector(), xs);
+  close(r.outputs.at("prelu").to_vector(), prelu);
+  close(r.outputs.at("gmp").to_vector(), {1, 3});
+  close(r.outputs.at("tan").to_vector(), tan);
+  close(r.outputs.at("cosh").to_vector(), cosh);
+}
+
+TEST_CASE("GlobalMaxPool without a spatial dimension and PRelu without a slope are refused", "[onnx][errors]") {
+  ::onnx::ModelProto m = model_of_x({2, 3});
+  auto* n = m.mutable_graph()->add_node();
+  n->set_op_type("GlobalMaxPool");
+  n->add_input("x");
+  n->add_output("y");
+  m.mutable_graph()->add_output()->set_name("y");
+  const auto e = error_loading(m);
+  CHECK(e.code == make_error_code(errc::invalid_shape));
+  CHECK(e.tensor == "x");
+  n->set_op_type("PRelu");
+  CHECK(error_loading(m).code == make_error_code(errc::parse_error));
+  // A slope wider than X would widen the output: ONNX broadcasts it to X only.
+  auto* slope = m.mutable_graph()->add_initializer();
+  slope->set_name("slope");
+  slope->set_data_type(1);
+  for (int d : {4, 2, 3}) slope->add_dims(d);
+  for (int i = 0; i < 24; ++i) slope->add_float_data(0.5f);
+  n->add_input("slope");
+  const auto wide = error_loading(m);
+  CHECK(wide.code == make_error_code(errc::invalid_shape));
+  CHECK(wide.tensor == "slope");
+}
