@@ -220,7 +220,8 @@ graph fold_batchnorm(graph& src, std::size_t& fused) {
   return g;
 }
 
-// Gemm's beta scales C; the kernels add C unscaled, so a constant C is scaled here.
+// Gemm's beta scales C; the kernels add C unscaled, so a constant C is scaled here and a computed
+// one by a Mul.
 graph fold_gemm_beta(graph& src) {
   bool any = false;
   for (const auto& n : src.nodes())
@@ -240,9 +241,17 @@ graph fold_gemm_beta(graph& src) {
     if (n.type == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty() && n.attrs.get_float("beta", 1.0) != 1.0) {
       const double beta = n.attrs.get_float("beta", 1.0);
       const tensor* c = src.constant(n.inputs[2]);
-      if (!c)
-        throw graph_error(make_error_code(errc::not_supported), n.name, n.inputs[2],
-                          "Gemm '" + n.name + "': beta != 1 needs a constant C");
+      if (!c) {
+        // A C known only at run time is scaled by a Mul before the Gemm adds it.
+        tensor b(shape{}, src.value(n.inputs[2]).type);
+        b.set(0, beta);
+        g.add_constant(n.name + "::beta", std::move(b));
+        g.add_node("Mul", n.name + "::beta_c", {n.inputs[2], n.name + "::beta"}, {n.name + "::beta_c"}, {});
+        n.inputs[2] = n.name + "::beta_c";
+        n.attrs.set("beta", 1.0);
+        g.add_node(n.type, n.name, n.inputs, n.outputs, n.attrs);
+        continue;
+      }
       tensor scaled = c->is_host() ? tensor(c->shape(), c->type()) : tensor::timing_only(c->shape(), c->type());
       if (c->is_host())
         for (std::int64_t k = 0; k < c->elements(); ++k) scaled.set(k, beta * c->get(k));

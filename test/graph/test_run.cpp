@@ -363,3 +363,22 @@ TEST_CASE("a session that outlives its system fails every call with invalid_argu
   c = compiled_graph{};  // a compiled graph dying after the system gives nothing back
   s.reset();             // and the session's destructor touches nothing of the system
 }
+
+TEST_CASE("Gemm's beta scales a C fed at run time as it scales a constant one", "[graph][run]") {
+  auto sys = test::make_system();
+  session s{sys};
+  graph g("gemm_beta");
+  auto a = g.add_input("a", {2, 3}, dtype::f32);
+  auto c = g.add_input("c", {3}, dtype::f32);
+  auto b = g.add_constant("b", tensor({3, 3}, dtype::f32, {1, 0, 0, 0, 1, 0, 0, 0, 1}));
+  g.set_output(g.add_op("Gemm", {a, b, c}, {{"alpha", 2.0}, {"beta", -0.5}, {"transB", std::int64_t{1}}}, "y"));
+  const std::vector<double> av{1, 2, 3, -1, 0, 4}, cv{4, -2, 8};
+  for (int level : {0, 2}) {
+    auto r = s.run(s.compile(g, {.optimization_level = level}),
+                   {{"a", tensor({2, 3}, dtype::f32, av)}, {"c", tensor({3}, dtype::f32, cv)}});
+    // B is the identity: y = 2 a - 0.5 c, row by row.
+    std::vector<double> want;
+    for (std::size_t i = 0; i < av.size(); ++i) want.push_back(2 * av[i] - 0.5 * cv[i % 3]);
+    CHECK(r.outputs.at("y").to_vector() == want);
+  }
+}
