@@ -164,11 +164,11 @@ tensor constant_value(const ::onnx::NodeProto& n, const std::string& node_name) 
 
 // ONNX operators npurt computes as a chain of its own: the reductions the kernels lack as ReduceSum
 // or ReduceMax with elementwise steps, Sum and Mean as Adds, PRelu, Tan and Cosh as elementwise
-// steps. Each chain's intermediates get fresh names.
+// steps, the two normalizations as ReduceMeans. Each chain's intermediates get fresh names.
 bool is_expanded_op(const std::string& type) {
   return type == "ReduceSumSquare" || type == "ReduceL1" || type == "ReduceL2" || type == "ReduceLogSum" ||
          type == "ReduceLogSumExp" || type == "Sum" || type == "Mean" || type == "PRelu" || type == "GlobalMaxPool" ||
-         type == "Tan" || type == "Cosh";
+         type == "Tan" || type == "Cosh" || type == "InstanceNormalization" || type == "MeanVarianceNormalization";
 }
 
 void add_expanded(graph& g, const ::onnx::NodeProto& n, const std::string& node_name, const attributes& attrs,
@@ -242,6 +242,39 @@ void add_expanded(graph& g, const ::onnx::NodeProto& n, const std::string& node_
     a.set("axes", axes);
     a.set("keepdims", std::int64_t{1});
     step("ReduceMax", "max", {ins[0]}, y, std::move(a));
+    return;
+  }
+  if (t == "InstanceNormalization" || t == "MeanVarianceNormalization") {
+    const bool instance = t == "InstanceNormalization";
+    for (const auto& a : n.attribute())
+      if (a.name() != (instance ? "epsilon" : "axes"))
+        fail(errc::not_supported, node_name, {},
+             "onnx: " + t + " '" + node_name + "': attribute '" + a.name() + "' is not one of " + t + "'s");
+    const auto rank = g.value(ins[0]).shape.rank();
+    if (instance && (rank < 3 || ins.size() != 3 || ins[1].empty() || ins[2].empty()))
+      fail(rank < 3 ? errc::invalid_shape : errc::parse_error, node_name, ins[0],
+           "onnx: InstanceNormalization '" + node_name + "' needs input, scale and B, the input of rank 3 or more");
+    ints axes = attrs.get_ints("axes", instance ? ints{} : ints{0, 2, 3});
+    if (instance)
+      for (std::size_t d = 2; d < rank; ++d) axes.push_back(static_cast<std::int64_t>(d));
+    const attributes over{{"axes", axes}, {"keepdims", std::int64_t{1}}};
+    const std::string centred = step("Sub", "centred", {ins[0], step("ReduceMean", "mean", {ins[0]}, {}, over)});
+    const std::string var = step("ReduceMean", "var", {step("Mul", "square", {centred, centred})}, {}, over);
+    if (!instance) {
+      // ONNX's function adds its epsilon to the deviation, not to the variance.
+      step("Div", "mvn", {centred, step("Add", "std_eps", {step("Sqrt", "std", {var}), scalar("eps", 1e-9)})}, y);
+      return;
+    }
+    const std::string std_dev =
+        step("Sqrt", "std", {step("Add", "var_eps", {var, scalar("eps", attrs.get_float("epsilon", 1e-5))})});
+    const std::string normed = step("Div", "normed", {centred, std_dev});
+    // scale and B are per channel: [C] as [C, 1, ...] broadcasts over the spatial axes.
+    tensor per_channel(shape{static_cast<std::int64_t>(rank - 1)}, dtype::i64);
+    for (std::size_t d = 0; d + 1 < rank; ++d) per_channel.set(static_cast<std::int64_t>(d), d == 0 ? -1 : 1);
+    const std::string channel_shape = g.add_constant(fresh(y + "/channel_shape"), std::move(per_channel));
+    const std::string scale = step("Reshape", "scale", {ins[1], channel_shape});
+    const std::string bias = step("Reshape", "bias", {ins[2], channel_shape});
+    step("Add", "instance_norm", {step("Mul", "scaled", {normed, scale}), bias}, y);
     return;
   }
   if (t == "Tan") {

@@ -761,3 +761,80 @@ TEST_CASE("GlobalMaxPool without a spatial dimension and PRelu without a slope a
   CHECK(wide.code == make_error_code(errc::invalid_shape));
   CHECK(wide.tensor == "slope");
 }
+
+TEST_CASE("InstanceNormalization and MeanVarianceNormalization import as chains", "[onnx]") {
+  ::onnx::ModelProto m = model_of_x({2, 2, 1, 2});
+  auto* g = m.mutable_graph();
+  for (auto [name, v] :
+       {std::pair{"scale", std::vector<float>{2, 0.5f}}, std::pair{"bias", std::vector<float>{1, -1}}}) {
+    auto* c = g->add_initializer();
+    c->set_name(name);
+    c->set_data_type(1);
+    c->add_dims(2);
+    for (float f : v) c->add_float_data(f);
+  }
+  auto* in = g->add_node();
+  in->set_op_type("InstanceNormalization");
+  for (const char* i : {"x", "scale", "bias"}) in->add_input(i);
+  in->add_output("in");
+  auto* eps = in->add_attribute();
+  eps->set_name("epsilon");
+  eps->set_type(::onnx::AttributeProto::FLOAT);
+  eps->set_f(0.25f);
+  auto* mvn = g->add_node();
+  mvn->set_op_type("MeanVarianceNormalization");
+  mvn->add_input("x");
+  mvn->add_output("mvn");
+  for (const char* o : {"in", "mvn"}) g->add_output()->set_name(o);
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString());
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  // x[n][c][0][w] at n*4 + c*2 + w.
+  const std::vector<double> xs{1, 3, -2, 6, 5, 9, 0, 0};
+  auto r = s.run(s.compile(gr, {.optimization_level = 2}), {{"x", tensor({2, 2, 1, 2}, dtype::f32, xs)}});
+  std::vector<double> inst(8), mv(8);
+  for (int n = 0; n < 2; ++n)
+    for (int c = 0; c < 2; ++c) {
+      const double a = xs[n * 4 + c * 2], b = xs[n * 4 + c * 2 + 1], mean = (a + b) / 2;
+      const double var = ((a - mean) * (a - mean) + (b - mean) * (b - mean)) / 2;
+      for (int w = 0; w < 2; ++w)
+        inst[n * 4 + c * 2 + w] =
+            (c == 0 ? 2 : 0.5) * (xs[n * 4 + c * 2 + w] - mean) / std::sqrt(var + 0.25) + (c == 0 ? 1 : -1);
+    }
+  for (int c = 0; c < 2; ++c) {
+    double mean = 0, var = 0;
+    for (int n = 0; n < 2; ++n)
+      for (int w = 0; w < 2; ++w) mean += xs[n * 4 + c * 2 + w] / 4;
+    for (int n = 0; n < 2; ++n)
+      for (int w = 0; w < 2; ++w) var += (xs[n * 4 + c * 2 + w] - mean) * (xs[n * 4 + c * 2 + w] - mean) / 4;
+    for (int n = 0; n < 2; ++n)
+      for (int w = 0; w < 2; ++w) mv[n * 4 + c * 2 + w] = (xs[n * 4 + c * 2 + w] - mean) / (std::sqrt(var) + 1e-9);
+  }
+  auto close = [](const std::vector<double>& got, const std::vector<double>& want) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]) + 1e-6);
+  };
+  close(r.outputs.at("in").to_vector(), inst);
+  close(r.outputs.at("mvn").to_vector(), mv);
+}
+
+TEST_CASE("InstanceNormalization below rank 3 or with another's attribute is refused", "[onnx][errors]") {
+  ::onnx::ModelProto m = model_of_x({2, 3});
+  auto* n = m.mutable_graph()->add_node();
+  n->set_op_type("InstanceNormalization");
+  for (const char* i : {"x", "x", "x"}) n->add_input(i);
+  n->add_output("y");
+  m.mutable_graph()->add_output()->set_name("y");
+  CHECK(error_loading(m).code == make_error_code(errc::invalid_shape));
+  ::onnx::ModelProto axes = model_of_x({1, 2, 2});
+  auto* k = axes.mutable_graph()->add_node();
+  k->set_op_type("InstanceNormalization");
+  for (const char* i : {"x", "x", "x"}) k->add_input(i);
+  k->add_output("y");
+  auto* a = k->add_attribute();
+  a->set_name("axes");
+  a->set_type(::onnx::AttributeProto::INTS);
+  a->add_ints(2);
+  axes.mutable_graph()->add_output()->set_name("y");
+  CHECK(error_loading(axes).code == make_error_code(errc::not_supported));
+}
