@@ -517,6 +517,23 @@ namespace {
   return n;
 }
 
+// Each value within float rounding of the one computed in double.
+void close(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]) + 1e-6);
+}
+
+// A node of `type` from `ins` to `out`, which becomes a graph output.
+::onnx::NodeProto* add_output_node(::onnx::GraphProto* g, const char* type, std::vector<std::string> ins,
+                                   const char* out) {
+  auto* n = g->add_node();
+  n->set_op_type(type);
+  for (const auto& i : ins) n->add_input(i);
+  n->add_output(out);
+  g->add_output()->set_name(out);
+  return n;
+}
+
 // A model whose one input is the float x of these dimensions; its nodes and outputs are the caller's.
 ::onnx::ModelProto model_of_x(std::initializer_list<std::int64_t> dims) {
   ::onnx::ModelProto m;
@@ -551,15 +568,9 @@ TEST_CASE("ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp an
   add_reduce_node(g, "ReduceLogSum", {"ss"}, "ls", std::vector<std::int64_t>{0}, 0);
   add_reduce_node(g, "ReduceLogSumExp", {"x"}, "lse", std::vector<std::int64_t>{1}, 0);
   add_reduce_node(g, "ReduceLogSumExp", {"x"}, "lse_kept", std::vector<std::int64_t>{0}, 1);
-  auto* sum = g->add_node();
-  sum->set_op_type("Sum");
-  for (const char* i : {"x", "x", "b"}) sum->add_input(i);
-  sum->add_output("sum");
-  auto* one = g->add_node();
-  one->set_op_type("Sum");
-  one->add_input("b");
-  one->add_output("sum_of_one");
-  for (const char* o : {"ss", "l1", "l2", "ls", "lse", "lse_kept", "sum", "sum_of_one"}) g->add_output()->set_name(o);
+  for (const char* o : {"ss", "l1", "l2", "ls", "lse", "lse_kept"}) g->add_output()->set_name(o);
+  add_output_node(g, "Sum", {"x", "x", "b"}, "sum");
+  add_output_node(g, "Sum", {"b"}, "sum_of_one");
   graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString());
   CHECK(gr.value("ss").shape == shape{2});
   CHECK(gr.value("l1").shape == shape{2, 1});
@@ -571,10 +582,6 @@ TEST_CASE("ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp an
   session s{sys};
   const std::vector<double> xs{3, -4, 12, 100, 101, 102};
   auto r = s.run(s.compile(gr, {.optimization_level = 2}), {{"x", tensor({2, 3}, dtype::f32, xs)}});
-  auto close = [](const std::vector<double>& got, const std::vector<double>& want) {
-    REQUIRE(got.size() == want.size());
-    for (std::size_t i = 0; i < want.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]) + 1e-6);
-  };
   close(r.outputs.at("ss").to_vector(), {9 + 16 + 144, 10000 + 10201 + 10404});
   close(r.outputs.at("l1").to_vector(), {19, 303});
   close(r.outputs.at("l2").to_vector(), {std::sqrt(169.0 + 30605.0)});
@@ -609,16 +616,11 @@ TEST_CASE("an expanded reduction keeps the reduction's typed errors", "[onnx][er
   CHECK(error_loading(bad).code == make_error_code(errc::invalid_argument));
   // Sum has no attributes: one is refused, never dropped.
   ::onnx::ModelProto sum = model_of_x({2});
-  auto* s = sum.mutable_graph()->add_node();
-  s->set_op_type("Sum");
-  s->add_input("x");
-  s->add_input("x");
-  s->add_output("y");
+  auto* s = add_output_node(sum.mutable_graph(), "Sum", {"x", "x"}, "y");
   auto* axis = s->add_attribute();
   axis->set_name("axis");
   axis->set_type(::onnx::AttributeProto::INT);
   axis->set_i(0);
-  sum.mutable_graph()->add_output()->set_name("y");
   CHECK(error_loading(sum).code == make_error_code(errc::not_supported));
 }
 
@@ -636,13 +638,7 @@ TEST_CASE("Clip's bounds fed at run time clip as Max then Min, each bound option
   c->set_name("three");
   c->set_data_type(1);
   c->add_float_data(3.f);
-  auto clip = [&](std::vector<std::string> ins, const char* out) {
-    auto* n = g->add_node();
-    n->set_op_type("Clip");
-    for (const auto& i : ins) n->add_input(i);
-    n->add_output(out);
-    g->add_output()->set_name(out);
-  };
+  auto clip = [&](std::vector<std::string> ins, const char* out) { add_output_node(g, "Clip", std::move(ins), out); };
   clip({"x", "lo", "hi"}, "both");
   clip({"x", "", "hi"}, "max_only");
   clip({"x", "lo"}, "min_only");
@@ -676,12 +672,7 @@ TEST_CASE("a Clip bound fed at run time that is not one element is invalid_shape
   in->set_name("lo");
   in->mutable_type()->mutable_tensor_type()->set_elem_type(1);
   in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(4);
-  auto* n = g->add_node();
-  n->set_op_type("Clip");
-  n->add_input("x");
-  n->add_input("lo");
-  n->add_output("y");
-  g->add_output()->set_name("y");
+  add_output_node(g, "Clip", {"x", "lo"}, "y");
   const auto e = error_loading(m);
   CHECK(e.code == make_error_code(errc::invalid_shape));
   CHECK(e.tensor == "lo");
@@ -700,11 +691,7 @@ TEST_CASE("Mean, PRelu, GlobalMaxPool, Tan and Cosh import as chains", "[onnx]")
   init("c", {3}, {1, 2, 3});
   init("slope", {2, 1}, {0.1f, 0.5f});
   auto node = [&](const char* type, std::vector<std::string> ins, const char* out) {
-    auto* n = g->add_node();
-    n->set_op_type(type);
-    for (const auto& i : ins) n->add_input(i);
-    n->add_output(out);
-    g->add_output()->set_name(out);
+    add_output_node(g, type, std::move(ins), out);
   };
   node("Mean", {"x", "c"}, "mean");
   node("Mean", {"x"}, "mean_of_one");
@@ -719,10 +706,6 @@ TEST_CASE("Mean, PRelu, GlobalMaxPool, Tan and Cosh import as chains", "[onnx]")
   session s{sys};
   const std::vector<double> xs{-2, 0.5, 1, -0.25, 3, -1};
   auto r = s.run(s.compile(gr, {.optimization_level = 2}), {{"x", tensor({1, 2, 3}, dtype::f32, xs)}});
-  auto close = [](const std::vector<double>& got, const std::vector<double>& want) {
-    REQUIRE(got.size() == want.size());
-    for (std::size_t i = 0; i < want.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]) + 1e-6);
-  };
   std::vector<double> mean, prelu, tan, cosh;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     mean.push_back((xs[i] + static_cast<double>(i % 3 + 1)) / 2);
@@ -740,11 +723,7 @@ TEST_CASE("Mean, PRelu, GlobalMaxPool, Tan and Cosh import as chains", "[onnx]")
 
 TEST_CASE("GlobalMaxPool without a spatial dimension and PRelu without a slope are refused", "[onnx][errors]") {
   ::onnx::ModelProto m = model_of_x({2, 3});
-  auto* n = m.mutable_graph()->add_node();
-  n->set_op_type("GlobalMaxPool");
-  n->add_input("x");
-  n->add_output("y");
-  m.mutable_graph()->add_output()->set_name("y");
+  auto* n = add_output_node(m.mutable_graph(), "GlobalMaxPool", {"x"}, "y");
   const auto e = error_loading(m);
   CHECK(e.code == make_error_code(errc::invalid_shape));
   CHECK(e.tensor == "x");
@@ -773,19 +752,12 @@ TEST_CASE("InstanceNormalization and MeanVarianceNormalization import as chains"
     c->add_dims(2);
     for (float f : v) c->add_float_data(f);
   }
-  auto* in = g->add_node();
-  in->set_op_type("InstanceNormalization");
-  for (const char* i : {"x", "scale", "bias"}) in->add_input(i);
-  in->add_output("in");
+  auto* in = add_output_node(g, "InstanceNormalization", {"x", "scale", "bias"}, "in");
   auto* eps = in->add_attribute();
   eps->set_name("epsilon");
   eps->set_type(::onnx::AttributeProto::FLOAT);
   eps->set_f(0.25f);
-  auto* mvn = g->add_node();
-  mvn->set_op_type("MeanVarianceNormalization");
-  mvn->add_input("x");
-  mvn->add_output("mvn");
-  for (const char* o : {"in", "mvn"}) g->add_output()->set_name(o);
+  add_output_node(g, "MeanVarianceNormalization", {"x"}, "mvn");
   graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString());
   npurt::system sys{sim::presets::ascend910(1)};
   session s{sys};
@@ -810,31 +782,19 @@ TEST_CASE("InstanceNormalization and MeanVarianceNormalization import as chains"
     for (int n = 0; n < 2; ++n)
       for (int w = 0; w < 2; ++w) mv[n * 4 + c * 2 + w] = (xs[n * 4 + c * 2 + w] - mean) / (std::sqrt(var) + 1e-9);
   }
-  auto close = [](const std::vector<double>& got, const std::vector<double>& want) {
-    REQUIRE(got.size() == want.size());
-    for (std::size_t i = 0; i < want.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]) + 1e-6);
-  };
   close(r.outputs.at("in").to_vector(), inst);
   close(r.outputs.at("mvn").to_vector(), mv);
 }
 
 TEST_CASE("InstanceNormalization below rank 3 or with another's attribute is refused", "[onnx][errors]") {
   ::onnx::ModelProto m = model_of_x({2, 3});
-  auto* n = m.mutable_graph()->add_node();
-  n->set_op_type("InstanceNormalization");
-  for (const char* i : {"x", "x", "x"}) n->add_input(i);
-  n->add_output("y");
-  m.mutable_graph()->add_output()->set_name("y");
+  add_output_node(m.mutable_graph(), "InstanceNormalization", {"x", "x", "x"}, "y");
   CHECK(error_loading(m).code == make_error_code(errc::invalid_shape));
   ::onnx::ModelProto axes = model_of_x({1, 2, 2});
-  auto* k = axes.mutable_graph()->add_node();
-  k->set_op_type("InstanceNormalization");
-  for (const char* i : {"x", "x", "x"}) k->add_input(i);
-  k->add_output("y");
+  auto* k = add_output_node(axes.mutable_graph(), "InstanceNormalization", {"x", "x", "x"}, "y");
   auto* a = k->add_attribute();
   a->set_name("axes");
   a->set_type(::onnx::AttributeProto::INTS);
   a->add_ints(2);
-  axes.mutable_graph()->add_output()->set_name("y");
   CHECK(error_loading(axes).code == make_error_code(errc::not_supported));
 }
