@@ -132,13 +132,15 @@ npurt::task<void> train(rank_state& r, npurt::communicator& comm, int steps) {
 /// others through the all-reduce). Returns the number of rollbacks.
 int train_with_rollback(std::vector<rank_state>& rs, npurt::communicator& comm, int steps, int checkpoint_every) {
   auto ck = npurt::create_checkpoint();
+  int saved = -1;  // the step the checkpoint holds (a replayed step is not saved again)
   int rollbacks = 0;
   for (int step = 0; step < steps;) {
-    if (step % checkpoint_every == 0 && (!ck.find_metadata("step") || ck.get_metadata<std::int64_t>("step") != step)) {
+    if (step % checkpoint_every == 0 && step != saved) {
       // Every rank holds the same weights: rank 0's are the model's.
       ck = npurt::create_checkpoint();
       ck.add_tensor("w", dtype::f32, {features}, rs[0].w.data(), rs[0].s);
       ck.set_metadata("step", std::int64_t{step});
+      saved = step;
     }
     for (auto& r : rs) {
       r.s.launch(r.forward);
