@@ -22,11 +22,15 @@ namespace npurt::onnx {
 /// operators, or for a rank above 8; parse_error for a file that is not an ONNX model or is
 /// malformed: an initializer whose data does not match its dimensions, a Constant without one
 /// named output; invalid_shape for a symbolic input dimension, or an initializer dimension that
-/// is negative or overflows the element count).
+/// is negative or overflows the element count). A file that cannot be read throws graph_error
+/// whose code is the system's reason in std::generic_category (std::errc::no_such_file_or_directory,
+/// permission_denied, is_a_directory), as checkpoint::load reports it.
 [[nodiscard]] graph load(const std::string& path);
 /// The same from the serialized bytes.
 [[nodiscard]] graph load_from_bytes(const std::string& bytes, const std::string& name = "onnx");
-/// Reads a serialized TensorProto (the backend tests' input_N.pb / output_N.pb) into a host tensor.
+/// Reads a serialized TensorProto (the backend tests' input_N.pb / output_N.pb) into a host tensor;
+/// the same errors as load() for a file that cannot be read, parse_error for one that is not a
+/// TensorProto.
 [[nodiscard]] tensor load_tensor(const std::string& path);
 
 }  // namespace npurt::onnx

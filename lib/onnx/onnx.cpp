@@ -21,20 +21,25 @@ namespace {
   throw graph_error(make_error_code(e), op, tensor, what);
 }
 
+// A file that cannot be read carries the system's reason as its code (std::errc in the generic
+// category, as std::filesystem and checkpoint::load report it), so a caller can tell a missing
+// file from a forbidden one without parsing the message.
 std::string read_file(const std::string& path) {
   std::error_code fs_ec;
   if (std::filesystem::is_directory(path, fs_ec))
-    fail(errc::invalid_argument, {}, {}, "onnx: cannot read '" + path + "': it is a directory");
+    throw graph_error(std::make_error_code(std::errc::is_a_directory), {}, {}, "onnx: cannot read '" + path + "'");
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int e = errno;
-    fail(errc::invalid_argument, {}, {},
-         "onnx: cannot open '" + path + "'" + (e != 0 ? ": " + std::generic_category().message(e) : std::string()));
+    if (e == 0) fail(errc::invalid_argument, {}, {}, "onnx: cannot open '" + path + "'");
+    // what() ends in the code's message, the reason.
+    throw graph_error(std::error_code(e, std::generic_category()), {}, {}, "onnx: cannot open '" + path + "'");
   }
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) fail(errc::invalid_argument, {}, {}, "onnx: cannot read '" + path + "'");
+  if (in.bad())
+    throw graph_error(std::make_error_code(std::errc::io_error), {}, {}, "onnx: cannot read '" + path + "'");
   return ss.str();
 }
 
