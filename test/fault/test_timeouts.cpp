@@ -1,6 +1,6 @@
 // The timeout hierarchy (docs/faults.md): the event-wait timeout of stream waits, the
 // op-execute watchdog of long healthy tasks, and every timeout_error naming its timer and its
-// limit; and copies refused at the call on a lost device.
+// limit; and copies and collectives refused at the call on a lost device.
 #include "common.hpp"
 
 #include <catch2/catch_test_macros.hpp>
@@ -393,4 +393,60 @@ TEST_CASE("a hung kernel with the watchdog off is a deadlock that names the task
     CHECK_THAT(what, Catch::Matchers::ContainsSubstring("(stuck)"));
     CHECK_THAT(what, Catch::Matchers::ContainsSubstring("never ends"));
   }
+}
+
+TEST_CASE("a collective on a lost device is refused at the call, and the ranks stay matched after a reset",
+          "[fault][lost][collective]") {
+  constexpr std::size_t n = 256;
+  npurt::system sys{preset(2, fault_plan{}.add(fault_spec::hbm_ecc(0).at_time(at(ms(0)))))};
+  recorder rec;
+  sys.add_observer(rec);
+  auto comm = npurt::communicator::init_all(sys);
+  auto& d0 = sys.device(0);
+  auto& d1 = sys.device(1);
+  auto s0 = d0.make_stream();
+  auto s1 = d1.make_stream();
+  void* scratch = d0.malloc(n);
+  (void)s0.memset(scratch, n, 0, n);  // touches memory with the ECC fault armed: the device is lost
+  std::error_code ec;
+  s0.synchronize(npurt::no_timeout, ec);
+  REQUIRE(ec == errc::hbm_ecc_error);
+  REQUIRE(npurt::sim::faults_of(sys).status(0) == npurt::device_status::lost);
+  const std::size_t rows = rec.rows.size();
+
+  // The device's state comes before the buffers' checks: null buffers would otherwise be
+  // refused as null_pointer on this functional backend.
+  (void)comm.all_reduce(nullptr, nullptr, n, npurt::dtype::f32, npurt::reduce_op::sum, s0, ec);
+  CHECK(ec == errc::device_lost);
+  try {
+    (void)comm.barrier(s0);
+    FAIL("the collective was not refused");
+  } catch (const npurt::device_error& e) {
+    CHECK(e.code() == errc::device_lost);
+    CHECK(e.status() == npurt::device_status::lost);
+    CHECK(e.device() == 0);
+    CHECK_THAT(std::string(e.what()), Catch::Matchers::ContainsSubstring("device 0 is lost"));
+  }
+  npurt::async_error_code async_ec;
+  comm.async_barrier(s0, [&](npurt::async_error_code e) { async_ec = e; });
+  sys.run();
+  CHECK(async_ec == errc::device_lost);
+  CHECK(rec.rows.size() == rows);  // nothing was enqueued
+  s0.synchronize(npurt::no_timeout, ec);
+  CHECK(!ec);  // and no sticky error was left behind
+
+  // The refused calls took no call number: after the reset both ranks' next AllReduce matches.
+  d0.reset();
+  auto r0 = d0.make_stream();
+  std::vector<float> ones(n, 1.0f), twos(n, 2.0f), out(n, 0.0f);
+  float* b0 = static_cast<float*>(d0.malloc(n * sizeof(float)));
+  float* b1 = static_cast<float*>(d1.malloc(n * sizeof(float)));
+  (void)r0.memcpy(b0, n * sizeof(float), ones.data(), n * sizeof(float));
+  (void)s1.memcpy(b1, n * sizeof(float), twos.data(), n * sizeof(float));
+  (void)comm.all_reduce(b0, b0, n, npurt::dtype::f32, npurt::reduce_op::sum, r0);
+  (void)comm.all_reduce(b1, b1, n, npurt::dtype::f32, npurt::reduce_op::sum, s1);
+  (void)r0.memcpy(out.data(), n * sizeof(float), b0, n * sizeof(float));
+  r0.synchronize();
+  s1.synchronize();
+  CHECK(out == std::vector<float>(n, 3.0f));
 }

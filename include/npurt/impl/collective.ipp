@@ -293,6 +293,13 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
     return nullptr;
   }
   const auto rank = static_cast<std::uint32_t>(r);
+  // A lost device takes no work until it is reset, as its launches and copies are refused at the
+  // call: nothing is enqueued and the rank's call number does not advance, so the ranks stay
+  // matched when the caller resets the device and calls again.
+  if (rt_->backend().status(ss->device) == device_status::lost) {
+    ec = make_error_code(errc::device_lost);
+    return nullptr;
+  }
   if ((ec = check(c, ss->device, rank))) return nullptr;
   // Call numbers, per rank for collectives and per ordered pair for point-to-point calls: the
   // engine matches the ranks' parts by them.
@@ -370,6 +377,9 @@ NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
     else if (ec == errc::operation_aborted && state_)
       what += ": the communicator was aborted" +
               (state_->abort_reason.empty() ? std::string("") : " (" + state_->abort_reason + ")");
+    else if (ec == errc::device_lost)
+      what +=
+          ": the calling rank's device " + std::to_string(s.device_or_none()) + " is lost (device::reset() repairs it)";
     else if (ec == errc::invalid_argument && !state_) what += ": empty communicator handle";
     else if (ec == errc::invalid_argument && !rt_) what += ": its system was destroyed";
     else if (ec == errc::invalid_argument) {
@@ -380,7 +390,7 @@ NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
       std::string why = c.send ? rt_->memory().why_not_live(c.send) : std::string();
       what += ": " + (why.empty() && c.recv ? rt_->memory().why_not_live(c.recv) : why);
     }
-    throw_error(ec, what);
+    throw_error_on(ec == errc::device_lost ? s.device_or_none() : -1, ec, what, 0);
   }
   return e;
 }
