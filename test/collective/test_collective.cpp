@@ -728,6 +728,66 @@ TEST_CASE("a reset with nothing in flight leaves the communicator usable", "[col
   CHECK_FALSE(ec);
 }
 
+TEST_CASE("a reset inside an open group drops the whole group and the ranks stay matched", "[collective][errors]") {
+  fixture f(roce_preset(2));
+  auto comm = communicator::init_all(f.sys);
+  std::vector<std::vector<std::byte>> in;
+  std::vector<void*> buf;
+  for (int d = 0; d < 2; ++d) {
+    in.push_back(random_bytes(64, 31u + static_cast<std::uint32_t>(d), dtype::f32));
+    buf.push_back(f.upload(d, in.back()));
+  }
+  f.sys.run();
+  SECTION("the error_code form") {
+    comm.group_start();
+    comm.barrier(f.streams[0]);
+    comm.barrier(f.streams[1]);
+    f.sys.device(1).reset();
+    std::error_code ec;
+    comm.group_end(ec);
+    CHECK(ec == errc::invalid_stream);
+  }
+  SECTION("the throwing form says what happened to the calls") {
+    comm.group_start();
+    comm.barrier(f.streams[0]);
+    comm.barrier(f.streams[1]);
+    f.sys.device(1).reset();
+    try {
+      comm.group_end();
+      FAIL("group_end did not report the reset stream");
+    } catch (const caller_error& e) {
+      CHECK(e.code() == errc::invalid_stream);
+      CHECK_THAT(std::string(e.what()), ContainsSubstring("device reset") && ContainsSubstring("none of the group"));
+    }
+  }
+  SECTION("a group holding the reset rank's call only gives back its call number") {
+    comm.group_start();
+    comm.barrier(f.streams[1]);
+    f.sys.device(1).reset();
+    std::error_code ec;
+    comm.group_end(ec);
+    CHECK(ec == errc::invalid_stream);
+  }
+  // Nothing of the group ran on rank 0 either, and the next calls of both ranks match: an
+  // AllReduce on fresh memory of the reset device gives the sum.
+  std::error_code ec;
+  f.streams[0].synchronize(no_timeout, ec);
+  CHECK_FALSE(ec);
+  CHECK_FALSE(comm.aborted());
+  stream s1 = f.sys.device(1).make_stream();
+  void* fresh = f.sys.device(1).malloc(64);
+  (void)s1.memcpy(fresh, 64, in[1].data(), 64);
+  comm.all_reduce(buf[0], buf[0], 16, dtype::f32, reduce_op::sum, f.streams[0]);
+  comm.all_reduce(fresh, fresh, 16, dtype::f32, reduce_op::sum, s1);
+  f.sys.run();
+  const auto ref = reference_reduce({in[0], in[1]}, dtype::f32, reduce_op::sum, 0, 64);
+  CHECK(f.download(0, buf[0], 64) == ref);
+  std::vector<std::byte> out(64);
+  (void)s1.memcpy(out.data(), 64, fresh, 64);
+  s1.synchronize();
+  CHECK(out == ref);
+}
+
 TEST_CASE("split makes one communicator per color in parent rank order", "[collective][api]") {
   fixture f(roce_preset(6));
   auto world = communicator::init_all(f.sys);

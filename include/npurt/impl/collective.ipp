@@ -431,6 +431,17 @@ NPURT_DECL void communicator::group_end(std::error_code& ec) {
   for (const auto& entry : pending) {
     const detail::stream_state* ss = rt_->find_stream(entry.first);
     if (!ss || ss->destroyed || ss->invalidated) {
+      // The group's calls took the last call numbers of their ranks (every call of this
+      // communicator went into the open group): give them back, so that the ranks' next calls
+      // match whichever ranks the group held.
+      const std::uint32_t p = state_->size();
+      for (const auto& [sid, d] : pending)
+        for (const collective_call& c : d->calls) {
+          const auto peer = static_cast<std::uint32_t>(c.root);
+          if (c.op == collective_op::send) --state_->next_send[d->rank * p + peer];
+          else if (c.op == collective_op::recv) --state_->next_recv[peer * p + d->rank];
+          else --state_->next_seq[d->rank];
+        }
       ec = make_error_code(errc::invalid_stream);
       return;
     }
@@ -450,6 +461,10 @@ NPURT_DECL void communicator::group_end() {
   group_end(ec);
   if (ec == errc::invalid_argument && (!group_ || group_->depth == 0) && state_ && rt_)
     throw_error(ec, "npurt::communicator::group_end: no group_start to end");
+  if (ec == errc::invalid_stream)
+    throw_error(ec,
+                "npurt::communicator::group_end: a stream of the group was destroyed or its device reset; "
+                "none of the group's calls was enqueued");
   throw_if(ec, "npurt::communicator::group_end");
 }
 
