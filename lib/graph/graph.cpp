@@ -1,6 +1,8 @@
 // Graph construction, validation and shape inference (see graph/graph.hpp).
 #include <npurt/graph/graph.hpp>
 
+#include <npurt/graph/detail/composite.hpp>
+
 #include "eltwise.hpp"
 
 #include <algorithm>
@@ -230,7 +232,9 @@ std::string attributes::get_string(std::string_view name, std::string fallback) 
 
 std::span<const std::string_view> supported_ops() noexcept {
   static const auto sorted = [] {
-    auto s = ops_table;
+    std::vector<std::string_view> s(ops_table.begin(), ops_table.end());
+    const auto chains = detail::composite_ops();
+    s.insert(s.end(), chains.begin(), chains.end());
     std::sort(s.begin(), s.end());
     return s;
   }();
@@ -267,6 +271,13 @@ const op_attributes onnx_attributes[] = {
     {"ReduceSum", {"axes", "keepdims", "noop_with_empty_axes"}},
     {"ReduceMax", {"axes", "keepdims", "noop_with_empty_axes"}},
     {"ReduceMin", {"axes", "keepdims", "noop_with_empty_axes"}},
+    {"ReduceSumSquare", {"axes", "keepdims", "noop_with_empty_axes"}},
+    {"ReduceL1", {"axes", "keepdims", "noop_with_empty_axes"}},
+    {"ReduceL2", {"axes", "keepdims", "noop_with_empty_axes"}},
+    {"ReduceLogSum", {"axes", "keepdims", "noop_with_empty_axes"}},
+    {"ReduceLogSumExp", {"axes", "keepdims", "noop_with_empty_axes"}},
+    {"InstanceNormalization", {"epsilon"}},
+    {"MeanVarianceNormalization", {"axes"}},
     {"ArgMax", {"axis", "keepdims", "select_last_index"}},
     {"ArgMin", {"axis", "keepdims", "select_last_index"}},
     {"LeakyRelu", {"alpha"}},
@@ -316,7 +327,7 @@ std::string attribute_list(std::string_view type) {
 }  // namespace
 
 bool is_supported_op(std::string_view type) noexcept {
-  return std::find(ops_table.begin(), ops_table.end(), type) != ops_table.end();
+  return std::find(ops_table.begin(), ops_table.end(), type) != ops_table.end() || detail::is_composite_op(type);
 }
 
 std::optional<dtype> dtype_from_onnx(std::int64_t code) noexcept {
@@ -857,6 +868,15 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
     throw graph_error(make_error_code(errc::invalid_argument), name, {}, "duplicate node name '" + name + "'");
   if (outputs.empty())
     throw graph_error(make_error_code(errc::invalid_argument), name, {}, "node '" + name + "' has no output");
+  // Clip's kernel takes constant bounds; a bound computed or fed at run time makes it the chain
+  // Max, Min. A bound not added yet keeps the Clip node, as any operator may name a later tensor.
+  const bool clip_at_run_time =
+      type == "Clip" && std::any_of(inputs.begin() + std::min<std::size_t>(inputs.size(), 1), inputs.end(),
+                                    [this](const std::string& b) { return !b.empty() && find(b) && !constant(b); });
+  if (detail::is_composite_op(type) || clip_at_run_time) {
+    add_composite(type, std::move(name), inputs, outputs, attrs);
+    return;
+  }
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     check_new_name(outputs[i], name);
     if (std::find(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(i), outputs[i]) !=
@@ -880,6 +900,49 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
     values_.resize(values_.size() - nodes_.back().outputs.size());
     node_index_.erase(nodes_.back().name);
     nodes_.pop_back();
+    throw;
+  }
+}
+
+void graph::add_composite(std::string_view type, std::string name, const std::vector<std::string>& inputs,
+                          const std::vector<std::string>& outputs, const npurt::attributes& attrs) {
+  if (outputs.size() != 1)
+    throw graph_error(
+        make_error_code(errc::invalid_argument), name, {},
+        "node '" + name + "': " + std::string(type) + " has one output, " + std::to_string(outputs.size()) + " named");
+  if (inputs.empty() || inputs[0].empty())
+    throw graph_error(make_error_code(errc::invalid_argument), name, {},
+                      "node '" + name + "': " + std::string(type) + " needs its first input");
+  // The chain is built from its inputs' shapes (a rank, a scalar's dtype), so they must be known:
+  // unlike a single operator, a chain cannot wait for validate().
+  for (const auto& in : inputs) {
+    if (in.empty()) continue;
+    const value_info* v = find(in);
+    if (!v || !v->known)
+      throw graph_error(make_error_code(errc::invalid_argument), name, in,
+                        "node '" + name + "': " + std::string(type) +
+                            " is computed as a chain of npurt's operators, "
+                            "built from its inputs' shapes: add input '" +
+                            in + "' (with a known shape) first");
+  }
+  for (const auto& o : outputs) check_new_name(o, name);
+  const std::size_t nodes_before = nodes_.size(), values_before = values_.size();
+  const auto fresh = [this](const std::string& base) {
+    std::string r = base;
+    for (std::size_t k = 1; value_index_.count(r) || node_index_.count(r); ++k) r = base + "_" + std::to_string(k);
+    return r;
+  };
+  try {
+    detail::add_composite(*this, type, name, inputs, outputs, attrs, fresh);
+  } catch (...) {
+    // A rejected node leaves the graph as it was: the chain's steps and scalars go again.
+    for (std::size_t i = nodes_before; i < nodes_.size(); ++i) node_index_.erase(nodes_[i].name);
+    for (std::size_t i = values_before; i < values_.size(); ++i) {
+      value_index_.erase(values_[i].name);
+      constants_.erase(values_[i].name);
+    }
+    nodes_.resize(nodes_before);
+    values_.resize(values_before);
     throw;
   }
 }

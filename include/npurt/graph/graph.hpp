@@ -107,7 +107,8 @@ struct node {
   bool inferred = false;
 };
 
-/// The operator types the graph accepts (ONNX names), sorted.
+/// The operator types the graph accepts (ONNX names), sorted: the kernels' own, and those it adds
+/// as chains of them (ReduceL2, PRelu, InstanceNormalization, ...; see graph::add_op).
 [[nodiscard]] std::span<const std::string_view> supported_ops() noexcept;
 [[nodiscard]] bool is_supported_op(std::string_view type) noexcept;
 
@@ -128,7 +129,8 @@ class graph {
   /// compiled before keep the value they copied.
   void set_constant(std::string_view name, tensor value);
   /// An operator with one output; the output is named `name` (default: "<type>_<n>") and the
-  /// node "<output>". Returns the output's name.
+  /// node "<output>". Returns the output's name. An operator computed as a chain adds its steps,
+  /// the last one named so, the others "<output>/<step>"; its inputs must be added first.
   std::string add_op(std::string_view type, std::vector<std::string> inputs, npurt::attributes attrs = {},
                      std::string name = {});
   /// An operator with explicit node and output names (what an importer uses).
@@ -163,6 +165,9 @@ class graph {
 
  private:
   void check_new_name(std::string_view name, std::string_view op) const;
+  /// add_node of an operator computed as a chain (detail/composite.hpp), all or nothing.
+  void add_composite(std::string_view type, std::string name, const std::vector<std::string>& inputs,
+                     const std::vector<std::string>& outputs, const npurt::attributes& attrs);
   bool try_infer(std::size_t n);
   /// The nodes of each cycle, given a topological_order() that left them out.
   [[nodiscard]] std::vector<std::vector<std::size_t>> find_cycles(const std::vector<std::size_t>& order) const;

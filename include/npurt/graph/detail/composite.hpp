@@ -1,0 +1,30 @@
+// npurt/graph/detail/composite.hpp — ONNX operators the graph computes as chains of its own
+// operators (ReduceL2 as Mul → ReduceSum → Sqrt, InstanceNormalization as ReduceMeans, ...).
+// graph::add_node expands them; the ONNX importer calls add_composite itself, so that the chain's
+// intermediates avoid every name of the model, not only those already added.
+#pragma once
+
+#include <npurt/graph/graph.hpp>
+
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace npurt::detail {
+
+/// The operators the graph expands into chains.
+[[nodiscard]] std::span<const std::string_view> composite_ops() noexcept;
+/// Whether `type` is one of them.
+[[nodiscard]] bool is_composite_op(std::string_view type) noexcept;
+
+/// Adds operator `type` (a composite, or a Clip whose bounds are not constants) to `g` as its
+/// chain: the step writing `outputs[0]` is the node `node_name`, the others are named
+/// `fresh("<output>/<step>")`. Every input must be in the graph with its shape known. Throws
+/// graph_error; on a throw the steps already added stay (graph::add_node takes them back).
+void add_composite(graph& g, std::string_view type, const std::string& node_name,
+                   const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
+                   const attributes& attrs, const std::function<std::string(const std::string&)>& fresh);
+
+}  // namespace npurt::detail

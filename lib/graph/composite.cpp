@@ -1,0 +1,185 @@
+// The operators the graph computes as chains of its own (npurt/graph/detail/composite.hpp). Each
+// chain computes what ONNX's definition of the operator does (onnx.ai/onnx/operators) with
+// npurt's kernels.
+#include <npurt/graph/detail/composite.hpp>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace npurt::detail {
+
+namespace {
+
+[[noreturn]] void fail(errc e, const std::string& op, const std::string& tensor, const std::string& what) {
+  throw graph_error(make_error_code(e), op, tensor, what);
+}
+
+}  // namespace
+
+// The reductions the kernels lack as ReduceSum or ReduceMax with elementwise steps, Sum and Mean
+// as Adds, PRelu, Tan and Cosh as elementwise steps, the two normalizations as ReduceMeans.
+std::span<const std::string_view> composite_ops() noexcept {
+  static constexpr std::string_view ops[] = {"ReduceSumSquare",
+                                             "ReduceL1",
+                                             "ReduceL2",
+                                             "ReduceLogSum",
+                                             "ReduceLogSumExp",
+                                             "Sum",
+                                             "Mean",
+                                             "PRelu",
+                                             "GlobalMaxPool",
+                                             "Tan",
+                                             "Cosh",
+                                             "InstanceNormalization",
+                                             "MeanVarianceNormalization"};
+  return ops;
+}
+
+bool is_composite_op(std::string_view type) noexcept {
+  const auto ops = composite_ops();
+  return std::find(ops.begin(), ops.end(), type) != ops.end();
+}
+
+void add_composite(graph& g, std::string_view type, const std::string& node_name, const std::vector<std::string>& ins,
+                   const std::vector<std::string>& outputs, const attributes& attrs,
+                   const std::function<std::string(const std::string&)>& fresh) {
+  const std::string t(type);
+  if (outputs.size() != 1 || outputs[0].empty())
+    fail(errc::parse_error, node_name, {}, t + " '" + node_name + "' needs exactly one named output");
+  const std::string& y = outputs[0];
+  if (ins.empty() || ins[0].empty()) fail(errc::parse_error, node_name, y, t + " '" + node_name + "' has no input");
+  // One step of the chain: `to` empty is a fresh intermediate, named after the step. The step
+  // writing the output carries the model's node name, so its errors name the node the user wrote.
+  auto step = [&](const std::string& type, const std::string& tag, std::vector<std::string> from,
+                  const std::string& to = {}, attributes a = {}) {
+    const std::string out = to.empty() ? fresh(y + "/" + tag) : to;
+    g.add_node(type, to.empty() ? out : node_name, std::move(from), {out}, std::move(a));
+    return out;
+  };
+  if (t == "Clip") {
+    // The kernel's bounds are scalars fixed when it is compiled; bounds known only at run time
+    // are the broadcasting Max and Min, which clip alike (numpy.clip is the same pair).
+    const bool has_min = ins.size() > 1 && !ins[1].empty(), has_max = ins.size() > 2 && !ins[2].empty();
+    for (std::size_t i = 1; i < std::min<std::size_t>(ins.size(), 3); ++i)
+      if (!ins[i].empty() && g.value(ins[i]).shape.elements() != 1)
+        fail(errc::invalid_shape, node_name, ins[i],
+             "Clip '" + node_name + "': bound '" + ins[i] + "' has shape " + shape_string(g.value(ins[i]).shape) +
+                 ", not one element");
+    std::string acc = ins[0];
+    if (has_min) acc = step("Max", "min", {acc, ins[1]}, has_max ? std::string() : y, attrs);
+    if (has_max) step("Min", "max", {acc, ins[2]}, y, attrs);
+    return;
+  }
+  // A scalar of x's dtype, for the steps that scale or compare with a number.
+  auto scalar = [&](const std::string& tag, double v) {
+    tensor c(shape{}, g.value(ins[0]).type);
+    c.set(0, v);
+    return g.add_constant(fresh(y + "/" + tag), std::move(c));
+  };
+  if (t == "Sum" || t == "Mean") {
+    // Neither has attributes: any the model gives reach Add (or Identity), which refuses them.
+    const std::string to = t == "Sum" ? y : std::string();
+    std::string acc = ins.size() == 1 ? step("Identity", "identity", ins, to, attrs) : ins[0];
+    for (std::size_t i = 1; i < ins.size(); ++i)
+      acc = step("Add", "add" + std::to_string(i), {acc, ins[i]}, i + 1 == ins.size() ? to : std::string(), attrs);
+    if (t == "Mean") step("Div", "mean", {acc, scalar("count", static_cast<double>(ins.size()))}, y);
+    return;
+  }
+  if (t == "PRelu") {
+    // x where x > 0, slope * x elsewhere, slope broadcasting as in Mul.
+    if (ins.size() != 2 || ins[1].empty())
+      fail(errc::parse_error, node_name, y, "PRelu '" + node_name + "' needs the inputs X and slope");
+    const std::string neg = step("Mul", "scaled", {step("Min", "negative", {ins[0], scalar("zero", 0)}), ins[1]});
+    step("Add", "prelu", {step("Relu", "positive", {ins[0]}), neg}, y, attrs);
+    // Mul broadcasts both ways; ONNX's slope only broadcasts to X, never widening the output.
+    if (!(g.value(y).shape == g.value(ins[0]).shape))
+      fail(errc::invalid_shape, node_name, ins[1],
+           "PRelu '" + node_name + "': slope of shape " + shape_string(g.value(ins[1]).shape) +
+               " does not broadcast to X's " + shape_string(g.value(ins[0]).shape));
+    return;
+  }
+  if (t == "GlobalMaxPool") {
+    const auto rank = g.value(ins[0]).shape.rank();
+    if (rank < 3)
+      fail(errc::invalid_shape, node_name, ins[0],
+           "GlobalMaxPool '" + node_name + "' needs N, C and a spatial dimension, got rank " + std::to_string(rank));
+    ints axes;
+    for (std::size_t d = 2; d < rank; ++d) axes.push_back(static_cast<std::int64_t>(d));
+    attributes a = attrs;
+    a.set("axes", axes);
+    a.set("keepdims", std::int64_t{1});
+    step("ReduceMax", "max", {ins[0]}, y, std::move(a));
+    return;
+  }
+  if (t == "InstanceNormalization" || t == "MeanVarianceNormalization") {
+    const bool instance = t == "InstanceNormalization";
+    for (const auto& [name, value] : attrs.items())
+      if (name != (instance ? "epsilon" : "axes"))
+        fail(errc::not_supported, node_name, {},
+             t + " '" + node_name + "': attribute '" + name + "' is not one of " + t + "'s");
+    const auto rank = g.value(ins[0]).shape.rank();
+    if (instance && (rank < 3 || ins.size() != 3 || ins[1].empty() || ins[2].empty()))
+      fail(rank < 3 ? errc::invalid_shape : errc::parse_error, node_name, ins[0],
+           "InstanceNormalization '" + node_name + "' needs input, scale and B, the input of rank 3 or more");
+    ints axes = attrs.get_ints("axes", instance ? ints{} : ints{0, 2, 3});
+    if (instance)
+      for (std::size_t d = 2; d < rank; ++d) axes.push_back(static_cast<std::int64_t>(d));
+    const attributes over{{"axes", axes}, {"keepdims", std::int64_t{1}}};
+    const std::string centred = step("Sub", "centred", {ins[0], step("ReduceMean", "mean", {ins[0]}, {}, over)});
+    const std::string var = step("ReduceMean", "var", {step("Mul", "square", {centred, centred})}, {}, over);
+    if (!instance) {
+      // ONNX's function adds its epsilon to the deviation, not to the variance.
+      step("Div", "mvn", {centred, step("Add", "std_eps", {step("Sqrt", "std", {var}), scalar("eps", 1e-9)})}, y);
+      return;
+    }
+    const std::string std_dev =
+        step("Sqrt", "std", {step("Add", "var_eps", {var, scalar("eps", attrs.get_float("epsilon", 1e-5))})});
+    const std::string normed = step("Div", "normed", {centred, std_dev});
+    // scale and B are per channel: [C] as [C, 1, ...] broadcasts over the spatial axes.
+    tensor per_channel(shape{static_cast<std::int64_t>(rank - 1)}, dtype::i64);
+    for (std::size_t d = 0; d + 1 < rank; ++d) per_channel.set(static_cast<std::int64_t>(d), d == 0 ? -1 : 1);
+    const std::string channel_shape = g.add_constant(fresh(y + "/channel_shape"), std::move(per_channel));
+    const std::string scale = step("Reshape", "scale", {ins[1], channel_shape});
+    const std::string bias = step("Reshape", "bias", {ins[2], channel_shape});
+    step("Add", "instance_norm", {step("Mul", "scaled", {normed, scale}), bias}, y);
+    return;
+  }
+  if (t == "Tan") {
+    step("Div", "tan", {step("Sin", "sin", {ins[0]}), step("Cos", "cos", {ins[0]})}, y, attrs);
+    return;
+  }
+  if (t == "Cosh") {
+    // The two exponentials add, so nothing cancels (unlike Sinh's difference near 0).
+    const std::string e =
+        step("Add", "sum", {step("Exp", "exp", {ins[0]}), step("Exp", "exp_neg", {step("Neg", "neg", {ins[0]})})});
+    step("Mul", "half", {e, scalar("half", 0.5)}, y, attrs);
+    return;
+  }
+  // The reduction's own inputs (data and, from opset 18, axes) follow the first step's result.
+  auto reduce = [&](const std::string& type, const std::string& tag, const std::string& x, const std::string& to,
+                    attributes a) {
+    std::vector<std::string> from = ins;
+    from[0] = x;
+    return step(type, tag, std::move(from), to, std::move(a));
+  };
+  if (t == "ReduceSumSquare") {
+    reduce("ReduceSum", "sum", step("Mul", "square", {ins[0], ins[0]}), y, attrs);
+  } else if (t == "ReduceL1") {
+    reduce("ReduceSum", "sum", step("Abs", "abs", {ins[0]}), y, attrs);
+  } else if (t == "ReduceL2") {
+    step("Sqrt", "sqrt", {reduce("ReduceSum", "sum", step("Mul", "square", {ins[0], ins[0]}), {}, attrs)}, y);
+  } else if (t == "ReduceLogSum") {
+    step("Log", "log", {reduce("ReduceSum", "sum", ins[0], {}, attrs)}, y);
+  } else {
+    // log(sum(exp(x))) = max + log(sum(exp(x - max))): exp of the raw values overflows from 89 on.
+    attributes keep = attrs;
+    keep.set("keepdims", std::int64_t{1});
+    const std::string max_kept = reduce("ReduceMax", "max_kept", ins[0], {}, keep);
+    const std::string max_out =
+        attrs.get_int("keepdims", 1) != 0 ? max_kept : reduce("ReduceMax", "max", ins[0], {}, attrs);
+    const std::string e = step("Exp", "exp", {step("Sub", "shift", {ins[0], max_kept})});
+    step("Add", "add_max", {step("Log", "log", {reduce("ReduceSum", "sum", e, {}, attrs)}), max_out}, y);
+  }
+}
+
+}  // namespace npurt::detail

@@ -1,0 +1,143 @@
+// Operators the graph computes as chains of its own (ReduceL2, PRelu, Mean, ...): available by name
+// through add_op, as through ONNX import, all or nothing when refused.
+#include <npurt/graph/graph.hpp>
+#include <npurt/graph/session.hpp>
+
+#include "helpers.hpp"
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+using namespace npurt;
+
+namespace {
+
+void close(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    CHECK(std::abs(got[i] - want[i]) <= 1e-5 * std::max(1.0, std::abs(want[i])));
+  }
+}
+
+const node* node_named(const graph& g, const std::string& name) {
+  for (const auto& n : g.nodes())
+    if (n.name == name) return &n;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("operators computed as chains are added by name and compute ONNX's definitions", "[graph][composite]") {
+  graph g("chains");
+  const auto x = g.add_input("x", {2, 3}, dtype::f32);
+  const auto lo = g.add_input("lo", {}, dtype::f32);  // a bound fed at run time
+  const auto b = g.add_constant("b", tensor({3}, dtype::f32, {1, 2, 3}));
+  const auto slope = g.add_constant("slope", tensor({3}, dtype::f32, {0.5, 0.25, 2}));
+  g.set_output(g.add_op("ReduceL2", {x}, {{"axes", ints{1}}, {"keepdims", std::int64_t{0}}}, "l2"));
+  g.set_output(g.add_op("ReduceLogSumExp", {x}, {{"axes", ints{0}}, {"keepdims", std::int64_t{1}}}, "lse"));
+  g.set_output(g.add_op("Sum", {x, x, b}, {}, "sum"));
+  g.set_output(g.add_op("Mean", {x, b}, {}, "mean"));
+  g.set_output(g.add_op("PRelu", {x, slope}, {}, "prelu"));
+  g.set_output(g.add_op("Cosh", {x}, {}, "cosh"));
+  g.set_output(g.add_op("Clip", {x, lo}, {}, "clip"));
+  // The output is the chain's last step, carrying the node's name.
+  REQUIRE(node_named(g, "l2"));
+  CHECK(node_named(g, "l2")->type == "Sqrt");
+  CHECK(g.value("l2").shape == shape{2});
+  CHECK(g.value("lse").shape == shape{1, 3});
+  CHECK(node_named(g, "clip")->type == "Max");
+  const auto sorted = supported_ops();
+  CHECK(std::is_sorted(sorted.begin(), sorted.end()));
+  for (std::string_view op : {"ReduceL2", "PRelu", "InstanceNormalization", "Relu"}) {
+    CHECK(is_supported_op(op));
+    CHECK(std::find(sorted.begin(), sorted.end(), op) != sorted.end());
+  }
+
+  npurt::system sys = test::make_system();
+  session s{sys};
+  const std::vector<double> xs{3, -4, 0.5, -1, 2, -0.25};
+  const double lo_v = -0.5;
+  auto r = s.run(s.compile(g), {{"x", tensor({2, 3}, dtype::f32, xs)}, {"lo", tensor(shape{}, dtype::f32, {lo_v})}});
+  const std::vector<double> bs{1, 2, 3}, sl{0.5, 0.25, 2};
+  std::vector<double> l2(2), lse(3), sum(6), mean(6), prelu(6), cosh(6), clip(6);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      const double v = xs[static_cast<std::size_t>(i * 3 + j)];
+      const auto k = static_cast<std::size_t>(i * 3 + j), c = static_cast<std::size_t>(j);
+      l2[static_cast<std::size_t>(i)] += v * v;
+      sum[k] = 2 * v + bs[c];
+      mean[k] = (v + bs[c]) / 2;
+      prelu[k] = v > 0 ? v : sl[c] * v;
+      cosh[k] = std::cosh(v);
+      clip[k] = std::max(v, lo_v);
+    }
+  for (auto& v : l2) v = std::sqrt(v);
+  for (std::size_t j = 0; j < 3; ++j) lse[j] = std::log(std::exp(xs[j]) + std::exp(xs[3 + j]));
+  close(r.outputs.at("l2").to_vector(), l2);
+  close(r.outputs.at("lse").to_vector(), lse);
+  close(r.outputs.at("sum").to_vector(), sum);
+  close(r.outputs.at("mean").to_vector(), mean);
+  close(r.outputs.at("prelu").to_vector(), prelu);
+  close(r.outputs.at("cosh").to_vector(), cosh);
+  close(r.outputs.at("clip").to_vector(), clip);
+}
+
+TEST_CASE("a chain refused at add_op leaves the graph as it was", "[graph][composite][errors]") {
+  graph g("refused");
+  const auto x = g.add_input("x", {1, 2, 3}, dtype::f32);
+  const auto wide = g.add_constant("wide", tensor({4, 2, 3}, dtype::f32, std::vector<double>(24, 0.5)));
+  const std::size_t nodes = g.nodes().size();
+  // The slope widens the output past X: refused after some of the chain's steps were added.
+  try {
+    (void)g.add_op("PRelu", {x, wide}, {}, "prelu");
+    FAIL("PRelu with a slope wider than X was accepted");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::invalid_shape);
+    CHECK(e.tensor() == "wide");
+  }
+  CHECK(g.nodes().size() == nodes);
+  CHECK_FALSE(g.find("prelu"));
+  CHECK_FALSE(g.find("prelu/negative"));
+  CHECK_FALSE(g.find("prelu/zero"));  // the chain's scalar constant went too
+  CHECK_FALSE(g.constant("prelu/zero"));
+  // The same names are free again.
+  const auto slope = g.add_constant("slope", tensor({2, 1}, dtype::f32, {0.5, 2}));
+  CHECK(g.add_op("PRelu", {x, slope}, {}, "prelu") == "prelu");
+  CHECK(g.find("prelu/negative"));
+
+  // A chain is built from its inputs' shapes: an input not added yet is refused, naming it.
+  try {
+    (void)g.add_op("ReduceL2", {"later"}, {}, "l2");
+    FAIL("a chain on an input not added yet was accepted");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK(e.tensor() == "later");
+    CHECK(e.op() == "l2");
+  }
+  // A misspelt attribute is refused, naming the operator's own.
+  try {
+    (void)g.add_op("ReduceL2", {x}, {{"axis", std::int64_t{1}}}, "l2");
+    FAIL("ReduceL2's misspelt attribute was accepted");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::not_supported);
+    CHECK(std::string(e.what()).find("axes") != std::string::npos);
+  }
+  // The reduction's own errors, through the chain: an axis past the rank.
+  try {
+    (void)g.add_op("ReduceLogSumExp", {x}, {{"axes", ints{5}}}, "lse");
+    FAIL("an axis past the rank was accepted");
+  } catch (const graph_error& e) { CHECK(e.code() == errc::invalid_argument); }
+  CHECK_FALSE(g.find("lse"));
+  CHECK_FALSE(g.find("lse/max_kept"));
+  // A chain has one output.
+  try {
+    g.add_node("Tan", "tan", {x}, {"a", "b"});
+    FAIL("Tan with two outputs was accepted");
+  } catch (const graph_error& e) { CHECK(e.code() == errc::invalid_argument); }
+  CHECK_FALSE(g.find("a"));
+}
