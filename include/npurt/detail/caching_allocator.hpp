@@ -286,7 +286,7 @@ class caching_allocator {
     /// Removes b, which is cached in bin c.
     NPURT_DECL void erase(std::size_t c, const block* b) noexcept;
     /// Removes and returns the lowest-address block of a non-empty bin.
-    NPURT_DECL block* pop_min(std::size_t c) noexcept;
+    block* pop_min(std::size_t c) noexcept;
     /// Removes the entry at pos of a heap bin (and sorts the bin once it is small).
     NPURT_DECL void heap_erase(std::size_t c, std::uint32_t pos) noexcept;
     /// Bin c has just become empty: clear its bits.
@@ -335,8 +335,9 @@ class caching_allocator {
   };
 
   // allocate/deallocate with a plain error value: the throwing overloads (the common path) then
-  // construct no std::error_code, whose constructor and clear() are out-of-line calls.
-  NPURT_DECL std::uint64_t allocate_impl(std::size_t size, std::uint32_t stream, errc& e);
+  // construct no std::error_code, whose constructor and clear() are out-of-line calls. Both are
+  // inline (see take_block), compiled into each public overload.
+  std::uint64_t allocate_impl(std::size_t size, std::uint32_t stream, errc& e);
   /// allocate_impl when its stream caches no block that fits: other streams' blocks, new device
   /// memory, the out-of-memory retry chain. Null with e set on failure.
   NPURT_DECL block* allocate_uncached(alloc_params& p, errc& e);
@@ -351,7 +352,7 @@ class caching_allocator {
   // (the common free-then-allocate-again pattern), it is handed out again with the statistics
   // of the merge-split-take the slow path would do: same address, same statistics, same peaks.
   // Every other call settles first, i.e. does the structural merge and caches the block.
-  NPURT_DECL bool defer_free(block* b) noexcept;
+  bool defer_free(block* b) noexcept;
   NPURT_DECL bool take_deferred(std::size_t requested) noexcept;
   void settle() {
     if (deferred_) settle_deferred();
@@ -360,14 +361,16 @@ class caching_allocator {
   /// with a deferred free is never a const object: only non-const calls defer).
   void settle() const { const_cast<caching_allocator*>(this)->settle(); }
   NPURT_DECL void settle_deferred();
-  NPURT_DECL errc deallocate_impl(std::uint64_t addr, std::uint32_t stream, int device);
+  /// settle_deferred's body, inline on allocate_impl's path.
+  void cache_deferred();
+  errc deallocate_impl(std::uint64_t addr, std::uint32_t stream, int device);
   /// deallocate_impl's error for an address that is no live block's start.
   [[gnu::cold]] NPURT_DECL errc bad_free(std::uint64_t addr) const;
   /// A freed block that other streams used: drops the uses the free orders and, if others
   /// remain, makes the block pending and returns true.
   [[gnu::cold]] NPURT_DECL bool hold_for_uses(block* b, std::uint32_t stream);
   NPURT_DECL block* new_block();
-  NPURT_DECL void delete_block(block* b) noexcept;
+  void delete_block(block* b) noexcept;
   static void clear_uses(block* b) noexcept {
     if (b->has_uses) {
       b->uses.clear();
@@ -432,7 +435,12 @@ class caching_allocator {
   NPURT_DECL block* grow_arena(alloc_params& p);
   NPURT_DECL block* extend_arena(segment* a, std::size_t bytes, std::uint32_t stream);
   NPURT_DECL segment* arena_for(std::uint32_t stream, std::error_code& ec);
-  NPURT_DECL std::uint64_t take_block(block* b, alloc_params& p);
+  // take_block and the helpers below are the hot paths' own: defined inline in the .ipp files
+  // (the library is position-independent code, where a function that could be interposed is
+  // never inlined), so they compile into allocate_impl and deallocate_impl.
+  std::uint64_t take_block(block* b, alloc_params& p);
+  /// take_block's split: b keeps `size` bytes, the rest becomes a free block after it.
+  NPURT_DECL void split_block(block* b, std::size_t size);
   NPURT_DECL void free_block(block* b);
   NPURT_DECL void coalesce_and_cache(block* b);
   NPURT_DECL void release_segment(segment* s);
@@ -448,7 +456,7 @@ class caching_allocator {
   NPURT_DECL void garbage_collect(bool forced);
   NPURT_DECL std::size_t gc_limit() const noexcept;
   NPURT_DECL void step(retry_step s);
-  NPURT_DECL bool should_split(const block* b, std::size_t size) const noexcept;
+  bool should_split(const block* b, std::size_t size) const noexcept;
   NPURT_DECL free_set& set_of(pool_id p) noexcept;
   NPURT_DECL void erase_free(block* b) noexcept;
   NPURT_DECL void insert_free(block* b);

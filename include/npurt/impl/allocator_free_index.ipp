@@ -94,7 +94,8 @@ NPURT_DECL void caching_allocator::small_bins::push_grow(std::size_t c, block* b
   b->heap_pos = i;
 }
 
-NPURT_DECL caching_allocator::block* caching_allocator::small_bins::pop_min(std::size_t c) noexcept {
+// Inline: best fit calls it on every allocation that is not an exact reuse.
+[[gnu::always_inline]] inline caching_allocator::block* caching_allocator::small_bins::pop_min(std::size_t c) noexcept {
   auto& h = heaps[c];
   if (is_heap(c)) {
     block* b = h.front().b;

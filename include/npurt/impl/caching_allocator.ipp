@@ -14,6 +14,13 @@ namespace npurt::detail {
 
 namespace ca_detail {
 
+/// round_size's arithmetic, inline for allocate_impl.
+[[gnu::always_inline]] inline std::size_t round_request(std::size_t size, bool pad) noexcept {
+  if (pad) size += caching_allocator::ascend_pad_size;
+  // A select rather than a branch: request sizes on either side of 512 B come in random order.
+  return round_up(std::max(size, caching_allocator::min_block_size), caching_allocator::min_block_size);
+}
+
 inline std::string format_size(std::size_t bytes) {
   char buf[64];
   const double b = static_cast<double>(bytes);
@@ -77,15 +84,13 @@ NPURT_DECL caching_allocator::block* caching_allocator::new_block() {
   return b;
 }
 
-NPURT_DECL void caching_allocator::delete_block(block* b) noexcept {
+inline void caching_allocator::delete_block(block* b) noexcept {
   clear_uses(b);
   spare_blocks_.push_back(b);
 }
 
 NPURT_DECL std::size_t caching_allocator::round_size(std::size_t size) const noexcept {
-  if (opts_.ascend_pad) size += ascend_pad_size;
-  // A select rather than a branch: request sizes on either side of 512 B come in random order.
-  return ca_detail::round_up(std::max(size, min_block_size), min_block_size);
+  return ca_detail::round_request(size, opts_.ascend_pad);
 }
 
 NPURT_DECL std::size_t caching_allocator::allocation_size(std::size_t rounded) noexcept {
@@ -98,7 +103,7 @@ NPURT_DECL void caching_allocator::step(retry_step s) {
   if (on_retry_step) on_retry_step(s);
 }
 
-NPURT_DECL bool caching_allocator::should_split(const block* b, std::size_t size) const noexcept {
+inline bool caching_allocator::should_split(const block* b, std::size_t size) const noexcept {
   const std::size_t remaining = b->size - size;
   if (b->pool == large_pool) return size < opts_.max_split_size && remaining > small_size;
   return remaining >= min_block_size;
@@ -146,33 +151,33 @@ NPURT_DECL caching_allocator::block* caching_allocator::alloc_segment(alloc_para
   return b;
 }
 
-NPURT_DECL std::uint64_t caching_allocator::take_block(block* b, alloc_params& p) {
+NPURT_DECL void caching_allocator::split_block(block* b, std::size_t size) {
+  block* r = new_block();
+  r->addr = b->addr + size;
+  r->size = b->size - size;
+  r->stream = b->stream;
+  r->pool = b->pool;
+  r->seg = b->seg;
+  if (fences_seen_) r->free_fence = b->free_fence;
+  r->prev = b;
+  r->next = b->next;
+  if (b->next) b->next->prev = r;
+  else b->seg->last = r;
+  b->next = r;
+  b->size = size;
+  blocks_.emplace(r->addr, r);
+  // After a cross-stream reuse the remainder takes the new stream, whose free block may
+  // follow it. Its previous neighbour, b, is allocated.
+  if (const block* n = r->next; n && !n->allocated && !n->pending && n->stream == r->stream) [[unlikely]]
+    coalesce_and_cache(r);
+  else insert_free(r);
+}
+
+[[gnu::always_inline]] inline std::uint64_t caching_allocator::take_block(block* b, alloc_params& p) {
   b->allocated = true;  // before splitting, so the remainder cannot merge back into it
   b->stream = p.stream;
-  if (should_split(b, p.size)) {
-    block* r = new_block();
-    r->addr = b->addr + p.size;
-    r->size = b->size - p.size;
-    r->stream = b->stream;
-    r->pool = b->pool;
-    r->seg = b->seg;
-    if (fences_seen_) r->free_fence = b->free_fence;
-    r->prev = b;
-    r->next = b->next;
-    if (b->next) b->next->prev = r;
-    else b->seg->last = r;
-    b->next = r;
-    b->size = p.size;
-    blocks_.emplace(r->addr, r);
-    // After a cross-stream reuse the remainder takes the new stream, whose free block may
-    // follow it. Its previous neighbour, b, is allocated.
-    if (const block* n = r->next; n && !n->allocated && !n->pending && n->stream == r->stream) [[unlikely]]
-      coalesce_and_cache(r);
-    else insert_free(r);
-  }
-  b->allocated = true;
+  if (should_split(b, p.size)) split_block(b, p.size);
   b->requested = p.requested;
-  b->stream = p.stream;
   if (fences_seen_) b->free_fence = 0;
   ++b->seg->live;
   const auto sz = static_cast<std::int64_t>(b->size);
@@ -248,7 +253,8 @@ NPURT_DECL caching_allocator::block* caching_allocator::allocate_uncached(alloc_
   return b;
 }
 
-NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std::uint32_t stream, errc& e) {
+[[gnu::always_inline]] inline std::uint64_t caching_allocator::allocate_impl(std::size_t size, std::uint32_t stream,
+                                                                             errc& e) {
   if (size == 0) {
     e = errc::zero_size;
     return 0;
@@ -265,14 +271,14 @@ NPURT_DECL std::uint64_t caching_allocator::allocate_impl(std::size_t size, std:
     }
     return 0;
   }
-  const std::size_t rounded = round_size(size);
+  const std::size_t rounded = ca_detail::round_request(size, opts_.ascend_pad);
   if (deferred_) {
     if (deferred_->stream == stream && pending_.empty() && opts_.strategy == allocation_strategy::segmented &&
         rounded == deferred_->size) {
       block* x = deferred_;
       if (take_deferred(size)) return x->addr;
     }
-    settle_deferred();
+    cache_deferred();
   }
   if (!pending_.empty()) process_events();
   alloc_params p;
@@ -406,7 +412,8 @@ NPURT_DECL void caching_allocator::coalesce_and_cache(block* b) {
   insert_free(b);
 }
 
-NPURT_DECL errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint32_t stream, int device) {
+[[gnu::always_inline]] inline errc caching_allocator::deallocate_impl(std::uint64_t addr, std::uint32_t stream,
+                                                                      int device) {
   if (addr == 0) { return errc::null_pointer; }
   if (device >= 0 && device != opts_.device) { return errc::stream_device_mismatch; }
   settle();
@@ -465,7 +472,7 @@ NPURT_DECL bool caching_allocator::hold_for_uses(block* b, std::uint32_t stream)
   return false;
 }
 
-NPURT_DECL bool caching_allocator::defer_free(block* b) noexcept {
+[[gnu::always_inline]] inline bool caching_allocator::defer_free(block* b) noexcept {
   if (b->pool != small_pool) return false;
   const auto mergeable = [&](const block* n) { return n && !n->allocated && !n->pending && n->stream == b->stream; };
   if (mergeable(b->prev)) return false;  // the merged block would start below b: no exact reuse
@@ -485,7 +492,9 @@ NPURT_DECL bool caching_allocator::defer_free(block* b) noexcept {
   return true;
 }
 
-NPURT_DECL void caching_allocator::settle_deferred() {
+NPURT_DECL void caching_allocator::settle_deferred() { cache_deferred(); }
+
+[[gnu::always_inline]] inline void caching_allocator::cache_deferred() {
   block* b = deferred_;
   deferred_ = nullptr;
   small_bins* sb = bins_for(b->stream);  // n's too: it merges only with blocks of its stream
