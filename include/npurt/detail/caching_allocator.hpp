@@ -507,6 +507,9 @@ class caching_allocator {
   NPURT_DECL bool note_provider_error(std::error_code ec) noexcept;
   block* deferred_ = nullptr;                      // the held-back free (see defer_free)
   block* deferred_next_ = nullptr;                 // its free next neighbour, merged when settling
+  // What std::error_code::clear() assigns, looked up once: the error_code overloads clear their
+  // argument on every call, and std::system_category() is an out-of-line call.
+  const std::error_category* system_category_ = &std::system_category();
 };
 
 namespace ca_detail {

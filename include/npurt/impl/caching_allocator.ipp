@@ -302,7 +302,7 @@ NPURT_DECL caching_allocator::block* caching_allocator::allocate_uncached(alloc_
 }
 
 NPURT_DECL std::uint64_t caching_allocator::allocate(std::size_t size, std::uint32_t stream, std::error_code& ec) {
-  ec.clear();
+  ec.assign(0, *system_category_);  // ec.clear(), without its out-of-line call
   errc e{};
   const auto addr = allocate_impl(size, stream, e);
   if (e != errc{}) ec = make_error_code(e);
@@ -550,7 +550,7 @@ NPURT_DECL bool caching_allocator::take_deferred(std::size_t requested) noexcept
 
 NPURT_DECL void caching_allocator::deallocate(std::uint64_t addr, std::uint32_t stream, std::error_code& ec,
                                               int device) {
-  ec.clear();
+  ec.assign(0, *system_category_);
   if (const errc e = deallocate_impl(addr, stream, device); e != errc{}) ec = make_error_code(e);
 }
 
