@@ -25,6 +25,24 @@ NPURT_DECL void caching_allocator::copy_active_rows() const noexcept {
   stats_.active_bytes = stats_.allocated_bytes;
 }
 
+namespace ca_detail {
+inline constexpr stat_array allocator_stats::* stat_rows_of[] = {
+    &allocator_stats::allocation,      &allocator_stats::segment,
+    &allocator_stats::active,          &allocator_stats::inactive_split,
+    &allocator_stats::allocated_bytes, &allocator_stats::reserved_bytes,
+    &allocator_stats::active_bytes,    &allocator_stats::inactive_split_bytes,
+    &allocator_stats::requested_bytes};
+inline constexpr stat allocator_stats::* single_stats[] = {&allocator_stats::oversize_allocations,
+                                                           &allocator_stats::oversize_segments};
+}  // namespace ca_detail
+
+NPURT_DECL void caching_allocator::fill_allocated() const noexcept {
+  const auto fill = [](stat& s, const stat& base) { s.allocated = s.freed + s.current - base.current; };
+  for (auto rows : ca_detail::stat_rows_of)
+    for (std::size_t r = 0; r < (stats_.*rows).size(); ++r) fill((stats_.*rows)[r], (reset_base_.*rows)[r]);
+  for (auto one : ca_detail::single_stats) fill(stats_.*one, reset_base_.*one);
+}
+
 NPURT_DECL void caching_allocator::start_active_rows() noexcept {
   sync_rows();
   active_rows_ = true;
@@ -47,10 +65,13 @@ NPURT_DECL void caching_allocator::reset_peak() {
 
 NPURT_DECL void caching_allocator::reset_accumulated() {
   sync_rows();
-  for (stat_array* a :
-       {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split, &stats_.allocated_bytes,
-        &stats_.reserved_bytes, &stats_.active_bytes, &stats_.inactive_split_bytes, &stats_.requested_bytes})
-    for (auto& s : *a) s.allocated = s.freed = 0;
+  for (auto rows : ca_detail::stat_rows_of)
+    for (std::size_t r = 0; r < (stats_.*rows).size(); ++r) {
+      auto& s = (stats_.*rows)[r];
+      s.allocated = s.freed = 0;
+      (reset_base_.*rows)[r].current = s.current;
+    }
+  // The oversize counts' accumulated figures are never reset (as before): their base stays 0.
   stats_.num_alloc_retries = stats_.num_ooms = stats_.num_sync_all_streams = 0;
   stats_.num_device_alloc = stats_.num_device_free = 0;
 }
