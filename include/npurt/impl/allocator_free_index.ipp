@@ -7,6 +7,7 @@
 #include <npurt/detail/caching_allocator.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 
@@ -27,6 +28,33 @@ NPURT_DECL void caching_allocator::small_bins::emptied(std::size_t c) noexcept {
 
 namespace ca_detail {
 inline constexpr std::size_t short_move = 4;
+/// A sorted insert counts the last tail_count entries of its bin (all of them in a smaller bin)
+/// without a branch and, when the new block belongs among them (the common case: best fit
+/// hands out the lowest addresses, so the blocks cached again are mostly among the lowest of
+/// their bin), moves tail_count entries whatever its rank: no search, no data-dependent branch.
+/// push keeps tail_count entries of room past the end for it.
+inline constexpr std::size_t tail_count = 2 * short_move;
+/// short_move bin entries (16 bytes each) held in vector registers: a copy through them is
+/// four loads and four stores, where a memmove of a variable length is a library call that
+/// branches on the length.
+struct entry_run {
+  using lane = std::uint64_t __attribute__((vector_size(16)));
+  lane a, b, c, d;
+  [[gnu::always_inline]] void load(const void* p) noexcept {
+    const auto* s = static_cast<const unsigned char*>(p);
+    std::memcpy(&a, s, 16);
+    std::memcpy(&b, s + 16, 16);
+    std::memcpy(&c, s + 32, 16);
+    std::memcpy(&d, s + 48, 16);
+  }
+  [[gnu::always_inline]] void store(void* p) const noexcept {
+    auto* s = static_cast<unsigned char*>(p);
+    std::memcpy(s, &a, 16);
+    std::memcpy(s + 16, &b, 16);
+    std::memcpy(s + 32, &c, 16);
+    std::memcpy(s + 48, &d, 16);
+  }
+};
 }  // namespace ca_detail
 
 [[gnu::always_inline]] inline void caching_allocator::small_bins::insert_sorted(std::size_t c, block* b) {
@@ -35,17 +63,50 @@ inline constexpr std::size_t short_move = 4;
   ++count;
   words[c >> 6] |= std::uint64_t{1} << (c & 63);
   summary |= std::uint64_t{1} << (c >> 6);
-  const std::size_t at = sorted_rank(h.data(), n, b->addr);
+  const std::uint64_t addr = b->addr;
   h.emplace_back();
   bin_entry* d = h.data();
-  // The lower addresses move up one. Most inserts move only a few: then short_move entries
-  // move whatever the number (push keeps the room), without memmove's branches on the length.
-  if (n - at > ca_detail::short_move) [[unlikely]] {
-    std::memmove(static_cast<void*>(d + at + 1), d + at, (n - at) * sizeof(bin_entry));
-  } else {
-    std::memmove(static_cast<void*>(d + at + 1), d + at, ca_detail::short_move * sizeof(bin_entry));
+  static_assert(sizeof(bin_entry) == 16);
+  // The tail: the last tail_count entries, or the first tail_count slots of a smaller bin. The
+  // room past the end first gets entries above every address, so that such a bin's slots past
+  // its end count as above the new one without a test per slot (whole entries: the moves below
+  // then read what was stored whole, which the store buffer forwards).
+  ca_detail::entry_run room;
+  room.a = room.b = room.c = room.d = ca_detail::entry_run::lane{std::numeric_limits<std::uint64_t>::max(), 0};
+  room.store(d + n);
+  room.store(d + n + ca_detail::short_move);
+  const std::size_t first = n > ca_detail::tail_count ? n - ca_detail::tail_count : 0;
+  std::size_t below = 0;
+  for (std::size_t i = 0; i < ca_detail::tail_count; ++i) {
+    std::uint64_t a;
+    std::memcpy(&a, reinterpret_cast<const unsigned char*>(d + first + i) + offsetof(bin_entry, addr), sizeof a);
+    below += static_cast<std::size_t>(a < addr);
   }
-  d[at] = {b->addr, b};
+  std::size_t at = n - below;
+  if (below < ca_detail::tail_count) [[likely]] {
+    ca_detail::entry_run lo, hi;
+    lo.load(d + at);
+    hi.load(d + at + ca_detail::short_move);
+    lo.store(d + at + 1);
+    hi.store(d + at + 1 + ca_detail::short_move);
+    d[at] = {addr, b};
+    return;
+  }
+  at = sorted_search(d, n - ca_detail::tail_count, addr);  // every entry of the tail is below addr
+  // The lower addresses move up one, in runs of short_move entries copied through registers:
+  // a memmove of the exact length is a library call that branches on the length. The bottom
+  // run is read first and stored last, the others move from the top down; the bottom run's
+  // store may overlap the lowest of them, with the same values.
+  ca_detail::entry_run bottom;
+  bottom.load(d + at);
+  for (std::size_t j = n; j - at > ca_detail::short_move;) {
+    j -= ca_detail::short_move;
+    ca_detail::entry_run r;
+    r.load(d + j);
+    r.store(d + j + 1);
+  }
+  bottom.store(d + at + 1);
+  d[at] = {addr, b};
 }
 
 [[gnu::always_inline]] inline void caching_allocator::small_bins::push(std::size_t c, block* b) {
@@ -55,7 +116,7 @@ inline constexpr std::size_t short_move = 4;
   // The common case, a sorted bin with room, on its own: inlined into its two callers, without
   // the registers and stack the growth and heap paths need (a call here costs more than the
   // insertion it makes).
-  if ((heap_form[c >> 6] & bit) || n + 1 >= sorted_max || n + 1 + ca_detail::short_move > h.capacity()) [[unlikely]] {
+  if ((heap_form[c >> 6] & bit) || n + 1 >= sorted_max || n + 1 + ca_detail::tail_count > h.capacity()) [[unlikely]] {
     push_grow(c, b);
     return;
   }
@@ -65,8 +126,9 @@ inline constexpr std::size_t short_move = 4;
 NPURT_DECL void caching_allocator::small_bins::push_grow(std::size_t c, block* b) {
   auto& h = heaps[c];
   // Grow first: what follows cannot throw, so a refused allocation leaves the bin as it was.
-  // A sorted insert wants short_move entries of room past the new one (insert_sorted).
-  if (h.size() + 1 + ca_detail::short_move > h.capacity()) h.reserve(std::max<std::size_t>(8, 2 * h.capacity()));
+  // A sorted insert wants tail_count entries of room past the new one (insert_sorted).
+  if (h.size() + 1 + ca_detail::tail_count > h.capacity())
+    h.reserve(std::max(h.size() + 1 + ca_detail::tail_count, 2 * h.capacity()));
   const std::uint64_t bit = std::uint64_t{1} << (c & 63);
   if (!(heap_form[c >> 6] & bit)) {
     if (h.size() + 1 < sorted_max) {
