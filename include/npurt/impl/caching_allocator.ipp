@@ -273,8 +273,9 @@ NPURT_DECL caching_allocator::block* caching_allocator::allocate_uncached(alloc_
   }
   const std::size_t rounded = ca_detail::round_request(size, opts_.ascend_pad);
   if (deferred_) {
-    if (deferred_->stream == stream && pending_.empty() && opts_.strategy == allocation_strategy::segmented &&
-        rounded == deferred_->size) {
+    // The size first: the test that usually fails.
+    if (rounded == deferred_->size && deferred_->stream == stream && pending_.empty() &&
+        opts_.strategy == allocation_strategy::segmented) {
       block* x = deferred_;
       if (take_deferred(size)) return x->addr;
     }
