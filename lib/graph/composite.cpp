@@ -31,7 +31,12 @@ std::span<const std::string_view> composite_ops() noexcept {
                                              "Tan",
                                              "Cosh",
                                              "InstanceNormalization",
-                                             "MeanVarianceNormalization"};
+                                             "MeanVarianceNormalization",
+                                             "Sinh",
+                                             "Asinh",
+                                             "Acosh",
+                                             "Atanh",
+                                             "Shrink"};
   return ops;
 }
 
@@ -153,6 +158,73 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     const std::string e =
         step("Add", "sum", {step("Exp", "exp", {ins[0]}), step("Exp", "exp_neg", {step("Neg", "neg", {ins[0]})})});
     step("Mul", "half", {e, scalar("half", 0.5)}, y, attrs);
+    return;
+  }
+  if (t == "Sinh") {
+    // cosh(x) · tanh(x): the difference of the exponentials loses every digit near 0, where this
+    // product keeps each factor's relative precision.
+    const std::string e =
+        step("Add", "sum", {step("Exp", "exp", {ins[0]}), step("Exp", "exp_neg", {step("Neg", "neg", {ins[0]})})});
+    step("Mul", "sinh", {step("Mul", "cosh", {e, scalar("half", 0.5)}), step("Tanh", "tanh", {ins[0]})}, y, attrs);
+    return;
+  }
+  // log(1 + u) without losing u's low digits where 1 + u rounds them away (Kahan's log1p:
+  // u · log(w) / (w − 1) with w the rounded 1 + u; see D. Goldberg, "What every computer
+  // scientist should know about floating-point arithmetic", 1991, theorem 4). Where w rounds
+  // to 1 the result is u itself; the two cases are selected with masks, the chain having no
+  // branch: Sign(|w − 1|) is 1 where w differs from 1, 0 where it does not.
+  auto log1p = [&](const std::string& tag, const std::string& u) {
+    const std::string one = scalar(tag + "_one", 1);
+    const std::string w = step("Add", tag + "_w", {one, u});
+    const std::string w_minus_one = step("Sub", tag + "_w_minus_one", {w, one});
+    const std::string moved = step("Sign", tag + "_moved", {step("Abs", tag + "_abs", {w_minus_one})});
+    const std::string stayed = step("Sub", tag + "_stayed", {one, moved});
+    const std::string ratio =
+        step("Div", tag + "_ratio", {step("Log", tag + "_log", {w}), step("Add", tag + "_den", {w_minus_one, stayed})});
+    const std::string kahan = step("Mul", tag + "_kahan", {step("Mul", tag + "_scaled", {u, ratio}), moved});
+    return std::pair{kahan, step("Mul", tag + "_small", {u, stayed})};
+  };
+  if (t == "Asinh") {
+    // sign(x) · log1p(|x| + x² / (1 + sqrt(1 + x²))): odd by construction, so negative x does
+    // not cancel, and log1p keeps the precision near 0.
+    const std::string a = step("Abs", "abs", {ins[0]});
+    const std::string sq = step("Mul", "square", {ins[0], ins[0]});
+    const std::string one = scalar("one", 1);
+    const std::string den = step("Add", "den", {one, step("Sqrt", "sqrt", {step("Add", "plus_one", {sq, one})})});
+    const auto [kahan, small] = log1p("log1p", step("Add", "u", {a, step("Div", "tail", {sq, den})}));
+    step("Mul", "asinh", {step("Sign", "sign", {ins[0]}), step("Add", "log1p", {kahan, small})}, y, attrs);
+    return;
+  }
+  if (t == "Acosh") {
+    // log(x + sqrt(x² − 1)); below 1 the root is NaN, as acosh is there.
+    const std::string r =
+        step("Sqrt", "sqrt", {step("Sub", "minus_one", {step("Mul", "square", {ins[0], ins[0]}), scalar("one", 1)})});
+    step("Log", "acosh", {step("Add", "sum", {ins[0], r})}, y, attrs);
+    return;
+  }
+  if (t == "Atanh") {
+    // (log1p(x) − log1p(−x)) / 2: the two terms have opposite signs, so nothing cancels near 0;
+    // ±1 give ±inf (log1p(−1) is −inf) and beyond NaN, as atanh does.
+    const auto [pk, ps] = log1p("log1p_x", ins[0]);
+    const auto [nk, ns] = log1p("log1p_neg", step("Neg", "neg", {ins[0]}));
+    const std::string diff =
+        step("Sub", "diff", {step("Add", "log1p_x", {pk, ps}), step("Add", "log1p_neg", {nk, ns})});
+    step("Mul", "atanh", {diff, scalar("half", 0.5)}, y, attrs);
+    return;
+  }
+  if (t == "Shrink") {
+    // x − bias where x > lambd, x + bias where x < −lambd, 0 between. The steps select with
+    // Sign(Relu(·)), which is 1 past the threshold and 0 up to it.
+    const std::string lambd = scalar("lambd", attrs.get_float("lambd", 0.5));
+    const std::string bias = scalar("bias", attrs.get_float("bias", 0.0));
+    const std::string above =
+        step("Sign", "above", {step("Relu", "over", {step("Sub", "x_minus_lambd", {ins[0], lambd})})});
+    const std::string below =
+        step("Sign", "below",
+             {step("Relu", "under", {step("Sub", "neg_minus_lambd", {step("Neg", "neg", {ins[0]}), lambd})})});
+    const std::string hi = step("Mul", "high", {above, step("Sub", "minus_bias", {ins[0], bias})});
+    const std::string lo = step("Mul", "low", {below, step("Add", "plus_bias", {ins[0], bias})});
+    step("Add", "shrink", {hi, lo}, y);
     return;
   }
   // The reduction's own inputs (data and, from opset 18, axes) follow the first step's result.

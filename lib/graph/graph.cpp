@@ -278,6 +278,7 @@ const op_attributes onnx_attributes[] = {
     {"ReduceLogSumExp", {"axes", "keepdims", "noop_with_empty_axes"}},
     {"InstanceNormalization", {"epsilon"}},
     {"MeanVarianceNormalization", {"axes"}},
+    {"Shrink", {"bias", "lambd"}},
     {"ArgMax", {"axis", "keepdims", "select_last_index"}},
     {"ArgMin", {"axis", "keepdims", "select_last_index"}},
     {"LeakyRelu", {"alpha"}},
