@@ -45,6 +45,13 @@ bool is_composite_op(std::string_view type) noexcept {
   return std::find(ops.begin(), ops.end(), type) != ops.end();
 }
 
+bool added_as_chain(const graph& g, std::string_view type, std::span<const std::string> inputs) {
+  if (is_composite_op(type)) return true;
+  return type == "Clip" && inputs.size() > 1 &&
+         std::any_of(inputs.begin() + 1, inputs.end(),
+                     [&g](const std::string& b) { return !b.empty() && g.find(b) && !g.constant(b); });
+}
+
 void add_composite(graph& g, std::string_view type, const std::string& node_name, const std::vector<std::string>& ins,
                    const std::vector<std::string>& outputs, const attributes& attrs,
                    const std::function<std::string(const std::string&)>& fresh) {
@@ -182,7 +189,7 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     const std::string ratio =
         step("Div", tag + "_ratio", {step("Log", tag + "_log", {w}), step("Add", tag + "_den", {w_minus_one, stayed})});
     const std::string kahan = step("Mul", tag + "_kahan", {step("Mul", tag + "_scaled", {u, ratio}), moved});
-    return std::pair{kahan, step("Mul", tag + "_small", {u, stayed})};
+    return step("Add", tag, {kahan, step("Mul", tag + "_small", {u, stayed})});
   };
   if (t == "Asinh") {
     // sign(x) · log1p(|x| + x² / (1 + sqrt(1 + x²))): odd by construction, so negative x does
@@ -191,8 +198,8 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     const std::string sq = step("Mul", "square", {ins[0], ins[0]});
     const std::string one = scalar("one", 1);
     const std::string den = step("Add", "den", {one, step("Sqrt", "sqrt", {step("Add", "plus_one", {sq, one})})});
-    const auto [kahan, small] = log1p("log1p", step("Add", "u", {a, step("Div", "tail", {sq, den})}));
-    step("Mul", "asinh", {step("Sign", "sign", {ins[0]}), step("Add", "log1p", {kahan, small})}, y, attrs);
+    const std::string l = log1p("log1p", step("Add", "u", {a, step("Div", "tail", {sq, den})}));
+    step("Mul", "asinh", {step("Sign", "sign", {ins[0]}), l}, y, attrs);
     return;
   }
   if (t == "Acosh") {
@@ -205,10 +212,8 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
   if (t == "Atanh") {
     // (log1p(x) − log1p(−x)) / 2: the two terms have opposite signs, so nothing cancels near 0;
     // ±1 give ±inf (log1p(−1) is −inf) and beyond NaN, as atanh does.
-    const auto [pk, ps] = log1p("log1p_x", ins[0]);
-    const auto [nk, ns] = log1p("log1p_neg", step("Neg", "neg", {ins[0]}));
     const std::string diff =
-        step("Sub", "diff", {step("Add", "log1p_x", {pk, ps}), step("Add", "log1p_neg", {nk, ns})});
+        step("Sub", "diff", {log1p("log1p_x", ins[0]), log1p("log1p_neg", step("Neg", "neg", {ins[0]}))});
     step("Mul", "atanh", {diff, scalar("half", 0.5)}, y, attrs);
     return;
   }

@@ -869,12 +869,7 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
     throw graph_error(make_error_code(errc::invalid_argument), name, {}, "duplicate node name '" + name + "'");
   if (outputs.empty())
     throw graph_error(make_error_code(errc::invalid_argument), name, {}, "node '" + name + "' has no output");
-  // Clip's kernel takes constant bounds; a bound computed or fed at run time makes it the chain
-  // Max, Min. A bound not added yet keeps the Clip node, as any operator may name a later tensor.
-  const bool clip_at_run_time =
-      type == "Clip" && std::any_of(inputs.begin() + std::min<std::size_t>(inputs.size(), 1), inputs.end(),
-                                    [this](const std::string& b) { return !b.empty() && find(b) && !constant(b); });
-  if (detail::is_composite_op(type) || clip_at_run_time) {
+  if (detail::added_as_chain(*this, type, inputs)) {
     add_composite(type, std::move(name), inputs, outputs, attrs);
     return;
   }

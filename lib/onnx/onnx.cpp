@@ -257,13 +257,9 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
     }
     attributes attrs;
     for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
-    // Clip's kernel takes constant bounds; others make it the chain Max, Min.
-    const bool clip_at_run_time =
-        n.op_type() == "Clip" && std::any_of(n.input().begin() + std::min(n.input_size(), 1), n.input().end(),
-                                             [&g](const std::string& b) { return !b.empty() && !g.constant(b); });
-    if (detail::is_composite_op(n.op_type()) || clip_at_run_time) {
-      detail::add_composite(g, n.op_type(), node_name, {n.input().begin(), n.input().end()},
-                            {n.output().begin(), n.output().end()}, attrs, fresh);
+    const std::vector<std::string> ins(n.input().begin(), n.input().end());
+    if (detail::added_as_chain(g, n.op_type(), ins)) {
+      detail::add_composite(g, n.op_type(), node_name, ins, {n.output().begin(), n.output().end()}, attrs, fresh);
       continue;
     }
     std::vector<std::string> outs(n.output().begin(), n.output().end());

@@ -18,6 +18,10 @@ namespace npurt::detail {
 [[nodiscard]] std::span<const std::string_view> composite_ops() noexcept;
 /// Whether `type` is one of them.
 [[nodiscard]] bool is_composite_op(std::string_view type) noexcept;
+/// Whether an operator `type` reading `inputs` of `g` is added as a chain: one of the above, or a
+/// Clip with a bound in the graph that is not a constant (the kernel takes constant bounds; a
+/// bound not added yet keeps the Clip node, as any operator may name a later tensor).
+[[nodiscard]] bool added_as_chain(const graph& g, std::string_view type, std::span<const std::string> inputs);
 
 /// Adds operator `type` (a composite, or a Clip whose bounds are not constants) to `g` as its
 /// chain: the step writing `outputs[0]` is the node `node_name`, the others are named
