@@ -15,20 +15,37 @@
 #include <npurt/graph/graph.hpp>
 #include <npurt/graph/tensor.hpp>
 
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 
 namespace npurt::onnx {
 
+/// How load() reads a model.
+struct load_options {
+  /// Values for the graph inputs' symbolic dimensions, by name ("batch" -> 8), as onnxruntime's
+  /// free-dimension overrides give them: models exported with a dynamic batch or sequence length
+  /// name those dimensions instead of sizing them. Every value must be at least 1, and every name
+  /// must be one of the model's symbolic dimensions (a misspelt name is refused, not ignored).
+  std::map<std::string, std::int64_t, std::less<>> dims;
+};
+
 /// Reads a .onnx file into a graph. Throws graph_error (not_supported listing the unsupported
 /// operators, or for a rank above 8; parse_error for a file that is not an ONNX model or is
 /// malformed: an initializer whose data does not match its dimensions, a Constant without one
-/// named output; invalid_shape for a symbolic input dimension, or an initializer dimension that
+/// named output; invalid_shape for a symbolic input dimension (see load_options), or an initializer dimension that
 /// is negative or overflows the element count). A file that cannot be read throws graph_error
 /// whose code is the system's reason in std::generic_category (std::errc::no_such_file_or_directory,
 /// permission_denied, is_a_directory), as checkpoint::load reports it.
 [[nodiscard]] graph load(const std::string& path);
+/// The same with `opts`: a symbolic input dimension takes its value from opts.dims (one it does
+/// not name is invalid_shape, naming the input and the dimension); a value below 1 or a name that
+/// is no symbolic dimension of the model is invalid_argument.
+[[nodiscard]] graph load(const std::string& path, const load_options& opts);
 /// The same from the serialized bytes.
 [[nodiscard]] graph load_from_bytes(const std::string& bytes, const std::string& name = "onnx");
+[[nodiscard]] graph load_from_bytes(const std::string& bytes, const std::string& name, const load_options& opts);
 /// Reads a serialized TensorProto (the backend tests' input_N.pb / output_N.pb) into a host tensor;
 /// the same errors as load() for a file that cannot be read, parse_error for one that is not a
 /// TensorProto.

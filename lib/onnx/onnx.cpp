@@ -175,7 +175,7 @@ std::int64_t opset_of(const ::onnx::ModelProto& m) {
   return 1;
 }
 
-graph build(const ::onnx::ModelProto& m, const std::string& name) {
+graph build(const ::onnx::ModelProto& m, const std::string& name, const load_options& opts) {
   const auto& gp = m.graph();
   const std::int64_t opset = opset_of(m);
   // Every unsupported operator, listed at once.
@@ -194,6 +194,12 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
     fail(errc::not_supported, *unsupported.begin(), {},
          "onnx: model '" + name + "' uses unsupported operators: " + list);
   }
+  for (const auto& [dim, value] : opts.dims)
+    if (value < 1)
+      fail(errc::invalid_argument, {}, {},
+           "onnx: load_options::dims gives '" + dim + "' the value " + std::to_string(value) +
+               ": a dimension is at least 1");
+  std::set<std::string, std::less<>> used_dims;
   graph g(gp.name().empty() ? name : gp.name());
   std::set<std::string> inits;
   for (const auto& t : gp.initializer()) {
@@ -216,13 +222,30 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
       fail(errc::invalid_shape, {}, in.name(), "onnx: input '" + in.name() + "' has no shape (its rank is unknown)");
     shape s;
     for (const auto& d : tt.shape().dim()) {
-      if (!d.has_dim_value())
+      if (d.has_dim_value()) {
+        s.push_back(d.dim_value());
+        continue;
+      }
+      if (d.dim_param().empty())
         fail(errc::invalid_shape, {}, in.name(),
-             "onnx: input '" + in.name() + "' has the symbolic dimension '" + d.dim_param() + "'");
-      s.push_back(d.dim_value());
+             "onnx: input '" + in.name() + "' has a dimension of unknown size (neither a value nor a name)");
+      const auto it = opts.dims.find(d.dim_param());
+      if (it == opts.dims.end())
+        fail(errc::invalid_shape, {}, in.name(),
+             "onnx: input '" + in.name() + "' has the symbolic dimension '" + d.dim_param() +
+                 "' (give it a value with load_options::dims)");
+      used_dims.insert(d.dim_param());
+      s.push_back(it->second);
     }
     g.add_input(in.name(), s, *type);
   }
+  // A value for a dimension the model does not have is a misspelling more often than not: the
+  // dimension it was meant for would otherwise be refused with a message about the other name.
+  for (const auto& [dim, value] : opts.dims)
+    if (!used_dims.contains(dim))
+      fail(errc::invalid_argument, {}, {},
+           "onnx: load_options::dims names '" + dim + "', which is no symbolic dimension of the inputs of '" + name +
+               "'");
   // Names for unnamed nodes, never one a named node of the model has (in any order).
   std::set<std::string> named;
   for (const auto& n : gp.node())
@@ -274,7 +297,9 @@ graph build(const ::onnx::ModelProto& m, const std::string& name) {
 
 }  // namespace
 
-graph load_from_bytes(const std::string& bytes, const std::string& name) {
+graph load_from_bytes(const std::string& bytes, const std::string& name) { return load_from_bytes(bytes, name, {}); }
+
+graph load_from_bytes(const std::string& bytes, const std::string& name, const load_options& opts) {
   ::onnx::ModelProto m;
   if (!m.ParseFromString(bytes)) fail(errc::parse_error, {}, {}, "onnx: '" + name + "' is not a serialized ONNX model");
   // An empty file parses as an empty model: say so rather than that its graph has no output.
@@ -282,10 +307,12 @@ graph load_from_bytes(const std::string& bytes, const std::string& name) {
     fail(errc::parse_error, {}, {},
          "onnx: '" + name + "' is not an ONNX model (" +
              (bytes.empty() ? std::string("the file is empty") : "it has no graph") + ")");
-  return build(m, name);
+  return build(m, name, opts);
 }
 
-graph load(const std::string& path) { return load_from_bytes(read_file(path), path); }
+graph load(const std::string& path) { return load_from_bytes(read_file(path), path, {}); }
+
+graph load(const std::string& path, const load_options& opts) { return load_from_bytes(read_file(path), path, opts); }
 
 tensor load_tensor(const std::string& path) {
   ::onnx::TensorProto t;

@@ -1,64 +1,28 @@
 // npurt-memplan as a user runs it: exit status, messages, and what it refuses.
 #include <catch2/catch_test_macros.hpp>
 
-#include <sys/wait.h>
-#include <unistd.h>
-#include <cstdio>
-#include <cstdlib>
+#include "../tool_run.hpp"
+
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct result {
-  int status = -1;  // exit code, or -1 if killed by a signal
-  std::string out, err;
-};
-
-fs::path scratch() {
-  static const fs::path dir = [] {
-    auto d = fs::temp_directory_path() / ("npurt-memplan-test-" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using tool_test::q;
+using tool_test::result;
+using tool_test::scratch;
+using tool_test::slurp;
 
 void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
 
-// Runs the tool through the shell so that redirections such as > /dev/full can be given.
 result run(const std::string& args, const std::string& stdout_to = "") {
-  const auto out = scratch() / "stdout", err = scratch() / "stderr";
-  const std::string cmd = std::string("'") + NPURT_MEMPLAN_TOOL + "' " + args + " > '" +
-                          (stdout_to.empty() ? out.string() : stdout_to) + "' 2> '" + err.string() + "'";
-  const int st = std::system(cmd.c_str());
-  result r;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  if (stdout_to.empty()) r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+  return tool_test::run(NPURT_MEMPLAN_TOOL, args, stdout_to);
 }
 
 const std::string example = std::string(NPURT_MEMPLAN_DATA) + "/paper_example.csv";
-
-// A shell word in single quotes (built with +=: GCC 12 warns falsely on "'" + temporary).
-std::string q(const std::string& s) {
-  std::string w = "'";
-  w += s;
-  w += "'";
-  return w;
-}
 
 }  // namespace
 

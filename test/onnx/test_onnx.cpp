@@ -300,6 +300,62 @@ TEST_CASE("a graph input of rank above 8 is not_supported, as an initializer's i
   CHECK(npurt::onnx::load_from_bytes(relu_model({}).SerializeAsString()).value("x").shape.rank() == 0);
 }
 
+TEST_CASE("load_options::dims sizes symbolic input dimensions by name, and refuses what it cannot use",
+          "[onnx][errors]") {
+  // x[batch, 3, seq] -> Relu: batch and seq are named, as an export with dynamic axes names them.
+  auto m = relu_model({});
+  auto* shp = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  shp->add_dim()->set_dim_param("batch");
+  shp->add_dim()->set_dim_value(3);
+  shp->add_dim()->set_dim_param("seq");
+  const std::string bytes = m.SerializeAsString();
+  npurt::onnx::load_options opts;
+  opts.dims = {{"batch", 2}, {"seq", 5}};
+  graph g = npurt::onnx::load_from_bytes(bytes, "dyn", opts);
+  CHECK(g.value("x").shape == shape{2, 3, 5});
+  // The sizes reach the computation: a run over a fed [2, 3, 5] tensor gives its Relu.
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  auto c = s.compile(g);
+  std::vector<double> vals(30);
+  for (std::size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<double>(i) - 14.5;
+  const tensor x(shape{2, 3, 5}, dtype::f32, vals);
+  const auto r = s.run(c, {{"x", x}});
+  const tensor& y = r.outputs.at("y");
+  REQUIRE(y.shape() == shape{2, 3, 5});
+  for (std::int64_t i = 0; i < 30; ++i) CHECK(y.get(i) == std::max(0.0, vals[static_cast<std::size_t>(i)]));
+
+  const auto refused = [&](const npurt::onnx::load_options& o) -> load_error {
+    try {
+      (void)npurt::onnx::load_from_bytes(bytes, "dyn", o);
+    } catch (const graph_error& e) { return {e.code(), e.op(), e.tensor(), e.what()}; }
+    return {};
+  };
+  SECTION("a named dimension without a value names the input and the dimension") {
+    const auto e = refused({.dims = {{"batch", 2}}});
+    CHECK(e.code == errc::invalid_shape);
+    CHECK(e.tensor == "x");
+    CHECK(e.what.find("'seq'") != std::string::npos);
+    CHECK(e.what.find("load_options::dims") != std::string::npos);
+  }
+  SECTION("a value below 1") {
+    CHECK(refused({.dims = {{"batch", 0}, {"seq", 5}}}).code == errc::invalid_argument);
+    CHECK(refused({.dims = {{"batch", 2}, {"seq", -1}}}).code == errc::invalid_argument);
+  }
+  SECTION("a name the model does not have (a misspelling) is refused, not ignored") {
+    const auto e = refused({.dims = {{"batch", 2}, {"seq", 5}, {"sequence", 5}}});
+    CHECK(e.code == errc::invalid_argument);
+    CHECK(e.what.find("'sequence'") != std::string::npos);
+  }
+  SECTION("a dimension with neither a value nor a name stays refused") {
+    auto anon = relu_model({});
+    (void)anon.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim();
+    const auto e = error_loading(anon);
+    CHECK(e.code == errc::invalid_shape);
+    CHECK(e.what.find("unknown size") != std::string::npos);
+  }
+}
+
 TEST_CASE("unnamed nodes get names no named node of the model has, in either order", "[onnx]") {
   for (const bool named_first : {false, true}) {
     auto m = relu_model({2});
