@@ -14,6 +14,81 @@ namespace {
   throw graph_error(make_error_code(e), op, tensor, what);
 }
 
+/// LayerNormalization with its Mean and InvStdDev outputs, as ONNX's function computes it: the
+/// statistics over the axes from `axis` on, in the stash type (float: a half-precision X is cast
+/// up first and its normalised values cast back before Scale and B), Mean and InvStdDev kept with
+/// the reduced axes as 1.
+template <class Step>
+void add_layer_norm(graph& g, const std::string& node_name, const std::vector<std::string>& ins,
+                    const std::vector<std::string>& outputs, const attributes& attrs,
+                    const std::function<std::string(const std::string&)>& fresh, Step& step) {
+  const std::string& y = outputs[0];
+  if (ins.size() < 2 || ins[1].empty())
+    fail(errc::parse_error, node_name, y, "LayerNormalization '" + node_name + "' needs the inputs X and Scale");
+  const value_info& x = g.value(ins[0]);
+  if (x.type != dtype::f32 && x.type != dtype::f16 && x.type != dtype::bf16)
+    fail(errc::invalid_dtype, node_name, ins[0],
+         "LayerNormalization '" + node_name + "': X must be floating, got " + std::string(to_string(x.type)));
+  const auto rank = static_cast<std::int64_t>(x.shape.rank());
+  std::int64_t axis = attrs.get_int("axis", -1);
+  if (axis < -rank || axis >= rank || rank == 0)
+    fail(errc::invalid_argument, node_name, ins[0],
+         "LayerNormalization '" + node_name + "': axis " + std::to_string(axis) + " is outside rank " +
+             std::to_string(rank));
+  if (axis < 0) axis += rank;
+  // ONNX's stash_type is the element type of the statistics: 1 (float) is the default and what
+  // the function's reference computes in; X's own type is the other meaningful choice.
+  const std::int64_t stash = attrs.get_int("stash_type", 1);
+  const bool cast_up = stash == 1 && x.type != dtype::f32;
+  if (stash != 1 && !(stash == 10 && x.type == dtype::f16) && !(stash == 16 && x.type == dtype::bf16))
+    fail(errc::not_supported, node_name, {},
+         "LayerNormalization '" + node_name + "': stash_type " + std::to_string(stash) +
+             " (float, or X's own type, is computed)");
+  ints axes;
+  for (std::int64_t d = axis; d < rank; ++d) axes.push_back(d);
+  const attributes over{{"axes", axes}, {"keepdims", std::int64_t{1}}};
+  const std::string mean_out = outputs.size() > 1 ? outputs[1] : std::string();
+  const std::string inv_out = outputs.size() > 2 ? outputs[2] : std::string();
+  // A named statistic is its own node, named after the operator (the node name is Y's step's).
+  const auto stat = [&](const std::string& type, const std::string& tag, std::vector<std::string> from,
+                        const std::string& to, attributes a = {}) {
+    if (to.empty()) return step(type, tag, std::move(from), {}, std::move(a));
+    g.add_node(type, fresh(node_name + "/" + tag), std::move(from), {to}, std::move(a));
+    return to;
+  };
+  const std::string xs = cast_up ? step("Cast", "x_float", {ins[0]}, {}, {{"to", std::int64_t{1}}}) : ins[0];
+  const std::string mean = stat("ReduceMean", "mean", {xs}, mean_out, over);
+  const std::string centred = step("Sub", "centred", {xs, mean});
+  const std::string var = step("ReduceMean", "var", {step("Mul", "square", {centred, centred})}, {}, over);
+  // The epsilon in the stash type: a scalar of X's half type would round it (1e-5 is not a half).
+  tensor eps_value(shape{}, cast_up ? dtype::f32 : x.type);
+  eps_value.set(0, attrs.get_float("epsilon", 1e-5));
+  const std::string eps = g.add_constant(fresh(y + "/epsilon"), std::move(eps_value));
+  const std::string inv =
+      stat("Reciprocal", "inv_std_dev", {step("Sqrt", "std_dev", {step("Add", "var_eps", {var, eps})})}, inv_out);
+  std::string normed = step("Mul", "normalized", {centred, inv});
+  if (cast_up)
+    normed = step("Cast", "normalized_t", {normed}, {}, {{"to", std::int64_t{x.type == dtype::f16 ? 10 : 16}}});
+  // Scale and B are X's trailing shape, or that many elements flat: reshaped to broadcast.
+  const shape trailing(std::span<const std::int64_t>(x.shape.begin() + axis, x.shape.end()));
+  const auto as_trailing = [&](const std::string& p, const std::string& tag) {
+    const value_info& v = g.value(p);
+    if (v.shape == trailing) return p;
+    if (v.shape.rank() != 1 || v.shape[0] != trailing.elements())
+      fail(errc::invalid_shape, node_name, p,
+           "LayerNormalization '" + node_name + "': '" + p + "' must be " + shape_string(trailing) + ", got " +
+               shape_string(v.shape));
+    tensor dims(shape{static_cast<std::int64_t>(trailing.rank())}, dtype::i64);
+    for (std::size_t d = 0; d < trailing.rank(); ++d)
+      dims.set(static_cast<std::int64_t>(d), static_cast<double>(trailing[d]));
+    return step("Reshape", tag, {p, g.add_constant(fresh(y + "/" + tag + "_shape"), std::move(dims))});
+  };
+  const bool has_bias = ins.size() > 2 && !ins[2].empty();
+  const std::string scaled =
+      step("Mul", "scaled", {normed, as_trailing(ins[1], "scale")}, has_bias ? std::string() : y);
+  if (has_bias) step("Add", "biased", {scaled, as_trailing(ins[2], "bias")}, y);
+}
+
 }  // namespace
 
 // The reductions the kernels lack as ReduceSum or ReduceMax with elementwise steps, Sum and Mean
@@ -45,8 +120,12 @@ bool is_composite_op(std::string_view type) noexcept {
   return std::find(ops.begin(), ops.end(), type) != ops.end();
 }
 
-bool added_as_chain(const graph& g, std::string_view type, std::span<const std::string> inputs) {
+bool added_as_chain(const graph& g, std::string_view type, std::span<const std::string> inputs,
+                    std::span<const std::string> outputs) {
   if (is_composite_op(type)) return true;
+  if (type == "LayerNormalization")
+    return outputs.size() > 1 &&
+           std::any_of(outputs.begin() + 1, outputs.end(), [](const std::string& o) { return !o.empty(); });
   return type == "Clip" && inputs.size() > 1 &&
          std::any_of(inputs.begin() + 1, inputs.end(),
                      [&g](const std::string& b) { return !b.empty() && g.find(b) && !g.constant(b); });
@@ -56,8 +135,13 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
                    const std::vector<std::string>& outputs, const attributes& attrs,
                    const std::function<std::string(const std::string&)>& fresh) {
   const std::string t(type);
-  if (outputs.size() != 1 || outputs[0].empty())
+  if (t == "LayerNormalization") {
+    if (outputs.empty() || outputs.size() > 3 || outputs[0].empty())
+      fail(errc::parse_error, node_name, {},
+           "LayerNormalization '" + node_name + "' has the outputs Y, Mean and InvStdDev, Y named");
+  } else if (outputs.size() != 1 || outputs[0].empty()) {
     fail(errc::parse_error, node_name, {}, t + " '" + node_name + "' needs exactly one named output");
+  }
   const std::string& y = outputs[0];
   if (ins.empty() || ins[0].empty()) fail(errc::parse_error, node_name, y, t + " '" + node_name + "' has no input");
   // One step of the chain: `to` empty is a fresh intermediate, named after the step. The step
@@ -154,6 +238,10 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     const std::string scale = step("Reshape", "scale", {ins[1], channel_shape});
     const std::string bias = step("Reshape", "bias", {ins[2], channel_shape});
     step("Add", "instance_norm", {step("Mul", "scaled", {normed, scale}), bias}, y);
+    return;
+  }
+  if (t == "LayerNormalization") {
+    add_layer_norm(g, node_name, ins, outputs, attrs, fresh, step);
     return;
   }
   if (t == "Tan") {

@@ -869,7 +869,7 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
     throw graph_error(make_error_code(errc::invalid_argument), name, {}, "duplicate node name '" + name + "'");
   if (outputs.empty())
     throw graph_error(make_error_code(errc::invalid_argument), name, {}, "node '" + name + "' has no output");
-  if (detail::added_as_chain(*this, type, inputs)) {
+  if (detail::added_as_chain(*this, type, inputs, outputs)) {
     add_composite(type, std::move(name), inputs, outputs, attrs);
     return;
   }
@@ -902,10 +902,12 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
 
 void graph::add_composite(std::string_view type, std::string name, const std::vector<std::string>& inputs,
                           const std::vector<std::string>& outputs, const npurt::attributes& attrs) {
-  if (outputs.size() != 1)
-    throw graph_error(
-        make_error_code(errc::invalid_argument), name, {},
-        "node '" + name + "': " + std::string(type) + " has one output, " + std::to_string(outputs.size()) + " named");
+  const std::size_t most = type == "LayerNormalization" ? 3 : 1;
+  if (outputs.size() > most || outputs.empty() || outputs[0].empty())
+    throw graph_error(make_error_code(errc::invalid_argument), name, {},
+                      "node '" + name + "': " + std::string(type) + " has " +
+                          (most == 1 ? std::string("one output") : "the outputs Y, Mean and InvStdDev, Y named") +
+                          ", " + std::to_string(outputs.size()) + " named");
   if (inputs.empty() || inputs[0].empty())
     throw graph_error(make_error_code(errc::invalid_argument), name, {},
                       "node '" + name + "': " + std::string(type) + " needs its first input");
@@ -921,7 +923,14 @@ void graph::add_composite(std::string_view type, std::string name, const std::ve
                             "built from its inputs' shapes: add input '" +
                             in + "' (with a known shape) first");
   }
-  for (const auto& o : outputs) check_new_name(o, name);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].empty()) continue;  // an optional output nobody reads
+    check_new_name(outputs[i], name);
+    if (std::find(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(i), outputs[i]) !=
+        outputs.begin() + static_cast<std::ptrdiff_t>(i))
+      throw graph_error(make_error_code(errc::invalid_argument), name, outputs[i],
+                        "node '" + name + "' names output '" + outputs[i] + "' twice");
+  }
   const std::size_t nodes_before = nodes_.size(), values_before = values_.size();
   const auto fresh = [this](const std::string& base) {
     std::string r = base;

@@ -281,8 +281,9 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
     attributes attrs;
     for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
     const std::vector<std::string> ins(n.input().begin(), n.input().end());
-    if (detail::added_as_chain(g, n.op_type(), ins)) {
-      detail::add_composite(g, n.op_type(), node_name, ins, {n.output().begin(), n.output().end()}, attrs, fresh);
+    const std::vector<std::string> all_outs(n.output().begin(), n.output().end());
+    if (detail::added_as_chain(g, n.op_type(), ins, all_outs)) {
+      detail::add_composite(g, n.op_type(), node_name, ins, all_outs, attrs, fresh);
       continue;
     }
     std::vector<std::string> outs(n.output().begin(), n.output().end());

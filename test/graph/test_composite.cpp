@@ -198,3 +198,86 @@ TEST_CASE("Sinh, Asinh, Acosh, Atanh and Shrink keep their precision where a nai
     FAIL("Shrink's misspelt attribute was accepted");
   } catch (const graph_error& e) { CHECK(e.code() == errc::not_supported); }
 }
+
+TEST_CASE("LayerNormalization with its Mean and InvStdDev outputs computes ONNX's statistics", "[graph][composite]") {
+  // X [2, 2, 3] normalised over the last two axes (axis 1): each batch row's six values.
+  const std::vector<double> xs{3, -4, 0.5, -1, 2, -0.25, 10, 11, 12, 13, 14, 15.5};
+  const std::vector<double> scale{1, 2, 0.5, -1, 0.25, 3}, bias{0.5, 0, -1, 2, 0, 1};
+  const double eps = 1e-3;
+  std::vector<double> mean(2), inv(2), y(12);
+  for (std::size_t n = 0; n < 2; ++n) {
+    double m = 0, v = 0;
+    for (std::size_t i = 0; i < 6; ++i) m += xs[n * 6 + i] / 6;
+    for (std::size_t i = 0; i < 6; ++i) v += (xs[n * 6 + i] - m) * (xs[n * 6 + i] - m) / 6;
+    mean[n] = m;
+    inv[n] = 1 / std::sqrt(v + eps);
+    for (std::size_t i = 0; i < 6; ++i) y[n * 6 + i] = (xs[n * 6 + i] - m) * inv[n] * scale[i] + bias[i];
+  }
+  for (const dtype type : {dtype::f32, dtype::f16}) {
+    INFO(to_string(type));
+    graph g("ln");
+    const auto x = g.add_input("x", {2, 2, 3}, type);
+    // Scale as X's trailing shape, B flat: both forms ONNX allows.
+    const auto sc = g.add_constant("scale", tensor({2, 3}, type, scale));
+    const auto b = g.add_constant("b", tensor({6}, type, bias));
+    g.add_node("LayerNormalization", "ln", {x, sc, b}, {"y", "mean", "inv"},
+               {{"axis", std::int64_t{1}}, {"epsilon", eps}});
+    for (const char* o : {"y", "mean", "inv"}) g.set_output(o);
+    CHECK(g.value("y").shape == shape{2, 2, 3});
+    CHECK(g.value("y").type == type);
+    // The statistics keep the reduced axes as 1, in the stash type (float) whatever X's type.
+    CHECK(g.value("mean").shape == shape{2, 1, 1});
+    CHECK(g.value("inv").shape == shape{2, 1, 1});
+    CHECK(g.value("mean").type == dtype::f32);
+    CHECK(g.value("inv").type == dtype::f32);
+    // The node the user named writes Y.
+    REQUIRE(node_named(g, "ln"));
+    CHECK(node_named(g, "ln")->outputs == std::vector<std::string>{"y"});
+
+    npurt::system sys = test::make_system();
+    session s{sys};
+    tensor xin({2, 2, 3}, type, xs);
+    auto r = s.run(s.compile(g), {{"x", xin}});
+    // Half precision: X, Scale and B are rounded to f16 on the way in and Y on the way out.
+    const double tol = type == dtype::f32 ? 1e-5 : 4e-3;
+    const auto near = [&](const tensor& got, const std::vector<double>& want) {
+      REQUIRE(got.elements() == static_cast<std::int64_t>(want.size()));
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        INFO("element " << i);
+        CHECK(std::abs(got.get(static_cast<std::int64_t>(i)) - want[i]) <= tol * std::max(1.0, std::abs(want[i])));
+      }
+    };
+    near(r.outputs.at("mean"), mean);
+    near(r.outputs.at("inv"), inv);
+    near(r.outputs.at("y"), y);
+  }
+}
+
+TEST_CASE("LayerNormalization's statistics outputs are refused with what is wrong, leaving the graph as it was",
+          "[graph][composite][errors]") {
+  graph g("ln");
+  const auto x = g.add_input("x", {2, 3}, dtype::f32);
+  const auto sc = g.add_constant("scale", tensor({3}, dtype::f32, {1, 1, 1}));
+  const std::size_t nodes = g.nodes().size();
+  const auto refused = [&](const std::vector<std::string>& ins, const std::vector<std::string>& outs,
+                           const attributes& a) -> std::error_code {
+    try {
+      g.add_node("LayerNormalization", "ln", ins, outs, a);
+    } catch (const graph_error& e) { return e.code(); }
+    return {};
+  };
+  CHECK(refused({x, sc}, {"y", "m", "i", "extra"}, {}) == errc::invalid_argument);
+  CHECK(refused({x, sc}, {"y", "m", "m"}, {}) == errc::invalid_argument);
+  CHECK(refused({x, sc}, {"", "m"}, {}) == errc::invalid_argument);
+  CHECK(refused({x, sc}, {"y", "m"}, {{"axis", std::int64_t{2}}}) == errc::invalid_argument);
+  CHECK(refused({x, sc}, {"y", "m"}, {{"stash_type", std::int64_t{11}}}) == errc::not_supported);
+  CHECK(refused({x, sc}, {"y", "m"}, {{"axes", ints{1}}}) == errc::not_supported);  // not an attribute of it
+  const auto wrong = g.add_constant("wrong", tensor({4}, dtype::f32, {1, 1, 1, 1}));
+  CHECK(refused({x, wrong}, {"y", "m"}, {}) == errc::invalid_shape);
+  CHECK(g.nodes().size() == nodes);
+  CHECK(!g.find("m"));
+  CHECK(!g.find("y"));
+  // Mean alone (InvStdDev left out) is a chain too, and then the names are free again.
+  g.add_node("LayerNormalization", "ln", {x, sc}, {"y", "m"}, {});
+  CHECK(g.value("m").shape == shape{2, 1});
+}

@@ -18,15 +18,18 @@ namespace npurt::detail {
 [[nodiscard]] std::span<const std::string_view> composite_ops() noexcept;
 /// Whether `type` is one of them.
 [[nodiscard]] bool is_composite_op(std::string_view type) noexcept;
-/// Whether an operator `type` reading `inputs` of `g` is added as a chain: one of the above, or a
-/// Clip with a bound in the graph that is not a constant (the kernel takes constant bounds; a
-/// bound not added yet keeps the Clip node, as any operator may name a later tensor).
-[[nodiscard]] bool added_as_chain(const graph& g, std::string_view type, std::span<const std::string> inputs);
+/// Whether an operator `type` reading `inputs` of `g` and writing `outputs` is added as a chain:
+/// one of the above, a Clip with a bound in the graph that is not a constant (the kernel takes
+/// constant bounds; a bound not added yet keeps the Clip node, as any operator may name a later
+/// tensor), or a LayerNormalization that names its Mean or InvStdDev output (the kernel writes Y
+/// alone).
+[[nodiscard]] bool added_as_chain(const graph& g, std::string_view type, std::span<const std::string> inputs,
+                                  std::span<const std::string> outputs = {});
 
-/// Adds operator `type` (a composite, or a Clip whose bounds are not constants) to `g` as its
-/// chain: the step writing `outputs[0]` is the node `node_name`, the others are named
-/// `fresh("<output>/<step>")`. Every input must be in the graph with its shape known. Throws
-/// graph_error; on a throw the steps already added stay (graph::add_node takes them back).
+/// Adds operator `type` (a composite, a Clip whose bounds are not constants, or a
+/// LayerNormalization with its statistics) to `g` as its chain: the step writing `outputs[0]` is
+/// the node `node_name`, the others are named `fresh("<output>/<step>")`. Every input must be in the graph with its
+/// shape known. Throws graph_error; on a throw the steps already added stay (graph::add_node takes them back).
 void add_composite(graph& g, std::string_view type, const std::string& node_name,
                    const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
                    const attributes& attrs, const std::function<std::string(const std::string&)>& fresh);
