@@ -111,7 +111,9 @@ std::span<const std::string_view> composite_ops() noexcept {
                                              "Asinh",
                                              "Acosh",
                                              "Atanh",
-                                             "Shrink"};
+                                             "Shrink",
+                                             "DepthToSpace",
+                                             "SpaceToDepth"};
   return ops;
 }
 
@@ -303,6 +305,56 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     const std::string diff =
         step("Sub", "diff", {log1p("log1p_x", ins[0]), log1p("log1p_neg", step("Neg", "neg", {ins[0]}))});
     step("Mul", "atanh", {diff, scalar("half", 0.5)}, y, attrs);
+    return;
+  }
+  if (t == "DepthToSpace" || t == "SpaceToDepth") {
+    // ONNX's definitions are a Reshape to six dimensions, a Transpose and a Reshape back
+    // (onnx.ai/onnx/operators/onnx__DepthToSpace.html): the same three steps here.
+    const bool to_space = t == "DepthToSpace";
+    const value_info& x = g.value(ins[0]);
+    if (ins.size() != 1) fail(errc::parse_error, node_name, y, t + " '" + node_name + "' has one input");
+    if (x.shape.rank() != 4)
+      fail(errc::invalid_shape, node_name, ins[0],
+           t + " '" + node_name + "' needs an input [N, C, H, W], got " + shape_string(x.shape));
+    if (!attrs.has("blocksize"))
+      fail(errc::invalid_argument, node_name, {}, t + " '" + node_name + "' needs the attribute blocksize");
+    const std::int64_t b = attrs.get_int("blocksize", 0);
+    const std::string mode = attrs.get_string("mode", "DCR");
+    if (to_space && mode != "DCR" && mode != "CRD")
+      fail(errc::invalid_argument, node_name, {},
+           "DepthToSpace '" + node_name + "': mode '" + mode + "' is neither DCR nor CRD");
+    const std::int64_t n = x.shape[0], c = x.shape[1], h = x.shape[2], w = x.shape[3];
+    // b · b is formed only below 2^31: no product here can overflow.
+    if (b < 1 || b > (std::int64_t{1} << 31))
+      fail(errc::invalid_argument, node_name, {},
+           t + " '" + node_name + "': blocksize " + std::to_string(b) + " must be at least 1");
+    if (to_space ? c % (b * b) != 0 : h % b != 0 || w % b != 0)
+      fail(errc::invalid_shape, node_name, ins[0],
+           t + " '" + node_name + "': " + (to_space ? "C" : "H and W") + " of " + shape_string(x.shape) +
+               " must be multiples of " + (to_space ? "blocksize squared" : "blocksize") + " (" + std::to_string(b) +
+               ")");
+    const auto dims = [&](const std::string& tag, std::initializer_list<std::int64_t> v) {
+      tensor d(shape{static_cast<std::int64_t>(v.size())}, dtype::i64);
+      std::int64_t i = 0;
+      for (const std::int64_t e : v) d.set(i++, static_cast<double>(e));
+      return g.add_constant(fresh(y + "/" + tag), std::move(d));
+    };
+    std::string six;
+    ints perm;
+    if (to_space && mode == "CRD") {
+      six = step("Reshape", "blocks", {ins[0], dims("blocks_shape", {n, c / (b * b), b, b, h, w})});
+      perm = {0, 1, 4, 2, 5, 3};
+    } else if (to_space) {
+      six = step("Reshape", "blocks", {ins[0], dims("blocks_shape", {n, b, b, c / (b * b), h, w})});
+      perm = {0, 3, 4, 1, 5, 2};
+    } else {
+      six = step("Reshape", "blocks", {ins[0], dims("blocks_shape", {n, c, h / b, b, w / b, b})});
+      perm = {0, 3, 5, 1, 2, 4};
+    }
+    const std::string moved = step("Transpose", "moved", {six}, {}, {{"perm", perm}});
+    const std::string out_shape =
+        to_space ? dims("shape", {n, c / (b * b), h * b, w * b}) : dims("shape", {n, c * b * b, h / b, w / b});
+    step("Reshape", to_space ? "depth_to_space" : "space_to_depth", {moved, out_shape}, y);
     return;
   }
   if (t == "Shrink") {

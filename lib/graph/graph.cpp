@@ -279,6 +279,8 @@ const op_attributes onnx_attributes[] = {
     {"InstanceNormalization", {"epsilon"}},
     {"MeanVarianceNormalization", {"axes"}},
     {"Shrink", {"bias", "lambd"}},
+    {"DepthToSpace", {"blocksize", "mode"}},
+    {"SpaceToDepth", {"blocksize"}},
     {"ArgMax", {"axis", "keepdims", "select_last_index"}},
     {"ArgMin", {"axis", "keepdims", "select_last_index"}},
     {"LeakyRelu", {"alpha"}},

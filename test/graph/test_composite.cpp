@@ -281,3 +281,63 @@ TEST_CASE("LayerNormalization's statistics outputs are refused with what is wron
   g.add_node("LayerNormalization", "ln", {x, sc}, {"y", "m"}, {});
   CHECK(g.value("m").shape == shape{2, 1});
 }
+
+TEST_CASE("DepthToSpace and SpaceToDepth move blocks as ONNX's index formulas say", "[graph][composite]") {
+  constexpr std::int64_t n = 2, c = 8, h = 2, w = 3, b = 2;
+  std::vector<double> xs(static_cast<std::size_t>(n * c * h * w));
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<double>(i) * 0.5 - 7;
+  const auto at = [&](std::int64_t in, std::int64_t ic, std::int64_t ih, std::int64_t iw) {
+    return xs[static_cast<std::size_t>(((in * c + ic) * h + ih) * w + iw)];
+  };
+  // y[n, c', h·b + i, w·b + j] = x[n, (i·b + j)·C' + c', h, w] (DCR) or x[n, c'·b² + i·b + j, h, w] (CRD).
+  constexpr std::int64_t co = c / (b * b);
+  std::vector<double> dcr, crd;
+  for (std::int64_t in = 0; in < n; ++in)
+    for (std::int64_t oc = 0; oc < co; ++oc)
+      for (std::int64_t oh = 0; oh < h * b; ++oh)
+        for (std::int64_t ow = 0; ow < w * b; ++ow) {
+          const std::int64_t i = oh % b, j = ow % b;
+          dcr.push_back(at(in, (i * b + j) * co + oc, oh / b, ow / b));
+          crd.push_back(at(in, oc * b * b + i * b + j, oh / b, ow / b));
+        }
+  graph g("blocks");
+  const auto x = g.add_input("x", {n, c, h, w}, dtype::f32);
+  const auto d = g.add_op("DepthToSpace", {x}, {{"blocksize", b}}, "dcr");
+  g.set_output(d);
+  g.set_output(g.add_op("DepthToSpace", {x}, {{"blocksize", b}, {"mode", std::string("CRD")}}, "crd"));
+  // SpaceToDepth undoes DepthToSpace in DCR mode.
+  g.set_output(g.add_op("SpaceToDepth", {d}, {{"blocksize", b}}, "back"));
+  CHECK(g.value("dcr").shape == shape{n, co, h * b, w * b});
+  CHECK(g.value("back").shape == shape{n, c, h, w});
+
+  npurt::system sys = test::make_system();
+  session s{sys};
+  auto r = s.run(s.compile(g), {{"x", tensor({n, c, h, w}, dtype::f32, xs)}});
+  CHECK(r.outputs.at("dcr").to_vector() == dcr);
+  CHECK(r.outputs.at("crd").to_vector() == crd);
+  CHECK(r.outputs.at("back").to_vector() == xs);
+}
+
+TEST_CASE("DepthToSpace and SpaceToDepth refuse what does not divide into blocks", "[graph][composite][errors]") {
+  graph g("blocks");
+  const auto x = g.add_input("x", {1, 8, 2, 3}, dtype::f32);
+  const auto flat = g.add_input("flat", {8, 6}, dtype::f32);
+  const std::size_t nodes = g.nodes().size();
+  const auto code = [&](std::string_view type, const std::string& in, const attributes& a) -> std::error_code {
+    try {
+      (void)g.add_op(type, {in}, a, "y");
+    } catch (const graph_error& e) { return e.code(); }
+    return {};
+  };
+  CHECK(code("DepthToSpace", flat, {{"blocksize", std::int64_t{2}}}) == errc::invalid_shape);  // not 4-D
+  CHECK(code("DepthToSpace", x, {{"blocksize", std::int64_t{3}}}) == errc::invalid_shape);     // 8 % 9
+  CHECK(code("SpaceToDepth", x, {{"blocksize", std::int64_t{2}}}) == errc::invalid_shape);     // W = 3
+  CHECK(code("DepthToSpace", x, {}) == errc::invalid_argument);                                // no blocksize
+  CHECK(code("DepthToSpace", x, {{"blocksize", std::int64_t{0}}}) == errc::invalid_argument);
+  CHECK(code("DepthToSpace", x, {{"blocksize", std::int64_t{2}}, {"mode", std::string("RDC")}}) ==
+        errc::invalid_argument);
+  CHECK(code("SpaceToDepth", x, {{"blocksize", std::int64_t{1}}, {"mode", std::string("DCR")}}) ==
+        errc::not_supported);  // SpaceToDepth has no mode
+  CHECK(g.nodes().size() == nodes);
+  CHECK(!g.find("y"));
+}
