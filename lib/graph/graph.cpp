@@ -3,6 +3,7 @@
 
 #include <npurt/graph/detail/composite.hpp>
 
+#include "conv_transpose.hpp"
 #include "eltwise.hpp"
 
 #include <algorithm>
@@ -15,12 +16,13 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 62> ops_table{"Add",
+constexpr std::array<std::string_view, 63> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
                                                      "Concat",
                                                      "Conv",
+                                                     "ConvTranspose",
                                                      "Div",
                                                      "Flatten",
                                                      "Gelu",
@@ -255,6 +257,8 @@ const op_attributes onnx_attributes[] = {
     {"AveragePool", {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"}},
     {"MaxPool", {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}},
     {"Conv", {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
+    {"ConvTranspose",
+     {"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"}},
     {"BatchNormalization", {"epsilon", "momentum", "training_mode"}},
     {"LayerNormalization", {"axis", "epsilon", "stash_type"}},
     {"Cast", {"to", "saturate"}},
@@ -361,6 +365,25 @@ std::int64_t onnx_dtype_code(dtype t) noexcept {
 
 // ---- shape inference ----
 
+// Conv's and ConvTranspose's input and weight: floating, one dtype, a 2-D (rank-4) input.
+void check_conv_operands(const node& n, const value_info& x, const value_info& w, std::string_view what) {
+  need_float(n, x);
+  same_type(n, x, w);
+  if (x.shape.rank() != 4)
+    fail(errc::not_supported, n, x.name,
+         "only 2-D " + std::string(what) + " (rank-4 input) is supported, got " + shape_string(x.shape));
+}
+
+// The optional bias input: one value per output channel, of the input's dtype.
+void check_conv_bias(const node& n, std::span<const value_info* const> in, const value_info& x, std::int64_t channels) {
+  if (in.size() < 3 || !in[2]) return;
+  const auto& b = *in[2];
+  same_type(n, x, b);
+  if (b.shape.rank() != 1 || b.shape[0] != channels)
+    fail(errc::invalid_shape, n, b.name,
+         "bias must be [" + std::to_string(channels) + "], got " + shape_string(b.shape));
+}
+
 std::vector<inferred_output> infer_op(const node& n, std::span<const value_info* const> in,
                                       std::span<const tensor* const> constants) {
   const std::string& t = n.type;
@@ -432,11 +455,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
   if (t == "Conv") {
     const auto& x = need(n, in, 0);
     const auto& w = need(n, in, 1);
-    need_float(n, x);
-    same_type(n, x, w);
-    if (x.shape.rank() != 4)
-      fail(errc::not_supported, n, x.name,
-           "only 2-D convolution (rank-4 input) is supported, got " + shape_string(x.shape));
+    check_conv_operands(n, x, w, "convolution");
     if (w.shape.rank() != 4)
       fail(errc::invalid_shape, n, w.name, "weight must be [M, C/group, kH, kW], got " + shape_string(w.shape));
     const std::int64_t g = n.attrs.get_int("group", 1);
@@ -448,16 +467,25 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     if (ks.size() != 2 || ks[0] != w.shape[2] || ks[1] != w.shape[3])
       fail(errc::invalid_shape, n, w.name, "kernel_shape does not match the weight " + shape_string(w.shape));
     const spatial s = read_spatial(n, x, {w.shape[2], w.shape[3]});
-    if (in.size() > 2 && in[2]) {
-      const auto& b = *in[2];
-      same_type(n, x, b);
-      if (b.shape.rank() != 1 || b.shape[0] != w.shape[0])
-        fail(errc::invalid_shape, n, b.name,
-             "bias must be [" + std::to_string(w.shape[0]) + "], got " + shape_string(b.shape));
-    }
+    check_conv_bias(n, in, x, w.shape[0]);
     return one({x.shape[0], w.shape[0], window_out(n, x, x.shape[2], s.kernel[0], s.stride[0], s.pad[0], s.dilation[0]),
                 window_out(n, x, x.shape[3], s.kernel[1], s.stride[1], s.pad[1], s.dilation[1])},
                x.type);
+  }
+  if (t == "ConvTranspose") {
+    const auto& x = need(n, in, 0);
+    const auto& w = need(n, in, 1);
+    check_conv_operands(n, x, w, "transposed convolution");
+    const std::int64_t g = n.attrs.get_int("group", 1);
+    if (w.shape.rank() != 4 || g < 1 || x.shape[1] % g || w.shape[0] != x.shape[1])
+      fail(errc::invalid_shape, n, w.name,
+           "weight must be [C, M/group, kH, kW] for input " + shape_string(x.shape) + " and group " +
+               std::to_string(g) + ", got " + shape_string(w.shape));
+    const auto geo = graph_ops::conv_transpose_geom(n.attrs, x.shape, w.shape,
+                                                    [&](errc e, const std::string& what) { fail(e, n, x.name, what); });
+    const std::int64_t m = w.shape[1] * g;
+    check_conv_bias(n, in, x, m);
+    return one({x.shape[0], m, geo.out[0], geo.out[1]}, x.type);
   }
   if (t == "ConvGrad") {
     // onnxruntime's training operator: (dY, X, W) -> (dX, dW[, dB]) of Conv(X, W[, B]) with

@@ -1,6 +1,7 @@
 // Lowering: the kernels and copies one compiled operator launches (see graph/session.hpp).
 #include "lower.hpp"
 
+#include "conv_transpose.hpp"
 #include "eltwise.hpp"
 
 #include <algorithm>
@@ -101,6 +102,27 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     if (st.residual >= 0) c.residual = desc(st.residual);
     if (st.relu_after) c.act = kernels::activation::relu;
     kernel(c);
+  } else if (t == "ConvTranspose") {
+    // Transposed convolution is convolution's input gradient: the input plays dY, the weight
+    // [C, M/group, kH, kW] is the forward weight, and the output is dX with the start pads.
+    const tensor_desc x = desc(st.in[0]), w = desc(st.in[1]);
+    const auto geo = graph_ops::conv_transpose_geom(n.attrs, x.shape, w.shape, [](errc e, const std::string& what) {
+      throw graph_error(make_error_code(e), {}, {}, "ConvTranspose: " + what);
+    });
+    const auto i32 = [](const std::array<std::int64_t, 2>& v) {
+      return arr2{static_cast<std::int32_t>(v[0]), static_cast<std::int32_t>(v[1])};
+    };
+    kernel(kernels::conv2d_backward_data{x, w, y, i32(geo.stride), i32(geo.pad_begin), i32(geo.dilation),
+                                         static_cast<std::int32_t>(n.attrs.get_int("group", 1))});
+    if (n.inputs.size() > 2 && st.in[2] >= 0) {
+      // The bias per output channel, added in place: elementwise kernels read before they write.
+      kernels::elementwise add{};
+      add.fn = kernels::eltwise_fn::add;
+      add.a = y;
+      add.b = reshaped(desc(st.in[2]), {1, y.shape[1], 1, 1});
+      add.y = y;
+      kernel(add);
+    }
   } else if (t == "ConvGrad") {
     // dX and dW are the convolution's two backward kernels; dB sums dY over N, H and W.
     const tensor_desc dy = desc(st.in[0]), x = desc(st.in[1]), w = desc(st.in[2]);

@@ -1,0 +1,148 @@
+// ConvTranspose: values against a direct scatter in double over strides, dilations, pads,
+// output_padding, output_shape, groups and bias; and the attributes it refuses.
+#include <npurt/graph/graph.hpp>
+#include <npurt/graph/session.hpp>
+
+#include "helpers.hpp"
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+using namespace npurt;
+
+namespace {
+
+struct case_spec {
+  std::string name;
+  std::int64_t n = 1, c = 2, h = 3, w = 4, m = 2, kh = 3, kw = 2, group = 1;
+  attributes attrs;
+  bool bias = false;
+  // What ONNX's formulas give: the output's H and W, and the start pads.
+  std::int64_t out_h = 0, out_w = 0, pad_h = 0, pad_w = 0;
+  std::int64_t sh = 1, sw = 1, dh = 1, dw = 1;
+};
+
+/// y[n, g·M/G + m, ih·s + ky·d − pad, iw·s + kx·d − pad] += x[n, c, ih, iw] · w[c, m, ky, kx] for
+/// c in group g: the definition, summed in double.
+std::vector<double> scatter(const case_spec& k, const std::vector<double>& x, const std::vector<double>& w,
+                            const std::vector<double>& b) {
+  const std::int64_t mg = k.m / k.group, cg = k.c / k.group;
+  std::vector<double> y(static_cast<std::size_t>(k.n * k.m * k.out_h * k.out_w));
+  for (std::int64_t in = 0; in < k.n; ++in)
+    for (std::int64_t ic = 0; ic < k.c; ++ic)
+      for (std::int64_t ih = 0; ih < k.h; ++ih)
+        for (std::int64_t iw = 0; iw < k.w; ++iw)
+          for (std::int64_t im = 0; im < mg; ++im)
+            for (std::int64_t ky = 0; ky < k.kh; ++ky)
+              for (std::int64_t kx = 0; kx < k.kw; ++kx) {
+                const std::int64_t oh = ih * k.sh + ky * k.dh - k.pad_h, ow = iw * k.sw + kx * k.dw - k.pad_w;
+                if (oh < 0 || oh >= k.out_h || ow < 0 || ow >= k.out_w) continue;
+                const std::int64_t om = (ic / cg) * mg + im;
+                y[static_cast<std::size_t>(((in * k.m + om) * k.out_h + oh) * k.out_w + ow)] +=
+                    x[static_cast<std::size_t>(((in * k.c + ic) * k.h + ih) * k.w + iw)] *
+                    w[static_cast<std::size_t>(((ic * mg + im) * k.kh + ky) * k.kw + kx)];
+              }
+  if (!b.empty())
+    for (std::size_t i = 0; i < y.size(); ++i)
+      y[i] += b[static_cast<std::size_t>((static_cast<std::int64_t>(i) / (k.out_h * k.out_w)) % k.m)];
+  return y;
+}
+
+std::vector<double> values(std::size_t count, double scale) {
+  std::vector<double> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = std::fmod(static_cast<double>(i) * 0.37, 2.0) * scale - scale;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("ConvTranspose computes ONNX's definition over its attributes", "[graph][conv_transpose]") {
+  std::vector<case_spec> cases;
+  {
+    case_spec k;
+    k.name = "plain";
+    k.out_h = 5, k.out_w = 5;  // (3 − 1) + 3, (4 − 1) + 2
+    cases.push_back(k);
+  }
+  {
+    case_spec k;
+    k.name = "strided, padded, output_padding, bias";
+    k.attrs = {{"strides", ints{3, 2}}, {"pads", ints{1, 0, 1, 0}}, {"output_padding", ints{1, 1}}};
+    k.sh = 3, k.sw = 2, k.pad_h = 1, k.bias = true;
+    k.out_h = 3 * 2 + 1 + 3 - 2, k.out_w = 2 * 3 + 1 + 2;
+    cases.push_back(k);
+  }
+  {
+    case_spec k;
+    k.name = "dilated, two groups";
+    k.c = 4, k.m = 6, k.group = 2;
+    k.attrs = {{"dilations", ints{2, 2}}, {"group", std::int64_t{2}}};
+    k.dh = 2, k.dw = 2;
+    k.out_h = 2 + 2 * 2 + 1, k.out_w = 3 + 2 * 1 + 1;
+    cases.push_back(k);
+  }
+  {
+    case_spec k;
+    k.name = "output_shape: ONNX derives the pads, the larger half first";
+    k.attrs = {{"strides", ints{2, 2}}, {"output_shape", ints{6, 8}}};
+    k.sh = 2, k.sw = 2;
+    // natural 2·2 + 3 = 7 and 2·3 + 2 = 8: total pads 1 and 0, the odd one at the start.
+    k.out_h = 6, k.out_w = 8, k.pad_h = 1;
+    cases.push_back(k);
+  }
+  for (const auto& k : cases) {
+    INFO(k.name);
+    const auto xs = values(static_cast<std::size_t>(k.n * k.c * k.h * k.w), 1.5);
+    const auto ws = values(static_cast<std::size_t>(k.c * (k.m / k.group) * k.kh * k.kw), 0.75);
+    const auto bs = k.bias ? values(static_cast<std::size_t>(k.m), 0.5) : std::vector<double>{};
+    graph g("ct");
+    const auto x = g.add_input("x", {k.n, k.c, k.h, k.w}, dtype::f32);
+    std::vector<std::string> ins{x, g.add_constant("w", tensor({k.c, k.m / k.group, k.kh, k.kw}, dtype::f32, ws))};
+    if (k.bias) ins.push_back(g.add_constant("b", tensor({k.m}, dtype::f32, bs)));
+    g.set_output(g.add_op("ConvTranspose", ins, k.attrs, "y"));
+    REQUIRE(g.value("y").shape == shape{k.n, k.m, k.out_h, k.out_w});
+    npurt::system sys = test::make_system();
+    session s{sys};
+    const auto r = s.run(s.compile(g), {{"x", tensor({k.n, k.c, k.h, k.w}, dtype::f32, xs)}});
+    const auto want = scatter(k, xs, ws, bs);
+    const auto got = r.outputs.at("y").to_vector();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      INFO("element " << i);
+      CHECK(std::abs(got[i] - want[i]) <= 1e-5 * std::max(1.0, std::abs(want[i])));
+    }
+  }
+}
+
+TEST_CASE("ConvTranspose refuses what it cannot compute, naming why", "[graph][conv_transpose][errors]") {
+  graph g("ct");
+  const auto x = g.add_input("x", {1, 2, 3, 3}, dtype::f32);
+  const auto x1d = g.add_input("x1d", {1, 2, 3}, dtype::f32);
+  const auto w = g.add_constant("w", tensor({2, 1, 3, 3}, dtype::f32));
+  const auto w_wrong = g.add_constant("w_wrong", tensor({3, 1, 3, 3}, dtype::f32));
+  const auto code = [&](const std::vector<std::string>& ins, const attributes& a) -> std::error_code {
+    try {
+      (void)g.add_op("ConvTranspose", ins, a, "y");
+    } catch (const graph_error& e) { return e.code(); }
+    return {};
+  };
+  CHECK(code({x1d, w}, {}) == errc::not_supported);          // 1-D: only 2-D is computed
+  CHECK(code({x, w_wrong}, {}) == errc::invalid_shape);      // the weight's C is not the input's
+  CHECK(code({x, w}, {{"group", std::int64_t{3}}}) == errc::invalid_shape);
+  CHECK(code({x, w}, {{"kernel_shape", ints{2, 2}}}) == errc::invalid_shape);
+  CHECK(code({x, w}, {{"output_padding", ints{1, 1}}}) == errc::invalid_argument);  // not below the stride
+  CHECK(code({x, w}, {{"strides", ints{0, 1}}}) == errc::invalid_argument);
+  CHECK(code({x, w}, {{"auto_pad", std::string("SAME_UPPER")}, {"pads", ints{1, 1, 1, 1}}}) == errc::invalid_argument);
+  CHECK(code({x, w}, {{"pads", ints{4, 4, 4, 4}}}) == errc::invalid_shape);  // nothing left of the output
+  // More pad at the end than at the start is not the kernel's geometry: refused, not computed wrong.
+  CHECK(code({x, w}, {{"strides", ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}}) == errc::not_supported);
+  CHECK(code({x, w}, {{"outputpadding", ints{0, 0}}}) == errc::not_supported);  // a misspelt attribute
+  CHECK(!g.find("y"));
+  // Output 6 from 3 with stride 2 and the start pad taking the odd one (SAME_LOWER) is computed.
+  CHECK(code({x, w}, {{"strides", ints{2, 2}}, {"auto_pad", std::string("SAME_LOWER")}}) == std::error_code{});
+  CHECK(g.value("y").shape == shape{1, 1, 6, 6});
+}
