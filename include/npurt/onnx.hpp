@@ -5,9 +5,9 @@
 // inputs, and every node becomes an operator of the same ONNX type with the same attributes
 // (ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp, Sum, Mean, PRelu,
 // GlobalMaxPool, Tan, Cosh, Sinh, Asinh, Acosh, Atanh, Shrink, InstanceNormalization,
-// MeanVarianceNormalization, DepthToSpace, SpaceToDepth, a Clip whose bounds are not constants
-// and a LayerNormalization that names its Mean or InvStdDev output: a chain of npurt's, as
-// graph::add_op builds it).
+// MeanVarianceNormalization, DepthToSpace, SpaceToDepth, Hardmax, Squeeze, Unsqueeze, a Clip
+// whose bounds are not constants and a LayerNormalization that names its Mean or InvStdDev
+// output: a chain of npurt's, as graph::add_op builds it).
 // An operator outside supported_ops() is an error (graph_error, errc::not_supported) that lists
 // every unsupported operator type of the model at once, so a user sees the whole gap, not the
 // first hole.

@@ -113,7 +113,10 @@ std::span<const std::string_view> composite_ops() noexcept {
                                              "Atanh",
                                              "Shrink",
                                              "DepthToSpace",
-                                             "SpaceToDepth"};
+                                             "SpaceToDepth",
+                                             "Hardmax",
+                                             "Squeeze",
+                                             "Unsqueeze"};
   return ops;
 }
 
@@ -305,6 +308,102 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     const std::string diff =
         step("Sub", "diff", {log1p("log1p_x", ins[0]), log1p("log1p_neg", step("Neg", "neg", {ins[0]}))});
     step("Mul", "atanh", {diff, scalar("half", 0.5)}, y, attrs);
+    return;
+  }
+  if (t == "Squeeze" || t == "Unsqueeze") {
+    // Both only rename dimensions: a Reshape to the shape ONNX defines, from `axes` (an
+    // attribute before opset 13, a constant input from it on).
+    const bool squeeze = t == "Squeeze";
+    const value_info& x = g.value(ins[0]);
+    const bool axes_input = ins.size() > 1 && !ins[1].empty();
+    if (ins.size() > 2) fail(errc::parse_error, node_name, y, t + " '" + node_name + "' has at most two inputs");
+    if (axes_input && attrs.has("axes"))
+      fail(errc::invalid_argument, node_name, ins[1],
+           t + " '" + node_name + "': axes given twice (input and attribute)");
+    ints axes = attrs.get_ints("axes");
+    if (axes_input) {
+      const tensor* c = g.constant(ins[1]);
+      if (!c || !c->is_host())
+        fail(errc::not_supported, node_name, ins[1],
+             t + " '" + node_name + "': axes '" + ins[1] + "' must be a constant");
+      for (std::int64_t i = 0; i < c->elements(); ++i) axes.push_back(c->get_int(i));
+    }
+    if (!squeeze && axes.empty())
+      fail(errc::invalid_argument, node_name, {}, "Unsqueeze '" + node_name + "' needs axes");
+    const auto in_rank = static_cast<std::int64_t>(x.shape.rank());
+    const std::int64_t out_rank = squeeze ? in_rank : in_rank + static_cast<std::int64_t>(axes.size());
+    std::vector<bool> marked(static_cast<std::size_t>(std::max<std::int64_t>(out_rank, 0)));
+    for (std::int64_t a : axes) {
+      // Squeeze's axes index the input, Unsqueeze's the output.
+      const std::int64_t r = squeeze ? in_rank : out_rank;
+      if (a < -r || a >= r)
+        fail(errc::invalid_argument, node_name, {},
+             t + " '" + node_name + "': axis " + std::to_string(a) + " is outside rank " + std::to_string(r));
+      if (a < 0) a += r;
+      if (marked[static_cast<std::size_t>(a)])
+        fail(errc::invalid_argument, node_name, {},
+             t + " '" + node_name + "': axis " + std::to_string(a) + " repeated");
+      marked[static_cast<std::size_t>(a)] = true;
+    }
+    std::vector<std::int64_t> dims;
+    if (squeeze) {
+      for (std::int64_t d = 0; d < in_rank; ++d) {
+        const std::int64_t v = x.shape[static_cast<std::size_t>(d)];
+        const bool drop = axes.empty() ? v == 1 : marked[static_cast<std::size_t>(d)];
+        if (drop && v != 1)
+          fail(errc::invalid_shape, node_name, ins[0],
+               "Squeeze '" + node_name + "': dimension " + std::to_string(d) + " of " + shape_string(x.shape) +
+                   " is not 1");
+        if (!drop) dims.push_back(v);
+      }
+    } else {
+      if (out_rank > static_cast<std::int64_t>(shape::max_rank))
+        fail(errc::not_supported, node_name, ins[0],
+             "Unsqueeze '" + node_name + "': rank " + std::to_string(out_rank) + " is above 8");
+      std::size_t next = 0;
+      for (std::int64_t d = 0; d < out_rank; ++d)
+        dims.push_back(marked[static_cast<std::size_t>(d)] ? 1 : x.shape[next++]);
+    }
+    tensor target(shape{static_cast<std::int64_t>(dims.size())}, dtype::i64);
+    for (std::size_t d = 0; d < dims.size(); ++d)
+      target.set(static_cast<std::int64_t>(d), static_cast<double>(dims[d]));
+    step("Reshape", squeeze ? "squeeze" : "unsqueeze", {ins[0], g.add_constant(fresh(y + "/shape"), std::move(target))},
+         y);
+    return;
+  }
+  if (t == "Hardmax") {
+    // 1 at the first largest element along `axis`, 0 elsewhere: ArgMax (the first of equal
+    // maxima, as ONNX's Hardmax takes), then equality with the positions 0 .. D−1 as
+    // 1 − Sign(|position − index|), in float, where every index up to 2^24 is exact.
+    const value_info& x = g.value(ins[0]);
+    const auto rank = static_cast<std::int64_t>(x.shape.rank());
+    std::int64_t axis = attrs.get_int("axis", -1);
+    if (rank == 0 || axis < -rank || axis >= rank)
+      fail(errc::invalid_argument, node_name, ins[0],
+           "Hardmax '" + node_name + "': axis " + std::to_string(axis) + " is outside rank " + std::to_string(rank));
+    if (axis < 0) axis += rank;
+    const std::int64_t d = x.shape[static_cast<std::size_t>(axis)];
+    if (d > (std::int64_t{1} << 24))
+      fail(errc::not_supported, node_name, ins[0],
+           "Hardmax '" + node_name + "': " + std::to_string(d) + " positions along the axis (at most 2^24)");
+    const std::string index = step("ArgMax", "index", {ins[0]}, {}, {{"axis", axis}, {"keepdims", std::int64_t{1}}});
+    const std::string index_f = step("Cast", "index_float", {index}, {}, {{"to", std::int64_t{1}}});
+    std::vector<std::int64_t> iota_dims(static_cast<std::size_t>(rank), 1);
+    iota_dims[static_cast<std::size_t>(axis)] = d;
+    tensor iota{shape(std::span<const std::int64_t>(iota_dims)), dtype::f32};
+    for (std::int64_t i = 0; i < d; ++i) iota.set(i, static_cast<double>(i));
+    const std::string positions = g.add_constant(fresh(y + "/positions"), std::move(iota));
+    const std::string other =
+        step("Sign", "other", {step("Abs", "distance", {step("Sub", "offset", {positions, index_f})})});
+    tensor one_value(shape{}, dtype::f32);
+    one_value.set(0, 1);
+    const std::string one = g.add_constant(fresh(y + "/one"), std::move(one_value));
+    if (x.type == dtype::f32) {
+      step("Sub", "hardmax", {one, other}, y);
+      return;
+    }
+    const std::int64_t to = x.type == dtype::f16 ? 10 : 16;
+    step("Cast", "hardmax_t", {step("Sub", "hardmax", {one, other})}, y, {{"to", to}});
     return;
   }
   if (t == "DepthToSpace" || t == "SpaceToDepth") {

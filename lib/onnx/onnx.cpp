@@ -184,8 +184,9 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
     if (n.op_type() == "Constant") continue;
     if (!n.domain().empty() && n.domain() != "ai.onnx") unsupported.insert(n.domain() + "." + n.op_type());
     else if (!is_supported_op(n.op_type())) unsupported.insert(n.op_type());
-    // Softmax before opset 13 flattens to 2-D around the axis: a different operator.
-    else if ((n.op_type() == "Softmax" || n.op_type() == "LogSoftmax") && opset < 13)
+    // Softmax, LogSoftmax and Hardmax before opset 13 flatten to 2-D around the axis: a different
+    // operator.
+    else if ((n.op_type() == "Softmax" || n.op_type() == "LogSoftmax" || n.op_type() == "Hardmax") && opset < 13)
       unsupported.insert(n.op_type() + " (opset " + std::to_string(opset) + ")");
   }
   if (!unsupported.empty()) {

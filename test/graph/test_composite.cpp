@@ -341,3 +341,71 @@ TEST_CASE("DepthToSpace and SpaceToDepth refuse what does not divide into blocks
   CHECK(g.nodes().size() == nodes);
   CHECK(!g.find("y"));
 }
+
+TEST_CASE("Hardmax marks the first largest element along its axis", "[graph][composite]") {
+  // Ties (the first wins), negative values and a maximum in each position.
+  const std::vector<double> xs{1, 3, 3, 0, -2, -1, -1, -5, 7, 0, 7, 7};
+  for (const dtype type : {dtype::f32, dtype::f16}) {
+    for (const std::int64_t axis : {std::int64_t{-1}, std::int64_t{0}}) {
+      INFO(to_string(type) << " axis " << axis);
+      graph g("hm");
+      const auto x = g.add_input("x", {3, 4}, type);
+      g.set_output(g.add_op("Hardmax", {x}, {{"axis", axis}}, "y"));
+      CHECK(g.value("y").type == type);
+      npurt::system sys = test::make_system();
+      session s{sys};
+      const auto got = s.run(s.compile(g), {{"x", tensor({3, 4}, type, xs)}}).outputs.at("y").to_vector();
+      std::vector<double> want(12, 0.0);
+      if (axis == -1) {
+        for (std::size_t r = 0; r < 3; ++r) {
+          std::size_t best = 0;
+          for (std::size_t c = 1; c < 4; ++c)
+            if (xs[r * 4 + c] > xs[r * 4 + best]) best = c;
+          want[r * 4 + best] = 1;
+        }
+      } else {
+        for (std::size_t c = 0; c < 4; ++c) {
+          std::size_t best = 0;
+          for (std::size_t r = 1; r < 3; ++r)
+            if (xs[r * 4 + c] > xs[best * 4 + c]) best = r;
+          want[best * 4 + c] = 1;
+        }
+      }
+      CHECK(got == want);
+    }
+  }
+}
+
+TEST_CASE("Squeeze and Unsqueeze reshape by their axes, from an attribute or a constant input", "[graph][composite]") {
+  graph g("sq");
+  const auto x = g.add_input("x", {1, 3, 1, 2}, dtype::f32);
+  g.set_output(g.add_op("Squeeze", {x}, {}, "all"));  // every dimension of 1
+  g.set_output(g.add_op("Squeeze", {x, g.add_constant("ax", tensor({1}, dtype::i64, {-2}))}, {}, "one"));
+  g.set_output(g.add_op("Unsqueeze", {x}, {{"axes", ints{5, 0}}}, "wide"));  // unsorted, output axes
+  CHECK(g.value("all").shape == shape{3, 2});
+  CHECK(g.value("one").shape == shape{1, 3, 2});
+  CHECK(g.value("wide").shape == shape{1, 1, 3, 1, 2, 1});
+  npurt::system sys = test::make_system();
+  session s{sys};
+  const std::vector<double> xs{1, 2, 3, 4, 5, 6};
+  const auto r = s.run(s.compile(g), {{"x", tensor({1, 3, 1, 2}, dtype::f32, xs)}});
+  for (const char* o : {"all", "one", "wide"}) CHECK(r.outputs.at(o).to_vector() == xs);
+
+  const auto code = [&](std::string_view type, const std::vector<std::string>& ins,
+                        const attributes& a) -> std::error_code {
+    try {
+      (void)g.add_op(type, ins, a, "bad");
+    } catch (const graph_error& e) { return e.code(); }
+    return {};
+  };
+  const auto fed = g.add_input("fed_axes", {1}, dtype::i64);
+  CHECK(code("Squeeze", {x, fed}, {}) == errc::not_supported);  // axes fed at run time
+  CHECK(code("Squeeze", {x}, {{"axes", ints{1}}}) == errc::invalid_shape);  // 3 is not 1
+  CHECK(code("Squeeze", {x}, {{"axes", ints{4}}}) == errc::invalid_argument);
+  CHECK(code("Squeeze", {x}, {{"axes", ints{0, -4}}}) == errc::invalid_argument);  // one axis twice
+  CHECK(code("Unsqueeze", {x}, {}) == errc::invalid_argument);                     // no axes
+  CHECK(code("Unsqueeze", {x}, {{"axes", ints{0, 1, 2, 3, 4}}}) == errc::not_supported);  // rank 9
+  CHECK(code("Unsqueeze", {x, "ax"}, {{"axes", ints{0}}}) == errc::invalid_argument);  // axes given twice
+  CHECK(code("Hardmax", {x}, {{"axis", std::int64_t{4}}}) == errc::invalid_argument);
+  CHECK(!g.find("bad"));
+}
