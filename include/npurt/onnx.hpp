@@ -29,7 +29,12 @@ struct load_options {
   /// free-dimension overrides give them: models exported with a dynamic batch or sequence length
   /// name those dimensions instead of sizing them. Every value must be at least 1, and every name
   /// must be one of the model's symbolic dimensions (a misspelt name is refused, not ignored).
-  std::map<std::string, std::int64_t, std::less<>> dims;
+  std::map<std::string, std::int64_t, std::less<>> dims{};
+  /// Graph inputs given a fixed value: each becomes a constant holding a copy of it (shape and
+  /// dtype must be the input's), so operators that need constant operands (Reshape's shape,
+  /// Squeeze's axes, a Clip's bounds as kernel scalars) accept it, as a model that was exported
+  /// with the value frozen would load. A name that is no graph input of the model is refused.
+  std::map<std::string, const tensor*, std::less<>> constant_inputs{};
 };
 
 /// Reads a .onnx file into a graph. Throws graph_error (not_supported listing the unsupported
@@ -42,7 +47,9 @@ struct load_options {
 [[nodiscard]] graph load(const std::string& path);
 /// The same with `opts`: a symbolic input dimension takes its value from opts.dims (one it does
 /// not name is invalid_shape, naming the input and the dimension); a value below 1 or a name that
-/// is no symbolic dimension of the model is invalid_argument.
+/// is no symbolic dimension of the model is invalid_argument. An input of opts.constant_inputs
+/// becomes a constant: a null or device tensor, or a name that is no input, is invalid_argument;
+/// another shape or dtype than the input's is invalid_shape or invalid_dtype.
 [[nodiscard]] graph load(const std::string& path, const load_options& opts);
 /// The same from the serialized bytes.
 [[nodiscard]] graph load_from_bytes(const std::string& bytes, const std::string& name = "onnx");

@@ -201,6 +201,19 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
            "onnx: load_options::dims gives '" + dim + "' the value " + std::to_string(value) +
                ": a dimension is at least 1");
   std::set<std::string, std::less<>> used_dims;
+  for (const auto& [input, value] : opts.constant_inputs) {
+    const bool is_input = std::any_of(gp.input().begin(), gp.input().end(), [&](const auto& in) {
+      return in.name() == input && std::none_of(gp.initializer().begin(), gp.initializer().end(),
+                                                [&](const auto& t) { return t.name() == input; });
+    });
+    if (!is_input)
+      fail(errc::invalid_argument, {}, input,
+           "onnx: load_options::constant_inputs names '" + input + "', which is no graph input of '" + name + "'");
+    if (!value || !value->is_host())
+      fail(errc::invalid_argument, {}, input,
+           "onnx: load_options::constant_inputs gives '" + input + "' " +
+               (value ? "a device tensor (a host tensor is copied into the graph)" : "no tensor"));
+  }
   graph g(gp.name().empty() ? name : gp.name());
   std::set<std::string> inits;
   for (const auto& t : gp.initializer()) {
@@ -237,6 +250,19 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
                  "' (give it a value with load_options::dims)");
       used_dims.insert(d.dim_param());
       s.push_back(it->second);
+    }
+    if (const auto bound = opts.constant_inputs.find(in.name()); bound != opts.constant_inputs.end()) {
+      const tensor& v = *bound->second;
+      if (v.type() != *type)
+        fail(errc::invalid_dtype, {}, in.name(),
+             "onnx: the constant for input '" + in.name() + "' is " + std::string(to_string(v.type())) +
+                 ", the input " + std::string(to_string(*type)));
+      if (!(v.shape() == s))
+        fail(errc::invalid_shape, {}, in.name(),
+             "onnx: the constant for input '" + in.name() + "' has shape " + shape_string(v.shape()) + ", the input " +
+                 shape_string(s));
+      g.add_constant(in.name(), v.clone());
+      continue;
     }
     g.add_input(in.name(), s, *type);
   }
