@@ -8,9 +8,18 @@
 // MeanVarianceNormalization, DepthToSpace, SpaceToDepth, Hardmax, Squeeze, Unsqueeze, a Clip
 // whose bounds are not constants and a LayerNormalization that names its Mean or InvStdDev
 // output: a chain of npurt's, as graph::add_op builds it).
-// An operator outside supported_ops() is an error (graph_error, errc::not_supported) that lists
-// every unsupported operator type of the model at once, so a user sees the whole gap, not the
-// first hole.
+// Small integer subgraphs that exporters write to compute shapes are folded at import, as
+// onnxruntime and onnx-simplifier do: a Shape or Size of a tensor whose shape is static, and an
+// Add, Sub, Mul, Div, Cast, Concat, ConstantOfShape, Equal, Expand, Gather, Identity, Range,
+// Reshape, Slice, Squeeze, Unsqueeze or Where whose inputs are all constants (initializers,
+// Constant nodes or folded results), is evaluated on the host with ONNX's semantics and becomes a
+// constant. Results above 2^24 elements are not folded. A fold that would go wrong is a
+// graph_error naming the node (invalid_argument for an index or axis out of range, a Range delta
+// or an integer divisor of 0; size_overflow for a shape whose element count overflows). Bool
+// values fold but never reach the graph.
+// An operator outside supported_ops() that does not fold is an error (graph_error,
+// errc::not_supported) that lists every unsupported operator type of the model at once, so a user
+// sees the whole gap, not the first hole.
 #pragma once
 
 #include <npurt/graph/graph.hpp>
@@ -41,7 +50,8 @@ struct load_options {
 /// operators, or for a rank above 8; parse_error for a file that is not an ONNX model or is
 /// malformed: an initializer whose data does not match its dimensions, a Constant without one
 /// named output; invalid_shape for a symbolic input dimension (see load_options), or an initializer dimension that
-/// is negative or overflows the element count). A file that cannot be read throws graph_error
+/// is negative or overflows the element count; invalid_argument or size_overflow naming a node
+/// whose fold would go wrong). A file that cannot be read throws graph_error
 /// whose code is the system's reason in std::generic_category (std::errc::no_such_file_or_directory,
 /// permission_denied, is_a_directory), as checkpoint::load reports it.
 [[nodiscard]] graph load(const std::string& path);

@@ -3,14 +3,18 @@
 
 #include <npurt/graph/detail/composite.hpp>
 
+#include "fold.hpp"
+
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 #include <system_error>
@@ -124,7 +128,7 @@ attribute to_attribute(const ::onnx::NodeProto& n, const ::onnx::AttributeProto&
 }
 
 // A Constant node's value: exactly one of its value attributes (ONNX's Constant, opset 12 on).
-tensor constant_value(const ::onnx::NodeProto& n, const std::string& node_name) {
+folding::host_value constant_value(const ::onnx::NodeProto& n, const std::string& node_name) {
   const ::onnx::AttributeProto* v = nullptr;
   for (const auto& a : n.attribute()) {
     if (a.name().rfind("value", 0) != 0 && a.name() != "sparse_value") continue;
@@ -143,7 +147,7 @@ tensor constant_value(const ::onnx::NodeProto& n, const std::string& node_name) 
   const std::string& k = v->name();
   if (k == "value") {
     if (v->type() != ::onnx::AttributeProto::TENSOR) wrong_type();
-    return to_tensor(v->t());
+    return folding::to_host_value(v->t());
   }
   if (k == "value_float" || k == "value_floats") {
     const bool one = k == "value_float";
@@ -151,7 +155,7 @@ tensor constant_value(const ::onnx::NodeProto& n, const std::string& node_name) 
     const auto count = one ? 1 : v->floats_size();
     tensor r(one ? shape{} : shape{count}, dtype::f32);
     for (int i = 0; i < count; ++i) r.set(i, one ? v->f() : v->floats(i));
-    return r;
+    return {std::move(r)};
   }
   if (k == "value_int" || k == "value_ints") {
     const bool one = k == "value_int";
@@ -161,7 +165,7 @@ tensor constant_value(const ::onnx::NodeProto& n, const std::string& node_name) 
     // Through the bits: set(double) would round integers above 2^53.
     auto* p = static_cast<std::int64_t*>(r.data());
     for (int i = 0; i < count; ++i) p[i] = one ? v->i() : v->ints(i);
-    return r;
+    return {std::move(r)};
   }
   // value_string(s) and sparse_value: npurt computes in neither strings nor sparse tensors.
   fail(errc::not_supported, node_name, n.output(0),
@@ -175,32 +179,77 @@ std::int64_t opset_of(const ::onnx::ModelProto& m) {
   return 1;
 }
 
+// A graph input of the model: a tensor of a dtype npurt computes in, with fixed dimensions or
+// symbolic ones that opts.dims sizes; a constant of the graph when opts.constant_inputs binds it.
+void add_input(graph& g, const ::onnx::ValueInfoProto& in, const load_options& opts) {
+  if (!in.type().has_tensor_type())
+    fail(errc::not_supported, {}, in.name(), "onnx: input '" + in.name() + "' is not a tensor");
+  const auto& tt = in.type().tensor_type();
+  const auto type = dtype_from_onnx(tt.elem_type());
+  if (!type)
+    fail(errc::not_supported, {}, in.name(),
+         "onnx: input '" + in.name() + "' has data type " + std::to_string(tt.elem_type()));
+  // npurt's shapes hold at most 8 dimensions: the initializers' limit, and error, applies.
+  if (tt.shape().dim_size() > static_cast<int>(shape::max_rank))
+    fail(errc::not_supported, {}, in.name(), "onnx: input '" + in.name() + "' has rank above 8");
+  if (!tt.has_shape())
+    fail(errc::invalid_shape, {}, in.name(), "onnx: input '" + in.name() + "' has no shape (its rank is unknown)");
+  shape s;
+  for (const auto& d : tt.shape().dim()) {
+    if (d.has_dim_value()) {
+      s.push_back(d.dim_value());
+      continue;
+    }
+    if (d.dim_param().empty())
+      fail(errc::invalid_shape, {}, in.name(),
+           "onnx: input '" + in.name() + "' has a dimension of unknown size (neither a value nor a name)");
+    const auto it = opts.dims.find(d.dim_param());
+    if (it == opts.dims.end())
+      fail(errc::invalid_shape, {}, in.name(),
+           "onnx: input '" + in.name() + "' has the symbolic dimension '" + d.dim_param() +
+               "' (give it a value with load_options::dims)");
+    s.push_back(it->second);
+  }
+  if (const auto bound = opts.constant_inputs.find(in.name()); bound != opts.constant_inputs.end()) {
+    const tensor& v = *bound->second;
+    if (v.type() != *type)
+      fail(errc::invalid_dtype, {}, in.name(),
+           "onnx: the constant for input '" + in.name() + "' is " + std::string(to_string(v.type())) + ", the input " +
+               std::string(to_string(*type)));
+    if (!(v.shape() == s))
+      fail(errc::invalid_shape, {}, in.name(),
+           "onnx: the constant for input '" + in.name() + "' has shape " + shape_string(v.shape()) + ", the input " +
+               shape_string(s));
+    g.add_constant(in.name(), v.clone());
+    return;
+  }
+  g.add_input(in.name(), s, *type);
+}
+
+// What the importer knows of tensor names beyond the graph, as it walks the nodes in order.
+struct import_state {
+  // Values known at import time that the graph cannot hold: the bool ones (Equal's output, a bool
+  // initializer). Every other known value is a constant of the graph.
+  std::map<std::string, folding::host_value, std::less<>> bools;
+  // Outputs of nodes that were neither added nor folded (an unsupported operator, or one reading
+  // such an output); `would_fold` marks those that would fold were their producers supported.
+  std::set<std::string, std::less<>> pending, would_fold;
+};
+
+// Keeps a known value: a bool one beside the graph, any other as a constant of it.
+void keep(graph& g, import_state& st, const std::string& name, folding::host_value v) {
+  if (v.boolean) st.bools[name] = std::move(v);
+  else g.add_constant(name, std::move(v.value));
+}
+
 graph build(const ::onnx::ModelProto& m, const std::string& name, const load_options& opts) {
   const auto& gp = m.graph();
   const std::int64_t opset = opset_of(m);
-  // Every unsupported operator, listed at once.
-  std::set<std::string> unsupported;
-  for (const auto& n : gp.node()) {
-    if (n.op_type() == "Constant") continue;
-    if (!n.domain().empty() && n.domain() != "ai.onnx") unsupported.insert(n.domain() + "." + n.op_type());
-    else if (!is_supported_op(n.op_type())) unsupported.insert(n.op_type());
-    // Softmax, LogSoftmax and Hardmax before opset 13 flatten to 2-D around the axis: a different
-    // operator.
-    else if ((n.op_type() == "Softmax" || n.op_type() == "LogSoftmax" || n.op_type() == "Hardmax") && opset < 13)
-      unsupported.insert(n.op_type() + " (opset " + std::to_string(opset) + ")");
-  }
-  if (!unsupported.empty()) {
-    std::string list;
-    for (const auto& u : unsupported) list += (list.empty() ? "" : ", ") + u;
-    fail(errc::not_supported, *unsupported.begin(), {},
-         "onnx: model '" + name + "' uses unsupported operators: " + list);
-  }
   for (const auto& [dim, value] : opts.dims)
     if (value < 1)
       fail(errc::invalid_argument, {}, {},
            "onnx: load_options::dims gives '" + dim + "' the value " + std::to_string(value) +
                ": a dimension is at least 1");
-  std::set<std::string, std::less<>> used_dims;
   for (const auto& [input, value] : opts.constant_inputs) {
     const bool is_input = std::any_of(gp.input().begin(), gp.input().end(), [&](const auto& in) {
       return in.name() == input && std::none_of(gp.initializer().begin(), gp.initializer().end(),
@@ -215,61 +264,39 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
                (value ? "a device tensor (a host tensor is copied into the graph)" : "no tensor"));
   }
   graph g(gp.name().empty() ? name : gp.name());
+  import_state st;
+  // Every unsupported operator is listed at once, so a user sees the whole gap, not the first
+  // hole. Whether a fold-only operator (Shape, Gather, ...) is supported depends on what it
+  // reads, known only in order; so the model is walked once, an error of an initializer, input or
+  // node is held until the walk ends, and the list of unsupported operators, if any, is the error
+  // reported. What reads a tensor whose error is held waits on it and is not listed.
+  std::set<std::string> unsupported;
+  std::exception_ptr first_error;
+  const auto hold = [&](const std::string& tensor_name) {
+    if (!first_error) first_error = std::current_exception();
+    st.pending.insert(tensor_name);
+    st.would_fold.insert(tensor_name);
+  };
   std::set<std::string> inits;
   for (const auto& t : gp.initializer()) {
     inits.insert(t.name());
-    g.add_constant(t.name(), to_tensor(t));
+    try {
+      keep(g, st, t.name(), folding::to_host_value(t));
+    } catch (const graph_error&) { hold(t.name()); }
   }
+  std::set<std::string, std::less<>> symbolic_dims;
   for (const auto& in : gp.input()) {
     if (inits.count(in.name())) continue;
-    if (!in.type().has_tensor_type())
-      fail(errc::not_supported, {}, in.name(), "onnx: input '" + in.name() + "' is not a tensor");
-    const auto& tt = in.type().tensor_type();
-    const auto type = dtype_from_onnx(tt.elem_type());
-    if (!type)
-      fail(errc::not_supported, {}, in.name(),
-           "onnx: input '" + in.name() + "' has data type " + std::to_string(tt.elem_type()));
-    // npurt's shapes hold at most 8 dimensions: the initializers' limit, and error, applies.
-    if (tt.shape().dim_size() > static_cast<int>(shape::max_rank))
-      fail(errc::not_supported, {}, in.name(), "onnx: input '" + in.name() + "' has rank above 8");
-    if (!tt.has_shape())
-      fail(errc::invalid_shape, {}, in.name(), "onnx: input '" + in.name() + "' has no shape (its rank is unknown)");
-    shape s;
-    for (const auto& d : tt.shape().dim()) {
-      if (d.has_dim_value()) {
-        s.push_back(d.dim_value());
-        continue;
-      }
-      if (d.dim_param().empty())
-        fail(errc::invalid_shape, {}, in.name(),
-             "onnx: input '" + in.name() + "' has a dimension of unknown size (neither a value nor a name)");
-      const auto it = opts.dims.find(d.dim_param());
-      if (it == opts.dims.end())
-        fail(errc::invalid_shape, {}, in.name(),
-             "onnx: input '" + in.name() + "' has the symbolic dimension '" + d.dim_param() +
-                 "' (give it a value with load_options::dims)");
-      used_dims.insert(d.dim_param());
-      s.push_back(it->second);
-    }
-    if (const auto bound = opts.constant_inputs.find(in.name()); bound != opts.constant_inputs.end()) {
-      const tensor& v = *bound->second;
-      if (v.type() != *type)
-        fail(errc::invalid_dtype, {}, in.name(),
-             "onnx: the constant for input '" + in.name() + "' is " + std::string(to_string(v.type())) +
-                 ", the input " + std::string(to_string(*type)));
-      if (!(v.shape() == s))
-        fail(errc::invalid_shape, {}, in.name(),
-             "onnx: the constant for input '" + in.name() + "' has shape " + shape_string(v.shape()) + ", the input " +
-                 shape_string(s));
-      g.add_constant(in.name(), v.clone());
-      continue;
-    }
-    g.add_input(in.name(), s, *type);
+    for (const auto& d : in.type().tensor_type().shape().dim())
+      if (!d.has_dim_value()) symbolic_dims.insert(d.dim_param());
+    try {
+      add_input(g, in, opts);
+    } catch (const graph_error&) { hold(in.name()); }
   }
   // A value for a dimension the model does not have is a misspelling more often than not: the
   // dimension it was meant for would otherwise be refused with a message about the other name.
   for (const auto& [dim, value] : opts.dims)
-    if (!used_dims.contains(dim))
+    if (!symbolic_dims.contains(dim))
       fail(errc::invalid_argument, {}, {},
            "onnx: load_options::dims names '" + dim + "', which is no symbolic dimension of the inputs of '" + name +
                "'");
@@ -292,38 +319,140 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
     taken.insert(r);
     return r;
   };
+  const auto set_pending = [&st](const ::onnx::NodeProto& n, bool would_fold) {
+    for (const auto& o : n.output()) {
+      st.pending.insert(o);
+      if (would_fold) st.would_fold.insert(o);
+    }
+  };
   for (const auto& n : gp.node()) {
     std::string node_name = n.name();
     while (node_name.empty() || (n.name().empty() && named.count(node_name)))
       node_name = n.op_type() + "_" + std::to_string(unnamed++);
-    if (n.op_type() == "Constant") {
-      // The output names the constant. protobuf's output(0) on an empty list is a FatalException,
-      // not an error a caller of load() expects.
-      if (n.output_size() != 1 || n.output(0).empty())
-        fail(errc::parse_error, node_name, {},
-             "onnx: Constant '" + node_name + "' needs exactly one named output, the name of its value");
-      g.add_constant(n.output(0), constant_value(n, node_name));
-      continue;
+    const bool onnx_domain = n.domain().empty() || n.domain() == "ai.onnx";
+    std::string label = onnx_domain ? n.op_type() : n.domain() + "." + n.op_type();
+    bool graph_op = onnx_domain && is_supported_op(n.op_type());
+    // Softmax, LogSoftmax and Hardmax before opset 13 flatten to 2-D around the axis: a different
+    // operator.
+    if (graph_op && (n.op_type() == "Softmax" || n.op_type() == "LogSoftmax" || n.op_type() == "Hardmax") &&
+        opset < 13) {
+      graph_op = false;
+      label += " (opset " + std::to_string(opset) + ")";
     }
-    attributes attrs;
-    for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
-    const std::vector<std::string> ins(n.input().begin(), n.input().end());
-    const std::vector<std::string> all_outs(n.output().begin(), n.output().end());
-    if (detail::added_as_chain(g, n.op_type(), ins, all_outs)) {
-      detail::add_composite(g, n.op_type(), node_name, ins, all_outs, attrs, fresh);
-      continue;
+    const bool foldable = onnx_domain && folding::is_foldable(n.op_type());
+    try {
+      if (n.op_type() == "Constant" && onnx_domain) {
+        // The output names the constant. protobuf's output(0) on an empty list is a FatalException,
+        // not an error a caller of load() expects.
+        if (n.output_size() != 1 || n.output(0).empty())
+          fail(errc::parse_error, node_name, {},
+               "onnx: Constant '" + node_name + "' needs exactly one named output, the name of its value");
+        keep(g, st, n.output(0), constant_value(n, node_name));
+        continue;
+      }
+      // What each input is: a known value, a static shape (Shape and Size read nothing more), or
+      // neither.
+      std::vector<tensor> shapes_only;
+      shapes_only.reserve(static_cast<std::size_t>(n.input_size()));
+      std::vector<folding::operand> known;
+      bool all_known = true, any_pending = false, all_would_fold = true;
+      for (int i = 0; i < n.input_size(); ++i) {
+        const std::string& in = n.input(i);
+        folding::operand v;
+        if (in.empty()) {
+          known.push_back(v);
+          continue;
+        }
+        if (auto it = st.bools.find(in); it != st.bools.end()) v = {&it->second.value, true};
+        else if (const tensor* c = g.constant(in)) v.value = c;
+        else if (const value_info* info = g.find(in);
+                 info && info->known && i == 0 && folding::reads_shape_only(n.op_type()))
+          v.value = &shapes_only.emplace_back(tensor::timing_only(info->shape, info->type));
+        const bool p = st.pending.count(in) != 0;
+        any_pending = any_pending || p;
+        all_would_fold = all_would_fold && (v.value || st.would_fold.count(in) ||
+                                            (p && i == 0 && folding::reads_shape_only(n.op_type())));
+        all_known = all_known && v.value;
+        known.push_back(v);
+      }
+      if (foldable && all_known) {
+        if (auto r = folding::fold(n, node_name, opset, known)) {
+          keep(g, st, n.output(0), std::move(*r));
+          continue;
+        }
+        // Too large to fold: a graph operator is added as a node, another is unsupported.
+        if (!graph_op) label += " (folding more than 2^24 elements)";
+      }
+      if (any_pending) {
+        // This node waits on one npurt cannot add: it is listed itself only if it could be
+        // neither added nor folded were its producers supported.
+        const bool would_fold = foldable && all_would_fold;
+        if (!graph_op && !would_fold) unsupported.insert(label);
+        set_pending(n, would_fold);
+        continue;
+      }
+      if (!graph_op) {
+        unsupported.insert(label);
+        set_pending(n, false);
+        continue;
+      }
+      // A bool value (Equal's, a bool initializer) folds, but npurt computes in no bool dtype.
+      for (const auto& in : n.input())
+        if (st.bools.count(in))
+          fail(errc::not_supported, node_name, in,
+               "onnx: " + n.op_type() + " '" + node_name + "' reads the bool tensor '" + in +
+                   "', which npurt does not compute in");
+      attributes attrs;
+      for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
+      const std::vector<std::string> ins(n.input().begin(), n.input().end());
+      const std::vector<std::string> all_outs(n.output().begin(), n.output().end());
+      if (detail::added_as_chain(g, n.op_type(), ins, all_outs)) {
+        detail::add_composite(g, n.op_type(), node_name, ins, all_outs, attrs, fresh);
+        continue;
+      }
+      std::vector<std::string> outs(n.output().begin(), n.output().end());
+      // Optional trailing outputs nobody reads (BatchNormalization's, MaxPool's Indices) drop.
+      while (outs.size() > 1 && outs.back().empty()) outs.pop_back();
+      g.add_node(n.op_type(), node_name, {n.input().begin(), n.input().end()}, outs, std::move(attrs));
+    } catch (const graph_error&) {
+      if (!first_error) first_error = std::current_exception();
+      for (const auto& o : n.output()) hold(o);
     }
-    std::vector<std::string> outs(n.output().begin(), n.output().end());
-    // Optional trailing outputs nobody reads (BatchNormalization's, MaxPool's Indices) drop.
-    while (outs.size() > 1 && outs.back().empty()) outs.pop_back();
-    g.add_node(n.op_type(), node_name, {n.input().begin(), n.input().end()}, outs, std::move(attrs));
   }
-  for (const auto& o : gp.output()) g.set_output(o.name());
+  if (!unsupported.empty()) {
+    std::string list;
+    for (const auto& u : unsupported) list += (list.empty() ? "" : ", ") + u;
+    fail(errc::not_supported, *unsupported.begin(), {},
+         "onnx: model '" + name + "' uses unsupported operators: " + list);
+  }
+  if (first_error) std::rethrow_exception(first_error);
+  for (const auto& o : gp.output()) {
+    if (st.bools.count(o.name()))
+      fail(errc::not_supported, {}, o.name(),
+           "onnx: output '" + o.name() + "' is a bool tensor, which npurt does not compute in");
+    g.set_output(o.name());
+  }
   g.validate();
   return g;
 }
 
 }  // namespace
+
+namespace folding {
+
+host_value to_host_value(const ::onnx::TensorProto& t) {
+  // ONNX stores bools as uint8 would be stored (a byte each in raw_data, or int32_data): read as
+  // u8 and marked, for folding alone.
+  if (t.data_type() != ::onnx::TensorProto::BOOL) return {to_tensor(t)};
+  ::onnx::TensorProto u = t;
+  u.set_data_type(::onnx::TensorProto::UINT8);
+  host_value r{to_tensor(u), true};
+  for (std::int64_t i = 0; i < r.value.elements(); ++i)
+    if (r.value.get(i) != 0) r.value.set(i, 1);
+  return r;
+}
+
+}  // namespace folding
 
 graph load_from_bytes(const std::string& bytes, const std::string& name) { return load_from_bytes(bytes, name, {}); }
 

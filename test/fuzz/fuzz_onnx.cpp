@@ -5,7 +5,8 @@
 // either succeed or are refused with a typed error, never anything else.
 //
 // The seeds are node models of ONNX's conformance suite (onnx/backend/test/data/node, Apache-2.0),
-// one per family of supported operators.
+// one per family of supported operators; the *_constant ones have their test inputs made
+// initializers, so that the importer folds them.
 #include <npurt/graph/session.hpp>
 #include <npurt/onnx.hpp>
 #include <npurt/simple_backend.hpp>

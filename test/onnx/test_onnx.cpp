@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 using namespace npurt;
@@ -55,6 +56,19 @@ bool allclose(const tensor& expected, const tensor& got, std::string& why) {
     const double e = expected.get(i), g = got.get(i);
     if (std::isnan(e) && std::isnan(g)) continue;
     if (std::abs(g - e) > 1e-7 + 1e-3 * std::abs(e)) {
+      why = "element " + std::to_string(i) + ": " + std::to_string(g) + " vs " + std::to_string(e);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Folding computes what ONNX's reference computes, to the bit: every element equal (NaN to NaN).
+bool identical(const tensor& expected, const tensor& got, std::string& why) {
+  if (!(expected.shape() == got.shape()) || expected.type() != got.type()) return allclose(expected, got, why);
+  for (std::int64_t i = 0; i < expected.elements(); ++i) {
+    const double e = expected.get(i), g = got.get(i);
+    if (e != g && !(std::isnan(e) && std::isnan(g))) {
       why = "element " + std::to_string(i) + ": " + std::to_string(g) + " vs " + std::to_string(e);
       return false;
     }
@@ -210,6 +224,77 @@ TEST_CASE("every ONNX backend node test of a supported operator and dtype passes
   WARN("ONNX node tests passed: " << passed << " of " << tests.size() << ", and " << passed_bound
                                   << " more with their integer inputs as constants (" << unsupported
                                   << " unsupported)");
+}
+
+// The node tests again, for the operators the importer folds: each test's inputs are made
+// initializers, so the whole model folds at import, and the folded outputs must be the ones ONNX's
+// reference computed, exactly. Tests whose dtypes npurt does not hold (double, bool outputs, strings) are
+// refused with not_supported and counted apart.
+TEST_CASE("every ONNX backend node test of folded operators, its inputs made constants, folds to its outputs",
+          "[onnx][conformance][fold]") {
+  const fs::path dir = node_tests_dir();
+  if (!fs::is_directory(dir)) SKIP("no ONNX node tests at " << dir.string() << " (install libonnx-testdata)");
+  static const std::set<std::string> folded{"Add",   "Cast",    "Concat",  "Constant",  "ConstantOfShape",
+                                            "Div",   "Equal",   "Expand",  "Gather",    "Identity",
+                                            "Mul",   "Range",   "Reshape", "Shape",     "Size",
+                                            "Slice", "Squeeze", "Sub",     "Unsqueeze", "Where"};
+  std::vector<fs::path> tests;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (fs::exists(e.path() / "model.onnx")) tests.push_back(e.path());
+  std::sort(tests.begin(), tests.end());
+  int passed = 0, unsupported = 0;
+  std::vector<std::string> failures;
+  for (const auto& t : tests) {
+    ::onnx::ModelProto m;
+    {
+      std::ifstream in(t / "model.onnx", std::ios::binary);
+      REQUIRE(m.ParseFromIstream(&in));
+    }
+    if (m.graph().node_size() == 0 ||
+        !std::all_of(m.graph().node().begin(), m.graph().node().end(),
+                     [](const ::onnx::NodeProto& n) { return folded.count(n.op_type()) != 0; }))
+      continue;
+    const fs::path ds = t / "test_data_set_0";
+    // Optional and sequence inputs are not tensors.
+    if (!fs::is_directory(ds) || !std::all_of(m.graph().input().begin(), m.graph().input().end(),
+                                              [](const auto& in) { return in.type().has_tensor_type(); }))
+      continue;
+    const std::string name = t.filename().string();
+    auto* g = m.mutable_graph();
+    for (int i = 0; i < g->input_size(); ++i) {
+      std::ifstream in(ds / ("input_" + std::to_string(i) + ".pb"), std::ios::binary);
+      auto* init = g->add_initializer();
+      REQUIRE(init->ParseFromIstream(&in));
+      init->set_name(g->input(i).name());
+    }
+    g->clear_input();
+    try {
+      const graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), name);
+      bool ok = true;
+      for (int o = 0; o < g->output_size(); ++o) {
+        const tensor* got = gr.constant(g->output(o).name());
+        const tensor expected = npurt::onnx::load_tensor((ds / ("output_" + std::to_string(o) + ".pb")).string());
+        std::string why = "not folded";
+        if (!got || !identical(expected, *got, why)) {
+          failures.push_back(name + ": " + why);
+          ok = false;
+        }
+      }
+      if (ok) ++passed;
+      if (ok && std::getenv("NPURT_ONNX_VERBOSE")) std::fprintf(stderr, "%s folded\n", name.c_str());
+    } catch (const graph_error& e) {
+      if (e.code() == errc::not_supported) {
+        ++unsupported;
+        if (std::getenv("NPURT_ONNX_VERBOSE")) std::fprintf(stderr, "%s unsupported: %s\n", name.c_str(), e.what());
+        continue;
+      }
+      failures.push_back(name + ": " + e.what());
+    }
+  }
+  for (const auto& f : failures) UNSCOPED_INFO(f);
+  CHECK(failures.empty());
+  CHECK(passed > 0);
+  WARN("ONNX node tests folded: " << passed << " (" << unsupported << " unsupported)");
 }
 
 TEST_CASE("a model with unsupported operators is an error listing every one of them", "[onnx][errors]") {
@@ -993,4 +1078,324 @@ TEST_CASE("InstanceNormalization below rank 3 or with another's attribute is ref
   a->set_type(::onnx::AttributeProto::INTS);
   a->add_ints(2);
   CHECK(error_loading(axes).code == make_error_code(errc::not_supported));
+}
+
+namespace {
+
+// An int64 initializer: dims (none for a scalar) and values.
+void add_i64(::onnx::GraphProto* g, const char* name, std::vector<std::int64_t> dims,
+             std::vector<std::int64_t> values) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(::onnx::TensorProto::INT64);
+  for (auto d : dims) t->add_dims(d);
+  for (auto v : values) t->add_int64_data(v);
+}
+
+void add_f32(::onnx::GraphProto* g, const char* name, std::vector<std::int64_t> dims, std::vector<float> values) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(::onnx::TensorProto::FLOAT);
+  for (auto d : dims) t->add_dims(d);
+  for (auto v : values) t->add_float_data(v);
+}
+
+// A node named as its output.
+::onnx::NodeProto* add_named(::onnx::GraphProto* g, const char* type, std::vector<std::string> ins, const char* out) {
+  auto* n = g->add_node();
+  n->set_op_type(type);
+  n->set_name(out);
+  for (const auto& i : ins) n->add_input(i);
+  n->add_output(out);
+  return n;
+}
+
+void set_int(::onnx::NodeProto* n, const char* name, std::int64_t v) {
+  add_attr(*n, name, ::onnx::AttributeProto::INT).set_i(v);
+}
+
+std::vector<std::int64_t> ints_of(const graph& g, const char* name) {
+  const tensor* t = g.constant(name);
+  REQUIRE(t);
+  std::vector<std::int64_t> r;
+  for (std::int64_t i = 0; i < t->elements(); ++i) r.push_back(t->get_int(i));
+  return r;
+}
+
+// x [2,3,4] reshaped to [x.shape[0], -1] the way PyTorch exports x.view(x.size(0), -1).
+::onnx::ModelProto flatten_by_shape_model(std::int64_t index) {
+  auto m = model_of_x({2, 3, 4});
+  auto* g = m.mutable_graph();
+  add_i64(g, "index", {}, {index});
+  add_i64(g, "axes", {1}, {0});
+  add_i64(g, "minus_one", {1}, {-1});
+  add_named(g, "Shape", {"x"}, "shape");
+  add_named(g, "Gather", {"shape", "index"}, "gather");
+  add_named(g, "Unsqueeze", {"gather", "axes"}, "unsqueeze");
+  set_int(add_named(g, "Concat", {"unsqueeze", "minus_one"}, "target"), "axis", 0);
+  add_output_node(g, "Reshape", {"x", "target"}, "y");
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("a PyTorch-style Shape, Gather, Unsqueeze, Concat target shape folds and the Reshape runs", "[onnx][fold]") {
+  graph g = npurt::onnx::load_from_bytes(flatten_by_shape_model(0).SerializeAsString(), "view");
+  CHECK(ints_of(g, "shape") == std::vector<std::int64_t>{2, 3, 4});
+  CHECK(ints_of(g, "gather") == std::vector<std::int64_t>{2});
+  CHECK(g.constant("gather")->shape().rank() == 0);
+  CHECK(ints_of(g, "target") == std::vector<std::int64_t>{2, -1});
+  // Only the Reshape is left to run.
+  REQUIRE(g.nodes().size() == 1);
+  CHECK(g.nodes()[0].type == "Reshape");
+  CHECK(g.value("y").shape == shape{2, 12});
+  std::vector<double> xs(24);
+  for (int i = 0; i < 24; ++i) xs[static_cast<std::size_t>(i)] = i * 0.5;
+  CHECK(run_y(g, tensor({2, 3, 4}, dtype::f32, xs)) == xs);
+  // A negative index counts from the back: x.size(-1).
+  graph last = npurt::onnx::load_from_bytes(flatten_by_shape_model(-1).SerializeAsString(), "view");
+  CHECK(last.value("y").shape == shape{4, 6});
+}
+
+TEST_CASE("a symbolic batch dimension sized by the load options folds into the Reshape target", "[onnx][fold]") {
+  auto m = flatten_by_shape_model(0);
+  auto* d = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0);
+  d->set_dim_param("batch");
+  graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "view", {.dims = {{"batch", 5}}});
+  CHECK(ints_of(g, "target") == std::vector<std::int64_t>{5, -1});
+  CHECK(g.value("y").shape == shape{5, 12});
+}
+
+TEST_CASE("Shape with start and end, and Size, fold from a static shape", "[onnx][fold]") {
+  auto m = model_of_x({2, 3, 4, 5});
+  auto* g = m.mutable_graph();
+  auto* middle = add_named(g, "Shape", {"x"}, "middle");
+  set_int(middle, "start", 1);
+  set_int(middle, "end", -1);
+  // Out of range, start and end clamp to [0, rank] (onnx.ai Shape-15).
+  auto* clamped = add_named(g, "Shape", {"x"}, "clamped");
+  set_int(clamped, "start", -10);
+  set_int(clamped, "end", 10);
+  // start past end: no dimensions.
+  auto* empty = add_named(g, "Shape", {"x"}, "empty");
+  set_int(empty, "start", 3);
+  set_int(empty, "end", 1);
+  add_output_node(g, "Size", {"x"}, "size");
+  add_output_node(g, "Relu", {"x"}, "y");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "shape");
+  CHECK(ints_of(gr, "middle") == std::vector<std::int64_t>{3, 4});
+  CHECK(ints_of(gr, "clamped") == std::vector<std::int64_t>{2, 3, 4, 5});
+  CHECK(ints_of(gr, "empty").empty());
+  CHECK(gr.constant("empty")->shape() == shape{0});
+  CHECK(ints_of(gr, "size") == std::vector<std::int64_t>{120});
+  CHECK(gr.constant("size")->shape().rank() == 0);
+  // A folded output is carried to the run's outputs.
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  auto r = s.run(s.compile(gr), {{"x", tensor({2, 3, 4, 5}, dtype::f32)}});
+  CHECK(r.outputs.at("size").get_int(0) == 120);
+}
+
+TEST_CASE("Slice of a constant folds with negative steps and clamped starts and ends", "[onnx][fold]") {
+  auto m = relu_model({1});
+  auto* g = m.mutable_graph();
+  std::vector<std::int64_t> data(12);
+  for (int i = 0; i < 12; ++i) data[static_cast<std::size_t>(i)] = i;
+  add_i64(g, "data", {3, 4}, data);
+  constexpr auto max = std::numeric_limits<std::int64_t>::max();
+  constexpr auto min = std::numeric_limits<std::int64_t>::min();
+  // Rows 1 to the end; columns from 100 (clamped to the last, 3) back past -100 (before the
+  // first) in steps of 3: columns 3 and 0.
+  add_i64(g, "starts", {2}, {1, 100});
+  add_i64(g, "ends", {2}, {max, -100});
+  add_i64(g, "axes", {2}, {0, -1});
+  add_i64(g, "steps", {2}, {1, -3});
+  add_named(g, "Slice", {"data", "starts", "ends", "axes", "steps"}, "sliced");
+  // The whole first axis reversed, axes and steps given, ends at INT64_MIN: Python's [::-1].
+  add_i64(g, "rstart", {1}, {-1});
+  add_i64(g, "rend", {1}, {min});
+  add_i64(g, "raxis", {1}, {0});
+  add_i64(g, "rstep", {1}, {-1});
+  add_named(g, "Slice", {"data", "rstart", "rend", "raxis", "rstep"}, "reversed");
+  // Without axes and steps; an empty range.
+  add_i64(g, "estart", {1}, {2});
+  add_i64(g, "eend", {1}, {1});
+  add_named(g, "Slice", {"data", "estart", "eend"}, "empty");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "slice");
+  CHECK(gr.constant("sliced")->shape() == shape{2, 2});
+  CHECK(ints_of(gr, "sliced") == std::vector<std::int64_t>{7, 4, 11, 8});
+  CHECK(gr.constant("reversed")->shape() == shape{3, 4});
+  CHECK(ints_of(gr, "reversed") == std::vector<std::int64_t>{8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3});
+  CHECK(gr.constant("empty")->shape() == shape{0, 4});
+  // A step of 0 is an error naming the Slice.
+  add_i64(g, "zero_step", {1}, {0});
+  add_named(g, "Slice", {"data", "estart", "eend", "raxis", "zero_step"}, "bad_slice");
+  const auto e = error_loading(m);
+  CHECK(e.code == errc::invalid_argument);
+  CHECK(e.op == "bad_slice");
+}
+
+TEST_CASE("Range and ConstantOfShape fold", "[onnx][fold]") {
+  auto m = model_of_x({2, 3});
+  auto* g = m.mutable_graph();
+  add_i64(g, "one", {}, {1});
+  add_i64(g, "ten", {}, {10});
+  add_i64(g, "three", {}, {3});
+  add_i64(g, "minus_four", {}, {-4});
+  add_named(g, "Range", {"one", "ten", "three"}, "up");
+  add_named(g, "Range", {"ten", "one", "minus_four"}, "down");
+  add_named(g, "Range", {"ten", "one", "three"}, "none");
+  add_f32(g, "fstart", {}, {0.5f});
+  add_f32(g, "flimit", {}, {2.f});
+  add_f32(g, "fdelta", {}, {0.5f});
+  add_named(g, "Range", {"fstart", "flimit", "fdelta"}, "floats");
+  // ConstantOfShape of x's shape, 1.5: y = x + 1.5 with a folded operand.
+  add_named(g, "Shape", {"x"}, "xs");
+  auto* c = add_named(g, "ConstantOfShape", {"xs"}, "halves");
+  auto& v = add_attr(*c, "value", ::onnx::AttributeProto::TENSOR);
+  v.mutable_t()->set_data_type(::onnx::TensorProto::FLOAT);
+  v.mutable_t()->add_dims(1);
+  v.mutable_t()->add_float_data(1.5f);
+  add_named(g, "ConstantOfShape", {"up"}, "zeros");
+  add_output_node(g, "Add", {"x", "halves"}, "y");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "range");
+  CHECK(ints_of(gr, "up") == std::vector<std::int64_t>{1, 4, 7});
+  CHECK(ints_of(gr, "down") == std::vector<std::int64_t>{10, 6, 2});
+  CHECK(gr.constant("none")->shape() == shape{0});
+  CHECK(gr.constant("floats")->type() == dtype::f32);
+  CHECK(gr.constant("floats")->to_vector() == std::vector<double>{0.5, 1, 1.5});
+  CHECK(gr.constant("halves")->shape() == shape{2, 3});
+  CHECK(gr.constant("zeros")->shape() == shape{1, 4, 7});
+  CHECK(gr.constant("zeros")->type() == dtype::f32);
+  CHECK(gr.constant("zeros")->get(27) == 0);
+  CHECK(run_y(gr, tensor({2, 3}, dtype::f32, {1, 2, 3, 4, 5, 6})) == std::vector<double>{2.5, 3.5, 4.5, 5.5, 6.5, 7.5});
+}
+
+TEST_CASE("a Cast of a folded int64 to float feeds a float operator", "[onnx][fold]") {
+  // y = x / x.numel(), as exported: Size -> Cast(to float) -> Div.
+  auto m = model_of_x({2, 3});
+  auto* g = m.mutable_graph();
+  add_named(g, "Size", {"x"}, "n");
+  set_int(add_named(g, "Cast", {"n"}, "n_float"), "to", ::onnx::TensorProto::FLOAT);
+  add_output_node(g, "Div", {"x", "n_float"}, "y");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "mean");
+  REQUIRE(gr.constant("n_float"));
+  CHECK(gr.constant("n_float")->type() == dtype::f32);
+  CHECK(gr.constant("n_float")->get(0) == 6);
+  // Float to integer truncates toward zero, as numpy's astype does.
+  add_f32(g, "floats", {3}, {-2.75f, 2.75f, -0.5f});
+  set_int(add_named(g, "Cast", {"floats"}, "truncated"), "to", ::onnx::TensorProto::INT64);
+  CHECK(ints_of(npurt::onnx::load_from_bytes(m.SerializeAsString(), "mean"), "truncated") ==
+        std::vector<std::int64_t>{-2, 2, 0});
+  CHECK(run_y(gr, tensor({2, 3}, dtype::f32, {6, 12, 3, 0, -6, 1.5})) == std::vector<double>{1, 2, 0.5, 0, -1, 0.25});
+}
+
+TEST_CASE("Equal, Where and Expand on constants fold; int64 arithmetic divides toward zero", "[onnx][fold]") {
+  auto m = model_of_x({2, 3});
+  auto* g = m.mutable_graph();
+  add_i64(g, "dims", {3}, {-1, 3, 0});
+  add_i64(g, "zero", {}, {0});
+  add_i64(g, "minus_one", {}, {-1});
+  add_i64(g, "ones", {3}, {1, 1, 1});
+  add_i64(g, "seven", {2}, {7, -7});
+  add_i64(g, "two", {}, {2});
+  // torch's expand: the -1s of its sizes become 1s through Equal and Where.
+  add_named(g, "Equal", {"dims", "minus_one"}, "is_free");
+  add_named(g, "Where", {"is_free", "ones", "dims"}, "sizes");
+  add_named(g, "Div", {"seven", "two"}, "halved");
+  add_named(g, "Mul", {"halved", "two"}, "doubled");
+  add_named(g, "Sub", {"seven", "doubled"}, "remainder");
+  add_i64(g, "expand_to", {2}, {3, 1});
+  add_named(g, "Expand", {"seven", "expand_to"}, "expanded");
+  add_output_node(g, "Relu", {"x"}, "y");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "where");
+  // The bool stays in the importer: npurt computes in no bool dtype.
+  CHECK(!gr.find("is_free"));
+  CHECK(ints_of(gr, "sizes") == std::vector<std::int64_t>{1, 3, 0});
+  CHECK(ints_of(gr, "halved") == std::vector<std::int64_t>{3, -3});
+  CHECK(ints_of(gr, "remainder") == std::vector<std::int64_t>{1, -1});
+  // Expand broadcasts both ways: [2] and [3,1] make [3,2].
+  CHECK(gr.constant("expanded")->shape() == shape{3, 2});
+  CHECK(ints_of(gr, "expanded") == std::vector<std::int64_t>{7, -7, 7, -7, 7, -7});
+}
+
+TEST_CASE("a fold that would go wrong is a typed error naming the node", "[onnx][fold][errors]") {
+  SECTION("a Gather index out of range") {
+    const auto e = error_loading(flatten_by_shape_model(3));
+    CHECK(e.code == errc::invalid_argument);
+    CHECK(e.op == "gather");
+    CHECK(e.what.find("index 3 is out of range for axis 0 of size 3") != std::string::npos);
+    CHECK(error_loading(flatten_by_shape_model(-4)).code == errc::invalid_argument);
+  }
+  auto m = relu_model({1});
+  auto* g = m.mutable_graph();
+  add_i64(g, "zero", {}, {0});
+  add_i64(g, "one", {}, {1});
+  SECTION("a Range with delta 0") {
+    add_named(g, "Range", {"one", "one", "zero"}, "range");
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::invalid_argument);
+    CHECK(e.op == "range");
+    CHECK(e.what.find("delta is 0") != std::string::npos);
+  }
+  SECTION("an integer division by zero") {
+    add_named(g, "Div", {"one", "zero"}, "div");
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::invalid_argument);
+    CHECK(e.op == "div");
+  }
+  SECTION("a Cast of a float outside the integer type's range") {
+    add_f32(g, "floats", {2}, {-2.75f, 3e9f});
+    set_int(add_named(g, "Cast", {"floats"}, "cast"), "to", ::onnx::TensorProto::INT32);
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::invalid_argument);
+    CHECK(e.op == "cast");
+    CHECK(e.what.find("outside i32's range") != std::string::npos);
+  }
+  SECTION("a ConstantOfShape whose element count overflows") {
+    add_i64(g, "huge", {3}, {std::int64_t{1} << 40, std::int64_t{1} << 40, 2});
+    add_named(g, "ConstantOfShape", {"huge"}, "filled");
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::size_overflow);
+    CHECK(e.op == "filled");
+  }
+  SECTION("a Reshape target whose element count overflows") {
+    add_i64(g, "data", {1}, {5});
+    add_i64(g, "target", {3}, {std::int64_t{1} << 40, std::int64_t{1} << 40, -1});
+    add_named(g, "Reshape", {"data", "target"}, "reshaped");
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::size_overflow);
+    CHECK(e.op == "reshaped");
+  }
+  SECTION("a ConstantOfShape above 2^24 elements is not folded, and so not supported") {
+    add_i64(g, "big", {2}, {1 << 13, 1 << 12});
+    add_named(g, "ConstantOfShape", {"big"}, "filled");
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.what.find("ConstantOfShape (folding more than 2^24 elements)") != std::string::npos);
+  }
+}
+
+TEST_CASE("Shape of a tensor computed at run time folds; a Gather of its data is listed as unsupported",
+          "[onnx][fold][errors]") {
+  auto m = model_of_x({2, 3});
+  auto* g = m.mutable_graph();
+  add_i64(g, "index", {}, {1});
+  add_named(g, "Relu", {"x"}, "r");
+  // r's value is computed at run time, its shape [2,3] is static.
+  add_named(g, "Shape", {"r"}, "rs");
+  add_named(g, "Reshape", {"r", "rs"}, "same");
+  add_output_node(g, "Relu", {"same"}, "y");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "runtime");
+  CHECK(ints_of(gr, "rs") == std::vector<std::int64_t>{2, 3});
+  CHECK(run_y(gr, tensor({2, 3}, dtype::f32, {-1, 2, -3, 4, -5, 6})) == std::vector<double>{0, 2, 0, 4, 0, 6});
+  // A Gather of r's data cannot fold: listed with the other unsupported operators, but not the
+  // Unsqueeze of its output (waiting on it) nor the Shape of Trilu's output (its shape would be static).
+  add_named(g, "Gather", {"r", "index"}, "picked");
+  add_named(g, "Unsqueeze", {"picked", "index"}, "picked1");
+  add_named(g, "Trilu", {"x"}, "t");
+  add_named(g, "Shape", {"t"}, "ts");
+  const auto e = error_loading(m);
+  CHECK(e.code == errc::not_supported);
+  CHECK(e.what.find("unsupported operators: Gather, Trilu") != std::string::npos);
 }

@@ -1,0 +1,675 @@
+// Import-time constant folding (see fold.hpp). Each operator follows its onnx.ai definition and,
+// where the text leaves a case open, the reference implementation (onnx/reference/ops/op_*.py,
+// numpy underneath): integer arithmetic wraps as numpy's does, Slice clamps as Python slicing does.
+#include "fold.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace npurt::onnx::folding {
+
+namespace {
+
+constexpr std::array<std::string_view, 19> foldable_ops{
+    "Add",     "Cast",  "Concat", "ConstantOfShape", "Div",     "Equal", "Gather",    "Identity", "Mul",   "Range",
+    "Reshape", "Shape", "Size",   "Slice",           "Squeeze", "Sub",   "Unsqueeze", "Where",    "Expand"};
+
+bool is_int(dtype t) noexcept { return t == dtype::i64 || t == dtype::i32 || t == dtype::i8 || t == dtype::u8; }
+
+// The node being folded, for errors that name it.
+struct ctx {
+  const ::onnx::NodeProto& n;
+  const std::string& name;
+
+  [[noreturn]] void fail(errc e, const std::string& tensor, const std::string& what) const {
+    throw graph_error(make_error_code(e), name, tensor, "onnx: " + n.op_type() + " '" + name + "': " + what);
+  }
+  [[nodiscard]] const std::string& in_name(std::size_t i) const {
+    static const std::string none;
+    return static_cast<int>(i) < n.input_size() ? n.input(static_cast<int>(i)) : none;
+  }
+  [[nodiscard]] const ::onnx::AttributeProto* attr(std::string_view key) const {
+    for (const auto& a : n.attribute())
+      if (a.name() == key) return &a;
+    return nullptr;
+  }
+  [[nodiscard]] std::int64_t attr_int(std::string_view key, std::int64_t fallback) const {
+    const auto* a = attr(key);
+    if (!a) return fallback;
+    if (a->type() != ::onnx::AttributeProto::INT)
+      fail(errc::invalid_argument, {}, "attribute '" + a->name() + "' is not an INT");
+    return a->i();
+  }
+  [[nodiscard]] std::optional<ints> attr_ints(std::string_view key) const {
+    const auto* a = attr(key);
+    if (!a) return std::nullopt;
+    if (a->type() != ::onnx::AttributeProto::INTS)
+      fail(errc::invalid_argument, {}, "attribute '" + a->name() + "' is not INTS");
+    return ints(a->ints().begin(), a->ints().end());
+  }
+};
+
+// Element i of an integer tensor, exactly (get_int is exact for every integer dtype).
+std::int64_t int_at(const tensor& t, std::int64_t i) { return t.get_int(i); }
+
+// Writes an integer into an integer tensor, wrapping to the dtype's width as numpy's astype does
+// (two's complement; the conversion is defined in C++20).
+void put_int(tensor& t, std::int64_t i, std::int64_t v) {
+  auto* b = static_cast<std::byte*>(t.data());
+  switch (t.type()) {
+    case dtype::i64: std::memcpy(b + i * 8, &v, 8); return;
+    case dtype::i32: {
+      const auto x = static_cast<std::int32_t>(v);
+      std::memcpy(b + i * 4, &x, 4);
+      return;
+    }
+    case dtype::i8: {
+      const auto x = static_cast<std::int8_t>(v);
+      std::memcpy(b + i, &x, 1);
+      return;
+    }
+    case dtype::u8: {
+      const auto x = static_cast<std::uint8_t>(v);
+      std::memcpy(b + i, &x, 1);
+      return;
+    }
+    default: t.set(i, static_cast<double>(v));
+  }
+}
+
+void copy_element(tensor& to, std::int64_t i, const tensor& from, std::int64_t j) {
+  const std::size_t sz = size_of(from.type());
+  std::memcpy(static_cast<std::byte*>(to.data()) + static_cast<std::size_t>(i) * sz,
+              static_cast<const std::byte*>(from.data()) + static_cast<std::size_t>(j) * sz, sz);
+}
+
+// The input i, which must be present with data.
+const operand& need(const ctx& c, std::span<const operand> in, std::size_t i) {
+  if (i >= in.size() || !in[i].value) c.fail(errc::invalid_argument, {}, "input " + std::to_string(i) + " is missing");
+  return in[i];
+}
+
+// A 1-D (or scalar) integer input read as a list: Reshape's shape, Slice's starts, axes, ...
+ints int_list(const ctx& c, const operand& v, std::size_t i) {
+  const tensor& t = *v.value;
+  if (!is_int(t.type()) || v.boolean)
+    c.fail(errc::invalid_dtype, c.in_name(i), "input '" + c.in_name(i) + "' must be an integer tensor");
+  if (t.shape().rank() > 1)
+    c.fail(errc::invalid_shape, c.in_name(i),
+           "input '" + c.in_name(i) + "' must be 1-D, not " + shape_string(t.shape()));
+  ints r(static_cast<std::size_t>(t.elements()));
+  for (std::int64_t k = 0; k < t.elements(); ++k) r[static_cast<std::size_t>(k)] = int_at(t, k);
+  return r;
+}
+
+// An axis in [-rank, rank-1], made non-negative (ONNX's convention for every axis argument).
+std::size_t norm_axis(const ctx& c, std::int64_t axis, std::size_t rank) {
+  const auto r = static_cast<std::int64_t>(rank);
+  if (axis < -r || axis >= r)
+    c.fail(errc::invalid_argument, {},
+           "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  return static_cast<std::size_t>(axis < 0 ? axis + r : axis);
+}
+
+std::string dims_string(const ints& dims) {
+  std::string l = "[";
+  for (std::size_t k = 0; k < dims.size(); ++k) {
+    if (k) l += ',';
+    l += std::to_string(dims[k]);
+  }
+  l += ']';
+  return l;
+}
+
+// A shape from dims checked as folding builds it: rank at most 8, each dimension non-negative,
+// the element count within std::int64_t.
+shape checked_shape(const ctx& c, const ints& dims, const std::string& tensor) {
+  if (dims.size() > shape::max_rank)
+    c.fail(errc::not_supported, tensor, "a result of rank " + std::to_string(dims.size()) + " (npurt holds at most 8)");
+  shape s;
+  std::int64_t n = 1;
+  for (auto d : dims) {
+    if (d < 0) c.fail(errc::invalid_argument, tensor, "dimension " + std::to_string(d) + " is negative");
+    if (__builtin_mul_overflow(n, d, &n))
+      c.fail(errc::size_overflow, tensor, "the dimensions " + dims_string(dims) + " overflow the element count");
+    s.push_back(d);
+  }
+  return s;
+}
+
+ints dims_of(const shape& s) { return ints(s.begin(), s.end()); }
+
+// numpy's multidirectional broadcasting (onnx.ai Broadcasting.md).
+shape broadcast(const ctx& c, std::span<const shape* const> shapes) {
+  std::size_t rank = 0;
+  for (const auto* s : shapes) rank = std::max(rank, s->rank());
+  ints out(rank, 1);
+  for (const auto* s : shapes)
+    for (std::size_t k = 0; k < s->rank(); ++k) {
+      const std::int64_t d = (*s)[k];
+      auto& o = out[rank - s->rank() + k];
+      if (d == o || d == 1) continue;
+      if (o != 1)
+        c.fail(errc::invalid_shape, {},
+               "shapes " + shape_string(*shapes[0]) + " and " + shape_string(*s) + " do not broadcast");
+      o = d;
+    }
+  return checked_shape(c, out, {});
+}
+
+// The element of an operand of shape `in` that broadcasts to element `i` of `out`.
+std::int64_t broadcast_index(const shape& out, const shape& in, std::int64_t i) {
+  std::int64_t j = 0, stride = 1;
+  for (std::size_t k = out.rank(); k-- > 0;) {
+    const std::int64_t coord = i % out[k];
+    i /= out[k];
+    const std::size_t off = out.rank() - k;
+    if (off <= in.rank()) {
+      const std::int64_t d = in[in.rank() - off];
+      if (d != 1) j += coord * stride;
+      stride *= d;
+    }
+  }
+  return j;
+}
+
+using result = std::optional<host_value>;
+
+result too_large() { return std::nullopt; }
+
+bool fits(const shape& s) { return s.elements() <= max_fold_elements; }
+
+result fold_shape(const ctx& c, const tensor& x) {
+  // Shape-15's start and end: negative counts from the back, both clamp to [0, rank].
+  const auto r = static_cast<std::int64_t>(x.shape().rank());
+  auto clamp = [r](std::int64_t v) { return std::clamp(v < 0 ? v + r : v, std::int64_t{0}, r); };
+  const std::int64_t start = clamp(c.attr_int("start", 0)), end = clamp(c.attr_int("end", r));
+  tensor out(shape{std::max<std::int64_t>(end - start, 0)}, dtype::i64);
+  for (std::int64_t k = start; k < end; ++k) put_int(out, k - start, x.shape()[static_cast<std::size_t>(k)]);
+  return host_value{std::move(out)};
+}
+
+result fold_gather(const ctx& c, std::span<const operand> in) {
+  const operand& data = need(c, in, 0);
+  const operand& idx = need(c, in, 1);
+  const shape& ds = data.value->shape();
+  if (ds.rank() == 0) c.fail(errc::invalid_shape, c.in_name(0), "data must have rank 1 or more");
+  if (idx.value->type() != dtype::i64 && idx.value->type() != dtype::i32)
+    c.fail(errc::invalid_dtype, c.in_name(1), "indices must be int32 or int64");
+  const std::size_t axis = norm_axis(c, c.attr_int("axis", 0), ds.rank());
+  ints od(ds.begin(), ds.begin() + axis);
+  od.insert(od.end(), idx.value->shape().begin(), idx.value->shape().end());
+  od.insert(od.end(), ds.begin() + axis + 1, ds.end());
+  const shape os = checked_shape(c, od, c.n.output(0));
+  if (!fits(os)) return too_large();
+  std::int64_t outer = 1, inner = 1;
+  for (std::size_t k = 0; k < axis; ++k) outer *= ds[k];
+  for (std::size_t k = axis + 1; k < ds.rank(); ++k) inner *= ds[k];
+  const std::int64_t dim = ds[axis], count = idx.value->elements();
+  // Indices in [-dim, dim-1], negative ones counting from the back; any other is an error in
+  // ONNX, and reading past the data here.
+  ints at(static_cast<std::size_t>(count));
+  for (std::int64_t j = 0; j < count; ++j) {
+    const std::int64_t v = int_at(*idx.value, j);
+    if (v < -dim || v >= dim)
+      c.fail(errc::invalid_argument, c.in_name(1),
+             "index " + std::to_string(v) + " is out of range for axis " + std::to_string(axis) + " of size " +
+                 std::to_string(dim));
+    at[static_cast<std::size_t>(j)] = v < 0 ? v + dim : v;
+  }
+  tensor out(os, data.value->type());
+  std::int64_t o = 0;
+  for (std::int64_t a = 0; a < outer; ++a)
+    for (std::int64_t j = 0; j < count; ++j)
+      for (std::int64_t b = 0; b < inner; ++b)
+        copy_element(out, o++, *data.value, (a * dim + at[static_cast<std::size_t>(j)]) * inner + b);
+  return host_value{std::move(out), data.boolean};
+}
+
+// The same data under another shape (Reshape, Squeeze, Unsqueeze, Identity).
+result reshaped(const operand& x, const shape& s) {
+  if (!fits(s)) return too_large();
+  tensor out(s, x.value->type());
+  if (x.value->bytes()) std::memcpy(out.data(), x.value->data(), x.value->bytes());
+  return host_value{std::move(out), x.boolean};
+}
+
+// Squeeze and Unsqueeze take their axes as an input from opset 13, as an attribute before.
+std::optional<ints> axes_of(const ctx& c, std::span<const operand> in, std::int64_t opset) {
+  if (opset >= 13) {
+    if (in.size() > 1 && in[1].value) return int_list(c, in[1], 1);
+    return std::nullopt;
+  }
+  return c.attr_ints("axes");
+}
+
+result fold_unsqueeze(const ctx& c, std::span<const operand> in, std::int64_t opset) {
+  const operand& x = need(c, in, 0);
+  const auto axes = axes_of(c, in, opset);
+  if (!axes) c.fail(errc::invalid_argument, {}, "needs axes");
+  const std::size_t rank = x.value->shape().rank() + axes->size();
+  if (rank > shape::max_rank)
+    c.fail(errc::not_supported, c.n.output(0), "a result of rank " + std::to_string(rank) + " (npurt holds at most 8)");
+  std::vector<bool> inserted(rank, false);
+  for (auto a : *axes) {
+    const std::size_t k = norm_axis(c, a, rank);
+    if (inserted[k]) c.fail(errc::invalid_argument, {}, "axis " + std::to_string(a) + " is repeated");
+    inserted[k] = true;
+  }
+  ints od;
+  std::size_t from = 0;
+  for (std::size_t k = 0; k < rank; ++k) od.push_back(inserted[k] ? 1 : x.value->shape()[from++]);
+  return reshaped(x, checked_shape(c, od, c.n.output(0)));
+}
+
+result fold_squeeze(const ctx& c, std::span<const operand> in, std::int64_t opset) {
+  const operand& x = need(c, in, 0);
+  const shape& s = x.value->shape();
+  const auto axes = axes_of(c, in, opset);
+  std::vector<bool> drop(s.rank(), false);
+  if (!axes) {
+    // No axes: every dimension of size 1 goes.
+    for (std::size_t k = 0; k < s.rank(); ++k) drop[k] = s[k] == 1;
+  } else {
+    for (auto a : *axes) {
+      const std::size_t k = norm_axis(c, a, s.rank());
+      if (drop[k]) c.fail(errc::invalid_argument, {}, "axis " + std::to_string(a) + " is repeated");
+      if (s[k] != 1)
+        c.fail(errc::invalid_shape, c.in_name(0),
+               "axis " + std::to_string(a) + " of " + shape_string(s) + " is not of size 1");
+      drop[k] = true;
+    }
+  }
+  ints od;
+  for (std::size_t k = 0; k < s.rank(); ++k)
+    if (!drop[k]) od.push_back(s[k]);
+  return reshaped(x, checked_shape(c, od, c.n.output(0)));
+}
+
+result fold_concat(const ctx& c, std::span<const operand> in) {
+  if (in.empty()) c.fail(errc::invalid_argument, {}, "needs at least one input");
+  if (!c.attr("axis")) c.fail(errc::invalid_argument, {}, "needs the attribute 'axis'");
+  const operand& first = need(c, in, 0);
+  const shape& s0 = first.value->shape();
+  if (s0.rank() == 0) c.fail(errc::invalid_shape, c.in_name(0), "inputs must have rank 1 or more");
+  const std::size_t axis = norm_axis(c, c.attr_int("axis", 0), s0.rank());
+  ints od = dims_of(s0);
+  od[axis] = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const operand& v = need(c, in, i);
+    const shape& s = v.value->shape();
+    if (v.value->type() != first.value->type() || v.boolean != first.boolean)
+      c.fail(errc::invalid_dtype, c.in_name(i), "inputs must have one dtype");
+    bool same = s.rank() == s0.rank();
+    for (std::size_t k = 0; same && k < s.rank(); ++k) same = k == axis || s[k] == s0[k];
+    if (!same)
+      c.fail(
+          errc::invalid_shape, c.in_name(i),
+          "input " + shape_string(s) + " does not match " + shape_string(s0) + " outside axis " + std::to_string(axis));
+    if (__builtin_add_overflow(od[axis], s[axis], &od[axis]))
+      c.fail(errc::size_overflow, c.n.output(0), "the concatenated axis overflows");
+  }
+  const shape os = checked_shape(c, od, c.n.output(0));
+  if (!fits(os)) return too_large();
+  tensor out(os, first.value->type());
+  std::int64_t outer = 1;
+  for (std::size_t k = 0; k < axis; ++k) outer *= s0[k];
+  std::int64_t o = 0;
+  for (std::int64_t a = 0; a < outer; ++a)
+    for (const auto& v : in) {
+      // Each input contributes its slab of dims[axis:] for this outer index.
+      const std::int64_t chunk = outer ? v.value->elements() / outer : 0;
+      for (std::int64_t b = 0; b < chunk; ++b) copy_element(out, o++, *v.value, a * chunk + b);
+    }
+  return host_value{std::move(out), first.boolean};
+}
+
+result fold_reshape(const ctx& c, std::span<const operand> in) {
+  const operand& x = need(c, in, 0);
+  const ints target = int_list(c, need(c, in, 1), 1);
+  const shape& s = x.value->shape();
+  // A 0 copies the input's dimension unless allowzero (opset 14) makes it a real 0; one -1 is
+  // inferred from the rest.
+  const bool allowzero = c.attr_int("allowzero", 0) != 0;
+  ints od(target.size());
+  std::int64_t known = 1;
+  int infer = -1;
+  for (std::size_t k = 0; k < target.size(); ++k) {
+    std::int64_t d = target[k];
+    if (d == 0 && !allowzero) {
+      if (k >= s.rank())
+        c.fail(errc::invalid_argument, c.in_name(1),
+               "target dimension " + std::to_string(k) + " is 0 (copy) but the input has rank " +
+                   std::to_string(s.rank()));
+      d = s[k];
+    }
+    if (d == -1) {
+      if (infer >= 0) c.fail(errc::invalid_argument, c.in_name(1), "the target shape has more than one -1");
+      infer = static_cast<int>(k);
+    } else if (d < 0) {
+      c.fail(errc::invalid_argument, c.in_name(1), "target dimension " + std::to_string(d) + " is negative");
+    } else if (__builtin_mul_overflow(known, d, &known)) {
+      c.fail(errc::size_overflow, c.in_name(1), "the target shape's element count overflows");
+    }
+    od[k] = d;
+  }
+  const std::int64_t n = x.value->elements();
+  if (infer >= 0) {
+    if (known == 0 || n % known)
+      c.fail(errc::invalid_shape, c.in_name(1),
+             "cannot infer the -1 of the target shape for " + std::to_string(n) + " elements");
+    od[static_cast<std::size_t>(infer)] = n / known;
+  } else if (known != n) {
+    c.fail(errc::invalid_shape, c.in_name(1),
+           "the target shape holds " + std::to_string(known) + " elements, the input " + shape_string(s));
+  }
+  return reshaped(x, checked_shape(c, od, c.n.output(0)));
+}
+
+result fold_slice(const ctx& c, std::span<const operand> in, std::int64_t opset) {
+  const operand& x = need(c, in, 0);
+  const shape& s = x.value->shape();
+  ints starts, ends, axes, steps;
+  if (opset >= 10) {
+    starts = int_list(c, need(c, in, 1), 1);
+    ends = int_list(c, need(c, in, 2), 2);
+    if (in.size() > 3 && in[3].value) axes = int_list(c, in[3], 3);
+    if (in.size() > 4 && in[4].value) steps = int_list(c, in[4], 4);
+  } else {
+    starts = c.attr_ints("starts").value_or(ints{});
+    ends = c.attr_ints("ends").value_or(ints{});
+    axes = c.attr_ints("axes").value_or(ints{});
+  }
+  if (axes.empty())
+    for (std::size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<std::int64_t>(k));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    c.fail(errc::invalid_argument, {}, "starts, ends, axes and steps must have one length");
+  // Unsliced axes keep everything.
+  ints first(s.rank(), 0), step(s.rank(), 1), count = dims_of(s);
+  std::vector<bool> seen(s.rank(), false);
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const std::size_t a = norm_axis(c, axes[i], s.rank());
+    if (seen[a]) c.fail(errc::invalid_argument, {}, "axis " + std::to_string(axes[i]) + " is repeated");
+    seen[a] = true;
+    const std::int64_t dim = s[a], st = steps[i];
+    if (st == 0) c.fail(errc::invalid_argument, {}, "a step is 0");
+    // onnx.ai Slice: negative starts and ends count from the back; then starts clamp to
+    // [0, dim] and ends to [0, dim] for a positive step, both to [-1, dim-1] for a negative one
+    // (-1 meaning before the first element), as Python slicing does.
+    std::int64_t b = starts[i] < 0 ? starts[i] + dim : starts[i];
+    std::int64_t e = ends[i] < 0 ? ends[i] + dim : ends[i];
+    std::int64_t len = 0;
+    if (st > 0) {
+      b = std::clamp<std::int64_t>(b, 0, dim);
+      e = std::clamp<std::int64_t>(e, 0, dim);
+      if (e > b)
+        len = static_cast<std::int64_t>(static_cast<std::uint64_t>(e - b - 1) / static_cast<std::uint64_t>(st)) + 1;
+    } else {
+      b = std::clamp<std::int64_t>(b, -1, dim - 1);
+      e = std::clamp<std::int64_t>(e, -1, dim - 1);
+      // -st would overflow for INT64_MIN: the magnitude is taken unsigned.
+      const std::uint64_t mag = -static_cast<std::uint64_t>(st);
+      if (b > e) len = static_cast<std::int64_t>(static_cast<std::uint64_t>(b - e - 1) / mag) + 1;
+    }
+    first[a] = b;
+    step[a] = st;
+    count[a] = len;
+  }
+  const shape os = checked_shape(c, count, c.n.output(0));
+  if (!fits(os)) return too_large();
+  tensor out(os, x.value->type());
+  for (std::int64_t i = 0; i < out.elements(); ++i) {
+    std::int64_t rest = i, src = 0, stride = 1;
+    for (std::size_t k = s.rank(); k-- > 0;) {
+      const std::int64_t coord = rest % os[k];
+      rest /= os[k];
+      src += (first[k] + coord * step[k]) * stride;
+      stride *= s[k];
+    }
+    copy_element(out, i, *x.value, src);
+  }
+  return host_value{std::move(out), x.boolean};
+}
+
+result fold_constant_of_shape(const ctx& c, std::span<const operand> in) {
+  const shape os = checked_shape(c, int_list(c, need(c, in, 0), 0), c.n.output(0));
+  if (!fits(os)) return too_large();
+  // The value: a one-element tensor attribute, float 0 when absent.
+  host_value fill{tensor(shape{}, dtype::f32)};
+  if (const auto* a = c.attr("value")) {
+    if (a->type() != ::onnx::AttributeProto::TENSOR)
+      c.fail(errc::invalid_argument, {}, "attribute 'value' is not a TENSOR");
+    fill = to_host_value(a->t());
+    if (fill.value.elements() != 1) c.fail(errc::invalid_argument, {}, "attribute 'value' must have one element");
+  }
+  tensor out(os, fill.value.type());
+  for (std::int64_t i = 0; i < out.elements(); ++i) copy_element(out, i, fill.value, 0);
+  return host_value{std::move(out), fill.boolean};
+}
+
+result fold_range(const ctx& c, std::span<const operand> in) {
+  const tensor& start = *need(c, in, 0).value;
+  const tensor& limit = *need(c, in, 1).value;
+  const tensor& delta = *need(c, in, 2).value;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const operand& v = need(c, in, i);
+    if (v.value->elements() != 1 || v.value->shape().rank() > 1)
+      c.fail(errc::invalid_shape, c.in_name(i), "input '" + c.in_name(i) + "' must be a scalar");
+    if (v.value->type() != start.type() || v.boolean)
+      c.fail(errc::invalid_dtype, c.in_name(i), "start, limit and delta must have one numeric dtype");
+  }
+  const dtype t = start.type();
+  if (t == dtype::i64 || t == dtype::i32) {
+    const std::int64_t b = int_at(start, 0), e = int_at(limit, 0), d = int_at(delta, 0);
+    if (d == 0) c.fail(errc::invalid_argument, c.in_name(2), "delta is 0");
+    // count = max(ceil((limit - start) / delta), 0), in unsigned arithmetic: limit - start may
+    // not fit in std::int64_t.
+    std::uint64_t count = 0;
+    if (d > 0 && e > b)
+      count = (static_cast<std::uint64_t>(e) - static_cast<std::uint64_t>(b) - 1) / static_cast<std::uint64_t>(d) + 1;
+    if (d < 0 && b > e)
+      count = (static_cast<std::uint64_t>(b) - static_cast<std::uint64_t>(e) - 1) / -static_cast<std::uint64_t>(d) + 1;
+    if (count > static_cast<std::uint64_t>(max_fold_elements)) return too_large();
+    tensor out(shape{static_cast<std::int64_t>(count)}, t);
+    // start + i*delta stays between start and limit, so modular arithmetic gives it exactly.
+    for (std::uint64_t i = 0; i < count; ++i)
+      put_int(out, static_cast<std::int64_t>(i),
+              static_cast<std::int64_t>(static_cast<std::uint64_t>(b) + i * static_cast<std::uint64_t>(d)));
+    return host_value{std::move(out)};
+  }
+  if (t != dtype::f32) c.fail(errc::not_supported, c.in_name(0), "a Range in " + std::string(to_string(t)));
+  // onnx.ai Range: number_of_elements = max(ceil((limit - start) / delta), 0) and
+  // output[i] = start + i * delta, each step in the inputs' type.
+  const auto b = static_cast<float>(start.get(0)), e = static_cast<float>(limit.get(0)),
+             d = static_cast<float>(delta.get(0));
+  if (d == 0) c.fail(errc::invalid_argument, c.in_name(2), "delta is 0");
+  const float diff = e - b;
+  const float q = diff / d;
+  if (!std::isfinite(q))
+    c.fail(errc::invalid_argument, {}, "the element count of start, limit and delta is not finite");
+  const float count = std::max(std::ceil(q), 0.0f);
+  if (count > static_cast<float>(max_fold_elements)) return too_large();
+  tensor out(shape{static_cast<std::int64_t>(count)}, t);
+  for (std::int64_t i = 0; i < out.elements(); ++i) {
+    const float step = static_cast<float>(i) * d;
+    out.set(i, b + step);
+  }
+  return host_value{std::move(out)};
+}
+
+// Cast, as numpy's astype (the reference): integers wrap to a narrower integer, floats truncate
+// toward zero into integers, anything nonzero is true.
+result fold_cast(const ctx& c, const operand& x) {
+  const std::int64_t to_code = c.attr_int("to", 0);
+  constexpr std::int64_t onnx_bool = 9;
+  const bool to_bool = to_code == onnx_bool;
+  const auto to = to_bool ? std::optional<dtype>(dtype::u8) : dtype_from_onnx(to_code);
+  if (!to) c.fail(errc::not_supported, c.n.output(0), "Cast to ONNX type " + std::to_string(to_code));
+  if (!fits(x.value->shape())) return too_large();
+  const dtype from = x.value->type();
+  tensor out(x.value->shape(), *to);
+  for (std::int64_t i = 0; i < out.elements(); ++i) {
+    if (to_bool) {
+      put_int(out, i, x.value->get(i) != 0 ? 1 : 0);  // NaN is nonzero: true
+    } else if (is_int(from) && is_int(*to)) {
+      put_int(out, i, int_at(*x.value, i));
+    } else if (is_int(from)) {
+      const std::int64_t v = int_at(*x.value, i);
+      // One rounding from the integer to f32 (through double it could round twice past 2^53);
+      // bf16 rounds from that f32, as the reference casts to bfloat16 through float32; f16
+      // rounds from double, as numpy does.
+      if (*to == dtype::f16) out.set(i, static_cast<double>(v));
+      else out.set(i, static_cast<double>(static_cast<float>(v)));
+    } else if (is_int(*to)) {
+      const double v = x.value->get(i);
+      // Float to integer truncates toward zero; out of the target's range it is undefined in
+      // ONNX (and in C++), so refused.
+      const double lo = *to == dtype::u8    ? 0.0
+                        : *to == dtype::i8  ? -128.0
+                        : *to == dtype::i32 ? -2147483648.0
+                                            : -9223372036854775808.0;
+      const double hi = *to == dtype::u8    ? 256.0
+                        : *to == dtype::i8  ? 128.0
+                        : *to == dtype::i32 ? 2147483648.0
+                                            : 9223372036854775808.0;
+      const double tv = std::trunc(v);
+      if (!(tv >= lo && tv < hi))
+        c.fail(errc::invalid_argument, c.in_name(0),
+               "element " + std::to_string(i) + " (" + std::to_string(v) + ") is outside " +
+                   std::string(to_string(*to)) + "'s range");
+      put_int(out, i, static_cast<std::int64_t>(tv));
+    } else {
+      // Float to float: one correctly rounded conversion (the source is exact in double).
+      out.set(i, x.value->get(i));
+    }
+  }
+  return host_value{std::move(out), to_bool};
+}
+
+result fold_expand(const ctx& c, std::span<const operand> in) {
+  const operand& x = need(c, in, 0);
+  const shape target = checked_shape(c, int_list(c, need(c, in, 1), 1), c.in_name(1));
+  const shape* shapes[] = {&x.value->shape(), &target};
+  const shape os = broadcast(c, shapes);
+  if (!fits(os)) return too_large();
+  tensor out(os, x.value->type());
+  for (std::int64_t i = 0; i < out.elements(); ++i)
+    copy_element(out, i, *x.value, broadcast_index(os, x.value->shape(), i));
+  return host_value{std::move(out), x.boolean};
+}
+
+// Add, Sub, Mul, Div and Equal over broadcast operands of one dtype.
+result fold_binary(const ctx& c, std::span<const operand> in) {
+  const operand& a = need(c, in, 0);
+  const operand& b = need(c, in, 1);
+  const std::string& op = c.n.op_type();
+  const bool equal = op == "Equal";
+  if (a.value->type() != b.value->type() || a.boolean != b.boolean)
+    c.fail(errc::invalid_dtype, c.in_name(1), "the operands have different dtypes");
+  if (a.boolean && !equal) c.fail(errc::invalid_dtype, c.in_name(0), "bool operands");
+  const shape* shapes[] = {&a.value->shape(), &b.value->shape()};
+  const shape os = broadcast(c, shapes);
+  if (!fits(os)) return too_large();
+  const dtype t = a.value->type();
+  tensor out(os, equal ? dtype::u8 : t);
+  for (std::int64_t i = 0; i < out.elements(); ++i) {
+    const std::int64_t ia = broadcast_index(os, a.value->shape(), i), ib = broadcast_index(os, b.value->shape(), i);
+    if (is_int(t)) {
+      const std::int64_t x = int_at(*a.value, ia), y = int_at(*b.value, ib);
+      if (equal) {
+        put_int(out, i, x == y);
+        continue;
+      }
+      // Two's complement wrap-around, as numpy (the reference) and onnxruntime compute; signed
+      // overflow would be undefined, unsigned arithmetic is not.
+      const auto ux = static_cast<std::uint64_t>(x), uy = static_cast<std::uint64_t>(y);
+      std::int64_t r = 0;
+      if (op == "Add") r = static_cast<std::int64_t>(ux + uy);
+      else if (op == "Sub") r = static_cast<std::int64_t>(ux - uy);
+      else if (op == "Mul") r = static_cast<std::int64_t>(ux * uy);
+      else {
+        if (y == 0) c.fail(errc::invalid_argument, c.in_name(1), "integer division by zero");
+        // Integer Div truncates toward zero; INT64_MIN / -1 wraps to INT64_MIN.
+        r = y == -1 ? static_cast<std::int64_t>(-ux) : x / y;
+      }
+      put_int(out, i, r);
+    } else {
+      const double x = a.value->get(ia), y = b.value->get(ib);
+      if (equal) {
+        put_int(out, i, x == y);
+        continue;
+      }
+      // In double, rounded once to the dtype: for one +, -, * or / of f32 (or narrower) operands
+      // that is the correctly rounded result in the dtype, double having more than twice their
+      // precision plus two bits.
+      const double r = op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y;
+      out.set(i, r);
+    }
+  }
+  return host_value{std::move(out), equal};
+}
+
+result fold_where(const ctx& c, std::span<const operand> in) {
+  const operand& cond = need(c, in, 0);
+  const operand& x = need(c, in, 1);
+  const operand& y = need(c, in, 2);
+  if (!cond.boolean) c.fail(errc::invalid_dtype, c.in_name(0), "the condition must be bool");
+  if (x.value->type() != y.value->type() || x.boolean != y.boolean)
+    c.fail(errc::invalid_dtype, c.in_name(2), "X and Y have different dtypes");
+  const shape* shapes[] = {&cond.value->shape(), &x.value->shape(), &y.value->shape()};
+  const shape os = broadcast(c, shapes);
+  if (!fits(os)) return too_large();
+  tensor out(os, x.value->type());
+  for (std::int64_t i = 0; i < out.elements(); ++i) {
+    const bool pick_x = int_at(*cond.value, broadcast_index(os, cond.value->shape(), i)) != 0;
+    const operand& from = pick_x ? x : y;
+    copy_element(out, i, *from.value, broadcast_index(os, from.value->shape(), i));
+  }
+  return host_value{std::move(out), x.boolean};
+}
+
+}  // namespace
+
+bool is_foldable(std::string_view op_type) noexcept {
+  return std::find(foldable_ops.begin(), foldable_ops.end(), op_type) != foldable_ops.end();
+}
+
+bool reads_shape_only(std::string_view op_type) noexcept { return op_type == "Shape" || op_type == "Size"; }
+
+std::optional<host_value> fold(const ::onnx::NodeProto& n, const std::string& node_name, std::int64_t opset,
+                               std::span<const operand> inputs) {
+  const ctx c{n, node_name};
+  if (n.output_size() != 1 || n.output(0).empty())
+    c.fail(errc::not_supported, {}, "folding takes exactly one named output");
+  const std::string& t = n.op_type();
+  if (t == "Shape") return fold_shape(c, *need(c, inputs, 0).value);
+  if (t == "Size") {
+    tensor out(shape{}, dtype::i64);
+    put_int(out, 0, need(c, inputs, 0).value->shape().elements());
+    return host_value{std::move(out)};
+  }
+  // Every other operator reads its inputs' data.
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].value && !inputs[i].value->is_host())
+      c.fail(errc::not_supported, c.in_name(i), "input '" + c.in_name(i) + "' has no data to fold");
+  if (t == "Gather") return fold_gather(c, inputs);
+  if (t == "Unsqueeze") return fold_unsqueeze(c, inputs, opset);
+  if (t == "Squeeze") return fold_squeeze(c, inputs, opset);
+  if (t == "Concat") return fold_concat(c, inputs);
+  if (t == "Reshape") return fold_reshape(c, inputs);
+  if (t == "Slice") return fold_slice(c, inputs, opset);
+  if (t == "ConstantOfShape") return fold_constant_of_shape(c, inputs);
+  if (t == "Range") return fold_range(c, inputs);
+  if (t == "Cast") return fold_cast(c, need(c, inputs, 0));
+  if (t == "Expand") return fold_expand(c, inputs);
+  if (t == "Identity") return reshaped(need(c, inputs, 0), need(c, inputs, 0).value->shape());
+  if (t == "Where") return fold_where(c, inputs);
+  return fold_binary(c, inputs);
+}
+
+}  // namespace npurt::onnx::folding

@@ -1,0 +1,62 @@
+// Import-time constant folding for the ONNX importer: the small integer subgraphs exporters write
+// to compute shapes (Shape -> Gather -> Unsqueeze -> Concat -> Reshape, Range, ConstantOfShape,
+// ...) evaluated on the host when their inputs are constants or, for Shape and Size, when their
+// input's shape is static. Semantics are ONNX's (onnx.ai/onnx/operators and the reference
+// implementation in onnx/reference/ops).
+#pragma once
+
+#include <npurt/graph/graph.hpp>
+#include <npurt/graph/tensor.hpp>
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace npurt::onnx::folding {
+
+/// A value known at import time. npurt's tensors have no bool dtype: ONNX bools (Equal's output,
+/// Where's condition, a bool initializer) are held as u8 0/1 with `boolean` set, and never reach
+/// the graph.
+struct host_value {
+  tensor value;
+  bool boolean = false;
+};
+
+/// An input of a fold: a value (null for an omitted optional input), bool when `boolean`. The
+/// importer's values stay where they are (the graph's constants): weights are not copied.
+struct operand {
+  const tensor* value = nullptr;
+  bool boolean = false;
+};
+
+/// The largest output a fold produces, in elements. Folding copies the result into the model's
+/// constants at load time: without a bound a few bytes of model (a ConstantOfShape of
+/// [65536, 65536]) would ask for gigabytes of host memory before anything runs. A larger result
+/// is not folded: an operator the graph has (Reshape, Concat, Add, ...) is then added as a node,
+/// whose constant inputs the compiler folds itself; one it lacks (ConstantOfShape, Range, ...) is
+/// listed as unsupported.
+inline constexpr std::int64_t max_fold_elements = std::int64_t{1} << 24;
+
+/// The operator types folded (ai.onnx domain).
+[[nodiscard]] bool is_foldable(std::string_view op_type) noexcept;
+/// Shape and Size: they read only their input's shape, so a static shape suffices.
+[[nodiscard]] bool reads_shape_only(std::string_view op_type) noexcept;
+
+/// Evaluates `n` on its inputs (for Shape and Size the input may be a timing-only tensor carrying
+/// the shape). Returns the single output, or nullopt when it
+/// would hold more than max_fold_elements. Throws graph_error naming the node: invalid_argument
+/// for an index or axis out of range, a Range with delta 0, an integer division by zero, a Cast
+/// of a float outside the integer type's range;
+/// size_overflow for a shape whose element count overflows; invalid_shape / invalid_dtype for
+/// mismatched operands; not_supported for a dtype npurt does not hold.
+[[nodiscard]] std::optional<host_value> fold(const ::onnx::NodeProto& n, const std::string& node_name,
+                                             std::int64_t opset, std::span<const operand> inputs);
+
+/// A TensorProto as a host value (onnx.cpp's reader; bool tensors become boolean u8).
+[[nodiscard]] host_value to_host_value(const ::onnx::TensorProto& t);
+
+}  // namespace npurt::onnx::folding
