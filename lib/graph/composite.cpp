@@ -25,7 +25,9 @@ void add_layer_norm(graph& g, const std::string& node_name, const std::vector<st
   const std::string& y = outputs[0];
   if (ins.size() < 2 || ins[1].empty())
     fail(errc::parse_error, node_name, y, "LayerNormalization '" + node_name + "' needs the inputs X and Scale");
-  const value_info& x = g.value(ins[0]);
+  // A copy: the steps added below grow the graph's table of values, which would leave a reference
+  // into it dangling.
+  const value_info x = g.value(ins[0]);
   if (x.type != dtype::f32 && x.type != dtype::f16 && x.type != dtype::bf16)
     fail(errc::invalid_dtype, node_name, ins[0],
          "LayerNormalization '" + node_name + "': X must be floating, got " + std::string(to_string(x.type)));
@@ -374,8 +376,10 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
   if (t == "Hardmax") {
     // 1 at the first largest element along `axis`, 0 elsewhere: ArgMax (the first of equal
     // maxima, as ONNX's Hardmax takes), then equality with the positions 0 .. D−1 as
-    // 1 − Sign(|position − index|), in float, where every index up to 2^24 is exact.
-    const value_info& x = g.value(ins[0]);
+    // 1 − Sign(|position − index|), in float, where every index up to 2^24 is exact. X's value
+    // info is copied: the steps grow the graph's table of values, which would leave a reference
+    // into it dangling.
+    const value_info x = g.value(ins[0]);
     const auto rank = static_cast<std::int64_t>(x.shape.rank());
     std::int64_t axis = attrs.get_int("axis", -1);
     if (rank == 0 || axis < -rank || axis >= rank)
