@@ -168,7 +168,8 @@ tensor tensor::clone() const {
     throw_error(make_error_code(errc::not_supported), "tensor::clone: a device tensor is copied with copy_from");
   if (place_ == storage_place::none) return timing_only(shape_, type_, format_);
   tensor r(shape_, type_, format_);
-  std::memcpy(r.data_, data_, bytes());
+  // An empty tensor has no storage to copy: memcpy's pointers must not be null even for 0 bytes.
+  if (bytes()) std::memcpy(r.data_, data_, bytes());
   return r;
 }
 

@@ -1194,6 +1194,11 @@ TEST_CASE("Shape with start and end, and Size, fold from a static shape", "[onnx
   session s{sys};
   auto r = s.run(s.compile(gr), {{"x", tensor({2, 3, 4, 5}, dtype::f32)}});
   CHECK(r.outputs.at("size").get_int(0) == 120);
+  // An empty one too.
+  m.mutable_graph()->add_output()->set_name("empty");
+  graph with_empty = npurt::onnx::load_from_bytes(m.SerializeAsString(), "shape");
+  auto e = s.run(s.compile(with_empty), {{"x", tensor({2, 3, 4, 5}, dtype::f32)}});
+  CHECK(e.outputs.at("empty").shape() == shape{0});
 }
 
 TEST_CASE("Slice of a constant folds with negative steps and clamped starts and ends", "[onnx][fold]") {
