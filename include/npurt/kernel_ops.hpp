@@ -224,6 +224,16 @@ struct transpose {
   std::array<std::uint8_t, shape::max_rank> perm{0, 1, 2, 3, 4, 5, 6, 7};
 };
 
+/// y = a strided window of x, for any dtype: y[i0..ik] = x[starts[0] + i0 * steps[0], ...,
+/// starts[k] + ik * steps[k]] over every dimension of y (x and y have one rank). A step may be
+/// negative (the window walks x backwards, as NumPy's and ONNX's Slice do) but never 0; every
+/// index the window reaches must lie inside x. Entries past the rank are ignored.
+struct slice {
+  tensor_desc x{}, y{};
+  std::array<std::int64_t, shape::max_rank> starts{};
+  std::array<std::int64_t, shape::max_rank> steps{1, 1, 1, 1, 1, 1, 1, 1};
+};
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
@@ -309,6 +319,7 @@ constexpr std::string_view op_name(const transpose&) noexcept { return "transpos
 constexpr std::string_view op_name(const cast&) noexcept { return "cast"; }
 constexpr std::string_view op_name(const sgd_update&) noexcept { return "sgd_update"; }
 constexpr std::string_view op_name(const fused_elementwise&) noexcept { return "fused_elementwise"; }
+constexpr std::string_view op_name(const slice&) noexcept { return "slice"; }
 
 }  // namespace npurt::kernels
 
@@ -317,4 +328,4 @@ constexpr std::string_view op_name(const fused_elementwise&) noexcept { return "
   , kernels::matmul, kernels::conv2d, kernels::conv2d_backward_data, kernels::conv2d_backward_weight,             \
       kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d, \
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,             \
-      kernels::sgd_update, kernels::fused_elementwise
+      kernels::sgd_update, kernels::fused_elementwise, kernels::slice

@@ -503,6 +503,13 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           const std::size_t r = op.x.shape.rank();
           const bool inner_moves = r > 0 && op.perm[r - 1] != r - 1;
           w.add(elems(op.x), bytes(op.x), bytes(op.y), inner_moves ? 2 : 1, op.x.type);
+        } else if constexpr (std::is_same_v<T, slice>) {
+          // Data movement as transpose's: y's bytes gathered from x and written once. A window
+          // whose innermost dimension is not read forwards one element after the next is a
+          // gather through the vector unit, as a transpose that moves the inner axis is.
+          const std::size_t r = op.y.shape.rank();
+          const bool gathered = r > 0 && op.y.shape[r - 1] > 1 && op.steps[r - 1] != 1;
+          w.add(elems(op.y), bytes(op.y), bytes(op.y), gathered ? 2 : 1, op.y.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

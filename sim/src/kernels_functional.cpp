@@ -905,7 +905,7 @@ void run(const kernels::pool2d_backward& op, const host_tensors& h) {
   h.store(op.dx, dx);
 }
 
-// ---- softmax, reduce, transpose, cast, sgd -------------------------------------------------
+// ---- softmax, reduce, transpose, slice, cast, sgd ------------------------------------------
 
 void run(const kernels::softmax& op, const host_tensors& h) {
   const shape& s = op.x.shape;
@@ -1009,6 +1009,31 @@ void run(const kernels::transpose& op, const host_tensors& h) {
   std::vector<std::byte> out(n * es);  // staged: x and y may overlap
   index_array idx{};
   int64_t off = 0;
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(out.data() + i * es, src + static_cast<size_t>(off) * es, es);
+    advance(idx, ys, ystep, off);
+  }
+  std::memcpy(h[op.y], out.data(), out.size());
+}
+
+void run(const kernels::slice& op, const host_tensors& h) {
+  const shape& xs = op.x.shape;
+  const shape& ys = op.y.shape;
+  const size_t es = size_of(op.x.type);
+  // Walking y in row-major order, dimension d of y moves x by steps[d] rows of x's dimension d;
+  // validate() put every index reached inside x. A dimension of one element never steps (its
+  // step may be any size: times x's stride it could overflow).
+  index_array ystep{};
+  int64_t stride = 1, off = 0;
+  for (size_t d = xs.rank(); d-- > 0;) {
+    ystep[d] = ys[d] > 1 ? op.steps[d] * stride : 0;
+    off += op.starts[d] * stride;
+    stride *= xs[d];
+  }
+  const std::byte* src = h[op.x];
+  const auto n = static_cast<size_t>(ys.elements());
+  std::vector<std::byte> out(n * es);  // staged: x and y may overlap
+  index_array idx{};
   for (size_t i = 0; i < n; ++i) {
     std::memcpy(out.data() + i * es, src + static_cast<size_t>(off) * es, es);
     advance(idx, ys, ystep, off);

@@ -406,6 +406,25 @@ std::error_code check(const kernels::transpose& t) {
   return {};
 }
 
+// Every index of the window must lie inside x: the first (starts) and the last, starts + (y - 1) *
+// steps, both computed with overflow checks (a caller's huge step must be an error, not a wrapped
+// index that lands inside x).
+std::error_code check(const kernels::slice& s) {
+  if (s.y.type != s.x.type) return fail(errc::invalid_dtype);
+  const std::size_t rank = s.x.shape.rank();
+  if (s.y.shape.rank() != rank) return fail(errc::invalid_shape);
+  for (std::size_t d = 0; d < rank; ++d) {
+    const int64_t start = s.starts[d], step = s.steps[d], dim = s.x.shape[d];
+    if (step == 0) return fail(errc::invalid_argument);
+    if (start < 0 || start >= dim) return fail(errc::invalid_argument);
+    int64_t span = 0, last = 0;
+    if (__builtin_mul_overflow(s.y.shape[d] - 1, step, &span) || __builtin_add_overflow(start, span, &last) ||
+        last < 0 || last >= dim)
+      return fail(errc::invalid_shape);
+  }
+  return {};
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -547,7 +566,8 @@ operand_list operands(const kernel_op& op) noexcept {
           b.add(r, o.dy);
           b.add(w, o.dx);
         } else if constexpr (std::is_same_v<T, kernels::softmax> || std::is_same_v<T, kernels::reduce> ||
-                             std::is_same_v<T, kernels::transpose> || std::is_same_v<T, kernels::cast>) {
+                             std::is_same_v<T, kernels::transpose> || std::is_same_v<T, kernels::cast> ||
+                             std::is_same_v<T, kernels::slice>) {
           b.add(r, o.x);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::sgd_update>) {

@@ -1,13 +1,15 @@
 // Reference kernels, vector operations: normalisation, pooling, softmax, reductions,
-// transpose, cast, SGD — against hand-computed values, double-precision oracles and finite
+// transpose, slice, cast, SGD — against hand-computed values, double-precision oracles and finite
 // differences for the backward passes; and determinism.
 #include "helpers.hpp"
 
 #include <catch2/catch_test_macros.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -343,6 +345,79 @@ TEST_CASE("transpose moves every element to its permuted index, for any dtype", 
   m.assign({1, 2, 3, 4, 5, 6});
   REQUIRE(run(k::transpose{m.desc, mt.desc, {1, 0}}) == 0);
   CHECK(mt.values() == std::vector<double>{1, 4, 2, 5, 3, 6});
+}
+
+// ---- slice ---------------------------------------------------------------------------------
+
+TEST_CASE("slice copies its strided window of x, backwards too, for every dtype width", "[kernels][slice]") {
+  // Random shapes and windows (a fixed seed), each checked against the index formula itself:
+  // y[i] = x[starts + i * steps] in every dimension.
+  std::uint64_t s = 0x5eed;
+  const auto next = [&](std::int64_t lo, std::int64_t hi) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + static_cast<std::int64_t>((s >> 33) % static_cast<std::uint64_t>(hi - lo + 1));
+  };
+  int checked = 0;
+  for (int round = 0; round < 60; ++round) {
+    for (auto t : {dtype::i8, dtype::f16, dtype::bf16, dtype::f32, dtype::i32, dtype::i64, dtype::u8}) {
+      CAPTURE(round, npurt::to_string(t));
+      const auto rank = static_cast<std::size_t>(next(1, 5));
+      shape xs, ys;
+      std::array<std::int64_t, shape::max_rank> starts{}, steps{};
+      for (std::size_t d = 0; d < rank; ++d) {
+        const std::int64_t dim = next(1, 7);
+        xs.push_back(dim);
+        std::int64_t step = next(1, 3) * (next(0, 1) ? -1 : 1);
+        const std::int64_t start = next(0, dim - 1);
+        // The most elements that fit from start in the step's direction, then any count of them.
+        const std::int64_t room = step > 0 ? (dim - 1 - start) / step + 1 : start / -step + 1;
+        ys.push_back(next(1, room));
+        starts[d] = start;
+        steps[d] = step;
+      }
+      tensor x(xs, t), y(ys, t);
+      x.fill(static_cast<std::uint64_t>(round) * 7 + 1, -100, 100, true);
+      k::slice op{x.desc, y.desc, starts, steps};
+      REQUIRE(run(op) == 0);
+      // Naive reference: each y index in row-major order, mapped to x's flat index.
+      std::vector<std::int64_t> idx(rank, 0);
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        std::int64_t flat = 0;
+        for (std::size_t d = 0; d < rank; ++d) flat = flat * xs[d] + starts[d] + idx[d] * steps[d];
+        REQUIRE(std::memcmp(y.bytes.data() + i * npurt::size_of(t),
+                            x.bytes.data() + static_cast<std::size_t>(flat) * npurt::size_of(t),
+                            npurt::size_of(t)) == 0);
+        for (std::size_t d = rank; d-- > 0;) {
+          if (++idx[d] < ys[d]) break;
+          idx[d] = 0;
+        }
+      }
+      ++checked;
+    }
+  }
+  CHECK(checked == 60 * 7);
+  // By hand: rows 2 and 0 of a 3x4 matrix, columns 3 and 1 (ONNX's test_slice_neg_steps form).
+  tensor m({3, 4}), w({2, 2});
+  m.assign({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  REQUIRE(run(k::slice{m.desc, w.desc, {2, 3}, {-2, -2}}) == 0);
+  CHECK(w.values() == std::vector<double>{11, 9, 3, 1});
+  // A dimension of one element takes any step, the extremes included: it never moves.
+  tensor col({3, 1});
+  REQUIRE(run(k::slice{m.desc, col.desc, {0, 2}, {1, std::numeric_limits<std::int64_t>::max()}}) == 0);
+  CHECK(col.values() == std::vector<double>{2, 6, 10});
+  REQUIRE(run(k::slice{m.desc, col.desc, {0, 3}, {1, std::numeric_limits<std::int64_t>::min()}}) == 0);
+  CHECK(col.values() == std::vector<double>{3, 7, 11});
+}
+
+TEST_CASE("slice moves bit patterns unchanged, NaN payloads included", "[kernels][slice]") {
+  tensor x({4}, dtype::f32), y({2}, dtype::f32);
+  const std::uint32_t bits[4] = {0x7fc00001u, 0xff800000u, 0x80000000u, 0x7fa5a5a5u};
+  std::memcpy(x.bytes.data(), bits, sizeof bits);
+  REQUIRE(run(k::slice{x.desc, y.desc, {3}, {-2}}) == 0);
+  std::uint32_t got[2];
+  std::memcpy(got, y.bytes.data(), sizeof got);
+  CHECK(got[0] == bits[3]);
+  CHECK(got[1] == bits[1]);
 }
 
 // ---- cast ----------------------------------------------------------------------------------

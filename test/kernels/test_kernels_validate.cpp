@@ -43,6 +43,14 @@ k::transpose tr(tensor_desc x, tensor_desc y, std::initializer_list<std::uint8_t
   return op;
 }
 
+k::slice sl(tensor_desc x, tensor_desc y, std::initializer_list<std::int64_t> starts,
+            std::initializer_list<std::int64_t> steps) {
+  k::slice op{x, y};
+  std::copy(starts.begin(), starts.end(), op.starts.begin());
+  std::copy(steps.begin(), steps.end(), op.steps.begin());
+  return op;
+}
+
 }  // namespace
 
 TEST_CASE("well-formed descriptors of every operation validate", "[kernels][validate]") {
@@ -74,6 +82,9 @@ TEST_CASE("well-formed descriptors of every operation validate", "[kernels][vali
       red(t({2, 3, 4}), t({1}), 0b111),
       red(t({2, 3, 4}), t({1, 3, 1}), 0b101, true),
       tr(t({2, 3, 4}, dtype::i64), t({4, 2, 3}, dtype::i64), {2, 0, 1}),
+      sl(t({4, 6}, dtype::u8), t({2, 3}, dtype::u8), {3, 5}, {-2, -2}),
+      sl(t({5}), t({1}), {4}, {std::numeric_limits<std::int64_t>::min()}),
+      k::slice{t({2, 3}, dtype::bf16), t({2, 3}, dtype::bf16)},
       k::cast{t({5}, dtype::u8), t({5}, dtype::bf16)},
       k::sgd_update{t({10}, dtype::f32), t({10}, dtype::f16), t({10}), 0.1f, 0.9f},
   };
@@ -200,7 +211,7 @@ TEST_CASE("every kind of bad descriptor gets its typed error", "[kernels][valida
       {"pool backward dy shape", k::pool2d_backward{k::pool_mode::avg, f4, t({2, 3, 3, 4}), f4}, errc::invalid_shape},
       {"pool backward x and dx differ", k::pool2d_backward{k::pool_mode::max, t({2, 3, 8, 6}), t({2, 3, 4, 4}), f4},
        errc::invalid_shape},
-      // softmax, reduce, transpose, cast, sgd
+      // softmax, reduce, transpose, slice, cast, sgd
       {"softmax axis", k::softmax{t({3, 4}), t({3, 4}), 2}, errc::invalid_argument},
       {"softmax negative axis", k::softmax{t({3, 4}), t({3, 4}), -3}, errc::invalid_argument},
       {"softmax y shape", k::softmax{t({3, 4}), t({4, 3})}, errc::invalid_shape},
@@ -215,6 +226,17 @@ TEST_CASE("every kind of bad descriptor gets its typed error", "[kernels][valida
       {"transpose output shape", tr(t({2, 3, 4}), t({2, 3, 4}), {1, 0, 2}), errc::invalid_shape},
       {"transpose rank", tr(t({2, 3}), t({3, 2, 1}), {1, 0}), errc::invalid_shape},
       {"transpose dtype", tr(t({2, 3}), t({3, 2}, dtype::f16), {1, 0}), errc::invalid_dtype},
+      {"slice rank", sl(t({4, 6}), t({4}), {0, 0}, {1, 1}), errc::invalid_shape},
+      {"slice dtype", sl(t({4, 6}), t({4, 6}, dtype::f16), {0, 0}, {1, 1}), errc::invalid_dtype},
+      {"slice step 0", sl(t({4, 6}), t({1, 6}), {0, 0}, {0, 1}), errc::invalid_argument},
+      {"slice start past x", sl(t({4, 6}), t({1, 6}), {4, 0}, {1, 1}), errc::invalid_argument},
+      {"slice negative start", sl(t({4, 6}), t({1, 6}), {-1, 0}, {1, 1}), errc::invalid_argument},
+      {"slice window past x's end", sl(t({4, 6}), t({2, 6}), {3, 0}, {1, 1}), errc::invalid_shape},
+      {"slice window before x's start", sl(t({4, 6}), t({4, 4}), {0, 4}, {1, -2}), errc::invalid_shape},
+      {"slice step whose span overflows",
+       sl(t({4, 6}), t({4, 2}), {0, 0}, {1, std::numeric_limits<std::int64_t>::max()}), errc::invalid_shape},
+      {"slice backward span overflows", sl(t({4, 6}), t({4, 3}), {0, 5}, {1, std::numeric_limits<std::int64_t>::min()}),
+       errc::invalid_shape},
       {"cast shape", k::cast{t({4}), t({2, 2}, dtype::f16)}, errc::invalid_shape},
       {"sgd shapes", k::sgd_update{t({10}), t({11})}, errc::invalid_shape},
       {"sgd buffer shape", k::sgd_update{t({10}), t({10}), t({5}), 0.1f, 0.9f}, errc::invalid_shape},

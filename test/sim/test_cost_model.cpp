@@ -1,4 +1,5 @@
 #include <npurt/sim/cost_model.hpp>
+#include <npurt/sim/device_model.hpp>
 
 #include <catch2/catch_test_macros.hpp>
 
@@ -236,4 +237,28 @@ TEST_CASE("a conv2d or matmul with a fused epilogue costs one pass, not one pass
     CHECK(to_us(fused.body) <= to_us(base.body) * 1.02);
     CHECK(fused.total_cycles >= static_cast<double>(fused.cube_floor_cycles));
   }
+}
+
+// A slice is data movement, as transpose is: y's bytes read from x and written once. A window
+// whose inner dimension is gathered (a step other than 1) costs no less than a transpose that
+// moves the inner axis over the same bytes.
+TEST_CASE("slice costs its window's bytes, a gathered one no less than a transpose", "[sim][cost][slice]") {
+  const preset p = presets::ascend910b(1);
+  const tensor_desc x{nullptr, shape{64, 512, 256}, dtype::f16};
+  const tensor_desc y{nullptr, shape{64, 256, 128}, dtype::f16};
+  const kernels::slice rows{x, y, {0, 1, 0}, {1, 2, 1}};   // every other row: contiguous rows of 128
+  const kernels::slice cols{x, y, {0, 0, 255}, {1, 1, -2}};  // every other column, backwards: a gather
+  const kernel_cost cr = estimate(p, kernel_desc{rows}), cc = estimate(p, kernel_desc{cols});
+  CHECK(cr.op == "slice");
+  CHECK(cr.hbm_bytes == 2 * y.bytes());
+  CHECK(cc.hbm_bytes == 2 * y.bytes());
+  CHECK(cc.total_cycles > cr.total_cycles);
+  kernels::transpose tr{y, tensor_desc{nullptr, shape{64, 128, 256}, dtype::f16}};
+  tr.perm = {0, 2, 1};
+  CHECK(cc.total_cycles >= estimate(p, kernel_desc{tr}).total_cycles);
+  // The device model caches costs by every field that decides one: the steps and starts too.
+  device_model dm(p, sim_options{});
+  const std::uint32_t cores = p.vector_core_count;
+  CHECK(dm.cost_of(kernel_desc{rows}, cores).total_cycles == estimate(p, kernel_desc{rows}, cores).total_cycles);
+  CHECK(dm.cost_of(kernel_desc{cols}, cores).total_cycles == estimate(p, kernel_desc{cols}, cores).total_cycles);
 }
