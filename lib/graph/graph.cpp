@@ -5,10 +5,12 @@
 
 #include "conv_transpose.hpp"
 #include "eltwise.hpp"
+#include "window.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <queue>
 #include <set>
 
@@ -16,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 63> ops_table{"Add",
+constexpr std::array<std::string_view, 65> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -78,7 +80,9 @@ constexpr std::array<std::string_view, 63> ops_table{"Add",
                                                      "Dropout",
                                                      "ConvGrad",
                                                      "BatchNormInternal",
-                                                     "BatchNormalizationGrad"};
+                                                     "BatchNormalizationGrad",
+                                                     "Slice",
+                                                     "Split"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -298,6 +302,8 @@ const op_attributes onnx_attributes[] = {
     {"HardSigmoid", {"alpha", "beta"}},
     {"Clip", {"min", "max"}},
     {"Dropout", {"seed", "ratio"}},  // ratio: opsets before 12
+    {"Slice", {}},  // opset 10 on: starts, ends, axes and steps are inputs
+    {"Split", {"axis", "num_outputs", "split"}},  // split: opsets before 13
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
@@ -365,6 +371,165 @@ std::int64_t onnx_dtype_code(dtype t) noexcept {
   }
   return 0;
 }
+
+// ---- Slice and Split windows ----
+
+namespace {
+
+// A dimension of 0 is an empty tensor, which the kernels do not compute (as add_input refuses).
+void need_nonempty(const node& n, std::string_view output, const shape& s) {
+  for (auto d : s)
+    if (d == 0)
+      fail(errc::not_supported, n, output,
+           "output " + shape_string(s) + ": a dimension is 0 (empty tensors are not computed)");
+}
+
+// The values of an index input (Slice's starts, ends, axes, steps; Split's split): a constant
+// 1-D tensor of one of `types`, or nothing when the optional input is omitted.
+std::optional<ints> index_input(const node& n, std::span<const value_info* const> in,
+                                std::span<const tensor* const> constants, std::size_t i, std::string_view what,
+                                std::initializer_list<dtype> types) {
+  if (i >= in.size() || !in[i]) return std::nullopt;
+  const value_info& v = *in[i];
+  const tensor* c = constants.size() > i ? constants[i] : nullptr;
+  if (!c || !c->is_host())
+    fail(errc::not_supported, n, v.name, std::string(what) + " must be a constant with data (it decides the shape)");
+  if (std::find(types.begin(), types.end(), v.type) == types.end())
+    fail(errc::invalid_dtype, n, v.name,
+         std::string(what) + " must be " + (types.size() > 1 ? "int32 or int64" : "int64") + ", got " +
+             std::string(to_string(v.type)));
+  if (v.shape.rank() > 1)
+    fail(errc::invalid_shape, n, v.name, std::string(what) + " must be 1-D, got " + shape_string(v.shape));
+  ints out;
+  for (std::int64_t k = 0; k < c->elements(); ++k) out.push_back(c->get_int(k));
+  return out;
+}
+
+}  // namespace
+
+namespace graph_ops {
+
+window slice_window(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants) {
+  const value_info& x = need(n, in, 0);
+  need(n, in, 1);
+  need(n, in, 2);
+  const std::initializer_list<dtype> tind{dtype::i32, dtype::i64};
+  const ints starts = *index_input(n, in, constants, 1, "starts", tind);
+  const ints ends = *index_input(n, in, constants, 2, "ends", tind);
+  const std::size_t count = starts.size();
+  if (ends.size() != count)
+    fail(errc::invalid_argument, n, in[2]->name,
+         "ends has " + std::to_string(ends.size()) + " values, starts " + std::to_string(count));
+  ints axes(count), steps(count, 1);
+  for (std::size_t i = 0; i < count; ++i) axes[i] = static_cast<std::int64_t>(i);
+  if (auto a = index_input(n, in, constants, 3, "axes", tind)) axes = *a;
+  if (auto s = index_input(n, in, constants, 4, "steps", tind)) steps = *s;
+  if (axes.size() != count || steps.size() != count)
+    fail(errc::invalid_argument, n, in[axes.size() != count ? 3 : 4]->name,
+         std::string(axes.size() != count ? "axes" : "steps") + " has " +
+             std::to_string(axes.size() != count ? axes.size() : steps.size()) + " values, starts " +
+             std::to_string(count));
+  window w;
+  w.dims = x.shape;
+  std::uint32_t seen = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto a =
+        static_cast<std::size_t>(norm_axis(n, axes[i], x.shape.rank(), in.size() > 3 && in[3] ? in[3]->name : x.name));
+    // ONNX's shape inference refuses an axis named twice (-1 and rank-1 included).
+    if ((seen >> a) & 1u)
+      fail(errc::invalid_argument, n, in.size() > 3 && in[3] ? in[3]->name : x.name,
+           "axis " + std::to_string(axes[i]) + " is named twice");
+    seen |= 1u << a;
+    const std::int64_t step = steps[i], dim = x.shape[a];
+    if (step == 0) fail(errc::invalid_argument, n, in[4]->name, "a step is 0");
+    if (dim == 0) {
+      w.dims[a] = 0;
+      continue;
+    }
+    // onnx.ai/onnx/operators/onnx__Slice.html: a negative start or end counts from the end;
+    // then starts clamp to [0, dim] ([0, dim - 1] stepping backwards) and ends to [0, dim]
+    // ([-1, dim - 1] backwards), so INT64_MAX and INT64_MIN mean "to the end".
+    std::int64_t start = starts[i], end = ends[i];
+    if (start < 0) start += dim;
+    if (end < 0) end += dim;
+    start = std::clamp<std::int64_t>(start, 0, step < 0 ? dim - 1 : dim);
+    end = std::clamp<std::int64_t>(end, step < 0 ? -1 : 0, step < 0 ? dim - 1 : dim);
+    // ceil(distance / |step|) elements, in unsigned arithmetic: |INT64_MIN| has no int64.
+    const auto distance = static_cast<std::uint64_t>(step > 0 ? end - start : start - end);
+    const std::uint64_t stride = step > 0 ? static_cast<std::uint64_t>(step) : 0 - static_cast<std::uint64_t>(step);
+    const bool any = step > 0 ? end > start : start > end;
+    w.dims[a] = any ? static_cast<std::int64_t>((distance - 1) / stride + 1) : 0;
+    w.starts[a] = start;
+    // One element reads no second index: its step is the plain 1 (a contiguous window).
+    w.steps[a] = w.dims[a] > 1 ? step : 1;
+  }
+  need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), w.dims);
+  return w;
+}
+
+std::vector<window> split_windows(const node& n, std::span<const value_info* const> in,
+                                  std::span<const tensor* const> constants) {
+  const value_info& x = need(n, in, 0);
+  const auto axis = static_cast<std::size_t>(norm_axis(n, n.attrs.get_int("axis", 0), x.shape.rank(), x.name));
+  const std::int64_t dim = x.shape[axis];
+  const auto outputs = static_cast<std::int64_t>(n.outputs.size());
+  const bool by_input = in.size() > 1 && in[1];
+  const ints attr = n.attrs.get_ints("split");
+  if (by_input && !attr.empty())
+    fail(errc::invalid_argument, n, in[1]->name, "has both the split input and the split attribute");
+  if ((by_input || !attr.empty()) && n.attrs.has("num_outputs"))
+    fail(errc::invalid_argument, n, x.name, "has both split and num_outputs (onnx.ai: one or the other)");
+  ints sizes;
+  if (by_input || !attr.empty()) {
+    sizes = by_input ? *index_input(n, in, constants, 1, "split", {dtype::i64}) : attr;
+    if (static_cast<std::int64_t>(sizes.size()) != outputs)
+      fail(errc::invalid_argument, n, by_input ? in[1]->name : x.name,
+           "split has " + std::to_string(sizes.size()) + " sizes for " + std::to_string(outputs) + " outputs");
+  } else if (n.attrs.has("num_outputs")) {
+    // Opset 18: ceil(dim / num_outputs) each, the last chunk what remains.
+    const std::int64_t parts = n.attrs.get_int("num_outputs", 1);
+    if (parts != outputs)
+      fail(errc::invalid_argument, n, x.name,
+           "num_outputs is " + std::to_string(parts) + ", with " + std::to_string(outputs) + " outputs named");
+    const std::int64_t chunk = dim / parts + (dim % parts != 0 ? 1 : 0);
+    sizes.assign(static_cast<std::size_t>(parts), chunk);
+    sizes.back() = dim - chunk * (parts - 1);
+  } else {
+    // Before opset 18, no sizes means equal parts, one per output.
+    if (dim % outputs != 0)
+      fail(errc::invalid_shape, n, x.name,
+           "dimension " + std::to_string(axis) + " of " + shape_string(x.shape) + " does not split into " +
+               std::to_string(outputs) + " equal parts");
+    sizes.assign(static_cast<std::size_t>(outputs), dim / outputs);
+  }
+  std::int64_t total = 0;
+  for (auto s : sizes)
+    if (s < 0 || __builtin_add_overflow(total, s, &total)) {
+      total = -1;
+      break;
+    }
+  if (total != dim) {
+    std::string list;
+    for (auto s : sizes) list += (list.empty() ? "" : ", ") + std::to_string(s);
+    fail(errc::invalid_shape, n, x.name,
+         "split sizes [" + list + "] do not add up to dimension " + std::to_string(axis) + " of " +
+             shape_string(x.shape) + " (" + std::to_string(dim) + ")");
+  }
+  std::vector<window> out;
+  std::int64_t at = 0;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    window w;
+    w.dims = x.shape;
+    w.dims[axis] = sizes[k];
+    w.starts[axis] = at;
+    need_nonempty(n, n.outputs[k], w.dims);
+    at += sizes[k];
+    out.push_back(w);
+  }
+  return out;
+}
+
+}  // namespace graph_ops
 
 // ---- shape inference ----
 
@@ -803,6 +968,16 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       }
     }
     return one(out, x.type);
+  }
+  if (t == "Slice") {
+    const auto w = graph_ops::slice_window(n, in, constants);
+    return one(w.dims, need(n, in, 0).type);
+  }
+  if (t == "Split") {
+    const dtype type = need(n, in, 0).type;
+    std::vector<inferred_output> out;
+    for (const auto& w : graph_ops::split_windows(n, in, constants)) out.push_back({w.dims, type});
+    return out;
   }
   fail(errc::not_supported, n, {}, "unknown operator type");
 }

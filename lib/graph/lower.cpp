@@ -3,6 +3,7 @@
 
 #include "conv_transpose.hpp"
 #include "eltwise.hpp"
+#include "window.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -46,6 +47,14 @@ std::optional<double> scalar_input(const cstep& st, const std::vector<cvalue>& v
   // Infinite bounds clamp nothing: the largest finite float says the same to the kernel.
   const double lim = std::numeric_limits<float>::max();
   return std::clamp(v.host->get(0), -lim, lim);
+}
+
+// One slice kernel reading `w` from x into y.
+kernels::slice slice_of(const tensor_desc& x, const tensor_desc& y, const graph_ops::window& w) {
+  kernels::slice k{x, y};
+  k.starts = w.starts;
+  k.steps = w.steps;
+  return k;
 }
 
 tensor_desc reshaped(tensor_desc d, shape s) {
@@ -264,6 +273,26 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       for (std::size_t i = tr.x.shape.rank(); i-- > 0;) perm.push_back(static_cast<std::int64_t>(i));
     for (std::size_t i = 0; i < perm.size(); ++i) tr.perm[i] = static_cast<std::uint8_t>(perm[i]);
     kernel(tr);
+  } else if (t == "Slice" || t == "Split") {
+    // The windows inference checked, computed again from the same constants; each output is one
+    // strided copy (data given or not: a timing-only run launches the same kernels).
+    std::vector<value_info> infos;
+    std::vector<const tensor*> constants;
+    for (int v : st.in) {
+      const cvalue* c = v < 0 ? nullptr : &values[static_cast<std::size_t>(v)];
+      infos.push_back(c ? value_info{c->name, c->shape, c->type, c->kind, -1, true} : value_info{});
+      constants.push_back(c ? c->host : nullptr);
+    }
+    std::vector<const value_info*> in;
+    for (std::size_t i = 0; i < st.in.size(); ++i) in.push_back(st.in[i] < 0 ? nullptr : &infos[i]);
+    const tensor_desc x = desc(st.in[0]);
+    if (t == "Slice") {
+      kernel(slice_of(x, y, graph_ops::slice_window(n, in, constants)));
+    } else {
+      const auto windows = graph_ops::split_windows(n, in, constants);
+      for (std::size_t k = 0; k < windows.size() && k < st.out.size(); ++k)
+        kernel(slice_of(x, desc(st.out[k]), windows[k]));
+    }
   } else if (t == "Cast" || t == "CastLike") {
     // ONNX's reference implementation converts with NumPy's astype: floats truncate toward zero.
     kernel(kernels::cast{desc(st.in[0]), y, kernels::round_mode::trunc});

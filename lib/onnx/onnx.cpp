@@ -339,7 +339,14 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
       graph_op = false;
       label += " (opset " + std::to_string(opset) + ")";
     }
-    const bool foldable = onnx_domain && folding::is_foldable(n.op_type());
+    // Slice before opset 10 takes starts, ends and axes as attributes: the graph and the folder
+    // take inputs.
+    const bool old_slice = onnx_domain && n.op_type() == "Slice" && opset < 10;
+    if (old_slice) {
+      graph_op = false;
+      label += " (opset " + std::to_string(opset) + ")";
+    }
+    const bool foldable = onnx_domain && !old_slice && folding::is_foldable(n.op_type());
     try {
       if (n.op_type() == "Constant" && onnx_domain) {
         // The output names the constant. protobuf's output(0) on an empty list is a FatalException,

@@ -5,8 +5,11 @@
 #include <npurt/graph/session.hpp>
 #include <npurt/sim/sim.hpp>
 
+#include <catch2/catch_test_macros.hpp>
+
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace npurt::test {
@@ -48,6 +51,22 @@ inline double max_abs_diff(const std::vector<double>& a, const std::vector<doubl
   double m = 0;
   for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
   return a.size() == b.size() ? m : 1e300;
+}
+
+/// Runs f, expects a graph_error with this code naming this op and tensor.
+template <class F>
+void expect_graph_error(F f, errc code, const std::string& op, const std::string& tensor) {
+  try {
+    f();
+    FAIL("no graph_error");
+  } catch (const graph_error& e) {
+    INFO(e.what());
+    CHECK(e.code() == code);
+    CHECK(e.op() == op);
+    CHECK(e.tensor() == tensor);
+    if (!op.empty()) CHECK(std::string(e.what()).find(op) != std::string::npos);
+    if (!tensor.empty()) CHECK(std::string(e.what()).find(tensor) != std::string::npos);
+  }
 }
 
 inline npurt::system make_system() { return npurt::system{sim::presets::ascend910(1)}; }

@@ -6,25 +6,7 @@
 
 using namespace npurt;
 
-namespace {
-
-// Runs f, expects a graph_error with this code naming this op and tensor.
-template <class F>
-void expect_graph_error(F f, errc code, const std::string& op, const std::string& tensor) {
-  try {
-    f();
-    FAIL("no graph_error");
-  } catch (const graph_error& e) {
-    INFO(e.what());
-    CHECK(e.code() == code);
-    CHECK(e.op() == op);
-    CHECK(e.tensor() == tensor);
-    if (!op.empty()) CHECK(std::string(e.what()).find(op) != std::string::npos);
-    if (!tensor.empty()) CHECK(std::string(e.what()).find(tensor) != std::string::npos);
-  }
-}
-
-}  // namespace
+using test::expect_graph_error;
 
 TEST_CASE("shapes and dtypes are inferred as operators are added, with ONNX attribute meanings", "[graph]") {
   graph g("infer");

@@ -1404,3 +1404,19 @@ TEST_CASE("Shape of a tensor computed at run time folds; a Gather of its data is
   CHECK(e.code == errc::not_supported);
   CHECK(e.what.find("unsupported operators: Gather, Trilu") != std::string::npos);
 }
+
+TEST_CASE("Slice before opset 10 (starts and ends as attributes) is not_supported with its opset", "[onnx][errors]") {
+  auto m = relu_model({4});
+  m.mutable_opset_import(0)->set_version(9);
+  auto* n = m.mutable_graph()->mutable_node(0);
+  n->set_op_type("Slice");
+  for (const char* a : {"starts", "ends"}) {
+    auto* at = n->add_attribute();
+    at->set_name(a);
+    at->set_type(::onnx::AttributeProto::INTS);
+    at->add_ints(a[0] == 's' ? 1 : 3);
+  }
+  const auto e = error_loading(m);
+  CHECK(e.code == errc::not_supported);
+  CHECK(e.what.find("Slice (opset 9)") != std::string::npos);
+}

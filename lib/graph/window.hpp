@@ -1,0 +1,33 @@
+// The windows Slice and Split read from their data input: one strided window per output, the
+// parameters of a kernels::slice. Private to the graph library: inference (graph.cpp) checks them
+// and gives the outputs' shapes, lowering (lower.cpp) launches them, from one computation.
+#pragma once
+
+#include <npurt/graph/graph.hpp>
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace npurt::graph_ops {
+
+/// One output of Slice or Split: its shape and, per dimension of the data, the first index and
+/// the step of its window (a dimension the operator leaves whole starts at 0 with step 1).
+struct window {
+  npurt::shape dims{};
+  std::array<std::int64_t, shape::max_rank> starts{};
+  std::array<std::int64_t, shape::max_rank> steps{1, 1, 1, 1, 1, 1, 1, 1};
+};
+
+/// Slice's window (ONNX opset 10 on): `in` and `constants` as infer_op's, starts, ends, axes and
+/// steps constant. Throws graph_error naming the node and the input at fault.
+window slice_window(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants);
+
+/// Split's windows, one per output, along `axis`: sizes from the constant `split` input (opset
+/// 13 on), the `split` attribute (before 13), or `num_outputs` (18 on); with none of them, equal
+/// parts. Throws graph_error as slice_window.
+std::vector<window> split_windows(const node& n, std::span<const value_info* const> in,
+                                  std::span<const tensor* const> constants);
+
+}  // namespace npurt::graph_ops
