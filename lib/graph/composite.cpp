@@ -3,6 +3,8 @@
 // npurt's kernels.
 #include <npurt/graph/detail/composite.hpp>
 
+#include "conv_transpose.hpp"
+
 #include <algorithm>
 #include <cstdint>
 
@@ -128,8 +130,21 @@ bool is_composite_op(std::string_view type) noexcept {
 }
 
 bool added_as_chain(const graph& g, std::string_view type, std::span<const std::string> inputs,
-                    std::span<const std::string> outputs) {
+                    std::span<const std::string> outputs, const attributes& attrs) {
   if (is_composite_op(type)) return true;
+  if (type == "ConvTranspose") {
+    // Only a geometry the checks accept, with both operands known: anything else is the node's
+    // own to refuse, with its own message.
+    const value_info* x = inputs.size() > 1 ? g.find(inputs[0]) : nullptr;
+    const value_info* w = inputs.size() > 1 ? g.find(inputs[1]) : nullptr;
+    if (!x || !w || !x->known || !w->known || x->shape.rank() != 4 || w->shape.rank() != 4) return false;
+    try {
+      return graph_ops::conv_transpose_geom(
+                 attrs, x->shape, w->shape,
+                 [](errc e, const std::string& what) { throw graph_error(make_error_code(e), {}, {}, what); })
+          .needs_crop();
+    } catch (const graph_error&) { return false; }
+  }
   if (type == "LayerNormalization")
     return outputs.size() > 1 &&
            std::any_of(outputs.begin() + 1, outputs.end(), [](const std::string& o) { return !o.empty(); });
@@ -312,11 +327,33 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     step("Mul", "atanh", {diff, scalar("half", 0.5)}, y, attrs);
     return;
   }
+  if (t == "ConvTranspose") {
+    // The kernel's geometry ends at most output_padding past the start pad: the node computes
+    // that larger output and a Slice keeps the part ONNX's pads leave.
+    const value_info x = g.value(ins[0]), w = g.value(ins[1]);
+    const auto geo = graph_ops::conv_transpose_geom(attrs, x.shape, w.shape, [&](errc e, const std::string& what) {
+      fail(e, node_name, ins[0], "ConvTranspose '" + node_name + "': " + what);
+    });
+    attributes inner;
+    for (const auto& [name, value] : attrs.items())
+      if (name != "pads" && name != "auto_pad" && name != "output_shape") inner.set(name, value);
+    ints pads{geo.pad_begin[0], geo.pad_begin[1], geo.pad_end[0], geo.pad_end[1]};
+    for (std::size_t i = 0; i < 2; ++i)
+      if (geo.crop[i]) pads[2 + i] = geo.pad_begin[i] + geo.output_padding[i];
+    inner.set("pads", pads);
+    const std::string full = step("ConvTranspose", "uncropped", ins, {}, std::move(inner));
+    const auto i64 = [&](const std::string& tag, std::int64_t a, std::int64_t b) {
+      return g.add_constant(fresh(y + "/" + tag),
+                            tensor({2}, dtype::i64, {static_cast<double>(a), static_cast<double>(b)}));
+    };
+    step("Slice", "crop", {full, i64("starts", 0, 0), i64("ends", geo.out[0], geo.out[1]), i64("axes", 2, 3)}, y);
+    return;
+  }
   if (t == "Squeeze" || t == "Unsqueeze") {
     // Both only rename dimensions: a Reshape to the shape ONNX defines, from `axes` (an
     // attribute before opset 13, a constant input from it on).
     const bool squeeze = t == "Squeeze";
-    const value_info& x = g.value(ins[0]);
+    const value_info x = g.value(ins[0]);  // a copy: the steps grow the table it is in
     const bool axes_input = ins.size() > 1 && !ins[1].empty();
     if (ins.size() > 2) fail(errc::parse_error, node_name, y, t + " '" + node_name + "' has at most two inputs");
     if (axes_input && attrs.has("axes"))
@@ -414,7 +451,7 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     // ONNX's definitions are a Reshape to six dimensions, a Transpose and a Reshape back
     // (onnx.ai/onnx/operators/onnx__DepthToSpace.html): the same three steps here.
     const bool to_space = t == "DepthToSpace";
-    const value_info& x = g.value(ins[0]);
+    const value_info x = g.value(ins[0]);  // a copy: the steps grow the table it is in
     if (ins.size() != 1) fail(errc::parse_error, node_name, y, t + " '" + node_name + "' has one input");
     if (x.shape.rank() != 4)
       fail(errc::invalid_shape, node_name, ins[0],

@@ -16,6 +16,11 @@ struct conv_transpose_geometry {
   std::array<std::int64_t, 2> kernel{}, stride{1, 1}, dilation{1, 1}, output_padding{0, 0};
   std::array<std::int64_t, 2> pad_begin{0, 0}, pad_end{0, 0};
   std::array<std::int64_t, 2> out{};  ///< the output's H and W
+  /// Axes whose end pad exceeds what the kernel's geometry allows (pad_end > pad_begin +
+  /// output_padding, as auto_pad SAME_UPPER gives with an odd total): computed with an end pad
+  /// of pad_begin + output_padding, a larger output, and cropped to `out` by a Slice.
+  std::array<bool, 2> crop{false, false};
+  [[nodiscard]] bool needs_crop() const noexcept { return crop[0] || crop[1]; }
 };
 
 /// Python's // for the pads ONNX derives from a total that may be negative (an output_shape
@@ -90,9 +95,15 @@ conv_transpose_geometry conv_transpose_geom(const attributes& a, const shape& x,
     if (g.pad_begin[i] < 0 || g.pad_begin[i] > window_max)
       fail(errc::not_supported, "a negative start pad (an output_shape that needs one)");
     const std::int64_t span = g.out[i] + 2 * g.pad_begin[i] - ((g.kernel[i] - 1) * g.dilation[i] + 1);
-    if (span < 0 || span / g.stride[i] + 1 != in[i])
-      fail(errc::not_supported, "pads with more at the end than the start allows (start " +
-                                    std::to_string(g.pad_begin[i]) + ", end " + std::to_string(g.pad_end[i]) + ")");
+    if (span >= 0 && span / g.stride[i] + 1 == in[i]) continue;
+    // Only a larger end pad is left: the output is then a prefix of the one with pad_end =
+    // pad_begin + output_padding, which the kernel computes.
+    if (g.pad_end[i] > g.pad_begin[i] + g.output_padding[i]) {
+      g.crop[static_cast<std::size_t>(i)] = true;
+      continue;
+    }
+    fail(errc::not_supported, "pads the kernel's geometry cannot take (start " + std::to_string(g.pad_begin[i]) +
+                                  ", end " + std::to_string(g.pad_end[i]) + ")");
   }
   return g;
 }

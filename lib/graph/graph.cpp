@@ -651,6 +651,9 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
                std::to_string(g) + ", got " + shape_string(w.shape));
     const auto geo = graph_ops::conv_transpose_geom(n.attrs, x.shape, w.shape,
                                                     [&](errc e, const std::string& what) { fail(e, n, x.name, what); });
+    // A cropped geometry is built as a chain of a ConvTranspose and a Slice when the node is added.
+    if (geo.needs_crop())
+      fail(errc::not_supported, n, x.name, "an end pad beyond the start pad plus output_padding needs a crop");
     const std::int64_t m = w.shape[1] * g;
     check_conv_bias(n, in, x, m);
     return one({x.shape[0], m, geo.out[0], geo.out[1]}, x.type);
@@ -1077,7 +1080,7 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
     throw graph_error(make_error_code(errc::invalid_argument), name, {}, "duplicate node name '" + name + "'");
   if (outputs.empty())
     throw graph_error(make_error_code(errc::invalid_argument), name, {}, "node '" + name + "' has no output");
-  if (detail::added_as_chain(*this, type, inputs, outputs)) {
+  if (detail::added_as_chain(*this, type, inputs, outputs, attrs)) {
     add_composite(type, std::move(name), inputs, outputs, attrs);
     return;
   }

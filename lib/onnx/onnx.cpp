@@ -413,7 +413,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
       for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
       const std::vector<std::string> ins(n.input().begin(), n.input().end());
       const std::vector<std::string> all_outs(n.output().begin(), n.output().end());
-      if (detail::added_as_chain(g, n.op_type(), ins, all_outs)) {
+      if (detail::added_as_chain(g, n.op_type(), ins, all_outs, attrs)) {
         detail::add_composite(g, n.op_type(), node_name, ins, all_outs, attrs, fresh);
         continue;
       }

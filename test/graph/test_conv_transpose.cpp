@@ -94,6 +94,15 @@ TEST_CASE("ConvTranspose computes ONNX's definition over its attributes", "[grap
     k.out_h = 6, k.out_w = 8, k.pad_h = 1;
     cases.push_back(k);
   }
+  {
+    case_spec k;
+    k.name = "auto_pad SAME_UPPER with an odd total: the end pad is the larger, computed and cropped";
+    k.attrs = {{"strides", ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}};
+    k.sh = 2, k.sw = 2, k.bias = true;
+    // natural 2·2 + 3 = 7 and 2·3 + 2 = 8 against 3·2 and 4·2: pads (0, 1) on H, none on W.
+    k.out_h = 6, k.out_w = 8;
+    cases.push_back(k);
+  }
   for (const auto& k : cases) {
     INFO(k.name);
     const auto xs = values(static_cast<std::size_t>(k.n * k.c * k.h * k.w), 1.5);
@@ -138,11 +147,22 @@ TEST_CASE("ConvTranspose refuses what it cannot compute, naming why", "[graph][c
   CHECK(code({x, w}, {{"strides", ints{0, 1}}}) == errc::invalid_argument);
   CHECK(code({x, w}, {{"auto_pad", std::string("SAME_UPPER")}, {"pads", ints{1, 1, 1, 1}}}) == errc::invalid_argument);
   CHECK(code({x, w}, {{"pads", ints{4, 4, 4, 4}}}) == errc::invalid_shape);  // nothing left of the output
-  // More pad at the end than at the start is not the kernel's geometry: refused, not computed wrong.
-  CHECK(code({x, w}, {{"strides", ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}}) == errc::not_supported);
+  // An end pad below the start pad (minus output_padding) is no prefix of the kernel's output.
+  CHECK(code({x, w}, {{"pads", ints{2, 2, 0, 0}}}) == errc::not_supported);
   CHECK(code({x, w}, {{"outputpadding", ints{0, 0}}}) == errc::not_supported);  // a misspelt attribute
   CHECK(!g.find("y"));
   // Output 6 from 3 with stride 2 and the start pad taking the odd one (SAME_LOWER) is computed.
   CHECK(code({x, w}, {{"strides", ints{2, 2}}, {"auto_pad", std::string("SAME_LOWER")}}) == std::error_code{});
   CHECK(g.value("y").shape == shape{1, 1, 6, 6});
+  // The larger end pad (SAME_UPPER) is a ConvTranspose and a Slice that crops it, under the
+  // node's name.
+  graph h("ct");
+  const auto hx = h.add_input("x", {1, 2, 3, 3}, dtype::f32);
+  const auto hw = h.add_constant("w", tensor({2, 1, 3, 3}, dtype::f32));
+  h.set_output(
+      h.add_op("ConvTranspose", {hx, hw}, {{"strides", ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}}, "y"));
+  CHECK(h.value("y").shape == shape{1, 1, 6, 6});
+  bool sliced = false;
+  for (const auto& n : h.nodes()) sliced = sliced || (n.name == "y" && n.type == "Slice");
+  CHECK(sliced);
 }

@@ -18,13 +18,14 @@ namespace npurt::detail {
 [[nodiscard]] std::span<const std::string_view> composite_ops() noexcept;
 /// Whether `type` is one of them.
 [[nodiscard]] bool is_composite_op(std::string_view type) noexcept;
-/// Whether an operator `type` reading `inputs` of `g` and writing `outputs` is added as a chain:
-/// one of the above, a Clip with a bound in the graph that is not a constant (the kernel takes
-/// constant bounds; a bound not added yet keeps the Clip node, as any operator may name a later
-/// tensor), or a LayerNormalization that names its Mean or InvStdDev output (the kernel writes Y
-/// alone).
+/// Whether an operator `type` reading `inputs` of `g` and writing `outputs` with `attrs` is added
+/// as a chain: one of the above, a Clip with a bound in the graph that is not a constant (the
+/// kernel takes constant bounds; a bound not added yet keeps the Clip node, as any operator may
+/// name a later tensor), a LayerNormalization that names its Mean or InvStdDev output (the kernel
+/// writes Y alone), or a ConvTranspose whose end pad exceeds its start pad plus output_padding
+/// (computed larger and cropped by a Slice).
 [[nodiscard]] bool added_as_chain(const graph& g, std::string_view type, std::span<const std::string> inputs,
-                                  std::span<const std::string> outputs = {});
+                                  std::span<const std::string> outputs = {}, const attributes& attrs = {});
 
 /// Adds operator `type` (a composite, a Clip whose bounds are not constants, or a
 /// LayerNormalization with its statistics) to `g` as its chain: the step writing `outputs[0]` is
