@@ -181,12 +181,18 @@ int main(int argc, char** argv) try {
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the generated inputs and of the MLP's weights")->capture_default_str();
-  app.add_option("--top", o.top, "How many operators to list")->check(CLI::Range(std::size_t{0}, std::size_t{100000}));
+  app.add_option("--top", o.top, "How many operators to list")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{100000}))
+      ->capture_default_str();
   app.add_option("--batch", o.batch, "Batch of a built-in model")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{65536}));
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{65536}))
+      ->capture_default_str();
   app.add_option("--seq", o.seq, "Sequence length of transformer and bert-large")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{65536}));
-  app.add_option("--layers", o.layers, "Encoder blocks of bert-large")->check(CLI::Range(1, 1024));
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{65536}))
+      ->capture_default_str();
+  app.add_option("--layers", o.layers, "Encoder blocks of bert-large")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_option("--trace", o.trace, "Write the run's Chrome trace (ui.perfetto.dev) to this file");
   app.add_option("--svg", o.svg, "Write the run's timeline as SVG to this file");
   app.add_option("--json", o.json, "Write the report as JSON to this file");
