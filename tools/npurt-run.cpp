@@ -19,6 +19,8 @@
 #include <npurt/onnx.hpp>
 #endif
 
+#include <boost/json.hpp>
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -118,24 +120,6 @@ std::string size_text(std::uint64_t b) {
   return buf;
 }
 double us(npurt::picoseconds p) { return static_cast<double>(p.count()) / 1e6; }
-
-/// JSON string contents: quotes, backslashes and control characters escaped.
-std::string json_escape(std::string_view s) {
-  std::string r;
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      r += '\\';
-      r += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      r += buf;
-    } else {
-      r += c;
-    }
-  }
-  return r;
-}
 
 bool write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -312,28 +296,38 @@ int main(int argc, char** argv) try {
   if (!std::cout) return fail("cannot write the report to standard output");
 
   if (!o.json.empty()) {
-    std::ostringstream j;
-    j << "{\n  \"model\": \"" << json_escape(o.model) << "\",\n  \"device\": \""
-      << json_escape(sys.device(0).properties().name) << "\",\n  \"precision\": \"" << npurt::to_string(*prec)
-      << "\",\n  \"schedule\": \"" << npurt::to_string(rep.schedule)
-      << "\",\n  \"optimization_level\": " << rep.optimization_level
-      << ",\n  \"timing_only\": " << (rep.timing_only ? "true" : "false") << ",\n  \"operators\": " << rep.operators
-      << ",\n  \"fused\": " << rep.fused << ",\n  \"kernels\": " << rep.kernels << ",\n  \"streams\": " << rep.streams
-      << ",\n  \"peak_bytes\": " << rep.peak_bytes() << ",\n  \"activation_bytes\": " << rep.activation_bytes
-      << ",\n  \"activation_lower_bound\": " << rep.activation_lower_bound
-      << ",\n  \"activation_no_reuse_bytes\": " << rep.activation_no_reuse_bytes
-      << ",\n  \"weight_bytes\": " << rep.weight_bytes << ",\n  \"io_bytes\": " << rep.io_bytes
-      << ",\n  \"runs\": " << o.runs << ",\n  \"first_latency_ps\": " << first_latency.count()
-      << ",\n  \"latency_ps\": " << last.latency.count() << ",\n  \"busy_ps\": " << busy_total.count()
-      << ",\n  \"ops\": [";
-    for (std::size_t i = 0; i < last.ops.size(); ++i) {
-      const auto& op = last.ops[i];
-      j << (i ? ",\n" : "\n") << "    {\"name\": \"" << json_escape(op.name) << "\", \"type\": \""
-        << json_escape(op.type) << "\", \"stream\": " << op.stream << ", \"start_ps\": " << op.start.count()
-        << ", \"end_ps\": " << op.end.count() << ", \"busy_ps\": " << op.busy.count() << "}";
-    }
-    j << "\n  ]\n}\n";
-    if (!write_file(o.json, j.str())) return fail("cannot write " + o.json);
+    // Boost.JSON escapes the names (a model path or operator name may hold any byte).
+    boost::json::array ops;
+    for (const auto& op : last.ops)
+      ops.push_back({{"name", op.name},
+                     {"type", op.type},
+                     {"stream", op.stream},
+                     {"start_ps", op.start.count()},
+                     {"end_ps", op.end.count()},
+                     {"busy_ps", op.busy.count()}});
+    const boost::json::object report{{"model", o.model},
+                                     {"device", sys.device(0).properties().name},
+                                     {"precision", npurt::to_string(*prec)},
+                                     {"schedule", npurt::to_string(rep.schedule)},
+                                     {"optimization_level", rep.optimization_level},
+                                     {"timing_only", rep.timing_only},
+                                     {"operators", rep.operators},
+                                     {"fused", rep.fused},
+                                     {"kernels", rep.kernels},
+                                     {"streams", rep.streams},
+                                     {"peak_bytes", rep.peak_bytes()},
+                                     {"activation_bytes", rep.activation_bytes},
+                                     {"activation_lower_bound", rep.activation_lower_bound},
+                                     {"activation_no_reuse_bytes", rep.activation_no_reuse_bytes},
+                                     {"weight_bytes", rep.weight_bytes},
+                                     {"io_bytes", rep.io_bytes},
+                                     {"runs", o.runs},
+                                     {"first_latency_ps", first_latency.count()},
+                                     {"latency_ps", last.latency.count()},
+                                     {"busy_ps", busy_total.count()},
+                                     {"ops", std::move(ops)}};
+    const std::string text_json = boost::json::serialize(report) + "\n";
+    if (!write_file(o.json, text_json)) return fail("cannot write " + o.json);
   }
   if (!o.trace.empty()) {
     std::error_code ec;

@@ -6,7 +6,10 @@
 #include "conv_transpose.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 namespace npurt::detail {
 
@@ -14,6 +17,14 @@ namespace {
 
 [[noreturn]] void fail(errc e, const std::string& op, const std::string& tensor, const std::string& what) {
   throw graph_error(make_error_code(e), op, tensor, what);
+}
+
+/// An int64 vector constant named `name` (a Reshape's target shape, a Slice's bounds): dimensions
+/// and bounds are far below 2^53, so the tensor's double setter holds them exactly.
+std::string add_ints(graph& g, const std::string& name, std::span<const std::int64_t> v) {
+  tensor t(shape{static_cast<std::int64_t>(v.size())}, dtype::i64);
+  for (std::size_t i = 0; i < v.size(); ++i) t.set(static_cast<std::int64_t>(i), static_cast<double>(v[i]));
+  return g.add_constant(name, std::move(t));
 }
 
 /// LayerNormalization with its Mean and InvStdDev outputs, as ONNX's function computes it: the
@@ -82,10 +93,9 @@ void add_layer_norm(graph& g, const std::string& node_name, const std::vector<st
       fail(errc::invalid_shape, node_name, p,
            "LayerNormalization '" + node_name + "': '" + p + "' must be " + shape_string(trailing) + ", got " +
                shape_string(v.shape));
-    tensor dims(shape{static_cast<std::int64_t>(trailing.rank())}, dtype::i64);
-    for (std::size_t d = 0; d < trailing.rank(); ++d)
-      dims.set(static_cast<std::int64_t>(d), static_cast<double>(trailing[d]));
-    return step("Reshape", tag, {p, g.add_constant(fresh(y + "/" + tag + "_shape"), std::move(dims))});
+    return step("Reshape", tag,
+                {p, add_ints(g, fresh(y + "/" + tag + "_shape"),
+                             std::span<const std::int64_t>(trailing.begin(), trailing.end()))});
   };
   const bool has_bias = ins.size() > 2 && !ins[2].empty();
   const std::string scaled =
@@ -254,9 +264,9 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
         step("Sqrt", "std", {step("Add", "var_eps", {var, scalar("eps", attrs.get_float("epsilon", 1e-5))})});
     const std::string normed = step("Div", "normed", {centred, std_dev});
     // scale and B are per channel: [C] as [C, 1, ...] broadcasts over the spatial axes.
-    tensor per_channel(shape{static_cast<std::int64_t>(rank - 1)}, dtype::i64);
-    for (std::size_t d = 0; d + 1 < rank; ++d) per_channel.set(static_cast<std::int64_t>(d), d == 0 ? -1 : 1);
-    const std::string channel_shape = g.add_constant(fresh(y + "/channel_shape"), std::move(per_channel));
+    std::vector<std::int64_t> per_channel(rank - 1, 1);
+    per_channel[0] = -1;
+    const std::string channel_shape = add_ints(g, fresh(y + "/channel_shape"), per_channel);
     const std::string scale = step("Reshape", "scale", {ins[1], channel_shape});
     const std::string bias = step("Reshape", "bias", {ins[2], channel_shape});
     step("Add", "instance_norm", {step("Mul", "scaled", {normed, scale}), bias}, y);
@@ -343,8 +353,8 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     inner.set("pads", pads);
     const std::string full = step("ConvTranspose", "uncropped", ins, {}, std::move(inner));
     const auto i64 = [&](const std::string& tag, std::int64_t a, std::int64_t b) {
-      return g.add_constant(fresh(y + "/" + tag),
-                            tensor({2}, dtype::i64, {static_cast<double>(a), static_cast<double>(b)}));
+      const std::array<std::int64_t, 2> v{a, b};
+      return add_ints(g, fresh(y + "/" + tag), v);
     };
     step("Slice", "crop", {full, i64("starts", 0, 0), i64("ends", geo.out[0], geo.out[1]), i64("axes", 2, 3)}, y);
     return;
@@ -403,11 +413,7 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
       for (std::int64_t d = 0; d < out_rank; ++d)
         dims.push_back(marked[static_cast<std::size_t>(d)] ? 1 : x.shape[next++]);
     }
-    tensor target(shape{static_cast<std::int64_t>(dims.size())}, dtype::i64);
-    for (std::size_t d = 0; d < dims.size(); ++d)
-      target.set(static_cast<std::int64_t>(d), static_cast<double>(dims[d]));
-    step("Reshape", squeeze ? "squeeze" : "unsqueeze", {ins[0], g.add_constant(fresh(y + "/shape"), std::move(target))},
-         y);
+    step("Reshape", squeeze ? "squeeze" : "unsqueeze", {ins[0], add_ints(g, fresh(y + "/shape"), dims)}, y);
     return;
   }
   if (t == "Hardmax") {
@@ -474,10 +480,7 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
                " must be multiples of " + (to_space ? "blocksize squared" : "blocksize") + " (" + std::to_string(b) +
                ")");
     const auto dims = [&](const std::string& tag, std::initializer_list<std::int64_t> v) {
-      tensor d(shape{static_cast<std::int64_t>(v.size())}, dtype::i64);
-      std::int64_t i = 0;
-      for (const std::int64_t e : v) d.set(i++, static_cast<double>(e));
-      return g.add_constant(fresh(y + "/" + tag), std::move(d));
+      return add_ints(g, fresh(y + "/" + tag), std::span<const std::int64_t>(v.begin(), v.size()));
     };
     std::string six;
     ints perm;
