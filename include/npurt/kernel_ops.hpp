@@ -234,6 +234,22 @@ struct slice {
   std::array<std::int64_t, shape::max_rank> steps{1, 1, 1, 1, 1, 1, 1, 1};
 };
 
+/// How pad fills what lies outside x: ONNX's Pad modes, which are numpy.pad's constant, reflect
+/// (mirrored without repeating the edge element), edge (the nearest element) and wrap (periodic).
+enum class pad_mode : std::uint8_t { constant, reflect, edge, wrap };
+
+/// y = x with a border, for any dtype: y[i] = x[i - begins] in every dimension where that index
+/// lies inside x; elsewhere `value` (constant mode) or the element the mode maps the index to, as
+/// if x were padded without end. A negative begin crops (ONNX's negative pads); the end pad of a
+/// dimension is what y's extent leaves. `value` must be exact in the dtype (an integer dtype takes
+/// an integral value in its range). Entries past the rank are ignored.
+struct pad {
+  tensor_desc x{}, y{};
+  std::array<std::int64_t, shape::max_rank> begins{};
+  double value = 0;
+  pad_mode mode = pad_mode::constant;
+};
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
@@ -320,6 +336,7 @@ constexpr std::string_view op_name(const cast&) noexcept { return "cast"; }
 constexpr std::string_view op_name(const sgd_update&) noexcept { return "sgd_update"; }
 constexpr std::string_view op_name(const fused_elementwise&) noexcept { return "fused_elementwise"; }
 constexpr std::string_view op_name(const slice&) noexcept { return "slice"; }
+constexpr std::string_view op_name(const pad&) noexcept { return "pad"; }
 
 }  // namespace npurt::kernels
 
@@ -328,4 +345,4 @@ constexpr std::string_view op_name(const slice&) noexcept { return "slice"; }
   , kernels::matmul, kernels::conv2d, kernels::conv2d_backward_data, kernels::conv2d_backward_weight,             \
       kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d, \
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,             \
-      kernels::sgd_update, kernels::fused_elementwise, kernels::slice
+      kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad

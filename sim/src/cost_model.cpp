@@ -510,6 +510,12 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           const std::size_t r = op.y.shape.rank();
           const bool gathered = r > 0 && op.y.shape[r - 1] > 1 && op.steps[r - 1] != 1;
           w.add(elems(op.y), bytes(op.y), bytes(op.y), gathered ? 2 : 1, op.y.type);
+        } else if constexpr (std::is_same_v<T, pad>) {
+          // Data movement as slice's: y written once, x's part of it read once (a crop reads less
+          // than x). A border that mirrors, repeats or wraps x is gathered through the vector
+          // unit, as a backwards slice is; a constant border is a fill.
+          const double read = std::min(bytes(op.x), bytes(op.y));
+          w.add(elems(op.y), read, bytes(op.y), op.mode == pad_mode::constant ? 1 : 2, op.y.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

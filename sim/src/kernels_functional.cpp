@@ -905,7 +905,7 @@ void run(const kernels::pool2d_backward& op, const host_tensors& h) {
   h.store(op.dx, dx);
 }
 
-// ---- softmax, reduce, transpose, slice, cast, sgd ------------------------------------------
+// ---- softmax, reduce, transpose, slice, pad, cast, sgd -------------------------------------
 
 void run(const kernels::softmax& op, const host_tensors& h) {
   const shape& s = op.x.shape;
@@ -990,9 +990,20 @@ void run(const kernels::reduce& op, const host_tensors& h) {
   h.store(op.y, y);
 }
 
+// Writes y's elements in row-major order, each copied from where next() points, through a staging
+// buffer (y may overlap what it reads): the byte-moving kernels (transpose, slice, pad) differ
+// only in where each element comes from, so any dtype and NaN payloads pass unchanged.
+template <class Next>
+void copy_elements(const host_tensors& h, const tensor_desc& y, Next&& next) {
+  const size_t es = size_of(y.type);
+  const auto n = static_cast<size_t>(y.shape.elements());
+  std::vector<std::byte> out(n * es);
+  for (size_t i = 0; i < n; ++i) std::memcpy(out.data() + i * es, next(), es);
+  std::memcpy(h[y], out.data(), out.size());
+}
+
 void run(const kernels::transpose& op, const host_tensors& h) {
   const shape& xs = op.x.shape;
-  const shape& ys = op.y.shape;
   const size_t r = xs.rank();
   const size_t es = size_of(op.x.type);
   index_array xstride{};
@@ -1005,15 +1016,13 @@ void run(const kernels::transpose& op, const host_tensors& h) {
   index_array ystep{};
   for (size_t i = 0; i < r; ++i) ystep[i] = xstride[op.perm[i]];
   const std::byte* src = h[op.x];
-  const auto n = static_cast<size_t>(xs.elements());
-  std::vector<std::byte> out(n * es);  // staged: x and y may overlap
   index_array idx{};
   int64_t off = 0;
-  for (size_t i = 0; i < n; ++i) {
-    std::memcpy(out.data() + i * es, src + static_cast<size_t>(off) * es, es);
-    advance(idx, ys, ystep, off);
-  }
-  std::memcpy(h[op.y], out.data(), out.size());
+  copy_elements(h, op.y, [&] {
+    const std::byte* p = src + static_cast<size_t>(off) * es;
+    advance(idx, op.y.shape, ystep, off);
+    return p;
+  });
 }
 
 void run(const kernels::slice& op, const host_tensors& h) {
@@ -1031,14 +1040,69 @@ void run(const kernels::slice& op, const host_tensors& h) {
     stride *= xs[d];
   }
   const std::byte* src = h[op.x];
-  const auto n = static_cast<size_t>(ys.elements());
-  std::vector<std::byte> out(n * es);  // staged: x and y may overlap
   index_array idx{};
-  for (size_t i = 0; i < n; ++i) {
-    std::memcpy(out.data() + i * es, src + static_cast<size_t>(off) * es, es);
+  copy_elements(h, op.y, [&] {
+    const std::byte* p = src + static_cast<size_t>(off) * es;
     advance(idx, ys, ystep, off);
+    return p;
+  });
+}
+
+// Where index i of a dimension of n elements reads from, numpy.pad's way (ONNX's reference
+// pads with it): inside, itself; outside, -1 in constant mode, else the index the mode maps it
+// to, as if x continued without end (reflect repeats with period 2(n - 1) and never repeats an
+// edge; a single element reflects onto itself).
+int64_t pad_source(kernels::pad_mode m, int64_t i, int64_t n) noexcept {
+  if (i >= 0 && i < n) return i;
+  switch (m) {
+    case kernels::pad_mode::constant: return -1;
+    case kernels::pad_mode::edge: return i < 0 ? 0 : n - 1;
+    case kernels::pad_mode::wrap: return ((i % n) + n) % n;
+    case kernels::pad_mode::reflect: {
+      if (n == 1) return 0;
+      const int64_t period = 2 * (n - 1);
+      const int64_t k = ((i % period) + period) % period;
+      return k < n ? k : period - k;
+    }
   }
-  std::memcpy(h[op.y], out.data(), out.size());
+  return -1;
+}
+
+void run(const kernels::pad& op, const host_tensors& h) {
+  const shape& xs = op.x.shape;
+  const shape& ys = op.y.shape;
+  const size_t r = ys.rank();
+  const size_t es = size_of(op.y.type);
+  // The fill, once, in y's dtype (validate() checked that it is exact there).
+  std::array<std::byte, 8> fill{};
+  if (is_float(op.y.type)) write_float(op.y.type, fill.data(), 0, static_cast<float>(op.value));
+  else write_int(op.y.type, fill.data(), 0, static_cast<int64_t>(op.value));
+  // Per dimension, the x index each y index reads (-1: the fill), times x's stride there.
+  std::array<std::vector<int64_t>, shape::max_rank> from;
+  int64_t stride = 1;
+  for (size_t d = r; d-- > 0;) {
+    auto& f = from[d];
+    f.resize(static_cast<size_t>(ys[d]));
+    for (int64_t i = 0; i < ys[d]; ++i) {
+      const int64_t s = pad_source(op.mode, i - op.begins[d], xs[d]);
+      f[static_cast<size_t>(i)] = s < 0 ? -1 : s * stride;
+    }
+    stride *= xs[d];
+  }
+  const std::byte* src = h[op.x];
+  index_array idx{};
+  copy_elements(h, op.y, [&] {
+    int64_t off = 0;
+    for (size_t d = 0; d < r && off >= 0; ++d) {
+      const int64_t s = from[d][static_cast<size_t>(idx[d])];
+      off = s < 0 ? -1 : off + s;
+    }
+    for (size_t d = r; d-- > 0;) {
+      if (++idx[d] < ys[d]) break;
+      idx[d] = 0;
+    }
+    return off < 0 ? fill.data() : src + static_cast<size_t>(off) * es;
+  });
 }
 
 void run(const kernels::cast& op, const host_tensors& h) {

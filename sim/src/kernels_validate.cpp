@@ -1,5 +1,6 @@
 // Validation of kernel descriptors: everything that can be wrong with a launch is found here,
 // before the kernel is enqueued, so that a bad call leaves nothing half-done.
+#include <npurt/numeric.hpp>
 #include <npurt/sim/reference_kernels.hpp>
 
 #include <boost/pfr.hpp>
@@ -425,6 +426,50 @@ std::error_code check(const kernels::slice& s) {
   return {};
 }
 
+// Whether v is a value of dtype t exactly: a float dtype holds it without rounding (NaN and the
+// infinities included), an integer dtype holds it as an integer in its range. A pad's fill that
+// would round is refused rather than written as some other number.
+bool exact_in(dtype t, double v) noexcept {
+  if (std::isnan(v)) return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16;
+  switch (t) {
+    case dtype::f32: return static_cast<double>(static_cast<float>(v)) == v;
+    case dtype::f16: {
+      const auto f = static_cast<float>(v);
+      return static_cast<double>(f) == v && numeric::half_bits_to_float(numeric::float_to_half_bits(f)) == f;
+    }
+    case dtype::bf16: {
+      const auto f = static_cast<float>(v);
+      return static_cast<double>(f) == v && numeric::bfloat16_bits_to_float(numeric::float_to_bfloat16_bits(f)) == f;
+    }
+    case dtype::i8: return v == std::trunc(v) && v >= -128.0 && v <= 127.0;
+    case dtype::u8: return v == std::trunc(v) && v >= 0.0 && v <= 255.0;
+    case dtype::i32: return v == std::trunc(v) && v >= -2147483648.0 && v <= 2147483647.0;
+    // 2^63 is the first double past int64's range.
+    case dtype::i64: return v == std::trunc(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+  }
+  return false;
+}
+
+// Every index y reaches, i - begins for i in [0, y), must be computable: begins and the extent
+// are checked so that neither end of that range overflows. What lies outside x is the mode's to
+// map, so any begin is a valid pad (a crop past the data yields border only, as ONNX's negative
+// pads applied after the positive ones do).
+std::error_code check(const kernels::pad& p) {
+  if (p.y.type != p.x.type) return fail(errc::invalid_dtype);
+  const std::size_t rank = p.x.shape.rank();
+  if (p.y.shape.rank() != rank) return fail(errc::invalid_shape);
+  if (static_cast<unsigned>(p.mode) > static_cast<unsigned>(kernels::pad_mode::wrap))
+    return fail(errc::invalid_argument);
+  if (p.mode == kernels::pad_mode::constant && !exact_in(p.x.type, p.value)) return fail(errc::invalid_argument);
+  for (std::size_t d = 0; d < rank; ++d) {
+    int64_t first = 0, last = 0;
+    if (__builtin_sub_overflow(int64_t{0}, p.begins[d], &first) ||
+        __builtin_sub_overflow(p.y.shape[d] - 1, p.begins[d], &last))
+      return fail(errc::invalid_argument);
+  }
+  return {};
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -567,7 +612,7 @@ operand_list operands(const kernel_op& op) noexcept {
           b.add(w, o.dx);
         } else if constexpr (std::is_same_v<T, kernels::softmax> || std::is_same_v<T, kernels::reduce> ||
                              std::is_same_v<T, kernels::transpose> || std::is_same_v<T, kernels::cast> ||
-                             std::is_same_v<T, kernels::slice>) {
+                             std::is_same_v<T, kernels::slice> || std::is_same_v<T, kernels::pad>) {
           b.add(r, o.x);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::sgd_update>) {

@@ -138,6 +138,19 @@ struct tensor {
   }
 };
 
+/// A deterministic draw of integers in [lo, hi] (a 64-bit LCG), for randomised shapes.
+class int_draw {
+ public:
+  explicit int_draw(std::uint64_t seed) : s_(seed) {}
+  std::int64_t operator()(std::int64_t lo, std::int64_t hi) {
+    s_ = s_ * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + static_cast<std::int64_t>((s_ >> 33) % static_cast<std::uint64_t>(hi - lo + 1));
+  }
+
+ private:
+  std::uint64_t s_;
+};
+
 /// A tensor_desc without data (timing-only) of the given shape and type.
 inline tensor_desc shape_only(shape s, dtype t = dtype::f32) {
   tensor_desc d;

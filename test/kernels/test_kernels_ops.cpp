@@ -1,5 +1,5 @@
 // Reference kernels, vector operations: normalisation, pooling, softmax, reductions,
-// transpose, slice, cast, SGD — against hand-computed values, double-precision oracles and finite
+// transpose, slice, pad, cast, SGD — against hand-computed values, double-precision oracles and finite
 // differences for the backward passes; and determinism.
 #include "helpers.hpp"
 
@@ -352,11 +352,7 @@ TEST_CASE("transpose moves every element to its permuted index, for any dtype", 
 TEST_CASE("slice copies its strided window of x, backwards too, for every dtype width", "[kernels][slice]") {
   // Random shapes and windows (a fixed seed), each checked against the index formula itself:
   // y[i] = x[starts + i * steps] in every dimension.
-  std::uint64_t s = 0x5eed;
-  const auto next = [&](std::int64_t lo, std::int64_t hi) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    return lo + static_cast<std::int64_t>((s >> 33) % static_cast<std::uint64_t>(hi - lo + 1));
-  };
+  int_draw next(0x5eed);
   int checked = 0;
   for (int round = 0; round < 60; ++round) {
     for (auto t : {dtype::i8, dtype::f16, dtype::bf16, dtype::f32, dtype::i32, dtype::i64, dtype::u8}) {
@@ -418,6 +414,111 @@ TEST_CASE("slice moves bit patterns unchanged, NaN payloads included", "[kernels
   std::memcpy(got, y.bytes.data(), sizeof got);
   CHECK(got[0] == bits[3]);
   CHECK(got[1] == bits[1]);
+}
+
+// ---- pad -----------------------------------------------------------------------------------
+
+namespace {
+// numpy.pad's index maps, written out case by case from its documentation (the kernel folds them
+// into one function): where index i of a padded dimension of n elements reads from, -1 for the
+// fill.
+std::int64_t numpy_pad_index(k::pad_mode m, std::int64_t i, std::int64_t n) {
+  if (i >= 0 && i < n) return i;
+  if (m == k::pad_mode::constant) return -1;
+  if (m == k::pad_mode::edge) return i < 0 ? 0 : n - 1;
+  if (m == k::pad_mode::wrap) {
+    while (i < 0) i += n;
+    return i % n;
+  }
+  // reflect: fold the index back into [0, n) at each edge until it lands, never repeating an
+  // edge element; one element reflects onto itself.
+  if (n == 1) return 0;
+  while (i < 0 || i >= n) i = i < 0 ? -i : 2 * (n - 1) - i;
+  return i;
+}
+}  // namespace
+
+TEST_CASE("pad maps every border index as numpy.pad does, in every mode and dtype, crops too", "[kernels][pad]") {
+  int_draw next(0x9ad);
+  int checked = 0;
+  for (int round = 0; round < 40; ++round) {
+    for (auto mode : {k::pad_mode::constant, k::pad_mode::reflect, k::pad_mode::edge, k::pad_mode::wrap}) {
+      for (auto t : {dtype::i8, dtype::f16, dtype::f32, dtype::i64}) {
+        CAPTURE(round, static_cast<int>(mode), npurt::to_string(t));
+        const auto rank = static_cast<std::size_t>(next(1, 4));
+        shape xs, ys;
+        std::array<std::int64_t, shape::max_rank> begins{};
+        for (std::size_t d = 0; d < rank; ++d) {
+          const std::int64_t dim = next(1, 5);
+          // Pads wider than the dimension (reflect and wrap go round more than once) and crops.
+          const std::int64_t before = next(-dim + 1, 2 * dim + 1), after = next(-dim + 1, 2 * dim + 1);
+          xs.push_back(dim);
+          ys.push_back(std::max<std::int64_t>(1, dim + before + after));
+          begins[d] = before;
+        }
+        tensor x(xs, t), y(ys, t);
+        x.fill(static_cast<std::uint64_t>(round) * 13 + 5, -100, 100, true);
+        const double fill = -7;
+        REQUIRE(run(k::pad{x.desc, y.desc, begins, fill, mode}) == 0);
+        const auto xv = x.values(), yv = y.values();
+        std::vector<std::int64_t> idx(rank, 0);
+        for (std::size_t i = 0; i < yv.size(); ++i) {
+          std::int64_t flat = 0;
+          for (std::size_t d = 0; d < rank && flat >= 0; ++d) {
+            const std::int64_t at = numpy_pad_index(mode, idx[d] - begins[d], xs[d]);
+            flat = at < 0 ? -1 : flat * xs[d] + at;
+          }
+          REQUIRE(yv[i] == (flat < 0 ? fill : xv[static_cast<std::size_t>(flat)]));
+          for (std::size_t d = rank; d-- > 0;) {
+            if (++idx[d] < ys[d]) break;
+            idx[d] = 0;
+          }
+        }
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked == 40 * 4 * 4);
+  // By hand, ONNX's Pad examples (onnx.ai/onnx/operators/onnx__Pad.html): pads [0, 2, 0, 0].
+  const auto as_f32 = [](std::vector<double> v) {
+    for (auto& e : v) e = static_cast<float>(e);
+    return v;
+  };
+  tensor m({3, 2}), w({3, 4});
+  m.assign({1.0, 1.2, 2.3, 3.4, 4.5, 5.7});
+  REQUIRE(run(k::pad{m.desc, w.desc, {0, 2}, 0, k::pad_mode::constant}) == 0);
+  CHECK(w.values() == as_f32({0, 0, 1.0, 1.2, 0, 0, 2.3, 3.4, 0, 0, 4.5, 5.7}));
+  REQUIRE(run(k::pad{m.desc, w.desc, {0, 2}, 0, k::pad_mode::reflect}) == 0);
+  CHECK(w.values() == as_f32({1.0, 1.2, 1.0, 1.2, 2.3, 3.4, 2.3, 3.4, 4.5, 5.7, 4.5, 5.7}));
+  REQUIRE(run(k::pad{m.desc, w.desc, {0, 2}, 0, k::pad_mode::edge}) == 0);
+  CHECK(w.values() == as_f32({1.0, 1.0, 1.0, 1.2, 2.3, 2.3, 2.3, 3.4, 4.5, 4.5, 4.5, 5.7}));
+  // wrap, pads [2, 1, 1, 1] on a 3x2: rows 1, 2, 0, 1, 2, 0; columns 1, 0, 1, 0.
+  tensor wr({6, 4});
+  REQUIRE(run(k::pad{m.desc, wr.desc, {2, 1}, 0, k::pad_mode::wrap}) == 0);
+  CHECK(wr.values() == as_f32({3.4, 2.3, 3.4, 2.3, 5.7, 4.5, 5.7, 4.5, 1.2, 1.0, 1.2, 1.0,
+                               3.4, 2.3, 3.4, 2.3, 5.7, 4.5, 5.7, 4.5, 1.2, 1.0, 1.2, 1.0}));
+}
+
+TEST_CASE("pad copies bit patterns and writes its fill exactly, NaN and negative zero included", "[kernels][pad]") {
+  tensor x({2}, dtype::f32), y({4}, dtype::f32);
+  const std::uint32_t bits[2] = {0x7fc00001u, 0x80000000u};
+  std::memcpy(x.bytes.data(), bits, sizeof bits);
+  REQUIRE(run(k::pad{x.desc, y.desc, {1}, -0.0, k::pad_mode::constant}) == 0);
+  std::uint32_t got[4];
+  std::memcpy(got, y.bytes.data(), sizeof got);
+  CHECK(got[0] == 0x80000000u);  // the fill -0.0, its sign kept
+  CHECK(got[1] == bits[0]);
+  CHECK(got[2] == bits[1]);
+  CHECK(got[3] == 0x80000000u);
+  // A fill of int64's extremes that a double holds exactly.
+  tensor xi({1}, dtype::i64), yi({3}, dtype::i64);
+  xi.assign({5});
+  REQUIRE(run(k::pad{xi.desc, yi.desc, {1}, -9223372036854775808.0, k::pad_mode::constant}) == 0);
+  std::int64_t iv[3];
+  std::memcpy(iv, yi.bytes.data(), sizeof iv);
+  CHECK(iv[0] == std::numeric_limits<std::int64_t>::min());
+  CHECK(iv[1] == 5);
+  CHECK(iv[2] == std::numeric_limits<std::int64_t>::min());
 }
 
 // ---- cast ----------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
@@ -85,6 +86,9 @@ TEST_CASE("well-formed descriptors of every operation validate", "[kernels][vali
       sl(t({4, 6}, dtype::u8), t({2, 3}, dtype::u8), {3, 5}, {-2, -2}),
       sl(t({5}), t({1}), {4}, {std::numeric_limits<std::int64_t>::min()}),
       k::slice{t({2, 3}, dtype::bf16), t({2, 3}, dtype::bf16)},
+      k::pad{t({2, 3}, dtype::u8), t({5, 1}, dtype::u8), {1, -2}, 255, k::pad_mode::constant},
+      k::pad{t({2, 3}), t({9, 3}), {-4, 0}, 0, k::pad_mode::reflect},  // a crop past x: border only
+      k::pad{t({4}, dtype::bf16), t({4}, dtype::bf16), {}, 0.5, k::pad_mode::wrap},
       k::cast{t({5}, dtype::u8), t({5}, dtype::bf16)},
       k::sgd_update{t({10}, dtype::f32), t({10}, dtype::f16), t({10}), 0.1f, 0.9f},
   };
@@ -237,6 +241,16 @@ TEST_CASE("every kind of bad descriptor gets its typed error", "[kernels][valida
        sl(t({4, 6}), t({4, 2}), {0, 0}, {1, std::numeric_limits<std::int64_t>::max()}), errc::invalid_shape},
       {"slice backward span overflows", sl(t({4, 6}), t({4, 3}), {0, 5}, {1, std::numeric_limits<std::int64_t>::min()}),
        errc::invalid_shape},
+      {"pad dtype", k::pad{t({2, 3}), t({4, 3}, dtype::f16), {1, 0}}, errc::invalid_dtype},
+      {"pad rank", k::pad{t({2, 3}), t({6}), {0, 0}}, errc::invalid_shape},
+      {"pad mode", k::pad{t({2, 3}), t({2, 3}), {}, 0, static_cast<k::pad_mode>(4)}, errc::invalid_argument},
+      {"pad fill an f16 rounds", k::pad{t({2}, dtype::f16), t({4}, dtype::f16), {1}, 0.1}, errc::invalid_argument},
+      {"pad fill past u8", k::pad{t({2}, dtype::u8), t({4}, dtype::u8), {1}, 256}, errc::invalid_argument},
+      {"pad fill not an integer", k::pad{t({2}, dtype::i32), t({4}, dtype::i32), {1}, 0.5}, errc::invalid_argument},
+      {"pad fill NaN in an integer", k::pad{t({2}, dtype::i64), t({4}, dtype::i64), {1}, std::nan("")},
+       errc::invalid_argument},
+      {"pad begin whose index overflows", k::pad{t({2}), t({4}), {std::numeric_limits<std::int64_t>::min()}},
+       errc::invalid_argument},
       {"cast shape", k::cast{t({4}), t({2, 2}, dtype::f16)}, errc::invalid_shape},
       {"sgd shapes", k::sgd_update{t({10}), t({11})}, errc::invalid_shape},
       {"sgd buffer shape", k::sgd_update{t({10}), t({10}), t({5}), 0.1f, 0.9f}, errc::invalid_shape},

@@ -262,3 +262,28 @@ TEST_CASE("slice costs its window's bytes, a gathered one no less than a transpo
   CHECK(dm.cost_of(kernel_desc{rows}, cores).total_cycles == estimate(p, kernel_desc{rows}, cores).total_cycles);
   CHECK(dm.cost_of(kernel_desc{cols}, cores).total_cycles == estimate(p, kernel_desc{cols}, cores).total_cycles);
 }
+
+// A pad is data movement: y written once and x's part of it read once, so it takes no less than
+// those bytes over HBM's bandwidth. A border that mirrors x is a gather and costs more than a
+// constant one of the same shape.
+TEST_CASE("pad costs at least its bytes over HBM, a mirrored border more than a constant one", "[sim][cost][pad]") {
+  const preset p = presets::ascend910b(1);
+  const tensor_desc x{nullptr, shape{32, 64, 224, 224}, dtype::f16};
+  const tensor_desc y{nullptr, shape{32, 64, 230, 230}, dtype::f16};
+  const kernels::pad constant{x, y, {0, 0, 3, 3}, 0, kernels::pad_mode::constant};
+  const kernels::pad reflect{x, y, {0, 0, 3, 3}, 0, kernels::pad_mode::reflect};
+  const kernel_cost cc = estimate(p, kernel_desc{constant}), cr = estimate(p, kernel_desc{reflect});
+  CHECK(cc.op == "pad");
+  const double moved = static_cast<double>(x.bytes() + y.bytes());
+  CHECK(cc.hbm_bytes == x.bytes() + y.bytes());
+  CHECK(cc.total_cycles / p.clock_hz >= moved / p.hbm_bandwidth * (1 - 1e-9));
+  CHECK(cr.total_cycles > cc.total_cycles);
+  // A crop reads only what it keeps.
+  const kernels::pad crop{y, x, {0, 0, -3, -3}, 0, kernels::pad_mode::constant};
+  CHECK(estimate(p, kernel_desc{crop}).hbm_bytes == 2 * x.bytes());
+  device_model dm(p, sim_options{});
+  const std::uint32_t cores = p.vector_core_count;
+  CHECK(dm.cost_of(kernel_desc{reflect}, cores).total_cycles == estimate(p, kernel_desc{reflect}, cores).total_cycles);
+  CHECK(dm.cost_of(kernel_desc{constant}, cores).total_cycles ==
+        estimate(p, kernel_desc{constant}, cores).total_cycles);
+}

@@ -6,7 +6,7 @@
 //  - dtypes: FP32 and FP16 everywhere; BF16 everywhere too (the 910B-class cube and vector
 //    units have it; the 910A does not, so an `ascend910` backend may reject BF16 itself);
 //    INT8 for matmul and conv2d forward, with an INT32 output; cast between all dtypes;
-//    transpose and slice move any dtype.
+//    transpose, slice and pad move any dtype.
 //  - layouts: nd and nchw (same thing for the rank-4 operations); nhwc and nc1hwc0 are
 //    errc::invalid_layout.
 //  - a tensor is "absent" when its shape has rank 0 and its data is null; optional operands
@@ -33,6 +33,9 @@
 //    1/sqrt(var + eps), and updates running_var with the unbiased variance (PyTorch's rule).
 //  - slice copies bytes: every element of its window exactly, whatever the dtype (NaN payloads
 //    included); a step of 0 or a window index outside x is refused, never read.
+//  - pad copies bytes as slice does and maps a border index as numpy.pad does (reflect never
+//    repeats the edge; a border wider than x mirrors or wraps again); its constant fill must be
+//    exact in the dtype, or the launch is refused.
 //  - cast rounds to nearest even and saturates into integer ranges; NaN casts to integer 0.
 //
 // Optional operands: matmul none; elementwise b (unary functions ignore it); batchnorm gamma,
