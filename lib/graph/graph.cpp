@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 65> ops_table{"Add",
+constexpr std::array<std::string_view, 66> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -82,7 +82,8 @@ constexpr std::array<std::string_view, 65> ops_table{"Add",
                                                      "BatchNormInternal",
                                                      "BatchNormalizationGrad",
                                                      "Slice",
-                                                     "Split"};
+                                                     "Split",
+                                                     "Pad"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -304,6 +305,7 @@ const op_attributes onnx_attributes[] = {
     {"Dropout", {"seed", "ratio"}},  // ratio: opsets before 12
     {"Slice", {}},  // opset 10 on: starts, ends, axes and steps are inputs
     {"Split", {"axis", "num_outputs", "split"}},  // split: opsets before 13
+    {"Pad", {"mode", "pads", "value"}},           // pads and value: opsets before 11
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
@@ -527,6 +529,86 @@ std::vector<window> split_windows(const node& n, std::span<const value_info* con
     out.push_back(w);
   }
   return out;
+}
+
+padding pad_spec(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants) {
+  const value_info& x = need(n, in, 0);
+  padding p;
+  const std::string mode = n.attrs.get_string("mode", "constant");
+  if (mode == "constant") p.mode = kernels::pad_mode::constant;
+  else if (mode == "reflect") p.mode = kernels::pad_mode::reflect;
+  else if (mode == "edge") p.mode = kernels::pad_mode::edge;
+  else if (mode == "wrap") p.mode = kernels::pad_mode::wrap;
+  else fail(errc::invalid_argument, n, x.name, "mode '" + mode + "' is not constant, reflect, edge or wrap");
+  // Before opset 11 the pads and the fill are attributes; from 11 on, inputs (axes from 18).
+  ints pads;
+  std::optional<ints> axes;
+  std::string_view pads_name = x.name;
+  std::optional<double> fill;
+  if (n.attrs.has("pads")) {
+    if (in.size() > 1 && in[1])
+      fail(errc::invalid_argument, n, in[1]->name, "has both the pads input and the pads attribute");
+    pads = n.attrs.get_ints("pads");
+    fill = n.attrs.get_float("value", 0.0);
+  } else {
+    pads = *index_input(n, in, constants, 1, "pads", {dtype::i64});
+    pads_name = need(n, in, 1).name;
+    if (in.size() > 2 && in[2]) {
+      const value_info& v = *in[2];
+      const tensor* c = constants.size() > 2 ? constants[2] : nullptr;
+      if (!c || !c->is_host()) fail(errc::not_supported, n, v.name, "constant_value must be a constant with data");
+      same_type(n, x, v);
+      if (c->elements() != 1)
+        fail(errc::invalid_shape, n, v.name, "constant_value must be one value, got " + shape_string(v.shape));
+      if (is_float(v.type)) {
+        fill = c->get(0);
+      } else {
+        const std::int64_t i = c->get_int(0);
+        if (static_cast<std::int64_t>(static_cast<double>(i)) != i || i == INT64_MAX)
+          fail(errc::not_supported, n, v.name, "an integer fill beyond 2^53 (" + std::to_string(i) + ")");
+        fill = static_cast<double>(i);
+      }
+    }
+    axes = index_input(n, in, constants, 3, "axes", {dtype::i32, dtype::i64});
+  }
+  const std::size_t rank = x.shape.rank();
+  const std::size_t count = axes ? axes->size() : rank;
+  if (pads.size() != 2 * count)
+    fail(errc::invalid_argument, n, pads_name,
+         "pads has " + std::to_string(pads.size()) + " values for " + std::to_string(count) + " axes (2 per axis)");
+  p.dims = x.shape;
+  std::uint32_t seen = 0;
+  for (std::size_t k = 0; k < count; ++k) {
+    const std::string_view axes_name = in.size() > 3 && in[3] ? std::string_view(in[3]->name) : x.name;
+    const auto a =
+        static_cast<std::size_t>(axes ? norm_axis(n, (*axes)[k], rank, axes_name) : static_cast<std::int64_t>(k));
+    if ((seen >> a) & 1u) fail(errc::invalid_argument, n, axes_name, "axis " + std::to_string(a) + " is named twice");
+    seen |= 1u << a;
+    const std::int64_t before = pads[k], after = pads[k + count];
+    std::int64_t dim = 0;
+    if (__builtin_add_overflow(x.shape[a], before, &dim) || __builtin_add_overflow(dim, after, &dim))
+      fail(errc::size_overflow, n, pads_name, "pads overflow dimension " + std::to_string(a));
+    if (dim < 0)
+      fail(errc::invalid_argument, n, pads_name,
+           "pads " + std::to_string(before) + " and " + std::to_string(after) + " crop dimension " + std::to_string(a) +
+               " of " + shape_string(x.shape) + " to " + std::to_string(dim) + " elements");
+    p.dims[a] = dim;
+    p.begins[a] = before;
+  }
+  need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), p.dims);
+  if (fill && p.mode == kernels::pad_mode::constant) {
+    // ONNX's reference pads with numpy.pad, which casts the fill to the data's dtype: a float
+    // dtype rounds it. An integer dtype takes only a value it holds: numpy's float-to-integer
+    // cast of anything else is not one defined answer.
+    tensor probe(shape{1}, x.type);
+    probe.set(0, *fill);
+    const double held = probe.get(0);
+    if (!is_float(x.type) && held != *fill)
+      fail(errc::invalid_argument, n, x.name,
+           "the fill " + std::to_string(*fill) + " is not a " + std::string(to_string(x.type)) + " value");
+    p.value = held;
+  }
+  return p;
 }
 
 }  // namespace graph_ops
@@ -982,6 +1064,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     for (const auto& w : graph_ops::split_windows(n, in, constants)) out.push_back({w.dims, type});
     return out;
   }
+  if (t == "Pad") return one(graph_ops::pad_spec(n, in, constants).dims, need(n, in, 0).type);
   fail(errc::not_supported, n, {}, "unknown operator type");
 }
 

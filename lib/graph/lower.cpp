@@ -273,9 +273,10 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       for (std::size_t i = tr.x.shape.rank(); i-- > 0;) perm.push_back(static_cast<std::int64_t>(i));
     for (std::size_t i = 0; i < perm.size(); ++i) tr.perm[i] = static_cast<std::uint8_t>(perm[i]);
     kernel(tr);
-  } else if (t == "Slice" || t == "Split") {
-    // The windows inference checked, computed again from the same constants; each output is one
-    // strided copy (data given or not: a timing-only run launches the same kernels).
+  } else if (t == "Slice" || t == "Split" || t == "Pad") {
+    // The windows (or the border) inference checked, computed again from the same constants;
+    // each output is one strided copy or one pad (data given or not: a timing-only run launches
+    // the same kernels).
     std::vector<value_info> infos;
     std::vector<const tensor*> constants;
     for (int v : st.in) {
@@ -286,7 +287,10 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     std::vector<const value_info*> in;
     for (std::size_t i = 0; i < st.in.size(); ++i) in.push_back(st.in[i] < 0 ? nullptr : &infos[i]);
     const tensor_desc x = desc(st.in[0]);
-    if (t == "Slice") {
+    if (t == "Pad") {
+      const graph_ops::padding p = graph_ops::pad_spec(n, in, constants);
+      kernel(kernels::pad{x, y, p.begins, p.value, p.mode});
+    } else if (t == "Slice") {
       kernel(slice_of(x, y, graph_ops::slice_window(n, in, constants)));
     } else {
       const auto windows = graph_ops::split_windows(n, in, constants);

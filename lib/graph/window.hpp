@@ -1,9 +1,11 @@
-// The windows Slice and Split read from their data input: one strided window per output, the
-// parameters of a kernels::slice. Private to the graph library: inference (graph.cpp) checks them
-// and gives the outputs' shapes, lowering (lower.cpp) launches them, from one computation.
+// The windows Slice and Split read from their data input, one strided window per output (the
+// parameters of a kernels::slice), and the border Pad puts around its input (a kernels::pad). Private to the graph
+// library: inference (graph.cpp) checks them and gives the outputs' shapes, lowering (lower.cpp) launches them, from
+// one computation.
 #pragma once
 
 #include <npurt/graph/graph.hpp>
+#include <npurt/kernel_ops.hpp>
 
 #include <array>
 #include <cstdint>
@@ -29,5 +31,20 @@ window slice_window(const node& n, std::span<const value_info* const> in, std::s
 /// parts. Throws graph_error as slice_window.
 std::vector<window> split_windows(const node& n, std::span<const value_info* const> in,
                                   std::span<const tensor* const> constants);
+
+/// Pad's output: its shape, the pad before each dimension (negative: a crop), the fill and the
+/// mode, as a kernels::pad takes them.
+struct padding {
+  npurt::shape dims{};
+  std::array<std::int64_t, shape::max_rank> begins{};
+  double value = 0;
+  kernels::pad_mode mode = kernels::pad_mode::constant;
+};
+
+/// Pad's border (ONNX opset 2 on): pads and value as attributes before opset 11; from 11 the
+/// constant pads input, the optional constant_value (x's dtype, one value) and, from 18, axes.
+/// Throws graph_error as slice_window; a fill that x's dtype cannot hold exactly is
+/// invalid_argument.
+padding pad_spec(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants);
 
 }  // namespace npurt::graph_ops

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,29 @@ void expect_graph_error(F f, errc code, const std::string& op, const std::string
     if (!op.empty()) CHECK(std::string(e.what()).find(op) != std::string::npos);
     if (!tensor.empty()) CHECK(std::string(e.what()).find(tensor) != std::string::npos);
   }
+}
+
+/// 0, 1, 2, ... n - 1.
+inline std::vector<double> iota(std::int64_t n) {
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
+  return v;
+}
+
+/// A 1-D integer tensor of these values (int64 ones exact to their extremes).
+inline tensor ints_tensor(const std::vector<std::int64_t>& v, dtype t = dtype::i64) {
+  std::vector<double> d(v.begin(), v.end());
+  tensor r({static_cast<std::int64_t>(v.size())}, t);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (t == dtype::i64) {
+      // Past 2^53 a double is not exact: INT64_MAX and INT64_MIN go in as their own bits.
+      std::int64_t x = v[i];
+      std::memcpy(static_cast<std::byte*>(r.data()) + i * sizeof x, &x, sizeof x);
+    } else {
+      r.set(static_cast<std::int64_t>(i), d[i]);
+    }
+  }
+  return r;
 }
 
 inline npurt::system make_system() { return npurt::system{sim::presets::ascend910(1)}; }

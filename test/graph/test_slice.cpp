@@ -19,29 +19,11 @@ using namespace npurt;
 
 namespace {
 
+using test::ints_tensor;
+using test::iota;
+
 constexpr std::int64_t int_max = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t int_min = std::numeric_limits<std::int64_t>::min();
-
-std::vector<double> iota(std::int64_t n) {
-  std::vector<double> v(static_cast<std::size_t>(n));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
-  return v;
-}
-
-tensor ints_tensor(const std::vector<std::int64_t>& v, dtype t = dtype::i64) {
-  std::vector<double> d(v.begin(), v.end());
-  tensor r({static_cast<std::int64_t>(v.size())}, t);
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (t == dtype::i64) {
-      // Past 2^53 a double is not exact: INT64_MAX and INT64_MIN go in as their own bits.
-      std::int64_t x = v[i];
-      std::memcpy(static_cast<std::byte*>(r.data()) + i * sizeof x, &x, sizeof x);
-    } else {
-      r.set(static_cast<std::int64_t>(i), d[i]);
-    }
-  }
-  return r;
-}
 
 struct slice_args {
   std::vector<std::int64_t> starts, ends, axes, steps;

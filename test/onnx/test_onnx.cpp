@@ -126,8 +126,9 @@ TEST_CASE("every ONNX backend node test of a supported operator and dtype passes
   std::vector<std::string> failures;
   enum class outcome { passed, unsupported, failed, no_data };
   // One test, its graph loaded once per data set: with `bind`, the data set's integer inputs (the
-  // axes, starts, shapes and split sizes the backend tests feed at run time) are loaded as
-  // constants through load_options::constant_inputs, as a model exported with them frozen.
+  // axes, starts, shapes and split sizes the backend tests feed at run time) and its one-value
+  // inputs (a fill, a clip bound) are loaded as constants through load_options::constant_inputs,
+  // as a model exported with them frozen.
   const auto run_test = [&](const fs::path& t, bool bind, std::string& why) {
     try {
       const std::vector<std::string> names = model_inputs(t / "model.onnx");
@@ -152,10 +153,10 @@ TEST_CASE("every ONNX backend node test of a supported operator and dtype passes
         }
         npurt::onnx::load_options opts;
         for (std::size_t i = 0; bind && i < ins.size(); ++i)
-          if (ins[i].type() == dtype::i64 || ins[i].type() == dtype::i32)
+          if (ins[i].type() == dtype::i64 || ins[i].type() == dtype::i32 || ins[i].elements() == 1)
             opts.constant_inputs.emplace(names[i], &ins[i]);
         if (bind && opts.constant_inputs.empty()) {
-          why = "no integer input to bind";
+          why = "no integer or one-value input to bind";
           return outcome::unsupported;
         }
         if (k == 0 || bind) {
@@ -198,13 +199,13 @@ TEST_CASE("every ONNX backend node test of a supported operator and dtype passes
       const outcome b = run_test(t, true, bound_why);
       if (b == outcome::passed) {
         ++passed_bound;
-        if (verbose) std::fprintf(stderr, "  passed with its integer inputs as constants\n");
+        if (verbose) std::fprintf(stderr, "  passed with its integer and one-value inputs as constants\n");
         continue;
       }
       // A bound run that computes but disagrees is a failure like any other.
       if (b == outcome::failed) {
         o = b;
-        why = "with its integer inputs as constants: " + bound_why;
+        why = "with its integer and one-value inputs as constants: " + bound_why;
       }
     }
     if (o == outcome::passed) ++passed;
@@ -216,13 +217,13 @@ TEST_CASE("every ONNX backend node test of a supported operator and dtype passes
   }
   for (const auto& f : failures) UNSCOPED_INFO(f);
   UNSCOPED_INFO("ONNX node tests: " << tests.size() << " in total, " << passed << " passed, " << passed_bound
-                                    << " more passed with their integer inputs as constants, " << failures.size()
-                                    << " failed, " << unsupported
+                                    << " more passed with their integer and one-value inputs as constants, "
+                                    << failures.size() << " failed, " << unsupported
                                     << " use an unsupported operator, attribute or dtype");
   CHECK(failures.empty());
   CHECK(passed > 0);
   WARN("ONNX node tests passed: " << passed << " of " << tests.size() << ", and " << passed_bound
-                                  << " more with their integer inputs as constants (" << unsupported
+                                  << " more with their integer and one-value inputs as constants (" << unsupported
                                   << " unsupported)");
 }
 
@@ -1419,4 +1420,33 @@ TEST_CASE("Slice before opset 10 (starts and ends as attributes) is not_supporte
   const auto e = error_loading(m);
   CHECK(e.code == errc::not_supported);
   CHECK(e.what.find("Slice (opset 9)") != std::string::npos);
+}
+
+TEST_CASE("Pad imports in its opset 2 form (pads, mode and value as attributes)", "[onnx][pad]") {
+  auto m = relu_model({2, 3});
+  m.mutable_opset_import(0)->set_version(2);
+  auto* n = m.mutable_graph()->mutable_node(0);
+  n->set_op_type("Pad");
+  auto* pads = n->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(::onnx::AttributeProto::INTS);
+  for (std::int64_t p : {0, 1, 1, 2}) pads->add_ints(p);
+  auto* mode = n->add_attribute();
+  mode->set_name("mode");
+  mode->set_type(::onnx::AttributeProto::STRING);
+  mode->set_s("reflect");
+  graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "pad2");
+  CHECK(g.value("y").shape == shape{3, 6});
+  // numpy.pad(x, ((0, 1), (1, 2)), 'reflect') of [[1, 2, 3], [4, 5, 6]].
+  CHECK(run_y(g, tensor({2, 3}, dtype::f32, {1, 2, 3, 4, 5, 6})) ==
+        std::vector<double>{2, 1, 2, 3, 2, 1, 5, 4, 5, 6, 5, 4, 2, 1, 2, 3, 2, 1});
+  // The constant mode's fill comes from the value attribute.
+  mode->set_s("constant");
+  auto* value = n->add_attribute();
+  value->set_name("value");
+  value->set_type(::onnx::AttributeProto::FLOAT);
+  value->set_f(-1.5f);
+  graph c = npurt::onnx::load_from_bytes(m.SerializeAsString(), "pad2c");
+  CHECK(run_y(c, tensor({2, 3}, dtype::f32, {1, 2, 3, 4, 5, 6})) ==
+        std::vector<double>{-1.5, 1, 2, 3, -1.5, -1.5, -1.5, 4, 5, 6, -1.5, -1.5, -1.5, -1.5, -1.5, -1.5, -1.5, -1.5});
 }
