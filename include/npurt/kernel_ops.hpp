@@ -250,6 +250,19 @@ struct pad {
   pad_mode mode = pad_mode::constant;
 };
 
+/// y = the slices of `data` that `indices` pick along `axis`, ONNX's Gather
+/// (onnx.ai/onnx/operators/onnx__Gather.html): with a = axis,
+/// y[i_0..i_(a-1), j_0..j_(q-1), k...] = data[i_0..i_(a-1), indices[j_0..j_(q-1)], k...], so
+/// y.shape = data.shape[:a] + indices.shape + data.shape[a+1:] and y has data's dtype (any).
+/// indices are int32 or int64 of any rank, rank 0 (a scalar) too, which drops the axis; y may be
+/// rank 0 then. axis is in [0, data's rank): the caller normalises a negative one. An index
+/// counts from the end when negative; one outside [-s, s - 1] (s = data.shape[a]) is known only
+/// when the kernel runs, which then fails with errc::invalid_argument and leaves y unwritten.
+struct gather {
+  tensor_desc data{}, indices{}, y{};
+  std::int32_t axis = 0;
+};
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
@@ -337,6 +350,7 @@ constexpr std::string_view op_name(const sgd_update&) noexcept { return "sgd_upd
 constexpr std::string_view op_name(const fused_elementwise&) noexcept { return "fused_elementwise"; }
 constexpr std::string_view op_name(const slice&) noexcept { return "slice"; }
 constexpr std::string_view op_name(const pad&) noexcept { return "pad"; }
+constexpr std::string_view op_name(const gather&) noexcept { return "gather"; }
 
 }  // namespace npurt::kernels
 
@@ -345,4 +359,4 @@ constexpr std::string_view op_name(const pad&) noexcept { return "pad"; }
   , kernels::matmul, kernels::conv2d, kernels::conv2d_backward_data, kernels::conv2d_backward_weight,             \
       kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d, \
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,             \
-      kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad
+      kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather

@@ -516,6 +516,18 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           // unit, as a backwards slice is; a constant border is a fill.
           const double read = std::min(bytes(op.x), bytes(op.y));
           w.add(elems(op.y), read, bytes(op.y), op.mode == pad_mode::constant ? 1 : 2, op.y.type);
+        } else if constexpr (std::is_same_v<T, gather>) {
+          // Data movement as slice's: y's rows read where the indices point, the indices read,
+          // y written once. A row (data's dimensions after the axis) shorter than one 32-byte
+          // block, the unit an MTE burst moves, cannot be a copy of its own: the vector unit
+          // gathers it, as a transpose that moves the inner axis. A scalar index or y is one
+          // element: tensor_desc::bytes, not bytes() here, which takes rank 0 for absent.
+          double row = es(op.data.type);
+          for (std::size_t d = static_cast<std::size_t>(std::max(op.axis, 0)) + 1; d < op.data.shape.rank(); ++d)
+            row *= static_cast<double>(op.data.shape[d]);
+          const auto y_bytes = static_cast<double>(op.y.bytes());
+          w.add(static_cast<double>(op.y.shape.elements()), y_bytes + static_cast<double>(op.indices.bytes()), y_bytes,
+                row < 32 ? 2 : 1, op.y.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

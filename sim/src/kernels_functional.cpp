@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <system_error>
+#include <type_traits>
 #include <vector>
 
 namespace npurt::sim {
@@ -905,7 +907,7 @@ void run(const kernels::pool2d_backward& op, const host_tensors& h) {
   h.store(op.dx, dx);
 }
 
-// ---- softmax, reduce, transpose, slice, pad, cast, sgd -------------------------------------
+// ---- softmax, reduce, transpose, slice, pad, gather, cast, sgd ---------------------------------
 
 void run(const kernels::softmax& op, const host_tensors& h) {
   const shape& s = op.x.shape;
@@ -1105,6 +1107,36 @@ void run(const kernels::pad& op, const host_tensors& h) {
   });
 }
 
+// ONNX's Gather: each index picks one row of data.shape[axis+1:] elements in every outer slice.
+// The indices come from the caller's data, so their range is checked here, all of them before y
+// is written: a bad one fails the kernel (onnx.ai: an index outside [-s, s-1] is an error) and
+// leaves y as it was.
+std::error_code run(const kernels::gather& op, const host_tensors& h) {
+  const shape& ds = op.data.shape;
+  const auto axis = static_cast<size_t>(op.axis);
+  int64_t outer = 1, inner = 1;
+  for (size_t d = 0; d < axis; ++d) outer *= ds[d];
+  for (size_t d = axis + 1; d < ds.rank(); ++d) inner *= ds[d];
+  const int64_t dim = ds[axis];
+  const auto count = static_cast<size_t>(op.indices.shape.elements());  // 1 for a scalar index
+  std::vector<int64_t> at(count);
+  const std::byte* idx = h[op.indices];
+  for (size_t j = 0; j < count; ++j) {
+    const int64_t v = read_int(op.indices.type, idx, j);
+    if (v < -dim || v >= dim) return make_error_code(errc::invalid_argument);
+    at[j] = v < 0 ? v + dim : v;
+  }
+  const size_t row = static_cast<size_t>(inner) * size_of(op.data.type);
+  const std::byte* src = h[op.data];
+  std::vector<std::byte> out(op.y.bytes());  // staged: y may overlap data or indices
+  std::byte* dst = out.data();
+  for (int64_t a = 0; a < outer; ++a)
+    for (size_t j = 0; j < count; ++j, dst += row)
+      std::memcpy(dst, src + static_cast<size_t>(a * dim + at[j]) * row, row);
+  std::memcpy(h[op.y], out.data(), out.size());
+  return {};
+}
+
 void run(const kernels::cast& op, const host_tensors& h) {
   const auto n = static_cast<size_t>(op.x.shape.elements());
   std::vector<std::byte> out(n * size_of(op.y.type));  // staged: x and y may overlap
@@ -1148,8 +1180,18 @@ std::error_code run_reference(const kernel_desc& k, memory_view& mem, device_id 
   }
   if (!any) return {};  // timing-only
   const host_tensors h(ops, ptrs);
-  std::visit([&](const auto& o) { run(o, h); }, k.op);
-  return {};
+  // Most kernels cannot fail once validated; one whose input data can be wrong (a gather's
+  // indices) returns the error, which fails the task.
+  return std::visit(
+      [&](const auto& o) -> std::error_code {
+        if constexpr (std::is_same_v<decltype(run(o, h)), std::error_code>) {
+          return run(o, h);
+        } else {
+          run(o, h);
+          return {};
+        }
+      },
+      k.op);
 }
 
 }  // namespace npurt::sim

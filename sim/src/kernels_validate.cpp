@@ -68,11 +68,12 @@ struct builder {
 // kernel already runs for hours.
 constexpr std::uint64_t max_work = std::uint64_t{1} << 60;
 
-// Rank, positive dimensions, no element-count overflow, a layout we compute in.
-std::error_code check_tensor(const tensor_desc& t) {
+// Rank, positive dimensions, no element-count overflow, a layout we compute in. A scalar (rank 0,
+// one element) only where the operation takes one (`scalar_ok`).
+std::error_code check_tensor(const tensor_desc& t, bool scalar_ok) {
   if (t.format != layout::nd && t.format != layout::nchw) return fail(errc::invalid_layout);
   if (!known_dtype(t.type)) return fail(errc::invalid_dtype);
-  if (t.shape.rank() == 0 || t.shape.rank() > shape::max_rank) return fail(errc::invalid_shape);
+  if ((t.shape.rank() == 0 && !scalar_ok) || t.shape.rank() > shape::max_rank) return fail(errc::invalid_shape);
   int64_t n = 1;
   for (auto d : t.shape) {
     if (d <= 0) return fail(errc::invalid_shape);
@@ -470,6 +471,25 @@ std::error_code check(const kernels::pad& p) {
   return {};
 }
 
+// ONNX's Gather (onnx.ai/onnx/operators/onnx__Gather.html): y is data with the axis replaced by
+// indices' dimensions. The index values are data, read when the kernel runs: their range is checked
+// there.
+std::error_code check(const kernels::gather& g) {
+  if (g.indices.type != dtype::i32 && g.indices.type != dtype::i64) return fail(errc::invalid_dtype);
+  if (g.y.type != g.data.type) return fail(errc::invalid_dtype);
+  const std::size_t rank = g.data.shape.rank(), q = g.indices.shape.rank();
+  if (g.axis < 0 || static_cast<std::size_t>(g.axis) >= rank) return fail(errc::invalid_argument);
+  const auto axis = static_cast<std::size_t>(g.axis);
+  if (g.y.shape.rank() != rank - 1 + q) return fail(errc::invalid_shape);
+  for (std::size_t d = 0; d < g.y.shape.rank(); ++d) {
+    const int64_t want = d < axis       ? g.data.shape[d]
+                         : d < axis + q ? g.indices.shape[d - axis]
+                                        : g.data.shape[d - q + 1];
+    if (g.y.shape[d] != want) return fail(errc::invalid_shape);
+  }
+  return {};
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -558,6 +578,13 @@ work work_of(const kernel_op& op) noexcept {
   return w;
 }
 
+// Gather's indices may be one scalar index, and its y then a scalar when data has rank 1; every
+// other operand has rank 1 or more.
+bool scalar_allowed(const kernel_op& op, const tensor_desc& t) noexcept {
+  const auto* g = std::get_if<kernels::gather>(&op);
+  return g && (&t == &g->indices || &t == &g->y);
+}
+
 }  // namespace
 
 operand_list operands(const kernel_op& op) noexcept {
@@ -615,6 +642,9 @@ operand_list operands(const kernel_op& op) noexcept {
                              std::is_same_v<T, kernels::slice> || std::is_same_v<T, kernels::pad>) {
           b.add(r, o.x);
           b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::gather>) {
+          b.add(r, o.data, o.indices);
+          b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::sgd_update>) {
           b.add(rw, o.param);
           b.add(r, o.grad);
@@ -640,7 +670,7 @@ std::error_code validate(const kernel_desc& k) {
   const operand_list ops = operands(k.op);
   std::size_t with_data = 0;
   for (const auto& o : ops) {
-    if (auto ec = check_tensor(*o.tensor)) return ec;
+    if (auto ec = check_tensor(*o.tensor, scalar_allowed(k.op, *o.tensor))) return ec;
     if (o.tensor->data != nullptr) ++with_data;
   }
   if (with_data != 0 && with_data != ops.size()) return fail(errc::invalid_argument);
@@ -683,12 +713,14 @@ std::string describe(const kernel_desc& k, std::error_code ec) {
         }
       },
       k.op);
+  // A scalar gather index without data is no absent operand.
+  const auto listed = [&](const tensor_desc& t) { return !absent(t) || scalar_allowed(k.op, t); };
   for (const auto& [name, t] : tensors) {
-    if (absent(*t)) continue;
+    if (!listed(*t)) continue;
     std::ostringstream which;
     which << op << " tensor '" << name << "' " << dims(t->shape);
     if (ec == errc::invalid_shape) {
-      if (t->shape.rank() == 0 || t->shape.rank() > shape::max_rank) {
+      if ((t->shape.rank() == 0 && !scalar_allowed(k.op, *t)) || t->shape.rank() > shape::max_rank) {
         which << ": rank " << t->shape.rank() << " (must be 1.." << shape::max_rank << ")";
         return which.str();
       }
@@ -718,7 +750,7 @@ std::string describe(const kernel_desc& k, std::error_code ec) {
   std::ostringstream out;
   out << op << ": " << ec.message() << ":";
   for (const auto& [name, t] : tensors) {
-    if (absent(*t)) continue;
+    if (!listed(*t)) continue;
     out << ' ' << name << ' ' << dims(t->shape) << ' ' << to_string(t->type) << ';';
   }
   if (ec == errc::invalid_argument) out << " (a parameter, or data pointers on some operands but not all)";

@@ -1,5 +1,5 @@
 // Reference kernels, vector operations: normalisation, pooling, softmax, reductions,
-// transpose, slice, pad, cast, SGD — against hand-computed values, double-precision oracles and finite
+// transpose, slice, pad, gather, cast, SGD — against hand-computed values, double-precision oracles and finite
 // differences for the backward passes; and determinism.
 #include "helpers.hpp"
 
@@ -519,6 +519,136 @@ TEST_CASE("pad copies bit patterns and writes its fill exactly, NaN and negative
   CHECK(iv[0] == std::numeric_limits<std::int64_t>::min());
   CHECK(iv[1] == 5);
   CHECK(iv[2] == std::numeric_limits<std::int64_t>::min());
+}
+
+// ---- gather --------------------------------------------------------------------------------
+
+namespace {
+
+// ONNX's Gather, straight from its definition (onnx.ai/onnx/operators/onnx__Gather.html): each
+// index of y, in row-major order, split into data's leading indices, an index into `indices`
+// and data's trailing indices. Returns y's expected bytes.
+std::vector<std::byte> gather_reference(const tensor& data, const tensor& indices, std::size_t axis) {
+  const shape& ds = data.desc.shape;
+  const shape& is = indices.desc.shape;
+  const std::size_t q = is.rank(), yr = ds.rank() - 1 + q, es = npurt::size_of(data.desc.type);
+  shape ys;
+  for (std::size_t d = 0; d < yr; ++d) ys.push_back(d < axis ? ds[d] : d < axis + q ? is[d - axis] : ds[d - q + 1]);
+  std::vector<std::byte> out(static_cast<std::size_t>(ys.elements()) * es);
+  std::vector<std::int64_t> yi(yr, 0);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(ys.elements()); ++i) {
+    std::int64_t j = 0;  // flat position in indices
+    for (std::size_t d = axis; d < axis + q; ++d) j = j * ys[d] + yi[d];
+    std::int64_t pick = static_cast<std::int64_t>(indices.get(static_cast<std::size_t>(j)));
+    if (pick < 0) pick += ds[axis];
+    std::int64_t flat = 0;
+    for (std::size_t d = 0; d < ds.rank(); ++d)
+      flat = flat * ds[d] + (d < axis ? yi[d] : d == axis ? pick : yi[d + q - 1]);
+    std::memcpy(out.data() + i * es, data.bytes.data() + static_cast<std::size_t>(flat) * es, es);
+    for (std::size_t d = yr; d-- > 0;) {
+      if (++yi[d] < ys[d]) break;
+      yi[d] = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gather picks ONNX's slices along any axis, scalar, 1-D and 2-D indices, negative ones too",
+          "[kernels][gather]") {
+  struct layout_case {
+    shape data;
+    std::size_t axis;
+    shape indices;
+  };
+  const layout_case layouts[] = {
+      {{5}, 0, {}},            // a scalar index of a vector: y is a scalar
+      {{5}, 0, {7}},           // more indices than rows, repeats
+      {{4, 3}, 0, {2, 2}},     // 2-D indices, rows
+      {{4, 3}, 1, {}},         // a scalar index on the last axis: a column
+      {{4, 3}, 1, {2, 3}},     // 2-D indices on the last axis
+      {{2, 3, 4}, 1, {2, 3}},  // a middle axis
+      {{2, 3, 4}, 2, {5}},     // the last axis, one element per row
+      {{3, 4, 5}, 0, {1}},    {{2, 1, 3, 2}, 3, {2, 1, 2}},  // y of rank 6
+  };
+  int checked = 0;
+  for (const auto& l : layouts)
+    for (auto dt : {dtype::f32, dtype::f16, dtype::i64, dtype::u8})
+      for (auto it : {dtype::i32, dtype::i64}) {
+        CAPTURE(npurt::to_string(dt), npurt::to_string(it), l.axis, l.data.rank(), l.indices.rank());
+        tensor data(l.data, dt), indices(l.indices, it);
+        data.fill(static_cast<std::uint64_t>(checked) + 3, 0, 120, true);  // u8 holds no negatives
+        // Every index in [-s, s - 1]: the negative ones count from the end.
+        const double s = static_cast<double>(l.data[l.axis]);
+        indices.fill(static_cast<std::uint64_t>(checked) + 11, -s, s - 1, true);
+        const auto want = gather_reference(data, indices, l.axis);
+        shape ys;
+        for (std::size_t d = 0; d < l.axis; ++d) ys.push_back(l.data[d]);
+        for (auto d : l.indices) ys.push_back(d);
+        for (std::size_t d = l.axis + 1; d < l.data.rank(); ++d) ys.push_back(l.data[d]);
+        tensor y(ys, dt);
+        REQUIRE(run(k::gather{data.desc, indices.desc, y.desc, static_cast<std::int32_t>(l.axis)}) == 0);
+        REQUIRE(y.bytes.size() == want.size());
+        CHECK(std::memcmp(y.bytes.data(), want.data(), want.size()) == 0);
+        ++checked;
+      }
+  CHECK(checked == 9 * 4 * 2);
+  // By hand, onnx.ai's two examples: rows [[0, 1], [1, 2]] of a 3x2 matrix, and columns [[0, 2]]
+  // of a 3x3 one.
+  tensor rows({3, 2}), ri({2, 2}, dtype::i64), ry({2, 2, 2});
+  rows.assign({1, 2, 3, 4, 5, 6});
+  ri.assign({0, 1, 1, 2});
+  REQUIRE(run(k::gather{rows.desc, ri.desc, ry.desc, 0}) == 0);
+  CHECK(ry.values() == std::vector<double>{1, 2, 3, 4, 3, 4, 5, 6});
+  tensor cols({3, 3}), ci({1, 2}, dtype::i32), cy({3, 1, 2});
+  cols.assign({10, 12, 19, 23, 34, 39, 45, 57, 59});
+  ci.assign({0, -1});  // -1: the last column
+  REQUIRE(run(k::gather{cols.desc, ci.desc, cy.desc, 1}) == 0);
+  CHECK(cy.values() == std::vector<double>{10, 19, 23, 39, 45, 59});
+}
+
+TEST_CASE("gather stages y: it may be the memory of data or of the indices", "[kernels][gather]") {
+  // Reversing a vector in place: a gather that wrote y while reading data would read its own
+  // output back.
+  tensor v({4}), idx({4}, dtype::i64);
+  v.assign({1, 2, 3, 4});
+  idx.assign({3, 2, 1, 0});
+  REQUIRE(run(k::gather{v.desc, idx.desc, v.desc, 0}) == 0);
+  CHECK(v.values() == std::vector<double>{4, 3, 2, 1});
+  // Indices of int64 data written over themselves.
+  tensor table({4}, dtype::i64), ids({4}, dtype::i64);
+  table.assign({2, 0, 3, 1});
+  ids.assign({0, 1, 2, 3});
+  REQUIRE(run(k::gather{table.desc, ids.desc, ids.desc, 0}) == 0);
+  CHECK(ids.values() == std::vector<double>{2, 0, 3, 1});
+}
+
+TEST_CASE("a gather index outside [-s, s - 1] fails the kernel and y keeps what it held", "[kernels][gather]") {
+  constexpr std::int64_t lo = std::numeric_limits<std::int64_t>::min(), hi = std::numeric_limits<std::int64_t>::max();
+  for (auto it : {dtype::i32, dtype::i64}) {
+    // s = 3 along axis 1; the bad index comes last, after indices that would have been copied.
+    for (std::int64_t bad : {std::int64_t{3}, std::int64_t{-4}, std::int64_t{1000}, lo, hi}) {
+      if (it == dtype::i32 && (bad == lo || bad == hi)) continue;
+      CAPTURE(npurt::to_string(it), bad);
+      tensor data({2, 3}), idx({3}, it), y({2, 3});
+      data.assign({1, 2, 3, 4, 5, 6});
+      idx.assign({0, -3, 2});
+      if (it == dtype::i64) std::memcpy(idx.bytes.data() + 16, &bad, sizeof bad);
+      else idx.set(2, static_cast<double>(bad));
+      y.assign({-7, -7, -7, -7, -7, -7});
+      const auto ec = npurt::sim::run_reference(k::gather{data.desc, idx.desc, y.desc, 1});
+      CHECK(ec == npurt::errc::invalid_argument);
+      CHECK(ec == npurt::error_class::caller);
+      CHECK(y.values() == std::vector<double>{-7, -7, -7, -7, -7, -7});
+    }
+    // The ends of the range are fine.
+    tensor data({2, 3}), idx({2}, it), y({2, 2});
+    data.assign({1, 2, 3, 4, 5, 6});
+    idx.assign({-3, 2});
+    REQUIRE(run(k::gather{data.desc, idx.desc, y.desc, 1}) == 0);
+    CHECK(y.values() == std::vector<double>{1, 3, 4, 6});
+  }
 }
 
 // ---- cast ----------------------------------------------------------------------------------

@@ -91,6 +91,10 @@ TEST_CASE("well-formed descriptors of every operation validate", "[kernels][vali
       k::pad{t({4}, dtype::bf16), t({4}, dtype::bf16), {}, 0.5, k::pad_mode::wrap},
       k::cast{t({5}, dtype::u8), t({5}, dtype::bf16)},
       k::sgd_update{t({10}, dtype::f32), t({10}, dtype::f16), t({10}), 0.1f, 0.9f},
+      k::gather{t({5, 3}), t({2, 4}, dtype::i64), t({2, 4, 3}), 0},
+      k::gather{t({5, 3}, dtype::f16), t({}, dtype::i32), t({5}, dtype::f16), 1},  // a scalar index
+      k::gather{t({5}, dtype::i64), t({}, dtype::i64), t({}, dtype::i64), 0},      // ... of a vector
+      k::gather{t({2, 3, 4}, dtype::u8), t({6}, dtype::i32), t({2, 6, 4}, dtype::u8), 1},
   };
   for (const auto& k : good) {
     CAPTURE(k.display_name());
@@ -251,6 +255,21 @@ TEST_CASE("every kind of bad descriptor gets its typed error", "[kernels][valida
        errc::invalid_argument},
       {"pad begin whose index overflows", k::pad{t({2}), t({4}), {std::numeric_limits<std::int64_t>::min()}},
        errc::invalid_argument},
+      {"gather float indices", k::gather{t({5, 3}), t({2}), t({2, 3})}, errc::invalid_dtype},
+      {"gather int8 indices", k::gather{t({5, 3}), t({2}, dtype::i8), t({2, 3})}, errc::invalid_dtype},
+      {"gather y dtype", k::gather{t({5, 3}), t({2}, dtype::i64), t({2, 3}, dtype::f16)}, errc::invalid_dtype},
+      {"gather negative axis", k::gather{t({5, 3}), t({2}, dtype::i64), t({5, 2}), -1}, errc::invalid_argument},
+      {"gather axis past the rank", k::gather{t({5, 3}), t({2}, dtype::i64), t({5, 3, 2}), 2}, errc::invalid_argument},
+      {"gather y rank", k::gather{t({5, 3}), t({2, 2}, dtype::i64), t({4, 3}), 0}, errc::invalid_shape},
+      {"gather y keeps the axis", k::gather{t({5, 3}), t({}, dtype::i64), t({1, 3}), 0}, errc::invalid_shape},
+      {"gather y dimension", k::gather{t({5, 3}), t({2}, dtype::i64), t({2, 4}), 0}, errc::invalid_shape},
+      {"gather y dimension after the axis", k::gather{t({5, 3, 2}), t({2}, dtype::i64), t({5, 2, 3}), 1},
+       errc::invalid_shape},
+      {"gather scalar data", k::gather{t({}), t({}, dtype::i64), t({}), 0}, errc::invalid_shape},
+      {"gather whose y would have rank 9",
+       k::gather{t({1, 1, 1, 1, 1, 1, 1, 2}), t({2, 2}, dtype::i64), t({1, 1, 1, 1, 1, 1, 1, 2}), 0},
+       errc::invalid_shape},
+      {"gather empty indices", k::gather{t({5, 3}), t({0}, dtype::i64), t({0, 3}), 0}, errc::invalid_shape},
       {"cast shape", k::cast{t({4}), t({2, 2}, dtype::f16)}, errc::invalid_shape},
       {"sgd shapes", k::sgd_update{t({10}), t({11})}, errc::invalid_shape},
       {"sgd buffer shape", k::sgd_update{t({10}), t({10}), t({5}), 0.1f, 0.9f}, errc::invalid_shape},
@@ -265,6 +284,18 @@ TEST_CASE("every kind of bad descriptor gets its typed error", "[kernels][valida
     CHECK(ec == npurt::error_class::caller);
     CHECK(npurt::sim::run_reference(c.k) == c.want);  // run_reference validates first
   }
+}
+
+TEST_CASE("a bad gather's message lists its scalar index, and blames no rank 0", "[kernels][validate][gather]") {
+  std::string what;
+  CHECK(npurt::sim::validate(k::gather{t({5, 3}), t({}, dtype::i64), t({1, 3}), 0}, &what) == errc::invalid_shape);
+  CHECK(what.find("rank 0") == std::string::npos);
+  CHECK(what.find("indices [] i64") != std::string::npos);
+  CHECK(what.find("y [1,3] f32") != std::string::npos);
+  // Data must have an axis: a scalar is refused by its rank.
+  tensor scalar({}), index({}, dtype::i64), out({});
+  CHECK(npurt::sim::validate(k::gather{scalar.desc, index.desc, out.desc, 0}, &what) == errc::invalid_shape);
+  CHECK(what.find("'data' []: rank 0") != std::string::npos);
 }
 
 TEST_CASE("cast validates between every pair of dtypes", "[kernels][validate][cast]") {
@@ -357,6 +388,13 @@ TEST_CASE("operand lists name what each operation reads and writes", "[kernels][
   CHECK(npurt::sim::operands(k::batchnorm{x, v, v, v, v, x, v, v}).size() == 8);
   CHECK(npurt::sim::operands(k::batchnorm{x, v, v, v, v, x, v, v, false}).size() == 6);  // inference: no saved stats
   CHECK(npurt::sim::operands(k::sgd_update{a, b}).items[0].mode == access::read_write);
+  // The list points into the operation: it must outlive the list.
+  const npurt::kernel_op g = k::gather{a, t({2}, dtype::i64), c};
+  ops = npurt::sim::operands(g);
+  REQUIRE(ops.size() == 3);
+  CHECK((ops.items[0].tensor->shape == a.shape && ops.items[0].mode == access::read));
+  CHECK((ops.items[1].tensor->type == dtype::i64 && ops.items[1].mode == access::read));
+  CHECK(ops.items[2].mode == access::write);
   CHECK(npurt::sim::operands(k::fixed{}).size() == 0);
 }
 

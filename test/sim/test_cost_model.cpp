@@ -287,3 +287,53 @@ TEST_CASE("pad costs at least its bytes over HBM, a mirrored border more than a 
   CHECK(dm.cost_of(kernel_desc{constant}, cores).total_cycles ==
         estimate(p, kernel_desc{constant}, cores).total_cycles);
 }
+
+// A gather is data movement: y's bytes read where the indices point, the indices read, and y
+// written. The oracle is the bytes counted from the shapes here and the preset's HBM bandwidth:
+// no kernel moves them faster. A row after the axis shorter than a 32-byte block is gathered
+// through the vector unit and costs more than whole rows over the same bytes.
+TEST_CASE("gather costs its bytes at no more than HBM's bandwidth; short rows cost more", "[sim][cost][gather]") {
+  const preset p = presets::ascend910b(1);
+  // An embedding lookup: 8 x 128 token ids into a [30522, 768] f16 table.
+  const kernels::gather lookup{{nullptr, shape{30522, 768}, dtype::f16},
+                               {nullptr, shape{8, 128}, dtype::i64},
+                               {nullptr, shape{8, 128, 768}, dtype::f16},
+                               0};
+  const std::uint64_t y_bytes = 8ull * 128 * 768 * 2, ids_bytes = 8ull * 128 * 8;
+  const kernel_cost c = estimate(p, kernel_desc{lookup});
+  CHECK(c.op == "gather");
+  CHECK(c.hbm_bytes == 2 * y_bytes + ids_bytes);
+  CHECK(static_cast<double>(c.body.count()) >= static_cast<double>(2 * y_bytes + ids_bytes) / p.hbm_bandwidth * 1e12);
+  // The same bytes as whole rows of 4096 f16 (axis 0) and as single elements (axis 1, the last).
+  const kernels::gather rows{{nullptr, shape{64, 4096}, dtype::f16},
+                             {nullptr, shape{32}, dtype::i32},
+                             {nullptr, shape{32, 4096}, dtype::f16},
+                             0};
+  const kernels::gather cols{{nullptr, shape{4096, 64}, dtype::f16},
+                             {nullptr, shape{32}, dtype::i32},
+                             {nullptr, shape{4096, 32}, dtype::f16},
+                             1};
+  const kernel_cost cr = estimate(p, kernel_desc{rows}), cc = estimate(p, kernel_desc{cols});
+  const std::uint64_t moved = 2ull * 32 * 4096 * 2 + 32 * 4;
+  CHECK(cr.hbm_bytes == moved);
+  CHECK(cc.hbm_bytes == moved);
+  for (const auto* k : {&cr, &cc})
+    CHECK(static_cast<double>(k->body.count()) >= static_cast<double>(moved) / p.hbm_bandwidth * 1e12);
+  CHECK(cc.total_cycles > cr.total_cycles);
+  // A scalar index of a vector: one element read and written, one index read.
+  const kernels::gather one{
+      {nullptr, shape{5}, dtype::f32}, {nullptr, shape{}, dtype::i64}, {nullptr, shape{}, dtype::f32}, 0};
+  CHECK(estimate(p, kernel_desc{one}).hbm_bytes == 4 + 8 + 4);
+  // The device model caches costs by every field, the axis too: two gathers that differ in it alone.
+  const kernels::gather by_row{
+      {nullptr, shape{64, 64}, dtype::f16}, {nullptr, shape{64}, dtype::i32}, {nullptr, shape{64, 64}, dtype::f16}, 0};
+  kernels::gather by_col = by_row;
+  by_col.axis = 1;
+  device_model dm(p, sim_options{});
+  const std::uint32_t cores = p.vector_core_count;
+  const double row_cycles = dm.cost_of(kernel_desc{by_row}, cores).total_cycles;
+  const double col_cycles = dm.cost_of(kernel_desc{by_col}, cores).total_cycles;
+  CHECK(row_cycles == estimate(p, kernel_desc{by_row}, cores).total_cycles);
+  CHECK(col_cycles == estimate(p, kernel_desc{by_col}, cores).total_cycles);
+  CHECK(col_cycles > row_cycles);
+}

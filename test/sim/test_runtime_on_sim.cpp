@@ -169,6 +169,51 @@ TEST_CASE("an invalid shape names the tensor and the dimension", "[sim][runtime]
   }
 }
 
+// The descriptor cannot know a gather's index values: one out of range fails the task when it
+// runs, reported by the wait like any failed kernel, with y left as it was; the stream goes on.
+TEST_CASE("a gather index out of range fails its task at synchronize and leaves y unwritten",
+          "[sim][runtime][error][gather]") {
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  npurt::device& dev = sys.device(0);
+  auto s = dev.make_stream();
+  const std::vector<float> table{10, 11, 12, 20, 21, 22, 30, 31, 32};  // [3, 3]
+  void* data = dev.malloc(table.size() * sizeof(float));
+  void* idx = dev.malloc(2 * sizeof(std::int64_t));
+  void* y = dev.malloc(6 * sizeof(float));
+  s.memcpy(data, 36, table.data(), 36, npurt::memcpy_kind::host_to_device);
+  const std::vector<float> sentinel(6, -1.0f);
+  s.memcpy(y, 24, sentinel.data(), 24, npurt::memcpy_kind::host_to_device);
+  const npurt::kernel_desc k{npurt::kernels::gather{{data, npurt::shape{3, 3}, npurt::dtype::f32},
+                                                    {idx, npurt::shape{2}, npurt::dtype::i64},
+                                                    {y, npurt::shape{2, 3}, npurt::dtype::f32},
+                                                    0},
+                             "lookup"};
+  const std::int64_t bad[2] = {1, 3};  // 3 is past the 3 rows
+  s.memcpy(idx, 16, bad, 16, npurt::memcpy_kind::host_to_device);
+  s.launch(k);
+  try {
+    s.synchronize();
+    FAIL("a gather of row 3 of 3 succeeded");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::invalid_argument);
+    CHECK_THAT(std::string(e.what()), ContainsSubstring("lookup"));
+  }
+  std::vector<float> out(6, 0.0f);
+  s.memcpy(out.data(), 24, y, 24, npurt::memcpy_kind::device_to_host);
+  s.synchronize();
+  CHECK(out == sentinel);
+  // Negative indices count from the end: -1 is the last row.
+  const std::int64_t good[2] = {-1, 0};
+  s.memcpy(idx, 16, good, 16, npurt::memcpy_kind::host_to_device);
+  s.launch(k);
+  s.memcpy(out.data(), 24, y, 24, npurt::memcpy_kind::device_to_host);
+  CHECK_NOTHROW(s.synchronize());
+  CHECK(out == std::vector<float>{30, 31, 32, 10, 11, 12});
+  dev.free(data);
+  dev.free(idx);
+  dev.free(y);
+}
+
 TEST_CASE("on the simulator, priority wins a tie between kernels ready at the same instant",
           "[sim][runtime][priority]") {
   npurt::system sys{npurt::sim::presets::ascend910(1)};

@@ -6,11 +6,12 @@
 //  - dtypes: FP32 and FP16 everywhere; BF16 everywhere too (the 910B-class cube and vector
 //    units have it; the 910A does not, so an `ascend910` backend may reject BF16 itself);
 //    INT8 for matmul and conv2d forward, with an INT32 output; cast between all dtypes;
-//    transpose, slice and pad move any dtype.
+//    transpose, slice, pad and gather move any dtype.
 //  - layouts: nd and nchw (same thing for the rank-4 operations); nhwc and nc1hwc0 are
 //    errc::invalid_layout.
 //  - a tensor is "absent" when its shape has rank 0 and its data is null; optional operands
-//    (listed below) may be absent. Every other tensor needs rank 1..8 and positive dimensions.
+//    (listed below) may be absent. Every other tensor needs rank 1..8 and positive dimensions,
+//    but gather's indices, and its y then, may be scalars (rank 0, one element).
 //  - either every present operand has data (functional) or none has (timing-only); a mix is
 //    errc::invalid_argument.
 //
@@ -36,6 +37,9 @@
 //  - pad copies bytes as slice does and maps a border index as numpy.pad does (reflect never
 //    repeats the edge; a border wider than x mirrors or wraps again); its constant fill must be
 //    exact in the dtype, or the launch is refused.
+//  - gather copies bytes too, one row of data per index (ONNX's Gather); an index outside
+//    [-s, s - 1] fails the kernel with errc::invalid_argument when it runs (the values are data,
+//    not descriptor), every index checked before y is written, so y keeps its old contents.
 //  - cast rounds to nearest even and saturates into integer ranges; NaN casts to integer 0.
 //
 // Optional operands: matmul none; elementwise b (unary functions ignore it); batchnorm gamma,
@@ -93,7 +97,8 @@ struct operand_list {
 
 /// Validates, then computes the kernel's result with reference loops. Every operand's pointer
 /// is translated with mem.translate(dev, ptr, bytes); a null translation is
-/// errc::invalid_pointer and nothing is written. Timing-only descriptors (no data) and
+/// errc::invalid_pointer and nothing is written; so is a gather index out of range
+/// (errc::invalid_argument). Timing-only descriptors (no data) and
 /// kernels::fixed do nothing and succeed. Inputs are read in full before any output is
 /// written, so outputs may alias inputs (in-place elementwise, sgd_update).
 [[nodiscard]] std::error_code run_reference(const kernel_desc& k, memory_view& mem, device_id dev);
