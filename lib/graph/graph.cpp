@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 66> ops_table{"Add",
+constexpr std::array<std::string_view, 67> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -83,7 +83,8 @@ constexpr std::array<std::string_view, 66> ops_table{"Add",
                                                      "BatchNormalizationGrad",
                                                      "Slice",
                                                      "Split",
-                                                     "Pad"};
+                                                     "Pad",
+                                                     "Gather"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -306,6 +307,7 @@ const op_attributes onnx_attributes[] = {
     {"Slice", {}},  // opset 10 on: starts, ends, axes and steps are inputs
     {"Split", {"axis", "num_outputs", "split"}},  // split: opsets before 13
     {"Pad", {"mode", "pads", "value"}},           // pads and value: opsets before 11
+    {"Gather", {"axis"}},
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
@@ -1057,6 +1059,36 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
   if (t == "Slice") {
     const auto w = graph_ops::slice_window(n, in, constants);
     return one(w.dims, need(n, in, 0).type);
+  }
+  if (t == "Gather") {
+    const auto& data = need(n, in, 0);
+    const auto& indices = need(n, in, 1);
+    if (data.shape.rank() == 0) fail(errc::invalid_shape, n, data.name, "data must have rank 1 or more, got a scalar");
+    const auto axis = static_cast<std::size_t>(norm_axis(n, n.attrs.get_int("axis", 0), data.shape.rank(), data.name));
+    if (indices.type != dtype::i32 && indices.type != dtype::i64)
+      fail(errc::invalid_dtype, n, indices.name,
+           "indices must be int32 or int64, got " + std::string(to_string(indices.type)));
+    // onnx.ai: data.shape[:axis] + indices.shape + data.shape[axis+1:].
+    if (data.shape.rank() - 1 + indices.shape.rank() > shape::max_rank)
+      fail(errc::not_supported, n, indices.name,
+           "output rank " + std::to_string(data.shape.rank() - 1 + indices.shape.rank()) + " (data " +
+               shape_string(data.shape) + ", indices " + shape_string(indices.shape) + ") is above 8");
+    shape out;
+    for (std::size_t d = 0; d < axis; ++d) out.push_back(data.shape[d]);
+    for (auto d : indices.shape) out.push_back(d);
+    for (std::size_t d = axis + 1; d < data.shape.rank(); ++d) out.push_back(data.shape[d]);
+    need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), out);
+    // Constant indices are checked now; indices fed at run time fail the kernel that reads them.
+    const tensor* c = constants.size() > 1 ? constants[1] : nullptr;
+    if (c && c->is_host()) {
+      const std::int64_t dim = data.shape[axis];
+      for (std::int64_t k = 0; k < c->elements(); ++k)
+        if (const std::int64_t v = c->get_int(k); v < -dim || v >= dim)
+          fail(errc::invalid_argument, n, indices.name,
+               "index " + std::to_string(v) + " is out of range for axis " + std::to_string(axis) + " of " +
+                   shape_string(data.shape) + " ([" + std::to_string(-dim) + ", " + std::to_string(dim - 1) + "])");
+    }
+    return one(out, data.type);
   }
   if (t == "Split") {
     const dtype type = need(n, in, 0).type;

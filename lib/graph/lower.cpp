@@ -297,6 +297,19 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       for (std::size_t k = 0; k < windows.size() && k < st.out.size(); ++k)
         kernel(slice_of(x, desc(st.out[k]), windows[k]));
     }
+  } else if (t == "Gather") {
+    // The kernel takes a scalar index (and a scalar y) as the rank-0 tensors they are: as the
+    // one-element tensors desc() makes of them, y would keep the axis.
+    const auto exact = [&](int v) {
+      tensor_desc d = desc(v);
+      d.shape = values[static_cast<std::size_t>(v)].shape;
+      return d;
+    };
+    kernels::gather g{exact(st.in[0]), exact(st.in[1]), exact(st.out[0])};
+    std::int64_t axis = n.attrs.get_int("axis", 0);
+    if (axis < 0) axis += static_cast<std::int64_t>(g.data.shape.rank());
+    g.axis = static_cast<std::int32_t>(axis);
+    kernel(g);
   } else if (t == "Cast" || t == "CastLike") {
     // ONNX's reference implementation converts with NumPy's astype: floats truncate toward zero.
     kernel(kernels::cast{desc(st.in[0]), y, kernels::round_mode::trunc});
