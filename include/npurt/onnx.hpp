@@ -16,7 +16,9 @@
 // constant. Results above 2^24 elements are not folded. A fold that would go wrong is a
 // graph_error naming the node (invalid_argument for an index or axis out of range, a Range delta
 // or an integer divisor of 0; size_overflow for a shape whose element count overflows). Bool
-// values fold but never reach the graph.
+// values fold but never reach the graph. A Gather, Slice or Split that cannot fold (an input is
+// computed or fed at run time: a Gather of the embedding table by the input_ids) is the graph's
+// operator of that name.
 // An operator outside supported_ops() that does not fold is an error (graph_error,
 // errc::not_supported) that lists every unsupported operator type of the model at once, so a user
 // sees the whole gap, not the first hole.

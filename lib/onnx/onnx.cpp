@@ -266,7 +266,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
   graph g(gp.name().empty() ? name : gp.name());
   import_state st;
   // Every unsupported operator is listed at once, so a user sees the whole gap, not the first
-  // hole. Whether a fold-only operator (Shape, Gather, ...) is supported depends on what it
+  // hole. Whether a fold-only operator (Shape, Range, ...) is supported depends on what it
   // reads, known only in order; so the model is walked once, an error of an initializer, input or
   // node is held until the walk ends, and the list of unsupported operators, if any, is the error
   // reported. What reads a tensor whose error is held waits on it and is not listed.

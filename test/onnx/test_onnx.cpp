@@ -1382,11 +1382,12 @@ TEST_CASE("a fold that would go wrong is a typed error naming the node", "[onnx]
   }
 }
 
-TEST_CASE("Shape of a tensor computed at run time folds; a Gather of its data is listed as unsupported",
+TEST_CASE("Shape of a tensor computed at run time folds; a Gather of its data runs as the graph's Gather",
           "[onnx][fold][errors]") {
   auto m = model_of_x({2, 3});
   auto* g = m.mutable_graph();
   add_i64(g, "index", {}, {1});
+  add_i64(g, "axes", {1}, {0});
   add_named(g, "Relu", {"x"}, "r");
   // r's value is computed at run time, its shape [2,3] is static.
   add_named(g, "Shape", {"r"}, "rs");
@@ -1395,15 +1396,28 @@ TEST_CASE("Shape of a tensor computed at run time folds; a Gather of its data is
   graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "runtime");
   CHECK(ints_of(gr, "rs") == std::vector<std::int64_t>{2, 3});
   CHECK(run_y(gr, tensor({2, 3}, dtype::f32, {-1, 2, -3, 4, -5, 6})) == std::vector<double>{0, 2, 0, 4, 0, 6});
-  // A Gather of r's data cannot fold: listed with the other unsupported operators, but not the
-  // Unsqueeze of its output (waiting on it) nor the Shape of Trilu's output (its shape would be static).
+  // A Gather of r's data cannot fold: it is the graph's Gather, and the Unsqueeze of its output
+  // follows it.
   add_named(g, "Gather", {"r", "index"}, "picked");
-  add_named(g, "Unsqueeze", {"picked", "index"}, "picked1");
+  add_output_node(g, "Unsqueeze", {"picked", "axes"}, "picked1");
+  graph with_gather = npurt::onnx::load_from_bytes(m.SerializeAsString(), "runtime");
+  CHECK(with_gather.value("picked").shape == shape{3});
+  CHECK(with_gather.value("picked1").shape == shape{1, 3});
+  {
+    npurt::system sys{sim::presets::ascend910(1)};
+    session s{sys};
+    const auto r = s.run(s.compile(with_gather), {{"x", tensor({2, 3}, dtype::f32, {-1, 2, -3, 4, -5, 6})}});
+    CHECK(r.outputs.at("picked1").to_vector() == std::vector<double>{4, 0, 6});
+  }
+  // An operator npurt lacks is listed with the other unsupported ones, but not the Unsqueeze of
+  // its output (waiting on it) nor the Shape of Trilu's output (its shape would be static).
+  add_named(g, "GatherElements", {"r", "index"}, "elements");
+  add_named(g, "Unsqueeze", {"elements", "axes"}, "elements1");
   add_named(g, "Trilu", {"x"}, "t");
   add_named(g, "Shape", {"t"}, "ts");
   const auto e = error_loading(m);
   CHECK(e.code == errc::not_supported);
-  CHECK(e.what.find("unsupported operators: Gather, Trilu") != std::string::npos);
+  CHECK(e.what.find("unsupported operators: GatherElements, Trilu") != std::string::npos);
 }
 
 TEST_CASE("Slice before opset 10 (starts and ends as attributes) is not_supported with its opset", "[onnx][errors]") {
@@ -1449,4 +1463,243 @@ TEST_CASE("Pad imports in its opset 2 form (pads, mode and value as attributes)"
   graph c = npurt::onnx::load_from_bytes(m.SerializeAsString(), "pad2c");
   CHECK(run_y(c, tensor({2, 3}, dtype::f32, {1, 2, 3, 4, 5, 6})) ==
         std::vector<double>{-1.5, 1, 2, 3, -1.5, -1.5, -1.5, 4, 5, 6, -1.5, -1.5, -1.5, -1.5, -1.5, -1.5, -1.5, -1.5});
+}
+
+namespace {
+
+// A graph input of an ONNX element type (1 float, 7 int64) and these dimensions.
+void add_typed_input(::onnx::GraphProto* g, const char* name, int elem_type, std::vector<std::int64_t> dims) {
+  auto* in = g->add_input();
+  in->set_name(name);
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(elem_type);
+  for (auto d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+}
+
+void set_ints(::onnx::NodeProto* n, const char* name, std::vector<std::int64_t> v) {
+  auto& a = add_attr(*n, name, ::onnx::AttributeProto::INTS);
+  for (auto x : v) a.add_ints(x);
+}
+
+// Deterministic values in [-scale, scale), as floats (what the initializers hold) widened back.
+std::vector<float> float_values(std::size_t n, std::uint64_t seed, float scale) {
+  std::vector<float> v(n);
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& e : v) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    e = scale * static_cast<float>(static_cast<double>(x >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("a Gather with an input fed at run time imports as the graph's Gather; an all-constant one folds",
+          "[onnx][gather]") {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  add_typed_input(g, "ids", 7, {2, 2});
+  add_typed_input(g, "x", 1, {3, 4});
+  const std::vector<float> table = float_values(5 * 3, 1, 1.0f);
+  add_f32(g, "table", {5, 3}, table);
+  add_i64(g, "col", {2}, {-1, 1});
+  add_i64(g, "row", {}, {4});
+  add_output_node(g, "Gather", {"table", "ids"}, "looked_up");  // constant data, fed indices
+  set_int(add_output_node(g, "Gather", {"x", "col"}, "cols"), "axis", -1);  // fed data, constant indices
+  add_output_node(g, "Gather", {"table", "row"}, "last_row");  // all constant: folds
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "gathers");
+  REQUIRE(gr.constant("last_row"));
+  CHECK(gr.constant("last_row")->to_vector() == std::vector<double>{table[12], table[13], table[14]});
+  int gathers = 0;
+  for (const auto& n : gr.nodes()) gathers += n.type == "Gather";
+  CHECK(gathers == 2);
+  CHECK(gr.value("looked_up").shape == shape{2, 2, 3});
+  CHECK(gr.value("cols").shape == shape{3, 2});
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  const std::vector<double> ids{4, 0, -5, 2};
+  std::vector<double> xs(12);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<double>(i) - 3.5;
+  const auto r =
+      s.run(s.compile(gr), {{"ids", tensor({2, 2}, dtype::i64, ids)}, {"x", tensor({3, 4}, dtype::f32, xs)}});
+  std::vector<double> want_rows, want_cols;
+  for (double id : ids)
+    for (std::size_t h = 0; h < 3; ++h)
+      want_rows.push_back(table[static_cast<std::size_t>(id < 0 ? id + 5 : id) * 3 + h]);
+  for (std::size_t i = 0; i < 3; ++i) {
+    want_cols.push_back(xs[i * 4 + 3]);
+    want_cols.push_back(xs[i * 4 + 1]);
+  }
+  CHECK(r.outputs.at("looked_up").to_vector() == want_rows);
+  CHECK(r.outputs.at("cols").to_vector() == want_cols);
+}
+
+// The front of a BERT encoder as PyTorch exports it from Hugging Face's BertModel: word
+// embeddings gathered by the int64 input_ids, position embeddings (a constant Gather, folded),
+// LayerNormalization, Q/K/V projections split into heads, and the classic extended attention
+// mask: attention_mask[:, None, None, :] cast to float, (1 - m) * -10000 added to the scores,
+// then Softmax. Checked against the same network computed here in double.
+TEST_CASE("a BERT-style embedding and attention block with int64 input_ids and mask imports and runs",
+          "[onnx][gather][bert]") {
+  constexpr std::int64_t batch = 2, seq = 5, hidden = 8, heads = 2, head_dim = 4, vocab = 11;
+  const float eps = 1e-12f;
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("bert_block");
+  add_typed_input(g, "input_ids", 7, {batch, seq});
+  add_typed_input(g, "attention_mask", 7, {batch, seq});
+  const auto word = float_values(vocab * hidden, 11, 1.0f), pos = float_values(seq * hidden, 12, 0.5f);
+  const auto gamma = float_values(hidden, 13, 0.5f), beta = float_values(hidden, 14, 0.2f);
+  std::vector<float> gamma1(gamma);
+  for (auto& v : gamma1) v += 1.0f;
+  add_f32(g, "word_embeddings", {vocab, hidden}, word);
+  add_f32(g, "position_embeddings", {seq, hidden}, pos);
+  add_i64(g, "position_ids", {1, seq}, {0, 1, 2, 3, 4});
+  add_f32(g, "ln_gamma", {hidden}, gamma1);
+  add_f32(g, "ln_beta", {hidden}, beta);
+  std::map<std::string, std::vector<float>> w, b;
+  for (const char* p : {"q", "k", "v"}) {
+    w[p] = float_values(hidden * hidden, 20 + static_cast<std::uint64_t>(p[0]), 0.4f);
+    b[p] = float_values(hidden, 40 + static_cast<std::uint64_t>(p[0]), 0.1f);
+    add_f32(g, (std::string("W") + p).c_str(), {hidden, hidden}, w[p]);
+    add_f32(g, (std::string("b") + p).c_str(), {hidden}, b[p]);
+  }
+  add_i64(g, "heads_shape", {4}, {batch, seq, heads, head_dim});
+  add_i64(g, "hidden_shape", {3}, {batch, seq, hidden});
+  add_i64(g, "mask_axes", {2}, {1, 2});
+  add_f32(g, "one", {}, {1.0f});
+  add_f32(g, "mask_value", {}, {-10000.0f});
+  add_f32(g, "sqrt_head_dim", {}, {2.0f});
+
+  add_named(g, "Gather", {"word_embeddings", "input_ids"}, "inputs_embeds");
+  add_named(g, "Gather", {"position_embeddings", "position_ids"}, "position_embeds");
+  add_named(g, "Add", {"inputs_embeds", "position_embeds"}, "embeddings");
+  auto* ln = add_named(g, "LayerNormalization", {"embeddings", "ln_gamma", "ln_beta"}, "ln");
+  set_int(ln, "axis", -1);
+  add_attr(*ln, "epsilon", ::onnx::AttributeProto::FLOAT).set_f(eps);
+  for (const std::string p : {"q", "k", "v"}) {
+    add_named(g, "MatMul", {"ln", "W" + p}, (p + "_mm").c_str());
+    add_named(g, "Add", {p + "_mm", "b" + p}, (p + "_proj").c_str());
+    add_named(g, "Reshape", {p + "_proj", "heads_shape"}, (p + "_heads").c_str());
+    set_ints(add_named(g, "Transpose", {p + "_heads"}, (p + "_t").c_str()), "perm",
+             p == "k" ? std::vector<std::int64_t>{0, 2, 3, 1} : std::vector<std::int64_t>{0, 2, 1, 3});
+  }
+  add_named(g, "MatMul", {"q_t", "k_t"}, "scores");
+  add_named(g, "Div", {"scores", "sqrt_head_dim"}, "scaled");
+  add_named(g, "Unsqueeze", {"attention_mask", "mask_axes"}, "extended_mask");
+  set_int(add_named(g, "Cast", {"extended_mask"}, "mask_float"), "to", 1);
+  add_named(g, "Sub", {"one", "mask_float"}, "inverted_mask");
+  add_named(g, "Mul", {"inverted_mask", "mask_value"}, "mask_bias");
+  add_named(g, "Add", {"scaled", "mask_bias"}, "masked_scores");
+  set_int(add_output_node(g, "Softmax", {"masked_scores"}, "probs"), "axis", -1);
+  add_named(g, "MatMul", {"probs", "v_t"}, "context_heads");
+  set_ints(add_named(g, "Transpose", {"context_heads"}, "context_t"), "perm", {0, 2, 1, 3});
+  add_output_node(g, "Reshape", {"context_t", "hidden_shape"}, "context");
+
+  const fs::path dir = fs::temp_directory_path() / "npurt_onnx_bert_block";
+  fs::create_directories(dir);
+  const fs::path file = dir / "model.onnx";
+  {
+    std::ofstream out(file, std::ios::binary);
+    REQUIRE(m.SerializeToOstream(&out));
+  }
+  graph gr = npurt::onnx::load(file.string());
+  fs::remove_all(dir);
+  // The word embeddings are gathered at run time; the position embeddings folded at import.
+  int gathers = 0;
+  for (const auto& n : gr.nodes()) gathers += n.type == "Gather";
+  CHECK(gathers == 1);
+  REQUIRE(gr.constant("position_embeds"));
+  CHECK(gr.value("probs").shape == shape{batch, heads, seq, seq});
+  CHECK(gr.value("context").shape == shape{batch, seq, hidden});
+
+  // The second sequence is padded: its last two tokens are masked out.
+  const std::vector<double> ids{7, 3, 10, 0, 5, 2, 9, 4, 0, 0};
+  const std::vector<double> mask{1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
+
+  // The reference, in double, straight from the definitions.
+  const auto at = [](std::int64_t i, std::int64_t j, std::int64_t cols) {
+    return static_cast<std::size_t>(i * cols + j);
+  };
+  std::vector<double> lnv(batch * seq * hidden);
+  for (std::int64_t t = 0; t < batch * seq; ++t) {
+    const auto id = static_cast<std::int64_t>(ids[static_cast<std::size_t>(t)]);
+    std::vector<double> e(hidden);
+    double mean = 0, var = 0;
+    for (std::int64_t h = 0; h < hidden; ++h) {
+      e[static_cast<std::size_t>(h)] = double{word[at(id, h, hidden)]} + double{pos[at(t % seq, h, hidden)]};
+      mean += e[static_cast<std::size_t>(h)] / hidden;
+    }
+    for (auto v : e) var += (v - mean) * (v - mean) / hidden;
+    for (std::int64_t h = 0; h < hidden; ++h)
+      lnv[at(t, h, hidden)] = (e[static_cast<std::size_t>(h)] - mean) / std::sqrt(var + double{eps}) *
+                                  double{gamma1[static_cast<std::size_t>(h)]} +
+                              double{beta[static_cast<std::size_t>(h)]};
+  }
+  std::map<std::string, std::vector<double>> proj;
+  for (const std::string p : {"q", "k", "v"}) {
+    auto& o = proj[p];
+    o.assign(static_cast<std::size_t>(batch * seq * hidden), 0.0);
+    for (std::int64_t t = 0; t < batch * seq; ++t)
+      for (std::int64_t j = 0; j < hidden; ++j) {
+        double sum = b[p][static_cast<std::size_t>(j)];
+        for (std::int64_t h = 0; h < hidden; ++h) sum += lnv[at(t, h, hidden)] * double{w[p][at(h, j, hidden)]};
+        o[at(t, j, hidden)] = sum;
+      }
+  }
+  std::vector<double> want_probs, want_context(static_cast<std::size_t>(batch * seq * hidden), 0.0);
+  for (std::int64_t bi = 0; bi < batch; ++bi)
+    for (std::int64_t hd = 0; hd < heads; ++hd)
+      for (std::int64_t s = 0; s < seq; ++s) {
+        std::vector<double> row(seq);
+        double top = -1e300;
+        for (std::int64_t t = 0; t < seq; ++t) {
+          double dotp = 0;
+          for (std::int64_t j = 0; j < head_dim; ++j)
+            dotp += proj["q"][at(bi * seq + s, hd * head_dim + j, hidden)] *
+                    proj["k"][at(bi * seq + t, hd * head_dim + j, hidden)];
+          row[static_cast<std::size_t>(t)] = dotp / 2.0 + (1.0 - mask[at(bi, t, seq)]) * -10000.0;
+          top = std::max(top, row[static_cast<std::size_t>(t)]);
+        }
+        double total = 0;
+        for (auto& v : row) total += v = std::exp(v - top);
+        for (auto& v : row) want_probs.push_back(v / total);
+        for (std::int64_t j = 0; j < head_dim; ++j) {
+          double sum = 0;
+          for (std::int64_t t = 0; t < seq; ++t)
+            sum += row[static_cast<std::size_t>(t)] / total * proj["v"][at(bi * seq + t, hd * head_dim + j, hidden)];
+          want_context[at(bi * seq + s, hd * head_dim + j, hidden)] = sum;
+        }
+      }
+
+  npurt::system sys{sim::presets::ascend910b(1)};
+  for (int level : {0, 2}) {
+    CAPTURE(level);
+    session s{sys};
+    const auto r = s.run(s.compile(gr, {.optimization_level = level}),
+                         {{"input_ids", tensor({batch, seq}, dtype::i64, ids)},
+                          {"attention_mask", tensor({batch, seq}, dtype::i64, mask)}});
+    const auto probs = r.outputs.at("probs").to_vector();
+    const auto context = r.outputs.at("context").to_vector();
+    REQUIRE(probs.size() == want_probs.size());
+    REQUIRE(context.size() == want_context.size());
+    for (std::size_t i = 0; i < probs.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::abs(probs[i] - want_probs[i]) <= 1e-5 + 1e-4 * want_probs[i]);
+    }
+    for (std::size_t i = 0; i < context.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::abs(context[i] - want_context[i]) <= 1e-5 + 1e-4 * std::abs(want_context[i]));
+    }
+    // The padded keys of the second sequence get no attention from any query: exp(-10000) is 0
+    // in float.
+    for (std::int64_t hd = 0; hd < heads; ++hd)
+      for (std::int64_t q = 0; q < seq; ++q)
+        for (std::int64_t k = 3; k < seq; ++k)
+          CHECK(probs[static_cast<std::size_t>(((heads + hd) * seq + q) * seq + k)] == 0);
+  }
 }
