@@ -263,6 +263,13 @@ struct gather {
   std::int32_t axis = 0;
 };
 
+/// y = x repeated along every dimension: y[i] = x[i mod x.shape] in each dimension (x and y have
+/// one rank), for any dtype. ONNX's Tile (y's extent a multiple of x's) and Expand (x's extent 1
+/// or y's, NumPy broadcasting once x's shape is aligned to y's rank) are both this.
+struct tile {
+  tensor_desc x{}, y{};
+};
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
@@ -351,6 +358,7 @@ constexpr std::string_view op_name(const fused_elementwise&) noexcept { return "
 constexpr std::string_view op_name(const slice&) noexcept { return "slice"; }
 constexpr std::string_view op_name(const pad&) noexcept { return "pad"; }
 constexpr std::string_view op_name(const gather&) noexcept { return "gather"; }
+constexpr std::string_view op_name(const tile&) noexcept { return "tile"; }
 
 }  // namespace npurt::kernels
 
@@ -359,4 +367,4 @@ constexpr std::string_view op_name(const gather&) noexcept { return "gather"; }
   , kernels::matmul, kernels::conv2d, kernels::conv2d_backward_data, kernels::conv2d_backward_weight,             \
       kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d, \
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,             \
-      kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather
+      kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile

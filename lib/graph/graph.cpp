@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 67> ops_table{"Add",
+constexpr std::array<std::string_view, 69> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -84,7 +84,9 @@ constexpr std::array<std::string_view, 67> ops_table{"Add",
                                                      "Slice",
                                                      "Split",
                                                      "Pad",
-                                                     "Gather"};
+                                                     "Gather",
+                                                     "Tile",
+                                                     "Expand"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -308,6 +310,8 @@ const op_attributes onnx_attributes[] = {
     {"Split", {"axis", "num_outputs", "split"}},  // split: opsets before 13
     {"Pad", {"mode", "pads", "value"}},           // pads and value: opsets before 11
     {"Gather", {"axis"}},
+    {"Tile", {}},    // opset 6 on: repeats is an input
+    {"Expand", {}},  // the target shape is an input
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
@@ -611,6 +615,40 @@ padding pad_spec(const node& n, std::span<const value_info* const> in, std::span
     p.value = held;
   }
   return p;
+}
+
+shape repeated_shape(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants) {
+  const value_info& x = need(n, in, 0);
+  const value_info& by = need(n, in, 1);
+  const bool tile = n.type == "Tile";
+  const ints v = *index_input(n, in, constants, 1, tile ? "repeats" : "shape", {dtype::i64});
+  shape out;
+  if (tile) {
+    // onnx.ai: one non-negative repeat per dimension of the input.
+    if (v.size() != x.shape.rank())
+      fail(errc::invalid_argument, n, by.name,
+           "repeats has " + std::to_string(v.size()) + " values for the rank " + std::to_string(x.shape.rank()) +
+               " input");
+    for (std::size_t d = 0; d < v.size(); ++d) {
+      std::int64_t dim = 0;
+      if (v[d] < 0) fail(errc::invalid_argument, n, by.name, "repeat " + std::to_string(v[d]) + " is negative");
+      if (__builtin_mul_overflow(x.shape[d], v[d], &dim))
+        fail(errc::size_overflow, n, by.name, "dimension " + std::to_string(d) + " times its repeat overflows");
+      out.push_back(dim);
+    }
+  } else {
+    // Expand broadcasts x and the shape NumPy's way; the result is the larger of the two ranks.
+    if (v.size() > shape::max_rank)
+      fail(errc::not_supported, n, by.name, "a shape of rank " + std::to_string(v.size()) + " (at most 8)");
+    value_info target{by.name, {}, x.type};
+    for (const std::int64_t d : v) {
+      if (d < 0) fail(errc::invalid_argument, n, by.name, "dimension " + std::to_string(d) + " is negative");
+      target.shape.push_back(d);
+    }
+    out = broadcast(n, x, target);
+  }
+  need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), out);
+  return out;
 }
 
 }  // namespace graph_ops
@@ -1097,6 +1135,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     return out;
   }
   if (t == "Pad") return one(graph_ops::pad_spec(n, in, constants).dims, need(n, in, 0).type);
+  if (t == "Tile" || t == "Expand") return one(graph_ops::repeated_shape(n, in, constants), need(n, in, 0).type);
   fail(errc::not_supported, n, {}, "unknown operator type");
 }
 

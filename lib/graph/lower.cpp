@@ -273,7 +273,7 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       for (std::size_t i = tr.x.shape.rank(); i-- > 0;) perm.push_back(static_cast<std::int64_t>(i));
     for (std::size_t i = 0; i < perm.size(); ++i) tr.perm[i] = static_cast<std::uint8_t>(perm[i]);
     kernel(tr);
-  } else if (t == "Slice" || t == "Split" || t == "Pad") {
+  } else if (t == "Slice" || t == "Split" || t == "Pad" || t == "Tile" || t == "Expand") {
     // The windows (or the border) inference checked, computed again from the same constants;
     // each output is one strided copy or one pad (data given or not: a timing-only run launches
     // the same kernels).
@@ -287,7 +287,14 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     std::vector<const value_info*> in;
     for (std::size_t i = 0; i < st.in.size(); ++i) in.push_back(st.in[i] < 0 ? nullptr : &infos[i]);
     const tensor_desc x = desc(st.in[0]);
-    if (t == "Pad") {
+    if (t == "Tile" || t == "Expand") {
+      // x aligned to y's rank (Expand's lower-rank input gains leading 1s): then both are a
+      // repeat of x, y[i] = x[i mod x's extents].
+      shape aligned;
+      for (std::size_t d = x.shape.rank(); d < y.shape.rank(); ++d) aligned.push_back(1);
+      for (const std::int64_t d : x.shape) aligned.push_back(d);
+      kernel(kernels::tile{reshaped(x, aligned), y});
+    } else if (t == "Pad") {
       const graph_ops::padding p = graph_ops::pad_spec(n, in, constants);
       kernel(kernels::pad{x, y, p.begins, p.value, p.mode});
     } else if (t == "Slice") {

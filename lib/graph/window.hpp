@@ -1,5 +1,6 @@
 // The windows Slice and Split read from their data input, one strided window per output (the
-// parameters of a kernels::slice), and the border Pad puts around its input (a kernels::pad). Private to the graph
+// parameters of a kernels::slice), the border Pad puts around its input (a kernels::pad), and
+// the shape Tile and Expand repeat their input to (a kernels::tile). Private to the graph
 // library: inference (graph.cpp) checks them and gives the outputs' shapes, lowering (lower.cpp) launches them, from
 // one computation.
 #pragma once
@@ -46,5 +47,11 @@ struct padding {
 /// Throws graph_error as slice_window; a fill that x's dtype cannot hold exactly is
 /// invalid_argument.
 padding pad_spec(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants);
+
+/// The output shape of Tile (x's extents times the constant repeats, one non-negative value per
+/// dimension) or Expand (x broadcast with the constant shape, NumPy's way): both lower to a
+/// kernels::tile, y[i] = x[i mod x's extents]. Throws graph_error as slice_window.
+npurt::shape repeated_shape(const node& n, std::span<const value_info* const> in,
+                            std::span<const tensor* const> constants);
 
 }  // namespace npurt::graph_ops

@@ -528,6 +528,13 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           const auto y_bytes = static_cast<double>(op.y.bytes());
           w.add(static_cast<double>(op.y.shape.elements()), y_bytes + static_cast<double>(op.indices.bytes()), y_bytes,
                 row < 32 ? 2 : 1, op.y.type);
+        } else if constexpr (std::is_same_v<T, tile>) {
+          // Data movement: y written once, x read once (repeats come from on-chip buffers).
+          // Where x's innermost extent is not y's, rows are not copied whole: the vector unit
+          // replicates elements, as a slice that gathers does.
+          const std::size_t r = op.y.shape.rank();
+          const bool whole_rows = r == 0 || op.x.shape[r - 1] == op.y.shape[r - 1];
+          w.add(elems(op.y), std::min(bytes(op.x), bytes(op.y)), bytes(op.y), whole_rows ? 1 : 2, op.y.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

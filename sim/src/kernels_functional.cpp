@@ -541,6 +541,17 @@ void advance(index_array& idx, const shape& s, const index_array& step, int64_t&
   }
 }
 
+// Row-major strides of `s`: how far one step along each dimension moves in its storage.
+index_array row_major_strides(const shape& s) noexcept {
+  index_array st{};
+  int64_t stride = 1;
+  for (size_t d = s.rank(); d-- > 0;) {
+    st[d] = stride;
+    stride *= s[d];
+  }
+  return st;
+}
+
 // Row-major strides of `s` aligned to an output of rank `r`, 0 where s broadcasts.
 index_array broadcast_strides(const shape& s, size_t r) {
   index_array st{};
@@ -907,7 +918,7 @@ void run(const kernels::pool2d_backward& op, const host_tensors& h) {
   h.store(op.dx, dx);
 }
 
-// ---- softmax, reduce, transpose, slice, pad, gather, cast, sgd ---------------------------------
+// ---- softmax, reduce, transpose, slice, pad, gather, tile, cast, sgd ---------------------------
 
 void run(const kernels::softmax& op, const host_tensors& h) {
   const shape& s = op.x.shape;
@@ -1008,12 +1019,7 @@ void run(const kernels::transpose& op, const host_tensors& h) {
   const shape& xs = op.x.shape;
   const size_t r = xs.rank();
   const size_t es = size_of(op.x.type);
-  index_array xstride{};
-  int64_t st = 1;
-  for (size_t i = r; i-- > 0;) {
-    xstride[i] = st;
-    st *= xs[i];
-  }
+  const index_array xstride = row_major_strides(xs);
   // Walking y in row-major order, dimension i of y moves x by xstride[perm[i]].
   index_array ystep{};
   for (size_t i = 0; i < r; ++i) ystep[i] = xstride[op.perm[i]];
@@ -1135,6 +1141,26 @@ std::error_code run(const kernels::gather& op, const host_tensors& h) {
       std::memcpy(dst, src + static_cast<size_t>(a * dim + at[j]) * row, row);
   std::memcpy(h[op.y], out.data(), out.size());
   return {};
+}
+
+void run(const kernels::tile& op, const host_tensors& h) {
+  const shape& xs = op.x.shape;
+  const shape& ys = op.y.shape;
+  const size_t r = ys.rank();
+  const size_t es = size_of(op.y.type);
+  const index_array xstride = row_major_strides(xs);
+  // y's index walks row-major; x's is it modulo x's extents.
+  const std::byte* src = h[op.x];
+  index_array yi{};
+  copy_elements(h, op.y, [&] {
+    int64_t off = 0;
+    for (size_t d = 0; d < r; ++d) off += yi[d] % xs[d] * xstride[d];
+    for (size_t d = r; d-- > 0;) {
+      if (++yi[d] < ys[d]) break;
+      yi[d] = 0;
+    }
+    return src + static_cast<size_t>(off) * es;
+  });
 }
 
 void run(const kernels::cast& op, const host_tensors& h) {

@@ -490,6 +490,13 @@ std::error_code check(const kernels::gather& g) {
   return {};
 }
 
+// Any extents repeat: y's index i reads x's i mod x.shape, which is always inside x.
+std::error_code check(const kernels::tile& t) {
+  if (t.y.type != t.x.type) return fail(errc::invalid_dtype);
+  if (t.y.shape.rank() != t.x.shape.rank()) return fail(errc::invalid_shape);
+  return {};
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -639,7 +646,8 @@ operand_list operands(const kernel_op& op) noexcept {
           b.add(w, o.dx);
         } else if constexpr (std::is_same_v<T, kernels::softmax> || std::is_same_v<T, kernels::reduce> ||
                              std::is_same_v<T, kernels::transpose> || std::is_same_v<T, kernels::cast> ||
-                             std::is_same_v<T, kernels::slice> || std::is_same_v<T, kernels::pad>) {
+                             std::is_same_v<T, kernels::slice> || std::is_same_v<T, kernels::pad> ||
+                             std::is_same_v<T, kernels::tile>) {
           b.add(r, o.x);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::gather>) {

@@ -1,5 +1,5 @@
 // Reference kernels, vector operations: normalisation, pooling, softmax, reductions,
-// transpose, slice, pad, gather, cast, SGD — against hand-computed values, double-precision oracles and finite
+// transpose, slice, pad, gather, tile, cast, SGD — against hand-computed values, double-precision oracles and finite
 // differences for the backward passes; and determinism.
 #include "helpers.hpp"
 
@@ -649,6 +649,52 @@ TEST_CASE("a gather index outside [-s, s - 1] fails the kernel and y keeps what 
     REQUIRE(run(k::gather{data.desc, idx.desc, y.desc, 1}) == 0);
     CHECK(y.values() == std::vector<double>{1, 3, 4, 6});
   }
+}
+
+// ---- tile ----------------------------------------------------------------------------------
+
+TEST_CASE("tile repeats x along every dimension, Tile's multiples and Expand's broadcasts alike", "[kernels][tile]") {
+  int_draw next(0x711e);
+  int checked = 0;
+  for (int round = 0; round < 60; ++round) {
+    for (auto t : {dtype::u8, dtype::f16, dtype::f32, dtype::i64}) {
+      CAPTURE(round, npurt::to_string(t));
+      const auto rank = static_cast<std::size_t>(next(1, 5));
+      shape xs, ys;
+      for (std::size_t d = 0; d < rank; ++d) {
+        const std::int64_t dim = next(1, 4);
+        xs.push_back(dim);
+        // Any extent: a multiple (Tile), the same, a broadcast of 1 (Expand), or neither.
+        ys.push_back(next(1, 9));
+      }
+      tensor x(xs, t), y(ys, t);
+      x.fill(static_cast<std::uint64_t>(round) * 3 + 1, -50, 50, true);
+      REQUIRE(run(k::tile{x.desc, y.desc}) == 0);
+      const auto xv = x.values(), yv = y.values();
+      std::vector<std::int64_t> idx(rank, 0);
+      for (std::size_t i = 0; i < yv.size(); ++i) {
+        std::int64_t flat = 0;
+        for (std::size_t d = 0; d < rank; ++d) flat = flat * xs[d] + idx[d] % xs[d];
+        REQUIRE(yv[i] == xv[static_cast<std::size_t>(flat)]);
+        for (std::size_t d = rank; d-- > 0;) {
+          if (++idx[d] < ys[d]) break;
+          idx[d] = 0;
+        }
+      }
+      ++checked;
+    }
+  }
+  CHECK(checked == 60 * 4);
+  // By hand, onnx.ai's Tile example: [[0, 1], [2, 3]] with repeats [2, 2].
+  tensor m({2, 2}), w({4, 4});
+  m.assign({0, 1, 2, 3});
+  REQUIRE(run(k::tile{m.desc, w.desc}) == 0);
+  CHECK(w.values() == std::vector<double>{0, 1, 0, 1, 2, 3, 2, 3, 0, 1, 0, 1, 2, 3, 2, 3});
+  // Expand of a column [3, 1] to [3, 4].
+  tensor col({3, 1}), e({3, 4});
+  col.assign({1, 2, 3});
+  REQUIRE(run(k::tile{col.desc, e.desc}) == 0);
+  CHECK(e.values() == std::vector<double>{1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
 }
 
 // ---- cast ----------------------------------------------------------------------------------

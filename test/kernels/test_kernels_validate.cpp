@@ -89,6 +89,7 @@ TEST_CASE("well-formed descriptors of every operation validate", "[kernels][vali
       k::pad{t({2, 3}, dtype::u8), t({5, 1}, dtype::u8), {1, -2}, 255, k::pad_mode::constant},
       k::pad{t({2, 3}), t({9, 3}), {-4, 0}, 0, k::pad_mode::reflect},  // a crop past x: border only
       k::pad{t({4}, dtype::bf16), t({4}, dtype::bf16), {}, 0.5, k::pad_mode::wrap},
+      k::tile{t({2, 1}, dtype::i8), t({4, 7}, dtype::i8)},
       k::cast{t({5}, dtype::u8), t({5}, dtype::bf16)},
       k::sgd_update{t({10}, dtype::f32), t({10}, dtype::f16), t({10}), 0.1f, 0.9f},
       k::gather{t({5, 3}), t({2, 4}, dtype::i64), t({2, 4, 3}), 0},
@@ -270,6 +271,8 @@ TEST_CASE("every kind of bad descriptor gets its typed error", "[kernels][valida
        k::gather{t({1, 1, 1, 1, 1, 1, 1, 2}), t({2, 2}, dtype::i64), t({1, 1, 1, 1, 1, 1, 1, 2}), 0},
        errc::invalid_shape},
       {"gather empty indices", k::gather{t({5, 3}), t({0}, dtype::i64), t({0, 3}), 0}, errc::invalid_shape},
+      {"tile dtype", k::tile{t({2, 1}), t({4, 7}, dtype::f16)}, errc::invalid_dtype},
+      {"tile rank", k::tile{t({2, 1}), t({2, 1, 3})}, errc::invalid_shape},
       {"cast shape", k::cast{t({4}), t({2, 2}, dtype::f16)}, errc::invalid_shape},
       {"sgd shapes", k::sgd_update{t({10}), t({11})}, errc::invalid_shape},
       {"sgd buffer shape", k::sgd_update{t({10}), t({10}), t({5}), 0.1f, 0.9f}, errc::invalid_shape},

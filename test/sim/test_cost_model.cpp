@@ -337,3 +337,20 @@ TEST_CASE("gather costs its bytes at no more than HBM's bandwidth; short rows co
   CHECK(col_cycles == estimate(p, kernel_desc{by_col}, cores).total_cycles);
   CHECK(col_cycles > row_cycles);
 }
+
+// A tile is data movement: y written once and x read once, no faster than those bytes over HBM's
+// bandwidth. Replicating single elements along the inner dimension (a broadcast of a column)
+// costs more than copying whole rows over the same bytes.
+TEST_CASE("tile costs at least its bytes over HBM, an inner broadcast more than whole rows", "[sim][cost][tile]") {
+  const preset p = presets::ascend910b(1);
+  const tensor_desc rows_x{nullptr, shape{1, 4096}, dtype::f16};
+  const tensor_desc col_x{nullptr, shape{4096, 1}, dtype::f16};
+  const tensor_desc y{nullptr, shape{4096, 4096}, dtype::f16};
+  const kernel_cost rows = estimate(p, kernel_desc{kernels::tile{rows_x, y}});
+  const kernel_cost cols = estimate(p, kernel_desc{kernels::tile{col_x, y}});
+  CHECK(rows.op == "tile");
+  CHECK(rows.hbm_bytes == rows_x.bytes() + y.bytes());
+  CHECK(rows.total_cycles / p.clock_hz >=
+        static_cast<double>(rows_x.bytes() + y.bytes()) / p.hbm_bandwidth * (1 - 1e-9));
+  CHECK(cols.total_cycles > rows.total_cycles);
+}

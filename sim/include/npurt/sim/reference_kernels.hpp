@@ -6,7 +6,7 @@
 //  - dtypes: FP32 and FP16 everywhere; BF16 everywhere too (the 910B-class cube and vector
 //    units have it; the 910A does not, so an `ascend910` backend may reject BF16 itself);
 //    INT8 for matmul and conv2d forward, with an INT32 output; cast between all dtypes;
-//    transpose, slice, pad and gather move any dtype.
+//    transpose, slice, pad, gather and tile move any dtype.
 //  - layouts: nd and nchw (same thing for the rank-4 operations); nhwc and nc1hwc0 are
 //    errc::invalid_layout.
 //  - a tensor is "absent" when its shape has rank 0 and its data is null; optional operands
