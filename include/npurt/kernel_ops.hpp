@@ -270,6 +270,24 @@ struct tile {
   tensor_desc x{}, y{};
 };
 
+/// How a loss is reduced over its elements: ONNX's `reduction` attribute.
+enum class loss_reduction : std::uint8_t { none, sum, mean };
+
+/// ONNX's NegativeLogLikelihoodLoss (onnx.ai/onnx/operators/onnx__NegativeLogLikelihoodLoss.html):
+/// x [N, C, d1..dk] (log-probabilities, float), target [N, d1..dk] of class indices (int32 or
+/// int64), weight [C] optional (x's dtype). Each element's loss is -x[n, t, d] * weight[t] (weight 1
+/// when absent), 0 where t is ignore_index (when has_ignore_index). reduction none: y has target's
+/// shape; sum: y = [1] holding the sum; mean: the sum over the sum of the weights of the elements
+/// not ignored (their count without weights; 0 / 0 is NaN). A target outside [0, C) that is not
+/// ignored is known only when the kernel runs, which then fails with errc::invalid_argument and
+/// leaves y unwritten. Computed in double, rounded to y's dtype once.
+struct nll_loss {
+  tensor_desc x{}, target{}, weight{}, y{};
+  std::int64_t ignore_index = 0;
+  bool has_ignore_index = false;
+  loss_reduction reduction = loss_reduction::mean;
+};
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
@@ -359,12 +377,14 @@ constexpr std::string_view op_name(const slice&) noexcept { return "slice"; }
 constexpr std::string_view op_name(const pad&) noexcept { return "pad"; }
 constexpr std::string_view op_name(const gather&) noexcept { return "gather"; }
 constexpr std::string_view op_name(const tile&) noexcept { return "tile"; }
+constexpr std::string_view op_name(const nll_loss&) noexcept { return "nll_loss"; }
 
 }  // namespace npurt::kernels
 
 /// Comma-led list of the operation types above, spliced into kernel_op.
-#define NPURT_KERNEL_OP_LIST                                                                                      \
-  , kernels::matmul, kernels::conv2d, kernels::conv2d_backward_data, kernels::conv2d_backward_weight,             \
-      kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d, \
-      kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,             \
-      kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile
+#define NPURT_KERNEL_OP_LIST                                                                                         \
+  , kernels::matmul, kernels::conv2d, kernels::conv2d_backward_data, kernels::conv2d_backward_weight,                \
+      kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d,    \
+      kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,                \
+      kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile, \
+      kernels::nll_loss

@@ -130,7 +130,8 @@ std::span<const std::string_view> composite_ops() noexcept {
                                              "SpaceToDepth",
                                              "Hardmax",
                                              "Squeeze",
-                                             "Unsqueeze"};
+                                             "Unsqueeze",
+                                             "SoftmaxCrossEntropyLoss"};
   return ops;
 }
 
@@ -171,6 +172,10 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     if (outputs.empty() || outputs.size() > 3 || outputs[0].empty())
       fail(errc::parse_error, node_name, {},
            "LayerNormalization '" + node_name + "' has the outputs Y, Mean and InvStdDev, Y named");
+  } else if (t == "SoftmaxCrossEntropyLoss") {
+    if (outputs.empty() || outputs.size() > 2 || outputs[0].empty())
+      fail(errc::parse_error, node_name, {},
+           "SoftmaxCrossEntropyLoss '" + node_name + "' has the outputs output and log_prob, output named");
   } else if (outputs.size() != 1 || outputs[0].empty()) {
     fail(errc::parse_error, node_name, {}, t + " '" + node_name + "' needs exactly one named output");
   }
@@ -274,6 +279,21 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
   }
   if (t == "LayerNormalization") {
     add_layer_norm(g, node_name, ins, outputs, attrs, fresh, step);
+    return;
+  }
+  if (t == "SoftmaxCrossEntropyLoss") {
+    // onnx.ai's function: log_prob = LogSoftmax(scores) over the class axis 1, then
+    // NegativeLogLikelihoodLoss of it with the labels and weights, which checks the reduction
+    // and ignore_index it is given.
+    if (ins.size() < 2 || ins[1].empty())
+      fail(errc::parse_error, node_name, y, "SoftmaxCrossEntropyLoss '" + node_name + "' needs scores and labels");
+    const bool named = outputs.size() > 1 && !outputs[1].empty();
+    const std::string log_prob = named ? outputs[1] : fresh(y + "/log_prob");
+    g.add_node("LogSoftmax", named ? fresh(y + "/log_prob") : log_prob, {ins[0]}, {log_prob},
+               {{"axis", std::int64_t{1}}});
+    std::vector<std::string> nll{log_prob, ins[1]};
+    if (ins.size() > 2 && !ins[2].empty()) nll.push_back(ins[2]);
+    step("NegativeLogLikelihoodLoss", "loss", nll, y, attrs);
     return;
   }
   if (t == "Tan") {

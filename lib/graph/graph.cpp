@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 69> ops_table{"Add",
+constexpr std::array<std::string_view, 70> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -86,7 +86,8 @@ constexpr std::array<std::string_view, 69> ops_table{"Add",
                                                      "Pad",
                                                      "Gather",
                                                      "Tile",
-                                                     "Expand"};
+                                                     "Expand",
+                                                     "NegativeLogLikelihoodLoss"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -312,6 +313,8 @@ const op_attributes onnx_attributes[] = {
     {"Gather", {"axis"}},
     {"Tile", {}},    // opset 6 on: repeats is an input
     {"Expand", {}},  // the target shape is an input
+    {"NegativeLogLikelihoodLoss", {"ignore_index", "reduction"}},
+    {"SoftmaxCrossEntropyLoss", {"ignore_index", "reduction"}},
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
@@ -649,6 +652,14 @@ shape repeated_shape(const node& n, std::span<const value_info* const> in, std::
   }
   need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), out);
   return out;
+}
+
+kernels::loss_reduction loss_reduction_of(const node& n) {
+  const std::string r = n.attrs.get_string("reduction", "mean");
+  if (r == "none") return kernels::loss_reduction::none;
+  if (r == "sum") return kernels::loss_reduction::sum;
+  if (r == "mean") return kernels::loss_reduction::mean;
+  fail(errc::invalid_argument, n, {}, "reduction '" + r + "' is not none, sum or mean");
 }
 
 }  // namespace graph_ops
@@ -1136,6 +1147,30 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
   }
   if (t == "Pad") return one(graph_ops::pad_spec(n, in, constants).dims, need(n, in, 0).type);
   if (t == "Tile" || t == "Expand") return one(graph_ops::repeated_shape(n, in, constants), need(n, in, 0).type);
+  if (t == "NegativeLogLikelihoodLoss") {
+    // onnx.ai: input [N, C, d1..dk], target [N, d1..dk] of class indices, weight [C].
+    const value_info& x = need(n, in, 0);
+    const value_info& target = need(n, in, 1);
+    need_float(n, x);
+    if (target.type != dtype::i32 && target.type != dtype::i64)
+      fail(errc::invalid_dtype, n, target.name,
+           "target must be int32 or int64 class indices, got " + std::string(to_string(target.type)));
+    if (x.shape.rank() < 2)
+      fail(errc::invalid_shape, n, x.name, "input must be [N, C, d1..dk], got " + shape_string(x.shape));
+    shape want{x.shape[0]};
+    for (std::size_t d = 2; d < x.shape.rank(); ++d) want.push_back(x.shape[d]);
+    if (!(target.shape == want))
+      fail(errc::invalid_shape, n, target.name,
+           "target must be " + shape_string(want) + " for input " + shape_string(x.shape) + ", got " +
+               shape_string(target.shape));
+    if (in.size() > 2 && in[2]) {
+      same_type(n, x, *in[2]);
+      if (!(in[2]->shape == shape{x.shape[1]}))
+        fail(errc::invalid_shape, n, in[2]->name,
+             "weight must be [C] = [" + std::to_string(x.shape[1]) + "], got " + shape_string(in[2]->shape));
+    }
+    return one(graph_ops::loss_reduction_of(n) == kernels::loss_reduction::none ? target.shape : shape{}, x.type);
+  }
   fail(errc::not_supported, n, {}, "unknown operator type");
 }
 
@@ -1267,11 +1302,13 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
 
 void graph::add_composite(std::string_view type, std::string name, const std::vector<std::string>& inputs,
                           const std::vector<std::string>& outputs, const npurt::attributes& attrs) {
-  const std::size_t most = type == "LayerNormalization" ? 3 : 1;
+  const std::size_t most = type == "LayerNormalization" ? 3 : type == "SoftmaxCrossEntropyLoss" ? 2 : 1;
   if (outputs.size() > most || outputs.empty() || outputs[0].empty())
     throw graph_error(make_error_code(errc::invalid_argument), name, {},
                       "node '" + name + "': " + std::string(type) + " has " +
-                          (most == 1 ? std::string("one output") : "the outputs Y, Mean and InvStdDev, Y named") +
+                          (most == 1   ? std::string("one output")
+                           : most == 2 ? std::string("the outputs output and log_prob, output named")
+                                       : "the outputs Y, Mean and InvStdDev, Y named") +
                           ", " + std::to_string(outputs.size()) + " named");
   if (inputs.empty() || inputs[0].empty())
     throw graph_error(make_error_code(errc::invalid_argument), name, {},

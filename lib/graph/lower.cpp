@@ -317,6 +317,15 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     if (axis < 0) axis += static_cast<std::int64_t>(g.data.shape.rank());
     g.axis = static_cast<std::int32_t>(axis);
     kernel(g);
+  } else if (t == "NegativeLogLikelihoodLoss") {
+    // A reduced loss is an ONNX scalar: the kernel writes it as one element.
+    kernels::nll_loss k{desc(st.in[0]), desc(st.in[1])};
+    if (n.inputs.size() > 2 && st.in[2] >= 0) k.weight = desc(st.in[2]);
+    k.reduction = graph_ops::loss_reduction_of(n);
+    k.y = k.reduction == kernels::loss_reduction::none ? y : reshaped(y, shape{1});
+    k.has_ignore_index = n.attrs.has("ignore_index");
+    k.ignore_index = n.attrs.get_int("ignore_index", 0);
+    kernel(k);
   } else if (t == "Cast" || t == "CastLike") {
     // ONNX's reference implementation converts with NumPy's astype: floats truncate toward zero.
     kernel(kernels::cast{desc(st.in[0]), y, kernels::round_mode::trunc});

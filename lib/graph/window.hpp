@@ -54,4 +54,8 @@ padding pad_spec(const node& n, std::span<const value_info* const> in, std::span
 npurt::shape repeated_shape(const node& n, std::span<const value_info* const> in,
                             std::span<const tensor* const> constants);
 
+/// NegativeLogLikelihoodLoss's `reduction` (none, sum or mean; mean when absent). Throws
+/// graph_error (invalid_argument) for any other.
+kernels::loss_reduction loss_reduction_of(const node& n);
+
 }  // namespace npurt::graph_ops

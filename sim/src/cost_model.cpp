@@ -535,6 +535,11 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           const std::size_t r = op.y.shape.rank();
           const bool whole_rows = r == 0 || op.x.shape[r - 1] == op.y.shape[r - 1];
           w.add(elems(op.y), std::min(bytes(op.x), bytes(op.y)), bytes(op.y), whole_rows ? 1 : 2, op.y.type);
+        } else if constexpr (std::is_same_v<T, nll_loss>) {
+          // One element of x per target, picked by its class: a gather through the vector unit,
+          // then a multiply by the class weight and the reduction.
+          const double picked = elems(op.target) * static_cast<double>(size_of(op.x.type));
+          w.add(elems(op.target), bytes(op.target) + picked + bytes(op.weight), bytes(op.y), 3, op.x.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

@@ -1163,6 +1163,46 @@ void run(const kernels::tile& op, const host_tensors& h) {
   });
 }
 
+// ONNX's NegativeLogLikelihoodLoss, as its reference implementation computes it: every target
+// checked before anything is written, sums in double, one rounding to y's dtype.
+std::error_code run(const kernels::nll_loss& op, const host_tensors& h) {
+  const shape& xs = op.x.shape;
+  const int64_t n = xs[0], c = xs[1];
+  int64_t inner = 1;  // d1 * ... * dk
+  for (size_t d = 2; d < xs.rank(); ++d) inner *= xs[d];
+  const auto count = static_cast<size_t>(n * inner);
+  const std::byte* tgt = h[op.target];
+  std::vector<int64_t> t(count);
+  for (size_t i = 0; i < count; ++i) {
+    t[i] = read_int(op.target.type, tgt, i);
+    const bool ignored = op.has_ignore_index && t[i] == op.ignore_index;
+    if (!ignored && (t[i] < 0 || t[i] >= c)) return make_error_code(errc::invalid_argument);
+  }
+  const std::byte* x = h[op.x];
+  const bool weighted = h.present(op.weight);
+  const std::byte* w = weighted ? h[op.weight] : nullptr;
+  std::vector<double> loss(count);
+  double sum = 0, weights = 0;
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t j = 0; j < inner; ++j) {
+      const auto i = static_cast<size_t>(b * inner + j);
+      if (op.has_ignore_index && t[i] == op.ignore_index) continue;
+      const double wt = weighted ? read_float(op.weight.type, w, static_cast<size_t>(t[i])) : 1.0;
+      loss[i] = -static_cast<double>(read_float(op.x.type, x, static_cast<size_t>((b * c + t[i]) * inner + j))) * wt;
+      sum += loss[i];
+      weights += wt;
+    }
+  std::byte* y = h[op.y];
+  switch (op.reduction) {
+    case kernels::loss_reduction::none:
+      for (size_t i = 0; i < count; ++i) write_float(op.y.type, y, i, static_cast<float>(loss[i]));
+      break;
+    case kernels::loss_reduction::sum: write_float(op.y.type, y, 0, static_cast<float>(sum)); break;
+    case kernels::loss_reduction::mean: write_float(op.y.type, y, 0, static_cast<float>(sum / weights)); break;
+  }
+  return {};
+}
+
 void run(const kernels::cast& op, const host_tensors& h) {
   const auto n = static_cast<size_t>(op.x.shape.elements());
   std::vector<std::byte> out(n * size_of(op.y.type));  // staged: x and y may overlap

@@ -497,6 +497,24 @@ std::error_code check(const kernels::tile& t) {
   return {};
 }
 
+// ONNX's NegativeLogLikelihoodLoss: target is x without its class dimension; the class indices
+// themselves are data, checked when the kernel runs.
+std::error_code check(const kernels::nll_loss& l) {
+  if (!is_float(l.x.type)) return fail(errc::invalid_dtype);
+  if (l.target.type != dtype::i32 && l.target.type != dtype::i64) return fail(errc::invalid_dtype);
+  if (l.y.type != l.x.type || (!absent(l.weight) && l.weight.type != l.x.type)) return fail(errc::invalid_dtype);
+  if (static_cast<unsigned>(l.reduction) > static_cast<unsigned>(kernels::loss_reduction::mean))
+    return fail(errc::invalid_argument);
+  const std::size_t rank = l.x.shape.rank();
+  if (rank < 2 || l.target.shape.rank() != rank - 1) return fail(errc::invalid_shape);
+  for (std::size_t d = 0; d + 1 < rank; ++d)
+    if (l.target.shape[d] != l.x.shape[d == 0 ? 0 : d + 1]) return fail(errc::invalid_shape);
+  if (!absent(l.weight) && !(l.weight.shape == shape{l.x.shape[1]})) return fail(errc::invalid_shape);
+  const shape want = l.reduction == kernels::loss_reduction::none ? l.target.shape : shape{1};
+  if (!(l.y.shape == want)) return fail(errc::invalid_shape);
+  return {};
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -649,6 +667,11 @@ operand_list operands(const kernel_op& op) noexcept {
                              std::is_same_v<T, kernels::slice> || std::is_same_v<T, kernels::pad> ||
                              std::is_same_v<T, kernels::tile>) {
           b.add(r, o.x);
+          b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::nll_loss>) {
+          b.add(r, o.x);
+          b.add(r, o.target);
+          b.add_optional(r, o.weight);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::gather>) {
           b.add(r, o.data, o.indices);

@@ -1,6 +1,6 @@
 // Reference kernels, vector operations: normalisation, pooling, softmax, reductions,
-// transpose, slice, pad, gather, tile, cast, SGD — against hand-computed values, double-precision oracles and finite
-// differences for the backward passes; and determinism.
+// transpose, slice, pad, gather, tile, nll_loss, cast, SGD — against hand-computed values, double-precision oracles and
+// finite differences for the backward passes; and determinism.
 #include "helpers.hpp"
 
 #include <catch2/catch_test_macros.hpp>
@@ -563,13 +563,13 @@ TEST_CASE("gather picks ONNX's slices along any axis, scalar, 1-D and 2-D indice
     shape indices;
   };
   const layout_case layouts[] = {
-      {{5}, 0, {}},            // a scalar index of a vector: y is a scalar
-      {{5}, 0, {7}},           // more indices than rows, repeats
-      {{4, 3}, 0, {2, 2}},     // 2-D indices, rows
-      {{4, 3}, 1, {}},         // a scalar index on the last axis: a column
-      {{4, 3}, 1, {2, 3}},     // 2-D indices on the last axis
+      {{5}, 0, {}},  // a scalar index of a vector: y is a scalar
+      {{5}, 0, {7}},  // more indices than rows, repeats
+      {{4, 3}, 0, {2, 2}},  // 2-D indices, rows
+      {{4, 3}, 1, {}},  // a scalar index on the last axis: a column
+      {{4, 3}, 1, {2, 3}},  // 2-D indices on the last axis
       {{2, 3, 4}, 1, {2, 3}},  // a middle axis
-      {{2, 3, 4}, 2, {5}},     // the last axis, one element per row
+      {{2, 3, 4}, 2, {5}},  // the last axis, one element per row
       {{3, 4, 5}, 0, {1}},    {{2, 1, 3, 2}, 3, {2, 1, 2}},  // y of rank 6
   };
   int checked = 0;
@@ -697,6 +697,76 @@ TEST_CASE("tile repeats x along every dimension, Tile's multiples and Expand's b
   CHECK(e.values() == std::vector<double>{1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
 }
 
+// ---- nll_loss --------------------------------------------------------------------------------
+
+TEST_CASE("nll_loss is ONNX's NegativeLogLikelihoodLoss: weights, ignore_index, each reduction", "[kernels][nll]") {
+  int_draw next(0x1055);
+  int checked = 0;
+  for (int round = 0; round < 40; ++round) {
+    for (auto red : {k::loss_reduction::none, k::loss_reduction::sum, k::loss_reduction::mean}) {
+      CAPTURE(round, static_cast<int>(red));
+      // x [N, C, d1..dk], k in 0..2.
+      const std::int64_t n = next(1, 3), c = next(2, 5);
+      shape xs{n, c}, ts{n};
+      for (std::int64_t d = next(0, 2); d > 0; --d) {
+        const std::int64_t e = next(1, 3);
+        xs.push_back(e);
+        ts.push_back(e);
+      }
+      tensor x(xs), target(ts, next(0, 1) ? dtype::i64 : dtype::i32), weight({c});
+      x.fill(static_cast<std::uint64_t>(round) + 1, -4, 0, false);
+      weight.fill(static_cast<std::uint64_t>(round) + 7, 0.5, 2, false);
+      const bool weighted = next(0, 1) != 0, ignoring = next(0, 1) != 0;
+      const std::int64_t ignore = ignoring ? next(0, c - 1) : 0;
+      for (std::size_t i = 0; i < target.size(); ++i) target.set(i, static_cast<double>(next(0, c - 1)));
+      tensor y(red == k::loss_reduction::none ? ts : shape{1});
+      k::nll_loss op{x.desc, target.desc, weighted ? weight.desc : tensor_desc{}, y.desc, ignore, ignoring, red};
+      REQUIRE(run(op) == 0);
+      // The definition, element by element: -x[n, t, j] * w[t], 0 where t is ignored.
+      const std::int64_t inner = static_cast<std::int64_t>(target.size()) / n;
+      const auto xv = x.values(), tv = target.values(), wv = weight.values();
+      std::vector<double> loss(target.size(), 0.0);
+      double sum = 0, wsum = 0;
+      for (std::size_t i = 0; i < loss.size(); ++i) {
+        const auto t = static_cast<std::int64_t>(tv[i]);
+        if (ignoring && t == ignore) continue;
+        const std::int64_t b = static_cast<std::int64_t>(i) / inner, j = static_cast<std::int64_t>(i) % inner;
+        const double w = weighted ? wv[static_cast<std::size_t>(t)] : 1.0;
+        loss[i] = -xv[static_cast<std::size_t>((b * c + t) * inner + j)] * w;
+        sum += loss[i];
+        wsum += w;
+      }
+      const auto got = y.values();
+      if (red == k::loss_reduction::none) {
+        for (std::size_t i = 0; i < loss.size(); ++i)
+          REQUIRE(got[i] == static_cast<double>(static_cast<float>(loss[i])));
+      } else {
+        const double want = red == k::loss_reduction::sum ? sum : sum / wsum;
+        if (std::isnan(want)) REQUIRE(std::isnan(got[0]));  // every element ignored: 0 / 0
+        else REQUIRE(got[0] == static_cast<double>(static_cast<float>(want)));
+      }
+      ++checked;
+    }
+  }
+  CHECK(checked == 40 * 3);
+}
+
+TEST_CASE("nll_loss with a target outside the classes fails and leaves y unwritten", "[kernels][nll]") {
+  tensor x({2, 3}), target({2}, dtype::i64), y({2});
+  x.assign({-1, -2, -3, -4, -5, -6});
+  y.assign({42, 42});
+  for (const double bad : {3.0, -1.0}) {
+    target.assign({0, bad});
+    CHECK(run(k::nll_loss{x.desc, target.desc, {}, y.desc, 0, false, k::loss_reduction::none}) ==
+          static_cast<int>(npurt::errc::invalid_argument));
+    CHECK(y.values() == std::vector<double>{42, 42});
+  }
+  // -1 is a class no more when it is the ignore_index: that element's loss is 0.
+  target.assign({2, -1});
+  REQUIRE(run(k::nll_loss{x.desc, target.desc, {}, y.desc, -1, true, k::loss_reduction::none}) == 0);
+  CHECK(y.values() == std::vector<double>{3, 0});
+}
+
 // ---- cast ----------------------------------------------------------------------------------
 
 TEST_CASE("cast rounds to nearest even and saturates", "[kernels][cast]") {
@@ -765,11 +835,11 @@ TEST_CASE("cast from float to integer rounds as its mode says (Ascend C's RoundM
   };
   const double hi = 2147483647, lo = -2147483648.0;
   const mode_case cases[] = {
-      {k::round_mode::rint, {4, -2, 2, -1, 0, 0, hi, lo}},   // halves to even
+      {k::round_mode::rint, {4, -2, 2, -1, 0, 0, hi, lo}},  // halves to even
       {k::round_mode::floor, {3, -2, 2, -1, 0, 0, hi, lo}},  // toward -inf
-      {k::round_mode::ceil, {4, -1, 3, 0, 1, 0, hi, lo}},    // toward +inf
+      {k::round_mode::ceil, {4, -1, 3, 0, 1, 0, hi, lo}},  // toward +inf
       {k::round_mode::round, {4, -2, 3, -1, 0, 0, hi, lo}},  // halves away from zero
-      {k::round_mode::trunc, {3, -1, 2, 0, 0, 0, hi, lo}},   // toward zero (ONNX, C++, NumPy)
+      {k::round_mode::trunc, {3, -1, 2, 0, 0, 0, hi, lo}},  // toward zero (ONNX, C++, NumPy)
   };
   const auto n = static_cast<std::int64_t>(in.size());
   tensor x({n}), y({n}, dtype::i32);

@@ -354,3 +354,17 @@ TEST_CASE("tile costs at least its bytes over HBM, an inner broadcast more than 
         static_cast<double>(rows_x.bytes() + y.bytes()) / p.hbm_bandwidth * (1 - 1e-9));
   CHECK(cols.total_cycles > rows.total_cycles);
 }
+
+// A loss reads one element of x per target (the class it picks) and the targets, and writes y: no
+// faster than those bytes over HBM's bandwidth, and far cheaper than reading all of x.
+TEST_CASE("nll_loss costs the elements it picks, not the whole input", "[sim][cost][nll]") {
+  const preset p = presets::ascend910b(1);
+  const tensor_desc x{nullptr, shape{512, 32000}, dtype::f32};
+  const tensor_desc target{nullptr, shape{512}, dtype::i64};
+  const tensor_desc y{nullptr, shape{1}, dtype::f32};
+  const kernel_cost c = estimate(p, kernel_desc{kernels::nll_loss{x, target, {}, y}});
+  CHECK(c.op == "nll_loss");
+  const double bytes = static_cast<double>(target.bytes() + 512 * 4 + y.bytes());
+  CHECK(c.total_cycles / p.clock_hz >= bytes / p.hbm_bandwidth * (1 - 1e-9));
+  CHECK(c.total_cycles / p.clock_hz < static_cast<double>(x.bytes()) / p.hbm_bandwidth);
+}
