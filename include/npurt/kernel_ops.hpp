@@ -270,6 +270,16 @@ struct tile {
   tensor_desc x{}, y{};
 };
 
+/// ONNX's Trilu (onnx.ai/onnx/operators/onnx__Trilu.html): y = x with the elements of each matrix
+/// (the last two dimensions) outside a triangle set to zero, for any dtype. upper keeps column j of
+/// row i where j - i >= k, lower where j - i <= k; k may be any value (a triangle past the matrix
+/// keeps all or none of it). x and y have one shape, of rank 2 or more.
+struct trilu {
+  tensor_desc x{}, y{};
+  std::int64_t k = 0;
+  bool upper = true;
+};
+
 /// How a loss is reduced over its elements: ONNX's `reduction` attribute.
 enum class loss_reduction : std::uint8_t { none, sum, mean };
 
@@ -378,6 +388,7 @@ constexpr std::string_view op_name(const pad&) noexcept { return "pad"; }
 constexpr std::string_view op_name(const gather&) noexcept { return "gather"; }
 constexpr std::string_view op_name(const tile&) noexcept { return "tile"; }
 constexpr std::string_view op_name(const nll_loss&) noexcept { return "nll_loss"; }
+constexpr std::string_view op_name(const trilu&) noexcept { return "trilu"; }
 
 }  // namespace npurt::kernels
 
@@ -387,4 +398,4 @@ constexpr std::string_view op_name(const nll_loss&) noexcept { return "nll_loss"
       kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d,    \
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,                \
       kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile, \
-      kernels::nll_loss
+      kernels::nll_loss, kernels::trilu

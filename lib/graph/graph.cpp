@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 70> ops_table{"Add",
+constexpr std::array<std::string_view, 71> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -87,7 +87,8 @@ constexpr std::array<std::string_view, 70> ops_table{"Add",
                                                      "Gather",
                                                      "Tile",
                                                      "Expand",
-                                                     "NegativeLogLikelihoodLoss"};
+                                                     "NegativeLogLikelihoodLoss",
+                                                     "Trilu"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -315,6 +316,7 @@ const op_attributes onnx_attributes[] = {
     {"Expand", {}},  // the target shape is an input
     {"NegativeLogLikelihoodLoss", {"ignore_index", "reduction"}},
     {"SoftmaxCrossEntropyLoss", {"ignore_index", "reduction"}},
+    {"Trilu", {"upper"}},
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
@@ -660,6 +662,14 @@ kernels::loss_reduction loss_reduction_of(const node& n) {
   if (r == "sum") return kernels::loss_reduction::sum;
   if (r == "mean") return kernels::loss_reduction::mean;
   fail(errc::invalid_argument, n, {}, "reduction '" + r + "' is not none, sum or mean");
+}
+
+std::int64_t trilu_k(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants) {
+  const auto k = index_input(n, in, constants, 1, "k", {dtype::i64});
+  if (!k) return 0;
+  if (k->size() != 1)
+    fail(errc::invalid_shape, n, in[1]->name, "k must be one value, got " + std::to_string(k->size()));
+  return k->front();
 }
 
 }  // namespace graph_ops
@@ -1147,6 +1157,14 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
   }
   if (t == "Pad") return one(graph_ops::pad_spec(n, in, constants).dims, need(n, in, 0).type);
   if (t == "Tile" || t == "Expand") return one(graph_ops::repeated_shape(n, in, constants), need(n, in, 0).type);
+  if (t == "Trilu") {
+    const value_info& x = need(n, in, 0);
+    if (x.shape.rank() < 2)
+      fail(errc::invalid_shape, n, x.name, "needs a matrix (rank 2 or more), got " + shape_string(x.shape));
+    (void)graph_ops::trilu_k(n, in, constants);
+    need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), x.shape);
+    return one(x.shape, x.type);
+  }
   if (t == "NegativeLogLikelihoodLoss") {
     // onnx.ai: input [N, C, d1..dk], target [N, d1..dk] of class indices, weight [C].
     const value_info& x = need(n, in, 0);

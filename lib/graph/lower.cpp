@@ -273,7 +273,7 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       for (std::size_t i = tr.x.shape.rank(); i-- > 0;) perm.push_back(static_cast<std::int64_t>(i));
     for (std::size_t i = 0; i < perm.size(); ++i) tr.perm[i] = static_cast<std::uint8_t>(perm[i]);
     kernel(tr);
-  } else if (t == "Slice" || t == "Split" || t == "Pad" || t == "Tile" || t == "Expand") {
+  } else if (t == "Slice" || t == "Split" || t == "Pad" || t == "Tile" || t == "Expand" || t == "Trilu") {
     // The windows (or the border) inference checked, computed again from the same constants;
     // each output is one strided copy or one pad (data given or not: a timing-only run launches
     // the same kernels).
@@ -287,7 +287,9 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     std::vector<const value_info*> in;
     for (std::size_t i = 0; i < st.in.size(); ++i) in.push_back(st.in[i] < 0 ? nullptr : &infos[i]);
     const tensor_desc x = desc(st.in[0]);
-    if (t == "Tile" || t == "Expand") {
+    if (t == "Trilu") {
+      kernel(kernels::trilu{x, y, graph_ops::trilu_k(n, in, constants), n.attrs.get_int("upper", 1) != 0});
+    } else if (t == "Tile" || t == "Expand") {
       // x aligned to y's rank (Expand's lower-rank input gains leading 1s): then both are a
       // repeat of x, y[i] = x[i mod x's extents].
       shape aligned;

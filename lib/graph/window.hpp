@@ -58,4 +58,8 @@ npurt::shape repeated_shape(const node& n, std::span<const value_info* const> in
 /// graph_error (invalid_argument) for any other.
 kernels::loss_reduction loss_reduction_of(const node& n);
 
+/// Trilu's diagonal offset: its constant int64 input k (one value), 0 when omitted. Throws
+/// graph_error as slice_window.
+std::int64_t trilu_k(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants);
+
 }  // namespace npurt::graph_ops

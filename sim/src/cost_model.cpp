@@ -540,6 +540,9 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           // then a multiply by the class weight and the reduction.
           const double picked = elems(op.target) * static_cast<double>(size_of(op.x.type));
           w.add(elems(op.target), bytes(op.target) + picked + bytes(op.weight), bytes(op.y), 3, op.x.type);
+        } else if constexpr (std::is_same_v<T, trilu>) {
+          // One vector pass: x read, y written, a compare and a select per element.
+          w.add(elems(op.y), bytes(op.x), bytes(op.y), 2, op.y.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

@@ -1203,6 +1203,22 @@ std::error_code run(const kernels::nll_loss& op, const host_tensors& h) {
   return {};
 }
 
+void run(const kernels::trilu& op, const host_tensors& h) {
+  const shape& s = op.x.shape;
+  const int64_t rows = s[s.rank() - 2], cols = s[s.rank() - 1];
+  const size_t es = size_of(op.x.type);
+  const std::array<std::byte, 8> zero{};  // 0 in every dtype
+  const std::byte* src = h[op.x];
+  size_t i = 0;
+  copy_elements(h, op.y, [&] {
+    const auto at = static_cast<int64_t>(i);
+    const int64_t col = at % cols, row = at / cols % rows;
+    // j - i against k without overflow: both sides stay within a few dimensions of int64's range.
+    const bool keep = op.upper ? col - row >= op.k : col - row <= op.k;
+    return keep ? src + i++ * es : (++i, zero.data());
+  });
+}
+
 void run(const kernels::cast& op, const host_tensors& h) {
   const auto n = static_cast<size_t>(op.x.shape.elements());
   std::vector<std::byte> out(n * size_of(op.y.type));  // staged: x and y may overlap

@@ -515,6 +515,12 @@ std::error_code check(const kernels::nll_loss& l) {
   return {};
 }
 
+std::error_code check(const kernels::trilu& t) {
+  if (t.y.type != t.x.type) return fail(errc::invalid_dtype);
+  if (t.x.shape.rank() < 2 || !(t.y.shape == t.x.shape)) return fail(errc::invalid_shape);
+  return {};
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -665,7 +671,7 @@ operand_list operands(const kernel_op& op) noexcept {
         } else if constexpr (std::is_same_v<T, kernels::softmax> || std::is_same_v<T, kernels::reduce> ||
                              std::is_same_v<T, kernels::transpose> || std::is_same_v<T, kernels::cast> ||
                              std::is_same_v<T, kernels::slice> || std::is_same_v<T, kernels::pad> ||
-                             std::is_same_v<T, kernels::tile>) {
+                             std::is_same_v<T, kernels::tile> || std::is_same_v<T, kernels::trilu>) {
           b.add(r, o.x);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::nll_loss>) {

@@ -1,4 +1,4 @@
-// Tile and Expand (onnx.ai/onnx/operators/onnx__Tile.html, onnx__Expand.html): output shapes,
+// Tile, Expand and Trilu (onnx.ai/onnx/operators/onnx__Tile.html, onnx__Expand.html, onnx__Trilu.html): output shapes,
 // values through compiled runs against the index formula y[i] = x[i mod x's extents], the typed
 // errors, and a timing-only run.
 #include <npurt/graph/session.hpp>
@@ -149,4 +149,42 @@ TEST_CASE("Tile and Expand lower to tile kernels in a timing-only run", "[graph]
     const double floor_s = (op.name == "e" ? expand_bytes : tile_bytes) / bw;
     CHECK(static_cast<double>(op.busy.count()) * 1e-12 >= floor_s * (1 - 1e-9));
   }
+}
+
+TEST_CASE("Trilu keeps the triangle its constant k and upper attribute name", "[graph][trilu]") {
+  for (const bool upper : {true, false})
+    for (const std::int64_t k : {-2, 0, 1, 7}) {
+      CAPTURE(upper, k);
+      graph g("trilu");
+      auto x = g.add_input("x", {2, 3, 4}, dtype::f32);
+      g.set_output(
+          g.add_op("Trilu", {x, g.add_constant("k", ints_tensor({k}))}, {{"upper", std::int64_t{upper}}}, "y"));
+      auto sys = test::make_system();
+      session s{sys};
+      const auto y = s.run(s.compile(g), {{"x", tensor({2, 3, 4}, dtype::f32, iota(24))}}).outputs.at("y").to_vector();
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        const auto j = static_cast<std::int64_t>(i % 4), r = static_cast<std::int64_t>(i / 4 % 3);
+        CHECK(y[i] == ((upper ? j - r >= k : j - r <= k) ? static_cast<double>(i) : 0.0));
+      }
+    }
+  expect_graph_error(
+      [] {
+        graph g("rank");
+        g.add_op("Trilu", {g.add_input("x", {4}, dtype::f32)}, {}, "y");
+      },
+      errc::invalid_shape, "y", "x");
+  expect_graph_error(
+      [] {
+        graph g("k");
+        auto x = g.add_input("x", {4, 4}, dtype::f32);
+        g.add_op("Trilu", {x, g.add_constant("k", ints_tensor({1, 2}))}, {}, "y");
+      },
+      errc::invalid_shape, "y", "k");
+  expect_graph_error(
+      [] {
+        graph g("fed");
+        auto x = g.add_input("x", {4, 4}, dtype::f32);
+        g.add_op("Trilu", {x, g.add_input("k", {1}, dtype::i64)}, {}, "y");
+      },
+      errc::not_supported, "y", "k");
 }

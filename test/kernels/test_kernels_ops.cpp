@@ -1,6 +1,6 @@
 // Reference kernels, vector operations: normalisation, pooling, softmax, reductions,
-// transpose, slice, pad, gather, tile, nll_loss, cast, SGD — against hand-computed values, double-precision oracles and
-// finite differences for the backward passes; and determinism.
+// transpose, slice, pad, gather, tile, nll_loss, trilu, cast, SGD — against hand-computed values, double-precision
+// oracles and finite differences for the backward passes; and determinism.
 #include "helpers.hpp"
 
 #include <catch2/catch_test_macros.hpp>
@@ -765,6 +765,38 @@ TEST_CASE("nll_loss with a target outside the classes fails and leaves y unwritt
   target.assign({2, -1});
   REQUIRE(run(k::nll_loss{x.desc, target.desc, {}, y.desc, -1, true, k::loss_reduction::none}) == 0);
   CHECK(y.values() == std::vector<double>{3, 0});
+}
+
+// ---- trilu ---------------------------------------------------------------------------------
+
+TEST_CASE("trilu keeps each matrix's triangle and zeroes the rest, any k, any dtype", "[kernels][trilu]") {
+  int_draw next(0x7e1);
+  for (int round = 0; round < 50; ++round)
+    for (auto t : {dtype::i64, dtype::f16, dtype::u8}) {
+      const bool upper = next(0, 1) != 0;
+      const std::int64_t k = next(-6, 6);
+      shape s;
+      for (std::int64_t d = next(0, 2); d > 0; --d) s.push_back(next(1, 3));
+      const std::int64_t rows = next(1, 5), cols = next(1, 5);
+      s.push_back(rows);
+      s.push_back(cols);
+      CAPTURE(round, npurt::to_string(t), upper, k);
+      tensor x(s, t), y(s, t);
+      x.fill(static_cast<std::uint64_t>(round) + 3, 1, 100, true);
+      REQUIRE(run(k::trilu{x.desc, y.desc, k, upper}) == 0);
+      const auto xv = x.values(), yv = y.values();
+      for (std::size_t i = 0; i < yv.size(); ++i) {
+        const auto j = static_cast<std::int64_t>(i % static_cast<std::size_t>(cols));
+        const auto r = static_cast<std::int64_t>(i / static_cast<std::size_t>(cols) % static_cast<std::size_t>(rows));
+        const bool keep = upper ? j - r >= k : j - r <= k;
+        REQUIRE(yv[i] == (keep ? xv[i] : 0.0));
+      }
+    }
+  // By hand, onnx.ai's triu example with k = 1 on a 4x5 matrix.
+  tensor m({4, 5}), u({4, 5});
+  m.assign({4, 7, 3, 7, 9, 1, 2, 8, 6, 9, 9, 4, 0, 8, 7, 4, 3, 4, 2, 4});
+  REQUIRE(run(k::trilu{m.desc, u.desc, 1, true}) == 0);
+  CHECK(u.values() == std::vector<double>{0, 7, 3, 7, 9, 0, 0, 8, 6, 9, 0, 0, 0, 8, 7, 0, 0, 0, 0, 4});
 }
 
 // ---- cast ----------------------------------------------------------------------------------

@@ -93,6 +93,7 @@ TEST_CASE("well-formed descriptors of every operation validate", "[kernels][vali
       k::nll_loss{t({4, 3, 2}), t({4, 2}, dtype::i64), t({3}), t({1})},
       k::nll_loss{
           t({4, 3}, dtype::f16), t({4}, dtype::i32), {}, t({4}, dtype::f16), -100, true, k::loss_reduction::none},
+      k::trilu{t({2, 3, 4}, dtype::i64), t({2, 3, 4}, dtype::i64), std::numeric_limits<std::int64_t>::min(), false},
       k::cast{t({5}, dtype::u8), t({5}, dtype::bf16)},
       k::sgd_update{t({10}, dtype::f32), t({10}, dtype::f16), t({10}), 0.1f, 0.9f},
       k::gather{t({5, 3}), t({2, 4}, dtype::i64), t({2, 4, 3}), 0},
@@ -287,6 +288,9 @@ TEST_CASE("every kind of bad descriptor gets its typed error", "[kernels][valida
       {"nll reduction",
        k::nll_loss{t({4, 3}), t({4}, dtype::i64), {}, t({1}), 0, false, static_cast<k::loss_reduction>(3)},
        errc::invalid_argument},
+      {"trilu rank", k::trilu{t({4}), t({4})}, errc::invalid_shape},
+      {"trilu shape", k::trilu{t({4, 3}), t({3, 4})}, errc::invalid_shape},
+      {"trilu dtype", k::trilu{t({4, 3}), t({4, 3}, dtype::f16)}, errc::invalid_dtype},
       {"cast shape", k::cast{t({4}), t({2, 2}, dtype::f16)}, errc::invalid_shape},
       {"sgd shapes", k::sgd_update{t({10}), t({11})}, errc::invalid_shape},
       {"sgd buffer shape", k::sgd_update{t({10}), t({10}), t({5}), 0.1f, 0.9f}, errc::invalid_shape},
