@@ -298,6 +298,46 @@ struct nll_loss {
   loss_reduction reduction = loss_reduction::mean;
 };
 
+/// How resize interpolates: ONNX's Resize modes (onnx.ai/onnx/operators/onnx__Resize.html). linear is
+/// N-linear over every dimension, cubic Keys' convolution kernel (IEEE Trans. ASSP 29(6), 1981)
+/// with coefficient `cubic_coeff_a`.
+enum class resize_mode : std::uint8_t { nearest, linear, cubic };
+
+/// Where output index i of a dimension samples x (ONNX's coordinate_transformation_mode, with s
+/// the scale, n x's extent and m = s * n before flooring): half_pixel (i + 0.5) / s - 0.5;
+/// pytorch_half_pixel the same, -0.5 when m is 1; align_corners i * (n - 1) / (m - 1), 0 when m
+/// is 1; asymmetric i / s; tf_half_pixel_for_nn (i + 0.5) / s; half_pixel_symmetric half_pixel
+/// shifted so that the centres of x and y meet when y's extent is not m.
+enum class resize_coordinates : std::uint8_t {
+  half_pixel,
+  pytorch_half_pixel,
+  align_corners,
+  asymmetric,
+  tf_half_pixel_for_nn,
+  half_pixel_symmetric
+};
+
+/// Which neighbour nearest mode takes when the source coordinate falls between two: ONNX's
+/// nearest_mode. An integral coordinate is itself in every mode.
+enum class nearest_rounding : std::uint8_t { round_prefer_floor, round_prefer_ceil, floor, ceil };
+
+/// y = x resampled in every dimension, ONNX's Resize without its crop: y[i] interpolates the
+/// elements of x around the source coordinate `coordinates` maps i to (per dimension, with its
+/// scale), neighbours past an edge clamped to it; N-linear and cubic are separable products of
+/// the 1-D weights. x and y share a float dtype and a rank; y's extents are the caller's (ONNX:
+/// floor(n * scale), or the sizes the scales came from). exclude_outside drops the neighbours
+/// outside x from linear and cubic and renormalises the rest. Computed in double, rounded to y's
+/// dtype once. Scales past the rank are ignored.
+struct resize {
+  tensor_desc x{}, y{};
+  std::array<double, shape::max_rank> scales{1, 1, 1, 1, 1, 1, 1, 1};
+  float cubic_coeff_a = -0.75f;
+  resize_mode mode = resize_mode::nearest;
+  resize_coordinates coordinates = resize_coordinates::half_pixel;
+  nearest_rounding nearest = nearest_rounding::round_prefer_floor;
+  bool exclude_outside = false;
+};
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
@@ -389,6 +429,7 @@ constexpr std::string_view op_name(const gather&) noexcept { return "gather"; }
 constexpr std::string_view op_name(const tile&) noexcept { return "tile"; }
 constexpr std::string_view op_name(const nll_loss&) noexcept { return "nll_loss"; }
 constexpr std::string_view op_name(const trilu&) noexcept { return "trilu"; }
+constexpr std::string_view op_name(const resize&) noexcept { return "resize"; }
 
 }  // namespace npurt::kernels
 
@@ -398,4 +439,4 @@ constexpr std::string_view op_name(const trilu&) noexcept { return "trilu"; }
       kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d,    \
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,                \
       kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile, \
-      kernels::nll_loss, kernels::trilu
+      kernels::nll_loss, kernels::trilu, kernels::resize

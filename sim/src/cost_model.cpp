@@ -543,6 +543,22 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
         } else if constexpr (std::is_same_v<T, trilu>) {
           // One vector pass: x read, y written, a compare and a select per element.
           w.add(elems(op.y), bytes(op.x), bytes(op.y), 2, op.y.type);
+        } else if constexpr (std::is_same_v<T, resize>) {
+          // Data movement with arithmetic: y written once, x read once (a downsample reads no
+          // more of x than its neighbours of y). Each output gathers its neighbours through the
+          // vector unit, 1 in nearest mode, 2 per resampled dimension in linear (N-linear: 2^k
+          // for k dimensions whose scale is not 1), 4 per dimension in cubic, a multiply-add
+          // each plus the index and weight of every dimension.
+          double taps = 1;
+          double dims = 0;
+          const double per_dim = op.mode == resize_mode::nearest ? 1 : op.mode == resize_mode::linear ? 2 : 4;
+          for (std::size_t d = 0; d < op.y.shape.rank(); ++d) {
+            if (op.scales[d] == 1 && op.x.shape[d] == op.y.shape[d]) continue;
+            taps *= per_dim;
+            dims += 1;
+          }
+          const double read = std::min(bytes(op.x), bytes(op.y) * taps);
+          w.add(elems(op.y), read, bytes(op.y), 2 * taps + 2 * dims, op.y.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

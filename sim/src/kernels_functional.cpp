@@ -1219,6 +1219,157 @@ void run(const kernels::trilu& op, const host_tensors& h) {
   });
 }
 
+// ---- resize --------------------------------------------------------------------------------
+
+// The source coordinate of output index i of one dimension (n elements in x, `out` in y), by
+// ONNX's coordinate_transformation_mode as its reference implementation evaluates it
+// (onnx/reference/ops/op_resize.py): m = scale * n is the resized length before flooring, which
+// align_corners and the one-element cases compare, not y's extent.
+double resize_source(kernels::resize_coordinates c, int64_t i, int64_t n, int64_t out, double scale) noexcept {
+  using enum kernels::resize_coordinates;
+  const double x = static_cast<double>(i), m = scale * static_cast<double>(n);
+  switch (c) {
+    case half_pixel: return (x + 0.5) / scale - 0.5;
+    case pytorch_half_pixel: return m == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
+    case align_corners: return m == 1 ? 0.0 : x * static_cast<double>(n - 1) / (m - 1);
+    case asymmetric: return x / scale;
+    case tf_half_pixel_for_nn: return (x + 0.5) / scale;
+    case half_pixel_symmetric: {
+      const double offset = static_cast<double>(n) / 2 * (1 - static_cast<double>(out) / m);
+      return offset + (x + 0.5) / scale - 0.5;
+    }
+  }
+  return 0;
+}
+
+// Keys' cubic convolution weights (IEEE Trans. ASSP 29(6), 1981) of the four neighbours
+// left - 1 .. left + 2 of a coordinate that lies `ratio` in (0, 1] past `left`, as ONNX writes them.
+std::array<double, 4> cubic_weights(double r, double a) noexcept {
+  const double s = 1 - r;
+  return {((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a, ((a + 2) * r - (a + 3)) * r * r + 1,
+          ((a + 2) * s - (a + 3)) * s * s + 1, ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a};
+}
+
+struct resize_tap {
+  int64_t offset;  // into x, in elements: the clamped index times the dimension's stride
+  double weight;
+};
+
+// The neighbours output index i of one dimension reads and their weights. ONNX's reference takes
+// the neighbours nearest the source coordinate, preferring the left ones, so a coordinate c
+// that is an integer lies at ratio 1 past c - 1; neighbours past an edge repeat the edge element
+// (its padding is numpy's edge mode). A neighbour of weight 0 is not read.
+void resize_taps(const kernels::resize& op, size_t d, int64_t i, int64_t stride, std::vector<resize_tap>& taps) {
+  using kernels::resize_mode;
+  const int64_t n = op.x.shape[d];
+  double c = resize_source(op.coordinates, i, n, op.y.shape[d], op.scales[d]);
+  // Far outside x every neighbour is an edge: clamping there changes no weight that is read, and
+  // keeps the index arithmetic finite (a tiny scale sends c towards infinity).
+  const double lo = -4, hi = static_cast<double>(n) + 4;
+  if (!(c >= lo)) c = lo;
+  if (c > hi) c = hi;
+  const double left_d = std::ceil(c) - 1;
+  const double ratio = c - left_d;  // in (0, 1]
+  const auto left = static_cast<int64_t>(left_d);
+  std::array<double, 4> w{};
+  int64_t first = left, count = 2;
+  switch (op.mode) {
+    case resize_mode::nearest: {
+      bool right = true;  // an integral coordinate is its own (right) neighbour
+      if (ratio != 1) {
+        switch (op.nearest) {
+          case kernels::nearest_rounding::round_prefer_floor: right = ratio > 0.5; break;
+          case kernels::nearest_rounding::round_prefer_ceil: right = ratio >= 0.5; break;
+          case kernels::nearest_rounding::floor: right = false; break;
+          case kernels::nearest_rounding::ceil: right = true; break;
+        }
+      }
+      first = right ? left + 1 : left;
+      count = 1;
+      w[0] = 1;
+      break;
+    }
+    case resize_mode::linear: w = {1 - ratio, ratio, 0, 0}; break;
+    case resize_mode::cubic:
+      first = left - 1;
+      count = 4;
+      w = cubic_weights(ratio, op.cubic_coeff_a);
+      break;
+  }
+  if (op.exclude_outside && op.mode != resize_mode::nearest) {
+    double sum = 0;
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t at = first + k;
+      if (at < 0 || at >= n) w[static_cast<size_t>(k)] = 0;
+      sum += w[static_cast<size_t>(k)];
+    }
+    for (auto& v : w) v /= sum;
+  }
+  for (int64_t k = 0; k < count; ++k) {
+    const double v = w[static_cast<size_t>(k)];
+    if (v == 0) continue;
+    taps.push_back({std::clamp<int64_t>(first + k, 0, n - 1) * stride, v});
+  }
+}
+
+// A double rounded to float by round-to-odd: rounding that float once more to f16 or bf16 (at
+// most 11 significant bits, float has 24) gives the double correctly rounded, so y's dtype sees
+// one rounding (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved
+// algorithms using rounding to odd", IEEE Trans. Computers 57(4), 2008).
+float to_float_odd(double v) noexcept {
+  float f = static_cast<float>(v);
+  if (!std::isfinite(f) || static_cast<double>(f) == v) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);  // toward zero
+  auto bits = std::bit_cast<std::uint32_t>(f);
+  bits |= 1u;
+  return std::bit_cast<float>(bits);
+}
+
+// ONNX's Resize: y[i] = sum over the neighbours' product of per-dimension weights times x there,
+// in double (the reference's dot products are float64), rounded to y's dtype once.
+void run(const kernels::resize& op, const host_tensors& h) {
+  const shape& xs = op.x.shape;
+  const shape& ys = op.y.shape;
+  const size_t r = ys.rank();
+  // Per dimension, every output index's neighbours: taps[d][first[d][i] .. first[d][i + 1]).
+  std::array<std::vector<resize_tap>, shape::max_rank> taps;
+  std::array<std::vector<size_t>, shape::max_rank> first;
+  int64_t stride = 1;
+  for (size_t d = r; d-- > 0;) {
+    first[d].reserve(static_cast<size_t>(ys[d]) + 1);
+    for (int64_t i = 0; i < ys[d]; ++i) {
+      first[d].push_back(taps[d].size());
+      resize_taps(op, d, i, stride, taps[d]);
+    }
+    first[d].push_back(taps[d].size());
+    stride *= xs[d];
+  }
+  const auto x = h.load(op.x);
+  const auto n = static_cast<size_t>(ys.elements());
+  std::vector<float> y(n);
+  index_array idx{};
+  const bool narrow = op.y.type != dtype::f32;
+  for (size_t e = 0; e < n; ++e) {
+    double sum = 0;
+    const auto visit = [&](const auto& self, size_t d, int64_t off, double w) -> void {
+      if (d == r) {
+        sum += w * static_cast<double>(x[static_cast<size_t>(off)]);
+        return;
+      }
+      const auto i = static_cast<size_t>(idx[d]);
+      for (size_t k = first[d][i]; k < first[d][i + 1]; ++k)
+        self(self, d + 1, off + taps[d][k].offset, w * taps[d][k].weight);
+    };
+    visit(visit, 0, 0, 1.0);
+    y[e] = narrow ? to_float_odd(sum) : static_cast<float>(sum);
+    for (size_t d = r; d-- > 0;) {
+      if (++idx[d] < ys[d]) break;
+      idx[d] = 0;
+    }
+  }
+  h.store(op.y, y);
+}
+
 void run(const kernels::cast& op, const host_tensors& h) {
   const auto n = static_cast<size_t>(op.x.shape.elements());
   std::vector<std::byte> out(n * size_of(op.y.type));  // staged: x and y may overlap

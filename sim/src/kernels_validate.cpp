@@ -521,6 +521,23 @@ std::error_code check(const kernels::trilu& t) {
   return {};
 }
 
+// ONNX's Resize (onnx.ai/onnx/operators/onnx__Resize.html) on float data. A scale is a ratio of
+// extents, so only a finite positive one means anything; y's extents are the caller's (they come
+// from the scales or from the sizes the scales were computed from).
+std::error_code check(const kernels::resize& r) {
+  if (!is_float(r.x.type) || r.y.type != r.x.type) return fail(errc::invalid_dtype);
+  const std::size_t rank = r.x.shape.rank();
+  if (r.y.shape.rank() != rank) return fail(errc::invalid_shape);
+  if (static_cast<unsigned>(r.mode) > static_cast<unsigned>(kernels::resize_mode::cubic) ||
+      static_cast<unsigned>(r.coordinates) > static_cast<unsigned>(kernels::resize_coordinates::half_pixel_symmetric) ||
+      static_cast<unsigned>(r.nearest) > static_cast<unsigned>(kernels::nearest_rounding::ceil) ||
+      !std::isfinite(r.cubic_coeff_a))
+    return fail(errc::invalid_argument);
+  for (std::size_t d = 0; d < rank; ++d)
+    if (!std::isfinite(r.scales[d]) || !(r.scales[d] > 0)) return fail(errc::invalid_argument);
+  return {};
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -671,7 +688,8 @@ operand_list operands(const kernel_op& op) noexcept {
         } else if constexpr (std::is_same_v<T, kernels::softmax> || std::is_same_v<T, kernels::reduce> ||
                              std::is_same_v<T, kernels::transpose> || std::is_same_v<T, kernels::cast> ||
                              std::is_same_v<T, kernels::slice> || std::is_same_v<T, kernels::pad> ||
-                             std::is_same_v<T, kernels::tile> || std::is_same_v<T, kernels::trilu>) {
+                             std::is_same_v<T, kernels::tile> || std::is_same_v<T, kernels::trilu> ||
+                             std::is_same_v<T, kernels::resize>) {
           b.add(r, o.x);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::nll_loss>) {

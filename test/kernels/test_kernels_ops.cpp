@@ -1,6 +1,8 @@
 // Reference kernels, vector operations: normalisation, pooling, softmax, reductions,
 // transpose, slice, pad, gather, tile, nll_loss, trilu, cast, SGD — against hand-computed values, double-precision
 // oracles and finite differences for the backward passes; and determinism.
+// transpose, slice, pad, gather, resize, cast, SGD — against hand-computed values, double-precision oracles and finite
+// differences for the backward passes; and determinism.
 #include "helpers.hpp"
 
 #include <catch2/catch_test_macros.hpp>
@@ -797,6 +799,252 @@ TEST_CASE("trilu keeps each matrix's triangle and zeroes the rest, any k, any dt
   m.assign({4, 7, 3, 7, 9, 1, 2, 8, 6, 9, 9, 4, 0, 8, 7, 4, 3, 4, 2, 4});
   REQUIRE(run(k::trilu{m.desc, u.desc, 1, true}) == 0);
   CHECK(u.values() == std::vector<double>{0, 7, 3, 7, 9, 0, 0, 8, 6, 9, 0, 0, 0, 8, 7, 0, 0, 0, 0, 4});
+}
+
+// ---- resize --------------------------------------------------------------------------------
+
+namespace {
+// ONNX's Resize as its reference implementation (onnx/reference/ops/op_resize.py) computes it,
+// transcribed step by step: per dimension, the source coordinate of the coordinate mode, the
+// n neighbours nearest it in x padded with its edge elements (ties to the smaller index), their
+// coefficients, and the dimensions interpolated from the last to the first. Slow and literal.
+struct onnx_resize {
+  k::resize_mode mode = k::resize_mode::nearest;
+  k::resize_coordinates coordinates = k::resize_coordinates::half_pixel;
+  k::nearest_rounding nearest = k::nearest_rounding::round_prefer_floor;
+  double a = -0.75;
+  bool exclude_outside = false;
+
+  std::vector<double> coeffs(double ratio) const {
+    if (mode == k::resize_mode::nearest) {
+      if (ratio == std::floor(ratio)) return {0, 1};
+      switch (nearest) {
+        case k::nearest_rounding::round_prefer_floor: return {ratio <= 0.5 ? 1.0 : 0.0, ratio > 0.5 ? 1.0 : 0.0};
+        case k::nearest_rounding::round_prefer_ceil: return {ratio < 0.5 ? 1.0 : 0.0, ratio >= 0.5 ? 1.0 : 0.0};
+        case k::nearest_rounding::floor: return {1, 0};
+        case k::nearest_rounding::ceil: return {0, 1};
+      }
+    }
+    if (mode == k::resize_mode::linear) return {1 - ratio, ratio};
+    // Keys' kernel W(t) at t = 1 + ratio, ratio, 1 - ratio, 2 - ratio.
+    const auto w = [&](double t) {
+      t = std::fabs(t);
+      if (t <= 1) return (a + 2) * t * t * t - (a + 3) * t * t + 1;
+      if (t < 2) return a * t * t * t - 5 * a * t * t + 8 * a * t - 4 * a;
+      return 0.0;
+    };
+    return {w(1 + ratio), w(ratio), w(1 - ratio), w(2 - ratio)};
+  }
+
+  double source(double x, std::int64_t in, std::int64_t out_int, double scale) const {
+    const double out = scale * static_cast<double>(in);
+    switch (coordinates) {
+      case k::resize_coordinates::half_pixel: return (x + 0.5) / scale - 0.5;
+      case k::resize_coordinates::pytorch_half_pixel: return out == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
+      case k::resize_coordinates::align_corners: return out == 1 ? 0.0 : x * static_cast<double>(in - 1) / (out - 1);
+      case k::resize_coordinates::asymmetric: return x / scale;
+      case k::resize_coordinates::tf_half_pixel_for_nn: return (x + 0.5) / scale;
+      case k::resize_coordinates::half_pixel_symmetric: {
+        const double adjustment = static_cast<double>(out_int) / out;
+        const double center = static_cast<double>(in) / 2;
+        return center * (1 - adjustment) + (x + 0.5) / scale - 0.5;
+      }
+    }
+    return 0;
+  }
+
+  double one_d(const std::vector<double>& data, double scale, std::int64_t out_int, std::int64_t x) const {
+    const auto in = static_cast<std::int64_t>(data.size());
+    const double x_ori = source(static_cast<double>(x), in, out_int, scale);
+    const double ratio = x_ori == std::floor(x_ori) ? 1.0 : x_ori - std::floor(x_ori);
+    std::vector<double> c = coeffs(ratio);
+    const auto n = static_cast<std::int64_t>(c.size());
+    const std::int64_t pad = (n + 1) / 2;
+    std::vector<double> padded;
+    for (std::int64_t i = -pad; i < in + pad; ++i)
+      padded.push_back(data[static_cast<std::size_t>(std::clamp(i, std::int64_t{0}, in - 1))]);
+    std::vector<std::int64_t> order(padded.size());
+    std::iota(order.begin(), order.end(), 0);
+    const double at = x_ori + static_cast<double>(pad);
+    std::stable_sort(order.begin(), order.end(), [&](std::int64_t p, std::int64_t q) {
+      return std::fabs(at - static_cast<double>(p)) < std::fabs(at - static_cast<double>(q));
+    });
+    order.resize(static_cast<std::size_t>(n));
+    std::sort(order.begin(), order.end());
+    if (exclude_outside) {
+      double sum = 0;
+      for (std::size_t i = 0; i < c.size(); ++i) {
+        const std::int64_t idx = order[i] - pad;
+        if (idx < 0 || idx >= in) c[i] = 0;
+        sum += c[i];
+      }
+      for (auto& v : c) v /= sum;
+    }
+    double r = 0;
+    for (std::size_t i = 0; i < c.size(); ++i) r += c[i] * padded[static_cast<std::size_t>(order[i])];
+    return r;
+  }
+
+  // y at output index `at` of the dimensions from d on, x a block of those dimensions.
+  double nd(const std::vector<double>& x, const shape& xs, const shape& ys, const std::vector<double>& scales,
+            const std::vector<std::int64_t>& at, std::size_t d) const {
+    std::int64_t inner = 1;
+    for (std::size_t e = d + 1; e < xs.rank(); ++e) inner *= xs[e];
+    std::vector<double> line;
+    for (std::int64_t i = 0; i < xs[d]; ++i) {
+      if (d + 1 == xs.rank()) {
+        line.push_back(x[static_cast<std::size_t>(i)]);
+      } else {
+        const auto b = x.begin() + static_cast<std::ptrdiff_t>(i * inner);
+        line.push_back(nd(std::vector<double>(b, b + inner), xs, ys, scales, at, d + 1));
+      }
+    }
+    return one_d(line, scales[d], ys[d], at[d]);
+  }
+
+  std::vector<double> operator()(const std::vector<double>& x, const shape& xs, const shape& ys,
+                                 const std::vector<double>& scales) const {
+    std::vector<double> y;
+    std::vector<std::int64_t> at(ys.rank(), 0);
+    for (std::int64_t e = 0; e < ys.elements(); ++e) {
+      y.push_back(nd(x, xs, ys, scales, at, 0));
+      for (std::size_t d = ys.rank(); d-- > 0;) {
+        if (++at[d] < ys[d]) break;
+        at[d] = 0;
+      }
+    }
+    return y;
+  }
+};
+
+k::resize resize_of(const onnx_resize& o, const tensor& x, const tensor& y, const std::vector<double>& scales) {
+  k::resize r{x.desc, y.desc};
+  for (std::size_t d = 0; d < scales.size(); ++d) r.scales[d] = scales[d];
+  r.mode = o.mode;
+  r.coordinates = o.coordinates;
+  r.nearest = o.nearest;
+  r.cubic_coeff_a = static_cast<float>(o.a);
+  r.exclude_outside = o.exclude_outside;
+  return r;
+}
+
+constexpr k::resize_coordinates all_coordinates[] = {
+    k::resize_coordinates::half_pixel,           k::resize_coordinates::pytorch_half_pixel,
+    k::resize_coordinates::align_corners,        k::resize_coordinates::asymmetric,
+    k::resize_coordinates::tf_half_pixel_for_nn, k::resize_coordinates::half_pixel_symmetric};
+}  // namespace
+
+TEST_CASE("resize matches ONNX's reference in every mode, coordinate mode and rounding", "[kernels][resize]") {
+  // Upsampling by 2 and 3, non-integer and downsampling scales, with y's extent floor(n * s) as
+  // ONNX's Resize computes it, over 1-D, 3-D and 4-D (NCHW, N and C kept) tensors.
+  const std::vector<std::pair<shape, std::vector<double>>> cases = {
+      {{5}, {2.0}},
+      {{7}, {0.6}},
+      {{4}, {1.7}},
+      {{2, 3, 4}, {1.0, 3.0, 0.5}},
+      {{3, 4, 2}, {0.75, 1.5, 2.5}},
+      {{1, 2, 3, 4}, {1.0, 1.0, 2.0, 2.0}},
+      {{2, 1, 5, 4}, {1.0, 1.0, 0.6, 1.25}},
+      {{1, 1, 4, 6}, {1.0, 1.0, 0.5, 0.3333333432674408}},  // 1/3 as a float scale
+      {{1, 1, 2, 2}, {1.0, 1.0, 0.5, 0.5}},  // one output element: the one-pixel special cases
+  };
+  std::vector<onnx_resize> ops;
+  for (auto c : all_coordinates) {
+    for (auto nr : {k::nearest_rounding::round_prefer_floor, k::nearest_rounding::round_prefer_ceil,
+                    k::nearest_rounding::floor, k::nearest_rounding::ceil})
+      ops.push_back({k::resize_mode::nearest, c, nr});
+    ops.push_back({k::resize_mode::linear, c});
+    ops.push_back({k::resize_mode::cubic, c});
+    ops.push_back({k::resize_mode::cubic, c, k::nearest_rounding::round_prefer_floor, -0.5, true});
+  }
+  int checked = 0;
+  for (std::size_t n = 0; n < cases.size(); ++n) {
+    const auto& [xs, scales] = cases[n];
+    shape ys;
+    for (std::size_t d = 0; d < xs.rank(); ++d)
+      ys.push_back(static_cast<std::int64_t>(std::floor(static_cast<double>(xs[d]) * scales[d])));
+    tensor x(xs), y(ys);
+    x.fill(static_cast<std::uint64_t>(checked) + 3, -8, 8, false);
+    for (const auto& o : ops) {
+      CAPTURE(n, static_cast<int>(o.mode), static_cast<int>(o.coordinates), static_cast<int>(o.nearest),
+              o.exclude_outside);
+      REQUIRE(run(resize_of(o, x, y, scales)) == 0);
+      const auto want = o(x.values(), xs, ys, scales);
+      const auto got = y.values();
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(i, got[i], want[i]);
+        REQUIRE(close(got[i], want[i], 1e-5, 1e-6));
+      }
+      ++checked;
+    }
+  }
+  CHECK(checked == 9 * 6 * 7);
+}
+
+TEST_CASE("resize reproduces onnx.ai's Resize examples", "[kernels][resize]") {
+  // onnx.ai/onnx/operators/onnx__Resize.html, the backend tests' inputs and expected outputs.
+  tensor x({1, 1, 2, 2});
+  x.assign({1, 2, 3, 4});
+  tensor up({1, 1, 4, 4});
+  k::resize lin{x.desc, up.desc, {1, 1, 2, 2, 1, 1, 1, 1}, -0.75f, k::resize_mode::linear};
+  REQUIRE(run(lin) == 0);
+  CHECK(up.values() ==
+        std::vector<double>{1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, 3.25, 3.75, 4});
+  tensor near({1, 1, 4, 6});
+  REQUIRE(run(k::resize{x.desc, near.desc, {1, 1, 2, 3, 1, 1, 1, 1}}) == 0);
+  CHECK(near.values() == std::vector<double>{1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 3, 3, 3, 4, 4, 4});
+  // Downsampling with align_corners, scales 0.6 on 2 x 4: x = i * 3 / (2.4 - 1).
+  tensor d({1, 1, 2, 4}), dy({1, 1, 1, 2});
+  d.assign({1, 2, 3, 4, 5, 6, 7, 8});
+  k::resize ac{d.desc,
+               dy.desc,
+               {1, 1, 0.6000000238418579, 0.6000000238418579, 1, 1, 1, 1},
+               -0.75f,
+               k::resize_mode::linear,
+               k::resize_coordinates::align_corners};
+  REQUIRE(run(ac) == 0);
+  CHECK(dy.get(0) == 1);
+  CHECK(close(dy.get(1), 1 + 3 / (4 * 0.6000000238418579 - 1), 0, 1e-7));
+}
+
+TEST_CASE("resize rounds to f16 and bf16 once, from the double sum", "[kernels][resize]") {
+  // x = [1, 1 + u] (u one unit in the last place at 1), linear, asymmetric, scale just below 2:
+  // y[1] lies a hair past the midpoint between 1 and 1 + u. Rounded once it is 1 + u; rounded
+  // to float first it lands on the midpoint exactly, which ties to even: 1.
+  for (auto [t, u] : {std::pair{dtype::f16, 0x1p-10}, std::pair{dtype::bf16, 0x1p-7}}) {
+    CAPTURE(npurt::to_string(t));
+    tensor x({2}, t), y({3}, t);
+    x.assign({1, 1 + u});
+    const double s = 2 - 0x1p-23;
+    REQUIRE(run(k::resize{x.desc,
+                          y.desc,
+                          {s, 1, 1, 1, 1, 1, 1, 1},
+                          -0.75f,
+                          k::resize_mode::linear,
+                          k::resize_coordinates::asymmetric}) == 0);
+    const double exact = 1 + u / s;  // (1 - r) * 1 + r * (1 + u), r = 1 / s
+    REQUIRE(static_cast<double>(static_cast<float>(exact)) == 1 + u / 2);  // the trap is set
+    CHECK(y.get(0) == 1);
+    CHECK(y.get(1) == 1 + u);
+    CHECK(y.get(2) == 1 + u);
+  }
+  // And on random data every f16 result is a nearest f16 of the exact double.
+  tensor x({3, 5}, dtype::f16), y({7, 8}, dtype::f16);
+  x.fill(11, -4, 4, false);
+  const std::vector<double> scales{7.0 / 3, 1.6};
+  onnx_resize o{k::resize_mode::cubic};
+  REQUIRE(run(resize_of(o, x, y, scales)) == 0);
+  const auto want = o(x.values(), x.desc.shape, y.desc.shape, scales);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    std::uint16_t bits;
+    std::memcpy(&bits, y.bytes.data() + 2 * i, 2);
+    const double got = npurt::half::from_bits(bits).to_float();
+    const double below = npurt::half::from_bits(static_cast<std::uint16_t>(bits - 1)).to_float();
+    const double above = npurt::half::from_bits(static_cast<std::uint16_t>(bits + 1)).to_float();
+    CAPTURE(i, got, want[i]);
+    CHECK(std::fabs(got - want[i]) <= std::fabs(below - want[i]));
+    CHECK(std::fabs(got - want[i]) <= std::fabs(above - want[i]));
+  }
 }
 
 // ---- cast ----------------------------------------------------------------------------------

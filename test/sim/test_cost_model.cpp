@@ -3,6 +3,8 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <array>
+
 #include <cmath>
 #include <cstdint>
 #include <variant>
@@ -367,4 +369,30 @@ TEST_CASE("nll_loss costs the elements it picks, not the whole input", "[sim][co
   const double bytes = static_cast<double>(target.bytes() + 512 * 4 + y.bytes());
   CHECK(c.total_cycles / p.clock_hz >= bytes / p.hbm_bandwidth * (1 - 1e-9));
   CHECK(c.total_cycles / p.clock_hz < static_cast<double>(x.bytes()) / p.hbm_bandwidth);
+}
+
+// A resize is data movement with arithmetic: y written once and x read once, so it takes no less
+// than those bytes over HBM's bandwidth; linear reads more neighbours per output than nearest.
+TEST_CASE("resize costs at least its bytes over HBM, linear no less than nearest", "[sim][cost][resize]") {
+  const preset p = presets::ascend910b(1);
+  const tensor_desc x{nullptr, shape{8, 256, 64, 64}, dtype::f16};
+  const tensor_desc y{nullptr, shape{8, 256, 128, 128}, dtype::f16};
+  const std::array<double, shape::max_rank> scales{1, 1, 2, 2, 1, 1, 1, 1};
+  const kernels::resize nearest{x, y, scales};
+  const kernels::resize linear{x, y, scales, -0.75f, kernels::resize_mode::linear};
+  const kernel_cost cn = estimate(p, kernel_desc{nearest}), cl = estimate(p, kernel_desc{linear});
+  CHECK(cn.op == "resize");
+  // 8*256*64*64 f16 elements read, four times as many written.
+  const double x_bytes = 8.0 * 256 * 64 * 64 * 2, y_bytes = 4 * x_bytes;
+  CHECK(static_cast<double>(cn.hbm_bytes) == x_bytes + y_bytes);
+  CHECK(cn.total_cycles / p.clock_hz >= (x_bytes + y_bytes) / p.hbm_bandwidth * (1 - 1e-9));
+  CHECK(cl.total_cycles / p.clock_hz >= (x_bytes + y_bytes) / p.hbm_bandwidth * (1 - 1e-9));
+  CHECK(cl.total_cycles >= cn.total_cycles);
+  // A downsample by 4 in nearest mode reads one neighbour per output: no more than y's bytes.
+  const kernels::resize down{
+      y, tensor_desc{nullptr, shape{8, 256, 32, 32}, dtype::f16}, {1, 1, 0.25, 0.25, 1, 1, 1, 1}};
+  CHECK(static_cast<double>(estimate(p, kernel_desc{down}).hbm_bytes) == 2 * (8.0 * 256 * 32 * 32 * 2));
+  device_model dm(p, sim_options{});
+  const std::uint32_t cores = p.vector_core_count;
+  CHECK(dm.cost_of(kernel_desc{linear}, cores).total_cycles == estimate(p, kernel_desc{linear}, cores).total_cycles);
 }

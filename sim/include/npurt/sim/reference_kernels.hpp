@@ -17,7 +17,7 @@
 //
 // Numerics (what a test may expect):
 //  - FP16/BF16 inputs are widened to float, every sum is accumulated in float (FP32, as the
-//    cube's L0C and the vector unit do; never double), and each result is rounded once to the
+//    cube's L0C and the vector unit do; never double but in resize), and each result is rounded once to the
 //    output dtype, round to nearest even. FP32 runs the same float loops. So an FP32 result
 //    equals a straightforward float loop with the same summation order, bit for bit.
 //  - Summation order is fixed: matmul over k ascending; conv over (input channel, kh, kw)
@@ -40,6 +40,10 @@
 //  - gather copies bytes too, one row of data per index (ONNX's Gather); an index outside
 //    [-s, s - 1] fails the kernel with errc::invalid_argument when it runs (the values are data,
 //    not descriptor), every index checked before y is written, so y keeps its old contents.
+//  - resize follows ONNX's reference implementation (onnx/reference/ops/op_resize.py): the
+//    neighbours nearest each source coordinate, edge-clamped, weighted per dimension; the sum is
+//    taken in double (as its float64 dot products are) and rounded to y's dtype once. A
+//    neighbour of weight 0 is not read.
 //  - cast rounds to nearest even and saturates into integer ranges; NaN casts to integer 0.
 //
 // Optional operands: matmul none; elementwise b (unary functions ignore it); batchnorm gamma,
