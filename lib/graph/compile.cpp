@@ -109,8 +109,10 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
     const bool lower = p != precision::mixed || is_cube(n.type);
     std::vector<std::string> ins;
     for (std::size_t k = 0; k < n.inputs.size(); ++k) {
-      // Shape and axes inputs stay integers; BN/LN parameters follow x.
-      ins.push_back(lower ? lowered(n.inputs[k]) : n.inputs[k]);
+      // Shape and axes inputs stay integers; BN/LN parameters follow x. Resize's roi and scales
+      // are float but decide the output's shape: rounded, a scale could change an extent.
+      const bool shape_input = k > 0 && (n.type == "Resize" || n.type == "Upsample");
+      ins.push_back(lower && !shape_input ? lowered(n.inputs[k]) : n.inputs[k]);
     }
     if (n.type == "Cast") {
       g.add_node(n.type, n.name, ins, n.outputs, n.attrs);

@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 71> ops_table{"Add",
+constexpr std::array<std::string_view, 73> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -88,7 +88,9 @@ constexpr std::array<std::string_view, 71> ops_table{"Add",
                                                      "Tile",
                                                      "Expand",
                                                      "NegativeLogLikelihoodLoss",
-                                                     "Trilu"};
+                                                     "Trilu",
+                                                     "Resize",
+                                                     "Upsample"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -317,6 +319,10 @@ const op_attributes onnx_attributes[] = {
     {"NegativeLogLikelihoodLoss", {"ignore_index", "reduction"}},
     {"SoftmaxCrossEntropyLoss", {"ignore_index", "reduction"}},
     {"Trilu", {"upper"}},
+    {"Resize",
+     {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",
+      "extrapolation_value", "antialias", "keep_aspect_ratio_policy", "axes"}},
+    {"Upsample", {"mode", "scales"}},  // scales: opset 7 (an input from 9)
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
@@ -670,6 +676,173 @@ std::int64_t trilu_k(const node& n, std::span<const value_info* const> in, std::
   if (k->size() != 1)
     fail(errc::invalid_shape, n, in[1]->name, "k must be one value, got " + std::to_string(k->size()));
   return k->front();
+}
+
+}  // namespace graph_ops
+
+namespace {
+
+// Whether Resize's optional input i is given: ONNX leaves one out by an empty name or, in opsets
+// 11 and 12 where roi and scales must be listed, by an empty tensor.
+bool given(std::span<const value_info* const> in, std::size_t i) {
+  return i < in.size() && in[i] && !(in[i]->shape.rank() == 1 && in[i]->shape[0] == 0);
+}
+
+// One of the names an ONNX attribute takes: its index in `names`, or invalid_argument listing them.
+template <std::size_t N>
+std::size_t pick(const node& n, std::string_view tensor, std::string_view attr, const std::string& value,
+                 const std::array<std::string_view, N>& names) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (names[i] == value) return i;
+  std::string list;
+  for (auto v : names) list += (list.empty() ? "" : ", ") + std::string(v);
+  fail(errc::invalid_argument, n, tensor, std::string(attr) + " '" + value + "' is not one of " + list);
+}
+
+}  // namespace
+
+namespace graph_ops {
+
+resampling resize_spec(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants) {
+  const value_info& x = need(n, in, 0);
+  need_float(n, x);
+  const std::size_t rank = x.shape.rank();
+  if (rank == 0) fail(errc::invalid_shape, n, x.name, "X must have rank 1 or more, got a scalar");
+  resampling r;
+  kernels::resize& k = r.op;
+  const bool upsample = n.type == "Upsample";
+  // Upsample and Resize-10 take (X, scales); from opset 11 Resize takes (X, roi, scales, sizes).
+  const bool two_inputs = upsample || in.size() == 2;
+  const std::size_t scales_at = two_inputs ? 1 : 2, sizes_at = 3;
+  constexpr std::array<std::string_view, 3> modes{"nearest", "linear", "cubic"};
+  std::string mode = n.attrs.get_string("mode", "nearest");
+  if (upsample && mode == "bilinear") mode = "linear";  // Upsample-1's name for it
+  k.mode = static_cast<kernels::resize_mode>(pick(n, x.name, "mode", mode, modes));
+  if (upsample && k.mode == kernels::resize_mode::cubic)
+    fail(errc::invalid_argument, n, x.name, "Upsample's mode is nearest or linear, got cubic");
+  // Upsample and Resize-10 sample as asymmetric does and floor to the nearest neighbour (the
+  // index x / scale that numpy.repeat and Upsample's example give); opset 11 named the modes.
+  constexpr std::array<std::string_view, 7> coordinates{
+      "half_pixel",           "pytorch_half_pixel",   "align_corners",     "asymmetric",
+      "tf_half_pixel_for_nn", "half_pixel_symmetric", "tf_crop_and_resize"};
+  const std::string coord =
+      n.attrs.get_string("coordinate_transformation_mode", two_inputs ? "asymmetric" : "half_pixel");
+  const std::size_t c = pick(n, x.name, "coordinate_transformation_mode", coord, coordinates);
+  if (c == 6)
+    fail(errc::not_supported, n, given(in, 1) ? in[1]->name : x.name,
+         "coordinate_transformation_mode tf_crop_and_resize (sampling the roi box) is not supported");
+  k.coordinates = static_cast<kernels::resize_coordinates>(c);
+  constexpr std::array<std::string_view, 4> roundings{"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+  k.nearest = static_cast<kernels::nearest_rounding>(
+      pick(n, x.name, "nearest_mode", n.attrs.get_string("nearest_mode", two_inputs ? "floor" : "round_prefer_floor"),
+           roundings));
+  k.cubic_coeff_a = static_cast<float>(n.attrs.get_float("cubic_coeff_a", -0.75));
+  const std::int64_t exclude = n.attrs.get_int("exclude_outside", 0);
+  if (exclude != 0 && exclude != 1)
+    fail(errc::invalid_argument, n, x.name, "exclude_outside must be 0 or 1, got " + std::to_string(exclude));
+  k.exclude_outside = exclude == 1;
+  if (n.attrs.get_int("antialias", 0) != 0)
+    fail(errc::not_supported, n, x.name, "antialias (a wider filter when downsampling) is not supported");
+  constexpr std::array<std::string_view, 3> policies{"stretch", "not_larger", "not_smaller"};
+  const std::size_t policy =
+      pick(n, x.name, "keep_aspect_ratio_policy", n.attrs.get_string("keep_aspect_ratio_policy", "stretch"), policies);
+
+  // The axes the scales or sizes name (opset 18), each once; every other keeps its extent.
+  ints axes;
+  if (n.attrs.has("axes")) {
+    std::uint32_t seen = 0;
+    for (std::int64_t a : n.attrs.get_ints("axes")) {
+      const auto d = norm_axis(n, a, rank, x.name);
+      if ((seen >> d) & 1u) fail(errc::invalid_argument, n, x.name, "axis " + std::to_string(d) + " is named twice");
+      seen |= 1u << d;
+      axes.push_back(d);
+    }
+  } else {
+    for (std::size_t d = 0; d < rank; ++d) axes.push_back(static_cast<std::int64_t>(d));
+  }
+  r.dims = x.shape;
+  const bool by_scales = upsample && n.attrs.has("scales") ? true : given(in, scales_at);
+  const bool by_sizes = !two_inputs && given(in, sizes_at);
+  if (by_scales == by_sizes)
+    fail(errc::invalid_argument, n, by_sizes ? in[sizes_at]->name : x.name,
+         by_sizes ? "has both scales and sizes (one decides the output shape)" : "needs scales or sizes");
+  const auto count_of = [&](std::string_view what, std::string_view name, std::size_t count) {
+    if (count != axes.size())
+      fail(errc::invalid_argument, n, name,
+           std::string(what) + " has " + std::to_string(count) + " values for " + std::to_string(axes.size()) +
+               " axes of " + shape_string(x.shape));
+  };
+  if (by_scales) {
+    floats scales;
+    std::string_view name = x.name;
+    if (upsample && n.attrs.has("scales")) {
+      if (given(in, 1)) fail(errc::invalid_argument, n, in[1]->name, "has both the scales input and attribute");
+      if (const auto* f = std::get_if<floats>(&n.attrs.items().find("scales")->second)) scales = *f;
+      else fail(errc::invalid_argument, n, x.name, "the scales attribute must be a list of floats");
+    } else {
+      const value_info& v = *in[scales_at];
+      name = v.name;
+      const tensor* t = constants.size() > scales_at ? constants[scales_at] : nullptr;
+      if (!t || !t->is_host())
+        fail(errc::not_supported, n, v.name, "scales must be a constant with data (it decides the shape)");
+      if (!is_float(v.type))
+        fail(errc::invalid_dtype, n, v.name, "scales must be float, got " + std::string(to_string(v.type)));
+      if (v.shape.rank() != 1) fail(errc::invalid_shape, n, v.name, "scales must be 1-D, got " + shape_string(v.shape));
+      for (std::int64_t i = 0; i < t->elements(); ++i) scales.push_back(t->get(i));
+    }
+    count_of("scales", name, scales.size());
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      const double s = scales[i];
+      const auto d = static_cast<std::size_t>(axes[i]);
+      if (!std::isfinite(s) || !(s > 0))
+        fail(errc::invalid_argument, n, name,
+             "scale " + std::to_string(s) + " of axis " + std::to_string(d) + " is not a finite positive number");
+      // onnx.ai: output_dimension = floor(input_dimension * scale).
+      const double extent = std::floor(static_cast<double>(x.shape[d]) * s);
+      if (!(extent < 0x1p62))
+        fail(errc::size_overflow, n, name,
+             "scale " + std::to_string(s) + " makes axis " + std::to_string(d) + " of " + shape_string(x.shape) +
+                 " too large");
+      r.dims[d] = static_cast<std::int64_t>(extent);
+      k.scales[d] = s;
+    }
+  } else {
+    const ints sizes = *index_input(n, in, constants, sizes_at, "sizes", {dtype::i64});
+    const std::string_view name = in[sizes_at]->name;
+    count_of("sizes", name, sizes.size());
+    for (std::size_t i = 0; i < axes.size(); ++i)
+      if (sizes[i] < 0)
+        fail(errc::invalid_argument, n, name,
+             "size " + std::to_string(sizes[i]) + " of axis " + std::to_string(axes[i]) + " is negative");
+    // onnx.ai: scale = size / input extent; not_larger and not_smaller keep one scale for every
+    // axis named (the smallest or the largest) and round the extents it gives half up.
+    double common = policy == 1 ? HUGE_VAL : 0;
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      const double s = static_cast<double>(sizes[i]) / static_cast<double>(x.shape[static_cast<std::size_t>(axes[i])]);
+      common = policy == 1 ? std::min(common, s) : std::max(common, s);
+    }
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      const auto d = static_cast<std::size_t>(axes[i]);
+      const auto in_d = static_cast<double>(x.shape[d]);
+      if (policy == 0) {
+        r.dims[d] = sizes[i];
+        k.scales[d] = static_cast<double>(sizes[i]) / in_d;
+      } else {
+        r.dims[d] = static_cast<std::int64_t>(std::floor(common * in_d + 0.5));
+        k.scales[d] = common;
+      }
+      if (!(k.scales[d] > 0))
+        fail(errc::not_supported, n, name, "size 0 for axis " + std::to_string(d) + ": empty tensors are not computed");
+    }
+  }
+  if (two_inputs && k.mode == kernels::resize_mode::nearest && !n.attrs.has("nearest_mode"))
+    for (std::size_t d = 0; d < rank; ++d)
+      if (k.scales[d] < 1)
+        fail(errc::not_supported, n, x.name,
+             std::string(upsample ? "Upsample" : "Resize-10") + " nearest downsampling (axis " + std::to_string(d) +
+                 "): the opset defines no rounding for it");
+  need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), r.dims);
+  return r;
 }
 
 }  // namespace graph_ops
@@ -1189,6 +1362,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     }
     return one(graph_ops::loss_reduction_of(n) == kernels::loss_reduction::none ? target.shape : shape{}, x.type);
   }
+  if (t == "Resize" || t == "Upsample") return one(graph_ops::resize_spec(n, in, constants).dims, need(n, in, 0).type);
   fail(errc::not_supported, n, {}, "unknown operator type");
 }
 

@@ -273,10 +273,11 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       for (std::size_t i = tr.x.shape.rank(); i-- > 0;) perm.push_back(static_cast<std::int64_t>(i));
     for (std::size_t i = 0; i < perm.size(); ++i) tr.perm[i] = static_cast<std::uint8_t>(perm[i]);
     kernel(tr);
-  } else if (t == "Slice" || t == "Split" || t == "Pad" || t == "Tile" || t == "Expand" || t == "Trilu") {
-    // The windows (or the border) inference checked, computed again from the same constants;
-    // each output is one strided copy or one pad (data given or not: a timing-only run launches
-    // the same kernels).
+  } else if (t == "Slice" || t == "Split" || t == "Pad" || t == "Tile" || t == "Expand" || t == "Trilu" ||
+             t == "Resize" || t == "Upsample") {
+    // The windows (the border, the repeats, the resampling) inference checked, computed again
+    // from the same constants; each output is one kernel (data given or not: a timing-only run
+    // launches the same kernels).
     std::vector<value_info> infos;
     std::vector<const tensor*> constants;
     for (int v : st.in) {
@@ -296,6 +297,11 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       for (std::size_t d = x.shape.rank(); d < y.shape.rank(); ++d) aligned.push_back(1);
       for (const std::int64_t d : x.shape) aligned.push_back(d);
       kernel(kernels::tile{reshaped(x, aligned), y});
+    } else if (t == "Resize" || t == "Upsample") {
+      kernels::resize r = graph_ops::resize_spec(n, in, constants).op;
+      r.x = x;
+      r.y = y;
+      kernel(r);
     } else if (t == "Pad") {
       const graph_ops::padding p = graph_ops::pad_spec(n, in, constants);
       kernel(kernels::pad{x, y, p.begins, p.value, p.mode});

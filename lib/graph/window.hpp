@@ -1,6 +1,7 @@
 // The windows Slice and Split read from their data input, one strided window per output (the
-// parameters of a kernels::slice), the border Pad puts around its input (a kernels::pad), and
-// the shape Tile and Expand repeat their input to (a kernels::tile). Private to the graph
+// parameters of a kernels::slice), the border Pad puts around its input (a kernels::pad), the
+// shape Tile and Expand repeat their input to (a kernels::tile) and the resampling of Resize (a
+// kernels::resize). Private to the graph
 // library: inference (graph.cpp) checks them and gives the outputs' shapes, lowering (lower.cpp) launches them, from
 // one computation.
 #pragma once
@@ -61,5 +62,18 @@ kernels::loss_reduction loss_reduction_of(const node& n);
 /// Trilu's diagonal offset: its constant int64 input k (one value), 0 when omitted. Throws
 /// graph_error as slice_window.
 std::int64_t trilu_k(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants);
+
+/// Resize's (and the deprecated Upsample's) output shape and the kernels::resize that computes
+/// it, x and y left for the caller to fill in.
+struct resampling {
+  npurt::shape dims{};
+  kernels::resize op{};
+};
+
+/// Resize (ONNX opset 10 on: scales as the second input in opset 10; X, roi, scales, sizes from
+/// 11; axes and keep_aspect_ratio_policy from 18) and Upsample (opsets 7 to 9). Throws
+/// graph_error as slice_window; scales or sizes fed at run time are not_supported, as are
+/// tf_crop_and_resize and antialias.
+resampling resize_spec(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants);
 
 }  // namespace npurt::graph_ops

@@ -93,6 +93,30 @@ inline tensor ints_tensor(const std::vector<std::int64_t>& v, dtype t = dtype::i
   return r;
 }
 
+/// Whether two results agree within 1e-5 plus 1e-6 of the expected value, element by element.
+inline bool near(const std::vector<double>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return false;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::abs(got[i] - want[i]) > 1e-5 + 1e-6 * std::abs(want[i])) return false;
+  return true;
+}
+
 inline npurt::system make_system() { return npurt::system{sim::presets::ascend910(1)}; }
+
+/// Compiles g timing-only and runs it on a timing-only x: it must launch one kernel, give
+/// `output` the shape `want`, and take no less than `bytes` over the preset's HBM bandwidth (a
+/// data-movement operator cannot beat its traffic).
+inline void check_timing_only_movement(graph& g, const shape& xs, dtype t, const std::string& output, const shape& want,
+                                       double bytes) {
+  auto sys = make_system();
+  session s{sys};
+  auto c = s.compile(g, {.timing_only = true});
+  CHECK(c.report().timing_only);
+  auto r = s.run(c, {{"x", tensor::timing_only(xs, t)}});
+  REQUIRE(r.ops.size() == 1);
+  CHECK(r.outputs.at(output).shape() == want);
+  const double floor_s = bytes / sim::presets::ascend910(1).hbm_bandwidth;
+  CHECK(static_cast<double>(r.ops[0].busy.count()) * 1e-12 >= floor_s * (1 - 1e-9));
+}
 
 }  // namespace npurt::test

@@ -17,6 +17,7 @@ using namespace npurt;
 namespace {
 
 using test::expect_graph_error;
+using test::near;
 
 // Scores [N, C, D] = [2, 4, 3] and labels [N, D], one of them the ignore_index -1.
 const std::vector<double> label_values{0, 3, -1, 2, 1, 1};
@@ -69,8 +70,6 @@ std::vector<double> expected(const std::vector<double>& x, bool softmax, const s
   if (reduction == "none") return loss;
   return {reduction == "sum" ? sum : sum / wsum};
 }
-
-bool near(const std::vector<double>& a, const std::vector<double>& b) { return test::max_abs_diff(a, b) < 1e-5; }
 
 }  // namespace
 
