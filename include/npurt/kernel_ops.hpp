@@ -280,6 +280,17 @@ struct trilu {
   bool upper = true;
 };
 
+/// ONNX's GatherElements (onnx.ai/onnx/operators/onnx__GatherElements.html), NumPy's
+/// take_along_axis: y has indices' shape and y[i] = data[i with its `axis` coordinate replaced by
+/// indices[i]], for any dtype. data and indices have one rank; off the axis, indices' extents are
+/// at most data's. indices are int32 or int64, negative ones counting from the end; one outside
+/// [-s, s - 1] (s = data.shape[axis]) is known only when the kernel runs, which then fails with
+/// errc::invalid_argument and leaves y unwritten.
+struct gather_elements {
+  tensor_desc data{}, indices{}, y{};
+  std::int32_t axis = 0;
+};
+
 /// How a loss is reduced over its elements: ONNX's `reduction` attribute.
 enum class loss_reduction : std::uint8_t { none, sum, mean };
 
@@ -429,6 +440,7 @@ constexpr std::string_view op_name(const gather&) noexcept { return "gather"; }
 constexpr std::string_view op_name(const tile&) noexcept { return "tile"; }
 constexpr std::string_view op_name(const nll_loss&) noexcept { return "nll_loss"; }
 constexpr std::string_view op_name(const trilu&) noexcept { return "trilu"; }
+constexpr std::string_view op_name(const gather_elements&) noexcept { return "gather_elements"; }
 constexpr std::string_view op_name(const resize&) noexcept { return "resize"; }
 
 }  // namespace npurt::kernels
@@ -439,4 +451,4 @@ constexpr std::string_view op_name(const resize&) noexcept { return "resize"; }
       kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d,    \
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,                \
       kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile, \
-      kernels::nll_loss, kernels::trilu, kernels::resize
+      kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements

@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 73> ops_table{"Add",
+constexpr std::array<std::string_view, 74> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -90,7 +90,8 @@ constexpr std::array<std::string_view, 73> ops_table{"Add",
                                                      "NegativeLogLikelihoodLoss",
                                                      "Trilu",
                                                      "Resize",
-                                                     "Upsample"};
+                                                     "Upsample",
+                                                     "GatherElements"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -314,6 +315,7 @@ const op_attributes onnx_attributes[] = {
     {"Split", {"axis", "num_outputs", "split"}},  // split: opsets before 13
     {"Pad", {"mode", "pads", "value"}},           // pads and value: opsets before 11
     {"Gather", {"axis"}},
+    {"GatherElements", {"axis"}},
     {"Tile", {}},    // opset 6 on: repeats is an input
     {"Expand", {}},  // the target shape is an input
     {"NegativeLogLikelihoodLoss", {"ignore_index", "reduction"}},
@@ -868,6 +870,24 @@ void check_conv_bias(const node& n, std::span<const value_info* const> in, const
          "bias must be [" + std::to_string(channels) + "], got " + shape_string(b.shape));
 }
 
+namespace {
+
+// Gather's and GatherElements' constant indices are checked when the node is added; indices fed
+// at run time fail the kernel that reads them.
+void check_constant_indices(const node& n, const value_info& data, const value_info& indices, std::size_t axis,
+                            std::span<const tensor* const> constants) {
+  const tensor* c = constants.size() > 1 ? constants[1] : nullptr;
+  if (!c || !c->is_host()) return;
+  const std::int64_t dim = data.shape[axis];
+  for (std::int64_t k = 0; k < c->elements(); ++k)
+    if (const std::int64_t v = c->get_int(k); v < -dim || v >= dim)
+      fail(errc::invalid_argument, n, indices.name,
+           "index " + std::to_string(v) + " is out of range for axis " + std::to_string(axis) + " of " +
+               shape_string(data.shape) + " ([" + std::to_string(-dim) + ", " + std::to_string(dim - 1) + "])");
+}
+
+}  // namespace
+
 std::vector<inferred_output> infer_op(const node& n, std::span<const value_info* const> in,
                                       std::span<const tensor* const> constants) {
   const std::string& t = n.type;
@@ -1292,7 +1312,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     const auto w = graph_ops::slice_window(n, in, constants);
     return one(w.dims, need(n, in, 0).type);
   }
-  if (t == "Gather") {
+  if (t == "Gather" || t == "GatherElements") {
     const auto& data = need(n, in, 0);
     const auto& indices = need(n, in, 1);
     if (data.shape.rank() == 0) fail(errc::invalid_shape, n, data.name, "data must have rank 1 or more, got a scalar");
@@ -1300,26 +1320,29 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     if (indices.type != dtype::i32 && indices.type != dtype::i64)
       fail(errc::invalid_dtype, n, indices.name,
            "indices must be int32 or int64, got " + std::string(to_string(indices.type)));
-    // onnx.ai: data.shape[:axis] + indices.shape + data.shape[axis+1:].
-    if (data.shape.rank() - 1 + indices.shape.rank() > shape::max_rank)
-      fail(errc::not_supported, n, indices.name,
-           "output rank " + std::to_string(data.shape.rank() - 1 + indices.shape.rank()) + " (data " +
-               shape_string(data.shape) + ", indices " + shape_string(indices.shape) + ") is above 8");
     shape out;
-    for (std::size_t d = 0; d < axis; ++d) out.push_back(data.shape[d]);
-    for (auto d : indices.shape) out.push_back(d);
-    for (std::size_t d = axis + 1; d < data.shape.rank(); ++d) out.push_back(data.shape[d]);
-    need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), out);
-    // Constant indices are checked now; indices fed at run time fail the kernel that reads them.
-    const tensor* c = constants.size() > 1 ? constants[1] : nullptr;
-    if (c && c->is_host()) {
-      const std::int64_t dim = data.shape[axis];
-      for (std::int64_t k = 0; k < c->elements(); ++k)
-        if (const std::int64_t v = c->get_int(k); v < -dim || v >= dim)
-          fail(errc::invalid_argument, n, indices.name,
-               "index " + std::to_string(v) + " is out of range for axis " + std::to_string(axis) + " of " +
-                   shape_string(data.shape) + " ([" + std::to_string(-dim) + ", " + std::to_string(dim - 1) + "])");
+    if (t == "Gather") {
+      // onnx.ai: data.shape[:axis] + indices.shape + data.shape[axis+1:].
+      if (data.shape.rank() - 1 + indices.shape.rank() > shape::max_rank)
+        fail(errc::not_supported, n, indices.name,
+             "output rank " + std::to_string(data.shape.rank() - 1 + indices.shape.rank()) + " (data " +
+                 shape_string(data.shape) + ", indices " + shape_string(indices.shape) + ") is above 8");
+      for (std::size_t d = 0; d < axis; ++d) out.push_back(data.shape[d]);
+      for (auto d : indices.shape) out.push_back(d);
+      for (std::size_t d = axis + 1; d < data.shape.rank(); ++d) out.push_back(data.shape[d]);
+    } else {
+      // onnx.ai: data and indices of one rank; y has indices' shape, each element data's along
+      // the axis at its index (NumPy's take_along_axis).
+      bool fits = indices.shape.rank() == data.shape.rank();
+      for (std::size_t d = 0; fits && d < data.shape.rank(); ++d) fits = d == axis || indices.shape[d] <= data.shape[d];
+      if (!fits)
+        fail(errc::invalid_shape, n, indices.name,
+             "indices " + shape_string(indices.shape) + " must have data's rank and, off axis " + std::to_string(axis) +
+                 ", extents no larger than data's " + shape_string(data.shape));
+      out = indices.shape;
     }
+    need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), out);
+    check_constant_indices(n, data, indices, axis, constants);
     return one(out, data.type);
   }
   if (t == "Split") {

@@ -325,6 +325,11 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     if (axis < 0) axis += static_cast<std::int64_t>(g.data.shape.rank());
     g.axis = static_cast<std::int32_t>(axis);
     kernel(g);
+  } else if (t == "GatherElements") {
+    std::int64_t axis = n.attrs.get_int("axis", 0);
+    const tensor_desc data = desc(st.in[0]);
+    if (axis < 0) axis += static_cast<std::int64_t>(data.shape.rank());
+    kernel(kernels::gather_elements{data, desc(st.in[1]), y, static_cast<std::int32_t>(axis)});
   } else if (t == "NegativeLogLikelihoodLoss") {
     // A reduced loss is an ONNX scalar: the kernel writes it as one element.
     kernels::nll_loss k{desc(st.in[0]), desc(st.in[1])};

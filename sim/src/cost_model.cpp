@@ -559,6 +559,10 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           }
           const double read = std::min(bytes(op.x), bytes(op.y) * taps);
           w.add(elems(op.y), read, bytes(op.y), 2 * taps + 2 * dims, op.y.type);
+        } else if constexpr (std::is_same_v<T, gather_elements>) {
+          // Every element fetched on its own through the vector unit: y's bytes gathered, the
+          // indices read, y written.
+          w.add(elems(op.y), bytes(op.y) + bytes(op.indices), bytes(op.y), 2, op.y.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

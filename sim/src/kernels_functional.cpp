@@ -1370,6 +1370,39 @@ void run(const kernels::resize& op, const host_tensors& h) {
   h.store(op.y, y);
 }
 
+std::error_code run(const kernels::gather_elements& op, const host_tensors& h) {
+  const shape& ds = op.data.shape;
+  const shape& is = op.indices.shape;
+  const auto axis = static_cast<size_t>(op.axis);
+  const int64_t dim = ds[axis];
+  const auto count = static_cast<size_t>(is.elements());
+  const std::byte* idx = h[op.indices];
+  std::vector<int64_t> at(count);
+  for (size_t i = 0; i < count; ++i) {
+    const int64_t v = read_int(op.indices.type, idx, i);
+    if (v < -dim || v >= dim) return make_error_code(errc::invalid_argument);
+    at[i] = v < 0 ? v + dim : v;
+  }
+  // Walking y (indices' shape) row-major: data's offset from y's coordinates, the axis's taken
+  // from the index.
+  const index_array stride = row_major_strides(ds);
+  const size_t es = size_of(op.data.type);
+  const std::byte* src = h[op.data];
+  index_array yi{};
+  size_t i = 0;
+  copy_elements(h, op.y, [&] {
+    int64_t off = 0;
+    for (size_t d = 0; d < is.rank(); ++d) off += (d == axis ? at[i] : yi[d]) * stride[d];
+    ++i;
+    for (size_t d = is.rank(); d-- > 0;) {
+      if (++yi[d] < is[d]) break;
+      yi[d] = 0;
+    }
+    return src + static_cast<size_t>(off) * es;
+  });
+  return {};
+}
+
 void run(const kernels::cast& op, const host_tensors& h) {
   const auto n = static_cast<size_t>(op.x.shape.elements());
   std::vector<std::byte> out(n * size_of(op.y.type));  // staged: x and y may overlap

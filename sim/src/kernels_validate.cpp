@@ -538,6 +538,18 @@ std::error_code check(const kernels::resize& r) {
   return {};
 }
 
+// ONNX's GatherElements: y has indices' shape; off the axis every index of y must be one of data's.
+std::error_code check(const kernels::gather_elements& g) {
+  if (g.indices.type != dtype::i32 && g.indices.type != dtype::i64) return fail(errc::invalid_dtype);
+  if (g.y.type != g.data.type) return fail(errc::invalid_dtype);
+  const std::size_t rank = g.data.shape.rank();
+  if (g.axis < 0 || static_cast<std::size_t>(g.axis) >= rank) return fail(errc::invalid_argument);
+  if (g.indices.shape.rank() != rank || !(g.y.shape == g.indices.shape)) return fail(errc::invalid_shape);
+  for (std::size_t d = 0; d < rank; ++d)
+    if (d != static_cast<std::size_t>(g.axis) && g.indices.shape[d] > g.data.shape[d]) return fail(errc::invalid_shape);
+  return {};
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -697,7 +709,7 @@ operand_list operands(const kernel_op& op) noexcept {
           b.add(r, o.target);
           b.add_optional(r, o.weight);
           b.add(w, o.y);
-        } else if constexpr (std::is_same_v<T, kernels::gather>) {
+        } else if constexpr (std::is_same_v<T, kernels::gather> || std::is_same_v<T, kernels::gather_elements>) {
           b.add(r, o.data, o.indices);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::sgd_update>) {

@@ -190,3 +190,33 @@ TEST_CASE("Gather lowers to one gather kernel in a timing-only run", "[graph][ga
   CHECK(r.ops[0].busy > picoseconds{0});
   CHECK(r.outputs.at("emb").shape() == shape{8, 128, 256});
 }
+
+TEST_CASE("GatherElements picks data along its axis at each index, fed or constant", "[graph][gather_elements]") {
+  // onnx.ai's second example: axis 0 of a 3x3 with [[1, 2, 0], [2, 0, 0]].
+  for (const bool fed : {true, false}) {
+    CAPTURE(fed);
+    graph g("ge");
+    auto data = g.add_input("data", {3, 3}, dtype::f32);
+    const tensor iv({2, 3}, dtype::i32, {1, 2, 0, 2, 0, 0});
+    auto idx = fed ? g.add_input("idx", {2, 3}, dtype::i32)
+                   : g.add_constant("idx", tensor({2, 3}, dtype::i32, {1, 2, 0, 2, 0, 0}));
+    g.set_output(g.add_op("GatherElements", {data, idx}, {{"axis", std::int64_t{0}}}, "y"));
+    auto sys = npurt::test::make_system();
+    session s{sys};
+    const tensor dv({3, 3}, dtype::f32, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+    std::vector<feed> feeds{{"data", dv}};
+    if (fed) feeds.push_back({"idx", iv});
+    CHECK(s.run(s.compile(g), feeds).outputs.at("y").to_vector() == std::vector<double>{4, 8, 3, 7, 2, 3});
+  }
+  const auto bad = [](shape is, dtype t, std::vector<double> v, std::int64_t axis = 0) {
+    graph g("bad");
+    auto data = g.add_input("data", {3, 3}, dtype::f32);
+    g.add_op("GatherElements", {data, g.add_constant("idx", tensor(is, t, v))}, {{"axis", axis}}, "y");
+  };
+  npurt::test::expect_graph_error([&] { bad({2, 4}, dtype::i64, std::vector<double>(8, 0)); }, errc::invalid_shape, "y",
+                                  "idx");
+  npurt::test::expect_graph_error([&] { bad({2}, dtype::i64, {0, 0}); }, errc::invalid_shape, "y", "idx");
+  npurt::test::expect_graph_error([&] { bad({1, 1}, dtype::f32, {0}); }, errc::invalid_dtype, "y", "idx");
+  npurt::test::expect_graph_error([&] { bad({1, 1}, dtype::i64, {3}); }, errc::invalid_argument, "y", "idx");
+  npurt::test::expect_graph_error([&] { bad({1, 1}, dtype::i64, {0}, 2); }, errc::invalid_argument, "y", "data");
+}

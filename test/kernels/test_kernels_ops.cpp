@@ -1,8 +1,8 @@
 // Reference kernels, vector operations: normalisation, pooling, softmax, reductions,
-// transpose, slice, pad, gather, tile, nll_loss, trilu, cast, SGD — against hand-computed values, double-precision
-// oracles and finite differences for the backward passes; and determinism.
-// transpose, slice, pad, gather, resize, cast, SGD — against hand-computed values, double-precision oracles and finite
-// differences for the backward passes; and determinism.
+// transpose, slice, pad, gather, gather_elements, tile, nll_loss, trilu, cast, SGD — against hand-computed values,
+// double-precision oracles and finite differences for the backward passes; and determinism. transpose, slice, pad,
+// gather, resize, cast, SGD — against hand-computed values, double-precision oracles and finite differences for the
+// backward passes; and determinism.
 #include "helpers.hpp"
 
 #include <catch2/catch_test_macros.hpp>
@@ -1045,6 +1045,56 @@ TEST_CASE("resize rounds to f16 and bf16 once, from the double sum", "[kernels][
     CHECK(std::fabs(got - want[i]) <= std::fabs(below - want[i]));
     CHECK(std::fabs(got - want[i]) <= std::fabs(above - want[i]));
   }
+}
+
+// ---- gather_elements -----------------------------------------------------------------------
+
+TEST_CASE("gather_elements is NumPy's take_along_axis, negative indices too", "[kernels][gather_elements]") {
+  int_draw next(0x9e1);
+  for (int round = 0; round < 60; ++round)
+    for (auto t : {dtype::f32, dtype::i64, dtype::u8}) {
+      const auto rank = static_cast<std::size_t>(next(1, 4));
+      const auto axis = static_cast<std::size_t>(next(0, static_cast<std::int64_t>(rank) - 1));
+      shape ds, is;
+      for (std::size_t d = 0; d < rank; ++d) {
+        const std::int64_t e = next(1, 4);
+        ds.push_back(e);
+        is.push_back(d == axis ? next(1, 5) : next(1, e));  // off the axis, no larger than data's
+      }
+      CAPTURE(round, npurt::to_string(t), axis);
+      tensor data(ds, t), idx(is, next(0, 1) ? dtype::i64 : dtype::i32), y(is, t);
+      data.fill(static_cast<std::uint64_t>(round) + 9, 0, 100, true);
+      for (std::size_t i = 0; i < idx.size(); ++i) idx.set(i, static_cast<double>(next(-ds[axis], ds[axis] - 1)));
+      REQUIRE(run(k::gather_elements{data.desc, idx.desc, y.desc, static_cast<std::int32_t>(axis)}) == 0);
+      const auto dv = data.values(), iv = idx.values(), yv = y.values();
+      std::vector<std::int64_t> at(rank, 0);
+      for (std::size_t i = 0; i < yv.size(); ++i) {
+        std::int64_t flat = 0;
+        for (std::size_t d = 0; d < rank; ++d) {
+          std::int64_t c = at[d];
+          if (d == axis)
+            c = static_cast<std::int64_t>(iv[i]) < 0 ? static_cast<std::int64_t>(iv[i]) + ds[d]
+                                                     : static_cast<std::int64_t>(iv[i]);
+          flat = flat * ds[d] + c;
+        }
+        REQUIRE(yv[i] == dv[static_cast<std::size_t>(flat)]);
+        for (std::size_t d = rank; d-- > 0;) {
+          if (++at[d] < is[d]) break;
+          at[d] = 0;
+        }
+      }
+    }
+  // By hand, onnx.ai's example: axis 1 of [[1, 2], [3, 4]] with [[0, 0], [1, 0]].
+  tensor m({2, 2}), i2({2, 2}, dtype::i64), o({2, 2});
+  m.assign({1, 2, 3, 4});
+  i2.assign({0, 0, 1, 0});
+  REQUIRE(run(k::gather_elements{m.desc, i2.desc, o.desc, 1}) == 0);
+  CHECK(o.values() == std::vector<double>{1, 1, 4, 3});
+  // An index past the axis fails, y untouched.
+  o.assign({9, 9, 9, 9});
+  i2.assign({0, 2, 1, 0});
+  CHECK(run(k::gather_elements{m.desc, i2.desc, o.desc, 1}) == static_cast<int>(npurt::errc::invalid_argument));
+  CHECK(o.values() == std::vector<double>{9, 9, 9, 9});
 }
 
 // ---- cast ----------------------------------------------------------------------------------
