@@ -1209,13 +1209,13 @@ void run(const kernels::trilu& op, const host_tensors& h) {
   const size_t es = size_of(op.x.type);
   const std::array<std::byte, 8> zero{};  // 0 in every dtype
   const std::byte* src = h[op.x];
-  size_t i = 0;
+  int64_t at = 0;
   copy_elements(h, op.y, [&] {
-    const auto at = static_cast<int64_t>(i);
     const int64_t col = at % cols, row = at / cols % rows;
+    const std::byte* from = src + static_cast<size_t>(at++) * es;
     // j - i against k without overflow: both sides stay within a few dimensions of int64's range.
     const bool keep = op.upper ? col - row >= op.k : col - row <= op.k;
-    return keep ? src + i++ * es : (++i, zero.data());
+    return keep ? from : zero.data();
   });
 }
 
