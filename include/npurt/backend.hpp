@@ -146,6 +146,11 @@ class backend_host : public memory_view {
   virtual void call_at(sim_time at, void (*fn)(void* ctx, std::uint64_t arg), void* ctx, std::uint64_t arg) = 0;
   /// Reports that a task finished at now() with outcome ec. start/end must be set.
   virtual void complete(task_info& t, std::error_code ec = {}) = 0;
+  /// Says in words what made a task fail with `ec` that the code alone cannot (the index that
+  /// was out of range, and the range): the failure a synchronize reports names it. Call it
+  /// before complete(); it applies only while the task's outcome is still `ec`. The default drops
+  /// it.
+  virtual void describe_failure(task_info& /*t*/, std::error_code /*ec*/, std::string /*why*/) {}
   /// complete() for a task a watchdog ended: which timer fired and its value, which the
   /// timeout_error of the task's failure reports (timer(), limit()).
   virtual void complete_timeout(task_info& t, std::error_code ec, timeout_kind /*timer*/, picoseconds /*limit*/) {

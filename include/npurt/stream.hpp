@@ -79,6 +79,16 @@ struct stream_options {
   stream_flags flags = stream_flags::none;
 };
 
+class stream;
+
+namespace detail {
+/// For npurt's own components: a blocking synchronize that hands back the failure it read, for
+/// a caller that reports it in its own terms (a session names the graph node that failed).
+struct stream_access {
+  NPURT_DECL static void synchronize(stream& s, std::error_code& ec, failure* f);
+};
+}  // namespace detail
+
 class stream {
  public:
   using executor_type = boost::asio::strand<boost::asio::io_context::executor_type>;
@@ -168,6 +178,7 @@ class stream {
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec);
 
  private:
+  friend struct detail::stream_access;
   friend class communicator;  // checks that a stream belongs to the communicator's system
   friend class device;        // its blocking memcpy needs no staging
 

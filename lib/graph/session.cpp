@@ -599,19 +599,41 @@ run_result session::finish_run(pending_run& p) {
   return r;
 }
 
+namespace {
+
+// What a run raises for the first error its drain read: a task's failure in the graph's terms
+// (the node whose kernel failed, and what its data had wrong, e.g. the index out of range) and
+// of the class the stream's own synchronize would raise (a timeout_error keeps its timer and
+// limit, a callback's exception is rethrown as it was), else the error itself.
+std::exception_ptr run_error(const compiled_graph::impl& c, const system& sys, std::error_code ec,
+                             const detail::failure& f, std::int32_t device, std::string_view what) {
+  if (f.exception) return f.exception;
+  std::string msg(what);
+  if (f) {
+    const auto st = std::find_if(c.steps.begin(), c.steps.end(),
+                                 [&](const cstep& x) { return !x.kernel_name.empty() && x.kernel_name == f.name; });
+    if (st != c.steps.end()) msg += ": node '" + st->kernel_name + "' (" + st->n->type + ")";
+    return detail::failure_exception(f, msg + ": " + f.describe(), device);
+  }
+  if (ec == errc::deadlock && !sys.deadlock_report().empty()) msg += ": " + sys.deadlock_report();
+  try {
+    throw_error_on(device, ec, msg);
+  } catch (...) { return std::current_exception(); }
+}
+
+}  // namespace
+
 run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs) {
   // A run that could not wait would leave its copies out writing into host outputs already gone.
   check_can_block("run");
   auto p = start_run(c, inputs);
-  // Every stream is drained; the first failure is the one reported, as the stream's throwing
-  // synchronize raises it (a timeout_error keeps its timer and limit).
+  // Every stream is drained; the first error is the one reported.
   std::exception_ptr first;
-  auto drain_one = [&first](npurt::stream& s) {
-    try {
-      s.synchronize();
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
+  auto drain_one = [&](npurt::stream& s) {
+    std::error_code ec;
+    detail::failure f;
+    detail::stream_access::synchronize(s, ec, &f);
+    if (ec && !first) first = run_error(c.get(), *sys_, ec, f, s.valid() ? s.device() : -1, "npurt::session::run");
   };
   for (std::uint32_t k = 0; k < c.get().streams; ++k) drain_one(exec_stream(*this, c.get(), k));
   drain_one(end_stream(c));
@@ -645,8 +667,16 @@ batches_result session::run_batches(const compiled_graph& cg, const std::vector<
   // Queued copies write into `outs` when they run: should queueing fail part way, the queued
   // batches finish before `outs` goes.
   auto drain = [&] {
-    for (std::uint32_t k = 0; k < c.streams; ++k) exec_stream(*this, c, k).synchronize();
-    end_stream(cg).synchronize();
+    std::exception_ptr first;
+    auto drain_one = [&](npurt::stream& s) {
+      std::error_code ec;
+      detail::failure f;
+      detail::stream_access::synchronize(s, ec, &f);
+      if (ec && !first) first = run_error(c, *sys_, ec, f, s.valid() ? s.device() : -1, "npurt::session::run_batches");
+    };
+    for (std::uint32_t k = 0; k < c.streams; ++k) drain_one(exec_stream(*this, c, k));
+    drain_one(end_stream(cg));
+    if (first) std::rethrow_exception(first);
   };
   try {
     after_previous_run(*this, c);
@@ -657,7 +687,15 @@ batches_result session::run_batches(const compiled_graph& cg, const std::vector<
       if (rotating && b >= slots)
         (c.rep.overlap ? io_stream(0) : exec_stream(*this, c, c.copy_stream)).wait(batch_end[b - slots]);
       batch_end[b] = enqueue_batch(x);
-      if (!rotating) batch_end[b].synchronize();
+      if (!rotating) {
+        // A failed batch is reported by the drain below, which names the node that failed.
+        std::error_code ec;
+        batch_end[b].synchronize(no_timeout, ec);
+        if (ec) {
+          drain();
+          throw_error(ec, "npurt::session::run_batches: batch " + std::to_string(b));
+        }
+      }
     }
   } catch (...) {
     try {

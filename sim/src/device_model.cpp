@@ -516,7 +516,9 @@ void device_model::start_kernel(std::uint32_t slot, sim_time now) {
   t.bytes = c.hbm_bytes;
 #if NPURT_SIM_HAVE_REFERENCE
   if (opts_.functional && has_data(*t.kernel)) {
-    job_faults_[slot] = run_reference(*t.kernel, *host_, t.device);
+    std::string why;
+    job_faults_[slot] = run_reference(*t.kernel, *host_, t.device, &why);
+    if (!why.empty()) host_->describe_failure(t, job_faults_[slot], std::move(why));
     j.extra |= x_fault;
   }
 #endif

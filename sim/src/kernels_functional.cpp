@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <system_error>
 #include <type_traits>
 #include <vector>
@@ -19,6 +20,22 @@ namespace {
 
 using std::int64_t;
 using std::size_t;
+
+// The outcome of a kernel whose input data can be wrong: the error, and in words which value
+// was wrong, so that the failure a synchronize reports can name it.
+struct data_fault {
+  std::error_code ec;
+  std::string why;
+};
+
+// "indices[3] = 7 is outside [-5, 4] (data axis 0 has 5 entries)": an index of `what` at flat
+// position i that does not address one of `dim` entries of data's `axis`.
+data_fault index_out_of_range(const char* what, size_t i, int64_t v, int64_t dim, size_t axis) {
+  return {make_error_code(errc::invalid_argument),
+          std::string(what) + "[" + std::to_string(i) + "] = " + std::to_string(v) + " is outside [" +
+              std::to_string(-dim) + ", " + std::to_string(dim - 1) + "] (data axis " + std::to_string(axis) + " has " +
+              std::to_string(dim) + " entries)"};
+}
 
 // ---- element conversion ----------------------------------------------------------------
 
@@ -1117,7 +1134,7 @@ void run(const kernels::pad& op, const host_tensors& h) {
 // The indices come from the caller's data, so their range is checked here, all of them before y
 // is written: a bad one fails the kernel (onnx.ai: an index outside [-s, s-1] is an error) and
 // leaves y as it was.
-std::error_code run(const kernels::gather& op, const host_tensors& h) {
+data_fault run(const kernels::gather& op, const host_tensors& h) {
   const shape& ds = op.data.shape;
   const auto axis = static_cast<size_t>(op.axis);
   int64_t outer = 1, inner = 1;
@@ -1129,7 +1146,7 @@ std::error_code run(const kernels::gather& op, const host_tensors& h) {
   const std::byte* idx = h[op.indices];
   for (size_t j = 0; j < count; ++j) {
     const int64_t v = read_int(op.indices.type, idx, j);
-    if (v < -dim || v >= dim) return make_error_code(errc::invalid_argument);
+    if (v < -dim || v >= dim) return index_out_of_range("indices", j, v, dim, axis);
     at[j] = v < 0 ? v + dim : v;
   }
   const size_t row = static_cast<size_t>(inner) * size_of(op.data.type);
@@ -1165,7 +1182,7 @@ void run(const kernels::tile& op, const host_tensors& h) {
 
 // ONNX's NegativeLogLikelihoodLoss, as its reference implementation computes it: every target
 // checked before anything is written, sums in double, one rounding to y's dtype.
-std::error_code run(const kernels::nll_loss& op, const host_tensors& h) {
+data_fault run(const kernels::nll_loss& op, const host_tensors& h) {
   const shape& xs = op.x.shape;
   const int64_t n = xs[0], c = xs[1];
   int64_t inner = 1;  // d1 * ... * dk
@@ -1176,7 +1193,11 @@ std::error_code run(const kernels::nll_loss& op, const host_tensors& h) {
   for (size_t i = 0; i < count; ++i) {
     t[i] = read_int(op.target.type, tgt, i);
     const bool ignored = op.has_ignore_index && t[i] == op.ignore_index;
-    if (!ignored && (t[i] < 0 || t[i] >= c)) return make_error_code(errc::invalid_argument);
+    if (!ignored && (t[i] < 0 || t[i] >= c))
+      return {make_error_code(errc::invalid_argument),
+              "target[" + std::to_string(i) + "] = " + std::to_string(t[i]) + " is not a class in [0, " +
+                  std::to_string(c) + ")" +
+                  (op.has_ignore_index ? " nor the ignore_index " + std::to_string(op.ignore_index) : std::string{})};
   }
   const std::byte* x = h[op.x];
   const bool weighted = h.present(op.weight);
@@ -1370,7 +1391,7 @@ void run(const kernels::resize& op, const host_tensors& h) {
   h.store(op.y, y);
 }
 
-std::error_code run(const kernels::gather_elements& op, const host_tensors& h) {
+data_fault run(const kernels::gather_elements& op, const host_tensors& h) {
   const shape& ds = op.data.shape;
   const shape& is = op.indices.shape;
   const auto axis = static_cast<size_t>(op.axis);
@@ -1380,7 +1401,7 @@ std::error_code run(const kernels::gather_elements& op, const host_tensors& h) {
   std::vector<int64_t> at(count);
   for (size_t i = 0; i < count; ++i) {
     const int64_t v = read_int(op.indices.type, idx, i);
-    if (v < -dim || v >= dim) return make_error_code(errc::invalid_argument);
+    if (v < -dim || v >= dim) return index_out_of_range("indices", i, v, dim, axis);
     at[i] = v < 0 ? v + dim : v;
   }
   // Walking y (indices' shape) row-major: data's offset from y's coordinates, the axis's taken
@@ -1433,6 +1454,10 @@ void run(const kernels::fixed&, const host_tensors&) {}
 }  // namespace
 
 std::error_code run_reference(const kernel_desc& k, memory_view& mem, device_id dev) {
+  return run_reference(k, mem, dev, nullptr);
+}
+
+std::error_code run_reference(const kernel_desc& k, memory_view& mem, device_id dev, std::string* why) {
   if (auto ec = validate(k)) return ec;
   const operand_list ops = operands(k.op);
   std::array<std::byte*, 8> ptrs{};
@@ -1447,10 +1472,16 @@ std::error_code run_reference(const kernel_desc& k, memory_view& mem, device_id 
   if (!any) return {};  // timing-only
   const host_tensors h(ops, ptrs);
   // Most kernels cannot fail once validated; one whose input data can be wrong (a gather's
-  // indices) returns the error, which fails the task.
+  // indices) returns the error, which fails the task, with what was wrong in words when it can
+  // say.
   return std::visit(
       [&](const auto& o) -> std::error_code {
-        if constexpr (std::is_same_v<decltype(run(o, h)), std::error_code>) {
+        using result = decltype(run(o, h));
+        if constexpr (std::is_same_v<result, data_fault>) {
+          data_fault f = run(o, h);
+          if (f.ec && why) *why = std::move(f.why);
+          return f.ec;
+        } else if constexpr (std::is_same_v<result, std::error_code>) {
           return run(o, h);
         } else {
           run(o, h);

@@ -6,6 +6,7 @@
 #include "helpers.hpp"
 
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cstdint>
 #include <string>
@@ -170,10 +171,27 @@ TEST_CASE("a Gather index out of range at run time fails session::run; the next 
     try {
       (void)s.run(c, {{"ids", tensor({2}, dtype::i64, {0, bad})}});
       FAIL("a gather of row " << bad << " of 3 succeeded");
-    } catch (const error& e) { CHECK(e.code() == errc::invalid_argument); }
+    } catch (const error& e) {
+      CHECK(e.code() == errc::invalid_argument);
+      // In the graph's terms: the call, the node and its operator, and the index that was wrong.
+      const std::string what = e.what();
+      CHECK_THAT(what, Catch::Matchers::StartsWith("npurt::session::run: node 'emb' (Gather): "));
+      CHECK_THAT(what, Catch::Matchers::ContainsSubstring("indices[1] = " + std::to_string(static_cast<int>(bad)) +
+                                                          " is outside [-3, 2] (data axis 0 has 3 entries)"));
+    }
   }
   const auto r = s.run(c, {{"ids", tensor({2}, dtype::i64, {2, -3})}});
   CHECK(r.outputs.at("emb").to_vector() == std::vector<double>{5, 6, 1, 2});
+  // run_batches reports the batch that failed in the same terms.
+  const tensor good({2}, dtype::i64, {0, 1}), past({2}, dtype::i64, {7, 0});
+  try {
+    (void)s.run_batches(c, {{{"ids", good}}, {{"ids", past}}});
+    FAIL("a batch gathering row 7 of 3 succeeded");
+  } catch (const error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK_THAT(e.what(), Catch::Matchers::StartsWith("npurt::session::run_batches: node 'emb' (Gather): "));
+    CHECK_THAT(e.what(), Catch::Matchers::ContainsSubstring("indices[0] = 7 is outside [-3, 2]"));
+  }
 }
 
 TEST_CASE("Gather lowers to one gather kernel in a timing-only run", "[graph][gather][timing]") {

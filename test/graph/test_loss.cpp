@@ -6,6 +6,7 @@
 #include "helpers.hpp"
 
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -112,7 +113,12 @@ TEST_CASE("a label outside the classes fails the run with invalid_argument", "[g
   try {
     (void)s.run(c, {{"scores", x}, {"labels", tensor({2, 3}, dtype::i64, {0, 4, 1, 2, 1, 1})}});
     FAIL("a label of 4 with 4 classes was accepted");
-  } catch (const std::system_error& e) { CHECK(e.code() == errc::invalid_argument); }
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    // The node the user named ('l'); its operator is the loss step of the chain it expands to.
+    CHECK_THAT(e.what(), Catch::Matchers::StartsWith("npurt::session::run: node 'l' (NegativeLogLikelihoodLoss): "));
+    CHECK_THAT(e.what(), Catch::Matchers::ContainsSubstring("target[1] = 4 is not a class in [0, 4)"));
+  }
   // The session is still usable, with labels in range.
   const auto r = s.run(c, {{"scores", x}, {"labels", tensor({2, 3}, dtype::i64, label_values)}});
   CHECK(near(r.outputs.at("loss").to_vector(), expected(x.to_vector(), true, "sum")));

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 using namespace kt;
@@ -649,6 +650,19 @@ TEST_CASE("a gather index outside [-s, s - 1] fails the kernel and y keeps what 
     data.assign({1, 2, 3, 4, 5, 6});
     idx.assign({-3, 2});
     REQUIRE(run(k::gather{data.desc, idx.desc, y.desc, 1}) == 0);
+    // Past them, the failure says which index, its value, and the range it had to lie in.
+    idx.assign({-3, -5});
+    std::string why = "untouched";
+    CHECK(npurt::sim::run_reference(npurt::kernel_desc{k::gather{data.desc, idx.desc, y.desc, 1}},
+                                    npurt::sim::host_memory(), 0, &why) == npurt::errc::invalid_argument);
+    CHECK(why == "indices[1] = -5 is outside [-3, 2] (data axis 1 has 3 entries)");
+    // A run that succeeds leaves it alone.
+    idx.assign({-3, 2});
+    why = "untouched";
+    CHECK(npurt::sim::run_reference(npurt::kernel_desc{k::gather{data.desc, idx.desc, y.desc, 1}},
+                                    npurt::sim::host_memory(), 0, &why)
+              .value() == 0);
+    CHECK(why == "untouched");
     CHECK(y.values() == std::vector<double>{1, 3, 4, 6});
   }
 }
@@ -763,6 +777,16 @@ TEST_CASE("nll_loss with a target outside the classes fails and leaves y unwritt
           static_cast<int>(npurt::errc::invalid_argument));
     CHECK(y.values() == std::vector<double>{42, 42});
   }
+  std::string why;
+  target.assign({1, 3});
+  CHECK(npurt::sim::run_reference(
+            npurt::kernel_desc{k::nll_loss{x.desc, target.desc, {}, y.desc, 0, false, k::loss_reduction::none}},
+            npurt::sim::host_memory(), 0, &why) == npurt::errc::invalid_argument);
+  CHECK(why == "target[1] = 3 is not a class in [0, 3)");
+  CHECK(npurt::sim::run_reference(
+            npurt::kernel_desc{k::nll_loss{x.desc, target.desc, {}, y.desc, -100, true, k::loss_reduction::none}},
+            npurt::sim::host_memory(), 0, &why) == npurt::errc::invalid_argument);
+  CHECK(why == "target[1] = 3 is not a class in [0, 3) nor the ignore_index -100");
   // -1 is a class no more when it is the ignore_index: that element's loss is 0.
   target.assign({2, -1});
   REQUIRE(run(k::nll_loss{x.desc, target.desc, {}, y.desc, -1, true, k::loss_reduction::none}) == 0);

@@ -1,6 +1,7 @@
 // The runtime driving the simulator end to end: what a launch carries between the call and
 // the moment it starts.
 #include <npurt/npurt.hpp>
+#include <npurt/sim/fault_backend.hpp>
 #include <npurt/sim/sim.hpp>
 
 #include <boost/asio/co_spawn.hpp>
@@ -171,9 +172,8 @@ TEST_CASE("an invalid shape names the tensor and the dimension", "[sim][runtime]
 
 // The descriptor cannot know a gather's index values: one out of range fails the task when it
 // runs, reported by the wait like any failed kernel, with y left as it was; the stream goes on.
-TEST_CASE("a gather index out of range fails its task at synchronize and leaves y unwritten",
-          "[sim][runtime][error][gather]") {
-  npurt::system sys{npurt::sim::presets::ascend910(1)};
+namespace {
+void check_gather_out_of_range(npurt::system& sys) {
   npurt::device& dev = sys.device(0);
   auto s = dev.make_stream();
   const std::vector<float> table{10, 11, 12, 20, 21, 22, 30, 31, 32};  // [3, 3]
@@ -197,6 +197,9 @@ TEST_CASE("a gather index out of range fails its task at synchronize and leaves 
   } catch (const npurt::caller_error& e) {
     CHECK(e.code() == npurt::errc::invalid_argument);
     CHECK_THAT(std::string(e.what()), ContainsSubstring("lookup"));
+    // Which index, its value and the range it had to lie in: what the code alone cannot say.
+    CHECK_THAT(std::string(e.what()),
+               ContainsSubstring("(indices[1] = 3 is outside [-3, 2] (data axis 0 has 3 entries))"));
   }
   std::vector<float> out(6, 0.0f);
   s.memcpy(out.data(), 24, y, 24, npurt::memcpy_kind::device_to_host);
@@ -212,6 +215,19 @@ TEST_CASE("a gather index out of range fails its task at synchronize and leaves 
   dev.free(data);
   dev.free(idx);
   dev.free(y);
+}
+}  // namespace
+
+TEST_CASE("a gather index out of range fails its task at synchronize and leaves y unwritten",
+          "[sim][runtime][error][gather]") {
+  SECTION("on the simulator") {
+    npurt::system sys{npurt::sim::presets::ascend910(1)};
+    check_gather_out_of_range(sys);
+  }
+  SECTION("through the fault layer, which passes the failure's words on") {
+    npurt::system sys{npurt::sim::with_faults(npurt::sim::presets::ascend910(1), {})};
+    check_gather_out_of_range(sys);
+  }
 }
 
 TEST_CASE("on the simulator, priority wins a tie between kernels ready at the same instant",

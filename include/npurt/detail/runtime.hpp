@@ -72,6 +72,11 @@ class runtime final : public backend_host, private loop_parts, public scheduler,
     clock_.call_at(at, timer_action::plain(fn, ctx, arg));
   }
   void complete(task_info& t, std::error_code ec) override { task_completed(t, ec); }
+  void describe_failure(task_info& t, std::error_code ec, std::string why) override {
+    auto& rec = static_cast<running_task&>(t);  // the backend only ever holds a stream's running_task
+    rec.why = std::move(why);
+    rec.why_ec = ec;
+  }
   void complete_timeout(task_info& t, std::error_code ec, timeout_kind timer, picoseconds limit) override {
     auto& rec = static_cast<running_task&>(t);  // the backend only ever holds a stream's running_task
     rec.timer = timer;

@@ -131,6 +131,10 @@ struct running_task : task_info {
   // error is a timeout: the timer's value (ps). A user event wait carries the event-wait timeout
   // in force when it was enqueued (0: none).
   std::int64_t timeout_limit = 0;
+  // What the backend said made it fail with why_ec (backend_host::describe_failure): the
+  // failure's detail while the outcome is still why_ec.
+  std::string why;
+  std::error_code why_ec;
 };
 
 /// The first failure of fire-and-forget work on a stream or device, kept until read (CUDA's and

@@ -406,6 +406,8 @@ NPURT_DECL void scheduler::fill_running(stream_state& s, task* t) {
     r.error.clear();
   if (r.exception) [[unlikely]]
     r.exception = nullptr;
+  if (!r.why.empty()) [[unlikely]]
+    r.why.clear();
   r.timer = timeout_kind::sync;
   r.timeout_limit = 0;
   switch (t->kind) {
@@ -553,6 +555,7 @@ NPURT_DECL void scheduler::record_failure(const running_task& t, std::error_code
     f.name = std::string(t.name);
     f.exception = t.exception;
     if (const collective_desc* c = t.rec ? t.rec->collective() : nullptr) f.detail = c->failure;
+    if (f.detail.empty() && !t.why.empty() && t.why_ec == ec) f.detail = t.why;
     if (is_timeout(ec)) {
       f.timer = t.timer;
       f.timeout_limit = t.timeout_limit;

@@ -569,6 +569,10 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout, std::err
   synchronize(timeout, ec, nullptr);
 }
 
+NPURT_DECL void detail::stream_access::synchronize(stream& s, std::error_code& ec, failure* f) {
+  s.synchronize(no_timeout, ec, f);
+}
+
 NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout) {
   std::error_code ec;
   detail::failure f;

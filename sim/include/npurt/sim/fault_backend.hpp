@@ -101,6 +101,9 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
     host_->call_at(at, fn, ctx, arg);
   }
   void complete(task_info& t, std::error_code ec) override;
+  void describe_failure(task_info& t, std::error_code ec, std::string why) override {
+    host_->describe_failure(t, ec, std::move(why));  // dropped there if this layer changes the outcome
+  }
   [[nodiscard]] observer* tracer() noexcept override { return host_->tracer(); }
   std::byte* translate(device_id dev, const void* addr, std::size_t bytes) noexcept override {
     return host_->translate(dev, addr, bytes);

@@ -106,6 +106,10 @@ struct operand_list {
 /// kernels::fixed do nothing and succeed. Inputs are read in full before any output is
 /// written, so outputs may alias inputs (in-place elementwise, sgd_update).
 [[nodiscard]] std::error_code run_reference(const kernel_desc& k, memory_view& mem, device_id dev);
+/// As run_reference, and when the kernel's data is what is wrong (an index out of range) says
+/// in *why which value, where, and what range it had to lie in, e.g. "indices[3] = 7 is outside
+/// [-5, 4] (data axis 0 has 5 entries)". *why is left as it was on success.
+[[nodiscard]] std::error_code run_reference(const kernel_desc& k, memory_view& mem, device_id dev, std::string* why);
 
 /// A memory_view over host memory: translate returns the address unchanged (null stays null).
 /// Lets tests and users run kernels on host vectors.
