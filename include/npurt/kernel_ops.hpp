@@ -69,9 +69,23 @@ struct conv2d_backward_weight {
 };
 
 /// Elementwise functions. Binary: add .. div, relu_backward (y = b > 0 ? a : 0, the gradient
-/// of Relu: a = dy, b = the Relu's input or output), pow, max, min. Unary (ONNX's meanings):
-/// the rest; alpha and beta are their parameters (leaky_relu, elu, celu, thresholded_relu:
-/// alpha; selu: alpha, gamma = beta; hard_sigmoid: alpha, beta; clip: min = alpha, max = beta).
+/// of Relu: a = dy, b = the Relu's input or output), pow, max, min, mod and fmod. Unary (ONNX's
+/// meanings): the rest; alpha and beta are their parameters (leaky_relu, elu, celu,
+/// thresholded_relu: alpha; selu: alpha, gamma = beta; hard_sigmoid: alpha, beta; clip: min =
+/// alpha, max = beta).
+///
+/// mod and fmod are ONNX's Mod (onnx.ai/onnx/operators/onnx__Mod.html): mod is its fmod = 0, the
+/// remainder with the divisor's sign (Python's %, numpy.mod), integers only; fmod is its fmod = 1,
+/// the remainder with the dividend's sign (C's fmod and %), floats and integers.
+///
+/// Integer tensors (i8, i32, i64, u8) take the functions integers_ok() names, computed exactly in
+/// the dtype: add, sub, mul, neg and pow wrap modulo 2^n as two's complement (numpy and ONNX
+/// Runtime do); div truncates toward zero (C, and ONNX's reference, which divides then casts);
+/// the one quotient that does not fit, INT_MIN / -1, wraps to INT_MIN as numpy's does, and
+/// abs(INT_MIN) is INT_MIN as in numpy; INT_MIN mod or fmod -1 is 0. A zero divisor of div, mod or
+/// fmod, or a negative exponent of pow (numpy refuses integers to negative powers), is data,
+/// known only when the kernel runs, which then fails with errc::invalid_argument and leaves y
+/// unwritten.
 enum class eltwise_fn : std::uint8_t {
   add,
   sub,
@@ -107,12 +121,37 @@ enum class eltwise_fn : std::uint8_t {
   celu,
   hard_swish,
   clip,
+  mod,
+  fmod,
 };
-inline constexpr eltwise_fn last_eltwise_fn = eltwise_fn::clip;
+inline constexpr eltwise_fn last_eltwise_fn = eltwise_fn::fmod;
 
 constexpr bool is_binary(eltwise_fn f) noexcept {
-  return f <= eltwise_fn::div || (f >= eltwise_fn::relu_backward && f <= eltwise_fn::min);
+  return f <= eltwise_fn::div || (f >= eltwise_fn::relu_backward && f <= eltwise_fn::min) || f == eltwise_fn::mod ||
+         f == eltwise_fn::fmod;
 }
+
+/// Whether f computes on integer dtypes (exact integer arithmetic; see eltwise_fn).
+constexpr bool integers_ok(eltwise_fn f) noexcept {
+  switch (f) {
+    case eltwise_fn::add:
+    case eltwise_fn::sub:
+    case eltwise_fn::mul:
+    case eltwise_fn::div:
+    case eltwise_fn::pow:
+    case eltwise_fn::max:
+    case eltwise_fn::min:
+    case eltwise_fn::abs:
+    case eltwise_fn::neg:
+    case eltwise_fn::sign:
+    case eltwise_fn::mod:
+    case eltwise_fn::fmod: return true;
+    default: return false;
+  }
+}
+
+/// Whether f computes on float dtypes: all but mod (ONNX's Mod takes floats with fmod = 1 only).
+constexpr bool floats_ok(eltwise_fn f) noexcept { return f != eltwise_fn::mod; }
 
 /// y = fn(a, b) with NumPy broadcasting, or y = fn(a) for the unary functions (b unused).
 struct elementwise {
@@ -206,8 +245,9 @@ struct softmax {
 };
 
 /// argmax / argmin reduce one axis to the int64 index of the largest / smallest element (the
-/// first one on ties, the last with select_last); NaN is never selected unless all are NaN.
-enum class reduce_fn : std::uint8_t { sum, mean, max, min, argmax, argmin };
+/// first one on ties, the last with select_last); NaN is never selected unless all are NaN. prod
+/// multiplies (ONNX's ReduceProd), in float in row-major order as sum adds.
+enum class reduce_fn : std::uint8_t { sum, mean, max, min, argmax, argmin, prod };
 
 /// Reduction over the axes whose bit is set in axes_mask (bit i = dimension i).
 struct reduce {
@@ -349,6 +389,20 @@ struct resize {
   bool exclude_outside = false;
 };
 
+/// ONNX's CumSum (onnx.ai/onnx/operators/onnx__CumSum.html): y[.., i, ..] = the sum of x[.., j, ..]
+/// along `axis` over j <= i (j < i when exclusive; j >= i, or j > i, when reverse), x and y of one
+/// shape and dtype. axis is in [-rank, rank), negative counting from the end. Floats are added in
+/// float in the order a sequential scan adds them, each partial sum rounded to the dtype as it is
+/// stored (f32: a plain float running sum; f16 and bf16: the running sum rounded to the dtype at
+/// every step, as a scan that keeps it in y does). Integers (i8, i32, i64, u8) add exactly,
+/// wrapping modulo 2^n as numpy's cumsum in the dtype does.
+struct cumsum {
+  tensor_desc x{}, y{};
+  std::int32_t axis = 0;
+  bool exclusive = false;
+  bool reverse = false;
+};
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
@@ -408,6 +462,8 @@ constexpr std::string_view op_name(const elementwise& e) noexcept {
     case eltwise_fn::celu: return "celu";
     case eltwise_fn::hard_swish: return "hard_swish";
     case eltwise_fn::clip: return "clip";
+    case eltwise_fn::mod: return "mod";
+    case eltwise_fn::fmod: return "fmod";
   }
   return "elementwise";
 }
@@ -427,6 +483,7 @@ constexpr std::string_view op_name(const reduce& r) noexcept {
     case reduce_fn::min: return "reduce_min";
     case reduce_fn::argmax: return "argmax";
     case reduce_fn::argmin: return "argmin";
+    case reduce_fn::prod: return "reduce_prod";
   }
   return "reduce";
 }
@@ -442,6 +499,7 @@ constexpr std::string_view op_name(const nll_loss&) noexcept { return "nll_loss"
 constexpr std::string_view op_name(const trilu&) noexcept { return "trilu"; }
 constexpr std::string_view op_name(const gather_elements&) noexcept { return "gather_elements"; }
 constexpr std::string_view op_name(const resize&) noexcept { return "resize"; }
+constexpr std::string_view op_name(const cumsum&) noexcept { return "cumsum"; }
 
 }  // namespace npurt::kernels
 
@@ -451,4 +509,4 @@ constexpr std::string_view op_name(const resize&) noexcept { return "resize"; }
       kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d,    \
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,                \
       kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile, \
-      kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements
+      kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum

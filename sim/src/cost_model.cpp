@@ -430,6 +430,8 @@ double eltwise_ops(kernels::eltwise_fn f) noexcept {
     case eltwise_fn::sin:
     case eltwise_fn::cos:
     case eltwise_fn::erf: return 8;  // range reduction and a polynomial
+    case eltwise_fn::fmod: return 4;  // divide, truncate, multiply back, subtract
+    case eltwise_fn::mod: return 5;  // fmod's, then a compare and a select of the divisor's sign
   }
   return 1;
 }
@@ -563,6 +565,10 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           // Every element fetched on its own through the vector unit: y's bytes gathered, the
           // indices read, y written.
           w.add(elems(op.y), bytes(op.y) + bytes(op.indices), bytes(op.y), 2, op.y.type);
+        } else if constexpr (std::is_same_v<T, cumsum>) {
+          // One pass: x read, y written, an add per element; the lines along the axis run side by
+          // side in the vector lanes (the inner elements), each step carrying the running sum.
+          w.add(elems(op.y), bytes(op.x), bytes(op.y), 1, op.y.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

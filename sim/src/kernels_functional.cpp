@@ -540,6 +540,7 @@ float apply_binary(kernels::eltwise_fn f, float a, float b) noexcept {
     case pow: return std::pow(a, b);
     case max: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b);
     case min: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN() : std::min(a, b);
+    case fmod: return std::fmod(a, b);  // numpy.fmod: NaN for a zero divisor
     default: return a;
   }
 }
@@ -581,15 +582,106 @@ index_array broadcast_strides(const shape& s, size_t r) {
   return st;
 }
 
-void run(const kernels::elementwise& op, const host_tensors& h) {
+// ---- integer elementwise -------------------------------------------------------------------
+
+// An integer of dtype t from the low bits of u: two's complement wrap-around into the dtype's
+// width (C++20 defines the narrowing conversion as modular).
+int64_t wrap_to(dtype t, std::uint64_t u) noexcept {
+  switch (t) {
+    case dtype::i8: return static_cast<std::int8_t>(u);
+    case dtype::i32: return static_cast<std::int32_t>(u);
+    case dtype::u8: return static_cast<std::uint8_t>(u);
+    default: return static_cast<int64_t>(u);
+  }
+}
+
+// The integer functions on values of dtype t (read into int64_t, so every value of i8, i32 and u8
+// is exact there and only i64 can overflow), wrapped back into t. add, sub, mul and neg go
+// through unsigned arithmetic: its wrap-around is defined, and the low n bits of the result are
+// the two's complement result in an n-bit type. Returns false for a zero divisor or a negative
+// exponent, which the caller turns into the kernel's failure.
+bool apply_int(kernels::eltwise_fn f, dtype t, int64_t a, int64_t b, int64_t& out) noexcept {
   using enum kernels::eltwise_fn;
+  const auto ua = static_cast<std::uint64_t>(a), ub = static_cast<std::uint64_t>(b);
+  switch (f) {
+    case add: out = wrap_to(t, ua + ub); return true;
+    case sub: out = wrap_to(t, ua - ub); return true;
+    case mul: out = wrap_to(t, ua * ub); return true;
+    case neg: out = wrap_to(t, std::uint64_t{0} - ua); return true;
+    case abs: out = wrap_to(t, a < 0 ? std::uint64_t{0} - ua : ua); return true;
+    case sign: out = a > 0 ? 1 : a < 0 ? -1 : 0; return true;
+    case max: out = std::max(a, b); return true;
+    case min: out = std::min(a, b); return true;
+    case div:
+      if (b == 0) return false;
+      // Truncating toward zero as C does; -1 negates through unsigned arithmetic, so that
+      // INT64_MIN / -1 wraps to INT64_MIN (the narrower dtypes wrap when narrowed).
+      out = wrap_to(t, b == -1 ? std::uint64_t{0} - ua : static_cast<std::uint64_t>(a / b));
+      return true;
+    case fmod:
+    case mod: {
+      if (b == 0) return false;
+      int64_t r = b == -1 ? 0 : a % b;  // INT64_MIN % -1 would trap; every x % -1 is 0
+      // Python's %: a remainder of the dividend's sign moves to the divisor's by adding it once.
+      if (f == mod && r != 0 && ((r < 0) != (b < 0))) r += b;
+      out = r;
+      return true;
+    }
+    case pow: {
+      if (b < 0) return false;
+      // Square-and-multiply in unsigned arithmetic: each product's low bits are the wrapped one.
+      std::uint64_t result = 1, base = ua;
+      for (auto e = static_cast<std::uint64_t>(b); e != 0; e >>= 1) {
+        if (e & 1u) result *= base;
+        base *= base;
+      }
+      out = wrap_to(t, result);
+      return true;
+    }
+    default: out = a; return true;
+  }
+}
+
+// The elementwise kernel on integer tensors: every result is computed before y is written, so a
+// zero divisor fails the kernel and leaves y as it was. An integer has no value for x / 0 (C
+// leaves it undefined, numpy returns 0 with a warning): failing is the one answer that is not a
+// silent wrong one.
+std::error_code run_int(const kernels::elementwise& op, const host_tensors& h) {
+  const dtype t = op.y.type;
+  const auto n = static_cast<size_t>(op.y.shape.elements());
+  std::vector<int64_t> y(n);
+  const std::byte* pa = h[op.a];
+  if (!kernels::is_binary(op.fn)) {
+    for (size_t i = 0; i < n; ++i) apply_int(op.fn, t, read_int(t, pa, i), 0, y[i]);
+  } else {
+    const std::byte* pb = h[op.b];
+    const shape& ys = op.y.shape;
+    const auto sa = broadcast_strides(op.a.shape, ys.rank());
+    const auto sb = broadcast_strides(op.b.shape, ys.rank());
+    index_array ia_idx{}, ib_idx{};  // one odometer per operand: advance() steps its own index
+    int64_t ia = 0, ib = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t a = read_int(t, pa, static_cast<size_t>(ia)), b = read_int(t, pb, static_cast<size_t>(ib));
+      if (!apply_int(op.fn, t, a, b, y[i])) return make_error_code(errc::invalid_argument);
+      advance(ia_idx, ys, sa, ia);
+      advance(ib_idx, ys, sb, ib);
+    }
+  }
+  std::byte* py = h[op.y];
+  for (size_t i = 0; i < n; ++i) write_int(t, py, i, y[i]);
+  return {};
+}
+
+std::error_code run(const kernels::elementwise& op, const host_tensors& h) {
+  using enum kernels::eltwise_fn;
+  if (!is_float(op.y.type)) return run_int(op, h);
   const auto a = h.load(op.a);
   const bool bin = kernels::is_binary(op.fn);
   std::vector<float> y(static_cast<size_t>(op.y.shape.elements()));
   if (!bin) {
     for (size_t i = 0; i < y.size(); ++i) y[i] = apply_unary(op, a[i]);
     h.store(op.y, y);
-    return;
+    return {};
   }
   const auto b = h.load(op.b);
   const shape& ys = op.y.shape;
@@ -612,6 +704,7 @@ void run(const kernels::elementwise& op, const host_tensors& h) {
     }
   }
   h.store(op.y, y);
+  return {};
 }
 
 float round_to(dtype t, float v) noexcept {
@@ -937,14 +1030,22 @@ void run(const kernels::pool2d_backward& op, const host_tensors& h) {
 
 // ---- softmax, reduce, transpose, slice, pad, gather, tile, cast, sgd ---------------------------
 
+// A tensor viewed as [outer, len, inner] around one axis (negative counting from the end): the
+// lines along the axis that softmax and cumsum walk.
+struct axis_lines {
+  int64_t outer = 1, len = 1, inner = 1;
+  axis_lines(const shape& s, std::int32_t axis) {
+    const size_t ax =
+        axis < 0 ? static_cast<size_t>(axis + static_cast<std::int32_t>(s.rank())) : static_cast<size_t>(axis);
+    for (size_t i = 0; i < ax; ++i) outer *= s[i];
+    for (size_t i = ax + 1; i < s.rank(); ++i) inner *= s[i];
+    len = s[ax];
+  }
+};
+
 void run(const kernels::softmax& op, const host_tensors& h) {
-  const shape& s = op.x.shape;
-  const size_t ax =
-      op.axis < 0 ? static_cast<size_t>(op.axis + static_cast<std::int32_t>(s.rank())) : static_cast<size_t>(op.axis);
-  int64_t outer = 1, inner = 1;
-  for (size_t i = 0; i < ax; ++i) outer *= s[i];
-  for (size_t i = ax + 1; i < s.rank(); ++i) inner *= s[i];
-  const int64_t len = s[ax];
+  const axis_lines lines(op.x.shape, op.axis);
+  const int64_t outer = lines.outer, len = lines.len, inner = lines.inner;
   const auto x = h.load(op.x);
   std::vector<float> y(x.size());
   for (int64_t o = 0; o < outer; ++o)
@@ -982,7 +1083,11 @@ void run(const kernels::reduce& op, const host_tensors& h) {
   const bool is_max = op.fn == reduce_fn::max, is_min = op.fn == reduce_fn::min;
   const bool arg = op.fn == reduce_fn::argmax || op.fn == reduce_fn::argmin;
   const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> y(static_cast<size_t>(op.y.shape.elements()), is_max ? -inf : is_min ? inf : 0.0f);
+  const bool is_prod = op.fn == reduce_fn::prod;
+  std::vector<float> y(static_cast<size_t>(op.y.shape.elements()), is_max    ? -inf
+                                                                   : is_min  ? inf
+                                                                   : is_prod ? 1.0f
+                                                                             : 0.0f);
   std::vector<int64_t> at(arg ? y.size() : 0, -1);  // argmax/argmin: the index so far
   size_t axis = 0;
   while (arg && !((op.axes_mask >> axis) & 1u)) ++axis;
@@ -1005,6 +1110,8 @@ void run(const kernels::reduce& op, const host_tensors& h) {
       } else if (best < 0 && std::isnan(v) && idx[axis] + 1 == op.x.shape[axis]) {
         best = 0;  // every element NaN
       }
+    } else if (is_prod) {
+      acc *= x[i];
     } else {
       acc += x[i];
     }
@@ -1422,6 +1529,40 @@ data_fault run(const kernels::gather_elements& op, const host_tensors& h) {
     return src + static_cast<size_t>(off) * es;
   });
   return {};
+}
+
+// ONNX's CumSum as a sequential scan along the axis, for each line of x along it: floats in float
+// (an f16 or bf16 running sum rounded to the dtype at each step, as a scan that keeps it in y
+// would), integers exactly in unsigned arithmetic, whose low bits wrap as the dtype's would. x is
+// read whole before y is written, so y may overlap it.
+void run(const kernels::cumsum& op, const host_tensors& h) {
+  const axis_lines lines(op.x.shape, op.axis);
+  const int64_t outer = lines.outer, len = lines.len, inner = lines.inner;
+  const dtype t = op.x.type;
+  const auto n = static_cast<size_t>(op.x.shape.elements());
+  const std::byte* px = h[op.x];
+  std::vector<std::byte> out(n * size_of(t));
+  const bool flt = is_float(t);
+  std::vector<float> xf = flt ? h.load(op.x) : std::vector<float>{};
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t in = 0; in < inner; ++in) {
+      float facc = 0.0f;
+      std::uint64_t iacc = 0;
+      for (int64_t step = 0; step < len; ++step) {
+        const int64_t k = op.reverse ? len - 1 - step : step;
+        const auto at = static_cast<size_t>((o * len + k) * inner + in);
+        if (flt) {
+          if (op.exclusive) write_float(t, out.data(), at, facc);
+          facc = t == dtype::f32 ? facc + xf[at] : round_to(t, facc + xf[at]);
+          if (!op.exclusive) write_float(t, out.data(), at, facc);
+        } else {
+          if (op.exclusive) write_int(t, out.data(), at, wrap_to(t, iacc));
+          iacc += static_cast<std::uint64_t>(read_int(t, px, at));
+          if (!op.exclusive) write_int(t, out.data(), at, wrap_to(t, iacc));
+        }
+      }
+    }
+  std::memcpy(h[op.y], out.data(), out.size());
 }
 
 void run(const kernels::cast& op, const host_tensors& h) {

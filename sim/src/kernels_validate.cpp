@@ -222,7 +222,9 @@ std::error_code check(const kernels::elementwise& e) {
   if (static_cast<unsigned>(e.fn) > static_cast<unsigned>(kernels::last_eltwise_fn))
     return fail(errc::invalid_argument);
   if (!finite(e.alpha) || !finite(e.beta)) return fail(errc::invalid_argument);
-  if (!is_float(e.a.type) || e.y.type != e.a.type) return fail(errc::invalid_dtype);
+  // Floats for every function but mod; the integer dtypes for the exact integer ones.
+  const bool type_ok = is_float(e.a.type) ? kernels::floats_ok(e.fn) : kernels::integers_ok(e.fn);
+  if (!type_ok || e.y.type != e.a.type) return fail(errc::invalid_dtype);
   if (!binary(e.fn)) return e.y.shape == e.a.shape ? std::error_code{} : fail(errc::invalid_shape);
   if (e.b.type != e.a.type) return fail(errc::invalid_dtype);
   // NumPy: align trailing dimensions; each pair equal or one of them 1.
@@ -249,6 +251,7 @@ std::error_code check(const kernels::fused_elementwise& f) {
     if (static_cast<unsigned>(st.fn) > static_cast<unsigned>(kernels::last_eltwise_fn))
       return fail(errc::invalid_argument);
     if (!finite(st.alpha) || !finite(st.beta)) return fail(errc::invalid_argument);
+    if (!kernels::floats_ok(st.fn)) return fail(errc::invalid_dtype);  // the chain computes in float
     // An operand is an input in range, or the running value after the first stage; every later
     // stage continues the chain (otherwise an earlier stage's result would be dropped).
     auto ok = [&](std::uint8_t o) { return o < f.inputs || (o == F::chain && k > 0); };
@@ -372,7 +375,7 @@ std::error_code check(const kernels::softmax& s) {
 }
 
 std::error_code check(const kernels::reduce& r) {
-  if (static_cast<unsigned>(r.fn) > static_cast<unsigned>(kernels::reduce_fn::argmin))
+  if (static_cast<unsigned>(r.fn) > static_cast<unsigned>(kernels::reduce_fn::prod))
     return fail(errc::invalid_argument);
   const std::size_t rank = r.x.shape.rank();
   // An empty mask reduces nothing; that is a bug in the caller more often than an intent.
@@ -550,6 +553,17 @@ std::error_code check(const kernels::gather_elements& g) {
   return {};
 }
 
+// ONNX's CumSum: one shape and dtype in and out, float or integer (bool is no number to add).
+std::error_code check(const kernels::cumsum& c) {
+  if (c.y.type != c.x.type) return fail(errc::invalid_dtype);
+  if (!is_float(c.x.type) && c.x.type != dtype::i8 && c.x.type != dtype::i32 && c.x.type != dtype::i64 &&
+      c.x.type != dtype::u8)
+    return fail(errc::invalid_dtype);
+  if (!valid_axis(c.axis, c.x.shape.rank())) return fail(errc::invalid_argument);
+  if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
+  return {};
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -701,7 +715,7 @@ operand_list operands(const kernel_op& op) noexcept {
                              std::is_same_v<T, kernels::transpose> || std::is_same_v<T, kernels::cast> ||
                              std::is_same_v<T, kernels::slice> || std::is_same_v<T, kernels::pad> ||
                              std::is_same_v<T, kernels::tile> || std::is_same_v<T, kernels::trilu> ||
-                             std::is_same_v<T, kernels::resize>) {
+                             std::is_same_v<T, kernels::resize> || std::is_same_v<T, kernels::cumsum>) {
           b.add(r, o.x);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::nll_loss>) {

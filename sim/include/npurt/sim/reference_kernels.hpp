@@ -44,6 +44,13 @@
 //    neighbours nearest each source coordinate, edge-clamped, weighted per dimension; the sum is
 //    taken in double (as its float64 dot products are) and rounded to y's dtype once. A
 //    neighbour of weight 0 is not read.
+//  - elementwise computes integer dtypes (i8, i32, i64, u8) exactly for the functions
+//    kernels::integers_ok names: add, sub, mul, neg, pow wrap modulo 2^n; div truncates toward
+//    zero, INT_MIN / -1 wrapping to INT_MIN; a zero divisor (div, mod, fmod) or a negative
+//    integer exponent fails the kernel with errc::invalid_argument when it runs, y unwritten.
+//  - cumsum adds along its axis sequentially: f32 in float, f16/bf16 with the running sum
+//    rounded to the dtype at every step, integers exactly with wrap-around.
+//  - reduce prod multiplies in float in row-major order of the input, as sum adds.
 //  - cast rounds to nearest even and saturates into integer ranges; NaN casts to integer 0.
 //
 // Optional operands: matmul none; elementwise b (unary functions ignore it); batchnorm gamma,
@@ -101,8 +108,8 @@ struct operand_list {
 
 /// Validates, then computes the kernel's result with reference loops. Every operand's pointer
 /// is translated with mem.translate(dev, ptr, bytes); a null translation is
-/// errc::invalid_pointer and nothing is written; so is a gather index out of range
-/// (errc::invalid_argument). Timing-only descriptors (no data) and
+/// errc::invalid_pointer and nothing is written; so is a gather index out of range, or an
+/// integer division by zero (errc::invalid_argument). Timing-only descriptors (no data) and
 /// kernels::fixed do nothing and succeed. Inputs are read in full before any output is
 /// written, so outputs may alias inputs (in-place elementwise, sgd_update).
 [[nodiscard]] std::error_code run_reference(const kernel_desc& k, memory_view& mem, device_id dev);
