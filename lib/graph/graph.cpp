@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 74> ops_table{"Add",
+constexpr std::array<std::string_view, 77> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -91,7 +91,10 @@ constexpr std::array<std::string_view, 74> ops_table{"Add",
                                                      "Trilu",
                                                      "Resize",
                                                      "Upsample",
-                                                     "GatherElements"};
+                                                     "GatherElements",
+                                                     "Mod",
+                                                     "CumSum",
+                                                     "ReduceProd"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -122,6 +125,19 @@ const value_info& need(const node& n, std::span<const value_info* const> in, std
 void need_float(const node& n, const value_info& v) {
   if (!is_float(v.type))
     fail(errc::not_supported, n, v.name, "needs a floating-point tensor, got " + std::string(to_string(v.type)));
+}
+
+bool is_integer(dtype t) noexcept { return t == dtype::i8 || t == dtype::i32 || t == dtype::i64 || t == dtype::u8; }
+
+// A number the kernel computes f on: a float, or an integer where f is exact on integers (Add,
+// Sub, Mul, Div, Pow, Max, Min, Abs, Neg, Sign, Mod; see kernels::integers_ok).
+void need_number(const node& n, const value_info& v, kernels::eltwise_fn f) {
+  if (is_integer(v.type) && kernels::integers_ok(f)) return;
+  if (is_integer(v.type))
+    fail(errc::not_supported, n, v.name, "needs a floating-point tensor, got " + std::string(to_string(v.type)));
+  if (!is_float(v.type))
+    fail(errc::not_supported, n, v.name,
+         "needs a floating-point or integer (int8, int32, int64, uint8) tensor, got " + std::string(to_string(v.type)));
 }
 
 void same_type(const node& n, const value_info& a, const value_info& b) {
@@ -325,6 +341,9 @@ const op_attributes onnx_attributes[] = {
      {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",
       "extrapolation_value", "antialias", "keep_aspect_ratio_policy", "axes"}},
     {"Upsample", {"mode", "scales"}},  // scales: opset 7 (an input from 9)
+    {"Mod", {"fmod"}},
+    {"CumSum", {"exclusive", "reverse"}},
+    {"ReduceProd", {"axes", "keepdims", "noop_with_empty_axes"}},
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
@@ -894,7 +913,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
   auto one = [](shape s, dtype d) { return std::vector<inferred_output>{{s, d}}; };
   if (const auto e = graph_ops::find_eltwise(t); e && !e->binary) {
     const auto& x = need(n, in, 0);
-    need_float(n, x);
+    need_number(n, x, e->fn);
     if (t == "Gelu" && n.attrs.get_string("approximate", "none") != "tanh")
       fail(errc::not_supported, n, x.name, "Gelu is computed with the tanh approximation: set approximate=\"tanh\"");
     // Clip's bounds (opset 11 on) are optional inputs: they must be constant scalars.
@@ -922,7 +941,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
   }
   if (t == "Max" || t == "Min") {
     const auto& a = need(n, in, 0);
-    need_float(n, a);
+    need_number(n, a, kernels::eltwise_fn::max);
     shape s = a.shape;
     for (std::size_t i = 1; i < in.size(); ++i) {
       const auto& b = need(n, in, i);
@@ -944,7 +963,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
   if (const auto e = graph_ops::find_eltwise(t); e && e->binary) {
     const auto& a = need(n, in, 0);
     const auto& b = need(n, in, 1);
-    need_float(n, a);
+    need_number(n, a, e->fn);
     // ONNX's Pow allows an exponent of another type; the kernel computes in one.
     if (t == "Pow" && a.type != b.type)
       fail(errc::not_supported, n, b.name,
@@ -1277,7 +1296,45 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     }
     return one(out, dtype::i64);
   }
-  if (t == "ReduceMean" || t == "ReduceSum" || t == "ReduceMax" || t == "ReduceMin") {
+  if (t == "Mod") {
+    // onnx.ai/onnx/operators/onnx__Mod.html: fmod = 0 is Python's % (the divisor's sign), defined
+    // for integers only; fmod = 1 is C's fmod (the dividend's sign), for floats and integers.
+    const auto& a = need(n, in, 0);
+    const auto& b = need(n, in, 1);
+    const std::int64_t fmod = n.attrs.get_int("fmod", 0);
+    if (fmod != 0 && fmod != 1) fail(errc::invalid_argument, n, {}, "fmod must be 0 or 1, got " + std::to_string(fmod));
+    need_number(n, a, kernels::eltwise_fn::fmod);
+    same_type(n, a, b);
+    if (fmod == 0 && is_float(a.type))
+      fail(errc::invalid_argument, n, a.name,
+           "fmod=0 (the divisor's sign) is for integers; a " + std::string(to_string(a.type)) +
+               " Mod needs fmod=1, as ONNX's specification says");
+    return one(broadcast(n, a, b), a.type);
+  }
+  if (t == "CumSum") {
+    // onnx.ai/onnx/operators/onnx__CumSum.html: the axis is an input, a 0-D (or, as exporters
+    // write it, one-element 1-D) int32 or int64 tensor; it must be known when the graph is built.
+    const auto& x = need(n, in, 0);
+    const auto& ax = need(n, in, 1);
+    if (!is_float(x.type) && !is_integer(x.type))
+      fail(errc::not_supported, n, x.name,
+           "needs a floating-point or integer (int8, int32, int64, uint8) tensor, got " +
+               std::string(to_string(x.type)));
+    if (x.shape.rank() == 0) fail(errc::invalid_shape, n, x.name, "x must have rank 1 or more, got a scalar");
+    if (ax.type != dtype::i32 && ax.type != dtype::i64)
+      fail(errc::invalid_dtype, n, ax.name, "axis must be int32 or int64, got " + std::string(to_string(ax.type)));
+    if (ax.shape.elements() != 1 || ax.shape.rank() > 1)
+      fail(errc::invalid_shape, n, ax.name, "axis must be a scalar, got " + shape_string(ax.shape));
+    const tensor* c = constants.size() > 1 ? constants[1] : nullptr;
+    if (!c || !c->is_host())
+      fail(errc::not_supported, n, ax.name, "axis must be a constant (an axis computed at run time is not supported)");
+    norm_axis(n, c->get_int(0), x.shape.rank(), ax.name);
+    for (const char* a : {"exclusive", "reverse"})
+      if (const std::int64_t v = n.attrs.get_int(a, 0); v != 0 && v != 1)
+        fail(errc::invalid_argument, n, {}, std::string(a) + " must be 0 or 1, got " + std::to_string(v));
+    return one(x.shape, x.type);
+  }
+  if (t == "ReduceMean" || t == "ReduceSum" || t == "ReduceMax" || t == "ReduceMin" || t == "ReduceProd") {
     const auto& x = need(n, in, 0);
     need_float(n, x);
     ints axes = n.attrs.get_ints("axes");

@@ -355,12 +355,13 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     // A reduction to nothing (rank 1, no keepdims) is one element to the kernels.
     if (!r.keep_dims && r.x.shape.rank() == 1) r.y.shape = shape{1};
     kernel(r);
-  } else if (t == "ReduceMean" || t == "ReduceSum" || t == "ReduceMax" || t == "ReduceMin") {
+  } else if (t == "ReduceMean" || t == "ReduceSum" || t == "ReduceMax" || t == "ReduceMin" || t == "ReduceProd") {
     kernels::reduce r{};
-    r.fn = t == "ReduceMean"  ? kernels::reduce_fn::mean
-           : t == "ReduceSum" ? kernels::reduce_fn::sum
-           : t == "ReduceMax" ? kernels::reduce_fn::max
-                              : kernels::reduce_fn::min;
+    r.fn = t == "ReduceMean"   ? kernels::reduce_fn::mean
+           : t == "ReduceSum"  ? kernels::reduce_fn::sum
+           : t == "ReduceMax"  ? kernels::reduce_fn::max
+           : t == "ReduceProd" ? kernels::reduce_fn::prod
+                               : kernels::reduce_fn::min;
     r.x = desc(st.in[0]);
     r.y = y;
     ints axes = n.attrs.get_ints("axes");
@@ -386,6 +387,20 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       }
     }
     kernel(r);
+  } else if (t == "Mod") {
+    const auto f = n.attrs.get_int("fmod", 0) != 0 ? kernels::eltwise_fn::fmod : kernels::eltwise_fn::mod;
+    kernel(kernels::elementwise{f, desc(st.in[0]), desc(st.in[1]), y});
+  } else if (t == "CumSum") {
+    // The axis is a constant (checked when the node was added).
+    const cvalue& ax = values[static_cast<std::size_t>(st.in[1])];
+    if (!ax.host || !ax.host->is_host())
+      throw graph_error(make_error_code(errc::not_supported), n.name, n.inputs[1],
+                        "CumSum: the axis is not a constant");
+    kernels::cumsum c{desc(st.in[0]), y};
+    c.axis = static_cast<std::int32_t>(ax.host->get_int(0));
+    c.exclusive = n.attrs.get_int("exclusive", 0) != 0;
+    c.reverse = n.attrs.get_int("reverse", 0) != 0;
+    kernel(c);
   } else if (t == "Concat") {
     // Concatenation is copying: each input's rows go to their place in every outer slice.
     const cvalue& yv = values[static_cast<std::size_t>(st.out[0])];

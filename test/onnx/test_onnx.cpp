@@ -335,10 +335,10 @@ TEST_CASE("a model with unsupported operators is an error listing every one of t
     n->add_input(from);
     n->add_output(to);
   };
-  add_node("CumSum", "x", "a");
+  add_node("Det", "x", "a");
   add_node("Relu", "a", "b");
   add_node("Einsum", "b", "c");
-  add_node("CumSum", "c", "d");
+  add_node("Det", "c", "d");
   g->add_output()->set_name("d");
   try {
     (void)npurt::onnx::load_from_bytes(m.SerializeAsString(), "mixed");
@@ -346,7 +346,7 @@ TEST_CASE("a model with unsupported operators is an error listing every one of t
   } catch (const graph_error& e) {
     const std::string w = e.what();
     CHECK(e.code() == errc::not_supported);
-    CHECK(w.find("CumSum") != std::string::npos);
+    CHECK(w.find("Det") != std::string::npos);
     CHECK(w.find("Einsum") != std::string::npos);
     CHECK(w.find("Relu") == std::string::npos);
   }
@@ -1431,14 +1431,14 @@ TEST_CASE("Shape of a tensor computed at run time folds; a Gather of its data ru
     CHECK(r.outputs.at("picked1").to_vector() == std::vector<double>{4, 0, 6});
   }
   // An operator npurt lacks is listed with the other unsupported ones, but not the Unsqueeze of
-  // its output (waiting on it) nor the Shape of CumSum's output (its shape would be static).
-  add_named(g, "Mod", {"r", "index"}, "elements");
+  // its output (waiting on it) nor the Shape of Det's output (its shape would be static).
+  add_named(g, "Einsum", {"r", "index"}, "elements");
   add_named(g, "Unsqueeze", {"elements", "axes"}, "elements1");
-  add_named(g, "CumSum", {"x"}, "t");
+  add_named(g, "Det", {"x"}, "t");
   add_named(g, "Shape", {"t"}, "ts");
   const auto e = error_loading(m);
   CHECK(e.code == errc::not_supported);
-  CHECK(e.what.find("unsupported operators: CumSum, Mod") != std::string::npos);
+  CHECK(e.what.find("unsupported operators: Det, Einsum") != std::string::npos);
 }
 
 TEST_CASE("Slice before opset 10 (starts and ends as attributes) is not_supported with its opset", "[onnx][errors]") {
@@ -1722,5 +1722,82 @@ TEST_CASE("a BERT-style embedding and attention block with int64 input_ids and m
       for (std::int64_t q = 0; q < seq; ++q)
         for (std::int64_t k = 3; k < seq; ++k)
           CHECK(probs[static_cast<std::size_t>(((heads + hd) * seq + q) * seq + k)] == 0);
+  }
+}
+
+TEST_CASE("Hugging Face's position ids from an int64 attention mask (CumSum, Sub, Mul, Gather) run on the device",
+          "[onnx][cumsum][int]") {
+  // position_ids = attention_mask.cumsum(-1) - 1, masked to 0 where the mask is 0 (the pattern
+  // of GPT-2, OPT and Bloom exports), then the rows of a position-embedding table.
+  constexpr std::int64_t batch = 3, seq = 6, hidden = 4;
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(14);
+  auto* g = m.mutable_graph();
+  g->set_name("position_ids");
+  add_typed_input(g, "attention_mask", 7, {batch, seq});
+  const auto table = float_values(seq * hidden, 31, 1.0f);
+  add_f32(g, "position_embeddings", {seq, hidden}, table);
+  add_i64(g, "last_axis", {}, {-1});
+  add_i64(g, "one", {}, {1});
+  add_named(g, "CumSum", {"attention_mask", "last_axis"}, "cumsum");
+  add_named(g, "Sub", {"cumsum", "one"}, "from_zero");
+  add_output_node(g, "Mul", {"from_zero", "attention_mask"}, "position_ids");
+  add_output_node(g, "Gather", {"position_embeddings", "position_ids"}, "position_embeds");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "position_ids");
+  CHECK(gr.value("position_ids").type == dtype::i64);
+  CHECK(gr.value("position_embeds").shape == shape{batch, seq, hidden});
+
+  // Left padding, right padding and none.
+  const std::vector<double> mask{0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1};
+  // The reference from the definitions: a running count of the ones before and at each token.
+  std::vector<double> want_ids, want_embeds;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    std::int64_t ones = 0;
+    for (std::int64_t s = 0; s < seq; ++s) {
+      const auto mk = static_cast<std::int64_t>(mask[static_cast<std::size_t>(b * seq + s)]);
+      ones += mk;
+      const std::int64_t id = (ones - 1) * mk;
+      want_ids.push_back(static_cast<double>(id));
+      for (std::int64_t h = 0; h < hidden; ++h) want_embeds.push_back(table[static_cast<std::size_t>(id * hidden + h)]);
+    }
+  }
+  CHECK(want_ids == std::vector<double>{0, 0, 0, 1, 2, 3, 0, 1, 2, 3, 0, 0, 0, 1, 2, 3, 4, 5});
+  npurt::system sys{sim::presets::ascend910b(1)};
+  for (int level : {0, 2}) {
+    CAPTURE(level);
+    session s{sys};
+    const auto r = s.run(s.compile(gr, {.optimization_level = level}),
+                         {{"attention_mask", tensor({batch, seq}, dtype::i64, mask)}});
+    CHECK(r.outputs.at("position_ids").to_vector() == want_ids);
+    CHECK(r.outputs.at("position_embeds").to_vector() == want_embeds);
+  }
+}
+
+TEST_CASE("CumSum's axis must be a constant; Mod's fmod=0 refuses floats", "[onnx][cumsum][errors]") {
+  {
+    ::onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(14);
+    auto* g = m.mutable_graph();
+    add_typed_input(g, "x", 7, {2, 3});
+    add_typed_input(g, "axis", 7, {1});
+    add_output_node(g, "CumSum", {"x", "axis"}, "y");
+    const auto e = error_loading(m);
+    INFO(e.what);
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.what.find("axis must be a constant") != std::string::npos);
+  }
+  {
+    ::onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(13);
+    auto* g = m.mutable_graph();
+    add_typed_input(g, "a", 1, {3});
+    add_typed_input(g, "b", 1, {3});
+    add_output_node(g, "Mod", {"a", "b"}, "y");
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::invalid_argument);
+    CHECK(e.what.find("fmod=1") != std::string::npos);
   }
 }
