@@ -646,7 +646,7 @@ bool apply_int(kernels::eltwise_fn f, dtype t, int64_t a, int64_t b, int64_t& ou
 // zero divisor fails the kernel and leaves y as it was. An integer has no value for x / 0 (C
 // leaves it undefined, numpy returns 0 with a warning): failing is the one answer that is not a
 // silent wrong one.
-std::error_code run_int(const kernels::elementwise& op, const host_tensors& h) {
+data_fault run_int(const kernels::elementwise& op, const host_tensors& h) {
   const dtype t = op.y.type;
   const auto n = static_cast<size_t>(op.y.shape.elements());
   std::vector<int64_t> y(n);
@@ -662,7 +662,12 @@ std::error_code run_int(const kernels::elementwise& op, const host_tensors& h) {
     int64_t ia = 0, ib = 0;
     for (size_t i = 0; i < n; ++i) {
       const int64_t a = read_int(t, pa, static_cast<size_t>(ia)), b = read_int(t, pb, static_cast<size_t>(ib));
-      if (!apply_int(op.fn, t, a, b, y[i])) return make_error_code(errc::invalid_argument);
+      if (!apply_int(op.fn, t, a, b, y[i]))
+        return {make_error_code(errc::invalid_argument),
+                op.fn == kernels::eltwise_fn::pow
+                    ? "exponent b[" + std::to_string(ib) + "] = " + std::to_string(b) +
+                          " is negative (an integer has no negative power)"
+                    : "divisor b[" + std::to_string(ib) + "] is 0 (an integer has no quotient or remainder by 0)"};
       advance(ia_idx, ys, sa, ia);
       advance(ib_idx, ys, sb, ib);
     }
@@ -672,7 +677,7 @@ std::error_code run_int(const kernels::elementwise& op, const host_tensors& h) {
   return {};
 }
 
-std::error_code run(const kernels::elementwise& op, const host_tensors& h) {
+data_fault run(const kernels::elementwise& op, const host_tensors& h) {
   using enum kernels::eltwise_fn;
   if (!is_float(op.y.type)) return run_int(op, h);
   const auto a = h.load(op.a);

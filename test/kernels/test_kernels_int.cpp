@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 using namespace kt;
@@ -213,6 +214,11 @@ TEST_CASE("an integer division or Mod by zero fails the run and leaves y as it w
       y.assign({9, 9, 9, 9, 9, 9});
       CHECK(intk_run_binary(f, a, b, y) == static_cast<int>(npurt::errc::invalid_argument));
       CHECK(y.values() == std::vector<double>(6, 9));
+      // The failure says which divisor, by its place in b.
+      std::string why;
+      CHECK(npurt::sim::run_reference(npurt::kernel_desc{k::elementwise{f, a.desc, b.desc, y.desc}},
+                                      npurt::sim::host_memory(), 0, &why) == npurt::errc::invalid_argument);
+      CHECK(why == "divisor b[2] is 0 (an integer has no quotient or remainder by 0)");
     }
   // Floats divide by zero as IEEE says: an infinity, no failure.
   tensor a({1}), b({1}), y({1});
@@ -255,6 +261,10 @@ TEST_CASE("integer neg, abs, sign and pow; float-only functions refuse integers"
   pb.assign({5, 3, -1, 64, 0});
   CHECK(intk_run_binary(F::pow, pa, pb, py) == static_cast<int>(npurt::errc::invalid_argument));
   CHECK(intk_get(py, 0) == 243);
+  std::string why;
+  CHECK(npurt::sim::run_reference(npurt::kernel_desc{k::elementwise{F::pow, pa.desc, pb.desc, py.desc}},
+                                  npurt::sim::host_memory(), 0, &why) == npurt::errc::invalid_argument);
+  CHECK(why == "exponent b[2] = -1 is negative (an integer has no negative power)");
 
   for (F f : {F::exp, F::sigmoid, F::relu, F::sqrt, F::floor, F::clip}) {
     CAPTURE(k::op_name(k::elementwise{f}));
