@@ -403,6 +403,32 @@ struct cumsum {
   bool reverse = false;
 };
 
+/// How grid_sample interpolates: ONNX's GridSample modes (onnx.ai/onnx/operators/onnx__GridSample.html;
+/// opset 16 spells linear and cubic "bilinear" and "bicubic"). nearest rounds each coordinate
+/// half to even, linear is N-linear, cubic Keys' kernel with a = -0.75 (IEEE Trans. ASSP 29(6),
+/// 1981), each over the 2 or 4 neighbours of every spatial dimension.
+enum class grid_sample_mode : std::uint8_t { linear, nearest, cubic };
+
+/// What grid_sample reads outside x: ONNX's padding_mode. zeros reads 0, border clamps the
+/// coordinate (and each neighbour) to the edge, reflection reflects it off the borders (-0.5 and
+/// n - 0.5, or 0 and n - 1 with align_corners) until it lies between them.
+enum class grid_padding : std::uint8_t { zeros, border, reflection };
+
+/// ONNX's GridSample: x [N, C, D1..Dr], grid [N, O1..Or, r], y [N, C, O1..Or]. grid[n, o] holds
+/// the r normalised coordinates of output o in x's spatial order reversed ((x, y) for 2-D), -1
+/// and 1 the centres of the edge elements with align_corners, their outer edges without; each
+/// is denormalised, padded by `padding` and interpolated by `mode` as ONNX's reference
+/// implementation does (onnx/reference/ops/op_grid_sample.py). x and y share a float dtype, the
+/// grid is any float dtype; computed in double, rounded to y's dtype once. A grid value is data:
+/// a coordinate that is still not finite after padding (NaN anywhere, an infinity but under
+/// border padding) fails the kernel with errc::invalid_argument when it runs, y unwritten.
+struct grid_sample {
+  tensor_desc x{}, grid{}, y{};
+  grid_sample_mode mode = grid_sample_mode::linear;
+  grid_padding padding = grid_padding::zeros;
+  bool align_corners = false;
+};
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
@@ -500,6 +526,7 @@ constexpr std::string_view op_name(const trilu&) noexcept { return "trilu"; }
 constexpr std::string_view op_name(const gather_elements&) noexcept { return "gather_elements"; }
 constexpr std::string_view op_name(const resize&) noexcept { return "resize"; }
 constexpr std::string_view op_name(const cumsum&) noexcept { return "cumsum"; }
+constexpr std::string_view op_name(const grid_sample&) noexcept { return "grid_sample"; }
 
 }  // namespace npurt::kernels
 
@@ -509,4 +536,5 @@ constexpr std::string_view op_name(const cumsum&) noexcept { return "cumsum"; }
       kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d,    \
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,                \
       kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile, \
-      kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum
+      kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum,                 \
+      kernels::grid_sample

@@ -569,6 +569,17 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           // One pass: x read, y written, an add per element; the lines along the axis run side by
           // side in the vector lanes (the inner elements), each step carrying the running sum.
           w.add(elems(op.y), bytes(op.x), bytes(op.y), 1, op.y.type);
+        } else if constexpr (std::is_same_v<T, grid_sample>) {
+          // A gather through the vector unit: each output element fetches its neighbours in x on
+          // their own (1 in nearest mode, 2 or 4 per spatial dimension in linear and cubic: 2^r or
+          // 4^r), the grid is read once, y written once; a multiply-add per neighbour plus the
+          // denormalising, padding and weights of every dimension.
+          const double r = static_cast<double>(op.x.shape.rank()) - 2;
+          const double taps = op.mode == grid_sample_mode::nearest  ? 1
+                              : op.mode == grid_sample_mode::linear ? std::pow(2.0, r)
+                                                                    : std::pow(4.0, r);
+          const double gathered = elems(op.y) * taps * static_cast<double>(size_of(op.x.type));
+          w.add(elems(op.y), gathered + bytes(op.grid), bytes(op.y), 2 * taps + 2 * r, op.y.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

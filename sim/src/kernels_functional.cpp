@@ -1570,6 +1570,144 @@ void run(const kernels::cumsum& op, const host_tensors& h) {
   std::memcpy(h[op.y], out.data(), out.size());
 }
 
+// ---- grid_sample -------------------------------------------------------------------------
+
+// Reflects c off lo and hi until it lies between them, as ONNX's reference does
+// (_gs_reflect in onnx/reference/ops/op_grid_sample.py): an even number of whole ranges past a
+// border leaves c that far inside it, an odd number that far inside the other. The parity and the
+// remainder come from one fmod by twice the range, exact however far out c lies. With a range of
+// 0 (one element, align_corners) every coordinate reflects onto it, as PyTorch's
+// reflect_coordinates gives (the reference divides by zero there).
+double grid_reflect(double c, double lo, double hi) noexcept {
+  const double range = hi - lo;
+  if (!(range > 0)) return lo;
+  if (c < lo) {
+    const double m = std::fmod(lo - c, 2 * range);
+    return m < range ? lo + m : hi - (m - range);
+  }
+  if (c > hi) {
+    const double m = std::fmod(c - hi, 2 * range);
+    return m < range ? hi - m : lo + (m - range);
+  }
+  return c;
+}
+
+struct grid_tap {
+  int64_t offset;  // into x's spatial block, in elements; -1 reads zero padding
+  double weight;
+};
+
+// The x index a neighbour at integer position i of a spatial dimension of n elements reads under
+// the padding mode (the reference's _pixel_at_array): -1 for a zero, else clamped to the edge or
+// reflected off the borders lo and hi, its integral part taken as the reference's int() does.
+int64_t grid_pixel(kernels::grid_padding p, int64_t i, int64_t n, double lo, double hi) noexcept {
+  switch (p) {
+    case kernels::grid_padding::zeros: return i >= 0 && i < n ? i : -1;
+    case kernels::grid_padding::border: break;
+    case kernels::grid_padding::reflection:
+      i = static_cast<int64_t>(grid_reflect(static_cast<double>(i), lo, hi));
+      break;
+  }
+  return std::clamp<int64_t>(i, 0, n - 1);
+}
+
+// ONNX's GridSample as its reference implementation computes it: each output's r normalised
+// coordinates (the grid's last axis, in x's spatial order reversed) denormalised, rounded half
+// to even in nearest mode, clamped or reflected when they fall outside the borders, then each
+// spatial dimension's 1, 2 or 4 neighbours weighted (a separable product, as the reference's
+// dimension-by-dimension recursion computes) and padded. The sum is taken in double and rounded
+// to y's dtype once. A coordinate that is not finite after padding has no neighbours (the
+// reference raises converting it to an integer): the task fails naming the grid value, y
+// unwritten.
+data_fault run(const kernels::grid_sample& op, const host_tensors& h) {
+  using kernels::grid_padding;
+  using kernels::grid_sample_mode;
+  const shape& xs = op.x.shape;
+  const size_t r = xs.rank() - 2;
+  const int64_t batches = xs[0], channels = xs[1];
+  int64_t block = 1;  // x's spatial elements per (n, c)
+  std::array<int64_t, shape::max_rank> stride{};
+  for (size_t d = r; d-- > 0;) {
+    stride[d] = block;
+    block *= xs[d + 2];
+  }
+  size_t outputs = 1;  // sampling positions per batch: the grid's O1..Or
+  for (size_t d = 1; d <= r; ++d) outputs *= static_cast<size_t>(op.grid.shape[d]);
+  const auto x = h.load(op.x);
+  const auto grid = h.load(op.grid);
+  std::vector<float> y(static_cast<size_t>(op.y.shape.elements()));
+  const bool narrow = op.y.type != dtype::f32;
+  const size_t per_dim = op.mode == grid_sample_mode::nearest ? 1 : op.mode == grid_sample_mode::linear ? 2 : 4;
+  std::array<std::array<grid_tap, 4>, shape::max_rank> taps{};
+  for (int64_t b = 0; b < batches; ++b) {
+    for (size_t o = 0; o < outputs; ++o) {
+      const size_t g0 = (static_cast<size_t>(b) * outputs + o) * r;
+      for (size_t k = 0; k < r; ++k) {
+        const size_t d = r - 1 - k;  // the grid's k-th coordinate is spatial dimension r - 1 - k
+        const int64_t n = xs[d + 2];
+        const auto len = static_cast<double>(n);
+        const double g = grid[g0 + k];
+        // Denormalised: -1 and 1 are the centres of the edge elements with align_corners, their
+        // outer edges without.
+        double c = op.align_corners ? (g + 1) / 2 * (len - 1) : ((g + 1) * len - 1) / 2;
+        if (op.mode == grid_sample_mode::nearest) c = std::nearbyint(c);  // half to even, as numpy.rint
+        const double lo = op.align_corners ? 0 : -0.5, hi = op.align_corners ? len - 1 : len - 0.5;
+        if (c < lo || c > hi) {
+          if (op.padding == grid_padding::border) c = std::clamp(c, 0.0, len - 1);
+          else if (op.padding == grid_padding::reflection) c = grid_reflect(c, lo, hi);
+        }
+        if (!std::isfinite(c)) {
+          const char* mode = op.padding == grid_padding::zeros    ? "zeros"
+                             : op.padding == grid_padding::border ? "border"
+                                                                  : "reflection";
+          return {make_error_code(errc::invalid_argument),
+                  "grid[" + std::to_string(g0 + k) + "] = " + std::to_string(g) +
+                      " is no finite sampling position under " + mode + " padding"};
+        }
+        // Zero padding leaves c where it is: far outside x every neighbour reads 0, so moving c
+        // to a few elements past the edge changes nothing and keeps the integer conversion exact.
+        c = std::clamp(c, -8.0, len + 8);
+        auto& t = taps[d];
+        if (op.mode == grid_sample_mode::nearest) {
+          t[0] = {grid_pixel(op.padding, static_cast<int64_t>(c), n, lo, hi), 1.0};
+          continue;
+        }
+        const double fl = std::floor(c);
+        const double ratio = c - fl;
+        const auto x0 = static_cast<int64_t>(fl);
+        if (op.mode == grid_sample_mode::linear) {
+          t[0] = {grid_pixel(op.padding, x0, n, lo, hi), 1 - ratio};
+          t[1] = {grid_pixel(op.padding, x0 + 1, n, lo, hi), ratio};
+        } else {
+          const std::array<double, 4> w = cubic_weights(ratio, -0.75);  // GridSample fixes Keys' a
+          for (size_t j = 0; j < 4; ++j)
+            t[j] = {grid_pixel(op.padding, x0 - 1 + static_cast<int64_t>(j), n, lo, hi), w[j]};
+        }
+      }
+      for (size_t d = 0; d < r; ++d)
+        for (size_t j = 0; j < per_dim; ++j)
+          if (taps[d][j].offset >= 0) taps[d][j].offset *= stride[d];
+      for (int64_t ch = 0; ch < channels; ++ch) {
+        const size_t base = static_cast<size_t>((b * channels + ch) * block);
+        double sum = 0;
+        const auto visit = [&](const auto& self, size_t d, int64_t off, double w) -> void {
+          if (d == r) {
+            sum += w * static_cast<double>(x[base + static_cast<size_t>(off)]);
+            return;
+          }
+          for (size_t j = 0; j < per_dim; ++j)
+            if (taps[d][j].offset >= 0) self(self, d + 1, off + taps[d][j].offset, w * taps[d][j].weight);
+        };
+        visit(visit, 0, 0, 1.0);
+        const size_t at = static_cast<size_t>(b * channels + ch) * outputs + o;
+        y[at] = narrow ? to_float_odd(sum) : static_cast<float>(sum);
+      }
+    }
+  }
+  h.store(op.y, y);
+  return {};
+}
+
 void run(const kernels::cast& op, const host_tensors& h) {
   const auto n = static_cast<size_t>(op.x.shape.elements());
   std::vector<std::byte> out(n * size_of(op.y.type));  // staged: x and y may overlap

@@ -564,6 +564,24 @@ std::error_code check(const kernels::cumsum& c) {
   return {};
 }
 
+// ONNX's GridSample (onnx.ai/onnx/operators/onnx__GridSample.html): x [N, C, D1..Dr], grid
+// [N, O1..Or, r], y [N, C, O1..Or]; x and y of one float dtype, the grid of any float dtype.
+std::error_code check(const kernels::grid_sample& g) {
+  if (!is_float(g.x.type) || g.y.type != g.x.type || !is_float(g.grid.type)) return fail(errc::invalid_dtype);
+  if (static_cast<unsigned>(g.mode) > static_cast<unsigned>(kernels::grid_sample_mode::cubic) ||
+      static_cast<unsigned>(g.padding) > static_cast<unsigned>(kernels::grid_padding::reflection))
+    return fail(errc::invalid_argument);
+  const std::size_t rank = g.x.shape.rank();
+  if (rank < 3 || g.grid.shape.rank() != rank || g.y.shape.rank() != rank) return fail(errc::invalid_shape);
+  const auto spatial = static_cast<std::int64_t>(rank - 2);
+  if (g.grid.shape[0] != g.x.shape[0] || g.grid.shape[rank - 1] != spatial || g.y.shape[0] != g.x.shape[0] ||
+      g.y.shape[1] != g.x.shape[1])
+    return fail(errc::invalid_shape);
+  for (std::size_t d = 2; d < rank; ++d)
+    if (g.y.shape[d] != g.grid.shape[d - 1]) return fail(errc::invalid_shape);
+  return {};
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -725,6 +743,9 @@ operand_list operands(const kernel_op& op) noexcept {
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::gather> || std::is_same_v<T, kernels::gather_elements>) {
           b.add(r, o.data, o.indices);
+          b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::grid_sample>) {
+          b.add(r, o.x, o.grid);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::sgd_update>) {
           b.add(rw, o.param);

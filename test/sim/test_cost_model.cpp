@@ -396,3 +396,25 @@ TEST_CASE("resize costs at least its bytes over HBM, linear no less than nearest
   const std::uint32_t cores = p.vector_core_count;
   CHECK(dm.cost_of(kernel_desc{linear}, cores).total_cycles == estimate(p, kernel_desc{linear}, cores).total_cycles);
 }
+
+// A grid_sample is a gather: each output fetches its neighbours in x on their own, the grid is
+// read once and y written once; bilinear fetches four times what nearest does.
+TEST_CASE("grid_sample costs its gathered neighbours, the grid and y", "[sim][cost][grid_sample]") {
+  const preset p = presets::ascend910b(1);
+  const tensor_desc x{nullptr, shape{4, 64, 80, 80}, dtype::f16};
+  const tensor_desc grid{nullptr, shape{4, 40, 40, 2}, dtype::f32};
+  const tensor_desc y{nullptr, shape{4, 64, 40, 40}, dtype::f16};
+  const kernels::grid_sample nearest{x, grid, y, kernels::grid_sample_mode::nearest};
+  const kernels::grid_sample linear{x, grid, y};
+  const kernels::grid_sample cubic{x, grid, y, kernels::grid_sample_mode::cubic};
+  const kernel_cost cn = estimate(p, kernel_desc{nearest}), cl = estimate(p, kernel_desc{linear}),
+                    cc = estimate(p, kernel_desc{cubic});
+  CHECK(cn.op == "grid_sample");
+  const double y_bytes = 4.0 * 64 * 40 * 40 * 2, grid_bytes = 4.0 * 40 * 40 * 2 * 4;
+  CHECK(static_cast<double>(cn.hbm_bytes) == y_bytes + grid_bytes + y_bytes);
+  CHECK(static_cast<double>(cl.hbm_bytes) == 4 * y_bytes + grid_bytes + y_bytes);
+  CHECK(static_cast<double>(cc.hbm_bytes) == 16 * y_bytes + grid_bytes + y_bytes);
+  CHECK(cn.total_cycles / p.clock_hz >= (2 * y_bytes + grid_bytes) / p.hbm_bandwidth * (1 - 1e-9));
+  CHECK(cl.total_cycles > cn.total_cycles);
+  CHECK(cc.total_cycles > cl.total_cycles);
+}

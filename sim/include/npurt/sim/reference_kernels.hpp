@@ -17,9 +17,9 @@
 //
 // Numerics (what a test may expect):
 //  - FP16/BF16 inputs are widened to float, every sum is accumulated in float (FP32, as the
-//    cube's L0C and the vector unit do; never double but in resize), and each result is rounded once to the
-//    output dtype, round to nearest even. FP32 runs the same float loops. So an FP32 result
-//    equals a straightforward float loop with the same summation order, bit for bit.
+//    cube's L0C and the vector unit do; never double but in resize and grid_sample), and each result is rounded once to
+//    the output dtype, round to nearest even. FP32 runs the same float loops. So an FP32 result equals a
+//    straightforward float loop with the same summation order, bit for bit.
 //  - Summation order is fixed: matmul over k ascending; conv over (input channel, kh, kw)
 //    ascending; reductions, batchnorm and layernorm statistics in row-major order of the input.
 //    No threads. The same descriptor and data always give the same bits.
@@ -51,6 +51,11 @@
 //  - cumsum adds along its axis sequentially: f32 in float, f16/bf16 with the running sum
 //    rounded to the dtype at every step, integers exactly with wrap-around.
 //  - reduce prod multiplies in float in row-major order of the input, as sum adds.
+//  - grid_sample follows ONNX's reference implementation (onnx/reference/ops/op_grid_sample.py):
+//    coordinates denormalised, rounded half to even in nearest mode, clamped or reflected when
+//    outside the borders, each neighbour padded (zero, clamped, reflected); summed in double and
+//    rounded to y's dtype once. A coordinate not finite after padding fails the kernel with
+//    errc::invalid_argument when it runs, y unwritten.
 //  - cast rounds to nearest even and saturates into integer ranges; NaN casts to integer 0.
 //
 // Optional operands: matmul none; elementwise b (unary functions ignore it); batchnorm gamma,
