@@ -112,7 +112,13 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
       // Shape and axes inputs stay integers; BN/LN parameters follow x. Resize's roi and scales
       // are float but decide the output's shape: rounded, a scale could change an extent.
       const bool shape_input = k > 0 && (n.type == "Resize" || n.type == "Upsample");
-      ins.push_back(lower && !shape_input ? lowered(n.inputs[k]) : n.inputs[k]);
+      // GridSample's grid holds positions, not values: f16 keeps 11 bits of a coordinate in
+      // [-1, 1], off by up to an eighth of an element across 1,024 of them, enough to make nearest pick
+      // another one. The kernel reads a grid of any float dtype, so one the graph has in float
+      // (an input, a constant) is read as it is, with no cast; one computed in the compute type
+      // is read there (a cast back would restore no bits).
+      const bool float_grid = k == 1 && n.type == "GridSample" && g.find(n.inputs[k]) != nullptr;
+      ins.push_back(lower && !shape_input && !float_grid ? lowered(n.inputs[k]) : n.inputs[k]);
     }
     if (n.type == "Cast") {
       g.add_node(n.type, n.name, ins, n.outputs, n.attrs);

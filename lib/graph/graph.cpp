@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 77> ops_table{"Add",
+constexpr std::array<std::string_view, 78> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -94,7 +94,8 @@ constexpr std::array<std::string_view, 77> ops_table{"Add",
                                                      "GatherElements",
                                                      "Mod",
                                                      "CumSum",
-                                                     "ReduceProd"};
+                                                     "ReduceProd",
+                                                     "GridSample"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -344,6 +345,7 @@ const op_attributes onnx_attributes[] = {
     {"Mod", {"fmod"}},
     {"CumSum", {"exclusive", "reverse"}},
     {"ReduceProd", {"axes", "keepdims", "noop_with_empty_axes"}},
+    {"GridSample", {"mode", "padding_mode", "align_corners"}},
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
@@ -864,6 +866,42 @@ resampling resize_spec(const node& n, std::span<const value_info* const> in, std
                  "): the opset defines no rounding for it");
   need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), r.dims);
   return r;
+}
+
+kernels::grid_sample grid_sample_spec(const node& n, std::span<const value_info* const> in, shape& out) {
+  const value_info& x = need(n, in, 0);
+  const value_info& grid = need(n, in, 1);
+  need_float(n, x);
+  if (!is_float(grid.type))
+    fail(errc::invalid_dtype, n, grid.name, "grid must be float, got " + std::string(to_string(grid.type)));
+  const std::size_t rank = x.shape.rank();
+  if (rank < 3)
+    fail(errc::invalid_shape, n, x.name,
+         "X must be [N, C, D1, ...] with a spatial dimension or more, got " + shape_string(x.shape));
+  // onnx.ai: grid [N, D1_out, ..., Dr_out, r] for X [N, C, D1, ..., Dr]; Y [N, C, D1_out, ..., Dr_out].
+  const auto r = static_cast<std::int64_t>(rank - 2);
+  if (grid.shape.rank() != rank || grid.shape[0] != x.shape[0] || grid.shape[rank - 1] != r)
+    fail(errc::invalid_shape, n, grid.name,
+         "grid must be [N, ..., " + std::to_string(r) + "] of rank " + std::to_string(rank) + " with N = " +
+             std::to_string(x.shape[0]) + " for X " + shape_string(x.shape) + ", got " + shape_string(grid.shape));
+  out = shape{x.shape[0], x.shape[1]};
+  for (std::size_t d = 1; d + 1 < rank; ++d) out.push_back(grid.shape[d]);
+  need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), out);
+  // Opset 16 spells linear and cubic bilinear and bicubic; opset 20 renamed them for N-D.
+  constexpr std::array<std::string_view, 5> modes{"bilinear", "linear", "nearest", "bicubic", "cubic"};
+  constexpr kernels::grid_sample_mode mode_of[] = {kernels::grid_sample_mode::linear, kernels::grid_sample_mode::linear,
+                                                   kernels::grid_sample_mode::nearest, kernels::grid_sample_mode::cubic,
+                                                   kernels::grid_sample_mode::cubic};
+  constexpr std::array<std::string_view, 3> paddings{"zeros", "border", "reflection"};
+  kernels::grid_sample k{};
+  k.mode = mode_of[pick(n, x.name, "mode", n.attrs.get_string("mode", "bilinear"), modes)];
+  k.padding = static_cast<kernels::grid_padding>(
+      pick(n, x.name, "padding_mode", n.attrs.get_string("padding_mode", "zeros"), paddings));
+  const std::int64_t align = n.attrs.get_int("align_corners", 0);
+  if (align != 0 && align != 1)
+    fail(errc::invalid_argument, n, x.name, "align_corners must be 0 or 1, got " + std::to_string(align));
+  k.align_corners = align == 1;
+  return k;
 }
 
 }  // namespace graph_ops
@@ -1443,6 +1481,11 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     return one(graph_ops::loss_reduction_of(n) == kernels::loss_reduction::none ? target.shape : shape{}, x.type);
   }
   if (t == "Resize" || t == "Upsample") return one(graph_ops::resize_spec(n, in, constants).dims, need(n, in, 0).type);
+  if (t == "GridSample") {
+    shape out;
+    graph_ops::grid_sample_spec(n, in, out);
+    return one(out, need(n, in, 0).type);
+  }
   fail(errc::not_supported, n, {}, "unknown operator type");
 }
 

@@ -274,10 +274,10 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     for (std::size_t i = 0; i < perm.size(); ++i) tr.perm[i] = static_cast<std::uint8_t>(perm[i]);
     kernel(tr);
   } else if (t == "Slice" || t == "Split" || t == "Pad" || t == "Tile" || t == "Expand" || t == "Trilu" ||
-             t == "Resize" || t == "Upsample") {
-    // The windows (the border, the repeats, the resampling) inference checked, computed again
-    // from the same constants; each output is one kernel (data given or not: a timing-only run
-    // launches the same kernels).
+             t == "Resize" || t == "Upsample" || t == "GridSample") {
+    // The windows (the border, the repeats, the resampling, the sampling) inference checked,
+    // computed again from the same constants; each output is one kernel (data given or not: a
+    // timing-only run launches the same kernels).
     std::vector<value_info> infos;
     std::vector<const tensor*> constants;
     for (int v : st.in) {
@@ -302,6 +302,13 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       r.x = x;
       r.y = y;
       kernel(r);
+    } else if (t == "GridSample") {
+      shape out;
+      kernels::grid_sample k = graph_ops::grid_sample_spec(n, in, out);
+      k.x = x;
+      k.grid = desc(st.in[1]);
+      k.y = y;
+      kernel(k);
     } else if (t == "Pad") {
       const graph_ops::padding p = graph_ops::pad_spec(n, in, constants);
       kernel(kernels::pad{x, y, p.begins, p.value, p.mode});

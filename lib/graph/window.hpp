@@ -1,7 +1,7 @@
 // The windows Slice and Split read from their data input, one strided window per output (the
 // parameters of a kernels::slice), the border Pad puts around its input (a kernels::pad), the
-// shape Tile and Expand repeat their input to (a kernels::tile) and the resampling of Resize (a
-// kernels::resize). Private to the graph
+// shape Tile and Expand repeat their input to (a kernels::tile), the resampling of Resize (a
+// kernels::resize) and GridSample's sampling (a kernels::grid_sample). Private to the graph
 // library: inference (graph.cpp) checks them and gives the outputs' shapes, lowering (lower.cpp) launches them, from
 // one computation.
 #pragma once
@@ -75,5 +75,11 @@ struct resampling {
 /// graph_error as slice_window; scales or sizes fed at run time are not_supported, as are
 /// tf_crop_and_resize and antialias.
 resampling resize_spec(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants);
+
+/// GridSample (ONNX opset 16's 2-D form, opset 20's N-D one): the kernels::grid_sample of its
+/// attributes (x, grid and y left for the caller to fill in), its output shape [N, C, O1..Or] in
+/// `out`. Throws graph_error as slice_window: integer X is not_supported, a grid that is no float
+/// invalid_dtype, shapes that do not fit invalid_shape, unknown attribute values invalid_argument.
+kernels::grid_sample grid_sample_spec(const node& n, std::span<const value_info* const> in, shape& out);
 
 }  // namespace npurt::graph_ops

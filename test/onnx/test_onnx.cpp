@@ -1801,3 +1801,30 @@ TEST_CASE("CumSum's axis must be a constant; Mod's fmod=0 refuses floats", "[onn
     CHECK(e.what.find("fmod=1") != std::string::npos);
   }
 }
+
+TEST_CASE("GridSample imports in opset 20's N-D form and spellings, its grid fed at run time", "[onnx][grid_sample]") {
+  // Opset 20: mode "cubic" (opset 16's "bicubic") and "linear", a 3-D sample of a 5-D x.
+  for (const std::string mode : {"cubic", "linear", "nearest"}) {
+    CAPTURE(mode);
+    ::onnx::ModelProto m;
+    m.set_ir_version(9);
+    m.add_opset_import()->set_version(20);
+    auto* g = m.mutable_graph();
+    add_typed_input(g, "x", 1, {1, 1, 2, 2, 3});
+    add_typed_input(g, "grid", 1, {1, 1, 1, 3, 3});
+    auto* n = add_output_node(g, "GridSample", {"x", "grid"}, "y");
+    add_attr(*n, "mode", ::onnx::AttributeProto::STRING).set_s(mode);
+    add_attr(*n, "padding_mode", ::onnx::AttributeProto::STRING).set_s("border");
+    add_attr(*n, "align_corners", ::onnx::AttributeProto::INT).set_i(1);
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "grid_sample");
+    CHECK(gr.value("y").shape == shape{1, 1, 1, 1, 3});
+    // With align_corners, -1 and 1 are the edge elements' centres: each point (w, h, d) lies on an
+    // element, which every mode reads alone; (2, -5, 1) is past two borders, clamped to (2, 0, 1).
+    npurt::system sys{sim::presets::ascend910(1)};
+    session s{sys};
+    const auto r =
+        s.run(s.compile(gr), {{"x", tensor({1, 1, 2, 2, 3}, dtype::f32, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})},
+                              {"grid", tensor({1, 1, 1, 3, 3}, dtype::f32, {-1, -1, -1, 0, 1, 1, 2, -5, 1})}});
+    CHECK(r.outputs.at("y").to_vector() == std::vector<double>{1, 11, 9});
+  }
+}
