@@ -429,6 +429,67 @@ struct grid_sample {
   bool align_corners = false;
 };
 
+/// How ScatterND and ScatterElements combine an update with the element it lands on: ONNX's
+/// `reduction` attribute (onnx.ai/onnx/operators/onnx__ScatterND.html, opset 16 added add and mul,
+/// opset 18 max and min). none replaces it.
+enum class scatter_reduction : std::uint8_t { none, add, mul, max, min };
+
+/// ONNX's ScatterND (onnx.ai/onnx/operators/onnx__ScatterND.html): y = a copy of data in which,
+/// for every index tuple indices[i] (i over indices.shape[:-1], row-major), the slice
+/// data[indices[i]] (data.shape[k:] elements, k = indices.shape[-1]) is combined with updates[i]
+/// by `reduction`. updates.shape = indices.shape[:-1] + data.shape[k:] (a scalar when that is
+/// empty); data, updates and y have one dtype (any for none; float or integer for a reduction:
+/// floats combine in float rounded to the dtype, integers exactly, add and mul wrapping modulo 2^n
+/// as numpy's do; max and min propagate NaN as numpy.maximum does). Indices are int32 or int64 of
+/// rank 1 or more with 1 <= k <= data's rank. ONNX leaves duplicate indices under none undefined;
+/// here updates apply in index order, so the last one wins. An index outside [-s, s - 1] of its
+/// axis is known only when the kernel runs, which then fails with errc::invalid_argument naming
+/// it, y unwritten. y may be data's own buffer (an in-place cache update).
+struct scatter_nd {
+  tensor_desc data{}, indices{}, updates{}, y{};
+  scatter_reduction reduction = scatter_reduction::none;
+};
+
+/// ONNX's ScatterElements (onnx.ai/onnx/operators/onnx__ScatterElements.html), the inverse of
+/// GatherElements: y = a copy of data in which, for every position j of indices (row-major),
+/// the element at j with its `axis` coordinate replaced by indices[j] is combined with
+/// updates[j] by `reduction` (as scatter_nd's). data, indices and updates have one rank; indices
+/// and updates one shape, off the axis no larger than data's. axis is in [0, rank): the caller
+/// normalises a negative one. Duplicates under none: the last in index order wins. An index
+/// outside [-s, s - 1] fails the kernel when it runs with errc::invalid_argument, y unwritten.
+struct scatter_elements {
+  tensor_desc data{}, indices{}, updates{}, y{};
+  std::int32_t axis = 0;
+  scatter_reduction reduction = scatter_reduction::none;
+};
+
+/// ONNX's GatherND (onnx.ai/onnx/operators/onnx__GatherND.html): with b = batch_dims and
+/// k = indices.shape[-1], y[j..., i...] = data[j..., indices[j..., :], i...] for the b leading
+/// (batch) dimensions j that data and indices share, so y.shape = indices.shape[:-1] +
+/// data.shape[b + k:] (a scalar when that is empty), data's dtype (any). indices are int32 or
+/// int64 with 0 <= b < min(rank(data), rank(indices)) and 1 <= k <= rank(data) - b. An index
+/// outside [-s, s - 1] fails the kernel when it runs with errc::invalid_argument, y unwritten.
+struct gather_nd {
+  tensor_desc data{}, indices{}, y{};
+  std::int32_t batch_dims = 0;
+};
+
+/// ONNX's TopK (onnx.ai/onnx/operators/onnx__TopK.html): along `axis`, the k largest (or
+/// smallest) elements of x in values and their positions in indices (int64 or int32), both of
+/// x's shape with the axis k long; values has x's dtype (float or integer), copied exactly. The
+/// order is always sorted (largest first, or smallest first), also when `sorted` is false, where
+/// ONNX leaves it open; equal values keep the lower index first, as ONNX specifies. NaN orders as
+/// ONNX's reference (a lexsort, which puts NaN after every number) does: above every number, so
+/// first when largest and last when smallest, NaNs among themselves by index. axis is in
+/// [0, rank): the caller normalises a negative one; 1 <= k <= x.shape[axis].
+struct top_k {
+  tensor_desc x{}, values{}, indices{};
+  std::int32_t axis = 0;
+  std::int64_t k = 1;
+  bool largest = true;
+  bool sorted = true;
+};
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
@@ -527,6 +588,10 @@ constexpr std::string_view op_name(const gather_elements&) noexcept { return "ga
 constexpr std::string_view op_name(const resize&) noexcept { return "resize"; }
 constexpr std::string_view op_name(const cumsum&) noexcept { return "cumsum"; }
 constexpr std::string_view op_name(const grid_sample&) noexcept { return "grid_sample"; }
+constexpr std::string_view op_name(const scatter_nd&) noexcept { return "scatter_nd"; }
+constexpr std::string_view op_name(const scatter_elements&) noexcept { return "scatter_elements"; }
+constexpr std::string_view op_name(const gather_nd&) noexcept { return "gather_nd"; }
+constexpr std::string_view op_name(const top_k&) noexcept { return "top_k"; }
 
 }  // namespace npurt::kernels
 
@@ -537,4 +602,4 @@ constexpr std::string_view op_name(const grid_sample&) noexcept { return "grid_s
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,                \
       kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile, \
       kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum,                 \
-      kernels::grid_sample
+      kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k

@@ -580,6 +580,26 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
                                                                     : std::pow(4.0, r);
           const double gathered = elems(op.y) * taps * static_cast<double>(size_of(op.x.type));
           w.add(elems(op.y), gathered + bytes(op.grid), bytes(op.y), 2 * taps + 2 * r, op.y.type);
+        } else if constexpr (std::is_same_v<T, scatter_nd> || std::is_same_v<T, scatter_elements>) {
+          // Two passes: y = data, one streaming copy; then every update read with its index and written where the index
+          // points, through the vector unit, as gather_elements moves its elements. A reduction reads the element it
+          // lands on too and computes one operation. A scalar update is one element: tensor_desc::bytes, not bytes(),
+          // which takes rank 0 for absent.
+          const auto upd = static_cast<double>(op.updates.bytes());
+          const auto n = static_cast<double>(op.updates.shape.elements());
+          const bool reduces = op.reduction != scatter_reduction::none;
+          w.add(elems(op.y), bytes(op.data), bytes(op.y), 1, op.y.type);
+          w.add(n, upd * (reduces ? 2 : 1) + bytes(op.indices), upd, reduces ? 3 : 2, op.y.type);
+        } else if constexpr (std::is_same_v<T, gather_nd>) {
+          // Data movement as gather's: y's bytes read where the index tuples point, the indices
+          // read, y written once; the vector unit gathers each slice.
+          const auto y_bytes = static_cast<double>(op.y.bytes());
+          w.add(static_cast<double>(op.y.shape.elements()), y_bytes + bytes(op.indices), y_bytes, 2, op.y.type);
+        } else if constexpr (std::is_same_v<T, top_k>) {
+          // A selection along the axis: x read once, a compare and a select per element and per
+          // doubling of k (a bitonic merge of the running top k), values and indices written.
+          const double passes = 1 + std::ceil(std::log2(static_cast<double>(std::max<std::int64_t>(op.k, 1))));
+          w.add(elems(op.x), bytes(op.x), bytes(op.values) + bytes(op.indices), 2 * passes, op.x.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

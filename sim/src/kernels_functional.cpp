@@ -1246,6 +1246,19 @@ void run(const kernels::pad& op, const host_tensors& h) {
 // The indices come from the caller's data, so their range is checked here, all of them before y
 // is written: a bad one fails the kernel (onnx.ai: an index outside [-s, s-1] is an error) and
 // leaves y as it was.
+// Every index of `indices` read and checked against data's `axis` (dim entries), made
+// non-negative into `at`, before anything is written.
+data_fault read_axis_indices(const tensor_desc& indices, const std::byte* idx, int64_t dim, size_t axis,
+                             std::vector<int64_t>& at) {
+  at.resize(static_cast<size_t>(indices.shape.elements()));  // 1 for a scalar index
+  for (size_t j = 0; j < at.size(); ++j) {
+    const int64_t v = read_int(indices.type, idx, j);
+    if (v < -dim || v >= dim) return index_out_of_range("indices", j, v, dim, axis);
+    at[j] = v < 0 ? v + dim : v;
+  }
+  return {};
+}
+
 data_fault run(const kernels::gather& op, const host_tensors& h) {
   const shape& ds = op.data.shape;
   const auto axis = static_cast<size_t>(op.axis);
@@ -1253,14 +1266,9 @@ data_fault run(const kernels::gather& op, const host_tensors& h) {
   for (size_t d = 0; d < axis; ++d) outer *= ds[d];
   for (size_t d = axis + 1; d < ds.rank(); ++d) inner *= ds[d];
   const int64_t dim = ds[axis];
-  const auto count = static_cast<size_t>(op.indices.shape.elements());  // 1 for a scalar index
-  std::vector<int64_t> at(count);
-  const std::byte* idx = h[op.indices];
-  for (size_t j = 0; j < count; ++j) {
-    const int64_t v = read_int(op.indices.type, idx, j);
-    if (v < -dim || v >= dim) return index_out_of_range("indices", j, v, dim, axis);
-    at[j] = v < 0 ? v + dim : v;
-  }
+  std::vector<int64_t> at;
+  if (data_fault f = read_axis_indices(op.indices, h[op.indices], dim, axis, at); f.ec) return f;
+  const size_t count = at.size();
   const size_t row = static_cast<size_t>(inner) * size_of(op.data.type);
   const std::byte* src = h[op.data];
   std::vector<std::byte> out(op.y.bytes());  // staged: y may overlap data or indices
@@ -1507,15 +1515,8 @@ data_fault run(const kernels::gather_elements& op, const host_tensors& h) {
   const shape& ds = op.data.shape;
   const shape& is = op.indices.shape;
   const auto axis = static_cast<size_t>(op.axis);
-  const int64_t dim = ds[axis];
-  const auto count = static_cast<size_t>(is.elements());
-  const std::byte* idx = h[op.indices];
-  std::vector<int64_t> at(count);
-  for (size_t i = 0; i < count; ++i) {
-    const int64_t v = read_int(op.indices.type, idx, i);
-    if (v < -dim || v >= dim) return index_out_of_range("indices", i, v, dim, axis);
-    at[i] = v < 0 ? v + dim : v;
-  }
+  std::vector<int64_t> at;
+  if (data_fault f = read_axis_indices(op.indices, h[op.indices], ds[axis], axis, at); f.ec) return f;
   // Walking y (indices' shape) row-major: data's offset from y's coordinates, the axis's taken
   // from the index.
   const index_array stride = row_major_strides(ds);
@@ -1706,6 +1707,187 @@ data_fault run(const kernels::grid_sample& op, const host_tensors& h) {
   }
   h.store(op.y, y);
   return {};
+}
+
+// ---- scatter_nd, scatter_elements, gather_nd, top_k ------------------------------------------
+
+// The element of dtype t at dst[di] combined with the update at src[si] by ONNX's reduction, as
+// numpy computes it in the reference (onnx/reference/ops/op_scatternd.py): none copies the bytes;
+// floats combine in float and round once to the dtype (exact for f32; correctly rounded for f16
+// and bf16, whose sums and products float holds with room for one rounding), max and min return a
+// NaN operand as numpy.maximum and numpy.minimum do; integers add and multiply in unsigned
+// arithmetic, wrapping modulo 2^n as numpy's in-dtype arithmetic does.
+void combine(kernels::scatter_reduction red, dtype t, std::byte* dst, size_t di, const std::byte* src, size_t si) {
+  using R = kernels::scatter_reduction;
+  const size_t es = size_of(t);
+  if (red == R::none) {
+    std::memcpy(dst + di * es, src + si * es, es);
+    return;
+  }
+  if (is_float(t)) {
+    const float a = read_float(t, dst, di), b = read_float(t, src, si);
+    float v = a;
+    if (red == R::add) v = a + b;
+    else if (red == R::mul) v = a * b;
+    else if (std::isnan(a) || std::isnan(b)) v = std::isnan(a) ? a : b;
+    else v = red == R::max ? std::max(a, b) : std::min(a, b);
+    write_float(t, dst, di, v);
+    return;
+  }
+  const int64_t a = read_int(t, dst, di), b = read_int(t, src, si);
+  const auto ua = static_cast<std::uint64_t>(a), ub = static_cast<std::uint64_t>(b);
+  int64_t v = a;
+  switch (red) {
+    case R::add: v = wrap_to(t, ua + ub); break;
+    case R::mul: v = wrap_to(t, ua * ub); break;
+    case R::max: v = std::max(a, b); break;
+    case R::min: v = std::min(a, b); break;
+    case R::none: break;
+  }
+  write_int(t, dst, di, v);
+}
+
+// Reads an index tuple tensor whose last dimension (k long) names positions in `dims` of `ds`
+// from `first`: every index checked against its axis and made non-negative, all before anything
+// is written. The flat element offsets (in elements of the dimensions from `first`, each index
+// tuple's start) come back in `at`.
+data_fault read_index_tuples(const tensor_desc& indices, const std::byte* idx, const shape& ds, size_t first,
+                             std::vector<int64_t>& at) {
+  const size_t q = indices.shape.rank();
+  const auto k = static_cast<size_t>(indices.shape[q - 1]);
+  const auto tuples = static_cast<size_t>(indices.shape.elements()) / k;
+  // Strides of data.shape[first:], in elements.
+  index_array stride{};
+  int64_t st = 1;
+  for (size_t d = ds.rank(); d-- > first;) {
+    stride[d] = st;
+    st *= ds[d];
+  }
+  at.assign(tuples, 0);
+  for (size_t i = 0; i < tuples; ++i)
+    for (size_t j = 0; j < k; ++j) {
+      const size_t axis = first + j;
+      const int64_t dim = ds[axis];
+      const int64_t v = read_int(indices.type, idx, i * k + j);
+      if (v < -dim || v >= dim) return index_out_of_range("indices", i * k + j, v, dim, axis);
+      at[i] += (v < 0 ? v + dim : v) * stride[axis];
+    }
+  return {};
+}
+
+// ONNX's ScatterND: y = data, then each index tuple's slice combined with its updates in index
+// order (so under none a duplicate index's last update wins: ONNX leaves it undefined, this is the
+// reference's loop). Staged: y may be data's buffer.
+data_fault run(const kernels::scatter_nd& op, const host_tensors& h) {
+  const shape& ds = op.data.shape;
+  std::vector<int64_t> at;
+  if (data_fault f = read_index_tuples(op.indices, h[op.indices], ds, 0, at); f.ec) return f;
+  const auto k = static_cast<size_t>(op.indices.shape[op.indices.shape.rank() - 1]);
+  size_t slice = 1;
+  for (size_t d = k; d < ds.rank(); ++d) slice *= static_cast<size_t>(ds[d]);
+  std::vector<std::byte> out(op.data.bytes());
+  std::memcpy(out.data(), h[op.data], out.size());
+  const std::byte* upd = h[op.updates];
+  for (size_t i = 0; i < at.size(); ++i)
+    for (size_t e = 0; e < slice; ++e)
+      combine(op.reduction, op.data.type, out.data(), static_cast<size_t>(at[i]) + e, upd, i * slice + e);
+  std::memcpy(h[op.y], out.data(), out.size());
+  return {};
+}
+
+// ONNX's ScatterElements: each update lands where its own coordinates, the axis's replaced by its
+// index, point in data; in index order, as the reference's loops visit them.
+data_fault run(const kernels::scatter_elements& op, const host_tensors& h) {
+  const shape& ds = op.data.shape;
+  const shape& is = op.indices.shape;
+  const auto axis = static_cast<size_t>(op.axis);
+  std::vector<int64_t> at;
+  if (data_fault f = read_axis_indices(op.indices, h[op.indices], ds[axis], axis, at); f.ec) return f;
+  const size_t count = at.size();
+  const index_array stride = row_major_strides(ds);
+  std::vector<std::byte> out(op.data.bytes());
+  std::memcpy(out.data(), h[op.data], out.size());
+  const std::byte* upd = h[op.updates];
+  index_array ui{};
+  for (size_t i = 0; i < count; ++i) {
+    int64_t off = 0;
+    for (size_t d = 0; d < is.rank(); ++d) off += (d == axis ? at[i] : ui[d]) * stride[d];
+    combine(op.reduction, op.data.type, out.data(), static_cast<size_t>(off), upd, i);
+    for (size_t d = is.rank(); d-- > 0;) {
+      if (++ui[d] < is[d]) break;
+      ui[d] = 0;
+    }
+  }
+  std::memcpy(h[op.y], out.data(), out.size());
+  return {};
+}
+
+// ONNX's GatherND: per batch (the b leading dimensions), each index tuple picks one slice of
+// data.shape[b + k:] elements, copied as bytes.
+data_fault run(const kernels::gather_nd& op, const host_tensors& h) {
+  const shape& ds = op.data.shape;
+  const shape& is = op.indices.shape;
+  const auto b = static_cast<size_t>(op.batch_dims);
+  const auto k = static_cast<size_t>(is[is.rank() - 1]);
+  std::vector<int64_t> at;
+  if (data_fault f = read_index_tuples(op.indices, h[op.indices], ds, b, at); f.ec) return f;
+  size_t batches = 1, per_batch = 1, slice = 1;
+  for (size_t d = 0; d < b; ++d) batches *= static_cast<size_t>(ds[d]);
+  for (size_t d = b; d < ds.rank(); ++d) per_batch *= static_cast<size_t>(ds[d]);
+  for (size_t d = b + k; d < ds.rank(); ++d) slice *= static_cast<size_t>(ds[d]);
+  const size_t tuples = at.size() / batches;  // per batch
+  const size_t es = size_of(op.data.type);
+  const std::byte* src = h[op.data];
+  std::vector<std::byte> out(op.y.bytes());  // staged: y may overlap data or indices
+  std::byte* dst = out.data();
+  for (size_t bb = 0; bb < batches; ++bb)
+    for (size_t i = 0; i < tuples; ++i, dst += slice * es)
+      std::memcpy(dst, src + (bb * per_batch + static_cast<size_t>(at[bb * tuples + i])) * es, slice * es);
+  std::memcpy(h[op.y], out.data(), out.size());
+  return {};
+}
+
+// ONNX's TopK as its reference computes it (onnx/reference/ops/op_topk.py, a lexsort on the value
+// and then the position): equal values lower index first; NaN above every number (numpy's sort
+// puts it last), NaNs among themselves by index. The k first of that order, sorted whatever
+// `sorted` says. Values are copied as bytes; integers compare exactly (int64 past 2^53 too).
+void run(const kernels::top_k& op, const host_tensors& h) {
+  const axis_lines lines(op.x.shape, op.axis);
+  const int64_t outer = lines.outer, len = lines.len, inner = lines.inner, k = op.k;
+  const dtype t = op.x.type;
+  const size_t es = size_of(t);
+  const std::byte* px = h[op.x];
+  std::vector<std::byte> vals(op.values.bytes()), idxs(op.indices.bytes());
+  std::vector<size_t> order(static_cast<size_t>(len));
+  std::vector<float> fkey(is_float(t) ? order.size() : 0);
+  std::vector<int64_t> ikey(is_float(t) ? 0 : order.size());
+  const auto sort_by = [&](const auto& key) {
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](size_t a, size_t b) {
+      const auto va = key[a], vb = key[b];
+      const bool na = va != va, nb = vb != vb;  // NaN: only floats have it
+      if (na || nb) return na == nb ? a < b : (op.largest ? na : nb);
+      if (va != vb) return op.largest ? va > vb : va < vb;
+      return a < b;
+    });
+  };
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t in = 0; in < inner; ++in) {
+      const auto at = [&](int64_t j, int64_t n) { return static_cast<size_t>((o * n + j) * inner + in); };
+      for (size_t j = 0; j < order.size(); ++j) {
+        order[j] = j;
+        if (is_float(t)) fkey[j] = read_float(t, px, at(static_cast<int64_t>(j), len));
+        else ikey[j] = read_int(t, px, at(static_cast<int64_t>(j), len));
+      }
+      if (is_float(t)) sort_by(fkey);
+      else sort_by(ikey);
+      for (int64_t r = 0; r < k; ++r) {
+        const size_t j = order[static_cast<size_t>(r)];
+        std::memcpy(vals.data() + at(r, k) * es, px + at(static_cast<int64_t>(j), len) * es, es);
+        write_int(op.indices.type, idxs.data(), at(r, k), static_cast<int64_t>(j));
+      }
+    }
+  std::memcpy(h[op.values], vals.data(), vals.size());
+  std::memcpy(h[op.indices], idxs.data(), idxs.size());
 }
 
 void run(const kernels::cast& op, const host_tensors& h) {

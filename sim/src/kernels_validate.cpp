@@ -542,15 +542,22 @@ std::error_code check(const kernels::resize& r) {
 }
 
 // ONNX's GatherElements: y has indices' shape; off the axis every index of y must be one of data's.
+// GatherElements' and ScatterElements' indices: an axis of data, then data's rank, `same` (y's or
+// updates') shape, and off the axis extents no larger than data's.
+std::error_code check_elements_indices(const tensor_desc& data, const tensor_desc& indices, const shape& same,
+                                       std::int32_t axis) {
+  const std::size_t rank = data.shape.rank();
+  if (axis < 0 || static_cast<std::size_t>(axis) >= rank) return fail(errc::invalid_argument);
+  if (indices.shape.rank() != rank || !(same == indices.shape)) return fail(errc::invalid_shape);
+  for (std::size_t d = 0; d < rank; ++d)
+    if (d != static_cast<std::size_t>(axis) && indices.shape[d] > data.shape[d]) return fail(errc::invalid_shape);
+  return {};
+}
+
 std::error_code check(const kernels::gather_elements& g) {
   if (g.indices.type != dtype::i32 && g.indices.type != dtype::i64) return fail(errc::invalid_dtype);
   if (g.y.type != g.data.type) return fail(errc::invalid_dtype);
-  const std::size_t rank = g.data.shape.rank();
-  if (g.axis < 0 || static_cast<std::size_t>(g.axis) >= rank) return fail(errc::invalid_argument);
-  if (g.indices.shape.rank() != rank || !(g.y.shape == g.indices.shape)) return fail(errc::invalid_shape);
-  for (std::size_t d = 0; d < rank; ++d)
-    if (d != static_cast<std::size_t>(g.axis) && g.indices.shape[d] > g.data.shape[d]) return fail(errc::invalid_shape);
-  return {};
+  return check_elements_indices(g.data, g.indices, g.y.shape, g.axis);
 }
 
 // ONNX's CumSum: one shape and dtype in and out, float or integer (bool is no number to add).
@@ -579,6 +586,82 @@ std::error_code check(const kernels::grid_sample& g) {
     return fail(errc::invalid_shape);
   for (std::size_t d = 2; d < rank; ++d)
     if (g.y.shape[d] != g.grid.shape[d - 1]) return fail(errc::invalid_shape);
+  return {};
+}
+
+bool is_index(dtype t) noexcept { return t == dtype::i32 || t == dtype::i64; }
+
+// What a scatter reduction or TopK compares and combines: numbers, float or integer.
+bool is_number(dtype t) noexcept {
+  return is_float(t) || t == dtype::i8 || t == dtype::i32 || t == dtype::i64 || t == dtype::u8;
+}
+
+// Scatter's common rules: y is data (shape and dtype), updates has data's dtype, the reduction is
+// one we know, and a reduction computes on numbers only (none moves bytes of any dtype).
+std::error_code check_scatter(const tensor_desc& data, const tensor_desc& indices, const tensor_desc& updates,
+                              const tensor_desc& y, kernels::scatter_reduction red) {
+  if (static_cast<unsigned>(red) > static_cast<unsigned>(kernels::scatter_reduction::min))
+    return fail(errc::invalid_argument);
+  if (!is_index(indices.type) || updates.type != data.type || y.type != data.type) return fail(errc::invalid_dtype);
+  if (red != kernels::scatter_reduction::none && !is_number(data.type)) return fail(errc::invalid_dtype);
+  if (!(y.shape == data.shape)) return fail(errc::invalid_shape);
+  return {};
+}
+
+// ONNX's ScatterND: updates.shape = indices.shape[:-1] + data.shape[k:], k = indices.shape[-1]
+// in [1, rank(data)].
+std::error_code check(const kernels::scatter_nd& s) {
+  if (auto ec = check_scatter(s.data, s.indices, s.updates, s.y, s.reduction)) return ec;
+  const std::size_t r = s.data.shape.rank(), q = s.indices.shape.rank();
+  const int64_t k = s.indices.shape[q - 1];
+  if (k < 1 || k > static_cast<int64_t>(r)) return fail(errc::invalid_shape);
+  const auto ku = static_cast<std::size_t>(k);
+  if (s.updates.shape.rank() != q - 1 + r - ku) return fail(errc::invalid_shape);
+  for (std::size_t d = 0; d + 1 < q; ++d)
+    if (s.updates.shape[d] != s.indices.shape[d]) return fail(errc::invalid_shape);
+  for (std::size_t d = ku; d < r; ++d)
+    if (s.updates.shape[q - 1 + d - ku] != s.data.shape[d]) return fail(errc::invalid_shape);
+  return {};
+}
+
+// ONNX's ScatterElements: data, indices and updates of one rank, indices and updates of one shape,
+// off the axis no larger than data.
+std::error_code check(const kernels::scatter_elements& s) {
+  if (auto ec = check_scatter(s.data, s.indices, s.updates, s.y, s.reduction)) return ec;
+  return check_elements_indices(s.data, s.indices, s.updates.shape, s.axis);
+}
+
+// ONNX's GatherND: b batch dimensions shared by data and indices, k = indices.shape[-1] in
+// [1, rank(data) - b], y.shape = indices.shape[:-1] + data.shape[b + k:].
+std::error_code check(const kernels::gather_nd& g) {
+  if (!is_index(g.indices.type)) return fail(errc::invalid_dtype);
+  if (g.y.type != g.data.type) return fail(errc::invalid_dtype);
+  const std::size_t r = g.data.shape.rank(), q = g.indices.shape.rank();
+  if (g.batch_dims < 0 || static_cast<std::size_t>(g.batch_dims) >= std::min(r, q)) return fail(errc::invalid_argument);
+  const auto b = static_cast<std::size_t>(g.batch_dims);
+  for (std::size_t d = 0; d < b; ++d)
+    if (g.indices.shape[d] != g.data.shape[d]) return fail(errc::invalid_shape);
+  const int64_t k = g.indices.shape[q - 1];
+  if (k < 1 || k > static_cast<int64_t>(r - b)) return fail(errc::invalid_shape);
+  const auto ku = static_cast<std::size_t>(k);
+  if (g.y.shape.rank() != q - 1 + r - b - ku) return fail(errc::invalid_shape);
+  for (std::size_t d = 0; d + 1 < q; ++d)
+    if (g.y.shape[d] != g.indices.shape[d]) return fail(errc::invalid_shape);
+  for (std::size_t d = b + ku; d < r; ++d)
+    if (g.y.shape[q - 1 + d - b - ku] != g.data.shape[d]) return fail(errc::invalid_shape);
+  return {};
+}
+
+// ONNX's TopK: values and indices are x with the axis k long, k in [1, x.shape[axis]].
+std::error_code check(const kernels::top_k& t) {
+  if (!is_number(t.x.type) || t.values.type != t.x.type || !is_index(t.indices.type)) return fail(errc::invalid_dtype);
+  const std::size_t rank = t.x.shape.rank();
+  if (t.axis < 0 || static_cast<std::size_t>(t.axis) >= rank) return fail(errc::invalid_argument);
+  const auto axis = static_cast<std::size_t>(t.axis);
+  if (t.k < 1 || t.k > t.x.shape[axis]) return fail(errc::invalid_argument);
+  if (t.values.shape.rank() != rank || !(t.indices.shape == t.values.shape)) return fail(errc::invalid_shape);
+  for (std::size_t d = 0; d < rank; ++d)
+    if (t.values.shape[d] != (d == axis ? t.k : t.x.shape[d])) return fail(errc::invalid_shape);
   return {};
 }
 
@@ -673,8 +756,11 @@ work work_of(const kernel_op& op) noexcept {
 // Gather's indices may be one scalar index, and its y then a scalar when data has rank 1; every
 // other operand has rank 1 or more.
 bool scalar_allowed(const kernel_op& op, const tensor_desc& t) noexcept {
-  const auto* g = std::get_if<kernels::gather>(&op);
-  return g && (&t == &g->indices || &t == &g->y);
+  if (const auto* g = std::get_if<kernels::gather>(&op)) return &t == &g->indices || &t == &g->y;
+  // ScatterND's updates and GatherND's y are one element when an index tuple addresses one.
+  if (const auto* s = std::get_if<kernels::scatter_nd>(&op)) return &t == &s->updates;
+  if (const auto* g = std::get_if<kernels::gather_nd>(&op)) return &t == &g->y;
+  return false;
 }
 
 }  // namespace
@@ -747,6 +833,15 @@ operand_list operands(const kernel_op& op) noexcept {
         } else if constexpr (std::is_same_v<T, kernels::grid_sample>) {
           b.add(r, o.x, o.grid);
           b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::scatter_nd> || std::is_same_v<T, kernels::scatter_elements>) {
+          b.add(r, o.data, o.indices, o.updates);
+          b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::gather_nd>) {
+          b.add(r, o.data, o.indices);
+          b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::top_k>) {
+          b.add(r, o.x);
+          b.add(w, o.values, o.indices);
         } else if constexpr (std::is_same_v<T, kernels::sgd_update>) {
           b.add(rw, o.param);
           b.add(r, o.grad);

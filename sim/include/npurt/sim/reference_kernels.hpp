@@ -57,6 +57,15 @@
 //    rounded to y's dtype once. A coordinate not finite after padding fails the kernel with
 //    errc::invalid_argument when it runs, y unwritten.
 //  - cast rounds to nearest even and saturates into integer ranges; NaN casts to integer 0.
+//  - scatter_nd and scatter_elements copy data to y, then apply the updates in row-major order
+//    of the indices (onnx/reference/ops/op_scatternd.py's loop): under reduction none a
+//    duplicate index's last update wins (ONNX leaves it undefined); add and mul compute floats
+//    in float rounded once to the dtype and integers wrapping modulo 2^n; max and min return a
+//    NaN operand (numpy.maximum). gather_nd copies bytes, one slice per index tuple. An index
+//    outside [-s, s - 1] of its axis fails either with errc::invalid_argument, y unwritten.
+//  - top_k orders as ONNX's reference (a lexsort): equal values lower index first, NaN above
+//    every number (first when largest, last when smallest), always sorted; values copied as
+//    bytes, integers compared exactly.
 //
 // Optional operands: matmul none; elementwise b (unary functions ignore it); batchnorm gamma,
 // beta (1 and 0 when absent), running_mean/running_var (training only: no update when absent),
@@ -113,8 +122,9 @@ struct operand_list {
 
 /// Validates, then computes the kernel's result with reference loops. Every operand's pointer
 /// is translated with mem.translate(dev, ptr, bytes); a null translation is
-/// errc::invalid_pointer and nothing is written; so is a gather index out of range, or an
-/// integer division by zero (errc::invalid_argument). Timing-only descriptors (no data) and
+/// errc::invalid_pointer and nothing is written; so is a gather, gather_elements, gather_nd,
+/// scatter_nd or scatter_elements index out of range, or an integer division by zero
+/// (errc::invalid_argument). Timing-only descriptors (no data) and
 /// kernels::fixed do nothing and succeed. Inputs are read in full before any output is
 /// written, so outputs may alias inputs (in-place elementwise, sgd_update).
 [[nodiscard]] std::error_code run_reference(const kernel_desc& k, memory_view& mem, device_id dev);
