@@ -139,16 +139,17 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
       continue;
     }
     // Computed in cd: outputs carry the compute type under a new name and are cast back to the
-    // original name when something downstream needs the original type.
+    // original name when something downstream needs the original type. An integer output (TopK's
+    // indices) is no float to lower: it keeps its name and its type.
     std::vector<std::string> lowouts;
-    for (const auto& o : n.outputs) lowouts.push_back(o + "::" + std::string(to_string(cd)));
+    for (const auto& o : n.outputs)
+      lowouts.push_back(is_float(src.value(o).type) ? o + "::" + std::string(to_string(cd)) : o);
     g.add_node(n.type, n.name, ins, lowouts, n.attrs);
-    for (std::size_t k = 0; k < n.outputs.size(); ++k) low[n.outputs[k]] = lowouts[k];
-    if (p == precision::mixed) {
-      for (std::size_t k = 0; k < n.outputs.size(); ++k) cast_node(lowouts[k], n.outputs[k], dtype::f32);
-    } else {
-      for (std::size_t k = 0; k < n.outputs.size(); ++k)
-        if (outs.count(n.outputs[k])) cast_node(lowouts[k], n.outputs[k], src.value(n.outputs[k]).type);
+    for (std::size_t k = 0; k < n.outputs.size(); ++k) {
+      if (lowouts[k] == n.outputs[k]) continue;
+      low[n.outputs[k]] = lowouts[k];
+      if (p == precision::mixed) cast_node(lowouts[k], n.outputs[k], dtype::f32);
+      else if (outs.count(n.outputs[k])) cast_node(lowouts[k], n.outputs[k], src.value(n.outputs[k]).type);
     }
   }
   set_outputs(src, g);

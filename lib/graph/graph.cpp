@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 78> ops_table{"Add",
+constexpr std::array<std::string_view, 83> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -95,7 +95,12 @@ constexpr std::array<std::string_view, 78> ops_table{"Add",
                                                      "Mod",
                                                      "CumSum",
                                                      "ReduceProd",
-                                                     "GridSample"};
+                                                     "GridSample",
+                                                     "ScatterND",
+                                                     "ScatterElements",
+                                                     "Scatter",
+                                                     "GatherND",
+                                                     "TopK"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -346,6 +351,11 @@ const op_attributes onnx_attributes[] = {
     {"CumSum", {"exclusive", "reverse"}},
     {"ReduceProd", {"axes", "keepdims", "noop_with_empty_axes"}},
     {"GridSample", {"mode", "padding_mode", "align_corners"}},
+    {"ScatterND", {"reduction"}},                 // reduction: opset 16 on
+    {"ScatterElements", {"axis", "reduction"}},  // reduction: opset 16 on
+    {"Scatter", {"axis"}},                        // opsets 9 and 10: ScatterElements without reduction
+    {"GatherND", {"batch_dims"}},                 // batch_dims: opset 12 on
+    {"TopK", {"axis", "k", "largest", "sorted"}},  // k: opset 1 (an input from 10)
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
@@ -693,6 +703,55 @@ kernels::loss_reduction loss_reduction_of(const node& n) {
   fail(errc::invalid_argument, n, {}, "reduction '" + r + "' is not none, sum or mean");
 }
 
+kernels::scatter_reduction scatter_reduction_of(const node& n) {
+  const std::string r = n.attrs.get_string("reduction", "none");
+  if (r == "none") return kernels::scatter_reduction::none;
+  if (r == "add") return kernels::scatter_reduction::add;
+  if (r == "mul") return kernels::scatter_reduction::mul;
+  if (r == "max") return kernels::scatter_reduction::max;
+  if (r == "min") return kernels::scatter_reduction::min;
+  fail(errc::invalid_argument, n, {}, "reduction '" + r + "' is not none, add, mul, max or min");
+}
+
+kernels::top_k top_k_spec(const node& n, std::span<const value_info* const> in,
+                          std::span<const tensor* const> constants) {
+  const auto& x = need(n, in, 0);
+  if (x.shape.rank() == 0) fail(errc::invalid_shape, n, x.name, "x must have rank 1 or more, got a scalar");
+  kernels::top_k op{};
+  const auto axis = static_cast<std::size_t>(norm_axis(n, n.attrs.get_int("axis", -1), x.shape.rank(), x.name));
+  op.axis = static_cast<std::int32_t>(axis);
+  std::string_view k_name;
+  if (in.size() > 1 && in[1]) {
+    // Opset 10 on: k is an input, a one-element int64 tensor. The kernel's work and its outputs'
+    // shapes depend on it, so it must be known when the graph is built.
+    const value_info& kin = *in[1];
+    k_name = kin.name;
+    if (kin.type != dtype::i64)
+      fail(errc::invalid_dtype, n, kin.name, "k must be int64, got " + std::string(to_string(kin.type)));
+    if (kin.shape.elements() != 1 || kin.shape.rank() > 1)
+      fail(errc::invalid_shape, n, kin.name, "k must be one value, got " + shape_string(kin.shape));
+    const tensor* c = constants.size() > 1 ? constants[1] : nullptr;
+    if (!c || !c->is_host())
+      fail(errc::not_supported, n, kin.name, "k must be a constant (a k computed at run time is not supported)");
+    op.k = c->get_int(0);
+  } else if (n.attrs.has("k")) {
+    op.k = n.attrs.get_int("k", 0);  // opset 1
+  } else {
+    fail(errc::invalid_argument, n, {}, "k is required (input 1; the attribute k before opset 10)");
+  }
+  const std::int64_t dim = x.shape[axis];
+  if (op.k < 1 || op.k > dim)
+    fail(errc::invalid_argument, n, k_name,
+         "k = " + std::to_string(op.k) + " is outside [1, " + std::to_string(dim) + "] (axis " + std::to_string(axis) +
+             " of " + shape_string(x.shape) + ")");
+  for (const char* a : {"largest", "sorted"})
+    if (const std::int64_t v = n.attrs.get_int(a, 1); v != 0 && v != 1)
+      fail(errc::invalid_argument, n, {}, std::string(a) + " must be 0 or 1, got " + std::to_string(v));
+  op.largest = n.attrs.get_int("largest", 1) != 0;
+  op.sorted = n.attrs.get_int("sorted", 1) != 0;
+  return op;
+}
+
 std::int64_t trilu_k(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants) {
   const auto k = index_input(n, in, constants, 1, "k", {dtype::i64});
   if (!k) return 0;
@@ -929,18 +988,52 @@ void check_conv_bias(const node& n, std::span<const value_info* const> in, const
 
 namespace {
 
-// Gather's and GatherElements' constant indices are checked when the node is added; indices fed
-// at run time fail the kernel that reads them.
-void check_constant_indices(const node& n, const value_info& data, const value_info& indices, std::size_t axis,
-                            std::span<const tensor* const> constants) {
+// Constant indices (Gather's, GatherElements', the scatters', GatherND's) are checked when the node
+// is added; indices fed at run time fail the kernel that reads them. An index tuple of `per_tuple`
+// values (ScatterND's and GatherND's last dimension) addresses axes first, first + 1, ...; a
+// single index addresses `first`.
+void check_constant_indices(const node& n, const value_info& data, const value_info& indices, std::size_t first,
+                            std::span<const tensor* const> constants, std::int64_t per_tuple = 1) {
   const tensor* c = constants.size() > 1 ? constants[1] : nullptr;
   if (!c || !c->is_host()) return;
-  const std::int64_t dim = data.shape[axis];
-  for (std::int64_t k = 0; k < c->elements(); ++k)
+  for (std::int64_t k = 0; k < c->elements(); ++k) {
+    const std::size_t axis = first + static_cast<std::size_t>(k % per_tuple);
+    const std::int64_t dim = data.shape[axis];
     if (const std::int64_t v = c->get_int(k); v < -dim || v >= dim)
       fail(errc::invalid_argument, n, indices.name,
            "index " + std::to_string(v) + " is out of range for axis " + std::to_string(axis) + " of " +
                shape_string(data.shape) + " ([" + std::to_string(-dim) + ", " + std::to_string(dim - 1) + "])");
+  }
+}
+
+void need_index_dtype(const node& n, const value_info& indices) {
+  if (indices.type != dtype::i32 && indices.type != dtype::i64)
+    fail(errc::invalid_dtype, n, indices.name,
+         "indices must be int32 or int64, got " + std::string(to_string(indices.type)));
+}
+
+// GatherElements' and ScatterElements' indices: data's rank and, off the axis, extents no larger
+// than data's (onnx.ai).
+void need_elements_indices(const node& n, const value_info& data, const value_info& indices, std::size_t axis) {
+  bool fits = indices.shape.rank() == data.shape.rank();
+  for (std::size_t d = 0; fits && d < data.shape.rank(); ++d) fits = d == axis || indices.shape[d] <= data.shape[d];
+  if (!fits)
+    fail(errc::invalid_shape, n, indices.name,
+         "indices " + shape_string(indices.shape) + " must have data's rank and, off axis " + std::to_string(axis) +
+             ", extents no larger than data's " + shape_string(data.shape));
+}
+
+// The last dimension of ScatterND's and GatherND's indices: k, in [1, data's rank - batch_dims].
+std::int64_t index_depth(const node& n, const value_info& data, const value_info& indices, std::size_t batch) {
+  if (indices.shape.rank() == 0)
+    fail(errc::invalid_shape, n, indices.name, "indices must have rank 1 or more, got a scalar");
+  const std::int64_t k = indices.shape[indices.shape.rank() - 1];
+  const auto most = static_cast<std::int64_t>(data.shape.rank() - batch);
+  if (k < 1 || k > most)
+    fail(errc::invalid_shape, n, indices.name,
+         "indices " + shape_string(indices.shape) + ": the last dimension (an index tuple's length) must be in [1, " +
+             std::to_string(most) + "] for data " + shape_string(data.shape));
+  return k;
 }
 
 }  // namespace
@@ -1412,9 +1505,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     const auto& indices = need(n, in, 1);
     if (data.shape.rank() == 0) fail(errc::invalid_shape, n, data.name, "data must have rank 1 or more, got a scalar");
     const auto axis = static_cast<std::size_t>(norm_axis(n, n.attrs.get_int("axis", 0), data.shape.rank(), data.name));
-    if (indices.type != dtype::i32 && indices.type != dtype::i64)
-      fail(errc::invalid_dtype, n, indices.name,
-           "indices must be int32 or int64, got " + std::string(to_string(indices.type)));
+    need_index_dtype(n, indices);
     shape out;
     if (t == "Gather") {
       // onnx.ai: data.shape[:axis] + indices.shape + data.shape[axis+1:].
@@ -1428,17 +1519,88 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     } else {
       // onnx.ai: data and indices of one rank; y has indices' shape, each element data's along
       // the axis at its index (NumPy's take_along_axis).
-      bool fits = indices.shape.rank() == data.shape.rank();
-      for (std::size_t d = 0; fits && d < data.shape.rank(); ++d) fits = d == axis || indices.shape[d] <= data.shape[d];
-      if (!fits)
-        fail(errc::invalid_shape, n, indices.name,
-             "indices " + shape_string(indices.shape) + " must have data's rank and, off axis " + std::to_string(axis) +
-                 ", extents no larger than data's " + shape_string(data.shape));
+      need_elements_indices(n, data, indices, axis);
       out = indices.shape;
     }
     need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), out);
     check_constant_indices(n, data, indices, axis, constants);
     return one(out, data.type);
+  }
+  if (t == "ScatterND" || t == "ScatterElements" || t == "Scatter") {
+    // onnx.ai/onnx/operators/onnx__ScatterND.html and onnx__ScatterElements.html: y is data with
+    // the updates written (or combined by `reduction`) where the indices point.
+    const auto& data = need(n, in, 0);
+    const auto& indices = need(n, in, 1);
+    const auto& updates = need(n, in, 2);
+    if (data.shape.rank() == 0) fail(errc::invalid_shape, n, data.name, "data must have rank 1 or more, got a scalar");
+    need_index_dtype(n, indices);
+    same_type(n, data, updates);
+    if (graph_ops::scatter_reduction_of(n) != kernels::scatter_reduction::none && !is_float(data.type) &&
+        !is_integer(data.type))
+      fail(errc::not_supported, n, data.name,
+           "a reduction needs a floating-point or integer tensor, got " + std::string(to_string(data.type)));
+    if (t == "ScatterND") {
+      // updates.shape = indices.shape[:-1] + data.shape[k:].
+      const std::int64_t k = index_depth(n, data, indices, 0);
+      shape want;
+      for (std::size_t d = 0; d + 1 < indices.shape.rank(); ++d) want.push_back(indices.shape[d]);
+      for (auto d = static_cast<std::size_t>(k); d < data.shape.rank(); ++d) want.push_back(data.shape[d]);
+      if (want.rank() > shape::max_rank || !(updates.shape == want))
+        fail(errc::invalid_shape, n, updates.name,
+             "updates " + shape_string(updates.shape) + " must be indices.shape[:-1] + data.shape[" +
+                 std::to_string(k) + ":], " + (want.rank() > shape::max_rank ? "of rank above 8" : shape_string(want)));
+      check_constant_indices(n, data, indices, 0, constants, k);
+    } else {
+      const auto axis =
+          static_cast<std::size_t>(norm_axis(n, n.attrs.get_int("axis", 0), data.shape.rank(), data.name));
+      need_elements_indices(n, data, indices, axis);
+      if (!(updates.shape == indices.shape))
+        fail(errc::invalid_shape, n, updates.name,
+             "updates " + shape_string(updates.shape) + " must have the indices' shape " + shape_string(indices.shape));
+      check_constant_indices(n, data, indices, axis, constants);
+    }
+    return one(data.shape, data.type);
+  }
+  if (t == "GatherND") {
+    // onnx.ai/onnx/operators/onnx__GatherND.html: y.shape = indices.shape[:-1] +
+    // data.shape[batch_dims + k:], the batch_dims leading dimensions shared.
+    const auto& data = need(n, in, 0);
+    const auto& indices = need(n, in, 1);
+    need_index_dtype(n, indices);
+    const std::int64_t b = n.attrs.get_int("batch_dims", 0);
+    const auto r = static_cast<std::int64_t>(data.shape.rank()), q = static_cast<std::int64_t>(indices.shape.rank());
+    if (b < 0 || b >= std::min(r, q))
+      fail(errc::invalid_argument, n, indices.name,
+           "batch_dims " + std::to_string(b) + " must be in [0, " + std::to_string(std::min(r, q)) + ") for data " +
+               shape_string(data.shape) + " and indices " + shape_string(indices.shape));
+    const auto bu = static_cast<std::size_t>(b);
+    for (std::size_t d = 0; d < bu; ++d)
+      if (indices.shape[d] != data.shape[d])
+        fail(errc::invalid_shape, n, indices.name,
+             "indices " + shape_string(indices.shape) + " and data " + shape_string(data.shape) + " must share their " +
+                 std::to_string(b) + " batch dimensions");
+    const std::int64_t k = index_depth(n, data, indices, bu);
+    shape out;
+    if (indices.shape.rank() - 1 + data.shape.rank() - bu - static_cast<std::size_t>(k) > shape::max_rank)
+      fail(errc::not_supported, n, indices.name, "the output's rank is above 8");
+    for (std::size_t d = 0; d + 1 < indices.shape.rank(); ++d) out.push_back(indices.shape[d]);
+    for (std::size_t d = bu + static_cast<std::size_t>(k); d < data.shape.rank(); ++d) out.push_back(data.shape[d]);
+    check_constant_indices(n, data, indices, bu, constants, k);
+    return one(out, data.type);
+  }
+  if (t == "TopK") {
+    // onnx.ai/onnx/operators/onnx__TopK.html: values and int64 indices, x's shape with the axis k.
+    const auto& x = need(n, in, 0);
+    if (!is_float(x.type) && !is_integer(x.type))
+      fail(errc::not_supported, n, x.name,
+           "needs a floating-point or integer (int8, int32, int64, uint8) tensor, got " +
+               std::string(to_string(x.type)));
+    if (n.outputs.size() != 2)
+      fail(errc::invalid_argument, n, {}, "has two outputs (Values, Indices), got " + std::to_string(n.outputs.size()));
+    const kernels::top_k k = graph_ops::top_k_spec(n, in, constants);
+    shape out = x.shape;
+    out[static_cast<std::size_t>(k.axis)] = k.k;
+    return {{out, x.type}, {out, dtype::i64}};
   }
   if (t == "Split") {
     const dtype type = need(n, in, 0).type;

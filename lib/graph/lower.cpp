@@ -74,6 +74,14 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     // A scalar is a one-element tensor to the kernels.
     return {ptr(v), c.shape.rank() == 0 ? shape{1} : c.shape, c.type, layout::nd};
   };
+  // A scalar as the rank-0 tensor it is, for the kernels that take one (Gather's index and y,
+  // ScatterND's update, GatherND's y): as the one-element tensor desc() makes of it, y would keep
+  // a dimension the kernel does not expect.
+  auto exact = [&](int v) {
+    tensor_desc d = desc(v);
+    d.shape = values[static_cast<std::size_t>(v)].shape;
+    return d;
+  };
   std::vector<lowered_task> out;
   auto kernel = [&](kernel_op op) { out.push_back({kernel_desc(std::move(op), st.kernel_name, st.block_dim), {}}); };
   const tensor_desc y = desc(st.out[0]);
@@ -274,10 +282,10 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     for (std::size_t i = 0; i < perm.size(); ++i) tr.perm[i] = static_cast<std::uint8_t>(perm[i]);
     kernel(tr);
   } else if (t == "Slice" || t == "Split" || t == "Pad" || t == "Tile" || t == "Expand" || t == "Trilu" ||
-             t == "Resize" || t == "Upsample" || t == "GridSample") {
-    // The windows (the border, the repeats, the resampling, the sampling) inference checked,
-    // computed again from the same constants; each output is one kernel (data given or not: a
-    // timing-only run launches the same kernels).
+             t == "Resize" || t == "Upsample" || t == "GridSample" || t == "TopK") {
+    // The windows (the border, the repeats, the resampling, the sampling, the selection)
+    // inference checked, computed again from the same constants; each output is one kernel (data
+    // given or not: a timing-only run launches the same kernels).
     std::vector<value_info> infos;
     std::vector<const tensor*> constants;
     for (int v : st.in) {
@@ -309,6 +317,12 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       k.grid = desc(st.in[1]);
       k.y = y;
       kernel(k);
+    } else if (t == "TopK") {
+      kernels::top_k k = graph_ops::top_k_spec(n, in, constants);
+      k.x = x;
+      k.values = y;
+      k.indices = desc(st.out[1]);
+      kernel(k);
     } else if (t == "Pad") {
       const graph_ops::padding p = graph_ops::pad_spec(n, in, constants);
       kernel(kernels::pad{x, y, p.begins, p.value, p.mode});
@@ -320,13 +334,6 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
         kernel(slice_of(x, desc(st.out[k]), windows[k]));
     }
   } else if (t == "Gather") {
-    // The kernel takes a scalar index (and a scalar y) as the rank-0 tensors they are: as the
-    // one-element tensors desc() makes of them, y would keep the axis.
-    const auto exact = [&](int v) {
-      tensor_desc d = desc(v);
-      d.shape = values[static_cast<std::size_t>(v)].shape;
-      return d;
-    };
     kernels::gather g{exact(st.in[0]), exact(st.in[1]), exact(st.out[0])};
     std::int64_t axis = n.attrs.get_int("axis", 0);
     if (axis < 0) axis += static_cast<std::int64_t>(g.data.shape.rank());
@@ -337,6 +344,17 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     const tensor_desc data = desc(st.in[0]);
     if (axis < 0) axis += static_cast<std::int64_t>(data.shape.rank());
     kernel(kernels::gather_elements{data, desc(st.in[1]), y, static_cast<std::int32_t>(axis)});
+  } else if (t == "ScatterND") {
+    kernel(kernels::scatter_nd{desc(st.in[0]), desc(st.in[1]), exact(st.in[2]), y, graph_ops::scatter_reduction_of(n)});
+  } else if (t == "ScatterElements" || t == "Scatter") {
+    std::int64_t axis = n.attrs.get_int("axis", 0);
+    const tensor_desc data = desc(st.in[0]);
+    if (axis < 0) axis += static_cast<std::int64_t>(data.shape.rank());
+    kernel(kernels::scatter_elements{data, desc(st.in[1]), desc(st.in[2]), y, static_cast<std::int32_t>(axis),
+                                     graph_ops::scatter_reduction_of(n)});
+  } else if (t == "GatherND") {
+    kernel(kernels::gather_nd{desc(st.in[0]), desc(st.in[1]), exact(st.out[0]),
+                              static_cast<std::int32_t>(n.attrs.get_int("batch_dims", 0))});
   } else if (t == "NegativeLogLikelihoodLoss") {
     // A reduced loss is an ONNX scalar: the kernel writes it as one element.
     kernels::nll_loss k{desc(st.in[0]), desc(st.in[1])};

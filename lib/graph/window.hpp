@@ -59,6 +59,17 @@ npurt::shape repeated_shape(const node& n, std::span<const value_info* const> in
 /// graph_error (invalid_argument) for any other.
 kernels::loss_reduction loss_reduction_of(const node& n);
 
+/// ScatterND's and ScatterElements' `reduction` (none, add, mul, max or min; none when absent).
+/// Throws graph_error (invalid_argument) for any other.
+kernels::scatter_reduction scatter_reduction_of(const node& n);
+
+/// TopK's kernel parameters, the tensors left for the caller: axis (-1 when absent) normalised, k
+/// from its constant one-element int64 input (opset 10 on) or the attribute (opset 1), largest
+/// and sorted. Throws graph_error: a k fed at run time is not_supported naming it, one outside
+/// [1, x.shape[axis]] invalid_argument.
+kernels::top_k top_k_spec(const node& n, std::span<const value_info* const> in,
+                          std::span<const tensor* const> constants);
+
 /// Trilu's diagonal offset: its constant int64 input k (one value), 0 when omitted. Throws
 /// graph_error as slice_window.
 std::int64_t trilu_k(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants);

@@ -1828,3 +1828,119 @@ TEST_CASE("GridSample imports in opset 20's N-D form and spellings, its grid fed
     CHECK(r.outputs.at("y").to_vector() == std::vector<double>{1, 11, 9});
   }
 }
+
+TEST_CASE("a decoder's KV-cache update (a run-time position, ScatterND, then MatMul over the cache) runs",
+          "[onnx][scatter]") {
+  // The pattern of GPT-2 and LLaMA exports with a static cache: the step's position is computed
+  // from the attention mask at run time (its running count minus one, at the last token), the
+  // index tuples (batch, head, position) are built from it, ScatterND writes the new key into
+  // the cache [1, H, T, D], and the query's scores read the whole cache.
+  constexpr std::int64_t heads = 3, cap = 6, dim = 4;
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(16);
+  auto* g = m.mutable_graph();
+  g->set_name("kv_cache");
+  add_typed_input(g, "past_key", 1, {1, heads, cap, dim});
+  add_typed_input(g, "new_key", 1, {1, heads, 1, dim});
+  add_typed_input(g, "query", 1, {1, heads, 1, dim});
+  add_typed_input(g, "attention_mask", 7, {1, cap});
+  std::vector<std::int64_t> batch_head;  // (0, h) for every head: [1, H, 1, 2]
+  for (std::int64_t h = 0; h < heads; ++h) batch_head.insert(batch_head.end(), {0, h});
+  add_i64(g, "batch_head", {1, heads, 1, 2}, batch_head);
+  add_i64(g, "last", {1}, {-1});
+  add_i64(g, "last_axis", {}, {-1});
+  add_i64(g, "one", {}, {1});
+  add_i64(g, "pos_shape", {4}, {1, 1, 1, 1});
+  add_i64(g, "tuple_shape", {4}, {1, heads, 1, 1});
+  add_named(g, "CumSum", {"attention_mask", "last_axis"}, "count");
+  set_int(add_named(g, "Gather", {"count", "last"}, "count_last"), "axis", 1);
+  add_named(g, "Sub", {"count_last", "one"}, "position");
+  add_named(g, "Reshape", {"position", "pos_shape"}, "position4");
+  add_named(g, "Expand", {"position4", "tuple_shape"}, "positions");
+  set_int(add_named(g, "Concat", {"batch_head", "positions"}, "indices"), "axis", -1);
+  add_output_node(g, "ScatterND", {"past_key", "indices", "new_key"}, "present_key");
+  set_ints(add_named(g, "Transpose", {"present_key"}, "key_t"), "perm", {0, 1, 3, 2});
+  add_output_node(g, "MatMul", {"query", "key_t"}, "scores");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "kv_cache");
+  CHECK(gr.value("indices").type == dtype::i64);
+  CHECK(gr.value("indices").shape == shape{1, heads, 1, 3});
+  CHECK(gr.value("scores").shape == shape{1, heads, 1, cap});
+
+  const auto past = float_values(heads * cap * dim, 41, 1.0f), fresh = float_values(heads * dim, 42, 1.0f),
+             q = float_values(heads * dim, 43, 1.0f);
+  const tensor past_t({1, heads, cap, dim}, dtype::f32, {past.begin(), past.end()});
+  const tensor new_t({1, heads, 1, dim}, dtype::f32, {fresh.begin(), fresh.end()});
+  const tensor q_t({1, heads, 1, dim}, dtype::f32, {q.begin(), q.end()});
+  npurt::system sys{sim::presets::ascend910b(1)};
+  for (const std::int64_t filled : {1, 3, 6}) {  // tokens so far, the new one included
+    std::vector<double> mask(cap, 0);
+    for (std::int64_t t = 0; t < filled; ++t) mask[static_cast<std::size_t>(t)] = 1;
+    const tensor mask_t({1, cap}, dtype::i64, mask);
+    // The reference, from the definitions: the new key at (0, h, filled - 1), then q . k per slot.
+    std::vector<double> cache(past.begin(), past.end()), scores;
+    for (std::int64_t h = 0; h < heads; ++h)
+      for (std::int64_t d = 0; d < dim; ++d)
+        cache[static_cast<std::size_t>((h * cap + filled - 1) * dim + d)] =
+            fresh[static_cast<std::size_t>(h * dim + d)];
+    for (std::int64_t h = 0; h < heads; ++h)
+      for (std::int64_t t = 0; t < cap; ++t) {
+        double s = 0;
+        for (std::int64_t d = 0; d < dim; ++d)
+          s += static_cast<double>(q[static_cast<std::size_t>(h * dim + d)]) *
+               cache[static_cast<std::size_t>((h * cap + t) * dim + d)];
+        scores.push_back(s);
+      }
+    for (const auto& [level, prec] :
+         {std::pair{0, precision::fp32}, std::pair{2, precision::fp32}, std::pair{2, precision::fp16}}) {
+      CAPTURE(filled, level, prec == precision::fp16);
+      session s{sys, {.precision = prec}};
+      const auto r = s.run(s.compile(gr, {.optimization_level = level}),
+                           {{"past_key", past_t}, {"new_key", new_t}, {"query", q_t}, {"attention_mask", mask_t}});
+      const double tol = prec == precision::fp16 ? 1e-2 : 1e-5;
+      const auto got_cache = r.outputs.at("present_key").to_vector();
+      const auto got_scores = r.outputs.at("scores").to_vector();
+      REQUIRE(got_cache.size() == cache.size());
+      REQUIRE(got_scores.size() == scores.size());
+      for (std::size_t i = 0; i < cache.size(); ++i) CHECK(std::fabs(got_cache[i] - cache[i]) <= tol * 0.5);
+      for (std::size_t i = 0; i < scores.size(); ++i) CHECK(std::fabs(got_scores[i] - scores[i]) <= tol * 4);
+    }
+  }
+}
+
+TEST_CASE("TopK imports with k as a constant input; a k fed at run time is not_supported naming it",
+          "[onnx][topk][errors]") {
+  for (const bool fed : {false, true}) {
+    ::onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(11);
+    auto* g = m.mutable_graph();
+    add_typed_input(g, "logits", 1, {2, 5});
+    if (fed) add_typed_input(g, "k", 7, {1});
+    else add_i64(g, "k", {1}, {2});
+    auto* n = g->add_node();
+    n->set_op_type("TopK");
+    n->set_name("sample");
+    n->add_input("logits");
+    n->add_input("k");
+    n->add_output("values");
+    n->add_output("indices");
+    for (const char* o : {"values", "indices"}) g->add_output()->set_name(o);
+    if (fed) {
+      const auto e = error_loading(m);
+      INFO(e.what);
+      CHECK(e.code == errc::not_supported);
+      CHECK(e.tensor == "k");
+      CHECK(e.what.find("sample") != std::string::npos);
+      continue;
+    }
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "topk");
+    npurt::system sys{sim::presets::ascend910b(1)};
+    session s{sys};
+    const tensor x({2, 5}, dtype::f32, {0.5, 2, -1, 2, 1, 3, 3, 3, -4, 7});
+    const auto r = s.run(s.compile(gr), {{"logits", x}});
+    CHECK(r.outputs.at("values").to_vector() == std::vector<double>{2, 2, 7, 3});
+    CHECK(r.outputs.at("indices").to_vector() == std::vector<double>{1, 3, 4, 0});
+    CHECK(r.outputs.at("indices").type() == dtype::i64);
+  }
+}
