@@ -490,12 +490,43 @@ struct top_k {
   bool sorted = true;
 };
 
+/// Comparisons: ONNX's Equal, Less, LessOrEqual, Greater and GreaterOrEqual
+/// (onnx.ai/onnx/operators/onnx__Equal.html and its neighbours).
+enum class compare_fn : std::uint8_t { equal, less, less_equal, greater, greater_equal };
+
+/// y = fn(a, b) with NumPy broadcasting: y is bool, a and b share one dtype, any numeric one (bool
+/// too for equal). The comparison is exact in the operands' own type: integers compare as integers
+/// (i64 values above 2^53, which a double would round together, stay apart), floats as IEEE
+/// values, so NaN compares false, equal included, and -0 equals +0.
+struct compare {
+  compare_fn fn = compare_fn::equal;
+  tensor_desc a{}, b{}, y{};
+};
+
+/// out = cond ? x : y elementwise, ONNX's Where (onnx.ai/onnx/operators/onnx__Where.html), with
+/// cond, x and y broadcast NumPy-style to out's shape. cond is bool (any nonzero byte is true); x,
+/// y and out share one dtype, any. Elements are copied as bytes: NaN payloads pass unchanged.
+struct where {
+  tensor_desc cond{}, x{}, y{}, out{};
+};
+
+/// Logical functions: ONNX's And, Or, Xor (binary) and Not (unary).
+enum class logical_fn : std::uint8_t { and_, or_, xor_, not_ };
+
+/// y = fn(a, b) with NumPy broadcasting, or y = !a for not_ (b unused): a, b and y are bool; any
+/// nonzero byte reads as true, and y is written 0 or 1.
+struct logical {
+  logical_fn fn = logical_fn::and_;
+  tensor_desc a{}, b{}, y{};
+};
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
 
 /// y = x converted to y's dtype: float to float to nearest even; float to integer by `mode`,
-/// saturating (NaN becomes 0).
+/// saturating (NaN becomes 0); to bool x != 0 (NaN is true, as NumPy's astype(bool)); from bool 0
+/// or 1.
 struct cast {
   tensor_desc x{}, y{};
   round_mode mode = round_mode::rint;
@@ -592,6 +623,26 @@ constexpr std::string_view op_name(const scatter_nd&) noexcept { return "scatter
 constexpr std::string_view op_name(const scatter_elements&) noexcept { return "scatter_elements"; }
 constexpr std::string_view op_name(const gather_nd&) noexcept { return "gather_nd"; }
 constexpr std::string_view op_name(const top_k&) noexcept { return "top_k"; }
+constexpr std::string_view op_name(const compare& c) noexcept {
+  switch (c.fn) {
+    case compare_fn::equal: return "equal";
+    case compare_fn::less: return "less";
+    case compare_fn::less_equal: return "less_equal";
+    case compare_fn::greater: return "greater";
+    case compare_fn::greater_equal: return "greater_equal";
+  }
+  return "compare";
+}
+constexpr std::string_view op_name(const where&) noexcept { return "where"; }
+constexpr std::string_view op_name(const logical& l) noexcept {
+  switch (l.fn) {
+    case logical_fn::and_: return "logical_and";
+    case logical_fn::or_: return "logical_or";
+    case logical_fn::xor_: return "logical_xor";
+    case logical_fn::not_: return "logical_not";
+  }
+  return "logical";
+}
 
 }  // namespace npurt::kernels
 
@@ -602,4 +653,4 @@ constexpr std::string_view op_name(const top_k&) noexcept { return "top_k"; }
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,                \
       kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile, \
       kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum,                 \
-      kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k
+      kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k, kernels::compare, kernels::where, kernels::logical

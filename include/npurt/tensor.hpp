@@ -14,7 +14,10 @@
 
 namespace npurt {
 
-enum class dtype : std::uint8_t { f32, f16, bf16, i8, i32, i64, u8 };
+/// Element types. `boolean` is ONNX's BOOL (and PyTorch's torch.bool): one byte per element, which
+/// kernels write as 0 or 1 and read as true when nonzero. New types are appended: the values of the
+/// existing ones do not change.
+enum class dtype : std::uint8_t { f32, f16, bf16, i8, i32, i64, u8, boolean };
 
 constexpr std::size_t size_of(dtype t) noexcept {
   switch (t) {
@@ -25,6 +28,7 @@ constexpr std::size_t size_of(dtype t) noexcept {
     case dtype::i32: return 4;
     case dtype::i64: return 8;
     case dtype::u8: return 1;
+    case dtype::boolean: return 1;
   }
   return 0;
 }
@@ -38,6 +42,7 @@ constexpr std::string_view to_string(dtype t) noexcept {
     case dtype::i32: return "i32";
     case dtype::i64: return "i64";
     case dtype::u8: return "u8";
+    case dtype::boolean: return "bool";
   }
   return "?";
 }

@@ -405,6 +405,7 @@ std::optional<dtype> dtype_from_onnx(std::int64_t code) noexcept {
     case 3: return dtype::i8;
     case 6: return dtype::i32;
     case 7: return dtype::i64;
+    case 9: return dtype::boolean;
     case 10: return dtype::f16;
     case 16: return dtype::bf16;
     default: return std::nullopt;
@@ -420,6 +421,7 @@ std::int64_t onnx_dtype_code(dtype t) noexcept {
     case dtype::i64: return 7;
     case dtype::f16: return 10;
     case dtype::bf16: return 16;
+    case dtype::boolean: return 9;
   }
   return 0;
 }

@@ -65,6 +65,7 @@ double load_element(const void* data, dtype t, std::int64_t i) noexcept {
       std::memcpy(&v, b + i, 1);
       return v;
     }
+    case dtype::boolean: return b[i] != std::byte{0} ? 1.0 : 0.0;
     case dtype::i32: {
       std::int32_t v;
       std::memcpy(&v, b + i * 4, 4);
@@ -107,6 +108,10 @@ void store_element(void* data, dtype t, std::int64_t i, double v) noexcept {
       std::memcpy(b + i, &x, 1);
       return;
     }
+    case dtype::boolean:
+      // NumPy's astype(bool): anything nonzero, NaN included, is true.
+      b[i] = v != 0 || std::isnan(v) ? std::byte{1} : std::byte{0};
+      return;
     case dtype::i32: {
       const auto x = saturate<std::int32_t>(v);
       std::memcpy(b + i * 4, &x, 4);
@@ -137,6 +142,32 @@ tensor::tensor(npurt::shape s, npurt::dtype t, const std::vector<double>& values
     throw_error(make_error_code(errc::invalid_shape),
                 "tensor: " + std::to_string(values.size()) + " values for " + std::to_string(elements()) + " elements");
   for (std::size_t i = 0; i < values.size(); ++i) store_element(data_, type_, static_cast<std::int64_t>(i), values[i]);
+}
+
+tensor::tensor(npurt::shape s, std::span<const bool> values) : tensor(s, dtype::boolean) {
+  if (static_cast<std::int64_t>(values.size()) != elements())
+    throw_error(make_error_code(errc::invalid_shape),
+                "tensor: " + std::to_string(values.size()) + " bools for " + std::to_string(elements()) + " elements");
+  std::copy(values.begin(), values.end(), bools().begin());
+}
+
+std::span<bool> tensor::bools() {
+  check_bools("tensor::bools");
+  return {static_cast<bool*>(data_), static_cast<std::size_t>(elements())};
+}
+
+std::span<const bool> tensor::bools() const {
+  check_bools("tensor::bools");
+  return {static_cast<const bool*>(data_), static_cast<std::size_t>(elements())};
+}
+
+void tensor::check_bools(const char* who) const {
+  if (type_ != dtype::boolean)
+    throw_error(make_error_code(errc::invalid_dtype),
+                std::string(who) + ": the tensor is " + std::string(to_string(type_)) + ", not bool");
+  if (place_ != storage_place::host && elements() > 0)
+    throw_error(make_error_code(errc::invalid_pointer),
+                std::string(who) + ": element access needs a host tensor (use to_host)");
 }
 
 tensor tensor::on_device(npurt::device& dev, npurt::shape s, npurt::dtype t, npurt::layout l) {

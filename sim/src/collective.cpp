@@ -135,6 +135,16 @@ void reduce_16(reduce_op r, std::byte* acc, const std::byte* x, std::size_t n) {
   }
 }
 
+// bool as NumPy reduces it (np.add.reduce of bools is logical or): sum and max are or, prod and
+// min are and; the result is 0 or 1 whatever nonzero bytes the inputs held.
+void reduce_bool(reduce_op r, std::byte* acc, const std::byte* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool a = acc[i] != std::byte{0}, b = x[i] != std::byte{0};
+    const bool any = r == reduce_op::sum || r == reduce_op::max;
+    acc[i] = std::byte{static_cast<unsigned char>(any ? (a || b) : (a && b))};
+  }
+}
+
 float h2f(std::uint16_t h) { return numeric::half_bits_to_float(h); }
 std::uint16_t f2h(float f) { return numeric::float_to_half_bits(f); }
 float b2f(std::uint16_t h) { return numeric::bfloat16_bits_to_float(h); }
@@ -149,6 +159,7 @@ void reduce_into(dtype t, reduce_op r, std::byte* acc, const std::byte* x, std::
     case dtype::i32: return reduce_plain<std::int32_t>(r, acc, x, n);
     case dtype::i64: return reduce_plain<std::int64_t>(r, acc, x, n);
     case dtype::u8: return reduce_plain<std::uint8_t>(r, acc, x, n);
+    case dtype::boolean: return reduce_bool(r, acc, x, n);
   }
 }
 

@@ -44,7 +44,8 @@ double lanes_for(const preset& p, dtype t) noexcept {
     case dtype::f16:
     case dtype::bf16: return p.vector_lanes;
     case dtype::i8:
-    case dtype::u8: return 2.0 * p.vector_lanes;
+    case dtype::u8:
+    case dtype::boolean: return 2.0 * p.vector_lanes;
     case dtype::i64: return p.vector_lanes / 4.0;
     default: return p.vector_lanes / 2.0;
   }
@@ -600,6 +601,15 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           // doubling of k (a bitonic merge of the running top k), values and indices written.
           const double passes = 1 + std::ceil(std::log2(static_cast<double>(std::max<std::int64_t>(op.k, 1))));
           w.add(elems(op.x), bytes(op.x), bytes(op.values) + bytes(op.indices), 2 * passes, op.x.type);
+        } else if constexpr (std::is_same_v<T, compare>) {
+          // One compare per element, at the operands' width; the bool result is written.
+          w.add(elems(op.y), bytes(op.a) + bytes(op.b), bytes(op.y), 1, op.a.type);
+        } else if constexpr (std::is_same_v<T, where>) {
+          // A select per element: the condition and both sources read, out written.
+          w.add(elems(op.out), bytes(op.cond) + bytes(op.x) + bytes(op.y), bytes(op.out), 1, op.out.type);
+        } else if constexpr (std::is_same_v<T, logical>) {
+          const double in = bytes(op.a) + (op.fn == logical_fn::not_ ? 0.0 : bytes(op.b));
+          w.add(elems(op.y), in, bytes(op.y), 1, op.y.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

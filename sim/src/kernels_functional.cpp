@@ -77,6 +77,7 @@ int64_t read_int(dtype t, const std::byte* p, size_t i) noexcept {
     case dtype::i32: return read_raw<std::int32_t>(p, i);
     case dtype::i64: return read_raw<std::int64_t>(p, i);
     case dtype::u8: return read_raw<std::uint8_t>(p, i);
+    case dtype::boolean: return read_raw<std::uint8_t>(p, i) != 0;  // any nonzero byte is true
     default: return 0;
   }
 }
@@ -155,6 +156,13 @@ std::uint16_t int_to_bfloat16_bits(int64_t v) noexcept {
 
 void cast_element(dtype from, const std::byte* src, dtype to, std::byte* dst, size_t i,
                   kernels::round_mode m = kernels::round_mode::rint) noexcept {
+  // To bool is x != 0, as NumPy's astype(bool): NaN is nonzero, so true. From bool, read_int
+  // gives 0 or 1, which every path below converts exactly.
+  if (to == dtype::boolean) {
+    const bool v = is_float(from) ? read_float(from, src, i) != 0.0f : read_int(from, src, i) != 0;
+    write_raw<std::uint8_t>(dst, i, v ? 1 : 0);
+    return;
+  }
   if (is_float(from)) {
     const float f = read_float(from, src, i);
     if (is_float(to)) write_float(to, dst, i, f);  // from is exact in float: one rounding
@@ -1888,6 +1896,89 @@ void run(const kernels::top_k& op, const host_tensors& h) {
     }
   std::memcpy(h[op.values], vals.data(), vals.size());
   std::memcpy(h[op.indices], idxs.data(), idxs.size());
+}
+
+// ---- comparisons, where, logical ---------------------------------------------------------
+
+// Calls f(i, ia, ib, ic) for every element i of `out` in row-major order, with the offsets of the
+// elements of a, b and c (up to three inputs, NumPy-broadcast to out; an unused input is out's own
+// shape) that it reads.
+template <class F>
+void for_broadcast(const shape& out, const shape& a, const shape& b, const shape& c, F&& f) {
+  const size_t r = out.rank();
+  const auto sa = broadcast_strides(a, r), sb = broadcast_strides(b, r), sc = broadcast_strides(c, r);
+  const auto n = static_cast<size_t>(out.elements());
+  index_array idx{};
+  int64_t ia = 0, ib = 0, ic = 0;
+  for (size_t i = 0; i < n; ++i) {
+    f(i, static_cast<size_t>(ia), static_cast<size_t>(ib), static_cast<size_t>(ic));
+    for (size_t d = r; d-- > 0;) {
+      ++idx[d];
+      ia += sa[d];
+      ib += sb[d];
+      ic += sc[d];
+      if (idx[d] < out[d]) break;
+      ia -= sa[d] * idx[d];
+      ib -= sb[d] * idx[d];
+      ic -= sc[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+template <class T>
+bool compare_values(kernels::compare_fn f, T a, T b) noexcept {
+  // IEEE comparisons: every one with a NaN operand is false (C++'s operators on floats are).
+  switch (f) {
+    case kernels::compare_fn::equal: return a == b;
+    case kernels::compare_fn::less: return a < b;
+    case kernels::compare_fn::less_equal: return a <= b;
+    case kernels::compare_fn::greater: return a > b;
+    case kernels::compare_fn::greater_equal: return a >= b;
+  }
+  return false;
+}
+
+void run(const kernels::compare& op, const host_tensors& h) {
+  const std::byte* a = h[op.a];
+  const std::byte* b = h[op.b];
+  std::vector<std::uint8_t> y(static_cast<size_t>(op.y.shape.elements()));  // staged: y may overlap a or b
+  const dtype t = op.a.type;
+  // Floats widen to float exactly (every f16 and bf16 value is a float); integers compare as
+  // int64, which holds every integer dtype exactly.
+  for_broadcast(op.y.shape, op.a.shape, op.b.shape, op.y.shape, [&](size_t i, size_t ia, size_t ib, size_t) {
+    y[i] = is_float(t) ? compare_values(op.fn, read_float(t, a, ia), read_float(t, b, ib))
+                       : compare_values(op.fn, read_int(t, a, ia), read_int(t, b, ib));
+  });
+  std::memcpy(h[op.y], y.data(), y.size());
+}
+
+void run(const kernels::where& op, const host_tensors& h) {
+  const std::byte* c = h[op.cond];
+  const std::byte* x = h[op.x];
+  const std::byte* y = h[op.y];
+  const size_t es = size_of(op.out.type);
+  std::vector<std::byte> out(static_cast<size_t>(op.out.shape.elements()) * es);
+  for_broadcast(op.out.shape, op.cond.shape, op.x.shape, op.y.shape, [&](size_t i, size_t ic, size_t ix, size_t iy) {
+    const bool pick_x = read_int(dtype::boolean, c, ic) != 0;
+    std::memcpy(out.data() + i * es, pick_x ? x + ix * es : y + iy * es, es);
+  });
+  std::memcpy(h[op.out], out.data(), out.size());
+}
+
+void run(const kernels::logical& op, const host_tensors& h) {
+  const std::byte* a = h[op.a];
+  std::vector<std::uint8_t> y(static_cast<size_t>(op.y.shape.elements()));
+  if (op.fn == kernels::logical_fn::not_) {
+    for (size_t i = 0; i < y.size(); ++i) y[i] = read_int(dtype::boolean, a, i) == 0;
+  } else {
+    const std::byte* b = h[op.b];
+    for_broadcast(op.y.shape, op.a.shape, op.b.shape, op.y.shape, [&](size_t i, size_t ia, size_t ib, size_t) {
+      const bool p = read_int(dtype::boolean, a, ia) != 0, q = read_int(dtype::boolean, b, ib) != 0;
+      y[i] = op.fn == kernels::logical_fn::and_ ? (p && q) : op.fn == kernels::logical_fn::or_ ? (p || q) : (p != q);
+    });
+  }
+  std::memcpy(h[op.y], y.data(), y.size());
 }
 
 void run(const kernels::cast& op, const host_tensors& h) {

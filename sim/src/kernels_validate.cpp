@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <span>
 #include <sstream>
@@ -29,7 +30,7 @@ bool absent(const tensor_desc& t) noexcept { return t.shape.rank() == 0 && t.dat
 
 bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
 
-bool known_dtype(dtype t) noexcept { return static_cast<unsigned>(t) <= static_cast<unsigned>(dtype::u8); }
+bool known_dtype(dtype t) noexcept { return static_cast<unsigned>(t) <= static_cast<unsigned>(dtype::boolean); }
 
 // The accumulator output a cube operation may write for input type `in`: FP32 always (L0C
 // holds FP32), the input's own float type, or INT32 for INT8.
@@ -222,8 +223,11 @@ std::error_code check(const kernels::elementwise& e) {
   if (static_cast<unsigned>(e.fn) > static_cast<unsigned>(kernels::last_eltwise_fn))
     return fail(errc::invalid_argument);
   if (!finite(e.alpha) || !finite(e.beta)) return fail(errc::invalid_argument);
-  // Floats for every function but mod; the integer dtypes for the exact integer ones.
-  const bool type_ok = is_float(e.a.type) ? kernels::floats_ok(e.fn) : kernels::integers_ok(e.fn);
+  // Floats for every function but mod; the integer dtypes for the exact integer ones; bool, no
+  // number, for none (the logical kernel computes on it).
+  const bool type_ok = is_float(e.a.type)           ? kernels::floats_ok(e.fn)
+                       : e.a.type == dtype::boolean ? false
+                                                    : kernels::integers_ok(e.fn);
   if (!type_ok || e.y.type != e.a.type) return fail(errc::invalid_dtype);
   if (!binary(e.fn)) return e.y.shape == e.a.shape ? std::error_code{} : fail(errc::invalid_shape);
   if (e.b.type != e.a.type) return fail(errc::invalid_dtype);
@@ -447,6 +451,7 @@ bool exact_in(dtype t, double v) noexcept {
     }
     case dtype::i8: return v == std::trunc(v) && v >= -128.0 && v <= 127.0;
     case dtype::u8: return v == std::trunc(v) && v >= 0.0 && v <= 255.0;
+    case dtype::boolean: return v == 0.0 || v == 1.0;
     case dtype::i32: return v == std::trunc(v) && v >= -2147483648.0 && v <= 2147483647.0;
     // 2^63 is the first double past int64's range.
     case dtype::i64: return v == std::trunc(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
@@ -665,6 +670,53 @@ std::error_code check(const kernels::top_k& t) {
   return {};
 }
 
+// ---- comparisons, where, logical ---------------------------------------------------------
+
+// NumPy broadcasting of every shape in `in` to `out`: out has the largest rank, and each of its
+// dimensions is the one extent other than 1 among the inputs' (aligned at the trailing end), or 1.
+bool broadcast_of(std::initializer_list<const shape*> in, const shape& out) noexcept {
+  std::size_t r = 0;
+  for (const shape* s : in) r = std::max(r, s->rank());
+  if (out.rank() != r) return false;
+  for (std::size_t i = 0; i < r; ++i) {
+    int64_t want = 1;
+    for (const shape* s : in) {
+      const int64_t d = i < r - s->rank() ? 1 : (*s)[i - (r - s->rank())];
+      if (d == 1) continue;
+      if (want != 1 && want != d) return false;
+      want = d;
+    }
+    if (out[i] != want) return false;
+  }
+  return true;
+}
+
+std::error_code check(const kernels::compare& c) {
+  if (static_cast<unsigned>(c.fn) > static_cast<unsigned>(kernels::compare_fn::greater_equal))
+    return fail(errc::invalid_argument);
+  if (c.a.type != c.b.type || c.y.type != dtype::boolean) return fail(errc::invalid_dtype);
+  // bool has no order in ONNX: only Equal takes it.
+  if (c.a.type == dtype::boolean && c.fn != kernels::compare_fn::equal) return fail(errc::invalid_dtype);
+  if (!broadcast_of({&c.a.shape, &c.b.shape}, c.y.shape)) return fail(errc::invalid_shape);
+  return {};
+}
+
+std::error_code check(const kernels::where& w) {
+  if (w.cond.type != dtype::boolean || w.x.type != w.y.type || w.out.type != w.x.type) return fail(errc::invalid_dtype);
+  if (!broadcast_of({&w.cond.shape, &w.x.shape, &w.y.shape}, w.out.shape)) return fail(errc::invalid_shape);
+  return {};
+}
+
+std::error_code check(const kernels::logical& l) {
+  if (static_cast<unsigned>(l.fn) > static_cast<unsigned>(kernels::logical_fn::not_))
+    return fail(errc::invalid_argument);
+  if (l.a.type != dtype::boolean || l.y.type != dtype::boolean) return fail(errc::invalid_dtype);
+  if (l.fn == kernels::logical_fn::not_) return l.y.shape == l.a.shape ? std::error_code{} : fail(errc::invalid_shape);
+  if (l.b.type != dtype::boolean) return fail(errc::invalid_dtype);
+  if (!broadcast_of({&l.a.shape, &l.b.shape}, l.y.shape)) return fail(errc::invalid_shape);
+  return {};
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -842,6 +894,16 @@ operand_list operands(const kernel_op& op) noexcept {
         } else if constexpr (std::is_same_v<T, kernels::top_k>) {
           b.add(r, o.x);
           b.add(w, o.values, o.indices);
+        } else if constexpr (std::is_same_v<T, kernels::compare>) {
+          b.add(r, o.a, o.b);
+          b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::where>) {
+          b.add(r, o.cond, o.x, o.y);
+          b.add(w, o.out);
+        } else if constexpr (std::is_same_v<T, kernels::logical>) {
+          b.add(r, o.a);
+          if (o.fn != kernels::logical_fn::not_) b.add(r, o.b);
+          b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::sgd_update>) {
           b.add(rw, o.param);
           b.add(r, o.grad);

@@ -60,7 +60,8 @@ struct tensor {
         std::memcpy(p + i, &b, 1);
         break;
       }
-      case dtype::u8: {
+      case dtype::u8:
+      case dtype::boolean: {  // bool: the byte as given, so tests can plant nonzero bytes other than 1
         auto b = static_cast<std::uint8_t>(v);
         std::memcpy(p + i, &b, 1);
         break;
@@ -100,7 +101,8 @@ struct tensor {
         std::memcpy(&b, p + i, 1);
         return b;
       }
-      case dtype::u8: {
+      case dtype::u8:
+      case dtype::boolean: {
         std::uint8_t b;
         std::memcpy(&b, p + i, 1);
         return b;

@@ -115,6 +115,9 @@ TEST_CASE("well-formed descriptors of every operation validate", "[kernels][vali
                      k::grid_sample_mode::cubic, k::grid_padding::reflection, true},
       k::grid_sample{t({1, 1, 2, 3, 4}), t({1, 5, 6, 7, 3}, dtype::bf16), t({1, 1, 5, 6, 7}),
                      k::grid_sample_mode::nearest},
+      k::compare{k::compare_fn::less_equal, t({2, 1}, dtype::bf16), t({3}, dtype::bf16), t({2, 3}, dtype::boolean)},
+      k::where{t({3}, dtype::boolean), t({2, 3}, dtype::boolean), t({1}, dtype::boolean), t({2, 3}, dtype::boolean)},
+      k::logical{k::logical_fn::xor_, t({2, 1}, dtype::boolean), t({1, 2}, dtype::boolean), t({2, 2}, dtype::boolean)},
   };
   for (const auto& k : good) {
     CAPTURE(k.display_name());
@@ -399,8 +402,8 @@ TEST_CASE("a bad gather's message lists its scalar index, and blames no rank 0",
 }
 
 TEST_CASE("cast validates between every pair of dtypes", "[kernels][validate][cast]") {
-  for (auto a : {dtype::f32, dtype::f16, dtype::bf16, dtype::i8, dtype::i32, dtype::i64, dtype::u8})
-    for (auto b : {dtype::f32, dtype::f16, dtype::bf16, dtype::i8, dtype::i32, dtype::i64, dtype::u8})
+  for (auto a : {dtype::f32, dtype::f16, dtype::bf16, dtype::i8, dtype::i32, dtype::i64, dtype::u8, dtype::boolean})
+    for (auto b : {dtype::f32, dtype::f16, dtype::bf16, dtype::i8, dtype::i32, dtype::i64, dtype::u8, dtype::boolean})
       CHECK(npurt::sim::validate(k::cast{t({3}, a), t({3}, b)}).value() == 0);
 }
 

@@ -1,7 +1,9 @@
 // npurt/graph/tensor.hpp — a tensor that owns its storage: shape, dtype and layout, with its
 // bytes on the host or on one device (RAII, or released early with release()).
 //
-// Host tensors give element access (converted to and from double whatever the dtype) and fill();
+// Host tensors give element access (converted to and from double whatever the dtype; a bool
+// element reads 0 or 1 and is set true by any nonzero value, NaN included) and fill(); bool
+// tensors are also built from and read as spans of bool (bools());
 // device tensors are what graphs compute on. copy_from() moves bytes between any two places
 // through a stream, blocking; async_copy_from() does the same with any completion token. A
 // tensor may also be timing-only: a shape and dtype without storage, for simulating models at
@@ -19,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +38,8 @@ class tensor {
   tensor(npurt::shape s, npurt::dtype t, npurt::layout l = layout::nd);
   /// A host tensor with these values (converted to `t`); values.size() must equal the elements.
   tensor(npurt::shape s, npurt::dtype t, const std::vector<double>& values);
+  /// A host bool tensor (dtype::boolean) holding `values`; values.size() must equal the elements.
+  tensor(npurt::shape s, std::span<const bool> values);
   /// A tensor on `dev` (uninitialised device memory, freed by the destructor or release()). If
   /// the device's system dies first, the memory goes with it: data() becomes null.
   static tensor on_device(npurt::device& dev, npurt::shape s, npurt::dtype t, npurt::layout l = layout::nd);
@@ -93,6 +98,12 @@ class tensor {
   void fill(double v, stream& s);
   /// All elements as doubles (host tensors).
   [[nodiscard]] std::vector<double> to_vector() const;
+  /// The elements of a host bool tensor as bool, in place, as ONNX Runtime's GetTensorData<bool>
+  /// and PyTorch's data_ptr<bool>() give them: a bool is one byte, 0 or 1. invalid_dtype for
+  /// another dtype, invalid_pointer for a device tensor. Every npurt writer (kernels, set(),
+  /// the ONNX importer) stores 0 or 1; whoever writes the bytes through data() must too.
+  [[nodiscard]] std::span<bool> bools();
+  [[nodiscard]] std::span<const bool> bools() const;
 
   /// Copies src's bytes into this tensor through `s`, blocking until done. Shapes' element
   /// counts and dtypes must match (errc::invalid_shape / invalid_dtype otherwise).
@@ -115,6 +126,7 @@ class tensor {
  private:
   [[nodiscard]] std::int64_t linear(std::initializer_list<std::int64_t> index) const;
   memcpy_kind check_copy(const tensor& src, std::error_code& ec) const noexcept;
+  void check_bools(const char* who) const;
   [[nodiscard]] void* live_data() const noexcept {
     return place_ == storage_place::device && !device_memory_ ? nullptr : data_;
   }

@@ -43,6 +43,7 @@ constexpr std::uint8_t dtype_code(npurt::dtype t) noexcept {
     case npurt::dtype::i32: return 5;
     case npurt::dtype::i64: return 6;
     case npurt::dtype::u8: return 7;
+    case npurt::dtype::boolean: return 8;
   }
   return 0;
 }
@@ -55,6 +56,7 @@ constexpr bool dtype_from_code(std::uint8_t c, npurt::dtype& t) noexcept {
     case 5: t = npurt::dtype::i32; return true;
     case 6: t = npurt::dtype::i64; return true;
     case 7: t = npurt::dtype::u8; return true;
+    case 8: t = npurt::dtype::boolean; return true;
   }
   return false;
 }

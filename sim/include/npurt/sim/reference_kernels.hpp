@@ -6,7 +6,8 @@
 //  - dtypes: FP32 and FP16 everywhere; BF16 everywhere too (the 910B-class cube and vector
 //    units have it; the 910A does not, so an `ascend910` backend may reject BF16 itself);
 //    INT8 for matmul and conv2d forward, with an INT32 output; cast between all dtypes;
-//    transpose, slice, pad, gather and tile move any dtype.
+//    transpose, slice, pad, gather and tile move any dtype; bool (one byte, 0 or 1, any
+//    nonzero byte read as true) for compare's output, where's condition and logical.
 //  - layouts: nd and nchw (same thing for the rank-4 operations); nhwc and nc1hwc0 are
 //    errc::invalid_layout.
 //  - a tensor is "absent" when its shape has rank 0 and its data is null; optional operands
@@ -57,6 +58,7 @@
 //    rounded to y's dtype once. A coordinate not finite after padding fails the kernel with
 //    errc::invalid_argument when it runs, y unwritten.
 //  - cast rounds to nearest even and saturates into integer ranges; NaN casts to integer 0.
+//    To bool is x != 0 (NaN is true, as NumPy's astype(bool)); from bool is 0 or 1.
 //  - scatter_nd and scatter_elements copy data to y, then apply the updates in row-major order
 //    of the indices (onnx/reference/ops/op_scatternd.py's loop): under reduction none a
 //    duplicate index's last update wins (ONNX leaves it undefined); add and mul compute floats
@@ -66,12 +68,16 @@
 //  - top_k orders as ONNX's reference (a lexsort): equal values lower index first, NaN above
 //    every number (first when largest, last when smallest), always sorted; values copied as
 //    bytes, integers compared exactly.
+//  - compare is exact in the operands' type: integers as int64 (never through double, which
+//    rounds above 2^53), floats as IEEE values (NaN compares false, equal too; -0 == +0).
+//    where copies bytes, as slice does; logical and compare write 0 or 1.
 //
 // Optional operands: matmul none; elementwise b (unary functions ignore it); batchnorm gamma,
 // beta (1 and 0 when absent), running_mean/running_var (training only: no update when absent),
 // saved_mean/saved_invstd (training: not written when absent; inference ignores them);
 // batchnorm_backward gamma (1), dgamma, dbeta (not written when absent); layernorm gamma, beta;
-// pool2d_backward x (needed for max only); sgd_update momentum_buffer (needed when momentum != 0).
+// pool2d_backward x (needed for max only); sgd_update momentum_buffer (needed when momentum != 0);
+// logical b (not_ ignores it).
 #pragma once
 
 #include <npurt/backend.hpp>
