@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 83> ops_table{"Add",
+constexpr std::array<std::string_view, 93> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -100,7 +100,17 @@ constexpr std::array<std::string_view, 83> ops_table{"Add",
                                                      "ScatterElements",
                                                      "Scatter",
                                                      "GatherND",
-                                                     "TopK"};
+                                                     "TopK",
+                                                     "Equal",
+                                                     "Less",
+                                                     "LessOrEqual",
+                                                     "Greater",
+                                                     "GreaterOrEqual",
+                                                     "Where",
+                                                     "And",
+                                                     "Or",
+                                                     "Xor",
+                                                     "Not"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -1107,6 +1117,41 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       fail(errc::invalid_shape, n, b.name,
            "dY " + shape_string(a.shape) + " and X " + shape_string(b.shape) + " must have one shape");
     return one(broadcast(n, a, b), a.type);
+  }
+  if (const auto f = graph_ops::compare_of(t)) {
+    // onnx.ai Equal, Less, ...: A and B of one type, C bool, NumPy broadcasting. bool has no
+    // order: only Equal takes it.
+    const auto& a = need(n, in, 0);
+    const auto& b = need(n, in, 1);
+    same_type(n, a, b);
+    if (a.type == dtype::boolean && *f != kernels::compare_fn::equal)
+      fail(errc::invalid_dtype, n, a.name, t + " does not compare bool tensors (Equal does)");
+    return one(broadcast(n, a, b), dtype::boolean);
+  }
+  if (const auto f = graph_ops::logical_of(t)) {
+    // onnx.ai And, Or, Xor, Not: bool in, bool out.
+    const auto& a = need(n, in, 0);
+    const bool unary = *f == kernels::logical_fn::not_;
+    for (std::size_t i = 0; i < (unary ? 1u : 2u); ++i)
+      if (const auto& v = need(n, in, i); v.type != dtype::boolean)
+        fail(errc::invalid_dtype, n, v.name, "must be bool, got " + std::string(to_string(v.type)));
+    if (unary) {
+      if (in.size() > 1) fail(errc::invalid_argument, n, in[1] ? in[1]->name : std::string(), "Not takes one input");
+      return one(a.shape, dtype::boolean);
+    }
+    return one(broadcast(n, a, need(n, in, 1)), dtype::boolean);
+  }
+  if (t == "Where") {
+    // onnx.ai Where: condition bool, X and Y of one type (any), all three broadcast together.
+    const auto& c = need(n, in, 0);
+    const auto& x = need(n, in, 1);
+    const auto& y = need(n, in, 2);
+    if (c.type != dtype::boolean)
+      fail(errc::invalid_dtype, n, c.name, "the condition must be bool, got " + std::string(to_string(c.type)));
+    same_type(n, x, y);
+    value_info cx = c;
+    cx.shape = broadcast(n, c, x);
+    return one(broadcast(n, cx, y), x.type);
   }
   if (t == "Conv") {
     const auto& x = need(n, in, 0);

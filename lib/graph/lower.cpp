@@ -364,6 +364,12 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     k.has_ignore_index = n.attrs.has("ignore_index");
     k.ignore_index = n.attrs.get_int("ignore_index", 0);
     kernel(k);
+  } else if (const auto f = graph_ops::compare_of(t)) {
+    kernel(kernels::compare{*f, desc(st.in[0]), desc(st.in[1]), y});
+  } else if (const auto l = graph_ops::logical_of(t)) {
+    kernel(kernels::logical{*l, desc(st.in[0]), *l == kernels::logical_fn::not_ ? tensor_desc{} : desc(st.in[1]), y});
+  } else if (t == "Where") {
+    kernel(kernels::where{desc(st.in[0]), desc(st.in[1]), desc(st.in[2]), y});
   } else if (t == "Cast" || t == "CastLike") {
     // ONNX's reference implementation converts with NumPy's astype: floats truncate toward zero.
     kernel(kernels::cast{desc(st.in[0]), y, kernels::round_mode::trunc});

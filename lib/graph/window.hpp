@@ -11,7 +11,9 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace npurt::graph_ops {
@@ -92,5 +94,27 @@ resampling resize_spec(const node& n, std::span<const value_info* const> in, std
 /// `out`. Throws graph_error as slice_window: integer X is not_supported, a grid that is no float
 /// invalid_dtype, shapes that do not fit invalid_shape, unknown attribute values invalid_argument.
 kernels::grid_sample grid_sample_spec(const node& n, std::span<const value_info* const> in, shape& out);
+
+/// The comparison an ONNX comparison operator (Equal, Less, LessOrEqual, Greater, GreaterOrEqual)
+/// lowers to; nullopt for any other type.
+inline std::optional<kernels::compare_fn> compare_of(std::string_view type) noexcept {
+  using enum kernels::compare_fn;
+  if (type == "Equal") return equal;
+  if (type == "Less") return less;
+  if (type == "LessOrEqual") return less_equal;
+  if (type == "Greater") return greater;
+  if (type == "GreaterOrEqual") return greater_equal;
+  return std::nullopt;
+}
+
+/// The logical function of And, Or, Xor and Not; nullopt for any other type.
+inline std::optional<kernels::logical_fn> logical_of(std::string_view type) noexcept {
+  using enum kernels::logical_fn;
+  if (type == "And") return and_;
+  if (type == "Or") return or_;
+  if (type == "Xor") return xor_;
+  if (type == "Not") return not_;
+  return std::nullopt;
+}
 
 }  // namespace npurt::graph_ops

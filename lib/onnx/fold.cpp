@@ -19,6 +19,7 @@ constexpr std::array<std::string_view, 19> foldable_ops{
     "Reshape", "Shape", "Size",   "Slice",           "Squeeze", "Sub",   "Unsqueeze", "Where",    "Expand"};
 
 bool is_int(dtype t) noexcept { return t == dtype::i64 || t == dtype::i32 || t == dtype::i8 || t == dtype::u8; }
+bool is_bool(const operand& v) noexcept { return v.value->type() == dtype::boolean; }
 
 // The node being folded, for errors that name it.
 struct ctx {
@@ -96,7 +97,7 @@ const operand& need(const ctx& c, std::span<const operand> in, std::size_t i) {
 // A 1-D (or scalar) integer input read as a list: Reshape's shape, Slice's starts, axes, ...
 ints int_list(const ctx& c, const operand& v, std::size_t i) {
   const tensor& t = *v.value;
-  if (!is_int(t.type()) || v.boolean)
+  if (!is_int(t.type()))
     c.fail(errc::invalid_dtype, c.in_name(i), "input '" + c.in_name(i) + "' must be an integer tensor");
   if (t.shape().rank() > 1)
     c.fail(errc::invalid_shape, c.in_name(i),
@@ -227,7 +228,7 @@ result fold_gather(const ctx& c, std::span<const operand> in) {
     for (std::int64_t j = 0; j < count; ++j)
       for (std::int64_t b = 0; b < inner; ++b)
         copy_element(out, o++, *data.value, (a * dim + at[static_cast<std::size_t>(j)]) * inner + b);
-  return host_value{std::move(out), data.boolean};
+  return host_value{std::move(out)};
 }
 
 // The same data under another shape (Reshape, Squeeze, Unsqueeze, Identity).
@@ -235,7 +236,7 @@ result reshaped(const operand& x, const shape& s) {
   if (!fits(s)) return too_large();
   tensor out(s, x.value->type());
   if (x.value->bytes()) std::memcpy(out.data(), x.value->data(), x.value->bytes());
-  return host_value{std::move(out), x.boolean};
+  return host_value{std::move(out)};
 }
 
 // Squeeze and Unsqueeze take their axes as an input from opset 13, as an attribute before.
@@ -302,8 +303,7 @@ result fold_concat(const ctx& c, std::span<const operand> in) {
   for (std::size_t i = 0; i < in.size(); ++i) {
     const operand& v = need(c, in, i);
     const shape& s = v.value->shape();
-    if (v.value->type() != first.value->type() || v.boolean != first.boolean)
-      c.fail(errc::invalid_dtype, c.in_name(i), "inputs must have one dtype");
+    if (v.value->type() != first.value->type()) c.fail(errc::invalid_dtype, c.in_name(i), "inputs must have one dtype");
     bool same = s.rank() == s0.rank();
     for (std::size_t k = 0; same && k < s.rank(); ++k) same = k == axis || s[k] == s0[k];
     if (!same)
@@ -325,7 +325,7 @@ result fold_concat(const ctx& c, std::span<const operand> in) {
       const std::int64_t chunk = outer ? v.value->elements() / outer : 0;
       for (std::int64_t b = 0; b < chunk; ++b) copy_element(out, o++, *v.value, a * chunk + b);
     }
-  return host_value{std::move(out), first.boolean};
+  return host_value{std::move(out)};
 }
 
 result fold_reshape(const ctx& c, std::span<const operand> in) {
@@ -433,7 +433,7 @@ result fold_slice(const ctx& c, std::span<const operand> in, std::int64_t opset)
     }
     copy_element(out, i, *x.value, src);
   }
-  return host_value{std::move(out), x.boolean};
+  return host_value{std::move(out)};
 }
 
 result fold_constant_of_shape(const ctx& c, std::span<const operand> in) {
@@ -449,7 +449,7 @@ result fold_constant_of_shape(const ctx& c, std::span<const operand> in) {
   }
   tensor out(os, fill.value.type());
   for (std::int64_t i = 0; i < out.elements(); ++i) copy_element(out, i, fill.value, 0);
-  return host_value{std::move(out), fill.boolean};
+  return host_value{std::move(out)};
 }
 
 result fold_range(const ctx& c, std::span<const operand> in) {
@@ -460,7 +460,7 @@ result fold_range(const ctx& c, std::span<const operand> in) {
     const operand& v = need(c, in, i);
     if (v.value->elements() != 1 || v.value->shape().rank() > 1)
       c.fail(errc::invalid_shape, c.in_name(i), "input '" + c.in_name(i) + "' must be a scalar");
-    if (v.value->type() != start.type() || v.boolean)
+    if (v.value->type() != start.type() || is_bool(v))
       c.fail(errc::invalid_dtype, c.in_name(i), "start, limit and delta must have one numeric dtype");
   }
   const dtype t = start.type();
@@ -506,10 +506,9 @@ result fold_range(const ctx& c, std::span<const operand> in) {
 // toward zero into integers, anything nonzero is true.
 result fold_cast(const ctx& c, const operand& x) {
   const std::int64_t to_code = c.attr_int("to", 0);
-  constexpr std::int64_t onnx_bool = 9;
-  const bool to_bool = to_code == onnx_bool;
-  const auto to = to_bool ? std::optional<dtype>(dtype::u8) : dtype_from_onnx(to_code);
+  const auto to = dtype_from_onnx(to_code);
   if (!to) c.fail(errc::not_supported, c.n.output(0), "Cast to ONNX type " + std::to_string(to_code));
+  const bool to_bool = *to == dtype::boolean;
   if (!fits(x.value->shape())) return too_large();
   const dtype from = x.value->type();
   tensor out(x.value->shape(), *to);
@@ -548,7 +547,7 @@ result fold_cast(const ctx& c, const operand& x) {
       out.set(i, x.value->get(i));
     }
   }
-  return host_value{std::move(out), to_bool};
+  return host_value{std::move(out)};
 }
 
 result fold_expand(const ctx& c, std::span<const operand> in) {
@@ -560,7 +559,7 @@ result fold_expand(const ctx& c, std::span<const operand> in) {
   tensor out(os, x.value->type());
   for (std::int64_t i = 0; i < out.elements(); ++i)
     copy_element(out, i, *x.value, broadcast_index(os, x.value->shape(), i));
-  return host_value{std::move(out), x.boolean};
+  return host_value{std::move(out)};
 }
 
 // Add, Sub, Mul, Div and Equal over broadcast operands of one dtype.
@@ -569,14 +568,14 @@ result fold_binary(const ctx& c, std::span<const operand> in) {
   const operand& b = need(c, in, 1);
   const std::string& op = c.n.op_type();
   const bool equal = op == "Equal";
-  if (a.value->type() != b.value->type() || a.boolean != b.boolean)
+  if (a.value->type() != b.value->type())
     c.fail(errc::invalid_dtype, c.in_name(1), "the operands have different dtypes");
-  if (a.boolean && !equal) c.fail(errc::invalid_dtype, c.in_name(0), "bool operands");
+  if (is_bool(a) && !equal) c.fail(errc::invalid_dtype, c.in_name(0), "bool operands");
   const shape* shapes[] = {&a.value->shape(), &b.value->shape()};
   const shape os = broadcast(c, shapes);
   if (!fits(os)) return too_large();
   const dtype t = a.value->type();
-  tensor out(os, equal ? dtype::u8 : t);
+  tensor out(os, equal ? dtype::boolean : t);
   for (std::int64_t i = 0; i < out.elements(); ++i) {
     const std::int64_t ia = broadcast_index(os, a.value->shape(), i), ib = broadcast_index(os, b.value->shape(), i);
     if (is_int(t)) {
@@ -611,16 +610,15 @@ result fold_binary(const ctx& c, std::span<const operand> in) {
       out.set(i, r);
     }
   }
-  return host_value{std::move(out), equal};
+  return host_value{std::move(out)};
 }
 
 result fold_where(const ctx& c, std::span<const operand> in) {
   const operand& cond = need(c, in, 0);
   const operand& x = need(c, in, 1);
   const operand& y = need(c, in, 2);
-  if (!cond.boolean) c.fail(errc::invalid_dtype, c.in_name(0), "the condition must be bool");
-  if (x.value->type() != y.value->type() || x.boolean != y.boolean)
-    c.fail(errc::invalid_dtype, c.in_name(2), "X and Y have different dtypes");
+  if (!is_bool(cond)) c.fail(errc::invalid_dtype, c.in_name(0), "the condition must be bool");
+  if (x.value->type() != y.value->type()) c.fail(errc::invalid_dtype, c.in_name(2), "X and Y have different dtypes");
   const shape* shapes[] = {&cond.value->shape(), &x.value->shape(), &y.value->shape()};
   const shape os = broadcast(c, shapes);
   if (!fits(os)) return too_large();
@@ -630,7 +628,7 @@ result fold_where(const ctx& c, std::span<const operand> in) {
     const operand& from = pick_x ? x : y;
     copy_element(out, i, *from.value, broadcast_index(os, from.value->shape(), i));
   }
-  return host_value{std::move(out), x.boolean};
+  return host_value{std::move(out)};
 }
 
 }  // namespace

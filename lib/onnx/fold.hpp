@@ -18,19 +18,15 @@
 
 namespace npurt::onnx::folding {
 
-/// A value known at import time. npurt's tensors have no bool dtype: ONNX bools (Equal's output,
-/// Where's condition, a bool initializer) are held as u8 0/1 with `boolean` set, and never reach
-/// the graph.
+/// A value known at import time (ONNX bools are dtype::boolean tensors, as everywhere in npurt).
 struct host_value {
   tensor value;
-  bool boolean = false;
 };
 
-/// An input of a fold: a value (null for an omitted optional input), bool when `boolean`. The
-/// importer's values stay where they are (the graph's constants): weights are not copied.
+/// An input of a fold: a value (null for an omitted optional input). The importer's values stay
+/// where they are (the graph's constants): weights are not copied.
 struct operand {
   const tensor* value = nullptr;
-  bool boolean = false;
 };
 
 /// The largest output a fold produces, in elements. Folding copies the result into the model's
@@ -56,7 +52,7 @@ inline constexpr std::int64_t max_fold_elements = std::int64_t{1} << 24;
 [[nodiscard]] std::optional<host_value> fold(const ::onnx::NodeProto& n, const std::string& node_name,
                                              std::int64_t opset, std::span<const operand> inputs);
 
-/// A TensorProto as a host value (onnx.cpp's reader; bool tensors become boolean u8).
+/// A TensorProto as a host value (onnx.cpp's reader).
 [[nodiscard]] host_value to_host_value(const ::onnx::TensorProto& t);
 
 }  // namespace npurt::onnx::folding

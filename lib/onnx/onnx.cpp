@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <span>
 #include <sstream>
 #include <system_error>
 
@@ -81,9 +82,13 @@ tensor to_tensor(const ::onnx::TensorProto& t) {
                std::to_string(bytes));
     tensor r(s, *type);
     std::memcpy(r.data(), t.raw_data().data(), bytes);
+    // ONNX stores a bool as one byte: any nonzero byte is true, held as 1 as npurt's bools are.
+    if (*type == dtype::boolean)
+      for (auto& b : std::span(static_cast<std::byte*>(r.data()), bytes)) b = b != std::byte{0} ? std::byte{1} : b;
     return r;
   }
-  // 16-bit floats travel as their bit patterns in int32_data, with the narrow integers.
+  // 16-bit floats travel as their bit patterns in int32_data, with the narrow integers and bools
+  // (set() makes any nonzero value true).
   const int have = *type == dtype::f32   ? t.float_data_size()
                    : *type == dtype::i64 ? t.int64_data_size()
                                          : t.int32_data_size();
@@ -228,19 +233,13 @@ void add_input(graph& g, const ::onnx::ValueInfoProto& in, const load_options& o
 
 // What the importer knows of tensor names beyond the graph, as it walks the nodes in order.
 struct import_state {
-  // Values known at import time that the graph cannot hold: the bool ones (Equal's output, a bool
-  // initializer). Every other known value is a constant of the graph.
-  std::map<std::string, folding::host_value, std::less<>> bools;
   // Outputs of nodes that were neither added nor folded (an unsupported operator, or one reading
   // such an output); `would_fold` marks those that would fold were their producers supported.
   std::set<std::string, std::less<>> pending, would_fold;
 };
 
-// Keeps a known value: a bool one beside the graph, any other as a constant of it.
-void keep(graph& g, import_state& st, const std::string& name, folding::host_value v) {
-  if (v.boolean) st.bools[name] = std::move(v);
-  else g.add_constant(name, std::move(v.value));
-}
+// Keeps a known value as a constant of the graph.
+void keep(graph& g, const std::string& name, folding::host_value v) { g.add_constant(name, std::move(v.value)); }
 
 graph build(const ::onnx::ModelProto& m, const std::string& name, const load_options& opts) {
   const auto& gp = m.graph();
@@ -281,7 +280,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
   for (const auto& t : gp.initializer()) {
     inits.insert(t.name());
     try {
-      keep(g, st, t.name(), folding::to_host_value(t));
+      keep(g, t.name(), folding::to_host_value(t));
     } catch (const graph_error&) { hold(t.name()); }
   }
   std::set<std::string, std::less<>> symbolic_dims;
@@ -354,7 +353,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
         if (n.output_size() != 1 || n.output(0).empty())
           fail(errc::parse_error, node_name, {},
                "onnx: Constant '" + node_name + "' needs exactly one named output, the name of its value");
-        keep(g, st, n.output(0), constant_value(n, node_name));
+        keep(g, n.output(0), constant_value(n, node_name));
         continue;
       }
       // What each input is: a known value, a static shape (Shape and Size read nothing more), or
@@ -370,8 +369,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
           known.push_back(v);
           continue;
         }
-        if (auto it = st.bools.find(in); it != st.bools.end()) v = {&it->second.value, true};
-        else if (const tensor* c = g.constant(in)) v.value = c;
+        if (const tensor* c = g.constant(in)) v.value = c;
         else if (const value_info* info = g.find(in);
                  info && info->known && i == 0 && folding::reads_shape_only(n.op_type()))
           v.value = &shapes_only.emplace_back(tensor::timing_only(info->shape, info->type));
@@ -384,7 +382,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
       }
       if (foldable && all_known) {
         if (auto r = folding::fold(n, node_name, opset, known)) {
-          keep(g, st, n.output(0), std::move(*r));
+          keep(g, n.output(0), std::move(*r));
           continue;
         }
         // Too large to fold: a graph operator is added as a node, another is unsupported.
@@ -403,12 +401,6 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
         set_pending(n, false);
         continue;
       }
-      // A bool value (Equal's, a bool initializer) folds, but npurt computes in no bool dtype.
-      for (const auto& in : n.input())
-        if (st.bools.count(in))
-          fail(errc::not_supported, node_name, in,
-               "onnx: " + n.op_type() + " '" + node_name + "' reads the bool tensor '" + in +
-                   "', which npurt does not compute in");
       attributes attrs;
       for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
       const std::vector<std::string> ins(n.input().begin(), n.input().end());
@@ -433,12 +425,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
          "onnx: model '" + name + "' uses unsupported operators: " + list);
   }
   if (first_error) std::rethrow_exception(first_error);
-  for (const auto& o : gp.output()) {
-    if (st.bools.count(o.name()))
-      fail(errc::not_supported, {}, o.name(),
-           "onnx: output '" + o.name() + "' is a bool tensor, which npurt does not compute in");
-    g.set_output(o.name());
-  }
+  for (const auto& o : gp.output()) g.set_output(o.name());
   g.validate();
   return g;
 }
@@ -447,17 +434,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
 
 namespace folding {
 
-host_value to_host_value(const ::onnx::TensorProto& t) {
-  // ONNX stores bools as uint8 would be stored (a byte each in raw_data, or int32_data): read as
-  // u8 and marked, for folding alone.
-  if (t.data_type() != ::onnx::TensorProto::BOOL) return {to_tensor(t)};
-  ::onnx::TensorProto u = t;
-  u.set_data_type(::onnx::TensorProto::UINT8);
-  host_value r{to_tensor(u), true};
-  for (std::int64_t i = 0; i < r.value.elements(); ++i)
-    if (r.value.get(i) != 0) r.value.set(i, 1);
-  return r;
-}
+host_value to_host_value(const ::onnx::TensorProto& t) { return {to_tensor(t)}; }
 
 }  // namespace folding
 

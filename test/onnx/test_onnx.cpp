@@ -8,6 +8,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -1336,8 +1337,10 @@ TEST_CASE("Equal, Where and Expand on constants fold; int64 arithmetic divides t
   add_named(g, "Expand", {"seven", "expand_to"}, "expanded");
   add_output_node(g, "Relu", {"x"}, "y");
   graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "where");
-  // The bool stays in the importer: npurt computes in no bool dtype.
-  CHECK(!gr.find("is_free"));
+  // The folded bool is a constant of the graph like any other.
+  REQUIRE(gr.constant("is_free"));
+  CHECK(gr.constant("is_free")->type() == dtype::boolean);
+  CHECK(gr.constant("is_free")->to_vector() == std::vector<double>{1, 0, 0});
   CHECK(ints_of(gr, "sizes") == std::vector<std::int64_t>{1, 3, 0});
   CHECK(ints_of(gr, "halved") == std::vector<std::int64_t>{3, -3});
   CHECK(ints_of(gr, "remainder") == std::vector<std::int64_t>{1, -1});
@@ -1908,6 +1911,148 @@ TEST_CASE("a decoder's KV-cache update (a run-time position, ScatterND, then Mat
   }
 }
 
+namespace {
+
+// softmax(where(mask, scores, -inf)) over the last axis of a [rows, cols] block, in double: the
+// attention reference, masked keys at probability 0.
+std::vector<double> masked_softmax_reference(const std::vector<float>& scores, const std::vector<bool>& keep,
+                                             std::size_t rows, std::size_t cols) {
+  std::vector<double> out(rows * cols, 0.0);
+  for (std::size_t r = 0; r < rows; ++r) {
+    double top = -std::numeric_limits<double>::infinity();
+    for (std::size_t c = 0; c < cols; ++c)
+      if (keep[r * cols + c]) top = std::max(top, double{scores[r * cols + c]});
+    double total = 0;
+    for (std::size_t c = 0; c < cols; ++c)
+      if (keep[r * cols + c]) total += std::exp(double{scores[r * cols + c]} - top);
+    for (std::size_t c = 0; c < cols; ++c)
+      if (keep[r * cols + c]) out[r * cols + c] = std::exp(double{scores[r * cols + c]} - top) / total;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a GPT-2-style causal mask computed at run time masks attention scores through Where and Softmax",
+          "[onnx][bool][gpt2]") {
+  constexpr std::int64_t T = 6;
+  const std::vector<float> scores = float_values(T * T, 77, 3.0f);
+  std::vector<bool> causal(T * T);
+  for (std::int64_t i = 0; i < T; ++i)
+    for (std::int64_t j = 0; j < T; ++j) causal[static_cast<std::size_t>(i * T + j)] = j <= i;
+  const auto want = masked_softmax_reference(scores, causal, T, T);
+
+  // Two exports of one mask: GreaterOrEqual of the fed positions as a column and a row (query i
+  // sees key j when i >= j), and Trilu of a constant of ones cast to BOOL (torch.tril).
+  for (const bool by_trilu : {false, true}) {
+    CAPTURE(by_trilu);
+    ::onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(17);
+    auto* g = m.mutable_graph();
+    g->set_name("gpt2_mask");
+    add_typed_input(g, "scores", ::onnx::TensorProto::FLOAT, {1, T, T});
+    add_f32(g, "neg_inf", {}, {-std::numeric_limits<float>::infinity()});
+    if (by_trilu) {
+      add_f32(g, "ones", {T, T}, std::vector<float>(T * T, 1.0f));
+      set_int(add_named(g, "Trilu", {"ones"}, "lower"), "upper", 0);
+      set_int(add_named(g, "Cast", {"lower"}, "mask"), "to", ::onnx::TensorProto::BOOL);
+    } else {
+      add_typed_input(g, "positions", ::onnx::TensorProto::INT64, {T});
+      add_i64(g, "axis0", {1}, {0});
+      add_i64(g, "axis1", {1}, {1});
+      add_named(g, "Unsqueeze", {"positions", "axis1"}, "query_pos");
+      add_named(g, "Unsqueeze", {"positions", "axis0"}, "key_pos");
+      add_named(g, "GreaterOrEqual", {"query_pos", "key_pos"}, "mask");
+    }
+    g->add_output()->set_name("mask");
+    add_named(g, "Where", {"mask", "scores", "neg_inf"}, "masked");
+    set_int(add_output_node(g, "Softmax", {"masked"}, "probs"), "axis", -1);
+
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "gpt2_mask");
+    CHECK(gr.value("mask").type == dtype::boolean);
+    CHECK(gr.value("masked").shape == shape{1, T, T});
+    npurt::system sys{sim::presets::ascend910b(1)};
+    session s{sys};
+    tensor st({1, T, T}, dtype::f32);
+    for (std::int64_t i = 0; i < T * T; ++i) st.set(i, scores[static_cast<std::size_t>(i)]);
+    std::vector<feed> feeds{{"scores", st}};
+    const tensor positions({T}, dtype::i64, {0, 1, 2, 3, 4, 5});
+    if (!by_trilu) feeds.push_back({"positions", positions});
+    const auto r = s.run(s.compile(gr), feeds);
+    const tensor& mask = r.outputs.at("mask");
+    REQUIRE(mask.type() == dtype::boolean);
+    const auto mv = mask.bools();
+    CHECK(std::vector<bool>(mv.begin(), mv.end()) == causal);
+    const auto probs = r.outputs.at("probs").to_vector();
+    REQUIRE(probs.size() == want.size());
+    for (std::size_t i = 0; i < probs.size(); ++i) {
+      CAPTURE(i);
+      // A masked key has probability exactly 0: exp(-inf) is 0.
+      if (!causal[i]) CHECK(probs[i] == 0);
+      CHECK(std::abs(probs[i] - want[i]) <= 1e-6 + 1e-5 * want[i]);
+    }
+  }
+}
+
+TEST_CASE("a padding mask from Equal(ids, pad_id), Not and And with a causal Less masks padded keys",
+          "[onnx][bool][padding]") {
+  constexpr std::int64_t B = 2, T = 5, pad_id = 0;
+  const std::vector<double> ids{17, 4, 9, 3, 8, 12, 6, 0, 0, 0};  // the second sequence is padded
+  const std::vector<float> scores = float_values(B * T * T, 91, 2.0f);
+  std::vector<bool> keep(B * T * T);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t i = 0; i < T; ++i)
+      for (std::int64_t j = 0; j < T; ++j)
+        keep[static_cast<std::size_t>((b * T + i) * T + j)] =
+            j <= i && ids[static_cast<std::size_t>(b * T + j)] != pad_id;
+  const auto want = masked_softmax_reference(scores, keep, B * T, T);
+
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("padding_mask");
+  add_typed_input(g, "input_ids", ::onnx::TensorProto::INT64, {B, T});
+  add_typed_input(g, "scores", ::onnx::TensorProto::FLOAT, {B, T, T});
+  add_i64(g, "pad_id", {}, {pad_id});
+  add_i64(g, "query_pos", {T, 1}, {0, 1, 2, 3, 4});
+  add_i64(g, "key_pos", {1, T}, {0, 1, 2, 3, 4});
+  add_i64(g, "axis1", {1}, {1});
+  add_f32(g, "neg_inf", {}, {-std::numeric_limits<float>::infinity()});
+  add_named(g, "Equal", {"input_ids", "pad_id"}, "is_pad");            // [B, T], at run time
+  add_named(g, "Not", {"is_pad"}, "is_token");                         // [B, T]
+  add_named(g, "Unsqueeze", {"is_token", "axis1"}, "key_is_token");    // [B, 1, T]
+  add_named(g, "Less", {"query_pos", "key_pos"}, "future");            // [T, T]: j > i
+  add_named(g, "Not", {"future"}, "causal");                           // [T, T]
+  add_named(g, "And", {"causal", "key_is_token"}, "keep");             // [B, T, T]
+  g->add_output()->set_name("keep");
+  add_named(g, "Where", {"keep", "scores", "neg_inf"}, "masked");
+  set_int(add_output_node(g, "Softmax", {"masked"}, "probs"), "axis", -1);
+
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "padding_mask");
+  CHECK(gr.value("keep").shape == shape{B, T, T});
+  npurt::system sys{sim::presets::ascend910b(1)};
+  for (const precision p : {precision::fp32, precision::fp16}) {
+    CAPTURE(to_string(p));
+    session s{sys, {.precision = p}};
+    tensor st({B, T, T}, dtype::f32);
+    for (std::int64_t i = 0; i < B * T * T; ++i) st.set(i, scores[static_cast<std::size_t>(i)]);
+    const auto r = s.run(s.compile(gr), {{"input_ids", tensor({B, T}, dtype::i64, ids)}, {"scores", st}});
+    const auto kv = r.outputs.at("keep").bools();
+    CHECK(std::vector<bool>(kv.begin(), kv.end()) == keep);
+    const auto probs = r.outputs.at("probs").to_vector();
+    REQUIRE(probs.size() == want.size());
+    // fp16 rounds the scores and the probabilities to 11 bits.
+    const double tol = p == precision::fp16 ? 4e-3 : 1e-5;
+    for (std::size_t i = 0; i < probs.size(); ++i) {
+      CAPTURE(i);
+      if (!keep[i]) CHECK(probs[i] == 0);
+      CHECK(std::abs(probs[i] - want[i]) <= 1e-6 + tol * want[i]);
+    }
+  }
+}
+
 TEST_CASE("TopK imports with k as a constant input; a k fed at run time is not_supported naming it",
           "[onnx][topk][errors]") {
   for (const bool fed : {false, true}) {
@@ -1943,4 +2088,40 @@ TEST_CASE("TopK imports with k as a constant input; a k fed at run time is not_s
     CHECK(r.outputs.at("indices").to_vector() == std::vector<double>{1, 3, 4, 0});
     CHECK(r.outputs.at("indices").type() == dtype::i64);
   }
+}
+
+TEST_CASE("BOOL inputs, outputs, initializers and Constant nodes import as bool tensors", "[onnx][bool]") {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("bools");
+  add_typed_input(g, "b", ::onnx::TensorProto::BOOL, {3});
+  // A raw-data initializer: ONNX's bool is a byte, and any nonzero byte is true.
+  auto* c = g->add_initializer();
+  c->set_name("c");
+  c->set_data_type(::onnx::TensorProto::BOOL);
+  c->add_dims(3);
+  c->set_raw_data(std::string("\x00\x05\x01", 3));
+  // A Constant node holding bools in int32_data.
+  auto* k = add_named(g, "Constant", {}, "d");
+  auto& v = add_attr(*k, "value", ::onnx::AttributeProto::TENSOR);
+  v.mutable_t()->set_data_type(::onnx::TensorProto::BOOL);
+  v.mutable_t()->add_dims(3);
+  for (int x : {1, 0, 0}) v.mutable_t()->add_int32_data(x);
+  add_named(g, "Xor", {"b", "c"}, "e");
+  add_output_node(g, "Or", {"e", "d"}, "y");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "bools");
+  REQUIRE(gr.constant("c"));
+  CHECK(gr.constant("c")->type() == dtype::boolean);
+  CHECK(gr.constant("c")->to_vector() == std::vector<double>{0, 1, 1});
+  CHECK(static_cast<const std::uint8_t*>(gr.constant("c")->data())[1] == 1);  // held as 1
+  CHECK(gr.value("b").type == dtype::boolean);
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  const std::array<bool, 3> bv{true, true, false};
+  const auto r = s.run(s.compile(gr), {{"b", tensor({3}, bv)}});
+  const auto y = r.outputs.at("y").bools();
+  // (b xor c) or d: (1^0)|1, (1^1)|0, (0^1)|0.
+  CHECK(std::vector<bool>(y.begin(), y.end()) == std::vector<bool>{true, false, true});
 }
