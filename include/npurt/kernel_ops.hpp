@@ -520,6 +520,20 @@ struct logical {
   tensor_desc a{}, b{}, y{};
 };
 
+/// What float_class finds: ONNX's IsNaN and IsInf.
+enum class float_class_fn : std::uint8_t { is_nan, is_inf };
+
+/// y = whether each element of x is NaN (is_nan) or an infinity (is_inf, of the signs that
+/// detect_negative and detect_positive, IsInf's attributes, select), ONNX's IsNaN and IsInf
+/// (onnx.ai/onnx/operators/onnx__IsNaN.html, onnx__IsInf.html). x has a float dtype, y is bool of
+/// x's shape.
+struct float_class {
+  float_class_fn fn = float_class_fn::is_nan;
+  tensor_desc x{}, y{};
+  bool detect_negative = true;
+  bool detect_positive = true;
+};
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
@@ -643,6 +657,9 @@ constexpr std::string_view op_name(const logical& l) noexcept {
   }
   return "logical";
 }
+constexpr std::string_view op_name(const float_class& f) noexcept {
+  return f.fn == float_class_fn::is_nan ? "is_nan" : "is_inf";
+}
 
 }  // namespace npurt::kernels
 
@@ -653,4 +670,4 @@ constexpr std::string_view op_name(const logical& l) noexcept {
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,                \
       kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile, \
       kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum,                 \
-      kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k, kernels::compare, kernels::where, kernels::logical
+      kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k, kernels::compare, kernels::where, kernels::logical, kernels::float_class

@@ -15,8 +15,9 @@
 // Constant nodes or folded results), is evaluated on the host with ONNX's semantics and becomes a
 // constant. Results above 2^24 elements are not folded. A fold that would go wrong is a
 // graph_error naming the node (invalid_argument for an index or axis out of range, a Range delta
-// or an integer divisor of 0; size_overflow for a shape whose element count overflows). Bool
-// values fold but never reach the graph. A Gather, Slice or Split that cannot fold (an input is
+// or an integer divisor of 0; size_overflow for a shape whose element count overflows). ONNX's
+// BOOL is dtype::boolean everywhere: inputs, outputs, initializers, Constant nodes and folded
+// results (a folded Equal is a bool constant of the graph). A Gather, Slice or Split that cannot fold (an input is
 // computed or fed at run time: a Gather of the embedding table by the input_ids) is the graph's
 // operator of that name.
 // An operator outside supported_ops() that does not fold is an error (graph_error,

@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 93> ops_table{"Add",
+constexpr std::array<std::string_view, 95> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -110,7 +110,9 @@ constexpr std::array<std::string_view, 93> ops_table{"Add",
                                                      "And",
                                                      "Or",
                                                      "Xor",
-                                                     "Not"};
+                                                     "Not",
+                                                     "IsNaN",
+                                                     "IsInf"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -366,6 +368,7 @@ const op_attributes onnx_attributes[] = {
     {"Scatter", {"axis"}},                        // opsets 9 and 10: ScatterElements without reduction
     {"GatherND", {"batch_dims"}},                 // batch_dims: opset 12 on
     {"TopK", {"axis", "k", "largest", "sorted"}},  // k: opset 1 (an input from 10)
+    {"IsInf", {"detect_negative", "detect_positive"}},
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
@@ -1140,6 +1143,13 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       return one(a.shape, dtype::boolean);
     }
     return one(broadcast(n, a, need(n, in, 1)), dtype::boolean);
+  }
+  if (t == "IsNaN" || t == "IsInf") {
+    // onnx.ai IsNaN, IsInf: a float input, a bool output of its shape.
+    const auto& x = need(n, in, 0);
+    if (!is_float(x.type))
+      fail(errc::invalid_dtype, n, x.name, "must be a float tensor, got " + std::string(to_string(x.type)));
+    return one(x.shape, dtype::boolean);
   }
   if (t == "Where") {
     // onnx.ai Where: condition bool, X and Y of one type (any), all three broadcast together.

@@ -370,6 +370,12 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     kernel(kernels::logical{*l, desc(st.in[0]), *l == kernels::logical_fn::not_ ? tensor_desc{} : desc(st.in[1]), y});
   } else if (t == "Where") {
     kernel(kernels::where{desc(st.in[0]), desc(st.in[1]), desc(st.in[2]), y});
+  } else if (t == "IsNaN" || t == "IsInf") {
+    kernels::float_class f{t == "IsNaN" ? kernels::float_class_fn::is_nan : kernels::float_class_fn::is_inf,
+                           desc(st.in[0]), y};
+    f.detect_negative = n.attrs.get_int("detect_negative", 1) != 0;
+    f.detect_positive = n.attrs.get_int("detect_positive", 1) != 0;
+    kernel(f);
   } else if (t == "Cast" || t == "CastLike") {
     // ONNX's reference implementation converts with NumPy's astype: floats truncate toward zero.
     kernel(kernels::cast{desc(st.in[0]), y, kernels::round_mode::trunc});

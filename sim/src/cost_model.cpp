@@ -610,6 +610,8 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
         } else if constexpr (std::is_same_v<T, logical>) {
           const double in = bytes(op.a) + (op.fn == logical_fn::not_ ? 0.0 : bytes(op.b));
           w.add(elems(op.y), in, bytes(op.y), 1, op.y.type);
+        } else if constexpr (std::is_same_v<T, float_class>) {
+          w.add(elems(op.x), bytes(op.x), bytes(op.y), 1, op.x.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

@@ -1981,6 +1981,19 @@ void run(const kernels::logical& op, const host_tensors& h) {
   std::memcpy(h[op.y], y.data(), y.size());
 }
 
+void run(const kernels::float_class& op, const host_tensors& h) {
+  const std::byte* x = h[op.x];
+  std::vector<std::uint8_t> y(static_cast<size_t>(op.y.shape.elements()));
+  for (size_t i = 0; i < y.size(); ++i) {
+    // Widening to float keeps NaN a NaN and an infinity of either sign an infinity.
+    const float v = read_float(op.x.type, x, i);
+    y[i] = op.fn == kernels::float_class_fn::is_nan
+               ? std::isnan(v)
+               : std::isinf(v) && (v < 0 ? op.detect_negative : op.detect_positive);
+  }
+  std::memcpy(h[op.y], y.data(), y.size());
+}
+
 void run(const kernels::cast& op, const host_tensors& h) {
   const auto n = static_cast<size_t>(op.x.shape.elements());
   std::vector<std::byte> out(n * size_of(op.y.type));  // staged: x and y may overlap

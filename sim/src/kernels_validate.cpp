@@ -717,6 +717,14 @@ std::error_code check(const kernels::logical& l) {
   return {};
 }
 
+std::error_code check(const kernels::float_class& f) {
+  if (static_cast<unsigned>(f.fn) > static_cast<unsigned>(kernels::float_class_fn::is_inf))
+    return fail(errc::invalid_argument);
+  if (!is_float(f.x.type) || f.y.type != dtype::boolean) return fail(errc::invalid_dtype);
+  if (!(f.y.shape == f.x.shape)) return fail(errc::invalid_shape);
+  return {};
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -903,6 +911,9 @@ operand_list operands(const kernel_op& op) noexcept {
         } else if constexpr (std::is_same_v<T, kernels::logical>) {
           b.add(r, o.a);
           if (o.fn != kernels::logical_fn::not_) b.add(r, o.b);
+          b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::float_class>) {
+          b.add(r, o.x);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::sgd_update>) {
           b.add(rw, o.param);

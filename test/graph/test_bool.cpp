@@ -249,3 +249,32 @@ TEST_CASE("a comparison lowers to one compare kernel in a timing-only run", "[gr
   // x read, the bool y written.
   test::check_timing_only_movement(g, {256, 256}, dtype::f32, "y", {256, 256}, 256.0 * 256 * (4 + 1));
 }
+
+TEST_CASE("IsNaN and IsInf find NaN and the infinities their attributes select", "[graph][bool][isnan]") {
+  const double inf = INFINITY;
+  const std::vector<double> xv{1.0, std::nan(""), inf, -inf, -2.0, 0.0};
+  graph g("special");
+  auto x = g.add_input("x", {2, 3}, dtype::f32);
+  g.set_output(g.add_op("IsNaN", {x}, {}, "nan"));
+  g.set_output(g.add_op("IsInf", {x}, {}, "inf"));
+  g.set_output(g.add_op("IsInf", {x}, {{"detect_positive", std::int64_t{0}}}, "neg_inf"));
+  g.set_output(g.add_op("IsInf", {x}, {{"detect_negative", std::int64_t{0}}}, "pos_inf"));
+  auto sys = test::make_system();
+  session s{sys};
+  const auto r = s.run(s.compile(g), {{"x", tensor({2, 3}, dtype::f32, xv)}});
+  const auto nan = bool_values(r.outputs.at("nan")), any = bool_values(r.outputs.at("inf")),
+             neg = bool_values(r.outputs.at("neg_inf")), pos = bool_values(r.outputs.at("pos_inf"));
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    CAPTURE(i);
+    CHECK(nan[i] == std::isnan(xv[i]));
+    CHECK(any[i] == std::isinf(xv[i]));
+    CHECK(neg[i] == (std::isinf(xv[i]) && xv[i] < 0));
+    CHECK(pos[i] == (std::isinf(xv[i]) && xv[i] > 0));
+  }
+  expect_graph_error(
+      [] {
+        graph h("ints");
+        h.add_op("IsNaN", {h.add_input("a", {4}, dtype::i32)}, {}, "y");
+      },
+      errc::invalid_dtype, "y", "a");
+}

@@ -323,3 +323,37 @@ TEST_CASE("compare, where and logical refuse bad descriptors with typed errors",
   CHECK(npurt::sim::operands(k::logical{k::logical_fn::not_, b4, {}, b4}).size() == 2);
   CHECK(npurt::sim::operands(k::where{b4, t({4}), t({4}), t({4})}).size() == 4);
 }
+
+// ---- float_class ---------------------------------------------------------------------------
+
+TEST_CASE("float_class finds NaN, and infinities of the signs IsInf selects, in every float dtype",
+          "[kernels][float_class][bool]") {
+  const double inf = INFINITY;
+  // A NaN of each sign, both infinities, the largest finite values, zero and a subnormal f32.
+  const std::vector<double> v{NAN, -NAN, inf, -inf, 65504, -3.0e38, 0.0, 1e-40};
+  for (auto t : {dtype::f32, dtype::f16, dtype::bf16}) {
+    CAPTURE(npurt::to_string(t));
+    tensor x({static_cast<std::int64_t>(v.size())}, t), y(x.desc.shape, dtype::boolean);
+    x.assign(v);
+    REQUIRE(run(k::float_class{k::float_class_fn::is_nan, x.desc, y.desc}) == 0);
+    // The values as the dtype holds them: -3e38 is infinite in f16, finite in f32 and bf16.
+    const auto held = x.values();
+    for (std::size_t i = 0; i < v.size(); ++i) CHECK(y.get(i) == (std::isnan(held[i]) ? 1.0 : 0.0));
+    for (const bool neg : {false, true})
+      for (const bool pos : {false, true}) {
+        CAPTURE(neg, pos);
+        REQUIRE(run(k::float_class{k::float_class_fn::is_inf, x.desc, y.desc, neg, pos}) == 0);
+        for (std::size_t i = 0; i < v.size(); ++i) {
+          const bool want = std::isinf(held[i]) && (held[i] < 0 ? neg : pos);
+          CHECK(y.get(i) == (want ? 1.0 : 0.0));
+        }
+      }
+  }
+  auto t = [](shape s, dtype d = dtype::f32) { return shape_only(s, d); };
+  const tensor_desc b4 = t({4}, dtype::boolean);
+  CHECK(npurt::sim::validate(k::float_class{k::float_class_fn::is_nan, t({4}, dtype::i32), b4}) == errc::invalid_dtype);
+  CHECK(npurt::sim::validate(k::float_class{k::float_class_fn::is_inf, t({4}), t({4}, dtype::u8)}) ==
+        errc::invalid_dtype);
+  CHECK(npurt::sim::validate(k::float_class{k::float_class_fn::is_nan, t({2, 2}), b4}) == errc::invalid_shape);
+  CHECK(npurt::sim::validate(k::float_class{static_cast<k::float_class_fn>(5), t({4}), b4}) == errc::invalid_argument);
+}
