@@ -148,8 +148,8 @@ class checkpoint {
   // --- tensors --------------------------------------------------------------------------------
   /// Copies `data` (host memory) as tensor `name`. Errors: an empty, over-long or duplicate name
   /// (invalid_argument), a negative extent or rank > max_rank (invalid_shape), an element count
-  /// whose byte size overflows (size_overflow), or data.size() different from that byte size
-  /// (invalid_argument).
+  /// whose byte size overflows (size_overflow), data.size() different from that byte size, or a
+  /// bool tensor with a byte other than 0 or 1 (invalid_argument).
   NPURT_DECL void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
                              std::span<const std::byte> data, std::error_code& ec);
   NPURT_DECL void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,

@@ -72,6 +72,30 @@ TEST_CASE("every dtype, a scalar, an empty tensor and all metadata kinds survive
   CHECK(dir.entries() == std::vector<std::string>{"a.ckpt"});  // no temporary file left
 }
 
+TEST_CASE("a bool tensor round-trips as bools, and its bytes must be 0 or 1", "[checkpoint][roundtrip][bool]") {
+  checkpoint ck;
+  const std::array<bool, 5> mask{true, false, false, true, true};
+  ck.add_tensor("mask", dtype::boolean, {5}, mask);
+  const auto bytes = ck.serialize();
+  const checkpoint back = checkpoint::parse(bytes);
+  const auto v = back.get_tensor("mask").values<bool>();
+  CHECK(back.get_tensor("mask").dtype() == dtype::boolean);
+  CHECK(std::vector<bool>(v.begin(), v.end()) == std::vector<bool>(mask.begin(), mask.end()));
+  // The format's code for bool is 8, byte for byte as the oracle writes it.
+  ckpt_oracle::file f;
+  f.tensors.push_back({"mask", 8, {5}, {std::byte{1}, std::byte{0}, std::byte{0}, std::byte{1}, std::byte{1}}});
+  CHECK(f.encode() == bytes);
+  // A byte other than 0 or 1 is no bool: refused when added, and in a file.
+  const std::array<std::uint8_t, 2> two{1, 2};
+  std::error_code ec;
+  checkpoint w;
+  w.add_tensor("b", dtype::boolean, {2}, std::as_bytes(std::span(two)), ec);
+  CHECK(ec == errc::invalid_argument);
+  CHECK(w.tensors().empty());
+  f.tensors[0].data[2] = std::byte{2};
+  CHECK(parse_error_of(f.encode()) == errc::corrupt_file);
+}
+
 TEST_CASE("an empty checkpoint is a 64-byte header and loads back empty", "[checkpoint][roundtrip]") {
   const auto b = checkpoint{}.serialize();
   CHECK(b.size() == 64);

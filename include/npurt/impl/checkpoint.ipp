@@ -61,6 +61,14 @@ constexpr bool dtype_from_code(std::uint8_t c, npurt::dtype& t) noexcept {
   return false;
 }
 
+/// Whether `bytes` hold valid elements of `t`: every byte 0 or 1 for bool, anything otherwise.
+inline bool bools_valid(npurt::dtype t, std::span<const std::byte> bytes) noexcept {
+  if (t != npurt::dtype::boolean) return true;
+  for (const std::byte b : bytes)
+    if (b > std::byte{1}) return false;
+  return true;
+}
+
 /// An error code with the sentence that names what was wrong.
 struct status {
   std::error_code ec;
@@ -378,6 +386,9 @@ NPURT_DECL bool checkpoint::add_host(std::string_view name, npurt::dtype type, s
     return st.fail(errc::invalid_argument, "checkpoint::add_tensor(" + detail::ckpt::printable(name) +
                                                "): " + std::to_string(data.size()) +
                                                " bytes given, the shape and dtype need " + std::to_string(bytes));
+  if (!detail::ckpt::bools_valid(type, data))
+    return st.fail(errc::invalid_argument, "checkpoint::add_tensor(" + detail::ckpt::printable(name) +
+                                               "): a bool tensor's bytes must be 0 or 1");
   checkpoint_tensor* t = make_entry(name, type, std::move(shape), st);
   if (!t) return false;
   if (!data.empty()) std::memcpy(t->data_.get(), data.data(), data.size());
@@ -396,6 +407,12 @@ NPURT_DECL bool checkpoint::add_device(std::string_view name, npurt::dtype type,
   std::error_code ec;
   s.memcpy(t->data_.get(), n, device_ptr, n, memcpy_kind::device_to_host, ec);
   if (!ec) s.synchronize(npurt::no_timeout, ec);
+  if (!ec && !detail::ckpt::bools_valid(type, t->bytes())) {
+    index_.erase(tensors_.back().name_);
+    tensors_.pop_back();
+    return st.fail(errc::invalid_argument, "checkpoint::add_tensor(" + detail::ckpt::printable(name) +
+                                               "): a bool tensor's bytes must be 0 or 1");
+  }
   if (!ec) return true;
   // The entry is the last one: a failed snapshot leaves no half-filled tensor behind.
   index_.erase(tensors_.back().name_);
@@ -883,6 +900,10 @@ struct checkpoint_loader {
       if (!src.read(where[i].offset, {t.data_.get(), t.size_}, st)) return false;
       if (crc32c(t.bytes()) != where[i].crc)
         return st.fail(errc::corrupt_file, "checkpoint: tensor " + printable(t.name_) + " checksum mismatch");
+      // A bool is one byte, 0 or 1: values<bool>() reads them as bool, which any other byte is not.
+      if (!bools_valid(t.type_, t.bytes()))
+        return st.fail(errc::corrupt_file,
+                       "checkpoint: bool tensor " + printable(t.name_) + " holds a byte other than 0 or 1");
       at = where[i].offset + where[i].size;
     }
     return true;
