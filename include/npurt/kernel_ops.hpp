@@ -670,4 +670,5 @@ constexpr std::string_view op_name(const float_class& f) noexcept {
       kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,                \
       kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile, \
       kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum,                 \
-      kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k, kernels::compare, kernels::where, kernels::logical, kernels::float_class
+      kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k,      \
+      kernels::compare, kernels::where, kernels::logical, kernels::float_class

@@ -14,9 +14,9 @@ namespace npurt::onnx::folding {
 
 namespace {
 
-constexpr std::array<std::string_view, 19> foldable_ops{
-    "Add",     "Cast",  "Concat", "ConstantOfShape", "Div",     "Equal", "Gather",    "Identity", "Mul",   "Range",
-    "Reshape", "Shape", "Size",   "Slice",           "Squeeze", "Sub",   "Unsqueeze", "Where",    "Expand"};
+constexpr std::array<std::string_view, 20> foldable_ops{
+    "Add",     "Cast",  "Concat", "ConstantOfShape", "Div",     "Equal", "Gather",    "Identity", "Mul",    "Range",
+    "Reshape", "Shape", "Size",   "Slice",           "Squeeze", "Sub",   "Unsqueeze", "Where",    "Expand", "Neg"};
 
 bool is_int(dtype t) noexcept { return t == dtype::i64 || t == dtype::i32 || t == dtype::i8 || t == dtype::u8; }
 bool is_bool(const operand& v) noexcept { return v.value->type() == dtype::boolean; }
@@ -613,6 +613,25 @@ result fold_binary(const ctx& c, std::span<const operand> in) {
   return host_value{std::move(out)};
 }
 
+// Neg: ONNX's function bodies negate the axis counts they compute from a shape (the expanded
+// LayerNormalization's "NumReducedAxes"), which then size a ConstantOfShape.
+result fold_neg(const ctx& c, std::span<const operand> in) {
+  const operand& x = need(c, in, 0);
+  if (is_bool(x)) c.fail(errc::invalid_dtype, c.in_name(0), "bool operand");
+  const dtype t = x.value->type();
+  if (!fits(x.value->shape())) return too_large();
+  tensor out(x.value->shape(), t);
+  for (std::int64_t i = 0; i < out.elements(); ++i) {
+    if (is_int(t)) {
+      // 0 - x in unsigned arithmetic: -INT64_MIN wraps to INT64_MIN, as numpy's does.
+      put_int(out, i, static_cast<std::int64_t>(std::uint64_t{0} - static_cast<std::uint64_t>(int_at(*x.value, i))));
+    } else {
+      out.set(i, -x.value->get(i));
+    }
+  }
+  return host_value{std::move(out)};
+}
+
 result fold_where(const ctx& c, std::span<const operand> in) {
   const operand& cond = need(c, in, 0);
   const operand& x = need(c, in, 1);
@@ -667,6 +686,7 @@ std::optional<host_value> fold(const ::onnx::NodeProto& n, const std::string& no
   if (t == "Expand") return fold_expand(c, inputs);
   if (t == "Identity") return reshaped(need(c, inputs, 0), need(c, inputs, 0).value->shape());
   if (t == "Where") return fold_where(c, inputs);
+  if (t == "Neg") return fold_neg(c, inputs);
   return fold_binary(c, inputs);
 }
 

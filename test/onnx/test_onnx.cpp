@@ -1299,6 +1299,28 @@ TEST_CASE("Range and ConstantOfShape fold", "[onnx][fold]") {
   CHECK(run_y(gr, tensor({2, 3}, dtype::f32, {1, 2, 3, 4, 5, 6})) == std::vector<double>{2.5, 3.5, 4.5, 5.5, 6.5, 7.5});
 }
 
+TEST_CASE("Neg of a constant folds, so a ConstantOfShape it sizes folds too", "[onnx][fold]") {
+  // ONNX's expanded LayerNormalization: the reduced axes counted from the rank, negated, size
+  // the ones of the reduced shape.
+  auto m = model_of_x({2, 3});
+  auto* g = m.mutable_graph();
+  add_i64(g, "axis", {1}, {-1});
+  add_named(g, "Neg", {"axis"}, "count");
+  add_named(g, "ConstantOfShape", {"count"}, "ones_shape");
+  add_i64(g, "extremes", {3}, {std::numeric_limits<std::int64_t>::min(), 0, 7});
+  add_named(g, "Neg", {"extremes"}, "negated");
+  add_f32(g, "f", {2}, {1.5f, -0.0f});
+  add_named(g, "Neg", {"f"}, "fneg");
+  add_output_node(g, "Relu", {"x"}, "y");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "neg");
+  CHECK(ints_of(gr, "count") == std::vector<std::int64_t>{1});
+  CHECK(gr.constant("ones_shape")->shape() == shape{1});
+  // -INT64_MIN wraps to INT64_MIN, as numpy's does.
+  CHECK(ints_of(gr, "negated") == std::vector<std::int64_t>{std::numeric_limits<std::int64_t>::min(), 0, -7});
+  CHECK(gr.constant("fneg")->get(0) == -1.5);
+  CHECK(!std::signbit(gr.constant("fneg")->get(1)));  // -(-0) is +0
+}
+
 TEST_CASE("a Cast of a folded int64 to float feeds a float operator", "[onnx][fold]") {
   // y = x / x.numel(), as exported: Size -> Cast(to float) -> Div.
   auto m = model_of_x({2, 3});
