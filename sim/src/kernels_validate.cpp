@@ -887,7 +887,8 @@ operand_list operands(const kernel_op& op) noexcept {
           b.add(r, o.target);
           b.add_optional(r, o.weight);
           b.add(w, o.y);
-        } else if constexpr (std::is_same_v<T, kernels::gather> || std::is_same_v<T, kernels::gather_elements>) {
+        } else if constexpr (std::is_same_v<T, kernels::gather> || std::is_same_v<T, kernels::gather_elements> ||
+                             std::is_same_v<T, kernels::gather_nd>) {
           b.add(r, o.data, o.indices);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::grid_sample>) {
@@ -895,9 +896,6 @@ operand_list operands(const kernel_op& op) noexcept {
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::scatter_nd> || std::is_same_v<T, kernels::scatter_elements>) {
           b.add(r, o.data, o.indices, o.updates);
-          b.add(w, o.y);
-        } else if constexpr (std::is_same_v<T, kernels::gather_nd>) {
-          b.add(r, o.data, o.indices);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::top_k>) {
           b.add(r, o.x);
