@@ -534,6 +534,21 @@ struct float_class {
   bool detect_positive = true;
 };
 
+/// Which way quantize converts: ONNX's QuantizeLinear or DequantizeLinear.
+enum class quantize_fn : std::uint8_t { quantize, dequantize };
+
+/// ONNX's QuantizeLinear and DequantizeLinear (onnx.ai/onnx/operators/onnx__QuantizeLinear.html,
+/// onnx__DequantizeLinear.html; the arithmetic of onnx/reference/ops/op_quantize_linear.py and
+/// op_dequantize_linear.py). quantize: y = saturate(round_half_even(x / scale) + zero_point), x
+/// float, y i8 or u8 (zero_point's dtype when present). dequantize: y = (x - zero_point) * scale,
+/// x i8, u8 or i32, y float. scale (float) and zero_point (absent: 0) hold one value (per tensor)
+/// or, 1-D, one per index of x's `axis` (per axis; `axis` in [0, rank)).
+struct quantize {
+  quantize_fn fn = quantize_fn::quantize;
+  tensor_desc x{}, scale{}, zero_point{}, y{};
+  std::int32_t axis = 1;
+};
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
@@ -660,6 +675,9 @@ constexpr std::string_view op_name(const logical& l) noexcept {
 constexpr std::string_view op_name(const float_class& f) noexcept {
   return f.fn == float_class_fn::is_nan ? "is_nan" : "is_inf";
 }
+constexpr std::string_view op_name(const quantize& q) noexcept {
+  return q.fn == quantize_fn::quantize ? "quantize" : "dequantize";
+}
 
 }  // namespace npurt::kernels
 
@@ -671,4 +689,4 @@ constexpr std::string_view op_name(const float_class& f) noexcept {
       kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile, \
       kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum,                 \
       kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k,      \
-      kernels::compare, kernels::where, kernels::logical, kernels::float_class
+      kernels::compare, kernels::where, kernels::logical, kernels::float_class, kernels::quantize

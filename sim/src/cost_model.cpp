@@ -612,6 +612,12 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           w.add(elems(op.y), in, bytes(op.y), 1, op.y.type);
         } else if constexpr (std::is_same_v<T, float_class>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1, op.x.type);
+        } else if constexpr (std::is_same_v<T, quantize>) {
+          // A multiply (or divide), a round and an add per element in the float type; scale and
+          // zero point are read once.
+          const double params = bytes(op.scale) + bytes(op.zero_point);
+          w.add(elems(op.x), bytes(op.x) + params, bytes(op.y), 3,
+                op.fn == quantize_fn::quantize ? op.x.type : op.y.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

@@ -1994,6 +1994,46 @@ void run(const kernels::float_class& op, const host_tensors& h) {
   std::memcpy(h[op.y], y.data(), y.size());
 }
 
+// ONNX's QuantizeLinear and DequantizeLinear as onnx/reference/ops/op_quantize_linear.py and
+// op_dequantize_linear.py compute them. Quantize divides in x's dtype (float / float in NumPy is a
+// float, rounded to f16 when both are f16), rounds half to even (np.rint), adds the zero point and
+// clips to the integer range; a quotient past the range saturates (NumPy's astype(int32) of one
+// past int32 is undefined; ONNX's spec says saturate) and NaN becomes the zero point.
+// Dequantize: x.astype(float32) - zero_point is exact for int8 and uint8 and, for int32, NumPy
+// promotes it to float64: so the difference and the product are taken in double from x rounded to
+// float, and rounded once to y's dtype; for int8 and uint8 the double product is exact, so the
+// result equals NumPy's float32 product.
+void run(const kernels::quantize& op, const host_tensors& h) {
+  const std::byte* x = h[op.x];
+  const std::byte* s = h[op.scale];
+  const std::byte* zp = op.zero_point.shape.rank() == 0 ? nullptr : h[op.zero_point];
+  const auto n = static_cast<size_t>(op.x.shape.elements());
+  const bool per_axis = op.scale.shape.elements() != 1;
+  size_t inner = 1, dim = 1;
+  if (per_axis) {
+    const auto a = static_cast<size_t>(op.axis);
+    dim = static_cast<size_t>(op.x.shape[a]);
+    for (size_t d = a + 1; d < op.x.shape.rank(); ++d) inner *= static_cast<size_t>(op.x.shape[d]);
+  }
+  const dtype ints = op.fn == kernels::quantize_fn::quantize ? op.y.type : op.x.type;
+  std::vector<std::byte> y(n * size_of(op.y.type));  // staged: y may overlap x
+  for (size_t i = 0; i < n; ++i) {
+    const size_t c = per_axis ? (i / inner) % dim : 0;
+    const float scale = read_float(op.scale.type, s, c);
+    const int64_t z = zp ? read_int(ints, zp, c) : 0;
+    if (op.fn == kernels::quantize_fn::quantize) {
+      float q = read_float(op.x.type, x, i) / scale;
+      if (op.x.type == op.scale.type) q = round_to(op.x.type, q);
+      const double r = std::isnan(q) ? 0.0 : round_even(static_cast<double>(q)) + static_cast<double>(z);
+      write_int(op.y.type, y.data(), i, double_to_int(r, op.y.type));
+    } else {
+      const double d = static_cast<double>(static_cast<float>(read_int(ints, x, i))) - static_cast<double>(z);
+      write_float(op.y.type, y.data(), i, static_cast<float>(d * static_cast<double>(scale)));
+    }
+  }
+  std::memcpy(h[op.y], y.data(), y.size());
+}
+
 void run(const kernels::cast& op, const host_tensors& h) {
   const auto n = static_cast<size_t>(op.x.shape.elements());
   std::vector<std::byte> out(n * size_of(op.y.type));  // staged: x and y may overlap

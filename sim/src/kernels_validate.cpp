@@ -725,6 +725,27 @@ std::error_code check(const kernels::float_class& f) {
   return {};
 }
 
+std::error_code check(const kernels::quantize& q) {
+  const bool quant = q.fn == kernels::quantize_fn::quantize;
+  if (!quant && q.fn != kernels::quantize_fn::dequantize) return fail(errc::invalid_argument);
+  // The integer side: y when quantizing, x when dequantizing; zero_point has its dtype.
+  const dtype ints = quant ? q.y.type : q.x.type;
+  const dtype floats = quant ? q.x.type : q.y.type;
+  const bool int_ok = ints == dtype::i8 || ints == dtype::u8 || (!quant && ints == dtype::i32);
+  if (!int_ok || !is_float(floats) || !is_float(q.scale.type)) return fail(errc::invalid_dtype);
+  if (!absent(q.zero_point) && q.zero_point.type != ints) return fail(errc::invalid_dtype);
+  if (!(q.y.shape == q.x.shape)) return fail(errc::invalid_shape);
+  // One scale (any shape of one element), or a 1-D run of them along axis.
+  const auto n = q.scale.shape.elements();
+  if (n != 1) {
+    if (q.scale.shape.rank() != 1) return fail(errc::invalid_shape);
+    if (q.axis < 0 || static_cast<std::size_t>(q.axis) >= q.x.shape.rank()) return fail(errc::invalid_argument);
+    if (q.x.shape[static_cast<std::size_t>(q.axis)] != n) return fail(errc::invalid_shape);
+  }
+  if (!absent(q.zero_point) && !(q.zero_point.shape == q.scale.shape)) return fail(errc::invalid_shape);
+  return {};
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -912,6 +933,10 @@ operand_list operands(const kernel_op& op) noexcept {
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::float_class>) {
           b.add(r, o.x);
+          b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::quantize>) {
+          b.add(r, o.x, o.scale);
+          b.add_optional(r, o.zero_point);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::sgd_update>) {
           b.add(rw, o.param);

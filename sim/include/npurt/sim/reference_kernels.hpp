@@ -7,7 +7,8 @@
 //    units have it; the 910A does not, so an `ascend910` backend may reject BF16 itself);
 //    INT8 for matmul and conv2d forward, with an INT32 output; cast between all dtypes;
 //    transpose, slice, pad, gather and tile move any dtype; bool (one byte, 0 or 1, any
-//    nonzero byte read as true) for compare's output, where's condition and logical.
+//    nonzero byte read as true) for compare's output, where's condition and logical; quantize
+//    writes and dequantize reads INT8 and UINT8 (dequantize INT32 too) beside a float side.
 //  - layouts: nd and nchw (same thing for the rank-4 operations); nhwc and nc1hwc0 are
 //    errc::invalid_layout.
 //  - a tensor is "absent" when its shape has rank 0 and its data is null; optional operands
@@ -52,6 +53,11 @@
 //  - cumsum adds along its axis sequentially: f32 in float, f16/bf16 with the running sum
 //    rounded to the dtype at every step, integers exactly with wrap-around.
 //  - reduce prod multiplies in float in row-major order of the input, as sum adds.
+//  - quantize (ONNX's QuantizeLinear) divides x by scale in float (the quotient rounded to x's
+//    dtype when scale has it, as NumPy divides), rounds half to even, adds the zero point and
+//    saturates, NaN giving the zero point; dequantize takes (x - zero_point) * scale in double
+//    from x rounded to float, rounded to y's dtype once (NumPy's float32 result for int8 and
+//    uint8, its float64 promotion for int32).
 //  - grid_sample follows ONNX's reference implementation (onnx/reference/ops/op_grid_sample.py):
 //    coordinates denormalised, rounded half to even in nearest mode, clamped or reflected when
 //    outside the borders, each neighbour padded (zero, clamped, reflected); summed in double and
