@@ -118,7 +118,10 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
       // (an input, a constant) is read as it is, with no cast; one computed in the compute type
       // is read there (a cast back would restore no bits).
       const bool float_grid = k == 1 && n.type == "GridSample" && g.find(n.inputs[k]) != nullptr;
-      ins.push_back(lower && !shape_input && !float_grid ? lowered(n.inputs[k]) : n.inputs[k]);
+      // QuantizeLinear's scale sets where the rounding steps fall: in f16 a scale keeps 11 bits and
+      // x / scale could round to another integer. The kernel reads a scale of any float dtype.
+      const bool quant_scale = k == 1 && n.type == "QuantizeLinear";
+      ins.push_back(lower && !shape_input && !float_grid && !quant_scale ? lowered(n.inputs[k]) : n.inputs[k]);
     }
     if (n.type == "Cast") {
       g.add_node(n.type, n.name, ins, n.outputs, n.attrs);

@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 95> ops_table{"Add",
+constexpr std::array<std::string_view, 97> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -112,7 +112,9 @@ constexpr std::array<std::string_view, 95> ops_table{"Add",
                                                      "Xor",
                                                      "Not",
                                                      "IsNaN",
-                                                     "IsInf"};
+                                                     "IsInf",
+                                                     "QuantizeLinear",
+                                                     "DequantizeLinear"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -369,6 +371,9 @@ const op_attributes onnx_attributes[] = {
     {"GatherND", {"batch_dims"}},                 // batch_dims: opset 12 on
     {"TopK", {"axis", "k", "largest", "sorted"}},  // k: opset 1 (an input from 10)
     {"IsInf", {"detect_negative", "detect_positive"}},
+    // saturate concerns float8 outputs only; block_size must be 0 (blocked quantization is refused).
+    {"QuantizeLinear", {"axis", "saturate", "block_size", "output_dtype", "precision"}},
+    {"DequantizeLinear", {"axis", "block_size", "output_dtype"}},
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
@@ -978,6 +983,65 @@ kernels::grid_sample grid_sample_spec(const node& n, std::span<const value_info*
   return k;
 }
 
+kernels::quantize quantize_spec(const node& n, std::span<const value_info* const> in) {
+  const bool quant = n.type == "QuantizeLinear";
+  const value_info& x = need(n, in, 0);
+  const value_info& scale = need(n, in, 1);
+  const value_info* zp = given(in, 2) ? in[2] : nullptr;
+  kernels::quantize k{};
+  k.fn = quant ? kernels::quantize_fn::quantize : kernels::quantize_fn::dequantize;
+  auto type_name = [](dtype d) { return std::string(to_string(d)); };
+  if (quant && !is_float(x.type))
+    fail(errc::not_supported, n, x.name, "x must be float, float16 or bfloat16, got " + type_name(x.type));
+  if (!quant && x.type != dtype::i8 && x.type != dtype::u8 && x.type != dtype::i32)
+    fail(errc::not_supported, n, x.name, "x must be int8, uint8 or int32, got " + type_name(x.type));
+  if (!is_float(scale.type))
+    fail(errc::invalid_dtype, n, scale.name, "scale must be float, got " + type_name(scale.type));
+  if (n.attrs.get_int("block_size", 0) != 0)
+    fail(errc::not_supported, n, scale.name,
+         "blocked quantization (block_size " + std::to_string(n.attrs.get_int("block_size", 0)) + ") is not supported");
+  if (n.attrs.get_int("precision", 0) != 0)
+    fail(errc::not_supported, n, x.name, "precision (a division type other than x's) is not supported");
+  // The integer type: zero_point's, else output_dtype (opset 21), else uint8 (onnx.ai).
+  dtype ints = quant ? dtype::u8 : x.type;
+  const std::int64_t out_code = n.attrs.get_int("output_dtype", 0);
+  if (quant && out_code != 0) {
+    const auto d = dtype_from_onnx(out_code);
+    if (!d || (*d != dtype::i8 && *d != dtype::u8))
+      fail(errc::not_supported, n, n.outputs.empty() ? std::string() : n.outputs[0],
+           "output_dtype " + std::to_string(out_code) + " is not int8 or uint8");
+    ints = *d;
+  }
+  if (zp) {
+    if (zp->type != dtype::i8 && zp->type != dtype::u8 && (quant || zp->type != dtype::i32))
+      fail(errc::not_supported, n, zp->name,
+           "zero_point must be int8 or uint8" + std::string(quant ? "" : " or int32") + ", got " + type_name(zp->type));
+    if (zp->type != ints && (!quant || out_code != 0))
+      fail(errc::invalid_dtype, n, zp->name,
+           "zero_point's dtype " + type_name(zp->type) + " does not match " + (quant ? "output_dtype (" : "x's (") +
+               type_name(ints) + ")");
+    ints = zp->type;
+  }
+  // Per tensor: one value (a scalar or any shape of one element); per axis: 1-D along axis.
+  const std::int64_t count = scale.shape.elements();
+  if (count != 1) {
+    if (scale.shape.rank() != 1)
+      fail(errc::not_supported, n, scale.name,
+           "scale must be a scalar or 1-D (per axis), got " + shape_string(scale.shape));
+    const std::int64_t axis = norm_axis(n, n.attrs.get_int("axis", 1), x.shape.rank(), x.name);
+    if (x.shape[static_cast<std::size_t>(axis)] != count)
+      fail(errc::invalid_shape, n, scale.name,
+           "scale has " + std::to_string(count) + " values for axis " + std::to_string(axis) + " of x " +
+               shape_string(x.shape));
+    k.axis = static_cast<std::int32_t>(axis);
+  }
+  if (zp && !(zp->shape == scale.shape))
+    fail(errc::invalid_shape, n, zp->name,
+         "zero_point " + shape_string(zp->shape) + " must have scale's shape " + shape_string(scale.shape));
+  k.y.type = quant ? ints : scale.type;
+  return k;
+}
+
 }  // namespace graph_ops
 
 // ---- shape inference ----
@@ -1143,6 +1207,10 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       return one(a.shape, dtype::boolean);
     }
     return one(broadcast(n, a, need(n, in, 1)), dtype::boolean);
+  }
+  if (t == "QuantizeLinear" || t == "DequantizeLinear") {
+    // onnx.ai QuantizeLinear, DequantizeLinear: y has x's shape; quantize_spec checks the rest.
+    return one(need(n, in, 0).shape, graph_ops::quantize_spec(n, in).y.type);
   }
   if (t == "IsNaN" || t == "IsInf") {
     // onnx.ai IsNaN, IsInf: a float input, a bool output of its shape.

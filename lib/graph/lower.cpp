@@ -370,6 +370,17 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     kernel(kernels::logical{*l, desc(st.in[0]), *l == kernels::logical_fn::not_ ? tensor_desc{} : desc(st.in[1]), y});
   } else if (t == "Where") {
     kernel(kernels::where{desc(st.in[0]), desc(st.in[1]), desc(st.in[2]), y});
+  } else if (t == "QuantizeLinear" || t == "DequantizeLinear") {
+    const bool quant = t == "QuantizeLinear";
+    kernels::quantize q{quant ? kernels::quantize_fn::quantize : kernels::quantize_fn::dequantize, desc(st.in[0]),
+                        desc(st.in[1]), st.in.size() > 2 ? desc(st.in[2]) : tensor_desc{}, y};
+    // Inference checked the axis; a per-tensor scale ignores it.
+    if (q.scale.shape.elements() != 1) {
+      const auto r = static_cast<std::int64_t>(q.x.shape.rank());
+      const std::int64_t a = n.attrs.get_int("axis", 1);
+      q.axis = static_cast<std::int32_t>(a < 0 ? a + r : a);
+    }
+    kernel(q);
   } else if (t == "IsNaN" || t == "IsInf") {
     kernels::float_class f{t == "IsNaN" ? kernels::float_class_fn::is_nan : kernels::float_class_fn::is_inf,
                            desc(st.in[0]), y};

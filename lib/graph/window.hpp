@@ -95,6 +95,14 @@ resampling resize_spec(const node& n, std::span<const value_info* const> in, std
 /// invalid_dtype, shapes that do not fit invalid_shape, unknown attribute values invalid_argument.
 kernels::grid_sample grid_sample_spec(const node& n, std::span<const value_info* const> in, shape& out);
 
+/// QuantizeLinear's or DequantizeLinear's kernel: fn, the normalised axis when scale is per axis,
+/// and y's dtype (the zero point's, output_dtype's or uint8 when quantizing, scale's when
+/// dequantizing); the tensors are the caller's. Throws graph_error naming the operand: a dtype the
+/// kernel lacks (int16, int4, float8, int32 x to quantize) or blocked quantization is
+/// not_supported, a zero point of another dtype invalid_dtype, a scale or zero point of the wrong
+/// length invalid_shape, an axis out of range invalid_argument.
+kernels::quantize quantize_spec(const node& n, std::span<const value_info* const> in);
+
 /// The comparison an ONNX comparison operator (Equal, Less, LessOrEqual, Greater, GreaterOrEqual)
 /// lowers to; nullopt for any other type.
 inline std::optional<kernels::compare_fn> compare_of(std::string_view type) noexcept {

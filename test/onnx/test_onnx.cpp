@@ -2147,3 +2147,68 @@ TEST_CASE("BOOL inputs, outputs, initializers and Constant nodes import as bool 
   // (b xor c) or d: (1^0)|1, (1^1)|0, (0^1)|0.
   CHECK(std::vector<bool>(y.begin(), y.end()) == std::vector<bool>{true, false, true});
 }
+
+TEST_CASE("a QDQ MatMul (QuantizeLinear, DequantizeLinear, an int8 weight dequantized per column) runs",
+          "[onnx][quant]") {
+  // onnxruntime's quantization tool writes x -> QuantizeLinear -> DequantizeLinear -> MatMul with
+  // the weight stored int8 and dequantized per output channel.
+  constexpr std::int64_t K = 8, N = 4;
+  const std::vector<float> xv = float_values(2 * K, 31, 6.0f);
+  std::vector<std::int8_t> wv(K * N);
+  for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<std::int8_t>(static_cast<int>(i * 37 % 255) - 127);
+  const std::vector<float> sw{0.01f, 0.02f, 0.005f, 0.1f};
+  const float sx = 0.05f;
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  g->set_name("qdq_matmul");
+  add_typed_input(g, "x", ::onnx::TensorProto::FLOAT, {2, K});
+  add_f32(g, "sx", {}, {sx});
+  auto* zx = g->add_initializer();
+  zx->set_name("zx");
+  zx->set_data_type(::onnx::TensorProto::UINT8);
+  zx->add_int32_data(128);
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(::onnx::TensorProto::INT8);
+  w->add_dims(K);
+  w->add_dims(N);
+  w->set_raw_data(std::string(reinterpret_cast<const char*>(wv.data()), wv.size()));
+  add_f32(g, "sw", {N}, sw);
+  add_named(g, "QuantizeLinear", {"x", "sx", "zx"}, "xq");
+  add_named(g, "DequantizeLinear", {"xq", "sx", "zx"}, "xd");
+  set_int(add_named(g, "DequantizeLinear", {"w", "sw"}, "wd"), "axis", 1);
+  add_output_node(g, "MatMul", {"xd", "wd"}, "y");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "qdq_matmul");
+  CHECK(gr.value("xq").type == dtype::u8);
+
+  // The reference in double from the spec: rint(x / sx) + 128 clipped to [0, 255] (x / sx in
+  // float32), then (q - 128) * sx; the weight w * sw[column].
+  std::vector<double> want(2 * N, 0.0);
+  for (std::int64_t r = 0; r < 2; ++r)
+    for (std::int64_t k = 0; k < K; ++k) {
+      const float q = xv[static_cast<std::size_t>(r * K + k)] / sx;
+      const double xq = std::clamp(static_cast<double>(std::nearbyint(q)) + 128.0, 0.0, 255.0);
+      const double xd = (xq - 128.0) * static_cast<double>(sx);
+      for (std::int64_t j = 0; j < N; ++j)
+        want[static_cast<std::size_t>(r * N + j)] += xd * static_cast<double>(wv[static_cast<std::size_t>(k * N + j)]) *
+                                                     static_cast<double>(sw[static_cast<std::size_t>(j)]);
+    }
+  npurt::system sys{sim::presets::ascend910b(1)};
+  for (const precision p : {precision::fp32, precision::fp16}) {
+    CAPTURE(to_string(p));
+    session s{sys, {.precision = p}};
+    tensor xt({2, K}, dtype::f32);
+    for (std::int64_t i = 0; i < 2 * K; ++i) xt.set(i, xv[static_cast<std::size_t>(i)]);
+    const auto r = s.run(s.compile(gr), {{"x", xt}});
+    const auto got = r.outputs.at("y").to_vector();
+    REQUIRE(got.size() == want.size());
+    // fp32: float products and sums; fp16: the dequantized values and the products in f16.
+    const double tol = p == precision::fp32 ? 1e-5 : 2e-2;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])));
+    }
+  }
+}

@@ -1,0 +1,161 @@
+// QuantizeLinear and DequantizeLinear in graphs (onnx.ai/onnx/operators/onnx__QuantizeLinear.html,
+// onnx__DequantizeLinear.html): per-tensor and per-axis round trips against references written
+// here from the spec (x / scale in float32, ties to even, the zero point, clipping), an fp16
+// session that keeps the quantized tensors integer, and the typed errors naming node and operand.
+#include <npurt/graph/session.hpp>
+
+#include "helpers.hpp"
+
+#include <algorithm>
+#include <cfenv>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+using namespace npurt;
+using test::expect_graph_error;
+
+namespace {
+
+// onnx.ai QuantizeLinear to uint8 or int8 of a float32 x: rint(x / scale) + zero_point, clipped.
+double qdq_quantize(float x, float scale, double zp, dtype t) {
+  const double lo = t == dtype::i8 ? -128 : 0, hi = t == dtype::i8 ? 127 : 255;
+  return std::clamp(static_cast<double>(std::nearbyint(x / scale)) + zp, lo, hi);
+}
+
+}  // namespace
+
+TEST_CASE("QuantizeLinear and DequantizeLinear round trip per tensor in fp32 and fp16 sessions", "[graph][quant]") {
+  REQUIRE(std::fegetround() == FE_TONEAREST);
+  graph g("qdq");
+  auto x = g.add_input("x", {2, 3, 4}, dtype::f32);
+  auto scale = g.add_constant("scale", tensor({}, dtype::f32, {0.25}));
+  auto zp = g.add_constant("zp", tensor({}, dtype::u8, {100}));
+  auto q = g.add_op("QuantizeLinear", {x, scale, zp}, {}, "q");
+  g.set_output(q);
+  g.set_output(g.add_op("DequantizeLinear", {q, scale, zp}, {}, "dq"));
+  // Eighths (exact in f16): x / 0.25 hits every tie k + 0.5, and +-40 saturates both ends.
+  std::vector<double> xv;
+  for (int i = 0; i < 24; ++i) xv.push_back((i - 12) * 0.375 + (i % 2 ? 0.125 : 0.0));
+  xv[0] = -40;
+  xv[23] = 40;
+  for (const precision p : {precision::fp32, precision::fp16}) {
+    CAPTURE(to_string(p));
+    auto sys = test::make_system();
+    session s{sys, {.precision = p}};
+    const auto r = s.run(s.compile(g), {{"x", tensor({2, 3, 4}, dtype::f32, xv)}});
+    const tensor& qt = r.outputs.at("q");
+    const tensor& dq = r.outputs.at("dq");
+    REQUIRE(qt.type() == dtype::u8);
+    REQUIRE(dq.type() == dtype::f32);
+    for (std::size_t i = 0; i < xv.size(); ++i) {
+      CAPTURE(i, xv[i]);
+      const double want = qdq_quantize(static_cast<float>(xv[i]), 0.25f, 100, dtype::u8);
+      CHECK(qt.get_int(static_cast<std::int64_t>(i)) == static_cast<std::int64_t>(want));
+      CHECK(dq.get(static_cast<std::int64_t>(i)) == (want - 100) * 0.25);
+    }
+    CHECK(qt.get_int(0) == 0);
+    CHECK(qt.get_int(23) == 255);
+  }
+}
+
+TEST_CASE("QuantizeLinear and DequantizeLinear per axis with scale and zero point fed at run time", "[graph][quant]") {
+  graph g("per axis");
+  auto x = g.add_input("x", {2, 3, 2}, dtype::f32);
+  auto scale = g.add_input("scale", {3}, dtype::f32);
+  auto zp = g.add_input("zp", {3}, dtype::i8);
+  auto q = g.add_op("QuantizeLinear", {x, scale, zp}, {{"axis", std::int64_t{-2}}}, "q");
+  g.set_output(q);
+  g.set_output(g.add_op("DequantizeLinear", {q, scale, zp}, {{"axis", std::int64_t{1}}}, "dq"));
+  const std::vector<double> xv = test::values(12, 5, 30.0);
+  const std::vector<double> sv{0.5, 0.125, 2.0}, zv{-7, 0, 120};
+  auto sys = test::make_system();
+  session s{sys};
+  const auto r = s.run(s.compile(g), {{"x", tensor({2, 3, 2}, dtype::f32, xv)},
+                                      {"scale", tensor({3}, dtype::f32, sv)},
+                                      {"zp", tensor({3}, dtype::i8, zv)}});
+  const tensor& qt = r.outputs.at("q");
+  REQUIRE(qt.type() == dtype::i8);
+  for (std::size_t i = 0; i < 12; ++i) {
+    const std::size_t c = (i / 2) % 3;
+    CAPTURE(i, c, xv[i]);
+    const double want = qdq_quantize(static_cast<float>(xv[i]), static_cast<float>(sv[c]), zv[c], dtype::i8);
+    CHECK(qt.get_int(static_cast<std::int64_t>(i)) == static_cast<std::int64_t>(want));
+    CHECK(r.outputs.at("dq").get(static_cast<std::int64_t>(i)) == (want - zv[c]) * sv[c]);
+  }
+}
+
+TEST_CASE("QuantizeLinear and DequantizeLinear refuse what they cannot compute, naming the operand",
+          "[graph][quant][errors]") {
+  const auto f32 = [](graph& g, const char* name, shape s) { return g.add_input(name, s, dtype::f32); };
+  expect_graph_error(
+      [&] {
+        graph g("int x");
+        g.add_op("QuantizeLinear", {g.add_input("x", {4}, dtype::i32), f32(g, "s", {})}, {}, "q");
+      },
+      errc::not_supported, "q", "x");
+  expect_graph_error(
+      [&] {
+        graph g("int64 x");
+        g.add_op("DequantizeLinear", {g.add_input("x", {4}, dtype::i64), f32(g, "s", {})}, {}, "dq");
+      },
+      errc::not_supported, "dq", "x");
+  expect_graph_error(
+      [&] {
+        graph g("zero point type");
+        g.add_op("DequantizeLinear",
+                 {g.add_input("x", {4}, dtype::u8), f32(g, "s", {}), g.add_input("z", {}, dtype::i8)}, {}, "dq");
+      },
+      errc::invalid_dtype, "dq", "z");
+  expect_graph_error(
+      [&] {
+        graph g("output_dtype");
+        g.add_op("QuantizeLinear", {f32(g, "x", {4}), f32(g, "s", {}), g.add_input("z", {}, dtype::i8)},
+                 {{"output_dtype", std::int64_t{2}}}, "q");
+      },
+      errc::invalid_dtype, "q", "z");
+  expect_graph_error(
+      [&] {
+        graph g("scale type");
+        g.add_op("QuantizeLinear", {f32(g, "x", {4}), g.add_input("s", {}, dtype::i32)}, {}, "q");
+      },
+      errc::invalid_dtype, "q", "s");
+  expect_graph_error(
+      [&] {
+        graph g("scale length");
+        g.add_op("QuantizeLinear", {f32(g, "x", {2, 3}), f32(g, "s", {2})}, {}, "q");  // axis 1 has 3
+      },
+      errc::invalid_shape, "q", "s");
+  expect_graph_error(
+      [&] {
+        graph g("zero point shape");
+        g.add_op("QuantizeLinear", {f32(g, "x", {2, 3}), f32(g, "s", {3}), g.add_input("z", {}, dtype::u8)}, {}, "q");
+      },
+      errc::invalid_shape, "q", "z");
+  expect_graph_error(
+      [&] {
+        graph g("axis");
+        g.add_op("QuantizeLinear", {f32(g, "x", {2, 3}), f32(g, "s", {3})}, {{"axis", std::int64_t{2}}}, "q");
+      },
+      errc::invalid_argument, "q", "x");
+  expect_graph_error(
+      [&] {
+        graph g("blocked");
+        g.add_op("QuantizeLinear", {f32(g, "x", {2, 4}), f32(g, "s", {2, 2})}, {{"block_size", std::int64_t{2}}}, "q");
+      },
+      errc::not_supported, "q", "s");
+  expect_graph_error(
+      [&] {
+        graph g("2-D scale");
+        g.add_op("DequantizeLinear", {g.add_input("x", {2, 4}, dtype::i8), f32(g, "s", {2, 4})}, {}, "dq");
+      },
+      errc::not_supported, "dq", "s");
+}
+
+TEST_CASE("QuantizeLinear lowers to one quantize kernel in a timing-only run", "[graph][quant][timing]") {
+  graph g("timing");
+  auto x = g.add_input("x", {256, 256}, dtype::f32);
+  g.set_output(g.add_op("QuantizeLinear", {x, g.add_constant("s", tensor({}, dtype::f32, {0.1}))}, {}, "y"));
+  // x read, the uint8 y written.
+  test::check_timing_only_movement(g, {256, 256}, dtype::f32, "y", {256, 256}, 256.0 * 256 * (4 + 1));
+}
