@@ -78,6 +78,9 @@ struct conv2d_backward_weight {
 /// remainder with the divisor's sign (Python's %, numpy.mod), integers only; fmod is its fmod = 1,
 /// the remainder with the dividend's sign (C's fmod and %), floats and integers.
 ///
+/// round is ONNX's Round (onnx.ai/onnx/operators/onnx__Round.html): to the nearest integer,
+/// halves to even (numpy.round), on floats.
+///
 /// Integer tensors (i8, i32, i64, u8) take the functions integers_ok() names, computed exactly in
 /// the dtype: add, sub, mul, neg and pow wrap modulo 2^n as two's complement (numpy and ONNX
 /// Runtime do); div truncates toward zero (C, and ONNX's reference, which divides then casts);
@@ -123,8 +126,9 @@ enum class eltwise_fn : std::uint8_t {
   clip,
   mod,
   fmod,
+  round,
 };
-inline constexpr eltwise_fn last_eltwise_fn = eltwise_fn::fmod;
+inline constexpr eltwise_fn last_eltwise_fn = eltwise_fn::round;
 
 constexpr bool is_binary(eltwise_fn f) noexcept {
   return f <= eltwise_fn::div || (f >= eltwise_fn::relu_backward && f <= eltwise_fn::min) || f == eltwise_fn::mod ||
@@ -611,6 +615,7 @@ constexpr std::string_view op_name(const elementwise& e) noexcept {
     case eltwise_fn::clip: return "clip";
     case eltwise_fn::mod: return "mod";
     case eltwise_fn::fmod: return "fmod";
+    case eltwise_fn::round: return "round";
   }
   return "elementwise";
 }

@@ -120,7 +120,9 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
       const bool float_grid = k == 1 && n.type == "GridSample" && g.find(n.inputs[k]) != nullptr;
       // QuantizeLinear's scale sets where the rounding steps fall: in f16 a scale keeps 11 bits and
       // x / scale could round to another integer. The kernel reads a scale of any float dtype.
-      const bool quant_scale = k == 1 && n.type == "QuantizeLinear";
+      // A scale the graph holds in float (a constant, an input, a cast-back output) is read as it
+      // is; one computed in the compute type only exists there.
+      const bool quant_scale = k == 1 && n.type == "QuantizeLinear" && g.find(n.inputs[k]) != nullptr;
       ins.push_back(lower && !shape_input && !float_grid && !quant_scale ? lowered(n.inputs[k]) : n.inputs[k]);
     }
     if (n.type == "Cast") {

@@ -131,7 +131,8 @@ std::span<const std::string_view> composite_ops() noexcept {
                                              "Hardmax",
                                              "Squeeze",
                                              "Unsqueeze",
-                                             "SoftmaxCrossEntropyLoss"};
+                                             "SoftmaxCrossEntropyLoss",
+                                             "DynamicQuantizeLinear"};
   return ops;
 }
 
@@ -176,6 +177,10 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     if (outputs.empty() || outputs.size() > 2 || outputs[0].empty())
       fail(errc::parse_error, node_name, {},
            "SoftmaxCrossEntropyLoss '" + node_name + "' has the outputs output and log_prob, output named");
+  } else if (t == "DynamicQuantizeLinear") {
+    if (outputs.empty() || outputs.size() > 3 || outputs[0].empty())
+      fail(errc::parse_error, node_name, {},
+           "DynamicQuantizeLinear '" + node_name + "' has the outputs y, y_scale and y_zero_point, y named");
   } else if (outputs.size() != 1 || outputs[0].empty()) {
     fail(errc::parse_error, node_name, {}, t + " '" + node_name + "' needs exactly one named output");
   }
@@ -518,6 +523,40 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     const std::string out_shape =
         to_space ? dims("shape", {n, c / (b * b), h * b, w * b}) : dims("shape", {n, c * b * b, h / b, w / b});
     step("Reshape", to_space ? "depth_to_space" : "space_to_depth", {moved, out_shape}, y);
+    return;
+  }
+  if (t == "DynamicQuantizeLinear") {
+    // onnx/reference/ops/op_dynamic_quantize_linear.py: the range [min(0, min x), max(0, max x)]
+    // over 255 steps (a scale of 1 when every element is 0), the zero point -min / scale clipped
+    // to [0, 255] and rounded half to even, then QuantizeLinear of x to uint8 with both.
+    const value_info& x = g.value(ins[0]);
+    if (x.type != dtype::f32)
+      fail(errc::not_supported, node_name, ins[0],
+           "DynamicQuantizeLinear '" + node_name + "': x must be float32, got " + std::string(to_string(x.type)));
+    const std::string scale_out = outputs.size() > 1 ? outputs[1] : std::string();
+    const std::string zp_out = outputs.size() > 2 ? outputs[2] : std::string();
+    // A named output besides y is its own node, named after the operator.
+    const auto named = [&](const std::string& type, const std::string& tag, std::vector<std::string> from,
+                           const std::string& to, attributes a = {}) {
+      if (to.empty()) return step(type, tag, std::move(from), {}, std::move(a));
+      g.add_node(type, fresh(node_name + "/" + tag), std::move(from), {to}, std::move(a));
+      return to;
+    };
+    const attributes whole{{"keepdims", std::int64_t{0}}};
+    const std::string zero = scalar("zero", 0.0);
+    const std::string maxx = step("Max", "max_x", {step("ReduceMax", "reduce_max", {ins[0]}, {}, whole), zero});
+    const std::string minx = step("Min", "min_x", {step("ReduceMin", "reduce_min", {ins[0]}, {}, whole), zero});
+    const std::string steps = step("Div", "step", {step("Sub", "range", {maxx, minx}), scalar("levels", 255.0)});
+    const std::string scale =
+        named("Where", "scale", {step("Equal", "all_zero", {maxx, minx}), scalar("one", 1.0), steps}, scale_out);
+    const std::string zp =
+        step("Round", "zero_point_rounded",
+             {step("Min", "zero_point_high",
+                   {step("Max", "zero_point_low",
+                         {step("Neg", "zero_point_float", {step("Div", "min_steps", {minx, scale})}), zero}),
+                    scalar("top", 255.0)})});
+    const std::string zp_u8 = named("Cast", "zero_point", {zp}, zp_out, {{"to", std::int64_t{2}}});
+    step("QuantizeLinear", "quantize", {ins[0], scale, zp_u8}, y);
     return;
   }
   if (t == "Shrink") {

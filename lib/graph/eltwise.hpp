@@ -22,7 +22,7 @@ struct eltwise_op {
 
 using enum kernels::eltwise_fn;
 // Binary ops broadcast NumPy-style; Max and Min take one or more inputs (folded pairwise).
-inline constexpr std::array<eltwise_op, 34> eltwise_ops{{
+inline constexpr std::array<eltwise_op, 35> eltwise_ops{{
     {"Add", add, true},
     {"Sub", sub, true},
     {"Mul", mul, true},
@@ -43,6 +43,7 @@ inline constexpr std::array<eltwise_op, 34> eltwise_ops{{
     {"Reciprocal", reciprocal, false},
     {"Floor", floor, false},
     {"Ceil", ceil, false},
+    {"Round", round, false},
     {"Erf", erf, false},
     {"Sin", sin, false},
     {"Cos", cos, false},

@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 97> ops_table{"Add",
+constexpr std::array<std::string_view, 98> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -114,7 +114,8 @@ constexpr std::array<std::string_view, 97> ops_table{"Add",
                                                      "IsNaN",
                                                      "IsInf",
                                                      "QuantizeLinear",
-                                                     "DequantizeLinear"};
+                                                     "DequantizeLinear",
+                                                     "Round"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -1904,14 +1905,18 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
 
 void graph::add_composite(std::string_view type, std::string name, const std::vector<std::string>& inputs,
                           const std::vector<std::string>& outputs, const npurt::attributes& attrs) {
-  const std::size_t most = type == "LayerNormalization" ? 3 : type == "SoftmaxCrossEntropyLoss" ? 2 : 1;
+  const std::size_t most = type == "LayerNormalization" || type == "DynamicQuantizeLinear" ? 3
+                           : type == "SoftmaxCrossEntropyLoss"                             ? 2
+                                                                                           : 1;
   if (outputs.size() > most || outputs.empty() || outputs[0].empty())
-    throw graph_error(make_error_code(errc::invalid_argument), name, {},
-                      "node '" + name + "': " + std::string(type) + " has " +
-                          (most == 1   ? std::string("one output")
-                           : most == 2 ? std::string("the outputs output and log_prob, output named")
-                                       : "the outputs Y, Mean and InvStdDev, Y named") +
-                          ", " + std::to_string(outputs.size()) + " named");
+    throw graph_error(
+        make_error_code(errc::invalid_argument), name, {},
+        "node '" + name + "': " + std::string(type) + " has " +
+            (most == 1                         ? std::string("one output")
+             : most == 2                       ? std::string("the outputs output and log_prob, output named")
+             : type == "DynamicQuantizeLinear" ? std::string("the outputs y, y_scale and y_zero_point, y named")
+                                               : "the outputs Y, Mean and InvStdDev, Y named") +
+            ", " + std::to_string(outputs.size()) + " named");
   if (inputs.empty() || inputs[0].empty())
     throw graph_error(make_error_code(errc::invalid_argument), name, {},
                       "node '" + name + "': " + std::string(type) + " needs its first input");

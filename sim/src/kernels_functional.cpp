@@ -513,6 +513,7 @@ float apply_unary(const kernels::elementwise& op, float x) noexcept {
     case reciprocal: return 1.0f / x;
     case floor: return std::floor(x);
     case ceil: return std::ceil(x);
+    case round: return static_cast<float>(round_even(static_cast<double>(x)));
     case erf: return std::erf(x);
     case sin: return std::sin(x);
     case cos: return std::cos(x);

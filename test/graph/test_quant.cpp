@@ -159,3 +159,62 @@ TEST_CASE("QuantizeLinear lowers to one quantize kernel in a timing-only run", "
   // x read, the uint8 y written.
   test::check_timing_only_movement(g, {256, 256}, dtype::f32, "y", {256, 256}, 256.0 * 256 * (4 + 1));
 }
+
+TEST_CASE("Round rounds halves to even; an integer input is not_supported naming it", "[graph][quant][round]") {
+  graph g("round");
+  auto x = g.add_input("x", {6}, dtype::f32);
+  g.set_output(g.add_op("Round", {x}, {}, "y"));
+  const std::vector<double> xv{0.5, 1.5, 2.5, -2.5, -0.6, 7.49};
+  for (const precision p : {precision::fp32, precision::fp16}) {
+    CAPTURE(to_string(p));
+    auto sys = test::make_system();
+    session s{sys, {.precision = p}};
+    const auto r = s.run(s.compile(g), {{"x", tensor({6}, dtype::f32, xv)}});
+    CHECK(r.outputs.at("y").to_vector() == std::vector<double>{0, 2, 2, -2, -1, 7});
+  }
+  expect_graph_error(
+      [] {
+        graph h("int round");
+        h.add_op("Round", {h.add_input("x", {4}, dtype::i32)}, {}, "y");
+      },
+      errc::not_supported, "y", "x");
+}
+
+TEST_CASE("DynamicQuantizeLinear computes scale and zero point from the data's range", "[graph][quant][dynamic]") {
+  // onnx.ai DynamicQuantizeLinear: the range [min(0, min x), max(0, max x)], scale = range / 255
+  // (1 when every element is 0), zero point = rint(clip(-min / scale, 0, 255)), y as QuantizeLinear.
+  const std::vector<std::vector<double>> cases{{0, 2, -3, -2.5, -1.0, -0.5, 1.5, 2.75},
+                                               {1, 2.5, 3, 4, 5, 6, 7, 8},
+                                               {-1, -2, -3, -4, -5, -6, -7, -8},
+                                               {0, 0, 0, 0, 0, 0, 0, 0}};
+  for (const auto& xv : cases) {
+    graph g("dynamic");
+    auto x = g.add_input("x", {2, 4}, dtype::f32);
+    g.add_node("DynamicQuantizeLinear", "dq", {x}, {"y", "y_scale", "y_zero_point"});
+    for (const char* o : {"y", "y_scale", "y_zero_point"}) g.set_output(o);
+    auto sys = test::make_system();
+    session s{sys};
+    const auto r = s.run(s.compile(g), {{"x", tensor({2, 4}, dtype::f32, xv)}});
+    float mx = 0, mn = 0;
+    for (const double v : xv) {
+      mx = std::max(mx, static_cast<float>(v));
+      mn = std::min(mn, static_cast<float>(v));
+    }
+    const float sc = mx == mn ? 1.0f : (mx - mn) / 255.0f;
+    const double zp = std::nearbyint(std::clamp(static_cast<double>(-mn / sc), 0.0, 255.0));
+    CAPTURE(xv[1], sc, zp);
+    REQUIRE(r.outputs.at("y").type() == dtype::u8);
+    REQUIRE(r.outputs.at("y_zero_point").type() == dtype::u8);
+    CHECK(r.outputs.at("y_scale").get(0) == static_cast<double>(sc));
+    CHECK(r.outputs.at("y_zero_point").get_int(0) == static_cast<std::int64_t>(zp));
+    for (std::size_t i = 0; i < xv.size(); ++i)
+      CHECK(r.outputs.at("y").get_int(static_cast<std::int64_t>(i)) ==
+            static_cast<std::int64_t>(qdq_quantize(static_cast<float>(xv[i]), sc, zp, dtype::u8)));
+  }
+  expect_graph_error(
+      [] {
+        graph g("f16 x");
+        g.add_node("DynamicQuantizeLinear", "dq", {g.add_input("x", {4}, dtype::f16)}, {"y"});
+      },
+      errc::not_supported, "dq", "x");
+}

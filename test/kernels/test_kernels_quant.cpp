@@ -189,3 +189,32 @@ TEST_CASE("quantize descriptors: dtypes, shapes and axis are checked", "[kernels
   CHECK(npurt::sim::operands(k::quantize{Q, t({2}), t({1}), t({1}, dtype::u8), t({2}, dtype::u8)}).size() == 4);
   CHECK(sizeof(npurt::kernel_desc) <= 752);
 }
+
+TEST_CASE("round rounds halves to even in every float dtype, keeping signs, infinities and NaN",
+          "[kernels][eltwise][round]") {
+  // numpy.round (ONNX's Round): ties to even, so 0.5 -> 0, 1.5 -> 2, 2.5 -> 2, -2.5 -> -2; -0.4
+  // gives -0; 2^23 + 1 and larger floats are integers already.
+  const std::vector<double> v{0.5,       1.5,       2.5,  -0.5,     -1.5,      -2.5, 0.4999, -0.4,
+                              2.5000002, 8388609.0, 1e30, INFINITY, -INFINITY, NAN,  -0.0,   126.5};
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
+    CAPTURE(npurt::to_string(t));
+    tensor x({static_cast<std::int64_t>(v.size())}, t), y(x.desc.shape, t);
+    x.assign(v);
+    REQUIRE(run(k::elementwise{k::eltwise_fn::round, x.desc, {}, y.desc}) == 0);
+    const auto held = x.values();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      CAPTURE(held[i]);
+      const double want = std::nearbyint(held[i]);
+      if (std::isnan(want)) {
+        CHECK(std::isnan(y.get(i)));
+      } else {
+        CHECK(y.get(i) == want);
+        CHECK(std::signbit(y.get(i)) == std::signbit(want));
+      }
+    }
+    CHECK(y.get(0) == 0);
+    CHECK(y.get(1) == 2);
+    CHECK(y.get(2) == 2);
+    CHECK(y.get(5) == -2);
+  }
+}

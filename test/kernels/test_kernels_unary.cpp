@@ -30,6 +30,7 @@ TEST_CASE("unary elementwise functions follow their definitions", "[kernels][elt
       {k::eltwise_fn::neg, 0, 0, [](double x) { return -x; }, -5, 5},
       {k::eltwise_fn::reciprocal, 0, 0, [](double x) { return 1 / x; }, 0.1, 5},
       {k::eltwise_fn::floor, 0, 0, [](double x) { return std::floor(x); }, -5, 5},
+      {k::eltwise_fn::round, 0, 0, [](double x) { return std::nearbyint(x); }, -5, 5},
       {k::eltwise_fn::ceil, 0, 0, [](double x) { return std::ceil(x); }, -5, 5},
       {k::eltwise_fn::erf, 0, 0, [](double x) { return std::erf(x); }, -3, 3},
       {k::eltwise_fn::sin, 0, 0, [](double x) { return std::sin(x); }, -3, 3},
