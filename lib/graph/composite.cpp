@@ -132,7 +132,9 @@ std::span<const std::string_view> composite_ops() noexcept {
                                              "Squeeze",
                                              "Unsqueeze",
                                              "SoftmaxCrossEntropyLoss",
-                                             "DynamicQuantizeLinear"};
+                                             "DynamicQuantizeLinear",
+                                             "EyeLike",
+                                             "OneHot"};
   return ops;
 }
 
@@ -523,6 +525,91 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     const std::string out_shape =
         to_space ? dims("shape", {n, c / (b * b), h * b, w * b}) : dims("shape", {n, c * b * b, h / b, w / b});
     step("Reshape", to_space ? "depth_to_space" : "space_to_depth", {moved, out_shape}, y);
+    return;
+  }
+  if (t == "EyeLike") {
+    // onnx.ai EyeLike: a 2-D tensor of x's shape, 1 where column - row == k, 0 elsewhere, of the
+    // dtype attribute's type (x's when absent). It depends on x's shape only: a constant.
+    const value_info x = g.value(ins[0]);
+    if (x.shape.rank() != 2)
+      fail(errc::invalid_shape, node_name, ins[0],
+           "EyeLike '" + node_name + "': x must be 2-D, got " + shape_string(x.shape));
+    dtype out = x.type;
+    if (attrs.has("dtype")) {
+      const auto d = dtype_from_onnx(attrs.get_int("dtype", 1));
+      if (!d)
+        fail(errc::not_supported, node_name, y,
+             "EyeLike '" + node_name + "': dtype " + std::to_string(attrs.get_int("dtype", 1)) +
+                 " is not a dtype npurt holds");
+      out = *d;
+    }
+    const std::int64_t k = attrs.get_int("k", 0);
+    tensor eye(x.shape, out);
+    for (std::int64_t r = 0; r < x.shape[0]; ++r)
+      for (std::int64_t c = 0; c < x.shape[1]; ++c)
+        if (c - r == k) eye.set(r * x.shape[1] + c, 1.0);
+    step("Identity", "eye", {g.add_constant(fresh(y + "/eye"), std::move(eye))}, y);
+    return;
+  }
+  if (t == "OneHot") {
+    // onnx.ai OneHot: out[..., j at axis, ...] = on_value where indices (wrapped once by depth
+    // when negative) equal j, off_value elsewhere; an index outside [-depth, depth - 1] gives an
+    // all-off row. Computed as Equal of the wrapped indices, with a 1 inserted at axis, against
+    // the constant 0 .. depth - 1 along axis, then Where(on, off).
+    const value_info idx = g.value(ins[0]);
+    if (idx.type != dtype::i32 && idx.type != dtype::i64)
+      fail(errc::not_supported, node_name, ins[0],
+           "OneHot '" + node_name + "': indices must be int32 or int64, got " + std::string(to_string(idx.type)));
+    if (ins.size() < 3 || ins[1].empty() || ins[2].empty())
+      fail(errc::parse_error, node_name, y, "OneHot '" + node_name + "' needs the inputs indices, depth and values");
+    const tensor* depth_t = g.constant(ins[1]);
+    const tensor* values_t = g.constant(ins[2]);
+    if (!depth_t || !depth_t->is_host())
+      fail(errc::not_supported, node_name, ins[1], "OneHot '" + node_name + "': depth must be a constant");
+    if (!values_t || !values_t->is_host())
+      fail(errc::not_supported, node_name, ins[2], "OneHot '" + node_name + "': values must be a constant");
+    if (depth_t->elements() != 1)
+      fail(errc::invalid_shape, node_name, ins[1], "OneHot '" + node_name + "': depth must hold one value");
+    if (values_t->elements() != 2)
+      fail(errc::invalid_shape, node_name, ins[2],
+           "OneHot '" + node_name + "': values must be [off_value, on_value], got " + shape_string(values_t->shape()));
+    // ONNX casts a float depth to int64.
+    const double dv = depth_t->get(0);
+    if (!(dv >= 1 && dv <= 1 << 30))
+      fail(errc::invalid_argument, node_name, ins[1],
+           "OneHot '" + node_name + "': depth must be in [1, 2^30], got " + std::to_string(dv));
+    const auto depth = static_cast<std::int64_t>(dv);
+    const auto rank = static_cast<std::int64_t>(idx.shape.rank());
+    std::int64_t axis = attrs.get_int("axis", -1);
+    if (axis < -rank - 1 || axis > rank)
+      fail(errc::invalid_argument, node_name, ins[0],
+           "OneHot '" + node_name + "': axis " + std::to_string(axis) + " is outside [" + std::to_string(-rank - 1) +
+               ", " + std::to_string(rank) + "]");
+    if (axis < 0) axis += rank + 1;
+    const auto int_scalar = [&](const std::string& tag, std::int64_t v) {
+      tensor c(shape{}, idx.type);
+      c.set(0, static_cast<double>(v));
+      return g.add_constant(fresh(y + "/" + tag), std::move(c));
+    };
+    const std::string wrapped = step("Where", "wrapped",
+                                     {step("Less", "negative", {ins[0], int_scalar("zero", 0)}),
+                                      step("Add", "plus_depth", {ins[0], int_scalar("depth", depth)}), ins[0]});
+    std::vector<std::int64_t> at_axis, positions;
+    for (std::int64_t d = 0, s = 0; d <= rank; ++d) {
+      at_axis.push_back(d == axis ? 1 : idx.shape[static_cast<std::size_t>(s)]);
+      positions.push_back(d == axis ? depth : 1);
+      if (d != axis) ++s;
+    }
+    const std::string column = step("Reshape", "column", {wrapped, add_ints(g, fresh(y + "/column_shape"), at_axis)});
+    tensor range(shape(std::span<const std::int64_t>(positions)), idx.type);
+    for (std::int64_t j = 0; j < depth; ++j) range.set(j, static_cast<double>(j));
+    const std::string hit = step("Equal", "hit", {column, g.add_constant(fresh(y + "/positions"), std::move(range))});
+    const auto value_scalar = [&](const std::string& tag, std::int64_t i) {
+      tensor c(shape{}, values_t->type());
+      c.set(0, values_t->get(i));
+      return g.add_constant(fresh(y + "/" + tag), std::move(c));
+    };
+    step("Where", "one_hot", {hit, value_scalar("on", 1), value_scalar("off", 0)}, y);
     return;
   }
   if (t == "DynamicQuantizeLinear") {

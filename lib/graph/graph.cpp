@@ -375,6 +375,8 @@ const op_attributes onnx_attributes[] = {
     // saturate concerns float8 outputs only; block_size must be 0 (blocked quantization is refused).
     {"QuantizeLinear", {"axis", "saturate", "block_size", "output_dtype", "precision"}},
     {"DequantizeLinear", {"axis", "block_size", "output_dtype"}},
+    {"EyeLike", {"dtype", "k"}},
+    {"OneHot", {"axis"}},
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};

@@ -218,3 +218,73 @@ TEST_CASE("DynamicQuantizeLinear computes scale and zero point from the data's r
       },
       errc::not_supported, "dq", "x");
 }
+
+TEST_CASE("EyeLike writes ones on diagonal k in the dtype asked for", "[graph][quant][eyelike]") {
+  for (const std::int64_t k : {std::int64_t{0}, std::int64_t{1}, std::int64_t{-2}, std::int64_t{5}}) {
+    graph g("eye");
+    auto x = g.add_input("x", {3, 4}, dtype::f32);
+    g.set_output(g.add_op("EyeLike", {x}, {{"k", k}, {"dtype", std::int64_t{6}}}, "y"));
+    auto sys = test::make_system();
+    session s{sys};
+    const auto r = s.run(s.compile(g), {{"x", tensor({3, 4}, dtype::f32)}});
+    const tensor& y = r.outputs.at("y");
+    REQUIRE(y.type() == dtype::i32);
+    for (std::int64_t i = 0; i < 3; ++i)
+      for (std::int64_t j = 0; j < 4; ++j) CHECK(y.get_int(i * 4 + j) == (j - i == k ? 1 : 0));
+  }
+  expect_graph_error(
+      [] {
+        graph g("eye rank");
+        g.add_op("EyeLike", {g.add_input("x", {2, 2, 2}, dtype::f32)}, {}, "y");
+      },
+      errc::invalid_shape, "y", "x");
+}
+
+TEST_CASE("OneHot: negative indices wrap once, out-of-range ones give an all-off row", "[graph][quant][onehot]") {
+  // onnx.ai OneHot with depth 4: -1 is 3, -4 is 0, 4 and -5 are outside [-4, 3].
+  const std::vector<double> iv{0, 3, -1, -4, 4, -5};
+  for (const std::int64_t axis : {std::int64_t{-1}, std::int64_t{0}, std::int64_t{1}}) {
+    CAPTURE(axis);
+    graph g("one hot");
+    auto idx = g.add_input("i", {2, 3}, dtype::i64);
+    auto depth = g.add_constant("depth", tensor({}, dtype::i64, {4}));
+    auto values = g.add_constant("values", tensor({2}, dtype::f32, {-1.5, 7}));
+    g.set_output(g.add_op("OneHot", {idx, depth, values}, {{"axis", axis}}, "y"));
+    auto sys = test::make_system();
+    session s{sys};
+    const auto r = s.run(s.compile(g), {{"i", tensor({2, 3}, dtype::i64, iv)}});
+    const tensor& y = r.outputs.at("y");
+    // Out shape: [2, 3] with 4 inserted at axis; element (a, b, j) in index order.
+    const std::int64_t ax = axis < 0 ? axis + 3 : axis;
+    shape want_shape{2, 3};
+    want_shape = ax == 0 ? shape{4, 2, 3} : ax == 1 ? shape{2, 4, 3} : shape{2, 3, 4};
+    REQUIRE(y.shape() == want_shape);
+    for (std::int64_t a = 0; a < 2; ++a)
+      for (std::int64_t b = 0; b < 3; ++b)
+        for (std::int64_t j = 0; j < 4; ++j) {
+          const double v = iv[static_cast<std::size_t>(a * 3 + b)];
+          const double wrapped = v < 0 ? v + 4 : v;
+          const double want = wrapped == static_cast<double>(j) ? 7 : -1.5;
+          const std::int64_t at = ax == 0 ? (j * 2 + a) * 3 + b : ax == 1 ? (a * 4 + j) * 3 + b : (a * 3 + b) * 4 + j;
+          CHECK(y.get(at) == want);
+        }
+  }
+  expect_graph_error(
+      [] {
+        graph g("one hot depth");
+        g.add_op("OneHot",
+                 {g.add_input("i", {2}, dtype::i64), g.add_input("depth", {}, dtype::i64),
+                  g.add_constant("values", tensor({2}, dtype::f32, {0, 1}))},
+                 {}, "y");
+      },
+      errc::not_supported, "y", "depth");
+  expect_graph_error(
+      [] {
+        graph g("one hot indices");
+        g.add_op("OneHot",
+                 {g.add_input("i", {2}, dtype::f32), g.add_constant("depth", tensor({}, dtype::i64, {3})),
+                  g.add_constant("values", tensor({2}, dtype::f32, {0, 1}))},
+                 {}, "y");
+      },
+      errc::not_supported, "y", "i");
+}
