@@ -81,6 +81,10 @@ struct conv2d_backward_weight {
 /// round is ONNX's Round (onnx.ai/onnx/operators/onnx__Round.html): to the nearest integer,
 /// halves to even (numpy.round), on floats.
 ///
+/// shift_left and shift_right are ONNX's BitShift (onnx.ai/onnx/operators/onnx__BitShift.html)
+/// on uint8 only (the one unsigned type npurt has): a shift by the width or more gives 0, as
+/// numpy's left_shift and right_shift do on unsigned integers; bits shifted out are dropped.
+///
 /// Integer tensors (i8, i32, i64, u8) take the functions integers_ok() names, computed exactly in
 /// the dtype: add, sub, mul, neg and pow wrap modulo 2^n as two's complement (numpy and ONNX
 /// Runtime do); div truncates toward zero (C, and ONNX's reference, which divides then casts);
@@ -127,12 +131,14 @@ enum class eltwise_fn : std::uint8_t {
   mod,
   fmod,
   round,
+  shift_left,
+  shift_right,
 };
-inline constexpr eltwise_fn last_eltwise_fn = eltwise_fn::round;
+inline constexpr eltwise_fn last_eltwise_fn = eltwise_fn::shift_right;
 
 constexpr bool is_binary(eltwise_fn f) noexcept {
   return f <= eltwise_fn::div || (f >= eltwise_fn::relu_backward && f <= eltwise_fn::min) || f == eltwise_fn::mod ||
-         f == eltwise_fn::fmod;
+         f == eltwise_fn::fmod || f == eltwise_fn::shift_left || f == eltwise_fn::shift_right;
 }
 
 /// Whether f computes on integer dtypes (exact integer arithmetic; see eltwise_fn).
@@ -149,13 +155,17 @@ constexpr bool integers_ok(eltwise_fn f) noexcept {
     case eltwise_fn::neg:
     case eltwise_fn::sign:
     case eltwise_fn::mod:
-    case eltwise_fn::fmod: return true;
+    case eltwise_fn::fmod:
+    case eltwise_fn::shift_left:
+    case eltwise_fn::shift_right: return true;
     default: return false;
   }
 }
 
 /// Whether f computes on float dtypes: all but mod (ONNX's Mod takes floats with fmod = 1 only).
-constexpr bool floats_ok(eltwise_fn f) noexcept { return f != eltwise_fn::mod; }
+constexpr bool floats_ok(eltwise_fn f) noexcept {
+  return f != eltwise_fn::mod && f != eltwise_fn::shift_left && f != eltwise_fn::shift_right;
+}
 
 /// y = fn(a, b) with NumPy broadcasting, or y = fn(a) for the unary functions (b unused).
 struct elementwise {
@@ -616,6 +626,8 @@ constexpr std::string_view op_name(const elementwise& e) noexcept {
     case eltwise_fn::mod: return "mod";
     case eltwise_fn::fmod: return "fmod";
     case eltwise_fn::round: return "round";
+    case eltwise_fn::shift_left: return "shift_left";
+    case eltwise_fn::shift_right: return "shift_right";
   }
   return "elementwise";
 }

@@ -18,7 +18,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 98> ops_table{"Add",
+constexpr std::array<std::string_view, 99> ops_table{"Add",
                                                      "AveragePool",
                                                      "BatchNormalization",
                                                      "Cast",
@@ -115,7 +115,8 @@ constexpr std::array<std::string_view, 98> ops_table{"Add",
                                                      "IsInf",
                                                      "QuantizeLinear",
                                                      "DequantizeLinear",
-                                                     "Round"};
+                                                     "Round",
+                                                     "BitShift"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -377,6 +378,7 @@ const op_attributes onnx_attributes[] = {
     {"DequantizeLinear", {"axis", "block_size", "output_dtype"}},
     {"EyeLike", {"dtype", "k"}},
     {"OneHot", {"axis"}},
+    {"BitShift", {"direction"}},
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
@@ -1568,6 +1570,20 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       fail(errc::invalid_argument, n, a.name,
            "fmod=0 (the divisor's sign) is for integers; a " + std::string(to_string(a.type)) +
                " Mod needs fmod=1, as ONNX's specification says");
+    return one(broadcast(n, a, b), a.type);
+  }
+  if (t == "BitShift") {
+    // onnx.ai/onnx/operators/onnx__BitShift.html: X and Y of one unsigned type, broadcast;
+    // direction LEFT or RIGHT.
+    const auto& a = need(n, in, 0);
+    const auto& b = need(n, in, 1);
+    const std::string dir = n.attrs.get_string("direction", "");
+    if (dir != "LEFT" && dir != "RIGHT")
+      fail(errc::invalid_argument, n, {}, "direction must be LEFT or RIGHT, got '" + dir + "'");
+    if (a.type != dtype::u8)
+      fail(errc::not_supported, n, a.name,
+           "needs uint8 (npurt's one unsigned type), got " + std::string(to_string(a.type)));
+    same_type(n, a, b);
     return one(broadcast(n, a, b), a.type);
   }
   if (t == "CumSum") {

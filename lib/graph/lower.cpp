@@ -438,6 +438,10 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
   } else if (t == "Mod") {
     const auto f = n.attrs.get_int("fmod", 0) != 0 ? kernels::eltwise_fn::fmod : kernels::eltwise_fn::mod;
     kernel(kernels::elementwise{f, desc(st.in[0]), desc(st.in[1]), y});
+  } else if (t == "BitShift") {
+    const auto f = n.attrs.get_string("direction", "") == "LEFT" ? kernels::eltwise_fn::shift_left
+                                                                 : kernels::eltwise_fn::shift_right;
+    kernel(kernels::elementwise{f, desc(st.in[0]), desc(st.in[1]), y});
   } else if (t == "CumSum") {
     // The axis is a constant (checked when the node was added).
     const cvalue& ax = values[static_cast<std::size_t>(st.in[1])];

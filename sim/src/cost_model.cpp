@@ -413,6 +413,8 @@ double eltwise_ops(kernels::eltwise_fn f) noexcept {
     case eltwise_fn::floor:
     case eltwise_fn::ceil:
     case eltwise_fn::round:
+    case eltwise_fn::shift_left:
+    case eltwise_fn::shift_right:
     case eltwise_fn::sign: return 2;  // compare or round, select
     case eltwise_fn::leaky_relu:
     case eltwise_fn::thresholded_relu:

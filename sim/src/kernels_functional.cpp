@@ -636,6 +636,16 @@ bool apply_int(kernels::eltwise_fn f, dtype t, int64_t a, int64_t b, int64_t& ou
       out = r;
       return true;
     }
+    case shift_left:
+    case shift_right: {
+      // uint8 only (validated): a shift by 8 or more empties the byte, as numpy's does.
+      if (b >= 8) {
+        out = 0;
+        return true;
+      }
+      out = wrap_to(t, f == shift_left ? ua << ub : ua >> ub);
+      return true;
+    }
     case pow: {
       if (b < 0) return false;
       // Square-and-multiply in unsigned arithmetic: each product's low bits are the wrapped one.

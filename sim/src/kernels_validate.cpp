@@ -229,6 +229,9 @@ std::error_code check(const kernels::elementwise& e) {
                        : e.a.type == dtype::boolean ? false
                                                     : kernels::integers_ok(e.fn);
   if (!type_ok || e.y.type != e.a.type) return fail(errc::invalid_dtype);
+  // ONNX's BitShift is defined on unsigned integers only; uint8 is npurt's one.
+  if ((e.fn == kernels::eltwise_fn::shift_left || e.fn == kernels::eltwise_fn::shift_right) && e.a.type != dtype::u8)
+    return fail(errc::invalid_dtype);
   if (!binary(e.fn)) return e.y.shape == e.a.shape ? std::error_code{} : fail(errc::invalid_shape);
   if (e.b.type != e.a.type) return fail(errc::invalid_dtype);
   // NumPy: align trailing dimensions; each pair equal or one of them 1.

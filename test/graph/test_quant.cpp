@@ -288,3 +288,39 @@ TEST_CASE("OneHot: negative indices wrap once, out-of-range ones give an all-off
       },
       errc::not_supported, "y", "i");
 }
+
+TEST_CASE("BitShift LEFT and RIGHT on uint8 broadcast; other dtypes and directions are refused",
+          "[graph][quant][bitshift]") {
+  for (const char* dir : {"LEFT", "RIGHT"}) {
+    CAPTURE(dir);
+    graph g("shift");
+    auto x = g.add_input("x", {4}, dtype::u8);
+    auto s = g.add_constant("s", tensor({4}, dtype::u8, {0, 3, 7, 9}));
+    g.set_output(g.add_op("BitShift", {x, s}, {{"direction", std::string(dir)}}, "y"));
+    auto sys = test::make_system();
+    session sess{sys, {.precision = precision::fp16}};
+    const std::vector<double> xv{255, 37, 1, 200};
+    const auto r = sess.run(sess.compile(g), {{"x", tensor({4}, dtype::u8, xv)}});
+    REQUIRE(r.outputs.at("y").type() == dtype::u8);
+    const unsigned sh[] = {0, 3, 7, 9};
+    for (std::size_t i = 0; i < 4; ++i) {
+      const auto v = static_cast<unsigned>(xv[i]);
+      const unsigned want = sh[i] >= 8 ? 0u : std::string(dir) == "LEFT" ? (v << sh[i]) & 0xFFu : v >> sh[i];
+      CHECK(r.outputs.at("y").get_int(static_cast<std::int64_t>(i)) == want);
+    }
+  }
+  expect_graph_error(
+      [] {
+        graph g("signed");
+        g.add_op("BitShift", {g.add_input("a", {2}, dtype::i32), g.add_input("b", {2}, dtype::i32)},
+                 {{"direction", std::string("LEFT")}}, "y");
+      },
+      errc::not_supported, "y", "a");
+  expect_graph_error(
+      [] {
+        graph g("direction");
+        g.add_op("BitShift", {g.add_input("a", {2}, dtype::u8), g.add_input("b", {2}, dtype::u8)},
+                 {{"direction", std::string("UP")}}, "y");
+      },
+      errc::invalid_argument, "y", "");
+}

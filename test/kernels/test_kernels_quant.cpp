@@ -218,3 +218,26 @@ TEST_CASE("round rounds halves to even in every float dtype, keeping signs, infi
     CHECK(y.get(5) == -2);
   }
 }
+
+TEST_CASE("shift_left and shift_right on uint8: bits shifted out drop, a shift of 8 or more gives 0",
+          "[kernels][eltwise][bitshift]") {
+  // numpy.left_shift and right_shift on uint8, broadcast: y = (x << s) mod 256, x >> s, 0 for s >= 8.
+  tensor x({2, 3}, dtype::u8), s({3}, dtype::u8), y({2, 3}, dtype::u8);
+  x.assign({1, 255, 16, 200, 3, 128});
+  s.assign({1, 4, 8});
+  for (const auto fn : {k::eltwise_fn::shift_left, k::eltwise_fn::shift_right}) {
+    CAPTURE(k::op_name(k::elementwise{fn}));
+    REQUIRE(run(k::elementwise{fn, x.desc, s.desc, y.desc}) == 0);
+    for (std::size_t i = 0; i < 6; ++i) {
+      const auto xv = static_cast<unsigned>(x.get(i)), sv = static_cast<unsigned>(s.get(i % 3));
+      const unsigned want = sv >= 8 ? 0u : (fn == k::eltwise_fn::shift_left ? (xv << sv) & 0xFFu : xv >> sv);
+      CHECK(y.get(i) == want);
+    }
+  }
+  CHECK(y.get(0) == 0);  // 1 >> 1
+  auto t = [](shape sh, dtype d) { return shape_only(sh, d); };
+  CHECK(npurt::sim::validate(k::elementwise{k::eltwise_fn::shift_left, t({2}, dtype::i8), t({2}, dtype::i8),
+                                            t({2}, dtype::i8)}) == errc::invalid_dtype);
+  CHECK(npurt::sim::validate(k::elementwise{k::eltwise_fn::shift_right, t({2}, dtype::f32), t({2}, dtype::f32),
+                                            t({2}, dtype::f32)}) == errc::invalid_dtype);
+}
