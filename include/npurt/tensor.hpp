@@ -33,6 +33,13 @@ constexpr std::size_t size_of(dtype t) noexcept {
   return 0;
 }
 
+/// Whether t holds floating-point values (f32, f16, bf16).
+constexpr bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
+/// Whether t holds integers (i8, i32, i64, u8); bool is neither a float nor an integer.
+constexpr bool is_integer(dtype t) noexcept {
+  return t == dtype::i8 || t == dtype::i32 || t == dtype::i64 || t == dtype::u8;
+}
+
 constexpr std::string_view to_string(dtype t) noexcept {
   switch (t) {
     case dtype::f32: return "f32";

@@ -20,7 +20,6 @@ namespace npurt {
 
 namespace {
 
-bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
 bool is_view(const std::string& t) {
   return t == "Reshape" || t == "Flatten" || t == "Identity" || t == "Dropout";  // Dropout: inference
 }

@@ -137,8 +137,6 @@ std::string shape_string(const shape& s) {
 
 namespace {
 
-bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
-
 const value_info& need(const node& n, std::span<const value_info* const> in, std::size_t i) {
   if (i >= in.size() || !in[i]) fail(errc::invalid_argument, n, {}, "input " + std::to_string(i) + " is required");
   return *in[i];
@@ -148,8 +146,6 @@ void need_float(const node& n, const value_info& v) {
   if (!is_float(v.type))
     fail(errc::not_supported, n, v.name, "needs a floating-point tensor, got " + std::string(to_string(v.type)));
 }
-
-bool is_integer(dtype t) noexcept { return t == dtype::i8 || t == dtype::i32 || t == dtype::i64 || t == dtype::u8; }
 
 // A number the kernel computes f on: a float, or an integer where f is exact on integers (Add,
 // Sub, Mul, Div, Pow, Max, Min, Abs, Neg, Sign, Mod; see kernels::integers_ok).

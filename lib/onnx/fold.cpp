@@ -18,7 +18,6 @@ constexpr std::array<std::string_view, 20> foldable_ops{
     "Add",     "Cast",  "Concat", "ConstantOfShape", "Div",     "Equal", "Gather",    "Identity", "Mul",    "Range",
     "Reshape", "Shape", "Size",   "Slice",           "Squeeze", "Sub",   "Unsqueeze", "Where",    "Expand", "Neg"};
 
-bool is_int(dtype t) noexcept { return t == dtype::i64 || t == dtype::i32 || t == dtype::i8 || t == dtype::u8; }
 bool is_bool(const operand& v) noexcept { return v.value->type() == dtype::boolean; }
 
 // The node being folded, for errors that name it.
@@ -97,7 +96,7 @@ const operand& need(const ctx& c, std::span<const operand> in, std::size_t i) {
 // A 1-D (or scalar) integer input read as a list: Reshape's shape, Slice's starts, axes, ...
 ints int_list(const ctx& c, const operand& v, std::size_t i) {
   const tensor& t = *v.value;
-  if (!is_int(t.type()))
+  if (!is_integer(t.type()))
     c.fail(errc::invalid_dtype, c.in_name(i), "input '" + c.in_name(i) + "' must be an integer tensor");
   if (t.shape().rank() > 1)
     c.fail(errc::invalid_shape, c.in_name(i),
@@ -515,16 +514,16 @@ result fold_cast(const ctx& c, const operand& x) {
   for (std::int64_t i = 0; i < out.elements(); ++i) {
     if (to_bool) {
       put_int(out, i, x.value->get(i) != 0 ? 1 : 0);  // NaN is nonzero: true
-    } else if (is_int(from) && is_int(*to)) {
+    } else if (is_integer(from) && is_integer(*to)) {
       put_int(out, i, int_at(*x.value, i));
-    } else if (is_int(from)) {
+    } else if (is_integer(from)) {
       const std::int64_t v = int_at(*x.value, i);
       // One rounding from the integer to f32 (through double it could round twice past 2^53);
       // bf16 rounds from that f32, as the reference casts to bfloat16 through float32; f16
       // rounds from double, as numpy does.
       if (*to == dtype::f16) out.set(i, static_cast<double>(v));
       else out.set(i, static_cast<double>(static_cast<float>(v)));
-    } else if (is_int(*to)) {
+    } else if (is_integer(*to)) {
       const double v = x.value->get(i);
       // Float to integer truncates toward zero; out of the target's range it is undefined in
       // ONNX (and in C++), so refused.
@@ -578,7 +577,7 @@ result fold_binary(const ctx& c, std::span<const operand> in) {
   tensor out(os, equal ? dtype::boolean : t);
   for (std::int64_t i = 0; i < out.elements(); ++i) {
     const std::int64_t ia = broadcast_index(os, a.value->shape(), i), ib = broadcast_index(os, b.value->shape(), i);
-    if (is_int(t)) {
+    if (is_integer(t)) {
       const std::int64_t x = int_at(*a.value, ia), y = int_at(*b.value, ib);
       if (equal) {
         put_int(out, i, x == y);
@@ -622,7 +621,7 @@ result fold_neg(const ctx& c, std::span<const operand> in) {
   if (!fits(x.value->shape())) return too_large();
   tensor out(x.value->shape(), t);
   for (std::int64_t i = 0; i < out.elements(); ++i) {
-    if (is_int(t)) {
+    if (is_integer(t)) {
       // 0 - x in unsigned arithmetic: -INT64_MIN wraps to INT64_MIN, as numpy's does.
       put_int(out, i, static_cast<std::int64_t>(std::uint64_t{0} - static_cast<std::uint64_t>(int_at(*x.value, i))));
     } else {

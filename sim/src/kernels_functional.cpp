@@ -51,8 +51,6 @@ void write_raw(std::byte* p, size_t i, T v) noexcept {
   std::memcpy(p + i * sizeof(T), &v, sizeof(T));
 }
 
-bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
-
 float read_float(dtype t, const std::byte* p, size_t i) noexcept {
   switch (t) {
     case dtype::f32: return read_raw<float>(p, i);

@@ -28,8 +28,6 @@ std::error_code fail(errc e) { return make_error_code(e); }
 
 bool absent(const tensor_desc& t) noexcept { return t.shape.rank() == 0 && t.data == nullptr; }
 
-bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
-
 bool known_dtype(dtype t) noexcept { return static_cast<unsigned>(t) <= static_cast<unsigned>(dtype::boolean); }
 
 // The accumulator output a cube operation may write for input type `in`: FP32 always (L0C
@@ -571,9 +569,7 @@ std::error_code check(const kernels::gather_elements& g) {
 // ONNX's CumSum: one shape and dtype in and out, float or integer (bool is no number to add).
 std::error_code check(const kernels::cumsum& c) {
   if (c.y.type != c.x.type) return fail(errc::invalid_dtype);
-  if (!is_float(c.x.type) && c.x.type != dtype::i8 && c.x.type != dtype::i32 && c.x.type != dtype::i64 &&
-      c.x.type != dtype::u8)
-    return fail(errc::invalid_dtype);
+  if (!is_float(c.x.type) && !is_integer(c.x.type)) return fail(errc::invalid_dtype);
   if (!valid_axis(c.axis, c.x.shape.rank())) return fail(errc::invalid_argument);
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   return {};
@@ -600,9 +596,7 @@ std::error_code check(const kernels::grid_sample& g) {
 bool is_index(dtype t) noexcept { return t == dtype::i32 || t == dtype::i64; }
 
 // What a scatter reduction or TopK compares and combines: numbers, float or integer.
-bool is_number(dtype t) noexcept {
-  return is_float(t) || t == dtype::i8 || t == dtype::i32 || t == dtype::i64 || t == dtype::u8;
-}
+bool is_number(dtype t) noexcept { return is_float(t) || is_integer(t); }
 
 // Scatter's common rules: y is data (shape and dtype), updates has data's dtype, the reduction is
 // one we know, and a reduction computes on numbers only (none moves bytes of any dtype).
