@@ -98,6 +98,8 @@ class device {
   /// async_synchronize) trims the device's pool to its release threshold, as CUDA's does.
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout = no_timeout);
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec);
+  /// synchronize(no_timeout, ec): the error_code form without a timeout.
+  void synchronize(std::error_code& ec) { synchronize(no_timeout, ec); }
   template <class Token = default_token>
     requires(!std::is_convertible_v<Token, std::optional<picoseconds>>)
   auto async_synchronize(Token&& token = {}) {

@@ -94,6 +94,8 @@ class event {
   /// cudaEventSynchronize does.
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout = no_timeout) const;
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec) const;
+  /// synchronize(no_timeout, ec): the error_code form without a timeout.
+  void synchronize(std::error_code& ec) const { synchronize(no_timeout, ec); }
 
   /// When the latest record completed, for a completed user event.
   [[nodiscard]] NPURT_DECL std::optional<sim_time> completion_time() const noexcept;

@@ -176,6 +176,8 @@ class stream {
   /// async_synchronize) trims the device's pool to its release threshold, as CUDA's does.
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout = no_timeout);
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec);
+  /// synchronize(no_timeout, ec): the error_code form without a timeout.
+  void synchronize(std::error_code& ec) { synchronize(no_timeout, ec); }
 
  private:
   friend struct detail::stream_access;

@@ -86,6 +86,12 @@ class system {
   /// clear_deadlock_report() empties it, so a run that succeeds afterwards does not lose it.
   [[nodiscard]] const std::string& deadlock_report() const noexcept { return rt_->last_deadlock_report(); }
   void clear_deadlock_report() noexcept { rt_->clear_deadlock_report(); }
+  /// What the most recent task failure was, in the words a throwing synchronize would use
+  /// ("task 5 (emb) on stream 1 failed (indices[1] = 3 is outside [-3, 2] ...): invalid
+  /// argument"), and clears it; "" when no task failed since the last call. As CANN's
+  /// aclGetRecentErrMsg: for code that hears a failure as an error_code alone (an await with
+  /// boost::asio::use_awaitable, a completion handler), which cannot carry the text.
+  [[nodiscard]] std::string recent_error_message() noexcept { return rt_->take_recent_error(); }
 
   /// Pinned host memory from a mimalloc heap, zeroed. Copies from it are bounds-checked.
   [[nodiscard]] NPURT_DECL void* host_malloc(std::size_t bytes);

@@ -12,7 +12,8 @@
 // (nothing is allocated) and, when the task completes, resumes the coroutine through the loop's
 // queue of actions due at this instant instead of an Asio post: the resumption happens at the
 // virtual time of the completion, in the loop's fixed order, and never inside the initiating
-// call. Errors are thrown from the co_await as npurt's typed exceptions. Tasks run on the
+// call. Errors are thrown from the co_await as npurt's typed exceptions; a task that failed is
+// named with what went wrong, as the blocking forms name it. Tasks run on the
 // system's thread, outside any strand: a strand orders handlers among themselves, and a task is
 // never run concurrently with one because the loop runs everything on one thread.
 //

@@ -3,6 +3,7 @@
 #include <npurt/npurt.hpp>
 #include <npurt/sim/fault_backend.hpp>
 #include <npurt/sim/sim.hpp>
+#include <npurt/task.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
@@ -228,6 +229,121 @@ TEST_CASE("a gather index out of range fails its task at synchronize and leaves 
     npurt::system sys{npurt::sim::with_faults(npurt::sim::presets::ascend910(1), {})};
     check_gather_out_of_range(sys);
   }
+}
+
+// An awaited launch hears its failure itself (nothing is sticky): a use_task await throws what
+// the blocking form would, with the data's words; a use_awaitable await gets the code, and the
+// system's recent error message the words.
+namespace {
+struct awaited_gather {
+  npurt::device& dev;
+  npurt::stream s;
+  void* data;
+  void* idx;
+  void* y;
+  npurt::kernel_desc k;
+  explicit awaited_gather(npurt::system& sys)
+      : dev(sys.device(0)),
+        s(dev.make_stream()),
+        data(dev.malloc(9 * sizeof(float))),
+        idx(dev.malloc(2 * sizeof(std::int64_t))),
+        y(dev.malloc(6 * sizeof(float))),
+        k(npurt::kernels::gather{{data, npurt::shape{3, 3}, npurt::dtype::f32},
+                                 {idx, npurt::shape{2}, npurt::dtype::i64},
+                                 {y, npurt::shape{2, 3}, npurt::dtype::f32},
+                                 0},
+          "lookup") {
+    const std::int64_t bad[2] = {1, 3};  // 3 is past the 3 rows
+    s.memcpy(idx, 16, bad, 16, npurt::memcpy_kind::host_to_device);
+    s.synchronize();
+  }
+  ~awaited_gather() {
+    dev.free(data);
+    dev.free(idx);
+    dev.free(y);
+  }
+};
+
+npurt::task<void> launch_bad_gather_task(awaited_gather& g, std::string& what, std::error_code& code) {
+  try {
+    co_await g.s.async_launch(g.k, npurt::use_task);
+  } catch (const npurt::caller_error& e) {
+    what = e.what();
+    code = e.code();
+  }
+}
+
+npurt::task<void> throwing_callback_task(npurt::stream& s, std::string& what) {
+  try {
+    co_await s.async_callback([] { throw std::length_error("callback says no"); }, npurt::use_task);
+  } catch (const std::length_error& e) { what = e.what(); }
+}
+
+asio::awaitable<void> launch_bad_gather_asio(awaited_gather& g, std::error_code& code) {
+  try {
+    co_await g.s.async_launch(g.k, asio::use_awaitable);
+  } catch (const boost::system::system_error& e) { code = e.code(); }
+}
+}  // namespace
+
+TEST_CASE(
+    "an awaited launch that fails on its data says why: use_task throws the words, use_awaitable's "
+    "code is explained by recent_error_message",
+    "[sim][runtime][error][task]") {
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  awaited_gather g{sys};
+  CHECK(sys.recent_error_message().empty());
+  SECTION("use_task") {
+    std::string what;
+    std::error_code code;
+    npurt::spawn(sys, launch_bad_gather_task(g, what, code));
+    sys.run();
+    INFO(what);
+    CHECK(code == npurt::errc::invalid_argument);
+    CHECK(what.starts_with("npurt::stream::async_launch: task "));
+    CHECK_THAT(what, ContainsSubstring("(lookup) on stream " + std::to_string(g.s.id()) + " failed"));
+    CHECK_THAT(what, ContainsSubstring("(indices[1] = 3 is outside [-3, 2] (data axis 0 has 3 entries))"));
+  }
+  SECTION("use_awaitable") {
+    std::error_code code;
+    asio::co_spawn(g.s.get_executor(), launch_bad_gather_asio(g, code), asio::detached);
+    sys.run();
+    CHECK(code == npurt::errc::invalid_argument);
+    const std::string msg = sys.recent_error_message();
+    INFO(msg);
+    CHECK(msg.starts_with("npurt::stream::async_launch: task "));
+    CHECK_THAT(msg, ContainsSubstring("(indices[1] = 3 is outside [-3, 2]"));
+    CHECK_THAT(msg, ContainsSubstring(npurt::make_error_code(npurt::errc::invalid_argument).message()));
+    CHECK(sys.recent_error_message().empty());  // read once
+  }
+  // The awaiter heard it: nothing is left for the stream's next synchronize.
+  CHECK_NOTHROW(g.s.synchronize());
+}
+
+TEST_CASE("an awaited host callback that throws rethrows its own exception from the await",
+          "[sim][runtime][error][task][callback]") {
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  auto s = sys.device(0).make_stream();
+  std::string what;
+  npurt::spawn(sys, throwing_callback_task(s, what));
+  sys.run();
+  CHECK(what == "callback says no");
+  CHECK_THAT(sys.recent_error_message(), ContainsSubstring("callback says no"));
+  CHECK_NOTHROW(s.synchronize());
+}
+
+TEST_CASE("a fire-and-forget failure is the recent error message too, as the synchronize that reports it words it",
+          "[sim][runtime][error]") {
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  awaited_gather g{sys};
+  g.s.launch(g.k);
+  std::error_code ec;
+  g.s.synchronize(ec);
+  CHECK(ec == npurt::errc::invalid_argument);
+  const std::string msg = sys.recent_error_message();
+  CHECK(msg.starts_with("task "));
+  CHECK_THAT(msg, ContainsSubstring("(lookup) on stream"));
+  CHECK_THAT(msg, ContainsSubstring("indices[1] = 3"));
 }
 
 TEST_CASE("on the simulator, priority wins a tie between kernels ready at the same instant",

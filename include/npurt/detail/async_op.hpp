@@ -203,6 +203,7 @@ cancellable_op* make_op(runtime& rt, Handler&& h) {
   if constexpr (is_direct_handler_v<Handler>) {
     h.op->rt = &rt;
     h.op->complete_fn = &direct_op::on_complete;
+    h.op->thrown_to = &h.op->thrown;
     rt.host_wait_begin();
     return h.op;
   } else {

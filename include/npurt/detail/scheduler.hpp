@@ -49,6 +49,10 @@ struct op_base {
   // timeout_error of a throwing await (an error_code cannot carry them).
   std::int64_t timeout_limit = 0;
   timeout_kind timer = timeout_kind::sync;
+  // Where the awaiter keeps the exception the operation's throwing form would raise (the
+  // npurt::use_task await rethrows it), or null for a handler that receives the code alone: an
+  // error_code cannot say which task failed, on what data, or what a host callback threw.
+  std::exception_ptr* thrown_to = nullptr;
   void complete(std::error_code ec) { complete_fn(this, ec); }
 };
 
@@ -319,6 +323,9 @@ class scheduler {
   NPURT_DECL failure take_stream_failure(std::uint32_t stream) noexcept;
   /// The stream's first unread failure without clearing it, or null.
   [[nodiscard]] NPURT_DECL const failure* peek_stream_failure(std::uint32_t stream) const noexcept;
+  /// Reads (and clears) the description of the most recent task failure, fire-and-forget or
+  /// awaited ("" when none since the last read): aclGetRecentErrMsg's text.
+  NPURT_DECL std::string take_recent_error() noexcept;
   /// Reads (and clears) the first unread failure of any stream of a device.
   NPURT_DECL failure take_device_failure(device_id dev) noexcept;
   /// Clears the device's unread failure when it is errc::deadlock: a blocking synchronize that
@@ -388,6 +395,9 @@ class scheduler {
   NPURT_DECL void finish_task(stream_state& s, task* t);
   NPURT_DECL void perform_copy(running_task& r);
   NPURT_DECL void record_failure(const running_task& r, std::error_code ec);
+  /// An awaited task failed: its awaiter gets the exception the blocking form would raise, and
+  /// the system's recent error message says what happened.
+  NPURT_DECL void report_awaited_failure(const running_task& r, std::error_code ec, op_base& w);
   NPURT_DECL void detach_wait(task* t) noexcept;
   /// A user event wait blocked with an event-wait timeout: its timer, taken back when the wait
   /// ends otherwise.
@@ -408,6 +418,7 @@ class scheduler {
   std::unordered_set<std::string> names_;  // interned task names (node-based: views stay valid)
   std::string_view last_name_;
   std::vector<failure> device_failures_;  // by device
+  std::string recent_error_;              // see take_recent_error
   // A destroyed stream's unread failure, with its device: its events still report it (stream ids
   // are not reused) until the device is reset.
   std::unordered_map<std::uint32_t, std::pair<device_id, failure>> released_failures_;

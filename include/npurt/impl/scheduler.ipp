@@ -502,6 +502,8 @@ NPURT_DECL void scheduler::finish_task(stream_state& s, task* t) {
   op_base* w = t->waiter;
   const std::error_code err = r.error;
   if (err && !w) record_failure(r, err);  // fire-and-forget: nobody else would hear of it
+  if (err && w) [[unlikely]]
+    report_awaited_failure(r, err, *w);
   if (err && (s.flags & stop_on_failure_flag)) s.stopped = true;
   if (w && is_timeout(err)) [[unlikely]] {
     w->timer = r.timer;
@@ -545,25 +547,60 @@ NPURT_DECL std::exception_ptr failure_exception(const failure& f, const std::str
   } catch (...) { return std::current_exception(); }
 }
 
+namespace sched_detail {
+// The failure record of a task that ended with `ec`.
+inline failure failure_of(const running_task& t, std::error_code ec) {
+  failure f;
+  f.ec = ec;
+  f.task = t.id;
+  f.stream = t.stream;
+  f.seq = t.seq;
+  f.name = std::string(t.name);
+  f.exception = t.exception;
+  if (const collective_desc* c = t.rec ? t.rec->collective() : nullptr) f.detail = c->failure;
+  if (f.detail.empty() && !t.why.empty() && t.why_ec == ec) f.detail = t.why;
+  if (is_timeout(ec)) {
+    f.timer = t.timer;
+    f.timeout_limit = t.timeout_limit;
+  }
+  return f;
+}
+
+// The call an awaited task of this kind was enqueued by, as its throwing form names itself.
+inline const char* awaited_call(task_kind k) noexcept {
+  switch (k) {
+    case task_kind::kernel: return "npurt::stream::async_launch";
+    case task_kind::memcpy: return "npurt::stream::async_memcpy";
+    case task_kind::memset: return "npurt::stream::async_memset";
+    case task_kind::event_wait: return "npurt::stream::async_wait";
+    case task_kind::host_callback: return "npurt::stream::async_callback";
+    case task_kind::collective: return "npurt::communicator";
+    case task_kind::event_record: break;
+  }
+  return "npurt: awaited operation";
+}
+}  // namespace sched_detail
+
 NPURT_DECL void scheduler::record_failure(const running_task& t, std::error_code ec) {
-  auto fill = [&](failure& f) {
-    if (f) return;  // the first failure is the one reported
-    f.ec = ec;
-    f.task = t.id;
-    f.stream = t.stream;
-    f.seq = t.seq;
-    f.name = std::string(t.name);
-    f.exception = t.exception;
-    if (const collective_desc* c = t.rec ? t.rec->collective() : nullptr) f.detail = c->failure;
-    if (f.detail.empty() && !t.why.empty() && t.why_ec == ec) f.detail = t.why;
-    if (is_timeout(ec)) {
-      f.timer = t.timer;
-      f.timeout_limit = t.timeout_limit;
-    }
-  };
-  if (auto* s = find_stream(t.stream)) fill(s->sticky);
+  const failure f = sched_detail::failure_of(t, ec);
+  recent_error_ = f.describe() + ": " + ec.message();
+  // The first failure is the one reported.
+  if (auto* s = find_stream(t.stream); s && !s->sticky) s->sticky = f;
   if (t.device >= 0 && static_cast<std::size_t>(t.device) < device_failures_.size())
-    fill(device_failures_[static_cast<std::size_t>(t.device)]);
+    if (failure& d = device_failures_[static_cast<std::size_t>(t.device)]; !d) d = f;
+}
+
+NPURT_DECL void scheduler::report_awaited_failure(const running_task& t, std::error_code ec, op_base& w) {
+  const failure f = sched_detail::failure_of(t, ec);
+  std::string what = std::string(sched_detail::awaited_call(t.kind)) + ": " + f.describe();
+  recent_error_ = what + ": " + ec.message();
+  if (w.thrown_to) *w.thrown_to = failure_exception(f, what, t.device);
+}
+
+NPURT_DECL std::string scheduler::take_recent_error() noexcept {
+  std::string out;
+  out.swap(recent_error_);
+  return out;
 }
 
 NPURT_DECL failure scheduler::take_stream_failure(std::uint32_t stream) noexcept {
