@@ -4,6 +4,7 @@
 #include <npurt/graph/detail/composite.hpp>
 
 #include "conv_transpose.hpp"
+#include "einsum.hpp"
 
 #include <algorithm>
 #include <array>
@@ -134,7 +135,8 @@ std::span<const std::string_view> composite_ops() noexcept {
                                              "SoftmaxCrossEntropyLoss",
                                              "DynamicQuantizeLinear",
                                              "EyeLike",
-                                             "OneHot"};
+                                             "OneHot",
+                                             "Einsum"};
   return ops;
 }
 
@@ -196,6 +198,15 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     g.add_node(type, to.empty() ? out : node_name, std::move(from), {out}, std::move(a));
     return out;
   };
+  if (t == "Einsum") {
+    add_einsum(g, node_name, ins, y, attrs,
+               {[&](const std::string& type, const std::string& tag, std::vector<std::string> from,
+                    const std::string& to, attributes a) { return step(type, tag, std::move(from), to, std::move(a)); },
+                [&](const std::string& tag, std::span<const std::int64_t> v) {
+                  return add_ints(g, fresh(y + "/" + tag), v);
+                }});
+    return;
+  }
   if (t == "Clip") {
     // The kernel's bounds are scalars fixed when it is compiled; bounds known only at run time
     // are the broadcasting Max and Min, which clip alike (numpy.clip is the same pair).

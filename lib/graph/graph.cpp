@@ -375,6 +375,7 @@ const op_attributes onnx_attributes[] = {
     {"EyeLike", {"dtype", "k"}},
     {"OneHot", {"axis"}},
     {"BitShift", {"direction"}},
+    {"Einsum", {"equation"}},
 };
 constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
                                         "BatchNormalizationGrad"};
