@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -19,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <stdexcept>
 
 using namespace npurt;
@@ -292,7 +294,7 @@ TEST_CASE("every ONNX backend node test of folded operators, its inputs made con
     }
     g->clear_input();
     try {
-      const graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), name);
+      graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), name);
       bool ok = true;
       for (int o = 0; o < g->output_size(); ++o) {
         const tensor* got = gr.constant(g->output(o).name());
@@ -2211,4 +2213,120 @@ TEST_CASE("a QDQ MatMul (QuantizeLinear, DequantizeLinear, an int8 weight dequan
       CHECK(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])));
     }
   }
+}
+
+TEST_CASE("attention written as Einsum, Softmax, Einsum imports and runs against the definition", "[onnx][einsum]") {
+  constexpr std::int64_t B = 2, H = 2, Tq = 3, Tk = 5, D = 4;
+  const auto q = float_values(B * H * Tq * D, 61, 1.0f), k = float_values(B * H * Tk * D, 62, 1.0f),
+             v = float_values(B * H * Tk * D, 63, 1.0f);
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("einsum_attention");
+  add_typed_input(g, "q", ::onnx::TensorProto::FLOAT, {B, H, Tq, D});
+  add_f32(g, "k", {B, H, Tk, D}, k);
+  add_f32(g, "v", {B, H, Tk, D}, v);
+  add_f32(g, "scale", {}, {0.5f});  // 1 / sqrt(D)
+  // The spaces are as exporters and ONNX's own node tests write them.
+  add_attr(*add_named(g, "Einsum", {"q", "k"}, "scores"), "equation", ::onnx::AttributeProto::STRING)
+      .set_s("bhqd, bhkd -> bhqk");
+  add_named(g, "Mul", {"scores", "scale"}, "scaled");
+  set_int(add_named(g, "Softmax", {"scaled"}, "probs"), "axis", -1);
+  add_attr(*add_output_node(g, "Einsum", {"probs", "v"}, "context"), "equation", ::onnx::AttributeProto::STRING)
+      .set_s("bhqk,bhkd->bhqd");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "einsum_attention");
+  CHECK(gr.value("scores").shape == shape{B, H, Tq, Tk});
+  CHECK(gr.value("context").shape == shape{B, H, Tq, D});
+  // The contractions are the graph's MatMuls.
+  CHECK(std::count_if(gr.nodes().begin(), gr.nodes().end(), [](const node& n) { return n.type == "MatMul"; }) == 2);
+
+  // The reference in double: softmax over keys of q.k / 2, then the probabilities times v.
+  const auto at = [](std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t d, std::int64_t rows,
+                     std::int64_t cols) { return static_cast<std::size_t>(((b * H + h) * rows + i) * cols + d); };
+  std::vector<double> want(static_cast<std::size_t>(B * H * Tq * D), 0.0);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t i = 0; i < Tq; ++i) {
+        std::vector<double> s(Tk);
+        double top = -1e300, total = 0;
+        for (std::int64_t j = 0; j < Tk; ++j) {
+          double dot = 0;
+          for (std::int64_t d = 0; d < D; ++d)
+            dot += static_cast<double>(q[at(b, h, i, d, Tq, D)]) * static_cast<double>(k[at(b, h, j, d, Tk, D)]);
+          s[static_cast<std::size_t>(j)] = dot * 0.5;
+          top = std::max(top, dot * 0.5);
+        }
+        for (auto& e : s) total += (e = std::exp(e - top));
+        for (std::int64_t d = 0; d < D; ++d)
+          for (std::int64_t j = 0; j < Tk; ++j)
+            want[at(b, h, i, d, Tq, D)] +=
+                s[static_cast<std::size_t>(j)] / total * static_cast<double>(v[at(b, h, j, d, Tk, D)]);
+      }
+  npurt::system sys{sim::presets::ascend910b(1)};
+  session s{sys};
+  tensor qt({B, H, Tq, D}, dtype::f32);
+  for (std::int64_t i = 0; i < qt.elements(); ++i) qt.set(i, q[static_cast<std::size_t>(i)]);
+  const auto r = s.run(s.compile(gr), {{"q", qt}});
+  close(r.outputs.at("context").to_vector(), want);
+}
+
+namespace {
+
+// A float64 TensorProto file's values as a float32 tensor (npurt holds no float64).
+tensor float_from_double_proto(const fs::path& p) {
+  ::onnx::TensorProto t;
+  std::ifstream in(p, std::ios::binary);
+  REQUIRE(t.ParseFromIstream(&in));
+  REQUIRE(t.data_type() == ::onnx::TensorProto::DOUBLE);
+  std::vector<double> v(t.double_data().begin(), t.double_data().end());
+  if (!t.raw_data().empty()) {
+    v.resize(t.raw_data().size() / sizeof(double));
+    std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(double));
+  }
+  const std::vector<std::int64_t> dims(t.dims().begin(), t.dims().end());
+  return tensor(shape(std::span<const std::int64_t>(dims)), dtype::f32, v);
+}
+
+}  // namespace
+
+TEST_CASE("ONNX's Einsum node tests, their float64 data as float32, match their expected outputs",
+          "[onnx][einsum][conformance]") {
+  const fs::path dir = node_tests_dir();
+  if (!fs::is_directory(dir)) SKIP("no ONNX node tests at " << dir.string() << " (install libonnx-testdata)");
+  int ran = 0;
+  for (const char* name : {"test_einsum_batch_diagonal", "test_einsum_batch_matmul", "test_einsum_inner_prod",
+                           "test_einsum_sum", "test_einsum_transpose"}) {
+    CAPTURE(name);
+    const fs::path t = dir / name;
+    if (!fs::exists(t / "model.onnx")) continue;
+    ::onnx::ModelProto m;
+    {
+      std::ifstream in(t / "model.onnx", std::ios::binary);
+      REQUIRE(m.ParseFromIstream(&in));
+    }
+    auto* g = m.mutable_graph();
+    for (auto& v : *g->mutable_input())
+      v.mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+    for (auto& v : *g->mutable_output())
+      v.mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), name);
+    npurt::system sys{sim::presets::ascend910b(1)};
+    session s{sys};
+    const fs::path ds = t / "test_data_set_0";
+    std::vector<tensor> ins;
+    for (int i = 0; i < g->input_size(); ++i)
+      ins.push_back(float_from_double_proto(ds / ("input_" + std::to_string(i) + ".pb")));
+    std::vector<feed> feeds;
+    for (int i = 0; i < g->input_size(); ++i) feeds.push_back({g->input(i).name(), ins[static_cast<std::size_t>(i)]});
+    const auto r = s.run(s.compile(gr), feeds);
+    const tensor want = float_from_double_proto(ds / "output_0.pb");
+    const tensor& got = r.outputs.at(g->output(0).name());
+    REQUIRE(got.shape() == want.shape());
+    // The inputs rounded to float: within float rounding of the float64 result.
+    for (std::int64_t i = 0; i < want.elements(); ++i)
+      CHECK(std::abs(got.get(i) - want.get(i)) <= 1e-5 * (1 + std::abs(want.get(i))));
+    ++ran;
+  }
+  CHECK(ran == 5);
 }
