@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 
 // Every operand has an initializer: an aggregate that leaves trailing operands out (they are
@@ -563,6 +564,67 @@ struct quantize {
   std::int32_t axis = 1;
 };
 
+/// The cell a recurrent kernel runs: ONNX's RNN, GRU and LSTM (onnx.ai/onnx/operators/onnx__RNN.html,
+/// onnx__GRU.html, onnx__LSTM.html), with 1, 3 and 4 gates of hidden_size rows each in W, R and B,
+/// in ONNX's orders: GRU z, r, h; LSTM i, o, f, c.
+enum class rnn_cell : std::uint8_t { rnn, gru, lstm };
+
+/// ONNX's direction attribute: forward runs t = 0 .. seq - 1, reverse the other way, bidirectional
+/// both, the forward pass as direction 0.
+enum class rnn_direction : std::uint8_t { forward, reverse, bidirectional };
+
+/// The activations a recurrent cell applies, as the ONNX spec's list defines them, each with its
+/// ONNX operator's default parameters (LeakyRelu alpha 0.01, ThresholdedRelu alpha 1, HardSigmoid
+/// alpha 0.2 and beta 0.5, Elu alpha 1): the descriptor has no room for per-activation parameters.
+enum class rnn_activation : std::uint8_t {
+  sigmoid,
+  tanh,
+  relu,
+  softsign,
+  softplus,
+  leaky_relu,
+  thresholded_relu,
+  hard_sigmoid,
+  elu
+};
+
+/// ONNX's RNN, GRU and LSTM over a whole sequence, as the spec's equations define them and ONNX's
+/// reference implementations compute them (onnx/reference/ops/op_rnn.py, op_gru.py, op_lstm.py).
+/// x [seq, batch, input] (batch_major: [batch, seq, input]), w [dirs, gates * hidden, input],
+/// r [dirs, gates * hidden, hidden]; hidden is r's last dimension, dirs 2 when bidirectional.
+/// b (optional, zeros when absent) is ONNX's B [dirs, 2 * gates * hidden], for an LSTM with its
+/// peepholes P appended on the last axis ([dirs, 8 * hidden + 3 * hidden], P's order i, o, f).
+/// sequence_lens (optional, int32 [batch]) holds each batch entry's length in [0, seq]: steps past
+/// it leave y zero and the state as it was, as the reference's mask does.
+///
+/// y (optional) [seq, dirs, batch, hidden] (batch_major: [batch, seq, dirs, hidden]). y_h and y_c
+/// (optional; y_c LSTM only) [dirs, batch, hidden] (batch_major: [batch, dirs, hidden]) are
+/// read-write: they hold the initial state on entry when initial_h / initial_c is set (zeros
+/// otherwise) and the state after each direction's last step on exit. Eight operands are all a
+/// descriptor can carry, so ONNX's initial_h, initial_c and P ride in y_h, y_c and b (the graph
+/// copies and concatenates them there).
+///
+/// activations holds each direction's f (and g, h: GRU 2, LSTM 3) in ONNX's order, the forward
+/// direction's first; clip bounds every activation's input to [-clip, clip] (infinity: none).
+/// input_forget couples an LSTM's forget gate to its input gate (f = 1 - i); linear_before_reset
+/// applies a GRU's reset gate after R's product. Computed in float, the state carried in float
+/// from step to step, every output rounded once to its dtype.
+struct recurrent {
+  tensor_desc x{}, w{}, r{}, b{}, sequence_lens{}, y{}, y_h{}, y_c{};
+  float clip = std::numeric_limits<float>::infinity();
+  rnn_cell cell = rnn_cell::lstm;
+  rnn_direction direction = rnn_direction::forward;
+  bool batch_major = false;  // ONNX's layout = 1
+  std::uint8_t options = 0;  // the bits below
+  std::array<rnn_activation, 6> activations{rnn_activation::sigmoid, rnn_activation::tanh, rnn_activation::tanh,
+                                            rnn_activation::sigmoid, rnn_activation::tanh, rnn_activation::tanh};
+  static constexpr std::uint8_t initial_h = 1;            // y_h holds the initial hidden state
+  static constexpr std::uint8_t initial_c = 2;            // y_c holds the initial cell state
+  static constexpr std::uint8_t input_forget = 4;         // LSTM
+  static constexpr std::uint8_t linear_before_reset = 8;  // GRU
+  [[nodiscard]] constexpr bool has(std::uint8_t bit) const noexcept { return (options & bit) != 0; }
+};
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };
@@ -695,6 +757,14 @@ constexpr std::string_view op_name(const float_class& f) noexcept {
 constexpr std::string_view op_name(const quantize& q) noexcept {
   return q.fn == quantize_fn::quantize ? "quantize" : "dequantize";
 }
+constexpr std::string_view op_name(const recurrent& r) noexcept {
+  switch (r.cell) {
+    case rnn_cell::rnn: return "rnn";
+    case rnn_cell::gru: return "gru";
+    case rnn_cell::lstm: return "lstm";
+  }
+  return "recurrent";
+}
 
 }  // namespace npurt::kernels
 
@@ -706,4 +776,4 @@ constexpr std::string_view op_name(const quantize& q) noexcept {
       kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile, \
       kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum,                 \
       kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k,      \
-      kernels::compare, kernels::where, kernels::logical, kernels::float_class, kernels::quantize
+      kernels::compare, kernels::where, kernels::logical, kernels::float_class, kernels::quantize, kernels::recurrent

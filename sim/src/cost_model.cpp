@@ -706,6 +706,92 @@ void cost_vector(const preset& p, const vec_work& work, std::uint32_t cores, dou
   kc.roofline = saturating_ps(std::floor(hbm_bytes / p.hbm_bandwidth * 1e12));
 }
 
+// The vector operations of one recurrent activation, as the elementwise kernel of the same
+// function costs it.
+double rnn_activation_ops(kernels::rnn_activation a) noexcept {
+  using kernels::eltwise_fn;
+  using kernels::rnn_activation;
+  switch (a) {
+    case rnn_activation::sigmoid: return eltwise_ops(eltwise_fn::sigmoid);
+    case rnn_activation::tanh: return eltwise_ops(eltwise_fn::tanh);
+    case rnn_activation::relu: return eltwise_ops(eltwise_fn::relu);
+    case rnn_activation::softsign: return eltwise_ops(eltwise_fn::softsign);
+    case rnn_activation::softplus: return eltwise_ops(eltwise_fn::softplus);
+    case rnn_activation::leaky_relu: return eltwise_ops(eltwise_fn::leaky_relu);
+    case rnn_activation::thresholded_relu: return eltwise_ops(eltwise_fn::thresholded_relu);
+    case rnn_activation::hard_sigmoid: return eltwise_ops(eltwise_fn::hard_sigmoid);
+    case rnn_activation::elu: return eltwise_ops(eltwise_fn::elu);
+  }
+  return 1;
+}
+
+// A recurrent layer costs its unrolled steps, one after another (each needs the previous state):
+// per step and direction one GEMM on the cube, [batch, input + hidden] x [input + hidden,
+// gates * hidden] (x_t and H against W and R side by side), costed as the matmul kernel of that
+// shape is, then the gate math on the vector unit as an elementwise pass over the gates: the bias
+// add, the clip and the activation of every gate element, and the state update per hidden
+// element (GRU: 1 - z, two products and a sum, plus the reset product; LSTM: two products and a
+// sum for C, the output activation and product), the gates read from GM and H (LSTM: and C)
+// written back.
+void cost_recurrent(const preset& p, const kernels::recurrent& op, std::uint32_t cores, double share, kernel_cost& kc) {
+  using kernels::rnn_cell;
+  const bool bm = op.batch_major;
+  const std::int64_t seq = dim(op.x, bm ? 1 : 0), batch = dim(op.x, bm ? 0 : 1), input = dim(op.x, 2);
+  const std::int64_t hidden = dim(op.r, 2), gh = dim(op.r, 1);
+  const std::int64_t dirs = op.direction == kernels::rnn_direction::bidirectional ? 2 : 1;
+  const double steps = static_cast<double>(seq) * static_cast<double>(dirs);
+  gemm_problem pr;
+  pr.g = {1, batch, gh, input + hidden, op.x.type};
+  pr.out_es = es(op.x.type);
+  pr.out_type = op.x.type;
+  pr.useful_macs = static_cast<double>(batch) * static_cast<double>(gh) * static_cast<double>(input + hidden);
+  kernel_cost mm;
+  cost_gemm(p, pr, cores, share, mm);
+  const std::size_t per_dir = op.cell == rnn_cell::rnn ? 1 : op.cell == rnn_cell::gru ? 2 : 3;
+  double act = 0;  // the direction's activations, averaged over the directions
+  for (std::int64_t d = 0; d < dirs; ++d)
+    for (std::size_t j = 0; j < per_dir; ++j)
+      act += rnn_activation_ops(op.activations[static_cast<std::size_t>(d) * per_dir + j]);
+  act /= static_cast<double>(dirs * static_cast<std::int64_t>(per_dir));
+  const double update = op.cell == rnn_cell::rnn ? 0 : op.cell == rnn_cell::gru ? 5 : 4 + act;
+  const double gate_elems = static_cast<double>(batch) * static_cast<double>(gh);
+  const double h_elems = static_cast<double>(batch) * static_cast<double>(hidden);
+  const double states = op.cell == rnn_cell::lstm ? 2 : 1;
+  vec_work vw;
+  vw.add(gate_elems, gate_elems * es(op.x.type), h_elems * states * es(op.x.type),
+         2 + act + update * h_elems / gate_elems, op.x.type);
+  kernel_cost ve;
+  cost_vector(p, vw, cores, share, ve);
+  kc.cube_path = true;
+  kc.total_cycles = steps * (mm.total_cycles + ve.total_cycles);
+  kc.fill_cycles = steps * (mm.fill_cycles + ve.fill_cycles);
+  kc.tile_cycles = mm.tile_cycles;
+  kc.tiles = saturating_u64(steps * static_cast<double>(mm.tiles + ve.tiles));
+  kc.tiles_per_core = saturating_u64(steps * static_cast<double>(mm.tiles_per_core + ve.tiles_per_core));
+  kc.blocks = saturating_u64(steps * static_cast<double>(mm.blocks + ve.blocks));
+  kc.busy.cube = steps * mm.busy.cube;
+  kc.busy.vector = steps * (mm.busy.vector + ve.busy.vector);
+  kc.busy.mte1 = steps * (mm.busy.mte1 + ve.busy.mte1);
+  kc.busy.mte2 = steps * (mm.busy.mte2 + ve.busy.mte2);
+  kc.busy.mte3 = steps * (mm.busy.mte3 + ve.busy.mte3);
+  kc.busy.hbm = steps * (mm.busy.hbm + ve.busy.hbm);
+  kc.busy.scalar = steps * (mm.busy.scalar + ve.busy.scalar);
+  const std::array<std::pair<unit, double>, 7> u{{{unit::cube, kc.busy.cube},
+                                                  {unit::vector, kc.busy.vector},
+                                                  {unit::mte1, kc.busy.mte1},
+                                                  {unit::mte2, kc.busy.mte2},
+                                                  {unit::mte3, kc.busy.mte3},
+                                                  {unit::hbm, kc.busy.hbm},
+                                                  {unit::scalar, kc.busy.scalar}}};
+  kc.bound = std::max_element(u.begin(), u.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+  kc.flops = saturating_u64(steps * static_cast<double>(mm.flops + ve.flops));
+  kc.hbm_bytes = saturating_u64(steps * static_cast<double>(mm.hbm_bytes + ve.hbm_bytes));
+  kc.gm_bytes = saturating_u64(steps * static_cast<double>(mm.gm_bytes + ve.gm_bytes));
+  kc.gemm = gemm_shape{seq * dirs, batch, gh, input + hidden, op.x.type};
+  kc.cube_floor_cycles = saturating_u64(steps * static_cast<double>(mm.cube_floor_cycles));
+  kc.roofline = saturating_ps(std::floor(steps * static_cast<double>(mm.roofline.count() + ve.roofline.count())));
+}
+
 }  // namespace
 
 std::uint64_t gemm_shape::fractals(const preset& p) const noexcept {
@@ -721,7 +807,8 @@ std::optional<gemm_shape> gemm_equivalent(const kernel_desc& k) {
 bool uses_cube(const kernel_desc& k) noexcept {
   using namespace kernels;
   return std::holds_alternative<matmul>(k.op) || std::holds_alternative<conv2d>(k.op) ||
-         std::holds_alternative<conv2d_backward_data>(k.op) || std::holds_alternative<conv2d_backward_weight>(k.op);
+         std::holds_alternative<conv2d_backward_data>(k.op) || std::holds_alternative<conv2d_backward_weight>(k.op) ||
+         std::holds_alternative<recurrent>(k.op);
 }
 
 std::uint32_t core_pool(const preset& p, const kernel_desc& k) noexcept {
@@ -751,7 +838,9 @@ kernel_cost estimate(const preset& p, const kernel_desc& k, std::uint32_t cores,
     kc.hbm_bytes = fx->bytes;
     return kc;
   }
-  if (auto pr = to_gemm(k)) {
+  if (const auto* rec = std::get_if<kernels::recurrent>(&k.op)) {
+    cost_recurrent(p, *rec, cores, share, kc);
+  } else if (auto pr = to_gemm(k)) {
     kc.cube_path = true;
     if (pr->g.m > 0 && pr->g.n > 0 && pr->g.k > 0 && pr->g.batch > 0) cost_gemm(p, *pr, cores, share, kc);
   } else if (auto vw = to_vector(p, k)) {

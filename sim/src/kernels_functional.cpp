@@ -2068,6 +2068,168 @@ void run(const kernels::sgd_update& op, const host_tensors& h) {
   if (buffered) h.store(op.momentum_buffer, buf);
 }
 
+// ---- recurrent ---------------------------------------------------------------------------
+
+// The activations of the ONNX RNN spec's list, with their ONNX operators' default parameters.
+// Softplus is ln(1 + e^v) in the form that does not overflow for large v.
+float rnn_activate(kernels::rnn_activation a, float v) noexcept {
+  using kernels::rnn_activation;
+  switch (a) {
+    case rnn_activation::sigmoid: return 1.0f / (1.0f + std::exp(-v));
+    case rnn_activation::tanh: return std::tanh(v);
+    case rnn_activation::relu: return std::max(v, 0.0f);
+    case rnn_activation::softsign: return v / (1.0f + std::fabs(v));
+    case rnn_activation::softplus: return v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v));
+    case rnn_activation::leaky_relu: return v >= 0 ? v : 0.01f * v;
+    case rnn_activation::thresholded_relu: return v > 1.0f ? v : 0.0f;
+    case rnn_activation::hard_sigmoid: return std::clamp(0.2f * v + 0.5f, 0.0f, 1.0f);
+    case rnn_activation::elu: return v >= 0 ? v : std::expm1(v);
+  }
+  return v;
+}
+
+// ONNX's RNN, GRU and LSTM as the spec's equations state them and ONNX's reference
+// implementations compute them (onnx/reference/ops/op_rnn.py, op_gru.py, op_lstm.py): each
+// step's gates are x_t W^T + H R^T + (Wb + Rb) in that order of additions, each activation's
+// input clipped to [-clip, clip]. A batch entry's steps past its sequence length are masked as
+// the reference masks them: y stays zero and the state keeps its value, so a reverse pass starts
+// at the entry's last valid step. Computed in float, the state carried in float from step to
+// step, y, y_h and y_c rounded once to their dtype. A length outside [0, seq] is data: the task
+// fails naming it, nothing written.
+data_fault run(const kernels::recurrent& op, const host_tensors& h) {
+  using kernels::rnn_cell;
+  const bool bm = op.batch_major;
+  const auto seq = static_cast<size_t>(op.x.shape[bm ? 1 : 0]), batch = static_cast<size_t>(op.x.shape[bm ? 0 : 1]);
+  const auto input = static_cast<size_t>(op.x.shape[2]), hidden = static_cast<size_t>(op.r.shape[2]);
+  const size_t gates = op.cell == rnn_cell::rnn ? 1 : op.cell == rnn_cell::gru ? 3 : 4;
+  const size_t per_dir = op.cell == rnn_cell::rnn ? 1 : op.cell == rnn_cell::gru ? 2 : 3;
+  const size_t dirs = op.direction == kernels::rnn_direction::bidirectional ? 2 : 1;
+  const size_t gh = gates * hidden;
+  std::vector<std::int32_t> lens(batch, static_cast<std::int32_t>(seq));
+  if (h.present(op.sequence_lens)) {
+    lens = load_i32(op.sequence_lens, h[op.sequence_lens]);
+    for (size_t i = 0; i < batch; ++i)
+      if (lens[i] < 0 || static_cast<size_t>(lens[i]) > seq)
+        return {make_error_code(errc::invalid_argument), "sequence_lens[" + std::to_string(i) +
+                                                             "] = " + std::to_string(lens[i]) + " is outside [0, " +
+                                                             std::to_string(seq) + "] (x's sequence length)"};
+  }
+  const auto x = h.load(op.x), w = h.load(op.w), r = h.load(op.r);
+  const std::vector<float> b = h.present(op.b) ? h.load(op.b) : std::vector<float>{};
+  const size_t bcols = b.empty() ? 0 : static_cast<size_t>(op.b.shape[1]);
+  // The states in [dirs][batch][hidden] order whatever the layout.
+  const auto state_at = [&](size_t d, size_t n) { return bm ? (n * dirs + d) * hidden : (d * batch + n) * hidden; };
+  const auto initial = [&](const tensor_desc& t, bool given) {
+    std::vector<float> s(dirs * batch * hidden, 0.0f);
+    if (!given) return s;
+    const auto v = h.load(t);
+    for (size_t d = 0; d < dirs; ++d)
+      for (size_t n = 0; n < batch; ++n)
+        std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(state_at(d, n)), hidden,
+                    s.begin() + static_cast<std::ptrdiff_t>((d * batch + n) * hidden));
+    return s;
+  };
+  std::vector<float> hs = initial(op.y_h, op.has(op.initial_h)), cs = initial(op.y_c, op.has(op.initial_c));
+  std::vector<float> y(seq * dirs * batch * hidden, 0.0f);  // [seq][dirs][batch][hidden]
+  const float clip = op.clip;
+  std::vector<float> xw(gh), hr(gh), rh(hidden);
+  for (size_t d = 0; d < dirs; ++d) {
+    const bool backward = op.direction == kernels::rnn_direction::reverse || d == 1;
+    const auto act = [&](size_t which, float v) {
+      return rnn_activate(op.activations[d * per_dir + which], std::clamp(v, -clip, clip));
+    };
+    const float* wd = w.data() + d * gh * input;
+    const float* rd = r.data() + d * gh * hidden;
+    const float* wb = b.empty() ? nullptr : b.data() + d * bcols;
+    const float* rb = wb ? wb + gh : nullptr;
+    const float* peep = wb && bcols > 2 * gh ? wb + 2 * gh : nullptr;  // P: i, o, f
+    const auto bias = [&](size_t j) { return wb ? wb[j] + rb[j] : 0.0f; };
+    for (size_t n = 0; n < batch; ++n) {
+      float* hv = hs.data() + (d * batch + n) * hidden;
+      float* cv = cs.data() + (d * batch + n) * hidden;
+      const auto len = static_cast<size_t>(lens[n]);
+      for (size_t step = 0; step < len; ++step) {
+        const size_t t = backward ? len - 1 - step : step;
+        const float* xt = x.data() + (bm ? n * seq + t : t * batch + n) * input;
+        for (size_t j = 0; j < gh; ++j) {
+          float a = 0, c = 0;
+          for (size_t k = 0; k < input; ++k) a += wd[j * input + k] * xt[k];
+          for (size_t k = 0; k < hidden; ++k) c += rd[j * hidden + k] * hv[k];
+          xw[j] = a;
+          hr[j] = c;
+        }
+        if (op.cell == rnn_cell::rnn) {
+          for (size_t j = 0; j < hidden; ++j) hv[j] = act(0, xw[j] + hr[j] + bias(j));
+        } else if (op.cell == rnn_cell::gru) {
+          // z, r, h: the reset gate applies to H before R's product, or to the product with its
+          // bias (linear_before_reset).
+          std::vector<float> z(hidden), rg(hidden);
+          for (size_t j = 0; j < hidden; ++j) {
+            z[j] = act(0, xw[j] + hr[j] + bias(j));
+            rg[j] = act(0, xw[hidden + j] + hr[hidden + j] + bias(hidden + j));
+          }
+          const bool linear = op.has(op.linear_before_reset);
+          if (!linear) {
+            for (size_t k = 0; k < hidden; ++k) rh[k] = rg[k] * hv[k];
+            for (size_t j = 0; j < hidden; ++j) {
+              float c = 0;
+              for (size_t k = 0; k < hidden; ++k) c += rd[(2 * hidden + j) * hidden + k] * rh[k];
+              hr[2 * hidden + j] = c;
+            }
+          }
+          for (size_t j = 0; j < hidden; ++j) {
+            const size_t at = 2 * hidden + j;
+            const float wbh = wb ? wb[at] : 0.0f, rbh = wb ? rb[at] : 0.0f;
+            const float cand =
+                linear ? act(1, xw[at] + rg[j] * (hr[at] + rbh) + wbh) : act(1, xw[at] + hr[at] + rbh + wbh);
+            hv[j] = (1 - z[j]) * cand + z[j] * hv[j];
+          }
+        } else {
+          // i, o, f, c; the peepholes see the previous cell state (i, f) and the new one (o).
+          for (size_t j = 0; j < hidden; ++j) {
+            const auto pre = [&](size_t g) { return xw[g * hidden + j] + hr[g * hidden + j] + bias(g * hidden + j); };
+            const float p_i = peep ? peep[j] : 0.0f, p_o = peep ? peep[hidden + j] : 0.0f;
+            const float p_f = peep ? peep[2 * hidden + j] : 0.0f;
+            const float ig = act(0, pre(0) + p_i * cv[j]);
+            const float fg = op.has(op.input_forget) ? 1 - ig : act(0, pre(2) + p_f * cv[j]);
+            const float cand = act(1, pre(3));
+            const float c = fg * cv[j] + ig * cand;
+            const float og = act(0, pre(1) + p_o * c);
+            cv[j] = c;
+            hv[j] = og * act(2, c);
+          }
+        }
+        std::copy_n(hv, hidden, y.begin() + static_cast<std::ptrdiff_t>(((t * dirs + d) * batch + n) * hidden));
+      }
+    }
+  }
+  if (h.present(op.y)) {
+    if (!bm) {
+      h.store(op.y, y);
+    } else {
+      std::vector<float> out(y.size());
+      for (size_t t = 0; t < seq; ++t)
+        for (size_t d = 0; d < dirs; ++d)
+          for (size_t n = 0; n < batch; ++n)
+            std::copy_n(y.begin() + static_cast<std::ptrdiff_t>(((t * dirs + d) * batch + n) * hidden), hidden,
+                        out.begin() + static_cast<std::ptrdiff_t>(((n * seq + t) * dirs + d) * hidden));
+      h.store(op.y, out);
+    }
+  }
+  const auto store_state = [&](const tensor_desc& t, const std::vector<float>& s) {
+    if (!h.present(t)) return;
+    std::vector<float> out(s.size());
+    for (size_t d = 0; d < dirs; ++d)
+      for (size_t n = 0; n < batch; ++n)
+        std::copy_n(s.begin() + static_cast<std::ptrdiff_t>((d * batch + n) * hidden), hidden,
+                    out.begin() + static_cast<std::ptrdiff_t>(state_at(d, n)));
+    h.store(t, out);
+  };
+  store_state(op.y_h, hs);
+  store_state(op.y_c, cs);
+  return {};
+}
+
 void run(const kernels::fixed&, const host_tensors&) {}
 
 }  // namespace

@@ -743,6 +743,95 @@ std::error_code check(const kernels::quantize& q) {
   return {};
 }
 
+// ONNX's RNN, GRU and LSTM (onnx.ai/onnx/operators/onnx__LSTM.html and its siblings): what is
+// wrong with a recurrent descriptor, as an error and a sentence naming the operand and the shape
+// it must have; no error when it can run. Every shape follows from x, r and the attributes.
+struct recurrent_fault {
+  errc e{};
+  std::string what;
+};
+
+recurrent_fault recurrent_problem(const kernels::recurrent& k) {
+  using kernels::rnn_cell;
+  const auto bad = [](errc e, std::string what) { return recurrent_fault{e, std::move(what)}; };
+  const auto text = [](const shape& s) {
+    std::ostringstream o;
+    o << '[';
+    for (std::size_t i = 0; i < s.rank(); ++i) o << (i ? "," : "") << s[i];
+    o << ']';
+    return o.str();
+  };
+  if (static_cast<unsigned>(k.cell) > static_cast<unsigned>(rnn_cell::lstm))
+    return bad(errc::invalid_argument,
+               "cell " + std::to_string(static_cast<unsigned>(k.cell)) + " is not rnn, gru or lstm");
+  if (static_cast<unsigned>(k.direction) > static_cast<unsigned>(kernels::rnn_direction::bidirectional))
+    return bad(errc::invalid_argument, "direction " + std::to_string(static_cast<unsigned>(k.direction)) +
+                                           " is not forward, reverse or bidirectional");
+  if (!(k.clip > 0)) return bad(errc::invalid_argument, "clip " + std::to_string(k.clip) + " must be positive");
+  const bool lstm = k.cell == rnn_cell::lstm;
+  if (k.options & ~0xfu) return bad(errc::invalid_argument, "unknown option bits");
+  if (k.has(k.input_forget) && !lstm) return bad(errc::invalid_argument, "input_forget is an LSTM's option");
+  if (k.has(k.linear_before_reset) && k.cell != rnn_cell::gru)
+    return bad(errc::invalid_argument, "linear_before_reset is a GRU's option");
+  const std::size_t per_dir = k.cell == rnn_cell::rnn ? 1 : k.cell == rnn_cell::gru ? 2 : 3;
+  const std::size_t dirs = k.direction == kernels::rnn_direction::bidirectional ? 2 : 1;
+  for (std::size_t i = 0; i < per_dir * dirs; ++i)
+    if (static_cast<unsigned>(k.activations[i]) > static_cast<unsigned>(kernels::rnn_activation::elu))
+      return bad(errc::invalid_argument, "activations[" + std::to_string(i) + "] is no known activation");
+  if (!is_float(k.x.type)) return bad(errc::invalid_dtype, "x must be f32, f16 or bf16");
+  const std::pair<const char*, const tensor_desc*> same[] = {{"w", &k.w}, {"r", &k.r},     {"b", &k.b},
+                                                             {"y", &k.y}, {"y_h", &k.y_h}, {"y_c", &k.y_c}};
+  for (const auto& [name, t] : same)
+    if (!absent(*t) && t->type != k.x.type)
+      return bad(errc::invalid_dtype, std::string(name) + " is " + std::string(to_string(t->type)) + ", x " +
+                                          std::string(to_string(k.x.type)) + ": they must match");
+  if (!absent(k.sequence_lens) && k.sequence_lens.type != dtype::i32)
+    return bad(errc::invalid_dtype, "sequence_lens must be int32");
+  if (k.x.shape.rank() != 3)
+    return bad(errc::invalid_shape,
+               "x " + text(k.x.shape) + " must be " + (k.batch_major ? "[batch, seq, input]" : "[seq, batch, input]"));
+  if (k.r.shape.rank() != 3)
+    return bad(errc::invalid_shape, "r " + text(k.r.shape) + " must be [dirs, gates * hidden, hidden]");
+  const int64_t seq = k.x.shape[k.batch_major ? 1 : 0], batch = k.x.shape[k.batch_major ? 0 : 1];
+  const int64_t input = k.x.shape[2], hidden = k.r.shape[2];
+  const int64_t gates = k.cell == rnn_cell::rnn ? 1 : k.cell == rnn_cell::gru ? 3 : 4;
+  const auto d = static_cast<int64_t>(dirs);
+  const auto expect = [&](const char* name, const tensor_desc& t, const shape& want) -> recurrent_fault {
+    if (t.shape == want) return {};
+    return bad(errc::invalid_shape, std::string(name) + " " + text(t.shape) + " must be " + text(want));
+  };
+  if (auto f = expect("r", k.r, {d, gates * hidden, hidden}); f.e != errc{}) return f;
+  if (auto f = expect("w", k.w, {d, gates * hidden, input}); f.e != errc{}) return f;
+  if (!absent(k.b)) {
+    const shape plain{d, 2 * gates * hidden}, peep{d, 2 * gates * hidden + 3 * hidden};
+    if (!(k.b.shape == plain) && !(lstm && k.b.shape == peep))
+      return bad(errc::invalid_shape, "b " + text(k.b.shape) + " must be " + text(plain) +
+                                          (lstm ? " (or " + text(peep) + " with the peepholes)" : std::string()));
+  }
+  if (!absent(k.sequence_lens))
+    if (auto f = expect("sequence_lens", k.sequence_lens, {batch}); f.e != errc{}) return f;
+  const shape state = k.batch_major ? shape{batch, d, hidden} : shape{d, batch, hidden};
+  if (!absent(k.y))
+    if (auto f = expect("y", k.y, k.batch_major ? shape{batch, seq, d, hidden} : shape{seq, d, batch, hidden});
+        f.e != errc{})
+      return f;
+  if (!absent(k.y_h))
+    if (auto f = expect("y_h", k.y_h, state); f.e != errc{}) return f;
+  if (!absent(k.y_c)) {
+    if (!lstm) return bad(errc::invalid_argument, "y_c is an LSTM's cell state");
+    if (auto f = expect("y_c", k.y_c, state); f.e != errc{}) return f;
+  }
+  if (k.has(k.initial_h) && absent(k.y_h)) return bad(errc::invalid_argument, "initial_h is read from y_h, absent");
+  if (k.has(k.initial_c) && (!lstm || absent(k.y_c)))
+    return bad(errc::invalid_argument, "initial_c is read from y_c, absent or not an LSTM's");
+  return {};
+}
+
+std::error_code check(const kernels::recurrent& k) {
+  const recurrent_fault f = recurrent_problem(k);
+  return f.e == errc{} ? std::error_code{} : fail(f.e);
+}
+
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
@@ -812,6 +901,15 @@ work work_of(const kernel_op& op) noexcept {
           conv_work(w, o.dx.shape, o.w.shape, o.dy.shape);
         } else if constexpr (std::is_same_v<T, kernels::conv2d_backward_weight>) {
           conv_work(w, o.x.shape, o.dw.shape, o.dy.shape);
+        } else if constexpr (std::is_same_v<T, kernels::recurrent>) {
+          // Every step's gate products: [batch, input + hidden] x [input + hidden, gates * hidden].
+          if (o.x.shape.rank() != 3 || o.r.shape.rank() != 3) return;
+          w.unit = "multiply-accumulates";
+          w.add("dirs", o.direction == kernels::rnn_direction::bidirectional ? 2 : 1);
+          w.add("seq", o.x.shape[o.batch_major ? 1 : 0]);
+          w.add("batch", o.x.shape[o.batch_major ? 0 : 1]);
+          w.add("gates*hidden", o.r.shape[1]);
+          w.add("input+hidden", o.x.shape[2] + o.r.shape[2]);
         } else if constexpr (std::is_same_v<T, kernels::pool2d> || std::is_same_v<T, kernels::pool2d_backward>) {
           if (o.mode == kernels::pool_mode::global_avg) return;  // one read per input element
           const shape& y = [&]() -> const shape& {
@@ -935,6 +1033,13 @@ operand_list operands(const kernel_op& op) noexcept {
           b.add(r, o.x, o.scale);
           b.add_optional(r, o.zero_point);
           b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::recurrent>) {
+          b.add(r, o.x, o.w, o.r);
+          b.add_optional(r, o.b, o.sequence_lens);
+          b.add_optional(w, o.y);
+          // The states are read when they carry the initial ones, written always.
+          b.add_optional(o.has(o.initial_h) ? rw : w, o.y_h);
+          b.add_optional(o.has(o.initial_c) ? rw : w, o.y_c);
         } else if constexpr (std::is_same_v<T, kernels::sgd_update>) {
           b.add(rw, o.param);
           b.add(r, o.grad);
@@ -1024,6 +1129,11 @@ std::string describe(const kernel_desc& k, std::error_code ec) {
       which << ": layout must be nd or nchw";
       return which.str();
     }
+  }
+  // A recurrent descriptor names the operand that does not fit and the shape it must have.
+  if (const auto* rec = std::get_if<kernels::recurrent>(&k.op)) {
+    const recurrent_fault f = recurrent_problem(*rec);
+    if (f.e != errc{} && make_error_code(f.e) == ec) return op + ": " + ec.message() + ": " + f.what;
   }
   // Each tensor is fine, and so is their relation: the work is what is too large.
   if (ec == errc::invalid_shape && !std::visit([](const auto& o) { return check(o); }, k.op)) {

@@ -418,3 +418,42 @@ TEST_CASE("grid_sample costs its gathered neighbours, the grid and y", "[sim][co
   CHECK(cl.total_cycles > cn.total_cycles);
   CHECK(cc.total_cycles > cl.total_cycles);
 }
+
+// A recurrent layer costs its unrolled steps: per step and direction the matmul kernel of its gate
+// product ([batch, input + hidden] x [input + hidden, gates * hidden]) and a vector pass of the
+// gate math, one step after another.
+TEST_CASE("recurrent costs what its unrolled gate MatMuls and gate math cost", "[sim][cost][recurrent]") {
+  const preset p = presets::ascend910b(1);
+  constexpr std::int64_t seq = 16, batch = 8, input = 96, hidden = 64;
+  const auto layer = [&](kernels::rnn_cell cell, std::int64_t gates, kernels::rnn_direction dir, std::int64_t steps) {
+    const std::int64_t dirs = dir == kernels::rnn_direction::bidirectional ? 2 : 1;
+    kernels::recurrent r{tensor_desc{nullptr, shape{steps, batch, input}, dtype::f16},
+                         tensor_desc{nullptr, shape{dirs, gates * hidden, input}, dtype::f16},
+                         tensor_desc{nullptr, shape{dirs, gates * hidden, hidden}, dtype::f16}};
+    r.y = tensor_desc{nullptr, shape{steps, dirs, batch, hidden}, dtype::f16};
+    r.cell = cell;
+    r.direction = dir;
+    if (cell == kernels::rnn_cell::gru)
+      r.activations = {kernels::rnn_activation::sigmoid, kernels::rnn_activation::tanh,
+                       kernels::rnn_activation::sigmoid, kernels::rnn_activation::tanh};
+    return estimate(p, kernel_desc{r});
+  };
+  const kernel_cost lstm = layer(kernels::rnn_cell::lstm, 4, kernels::rnn_direction::forward, seq);
+  CHECK(lstm.op == "lstm");
+  CHECK(lstm.cube_path);
+  // The step's gate product as the matmul kernel costs it.
+  const kernels::matmul step{tensor_desc{nullptr, shape{batch, input + hidden}, dtype::f16},
+                             tensor_desc{nullptr, shape{input + hidden, 4 * hidden}, dtype::f16},
+                             tensor_desc{nullptr, shape{batch, 4 * hidden}, dtype::f16}};
+  const kernel_cost mm = estimate(p, kernel_desc{step});
+  CHECK(static_cast<double>(lstm.flops) >= seq * static_cast<double>(mm.flops));
+  CHECK(lstm.total_cycles > seq * mm.total_cycles);
+  CHECK(lstm.busy.cube == seq * mm.busy.cube);
+  // Twice the steps cost twice; a bidirectional layer twice a forward one; a GRU less than an LSTM.
+  const kernel_cost longer = layer(kernels::rnn_cell::lstm, 4, kernels::rnn_direction::forward, 2 * seq);
+  const kernel_cost both = layer(kernels::rnn_cell::lstm, 4, kernels::rnn_direction::bidirectional, seq);
+  CHECK(longer.total_cycles == 2 * lstm.total_cycles);
+  CHECK(both.total_cycles == 2 * lstm.total_cycles);
+  CHECK(layer(kernels::rnn_cell::gru, 3, kernels::rnn_direction::forward, seq).total_cycles < lstm.total_cycles);
+  CHECK(uses_cube(kernel_desc{kernels::recurrent{}}));
+}

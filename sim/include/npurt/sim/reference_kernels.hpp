@@ -63,6 +63,10 @@
 //    outside the borders, each neighbour padded (zero, clamped, reflected); summed in double and
 //    rounded to y's dtype once. A coordinate not finite after padding fails the kernel with
 //    errc::invalid_argument when it runs, y unwritten.
+//  - recurrent (ONNX's RNN, GRU, LSTM) computes every step in float, gate sums as
+//    x_t W^T + H R^T + (Wb + Rb), carries the state in float from step to step and rounds y, y_h
+//    and y_c once to their dtype; steps past a sequence length leave y zero and the state as it
+//    was. A length outside [0, seq] fails the kernel with errc::invalid_argument, nothing written.
 //  - cast rounds to nearest even and saturates into integer ranges; NaN casts to integer 0.
 //    To bool is x != 0 (NaN is true, as NumPy's astype(bool)); from bool is 0 or 1.
 //  - scatter_nd and scatter_elements copy data to y, then apply the updates in row-major order
@@ -83,7 +87,8 @@
 // saved_mean/saved_invstd (training: not written when absent; inference ignores them);
 // batchnorm_backward gamma (1), dgamma, dbeta (not written when absent); layernorm gamma, beta;
 // pool2d_backward x (needed for max only); sgd_update momentum_buffer (needed when momentum != 0);
-// logical b (not_ ignores it).
+// logical b (not_ ignores it); recurrent b, sequence_lens, y, y_h, y_c (y_h and y_c also read
+// as the initial states with the initial_h / initial_c options).
 #pragma once
 
 #include <npurt/backend.hpp>
