@@ -104,6 +104,71 @@ void add_layer_norm(graph& g, const std::string& node_name, const std::vector<st
   if (has_bias) step("Add", "biased", {scaled, as_trailing(ins[2], "bias")}, y);
 }
 
+/// RNN, GRU and LSTM as the graph's one Recurrent node (its attribute "cell" the operator): the
+/// kernel carries eight operands, so an LSTM's peepholes P ride after B (a Concat, B zeros when
+/// absent) and the initial states in the Y_h and Y_c outputs, which the node therefore always
+/// has; an output the model leaves out gets a fresh name nobody reads.
+void add_recurrent(graph& g, const std::string& t, const std::string& node_name, const std::vector<std::string>& ins,
+                   const std::vector<std::string>& outputs, const attributes& attrs,
+                   const std::function<std::string(const std::string&)>& fresh) {
+  const bool lstm = t == "LSTM";
+  const std::size_t outs = lstm ? 3 : 2, most_in = lstm ? 8 : 6;
+  if (outputs.size() > outs ||
+      std::all_of(outputs.begin(), outputs.end(), [](const std::string& o) { return o.empty(); }))
+    fail(errc::parse_error, node_name, {},
+         t + " '" + node_name + "' has the outputs Y, Y_h" + (lstm ? ", Y_c" : "") + ", one of them named at least");
+  if (ins.size() < 3 || ins[0].empty() || ins[1].empty() || ins[2].empty() || ins.size() > most_in)
+    fail(errc::parse_error, node_name, {},
+         t + " '" + node_name + "' takes X, W, R, B, sequence_lens, initial_h" + (lstm ? ", initial_c, P" : "") +
+             ", the first three given");
+  // The attributes ONNX defines for the three (graph.cpp's onnx_attributes lists them per operator).
+  for (const auto& [name, value] : attrs.items()) {
+    const bool common = name == "activation_alpha" || name == "activation_beta" || name == "activations" ||
+                        name == "clip" || name == "direction" || name == "hidden_size" || name == "layout";
+    if (!common && !(lstm && name == "input_forget") && !(t == "GRU" && name == "linear_before_reset"))
+      fail(errc::not_supported, node_name, {}, t + " '" + node_name + "' has no attribute '" + name + "'");
+  }
+  const auto input = [&](std::size_t i) { return i < ins.size() ? ins[i] : std::string(); };
+  std::vector<std::string> inner{ins[0], ins[1], ins[2], input(3), input(4), input(5), lstm ? input(6) : std::string()};
+  const std::string label = outputs[0].empty() ? node_name : outputs[0];
+  if (lstm && !input(7).empty()) {
+    const value_info r = g.value(ins[2]);
+    const value_info p = g.value(input(7));
+    if (r.shape.rank() != 3)
+      fail(errc::invalid_shape, node_name, ins[2],
+           "LSTM '" + node_name + "': R must be [num_directions, 4 * hidden_size, hidden_size], got " +
+               shape_string(r.shape));
+    const std::int64_t dirs = r.shape[0], hidden = r.shape[2];
+    if (hidden > (std::int64_t{1} << 32))  // so that 8 * hidden and 3 * hidden cannot overflow
+      fail(errc::invalid_shape, node_name, ins[2], "LSTM '" + node_name + "': hidden_size must be at most 2^32");
+    if (!(p.shape == shape{dirs, 3 * hidden}))
+      fail(errc::invalid_shape, node_name, p.name,
+           "LSTM '" + node_name + "': P must be " + shape_string(shape{dirs, 3 * hidden}) + ", got " +
+               shape_string(p.shape));
+    std::string b = input(3);
+    if (b.empty()) {
+      tensor zeros(shape{dirs, 8 * hidden}, g.value(ins[0]).type);
+      for (std::int64_t i = 0; i < zeros.elements(); ++i) zeros.set(i, 0.0);
+      b = g.add_constant(fresh(label + "/B"), std::move(zeros));
+    } else if (const value_info& bv = g.value(b); !(bv.shape == shape{dirs, 8 * hidden})) {
+      fail(errc::invalid_shape, node_name, b,
+           "LSTM '" + node_name + "': B must be " + shape_string(shape{dirs, 8 * hidden}) + ", got " +
+               shape_string(bv.shape));
+    }
+    const std::string packed = fresh(label + "/B_P");
+    g.add_node("Concat", packed, {b, input(7)}, {packed}, {{"axis", std::int64_t{1}}});
+    inner[3] = packed;
+  }
+  while (inner.size() > 3 && inner.back().empty()) inner.pop_back();
+  std::vector<std::string> named;
+  static constexpr std::array<std::string_view, 3> tags{"Y", "Y_h", "Y_c"};
+  for (std::size_t i = 0; i < outs; ++i)
+    named.push_back(i < outputs.size() && !outputs[i].empty() ? outputs[i] : fresh(label + "/" + std::string(tags[i])));
+  attributes a = attrs;
+  a.set("cell", t);
+  g.add_node("Recurrent", node_name, std::move(inner), std::move(named), std::move(a));
+}
+
 }  // namespace
 
 // The reductions the kernels lack as ReduceSum or ReduceMax with elementwise steps, Sum and Mean
@@ -136,7 +201,10 @@ std::span<const std::string_view> composite_ops() noexcept {
                                              "DynamicQuantizeLinear",
                                              "EyeLike",
                                              "OneHot",
-                                             "Einsum"};
+                                             "Einsum",
+                                             "RNN",
+                                             "GRU",
+                                             "LSTM"};
   return ops;
 }
 
@@ -173,6 +241,10 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
                    const std::vector<std::string>& outputs, const attributes& attrs,
                    const std::function<std::string(const std::string&)>& fresh) {
   const std::string t(type);
+  if (t == "RNN" || t == "GRU" || t == "LSTM") {
+    add_recurrent(g, t, node_name, ins, outputs, attrs, fresh);
+    return;
+  }
   if (t == "LayerNormalization") {
     if (outputs.empty() || outputs.size() > 3 || outputs[0].empty())
       fail(errc::parse_error, node_name, {},

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <queue>
 #include <set>
@@ -18,105 +20,106 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 99> ops_table{"Add",
-                                                     "AveragePool",
-                                                     "BatchNormalization",
-                                                     "Cast",
-                                                     "Concat",
-                                                     "Conv",
-                                                     "ConvTranspose",
-                                                     "Div",
-                                                     "Flatten",
-                                                     "Gelu",
-                                                     "Gemm",
-                                                     "GlobalAveragePool",
-                                                     "Identity",
-                                                     "LayerNormalization",
-                                                     "MatMul",
-                                                     "MaxPool",
-                                                     "Mul",
-                                                     "Relu",
-                                                     "Reshape",
-                                                     "Sigmoid",
-                                                     "Softmax",
-                                                     "Sub",
-                                                     "Tanh",
-                                                     "Transpose",
-                                                     "ReduceMean",
-                                                     "ReduceSum",
-                                                     "Pow",
-                                                     "Max",
-                                                     "Min",
-                                                     "ReluGrad",
-                                                     "Exp",
-                                                     "Log",
-                                                     "Sqrt",
-                                                     "Abs",
-                                                     "Neg",
-                                                     "Reciprocal",
-                                                     "Floor",
-                                                     "Ceil",
-                                                     "Erf",
-                                                     "Sin",
-                                                     "Cos",
-                                                     "Softplus",
-                                                     "Softsign",
-                                                     "Sign",
-                                                     "LeakyRelu",
-                                                     "Elu",
-                                                     "Selu",
-                                                     "HardSigmoid",
-                                                     "ThresholdedRelu",
-                                                     "Celu",
-                                                     "HardSwish",
-                                                     "Clip",
-                                                     "LogSoftmax",
-                                                     "ReduceMax",
-                                                     "SGDUpdate",
-                                                     "ReduceMin",
-                                                     "ArgMax",
-                                                     "ArgMin",
-                                                     "CastLike",
-                                                     "Dropout",
-                                                     "ConvGrad",
-                                                     "BatchNormInternal",
-                                                     "BatchNormalizationGrad",
-                                                     "Slice",
-                                                     "Split",
-                                                     "Pad",
-                                                     "Gather",
-                                                     "Tile",
-                                                     "Expand",
-                                                     "NegativeLogLikelihoodLoss",
-                                                     "Trilu",
-                                                     "Resize",
-                                                     "Upsample",
-                                                     "GatherElements",
-                                                     "Mod",
-                                                     "CumSum",
-                                                     "ReduceProd",
-                                                     "GridSample",
-                                                     "ScatterND",
-                                                     "ScatterElements",
-                                                     "Scatter",
-                                                     "GatherND",
-                                                     "TopK",
-                                                     "Equal",
-                                                     "Less",
-                                                     "LessOrEqual",
-                                                     "Greater",
-                                                     "GreaterOrEqual",
-                                                     "Where",
-                                                     "And",
-                                                     "Or",
-                                                     "Xor",
-                                                     "Not",
-                                                     "IsNaN",
-                                                     "IsInf",
-                                                     "QuantizeLinear",
-                                                     "DequantizeLinear",
-                                                     "Round",
-                                                     "BitShift"};
+constexpr std::array<std::string_view, 100> ops_table{"Add",
+                                                      "AveragePool",
+                                                      "BatchNormalization",
+                                                      "Cast",
+                                                      "Concat",
+                                                      "Conv",
+                                                      "ConvTranspose",
+                                                      "Div",
+                                                      "Flatten",
+                                                      "Gelu",
+                                                      "Gemm",
+                                                      "GlobalAveragePool",
+                                                      "Identity",
+                                                      "LayerNormalization",
+                                                      "MatMul",
+                                                      "MaxPool",
+                                                      "Mul",
+                                                      "Relu",
+                                                      "Reshape",
+                                                      "Sigmoid",
+                                                      "Softmax",
+                                                      "Sub",
+                                                      "Tanh",
+                                                      "Transpose",
+                                                      "ReduceMean",
+                                                      "ReduceSum",
+                                                      "Pow",
+                                                      "Max",
+                                                      "Min",
+                                                      "ReluGrad",
+                                                      "Exp",
+                                                      "Log",
+                                                      "Sqrt",
+                                                      "Abs",
+                                                      "Neg",
+                                                      "Reciprocal",
+                                                      "Floor",
+                                                      "Ceil",
+                                                      "Erf",
+                                                      "Sin",
+                                                      "Cos",
+                                                      "Softplus",
+                                                      "Softsign",
+                                                      "Sign",
+                                                      "LeakyRelu",
+                                                      "Elu",
+                                                      "Selu",
+                                                      "HardSigmoid",
+                                                      "ThresholdedRelu",
+                                                      "Celu",
+                                                      "HardSwish",
+                                                      "Clip",
+                                                      "LogSoftmax",
+                                                      "ReduceMax",
+                                                      "SGDUpdate",
+                                                      "ReduceMin",
+                                                      "ArgMax",
+                                                      "ArgMin",
+                                                      "CastLike",
+                                                      "Dropout",
+                                                      "ConvGrad",
+                                                      "BatchNormInternal",
+                                                      "BatchNormalizationGrad",
+                                                      "Slice",
+                                                      "Split",
+                                                      "Pad",
+                                                      "Gather",
+                                                      "Tile",
+                                                      "Expand",
+                                                      "NegativeLogLikelihoodLoss",
+                                                      "Trilu",
+                                                      "Resize",
+                                                      "Upsample",
+                                                      "GatherElements",
+                                                      "Mod",
+                                                      "CumSum",
+                                                      "ReduceProd",
+                                                      "GridSample",
+                                                      "ScatterND",
+                                                      "ScatterElements",
+                                                      "Scatter",
+                                                      "GatherND",
+                                                      "TopK",
+                                                      "Equal",
+                                                      "Less",
+                                                      "LessOrEqual",
+                                                      "Greater",
+                                                      "GreaterOrEqual",
+                                                      "Where",
+                                                      "And",
+                                                      "Or",
+                                                      "Xor",
+                                                      "Not",
+                                                      "IsNaN",
+                                                      "IsInf",
+                                                      "QuantizeLinear",
+                                                      "DequantizeLinear",
+                                                      "Round",
+                                                      "BitShift",
+                                                      "Recurrent"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -376,9 +379,16 @@ const op_attributes onnx_attributes[] = {
     {"OneHot", {"axis"}},
     {"BitShift", {"direction"}},
     {"Einsum", {"equation"}},
+    {"RNN", {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "layout"}},
+    {"GRU",
+     {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "layout",
+      "linear_before_reset"}},
+    {"LSTM",
+     {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "input_forget",
+      "layout"}},
 };
-constexpr std::string_view own_ops[] = {"ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal",
-                                        "BatchNormalizationGrad"};
+constexpr std::string_view own_ops[] = {
+    "ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal", "BatchNormalizationGrad", "Recurrent"};
 
 /// The attribute of `attrs` that `type` does not have, or null.
 const std::string* unknown_attribute(std::string_view type, const npurt::attributes& attrs) {
@@ -1042,6 +1052,165 @@ kernels::quantize quantize_spec(const node& n, std::span<const value_info* const
          "zero_point " + shape_string(zp->shape) + " must have scale's shape " + shape_string(scale.shape));
   k.y.type = quant ? ints : scale.type;
   return k;
+}
+
+recurrent_layer recurrent_spec(const node& n, std::span<const value_info* const> in) {
+  using kernels::rnn_activation;
+  using kernels::rnn_cell;
+  recurrent_layer out;
+  kernels::recurrent& k = out.op;
+  const std::string cell = n.attrs.get_string("cell", "");
+  constexpr std::array<std::string_view, 3> cells{"RNN", "GRU", "LSTM"};
+  k.cell = static_cast<rnn_cell>(pick(n, {}, "cell", cell, cells));
+  const bool lstm = k.cell == rnn_cell::lstm;
+  const value_info& x = need(n, in, 0);
+  need_float(n, x);
+  const value_info& w = need(n, in, 1);
+  const value_info& r = need(n, in, 2);
+  same_type(n, x, w);
+  same_type(n, x, r);
+  const std::int64_t layout = n.attrs.get_int("layout", 0);
+  if (layout != 0 && layout != 1)
+    fail(errc::invalid_argument, n, x.name, "layout must be 0 or 1, got " + std::to_string(layout));
+  k.batch_major = layout == 1;
+  constexpr std::array<std::string_view, 3> directions{"forward", "reverse", "bidirectional"};
+  k.direction = static_cast<kernels::rnn_direction>(
+      pick(n, x.name, "direction", n.attrs.get_string("direction", "forward"), directions));
+  const std::int64_t dirs = k.direction == kernels::rnn_direction::bidirectional ? 2 : 1;
+  if (x.shape.rank() != 3)
+    fail(errc::invalid_shape, n, x.name,
+         std::string("X must be ") +
+             (k.batch_major ? "[batch_size, seq_length, input_size]" : "[seq_length, batch_size, input_size]") +
+             ", got " + shape_string(x.shape));
+  const std::int64_t seq = x.shape[k.batch_major ? 1 : 0], batch = x.shape[k.batch_major ? 0 : 1], input = x.shape[2];
+  const std::int64_t gates = k.cell == rnn_cell::rnn ? 1 : k.cell == rnn_cell::gru ? 3 : 4;
+  if (r.shape.rank() != 3)
+    fail(errc::invalid_shape, n, r.name,
+         "R must be [num_directions, gates * hidden_size, hidden_size], got " + shape_string(r.shape));
+  // hidden_size is R's last dimension: compared before any product is formed from it, and
+  // bounded so that 11 * hidden (an LSTM's B and P) cannot overflow.
+  const std::int64_t hidden = r.shape[2];
+  if (const std::int64_t given = n.attrs.get_int("hidden_size", hidden); given != hidden)
+    fail(errc::invalid_shape, n, r.name,
+         "hidden_size " + std::to_string(given) + " is not R's last dimension, " + std::to_string(hidden));
+  if (hidden > (std::int64_t{1} << 32) || input > (std::int64_t{1} << 32))
+    fail(errc::invalid_shape, n, r.name, "hidden_size and input_size must be at most 2^32");
+  const auto expect = [&](const value_info& v, const char* what, const shape& want) {
+    if (!(v.shape == want))
+      fail(errc::invalid_shape, n, v.name,
+           std::string(what) + " must be " + shape_string(want) + ", got " + shape_string(v.shape));
+  };
+  expect(r, "R", {dirs, gates * hidden, hidden});
+  expect(w, "W", {dirs, gates * hidden, input});
+  if (in.size() > 3 && in[3]) {
+    const value_info& b = *in[3];
+    same_type(n, x, b);
+    const shape plain{dirs, 2 * gates * hidden};
+    if (!(b.shape == plain) && !(lstm && b.shape == shape{dirs, 2 * gates * hidden + 3 * hidden}))
+      expect(b, "B", plain);
+  }
+  if (in.size() > 4 && in[4]) {
+    const value_info& l = *in[4];
+    if (l.type != dtype::i32)
+      fail(errc::invalid_dtype, n, l.name, "sequence_lens must be int32, got " + std::string(to_string(l.type)));
+    expect(l, "sequence_lens", {batch});
+  }
+  out.state = k.batch_major ? shape{batch, dirs, hidden} : shape{dirs, batch, hidden};
+  out.y = k.batch_major ? shape{batch, seq, dirs, hidden} : shape{seq, dirs, batch, hidden};
+  if (in.size() > 5 && in[5]) {
+    same_type(n, x, *in[5]);
+    expect(*in[5], "initial_h", out.state);
+    k.options |= kernels::recurrent::initial_h;
+  }
+  if (in.size() > 6 && in[6]) {
+    if (!lstm) fail(errc::invalid_argument, n, in[6]->name, "initial_c is an LSTM's input");
+    same_type(n, x, *in[6]);
+    expect(*in[6], "initial_c", out.state);
+    k.options |= kernels::recurrent::initial_c;
+  }
+  const double clip = n.attrs.get_float("clip", std::numeric_limits<double>::infinity());
+  if (!(clip > 0)) fail(errc::invalid_argument, n, x.name, "clip must be positive, got " + std::to_string(clip));
+  k.clip = static_cast<float>(clip);
+  const std::int64_t forget = n.attrs.get_int("input_forget", 0), lbr = n.attrs.get_int("linear_before_reset", 0);
+  if (forget != 0 && forget != 1)
+    fail(errc::invalid_argument, n, x.name, "input_forget must be 0 or 1, got " + std::to_string(forget));
+  if (forget && lstm) k.options |= kernels::recurrent::input_forget;
+  if (lbr && k.cell == rnn_cell::gru) k.options |= kernels::recurrent::linear_before_reset;
+  // activations: ONNX's STRINGS, held as one string of comma-separated names (the graph's
+  // attributes have no list of strings); names compare without case, as onnxruntime's do.
+  const std::size_t per_dir = k.cell == rnn_cell::rnn ? 1 : k.cell == rnn_cell::gru ? 2 : 3;
+  std::vector<std::string> names;
+  const std::string list = n.attrs.get_string("activations", "");
+  for (std::size_t at = 0; !list.empty() && at <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    names.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  if (names.empty())
+    for (std::int64_t d = 0; d < dirs; ++d) {
+      if (k.cell == rnn_cell::rnn) names.emplace_back("Tanh");
+      else names.insert(names.end(), {"Sigmoid", "Tanh", "Tanh"});
+      if (k.cell == rnn_cell::gru) names.pop_back();
+    }
+  if (names.size() != per_dir * static_cast<std::size_t>(dirs))
+    fail(errc::invalid_argument, n, x.name,
+         "activations lists " + std::to_string(names.size()) + " functions; a " + cell + " takes " +
+             std::to_string(per_dir) + " per direction, " + std::to_string(per_dir * static_cast<std::size_t>(dirs)) +
+             " here");
+  struct known {
+    std::string_view name;
+    rnn_activation fn;
+    double alpha, beta;  // the ONNX operator's defaults; NaN: the function takes none
+  };
+  constexpr double none = std::numeric_limits<double>::quiet_NaN();
+  const known table[] = {{"sigmoid", rnn_activation::sigmoid, none, none},
+                         {"tanh", rnn_activation::tanh, none, none},
+                         {"relu", rnn_activation::relu, none, none},
+                         {"softsign", rnn_activation::softsign, none, none},
+                         {"softplus", rnn_activation::softplus, none, none},
+                         {"leakyrelu", rnn_activation::leaky_relu, 0.01, none},
+                         {"thresholdedrelu", rnn_activation::thresholded_relu, 1.0, none},
+                         {"hardsigmoid", rnn_activation::hard_sigmoid, 0.2, 0.5},
+                         {"elu", rnn_activation::elu, 1.0, none}};
+  const auto params = [&](const char* attr) {
+    const auto it = n.attrs.items().find(attr);
+    if (it == n.attrs.items().end()) return floats{};
+    if (const auto* f = std::get_if<floats>(&it->second)) return *f;
+    if (const auto* d = std::get_if<double>(&it->second)) return floats{*d};
+    fail(errc::invalid_argument, n, x.name, std::string(attr) + " must be a list of floats");
+  };
+  const floats alphas = params("activation_alpha"), betas = params("activation_beta");
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    std::string lower = names[i];
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    const known* f = nullptr;
+    for (const auto& e : table)
+      if (e.name == lower) f = &e;
+    if (!f) {
+      const bool listed = lower == "affine" || lower == "scaledtanh";
+      fail(listed ? errc::not_supported : errc::invalid_argument, n, x.name,
+           "activation '" + names[i] + "'" +
+               (listed
+                    ? std::string(" is not computed (it needs alpha and beta, which the kernel has no room for)")
+                    : std::string(" is not one of Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, "
+                                  "HardSigmoid, Elu, Softsign, Softplus")));
+    }
+    // The reference consumes activation_alpha[i] and activation_beta[i] for function i; the kernel
+    // computes each function with its operator's defaults only.
+    const auto check_param = [&](const floats& given, const char* attr, double def) {
+      if (i >= given.size() || std::isnan(def)) return;
+      if (static_cast<float>(given[i]) != static_cast<float>(def))
+        fail(errc::not_supported, n, x.name,
+             std::string(attr) + "[" + std::to_string(i) + "] = " + std::to_string(given[i]) + " for " + names[i] +
+                 ": only its default " + std::to_string(def) + " is computed");
+    };
+    check_param(alphas, "activation_alpha", f->alpha);
+    check_param(betas, "activation_beta", f->beta);
+    k.activations[i] = f->fn;
+  }
+  need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), out.y);
+  return out;
 }
 
 }  // namespace graph_ops
@@ -1784,6 +1953,16 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     return one(graph_ops::loss_reduction_of(n) == kernels::loss_reduction::none ? target.shape : shape{}, x.type);
   }
   if (t == "Resize" || t == "Upsample") return one(graph_ops::resize_spec(n, in, constants).dims, need(n, in, 0).type);
+  if (t == "Recurrent") {
+    const auto layer = graph_ops::recurrent_spec(n, in);
+    const dtype type = need(n, in, 0).type;
+    std::vector<inferred_output> out{{layer.y, type}, {layer.state, type}};
+    if (layer.op.cell == kernels::rnn_cell::lstm) out.push_back({layer.state, type});
+    if (n.outputs.size() != out.size())
+      fail(errc::invalid_argument, n, {},
+           "has the outputs Y, Y_h" + std::string(out.size() == 3 ? " and Y_c" : "") + ", all named");
+    return out;
+  }
   if (t == "GridSample") {
     shape out;
     graph_ops::grid_sample_spec(n, in, out);
@@ -1923,7 +2102,9 @@ void graph::add_composite(std::string_view type, std::string name, const std::ve
   const std::size_t most = type == "LayerNormalization" || type == "DynamicQuantizeLinear" ? 3
                            : type == "SoftmaxCrossEntropyLoss"                             ? 2
                                                                                            : 1;
-  if (outputs.size() > most || outputs.empty() || outputs[0].empty())
+  // RNN, GRU and LSTM check their outputs themselves: any of them may be left out, Y too.
+  const bool recurrent = type == "RNN" || type == "GRU" || type == "LSTM";
+  if (!recurrent && (outputs.size() > most || outputs.empty() || outputs[0].empty()))
     throw graph_error(
         make_error_code(errc::invalid_argument), name, {},
         "node '" + name + "': " + std::string(type) + " has " +

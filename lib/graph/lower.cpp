@@ -453,6 +453,33 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     c.exclusive = n.attrs.get_int("exclusive", 0) != 0;
     c.reverse = n.attrs.get_int("reverse", 0) != 0;
     kernel(c);
+  } else if (t == "Recurrent") {
+    // RNN, GRU and LSTM: the initial states are copied into Y_h and Y_c, which the kernel reads
+    // as its starting state and overwrites with the last one.
+    std::vector<value_info> infos;
+    for (int v : st.in) {
+      const cvalue* c = v < 0 ? nullptr : &values[static_cast<std::size_t>(v)];
+      infos.push_back(c ? value_info{c->name, c->shape, c->type, c->kind, -1, true} : value_info{});
+    }
+    std::vector<const value_info*> in;
+    for (std::size_t i = 0; i < st.in.size(); ++i) in.push_back(st.in[i] < 0 ? nullptr : &infos[i]);
+    kernels::recurrent k = graph_ops::recurrent_spec(n, in).op;
+    const auto input = [&](std::size_t i) {
+      return i < st.in.size() && st.in[i] >= 0 ? desc(st.in[i]) : tensor_desc{};
+    };
+    k.x = input(0);
+    k.w = input(1);
+    k.r = input(2);
+    k.b = input(3);
+    k.sequence_lens = input(4);
+    k.y = y;
+    k.y_h = desc(st.out[1]);
+    if (k.cell == kernels::rnn_cell::lstm) k.y_c = desc(st.out[2]);
+    for (std::size_t i = 5; i < 7; ++i) {
+      const tensor_desc from = input(i), to = i == 5 ? k.y_h : k.y_c;
+      if (from.data && to.data) out.push_back({std::nullopt, copy_task{to.data, from.data, from.bytes()}});
+    }
+    kernel(k);
   } else if (t == "Concat") {
     // Concatenation is copying: each input's rows go to their place in every outer slice.
     const cvalue& yv = values[static_cast<std::size_t>(st.out[0])];

@@ -103,6 +103,22 @@ kernels::grid_sample grid_sample_spec(const node& n, std::span<const value_info*
 /// length invalid_shape, an axis out of range invalid_argument.
 kernels::quantize quantize_spec(const node& n, std::span<const value_info* const> in);
 
+/// A recurrent layer (the graph's Recurrent node, which RNN, GRU and LSTM become; its attribute
+/// "cell" says which): the kernels::recurrent of its attributes, the tensors left for the caller
+/// (initial_h and initial_c set in options when given), and the shapes of Y and of Y_h / Y_c.
+struct recurrent_layer {
+  kernels::recurrent op{};
+  shape y{}, state{};
+};
+
+/// The recurrent layer of `n` (onnx.ai/onnx/operators/onnx__RNN.html, onnx__GRU.html,
+/// onnx__LSTM.html): inputs X, W, R, B, sequence_lens, initial_h, initial_c, B holding an LSTM's
+/// peepholes after its biases. Throws graph_error naming the operand: a shape that does not fit
+/// invalid_shape with the shape it must have, a dtype invalid_dtype, an unknown attribute value
+/// invalid_argument, an activation the kernel lacks (Affine, ScaledTanh, or parameters other than
+/// the ONNX operator's defaults) not_supported.
+recurrent_layer recurrent_spec(const node& n, std::span<const value_info* const> in);
+
 /// The comparison an ONNX comparison operator (Equal, Less, LessOrEqual, Greater, GreaterOrEqual)
 /// lowers to; nullopt for any other type.
 inline std::optional<kernels::compare_fn> compare_of(std::string_view type) noexcept {

@@ -125,6 +125,21 @@ attribute to_attribute(const ::onnx::NodeProto& n, const ::onnx::AttributeProto&
     case ::onnx::AttributeProto::STRING: return a.s();
     case ::onnx::AttributeProto::INTS: return ints(a.ints().begin(), a.ints().end());
     case ::onnx::AttributeProto::FLOATS: return floats(a.floats().begin(), a.floats().end());
+    case ::onnx::AttributeProto::STRINGS:
+      // RNN, GRU and LSTM's activations: the graph's attributes hold no list of strings, so the
+      // names travel as one string, comma-separated (no ONNX activation name has a comma).
+      if ((n.op_type() == "RNN" || n.op_type() == "GRU" || n.op_type() == "LSTM") && a.name() == "activations") {
+        std::string joined;
+        for (const auto& s : a.strings()) {
+          if (s.find(',') != std::string::npos)
+            fail(errc::invalid_argument, n.name(), {},
+                 "onnx: " + n.op_type() + " '" + n.name() + "': activation '" + s + "' is no activation's name");
+          if (!joined.empty()) joined += ',';
+          joined += s;
+        }
+        return joined;
+      }
+      [[fallthrough]];
     default:
       fail(errc::not_supported, n.name(), {},
            "onnx: " + n.op_type() + " '" + n.name() + "': attribute '" + a.name() + "' of type " +

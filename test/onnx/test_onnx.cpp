@@ -5,6 +5,8 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "../recurrent_reference.hpp"
+
 #include <catch2/catch_test_macros.hpp>
 
 #include <algorithm>
@@ -2329,4 +2331,90 @@ TEST_CASE("ONNX's Einsum node tests, their float64 data as float32, match their 
     ++ran;
   }
   CHECK(ran == 5);
+}
+
+TEST_CASE("a bidirectional LSTM's Y, transposed and reshaped, feeds a MatMul; fp32 and fp16", "[onnx][recurrent]") {
+  // A speech-style encoder layer: LSTM (peepholes, sequence_lens fed at run time, the activations
+  // listed as STRINGS, Y_h left out), Y [seq, 2, batch, hidden] transposed to [seq, batch, 2,
+  // hidden], reshaped to [seq * batch, 2 * hidden] and projected by a MatMul.
+  constexpr std::int64_t S = 4, N = 2, I = 3, H = 3, K = 5;
+  const auto fv = [](std::size_t n, std::uint64_t seed, float scale) { return float_values(n, seed, scale); };
+  const auto x = fv(S * N * I, 41, 1.5f), w = fv(2 * 4 * H * I, 42, 0.8f), r = fv(2 * 4 * H * H, 43, 0.8f);
+  const auto b = fv(2 * 8 * H, 44, 0.5f), p = fv(2 * 3 * H, 45, 0.6f), proj = fv(2 * H * K, 46, 1.0f);
+  const std::vector<std::int64_t> lens{4, 3};
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(14);
+  auto* g = m.mutable_graph();
+  g->set_name("lstm_encoder");
+  add_typed_input(g, "x", ::onnx::TensorProto::FLOAT, {S, N, I});
+  add_typed_input(g, "lens", ::onnx::TensorProto::INT32, {N});
+  add_f32(g, "W", {2, 4 * H, I}, w);
+  add_f32(g, "R", {2, 4 * H, H}, r);
+  add_f32(g, "B", {2, 8 * H}, b);
+  add_f32(g, "P", {2, 3 * H}, p);
+  add_f32(g, "proj", {2 * H, K}, proj);
+  add_i64(g, "flat", {2}, {S * N, 2 * H});
+  auto* lstm = g->add_node();
+  lstm->set_op_type("LSTM");
+  lstm->set_name("encoder");
+  for (const char* in : {"x", "W", "R", "B", "lens", "", "", "P"}) lstm->add_input(in);
+  for (const char* out : {"Y", "", "Y_c"}) lstm->add_output(out);
+  add_attr(*lstm, "direction", ::onnx::AttributeProto::STRING).set_s("bidirectional");
+  add_attr(*lstm, "hidden_size", ::onnx::AttributeProto::INT).set_i(H);
+  auto& acts = add_attr(*lstm, "activations", ::onnx::AttributeProto::STRINGS);
+  for (const char* a : {"Sigmoid", "Tanh", "Tanh", "Sigmoid", "Tanh", "Tanh"}) acts.add_strings(a);
+  set_ints(add_named(g, "Transpose", {"Y"}, "y_t"), "perm", {0, 2, 1, 3});
+  add_named(g, "Reshape", {"y_t", "flat"}, "y_flat");
+  add_output_node(g, "MatMul", {"y_flat", "proj"}, "out");
+  g->add_output()->set_name("Y_c");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "lstm_encoder");
+  CHECK(gr.value("Y").shape == shape{S, 2, N, H});
+  CHECK(gr.value("out").shape == shape{S * N, K});
+
+  // The reference: the spec's equations, then the transpose, the reshape and the product.
+  rnn_ref::rec_problem pb;
+  pb.direction = kernels::rnn_direction::bidirectional;
+  pb.seq = S;
+  pb.batch = N;
+  pb.input = I;
+  pb.hidden = H;
+  pb.peepholes = true;
+  const auto wide = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  const std::vector<double> zero_state(2 * N * H, 0.0);
+  const auto ref =
+      rnn_ref::rec_reference(pb, wide(x), wide(w), wide(r), wide(b), wide(p), zero_state, zero_state, lens);
+  std::vector<double> want(S * N * K, 0.0);
+  for (std::int64_t t = 0; t < S; ++t)
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t d = 0; d < 2; ++d)
+        for (std::int64_t j = 0; j < H; ++j) {
+          const double yv = ref.y[static_cast<std::size_t>(((t * 2 + d) * N + n) * H + j)];
+          for (std::int64_t q = 0; q < K; ++q)
+            want[static_cast<std::size_t>((t * N + n) * K + q)] +=
+                yv * proj[static_cast<std::size_t>((d * H + j) * K + q)];
+        }
+  npurt::system sys{sim::presets::ascend910b(1)};
+  for (const precision prec : {precision::fp32, precision::fp16}) {
+    CAPTURE(to_string(prec));
+    session s{sys, {.precision = prec}};
+    tensor xt({S, N, I}, dtype::f32);
+    for (std::int64_t i = 0; i < S * N * I; ++i) xt.set(i, x[static_cast<std::size_t>(i)]);
+    tensor lt({N}, dtype::i32);
+    for (std::int64_t i = 0; i < N; ++i) lt.set(i, static_cast<double>(lens[static_cast<std::size_t>(i)]));
+    const auto res = s.run(s.compile(gr), {{"x", xt}, {"lens", lt}});
+    const double tol = prec == precision::fp32 ? 2e-5 : 2e-2;
+    const auto got = res.outputs.at("out").to_vector();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i, got[i], want[i]);
+      CHECK(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])));
+    }
+    const auto yc = res.outputs.at("Y_c").to_vector();
+    REQUIRE(yc.size() == ref.y_c.size());
+    for (std::size_t i = 0; i < yc.size(); ++i) {
+      CAPTURE(i, yc[i], ref.y_c[i]);
+      CHECK(std::abs(yc[i] - ref.y_c[i]) <= tol * (1 + std::abs(ref.y_c[i])));
+    }
+  }
 }
