@@ -94,6 +94,10 @@ class device_queue {
     }
     void push(std::uint64_t id, std::uint32_t stream) {
       if (empty() || v_.back().id < id) [[likely]] {
+        // Dispatched entries are dropped only when the storage would otherwise grow, and only
+        // when they are at least half of it (amortised O(1)): a queue that is filled and then
+        // drained, as by a launch loop before run, never moves its entries.
+        if (head_ != 0 && v_.size() == v_.capacity() && head_ * 2 >= v_.size()) compact();
         v_.push_back({id, stream});
         return;
       }
@@ -106,7 +110,6 @@ class device_queue {
       if (empty()) return false;
       if (v_[head_].id == id) [[likely]] {
         if (++head_ == v_.size()) clear();
-        else if (head_ >= 64 && head_ * 2 >= v_.size()) compact();
         return true;
       }
       const auto it = find(id);
@@ -124,7 +127,7 @@ class device_queue {
       return std::lower_bound(v_.begin() + static_cast<std::ptrdiff_t>(head_), v_.end(), id,
                               [](const entry& e, std::uint64_t x) { return e.id < x; });
     }
-    // Dispatched entries in front of head_ are dropped once they are half the storage.
+    // Drops the dispatched entries in front of head_.
     void compact() {
       v_.erase(v_.begin(), v_.begin() + static_cast<std::ptrdiff_t>(head_));
       head_ = 0;
