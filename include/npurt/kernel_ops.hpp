@@ -90,7 +90,8 @@ struct conv2d_backward_weight {
 /// the dtype: add, sub, mul, neg and pow wrap modulo 2^n as two's complement (numpy and ONNX
 /// Runtime do); div truncates toward zero (C, and ONNX's reference, which divides then casts);
 /// the one quotient that does not fit, INT_MIN / -1, wraps to INT_MIN as numpy's does, and
-/// abs(INT_MIN) is INT_MIN as in numpy; INT_MIN mod or fmod -1 is 0. A zero divisor of div, mod or
+/// abs(INT_MIN) is INT_MIN as in numpy; INT_MIN mod or fmod -1 is 0; relu is max(x, 0) (ONNX's
+/// Relu takes int8, int32 and int64 from opset 14). A zero divisor of div, mod or
 /// fmod, or a negative exponent of pow (numpy refuses integers to negative powers), is data,
 /// known only when the kernel runs, which then fails with errc::invalid_argument and leaves y
 /// unwritten.
@@ -152,6 +153,7 @@ constexpr bool integers_ok(eltwise_fn f) noexcept {
     case eltwise_fn::pow:
     case eltwise_fn::max:
     case eltwise_fn::min:
+    case eltwise_fn::relu:
     case eltwise_fn::abs:
     case eltwise_fn::neg:
     case eltwise_fn::sign:
@@ -261,7 +263,9 @@ struct softmax {
 
 /// argmax / argmin reduce one axis to the int64 index of the largest / smallest element (the
 /// first one on ties, the last with select_last); NaN is never selected unless all are NaN. prod
-/// multiplies (ONNX's ReduceProd), in float in row-major order as sum adds.
+/// multiplies (ONNX's ReduceProd), in float in row-major order as sum adds. On the integer dtypes
+/// (i8, i32, i64, u8) sum, prod, max and min are exact in the dtype, sum and prod wrapping modulo
+/// 2^n as numpy's integer reductions do; mean, argmax and argmin take floats only.
 enum class reduce_fn : std::uint8_t { sum, mean, max, min, argmax, argmin, prod };
 
 /// Reduction over the axes whose bit is set in axes_mask (bit i = dimension i).

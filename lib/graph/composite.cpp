@@ -232,8 +232,11 @@ bool added_as_chain(const graph& g, std::string_view type, std::span<const std::
   if (type == "LayerNormalization")
     return outputs.size() > 1 &&
            std::any_of(outputs.begin() + 1, outputs.end(), [](const std::string& o) { return !o.empty(); });
-  return type == "Clip" && inputs.size() > 1 &&
-         std::any_of(inputs.begin() + 1, inputs.end(),
+  if (type != "Clip" || inputs.empty()) return false;
+  // The kernel's bounds are floats, which do not hold every int32 or int64: an integer Clip is
+  // the exact integer Max and Min whatever its bounds.
+  if (const value_info* x = g.find(inputs[0]); x && is_integer(x->type)) return true;
+  return std::any_of(inputs.begin() + 1, inputs.end(),
                      [&g](const std::string& b) { return !b.empty() && g.find(b) && !g.constant(b); });
 }
 
@@ -291,6 +294,7 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     std::string acc = ins[0];
     if (has_min) acc = step("Max", "min", {acc, ins[1]}, has_max ? std::string() : y, attrs);
     if (has_max) step("Min", "max", {acc, ins[2]}, y, attrs);
+    if (!has_min && !has_max) step("Identity", "unbounded", {acc}, y, attrs);  // an integer Clip without bounds
     return;
   }
   // A scalar of x's dtype, for the steps that scale or compare with a number.

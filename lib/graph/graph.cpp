@@ -150,15 +150,20 @@ void need_float(const node& n, const value_info& v) {
     fail(errc::not_supported, n, v.name, "needs a floating-point tensor, got " + std::string(to_string(v.type)));
 }
 
+// A float or an integer of a dtype the kernels compute on.
+void need_float_or_integer(const node& n, const value_info& v) {
+  if (!is_float(v.type) && !is_integer(v.type))
+    fail(errc::not_supported, n, v.name,
+         "needs a floating-point or integer (int8, int32, int64, uint8) tensor, got " + std::string(to_string(v.type)));
+}
+
 // A number the kernel computes f on: a float, or an integer where f is exact on integers (Add,
-// Sub, Mul, Div, Pow, Max, Min, Abs, Neg, Sign, Mod; see kernels::integers_ok).
+// Sub, Mul, Div, Pow, Max, Min, Abs, Neg, Sign, Relu, Mod; see kernels::integers_ok).
 void need_number(const node& n, const value_info& v, kernels::eltwise_fn f) {
   if (is_integer(v.type) && kernels::integers_ok(f)) return;
   if (is_integer(v.type))
     fail(errc::not_supported, n, v.name, "needs a floating-point tensor, got " + std::string(to_string(v.type)));
-  if (!is_float(v.type))
-    fail(errc::not_supported, n, v.name,
-         "needs a floating-point or integer (int8, int32, int64, uint8) tensor, got " + std::string(to_string(v.type)));
+  need_float_or_integer(n, v);
 }
 
 void same_type(const node& n, const value_info& a, const value_info& b) {
@@ -1757,10 +1762,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     // write it, one-element 1-D) int32 or int64 tensor; it must be known when the graph is built.
     const auto& x = need(n, in, 0);
     const auto& ax = need(n, in, 1);
-    if (!is_float(x.type) && !is_integer(x.type))
-      fail(errc::not_supported, n, x.name,
-           "needs a floating-point or integer (int8, int32, int64, uint8) tensor, got " +
-               std::string(to_string(x.type)));
+    need_float_or_integer(n, x);
     if (x.shape.rank() == 0) fail(errc::invalid_shape, n, x.name, "x must have rank 1 or more, got a scalar");
     if (ax.type != dtype::i32 && ax.type != dtype::i64)
       fail(errc::invalid_dtype, n, ax.name, "axis must be int32 or int64, got " + std::string(to_string(ax.type)));
@@ -1777,7 +1779,9 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
   }
   if (t == "ReduceMean" || t == "ReduceSum" || t == "ReduceMax" || t == "ReduceMin" || t == "ReduceProd") {
     const auto& x = need(n, in, 0);
-    need_float(n, x);
+    // Sum, Max, Min and Prod are exact on integers (kernels::reduce_fn); Mean divides, in float.
+    if (t == "ReduceMean") need_float(n, x);
+    need_float_or_integer(n, x);
     ints axes = n.attrs.get_ints("axes");
     if (in.size() > 1 && in[1]) {
       const tensor* c = constants.size() > 1 ? constants[1] : nullptr;
@@ -1901,10 +1905,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
   if (t == "TopK") {
     // onnx.ai/onnx/operators/onnx__TopK.html: values and int64 indices, x's shape with the axis k.
     const auto& x = need(n, in, 0);
-    if (!is_float(x.type) && !is_integer(x.type))
-      fail(errc::not_supported, n, x.name,
-           "needs a floating-point or integer (int8, int32, int64, uint8) tensor, got " +
-               std::string(to_string(x.type)));
+    need_float_or_integer(n, x);
     if (n.outputs.size() != 2)
       fail(errc::invalid_argument, n, {}, "has two outputs (Values, Indices), got " + std::to_string(n.outputs.size()));
     const kernels::top_k k = graph_ops::top_k_spec(n, in, constants);

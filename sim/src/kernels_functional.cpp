@@ -619,6 +619,7 @@ bool apply_int(kernels::eltwise_fn f, dtype t, int64_t a, int64_t b, int64_t& ou
     case sign: out = a > 0 ? 1 : a < 0 ? -1 : 0; return true;
     case max: out = std::max(a, b); return true;
     case min: out = std::min(a, b); return true;
+    case relu: out = std::max<int64_t>(a, 0); return true;
     case div:
       if (b == 0) return false;
       // Truncating toward zero as C does; -1 negates through unsigned arithmetic, so that
@@ -1086,13 +1087,14 @@ void run(const kernels::softmax& op, const host_tensors& h) {
   h.store(op.y, y);
 }
 
-void run(const kernels::reduce& op, const host_tensors& h) {
+// Offset of each input index of x in the reduction's output: the output strides, 0 on the
+// reduced axes. `count` is how many elements each output combines.
+index_array reduce_strides(const kernels::reduce& op, int64_t& count) noexcept {
   const shape& s = op.x.shape;
-  const size_t r = s.rank();
-  // Offset of each input index in the output: the output strides, 0 on reduced axes.
   index_array ostride{};
-  int64_t st = 1, count = 1;
-  for (size_t i = r; i-- > 0;) {
+  int64_t st = 1;
+  count = 1;
+  for (size_t i = s.rank(); i-- > 0;) {
     if ((op.axes_mask >> i) & 1u) {
       count *= s[i];
     } else {
@@ -1100,6 +1102,50 @@ void run(const kernels::reduce& op, const host_tensors& h) {
       st *= s[i];
     }
   }
+  return ostride;
+}
+
+// sum, prod, max and min on an integer dtype (validated), exactly as numpy's in-dtype reductions:
+// sum and prod in unsigned arithmetic, whose wrap-around is defined, so the low n bits of the
+// result are the two's complement one of an n-bit type (numpy.sum and numpy.prod of int8 wrap the
+// same way); max and min are exact. An empty reduction gives the identity (0, 1) and, for max and
+// min, the dtype's lowest and highest value, as numpy's initial= would.
+void run_int(const kernels::reduce& op, const host_tensors& h) {
+  using kernels::reduce_fn;
+  const dtype t = op.x.type;
+  int64_t count = 0;
+  const index_array ostride = reduce_strides(op, count);
+  const int_range lim = range_of(t);
+  const int64_t init = op.fn == reduce_fn::prod  ? 1
+                       : op.fn == reduce_fn::max ? lim.lo
+                       : op.fn == reduce_fn::min ? lim.hi
+                                                 : 0;
+  std::vector<int64_t> y(static_cast<size_t>(op.y.shape.elements()), init);
+  const std::byte* px = h[op.x];
+  const auto n = static_cast<size_t>(op.x.shape.elements());
+  index_array idx{};
+  int64_t o = 0;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t& acc = y[static_cast<size_t>(o)];
+    const int64_t v = read_int(t, px, i);
+    const auto ua = static_cast<std::uint64_t>(acc), uv = static_cast<std::uint64_t>(v);
+    switch (op.fn) {
+      case reduce_fn::sum: acc = wrap_to(t, ua + uv); break;
+      case reduce_fn::prod: acc = wrap_to(t, ua * uv); break;
+      case reduce_fn::max: acc = std::max(acc, v); break;
+      default: acc = std::min(acc, v); break;
+    }
+    advance(idx, op.x.shape, ostride, o);
+  }
+  std::byte* py = h[op.y];
+  for (size_t i = 0; i < y.size(); ++i) write_int(t, py, i, y[i]);
+}
+
+void run(const kernels::reduce& op, const host_tensors& h) {
+  if (!is_float(op.x.type)) return run_int(op, h);
+  const shape& s = op.x.shape;
+  int64_t count = 0;
+  const index_array ostride = reduce_strides(op, count);
   const auto x = h.load(op.x);
   using kernels::reduce_fn;
   const bool is_max = op.fn == reduce_fn::max, is_min = op.fn == reduce_fn::min;

@@ -387,7 +387,11 @@ std::error_code check(const kernels::reduce& r) {
   if (r.axes_mask == 0 || (rank < 32 && (r.axes_mask >> rank) != 0)) return fail(errc::invalid_argument);
   const bool arg = r.fn == kernels::reduce_fn::argmax || r.fn == kernels::reduce_fn::argmin;
   if (arg && (r.axes_mask & (r.axes_mask - 1)) != 0) return fail(errc::invalid_argument);  // one axis
-  if (!is_float(r.x.type) || r.y.type != (arg ? dtype::i64 : r.x.type)) return fail(errc::invalid_dtype);
+  // Integers take the reductions that are exact in the dtype (sum and prod wrap as numpy's do);
+  // mean and the index reductions compute in float.
+  const bool int_ok = is_integer(r.x.type) && (r.fn == kernels::reduce_fn::sum || r.fn == kernels::reduce_fn::prod ||
+                                               r.fn == kernels::reduce_fn::max || r.fn == kernels::reduce_fn::min);
+  if ((!is_float(r.x.type) && !int_ok) || r.y.type != (arg ? dtype::i64 : r.x.type)) return fail(errc::invalid_dtype);
   shape out;
   for (std::size_t i = 0; i < rank; ++i) {
     if ((r.axes_mask >> i) & 1u) {

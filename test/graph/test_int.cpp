@@ -1,5 +1,6 @@
-// Integer arithmetic at run time (Add, Sub, Mul, Div, Neg, Abs, Sign, Max, Min, Pow on int8,
-// int32, int64, uint8), ONNX's Mod in both modes, CumSum and ReduceProd: values through compiled
+// Integer arithmetic at run time (Add, Sub, Mul, Div, Neg, Abs, Sign, Max, Min, Pow, Relu, Clip and
+// ReduceSum, ReduceProd, ReduceMax, ReduceMin on int8, int32, int64, uint8), ONNX's Mod in both
+// modes, CumSum and ReduceProd: values through compiled
 // runs against references written here from ONNX's and numpy's definitions, a zero divisor failing
 // session::run, and the typed errors of nodes the kernels cannot compute.
 #include <npurt/graph/session.hpp>
@@ -9,7 +10,9 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,7 +89,7 @@ TEST_CASE("integer Neg, Abs, Sign run; the float-only operators refuse integers"
   auto x = g.add_input("x", {3}, dtype::i64);
   expect_graph_error([&] { g.add_op("Exp", {x}, {}, "e"); }, errc::not_supported, "e", "x");
   expect_graph_error([&] { g.add_op("Sigmoid", {x}, {}, "s"); }, errc::not_supported, "s", "x");
-  expect_graph_error([&] { g.add_op("ReduceProd", {x}, {}, "p"); }, errc::not_supported, "p", "x");
+  expect_graph_error([&] { g.add_op("ReduceMean", {x}, {}, "p"); }, errc::not_supported, "p", "x");
   auto f = g.add_input("f", {3}, dtype::f32);
   expect_graph_error([&] { g.add_op("Add", {x, f}, {}, "mixed"); }, errc::invalid_dtype, "mixed", "f");
 }
@@ -199,4 +202,117 @@ TEST_CASE("ReduceProd with axes as an attribute or an input, keepdims or not", "
                      errc::not_supported, "p", "x");
   CHECK(is_supported_op("ReduceProd"));
   CHECK(is_supported_op("CumSum"));
+}
+
+namespace {
+
+// The int64 elements of a run's output, exact past 2^53.
+std::vector<std::int64_t> int_graph_i64(const tensor& t) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(t.elements()));
+  std::memcpy(v.data(), t.data(), v.size() * sizeof(std::int64_t));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("integer Relu and Clip run exactly; Clip's bounds constant, fed or absent", "[graph][int][clip]") {
+  // numpy.maximum(x, 0) and numpy.clip(x, lo, hi), by hand.
+  for (dtype t : {dtype::i8, dtype::i32, dtype::i64}) {
+    CAPTURE(to_string(t));
+    graph g("relu");
+    auto x = g.add_input("x", {4}, t);
+    g.set_output(g.add_op("Relu", {x}, {}, "y"));
+    auto sys = test::make_system();
+    session s{sys};
+    CHECK(s.run(s.compile(g), {{"x", tensor({4}, t, {-128, -1, 0, 127})}}).outputs.at("y").to_vector() ==
+          std::vector<double>{0, 0, 0, 127});
+  }
+  const auto clip = [](dtype t, const std::vector<double>& xs, std::optional<double> lo, std::optional<double> hi,
+                       bool fed) {
+    graph g("clip");
+    const auto n = static_cast<std::int64_t>(xs.size());
+    auto x = g.add_input("x", {n}, t);
+    std::vector<std::string> ins{x, {}, {}};
+    // The fed tensors outlive the feeds, which refer to them.
+    std::vector<tensor> held;
+    held.reserve(3);
+    held.emplace_back(shape{n}, t, xs);
+    std::vector<feed> feeds{{"x", held.back()}};
+    for (std::size_t i = 1; i <= 2; ++i) {
+      const auto& b = i == 1 ? lo : hi;
+      if (!b) continue;
+      const std::string name = i == 1 ? "lo" : "hi";
+      ins[i] = fed ? g.add_input(name, {}, t) : g.add_constant(name, tensor({}, t, {*b}));
+      if (fed) feeds.push_back({name, held.emplace_back(shape{}, t, std::vector<double>{*b})});
+    }
+    while (!ins.empty() && ins.back().empty()) ins.pop_back();
+    g.set_output(g.add_op("Clip", ins, {}, "y"));
+    auto sys = test::make_system();
+    session s{sys};
+    return s.run(s.compile(g), feeds).outputs.at("y").to_vector();
+  };
+  const std::vector<double> xs{-100, -3, 0, 2, 5, 100};
+  for (dtype t : {dtype::i8, dtype::i32, dtype::i64})
+    for (bool fed : {false, true}) {
+      CAPTURE(to_string(t), fed);
+      CHECK(clip(t, xs, -3.0, 4.0, fed) == std::vector<double>{-3, -3, 0, 2, 4, 4});
+      CHECK(clip(t, xs, std::nullopt, 0.0, fed) == std::vector<double>{-100, -3, 0, 0, 0, 0});
+      CHECK(clip(t, xs, 1.0, std::nullopt, fed) == std::vector<double>{1, 1, 1, 2, 5, 100});
+      // min > max: every value becomes max, as numpy.clip's minimum(maximum(x, lo), hi) gives.
+      CHECK(clip(t, xs, 7.0, 2.0, fed) == std::vector<double>(6, 2));
+    }
+  CHECK(clip(dtype::u8, {0, 9, 200, 255}, 10.0, 199.0, false) == std::vector<double>{10, 10, 199, 199});
+  CHECK(clip(dtype::i32, xs, std::nullopt, std::nullopt, false) == xs);
+  // int64 bounds past 2^53, where a float bound could not hold them: exact.
+  constexpr std::int64_t big = (std::int64_t{1} << 60) + 1;
+  graph g("clip64");
+  auto x = g.add_input("x", {3}, dtype::i64);
+  auto lo = g.add_constant("lo", test::ints_tensor({big}));
+  g.set_output(g.add_op("Clip", {x, lo}, {}, "y"));
+  auto sys = test::make_system();
+  session s{sys};
+  const auto r =
+      s.run(s.compile(g), {{"x", test::ints_tensor({big - 1, big + 1, std::numeric_limits<std::int64_t>::max()})}});
+  CHECK(int_graph_i64(r.outputs.at("y")) ==
+        std::vector<std::int64_t>{big, big + 1, std::numeric_limits<std::int64_t>::max()});
+  // A bound of another dtype is refused, naming it.
+  auto f = g.add_constant("f", tensor({}, dtype::i32, {0}));
+  expect_graph_error([&] { g.add_op("Clip", {x, f}, {}, "c"); }, errc::invalid_dtype, "c", "f");
+}
+
+TEST_CASE("integer ReduceSum, ReduceProd, ReduceMax, ReduceMin run exactly and wrap", "[graph][int][reduce]") {
+  // x [2, 3] int8 = [[100, 100, -7], [-128, 1, 2]]; references by hand, wrapping as numpy's
+  // int8 sum and prod do: 100 + 100 - 7 = 193 -> -63; 100 * 100 * -7 = -70000 -> -112.
+  const std::vector<double> xv{100, 100, -7, -128, 1, 2};
+  const auto reduce = [&](const char* op, dtype t, attributes attrs, const std::vector<double>& v) {
+    graph g("reduce");
+    auto x = g.add_input("x", {2, 3}, t);
+    g.set_output(g.add_op(op, {x}, std::move(attrs), "y"));
+    auto sys = test::make_system();
+    session s{sys};
+    return s.run(s.compile(g), {{"x", tensor({2, 3}, t, v)}}).outputs.at("y").to_vector();
+  };
+  const attributes rows{{"axes", ints{1}}, {"keepdims", std::int64_t{0}}};
+  CHECK(reduce("ReduceSum", dtype::i8, rows, xv) == std::vector<double>{-63, -125});
+  CHECK(reduce("ReduceSum", dtype::i32, rows, xv) == std::vector<double>{193, -125});
+  CHECK(reduce("ReduceProd", dtype::i8, rows, xv) == std::vector<double>{-112, 0});  // -128 * 2 = -256 -> 0
+  CHECK(reduce("ReduceProd", dtype::i64, rows, xv) == std::vector<double>{-70000, -256});
+  CHECK(reduce("ReduceMax", dtype::i8, rows, xv) == std::vector<double>{100, 2});
+  CHECK(reduce("ReduceMin", dtype::i32, {{"axes", ints{0}}}, xv) == std::vector<double>{-128, 1, -7});
+  CHECK(reduce("ReduceSum", dtype::i64, {}, xv) == std::vector<double>{68});
+  // uint8: 100 + 100 + 249 = 449 -> 193; 128 * 1 * 2 = 256 -> 0.
+  const std::vector<double> uv{100, 100, 249, 128, 1, 2};
+  CHECK(reduce("ReduceSum", dtype::u8, rows, uv) == std::vector<double>{193, 131});
+  CHECK(reduce("ReduceProd", dtype::u8, rows, uv) == std::vector<double>{16 * 249 % 256, 0});
+  // int64 past 2^53, and its wrap.
+  constexpr auto mx = std::numeric_limits<std::int64_t>::max();
+  graph g("reduce64");
+  auto x = g.add_input("x", {3}, dtype::i64);
+  g.set_output(g.add_op("ReduceSum", {x}, {{"keepdims", std::int64_t{0}}}, "s"));
+  g.set_output(g.add_op("ReduceMax", {x}, {{"keepdims", std::int64_t{0}}}, "m"));
+  auto sys = test::make_system();
+  session s{sys};
+  const auto r = s.run(s.compile(g), {{"x", test::ints_tensor({mx - 5, 3, 4})}});
+  CHECK(int_graph_i64(r.outputs.at("s")) == std::vector<std::int64_t>{std::numeric_limits<std::int64_t>::min() + 1});
+  CHECK(int_graph_i64(r.outputs.at("m")) == std::vector<std::int64_t>{mx - 5});
 }

@@ -95,6 +95,17 @@ std::int64_t intk_draw(int_draw& next, dtype t) {
   return static_cast<std::int64_t>(intk_wrap(t, static_cast<i128>(static_cast<std::int64_t>(u))));
 }
 
+// The shape a reduction of s over the axes in mask gives (ONNX's keepdims): a full reduction
+// without keepdims is one element, as the kernel holds it.
+shape intk_reduced(const shape& s, std::uint32_t mask, bool keep) {
+  shape ys;
+  for (std::size_t d = 0; d < s.rank(); ++d)
+    if (!((mask >> d) & 1u)) ys.push_back(s[d]);
+    else if (keep) ys.push_back(1);
+  if (ys.rank() == 0) ys.push_back(1);
+  return ys;
+}
+
 int intk_run_binary(k::eltwise_fn f, const tensor& a, const tensor& b, tensor& y) {
   return run(k::elementwise{f, a.desc, b.desc, y.desc});
 }
@@ -266,7 +277,7 @@ TEST_CASE("integer neg, abs, sign and pow; float-only functions refuse integers"
                                   npurt::sim::host_memory(), 0, &why) == npurt::errc::invalid_argument);
   CHECK(why == "exponent b[2] = -1 is negative (an integer has no negative power)");
 
-  for (F f : {F::exp, F::sigmoid, F::relu, F::sqrt, F::floor, F::clip}) {
+  for (F f : {F::exp, F::sigmoid, F::sqrt, F::floor, F::clip}) {
     CAPTURE(k::op_name(k::elementwise{f}));
     CHECK(run(k::elementwise{f, x.desc, {}, y.desc}) == static_cast<int>(npurt::errc::invalid_dtype));
   }
@@ -370,11 +381,7 @@ TEST_CASE("reduce prod multiplies over the masked axes", "[kernels][reduce]") {
     for (std::size_t d = 0; d < rank; ++d) s.push_back(next(1, 4));
     auto mask = static_cast<std::uint32_t>(next(1, (1 << rank) - 1));
     const bool keep = next(0, 1) != 0;
-    shape ys;
-    for (std::size_t d = 0; d < rank; ++d)
-      if (!((mask >> d) & 1u)) ys.push_back(s[d]);
-      else if (keep) ys.push_back(1);
-    if (ys.rank() == 0) ys.push_back(1);
+    const shape ys = intk_reduced(s, mask, keep);
     CAPTURE(round, mask, keep);
     tensor x(s), y(ys);
     x.fill(static_cast<std::uint64_t>(round) + 3, 0.5, 1.5, false);
@@ -405,4 +412,88 @@ TEST_CASE("reduce prod multiplies over the masked axes", "[kernels][reduce]") {
   m.assign({1, 2, 0, 4});
   REQUIRE(run(k::reduce{k::reduce_fn::prod, m.desc, r2.desc, 2u}) == 0);
   CHECK(r2.values() == std::vector<double>{2, 0});
+}
+
+// ---- integer relu and reductions -----------------------------------------------------------
+
+TEST_CASE("integer relu is max(x, 0) at the extremes of every dtype", "[kernels][int]") {
+  int_draw next(0x3e1);
+  for (dtype t : {dtype::i8, dtype::i32, dtype::i64, dtype::u8}) {
+    CAPTURE(npurt::to_string(t));
+    tensor x({16}, t), y({16}, t);
+    for (std::size_t i = 0; i < x.size(); ++i) intk_set(x, i, intk_draw(next, t));
+    intk_set(x, 0, 0);
+    REQUIRE(run(k::elementwise{k::eltwise_fn::relu, x.desc, {}, y.desc}) == 0);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const std::int64_t v = intk_get(x, i);
+      CAPTURE(i, v);
+      CHECK(intk_get(y, i) == (v > 0 ? v : 0));
+    }
+  }
+}
+
+TEST_CASE("integer reduce sum, prod, max, min are exact; sum and prod wrap modulo 2^n", "[kernels][reduce][int]") {
+  using R = k::reduce_fn;
+  int_draw next(0x51d);
+  for (dtype t : {dtype::i8, dtype::i32, dtype::i64, dtype::u8})
+    for (R f : {R::sum, R::prod, R::max, R::min})
+      for (int round = 0; round < 12; ++round) {
+        const auto rank = static_cast<std::size_t>(next(1, 3));
+        shape s;
+        for (std::size_t d = 0; d < rank; ++d) s.push_back(next(1, 4));
+        const auto mask = static_cast<std::uint32_t>(next(1, (1 << rank) - 1));
+        const bool keep = next(0, 1) != 0;
+        const shape ys = intk_reduced(s, mask, keep);
+        CAPTURE(npurt::to_string(t), k::op_name(k::reduce{f}), round, mask, keep);
+        tensor x(s, t), y(ys, t);
+        // Full-range values overflow sum and prod at once; small ones keep some products exact.
+        for (std::size_t i = 0; i < x.size(); ++i)
+          intk_set(x, i, round % 2 ? intk_draw(next, t) : next(t == dtype::u8 ? 0 : -3, 3));
+        REQUIRE(run(k::reduce{f, x.desc, y.desc, mask, keep}) == 0);
+        // The reference: each y element from x's elements mapping to it, in 128-bit arithmetic
+        // (no overflow for these sizes) reduced modulo 2^n once at the end, which is what
+        // wrapping at every step gives.
+        std::vector<i128> want(y.size());
+        std::vector<bool> seen(y.size(), false);
+        std::vector<std::int64_t> idx(rank, 0);
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          std::int64_t o = 0;
+          for (std::size_t d = 0; d < rank; ++d)
+            if (!((mask >> d) & 1u)) o = o * s[d] + idx[d];
+          const auto oi = static_cast<std::size_t>(o);
+          const i128 v = intk_get(x, i);
+          if (!seen[oi]) want[oi] = v;
+          else if (f == R::sum) want[oi] = intk_wrap(t, want[oi] + v);
+          else if (f == R::prod) want[oi] = intk_wrap(t, want[oi] * v);
+          else if (f == R::max) want[oi] = v > want[oi] ? v : want[oi];
+          else want[oi] = v < want[oi] ? v : want[oi];
+          seen[oi] = true;
+          for (std::size_t d = rank; d-- > 0;) {
+            if (++idx[d] < s[d]) break;
+            idx[d] = 0;
+          }
+        }
+        for (std::size_t i = 0; i < y.size(); ++i) {
+          CAPTURE(i);
+          REQUIRE(static_cast<i128>(intk_get(y, i)) == want[i]);
+        }
+      }
+  // By hand: int8 [100, 100] sums to -56 (200 - 256) and multiplies to 16 (10000 mod 256);
+  // int64 MAX + 1 wraps to MIN.
+  tensor b({2}, dtype::i8), b1({1}, dtype::i8);
+  b.assign({100, 100});
+  REQUIRE(run(k::reduce{R::sum, b.desc, b1.desc, 1u}) == 0);
+  CHECK(b1.values() == std::vector<double>{-56});
+  REQUIRE(run(k::reduce{R::prod, b.desc, b1.desc, 1u}) == 0);
+  CHECK(b1.values() == std::vector<double>{16});
+  tensor l({2}, dtype::i64), l1({1}, dtype::i64);
+  intk_set(l, 0, std::numeric_limits<std::int64_t>::max());
+  intk_set(l, 1, 1);
+  REQUIRE(run(k::reduce{R::sum, l.desc, l1.desc, 1u}) == 0);
+  CHECK(intk_get(l1, 0) == std::numeric_limits<std::int64_t>::min());
+  // Mean and the index reductions stay float-only.
+  for (R f : {R::mean, R::argmax}) {
+    tensor yi({1}, dtype::i64);
+    CHECK(run(k::reduce{f, l.desc, yi.desc, 1u}) == static_cast<int>(npurt::errc::invalid_dtype));
+  }
 }

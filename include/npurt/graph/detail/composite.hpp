@@ -21,13 +21,13 @@ namespace npurt::detail {
 /// Whether an operator `type` reading `inputs` of `g` and writing `outputs` with `attrs` is added
 /// as a chain: one of the above, a Clip with a bound in the graph that is not a constant (the
 /// kernel takes constant bounds; a bound not added yet keeps the Clip node, as any operator may
-/// name a later tensor), a LayerNormalization that names its Mean or InvStdDev output (the kernel
-/// writes Y alone), or a ConvTranspose whose end pad exceeds its start pad plus output_padding
-/// (computed larger and cropped by a Slice).
+/// name a later tensor) or with an integer input (the kernel's float bounds are not exact), a LayerNormalization that
+/// names its Mean or InvStdDev output (the kernel writes Y alone), or a ConvTranspose whose end pad exceeds its start
+/// pad plus output_padding (computed larger and cropped by a Slice).
 [[nodiscard]] bool added_as_chain(const graph& g, std::string_view type, std::span<const std::string> inputs,
                                   std::span<const std::string> outputs = {}, const attributes& attrs = {});
 
-/// Adds operator `type` (a composite, a Clip whose bounds are not constants, or a
+/// Adds operator `type` (a composite, a Clip whose bounds are not constants or whose input is an integer, or a
 /// LayerNormalization with its statistics) to `g` as its chain: the step writing `outputs[0]` is
 /// the node `node_name`, the others are named `fresh("<output>/<step>")`. Every input must be in the graph with its
 /// shape known. Throws graph_error; on a throw the steps already added stay (graph::add_node takes them back).

@@ -47,12 +47,13 @@
 //    taken in double (as its float64 dot products are) and rounded to y's dtype once. A
 //    neighbour of weight 0 is not read.
 //  - elementwise computes integer dtypes (i8, i32, i64, u8) exactly for the functions
-//    kernels::integers_ok names: add, sub, mul, neg, pow wrap modulo 2^n; div truncates toward
+//    kernels::integers_ok names (relu is max(x, 0)): add, sub, mul, neg, pow wrap modulo 2^n; div truncates toward
 //    zero, INT_MIN / -1 wrapping to INT_MIN; a zero divisor (div, mod, fmod) or a negative
 //    integer exponent fails the kernel with errc::invalid_argument when it runs, y unwritten.
 //  - cumsum adds along its axis sequentially: f32 in float, f16/bf16 with the running sum
 //    rounded to the dtype at every step, integers exactly with wrap-around.
-//  - reduce prod multiplies in float in row-major order of the input, as sum adds.
+//  - reduce prod multiplies in float in row-major order of the input, as sum adds. On integers
+//    sum, prod, max and min are exact in the dtype, sum and prod wrapping modulo 2^n.
 //  - quantize (ONNX's QuantizeLinear) divides x by scale in float (the quotient rounded to x's
 //    dtype when scale has it, as NumPy divides), rounds half to even, adds the zero point and
 //    saturates, NaN giving the zero point; dequantize takes (x - zero_point) * scale in double
