@@ -644,9 +644,9 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     // all-off row. Computed as Equal of the wrapped indices, with a 1 inserted at axis, against
     // the constant 0 .. depth - 1 along axis, then Where(on, off).
     const value_info idx = g.value(ins[0]);
-    if (idx.type != dtype::i32 && idx.type != dtype::i64)
+    if (!is_integer(idx.type) && !is_float(idx.type))
       fail(errc::not_supported, node_name, ins[0],
-           "OneHot '" + node_name + "': indices must be int32 or int64, got " + std::string(to_string(idx.type)));
+           "OneHot '" + node_name + "': indices must be numbers, got " + std::string(to_string(idx.type)));
     if (ins.size() < 3 || ins[1].empty() || ins[2].empty())
       fail(errc::parse_error, node_name, y, "OneHot '" + node_name + "' needs the inputs indices, depth and values");
     const tensor* depth_t = g.constant(ins[1]);
@@ -673,14 +673,28 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
            "OneHot '" + node_name + "': axis " + std::to_string(axis) + " is outside [" + std::to_string(-rank - 1) +
                ", " + std::to_string(rank) + "]");
     if (axis < 0) axis += rank + 1;
+    // The indices' own type when int32 or int64; int64 for floats and for int8 and uint8, which
+    // could not hold depth (index + depth wraps harmlessly in int32: depth is below 2^30 and only
+    // a negative index's sum is kept).
+    const dtype int_type = idx.type == dtype::i32 ? dtype::i32 : dtype::i64;
     const auto int_scalar = [&](const std::string& tag, std::int64_t v) {
-      tensor c(shape{}, idx.type);
+      tensor c(shape{}, int_type);
       c.set(0, static_cast<double>(v));
       return g.add_constant(fresh(y + "/" + tag), std::move(c));
     };
+    std::string indices = ins[0];
+    if (idx.type != int_type) {
+      // onnx.ai: indices of a non-integer type are cast to int64, which truncates toward zero as
+      // numpy's astype does (an infinity saturates, out of range). A NaN has no integer: it is
+      // made depth, out of range, so its row is all off like any other index outside the range.
+      indices = step("Cast", "indices_int", {ins[0]}, {}, {{"to", onnx_dtype_code(int_type)}});
+      if (is_float(idx.type))
+        indices = step("Where", "indices_nan",
+                       {step("IsNaN", "indices_is_nan", {ins[0]}), int_scalar("nan_index", depth), indices});
+    }
     const std::string wrapped = step("Where", "wrapped",
-                                     {step("Less", "negative", {ins[0], int_scalar("zero", 0)}),
-                                      step("Add", "plus_depth", {ins[0], int_scalar("depth", depth)}), ins[0]});
+                                     {step("Less", "negative", {indices, int_scalar("zero", 0)}),
+                                      step("Add", "plus_depth", {indices, int_scalar("depth", depth)}), indices});
     std::vector<std::int64_t> at_axis, positions;
     for (std::int64_t d = 0, s = 0; d <= rank; ++d) {
       at_axis.push_back(d == axis ? 1 : idx.shape[static_cast<std::size_t>(s)]);
@@ -688,7 +702,7 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
       if (d != axis) ++s;
     }
     const std::string column = step("Reshape", "column", {wrapped, add_ints(g, fresh(y + "/column_shape"), at_axis)});
-    tensor range(shape(std::span<const std::int64_t>(positions)), idx.type);
+    tensor range(shape(std::span<const std::int64_t>(positions)), int_type);
     for (std::int64_t j = 0; j < depth; ++j) range.set(j, static_cast<double>(j));
     const std::string hit = step("Equal", "hit", {column, g.add_constant(fresh(y + "/positions"), std::move(range))});
     const auto value_scalar = [&](const std::string& tag, std::int64_t i) {

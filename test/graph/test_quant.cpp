@@ -10,6 +10,7 @@
 #include <cfenv>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 using namespace npurt;
@@ -282,11 +283,50 @@ TEST_CASE("OneHot: negative indices wrap once, out-of-range ones give an all-off
       [] {
         graph g("one hot indices");
         g.add_op("OneHot",
-                 {g.add_input("i", {2}, dtype::f32), g.add_constant("depth", tensor({}, dtype::i64, {3})),
+                 {g.add_input("i", {2}, dtype::boolean), g.add_constant("depth", tensor({}, dtype::i64, {3})),
                   g.add_constant("values", tensor({2}, dtype::f32, {0, 1}))},
                  {}, "y");
       },
       errc::not_supported, "y", "i");
+}
+
+TEST_CASE("OneHot: float indices truncate toward zero, float depth too; NaN and infinities are off",
+          "[graph][quant][onehot]") {
+  // onnx.ai OneHot: indices of a non-integer type are cast to int64 (numpy's astype truncates
+  // toward zero), depth likewise; then the integer rule: [-depth, -1] wraps once, anything
+  // outside [-depth, depth - 1] is an all-off row. Depth 4.9 is 4.
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> iv{0.9, 3.7, -0.5, -1.2, -3.9, -4.5, 4.0, nan, inf, -inf, 2.0, -4.0, 1e30, -5.2};
+  const auto hot = [](double v) -> std::int64_t {  // the position lit, or -1 for an all-off row
+    if (!std::isfinite(v)) return -1;
+    const double t = std::trunc(v);
+    if (t < -4 || t > 3) return -1;
+    return static_cast<std::int64_t>(t < 0 ? t + 4 : t);
+  };
+  for (const dtype it : {dtype::f32, dtype::f16, dtype::i8, dtype::i32})
+    for (const dtype dt : {dtype::f32, dtype::i64}) {
+      CAPTURE(to_string(it), to_string(dt));
+      std::vector<double> xs;
+      for (double v : iv)  // the integer dtypes hold the values' truncations, NaN and infinities left out
+        if (is_float(it) || (std::isfinite(v) && std::fabs(v) < 100)) xs.push_back(is_float(it) ? v : std::trunc(v));
+      const auto m = static_cast<std::int64_t>(xs.size());
+      graph g("one hot float");
+      auto idx = g.add_input("i", {m}, it);
+      auto depth = g.add_constant("depth", tensor({}, dt, {dt == dtype::f32 ? 4.9 : 4.0}));
+      auto values = g.add_constant("values", tensor({2}, dtype::i32, {5, -2}));
+      g.set_output(g.add_op("OneHot", {idx, depth, values}, {{"axis", std::int64_t{0}}}, "y"));
+      auto sys = test::make_system();
+      session s{sys};
+      const auto r = s.run(s.compile(g), {{"i", tensor({m}, it, xs)}});
+      const tensor& y = r.outputs.at("y");
+      REQUIRE(y.shape() == shape{4, m});
+      REQUIRE(y.type() == dtype::i32);
+      for (std::int64_t k = 0; k < m; ++k)
+        for (std::int64_t j = 0; j < 4; ++j) {
+          CAPTURE(k, xs[static_cast<std::size_t>(k)], j);
+          CHECK(y.get(j * m + k) == (hot(xs[static_cast<std::size_t>(k)]) == j ? -2 : 5));
+        }
+    }
 }
 
 TEST_CASE("BitShift LEFT and RIGHT on uint8 broadcast; other dtypes and directions are refused",
