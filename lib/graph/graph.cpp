@@ -769,7 +769,10 @@ kernels::top_k top_k_spec(const node& n, std::span<const value_info* const> in,
       fail(errc::invalid_shape, n, kin.name, "k must be one value, got " + shape_string(kin.shape));
     const tensor* c = constants.size() > 1 ? constants[1] : nullptr;
     if (!c || !c->is_host())
-      fail(errc::not_supported, n, kin.name, "k must be a constant (a k computed at run time is not supported)");
+      fail(errc::not_supported, n, kin.name,
+           "k is known only at run time, and TopK's outputs are k long on the axis: npurt's graph has static "
+           "shapes, so k must be a constant (an initializer, or computed from constants and static shapes, "
+           "which the ONNX importer folds: Shape, Gather, Min, ...)");
     op.k = c->get_int(0);
   } else if (n.attrs.has("k")) {
     op.k = n.attrs.get_int("k", 0);  // opset 1

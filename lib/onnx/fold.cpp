@@ -18,6 +18,14 @@ constexpr std::array<std::string_view, 20> foldable_ops{
     "Add",     "Cast",  "Concat", "ConstantOfShape", "Div",     "Equal", "Gather",    "Identity", "Mul",    "Range",
     "Reshape", "Shape", "Size",   "Slice",           "Squeeze", "Sub",   "Unsqueeze", "Where",    "Expand", "Neg"};
 
+// Operators of the graph folded when their inputs hold data: an input without data (a
+// timing-only tensor) leaves them to the graph rather than failing the load.
+constexpr std::array<std::string_view, 2> foldable_graph_ops{"Min", "Max"};
+
+bool graph_computes(std::string_view op_type) noexcept {
+  return std::find(foldable_graph_ops.begin(), foldable_graph_ops.end(), op_type) != foldable_graph_ops.end();
+}
+
 bool is_bool(const operand& v) noexcept { return v.value->type() == dtype::boolean; }
 
 // The node being folded, for errors that name it.
@@ -649,10 +657,51 @@ result fold_where(const ctx& c, std::span<const operand> in) {
   return host_value{std::move(out)};
 }
 
+// Min and Max of broadcast operands of one dtype (onnx.ai: numpy.minimum or numpy.maximum over
+// the inputs in turn): integers exactly, floats with a NaN operand giving NaN as numpy's does. A
+// TopK's k computed as the Min of a static dimension and a constant folds so.
+result fold_min_max(const ctx& c, std::span<const operand> in) {
+  const operand& first = need(c, in, 0);
+  std::vector<const shape*> shapes;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const operand& v = need(c, in, i);
+    if (v.value->type() != first.value->type())
+      c.fail(errc::invalid_dtype, c.in_name(i), "the operands have different dtypes");
+    shapes.push_back(&v.value->shape());
+  }
+  if (is_bool(first)) c.fail(errc::invalid_dtype, c.in_name(0), "bool operands");
+  const shape os = broadcast(c, shapes);
+  if (!fits(os)) return too_large();
+  const bool min = c.n.op_type() == "Min";
+  const dtype t = first.value->type();
+  tensor out(os, t);
+  for (std::int64_t i = 0; i < out.elements(); ++i) {
+    const auto at = [&](std::size_t k) { return broadcast_index(os, in[k].value->shape(), i); };
+    if (is_integer(t)) {
+      std::int64_t r = int_at(*first.value, at(0));
+      for (std::size_t k = 1; k < in.size(); ++k) {
+        const std::int64_t v = int_at(*in[k].value, at(k));
+        r = min ? std::min(r, v) : std::max(r, v);
+      }
+      put_int(out, i, r);
+    } else {
+      // Every operand is exact in double and the result is one of them: no rounding.
+      double r = first.value->get(at(0));
+      for (std::size_t k = 1; k < in.size(); ++k) {
+        const double v = in[k].value->get(at(k));
+        if (std::isnan(r) || std::isnan(v)) r = std::isnan(r) ? r : v;
+        else r = min ? std::min(r, v) : std::max(r, v);
+      }
+      out.set(i, r);
+    }
+  }
+  return host_value{std::move(out)};
+}
+
 }  // namespace
 
 bool is_foldable(std::string_view op_type) noexcept {
-  return std::find(foldable_ops.begin(), foldable_ops.end(), op_type) != foldable_ops.end();
+  return std::find(foldable_ops.begin(), foldable_ops.end(), op_type) != foldable_ops.end() || graph_computes(op_type);
 }
 
 bool reads_shape_only(std::string_view op_type) noexcept { return op_type == "Shape" || op_type == "Size"; }
@@ -671,8 +720,11 @@ std::optional<host_value> fold(const ::onnx::NodeProto& n, const std::string& no
   }
   // Every other operator reads its inputs' data.
   for (std::size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].value && !inputs[i].value->is_host())
+    if (inputs[i].value && !inputs[i].value->is_host()) {
+      if (graph_computes(t)) return std::nullopt;
       c.fail(errc::not_supported, c.in_name(i), "input '" + c.in_name(i) + "' has no data to fold");
+    }
+  if (t == "Min" || t == "Max") return fold_min_max(c, inputs);
   if (t == "Gather") return fold_gather(c, inputs);
   if (t == "Unsqueeze") return fold_unsqueeze(c, inputs, opset);
   if (t == "Squeeze") return fold_squeeze(c, inputs, opset);
