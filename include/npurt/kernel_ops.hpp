@@ -629,6 +629,16 @@ struct recurrent {
   [[nodiscard]] constexpr bool has(std::uint8_t bit) const noexcept { return (options & bit) != 0; }
 };
 
+/// One element of dequantize as the kernel computes it, before the store to y's dtype: x rounded
+/// to float (NumPy's astype(float32): exact for int8 and uint8), the difference with the zero
+/// point and the product with the scale in double (NumPy promotes an int32 difference to
+/// float64), rounded to float. The ONNX importer folds a constant weight's DequantizeLinear with
+/// this same function, so that the folded weight is the kernel's output bit for bit.
+constexpr float dequantize_element(std::int64_t x, std::int64_t zero_point, float scale) noexcept {
+  const double d = static_cast<double>(static_cast<float>(x)) - static_cast<double>(zero_point);
+  return static_cast<float>(d * static_cast<double>(scale));
+}
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };

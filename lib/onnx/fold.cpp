@@ -3,6 +3,8 @@
 // numpy underneath): integer arithmetic wraps as numpy's does, Slice clamps as Python slicing does.
 #include "fold.hpp"
 
+#include <npurt/kernel_ops.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -19,8 +21,8 @@ constexpr std::array<std::string_view, 20> foldable_ops{
     "Reshape", "Shape", "Size",   "Slice",           "Squeeze", "Sub",   "Unsqueeze", "Where",    "Expand", "Neg"};
 
 // Operators of the graph folded when their inputs hold data: an input without data (a
-// timing-only tensor) leaves them to the graph rather than failing the load.
-constexpr std::array<std::string_view, 2> foldable_graph_ops{"Min", "Max"};
+// timing-only weight) leaves them to the graph rather than failing the load.
+constexpr std::array<std::string_view, 3> foldable_graph_ops{"Min", "Max", "DequantizeLinear"};
 
 bool graph_computes(std::string_view op_type) noexcept {
   return std::find(foldable_graph_ops.begin(), foldable_graph_ops.end(), op_type) != foldable_graph_ops.end();
@@ -698,6 +700,44 @@ result fold_min_max(const ctx& c, std::span<const operand> in) {
   return host_value{std::move(out)};
 }
 
+// DequantizeLinear of constants (a quantized weight and its scale): y = (x - zero_point) * scale,
+// per tensor or per axis, every element by kernels::dequantize_element, the kernel's own
+// arithmetic, stored to scale's dtype as the kernel stores it, so that the folded weight is what
+// the kernel would compute on every run. A form the kernel does not take (another dtype, blocked
+// quantization, operands that do not fit) is not folded: the graph's DequantizeLinear reports it.
+result fold_dequantize(const ctx& c, std::span<const operand> in) {
+  const tensor* x = !in.empty() ? in[0].value : nullptr;
+  const tensor* scale = in.size() > 1 ? in[1].value : nullptr;
+  const tensor* zp = in.size() > 2 ? in[2].value : nullptr;
+  const auto left_to_graph = [] { return result{}; };
+  if (!x || !scale || (x->type() != dtype::i8 && x->type() != dtype::u8 && x->type() != dtype::i32) ||
+      !is_float(scale->type()) || (zp && zp->type() != x->type()) || c.attr("block_size") || c.attr("output_dtype"))
+    return left_to_graph();
+  const bool per_axis = scale->elements() != 1;
+  std::size_t inner = 1, dim = 1;
+  if (per_axis) {
+    const auto rank = static_cast<std::int64_t>(x->shape().rank());
+    std::int64_t axis = c.attr_int("axis", 1);
+    if (axis < 0) axis += rank;
+    if (scale->shape().rank() != 1 || axis < 0 || axis >= rank ||
+        scale->shape()[0] != x->shape()[static_cast<std::size_t>(axis)])
+      return left_to_graph();
+    dim = static_cast<std::size_t>(scale->shape()[0]);
+    for (auto d = static_cast<std::size_t>(axis) + 1; d < x->shape().rank(); ++d)
+      inner *= static_cast<std::size_t>(x->shape()[d]);
+  }
+  if (zp && !(zp->shape() == scale->shape())) return left_to_graph();
+  if (!fits(x->shape())) return too_large();
+  tensor out(x->shape(), scale->type());
+  for (std::int64_t i = 0; i < out.elements(); ++i) {
+    const auto k = static_cast<std::int64_t>(per_axis ? (static_cast<std::size_t>(i) / inner) % dim : 0);
+    const float v =
+        kernels::dequantize_element(x->get_int(i), zp ? zp->get_int(k) : 0, static_cast<float>(scale->get(k)));
+    out.set(i, v);  // rounded to scale's dtype from float, as the kernel's store rounds
+  }
+  return host_value{std::move(out)};
+}
+
 }  // namespace
 
 bool is_foldable(std::string_view op_type) noexcept {
@@ -725,6 +765,7 @@ std::optional<host_value> fold(const ::onnx::NodeProto& n, const std::string& no
       c.fail(errc::not_supported, c.in_name(i), "input '" + c.in_name(i) + "' has no data to fold");
     }
   if (t == "Min" || t == "Max") return fold_min_max(c, inputs);
+  if (t == "DequantizeLinear") return fold_dequantize(c, inputs);
   if (t == "Gather") return fold_gather(c, inputs);
   if (t == "Unsqueeze") return fold_unsqueeze(c, inputs, opset);
   if (t == "Squeeze") return fold_squeeze(c, inputs, opset);

@@ -2082,8 +2082,7 @@ void run(const kernels::quantize& op, const host_tensors& h) {
       const double r = std::isnan(q) ? 0.0 : round_even(static_cast<double>(q)) + static_cast<double>(z);
       write_int(op.y.type, y.data(), i, double_to_int(r, op.y.type));
     } else {
-      const double d = static_cast<double>(static_cast<float>(read_int(ints, x, i))) - static_cast<double>(z);
-      write_float(op.y.type, y.data(), i, static_cast<float>(d * static_cast<double>(scale)));
+      write_float(op.y.type, y.data(), i, kernels::dequantize_element(read_int(ints, x, i), z, scale));
     }
   }
   std::memcpy(h[op.y], y.data(), y.size());

@@ -1,5 +1,6 @@
 // ONNX import: the backend node tests Debian ships in libonnx-testdata, and the import errors.
 #include <npurt/graph/session.hpp>
+#include <npurt/numeric.hpp>
 #include <npurt/onnx.hpp>
 #include <npurt/sim/sim.hpp>
 
@@ -266,7 +267,7 @@ TEST_CASE("every ONNX backend node test of folded operators, its inputs made con
                                             "Mul",   "Range",   "Reshape", "Shape",     "Size",
                                             "Slice", "Squeeze", "Sub",     "Unsqueeze", "Where"};
   // Operators of the graph that the importer folds when their inputs are constants.
-  static const std::set<std::string> folded_graph_ops{"Min", "Max"};
+  static const std::set<std::string> folded_graph_ops{"Min", "Max", "DequantizeLinear"};
   std::vector<fs::path> tests;
   for (const auto& e : fs::directory_iterator(dir))
     if (fs::exists(e.path() / "model.onnx")) tests.push_back(e.path());
@@ -2514,4 +2515,158 @@ TEST_CASE("Min and Max of constants fold: broadcast, several inputs, integers ex
   const auto e = error_loading(bad);
   CHECK(e.code == errc::invalid_dtype);
   CHECK(e.op == "lo");
+}
+
+namespace {
+
+// A quantized initializer of an ONNX element type (2 uint8, 3 int8, 6 int32) holding these values.
+void add_quantized(::onnx::GraphProto* g, const char* name, int elem_type, std::vector<std::int64_t> dims,
+                   const std::vector<std::int64_t>& values) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(elem_type);
+  for (auto d : dims) t->add_dims(d);
+  for (auto v : values) t->add_int32_data(static_cast<std::int32_t>(v));
+}
+
+// A float16 initializer (element type 10), its values rounded to half precision.
+void add_f16(::onnx::GraphProto* g, const char* name, std::vector<std::int64_t> dims,
+             const std::vector<float>& values) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(::onnx::TensorProto::FLOAT16);
+  for (auto d : dims) t->add_dims(d);
+  std::string raw;
+  for (float v : values) {
+    const std::uint16_t h = numeric::float_to_half_bits(v);
+    raw.append(reinterpret_cast<const char*>(&h), 2);
+  }
+  t->set_raw_data(raw);
+}
+
+}  // namespace
+
+TEST_CASE("DequantizeLinear of a constant weight folds to the kernel's values, bit for bit, one kernel fewer",
+          "[onnx][quant][fold]") {
+  // w [3, 4]; y = x [2, 3] @ dequantize(w). Each form: per tensor and per axis, with and without a
+  // zero point, int8, uint8 and int32, float and float16 scales.
+  struct form {
+    const char* what;
+    int elem;
+    dtype t;
+    std::vector<std::int64_t> w, zp;
+    std::vector<float> scale;
+    std::int64_t axis;
+    bool half;
+  };
+  const std::vector<form> forms{
+      {"int8 per axis 1",
+       3,
+       dtype::i8,
+       {-128, -7, 0, 127, 5, -100, 33, 1, 64, -64, 2, -2},
+       {3, -1, 0, 7},
+       {0.1f, 0.037f, 1.0f / 3, 2.5e-3f},
+       1,
+       false},
+      {"uint8 per tensor",
+       2,
+       dtype::u8,
+       {0, 255, 128, 127, 1, 200, 17, 99, 250, 3, 129, 64},
+       {128},
+       {0.0123f},
+       1,
+       false},
+      {"int32 per axis 0, no zero point",
+       6,
+       dtype::i32,
+       {2147483647, -2147483647 - 1, 16777217, -16777219, 5, 0, -1, 99999999, 3, 123456789, -7, 8},
+       {},
+       {1e-3f, 0.75f, 3.3f},
+       0,
+       false},
+      {"int8 per tensor, float16 scale",
+       3,
+       dtype::i8,
+       {-128, -7, 0, 127, 5, -100, 33, 1, 64, -64, 2, -2},
+       {-5},
+       {0.0137f},
+       1,
+       true},
+  };
+  const tensor x({2, 3}, dtype::f32, {0.5, -1.25, 2, 3, 0.125, -0.75});
+  npurt::system sys{sim::presets::ascend910b(1)};
+  for (const form& f : forms) {
+    CAPTURE(f.what);
+    const bool per_axis = f.scale.size() > 1;
+    const std::vector<std::int64_t> sdims =
+        per_axis ? std::vector<std::int64_t>{static_cast<std::int64_t>(f.scale.size())} : std::vector<std::int64_t>{};
+    ::onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(13);
+    auto* g = m.mutable_graph();
+    add_typed_input(g, "x", f.half ? 10 : 1, {2, 3});
+    add_quantized(g, "w", f.elem, {3, 4}, f.w);
+    if (f.half) add_f16(g, "s", sdims, f.scale);
+    else add_f32(g, "s", sdims, f.scale);
+    std::vector<std::string> ins{"w", "s"};
+    if (!f.zp.empty()) {
+      add_quantized(g, "zp", f.elem, sdims, f.zp);
+      ins.push_back("zp");
+    }
+    set_int(add_named(g, "DequantizeLinear", ins, "wd"), "axis", f.axis);
+    add_output_node(g, "MatMul", {"x", "wd"}, "y");
+    g->add_output()->set_name("wd");
+    graph folded = npurt::onnx::load_from_bytes(m.SerializeAsString(), "dq_folded");
+    REQUIRE(folded.constant("wd"));
+    CHECK(std::none_of(folded.nodes().begin(), folded.nodes().end(),
+                       [](const node& n) { return n.type == "DequantizeLinear"; }));
+    const tensor& wd = *folded.constant("wd");
+    REQUIRE(wd.type() == (f.half ? dtype::f16 : dtype::f32));
+    // onnx.ai: y = (x - zero_point) * scale, the scale and zero point of x's element's index
+    // along axis: computed in double (exact for these operands but int32's, rounded once to float
+    // as numpy's float32 astype does first), then to the scale's dtype.
+    for (std::int64_t i = 0; i < 12; ++i) {
+      const std::int64_t k = per_axis ? (f.axis == 1 ? i % 4 : i / 4) : 0;
+      const float s = f.half ? static_cast<float>(npurt::half(f.scale[static_cast<std::size_t>(k)]))
+                             : f.scale[static_cast<std::size_t>(k)];
+      const double zp = f.zp.empty() ? 0.0 : static_cast<double>(f.zp[static_cast<std::size_t>(k)]);
+      const double xv = static_cast<double>(static_cast<float>(f.w[static_cast<std::size_t>(i)]));
+      const auto want = static_cast<float>((xv - zp) * static_cast<double>(s));
+      CAPTURE(i);
+      CHECK(wd.get(i) == (f.half ? static_cast<double>(static_cast<float>(npurt::half(want))) : want));
+    }
+    // The same graph unfolded: the weight and its DequantizeLinear as the graph API adds them.
+    graph unfolded("dq_unfolded");
+    unfolded.add_input("x", {2, 3}, f.half ? dtype::f16 : dtype::f32);
+    tensor wt({3, 4}, f.t);
+    for (std::int64_t i = 0; i < 12; ++i) {
+      if (f.t == dtype::i32) {
+        const auto v = static_cast<std::int32_t>(f.w[static_cast<std::size_t>(i)]);
+        std::memcpy(static_cast<std::byte*>(wt.data()) + i * 4, &v, 4);
+      } else {
+        wt.set(i, static_cast<double>(f.w[static_cast<std::size_t>(i)]));
+      }
+    }
+    std::vector<std::string> uins{unfolded.add_constant("w", std::move(wt)),
+                                  unfolded.add_constant("s", folded.constant("s")->clone())};
+    if (!f.zp.empty()) uins.push_back(unfolded.add_constant("zp", folded.constant("zp")->clone()));
+    unfolded.add_node("DequantizeLinear", "wd", uins, {"wd"}, {{"axis", f.axis}});
+    unfolded.add_node("MatMul", "y", {"x", "wd"}, {"y"});
+    unfolded.set_output("y");
+    unfolded.set_output("wd");
+    session s{sys};
+    tensor xt({2, 3}, f.half ? dtype::f16 : dtype::f32);
+    for (std::int64_t i = 0; i < 6; ++i) xt.set(i, x.get(i));
+    const auto cf = s.compile(folded), cu = s.compile(unfolded);
+    const auto rf = s.run(cf, {{"x", xt}});
+    const auto ru = s.run(cu, {{"x", xt}});
+    for (const char* o : {"wd", "y"}) {
+      CAPTURE(o);
+      const tensor &a = rf.outputs.at(o), &b = ru.outputs.at(o);
+      REQUIRE(a.bytes() == b.bytes());
+      CHECK(std::memcmp(a.data(), b.data(), a.bytes()) == 0);
+    }
+    // The dequantization no longer runs: one kernel fewer on every call.
+    CHECK(cf.report().kernels + 1 == cu.report().kernels);
+  }
 }
