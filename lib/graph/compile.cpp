@@ -412,6 +412,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   if (prec != precision::fp32) g = rewrite_precision(g, prec, rep.casts_inserted);
   p->g = std::move(g);
   graph& G = p->g;
+  for (const node& n : src.nodes())
+    if (const chain_origin* o = src.origin(n.name)) p->origins.emplace(n.name, *o);
 
   bool timing_only = o.timing_only;
   for (const auto& n : G.nodes())

@@ -59,6 +59,9 @@ struct root_info {
 struct compiled_graph::impl {
   session* owner = nullptr;
   graph g;  ///< the rewritten graph (casts inserted, BN folded); owns constants
+  /// The user's operator each step of a chain computes part of, by node name (graph::origin of
+  /// the graph compiled: the rewrites keep node names, not origins).
+  std::map<std::string, chain_origin, std::less<>> origins;
   std::vector<cvalue> values;
   std::vector<cstep> steps;  ///< in execution order
   std::vector<int> inputs, outputs;  ///< value indices in the graph's order

@@ -240,9 +240,11 @@ bool added_as_chain(const graph& g, std::string_view type, std::span<const std::
                      [&g](const std::string& b) { return !b.empty() && g.find(b) && !g.constant(b); });
 }
 
-void add_composite(graph& g, std::string_view type, const std::string& node_name, const std::vector<std::string>& ins,
-                   const std::vector<std::string>& outputs, const attributes& attrs,
-                   const std::function<std::string(const std::string&)>& fresh) {
+namespace {
+
+void add_steps(graph& g, std::string_view type, const std::string& node_name, const std::vector<std::string>& ins,
+               const std::vector<std::string>& outputs, const attributes& attrs,
+               const std::function<std::string(const std::string&)>& fresh) {
   const std::string t(type);
   if (t == "RNN" || t == "GRU" || t == "LSTM") {
     add_recurrent(g, t, node_name, ins, outputs, attrs, fresh);
@@ -787,6 +789,17 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
     const std::string e = step("Exp", "exp", {step("Sub", "shift", {ins[0], max_kept})});
     step("Add", "add_max", {step("Log", "log", {reduce("ReduceSum", "sum", e, {}, attrs)}), max_out}, y);
   }
+}
+
+}  // namespace
+
+void add_composite(graph& g, std::string_view type, const std::string& node_name, const std::vector<std::string>& ins,
+                   const std::vector<std::string>& outputs, const attributes& attrs,
+                   const std::function<std::string(const std::string&)>& fresh) {
+  const std::size_t first = g.nodes().size();
+  add_steps(g, type, node_name, ins, outputs, attrs, fresh);
+  // Each step's errors, at run time too, name the operator the user wrote.
+  g.set_origin(first, type, node_name);
 }
 
 }  // namespace npurt::detail

@@ -2101,6 +2101,18 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
   }
 }
 
+const chain_origin* graph::origin(std::string_view node_name) const {
+  const auto it = origins_.find(node_name);
+  return it == origins_.end() ? nullptr : &it->second;
+}
+
+void graph::set_origin(std::size_t first, std::string_view type, std::string_view name) {
+  // A chain inside a chain (a Clip step of a composite) is the outer operator's step: the last
+  // call, the outer one, wins.
+  for (std::size_t i = first; i < nodes_.size(); ++i)
+    origins_[nodes_[i].name] = chain_origin{std::string(type), std::string(name)};
+}
+
 void graph::add_composite(std::string_view type, std::string name, const std::vector<std::string>& inputs,
                           const std::vector<std::string>& outputs, const npurt::attributes& attrs) {
   const std::size_t most = type == "LayerNormalization" || type == "DynamicQuantizeLinear" ? 3
@@ -2150,7 +2162,10 @@ void graph::add_composite(std::string_view type, std::string name, const std::ve
     detail::add_composite(*this, type, name, inputs, outputs, attrs, fresh);
   } catch (...) {
     // A rejected node leaves the graph as it was: the chain's steps and scalars go again.
-    for (std::size_t i = nodes_before; i < nodes_.size(); ++i) node_index_.erase(nodes_[i].name);
+    for (std::size_t i = nodes_before; i < nodes_.size(); ++i) {
+      node_index_.erase(nodes_[i].name);
+      origins_.erase(nodes_[i].name);
+    }
     for (std::size_t i = values_before; i < values_.size(); ++i) {
       value_index_.erase(values_[i].name);
       constants_.erase(values_[i].name);

@@ -612,7 +612,13 @@ std::exception_ptr run_error(const compiled_graph::impl& c, const system& sys, s
   if (f) {
     const auto st = std::find_if(c.steps.begin(), c.steps.end(),
                                  [&](const cstep& x) { return !x.kernel_name.empty() && x.kernel_name == f.name; });
-    if (st != c.steps.end()) msg += ": node '" + st->kernel_name + "' (" + st->n->type + ")";
+    if (st != c.steps.end()) {
+      // A step of a chain is reported as the operator the user wrote, the step after it.
+      const auto o = c.origins.find(st->kernel_name);
+      msg += o == c.origins.end() ? ": node '" + st->kernel_name + "' (" + st->n->type + ")"
+                                  : ": node '" + o->second.name + "' (" + o->second.type + ", step " + st->n->type +
+                                        (st->kernel_name == o->second.name ? "" : " '" + st->kernel_name + "'") + ")";
+    }
     return detail::failure_exception(f, msg + ": " + f.describe(), device);
   }
   if (ec == errc::deadlock && !sys.deadlock_report().empty()) msg += ": " + sys.deadlock_report();

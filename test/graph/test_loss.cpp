@@ -115,13 +115,42 @@ TEST_CASE("a label outside the classes fails the run with invalid_argument", "[g
     FAIL("a label of 4 with 4 classes was accepted");
   } catch (const std::system_error& e) {
     CHECK(e.code() == errc::invalid_argument);
-    // The node the user named ('l'); its operator is the loss step of the chain it expands to.
-    CHECK_THAT(e.what(), Catch::Matchers::StartsWith("npurt::session::run: node 'l' (NegativeLogLikelihoodLoss): "));
+    // The node the user named ('l') and wrote (SoftmaxCrossEntropyLoss), then the step of the
+    // chain it expands to that failed.
+    CHECK_THAT(e.what(),
+               Catch::Matchers::StartsWith(
+                   "npurt::session::run: node 'l' (SoftmaxCrossEntropyLoss, step NegativeLogLikelihoodLoss): "));
     CHECK_THAT(e.what(), Catch::Matchers::ContainsSubstring("target[1] = 4 is not a class in [0, 4)"));
   }
   // The session is still usable, with labels in range.
   const auto r = s.run(c, {{"scores", x}, {"labels", tensor({2, 3}, dtype::i64, label_values)}});
   CHECK(near(r.outputs.at("loss").to_vector(), expected(x.to_vector(), true, "sum")));
+}
+
+TEST_CASE("a NegativeLogLikelihoodLoss the user wrote is reported as itself", "[graph][loss]") {
+  auto l = build("NegativeLogLikelihoodLoss", "none");
+  auto sys = test::make_system();
+  session s{sys};
+  auto c = s.compile(l.g);
+  try {
+    (void)s.run(c, {{"scores", test::random_tensor({2, 4, 3}, 5)},
+                    {"labels", tensor({2, 3}, dtype::i64, {0, 1, 1, 2, -3, 1})}});
+    FAIL("a label of -3 was accepted");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK_THAT(e.what(), Catch::Matchers::StartsWith("npurt::session::run: node 'l' (NegativeLogLikelihoodLoss): "));
+  }
+  // Not a chain: no origin. The chain's steps, its intermediate LogSoftmax too, have theirs.
+  CHECK(l.g.origin("l") == nullptr);
+  auto ce = build("SoftmaxCrossEntropyLoss", "none");
+  for (const node& n : ce.g.nodes()) {
+    CAPTURE(n.name, n.type);
+    const chain_origin* o = ce.g.origin(n.name);
+    REQUIRE(o != nullptr);
+    CHECK(o->type == "SoftmaxCrossEntropyLoss");
+    CHECK(o->name == "l");
+  }
+  CHECK(ce.g.nodes().size() == 2);
 }
 
 TEST_CASE("the losses refuse operands ONNX does not define, with typed errors", "[graph][loss]") {

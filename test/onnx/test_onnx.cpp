@@ -2670,3 +2670,48 @@ TEST_CASE("DequantizeLinear of a constant weight folds to the kernel's values, b
     CHECK(cf.report().kernels + 1 == cu.report().kernels);
   }
 }
+
+TEST_CASE("a run-time failure inside an imported chain names the model's node and operator", "[onnx][errors]") {
+  // SoftmaxCrossEntropyLoss runs as LogSoftmax then NegativeLogLikelihoodLoss; a label outside
+  // the classes fails the second step, reported as the node the model wrote.
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  add_typed_input(g, "scores", 1, {2, 3});
+  add_typed_input(g, "labels", 7, {2});
+  auto* n = g->add_node();
+  n->set_op_type("SoftmaxCrossEntropyLoss");
+  n->set_name("xent");
+  for (const char* i : {"scores", "labels"}) n->add_input(i);
+  n->add_output("loss");
+  g->add_output()->set_name("loss");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "xent");
+  const chain_origin* o = gr.origin(gr.nodes().front().name);
+  REQUIRE(o);
+  CHECK(o->type == "SoftmaxCrossEntropyLoss");
+  CHECK(o->name == "xent");
+  npurt::system sys{sim::presets::ascend910b(1)};
+  session s{sys};
+  auto c = s.compile(gr);
+  const tensor scores({2, 3}, dtype::f32, {0.5, 1, -1, 2, 0, 0.25});
+  try {
+    (void)s.run(c, {{"scores", scores}, {"labels", tensor({2}, dtype::i64, {0, 3})}});
+    FAIL("a label of 3 with 3 classes was accepted");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.rfind("npurt::session::run: node 'xent' (SoftmaxCrossEntropyLoss, step NegativeLogLikelihoodLoss): ",
+                     0) == 0);
+  }
+  // The reference: -log_softmax(scores)[n, label], averaged.
+  const auto r = s.run(c, {{"scores", scores}, {"labels", tensor({2}, dtype::i64, {2, 0})}});
+  double want = 0;
+  for (int row = 0; row < 2; ++row) {
+    double sum = 0;
+    for (int k = 0; k < 3; ++k) sum += std::exp(scores.get(row * 3 + k));
+    want += -(scores.get(row * 3 + (row == 0 ? 2 : 0)) - std::log(sum)) / 2;
+  }
+  CHECK(std::abs(r.outputs.at("loss").get(0) - want) <= 1e-5 * std::abs(want));
+}

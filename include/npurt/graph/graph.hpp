@@ -107,6 +107,15 @@ struct node {
   bool inferred = false;
 };
 
+/// The operator the user added that a node computes part of, when the graph computes that
+/// operator as a chain of its own (SoftmaxCrossEntropyLoss as LogSoftmax and
+/// NegativeLogLikelihoodLoss, OneHot as Equal and Where, ...): its type and node name, which
+/// messages about the step name.
+struct chain_origin {
+  std::string type;
+  std::string name;
+};
+
 /// The operator types the graph accepts (ONNX names), sorted: the kernels' own, and those it adds
 /// as chains of them (ReduceL2, PRelu, InstanceNormalization, ...; see graph::add_op).
 [[nodiscard]] std::span<const std::string_view> supported_ops() noexcept;
@@ -154,6 +163,12 @@ class graph {
   /// The value of a constant (null for other tensors).
   [[nodiscard]] const tensor* constant(std::string_view name) const;
   [[nodiscard]] std::size_t node_index(std::string_view name) const;
+  /// The operator node `name` is a step of when the graph computes it as a chain; null for a
+  /// node that is the operator it was added as.
+  [[nodiscard]] const chain_origin* origin(std::string_view node_name) const;
+  /// Records the nodes from index `first` on as the steps of operator `type` named `name` (what
+  /// adding a chain does; an importer that adds one itself calls it through detail::add_composite).
+  void set_origin(std::size_t first, std::string_view type, std::string_view name);
 
   /// Checks the whole graph and infers what is still unknown: every input produced, no cycle
   /// (each one is named with its own operators), at least one output and each output produced,
@@ -181,6 +196,7 @@ class graph {
   std::vector<std::string> inputs_, outputs_;
   std::vector<std::pair<std::string, std::string>> hints_;
   std::size_t auto_names_ = 0;
+  std::map<std::string, chain_origin, std::less<>> origins_;  ///< by node name
 };
 
 /// Shape and dtype inference for one operator, given its inputs (null for an omitted optional
