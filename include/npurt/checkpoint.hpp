@@ -94,7 +94,7 @@ class checkpoint_tensor {
   template <class T>
   [[nodiscard]] std::span<const T> values() const {
     static_assert(std::is_trivially_copyable_v<T>);
-    const bool floating = type_ == npurt::dtype::f32 || type_ == npurt::dtype::f16 || type_ == npurt::dtype::bf16;
+    const bool floating = is_float(type_);
     // Same size is not the same type: f32 weights read as int32_t would be bit patterns, silently.
     const bool kind_differs =
         (std::is_floating_point_v<T> && !floating) || (std::is_integral_v<T> && floating && sizeof(T) != 2);

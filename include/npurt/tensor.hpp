@@ -11,13 +11,16 @@
 #include <limits>
 #include <span>
 #include <string_view>
+#include <type_traits>
 
 namespace npurt {
 
 /// Element types. `boolean` is ONNX's BOOL (and PyTorch's torch.bool): one byte per element, which
 /// kernels write as 0 or 1 and read as true when nonzero. New types are appended: the values of the
-/// existing ones do not change.
-enum class dtype : std::uint8_t { f32, f16, bf16, i8, i32, i64, u8, boolean };
+/// existing ones do not change (checkpoints store them). f64 is ONNX's DOUBLE, which NPUs compute
+/// off the cube (vector unit or AI CPU); i16, u16, u32 and u64 are ONNX's INT16, UINT16, UINT32 and
+/// UINT64.
+enum class dtype : std::uint8_t { f32, f16, bf16, i8, i32, i64, u8, boolean, f64, i16, u16, u32, u64 };
 
 constexpr std::size_t size_of(dtype t) noexcept {
   switch (t) {
@@ -29,16 +32,47 @@ constexpr std::size_t size_of(dtype t) noexcept {
     case dtype::i64: return 8;
     case dtype::u8: return 1;
     case dtype::boolean: return 1;
+    case dtype::f64: return 8;
+    case dtype::i16: return 2;
+    case dtype::u16: return 2;
+    case dtype::u32: return 4;
+    case dtype::u64: return 8;
   }
   return 0;
 }
 
-/// Whether t holds floating-point values (f32, f16, bf16).
-constexpr bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
-/// Whether t holds integers (i8, i32, i64, u8); bool is neither a float nor an integer.
-constexpr bool is_integer(dtype t) noexcept {
-  return t == dtype::i8 || t == dtype::i32 || t == dtype::i64 || t == dtype::u8;
+/// Whether t holds floating-point values (f32, f16, bf16, f64).
+constexpr bool is_float(dtype t) noexcept {
+  return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16 || t == dtype::f64;
 }
+/// Whether t holds integers (i8, i16, i32, i64, u8, u16, u32, u64); bool is neither a float nor an
+/// integer.
+constexpr bool is_integer(dtype t) noexcept {
+  return t == dtype::i8 || t == dtype::i32 || t == dtype::i64 || t == dtype::u8 || t == dtype::i16 || t == dtype::u16 ||
+         t == dtype::u32 || t == dtype::u64;
+}
+/// Whether t holds unsigned integers (u8, u16, u32, u64).
+constexpr bool is_unsigned(dtype t) noexcept {
+  return t == dtype::u8 || t == dtype::u16 || t == dtype::u32 || t == dtype::u64;
+}
+
+/// The dtype whose elements are T: float f32, double f64, the fixed-width integers theirs, bool
+/// boolean (npurt's bool is one byte, 0 or 1, as C++'s is).
+template <class T>
+constexpr dtype dtype_of = [] {
+  if constexpr (std::is_same_v<T, float>) return dtype::f32;
+  else if constexpr (std::is_same_v<T, double>) return dtype::f64;
+  else if constexpr (std::is_same_v<T, bool>) return dtype::boolean;
+  else if constexpr (std::is_same_v<T, std::int8_t>) return dtype::i8;
+  else if constexpr (std::is_same_v<T, std::int16_t>) return dtype::i16;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return dtype::i32;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return dtype::i64;
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return dtype::u8;
+  else if constexpr (std::is_same_v<T, std::uint16_t>) return dtype::u16;
+  else if constexpr (std::is_same_v<T, std::uint32_t>) return dtype::u32;
+  else if constexpr (std::is_same_v<T, std::uint64_t>) return dtype::u64;
+  else static_assert(sizeof(T) == 0, "dtype_of: no dtype holds this element type");
+}();
 
 constexpr std::string_view to_string(dtype t) noexcept {
   switch (t) {
@@ -50,6 +84,11 @@ constexpr std::string_view to_string(dtype t) noexcept {
     case dtype::i64: return "i64";
     case dtype::u8: return "u8";
     case dtype::boolean: return "bool";
+    case dtype::f64: return "f64";
+    case dtype::i16: return "i16";
+    case dtype::u16: return "u16";
+    case dtype::u32: return "u32";
+    case dtype::u64: return "u64";
   }
   return "?";
 }

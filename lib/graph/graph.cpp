@@ -457,6 +457,11 @@ std::int64_t onnx_dtype_code(dtype t) noexcept {
     case dtype::f16: return 10;
     case dtype::bf16: return 16;
     case dtype::boolean: return 9;
+    case dtype::f64: return 11;
+    case dtype::i16: return 5;
+    case dtype::u16: return 4;
+    case dtype::u32: return 12;
+    case dtype::u64: return 13;
   }
   return 0;
 }

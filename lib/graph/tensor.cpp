@@ -14,6 +14,18 @@ namespace npurt {
 
 namespace {
 
+template <class T>
+T load_as(const std::byte* b, std::int64_t i) noexcept {
+  T v;
+  std::memcpy(&v, b + i * static_cast<std::int64_t>(sizeof(T)), sizeof(T));
+  return v;
+}
+
+template <class T>
+void store_as(std::byte* b, std::int64_t i, T v) noexcept {
+  std::memcpy(b + i * static_cast<std::int64_t>(sizeof(T)), &v, sizeof(T));
+}
+
 template <class I>
 I saturate(double v) noexcept {
   if (std::isnan(v)) return 0;
@@ -76,6 +88,11 @@ double load_element(const void* data, dtype t, std::int64_t i) noexcept {
       std::memcpy(&v, b + i * 8, 8);
       return static_cast<double>(v);
     }
+    case dtype::f64: return load_as<double>(b, i);
+    case dtype::i16: return load_as<std::int16_t>(b, i);
+    case dtype::u16: return load_as<std::uint16_t>(b, i);
+    case dtype::u32: return load_as<std::uint32_t>(b, i);
+    case dtype::u64: return static_cast<double>(load_as<std::uint64_t>(b, i));
   }
   return 0;
 }
@@ -122,6 +139,11 @@ void store_element(void* data, dtype t, std::int64_t i, double v) noexcept {
       std::memcpy(b + i * 8, &x, 8);
       return;
     }
+    case dtype::f64: store_as<double>(b, i, v); return;
+    case dtype::i16: store_as(b, i, saturate<std::int16_t>(v)); return;
+    case dtype::u16: store_as(b, i, saturate<std::uint16_t>(v)); return;
+    case dtype::u32: store_as(b, i, saturate<std::uint32_t>(v)); return;
+    case dtype::u64: store_as(b, i, saturate<std::uint64_t>(v)); return;
   }
 }
 
@@ -161,10 +183,13 @@ std::span<const bool> tensor::bools() const {
   return {static_cast<const bool*>(data_), static_cast<std::size_t>(elements())};
 }
 
-void tensor::check_bools(const char* who) const {
-  if (type_ != dtype::boolean)
-    throw_error(make_error_code(errc::invalid_dtype),
-                std::string(who) + ": the tensor is " + std::string(to_string(type_)) + ", not bool");
+void tensor::check_bools(const char* who) const { check_elements(who, dtype::boolean); }
+
+void tensor::check_elements(const char* who, npurt::dtype want) const {
+  if (type_ != want)
+    throw_error(make_error_code(errc::invalid_dtype), std::string(who) + ": the tensor is " +
+                                                          std::string(to_string(type_)) + ", not " +
+                                                          std::string(to_string(want)));
   if (place_ != storage_place::host && elements() > 0)
     throw_error(make_error_code(errc::invalid_pointer),
                 std::string(who) + ": element access needs a host tensor (use to_host)");
@@ -246,10 +271,14 @@ double tensor::get(std::int64_t i) const {
 }
 
 std::int64_t tensor::get_int(std::int64_t i) const {
-  if (type_ == dtype::i64) {
+  if (type_ == dtype::i64 || type_ == dtype::u64) {
     (void)get(i);  // its checks: a host tensor, i in range
     std::int64_t v = 0;
     std::memcpy(&v, static_cast<const std::byte*>(data_) + static_cast<std::size_t>(i) * sizeof v, sizeof v);
+    if (type_ == dtype::u64 && v < 0)  // the u64 is 2^63 or more
+      throw_error(make_error_code(errc::invalid_argument), "tensor::get_int: element " + std::to_string(i) + " is " +
+                                                               std::to_string(static_cast<std::uint64_t>(v)) +
+                                                               ", which is not an int64 value");
     return v;
   }
   const double d = get(i);

@@ -99,10 +99,12 @@ T apply(reduce_op r, T a, T b) {
   return a;
 }
 
-// Integers wrap (as the device's integer units do) instead of overflowing into UB.
+// Integers wrap (as the device's integer units do) instead of overflowing into UB. U is at least
+// unsigned int: a narrower unsigned type would promote to int, whose product of two 16-bit values
+// can overflow.
 template <class T>
 T apply_int(reduce_op r, T a, T b) {
-  using U = std::make_unsigned_t<T>;
+  using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
   switch (r) {
     case reduce_op::sum: return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
     case reduce_op::prod: return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
@@ -160,6 +162,11 @@ void reduce_into(dtype t, reduce_op r, std::byte* acc, const std::byte* x, std::
     case dtype::i64: return reduce_plain<std::int64_t>(r, acc, x, n);
     case dtype::u8: return reduce_plain<std::uint8_t>(r, acc, x, n);
     case dtype::boolean: return reduce_bool(r, acc, x, n);
+    case dtype::f64: return reduce_plain<double>(r, acc, x, n);
+    case dtype::i16: return reduce_plain<std::int16_t>(r, acc, x, n);
+    case dtype::u16: return reduce_plain<std::uint16_t>(r, acc, x, n);
+    case dtype::u32: return reduce_plain<std::uint32_t>(r, acc, x, n);
+    case dtype::u64: return reduce_plain<std::uint64_t>(r, acc, x, n);
   }
 }
 

@@ -443,8 +443,9 @@ std::error_code check(const kernels::slice& s) {
 // infinities included), an integer dtype holds it as an integer in its range. A pad's fill that
 // would round is refused rather than written as some other number.
 bool exact_in(dtype t, double v) noexcept {
-  if (std::isnan(v)) return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16;
+  if (std::isnan(v)) return is_float(t);
   switch (t) {
+    case dtype::f64: return true;
     case dtype::f32: return static_cast<double>(static_cast<float>(v)) == v;
     case dtype::f16: {
       const auto f = static_cast<float>(v);
@@ -460,6 +461,11 @@ bool exact_in(dtype t, double v) noexcept {
     case dtype::i32: return v == std::trunc(v) && v >= -2147483648.0 && v <= 2147483647.0;
     // 2^63 is the first double past int64's range.
     case dtype::i64: return v == std::trunc(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+    case dtype::i16: return v == std::trunc(v) && v >= -32768.0 && v <= 32767.0;
+    case dtype::u16: return v == std::trunc(v) && v >= 0.0 && v <= 65535.0;
+    case dtype::u32: return v == std::trunc(v) && v >= 0.0 && v <= 4294967295.0;
+    // The pad kernel writes an integer fill through int64: u64 fills stop below 2^63.
+    case dtype::u64: return v == std::trunc(v) && v >= 0.0 && v < 9223372036854775808.0;
   }
   return false;
 }

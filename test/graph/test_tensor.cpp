@@ -7,9 +7,11 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <catch2/catch_test_macros.hpp>
 
+#include <array>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <span>
 
 using namespace npurt;
 
@@ -130,4 +132,42 @@ TEST_CASE("a host tensor larger than the host's memory is out_of_memory, not an 
     tensor t({std::int64_t{1} << 23, std::int64_t{1} << 23}, dtype::f32);
     FAIL("a 256 TiB host tensor was allocated");
   } catch (const npurt::error& e) { CHECK(e.code() == errc::out_of_memory); }
+}
+
+TEST_CASE("f64 and the 16-, 32- and 64-bit integer tensors hold their values; spans of their C++ types",
+          "[graph][tensor][f64]") {
+  tensor d({2}, dtype::f64);
+  d.set(0, 0.1);  // f32 would hold 0.100000001490116...
+  CHECK(d.get(0) == 0.1);
+  CHECK(d.bytes() == 16);
+  tensor s({3}, dtype::i16);
+  s.set(0, 40000);  // saturates, as every integer set does
+  s.set(1, -40000);
+  s.set(2, -7);
+  CHECK(s.to_vector() == std::vector<double>{32767, -32768, -7});
+  tensor u({2}, dtype::u32);
+  u.set(0, -1);
+  u.set(1, 4294967295.0);
+  CHECK(u.to_vector() == std::vector<double>{0, 4294967295.0});
+  // u64 past 2^53 through spans, bit for bit; get_int refuses what is no int64.
+  const std::array<std::uint64_t, 3> big{(std::uint64_t{1} << 53) + 1, (std::uint64_t{1} << 63) + 1, 5};
+  const tensor b = tensor::of<std::uint64_t>({3}, std::span<const std::uint64_t>(big));
+  CHECK(b.type() == dtype::u64);
+  CHECK(b.elements_as<std::uint64_t>()[0] == (std::uint64_t{1} << 53) + 1);
+  CHECK(b.get_int(0) == (std::int64_t{1} << 53) + 1);
+  CHECK_THROWS_AS(b.get_int(1), caller_error);
+  CHECK(b.get_int(2) == 5);
+  CHECK_THROWS_AS(b.elements_as<std::int64_t>(), caller_error);  // i64 is another dtype
+  const std::array<double, 2> dv{0.1, 1e300};
+  const tensor t = tensor::of<double>({2}, std::span<const double>(dv));
+  CHECK(t.type() == dtype::f64);
+  CHECK(t.to_vector() == std::vector<double>{0.1, 1e300});
+  CHECK_THROWS_AS(tensor::of<double>({3}, std::span<const double>(dv)), caller_error);  // 2 values, 3 elements
+  static_assert(dtype_of<std::int16_t> == dtype::i16 && dtype_of<std::uint16_t> == dtype::u16 &&
+                dtype_of<std::uint32_t> == dtype::u32 && dtype_of<double> == dtype::f64);
+  static_assert(is_float(dtype::f64) && !is_integer(dtype::f64) && is_integer(dtype::u64) && is_unsigned(dtype::u16) &&
+                !is_unsigned(dtype::i16));
+  // Appended: the existing dtypes keep their values (kernels, tools and files may hold them).
+  static_assert(static_cast<int>(dtype::boolean) == 7 && static_cast<int>(dtype::f64) == 8 &&
+                static_cast<int>(dtype::u64) == 12);
 }

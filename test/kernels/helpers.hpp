@@ -76,7 +76,24 @@ struct tensor {
         std::memcpy(p + 8 * i, &b, 8);
         break;
       }
+      case dtype::f64: std::memcpy(p + 8 * i, &v, 8); break;
+      case dtype::i16: put<std::int16_t>(i, v); break;
+      case dtype::u16: put<std::uint16_t>(i, v); break;
+      case dtype::u32: put<std::uint32_t>(i, v); break;
+      case dtype::u64: put<std::uint64_t>(i, v); break;
     }
+  }
+  /// Element i as T's bits (exact for u64 and i64 past 2^53).
+  template <class T>
+  void put(std::size_t i, double v) {
+    const auto b = static_cast<T>(v);
+    std::memcpy(bytes.data() + sizeof(T) * i, &b, sizeof(T));
+  }
+  template <class T>
+  [[nodiscard]] T at(std::size_t i) const {
+    T b;
+    std::memcpy(&b, bytes.data() + sizeof(T) * i, sizeof(T));
+    return b;
   }
   [[nodiscard]] double get(std::size_t i) const {
     const std::byte* p = bytes.data();
@@ -117,6 +134,11 @@ struct tensor {
         std::memcpy(&b, p + 8 * i, 8);
         return static_cast<double>(b);
       }
+      case dtype::f64: return at<double>(i);
+      case dtype::i16: return at<std::int16_t>(i);
+      case dtype::u16: return at<std::uint16_t>(i);
+      case dtype::u32: return at<std::uint32_t>(i);
+      case dtype::u64: return static_cast<double>(at<std::uint64_t>(i));
     }
     return 0;
   }

@@ -3,7 +3,9 @@
 //
 // Host tensors give element access (converted to and from double whatever the dtype; a bool
 // element reads 0 or 1 and is set true by any nonzero value, NaN included) and fill(); bool
-// tensors are also built from and read as spans of bool (bools());
+// tensors are also built from and read as spans of bool (bools()), and a tensor of any other
+// dtype as spans of its C++ element type (tensor::of, elements<T>(): double for f64, std::int16_t
+// for i16, std::uint64_t for u64, ...);
 // device tensors are what graphs compute on. copy_from() moves bytes between any two places
 // through a stream, blocking; async_copy_from() does the same with any completion token. A
 // tensor may also be timing-only: a shape and dtype without storage, for simulating models at
@@ -20,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -104,6 +107,32 @@ class tensor {
   /// the ONNX importer) stores 0 or 1; whoever writes the bytes through data() must too.
   [[nodiscard]] std::span<bool> bools();
   [[nodiscard]] std::span<const bool> bools() const;
+  /// A host tensor of T's dtype (dtype_of<T>: float f32, double f64, the fixed-width integers
+  /// their dtypes, bool boolean) holding `values` exactly, bit for bit: u64 values past 2^53 and
+  /// f64 values that a float would round survive, which the double-valued constructor cannot
+  /// promise. values.size() must equal the elements.
+  template <class T>
+  static tensor of(npurt::shape s, std::span<const T> values) {
+    tensor r(s, dtype_of<T>);
+    if (static_cast<std::int64_t>(values.size()) != r.elements())
+      throw_error(
+          make_error_code(errc::invalid_shape),
+          "tensor::of: " + std::to_string(values.size()) + " values for " + std::to_string(r.elements()) + " elements");
+    if (!values.empty()) std::memcpy(r.data_, values.data(), values.size_bytes());
+    return r;
+  }
+  /// The elements of a host tensor as T, in place: invalid_dtype unless the dtype is T's
+  /// (dtype_of<T>), invalid_pointer for a device tensor.
+  template <class T>
+  [[nodiscard]] std::span<T> elements_as() {
+    check_elements("tensor::elements_as", dtype_of<T>);
+    return {static_cast<T*>(data_), static_cast<std::size_t>(elements())};
+  }
+  template <class T>
+  [[nodiscard]] std::span<const T> elements_as() const {
+    check_elements("tensor::elements_as", dtype_of<T>);
+    return {static_cast<const T*>(data_), static_cast<std::size_t>(elements())};
+  }
 
   /// Copies src's bytes into this tensor through `s`, blocking until done. Shapes' element
   /// counts and dtypes must match (errc::invalid_shape / invalid_dtype otherwise).
@@ -127,6 +156,7 @@ class tensor {
   [[nodiscard]] std::int64_t linear(std::initializer_list<std::int64_t> index) const;
   memcpy_kind check_copy(const tensor& src, std::error_code& ec) const noexcept;
   void check_bools(const char* who) const;
+  void check_elements(const char* who, npurt::dtype want) const;
   [[nodiscard]] void* live_data() const noexcept {
     return place_ == storage_place::device && !device_memory_ ? nullptr : data_;
   }

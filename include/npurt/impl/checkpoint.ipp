@@ -44,6 +44,11 @@ constexpr std::uint8_t dtype_code(npurt::dtype t) noexcept {
     case npurt::dtype::i64: return 6;
     case npurt::dtype::u8: return 7;
     case npurt::dtype::boolean: return 8;
+    case npurt::dtype::f64: return 9;
+    case npurt::dtype::i16: return 10;
+    case npurt::dtype::u16: return 11;
+    case npurt::dtype::u32: return 12;
+    case npurt::dtype::u64: return 13;
   }
   return 0;
 }
@@ -57,6 +62,11 @@ constexpr bool dtype_from_code(std::uint8_t c, npurt::dtype& t) noexcept {
     case 6: t = npurt::dtype::i64; return true;
     case 7: t = npurt::dtype::u8; return true;
     case 8: t = npurt::dtype::boolean; return true;
+    case 9: t = npurt::dtype::f64; return true;
+    case 10: t = npurt::dtype::i16; return true;
+    case 11: t = npurt::dtype::u16; return true;
+    case 12: t = npurt::dtype::u32; return true;
+    case 13: t = npurt::dtype::u64; return true;
   }
   return false;
 }
