@@ -39,14 +39,22 @@ std::uint32_t fractal_k(const preset& p, dtype t) noexcept {
   }
 }
 
+// Elements per vector cycle by dtype: lanes of bytes, except f64. Huawei documents no FP64 in
+// the Da Vinci vector unit (FP64 runs on the AI CPU), and the presets carry no FP64 rate: npurt
+// assumes an FP64 element costs four FP32 ones (a quarter of the FP32 rate, an eighth of the
+// FP16 one), an assumption, not a vendor figure.
 double lanes_for(const preset& p, dtype t) noexcept {
   switch (t) {
     case dtype::f16:
-    case dtype::bf16: return p.vector_lanes;
+    case dtype::bf16:
+    case dtype::i16:
+    case dtype::u16: return p.vector_lanes;
     case dtype::i8:
     case dtype::u8:
     case dtype::boolean: return 2.0 * p.vector_lanes;
-    case dtype::i64: return p.vector_lanes / 4.0;
+    case dtype::i64:
+    case dtype::u64: return p.vector_lanes / 4.0;
+    case dtype::f64: return p.vector_lanes / 8.0;
     default: return p.vector_lanes / 2.0;
   }
 }
@@ -840,7 +848,17 @@ kernel_cost estimate(const preset& p, const kernel_desc& k, std::uint32_t cores,
   }
   if (const auto* rec = std::get_if<kernels::recurrent>(&k.op)) {
     cost_recurrent(p, *rec, cores, share, kc);
-  } else if (auto pr = to_gemm(k)) {
+  } else if (auto pr = to_gemm(k); pr && pr->g.in == dtype::f64) {
+    // The cube has no FP64: an f64 GEMM or convolution is 2K vector operations per output
+    // element at the f64 vector rate, reading A and B once.
+    const double outs = static_cast<double>(pr->g.batch) * static_cast<double>(pr->g.m) * static_cast<double>(pr->g.n);
+    const double kk = static_cast<double>(pr->g.k);
+    const double in = (static_cast<double>(pr->g.m) + static_cast<double>(pr->g.n)) * kk *
+                      static_cast<double>(pr->g.batch) * es(dtype::f64);
+    vec_work w;
+    w.add(outs, in, outs * pr->out_es, 2.0 * kk, dtype::f64);
+    if (outs > 0 && kk > 0) cost_vector(p, w, cores, share, kc);
+  } else if (pr) {
     kc.cube_path = true;
     if (pr->g.m > 0 && pr->g.n > 0 && pr->g.k > 0 && pr->g.batch > 0) cost_gemm(p, *pr, cores, share, kc);
   } else if (auto vw = to_vector(p, k)) {

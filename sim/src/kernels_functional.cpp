@@ -1,5 +1,5 @@
 // Reference implementations of the kernel library: plain loops, one fixed order of summation,
-// float accumulation (see reference_kernels.hpp for the numeric contract). They are written to
+// float accumulation, double for f64 (see reference_kernels.hpp for the numeric contract). They are written to
 // be obviously right, not fast; timing-only runs never reach them.
 #include <npurt/numeric.hpp>
 #include <npurt/sim/reference_kernels.hpp>
@@ -51,11 +51,14 @@ void write_raw(std::byte* p, size_t i, T v) noexcept {
   std::memcpy(p + i * sizeof(T), &v, sizeof(T));
 }
 
+// f16, bf16 and f32 widen to float exactly; an f64 is rounded to float (the float kernels never see
+// one: a launch with an f64 operand computes in double, read_real<double>).
 float read_float(dtype t, const std::byte* p, size_t i) noexcept {
   switch (t) {
     case dtype::f32: return read_raw<float>(p, i);
     case dtype::f16: return numeric::half_bits_to_float(read_raw<std::uint16_t>(p, i));
     case dtype::bf16: return numeric::bfloat16_bits_to_float(read_raw<std::uint16_t>(p, i));
+    case dtype::f64: return static_cast<float>(read_raw<double>(p, i));
     default: return 0.0f;  // integer tensors never reach the float paths (validated)
   }
 }
@@ -65,8 +68,40 @@ void write_float(dtype t, std::byte* p, size_t i, float v) noexcept {
     case dtype::f32: write_raw<float>(p, i, v); break;
     case dtype::f16: write_raw<std::uint16_t>(p, i, numeric::float_to_half_bits(v)); break;
     case dtype::bf16: write_raw<std::uint16_t>(p, i, numeric::float_to_bfloat16_bits(v)); break;
+    case dtype::f64: write_raw<double>(p, i, v); break;
     default: break;
   }
+}
+
+// A double rounded to float by round-to-odd: rounding that float once more to f16 or bf16 (at
+// most 11 significant bits, float has 24) gives the double correctly rounded, so y's dtype sees
+// one rounding (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved
+// algorithms using rounding to odd", IEEE Trans. Computers 57(4), 2008).
+float to_float_odd(double v) noexcept {
+  float f = static_cast<float>(v);
+  if (!std::isfinite(f) || static_cast<double>(f) == v) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);  // toward zero
+  auto bits = std::bit_cast<std::uint32_t>(f);
+  bits |= 1u;
+  return std::bit_cast<float>(bits);
+}
+
+// The float kernels compute in R: float, or double when the launch has an f64 operand (NumPy's
+// float64 arithmetic; a detour through float would round every intermediate to 24 bits). Reading
+// widens exactly; writing rounds once to the dtype (through round-to-odd for f16 and bf16 from
+// double).
+template <class R>
+R read_real(dtype t, const std::byte* p, size_t i) noexcept {
+  if (t == dtype::f64) return static_cast<R>(read_raw<double>(p, i));
+  return read_float(t, p, i);
+}
+
+template <class R>
+void write_real(dtype t, std::byte* p, size_t i, R v) noexcept {
+  if (t == dtype::f64) write_raw<double>(p, i, v);
+  else if constexpr (std::is_same_v<R, double>)
+    write_float(t, p, i, t == dtype::f32 ? static_cast<float>(v) : to_float_odd(v));
+  else write_float(t, p, i, v);
 }
 
 int64_t read_int(dtype t, const std::byte* p, size_t i) noexcept {
@@ -76,8 +111,20 @@ int64_t read_int(dtype t, const std::byte* p, size_t i) noexcept {
     case dtype::i64: return read_raw<std::int64_t>(p, i);
     case dtype::u8: return read_raw<std::uint8_t>(p, i);
     case dtype::boolean: return read_raw<std::uint8_t>(p, i) != 0;  // any nonzero byte is true
+    case dtype::i16: return read_raw<std::int16_t>(p, i);
+    case dtype::u16: return read_raw<std::uint16_t>(p, i);
+    case dtype::u32: return read_raw<std::uint32_t>(p, i);
+    // The bits of a u64 as an int64: wrapping arithmetic is the same; what orders or divides
+    // (order_key, apply_int) or converts (cast_element) treats u64 apart.
+    case dtype::u64: return static_cast<int64_t>(read_raw<std::uint64_t>(p, i));
     default: return 0;
   }
+}
+
+// An int64 whose signed order is the order of t's values: a u64 read by read_int has its top bit
+// flipped (values from 2^63 read as negative), every other integer dtype is itself.
+int64_t order_key(dtype t, int64_t v) noexcept {
+  return t == dtype::u64 ? static_cast<int64_t>(static_cast<std::uint64_t>(v) ^ (std::uint64_t{1} << 63)) : v;
 }
 
 struct int_range {
@@ -90,11 +137,20 @@ int_range range_of(dtype t) noexcept {
     case dtype::i8: return {-128, 127, -128.0, 128.0};
     case dtype::i32: return {INT32_MIN, INT32_MAX, -2147483648.0, 2147483648.0};
     case dtype::u8: return {0, 255, 0.0, 256.0};
-    default: return {INT64_MIN, INT64_MAX, -9223372036854775808.0, 9223372036854775808.0};
+    case dtype::i16: return {INT16_MIN, INT16_MAX, -32768.0, 32768.0};
+    case dtype::u16: return {0, UINT16_MAX, 0.0, 65536.0};
+    case dtype::u32: return {0, UINT32_MAX, 0.0, 4294967296.0};
+    default: return {INT64_MIN, INT64_MAX, -9223372036854775808.0, 9223372036854775808.0};  // u64: see write_u64
   }
 }
 
+// v saturated to t's range. A u64 takes v's bits as they are: its values are the int64 bit
+// patterns read_int gives and wrap_to keeps (cast_element saturates into u64 itself).
 void write_int(dtype t, std::byte* p, size_t i, int64_t v) noexcept {
+  if (t == dtype::u64) {
+    write_raw<std::uint64_t>(p, i, static_cast<std::uint64_t>(v));
+    return;
+  }
   const int_range r = range_of(t);
   v = std::clamp(v, r.lo, r.hi);
   switch (t) {
@@ -102,6 +158,9 @@ void write_int(dtype t, std::byte* p, size_t i, int64_t v) noexcept {
     case dtype::i32: write_raw<std::int32_t>(p, i, static_cast<std::int32_t>(v)); break;
     case dtype::i64: write_raw<std::int64_t>(p, i, v); break;
     case dtype::u8: write_raw<std::uint8_t>(p, i, static_cast<std::uint8_t>(v)); break;
+    case dtype::i16: write_raw<std::int16_t>(p, i, static_cast<std::int16_t>(v)); break;
+    case dtype::u16: write_raw<std::uint16_t>(p, i, static_cast<std::uint16_t>(v)); break;
+    case dtype::u32: write_raw<std::uint32_t>(p, i, static_cast<std::uint32_t>(v)); break;
     default: break;
   }
 }
@@ -132,14 +191,22 @@ int64_t double_to_int(double d, dtype t, kernels::round_mode m = kernels::round_
   return static_cast<int64_t>(x);
 }
 
-// An integer to bfloat16 in one rounding: going through float would round twice for values
-// above 2^24 and could land on the wrong side of a tie.
-std::uint16_t int_to_bfloat16_bits(int64_t v) noexcept {
-  if (v == 0) return 0;
-  const std::uint16_t sign = v < 0 ? 0x8000u : 0u;
-  std::uint64_t u = v < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
+// As double_to_int into u64's range [0, 2^64): NaN is 0, the rest saturates.
+std::uint64_t double_to_u64(double d, kernels::round_mode m) noexcept {
+  // From 2^63 up every double is an integer already: no rounding mode moves it.
+  if (d >= 9223372036854775808.0) return d >= 18446744073709551616.0 ? UINT64_MAX : static_cast<std::uint64_t>(d);
+  const int64_t x = double_to_int(d, dtype::i64, m);  // NaN is 0
+  return x <= 0 ? 0 : static_cast<std::uint64_t>(x);
+}
+
+// An integer (sign and magnitude u) to bfloat16 in one rounding: going through float would round
+// twice for values above 2^24 and could land on the wrong side of a tie.
+std::uint16_t int_to_bfloat16_bits(bool negative, std::uint64_t u) noexcept {
+  if (u == 0) return 0;
+  const std::uint16_t sign = negative ? 0x8000u : 0u;
   int p = 63 - std::countl_zero(u);  // index of the leading bit
-  if (p <= 7) return numeric::float_to_bfloat16_bits(static_cast<float>(v));  // exact
+  if (p <= 7)
+    return static_cast<std::uint16_t>(sign | numeric::float_to_bfloat16_bits(static_cast<float>(u)));  // exact
   const int shift = p - 7;
   std::uint64_t q = u >> shift;
   const std::uint64_t rem = u & ((std::uint64_t{1} << shift) - 1);
@@ -152,56 +219,82 @@ std::uint16_t int_to_bfloat16_bits(int64_t v) noexcept {
   return static_cast<std::uint16_t>(sign | ((p + 127) << 7) | (q & 0x7fu));
 }
 
+// An integer to a float dtype, rounded once: f16 through float (every integer below 65520 is exact
+// in float; from 65520 up half rounds to infinity), bf16 directly, f32 and f64 as C++ converts
+// (correctly rounded).
+void int_to_float(dtype to, std::byte* dst, size_t i, bool negative, std::uint64_t u) noexcept {
+  switch (to) {
+    case dtype::f32: {
+      const auto f = static_cast<float>(u);
+      write_raw<float>(dst, i, negative ? -f : f);
+      break;
+    }
+    case dtype::f64: {
+      const auto d = static_cast<double>(u);
+      write_raw<double>(dst, i, negative ? -d : d);
+      break;
+    }
+    case dtype::f16: {
+      const float f = u >= 65520 ? std::numeric_limits<float>::infinity() : static_cast<float>(u);
+      write_raw<std::uint16_t>(dst, i, numeric::float_to_half_bits(negative ? -f : f));
+      break;
+    }
+    case dtype::bf16: write_raw<std::uint16_t>(dst, i, int_to_bfloat16_bits(negative, u)); break;
+    default: break;
+  }
+}
+
+// One element of a cast between any two dtypes. Floats go through double (every float dtype
+// widens to it exactly) and round once into the target; a float to an integer rounds by m, NaN
+// becomes 0 and values past the target's range saturate; an integer to a narrower integer
+// saturates too (NumPy's astype would wrap; npurt's casts never change a value's sign or move it
+// past the nearest representable one).
 void cast_element(dtype from, const std::byte* src, dtype to, std::byte* dst, size_t i,
                   kernels::round_mode m = kernels::round_mode::rint) noexcept {
   // To bool is x != 0, as NumPy's astype(bool): NaN is nonzero, so true. From bool, read_int
   // gives 0 or 1, which every path below converts exactly.
   if (to == dtype::boolean) {
-    const bool v = is_float(from) ? read_float(from, src, i) != 0.0f : read_int(from, src, i) != 0;
+    const bool v = is_float(from) ? read_real<double>(from, src, i) != 0.0 : read_int(from, src, i) != 0;
     write_raw<std::uint8_t>(dst, i, v ? 1 : 0);
     return;
   }
   if (is_float(from)) {
-    const float f = read_float(from, src, i);
-    if (is_float(to)) write_float(to, dst, i, f);  // from is exact in float: one rounding
+    const double f = read_real<double>(from, src, i);
+    if (is_float(to)) write_real<double>(to, dst, i, f);  // one rounding
+    else if (to == dtype::u64) write_raw<std::uint64_t>(dst, i, double_to_u64(f, m));
     else write_int(to, dst, i, double_to_int(f, to, m));
     return;
   }
   const int64_t v = read_int(from, src, i);
-  switch (to) {
-    case dtype::f32: write_raw<float>(dst, i, static_cast<float>(v)); break;  // correctly rounded
-    case dtype::f16: {
-      // Every integer below 65520 is exact in float; from 65520 up half rounds to infinity.
-      const float f = v >= 65520    ? std::numeric_limits<float>::infinity()
-                      : v <= -65520 ? -std::numeric_limits<float>::infinity()
-                                    : static_cast<float>(v);
-      write_raw<std::uint16_t>(dst, i, numeric::float_to_half_bits(f));
-      break;
-    }
-    case dtype::bf16: write_raw<std::uint16_t>(dst, i, int_to_bfloat16_bits(v)); break;
-    default: write_int(to, dst, i, v); break;
-  }
+  const bool negative = from != dtype::u64 && v < 0;
+  // The magnitude, and the value clamped into int64 for the integer targets.
+  const std::uint64_t u = negative ? std::uint64_t{0} - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
+  if (is_float(to)) int_to_float(to, dst, i, negative, u);
+  else if (to == dtype::u64) write_raw<std::uint64_t>(dst, i, negative ? 0 : u);
+  else write_int(to, dst, i, negative ? v : static_cast<int64_t>(std::min<std::uint64_t>(u, INT64_MAX)));
 }
 
 // ---- whole tensors -----------------------------------------------------------------------
 
-std::vector<float> load(const tensor_desc& t, const std::byte* p) {
+template <class R>
+std::vector<R> load(const tensor_desc& t, const std::byte* p) {
   const auto n = static_cast<size_t>(t.shape.elements());
-  std::vector<float> v(n);
-  if (t.type == dtype::f32) {
-    std::memcpy(v.data(), p, n * sizeof(float));
+  std::vector<R> v(n);
+  if (size_of(t.type) == sizeof(R) && is_float(t.type)) {  // f32 into float, f64 into double
+    std::memcpy(v.data(), p, n * sizeof(R));
   } else {
-    for (size_t i = 0; i < n; ++i) v[i] = read_float(t.type, p, i);
+    for (size_t i = 0; i < n; ++i) v[i] = read_real<R>(t.type, p, i);
   }
   return v;
 }
 
-void store(const tensor_desc& t, std::byte* p, const std::vector<float>& v) {
-  if (t.type == dtype::f32) {
-    std::memcpy(p, v.data(), v.size() * sizeof(float));
+template <class R>
+void store(const tensor_desc& t, std::byte* p, const std::vector<R>& v) {
+  if (size_of(t.type) == sizeof(R) && is_float(t.type)) {
+    std::memcpy(p, v.data(), v.size() * sizeof(R));
     return;
   }
-  for (size_t i = 0; i < v.size(); ++i) write_float(t.type, p, i, v[i]);
+  for (size_t i = 0; i < v.size(); ++i) write_real<R>(t.type, p, i, v[i]);
 }
 
 std::vector<std::int32_t> load_i32(const tensor_desc& t, const std::byte* p) {
@@ -216,27 +309,39 @@ void store_i32(std::byte* p, const std::vector<std::int32_t>& v) {
 }
 
 // The host pointers of one launch, found by the operand's address in the descriptor.
-class host_tensors {
+class host_ptrs {
  public:
-  host_tensors(const operand_list& ops, const std::array<std::byte*, 8>& ptrs) : ops_(ops), ptrs_(ptrs) {}
+  host_ptrs(const operand_list& ops, const std::array<std::byte*, 8>& ptrs) : ops_(ops), ptrs_(ptrs) {}
   [[nodiscard]] std::byte* operator[](const tensor_desc& t) const noexcept {
     for (size_t i = 0; i < ops_.size(); ++i)
       if (ops_.items[i].tensor == &t) return ptrs_[i];
     return nullptr;
   }
   [[nodiscard]] bool present(const tensor_desc& t) const noexcept { return (*this)[t] != nullptr; }
-  [[nodiscard]] std::vector<float> load(const tensor_desc& t) const { return sim::load(t, (*this)[t]); }
-  void store(const tensor_desc& t, const std::vector<float>& v) const { sim::store(t, (*this)[t], v); }
 
  private:
   const operand_list& ops_;
   const std::array<std::byte*, 8>& ptrs_;
 };
 
+// The same, loading and storing float tensors as R, the launch's compute type (see read_real):
+// the kernels that compute on floats are templates on it, deduced from h.
+template <class R>
+class host_tensors : public host_ptrs {
+ public:
+  using host_ptrs::host_ptrs;
+  /// The same pointers, loading and storing as S.
+  template <class S>
+  explicit host_tensors(const host_tensors<S>& other) : host_ptrs(other) {}
+  [[nodiscard]] std::vector<R> load(const tensor_desc& t) const { return sim::load<R>(t, (*this)[t]); }
+  void store(const tensor_desc& t, const std::vector<R>& v) const { sim::store<R>(t, (*this)[t], v); }
+};
+
 // ---- epilogue of cube kernels -----------------------------------------------------------
 
+template <class R>
 void apply_epilogue(const tensor_desc& y, const tensor_desc& bias, const tensor_desc& residual, kernels::activation act,
-                    const host_tensors& h, std::vector<float>& v);
+                    const host_tensors<R>& h, std::vector<R>& v);
 
 // ---- matmul ------------------------------------------------------------------------------
 
@@ -259,7 +364,7 @@ gemm_dims dims_of(const kernels::matmul& op) {
   return d;
 }
 
-// Acc is float for float inputs, uint32 (wrapping int32) for INT8. Operands are first packed
+// Acc is the compute type R for float inputs, uint32 (wrapping int32) for INT8. Operands are first packed
 // to [M,K] and [K,N]; then each row of C accumulates k in ascending order, one whole row at a
 // time (C[i,:] += A[i,k] * B[k,:]). Every element still sees the same ordered sum as the naive
 // triple loop, and the inner loop over j vectorises.
@@ -286,7 +391,7 @@ void gemm_loop(const kernels::matmul& op, const std::vector<In>& a, const std::v
       for (int64_t k = 0; k < K; ++k) {
         const In av = ap[static_cast<size_t>(i * K + k)];
         const In* bk = bp.data() + k * N;
-        if constexpr (std::is_same_v<Acc, float>) {
+        if constexpr (std::is_floating_point_v<Acc>) {
           for (int64_t j = 0; j < N; ++j) r[j] += av * bk[j];
         } else {
           for (int64_t j = 0; j < N; ++j) r[j] += static_cast<Acc>(av * bk[j]);
@@ -297,19 +402,20 @@ void gemm_loop(const kernels::matmul& op, const std::vector<In>& a, const std::v
   }
 }
 
-void run(const kernels::matmul& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::matmul& op, const host_tensors<R>& h) {
   if (op.a.type == dtype::i8) {
     const auto a = load_i32(op.a, h[op.a]);
     const auto b = load_i32(op.b, h[op.b]);
-    auto c = op.beta != 0.0f ? load_i32(op.c, h[op.c])
-                             : std::vector<std::int32_t>(static_cast<size_t>(op.c.shape.elements()));
-    const bool plain = op.alpha == 1.0f && op.beta == 0.0f;
+    auto c = op.beta != R{0.0} ? load_i32(op.c, h[op.c])
+                               : std::vector<std::int32_t>(static_cast<size_t>(op.c.shape.elements()));
+    const bool plain = op.alpha == R{1.0} && op.beta == R{0.0};
     gemm_loop<std::int32_t, std::uint32_t>(op, a, b, [&](size_t idx, std::uint32_t acc) {
       const auto s = static_cast<std::int32_t>(acc);
       if (plain) {
         c[idx] = s;
       } else {
-        const double v = double{op.alpha} * s + (op.beta != 0.0f ? double{op.beta} * c[idx] : 0.0);
+        const double v = double{op.alpha} * s + (op.beta != R{0.0} ? double{op.beta} * c[idx] : 0.0);
         c[idx] = static_cast<std::int32_t>(double_to_int(v, dtype::i32));
       }
     });
@@ -318,10 +424,10 @@ void run(const kernels::matmul& op, const host_tensors& h) {
   }
   const auto a = h.load(op.a);
   const auto b = h.load(op.b);
-  auto c = op.beta != 0.0f ? h.load(op.c) : std::vector<float>(static_cast<size_t>(op.c.shape.elements()));
-  gemm_loop<float, float>(op, a, b, [&](size_t idx, float acc) {
+  auto c = op.beta != R{0.0} ? h.load(op.c) : std::vector<R>(static_cast<size_t>(op.c.shape.elements()));
+  gemm_loop<R, R>(op, a, b, [&](size_t idx, R acc) {
     // beta == 0 ignores C entirely (NaN in C does not leak), as BLAS does.
-    c[idx] = op.beta != 0.0f ? op.alpha * acc + op.beta * c[idx] : op.alpha * acc;
+    c[idx] = op.beta != R{0.0} ? op.alpha * acc + op.beta * c[idx] : op.alpha * acc;
   });
   apply_epilogue(op.c, op.bias, op.residual, op.act, h, c);
   h.store(op.c, c);
@@ -365,10 +471,10 @@ conv_geom geom(const shape& x, const shape& w, const shape& y, const Op& op) {
 
 // Computes a 4-D float output element by element in row-major order, each as f(i0, i1, i2, i3),
 // and stores it: the gradient passes gather, one ordered sum per output element.
-template <class F>
-void fill_4d(const tensor_desc& out, const host_tensors& h, F f) {
+template <class R, class F>
+void fill_4d(const tensor_desc& out, const host_tensors<R>& h, F f) {
   const shape& s = out.shape;
-  std::vector<float> v(static_cast<size_t>(s.elements()));
+  std::vector<R> v(static_cast<size_t>(s.elements()));
   size_t k = 0;
   for (int64_t a = 0; a < s[0]; ++a)
     for (int64_t b = 0; b < s[1]; ++b)
@@ -405,7 +511,7 @@ std::vector<Acc> conv_forward(const conv_geom& g, const std::vector<In>& x, cons
             for (int64_t oh = oh0; oh < oh1; ++oh) {
               const int64_t base = (oh * g.sh - g.ph + ky * g.dh) * g.w + offw;  // may be < 0 before ow0
               Acc* yr = plane + oh * g.wo;
-              if constexpr (std::is_same_v<Acc, float>) {
+              if constexpr (std::is_floating_point_v<Acc>) {
                 for (int64_t ow = ow0; ow < ow1; ++ow) yr[ow] += xp[base + ow * g.sw] * wv;
               } else {
                 for (int64_t ow = ow0; ow < ow1; ++ow) yr[ow] += static_cast<Acc>(xp[base + ow * g.sw] * wv);
@@ -419,7 +525,8 @@ std::vector<Acc> conv_forward(const conv_geom& g, const std::vector<In>& x, cons
   return y;
 }
 
-void run(const kernels::conv2d& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::conv2d& op, const host_tensors<R>& h) {
   const conv_geom g = geom(op.x.shape, op.w.shape, op.y.shape, op);
   if (op.x.type == dtype::i8) {
     const auto y = conv_forward<std::int32_t, std::uint32_t>(g, load_i32(op.x, h[op.x]), load_i32(op.w, h[op.w]));
@@ -427,20 +534,21 @@ void run(const kernels::conv2d& op, const host_tensors& h) {
     for (size_t i = 0; i < y.size(); ++i) write_raw<std::int32_t>(p, i, static_cast<std::int32_t>(y[i]));
     return;
   }
-  auto y = conv_forward<float, float>(g, h.load(op.x), h.load(op.w));
+  auto y = conv_forward<R, R>(g, h.load(op.x), h.load(op.w));
   apply_epilogue(op.y, op.bias, op.residual, op.act, h, y);
   h.store(op.y, y);
 }
 
 // dx[n,c,ih,iw] = sum over the outputs that read it: gathered, so every dx element is one
 // ordered float sum (co, ky, kx ascending).
-void run(const kernels::conv2d_backward_data& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::conv2d_backward_data& op, const host_tensors<R>& h) {
   const conv_geom g = geom(op.dx.shape, op.w.shape, op.dy.shape, op);
   const auto dy = h.load(op.dy);
   const auto w = h.load(op.w);
   fill_4d(op.dx, h, [&](int64_t n, int64_t c, int64_t ih, int64_t iw) {
     const int64_t grp = c / g.cg, ci = c % g.cg;
-    float acc = 0.0f;
+    R acc = R{0.0};
     for (int64_t co = grp * g.cog; co < (grp + 1) * g.cog; ++co) {
       for (int64_t ky = 0; ky < g.kh; ++ky) {
         const int64_t th = ih + g.ph - ky * g.dh;
@@ -460,19 +568,20 @@ void run(const kernels::conv2d_backward_data& op, const host_tensors& h) {
 }
 
 // dw[co,ci,ky,kx] = sum over n, oh, ow (ascending) of x * dy.
-void run(const kernels::conv2d_backward_weight& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::conv2d_backward_weight& op, const host_tensors<R>& h) {
   const conv_geom g = geom(op.x.shape, op.dw.shape, op.dy.shape, op);
   const auto x = h.load(op.x);
   const auto dy = h.load(op.dy);
   fill_4d(op.dw, h, [&](int64_t co, int64_t ci, int64_t ky, int64_t kx) {
     const int64_t c0 = (co / g.cog) * g.cg;
-    float acc = 0.0f;
+    R acc = R{0.0};
     // Only the outputs whose input tap lies inside x contribute (padding reads zeros).
     const auto [oh0, oh1] = valid_range(ky * g.dh - g.ph, g.sh, g.h, g.ho);
     const auto [ow0, ow1] = valid_range(kx * g.dw - g.pw, g.sw, g.w, g.wo);
     for (int64_t n = 0; n < g.n; ++n) {
-      const float* xp = x.data() + ((n * g.c + c0 + ci) * g.h) * g.w;
-      const float* dyp = dy.data() + ((n * g.co + co) * g.ho) * g.wo;
+      const R* xp = x.data() + ((n * g.c + c0 + ci) * g.h) * g.w;
+      const R* dyp = dy.data() + ((n * g.co + co) * g.ho) * g.wo;
       for (int64_t oh = oh0; oh < oh1; ++oh) {
         const int64_t base = (oh * g.sh - g.ph + ky * g.dh) * g.w + kx * g.dw - g.pw;
         for (int64_t ow = ow0; ow < ow1; ++ow) acc += xp[base + ow * g.sw] * dyp[oh * g.wo + ow];
@@ -484,69 +593,76 @@ void run(const kernels::conv2d_backward_weight& op, const host_tensors& h) {
 
 // ---- elementwise -------------------------------------------------------------------------
 
-float apply_unary(kernels::eltwise_fn f, float x) noexcept {
+template <class R>
+R apply_unary(kernels::eltwise_fn f, R x) noexcept {
   using enum kernels::eltwise_fn;
   switch (f) {
-    case relu: return x > 0.0f ? x : (std::isnan(x) ? x : 0.0f);
+    case relu: return x > R(0.0) ? x : (std::isnan(x) ? x : R(0.0));
     case gelu: {
-      constexpr float k = 0.7978845608028654f;  // sqrt(2/pi)
-      return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+      // sqrt(2/pi) and the tanh approximation's 0.044715 in R (in float these equal the literals
+      // 0.7978845608028654f and 0.044715f the float kernel has always used).
+      constexpr R k = R(0.7978845608028654);
+      constexpr R c = R(0.044715);
+      return R(0.5) * x * (R(1) + std::tanh(k * (x + c * x * x * x)));
     }
-    case sigmoid: return 1.0f / (1.0f + std::exp(-x));
+    case sigmoid: return R(1.0) / (R(1.0) + std::exp(-x));
     case tanh: return std::tanh(x);
     default: return x;
   }
 }
 
 // The parametric and transcendental unary functions, with ONNX's definitions.
-float apply_unary(const kernels::elementwise& op, float x) noexcept {
+template <class R>
+R apply_unary(const kernels::elementwise& op, R x) noexcept {
   using enum kernels::eltwise_fn;
-  const float a = op.alpha, b = op.beta;
+  const R a = op.alpha, b = op.beta;
   switch (op.fn) {
     case exp: return std::exp(x);
     case log: return std::log(x);
     case sqrt: return std::sqrt(x);
     case abs: return std::fabs(x);
     case neg: return -x;
-    case reciprocal: return 1.0f / x;
+    case reciprocal: return R(1.0) / x;
     case floor: return std::floor(x);
     case ceil: return std::ceil(x);
-    case round: return static_cast<float>(round_even(static_cast<double>(x)));
+    case round: return static_cast<R>(round_even(static_cast<double>(x)));
     case erf: return std::erf(x);
     case sin: return std::sin(x);
     case cos: return std::cos(x);
     case softplus: {
-      // e^x overflows a float from about 88.7, where log(1 + e^x) is still x to float precision.
-      const float e = std::exp(x);
+      // e^x overflows a float from about 88.7 (a double from about 709.8), where log(1 + e^x) is
+      // still x to R's precision.
+      const R e = std::exp(x);
       return std::isinf(e) ? x : std::log1p(e);
     }
-    case softsign: return x / (1.0f + std::fabs(x));
-    case sign: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;  // keeps 0, -0 and NaN
-    case leaky_relu: return x < 0.0f ? a * x : x;
-    case elu: return x < 0.0f ? a * (std::exp(x) - 1.0f) : x;
-    case selu: return x <= 0.0f ? b * (a * std::exp(x) - a) : b * x;
+    case softsign: return x / (R(1.0) + std::fabs(x));
+    case sign: return x > R(0.0) ? R(1.0) : x < R(0.0) ? -R(1.0) : x;  // keeps 0, -0 and NaN
+    case leaky_relu: return x < R(0.0) ? a * x : x;
+    case elu: return x < R(0.0) ? a * (std::exp(x) - R(1.0)) : x;
+    case selu: return x <= R(0.0) ? b * (a * std::exp(x) - a) : b * x;
     // std::max and std::min return their first argument when the other is NaN: NaN would
     // become a number where ONNX's NumPy definitions keep it.
-    case hard_sigmoid: return std::isnan(x) ? x : std::max(0.0f, std::min(1.0f, a * x + b));
-    case thresholded_relu: return x > a ? x : 0.0f;
-    case celu: return std::isnan(x) ? x : std::max(0.0f, x) + std::min(0.0f, a * (std::exp(x / a) - 1.0f));
-    case hard_swish: return x * std::max(0.0f, std::min(1.0f, x / 6.0f + 0.5f));
+    case hard_sigmoid: return std::isnan(x) ? x : std::max(R(0.0), std::min(R(1.0), a * x + b));
+    case thresholded_relu: return x > a ? x : R(0.0);
+    case celu: return std::isnan(x) ? x : std::max(R(0.0), x) + std::min(R(0.0), a * (std::exp(x / a) - R(1.0)));
+    case hard_swish: return x * std::max(R(0.0), std::min(R(1.0), x / R(6.0) + R(0.5)));
     case clip: return std::isnan(x) ? x : std::min(b, std::max(a, x));
     default: return apply_unary(op.fn, x);
   }
 }
 
-float apply_binary(kernels::eltwise_fn f, float a, float b) noexcept {
+template <class R>
+R apply_binary(kernels::eltwise_fn f, R a, R b) noexcept {
   using enum kernels::eltwise_fn;
   switch (f) {
     case add: return a + b;
     case sub: return a - b;
     case mul: return a * b;
     case div: return a / b;
-    case relu_backward: return b > 0.0f ? a : 0.0f;
+    case relu_backward: return b > R(0.0) ? a : R(0.0);
     case pow: return std::pow(a, b);
-    case max: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b);
-    case min: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN() : std::min(a, b);
+    case max: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<R>::quiet_NaN() : std::max(a, b);
+    case min: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<R>::quiet_NaN() : std::min(a, b);
     case fmod: return std::fmod(a, b);  // numpy.fmod: NaN for a zero divisor
     default: return a;
   }
@@ -598,18 +714,57 @@ int64_t wrap_to(dtype t, std::uint64_t u) noexcept {
     case dtype::i8: return static_cast<std::int8_t>(u);
     case dtype::i32: return static_cast<std::int32_t>(u);
     case dtype::u8: return static_cast<std::uint8_t>(u);
-    default: return static_cast<int64_t>(u);
+    case dtype::i16: return static_cast<std::int16_t>(u);
+    case dtype::u16: return static_cast<std::uint16_t>(u);
+    case dtype::u32: return static_cast<std::uint32_t>(u);
+    default: return static_cast<int64_t>(u);  // i64, and u64's bits
   }
 }
 
-// The integer functions on values of dtype t (read into int64_t, so every value of i8, i32 and u8
-// is exact there and only i64 can overflow), wrapped back into t. add, sub, mul and neg go
-// through unsigned arithmetic: its wrap-around is defined, and the low n bits of the result are
-// the two's complement result in an n-bit type. Returns false for a zero divisor or a negative
-// exponent, which the caller turns into the kernel's failure.
+// The integer functions on u64 values where their bits as int64 would mislead (order, sign,
+// quotients): NumPy's uint64 arithmetic. Returns false for a zero divisor.
+bool apply_u64(kernels::eltwise_fn f, std::uint64_t a, std::uint64_t b, std::uint64_t& out) noexcept {
+  using enum kernels::eltwise_fn;
+  switch (f) {
+    case abs: out = a; return true;
+    case sign: out = a != 0 ? 1 : 0; return true;
+    case max: out = std::max(a, b); return true;
+    case min: out = std::min(a, b); return true;
+    case div:
+    case fmod:
+    case mod:
+      if (b == 0) return false;
+      out = f == div ? a / b : a % b;
+      return true;
+    default: return false;
+  }
+}
+
+// The integer functions on values of dtype t (read into int64_t, so every value of the narrower
+// dtypes is exact there and only i64 and u64 can overflow), wrapped back into t. add, sub, mul and
+// neg go through unsigned arithmetic: its wrap-around is defined, and the low n bits of the result
+// are the two's complement result in an n-bit type (for u64 the result itself). Returns false for
+// a zero divisor or a negative exponent, which the caller turns into the kernel's failure.
 bool apply_int(kernels::eltwise_fn f, dtype t, int64_t a, int64_t b, int64_t& out) noexcept {
   using enum kernels::eltwise_fn;
   const auto ua = static_cast<std::uint64_t>(a), ub = static_cast<std::uint64_t>(b);
+  if (t == dtype::u64) {
+    switch (f) {
+      case abs:
+      case sign:
+      case max:
+      case min:
+      case div:
+      case fmod:
+      case mod: {
+        std::uint64_t u = 0;
+        if (!apply_u64(f, ua, ub, u)) return false;
+        out = static_cast<int64_t>(u);
+        return true;
+      }
+      default: break;
+    }
+  }
   switch (f) {
     case add: out = wrap_to(t, ua + ub); return true;
     case sub: out = wrap_to(t, ua - ub); return true;
@@ -637,8 +792,9 @@ bool apply_int(kernels::eltwise_fn f, dtype t, int64_t a, int64_t b, int64_t& ou
     }
     case shift_left:
     case shift_right: {
-      // uint8 only (validated): a shift by 8 or more empties the byte, as numpy's does.
-      if (b >= 8) {
+      // Unsigned dtypes only (validated): a shift by the width or more empties the value, as
+      // numpy's does (C++ leaves it undefined).
+      if (ub >= 8 * size_of(t)) {
         out = 0;
         return true;
       }
@@ -646,7 +802,7 @@ bool apply_int(kernels::eltwise_fn f, dtype t, int64_t a, int64_t b, int64_t& ou
       return true;
     }
     case pow: {
-      if (b < 0) return false;
+      if (b < 0 && t != dtype::u64) return false;
       // Square-and-multiply in unsigned arithmetic: each product's low bits are the wrapped one.
       std::uint64_t result = 1, base = ua;
       for (auto e = static_cast<std::uint64_t>(b); e != 0; e >>= 1) {
@@ -664,7 +820,7 @@ bool apply_int(kernels::eltwise_fn f, dtype t, int64_t a, int64_t b, int64_t& ou
 // zero divisor fails the kernel and leaves y as it was. An integer has no value for x / 0 (C
 // leaves it undefined, numpy returns 0 with a warning): failing is the one answer that is not a
 // silent wrong one.
-data_fault run_int(const kernels::elementwise& op, const host_tensors& h) {
+data_fault run_int(const kernels::elementwise& op, const host_ptrs& h) {
   const dtype t = op.y.type;
   const auto n = static_cast<size_t>(op.y.shape.elements());
   std::vector<int64_t> y(n);
@@ -695,12 +851,13 @@ data_fault run_int(const kernels::elementwise& op, const host_tensors& h) {
   return {};
 }
 
-data_fault run(const kernels::elementwise& op, const host_tensors& h) {
+template <class R>
+data_fault run(const kernels::elementwise& op, const host_tensors<R>& h) {
   using enum kernels::eltwise_fn;
   if (!is_float(op.y.type)) return run_int(op, h);
   const auto a = h.load(op.a);
   const bool bin = kernels::is_binary(op.fn);
-  std::vector<float> y(static_cast<size_t>(op.y.shape.elements()));
+  std::vector<R> y(static_cast<size_t>(op.y.shape.elements()));
   if (!bin) {
     for (size_t i = 0; i < y.size(); ++i) y[i] = apply_unary(op, a[i]);
     h.store(op.y, y);
@@ -730,15 +887,17 @@ data_fault run(const kernels::elementwise& op, const host_tensors& h) {
   return {};
 }
 
-float round_to(dtype t, float v) noexcept {
-  std::array<std::byte, 4> b{};
-  write_float(t, b.data(), 0, v);
-  return read_float(t, b.data(), 0);
+template <class R>
+R round_to(dtype t, R v) noexcept {
+  std::array<std::byte, 8> b{};
+  write_real<R>(t, b.data(), 0, v);
+  return read_real<R>(t, b.data(), 0);
 }
 
 // v = v (op) x with x broadcast to y's shape, each result rounded to y's dtype: exactly what
 // the elementwise kernel computes when v was stored and read back.
-void add_broadcast(const tensor_desc& y, const tensor_desc& x, const host_tensors& h, std::vector<float>& v) {
+template <class R>
+void add_broadcast(const tensor_desc& y, const tensor_desc& x, const host_tensors<R>& h, std::vector<R>& v) {
   const auto b = h.load(x);
   const shape& ys = y.shape;
   const size_t r = ys.rank();
@@ -753,8 +912,9 @@ void add_broadcast(const tensor_desc& y, const tensor_desc& x, const host_tensor
 
 // The stages in the order of the unfused graph (result, + bias, + residual, activation), each
 // rounded to y's dtype as a separate kernel's store would round it.
+template <class R>
 void apply_epilogue(const tensor_desc& y, const tensor_desc& bias, const tensor_desc& residual, kernels::activation act,
-                    const host_tensors& h, std::vector<float>& v) {
+                    const host_tensors<R>& h, std::vector<R>& v) {
   const bool any_input = h.present(bias) || h.present(residual);
   if (act == kernels::activation::none && !any_input) return;
   for (auto& e : v) e = round_to(y.type, e);
@@ -769,25 +929,26 @@ void apply_epilogue(const tensor_desc& y, const tensor_desc& bias, const tensor_
 
 // The chain element by element: each stage's result is rounded to y's dtype, as the store of
 // the separate kernel it replaces would round it.
-void run(const kernels::fused_elementwise& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::fused_elementwise& op, const host_tensors<R>& h) {
   using F = kernels::fused_elementwise;
   const shape& ys = op.y.shape;
   const size_t r = ys.rank();
-  std::array<std::vector<float>, F::max_inputs> in;
+  std::array<std::vector<R>, F::max_inputs> in;
   std::array<index_array, F::max_inputs> st{};
   std::array<int64_t, F::max_inputs> at{};
   for (size_t i = 0; i < op.inputs; ++i) {
     in[i] = h.load(op.input(i));
     st[i] = broadcast_strides(op.input(i).shape, r);
   }
-  std::vector<float> y(static_cast<size_t>(ys.elements()));
+  std::vector<R> y(static_cast<size_t>(ys.elements()));
   index_array idx{};
   for (size_t i = 0; i < y.size(); ++i) {
-    float v = 0.0f;
+    R v = R{0.0};
     auto operand = [&](std::uint8_t o) { return o == F::chain ? v : in[o][static_cast<size_t>(at[o])]; };
     for (size_t k = 0; k < op.count; ++k) {
       const kernels::eltwise_stage& s = op.stages[k];
-      const float a = operand(s.a);
+      const R a = operand(s.a);
       if (kernels::is_binary(s.fn)) {
         v = apply_binary(s.fn, a, operand(s.b));
       } else {
@@ -822,22 +983,24 @@ struct nc_view {
   }
 };
 
-std::vector<float> load_or(const host_tensors& h, const tensor_desc& t, int64_t n, float fill) {
+template <class R>
+std::vector<R> load_or(const host_tensors<R>& h, const tensor_desc& t, int64_t n, R fill) {
   if (h.present(t)) return h.load(t);
-  return std::vector<float>(static_cast<size_t>(n), fill);
+  return std::vector<R>(static_cast<size_t>(n), fill);
 }
 
-void run(const kernels::batchnorm& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::batchnorm& op, const host_tensors<R>& h) {
   const nc_view v(op.x.shape);
   const auto x = h.load(op.x);
-  const auto gamma = load_or(h, op.gamma, v.c, 1.0f);
-  const auto beta = load_or(h, op.beta, v.c, 0.0f);
-  std::vector<float> y(x.size());
+  const auto gamma = load_or(h, op.gamma, v.c, R{1.0});
+  const auto beta = load_or(h, op.beta, v.c, R{0.0});
+  std::vector<R> y(x.size());
   if (!op.training) {
     const auto rm = h.load(op.running_mean);
     const auto rv = h.load(op.running_var);
     for (int64_t c = 0; c < v.c; ++c) {
-      const float invstd = 1.0f / std::sqrt(rv[c] + op.eps);
+      const R invstd = R{1.0} / std::sqrt(rv[c] + op.eps);
       for (int64_t n = 0; n < v.n; ++n)
         for (int64_t i = 0; i < v.inner; ++i) {
           const size_t k = v.at(n, c, i);
@@ -847,25 +1010,25 @@ void run(const kernels::batchnorm& op, const host_tensors& h) {
     h.store(op.y, y);
     return;
   }
-  const float count = static_cast<float>(v.n * v.inner);
-  std::vector<float> mean(static_cast<size_t>(v.c)), invstd(static_cast<size_t>(v.c)),
+  const R count = static_cast<R>(v.n * v.inner);
+  std::vector<R> mean(static_cast<size_t>(v.c)), invstd(static_cast<size_t>(v.c)),
       var_unbiased(static_cast<size_t>(v.c));
   for (int64_t c = 0; c < v.c; ++c) {
     // Two passes (mean, then squared deviations): no cancellation of E[x^2] - E[x]^2.
-    float sum = 0.0f;
+    R sum = R{0.0};
     for (int64_t n = 0; n < v.n; ++n)
       for (int64_t i = 0; i < v.inner; ++i) sum += x[v.at(n, c, i)];
-    const float m = sum / count;
-    float sq = 0.0f;
+    const R m = sum / count;
+    R sq = R{0.0};
     for (int64_t n = 0; n < v.n; ++n)
       for (int64_t i = 0; i < v.inner; ++i) {
-        const float d = x[v.at(n, c, i)] - m;
+        const R d = x[v.at(n, c, i)] - m;
         sq += d * d;
       }
-    const float var = sq / count;
+    const R var = sq / count;
     mean[c] = m;
-    invstd[c] = 1.0f / std::sqrt(var + op.eps);
-    var_unbiased[c] = sq / (count - 1.0f);
+    invstd[c] = R{1.0} / std::sqrt(var + op.eps);
+    var_unbiased[c] = sq / (count - R{1.0});
     for (int64_t n = 0; n < v.n; ++n)
       for (int64_t i = 0; i < v.inner; ++i) {
         const size_t k = v.at(n, c, i);
@@ -873,12 +1036,12 @@ void run(const kernels::batchnorm& op, const host_tensors& h) {
       }
   }
   // Every input (the running statistics too) is read before the first output is written.
-  const float mom = op.momentum;
-  std::vector<float> rm = load_or(h, op.running_mean, v.c, 0.0f);
-  std::vector<float> rv = load_or(h, op.running_var, v.c, 0.0f);
+  const R mom = op.momentum;
+  std::vector<R> rm = load_or(h, op.running_mean, v.c, R{0.0});
+  std::vector<R> rv = load_or(h, op.running_var, v.c, R{0.0});
   for (int64_t c = 0; c < v.c; ++c) {
-    rm[c] = (1.0f - mom) * rm[c] + mom * mean[c];
-    rv[c] = (1.0f - mom) * rv[c] + mom * var_unbiased[c];
+    rm[c] = (R{1.0} - mom) * rm[c] + mom * mean[c];
+    rv[c] = (R{1.0} - mom) * rv[c] + mom * var_unbiased[c];
   }
   h.store(op.y, y);
   if (h.present(op.saved_mean)) h.store(op.saved_mean, mean);
@@ -889,17 +1052,18 @@ void run(const kernels::batchnorm& op, const host_tensors& h) {
 
 // With xhat = (x - mean) * invstd and m values per channel:
 // dbeta = sum dy, dgamma = sum dy*xhat, dx = gamma*invstd/m * (m*dy - dbeta - xhat*dgamma).
-void run(const kernels::batchnorm_backward& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::batchnorm_backward& op, const host_tensors<R>& h) {
   const nc_view v(op.x.shape);
   const auto x = h.load(op.x);
   const auto dy = h.load(op.dy);
-  const auto gamma = load_or(h, op.gamma, v.c, 1.0f);
+  const auto gamma = load_or(h, op.gamma, v.c, R{1.0});
   const auto mean = h.load(op.saved_mean);
   const auto invstd = h.load(op.saved_invstd);
-  const float m = static_cast<float>(v.n * v.inner);
-  std::vector<float> dx(x.size()), dgamma(static_cast<size_t>(v.c)), dbeta(static_cast<size_t>(v.c));
+  const R m = static_cast<R>(v.n * v.inner);
+  std::vector<R> dx(x.size()), dgamma(static_cast<size_t>(v.c)), dbeta(static_cast<size_t>(v.c));
   for (int64_t c = 0; c < v.c; ++c) {
-    float sdy = 0.0f, sdyx = 0.0f;
+    R sdy = R{0.0}, sdyx = R{0.0};
     for (int64_t n = 0; n < v.n; ++n)
       for (int64_t i = 0; i < v.inner; ++i) {
         const size_t k = v.at(n, c, i);
@@ -908,11 +1072,11 @@ void run(const kernels::batchnorm_backward& op, const host_tensors& h) {
       }
     dbeta[c] = sdy;
     dgamma[c] = sdyx;
-    const float scale = gamma[c] * invstd[c] / m;
+    const R scale = gamma[c] * invstd[c] / m;
     for (int64_t n = 0; n < v.n; ++n)
       for (int64_t i = 0; i < v.inner; ++i) {
         const size_t k = v.at(n, c, i);
-        const float xhat = (x[k] - mean[c]) * invstd[c];
+        const R xhat = (x[k] - mean[c]) * invstd[c];
         dx[k] = scale * (m * dy[k] - sdy - xhat * sdyx);
       }
   }
@@ -921,7 +1085,8 @@ void run(const kernels::batchnorm_backward& op, const host_tensors& h) {
   if (h.present(op.dbeta)) h.store(op.dbeta, dbeta);
 }
 
-void run(const kernels::layernorm& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::layernorm& op, const host_tensors<R>& h) {
   const shape& s = op.x.shape;
   const size_t ax =
       op.axis < 0 ? static_cast<size_t>(op.axis + static_cast<std::int32_t>(s.rank())) : static_cast<size_t>(op.axis);
@@ -929,18 +1094,18 @@ void run(const kernels::layernorm& op, const host_tensors& h) {
   for (size_t i = ax; i < s.rank(); ++i) d *= s[i];
   const int64_t outer = s.elements() / d;
   const auto x = h.load(op.x);
-  const auto gamma = load_or(h, op.gamma, d, 1.0f);
-  const auto beta = load_or(h, op.beta, d, 0.0f);
-  std::vector<float> y(x.size());
-  const float count = static_cast<float>(d);
+  const auto gamma = load_or(h, op.gamma, d, R{1.0});
+  const auto beta = load_or(h, op.beta, d, R{0.0});
+  std::vector<R> y(x.size());
+  const R count = static_cast<R>(d);
   for (int64_t o = 0; o < outer; ++o) {
-    const float* xp = x.data() + o * d;
-    float sum = 0.0f;
+    const R* xp = x.data() + o * d;
+    R sum = R{0.0};
     for (int64_t i = 0; i < d; ++i) sum += xp[i];
-    const float mean = sum / count;
-    float sq = 0.0f;
+    const R mean = sum / count;
+    R sq = R{0.0};
     for (int64_t i = 0; i < d; ++i) sq += (xp[i] - mean) * (xp[i] - mean);
-    const float invstd = 1.0f / std::sqrt(sq / count + op.eps);
+    const R invstd = R{1.0} / std::sqrt(sq / count + op.eps);
     for (int64_t i = 0; i < d; ++i) y[static_cast<size_t>(o * d + i)] = (xp[i] - mean) * invstd * gamma[i] + beta[i];
   }
   h.store(op.y, y);
@@ -984,30 +1149,31 @@ window_box box(const pool_geom& g, int64_t oh, int64_t ow) {
   return {std::max<int64_t>(hs, 0), std::min(hs + g.kh, g.h), std::max<int64_t>(ws, 0), std::min(ws + g.kw, g.w)};
 }
 
-void run(const kernels::pool2d& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::pool2d& op, const host_tensors<R>& h) {
   const pool_geom g = pgeom(op, op.x.shape, op.y.shape);
   const auto x = h.load(op.x);
-  std::vector<float> y(static_cast<size_t>(g.nc * g.ho * g.wo));
+  std::vector<R> y(static_cast<size_t>(g.nc * g.ho * g.wo));
   size_t out = 0;
   for (int64_t p = 0; p < g.nc; ++p) {
-    const float* xp = x.data() + p * g.h * g.w;
+    const R* xp = x.data() + p * g.h * g.w;
     for (int64_t oh = 0; oh < g.ho; ++oh)
       for (int64_t ow = 0; ow < g.wo; ++ow) {
         const window_box b = box(g, oh, ow);
         if (op.mode == kernels::pool_mode::max) {
-          float m = -std::numeric_limits<float>::infinity();
+          R m = -std::numeric_limits<R>::infinity();
           for (int64_t i = b.h0; i < b.h1; ++i)
             for (int64_t j = b.w0; j < b.w1; ++j) {
-              const float v = xp[i * g.w + j];
+              const R v = xp[i * g.w + j];
               if (v > m || std::isnan(v)) m = v;
               if (std::isnan(m)) break;
             }
           y[out++] = m;
         } else {
-          float s = 0.0f;
+          R s = R{0.0};
           for (int64_t i = b.h0; i < b.h1; ++i)
             for (int64_t j = b.w0; j < b.w1; ++j) s += xp[i * g.w + j];
-          y[out++] = s / static_cast<float>((b.h1 - b.h0) * (b.w1 - b.w0));
+          y[out++] = s / static_cast<R>((b.h1 - b.h0) * (b.w1 - b.w0));
         }
       }
   }
@@ -1015,25 +1181,26 @@ void run(const kernels::pool2d& op, const host_tensors& h) {
 }
 
 // Scattered in output order (p, oh, ow ascending), so overlapping windows add in a fixed order.
-void run(const kernels::pool2d_backward& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::pool2d_backward& op, const host_tensors<R>& h) {
   const pool_geom g = pgeom(op, op.dx.shape, op.dy.shape);
   const auto dy = h.load(op.dy);
-  const std::vector<float> x = op.mode == kernels::pool_mode::max ? h.load(op.x) : std::vector<float>{};
-  std::vector<float> dx(static_cast<size_t>(g.nc * g.h * g.w), 0.0f);
+  const std::vector<R> x = op.mode == kernels::pool_mode::max ? h.load(op.x) : std::vector<R>{};
+  std::vector<R> dx(static_cast<size_t>(g.nc * g.h * g.w), R{0.0});
   size_t in = 0;
   for (int64_t p = 0; p < g.nc; ++p) {
-    float* dxp = dx.data() + p * g.h * g.w;
+    R* dxp = dx.data() + p * g.h * g.w;
     for (int64_t oh = 0; oh < g.ho; ++oh)
       for (int64_t ow = 0; ow < g.wo; ++ow) {
-        const float d = dy[in++];
+        const R d = dy[in++];
         const window_box b = box(g, oh, ow);
         if (op.mode == kernels::pool_mode::max) {
-          const float* xp = x.data() + p * g.h * g.w;
+          const R* xp = x.data() + p * g.h * g.w;
           int64_t arg = b.h0 * g.w + b.w0;
-          float m = xp[arg];
+          R m = xp[arg];
           for (int64_t i = b.h0; i < b.h1 && !std::isnan(m); ++i)
             for (int64_t j = b.w0; j < b.w1; ++j) {
-              const float v = xp[i * g.w + j];
+              const R v = xp[i * g.w + j];
               if (v > m || std::isnan(v)) {
                 m = v;
                 arg = i * g.w + j;
@@ -1042,7 +1209,7 @@ void run(const kernels::pool2d_backward& op, const host_tensors& h) {
             }
           dxp[arg] += d;
         } else {
-          const float share = d / static_cast<float>((b.h1 - b.h0) * (b.w1 - b.w0));
+          const R share = d / static_cast<R>((b.h1 - b.h0) * (b.w1 - b.w0));
           for (int64_t i = b.h0; i < b.h1; ++i)
             for (int64_t j = b.w0; j < b.w1; ++j) dxp[i * g.w + j] += share;
         }
@@ -1066,19 +1233,20 @@ struct axis_lines {
   }
 };
 
-void run(const kernels::softmax& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::softmax& op, const host_tensors<R>& h) {
   const axis_lines lines(op.x.shape, op.axis);
   const int64_t outer = lines.outer, len = lines.len, inner = lines.inner;
   const auto x = h.load(op.x);
-  std::vector<float> y(x.size());
+  std::vector<R> y(x.size());
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t in = 0; in < inner; ++in) {
       const auto at = [&](int64_t k) { return static_cast<size_t>((o * len + k) * inner + in); };
-      float m = -std::numeric_limits<float>::infinity();
+      R m = -std::numeric_limits<R>::infinity();
       for (int64_t k = 0; k < len; ++k) m = std::max(m, x[at(k)]);
-      float sum = 0.0f;
+      R sum = R{0.0};
       for (int64_t k = 0; k < len; ++k) {
-        const float e = std::exp(x[at(k)] - m);
+        const R e = std::exp(x[at(k)] - m);
         y[at(k)] = e;
         sum += e;
       }
@@ -1110,7 +1278,7 @@ index_array reduce_strides(const kernels::reduce& op, int64_t& count) noexcept {
 // result are the two's complement one of an n-bit type (numpy.sum and numpy.prod of int8 wrap the
 // same way); max and min are exact. An empty reduction gives the identity (0, 1) and, for max and
 // min, the dtype's lowest and highest value, as numpy's initial= would.
-void run_int(const kernels::reduce& op, const host_tensors& h) {
+void run_int(const kernels::reduce& op, const host_ptrs& h) {
   using kernels::reduce_fn;
   const dtype t = op.x.type;
   int64_t count = 0;
@@ -1141,7 +1309,8 @@ void run_int(const kernels::reduce& op, const host_tensors& h) {
   for (size_t i = 0; i < y.size(); ++i) write_int(t, py, i, y[i]);
 }
 
-void run(const kernels::reduce& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::reduce& op, const host_tensors<R>& h) {
   if (!is_float(op.x.type)) return run_int(op, h);
   const shape& s = op.x.shape;
   int64_t count = 0;
@@ -1150,26 +1319,26 @@ void run(const kernels::reduce& op, const host_tensors& h) {
   using kernels::reduce_fn;
   const bool is_max = op.fn == reduce_fn::max, is_min = op.fn == reduce_fn::min;
   const bool arg = op.fn == reduce_fn::argmax || op.fn == reduce_fn::argmin;
-  const float inf = std::numeric_limits<float>::infinity();
+  const R inf = std::numeric_limits<R>::infinity();
   const bool is_prod = op.fn == reduce_fn::prod;
-  std::vector<float> y(static_cast<size_t>(op.y.shape.elements()), is_max    ? -inf
-                                                                   : is_min  ? inf
-                                                                   : is_prod ? 1.0f
-                                                                             : 0.0f);
+  std::vector<R> y(static_cast<size_t>(op.y.shape.elements()), is_max    ? -inf
+                                                               : is_min  ? inf
+                                                               : is_prod ? R{1.0}
+                                                                         : R{0.0});
   std::vector<int64_t> at(arg ? y.size() : 0, -1);  // argmax/argmin: the index so far
   size_t axis = 0;
   while (arg && !((op.axes_mask >> axis) & 1u)) ++axis;
   index_array idx{};
   int64_t o = 0;
   for (size_t i = 0; i < x.size(); ++i) {
-    float& acc = y[static_cast<size_t>(o)];
+    R& acc = y[static_cast<size_t>(o)];
     if (is_max) {
       if (x[i] > acc || std::isnan(x[i])) acc = std::isnan(acc) ? acc : x[i];
     } else if (is_min) {
       if (x[i] < acc || std::isnan(x[i])) acc = std::isnan(acc) ? acc : x[i];
     } else if (arg) {
       int64_t& best = at[static_cast<size_t>(o)];
-      const float v = x[i];
+      const R v = x[i];
       const bool better = op.fn == reduce_fn::argmax ? v > acc : v < acc;
       const bool tie = v == acc && op.select_last;
       if (!std::isnan(v) && (best < 0 || better || tie)) {
@@ -1186,7 +1355,7 @@ void run(const kernels::reduce& op, const host_tensors& h) {
     advance(idx, s, ostride, o);
   }
   if (op.fn == kernels::reduce_fn::mean)
-    for (float& v : y) v /= static_cast<float>(count);
+    for (R& v : y) v /= static_cast<R>(count);
   if (arg) {
     std::byte* p = h[op.y];
     for (size_t i = 0; i < at.size(); ++i) write_raw<int64_t>(p, i, std::max<int64_t>(0, at[i]));
@@ -1199,7 +1368,7 @@ void run(const kernels::reduce& op, const host_tensors& h) {
 // buffer (y may overlap what it reads): the byte-moving kernels (transpose, slice, pad) differ
 // only in where each element comes from, so any dtype and NaN payloads pass unchanged.
 template <class Next>
-void copy_elements(const host_tensors& h, const tensor_desc& y, Next&& next) {
+void copy_elements(const host_ptrs& h, const tensor_desc& y, Next&& next) {
   const size_t es = size_of(y.type);
   const auto n = static_cast<size_t>(y.shape.elements());
   std::vector<std::byte> out(n * es);
@@ -1207,7 +1376,7 @@ void copy_elements(const host_tensors& h, const tensor_desc& y, Next&& next) {
   std::memcpy(h[y], out.data(), out.size());
 }
 
-void run(const kernels::transpose& op, const host_tensors& h) {
+void run(const kernels::transpose& op, const host_ptrs& h) {
   const shape& xs = op.x.shape;
   const size_t r = xs.rank();
   const size_t es = size_of(op.x.type);
@@ -1225,7 +1394,7 @@ void run(const kernels::transpose& op, const host_tensors& h) {
   });
 }
 
-void run(const kernels::slice& op, const host_tensors& h) {
+void run(const kernels::slice& op, const host_ptrs& h) {
   const shape& xs = op.x.shape;
   const shape& ys = op.y.shape;
   const size_t es = size_of(op.x.type);
@@ -1268,14 +1437,14 @@ int64_t pad_source(kernels::pad_mode m, int64_t i, int64_t n) noexcept {
   return -1;
 }
 
-void run(const kernels::pad& op, const host_tensors& h) {
+void run(const kernels::pad& op, const host_ptrs& h) {
   const shape& xs = op.x.shape;
   const shape& ys = op.y.shape;
   const size_t r = ys.rank();
   const size_t es = size_of(op.y.type);
   // The fill, once, in y's dtype (validate() checked that it is exact there).
   std::array<std::byte, 8> fill{};
-  if (is_float(op.y.type)) write_float(op.y.type, fill.data(), 0, static_cast<float>(op.value));
+  if (is_float(op.y.type)) write_real<double>(op.y.type, fill.data(), 0, op.value);
   else write_int(op.y.type, fill.data(), 0, static_cast<int64_t>(op.value));
   // Per dimension, the x index each y index reads (-1: the fill), times x's stride there.
   std::array<std::vector<int64_t>, shape::max_rank> from;
@@ -1322,7 +1491,7 @@ data_fault read_axis_indices(const tensor_desc& indices, const std::byte* idx, i
   return {};
 }
 
-data_fault run(const kernels::gather& op, const host_tensors& h) {
+data_fault run(const kernels::gather& op, const host_ptrs& h) {
   const shape& ds = op.data.shape;
   const auto axis = static_cast<size_t>(op.axis);
   int64_t outer = 1, inner = 1;
@@ -1343,7 +1512,7 @@ data_fault run(const kernels::gather& op, const host_tensors& h) {
   return {};
 }
 
-void run(const kernels::tile& op, const host_tensors& h) {
+void run(const kernels::tile& op, const host_ptrs& h) {
   const shape& xs = op.x.shape;
   const shape& ys = op.y.shape;
   const size_t r = ys.rank();
@@ -1363,9 +1532,16 @@ void run(const kernels::tile& op, const host_tensors& h) {
   });
 }
 
+// A sum taken in double into y's dtype as the float kernels have always rounded it: to float and
+// from there to f16 or bf16; an f64 keeps it.
+void write_sum(dtype t, std::byte* y, size_t i, double v) noexcept {
+  if (t == dtype::f64) write_raw<double>(y, i, v);
+  else write_float(t, y, i, static_cast<float>(v));
+}
+
 // ONNX's NegativeLogLikelihoodLoss, as its reference implementation computes it: every target
 // checked before anything is written, sums in double, one rounding to y's dtype.
-data_fault run(const kernels::nll_loss& op, const host_tensors& h) {
+data_fault run(const kernels::nll_loss& op, const host_ptrs& h) {
   const shape& xs = op.x.shape;
   const int64_t n = xs[0], c = xs[1];
   int64_t inner = 1;  // d1 * ... * dk
@@ -1391,23 +1567,23 @@ data_fault run(const kernels::nll_loss& op, const host_tensors& h) {
     for (int64_t j = 0; j < inner; ++j) {
       const auto i = static_cast<size_t>(b * inner + j);
       if (op.has_ignore_index && t[i] == op.ignore_index) continue;
-      const double wt = weighted ? read_float(op.weight.type, w, static_cast<size_t>(t[i])) : 1.0;
-      loss[i] = -static_cast<double>(read_float(op.x.type, x, static_cast<size_t>((b * c + t[i]) * inner + j))) * wt;
+      const double wt = weighted ? read_real<double>(op.weight.type, w, static_cast<size_t>(t[i])) : 1.0;
+      loss[i] = -read_real<double>(op.x.type, x, static_cast<size_t>((b * c + t[i]) * inner + j)) * wt;
       sum += loss[i];
       weights += wt;
     }
   std::byte* y = h[op.y];
   switch (op.reduction) {
     case kernels::loss_reduction::none:
-      for (size_t i = 0; i < count; ++i) write_float(op.y.type, y, i, static_cast<float>(loss[i]));
+      for (size_t i = 0; i < count; ++i) write_sum(op.y.type, y, i, loss[i]);
       break;
-    case kernels::loss_reduction::sum: write_float(op.y.type, y, 0, static_cast<float>(sum)); break;
-    case kernels::loss_reduction::mean: write_float(op.y.type, y, 0, static_cast<float>(sum / weights)); break;
+    case kernels::loss_reduction::sum: write_sum(op.y.type, y, 0, sum); break;
+    case kernels::loss_reduction::mean: write_sum(op.y.type, y, 0, sum / weights); break;
   }
   return {};
 }
 
-void run(const kernels::trilu& op, const host_tensors& h) {
+void run(const kernels::trilu& op, const host_ptrs& h) {
   const shape& s = op.x.shape;
   const int64_t rows = s[s.rank() - 2], cols = s[s.rank() - 1];
   const size_t es = size_of(op.x.type);
@@ -1516,22 +1692,18 @@ void resize_taps(const kernels::resize& op, size_t d, int64_t i, int64_t stride,
   }
 }
 
-// A double rounded to float by round-to-odd: rounding that float once more to f16 or bf16 (at
-// most 11 significant bits, float has 24) gives the double correctly rounded, so y's dtype sees
-// one rounding (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved
-// algorithms using rounding to odd", IEEE Trans. Computers 57(4), 2008).
-float to_float_odd(double v) noexcept {
-  float f = static_cast<float>(v);
-  if (!std::isfinite(f) || static_cast<double>(f) == v) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);  // toward zero
-  auto bits = std::bit_cast<std::uint32_t>(f);
-  bits |= 1u;
-  return std::bit_cast<float>(bits);
+// A sum taken in double into R for a store to y: double keeps it; to float it is rounded to odd
+// when y is narrower than float (`narrow`), so that the store rounds once.
+template <class R>
+R from_double(bool narrow, double v) noexcept {
+  if constexpr (std::is_same_v<R, double>) return v;
+  else return narrow ? to_float_odd(v) : static_cast<float>(v);
 }
 
 // ONNX's Resize: y[i] = sum over the neighbours' product of per-dimension weights times x there,
 // in double (the reference's dot products are float64), rounded to y's dtype once.
-void run(const kernels::resize& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::resize& op, const host_tensors<R>& h) {
   const shape& xs = op.x.shape;
   const shape& ys = op.y.shape;
   const size_t r = ys.rank();
@@ -1550,7 +1722,7 @@ void run(const kernels::resize& op, const host_tensors& h) {
   }
   const auto x = h.load(op.x);
   const auto n = static_cast<size_t>(ys.elements());
-  std::vector<float> y(n);
+  std::vector<R> y(n);
   index_array idx{};
   const bool narrow = op.y.type != dtype::f32;
   for (size_t e = 0; e < n; ++e) {
@@ -1565,7 +1737,7 @@ void run(const kernels::resize& op, const host_tensors& h) {
         self(self, d + 1, off + taps[d][k].offset, w * taps[d][k].weight);
     };
     visit(visit, 0, 0, 1.0);
-    y[e] = narrow ? to_float_odd(sum) : static_cast<float>(sum);
+    y[e] = from_double<R>(narrow, sum);
     for (size_t d = r; d-- > 0;) {
       if (++idx[d] < ys[d]) break;
       idx[d] = 0;
@@ -1574,7 +1746,7 @@ void run(const kernels::resize& op, const host_tensors& h) {
   h.store(op.y, y);
 }
 
-data_fault run(const kernels::gather_elements& op, const host_tensors& h) {
+data_fault run(const kernels::gather_elements& op, const host_ptrs& h) {
   const shape& ds = op.data.shape;
   const shape& is = op.indices.shape;
   const auto axis = static_cast<size_t>(op.axis);
@@ -1604,7 +1776,8 @@ data_fault run(const kernels::gather_elements& op, const host_tensors& h) {
 // (an f16 or bf16 running sum rounded to the dtype at each step, as a scan that keeps it in y
 // would), integers exactly in unsigned arithmetic, whose low bits wrap as the dtype's would. x is
 // read whole before y is written, so y may overlap it.
-void run(const kernels::cumsum& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::cumsum& op, const host_tensors<R>& h) {
   const axis_lines lines(op.x.shape, op.axis);
   const int64_t outer = lines.outer, len = lines.len, inner = lines.inner;
   const dtype t = op.x.type;
@@ -1612,18 +1785,18 @@ void run(const kernels::cumsum& op, const host_tensors& h) {
   const std::byte* px = h[op.x];
   std::vector<std::byte> out(n * size_of(t));
   const bool flt = is_float(t);
-  std::vector<float> xf = flt ? h.load(op.x) : std::vector<float>{};
+  std::vector<R> xf = flt ? h.load(op.x) : std::vector<R>{};
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t in = 0; in < inner; ++in) {
-      float facc = 0.0f;
+      R facc = R{0.0};
       std::uint64_t iacc = 0;
       for (int64_t step = 0; step < len; ++step) {
         const int64_t k = op.reverse ? len - 1 - step : step;
         const auto at = static_cast<size_t>((o * len + k) * inner + in);
         if (flt) {
-          if (op.exclusive) write_float(t, out.data(), at, facc);
+          if (op.exclusive) write_real<R>(t, out.data(), at, facc);
           facc = t == dtype::f32 ? facc + xf[at] : round_to(t, facc + xf[at]);
-          if (!op.exclusive) write_float(t, out.data(), at, facc);
+          if (!op.exclusive) write_real<R>(t, out.data(), at, facc);
         } else {
           if (op.exclusive) write_int(t, out.data(), at, wrap_to(t, iacc));
           iacc += static_cast<std::uint64_t>(read_int(t, px, at));
@@ -1683,7 +1856,8 @@ int64_t grid_pixel(kernels::grid_padding p, int64_t i, int64_t n, double lo, dou
 // to y's dtype once. A coordinate that is not finite after padding has no neighbours (the
 // reference raises converting it to an integer): the task fails naming the grid value, y
 // unwritten.
-data_fault run(const kernels::grid_sample& op, const host_tensors& h) {
+template <class R>
+data_fault run(const kernels::grid_sample& op, const host_tensors<R>& h) {
   using kernels::grid_padding;
   using kernels::grid_sample_mode;
   const shape& xs = op.x.shape;
@@ -1699,7 +1873,7 @@ data_fault run(const kernels::grid_sample& op, const host_tensors& h) {
   for (size_t d = 1; d <= r; ++d) outputs *= static_cast<size_t>(op.grid.shape[d]);
   const auto x = h.load(op.x);
   const auto grid = h.load(op.grid);
-  std::vector<float> y(static_cast<size_t>(op.y.shape.elements()));
+  std::vector<R> y(static_cast<size_t>(op.y.shape.elements()));
   const bool narrow = op.y.type != dtype::f32;
   const size_t per_dim = op.mode == grid_sample_mode::nearest ? 1 : op.mode == grid_sample_mode::linear ? 2 : 4;
   std::array<std::array<grid_tap, 4>, shape::max_rank> taps{};
@@ -1764,7 +1938,7 @@ data_fault run(const kernels::grid_sample& op, const host_tensors& h) {
         };
         visit(visit, 0, 0, 1.0);
         const size_t at = static_cast<size_t>(b * channels + ch) * outputs + o;
-        y[at] = narrow ? to_float_odd(sum) : static_cast<float>(sum);
+        y[at] = from_double<R>(narrow, sum);
       }
     }
   }
@@ -1776,8 +1950,8 @@ data_fault run(const kernels::grid_sample& op, const host_tensors& h) {
 
 // The element of dtype t at dst[di] combined with the update at src[si] by ONNX's reduction, as
 // numpy computes it in the reference (onnx/reference/ops/op_scatternd.py): none copies the bytes;
-// floats combine in float and round once to the dtype (exact for f32; correctly rounded for f16
-// and bf16, whose sums and products float holds with room for one rounding), max and min return a
+// floats combine in double and round once to the dtype (for f32, f16 and bf16 that is their own
+// correctly rounded sum or product: double holds either with room for one rounding), max and min return a
 // NaN operand as numpy.maximum and numpy.minimum do; integers add and multiply in unsigned
 // arithmetic, wrapping modulo 2^n as numpy's in-dtype arithmetic does.
 void combine(kernels::scatter_reduction red, dtype t, std::byte* dst, size_t di, const std::byte* src, size_t si) {
@@ -1788,13 +1962,13 @@ void combine(kernels::scatter_reduction red, dtype t, std::byte* dst, size_t di,
     return;
   }
   if (is_float(t)) {
-    const float a = read_float(t, dst, di), b = read_float(t, src, si);
-    float v = a;
+    const double a = read_real<double>(t, dst, di), b = read_real<double>(t, src, si);
+    double v = a;
     if (red == R::add) v = a + b;
     else if (red == R::mul) v = a * b;
     else if (std::isnan(a) || std::isnan(b)) v = std::isnan(a) ? a : b;
     else v = red == R::max ? std::max(a, b) : std::min(a, b);
-    write_float(t, dst, di, v);
+    write_real<double>(t, dst, di, v);
     return;
   }
   const int64_t a = read_int(t, dst, di), b = read_int(t, src, si);
@@ -1803,8 +1977,8 @@ void combine(kernels::scatter_reduction red, dtype t, std::byte* dst, size_t di,
   switch (red) {
     case R::add: v = wrap_to(t, ua + ub); break;
     case R::mul: v = wrap_to(t, ua * ub); break;
-    case R::max: v = std::max(a, b); break;
-    case R::min: v = std::min(a, b); break;
+    case R::max: v = order_key(t, a) < order_key(t, b) ? b : a; break;
+    case R::min: v = order_key(t, b) < order_key(t, a) ? b : a; break;
     case R::none: break;
   }
   write_int(t, dst, di, v);
@@ -1841,7 +2015,7 @@ data_fault read_index_tuples(const tensor_desc& indices, const std::byte* idx, c
 // ONNX's ScatterND: y = data, then each index tuple's slice combined with its updates in index
 // order (so under none a duplicate index's last update wins: ONNX leaves it undefined, this is the
 // reference's loop). Staged: y may be data's buffer.
-data_fault run(const kernels::scatter_nd& op, const host_tensors& h) {
+data_fault run(const kernels::scatter_nd& op, const host_ptrs& h) {
   const shape& ds = op.data.shape;
   std::vector<int64_t> at;
   if (data_fault f = read_index_tuples(op.indices, h[op.indices], ds, 0, at); f.ec) return f;
@@ -1860,7 +2034,7 @@ data_fault run(const kernels::scatter_nd& op, const host_tensors& h) {
 
 // ONNX's ScatterElements: each update lands where its own coordinates, the axis's replaced by its
 // index, point in data; in index order, as the reference's loops visit them.
-data_fault run(const kernels::scatter_elements& op, const host_tensors& h) {
+data_fault run(const kernels::scatter_elements& op, const host_ptrs& h) {
   const shape& ds = op.data.shape;
   const shape& is = op.indices.shape;
   const auto axis = static_cast<size_t>(op.axis);
@@ -1887,7 +2061,7 @@ data_fault run(const kernels::scatter_elements& op, const host_tensors& h) {
 
 // ONNX's GatherND: per batch (the b leading dimensions), each index tuple picks one slice of
 // data.shape[b + k:] elements, copied as bytes.
-data_fault run(const kernels::gather_nd& op, const host_tensors& h) {
+data_fault run(const kernels::gather_nd& op, const host_ptrs& h) {
   const shape& ds = op.data.shape;
   const shape& is = op.indices.shape;
   const auto b = static_cast<size_t>(op.batch_dims);
@@ -1914,7 +2088,7 @@ data_fault run(const kernels::gather_nd& op, const host_tensors& h) {
 // and then the position): equal values lower index first; NaN above every number (numpy's sort
 // puts it last), NaNs among themselves by index. The k first of that order, sorted whatever
 // `sorted` says. Values are copied as bytes; integers compare exactly (int64 past 2^53 too).
-void run(const kernels::top_k& op, const host_tensors& h) {
+void run(const kernels::top_k& op, const host_ptrs& h) {
   const axis_lines lines(op.x.shape, op.axis);
   const int64_t outer = lines.outer, len = lines.len, inner = lines.inner, k = op.k;
   const dtype t = op.x.type;
@@ -1922,7 +2096,7 @@ void run(const kernels::top_k& op, const host_tensors& h) {
   const std::byte* px = h[op.x];
   std::vector<std::byte> vals(op.values.bytes()), idxs(op.indices.bytes());
   std::vector<size_t> order(static_cast<size_t>(len));
-  std::vector<float> fkey(is_float(t) ? order.size() : 0);
+  std::vector<double> fkey(is_float(t) ? order.size() : 0);
   std::vector<int64_t> ikey(is_float(t) ? 0 : order.size());
   const auto sort_by = [&](const auto& key) {
     std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](size_t a, size_t b) {
@@ -1938,8 +2112,8 @@ void run(const kernels::top_k& op, const host_tensors& h) {
       const auto at = [&](int64_t j, int64_t n) { return static_cast<size_t>((o * n + j) * inner + in); };
       for (size_t j = 0; j < order.size(); ++j) {
         order[j] = j;
-        if (is_float(t)) fkey[j] = read_float(t, px, at(static_cast<int64_t>(j), len));
-        else ikey[j] = read_int(t, px, at(static_cast<int64_t>(j), len));
+        if (is_float(t)) fkey[j] = read_real<double>(t, px, at(static_cast<int64_t>(j), len));
+        else ikey[j] = order_key(t, read_int(t, px, at(static_cast<int64_t>(j), len)));
       }
       if (is_float(t)) sort_by(fkey);
       else sort_by(ikey);
@@ -1994,21 +2168,21 @@ bool compare_values(kernels::compare_fn f, T a, T b) noexcept {
   return false;
 }
 
-void run(const kernels::compare& op, const host_tensors& h) {
+void run(const kernels::compare& op, const host_ptrs& h) {
   const std::byte* a = h[op.a];
   const std::byte* b = h[op.b];
   std::vector<std::uint8_t> y(static_cast<size_t>(op.y.shape.elements()));  // staged: y may overlap a or b
   const dtype t = op.a.type;
-  // Floats widen to float exactly (every f16 and bf16 value is a float); integers compare as
-  // int64, which holds every integer dtype exactly.
+  // Floats widen to double exactly; integers compare as int64, which holds every integer dtype
+  // exactly (u64 through order_key).
   for_broadcast(op.y.shape, op.a.shape, op.b.shape, op.y.shape, [&](size_t i, size_t ia, size_t ib, size_t) {
-    y[i] = is_float(t) ? compare_values(op.fn, read_float(t, a, ia), read_float(t, b, ib))
-                       : compare_values(op.fn, read_int(t, a, ia), read_int(t, b, ib));
+    y[i] = is_float(t) ? compare_values(op.fn, read_real<double>(t, a, ia), read_real<double>(t, b, ib))
+                       : compare_values(op.fn, order_key(t, read_int(t, a, ia)), order_key(t, read_int(t, b, ib)));
   });
   std::memcpy(h[op.y], y.data(), y.size());
 }
 
-void run(const kernels::where& op, const host_tensors& h) {
+void run(const kernels::where& op, const host_ptrs& h) {
   const std::byte* c = h[op.cond];
   const std::byte* x = h[op.x];
   const std::byte* y = h[op.y];
@@ -2021,7 +2195,7 @@ void run(const kernels::where& op, const host_tensors& h) {
   std::memcpy(h[op.out], out.data(), out.size());
 }
 
-void run(const kernels::logical& op, const host_tensors& h) {
+void run(const kernels::logical& op, const host_ptrs& h) {
   const std::byte* a = h[op.a];
   std::vector<std::uint8_t> y(static_cast<size_t>(op.y.shape.elements()));
   if (op.fn == kernels::logical_fn::not_) {
@@ -2036,12 +2210,12 @@ void run(const kernels::logical& op, const host_tensors& h) {
   std::memcpy(h[op.y], y.data(), y.size());
 }
 
-void run(const kernels::float_class& op, const host_tensors& h) {
+void run(const kernels::float_class& op, const host_ptrs& h) {
   const std::byte* x = h[op.x];
   std::vector<std::uint8_t> y(static_cast<size_t>(op.y.shape.elements()));
   for (size_t i = 0; i < y.size(); ++i) {
-    // Widening to float keeps NaN a NaN and an infinity of either sign an infinity.
-    const float v = read_float(op.x.type, x, i);
+    // Widening to double keeps NaN a NaN and an infinity of either sign an infinity.
+    const double v = read_real<double>(op.x.type, x, i);
     y[i] = op.fn == kernels::float_class_fn::is_nan
                ? std::isnan(v)
                : std::isinf(v) && (v < 0 ? op.detect_negative : op.detect_positive);
@@ -2058,7 +2232,7 @@ void run(const kernels::float_class& op, const host_tensors& h) {
 // promotes it to float64: so the difference and the product are taken in double from x rounded to
 // float, and rounded once to y's dtype; for int8 and uint8 the double product is exact, so the
 // result equals NumPy's float32 product.
-void run(const kernels::quantize& op, const host_tensors& h) {
+void run(const kernels::quantize& op, const host_ptrs& h) {
   const std::byte* x = h[op.x];
   const std::byte* s = h[op.scale];
   const std::byte* zp = op.zero_point.shape.rank() == 0 ? nullptr : h[op.zero_point];
@@ -2088,7 +2262,7 @@ void run(const kernels::quantize& op, const host_tensors& h) {
   std::memcpy(h[op.y], y.data(), y.size());
 }
 
-void run(const kernels::cast& op, const host_tensors& h) {
+void run(const kernels::cast& op, const host_ptrs& h) {
   const auto n = static_cast<size_t>(op.x.shape.elements());
   std::vector<std::byte> out(n * size_of(op.y.type));  // staged: x and y may overlap
   const std::byte* src = h[op.x];
@@ -2096,13 +2270,14 @@ void run(const kernels::cast& op, const host_tensors& h) {
   std::memcpy(h[op.y], out.data(), out.size());
 }
 
-void run(const kernels::sgd_update& op, const host_tensors& h) {
+template <class R>
+void run(const kernels::sgd_update& op, const host_tensors<R>& h) {
   auto p = h.load(op.param);
   const auto g = h.load(op.grad);
   const bool buffered = h.present(op.momentum_buffer);
-  std::vector<float> buf = buffered ? h.load(op.momentum_buffer) : std::vector<float>{};
+  std::vector<R> buf = buffered ? h.load(op.momentum_buffer) : std::vector<R>{};
   for (size_t i = 0; i < p.size(); ++i) {
-    float d = g[i] + op.weight_decay * p[i];
+    R d = g[i] + op.weight_decay * p[i];
     if (buffered) {
       buf[i] = op.momentum * buf[i] + d;
       d = buf[i];
@@ -2141,7 +2316,10 @@ float rnn_activate(kernels::rnn_activation a, float v) noexcept {
 // at the entry's last valid step. Computed in float, the state carried in float from step to
 // step, y, y_h and y_c rounded once to their dtype. A length outside [0, seq] is data: the task
 // fails naming it, nothing written.
-data_fault run(const kernels::recurrent& op, const host_tensors& h) {
+template <class R>
+data_fault run(const kernels::recurrent& op, const host_tensors<R>& launch) {
+  // In float whatever the launch computes in: validation admits no f64 operand.
+  const host_tensors<float> h{launch};
   using kernels::rnn_cell;
   const bool bm = op.batch_major;
   const auto seq = static_cast<size_t>(op.x.shape[bm ? 1 : 0]), batch = static_cast<size_t>(op.x.shape[bm ? 0 : 1]);
@@ -2275,7 +2453,7 @@ data_fault run(const kernels::recurrent& op, const host_tensors& h) {
   return {};
 }
 
-void run(const kernels::fixed&, const host_tensors&) {}
+void run(const kernels::fixed&, const host_ptrs&) {}
 
 }  // namespace
 
@@ -2296,25 +2474,30 @@ std::error_code run_reference(const kernel_desc& k, memory_view& mem, device_id 
     if (ptrs[i] == nullptr) return make_error_code(errc::invalid_pointer);
   }
   if (!any) return {};  // timing-only
-  const host_tensors h(ops, ptrs);
   // Most kernels cannot fail once validated; one whose input data can be wrong (a gather's
   // indices) returns the error, which fails the task, with what was wrong in words when it can
   // say.
-  return std::visit(
-      [&](const auto& o) -> std::error_code {
-        using result = decltype(run(o, h));
-        if constexpr (std::is_same_v<result, data_fault>) {
-          data_fault f = run(o, h);
-          if (f.ec && why) *why = std::move(f.why);
-          return f.ec;
-        } else if constexpr (std::is_same_v<result, std::error_code>) {
-          return run(o, h);
-        } else {
-          run(o, h);
-          return {};
-        }
-      },
-      k.op);
+  const auto launch = [&](const auto& h) {
+    return std::visit(
+        [&](const auto& o) -> std::error_code {
+          using result = decltype(run(o, h));
+          if constexpr (std::is_same_v<result, data_fault>) {
+            data_fault f = run(o, h);
+            if (f.ec && why) *why = std::move(f.why);
+            return f.ec;
+          } else if constexpr (std::is_same_v<result, std::error_code>) {
+            return run(o, h);
+          } else {
+            run(o, h);
+            return {};
+          }
+        },
+        k.op);
+  };
+  // A launch with an f64 operand computes in double throughout, every other one in float.
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops.items[i].tensor->type == dtype::f64) return launch(host_tensors<double>(ops, ptrs));
+  return launch(host_tensors<float>(ops, ptrs));
 }
 
 }  // namespace npurt::sim

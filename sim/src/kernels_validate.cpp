@@ -28,13 +28,15 @@ std::error_code fail(errc e) { return make_error_code(e); }
 
 bool absent(const tensor_desc& t) noexcept { return t.shape.rank() == 0 && t.data == nullptr; }
 
-bool known_dtype(dtype t) noexcept { return static_cast<unsigned>(t) <= static_cast<unsigned>(dtype::boolean); }
+bool known_dtype(dtype t) noexcept { return static_cast<unsigned>(t) <= static_cast<unsigned>(dtype::u64); }
 
 // The accumulator output a cube operation may write for input type `in`: FP32 always (L0C
-// holds FP32), the input's own float type, or INT32 for INT8.
+// holds FP32), the input's own float type, or INT32 for INT8. f64 (computed off the cube, in
+// double) writes f64 only.
 bool cube_output_ok(dtype in, dtype out) noexcept {
   switch (in) {
     case dtype::f32: return out == dtype::f32;
+    case dtype::f64: return out == dtype::f64;
     case dtype::f16:
     case dtype::bf16: return out == in || out == dtype::f32;
     case dtype::i8: return out == dtype::i32;
@@ -227,8 +229,8 @@ std::error_code check(const kernels::elementwise& e) {
                        : e.a.type == dtype::boolean ? false
                                                     : kernels::integers_ok(e.fn);
   if (!type_ok || e.y.type != e.a.type) return fail(errc::invalid_dtype);
-  // ONNX's BitShift is defined on unsigned integers only; uint8 is npurt's one.
-  if ((e.fn == kernels::eltwise_fn::shift_left || e.fn == kernels::eltwise_fn::shift_right) && e.a.type != dtype::u8)
+  // ONNX's BitShift is defined on unsigned integers only.
+  if ((e.fn == kernels::eltwise_fn::shift_left || e.fn == kernels::eltwise_fn::shift_right) && !is_unsigned(e.a.type))
     return fail(errc::invalid_dtype);
   if (!binary(e.fn)) return e.y.shape == e.a.shape ? std::error_code{} : fail(errc::invalid_shape);
   if (e.b.type != e.a.type) return fail(errc::invalid_dtype);
@@ -739,7 +741,11 @@ std::error_code check(const kernels::quantize& q) {
   const dtype ints = quant ? q.y.type : q.x.type;
   const dtype floats = quant ? q.x.type : q.y.type;
   const bool int_ok = ints == dtype::i8 || ints == dtype::u8 || (!quant && ints == dtype::i32);
-  if (!int_ok || !is_float(floats) || !is_float(q.scale.type)) return fail(errc::invalid_dtype);
+  // ONNX's QuantizeLinear and DequantizeLinear take no double (x, scale and y are float, float16 or
+  // bfloat16).
+  const bool floats_ok =
+      is_float(floats) && floats != dtype::f64 && is_float(q.scale.type) && q.scale.type != dtype::f64;
+  if (!int_ok || !floats_ok) return fail(errc::invalid_dtype);
   if (!absent(q.zero_point) && q.zero_point.type != ints) return fail(errc::invalid_dtype);
   if (!(q.y.shape == q.x.shape)) return fail(errc::invalid_shape);
   // One scale (any shape of one element), or a 1-D run of them along axis.
@@ -788,6 +794,7 @@ recurrent_fault recurrent_problem(const kernels::recurrent& k) {
   for (std::size_t i = 0; i < per_dir * dirs; ++i)
     if (static_cast<unsigned>(k.activations[i]) > static_cast<unsigned>(kernels::rnn_activation::elu))
       return bad(errc::invalid_argument, "activations[" + std::to_string(i) + "] is no known activation");
+  if (k.x.type == dtype::f64) return bad(errc::not_supported, "x is f64: recurrent layers compute in float");
   if (!is_float(k.x.type)) return bad(errc::invalid_dtype, "x must be f32, f16 or bf16");
   const std::pair<const char*, const tensor_desc*> same[] = {{"w", &k.w}, {"r", &k.r},     {"b", &k.b},
                                                              {"y", &k.y}, {"y_h", &k.y_h}, {"y_c", &k.y_c}};

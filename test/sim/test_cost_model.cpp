@@ -159,6 +159,26 @@ TEST_CASE("cube rates follow the dtype: INT8 twice FP16, FP32 half", "[sim][cost
   CHECK(f32 > f16 * 1.9);
 }
 
+TEST_CASE("f64 runs on the vector unit at a quarter of the FP32 rate; an f64 GEMM is no cube kernel",
+          "[sim][cost][f64]") {
+  const preset p = presets::ascend910();
+  // Compute-bound elementwise (exp: several vector operations per element), same element count.
+  const auto vector_cycles = [&](dtype t) {
+    const tensor_desc x{nullptr, shape{1 << 22}, t};
+    return estimate(p, kernel_desc{kernels::elementwise{kernels::eltwise_fn::exp, x, {}, x}}).busy.vector;
+  };
+  const double f32 = vector_cycles(dtype::f32), f64 = vector_cycles(dtype::f64);
+  CHECK(f64 > 3.5 * f32);
+  CHECK(f64 < 4.5 * f32);
+  const kernel_cost g = estimate(p, gemm(512, 512, 512, dtype::f64, dtype::f64));
+  CHECK_FALSE(g.cube_path);
+  CHECK(g.busy.cube == 0);
+  // 2K operations per output at vector_lanes / 8 per cycle, over the cores.
+  const double ops = 2.0 * 512 * 512 * 512;
+  CHECK(g.busy.vector >= ops / (p.vector_lanes / 8.0) / p.ai_core_count * 0.99);
+  CHECK(g.total_cycles > estimate(p, gemm(512, 512, 512, dtype::f32, dtype::f32)).total_cycles * 10);
+}
+
 TEST_CASE("the same kernel always costs the same cycles", "[sim][cost]") {
   const preset p = presets::ascend910b();
   const conv_case c{64, 256, 56, 56, 64, 1, 1, 1, 0};

@@ -9,6 +9,9 @@
 //    transpose, slice, pad, gather and tile move any dtype; bool (one byte, 0 or 1, any
 //    nonzero byte read as true) for compare's output, where's condition and logical; quantize
 //    writes and dequantize reads INT8 and UINT8 (dequantize INT32 too) beside a float side.
+//    FP64 wherever FP32 goes but quantize and dequantize; INT16, UINT16, UINT32 and UINT64
+//    wherever INT32 and INT64 go (integer elementwise, compare, cumsum, top_k, scatter
+//    reductions, BitShift on the unsigned ones).
 //  - layouts: nd and nchw (same thing for the rank-4 operations); nhwc and nc1hwc0 are
 //    errc::invalid_layout.
 //  - a tensor is "absent" when its shape has rank 0 and its data is null; optional operands
@@ -22,6 +25,9 @@
 //    cube's L0C and the vector unit do; never double but in resize and grid_sample), and each result is rounded once to
 //    the output dtype, round to nearest even. FP32 runs the same float loops. So an FP32 result equals a
 //    straightforward float loop with the same summation order, bit for bit.
+//  - A launch with an FP64 operand runs the same loops in double (every other float operand
+//    widened exactly, each result rounded once to its dtype): an FP64 result equals a
+//    straightforward double loop, NumPy's float64 result for the same order.
 //  - Summation order is fixed: matmul over k ascending; conv over (input channel, kh, kw)
 //    ascending; reductions, batchnorm and layernorm statistics in row-major order of the input.
 //    No threads. The same descriptor and data always give the same bits.
