@@ -69,6 +69,12 @@ std::map<std::string, int, std::less<>> use_counts(const graph& g) {
   return uses;
 }
 
+// Whether the precision rewrite moves a value of dtype t into the compute type: f32, f16 and bf16
+// do. f64 stays f64, as integers stay integers: a model that asks for float64 asks for its
+// precision (a CumSum of float64 or a float64 reference computation), which f16's 11 bits would
+// lose without a trace.
+bool lowers(dtype t) noexcept { return is_float(t) && t != dtype::f64; }
+
 // The precision rewrite: fp16/bf16 compute everything floating in the compute type, mixed only
 // the cube operators; casts are inserted at the boundaries so feeds and outputs keep their types.
 graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
@@ -95,7 +101,7 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
     if (name.empty()) return name;
     if (auto it = low.find(name); it != low.end()) return it->second;
     const auto& v = g.value(name);
-    if (!is_float(v.type) || v.type == cd) return name;
+    if (!lowers(v.type) || v.type == cd) return name;
     std::string l = name + "::" + std::string(to_string(cd));
     if (const tensor* c = g.constant(name)) g.add_constant(l, converted(*c, cd));
     else cast_node(name, l, cd);
@@ -128,7 +134,7 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
       g.add_node(n.type, n.name, ins, n.outputs, n.attrs);
       continue;
     }
-    const bool float_out = is_float(src.value(n.outputs[0]).type);
+    const bool float_out = lowers(src.value(n.outputs[0]).type);
     if (!lower || !float_out || cd == dtype::f32) {
       // Mixed: a non-cube op reads fp32 copies of fp16 tensors.
       if (p == precision::mixed) {
@@ -147,7 +153,7 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
     // indices) is no float to lower: it keeps its name and its type.
     std::vector<std::string> lowouts;
     for (const auto& o : n.outputs)
-      lowouts.push_back(is_float(src.value(o).type) ? o + "::" + std::string(to_string(cd)) : o);
+      lowouts.push_back(lowers(src.value(o).type) ? o + "::" + std::string(to_string(cd)) : o);
     g.add_node(n.type, n.name, ins, lowouts, n.attrs);
     for (std::size_t k = 0; k < n.outputs.size(); ++k) {
       if (lowouts[k] == n.outputs[k]) continue;

@@ -154,7 +154,7 @@ void need_float(const node& n, const value_info& v) {
 void need_float_or_integer(const node& n, const value_info& v) {
   if (!is_float(v.type) && !is_integer(v.type))
     fail(errc::not_supported, n, v.name,
-         "needs a floating-point or integer (int8, int32, int64, uint8) tensor, got " + std::string(to_string(v.type)));
+         "needs a floating-point or integer tensor, got " + std::string(to_string(v.type)));
 }
 
 // A number the kernel computes f on: a float, or an integer where f is exact on integers (Add,
@@ -443,6 +443,11 @@ std::optional<dtype> dtype_from_onnx(std::int64_t code) noexcept {
     case 9: return dtype::boolean;
     case 10: return dtype::f16;
     case 16: return dtype::bf16;
+    case 11: return dtype::f64;
+    case 5: return dtype::i16;
+    case 4: return dtype::u16;
+    case 12: return dtype::u32;
+    case 13: return dtype::u64;
     default: return std::nullopt;
   }
 }
@@ -1759,9 +1764,8 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     const std::string dir = n.attrs.get_string("direction", "");
     if (dir != "LEFT" && dir != "RIGHT")
       fail(errc::invalid_argument, n, {}, "direction must be LEFT or RIGHT, got '" + dir + "'");
-    if (a.type != dtype::u8)
-      fail(errc::not_supported, n, a.name,
-           "needs uint8 (npurt's one unsigned type), got " + std::string(to_string(a.type)));
+    if (!is_unsigned(a.type))
+      fail(errc::not_supported, n, a.name, "needs an unsigned integer type, got " + std::string(to_string(a.type)));
     same_type(n, a, b);
     return one(broadcast(n, a, b), a.type);
   }

@@ -64,7 +64,13 @@ struct ctx {
 };
 
 // Element i of an integer tensor, exactly (get_int is exact for every integer dtype).
-std::int64_t int_at(const tensor& t, std::int64_t i) { return t.get_int(i); }
+// An integer element; a u64 as its bits (values from 2^63 read negative), which wrapping
+// arithmetic and put_int keep, and which what orders, divides or converts u64 treats apart.
+std::int64_t int_at(const tensor& t, std::int64_t i) {
+  if (t.type() == dtype::u64)
+    return static_cast<std::int64_t>(t.elements_as<std::uint64_t>()[static_cast<std::size_t>(i)]);
+  return t.get_int(i);
+}
 
 // Writes an integer into an integer tensor, wrapping to the dtype's width as numpy's astype does
 // (two's complement; the conversion is defined in C++20).
@@ -87,6 +93,14 @@ void put_int(tensor& t, std::int64_t i, std::int64_t v) {
       std::memcpy(b + i, &x, 1);
       return;
     }
+    case dtype::u64: std::memcpy(b + i * 8, &v, 8); return;
+    case dtype::i16: t.elements_as<std::int16_t>()[static_cast<std::size_t>(i)] = static_cast<std::int16_t>(v); return;
+    case dtype::u16:
+      t.elements_as<std::uint16_t>()[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(v);
+      return;
+    case dtype::u32:
+      t.elements_as<std::uint32_t>()[static_cast<std::size_t>(i)] = static_cast<std::uint32_t>(v);
+      return;
     default: t.set(i, static_cast<double>(v));
   }
 }
@@ -526,31 +540,43 @@ result fold_cast(const ctx& c, const operand& x) {
       put_int(out, i, x.value->get(i) != 0 ? 1 : 0);  // NaN is nonzero: true
     } else if (is_integer(from) && is_integer(*to)) {
       put_int(out, i, int_at(*x.value, i));
+    } else if (from == dtype::u64) {
+      const auto v = static_cast<std::uint64_t>(int_at(*x.value, i));
+      // As below, from the unsigned value.
+      if (*to == dtype::f16 || *to == dtype::f64) out.set(i, static_cast<double>(v));
+      else out.set(i, static_cast<double>(static_cast<float>(v)));
     } else if (is_integer(from)) {
       const std::int64_t v = int_at(*x.value, i);
       // One rounding from the integer to f32 (through double it could round twice past 2^53);
       // bf16 rounds from that f32, as the reference casts to bfloat16 through float32; f16
-      // rounds from double, as numpy does.
-      if (*to == dtype::f16) out.set(i, static_cast<double>(v));
+      // and f64 round from double, as numpy does.
+      if (*to == dtype::f16 || *to == dtype::f64) out.set(i, static_cast<double>(v));
       else out.set(i, static_cast<double>(static_cast<float>(v)));
     } else if (is_integer(*to)) {
       const double v = x.value->get(i);
       // Float to integer truncates toward zero; out of the target's range it is undefined in
       // ONNX (and in C++), so refused.
-      const double lo = *to == dtype::u8    ? 0.0
+      const double lo = is_unsigned(*to)    ? 0.0
                         : *to == dtype::i8  ? -128.0
+                        : *to == dtype::i16 ? -32768.0
                         : *to == dtype::i32 ? -2147483648.0
                                             : -9223372036854775808.0;
       const double hi = *to == dtype::u8    ? 256.0
                         : *to == dtype::i8  ? 128.0
+                        : *to == dtype::i16 ? 32768.0
+                        : *to == dtype::u16 ? 65536.0
                         : *to == dtype::i32 ? 2147483648.0
+                        : *to == dtype::u32 ? 4294967296.0
+                        : *to == dtype::u64 ? 18446744073709551616.0
                                             : 9223372036854775808.0;
       const double tv = std::trunc(v);
       if (!(tv >= lo && tv < hi))
         c.fail(errc::invalid_argument, c.in_name(0),
                "element " + std::to_string(i) + " (" + std::to_string(v) + ") is outside " +
                    std::string(to_string(*to)) + "'s range");
-      put_int(out, i, static_cast<std::int64_t>(tv));
+      put_int(out, i,
+              *to == dtype::u64 ? static_cast<std::int64_t>(static_cast<std::uint64_t>(tv))
+                                : static_cast<std::int64_t>(tv));
     } else {
       // Float to float: one correctly rounded conversion (the source is exact in double).
       out.set(i, x.value->get(i));
@@ -602,8 +628,10 @@ result fold_binary(const ctx& c, std::span<const operand> in) {
       else if (op == "Mul") r = static_cast<std::int64_t>(ux * uy);
       else {
         if (y == 0) c.fail(errc::invalid_argument, c.in_name(1), "integer division by zero");
-        // Integer Div truncates toward zero; INT64_MIN / -1 wraps to INT64_MIN.
-        r = y == -1 ? static_cast<std::int64_t>(-ux) : x / y;
+        // Integer Div truncates toward zero; INT64_MIN / -1 wraps to INT64_MIN. A u64 divides
+        // as unsigned (its bits as int64 would be negative from 2^63).
+        if (t == dtype::u64) r = static_cast<std::int64_t>(ux / uy);
+        else r = y == -1 ? static_cast<std::int64_t>(-ux) : x / y;
       }
       put_int(out, i, r);
     } else {

@@ -87,11 +87,14 @@ tensor to_tensor(const ::onnx::TensorProto& t) {
       for (auto& b : std::span(static_cast<std::byte*>(r.data()), bytes)) b = b != std::byte{0} ? std::byte{1} : b;
     return r;
   }
-  // 16-bit floats travel as their bit patterns in int32_data, with the narrow integers and bools
-  // (set() makes any nonzero value true).
-  const int have = *type == dtype::f32   ? t.float_data_size()
-                   : *type == dtype::i64 ? t.int64_data_size()
-                                         : t.int32_data_size();
+  // 16-bit floats travel as their bit patterns in int32_data, with the narrow integers (int16 and
+  // uint16 too) and bools (set() makes any nonzero value true); doubles in double_data, uint32 and
+  // uint64 in uint64_data (onnx.proto's TensorProto).
+  const int have = *type == dtype::f32                          ? t.float_data_size()
+                   : *type == dtype::i64                        ? t.int64_data_size()
+                   : *type == dtype::f64                        ? t.double_data_size()
+                   : *type == dtype::u32 || *type == dtype::u64 ? t.uint64_data_size()
+                                                                : t.int32_data_size();
   if (static_cast<std::int64_t>(have) != n)
     fail(errc::parse_error, {}, t.name(),
          "onnx: tensor '" + t.name() + "' has " + std::to_string(have) + " values for " + std::to_string(n) +
@@ -110,6 +113,23 @@ tensor to_tensor(const ::onnx::TensorProto& t) {
     case dtype::bf16: {
       auto* p = static_cast<std::uint16_t*>(r.data());
       for (int i = 0; i < have; ++i) p[i] = static_cast<std::uint16_t>(t.int32_data(i));
+      break;
+    }
+    case dtype::f64:
+      if (have) std::memcpy(r.data(), t.double_data().data(), static_cast<std::size_t>(have) * sizeof(double));
+      break;
+    case dtype::u64:
+      if (have) std::memcpy(r.data(), t.uint64_data().data(), static_cast<std::size_t>(have) * sizeof(std::uint64_t));
+      break;
+    case dtype::u32: {
+      auto* p = static_cast<std::uint32_t*>(r.data());
+      for (int i = 0; i < have; ++i) {
+        if (t.uint64_data(i) > UINT32_MAX)
+          fail(errc::parse_error, {}, t.name(),
+               "onnx: uint32 tensor '" + t.name() + "' has uint64_data[" + std::to_string(i) +
+                   "] = " + std::to_string(t.uint64_data(i)) + ", which is no uint32");
+        p[i] = static_cast<std::uint32_t>(t.uint64_data(i));
+      }
       break;
     }
     default:

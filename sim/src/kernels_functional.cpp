@@ -1283,7 +1283,8 @@ void run_int(const kernels::reduce& op, const host_ptrs& h) {
   const dtype t = op.x.type;
   int64_t count = 0;
   const index_array ostride = reduce_strides(op, count);
-  const int_range lim = range_of(t);
+  // A u64's least and greatest values are the bit patterns 0 and all ones, ordered by order_key.
+  const int_range lim = t == dtype::u64 ? int_range{0, -1, 0.0, 0.0} : range_of(t);
   const int64_t init = op.fn == reduce_fn::prod  ? 1
                        : op.fn == reduce_fn::max ? lim.lo
                        : op.fn == reduce_fn::min ? lim.hi
@@ -1300,8 +1301,8 @@ void run_int(const kernels::reduce& op, const host_ptrs& h) {
     switch (op.fn) {
       case reduce_fn::sum: acc = wrap_to(t, ua + uv); break;
       case reduce_fn::prod: acc = wrap_to(t, ua * uv); break;
-      case reduce_fn::max: acc = std::max(acc, v); break;
-      default: acc = std::min(acc, v); break;
+      case reduce_fn::max: acc = order_key(t, v) > order_key(t, acc) ? v : acc; break;
+      default: acc = order_key(t, v) < order_key(t, acc) ? v : acc; break;
     }
     advance(idx, op.x.shape, ostride, o);
   }

@@ -51,6 +51,39 @@ std::vector<std::string> model_inputs(const fs::path& model) {
   return names;
 }
 
+// The names of the model's graph inputs and outputs declared BFLOAT16. The node tests' data
+// encodes bfloat16 as UINT16 (NumPy has no bfloat16: the generator saved the bit patterns as
+// uint16 arrays), so such a file is read back as the bf16 tensor it stands for.
+std::set<std::string> bfloat16_values(const fs::path& model) {
+  ::onnx::ModelProto m;
+  std::ifstream in(model, std::ios::binary);
+  if (!m.ParseFromIstream(&in)) throw std::runtime_error("cannot parse " + model.string());
+  std::set<std::string> names;
+  for (const auto* list : {&m.graph().input(), &m.graph().output()})
+    for (const auto& v : *list)
+      if (v.type().tensor_type().elem_type() == ::onnx::TensorProto::BFLOAT16) names.insert(v.name());
+  return names;
+}
+
+// Node tests whose data disagrees with their own model, from a generator that predates ONNX's
+// bfloat16 tensors: Cast to bfloat16 expected by truncation (the reference then shifted the float's
+// bits right by 16; ONNX's Cast and npurt round to nearest even), and CastLike's `like` saved as one
+// element where the model declares [3, 4]. Counted as unsupported, with this reason.
+bool data_predates_bfloat16(const std::string& test) {
+  static const std::set<std::string> names{
+      "test_cast_FLOAT_to_BFLOAT16", "test_castlike_FLOAT_to_BFLOAT16", "test_castlike_FLOAT_to_BFLOAT16_expanded",
+      "test_castlike_BFLOAT16_to_FLOAT", "test_castlike_BFLOAT16_to_FLOAT_expanded"};
+  return names.contains(test);
+}
+
+// t as bf16 when it is a UINT16 file standing for a bfloat16 value (see bfloat16_values).
+tensor as_declared_bf16(tensor t, bool declared_bf16) {
+  if (!declared_bf16 || t.type() != dtype::u16) return t;
+  tensor r(t.shape(), dtype::bf16);
+  if (t.bytes()) std::memcpy(r.data(), t.data(), t.bytes());
+  return r;
+}
+
 // The inputs after the first of a model's only node: the parameters a node test feeds at run time
 // beside its data (Resize's roi, scales and sizes, float and of several values), which a model
 // exported for inference has as constants. Empty for a model of several nodes.
@@ -150,9 +183,14 @@ TEST_CASE("every ONNX backend node test of a supported operator and dtype passes
   // as a model exported with them frozen; so are the inputs after the first of a one-node model
   // (a Resize's scales), and `later` then says whether one of those was needed.
   const auto run_test = [&](const fs::path& t, bool bind, std::string& why, bool* later = nullptr) {
+    if (data_predates_bfloat16(t.filename().string())) {
+      why = "its data predates ONNX's bfloat16 tensors and disagrees with its model";
+      return outcome::unsupported;
+    }
     try {
       const std::vector<std::string> names = model_inputs(t / "model.onnx");
       const std::set<std::string> params = later_node_inputs(t / "model.onnx");
+      const std::set<std::string> bf16 = bfloat16_values(t / "model.onnx");
       int sets = 0;
       bool ok = true;
       std::unique_ptr<session> s;
@@ -166,7 +204,9 @@ TEST_CASE("every ONNX backend node test of a supported operator and dtype passes
         std::vector<tensor> ins;
         try {
           for (std::size_t i = 0; i < names.size(); ++i)
-            ins.push_back(npurt::onnx::load_tensor((ds / ("input_" + std::to_string(i) + ".pb")).string()));
+            ins.push_back(
+                as_declared_bf16(npurt::onnx::load_tensor((ds / ("input_" + std::to_string(i) + ".pb")).string()),
+                                 bf16.contains(names[i])));
         } catch (const graph_error& e) {
           if (!bind) throw;
           why = std::string("an input is not a tensor: ") + e.what();
@@ -193,7 +233,9 @@ TEST_CASE("every ONNX backend node test of a supported operator and dtype passes
           if (!opts.constant_inputs.contains(names[i])) feeds.push_back({names[i], ins[i]});
         auto r = s->run(c, feeds);
         for (std::size_t o = 0; o < g.outputs().size(); ++o) {
-          const tensor expected = npurt::onnx::load_tensor((ds / ("output_" + std::to_string(o) + ".pb")).string());
+          const tensor expected =
+              as_declared_bf16(npurt::onnx::load_tensor((ds / ("output_" + std::to_string(o) + ".pb")).string()),
+                               bf16.contains(g.outputs()[o]));
           std::string diff;
           if (!allclose(expected, r.outputs.at(g.outputs()[o]), diff)) {
             why += (why.empty() ? "" : "; ") + diff;
@@ -291,12 +333,20 @@ TEST_CASE("every ONNX backend node test of folded operators, its inputs made con
                                               [](const auto& in) { return in.type().has_tensor_type(); }))
       continue;
     const std::string name = t.filename().string();
+    if (data_predates_bfloat16(name)) {
+      ++unsupported;
+      continue;
+    }
     auto* g = m.mutable_graph();
     for (int i = 0; i < g->input_size(); ++i) {
       std::ifstream in(ds / ("input_" + std::to_string(i) + ".pb"), std::ios::binary);
       auto* init = g->add_initializer();
       REQUIRE(init->ParseFromIstream(&in));
       init->set_name(g->input(i).name());
+      // A bfloat16 saved as uint16 (see bfloat16_values): the same bits, raw or in int32_data.
+      if (init->data_type() == ::onnx::TensorProto::UINT16 &&
+          g->input(i).type().tensor_type().elem_type() == ::onnx::TensorProto::BFLOAT16)
+        init->set_data_type(::onnx::TensorProto::BFLOAT16);
     }
     g->clear_input();
     try {
@@ -304,7 +354,9 @@ TEST_CASE("every ONNX backend node test of folded operators, its inputs made con
       bool ok = true;
       for (int o = 0; o < g->output_size(); ++o) {
         const tensor* got = gr.constant(g->output(o).name());
-        const tensor expected = npurt::onnx::load_tensor((ds / ("output_" + std::to_string(o) + ".pb")).string());
+        const tensor expected =
+            as_declared_bf16(npurt::onnx::load_tensor((ds / ("output_" + std::to_string(o) + ".pb")).string()),
+                             g->output(o).type().tensor_type().elem_type() == ::onnx::TensorProto::BFLOAT16);
         std::string why = "not folded";
         if (!got || !identical(expected, *got, why)) {
           failures.push_back(name + ": " + why);
@@ -2714,4 +2766,127 @@ TEST_CASE("a run-time failure inside an imported chain names the model's node an
     want += -(scores.get(row * 3 + (row == 0 ? 2 : 0)) - std::log(sum)) / 2;
   }
   CHECK(std::abs(r.outputs.at("loss").get(0) - want) <= 1e-5 * std::abs(want));
+}
+
+namespace {
+
+// An opset-17 model named `name`, its graph to fill.
+::onnx::GraphProto* wide_model(::onnx::ModelProto& m, const char* name) {
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name(name);
+  return g;
+}
+
+// An initializer of ONNX data type `type` and these dimensions, its data to fill.
+::onnx::TensorProto* add_init(::onnx::GraphProto* g, const char* name, int type, std::vector<std::int64_t> dims) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(type);
+  for (auto d : dims) t->add_dims(d);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("DOUBLE, INT16, UINT16, UINT32 and UINT64 import from raw and typed data and run", "[onnx][f64]") {
+  ::onnx::ModelProto m;
+  auto* g = wide_model(m, "wide");
+  add_typed_input(g, "x", ::onnx::TensorProto::DOUBLE, {2});
+  add_typed_input(g, "u", ::onnx::TensorProto::UINT64, {2});
+  // double_data: 0.2 and 2^-40, which float would round.
+  auto* d = add_init(g, "d", ::onnx::TensorProto::DOUBLE, {2});
+  d->add_double_data(0.2);
+  d->add_double_data(0x1p-40);
+  // raw_data, little-endian as onnx.proto says: a UINT64 past 2^63.
+  auto* w = add_init(g, "w", ::onnx::TensorProto::UINT64, {2});
+  const std::array<std::uint64_t, 2> wv{(std::uint64_t{1} << 63) + 1, 3};
+  w->set_raw_data(std::string(reinterpret_cast<const char*>(wv.data()), sizeof wv));
+  // The 16-bit integers in int32_data, UINT32 in uint64_data.
+  auto* i16 = add_init(g, "i16", ::onnx::TensorProto::INT16, {2});
+  i16->add_int32_data(-32768);
+  i16->add_int32_data(32767);
+  auto* u16 = add_init(g, "u16", ::onnx::TensorProto::UINT16, {1});
+  u16->add_int32_data(65535);
+  auto* u32 = add_init(g, "u32", ::onnx::TensorProto::UINT32, {1});
+  u32->add_uint64_data(4294967295u);
+  // A Constant node holding a double.
+  auto* k = add_named(g, "Constant", {}, "c");
+  auto& v = add_attr(*k, "value", ::onnx::AttributeProto::TENSOR);
+  v.mutable_t()->set_data_type(::onnx::TensorProto::DOUBLE);
+  v.mutable_t()->add_dims(2);
+  v.mutable_t()->add_double_data(0.1);
+  v.mutable_t()->add_double_data(1.0);
+  add_named(g, "Add", {"x", "d"}, "s");
+  add_output_node(g, "Mul", {"s", "c"}, "y");
+  add_output_node(g, "Sub", {"u", "w"}, "z");
+  for (const char* out : {"i16", "u16", "u32"}) g->add_output()->set_name(out);
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "wide");
+  CHECK(gr.value("x").type == dtype::f64);
+  CHECK(gr.value("u").type == dtype::u64);
+  CHECK(gr.constant("d")->elements_as<double>()[1] == 0x1p-40);
+  CHECK(gr.constant("w")->elements_as<std::uint64_t>()[0] == (std::uint64_t{1} << 63) + 1);
+  CHECK(gr.constant("i16")->type() == dtype::i16);
+  CHECK(gr.constant("i16")->to_vector() == std::vector<double>{-32768, 32767});
+  CHECK(gr.constant("u16")->elements_as<std::uint16_t>()[0] == 65535);
+  CHECK(gr.constant("u32")->elements_as<std::uint32_t>()[0] == 4294967295u);
+  npurt::system sys{sim::presets::ascend910(1)};
+  // f64 stays f64 under fp16 too: a float64 model asks for its precision.
+  for (auto p : {npurt::precision::fp32, npurt::precision::fp16}) {
+    session s{sys, {.precision = p}};
+    const std::array<double, 2> xv{0.1, 1.0};
+    const std::array<std::uint64_t, 2> uv{5, 2};
+    const auto r = s.run(s.compile(gr), {{"x", tensor::of<double>({2}, std::span<const double>(xv))},
+                                         {"u", tensor::of<std::uint64_t>({2}, std::span<const std::uint64_t>(uv))}});
+    const auto y = r.outputs.at("y").elements_as<double>();
+    CHECK(y[0] == (0.1 + 0.2) * 0.1);  // double arithmetic throughout, as numpy's float64
+    CHECK(y[1] == (1.0 + 0x1p-40) * 1.0);
+    const auto z = r.outputs.at("z").elements_as<std::uint64_t>();
+    // 5 - (2^63 + 1) wraps modulo 2^64; 2 - 3 is 2^64 - 1.
+    CHECK(z[0] == std::uint64_t{5} - ((std::uint64_t{1} << 63) + 1));
+    CHECK(z[1] == UINT64_MAX);
+  }
+}
+
+TEST_CASE("a UINT32 initializer whose uint64_data does not fit is a parse error naming it", "[onnx][f64][errors]") {
+  auto m = relu_model({2});
+  auto* w = add_init(m.mutable_graph(), "big", ::onnx::TensorProto::UINT32, {1});
+  w->add_uint64_data(std::uint64_t{1} << 32);
+  try {
+    (void)npurt::onnx::load_from_bytes(m.SerializeAsString(), "big");
+    FAIL("a uint32 of 2^32 loaded");
+  } catch (const npurt::graph_error& e) {
+    CHECK(e.code() == npurt::errc::parse_error);
+    CHECK(std::string(e.what()).find("big") != std::string::npos);
+  }
+}
+
+TEST_CASE("Cast between DOUBLE and the wide integers folds as numpy's astype and runs on the device",
+          "[onnx][f64][fold]") {
+  ::onnx::ModelProto m;
+  auto* g = wide_model(m, "casts");
+  add_typed_input(g, "x", ::onnx::TensorProto::DOUBLE, {3});
+  auto* c = add_init(g, "k", ::onnx::TensorProto::INT64, {3});
+  for (std::int64_t v : {(std::int64_t{1} << 53) + 1, std::int64_t{-7}, std::int64_t{40000}}) c->add_int64_data(v);
+  set_int(add_named(g, "Cast", {"k"}, "kd"), "to", ::onnx::TensorProto::DOUBLE);       // folded
+  set_int(add_named(g, "Cast", {"k"}, "k16"), "to", ::onnx::TensorProto::INT16);       // folded: wraps
+  set_int(add_output_node(g, "Cast", {"x"}, "xi"), "to", ::onnx::TensorProto::INT32);  // on the device
+  add_output_node(g, "Add", {"x", "kd"}, "y");
+  g->add_output()->set_name("k16");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "casts");
+  REQUIRE(gr.constant("kd"));
+  // 2^53 + 1 rounds once to 2^53 (ties to even) in double.
+  CHECK(gr.constant("kd")->elements_as<double>()[0] == 0x1p53);
+  // numpy: np.int64(40000).astype(np.int16) == 40000 - 65536.
+  CHECK(gr.constant("k16")->elements_as<std::int16_t>()[2] == 40000 - 65536);
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  const std::array<double, 3> xv{2.5, -0.5, 1e300};
+  const auto r = s.run(s.compile(gr), {{"x", tensor::of<double>({3}, std::span<const double>(xv))}});
+  // The device cast rounds half to even and saturates (npurt's cast kernel, as for float32).
+  CHECK(r.outputs.at("xi").to_vector() == std::vector<double>{2, -0.0, 2147483647});
+  const auto y = r.outputs.at("y").elements_as<double>();
+  CHECK(y[0] == 2.5 + 0x1p53);
+  CHECK(y[2] == 1e300 + 40000);
 }
