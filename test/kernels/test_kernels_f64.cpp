@@ -269,6 +269,34 @@ TEST_CASE("cumsum and top_k on the wider integers: wrap and unsigned order", "[k
   CHECK(f64k_read<std::int16_t>(iy) == std::vector<std::int16_t>{32767, -32768, 32766});
 }
 
+TEST_CASE("integer reductions on the wider integers: uint64 orders as unsigned, int16 and uint32 wrap",
+          "[kernels][f64][int][reduce]") {
+  using R = k::reduce_fn;
+  const std::uint64_t top = (std::uint64_t{1} << 63) + 5;  // negative as int64 bits
+  const tensor u = f64k_ints<std::uint64_t>({2, 3}, dtype::u64, {1, top, 7, UINT64_MAX, 0, 2});
+  tensor rows({2}, dtype::u64), all({1}, dtype::u64);
+  REQUIRE(run(k::reduce{R::max, u.desc, rows.desc, 2u}) == 0);
+  CHECK(f64k_read<std::uint64_t>(rows) == std::vector<std::uint64_t>{top, UINT64_MAX});
+  REQUIRE(run(k::reduce{R::min, u.desc, rows.desc, 2u}) == 0);
+  CHECK(f64k_read<std::uint64_t>(rows) == std::vector<std::uint64_t>{1, 0});
+  REQUIRE(run(k::reduce{R::max, u.desc, all.desc, 3u}) == 0);
+  CHECK(f64k_read<std::uint64_t>(all) == std::vector<std::uint64_t>{UINT64_MAX});
+  // 1 + (2^63 + 5) + 7 + (2^64 - 1) + 0 + 2 = 2^64 + 2^63 + 14, modulo 2^64.
+  REQUIRE(run(k::reduce{R::sum, u.desc, all.desc, 3u}) == 0);
+  CHECK(f64k_read<std::uint64_t>(all) == std::vector<std::uint64_t>{(std::uint64_t{1} << 63) + 14});
+  const tensor i = f64k_ints<std::int16_t>({3}, dtype::i16, {32767, 1, -40});
+  tensor i1({1}, dtype::i16);
+  REQUIRE(run(k::reduce{R::sum, i.desc, i1.desc, 1u}) == 0);
+  // 32767 + 1 wraps to -32768 and -40 wraps back: 32728 (modulo 2^16, whatever the order).
+  CHECK(f64k_read<std::int16_t>(i1) == std::vector<std::int16_t>{32728});
+  REQUIRE(run(k::reduce{R::min, i.desc, i1.desc, 1u}) == 0);
+  CHECK(f64k_read<std::int16_t>(i1) == std::vector<std::int16_t>{-40});
+  const tensor w = f64k_ints<std::uint32_t>({2}, dtype::u32, {65536, 65536});
+  tensor w1({1}, dtype::u32);
+  REQUIRE(run(k::reduce{R::prod, w.desc, w1.desc, 1u}) == 0);
+  CHECK(f64k_read<std::uint32_t>(w1) == std::vector<std::uint32_t>{0});  // 2^32 mod 2^32
+}
+
 TEST_CASE("quantize keeps refusing f64; unknown dtype codes are still refused", "[kernels][f64]") {
   const tensor x = f64k_of({2}, {0.5, 1.5}), s = f64k_of({1}, {0.5});
   tensor q({2}, dtype::i8);

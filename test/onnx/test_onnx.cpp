@@ -2329,66 +2329,6 @@ TEST_CASE("attention written as Einsum, Softmax, Einsum imports and runs against
   close(r.outputs.at("context").to_vector(), want);
 }
 
-namespace {
-
-// A float64 TensorProto file's values as a float32 tensor (npurt holds no float64).
-tensor float_from_double_proto(const fs::path& p) {
-  ::onnx::TensorProto t;
-  std::ifstream in(p, std::ios::binary);
-  REQUIRE(t.ParseFromIstream(&in));
-  REQUIRE(t.data_type() == ::onnx::TensorProto::DOUBLE);
-  std::vector<double> v(t.double_data().begin(), t.double_data().end());
-  if (!t.raw_data().empty()) {
-    v.resize(t.raw_data().size() / sizeof(double));
-    std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(double));
-  }
-  const std::vector<std::int64_t> dims(t.dims().begin(), t.dims().end());
-  return tensor(shape(std::span<const std::int64_t>(dims)), dtype::f32, v);
-}
-
-}  // namespace
-
-TEST_CASE("ONNX's Einsum node tests, their float64 data as float32, match their expected outputs",
-          "[onnx][einsum][conformance]") {
-  const fs::path dir = node_tests_dir();
-  if (!fs::is_directory(dir)) SKIP("no ONNX node tests at " << dir.string() << " (install libonnx-testdata)");
-  int ran = 0;
-  for (const char* name : {"test_einsum_batch_diagonal", "test_einsum_batch_matmul", "test_einsum_inner_prod",
-                           "test_einsum_sum", "test_einsum_transpose"}) {
-    CAPTURE(name);
-    const fs::path t = dir / name;
-    if (!fs::exists(t / "model.onnx")) continue;
-    ::onnx::ModelProto m;
-    {
-      std::ifstream in(t / "model.onnx", std::ios::binary);
-      REQUIRE(m.ParseFromIstream(&in));
-    }
-    auto* g = m.mutable_graph();
-    for (auto& v : *g->mutable_input())
-      v.mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
-    for (auto& v : *g->mutable_output())
-      v.mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
-    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), name);
-    npurt::system sys{sim::presets::ascend910b(1)};
-    session s{sys};
-    const fs::path ds = t / "test_data_set_0";
-    std::vector<tensor> ins;
-    for (int i = 0; i < g->input_size(); ++i)
-      ins.push_back(float_from_double_proto(ds / ("input_" + std::to_string(i) + ".pb")));
-    std::vector<feed> feeds;
-    for (int i = 0; i < g->input_size(); ++i) feeds.push_back({g->input(i).name(), ins[static_cast<std::size_t>(i)]});
-    const auto r = s.run(s.compile(gr), feeds);
-    const tensor want = float_from_double_proto(ds / "output_0.pb");
-    const tensor& got = r.outputs.at(g->output(0).name());
-    REQUIRE(got.shape() == want.shape());
-    // The inputs rounded to float: within float rounding of the float64 result.
-    for (std::int64_t i = 0; i < want.elements(); ++i)
-      CHECK(std::abs(got.get(i) - want.get(i)) <= 1e-5 * (1 + std::abs(want.get(i))));
-    ++ran;
-  }
-  CHECK(ran == 5);
-}
-
 TEST_CASE("a bidirectional LSTM's Y, transposed and reshaped, feeds a MatMul; fp32 and fp16", "[onnx][recurrent]") {
   // A speech-style encoder layer: LSTM (peepholes, sequence_lens fed at run time, the activations
   // listed as STRINGS, Y_h left out), Y [seq, 2, batch, hidden] transposed to [seq, batch, 2,
