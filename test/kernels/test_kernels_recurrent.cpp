@@ -371,6 +371,12 @@ TEST_CASE("recurrent validation names the operand and the shape it must have", "
     fails(op, npurt::errc::invalid_dtype, "x must be f32, f16 or bf16");
   }
   {
+    // It computes in float: a float64 layer is refused, not rounded through float.
+    auto op = ok;
+    op.x = d({5, 2, 3}, dtype::f64);
+    fails(op, npurt::errc::not_supported, "x is f64");
+  }
+  {
     auto op = ok;
     op.cell = k::rnn_cell::gru;
     op.w = d({1, 12, 3});
