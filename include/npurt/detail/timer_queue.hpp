@@ -123,12 +123,12 @@ class timer_queue {
   /// Whether a timed action (cancellable ones included) is due at this instant.
   [[nodiscard]] bool timed_due_now() {
     drop_cancelled();
-    return has_first_ && first_.at <= now_;
+    return !timers_.empty() && timers_.front().at <= now_;
   }
   /// Moves the clock to the earliest timed action and runs it. False when none is pending.
   bool advance() {
     drop_cancelled();
-    if (!has_first_) return false;
+    if (timers_.empty()) return false;
     const entry e = pop();
     if (!armed_.empty()) [[unlikely]]
       armed_.erase(e.order);  // fired: a later cancel has nothing to take back
@@ -147,32 +147,9 @@ class timer_queue {
   // hole instead of swapping (one store per level, no temporaries), which std::push_heap and
   // std::pop_heap do not manage for a six-word entry.
   static bool before(const entry& x, const entry& y) noexcept { return x.at != y.at ? x.at < y.at : x.order < y.order; }
-  // The earliest pending action is kept apart from the heap (first_), the others in it. A stream
-  // alternates between one pending wake and one pending completion, so with few busy streams
-  // the heap is mostly empty: a push then only fills first_ and a pop only empties it, with no
-  // vector traffic and no sift. Still one (time, order) minimum, so the same sequence runs.
   // Forced inline: called from call_at and call_at_revocable, it would otherwise become a call on
   // every timed action.
   [[gnu::always_inline]] void push(const entry& e) {
-    if (!has_first_) {
-      first_ = e;
-      has_first_ = true;
-      return;
-    }
-    if (before(e, first_)) {
-      heap_push(first_);
-      first_ = e;
-      return;
-    }
-    heap_push(e);
-  }
-  entry pop() {
-    const entry top = first_;
-    if (timers_.empty()) has_first_ = false;
-    else first_ = heap_pop();
-    return top;
-  }
-  void heap_push(const entry& e) {
     timers_.emplace_back();
     std::size_t i = timers_.size() - 1;
     entry* h = timers_.data();
@@ -184,7 +161,7 @@ class timer_queue {
     }
     h[i] = e;
   }
-  entry heap_pop() {
+  entry pop() {
     const entry top = timers_.front();
     const entry last = timers_.back();
     timers_.pop_back();
@@ -210,16 +187,14 @@ class timer_queue {
       drop_cancelled_slow();
   }
   [[gnu::noinline]] void drop_cancelled_slow() {
-    while (has_first_ && !cancelled_.empty() && cancelled_.erase(first_.order) != 0) (void)pop();
+    while (!timers_.empty() && !cancelled_.empty() && cancelled_.erase(timers_.front().order) != 0) (void)pop();
   }
 
   sim_time now_{};
   std::uint64_t order_ = 0;
-  entry first_{};            // the earliest pending action, when has_first_
-  bool has_first_ = false;
-  std::vector<entry> timers_;  // the other pending actions: a binary min-heap by (at, order)
+  std::vector<entry> timers_;  // a binary min-heap by (at, order)
   std::unordered_set<std::uint64_t> armed_;      // cancellable actions not yet run or cancelled
-  std::unordered_set<std::uint64_t> cancelled_;  // cancelled, still pending
+  std::unordered_set<std::uint64_t> cancelled_;  // cancelled, still in timers_
   std::vector<entry> due_;  // actions due at now_, in call order
   std::size_t head_ = 0;
 };
