@@ -814,9 +814,17 @@ std::optional<gemm_shape> gemm_equivalent(const kernel_desc& k) {
 
 bool uses_cube(const kernel_desc& k) noexcept {
   using namespace kernels;
-  return std::holds_alternative<matmul>(k.op) || std::holds_alternative<conv2d>(k.op) ||
-         std::holds_alternative<conv2d_backward_data>(k.op) || std::holds_alternative<conv2d_backward_weight>(k.op) ||
-         std::holds_alternative<recurrent>(k.op);
+  // The GEMM's input dtype, as to_gemm reads it: the cube has no FP64, so an f64 GEMM or
+  // convolution is vector work (see estimate) and runs on the vector cores.
+  const auto gemm_in = [&]() -> std::optional<dtype> {
+    if (const auto* mm = std::get_if<matmul>(&k.op)) return mm->a.type;
+    if (const auto* c = std::get_if<conv2d>(&k.op)) return c->x.type;
+    if (const auto* c = std::get_if<conv2d_backward_data>(&k.op)) return c->dy.type;
+    if (const auto* c = std::get_if<conv2d_backward_weight>(&k.op)) return c->x.type;
+    return std::nullopt;
+  }();
+  if (gemm_in) return *gemm_in != dtype::f64;
+  return std::holds_alternative<recurrent>(k.op);
 }
 
 std::uint32_t core_pool(const preset& p, const kernel_desc& k) noexcept {

@@ -179,6 +179,24 @@ TEST_CASE("f64 runs on the vector unit at a quarter of the FP32 rate; an f64 GEM
   CHECK(g.total_cycles > estimate(p, gemm(512, 512, 512, dtype::f32, dtype::f32)).total_cycles * 10);
 }
 
+TEST_CASE("an f64 GEMM runs on the vector cores of a part with separate cube and vector cores", "[sim][cost][f64]") {
+  const preset p = presets::ascend910b();
+  REQUIRE(p.separated_cores);
+  REQUIRE(p.vector_core_count != p.ai_core_count);
+  const kernel_desc g64 = gemm(256, 256, 256, dtype::f64, dtype::f64);
+  const kernel_desc g16 = gemm(256, 256, 256);
+  CHECK_FALSE(uses_cube(g64));
+  CHECK(uses_cube(g16));
+  CHECK(core_pool(p, g64) == p.vector_core_count);
+  CHECK(core_pool(p, g16) == p.ai_core_count);
+  // Spread over the vector cores: 2K operations per output at vector_lanes / 8 per cycle each.
+  const kernel_cost c = estimate(p, g64);
+  CHECK(c.cores == p.vector_core_count);
+  const double ops = 2.0 * 256 * 256 * 256;
+  CHECK(c.busy.vector >= ops / (p.vector_lanes / 8.0) / p.vector_core_count * 0.99);
+  CHECK(c.busy.vector <= ops / (p.vector_lanes / 8.0) / p.vector_core_count * 1.5);
+}
+
 TEST_CASE("the same kernel always costs the same cycles", "[sim][cost]") {
   const preset p = presets::ascend910b();
   const conv_case c{64, 256, 56, 56, 64, 1, 1, 1, 0};
