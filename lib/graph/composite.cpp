@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace npurt::detail {
@@ -396,19 +398,28 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     step("Div", "tan", {step("Sin", "sin", {ins[0]}), step("Cos", "cos", {ins[0]})}, y, attrs);
     return;
   }
+  // cosh(x) as 0.5·e^(x/2)·e^(x/2) + 0.5·e^(−x/2)·e^(−x/2): the same value as (e^x + e^−x) / 2,
+  // but each exponential is at most the square root of the result, so nothing overflows before
+  // cosh itself does (e^x alone overflows from x ≈ 88.7 in float, cosh only from x ≈ 89.4).
+  // The two terms add, so nothing cancels.
+  auto cosh_of = [&](const std::string& tag, const std::string& x) {
+    const std::string e = step("Exp", tag + "_exp", {step("Mul", tag + "_halfx", {x, scalar(tag + "_h", 0.5)})});
+    const std::string f =
+        step("Exp", tag + "_exp_neg", {step("Mul", tag + "_neg_halfx", {x, scalar(tag + "_nh", -0.5)})});
+    const std::string half = scalar(tag + "_half", 0.5);
+    return std::pair{step("Mul", tag + "_hi", {step("Mul", tag + "_e_half", {e, half}), e}),
+                     step("Mul", tag + "_lo", {step("Mul", tag + "_f_half", {f, half}), f})};
+  };
   if (t == "Cosh") {
-    // The two exponentials add, so nothing cancels (unlike Sinh's difference near 0).
-    const std::string e =
-        step("Add", "sum", {step("Exp", "exp", {ins[0]}), step("Exp", "exp_neg", {step("Neg", "neg", {ins[0]})})});
-    step("Mul", "half", {e, scalar("half", 0.5)}, y, attrs);
+    const auto [hi, lo] = cosh_of("cosh", ins[0]);
+    step("Add", "sum", {hi, lo}, y, attrs);
     return;
   }
   if (t == "Sinh") {
     // cosh(x) · tanh(x): the difference of the exponentials loses every digit near 0, where this
     // product keeps each factor's relative precision.
-    const std::string e =
-        step("Add", "sum", {step("Exp", "exp", {ins[0]}), step("Exp", "exp_neg", {step("Neg", "neg", {ins[0]})})});
-    step("Mul", "sinh", {step("Mul", "cosh", {e, scalar("half", 0.5)}), step("Tanh", "tanh", {ins[0]})}, y, attrs);
+    const auto [hi, lo] = cosh_of("cosh", ins[0]);
+    step("Mul", "sinh", {step("Add", "cosh", {hi, lo}), step("Tanh", "tanh", {ins[0]})}, y, attrs);
     return;
   }
   // log(1 + u) without losing u's low digits where 1 + u rounds them away (Kahan's log1p:
@@ -427,22 +438,45 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     const std::string kahan = step("Mul", tag + "_kahan", {step("Mul", tag + "_scaled", {u, ratio}), moved});
     return step("Add", tag, {kahan, step("Mul", tag + "_small", {u, stayed})});
   };
+  // Where u = x + ... is past the largest finite value while the result is not (x within a
+  // factor 2 of it), log(1 + u) = log(x) + log 2 to the type's precision: chosen by mask.
+  // log1p(u) for u = |x| + ... ≥ |x|: where u is past the largest finite value while the
+  // result is not (|x| within a factor 2 of it), log(1 + u) = log|x| + log 2 to the type's
+  // precision, chosen by mask.
+  auto log1p_of_sum = [&](const std::string& u, const std::string& x, const std::string& to, attributes a) {
+    // An infinite x too: its u may be NaN (∞/∞ inside), its result is the far branch's.
+    const std::string big = step("Or", "big", {step("IsInf", "u_inf", {u}), step("IsInf", "x_inf", {x})});
+    const std::string far = step("Add", "log_2x", {step("Log", "log_x", {x}), scalar("ln2", std::log(2.0))});
+    return step("Where", "log", {big, far, log1p("log1p", u)}, to, std::move(a));
+  };
   if (t == "Asinh") {
     // sign(x) · log1p(|x| + x² / (1 + sqrt(1 + x²))): odd by construction, so negative x does
-    // not cancel, and log1p keeps the precision near 0.
+    // not cancel, and log1p keeps the precision near 0. x² / (1 + sqrt(1 + x²)) is computed as
+    // |x| · (|x| / (1 + r)) with r = m · sqrt((1/m)² + (|x|/m)²), m = max(|x|, 1) (hypot's
+    // scaling), so that nothing squares a large |x| into overflow.
     const std::string a = step("Abs", "abs", {ins[0]});
-    const std::string sq = step("Mul", "square", {ins[0], ins[0]});
     const std::string one = scalar("one", 1);
-    const std::string den = step("Add", "den", {one, step("Sqrt", "sqrt", {step("Add", "plus_one", {sq, one})})});
-    const std::string l = log1p("log1p", step("Add", "u", {a, step("Div", "tail", {sq, den})}));
+    const std::string m = step("Max", "scale", {a, one});
+    const std::string inv = step("Div", "inv", {one, m}), q = step("Div", "scaled", {a, m});
+    const std::string r =
+        step("Mul", "root",
+             {m, step("Sqrt", "sqrt",
+                      {step("Add", "sum_sq", {step("Mul", "inv_sq", {inv, inv}), step("Mul", "q_sq", {q, q})})})});
+    const std::string tail = step("Mul", "tail", {a, step("Div", "ratio", {a, step("Add", "den", {one, r})})});
+    const std::string l = log1p_of_sum(step("Add", "u", {a, tail}), a, {}, {});
     step("Mul", "asinh", {step("Sign", "sign", {ins[0]}), l}, y, attrs);
     return;
   }
   if (t == "Acosh") {
-    // log(x + sqrt(x² − 1)); below 1 the root is NaN, as acosh is there.
-    const std::string r =
-        step("Sqrt", "sqrt", {step("Sub", "minus_one", {step("Mul", "square", {ins[0], ins[0]}), scalar("one", 1)})});
-    step("Log", "acosh", {step("Add", "sum", {ins[0], r})}, y, attrs);
+    // log1p((x − 1) + sqrt(x − 1) · sqrt(x + 1)): x − 1 is exact near 1 (Sterbenz), where
+    // log(x + sqrt(x² − 1)) loses digits, and nothing squares a large x into overflow. Below 1
+    // the root is NaN, as acosh is there.
+    const std::string one = scalar("one", 1);
+    const std::string tm = step("Sub", "minus_one", {ins[0], one});
+    const std::string root =
+        step("Mul", "root",
+             {step("Sqrt", "sqrt_lo", {tm}), step("Sqrt", "sqrt_hi", {step("Add", "plus_one", {ins[0], one})})});
+    log1p_of_sum(step("Add", "u", {tm, root}), ins[0], y, attrs);
     return;
   }
   if (t == "Atanh") {

@@ -143,6 +143,52 @@ TEST_CASE("a chain refused at add_op leaves the graph as it was", "[graph][compo
   CHECK_FALSE(g.find("a"));
 }
 
+TEST_CASE("Sinh, Cosh, Asinh and Acosh stay finite wherever their result is", "[graph][composite]") {
+  // Float's largest value is about 3.4e38: cosh(89) is 2.2e38 though e^89 overflows; asinh and
+  // acosh of 1e20 are about 46.7 though 1e20² overflows; near the top of the range they are
+  // about 89.4.
+  graph g("wide");
+  const auto x = g.add_input("x", {6}, dtype::f32);
+  const auto w = g.add_input("w", {5}, dtype::f32);
+  g.set_output(g.add_op("Sinh", {x}, {}, "sinh"));
+  g.set_output(g.add_op("Cosh", {x}, {}, "cosh"));
+  g.set_output(g.add_op("Asinh", {w}, {}, "asinh"));
+  g.set_output(g.add_op("Acosh", {w}, {}, "acosh"));
+  npurt::system sys = test::make_system();
+  session s{sys};
+  const std::vector<double> xs{89, -89, 89.4, 88.8, -5, 0.5};
+  const double top = std::numeric_limits<float>::max();
+  const std::vector<double> ws{1e20, 3e38, top, 1 + std::ldexp(1.0, -20), 2.5};
+  auto r = s.run(s.compile(g), {{"x", tensor({6}, dtype::f32, xs)}, {"w", tensor({5}, dtype::f32, ws)}});
+  const auto check = [](const std::vector<double>& got, const std::vector<double>& in, double (*f)(double)) {
+    REQUIRE(got.size() == in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const double want = f(static_cast<float>(in[i]));
+      INFO("of " << in[i] << ": got " << got[i] << ", want " << want);
+      CHECK(std::isfinite(got[i]));
+      CHECK(std::abs(got[i] - want) <= 4e-6 * std::abs(want));
+    }
+  };
+  check(r.outputs.at("sinh").to_vector(), xs, [](double v) { return std::sinh(v); });
+  check(r.outputs.at("cosh").to_vector(), xs, [](double v) { return std::cosh(v); });
+  check(r.outputs.at("asinh").to_vector(), ws, [](double v) { return std::asinh(v); });
+  check(r.outputs.at("acosh").to_vector(), ws, [](double v) { return std::acosh(v); });
+  // Negative and infinite arguments: asinh is odd and infinite at infinity; acosh is NaN below 1.
+  graph g2("edges");
+  const auto z = g2.add_input("z", {4}, dtype::f32);
+  g2.set_output(g2.add_op("Asinh", {z}, {}, "asinh"));
+  g2.set_output(g2.add_op("Acosh", {z}, {}, "acosh"));
+  const double inf = std::numeric_limits<double>::infinity();
+  auto r2 = s.run(s.compile(g2), {{"z", tensor({4}, dtype::f32, {-1e20, -inf, inf, 0.5})}});
+  const auto as = r2.outputs.at("asinh").to_vector(), ac = r2.outputs.at("acosh").to_vector();
+  CHECK(std::abs(as[0] - std::asinh(static_cast<double>(static_cast<float>(-1e20)))) <= 4e-6 * 47);
+  CHECK(as[1] == -inf);
+  CHECK(as[2] == inf);
+  CHECK(ac[2] == inf);
+  CHECK(std::isnan(ac[0]));
+  CHECK(std::isnan(ac[3]));
+}
+
 TEST_CASE("Sinh, Asinh, Acosh, Atanh and Shrink keep their precision where a naive chain loses it",
           "[graph][composite]") {
   graph g("hyperbolic");
