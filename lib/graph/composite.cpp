@@ -231,6 +231,7 @@ bool added_as_chain(const graph& g, std::string_view type, std::span<const std::
           .needs_crop();
     } catch (const graph_error&) { return false; }
   }
+  if (type == "Dropout") return outputs.size() > 1 && !outputs[1].empty();  // its mask
   if (type == "LayerNormalization")
     return outputs.size() > 1 &&
            std::any_of(outputs.begin() + 1, outputs.end(), [](const std::string& o) { return !o.empty(); });
@@ -260,6 +261,9 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     if (outputs.empty() || outputs.size() > 2 || outputs[0].empty())
       fail(errc::parse_error, node_name, {},
            "SoftmaxCrossEntropyLoss '" + node_name + "' has the outputs output and log_prob, output named");
+  } else if (t == "Dropout") {
+    if (outputs.size() != 2 || outputs[0].empty() || outputs[1].empty())
+      fail(errc::parse_error, node_name, {}, "Dropout '" + node_name + "' has the outputs output and mask, both named");
   } else if (t == "DynamicQuantizeLinear") {
     if (outputs.empty() || outputs.size() > 3 || outputs[0].empty())
       fail(errc::parse_error, node_name, {},
@@ -284,6 +288,19 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
                 [&](const std::string& tag, std::span<const std::int64_t> v) {
                   return add_ints(g, fresh(y + "/" + tag), v);
                 }});
+    return;
+  }
+  if (t == "Dropout") {
+    // The output is the Dropout node's (which refuses what it cannot compute: training mode with
+    // a nonzero ratio drops at random); what it computes drops nothing, so the mask is all true,
+    // as ONNX's reference returns it: a true scalar expanded to X's shape.
+    step("Dropout", "dropout", ins, y, attrs);
+    tensor yes(shape{}, dtype::boolean);
+    yes.set(0, 1);
+    const std::string one = g.add_constant(fresh(y + "/true"), std::move(yes));
+    const shape xs = g.value(ins[0]).shape;
+    const std::string dims = add_ints(g, fresh(y + "/shape"), xs);
+    g.add_node("Expand", fresh(node_name + "/mask"), {one, dims}, {outputs[1]});
     return;
   }
   if (t == "Clip") {

@@ -1720,13 +1720,21 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     return one(x.shape, need(n, in, 1).type);
   }
   if (t == "Dropout") {
-    // Inference: the identity. Training mode (a constant true) and the mask are not computed.
+    // The identity: in inference, and in training mode with a ratio of 0 (ONNX's Dropout drops
+    // nothing then). Training with another ratio drops at random and is not computed. The mask
+    // output is added as a chain beside this node (an all-true Expand).
     const auto& x = need(n, in, 0);
     if (n.outputs.size() > 1) fail(errc::not_supported, n, n.outputs[1], "Dropout's mask output");
     if (in.size() > 2 && in[2]) {
       const tensor* c = constants.size() > 2 ? constants[2] : nullptr;
-      if (!c || !c->is_host() || c->elements() != 1 || c->get(0) != 0)
-        fail(errc::not_supported, n, in[2]->name, "training_mode must be a constant false");
+      if (!c || !c->is_host() || c->elements() != 1)
+        fail(errc::not_supported, n, in[2]->name, "training_mode must be a constant");
+      if (c->get(0) != 0) {
+        const tensor* r = in.size() > 1 && in[1] && constants.size() > 1 ? constants[1] : nullptr;
+        if (!r || !r->is_host() || r->elements() != 1 || r->get(0) != 0)
+          fail(errc::not_supported, n, in[2]->name,
+               "training mode with a ratio other than a constant 0 drops at random, which is not computed");
+      }
     }
     return one(x.shape, x.type);
   }
@@ -2125,7 +2133,7 @@ void graph::set_origin(std::size_t first, std::string_view type, std::string_vie
 void graph::add_composite(std::string_view type, std::string name, const std::vector<std::string>& inputs,
                           const std::vector<std::string>& outputs, const npurt::attributes& attrs) {
   const std::size_t most = type == "LayerNormalization" || type == "DynamicQuantizeLinear" ? 3
-                           : type == "SoftmaxCrossEntropyLoss"                             ? 2
+                           : type == "SoftmaxCrossEntropyLoss" || type == "Dropout"        ? 2
                                                                                            : 1;
   // RNN, GRU and LSTM check their outputs themselves: any of them may be left out, Y too.
   const bool recurrent = type == "RNN" || type == "GRU" || type == "LSTM";
@@ -2134,6 +2142,7 @@ void graph::add_composite(std::string_view type, std::string name, const std::ve
         make_error_code(errc::invalid_argument), name, {},
         "node '" + name + "': " + std::string(type) + " has " +
             (most == 1                         ? std::string("one output")
+             : type == "Dropout"               ? std::string("the outputs output and mask")
              : most == 2                       ? std::string("the outputs output and log_prob, output named")
              : type == "DynamicQuantizeLinear" ? std::string("the outputs y, y_scale and y_zero_point, y named")
                                                : "the outputs Y, Mean and InvStdDev, Y named") +

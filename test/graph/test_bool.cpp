@@ -278,3 +278,42 @@ TEST_CASE("IsNaN and IsInf find NaN and the infinities their attributes select",
       },
       errc::invalid_dtype, "y", "a");
 }
+
+TEST_CASE("Dropout's mask is all true where Dropout drops nothing; random dropping is refused",
+          "[graph][bool][dropout]") {
+  // ONNX's Dropout: in inference, and in training mode with ratio 0, the output is the input and
+  // the mask all true; training with another ratio drops at random.
+  graph g("dropout");
+  const auto x = g.add_input("x", {2, 3}, dtype::f32);
+  const auto zero = g.add_constant("zero", tensor(shape{}, dtype::f32, {0}));
+  const auto half = g.add_constant("half", tensor(shape{}, dtype::f32, {0.5}));
+  tensor yes(shape{}, dtype::boolean);
+  yes.set(0, 1);
+  const auto training = g.add_constant("training", std::move(yes));
+  g.add_node("Dropout", "inference", {x, half}, {"y", "mask"});
+  g.add_node("Dropout", "train0", {x, zero, training}, {"y0", "mask0"});
+  for (const char* o : {"y", "mask", "y0", "mask0"}) g.set_output(o);
+  CHECK(g.value("mask").type == dtype::boolean);
+  CHECK(g.value("mask").shape == shape{2, 3});
+  npurt::system sys = test::make_system();
+  session s{sys};
+  const std::vector<double> xs{1.5, -2, 0, 3.25, -0.5, 7};
+  const auto r = s.run(s.compile(g), {{"x", tensor({2, 3}, dtype::f32, xs)}});
+  CHECK(r.outputs.at("y").to_vector() == xs);
+  CHECK(r.outputs.at("y0").to_vector() == xs);
+  for (const char* m : {"mask", "mask0"}) {
+    INFO(m);
+    CHECK(r.outputs.at(m).shape() == shape{2, 3});
+    CHECK(bool_values(r.outputs.at(m)) == std::vector<bool>(6, true));
+  }
+  // Training with ratio 0.5 (or the default ratio) would drop at random: refused, naming why, and
+  // the graph left as it was.
+  const std::size_t nodes = g.nodes().size();
+  expect_graph_error([&] { g.add_node("Dropout", "random", {x, half, training}, {"yr", "maskr"}); },
+                     errc::not_supported, "random", "training");
+  expect_graph_error([&] { g.add_node("Dropout", "random2", {x, {}, training}, {"yr2"}); }, errc::not_supported,
+                     "random2", "training");
+  CHECK(g.nodes().size() == nodes);
+  CHECK_FALSE(g.find("yr"));
+  CHECK_FALSE(g.find("maskr"));
+}
