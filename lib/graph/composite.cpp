@@ -232,6 +232,8 @@ bool added_as_chain(const graph& g, std::string_view type, std::span<const std::
     } catch (const graph_error&) { return false; }
   }
   if (type == "Dropout") return outputs.size() > 1 && !outputs[1].empty();  // its mask
+  // The kernel computes the tanh approximation; the exact form (the default) is a chain of Erf.
+  if (type == "Gelu") return attrs.get_string("approximate", "none") != "tanh";
   if (type == "LayerNormalization")
     return outputs.size() > 1 &&
            std::any_of(outputs.begin() + 1, outputs.end(), [](const std::string& o) { return !o.empty(); });
@@ -324,6 +326,22 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     c.set(0, v);
     return g.add_constant(fresh(y + "/" + tag), std::move(c));
   };
+  if (t == "Gelu") {
+    // approximate = "none": 0.5 · x · (1 + erf(x / √2)), in the order of ONNX's reference
+    // (onnx/reference/ops/op_gelu.py), each step rounded to x's dtype.
+    const std::string mode = attrs.get_string("approximate", "none");
+    if (mode != "none")
+      fail(errc::invalid_argument, node_name, ins[0],
+           "Gelu '" + node_name + "': approximate is \"none\" or \"tanh\", not \"" + mode + "\"");
+    if (!is_float(g.value(ins[0]).type))
+      fail(
+          errc::invalid_dtype, node_name, ins[0],
+          "Gelu '" + node_name + "' needs a floating-point input, got " + std::string(to_string(g.value(ins[0]).type)));
+    const std::string e = step("Erf", "erf", {step("Div", "scaled", {ins[0], scalar("sqrt2", std::sqrt(2.0))})});
+    step("Mul", "gelu",
+         {step("Mul", "half_x", {scalar("half", 0.5), ins[0]}), step("Add", "one_plus", {scalar("one", 1), e})}, y);
+    return;
+  }
   if (t == "Sum" || t == "Mean") {
     // Neither has attributes: any the model gives reach Add (or Identity), which refuses them.
     const std::string to = t == "Sum" ? y : std::string();

@@ -455,3 +455,42 @@ TEST_CASE("Squeeze and Unsqueeze reshape by their axes, from an attribute or a c
   CHECK(code("Hardmax", {x}, {{"axis", std::int64_t{4}}}) == errc::invalid_argument);
   CHECK(!g.find("bad"));
 }
+
+TEST_CASE("Gelu's exact form is 0.5 · x · (1 + erf(x / √2)); the tanh form stays one kernel",
+          "[graph][composite][gelu]") {
+  graph g("gelu");
+  const auto x = g.add_input("x", {7}, dtype::f32);
+  g.set_output(g.add_op("Gelu", {x}, {}, "exact"));
+  g.set_output(g.add_op("Gelu", {x}, {{"approximate", std::string("tanh")}}, "tanh"));
+  CHECK(node_named(g, "exact")->type == "Mul");
+  CHECK(node_named(g, "tanh")->type == "Gelu");
+  npurt::system sys = test::make_system();
+  session s{sys};
+  const std::vector<double> xs{-3, -1, -0.25, 0, 0.5, 1.5, 4};
+  const auto r = s.run(s.compile(g), {{"x", tensor({7}, dtype::f32, xs)}});
+  std::vector<double> exact, tanh_form;
+  for (double v : xs) {
+    exact.push_back(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
+    const double k = std::sqrt(2.0 / 3.141592653589793);
+    tanh_form.push_back(0.5 * v * (1 + std::tanh(k * (v + 0.044715 * v * v * v))));
+  }
+  close(r.outputs.at("exact").to_vector(), exact);
+  close(r.outputs.at("tanh").to_vector(), tanh_form);
+  // The two forms differ by more than the tolerance somewhere: the test tells them apart.
+  bool differ = false;
+  for (std::size_t i = 0; i < xs.size(); ++i) differ = differ || std::abs(exact[i] - tanh_form[i]) > 1e-4;
+  CHECK(differ);
+  // Other modes and non-float inputs are typed errors; the graph is left as it was.
+  const auto n = g.add_input("n", {3}, dtype::i32);
+  const std::size_t nodes = g.nodes().size();
+  try {
+    (void)g.add_op("Gelu", {x}, {{"approximate", std::string("erf")}}, "bad");
+    FAIL("approximate=erf was accepted");
+  } catch (const graph_error& e) { CHECK(e.code() == errc::invalid_argument); }
+  try {
+    (void)g.add_op("Gelu", {n}, {}, "ints");
+    FAIL("an int32 Gelu was accepted");
+  } catch (const graph_error& e) { CHECK(e.code() == errc::invalid_dtype); }
+  CHECK(g.nodes().size() == nodes);
+  CHECK_FALSE(g.find("bad"));
+}
