@@ -69,6 +69,9 @@ class profiler : public observer {
   /// counted in 40-byte task heads: tasks with flops, bytes or very long steps take more.
   NPURT_DECL void reserve(std::size_t tasks);
   NPURT_DECL void clear();
+  /// How many tasks the system had enqueued before this profiler was attached: the summary says
+  /// that they are missing (system::profiler() sets it when it makes the profiler late).
+  void set_tasks_before_attach(std::uint64_t n) noexcept { data_.tasks_before_attach = n; }
 
   /// msproftx: an instant mark, and a stack of nested ranges per host lane.
   NPURT_DECL void mark(std::string_view name, std::uint32_t lane = 0);

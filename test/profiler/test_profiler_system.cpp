@@ -385,3 +385,39 @@ TEST_CASE("a stream held in the device's shared execution queue has a gap whose 
   // Without the shared queue nothing holds b: it has no gap.
   CHECK(run(npurt::dispatch_model::per_stream).b_gaps.empty());
 }
+
+TEST_CASE("a profiler made after work was enqueued says how many tasks its profile lacks", "[profiler][system]") {
+  npurt::system sys{npurt::sim::presets::ascend910(1), {.trace_from_env = false}};
+  auto s = sys.device(0).make_stream();
+  for (int i = 0; i < 3; ++i) s.launch(fixed(usec(10), "early"));
+  s.synchronize();
+  npurt::profiler& prof = sys.profiler();  // late: three tasks already ran
+  s.launch(fixed(usec(10), "late"));
+  s.launch(fixed(usec(10), "late"));
+  s.synchronize();
+  const npurt::profile_summary sum = prof.summary();
+  CHECK(sum.tasks == 2);
+  CHECK(sum.tasks_before_attach == 3);
+  std::ostringstream text, js;
+  prof.write_summary_text(text);
+  CHECK(text.str().find("attached after 3 tasks had been enqueued") != std::string::npos);
+  prof.write_summary_json(js);
+  CHECK(json::parse(js.str()).as_object().at("tasks_before_attach").as_int64() == 3);
+  // clear() starts a new profile: what came before it is the caller's choice, not a miss.
+  prof.clear();
+  CHECK(prof.summary().tasks_before_attach == 0);
+
+  // Made before any work: no note, no field.
+  npurt::system fresh{npurt::sim::presets::ascend910(1), {.trace_from_env = false}};
+  npurt::profiler& early = fresh.profiler();
+  auto t = fresh.device(0).make_stream();
+  t.launch(fixed(usec(10), "k"));
+  t.synchronize();
+  CHECK(early.summary().tasks == 1);
+  CHECK(early.summary().tasks_before_attach == 0);
+  std::ostringstream text2, js2;
+  early.write_summary_text(text2);
+  early.write_summary_json(js2);
+  CHECK(text2.str().find("attached after") == std::string::npos);
+  CHECK_FALSE(json::parse(js2.str()).as_object().contains("tasks_before_attach"));
+}

@@ -429,7 +429,9 @@ NPURT_DECL void profiler::write_svg(const std::string& path, const svg_options& 
 
 NPURT_DECL npurt::profiler& system::profiler() {
   if (!profiler_) {
-    profiler_ = std::make_unique<npurt::profiler>([this] { return now(); });
+    auto p = std::make_unique<npurt::profiler>([this] { return now(); });
+    p->set_tasks_before_attach(rt_->next_task_id() - 1);
+    profiler_ = std::move(p);
     rt_->add_observer(*profiler_);
   }
   return static_cast<npurt::profiler&>(*profiler_);

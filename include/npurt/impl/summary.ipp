@@ -487,6 +487,7 @@ NPURT_DECL profile_summary summarize(const trace_data& data, std::size_t top_ker
   profile_summary s;
   detail::summarize_span(data.tasks, s);
   s.failed_tasks = data.errors.size();
+  s.tasks_before_attach = data.tasks_before_attach;
   const std::int64_t span = s.span.count();
   const auto order = detail::task_order(data.tasks);
   detail::summarize_devices(data, order, span, s);

@@ -135,6 +135,10 @@ class summary_json {
     o_ += ", ";
     num("failed_tasks", s_.failed_tasks);
     o_ += ", ";
+    if (s_.tasks_before_attach != 0) {  // absent otherwise: summaries of whole runs read as before
+      num("tasks_before_attach", s_.tasks_before_attach);
+      o_ += ", ";
+    }
     at("begin_us", s_.begin);
     o_ += ", ";
     at("end_us", s_.end);
@@ -309,7 +313,11 @@ NPURT_DECL void write_summary_text(std::ostream& os, const profile_summary& s) {
   // Said only when some failed: the summary of a run without failures reads as it always has.
   if (s.failed_tasks != 0) o += std::to_string(s.failed_tasks) + " failed, ";
   o += "span " + detail::us_text(s.span) + " us (" + detail::at_text(s.begin) + " .. " + detail::at_text(s.end) +
-       " us)\n\n";
+       " us)\n";
+  if (s.tasks_before_attach != 0)
+    o += "note: the profiler was attached after " + std::to_string(s.tasks_before_attach) +
+         " tasks had been enqueued; they are not in this profile (call sys.profiler() before the work)\n";
+  o += "\n";
   detail::text_devices(o, s);
   detail::text_streams(o, s);
   detail::text_gaps(o, s);

@@ -34,6 +34,7 @@ NPURT_DECL void trace_data::clear() {
   ranges.clear();
   streams.clear();
   shutdown.reset();
+  tasks_before_attach = 0;
 }
 
 }  // namespace npurt

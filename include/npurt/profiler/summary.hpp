@@ -109,6 +109,7 @@ struct profile_summary {
 
   std::uint64_t tasks = 0;
   std::uint64_t failed_tasks = 0;  // tasks that failed or were aborted (counted in tasks too)
+  std::uint64_t tasks_before_attach = 0;  // trace_data::tasks_before_attach: enqueued unrecorded
   sim_time begin{};
   sim_time end{};
   picoseconds span{0};

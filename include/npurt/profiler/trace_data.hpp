@@ -99,6 +99,9 @@ struct trace_data {
   std::vector<trace_host_range> ranges;
   std::vector<trace_stream> streams;
   std::optional<sim_time> shutdown;
+  // Tasks the system had already enqueued when the recorder was attached: not in this trace
+  // (a profiler made by system::profiler() after the work it was meant to see).
+  std::uint64_t tasks_before_attach = 0;
 
   trace_data() { strings.emplace_back(); }
 
