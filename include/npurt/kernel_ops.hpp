@@ -82,6 +82,10 @@ struct conv2d_backward_weight {
 /// round is ONNX's Round (onnx.ai/onnx/operators/onnx__Round.html): to the nearest integer,
 /// halves to even (numpy.round), on floats.
 ///
+/// asin, acos and atan are ONNX's Asin, Acos and Atan (onnx.ai/onnx/operators/onnx__Asin.html
+/// and its siblings), on floats: outside [-1, 1] asin and acos give NaN, as numpy.arcsin and
+/// numpy.arccos do.
+///
 /// shift_left and shift_right are ONNX's BitShift (onnx.ai/onnx/operators/onnx__BitShift.html)
 /// on uint8 only (the one unsigned type npurt has): a shift by the width or more gives 0, as
 /// numpy's left_shift and right_shift do on unsigned integers; bits shifted out are dropped.
@@ -135,8 +139,11 @@ enum class eltwise_fn : std::uint8_t {
   round,
   shift_left,
   shift_right,
+  asin,
+  acos,
+  atan,
 };
-inline constexpr eltwise_fn last_eltwise_fn = eltwise_fn::shift_right;
+inline constexpr eltwise_fn last_eltwise_fn = eltwise_fn::atan;
 
 constexpr bool is_binary(eltwise_fn f) noexcept {
   return f <= eltwise_fn::div || (f >= eltwise_fn::relu_backward && f <= eltwise_fn::min) || f == eltwise_fn::mod ||
@@ -704,6 +711,9 @@ constexpr std::string_view op_name(const elementwise& e) noexcept {
     case eltwise_fn::round: return "round";
     case eltwise_fn::shift_left: return "shift_left";
     case eltwise_fn::shift_right: return "shift_right";
+    case eltwise_fn::asin: return "asin";
+    case eltwise_fn::acos: return "acos";
+    case eltwise_fn::atan: return "atan";
   }
   return "elementwise";
 }

@@ -22,7 +22,7 @@ struct eltwise_op {
 
 using enum kernels::eltwise_fn;
 // Binary ops broadcast NumPy-style; Max and Min take one or more inputs (folded pairwise).
-inline constexpr std::array<eltwise_op, 35> eltwise_ops{{
+inline constexpr std::array<eltwise_op, 38> eltwise_ops{{
     {"Add", add, true},
     {"Sub", sub, true},
     {"Mul", mul, true},
@@ -58,6 +58,9 @@ inline constexpr std::array<eltwise_op, 35> eltwise_ops{{
     {"Celu", celu, false},
     {"HardSwish", hard_swish, false},
     {"Clip", clip, false},
+    {"Asin", asin, false},
+    {"Acos", acos, false},
+    {"Atan", atan, false},
 }};
 
 inline std::optional<eltwise_op> find_eltwise(std::string_view type) {

@@ -20,7 +20,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 100> ops_table{"Add",
+constexpr std::array<std::string_view, 103> ops_table{"Add",
                                                       "AveragePool",
                                                       "BatchNormalization",
                                                       "Cast",
@@ -119,7 +119,10 @@ constexpr std::array<std::string_view, 100> ops_table{"Add",
                                                       "DequantizeLinear",
                                                       "Round",
                                                       "BitShift",
-                                                      "Recurrent"};
+                                                      "Recurrent",
+                                                      "Asin",
+                                                      "Acos",
+                                                      "Atan"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),

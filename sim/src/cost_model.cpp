@@ -441,6 +441,9 @@ double eltwise_ops(kernels::eltwise_fn f) noexcept {
     case eltwise_fn::pow: return 6;  // exp(b log a) with sign handling
     case eltwise_fn::sin:
     case eltwise_fn::cos:
+    case eltwise_fn::asin:
+    case eltwise_fn::acos:
+    case eltwise_fn::atan:
     case eltwise_fn::erf: return 8;  // range reduction and a polynomial
     case eltwise_fn::fmod: return 4;  // divide, truncate, multiply back, subtract
     case eltwise_fn::mod: return 5;  // fmod's, then a compare and a select of the divisor's sign

@@ -629,6 +629,10 @@ R apply_unary(const kernels::elementwise& op, R x) noexcept {
     case erf: return std::erf(x);
     case sin: return std::sin(x);
     case cos: return std::cos(x);
+    // std::asin and std::acos return NaN outside [-1, 1] (a domain error), as numpy's do.
+    case asin: return std::asin(x);
+    case acos: return std::acos(x);
+    case atan: return std::atan(x);
     case softplus: {
       // e^x overflows a float from about 88.7 (a double from about 709.8), where log(1 + e^x) is
       // still x to R's precision.
