@@ -171,6 +171,87 @@ void add_recurrent(graph& g, const std::string& t, const std::string& node_name,
   g.add_node("Recurrent", node_name, std::move(inner), std::move(named), std::move(a));
 }
 
+/// One step of a chain with several outputs: `to` empty is a fresh intermediate named after the
+/// step; an output of the operator is written by a node named after the operator, the first
+/// one's node carrying the operator's own name (node names are unique), the others' a fresh one
+/// after it. An output the model leaves unnamed is a fresh intermediate too.
+class multi_output_steps {
+ public:
+  multi_output_steps(graph& g, const std::string& node_name,
+                     const std::function<std::string(const std::string&)>& fresh)
+      : g_(g), node_name_(node_name), fresh_(fresh) {}
+  std::string operator()(const std::string& type, const std::string& tag, std::vector<std::string> from,
+                         const std::string& to = {}, attributes a = {}) {
+    const std::string out = to.empty() ? fresh_(node_name_ + "/" + tag) : to;
+    std::string name = out;
+    if (!to.empty()) {
+      name = named_ ? fresh_(node_name_ + "/" + tag) : node_name_;
+      named_ = true;
+    }
+    g_.add_node(type, name, std::move(from), {out}, std::move(a));
+    return out;
+  }
+  /// A scalar constant of dtype t.
+  std::string scalar(const std::string& tag, double v, dtype t) {
+    tensor c(shape{}, t);
+    c.set(0, v);
+    return g_.add_constant(fresh_(node_name_ + "/" + tag), std::move(c));
+  }
+  std::string cast(const std::string& tag, const std::string& from, dtype to, const std::string& out = {}) {
+    if (g_.value(from).type == to && out.empty()) return from;
+    return (*this)("Cast", tag, {from}, out, {{"to", onnx_code(to)}});
+  }
+
+ private:
+  static std::int64_t onnx_code(dtype t) {
+    for (std::int64_t c = 1; c <= 16; ++c)
+      if (dtype_from_onnx(c) == t) return c;
+    throw graph_error(make_error_code(errc::not_supported), {}, {},
+                      "no ONNX data type for dtype " + std::string(to_string(t)));
+  }
+  graph& g_;
+  const std::string& node_name_;
+  const std::function<std::string(const std::string&)>& fresh_;
+  bool named_ = false;
+};
+
+/// Pow whose exponent's dtype differs from the base's (onnx.ai/onnx/operators/onnx__Pow.html:
+/// T for the base, T1 for the exponent, the output of T). ONNX's reference
+/// (onnx/reference/ops/op_pow.py) is np.power(a, b).astype(a.dtype): NumPy computes in the
+/// promoted type, float64 for a float base with any other exponent and for an integer base with
+/// a float or uint64 exponent (uint64 and a signed type promote to float64), int64 for two
+/// integers otherwise. The chain computes there and casts back: a float to an integer base
+/// truncates toward zero, as astype does (beyond the range it saturates, where NumPy's result is
+/// undefined), and an int64 power wraps into int32 as astype's two's complement does.
+void add_mixed_pow(graph& g, const std::string& node_name, const std::vector<std::string>& ins, const std::string& y,
+                   const std::function<std::string(const std::string&)>& fresh) {
+  multi_output_steps step(g, node_name, fresh);
+  const dtype a = g.value(ins[0]).type, b = g.value(ins[1]).type;
+  const bool base_ok = is_float(a) || a == dtype::i32 || a == dtype::i64;
+  if (!base_ok || (!is_float(b) && !is_integer(b)))
+    fail(errc::invalid_dtype, node_name, base_ok ? ins[1] : ins[0],
+         "Pow '" + node_name + "': the base must be float, int32 or int64 and the exponent a number, got " +
+             std::string(to_string(a)) + " and " + std::string(to_string(b)));
+  const bool integers = is_integer(a) && is_integer(b) && b != dtype::u64;
+  const dtype wide = integers ? dtype::i64 : dtype::f64;
+  const std::string p =
+      step("Pow", "power", {step.cast("base_wide", ins[0], wide), step.cast("exponent_wide", ins[1], wide)},
+           a == wide ? y : std::string());
+  if (a == wide) return;
+  if (integers) {
+    // int64 to int32 as two's complement: ((p + 2^31) mod 2^32) - 2^31 is p's low 32 bits as a
+    // signed value (the add may wrap in int64, which keeps every residue mod 2^32), then exact.
+    const std::string low = step("Sub", "low_bits",
+                                 {step("Mod", "residue",
+                                       {step("Add", "offset", {p, step.scalar("half_range", 2147483648.0, wide)}),
+                                        step.scalar("range", 4294967296.0, wide)}),
+                                  step.scalar("half_range_back", 2147483648.0, wide)});
+    step.cast("narrow", low, a, y);
+    return;
+  }
+  step.cast("narrow", p, a, y);
+}
+
 }  // namespace
 
 // The reductions the kernels lack as ReduceSum or ReduceMax with elementwise steps, Sum and Mean
@@ -234,6 +315,12 @@ bool added_as_chain(const graph& g, std::string_view type, std::span<const std::
   if (type == "Dropout") return outputs.size() > 1 && !outputs[1].empty();  // its mask
   // The kernel computes the tanh approximation; the exact form (the default) is a chain of Erf.
   if (type == "Gelu") return attrs.get_string("approximate", "none") != "tanh";
+  if (type == "Pow" && inputs.size() == 2) {
+    // An exponent of another dtype than the base's: computed in NumPy's promoted type and cast.
+    const value_info* a = g.find(inputs[0]);
+    const value_info* b = g.find(inputs[1]);
+    return a && b && a->known && b->known && a->type != b->type;
+  }
   if (type == "LayerNormalization")
     return outputs.size() > 1 &&
            std::any_of(outputs.begin() + 1, outputs.end(), [](const std::string& o) { return !o.empty(); });
@@ -253,6 +340,13 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
   const std::string t(type);
   if (t == "RNN" || t == "GRU" || t == "LSTM") {
     add_recurrent(g, t, node_name, ins, outputs, attrs, fresh);
+    return;
+  }
+  if (t == "Pow") {
+    if (outputs.size() != 1 || outputs[0].empty() || ins.size() != 2)
+      fail(errc::parse_error, node_name, {}, "Pow '" + node_name + "' takes X and Y and has one output Z");
+    if (!attrs.items().empty()) fail(errc::not_supported, node_name, {}, "Pow '" + node_name + "' has no attributes");
+    add_mixed_pow(g, node_name, ins, outputs[0], fresh);
     return;
   }
   if (t == "LayerNormalization") {
