@@ -252,6 +252,169 @@ void add_mixed_pow(graph& g, const std::string& node_name, const std::vector<std
   step.cast("narrow", p, a, y);
 }
 
+/// The checks the training operators share: R a float scalar, T an int64 scalar, then `groups`
+/// lists of n tensors each, the i-th of every list of the i-th X's shape and type; the outputs
+/// are `outs` lists of n. Returns n.
+std::size_t optimizer_groups(const graph& g, const std::string& t, const std::string& node_name,
+                             const std::vector<std::string>& ins, const std::vector<std::string>& outputs,
+                             std::size_t groups, std::size_t outs, const char* names) {
+  const std::size_t n = ins.size() > 2 ? (ins.size() - 2) / groups : 0;
+  if (n == 0 || ins.size() != 2 + groups * n)
+    fail(errc::parse_error, node_name, {},
+         t + " '" + node_name + "' takes R, T and " + names + ", " + std::to_string(groups) +
+             " lists of one tensor per optimized tensor; got " + std::to_string(ins.size()) + " inputs");
+  if (outputs.size() != outs * n)
+    fail(errc::parse_error, node_name, {},
+         t + " '" + node_name + "' has " + std::to_string(outs * n) + " outputs for its " + std::to_string(n) +
+             " optimized tensors, got " + std::to_string(outputs.size()));
+  for (const auto& i : ins)
+    if (i.empty()) fail(errc::parse_error, node_name, {}, t + " '" + node_name + "': every input is required");
+  const value_info& r = g.value(ins[0]);
+  if (!is_float(r.type) || r.shape.elements() != 1)
+    fail(r.shape.elements() != 1 ? errc::invalid_shape : errc::invalid_dtype, node_name, ins[0],
+         t + " '" + node_name + "': R, the learning rate, must be a float scalar, got " +
+             std::string(to_string(r.type)) + " " + shape_string(r.shape));
+  const value_info& it = g.value(ins[1]);
+  if (it.type != dtype::i64 || it.shape.elements() != 1)
+    fail(it.shape.elements() != 1 ? errc::invalid_shape : errc::invalid_dtype, node_name, ins[1],
+         t + " '" + node_name + "': T, the update count, must be an int64 scalar, got " +
+             std::string(to_string(it.type)) + " " + shape_string(it.shape));
+  for (std::size_t i = 0; i < n; ++i) {
+    const value_info& x = g.value(ins[2 + i]);
+    if (!is_float(x.type))
+      fail(errc::invalid_dtype, node_name, x.name,
+           t + " '" + node_name + "': the optimized tensor must be float, got " + std::string(to_string(x.type)));
+    for (std::size_t k = 1; k < groups; ++k) {
+      const value_info& v = g.value(ins[2 + k * n + i]);
+      if (v.type != x.type || !(v.shape == x.shape))
+        fail(v.type != x.type ? errc::invalid_dtype : errc::invalid_shape, node_name, v.name,
+             t + " '" + node_name + "': '" + v.name + "' (" + std::string(to_string(v.type)) + " " +
+                 shape_string(v.shape) + ") must have the type and shape of '" + x.name + "' (" +
+                 std::string(to_string(x.type)) + " " + shape_string(x.shape) + ")");
+    }
+  }
+  return n;
+}
+
+/// ONNX's training optimizers (domain ai.onnx.preview.training; onnx.ai/onnx/operators/
+/// onnx_aionnxpreviewtraining_Adagrad.html, _Adam.html, _Momentum.html), each optimized tensor's
+/// update a chain of elementwise steps written as the spec's formulas and ONNX's reference
+/// (onnx/reference/ops/aionnxpreviewtraining/op_adagrad.py, op_adam.py, op_momentum.py) compute
+/// them. The scalars derived from R and T (the decayed or bias-corrected learning rate) are
+/// computed in float64, as the reference's NumPy promotes them, and cast to each X's type once.
+void add_optimizer(graph& g, const std::string& t, const std::string& node_name, const std::vector<std::string>& ins,
+                   const std::vector<std::string>& outputs, const attributes& attrs,
+                   const std::function<std::string(const std::string&)>& fresh) {
+  multi_output_steps step(g, node_name, fresh);
+  const bool adam = t == "Adam", adagrad = t == "Adagrad";
+  const std::size_t groups = adam ? 4 : 3, outs = adam ? 3 : 2;
+  const std::size_t n = optimizer_groups(g, t, node_name, ins, outputs, groups, outs,
+                                         adam      ? "X, G, V and H"
+                                         : adagrad ? "X, G and H"
+                                                   : "X, G and V");
+  const auto attr = [&](const char* name, double fallback) {
+    // Momentum's four attributes have no defaults in the spec.
+    if (t == "Momentum" && !attrs.has(name))
+      fail(errc::invalid_argument, node_name, {},
+           "Momentum '" + node_name + "' needs the attribute '" + std::string(name) + "'");
+    return attrs.get_float(name, fallback);
+  };
+  const double norm = attr("norm_coefficient", 0.0);
+  const std::string mode = t == "Momentum" ? attrs.get_string("mode", "") : std::string();
+  if (t == "Momentum" && mode != "standard" && mode != "nesterov")
+    fail(errc::invalid_argument, node_name, {},
+         "Momentum '" + node_name + "': mode must be \"standard\" or \"nesterov\", got \"" + mode + "\"");
+  // R and T in float64.
+  const std::string r64 = step.cast("r_f64", ins[0], dtype::f64);
+  const std::string t64 = step.cast("t_f64", ins[1], dtype::f64);
+  // T > 0, which Adam's bias correction and Momentum's gradient weight test.
+  const std::string positive =
+      adagrad ? std::string() : step("Greater", "t_positive", {ins[1], step.scalar("t_zero", 0.0, dtype::i64)});
+  const auto d = [&](const std::string& tag, double v) { return step.scalar(tag, v, dtype::f64); };
+  std::string rate;  // the learning rate this step applies, float64
+  double alpha = 0, beta = 0, epsilon = 0;
+  if (adagrad) {
+    // r = R / (1 + T * decay_factor)
+    const std::string decayed =
+        step("Add", "decay_denominator",
+             {d("one", 1.0), step("Mul", "t_decay", {t64, d("decay", attr("decay_factor", 0.0))})});
+    rate = step("Div", "rate", {r64, decayed});
+    epsilon = attrs.get_float("epsilon", 1e-6);
+  } else if (adam) {
+    // T > 0: R * sqrt(1 - beta^T) / (1 - alpha^T) (bias correction); T = 0: R.
+    alpha = attrs.get_float("alpha", 0.9);
+    beta = attrs.get_float("beta", 0.999);
+    epsilon = attrs.get_float("epsilon", 1e-6);
+    const std::string beta_t = step("Pow", "beta_t", {d("beta", beta), t64});
+    const std::string alpha_t = step("Pow", "alpha_t", {d("alpha", alpha), t64});
+    const std::string corrected = step(
+        "Div", "corrected_rate",
+        {step("Mul", "rate_sqrt", {r64, step("Sqrt", "sqrt_beta", {step("Sub", "one_beta", {d("one", 1.0), beta_t})})}),
+         step("Sub", "one_alpha", {d("one_a", 1.0), alpha_t})});
+    rate = step("Where", "rate", {positive, corrected, r64});
+  } else {
+    alpha = attr("alpha", 0.0);
+    beta = attr("beta", 0.0);
+    rate = r64;
+  }
+  // Momentum's gradient weight: beta once T > 0, 1 on the first update.
+  const std::string beta_adjusted =
+      t == "Momentum" ? step("Where", "beta_adjusted", {positive, d("beta", beta), d("one_b", 1.0)}) : std::string();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string& x = ins[2 + i];
+    const std::string& grad = ins[2 + n + i];
+    const dtype xt = g.value(x).type;
+    const std::string tag = std::to_string(i);
+    const auto c = [&](const std::string& name, double v) { return step.scalar(name + tag, v, xt); };
+    const auto out = [&](std::size_t k) { return outputs[k * n + i]; };
+    // G_regularized = norm_coefficient * X + G
+    const std::string gr =
+        step("Add", "g_regularized" + tag, {step("Mul", "x_norm" + tag, {c("norm", norm), x}), grad});
+    const std::string r = step.cast("rate_x" + tag, rate, xt);
+    if (adagrad) {
+      // H_new = H + G_r * G_r; X_new = X - r * G_r / (sqrt(H_new) + epsilon)
+      const std::string& h = ins[2 + 2 * n + i];
+      const std::string h_new = step("Add", "h_new" + tag, {h, step("Mul", "g_square" + tag, {gr, gr})}, out(1));
+      const std::string h_adaptive =
+          step("Add", "h_adaptive" + tag, {step("Sqrt", "h_sqrt" + tag, {h_new}), c("eps", epsilon)});
+      step("Sub", "x_new" + tag, {x, step("Div", "x_step" + tag, {step("Mul", "rate_g" + tag, {r, gr}), h_adaptive})},
+           out(0));
+    } else if (adam) {
+      // V_new = alpha * V + (1 - alpha) * G_r; H_new = beta * H + (1 - beta) * G_r^2;
+      // X_new = (1 - norm_coefficient_post) * (X - r * V_new / (sqrt(H_new) + epsilon))
+      const std::string& v = ins[2 + 2 * n + i];
+      const std::string& h = ins[2 + 3 * n + i];
+      const std::string v_new = step("Add", "v_new" + tag,
+                                     {step("Mul", "v_alpha" + tag, {c("alpha", alpha), v}),
+                                      step("Mul", "g_alpha" + tag, {c("one_alpha", 1.0 - alpha), gr})},
+                                     out(1));
+      const std::string h_new =
+          step("Add", "h_new" + tag,
+               {step("Mul", "h_beta" + tag, {c("beta", beta), h}),
+                step("Mul", "g2_beta" + tag, {c("one_beta", 1.0 - beta), step("Mul", "g_square" + tag, {gr, gr})})},
+               out(2));
+      const std::string h_sqrt =
+          step("Add", "h_sqrt_eps" + tag, {step("Sqrt", "h_sqrt" + tag, {h_new}), c("eps", epsilon)});
+      const std::string x_new =
+          step("Sub", "x_new" + tag, {x, step("Mul", "x_step" + tag, {r, step("Div", "v_h" + tag, {v_new, h_sqrt})})});
+      step("Mul", "x_final" + tag, {c("post", 1.0 - attrs.get_float("norm_coefficient_post", 0.0)), x_new}, out(0));
+    } else {
+      // V_new = alpha * V + beta_adjusted * G_r; standard: X_new = X - R * V_new; nesterov:
+      // X_new = X - R * (G_r + alpha * V_new).
+      const std::string& v = ins[2 + 2 * n + i];
+      const std::string v_new = step("Add", "v_new" + tag,
+                                     {step("Mul", "v_alpha" + tag, {c("alpha", alpha), v}),
+                                      step("Mul", "g_beta" + tag, {step.cast("beta_x" + tag, beta_adjusted, xt), gr})},
+                                     out(1));
+      const std::string dir =
+          mode == "standard"
+              ? v_new
+              : step("Add", "nesterov" + tag, {gr, step("Mul", "v_new_alpha" + tag, {c("alpha_n", alpha), v_new})});
+      step("Sub", "x_new" + tag, {x, step("Mul", "x_step" + tag, {r, dir})}, out(0));
+    }
+  }
+}
+
 }  // namespace
 
 // The reductions the kernels lack as ReduceSum or ReduceMax with elementwise steps, Sum and Mean
@@ -287,7 +450,10 @@ std::span<const std::string_view> composite_ops() noexcept {
                                              "Einsum",
                                              "RNN",
                                              "GRU",
-                                             "LSTM"};
+                                             "LSTM",
+                                             "Adagrad",
+                                             "Adam",
+                                             "Momentum"};
   return ops;
 }
 
@@ -340,6 +506,10 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
   const std::string t(type);
   if (t == "RNN" || t == "GRU" || t == "LSTM") {
     add_recurrent(g, t, node_name, ins, outputs, attrs, fresh);
+    return;
+  }
+  if (t == "Adagrad" || t == "Adam" || t == "Momentum") {
+    add_optimizer(g, t, node_name, ins, outputs, attrs, fresh);
     return;
   }
   if (t == "Pow") {

@@ -394,6 +394,9 @@ const op_attributes onnx_attributes[] = {
     {"LSTM",
      {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "input_forget",
       "layout"}},
+    {"Adagrad", {"decay_factor", "epsilon", "norm_coefficient"}},
+    {"Adam", {"alpha", "beta", "epsilon", "norm_coefficient", "norm_coefficient_post"}},
+    {"Momentum", {"alpha", "beta", "mode", "norm_coefficient"}},
 };
 constexpr std::string_view own_ops[] = {
     "ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal", "BatchNormalizationGrad", "Recurrent"};
@@ -2138,8 +2141,10 @@ void graph::add_composite(std::string_view type, std::string name, const std::ve
   const std::size_t most = type == "LayerNormalization" || type == "DynamicQuantizeLinear" ? 3
                            : type == "SoftmaxCrossEntropyLoss" || type == "Dropout"        ? 2
                                                                                            : 1;
-  // RNN, GRU and LSTM check their outputs themselves: any of them may be left out, Y too.
-  const bool recurrent = type == "RNN" || type == "GRU" || type == "LSTM";
+  // RNN, GRU and LSTM check their outputs themselves: any of them may be left out, Y too. So do
+  // the training operators (one output per updated tensor).
+  const bool recurrent =
+      type == "RNN" || type == "GRU" || type == "LSTM" || type == "Adagrad" || type == "Adam" || type == "Momentum";
   if (!recurrent && (outputs.size() > most || outputs.empty() || outputs[0].empty()))
     throw graph_error(
         make_error_code(errc::invalid_argument), name, {},

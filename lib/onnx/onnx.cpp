@@ -365,7 +365,10 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
       node_name = n.op_type() + "_" + std::to_string(unnamed++);
     const bool onnx_domain = n.domain().empty() || n.domain() == "ai.onnx";
     std::string label = onnx_domain ? n.op_type() : n.domain() + "." + n.op_type();
-    bool graph_op = onnx_domain && is_supported_op(n.op_type());
+    // Adagrad, Adam and Momentum are operators of the domain ai.onnx.preview.training only.
+    const bool training_op = n.op_type() == "Adagrad" || n.op_type() == "Adam" || n.op_type() == "Momentum";
+    bool graph_op =
+        training_op ? n.domain() == "ai.onnx.preview.training" : onnx_domain && is_supported_op(n.op_type());
     // Softmax, LogSoftmax and Hardmax before opset 13 flatten to 2-D around the axis: a different
     // operator.
     if (graph_op && (n.op_type() == "Softmax" || n.op_type() == "LogSoftmax" || n.op_type() == "Hardmax") &&

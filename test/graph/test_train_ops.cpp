@@ -1,8 +1,10 @@
-// Asin, Acos, Atan; Pow with an exponent of another dtype
+// Asin, Acos, Atan; Pow with an exponent of another dtype; the training operators Adagrad, Adam
+// and Momentum
 // (onnx.ai/onnx/operators): compiled runs against references written here from ONNX's
 // definitions and NumPy's semantics, and the typed errors.
 #include <npurt/graph/session.hpp>
 
+#include "../training_reference.hpp"
 #include "helpers.hpp"
 
 #include <catch2/catch_test_macros.hpp>
@@ -142,4 +144,154 @@ TEST_CASE("Pow with an exponent of another dtype computes as np.power(a, b).asty
         h.add_op("Pow", {h.add_input("a", {2}, dtype::u8), h.add_input("b", {2}, dtype::f32)}, {}, "z");
       },
       errc::invalid_dtype, "z", "a");
+}
+
+namespace {
+
+std::vector<double> tr_vec(std::int64_t n, std::uint64_t seed, double scale = 1.0) {
+  std::vector<double> v = test::values(n, seed, scale);
+  for (auto& e : v) e = static_cast<float>(e);  // as the float32 inputs hold them
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("Adagrad, Adam and Momentum update every tensor they are given by the spec's formulas",
+          "[graph][training][optimizer]") {
+  // Two optimized tensors of different shapes; R and T fed at run time.
+  const std::vector<shape> shapes{{2, 3}, {4}};
+  const double r = 0.1, norm = 0.01;
+  for (const std::int64_t t : {0, 3}) {
+    CAPTURE(t);
+    std::map<std::string, tensor> feeds;
+    feeds.emplace("R", tensor(shape{}, dtype::f32, {r}));
+    feeds.emplace("T", tensor(shape{}, dtype::i64, {static_cast<double>(t)}));
+    std::vector<std::vector<double>> xs, gs, vs, hs;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const std::int64_t n = shapes[i].elements();
+      xs.push_back(tr_vec(n, 10 + i));
+      gs.push_back(tr_vec(n, 20 + i));
+      vs.push_back(tr_vec(n, 30 + i));
+      hs.push_back(tr_vec(n, 40 + i));
+      for (auto& e : hs.back()) e = std::fabs(e);  // a sum of squares
+      for (const auto& [name, vals] : {std::pair{"X", &xs.back()}, std::pair{"G", &gs.back()},
+                                       std::pair{"V", &vs.back()}, std::pair{"H", &hs.back()}})
+        feeds.emplace(name + std::to_string(i), tensor(shapes[i], dtype::f32, *vals));
+    }
+    const auto build = [&](const char* op, const std::vector<const char*>& lists, const std::vector<const char*>& outs,
+                           attributes a) {
+      graph g(op);
+      std::vector<std::string> ins{g.add_input("R", {}, dtype::f32), g.add_input("T", {}, dtype::i64)};
+      for (const char* l : lists)
+        for (std::size_t i = 0; i < shapes.size(); ++i)
+          ins.push_back(g.add_input(l + std::to_string(i), shapes[i], dtype::f32));
+      std::vector<std::string> out_names;
+      for (const char* o : outs)
+        for (std::size_t i = 0; i < shapes.size(); ++i) out_names.push_back(std::string(o) + std::to_string(i));
+      g.add_node(op, "opt", ins, out_names, std::move(a));
+      for (const auto& o : out_names) g.set_output(o);
+      std::vector<feed> f{{"R", feeds.at("R")}, {"T", feeds.at("T")}};
+      for (const char* l : lists)
+        for (std::size_t i = 0; i < shapes.size(); ++i) {
+          const std::string name = l + std::to_string(i);
+          f.push_back({name, feeds.at(name)});
+        }
+      return tr_run(g, f);
+    };
+    const double td = static_cast<double>(t);
+    {  // Adagrad
+      const double decay = 0.5, eps = 1e-6;
+      const auto res = build("Adagrad", {"X", "G", "H"}, {"X_new", "H_new"},
+                             {{"decay_factor", decay}, {"epsilon", eps}, {"norm_coefficient", norm}});
+      // r = R / (1 + T * decay); g = norm * x + g; h' = h + g^2; x' = x - r * g / (sqrt(h') + eps)
+      const double rate = static_cast<float>(r) / (1 + td * decay);
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
+        std::vector<double> xw, hw;
+        for (std::size_t e = 0; e < xs[i].size(); ++e) {
+          const double gr = norm * xs[i][e] + gs[i][e];
+          const double hn = hs[i][e] + gr * gr;
+          hw.push_back(hn);
+          xw.push_back(xs[i][e] - rate * gr / (std::sqrt(hn) + eps));
+        }
+        CHECK(tr_close(res.outputs.at("X_new" + std::to_string(i)).to_vector(), xw, 1e-5));
+        CHECK(tr_close(res.outputs.at("H_new" + std::to_string(i)).to_vector(), hw, 1e-5));
+      }
+    }
+    {  // Adam
+      const double alpha = 0.85, beta = 0.95, eps = 1e-4, post = 0.02;
+      const auto res = build("Adam", {"X", "G", "V", "H"}, {"X_new", "V_new", "H_new"},
+                             {{"alpha", alpha},
+                              {"beta", beta},
+                              {"epsilon", eps},
+                              {"norm_coefficient", norm},
+                              {"norm_coefficient_post", post}});
+      const training_ref::adam_params ap{alpha, beta, eps, norm, post};
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
+        const auto want = training_ref::adam(static_cast<float>(r), t, xs[i], gs[i], vs[i], hs[i], ap);
+        CHECK(tr_close(res.outputs.at("X_new" + std::to_string(i)).to_vector(), want.x, 1e-5));
+        CHECK(tr_close(res.outputs.at("V_new" + std::to_string(i)).to_vector(), want.v, 1e-5));
+        CHECK(tr_close(res.outputs.at("H_new" + std::to_string(i)).to_vector(), want.h, 1e-5));
+      }
+    }
+    {  // Momentum, standard and nesterov
+      for (const char* mode : {"standard", "nesterov"}) {
+        CAPTURE(mode);
+        const double alpha = 0.9, beta = 0.7;
+        const auto res =
+            build("Momentum", {"X", "G", "V"}, {"X_new", "V_new"},
+                  {{"alpha", alpha}, {"beta", beta}, {"mode", std::string(mode)}, {"norm_coefficient", norm}});
+        // The gradient's weight is beta once T > 0 and 1 on the first update.
+        const double rf = static_cast<float>(r), b = t > 0 ? beta : 1.0;
+        for (std::size_t i = 0; i < shapes.size(); ++i) {
+          std::vector<double> xw, vw;
+          for (std::size_t e = 0; e < xs[i].size(); ++e) {
+            const double gr = norm * xs[i][e] + gs[i][e];
+            const double vn = alpha * vs[i][e] + b * gr;
+            vw.push_back(vn);
+            xw.push_back(std::string(mode) == "standard" ? xs[i][e] - rf * vn : xs[i][e] - rf * (gr + alpha * vn));
+          }
+          CHECK(tr_close(res.outputs.at("X_new" + std::to_string(i)).to_vector(), xw, 1e-5));
+          CHECK(tr_close(res.outputs.at("V_new" + std::to_string(i)).to_vector(), vw, 1e-5));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the training operators refuse mismatched lists, shapes, types and missing attributes",
+          "[graph][training][optimizer][errors]") {
+  const auto adagrad = [](const std::vector<std::pair<std::string, std::pair<shape, dtype>>>& ins,
+                          std::vector<std::string> outs, attributes a = {}) {
+    graph g("bad");
+    std::vector<std::string> names;
+    for (const auto& [n, sd] : ins) names.push_back(g.add_input(n, sd.first, sd.second));
+    g.add_node("Adagrad", "opt", names, std::move(outs), std::move(a));
+  };
+  const std::pair<shape, dtype> f3{{3}, dtype::f32}, r{{}, dtype::f32}, t{{}, dtype::i64};
+  // Four tensors after R and T cannot be three lists.
+  expect_graph_error([&] { adagrad({{"R", r}, {"T", t}, {"X", f3}, {"G", f3}, {"H", f3}, {"Y", f3}}, {"a", "b"}); },
+                     errc::parse_error, "opt", "");
+  // Two outputs per tensor.
+  expect_graph_error([&] { adagrad({{"R", r}, {"T", t}, {"X", f3}, {"G", f3}, {"H", f3}}, {"a"}); }, errc::parse_error,
+                     "opt", "");
+  // G of another shape than X, named.
+  expect_graph_error([&] { adagrad({{"R", r}, {"T", t}, {"X", f3}, {"G", {{4}, dtype::f32}}, {"H", f3}}, {"a", "b"}); },
+                     errc::invalid_shape, "opt", "G");
+  // T must be int64, R a float scalar.
+  expect_graph_error([&] { adagrad({{"R", r}, {"T", {{}, dtype::i32}}, {"X", f3}, {"G", f3}, {"H", f3}}, {"a", "b"}); },
+                     errc::invalid_dtype, "opt", "T");
+  expect_graph_error([&] { adagrad({{"R", f3}, {"T", t}, {"X", f3}, {"G", f3}, {"H", f3}}, {"a", "b"}); },
+                     errc::invalid_shape, "opt", "R");
+  // Momentum's attributes have no defaults; its mode is one of two.
+  const auto momentum = [&](attributes a) {
+    graph g("bad momentum");
+    std::vector<std::string> names{g.add_input("R", {}, dtype::f32), g.add_input("T", {}, dtype::i64)};
+    for (const char* n : {"X", "G", "V"}) names.push_back(g.add_input(n, {3}, dtype::f32));
+    g.add_node("Momentum", "opt", names, {"x", "v"}, std::move(a));
+  };
+  expect_graph_error([&] { momentum({{"alpha", 0.9}, {"beta", 1.0}, {"mode", std::string("standard")}}); },
+                     errc::invalid_argument, "opt", "");
+  expect_graph_error(
+      [&] { momentum({{"alpha", 0.9}, {"beta", 1.0}, {"mode", std::string("heavy")}, {"norm_coefficient", 0.0}}); },
+      errc::invalid_argument, "opt", "");
 }

@@ -7,6 +7,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "../recurrent_reference.hpp"
+#include "../training_reference.hpp"
 
 #include <catch2/catch_test_macros.hpp>
 
@@ -75,6 +76,12 @@ bool data_predates_bfloat16(const std::string& test) {
       "test_castlike_BFLOAT16_to_FLOAT", "test_castlike_BFLOAT16_to_FLOAT_expanded"};
   return names.contains(test);
 }
+
+// test_adam_multiple's expected outputs were computed with epsilon 1e-2, which its model's Adam
+// node does not set (ONNX's generator, onnx/backend/test/case/node/adam.py, passes it to the
+// reference but not to make_node), so the model asks for the spec's default 1e-6. Counted as
+// unsupported with this reason; a test below runs the model with the epsilon its data assumes.
+bool data_misses_adam_epsilon(const std::string& test) { return test == "test_adam_multiple"; }
 
 // t as bf16 when it is a UINT16 file standing for a bfloat16 value (see bfloat16_values).
 tensor as_declared_bf16(tensor t, bool declared_bf16) {
@@ -185,6 +192,10 @@ TEST_CASE("every ONNX backend node test of a supported operator and dtype passes
   const auto run_test = [&](const fs::path& t, bool bind, std::string& why, bool* later = nullptr) {
     if (data_predates_bfloat16(t.filename().string())) {
       why = "its data predates ONNX's bfloat16 tensors and disagrees with its model";
+      return outcome::unsupported;
+    }
+    if (data_misses_adam_epsilon(t.filename().string())) {
+      why = "its data was computed with an epsilon of 1e-2 its model does not set";
       return outcome::unsupported;
     }
     try {
@@ -2871,4 +2882,99 @@ TEST_CASE("Cast between DOUBLE and the wide integers folds as the device casts a
   const auto y = r.outputs.at("y").elements_as<double>();
   CHECK(y[0] == 2.5 + 0x1p53);
   CHECK(y[2] == 1e300 + 40000);
+}
+
+TEST_CASE("ai.onnx.preview.training's Adam updates two tensors; an Adam of the default domain is unknown",
+          "[onnx][training]") {
+  const auto model = [](const char* domain) {
+    ::onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(17);
+    auto* training = m.add_opset_import();
+    training->set_domain("ai.onnx.preview.training");
+    training->set_version(1);
+    auto* g = m.mutable_graph();
+    g->set_name("adam");
+    add_f32(g, "R", {}, {0.05f});
+    auto* t = g->add_initializer();
+    t->set_name("T");
+    t->set_data_type(::onnx::TensorProto::INT64);
+    t->add_int64_data(2);
+    add_typed_input(g, "X1", ::onnx::TensorProto::FLOAT, {3});
+    add_typed_input(g, "X2", ::onnx::TensorProto::FLOAT, {2, 2});
+    add_f32(g, "G1", {3}, {0.5f, -1.0f, 2.0f});
+    add_f32(g, "G2", {2, 2}, {0.25f, 0.0f, -0.75f, 1.5f});
+    add_f32(g, "V1", {3}, {0.1f, 0.2f, -0.3f});
+    add_f32(g, "V2", {2, 2}, {0.0f, 0.4f, 0.1f, -0.2f});
+    add_f32(g, "H1", {3}, {0.01f, 0.02f, 0.03f});
+    add_f32(g, "H2", {2, 2}, {0.5f, 0.0f, 0.25f, 0.125f});
+    auto* n = g->add_node();
+    n->set_op_type("Adam");
+    n->set_domain(domain);
+    n->set_name("adam");
+    for (const char* i : {"R", "T", "X1", "X2", "G1", "G2", "V1", "V2", "H1", "H2"}) n->add_input(i);
+    for (const char* o : {"X1_new", "X2_new", "V1_new", "V2_new", "H1_new", "H2_new"}) {
+      n->add_output(o);
+      g->add_output()->set_name(o);
+    }
+    add_attr(*n, "alpha", ::onnx::AttributeProto::FLOAT).set_f(0.8f);
+    add_attr(*n, "beta", ::onnx::AttributeProto::FLOAT).set_f(0.9f);
+    add_attr(*n, "norm_coefficient", ::onnx::AttributeProto::FLOAT).set_f(0.001f);
+    return m;
+  };
+  const load_error outside = error_loading(model(""));
+  CHECK(outside.code == errc::not_supported);
+  CHECK(outside.what.find("Adam") != std::string::npos);
+  graph gr = npurt::onnx::load_from_bytes(model("ai.onnx.preview.training").SerializeAsString(), "adam");
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  const tensor x1({3}, dtype::f32, {1.0, -2.0, 0.5}), x2({2, 2}, dtype::f32, {0.0, 1.0, -1.0, 3.0});
+  const auto r = s.run(s.compile(gr), {{"X1", x1}, {"X2", x2}});
+  // onnx.ai Adam with T = 2, the attributes and R as the model's floats hold them.
+  const training_ref::adam_params ap{0.8f, 0.9f, 1e-6, 0.001f, 0.0};
+  const std::vector<std::vector<double>> xs{{1.0, -2.0, 0.5}, {0.0, 1.0, -1.0, 3.0}},
+      gs{{0.5, -1.0, 2.0}, {0.25, 0.0, -0.75, 1.5}}, vs{{0.1f, 0.2f, -0.3f}, {0.0, 0.4f, 0.1f, -0.2f}},
+      hs{{0.01f, 0.02f, 0.03f}, {0.5, 0.0, 0.25, 0.125}};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto want = training_ref::adam(0.05f, 2, xs[i], gs[i], vs[i], hs[i], ap);
+    const std::string k = std::to_string(i + 1);
+    close(r.outputs.at("X" + k + "_new").to_vector(), want.x);
+    close(r.outputs.at("V" + k + "_new").to_vector(), want.v);
+    close(r.outputs.at("H" + k + "_new").to_vector(), want.h);
+  }
+}
+
+TEST_CASE("test_adam_multiple, its Adam given the epsilon its data was computed with, matches ONNX's outputs",
+          "[onnx][training][conformance]") {
+  const fs::path t = node_tests_dir() / "test_adam_multiple";
+  if (!fs::exists(t / "model.onnx")) SKIP("no ONNX node test at " << t.string() << " (install libonnx-testdata)");
+  ::onnx::ModelProto m;
+  {
+    std::ifstream in(t / "model.onnx", std::ios::binary);
+    REQUIRE(m.ParseFromIstream(&in));
+  }
+  REQUIRE(m.graph().node_size() == 1);
+  auto* n = m.mutable_graph()->mutable_node(0);
+  REQUIRE(n->op_type() == "Adam");
+  for (const auto& a : n->attribute()) REQUIRE(a.name() != "epsilon");
+  add_attr(*n, "epsilon", ::onnx::AttributeProto::FLOAT).set_f(1e-2f);
+  graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "test_adam_multiple");
+  const std::vector<std::string> names = model_inputs(t / "model.onnx");
+  const fs::path ds = t / "test_data_set_0";
+  std::vector<tensor> ins;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    ins.push_back(npurt::onnx::load_tensor((ds / ("input_" + std::to_string(i) + ".pb")).string()));
+  std::vector<feed> feeds;
+  for (std::size_t i = 0; i < ins.size(); ++i) feeds.push_back({names[i], ins[i]});
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  const auto r = s.run(s.compile(g), feeds);
+  REQUIRE(g.outputs().size() == 6);
+  for (std::size_t o = 0; o < g.outputs().size(); ++o) {
+    const tensor expected = npurt::onnx::load_tensor((ds / ("output_" + std::to_string(o) + ".pb")).string());
+    std::string why;
+    const bool ok = allclose(expected, r.outputs.at(g.outputs()[o]), why);
+    INFO(g.outputs()[o] << ": " << why);
+    CHECK(ok);
+  }
 }
