@@ -636,6 +636,15 @@ struct recurrent {
   [[nodiscard]] constexpr bool has(std::uint8_t bit) const noexcept { return (options & bit) != 0; }
 };
 
+/// ONNX's Det (onnx.ai/onnx/operators/onnx__Det.html): y[i] = the determinant of the square
+/// matrix x[i, :, :] for every index i of x's leading dimensions. x is [*, m, m], m >= 1, and y
+/// is x's shape without its last two dimensions (a scalar, rank 0, for a rank-2 x), of x's float
+/// dtype. Computed by LU factorisation with partial pivoting in double (numpy.linalg.det's
+/// method, LAPACK's getrf), rounded once to y's dtype; a singular matrix gives 0 (or -0).
+struct det {
+  tensor_desc x{}, y{};
+};
+
 /// One element of dequantize as the kernel computes it, before the store to y's dtype: x rounded
 /// to float (NumPy's astype(float32): exact for int8 and uint8), the difference with the zero
 /// point and the product with the scale in double (NumPy promotes an int32 difference to
@@ -781,6 +790,7 @@ constexpr std::string_view op_name(const float_class& f) noexcept {
 constexpr std::string_view op_name(const quantize& q) noexcept {
   return q.fn == quantize_fn::quantize ? "quantize" : "dequantize";
 }
+constexpr std::string_view op_name(const det&) noexcept { return "det"; }
 constexpr std::string_view op_name(const recurrent& r) noexcept {
   switch (r.cell) {
     case rnn_cell::rnn: return "rnn";
@@ -793,11 +803,12 @@ constexpr std::string_view op_name(const recurrent& r) noexcept {
 }  // namespace npurt::kernels
 
 /// Comma-led list of the operation types above, spliced into kernel_op.
-#define NPURT_KERNEL_OP_LIST                                                                                         \
-  , kernels::matmul, kernels::conv2d, kernels::conv2d_backward_data, kernels::conv2d_backward_weight,                \
-      kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d,    \
-      kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,                \
-      kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile, \
-      kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum,                 \
-      kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k,      \
-      kernels::compare, kernels::where, kernels::logical, kernels::float_class, kernels::quantize, kernels::recurrent
+#define NPURT_KERNEL_OP_LIST                                                                                           \
+  , kernels::matmul, kernels::conv2d, kernels::conv2d_backward_data, kernels::conv2d_backward_weight,                  \
+      kernels::elementwise, kernels::batchnorm, kernels::batchnorm_backward, kernels::layernorm, kernels::pool2d,      \
+      kernels::pool2d_backward, kernels::softmax, kernels::reduce, kernels::transpose, kernels::cast,                  \
+      kernels::sgd_update, kernels::fused_elementwise, kernels::slice, kernels::pad, kernels::gather, kernels::tile,   \
+      kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum,                   \
+      kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k,        \
+      kernels::compare, kernels::where, kernels::logical, kernels::float_class, kernels::quantize, kernels::recurrent, \
+      kernels::det

@@ -415,6 +415,69 @@ void add_optimizer(graph& g, const std::string& t, const std::string& node_name,
   }
 }
 
+/// BatchNormalization with training_mode = 1 (onnx.ai/onnx/operators/onnx__BatchNormalization.html,
+/// opset 14 on; onnx/reference/ops/op_batch_normalization.py's _batchnorm_training_mode): the
+/// batch's mean and population variance over every axis but the channel axis 1,
+/// Y = scale * (X - mean) / sqrt(var + epsilon) + B, and the outputs running_mean =
+/// input_mean * momentum + mean * (1 - momentum), running_var likewise with the variance.
+void add_batchnorm_training(graph& g, const std::string& node_name, const std::vector<std::string>& ins,
+                            const std::vector<std::string>& outputs, const attributes& attrs,
+                            const std::function<std::string(const std::string&)>& fresh) {
+  multi_output_steps step(g, node_name, fresh);
+  if (ins.size() != 5 || std::any_of(ins.begin(), ins.end(), [](const std::string& s) { return s.empty(); }))
+    fail(errc::parse_error, node_name, {},
+         "BatchNormalization '" + node_name + "' takes X, scale, B, input_mean and input_var");
+  if (outputs.empty() || outputs.size() > 3 || outputs[0].empty())
+    fail(errc::parse_error, node_name, {},
+         "BatchNormalization '" + node_name +
+             "' in training mode has the outputs Y, running_mean and running_var, Y named");
+  const value_info x = g.value(ins[0]);
+  if (!is_float(x.type))
+    fail(errc::invalid_dtype, node_name, ins[0],
+         "BatchNormalization '" + node_name + "': X must be float, got " + std::string(to_string(x.type)));
+  const std::size_t rank = x.shape.rank();
+  if (rank < 2)
+    fail(errc::invalid_shape, node_name, ins[0],
+         "BatchNormalization '" + node_name + "': X must be [N, C, ...], got " + shape_string(x.shape));
+  for (std::size_t i = 1; i < 5; ++i) {
+    const value_info& p = g.value(ins[i]);
+    if (p.type != x.type)
+      fail(errc::invalid_dtype, node_name, p.name,
+           "BatchNormalization '" + node_name + "': '" + p.name + "' must be " + std::string(to_string(x.type)) +
+               " as X, got " + std::string(to_string(p.type)));
+    if (!(p.shape == shape{x.shape[1]}))
+      fail(errc::invalid_shape, node_name, p.name,
+           "BatchNormalization '" + node_name + "': '" + p.name + "' must be [" + std::to_string(x.shape[1]) +
+               "], got " + shape_string(p.shape));
+  }
+  const double momentum = attrs.get_float("momentum", 0.9), epsilon = attrs.get_float("epsilon", 1e-5);
+  ints axes{0};
+  for (std::size_t a = 2; a < rank; ++a) axes.push_back(static_cast<std::int64_t>(a));
+  const attributes over{{"axes", axes}, {"keepdims", std::int64_t{1}}};
+  const auto c = [&](const std::string& tag, double v) { return step.scalar(tag, v, x.type); };
+  const std::string mean = step("ReduceMean", "mean", {ins[0]}, {}, over);
+  const std::string centred = step("Sub", "centred", {ins[0], mean});
+  const std::string var = step("ReduceMean", "var", {step("Mul", "square", {centred, centred})}, {}, over);
+  // scale, B: [C] as [C, 1, ...], broadcasting over the axes after the channel's.
+  std::vector<std::int64_t> per_channel(rank - 1, 1);
+  per_channel[0] = -1;
+  const std::string channel_shape = add_ints(g, fresh(node_name + "/channel_shape"), per_channel);
+  const std::string scale = step("Reshape", "scale", {ins[1], channel_shape});
+  const std::string bias = step("Reshape", "bias", {ins[2], channel_shape});
+  const std::string std_dev = step("Sqrt", "std", {step("Add", "var_eps", {var, c("eps", epsilon)})});
+  step("Add", "y", {step("Div", "normed", {step("Mul", "scaled", {scale, centred}), std_dev}), bias}, outputs[0]);
+  const std::string flat = add_ints(g, fresh(node_name + "/flat_shape"), std::vector<std::int64_t>{x.shape[1]});
+  for (std::size_t k = 1; k < outputs.size(); ++k) {
+    if (outputs[k].empty()) continue;
+    const std::string& running = ins[2 + k];
+    const std::string stat = step("Reshape", k == 1 ? "mean_c" : "var_c", {k == 1 ? mean : var, flat});
+    step("Add", k == 1 ? "running_mean" : "running_var",
+         {step("Mul", k == 1 ? "kept_mean" : "kept_var", {running, c("momentum", momentum)}),
+          step("Mul", k == 1 ? "batch_mean" : "batch_var", {stat, c("one_momentum", 1.0 - momentum)})},
+         outputs[k]);
+  }
+}
+
 }  // namespace
 
 // The reductions the kernels lack as ReduceSum or ReduceMax with elementwise steps, Sum and Mean
@@ -487,6 +550,7 @@ bool added_as_chain(const graph& g, std::string_view type, std::span<const std::
     const value_info* b = g.find(inputs[1]);
     return a && b && a->known && b->known && a->type != b->type;
   }
+  if (type == "BatchNormalization") return attrs.get_int("training_mode", 0) != 0;
   if (type == "LayerNormalization")
     return outputs.size() > 1 &&
            std::any_of(outputs.begin() + 1, outputs.end(), [](const std::string& o) { return !o.empty(); });
@@ -510,6 +574,10 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
   }
   if (t == "Adagrad" || t == "Adam" || t == "Momentum") {
     add_optimizer(g, t, node_name, ins, outputs, attrs, fresh);
+    return;
+  }
+  if (t == "BatchNormalization") {
+    add_batchnorm_training(g, node_name, ins, outputs, attrs, fresh);
     return;
   }
   if (t == "Pow") {

@@ -20,7 +20,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 103> ops_table{"Add",
+constexpr std::array<std::string_view, 104> ops_table{"Add",
                                                       "AveragePool",
                                                       "BatchNormalization",
                                                       "Cast",
@@ -122,7 +122,8 @@ constexpr std::array<std::string_view, 103> ops_table{"Add",
                                                       "Recurrent",
                                                       "Asin",
                                                       "Acos",
-                                                      "Atan"};
+                                                      "Atan",
+                                                      "Det"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -1783,6 +1784,17 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     same_type(n, a, b);
     return one(broadcast(n, a, b), a.type);
   }
+  if (t == "Det") {
+    // onnx.ai/onnx/operators/onnx__Det.html: X [*, M, M] of a float type; Y the leading
+    // dimensions, a scalar for one matrix.
+    const auto& x = need(n, in, 0);
+    need_float(n, x);
+    const std::size_t r = x.shape.rank();
+    if (r < 2 || x.shape[r - 1] != x.shape[r - 2])
+      fail(errc::invalid_shape, n, x.name,
+           "X must be [*, M, M], square matrices in its last two dimensions, got " + shape_string(x.shape));
+    return one(shape(std::span<const std::int64_t>(x.shape.begin(), x.shape.end() - 2)), x.type);
+  }
   if (t == "CumSum") {
     // onnx.ai/onnx/operators/onnx__CumSum.html: the axis is an input, a 0-D (or, as exporters
     // write it, one-element 1-D) int32 or int64 tensor; it must be known when the graph is built.
@@ -2142,9 +2154,10 @@ void graph::add_composite(std::string_view type, std::string name, const std::ve
                            : type == "SoftmaxCrossEntropyLoss" || type == "Dropout"        ? 2
                                                                                            : 1;
   // RNN, GRU and LSTM check their outputs themselves: any of them may be left out, Y too. So do
-  // the training operators (one output per updated tensor).
-  const bool recurrent =
-      type == "RNN" || type == "GRU" || type == "LSTM" || type == "Adagrad" || type == "Adam" || type == "Momentum";
+  // the training operators (one output per updated tensor) and BatchNormalization in training
+  // mode (Y, running_mean, running_var).
+  const bool recurrent = type == "RNN" || type == "GRU" || type == "LSTM" || type == "Adagrad" || type == "Adam" ||
+                         type == "Momentum" || type == "BatchNormalization";
   if (!recurrent && (outputs.size() > most || outputs.empty() || outputs[0].empty()))
     throw graph_error(
         make_error_code(errc::invalid_argument), name, {},

@@ -507,6 +507,9 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       }
       at += xrow;
     }
+  } else if (t == "Det") {
+    // One matrix's determinant is a scalar: y as the rank-0 tensor it is.
+    kernel(kernels::det{desc(st.in[0]), exact(st.out[0])});
   }
   return out;
 }

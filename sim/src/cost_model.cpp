@@ -648,6 +648,13 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           const double in = bytes(op.param) + bytes(op.grad) + (mom ? bytes(op.momentum_buffer) : 0.0);
           const double out = bytes(op.param) + (mom ? bytes(op.momentum_buffer) : 0.0);
           w.add(elems(op.param), in, out, mom ? 5 : 3, op.param.type);
+        } else if constexpr (std::is_same_v<T, det>) {
+          // Gaussian elimination in double: about m^3 / 3 multiply-adds per m x m matrix, so 2m / 3
+          // operations per element, plus a compare per element for the pivot searches; x read once,
+          // one value per matrix written (a scalar y: tensor_desc::bytes, not bytes()).
+          const std::size_t r = op.x.shape.rank();
+          const double m = r >= 2 ? static_cast<double>(op.x.shape[r - 1]) : 1.0;
+          w.add(elems(op.x), bytes(op.x), static_cast<double>(op.y.bytes()), 2.0 * m / 3.0 + 1.0, dtype::f64);
         }
       },
       k.op);

@@ -2458,6 +2458,48 @@ data_fault run(const kernels::recurrent& op, const host_tensors<R>& launch) {
   return {};
 }
 
+// ONNX's Det as numpy.linalg.det computes it (LAPACK's getrf): each matrix factorised P A = L U
+// by Gaussian elimination with partial pivoting, in double whatever x's dtype, the determinant
+// the product of U's diagonal with the sign of the row swaps, rounded once to y's dtype. A zero
+// pivot column makes the matrix singular: 0.
+void run(const kernels::det& op, const host_ptrs& h) {
+  const shape& s = op.x.shape;
+  const auto m = static_cast<size_t>(s[s.rank() - 1]);
+  const auto count = static_cast<size_t>(op.y.shape.elements());  // 1 for a rank-0 y
+  const std::byte* px = h[op.x];
+  std::vector<double> a(m * m), dets(count);
+  for (size_t b = 0; b < count; ++b) {
+    for (size_t i = 0; i < m * m; ++i) a[i] = read_real<double>(op.x.type, px, b * m * m + i);
+    double d = 1.0;
+    for (size_t c = 0; c < m; ++c) {
+      // The row with the largest magnitude in column c at or below the diagonal (the first on a
+      // tie); NaN is never larger, so a column of NaN keeps its diagonal row and NaN flows on.
+      size_t p = c;
+      for (size_t r = c + 1; r < m; ++r)
+        if (std::fabs(a[r * m + c]) > std::fabs(a[p * m + c])) p = r;
+      if (a[p * m + c] == 0.0) {
+        d = 0.0;
+        break;
+      }
+      if (p != c) {
+        std::swap_ranges(a.begin() + static_cast<std::ptrdiff_t>(p * m),
+                         a.begin() + static_cast<std::ptrdiff_t>(p * m + m),
+                         a.begin() + static_cast<std::ptrdiff_t>(c * m));
+        d = -d;
+      }
+      const double pivot = a[c * m + c];
+      d *= pivot;
+      for (size_t r = c + 1; r < m; ++r) {
+        const double f = a[r * m + c] / pivot;
+        for (size_t k = c + 1; k < m; ++k) a[r * m + k] -= f * a[c * m + k];
+      }
+    }
+    dets[b] = d;
+  }
+  std::byte* py = h[op.y];
+  for (size_t b = 0; b < count; ++b) write_real<double>(op.y.type, py, b, dets[b]);
+}
+
 void run(const kernels::fixed&, const host_ptrs&) {}
 
 }  // namespace

@@ -866,6 +866,17 @@ std::error_code check(const kernels::sgd_update& s) {
   return {};
 }
 
+// ONNX's Det: x [*, m, m] of a float dtype, y x's leading dimensions (rank 0 for a matrix) of
+// its dtype.
+std::error_code check(const kernels::det& d) {
+  if (!is_float(d.x.type) || d.y.type != d.x.type) return fail(errc::invalid_dtype);
+  const std::size_t r = d.x.shape.rank();
+  if (r < 2 || d.x.shape[r - 1] != d.x.shape[r - 2] || d.y.shape.rank() != r - 2) return fail(errc::invalid_shape);
+  for (std::size_t i = 0; i + 2 < r; ++i)
+    if (d.y.shape[i] != d.x.shape[i]) return fail(errc::invalid_shape);
+  return {};
+}
+
 std::error_code check(const kernels::fixed&) { return {}; }
 
 // ---- work bounds -----------------------------------------------------------------------
@@ -953,6 +964,8 @@ bool scalar_allowed(const kernel_op& op, const tensor_desc& t) noexcept {
   // ScatterND's updates and GatherND's y are one element when an index tuple addresses one.
   if (const auto* s = std::get_if<kernels::scatter_nd>(&op)) return &t == &s->updates;
   if (const auto* g = std::get_if<kernels::gather_nd>(&op)) return &t == &g->y;
+  // Det's y is one scalar determinant for a rank-2 x.
+  if (const auto* d = std::get_if<kernels::det>(&op)) return &t == &d->y;
   return false;
 }
 
@@ -1012,7 +1025,8 @@ operand_list operands(const kernel_op& op) noexcept {
                              std::is_same_v<T, kernels::transpose> || std::is_same_v<T, kernels::cast> ||
                              std::is_same_v<T, kernels::slice> || std::is_same_v<T, kernels::pad> ||
                              std::is_same_v<T, kernels::tile> || std::is_same_v<T, kernels::trilu> ||
-                             std::is_same_v<T, kernels::resize> || std::is_same_v<T, kernels::cumsum>) {
+                             std::is_same_v<T, kernels::resize> || std::is_same_v<T, kernels::cumsum> ||
+                             std::is_same_v<T, kernels::det>) {
           b.add(r, o.x);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::nll_loss>) {

@@ -1,5 +1,5 @@
 // Asin, Acos, Atan; Pow with an exponent of another dtype; the training operators Adagrad, Adam
-// and Momentum
+// and Momentum; BatchNormalization in training mode; Det
 // (onnx.ai/onnx/operators): compiled runs against references written here from ONNX's
 // definitions and NumPy's semantics, and the typed errors.
 #include <npurt/graph/session.hpp>
@@ -294,4 +294,110 @@ TEST_CASE("the training operators refuse mismatched lists, shapes, types and mis
   expect_graph_error(
       [&] { momentum({{"alpha", 0.9}, {"beta", 1.0}, {"mode", std::string("heavy")}, {"norm_coefficient", 0.0}}); },
       errc::invalid_argument, "opt", "");
+}
+
+TEST_CASE("BatchNormalization in training mode normalises with the batch's statistics and updates the running ones",
+          "[graph][training][batchnorm]") {
+  constexpr std::int64_t N = 2, C = 3, H = 2, W = 2;
+  const auto xv = test::values(N * C * H * W, 5, 2.0), sv = test::values(C, 6), bv = test::values(C, 7),
+             mv = test::values(C, 8), vv = test::values(C, 9);
+  std::vector<double> varv;
+  for (const double v : vv) varv.push_back(std::fabs(v) + 0.5);
+  const double momentum = 0.8, eps = 1e-3;
+  graph g("bn train");
+  std::vector<std::string> ins{g.add_input("x", {N, C, H, W}, dtype::f32)};
+  for (const char* p : {"scale", "bias", "mean", "var"}) ins.push_back(g.add_input(p, {C}, dtype::f32));
+  g.add_node("BatchNormalization", "bn", ins, {"y", "running_mean", "running_var"},
+             {{"training_mode", std::int64_t{1}}, {"momentum", momentum}, {"epsilon", eps}});
+  for (const char* o : {"y", "running_mean", "running_var"}) g.set_output(o);
+  const auto f = [](const std::vector<double>& v) {
+    std::vector<double> r;
+    for (const double e : v) r.push_back(static_cast<float>(e));
+    return r;
+  };
+  const auto x32 = f(xv), s32 = f(sv), b32 = f(bv), m32 = f(mv), v32 = f(varv);
+  const auto r = tr_run(g, {{"x", tensor({N, C, H, W}, dtype::f32, x32)},
+                            {"scale", tensor({C}, dtype::f32, s32)},
+                            {"bias", tensor({C}, dtype::f32, b32)},
+                            {"mean", tensor({C}, dtype::f32, m32)},
+                            {"var", tensor({C}, dtype::f32, v32)}});
+  // x.mean and x.var (population) over N, H, W per channel; y = s * (x - mean) / sqrt(var + eps) + b.
+  std::vector<double> y(x32.size()), rm, rv;
+  for (std::int64_t c = 0; c < C; ++c) {
+    double sum = 0, sq = 0;
+    const auto at = [&](std::int64_t n, std::int64_t k) { return static_cast<std::size_t>((n * C + c) * H * W + k); };
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t k = 0; k < H * W; ++k) sum += x32[at(n, k)];
+    const double mean = sum / (N * H * W);
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t k = 0; k < H * W; ++k) sq += (x32[at(n, k)] - mean) * (x32[at(n, k)] - mean);
+    const double var = sq / (N * H * W);
+    const auto cc = static_cast<std::size_t>(c);
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t k = 0; k < H * W; ++k)
+        y[at(n, k)] = s32[cc] * (x32[at(n, k)] - mean) / std::sqrt(var + eps) + b32[cc];
+    rm.push_back(m32[cc] * momentum + mean * (1 - momentum));
+    rv.push_back(v32[cc] * momentum + var * (1 - momentum));
+  }
+  CHECK(tr_close(r.outputs.at("y").to_vector(), y, 1e-5));
+  CHECK(tr_close(r.outputs.at("running_mean").to_vector(), rm, 1e-6));
+  CHECK(tr_close(r.outputs.at("running_var").to_vector(), rv, 1e-6));
+  // Y alone is a training-mode normalisation too; a parameter of the wrong length is named.
+  graph y_only("bn y only");
+  std::vector<std::string> yi{y_only.add_input("x", {N, C, H, W}, dtype::f32)};
+  for (const char* p : {"scale", "bias", "mean", "var"}) yi.push_back(y_only.add_input(p, {C}, dtype::f32));
+  y_only.add_node("BatchNormalization", "bn", yi, {"y"}, {{"training_mode", std::int64_t{1}}, {"epsilon", eps}});
+  y_only.set_output("y");
+  const auto ry = tr_run(y_only, {{"x", tensor({N, C, H, W}, dtype::f32, x32)},
+                                  {"scale", tensor({C}, dtype::f32, s32)},
+                                  {"bias", tensor({C}, dtype::f32, b32)},
+                                  {"mean", tensor({C}, dtype::f32, m32)},
+                                  {"var", tensor({C}, dtype::f32, v32)}});
+  CHECK(tr_close(ry.outputs.at("y").to_vector(), y, 1e-5));
+  expect_graph_error(
+      [&] {
+        graph h("bn bad");
+        std::vector<std::string> hi{h.add_input("x", {N, C, H, W}, dtype::f32)};
+        for (const char* p : {"scale", "bias", "mean"}) hi.push_back(h.add_input(p, {C}, dtype::f32));
+        hi.push_back(h.add_input("var", {C + 1}, dtype::f32));
+        h.add_node("BatchNormalization", "bn", hi, {"y", "rm", "rv"}, {{"training_mode", std::int64_t{1}}});
+      },
+      errc::invalid_shape, "bn", "var");
+}
+
+TEST_CASE("Det gives each square matrix's determinant, a scalar for one matrix; non-square is refused",
+          "[graph][det]") {
+  graph g("det");
+  auto x = g.add_input("x", {2, 3, 3}, dtype::f32);
+  auto m = g.add_input("m", {2, 2}, dtype::f64);
+  g.set_output(g.add_op("Det", {x}, {}, "d"));
+  g.set_output(g.add_op("Det", {m}, {}, "dm"));
+  CHECK(g.value("d").shape == shape{2});
+  CHECK(g.value("dm").shape == shape{});
+  // A matrix whose first pivot is 0 and a triangular one: 2*(0*1 - 3*4) ... by cofactors below.
+  const std::vector<double> xv{0, 1, 2, 3, 4, 5, 6, 7, 9,  //
+                               2, 0, 0, 1, 3, 0, 4, 5, -1};
+  const auto r =
+      tr_run(g, {{"x", tensor({2, 3, 3}, dtype::f32, xv)}, {"m", tensor({2, 2}, dtype::f64, {0.1, 0.2, 0.3, 0.4})}});
+  const auto cof = [&](std::size_t o) {
+    const double* a = xv.data() + o;
+    return a[0] * (a[4] * a[8] - a[5] * a[7]) - a[1] * (a[3] * a[8] - a[5] * a[6]) + a[2] * (a[3] * a[7] - a[4] * a[6]);
+  };
+  CHECK(std::fabs(r.outputs.at("d").get(0) - cof(0)) <= 1e-5);
+  CHECK(std::fabs(r.outputs.at("d").get(1) - cof(9)) <= 1e-5);
+  CHECK(cof(0) == -3);
+  CHECK(cof(9) == -6);
+  CHECK(std::fabs(r.outputs.at("dm").get(0) - (0.1 * 0.4 - 0.2 * 0.3)) <= 1e-16);
+  expect_graph_error(
+      [] {
+        graph h("det bad");
+        h.add_op("Det", {h.add_input("x", {2, 3, 4}, dtype::f32)}, {}, "d");
+      },
+      errc::invalid_shape, "d", "x");
+  expect_graph_error(
+      [] {
+        graph h("det int");
+        h.add_op("Det", {h.add_input("x", {3, 3}, dtype::i32)}, {}, "d");
+      },
+      errc::not_supported, "d", "x");
 }

@@ -1,4 +1,4 @@
-// The inverse trigonometric functions: each against a reference
+// The inverse trigonometric functions and det: each against a reference
 // written from ONNX's operator documentation (and NumPy's functions it names), evaluated in
 // double or long double, never from the kernels' own output.
 #include "helpers.hpp"
@@ -27,6 +27,22 @@ double trig_tolerance(dtype t) {
     case dtype::f16: return 1e-3;
     default: return 8e-3;  // bf16
   }
+}
+
+// The determinant by Laplace expansion along the first row, in long double: another method than
+// the kernel's elimination, exact for the small integer matrices below.
+long double laplace_det(const std::vector<long double>& a, std::size_t m) {
+  if (m == 1) return a[0];
+  long double sum = 0;
+  for (std::size_t j = 0; j < m; ++j) {
+    std::vector<long double> minor;
+    for (std::size_t r = 1; r < m; ++r)
+      for (std::size_t c = 0; c < m; ++c)
+        if (c != j) minor.push_back(a[r * m + c]);
+    const long double term = a[j] * laplace_det(minor, m - 1);
+    sum += j % 2 == 0 ? term : -term;
+  }
+  return sum;
 }
 
 }  // namespace
@@ -67,4 +83,65 @@ TEST_CASE("asin, acos and atan follow numpy.arcsin, arccos and arctan in every f
       CHECK(y.get(0) == static_cast<float>(-std::atan(1.0)));  // atan(-1) = -pi/4, rounded once
     }
   }
+}
+
+TEST_CASE("det computes each matrix's determinant in every float dtype, pivoting past zeros", "[kernels][det]") {
+  // Three 3x3 matrices: one that needs a row swap (a zero first pivot), a singular one (two equal
+  // rows) and one with a swap that flips the sign; small integers, exact in every dtype.
+  const std::vector<double> mats{0, 2, 1, 3, -1, 4, 5, 6, -2,  //
+                                 1, 2, 3, 4, 5,  6, 1, 2, 3,   //
+                                 2, 7, 1, 8, 2,  8, 1, 8, 2};
+  for (const dtype t : {dtype::f32, dtype::f64, dtype::f16, dtype::bf16}) {
+    CAPTURE(npurt::to_string(t));
+    tensor x({3, 3, 3}, t), y({3}, t);
+    x.assign(mats);
+    REQUIRE(run(k::det{x.desc, y.desc}) == 0);
+    for (std::size_t b = 0; b < 3; ++b) {
+      std::vector<long double> a(mats.begin() + static_cast<std::ptrdiff_t>(9 * b),
+                                 mats.begin() + static_cast<std::ptrdiff_t>(9 * b + 9));
+      // Elimination divides, so a double result may sit an ulp or two off the integer; every
+      // narrower dtype rounds it back onto the integer.
+      const auto want = static_cast<double>(laplace_det(a, 3));
+      if (t == dtype::f64) CHECK(std::fabs(y.get(b) - want) <= 1e-13 * std::fabs(want));
+      else CHECK(y.get(b) == want);
+    }
+  }
+  // The values: 0*(2+24) - 2*(-6-20) + 1*(18+5) = 75; 0; 2*(4-64) - 7*(16-8) + 1*(64-2) = -114.
+  tensor x({3, 3, 3}, dtype::f32), y({3}, dtype::f32);
+  x.assign(mats);
+  REQUIRE(run(k::det{x.desc, y.desc}) == 0);
+  CHECK(y.values() == std::vector<double>{75, 0, -114});
+}
+
+TEST_CASE("det of random matrices agrees with a Laplace expansion; one matrix gives a scalar", "[kernels][det]") {
+  for (const std::int64_t m : {1, 2, 4, 5}) {
+    CAPTURE(m);
+    tensor x({2, m, m}, dtype::f64), y({2}, dtype::f64);
+    x.fill(static_cast<std::uint64_t>(m) + 40, -2, 2, false);
+    REQUIRE(run(k::det{x.desc, y.desc}) == 0);
+    const auto held = x.values();
+    for (std::size_t b = 0; b < 2; ++b) {
+      const auto mm = static_cast<std::size_t>(m * m);
+      std::vector<long double> a(held.begin() + static_cast<std::ptrdiff_t>(b * mm),
+                                 held.begin() + static_cast<std::ptrdiff_t>((b + 1) * mm));
+      const auto want = static_cast<double>(laplace_det(a, static_cast<std::size_t>(m)));
+      CHECK(std::fabs(y.get(b) - want) <= 1e-12 * (1 + std::fabs(want)));
+    }
+  }
+  // A rank-2 x: y is a scalar (rank 0, one element).
+  tensor x({2, 2}, dtype::f32), y(shape{}, dtype::f32);
+  x.assign({3, 8, 4, 6});
+  REQUIRE(run(k::det{x.desc, y.desc}) == 0);
+  CHECK(y.get(0) == 3 * 6 - 8 * 4);
+}
+
+TEST_CASE("det refuses integer, non-square and misshapen operands", "[kernels][det][validate]") {
+  const auto code = [](const k::det& d) { return npurt::sim::validate(d).value(); };
+  CHECK(code(k::det{shape_only({2, 3, 3}, dtype::i32), shape_only({2}, dtype::i32)}) ==
+        static_cast<int>(errc::invalid_dtype));
+  CHECK(code(k::det{shape_only({2, 3, 3}), shape_only({2}, dtype::f16)}) == static_cast<int>(errc::invalid_dtype));
+  CHECK(code(k::det{shape_only({2, 3, 4}), shape_only({2})}) == static_cast<int>(errc::invalid_shape));
+  CHECK(code(k::det{shape_only({2, 3, 3}), shape_only({3})}) == static_cast<int>(errc::invalid_shape));
+  CHECK(code(k::det{shape_only({3}), shape_only({1})}) == static_cast<int>(errc::invalid_shape));
+  CHECK(code(k::det{shape_only({4, 2, 3, 3}), shape_only({4, 2})}) == 0);
 }

@@ -74,6 +74,8 @@
 //    x_t W^T + H R^T + (Wb + Rb), carries the state in float from step to step and rounds y, y_h
 //    and y_c once to their dtype; steps past a sequence length leave y zero and the state as it
 //    was. A length outside [0, seq] fails the kernel with errc::invalid_argument, nothing written.
+//  - det factorises each matrix with partial pivoting in double (numpy.linalg.det's method) and
+//    rounds the determinant once to y's dtype.
 //  - cast rounds to nearest even and saturates into integer ranges; NaN casts to integer 0.
 //    To bool is x != 0 (NaN is true, as NumPy's astype(bool)); from bool is 0 or 1.
 //  - scatter_nd and scatter_elements copy data to y, then apply the updates in row-major order
