@@ -645,6 +645,17 @@ struct det {
   tensor_desc x{}, y{};
 };
 
+/// ONNX's ReverseSequence (onnx.ai/onnx/operators/onnx__ReverseSequence.html): y = x with the
+/// first sequence_lens[b] elements along time_axis of each batch entry b (along batch_axis)
+/// reversed, the rest copied, for any dtype. x and y have one shape of rank 2 or more;
+/// batch_axis and time_axis are two different axes among the first two; sequence_lens is int64
+/// [x.shape[batch_axis]]. A length outside [0, x.shape[time_axis]] is data, known only when the
+/// kernel runs, which then fails with errc::invalid_argument naming the entry, y unwritten.
+struct reverse_sequence {
+  tensor_desc x{}, sequence_lens{}, y{};
+  std::int32_t batch_axis = 1, time_axis = 0;
+};
+
 /// One element of dequantize as the kernel computes it, before the store to y's dtype: x rounded
 /// to float (NumPy's astype(float32): exact for int8 and uint8), the difference with the zero
 /// point and the product with the scale in double (NumPy promotes an int32 difference to
@@ -791,6 +802,7 @@ constexpr std::string_view op_name(const quantize& q) noexcept {
   return q.fn == quantize_fn::quantize ? "quantize" : "dequantize";
 }
 constexpr std::string_view op_name(const det&) noexcept { return "det"; }
+constexpr std::string_view op_name(const reverse_sequence&) noexcept { return "reverse_sequence"; }
 constexpr std::string_view op_name(const recurrent& r) noexcept {
   switch (r.cell) {
     case rnn_cell::rnn: return "rnn";
@@ -811,4 +823,4 @@ constexpr std::string_view op_name(const recurrent& r) noexcept {
       kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum,                   \
       kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k,        \
       kernels::compare, kernels::where, kernels::logical, kernels::float_class, kernels::quantize, kernels::recurrent, \
-      kernels::det
+      kernels::det, kernels::reverse_sequence

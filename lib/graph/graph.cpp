@@ -20,7 +20,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 104> ops_table{"Add",
+constexpr std::array<std::string_view, 105> ops_table{"Add",
                                                       "AveragePool",
                                                       "BatchNormalization",
                                                       "Cast",
@@ -123,7 +123,8 @@ constexpr std::array<std::string_view, 104> ops_table{"Add",
                                                       "Asin",
                                                       "Acos",
                                                       "Atan",
-                                                      "Det"};
+                                                      "Det",
+                                                      "ReverseSequence"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -398,6 +399,7 @@ const op_attributes onnx_attributes[] = {
     {"Adagrad", {"decay_factor", "epsilon", "norm_coefficient"}},
     {"Adam", {"alpha", "beta", "epsilon", "norm_coefficient", "norm_coefficient_post"}},
     {"Momentum", {"alpha", "beta", "mode", "norm_coefficient"}},
+    {"ReverseSequence", {"batch_axis", "time_axis"}},
 };
 constexpr std::string_view own_ops[] = {
     "ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal", "BatchNormalizationGrad", "Recurrent"};
@@ -1794,6 +1796,28 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       fail(errc::invalid_shape, n, x.name,
            "X must be [*, M, M], square matrices in its last two dimensions, got " + shape_string(x.shape));
     return one(shape(std::span<const std::int64_t>(x.shape.begin(), x.shape.end() - 2)), x.type);
+  }
+  if (t == "ReverseSequence") {
+    // onnx.ai/onnx/operators/onnx__ReverseSequence.html: input of rank 2 or more, any type;
+    // batch_axis (default 1) and time_axis (default 0) are 0 and 1 in some order; sequence_lens
+    // int64 [batch]. Its values are data: one outside [0, time steps] fails the run.
+    const auto& x = need(n, in, 0);
+    const auto& lens = need(n, in, 1);
+    const std::int64_t ba = n.attrs.get_int("batch_axis", 1), ta = n.attrs.get_int("time_axis", 0);
+    if (!((ba == 0 && ta == 1) || (ba == 1 && ta == 0)))
+      fail(errc::invalid_argument, n, {},
+           "batch_axis and time_axis must be 0 and 1 in some order, got " + std::to_string(ba) + " and " +
+               std::to_string(ta));
+    if (x.shape.rank() < 2)
+      fail(errc::invalid_shape, n, x.name, "input must have rank 2 or more, got " + shape_string(x.shape));
+    if (lens.type != dtype::i64)
+      fail(errc::invalid_dtype, n, lens.name, "sequence_lens must be int64, got " + std::string(to_string(lens.type)));
+    const shape want{x.shape[static_cast<std::size_t>(ba)]};
+    if (!(lens.shape == want))
+      fail(errc::invalid_shape, n, lens.name,
+           "sequence_lens must be " + shape_string(want) + " (the batch axis " + std::to_string(ba) + " of " +
+               shape_string(x.shape) + "), got " + shape_string(lens.shape));
+    return one(x.shape, x.type);
   }
   if (t == "CumSum") {
     // onnx.ai/onnx/operators/onnx__CumSum.html: the axis is an input, a 0-D (or, as exporters

@@ -510,6 +510,10 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
   } else if (t == "Det") {
     // One matrix's determinant is a scalar: y as the rank-0 tensor it is.
     kernel(kernels::det{desc(st.in[0]), exact(st.out[0])});
+  } else if (t == "ReverseSequence") {
+    kernel(kernels::reverse_sequence{desc(st.in[0]), desc(st.in[1]), y,
+                                     static_cast<std::int32_t>(n.attrs.get_int("batch_axis", 1)),
+                                     static_cast<std::int32_t>(n.attrs.get_int("time_axis", 0))});
   }
   return out;
 }

@@ -655,6 +655,10 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           const std::size_t r = op.x.shape.rank();
           const double m = r >= 2 ? static_cast<double>(op.x.shape[r - 1]) : 1.0;
           w.add(elems(op.x), bytes(op.x), static_cast<double>(op.y.bytes()), 2.0 * m / 3.0 + 1.0, dtype::f64);
+        } else if constexpr (std::is_same_v<T, reverse_sequence>) {
+          // Data movement as transpose's: x's rows gathered in their new time order, the lengths
+          // read, y written once.
+          w.add(elems(op.y), bytes(op.x) + bytes(op.sequence_lens), bytes(op.y), 1, op.y.type);
         }
       },
       k.op);

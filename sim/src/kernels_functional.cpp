@@ -2500,6 +2500,46 @@ void run(const kernels::det& op, const host_ptrs& h) {
   for (size_t b = 0; b < count; ++b) write_real<double>(op.y.type, py, b, dets[b]);
 }
 
+// ONNX's ReverseSequence (onnx/reference/ops/op_reverse_sequence.py): along time_axis, entry t of
+// batch entry b comes from len_b - 1 - t while t < len_b and stays in place after. Every length
+// is checked before y is written.
+data_fault run(const kernels::reverse_sequence& op, const host_ptrs& h) {
+  const shape& s = op.x.shape;
+  const auto ba = static_cast<size_t>(op.batch_axis), ta = static_cast<size_t>(op.time_axis);
+  const int64_t steps = s[ta];
+  const auto batch = static_cast<size_t>(s[ba]);
+  std::vector<int64_t> lens(batch);
+  for (size_t b = 0; b < batch; ++b) {
+    lens[b] = read_int(dtype::i64, h[op.sequence_lens], b);
+    if (lens[b] < 0 || lens[b] > steps)
+      return {make_error_code(errc::invalid_argument),
+              "sequence_lens[" + std::to_string(b) + "] = " + std::to_string(lens[b]) + " is outside [0, " +
+                  std::to_string(steps) + "] (x's time axis " + std::to_string(ta) + " has " + std::to_string(steps) +
+                  " steps)"};
+  }
+  // The first two axes are batch and time in some order; the rest are one block of `inner`
+  // elements moved whole.
+  const int64_t inner = s.elements() / (s[0] * s[1]);
+  const size_t es = size_of(op.x.type);
+  const std::byte* src = h[op.x];
+  int64_t i0 = 0, i1 = 0, k = 0;
+  copy_elements(h, op.y, [&] {
+    const int64_t b = ba == 0 ? i0 : i1, t = ba == 0 ? i1 : i0;
+    const int64_t from = t < lens[static_cast<size_t>(b)] ? lens[static_cast<size_t>(b)] - 1 - t : t;
+    const int64_t j0 = ta == 0 ? from : i0, j1 = ta == 0 ? i1 : from;
+    const std::byte* p = src + static_cast<size_t>((j0 * s[1] + j1) * inner + k) * es;
+    if (++k == inner) {
+      k = 0;
+      if (++i1 == s[1]) {
+        i1 = 0;
+        ++i0;
+      }
+    }
+    return p;
+  });
+  return {};
+}
+
 void run(const kernels::fixed&, const host_ptrs&) {}
 
 }  // namespace

@@ -877,6 +877,19 @@ std::error_code check(const kernels::det& d) {
   return {};
 }
 
+// ONNX's ReverseSequence: batch_axis and time_axis are 0 and 1 in either order, sequence_lens
+// int64 [batch], y x's shape and dtype.
+std::error_code check(const kernels::reverse_sequence& s) {
+  if (s.y.type != s.x.type) return fail(errc::invalid_dtype);
+  if (s.sequence_lens.type != dtype::i64) return fail(errc::invalid_dtype);
+  const bool axes_ok = (s.batch_axis == 0 && s.time_axis == 1) || (s.batch_axis == 1 && s.time_axis == 0);
+  if (!axes_ok) return fail(errc::invalid_argument);
+  if (s.x.shape.rank() < 2 || !(s.y.shape == s.x.shape)) return fail(errc::invalid_shape);
+  if (!(s.sequence_lens.shape == shape{s.x.shape[static_cast<std::size_t>(s.batch_axis)]}))
+    return fail(errc::invalid_shape);
+  return {};
+}
+
 std::error_code check(const kernels::fixed&) { return {}; }
 
 // ---- work bounds -----------------------------------------------------------------------
@@ -1071,6 +1084,9 @@ operand_list operands(const kernel_op& op) noexcept {
           // The states are read when they carry the initial ones, written always.
           b.add_optional(o.has(o.initial_h) ? rw : w, o.y_h);
           b.add_optional(o.has(o.initial_c) ? rw : w, o.y_c);
+        } else if constexpr (std::is_same_v<T, kernels::reverse_sequence>) {
+          b.add(r, o.x, o.sequence_lens);
+          b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::sgd_update>) {
           b.add(rw, o.param);
           b.add(r, o.grad);

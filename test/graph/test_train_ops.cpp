@@ -1,5 +1,5 @@
 // Asin, Acos, Atan; Pow with an exponent of another dtype; the training operators Adagrad, Adam
-// and Momentum; BatchNormalization in training mode; Det
+// and Momentum; BatchNormalization in training mode; Det; ReverseSequence
 // (onnx.ai/onnx/operators): compiled runs against references written here from ONNX's
 // definitions and NumPy's semantics, and the typed errors.
 #include <npurt/graph/session.hpp>
@@ -400,4 +400,41 @@ TEST_CASE("Det gives each square matrix's determinant, a scalar for one matrix; 
         h.add_op("Det", {h.add_input("x", {3, 3}, dtype::i32)}, {}, "d");
       },
       errc::not_supported, "d", "x");
+}
+
+TEST_CASE("ReverseSequence reverses each entry's prefix along the time axis; a bad length fails the run naming it",
+          "[graph][reverse_sequence]") {
+  // [batch 2, time 4] with batch_axis 0, time_axis 1, as ONNX's test_reversesequence_batch.
+  graph g("reverse");
+  auto x = g.add_input("x", {2, 4}, dtype::f32);
+  auto lens = g.add_input("lens", {2}, dtype::i64);
+  g.set_output(
+      g.add_op("ReverseSequence", {x, lens}, {{"batch_axis", std::int64_t{0}}, {"time_axis", std::int64_t{1}}}, "y"));
+  auto sys = test::make_system();
+  session s{sys};
+  auto c = s.compile(g);
+  const tensor xv({2, 4}, dtype::f32, {1, 2, 3, 4, 5, 6, 7, 8});
+  const auto r = s.run(c, {{"x", xv}, {"lens", test::ints_tensor({3, 1})}});
+  CHECK(r.outputs.at("y").to_vector() == std::vector<double>{3, 2, 1, 4, 5, 6, 7, 8});
+  try {
+    (void)s.run(c, {{"x", xv}, {"lens", test::ints_tensor({2, 5})}});
+    FAIL("a length of 5 over 4 steps succeeded");
+  } catch (const error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK_THAT(e.what(), Catch::Matchers::ContainsSubstring("'y'"));
+    CHECK_THAT(e.what(), Catch::Matchers::ContainsSubstring("sequence_lens[1] = 5 is outside [0, 4]"));
+  }
+  expect_graph_error(
+      [] {
+        graph h("reverse axes");
+        h.add_op("ReverseSequence", {h.add_input("x", {2, 4}, dtype::f32), h.add_input("l", {4}, dtype::i64)},
+                 {{"batch_axis", std::int64_t{1}}, {"time_axis", std::int64_t{1}}}, "y");
+      },
+      errc::invalid_argument, "y", "");
+  expect_graph_error(
+      [] {
+        graph h("reverse lens");
+        h.add_op("ReverseSequence", {h.add_input("x", {2, 4}, dtype::f32), h.add_input("l", {2}, dtype::i64)}, {}, "y");
+      },
+      errc::invalid_shape, "y", "l");
 }

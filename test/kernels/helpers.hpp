@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <system_error>
 #include <vector>
 
 namespace kt {
@@ -185,6 +187,13 @@ inline tensor_desc shape_only(shape s, dtype t = dtype::f32) {
 
 /// Runs on host memory and reports the error code's value (0 = success) for Catch's messages.
 inline int run(const npurt::kernel_desc& k) { return npurt::sim::run_reference(k).value(); }
+
+/// Runs on host memory, sets ec, and returns what the kernel said was wrong with its data.
+inline std::string run_why(const npurt::kernel_desc& k, std::error_code& ec) {
+  std::string why;
+  ec = npurt::sim::run_reference(k, npurt::sim::host_memory(), 0, &why);
+  return why;
+}
 
 /// Row-major offset of a rank-4 index.
 inline std::size_t at4(const shape& s, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {

@@ -163,12 +163,6 @@ bool sc_same(const std::vector<double>& a, const std::vector<double>& b) {
   return true;
 }
 
-std::string sc_why(const npurt::kernel_desc& kd, std::error_code& ec) {
-  std::string why;
-  ec = npurt::sim::run_reference(kd, npurt::sim::host_memory(), 0, &why);
-  return why;
-}
-
 }  // namespace
 
 // ---- scatter_nd ----------------------------------------------------------------------------
@@ -297,7 +291,7 @@ TEST_CASE("a scatter_nd index out of range fails, names the index and leaves y u
       idx.assign({0, 0, 1, bad});  // the second tuple's column, after a tuple that would be written
       y.assign({-7, -7, -7, -7, -7, -7});
       std::error_code ec;
-      const std::string why = sc_why(k::scatter_nd{data.desc, idx.desc, upd.desc, y.desc, red::add}, ec);
+      const std::string why = run_why(k::scatter_nd{data.desc, idx.desc, upd.desc, y.desc, red::add}, ec);
       CHECK(ec == npurt::errc::invalid_argument);
       CHECK(why == "indices[3] = " + std::to_string(static_cast<int>(bad)) +
                        " is outside [-3, 2] (data axis 1 has 3 entries)");
@@ -306,7 +300,7 @@ TEST_CASE("a scatter_nd index out of range fails, names the index and leaves y u
     // The first component is checked against axis 0.
     idx.assign({2, 0, 0, 0});
     std::error_code ec;
-    CHECK(sc_why(k::scatter_nd{data.desc, idx.desc, upd.desc, y.desc}, ec) ==
+    CHECK(run_why(k::scatter_nd{data.desc, idx.desc, upd.desc, y.desc}, ec) ==
           "indices[0] = 2 is outside [-2, 1] (data axis 0 has 2 entries)");
     CHECK(ec == npurt::errc::invalid_argument);
     // In place, the failure leaves data itself as it was.
@@ -370,7 +364,7 @@ TEST_CASE("a scatter_elements index out of range fails, names it, y untouched", 
   idx.assign({0, 1, 2, -4});
   y.assign({0, 0, 0, 0, 0, 0});
   std::error_code ec;
-  CHECK(sc_why(k::scatter_elements{data.desc, idx.desc, upd.desc, y.desc, 1}, ec) ==
+  CHECK(run_why(k::scatter_elements{data.desc, idx.desc, upd.desc, y.desc, 1}, ec) ==
         "indices[3] = -4 is outside [-3, 2] (data axis 1 has 3 entries)");
   CHECK(ec == npurt::errc::invalid_argument);
   CHECK(y.values() == std::vector<double>{0, 0, 0, 0, 0, 0});
@@ -443,7 +437,7 @@ TEST_CASE("a gather_nd index out of range fails, names it, y untouched", "[kerne
   i.assign({1, 2});  // batch_dims 1: the index addresses axis 1
   y.assign({9, 9, 9, 9});
   std::error_code ec;
-  CHECK(sc_why(k::gather_nd{d.desc, i.desc, y.desc, 1}, ec) ==
+  CHECK(run_why(k::gather_nd{d.desc, i.desc, y.desc, 1}, ec) ==
         "indices[1] = 2 is outside [-2, 1] (data axis 1 has 2 entries)");
   CHECK(ec == npurt::errc::invalid_argument);
   CHECK(y.values() == std::vector<double>{9, 9, 9, 9});

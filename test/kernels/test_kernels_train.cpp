@@ -1,4 +1,4 @@
-// The inverse trigonometric functions and det: each against a reference
+// The inverse trigonometric functions, det and reverse_sequence: each against a reference
 // written from ONNX's operator documentation (and NumPy's functions it names), evaluated in
 // double or long double, never from the kernels' own output.
 #include "helpers.hpp"
@@ -144,4 +144,65 @@ TEST_CASE("det refuses integer, non-square and misshapen operands", "[kernels][d
   CHECK(code(k::det{shape_only({2, 3, 3}), shape_only({3})}) == static_cast<int>(errc::invalid_shape));
   CHECK(code(k::det{shape_only({3}), shape_only({1})}) == static_cast<int>(errc::invalid_shape));
   CHECK(code(k::det{shape_only({4, 2, 3, 3}), shape_only({4, 2})}) == 0);
+}
+
+TEST_CASE("reverse_sequence reverses each batch entry's first sequence_lens steps, either axis order",
+          "[kernels][reverse_sequence]") {
+  // x [T=4, B=3, 2] (time_axis 0, batch_axis 1) and its transpose [B=3, T=4, 2] (batch_axis 0).
+  constexpr std::int64_t T = 4, B = 3, I = 2;
+  const std::vector<std::int64_t> lens{4, 0, 3};
+  for (const bool batch_first : {false, true}) {
+    CAPTURE(batch_first);
+    const shape s = batch_first ? shape{B, T, I} : shape{T, B, I};
+    for (const dtype t : {dtype::f32, dtype::i64, dtype::u8}) {
+      CAPTURE(npurt::to_string(t));
+      tensor x(s, t), y(s, t), l({B}, dtype::i64);
+      std::vector<double> xv(static_cast<std::size_t>(s.elements()));
+      for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<double>(i + 1);
+      x.assign(xv);
+      for (std::size_t b = 0; b < lens.size(); ++b) l.set(b, static_cast<double>(lens[b]));
+      k::reverse_sequence op{x.desc, l.desc, y.desc, batch_first ? 0 : 1, batch_first ? 1 : 0};
+      REQUIRE(run(op) == 0);
+      // onnx.ai ReverseSequence: y[b, t] = x[b, len_b - 1 - t] for t < len_b, else x[b, t].
+      const auto at = [&](std::int64_t b, std::int64_t tt, std::int64_t i) {
+        return static_cast<std::size_t>(batch_first ? (b * T + tt) * I + i : (tt * B + b) * I + i);
+      };
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t tt = 0; tt < T; ++tt)
+          for (std::int64_t i = 0; i < I; ++i) {
+            const std::int64_t len = lens[static_cast<std::size_t>(b)];
+            const std::int64_t from = tt < len ? len - 1 - tt : tt;
+            CHECK(y.get(at(b, tt, i)) == xv[at(b, from, i)]);
+          }
+    }
+  }
+}
+
+TEST_CASE("reverse_sequence: a length outside [0, steps] fails naming it, y unwritten; bad descriptors refused",
+          "[kernels][reverse_sequence][validate]") {
+  tensor x({3, 2}), y({3, 2}), l({2}, dtype::i64);
+  x.assign({1, 2, 3, 4, 5, 6});
+  y.assign({9, 9, 9, 9, 9, 9});
+  for (const double bad : {4.0, -1.0}) {
+    l.assign({2, bad});
+    std::error_code ec;
+    const std::string why = run_why(k::reverse_sequence{x.desc, l.desc, y.desc, 1, 0}, ec);
+    CHECK(ec == errc::invalid_argument);
+    CHECK(why.find("sequence_lens[1]") != std::string::npos);
+    CHECK(why.find("[0, 3]") != std::string::npos);
+    CHECK(y.values() == std::vector<double>(6, 9.0));
+  }
+  const auto code = [](const k::reverse_sequence& r) { return npurt::sim::validate(r).value(); };
+  CHECK(code({shape_only({3, 2}), shape_only({2}, dtype::i32), shape_only({3, 2}), 1, 0}) ==
+        static_cast<int>(errc::invalid_dtype));
+  CHECK(code({shape_only({3, 2}), shape_only({2}, dtype::i64), shape_only({3, 2}), 1, 1}) ==
+        static_cast<int>(errc::invalid_argument));
+  CHECK(code({shape_only({3, 2, 2}), shape_only({2}, dtype::i64), shape_only({3, 2, 2}), 2, 0}) ==
+        static_cast<int>(errc::invalid_argument));
+  CHECK(code({shape_only({3, 2}), shape_only({3}, dtype::i64), shape_only({3, 2}), 1, 0}) ==
+        static_cast<int>(errc::invalid_shape));
+  CHECK(code({shape_only({3}), shape_only({3}, dtype::i64), shape_only({3}), 1, 0}) ==
+        static_cast<int>(errc::invalid_shape));
+  CHECK(code({shape_only({3, 2}), shape_only({2}, dtype::i64), shape_only({3, 2}, dtype::f16), 1, 0}) ==
+        static_cast<int>(errc::invalid_dtype));
 }

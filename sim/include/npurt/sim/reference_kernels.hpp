@@ -76,6 +76,8 @@
 //    was. A length outside [0, seq] fails the kernel with errc::invalid_argument, nothing written.
 //  - det factorises each matrix with partial pivoting in double (numpy.linalg.det's method) and
 //    rounds the determinant once to y's dtype.
+//  - reverse_sequence copies bytes; a length outside [0, steps] fails it with
+//    errc::invalid_argument naming the entry, y unwritten.
 //  - cast rounds to nearest even and saturates into integer ranges; NaN casts to integer 0.
 //    To bool is x != 0 (NaN is true, as NumPy's astype(bool)); from bool is 0 or 1.
 //  - scatter_nd and scatter_elements copy data to y, then apply the updates in row-major order
