@@ -438,3 +438,51 @@ TEST_CASE("ReverseSequence reverses each entry's prefix along the time axis; a b
       },
       errc::invalid_shape, "y", "l");
 }
+
+TEST_CASE("the new operators compile timing-only and run in fp16 sessions", "[graph][training][fp16]") {
+  graph g("mixed");
+  auto x = g.add_input("x", {2, 3, 2, 2}, dtype::f32);
+  auto m = g.add_input("m", {4, 3, 3}, dtype::f32);
+  auto l = g.add_input("l", {3}, dtype::i64);
+  auto e = g.add_input("e", {2, 3, 2, 2}, dtype::i64);
+  std::vector<std::string> bn{x};
+  for (const char* p : {"scale", "bias", "mean", "var"}) bn.push_back(g.add_input(p, {3}, dtype::f32));
+  g.add_node("BatchNormalization", "bn", bn, {"y", "rm", "rv"}, {{"training_mode", std::int64_t{1}}});
+  g.set_output("y");
+  g.set_output("rm");
+  g.set_output(g.add_op("Det", {m}, {}, "d"));
+  g.set_output(
+      g.add_op("ReverseSequence", {x, l}, {{"batch_axis", std::int64_t{1}}, {"time_axis", std::int64_t{0}}}, "rs"));
+  g.set_output(g.add_op("Asin", {g.add_op("Tanh", {x}, {}, "t")}, {}, "as"));
+  g.set_output(g.add_op("Pow", {x, e}, {}, "pw"));
+  {
+    auto sys = test::make_system();
+    session s{sys};
+    auto c = s.compile(g, {.timing_only = true});
+    std::vector<tensor> ins;
+    for (const char* n : {"x", "m", "l", "e", "scale", "bias", "mean", "var"})
+      ins.push_back(tensor::timing_only(g.value(n).shape, g.value(n).type));
+    std::vector<feed> f;
+    std::size_t k = 0;
+    for (const char* n : {"x", "m", "l", "e", "scale", "bias", "mean", "var"}) f.push_back({n, ins[k++]});
+    const auto r = s.run(c, f);
+    CHECK(r.outputs.at("d").shape() == shape{4});
+  }
+  auto sys = test::make_system();
+  session s{sys, {.precision = precision::fp16}};
+  const tensor xv({2, 3, 2, 2}, dtype::f32, test::values(24, 3)), mv({4, 3, 3}, dtype::f32, test::values(36, 4));
+  const tensor ev({2, 3, 2, 2}, dtype::i64, std::vector<double>(24, 2.0));
+  const tensor ones({3}, dtype::f32, {1, 1, 1}), zeros({3}, dtype::f32, {0, 0, 0});
+  const auto r = s.run(s.compile(g), {{"x", xv},
+                                      {"m", mv},
+                                      {"l", test::ints_tensor({2, 1, 0})},
+                                      {"e", ev},
+                                      {"scale", ones},
+                                      {"bias", zeros},
+                                      {"mean", zeros},
+                                      {"var", ones}});
+  CHECK(r.outputs.at("d").shape() == shape{4});
+  const auto pw = r.outputs.at("pw").to_vector();
+  const auto xs = xv.to_vector();
+  for (std::size_t i = 0; i < xs.size(); ++i) CHECK(std::fabs(pw[i] - xs[i] * xs[i]) <= 2e-3);
+}
