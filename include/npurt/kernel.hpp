@@ -51,7 +51,7 @@ constexpr std::string_view tensor_name(const kernel_op& op, std::size_t i) noexc
                                         "x gamma beta running_mean running_var y saved_mean saved_invstd",
                                         "x dy gamma saved_mean saved_invstd dx dgamma dbeta",
                                         "x gamma beta y",
-                                        "x y",
+                                        "x y indices",
                                         "x dy dx",
                                         "x y",
                                         "x y",

@@ -245,14 +245,40 @@ struct layernorm {
 
 enum class pool_mode : std::uint8_t { max, avg, global_avg };
 
-/// 2-D pooling, NCHW. global_avg ignores window, stride and pad.
+/// Pooling over the trailing 1, 2 or 3 dimensions of x [N, C, D1..Dr] (rank 3, 4 or 5; the name
+/// is from when it was 2-D only): ONNX's MaxPool and AveragePool. Entry i of window, stride, pad,
+/// pad_end and dilation belongs to spatial dimension i (entries past r are ignored). global_avg
+/// averages each whole plane and ignores them.
+///
+/// Output extents follow the ONNX operator spec: (D + pad + pad_end - dilation * (window - 1) - 1)
+/// / stride + 1, rounded down, or up with ceil_mode, where a window that would start past the
+/// input and its leading pad is dropped. Avg divides by the window's elements inside the input,
+/// or with count_include_pad by those inside the padded input (a ceil_mode window's part past the
+/// end pad not counted, as PyTorch and onnxruntime do). A window with no input element (pads may
+/// exceed half the window) is max's identity, -inf (an integer dtype's minimum), with index -1
+/// as onnxruntime gives it, and NaN for avg without count_include_pad (the ONNX reference's 0/0).
+/// Max also takes the integer dtypes, exactly. indices (optional, i64, y's shape) is MaxPool's
+/// second output: the flat index into x of each maximum (the first one in row-major window order,
+/// or the first NaN), with the spatial dimensions in column-major order when column_major
+/// (storage_order = 1).
 struct pool2d {
   pool_mode mode = pool_mode::max;
   tensor_desc x{}, y{};
-  std::array<std::int32_t, 2> window{2, 2};
-  std::array<std::int32_t, 2> stride{2, 2};
-  std::array<std::int32_t, 2> pad{0, 0};
+  std::array<std::int32_t, 3> window{2, 2, 2};
+  std::array<std::int32_t, 3> stride{2, 2, 2};
+  std::array<std::int32_t, 3> pad{0, 0, 0};          ///< before each spatial dimension
+  std::array<std::int32_t, 3> pad_end{-1, -1, -1};   ///< after it; -1: the same as pad
+  std::array<std::int32_t, 3> dilation{1, 1, 1};
+  bool ceil_mode = false;
+  bool count_include_pad = false;
+  bool column_major = false;
+  tensor_desc indices{};
 };
+
+/// The pad after spatial dimension i of a pooling: pad_end[i], or pad[i] when that is -1.
+constexpr std::int32_t end_pad(const pool2d& p, std::size_t i) noexcept {
+  return p.pad_end[i] == -1 ? p.pad[i] : p.pad_end[i];
+}
 
 /// Gradient of pool2d: dx from dy (x is needed for max).
 struct pool2d_backward {

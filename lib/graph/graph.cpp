@@ -1022,6 +1022,99 @@ kernels::grid_sample grid_sample_spec(const node& n, std::span<const value_info*
   return k;
 }
 
+kernels::pool2d pool_spec(const node& n, std::span<const value_info* const> in, shape& out) {
+  const value_info& x = need(n, in, 0);
+  const std::string& t = n.type;
+  const bool max = t == "MaxPool";
+  // onnx.ai: MaxPool takes int8 and uint8 too (opset 12 on); AveragePool floats only.
+  if (!(is_float(x.type) || (max && (x.type == dtype::i8 || x.type == dtype::u8))))
+    fail(errc::not_supported, n, x.name,
+         "needs a floating-point" + std::string(max ? ", int8 or uint8" : "") + " tensor, got " +
+             std::string(to_string(x.type)));
+  const std::size_t rank = x.shape.rank();
+  if (rank < 3)
+    fail(errc::invalid_shape, n, x.name,
+         "X must be [N, C, D1, ...] with a spatial dimension, got " + shape_string(x.shape));
+  if (rank > 5) fail(errc::not_supported, n, x.name, "only 1-, 2- and 3-D pooling, got X " + shape_string(x.shape));
+  const std::size_t r = rank - 2;
+  constexpr std::int64_t i32_max = std::numeric_limits<std::int32_t>::max();
+  kernels::pool2d k{};
+  k.mode = max ? kernels::pool_mode::max : kernels::pool_mode::avg;
+  out = shape{x.shape[0], x.shape[1]};
+  if (t == "GlobalAveragePool") {
+    k.mode = kernels::pool_mode::global_avg;
+    for (std::size_t i = 0; i < r; ++i) out.push_back(1);
+    return k;
+  }
+  // One value per spatial dimension (pads: two), each in [lo, 2^31 - 1].
+  const auto per_dim = [&](std::string_view attr, std::size_t count, std::int64_t def, std::int64_t lo) {
+    const ints v = n.attrs.has(attr) ? n.attrs.get_ints(attr) : ints(count, def);
+    if (v.size() != count)
+      fail(errc::invalid_argument, n, x.name,
+           std::string(attr) + " must have " + std::to_string(count) + " values for X " + shape_string(x.shape) +
+               ", got " + std::to_string(v.size()));
+    for (const std::int64_t e : v)
+      if (e < lo || e > i32_max)
+        fail(errc::invalid_argument, n, x.name,
+             std::string(attr) + " must be in [" + std::to_string(lo) + ", 2^31 - 1], got " + std::to_string(e));
+    return v;
+  };
+  if (!n.attrs.has("kernel_shape")) fail(errc::invalid_argument, n, x.name, "kernel_shape is required");
+  const ints ks = per_dim("kernel_shape", r, 1, 1);
+  const ints st = per_dim("strides", r, 1, 1);
+  const ints dil = per_dim("dilations", r, 1, 1);
+  const auto flag = [&](std::string_view attr) {
+    const std::int64_t v = n.attrs.get_int(attr, 0);
+    if (v != 0 && v != 1)
+      fail(errc::invalid_argument, n, x.name, std::string(attr) + " must be 0 or 1, got " + std::to_string(v));
+    return v == 1;
+  };
+  k.ceil_mode = flag("ceil_mode");
+  if (t == "AveragePool") k.count_include_pad = flag("count_include_pad");
+  if (t == "MaxPool") k.column_major = flag("storage_order");
+  const std::string auto_pad = n.attrs.get_string("auto_pad", "NOTSET");
+  ints pads(2 * r, 0);
+  if (auto_pad == "NOTSET") {
+    pads = per_dim("pads", 2 * r, 0, 0);
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    // The output is ceil(in / stride); the pads that take, odd totals with the extra one at the
+    // end (SAME_UPPER) or the beginning (SAME_LOWER); onnx.ai MaxPool, auto_pad.
+    for (std::size_t i = 0; i < r; ++i) {
+      const std::int64_t in_d = x.shape[i + 2], o = (in_d + st[i] - 1) / st[i];
+      const std::int64_t total = std::max<std::int64_t>(0, (o - 1) * st[i] + dil[i] * (ks[i] - 1) + 1 - in_d);
+      const std::int64_t small = total / 2, large = total - small;
+      pads[i] = auto_pad == "SAME_UPPER" ? small : large;
+      pads[i + r] = auto_pad == "SAME_UPPER" ? large : small;
+    }
+    k.ceil_mode = false;  // the output extent is ceil(in / stride) already
+  } else if (auto_pad == "VALID") {
+    k.ceil_mode = false;
+  } else {
+    fail(errc::invalid_argument, n, x.name,
+         "auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got '" + auto_pad + "'");
+  }
+  for (std::size_t i = 0; i < r; ++i) {
+    if (pads[i] > i32_max || pads[i + r] > i32_max) fail(errc::not_supported, n, x.name, "a pad above 2^31 - 1");
+    k.window[i] = static_cast<std::int32_t>(ks[i]);
+    k.stride[i] = static_cast<std::int32_t>(st[i]);
+    k.dilation[i] = static_cast<std::int32_t>(dil[i]);
+    k.pad[i] = static_cast<std::int32_t>(pads[i]);
+    k.pad_end[i] = static_cast<std::int32_t>(pads[i + r]);
+    // onnx.ai MaxPool: floor (or ceil) of (in + pads - dilation * (kernel - 1) - 1) / stride + 1,
+    // the last window starting inside the input or its leading pad.
+    const std::int64_t in_d = x.shape[i + 2], eff = dil[i] * (ks[i] - 1) + 1;
+    const std::int64_t span = in_d + pads[i] + pads[i + r] - eff;
+    if (span < 0)
+      fail(errc::invalid_shape, n, x.name,
+           "input " + shape_string(x.shape) + " with its pads is smaller than the window (" + std::to_string(eff) +
+               " along spatial dimension " + std::to_string(i) + ")");
+    std::int64_t o = (k.ceil_mode ? span + st[i] - 1 : span) / st[i] + 1;
+    if (k.ceil_mode && (o - 1) * st[i] >= in_d + pads[i]) --o;
+    out.push_back(o);
+  }
+  return k;
+}
+
 kernels::quantize quantize_spec(const node& n, std::span<const value_info* const> in) {
   const bool quant = n.type == "QuantizeLinear";
   const value_info& x = need(n, in, 0);
@@ -1487,34 +1580,12 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     if (n.outputs.size() > 2) out.push_back({shape{w.shape[0]}, w.type});
     return out;
   }
-  if (t == "MaxPool" || t == "AveragePool") {
-    const auto& x = need(n, in, 0);
-    need_float(n, x);
-    if (x.shape.rank() != 4) fail(errc::not_supported, n, x.name, "only 2-D pooling (rank-4 input) is supported");
-    const ints ks = n.attrs.get_ints("kernel_shape");
-    if (ks.size() != 2) fail(errc::not_supported, n, x.name, "kernel_shape must have 2 values");
-    if (n.attrs.get_int("ceil_mode", 0) != 0) fail(errc::not_supported, n, x.name, "ceil_mode=1 is not supported");
-    if (t == "AveragePool" && n.attrs.get_int("count_include_pad", 0) != 0)
-      fail(errc::not_supported, n, x.name, "count_include_pad=1 is not supported");
-    if (t == "MaxPool" && n.attrs.get_int("storage_order", 0) != 0)
-      fail(errc::not_supported, n, x.name, "storage_order=1");
-    if (n.outputs.size() > 1) fail(errc::not_supported, n, x.name, "MaxPool's Indices output is not supported");
-    const spatial s = read_spatial(n, x, {ks[0], ks[1]});
-    if (s.dilation[0] != 1 || s.dilation[1] != 1)
-      fail(errc::not_supported, n, x.name, "dilated pooling is not supported");
-    for (int i = 0; i < 2; ++i)
-      if (2 * s.pad[i] > s.kernel[i])
-        fail(errc::not_supported, n, x.name,
-             "pads above half the window are not supported (every window must cover input)");
-    return one({x.shape[0], x.shape[1], window_out(n, x, x.shape[2], s.kernel[0], s.stride[0], s.pad[0], 1),
-                window_out(n, x, x.shape[3], s.kernel[1], s.stride[1], s.pad[1], 1)},
-               x.type);
-  }
-  if (t == "GlobalAveragePool") {
-    const auto& x = need(n, in, 0);
-    need_float(n, x);
-    if (x.shape.rank() != 4) fail(errc::not_supported, n, x.name, "only rank-4 input is supported");
-    return one({x.shape[0], x.shape[1], 1, 1}, x.type);
+  if (t == "MaxPool" || t == "AveragePool" || t == "GlobalAveragePool") {
+    shape out;
+    graph_ops::pool_spec(n, in, out);
+    std::vector<inferred_output> outs{{out, in[0]->type}};
+    if (t == "MaxPool" && n.outputs.size() > 1) outs.push_back({out, dtype::i64});
+    return outs;
   }
   if (t == "MatMul") {
     const auto& a = need(n, in, 0);

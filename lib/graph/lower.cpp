@@ -259,17 +259,14 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     l.eps = static_cast<float>(n.attrs.get_float("epsilon", 1e-5));
     kernel(l);
   } else if (t == "MaxPool" || t == "AveragePool" || t == "GlobalAveragePool") {
-    kernels::pool2d p{};
+    // The windows inference checked, computed again from the same attributes.
+    const value_info xi{n.inputs[0], desc(st.in[0]).shape, desc(st.in[0]).type};
+    const std::array<const value_info*, 1> in{&xi};
+    shape out;
+    kernels::pool2d p = graph_ops::pool_spec(n, in, out);
     p.x = desc(st.in[0]);
     p.y = y;
-    if (t == "GlobalAveragePool") {
-      p.mode = kernels::pool_mode::global_avg;
-    } else {
-      p.mode = t == "MaxPool" ? kernels::pool_mode::max : kernels::pool_mode::avg;
-      p.window = two(n.attrs.get_ints("kernel_shape"), {1, 1});
-      p.stride = two(n.attrs.get_ints("strides"), {1, 1});
-      p.pad = pads_of(n, p.x.shape, p.window, p.stride, {1, 1});
-    }
+    if (st.out.size() > 1) p.indices = desc(st.out[1]);
     kernel(p);
   } else if (t == "Softmax" || t == "LogSoftmax") {
     kernel(kernels::softmax{desc(st.in[0]), y, static_cast<std::int32_t>(n.attrs.get_int("axis", -1))});

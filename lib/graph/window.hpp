@@ -95,6 +95,13 @@ resampling resize_spec(const node& n, std::span<const value_info* const> in, std
 /// invalid_dtype, shapes that do not fit invalid_shape, unknown attribute values invalid_argument.
 kernels::grid_sample grid_sample_spec(const node& n, std::span<const value_info* const> in, shape& out);
 
+/// MaxPool's, AveragePool's or GlobalAveragePool's kernel (onnx.ai, opsets 1 to 22): 1-, 2- or 3-D, explicit pads
+/// before and after, auto_pad SAME_UPPER / SAME_LOWER / VALID, dilations, ceil_mode, count_include_pad and
+/// storage_order; x, y and indices left for the caller; the output shape in `out`. Throws graph_error naming X: an
+/// attribute of the wrong length or value invalid_argument, an input smaller than the window invalid_shape, a rank or
+/// dtype the kernel lacks not_supported.
+kernels::pool2d pool_spec(const node& n, std::span<const value_info* const> in, shape& out);
+
 /// QuantizeLinear's or DequantizeLinear's kernel: fn, the normalised axis when scale is per axis,
 /// and y's dtype (the zero point's, output_dtype's or uint8 when quantizing, scale's when
 /// dequantizing); the tensors are the caller's. Throws graph_error naming the operand: a dtype the

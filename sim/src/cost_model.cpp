@@ -499,8 +499,11 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           if (op.mode == pool_mode::global_avg) {
             w.add(elems(op.x), bytes(op.x), bytes(op.y), 1, op.x.type);
           } else {
-            const double win = static_cast<double>(op.window[0]) * op.window[1];
-            w.add(elems(op.y), bytes(op.x), bytes(op.y), win, op.x.type);
+            // Every output visits its window's whole volume (1, 2 or 3 spatial dimensions); the
+            // indices, when asked for, are one more i64 write per output.
+            double win = 1;
+            for (std::size_t i = 2; i < op.x.shape.rank(); ++i) win *= static_cast<double>(op.window[i - 2]);
+            w.add(elems(op.y), bytes(op.x), bytes(op.y) + bytes(op.indices), win, op.x.type);
           }
         } else if constexpr (std::is_same_v<T, pool2d_backward>) {
           const double win = static_cast<double>(op.window[0]) * op.window[1];

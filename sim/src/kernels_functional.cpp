@@ -4,6 +4,8 @@
 #include <npurt/numeric.hpp>
 #include <npurt/sim/reference_kernels.hpp>
 
+#include "pool_windows.hpp"
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -1117,107 +1119,201 @@ void run(const kernels::layernorm& op, const host_tensors<R>& h) {
 
 // ---- pooling -----------------------------------------------------------------------------
 
+// A pooling's geometry in three spatial dimensions: one of fewer is padded in front with
+// dimensions of extent 1 (window 1, stride 1, no pad), which changes no window and no flat
+// offset, row-major or column-major.
 struct pool_geom {
-  int64_t nc, h, w, ho, wo, kh, kw, sh, sw, ph, pw;
-  bool global;
+  int64_t planes = 1;  // N * C
+  std::array<int64_t, 3> in{1, 1, 1}, out{1, 1, 1}, k{1, 1, 1}, s{1, 1, 1}, pb{}, pe{}, d{1, 1, 1};
+  [[nodiscard]] int64_t in_volume() const noexcept { return in[0] * in[1] * in[2]; }
+  [[nodiscard]] int64_t out_volume() const noexcept { return out[0] * out[1] * out[2]; }
 };
 
+// x's and y's spatial extents and the windows, aligned to the last dimensions.
 template <class Op>
-pool_geom pgeom(const Op& op, const shape& in, const shape& out) {
-  pool_geom g{};
-  g.nc = in[0] * in[1];
-  hw(in, g.h, g.w, 2);
-  hw(out, g.ho, g.wo, 2);
-  g.global = op.mode == kernels::pool_mode::global_avg;
-  if (g.global) {
-    g.kh = g.h;
-    g.kw = g.w;
-    g.sh = 1;
-    g.sw = 1;
-    g.ph = 0;
-    g.pw = 0;
-  } else {
-    hw(op.window, g.kh, g.kw);
-    hw(op.stride, g.sh, g.sw);
-    hw(op.pad, g.ph, g.pw);
+pool_geom pgeom(const Op& op, const shape& x, const shape& y) {
+  pool_windows w;
+  if constexpr (std::is_same_v<Op, kernels::pool2d>) w = windows_of(op, x.rank() - 2);
+  else w = windows_of(op);
+  const size_t lead = 3 - w.rank;
+  pool_geom g;
+  g.planes = x[0] * x[1];
+  for (size_t i = 0; i < w.rank; ++i) {
+    const size_t a = lead + i;
+    g.in[a] = x[i + 2];
+    g.out[a] = y[i + 2];
+    if (op.mode == kernels::pool_mode::global_avg) {
+      g.k[a] = g.in[a];  // one window over the whole plane
+      continue;
+    }
+    g.k[a] = w.k[i];
+    g.s[a] = w.s[i];
+    g.pb[a] = w.pb[i];
+    g.pe[a] = w.pe[i];
+    g.d[a] = w.d[i];
   }
   return g;
 }
 
-// The window of output (oh, ow) clipped to the input: [h0, h1) x [w0, w1).
-struct window_box {
-  int64_t h0, h1, w0, w1;
+// The taps of one window along one dimension that fall inside the input: positions first,
+// first + step, ... (count of them), and how many of all its taps fall inside the padded input
+// (count_include_pad's divisor; a ceil_mode window may reach past the end pad).
+struct pool_taps {
+  int64_t first = 0, count = 0, step = 1, padded = 0;
 };
-window_box box(const pool_geom& g, int64_t oh, int64_t ow) {
-  const int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
-  return {std::max<int64_t>(hs, 0), std::min(hs + g.kh, g.h), std::max<int64_t>(ws, 0), std::min(ws + g.kw, g.w)};
+
+pool_taps taps_of(const pool_geom& g, size_t a, int64_t o) {
+  const int64_t st = o * g.s[a] - g.pb[a], d = g.d[a], k = g.k[a], in = g.in[a];
+  const int64_t lo = st >= 0 ? 0 : (-st + d - 1) / d;  // the first tap at or past 0
+  const int64_t hi = st >= in ? -1 : std::min(k - 1, (in - 1 - st) / d);
+  // A window starts inside the input or its leading pad (validated): in + pe - 1 - st >= 0.
+  const int64_t padded = std::min(k - 1, (in + g.pe[a] - 1 - st) / d) + 1;
+  return {st + lo * d, std::max<int64_t>(0, hi - lo + 1), d, padded};
+}
+
+// Calls f(offset) for each input element of output o's window (offsets within a plane), in
+// row-major order over the window.
+template <class F>
+void each_tap(const pool_geom& g, const std::array<int64_t, 3>& o, F&& f) {
+  const pool_taps t0 = taps_of(g, 0, o[0]), t1 = taps_of(g, 1, o[1]), t2 = taps_of(g, 2, o[2]);
+  for (int64_t i = 0; i < t0.count; ++i)
+    for (int64_t j = 0; j < t1.count; ++j) {
+      const int64_t row = ((t0.first + i * t0.step) * g.in[1] + t1.first + j * t1.step) * g.in[2];
+      for (int64_t l = 0; l < t2.count; ++l) f(row + t2.first + l * t2.step);
+    }
+}
+
+// Calls f(o, out_index) for every output position of one plane, in row-major order.
+template <class F>
+void each_output(const pool_geom& g, F&& f) {
+  std::array<int64_t, 3> o{};
+  int64_t n = 0;
+  for (o[0] = 0; o[0] < g.out[0]; ++o[0])
+    for (o[1] = 0; o[1] < g.out[1]; ++o[1])
+      for (o[2] = 0; o[2] < g.out[2]; ++o[2]) f(o, n++);
+}
+
+// A plane offset (row-major) as storage_order = 1 numbers it: the spatial dimensions in
+// column-major order, the first one fastest.
+int64_t column_major_offset(const pool_geom& g, int64_t off) {
+  const int64_t i2 = off % g.in[2], i1 = off / g.in[2] % g.in[1], i0 = off / (g.in[2] * g.in[1]);
+  return i0 + g.in[0] * (i1 + g.in[1] * i2);
+}
+
+// MaxPool's Indices: the flat index into x of each maximum (-1 for a window with no input).
+void store_indices(const kernels::pool2d& op, const pool_geom& g, const host_ptrs& h, const std::vector<int64_t>& at) {
+  if (!h.present(op.indices)) return;
+  std::byte* p = h[op.indices];
+  const int64_t ov = g.out_volume(), iv = g.in_volume();
+  for (size_t i = 0; i < at.size(); ++i) {
+    const int64_t off = at[i];
+    const int64_t plane = static_cast<int64_t>(i) / ov;
+    write_raw<int64_t>(p, i, off < 0 ? -1 : plane * iv + (op.column_major ? column_major_offset(g, off) : off));
+  }
+}
+
+// Max on an integer dtype, exact: compared by order_key, the first maximum kept.
+void run_int(const kernels::pool2d& op, const host_ptrs& h) {
+  const pool_geom g = pgeom(op, op.x.shape, op.y.shape);
+  const dtype t = op.x.type;
+  const int64_t lowest = t == dtype::u64 ? 0 : range_of(t).lo;
+  const std::byte* px = h[op.x];
+  const auto n = static_cast<size_t>(g.planes * g.out_volume());
+  std::vector<int64_t> y(n, lowest), at(n, -1);
+  for (int64_t p = 0; p < g.planes; ++p) {
+    const int64_t base = p * g.in_volume();
+    each_output(g, [&](const std::array<int64_t, 3>& o, int64_t i) {
+      const auto out = static_cast<size_t>(p * g.out_volume() + i);
+      each_tap(g, o, [&](int64_t off) {
+        const int64_t v = read_int(t, px, static_cast<size_t>(base + off));
+        if (at[out] < 0 || order_key(t, v) > order_key(t, y[out])) {
+          y[out] = v;
+          at[out] = off;
+        }
+      });
+    });
+  }
+  std::byte* py = h[op.y];
+  for (size_t i = 0; i < n; ++i) write_int(t, py, i, y[i]);
+  store_indices(op, g, h, at);
 }
 
 template <class R>
 void run(const kernels::pool2d& op, const host_tensors<R>& h) {
+  if (!is_float(op.x.type)) return run_int(op, h);
   const pool_geom g = pgeom(op, op.x.shape, op.y.shape);
   const auto x = h.load(op.x);
-  std::vector<R> y(static_cast<size_t>(g.nc * g.ho * g.wo));
-  size_t out = 0;
-  for (int64_t p = 0; p < g.nc; ++p) {
-    const R* xp = x.data() + p * g.h * g.w;
-    for (int64_t oh = 0; oh < g.ho; ++oh)
-      for (int64_t ow = 0; ow < g.wo; ++ow) {
-        const window_box b = box(g, oh, ow);
-        if (op.mode == kernels::pool_mode::max) {
-          R m = -std::numeric_limits<R>::infinity();
-          for (int64_t i = b.h0; i < b.h1; ++i)
-            for (int64_t j = b.w0; j < b.w1; ++j) {
-              const R v = xp[i * g.w + j];
-              if (v > m || std::isnan(v)) m = v;
-              if (std::isnan(m)) break;
-            }
-          y[out++] = m;
-        } else {
-          R s = R{0.0};
-          for (int64_t i = b.h0; i < b.h1; ++i)
-            for (int64_t j = b.w0; j < b.w1; ++j) s += xp[i * g.w + j];
-          y[out++] = s / static_cast<R>((b.h1 - b.h0) * (b.w1 - b.w0));
-        }
+  const auto n = static_cast<size_t>(g.planes * g.out_volume());
+  std::vector<R> y(n);
+  std::vector<int64_t> at(op.mode == kernels::pool_mode::max ? n : 0, -1);
+  for (int64_t p = 0; p < g.planes; ++p) {
+    const R* xp = x.data() + p * g.in_volume();
+    each_output(g, [&](const std::array<int64_t, 3>& o, int64_t i) {
+      const auto out = static_cast<size_t>(p * g.out_volume() + i);
+      if (op.mode == kernels::pool_mode::max) {
+        // NaN wins (the first one), as numpy.max propagates it.
+        R m = -std::numeric_limits<R>::infinity();
+        int64_t& arg = at[out];
+        each_tap(g, o, [&](int64_t off) {
+          const R v = xp[off];
+          if (std::isnan(m)) return;
+          if (arg < 0 || v > m || std::isnan(v)) {
+            m = v;
+            arg = off;
+          }
+        });
+        y[out] = m;
+        return;
       }
+      R s = R{0.0};
+      int64_t count = 0;
+      each_tap(g, o, [&](int64_t off) {
+        s += xp[off];
+        ++count;
+      });
+      if (op.count_include_pad)
+        count = taps_of(g, 0, o[0]).padded * taps_of(g, 1, o[1]).padded * taps_of(g, 2, o[2]).padded;
+      // A window with no input and nothing to count: 0 / 0, NaN, as the ONNX reference gives.
+      y[out] = count == 0 ? std::numeric_limits<R>::quiet_NaN() : s / static_cast<R>(count);
+    });
   }
   h.store(op.y, y);
+  store_indices(op, g, h, at);
 }
 
 // Scattered in output order (p, oh, ow ascending), so overlapping windows add in a fixed order.
+// Validation keeps every window on the input (2 * pad <= window): each has a first tap.
 template <class R>
 void run(const kernels::pool2d_backward& op, const host_tensors<R>& h) {
   const pool_geom g = pgeom(op, op.dx.shape, op.dy.shape);
   const auto dy = h.load(op.dy);
   const std::vector<R> x = op.mode == kernels::pool_mode::max ? h.load(op.x) : std::vector<R>{};
-  std::vector<R> dx(static_cast<size_t>(g.nc * g.h * g.w), R{0.0});
+  std::vector<R> dx(static_cast<size_t>(g.planes * g.in_volume()), R{0.0});
   size_t in = 0;
-  for (int64_t p = 0; p < g.nc; ++p) {
-    R* dxp = dx.data() + p * g.h * g.w;
-    for (int64_t oh = 0; oh < g.ho; ++oh)
-      for (int64_t ow = 0; ow < g.wo; ++ow) {
-        const R d = dy[in++];
-        const window_box b = box(g, oh, ow);
-        if (op.mode == kernels::pool_mode::max) {
-          const R* xp = x.data() + p * g.h * g.w;
-          int64_t arg = b.h0 * g.w + b.w0;
-          R m = xp[arg];
-          for (int64_t i = b.h0; i < b.h1 && !std::isnan(m); ++i)
-            for (int64_t j = b.w0; j < b.w1; ++j) {
-              const R v = xp[i * g.w + j];
-              if (v > m || std::isnan(v)) {
-                m = v;
-                arg = i * g.w + j;
-                if (std::isnan(v)) break;
-              }
-            }
-          dxp[arg] += d;
-        } else {
-          const R share = d / static_cast<R>((b.h1 - b.h0) * (b.w1 - b.w0));
-          for (int64_t i = b.h0; i < b.h1; ++i)
-            for (int64_t j = b.w0; j < b.w1; ++j) dxp[i * g.w + j] += share;
-        }
+  for (int64_t p = 0; p < g.planes; ++p) {
+    R* dxp = dx.data() + p * g.in_volume();
+    each_output(g, [&](const std::array<int64_t, 3>& o, int64_t) {
+      const R d = dy[in++];
+      if (op.mode == kernels::pool_mode::max) {
+        const R* xp = x.data() + p * g.in_volume();
+        int64_t arg = -1;
+        R m = R{0.0};
+        each_tap(g, o, [&](int64_t off) {
+          const R v = xp[off];
+          if (arg >= 0 && std::isnan(m)) return;
+          if (arg < 0 || v > m || std::isnan(v)) {
+            m = v;
+            arg = off;
+          }
+        });
+        dxp[arg] += d;
+      } else {
+        int64_t count = 0;
+        each_tap(g, o, [&](int64_t) { ++count; });
+        const R share = d / static_cast<R>(count);
+        each_tap(g, o, [&](int64_t off) { dxp[off] += share; });
       }
+    });
   }
   h.store(op.dx, dx);
 }

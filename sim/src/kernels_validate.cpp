@@ -3,6 +3,8 @@
 #include <npurt/numeric.hpp>
 #include <npurt/sim/reference_kernels.hpp>
 
+#include "pool_windows.hpp"
+
 #include <boost/pfr.hpp>
 
 #include <algorithm>
@@ -329,33 +331,44 @@ std::error_code check(const kernels::layernorm& l) {
 
 // ---- pooling ---------------------------------------------------------------------------
 
-std::error_code pool_output(kernels::pool_mode mode, const shape& x, const std::array<std::int32_t, 2>& window,
-                            const std::array<std::int32_t, 2>& stride, const std::array<std::int32_t, 2>& pad,
-                            shape& out) {
+// The output extents by the ONNX operator spec (MaxPool, AveragePool): floor, or with ceil_mode
+// ceil, of (in + pads - dilated window) / stride + 1, less one when ceil_mode would start the
+// last window past the input and its leading pad (onnx/reference/ops/op_pool_common.py).
+std::error_code pool_output(kernels::pool_mode mode, const shape& x, const pool_windows& p, shape& out) {
   if (static_cast<unsigned>(mode) > static_cast<unsigned>(kernels::pool_mode::global_avg))
     return fail(errc::invalid_argument);
-  if (x.rank() != 4) return fail(errc::invalid_shape);
+  if (x.rank() != p.rank + 2) return fail(errc::invalid_shape);
+  out = shape{x[0], x[1]};
   if (mode == kernels::pool_mode::global_avg) {
-    out = shape{x[0], x[1], 1, 1};
+    for (std::size_t i = 0; i < p.rank; ++i) out.push_back(1);
     return {};
   }
-  for (int i = 0; i < 2; ++i) {
-    // A window must always cover part of the input, as PyTorch's pad <= kernel / 2 ensures.
-    if (window[i] < 1 || stride[i] < 1 || pad[i] < 0 || 2 * int64_t{pad[i]} > window[i])
-      return fail(errc::invalid_argument);
+  for (std::size_t i = 0; i < p.rank; ++i)
+    if (p.k[i] < 1 || p.s[i] < 1 || p.d[i] < 1 || p.pb[i] < 0 || p.pe[i] < 0) return fail(errc::invalid_argument);
+  for (std::size_t i = 0; i < p.rank; ++i) {
+    // Every factor is below 2^31: the dilated window and the padded span fit in 64 bits.
+    const int64_t in = x[i + 2], eff = p.d[i] * (p.k[i] - 1) + 1, span = in + p.pb[i] + p.pe[i] - eff;
+    if (span < 0) return fail(errc::invalid_shape);
+    int64_t o = (p.ceil ? span + p.s[i] - 1 : span) / p.s[i] + 1;
+    if (p.ceil && (o - 1) * p.s[i] >= in + p.pb[i]) --o;
+    out.push_back(o);
   }
-  const int64_t ho = conv_out(x[2], window[0], stride[0], pad[0], 1);
-  const int64_t wo = conv_out(x[3], window[1], stride[1], pad[1], 1);
-  if (ho < 1 || wo < 1) return fail(errc::invalid_shape);
-  out = shape{x[0], x[1], ho, wo};
   return {};
 }
 
 std::error_code check(const kernels::pool2d& p) {
-  if (!is_float(p.x.type) || p.y.type != p.x.type) return fail(errc::invalid_dtype);
+  const bool max = p.mode == kernels::pool_mode::max;
+  if (!(is_float(p.x.type) || (max && is_integer(p.x.type))) || p.y.type != p.x.type) return fail(errc::invalid_dtype);
+  const std::size_t rank = p.x.shape.rank() < 3 ? 0 : p.x.shape.rank() - 2;
+  if (rank < 1 || rank > 3) return fail(errc::invalid_shape);
   shape out;
-  if (auto ec = pool_output(p.mode, p.x.shape, p.window, p.stride, p.pad, out)) return ec;
+  if (auto ec = pool_output(p.mode, p.x.shape, windows_of(p, rank), out)) return ec;
   if (!(p.y.shape == out)) return fail(errc::invalid_shape);
+  if (!absent(p.indices)) {
+    if (!max) return fail(errc::invalid_argument);  // only MaxPool has indices
+    if (p.indices.type != dtype::i64) return fail(errc::invalid_dtype);
+    if (!(p.indices.shape == out)) return fail(errc::invalid_shape);
+  }
   return {};
 }
 
@@ -366,8 +379,13 @@ std::error_code check(const kernels::pool2d_backward& p) {
     if (p.x.type != p.dx.type) return fail(errc::invalid_dtype);
     if (!(p.x.shape == p.dx.shape)) return fail(errc::invalid_shape);
   }
+  // The gradient is 2-D, and every window must cover part of the input (PyTorch's pad <= kernel
+  // / 2), so that each output has an input to send its gradient to.
+  if (p.mode != kernels::pool_mode::global_avg)
+    for (int i = 0; i < 2; ++i)
+      if (p.pad[i] < 0 || 2 * int64_t{p.pad[i]} > p.window[i]) return fail(errc::invalid_argument);
   shape out;
-  if (auto ec = pool_output(p.mode, p.dx.shape, p.window, p.stride, p.pad, out)) return ec;
+  if (auto ec = pool_output(p.mode, p.dx.shape, windows_of(p), out)) return ec;
   if (!(p.dy.shape == out)) return fail(errc::invalid_shape);
   return {};
 }
@@ -957,13 +975,14 @@ work work_of(const kernel_op& op) noexcept {
             if constexpr (std::is_same_v<T, kernels::pool2d>) return o.y.shape;
             else return o.dy.shape;
           }();
+          // A window's reads are its volume (every tap is visited, in the input or not).
+          static constexpr const char* out_names[] = {"O1", "O2", "O3"};
+          static constexpr const char* window_names[] = {"window[0]", "window[1]", "window[2]"};
           w.unit = "window reads";
           w.add("N", y[0]);
           w.add("C", y[1]);
-          w.add("Ho", y[2]);
-          w.add("Wo", y[3]);
-          w.add("window[0]", o.window[0]);
-          w.add("window[1]", o.window[1]);
+          for (std::size_t i = 2; i < y.rank(); ++i) w.add(out_names[i - 2], y[i]);
+          for (std::size_t i = 2; i < y.rank(); ++i) w.add(window_names[i - 2], o.window[i - 2]);
         }
       },
       op);
@@ -1030,6 +1049,7 @@ operand_list operands(const kernel_op& op) noexcept {
         } else if constexpr (std::is_same_v<T, kernels::pool2d>) {
           b.add(r, o.x);
           b.add(w, o.y);
+          b.add_optional(w, o.indices);
         } else if constexpr (std::is_same_v<T, kernels::pool2d_backward>) {
           b.add_optional(r, o.x);  // needed for max: check() reports its absence
           b.add(r, o.dy);

@@ -495,3 +495,25 @@ TEST_CASE("recurrent costs what its unrolled gate MatMuls and gate math cost", "
   CHECK(layer(kernels::rnn_cell::gru, 3, kernels::rnn_direction::forward, seq).total_cycles < lstm.total_cycles);
   CHECK(uses_cube(kernel_desc{kernels::recurrent{}}));
 }
+
+TEST_CASE("pooling is vector work of the window's volume per output, at any spatial rank", "[sim][cost][pool]") {
+  const preset p = presets::ascend910();
+  const auto vector_cycles = [&](shape xs, std::array<std::int32_t, 3> window) {
+    const tensor_desc x{nullptr, xs, dtype::f16};
+    kernels::pool2d op{kernels::pool_mode::max, x, x, window, {1, 1, 1}, {0, 0, 0}};
+    for (std::size_t i = 0; i < 3; ++i) op.pad_end[i] = window[i] - 1;  // keeps y x's shape
+    const kernel_cost c = estimate(p, kernel_desc{op});
+    CHECK_FALSE(c.cube_path);
+    return c.busy.vector;
+  };
+  // The same 2^21 outputs: a 27-tap 3-D window costs about 27 one-tap windows, as a 27-tap 1-D or
+  // a 3x9 2-D one does.
+  const double one = vector_cycles({8, 16, 16, 32, 32}, {1, 1, 1});
+  const double cube = vector_cycles({8, 16, 16, 32, 32}, {3, 3, 3});
+  const double line = vector_cycles({8, 16, 16 * 32 * 32}, {27, 1, 1});
+  const double plane = vector_cycles({8, 16, 16 * 32, 32}, {3, 9, 1});
+  CHECK(cube > 20 * one);
+  CHECK(cube < 30 * one);
+  CHECK(std::abs(line - cube) < 0.05 * cube);
+  CHECK(std::abs(plane - cube) < 0.05 * cube);
+}

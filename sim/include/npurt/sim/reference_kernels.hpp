@@ -35,9 +35,12 @@
 //    32-bit accumulator). With alpha == 1 and beta == 0 the result is that sum; otherwise
 //    alpha*acc + beta*c is computed in double and rounded to nearest even, saturating.
 //  - gelu is the tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
-//  - avg pooling divides by the number of window elements inside the unpadded input
-//    (count_include_pad = false). max pooling's gradient goes to the first maximum of the
-//    window in row-major scan order.
+//  - avg pooling divides by the number of window elements inside the unpadded input, or with
+//    count_include_pad inside the padded one (a ceil_mode window's part past the end pad not
+//    counted, as PyTorch and onnxruntime do); a window with no input element is NaN without
+//    count_include_pad. max pooling (exact on integers) keeps the first maximum of the window in
+//    row-major scan order, or the first NaN; a window with no input element is -inf (an integer
+//    dtype's minimum) and its index -1. Its gradient goes to that first maximum.
 //  - batchnorm (training) normalises with the biased batch variance, stores saved_invstd =
 //    1/sqrt(var + eps), and updates running_var with the unbiased variance (PyTorch's rule).
 //  - slice copies bytes: every element of its window exactly, whatever the dtype (NaN payloads
