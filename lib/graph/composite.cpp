@@ -516,7 +516,8 @@ std::span<const std::string_view> composite_ops() noexcept {
                                              "LSTM",
                                              "Adagrad",
                                              "Adam",
-                                             "Momentum"};
+                                             "Momentum",
+                                             "MaxUnpool"};
   return ops;
 }
 
@@ -1039,6 +1040,92 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
       for (std::int64_t c = 0; c < x.shape[1]; ++c)
         if (c - r == k) eye.set(r * x.shape[1] + c, 1.0);
     step("Identity", "eye", {g.add_constant(fresh(y + "/eye"), std::move(eye))}, y);
+    return;
+  }
+  if (t == "MaxUnpool") {
+    // onnx.ai MaxUnpool (onnx/reference/ops/op_max_unpool.py): Y zero but where the flat indices
+    // I (MaxPool's Indices, into the shape its input had: (in - 1) * stride - pads + kernel per
+    // spatial axis) put X's values; with output_shape, that tensor at the start of a larger zero
+    // one. As steps: X and I flattened, scattered into zeros along their one axis, reshaped, and
+    // padded at the end to output_shape.
+    if (ins.size() < 2 || ins[1].empty())
+      fail(errc::parse_error, node_name, y, "MaxUnpool '" + node_name + "' needs the inputs X and I");
+    const value_info x = g.value(ins[0]);  // copies: the steps grow the table they are in
+    const value_info idx = g.value(ins[1]);
+    const std::string what = "MaxUnpool '" + node_name + "': ";
+    const std::size_t rank = x.shape.rank();
+    if (rank < 3 || rank > 5)
+      fail(rank < 3 ? errc::invalid_shape : errc::not_supported, node_name, ins[0],
+           what + "X must be [N, C, D1, ...] with 1 to 3 spatial dimensions, got " + shape_string(x.shape));
+    if (idx.type != dtype::i64)
+      fail(errc::invalid_dtype, node_name, ins[1], what + "I must be int64, got " + std::string(to_string(idx.type)));
+    if (!(idx.shape == x.shape))
+      fail(errc::invalid_shape, node_name, ins[1],
+           what + "I " + shape_string(idx.shape) + " must have X's shape " + shape_string(x.shape));
+    const std::size_t r = rank - 2;
+    constexpr std::int64_t limit = std::int64_t{1} << 31;
+    const auto per_dim = [&](std::string_view attr, std::size_t count, std::int64_t def, std::int64_t lo) {
+      const ints v = attrs.has(attr) ? attrs.get_ints(attr) : ints(count, def);
+      if (v.size() != count)
+        fail(errc::invalid_argument, node_name, ins[0],
+             what + std::string(attr) + " must have " + std::to_string(count) + " values, got " +
+                 std::to_string(v.size()));
+      for (const std::int64_t e : v)
+        if (e < lo || e >= limit)
+          fail(errc::invalid_argument, node_name, ins[0],
+               what + std::string(attr) + " must be in [" + std::to_string(lo) + ", 2^31), got " + std::to_string(e));
+      return v;
+    };
+    if (!attrs.has("kernel_shape")) fail(errc::invalid_argument, node_name, ins[0], what + "kernel_shape is required");
+    const ints ks = per_dim("kernel_shape", r, 1, 1), st = per_dim("strides", r, 1, 1);
+    const ints pads = per_dim("pads", 2 * r, 0, 0);
+    std::vector<std::int64_t> inferred{x.shape[0], x.shape[1]};
+    std::int64_t total = x.shape[0] * x.shape[1];
+    for (std::size_t i = 0; i < r; ++i) {
+      // Every term is below 2^31 and the extents below 2^62: no overflow.
+      const std::int64_t d = (x.shape[i + 2] - 1) * st[i] - pads[i] - pads[i + r] + ks[i];
+      if (d < 1)
+        fail(errc::invalid_shape, node_name, ins[0],
+             what + "the unpooled extent of spatial axis " + std::to_string(i) + " is " + std::to_string(d));
+      inferred.push_back(d);
+      if (__builtin_mul_overflow(total, d, &total) || total > (std::int64_t{1} << 40))
+        fail(errc::size_overflow, node_name, y, what + "the unpooled tensor is too large");
+    }
+    std::vector<std::int64_t> out = inferred;
+    if (ins.size() > 2 && !ins[2].empty()) {
+      const tensor* os = g.constant(ins[2]);
+      if (!os || !os->is_host()) fail(errc::not_supported, node_name, ins[2], what + "output_shape must be a constant");
+      if (os->shape().rank() != 1 || static_cast<std::size_t>(os->elements()) != rank)
+        fail(errc::invalid_shape, node_name, ins[2],
+             what + "output_shape must hold " + std::to_string(rank) + " values, got " + shape_string(os->shape()));
+      for (std::size_t i = 0; i < rank; ++i) {
+        const double v = os->get(static_cast<std::int64_t>(i));
+        // The unpooled tensor sits at the start of Y: Y is at least as large, N and C the same.
+        if (!(v >= static_cast<double>(inferred[i])) || v >= static_cast<double>(limit) ||
+            (i < 2 && v != static_cast<double>(inferred[i])))
+          fail(errc::invalid_shape, node_name, ins[2],
+               what + "output_shape " + std::to_string(static_cast<long long>(v)) + " at axis " + std::to_string(i) +
+                   " cannot hold the unpooled shape " + shape_string(shape(std::span<const std::int64_t>(inferred))));
+        out[i] = static_cast<std::int64_t>(v);
+      }
+    }
+    tensor zeros(shape{total}, x.type);
+    for (std::int64_t i = 0; i < total; ++i) zeros.set(i, 0.0);
+    const std::int64_t minus_one[] = {-1};
+    const std::string x_flat = step("Reshape", "x_flat", {ins[0], add_ints(g, fresh(y + "/flat"), minus_one)});
+    const std::string i_flat = step("Reshape", "i_flat", {ins[1], add_ints(g, fresh(y + "/flat"), minus_one)});
+    const std::string scattered =
+        step("ScatterElements", "scatter", {g.add_constant(fresh(y + "/zeros"), std::move(zeros)), i_flat, x_flat}, {},
+             {{"axis", std::int64_t{0}}});
+    const std::string shape_name = add_ints(g, fresh(y + "/shape"), inferred);
+    if (out == inferred) {
+      step("Reshape", "max_unpool", {scattered, shape_name}, y);
+      return;
+    }
+    std::vector<std::int64_t> ends(2 * rank, 0);
+    for (std::size_t i = 0; i < rank; ++i) ends[rank + i] = out[i] - inferred[i];
+    step("Pad", "max_unpool",
+         {step("Reshape", "unpooled", {scattered, shape_name}), add_ints(g, fresh(y + "/pads"), ends)}, y);
     return;
   }
   if (t == "OneHot") {

@@ -400,6 +400,7 @@ const op_attributes onnx_attributes[] = {
     {"Adam", {"alpha", "beta", "epsilon", "norm_coefficient", "norm_coefficient_post"}},
     {"Momentum", {"alpha", "beta", "mode", "norm_coefficient"}},
     {"ReverseSequence", {"batch_axis", "time_axis"}},
+    {"MaxUnpool", {"kernel_shape", "pads", "strides"}},
 };
 constexpr std::string_view own_ops[] = {
     "ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal", "BatchNormalizationGrad", "Recurrent"};

@@ -1,7 +1,7 @@
 // MaxPool and AveragePool as exported models use them (onnx.ai/onnx/operators/onnx__MaxPool.html,
 // onnx__AveragePool.html): auto_pad's asymmetric pads, ceil_mode, dilations, count_include_pad,
 // pads past half the window, 1- and 3-D, int8 data and MaxPool's Indices, each worked by hand
-// from the spec; and the typed errors naming X.
+// from the spec; MaxUnpool; and the typed errors naming the operand at fault.
 #include <npurt/graph/session.hpp>
 
 #include "helpers.hpp"
@@ -166,4 +166,62 @@ TEST_CASE("pooling's bad attributes and inputs are typed errors naming X", "[gra
                      errc::not_supported, "p", "x");
   expect_graph_error([&] { add("MaxPool", {1, 1, 4}, {{"kernel_shape", ints{2}}}, dtype::i32); }, errc::not_supported,
                      "p", "x");
+}
+
+TEST_CASE("MaxUnpool puts X at its flat indices, with and without output_shape", "[graph][pool][unpool]") {
+  const auto unpool = [](const shape& xs, const std::vector<double>& xv, const std::vector<double>& iv,
+                         const attributes& a, const std::vector<std::int64_t>* out_shape = nullptr) {
+    graph g("unpool");
+    auto x = g.add_input("x", xs, dtype::f32);
+    auto i = g.add_input("i", xs, dtype::i64);
+    std::vector<std::string> ins{x, i};
+    if (out_shape) ins.push_back(g.add_constant("shape", test::ints_tensor(*out_shape)));
+    g.add_node("MaxUnpool", "u", ins, {"y"}, a);
+    g.set_output("y");
+    auto sys = test::make_system();
+    session s{sys};
+    auto r = s.run(s.compile(g), {{"x", tensor(xs, dtype::f32, xv)}, {"i", tensor(xs, dtype::i64, iv)}});
+    return std::make_pair(g.value("y").shape, r.outputs.at("y").to_vector());
+  };
+  // onnx.ai's example: MaxPool (kernel 2, stride 2) of a 4x4 kept 5, 6, 7, 8 at 5, 7, 13 and 15.
+  const attributes a{{"kernel_shape", ints{2, 2}}, {"strides", ints{2, 2}}};
+  auto [s4, y4] = unpool({1, 1, 2, 2}, {5, 6, 7, 8}, {5, 7, 13, 15}, a);
+  CHECK(s4 == shape{1, 1, 4, 4});
+  CHECK(y4 == std::vector<double>{0, 0, 0, 0, 0, 5, 0, 6, 0, 0, 0, 0, 0, 7, 0, 8});
+  // output_shape 5x5: the same 4x4 at its start (the indices address the 4x4 shape).
+  const std::vector<std::int64_t> five{1, 1, 5, 5};
+  auto [s5, y5] = unpool({1, 1, 2, 2}, {5, 6, 7, 8}, {5, 7, 13, 15}, a, &five);
+  CHECK(s5 == shape{1, 1, 5, 5});
+  CHECK(y5 == std::vector<double>{0, 0, 0, 0, 0, 0, 5, 0, 6, 0, 0, 0, 0, 0, 0, 0, 7, 0, 8, 0, 0, 0, 0, 0, 0});
+  // 1-D with pads: (2 - 1) * 2 - 1 + 3 = 4 per channel; the indices are flat over N and C too.
+  auto [s1, y1] = unpool({1, 2, 2}, {1, 2, 3, 4}, {1, 2, 4, 7},
+                         {{"kernel_shape", ints{3}}, {"strides", ints{2}}, {"pads", ints{0, 1}}});
+  CHECK(s1 == shape{1, 2, 4});
+  CHECK(y1 == std::vector<double>{0, 1, 2, 0, 3, 0, 0, 4});
+}
+
+TEST_CASE("MaxUnpool's bad indices and shapes are typed errors", "[graph][pool][unpool][errors]") {
+  const attributes a{{"kernel_shape", ints{2}}, {"strides", ints{2}}};
+  const auto add = [&](dtype it, const shape& is, const std::vector<std::int64_t>* out_shape) {
+    graph g;
+    auto x = g.add_input("x", {1, 1, 2}, dtype::f32);
+    auto i = g.add_input("i", is, it);
+    std::vector<std::string> ins{x, i};
+    if (out_shape) ins.push_back(g.add_constant("shape", test::ints_tensor(*out_shape)));
+    g.add_node("MaxUnpool", "u", ins, {"y"}, a);
+  };
+  expect_graph_error([&] { add(dtype::i32, {1, 1, 2}, nullptr); }, errc::invalid_dtype, "u", "i");
+  expect_graph_error([&] { add(dtype::i64, {1, 1, 3}, nullptr); }, errc::invalid_shape, "u", "i");
+  const std::vector<std::int64_t> small{1, 1, 3};
+  expect_graph_error([&] { add(dtype::i64, {1, 1, 2}, &small); }, errc::invalid_shape, "u", "shape");
+  // An index outside the unpooled tensor (4 elements) fails the run, naming the indices.
+  graph g;
+  auto x = g.add_input("x", {1, 1, 2}, dtype::f32);
+  auto i = g.add_input("i", {1, 1, 2}, dtype::i64);
+  g.add_node("MaxUnpool", "u", {x, i}, {"y"}, a);
+  g.set_output("y");
+  auto sys = test::make_system();
+  session s{sys};
+  const auto c = s.compile(g);
+  CHECK_THROWS(s.run(c, {{"x", tensor({1, 1, 2}, dtype::f32, {1, 2})}, {"i", tensor({1, 1, 2}, dtype::i64, {0, 4})}}));
 }
