@@ -712,6 +712,19 @@ struct sgd_update {
   float weight_decay = 0.0f;
 };
 
+/// ONNX's LRN (onnx.ai/onnx/operators/onnx__LRN.html): local response normalisation across the
+/// channels of x [N, C, ...] (rank 2 or more), y of x's shape and dtype:
+/// y = x / (bias + alpha / size * square_sum)^beta, square_sum at channel c the sum of x^2 over
+/// the channels [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)] inside [0, C), in ascending
+/// order. Float types only, computed in float (double for f64) and rounded to y's dtype once.
+struct lrn {
+  tensor_desc x{}, y{};
+  std::int32_t size = 1;
+  float alpha = 1e-4f;
+  float beta = 0.75f;
+  float bias = 1.0f;
+};
+
 constexpr std::string_view op_name(const matmul&) noexcept { return "matmul"; }
 constexpr std::string_view op_name(const conv2d&) noexcept { return "conv2d"; }
 constexpr std::string_view op_name(const conv2d_backward_data&) noexcept { return "conv2d_backward_data"; }
@@ -837,6 +850,7 @@ constexpr std::string_view op_name(const recurrent& r) noexcept {
   }
   return "recurrent";
 }
+constexpr std::string_view op_name(const lrn&) noexcept { return "lrn"; }
 
 }  // namespace npurt::kernels
 
@@ -849,4 +863,4 @@ constexpr std::string_view op_name(const recurrent& r) noexcept {
       kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum,                   \
       kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k,        \
       kernels::compare, kernels::where, kernels::logical, kernels::float_class, kernels::quantize, kernels::recurrent, \
-      kernels::det, kernels::reverse_sequence
+      kernels::det, kernels::reverse_sequence, kernels::lrn

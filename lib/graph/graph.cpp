@@ -20,7 +20,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 105> ops_table{"Add",
+constexpr std::array<std::string_view, 106> ops_table{"Add",
                                                       "AveragePool",
                                                       "BatchNormalization",
                                                       "Cast",
@@ -124,7 +124,8 @@ constexpr std::array<std::string_view, 105> ops_table{"Add",
                                                       "Acos",
                                                       "Atan",
                                                       "Det",
-                                                      "ReverseSequence"};
+                                                      "ReverseSequence",
+                                                      "LRN"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -401,6 +402,7 @@ const op_attributes onnx_attributes[] = {
     {"Momentum", {"alpha", "beta", "mode", "norm_coefficient"}},
     {"ReverseSequence", {"batch_axis", "time_axis"}},
     {"MaxUnpool", {"kernel_shape", "pads", "strides"}},
+    {"LRN", {"alpha", "beta", "bias", "size"}},
 };
 constexpr std::string_view own_ops[] = {
     "ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal", "BatchNormalizationGrad", "Recurrent"};
@@ -1587,6 +1589,17 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     std::vector<inferred_output> outs{{out, in[0]->type}};
     if (t == "MaxPool" && n.outputs.size() > 1) outs.push_back({out, dtype::i64});
     return outs;
+  }
+  if (t == "LRN") {
+    // onnx.ai LRN: X [N, C, D1, ...] of a float type; size (required) channels in the window.
+    const auto& x = need(n, in, 0);
+    need_float(n, x);
+    if (x.shape.rank() < 2) fail(errc::invalid_shape, n, x.name, "X must be [N, C, ...], got " + shape_string(x.shape));
+    if (!n.attrs.has("size")) fail(errc::invalid_argument, n, x.name, "size is required");
+    const std::int64_t size = n.attrs.get_int("size", 1);
+    if (size < 1 || size > std::numeric_limits<std::int32_t>::max())
+      fail(errc::invalid_argument, n, x.name, "size must be in [1, 2^31 - 1], got " + std::to_string(size));
+    return one(x.shape, x.type);
   }
   if (t == "MatMul") {
     const auto& a = need(n, in, 0);

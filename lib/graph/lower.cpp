@@ -268,6 +268,11 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     p.y = y;
     if (st.out.size() > 1) p.indices = desc(st.out[1]);
     kernel(p);
+  } else if (t == "LRN") {
+    kernel(kernels::lrn{desc(st.in[0]), y, static_cast<std::int32_t>(n.attrs.get_int("size", 1)),
+                        static_cast<float>(n.attrs.get_float("alpha", 1e-4)),
+                        static_cast<float>(n.attrs.get_float("beta", 0.75)),
+                        static_cast<float>(n.attrs.get_float("bias", 1.0))});
   } else if (t == "Softmax" || t == "LogSoftmax") {
     kernel(kernels::softmax{desc(st.in[0]), y, static_cast<std::int32_t>(n.attrs.get_int("axis", -1))});
     if (t == "LogSoftmax") kernel(kernels::elementwise{kernels::eltwise_fn::log, y, {}, y});

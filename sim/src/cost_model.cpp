@@ -662,6 +662,10 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           // Data movement as transpose's: x's rows gathered in their new time order, the lengths
           // read, y written once.
           w.add(elems(op.y), bytes(op.x) + bytes(op.sequence_lens), bytes(op.y), 1, op.y.type);
+        } else if constexpr (std::is_same_v<T, lrn>) {
+          // Per element: size squares and adds over its channel window, then a scale, an add, a
+          // power (pow's cost) and a divide.
+          w.add(elems(op.x), bytes(op.x), bytes(op.y), 2.0 * op.size + 3 + eltwise_ops(eltwise_fn::pow), op.x.type);
         }
       },
       k.op);

@@ -2636,6 +2636,30 @@ data_fault run(const kernels::reverse_sequence& op, const host_ptrs& h) {
   return {};
 }
 
+// ONNX's LRN, as its reference computes it (onnx/reference/ops/op_lrn.py): each channel's sum of
+// squares over its window, ascending, then x / (bias + alpha / size * sum)^beta, in R.
+template <class R>
+void run(const kernels::lrn& op, const host_tensors<R>& h) {
+  const shape& s = op.x.shape;
+  const int64_t n = s[0], c = s[1], inner = s.elements() / (n * c);
+  const int64_t before = (op.size - 1) / 2, after = op.size - 1 - before;
+  const auto x = h.load(op.x);
+  std::vector<R> y(x.size());
+  const R scale = static_cast<R>(op.alpha) / static_cast<R>(op.size);
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < inner; ++i) {
+        R sum = R{0.0};
+        for (int64_t k = std::max<int64_t>(0, ch - before); k <= std::min(c - 1, ch + after); ++k) {
+          const R v = x[static_cast<size_t>((b * c + k) * inner + i)];
+          sum += v * v;
+        }
+        const auto at = static_cast<size_t>((b * c + ch) * inner + i);
+        y[at] = x[at] / std::pow(static_cast<R>(op.bias) + scale * sum, static_cast<R>(op.beta));
+      }
+  h.store(op.y, y);
+}
+
 void run(const kernels::fixed&, const host_ptrs&) {}
 
 }  // namespace

@@ -862,6 +862,15 @@ recurrent_fault recurrent_problem(const kernels::recurrent& k) {
   return {};
 }
 
+// ONNX's LRN: a float x of rank 2 or more (N, C, ...), y the same; a window of one channel or
+// more; finite parameters.
+std::error_code check(const kernels::lrn& l) {
+  if (!is_float(l.x.type) || l.y.type != l.x.type) return fail(errc::invalid_dtype);
+  if (l.x.shape.rank() < 2 || !(l.y.shape == l.x.shape)) return fail(errc::invalid_shape);
+  if (l.size < 1 || !finite(l.alpha) || !finite(l.beta) || !finite(l.bias)) return fail(errc::invalid_argument);
+  return {};
+}
+
 std::error_code check(const kernels::recurrent& k) {
   const recurrent_fault f = recurrent_problem(k);
   return f.e == errc{} ? std::error_code{} : fail(f.e);
@@ -1115,6 +1124,9 @@ operand_list operands(const kernel_op& op) noexcept {
           // A count past the limit names no operand: check() reports the count itself.
           if (o.inputs <= T::max_inputs)
             for (std::size_t i = 0; i < o.inputs; ++i) b.add(r, o.input(i));
+          b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::lrn>) {
+          b.add(r, o.x);
           b.add(w, o.y);
         }
       },

@@ -1,7 +1,7 @@
 // MaxPool and AveragePool as exported models use them (onnx.ai/onnx/operators/onnx__MaxPool.html,
 // onnx__AveragePool.html): auto_pad's asymmetric pads, ceil_mode, dilations, count_include_pad,
 // pads past half the window, 1- and 3-D, int8 data and MaxPool's Indices, each worked by hand
-// from the spec; MaxUnpool; and the typed errors naming the operand at fault.
+// from the spec; MaxUnpool and LRN; and the typed errors naming the operand at fault.
 #include <npurt/graph/session.hpp>
 
 #include "helpers.hpp"
@@ -224,4 +224,29 @@ TEST_CASE("MaxUnpool's bad indices and shapes are typed errors", "[graph][pool][
   session s{sys};
   const auto c = s.compile(g);
   CHECK_THROWS(s.run(c, {{"x", tensor({1, 1, 2}, dtype::f32, {1, 2})}, {"i", tensor({1, 1, 2}, dtype::i64, {0, 4})}}));
+}
+
+TEST_CASE("LRN normalises across channels by ONNX's formula", "[graph][lrn]") {
+  graph g("lrn");
+  auto x = g.add_input("x", {1, 3, 1, 1}, dtype::f32);
+  g.add_node("LRN", "n", {x}, {"y"}, {{"size", std::int64_t{3}}, {"alpha", 3.0}, {"beta", 1.0}, {"bias", 1.0}});
+  g.set_output("y");
+  auto sys = test::make_system();
+  session s{sys};
+  const auto y = s.run(s.compile(g), {{"x", tensor({1, 3, 1, 1}, dtype::f32, {1, 2, 3})}}).outputs.at("y").to_vector();
+  // alpha / size = 1: channel 0 sums 1 + 4, channel 1 all three, channel 2 4 + 9.
+  const std::vector<double> want{1.0 / 6, 2.0 / 15, 3.0 / 14};
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(std::abs(y[i] - want[i]) < 1e-6);
+  expect_graph_error(
+      [&] {
+        graph h;
+        (void)h.add_op("LRN", {h.add_input("x", {1, 3, 2}, dtype::f32)}, {}, "n");
+      },
+      errc::invalid_argument, "n", "x");
+  expect_graph_error(
+      [&] {
+        graph h;
+        (void)h.add_op("LRN", {h.add_input("x", {1, 3, 2}, dtype::i32)}, {{"size", std::int64_t{1}}}, "n");
+      },
+      errc::not_supported, "n", "x");
 }

@@ -1,7 +1,7 @@
 // Pooling as ONNX's MaxPool and AveragePool define it (onnx.ai/onnx/operators/onnx__MaxPool.html,
 // onnx__AveragePool.html): 1-, 2- and 3-D, asymmetric pads, dilations, ceil_mode,
-// count_include_pad, integer max and the Indices output, against a reference written here from
-// the spec in double.
+// count_include_pad, integer max and the Indices output; and LRN (onnx__LRN.html), the channel
+// window's normalisation; against references written here from the specs in double.
 #include "helpers.hpp"
 
 #include <npurt/kernel.hpp>
@@ -317,4 +317,61 @@ TEST_CASE("pooling refuses malformed windows, ranks and indices", "[kernels][poo
   CHECK(code(with) == errc::invalid_dtype);
   with.indices = shape_only({1, 2, 3}, dtype::i64);
   CHECK(code(with) == errc::invalid_shape);
+}
+
+namespace {
+
+// onnx.ai LRN in double: square_sum over channels [c - floor((size - 1) / 2), c + ceil((size -
+// 1) / 2)] inside [0, C), y = x / (bias + alpha / size * square_sum)^beta.
+std::vector<double> lrn_reference(const std::vector<double>& x, const shape& s, int size, double alpha, double beta,
+                                  double bias) {
+  const std::int64_t n = s[0], c = s[1], inner = s.elements() / (n * c);
+  const std::int64_t before = (size - 1) / 2, after = size / 2;  // floor and ceil of (size - 1) / 2
+  std::vector<double> y(x.size());
+  for (std::int64_t b = 0; b < n; ++b)
+    for (std::int64_t ch = 0; ch < c; ++ch)
+      for (std::int64_t i = 0; i < inner; ++i) {
+        double sq = 0;
+        for (std::int64_t k = ch - before; k <= ch + after; ++k)
+          if (k >= 0 && k < c) sq += std::pow(x[static_cast<std::size_t>((b * c + k) * inner + i)], 2);
+        const auto at = static_cast<std::size_t>((b * c + ch) * inner + i);
+        y[at] = x[at] / std::pow(bias + alpha / size * sq, beta);
+      }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("lrn matches ONNX's formula over every channel window", "[kernels][lrn]") {
+  for (const shape& s : {shape{2, 7, 3, 4}, shape{3, 5}, shape{1, 4, 2, 2, 3}})
+    for (int size : {1, 2, 3, 5, 8})
+      for (dtype t : {dtype::f32, dtype::f16, dtype::f64}) {
+        CAPTURE(s, size, static_cast<int>(t));
+        tensor x(s, t), y(s, t);
+        x.fill(static_cast<std::uint64_t>(size), -3, 3, false);
+        const double alpha = 0.37, beta = 0.75, bias = 1.5;
+        REQUIRE(run(k::lrn{x.desc, y.desc, size, static_cast<float>(alpha), static_cast<float>(beta),
+                           static_cast<float>(bias)}) == 0);
+        // alpha's float is what the kernel is given: the reference takes the same value.
+        const auto want = lrn_reference(x.values(), s, size, static_cast<float>(alpha), beta, bias);
+        // float's rounding in f32; one f16 rounding of a float result; double's in f64.
+        const double rel = t == dtype::f16 ? 1e-3 : t == dtype::f32 ? 2e-6 : 1e-12;
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          CAPTURE(i, y.get(i), want[i]);
+          REQUIRE(std::fabs(y.get(i) - want[i]) <= rel * std::max(1.0, std::fabs(want[i])));
+        }
+      }
+}
+
+TEST_CASE("lrn refuses a window of no channel, integers and mismatched shapes", "[kernels][lrn][errors]") {
+  const auto code = [](const k::lrn& l) { return npurt::sim::validate(npurt::kernel_desc{l}); };
+  const tensor_desc x = shape_only({1, 3, 2, 2});
+  CHECK(code(k::lrn{x, x, 3}).value() == 0);
+  CHECK(code(k::lrn{x, x, 0}) == errc::invalid_argument);
+  CHECK(code(k::lrn{x, x, 3, std::numeric_limits<float>::quiet_NaN()}) == errc::invalid_argument);
+  CHECK(code(k::lrn{x, shape_only({1, 3, 2, 1}), 3}) == errc::invalid_shape);
+  CHECK(code(k::lrn{shape_only({4}), shape_only({4}), 1}) == errc::invalid_shape);
+  const tensor_desc i8 = shape_only({1, 3, 2, 2}, dtype::i8);
+  CHECK(code(k::lrn{i8, i8, 3}) == errc::invalid_dtype);
+  CHECK(code(k::lrn{x, shape_only({1, 3, 2, 2}, dtype::f16), 3}) == errc::invalid_dtype);
 }
