@@ -586,8 +586,9 @@ struct float_class {
   bool detect_positive = true;
 };
 
-/// Which way quantize converts: ONNX's QuantizeLinear or DequantizeLinear.
-enum class quantize_fn : std::uint8_t { quantize, dequantize };
+/// Which way quantize converts: ONNX's QuantizeLinear or DequantizeLinear, or requantize, the
+/// last step of ONNX's QLinearMatMul and QLinearConv.
+enum class quantize_fn : std::uint8_t { quantize, dequantize, requantize };
 
 /// ONNX's QuantizeLinear and DequantizeLinear (onnx.ai/onnx/operators/onnx__QuantizeLinear.html,
 /// onnx__DequantizeLinear.html; the arithmetic of onnx/reference/ops/op_quantize_linear.py and
@@ -595,6 +596,12 @@ enum class quantize_fn : std::uint8_t { quantize, dequantize };
 /// float, y i8 or u8 (zero_point's dtype when present). dequantize: y = (x - zero_point) * scale,
 /// x i8, u8 or i32, y float. scale (float) and zero_point (absent: 0) hold one value (per tensor)
 /// or, 1-D, one per index of x's `axis` (per axis; `axis` in [0, rank)).
+///
+/// requantize is what onnx/reference/ops/op_qlinear_matmul.py and op_qlinear_conv.py do with the
+/// int32 accumulator: y = saturate(round_half_even(x * scale + zero_point)), x int32, scale float
+/// (the caller's a_scale * b_scale / y_scale, per tensor or per axis as above), zero_point one
+/// value (absent: 0) of y's dtype, i8 or u8. The product and the sum are taken in double, as
+/// NumPy promotes int32 times float32 to float64, and rounded once.
 struct quantize {
   quantize_fn fn = quantize_fn::quantize;
   tensor_desc x{}, scale{}, zero_point{}, y{};
@@ -680,6 +687,31 @@ struct det {
 struct reverse_sequence {
   tensor_desc x{}, sequence_lens{}, y{};
   std::int32_t batch_axis = 1, time_axis = 0;
+};
+
+/// ONNX's MatMulInteger (onnx.ai/onnx/operators/onnx__MatMulInteger.html; the arithmetic of
+/// onnx/reference/ops/op_matmul_integer.py): y = numpy.matmul(a - a_zero_point, b - b_zero_point)
+/// with the differences in int32 and the sums in int32, wrapping modulo 2^32 as NumPy's int32
+/// matmul does. a and b are int8 or uint8, each its own; a [..., M, K] and b [..., K, N] have rank
+/// 2 or more and their leading (batch) dimensions broadcast NumPy-style to y's [..., M, N]; y is
+/// int32. A zero point (absent: 0) has its operand's dtype and broadcasts NumPy-style to the
+/// operand: one value, or per row a_zero_point [..., M, 1], per column b_zero_point [..., 1, N].
+struct integer_matmul {
+  tensor_desc a{}, b{}, a_zero_point{}, b_zero_point{}, y{};
+};
+
+/// ONNX's ConvInteger (onnx.ai/onnx/operators/onnx__ConvInteger.html; the arithmetic of
+/// onnx/reference/ops/op_conv_integer.py): y = conv2d(x - x_zero_point, w - w_zero_point) in int32,
+/// wrapping as integer_matmul does. The reference subtracts, then pads: a padded position adds 0.
+/// x [N,C,H,W] and w [Co, C/groups, kh, kw] are int8 or uint8, each its own; y [N,Co,Ho,Wo] int32.
+/// x_zero_point is one value of x's dtype (absent: 0); w_zero_point one value or [Co], one per
+/// output channel, of w's dtype.
+struct integer_conv2d {
+  tensor_desc x{}, w{}, x_zero_point{}, w_zero_point{}, y{};
+  std::array<std::int32_t, 2> stride{1, 1};
+  std::array<std::int32_t, 2> pad{0, 0};
+  std::array<std::int32_t, 2> dilation{1, 1};
+  std::int32_t groups = 1;
 };
 
 /// One element of dequantize as the kernel computes it, before the store to y's dtype: x rounded
@@ -838,7 +870,12 @@ constexpr std::string_view op_name(const float_class& f) noexcept {
   return f.fn == float_class_fn::is_nan ? "is_nan" : "is_inf";
 }
 constexpr std::string_view op_name(const quantize& q) noexcept {
-  return q.fn == quantize_fn::quantize ? "quantize" : "dequantize";
+  switch (q.fn) {
+    case quantize_fn::quantize: return "quantize";
+    case quantize_fn::dequantize: return "dequantize";
+    case quantize_fn::requantize: return "requantize";
+  }
+  return "quantize";
 }
 constexpr std::string_view op_name(const det&) noexcept { return "det"; }
 constexpr std::string_view op_name(const reverse_sequence&) noexcept { return "reverse_sequence"; }
@@ -851,6 +888,8 @@ constexpr std::string_view op_name(const recurrent& r) noexcept {
   return "recurrent";
 }
 constexpr std::string_view op_name(const lrn&) noexcept { return "lrn"; }
+constexpr std::string_view op_name(const integer_matmul&) noexcept { return "integer_matmul"; }
+constexpr std::string_view op_name(const integer_conv2d&) noexcept { return "integer_conv2d"; }
 
 }  // namespace npurt::kernels
 
@@ -863,4 +902,4 @@ constexpr std::string_view op_name(const lrn&) noexcept { return "lrn"; }
       kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum,                   \
       kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k,        \
       kernels::compare, kernels::where, kernels::logical, kernels::float_class, kernels::quantize, kernels::recurrent, \
-      kernels::det, kernels::reverse_sequence, kernels::lrn
+      kernels::det, kernels::reverse_sequence, kernels::lrn, kernels::integer_matmul, kernels::integer_conv2d

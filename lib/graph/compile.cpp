@@ -127,7 +127,9 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
       // x / scale could round to another integer. The kernel reads a scale of any float dtype.
       // A scale the graph holds in float (a constant, an input, a cast-back output) is read as it
       // is; one computed in the compute type only exists there.
-      const bool quant_scale = k == 1 && n.type == "QuantizeLinear" && g.find(n.inputs[k]) != nullptr;
+      // Requantize's multiplier likewise (the product's rounding steps).
+      const bool quant_scale =
+          k == 1 && (n.type == "QuantizeLinear" || n.type == "Requantize") && g.find(n.inputs[k]) != nullptr;
       ins.push_back(lower && !shape_input && !float_grid && !quant_scale ? lowered(n.inputs[k]) : n.inputs[k]);
     }
     if (n.type == "Cast") {

@@ -478,6 +478,81 @@ void add_batchnorm_training(graph& g, const std::string& node_name, const std::v
   }
 }
 
+/// QLinearMatMul and QLinearConv as onnx/reference/ops/op_qlinear_matmul.py and op_qlinear_conv.py
+/// compute them: the integer product (MatMulInteger, ConvInteger, with ConvInteger's bias B added
+/// in int32), the multiplier a_scale * b_scale / y_scale in the scales' float type, then
+/// Requantize: round half to even of the product times the multiplier plus y_zero_point,
+/// saturated to y_zero_point's dtype (a's when it is absent).
+template <class Step>
+void add_qlinear(graph& g, const std::string& t, const std::string& node_name, const std::vector<std::string>& ins,
+                 const std::string& y, const attributes& attrs, Step&& step,
+                 const std::function<std::string(const std::string&)>& fresh) {
+  const bool conv = t == "QLinearConv";
+  const auto input = [&](std::size_t i) { return i < ins.size() ? ins[i] : std::string(); };
+  if (ins.size() < 8 || ins.size() > (conv ? 9u : 8u))
+    fail(errc::parse_error, node_name, y,
+         t + " '" + node_name + "' has the inputs a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, " +
+             "y_zero_point" + (conv ? ", B" : ""));
+  for (std::size_t i : {0u, 1u, 3u, 4u, 6u})
+    if (input(i).empty())
+      fail(errc::parse_error, node_name, y, t + " '" + node_name + "': input " + std::to_string(i) + " is required");
+  // Copies: every step adds values to the graph, which may move the ones it holds.
+  const dtype a_type = g.value(ins[0]).type;
+  const bool a_per_axis = g.value(ins[1]).shape.elements() != 1, b_per_axis = g.value(ins[4]).shape.elements() != 1;
+  attributes integer = attrs;
+  std::string acc = step(conv ? "ConvInteger" : "MatMulInteger", "integer", {ins[0], ins[3], input(2), input(5)},
+                         std::string(), std::move(integer));
+  const shape out = g.value(acc).shape;
+  const std::size_t rank = out.rank();
+  // Each scale is one value or 1-D along the axis it quantizes: a's rows, b's columns, w's output
+  // channels; y_scale is one value.
+  const auto scale_shape = [&](std::size_t i, std::int64_t extent, std::string_view what) {
+    const value_info v = g.value(ins[i]);
+    if (!is_float(v.type) || v.type == dtype::f64)
+      fail(errc::invalid_dtype, node_name, ins[i],
+           t + " '" + node_name + "': scale '" + ins[i] + "' must be float, float16 or bfloat16, got " +
+               std::string(to_string(v.type)));
+    if (v.shape.elements() == 1 || (extent > 0 && v.shape.rank() == 1 && v.shape[0] == extent)) return;
+    fail(errc::invalid_shape, node_name, ins[i],
+         t + " '" + node_name + "': scale '" + ins[i] + "' " + shape_string(v.shape) + " must be one value" +
+             (extent > 0 ? " or [" + std::to_string(extent) + "] (" + std::string(what) + ")" : std::string()));
+  };
+  scale_shape(1, conv ? 0 : out[rank - 2], "per row");
+  scale_shape(4, conv ? out[1] : out[rank - 1], conv ? "per output channel" : "per column");
+  scale_shape(6, 0, {});
+  std::int64_t axis = 1;
+  if (conv) {
+    if (!input(8).empty()) {
+      const value_info bias = g.value(ins[8]);
+      const std::int64_t m = out[1];
+      if (bias.type != dtype::i32 || !(bias.shape == shape{m}))
+        fail(bias.type != dtype::i32 ? errc::invalid_dtype : errc::invalid_shape, node_name, ins[8],
+             t + " '" + node_name + "': B '" + ins[8] + "' must be int32 [" + std::to_string(m) + "], got " +
+                 std::string(to_string(bias.type)) + " " + shape_string(bias.shape));
+      const std::int64_t per_channel[] = {1, m, 1, 1};
+      const std::string shaped =
+          step("Reshape", "bias_shaped", {ins[8], add_ints(g, fresh(y + "/bias_shape"), per_channel)});
+      acc = step("Add", "biased", {acc, shaped});
+    }
+  } else {
+    // A per-row a_scale and a per-column b_scale make a 2-D multiplier, which Requantize (one
+    // value or one axis) does not take.
+    if (a_per_axis && b_per_axis)
+      fail(errc::not_supported, node_name, ins[1],
+           t + " '" + node_name + "': a per-row a_scale '" + ins[1] + "' with a per-column b_scale '" + ins[4] +
+               "' is not supported (a 2-D multiplier)");
+    axis = static_cast<std::int64_t>(rank) - (a_per_axis ? 2 : 1);
+  }
+  const std::string multiplier = step("Div", "multiplier", {step("Mul", "scales", {ins[1], ins[4]}), ins[6]});
+  std::string zp = input(7);
+  if (zp.empty()) {
+    tensor zero(shape{}, a_type);
+    zero.set(0, 0.0);
+    zp = g.add_constant(fresh(y + "/y_zero_point"), std::move(zero));
+  }
+  step("Requantize", "requantize", {acc, multiplier, zp}, y, attributes{{"axis", axis}});
+}
+
 }  // namespace
 
 // The reductions the kernels lack as ReduceSum or ReduceMax with elementwise steps, Sum and Mean
@@ -517,7 +592,9 @@ std::span<const std::string_view> composite_ops() noexcept {
                                              "Adagrad",
                                              "Adam",
                                              "Momentum",
-                                             "MaxUnpool"};
+                                             "MaxUnpool",
+                                             "QLinearMatMul",
+                                             "QLinearConv"};
   return ops;
 }
 
@@ -636,6 +713,10 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     const shape xs = g.value(ins[0]).shape;
     const std::string dims = add_ints(g, fresh(y + "/shape"), xs);
     g.add_node("Expand", fresh(node_name + "/mask"), {one, dims}, {outputs[1]});
+    return;
+  }
+  if (t == "QLinearMatMul" || t == "QLinearConv") {
+    add_qlinear(g, t, node_name, ins, y, attrs, step, fresh);
     return;
   }
   if (t == "Clip") {

@@ -11,6 +11,7 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <queue>
@@ -20,7 +21,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 106> ops_table{"Add",
+constexpr std::array<std::string_view, 109> ops_table{"Add",
                                                       "AveragePool",
                                                       "BatchNormalization",
                                                       "Cast",
@@ -125,7 +126,10 @@ constexpr std::array<std::string_view, 106> ops_table{"Add",
                                                       "Atan",
                                                       "Det",
                                                       "ReverseSequence",
-                                                      "LRN"};
+                                                      "LRN",
+                                                      "MatMulInteger",
+                                                      "ConvInteger",
+                                                      "Requantize"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -403,9 +407,13 @@ const op_attributes onnx_attributes[] = {
     {"ReverseSequence", {"batch_axis", "time_axis"}},
     {"MaxUnpool", {"kernel_shape", "pads", "strides"}},
     {"LRN", {"alpha", "beta", "bias", "size"}},
+    {"MatMulInteger", {}},
+    {"ConvInteger", {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
+    {"QLinearMatMul", {}},
+    {"QLinearConv", {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
 };
 constexpr std::string_view own_ops[] = {
-    "ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal", "BatchNormalizationGrad", "Recurrent"};
+    "ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal", "BatchNormalizationGrad", "Recurrent", "Requantize"};
 
 /// The attribute of `attrs` that `type` does not have, or null.
 const std::string* unknown_attribute(std::string_view type, const npurt::attributes& attrs) {
@@ -1409,6 +1417,41 @@ std::int64_t index_depth(const node& n, const value_info& data, const value_info
   return k;
 }
 
+// Conv's and ConvInteger's output [N, M, Ho, Wo] for x [N, C, H, W] and w [M, C/group, kH, kW],
+// the attributes checked.
+shape conv_output(const node& n, const value_info& x, const value_info& w) {
+  const std::int64_t g = n.attrs.get_int("group", 1);
+  if (g < 1 || x.shape[1] % g || w.shape[0] % g || w.shape[1] * g != x.shape[1])
+    fail(errc::invalid_shape, n, w.name,
+         "weight " + shape_string(w.shape) + " does not fit input " + shape_string(x.shape) + " with group " +
+             std::to_string(g));
+  const ints ks = n.attrs.get_ints("kernel_shape", {w.shape[2], w.shape[3]});
+  if (ks.size() != 2 || ks[0] != w.shape[2] || ks[1] != w.shape[3])
+    fail(errc::invalid_shape, n, w.name, "kernel_shape does not match the weight " + shape_string(w.shape));
+  const spatial s = read_spatial(n, x, {w.shape[2], w.shape[3]});
+  return {x.shape[0], w.shape[0], window_out(n, x, x.shape[2], s.kernel[0], s.stride[0], s.pad[0], s.dilation[0]),
+          window_out(n, x, x.shape[3], s.kernel[1], s.stride[1], s.pad[1], s.dilation[1])};
+}
+
+// MatMulInteger's and ConvInteger's operands: int8 or uint8, each its own (onnx.ai T1, T2).
+void need_int8_or_uint8(const node& n, const value_info& v) {
+  if (v.type != dtype::i8 && v.type != dtype::u8)
+    fail(errc::not_supported, n, v.name, "must be int8 or uint8, got " + std::string(to_string(v.type)));
+}
+
+// An optional zero point of MatMulInteger or ConvInteger (input i): of its operand's dtype, and one
+// value or a shape `ok` accepts (`what` says which).
+void check_zero_point(const node& n, std::span<const value_info* const> in, std::size_t i, const value_info& operand,
+                      const std::function<bool(const shape&)>& ok, std::string_view what) {
+  if (!given(in, i)) return;
+  const value_info& z = *in[i];
+  same_type(n, operand, z);
+  if (z.shape.elements() != 1 && !ok(z.shape))
+    fail(errc::invalid_shape, n, z.name,
+         "zero point " + shape_string(z.shape) + " must be one value or " + std::string(what) + " for '" +
+             operand.name + "' " + shape_string(operand.shape));
+}
+
 }  // namespace
 
 std::vector<inferred_output> infer_op(const node& n, std::span<const value_info* const> in,
@@ -1531,19 +1574,8 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     check_conv_operands(n, x, w, "convolution");
     if (w.shape.rank() != 4)
       fail(errc::invalid_shape, n, w.name, "weight must be [M, C/group, kH, kW], got " + shape_string(w.shape));
-    const std::int64_t g = n.attrs.get_int("group", 1);
-    if (g < 1 || x.shape[1] % g || w.shape[0] % g || w.shape[1] * g != x.shape[1])
-      fail(errc::invalid_shape, n, w.name,
-           "weight " + shape_string(w.shape) + " does not fit input " + shape_string(x.shape) + " with group " +
-               std::to_string(g));
-    const ints ks = n.attrs.get_ints("kernel_shape", {w.shape[2], w.shape[3]});
-    if (ks.size() != 2 || ks[0] != w.shape[2] || ks[1] != w.shape[3])
-      fail(errc::invalid_shape, n, w.name, "kernel_shape does not match the weight " + shape_string(w.shape));
-    const spatial s = read_spatial(n, x, {w.shape[2], w.shape[3]});
     check_conv_bias(n, in, x, w.shape[0]);
-    return one({x.shape[0], w.shape[0], window_out(n, x, x.shape[2], s.kernel[0], s.stride[0], s.pad[0], s.dilation[0]),
-                window_out(n, x, x.shape[3], s.kernel[1], s.stride[1], s.pad[1], s.dilation[1])},
-               x.type);
+    return one(conv_output(n, x, w), x.type);
   }
   if (t == "ConvTranspose") {
     const auto& x = need(n, in, 0);
@@ -2115,6 +2147,92 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     shape out;
     graph_ops::grid_sample_spec(n, in, out);
     return one(out, need(n, in, 0).type);
+  }
+  if (t == "MatMulInteger") {
+    // onnx.ai MatMulInteger: numpy.matmul of int8 or uint8 operands to int32; a_zero_point one
+    // value or per row of A ([M], or [..., M, 1]), b_zero_point one value or per column ([N], or
+    // [..., 1, N]).
+    const auto& a = need(n, in, 0);
+    const auto& b = need(n, in, 1);
+    need_int8_or_uint8(n, a);
+    need_int8_or_uint8(n, b);
+    const auto ra = a.shape.rank(), rb = b.shape.rank();
+    if (ra < 2 || rb < 2)
+      fail(errc::not_supported, n, ra < 2 ? a.name : b.name, "1-D MatMulInteger operands are not supported");
+    if (a.shape[ra - 1] != b.shape[rb - 2])
+      fail(errc::invalid_shape, n, b.name,
+           "inner dimensions differ: " + shape_string(a.shape) + " x " + shape_string(b.shape));
+    // The batch dimensions broadcast NumPy-style.
+    value_info ab{a.name, {}, a.type}, bb{b.name, {}, b.type};
+    for (std::size_t i = 0; i + 2 < ra; ++i) ab.shape.push_back(a.shape[i]);
+    for (std::size_t i = 0; i + 2 < rb; ++i) bb.shape.push_back(b.shape[i]);
+    shape out = broadcast(n, ab, bb);
+    out.push_back(a.shape[ra - 2]);
+    out.push_back(b.shape[rb - 1]);
+    const std::int64_t m = a.shape[ra - 2], cols = b.shape[rb - 1];
+    check_zero_point(
+        n, in, 2, a,
+        [&](const shape& z) {
+          return (z.rank() == 1 && z[0] == m) || (z.rank() == ra && z[ra - 1] == 1 && z[ra - 2] == m);
+        },
+        "per row ([" + std::to_string(m) + "] or [..., " + std::to_string(m) + ", 1])");
+    check_zero_point(
+        n, in, 3, b,
+        [&](const shape& z) {
+          return (z.rank() == 1 && z[0] == cols) || (z.rank() == rb && z[rb - 2] == 1 && z[rb - 1] == cols);
+        },
+        "per column ([" + std::to_string(cols) + "] or [..., 1, " + std::to_string(cols) + "])");
+    // A zero point of rank ra must broadcast to A (and B's to B): its batch dimensions 1 or A's.
+    for (std::size_t i = 2; i < 4; ++i)
+      if (given(in, i) && in[i]->shape.rank() > 1) {
+        const value_info& op = i == 2 ? a : b;
+        if (!(broadcast(n, op, *in[i]) == op.shape))
+          fail(errc::invalid_shape, n, in[i]->name,
+               "zero point " + shape_string(in[i]->shape) + " does not broadcast to " + shape_string(op.shape));
+      }
+    return one(out, dtype::i32);
+  }
+  if (t == "ConvInteger") {
+    // onnx.ai ConvInteger: Conv of int8 or uint8 operands to int32; x_zero_point one value,
+    // w_zero_point one value or one per output channel.
+    const auto& x = need(n, in, 0);
+    const auto& w = need(n, in, 1);
+    need_int8_or_uint8(n, x);
+    need_int8_or_uint8(n, w);
+    if (x.shape.rank() != 4)
+      fail(errc::not_supported, n, x.name,
+           "only 2-D integer convolution (rank-4 input) is supported, got " + shape_string(x.shape));
+    if (w.shape.rank() != 4)
+      fail(errc::invalid_shape, n, w.name, "weight must be [M, C/group, kH, kW], got " + shape_string(w.shape));
+    check_zero_point(n, in, 2, x, [](const shape&) { return false; }, "(x_zero_point is per tensor)");
+    const std::int64_t co = w.shape[0];
+    check_zero_point(
+        n, in, 3, w, [&](const shape& z) { return z.rank() == 1 && z[0] == co; },
+        "per output channel ([" + std::to_string(co) + "])");
+    return one(conv_output(n, x, w), dtype::i32);
+  }
+  if (t == "Requantize") {
+    // npurt's own: the end of QLinearMatMul and QLinearConv (see kernels::quantize): int32 x,
+    // a float scale per tensor or along `axis`, one zero point whose dtype (int8, uint8) y has.
+    const auto& x = need(n, in, 0);
+    const auto& scale = need(n, in, 1);
+    const auto& zp = need(n, in, 2);
+    if (x.type != dtype::i32)
+      fail(errc::invalid_dtype, n, x.name, "must be int32, got " + std::string(to_string(x.type)));
+    if (!is_float(scale.type) || scale.type == dtype::f64)
+      fail(errc::invalid_dtype, n, scale.name,
+           "scale must be float, float16 or bfloat16, got " + std::string(to_string(scale.type)));
+    need_int8_or_uint8(n, zp);
+    if (zp.shape.elements() != 1)
+      fail(errc::invalid_shape, n, zp.name, "the output zero point must be one value, got " + shape_string(zp.shape));
+    if (scale.shape.elements() != 1) {
+      const std::int64_t axis = norm_axis(n, n.attrs.get_int("axis", 1), x.shape.rank(), x.name);
+      if (scale.shape.rank() != 1 || scale.shape[0] != x.shape[static_cast<std::size_t>(axis)])
+        fail(errc::invalid_shape, n, scale.name,
+             "scale " + shape_string(scale.shape) + " must be one value or 1-D along axis " + std::to_string(axis) +
+                 " of " + shape_string(x.shape));
+    }
+    return one(x.shape, zp.type);
   }
   fail(errc::not_supported, n, {}, "unknown operator type");
 }

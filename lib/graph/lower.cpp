@@ -119,6 +119,38 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     if (st.residual >= 0) c.residual = desc(st.residual);
     if (st.relu_after) c.act = kernels::activation::relu;
     kernel(c);
+  } else if (t == "ConvInteger") {
+    const tensor_desc x = desc(st.in[0]), w = desc(st.in[1]);
+    const auto optional = [&](std::size_t i) {
+      return n.inputs.size() > i && st.in[i] >= 0 ? desc(st.in[i]) : tensor_desc{};
+    };
+    kernels::integer_conv2d c{x, w, optional(2), optional(3), y};
+    c.stride = two(n.attrs.get_ints("strides"), {1, 1});
+    c.dilation = two(n.attrs.get_ints("dilations"), {1, 1});
+    c.pad = pads_of(n, x.shape, {static_cast<std::int32_t>(w.shape[2]), static_cast<std::int32_t>(w.shape[3])},
+                    c.stride, c.dilation);
+    c.groups = static_cast<std::int32_t>(n.attrs.get_int("group", 1));
+    kernel(c);
+  } else if (t == "MatMulInteger") {
+    const tensor_desc a = desc(st.in[0]);
+    kernels::integer_matmul m{a, desc(st.in[1])};
+    m.y = y;
+    if (n.inputs.size() > 2 && st.in[2] >= 0) {
+      // A per-row zero point [M] is [M, 1] to the kernel, which broadcasts it NumPy-style.
+      m.a_zero_point = desc(st.in[2]);
+      if (m.a_zero_point.shape.rank() == 1 && m.a_zero_point.shape[0] != 1)
+        m.a_zero_point.shape = shape{m.a_zero_point.shape[0], 1};
+    }
+    if (n.inputs.size() > 3 && st.in[3] >= 0) m.b_zero_point = desc(st.in[3]);
+    kernel(m);
+  } else if (t == "Requantize") {
+    kernels::quantize q{kernels::quantize_fn::requantize, desc(st.in[0]), desc(st.in[1]), desc(st.in[2]), y};
+    if (q.scale.shape.elements() != 1) {
+      const auto r = static_cast<std::int64_t>(q.x.shape.rank());
+      const std::int64_t a = n.attrs.get_int("axis", 1);
+      q.axis = static_cast<std::int32_t>(a < 0 ? a + r : a);
+    }
+    kernel(q);
   } else if (t == "ConvTranspose") {
     // Transposed convolution is convolution's input gradient: the input plays dY, the weight
     // [C, M/group, kH, kW] is the forward weight, and the output is dX with the start pads.

@@ -91,6 +91,34 @@ void set_epilogue(gemm_problem& pr, const tensor_desc& out, const tensor_desc& b
   pr.epi_bytes = (b ? static_cast<double>(bias.bytes()) : 0.0) + (r ? static_cast<double>(residual.bytes()) : 0.0);
 }
 
+// A forward convolution as the cube's img2col GEMM: conv2d and integer_conv2d alike, `in` the
+// dtype whose rate the cube runs at.
+template <class Conv>
+void conv_forward_gemm(const Conv& c, dtype in, gemm_problem& pr) {
+  const std::int64_t n = dim(c.x, 0), ci = dim(c.x, 1), h = dim(c.x, 2), w = dim(c.x, 3);
+  const std::int64_t co = dim(c.w, 0), kh = dim(c.w, 2), kw = dim(c.w, 3);
+  const std::int64_t ho = dim(c.y, 2), wo = dim(c.y, 3);
+  const std::int64_t g = std::max<std::int32_t>(1, c.groups), cig = ci / g;
+  pr.g = {g, n * ho * wo, co / g, round_up(cig, 16) * kh * kw, in};
+  pr.out_es = es(c.y.type);
+  const double x_bytes = static_cast<double>(n) * round_up(cig, 16) * h * w * es(c.x.type);
+  pr.a_factor = std::min(1.0, x_bytes / (static_cast<double>(pr.g.m) * pr.g.k * es(c.x.type)));
+  pr.a_halo = kh > c.stride[0];
+  pr.halo_wo = wo;
+  pr.halo_kh = (kh - 1) * c.dilation[0] + 1;
+  pr.halo_sh = c.stride[0];
+  pr.useful_macs = static_cast<double>(n) * ho * wo * co * cig * kh * kw;
+}
+
+// The zero points' correction of an integer GEMM: one vector operation per output, the zero
+// points read once.
+void zero_point_epilogue(gemm_problem& pr, const tensor_desc& za, const tensor_desc& zb) {
+  const bool a = za.shape.rank() > 0, b = zb.shape.rank() > 0;
+  if (!a && !b) return;
+  pr.epi_ops = 1;
+  pr.epi_bytes = (a ? static_cast<double>(za.bytes()) : 0.0) + (b ? static_cast<double>(zb.bytes()) : 0.0);
+}
+
 std::optional<gemm_problem> to_gemm(const kernel_desc& k) {
   using namespace kernels;
   gemm_problem pr;
@@ -113,20 +141,37 @@ std::optional<gemm_problem> to_gemm(const kernel_desc& k) {
     return pr;
   }
   if (const auto* c = std::get_if<conv2d>(&k.op)) {
-    const std::int64_t n = dim(c->x, 0), ci = dim(c->x, 1), h = dim(c->x, 2), w = dim(c->x, 3);
-    const std::int64_t co = dim(c->w, 0), kh = dim(c->w, 2), kw = dim(c->w, 3);
-    const std::int64_t ho = dim(c->y, 2), wo = dim(c->y, 3);
-    const std::int64_t g = std::max<std::int32_t>(1, c->groups), cig = ci / g;
-    pr.g = {g, n * ho * wo, co / g, round_up(cig, 16) * kh * kw, c->x.type};
-    pr.out_es = es(c->y.type);
-    const double x_bytes = static_cast<double>(n) * round_up(cig, 16) * h * w * es(c->x.type);
-    pr.a_factor = std::min(1.0, x_bytes / (static_cast<double>(pr.g.m) * pr.g.k * es(c->x.type)));
-    pr.a_halo = kh > c->stride[0];
-    pr.halo_wo = wo;
-    pr.halo_kh = (kh - 1) * c->dilation[0] + 1;
-    pr.halo_sh = c->stride[0];
-    pr.useful_macs = static_cast<double>(n) * ho * wo * co * cig * kh * kw;
+    conv_forward_gemm(*c, c->x.type, pr);
     set_epilogue(pr, c->y, c->bias, c->residual, c->act);
+    return pr;
+  }
+  if (const auto* mi = std::get_if<integer_matmul>(&k.op)) {
+    // ONNX's MatMulInteger is charged as INT8 cube work whichever of int8 and uint8 each operand
+    // is (the presets' cube_k_int8 fractal), with an INT32 result. The
+    // zero points are a correction per output element (sum_k a*b - zb*rowsum(a) - za*colsum(b)
+    // + K*za*zb, the sums found as the tiles pass): one vector operation per output in the
+    // epilogue, reading the zero points.
+    const auto& a = mi->a.shape;
+    const auto& y = mi->y.shape;
+    if (a.rank() < 2 || y.rank() < 2 || mi->b.shape.rank() < 2) return std::nullopt;
+    const std::size_t ry = y.rank();
+    pr.g.m = y[ry - 2];
+    pr.g.n = y[ry - 1];
+    pr.g.k = a[a.rank() - 1];
+    pr.g.batch = y.elements() / (pr.g.m * pr.g.n);
+    pr.g.in = dtype::i8;
+    pr.out_es = es(dtype::i32);
+    pr.out_type = dtype::i32;
+    pr.b_shared = mi->b.shape.rank() == 2 && pr.g.batch > 1;
+    pr.useful_macs = static_cast<double>(pr.g.batch) * pr.g.m * pr.g.n * pr.g.k;
+    zero_point_epilogue(pr, mi->a_zero_point, mi->b_zero_point);
+    return pr;
+  }
+  if (const auto* ci = std::get_if<integer_conv2d>(&k.op)) {
+    // ONNX's ConvInteger: the convolution's INT8 GEMM, zero points as integer_matmul's.
+    conv_forward_gemm(*ci, dtype::i8, pr);
+    pr.out_type = dtype::i32;
+    zero_point_epilogue(pr, ci->x_zero_point, ci->w_zero_point);
     return pr;
   }
   if (const auto* c = std::get_if<conv2d_backward_data>(&k.op)) {
@@ -634,7 +679,7 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           // zero point are read once.
           const double params = bytes(op.scale) + bytes(op.zero_point);
           w.add(elems(op.x), bytes(op.x) + params, bytes(op.y), 3,
-                op.fn == quantize_fn::quantize ? op.x.type : op.y.type);
+                op.fn == quantize_fn::dequantize ? op.y.type : op.x.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);
@@ -845,7 +890,8 @@ bool uses_cube(const kernel_desc& k) noexcept {
     return std::nullopt;
   }();
   if (gemm_in) return *gemm_in != dtype::f64;
-  return std::holds_alternative<recurrent>(k.op);
+  return std::holds_alternative<recurrent>(k.op) || std::holds_alternative<integer_matmul>(k.op) ||
+         std::holds_alternative<integer_conv2d>(k.op);
 }
 
 std::uint32_t core_pool(const preset& p, const kernel_desc& k) noexcept {

@@ -2345,11 +2345,18 @@ void run(const kernels::quantize& op, const host_ptrs& h) {
     dim = static_cast<size_t>(op.x.shape[a]);
     for (size_t d = a + 1; d < op.x.shape.rank(); ++d) inner *= static_cast<size_t>(op.x.shape[d]);
   }
-  const dtype ints = op.fn == kernels::quantize_fn::quantize ? op.y.type : op.x.type;
+  const dtype ints = op.fn == kernels::quantize_fn::dequantize ? op.x.type : op.y.type;
   std::vector<std::byte> y(n * size_of(op.y.type));  // staged: y may overlap x
   for (size_t i = 0; i < n; ++i) {
     const size_t c = per_axis ? (i / inner) % dim : 0;
     const float scale = read_float(op.scale.type, s, c);
+    if (op.fn == kernels::quantize_fn::requantize) {
+      // One zero point for every element; int32 x float32 is float64 in NumPy, exact here.
+      const double z = zp ? static_cast<double>(read_int(ints, zp, 0)) : 0.0;
+      const double r = static_cast<double>(read_int(dtype::i32, x, i)) * static_cast<double>(scale) + z;
+      write_int(op.y.type, y.data(), i, double_to_int(r, op.y.type));
+      continue;
+    }
     const int64_t z = zp ? read_int(ints, zp, c) : 0;
     if (op.fn == kernels::quantize_fn::quantize) {
       float q = read_float(op.x.type, x, i) / scale;
@@ -2361,6 +2368,88 @@ void run(const kernels::quantize& op, const host_ptrs& h) {
     }
   }
   std::memcpy(h[op.y], y.data(), y.size());
+}
+
+// ---- integer matmul and convolution ---------------------------------------------------------
+
+// t - zero_point elementwise as int32 (the reference's astype(int32) then subtraction), the zero
+// point (of t's dtype, `z` null when absent) broadcast from zp_shape to t's shape.
+std::vector<std::int32_t> minus_zero_point(const tensor_desc& t, const std::byte* src, const shape& zp_shape,
+                                           const std::byte* z) {
+  std::vector<std::int32_t> out = load_i32(t, src);
+  if (z == nullptr) return out;
+  for_broadcast(t.shape, t.shape, zp_shape, t.shape, [&](size_t i, size_t, size_t iz, size_t) {
+    out[i] -= static_cast<std::int32_t>(read_int(t.type, z, iz));
+  });
+  return out;
+}
+
+// Sums in uint32: two's complement wrap-around, what NumPy's int32 matmul and the cube's 32-bit
+// accumulator give, with no signed overflow.
+std::int32_t wrap_i32(std::uint32_t u) noexcept { return static_cast<std::int32_t>(u); }
+
+void run(const kernels::integer_matmul& op, const host_ptrs& h) {
+  const std::vector<std::int32_t> a = minus_zero_point(op.a, h[op.a], op.a_zero_point.shape, h[op.a_zero_point]);
+  const std::vector<std::int32_t> b = minus_zero_point(op.b, h[op.b], op.b_zero_point.shape, h[op.b_zero_point]);
+  const shape& ys = op.y.shape;
+  const size_t ry = ys.rank(), ra = op.a.shape.rank(), rb = op.b.shape.rank();
+  const auto m = static_cast<size_t>(ys[ry - 2]), n = static_cast<size_t>(ys[ry - 1]);
+  const auto k = static_cast<size_t>(op.a.shape[ra - 1]);
+  // The batch dimensions alone, as shapes, for the matrices' broadcast offsets.
+  shape batch, ab, bb;
+  for (size_t i = 0; i + 2 < ry; ++i) batch.push_back(ys[i]);
+  for (size_t i = 0; i + 2 < ra; ++i) ab.push_back(op.a.shape[i]);
+  for (size_t i = 0; i + 2 < rb; ++i) bb.push_back(op.b.shape[i]);
+  if (batch.rank() == 0) batch.push_back(1);
+  std::vector<std::int32_t> y(static_cast<size_t>(ys.elements()));
+  for_broadcast(batch, ab, bb, batch, [&](size_t e, size_t ea, size_t eb, size_t) {
+    const std::int32_t* am = a.data() + ea * m * k;
+    const std::int32_t* bm = b.data() + eb * k * n;
+    std::int32_t* ym = y.data() + e * m * n;
+    for (size_t i = 0; i < m; ++i)
+      for (size_t j = 0; j < n; ++j) {
+        std::uint32_t acc = 0;
+        for (size_t q = 0; q < k; ++q)
+          acc += static_cast<std::uint32_t>(am[i * k + q]) * static_cast<std::uint32_t>(bm[q * n + j]);
+        ym[i * n + j] = wrap_i32(acc);
+      }
+  });
+  store_i32(h[op.y], y);
+}
+
+void run(const kernels::integer_conv2d& op, const host_ptrs& h) {
+  const std::vector<std::int32_t> x = minus_zero_point(op.x, h[op.x], op.x_zero_point.shape, h[op.x_zero_point]);
+  // w_zero_point is one value or one per output channel: as [Co, 1, 1, 1] it broadcasts to w.
+  const shape& wz = op.w_zero_point.shape;
+  const std::vector<std::int32_t> w =
+      minus_zero_point(op.w, h[op.w], wz.rank() == 1 ? shape{wz[0], 1, 1, 1} : wz, h[op.w_zero_point]);
+  const auto dim = [](const tensor_desc& t, size_t i) { return static_cast<int64_t>(t.shape[i]); };
+  const int64_t nb = dim(op.x, 0), ci = dim(op.x, 1), hi = dim(op.x, 2), wi = dim(op.x, 3);
+  const int64_t co = dim(op.w, 0), cig = dim(op.w, 1), kh = dim(op.w, 2), kw = dim(op.w, 3);
+  const int64_t ho = dim(op.y, 2), wo = dim(op.y, 3), cog = co / op.groups;
+  std::vector<std::int32_t> y(static_cast<size_t>(op.y.shape.elements()));
+  size_t at = 0;
+  for (int64_t n = 0; n < nb; ++n)
+    for (int64_t o = 0; o < co; ++o)
+      for (int64_t r = 0; r < ho; ++r)
+        for (int64_t c = 0; c < wo; ++c) {
+          const int64_t g = o / cog;
+          std::uint32_t acc = 0;
+          for (int64_t i = 0; i < cig; ++i)
+            for (int64_t u = 0; u < kh; ++u) {
+              const int64_t yy = r * op.stride[0] - op.pad[0] + u * op.dilation[0];
+              if (yy < 0 || yy >= hi) continue;  // padding: the difference there is 0
+              for (int64_t v = 0; v < kw; ++v) {
+                const int64_t xx = c * op.stride[1] - op.pad[1] + v * op.dilation[1];
+                if (xx < 0 || xx >= wi) continue;
+                const auto xv = x[static_cast<size_t>(((n * ci + g * cig + i) * hi + yy) * wi + xx)];
+                const auto wv = w[static_cast<size_t>(((o * cig + i) * kh + u) * kw + v)];
+                acc += static_cast<std::uint32_t>(xv) * static_cast<std::uint32_t>(wv);
+              }
+            }
+          y[at++] = wrap_i32(acc);
+        }
+  store_i32(h[op.y], y);
 }
 
 void run(const kernels::cast& op, const host_ptrs& h) {

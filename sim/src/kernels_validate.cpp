@@ -217,6 +217,50 @@ std::error_code check(const kernels::conv2d_backward_weight& c) {
   return check_conv_shapes(c.x.shape, c.dw.shape, c.dy.shape, p);
 }
 
+// ---- integer matmul and convolution (ONNX's MatMulInteger, ConvInteger) ------------------
+
+bool int8_or_uint8(dtype t) noexcept { return t == dtype::i8 || t == dtype::u8; }
+
+// A zero point: absent, or of its operand's dtype and broadcasting to `to`.
+bool zero_point_ok(const tensor_desc& zp, const tensor_desc& operand, const shape& to) noexcept {
+  return absent(zp) || (zp.type == operand.type && broadcasts_to(zp.shape, to));
+}
+
+std::error_code check(const kernels::integer_matmul& m) {
+  if (!int8_or_uint8(m.a.type) || !int8_or_uint8(m.b.type) || m.y.type != dtype::i32) return fail(errc::invalid_dtype);
+  if (!absent(m.a_zero_point) && m.a_zero_point.type != m.a.type) return fail(errc::invalid_dtype);
+  if (!absent(m.b_zero_point) && m.b_zero_point.type != m.b.type) return fail(errc::invalid_dtype);
+  const auto& a = m.a.shape;
+  const auto& b = m.b.shape;
+  const auto& y = m.y.shape;
+  const auto ra = a.rank(), rb = b.rank(), ry = y.rank();
+  if (ra < 2 || rb < 2 || ry != std::max(ra, rb)) return fail(errc::invalid_shape);
+  if (a[ra - 1] != b[rb - 2] || y[ry - 2] != a[ra - 2] || y[ry - 1] != b[rb - 1]) return fail(errc::invalid_shape);
+  // The batch dimensions: each of a's and b's is 1 or y's, and y's is the larger.
+  for (std::size_t i = 0; i + 2 < ry; ++i) {
+    const int64_t da = i + ra >= ry ? a[i + ra - ry] : 1, db = i + rb >= ry ? b[i + rb - ry] : 1;
+    if ((da != 1 && da != y[i]) || (db != 1 && db != y[i]) || y[i] != std::max(da, db))
+      return fail(errc::invalid_shape);
+  }
+  if (!zero_point_ok(m.a_zero_point, m.a, a) || !zero_point_ok(m.b_zero_point, m.b, b))
+    return fail(errc::invalid_shape);
+  return {};
+}
+
+std::error_code check(const kernels::integer_conv2d& c) {
+  const conv_params p{c.stride, c.pad, c.dilation, c.groups};
+  if (auto ec = check_conv_params(p)) return ec;
+  if (!int8_or_uint8(c.x.type) || !int8_or_uint8(c.w.type) || c.y.type != dtype::i32) return fail(errc::invalid_dtype);
+  if (!absent(c.x_zero_point) && c.x_zero_point.type != c.x.type) return fail(errc::invalid_dtype);
+  if (!absent(c.w_zero_point) && c.w_zero_point.type != c.w.type) return fail(errc::invalid_dtype);
+  if (auto ec = check_conv_shapes(c.x.shape, c.w.shape, c.y.shape, p)) return ec;
+  if (!absent(c.x_zero_point) && c.x_zero_point.shape.elements() != 1) return fail(errc::invalid_shape);
+  if (!absent(c.w_zero_point) && c.w_zero_point.shape.elements() != 1 &&
+      !(c.w_zero_point.shape.rank() == 1 && c.w_zero_point.shape[0] == c.w.shape[0]))
+    return fail(errc::invalid_shape);
+  return {};
+}
+
 // ---- elementwise -----------------------------------------------------------------------
 
 bool binary(kernels::eltwise_fn f) noexcept { return kernels::is_binary(f); }
@@ -752,10 +796,9 @@ std::error_code check(const kernels::float_class& f) {
   return {};
 }
 
-std::error_code check(const kernels::quantize& q) {
-  const bool quant = q.fn == kernels::quantize_fn::quantize;
-  if (!quant && q.fn != kernels::quantize_fn::dequantize) return fail(errc::invalid_argument);
-  // The integer side: y when quantizing, x when dequantizing; zero_point has its dtype.
+// quantize and dequantize: the integer side (y when quantizing, x when dequantizing) int8 or uint8
+// (dequantize int32 too), zero_point of its dtype, the float side no double.
+std::error_code check_quantize_types(const kernels::quantize& q, bool quant) {
   const dtype ints = quant ? q.y.type : q.x.type;
   const dtype floats = quant ? q.x.type : q.y.type;
   const bool int_ok = ints == dtype::i8 || ints == dtype::u8 || (!quant && ints == dtype::i32);
@@ -765,6 +808,28 @@ std::error_code check(const kernels::quantize& q) {
       is_float(floats) && floats != dtype::f64 && is_float(q.scale.type) && q.scale.type != dtype::f64;
   if (!int_ok || !floats_ok) return fail(errc::invalid_dtype);
   if (!absent(q.zero_point) && q.zero_point.type != ints) return fail(errc::invalid_dtype);
+  return {};
+}
+
+// requantize: x int32, y int8 or uint8, scale float (no double: ONNX's scales are float32), one
+// zero point of y's dtype; scale per tensor or per axis as quantize's.
+std::error_code check_requantize(const kernels::quantize& q) {
+  if (q.x.type != dtype::i32 || (q.y.type != dtype::i8 && q.y.type != dtype::u8)) return fail(errc::invalid_dtype);
+  if (!is_float(q.scale.type) || q.scale.type == dtype::f64) return fail(errc::invalid_dtype);
+  if (!absent(q.zero_point) && q.zero_point.type != q.y.type) return fail(errc::invalid_dtype);
+  if (!absent(q.zero_point) && q.zero_point.shape.elements() != 1) return fail(errc::invalid_shape);
+  return {};
+}
+
+std::error_code check(const kernels::quantize& q) {
+  const bool quant = q.fn == kernels::quantize_fn::quantize;
+  const bool requant = q.fn == kernels::quantize_fn::requantize;
+  if (!quant && !requant && q.fn != kernels::quantize_fn::dequantize) return fail(errc::invalid_argument);
+  if (requant) {
+    if (auto ec = check_requantize(q)) return ec;
+  } else if (auto ec = check_quantize_types(q, quant)) {
+    return ec;
+  }
   if (!(q.y.shape == q.x.shape)) return fail(errc::invalid_shape);
   // One scale (any shape of one element), or a 1-D run of them along axis.
   const auto n = q.scale.shape.elements();
@@ -773,7 +838,7 @@ std::error_code check(const kernels::quantize& q) {
     if (q.axis < 0 || static_cast<std::size_t>(q.axis) >= q.x.shape.rank()) return fail(errc::invalid_argument);
     if (q.x.shape[static_cast<std::size_t>(q.axis)] != n) return fail(errc::invalid_shape);
   }
-  if (!absent(q.zero_point) && !(q.zero_point.shape == q.scale.shape)) return fail(errc::invalid_shape);
+  if (!requant && !absent(q.zero_point) && !(q.zero_point.shape == q.scale.shape)) return fail(errc::invalid_shape);
   return {};
 }
 
@@ -963,7 +1028,18 @@ work work_of(const kernel_op& op) noexcept {
           w.add("M", o.trans_a ? a[ra - 1] : a[ra - 2]);
           w.add("N", o.c.shape[o.c.shape.rank() - 1]);
           w.add("K", o.trans_a ? a[ra - 2] : a[ra - 1]);
-        } else if constexpr (std::is_same_v<T, kernels::conv2d>) {
+        } else if constexpr (std::is_same_v<T, kernels::integer_matmul>) {
+          // Every batch entry of y, M x N outputs of K products each.
+          const auto& y = o.y.shape;
+          const auto ry = y.rank();
+          if (ry < 2 || o.a.shape.rank() < 2) return;
+          w.unit = "multiply-accumulates";
+          w.add("batch", y.elements() / (y[ry - 2] * y[ry - 1]));
+          w.add("M", y[ry - 2]);
+          w.add("N", y[ry - 1]);
+          w.add("K", o.a.shape[o.a.shape.rank() - 1]);
+        } else if constexpr (std::is_same_v<T, kernels::conv2d> || std::is_same_v<T, kernels::integer_conv2d>) {
+          if (o.x.shape.rank() != 4 || o.w.shape.rank() != 4 || o.y.shape.rank() != 4) return;
           conv_work(w, o.x.shape, o.w.shape, o.y.shape);
         } else if constexpr (std::is_same_v<T, kernels::conv2d_backward_data>) {
           conv_work(w, o.dx.shape, o.w.shape, o.dy.shape);
@@ -1105,6 +1181,14 @@ operand_list operands(const kernel_op& op) noexcept {
         } else if constexpr (std::is_same_v<T, kernels::quantize>) {
           b.add(r, o.x, o.scale);
           b.add_optional(r, o.zero_point);
+          b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::integer_matmul>) {
+          b.add(r, o.a, o.b);
+          b.add_optional(r, o.a_zero_point, o.b_zero_point);
+          b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::integer_conv2d>) {
+          b.add(r, o.x, o.w);
+          b.add_optional(r, o.x_zero_point, o.w_zero_point);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::recurrent>) {
           b.add(r, o.x, o.w, o.r);

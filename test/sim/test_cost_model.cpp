@@ -517,3 +517,32 @@ TEST_CASE("pooling is vector work of the window's volume per output, at any spat
   CHECK(std::abs(line - cube) < 0.05 * cube);
   CHECK(std::abs(plane - cube) < 0.05 * cube);
 }
+
+TEST_CASE("MatMulInteger and ConvInteger cost INT8 cube work, zero points a vector epilogue", "[sim][cost]") {
+  const preset p = presets::ascend910();
+  const std::int64_t m = 2048, n = 1024, k = 4096;
+  const tensor_desc a{nullptr, shape{m, k}, dtype::u8}, b{nullptr, shape{k, n}, dtype::i8};
+  const tensor_desc y{nullptr, shape{m, n}, dtype::i32};
+  const kernel_cost plain = estimate(p, kernel_desc{kernels::integer_matmul{a, b, {}, {}, y}});
+  const kernel_cost i8 = estimate(p, gemm(m, n, k, dtype::i8, dtype::i32));
+  const kernel_cost f16 = estimate(p, gemm(m, n, k, dtype::f16, dtype::f16));
+  // The INT8 fractal: the same cube cycles as an int8 matmul, about half FP16's.
+  CHECK(plain.cube_path);
+  CHECK(plain.busy.cube == i8.busy.cube);
+  CHECK(plain.busy.cube < f16.busy.cube * 0.55);
+  const tensor_desc za{nullptr, shape{1}, dtype::u8}, zb{nullptr, shape{n}, dtype::i8};
+  const kernel_cost zp = estimate(p, kernel_desc{kernels::integer_matmul{a, b, za, zb, y}});
+  CHECK(zp.busy.cube == plain.busy.cube);
+  CHECK(zp.busy.vector > plain.busy.vector);
+  // ConvInteger: the forward convolution's INT8 GEMM.
+  const tensor_desc x{nullptr, shape{8, 64, 56, 56}, dtype::u8}, w{nullptr, shape{64, 64, 3, 3}, dtype::u8};
+  const tensor_desc yc{nullptr, shape{8, 64, 56, 56}, dtype::i32};
+  kernels::integer_conv2d ic{x, w, {}, {}, yc};
+  ic.pad = {1, 1};
+  kernels::conv2d c8{{nullptr, x.shape, dtype::i8}, {nullptr, w.shape, dtype::i8}, yc};
+  c8.pad = {1, 1};
+  const kernel_cost ci = estimate(p, kernel_desc{ic});
+  CHECK(ci.cube_path);
+  CHECK(ci.busy.cube == estimate(p, kernel_desc{c8}).busy.cube);
+  CHECK(ci.flops == estimate(p, kernel_desc{c8}).flops);
+}

@@ -67,7 +67,11 @@
 //    dtype when scale has it, as NumPy divides), rounds half to even, adds the zero point and
 //    saturates, NaN giving the zero point; dequantize takes (x - zero_point) * scale in double
 //    from x rounded to float, rounded to y's dtype once (NumPy's float32 result for int8 and
-//    uint8, its float64 promotion for int32).
+//    uint8, its float64 promotion for int32); requantize (the end of ONNX's QLinearMatMul and
+//    QLinearConv) takes int32 x * scale + zero_point in double, rounds half to even, saturates.
+//  - integer_matmul and integer_conv2d (ONNX's MatMulInteger and ConvInteger) subtract the zero
+//    points from int8 or uint8 operands in int32 and accumulate exactly in int32, wrapping on
+//    overflow (NumPy's int32 matmul); a convolution's padding adds nothing.
 //  - grid_sample follows ONNX's reference implementation (onnx/reference/ops/op_grid_sample.py):
 //    coordinates denormalised, rounded half to even in nearest mode, clamped or reflected when
 //    outside the borders, each neighbour padded (zero, clamped, reflected); summed in double and
@@ -102,7 +106,8 @@
 // batchnorm_backward gamma (1), dgamma, dbeta (not written when absent); layernorm gamma, beta;
 // pool2d_backward x (needed for max only); sgd_update momentum_buffer (needed when momentum != 0);
 // logical b (not_ ignores it); recurrent b, sequence_lens, y, y_h, y_c (y_h and y_c also read
-// as the initial states with the initial_h / initial_c options).
+// as the initial states with the initial_h / initial_c options); quantize zero_point;
+// integer_matmul a_zero_point, b_zero_point and integer_conv2d x_zero_point, w_zero_point (0).
 #pragma once
 
 #include <npurt/backend.hpp>
