@@ -11,15 +11,20 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <numbers>
 #include <vector>
 
 namespace npurt::onnx::folding {
 
 namespace {
 
-constexpr std::array<std::string_view, 20> foldable_ops{
-    "Add",     "Cast",  "Concat", "ConstantOfShape", "Div",     "Equal", "Gather",    "Identity", "Mul",    "Range",
-    "Reshape", "Shape", "Size",   "Slice",           "Squeeze", "Sub",   "Unsqueeze", "Where",    "Expand", "Neg"};
+constexpr std::array<std::string_view, 24> foldable_ops{
+    "Add",        "Cast",          "Concat",         "ConstantOfShape",
+    "Div",        "Equal",         "Gather",         "Identity",
+    "Mul",        "Range",         "Reshape",        "Shape",
+    "Size",       "Slice",         "Squeeze",        "Sub",
+    "Unsqueeze",  "Where",         "Expand",         "Neg",
+    "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix"};
 
 // Operators of the graph folded when their inputs hold data: an input without data (a
 // timing-only weight) leaves them to the graph rather than failing the load.
@@ -789,10 +794,139 @@ result fold_dequantize(const ctx& c, std::span<const operand> in) {
   return host_value{std::move(out)};
 }
 
+// A scalar input of a signal operator (a window's size, MelWeightMatrix's parameters): one value.
+const tensor& scalar_input(const ctx& c, std::span<const operand> in, std::size_t i, bool integer) {
+  const tensor& v = *need(c, in, i).value;
+  if (v.elements() != 1 || v.shape().rank() > 1)
+    c.fail(errc::invalid_shape, c.in_name(i), "input '" + c.in_name(i) + "' must be a scalar");
+  if (integer != is_integer(v.type()) || v.type() == dtype::boolean)
+    c.fail(errc::invalid_dtype, c.in_name(i),
+           "input '" + c.in_name(i) + "' must be " + (integer ? "an integer" : "a float") + ", got " +
+               std::string(to_string(v.type())));
+  return v;
+}
+
+// output_datatype (FLOAT when absent): a numeric dtype npurt holds.
+dtype output_datatype(const ctx& c) {
+  const std::int64_t code = c.attr_int("output_datatype", 1);
+  const auto t = dtype_from_onnx(code);
+  if (!t || *t == dtype::boolean)
+    c.fail(errc::not_supported, {}, "output_datatype " + std::to_string(code) + " is not a numeric dtype npurt holds");
+  return *t;
+}
+
+// Writes v as NumPy's astype does: a float type rounds to nearest, an integer one truncates.
+void put_value(tensor& out, std::int64_t i, double v) {
+  if (is_float(out.type())) out.set(i, v);
+  else put_int(out, i, std::isfinite(v) ? static_cast<std::int64_t>(std::trunc(v)) : 0);
+}
+
+// HannWindow, HammingWindow and BlackmanWindow (onnx.ai/onnx/operators/onnx__HannWindow.html and
+// its siblings): w[n] for n in [0, size), with N = size (periodic, the default) or size - 1
+// (symmetric), computed in float64 as onnx/reference/ops/op_*_window.py does on np.arange(size)
+// and cast to output_datatype: Hann sin^2(pi n / N); Hamming 25/46 - 21/46 cos(2 pi n / N);
+// Blackman 0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N). Hamming takes pi itself where the
+// reference writes 3.1415: the spec's formula.
+result fold_window(const ctx& c, std::span<const operand> in) {
+  const std::int64_t size = int_at(scalar_input(c, in, 0, true), 0);
+  if (size < 1)
+    c.fail(size < 0 ? errc::invalid_argument : errc::not_supported, c.in_name(0),
+           "size " + std::to_string(size) + (size < 0 ? " is negative" : " makes an empty window"));
+  if (size > max_fold_elements) return too_large();
+  const std::int64_t periodic = c.attr_int("periodic", 1);
+  if (periodic != 0 && periodic != 1)
+    c.fail(errc::invalid_argument, {}, "periodic must be 0 or 1, got " + std::to_string(periodic));
+  const dtype t = output_datatype(c);
+  const auto n_1 = static_cast<double>(periodic == 1 ? size : size - 1);
+  const std::string& op = c.n.op_type();
+  tensor out(shape{size}, t);
+  for (std::int64_t n = 0; n < size; ++n) {
+    const double x = static_cast<double>(n);
+    double w = 0;
+    if (op == "HannWindow") {
+      const double s = std::sin(x * std::numbers::pi / n_1);
+      w = s * s;
+    } else if (op == "HammingWindow") {
+      const double alpha = 25.0 / 46.0;
+      w = alpha - std::cos(x * (2 * std::numbers::pi) / n_1) * (1 - alpha);
+    } else {
+      w = std::cos(x * (2 * std::numbers::pi) / n_1) * -0.5 + std::cos(x * (4 * std::numbers::pi) / n_1) * 0.08 + 0.42;
+    }
+    put_value(out, n, w);
+  }
+  return host_value{std::move(out)};
+}
+
+// MelWeightMatrix (onnx.ai/onnx/operators/onnx__MelWeightMatrix.html), as
+// onnx/reference/ops/op_mel_weight_matrix.py computes it: num_mel_bins + 2 points evenly spaced on
+// the mel scale (2595 log10(1 + f / 700)) from lower_edge_hertz, in steps of the range over
+// num_mel_bins + 2, back to hertz, to the spectrogram bin floor((dft_length + 1) f / sample_rate);
+// then triangles rising from each point's left neighbour and falling to its right one, in a
+// [dft_length / 2 + 1, num_mel_bins] matrix. The edges' mel values are taken in the edges' float
+// type, as NumPy computes on float32 scalars; the rest in float64.
+result fold_mel_weight_matrix(const ctx& c, std::span<const operand> in) {
+  const std::int64_t bins = int_at(scalar_input(c, in, 0, true), 0);
+  const std::int64_t dft_length = int_at(scalar_input(c, in, 1, true), 0);
+  const std::int64_t rate = int_at(scalar_input(c, in, 2, true), 0);
+  const tensor& lower = scalar_input(c, in, 3, false);
+  const tensor& upper = scalar_input(c, in, 4, false);
+  if (bins < 1 || dft_length < 1 || rate < 1)
+    c.fail(errc::invalid_argument,
+           c.in_name(bins < 1         ? 0
+                     : dft_length < 1 ? 1
+                                      : 2),
+           "num_mel_bins, dft_length and sample_rate must be positive, got " + std::to_string(bins) + ", " +
+               std::to_string(dft_length) + " and " + std::to_string(rate));
+  const std::int64_t spectrogram_bins = dft_length / 2 + 1;
+  if (spectrogram_bins > max_fold_elements / bins || bins > max_fold_elements) return too_large();
+  const auto mel = [&](const tensor& hz) -> double {
+    if (hz.type() == dtype::f32) {
+      const auto f = static_cast<float>(hz.get(0));
+      return static_cast<double>(2595.0f * std::log10(1.0f + f / 700.0f));
+    }
+    return 2595.0 * std::log10(1.0 + hz.get(0) / 700.0);
+  };
+  const double low = mel(lower), high = mel(upper);
+  const double step = (high - low) / static_cast<double>(bins + 2);
+  std::vector<std::int64_t> points(static_cast<std::size_t>(bins + 2));
+  for (std::int64_t i = 0; i < bins + 2; ++i) {
+    const double m = static_cast<double>(i) * step + low;
+    const double hz = 700.0 * (std::pow(10.0, m / 2595.0) - 1.0);
+    const double bin = std::floor(static_cast<double>(dft_length + 1) * hz / static_cast<double>(rate));
+    if (!std::isfinite(bin) || bin < 0 || bin >= static_cast<double>(spectrogram_bins))
+      c.fail(errc::invalid_argument, c.in_name(4),
+             "the edges put a mel point at spectrogram bin " + std::to_string(bin) + ", outside [0, " +
+                 std::to_string(spectrogram_bins) + ")");
+    points[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(bin);
+  }
+  std::vector<double> w(static_cast<std::size_t>(spectrogram_bins * bins), 0.0);
+  const auto at = [&](std::int64_t j, std::int64_t i) -> double& { return w[static_cast<std::size_t>(j * bins + i)]; };
+  for (std::int64_t i = 0; i < bins; ++i) {
+    const std::int64_t left = points[static_cast<std::size_t>(i)], centre = points[static_cast<std::size_t>(i + 1)],
+                       right = points[static_cast<std::size_t>(i + 2)];
+    if (centre == left) {
+      at(centre, i) = 1;
+    } else {
+      for (std::int64_t j = left; j <= centre; ++j)
+        at(j, i) = static_cast<double>(j - left) / static_cast<double>(centre - left);
+    }
+    for (std::int64_t j = centre; j < right; ++j)
+      at(j, i) = static_cast<double>(right - j) / static_cast<double>(right - centre);
+  }
+  tensor out(shape{spectrogram_bins, bins}, output_datatype(c));
+  for (std::size_t k = 0; k < w.size(); ++k) put_value(out, static_cast<std::int64_t>(k), w[k]);
+  return host_value{std::move(out)};
+}
+
 }  // namespace
 
 bool is_foldable(std::string_view op_type) noexcept {
   return std::find(foldable_ops.begin(), foldable_ops.end(), op_type) != foldable_ops.end() || graph_computes(op_type);
+}
+
+bool needs_constant_inputs(std::string_view op_type) noexcept {
+  return op_type == "HannWindow" || op_type == "HammingWindow" || op_type == "BlackmanWindow" ||
+         op_type == "MelWeightMatrix";
 }
 
 bool reads_shape_only(std::string_view op_type) noexcept { return op_type == "Shape" || op_type == "Size"; }
@@ -830,6 +964,8 @@ std::optional<host_value> fold(const ::onnx::NodeProto& n, const std::string& no
   if (t == "Identity") return reshaped(need(c, inputs, 0), need(c, inputs, 0).value->shape());
   if (t == "Where") return fold_where(c, inputs);
   if (t == "Neg") return fold_neg(c, inputs);
+  if (t == "HannWindow" || t == "HammingWindow" || t == "BlackmanWindow") return fold_window(c, inputs);
+  if (t == "MelWeightMatrix") return fold_mel_weight_matrix(c, inputs);
   return fold_binary(c, inputs);
 }
 

@@ -39,6 +39,9 @@ inline constexpr std::int64_t max_fold_elements = std::int64_t{1} << 24;
 
 /// The operator types folded (ai.onnx domain).
 [[nodiscard]] bool is_foldable(std::string_view op_type) noexcept;
+/// The window functions and MelWeightMatrix: folded, never graph operators, since their inputs
+/// decide their output's shape.
+[[nodiscard]] bool needs_constant_inputs(std::string_view op_type) noexcept;
 /// Shape and Size: they read only their input's shape, so a static shape suffices.
 [[nodiscard]] bool reads_shape_only(std::string_view op_type) noexcept;
 

@@ -434,6 +434,9 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
         set_pending(n, would_fold);
         continue;
       }
+      // The signal operators npurt only folds: their inputs decide the output's shape.
+      if (!graph_op && foldable && folding::needs_constant_inputs(n.op_type()))
+        label += " (its inputs are not constants; they decide the output's shape, and npurt's shapes are static)";
       if (!graph_op) {
         unsupported.insert(label);
         set_pending(n, false);

@@ -22,6 +22,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <numbers>
 #include <optional>
 #include <set>
 #include <span>
@@ -2977,4 +2978,69 @@ TEST_CASE("test_adam_multiple, its Adam given the epsilon its data was computed 
     INFO(g.outputs()[o] << ": " << why);
     CHECK(ok);
   }
+}
+
+TEST_CASE("HannWindow, HammingWindow and BlackmanWindow of a constant size fold; a fed size is refused saying why",
+          "[onnx][signal]") {
+  // The spec's formulas, written as cosines here: Hann 0.5 - 0.5 cos(2 pi n / N), Hamming
+  // 25/46 - 21/46 cos(2 pi n / N), Blackman 0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N),
+  // N = size periodic, size - 1 symmetric.
+  const std::int64_t size = 10;
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"})
+    for (const std::int64_t periodic : {0, 1}) {
+      CAPTURE(op, periodic);
+      ::onnx::ModelProto m = model_of_x({size});
+      auto* g = m.mutable_graph();
+      add_i64(g, "size", {}, {size});
+      auto* n = add_named(g, op, {"size"}, "w");
+      set_int(n, "periodic", periodic);
+      set_int(n, "output_datatype", 11);  // DOUBLE
+      add_output_node(g, "Mul", {"x", "x"}, "y");
+      graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "window");
+      const tensor* w = gr.constant("w");
+      REQUIRE(w);
+      REQUIRE(w->type() == dtype::f64);
+      REQUIRE(w->shape() == shape{size});
+      const double big_n = static_cast<double>(periodic ? size : size - 1);
+      for (std::int64_t i = 0; i < size; ++i) {
+        const double c1 = std::cos(2 * std::numbers::pi * static_cast<double>(i) / big_n);
+        const double c2 = std::cos(4 * std::numbers::pi * static_cast<double>(i) / big_n);
+        const double want = std::string(op) == "HannWindow"      ? 0.5 - 0.5 * c1
+                            : std::string(op) == "HammingWindow" ? 25.0 / 46 - 21.0 / 46 * c1
+                                                                 : 0.42 - 0.5 * c1 + 0.08 * c2;
+        CAPTURE(i);
+        CHECK(std::abs(w->get(i) - want) < 1e-12);
+      }
+    }
+  // A size fed at run time decides the shape: refused, saying so.
+  ::onnx::ModelProto fed = model_of_x({4});
+  add_typed_input(fed.mutable_graph(), "size", 7, {1});
+  add_output_node(fed.mutable_graph(), "HannWindow", {"size"}, "y");
+  const auto e = error_loading(fed);
+  CHECK(e.code == errc::not_supported);
+  CHECK(e.what.find("HannWindow") != std::string::npos);
+  CHECK(e.what.find("not constants") != std::string::npos);
+}
+
+TEST_CASE("MelWeightMatrix folds to the spec's triangles", "[onnx][signal]") {
+  // 3 mel bins over 0..4000 Hz of a 16-point DFT at 8 kHz: the mel points 0, 1081, 2146 / 5 apart
+  // map to spectrogram bins 0, 0, 1, 3, 5 (floor(17 f / 8000)), hand-checked; each bin a triangle
+  // rising from its left point to its centre and falling to its right one.
+  ::onnx::ModelProto m = model_of_x({2});
+  auto* g = m.mutable_graph();
+  add_i64(g, "bins", {}, {3});
+  add_i64(g, "dft_length", {}, {16});
+  add_i64(g, "rate", {}, {8000});
+  add_f32(g, "lower", {}, {0.0f});
+  add_f32(g, "upper", {}, {4000.0f});
+  add_named(g, "MelWeightMatrix", {"bins", "dft_length", "rate", "lower", "upper"}, "mel");
+  add_output_node(g, "Relu", {"x"}, "y");
+  m.mutable_opset_import(0)->set_version(17);
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "mel");
+  const tensor* mel = gr.constant("mel");
+  REQUIRE(mel);
+  REQUIRE(mel->shape() == shape{9, 3});
+  CHECK(mel->type() == dtype::f32);
+  const std::vector<double> want{1, 0, 0, 0, 1, 0, 0, 0.5, 0.5, 0, 0, 1, 0, 0, 0.5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  CHECK(mel->to_vector() == want);
 }
