@@ -714,6 +714,31 @@ struct integer_conv2d {
   std::int32_t groups = 1;
 };
 
+/// ONNX's DFT and STFT (onnx.ai/onnx/operators/onnx__DFT.html, onnx__STFT.html; the arithmetic of
+/// onnx/reference/ops/op_dft.py and op_stft.py, numpy.fft underneath). x holds real (last
+/// dimension 1) or complex (last dimension 2: real, imaginary) values; y is complex, last
+/// dimension 2, of x's float dtype.
+///
+/// DFT (frame_step 0): along `axis` (in [0, rank - 1)), x's extent L is cut or zero-padded to
+/// `length` n, and y[k] = sum_j x[j] e^(-2 pi i j k / n) (inverse: e^(+2 pi i j k / n) / n) for k in
+/// [0, n), or [0, n / 2 + 1) with onesided, as the reference keeps the first half of the full
+/// transform, inverse or not. y has x's shape with the axis's extent so replaced. window is absent.
+///
+/// STFT (frame_step > 0): x [batch, L, 1 or 2], axis 1; frame f is x[f * frame_step ..
+/// f * frame_step + n) times window ([n], optional: ones), transformed forward as above; y
+/// [batch, frames, n or n / 2 + 1, 2] with frames = (L - n) / frame_step + 1.
+///
+/// Computed directly (O(n^2) per transform, any n, a power of two or not) in double, each angle
+/// from (j k mod n), and rounded once to y's dtype.
+struct dft {
+  tensor_desc x{}, window{}, y{};
+  std::int64_t length = 1;
+  std::int64_t frame_step = 0;
+  std::int32_t axis = 1;
+  bool onesided = false;
+  bool inverse = false;
+};
+
 /// One element of dequantize as the kernel computes it, before the store to y's dtype: x rounded
 /// to float (NumPy's astype(float32): exact for int8 and uint8), the difference with the zero
 /// point and the product with the scale in double (NumPy promotes an int32 difference to
@@ -890,6 +915,7 @@ constexpr std::string_view op_name(const recurrent& r) noexcept {
 constexpr std::string_view op_name(const lrn&) noexcept { return "lrn"; }
 constexpr std::string_view op_name(const integer_matmul&) noexcept { return "integer_matmul"; }
 constexpr std::string_view op_name(const integer_conv2d&) noexcept { return "integer_conv2d"; }
+constexpr std::string_view op_name(const dft& d) noexcept { return d.frame_step > 0 ? "stft" : "dft"; }
 
 }  // namespace npurt::kernels
 
@@ -902,4 +928,5 @@ constexpr std::string_view op_name(const integer_conv2d&) noexcept { return "int
       kernels::nll_loss, kernels::trilu, kernels::resize, kernels::gather_elements, kernels::cumsum,                   \
       kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k,        \
       kernels::compare, kernels::where, kernels::logical, kernels::float_class, kernels::quantize, kernels::recurrent, \
-      kernels::det, kernels::reverse_sequence, kernels::lrn, kernels::integer_matmul, kernels::integer_conv2d
+      kernels::det, kernels::reverse_sequence, kernels::lrn, kernels::integer_matmul, kernels::integer_conv2d,         \
+      kernels::dft

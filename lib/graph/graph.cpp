@@ -21,7 +21,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 109> ops_table{"Add",
+constexpr std::array<std::string_view, 111> ops_table{"Add",
                                                       "AveragePool",
                                                       "BatchNormalization",
                                                       "Cast",
@@ -129,7 +129,9 @@ constexpr std::array<std::string_view, 109> ops_table{"Add",
                                                       "LRN",
                                                       "MatMulInteger",
                                                       "ConvInteger",
-                                                      "Requantize"};
+                                                      "Requantize",
+                                                      "DFT",
+                                                      "STFT"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -411,6 +413,8 @@ const op_attributes onnx_attributes[] = {
     {"ConvInteger", {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
     {"QLinearMatMul", {}},
     {"QLinearConv", {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
+    {"DFT", {"axis", "inverse", "onesided"}},  // axis: opset 17 (an input from 20)
+    {"STFT", {"onesided"}},
 };
 constexpr std::string_view own_ops[] = {
     "ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal", "BatchNormalizationGrad", "Recurrent", "Requantize"};
@@ -995,6 +999,92 @@ resampling resize_spec(const node& n, std::span<const value_info* const> in, std
                  "): the opset defines no rounding for it");
   need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), r.dims);
   return r;
+}
+
+kernels::dft dft_spec(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants,
+                      shape& out) {
+  const bool stft = n.type == "STFT";
+  const value_info& x = need(n, in, 0);
+  need_float(n, x);
+  const std::size_t r = x.shape.rank();
+  if (r < (stft ? 3u : 2u) || (stft && r != 3) || (x.shape[r - 1] != 1 && x.shape[r - 1] != 2))
+    fail(errc::invalid_shape, n, x.name,
+         std::string(stft ? "signal must be [batch, length, 1 or 2]"
+                          : "input must end in 1 (real) or 2 (complex) values") +
+             ", got " + shape_string(x.shape));
+  // A scalar integer input that decides the shape: a constant, or not_supported saying why.
+  const auto scalar = [&](std::size_t i, std::string_view what) -> std::optional<std::int64_t> {
+    if (!given(in, i)) return std::nullopt;
+    const value_info& v = *in[i];
+    if (v.type != dtype::i32 && v.type != dtype::i64)
+      fail(errc::invalid_dtype, n, v.name,
+           std::string(what) + " must be int32 or int64, got " + std::string(to_string(v.type)));
+    if (v.shape.elements() != 1 || v.shape.rank() > 1)
+      fail(errc::invalid_shape, n, v.name, std::string(what) + " must be a scalar, got " + shape_string(v.shape));
+    const tensor* c = constants.size() > i ? constants[i] : nullptr;
+    if (!c || !c->is_host())
+      fail(errc::not_supported, n, v.name,
+           std::string(what) +
+               " is known only at run time, and it decides the output's shape (npurt's shapes are static)");
+    return c->get_int(0);
+  };
+  const auto flag = [&](std::string_view name, std::int64_t fallback) {
+    const std::int64_t v = n.attrs.get_int(name, fallback);
+    if (v != 0 && v != 1)
+      fail(errc::invalid_argument, n, x.name, std::string(name) + " must be 0 or 1, got " + std::to_string(v));
+    return v == 1;
+  };
+  kernels::dft k{};
+  // onesided defaults to 1 in STFT, 0 in DFT (onnx.ai).
+  k.onesided = flag("onesided", stft ? 1 : 0);
+  if (stft) {
+    const std::int64_t step = scalar(1, "frame_step").value_or(0);
+    if (!given(in, 1)) fail(errc::invalid_argument, n, x.name, "frame_step is required");
+    if (step < 1)
+      fail(errc::invalid_argument, n, in[1]->name, "frame_step " + std::to_string(step) + " must be positive");
+    std::optional<std::int64_t> length = scalar(3, "frame_length");
+    if (given(in, 2)) {
+      const value_info& w = *in[2];
+      same_type(n, x, w);
+      if (w.shape.rank() != 1 || (length && w.shape[0] != *length))
+        fail(errc::invalid_shape, n, w.name,
+             "window must be 1-D" + (length ? " of frame_length " + std::to_string(*length) : std::string()) +
+                 ", got " + shape_string(w.shape));
+      length = w.shape[0];
+    }
+    const std::int64_t len = length.value_or(x.shape[1]);
+    if (len < 1 || len > x.shape[1])
+      fail(errc::invalid_argument, n, given(in, 3) ? in[3]->name : x.name,
+           "frame_length " + std::to_string(len) + " must be in [1, " + std::to_string(x.shape[1]) +
+               "], the signal's length");
+    k.length = len;
+    k.frame_step = step;
+    k.axis = 1;
+    out = shape{x.shape[0], (x.shape[1] - len) / step + 1, k.onesided ? len / 2 + 1 : len, 2};
+    return k;
+  }
+  // The axis: opset 20's input, else opset 17's attribute (the importer sets opset 20's default).
+  std::int64_t axis = n.attrs.get_int("axis", 1);
+  if (auto a = scalar(2, "axis")) {
+    if (n.attrs.has("axis"))
+      fail(errc::invalid_argument, n, in[2]->name, "has both the axis input and the axis attribute");
+    axis = *a;
+  }
+  const auto rank = static_cast<std::int64_t>(r);
+  const std::int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a > rank - 2 || axis == -1)
+    fail(errc::invalid_argument, n, given(in, 2) ? in[2]->name : x.name,
+         "axis " + std::to_string(axis) + " is not a signal axis of " + shape_string(x.shape) + " ([-" +
+             std::to_string(rank) + ", -2] or [0, " + std::to_string(rank - 2) + "])");
+  const std::int64_t len = scalar(1, "dft_length").value_or(x.shape[static_cast<std::size_t>(a)]);
+  if (len < 1) fail(errc::invalid_argument, n, in[1]->name, "dft_length " + std::to_string(len) + " must be positive");
+  k.length = len;
+  k.axis = static_cast<std::int32_t>(a);
+  k.inverse = flag("inverse", 0);
+  out = x.shape;
+  out[static_cast<std::size_t>(a)] = k.onesided ? len / 2 + 1 : len;
+  out[r - 1] = 2;
+  return k;
 }
 
 kernels::grid_sample grid_sample_spec(const node& n, std::span<const value_info* const> in, shape& out) {
@@ -2146,6 +2236,11 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
   if (t == "GridSample") {
     shape out;
     graph_ops::grid_sample_spec(n, in, out);
+    return one(out, need(n, in, 0).type);
+  }
+  if (t == "DFT" || t == "STFT") {
+    shape out;
+    graph_ops::dft_spec(n, in, constants, out);
     return one(out, need(n, in, 0).type);
   }
   if (t == "MatMulInteger") {

@@ -316,7 +316,7 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     for (std::size_t i = 0; i < perm.size(); ++i) tr.perm[i] = static_cast<std::uint8_t>(perm[i]);
     kernel(tr);
   } else if (t == "Slice" || t == "Split" || t == "Pad" || t == "Tile" || t == "Expand" || t == "Trilu" ||
-             t == "Resize" || t == "Upsample" || t == "GridSample" || t == "TopK") {
+             t == "Resize" || t == "Upsample" || t == "GridSample" || t == "TopK" || t == "DFT" || t == "STFT") {
     // The windows (the border, the repeats, the resampling, the sampling, the selection)
     // inference checked, computed again from the same constants; each output is one kernel (data
     // given or not: a timing-only run launches the same kernels).
@@ -344,6 +344,13 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       r.x = x;
       r.y = y;
       kernel(r);
+    } else if (t == "DFT" || t == "STFT") {
+      shape out;
+      kernels::dft d = graph_ops::dft_spec(n, in, constants, out);
+      d.x = x;
+      d.y = y;
+      if (t == "STFT" && n.inputs.size() > 2 && st.in[2] >= 0) d.window = desc(st.in[2]);
+      kernel(d);
     } else if (t == "GridSample") {
       shape out;
       kernels::grid_sample k = graph_ops::grid_sample_spec(n, in, out);

@@ -89,6 +89,15 @@ struct resampling {
 /// tf_crop_and_resize and antialias.
 resampling resize_spec(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants);
 
+/// DFT (opset 17's axis attribute, opset 20's axis input) and STFT: the kernels::dft of the node
+/// (x, window and y left for the caller to fill in) and its output shape in `out`. dft_length,
+/// axis, frame_step and frame_length decide the shape: fed at run time they are not_supported,
+/// saying so. A float x of rank 2 or more ending in 1 (real) or 2 (complex) values; an axis
+/// outside [-r, -2] or [0, r - 2], a length below 1 or a window of another length
+/// invalid_argument or invalid_shape, naming the operand.
+kernels::dft dft_spec(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants,
+                      shape& out);
+
 /// GridSample (ONNX opset 16's 2-D form, opset 20's N-D one): the kernels::grid_sample of its
 /// attributes (x, grid and y left for the caller to fill in), its output shape [N, C, O1..Or] in
 /// `out`. Throws graph_error as slice_window: integer X is not_supported, a grid that is no float

@@ -444,6 +444,9 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
       }
       attributes attrs;
       for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
+      // DFT's axis: an attribute defaulting to 1 in opset 17, an input defaulting to -2 from 20.
+      if (n.op_type() == "DFT" && opset >= 20 && !attrs.has("axis") && (n.input_size() < 3 || n.input(2).empty()))
+        attrs.set("axis", std::int64_t{-2});
       const std::vector<std::string> ins(n.input().begin(), n.input().end());
       const std::vector<std::string> all_outs(n.output().begin(), n.output().end());
       if (detail::added_as_chain(g, n.op_type(), ins, all_outs, attrs)) {

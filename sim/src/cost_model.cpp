@@ -680,6 +680,13 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           const double params = bytes(op.scale) + bytes(op.zero_point);
           w.add(elems(op.x), bytes(op.x) + params, bytes(op.y), 3,
                 op.fn == quantize_fn::dequantize ? op.y.type : op.x.type);
+        } else if constexpr (std::is_same_v<T, dft>) {
+          // A direct transform, whatever the length (a power of two or not): every complex output
+          // sums `length` terms, a complex multiply and add each (8 vector operations; the
+          // twiddles come from a table), so n^2 per transform of n points, not an FFT's n log n.
+          // x (and the window) read once, y written once.
+          const double outputs = elems(op.y) / 2;
+          w.add(outputs, bytes(op.x) + bytes(op.window), bytes(op.y), 8.0 * static_cast<double>(op.length), op.y.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numbers>
 #include <string>
 #include <system_error>
 #include <type_traits>
@@ -2450,6 +2451,59 @@ void run(const kernels::integer_conv2d& op, const host_ptrs& h) {
           y[at++] = wrap_i32(acc);
         }
   store_i32(h[op.y], y);
+}
+
+// ---- dft -----------------------------------------------------------------------------------
+
+// ONNX's DFT and STFT computed directly in double: each output k of a transform of length n sums
+// x[j] (j < n and inside x; the rest is the zero padding) times e^(-+2 pi i j k / n), the angle
+// taken from j k mod n so that it stays exact in the integers and small in radians.
+void run(const kernels::dft& op, const host_ptrs& h) {
+  const std::vector<double> x = load<double>(op.x, h[op.x]);
+  const std::vector<double> win = h.present(op.window) ? load<double>(op.window, h[op.window]) : std::vector<double>{};
+  const shape& xs = op.x.shape;
+  const size_t r = xs.rank();
+  const auto comps = static_cast<size_t>(xs[r - 1]);  // 1 real, 2 complex
+  const auto n = static_cast<std::uint64_t>(op.length);
+  const bool stft = op.frame_step > 0;
+  const auto axis = static_cast<size_t>(op.axis);
+  // x as [outer, L, inner] around the axis, inner counting the complex parts.
+  size_t outer = 1, inner = 1;
+  for (size_t d = 0; d < axis; ++d) outer *= static_cast<size_t>(xs[d]);
+  for (size_t d = axis + 1; d < r; ++d) inner *= static_cast<size_t>(xs[d]);
+  const auto len = static_cast<size_t>(xs[axis]);
+  const size_t lanes = inner / comps;  // transforms side by side per outer index
+  const auto bins = static_cast<size_t>(op.onesided ? op.length / 2 + 1 : op.length);
+  const size_t frames = stft ? (len - static_cast<size_t>(n)) / static_cast<size_t>(op.frame_step) + 1 : 1;
+  const double sign = op.inverse ? 1.0 : -1.0;
+  const double scale = op.inverse ? 1.0 / static_cast<double>(n) : 1.0;
+  const size_t terms = std::min<size_t>(static_cast<size_t>(n), stft ? static_cast<size_t>(n) : len);
+  std::vector<double> y(static_cast<size_t>(op.y.shape.elements()));
+  size_t at = 0;
+  // y is [outer, frames, bins, lanes, 2] for STFT (lanes 1) and [outer, bins, lanes, 2] for DFT.
+  for (size_t o = 0; o < outer; ++o)
+    for (size_t f = 0; f < frames; ++f)
+      for (size_t k = 0; k < bins; ++k)
+        for (size_t l = 0; l < lanes; ++l) {
+          double re = 0, im = 0;
+          const size_t start = f * static_cast<size_t>(op.frame_step);
+          for (size_t j = 0; j < terms; ++j) {
+            const size_t xi = (o * len + start + j) * inner + l * comps;
+            double xr = x[xi], xim = comps == 2 ? x[xi + 1] : 0.0;
+            if (!win.empty()) {
+              xr *= win[j];
+              xim *= win[j];
+            }
+            const std::uint64_t jk = (static_cast<std::uint64_t>(j) * k) % n;
+            const double angle = sign * 2.0 * std::numbers::pi * static_cast<double>(jk) / static_cast<double>(n);
+            const double c = std::cos(angle), s = std::sin(angle);
+            re += xr * c - xim * s;
+            im += xr * s + xim * c;
+          }
+          y[at++] = re * scale;
+          y[at++] = im * scale;
+        }
+  store<double>(op.y, h[op.y], y);
 }
 
 void run(const kernels::cast& op, const host_ptrs& h) {

@@ -261,6 +261,36 @@ std::error_code check(const kernels::integer_conv2d& c) {
   return {};
 }
 
+// ---- dft (ONNX's DFT and STFT) --------------------------------------------------------
+
+// The transform's output extent: n, or n / 2 + 1 onesided.
+int64_t dft_bins(const kernels::dft& d) noexcept { return d.onesided ? d.length / 2 + 1 : d.length; }
+
+std::error_code check(const kernels::dft& d) {
+  if (!is_float(d.x.type) || d.y.type != d.x.type) return fail(errc::invalid_dtype);
+  if (!absent(d.window) && d.window.type != d.x.type) return fail(errc::invalid_dtype);
+  if (d.length < 1 || d.frame_step < 0) return fail(errc::invalid_argument);
+  const auto& x = d.x.shape;
+  const auto& y = d.y.shape;
+  const std::size_t r = x.rank();
+  if (r < 2 || (x[r - 1] != 1 && x[r - 1] != 2)) return fail(errc::invalid_shape);
+  if (d.frame_step == 0) {
+    if (!absent(d.window)) return fail(errc::invalid_argument);
+    if (d.axis < 0 || static_cast<std::size_t>(d.axis) + 1 >= r) return fail(errc::invalid_argument);
+    if (y.rank() != r || y[r - 1] != 2) return fail(errc::invalid_shape);
+    for (std::size_t i = 0; i + 1 < r; ++i)
+      if (y[i] != (i == static_cast<std::size_t>(d.axis) ? dft_bins(d) : x[i])) return fail(errc::invalid_shape);
+    return {};
+  }
+  // STFT: [batch, L, c] framed along axis 1.
+  if (r != 3 || d.axis != 1 || d.inverse) return fail(errc::invalid_argument);
+  if (x[1] < d.length) return fail(errc::invalid_shape);
+  if (!absent(d.window) && !(d.window.shape == shape{d.length})) return fail(errc::invalid_shape);
+  const int64_t frames = (x[1] - d.length) / d.frame_step + 1;
+  if (!(y == shape{x[0], frames, dft_bins(d), 2})) return fail(errc::invalid_shape);
+  return {};
+}
+
 // ---- elementwise -----------------------------------------------------------------------
 
 bool binary(kernels::eltwise_fn f) noexcept { return kernels::is_binary(f); }
@@ -1038,6 +1068,12 @@ work work_of(const kernel_op& op) noexcept {
           w.add("M", y[ry - 2]);
           w.add("N", y[ry - 1]);
           w.add("K", o.a.shape[o.a.shape.rank() - 1]);
+        } else if constexpr (std::is_same_v<T, kernels::dft>) {
+          // Every complex output sums `length` terms.
+          if (o.y.shape.rank() < 1) return;
+          w.unit = "complex multiply-accumulates";
+          w.add("outputs", o.y.shape.elements() / 2);
+          w.add("length", o.length);
         } else if constexpr (std::is_same_v<T, kernels::conv2d> || std::is_same_v<T, kernels::integer_conv2d>) {
           if (o.x.shape.rank() != 4 || o.w.shape.rank() != 4 || o.y.shape.rank() != 4) return;
           conv_work(w, o.x.shape, o.w.shape, o.y.shape);
@@ -1189,6 +1225,10 @@ operand_list operands(const kernel_op& op) noexcept {
         } else if constexpr (std::is_same_v<T, kernels::integer_conv2d>) {
           b.add(r, o.x, o.w);
           b.add_optional(r, o.x_zero_point, o.w_zero_point);
+          b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::dft>) {
+          b.add(r, o.x);
+          b.add_optional(r, o.window);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::recurrent>) {
           b.add(r, o.x, o.w, o.r);

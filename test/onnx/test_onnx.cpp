@@ -3044,3 +3044,27 @@ TEST_CASE("MelWeightMatrix folds to the spec's triangles", "[onnx][signal]") {
   const std::vector<double> want{1, 0, 0, 0, 1, 0, 0, 0.5, 0.5, 0, 0, 1, 0, 0, 0.5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   CHECK(mel->to_vector() == want);
 }
+
+TEST_CASE("DFT-20's axis defaults to -2 and its dft_length must be a constant", "[onnx][signal][errors]") {
+  for (const bool fed : {false, true}) {
+    ::onnx::ModelProto m;
+    m.set_ir_version(9);
+    m.add_opset_import()->set_version(20);
+    auto* g = m.mutable_graph();
+    add_typed_input(g, "x", 1, {2, 3, 5, 1});
+    if (fed) add_typed_input(g, "n", 7, {1});
+    else add_i64(g, "n", {}, {5});
+    add_output_node(g, "DFT", {"x", "n"}, "y")->set_name("spectrum");
+    if (fed) {
+      const auto e = error_loading(m);
+      INFO(e.what);
+      CHECK(e.code == errc::not_supported);
+      CHECK(e.tensor == "n");
+      CHECK(e.what.find("run time") != std::string::npos);
+      continue;
+    }
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "dft20");
+    // Axis -2 of [2, 3, 5, 1] is 2: y [2, 3, 5, 2].
+    CHECK(gr.value("y").shape == shape{2, 3, 5, 2});
+  }
+}

@@ -546,3 +546,19 @@ TEST_CASE("MatMulInteger and ConvInteger cost INT8 cube work, zero points a vect
   CHECK(ci.busy.cube == estimate(p, kernel_desc{c8}).busy.cube);
   CHECK(ci.flops == estimate(p, kernel_desc{c8}).flops);
 }
+
+TEST_CASE("dft is costed as a direct transform: n^2 per transform on the vector unit, any length", "[sim][cost]") {
+  const preset p = presets::ascend910();
+  const auto cost = [&](std::int64_t n) {
+    const tensor_desc x{nullptr, shape{64, n, 1}, dtype::f32}, y{nullptr, shape{64, n, 2}, dtype::f32};
+    return estimate(p, kernel_desc{kernels::dft{x, {}, y, n, 0, 1}});
+  };
+  const kernel_cost a = cost(512), b = cost(1024), odd = cost(1000);
+  CHECK(!a.cube_path);
+  // Twice the points, about four times the work (less the fixed costs): no n log n.
+  CHECK(b.busy.vector / a.busy.vector > 3.5);
+  CHECK(b.busy.vector / a.busy.vector < 4.2);
+  // A length that is no power of two costs what its n^2 says.
+  const double ratio = odd.busy.vector / b.busy.vector, want = (1000.0 * 1000.0) / (1024.0 * 1024.0);
+  CHECK(std::abs(ratio - want) < 0.05);
+}

@@ -72,6 +72,8 @@
 //  - integer_matmul and integer_conv2d (ONNX's MatMulInteger and ConvInteger) subtract the zero
 //    points from int8 or uint8 operands in int32 and accumulate exactly in int32, wrapping on
 //    overflow (NumPy's int32 matmul); a convolution's padding adds nothing.
+//  - dft (ONNX's DFT and STFT) sums every term directly in double, each angle from j*k mod n,
+//    and rounds each output once to y's dtype: any length, a power of two or not.
 //  - grid_sample follows ONNX's reference implementation (onnx/reference/ops/op_grid_sample.py):
 //    coordinates denormalised, rounded half to even in nearest mode, clamped or reflected when
 //    outside the borders, each neighbour padded (zero, clamped, reflected); summed in double and
@@ -107,7 +109,8 @@
 // pool2d_backward x (needed for max only); sgd_update momentum_buffer (needed when momentum != 0);
 // logical b (not_ ignores it); recurrent b, sequence_lens, y, y_h, y_c (y_h and y_c also read
 // as the initial states with the initial_h / initial_c options); quantize zero_point;
-// integer_matmul a_zero_point, b_zero_point and integer_conv2d x_zero_point, w_zero_point (0).
+// integer_matmul a_zero_point, b_zero_point and integer_conv2d x_zero_point, w_zero_point (0);
+// dft window (ones).
 #pragma once
 
 #include <npurt/backend.hpp>
