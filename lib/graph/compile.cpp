@@ -2,6 +2,7 @@
 // activation plan and the schedule (see graph/session.hpp).
 #include "compiled.hpp"
 #include "eltwise.hpp"
+#include "window.hpp"
 
 #include <npurt/memplan.hpp>
 
@@ -14,6 +15,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
+#include <set>
 #include <string_view>
 
 namespace npurt {
@@ -241,6 +244,22 @@ graph fold_batchnorm(graph& src, std::size_t& fused) {
   return g;
 }
 
+// A rewrite's new graph: src's name and inputs, its nodes still to add.
+graph with_inputs_of(const graph& src) {
+  graph g(src.name());
+  for (const auto& in : src.inputs()) g.add_input(in, src.value(in).shape, src.value(in).type);
+  return g;
+}
+
+// The constants n reads that the rewrite has not carried into g yet (`added`).
+void carry_constants(const graph& src, graph& g, const node& n, std::set<std::string>& added) {
+  for (const auto& in : n.inputs)
+    if (const tensor* c = src.constant(in); c && !added.count(in)) {
+      added.insert(in);
+      g.add_constant(in, c->is_host() ? c->clone() : tensor::timing_only(c->shape(), c->type()));
+    }
+}
+
 // Gemm's beta scales C; the kernels add C unscaled, so a constant C is scaled here and a computed
 // one by a Mul.
 graph fold_gemm_beta(graph& src) {
@@ -249,16 +268,11 @@ graph fold_gemm_beta(graph& src) {
     if (n.type == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty() && n.attrs.get_float("beta", 1.0) != 1.0)
       any = true;
   if (!any) return std::move(src);
-  graph g(src.name());
-  for (const auto& in : src.inputs()) g.add_input(in, src.value(in).shape, src.value(in).type);
+  graph g = with_inputs_of(src);
   std::set<std::string> added;
   for (auto i : src.topological_order()) {
     node n = src.nodes()[i];
-    for (const auto& in : n.inputs)
-      if (const tensor* c = src.constant(in); c && !added.count(in)) {
-        added.insert(in);
-        g.add_constant(in, c->is_host() ? c->clone() : tensor::timing_only(c->shape(), c->type()));
-      }
+    carry_constants(src, g, n, added);
     if (n.type == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty() && n.attrs.get_float("beta", 1.0) != 1.0) {
       const double beta = n.attrs.get_float("beta", 1.0);
       const tensor* c = src.constant(n.inputs[2]);
@@ -282,6 +296,119 @@ graph fold_gemm_beta(graph& src) {
       n.attrs.set("beta", 1.0);
     }
     g.add_node(n.type, n.name, n.inputs, n.outputs, n.attrs);
+  }
+  set_outputs(src, g);
+  g.validate();
+  return g;
+}
+
+bool is_empty(const shape& s) noexcept { return s.elements() == 0; }
+
+// The value a reduction over no elements gives (onnx.ai's Reduce* operators, opset 18 on, which
+// numpy's identities match): ReduceSum 0, ReduceProd 1, ReduceMax the least value of the dtype
+// (-inf for floats, false for bool), ReduceMin the greatest. ReduceMean is 0 / 0, numpy's NaN
+// for floats; for integers the spec leaves it undefined, and so has no value here.
+std::optional<double> empty_reduction(std::string_view op, dtype t) noexcept {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if (op == "ReduceSum") return 0.0;
+  if (op == "ReduceProd") return 1.0;
+  // Stored with saturation: -inf and +inf become an integer dtype's least and greatest values.
+  if (op == "ReduceMax") return t == dtype::boolean ? 0.0 : -inf;
+  if (op == "ReduceMin") return t == dtype::boolean ? 1.0 : inf;
+  if (op == "ReduceMean" && is_float(t)) return std::numeric_limits<double>::quiet_NaN();
+  return std::nullopt;
+}
+
+// A constant-mode Pad of an empty tensor is its fill value everywhere (numpy.pad); the other modes
+// have nothing to repeat or reflect.
+std::optional<double> empty_pad(const graph& g, const node& n) {
+  if (n.type != "Pad") return std::nullopt;
+  std::vector<const value_info*> in;
+  std::vector<const tensor*> constants;
+  for (const auto& i : n.inputs) {
+    in.push_back(i.empty() ? nullptr : &g.value(i));
+    constants.push_back(i.empty() ? nullptr : g.constant(i));
+  }
+  const graph_ops::padding p = graph_ops::pad_spec(n, in, constants);
+  if (p.mode != kernels::pad_mode::constant) return std::nullopt;
+  return p.value;
+}
+
+// Empty tensors (a dimension of 0). Shapes are static, so an operator with an empty operand is
+// decided here rather than on the device:
+//   - an output that is empty has nothing to compute: the step launches no kernel (lowering);
+//   - Concat leaves its empty inputs out (numpy.concatenate);
+//   - a reduction over an empty axis is a constant of the reduction's identity, and MatMul or
+//     Gemm with an inner dimension of 0 is a constant 0 (numpy.matmul), Gemm's C then added;
+//   - any other operator whose empty input would give a non-empty output is refused, naming it.
+// So no kernel ever sees an empty tensor, and the kernels' validation keeps refusing one.
+graph rewrite_empty(graph& src) {
+  // An empty constant operand after the first is a parameter list (Reshape's shape [] for a
+  // scalar, empty axes, Resize's roi or scales left out as opsets 11 and 12 write it), not data.
+  // Where one is data (a MatMul's B [0, N], a Concat's input), the first operand is empty too or
+  // the output is, and Concat's lowering skips it.
+  const auto empty_data = [&](const node& n, std::size_t k) {
+    const std::string& i = n.inputs[k];
+    if (i.empty() || !is_empty(src.value(i).shape)) return false;
+    return k == 0 || !src.constant(i);
+  };
+  const auto reads_empty = [&](const node& n) {
+    for (std::size_t k = 0; k < n.inputs.size(); ++k)
+      if (empty_data(n, k)) return true;
+    return false;
+  };
+  const auto writes_only_empty = [&](const node& n) {
+    return std::all_of(n.outputs.begin(), n.outputs.end(),
+                       [&](const std::string& o) { return o.empty() || is_empty(src.value(o).shape); });
+  };
+  if (std::none_of(src.nodes().begin(), src.nodes().end(),
+                   [&](const node& n) { return reads_empty(n) && !writes_only_empty(n); }))
+    return std::move(src);
+  graph g = with_inputs_of(src);
+  std::set<std::string> added;
+  for (auto i : src.topological_order()) {
+    node n = src.nodes()[i];
+    carry_constants(src, g, n, added);
+    if (!reads_empty(n) || writes_only_empty(n)) {
+      g.add_node(n.type, n.name, n.inputs, n.outputs, n.attrs);
+      continue;
+    }
+    const value_info& y = src.value(n.outputs[0]);
+    auto empty_input = n.inputs.begin();
+    while (!empty_data(n, static_cast<std::size_t>(empty_input - n.inputs.begin()))) ++empty_input;
+    if (n.type == "Concat") {
+      std::erase_if(n.inputs, [&](const std::string& in) { return is_empty(src.value(in).shape); });
+      g.add_node(n.type, n.name, n.inputs, n.outputs, n.attrs);
+      continue;
+    }
+    tensor filled(y.shape, y.type);
+    if (n.type == "MatMul" || n.type == "Gemm") {
+      // An inner dimension of 0: each output element is an empty sum (Gemm's alpha scales 0).
+      filled.fill(0.0);
+      if (n.type == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty()) {
+        // beta was folded into C before this rewrite: y = C broadcast to [M, N].
+        const std::string zeros = n.name + "::empty_product";
+        g.add_constant(zeros, std::move(filled));
+        g.add_node("Add", n.name, {zeros, n.inputs[2]}, n.outputs, {});
+        continue;
+      }
+    } else if (const auto v = empty_reduction(n.type, y.type); v && n.inputs[0] == *empty_input) {
+      filled.fill(*v);
+    } else if (const auto pad = empty_pad(src, n); pad && n.inputs[0] == *empty_input) {
+      filled.fill(*pad);
+    } else {
+      // No value: numpy raises for an argmax of an empty sequence, for ONNX's ReduceMean of an
+      // empty integer set (0 / 0), and for an edge or reflect pad of an empty axis; anything
+      // else is an operator this runtime does not compute from an empty input.
+      const bool undefined = n.type == "ArgMax" || n.type == "ArgMin" || n.type == "ReduceMean" || n.type == "Pad";
+      throw graph_error(make_error_code(undefined ? errc::invalid_argument : errc::not_supported), n.name, *empty_input,
+                        n.type + " '" + n.name + "': the empty input '" + *empty_input + "' " +
+                            shape_string(src.value(*empty_input).shape) + " would give the non-empty output " +
+                            shape_string(y.shape) +
+                            (undefined ? ", which has no value (nothing to take it from)"
+                                       : ", which is not computed from an empty input"));
+    }
+    g.add_constant(n.outputs[0], std::move(filled));
   }
   set_outputs(src, g);
   g.validate();
@@ -417,6 +544,7 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   }();
   if (level >= 2) g = fold_batchnorm(g, rep.fused);
   g = fold_gemm_beta(g);
+  g = rewrite_empty(g);
   if (prec != precision::fp32) g = rewrite_precision(g, prec, rep.casts_inserted);
   p->g = std::move(g);
   graph& G = p->g;

@@ -499,12 +499,14 @@ std::int64_t onnx_dtype_code(dtype t) noexcept {
 
 namespace {
 
-// A dimension of 0 is an empty tensor, which the kernels do not compute (as add_input refuses).
+// A recurrence over an empty sequence (or batch) is not computed: Y_h would be the initial state
+// copied, a case no kernel launch covers. Every other operator takes empty tensors (see the
+// empty-tensor rewrite in compile.cpp).
 void need_nonempty(const node& n, std::string_view output, const shape& s) {
   for (auto d : s)
     if (d == 0)
       fail(errc::not_supported, n, output,
-           "output " + shape_string(s) + ": a dimension is 0 (empty tensors are not computed)");
+           "output " + shape_string(s) + ": a recurrence over an empty sequence or batch is not computed");
 }
 
 // The values of an index input (Slice's starts, ends, axes, steps; Split's split): a constant
@@ -586,7 +588,6 @@ window slice_window(const node& n, std::span<const value_info* const> in, std::s
     // One element reads no second index: its step is the plain 1 (a contiguous window).
     w.steps[a] = w.dims[a] > 1 ? step : 1;
   }
-  need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), w.dims);
   return w;
 }
 
@@ -645,7 +646,6 @@ std::vector<window> split_windows(const node& n, std::span<const value_info* con
     w.dims = x.shape;
     w.dims[axis] = sizes[k];
     w.starts[axis] = at;
-    need_nonempty(n, n.outputs[k], w.dims);
     at += sizes[k];
     out.push_back(w);
   }
@@ -716,7 +716,6 @@ padding pad_spec(const node& n, std::span<const value_info* const> in, std::span
     p.dims[a] = dim;
     p.begins[a] = before;
   }
-  need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), p.dims);
   if (fill && p.mode == kernels::pad_mode::constant) {
     // ONNX's reference pads with numpy.pad, which casts the fill to the data's dtype: a float
     // dtype rounds it. An integer dtype takes only a value it holds: numpy's float-to-integer
@@ -762,7 +761,6 @@ shape repeated_shape(const node& n, std::span<const value_info* const> in, std::
     }
     out = broadcast(n, x, target);
   }
-  need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), out);
   return out;
 }
 
@@ -988,7 +986,8 @@ resampling resize_spec(const node& n, std::span<const value_info* const> in, std
         k.scales[d] = common;
       }
       if (!(k.scales[d] > 0))
-        fail(errc::not_supported, n, name, "size 0 for axis " + std::to_string(d) + ": empty tensors are not computed");
+        fail(errc::not_supported, n, name,
+             "size 0 for axis " + std::to_string(d) + ": a scale of 0, which the coordinate transforms divide by");
     }
   }
   if (two_inputs && k.mode == kernels::resize_mode::nearest && !n.attrs.has("nearest_mode"))
@@ -997,7 +996,6 @@ resampling resize_spec(const node& n, std::span<const value_info* const> in, std
         fail(errc::not_supported, n, x.name,
              std::string(upsample ? "Upsample" : "Resize-10") + " nearest downsampling (axis " + std::to_string(d) +
                  "): the opset defines no rounding for it");
-  need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), r.dims);
   return r;
 }
 
@@ -1105,7 +1103,6 @@ kernels::grid_sample grid_sample_spec(const node& n, std::span<const value_info*
              std::to_string(x.shape[0]) + " for X " + shape_string(x.shape) + ", got " + shape_string(grid.shape));
   out = shape{x.shape[0], x.shape[1]};
   for (std::size_t d = 1; d + 1 < rank; ++d) out.push_back(grid.shape[d]);
-  need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), out);
   // Opset 16 spells linear and cubic bilinear and bicubic; opset 20 renamed them for N-D.
   constexpr std::array<std::string_view, 5> modes{"bilinear", "linear", "nearest", "bicubic", "cubic"};
   constexpr kernels::grid_sample_mode mode_of[] = {kernels::grid_sample_mode::linear, kernels::grid_sample_mode::linear,
@@ -1860,13 +1857,18 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     if (!c || !c->is_host()) fail(errc::not_supported, n, s.name, "the target shape must be a constant with data");
     if (s.type != dtype::i64 || s.shape.rank() != 1)
       fail(errc::invalid_dtype, n, s.name, "shape must be a 1-D int64 tensor");
-    if (n.attrs.get_int("allowzero", 0) != 0) fail(errc::not_supported, n, s.name, "allowzero=1");
+    // onnx.ai Reshape: with allowzero=1 a 0 is an empty dimension, not a copy of the input's; a
+    // -1 beside it would have no unique size (the spec leaves that undefined).
+    const bool allowzero = n.attrs.get_int("allowzero", 0) != 0;
     shape out;
     int infer_at = -1;
     std::int64_t known = 1;
     for (std::int64_t i = 0; i < c->elements(); ++i) {
       auto d = c->get_int(i);
-      if (d == 0) {
+      if (d == 0 && allowzero) {
+        for (std::int64_t j = 0; j < c->elements(); ++j)
+          if (c->get_int(j) == -1) fail(errc::invalid_shape, n, s.name, "allowzero=1 with both a 0 and a -1");
+      } else if (d == 0) {
         if (static_cast<std::size_t>(i) >= x.shape.rank())
           fail(errc::invalid_shape, n, s.name, "0 copies a dimension the input lacks");
         d = x.shape[static_cast<std::size_t>(i)];
@@ -2105,7 +2107,6 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
       need_elements_indices(n, data, indices, axis);
       out = indices.shape;
     }
-    need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), out);
     check_constant_indices(n, data, indices, axis, constants);
     return one(out, data.type);
   }
@@ -2195,7 +2196,6 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     if (x.shape.rank() < 2)
       fail(errc::invalid_shape, n, x.name, "needs a matrix (rank 2 or more), got " + shape_string(x.shape));
     (void)graph_ops::trilu_k(n, in, constants);
-    need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), x.shape);
     return one(x.shape, x.type);
   }
   if (t == "NegativeLogLikelihoodLoss") {
@@ -2349,12 +2349,6 @@ std::string graph::add_input(std::string name, npurt::shape s, npurt::dtype t) {
   for (auto d : s) {
     if (d < 0)
       throw graph_error(make_error_code(errc::invalid_shape), {}, name, "input '" + name + "': negative dimension");
-    // The kernels compute on non-empty tensors only: refused here, naming the input, rather than
-    // at launch after the copies were queued.
-    if (d == 0)
-      throw graph_error(
-          make_error_code(errc::not_supported), {}, name,
-          "input '" + name + "' " + shape_string(s) + ": a dimension is 0 (empty tensors are not computed)");
   }
   if (tensor_desc{nullptr, s, t}.bytes() > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
     throw graph_error(

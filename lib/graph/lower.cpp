@@ -83,6 +83,12 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     return d;
   };
   std::vector<lowered_task> out;
+  // An operator whose outputs are all empty computes nothing: it launches no kernel rather than
+  // an empty one, so it costs nothing (compile's empty-tensor rewrite removed every operator whose
+  // empty input would give a non-empty output).
+  if (std::all_of(st.out.begin(), st.out.end(),
+                  [&](int v) { return v < 0 || values[static_cast<std::size_t>(v)].shape.elements() == 0; }))
+    return out;
   auto kernel = [&](kernel_op op) { out.push_back({kernel_desc(std::move(op), st.kernel_name, st.block_dim), {}}); };
   const tensor_desc y = desc(st.out[0]);
   if (!st.chain.empty()) {
@@ -372,7 +378,7 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     } else {
       const auto windows = graph_ops::split_windows(n, in, constants);
       for (std::size_t k = 0; k < windows.size() && k < st.out.size(); ++k)
-        kernel(slice_of(x, desc(st.out[k]), windows[k]));
+        if (windows[k].dims.elements() > 0) kernel(slice_of(x, desc(st.out[k]), windows[k]));  // empty: nothing
     }
   } else if (t == "Gather") {
     kernels::gather g{exact(st.in[0]), exact(st.in[1]), exact(st.out[0])};
@@ -534,6 +540,7 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     std::size_t at = 0;
     for (int v : st.in) {
       const cvalue& xv = values[static_cast<std::size_t>(v)];
+      if (xv.shape.elements() == 0) continue;  // numpy.concatenate: an empty input adds nothing
       const std::size_t xrow = static_cast<std::size_t>(xv.shape.elements() / std::max<std::int64_t>(1, outer)) * esize;
       void* src = ptr(v);
       void* dst = ptr(st.out[0]);

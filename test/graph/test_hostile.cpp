@@ -140,16 +140,19 @@ TEST_CASE("window attributes are checked before auto_pad divides by them", "[gra
     }
 }
 
-TEST_CASE("an input with a dimension of 0 is refused at add_input, naming it", "[graph][errors]") {
+TEST_CASE("an input with a dimension of 0 is an empty tensor; a negative dimension is refused, naming it",
+          "[graph][errors]") {
   graph g;
+  CHECK(g.add_input("x", {0, 3}, dtype::f32) == "x");
+  CHECK(g.value("x").shape == shape{0, 3});
   try {
-    (void)g.add_input("x", {0, 3}, dtype::f32);
-    FAIL("an empty input was accepted");
+    (void)g.add_input("neg", {-1, 3}, dtype::f32);
+    FAIL("a negative dimension was accepted");
   } catch (const graph_error& e) {
-    CHECK(e.code() == errc::not_supported);
-    CHECK(e.tensor() == "x");
+    CHECK(e.code() == errc::invalid_shape);
+    CHECK(e.tensor() == "neg");
   }
-  CHECK(g.find("x") == nullptr);
+  CHECK(g.find("neg") == nullptr);
 }
 
 TEST_CASE("batch normalisation over no channel is an error, not a division by zero", "[graph][errors]") {

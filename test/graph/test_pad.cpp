@@ -174,7 +174,7 @@ TEST_CASE("Pad refuses what it cannot compute exactly, with typed errors naming 
   };
   expect_graph_error([&] { build({1, 1, 1}); }, errc::invalid_argument, "p", "p/pads");
   expect_graph_error([&] { build({-2, 0, -1, 0}); }, errc::invalid_argument, "p", "p/pads");  // 2 - 3 rows
-  expect_graph_error([&] { build({-1, 0, -1, 0}); }, errc::not_supported, "p", "p");          // 0 rows: empty
+  CHECK_NOTHROW(build({-1, 0, -1, 0}));  // 0 rows: an empty tensor
   expect_graph_error([&] { build({1, 0, 1, 0}, "mirror"); }, errc::invalid_argument, "p", "x");
   expect_graph_error([&] { build({1, 1, 1, 1}, "constant", {0, -2}); }, errc::invalid_argument, "p", "p/axes");
   expect_graph_error([&] { build({1, 1}, "constant", {2}); }, errc::invalid_argument, "p", "p/axes");

@@ -106,7 +106,7 @@ TEST_CASE("Tile and Expand refuse shapes they cannot produce, with typed errors"
   };
   expect_graph_error([&] { build("Tile", {2, 3}, {2}); }, errc::invalid_argument, "y", "by");
   expect_graph_error([&] { build("Tile", {2, 3}, {2, -1}); }, errc::invalid_argument, "y", "by");
-  expect_graph_error([&] { build("Tile", {2, 3}, {2, 0}); }, errc::not_supported, "y", "y");  // empty
+  CHECK_NOTHROW(build("Tile", {2, 3}, {2, 0}));  // a repeat of 0: an empty tensor
   expect_graph_error([&] { build("Tile", {2, 3}, {std::numeric_limits<std::int64_t>::max(), 1}); }, errc::size_overflow,
                      "y", "by");
   expect_graph_error([&] { build("Expand", {3, 2}, {3, 4}); }, errc::invalid_shape, "y", "by");

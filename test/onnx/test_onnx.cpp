@@ -3068,3 +3068,27 @@ TEST_CASE("DFT-20's axis defaults to -2 and its dft_length must be a constant", 
     CHECK(gr.value("y").shape == shape{2, 3, 5, 2});
   }
 }
+
+TEST_CASE("an ONNX model with an empty input imports and runs: elementwise, Concat, a reduction's identity",
+          "[onnx][empty]") {
+  ::onnx::ModelProto m = model_of_x({2, 0, 3});
+  auto* g = m.mutable_graph();
+  add_typed_input(g, "y", 1, {2, 2, 3});
+  add_output_node(g, "Relu", {"x"}, "relu");
+  add_reduce_node(g, "ReduceMax", {"x"}, "max", std::vector<std::int64_t>{1}, 0);
+  g->add_output()->set_name("max");
+  set_int(add_output_node(g, "Concat", {"x", "y", "x"}, "cat"), "axis", 1);
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString());
+  CHECK(gr.value("relu").shape == shape{2, 0, 3});
+  CHECK(gr.value("max").shape == shape{2, 3});
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  const tensor x({2, 0, 3}, dtype::f32);
+  const tensor y({2, 2, 3}, dtype::f32, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  auto r = s.run(s.compile(gr), {{"x", x}, {"y", y}});
+  CHECK(r.outputs.at("relu").shape() == shape{2, 0, 3});
+  // onnx.ai ReduceMax: an empty set gives -inf for floats.
+  CHECK(r.outputs.at("max").to_vector() == std::vector<double>(6, -std::numeric_limits<double>::infinity()));
+  // numpy.concatenate along axis 1: x adds nothing.
+  CHECK(r.outputs.at("cat").to_vector() == y.to_vector());
+}
