@@ -611,7 +611,10 @@ bool added_as_chain(const graph& g, std::string_view type, std::span<const std::
     // own to refuse, with its own message.
     const value_info* x = inputs.size() > 1 ? g.find(inputs[0]) : nullptr;
     const value_info* w = inputs.size() > 1 ? g.find(inputs[1]) : nullptr;
-    if (!x || !w || !x->known || !w->known || x->shape.rank() != 4 || w->shape.rank() != 4) return false;
+    if (!x || !w || !x->known || !w->known) return false;
+    // 1-D and 3-D are chains around the 2-D kernel; the chain checks the operands.
+    if (x->shape.rank() == 3 || x->shape.rank() == 5) return true;
+    if (x->shape.rank() != 4 || w->shape.rank() != 4) return false;
     try {
       return graph_ops::conv_transpose_geom(
                  attrs, x->shape, w->shape,
@@ -641,6 +644,134 @@ bool added_as_chain(const graph& g, std::string_view type, std::span<const std::
 }
 
 namespace {
+
+/// ConvTranspose over 1 or 3 spatial axes (onnx.ai/onnx/operators/onnx__ConvTranspose.html) as a
+/// chain around the 2-D one. The 2-D steps compute the full scatter (no pads, no output_padding),
+/// of extent (in - 1) * stride + (k - 1) * dilation + 1 per axis; one Pad and one Slice then keep
+/// ONNX's window [pad_begin, pad_begin + out) of it, zeros where the window passes its ends (an
+/// output_padding, an output_shape larger than the scatter). So any pads, auto_pad or output_shape
+/// ONNX allows is computed.
+///   1-D: x [N, C, L] is [N, C, 1, L] and w [C, M/g, k] is [C, M/g, 1, k].
+///   3-D: depth becomes batch, x [N, C, D, H, W] -> [N·D, C, H, W], and the depth taps become
+///   output channels, w [C, M/g, kD, kH, kW] -> [C, (M/g)·kD, kH, kW] (a plain reshape, so that
+///   with groups channel m·kD + kd is output channel m's tap kd). Tap kd of input depth d lands
+///   at depth d·sD + kd·dD: each tap's slice is spread sD apart (a Pad after each depth), shifted
+///   by kd·dD (a Pad before) and the taps are added.
+template <class Step>
+void add_conv_transpose_nd(graph& g, const std::string& node_name, const std::vector<std::string>& ins,
+                           const std::string& y, const attributes& attrs,
+                           const std::function<std::string(const std::string&)>& fresh, Step& step) {
+  const std::string what = "ConvTranspose '" + node_name + "': ";
+  if (ins.size() < 2 || ins[1].empty()) fail(errc::parse_error, node_name, y, what + "needs the inputs X and W");
+  // Copies: the steps grow the graph's table of values.
+  const value_info x = g.value(ins[0]), w = g.value(ins[1]);
+  if (x.type != dtype::f32 && x.type != dtype::f16 && x.type != dtype::bf16 && x.type != dtype::f64)
+    fail(errc::invalid_dtype, node_name, ins[0], what + "X must be floating, got " + std::string(to_string(x.type)));
+  if (w.type != x.type)
+    fail(errc::invalid_dtype, node_name, ins[1],
+         what + "W is " + std::string(to_string(w.type)) + ", X " + std::string(to_string(x.type)));
+  const std::int64_t group = attrs.get_int("group", 1);
+  const std::size_t rank = x.shape.rank();
+  if (w.shape.rank() != rank || group < 1 || x.shape[1] % group || w.shape[0] != x.shape[1])
+    fail(errc::invalid_shape, node_name, ins[1],
+         what + "weight must be [C, M/group, k...] for input " + shape_string(x.shape) + " and group " +
+             std::to_string(group) + ", got " + shape_string(w.shape));
+  const auto geo = graph_ops::conv_transpose_geom(
+      attrs, x.shape, w.shape, [&](errc e, const std::string& why) { fail(e, node_name, ins[0], what + why); });
+  const std::int64_t n = x.shape[0], c = x.shape[1], mg = w.shape[1], m = mg * group;
+  std::string bias;
+  if (ins.size() > 2 && !ins[2].empty()) {
+    bias = ins[2];
+    const value_info& b = g.value(bias);
+    if (b.type != x.type || b.shape.rank() != 1 || b.shape[0] != m)
+      fail(b.type != x.type ? errc::invalid_dtype : errc::invalid_shape, node_name, bias,
+           what + "bias must be [" + std::to_string(m) + "] of X's dtype, got " + shape_string(b.shape) + " " +
+               std::string(to_string(b.type)));
+  }
+  const auto ints_of = [&](const std::string& tag, std::vector<std::int64_t> v) {
+    return add_ints(g, fresh(y + "/" + tag), v);
+  };
+  const auto reshape = [&](const std::string& tag, const std::string& from, std::vector<std::int64_t> to) {
+    return step("Reshape", tag, {from, ints_of(tag + "_shape", std::move(to))});
+  };
+  const auto full = [&](std::size_t i) {
+    return (x.shape[2 + i] - 1) * geo.stride[i] + (geo.kernel[i] - 1) * geo.dilation[i] + 1;
+  };
+  // The 2-D steps' attributes: strides, dilations and group over H and W, nothing cropped.
+  const auto inner = [&](std::int64_t sh, std::int64_t sw, std::int64_t dh, std::int64_t dw) {
+    return attributes{{"strides", ints{sh, sw}}, {"dilations", ints{dh, dw}}, {"group", group}};
+  };
+  std::string scattered;               // [N, M, extents...]: the full scatter, before ONNX's window
+  std::vector<std::int64_t> extents;  // its spatial extents
+  if (rank == 3) {
+    const std::int64_t len = x.shape[2], k = w.shape[2];
+    const std::string z = step("ConvTranspose", "scatter",
+                               {reshape("x_2d", ins[0], {n, c, 1, len}), reshape("w_2d", ins[1], {c, mg, 1, k})}, {},
+                               inner(1, geo.stride[0], 1, geo.dilation[0]));
+    extents = {full(0)};
+    scattered = reshape("scatter_1d", z, {n, m, full(0)});
+  } else {
+    const std::int64_t d = x.shape[2], h = x.shape[3], wd = x.shape[4];
+    const std::int64_t kd = w.shape[2], kh = w.shape[3], kw = w.shape[4];
+    const std::int64_t sd = geo.stride[0], dd = geo.dilation[0];
+    const std::int64_t fh = full(1), fw = full(2);
+    const std::string depth_major = step("Transpose", "depth_major", {ins[0]}, {}, {{"perm", ints{0, 2, 1, 3, 4}}});
+    const std::string z =
+        step("ConvTranspose", "scatter",
+             {reshape("x_2d", depth_major, {n * d, c, h, wd}), reshape("w_2d", ins[1], {c, mg * kd, kh, kw})}, {},
+             inner(geo.stride[1], geo.stride[2], geo.dilation[1], geo.dilation[2]));
+    // z is [N, D, M, kD, fH·fW]; the depth scatter has extent D·sD + (kD − 1)·dD (a zero tail
+    // of sD − 1 past the full scatter's).
+    const std::int64_t plane = m * fh * fw, len = d * sd + (kd - 1) * dd;
+    const std::string taps = reshape("taps", z, {n, d, m, kd, fh * fw});
+    std::string sum;
+    for (std::int64_t k = 0; k < kd; ++k) {
+      const std::string tag = "tap" + std::to_string(k);
+      std::string t = taps;
+      if (kd > 1)
+        t = step("Slice", tag,
+                 {taps, ints_of(tag + "_start", {k}), ints_of(tag + "_end", {k + 1}), ints_of(tag + "_axis", {3})});
+      t = reshape(tag + "_planes", t, {n, d, 1, plane});
+      if (sd > 1) t = step("Pad", tag + "_spread", {t, ints_of(tag + "_spread_pads", {0, 0, 0, 0, 0, 0, sd - 1, 0})});
+      t = reshape(tag + "_depth", t, {n, d * sd, plane});
+      if (len != d * sd)
+        t = step("Pad", tag + "_shift", {t, ints_of(tag + "_shift_pads", {0, k * dd, 0, 0, len - d * sd - k * dd, 0})});
+      sum = sum.empty() ? t : step("Add", tag + "_sum", {sum, t});
+    }
+    scattered = step("Transpose", "channel_major", {reshape("depth_planes", sum, {n, len, m, fh, fw})}, {},
+                     {{"perm", ints{0, 2, 1, 3, 4}}});
+    extents = {len, fh, fw};
+  }
+  // ONNX's window [pad_begin, pad_begin + out) of each axis, zeros where it leaves the scatter.
+  const std::size_t r = rank - 2;
+  std::vector<std::int64_t> pads(2 * rank, 0), starts, ends, axes;
+  bool padded = false, cropped = false;
+  for (std::size_t i = 0; i < r; ++i) {
+    const std::int64_t before = std::max<std::int64_t>(0, -geo.pad_begin[i]);
+    const std::int64_t after = std::max<std::int64_t>(0, geo.pad_begin[i] + geo.out[i] - extents[i]);
+    pads[2 + i] = before;
+    pads[rank + 2 + i] = after;
+    padded = padded || before > 0 || after > 0;
+    const std::int64_t start = geo.pad_begin[i] + before;
+    starts.push_back(start);
+    ends.push_back(start + geo.out[i]);
+    axes.push_back(static_cast<std::int64_t>(2 + i));
+    cropped = cropped || start != 0 || geo.out[i] != extents[i] + before + after;
+  }
+  std::string out = scattered;
+  if (padded) out = step("Pad", "window_pad", {out, ints_of("window_pads", pads)});
+  const std::string last = bias.empty() ? y : std::string();
+  if (cropped)
+    out =
+        step("Slice", "window",
+             {out, ints_of("window_starts", starts), ints_of("window_ends", ends), ints_of("window_axes", axes)}, last);
+  else if (bias.empty()) out = step("Identity", "window", {out}, y);
+  if (!bias.empty()) {
+    std::vector<std::int64_t> per_channel(rank - 1, 1);
+    per_channel[0] = m;
+    step("Add", "bias", {out, reshape("bias_channels", bias, per_channel)}, y);
+  }
+}
 
 void add_steps(graph& g, std::string_view type, const std::string& node_name, const std::vector<std::string>& ins,
                const std::vector<std::string>& outputs, const attributes& attrs,
@@ -934,6 +1065,10 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     const std::string diff =
         step("Sub", "diff", {log1p("log1p_x", ins[0]), log1p("log1p_neg", step("Neg", "neg", {ins[0]}))});
     step("Mul", "atanh", {diff, scalar("half", 0.5)}, y, attrs);
+    return;
+  }
+  if (t == "ConvTranspose" && g.value(ins[0]).shape.rank() != 4) {
+    add_conv_transpose_nd(g, node_name, ins, y, attrs, fresh, step);
     return;
   }
   if (t == "ConvTranspose") {

@@ -1667,6 +1667,14 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
   if (t == "ConvTranspose") {
     const auto& x = need(n, in, 0);
     const auto& w = need(n, in, 1);
+    // 1-D and 3-D (rank 3 and 5) are chains around the 2-D kernel, built when the node is added
+    // (detail::added_as_chain) from the operands' shapes.
+    if (x.shape.rank() == 3 || x.shape.rank() == 5)
+      fail(errc::not_supported, n, x.name,
+           "a 1-D or 3-D transposed convolution needs its input's and weight's shapes when it is added");
+    if (x.shape.rank() != 4)
+      fail(errc::not_supported, n, x.name,
+           "transposed convolution takes 1-D to 3-D input (rank 3 to 5), got " + shape_string(x.shape));
     check_conv_operands(n, x, w, "transposed convolution");
     const std::int64_t g = n.attrs.get_int("group", 1);
     if (w.shape.rank() != 4 || g < 1 || x.shape[1] % g || w.shape[0] != x.shape[1])

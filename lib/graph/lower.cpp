@@ -164,7 +164,7 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     const auto geo = graph_ops::conv_transpose_geom(n.attrs, x.shape, w.shape, [](errc e, const std::string& what) {
       throw graph_error(make_error_code(e), {}, {}, "ConvTranspose: " + what);
     });
-    const auto i32 = [](const std::array<std::int64_t, 2>& v) {
+    const auto i32 = [](const std::array<std::int64_t, 3>& v) {
       return arr2{static_cast<std::int32_t>(v[0]), static_cast<std::int32_t>(v[1])};
     };
     kernel(kernels::conv2d_backward_data{x, w, y, i32(geo.stride), i32(geo.pad_begin), i32(geo.dilation),

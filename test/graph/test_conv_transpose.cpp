@@ -139,7 +139,7 @@ TEST_CASE("ConvTranspose refuses what it cannot compute, naming why", "[graph][c
     } catch (const graph_error& e) { return e.code(); }
     return {};
   };
-  CHECK(code({x1d, w}, {}) == errc::not_supported);          // 1-D: only 2-D is computed
+  CHECK(code({x1d, w}, {}) == errc::invalid_shape);          // a 1-D input and a 2-D weight
   CHECK(code({x, w_wrong}, {}) == errc::invalid_shape);      // the weight's C is not the input's
   CHECK(code({x, w}, {{"group", std::int64_t{3}}}) == errc::invalid_shape);
   CHECK(code({x, w}, {{"kernel_shape", ints{2, 2}}}) == errc::invalid_shape);
@@ -165,4 +165,174 @@ TEST_CASE("ConvTranspose refuses what it cannot compute, naming why", "[graph][c
   bool sliced = false;
   for (const auto& n : h.nodes()) sliced = sliced || (n.name == "y" && n.type == "Slice");
   CHECK(sliced);
+}
+
+namespace {
+
+// A ConvTranspose over 1 to 3 spatial axes: x [N, C, in...], w [C, M/group, k...], its attributes
+// and ONNX's output extents and start pads for them (worked out by hand from the spec's formulas).
+struct nd_case {
+  std::string name;
+  std::int64_t n = 1, c = 2, m = 2, group = 1;
+  std::vector<std::int64_t> in, k, stride, dilation, pad_begin, out;
+  attributes attrs;
+  bool bias = false;
+};
+
+/// y[n, g·M/G + m, i·s + k·d − pad_begin (per axis)] += x[n, c, i] · w[c, m, k] for c in group g,
+/// plus bias[m]: ONNX's definition of ConvTranspose, summed in double over every tap.
+std::vector<double> scatter_nd_reference(const nd_case& t, const std::vector<double>& x, const std::vector<double>& w,
+                                         const std::vector<double>& b) {
+  const std::size_t r = t.in.size();
+  const std::int64_t mg = t.m / t.group, cg = t.c / t.group;
+  std::int64_t in_size = 1, k_size = 1, out_size = 1;
+  for (std::size_t a = 0; a < r; ++a) in_size *= t.in[a], k_size *= t.k[a], out_size *= t.out[a];
+  std::vector<double> y(static_cast<std::size_t>(t.n * t.m * out_size));
+  for (std::int64_t n = 0; n < t.n; ++n)
+    for (std::int64_t c = 0; c < t.c; ++c)
+      for (std::int64_t i = 0; i < in_size; ++i)
+        for (std::int64_t m = 0; m < mg; ++m)
+          for (std::int64_t k = 0; k < k_size; ++k) {
+            // Unflatten i and k (row-major) and place the tap.
+            std::int64_t ri = i, rk = k, o = 0;
+            std::vector<std::int64_t> ii(r), kk(r);
+            for (std::size_t a = r; a-- > 0;) {
+              ii[a] = ri % t.in[a], ri /= t.in[a];
+              kk[a] = rk % t.k[a], rk /= t.k[a];
+            }
+            bool inside = true;
+            for (std::size_t a = 0; a < r; ++a) {
+              const std::int64_t p = ii[a] * t.stride[a] + kk[a] * t.dilation[a] - t.pad_begin[a];
+              inside = inside && p >= 0 && p < t.out[a];
+              o = o * t.out[a] + p;
+            }
+            if (!inside) continue;
+            const std::int64_t om = (c / cg) * mg + m;
+            y[static_cast<std::size_t>((n * t.m + om) * out_size + o)] +=
+                x[static_cast<std::size_t>((n * t.c + c) * in_size + i)] *
+                w[static_cast<std::size_t>((c * mg + m) * k_size + k)];
+          }
+  if (!b.empty())
+    for (std::size_t i = 0; i < y.size(); ++i)
+      y[i] += b[static_cast<std::size_t>((static_cast<std::int64_t>(i) / out_size) % t.m)];
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("ConvTranspose in 1-D and 3-D computes ONNX's definition over its attributes", "[graph][conv_transpose]") {
+  std::vector<nd_case> cases;
+  // One case: its extents per spatial axis, and ONNX's output extents and start pads for them.
+  const auto add = [&](std::string name, std::vector<std::int64_t> in, std::vector<std::int64_t> k,
+                       std::vector<std::int64_t> stride, std::vector<std::int64_t> dilation,
+                       std::vector<std::int64_t> pad_begin, std::vector<std::int64_t> out,
+                       attributes attrs) -> nd_case& {
+    nd_case t;
+    t.name = std::move(name);
+    t.in = std::move(in), t.k = std::move(k), t.stride = std::move(stride), t.dilation = std::move(dilation);
+    t.pad_begin = std::move(pad_begin), t.out = std::move(out), t.attrs = std::move(attrs);
+    return cases.emplace_back(std::move(t));
+  };
+  // 1-D. Natural extent: (in − 1)·s + (k − 1)·d + 1 + output_padding.
+  add("1-D plain (onnx.ai's convtranspose_1d)", {3}, {3}, {1}, {1}, {0}, {5}, {}).c = 1;
+  {
+    // (5 − 1)·3 + 2·2 + 1 + 1 = 18, less pads 2 and 1.
+    nd_case& t = add("1-D strided, padded, output_padding, dilated, grouped, bias", {5}, {3}, {3}, {2}, {2}, {15},
+                     {{"strides", ints{3}},
+                      {"dilations", ints{2}},
+                      {"pads", ints{2, 1}},
+                      {"output_padding", ints{1}},
+                      {"group", std::int64_t{2}}});
+    t.n = 2, t.c = 4, t.m = 6, t.group = 2, t.bias = true;
+  }
+  // SAME_UPPER: out = in·s = 8; natural 3·2 + 3 = 9, total pad 1, the odd one at the end.
+  add("1-D auto_pad SAME_UPPER", {4}, {3}, {2}, {1}, {0}, {8},
+      {{"strides", ints{2}}, {"auto_pad", std::string("SAME_UPPER")}});
+  // output_shape 11 past the natural 9: total −2, pads −1 and −1, a zero column before and after.
+  add("1-D output_shape larger than the scatter", {4}, {3}, {2}, {1}, {-1}, {11},
+      {{"strides", ints{2}}, {"output_shape", ints{11}}})
+      .bias = true;
+  // 3-D. onnx.ai's convtranspose_3d: x [1, 1, 3, 4, 5], w [1, 2, 3, 3, 3].
+  add("3-D plain (onnx.ai's convtranspose_3d)", {3, 4, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {5, 6, 7}, {})
+      .c = 1;
+  {
+    // D: 2·2 + 1 + 1 + output_padding 1 = 7, less 1 and 0; H: 1 + 2·2 + 1 = 6, less 0 and 1;
+    // W: 2·3 + 1 + 1 + 2 = 10, less 2 and 1.
+    nd_case& t = add("3-D strided, asymmetric pads, output_padding, two groups, bias", {3, 2, 3}, {2, 3, 2}, {2, 1, 3},
+                     {1, 2, 1}, {1, 0, 2}, {6, 5, 7},
+                     {{"strides", ints{2, 1, 3}},
+                      {"dilations", ints{1, 2, 1}},
+                      {"pads", ints{1, 0, 2, 0, 1, 1}},
+                      {"output_padding", ints{1, 0, 2}},
+                      {"group", std::int64_t{2}}});
+    t.n = 2, t.c = 4, t.m = 4, t.group = 2, t.bias = true;
+  }
+  // Depth taps dilated past the stride, and SAME_LOWER: out = in·s, the odd pad at the start.
+  // natural D: 1·2 + 2·3 + 1 = 9 → 4 (total 5: 3 before); H: 2·1 + 1 + 1 = 4 → 3 (1 before);
+  // W: 1·2 + 1 + 1 = 4 → 4.
+  add("3-D dilated depth taps, auto_pad SAME_LOWER", {2, 3, 2}, {3, 2, 2}, {2, 1, 2}, {3, 1, 1}, {3, 1, 0}, {4, 3, 4},
+      {{"strides", ints{2, 1, 2}}, {"dilations", ints{3, 1, 1}}, {"auto_pad", std::string("SAME_LOWER")}});
+  for (const auto& t : cases) {
+    INFO(t.name);
+    std::int64_t in_size = 1, k_size = 1;
+    shape xs{t.n, t.c}, ws{t.c, t.m / t.group}, ys{t.n, t.m};
+    for (std::size_t a = 0; a < t.in.size(); ++a) {
+      in_size *= t.in[a], k_size *= t.k[a];
+      xs.push_back(t.in[a]);
+      ws.push_back(t.k[a]);
+      ys.push_back(t.out[a]);
+    }
+    const auto xv = values(static_cast<std::size_t>(t.n * t.c * in_size), 1.5);
+    const auto wv = values(static_cast<std::size_t>(t.c * (t.m / t.group) * k_size), 0.75);
+    const auto bv = t.bias ? values(static_cast<std::size_t>(t.m), 0.5) : std::vector<double>{};
+    graph g("ct_nd");
+    const auto x = g.add_input("x", xs, dtype::f32);
+    std::vector<std::string> ins{x, g.add_constant("w", tensor(ws, dtype::f32, wv))};
+    if (t.bias) ins.push_back(g.add_constant("b", tensor({t.m}, dtype::f32, bv)));
+    g.set_output(g.add_op("ConvTranspose", ins, t.attrs, "y"));
+    REQUIRE(g.value("y").shape == ys);
+    const auto want = scatter_nd_reference(t, xv, wv, bv);
+    for (int level : {0, 2}) {
+      CAPTURE(level);
+      npurt::system sys = test::make_system();
+      session s{sys};
+      const auto got = s.run(s.compile(g, {.optimization_level = level}), {{"x", tensor(xs, dtype::f32, xv)}})
+                           .outputs.at("y")
+                           .to_vector();
+      REQUIRE(got.size() == want.size());
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        INFO("element " << i);
+        CHECK(std::abs(got[i] - want[i]) <= 1e-5 * std::max(1.0, std::abs(want[i])));
+      }
+    }
+  }
+}
+
+TEST_CASE("ConvTranspose in 1-D and 3-D refuses what ONNX refuses, naming the node",
+          "[graph][conv_transpose][errors]") {
+  graph g("ct_nd_bad");
+  const auto x1 = g.add_input("x1", {1, 2, 4}, dtype::f32);
+  const auto x3 = g.add_input("x3", {1, 2, 2, 2, 2}, dtype::f32);
+  const auto w1 = g.add_constant("w1", tensor({2, 1, 3}, dtype::f32));
+  const auto w3 = g.add_constant("w3", tensor({2, 1, 2, 2, 2}, dtype::f32));
+  const auto x6 = g.add_input("x6", {1, 2, 2, 2, 2, 2}, dtype::f32);
+  const auto code = [&](const std::vector<std::string>& ins, const attributes& a) -> std::error_code {
+    try {
+      (void)g.add_op("ConvTranspose", ins, a, "y");
+    } catch (const graph_error& e) {
+      CHECK(e.op() == "y");
+      return e.code();
+    }
+    return {};
+  };
+  CHECK(code({x1, w3}, {}) == errc::invalid_shape);                                  // ranks differ
+  CHECK(code({x1, w1}, {{"strides", ints{2, 2}}}) == errc::invalid_argument);         // two strides in 1-D
+  CHECK(code({x3, w3}, {{"pads", ints{1, 1, 1, 1}}}) == errc::invalid_argument);      // 4 pads in 3-D
+  CHECK(code({x1, w1}, {{"output_padding", ints{1}}}) == errc::invalid_argument);     // not below the stride
+  CHECK(code({x1, w1}, {{"pads", ints{3, 3}}}) == errc::invalid_shape);               // nothing left
+  CHECK(code({x1, w1}, {{"group", std::int64_t{3}}}) == errc::invalid_shape);         // C = 2 is no multiple
+  CHECK(code({x3, w3}, {{"kernel_shape", ints{2, 2, 3}}}) == errc::invalid_shape);    // not the weight's
+  CHECK(code({x1, w1, g.add_constant("b3", tensor({3}, dtype::f32))}, {}) == errc::invalid_shape);  // bias not [M]
+  CHECK(code({x6, w3}, {}) == errc::not_supported);  // 4-D
+  CHECK(!g.find("y"));
 }
