@@ -116,15 +116,26 @@ class einsum_chain {
           o.labels.push_back(letter_count + static_cast<int>(p));
         } else {
           const int l = t.letters[at++];
-          if (letter_size[static_cast<std::size_t>(l)] < 0) {
-            letter_size[static_cast<std::size_t>(l)] = s[a];
-            letter_from[static_cast<std::size_t>(l)] = i;
-          } else if (letter_size[static_cast<std::size_t>(l)] != s[a]) {
-            const std::size_t j = letter_from[static_cast<std::size_t>(l)];
+          const auto li = static_cast<std::size_t>(l);
+          // numpy's einsum broadcasts a letter of extent 1 in one operand against its extent in
+          // another (np.einsum('ij,jk->ik', ones((3, 1)), ones((4, 5))) sums j over 4), as its
+          // iterator broadcasts operands; a letter repeated within one operand (a diagonal) must
+          // have one extent there.
+          const auto earlier = std::find(o.labels.begin(), o.labels.end(), l);
+          if (earlier != o.labels.end() && o.dims[static_cast<std::size_t>(earlier - o.labels.begin())] != s[a])
             fail(errc::invalid_shape, ins[i],
-                 "letter '" + letter(l) + "' is " + std::to_string(letter_size[static_cast<std::size_t>(l)]) +
-                     " in operand " + std::to_string(j) + " ('" + ins[j] + "') but " + std::to_string(s[a]) +
-                     " in operand " + std::to_string(i) + " ('" + ins[i] + "')");
+                 "letter '" + letter(l) + "' is repeated in operand " + std::to_string(i) + " ('" + ins[i] +
+                     "') with extents " + std::to_string(o.dims[static_cast<std::size_t>(earlier - o.labels.begin())]) +
+                     " and " + std::to_string(s[a]) + " (a diagonal needs one extent)");
+          if (letter_size[li] < 0 || (letter_size[li] == 1 && s[a] != 1)) {
+            letter_size[li] = s[a];
+            letter_from[li] = i;
+          } else if (letter_size[li] != s[a] && s[a] != 1) {
+            const std::size_t j = letter_from[li];
+            fail(errc::invalid_shape, ins[i],
+                 "letter '" + letter(l) + "' is " + std::to_string(letter_size[li]) + " in operand " +
+                     std::to_string(j) + " ('" + ins[j] + "') but " + std::to_string(s[a]) + " in operand " +
+                     std::to_string(i) + " ('" + ins[i] + "'), and neither is 1 (which would broadcast)");
           }
           o.labels.push_back(l);
         }
@@ -143,7 +154,7 @@ class einsum_chain {
       fail(errc::not_supported, y,
            "the output has " + std::to_string(out_dims.size()) + " axes; npurt's tensors have at most " +
                std::to_string(shape::max_rank));
-    emit(std::move(ops), out, out_dims, y);
+    emit(std::move(ops), letter_size, out, out_dims, y);
   }
 
  private:
@@ -354,16 +365,17 @@ class einsum_chain {
     return r;
   }
 
-  void emit(std::vector<operand> ops, const std::vector<int>& out, const std::vector<std::int64_t>& out_dims,
-            const std::string& y) const {
-    // A '...' axis of extent 1 where the broadcast one is wider (or everywhere) is dropped: the
-    // operands then have only axes of their label's full extent, and the final Reshape restores
-    // the output's 1s.
+  void emit(std::vector<operand> ops, const std::vector<std::int64_t>& letter_size, const std::vector<int>& out,
+            const std::vector<std::int64_t>& out_dims, const std::string& y) const {
+    // A '...' axis of extent 1 where the broadcast one is wider (or everywhere), and a letter's
+    // axis of extent 1 where another operand's is wider, is dropped: the operands then have only
+    // axes of their label's full extent (a dropped axis holds one value for every index, which is
+    // what broadcasting it means), and the final Reshape restores the output's 1s.
     for (std::size_t i = 0; i < ops.size(); ++i) {
       operand& o = ops[i];
       operand kept{o.value, {}, {}};
       for (std::size_t a = 0; a < o.labels.size(); ++a)
-        if (o.labels[a] < letter_count || o.dims[a] != 1) {
+        if (o.dims[a] != 1 || (o.labels[a] < letter_count && letter_size[static_cast<std::size_t>(o.labels[a])] == 1)) {
           kept.labels.push_back(o.labels[a]);
           kept.dims.push_back(o.dims[a]);
         }

@@ -146,6 +146,17 @@ const std::vector<einsum_case>& einsum_cases() {
       {"ab,cd,ef->abcdef", {{2, 1}, {1, 3}, {2, 2}}, {2, 1, 1, 3, 2, 2}},   // outer products of three
       {"i j , j k -> i k", {{2, 3}, {3, 4}}, {2, 4}},                       // spaces
       {"ij,->ij", {{2, 3}, {}}, {2, 3}},                                    // a scalar operand
+      // A letter of extent 1 broadcasts against another operand's extent (numpy's einsum; the
+      // output shapes are numpy 1.24's).
+      {"ij,jk->ik", {{3, 1}, {4, 5}}, {3, 5}},                // j: 1 against 4, summed over 4
+      {"ij,jk", {{3, 4}, {1, 5}}, {3, 5}},                    // the other side's j is 1
+      {"ij,ij->ij", {{3, 1}, {3, 4}}, {3, 4}},                // an output letter
+      {"ij,ij->i", {{3, 1}, {3, 4}}, {3}},                    //
+      {"ij,kj->ik", {{3, 1}, {2, 4}}, {3, 2}},                //
+      {"bij,bjk->bik", {{1, 2, 3}, {4, 3, 5}}, {4, 2, 5}},    // a batch letter
+      {"ij,ik->jk", {{3, 1}, {3, 4}}, {1, 4}},                // 1 everywhere: it stays 1
+      {"ij,jk,kl->il", {{2, 1}, {3, 4}, {1, 5}}, {2, 5}},     // in two contractions
+      {"ii,i->i", {{1, 1}, {3}}, {3}},                        // a 1x1 diagonal, broadcast
   };
   return cases;
 }
@@ -270,7 +281,11 @@ TEST_CASE("Einsum refuses malformed equations, mismatched operands and dtypes wi
       {"i1", {{2, 3}}, errc::invalid_argument, "", "'1'"},
       {"...ij->ij", {{4, 2, 3}}, errc::invalid_argument, "", "no '...'"},
       {"ij,jk", {{2, 3}, {4, 5}}, errc::invalid_shape, "x1", "letter 'j' is 3 in operand 0 ('x0') but 4 in operand 1"},
-      {"ii", {{2, 3}}, errc::invalid_shape, "x0", "letter 'i' is 2"},
+      {"ii", {{2, 3}}, errc::invalid_shape, "x0", "letter 'i' is repeated in operand 0 ('x0') with extents 2 and 3"},
+      // Within one operand a diagonal does not broadcast (numpy: "dimensions in operand 0 for
+      // collapsing index 'i' don't match (1 != 3)").
+      {"ii->i", {{1, 3}}, errc::invalid_shape, "x0", "with extents 1 and 3"},
+      {"ij,jk,kl->il", {{2, 3}, {1, 4}, {2, 5}}, errc::invalid_shape, "x2", "neither is 1"},
       {"ijk", {{2, 3}}, errc::invalid_shape, "x0", "rank 2 but its term names 3 axes"},
       {"ij", {{2, 3, 4}}, errc::invalid_shape, "x0", "rank 3 but its term names 2 axes"},
       {"...ijk", {{2, 3}}, errc::invalid_shape, "x0", "besides '...'"},
@@ -327,4 +342,24 @@ TEST_CASE("Einsum refuses malformed equations, mismatched operands and dtypes wi
                  {{"equation", std::string("i")}, {"equations", std::string("i")}}, "y");
       },
       errc::not_supported, "y", "");
+}
+
+TEST_CASE("Einsum broadcasts a letter of extent 1 as numpy does: np.einsum('ij,jk->ik', a[3x1], b[4x5])",
+          "[graph][einsum]") {
+  graph g("einsum broadcast");
+  const auto a = g.add_input("a", {3, 1}, dtype::f32);
+  const auto b = g.add_input("b", {4, 5}, dtype::f32);
+  g.set_output(g.add_op("Einsum", {a, b}, {{"equation", std::string("ij,jk->ik")}}, "y"));
+  auto sys = test::make_system();
+  session s{sys};
+  const tensor av({3, 1}, dtype::f32, {1, 2, 3});
+  const tensor bv({4, 5}, dtype::f32, test::iota(20));
+  const auto r = s.run(s.compile(g), {{"a", av}, {"b", bv}});
+  const tensor& y = r.outputs.at("y");
+  // numpy 1.24: a[i, 0] times the column sums of b, [30, 34, 38, 42, 46].
+  std::vector<double> want;
+  for (double i : {1.0, 2.0, 3.0})
+    for (double col : {30.0, 34.0, 38.0, 42.0, 46.0}) want.push_back(i * col);
+  CHECK(y.shape() == shape{3, 5});
+  CHECK(y.to_vector() == want);
 }
