@@ -603,6 +603,23 @@ bool is_composite_op(std::string_view type) noexcept {
   return std::find(ops.begin(), ops.end(), type) != ops.end();
 }
 
+namespace {
+
+// ReduceSum, ReduceMean, ReduceMax, ReduceMin or ReduceProd with noop_with_empty_axes = 1 and no
+// axes (no attribute, and no axes input or a constant one of no elements): onnx.ai says the
+// input is then not reduced and the output is the input, as ONNX's reference returns it.
+bool reduces_nothing(const graph& g, std::string_view type, std::span<const std::string> inputs,
+                     const attributes& attrs) {
+  if (type != "ReduceSum" && type != "ReduceMean" && type != "ReduceMax" && type != "ReduceMin" && type != "ReduceProd")
+    return false;
+  if (attrs.get_int("noop_with_empty_axes", 0) == 0 || !attrs.get_ints("axes").empty()) return false;
+  if (inputs.size() < 2 || inputs[1].empty()) return true;
+  const tensor* axes = g.constant(inputs[1]);
+  return axes && axes->elements() == 0;
+}
+
+}  // namespace
+
 bool added_as_chain(const graph& g, std::string_view type, std::span<const std::string> inputs,
                     std::span<const std::string> outputs, const attributes& attrs) {
   if (is_composite_op(type)) return true;
@@ -625,6 +642,7 @@ bool added_as_chain(const graph& g, std::string_view type, std::span<const std::
   if (type == "Dropout") return outputs.size() > 1 && !outputs[1].empty();  // its mask
   // The kernel computes the tanh approximation; the exact form (the default) is a chain of Erf.
   if (type == "Gelu") return attrs.get_string("approximate", "none") != "tanh";
+  if (reduces_nothing(g, type, inputs, attrs)) return true;
   if (type == "Pow" && inputs.size() == 2) {
     // An exponent of another dtype than the base's: computed in NumPy's promoted type and cast.
     const value_info* a = g.find(inputs[0]);
@@ -871,6 +889,11 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     c.set(0, v);
     return g.add_constant(fresh(y + "/" + tag), std::move(c));
   };
+  if (reduces_nothing(g, t, ins, attrs)) {
+    // Only the input is read; the (empty) axes are not an operand of the Identity.
+    step("Identity", "noop", {ins[0]}, y);
+    return;
+  }
   if (t == "Gelu") {
     // approximate = "none": 0.5 · x · (1 + erf(x / √2)), in the order of ONNX's reference
     // (onnx/reference/ops/op_gelu.py), each step rounded to x's dtype.
@@ -1468,6 +1491,11 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     step("Add", "shrink", {hi, lo}, y);
     return;
   }
+  // noop_with_empty_axes on the reductions computed as chains: what ONNX's reference returns then
+  // (the input itself, not the chain's first step applied) is not what the chain would give.
+  if (t.starts_with("Reduce") && attrs.get_int("noop_with_empty_axes", 0) != 0 && attrs.get_ints("axes").empty() &&
+      (ins.size() < 2 || ins[1].empty() || (g.constant(ins[1]) && g.constant(ins[1])->elements() == 0)))
+    fail(errc::not_supported, node_name, ins[0], t + " '" + node_name + "': noop_with_empty_axes=1 without axes");
   // The reduction's own inputs (data and, from opset 18, axes) follow the first step's result.
   auto reduce = [&](const std::string& type, const std::string& tag, const std::string& x, const std::string& to,
                     attributes a) {

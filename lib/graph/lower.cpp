@@ -479,6 +479,9 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
             auto a = ax.host->get_int(i);
             r.axes_mask |= 1u << (a < 0 ? a + static_cast<std::int64_t>(rank) : a);
           }
+        // An axes input of no elements is ONNX's "reduce every axis" (noop_with_empty_axes = 1
+        // never reaches here: it is an Identity).
+        if (ax.host && ax.host->is_host() && ax.host->elements() == 0) r.axes_mask = (1u << rank) - 1;
       }
     }
     kernel(r);

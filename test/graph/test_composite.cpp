@@ -494,3 +494,25 @@ TEST_CASE("Gelu's exact form is 0.5 · x · (1 + erf(x / √2)); the tanh form s
   CHECK(g.nodes().size() == nodes);
   CHECK_FALSE(g.find("bad"));
 }
+
+TEST_CASE("a reduction with noop_with_empty_axes and no axes returns its input", "[graph][composite][reduce]") {
+  // onnx.ai ReduceSum (opset 13) and the others (opset 18): with noop_with_empty_axes = 1 and
+  // axes empty or absent, the input is not reduced; without the flag, every axis is.
+  graph g("noop");
+  const auto x = g.add_input("x", {2, 3}, dtype::f32);
+  const auto none = g.add_constant("none", tensor(shape{0}, dtype::i64));
+  g.set_output(g.add_op("ReduceSum", {x}, {{"noop_with_empty_axes", std::int64_t{1}}}, "sum_noop"));
+  g.set_output(g.add_op("ReduceMax", {x, none}, {{"noop_with_empty_axes", std::int64_t{1}}}, "max_noop"));
+  g.set_output(g.add_op("ReduceSum", {x, none}, {{"keepdims", std::int64_t{0}}}, "sum_all"));
+  CHECK(node_named(g, "sum_noop")->type == "Identity");
+  CHECK(g.value("sum_noop").shape == shape{2, 3});
+  CHECK(g.value("max_noop").shape == shape{2, 3});
+  CHECK(g.value("sum_all").shape == shape{});
+  npurt::system sys = test::make_system();
+  session s{sys};
+  const std::vector<double> xs{1, -2, 3.5, 4, 0.25, -6};
+  const auto r = s.run(s.compile(g), {{"x", tensor({2, 3}, dtype::f32, xs)}});
+  CHECK(r.outputs.at("sum_noop").to_vector() == xs);
+  CHECK(r.outputs.at("max_noop").to_vector() == xs);
+  CHECK(r.outputs.at("sum_all").to_vector() == std::vector<double>{0.75});
+}
