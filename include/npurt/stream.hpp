@@ -208,6 +208,10 @@ class stream {
   NPURT_DECL detail::task* make_memset(void* dst, std::size_t dst_max, int value, std::size_t count,
                                        std::error_code& ec);
   NPURT_DECL detail::task* make_wait(const event& e, std::error_code& ec);
+  /// What is wrong with the event of a failed record or wait (`ec`), in words for the throwing
+  /// forms: the code alone says "invalid or destroyed event" whether the handle is null, a
+  /// launch's event, of another system or gone. Empty when the failure is not the event's.
+  [[nodiscard]] NPURT_DECL std::string event_problem(const event& e, std::error_code ec, bool record) const;
   NPURT_DECL detail::task* make_callback(std::function<void()> fn, std::error_code& ec);
   /// Enqueues a prepared task and returns its event.
   NPURT_DECL event submit(detail::task* t);

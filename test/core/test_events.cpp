@@ -347,3 +347,52 @@ TEST_CASE("an event of a reset device is not valid(), as query() says it is inva
   CHECK(s2.launch(fixed(us(1))).valid());
   s2.synchronize();
 }
+
+TEST_CASE("record and wait say what is wrong with the event", "[core][event][errors]") {
+  npurt::system sys{simple(2)};
+  auto s = sys.device(0).make_stream();
+  const auto message_of = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const npurt::caller_error& e) {
+      CHECK(e.code() == npurt::errc::invalid_event);
+      return e.what();
+    } catch (const std::system_error& e) { return e.what(); }
+    FAIL("no exception");
+    return {};
+  };
+  const auto has = [](const std::string& text, const char* part) { return text.find(part) != std::string::npos; };
+  npurt::event null_event;
+  const std::string null_record = message_of([&] { s.record(null_event); });
+  CHECK(has(null_record, "npurt::stream::record: the event is null"));
+  CHECK(has(null_record, "device::make_event()"));
+  CHECK(has(message_of([&] { s.wait(null_event); }), "npurt::stream::wait: the event is null"));
+
+  npurt::event task_event = s.launch(fixed(us(1), "k"));
+  CHECK(has(message_of([&] { s.record(task_event); }), "launch's (task) event"));
+
+  npurt::system other{simple(1)};
+  npurt::event foreign = other.device(0).make_event();
+  CHECK(has(message_of([&] { s.record(foreign); }), "another npurt::system"));
+  CHECK(has(message_of([&] { s.wait(foreign); }), "another npurt::system"));
+
+  // Another device's event: the code is stream_device_mismatch, and the words name both devices.
+  npurt::event on_one = sys.device(1).make_event();
+  try {
+    s.record(on_one);
+    FAIL("recorded another device's event");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == npurt::errc::stream_device_mismatch);
+    CHECK(has(e.what(), "the event belongs to device 1, the stream to device 0"));
+  }
+  // Never recorded: the wait says how to wait for a first record instead.
+  npurt::event fresh = sys.device(0).make_event();
+  try {
+    s.wait(fresh);
+    FAIL("waited on an event never recorded");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == npurt::errc::event_not_recorded);
+    CHECK(has(e.what(), "wait_for_record"));
+  }
+  sys.run();
+}

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <memory>
+#include <string>
 
 namespace npurt {
 
@@ -495,10 +496,30 @@ NPURT_DECL void stream::record(event& e, std::error_code& ec) {
   rt_->record_event(*s, *st);
 }
 
+NPURT_DECL std::string stream::event_problem(const event& e, std::error_code ec, bool record) const {
+  if (ec == errc::stream_device_mismatch)
+    return "the event belongs to device " + std::to_string(e.device_or_none()) + ", the stream to device " +
+           std::to_string(device_or_none()) + " (record an event of the stream's device)";
+  if (ec == errc::event_not_recorded)
+    return "the event was never recorded (make it with {.wait_for_record = true} to wait for its first record)";
+  if (ec != errc::invalid_event) return {};
+  if (!e.runtime_ptr())
+    return "the event is null (default-constructed, moved from, or it outlived its system): make one with "
+           "device::make_event()";
+  if (e.runtime_ptr() != rt_) return "the event belongs to another npurt::system";
+  if (e.is_task_event())
+    return record ? "the event is a launch's (task) event, which stands for that task alone: record a user event "
+                    "made with device::make_event()"
+                  : "the event's device was reset after the event was made";
+  return "the event was destroyed or its device was reset";
+}
+
 NPURT_DECL void stream::record(event& e) {
   std::error_code ec;
   record(e, ec);
-  throw_if_on(device_or_none(), ec, "npurt::stream::record");
+  if (!ec) return;
+  const std::string why = event_problem(e, ec, true);
+  throw_if_on(device_or_none(), ec, why.empty() ? "npurt::stream::record" : "npurt::stream::record: " + why);
 }
 
 NPURT_DECL void stream::wait(const event& e, std::error_code& ec) {
@@ -509,7 +530,9 @@ NPURT_DECL void stream::wait(const event& e, std::error_code& ec) {
 NPURT_DECL void stream::wait(const event& e) {
   std::error_code ec;
   wait(e, ec);
-  throw_if_on(device_or_none(), ec, "npurt::stream::wait");
+  if (!ec) return;
+  const std::string why = event_problem(e, ec, false);
+  throw_if_on(device_or_none(), ec, why.empty() ? "npurt::stream::wait" : "npurt::stream::wait: " + why);
 }
 
 NPURT_DECL event stream::launch_callback(std::function<void()> fn, std::error_code& ec) {
