@@ -133,7 +133,13 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
       // Requantize's multiplier likewise (the product's rounding steps).
       const bool quant_scale =
           k == 1 && (n.type == "QuantizeLinear" || n.type == "Requantize") && g.find(n.inputs[k]) != nullptr;
-      ins.push_back(lower && !shape_input && !float_grid && !quant_scale ? lowered(n.inputs[k]) : n.inputs[k]);
+      // A Cast out of the float types (to an integer, bool or float64) of a value the graph holds
+      // in float reads it as it is: through f16, a float index or count of 3001 would become 3000
+      // (OneHot's float indices are such a Cast) with nothing to say so.
+      const bool exact_cast =
+          n.type == "Cast" && !lowers(src.value(n.outputs[0]).type) && g.find(n.inputs[k]) != nullptr;
+      ins.push_back(lower && !shape_input && !float_grid && !quant_scale && !exact_cast ? lowered(n.inputs[k])
+                                                                                        : n.inputs[k]);
     }
     if (n.type == "Cast") {
       g.add_node(n.type, n.name, ins, n.outputs, n.attrs);

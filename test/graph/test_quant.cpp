@@ -364,3 +364,39 @@ TEST_CASE("BitShift LEFT and RIGHT on uint8 broadcast; other dtypes and directio
       },
       errc::invalid_argument, "y", "");
 }
+
+TEST_CASE("fp16 session: a Cast to an integer reads a float input as it is", "[graph][quant][onehot][fp16]") {
+  // f16 holds every integer up to 2048 and then only even ones up to 4096: through f16, 3001
+  // would be 3000 and 2049 would be 2048. A Cast out of the float types and OneHot's float
+  // indices read the fed f32 values as they are, in every precision.
+  const std::vector<double> iv{3001, 2049, 4095, -1, 7.9};
+  for (const precision p : {precision::fp32, precision::fp16, precision::mixed}) {
+    CAPTURE(to_string(p));
+    graph g("exact cast");
+    auto x = g.add_input("x", {5}, dtype::f32);
+    g.set_output(g.add_op("Cast", {x}, {{"to", std::int64_t{7}}}, "ints"));  // INT64
+    auto depth = g.add_constant("depth", tensor({}, dtype::i64, {4100}));
+    auto values = g.add_constant("values", tensor({2}, dtype::f32, {0, 1}));
+    g.set_output(g.add_op("OneHot", {x, depth, values}, {{"axis", std::int64_t{-1}}}, "hot"));
+    auto sys = test::make_system();
+    session s{sys, {.precision = p}};
+    const auto r = s.run(s.compile(g), {{"x", tensor({5}, dtype::f32, iv)}});
+    const tensor& ints = r.outputs.at("ints");
+    REQUIRE(ints.type() == dtype::i64);
+    CHECK(ints.get(0) == 3001);
+    CHECK(ints.get(1) == 2049);
+    CHECK(ints.get(2) == 4095);
+    CHECK(ints.get(3) == -1);
+    CHECK(ints.get(4) == 7);  // truncated toward zero
+    const tensor& hot = r.outputs.at("hot");
+    REQUIRE(hot.shape() == shape{5, 4100});
+    const std::int64_t want[] = {3001, 2049, 4095, 4099, 7};  // -1 wraps to depth - 1
+    for (std::int64_t row = 0; row < 5; ++row) {
+      CAPTURE(row);
+      CHECK(hot.get(row * 4100 + want[row]) == 1);
+      double lit = 0;
+      for (std::int64_t j = 0; j < 4100; ++j) lit += hot.get(row * 4100 + j);
+      CHECK(lit == 1);
+    }
+  }
+}
