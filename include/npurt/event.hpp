@@ -38,7 +38,9 @@ class event;
 namespace detail {
 /// For npurt's own components and tests: an event standing for a stream position.
 struct event_access {
-  static event task_event(runtime& rt, std::uint32_t stream, std::uint64_t seq) noexcept;
+  /// `task`: the task at that position, when known (0: not known; a wait on it then names no task
+  /// in traces).
+  static event task_event(runtime& rt, std::uint32_t stream, std::uint64_t seq, std::uint64_t task = 0) noexcept;
 };
 }  // namespace detail
 
@@ -53,7 +55,7 @@ class event {
   event() noexcept = default;
   NPURT_DECL event(const event& o) noexcept;
   NPURT_DECL event& operator=(const event& o) noexcept;
-  event(event&& o) noexcept : rt_(std::move(o.rt_)), id_(o.id_), stream_(o.stream_), seq_(o.seq_) {}
+  event(event&& o) noexcept : rt_(std::move(o.rt_)), id_(o.id_), stream_(o.stream_), seq_(o.seq_), task_(o.task_) {}
   NPURT_DECL event& operator=(event&& o) noexcept;
   NPURT_DECL ~event();
 
@@ -114,11 +116,12 @@ class event {
   // The device whose pool a synchronize on this event trims, or -1 when it is not known.
   [[nodiscard]] NPURT_DECL device_id device_or_none() const noexcept;
   [[nodiscard]] detail::runtime* runtime_ptr() const noexcept { return rt_; }
-  static event task_event(detail::runtime& rt, std::uint32_t stream, std::uint64_t seq) noexcept {
+  static event task_event(detail::runtime& rt, std::uint32_t stream, std::uint64_t seq, std::uint64_t task) noexcept {
     event e;
     e.rt_ = &rt;
     e.stream_ = stream;
     e.seq_ = seq;
+    e.task_ = task;
     return e;
   }
   NPURT_DECL static event user_event(detail::runtime& rt, std::uint64_t id);
@@ -129,13 +132,17 @@ class event {
   std::uint64_t id_ = 0;
   std::uint32_t stream_ = 0;
   std::uint64_t seq_ = 0;
+  // A task event: the task's id, which a stream's wait on it names as the task it waited for
+  // (the record task of a user event's wait), so that traces and the critical path see the edge.
+  std::uint64_t task_ = 0;
 };
 
 NPURT_DECL double elapsed_time(const event& start, const event& end);
 NPURT_DECL double elapsed_time(const event& start, const event& end, std::error_code& ec) noexcept;
 
-inline event detail::event_access::task_event(runtime& rt, std::uint32_t stream, std::uint64_t seq) noexcept {
-  return event::task_event(rt, stream, seq);
+inline event detail::event_access::task_event(runtime& rt, std::uint32_t stream, std::uint64_t seq,
+                                              std::uint64_t task) noexcept {
+  return event::task_event(rt, stream, seq, task);
 }
 
 template <class Token>

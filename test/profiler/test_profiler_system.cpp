@@ -421,3 +421,112 @@ TEST_CASE("a profiler made after work was enqueued says how many tasks its profi
   CHECK(text2.str().find("attached after") == std::string::npos);
   CHECK_FALSE(json::parse(js2.str()).as_object().contains("tasks_before_attach"));
 }
+
+TEST_CASE("the critical path crosses the host where the host waited for the work", "[profiler][system][critical]") {
+  // Upload, compute, a blocking synchronize, then a blocking download on its own stream: the
+  // download has no predecessor on the device, but the host enqueued it only after the compute
+  // ended. The path must go through the compute, so that its length is the whole span.
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  auto& prof = sys.profiler();
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  const std::int64_t n = 1 << 14;
+  npurt::device_buffer a(dev, n * 4), b(dev, n * 4);
+  std::vector<float> host(n, 2.0f);
+  s.memcpy(a.data(), n * 4, host.data(), n * 4, npurt::memcpy_kind::host_to_device);
+  const npurt::shape shp{n};
+  s.launch(npurt::kernels::elementwise{
+      npurt::kernels::eltwise_fn::relu, {a.data(), shp, npurt::dtype::f32}, {}, {b.data(), shp, npurt::dtype::f32}});
+  s.synchronize();
+  dev.memcpy(host.data(), n * 4, b.data(), n * 4, npurt::memcpy_kind::device_to_host);
+  const npurt::profile_summary sum = prof.summary();
+  const auto& path = sum.critical_path;
+  REQUIRE(path.size() == 3);
+  CHECK(path[0].kind == npurt::task_kind::memcpy);
+  CHECK(path[1].kind == npurt::task_kind::kernel);
+  CHECK(path[2].kind == npurt::task_kind::memcpy);
+  CHECK(path[2].stream != path[1].stream);  // the blocking copy's own stream
+  CHECK(path[2].via_host);
+  CHECK_FALSE(path[1].via_host);
+  CHECK_FALSE(path[2].via_event);
+  // Everything ran one after the other: the path spans the whole profile.
+  CHECK(sum.critical_path_length == sum.span);
+  std::ostringstream text, json;
+  npurt::write_summary_text(text, sum);
+  CHECK(text.str().find("(enqueued after the host waited)") != std::string::npos);
+  npurt::write_summary_json(json, sum);
+  CHECK(json.str().find("\"via_host\": true") != std::string::npos);
+}
+
+TEST_CASE("a stream's first task started by the host alone has no host edge", "[profiler][system][critical]") {
+  // Two independent streams enqueued before anything ran: nothing ended before either was
+  // enqueued, so the path is the longer stream's work alone.
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  auto& prof = sys.profiler();
+  auto& dev = sys.device(0);
+  auto s1 = dev.make_stream();
+  auto s2 = dev.make_stream();
+  s1.launch(fixed(usec(5), "short"));
+  s2.launch(fixed(usec(50), "long"));
+  sys.run();
+  const npurt::profile_summary sum = prof.summary();
+  REQUIRE(sum.critical_path.size() == 1);
+  CHECK(sum.critical_path[0].name == "long");
+  CHECK_FALSE(sum.critical_path[0].via_host);
+}
+
+TEST_CASE("an event wait names the record it waited for in the trace", "[profiler][system][critical]") {
+  // Three ways the wait's record used to be lost or wrong: the event's last handle gone before
+  // the wait ends, the event recorded again after the wait was enqueued, and a launch's task
+  // event (no record task at all). The critical path must go through the work waited for.
+  // One stream per device, so that the kernels never queue for each other's cores.
+  npurt::system sys{npurt::sim::presets::ascend910(3)};
+  auto& prof = sys.profiler();
+  auto& dev = sys.device(0);
+  auto a = dev.make_stream();
+  auto b = sys.device(1).make_stream();
+  auto c = sys.device(2).make_stream();
+  {
+    npurt::event gone = dev.make_event();
+    a.launch(fixed(usec(100), "first"));
+    a.record(gone);
+    b.wait(gone);  // the handle dies here, long before the wait ends
+  }
+  b.launch(fixed(usec(10), "after first"));
+  npurt::event again = dev.make_event();
+  a.record(again);  // the record c waits for: after "first"
+  c.wait(again);
+  a.launch(fixed(usec(5), "second"));
+  a.record(again);  // recorded again after c's wait was enqueued: c does not wait for this one
+  const npurt::event third = b.launch(fixed(usec(300), "third"));
+  c.wait(third);  // a task event
+  c.launch(fixed(usec(10), "last on c"));
+  sys.run();
+  const auto& data = prof.data();
+  std::map<std::string, std::uint64_t> id_of;
+  for (const auto& t : data.tasks) id_of[std::string{data.str(t.name)}] = t.id;
+  std::vector<std::uint64_t> record_tasks;
+  for (const auto& t : data.tasks)
+    if (t.kind == npurt::task_kind::event_record) record_tasks.push_back(t.id);
+  REQUIRE(record_tasks.size() == 3);
+  REQUIRE(data.waits.size() == 3);
+  // In enqueue order: b's wait on `gone`, c's wait on `again`'s first record, c's wait on "third".
+  std::vector<npurt::event_wait_info> waits(data.waits.begin(), data.waits.end());
+  std::sort(waits.begin(), waits.end(), [](const auto& x, const auto& y) { return x.task < y.task; });
+  CHECK(waits[0].record_task == record_tasks[0]);
+  CHECK(waits[1].record_task == record_tasks[1]);
+  CHECK(waits[2].record_task == id_of.at("third"));
+  // c's last kernel ends last: c waited on "third" (b: first, then its own 10 us, then 300 us),
+  // so the path runs first -> record -> b's wait -> after first -> third -> c's wait -> last on c.
+  const npurt::profile_summary sum = prof.summary();
+  std::vector<std::string> names;
+  for (const auto& p : sum.critical_path) names.push_back(p.name);
+  const std::vector<std::string> kernels_on_path = [&] {
+    std::vector<std::string> k;
+    for (const auto& p : sum.critical_path)
+      if (p.kind == npurt::task_kind::kernel) k.push_back(p.name);
+    return k;
+  }();
+  CHECK(kernels_on_path == std::vector<std::string>{"first", "after first", "third", "last on c"});
+  CHECK(sum.critical_path.front().name == "first");
+}

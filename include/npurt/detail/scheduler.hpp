@@ -65,6 +65,7 @@ struct task_side {
   std::uint32_t target_stream = 0;
   std::uint64_t target_seq = 0;
   std::uint64_t event_id = 0;
+  std::uint64_t record_task = 0;  // event_wait: the task waited for (a record, or a task event's task); 0: unknown
   std::int64_t wait_limit = 0;  // a user event wait: the event-wait timeout in force at its enqueue (0: none)
   std::function<void()>* callback = nullptr;  // host_callback (owned by the scheduler, see own_callback)
   // A fire-and-forget copy from pageable host memory reads this snapshot, taken at the call, as

@@ -363,7 +363,8 @@ NPURT_DECL std::string communicator::describe_invalid(const collective_call& c, 
 NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s, std::error_code& ec) {
   detail::task* t = prepare(c, s, ec);
   if (!t) return {};
-  return detail::event_access::task_event(*rt_, s.id(), rt_->enqueue(*rt_->find_stream(s.id()), t));
+  const std::uint64_t task = t->id;
+  return detail::event_access::task_event(*rt_, s.id(), rt_->enqueue(*rt_->find_stream(s.id()), t), task);
 }
 
 NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {

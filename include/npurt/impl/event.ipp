@@ -13,7 +13,8 @@ NPURT_DECL event event::user_event(detail::runtime& rt, std::uint64_t id) {
   return e;
 }
 
-NPURT_DECL event::event(const event& o) noexcept : rt_(o.rt_), id_(o.id_), stream_(o.stream_), seq_(o.seq_) {
+NPURT_DECL event::event(const event& o) noexcept
+    : rt_(o.rt_), id_(o.id_), stream_(o.stream_), seq_(o.seq_), task_(o.task_) {
   if (rt_ && id_) rt_->retain_event(id_);
 }
 
@@ -32,6 +33,7 @@ NPURT_DECL event& event::operator=(event&& o) noexcept {
     id_ = o.id_;
     stream_ = o.stream_;
     seq_ = o.seq_;
+    task_ = o.task_;
   }
   return *this;
 }

@@ -485,13 +485,11 @@ NPURT_DECL void scheduler::finish_task(stream_state& s, task* t) {
       parts_.trace_->on_event_record({t->extra->event_id, r.id, r.device, r.stream, r.end});
     } else if (t->kind == task_kind::event_wait) {
       const task_side& x = *t->extra;
-      event_wait_info w{x.event_id, r.id, r.device, r.stream, 0, 0, x.target_stream, r.start, r.end};
-      if (auto* e = find_event(x.event_id)) {
-        w.record_task = e->record_task;
-        w.record_device = e->device;
-      } else if (auto* ts = find_stream(x.target_stream)) {
-        w.record_device = ts->device;
-      }
+      // The record named when the wait was enqueued: the event may have been recorded again
+      // since, or lost its last handle.
+      event_wait_info w{x.event_id, r.id, r.device, r.stream, x.record_task, 0, x.target_stream, r.start, r.end};
+      if (auto* e = find_event(x.event_id)) w.record_device = e->device;
+      else if (auto* ts = find_stream(x.target_stream)) w.record_device = ts->device;
       parts_.trace_->on_event_wait(w);
     }
   }
@@ -726,6 +724,7 @@ NPURT_DECL void scheduler::record_event(stream_state& s, event_state& e) {
   for (task* w : waits) {
     w->extra->target_stream = e.stream;
     w->extra->target_seq = e.seq;
+    w->extra->record_task = t->id;
     wait_position(e.stream, e.seq, position_waiter{&scheduler::on_wait_satisfied, this, w});
     // The wait is now on a position, as if it had started with this record bound: a record that
     // closes a cycle (behind the wait on its own stream, say) is a deadlock now, not when nothing

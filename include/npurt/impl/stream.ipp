@@ -78,7 +78,8 @@ NPURT_DECL stream::executor_type stream::get_executor() const {
 }
 
 NPURT_DECL event stream::submit(detail::task* t) {
-  return event::task_event(*rt_, id_, rt_->enqueue(*rt_->find_stream(id_), t));
+  const std::uint64_t task = t->id;
+  return event::task_event(*rt_, id_, rt_->enqueue(*rt_->find_stream(id_), t), task);
 }
 
 NPURT_DECL void stream::submit_awaited(detail::task* t) { (void)rt_->enqueue(*rt_->find_stream(id_), t); }
@@ -374,6 +375,11 @@ NPURT_DECL detail::task* stream::make_wait(const event& e, std::error_code& ec) 
   x.target_stream = target;
   x.target_seq = seq;
   x.event_id = e.id();
+  // The record a wait refers to is fixed now (a later record of the event is not waited for), and
+  // the trace names it even when the event's last handle is gone by the time the wait ends.
+  if (e.is_task_event()) x.record_task = e.task_;
+  else if (const detail::event_state* st = rt_->find_event(e.id()); st && st->records != 0)
+    x.record_task = st->record_task;
   t->name = "event_wait";
   x.wait_limit = rt_->event_wait_timeout();  // the limit in force when the wait is enqueued
   return t;

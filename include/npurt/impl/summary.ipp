@@ -447,27 +447,51 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
   std::size_t cur = order.front();
   for (auto i : order)
     if (std::tie(tasks[i].end, tasks[i].id) > std::tie(tasks[cur].end, tasks[cur].id)) cur = i;
+  // Tasks by end, for the host edge below.
+  std::vector<std::size_t> by_end = order;
+  std::sort(by_end.begin(), by_end.end(), [&](std::size_t a, std::size_t b) {
+    return std::tie(tasks[a].end, tasks[a].id) < std::tie(tasks[b].end, tasks[b].id);
+  });
   std::vector<profile_summary::path_task> rev;
   // A trace with repeated ids or a dependency cycle must not make the path revisit a task.
   std::vector<bool> visited(tasks.size(), false);
-  bool via_event = false;
+  bool via_event = false, via_host = false;
   while (!visited[cur]) {
     visited[cur] = true;
     const auto& t = tasks[cur];
-    rev.push_back(
-        {t.id, std::string{data.str(t.name)}, t.device, t.stream, t.kind, t.engine, t.start, t.end, via_event});
+    rev.push_back({t.id, std::string{data.str(t.name)}, t.device, t.stream, t.kind, t.engine, t.start, t.end,
+                   via_event, via_host});
     auto p = stream_prev.find(t.id);
     auto e = event_prev.find(t.id);
     const bool has_p = p != stream_prev.end(), has_e = e != event_prev.end();
-    if (!has_p && !has_e) break;
+    via_host = false;
+    if (!has_p && !has_e) {
+      // No device predecessor (the first task of its stream, a blocking copy's): the host
+      // enqueued it, and virtual host time only moves while the host waits, so what it waited
+      // for ended by the task's submission. The task that ended last by then stands for it, as
+      // a CPU-GPU dependency does on Nsight Systems' critical path.
+      // One search per step (a visited task found there ends the path, as a cycle does): the
+      // summary stays O(n log n) on a hostile trace.
+      const sim_time by = std::min(t.submitted, t.start);
+      const auto it = std::upper_bound(by_end.begin(), by_end.end(), by,
+                                       [&](sim_time at, std::size_t i) { return at < tasks[i].end; });
+      if (it == by_end.begin() || visited[*(it - 1)]) break;
+      via_event = false;
+      via_host = true;
+      cur = *(it - 1);
+      continue;
+    }
     // Ties go to the stream predecessor: stream order is the dependency that always exists.
     via_event = has_e && (!has_p || tasks[e->second].end > tasks[p->second].end);
     cur = via_event ? e->second : p->second;
   }
-  // via_event was recorded on the task reached through the edge; move it to the task the edge
-  // leaves from, which is the one that waited.
-  for (std::size_t k = 0; k + 1 < rev.size(); ++k) rev[k].via_event = rev[k + 1].via_event;
-  if (!rev.empty()) rev.back().via_event = false;
+  // The flags were recorded on the task reached through the edge; move them to the task the
+  // edge leaves from, which is the one that waited.
+  for (std::size_t k = 0; k + 1 < rev.size(); ++k) {
+    rev[k].via_event = rev[k + 1].via_event;
+    rev[k].via_host = rev[k + 1].via_host;
+  }
+  if (!rev.empty()) rev.back().via_event = rev.back().via_host = false;
   std::reverse(rev.begin(), rev.end());
   s.critical_path = std::move(rev);
   const auto first = ps(s.critical_path.front().start), last = ps(s.critical_path.back().end);

@@ -121,7 +121,7 @@ inline void text_critical_path(std::string& o, const profile_summary& s) {
                   at_text(p.end).c_str(), p.device, p.stream, std::string{to_string(p.kind)}.c_str());
     o += buf;
     o += p.name;
-    o += p.via_event ? "  (waited on an event)\n" : "\n";
+    o += p.via_event ? "  (waited on an event)\n" : p.via_host ? "  (enqueued after the host waited)\n" : "\n";
   }
 }
 
@@ -299,6 +299,8 @@ class summary_json {
     at("end_us", p.end);
     o_ += ", \"via_event\": ";
     o_ += p.via_event ? "true" : "false";
+    // Only when set, so that summaries of paths without host edges read as before.
+    if (p.via_host) o_ += ", \"via_host\": true";
     o_ += "}";
   }
 

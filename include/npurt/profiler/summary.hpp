@@ -105,6 +105,9 @@ struct profile_summary {
     sim_time start{};
     sim_time end{};
     bool via_event = false;  // its predecessor on the path is the record task of an event it waited on
+    // It has no predecessor on the device (the first task of its stream): its predecessor on the
+    // path is the task that ended last before the host enqueued it, what the host waited for.
+    bool via_host = false;
   };
 
   std::uint64_t tasks = 0;
