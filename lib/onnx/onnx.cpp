@@ -3,6 +3,7 @@
 
 #include <npurt/graph/detail/composite.hpp>
 
+#include "control_flow.hpp"
 #include "fold.hpp"
 
 #include <onnx/onnx_pb.h>
@@ -347,6 +348,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
     taken.insert(n.input().begin(), n.input().end());
     taken.insert(n.output().begin(), n.output().end());
   }
+  control_flow::collect_subgraph_names(gp, taken);
   const auto fresh = [&taken](const std::string& base) {
     std::string r = base;
     for (std::size_t k = 1; taken.count(r); ++k) r = base + "_" + std::to_string(k);
@@ -359,7 +361,18 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
       if (would_fold) st.would_fold.insert(o);
     }
   };
-  for (const auto& n : gp.node()) {
+  // Control flow (If, Loop, Scan) is replaced by the nodes it amounts to, each imported as the
+  // model's own are: so import_node is called again from within itself.
+  std::int64_t control_flow_added = 0;
+  std::function<void(const ::onnx::NodeProto&)> import_node;
+  const control_flow::parent scope{.opset = opset,
+                                   .constant = [&g](const std::string& v) { return g.constant(v); },
+                                   .find = [&g](const std::string& v) { return g.find(v); },
+                                   .pending = [&st](const std::string& v) { return st.pending.count(v) != 0; },
+                                   .fresh = fresh,
+                                   .emit = [&import_node](const ::onnx::NodeProto& n) { import_node(n); },
+                                   .added = &control_flow_added};
+  import_node = [&](const ::onnx::NodeProto& n) {
     std::string node_name = n.name();
     while (node_name.empty() || (n.name().empty() && named.count(node_name)))
       node_name = n.op_type() + "_" + std::to_string(unnamed++);
@@ -385,6 +398,10 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
     }
     const bool foldable = onnx_domain && !old_slice && folding::is_foldable(n.op_type());
     try {
+      if (onnx_domain && control_flow::is_control_flow(n.op_type())) {
+        if (!control_flow::expand(n, node_name, scope)) set_pending(n, false);
+        return;
+      }
       if (n.op_type() == "Constant" && onnx_domain) {
         // The output names the constant. protobuf's output(0) on an empty list is a FatalException,
         // not an error a caller of load() expects.
@@ -392,7 +409,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
           fail(errc::parse_error, node_name, {},
                "onnx: Constant '" + node_name + "' needs exactly one named output, the name of its value");
         keep(g, n.output(0), constant_value(n, node_name));
-        continue;
+        return;
       }
       // What each input is: a known value, a static shape (Shape and Size read nothing more), or
       // neither.
@@ -421,7 +438,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
       if (foldable && all_known) {
         if (auto r = folding::fold(n, node_name, opset, known)) {
           keep(g, n.output(0), std::move(*r));
-          continue;
+          return;
         }
         // Too large to fold: a graph operator is added as a node, another is unsupported.
         if (!graph_op) label += " (folding more than 2^24 elements)";
@@ -432,7 +449,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
         const bool would_fold = foldable && all_would_fold;
         if (!graph_op && !would_fold) unsupported.insert(label);
         set_pending(n, would_fold);
-        continue;
+        return;
       }
       // The signal operators npurt only folds: their inputs decide the output's shape.
       if (!graph_op && foldable && folding::needs_constant_inputs(n.op_type()))
@@ -440,7 +457,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
       if (!graph_op) {
         unsupported.insert(label);
         set_pending(n, false);
-        continue;
+        return;
       }
       attributes attrs;
       for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
@@ -451,7 +468,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
       const std::vector<std::string> all_outs(n.output().begin(), n.output().end());
       if (detail::added_as_chain(g, n.op_type(), ins, all_outs, attrs)) {
         detail::add_composite(g, n.op_type(), node_name, ins, all_outs, attrs, fresh);
-        continue;
+        return;
       }
       std::vector<std::string> outs(n.output().begin(), n.output().end());
       // Optional trailing outputs nobody reads (BatchNormalization's, MaxPool's Indices) drop.
@@ -461,7 +478,8 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
       if (!first_error) first_error = std::current_exception();
       for (const auto& o : n.output()) hold(o);
     }
-  }
+  };
+  for (const auto& n : gp.node()) import_node(n);
   if (!unsupported.empty()) {
     std::string list;
     for (const auto& u : unsupported) list += (list.empty() ? "" : ", ") + u;

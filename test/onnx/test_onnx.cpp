@@ -3092,3 +3092,173 @@ TEST_CASE("an ONNX model with an empty input imports and runs: elementwise, Conc
   // numpy.concatenate along axis 1: x adds nothing.
   CHECK(r.outputs.at("cat").to_vector() == y.to_vector());
 }
+
+namespace {
+
+// Control flow: models built here carry If, Loop and Scan nodes whose subgraphs are attributes.
+::onnx::GraphProto& cf_subgraph(::onnx::NodeProto* n, const char* key) {
+  auto* a = n->add_attribute();
+  a->set_name(key);
+  a->set_type(::onnx::AttributeProto::GRAPH);
+  a->mutable_g()->set_name(key);
+  return *a->mutable_g();
+}
+
+::onnx::NodeProto* cf_node(::onnx::GraphProto* g, const char* type, std::vector<std::string> ins,
+                           std::vector<std::string> outs) {
+  auto* n = g->add_node();
+  n->set_op_type(type);
+  for (const auto& i : ins) n->add_input(i);
+  for (const auto& o : outs) n->add_output(o);
+  return n;
+}
+
+void cf_names(::onnx::GraphProto* g, std::vector<std::string> ins, std::vector<std::string> outs) {
+  for (const auto& i : ins) g->add_input()->set_name(i);
+  for (const auto& o : outs) g->add_output()->set_name(o);
+}
+
+void cf_bool(::onnx::GraphProto* g, const char* name, bool v) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(::onnx::TensorProto::BOOL);
+  t->add_int32_data(v ? 1 : 0);
+}
+
+// x (f32 [3]) feeds If(cond): then = x + ten (ten is the branch's own initializer), else =
+// x * k (k is the parent's initializer, read from the outer scope).
+::onnx::ModelProto cf_if_model() {
+  auto m = model_of_x({3});
+  auto* g = m.mutable_graph();
+  add_f32(g, "k", {3}, {2, 2, 2});
+  auto* n = cf_node(g, "If", {"cond"}, {"y"});
+  n->set_name("choose");
+  g->add_output()->set_name("y");
+  auto& then = cf_subgraph(n, "then_branch");
+  add_f32(&then, "ten", {3}, {10, 10, 10});
+  cf_node(&then, "Add", {"x", "ten"}, {"sum"});
+  cf_names(&then, {}, {"sum"});
+  auto& other = cf_subgraph(n, "else_branch");
+  cf_node(&other, "Mul", {"x", "k"}, {"product"});
+  cf_names(&other, {}, {"product"});
+  return m;
+}
+
+std::map<std::string, std::vector<double>> cf_run(graph& g, const std::vector<double>& x, shape xs) {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  auto r = s.run(s.compile(g), {{"x", tensor(xs, dtype::f32, x)}});
+  std::map<std::string, std::vector<double>> out;
+  for (const auto& o : g.outputs()) out[o] = r.outputs.at(o).to_vector();
+  return out;
+}
+
+bool cf_has_control_flow(const graph& g) {
+  return std::any_of(g.nodes().begin(), g.nodes().end(),
+                     [](const auto& n) { return n.type == "If" || n.type == "Loop" || n.type == "Scan"; });
+}
+
+}  // namespace
+
+TEST_CASE("an If whose condition is known at import inlines the branch it picks", "[onnx][control_flow]") {
+  // onnx.ai If: the output is the chosen branch's; x = [1, 2, 3].
+  SECTION("an initializer true picks then_branch, reading its own initializer") {
+    auto m = cf_if_model();
+    cf_bool(m.mutable_graph(), "cond", true);
+    graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "if");
+    CHECK_FALSE(cf_has_control_flow(g));
+    CHECK(cf_run(g, {1, 2, 3}, {3})["y"] == std::vector<double>{11, 12, 13});
+  }
+  SECTION("an initializer false picks else_branch, reading the parent's initializer") {
+    auto m = cf_if_model();
+    cf_bool(m.mutable_graph(), "cond", false);
+    graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "if");
+    CHECK(cf_run(g, {1, 2, 3}, {3})["y"] == std::vector<double>{2, 4, 6});
+  }
+  SECTION("a condition folded from constants (Equal of two int64s)") {
+    auto m = cf_if_model();
+    auto* g = m.mutable_graph();
+    add_i64(g, "a", {}, {4});
+    add_i64(g, "b", {}, {5});
+    // Equal comes first: a node's inputs are computed before it.
+    auto* eq = g->add_node();
+    eq->set_op_type("Equal");
+    eq->add_input("a");
+    eq->add_input("b");
+    eq->add_output("cond");
+    g->mutable_node()->SwapElements(0, 1);
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "if");
+    CHECK(cf_run(gr, {1, 2, 3}, {3})["y"] == std::vector<double>{2, 4, 6});
+  }
+  SECTION("a condition fed as a graph input and bound as a constant by the load options") {
+    auto m = cf_if_model();
+    auto* in = m.mutable_graph()->add_input();
+    in->set_name("cond");
+    in->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::BOOL);
+    in->mutable_type()->mutable_tensor_type()->mutable_shape();
+    const bool yes[] = {true};
+    const tensor cond(shape{}, std::span<const bool>(yes));
+    graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "if", {.constant_inputs = {{"cond", &cond}}});
+    CHECK(cf_run(g, {1, 2, 3}, {3})["y"] == std::vector<double>{11, 12, 13});
+    SECTION("fed at run time instead, the If is not_supported saying the condition must be known at import") {
+      const auto e = error_loading(m);
+      CHECK(e.code == errc::not_supported);
+      CHECK(e.op == "choose");
+      CHECK(e.tensor == "cond");
+      CHECK(e.what.find("known at import") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("a nested If inlines recursively, its inner branch reading the outer branch's value",
+          "[onnx][control_flow]") {
+  // then: t = x + x; inner If(inner_cond, a Constant of the branch): then t * k, else t - k.
+  // Both names the inner branches read (t, k) are outer-scope names, t one that inlining renames.
+  const auto model = [](bool inner_cond) {
+    auto m = model_of_x({2});
+    auto* g = m.mutable_graph();
+    add_f32(g, "k", {2}, {3, 3});
+    cf_bool(g, "cond", true);
+    auto* outer = cf_node(g, "If", {"cond"}, {"y"});
+    g->add_output()->set_name("y");
+    auto& then = cf_subgraph(outer, "then_branch");
+    cf_node(&then, "Add", {"x", "x"}, {"t"});
+    auto* c = cf_node(&then, "Constant", {}, {"inner_cond"});
+    auto* v = c->add_attribute();
+    v->set_name("value");
+    v->set_type(::onnx::AttributeProto::TENSOR);
+    v->mutable_t()->set_data_type(::onnx::TensorProto::BOOL);
+    v->mutable_t()->add_int32_data(inner_cond ? 1 : 0);
+    auto* inner = cf_node(&then, "If", {"inner_cond"}, {"r"});
+    cf_names(&then, {}, {"r"});
+    auto& it = cf_subgraph(inner, "then_branch");
+    cf_node(&it, "Mul", {"t", "k"}, {"p"});
+    cf_names(&it, {}, {"p"});
+    auto& ie = cf_subgraph(inner, "else_branch");
+    cf_node(&ie, "Sub", {"t", "k"}, {"d"});
+    cf_names(&ie, {}, {"d"});
+    auto& other = cf_subgraph(outer, "else_branch");
+    cf_names(&other, {}, {"x"});
+    return m;
+  };
+  graph a = npurt::onnx::load_from_bytes(model(true).SerializeAsString(), "nested");
+  CHECK_FALSE(cf_has_control_flow(a));
+  // x = [1, 5]: t = [2, 10]; t * 3 and t - 3.
+  CHECK(cf_run(a, {1, 5}, {2})["y"] == std::vector<double>{6, 30});
+  graph b = npurt::onnx::load_from_bytes(model(false).SerializeAsString(), "nested");
+  CHECK(cf_run(b, {1, 5}, {2})["y"] == std::vector<double>{-1, 7});
+}
+
+TEST_CASE("an If's names made by inlining never collide with the model's", "[onnx][control_flow]") {
+  // The branch defines 'sum' and the parent defines its own 'sum' and 'choose/then/sum' too.
+  auto m = cf_if_model();
+  auto* g = m.mutable_graph();
+  cf_bool(g, "cond", true);
+  add_output_node(g, "Neg", {"x"}, "sum");
+  add_output_node(g, "Relu", {"x"}, "choose/then/sum");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "if");
+  const auto r = cf_run(gr, {1, -2, 3}, {3});
+  CHECK(r.at("y") == std::vector<double>{11, 8, 13});
+  CHECK(r.at("sum") == std::vector<double>{-1, 2, -3});
+  CHECK(r.at("choose/then/sum") == std::vector<double>{1, 0, 3});
+}

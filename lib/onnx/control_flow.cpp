@@ -1,0 +1,214 @@
+// ONNX control flow resolved at import (see control_flow.hpp).
+#include "control_flow.hpp"
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+namespace npurt::onnx::control_flow {
+
+namespace {
+
+using name_map = std::map<std::string, std::string, std::less<>>;
+
+[[noreturn]] void fail(errc e, const std::string& node_name, const std::string& tensor, const std::string& what) {
+  throw graph_error(make_error_code(e), node_name, tensor, "onnx: " + what);
+}
+
+const ::onnx::AttributeProto* find_attr(const ::onnx::NodeProto& n, std::string_view key) {
+  for (const auto& a : n.attribute())
+    if (a.name() == key) return &a;
+  return nullptr;
+}
+
+// The node as its errors name it: "Loop 'body_loop'".
+std::string label(const ::onnx::NodeProto& n, const std::string& node_name) {
+  return n.op_type() + " '" + node_name + "'";
+}
+
+const ::onnx::GraphProto& graph_attr(const ::onnx::NodeProto& n, const std::string& node_name, std::string_view key) {
+  const auto* a = find_attr(n, key);
+  if (!a || a->type() != ::onnx::AttributeProto::GRAPH)
+    fail(errc::parse_error, node_name, {}, label(n, node_name) + " has no graph attribute '" + std::string(key) + "'");
+  return a->g();
+}
+
+// Sequences and optionals are no tensors: npurt's graphs hold tensors only.
+void require_tensor(const ::onnx::NodeProto& n, const std::string& node_name, const ::onnx::ValueInfoProto& v) {
+  if (v.type().has_sequence_type() || v.type().has_optional_type() || v.type().has_map_type())
+    fail(errc::not_supported, node_name, v.name(),
+         label(n, node_name) + ": '" + v.name() + "' is a " +
+             (v.type().has_sequence_type()   ? "sequence"
+              : v.type().has_optional_type() ? "optional"
+                                             : "map") +
+             "; npurt's graphs hold tensors only");
+}
+
+void collect(const ::onnx::GraphProto& g, std::set<std::string>& names) {
+  for (const auto& t : g.initializer()) names.insert(t.name());
+  for (const auto& v : g.input()) names.insert(v.name());
+  for (const auto& v : g.output()) names.insert(v.name());
+  for (const auto& n : g.node()) {
+    names.insert(n.name());
+    names.insert(n.input().begin(), n.input().end());
+    names.insert(n.output().begin(), n.output().end());
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) collect(a.g(), names);
+      for (const auto& sub : a.graphs()) collect(sub, names);
+    }
+  }
+}
+
+// Within a nested graph being copied, the names of `outer` it reads from its enclosing scope
+// are renamed; those it defines itself are its own (a definition hides the outer one).
+void rename_free(::onnx::GraphProto& g, const name_map& outer) {
+  std::set<std::string> own;
+  for (const auto& t : g.initializer()) own.insert(t.name());
+  for (const auto& v : g.input()) own.insert(v.name());
+  for (const auto& n : g.node()) own.insert(n.output().begin(), n.output().end());
+  name_map free;
+  for (const auto& [from, to] : outer)
+    if (!own.contains(from)) free.emplace(from, to);
+  if (free.empty()) return;
+  const auto rename = [&free](std::string* s) {
+    if (const auto it = free.find(*s); it != free.end()) *s = it->second;
+  };
+  for (auto& n : *g.mutable_node()) {
+    for (auto& in : *n.mutable_input()) rename(&in);
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) rename_free(*a.mutable_g(), free);
+      for (auto& sub : *a.mutable_graphs()) rename_free(sub, free);
+    }
+  }
+  for (auto& o : *g.mutable_output()) rename(o.mutable_name());
+}
+
+::onnx::NodeProto make_node(const std::string& op, const std::string& name, std::vector<std::string> ins,
+                            const std::string& out) {
+  ::onnx::NodeProto n;
+  n.set_op_type(op);
+  n.set_name(name);
+  for (auto& i : ins) n.add_input(std::move(i));
+  n.add_output(out);
+  return n;
+}
+
+// The importer of one control-flow node: its parent, and the node for names and errors.
+struct expander {
+  const ::onnx::NodeProto& n;
+  const std::string& node_name;
+  const parent& p;
+
+  void emit(const ::onnx::NodeProto& node) const {
+    if (p.added && ++*p.added > max_unrolled_nodes)
+      fail(errc::not_supported, node_name, {},
+           label(n, node_name) + ": its control flow adds more than " + std::to_string(max_unrolled_nodes) +
+               " nodes, npurt's bound on what it unrolls");
+    p.emit(node);
+  }
+
+  // Copies `body` into the parent under fresh names: `bound` maps its inputs to the parent's
+  // values; names it does not define are the enclosing scope's and stay as they are. Returns the
+  // parent's name of each of the body's values.
+  name_map inline_graph(const ::onnx::GraphProto& body, name_map bound, const std::string& prefix) const {
+    name_map names = std::move(bound);
+    for (const auto& t : body.initializer())
+      if (!names.contains(t.name())) names.emplace(t.name(), p.fresh(prefix + t.name()));
+    for (const auto& node : body.node())
+      for (const auto& o : node.output())
+        if (!o.empty()) names.insert_or_assign(o, p.fresh(prefix + o));
+    const auto rename = [&names](const std::string& s) {
+      const auto it = names.find(s);
+      return it == names.end() ? s : it->second;
+    };
+    for (const auto& t : body.initializer()) {
+      ::onnx::TensorProto c = t;
+      const std::string name = rename(t.name());
+      c.set_name(name);
+      ::onnx::NodeProto k;
+      k.set_op_type("Constant");
+      k.set_name(name);
+      k.add_output(name);
+      auto* a = k.add_attribute();
+      a->set_name("value");
+      a->set_type(::onnx::AttributeProto::TENSOR);
+      *a->mutable_t() = std::move(c);
+      emit(k);
+    }
+    for (const auto& node : body.node()) {
+      ::onnx::NodeProto copy = node;
+      copy.set_name(p.fresh(prefix + (node.name().empty() ? node.op_type() : node.name())));
+      for (auto& in : *copy.mutable_input())
+        if (!in.empty()) in = rename(in);
+      for (auto& o : *copy.mutable_output())
+        if (!o.empty()) o = rename(o);
+      for (auto& a : *copy.mutable_attribute()) {
+        if (a.has_g()) rename_free(*a.mutable_g(), names);
+        for (auto& sub : *a.mutable_graphs()) rename_free(sub, names);
+      }
+      emit(copy);
+    }
+    return names;
+  }
+
+  void identity(const std::string& from, const std::string& to) const {
+    emit(make_node("Identity", p.fresh(node_name + "/" + to), {from}, to));
+  }
+
+  // The one value of a control input known at import; null when it waits on an unsupported node.
+  const tensor* known_scalar(const std::string& name, const std::string& role, const std::string& why) const {
+    const tensor* t = p.constant(name);
+    if (!t || !t->is_host() || !t->data())
+      fail(errc::not_supported, node_name, name,
+           label(n, node_name) + ": its " + role + " '" + name + "' is computed at run time; " + why);
+    if (t->elements() != 1)
+      fail(errc::invalid_argument, node_name, name,
+           label(n, node_name) + ": its " + role + " '" + name + "' has " + std::to_string(t->elements()) +
+               " elements, not one");
+    return t;
+  }
+
+  bool expand_if() const {
+    if (n.input_size() != 1 || n.input(0).empty())
+      fail(errc::parse_error, node_name, {}, label(n, node_name) + " needs exactly one input, its condition");
+    const std::string& cond = n.input(0);
+    if (p.pending(cond)) return false;
+    const tensor* c = known_scalar(
+        cond, "condition",
+        "npurt inlines an If only when its condition is known at import (an initializer, a Constant or a value "
+        "folded from them), since its graphs are static");
+    const bool then = c->get(0) != 0;
+    const auto& branch = graph_attr(n, node_name, then ? "then_branch" : "else_branch");
+    if (branch.output_size() != n.output_size())
+      fail(errc::parse_error, node_name, {},
+           label(n, node_name) + ": its " + (then ? "then" : "else") + " branch has " +
+               std::to_string(branch.output_size()) + " outputs for the node's " + std::to_string(n.output_size()));
+    for (const auto& o : branch.output()) require_tensor(n, node_name, o);
+    const name_map names = inline_graph(branch, {}, node_name + (then ? "/then/" : "/else/"));
+    for (int i = 0; i < n.output_size(); ++i) {
+      if (n.output(i).empty()) continue;
+      const auto it = names.find(branch.output(i).name());
+      identity(it == names.end() ? branch.output(i).name() : it->second, n.output(i));
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+bool is_control_flow(std::string_view op_type) noexcept { return op_type == "If"; }
+
+void collect_subgraph_names(const ::onnx::GraphProto& g, std::set<std::string>& names) {
+  for (const auto& n : g.node())
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) collect(a.g(), names);
+      for (const auto& sub : a.graphs()) collect(sub, names);
+    }
+}
+
+bool expand(const ::onnx::NodeProto& n, const std::string& node_name, const parent& p) {
+  const expander e{n, node_name, p};
+  return e.expand_if();
+}
+
+}  // namespace npurt::onnx::control_flow
