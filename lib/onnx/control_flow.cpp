@@ -93,6 +93,13 @@ void rename_free(::onnx::GraphProto& g, const name_map& outer) {
   return n;
 }
 
+void set_int(::onnx::NodeProto& n, const char* key, std::int64_t v) {
+  auto* a = n.add_attribute();
+  a->set_name(key);
+  a->set_type(::onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
 // The importer of one control-flow node: its parent, and the node for names and errors.
 struct expander {
   const ::onnx::NodeProto& n;
@@ -105,6 +112,37 @@ struct expander {
            label(n, node_name) + ": its control flow adds more than " + std::to_string(max_unrolled_nodes) +
                " nodes, npurt's bound on what it unrolls");
     p.emit(node);
+  }
+
+  // A Constant node holding `t`, named after `base`; returns its output.
+  std::string constant(const std::string& base, ::onnx::TensorProto t) const {
+    const std::string name = p.fresh(base);
+    t.set_name(name);
+    ::onnx::NodeProto c;
+    c.set_op_type("Constant");
+    c.set_name(name);
+    c.add_output(name);
+    auto* a = c.add_attribute();
+    a->set_name("value");
+    a->set_type(::onnx::AttributeProto::TENSOR);
+    *a->mutable_t() = std::move(t);
+    emit(c);
+    return name;
+  }
+
+  std::string int64_constant(const std::string& base, std::int64_t v, bool vector) const {
+    ::onnx::TensorProto t;
+    t.set_data_type(::onnx::TensorProto::INT64);
+    if (vector) t.add_dims(1);
+    t.add_int64_data(v);
+    return constant(base, std::move(t));
+  }
+
+  std::string true_constant(const std::string& base) const {
+    ::onnx::TensorProto t;
+    t.set_data_type(::onnx::TensorProto::BOOL);
+    t.add_int32_data(1);
+    return constant(base, std::move(t));
   }
 
   // Copies `body` into the parent under fresh names: `bound` maps its inputs to the parent's
@@ -155,6 +193,31 @@ struct expander {
     emit(make_node("Identity", p.fresh(node_name + "/" + to), {from}, to));
   }
 
+  // Stacks `parts` along a new axis `axis` into `out`: each Unsqueezed there, then Concatenated
+  // (the axis counts in the stacked rank, as both Unsqueeze's axes and Concat's axis do).
+  void stack(const std::vector<std::string>& parts, std::int64_t axis, const std::string& out) const {
+    std::vector<std::string> rows;
+    rows.reserve(parts.size());
+    for (const auto& part : parts) {
+      const std::string row = p.fresh(node_name + "/" + out + "/row");
+      // Unsqueeze takes its axes as an input from opset 13, as an attribute before.
+      if (p.opset >= 13) {
+        emit(make_node("Unsqueeze", row, {part, int64_constant(row + "/axes", axis, true)}, row));
+      } else {
+        auto u = make_node("Unsqueeze", row, {part}, row);
+        auto* a = u.add_attribute();
+        a->set_name("axes");
+        a->set_type(::onnx::AttributeProto::INTS);
+        a->add_ints(axis);
+        emit(u);
+      }
+      rows.push_back(row);
+    }
+    auto c = make_node("Concat", p.fresh(node_name + "/" + out), rows, out);
+    set_int(c, "axis", axis);
+    emit(c);
+  }
+
   // The one value of a control input known at import; null when it waits on an unsupported node.
   const tensor* known_scalar(const std::string& name, const std::string& role, const std::string& why) const {
     const tensor* t = p.constant(name);
@@ -166,6 +229,15 @@ struct expander {
            label(n, node_name) + ": its " + role + " '" + name + "' has " + std::to_string(t->elements()) +
                " elements, not one");
     return t;
+  }
+
+  // Refuses an unroll of `iterations` copies of `body` beyond the bound, before any is added.
+  void check_unroll(std::int64_t iterations, const ::onnx::GraphProto& body) const {
+    const std::int64_t per = std::max<std::int64_t>(1, body.node_size() + body.initializer_size());
+    if (iterations > max_unrolled_nodes / per)
+      fail(errc::not_supported, node_name, {},
+           label(n, node_name) + ": " + std::to_string(iterations) + " iterations of a body of " + std::to_string(per) +
+               " nodes exceed " + std::to_string(max_unrolled_nodes) + " nodes, npurt's bound on what it unrolls");
   }
 
   bool expand_if() const {
@@ -192,11 +264,89 @@ struct expander {
     }
     return true;
   }
+
+  bool expand_loop() const {
+    const auto& body = graph_attr(n, node_name, "body");
+    if (n.input_size() < 2)
+      fail(errc::parse_error, node_name, {},
+           label(n, node_name) + " needs at least two inputs, its trip count M and condition (either may be empty)");
+    const int carried = n.input_size() - 2;
+    if (body.input_size() != carried + 2 || body.output_size() < carried + 1)
+      fail(errc::parse_error, node_name, {},
+           label(n, node_name) + ": its body has " + std::to_string(body.input_size()) + " inputs and " +
+               std::to_string(body.output_size()) + " outputs for " + std::to_string(carried) +
+               " loop-carried values (the body takes the iteration number, the condition and each; it gives the "
+               "condition, each and the scan outputs)");
+    const int scanned = body.output_size() - 1 - carried;
+    if (n.output_size() > carried + scanned)
+      fail(errc::parse_error, node_name, {},
+           label(n, node_name) + " has " + std::to_string(n.output_size()) + " outputs; its body gives " +
+               std::to_string(carried + scanned));
+    for (const auto& v : body.input()) require_tensor(n, node_name, v);
+    for (const auto& v : body.output()) require_tensor(n, node_name, v);
+    const std::string& trip = n.input(0);
+    const std::string& cond = n.input(1);
+    if (trip.empty())
+      fail(errc::not_supported, node_name, {},
+           label(n, node_name) +
+               " has no trip count M: its iterations depend on data, and npurt unrolls only a Loop "
+               "whose trip count is known at import");
+    if (p.pending(trip) || (!cond.empty() && p.pending(cond))) return false;
+    const std::string why = "npurt unrolls only a Loop whose iterations are known at import";
+    const tensor* m = known_scalar(trip, "trip count M", why);
+    if (!is_integer(m->type()))
+      fail(errc::invalid_dtype, node_name, trip,
+           label(n, node_name) + ": its trip count M '" + trip + "' is no integer");
+    // The spec's pseudo-code: `for (i = 0; i < M && cond; ++i)`; a negative M runs nothing.
+    std::int64_t iterations = std::max<std::int64_t>(0, m->get_int(0));
+    if (!cond.empty() && known_scalar(cond, "condition", why)->get(0) == 0) iterations = 0;
+    check_unroll(iterations, body);
+    if (iterations == 0 && scanned > 0)
+      fail(errc::not_supported, node_name, {},
+           label(n, node_name) +
+               " runs no iteration: the shape of its scan outputs would come from a body that "
+               "never runs");
+    std::vector<std::string> values(n.input().begin() + 2, n.input().end());
+    std::vector<std::vector<std::string>> scans(static_cast<std::size_t>(scanned));
+    std::string cond_in = cond;
+    for (std::int64_t i = 0; i < iterations; ++i) {
+      const std::string prefix = node_name + "/iteration_" + std::to_string(i) + "/";
+      if (cond_in.empty()) cond_in = true_constant(prefix + "cond");
+      name_map bound;
+      // Each copy's iteration number is a constant, so what the body computes from it folds.
+      bound.emplace(body.input(0).name(), int64_constant(prefix + body.input(0).name(), i, false));
+      bound.emplace(body.input(1).name(), cond_in);
+      for (int j = 0; j < carried; ++j) bound.emplace(body.input(2 + j).name(), values[static_cast<std::size_t>(j)]);
+      const name_map names = inline_graph(body, std::move(bound), prefix);
+      const auto out = [&](int k) {
+        const auto it = names.find(body.output(k).name());
+        return it == names.end() ? body.output(k).name() : it->second;
+      };
+      for (int j = 0; j < carried; ++j) values[static_cast<std::size_t>(j)] = out(1 + j);
+      for (int k = 0; k < scanned; ++k) scans[static_cast<std::size_t>(k)].push_back(out(1 + carried + k));
+      const std::string cond_out = out(0);
+      if (p.pending(cond_out)) return false;
+      const tensor* c = p.constant(cond_out);
+      if (!c || !c->is_host() || !c->data())
+        fail(errc::not_supported, node_name, cond_out,
+             label(n, node_name) + ": its body's condition output '" + body.output(0).name() +
+                 "' is computed at run time, so when the loop ends depends on data; " + why);
+      // The body's condition false ends the loop after this iteration, its values and scan outputs
+      // included.
+      if (c->get(0) == 0) break;
+      cond_in = cond_out;
+    }
+    for (int j = 0; j < carried && j < n.output_size(); ++j)
+      if (!n.output(j).empty()) identity(values[static_cast<std::size_t>(j)], n.output(j));
+    for (int k = 0; k < scanned && carried + k < n.output_size(); ++k)
+      if (!n.output(carried + k).empty()) stack(scans[static_cast<std::size_t>(k)], 0, n.output(carried + k));
+    return true;
+  }
 };
 
 }  // namespace
 
-bool is_control_flow(std::string_view op_type) noexcept { return op_type == "If"; }
+bool is_control_flow(std::string_view op_type) noexcept { return op_type == "If" || op_type == "Loop"; }
 
 void collect_subgraph_names(const ::onnx::GraphProto& g, std::set<std::string>& names) {
   for (const auto& n : g.node())
@@ -208,7 +358,8 @@ void collect_subgraph_names(const ::onnx::GraphProto& g, std::set<std::string>& 
 
 bool expand(const ::onnx::NodeProto& n, const std::string& node_name, const parent& p) {
   const expander e{n, node_name, p};
-  return e.expand_if();
+  if (n.op_type() == "If") return e.expand_if();
+  return e.expand_loop();
 }
 
 }  // namespace npurt::onnx::control_flow

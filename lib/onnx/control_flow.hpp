@@ -1,6 +1,7 @@
-// ONNX control flow (If) resolved at import: an If whose condition is known takes its branch's
-// nodes into the parent graph. npurt's graphs are static, so a condition known only at run time
-// stays not_supported. Semantics are ONNX's (onnx.ai/onnx/operators/onnx__If.html).
+// ONNX control flow (If, Loop) resolved at import: an If whose condition is known takes its
+// branch's nodes into the parent graph; a Loop whose trip count and termination are known is
+// unrolled. npurt's graphs are static, so what the control flow decides at run time stays
+// not_supported. Semantics are ONNX's (onnx.ai/onnx/operators/onnx__If.html, onnx__Loop.html).
 #pragma once
 
 #include <npurt/graph/graph.hpp>
@@ -16,11 +17,14 @@
 
 namespace npurt::onnx::control_flow {
 
-/// The most nodes the control flow of one model may add, counted as they are added: inlining
-/// copies subgraphs, and a bound keeps what a few bytes of model ask the importer to build small.
+/// The most nodes the control flow of one model may add by inlining and unrolling. Unrolling
+/// copies a Loop's body once per iteration: without a bound a trip count of 2^40 read from a few
+/// bytes of model would ask for that many nodes before anything runs. A Loop whose
+/// iterations times body nodes exceed it is refused up front (not_supported); nested control flow
+/// counts against the same budget as it is added.
 inline constexpr std::int64_t max_unrolled_nodes = std::int64_t{1} << 16;
 
-/// If (ai.onnx domain).
+/// If and Loop (ai.onnx domain).
 [[nodiscard]] bool is_control_flow(std::string_view op_type) noexcept;
 
 /// Adds every value and node name that the subgraphs of `g`'s nodes use, at any depth, so names
@@ -44,11 +48,12 @@ struct parent {
   std::int64_t* added = nullptr;
 };
 
-/// Replaces the If `n` by the nodes of the branch its condition picks, emitted through `p`.
-/// Returns false when the condition waits on a node the importer could not add: the caller marks
-/// n's outputs as waiting too. Throws graph_error: not_supported when the condition is computed at
-/// run time, the inlining would exceed max_unrolled_nodes, or an output is a sequence or optional;
-/// parse_error when the node and its branch disagree on their outputs.
+/// Replaces the If or Loop `n` by the nodes it amounts to, emitted through `p`. Returns
+/// false when what decides it (a condition, a trip count) waits on a node the importer could not
+/// add: the caller marks n's outputs as waiting too. Throws graph_error: not_supported when the
+/// control flow depends on values computed at run time, the unroll would exceed
+/// max_unrolled_nodes, or a value is a sequence or optional; parse_error when the node and its
+/// subgraphs disagree on their inputs or outputs; invalid_argument for a bad attribute.
 [[nodiscard]] bool expand(const ::onnx::NodeProto& n, const std::string& node_name, const parent& p);
 
 }  // namespace npurt::onnx::control_flow

@@ -3262,3 +3262,119 @@ TEST_CASE("an If's names made by inlining never collide with the model's", "[onn
   CHECK(r.at("sum") == std::vector<double>{-1, 2, -3});
   CHECK(r.at("choose/then/sum") == std::vector<double>{1, 0, 3});
 }
+
+namespace {
+
+// Loop(M, cond, s0 = x): the body adds float(i) to the running sum, gives the sum as its scan
+// output, and its condition output is `cond_out` (the body's cond input unless the caller says).
+::onnx::ModelProto cf_loop_model(std::int64_t trip, std::int64_t opset) {
+  auto m = model_of_x({2});
+  m.mutable_opset_import(0)->set_version(opset);
+  auto* g = m.mutable_graph();
+  add_i64(g, "M", {}, {trip});
+  auto* n = cf_node(g, "Loop", {"M", "", "x"}, {"s", "rows"});
+  n->set_name("loop");
+  g->add_output()->set_name("s");
+  g->add_output()->set_name("rows");
+  auto& body = cf_subgraph(n, "body");
+  auto* cast = cf_node(&body, "Cast", {"i"}, {"i_f"});
+  set_int(cast, "to", ::onnx::TensorProto::FLOAT);
+  cf_node(&body, "Add", {"s_in", "i_f"}, {"s_out"});
+  cf_node(&body, "Identity", {"s_out"}, {"row"});
+  cf_names(&body, {"i", "c", "s_in"}, {"c", "s_out", "row"});
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("a Loop with a constant trip count unrolls: a running sum and its scan output", "[onnx][control_flow]") {
+  for (const std::int64_t opset : {11, 13}) {
+    CAPTURE(opset);
+    graph g = npurt::onnx::load_from_bytes(cf_loop_model(4, opset).SerializeAsString(), "loop");
+    CHECK_FALSE(cf_has_control_flow(g));
+    // x = [1, 10]; iterations i = 0..3 add i: [1,10], [2,11], [4,13], [7,16], stacked on a new axis 0.
+    const auto r = cf_run(g, {1, 10}, {2});
+    CHECK(r.at("s") == std::vector<double>{7, 16});
+    CHECK(g.value("rows").shape == shape{4, 2});
+    CHECK(r.at("rows") == std::vector<double>{1, 10, 2, 11, 4, 13, 7, 16});
+  }
+  SECTION("a constant-false condition input runs no iteration: the carried value passes through") {
+    auto m = cf_loop_model(4, 13);
+    auto* g = m.mutable_graph();
+    cf_bool(g, "never", false);
+    g->mutable_node(0)->set_input(1, "never");
+    // Without iterations the scan output has no shape: only the carried value is asked for.
+    g->mutable_node(0)->mutable_output()->RemoveLast();
+    g->mutable_output()->RemoveLast();
+    auto* body = g->mutable_node(0)->mutable_attribute(0)->mutable_g();
+    body->mutable_output()->RemoveLast();
+    body->mutable_node()->RemoveLast();
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "loop");
+    CHECK(cf_run(gr, {1, 10}, {2}).at("s") == std::vector<double>{1, 10});
+  }
+  SECTION("a body condition folding to false ends the loop after that iteration") {
+    // cond_out = (i == 0): iteration 0 continues, iteration 1 ends the loop (onnx.ai Loop's
+    // `for (i = 0; i < M && cond; ++i)`): two rows of the four M allows.
+    auto m = cf_loop_model(4, 13);
+    auto* body = m.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g();
+    add_i64(body, "zero", {}, {0});
+    cf_node(body, "Equal", {"i", "zero"}, {"again"});
+    body->mutable_output(0)->set_name("again");
+    graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "loop");
+    const auto r = cf_run(g, {1, 10}, {2});
+    CHECK(r.at("s") == std::vector<double>{2, 11});
+    CHECK(r.at("rows") == std::vector<double>{1, 10, 2, 11});
+  }
+}
+
+TEST_CASE("a Loop npurt cannot unroll is refused with a typed error saying why", "[onnx][control_flow][errors]") {
+  SECTION("a trip count fed at run time") {
+    auto m = cf_loop_model(4, 13);
+    auto* g = m.mutable_graph();
+    g->mutable_initializer()->RemoveLast();
+    auto* in = g->add_input();
+    in->set_name("M");
+    in->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::INT64);
+    in->mutable_type()->mutable_tensor_type()->mutable_shape();
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.op == "loop");
+    CHECK(e.tensor == "M");
+    CHECK(e.what.find("trip count M 'M' is computed at run time") != std::string::npos);
+  }
+  SECTION("no trip count") {
+    auto m = cf_loop_model(4, 13);
+    m.mutable_graph()->mutable_node(0)->set_input(0, "");
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.what.find("has no trip count M") != std::string::npos);
+  }
+  SECTION("a termination that depends on data") {
+    auto m = cf_loop_model(4, 13);
+    auto* body = m.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g();
+    cf_node(body, "Equal", {"s_out", "x"}, {"again"});
+    body->mutable_output(0)->set_name("again");
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.what.find("depends on data") != std::string::npos);
+  }
+  SECTION("more iterations than the unroll bound") {
+    const auto e = error_loading(cf_loop_model(std::int64_t{1} << 40, 13));
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.what.find("1099511627776 iterations of a body of 3 nodes exceed 65536 nodes") != std::string::npos);
+  }
+  SECTION("a sequence-typed loop-carried value") {
+    auto m = cf_loop_model(4, 13);
+    auto* body = m.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g();
+    body->mutable_input(2)->mutable_type()->mutable_sequence_type();
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.tensor == "s_in");
+    CHECK(e.what.find("'s_in' is a sequence") != std::string::npos);
+  }
+  SECTION("a body whose inputs do not match the loop-carried values") {
+    auto m = cf_loop_model(4, 13);
+    m.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g()->mutable_input()->RemoveLast();
+    CHECK(error_loading(m).code == errc::parse_error);
+  }
+}
