@@ -33,6 +33,28 @@ const ::onnx::GraphProto& graph_attr(const ::onnx::NodeProto& n, const std::stri
   return a->g();
 }
 
+std::int64_t int_attr(const ::onnx::NodeProto& n, const std::string& node_name, std::string_view key,
+                      std::int64_t fallback) {
+  const auto* a = find_attr(n, key);
+  if (!a) return fallback;
+  if (a->type() != ::onnx::AttributeProto::INT)
+    fail(errc::invalid_argument, node_name, {}, label(n, node_name) + ": attribute '" + a->name() + "' is not an INT");
+  return a->i();
+}
+
+// An INTS attribute of `count` values, `count` zeros when absent (Scan's axes and directions).
+ints ints_attr(const ::onnx::NodeProto& n, const std::string& node_name, std::string_view key, std::size_t count) {
+  const auto* a = find_attr(n, key);
+  if (!a) return ints(count, 0);
+  if (a->type() != ::onnx::AttributeProto::INTS)
+    fail(errc::invalid_argument, node_name, {}, label(n, node_name) + ": attribute '" + a->name() + "' is not INTS");
+  if (static_cast<std::size_t>(a->ints_size()) != count)
+    fail(errc::invalid_argument, node_name, {},
+         label(n, node_name) + ": attribute '" + a->name() + "' has " + std::to_string(a->ints_size()) +
+             " values for " + std::to_string(count));
+  return ints(a->ints().begin(), a->ints().end());
+}
+
 // Sequences and optionals are no tensors: npurt's graphs hold tensors only.
 void require_tensor(const ::onnx::NodeProto& n, const std::string& node_name, const ::onnx::ValueInfoProto& v) {
   if (v.type().has_sequence_type() || v.type().has_optional_type() || v.type().has_map_type())
@@ -342,11 +364,117 @@ struct expander {
       if (!n.output(carried + k).empty()) stack(scans[static_cast<std::size_t>(k)], 0, n.output(carried + k));
     return true;
   }
+
+  bool expand_scan() const {
+    // Scan-8 scans a batch, its first input the sequence lengths: another operator.
+    if (p.opset < 9)
+      fail(errc::not_supported, node_name, {},
+           label(n, node_name) + ": Scan of opset " + std::to_string(p.opset) +
+               " (its batched form with sequence_lens) is not supported; opset 9's is");
+    const auto& body = graph_attr(n, node_name, "body");
+    const std::int64_t scan_inputs = int_attr(n, node_name, "num_scan_inputs", -1);
+    if (scan_inputs < 1 || scan_inputs > n.input_size())
+      fail(errc::invalid_argument, node_name, {},
+           label(n, node_name) + ": num_scan_inputs is " + std::to_string(scan_inputs) + " for " +
+               std::to_string(n.input_size()) + " inputs");
+    const auto states = static_cast<int>(n.input_size() - scan_inputs);
+    if (body.input_size() != n.input_size() || body.output_size() < states)
+      fail(errc::parse_error, node_name, {},
+           label(n, node_name) + ": its body has " + std::to_string(body.input_size()) + " inputs and " +
+               std::to_string(body.output_size()) + " outputs for the node's " + std::to_string(n.input_size()) +
+               " inputs, " + std::to_string(states) + " of them states");
+    const int scanned = body.output_size() - states;
+    if (n.output_size() > states + scanned)
+      fail(errc::parse_error, node_name, {},
+           label(n, node_name) + " has " + std::to_string(n.output_size()) + " outputs; its body gives " +
+               std::to_string(states + scanned));
+    for (const auto& v : body.input()) require_tensor(n, node_name, v);
+    for (const auto& v : body.output()) require_tensor(n, node_name, v);
+    const auto count = static_cast<std::size_t>(scan_inputs);
+    ints axes = ints_attr(n, node_name, "scan_input_axes", count);
+    const ints directions = ints_attr(n, node_name, "scan_input_directions", count);
+    const ints out_axes = ints_attr(n, node_name, "scan_output_axes", static_cast<std::size_t>(scanned));
+    const ints out_directions = ints_attr(n, node_name, "scan_output_directions", static_cast<std::size_t>(scanned));
+    for (auto d : directions)
+      if (d != 0 && d != 1)
+        fail(errc::invalid_argument, node_name, {},
+             label(n, node_name) + ": a scan_input_directions value is " + std::to_string(d) + ", not 0 or 1");
+    for (auto d : out_directions)
+      if (d != 0 && d != 1)
+        fail(errc::invalid_argument, node_name, {},
+             label(n, node_name) + ": a scan_output_directions value is " + std::to_string(d) + ", not 0 or 1");
+    std::int64_t length = -1;
+    for (std::size_t j = 0; j < count; ++j) {
+      const std::string& x = n.input(states + static_cast<int>(j));
+      if (p.pending(x)) return false;
+      const value_info* info = p.find(x);
+      if (!info || !info->known)
+        fail(errc::not_supported, node_name, x,
+             label(n, node_name) + ": scan input '" + x + "' has no static shape, which its sequence length needs");
+      const auto rank = static_cast<std::int64_t>(info->shape.rank());
+      std::int64_t& a = axes[j];
+      if (a < -rank || a >= rank)
+        fail(errc::invalid_argument, node_name, x,
+             label(n, node_name) + ": scan input axis " + std::to_string(a) + " is outside the rank " +
+                 std::to_string(rank) + " of '" + x + "'");
+      if (a < 0) a += rank;
+      const std::int64_t l = info->shape[static_cast<std::size_t>(a)];
+      if (length >= 0 && l != length)
+        fail(errc::invalid_shape, node_name, x,
+             label(n, node_name) + ": scan input '" + x + "' has " + std::to_string(l) + " steps, another " +
+                 std::to_string(length));
+      length = l;
+    }
+    check_unroll(length, body);
+    if (length == 0 && scanned > 0)
+      fail(errc::not_supported, node_name, {},
+           label(n, node_name) +
+               " scans no step: the shape of its scan outputs would come from a body that never "
+               "runs");
+    std::vector<std::string> values(n.input().begin(), n.input().begin() + states);
+    std::vector<std::vector<std::string>> scans(static_cast<std::size_t>(scanned));
+    for (std::int64_t t = 0; t < length; ++t) {
+      const std::string prefix = node_name + "/step_" + std::to_string(t) + "/";
+      name_map bound;
+      for (int j = 0; j < states; ++j) bound.emplace(body.input(j).name(), values[static_cast<std::size_t>(j)]);
+      for (std::size_t j = 0; j < count; ++j) {
+        // Step t reads slice t of each scan input along its axis, or slice length-1-t reversed;
+        // Gather with a scalar index takes the slice and drops the axis, as the body expects.
+        const std::string& x = n.input(states + static_cast<int>(j));
+        const std::string& in = body.input(states + static_cast<int>(j)).name();
+        const std::int64_t index = directions[j] ? length - 1 - t : t;
+        const std::string slice = p.fresh(prefix + in);
+        auto g = make_node("Gather", slice, {x, int64_constant(slice + "/index", index, false)}, slice);
+        set_int(g, "axis", axes[j]);
+        emit(g);
+        bound.emplace(in, slice);
+      }
+      const name_map names = inline_graph(body, std::move(bound), prefix);
+      const auto out = [&](int k) {
+        const auto it = names.find(body.output(k).name());
+        return it == names.end() ? body.output(k).name() : it->second;
+      };
+      for (int j = 0; j < states; ++j) values[static_cast<std::size_t>(j)] = out(j);
+      for (int k = 0; k < scanned; ++k) scans[static_cast<std::size_t>(k)].push_back(out(states + k));
+    }
+    for (int j = 0; j < states && j < n.output_size(); ++j)
+      if (!n.output(j).empty()) identity(values[static_cast<std::size_t>(j)], n.output(j));
+    for (int k = 0; k < scanned && states + k < n.output_size(); ++k) {
+      if (n.output(states + k).empty()) continue;
+      auto parts = scans[static_cast<std::size_t>(k)];
+      // Reversed, the last step's value comes first.
+      if (out_directions[static_cast<std::size_t>(k)]) std::reverse(parts.begin(), parts.end());
+      stack(parts, out_axes[static_cast<std::size_t>(k)], n.output(states + k));
+    }
+    return true;
+  }
 };
 
 }  // namespace
 
-bool is_control_flow(std::string_view op_type) noexcept { return op_type == "If" || op_type == "Loop"; }
+bool is_control_flow(std::string_view op_type) noexcept {
+  return op_type == "If" || op_type == "Loop" || op_type == "Scan";
+}
 
 void collect_subgraph_names(const ::onnx::GraphProto& g, std::set<std::string>& names) {
   for (const auto& n : g.node())
@@ -359,7 +487,8 @@ void collect_subgraph_names(const ::onnx::GraphProto& g, std::set<std::string>& 
 bool expand(const ::onnx::NodeProto& n, const std::string& node_name, const parent& p) {
   const expander e{n, node_name, p};
   if (n.op_type() == "If") return e.expand_if();
-  return e.expand_loop();
+  if (n.op_type() == "Loop") return e.expand_loop();
+  return e.expand_scan();
 }
 
 }  // namespace npurt::onnx::control_flow

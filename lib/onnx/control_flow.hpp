@@ -1,7 +1,8 @@
-// ONNX control flow (If, Loop) resolved at import: an If whose condition is known takes its
-// branch's nodes into the parent graph; a Loop whose trip count and termination are known is
-// unrolled. npurt's graphs are static, so what the control flow decides at run time stays
-// not_supported. Semantics are ONNX's (onnx.ai/onnx/operators/onnx__If.html, onnx__Loop.html).
+// ONNX control flow (If, Loop, Scan) resolved at import: an If whose condition is known takes its
+// branch's nodes into the parent graph; a Loop whose trip count and termination are known, and a
+// Scan over statically shaped inputs, are unrolled. npurt's graphs are static, so what the
+// control flow decides at run time stays not_supported. Semantics are ONNX's
+// (onnx.ai/onnx/operators/onnx__If.html, onnx__Loop.html, onnx__Scan.html).
 #pragma once
 
 #include <npurt/graph/graph.hpp>
@@ -19,12 +20,12 @@ namespace npurt::onnx::control_flow {
 
 /// The most nodes the control flow of one model may add by inlining and unrolling. Unrolling
 /// copies a Loop's body once per iteration: without a bound a trip count of 2^40 read from a few
-/// bytes of model would ask for that many nodes before anything runs. A Loop whose
+/// bytes of model would ask for that many nodes before anything runs. A Loop or Scan whose
 /// iterations times body nodes exceed it is refused up front (not_supported); nested control flow
 /// counts against the same budget as it is added.
 inline constexpr std::int64_t max_unrolled_nodes = std::int64_t{1} << 16;
 
-/// If and Loop (ai.onnx domain).
+/// If, Loop and Scan (ai.onnx domain).
 [[nodiscard]] bool is_control_flow(std::string_view op_type) noexcept;
 
 /// Adds every value and node name that the subgraphs of `g`'s nodes use, at any depth, so names
@@ -48,7 +49,7 @@ struct parent {
   std::int64_t* added = nullptr;
 };
 
-/// Replaces the If or Loop `n` by the nodes it amounts to, emitted through `p`. Returns
+/// Replaces the If, Loop or Scan `n` by the nodes it amounts to, emitted through `p`. Returns
 /// false when what decides it (a condition, a trip count) waits on a node the importer could not
 /// add: the caller marks n's outputs as waiting too. Throws graph_error: not_supported when the
 /// control flow depends on values computed at run time, the unroll would exceed

@@ -3378,3 +3378,80 @@ TEST_CASE("a Loop npurt cannot unroll is refused with a typed error saying why",
     CHECK(error_loading(m).code == errc::parse_error);
   }
 }
+
+namespace {
+
+// Scan(s0, x) (opset 9 on): the body adds each scanned row to the running sum and gives the sum as
+// its scan output. `x_dims` are x's, the scan axis among them per `input_axis`.
+::onnx::ModelProto cf_scan_model(std::initializer_list<std::int64_t> x_dims, std::int64_t input_axis,
+                                 std::int64_t input_direction, std::int64_t output_axis,
+                                 std::int64_t output_direction) {
+  auto m = model_of_x(x_dims);
+  auto* g = m.mutable_graph();
+  add_f32(g, "s0", {2}, {0, 0});
+  auto* n = cf_node(g, "Scan", {"s0", "x"}, {"s", "sums"});
+  n->set_name("scan");
+  g->add_output()->set_name("s");
+  g->add_output()->set_name("sums");
+  set_int(n, "num_scan_inputs", 1);
+  set_ints(n, "scan_input_axes", {input_axis});
+  set_ints(n, "scan_input_directions", {input_direction});
+  set_ints(n, "scan_output_axes", {output_axis});
+  set_ints(n, "scan_output_directions", {output_direction});
+  auto& body = cf_subgraph(n, "body");
+  cf_node(&body, "Add", {"s_in", "row"}, {"s_out"});
+  cf_node(&body, "Identity", {"s_out"}, {"sum_row"});
+  cf_names(&body, {"s_in", "row"}, {"s_out", "sum_row"});
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("a Scan over a static sequence unrolls: rows summed forward, reversed, along other axes",
+          "[onnx][control_flow]") {
+  // x = [[1, 2], [3, 4], [5, 6]]: the running sums, hand-worked from onnx.ai Scan.
+  const std::vector<double> x{1, 2, 3, 4, 5, 6};
+  SECTION("forward") {
+    graph g = npurt::onnx::load_from_bytes(cf_scan_model({3, 2}, 0, 0, 0, 0).SerializeAsString(), "scan");
+    CHECK_FALSE(cf_has_control_flow(g));
+    const auto r = cf_run(g, x, {3, 2});
+    CHECK(r.at("s") == std::vector<double>{9, 12});
+    CHECK(r.at("sums") == std::vector<double>{1, 2, 4, 6, 9, 12});
+  }
+  SECTION("the input reversed: the last row first") {
+    graph g = npurt::onnx::load_from_bytes(cf_scan_model({3, 2}, 0, 1, 0, 0).SerializeAsString(), "scan");
+    const auto r = cf_run(g, x, {3, 2});
+    CHECK(r.at("s") == std::vector<double>{9, 12});
+    CHECK(r.at("sums") == std::vector<double>{5, 6, 8, 10, 9, 12});
+  }
+  SECTION("the output reversed too: the last step's sum first") {
+    graph g = npurt::onnx::load_from_bytes(cf_scan_model({3, 2}, 0, 1, 0, 1).SerializeAsString(), "scan");
+    CHECK(cf_run(g, x, {3, 2}).at("sums") == std::vector<double>{9, 12, 8, 10, 5, 6});
+  }
+  SECTION("scanning axis 1 of x transposed, the sums stacked along axis -1") {
+    // x^T = [[1, 3, 5], [2, 4, 6]]: its columns are x's rows; the sums stacked as columns.
+    graph g = npurt::onnx::load_from_bytes(cf_scan_model({2, 3}, 1, 0, -1, 0).SerializeAsString(), "scan");
+    const auto r = cf_run(g, {1, 3, 5, 2, 4, 6}, {2, 3});
+    CHECK(r.at("s") == std::vector<double>{9, 12});
+    CHECK(g.value("sums").shape == shape{2, 3});
+    CHECK(r.at("sums") == std::vector<double>{1, 4, 9, 2, 6, 12});
+  }
+}
+
+TEST_CASE("a Scan npurt cannot unroll is refused with a typed error saying why", "[onnx][control_flow][errors]") {
+  SECTION("opset 8's batched Scan") {
+    auto m = cf_scan_model({3, 2}, 0, 0, 0, 0);
+    m.mutable_opset_import(0)->set_version(8);
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.what.find("opset 8") != std::string::npos);
+  }
+  SECTION("a scan axis outside the input's rank") {
+    const auto e = error_loading(cf_scan_model({3, 2}, 2, 0, 0, 0));
+    CHECK(e.code == errc::invalid_argument);
+    CHECK(e.what.find("axis 2 is outside the rank 2") != std::string::npos);
+  }
+  SECTION("a direction neither 0 nor 1") {
+    CHECK(error_loading(cf_scan_model({3, 2}, 0, 2, 0, 0)).code == errc::invalid_argument);
+  }
+}
