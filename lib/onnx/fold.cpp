@@ -28,7 +28,7 @@ constexpr std::array<std::string_view, 24> foldable_ops{
 
 // Operators of the graph folded when their inputs hold data: an input without data (a
 // timing-only weight) leaves them to the graph rather than failing the load.
-constexpr std::array<std::string_view, 3> foldable_graph_ops{"Min", "Max", "DequantizeLinear"};
+constexpr std::array<std::string_view, 5> foldable_graph_ops{"Min", "Max", "DequantizeLinear", "Ceil", "Relu"};
 
 bool graph_computes(std::string_view op_type) noexcept {
   return std::find(foldable_graph_ops.begin(), foldable_graph_ops.end(), op_type) != foldable_graph_ops.end();
@@ -756,6 +756,33 @@ result fold_min_max(const ctx& c, std::span<const operand> in) {
   return host_value{std::move(out)};
 }
 
+// Ceil and Relu: Range's function body (onnx.ai Range, its expanded form) computes its Loop's
+// trip count as Cast(Relu(Ceil((limit - start) / delta))); folded, the Loop unrolls at import.
+// Relu is numpy.maximum(x, 0) (the reference's), which keeps a NaN; of an unsigned integer it is
+// the value. Ceil of a float is exact in double and in the float's own dtype; Ceil of an integer
+// is no ONNX operator, so it is left to the graph, which reports it.
+result fold_ceil_relu(const ctx& c, std::span<const operand> in) {
+  const operand& x = need(c, in, 0);
+  if (is_bool(x)) c.fail(errc::invalid_dtype, c.in_name(0), "bool operand");
+  const dtype t = x.value->type();
+  const bool ceil = c.n.op_type() == "Ceil";
+  if (ceil && !is_float(t)) return result{};
+  if (!fits(x.value->shape())) return too_large();
+  tensor out(x.value->shape(), t);
+  const bool is_unsigned = t == dtype::u8 || t == dtype::u16 || t == dtype::u32 || t == dtype::u64;
+  for (std::int64_t i = 0; i < out.elements(); ++i) {
+    if (is_unsigned) {
+      copy_element(out, i, *x.value, i);
+    } else if (is_integer(t)) {
+      put_int(out, i, std::max<std::int64_t>(int_at(*x.value, i), 0));
+    } else {
+      const double v = x.value->get(i);
+      out.set(i, ceil ? std::ceil(v) : v < 0 ? 0.0 : v);
+    }
+  }
+  return host_value{std::move(out)};
+}
+
 // DequantizeLinear of constants (a quantized weight and its scale): y = (x - zero_point) * scale,
 // per tensor or per axis, every element by kernels::dequantize_element, the kernel's own
 // arithmetic, stored to scale's dtype as the kernel stores it, so that the folded weight is what
@@ -966,6 +993,7 @@ std::optional<host_value> fold(const ::onnx::NodeProto& n, const std::string& no
   if (t == "Neg") return fold_neg(c, inputs);
   if (t == "HannWindow" || t == "HammingWindow" || t == "BlackmanWindow") return fold_window(c, inputs);
   if (t == "MelWeightMatrix") return fold_mel_weight_matrix(c, inputs);
+  if (t == "Ceil" || t == "Relu") return fold_ceil_relu(c, inputs);
   return fold_binary(c, inputs);
 }
 

@@ -321,7 +321,7 @@ TEST_CASE("every ONNX backend node test of folded operators, its inputs made con
                                             "Mul",   "Range",   "Reshape", "Shape",     "Size",
                                             "Slice", "Squeeze", "Sub",     "Unsqueeze", "Where"};
   // Operators of the graph that the importer folds when their inputs are constants.
-  static const std::set<std::string> folded_graph_ops{"Min", "Max", "DequantizeLinear"};
+  static const std::set<std::string> folded_graph_ops{"Min", "Max", "DequantizeLinear", "Ceil", "Relu"};
   std::vector<fs::path> tests;
   for (const auto& e : fs::directory_iterator(dir))
     if (fs::exists(e.path() / "model.onnx")) tests.push_back(e.path());
@@ -3454,4 +3454,41 @@ TEST_CASE("a Scan npurt cannot unroll is refused with a typed error saying why",
   SECTION("a direction neither 0 nor 1") {
     CHECK(error_loading(cf_scan_model({3, 2}, 0, 2, 0, 0)).code == errc::invalid_argument);
   }
+}
+
+TEST_CASE("Range's expanded form folds its trip count through Ceil and Relu and its Loop unrolls",
+          "[onnx][control_flow][fold]") {
+  // onnx.ai Range's function body: n = max(ceil((limit - start) / delta), 0) iterations of a Loop
+  // whose scan output is the running value; numpy.arange(start, limit, delta).
+  const auto model = [](float start, float limit, float delta) {
+    auto m = model_of_x({1});
+    auto* g = m.mutable_graph();
+    add_f32(g, "start", {}, {start});
+    add_f32(g, "limit", {}, {limit});
+    add_f32(g, "delta", {}, {delta});
+    cf_node(g, "Sub", {"limit", "start"}, {"span"});
+    cf_node(g, "Div", {"span", "delta"}, {"steps"});
+    cf_node(g, "Ceil", {"steps"}, {"ceil"});
+    cf_node(g, "Relu", {"ceil"}, {"count"});
+    set_int(cf_node(g, "Cast", {"count"}, {"trip"}), "to", ::onnx::TensorProto::INT64);
+    set_int(cf_node(g, "Cast", {"count"}, {"go"}), "to", ::onnx::TensorProto::BOOL);
+    auto* loop = cf_node(g, "Loop", {"trip", "go", "start"}, {"last", "range"});
+    g->add_output()->set_name("range");
+    auto& body = cf_subgraph(loop, "body");
+    cf_node(&body, "Identity", {"c"}, {"c_out"});
+    cf_node(&body, "Add", {"prev", "delta"}, {"next"});
+    cf_node(&body, "Identity", {"prev"}, {"value"});
+    cf_names(&body, {"i", "c", "prev"}, {"c_out", "next", "value"});
+    return m;
+  };
+  graph g = npurt::onnx::load_from_bytes(model(1, 6, 2).SerializeAsString(), "range");
+  CHECK(g.nodes().empty());
+  REQUIRE(g.constant("range"));
+  CHECK(g.constant("range")->to_vector() == std::vector<double>{1, 3, 5});
+  // Ceil rounds a fractional count up: (0.5 - 2) / -0.5 = 3 steps.
+  graph down = npurt::onnx::load_from_bytes(model(2, 0.5F, -0.5F).SerializeAsString(), "range");
+  CHECK(down.constant("range")->to_vector() == std::vector<double>{2, 1.5, 1});
+  // Relu makes a negative count 0 and the cast condition false: no iteration, and the scan output
+  // has no shape to take.
+  CHECK(error_loading(model(6, 1, 2)).code == errc::not_supported);
 }
