@@ -3492,3 +3492,44 @@ TEST_CASE("Range's expanded form folds its trip count through Ceil and Relu and 
   // has no shape to take.
   CHECK(error_loading(model(6, 1, 2)).code == errc::not_supported);
 }
+
+TEST_CASE("an If inside a Loop's body picks its branch per iteration from the iteration number",
+          "[onnx][control_flow]") {
+  // Body: If(i == 1) then s * 2 else s + 1; x = [1, 2]: i = 0 gives [2, 3], i = 1 [4, 6], i = 2
+  // [5, 7]. The branches read the body's s_in and the If reads i, names each copy renames.
+  auto m = cf_loop_model(3, 13);
+  auto* body = m.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g();
+  body->clear_node();
+  body->clear_output();
+  add_i64(body, "one_i", {}, {1});
+  cf_node(body, "Equal", {"i", "one_i"}, {"is_one"});
+  auto* pick = cf_node(body, "If", {"is_one"}, {"s_out"});
+  auto& then = cf_subgraph(pick, "then_branch");
+  add_f32(&then, "two", {}, {2});
+  cf_node(&then, "Mul", {"s_in", "two"}, {"doubled"});
+  cf_names(&then, {}, {"doubled"});
+  auto& other = cf_subgraph(pick, "else_branch");
+  add_f32(&other, "one_f", {}, {1});
+  cf_node(&other, "Add", {"s_in", "one_f"}, {"incremented"});
+  cf_names(&other, {}, {"incremented"});
+  cf_node(body, "Identity", {"s_out"}, {"row"});
+  cf_names(body, {}, {"c", "s_out", "row"});
+  graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "loop");
+  CHECK_FALSE(cf_has_control_flow(g));
+  const auto r = cf_run(g, {1, 2}, {2});
+  CHECK(r.at("s") == std::vector<double>{5, 7});
+  CHECK(r.at("rows") == std::vector<double>{2, 3, 4, 6, 5, 7});
+}
+
+TEST_CASE("an If whose condition waits on an unsupported operator is not listed itself",
+          "[onnx][control_flow][errors]") {
+  auto m = cf_if_model();
+  auto* g = m.mutable_graph();
+  auto* mystery = cf_node(g, "Mystery", {"x"}, {"cond"});
+  mystery->set_domain("com.example");
+  g->mutable_node()->SwapElements(0, 1);
+  const auto e = error_loading(m);
+  CHECK(e.code == errc::not_supported);
+  CHECK(e.what.find("uses unsupported operators: com.example.Mystery") != std::string::npos);
+  CHECK(e.what.find("If") == std::string::npos);
+}
