@@ -945,6 +945,326 @@ result fold_mel_weight_matrix(const ctx& c, std::span<const operand> in) {
   return host_value{std::move(out)};
 }
 
+// Operators whose output's shape depends on their inputs' values (shape_depends_on_data). Each
+// returns one value per output, or nullopt when one would hold more than max_fold_elements.
+using values = std::vector<host_value>;
+
+std::optional<values> one_value(result r) {
+  if (!r) return std::nullopt;
+  values v;
+  v.push_back(std::move(*r));
+  return v;
+}
+
+// NonZero (onnx.ai/onnx/operators/onnx__NonZero.html, numpy.nonzero): the coordinates of the
+// nonzero elements in row-major order, one row per dimension: [rank, count] int64. A float is
+// nonzero when it compares unequal to 0, as numpy's test is: NaN is nonzero, -0.0 is not.
+std::optional<values> fold_nonzero(const ctx& c, std::span<const operand> in) {
+  const tensor& x = *need(c, in, 0).value;
+  const shape& s = x.shape();
+  // numpy.nonzero of a 0-d array is deprecated (an error from numpy 2.1): ONNX's output has one
+  // row per dimension, and a scalar has none to hold a coordinate.
+  if (s.rank() == 0) c.fail(errc::invalid_shape, c.in_name(0), "X is a scalar; NonZero takes rank 1 or more");
+  const bool floating = is_float(x.type());
+  const auto nonzero = [&](std::int64_t i) { return floating ? x.get(i) != 0.0 : int_at(x, i) != 0; };
+  std::int64_t count = 0;
+  for (std::int64_t i = 0; i < x.elements(); ++i) count += nonzero(i) ? 1 : 0;
+  const shape os = checked_shape(c, {static_cast<std::int64_t>(s.rank()), count}, c.n.output(0));
+  if (!fits(os)) return std::nullopt;
+  tensor out(os, dtype::i64);
+  std::int64_t k = 0;
+  for (std::int64_t i = 0; i < x.elements(); ++i) {
+    if (!nonzero(i)) continue;
+    std::int64_t rest = i;
+    for (std::size_t d = s.rank(); d-- > 0;) {
+      put_int(out, static_cast<std::int64_t>(d) * count + k, rest % s[d]);
+      rest /= s[d];
+    }
+    ++k;
+  }
+  return one_value(host_value{std::move(out)});
+}
+
+// Compress's selection (onnx.ai/onnx/operators/onnx__Compress.html, numpy.compress): the indices
+// along the axis, or of the flattened input without one, whose condition element is true.
+compress_selection compress_select(const ctx& c, const tensor& cond, const shape& data) {
+  if (cond.type() != dtype::boolean)
+    c.fail(errc::invalid_dtype, c.in_name(1),
+           "the condition '" + c.in_name(1) + "' must be bool, not " + std::string(to_string(cond.type())));
+  if (cond.shape().rank() != 1)
+    c.fail(errc::invalid_shape, c.in_name(1),
+           "the condition '" + c.in_name(1) + "' must be 1-D, not " + shape_string(cond.shape()));
+  compress_selection sel;
+  std::int64_t extent = data.elements();
+  if (c.attr("axis")) {
+    sel.axis = norm_axis(c, c.attr_int("axis", 0), data.rank());
+    extent = data[*sel.axis];
+  }
+  // numpy.compress leaves out what a shorter condition does not reach; a longer one is an error.
+  if (cond.elements() > extent)
+    c.fail(errc::invalid_shape, c.in_name(1),
+           "the condition '" + c.in_name(1) + "' has " + std::to_string(cond.elements()) + " elements, more than the " +
+               std::to_string(extent) +
+               (sel.axis ? " of axis " + std::to_string(*sel.axis) + " of " + shape_string(data)
+                         : " of the flattened input " + shape_string(data)));
+  for (std::int64_t i = 0; i < cond.elements(); ++i)
+    if (int_at(cond, i) != 0) sel.indices.push_back(i);
+  return sel;
+}
+
+// Compress of constants: the selected indices gathered along the axis, or along the flattened
+// input's only one.
+std::optional<values> fold_compress(const ctx& c, std::span<const operand> in) {
+  const operand& data = need(c, in, 0);
+  const compress_selection sel = compress_select(c, *need(c, in, 1).value, data.value->shape());
+  tensor idx(shape{static_cast<std::int64_t>(sel.indices.size())}, dtype::i64);
+  for (std::size_t k = 0; k < sel.indices.size(); ++k) put_int(idx, static_cast<std::int64_t>(k), sel.indices[k]);
+  if (sel.axis) {
+    const operand gathered[] = {data, operand{&idx}};
+    return one_value(fold_gather(c, gathered));
+  }
+  auto flat = reshaped(data, shape{data.value->elements()});
+  if (!flat) return std::nullopt;
+  // fold_gather reads the node's axis, absent here: 0, the flattened input's axis.
+  const operand gathered[] = {operand{&flat->value}, operand{&idx}};
+  return one_value(fold_gather(c, gathered));
+}
+
+// Unique (onnx.ai/onnx/operators/onnx__Unique.html) as onnx/reference/ops/op_unique.py computes
+// it with numpy.unique(return_index, return_inverse, return_counts): the items are the elements of
+// the flattened input without an axis, the slices along the axis with one; they are sorted stably
+// (numpy's mergesort, which return_index asks for), lexicographically within a slice, numbers in
+// order and NaN after them; Y holds each group of equal items once, as its first occurrence,
+// `indices` those occurrences, inverse_indices every item's group, counts the groups' sizes.
+// sorted = 0 orders the groups by first occurrence instead. Without an axis NaNs are equal (numpy's
+// equal_nan); with one numpy compares the slices as records, field by field with ==, so a slice
+// holding NaN equals no other. Y with sorted = 0 is taken along the axis of the flattened input or
+// the given one, as the spec says (the reference takes it along axis 0 of the unflattened input).
+std::optional<values> fold_unique(const ctx& c, std::span<const operand> in) {
+  const tensor& x = *need(c, in, 0).value;
+  const shape& s = x.shape();
+  const dtype t = x.type();
+  const std::int64_t sorted = c.attr_int("sorted", 1);
+  if (sorted != 0 && sorted != 1)
+    c.fail(errc::invalid_argument, {}, "sorted must be 0 or 1, got " + std::to_string(sorted));
+  std::optional<std::size_t> axis;
+  if (c.attr("axis")) axis = norm_axis(c, c.attr_int("axis", 0), s.rank());
+  std::int64_t items = x.elements(), outer = 1, inner = 1;
+  if (axis) {
+    items = s[*axis];
+    for (std::size_t k = 0; k < *axis; ++k) outer *= s[k];
+    for (std::size_t k = *axis + 1; k < s.rank(); ++k) inner *= s[k];
+  }
+  const std::int64_t width = axis ? outer * inner : 1;
+  // Element j of item `item`, as numpy.moveaxis(x, axis, 0).reshape(items, -1) orders them.
+  const auto element = [&](std::int64_t item, std::int64_t j) {
+    return axis ? ((j / inner) * items + item) * inner + j % inner : item;
+  };
+  const bool floating = is_float(t);
+  const auto order = [&](std::int64_t a, std::int64_t b) -> int {
+    if (floating) {
+      const double u = x.get(a), v = x.get(b);
+      if (std::isnan(u) || std::isnan(v)) return static_cast<int>(std::isnan(u)) - static_cast<int>(std::isnan(v));
+      return static_cast<int>(u > v) - static_cast<int>(u < v);
+    }
+    if (t == dtype::u64) {
+      const auto u = static_cast<std::uint64_t>(int_at(x, a)), v = static_cast<std::uint64_t>(int_at(x, b));
+      return static_cast<int>(u > v) - static_cast<int>(u < v);
+    }
+    const std::int64_t u = int_at(x, a), v = int_at(x, b);
+    return static_cast<int>(u > v) - static_cast<int>(u < v);
+  };
+  const auto compare = [&](std::int64_t p, std::int64_t q) {
+    for (std::int64_t j = 0; j < width; ++j)
+      if (const int r = order(element(p, j), element(q, j))) return r;
+    return 0;
+  };
+  const auto same = [&](std::int64_t p, std::int64_t q) {
+    if (compare(p, q) != 0) return false;
+    if (!axis || !floating) return true;
+    for (std::int64_t j = 0; j < width; ++j)
+      if (std::isnan(x.get(element(p, j)))) return false;
+    return true;
+  };
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(items));
+  for (std::int64_t k = 0; k < items; ++k) perm[static_cast<std::size_t>(k)] = k;
+  std::stable_sort(perm.begin(), perm.end(), [&](std::int64_t p, std::int64_t q) { return compare(p, q) < 0; });
+  std::vector<std::int64_t> first, counts, inverse(static_cast<std::size_t>(items));
+  for (std::size_t k = 0; k < perm.size(); ++k) {
+    if (k == 0 || !same(perm[k - 1], perm[k])) {
+      first.push_back(perm[k]);
+      counts.push_back(0);
+    }
+    inverse[static_cast<std::size_t>(perm[k])] = static_cast<std::int64_t>(first.size()) - 1;
+    ++counts.back();
+  }
+  const auto groups = static_cast<std::int64_t>(first.size());
+  if (sorted == 0) {
+    // The groups by first occurrence: the reference's argsort of indices (no two are equal).
+    std::vector<std::int64_t> by_first(first.size()), position(first.size());
+    for (std::size_t g = 0; g < first.size(); ++g) by_first[g] = static_cast<std::int64_t>(g);
+    std::sort(by_first.begin(), by_first.end(), [&](std::int64_t a, std::int64_t b) {
+      return first[static_cast<std::size_t>(a)] < first[static_cast<std::size_t>(b)];
+    });
+    std::vector<std::int64_t> f(first.size()), n(first.size());
+    for (std::size_t g = 0; g < first.size(); ++g) {
+      const auto from = static_cast<std::size_t>(by_first[g]);
+      position[from] = static_cast<std::int64_t>(g);
+      f[g] = first[from];
+      n[g] = counts[from];
+    }
+    first = std::move(f);
+    counts = std::move(n);
+    for (auto& v : inverse) v = position[static_cast<std::size_t>(v)];
+  }
+  ints yd{groups};
+  if (axis) {
+    yd = dims_of(s);
+    yd[*axis] = groups;
+  }
+  const shape ys = checked_shape(c, yd, c.n.output(0));
+  if (!fits(ys) || items > max_fold_elements) return std::nullopt;
+  tensor y(ys, t);
+  std::int64_t o = 0;
+  for (std::int64_t a = 0; a < (axis ? outer : 1); ++a)
+    for (std::int64_t g = 0; g < groups; ++g)
+      for (std::int64_t b = 0; b < (axis ? inner : 1); ++b)
+        copy_element(
+            y, o++, x,
+            axis ? (a * items + first[static_cast<std::size_t>(g)]) * inner + b : first[static_cast<std::size_t>(g)]);
+  const auto list = [](const std::vector<std::int64_t>& v) {
+    tensor r(shape{static_cast<std::int64_t>(v.size())}, dtype::i64);
+    for (std::size_t k = 0; k < v.size(); ++k) put_int(r, static_cast<std::int64_t>(k), v[k]);
+    return host_value{std::move(r)};
+  };
+  values r;
+  r.push_back(host_value{std::move(y)});
+  r.push_back(list(first));
+  r.push_back(list(inverse));
+  r.push_back(list(counts));
+  return r;
+}
+
+// Whether box b is suppressed by box a, as the reference's suppress_by_iou decides it, in float32
+// as NumPy computes on the float32 boxes: the intersection over union of the two exceeds the
+// threshold, a box with no area or an empty intersection never suppressing. Python's max and min
+// keep their first operand unless the second compares greater (less), and the reference's max_min
+// orders a pair by >=: kept so, since the outcome with a NaN coordinate depends on it.
+bool suppressed_by_iou(const float* a, const float* b, bool center_point_box, float threshold) {
+  const auto py_max = [](float u, float v) { return v > u ? v : u; };
+  const auto py_min = [](float u, float v) { return v < u ? v : u; };
+  struct span_1d {
+    float lo, hi;
+  };
+  const auto ordered = [](float u, float v) { return u >= v ? span_1d{v, u} : span_1d{u, v}; };
+  span_1d x1{}, x2{}, y1{}, y2{};
+  if (!center_point_box) {
+    // [y1, x1, y2, x2], either corner first.
+    x1 = ordered(a[1], a[3]), x2 = ordered(b[1], b[3]);
+    y1 = ordered(a[0], a[2]), y2 = ordered(b[0], b[2]);
+  } else {
+    // [x_center, y_center, width, height].
+    x1 = {a[0] - a[2] / 2, a[0] + a[2] / 2}, x2 = {b[0] - b[2] / 2, b[0] + b[2] / 2};
+    y1 = {a[1] - a[3] / 2, a[1] + a[3] / 2}, y2 = {b[1] - b[3] / 2, b[1] + b[3] / 2};
+  }
+  const float ix_lo = py_max(x1.lo, x2.lo), ix_hi = py_min(x1.hi, x2.hi);
+  if (ix_hi <= ix_lo) return false;
+  const float iy_lo = py_max(y1.lo, y2.lo), iy_hi = py_min(y1.hi, y2.hi);
+  if (iy_hi <= iy_lo) return false;
+  const float inter = (ix_hi - ix_lo) * (iy_hi - iy_lo);
+  if (inter <= 0) return false;
+  const float area1 = (x1.hi - x1.lo) * (y1.hi - y1.lo), area2 = (x2.hi - x2.lo) * (y2.hi - y2.lo);
+  const float uni = area1 + area2 - inter;
+  if (area1 <= 0 || area2 <= 0 || uni <= 0) return false;
+  return inter / uni > threshold;
+}
+
+// NonMaxSuppression's optional one-value inputs: absent or empty is the default (the reference
+// ignores an empty one).
+const tensor* nms_scalar(const ctx& c, std::span<const operand> in, std::size_t i, dtype want) {
+  if (i >= in.size() || !in[i].value || in[i].value->elements() == 0) return nullptr;
+  const tensor& v = *in[i].value;
+  if (v.type() != want)
+    c.fail(errc::invalid_dtype, c.in_name(i),
+           "input '" + c.in_name(i) + "' must be " + std::string(to_string(want)) + ", not " +
+               std::string(to_string(v.type())));
+  if (v.elements() != 1)
+    c.fail(errc::invalid_shape, c.in_name(i),
+           "input '" + c.in_name(i) + "' must hold one value, not " + shape_string(v.shape()));
+  return &v;
+}
+
+// NonMaxSuppression (onnx.ai/onnx/operators/onnx__NonMaxSuppression.html) as
+// onnx/reference/ops/op_non_max_suppression.py computes it: for each batch, then each class, the
+// boxes whose score exceeds score_threshold (every box without one) are taken by descending score,
+// the lower box index first among equal scores, and each is kept unless its IoU with one kept
+// before exceeds iou_threshold (default 0), until max_output_boxes_per_class (default 0, negative
+// read as 0) are kept. Selected: [count, 3] int64 rows of (batch, class, box). A NaN score among
+// the candidates has no place in that order (the reference's sort then depends on Python's
+// algorithm): it is refused.
+std::optional<values> fold_non_max_suppression(const ctx& c, std::span<const operand> in) {
+  const tensor& boxes = *need(c, in, 0).value;
+  const tensor& scores = *need(c, in, 1).value;
+  for (std::size_t i = 0; i < 2; ++i)
+    if (in[i].value->type() != dtype::f32)
+      c.fail(errc::invalid_dtype, c.in_name(i),
+             "input '" + c.in_name(i) + "' must be float32, not " + std::string(to_string(in[i].value->type())));
+  const shape& bs = boxes.shape();
+  const shape& ss = scores.shape();
+  if (bs.rank() != 3 || bs[2] != 4)
+    c.fail(errc::invalid_shape, c.in_name(0),
+           "boxes must be [num_batches, spatial_dimension, 4], not " + shape_string(bs));
+  if (ss.rank() != 3 || ss[0] != bs[0] || ss[2] != bs[1])
+    c.fail(errc::invalid_shape, c.in_name(1),
+           "scores must be [num_batches, num_classes, spatial_dimension] with boxes " + shape_string(bs) + ", not " +
+               shape_string(ss));
+  const std::int64_t center = c.attr_int("center_point_box", 0);
+  if (center != 0 && center != 1)
+    c.fail(errc::invalid_argument, {}, "center_point_box must be 0 or 1, got " + std::to_string(center));
+  const tensor* max_t = nms_scalar(c, in, 2, dtype::i64);
+  const tensor* iou_t = nms_scalar(c, in, 3, dtype::f32);
+  const tensor* score_t = nms_scalar(c, in, 4, dtype::f32);
+  const std::int64_t max_out = max_t ? std::max<std::int64_t>(int_at(*max_t, 0), 0) : 0;
+  const float iou = iou_t ? static_cast<float>(iou_t->get(0)) : 0.0f;
+  const std::int64_t batches = bs[0], classes = ss[1], count = bs[1];
+  const float* box = static_cast<const float*>(boxes.data());
+  const float* score = static_cast<const float*>(scores.data());
+  std::vector<std::array<std::int64_t, 3>> selected;
+  std::vector<std::int64_t> candidates, kept;
+  for (std::int64_t b = 0; b < batches; ++b)
+    for (std::int64_t k = 0; k < classes; ++k) {
+      const float* sc = score + (b * classes + k) * count;
+      candidates.clear();
+      for (std::int64_t i = 0; i < count; ++i) {
+        if (score_t && !(sc[i] > static_cast<float>(score_t->get(0)))) continue;
+        if (std::isnan(sc[i]))
+          c.fail(errc::invalid_argument, c.in_name(1),
+                 "score of box " + std::to_string(i) + " (batch " + std::to_string(b) + ", class " + std::to_string(k) +
+                     ") is NaN, which orders nowhere among the candidates");
+        candidates.push_back(i);
+      }
+      std::sort(candidates.begin(), candidates.end(),
+                [&](std::int64_t p, std::int64_t q) { return sc[p] > sc[q] || (sc[p] == sc[q] && p < q); });
+      kept.clear();
+      for (const std::int64_t i : candidates) {
+        if (static_cast<std::int64_t>(kept.size()) >= max_out) break;
+        const float* bi = box + (b * count + i) * 4;
+        const bool suppressed = std::any_of(kept.begin(), kept.end(), [&](std::int64_t j) {
+          return suppressed_by_iou(bi, box + (b * count + j) * 4, center == 1, iou);
+        });
+        if (suppressed) continue;
+        kept.push_back(i);
+        selected.push_back({b, k, i});
+      }
+    }
+  const shape os = checked_shape(c, {static_cast<std::int64_t>(selected.size()), 3}, c.n.output(0));
+  if (!fits(os)) return std::nullopt;
+  tensor out(os, dtype::i64);
+  for (std::size_t r = 0; r < selected.size(); ++r)
+    for (std::size_t col = 0; col < 3; ++col) put_int(out, static_cast<std::int64_t>(r * 3 + col), selected[r][col]);
+  return one_value(host_value{std::move(out)});
+}
+
 }  // namespace
 
 bool is_foldable(std::string_view op_type) noexcept {
@@ -995,6 +1315,28 @@ std::optional<host_value> fold(const ::onnx::NodeProto& n, const std::string& no
   if (t == "MelWeightMatrix") return fold_mel_weight_matrix(c, inputs);
   if (t == "Ceil" || t == "Relu") return fold_ceil_relu(c, inputs);
   return fold_binary(c, inputs);
+}
+
+bool shape_depends_on_data(std::string_view op_type) noexcept {
+  return op_type == "NonZero" || op_type == "Compress" || op_type == "Unique" || op_type == "NonMaxSuppression";
+}
+
+std::optional<std::vector<host_value>> fold_shape_from_data(const ::onnx::NodeProto& n, const std::string& node_name,
+                                                            std::span<const operand> inputs) {
+  const ctx c{n, node_name};
+  const std::string& t = n.op_type();
+  const int outputs = t == "Unique" ? 4 : 1;
+  if (n.output_size() < 1 || n.output_size() > outputs)
+    c.fail(errc::invalid_argument, {},
+           "has " + std::to_string(n.output_size()) + " outputs; it takes 1" +
+               (outputs > 1 ? " to " + std::to_string(outputs) : std::string()));
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].value && !inputs[i].value->is_host())
+      c.fail(errc::not_supported, c.in_name(i), "input '" + c.in_name(i) + "' has no data to fold");
+  if (t == "NonZero") return fold_nonzero(c, inputs);
+  if (t == "Compress") return fold_compress(c, inputs);
+  if (t == "Unique") return fold_unique(c, inputs);
+  return fold_non_max_suppression(c, inputs);
 }
 
 }  // namespace npurt::onnx::folding

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace npurt::onnx::folding {
 
@@ -57,5 +58,27 @@ inline constexpr std::int64_t max_fold_elements = std::int64_t{1} << 24;
 
 /// A TensorProto as a host value (onnx.cpp's reader).
 [[nodiscard]] host_value to_host_value(const ::onnx::TensorProto& t);
+
+/// NonZero, Compress, Unique and NonMaxSuppression: an output dimension of each is decided by
+/// its inputs' values (onnx.ai leaves it unknown to shape inference), and npurt's shapes are
+/// static. They are folded when their inputs are constants.
+[[nodiscard]] bool shape_depends_on_data(std::string_view op_type) noexcept;
+
+/// Evaluates one of them on constants: one value per output of `n`, in order (Unique's Y,
+/// indices, inverse_indices and counts; an unnamed output is computed too). Returns nullopt when
+/// an output would hold more than max_fold_elements. Throws graph_error naming the node:
+/// invalid_shape for operands of the wrong rank or shape (NonMaxSuppression's boxes not
+/// [N, B, 4], a Compress condition longer than its axis), invalid_dtype for the wrong dtype,
+/// invalid_argument for an axis out of range, an attribute out of its set or a NaN score.
+[[nodiscard]] std::optional<std::vector<host_value>> fold_shape_from_data(const ::onnx::NodeProto& n,
+                                                                          const std::string& node_name,
+                                                                          std::span<const operand> inputs);
+
+/// What a constant Compress condition keeps of data: the indices along the axis (of the flattened
+/// data when the node has no axis), and that axis made non-negative.
+struct compress_selection {
+  std::optional<std::size_t> axis;
+  std::vector<std::int64_t> indices;
+};
 
 }  // namespace npurt::onnx::folding

@@ -277,6 +277,52 @@ struct import_state {
 // Keeps a known value as a constant of the graph.
 void keep(graph& g, const std::string& name, folding::host_value v) { g.add_constant(name, std::move(v.value)); }
 
+// What became of an operator whose output's shape depends on data (folding::shape_depends_on_data).
+struct data_shaped {
+  enum { added, waiting, unsupported } what = added;
+  bool would_fold = false;  // waiting: every input would be known
+  std::string why;          // unsupported: why, for the list of unsupported operators
+};
+
+// NonZero, Compress, Unique and NonMaxSuppression: folded when their inputs are constants. Anything
+// else has an output shape only the run-time data decides, which npurt's static shapes cannot hold.
+data_shaped add_data_shaped(graph& g, const import_state& st, const ::onnx::NodeProto& n, const std::string& node_name,
+                            std::span<const folding::operand> known) {
+  const std::string& t = n.op_type();
+  if (n.output_size() < 1 || n.output(0).empty())
+    throw graph_error(make_error_code(errc::invalid_argument), node_name, {},
+                      "onnx: " + t + " '" + node_name + "' needs a named first output");
+  data_shaped r;
+  bool any_pending = false, all_would_fold = true, all_constant = true;
+  for (int i = 0; i < n.input_size(); ++i) {
+    const std::string& in = n.input(i);
+    const auto k = static_cast<std::size_t>(i);
+    if (in.empty() || known[k].value) continue;
+    all_constant = false;
+    any_pending = any_pending || st.pending.count(in) != 0;
+    all_would_fold = all_would_fold && st.would_fold.count(in) != 0;
+  }
+  if (any_pending && all_would_fold) {
+    r.what = data_shaped::waiting;
+    r.would_fold = true;
+    return r;
+  }
+  if (!all_constant) {
+    r.what = data_shaped::unsupported;
+    r.why = t;
+    return r;
+  }
+  auto values = folding::fold_shape_from_data(n, node_name, known);
+  if (!values) {
+    r.what = data_shaped::unsupported;
+    r.why = t + " (folding more than 2^24 elements)";
+    return r;
+  }
+  for (int o = 0; o < n.output_size(); ++o)
+    if (!n.output(o).empty()) keep(g, n.output(o), std::move((*values)[static_cast<std::size_t>(o)]));
+  return r;
+}
+
 graph build(const ::onnx::ModelProto& m, const std::string& name, const load_options& opts) {
   const auto& gp = m.graph();
   const std::int64_t opset = opset_of(m);
@@ -434,6 +480,12 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
                                             (p && i == 0 && folding::reads_shape_only(n.op_type())));
         all_known = all_known && v.value;
         known.push_back(v);
+      }
+      if (onnx_domain && folding::shape_depends_on_data(n.op_type())) {
+        const data_shaped r = add_data_shaped(g, st, n, node_name, known);
+        if (r.what == data_shaped::unsupported) unsupported.insert(r.why);
+        if (r.what != data_shaped::added) set_pending(n, r.would_fold);
+        return;
       }
       if (foldable && all_known) {
         if (auto r = folding::fold(n, node_name, opset, known)) {

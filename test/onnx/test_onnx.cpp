@@ -322,6 +322,8 @@ TEST_CASE("every ONNX backend node test of folded operators, its inputs made con
                                             "Slice", "Squeeze", "Sub",     "Unsqueeze", "Where"};
   // Operators of the graph that the importer folds when their inputs are constants.
   static const std::set<std::string> folded_graph_ops{"Min", "Max", "DequantizeLinear", "Ceil", "Relu"};
+  // Operators whose output's shape depends on their inputs' values, folded from constants.
+  static const std::set<std::string> folded_data_shaped{"NonZero", "Compress", "Unique", "NonMaxSuppression"};
   std::vector<fs::path> tests;
   for (const auto& e : fs::directory_iterator(dir))
     if (fs::exists(e.path() / "model.onnx")) tests.push_back(e.path());
@@ -336,7 +338,8 @@ TEST_CASE("every ONNX backend node test of folded operators, its inputs made con
     }
     if (m.graph().node_size() == 0 ||
         !std::all_of(m.graph().node().begin(), m.graph().node().end(), [](const ::onnx::NodeProto& n) {
-          return folded.count(n.op_type()) != 0 || folded_graph_ops.count(n.op_type()) != 0;
+          return folded.count(n.op_type()) != 0 || folded_graph_ops.count(n.op_type()) != 0 ||
+                 folded_data_shaped.count(n.op_type()) != 0;
         }))
       continue;
     const fs::path ds = t / "test_data_set_0";
@@ -3532,4 +3535,339 @@ TEST_CASE("an If whose condition waits on an unsupported operator is not listed 
   CHECK(e.code == errc::not_supported);
   CHECK(e.what.find("uses unsupported operators: com.example.Mystery") != std::string::npos);
   CHECK(e.what.find("If") == std::string::npos);
+}
+
+namespace {
+
+// A BOOL initializer (one byte per element in raw_data, as ONNX stores a bool).
+void add_bool_init(::onnx::GraphProto* g, const char* name, std::vector<std::int64_t> dims, std::vector<int> values) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(::onnx::TensorProto::BOOL);
+  for (auto d : dims) t->add_dims(d);
+  std::string raw;
+  for (int v : values) raw.push_back(static_cast<char>(v));
+  t->set_raw_data(raw);
+}
+
+// A model of opset 13 with no input; the caller adds initializers, nodes and outputs.
+::onnx::ModelProto constants_model() {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  return m;
+}
+
+// A Unique of the constant float x with its four outputs y, indices, inverse and counts, folded.
+graph unique_graph(std::vector<std::int64_t> dims, std::vector<float> x, std::optional<std::int64_t> axis,
+                   std::int64_t sorted) {
+  ::onnx::ModelProto m = constants_model();
+  auto* g = m.mutable_graph();
+  add_f32(g, "x", std::move(dims), std::move(x));
+  auto* n = g->add_node();
+  n->set_op_type("Unique");
+  n->set_name("u");
+  n->add_input("x");
+  for (const char* o : {"y", "indices", "inverse", "counts"}) {
+    n->add_output(o);
+    g->add_output()->set_name(o);
+  }
+  if (axis) set_int(n, "axis", *axis);
+  set_int(n, "sorted", sorted);
+  return npurt::onnx::load_from_bytes(m.SerializeAsString(), "unique");
+}
+
+std::vector<double> values_of(const graph& g, const char* name) {
+  const tensor* t = g.constant(name);
+  REQUIRE(t);
+  return t->to_vector();
+}
+
+// numpy.compress written out for the tests: the slices of `x` (row-major, of `dims`) along `axis`
+// (negative counting from the back) whose condition element is true; the flattened input's
+// elements without an axis.
+std::vector<double> compress_reference(const std::vector<double>& x, const std::vector<std::int64_t>& dims,
+                                       const std::vector<int>& cond, const std::optional<std::int64_t>& axis) {
+  std::vector<double> out;
+  if (!axis.has_value()) {
+    for (std::size_t i = 0; i < cond.size(); ++i)
+      if (cond[i]) out.push_back(x[i]);
+    return out;
+  }
+  const auto rank = static_cast<std::int64_t>(dims.size());
+  const auto a = static_cast<std::size_t>(*axis < 0 ? *axis + rank : *axis);
+  std::int64_t outer = 1, inner = 1;
+  for (std::size_t k = 0; k < a; ++k) outer *= dims[k];
+  for (std::size_t k = a + 1; k < dims.size(); ++k) inner *= dims[k];
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::size_t j = 0; j < cond.size(); ++j)
+      if (cond[j])
+        for (std::int64_t b = 0; b < inner; ++b)
+          out.push_back(x[static_cast<std::size_t>((o * dims[a] + static_cast<std::int64_t>(j)) * inner + b)]);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("NonZero of a constant folds to numpy.nonzero's coordinates, floats compared with 0", "[onnx][fold][dyn]") {
+  ::onnx::ModelProto m = constants_model();
+  auto* g = m.mutable_graph();
+  // float [2, 3]: NaN is nonzero, -0.0 is zero (numpy's x != 0).
+  add_f32(g, "f", {2, 3}, {1.5f, 0.0f, 0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN(), -2.0f});
+  add_bool_init(g, "b", {2, 2}, {1, 0, 1, 1});
+  add_i64(g, "i", {4}, {0, 7, 0, -1});
+  add_bool_init(g, "none", {3}, {0, 0, 0});
+  for (const char* in : {"f", "b", "i", "none"}) {
+    const std::string out = std::string("nz_") + in;
+    add_named(g, "NonZero", {in}, out.c_str());
+    g->add_output()->set_name(out);
+  }
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "nonzero");
+  // Row-major order of the nonzero elements, one row of coordinates per dimension.
+  CHECK(gr.constant("nz_f")->shape() == shape{2, 3});
+  CHECK(values_of(gr, "nz_f") == std::vector<double>{0, 1, 1, 0, 1, 2});
+  CHECK(gr.constant("nz_f")->type() == dtype::i64);
+  CHECK(gr.constant("nz_b")->shape() == shape{2, 3});
+  CHECK(values_of(gr, "nz_b") == std::vector<double>{0, 1, 1, 0, 0, 1});
+  CHECK(gr.constant("nz_i")->shape() == shape{1, 2});
+  CHECK(values_of(gr, "nz_i") == std::vector<double>{1, 3});
+  CHECK(gr.constant("nz_none")->shape() == shape{1, 0});
+}
+
+TEST_CASE("Compress of constants folds along an axis, a negative one and the flattened input", "[onnx][fold][dyn]") {
+  const std::vector<double> x{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const std::vector<std::int64_t> dims{3, 4};
+  struct form {
+    std::optional<std::int64_t> axis;
+    std::vector<int> cond;
+    shape want;
+  };
+  // A condition shorter than the axis leaves the rest out, as numpy.compress does.
+  const std::vector<form> forms{
+      {0, {0, 1, 1}, shape{2, 4}},      {1, {1, 0, 1}, shape{3, 2}},
+      {-1, {0, 0, 0, 1}, shape{3, 1}},  {std::nullopt, {0, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1}, shape{4}},
+      {std::nullopt, {1, 1}, shape{2}}, {0, {0, 0, 0}, shape{0, 4}}};
+  for (const auto& f : forms) {
+    CAPTURE(f.axis.value_or(99), f.cond.size());
+    ::onnx::ModelProto m = constants_model();
+    auto* g = m.mutable_graph();
+    add_f32(g, "data", dims, std::vector<float>(x.begin(), x.end()));
+    add_bool_init(g, "cond", {static_cast<std::int64_t>(f.cond.size())}, f.cond);
+    auto* n = add_output_node(g, "Compress", {"data", "cond"}, "y");
+    if (f.axis) set_int(n, "axis", *f.axis);
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "compress");
+    REQUIRE(gr.constant("y"));
+    CHECK(gr.constant("y")->shape() == f.want);
+    CHECK(values_of(gr, "y") == compress_reference(x, dims, f.cond, f.axis));
+  }
+}
+
+TEST_CASE("Unique of a constant folds to numpy.unique's four outputs, sorted or by first occurrence, NaNs as one",
+          "[onnx][fold][dyn]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const std::int64_t sorted : {1, 0}) {
+    CAPTURE(sorted);
+    const graph gr = unique_graph({9}, {2, nan, 1, 2, nan, -0.0f, 0.0f, 1, 1}, std::nullopt, sorted);
+    const std::vector<double> y = values_of(gr, "y");
+    REQUIRE(y.size() == 4);
+    // Worked by hand from numpy.unique: a stable sort (-0.0 and 0.0 tie, 0.0 after -0.0; NaNs
+    // last and one group, equal_nan), each group shown as its first occurrence.
+    if (sorted) {
+      CHECK(std::signbit(y[0]));  // -0.0, at index 5, is the zeros' first occurrence
+      CHECK(y[0] == 0.0);
+      CHECK((y[1] == 1 && y[2] == 2 && std::isnan(y[3])));
+      CHECK(values_of(gr, "indices") == std::vector<double>{5, 2, 0, 1});
+      CHECK(values_of(gr, "inverse") == std::vector<double>{2, 3, 1, 2, 3, 0, 0, 1, 1});
+      CHECK(values_of(gr, "counts") == std::vector<double>{2, 3, 2, 2});
+    } else {
+      CHECK((y[0] == 2 && std::isnan(y[1]) && y[2] == 1 && y[3] == 0.0 && std::signbit(y[3])));
+      CHECK(values_of(gr, "indices") == std::vector<double>{0, 1, 2, 5});
+      CHECK(values_of(gr, "inverse") == std::vector<double>{0, 1, 2, 0, 1, 3, 3, 2, 2});
+      CHECK(values_of(gr, "counts") == std::vector<double>{2, 2, 3, 2});
+    }
+    for (const char* o : {"indices", "inverse", "counts"}) CHECK(gr.constant(o)->type() == dtype::i64);
+  }
+}
+
+TEST_CASE("Unique along an axis compares slices; int64 exactly; a slice with NaN equals no other",
+          "[onnx][fold][dyn]") {
+  {
+    // onnx.ai's Unique example 3: X [2, 4, 2] along axis 1; its slices 1 and 3 are equal.
+    const graph gr = unique_graph({2, 4, 2}, {1, 1, 0, 1, 2, 1, 0, 1, 1, 1, 0, 1, 2, 1, 0, 1}, 1, 1);
+    CHECK(gr.constant("y")->shape() == shape{2, 3, 2});
+    CHECK(values_of(gr, "y") == std::vector<double>{0, 1, 1, 1, 2, 1, 0, 1, 1, 1, 2, 1});
+    CHECK(values_of(gr, "indices") == std::vector<double>{1, 0, 2});
+    CHECK(values_of(gr, "inverse") == std::vector<double>{1, 0, 2, 0});
+    CHECK(values_of(gr, "counts") == std::vector<double>{2, 1, 1});
+  }
+  {
+    // onnx.ai's example 2, rows of [[1, 0, 0], [1, 0, 0], [2, 3, 4]], with axis -2 and sorted = 0.
+    const graph gr = unique_graph({3, 3}, {1, 0, 0, 1, 0, 0, 2, 3, 4}, -2, 0);
+    CHECK(values_of(gr, "y") == std::vector<double>{1, 0, 0, 2, 3, 4});
+    CHECK(values_of(gr, "indices") == std::vector<double>{0, 2});
+    CHECK(values_of(gr, "inverse") == std::vector<double>{0, 0, 1});
+    CHECK(values_of(gr, "counts") == std::vector<double>{2, 1});
+  }
+  {
+    // Along an axis numpy compares the slices as records, field by field with ==: the two rows
+    // [NaN, 1] stay apart, after [0, 2] (NaN sorts after numbers).
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const graph gr = unique_graph({3, 2}, {nan, 1, nan, 1, 0, 2}, 0, 1);
+    const std::vector<double> y = values_of(gr, "y");
+    REQUIRE(y.size() == 6);
+    CHECK((y[0] == 0 && y[1] == 2 && std::isnan(y[2]) && y[3] == 1 && std::isnan(y[4]) && y[5] == 1));
+    CHECK(values_of(gr, "indices") == std::vector<double>{2, 0, 1});
+    CHECK(values_of(gr, "inverse") == std::vector<double>{1, 2, 0});
+    CHECK(values_of(gr, "counts") == std::vector<double>{1, 1, 1});
+  }
+  // int64 values one apart above 2^53 (equal in double) are distinct.
+  ::onnx::ModelProto m = constants_model();
+  auto* g = m.mutable_graph();
+  const std::int64_t big = std::int64_t{1} << 62;
+  add_i64(g, "x", {3}, {big + 1, big, big + 1});
+  add_output_node(g, "Unique", {"x"}, "y");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "unique_i64");
+  REQUIRE(gr.constant("y"));
+  REQUIRE(gr.constant("y")->elements() == 2);
+  CHECK(gr.constant("y")->get_int(0) == big);
+  CHECK(gr.constant("y")->get_int(1) == big + 1);
+}
+
+namespace {
+
+// A NonMaxSuppression of constant boxes [1, n, 4] and scores [1, 1, n] (or the shapes given).
+graph nms_model(std::vector<std::int64_t> box_dims, std::vector<float> boxes, std::vector<std::int64_t> score_dims,
+                std::vector<float> scores, std::int64_t max_out, float iou, std::optional<float> score_threshold,
+                std::int64_t center_point_box = 0) {
+  ::onnx::ModelProto m = constants_model();
+  auto* g = m.mutable_graph();
+  add_f32(g, "boxes", std::move(box_dims), std::move(boxes));
+  add_f32(g, "scores", std::move(score_dims), std::move(scores));
+  add_i64(g, "max_out", {1}, {max_out});
+  add_f32(g, "iou", {1}, {iou});
+  std::vector<std::string> ins{"boxes", "scores", "max_out", "iou"};
+  if (score_threshold) {
+    add_f32(g, "score_threshold", {1}, {*score_threshold});
+    ins.emplace_back("score_threshold");
+  }
+  auto* n = add_output_node(g, "NonMaxSuppression", ins, "selected");
+  n->set_name("nms");
+  if (center_point_box) set_int(n, "center_point_box", center_point_box);
+  return npurt::onnx::load_from_bytes(m.SerializeAsString(), "nms");
+}
+
+}  // namespace
+
+TEST_CASE("NonMaxSuppression of constants folds as the spec's examples and onnx/reference select",
+          "[onnx][fold][dyn]") {
+  // onnx.ai's examples: six boxes in three clusters, [y1, x1, y2, x2].
+  const std::vector<float> corners{0, 0,  1, 1,  0, 0.1f,  1, 1.1f,  0, -0.1f, 1, 0.9f,
+                                   0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101};
+  const std::vector<float> scores{0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f};
+  const auto selected = [](const graph& g) { return values_of(g, "selected"); };
+  // suppress_by_IOU: the top box of each cluster.
+  CHECK(selected(nms_model({1, 6, 4}, corners, {1, 1, 6}, scores, 3, 0.5f, 0.0f)) ==
+        std::vector<double>{0, 0, 3, 0, 0, 0, 0, 0, 5});
+  // suppress_by_IOU_and_scores: 0.3 is not above 0.4.
+  CHECK(selected(nms_model({1, 6, 4}, corners, {1, 1, 6}, scores, 3, 0.5f, 0.4f)) ==
+        std::vector<double>{0, 0, 3, 0, 0, 0});
+  // limit_output_size: two per class.
+  CHECK(selected(nms_model({1, 6, 4}, corners, {1, 1, 6}, scores, 2, 0.5f, 0.0f)) ==
+        std::vector<double>{0, 0, 3, 0, 0, 0});
+  // center_point_box: the same boxes as [x_center, y_center, width, height].
+  const std::vector<float> centers{0.5f, 0.5f,  1, 1, 0.5f, 0.6f,  1, 1, 0.5f, 0.4f,   1, 1,
+                                   0.5f, 10.5f, 1, 1, 0.5f, 10.6f, 1, 1, 0.5f, 100.5f, 1, 1};
+  CHECK(selected(nms_model({1, 6, 4}, centers, {1, 1, 6}, scores, 3, 0.5f, 0.0f, 1)) ==
+        std::vector<double>{0, 0, 3, 0, 0, 0, 0, 0, 5});
+  // two_batches and two_classes: per batch, then per class.
+  std::vector<float> two = corners;
+  two.insert(two.end(), corners.begin(), corners.end());
+  std::vector<float> two_scores = scores;
+  two_scores.insert(two_scores.end(), scores.begin(), scores.end());
+  CHECK(selected(nms_model({2, 6, 4}, two, {2, 1, 6}, two_scores, 2, 0.5f, 0.0f)) ==
+        std::vector<double>{0, 0, 3, 0, 0, 0, 1, 0, 3, 1, 0, 0});
+  CHECK(selected(nms_model({1, 6, 4}, corners, {1, 2, 6}, two_scores, 2, 0.5f, 0.0f)) ==
+        std::vector<double>{0, 0, 3, 0, 0, 0, 0, 1, 3, 0, 1, 0});
+  // An IoU of exactly the threshold does not suppress (the reference's >): box 1 is half of box 0.
+  const std::vector<float> halves{0, 0, 1, 1, 0, 0, 1, 0.5f};
+  CHECK(selected(nms_model({1, 2, 4}, halves, {1, 1, 2}, {0.9f, 0.8f}, 5, 0.5f, std::nullopt)) ==
+        std::vector<double>{0, 0, 0, 0, 0, 1});
+  CHECK(selected(nms_model({1, 2, 4}, halves, {1, 1, 2}, {0.9f, 0.8f}, 5, 0.49f, std::nullopt)) ==
+        std::vector<double>{0, 0, 0});
+  // Equal scores: the lower box index first; max_output_boxes_per_class 0 (and negative) keeps none.
+  const std::vector<float> apart{0, 0, 1, 1, 5, 5, 6, 6};
+  CHECK(selected(nms_model({1, 2, 4}, apart, {1, 1, 2}, {0.5f, 0.5f}, 1, 0.5f, std::nullopt)) ==
+        std::vector<double>{0, 0, 0});
+  const graph none = nms_model({1, 2, 4}, apart, {1, 1, 2}, {0.5f, 0.5f}, -3, 0.5f, std::nullopt);
+  CHECK(none.constant("selected")->shape() == shape{0, 3});
+}
+
+TEST_CASE("NonMaxSuppression refuses boxes not [N, B, 4], mismatched scores, a bad center_point_box and NaN scores",
+          "[onnx][fold][dyn][errors]") {
+  const auto code_of = [](auto&& load) -> std::pair<std::error_code, std::string> {
+    try {
+      (void)load();
+    } catch (const graph_error& e) { return {e.code(), e.what()}; }
+    return {};
+  };
+  const std::vector<float> b8{0, 0, 1, 1, 0, 0, 1, 1};
+  auto [c1, w1] = code_of([&] { return nms_model({1, 4, 2}, b8, {1, 1, 4}, {1, 1, 1, 1}, 1, 0.5f, std::nullopt); });
+  CHECK(c1 == errc::invalid_shape);
+  CHECK(w1.find("[num_batches, spatial_dimension, 4]") != std::string::npos);
+  CHECK(w1.find("nms") != std::string::npos);
+  auto [c2, w2] = code_of([&] { return nms_model({1, 2, 4}, b8, {1, 1, 3}, {1, 1, 1}, 1, 0.5f, std::nullopt); });
+  CHECK(c2 == errc::invalid_shape);
+  CHECK(w2.find("scores") != std::string::npos);
+  auto [c3, w3] = code_of([&] { return nms_model({1, 2, 4}, b8, {1, 1, 2}, {1, 1}, 1, 0.5f, std::nullopt, 2); });
+  CHECK(c3 == errc::invalid_argument);
+  CHECK(w3.find("center_point_box") != std::string::npos);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto [c4, w4] = code_of([&] { return nms_model({1, 2, 4}, b8, {1, 1, 2}, {1, nan}, 1, 0.5f, std::nullopt); });
+  CHECK(c4 == errc::invalid_argument);
+  CHECK(w4.find("NaN") != std::string::npos);
+  // Filtered out by score_threshold, a NaN score is no candidate, as in the reference.
+  CHECK(values_of(nms_model({1, 2, 4}, b8, {1, 1, 2}, {1, nan}, 1, 0.5f, 0.0f), "selected") ==
+        std::vector<double>{0, 0, 0});
+}
+
+TEST_CASE("Unique with sorted other than 0 or 1, NonZero of a scalar and an axis out of range are refused",
+          "[onnx][dyn][errors]") {
+  const auto load_error_of = [](const char* op, std::vector<std::int64_t> dims, const char* attr, std::int64_t v) {
+    ::onnx::ModelProto m = constants_model();
+    auto* g = m.mutable_graph();
+    add_f32(g, "c", dims, std::vector<float>(dims.empty() ? 1 : 4, 1.0f));
+    auto* n = add_output_node(g, op, {"c"}, "y");
+    if (attr) set_int(n, attr, v);
+    return error_loading(m);
+  };
+  CHECK(load_error_of("Unique", {4}, "sorted", 2).code == errc::invalid_argument);
+  CHECK(load_error_of("Unique", {2, 2}, "axis", 2).code == errc::invalid_argument);
+  CHECK(load_error_of("NonZero", {}, nullptr, 0).code == errc::invalid_shape);
+}
+
+TEST_CASE("TopK's k from a folded NonZero (Shape, Gather) of a constant mask runs with that k", "[onnx][dyn][topk]") {
+  // k = the number of true elements of a constant mask: 3.
+  ::onnx::ModelProto m = model_of_x({2, 5});
+  auto* g = m.mutable_graph();
+  add_bool_init(g, "mask", {6}, {1, 0, 1, 0, 0, 1});
+  add_i64(g, "one", {1}, {1});
+  add_named(g, "NonZero", {"mask"}, "where");
+  add_named(g, "Shape", {"where"}, "dims");
+  add_named(g, "Gather", {"dims", "one"}, "k");
+  auto* n = g->add_node();
+  n->set_op_type("TopK");
+  for (const char* i : {"x", "k"}) n->add_input(i);
+  for (const char* o : {"values", "indices"}) {
+    n->add_output(o);
+    g->add_output()->set_name(o);
+  }
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "topk_nonzero");
+  REQUIRE(gr.constant("k"));
+  CHECK(gr.constant("k")->get_int(0) == 3);
+  npurt::system sys{sim::presets::ascend910b(1)};
+  session s{sys};
+  const auto r = s.run(s.compile(gr), {{"x", tensor({2, 5}, dtype::f32, {0.5, 2, -1, 3, 1, 3, 9, 3, -4, 7})}});
+  // The three largest of each row, the lower index first among equals.
+  CHECK(r.outputs.at("values").to_vector() == std::vector<double>{3, 2, 1, 9, 7, 3});
+  CHECK(r.outputs.at("indices").to_vector() == std::vector<double>{3, 1, 4, 1, 4, 0});
 }
