@@ -1321,6 +1321,8 @@ bool shape_depends_on_data(std::string_view op_type) noexcept {
   return op_type == "NonZero" || op_type == "Compress" || op_type == "Unique" || op_type == "NonMaxSuppression";
 }
 
+bool decides_shape(std::string_view op_type, std::size_t i) noexcept { return op_type != "Compress" || i == 1; }
+
 std::optional<std::vector<host_value>> fold_shape_from_data(const ::onnx::NodeProto& n, const std::string& node_name,
                                                             std::span<const operand> inputs) {
   const ctx c{n, node_name};
@@ -1337,6 +1339,11 @@ std::optional<std::vector<host_value>> fold_shape_from_data(const ::onnx::NodePr
   if (t == "Compress") return fold_compress(c, inputs);
   if (t == "Unique") return fold_unique(c, inputs);
   return fold_non_max_suppression(c, inputs);
+}
+
+compress_selection select_compressed(const ::onnx::NodeProto& n, const std::string& node_name, const tensor& condition,
+                                     const shape& data) {
+  return compress_select(ctx{n, node_name}, condition, data);
 }
 
 }  // namespace npurt::onnx::folding

@@ -61,8 +61,12 @@ inline constexpr std::int64_t max_fold_elements = std::int64_t{1} << 24;
 
 /// NonZero, Compress, Unique and NonMaxSuppression: an output dimension of each is decided by
 /// its inputs' values (onnx.ai leaves it unknown to shape inference), and npurt's shapes are
-/// static. They are folded when their inputs are constants.
+/// static. They are folded when the inputs that decide the shape are constants; Compress with a
+/// constant condition but data fed at run time becomes a Gather (compress_selection).
 [[nodiscard]] bool shape_depends_on_data(std::string_view op_type) noexcept;
+/// Whether input `i` of such an operator decides its output's shape: Compress's condition (input
+/// 1) alone, every input of the others.
+[[nodiscard]] bool decides_shape(std::string_view op_type, std::size_t i) noexcept;
 
 /// Evaluates one of them on constants: one value per output of `n`, in order (Unique's Y,
 /// indices, inverse_indices and counts; an unnamed output is computed too). Returns nullopt when
@@ -74,11 +78,14 @@ inline constexpr std::int64_t max_fold_elements = std::int64_t{1} << 24;
                                                                           const std::string& node_name,
                                                                           std::span<const operand> inputs);
 
-/// What a constant Compress condition keeps of data: the indices along the axis (of the flattened
-/// data when the node has no axis), and that axis made non-negative.
+/// What a constant Compress condition keeps of data of shape `data`: the indices along the axis
+/// (of the flattened data when the node has no axis), and that axis made non-negative. Throws as
+/// fold_shape_from_data.
 struct compress_selection {
   std::optional<std::size_t> axis;
   std::vector<std::int64_t> indices;
 };
+[[nodiscard]] compress_selection select_compressed(const ::onnx::NodeProto& n, const std::string& node_name,
+                                                   const tensor& condition, const shape& data);
 
 }  // namespace npurt::onnx::folding

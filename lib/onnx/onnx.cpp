@@ -284,42 +284,84 @@ struct data_shaped {
   std::string why;          // unsupported: why, for the list of unsupported operators
 };
 
-// NonZero, Compress, Unique and NonMaxSuppression: folded when their inputs are constants. Anything
-// else has an output shape only the run-time data decides, which npurt's static shapes cannot hold.
+// NonZero, Compress, Unique and NonMaxSuppression: folded when their inputs are constants; Compress
+// with a constant condition and data fed at run time selects a static number of slices, so it is
+// added as a Gather of those indices (of the flattened data when it has no axis). Anything else has
+// an output shape only the run-time data decides, which npurt's static shapes cannot hold.
 data_shaped add_data_shaped(graph& g, const import_state& st, const ::onnx::NodeProto& n, const std::string& node_name,
-                            std::span<const folding::operand> known) {
+                            std::span<const folding::operand> known,
+                            const std::function<std::string(const std::string&)>& fresh) {
   const std::string& t = n.op_type();
   if (n.output_size() < 1 || n.output(0).empty())
     throw graph_error(make_error_code(errc::invalid_argument), node_name, {},
                       "onnx: " + t + " '" + node_name + "' needs a named first output");
   data_shaped r;
   bool any_pending = false, all_would_fold = true, all_constant = true;
+  bool decided_at_run_time = false;
   for (int i = 0; i < n.input_size(); ++i) {
     const std::string& in = n.input(i);
     const auto k = static_cast<std::size_t>(i);
     if (in.empty() || known[k].value) continue;
     all_constant = false;
-    any_pending = any_pending || st.pending.count(in) != 0;
-    all_would_fold = all_would_fold && st.would_fold.count(in) != 0;
+    const bool pending = st.pending.count(in) != 0, would_fold = st.would_fold.count(in) != 0;
+    any_pending = any_pending || pending;
+    all_would_fold = all_would_fold && would_fold;
+    decided_at_run_time = decided_at_run_time || (folding::decides_shape(t, k) && !would_fold);
   }
-  if (any_pending && all_would_fold) {
-    r.what = data_shaped::waiting;
-    r.would_fold = true;
-    return r;
-  }
-  if (!all_constant) {
+  if (decided_at_run_time) {
     r.what = data_shaped::unsupported;
     r.why = t;
     return r;
   }
-  auto values = folding::fold_shape_from_data(n, node_name, known);
-  if (!values) {
-    r.what = data_shaped::unsupported;
-    r.why = t + " (folding more than 2^24 elements)";
+  if (any_pending) {
+    r.what = data_shaped::waiting;
+    r.would_fold = all_would_fold;
     return r;
   }
-  for (int o = 0; o < n.output_size(); ++o)
-    if (!n.output(o).empty()) keep(g, n.output(o), std::move((*values)[static_cast<std::size_t>(o)]));
+  // A Compress whose data is a constant without data (a timing-only weight) is the Gather below.
+  if (all_constant && (t != "Compress" || !known[0].value || known[0].value->is_host())) {
+    auto values = folding::fold_shape_from_data(n, node_name, known);
+    if (!values) {
+      r.what = data_shaped::unsupported;
+      r.why = t + " (folding more than 2^24 elements)";
+      return r;
+    }
+    for (int o = 0; o < n.output_size(); ++o)
+      if (!n.output(o).empty()) keep(g, n.output(o), std::move((*values)[static_cast<std::size_t>(o)]));
+    return r;
+  }
+  // Compress of data fed at run time (or a constant without data) under a constant condition.
+  const value_info* data = g.find(n.input(0));
+  if (!data || !data->known)
+    throw graph_error(make_error_code(errc::invalid_shape), node_name, n.input(0),
+                      "onnx: Compress '" + node_name + "': the shape of '" + n.input(0) + "' is unknown");
+  if (known.size() < 2 || !known[1].value)
+    throw graph_error(make_error_code(errc::invalid_argument), node_name, {},
+                      "onnx: Compress '" + node_name + "' needs a condition (input 1)");
+  if (!known[1].value->is_host())
+    throw graph_error(make_error_code(errc::not_supported), node_name, n.input(1),
+                      "onnx: Compress '" + node_name + "': the condition '" + n.input(1) + "' has no data");
+  // By value: adding constants below may move the graph's value records (and `known`'s tensors).
+  const shape data_shape = data->shape;
+  const folding::compress_selection sel = folding::select_compressed(n, node_name, *known[1].value, data_shape);
+  tensor indices(shape{static_cast<std::int64_t>(sel.indices.size())}, dtype::i64);
+  if (!sel.indices.empty()) std::memcpy(indices.data(), sel.indices.data(), indices.bytes());
+  const std::string index_name = fresh(node_name + "/indices");
+  g.add_constant(index_name, std::move(indices));
+  std::string from = n.input(0);
+  if (!sel.axis && data_shape.rank() != 1) {
+    // numpy.compress without an axis works on the flattened input.
+    tensor flat(shape{1}, dtype::i64);
+    const std::int64_t elements = data_shape.elements();
+    std::memcpy(flat.data(), &elements, sizeof elements);
+    const std::string flat_shape = fresh(node_name + "/flat_shape");
+    g.add_constant(flat_shape, std::move(flat));
+    from = fresh(node_name + "/flat");
+    g.add_node("Reshape", from, {n.input(0), flat_shape}, {from});
+  }
+  attributes attrs;
+  attrs.set("axis", static_cast<std::int64_t>(sel.axis.value_or(0)));
+  g.add_node("Gather", node_name, {from, index_name}, {n.output(0)}, std::move(attrs));
   return r;
 }
 
@@ -482,7 +524,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
         known.push_back(v);
       }
       if (onnx_domain && folding::shape_depends_on_data(n.op_type())) {
-        const data_shaped r = add_data_shaped(g, st, n, node_name, known);
+        const data_shaped r = add_data_shaped(g, st, n, node_name, known, fresh);
         if (r.what == data_shaped::unsupported) unsupported.insert(r.why);
         if (r.what != data_shaped::added) set_pending(n, r.would_fold);
         return;

@@ -3830,6 +3830,81 @@ TEST_CASE("NonMaxSuppression refuses boxes not [N, B, 4], mismatched scores, a b
         std::vector<double>{0, 0, 0});
 }
 
+TEST_CASE("Compress of data fed at run time under a constant condition runs as a Gather, empty when none is kept",
+          "[onnx][dyn]") {
+  const std::vector<std::int64_t> dims{2, 3, 4};
+  std::vector<double> x(24);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i) * 0.5 - 3;
+  struct form {
+    std::optional<std::int64_t> axis;
+    std::vector<int> cond;
+    shape want;
+  };
+  const std::vector<form> forms{{1, {1, 0, 1}, shape{2, 2, 4}},
+                                {-1, {0, 1, 1}, shape{2, 3, 2}},
+                                {0, {0, 1}, shape{1, 3, 4}},
+                                {std::nullopt, {1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1}, shape{4}},
+                                {2, {0, 0, 0, 0}, shape{2, 3, 0}}};
+  npurt::system sys{sim::presets::ascend910b(1)};
+  for (const auto& f : forms) {
+    CAPTURE(f.axis.value_or(99), f.cond.size());
+    ::onnx::ModelProto m = model_of_x({2, 3, 4});
+    auto* g = m.mutable_graph();
+    add_bool_init(g, "cond", {static_cast<std::int64_t>(f.cond.size())}, f.cond);
+    // Compress reads a tensor computed at run time.
+    add_named(g, "Neg", {"x"}, "neg");
+    auto* n = add_output_node(g, "Compress", {"neg", "cond"}, "y");
+    n->set_name("pick");
+    if (f.axis) set_int(n, "axis", *f.axis);
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "compress_fed");
+    CHECK(gr.value("y").shape == f.want);
+    CHECK(std::any_of(gr.nodes().begin(), gr.nodes().end(),
+                      [](const node& nd) { return nd.type == "Gather" && nd.name == "pick"; }));
+    session s{sys};
+    const auto r = s.run(s.compile(gr), {{"x", tensor({2, 3, 4}, dtype::f32, x)}});
+    std::vector<double> neg(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) neg[i] = -x[i];
+    CHECK(r.outputs.at("y").shape() == f.want);
+    CHECK(r.outputs.at("y").to_vector() == compress_reference(neg, dims, f.cond, f.axis));
+  }
+}
+
+TEST_CASE("a Compress condition that is not 1-D bool or is longer than its axis, or an axis out of range, is refused",
+          "[onnx][dyn][errors]") {
+  struct bad {
+    std::vector<std::int64_t> cond_dims;
+    bool as_int;
+    std::optional<std::int64_t> axis;
+    errc want;
+    const char* says;
+  };
+  const std::vector<bad> cases{{{4}, false, 1, errc::invalid_shape, "more than the 3 of axis 1"},
+                               {{7}, false, std::nullopt, errc::invalid_shape, "flattened input"},
+                               {{2, 2}, false, 0, errc::invalid_shape, "must be 1-D"},
+                               {{2}, true, 0, errc::invalid_dtype, "must be bool"},
+                               {{2}, false, 2, errc::invalid_argument, "out of range"}};
+  for (const bool fed : {false, true})
+    for (const auto& b : cases) {
+      CAPTURE(fed, b.says);
+      ::onnx::ModelProto m = model_of_x({2, 3});
+      auto* g = m.mutable_graph();
+      std::int64_t count = 1;
+      for (auto d : b.cond_dims) count *= d;
+      if (b.as_int) add_i64(g, "cond", b.cond_dims, std::vector<std::int64_t>(static_cast<std::size_t>(count), 1));
+      else add_bool_init(g, "cond", b.cond_dims, std::vector<int>(static_cast<std::size_t>(count), 1));
+      add_f32(g, "k", {2, 3}, {1, 2, 3, 4, 5, 6});
+      // Fed: the data is x, and Compress becomes a Gather; else both constants fold.
+      auto* n = add_output_node(g, "Compress", {fed ? "x" : "k", "cond"}, "y");
+      n->set_name("pick");
+      if (b.axis) set_int(n, "axis", *b.axis);
+      const auto e = error_loading(m);
+      INFO(e.what);
+      CHECK(e.code == b.want);
+      CHECK(e.what.find(b.says) != std::string::npos);
+      CHECK(e.what.find("pick") != std::string::npos);
+    }
+}
+
 TEST_CASE("Unique with sorted other than 0 or 1, NonZero of a scalar and an axis out of range are refused",
           "[onnx][dyn][errors]") {
   const auto load_error_of = [](const char* op, std::vector<std::int64_t> dims, const char* attr, std::int64_t v) {
