@@ -297,7 +297,8 @@ data_shaped add_data_shaped(graph& g, const import_state& st, const ::onnx::Node
                       "onnx: " + t + " '" + node_name + "' needs a named first output");
   data_shaped r;
   bool any_pending = false, all_would_fold = true, all_constant = true;
-  bool decided_at_run_time = false;
+  std::string not_constant;
+  int not_constants = 0;
   for (int i = 0; i < n.input_size(); ++i) {
     const std::string& in = n.input(i);
     const auto k = static_cast<std::size_t>(i);
@@ -306,11 +307,22 @@ data_shaped add_data_shaped(graph& g, const import_state& st, const ::onnx::Node
     const bool pending = st.pending.count(in) != 0, would_fold = st.would_fold.count(in) != 0;
     any_pending = any_pending || pending;
     all_would_fold = all_would_fold && would_fold;
-    decided_at_run_time = decided_at_run_time || (folding::decides_shape(t, k) && !would_fold);
+    if (folding::decides_shape(t, k) && !would_fold) {
+      not_constant += (not_constant.empty() ? "'" : ", '") + in + "'";
+      ++not_constants;
+    }
   }
-  if (decided_at_run_time) {
+  if (!not_constant.empty()) {
     r.what = data_shaped::unsupported;
-    r.why = t;
+    const bool one = not_constants == 1;
+    r.why = t + " (" +
+            (t == "Compress" ? "its condition "
+             : one           ? "its input "
+                             : "its inputs ") +
+            not_constant +
+            (one ? " must be a constant: the output's shape depends on its values"
+                 : " must be constants: the output's shape depends on their values") +
+            ", and npurt's shapes are static)";
     return r;
   }
   if (any_pending) {

@@ -3869,6 +3869,36 @@ TEST_CASE("Compress of data fed at run time under a constant condition runs as a
   }
 }
 
+TEST_CASE(
+    "NonZero, Compress, Unique and NonMaxSuppression with a shape-deciding input fed at run time are refused "
+    "naming it",
+    "[onnx][dyn][errors]") {
+  struct refusal {
+    const char* op;
+    std::vector<std::string> ins;
+    const char* named;
+  };
+  const std::vector<refusal> refusals{{"NonZero", {"x"}, "'x'"},
+                                      {"Compress", {"data", "c"}, "its condition 'c'"},
+                                      {"Unique", {"x"}, "'x'"},
+                                      {"NonMaxSuppression", {"boxes", "x"}, "'x'"}};
+  for (const auto& r : refusals) {
+    CAPTURE(r.op);
+    ::onnx::ModelProto m = model_of_x({1, 1, 4});
+    auto* g = m.mutable_graph();
+    add_typed_input(g, "c", ::onnx::TensorProto::BOOL, {4});
+    add_f32(g, "data", {4}, {1, 2, 3, 4});
+    add_f32(g, "boxes", {1, 4, 4}, std::vector<float>(16, 0.5f));
+    add_output_node(g, r.op, r.ins, "y");
+    const auto e = error_loading(m);
+    INFO(e.what);
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.what.find(std::string(r.op) + " (") != std::string::npos);
+    CHECK(e.what.find(r.named) != std::string::npos);
+    CHECK(e.what.find("must be a constant: the output's shape depends on its values") != std::string::npos);
+  }
+}
+
 TEST_CASE("a Compress condition that is not 1-D bool or is longer than its axis, or an axis out of range, is refused",
           "[onnx][dyn][errors]") {
   struct bad {
