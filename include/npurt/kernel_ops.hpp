@@ -749,6 +749,31 @@ constexpr float dequantize_element(std::int64_t x, std::int64_t zero_point, floa
   return static_cast<float>(d * static_cast<double>(scale));
 }
 
+/// One integer of dtype `from` converted to the integer dtype `to` (not bool, which is x != 0) as
+/// the cast kernel computes it: saturated into `to`'s range, never wrapped (NumPy's astype would
+/// wrap; npurt's casts never change a value's sign). `bits` is the value as read into an int64
+/// (a u64 from 2^63 up reads negative, so `from` says how to take it); the result is `to`'s value
+/// in the same form, so a u64 result's bits are the unsigned value. The ONNX importer folds a
+/// constant integer Cast with this same function, so that the folded tensor is the kernel's
+/// output bit for bit.
+constexpr std::int64_t saturate_int(dtype from, std::int64_t bits, dtype to) noexcept {
+  const bool negative = from != dtype::u64 && bits < 0;
+  if (to == dtype::u64) return negative ? 0 : bits;
+  // Non-negative from here unless negative; a u64 past INT64_MAX clamps to it first.
+  const std::int64_t v = negative || bits >= 0 ? bits : INT64_MAX;
+  std::int64_t lo = INT64_MIN, hi = INT64_MAX;
+  switch (to) {
+    case dtype::i8: lo = INT8_MIN, hi = INT8_MAX; break;
+    case dtype::u8: lo = 0, hi = UINT8_MAX; break;
+    case dtype::i16: lo = INT16_MIN, hi = INT16_MAX; break;
+    case dtype::u16: lo = 0, hi = UINT16_MAX; break;
+    case dtype::i32: lo = INT32_MIN, hi = INT32_MAX; break;
+    case dtype::u32: lo = 0, hi = UINT32_MAX; break;
+    default: break;
+  }
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
 /// How a float becomes an integer: Ascend C's RoundMode (CAST_RINT, CAST_FLOOR, CAST_CEIL,
 /// CAST_ROUND, CAST_TRUNC). ONNX's Cast truncates, as C++ and NumPy do.
 enum class round_mode : std::uint8_t { rint, floor, ceil, round, trunc };

@@ -111,28 +111,6 @@ void put_int(tensor& t, std::int64_t i, std::int64_t v) {
   }
 }
 
-// An integer of dtype `from` (int_at's bits) into an integer tensor as the device's cast writes
-// it: saturated to the target's range, never wrapped, so a folded Cast gives what the same Cast
-// computes at run time (ONNX leaves integer narrowing to the runtime; npurt's never changes a
-// value's sign).
-void put_int_saturated(tensor& t, std::int64_t i, dtype from, std::int64_t bits) {
-  const bool negative = from != dtype::u64 && bits < 0;
-  if (t.type() == dtype::u64) return put_int(t, i, negative ? 0 : bits);
-  const std::int64_t v =
-      negative ? bits : static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(bits), INT64_MAX));
-  std::int64_t lo = INT64_MIN, hi = INT64_MAX;
-  switch (t.type()) {
-    case dtype::i8: lo = INT8_MIN, hi = INT8_MAX; break;
-    case dtype::u8: lo = 0, hi = UINT8_MAX; break;
-    case dtype::i16: lo = INT16_MIN, hi = INT16_MAX; break;
-    case dtype::u16: lo = 0, hi = UINT16_MAX; break;
-    case dtype::i32: lo = INT32_MIN, hi = INT32_MAX; break;
-    case dtype::u32: lo = 0, hi = UINT32_MAX; break;
-    default: break;
-  }
-  put_int(t, i, std::clamp(v, lo, hi));
-}
-
 void copy_element(tensor& to, std::int64_t i, const tensor& from, std::int64_t j) {
   const std::size_t sz = size_of(from.type());
   std::memcpy(static_cast<std::byte*>(to.data()) + static_cast<std::size_t>(i) * sz,
@@ -553,8 +531,9 @@ result fold_range(const ctx& c, std::span<const operand> in) {
   return host_value{std::move(out)};
 }
 
-// Cast, as numpy's astype (the reference): integers wrap to a narrower integer, floats truncate
-// toward zero into integers, anything nonzero is true.
+// Cast, as numpy's astype (the reference) but for integers, which saturate into a narrower one as
+// the cast kernel does (kernels::saturate_int); floats truncate toward zero into integers,
+// anything nonzero is true.
 result fold_cast(const ctx& c, const operand& x) {
   const std::int64_t to_code = c.attr_int("to", 0);
   const auto to = dtype_from_onnx(to_code);
@@ -567,7 +546,7 @@ result fold_cast(const ctx& c, const operand& x) {
     if (to_bool) {
       put_int(out, i, x.value->get(i) != 0 ? 1 : 0);  // NaN is nonzero: true
     } else if (is_integer(from) && is_integer(*to)) {
-      put_int_saturated(out, i, from, int_at(*x.value, i));
+      put_int(out, i, kernels::saturate_int(from, int_at(*x.value, i), *to));
     } else if (from == dtype::u64) {
       const auto v = static_cast<std::uint64_t>(int_at(*x.value, i));
       // As below, from the unsigned value.

@@ -147,16 +147,10 @@ int_range range_of(dtype t) noexcept {
   }
 }
 
-// v saturated to t's range. A u64 takes v's bits as they are: its values are the int64 bit
-// patterns read_int gives and wrap_to keeps (cast_element saturates into u64 itself).
-void write_int(dtype t, std::byte* p, size_t i, int64_t v) noexcept {
-  if (t == dtype::u64) {
-    write_raw<std::uint64_t>(p, i, static_cast<std::uint64_t>(v));
-    return;
-  }
-  const int_range r = range_of(t);
-  v = std::clamp(v, r.lo, r.hi);
+// v, already in t's range, stored as t (a u64 as v's bits).
+void store_int(dtype t, std::byte* p, size_t i, int64_t v) noexcept {
   switch (t) {
+    case dtype::u64: write_raw<std::uint64_t>(p, i, static_cast<std::uint64_t>(v)); break;
     case dtype::i8: write_raw<std::int8_t>(p, i, static_cast<std::int8_t>(v)); break;
     case dtype::i32: write_raw<std::int32_t>(p, i, static_cast<std::int32_t>(v)); break;
     case dtype::i64: write_raw<std::int64_t>(p, i, v); break;
@@ -166,6 +160,16 @@ void write_int(dtype t, std::byte* p, size_t i, int64_t v) noexcept {
     case dtype::u32: write_raw<std::uint32_t>(p, i, static_cast<std::uint32_t>(v)); break;
     default: break;
   }
+}
+
+// v saturated to t's range. A u64 takes v's bits as they are: its values are the int64 bit
+// patterns read_int gives and wrap_to keeps (cast_element saturates into u64 itself).
+void write_int(dtype t, std::byte* p, size_t i, int64_t v) noexcept {
+  if (t != dtype::u64) {
+    const int_range r = range_of(t);
+    v = std::clamp(v, r.lo, r.hi);
+  }
+  store_int(t, p, i, v);
 }
 
 // Round half to even without depending on the FP environment's rounding mode.
@@ -270,11 +274,10 @@ void cast_element(dtype from, const std::byte* src, dtype to, std::byte* dst, si
   }
   const int64_t v = read_int(from, src, i);
   const bool negative = from != dtype::u64 && v < 0;
-  // The magnitude, and the value clamped into int64 for the integer targets.
+  // The magnitude, for the float targets.
   const std::uint64_t u = negative ? std::uint64_t{0} - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
   if (is_float(to)) int_to_float(to, dst, i, negative, u);
-  else if (to == dtype::u64) write_raw<std::uint64_t>(dst, i, negative ? 0 : u);
-  else write_int(to, dst, i, negative ? v : static_cast<int64_t>(std::min<std::uint64_t>(u, INT64_MAX)));
+  else store_int(to, dst, i, kernels::saturate_int(from, v, to));  // in range: no second clamp
 }
 
 // ---- whole tensors -----------------------------------------------------------------------

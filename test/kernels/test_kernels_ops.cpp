@@ -1123,6 +1123,29 @@ TEST_CASE("gather_elements is NumPy's take_along_axis, negative indices too", "[
 
 // ---- cast ----------------------------------------------------------------------------------
 
+TEST_CASE("saturate_int, the cast kernel's and the folded Cast's one integer conversion, clamps into the target",
+          "[kernels][cast]") {
+  using k::saturate_int;
+  // Narrowing clamps at both ends; values in range pass unchanged.
+  static_assert(saturate_int(dtype::i64, 300, dtype::i8) == 127);
+  static_assert(saturate_int(dtype::i64, -300, dtype::i8) == -128);
+  static_assert(saturate_int(dtype::i32, -5, dtype::i16) == -5);
+  static_assert(saturate_int(dtype::i64, 70000, dtype::u16) == 65535);
+  static_assert(saturate_int(dtype::i64, std::int64_t{1} << 40, dtype::i32) == 2147483647);
+  static_assert(saturate_int(dtype::i64, std::int64_t{1} << 40, dtype::u32) == 4294967295);
+  // Signed to unsigned never flips a sign: negatives become 0, u64 included.
+  static_assert(saturate_int(dtype::i8, -1, dtype::u8) == 0);
+  static_assert(saturate_int(dtype::i64, INT64_MIN, dtype::u64) == 0);
+  static_assert(saturate_int(dtype::i32, 7, dtype::u64) == 7);
+  // A u64 from 2^63 up reads negative as int64 bits, but it is a large positive value: it
+  // saturates to the top of a signed target and keeps its bits in a u64 one.
+  static_assert(saturate_int(dtype::u64, -1, dtype::i64) == INT64_MAX);
+  static_assert(saturate_int(dtype::u64, -1, dtype::u8) == 255);
+  static_assert(saturate_int(dtype::u64, INT64_MIN, dtype::i8) == 127);
+  static_assert(saturate_int(dtype::u64, -2, dtype::u64) == -2);
+  CHECK(saturate_int(dtype::u32, 4294967295, dtype::i16) == 32767);
+}
+
 TEST_CASE("cast rounds to nearest even and saturates", "[kernels][cast]") {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
