@@ -84,7 +84,8 @@ constexpr std::string_view tensor_name(const kernel_op& op, std::size_t i) noexc
                                         "x y",
                                         "a b a_zero_point b_zero_point y",
                                         "x w x_zero_point w_zero_point y",
-                                        "x window y"};
+                                        "x window y",
+                                        "x rois batch_indices y"};
   static_assert(std::size(lists) == std::variant_size_v<kernel_op>, "one name list per operation");
   std::string_view names = op.index() < std::size(lists) ? lists[op.index()] : std::string_view{};
   for (std::size_t k = 0; k < i; ++k) {

@@ -807,6 +807,22 @@ struct lrn {
   float bias = 1.0f;
 };
 
+/// ONNX's RoiAlign (onnx.ai/onnx/operators/onnx__RoiAlign.html), as its reference computes it
+/// (onnx/reference/ops/op_roi_align.py): x [N, C, H, W], rois [R, 4] of (x1, y1, x2, y2) in x's
+/// coordinates before spatial_scale, batch_indices [R] (i32 or i64, each in [0, N)), y [R, C,
+/// output_height, output_width]. Each output bin pools a grid of sampling_ratio^2 bilinear
+/// samples (0: ceil(roi extent / output extent) per dimension), averaged (avg) or the largest
+/// (max). half_pixel shifts the scaled ROI by -0.5 (opset 16's default); output_half_pixel
+/// (opset 10's only behaviour) does not and makes a ROI at least 1 x 1. x, rois and y share a
+/// float dtype; computed in double and rounded to y's dtype once.
+struct roi_align {
+  tensor_desc x{}, rois{}, batch_indices{}, y{};
+  float spatial_scale = 1.0f;
+  std::int32_t sampling_ratio = 0;
+  bool max_mode = false;
+  bool half_pixel = true;
+};
+
 constexpr std::string_view op_name(const matmul&) noexcept { return "matmul"; }
 constexpr std::string_view op_name(const conv2d&) noexcept { return "conv2d"; }
 constexpr std::string_view op_name(const conv2d_backward_data&) noexcept { return "conv2d_backward_data"; }
@@ -941,6 +957,7 @@ constexpr std::string_view op_name(const lrn&) noexcept { return "lrn"; }
 constexpr std::string_view op_name(const integer_matmul&) noexcept { return "integer_matmul"; }
 constexpr std::string_view op_name(const integer_conv2d&) noexcept { return "integer_conv2d"; }
 constexpr std::string_view op_name(const dft& d) noexcept { return d.frame_step > 0 ? "stft" : "dft"; }
+constexpr std::string_view op_name(const roi_align&) noexcept { return "roi_align"; }
 
 }  // namespace npurt::kernels
 
@@ -954,4 +971,4 @@ constexpr std::string_view op_name(const dft& d) noexcept { return d.frame_step 
       kernels::grid_sample, kernels::scatter_nd, kernels::scatter_elements, kernels::gather_nd, kernels::top_k,        \
       kernels::compare, kernels::where, kernels::logical, kernels::float_class, kernels::quantize, kernels::recurrent, \
       kernels::det, kernels::reverse_sequence, kernels::lrn, kernels::integer_matmul, kernels::integer_conv2d,         \
-      kernels::dft
+      kernels::dft, kernels::roi_align

@@ -21,7 +21,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 111> ops_table{"Add",
+constexpr std::array<std::string_view, 112> ops_table{"Add",
                                                       "AveragePool",
                                                       "BatchNormalization",
                                                       "Cast",
@@ -131,7 +131,8 @@ constexpr std::array<std::string_view, 111> ops_table{"Add",
                                                       "ConvInteger",
                                                       "Requantize",
                                                       "DFT",
-                                                      "STFT"};
+                                                      "STFT",
+                                                      "RoiAlign"};
 
 [[noreturn]] void fail(errc e, const node& n, std::string_view tensor, const std::string& what) {
   throw graph_error(make_error_code(e), n.name, std::string(tensor),
@@ -415,6 +416,8 @@ const op_attributes onnx_attributes[] = {
     {"QLinearConv", {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
     {"DFT", {"axis", "inverse", "onesided"}},  // axis: opset 17 (an input from 20)
     {"STFT", {"onesided"}},
+    {"RoiAlign",
+     {"coordinate_transformation_mode", "mode", "output_height", "output_width", "sampling_ratio", "spatial_scale"}},
 };
 constexpr std::string_view own_ops[] = {
     "ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal", "BatchNormalizationGrad", "Recurrent", "Requantize"};
@@ -1117,6 +1120,60 @@ kernels::grid_sample grid_sample_spec(const node& n, std::span<const value_info*
   if (align != 0 && align != 1)
     fail(errc::invalid_argument, n, x.name, "align_corners must be 0 or 1, got " + std::to_string(align));
   k.align_corners = align == 1;
+  return k;
+}
+
+kernels::roi_align roi_align_spec(const node& n, std::span<const value_info* const> in, shape& out) {
+  // onnx.ai RoiAlign: X [N, C, H, W], rois [num_rois, 4] of X's float type, batch_indices
+  // [num_rois] int64; Y [num_rois, C, output_height, output_width].
+  const value_info& x = need(n, in, 0);
+  const value_info& rois = need(n, in, 1);
+  const value_info& batch = need(n, in, 2);
+  need_float(n, x);
+  if (rois.type != x.type)
+    fail(errc::invalid_dtype, n, rois.name,
+         "rois must be X's " + std::string(to_string(x.type)) + ", got " + std::string(to_string(rois.type)));
+  if (batch.type != dtype::i64 && batch.type != dtype::i32)
+    fail(errc::invalid_dtype, n, batch.name, "batch_indices must be int64, got " + std::string(to_string(batch.type)));
+  if (x.shape.rank() != 4 || x.shape[2] < 1 || x.shape[3] < 1)
+    fail(errc::invalid_shape, n, x.name, "X must be [N, C, H, W] with H, W >= 1, got " + shape_string(x.shape));
+  if (rois.shape.rank() != 2 || rois.shape[1] != 4)
+    fail(errc::invalid_shape, n, rois.name, "rois must be [num_rois, 4], got " + shape_string(rois.shape));
+  if (batch.shape.rank() != 1 || batch.shape[0] != rois.shape[0])
+    fail(errc::invalid_shape, n, batch.name,
+         "batch_indices must be [" + std::to_string(rois.shape[0]) + "] (one per ROI), got " +
+             shape_string(batch.shape));
+  constexpr std::int64_t i32_max = std::numeric_limits<std::int32_t>::max();
+  const auto positive = [&](const char* attr) {
+    const std::int64_t v = n.attrs.get_int(attr, 1);
+    if (v < 1 || v > i32_max)
+      fail(errc::invalid_argument, n, x.name,
+           std::string(attr) + " must be in [1, 2^31 - 1], got " + std::to_string(v));
+    return v;
+  };
+  const std::int64_t oh = positive("output_height"), ow = positive("output_width");
+  std::int64_t elements = rois.shape[0];
+  for (const std::int64_t d : {x.shape[1], oh, ow})
+    if (__builtin_mul_overflow(elements, d, &elements))
+      fail(errc::size_overflow, n, x.name, "Y's element count (num_rois x C x output_height x output_width) overflows");
+  out = shape{rois.shape[0], x.shape[1], oh, ow};
+  kernels::roi_align k{};
+  const std::int64_t ratio = n.attrs.get_int("sampling_ratio", 0);
+  if (ratio < 0 || ratio > i32_max)
+    fail(errc::invalid_argument, n, x.name,
+         "sampling_ratio must be in [0, 2^31 - 1] (0: adaptive), got " + std::to_string(ratio));
+  k.sampling_ratio = static_cast<std::int32_t>(ratio);
+  const double scale = n.attrs.get_float("spatial_scale", 1.0);
+  if (!std::isfinite(scale) || !std::isfinite(static_cast<float>(scale)))
+    fail(errc::invalid_argument, n, x.name, "spatial_scale must be finite, got " + std::to_string(scale));
+  k.spatial_scale = static_cast<float>(scale);
+  constexpr std::array<std::string_view, 2> modes{"avg", "max"};
+  k.max_mode = pick(n, x.name, "mode", n.attrs.get_string("mode", "avg"), modes) == 1;
+  // Opset 16's default; the importer sets output_half_pixel for opset 10, which had no attribute
+  // and behaved so.
+  constexpr std::array<std::string_view, 2> transforms{"half_pixel", "output_half_pixel"};
+  k.half_pixel = pick(n, x.name, "coordinate_transformation_mode",
+                      n.attrs.get_string("coordinate_transformation_mode", "half_pixel"), transforms) == 0;
   return k;
 }
 
@@ -2249,6 +2306,11 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
   if (t == "DFT" || t == "STFT") {
     shape out;
     graph_ops::dft_spec(n, in, constants, out);
+    return one(out, need(n, in, 0).type);
+  }
+  if (t == "RoiAlign") {
+    shape out;
+    graph_ops::roi_align_spec(n, in, out);
     return one(out, need(n, in, 0).type);
   }
   if (t == "MatMulInteger") {

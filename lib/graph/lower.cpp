@@ -322,7 +322,8 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     for (std::size_t i = 0; i < perm.size(); ++i) tr.perm[i] = static_cast<std::uint8_t>(perm[i]);
     kernel(tr);
   } else if (t == "Slice" || t == "Split" || t == "Pad" || t == "Tile" || t == "Expand" || t == "Trilu" ||
-             t == "Resize" || t == "Upsample" || t == "GridSample" || t == "TopK" || t == "DFT" || t == "STFT") {
+             t == "Resize" || t == "Upsample" || t == "GridSample" || t == "TopK" || t == "DFT" || t == "STFT" ||
+             t == "RoiAlign") {
     // The windows (the border, the repeats, the resampling, the sampling, the selection)
     // inference checked, computed again from the same constants; each output is one kernel (data
     // given or not: a timing-only run launches the same kernels).
@@ -362,6 +363,14 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
       kernels::grid_sample k = graph_ops::grid_sample_spec(n, in, out);
       k.x = x;
       k.grid = desc(st.in[1]);
+      k.y = y;
+      kernel(k);
+    } else if (t == "RoiAlign") {
+      shape out;
+      kernels::roi_align k = graph_ops::roi_align_spec(n, in, out);
+      k.x = x;
+      k.rois = desc(st.in[1]);
+      k.batch_indices = desc(st.in[2]);
       k.y = y;
       kernel(k);
     } else if (t == "TopK") {

@@ -104,6 +104,13 @@ kernels::dft dft_spec(const node& n, std::span<const value_info* const> in, std:
 /// invalid_dtype, shapes that do not fit invalid_shape, unknown attribute values invalid_argument.
 kernels::grid_sample grid_sample_spec(const node& n, std::span<const value_info* const> in, shape& out);
 
+/// RoiAlign (ONNX opsets 10 and 16): the kernels::roi_align of its attributes (the tensors left
+/// for the caller), its output shape [num_rois, C, output_height, output_width] in `out`. Throws
+/// graph_error naming the operand: integer X not_supported, rois of another dtype or batch_indices
+/// not integer invalid_dtype, shapes that do not fit invalid_shape, attribute values out of range
+/// or unknown invalid_argument.
+kernels::roi_align roi_align_spec(const node& n, std::span<const value_info* const> in, shape& out);
+
 /// MaxPool's, AveragePool's or GlobalAveragePool's kernel (onnx.ai, opsets 1 to 22): 1-, 2- or 3-D, explicit pads
 /// before and after, auto_pad SAME_UPPER / SAME_LOWER / VALID, dilations, ceil_mode, count_include_pad and
 /// storage_order; x, y and indices left for the caller; the output shape in `out`. Throws graph_error naming X: an

@@ -570,6 +570,10 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
       // DFT's axis: an attribute defaulting to 1 in opset 17, an input defaulting to -2 from 20.
       if (n.op_type() == "DFT" && opset >= 20 && !attrs.has("axis") && (n.input_size() < 3 || n.input(2).empty()))
         attrs.set("axis", std::int64_t{-2});
+      // RoiAlign before opset 16 has no coordinate_transformation_mode and does not shift by half a
+      // pixel: opset 16's output_half_pixel (onnx.ai's Changelog, RoiAlign-16).
+      if (n.op_type() == "RoiAlign" && opset < 16 && !attrs.has("coordinate_transformation_mode"))
+        attrs.set("coordinate_transformation_mode", std::string("output_half_pixel"));
       const std::vector<std::string> ins(n.input().begin(), n.input().end());
       const std::vector<std::string> all_outs(n.output().begin(), n.output().end());
       if (detail::added_as_chain(g, n.op_type(), ins, all_outs, attrs)) {

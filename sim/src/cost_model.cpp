@@ -687,6 +687,22 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           // x (and the window) read once, y written once.
           const double outputs = elems(op.y) / 2;
           w.add(outputs, bytes(op.x) + bytes(op.window), bytes(op.y), 8.0 * static_cast<double>(op.length), op.y.type);
+        } else if constexpr (std::is_same_v<T, roi_align>) {
+          // Vector work per bilinear sample: its 4 neighbours gathered from x one by one, 4
+          // multiply-adds (a compare each in max mode) and its coordinates and weights (about 10
+          // operations). Samples per output: sampling_ratio^2, or for 0 (adaptive, decided by each
+          // ROI's extent at run time) those of a ROI covering all of x: ceil(H / out_h) x
+          // ceil(W / out_w). rois and batch_indices read once, y written once.
+          const auto per_dim = [&](std::int64_t in, std::int64_t out) {
+            return op.sampling_ratio > 0 ? static_cast<double>(op.sampling_ratio)
+                                         : std::max(1.0, std::ceil(static_cast<double>(in) / static_cast<double>(out)));
+          };
+          const double samples = op.y.shape.rank() == 4 && op.x.shape.rank() == 4
+                                     ? per_dim(op.x.shape[2], op.y.shape[2]) * per_dim(op.x.shape[3], op.y.shape[3])
+                                     : 1.0;
+          const double gathered = elems(op.y) * samples * 4 * static_cast<double>(size_of(op.x.type));
+          w.add(elems(op.y), gathered + bytes(op.rois) + bytes(op.batch_indices), bytes(op.y), samples * 18.0,
+                op.y.type);
         } else if constexpr (std::is_same_v<T, cast>) {
           w.add(elems(op.x), bytes(op.x), bytes(op.y), 1,
                 size_of(op.x.type) >= size_of(op.y.type) ? op.x.type : op.y.type);

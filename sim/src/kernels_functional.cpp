@@ -2806,6 +2806,126 @@ void run(const kernels::lrn& op, const host_tensors<R>& h) {
   h.store(op.y, y);
 }
 
+// ONNX's RoiAlign, as onnx/reference/ops/op_roi_align.py computes it (MaskRCNN's ROIAlign): per
+// ROI, every sample's 4 bilinear neighbours and weights (a sample more than one element past an
+// edge has weight 0 everywhere; one within clamps to the edge), then per channel and bin the
+// samples averaged or, in max mode, the largest of max(w1 * x1, .., w4 * x4) over them. That max
+// of weighted neighbours rather than of the interpolated values is the reference's behaviour
+// (and onnxruntime's), not bilinear max pooling: it is matched, as the node tests expect it.
+// Coordinates and sums in double, rounded to y's dtype once. A ROI coordinate that is not finite,
+// a batch index outside [0, N) or a ROI whose adaptive sampling grid is absurdly large fails the
+// task, y unwritten.
+template <class R>
+data_fault run(const kernels::roi_align& op, const host_tensors<R>& h) {
+  const shape& xs = op.x.shape;
+  const int64_t batches = xs[0], channels = xs[1], height = xs[2], width = xs[3];
+  const int64_t out_h = op.y.shape[2], out_w = op.y.shape[3];
+  const int64_t rois = op.rois.shape[0];
+  const auto x = h.load(op.x);
+  const auto roi = h.load(op.rois);
+  const std::byte* batch_of = h[op.batch_indices];
+  std::vector<R> y(static_cast<size_t>(op.y.shape.elements()));
+  const bool narrow = op.y.type != dtype::f32;
+  struct sample {
+    std::array<int64_t, 4> at;
+    std::array<double, 4> w;
+  };
+  std::vector<sample> samples;
+  const double scale = op.spatial_scale;
+  const double offset = op.half_pixel ? 0.5 : 0.0;  // not rounded: the reference stresses it
+  for (int64_t n = 0; n < rois; ++n) {
+    const int64_t b = read_int(op.batch_indices.type, batch_of, static_cast<size_t>(n));
+    if (b < 0 || b >= batches)
+      return {make_error_code(errc::invalid_argument), "batch_indices[" + std::to_string(n) +
+                                                           "] = " + std::to_string(b) + " is not a batch of x in [0, " +
+                                                           std::to_string(batches) + ")"};
+    std::array<double, 4> c{};
+    for (size_t k = 0; k < 4; ++k) {
+      c[k] = static_cast<double>(roi[static_cast<size_t>(n) * 4 + k]);
+      if (!std::isfinite(c[k]))
+        return {make_error_code(errc::invalid_argument), "rois[" + std::to_string(n) + "][" + std::to_string(k) +
+                                                             "] = " + std::to_string(c[k]) +
+                                                             " is not a finite coordinate"};
+    }
+    const double start_w = c[0] * scale - offset, start_h = c[1] * scale - offset;
+    double roi_w = c[2] * scale - offset - start_w, roi_h = c[3] * scale - offset - start_h;
+    if (!op.half_pixel) {  // malformed ROIs forced to 1 x 1
+      roi_w = std::max(roi_w, 1.0);
+      roi_h = std::max(roi_h, 1.0);
+    }
+    const double bin_h = roi_h / static_cast<double>(out_h), bin_w = roi_w / static_cast<double>(out_w);
+    // The reference's int(): toward zero; an empty or inverted ROI has no samples.
+    const double grid_hd = op.sampling_ratio > 0 ? op.sampling_ratio : std::max(0.0, std::ceil(bin_h));
+    const double grid_wd = op.sampling_ratio > 0 ? op.sampling_ratio : std::max(0.0, std::ceil(bin_w));
+    if (!std::isfinite(grid_hd * grid_wd) ||
+        grid_hd * grid_wd * static_cast<double>(out_h) * static_cast<double>(out_w) > double{1 << 26})
+      return {make_error_code(errc::invalid_argument),
+              "ROI " + std::to_string(n) + " samples a grid of " + std::to_string(grid_hd) + " x " +
+                  std::to_string(grid_wd) +
+                  " per output bin (sampling_ratio 0 takes it from the ROI's extent): "
+                  "more than 2^26 samples in all"};
+    const auto grid_h = static_cast<int64_t>(grid_hd), grid_w = static_cast<int64_t>(grid_wd);
+    const double count = static_cast<double>(std::max<int64_t>(grid_h * grid_w, 1));
+    samples.clear();
+    for (int64_t ph = 0; ph < out_h; ++ph)
+      for (int64_t pw = 0; pw < out_w; ++pw)
+        for (int64_t iy = 0; iy < grid_h; ++iy) {
+          const double yy = start_h + static_cast<double>(ph) * bin_h +
+                            (static_cast<double>(iy) + 0.5) * bin_h / static_cast<double>(grid_h);
+          for (int64_t ix = 0; ix < grid_w; ++ix) {
+            double sx = start_w + static_cast<double>(pw) * bin_w +
+                        (static_cast<double>(ix) + 0.5) * bin_w / static_cast<double>(grid_w);
+            double sy = yy;
+            if (sy < -1.0 || sy > static_cast<double>(height) || sx < -1.0 || sx > static_cast<double>(width)) {
+              samples.push_back({{0, 0, 0, 0}, {0, 0, 0, 0}});
+              continue;
+            }
+            sy = std::max(sy, 0.0);
+            sx = std::max(sx, 0.0);
+            auto y_low = static_cast<int64_t>(sy), x_low = static_cast<int64_t>(sx);
+            int64_t y_high = y_low + 1, x_high = x_low + 1;
+            if (y_low >= height - 1) {
+              y_high = y_low = height - 1;
+              sy = static_cast<double>(y_low);
+            }
+            if (x_low >= width - 1) {
+              x_high = x_low = width - 1;
+              sx = static_cast<double>(x_low);
+            }
+            const double ly = sy - static_cast<double>(y_low), lx = sx - static_cast<double>(x_low);
+            const double hy = 1.0 - ly, hx = 1.0 - lx;
+            samples.push_back(
+                {{y_low * width + x_low, y_low * width + x_high, y_high * width + x_low, y_high * width + x_high},
+                 {hy * hx, hy * lx, ly * hx, ly * lx}});
+          }
+        }
+    const auto per_bin = static_cast<size_t>(grid_h * grid_w);
+    for (int64_t ch = 0; ch < channels; ++ch) {
+      const size_t base = static_cast<size_t>((b * channels + ch) * height * width);
+      const auto weighted = [&](const sample& s, size_t k) {
+        return s.w[k] * static_cast<double>(x[base + static_cast<size_t>(s.at[k])]);
+      };
+      for (int64_t bin = 0; bin < out_h * out_w; ++bin) {
+        const sample* s = samples.data() + static_cast<size_t>(bin) * per_bin;
+        double v = 0;
+        if (!op.max_mode) {
+          for (size_t i = 0; i < per_bin; ++i)
+            v += weighted(s[i], 0) + weighted(s[i], 1) + weighted(s[i], 2) + weighted(s[i], 3);
+          v /= count;
+        } else {
+          for (size_t i = 0; i < per_bin; ++i) {
+            const double m = std::max({weighted(s[i], 0), weighted(s[i], 1), weighted(s[i], 2), weighted(s[i], 3)});
+            v = i == 0 ? m : std::max(v, m);
+          }
+        }
+        y[static_cast<size_t>((n * channels + ch) * out_h * out_w + bin)] = from_double<R>(narrow, v);
+      }
+    }
+  }
+  h.store(op.y, y);
+  return {};
+}
+
 void run(const kernels::fixed&, const host_ptrs&) {}
 
 }  // namespace

@@ -291,6 +291,24 @@ std::error_code check(const kernels::dft& d) {
   return {};
 }
 
+// ONNX's RoiAlign: x [N, C, H, W], rois [R, 4] and y [R, C, output_height, output_width] of one
+// float dtype (H, W and the output extents at least 1), batch_indices [R] of i32 or i64; a sampling ratio of 0
+// (adaptive) or more; a finite spatial scale. The ROIs' values and the batch indices are checked when the kernel runs.
+std::error_code check(const kernels::roi_align& a) {
+  if (!is_float(a.x.type) || a.rois.type != a.x.type || a.y.type != a.x.type) return fail(errc::invalid_dtype);
+  if (a.batch_indices.type != dtype::i32 && a.batch_indices.type != dtype::i64) return fail(errc::invalid_dtype);
+  const auto& x = a.x.shape;
+  const auto& y = a.y.shape;
+  if (x.rank() != 4 || a.rois.shape.rank() != 2 || a.rois.shape[1] != 4 || a.batch_indices.shape.rank() != 1 ||
+      y.rank() != 4)
+    return fail(errc::invalid_shape);
+  const int64_t rois = a.rois.shape[0];
+  if (a.batch_indices.shape[0] != rois || y[0] != rois || y[1] != x[1] || y[2] < 1 || y[3] < 1 || x[2] < 1 || x[3] < 1)
+    return fail(errc::invalid_shape);
+  if (a.sampling_ratio < 0 || !finite(a.spatial_scale)) return fail(errc::invalid_argument);
+  return {};
+}
+
 // ---- elementwise -----------------------------------------------------------------------
 
 bool binary(kernels::eltwise_fn f) noexcept { return kernels::is_binary(f); }
@@ -1229,6 +1247,9 @@ operand_list operands(const kernel_op& op) noexcept {
         } else if constexpr (std::is_same_v<T, kernels::dft>) {
           b.add(r, o.x);
           b.add_optional(r, o.window);
+          b.add(w, o.y);
+        } else if constexpr (std::is_same_v<T, kernels::roi_align>) {
+          b.add(r, o.x, o.rois, o.batch_indices);
           b.add(w, o.y);
         } else if constexpr (std::is_same_v<T, kernels::recurrent>) {
           b.add(r, o.x, o.w, o.r);

@@ -3976,3 +3976,30 @@ TEST_CASE("TopK's k from a folded NonZero (Shape, Gather) of a constant mask run
   CHECK(r.outputs.at("values").to_vector() == std::vector<double>{3, 2, 1, 9, 7, 3});
   CHECK(r.outputs.at("indices").to_vector() == std::vector<double>{3, 1, 4, 1, 4, 0});
 }
+
+TEST_CASE("RoiAlign of opset 10 imports as output_half_pixel, opset 16's default is half_pixel", "[onnx][roi_align]") {
+  // x [1, 1, 4, 4] = 4 r + c; the ROI (1, 1, 3, 3), 2 x 2 bins of 2 x 2 samples, all inside x,
+  // so each bin is f at its centre (bilinear sampling of a linear f is exact). Opset 10 has no
+  // coordinate_transformation_mode and does not shift: the ROI spans [1, 3], centres 1.5 and
+  // 2.5. Opset 16's default half_pixel shifts by -0.5: centres 1 and 2.
+  for (const std::int64_t opset : {10, 16}) {
+    CAPTURE(opset);
+    ::onnx::ModelProto m = model_of_x({1, 1, 4, 4});
+    m.mutable_opset_import(0)->set_version(opset);
+    auto* g = m.mutable_graph();
+    add_f32(g, "rois", {1, 4}, {1, 1, 3, 3});
+    add_i64(g, "idx", {1}, {0});
+    auto* n = add_output_node(g, "RoiAlign", {"x", "rois", "idx"}, "y");
+    set_int(n, "output_height", 2);
+    set_int(n, "output_width", 2);
+    set_int(n, "sampling_ratio", 2);
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString());
+    npurt::system sys{sim::presets::ascend910(1)};
+    session s{sys};
+    std::vector<double> xv;
+    for (int e = 0; e < 16; ++e) xv.push_back(e);
+    auto r = s.run(s.compile(gr), {{"x", tensor({1, 1, 4, 4}, dtype::f32, xv)}});
+    CHECK(r.outputs.at("y").to_vector() ==
+          (opset == 10 ? std::vector<double>{7.5, 8.5, 11.5, 12.5} : std::vector<double>{5, 6, 9, 10}));
+  }
+}

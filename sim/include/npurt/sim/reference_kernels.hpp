@@ -87,6 +87,11 @@
 //    rounds the determinant once to y's dtype.
 //  - reverse_sequence copies bytes; a length outside [0, steps] fails it with
 //    errc::invalid_argument naming the entry, y unwritten.
+//  - roi_align follows ONNX's reference implementation (onnx/reference/ops/op_roi_align.py):
+//    sample coordinates and bilinear weights in double, a sample more than one element outside x
+//    weighing nothing, max mode the largest weighted neighbour (the reference's form); rounded to
+//    y's dtype once. A ROI coordinate that is not finite, a batch index outside [0, N) or an
+//    adaptive grid of more than 2^26 samples fails the kernel with errc::invalid_argument.
 //  - cast rounds to nearest even and saturates into integer ranges; NaN casts to integer 0.
 //    To bool is x != 0 (NaN is true, as NumPy's astype(bool)); from bool is 0 or 1.
 //  - scatter_nd and scatter_elements copy data to y, then apply the updates in row-major order
