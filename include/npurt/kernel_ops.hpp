@@ -410,14 +410,18 @@ enum class resize_mode : std::uint8_t { nearest, linear, cubic };
 /// the scale, n x's extent and m = s * n before flooring): half_pixel (i + 0.5) / s - 0.5;
 /// pytorch_half_pixel the same, -0.5 when m is 1; align_corners i * (n - 1) / (m - 1), 0 when m
 /// is 1; asymmetric i / s; tf_half_pixel_for_nn (i + 0.5) / s; half_pixel_symmetric half_pixel
-/// shifted so that the centres of x and y meet when y's extent is not m.
+/// shifted so that the centres of x and y meet when y's extent is not m; tf_crop_and_resize
+/// start (n - 1) + i (end - start) (n - 1) / (m - 1) (the middle of the box when m is 1) for the
+/// dimension's box [start, end] in x's normalised coordinates, an output whose coordinate falls
+/// outside [0, n - 1] in any dimension being the extrapolation value.
 enum class resize_coordinates : std::uint8_t {
   half_pixel,
   pytorch_half_pixel,
   align_corners,
   asymmetric,
   tf_half_pixel_for_nn,
-  half_pixel_symmetric
+  half_pixel_symmetric,
+  tf_crop_and_resize
 };
 
 /// Which neighbour nearest mode takes when the source coordinate falls between two: ONNX's
@@ -429,8 +433,11 @@ enum class nearest_rounding : std::uint8_t { round_prefer_floor, round_prefer_ce
 /// scale), neighbours past an edge clamped to it; N-linear and cubic are separable products of
 /// the 1-D weights. x and y share a float dtype and a rank; y's extents are the caller's (ONNX:
 /// floor(n * scale), or the sizes the scales came from). exclude_outside drops the neighbours
-/// outside x from linear and cubic and renormalises the rest. Computed in double, rounded to y's
-/// dtype once. Scales past the rank are ignored.
+/// outside x from linear and cubic and renormalises the rest. antialias (ONNX opset 18) widens
+/// linear's and cubic's filter by 1 / scale when a dimension is downsampled (scale < 1), its
+/// weights normalised to sum 1, as onnx/reference/ops/op_resize.py computes them. roi_start and
+/// roi_end are tf_crop_and_resize's box per dimension. Computed in double, rounded to y's dtype
+/// once. Scales and boxes past the rank are ignored.
 struct resize {
   tensor_desc x{}, y{};
   std::array<double, shape::max_rank> scales{1, 1, 1, 1, 1, 1, 1, 1};
@@ -439,6 +446,10 @@ struct resize {
   resize_coordinates coordinates = resize_coordinates::half_pixel;
   nearest_rounding nearest = nearest_rounding::round_prefer_floor;
   bool exclude_outside = false;
+  bool antialias = false;
+  float extrapolation_value = 0.0f;
+  std::array<double, shape::max_rank> roi_start{};
+  std::array<double, shape::max_rank> roi_end{1, 1, 1, 1, 1, 1, 1, 1};
 };
 
 /// ONNX's CumSum (onnx.ai/onnx/operators/onnx__CumSum.html): y[.., i, ..] = the sum of x[.., j, ..]

@@ -885,10 +885,9 @@ resampling resize_spec(const node& n, std::span<const value_info* const> in, std
   const std::string coord =
       n.attrs.get_string("coordinate_transformation_mode", two_inputs ? "asymmetric" : "half_pixel");
   const std::size_t c = pick(n, x.name, "coordinate_transformation_mode", coord, coordinates);
-  if (c == 6)
-    fail(errc::not_supported, n, given(in, 1) ? in[1]->name : x.name,
-         "coordinate_transformation_mode tf_crop_and_resize (sampling the roi box) is not supported");
   k.coordinates = static_cast<kernels::resize_coordinates>(c);
+  const double extrapolation = n.attrs.get_float("extrapolation_value", 0.0);
+  k.extrapolation_value = static_cast<float>(extrapolation);
   constexpr std::array<std::string_view, 4> roundings{"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
   k.nearest = static_cast<kernels::nearest_rounding>(
       pick(n, x.name, "nearest_mode", n.attrs.get_string("nearest_mode", two_inputs ? "floor" : "round_prefer_floor"),
@@ -898,8 +897,14 @@ resampling resize_spec(const node& n, std::span<const value_info* const> in, std
   if (exclude != 0 && exclude != 1)
     fail(errc::invalid_argument, n, x.name, "exclude_outside must be 0 or 1, got " + std::to_string(exclude));
   k.exclude_outside = exclude == 1;
-  if (n.attrs.get_int("antialias", 0) != 0)
-    fail(errc::not_supported, n, x.name, "antialias (a wider filter when downsampling) is not supported");
+  // opset 18: antialias widens linear's and cubic's filters when downsampling; the reference
+  // refuses it for nearest.
+  const std::int64_t antialias = n.attrs.get_int("antialias", 0);
+  if (antialias != 0 && antialias != 1)
+    fail(errc::invalid_argument, n, x.name, "antialias must be 0 or 1, got " + std::to_string(antialias));
+  if (antialias == 1 && k.mode == kernels::resize_mode::nearest)
+    fail(errc::invalid_argument, n, x.name, "antialias applies to linear and cubic modes, not nearest");
+  k.antialias = antialias == 1;
   constexpr std::array<std::string_view, 3> policies{"stretch", "not_larger", "not_smaller"};
   const std::size_t policy =
       pick(n, x.name, "keep_aspect_ratio_policy", n.attrs.get_string("keep_aspect_ratio_policy", "stretch"), policies);
@@ -916,6 +921,30 @@ resampling resize_spec(const node& n, std::span<const value_info* const> in, std
     }
   } else {
     for (std::size_t d = 0; d < rank; ++d) axes.push_back(static_cast<std::int64_t>(d));
+  }
+  // tf_crop_and_resize's box: roi holds the starts then the ends, one per axis named (every axis
+  // without axes), in x's normalised coordinates; it must be known here. Other modes ignore roi.
+  if (k.coordinates == kernels::resize_coordinates::tf_crop_and_resize) {
+    if (two_inputs || !given(in, 1))
+      fail(errc::invalid_argument, n, x.name, "coordinate_transformation_mode tf_crop_and_resize needs the roi input");
+    const value_info& v = *in[1];
+    const tensor* t = constants.size() > 1 ? constants[1] : nullptr;
+    if (!t || !t->is_host())
+      fail(errc::not_supported, n, v.name, "roi must be a constant with data for tf_crop_and_resize");
+    if (!is_float(v.type))
+      fail(errc::invalid_dtype, n, v.name, "roi must be float, got " + std::string(to_string(v.type)));
+    if (v.shape.rank() != 1 || t->elements() != static_cast<std::int64_t>(2 * axes.size()))
+      fail(errc::invalid_shape, n, v.name,
+           "roi must be 1-D with 2 values per axis (" + std::to_string(2 * axes.size()) + "), got " +
+               shape_string(v.shape));
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      const double start = t->get(static_cast<std::int64_t>(i));
+      const double end = t->get(static_cast<std::int64_t>(i + axes.size()));
+      if (!std::isfinite(start) || !std::isfinite(end))
+        fail(errc::invalid_argument, n, v.name, "roi of axis " + std::to_string(axes[i]) + " is not finite");
+      k.roi_start[static_cast<std::size_t>(axes[i])] = start;
+      k.roi_end[static_cast<std::size_t>(axes[i])] = end;
+    }
   }
   r.dims = x.shape;
   const bool by_scales = upsample && n.attrs.has("scales") ? true : given(in, scales_at);

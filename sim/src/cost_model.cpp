@@ -613,13 +613,17 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           // more of x than its neighbours of y). Each output gathers its neighbours through the
           // vector unit, 1 in nearest mode, 2 per resampled dimension in linear (N-linear: 2^k
           // for k dimensions whose scale is not 1), 4 per dimension in cubic, a multiply-add
-          // each plus the index and weight of every dimension.
+          // each plus the index and weight of every dimension. Antialiasing a downsampled
+          // dimension widens the filter by 1 / scale: 2 ceil(1 / scale) or 2 ceil(2 / scale).
           double taps = 1;
           double dims = 0;
           const double per_dim = op.mode == resize_mode::nearest ? 1 : op.mode == resize_mode::linear ? 2 : 4;
+          const bool crop = op.coordinates == resize_coordinates::tf_crop_and_resize;
           for (std::size_t d = 0; d < op.y.shape.rank(); ++d) {
-            if (op.scales[d] == 1 && op.x.shape[d] == op.y.shape[d]) continue;
-            taps *= per_dim;
+            if (op.scales[d] == 1 && op.x.shape[d] == op.y.shape[d] &&
+                (!crop || (op.roi_start[d] == 0 && op.roi_end[d] == 1)))
+              continue;
+            taps *= op.antialias && op.scales[d] < 1 ? 2 * std::ceil(per_dim / 2 / op.scales[d]) : per_dim;
             dims += 1;
           }
           const double read = std::min(bytes(op.x), bytes(op.y) * taps);

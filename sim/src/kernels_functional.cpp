@@ -1710,10 +1710,14 @@ void run(const kernels::trilu& op, const host_ptrs& h) {
 // ONNX's coordinate_transformation_mode as its reference implementation evaluates it
 // (onnx/reference/ops/op_resize.py): m = scale * n is the resized length before flooring, which
 // align_corners and the one-element cases compare, not y's extent.
-double resize_source(kernels::resize_coordinates c, int64_t i, int64_t n, int64_t out, double scale) noexcept {
+double resize_source(kernels::resize_coordinates c, int64_t i, int64_t n, int64_t out, double scale, double start,
+                     double end) noexcept {
   using enum kernels::resize_coordinates;
   const double x = static_cast<double>(i), m = scale * static_cast<double>(n);
+  const auto last = static_cast<double>(n - 1);
   switch (c) {
+    case tf_crop_and_resize:
+      return (m == 1 ? (end - start) * last / 2 : x * (end - start) * last / (m - 1)) + start * last;
     case half_pixel: return (x + 0.5) / scale - 0.5;
     case pytorch_half_pixel: return m == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
     case align_corners: return m == 1 ? 0.0 : x * static_cast<double>(n - 1) / (m - 1);
@@ -1740,46 +1744,87 @@ struct resize_tap {
   double weight;
 };
 
+// The antialiased filter of a downsampled dimension (scale < 1), as onnx/reference/ops/op_resize.py
+// builds it (_linear_coeffs_antialias, _cubic_coeffs_antialias): the kernel stretched by 1 /
+// scale over the 2 ceil(half / scale) neighbours left + j, j in [1 - count / 2, count / 2] (half
+// the kernel's support: 1 for linear, 2 for cubic), the weights normalised to sum 1.
+void antialias_weights(const kernels::resize& op, double scale, double ratio, std::vector<double>& w) {
+  const bool linear = op.mode == kernels::resize_mode::linear;
+  const double a = op.cubic_coeff_a;
+  const auto begin = static_cast<int64_t>(std::floor((linear ? -1.0 : -2.0) / scale) + 1);
+  const int64_t count = 2 - 2 * begin;
+  w.assign(static_cast<size_t>(count), 0.0);
+  double sum = 0;
+  for (int64_t k = 0; k < count; ++k) {
+    const double t = std::fabs(scale * (static_cast<double>(begin + k) - ratio));
+    double v = 0;
+    if (linear) v = std::clamp(1 - t, 0.0, 1.0);
+    else if (t <= 1) v = (a + 2) * t * t * t - (a + 3) * t * t + 1;
+    else if (t < 2) v = a * t * t * t - 5 * a * t * t + 8 * a * t - 4 * a;
+    w[static_cast<size_t>(k)] = v;
+    sum += v;
+  }
+  for (auto& v : w) v /= sum;
+}
+
 // The neighbours output index i of one dimension reads and their weights. ONNX's reference takes
 // the neighbours nearest the source coordinate, preferring the left ones, so a coordinate c
 // that is an integer lies at ratio 1 past c - 1; neighbours past an edge repeat the edge element
-// (its padding is numpy's edge mode). A neighbour of weight 0 is not read.
-void resize_taps(const kernels::resize& op, size_t d, int64_t i, int64_t stride, std::vector<resize_tap>& taps) {
+// (its padding is numpy's edge mode). A neighbour of weight 0 is not read. False when the index
+// is tf_crop_and_resize's extrapolation (its coordinate outside [0, n - 1]), no taps added.
+bool resize_taps(const kernels::resize& op, size_t d, int64_t i, int64_t stride, std::vector<resize_tap>& taps) {
   using kernels::resize_mode;
   const int64_t n = op.x.shape[d];
-  double c = resize_source(op.coordinates, i, n, op.y.shape[d], op.scales[d]);
+  double c = resize_source(op.coordinates, i, n, op.y.shape[d], op.scales[d], op.roi_start[d], op.roi_end[d]);
+  if (op.coordinates == kernels::resize_coordinates::tf_crop_and_resize && (c < 0 || c > static_cast<double>(n - 1)))
+    return false;
+  const double scale = op.scales[d];
+  const bool widened = op.antialias && scale < 1 && op.mode != resize_mode::nearest;
   // Far outside x every neighbour is an edge: clamping there changes no weight that is read, and
-  // keeps the index arithmetic finite (a tiny scale sends c towards infinity).
-  const double lo = -4, hi = static_cast<double>(n) + 4;
+  // keeps the index arithmetic finite (a tiny scale sends c towards infinity). An antialiased
+  // filter reaches 2 / scale elements further.
+  const double reach = 4 + (widened ? std::ceil(2 / scale) : 0.0);
+  const double lo = -reach, hi = static_cast<double>(n) + reach;
   if (!(c >= lo)) c = lo;
   if (c > hi) c = hi;
   const double left_d = std::ceil(c) - 1;
   const double ratio = c - left_d;  // in (0, 1]
   const auto left = static_cast<int64_t>(left_d);
-  std::array<double, 4> w{};
+  std::vector<double> w(4, 0.0);
   int64_t first = left, count = 2;
-  switch (op.mode) {
-    case resize_mode::nearest: {
-      bool right = true;  // an integral coordinate is its own (right) neighbour
-      if (ratio != 1) {
-        switch (op.nearest) {
-          case kernels::nearest_rounding::round_prefer_floor: right = ratio > 0.5; break;
-          case kernels::nearest_rounding::round_prefer_ceil: right = ratio >= 0.5; break;
-          case kernels::nearest_rounding::floor: right = false; break;
-          case kernels::nearest_rounding::ceil: right = true; break;
+  if (widened) {
+    antialias_weights(op, scale, ratio, w);
+    count = static_cast<int64_t>(w.size());
+    first = left + 1 - count / 2;
+  } else {
+    switch (op.mode) {
+      case resize_mode::nearest: {
+        bool right = true;  // an integral coordinate is its own (right) neighbour
+        if (ratio != 1) {
+          switch (op.nearest) {
+            case kernels::nearest_rounding::round_prefer_floor: right = ratio > 0.5; break;
+            case kernels::nearest_rounding::round_prefer_ceil: right = ratio >= 0.5; break;
+            case kernels::nearest_rounding::floor: right = false; break;
+            case kernels::nearest_rounding::ceil: right = true; break;
+          }
         }
+        first = right ? left + 1 : left;
+        count = 1;
+        w[0] = 1;
+        break;
       }
-      first = right ? left + 1 : left;
-      count = 1;
-      w[0] = 1;
-      break;
+      case resize_mode::linear:
+        w[0] = 1 - ratio;
+        w[1] = ratio;
+        break;
+      case resize_mode::cubic: {
+        first = left - 1;
+        count = 4;
+        const std::array<double, 4> k = cubic_weights(ratio, op.cubic_coeff_a);
+        std::copy(k.begin(), k.end(), w.begin());
+        break;
+      }
     }
-    case resize_mode::linear: w = {1 - ratio, ratio, 0, 0}; break;
-    case resize_mode::cubic:
-      first = left - 1;
-      count = 4;
-      w = cubic_weights(ratio, op.cubic_coeff_a);
-      break;
   }
   if (op.exclude_outside && op.mode != resize_mode::nearest) {
     double sum = 0;
@@ -1795,6 +1840,7 @@ void resize_taps(const kernels::resize& op, size_t d, int64_t i, int64_t stride,
     if (v == 0) continue;
     taps.push_back({std::clamp<int64_t>(first + k, 0, n - 1) * stride, v});
   }
+  return true;
 }
 
 // A sum taken in double into R for a store to y: double keeps it; to float it is rounded to odd
@@ -1806,7 +1852,9 @@ R from_double(bool narrow, double v) noexcept {
 }
 
 // ONNX's Resize: y[i] = sum over the neighbours' product of per-dimension weights times x there,
-// in double (the reference's dot products are float64), rounded to y's dtype once.
+// in double (the reference's dot products are float64), rounded to y's dtype once; with
+// tf_crop_and_resize an output whose coordinate is outside x in any dimension is the
+// extrapolation value.
 template <class R>
 void run(const kernels::resize& op, const host_tensors<R>& h) {
   const shape& xs = op.x.shape;
@@ -1815,12 +1863,13 @@ void run(const kernels::resize& op, const host_tensors<R>& h) {
   // Per dimension, every output index's neighbours: taps[d][first[d][i] .. first[d][i + 1]).
   std::array<std::vector<resize_tap>, shape::max_rank> taps;
   std::array<std::vector<size_t>, shape::max_rank> first;
+  std::array<std::vector<char>, shape::max_rank> outside;
   int64_t stride = 1;
   for (size_t d = r; d-- > 0;) {
     first[d].reserve(static_cast<size_t>(ys[d]) + 1);
     for (int64_t i = 0; i < ys[d]; ++i) {
       first[d].push_back(taps[d].size());
-      resize_taps(op, d, i, stride, taps[d]);
+      outside[d].push_back(resize_taps(op, d, i, stride, taps[d]) ? 0 : 1);
     }
     first[d].push_back(taps[d].size());
     stride *= xs[d];
@@ -1832,6 +1881,8 @@ void run(const kernels::resize& op, const host_tensors<R>& h) {
   const bool narrow = op.y.type != dtype::f32;
   for (size_t e = 0; e < n; ++e) {
     double sum = 0;
+    bool extrapolated = false;
+    for (size_t d = 0; d < r; ++d) extrapolated = extrapolated || outside[d][static_cast<size_t>(idx[d])] != 0;
     const auto visit = [&](const auto& self, size_t d, int64_t off, double w) -> void {
       if (d == r) {
         sum += w * static_cast<double>(x[static_cast<size_t>(off)]);
@@ -1841,7 +1892,8 @@ void run(const kernels::resize& op, const host_tensors<R>& h) {
       for (size_t k = first[d][i]; k < first[d][i + 1]; ++k)
         self(self, d + 1, off + taps[d][k].offset, w * taps[d][k].weight);
     };
-    visit(visit, 0, 0, 1.0);
+    if (extrapolated) sum = op.extrapolation_value;
+    else visit(visit, 0, 0, 1.0);
     y[e] = from_double<R>(narrow, sum);
     for (size_t d = r; d-- > 0;) {
       if (++idx[d] < ys[d]) break;

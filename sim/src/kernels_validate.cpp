@@ -653,19 +653,23 @@ std::error_code check(const kernels::trilu& t) {
 }
 
 // ONNX's Resize (onnx.ai/onnx/operators/onnx__Resize.html) on float data. A scale is a ratio of
-// extents, so only a finite positive one means anything; y's extents are the caller's (they come
-// from the scales or from the sizes the scales were computed from).
+// extents, so only a finite positive one means anything, and a crop box only a finite one; y's extents are the caller's
+// (they come from the scales or from the sizes the scales were computed from).
 std::error_code check(const kernels::resize& r) {
   if (!is_float(r.x.type) || r.y.type != r.x.type) return fail(errc::invalid_dtype);
   const std::size_t rank = r.x.shape.rank();
   if (r.y.shape.rank() != rank) return fail(errc::invalid_shape);
   if (static_cast<unsigned>(r.mode) > static_cast<unsigned>(kernels::resize_mode::cubic) ||
-      static_cast<unsigned>(r.coordinates) > static_cast<unsigned>(kernels::resize_coordinates::half_pixel_symmetric) ||
+      static_cast<unsigned>(r.coordinates) > static_cast<unsigned>(kernels::resize_coordinates::tf_crop_and_resize) ||
       static_cast<unsigned>(r.nearest) > static_cast<unsigned>(kernels::nearest_rounding::ceil) ||
       !std::isfinite(r.cubic_coeff_a))
     return fail(errc::invalid_argument);
   for (std::size_t d = 0; d < rank; ++d)
-    if (!std::isfinite(r.scales[d]) || !(r.scales[d] > 0)) return fail(errc::invalid_argument);
+    if (!std::isfinite(r.scales[d]) || !(r.scales[d] > 0) || !std::isfinite(r.roi_start[d]) ||
+        !std::isfinite(r.roi_end[d]))
+      return fail(errc::invalid_argument);
+  // Antialiasing widens linear's and cubic's filters; nearest has none (the reference refuses it).
+  if (r.antialias && r.mode == kernels::resize_mode::nearest) return fail(errc::invalid_argument);
   return {};
 }
 

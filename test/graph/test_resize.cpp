@@ -1,6 +1,7 @@
 // Resize (onnx.ai/onnx/operators/onnx__Resize.html) and Upsample through compiled runs: the
-// scales and sizes forms, opset 18's axes and keep_aspect_ratio_policy, each interpolation mode
-// against the spec's formulas, the typed errors, an fp16 session and a timing-only run.
+// scales and sizes forms, opset 18's axes, keep_aspect_ratio_policy and antialias,
+// tf_crop_and_resize's box and extrapolation, each interpolation mode against the spec's
+// formulas, the typed errors, an fp16 session and a timing-only run.
 #include <npurt/graph/session.hpp>
 
 #include "helpers.hpp"
@@ -238,10 +239,16 @@ TEST_CASE("Resize refuses what it cannot compute, with typed errors naming the t
                      "x");
   expect_graph_error([&] { build({1, 1, 2, 2}, {}, {{"nearest_mode", std::string("round")}}); }, errc::invalid_argument,
                      "r", "x");
+  // tf_crop_and_resize samples the roi box: without a roi there is none.
   expect_graph_error(
       [&] { build({1, 1, 2, 2}, {}, {{"coordinate_transformation_mode", std::string("tf_crop_and_resize")}}); },
-      errc::not_supported, "r", "x");
-  expect_graph_error([&] { build({1, 1, 2, 2}, {}, {{"antialias", std::int64_t{1}}}); }, errc::not_supported, "r", "x");
+      errc::invalid_argument, "r", "x");
+  // antialias widens linear's and cubic's filters; nearest (the default mode) has none.
+  expect_graph_error([&] { build({1, 1, 2, 2}, {}, {{"antialias", std::int64_t{1}}}); }, errc::invalid_argument, "r",
+                     "x");
+  expect_graph_error(
+      [&] { build({1, 1, 2, 2}, {}, {{"mode", std::string("linear")}, {"antialias", std::int64_t{2}}}); },
+      errc::invalid_argument, "r", "x");
   expect_graph_error([&] { build({1, 1, 2, 2}, {}, {{"axes", ints{2, -2}}}); }, errc::invalid_argument, "r", "x");
   // The scales decide the shape: fed at run time they cannot be used.
   expect_graph_error(
@@ -277,4 +284,121 @@ TEST_CASE("Resize lowers to one resize kernel in a timing-only run, costed as da
   // No faster than its bytes (x read, y written) over the preset's HBM bandwidth.
   test::check_timing_only_movement(g, {8, 256, 64, 64}, dtype::f16, "r", {8, 256, 128, 128},
                                    2.0 * 8 * 256 * (64 * 64 + 128 * 128));
+}
+
+namespace {
+
+// Opset 18's antialias along one dimension downsampled by `scale` < 1, from onnx.ai's words: the
+// interpolation filter stretched by 1 / scale, so every element j with |j - c| < support / scale
+// (c the half_pixel source coordinate; support 1 for linear, 2 for cubic) weighs K((j - c) scale),
+// the weights normalised to sum 1 and an index past an edge taking the edge element.
+std::vector<std::vector<double>> antialias_weights_ref(const std::string& mode, std::int64_t n, std::int64_t out,
+                                                       double scale, double a = -0.75) {
+  std::vector<std::vector<double>> w(static_cast<std::size_t>(out), std::vector<double>(static_cast<std::size_t>(n)));
+  const double support = mode == "linear" ? 1 : 2;
+  const auto kernel = [&](double t) {
+    t = std::fabs(t);
+    if (mode == "linear") return std::max(0.0, 1 - t);
+    if (t <= 1) return ((a + 2) * t - (a + 3)) * t * t + 1;
+    if (t < 2) return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a;
+    return 0.0;
+  };
+  for (std::int64_t i = 0; i < out; ++i) {
+    const double c = (static_cast<double>(i) + 0.5) / scale - 0.5;
+    double sum = 0;
+    std::vector<std::pair<std::int64_t, double>> taps;
+    for (auto j = static_cast<std::int64_t>(std::floor(c - support / scale)) - 1;
+         j <= static_cast<std::int64_t>(std::ceil(c + support / scale)) + 1; ++j) {
+      const double v = kernel((static_cast<double>(j) - c) * scale);
+      if (v == 0) continue;
+      taps.emplace_back(std::clamp<std::int64_t>(j, 0, n - 1), v);
+      sum += v;
+    }
+    for (const auto& [j, v] : taps) w[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] += v / sum;
+  }
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("Resize with antialias widens linear and cubic filters when downsampling, as onnx.ai defines it",
+          "[graph][resize]") {
+  // x [1, 1, 9, 11] to sizes [1, 1, 4, 3] (scales 4/9 and 3/11) and [1, 1, 5, 6]; an upsampled
+  // axis (15/11) keeps the ordinary filter.
+  const shape xs{1, 1, 9, 11};
+  const std::vector<double> x = test::values(xs.elements(), 17, 3.0);
+  for (const std::string mode : {"linear", "cubic"})
+    for (const shape& ys : {shape{1, 1, 4, 3}, shape{1, 1, 5, 6}, shape{1, 1, 3, 15}}) {
+      CAPTURE(mode, ys);
+      graph g("antialias");
+      auto xi = g.add_input("x", xs, dtype::f32);
+      g.set_output(g.add_op("Resize", {xi, "", "", g.add_constant("sizes", ints_tensor({1, 1, ys[2], ys[3]}))},
+                            {{"mode", mode}, {"antialias", std::int64_t{1}}}, "r"));
+      CHECK(g.value("r").shape == ys);
+      std::vector<std::vector<std::vector<double>>> w;
+      for (std::size_t d = 0; d < 4; ++d) {
+        const double scale = static_cast<double>(ys[d]) / static_cast<double>(xs[d]);
+        w.push_back(scale < 1 ? antialias_weights_ref(mode, xs[d], ys[d], scale)
+                              : weights({mode}, xs[d], ys[d], scale));
+      }
+      std::vector<double> want(static_cast<std::size_t>(ys.elements()));
+      for (std::int64_t i = 0; i < ys[2]; ++i)
+        for (std::int64_t j = 0; j < ys[3]; ++j)
+          for (std::int64_t r = 0; r < xs[2]; ++r)
+            for (std::int64_t c = 0; c < xs[3]; ++c)
+              want[static_cast<std::size_t>(i * ys[3] + j)] +=
+                  x[static_cast<std::size_t>(r * xs[3] + c)] *
+                  w[2][static_cast<std::size_t>(i)][static_cast<std::size_t>(r)] *
+                  w[3][static_cast<std::size_t>(j)][static_cast<std::size_t>(c)];
+      CHECK(near(run_graph(g, xs, x, 0), want));
+    }
+}
+
+TEST_CASE("Resize's tf_crop_and_resize samples the roi box and extrapolates outside x", "[graph][resize]") {
+  // onnx.ai's formula per axis: c = start (n - 1) + i (end - start) (n - 1) / (m - 1), m the
+  // resized extent; an output whose c is outside [0, n - 1] on any axis is extrapolation_value.
+  // x = 5 r + col on [1, 1, 4, 5] is linear in (r, col), so linear sampling inside is exact.
+  const shape xs{1, 1, 4, 5};
+  std::vector<double> x;
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 5; ++c) x.push_back(5.0 * r + c);
+  struct crop {
+    std::vector<double> roi;  // starts, then ends, per axis named
+    std::vector<std::int64_t> sizes;
+    ints axes;
+  };
+  for (const crop& k : {crop{{0, 0, 0.4, 0.6, 1, 1, 0.6, 0.8}, {1, 1, 3, 3}, {}},
+                        crop{{0, 0, -0.5, 0.25, 1, 1, 1.5, 1.25}, {1, 1, 5, 6}, {}},
+                        crop{{0.2, -0.1, 0.9, 0.5}, {7, 4}, {2, 3}}, crop{{0.5, 0.25, 0.5, 0.75}, {1, 3}, {2, 3}}}) {
+    CAPTURE(k.roi, k.sizes);
+    graph g("crop");
+    auto xi = g.add_input("x", xs, dtype::f32);
+    attributes attrs{{"mode", std::string("linear")},
+                     {"coordinate_transformation_mode", std::string("tf_crop_and_resize")},
+                     {"extrapolation_value", 100.5}};
+    if (!k.axes.empty()) attrs.set("axes", k.axes);
+    g.set_output(
+        g.add_op("Resize",
+                 {xi, g.add_constant("roi", tensor({static_cast<std::int64_t>(k.roi.size())}, dtype::f32, k.roi)), "",
+                  g.add_constant("sizes", ints_tensor(k.sizes))},
+                 attrs, "r"));
+    const std::int64_t oh = k.sizes[k.sizes.size() - 2], ow = k.sizes.back();
+    CHECK(g.value("r").shape == shape{1, 1, oh, ow});
+    const std::size_t half = k.roi.size() / 2;
+    const auto source = [&](std::size_t axis, std::int64_t i, std::int64_t n, std::int64_t m) {
+      const double start = static_cast<double>(static_cast<float>(k.roi[half - 2 + axis]));
+      const double end = static_cast<double>(static_cast<float>(k.roi[2 * half - 2 + axis]));
+      const auto last = static_cast<double>(n - 1);
+      return m == 1 ? (start + end) / 2 * last
+                    : start * last + static_cast<double>(i) * (end - start) * last / static_cast<double>(m - 1);
+    };
+    std::vector<double> want;
+    for (std::int64_t i = 0; i < oh; ++i)
+      for (std::int64_t j = 0; j < ow; ++j) {
+        const double r = source(0, i, 4, oh), c = source(1, j, 5, ow);
+        const bool out = r < 0 || r > 3 || c < 0 || c > 4;
+        want.push_back(out ? 100.5 : 5 * r + c);
+      }
+    CHECK(near(run_graph(g, xs, x, 0), want));
+  }
 }
