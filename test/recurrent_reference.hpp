@@ -22,19 +22,37 @@ using npurt::dtype;
 
 using vec = std::vector<double>;
 
-inline double rec_act(k::rnn_activation a, double x) {
+// The spec's activation functions with parameters alpha and beta (onnx.ai's RNN page: Affine
+// alpha * x + beta, LeakyRelu, ThresholdedRelu (alpha the threshold), ScaledTanh
+// alpha * tanh(beta * x), HardSigmoid min(max(alpha * x + beta, 0), 1), Elu alpha (e^x - 1)).
+inline double rec_act(k::rnn_activation a, double x, double alpha, double beta) {
   switch (a) {
     case k::rnn_activation::sigmoid: return 1 / (1 + std::exp(-x));
     case k::rnn_activation::tanh: return std::tanh(x);
     case k::rnn_activation::relu: return x > 0 ? x : 0;
     case k::rnn_activation::softsign: return x / (1 + std::fabs(x));
     case k::rnn_activation::softplus: return std::log(1 + std::exp(x));
-    case k::rnn_activation::leaky_relu: return x >= 0 ? x : 0.01 * x;
-    case k::rnn_activation::thresholded_relu: return x > 1.0 ? x : 0;
-    case k::rnn_activation::hard_sigmoid: return std::max(0.0, std::min(1.0, 0.2 * x + 0.5));
-    case k::rnn_activation::elu: return x >= 0 ? x : std::exp(x) - 1;
+    case k::rnn_activation::leaky_relu: return x >= 0 ? x : alpha * x;
+    case k::rnn_activation::thresholded_relu: return x > alpha ? x : 0;
+    case k::rnn_activation::hard_sigmoid: return std::max(0.0, std::min(1.0, alpha * x + beta));
+    case k::rnn_activation::elu: return x >= 0 ? x : alpha * (std::exp(x) - 1);
+    case k::rnn_activation::affine: return alpha * x + beta;
+    case k::rnn_activation::scaled_tanh: return alpha * std::tanh(beta * x);
   }
   return x;
+}
+
+// The ONNX operators' defaults: LeakyRelu 0.01, ThresholdedRelu 1, HardSigmoid 0.2 and 0.5, Elu
+// 1; Affine 1 and 0 and ScaledTanh 1 and 1 (the identity and tanh).
+inline double rec_default_alpha(k::rnn_activation a) {
+  return a == k::rnn_activation::leaky_relu ? 0.01 : a == k::rnn_activation::hard_sigmoid ? 0.2 : 1.0;
+}
+inline double rec_default_beta(k::rnn_activation a) {
+  return a == k::rnn_activation::hard_sigmoid ? 0.5 : a == k::rnn_activation::affine ? 0.0 : 1.0;
+}
+
+inline double rec_act(k::rnn_activation a, double x) {
+  return rec_act(a, x, rec_default_alpha(a), rec_default_beta(a));
 }
 
 // One recurrent problem in ONNX's terms, its tensors in layout 0 ([seq, batch, ...]) order.
@@ -49,6 +67,9 @@ struct rec_problem {
   std::array<k::rnn_activation, 6> acts{k::rnn_activation::sigmoid, k::rnn_activation::tanh, k::rnn_activation::tanh,
                                         k::rnn_activation::sigmoid, k::rnn_activation::tanh, k::rnn_activation::tanh};
   dtype type = dtype::f32;
+  // activation_alpha and activation_beta: function i (in acts' order) takes element i, its
+  // operator's default past the end (ONNX's reference consumes them so).
+  std::vector<double> alphas, betas;
 
   [[nodiscard]] std::int64_t dirs() const { return direction == k::rnn_direction::bidirectional ? 2 : 1; }
   [[nodiscard]] std::int64_t gates() const { return cell == k::rnn_cell::rnn ? 1 : cell == k::rnn_cell::gru ? 3 : 4; }
@@ -75,7 +96,10 @@ inline rec_result rec_reference(const rec_problem& pb, const vec& x, const vec& 
   for (std::size_t d = 0; d < D; ++d) {
     const bool flip = pb.direction == k::rnn_direction::reverse || d == 1;
     const auto f = [&](std::size_t j, double v) {
-      return rec_act(pb.acts[d * pb.per_dir() + j], std::max(-clip, std::min(clip, v)));
+      const std::size_t i = d * pb.per_dir() + j;
+      const k::rnn_activation a = pb.acts[i];
+      return rec_act(a, std::max(-clip, std::min(clip, v)), i < pb.alphas.size() ? pb.alphas[i] : rec_default_alpha(a),
+                     i < pb.betas.size() ? pb.betas[i] : rec_default_beta(a));
     };
     const double* W = w.data() + d * G * H * I;
     const double* R = r.data() + d * G * H * H;

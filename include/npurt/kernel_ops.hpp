@@ -628,9 +628,11 @@ enum class rnn_cell : std::uint8_t { rnn, gru, lstm };
 /// both, the forward pass as direction 0.
 enum class rnn_direction : std::uint8_t { forward, reverse, bidirectional };
 
-/// The activations a recurrent cell applies, as the ONNX spec's list defines them, each with its
-/// ONNX operator's default parameters (LeakyRelu alpha 0.01, ThresholdedRelu alpha 1, HardSigmoid
-/// alpha 0.2 and beta 0.5, Elu alpha 1): the descriptor has no room for per-activation parameters.
+/// The activations a recurrent cell applies, as the ONNX spec's list defines them: without
+/// recurrent::activation_params each takes its ONNX operator's default parameters (LeakyRelu
+/// alpha 0.01, ThresholdedRelu alpha 1, HardSigmoid alpha 0.2 and beta 0.5, Elu alpha 1; Affine
+/// alpha 1 and beta 0, ScaledTanh alpha 1 and beta 1, which the ONNX spec defines as alpha * x +
+/// beta and alpha * tanh(beta * x)).
 enum class rnn_activation : std::uint8_t {
   sigmoid,
   tanh,
@@ -640,7 +642,9 @@ enum class rnn_activation : std::uint8_t {
   leaky_relu,
   thresholded_relu,
   hard_sigmoid,
-  elu
+  elu,
+  affine,
+  scaled_tanh
 };
 
 /// ONNX's RNN, GRU and LSTM over a whole sequence, as the spec's equations define them and ONNX's
@@ -661,6 +665,9 @@ enum class rnn_activation : std::uint8_t {
 ///
 /// activations holds each direction's f (and g, h: GRU 2, LSTM 3) in ONNX's order, the forward
 /// direction's first; clip bounds every activation's input to [-clip, clip] (infinity: none).
+/// With activation_params, b (then required) ends in 6 more values per direction, after B and
+/// P: the (alpha, beta) of that direction's f, g and h (unused pairs ignored). The descriptor
+/// has no room for 12 floats, and b is read once per launch anyway; the graph appends them.
 /// input_forget couples an LSTM's forget gate to its input gate (f = 1 - i); linear_before_reset
 /// applies a GRU's reset gate after R's product. Computed in float, the state carried in float
 /// from step to step, every output rounded once to its dtype.
@@ -677,6 +684,8 @@ struct recurrent {
   static constexpr std::uint8_t initial_c = 2;            // y_c holds the initial cell state
   static constexpr std::uint8_t input_forget = 4;         // LSTM
   static constexpr std::uint8_t linear_before_reset = 8;  // GRU
+  static constexpr std::uint8_t activation_params = 16;   // b ends in (alpha, beta) x 3 per direction
+  static constexpr std::int64_t param_columns = 6;
   [[nodiscard]] constexpr bool has(std::uint8_t bit) const noexcept { return (options & bit) != 0; }
 };
 

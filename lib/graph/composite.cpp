@@ -5,6 +5,7 @@
 
 #include "conv_transpose.hpp"
 #include "einsum.hpp"
+#include "window.hpp"
 
 #include <algorithm>
 #include <array>
@@ -133,7 +134,53 @@ void add_recurrent(graph& g, const std::string& t, const std::string& node_name,
   const auto input = [&](std::size_t i) { return i < ins.size() ? ins[i] : std::string(); };
   std::vector<std::string> inner{ins[0], ins[1], ins[2], input(3), input(4), input(5), lstm ? input(6) : std::string()};
   const std::string label = outputs[0].empty() ? node_name : outputs[0];
-  if (lstm && !input(7).empty()) {
+  attributes a = attrs;
+  a.set("cell", t);
+  // activation_alpha and activation_beta ride after B (and P), 6 values per direction (the
+  // kernel's descriptor has no room for them): a constant of X's dtype the graph concatenates.
+  std::vector<double> params;
+  if (attrs.has("activation_alpha") || attrs.has("activation_beta")) {
+    const std::int64_t dirs = attrs.get_string("direction", "forward") == "bidirectional" ? 2 : 1;
+    params = graph_ops::recurrent_activation_params(node{"Recurrent", node_name, ins, outputs, a}, dirs);
+  }
+  if (!params.empty()) {
+    const value_info r = g.value(ins[2]);
+    const dtype type = g.value(ins[0]).type;
+    const std::int64_t dirs = static_cast<std::int64_t>(params.size()) / kernels::recurrent::param_columns;
+    if (r.shape.rank() != 3 || r.shape[0] != dirs)
+      fail(errc::invalid_shape, node_name, ins[2],
+           t + " '" + node_name + "': R must be [" + std::to_string(dirs) +
+               ", gates * hidden_size, hidden_size], got " + shape_string(r.shape));
+    const std::int64_t gates = t == "RNN" ? 1 : t == "GRU" ? 3 : 4, hidden = r.shape[2];
+    if (hidden > (std::int64_t{1} << 32))
+      fail(errc::invalid_shape, node_name, ins[2], t + " '" + node_name + "': hidden_size must be at most 2^32");
+    std::string b = input(3);
+    if (b.empty()) {
+      tensor zeros(shape{dirs, 2 * gates * hidden}, type);
+      for (std::int64_t i = 0; i < zeros.elements(); ++i) zeros.set(i, 0.0);
+      b = g.add_constant(fresh(label + "/B"), std::move(zeros));
+    } else if (const value_info& bv = g.value(b); !(bv.shape == shape{dirs, 2 * gates * hidden})) {
+      fail(errc::invalid_shape, node_name, b,
+           t + " '" + node_name + "': B must be " + shape_string(shape{dirs, 2 * gates * hidden}) + ", got " +
+               shape_string(bv.shape));
+    }
+    tensor table(shape{dirs, kernels::recurrent::param_columns}, type);
+    for (std::size_t i = 0; i < params.size(); ++i) table.set(static_cast<std::int64_t>(i), params[i]);
+    std::vector<std::string> parts{b};
+    if (lstm && !input(7).empty()) parts.push_back(input(7));  // P, checked below
+    parts.push_back(g.add_constant(fresh(label + "/activation_params"), std::move(table)));
+    if (lstm && !input(7).empty()) {
+      const value_info p = g.value(input(7));
+      if (!(p.shape == shape{dirs, 3 * hidden}))
+        fail(errc::invalid_shape, node_name, p.name,
+             "LSTM '" + node_name + "': P must be " + shape_string(shape{dirs, 3 * hidden}) + ", got " +
+                 shape_string(p.shape));
+    }
+    const std::string packed = fresh(label + "/B_params");
+    g.add_node("Concat", packed, parts, {packed}, {{"axis", std::int64_t{1}}});
+    inner[3] = packed;
+    a.set("activation_params", std::int64_t{1});
+  } else if (lstm && !input(7).empty()) {
     const value_info r = g.value(ins[2]);
     const value_info p = g.value(input(7));
     if (r.shape.rank() != 3)
@@ -166,8 +213,6 @@ void add_recurrent(graph& g, const std::string& t, const std::string& node_name,
   static constexpr std::array<std::string_view, 3> tags{"Y", "Y_h", "Y_c"};
   for (std::size_t i = 0; i < outs; ++i)
     named.push_back(i < outputs.size() && !outputs[i].empty() ? outputs[i] : fresh(label + "/" + std::string(tags[i])));
-  attributes a = attrs;
-  a.set("cell", t);
   g.add_node("Recurrent", node_name, std::move(inner), std::move(named), std::move(a));
 }
 

@@ -1358,6 +1358,107 @@ kernels::quantize quantize_spec(const node& n, std::span<const value_info* const
   return k;
 }
 
+// A recurrent node's activation functions (f, g, h per direction) and their parameters.
+struct recurrent_functions {
+  std::array<kernels::rnn_activation, 6> fn{};
+  std::vector<double> params;  // 6 per direction; empty when the node gives no parameters
+};
+
+recurrent_functions recurrent_functions_of(const node& n, kernels::rnn_cell c, std::int64_t dirs) {
+  using kernels::rnn_activation;
+  using kernels::rnn_cell;
+  const std::string_view x_name = n.inputs.empty() ? std::string_view{} : std::string_view(n.inputs[0]);
+  const std::string cell = c == rnn_cell::rnn ? "RNN" : c == rnn_cell::gru ? "GRU" : "LSTM";
+  recurrent_functions out;
+  // activations: ONNX's STRINGS, held as one string of comma-separated names (the graph's
+  // attributes have no list of strings); names compare without case, as onnxruntime's do.
+  const std::size_t per_dir = c == rnn_cell::rnn ? 1 : c == rnn_cell::gru ? 2 : 3;
+  std::vector<std::string> names;
+  const std::string list = n.attrs.get_string("activations", "");
+  for (std::size_t at = 0; !list.empty() && at <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    names.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  if (names.empty())
+    for (std::int64_t d = 0; d < dirs; ++d) {
+      if (c == rnn_cell::rnn) names.emplace_back("Tanh");
+      else names.insert(names.end(), {"Sigmoid", "Tanh", "Tanh"});
+      if (c == rnn_cell::gru) names.pop_back();
+    }
+  if (names.size() != per_dir * static_cast<std::size_t>(dirs))
+    fail(errc::invalid_argument, n, x_name,
+         "activations lists " + std::to_string(names.size()) + " functions; a " + cell + " takes " +
+             std::to_string(per_dir) + " per direction, " + std::to_string(per_dir * static_cast<std::size_t>(dirs)) +
+             " here");
+  struct known {
+    std::string_view name;
+    rnn_activation fn;
+    double alpha, beta;  // the ONNX operator's defaults (the kernel's when no parameters are given)
+  };
+  // onnx.ai's RNN page lists the functions and their formulas; Affine (alpha * x + beta) and
+  // ScaledTanh (alpha * tanh(beta * x)) default to the identity and tanh, as the experimental
+  // operators of those names did. Functions without parameters ignore theirs.
+  const known table[] = {{"sigmoid", rnn_activation::sigmoid, 1, 1},
+                         {"tanh", rnn_activation::tanh, 1, 1},
+                         {"relu", rnn_activation::relu, 1, 1},
+                         {"softsign", rnn_activation::softsign, 1, 1},
+                         {"softplus", rnn_activation::softplus, 1, 1},
+                         {"leakyrelu", rnn_activation::leaky_relu, 0.01, 0},
+                         {"thresholdedrelu", rnn_activation::thresholded_relu, 1.0, 1},
+                         {"hardsigmoid", rnn_activation::hard_sigmoid, 0.2, 0.5},
+                         {"elu", rnn_activation::elu, 1.0, 1},
+                         {"affine", rnn_activation::affine, 1.0, 0.0},
+                         {"scaledtanh", rnn_activation::scaled_tanh, 1.0, 1.0}};
+  const auto params = [&](const char* attr) {
+    const auto it = n.attrs.items().find(attr);
+    if (it == n.attrs.items().end()) return floats{};
+    if (const auto* f = std::get_if<floats>(&it->second)) return *f;
+    if (const auto* d = std::get_if<double>(&it->second)) return floats{*d};
+    fail(errc::invalid_argument, n, x_name, std::string(attr) + " must be a list of floats");
+  };
+  const floats alphas = params("activation_alpha"), betas = params("activation_beta");
+  for (const auto& [given, attr] : {std::pair{&alphas, "activation_alpha"}, std::pair{&betas, "activation_beta"}}) {
+    if (given->size() > names.size())
+      fail(errc::invalid_argument, n, x_name,
+           std::string(attr) + " has " + std::to_string(given->size()) + " values for " + std::to_string(names.size()) +
+               " activation functions");
+    for (const double v : *given)
+      if (!std::isfinite(v) || !std::isfinite(static_cast<float>(v)))
+        fail(errc::invalid_argument, n, x_name, std::string(attr) + " holds " + std::to_string(v) + ": not finite");
+  }
+  const bool with_params = n.attrs.has("activation_alpha") || n.attrs.has("activation_beta");
+  if (with_params) out.params.assign(static_cast<std::size_t>(dirs) * 6, 0.0);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    std::string lower = names[i];
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    const known* f = nullptr;
+    for (const auto& e : table)
+      if (e.name == lower) f = &e;
+    if (!f)
+      fail(errc::invalid_argument, n, x_name,
+           "activation '" + names[i] +
+               "' is not one of Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, HardSigmoid, Elu, "
+               "Softsign, Softplus");
+    out.fn[i] = f->fn;
+    // The reference (onnx/reference/ops/op_rnn.py) consumes activation_alpha[i] and
+    // activation_beta[i] for function i; a shorter list leaves the operator's default.
+    if (with_params) {
+      const std::size_t d = i / per_dir, slot = i % per_dir;
+      out.params[d * 6 + 2 * slot] = i < alphas.size() ? alphas[i] : f->alpha;
+      out.params[d * 6 + 2 * slot + 1] = i < betas.size() ? betas[i] : f->beta;
+    }
+  }
+  return out;
+}
+
+std::vector<double> recurrent_activation_params(const node& n, std::int64_t dirs) {
+  const std::string cell = n.attrs.get_string("cell", "");
+  constexpr std::array<std::string_view, 3> cells{"RNN", "GRU", "LSTM"};
+  return recurrent_functions_of(n, static_cast<kernels::rnn_cell>(pick(n, {}, "cell", cell, cells)), dirs).params;
+}
+
 recurrent_layer recurrent_spec(const node& n, std::span<const value_info* const> in) {
   using kernels::rnn_activation;
   using kernels::rnn_cell;
@@ -1409,9 +1510,10 @@ recurrent_layer recurrent_spec(const node& n, std::span<const value_info* const>
   if (in.size() > 3 && in[3]) {
     const value_info& b = *in[3];
     same_type(n, x, b);
-    const shape plain{dirs, 2 * gates * hidden};
-    if (!(b.shape == plain) && !(lstm && b.shape == shape{dirs, 2 * gates * hidden + 3 * hidden}))
-      expect(b, "B", plain);
+    const std::int64_t extra = n.attrs.get_int("activation_params", 0) == 1 ? kernels::recurrent::param_columns : 0;
+    const shape plain{dirs, 2 * gates * hidden + extra};
+    if (!(b.shape == plain) && !(lstm && b.shape == shape{dirs, 2 * gates * hidden + 3 * hidden + extra}))
+      expect(b, extra ? "B (with the activation parameters after it)" : "B", plain);
   }
   if (in.size() > 4 && in[4]) {
     const value_info& l = *in[4];
@@ -1440,79 +1542,9 @@ recurrent_layer recurrent_spec(const node& n, std::span<const value_info* const>
     fail(errc::invalid_argument, n, x.name, "input_forget must be 0 or 1, got " + std::to_string(forget));
   if (forget && lstm) k.options |= kernels::recurrent::input_forget;
   if (lbr && k.cell == rnn_cell::gru) k.options |= kernels::recurrent::linear_before_reset;
-  // activations: ONNX's STRINGS, held as one string of comma-separated names (the graph's
-  // attributes have no list of strings); names compare without case, as onnxruntime's do.
-  const std::size_t per_dir = k.cell == rnn_cell::rnn ? 1 : k.cell == rnn_cell::gru ? 2 : 3;
-  std::vector<std::string> names;
-  const std::string list = n.attrs.get_string("activations", "");
-  for (std::size_t at = 0; !list.empty() && at <= list.size();) {
-    const std::size_t comma = std::min(list.find(',', at), list.size());
-    names.push_back(list.substr(at, comma - at));
-    at = comma + 1;
-  }
-  if (names.empty())
-    for (std::int64_t d = 0; d < dirs; ++d) {
-      if (k.cell == rnn_cell::rnn) names.emplace_back("Tanh");
-      else names.insert(names.end(), {"Sigmoid", "Tanh", "Tanh"});
-      if (k.cell == rnn_cell::gru) names.pop_back();
-    }
-  if (names.size() != per_dir * static_cast<std::size_t>(dirs))
-    fail(errc::invalid_argument, n, x.name,
-         "activations lists " + std::to_string(names.size()) + " functions; a " + cell + " takes " +
-             std::to_string(per_dir) + " per direction, " + std::to_string(per_dir * static_cast<std::size_t>(dirs)) +
-             " here");
-  struct known {
-    std::string_view name;
-    rnn_activation fn;
-    double alpha, beta;  // the ONNX operator's defaults; NaN: the function takes none
-  };
-  constexpr double none = std::numeric_limits<double>::quiet_NaN();
-  const known table[] = {{"sigmoid", rnn_activation::sigmoid, none, none},
-                         {"tanh", rnn_activation::tanh, none, none},
-                         {"relu", rnn_activation::relu, none, none},
-                         {"softsign", rnn_activation::softsign, none, none},
-                         {"softplus", rnn_activation::softplus, none, none},
-                         {"leakyrelu", rnn_activation::leaky_relu, 0.01, none},
-                         {"thresholdedrelu", rnn_activation::thresholded_relu, 1.0, none},
-                         {"hardsigmoid", rnn_activation::hard_sigmoid, 0.2, 0.5},
-                         {"elu", rnn_activation::elu, 1.0, none}};
-  const auto params = [&](const char* attr) {
-    const auto it = n.attrs.items().find(attr);
-    if (it == n.attrs.items().end()) return floats{};
-    if (const auto* f = std::get_if<floats>(&it->second)) return *f;
-    if (const auto* d = std::get_if<double>(&it->second)) return floats{*d};
-    fail(errc::invalid_argument, n, x.name, std::string(attr) + " must be a list of floats");
-  };
-  const floats alphas = params("activation_alpha"), betas = params("activation_beta");
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    std::string lower = names[i];
-    std::transform(lower.begin(), lower.end(), lower.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    const known* f = nullptr;
-    for (const auto& e : table)
-      if (e.name == lower) f = &e;
-    if (!f) {
-      const bool listed = lower == "affine" || lower == "scaledtanh";
-      fail(listed ? errc::not_supported : errc::invalid_argument, n, x.name,
-           "activation '" + names[i] + "'" +
-               (listed
-                    ? std::string(" is not computed (it needs alpha and beta, which the kernel has no room for)")
-                    : std::string(" is not one of Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, "
-                                  "HardSigmoid, Elu, Softsign, Softplus")));
-    }
-    // The reference consumes activation_alpha[i] and activation_beta[i] for function i; the kernel
-    // computes each function with its operator's defaults only.
-    const auto check_param = [&](const floats& given, const char* attr, double def) {
-      if (i >= given.size() || std::isnan(def)) return;
-      if (static_cast<float>(given[i]) != static_cast<float>(def))
-        fail(errc::not_supported, n, x.name,
-             std::string(attr) + "[" + std::to_string(i) + "] = " + std::to_string(given[i]) + " for " + names[i] +
-                 ": only its default " + std::to_string(def) + " is computed");
-    };
-    check_param(alphas, "activation_alpha", f->alpha);
-    check_param(betas, "activation_beta", f->beta);
-    k.activations[i] = f->fn;
-  }
+  const recurrent_functions fns = recurrent_functions_of(n, k.cell, dirs);
+  k.activations = fns.fn;
+  if (n.attrs.get_int("activation_params", 0) == 1) k.options |= kernels::recurrent::activation_params;
   need_nonempty(n, n.outputs.empty() ? std::string_view{} : std::string_view(n.outputs[0]), out.y);
   return out;
 }

@@ -138,9 +138,18 @@ struct recurrent_layer {
 /// onnx__LSTM.html): inputs X, W, R, B, sequence_lens, initial_h, initial_c, B holding an LSTM's
 /// peepholes after its biases. Throws graph_error naming the operand: a shape that does not fit
 /// invalid_shape with the shape it must have, a dtype invalid_dtype, an unknown attribute value
-/// invalid_argument, an activation the kernel lacks (Affine, ScaledTanh, or parameters other than
-/// the ONNX operator's defaults) not_supported.
+/// invalid_argument. With the node's attribute "activation_params" = 1 (which add_recurrent sets
+/// when the model gives activation_alpha or activation_beta) B ends in the table of
+/// recurrent_activation_params and the kernel's option says so.
 recurrent_layer recurrent_spec(const node& n, std::span<const value_info* const> in);
+
+/// The activation parameters of a Recurrent node `n` as the kernel reads them after B: per
+/// direction 6 values, the (alpha, beta) of its f, g and h (0 past the cell's count), each
+/// activation_alpha[i] / activation_beta[i] of function i as ONNX's reference consumes them, the
+/// ONNX operator's default where the list is shorter. Empty when the node gives neither list.
+/// Throws graph_error as recurrent_spec for an unknown function or a list longer than the
+/// functions.
+std::vector<double> recurrent_activation_params(const node& n, std::int64_t dirs);
 
 /// The comparison an ONNX comparison operator (Equal, Less, LessOrEqual, Greater, GreaterOrEqual)
 /// lowers to; nullopt for any other type.

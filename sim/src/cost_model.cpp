@@ -822,6 +822,8 @@ double rnn_activation_ops(kernels::rnn_activation a) noexcept {
     case rnn_activation::thresholded_relu: return eltwise_ops(eltwise_fn::thresholded_relu);
     case rnn_activation::hard_sigmoid: return eltwise_ops(eltwise_fn::hard_sigmoid);
     case rnn_activation::elu: return eltwise_ops(eltwise_fn::elu);
+    case rnn_activation::affine: return 2;  // a multiply and an add
+    case rnn_activation::scaled_tanh: return eltwise_ops(eltwise_fn::tanh) + 2;  // and two multiplies
   }
   return 1;
 }

@@ -2589,9 +2589,22 @@ void run(const kernels::sgd_update& op, const host_tensors<R>& h) {
 
 // ---- recurrent ---------------------------------------------------------------------------
 
-// The activations of the ONNX RNN spec's list, with their ONNX operators' default parameters.
+// The ONNX operators' default (alpha, beta) of an activation that takes parameters (the others
+// ignore them).
+std::pair<float, float> rnn_default_params(kernels::rnn_activation a) noexcept {
+  using kernels::rnn_activation;
+  switch (a) {
+    case rnn_activation::leaky_relu: return {0.01f, 0.0f};
+    case rnn_activation::hard_sigmoid: return {0.2f, 0.5f};
+    case rnn_activation::affine: return {1.0f, 0.0f};
+    default: return {1.0f, 1.0f};  // ThresholdedRelu, Elu, ScaledTanh
+  }
+}
+
+// The activations of the ONNX RNN spec's list, as the spec defines them with parameters alpha
+// and beta (ThresholdedRelu: alpha is the threshold; ScaledTanh: alpha * tanh(beta * v)).
 // Softplus is ln(1 + e^v) in the form that does not overflow for large v.
-float rnn_activate(kernels::rnn_activation a, float v) noexcept {
+float rnn_activate(kernels::rnn_activation a, float v, float alpha, float beta) noexcept {
   using kernels::rnn_activation;
   switch (a) {
     case rnn_activation::sigmoid: return 1.0f / (1.0f + std::exp(-v));
@@ -2599,10 +2612,12 @@ float rnn_activate(kernels::rnn_activation a, float v) noexcept {
     case rnn_activation::relu: return std::max(v, 0.0f);
     case rnn_activation::softsign: return v / (1.0f + std::fabs(v));
     case rnn_activation::softplus: return v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v));
-    case rnn_activation::leaky_relu: return v >= 0 ? v : 0.01f * v;
-    case rnn_activation::thresholded_relu: return v > 1.0f ? v : 0.0f;
-    case rnn_activation::hard_sigmoid: return std::clamp(0.2f * v + 0.5f, 0.0f, 1.0f);
-    case rnn_activation::elu: return v >= 0 ? v : std::expm1(v);
+    case rnn_activation::leaky_relu: return v >= 0 ? v : alpha * v;
+    case rnn_activation::thresholded_relu: return v > alpha ? v : 0.0f;
+    case rnn_activation::hard_sigmoid: return std::clamp(alpha * v + beta, 0.0f, 1.0f);
+    case rnn_activation::elu: return v >= 0 ? v : alpha * std::expm1(v);
+    case rnn_activation::affine: return alpha * v + beta;
+    case rnn_activation::scaled_tanh: return alpha * std::tanh(beta * v);
   }
   return v;
 }
@@ -2657,14 +2672,21 @@ data_fault run(const kernels::recurrent& op, const host_tensors<R>& launch) {
   std::vector<float> xw(gh), hr(gh), rh(hidden);
   for (size_t d = 0; d < dirs; ++d) {
     const bool backward = op.direction == kernels::rnn_direction::reverse || d == 1;
-    const auto act = [&](size_t which, float v) {
-      return rnn_activate(op.activations[d * per_dir + which], std::clamp(v, -clip, clip));
-    };
     const float* wd = w.data() + d * gh * input;
     const float* rd = r.data() + d * gh * hidden;
     const float* wb = b.empty() ? nullptr : b.data() + d * bcols;
     const float* rb = wb ? wb + gh : nullptr;
-    const float* peep = wb && bcols > 2 * gh ? wb + 2 * gh : nullptr;  // P: i, o, f
+    const bool with_params = op.has(op.activation_params);
+    const size_t extra = with_params ? static_cast<size_t>(kernels::recurrent::param_columns) : 0;
+    const float* peep = wb && bcols - extra > 2 * gh ? wb + 2 * gh : nullptr;  // P: i, o, f
+    std::array<std::pair<float, float>, 3> params{};
+    for (size_t k = 0; k < per_dir; ++k)
+      params[k] = with_params ? std::pair{wb[bcols - extra + 2 * k], wb[bcols - extra + 2 * k + 1]}
+                              : rnn_default_params(op.activations[d * per_dir + k]);
+    const auto act = [&](size_t which, float v) {
+      return rnn_activate(op.activations[d * per_dir + which], std::clamp(v, -clip, clip), params[which].first,
+                          params[which].second);
+    };
     const auto bias = [&](size_t j) { return wb ? wb[j] + rb[j] : 0.0f; };
     for (size_t n = 0; n < batch; ++n) {
       float* hv = hs.data() + (d * batch + n) * hidden;

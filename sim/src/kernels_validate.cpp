@@ -920,14 +920,16 @@ recurrent_fault recurrent_problem(const kernels::recurrent& k) {
                                            " is not forward, reverse or bidirectional");
   if (!(k.clip > 0)) return bad(errc::invalid_argument, "clip " + std::to_string(k.clip) + " must be positive");
   const bool lstm = k.cell == rnn_cell::lstm;
-  if (k.options & ~0xfu) return bad(errc::invalid_argument, "unknown option bits");
+  if (k.options & ~0x1fu) return bad(errc::invalid_argument, "unknown option bits");
+  if (k.has(k.activation_params) && absent(k.b))
+    return bad(errc::invalid_argument, "activation_params needs b, which carries them");
   if (k.has(k.input_forget) && !lstm) return bad(errc::invalid_argument, "input_forget is an LSTM's option");
   if (k.has(k.linear_before_reset) && k.cell != rnn_cell::gru)
     return bad(errc::invalid_argument, "linear_before_reset is a GRU's option");
   const std::size_t per_dir = k.cell == rnn_cell::rnn ? 1 : k.cell == rnn_cell::gru ? 2 : 3;
   const std::size_t dirs = k.direction == kernels::rnn_direction::bidirectional ? 2 : 1;
   for (std::size_t i = 0; i < per_dir * dirs; ++i)
-    if (static_cast<unsigned>(k.activations[i]) > static_cast<unsigned>(kernels::rnn_activation::elu))
+    if (static_cast<unsigned>(k.activations[i]) > static_cast<unsigned>(kernels::rnn_activation::scaled_tanh))
       return bad(errc::invalid_argument, "activations[" + std::to_string(i) + "] is no known activation");
   if (k.x.type == dtype::f64) return bad(errc::not_supported, "x is f64: recurrent layers compute in float");
   if (!is_float(k.x.type)) return bad(errc::invalid_dtype, "x must be f32, f16 or bf16");
@@ -955,10 +957,12 @@ recurrent_fault recurrent_problem(const kernels::recurrent& k) {
   if (auto f = expect("r", k.r, {d, gates * hidden, hidden}); f.e != errc{}) return f;
   if (auto f = expect("w", k.w, {d, gates * hidden, input}); f.e != errc{}) return f;
   if (!absent(k.b)) {
-    const shape plain{d, 2 * gates * hidden}, peep{d, 2 * gates * hidden + 3 * hidden};
+    const int64_t extra = k.has(k.activation_params) ? kernels::recurrent::param_columns : 0;
+    const shape plain{d, 2 * gates * hidden + extra}, peep{d, 2 * gates * hidden + 3 * hidden + extra};
     if (!(k.b.shape == plain) && !(lstm && k.b.shape == peep))
       return bad(errc::invalid_shape, "b " + text(k.b.shape) + " must be " + text(plain) +
-                                          (lstm ? " (or " + text(peep) + " with the peepholes)" : std::string()));
+                                          (lstm ? " (or " + text(peep) + " with the peepholes)" : std::string()) +
+                                          (extra ? " with the activation parameters" : std::string()));
   }
   if (!absent(k.sequence_lens))
     if (auto f = expect("sequence_lens", k.sequence_lens, {batch}); f.e != errc{}) return f;

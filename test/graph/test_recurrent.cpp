@@ -1,7 +1,8 @@
 // RNN, GRU and LSTM (onnx.ai/onnx/operators/onnx__RNN.html and its siblings) through compiled
 // runs against the spec-equation reference in test/recurrent_reference.hpp: every optional input
 // given (an LSTM's peepholes ride after B, the initial states in Y_h and Y_c), outputs left out,
-// layout 1, a non-default activation, an fp16 session, and the typed errors naming the operand.
+// layout 1, non-default activations and activation parameters, an fp16 session, and the typed
+// errors naming the operand.
 #include <npurt/graph/session.hpp>
 
 #include "../recurrent_reference.hpp"
@@ -47,7 +48,8 @@ void rec_graph_check(const rec_graph_case& c, precision p = precision::fp32, dou
   const auto x = test::values(pb.seq * pb.batch * pb.input, 1, 1.5);
   const auto w = test::values(static_cast<std::int64_t>(D * G * H * I), 2, 0.8);
   const auto r = test::values(static_cast<std::int64_t>(D * G * H * H), 3, 0.8);
-  const auto b = test::values(static_cast<std::int64_t>(D * 2 * G * H), 4, 0.5);
+  const auto b = pb.bias ? test::values(static_cast<std::int64_t>(D * 2 * G * H), 4, 0.5)
+                         : std::vector<double>(D * 2 * G * H, 0.0);
   const auto pp = test::values(static_cast<std::int64_t>(D * 3 * H), 5, 0.6);
   const auto h0 = test::values(static_cast<std::int64_t>(D * N * H), 6, 0.9);
   const auto c0 = test::values(static_cast<std::int64_t>(D * N * H), 7, 0.9);
@@ -62,7 +64,7 @@ void rec_graph_check(const rec_graph_case& c, precision p = precision::fp32, dou
       g.add_input("X", bm ? shape{ni, si, pb.input} : shape{si, ni, pb.input}, dtype::f32),
       g.add_constant("W", tensor(shape{di, pb.gates() * pb.hidden, pb.input}, dtype::f32, w)),
       g.add_constant("R", tensor(shape{di, pb.gates() * pb.hidden, pb.hidden}, dtype::f32, r)),
-      g.add_constant("B", tensor(shape{di, 2 * pb.gates() * pb.hidden}, dtype::f32, b)),
+      pb.bias ? g.add_constant("B", tensor(shape{di, 2 * pb.gates() * pb.hidden}, dtype::f32, b)) : std::string(),
       pb.lens ? g.add_input("lens", {ni}, dtype::i32) : std::string(),
       pb.init_h ? g.add_input("h0", bm ? shape{ni, di, pb.hidden} : shape{di, ni, pb.hidden}, dtype::f32)
                 : std::string()};
@@ -79,6 +81,8 @@ void rec_graph_check(const rec_graph_case& c, precision p = precision::fp32, dou
   if (pb.linear_before_reset) a.set("linear_before_reset", std::int64_t{1});
   if (pb.input_forget) a.set("input_forget", std::int64_t{1});
   if (!c.activations.empty()) a.set("activations", c.activations);
+  if (!pb.alphas.empty()) a.set("activation_alpha", floats(pb.alphas));
+  if (!pb.betas.empty()) a.set("activation_beta", floats(pb.betas));
   std::vector<std::string> outs{"Y", "Y_h"};
   if (lstm) outs.push_back("Y_c");
   g.add_node(c.op, "rec", ins, outs, a);
@@ -140,15 +144,25 @@ TEST_CASE("LSTM with every input: peepholes, sequence_lens, initial states, bidi
   }
 }
 
+namespace {
+
+// A reverse GRU with f and g as given, the reset gate after R's product or before it.
+rec_graph_case reverse_gru(kernels::rnn_activation f, kernels::rnn_activation g, bool linear_before_reset) {
+  rec_graph_case c;
+  c.op = "GRU";
+  c.pb.cell = kernels::rnn_cell::gru;
+  c.pb.acts[0] = f;
+  c.pb.acts[1] = g;
+  c.pb.direction = kernels::rnn_direction::reverse;
+  c.pb.linear_before_reset = linear_before_reset;
+  return c;
+}
+
+}  // namespace
+
 TEST_CASE("GRU in both reset forms and RNN with non-default activations", "[graph][recurrent]") {
   for (const bool lbr : {false, true}) {
-    rec_graph_case c;
-    c.op = "GRU";
-    c.pb.cell = kernels::rnn_cell::gru;
-    c.pb.acts[0] = kernels::rnn_activation::sigmoid;
-    c.pb.acts[1] = kernels::rnn_activation::tanh;
-    c.pb.direction = kernels::rnn_direction::reverse;
-    c.pb.linear_before_reset = lbr;
+    rec_graph_case c = reverse_gru(kernels::rnn_activation::sigmoid, kernels::rnn_activation::tanh, lbr);
     c.pb.init_h = c.pb.lens = true;
     c.lens = {1, 3};
     rec_graph_check(c);
@@ -163,6 +177,54 @@ TEST_CASE("GRU in both reset forms and RNN with non-default activations", "[grap
   c.activations = "Relu,softsign";  // onnxruntime's names compare without case
   c.pb.init_h = true;
   rec_graph_check(c);
+}
+
+TEST_CASE("RNN, GRU and LSTM take activation_alpha and activation_beta, Affine and ScaledTanh", "[graph][recurrent]") {
+  using kernels::rnn_activation;
+  // A bidirectional LSTM, every function with parameters, peepholes after B and the parameters
+  // after them; then without B (zeros) and with lists shorter than the functions (defaults).
+  rec_graph_case c;
+  c.pb.direction = kernels::rnn_direction::bidirectional;
+  c.pb.peepholes = c.pb.init_c = true;
+  c.pb.acts = {rnn_activation::hard_sigmoid, rnn_activation::scaled_tanh, rnn_activation::affine,
+               rnn_activation::hard_sigmoid, rnn_activation::leaky_relu,  rnn_activation::scaled_tanh};
+  c.activations = "HardSigmoid,ScaledTanh,Affine,HardSigmoid,LeakyRelu,ScaledTanh";
+  c.pb.alphas = {0.3, 0.9, 0.75, 0.15, 0.2, 1.25};
+  c.pb.betas = {0.45, 1.4, -0.1, 0.6, 0, 0.7};
+  rec_graph_check(c);
+  SECTION("no B, and lists shorter than the functions") {
+    c.pb.bias = false;
+    c.pb.peepholes = false;
+    c.pb.alphas = {0.3, 0.9, 0.75, 0.15};
+    c.pb.betas = {0.45};
+    rec_graph_check(c);
+  }
+  // GRU: ThresholdedRelu's threshold and Elu's alpha, reverse, linear_before_reset.
+  rec_graph_case g = reverse_gru(rnn_activation::hard_sigmoid, rnn_activation::elu, true);
+  g.activations = "HardSigmoid,Elu";
+  g.pb.alphas = {0.25, 0.5};
+  g.pb.betas = {0.55};
+  rec_graph_check(g);
+  g.pb.acts[1] = rnn_activation::thresholded_relu;
+  g.activations = "HardSigmoid,ThresholdedRelu";
+  g.pb.alphas = {0.25, 0.1};
+  rec_graph_check(g);
+  // RNN: Affine with sequence lengths; ScaledTanh with its defaults only is tanh.
+  rec_graph_case r;
+  r.op = "RNN";
+  r.pb.cell = kernels::rnn_cell::rnn;
+  r.pb.acts[0] = rnn_activation::affine;
+  r.activations = "Affine";
+  r.pb.alphas = {0.6};
+  r.pb.betas = {-0.2};
+  r.pb.lens = true;
+  r.lens = {2, 3};
+  rec_graph_check(r);
+  r.pb.acts[0] = rnn_activation::scaled_tanh;
+  r.activations = "ScaledTanh";
+  r.pb.alphas.clear();
+  r.pb.betas.clear();
+  rec_graph_check(r);
 }
 
 TEST_CASE("LSTM in an fp16 session keeps sequence_lens integer", "[graph][recurrent]") {
@@ -212,11 +274,17 @@ TEST_CASE("RNN, GRU and LSTM refuse what they cannot compute, naming the operand
   expect_graph_error([&] { build("LSTM", {1, 8, 5}); }, errc::invalid_shape, "rec", "W");
   expect_graph_error([&] { build("LSTM", {1, 8, 4}, {}, dtype::i32, {1, 5}); }, errc::invalid_shape, "rec", "P");
   expect_graph_error([&] { build("GRU", {1, 6, 4}, {}, dtype::i64); }, errc::invalid_dtype, "rec", "lens");
-  expect_graph_error([&] { build("RNN", {1, 2, 4}, {{"activations", std::string("Affine")}}); }, errc::not_supported,
+  expect_graph_error([&] { build("RNN", {1, 2, 4}, {{"activations", std::string("Swish")}}); }, errc::invalid_argument,
                      "rec", "X");
+  // One alpha per function at most, each finite.
   expect_graph_error(
-      [&] { build("RNN", {1, 2, 4}, {{"activations", std::string("LeakyRelu")}, {"activation_alpha", floats{0.2}}}); },
-      errc::not_supported, "rec", "X");
+      [&] {
+        build("RNN", {1, 2, 4}, {{"activations", std::string("LeakyRelu")}, {"activation_alpha", floats{0.2, 1}}});
+      },
+      errc::invalid_argument, "rec", "X");
+  expect_graph_error(
+      [&] { build("RNN", {1, 2, 4}, {{"activations", std::string("Affine")}, {"activation_beta", floats{HUGE_VAL}}}); },
+      errc::invalid_argument, "rec", "");
   expect_graph_error([&] { build("RNN", {1, 2, 4}, {{"activations", std::string("Tanh,Tanh")}}); },
                      errc::invalid_argument, "rec", "X");
   expect_graph_error([&] { build("GRU", {1, 6, 4}, {{"direction", std::string("sideways")}}); }, errc::invalid_argument,
@@ -225,6 +293,5 @@ TEST_CASE("RNN, GRU and LSTM refuse what they cannot compute, naming the operand
                      "");
   expect_graph_error([&] { build("RNN", {1, 2, 4}, {{"hidden_size", std::int64_t{3}}}); }, errc::invalid_shape, "rec",
                      "R");
-  // The default parameters are computed: LeakyRelu with alpha 0.01 given is accepted.
-  build("RNN", {1, 2, 4}, {{"activations", std::string("LeakyRelu")}, {"activation_alpha", floats{0.01}}});
+  build("RNN", {1, 2, 4}, {{"activations", std::string("LeakyRelu")}, {"activation_alpha", floats{0.2}}});
 }

@@ -66,13 +66,22 @@ void rec_check(const rec_problem& pb, std::uint64_t seed, std::vector<std::int64
       rt(shape{di, pb.gates() * pb.hidden, pb.hidden}, pb.type);
   wt.assign(w);
   rt.assign(r);
-  const std::int64_t bcols = 2 * pb.gates() * pb.hidden + (pb.peepholes ? 3 * pb.hidden : 0);
+  // With activation parameters b ends in 6 per direction: (alpha, beta) of f, g, h.
+  const bool params = !pb.alphas.empty() || !pb.betas.empty();
+  const std::int64_t bcols =
+      2 * pb.gates() * pb.hidden + (pb.peepholes ? 3 * pb.hidden : 0) + (params ? k::recurrent::param_columns : 0);
   tensor bt(shape{di, bcols}, pb.type);
   for (std::size_t d = 0; d < D; ++d) {
     for (std::size_t j = 0; j < 2 * G * H; ++j) bt.set(d * static_cast<std::size_t>(bcols) + j, b[d * 2 * G * H + j]);
     if (pb.peepholes)
       for (std::size_t j = 0; j < 3 * H; ++j)
         bt.set(d * static_cast<std::size_t>(bcols) + 2 * G * H + j, p[d * 3 * H + j]);
+    if (params)
+      for (std::size_t q = 0; q < pb.per_dir(); ++q) {
+        const std::size_t i = d * pb.per_dir() + q, at = (d + 1) * static_cast<std::size_t>(bcols) - 6 + 2 * q;
+        bt.set(at, i < pb.alphas.size() ? pb.alphas[i] : rnn_ref::rec_default_alpha(pb.acts[i]));
+        bt.set(at + 1, i < pb.betas.size() ? pb.betas[i] : rnn_ref::rec_default_beta(pb.acts[i]));
+      }
   }
   tensor lt(shape{ni}, dtype::i32);
   for (std::size_t n = 0; n < N; ++n) lt.set(n, static_cast<double>(lens[n]));
@@ -93,7 +102,8 @@ void rec_check(const rec_problem& pb, std::uint64_t seed, std::vector<std::int64
       }
 
   k::recurrent op{xt.desc, wt.desc, rt.desc};
-  if (pb.bias || pb.peepholes) op.b = bt.desc;
+  if (pb.bias || pb.peepholes || params) op.b = bt.desc;
+  if (params) op.options |= k::recurrent::activation_params;
   if (pb.lens) op.sequence_lens = lt.desc;
   op.y = yt.desc;
   op.y_h = ht.desc;
@@ -268,6 +278,38 @@ TEST_CASE("recurrent applies every listed activation, per direction", "[kernels]
     }
 }
 
+TEST_CASE("recurrent applies activation_alpha and activation_beta read from the end of b, Affine and ScaledTanh",
+          "[kernels][recurrent]") {
+  using a = k::rnn_activation;
+  std::uint64_t seed = 800;
+  for (const auto cell : rec_cells)
+    for (const bool peepholes : {false, true}) {
+      if (peepholes && cell != k::rnn_cell::lstm) continue;
+      rec_problem pb;
+      pb.cell = cell;
+      pb.direction = k::rnn_direction::bidirectional;
+      pb.acts = {a::hard_sigmoid, a::scaled_tanh, a::affine, a::leaky_relu, a::elu, a::thresholded_relu};
+      if (cell == k::rnn_cell::gru)
+        pb.acts = {a::hard_sigmoid, a::affine, a::hard_sigmoid, a::scaled_tanh, a::tanh, a::tanh};
+      if (cell == k::rnn_cell::rnn) pb.acts = {a::scaled_tanh, a::affine, a::tanh, a::tanh, a::tanh, a::tanh};
+      // Function i takes alphas[i] and betas[i]; the shorter list leaves the later defaults.
+      pb.alphas = {0.3, 0.9, 0.6, 0.15, 0.5, 0.2};
+      pb.betas = {0.45, 1.3, -0.2};
+      pb.peepholes = peepholes;
+      pb.bias = !peepholes;
+      pb.init_h = true;
+      rec_check(pb, seed++);
+    }
+  // f16: the parameters are b's dtype.
+  rec_problem pb;
+  pb.cell = k::rnn_cell::gru;
+  pb.type = dtype::f16;
+  pb.acts = {a::hard_sigmoid, a::affine, a::sigmoid, a::tanh, a::tanh, a::tanh};
+  pb.alphas = {0.25, 0.5};
+  pb.betas = {0.5, 0.25};
+  rec_check(pb, seed);
+}
+
 TEST_CASE("recurrent in f16 and bf16 rounds its outputs from a float computation", "[kernels][recurrent]") {
   std::uint64_t seed = 900;
   for (const dtype t : {dtype::f16, dtype::bf16})
@@ -409,6 +451,17 @@ TEST_CASE("recurrent validation names the operand and the shape it must have", "
     auto op = ok;
     op.x = d({5, 2});
     fails(op, npurt::errc::invalid_shape, "x [5,2] must be [seq, batch, input]");
+  }
+  {
+    // Activation parameters ride at the end of b: 6 more columns, and b is then required.
+    auto op = ok;
+    op.options = k::recurrent::activation_params;
+    fails(op, npurt::errc::invalid_shape, "b [1,32] must be [1,38]");
+    op.b = d({1, 38});
+    op.activations[1] = k::rnn_activation::scaled_tanh;
+    CHECK(npurt::sim::validate(op).value() == 0);
+    op.b = {};
+    fails(op, npurt::errc::invalid_argument, "activation_params needs b");
   }
 }
 
