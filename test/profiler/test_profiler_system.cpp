@@ -530,3 +530,42 @@ TEST_CASE("an event wait names the record it waited for in the trace", "[profile
   CHECK(kernels_on_path == std::vector<std::string>{"first", "after first", "third", "last on c"});
   CHECK(sum.critical_path.front().name == "first");
 }
+
+TEST_CASE("the critical path goes through the rank an all-reduce waited for", "[profiler][system][critical]") {
+  // Four ranks; rank 2 computes 200 us before the all-reduce, the others 10 us. Rank 0's part
+  // cannot move data before rank 2 arrives, so the path from rank 0's last kernel runs through
+  // rank 2's part to rank 2's slow kernel, not rank 0's short one.
+  npurt::system sys{npurt::sim::presets::ascend910(4)};
+  auto& prof = sys.profiler();
+  auto comm = npurt::communicator::init_all(sys);
+  const std::size_t n = 1 << 12;
+  std::vector<npurt::stream> s;
+  std::vector<npurt::device_buffer> buf;
+  for (int r = 0; r < 4; ++r) {
+    s.push_back(sys.device(r).make_stream());
+    buf.emplace_back(sys.device(r), n * 4);
+    s[static_cast<std::size_t>(r)].launch(fixed(usec(r == 2 ? 200 : 10), r == 2 ? "slow" : "quick"));
+  }
+  for (int r = 0; r < 4; ++r) {
+    auto& b = buf[static_cast<std::size_t>(r)];
+    comm.all_reduce(b.data(), b.data(), n, npurt::dtype::f32, npurt::reduce_op::sum, s[static_cast<std::size_t>(r)]);
+  }
+  s[0].launch(fixed(usec(50), "tail"));
+  sys.run();
+  const npurt::profile_summary sum = prof.summary();
+  const auto& path = sum.critical_path;
+  REQUIRE(path.size() == 4);
+  CHECK(path[0].name == "slow");
+  CHECK(path[0].device == 2);
+  CHECK(path[1].kind == npurt::task_kind::collective);
+  CHECK(path[1].device == 2);
+  CHECK(path[2].kind == npurt::task_kind::collective);
+  CHECK(path[2].device == 0);
+  CHECK(path[2].via_peer);
+  CHECK(path[3].name == "tail");
+  // Everything of the span hangs on rank 2's kernel: the path starts with the profile.
+  CHECK(sum.critical_path_length == sum.span);
+  std::ostringstream text;
+  npurt::write_summary_text(text, sum);
+  CHECK(text.str().find("(waited for the last rank to arrive)") != std::string::npos);
+}

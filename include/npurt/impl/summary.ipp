@@ -447,6 +447,23 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
   std::size_t cur = order.front();
   for (auto i : order)
     if (std::tie(tasks[i].end, tasks[i].id) > std::tie(tasks[cur].end, tasks[cur].id)) cur = i;
+  // A collective part that waited for its peers: the rank that arrived last (its wait step's
+  // peer) and when the data began to move. The part of that rank is found by its arrival: it
+  // started as the data began to move.
+  struct peer_wait {
+    device_id peer;
+    sim_time data_start;
+  };
+  std::unordered_map<std::uint64_t, peer_wait> waited_for_peer;  // by task id
+  for (const auto& st : data.steps) {
+    if (data.str(st.algorithm) != "wait" || st.end <= st.start) continue;
+    auto [it, fresh] = waited_for_peer.try_emplace(st.collective, peer_wait{st.peer, st.end});
+    if (!fresh && st.end > it->second.data_start) it->second = {st.peer, st.end};
+  }
+  std::map<std::pair<device_id, sim_time>, std::size_t> collective_at;  // (device, start) -> task
+  if (!waited_for_peer.empty())
+    for (auto i : order)
+      if (tasks[i].kind == task_kind::collective) collective_at.try_emplace({tasks[i].device, tasks[i].start}, i);
   // Tasks by end, for the host edge below.
   std::vector<std::size_t> by_end = order;
   std::sort(by_end.begin(), by_end.end(), [&](std::size_t a, std::size_t b) {
@@ -455,12 +472,24 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
   std::vector<profile_summary::path_task> rev;
   // A trace with repeated ids or a dependency cycle must not make the path revisit a task.
   std::vector<bool> visited(tasks.size(), false);
-  bool via_event = false, via_host = false;
+  bool via_event = false, via_host = false, via_peer = false;
   while (!visited[cur]) {
     visited[cur] = true;
     const auto& t = tasks[cur];
-    rev.push_back({t.id, std::string{data.str(t.name)}, t.device, t.stream, t.kind, t.engine, t.start, t.end,
-                   via_event, via_host});
+    rev.push_back({t.id, std::string{data.str(t.name)}, t.device, t.stream, t.kind, t.engine, t.start, t.end, via_event,
+                   via_host, via_peer});
+    via_peer = false;
+    if (const auto w = waited_for_peer.find(t.id); w != waited_for_peer.end()) {
+      // Its data could not move before the last rank arrived, later than anything of its own
+      // stream: the path goes on through that rank's part, as NCCL's straggler analysis does.
+      const auto q = collective_at.find({w->second.peer, w->second.data_start});
+      if (q != collective_at.end() && !visited[q->second]) {
+        via_event = via_host = false;
+        via_peer = true;
+        cur = q->second;
+        continue;
+      }
+    }
     auto p = stream_prev.find(t.id);
     auto e = event_prev.find(t.id);
     const bool has_p = p != stream_prev.end(), has_e = e != event_prev.end();
@@ -490,8 +519,9 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
   for (std::size_t k = 0; k + 1 < rev.size(); ++k) {
     rev[k].via_event = rev[k + 1].via_event;
     rev[k].via_host = rev[k + 1].via_host;
+    rev[k].via_peer = rev[k + 1].via_peer;
   }
-  if (!rev.empty()) rev.back().via_event = rev.back().via_host = false;
+  if (!rev.empty()) rev.back().via_event = rev.back().via_host = rev.back().via_peer = false;
   std::reverse(rev.begin(), rev.end());
   s.critical_path = std::move(rev);
   const auto first = ps(s.critical_path.front().start), last = ps(s.critical_path.back().end);

@@ -121,7 +121,10 @@ inline void text_critical_path(std::string& o, const profile_summary& s) {
                   at_text(p.end).c_str(), p.device, p.stream, std::string{to_string(p.kind)}.c_str());
     o += buf;
     o += p.name;
-    o += p.via_event ? "  (waited on an event)\n" : p.via_host ? "  (enqueued after the host waited)\n" : "\n";
+    o += p.via_event  ? "  (waited on an event)\n"
+         : p.via_host ? "  (enqueued after the host waited)\n"
+         : p.via_peer ? "  (waited for the last rank to arrive)\n"
+                      : "\n";
   }
 }
 
@@ -301,6 +304,7 @@ class summary_json {
     o_ += p.via_event ? "true" : "false";
     // Only when set, so that summaries of paths without host edges read as before.
     if (p.via_host) o_ += ", \"via_host\": true";
+    if (p.via_peer) o_ += ", \"via_peer\": true";
     o_ += "}";
   }
 

@@ -108,6 +108,9 @@ struct profile_summary {
     // It has no predecessor on the device (the first task of its stream): its predecessor on the
     // path is the task that ended last before the host enqueued it, what the host waited for.
     bool via_host = false;
+    // A collective part that waited for its peers: its predecessor on the path is the part of the
+    // rank that arrived last.
+    bool via_peer = false;
   };
 
   std::uint64_t tasks = 0;
