@@ -105,23 +105,6 @@ void rename_free(::onnx::GraphProto& g, const name_map& outer) {
   for (auto& o : *g.mutable_output()) rename(o.mutable_name());
 }
 
-::onnx::NodeProto make_node(const std::string& op, const std::string& name, std::vector<std::string> ins,
-                            const std::string& out) {
-  ::onnx::NodeProto n;
-  n.set_op_type(op);
-  n.set_name(name);
-  for (auto& i : ins) n.add_input(std::move(i));
-  n.add_output(out);
-  return n;
-}
-
-void set_int(::onnx::NodeProto& n, const char* key, std::int64_t v) {
-  auto* a = n.add_attribute();
-  a->set_name(key);
-  a->set_type(::onnx::AttributeProto::INT);
-  a->set_i(v);
-}
-
 // The importer of one control-flow node: its parent, and the node for names and errors.
 struct expander {
   const ::onnx::NodeProto& n;
@@ -139,16 +122,7 @@ struct expander {
   // A Constant node holding `t`, named after `base`; returns its output.
   std::string constant(const std::string& base, ::onnx::TensorProto t) const {
     const std::string name = p.fresh(base);
-    t.set_name(name);
-    ::onnx::NodeProto c;
-    c.set_op_type("Constant");
-    c.set_name(name);
-    c.add_output(name);
-    auto* a = c.add_attribute();
-    a->set_name("value");
-    a->set_type(::onnx::AttributeProto::TENSOR);
-    *a->mutable_t() = std::move(t);
-    emit(c);
+    emit(constant_node(name, std::move(t)));
     return name;
   }
 
@@ -181,20 +155,7 @@ struct expander {
       const auto it = names.find(s);
       return it == names.end() ? s : it->second;
     };
-    for (const auto& t : body.initializer()) {
-      ::onnx::TensorProto c = t;
-      const std::string name = rename(t.name());
-      c.set_name(name);
-      ::onnx::NodeProto k;
-      k.set_op_type("Constant");
-      k.set_name(name);
-      k.add_output(name);
-      auto* a = k.add_attribute();
-      a->set_name("value");
-      a->set_type(::onnx::AttributeProto::TENSOR);
-      *a->mutable_t() = std::move(c);
-      emit(k);
-    }
+    for (const auto& t : body.initializer()) emit(constant_node(rename(t.name()), t));
     for (const auto& node : body.node()) {
       ::onnx::NodeProto copy = node;
       copy.set_name(p.fresh(prefix + (node.name().empty() ? node.op_type() : node.name())));
@@ -472,6 +433,36 @@ struct expander {
 
 }  // namespace
 
+::onnx::NodeProto make_node(const std::string& op, const std::string& name, std::vector<std::string> ins,
+                            const std::string& out) {
+  ::onnx::NodeProto n;
+  n.set_op_type(op);
+  n.set_name(name);
+  for (auto& i : ins) n.add_input(std::move(i));
+  n.add_output(out);
+  return n;
+}
+
+void set_int(::onnx::NodeProto& n, const char* key, std::int64_t v) {
+  auto* a = n.add_attribute();
+  a->set_name(key);
+  a->set_type(::onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+::onnx::NodeProto constant_node(const std::string& name, ::onnx::TensorProto t) {
+  t.set_name(name);
+  ::onnx::NodeProto c;
+  c.set_op_type("Constant");
+  c.set_name(name);
+  c.add_output(name);
+  auto* a = c.add_attribute();
+  a->set_name("value");
+  a->set_type(::onnx::AttributeProto::TENSOR);
+  *a->mutable_t() = std::move(t);
+  return c;
+}
+
 bool is_control_flow(std::string_view op_type) noexcept {
   return op_type == "If" || op_type == "Loop" || op_type == "Scan";
 }
@@ -482,6 +473,12 @@ void collect_subgraph_names(const ::onnx::GraphProto& g, std::set<std::string>& 
       if (a.has_g()) collect(a.g(), names);
       for (const auto& sub : a.graphs()) collect(sub, names);
     }
+}
+
+void stack(const ::onnx::NodeProto& n, const std::string& node_name, const parent& p,
+           const std::vector<std::string>& parts, std::int64_t axis, const std::string& out) {
+  const expander e{n, node_name, p};
+  e.stack(parts, axis, out);
 }
 
 bool expand(const ::onnx::NodeProto& n, const std::string& node_name, const parent& p) {

@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace npurt::onnx::control_flow {
 
@@ -45,7 +46,7 @@ struct parent {
   std::function<std::string(const std::string&)> fresh;
   /// Imports a node into the parent graph, as a node of the model is (folded, added or held).
   std::function<void(const ::onnx::NodeProto&)> emit;
-  /// Nodes added so far by control flow, against max_unrolled_nodes.
+  /// Nodes added so far by control flow and sequences (sequences.hpp), against max_unrolled_nodes.
   std::int64_t* added = nullptr;
 };
 
@@ -56,5 +57,19 @@ struct parent {
 /// max_unrolled_nodes, or a value is a sequence or optional; parse_error when the node and its
 /// subgraphs disagree on their inputs or outputs; invalid_argument for a bad attribute.
 [[nodiscard]] bool expand(const ::onnx::NodeProto& n, const std::string& node_name, const parent& p);
+
+/// The nodes expand emits, for the importer's other expansions (sequences.cpp): a node of type
+/// `op` named `name` reading `ins` and writing `out`; an INT attribute; a Constant node whose name
+/// and output are `name`, holding `t`.
+[[nodiscard]] ::onnx::NodeProto make_node(const std::string& op, const std::string& name, std::vector<std::string> ins,
+                                          const std::string& out);
+void set_int(::onnx::NodeProto& n, const char* key, std::int64_t v);
+[[nodiscard]] ::onnx::NodeProto constant_node(const std::string& name, ::onnx::TensorProto t);
+
+/// Stacks `parts` along a new axis `axis` (counted in the stacked rank, negative from the back)
+/// into `out`, as a Loop's scan outputs are: each Unsqueezed there, then Concatenated; the nodes
+/// are emitted through `p` and counted against max_unrolled_nodes.
+void stack(const ::onnx::NodeProto& n, const std::string& node_name, const parent& p,
+           const std::vector<std::string>& parts, std::int64_t axis, const std::string& out);
 
 }  // namespace npurt::onnx::control_flow

@@ -5,6 +5,7 @@
 
 #include "control_flow.hpp"
 #include "fold.hpp"
+#include "sequences.hpp"
 
 #include <onnx/onnx_pb.h>
 
@@ -223,6 +224,12 @@ std::int64_t opset_of(const ::onnx::ModelProto& m) {
 // A graph input of the model: a tensor of a dtype npurt computes in, with fixed dimensions or
 // symbolic ones that opts.dims sizes; a constant of the graph when opts.constant_inputs binds it.
 void add_input(graph& g, const ::onnx::ValueInfoProto& in, const load_options& opts) {
+  // The importer resolves sequences and optionals inside a model (sequences.hpp); one fed at run
+  // time would have a length only the run decides.
+  if (in.type().has_sequence_type() || in.type().has_optional_type())
+    fail(errc::not_supported, {}, in.name(),
+         "onnx: input '" + in.name() + "' is " + (in.type().has_sequence_type() ? "a sequence" : "an optional") +
+             "; npurt's graphs take tensors only (sequences and optionals are resolved at import, within the model)");
   if (!in.type().has_tensor_type())
     fail(errc::not_supported, {}, in.name(), "onnx: input '" + in.name() + "' is not a tensor");
   const auto& tt = in.type().tensor_type();
@@ -272,6 +279,9 @@ struct import_state {
   // Outputs of nodes that were neither added nor folded (an unsupported operator, or one reading
   // such an output); `would_fold` marks those that would fold were their producers supported.
   std::set<std::string, std::less<>> pending, would_fold;
+  // The model's sequences and optionals, known at import: lists of tensor names, never values of
+  // the graph.
+  sequences::store sequences;
 };
 
 // Keeps a known value as a constant of the graph.
@@ -498,6 +508,17 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
     }
     const bool foldable = onnx_domain && !old_slice && folding::is_foldable(n.op_type());
     try {
+      if (onnx_domain && sequences::handles(n, st.sequences)) {
+        if (!sequences::import(n, node_name, scope, st.sequences)) set_pending(n, false);
+        return;
+      }
+      // An operator the graph has or folds takes tensors: a sequence given to it is the model's
+      // error. Any other is listed as unsupported below.
+      if (const std::string* seq = sequences::reads_sequence(n, st.sequences);
+          seq && !(onnx_domain && control_flow::is_control_flow(n.op_type())) && (graph_op || foldable))
+        fail(errc::invalid_argument, node_name, *seq,
+             "onnx: " + label + " '" + node_name + "': its input '" + *seq + "' is " +
+                 (st.sequences.at(*seq).optional ? "an optional" : "a sequence") + ", where it takes a tensor");
       if (onnx_domain && control_flow::is_control_flow(n.op_type())) {
         if (!control_flow::expand(n, node_name, scope)) set_pending(n, false);
         return;
@@ -597,7 +618,15 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
          "onnx: model '" + name + "' uses unsupported operators: " + list);
   }
   if (first_error) std::rethrow_exception(first_error);
-  for (const auto& o : gp.output()) g.set_output(o.name());
+  for (const auto& o : gp.output()) {
+    if (const auto it = st.sequences.find(o.name()); it != st.sequences.end())
+      fail(errc::not_supported, {}, o.name(),
+           "onnx: output '" + o.name() + "' of '" + name + "' is " +
+               (it->second.optional ? "an optional" : "a sequence") +
+               "; npurt's graphs give tensors only (sequences and optionals are resolved at import, within the "
+               "model)");
+    g.set_output(o.name());
+  }
   g.validate();
   return g;
 }

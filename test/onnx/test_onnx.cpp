@@ -27,6 +27,7 @@
 #include <set>
 #include <span>
 #include <stdexcept>
+#include <tuple>
 
 using namespace npurt;
 namespace fs = std::filesystem;
@@ -4001,5 +4002,384 @@ TEST_CASE("RoiAlign of opset 10 imports as output_half_pixel, opset 16's default
     auto r = s.run(s.compile(gr), {{"x", tensor({1, 1, 4, 4}, dtype::f32, xv)}});
     CHECK(r.outputs.at("y").to_vector() ==
           (opset == 10 ? std::vector<double>{7.5, 8.5, 11.5, 12.5} : std::vector<double>{5, 6, 9, 10}));
+  }
+}
+
+namespace {
+
+// Sequences and optionals. The references are numpy's operations on row-major arrays, written
+// from numpy's definitions (numpy.concatenate, numpy.stack, basic slicing, numpy.squeeze).
+struct sq_array {
+  std::vector<std::int64_t> dims;
+  std::vector<double> values;
+};
+
+// The product of dims[from, to).
+std::int64_t sq_product(const std::vector<std::int64_t>& dims, std::size_t from, std::size_t to) {
+  std::int64_t r = 1;
+  for (std::size_t d = from; d < to; ++d) r *= dims[d];
+  return r;
+}
+
+// numpy.concatenate(parts, axis): for each index before the axis, every part's slab in turn.
+sq_array sq_concatenate(const std::vector<sq_array>& parts, std::size_t axis) {
+  sq_array r{parts.front().dims, {}};
+  r.dims[axis] = 0;
+  for (const auto& p : parts) r.dims[axis] += p.dims[axis];
+  const std::int64_t outer = sq_product(r.dims, 0, axis), inner = sq_product(r.dims, axis + 1, r.dims.size());
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (const auto& p : parts) {
+      const std::int64_t slab = p.dims[axis] * inner;
+      r.values.insert(r.values.end(), p.values.begin() + o * slab, p.values.begin() + (o + 1) * slab);
+    }
+  return r;
+}
+
+// numpy.stack(parts, axis): each part given a new axis of length 1 there, then concatenated.
+sq_array sq_stack(std::vector<sq_array> parts, std::size_t axis) {
+  for (auto& p : parts) p.dims.insert(p.dims.begin() + static_cast<std::ptrdiff_t>(axis), 1);
+  return sq_concatenate(parts, axis);
+}
+
+// x[start:stop] along `axis`; with `squeeze`, the axis (then of length 1) dropped.
+sq_array sq_slice(const sq_array& x, std::size_t axis, std::int64_t start, std::int64_t stop, bool squeeze = false) {
+  sq_array r{x.dims, {}};
+  r.dims[axis] = stop - start;
+  const std::int64_t outer = sq_product(x.dims, 0, axis), inner = sq_product(x.dims, axis + 1, x.dims.size());
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t k = start; k < stop; ++k)
+      for (std::int64_t i = 0; i < inner; ++i) r.values.push_back(x.values[((o * x.dims[axis]) + k) * inner + i]);
+  if (squeeze) r.dims.erase(r.dims.begin() + static_cast<std::ptrdiff_t>(axis));
+  return r;
+}
+
+// x (f32, dims) at opset 18 with the constants t1 = [1, 1], t2 = [2, 2] and t3 = [3, 3]: where
+// each lands in a sequence shows in the values.
+::onnx::ModelProto sq_model(std::initializer_list<std::int64_t> dims) {
+  auto m = model_of_x(dims);
+  m.mutable_opset_import(0)->set_version(18);
+  auto* g = m.mutable_graph();
+  add_f32(g, "t1", {2}, {1, 1});
+  add_f32(g, "t2", {2}, {2, 2});
+  add_f32(g, "t3", {2}, {3, 3});
+  return m;
+}
+
+// A position initializer `pos`: int64 or int32, a scalar or of one element.
+void sq_position(::onnx::GraphProto* g, std::int64_t v, bool int32 = false, bool vector = false) {
+  auto* t = g->add_initializer();
+  t->set_name("pos");
+  t->set_data_type(int32 ? ::onnx::TensorProto::INT32 : ::onnx::TensorProto::INT64);
+  if (vector) t->add_dims(1);
+  if (int32) t->add_int32_data(static_cast<std::int32_t>(v));
+  else t->add_int64_data(v);
+}
+
+// y = ConcatFromSequence(seq, axis) and n = SequenceLength(seq), y the graph's output.
+void sq_concat_out(::onnx::GraphProto* g, const char* seq, std::int64_t axis = 0, std::int64_t new_axis = 0) {
+  auto* c = cf_node(g, "ConcatFromSequence", {seq}, {"y"});
+  set_int(c, "axis", axis);
+  if (new_axis) set_int(c, "new_axis", new_axis);
+  cf_node(g, "SequenceLength", {seq}, {"n"});
+  g->add_output()->set_name("y");
+}
+
+// The values of the labels x, t1, t2, t3 concatenated in order, x being `x`.
+std::vector<double> sq_values(const std::vector<std::string>& labels, const std::vector<double>& x) {
+  std::vector<double> r;
+  for (const auto& l : labels) {
+    if (l == "x") r.insert(r.end(), x.begin(), x.end());
+    else r.insert(r.end(), 2, static_cast<double>(l[1] - '0'));
+  }
+  return r;
+}
+
+// seq = SequenceConstruct(x, t1, t2), then `op` on it with the position `pos` when given.
+::onnx::ModelProto sq_position_model(const char* op, std::optional<std::int64_t> pos, bool int32 = false,
+                                     bool vector = false) {
+  auto m = sq_model({2});
+  auto* g = m.mutable_graph();
+  cf_node(g, "SequenceConstruct", {"x", "t1", "t2"}, {"seq"});
+  if (pos) sq_position(g, *pos, int32, vector);
+  const std::string p = pos ? "pos" : "";
+  if (std::string_view(op) == "SequenceAt") {
+    cf_node(g, op, {"seq", p}, {"y"})->set_name("at");
+    g->add_output()->set_name("y");
+  } else {
+    std::vector<std::string> ins{"seq"};
+    if (std::string_view(op) == "SequenceInsert") ins.push_back("t3");
+    if (pos) ins.push_back(p);
+    cf_node(g, op, ins, {"out"})->set_name("edit");
+    sq_concat_out(g, "out");
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("SequenceInsert, SequenceErase and SequenceAt at constant positions resolve at import as the spec says",
+          "[onnx][sequence]") {
+  const std::vector<double> x{5, 6};
+  // onnx.ai SequenceInsert: position in [-n, n], negative counting from the back (Python's
+  // list.insert, as onnx/reference inserts), absent at the back. seq = [x, t1, t2].
+  struct edit {
+    const char* op;
+    std::optional<std::int64_t> pos;
+    std::vector<std::string> want;
+    bool int32 = false, vector = false;
+  };
+  const std::vector<edit> edits{
+      {"SequenceInsert", std::nullopt, {"x", "t1", "t2", "t3"}},
+      {"SequenceInsert", 0, {"t3", "x", "t1", "t2"}},
+      {"SequenceInsert", 3, {"x", "t1", "t2", "t3"}},
+      {"SequenceInsert", -1, {"x", "t1", "t3", "t2"}},
+      {"SequenceInsert", -3, {"t3", "x", "t1", "t2"}},
+      {"SequenceInsert", 1, {"x", "t3", "t1", "t2"}, true, false},
+      // ONNX's node tests feed the position as a one-element 1-D tensor.
+      {"SequenceInsert", 2, {"x", "t1", "t3", "t2"}, false, true},
+      // onnx.ai SequenceErase: position in [-n, n - 1], absent the last.
+      {"SequenceErase", std::nullopt, {"x", "t1"}},
+      {"SequenceErase", 0, {"t1", "t2"}},
+      {"SequenceErase", -3, {"t1", "t2"}},
+      {"SequenceErase", -1, {"x", "t1"}},
+      {"SequenceErase", 1, {"x", "t2"}, true, true},
+  };
+  for (const auto& e : edits) {
+    CAPTURE(e.op, e.pos.value_or(999), e.int32, e.vector);
+    graph g = npurt::onnx::load_from_bytes(sq_position_model(e.op, e.pos, e.int32, e.vector).SerializeAsString(), "s");
+    CHECK(ints_of(g, "n") == std::vector<std::int64_t>{static_cast<std::int64_t>(e.want.size())});
+    CHECK(cf_run(g, x, {2}).at("y") == sq_values(e.want, x));
+  }
+  // onnx.ai SequenceAt: position in [-n, n - 1]; the tensor at it.
+  const std::vector<std::pair<std::int64_t, const char*>> ats{{0, "x"}, {1, "t1"}, {2, "t2"}, {-1, "t2"}, {-3, "x"}};
+  for (const auto& [pos, want] : ats) {
+    CAPTURE(pos);
+    graph g = npurt::onnx::load_from_bytes(sq_position_model("SequenceAt", pos).SerializeAsString(), "s");
+    CHECK(cf_run(g, x, {2}).at("y") == sq_values({want}, x));
+  }
+}
+
+TEST_CASE("ConcatFromSequence concatenates along an axis or stacks on a new one, as numpy does", "[onnx][sequence]") {
+  // x [2, 3] fed at run time, k and l [2, 3] constants.
+  const sq_array x{{2, 3}, {1, 2, 3, 4, 5, 6}}, k{{2, 3}, {10, 11, 12, 13, 14, 15}},
+      l{{2, 3}, {20, 21, 22, 23, 24, 25}};
+  // onnx.ai ConcatFromSequence: axis in [-r, r - 1], or [-r - 1, r] with new_axis = 1 (numpy.stack).
+  const std::vector<std::pair<std::int64_t, std::int64_t>> cases{{0, 0}, {1, 0}, {-1, 0}, {-2, 0}, {0, 1},
+                                                                 {1, 1}, {2, 1}, {-1, 1}, {-3, 1}};
+  for (const auto& [axis, new_axis] : cases) {
+    CAPTURE(axis, new_axis);
+    auto m = model_of_x({2, 3});
+    auto* g = m.mutable_graph();
+    add_f32(g, "k", {2, 3}, {10, 11, 12, 13, 14, 15});
+    add_f32(g, "l", {2, 3}, {20, 21, 22, 23, 24, 25});
+    cf_node(g, "SequenceConstruct", {"x", "k", "l"}, {"seq"});
+    sq_concat_out(g, "seq", axis, new_axis);
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "c");
+    const std::int64_t rank = 2 + new_axis;
+    const auto a = static_cast<std::size_t>(axis < 0 ? axis + rank : axis);
+    const sq_array want = new_axis ? sq_stack({x, k, l}, a) : sq_concatenate({x, k, l}, a);
+    CHECK(gr.value("y").shape == shape(std::span<const std::int64_t>(want.dims)));
+    CHECK(cf_run(gr, x.values, {2, 3}).at("y") == want.values);
+    CHECK(ints_of(gr, "n") == std::vector<std::int64_t>{3});
+  }
+}
+
+TEST_CASE("SplitToSequence of a static shape splits in ones, equal parts with a shorter last, or given lengths",
+          "[onnx][sequence]") {
+  const sq_array x{{2, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}};
+  struct split_case {
+    std::int64_t axis, keepdims;
+    std::optional<std::vector<std::int64_t>> split;  // empty vector: a scalar split of split_scalar
+    std::int64_t split_scalar;
+    std::vector<sq_array> want;
+  };
+  const auto along = [&](std::size_t axis, std::vector<std::int64_t> bounds, bool squeeze) {
+    std::vector<sq_array> r;
+    for (std::size_t b = 0; b + 1 < bounds.size(); ++b)
+      r.push_back(sq_slice(x, axis, bounds[b], bounds[b + 1], squeeze));
+    return r;
+  };
+  // onnx.ai SplitToSequence: no split, parts of 1 (squeezed with keepdims = 0); a scalar split,
+  // parts of that length, the last shorter; a 1-D split, those lengths, keepdims ignored.
+  const std::vector<split_case> cases{
+      {1, 1, std::nullopt, 0, along(1, {0, 1, 2, 3, 4, 5}, false)},
+      {1, 0, std::nullopt, 0, along(1, {0, 1, 2, 3, 4, 5}, true)},
+      {-2, 0, std::nullopt, 0, along(0, {0, 1, 2}, true)},
+      {1, 1, std::vector<std::int64_t>{}, 2, along(1, {0, 2, 4, 5}, false)},
+      {-1, 0, std::vector<std::int64_t>{}, 2, along(1, {0, 2, 4, 5}, false)},
+      {1, 1, std::vector<std::int64_t>{}, 5, along(1, {0, 5}, false)},
+      {1, 0, std::vector<std::int64_t>{1, 4}, 0, along(1, {0, 1, 5}, false)},
+      {0, 1, std::vector<std::int64_t>{1, 1}, 0, along(0, {0, 1, 2}, false)},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.axis, c.keepdims, c.split_scalar, c.split ? c.split->size() : 99);
+    auto m = model_of_x({2, 5});
+    m.mutable_opset_import(0)->set_version(18);
+    auto* g = m.mutable_graph();
+    std::vector<std::string> ins{"x"};
+    if (c.split) {
+      if (c.split->empty()) add_i64(g, "split", {}, {c.split_scalar});
+      else add_i64(g, "split", {static_cast<std::int64_t>(c.split->size())}, *c.split);
+      ins.push_back("split");
+    }
+    auto* s = cf_node(g, "SplitToSequence", ins, {"seq"});
+    set_int(s, "axis", c.axis);
+    set_int(s, "keepdims", c.keepdims);
+    cf_node(g, "SequenceLength", {"seq"}, {"n"});
+    for (std::size_t k = 0; k < c.want.size(); ++k) {
+      const std::string at = "p" + std::to_string(k);
+      add_i64(g, (at + "_pos").c_str(), {}, {static_cast<std::int64_t>(k)});
+      cf_node(g, "SequenceAt", {"seq", at + "_pos"}, {at});
+      g->add_output()->set_name(at);
+    }
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "split");
+    CHECK(ints_of(gr, "n") == std::vector<std::int64_t>{static_cast<std::int64_t>(c.want.size())});
+    const auto r = cf_run(gr, x.values, {2, 5});
+    for (std::size_t k = 0; k < c.want.size(); ++k) {
+      CAPTURE(k);
+      const std::string at = "p" + std::to_string(k);
+      CHECK(gr.value(at).shape == shape(std::span<const std::int64_t>(c.want[k].dims)));
+      CHECK(r.at(at) == c.want[k].values);
+    }
+  }
+}
+
+TEST_CASE("a sequence npurt cannot resolve at import is refused with a typed error saying why",
+          "[onnx][sequence][errors]") {
+  SECTION("a position fed at run time") {
+    auto m = sq_position_model("SequenceAt", 0);
+    auto* g = m.mutable_graph();
+    g->mutable_initializer()->RemoveLast();
+    auto* in = g->add_input();
+    in->set_name("pos");
+    in->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::INT64);
+    in->mutable_type()->mutable_tensor_type()->mutable_shape();
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.op == "at");
+    CHECK(e.tensor == "pos");
+    CHECK(e.what.find("position 'pos' is computed at run time") != std::string::npos);
+    CHECK(e.what.find("length and the positions in it must be known at import") != std::string::npos);
+  }
+  SECTION("positions out of range name the position and the range") {
+    for (const auto& [op, pos, range] :
+         std::vector<std::tuple<const char*, std::int64_t, const char*>>{{"SequenceAt", 3, "[-3, 2]"},
+                                                                         {"SequenceAt", -4, "[-3, 2]"},
+                                                                         {"SequenceInsert", 4, "[-3, 3]"},
+                                                                         {"SequenceInsert", -4, "[-3, 3]"},
+                                                                         {"SequenceErase", 3, "[-3, 2]"}}) {
+      CAPTURE(op, pos);
+      const auto e = error_loading(sq_position_model(op, pos));
+      CHECK(e.code == errc::invalid_argument);
+      CHECK(e.tensor == "pos");
+      CHECK(e.what.find("is " + std::to_string(pos) + ", outside " + range) != std::string::npos);
+    }
+  }
+  SECTION("a position of two elements, or of floats") {
+    auto m = sq_position_model("SequenceAt", 0);
+    m.mutable_graph()->mutable_initializer()->rbegin()->add_dims(2);
+    m.mutable_graph()->mutable_initializer()->rbegin()->add_int64_data(1);
+    CHECK(error_loading(m).code == errc::invalid_shape);
+    auto f = sq_position_model("SequenceAt", 0);
+    f.mutable_graph()->mutable_initializer()->RemoveLast();
+    add_f32(f.mutable_graph(), "pos", {}, {0});
+    CHECK(error_loading(f).code == errc::invalid_dtype);
+  }
+  SECTION("erasing from an empty sequence") {
+    auto m = sq_model({2});
+    auto* g = m.mutable_graph();
+    cf_node(g, "SequenceEmpty", {}, {"empty"});
+    cf_node(g, "SequenceErase", {"empty"}, {"out"});
+    sq_concat_out(g, "out");
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::invalid_argument);
+    CHECK(e.what.find("'empty' is empty: it has no tensor to erase") != std::string::npos);
+  }
+  SECTION("tensors of two dtypes in one sequence") {
+    auto m = sq_model({2});
+    add_i64(m.mutable_graph(), "i", {2}, {1, 2});
+    cf_node(m.mutable_graph(), "SequenceConstruct", {"x", "i"}, {"seq"});
+    sq_concat_out(m.mutable_graph(), "seq");
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::invalid_dtype);
+    CHECK(e.tensor == "i");
+  }
+  SECTION("a split fed at run time, a split that does not cover its axis, a zero split") {
+    const auto split_model = [](std::optional<std::vector<std::int64_t>> split) {
+      auto m = sq_model({2});
+      auto* g = m.mutable_graph();
+      if (split) {
+        add_i64(g, "split", {static_cast<std::int64_t>(split->size())}, *split);
+      } else {
+        auto* in = g->add_input();
+        in->set_name("split");
+        in->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::INT64);
+        in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(2);
+      }
+      cf_node(g, "SplitToSequence", {"x", "split"}, {"seq"});
+      sq_concat_out(g, "seq");
+      return m;
+    };
+    const auto e = error_loading(split_model(std::nullopt));
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.tensor == "split");
+    CHECK(e.what.find("split 'split' is computed at run time") != std::string::npos);
+    const auto short_split = error_loading(split_model(std::vector<std::int64_t>{1}));
+    CHECK(short_split.code == errc::invalid_argument);
+    CHECK(short_split.what.find("adds up to 1, not the 2 of axis 0") != std::string::npos);
+    auto zero = sq_model({2});
+    add_i64(zero.mutable_graph(), "split", {}, {0});
+    cf_node(zero.mutable_graph(), "SplitToSequence", {"x", "split"}, {"seq"});
+    sq_concat_out(zero.mutable_graph(), "seq");
+    CHECK(error_loading(zero).code == errc::invalid_argument);
+  }
+  SECTION("ConcatFromSequence's axis out of range") {
+    auto m = sq_model({2});
+    cf_node(m.mutable_graph(), "SequenceConstruct", {"x", "t1"}, {"seq"});
+    sq_concat_out(m.mutable_graph(), "seq", 1);
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::invalid_argument);
+    CHECK(e.what.find("axis 1 is outside [-1, 0]") != std::string::npos);
+  }
+  SECTION("a sequence given to an operator that takes tensors") {
+    auto m = sq_model({2});
+    cf_node(m.mutable_graph(), "SequenceConstruct", {"x"}, {"seq"});
+    cf_node(m.mutable_graph(), "Add", {"seq", "x"}, {"y"})->set_name("add");
+    m.mutable_graph()->add_output()->set_name("y");
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::invalid_argument);
+    CHECK(e.op == "add");
+    CHECK(e.what.find("'seq' is a sequence, where it takes a tensor") != std::string::npos);
+  }
+  SECTION("a graph output or input that is a sequence") {
+    auto m = sq_model({2});
+    cf_node(m.mutable_graph(), "SequenceConstruct", {"x"}, {"seq"});
+    m.mutable_graph()->add_output()->set_name("seq");
+    const auto out = error_loading(m);
+    CHECK(out.code == errc::not_supported);
+    CHECK(out.tensor == "seq");
+    CHECK(out.what.find("output 'seq' of 'malformed' is a sequence") != std::string::npos);
+    auto in = sq_model({2});
+    auto* s = in.mutable_graph()->add_input();
+    s->set_name("s");
+    s->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(1);
+    add_i64(in.mutable_graph(), "pos", {}, {0});
+    cf_node(in.mutable_graph(), "SequenceAt", {"s", "pos"}, {"y"});
+    in.mutable_graph()->add_output()->set_name("y");
+    const auto e = error_loading(in);
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.tensor == "s");
+    CHECK(e.what.find("input 's' is a sequence") != std::string::npos);
+  }
+  SECTION("a sequence waiting on an unsupported operator is not listed itself") {
+    auto m = sq_model({2});
+    auto* g = m.mutable_graph();
+    cf_node(g, "StringNormalizer", {"x"}, {"s"});
+    cf_node(g, "SequenceConstruct", {"s", "t1"}, {"seq"});
+    sq_concat_out(g, "seq");
+    const auto e = error_loading(m);
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.what.find("StringNormalizer") != std::string::npos);
+    CHECK(e.what.find("Sequence") == std::string::npos);
   }
 }
