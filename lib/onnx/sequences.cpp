@@ -336,10 +336,69 @@ struct resolver {
     }
     set(n.output(0), std::move(v));
   }
+
+  void optional() const {
+    value v;
+    v.optional = true;
+    if (input(0).empty()) {
+      // No input: an empty optional of the type the attribute says.
+      const auto* type = attr("type");
+      if (!type || type->type() != ::onnx::AttributeProto::TYPE_PROTO)
+        fail(errc::invalid_argument, {}, "it has no input and no attribute 'type'");
+      v.present = false;
+      v.sequence = type->tp().has_sequence_type();
+      set(n.output(0), std::move(v));
+      return;
+    }
+    const auto it = s.find(input(0));
+    if (it != s.end()) {
+      if (it->second.optional)
+        fail(errc::invalid_argument, input(0),
+             "its input '" + input(0) + "' is an optional; an optional holds a tensor or a sequence");
+      v.tensors = it->second.tensors;
+      v.element_type = it->second.element_type;
+    } else {
+      v.sequence = false;
+      v.tensors.push_back(input(0));
+    }
+    set(n.output(0), std::move(v));
+  }
+
+  void optional_has_element() const {
+    // An omitted input is an empty optional; a tensor or a sequence has its element (opset 18).
+    bool has = !input(0).empty();
+    if (const auto it = s.find(input(0)); has && it != s.end() && it->second.optional) has = it->second.present;
+    if (n.output(0).empty()) return;
+    ::onnx::TensorProto t;
+    t.set_data_type(::onnx::TensorProto::BOOL);
+    t.add_int32_data(has ? 1 : 0);
+    (void)constant(n.output(0), std::move(t), true);
+  }
+
+  void optional_get_element() const {
+    const std::string& in = input(0);
+    if (in.empty()) fail(errc::invalid_argument, {}, "it needs an input");
+    const auto it = s.find(in);
+    if (it == s.end()) {
+      // A tensor is its own element (opset 18).
+      identity(in, n.output(0));
+      return;
+    }
+    value v = it->second;
+    if (v.optional && !v.present)
+      fail(errc::invalid_argument, in, "its input '" + in + "' is an empty optional: it has no element to get");
+    if (v.optional && !v.sequence) {
+      identity(v.tensors.front(), n.output(0));
+      return;
+    }
+    v.optional = false;
+    v.present = true;
+    set(n.output(0), std::move(v));
+  }
 };
 
 using handler = void (resolver::*)() const;
-constexpr std::array<std::pair<std::string_view, handler>, 8> handlers{{
+constexpr std::array<std::pair<std::string_view, handler>, 11> handlers{{
     {"SequenceEmpty", &resolver::sequence_empty},
     {"SequenceConstruct", &resolver::sequence_construct},
     {"SequenceInsert", &resolver::sequence_insert},
@@ -348,6 +407,9 @@ constexpr std::array<std::pair<std::string_view, handler>, 8> handlers{{
     {"SequenceLength", &resolver::sequence_length},
     {"ConcatFromSequence", &resolver::concat_from_sequence},
     {"SplitToSequence", &resolver::split_to_sequence},
+    {"Optional", &resolver::optional},
+    {"OptionalHasElement", &resolver::optional_has_element},
+    {"OptionalGetElement", &resolver::optional_get_element},
 }};
 
 handler find_handler(std::string_view op_type) noexcept {

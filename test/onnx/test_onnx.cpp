@@ -4244,7 +4244,47 @@ TEST_CASE("SplitToSequence of a static shape splits in ones, equal parts with a 
   }
 }
 
-TEST_CASE("a sequence npurt cannot resolve at import is refused with a typed error saying why",
+TEST_CASE("Optional, OptionalHasElement and OptionalGetElement resolve with the element known at import",
+          "[onnx][sequence][optional]") {
+  auto m = sq_model({2});
+  auto* g = m.mutable_graph();
+  // full = Optional(x); empty = Optional() of a float tensor; opt_seq = Optional([t1, x]).
+  cf_node(g, "Optional", {"x"}, {"full"});
+  auto* e = cf_node(g, "Optional", {}, {"empty"});
+  auto& type = add_attr(*e, "type", ::onnx::AttributeProto::TYPE_PROTO);
+  type.mutable_tp()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+  cf_node(g, "SequenceConstruct", {"t1", "x"}, {"seq"});
+  cf_node(g, "Optional", {"seq"}, {"opt_seq"});
+  // onnx.ai OptionalHasElement: whether the optional holds its element; an omitted input (opset
+  // 18) is an empty optional, a tensor or a sequence holds itself.
+  cf_node(g, "OptionalHasElement", {"full"}, {"has_full"});
+  cf_node(g, "OptionalHasElement", {"empty"}, {"has_empty"});
+  cf_node(g, "OptionalHasElement", {""}, {"has_none"});
+  cf_node(g, "OptionalHasElement", {"x"}, {"has_tensor"});
+  cf_node(g, "OptionalHasElement", {"opt_seq"}, {"has_seq"});
+  // onnx.ai OptionalGetElement: the element; of a tensor, the tensor (opset 18).
+  cf_node(g, "OptionalGetElement", {"full"}, {"got"});
+  cf_node(g, "Add", {"got", "t2"}, {"y"});
+  cf_node(g, "OptionalGetElement", {"opt_seq"}, {"got_seq"});
+  add_i64(g, "zero", {}, {0});
+  cf_node(g, "SequenceAt", {"got_seq", "zero"}, {"first"});
+  cf_node(g, "OptionalGetElement", {"x"}, {"got_tensor"});
+  cf_node(g, "Mul", {"first", "got_tensor"}, {"z"});
+  g->add_output()->set_name("y");
+  g->add_output()->set_name("z");
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "opt");
+  CHECK(values_of(gr, "has_full") == std::vector<double>{1});
+  CHECK(values_of(gr, "has_empty") == std::vector<double>{0});
+  CHECK(values_of(gr, "has_none") == std::vector<double>{0});
+  CHECK(values_of(gr, "has_tensor") == std::vector<double>{1});
+  CHECK(values_of(gr, "has_seq") == std::vector<double>{1});
+  CHECK(gr.constant("has_full")->type() == dtype::boolean);
+  const auto r = cf_run(gr, {5, 6}, {2});
+  CHECK(r.at("y") == std::vector<double>{7, 8});   // x + t2
+  CHECK(r.at("z") == std::vector<double>{5, 6});   // t1 * x
+}
+
+TEST_CASE("a sequence or optional npurt cannot resolve at import is refused with a typed error saying why",
           "[onnx][sequence][errors]") {
   SECTION("a position fed at run time") {
     auto m = sq_position_model("SequenceAt", 0);
@@ -4341,6 +4381,18 @@ TEST_CASE("a sequence npurt cannot resolve at import is refused with a typed err
     CHECK(e.code == errc::invalid_argument);
     CHECK(e.what.find("axis 1 is outside [-1, 0]") != std::string::npos);
   }
+  SECTION("the element of an empty optional") {
+    auto m = sq_model({2});
+    auto* g = m.mutable_graph();
+    auto* e = cf_node(g, "Optional", {}, {"none"});
+    add_attr(*e, "type", ::onnx::AttributeProto::TYPE_PROTO).mutable_tp()->mutable_tensor_type()->set_elem_type(1);
+    cf_node(g, "OptionalGetElement", {"none"}, {"y"});
+    g->add_output()->set_name("y");
+    const auto err = error_loading(m);
+    CHECK(err.code == errc::invalid_argument);
+    CHECK(err.tensor == "none");
+    CHECK(err.what.find("'none' is an empty optional") != std::string::npos);
+  }
   SECTION("a sequence given to an operator that takes tensors") {
     auto m = sq_model({2});
     cf_node(m.mutable_graph(), "SequenceConstruct", {"x"}, {"seq"});
@@ -4351,7 +4403,7 @@ TEST_CASE("a sequence npurt cannot resolve at import is refused with a typed err
     CHECK(e.op == "add");
     CHECK(e.what.find("'seq' is a sequence, where it takes a tensor") != std::string::npos);
   }
-  SECTION("a graph output or input that is a sequence") {
+  SECTION("a graph output or input that is a sequence or optional") {
     auto m = sq_model({2});
     cf_node(m.mutable_graph(), "SequenceConstruct", {"x"}, {"seq"});
     m.mutable_graph()->add_output()->set_name("seq");
@@ -4359,6 +4411,10 @@ TEST_CASE("a sequence npurt cannot resolve at import is refused with a typed err
     CHECK(out.code == errc::not_supported);
     CHECK(out.tensor == "seq");
     CHECK(out.what.find("output 'seq' of 'malformed' is a sequence") != std::string::npos);
+    auto opt = sq_model({2});
+    cf_node(opt.mutable_graph(), "Optional", {"x"}, {"o"});
+    opt.mutable_graph()->add_output()->set_name("o");
+    CHECK(error_loading(opt).what.find("output 'o' of 'malformed' is an optional") != std::string::npos);
     auto in = sq_model({2});
     auto* s = in.mutable_graph()->add_input();
     s->set_name("s");
