@@ -238,7 +238,6 @@ struct expander {
       fail(errc::parse_error, node_name, {},
            label(n, node_name) + ": its " + (then ? "then" : "else") + " branch has " +
                std::to_string(branch.output_size()) + " outputs for the node's " + std::to_string(n.output_size()));
-    for (const auto& o : branch.output()) require_tensor(n, node_name, o);
     const name_map names = inline_graph(branch, {}, node_name + (then ? "/then/" : "/else/"));
     for (int i = 0; i < n.output_size(); ++i) {
       if (n.output(i).empty()) continue;
@@ -265,8 +264,11 @@ struct expander {
       fail(errc::parse_error, node_name, {},
            label(n, node_name) + " has " + std::to_string(n.output_size()) + " outputs; its body gives " +
                std::to_string(carried + scanned));
-    for (const auto& v : body.input()) require_tensor(n, node_name, v);
-    for (const auto& v : body.output()) require_tensor(n, node_name, v);
+    // Loop-carried values may be sequences and optionals (the importer holds them); the iteration
+    // number, the condition and the scan outputs, which are stacked, are tensors.
+    for (int k = 0; k < 2; ++k) require_tensor(n, node_name, body.input(k));
+    require_tensor(n, node_name, body.output(0));
+    for (int k = 1 + carried; k < body.output_size(); ++k) require_tensor(n, node_name, body.output(k));
     const std::string& trip = n.input(0);
     const std::string& cond = n.input(1);
     if (trip.empty())
@@ -479,6 +481,21 @@ void stack(const ::onnx::NodeProto& n, const std::string& node_name, const paren
            const std::vector<std::string>& parts, std::int64_t axis, const std::string& out) {
   const expander e{n, node_name, p};
   e.stack(parts, axis, out);
+}
+
+std::vector<std::string> inline_body(const ::onnx::NodeProto& n, const std::string& node_name, const parent& p,
+                                     const ::onnx::GraphProto& body,
+                                     const std::map<std::string, std::string, std::less<>>& bound,
+                                     const std::string& prefix) {
+  const expander e{n, node_name, p};
+  const name_map names = e.inline_graph(body, bound, prefix);
+  std::vector<std::string> outs;
+  outs.reserve(static_cast<std::size_t>(body.output_size()));
+  for (const auto& o : body.output()) {
+    const auto it = names.find(o.name());
+    outs.push_back(it == names.end() ? o.name() : it->second);
+  }
+  return outs;
 }
 
 bool expand(const ::onnx::NodeProto& n, const std::string& node_name, const parent& p) {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -54,8 +55,11 @@ struct parent {
 /// false when what decides it (a condition, a trip count) waits on a node the importer could not
 /// add: the caller marks n's outputs as waiting too. Throws graph_error: not_supported when the
 /// control flow depends on values computed at run time, the unroll would exceed
-/// max_unrolled_nodes, or a value is a sequence or optional; parse_error when the node and its
-/// subgraphs disagree on their inputs or outputs; invalid_argument for a bad attribute.
+/// max_unrolled_nodes, or a value that must be a tensor (a condition, a scan input or output) is
+/// a sequence or optional; parse_error when the node and its subgraphs disagree on their inputs or
+/// outputs; invalid_argument for a bad attribute. An If's outputs and a Loop's carried values may
+/// be sequences and optionals: they pass through `p.emit` as Identity nodes, which the importer
+/// resolves (sequences.hpp).
 [[nodiscard]] bool expand(const ::onnx::NodeProto& n, const std::string& node_name, const parent& p);
 
 /// The nodes expand emits, for the importer's other expansions (sequences.cpp): a node of type
@@ -71,5 +75,15 @@ void set_int(::onnx::NodeProto& n, const char* key, std::int64_t v);
 /// are emitted through `p` and counted against max_unrolled_nodes.
 void stack(const ::onnx::NodeProto& n, const std::string& node_name, const parent& p,
            const std::vector<std::string>& parts, std::int64_t axis, const std::string& out);
+
+/// Copies `body` into the parent under fresh names starting with `prefix`, its nodes emitted
+/// through `p` and counted against max_unrolled_nodes as expand's are: `bound` maps the body's
+/// inputs to the parent's values, and names it does not define are the enclosing scope's. Returns
+/// the parent's name of each of the body's outputs, in order (SequenceMap's unrolling). `n` and
+/// `node_name` name the node in errors.
+[[nodiscard]] std::vector<std::string> inline_body(const ::onnx::NodeProto& n, const std::string& node_name,
+                                                   const parent& p, const ::onnx::GraphProto& body,
+                                                   const std::map<std::string, std::string, std::less<>>& bound,
+                                                   const std::string& prefix);
 
 }  // namespace npurt::onnx::control_flow

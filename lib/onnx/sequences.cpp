@@ -395,10 +395,60 @@ struct resolver {
     v.present = true;
     set(n.output(0), std::move(v));
   }
+
+  // SequenceMap: the body once per position of the sequences, each copy reading that position's
+  // tensors (and the additional tensors whole); output k is the sequence of each copy's output k
+  // (onnx.ai SequenceMap).
+  void sequence_map() const {
+    const ::onnx::AttributeProto* b = attr("body");
+    if (!b || b->type() != ::onnx::AttributeProto::GRAPH)
+      fail(errc::parse_error, {}, "it has no graph attribute 'body'");
+    const ::onnx::GraphProto& body = b->g();
+    if (body.input_size() != n.input_size() || body.output_size() != n.output_size())
+      fail(errc::parse_error, {},
+           "its body has " + std::to_string(body.input_size()) + " inputs and " + std::to_string(body.output_size()) +
+               " outputs for the node's " + std::to_string(n.input_size()) + " and " + std::to_string(n.output_size()));
+    const std::size_t length = sequence(input(0), "input sequence").tensors.size();
+    for (int i = 1; i < n.input_size(); ++i)
+      if (const auto it = s.find(n.input(i)); it != s.end()) {
+        if (it->second.optional || !it->second.sequence)
+          fail(errc::not_supported, n.input(i),
+               "its input '" + n.input(i) + "' is an optional; it takes tensors and sequences");
+        if (it->second.tensors.size() != length)
+          fail(errc::invalid_argument, n.input(i),
+               "its input sequences differ in length: '" + n.input(i) + "' has " +
+                   std::to_string(it->second.tensors.size()) + " tensors, '" + input(0) + "' " +
+                   std::to_string(length));
+      }
+    const std::int64_t per = std::max<std::int64_t>(1, body.node_size() + body.initializer_size());
+    if (static_cast<std::int64_t>(length) > control_flow::max_unrolled_nodes / per)
+      fail(errc::not_supported, {},
+           std::to_string(length) + " copies of a body of " + std::to_string(per) + " nodes exceed " +
+               std::to_string(control_flow::max_unrolled_nodes) + " nodes, npurt's bound on what it unrolls");
+    std::vector<value> outs(static_cast<std::size_t>(n.output_size()));
+    for (std::size_t k = 0; k < length; ++k) {
+      std::map<std::string, std::string, std::less<>> bound;
+      for (int i = 0; i < n.input_size(); ++i) {
+        const auto it = s.find(n.input(i));
+        bound.emplace(body.input(i).name(), it == s.end() ? n.input(i) : it->second.tensors[k]);
+      }
+      const std::vector<std::string> results =
+          control_flow::inline_body(n, node_name, p, body, bound, node_name + "/element_" + std::to_string(k) + "/");
+      for (std::size_t o = 0; o < outs.size(); ++o) {
+        if (s.contains(results[o]))
+          fail(errc::not_supported, results[o],
+               "its body's output '" + body.output(static_cast<int>(o)).name() +
+                   "' is a sequence or optional; npurt's sequences hold tensors only");
+        if (!p.pending(results[o])) add_element_type(outs[o], results[o]);
+        outs[o].tensors.push_back(results[o]);
+      }
+    }
+    for (std::size_t o = 0; o < outs.size(); ++o) set(n.output(static_cast<int>(o)), std::move(outs[o]));
+  }
 };
 
 using handler = void (resolver::*)() const;
-constexpr std::array<std::pair<std::string_view, handler>, 11> handlers{{
+constexpr std::array<std::pair<std::string_view, handler>, 12> handlers{{
     {"SequenceEmpty", &resolver::sequence_empty},
     {"SequenceConstruct", &resolver::sequence_construct},
     {"SequenceInsert", &resolver::sequence_insert},
@@ -407,6 +457,7 @@ constexpr std::array<std::pair<std::string_view, handler>, 11> handlers{{
     {"SequenceLength", &resolver::sequence_length},
     {"ConcatFromSequence", &resolver::concat_from_sequence},
     {"SplitToSequence", &resolver::split_to_sequence},
+    {"SequenceMap", &resolver::sequence_map},
     {"Optional", &resolver::optional},
     {"OptionalHasElement", &resolver::optional_has_element},
     {"OptionalGetElement", &resolver::optional_get_element},

@@ -37,8 +37,8 @@ struct value {
 using store = std::map<std::string, value, std::less<>>;
 
 /// SequenceEmpty, SequenceConstruct, SequenceInsert, SequenceErase, SequenceAt, SequenceLength,
-/// ConcatFromSequence, SplitToSequence, Optional, OptionalHasElement and OptionalGetElement
-/// (ai.onnx domain).
+/// ConcatFromSequence, SplitToSequence, SequenceMap, Optional, OptionalHasElement and
+/// OptionalGetElement (ai.onnx domain).
 [[nodiscard]] bool is_sequence_op(std::string_view op_type) noexcept;
 
 /// Whether `n` is one of them, or an Identity of a value in `s` (which copies it).

@@ -3367,14 +3367,14 @@ TEST_CASE("a Loop npurt cannot unroll is refused with a typed error saying why",
     CHECK(e.code == errc::not_supported);
     CHECK(e.what.find("1099511627776 iterations of a body of 3 nodes exceed 65536 nodes") != std::string::npos);
   }
-  SECTION("a sequence-typed loop-carried value") {
+  SECTION("a sequence-typed scan output (a loop-carried sequence is resolved, a scan output is stacked)") {
     auto m = cf_loop_model(4, 13);
     auto* body = m.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g();
-    body->mutable_input(2)->mutable_type()->mutable_sequence_type();
+    body->mutable_output(2)->mutable_type()->mutable_sequence_type();
     const auto e = error_loading(m);
     CHECK(e.code == errc::not_supported);
-    CHECK(e.tensor == "s_in");
-    CHECK(e.what.find("'s_in' is a sequence") != std::string::npos);
+    CHECK(e.tensor == "row");
+    CHECK(e.what.find("'row' is a sequence") != std::string::npos);
   }
   SECTION("a body whose inputs do not match the loop-carried values") {
     auto m = cf_loop_model(4, 13);
@@ -4282,6 +4282,158 @@ TEST_CASE("Optional, OptionalHasElement and OptionalGetElement resolve with the 
   const auto r = cf_run(gr, {5, 6}, {2});
   CHECK(r.at("y") == std::vector<double>{7, 8});   // x + t2
   CHECK(r.at("z") == std::vector<double>{5, 6});   // t1 * x
+}
+
+namespace {
+
+// If(cond) whose branches give a sequence: then [x, t1], else [t2]; y concatenates it.
+::onnx::ModelProto sq_if_model(bool cond) {
+  auto m = sq_model({2});
+  auto* g = m.mutable_graph();
+  cf_bool(g, "cond", cond);
+  auto* n = cf_node(g, "If", {"cond"}, {"s"});
+  n->set_name("choose");
+  auto& then = cf_subgraph(n, "then_branch");
+  cf_node(&then, "SequenceConstruct", {"x", "t1"}, {"then_seq"});
+  cf_names(&then, {}, {"then_seq"});
+  then.mutable_output(0)->mutable_type()->mutable_sequence_type();
+  auto& other = cf_subgraph(n, "else_branch");
+  cf_node(&other, "SequenceConstruct", {"t2"}, {"else_seq"});
+  cf_names(&other, {}, {"else_seq"});
+  other.mutable_output(0)->mutable_type()->mutable_sequence_type();
+  sq_concat_out(g, "s");
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("sequences and optionals flow out of an inlined If's branches (test_if_seq, test_if_opt)",
+          "[onnx][sequence][control_flow]") {
+  for (const bool cond : {true, false}) {
+    CAPTURE(cond);
+    graph g = npurt::onnx::load_from_bytes(sq_if_model(cond).SerializeAsString(), "if_seq");
+    CHECK_FALSE(cf_has_control_flow(g));
+    CHECK(ints_of(g, "n") == std::vector<std::int64_t>{cond ? 2 : 1});
+    CHECK(cf_run(g, {5, 6}, {2}).at("y") == (cond ? std::vector<double>{5, 6, 1, 1} : std::vector<double>{2, 2}));
+  }
+  // test_if_opt's form: then gives Optional(sequence), else an empty optional of a sequence.
+  for (const bool cond : {true, false}) {
+    CAPTURE(cond);
+    auto m = sq_model({2});
+    auto* g = m.mutable_graph();
+    cf_bool(g, "cond", cond);
+    auto* n = cf_node(g, "If", {"cond"}, {"o"});
+    auto& then = cf_subgraph(n, "then_branch");
+    cf_node(&then, "SequenceConstruct", {"x"}, {"one"});
+    cf_node(&then, "Optional", {"one"}, {"then_opt"});
+    cf_names(&then, {}, {"then_opt"});
+    auto& other = cf_subgraph(n, "else_branch");
+    auto* e = cf_node(&other, "Optional", {}, {"else_opt"});
+    add_attr(*e, "type", ::onnx::AttributeProto::TYPE_PROTO)
+        .mutable_tp()
+        ->mutable_sequence_type()
+        ->mutable_elem_type()
+        ->mutable_tensor_type()
+        ->set_elem_type(::onnx::TensorProto::FLOAT);
+    cf_names(&other, {}, {"else_opt"});
+    cf_node(g, "OptionalHasElement", {"o"}, {"has"});
+    cf_node(g, "Relu", {"x"}, {"y"});
+    g->add_output()->set_name("y");
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "if_opt");
+    CHECK(values_of(gr, "has") == std::vector<double>{cond ? 1.0 : 0.0});
+  }
+}
+
+namespace {
+
+// test_loop13_seq's form with x fed at run time: Loop(M, cond, SequenceEmpty) whose body inserts
+// x[0 : i + 1] at the back of the carried sequence; y concatenates the result.
+::onnx::ModelProto sq_loop_model(std::int64_t trip) {
+  auto m = model_of_x({5});
+  m.mutable_opset_import(0)->set_version(13);
+  auto* g = m.mutable_graph();
+  add_i64(g, "M", {}, {trip});
+  cf_bool(g, "cond", true);
+  cf_node(g, "SequenceEmpty", {}, {"empty"});
+  auto* n = cf_node(g, "Loop", {"M", "cond", "empty"}, {"seq_res"});
+  n->set_name("loop");
+  auto& body = cf_subgraph(n, "body");
+  add_i64(&body, "one", {}, {1});
+  add_i64(&body, "zero", {1}, {0});
+  add_i64(&body, "axes", {1}, {0});
+  cf_node(&body, "Identity", {"cond_in"}, {"cond_out"});
+  cf_node(&body, "Add", {"i", "one"}, {"end"});
+  cf_node(&body, "Unsqueeze", {"end", "axes"}, {"ends"});
+  cf_node(&body, "Slice", {"x", "zero", "ends"}, {"part"});
+  cf_node(&body, "SequenceInsert", {"seq_in", "part"}, {"seq_out"});
+  cf_names(&body, {"i", "cond_in", "seq_in"}, {"cond_out", "seq_out"});
+  body.mutable_input(2)->mutable_type()->mutable_sequence_type();
+  body.mutable_output(1)->mutable_type()->mutable_sequence_type();
+  sq_concat_out(g, "seq_res");
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("a sequence carried through an unrolled Loop grows per iteration (test_loop13_seq)",
+          "[onnx][sequence][control_flow]") {
+  const std::vector<double> x{1, 2, 3, 4, 5};
+  graph g = npurt::onnx::load_from_bytes(sq_loop_model(3).SerializeAsString(), "loop_seq");
+  CHECK_FALSE(cf_has_control_flow(g));
+  CHECK(ints_of(g, "n") == std::vector<std::int64_t>{3});
+  // [x[:1], x[:2], x[:3]] concatenated.
+  CHECK(cf_run(g, x, {5}).at("y") == std::vector<double>{1, 1, 2, 1, 2, 3});
+  SECTION("no iteration leaves the empty sequence, whose concatenation is refused") {
+    const auto e = error_loading(sq_loop_model(0));
+    CHECK(e.code == errc::invalid_argument);
+    CHECK(e.what.find("is empty: it has nothing to concatenate") != std::string::npos);
+  }
+}
+
+TEST_CASE("SequenceMap over a static-length sequence unrolls its body per position", "[onnx][sequence]") {
+  // rows = SplitToSequence(x [3, 2], keepdims 0); scales = [t1, t2, t3]; the body gives
+  // (row + bias, row * scale) for each position (onnx.ai SequenceMap: additional inputs that are
+  // tensors are given whole to each copy).
+  const sq_array x{{3, 2}, {1, 2, 3, 4, 5, 6}};
+  auto m = sq_model({3, 2});
+  auto* g = m.mutable_graph();
+  add_f32(g, "bias", {2}, {10, 20});
+  auto* split = cf_node(g, "SplitToSequence", {"x"}, {"rows"});
+  set_int(split, "keepdims", 0);
+  cf_node(g, "SequenceConstruct", {"t1", "t2", "t3"}, {"scales"});
+  auto* map = cf_node(g, "SequenceMap", {"rows", "scales", "bias"}, {"shifted", "scaled"});
+  map->set_name("map");
+  auto& body = cf_subgraph(map, "body");
+  cf_node(&body, "Add", {"row", "b"}, {"sum"});
+  cf_node(&body, "Mul", {"row", "k"}, {"product"});
+  cf_names(&body, {"row", "k", "b"}, {"sum", "product"});
+  for (const char* out : {"shifted", "scaled"}) {
+    const std::string y = std::string("y_") + out;
+    auto* c = cf_node(g, "ConcatFromSequence", {out}, {y});
+    set_int(c, "axis", 0);
+    set_int(c, "new_axis", 1);
+    g->add_output()->set_name(y);
+  }
+  graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "map");
+  std::vector<double> shifted, scaled;
+  for (std::int64_t r = 0; r < 3; ++r)
+    for (std::int64_t c = 0; c < 2; ++c) {
+      const double v = x.values[static_cast<std::size_t>(r * 2 + c)];
+      shifted.push_back(v + (c == 0 ? 10 : 20));
+      scaled.push_back(v * static_cast<double>(r + 1));
+    }
+  const auto r = cf_run(gr, x.values, {3, 2});
+  CHECK(gr.value("y_shifted").shape == shape{3, 2});
+  CHECK(r.at("y_shifted") == shifted);
+  CHECK(r.at("y_scaled") == scaled);
+  SECTION("sequences of different lengths are refused") {
+    auto bad = m;
+    bad.mutable_graph()->mutable_node(1)->mutable_input()->RemoveLast();
+    const auto e = error_loading(bad);
+    CHECK(e.code == errc::invalid_argument);
+    CHECK(e.tensor == "scales");
+    CHECK(e.what.find("differ in length") != std::string::npos);
+  }
 }
 
 TEST_CASE("a sequence or optional npurt cannot resolve at import is refused with a typed error saying why",
