@@ -14,6 +14,7 @@
 
 #include <npurt/config.hpp>
 #include <npurt/detail/host_heap.hpp>
+#include <npurt/device.hpp>
 #include <npurt/error.hpp>
 #include <npurt/event.hpp>
 #include <npurt/stream.hpp>
@@ -63,6 +64,19 @@ inline std::string printable(std::string_view s) {
   if (s.size() > 64) out += "...";
   return out + "'";
 }
+
+/// Why elements of type T are not elements of `type` (null when they are): another size, or a
+/// floating T for an integer dtype or an integer T for a floating one (the bytes would be bit
+/// patterns of another kind). A 2-byte integer stands for f16 and bf16 bit patterns, and class
+/// types (a half type) pass on size alone.
+template <class T>
+constexpr const char* element_mismatch(npurt::dtype type) noexcept {
+  const bool floating = is_float(type);
+  if (sizeof(T) != size_of(type)) return "not an element type of that size";
+  if ((std::is_floating_point_v<T> && !floating) || (std::is_integral_v<T> && floating && sizeof(T) != 2))
+    return "not an element type of that kind";
+  return nullptr;
+}
 }  // namespace ckpt
 }  // namespace detail
 
@@ -94,14 +108,10 @@ class checkpoint_tensor {
   template <class T>
   [[nodiscard]] std::span<const T> values() const {
     static_assert(std::is_trivially_copyable_v<T>);
-    const bool floating = is_float(type_);
     // Same size is not the same type: f32 weights read as int32_t would be bit patterns, silently.
-    const bool kind_differs =
-        (std::is_floating_point_v<T> && !floating) || (std::is_integral_v<T> && floating && sizeof(T) != 2);
-    if (sizeof(T) != size_of(type_) || kind_differs)
-      throw_error(make_error_code(errc::invalid_dtype),
-                  "checkpoint tensor " + detail::ckpt::printable(name_) + " is " + std::string(to_string(type_)) +
-                      (kind_differs ? ", not an element type of that kind" : ", not an element type of that size"));
+    if (const char* why = detail::ckpt::element_mismatch<T>(type_))
+      throw_error(make_error_code(errc::invalid_dtype), "checkpoint tensor " + detail::ckpt::printable(name_) + " is " +
+                                                            std::string(to_string(type_)) + ", " + why);
     return {reinterpret_cast<const T*>(data_.get()), size_ / sizeof(T)};
   }
   friend bool operator==(const checkpoint_tensor& a, const checkpoint_tensor& b) noexcept {
@@ -155,9 +165,16 @@ class checkpoint {
   NPURT_DECL void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
                              std::span<const std::byte> data);
   /// The same from any contiguous range of trivially copyable elements (a std::vector<float>).
+  /// Elements of one byte are taken as raw bytes; others must be elements of `type`, by the rule
+  /// values<T>() reads them with: floats given as i32, or doubles as f32, would be stored as bit
+  /// patterns of another type, so they are errc::invalid_dtype naming both.
   template <std::ranges::contiguous_range R>
     requires std::is_trivially_copyable_v<std::ranges::range_value_t<R>>
   void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape, const R& data) {
+    if (const char* why = range_mismatch<std::ranges::range_value_t<R>>(type))
+      throw_error(make_error_code(errc::invalid_dtype), "checkpoint::add_tensor(" + detail::ckpt::printable(name) +
+                                                            "): the data's elements are " + why + " as " +
+                                                            std::string(to_string(type)));
     add_tensor(name, type, std::move(shape),
                std::as_bytes(std::span(std::ranges::data(data), std::ranges::size(data))));
   }
@@ -165,6 +182,10 @@ class checkpoint {
     requires std::is_trivially_copyable_v<std::ranges::range_value_t<R>>
   void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape, const R& data,
                   std::error_code& ec) {
+    if (range_mismatch<std::ranges::range_value_t<R>>(type)) {
+      ec = make_error_code(errc::invalid_dtype);
+      return;
+    }
     add_tensor(name, type, std::move(shape), std::as_bytes(std::span(std::ranges::data(data), std::ranges::size(data))),
                ec);
   }
@@ -197,6 +218,29 @@ class checkpoint {
   void add_tensor(std::string_view name, const tensor_desc& t, stream& s) {
     add_tensor(name, t.type, std::vector<std::int64_t>(t.shape.begin(), t.shape.end()), t.data, s);
   }
+  /// The same from a device_buffer, which knows its size: a tensor larger than the buffer is
+  /// errc::size_overflow naming both sizes, before anything is enqueued (the copy would read
+  /// past the buffer's end, into the rounding of its allocation or another one).
+  void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape, const device_buffer& b,
+                  stream& s, std::error_code& ec) {
+    std::size_t bytes = 0;
+    if (!byte_size(type, shape, bytes, ec)) return;
+    if (bytes > b.size()) {
+      ec = make_error_code(errc::size_overflow);
+      return;
+    }
+    add_tensor(name, type, std::move(shape), b.data(), s, ec);
+  }
+  void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape, const device_buffer& b,
+                  stream& s) {
+    std::size_t bytes = 0;
+    std::error_code ec;
+    if (byte_size(type, shape, bytes, ec) && bytes > b.size())
+      throw_error(make_error_code(errc::size_overflow),
+                  "checkpoint::add_tensor(" + detail::ckpt::printable(name) + "): the shape and dtype need " +
+                      std::to_string(bytes) + " bytes, the device buffer holds " + std::to_string(b.size()));
+    add_tensor(name, type, std::move(shape), b.data(), s);
+  }
 
   /// The tensor called `name`; caller_error (errc::invalid_argument) if there is none.
   [[nodiscard]] NPURT_DECL const checkpoint_tensor& get_tensor(std::string_view name) const;
@@ -213,6 +257,13 @@ class checkpoint {
   /// would fit, and be read as something else).
   NPURT_DECL event copy_to_device(std::string_view name, const tensor_desc& dst, stream& s) const;
   NPURT_DECL event copy_to_device(std::string_view name, const tensor_desc& dst, stream& s, std::error_code& ec) const;
+  /// The same into a device_buffer: dst_max is the buffer's size.
+  event copy_to_device(std::string_view name, const device_buffer& dst, stream& s) const {
+    return copy_to_device(name, dst.data(), dst.size(), s);
+  }
+  event copy_to_device(std::string_view name, const device_buffer& dst, stream& s, std::error_code& ec) const {
+    return copy_to_device(name, dst.data(), dst.size(), s, ec);
+  }
 
   // --- metadata -------------------------------------------------------------------------------
   /// Sets (or replaces) a metadata entry. Keys follow the tensor-name rules.
@@ -235,8 +286,11 @@ class checkpoint {
   [[nodiscard]] const T& get_metadata(std::string_view key) const {
     const checkpoint_value& v = metadata_value(key);
     if (const T* p = std::get_if<T>(&v)) return *p;
-    throw_error(make_error_code(errc::invalid_argument),
-                "checkpoint metadata " + detail::ckpt::printable(key) + " holds another type");
+    // Which type it holds and which was asked for: the fix is the other get_metadata<T>.
+    static constexpr const char* names[] = {"an integer (std::int64_t)", "a double", "a string (std::string)"};
+    throw_error(make_error_code(errc::invalid_argument), "checkpoint metadata " + detail::ckpt::printable(key) +
+                                                             " holds " + names[v.index()] + ", not " +
+                                                             names[checkpoint_value(T{}).index()]);
   }
   [[nodiscard]] NPURT_DECL const checkpoint_value& metadata_value(std::string_view key) const;
   [[nodiscard]] NPURT_DECL const checkpoint_value* find_metadata(std::string_view key) const noexcept;
@@ -275,6 +329,11 @@ class checkpoint {
 
  private:
   friend struct detail::checkpoint_loader;
+  // The add_tensor rule for a typed range: one-byte elements are raw bytes.
+  template <class E>
+  static constexpr const char* range_mismatch(npurt::dtype type) noexcept {
+    return sizeof(E) == 1 ? nullptr : detail::ckpt::element_mismatch<E>(type);
+  }
   NPURT_DECL void set_value(std::string_view key, checkpoint_value v);
   NPURT_DECL checkpoint_tensor* make_entry(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
                                            detail::ckpt::status& st);

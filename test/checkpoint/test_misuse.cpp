@@ -6,6 +6,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -256,4 +257,108 @@ TEST_CASE("copying into a descriptor checks its dtype and shape, in both forms",
   s.memcpy(back.data(), 48, d, 48, npurt::memcpy_kind::device_to_host);
   s.synchronize();
   CHECK(back == w);
+}
+
+TEST_CASE("add_tensor refuses typed host data whose elements are not the dtype's, as values<T> does",
+          "[checkpoint][errors]") {
+  checkpoint ck;
+  const std::vector<float> f(4, 1.5f);
+  const std::vector<double> d(4, 2.5);
+  // Same byte count, another kind: stored, the file would hold 1.5f's bit pattern as an i32.
+  try {
+    ck.add_tensor("as_i32", dtype::i32, {4}, f);
+    FAIL("float data was stored as i32");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == errc::invalid_dtype);
+    const std::string what = e.what();
+    CHECK(what.find("'as_i32'") != std::string::npos);
+    CHECK(what.find("of that kind as i32") != std::string::npos);
+  }
+  // Four floats are the bytes of two doubles, and the other way round.
+  std::error_code ec;
+  ck.add_tensor("as_f64", dtype::f64, {2}, f, ec);
+  CHECK(ec == errc::invalid_dtype);
+  ck.add_tensor("as_f32", dtype::f32, {8}, d, ec);
+  CHECK(ec == errc::invalid_dtype);
+  CHECK(ck.tensors().empty());  // nothing refused was added
+
+  // What values<T> reads back is accepted: the same type, 2-byte integers for f16 bit patterns,
+  // and one-byte elements as raw bytes.
+  ck.add_tensor("f", dtype::f32, {4}, f);
+  ck.add_tensor("d", dtype::f64, {4}, d);
+  ck.add_tensor("h", dtype::f16, {2}, std::vector<std::uint16_t>{0x3c00, 0x4000});
+  std::vector<std::uint8_t> raw(4);
+  const float one = 1.0f;
+  std::memcpy(raw.data(), &one, 4);
+  ck.add_tensor("raw", dtype::f32, {1}, raw);
+  const checkpoint back = checkpoint::parse(ck.serialize());
+  CHECK(back.get_tensor("f").values<float>()[3] == 1.5f);
+  CHECK(back.get_tensor("d").values<double>()[0] == 2.5);
+  CHECK(back.get_tensor("h").values<std::uint16_t>()[1] == 0x4000);
+  CHECK(back.get_tensor("raw").values<float>()[0] == 1.0f);
+}
+
+TEST_CASE("get_metadata of another type says which type the key holds and which was asked for",
+          "[checkpoint][errors]") {
+  checkpoint ck;
+  ck.set_metadata("lr", 0.1);
+  ck.set_metadata("step", 7);
+  ck.set_metadata("model", "mlp");
+  const auto what_of = [&](auto get) -> std::string {
+    try {
+      get();
+    } catch (const npurt::caller_error& e) {
+      CHECK(e.code() == errc::invalid_argument);
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(what_of([&] {
+          (void)ck.get_metadata<std::int64_t>("lr");
+        }).starts_with("checkpoint metadata 'lr' holds a double, not an integer (std::int64_t)"));
+  CHECK(what_of([&] {
+          (void)ck.get_metadata<std::string>("step");
+        }).starts_with("checkpoint metadata 'step' holds an integer (std::int64_t), not a string (std::string)"));
+  CHECK(what_of([&] {
+          (void)ck.get_metadata<double>("model");
+        }).starts_with("checkpoint metadata 'model' holds a string (std::string), not a double"));
+  CHECK(ck.get_metadata<double>("lr") == 0.1);
+}
+
+TEST_CASE("a device_buffer is snapshot and restored by its own size", "[checkpoint][device]") {
+  npurt::simple_config cfg;
+  npurt::system sys{cfg};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  std::vector<std::int32_t> in(6);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<std::int32_t>(10 * i) - 20;
+  npurt::device_buffer src(dev, 24), dst(dev, 24), small(dev, 20);
+  s.memcpy(src.data(), 24, in.data(), 24, npurt::memcpy_kind::host_to_device);
+  checkpoint ck;
+  ck.add_tensor("b", dtype::i32, {2, 3}, src, s);
+  const auto v = ck.get_tensor("b").values<std::int32_t>();
+  CHECK(std::vector<std::int32_t>(v.begin(), v.end()) == in);
+
+  // 7 elements need 28 bytes: the buffer holds 24, and its allocation's rounding would have
+  // been read without the check.
+  try {
+    ck.add_tensor("past_end", dtype::i32, {7}, src, s);
+    FAIL("a snapshot past the buffer's end was accepted");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == errc::size_overflow);
+    CHECK(std::string(e.what()).find("need 28 bytes, the device buffer holds 24") != std::string::npos);
+  }
+  std::error_code ec;
+  ck.add_tensor("past_end", dtype::i32, {7}, src, s, ec);
+  CHECK(ec == errc::size_overflow);
+  CHECK(ck.find_tensor("past_end") == nullptr);
+
+  ck.copy_to_device("b", dst, s);
+  std::vector<std::int32_t> out(6, 0);
+  s.memcpy(out.data(), 24, dst.data(), 24, npurt::memcpy_kind::device_to_host);
+  s.synchronize();
+  CHECK(out == in);
+  CHECK_THROWS_AS(ck.copy_to_device("b", small, s), npurt::caller_error);  // 24 bytes into 20
+  (void)ck.copy_to_device("b", small, s, ec);
+  CHECK(ec == errc::size_overflow);
 }
