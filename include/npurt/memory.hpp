@@ -83,7 +83,8 @@ class mem_pool {
   /// `co_await pool.async_malloc(n, s, use_awaitable)` → void*. When the device is out of memory
   /// while other streams still hold frees in flight, it waits for the device to drain and tries
   /// once more before failing. Awaited with npurt::use_task, a refusal throws what malloc_async
-  /// throws (out_of_memory_error with its fields, taken at the refusal).
+  /// throws (out_of_memory_error with its fields, taken at the refusal); heard as an error_code
+  /// (here or from the error_code malloc_async), its words are system::recent_error_message().
   template <class Token = default_token>
   auto async_malloc(std::size_t bytes, stream& s, Token&& token = {});
   template <class Token = default_token>
@@ -122,6 +123,9 @@ class mem_pool {
   [[nodiscard]] NPURT_DECL bool device_busy() const;
   // Whether the device could hold `bytes` at all: only then can waiting for frees make room.
   [[nodiscard]] NPURT_DECL bool fits_device(std::size_t bytes) const;
+  // Makes the refusal's report (the throwing malloc_async's words and figures) the system's
+  // recent error: the error_code forms and an await with use_awaitable carry the code alone.
+  NPURT_DECL void note_refusal(std::error_code ec, std::size_t bytes);
 
   // Null once the system is gone: only a pool its owner keeps past the system (a session's)
   // sees that, in its destructor.
@@ -162,6 +166,7 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
               if (!e) {
                 self->pool->alloc_->on_synchronize(true);
                 q = self->pool->do_malloc(self->n, self->sid, e);
+                if (e) self->pool->note_refusal(e, self->n);
                 if (e && self->thrown) *self->thrown = self->pool->alloc_->allocate_error(e, self->n);
               }
               std::get<0>(user_op->values) = q;
@@ -181,6 +186,7 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
         }
         // The report of the refusal as the throwing malloc_async raises it, taken now: by the
         // time the awaiter resumes, the pool's figures may have moved.
+        if (ec) note_refusal(ec, n);
         if (ec && thrown) *thrown = alloc_->allocate_error(ec, n);
         detail::post_error(*rt_, std::move(handler), ec, p);
       },

@@ -388,3 +388,80 @@ TEST_CASE("free_async of another device's memory is stream_device_mismatch, as d
   CHECK(d1.mem_pool().stats().allocated_bytes[0].current == 0);
   CHECK(d0.mem_pool().stats().allocated_bytes[0].current == 0);
 }
+
+TEST_CASE("out-of-memory messages say when no release can help, and what the pool holds cached",
+          "[core][pool][error]") {
+  npurt::system sys{small_device(64)};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto what_of = [](auto call) -> std::string {
+    try {
+      call();
+    } catch (const npurt::out_of_memory_error& e) { return e.what(); }
+    return "no out_of_memory_error";
+  };
+  SECTION("a request larger than the device") {
+    const std::string m = what_of([&] { (void)dev.mem_pool().malloc_async(65 << 20, s); });
+    CHECK_THAT(m, Catch::Matchers::ContainsSubstring("larger than the device's whole capacity"));
+    CHECK_THAT(m, !Catch::Matchers::ContainsSubstring("refusal not for lack of memory"));
+  }
+  SECTION("a request larger than the pool's size limit, with nothing reserved") {
+    npurt::mem_pool_options o;
+    o.pool_size_limit = 8 << 20;
+    auto& pool = dev.configure_mem_pool(o);
+    const std::string m = what_of([&] { (void)pool.malloc_async(9 << 20, s); });
+    CHECK_THAT(m, Catch::Matchers::ContainsSubstring("The request alone is larger than the limit"));
+  }
+  SECTION("a device full for real is not called a transient refusal") {
+    // 48 MiB held leaves 16 MiB free: the 18 MiB segment an 18 MiB request needs does not fit.
+    void* held = dev.mem_pool().malloc_async(48 << 20, s);
+    const std::string m = what_of([&] { (void)dev.mem_pool().malloc_async(18 << 20, s); });
+    CHECK_THAT(m, Catch::Matchers::ContainsSubstring("Tried to allocate 18.00 MiB"));
+    CHECK_THAT(m, !Catch::Matchers::ContainsSubstring("refusal not for lack of memory"));
+    CHECK_THAT(m, !Catch::Matchers::ContainsSubstring("larger than the device's whole capacity"));
+    dev.mem_pool().free_async(held, s);
+  }
+  SECTION("a raw malloc refused while the pool caches freed memory names the cached bytes") {
+    void* p = dev.mem_pool().malloc_async(40 << 20, s);
+    dev.mem_pool().free_async(p, s);  // cached by the pool: reserved, not allocated
+    const std::string m = what_of([&] { (void)dev.malloc(32 << 20); });
+    CHECK_THAT(m, Catch::Matchers::ContainsSubstring("40.00 MiB already allocated; 40.00 MiB of it cached unused by "
+                                                     "the device's memory pool, which mem_pool().empty_cache()"));
+    CHECK_THAT(m, !Catch::Matchers::ContainsSubstring("refusal not for lack of memory"));
+    dev.mem_pool().empty_cache();
+    void* q = dev.malloc(32 << 20);  // what the message said to do makes room
+    CHECK(q != nullptr);
+    dev.free(q);
+  }
+}
+
+TEST_CASE("a pool refusal heard as an error_code leaves its report in recent_error_message", "[core][pool][error]") {
+  npurt::system sys{small_device(64)};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  // The error_code form.
+  std::error_code ec;
+  void* p = dev.mem_pool().malloc_async(100 << 20, s, ec);
+  CHECK(p == nullptr);
+  CHECK(ec == npurt::errc::out_of_memory);
+  std::string m = sys.recent_error_message();
+  CHECK_THAT(m, Catch::Matchers::StartsWith("npurt::mem_pool::malloc_async: NPU out of memory. Tried to allocate "
+                                            "100.00 MiB. NPU 0 has a total capacity of 64.00 MiB"));
+  CHECK(sys.recent_error_message().empty());  // read once, as aclGetRecentErrMsg
+  // An await that hears the code alone.
+  std::error_code heard;
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    auto [e, q] = co_await dev.async_malloc(100 << 20, s, asio::as_tuple(asio::use_awaitable));
+    heard = e;
+    CHECK(q == nullptr);
+  });
+  CHECK(heard == npurt::errc::out_of_memory);
+  m = sys.recent_error_message();
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("Tried to allocate 100.00 MiB"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("larger than the device's whole capacity"));
+  // A successful allocation leaves nothing behind.
+  void* ok = dev.mem_pool().malloc_async(1 << 20, s, ec);
+  CHECK(!ec);
+  CHECK(sys.recent_error_message().empty());
+  dev.mem_pool().free_async(ok, s);
+}

@@ -202,11 +202,37 @@ TEST_CASE("a transient out-of-memory refuses the next allocations and then clear
       CHECK(e.code() == errc::out_of_memory);
       CHECK(e.details().total == total);
       CHECK(e.details().free == total);  // nothing is allocated: the shortage is transient
+      // The message says so, rather than reading as a full device.
+      CHECK(std::string(e.what()).find("a refusal not for lack of memory") != std::string::npos);
     }
   }
   void* p = dev.malloc(1 << 20);
   CHECK(p != nullptr);
   CHECK(npurt::sim::faults_of(sys).injected().size() == 1);
+}
+
+TEST_CASE("a pool refused by a transient out-of-memory says the device had room, not that it was full",
+          "[fault][injection][oom][pool]") {
+  // With nothing cached, the pool's retry chain asks the device twice (first, then after
+  // synchronising and freeing everything): two refusals reach the caller.
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::transient_oom(0, 2).at_time(at(ms(0)))))};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  const std::size_t total = dev.properties().memory_bytes;
+  try {
+    (void)dev.mem_pool().malloc_async(4096, s);
+    FAIL("the allocation was not refused");
+  } catch (const npurt::out_of_memory_error& e) {
+    CHECK(e.code() == errc::out_of_memory);
+    CHECK(e.details().free == total);
+    const std::string m = e.what();
+    // A small request takes a 2 MiB segment of the small pool.
+    CHECK(m.find("The device refused a new 2.00 MiB segment although 32.00 GiB is free: a refusal not for lack "
+                 "of memory") != std::string::npos);
+  }
+  void* p = dev.mem_pool().malloc_async(4096, s);  // the fault has cleared
+  CHECK(p != nullptr);
+  dev.mem_pool().free_async(p, s);
 }
 
 TEST_CASE("thermal throttling stretches the device's tasks by its factor while it lasts",

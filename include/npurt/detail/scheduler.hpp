@@ -327,6 +327,9 @@ class scheduler {
   /// Reads (and clears) the description of the most recent task failure, fire-and-forget or
   /// awaited ("" when none since the last read): aclGetRecentErrMsg's text.
   NPURT_DECL std::string take_recent_error() noexcept;
+  /// Makes `what` the recent error: a refusal no task reports (a pool allocation's), for code
+  /// that hears it as an error_code alone.
+  void note_recent_error(std::string what) noexcept { recent_error_ = std::move(what); }
   /// Reads (and clears) the first unread failure of any stream of a device.
   NPURT_DECL failure take_device_failure(device_id dev) noexcept;
   /// Clears the device's unread failure when it is errc::deadlock: a blocking synchronize that

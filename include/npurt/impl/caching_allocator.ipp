@@ -316,7 +316,8 @@ NPURT_DECL std::string caching_allocator::oom_message(const out_of_memory_error:
   std::string m = "NPU out of memory. Tried to allocate " + format_size(i.requested) + ". NPU " +
                   std::to_string(i.device) + " has a total capacity of " + format_size(i.total) + " of which " +
                   format_size(i.free) + " is free.";
-  if (pool_limit) m += " The pool's size limit of " + format_size(limit) + " is reached." + limit_detail;
+  if (pool_limit) m += " The pool's size limit of " + format_size(limit) + " is reached.";
+  m += limit_detail;
   m += " Of the allocated memory " + format_size(i.allocated) + " is allocated by the pool, and " +
        format_size(i.reserved > i.allocated ? i.reserved - i.allocated : 0) +
        " is reserved by the pool but unallocated. If reserved but unallocated memory is large try the "
@@ -357,6 +358,23 @@ NPURT_DECL void caching_allocator::throw_allocate_error(errc e, std::size_t size
               " segments), which does not fit under the limit; a pool_size of at least " +
               format_size(i.reserved + seg) + ", or the \"compact\" strategy, would hold it.";
       }
+    }
+    // Refusals that freeing memory cannot cure get a word of their own: without it the message
+    // reads as fragmentation, and its hint sends the caller to empty_cache() and max_split_size.
+    using ca_detail::format_size;
+    const std::size_t rounded = round_size(size);
+    if (ec == errc::pool_limit && rounded > gc_limit()) {
+      why = " The request alone is larger than the limit: no release can make room for it.";
+    } else if (ec == errc::out_of_memory && rounded > i.total) {
+      why = " The request is larger than the device's whole capacity: no release or retry can serve it.";
+    } else if (ec == errc::out_of_memory && opts_.strategy == allocation_strategy::segmented) {
+      // The segment the request needs would fit in what the device has free: the device said no
+      // for another reason than a lack of memory.
+      const std::size_t seg = allocation_size(rounded);
+      if (i.free >= seg)
+        why = " The device refused a new " + format_size(seg) + " segment although " + format_size(i.free) +
+              " is free: a refusal not for lack of memory (an injected transient_oom, for one), which trying again "
+              "may get past.";
     }
     throw out_of_memory_error(ec, i, oom_message(i, ec == errc::pool_limit, gc_limit(), why));
   }

@@ -97,10 +97,26 @@ NPURT_DECL void* device::malloc(std::size_t bytes) {
     i.allocated = rt_->memory().device_used(id_);
     i.free = i.total - i.allocated;
     i.reserved = i.allocated;
-    throw out_of_memory_error(i, "NPU out of memory. Tried to allocate " + detail::ca_detail::format_size(bytes) +
-                                     " (NPU " + std::to_string(id_) + "; " + detail::ca_detail::format_size(i.total) +
-                                     " total capacity; " + detail::ca_detail::format_size(i.allocated) +
-                                     " already allocated; " + detail::ca_detail::format_size(i.free) + " free)");
+    // Memory the default pool caches counts as allocated here, though the program freed it with
+    // free_async: as with cudaMallocAsync's pools, it goes back to the device only when the pool
+    // is trimmed (release threshold, trim_to, empty_cache), which a raw malloc does not do.
+    std::string cached;
+    if (pool_) {
+      const allocator_stats st = pool_->stats();
+      const auto idle = st.reserved_bytes[stat_all].current - st.allocated_bytes[stat_all].current;
+      if (idle > 0)
+        cached = "; " + detail::ca_detail::format_size(static_cast<std::size_t>(idle)) +
+                 " of it cached unused by the device's memory pool, which mem_pool().empty_cache() or trim_to() "
+                 "gives back";
+    }
+    throw out_of_memory_error(
+        i, "NPU out of memory. Tried to allocate " + detail::ca_detail::format_size(bytes) + " (NPU " +
+               std::to_string(id_) + "; " + detail::ca_detail::format_size(i.total) + " total capacity; " +
+               detail::ca_detail::format_size(i.allocated) + " already allocated" + cached + "; " +
+               detail::ca_detail::format_size(i.free) + " free)" +
+               (i.free >= bytes ? ": a refusal not for lack of memory (an injected transient_oom, "
+                                  "for one), which trying again may get past"
+                                : ""));
   }
   throw_if_on(id_, ec, "npurt::device::malloc");
   return p;

@@ -150,9 +150,21 @@ NPURT_DECL void* mem_pool::do_malloc(std::size_t bytes, std::uint32_t stream, st
   return reinterpret_cast<void*>(addr);
 }
 
+NPURT_DECL void mem_pool::note_refusal(std::error_code ec, std::size_t bytes) {
+  try {
+    std::rethrow_exception(alloc_->allocate_error(ec, bytes));
+  } catch (const std::exception& e) {
+    rt_->note_recent_error(std::string("npurt::mem_pool::malloc_async: ") + e.what());
+  }
+}
+
 NPURT_DECL void* mem_pool::malloc_async(std::size_t bytes, stream& s, std::error_code& ec) {
   const std::uint32_t sid = stream_id(s, ec);
-  return ec ? nullptr : do_malloc(bytes, sid, ec);
+  if (ec) return nullptr;
+  void* p = do_malloc(bytes, sid, ec);
+  if (ec) [[unlikely]]
+    note_refusal(ec, bytes);
+  return p;
 }
 
 NPURT_DECL void* mem_pool::malloc_async(std::size_t bytes, stream& s) {
