@@ -81,6 +81,15 @@ class device {
   auto async_free(void* p, stream& s, Token&& token = {}) {
     return mem_pool().async_free(p, s, std::forward<Token>(token));
   }
+  /// cudaMallocAsync and cudaFreeAsync on the default pool, without a completion token (the pool's
+  /// malloc_async and free_async; async_malloc and async_free above take a token, and without
+  /// one do not compile).
+  [[nodiscard]] void* malloc_async(std::size_t bytes, stream& s) { return mem_pool().malloc_async(bytes, s); }
+  [[nodiscard]] void* malloc_async(std::size_t bytes, stream& s, std::error_code& ec) {
+    return mem_pool().malloc_async(bytes, s, ec);
+  }
+  void free_async(void* p, stream& s) { mem_pool().free_async(p, s); }
+  void free_async(void* p, stream& s, std::error_code& ec) { mem_pool().free_async(p, s, ec); }
   /// The default pool's usage: allocated_mb, reserved_mb, peak_mb.
   [[nodiscard]] memory_usage_report memory_usage() { return mem_pool().memory_usage(); }
 

@@ -465,3 +465,27 @@ TEST_CASE("a pool refusal heard as an error_code leaves its report in recent_err
   CHECK(sys.recent_error_message().empty());
   dev.mem_pool().free_async(ok, s);
 }
+
+TEST_CASE("device::malloc_async and free_async are the default pool's, as cudaMallocAsync and cudaFreeAsync",
+          "[core][pool]") {
+  npurt::system sys{small_device(64)};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  std::vector<int> in(1024), out(1024, 0);
+  std::iota(in.begin(), in.end(), -7);
+  void* p = dev.malloc_async(in.size() * sizeof(int), s);
+  CHECK(dev.mem_pool().stats().allocated_bytes[npurt::stat_all].current == 4096);
+  s.memcpy(p, 4096, in.data(), 4096, npurt::memcpy_kind::host_to_device);
+  s.memcpy(out.data(), 4096, p, 4096, npurt::memcpy_kind::device_to_host);
+  dev.free_async(p, s);
+  CHECK(dev.mem_pool().stats().allocated_bytes[npurt::stat_all].current == 0);
+  s.synchronize();
+  CHECK(out == in);
+  // The error_code forms report what the pool's do.
+  std::error_code ec;
+  CHECK(dev.malloc_async(100 << 20, s, ec) == nullptr);
+  CHECK(ec == npurt::errc::out_of_memory);
+  dev.free_async(p, s, ec);  // freed already
+  CHECK(ec);
+  CHECK_THROWS_AS(dev.free_async(p, s), npurt::caller_error);
+}
