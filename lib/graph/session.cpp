@@ -629,21 +629,46 @@ std::exception_ptr run_error(const compiled_graph::impl& c, const system& sys, s
 
 }  // namespace
 
-run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs) {
-  // A run that could not wait would leave its copies out writing into host outputs already gone.
-  check_can_block("run");
-  auto p = start_run(c, inputs);
-  // Every stream is drained; the first error is the one reported.
+std::vector<std::pair<std::uint32_t, std::uint64_t>> session::run_positions(const compiled_graph& c) {
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> pos;
+  const auto add = [&](const npurt::stream& s) { pos.emplace_back(s.id(), rt_->last_enqueued(s.id())); };
+  for (std::uint32_t k = 0; k < c.get().streams; ++k) add(exec_stream(*this, c.get(), k));
+  add(end_stream(c));
+  return pos;
+}
+
+std::exception_ptr session::take_run_failure(const compiled_graph& c, std::string_view what,
+                                             const std::vector<std::pair<std::uint32_t, std::uint64_t>>* upto) {
+  // Every stream is read (each holds the failures of its own kernels: an event wait does not
+  // pass them on to the stream that ends the run); the first error is the one reported.
   std::exception_ptr first;
+  if (upto) {
+    // The run's positions are reached; later runs may already be queued behind them, so only a
+    // failure at or before the run's own last task is this run's (a later one is theirs).
+    for (const auto& [id, seq] : *upto) {
+      const detail::failure* f = rt_->peek_stream_failure(id);
+      if (!f || f->seq > seq) continue;
+      const detail::failure taken = rt_->take_stream_failure(id);
+      if (!first) first = run_error(c.get(), *sys_, taken.ec, taken, dev_->id(), what);
+    }
+    return first;
+  }
   auto drain_one = [&](npurt::stream& s) {
     std::error_code ec;
     detail::failure f;
     detail::stream_access::synchronize(s, ec, &f);
-    if (ec && !first) first = run_error(c.get(), *sys_, ec, f, s.valid() ? s.device() : -1, "npurt::session::run");
+    if (ec && !first) first = run_error(c.get(), *sys_, ec, f, s.valid() ? s.device() : -1, what);
   };
   for (std::uint32_t k = 0; k < c.get().streams; ++k) drain_one(exec_stream(*this, c.get(), k));
   drain_one(end_stream(c));
-  if (first) {
+  return first;
+}
+
+run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs) {
+  // A run that could not wait would leave its copies out writing into host outputs already gone.
+  check_can_block("run");
+  auto p = start_run(c, inputs);
+  if (std::exception_ptr first = take_run_failure(c, "npurt::session::run")) {
     abandon_run(*p);
     std::rethrow_exception(first);
   }

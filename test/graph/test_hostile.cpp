@@ -441,6 +441,63 @@ TEST_CASE("a failed async_run says what failed, as the blocking run's exception 
   CHECK(message.empty());
 }
 
+TEST_CASE("an async_run whose kernel fails on any stream fails with the node, and leaves no error behind",
+          "[graph][errors][run]") {
+  // A Gather with indices fed at run time, on the stream that ends the run (sequential) or on a
+  // second stream of the parallel schedule, whose failure no event wait carries to the stream
+  // that copies the outputs out. Expected values from numpy.take's rule: an index in [-3, 2].
+  for (const bool on_side_stream : {false, true}) {
+    INFO("failing kernel on a side stream: " << on_side_stream);
+    npurt::system sys{sim::presets::ascend910(1)};
+    session s{sys};
+    graph g = s.make_graph("g");
+    const auto table = g.add_constant("table", tensor({3, 2}, dtype::f32, {1, 2, 3, 4, 5, 6}));
+    const auto ids = g.add_input("ids", {2}, dtype::i64);
+    const auto x = g.add_input("x", {2, 2}, dtype::f32);
+    // The branch added first continues stream 0, which ends the run; the other opens stream 1.
+    std::string side, emb;
+    if (on_side_stream) {
+      side = g.add_op("Relu", {x}, {}, "side");
+      emb = g.add_op("Gather", {table, ids}, {}, "emb");
+    } else {
+      emb = g.add_op("Gather", {table, ids}, {}, "emb");
+      side = g.add_op("Relu", {x}, {}, "side");
+    }
+    g.hint_parallel(emb, side);
+    g.set_output(on_side_stream ? g.add_op("Add", {side, emb}, {}, "y") : g.add_op("Add", {emb, side}, {}, "y"));
+    const auto c = s.compile(g, {.schedule = schedule::parallel, .optimization_level = 0});
+    REQUIRE(c.report().streams == 2);
+    std::uint32_t emb_stream = 99;
+    for (const auto& [name, stream] : c.schedule_order())
+      if (name == "emb") emb_stream = stream;
+    REQUIRE((emb_stream != c.final_stream()) == on_side_stream);
+    const tensor bad({2}, dtype::i64, {0, 3}), good({2}, dtype::i64, {2, -3});
+    const tensor xv({2, 2}, dtype::f32, {-1, 0.5, 2, -4});
+    std::vector<std::error_code> codes;
+    std::vector<std::string> errors;
+    std::vector<std::vector<double>> outputs;
+    for (const tensor* in : {&bad, &good}) {
+      const std::vector<feed> f{{"ids", *in}, {"x", xv}};
+      s.async_run(c, f, [&](async_error_code ec, run_result r) {
+        codes.push_back(ec);
+        errors.push_back(r.error);
+        outputs.push_back(ec ? std::vector<double>{} : r.outputs.at("y").to_vector());
+      });
+    }
+    sys.run();
+    REQUIRE(codes.size() == 2);
+    CHECK(codes[0] == errc::invalid_argument);
+    CHECK(errors[0].find("node 'emb' (Gather)") != std::string::npos);
+    CHECK(errors[0].find("indices[1] = 3 is outside [-3, 2]") != std::string::npos);
+    // The next run succeeds: table rows 2 and 0 plus relu(x).
+    CHECK_FALSE(codes[1]);
+    CHECK(errors[1].empty());
+    CHECK(outputs[1] == std::vector<double>{5 + 0.0, 6 + 0.5, 1 + 2.0, 2 + 0.0});
+    // Nothing of the failed run is left for a later blocking run to report.
+    CHECK(s.run(c, {{"ids", good}, {"x", xv}}).outputs.at("y").to_vector() == outputs[1]);
+  }
+}
+
 TEST_CASE("async_runs of one compiled graph in flight together each get their own outputs", "[graph][run]") {
   // Runs share the graph's arena and input slots; a pipeline or an overlapped graph once let a
   // later run overwrite an earlier one's data while it was still in flight.

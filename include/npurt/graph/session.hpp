@@ -34,6 +34,7 @@
 // Thread safety: a session is used from the thread that drives its system.
 #pragma once
 
+#include <npurt/detail/async_op.hpp>
 #include <npurt/graph/graph.hpp>
 #include <npurt/graph/tensor.hpp>
 #include <npurt/memory.hpp>
@@ -46,12 +47,14 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace npurt {
@@ -317,6 +320,15 @@ class session {
   void* acquire(std::size_t bytes, std::size_t freeing);
   /// The stream a run of `c` ends on: its outputs are copied out there.
   npurt::stream& end_stream(const compiled_graph& c);
+  /// Every stream a run of `c` queues work on, the stream it ends on last, each with the position
+  /// of the last task queued on it.
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> run_positions(const compiled_graph& c);
+  /// The first failure of a run of `c`, as the blocking run raises it (naming the node whose
+  /// kernel failed), or null; every failure of the run is read. Without `upto` it drains the
+  /// run's streams (blocking); with the run's run_positions, reached, it reads the failures at or
+  /// before them and leaves those of runs queued since (async_run's completion).
+  std::exception_ptr take_run_failure(const compiled_graph& c, std::string_view what,
+                                      const std::vector<std::pair<std::uint32_t, std::uint64_t>>* upto = nullptr);
 
   npurt::system* sys_;
   npurt::device* dev_;
@@ -369,21 +381,35 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
           else post_error(boost::asio::get_associated_executor(handler));
           return;
         }
-        end_stream(*cg).async_synchronize([this, h = std::move(handler), p](async_error_code sync_ec) mutable {
-          run_result r;
-          if (!sync_ec) {
-            try {
-              r = finish_run(*p);
-            } catch (const error& e) {
-              sync_ec = async_error_code(e.code());
-              r.error = e.what();
-            }
-          } else {
-            abandon_run(*p);
-            r.error = "npurt::session::async_run: " + sync_ec.message();
-          }
-          std::move(h)(sync_ec, std::move(r));
-        });
+        // Completes once every stream of the run has reached its last task, not only the stream
+        // that copies the outputs out: a kernel that failed on another stream of a parallel
+        // schedule is this run's failure (the event waits between streams do not pass it on), and
+        // must not be left for a later run to report. The wait peeks at the end stream's failure
+        // (upto != 0) and leaves it unread, so take_run_failure reads every failure with the task
+        // it came from and names the node, as the blocking run does.
+        const auto pos = run_positions(*cg);
+        detail::runtime& rt = *rt_;
+        detail::cancellable_op* user =
+            detail::make_op(rt, [this, h = std::move(handler), p, cg, pos](async_error_code wait_ec) mutable {
+              run_result r;
+              std::error_code ec;
+              try {
+                // Not reached: the wait itself failed (a deadlock broken by failing it).
+                if (wait_ec && !rt_->position_reached(pos.back().first, pos.back().second))
+                  throw_error(wait_ec, "npurt::session::async_run");
+                if (std::exception_ptr failed = take_run_failure(*cg, "npurt::session::async_run", &pos))
+                  std::rethrow_exception(failed);
+                r = finish_run(*p);
+              } catch (const error& e) {
+                abandon_run(*p);
+                ec = e.code();
+                r = run_result{};
+                r.error = e.what();
+              }
+              std::move(h)(async_error_code(ec), std::move(r));
+            });
+        detail::op_base* op = detail::sticky_op::create(rt, user, pos.back().first, dev_->id(), pos.back().second);
+        detail::start_multi_wait(rt, op, pos, std::nullopt, user);
       },
       token, &c, inputs);
 }
