@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
@@ -67,6 +68,26 @@ TEST_CASE("npurt-run reports a built-in MLP's memory and time within independent
   CHECK(num(rep, "latency_ps") >= busy_of(rep, {}));
   CHECK(rep.at("ops").as_array().size() == 6);  // three Gemms, two Relus, a Softmax
   CHECK(busy_of(rep, {"Gemm"}) > 0);
+}
+
+TEST_CASE("npurt-run's kernel count is the kernels its trace holds, the copies apart", "[graph][tool]") {
+  const auto trace = scratch() / "count.json";
+  const auto r = run("mlp --batch 4 --trace " + q(trace.string()));
+  REQUIRE(r.status == 0);
+  // The trace is the run's own record: count its tasks by kind.
+  std::int64_t kernels = 0, copies = 0;
+  const json::value doc = json::parse(slurp(trace));
+  for (const auto& v : doc.at("traceEvents").as_array()) {
+    const auto& e = v.as_object();
+    if (!e.contains("cat") || e.at("cat").as_string() != "task") continue;
+    const std::string_view kind = e.at("args").at("kind").as_string();
+    kernels += kind == "kernel";
+    copies += kind == "memcpy";
+  }
+  CHECK(kernels == 6);  // three Gemms, two Relus, a Softmax
+  CHECK(copies == 2);   // the input in, the output out
+  CHECK(r.out.find("6 operators (0 fused away), 6 kernels, 1 stream\n") != std::string::npos);
+  CHECK(num(report("mlp --batch 4"), "kernels") == kernels);
 }
 
 TEST_CASE("npurt-run's ResNet-50 forward in fp16 takes at least the cube's cycle floor", "[graph][tool]") {
@@ -163,6 +184,49 @@ fs::path write_matmul_model() {
   return path;
 }
 }  // namespace
+
+TEST_CASE("npurt-run feeds a DOUBLE input values in [-1, 1), as every floating input", "[graph][tool][onnx]") {
+  // y = Gather(table, Cast<int64>(x)) with a table of one row: only indices in [-1, 0] are in
+  // range, and a value in (-1, 1) truncates to 0 (ONNX's Cast toward zero). An input filled with
+  // the small integers 0 .. 7 of integer inputs would fail the run naming the index.
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("f64");
+  const std::string x = "x", idx = "idx", table = "table", y = "y";
+  auto* in = g->add_input();
+  in->set_name(x);
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(::onnx::TensorProto::DOUBLE);
+  tt->mutable_shape()->add_dim()->set_dim_value(64);
+  auto* t = g->add_initializer();
+  t->set_name(table);
+  t->set_data_type(::onnx::TensorProto::FLOAT);
+  t->add_dims(1);
+  t->add_float_data(2.5f);
+  auto* cast = g->add_node();
+  cast->set_op_type("Cast");
+  cast->add_input(x);
+  cast->add_output(idx);
+  auto* to = cast->add_attribute();
+  to->set_name("to");
+  to->set_type(::onnx::AttributeProto::INT);
+  to->set_i(::onnx::TensorProto::INT64);
+  auto* gather = g->add_node();
+  gather->set_op_type("Gather");
+  gather->add_input(table);
+  gather->add_input(idx);
+  gather->add_output(y);
+  g->add_output()->set_name(y);
+  const auto path = scratch() / "f64.onnx";
+  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+  for (const char* seed : {"1", "2", "3"}) {
+    const auto r = run(q(path.string()) + " --seed " + seed);
+    INFO(r.err);
+    CHECK(r.status == 0);
+  }
+}
 
 TEST_CASE("npurt-run runs an ONNX model whose batch is sized by --dim", "[graph][tool][onnx]") {
   const auto model = write_matmul_model();

@@ -137,7 +137,7 @@ struct compile_report {
   bool timing_only = false;
   bool overlap = false;            ///< inputs copied on their own stream into alternating slots
   std::size_t operators = 0;       ///< after fusion, including inserted casts
-  std::size_t kernels = 0;         ///< kernels and copies one run launches
+  std::size_t kernels = 0;         ///< kernels one run launches (its copies in and out not counted)
   std::size_t streams = 1;
   std::size_t fused = 0;           ///< operators removed by fusion
   std::size_t in_place = 0;        ///< operators writing over an input, plus views
