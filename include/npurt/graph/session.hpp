@@ -116,7 +116,9 @@ struct op_timing {
 
 struct run_result {
   std::map<std::string, tensor> outputs;  ///< host tensors (timing-only runs: no data)
-  picoseconds latency{0};                 ///< from the first copy in to the last copy out
+  /// From the call (the host starting to queue the copies in, so the first copy's launch latency
+  /// is included) to the completion of the run's last task (the last copy out).
+  picoseconds latency{0};
   std::vector<op_timing> ops;             ///< in execution order of starts
   /// async_run: empty, or what failed, as the blocking run's exception says it (the completion's
   /// error_code alone cannot name the feed or operator).
