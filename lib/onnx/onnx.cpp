@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <sstream>
@@ -219,6 +220,60 @@ std::int64_t opset_of(const ::onnx::ModelProto& m) {
   for (const auto& o : m.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
   return 1;
+}
+
+// Attributes of opsets before 7 (BatchNormalization's spatial: before 9) that ask for what the
+// later form does without them, per onnx.ai's operator changelog: dropped, so an old export (the
+// pytorch-converted models of ONNX's test data) imports as its later form. consumed_inputs
+// (opsets 1 to 5) was a memory hint; Gemm-6's broadcast allowed what Gemm-7's C broadcasting
+// does; is_test = 1 is inference, spatial = 1 per-channel statistics; an arithmetic or logical
+// operator's broadcast aligned B with the trailing axes of A, as NumPy does, unless `axis` moved
+// it (broadcast_axis_reshape handles that). Anything else (is_test = 0: training) is kept, and
+// the graph refuses it naming the attribute.
+bool legacy_broadcast_op(const std::string& op) {
+  return op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "And" || op == "Or" ||
+         op == "Xor" || op == "Equal" || op == "Greater" || op == "Less";
+}
+
+bool legacy_default(const ::onnx::NodeProto& n, const ::onnx::AttributeProto& a, std::int64_t opset) {
+  const std::string& op = n.op_type();
+  const std::string& k = a.name();
+  if (k == "spatial") return op == "BatchNormalization" && opset < 9 && a.i() == 1;
+  if (opset >= 7) return false;
+  if (k == "consumed_inputs") return true;
+  if (k == "is_test") return (op == "BatchNormalization" || op == "Dropout") && a.i() == 1;
+  if (k == "broadcast") return op == "Gemm" || legacy_broadcast_op(op);
+  return false;
+}
+
+// Opset 6's broadcast with `axis`: B's dimensions sit in A's from `axis` on. NumPy's rule aligns
+// them with A's last ones, so B is reshaped with a 1 for each of A's axes after its own. Returns
+// the tensor to read as B (itself when no reshape is needed); empty when the shapes are not known.
+std::string broadcast_axis_reshape(graph& g, const ::onnx::NodeProto& n, std::int64_t axis,
+                                   const std::string& node_name,
+                                   const std::function<std::string(const std::string&)>& fresh) {
+  const value_info* a = n.input_size() == 2 ? g.find(n.input(0)) : nullptr;
+  const value_info* b = a ? g.find(n.input(1)) : nullptr;
+  if (!a || !b || !a->known || !b->known) return {};
+  const auto ra = static_cast<std::int64_t>(a->shape.rank()), rb = static_cast<std::int64_t>(b->shape.rank());
+  if (axis < 0) axis += ra;
+  if (axis < 0 || axis + rb > ra)
+    fail(errc::invalid_argument, node_name, n.input(1),
+         "onnx: " + n.op_type() + " '" + node_name + "': broadcast axis " + std::to_string(axis) +
+             " does not fit B of rank " + std::to_string(rb) + " into A of rank " + std::to_string(ra));
+  if (axis + rb == ra) return n.input(1);
+  shape target = b->shape;
+  for (std::int64_t i = axis + rb; i < ra; ++i) target.push_back(1);
+  tensor dims(shape{static_cast<std::int64_t>(target.rank())}, dtype::i64);
+  for (std::size_t i = 0; i < target.rank(); ++i) {
+    const std::int64_t d = target[i];
+    std::memcpy(static_cast<char*>(dims.data()) + i * sizeof d, &d, sizeof d);
+  }
+  const std::string dims_name = fresh(node_name + "/broadcast_shape");
+  g.add_constant(dims_name, std::move(dims));
+  const std::string reshaped = fresh(node_name + "/broadcast_b");
+  g.add_node("Reshape", reshaped, {n.input(1), dims_name}, {reshaped});
+  return reshaped;
 }
 
 // A graph input of the model: a tensor of a dtype npurt computes in, with fixed dimensions or
@@ -562,7 +617,12 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
         if (r.what != data_shaped::added) set_pending(n, r.would_fold);
         return;
       }
-      if (foldable && all_known) {
+      // Opset 6's broadcast along an axis is not NumPy's, which the folder computes: such a node
+      // is added (its B reshaped) and computed on the device.
+      const bool legacy_axis_broadcast =
+          opset < 7 && legacy_broadcast_op(n.op_type()) &&
+          std::any_of(n.attribute().begin(), n.attribute().end(), [](const auto& a) { return a.name() == "axis"; });
+      if (foldable && all_known && !legacy_axis_broadcast) {
         if (auto r = folding::fold(n, node_name, opset, known)) {
           keep(g, n.output(0), std::move(*r));
           return;
@@ -587,7 +647,25 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
         return;
       }
       attributes attrs;
-      for (const auto& a : n.attribute()) attrs.set(a.name(), to_attribute(n, a));
+      std::optional<std::int64_t> legacy_axis;
+      for (const auto& a : n.attribute()) {
+        if (legacy_default(n, a, opset)) continue;
+        if (opset < 7 && a.name() == "axis" && a.type() == ::onnx::AttributeProto::INT &&
+            legacy_broadcast_op(n.op_type())) {
+          legacy_axis = a.i();
+          continue;
+        }
+        attrs.set(a.name(), to_attribute(n, a));
+      }
+      std::vector<std::string> ins(n.input().begin(), n.input().end());
+      if (legacy_axis) {
+        const std::string b = broadcast_axis_reshape(g, n, *legacy_axis, node_name, fresh);
+        if (b.empty())
+          fail(errc::not_supported, node_name, n.input(1),
+               "onnx: " + n.op_type() + " '" + node_name + "': opset " + std::to_string(opset) +
+                   "'s broadcast along axis needs the shapes of A and B");
+        ins[1] = b;
+      }
       // DFT's axis: an attribute defaulting to 1 in opset 17, an input defaulting to -2 from 20.
       if (n.op_type() == "DFT" && opset >= 20 && !attrs.has("axis") && (n.input_size() < 3 || n.input(2).empty()))
         attrs.set("axis", std::int64_t{-2});
@@ -595,7 +673,6 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
       // pixel: opset 16's output_half_pixel (onnx.ai's Changelog, RoiAlign-16).
       if (n.op_type() == "RoiAlign" && opset < 16 && !attrs.has("coordinate_transformation_mode"))
         attrs.set("coordinate_transformation_mode", std::string("output_half_pixel"));
-      const std::vector<std::string> ins(n.input().begin(), n.input().end());
       const std::vector<std::string> all_outs(n.output().begin(), n.output().end());
       if (detail::added_as_chain(g, n.op_type(), ins, all_outs, attrs)) {
         detail::add_composite(g, n.op_type(), node_name, ins, all_outs, attrs, fresh);
@@ -604,7 +681,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
       std::vector<std::string> outs(n.output().begin(), n.output().end());
       // Optional trailing outputs nobody reads (BatchNormalization's, MaxPool's Indices) drop.
       while (outs.size() > 1 && outs.back().empty()) outs.pop_back();
-      g.add_node(n.op_type(), node_name, {n.input().begin(), n.input().end()}, outs, std::move(attrs));
+      g.add_node(n.op_type(), node_name, ins, outs, std::move(attrs));
     } catch (const graph_error&) {
       if (!first_error) first_error = std::current_exception();
       for (const auto& o : n.output()) hold(o);

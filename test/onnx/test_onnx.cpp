@@ -4591,3 +4591,75 @@ TEST_CASE("a sequence or optional npurt cannot resolve at import is refused with
     CHECK(e.what.find("Sequence") == std::string::npos);
   }
 }
+
+namespace {
+// An opset-6 export as PyTorch 0.3 wrote them: Add with broadcast and axis, BatchNormalization
+// with is_test and consumed_inputs, Gemm with broadcast.
+::onnx::ModelProto legacy_opset6_model(std::int64_t bn_is_test, std::int64_t add_axis) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(3);
+  m.add_opset_import()->set_version(6);
+  auto* g = m.mutable_graph();
+  add_typed_input(g, "x", ::onnx::TensorProto::FLOAT, {2, 3, 4});
+  add_f32(g, "b", {3}, {1, -2, 3});
+  add_f32(g, "scale", {3}, {0.5f, 2, -1});
+  add_f32(g, "bias", {3}, {0.25f, 0, -0.5f});
+  add_f32(g, "mean", {3}, {1, 0.5f, -1});
+  add_f32(g, "var", {3}, {4, 0.25f, 1});
+  add_i64(g, "rshape", {2}, {6, 4});
+  add_f32(g, "w", {4, 2}, {1, -1, 0.5f, 2, -0.25f, 1, 3, 0});
+  add_f32(g, "c", {2}, {0.125f, -4});
+  auto* add = add_named(g, "Add", {"x", "b"}, "s");
+  set_int(add, "broadcast", 1);
+  set_int(add, "axis", add_axis);
+  auto* bn = add_named(g, "BatchNormalization", {"s", "scale", "bias", "mean", "var"}, "bn");
+  set_int(bn, "is_test", bn_is_test);
+  add_attr(*bn, "epsilon", ::onnx::AttributeProto::FLOAT).set_f(1e-5f);
+  set_ints(bn, "consumed_inputs", {0, 0, 0, 1, 1});
+  add_named(g, "Reshape", {"bn", "rshape"}, "r");
+  auto* gemm = add_named(g, "Gemm", {"r", "w", "c"}, "y");
+  set_int(gemm, "broadcast", 1);
+  g->add_output()->set_name("y");
+  return m;
+}
+}  // namespace
+
+TEST_CASE("an opset-6 model's legacy broadcast, is_test and consumed_inputs import as their later forms",
+          "[onnx][legacy]") {
+  graph g = npurt::onnx::load_from_bytes(legacy_opset6_model(1, 1).SerializeAsString(), "legacy");
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  std::vector<double> x(24);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.25 * static_cast<double>(i) - 3;
+  const auto r = s.run(s.compile(g), {{"x", tensor({2, 3, 4}, dtype::f32, x)}});
+  // The reference, from the opset-6 spec: B [3] added along axis 1 of A [2, 3, 4]; inference
+  // BatchNormalization per channel (axis 1); Gemm of [6, 4] x [4, 2] plus C broadcast.
+  const double b[3] = {1, -2, 3}, scale[3] = {0.5, 2, -1}, bias[3] = {0.25, 0, -0.5}, mean[3] = {1, 0.5, -1},
+               var[3] = {4, 0.25, 1}, w[4][2] = {{1, -1}, {0.5, 2}, {-0.25, 1}, {3, 0}}, c[2] = {0.125, -4};
+  std::vector<double> bn(24);
+  for (int n = 0; n < 2; ++n)
+    for (int ch = 0; ch < 3; ++ch)
+      for (int k = 0; k < 4; ++k) {
+        const std::size_t i = static_cast<std::size_t>((n * 3 + ch) * 4 + k);
+        bn[i] = scale[ch] * (x[i] + b[ch] - mean[ch]) / std::sqrt(var[ch] + 1e-5) + bias[ch];
+      }
+  const tensor& y = r.outputs.at("y");
+  REQUIRE(y.shape() == shape{6, 2});
+  for (int row = 0; row < 6; ++row)
+    for (int col = 0; col < 2; ++col) {
+      double want = c[col];
+      for (int k = 0; k < 4; ++k) want += bn[static_cast<std::size_t>(row * 4 + k)] * w[k][col];
+      CHECK(std::abs(y.at({row, col}) - want) <= 1e-4 * (1 + std::abs(want)));
+    }
+
+  SECTION("what has no later form is refused naming it") {
+    const auto training = error_loading(legacy_opset6_model(0, 1));  // is_test 0: training mode
+    CHECK(training.code == errc::not_supported);
+    CHECK(training.what.find("is_test") != std::string::npos);
+    const auto beyond = error_loading(legacy_opset6_model(1, 3));  // B [3] from axis 3 of rank 3
+    CHECK(beyond.code == errc::invalid_argument);
+    CHECK(beyond.what.find("broadcast axis 3") != std::string::npos);
+    const auto mismatch = error_loading(legacy_opset6_model(1, 2));  // B [3] against A's last axis, 4
+    CHECK(mismatch.code == errc::invalid_shape);
+  }
+}
