@@ -36,7 +36,7 @@ struct mem_info {
 class device {
  public:
   using executor_type = boost::asio::strand<boost::asio::io_context::executor_type>;
-  using default_token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>;
+  using default_token = detail::default_token;
 
   device(detail::runtime& rt, device_id id) : rt_(&rt), id_(id), strand_(boost::asio::make_strand(rt.io())) {}
   NPURT_DECL ~device();

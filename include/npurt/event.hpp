@@ -81,13 +81,13 @@ class event {
   /// errc::event_not_recorded at once for a user event that was never recorded, and with the
   /// failure of fire-and-forget work before the event on its stream, as query() reports it
   /// (without reading it: the stream's synchronize still does).
-  template <class Token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>>
+  template <class Token = detail::default_token>
     requires(!std::is_convertible_v<Token, std::optional<picoseconds>>)
   auto async_wait(Token&& token = {}) const;
 
   /// As async_wait, with a timeout in virtual time: completes with errc::wait_timeout when the
   /// timeout passes first.
-  template <class Token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>>
+  template <class Token = detail::default_token>
   auto async_wait(std::optional<picoseconds> timeout, Token&& token = {}) const;
 
   /// Blocks until the event completes by driving the simulation (only outside system::run;

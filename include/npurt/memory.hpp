@@ -57,7 +57,7 @@ class pool_provider;
 
 class mem_pool {
  public:
-  using default_token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>;
+  using default_token = detail::default_token;
 
   NPURT_DECL mem_pool(detail::runtime& rt, device_id dev, const mem_pool_options& opts = {});
   NPURT_DECL ~mem_pool();

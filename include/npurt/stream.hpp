@@ -92,7 +92,7 @@ struct stream_access {
 class stream {
  public:
   using executor_type = boost::asio::strand<boost::asio::io_context::executor_type>;
-  using default_token = boost::asio::default_completion_token_t<boost::asio::io_context::executor_type>;
+  using default_token = detail::default_token;
 
   /// A null handle: every call reports errc::invalid_stream (async ones through the handler's
   /// executor, never inside the call). A handle whose system was destroyed becomes one.

@@ -14,6 +14,7 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/post.hpp>
 
 #include <coroutine>
@@ -25,6 +26,13 @@
 #include <utility>
 
 namespace npurt::detail {
+
+/// The completion token of an asynchronous call given none: asio::deferred, which Asio itself
+/// makes every executor's default from Boost 1.84 on. Older Boost has no default for an
+/// io_context's executor, and a call without a token would not compile: with this one,
+/// `co_await s.async_launch(k)` works in an Asio coroutine and `auto op = ev.async_wait();` is an
+/// operation to start later.
+using default_token = boost::asio::deferred_t;
 
 /// The error an async operation completes with. Converting a std::error_code to Boost's asks
 /// the category whether it wraps a Boost one (a dynamic_cast); success needs no such question.
