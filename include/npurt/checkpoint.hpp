@@ -72,9 +72,9 @@ inline std::string printable(std::string_view s) {
 template <class T>
 constexpr const char* element_mismatch(npurt::dtype type) noexcept {
   const bool floating = is_float(type);
-  if (sizeof(T) != size_of(type)) return "not an element type of that size";
-  if ((std::is_floating_point_v<T> && !floating) || (std::is_integral_v<T> && floating && sizeof(T) != 2))
-    return "not an element type of that kind";
+  if (sizeof(T) != size_of(type)) return "an element type of another size";
+  if (std::is_floating_point_v<T> && !floating) return "a floating-point element type";
+  if (std::is_integral_v<T> && floating && sizeof(T) != 2) return "an integer element type";
   return nullptr;
 }
 }  // namespace ckpt
@@ -111,7 +111,7 @@ class checkpoint_tensor {
     // Same size is not the same type: f32 weights read as int32_t would be bit patterns, silently.
     if (const char* why = detail::ckpt::element_mismatch<T>(type_))
       throw_error(make_error_code(errc::invalid_dtype), "checkpoint tensor " + detail::ckpt::printable(name_) + " is " +
-                                                            std::string(to_string(type_)) + ", " + why);
+                                                            std::string(to_string(type_)) + ", not readable as " + why);
     return {reinterpret_cast<const T*>(data_.get()), size_ / sizeof(T)};
   }
   friend bool operator==(const checkpoint_tensor& a, const checkpoint_tensor& b) noexcept {
@@ -173,8 +173,8 @@ class checkpoint {
   void add_tensor(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape, const R& data) {
     if (const char* why = range_mismatch<std::ranges::range_value_t<R>>(type))
       throw_error(make_error_code(errc::invalid_dtype), "checkpoint::add_tensor(" + detail::ckpt::printable(name) +
-                                                            "): the data's elements are " + why + " as " +
-                                                            std::string(to_string(type)));
+                                                            "): " + std::string(to_string(type)) +
+                                                            " cannot be stored from " + why);
     add_tensor(name, type, std::move(shape),
                std::as_bytes(std::span(std::ranges::data(data), std::ranges::size(data))));
   }
