@@ -223,6 +223,35 @@ struct expander {
                " nodes exceed " + std::to_string(max_unrolled_nodes) + " nodes, npurt's bound on what it unrolls");
   }
 
+  // The value a scan output takes when the body never runs: no step gives its shape, so it comes
+  // from the type the body declares for that output (as onnxruntime takes it), with a 0-length
+  // axis where the steps would have been stacked (`axis`, counted in the stacked rank).
+  void empty_scan_output(const ::onnx::ValueInfoProto& v, std::int64_t axis, const std::string& out,
+                         const std::string& why) const {
+    const auto& tt = v.type().tensor_type();
+    bool known = v.type().has_tensor_type() && tt.elem_type() != ::onnx::TensorProto::UNDEFINED && tt.has_shape();
+    if (known)
+      for (const auto& d : tt.shape().dim()) known = known && d.has_dim_value() && d.dim_value() >= 0;
+    if (!known)
+      fail(errc::not_supported, node_name, v.name(),
+           label(n, node_name) + why + ": its scan output '" + v.name() +
+               "' would take its shape from a body that never runs, and the body declares no static shape and "
+               "element type for it");
+    const int rank = tt.shape().dim_size();
+    if (axis < -(rank + 1) || axis > rank)
+      fail(errc::invalid_argument, node_name, v.name(),
+           label(n, node_name) + ": scan output axis " + std::to_string(axis) + " is outside the rank " +
+               std::to_string(rank + 1) + " of the stacked '" + v.name() + "'");
+    if (axis < 0) axis += rank + 1;
+    ::onnx::TensorProto t;
+    t.set_data_type(tt.elem_type());
+    for (int d = 0; d <= rank; ++d) {
+      if (d == axis) t.add_dims(0);
+      if (d < rank) t.add_dims(tt.shape().dim(d).dim_value());
+    }
+    identity(constant(out + "/empty", std::move(t)), out);
+  }
+
   bool expand_if() const {
     if (n.input_size() != 1 || n.input(0).empty())
       fail(errc::parse_error, node_name, {}, label(n, node_name) + " needs exactly one input, its condition");
@@ -286,11 +315,6 @@ struct expander {
     std::int64_t iterations = std::max<std::int64_t>(0, m->get_int(0));
     if (!cond.empty() && known_scalar(cond, "condition", why)->get(0) == 0) iterations = 0;
     check_unroll(iterations, body);
-    if (iterations == 0 && scanned > 0)
-      fail(errc::not_supported, node_name, {},
-           label(n, node_name) +
-               " runs no iteration: the shape of its scan outputs would come from a body that "
-               "never runs");
     std::vector<std::string> values(n.input().begin() + 2, n.input().end());
     std::vector<std::vector<std::string>> scans(static_cast<std::size_t>(scanned));
     std::string cond_in = cond;
@@ -323,8 +347,12 @@ struct expander {
     }
     for (int j = 0; j < carried && j < n.output_size(); ++j)
       if (!n.output(j).empty()) identity(values[static_cast<std::size_t>(j)], n.output(j));
-    for (int k = 0; k < scanned && carried + k < n.output_size(); ++k)
-      if (!n.output(carried + k).empty()) stack(scans[static_cast<std::size_t>(k)], 0, n.output(carried + k));
+    for (int k = 0; k < scanned && carried + k < n.output_size(); ++k) {
+      const std::string& o = n.output(carried + k);
+      if (o.empty()) continue;
+      if (iterations == 0) empty_scan_output(body.output(1 + carried + k), 0, o, " runs no iteration");
+      else stack(scans[static_cast<std::size_t>(k)], 0, o);
+    }
     return true;
   }
 
@@ -389,11 +417,6 @@ struct expander {
       length = l;
     }
     check_unroll(length, body);
-    if (length == 0 && scanned > 0)
-      fail(errc::not_supported, node_name, {},
-           label(n, node_name) +
-               " scans no step: the shape of its scan outputs would come from a body that never "
-               "runs");
     std::vector<std::string> values(n.input().begin(), n.input().begin() + states);
     std::vector<std::vector<std::string>> scans(static_cast<std::size_t>(scanned));
     for (std::int64_t t = 0; t < length; ++t) {
@@ -424,6 +447,11 @@ struct expander {
       if (!n.output(j).empty()) identity(values[static_cast<std::size_t>(j)], n.output(j));
     for (int k = 0; k < scanned && states + k < n.output_size(); ++k) {
       if (n.output(states + k).empty()) continue;
+      if (length == 0) {
+        empty_scan_output(body.output(states + k), out_axes[static_cast<std::size_t>(k)], n.output(states + k),
+                          " scans no step");
+        continue;
+      }
       auto parts = scans[static_cast<std::size_t>(k)];
       // Reversed, the last step's value comes first.
       if (out_directions[static_cast<std::size_t>(k)]) std::reverse(parts.begin(), parts.end());

@@ -3460,6 +3460,61 @@ TEST_CASE("a Scan npurt cannot unroll is refused with a typed error saying why",
   }
 }
 
+namespace {
+// Declares the type of a subgraph's value: element type and a static shape.
+void cf_declare(::onnx::ValueInfoProto* v, ::onnx::TensorProto::DataType type, std::vector<std::int64_t> dims) {
+  auto* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(type);
+  auto* sh = t->mutable_shape();
+  for (auto d : dims) sh->add_dim()->set_dim_value(d);
+}
+}  // namespace
+
+TEST_CASE("a Loop or Scan that never runs its body gives empty scan outputs of the body's declared type",
+          "[onnx][control_flow]") {
+  SECTION("a Loop whose condition is false: rows [0, 2] of f32, the carried value passed through") {
+    auto m = cf_loop_model(4, 13);
+    auto* g = m.mutable_graph();
+    cf_bool(g, "never", false);
+    g->mutable_node(0)->set_input(1, "never");
+    auto* body = g->mutable_node(0)->mutable_attribute(0)->mutable_g();
+    SECTION("the body declares its scan output f32 [2]") {
+      cf_declare(body->mutable_output(2), ::onnx::TensorProto::FLOAT, {2});
+      graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "loop");
+      CHECK_FALSE(cf_has_control_flow(gr));
+      CHECK(gr.value("rows").shape == shape{0, 2});
+      CHECK(gr.value("rows").type == dtype::f32);
+      const auto r = cf_run(gr, {1, 10}, {2});
+      CHECK(r.at("s") == std::vector<double>{1, 10});
+      CHECK(r.at("rows").empty());
+    }
+    SECTION("a declared dimension without a value cannot give the shape: not_supported naming the output") {
+      cf_declare(body->mutable_output(2), ::onnx::TensorProto::FLOAT, {});
+      body->mutable_output(2)->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param("n");
+      const auto e = error_loading(m);
+      CHECK(e.code == errc::not_supported);
+      CHECK(e.tensor == "row");
+      CHECK(e.what.find("runs no iteration") != std::string::npos);
+      CHECK(e.what.find("declares no static shape") != std::string::npos);
+    }
+  }
+  SECTION("a Scan over zero steps: the sums stacked along axis -1 are [2, 0]") {
+    auto m = cf_scan_model({0, 2}, 0, 0, -1, 0);
+    auto* body = m.mutable_graph()->mutable_node(0)->mutable_attribute(5)->mutable_g();
+    REQUIRE(body->output_size() == 2);
+    cf_declare(body->mutable_output(1), ::onnx::TensorProto::FLOAT, {2});
+    graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "scan");
+    CHECK_FALSE(cf_has_control_flow(g));
+    CHECK(g.value("sums").shape == shape{2, 0});
+    SECTION("a scan output axis outside the stacked rank is invalid_argument") {
+      auto bad = cf_scan_model({0, 2}, 0, 0, 2, 0);
+      cf_declare(bad.mutable_graph()->mutable_node(0)->mutable_attribute(5)->mutable_g()->mutable_output(1),
+                 ::onnx::TensorProto::FLOAT, {2});
+      CHECK(error_loading(bad).code == errc::invalid_argument);
+    }
+  }
+}
+
 TEST_CASE("Range's expanded form folds its trip count through Ceil and Relu and its Loop unrolls",
           "[onnx][control_flow][fold]") {
   // onnx.ai Range's function body: n = max(ceil((limit - start) / delta), 0) iterations of a Loop
@@ -3493,8 +3548,15 @@ TEST_CASE("Range's expanded form folds its trip count through Ceil and Relu and 
   graph down = npurt::onnx::load_from_bytes(model(2, 0.5F, -0.5F).SerializeAsString(), "range");
   CHECK(down.constant("range")->to_vector() == std::vector<double>{2, 1.5, 1});
   // Relu makes a negative count 0 and the cast condition false: no iteration, and the scan output
-  // has no shape to take.
+  // has no shape to take unless the body declares one.
   CHECK(error_loading(model(6, 1, 2)).code == errc::not_supported);
+  // Declared a float scalar, as ONNX's expanded Range declares it: numpy.arange(6, 1, 2) is empty.
+  auto empty = model(6, 1, 2);
+  auto* body = empty.mutable_graph()->mutable_node(empty.graph().node_size() - 1)->mutable_attribute(0)->mutable_g();
+  cf_declare(body->mutable_output(2), ::onnx::TensorProto::FLOAT, {});
+  graph none = npurt::onnx::load_from_bytes(empty.SerializeAsString(), "range");
+  REQUIRE(none.constant("range"));
+  CHECK(none.constant("range")->shape() == shape{0});
 }
 
 TEST_CASE("an If inside a Loop's body picks its branch per iteration from the iteration number",
