@@ -356,24 +356,77 @@ struct expander {
     return true;
   }
 
-  bool expand_scan() const {
-    // Scan-8 scans a batch, its first input the sequence lengths: another operator.
-    if (p.opset < 9)
-      fail(errc::not_supported, node_name, {},
-           label(n, node_name) + ": Scan of opset " + std::to_string(p.opset) +
-               " (its batched form with sequence_lens) is not supported; opset 9's is");
+  // The steps of a Scan, one copy of `body` each (named `prefix` + "step_<t>/"): step t reads
+  // slice t of each scan input in `xs` along its axis (slice length-1-t where its direction is 1)
+  // and the previous step's states, starting from `states`. Returns the last states and each scan
+  // output's values, step by step.
+  struct scan_steps {
+    std::vector<std::string> states;
+    std::vector<std::vector<std::string>> scans;
+  };
+  scan_steps unroll_scan(const ::onnx::GraphProto& body, std::vector<std::string> values,
+                         const std::vector<std::string>& xs, const ints& axes, const ints& directions,
+                         std::int64_t length, const std::string& prefix) const {
+    const auto states = static_cast<int>(values.size());
+    const int scanned = body.output_size() - states;
+    std::vector<std::vector<std::string>> scans(static_cast<std::size_t>(scanned));
+    for (std::int64_t t = 0; t < length; ++t) {
+      const std::string step = prefix + "step_" + std::to_string(t) + "/";
+      name_map bound;
+      for (int j = 0; j < states; ++j) bound.emplace(body.input(j).name(), values[static_cast<std::size_t>(j)]);
+      for (std::size_t j = 0; j < xs.size(); ++j) {
+        // Gather with a scalar index takes the slice and drops the axis, as the body expects.
+        const std::string& in = body.input(states + static_cast<int>(j)).name();
+        const std::int64_t index = directions[j] ? length - 1 - t : t;
+        const std::string slice = p.fresh(step + in);
+        auto g = make_node("Gather", slice, {xs[j], int64_constant(slice + "/index", index, false)}, slice);
+        set_int(g, "axis", axes[j]);
+        emit(g);
+        bound.emplace(in, slice);
+      }
+      const name_map names = inline_graph(body, std::move(bound), step);
+      const auto out = [&](int k) {
+        const auto it = names.find(body.output(k).name());
+        return it == names.end() ? body.output(k).name() : it->second;
+      };
+      for (int j = 0; j < states; ++j) values[static_cast<std::size_t>(j)] = out(j);
+      for (int k = 0; k < scanned; ++k) scans[static_cast<std::size_t>(k)].push_back(out(states + k));
+    }
+    return {std::move(values), std::move(scans)};
+  }
+
+  // Slice `index` of `x` along axis 0, the axis dropped.
+  std::string batch_slice(const std::string& x, std::int64_t index, const std::string& base) const {
+    const std::string slice = p.fresh(base);
+    auto g = make_node("Gather", slice, {x, int64_constant(slice + "/index", index, false)}, slice);
+    set_int(g, "axis", 0);
+    emit(g);
+    return slice;
+  }
+
+  // What a Scan's inputs, outputs and body must agree on; `leading` inputs before the states are
+  // the node's own (Scan-8's sequence_lens).
+  struct scan_signature {
+    const ::onnx::GraphProto& body;
+    std::size_t inputs;  // num_scan_inputs
+    int states;
+    int scanned;  // scan outputs the body gives
+  };
+  scan_signature check_scan(int leading) const {
     const auto& body = graph_attr(n, node_name, "body");
+    const int given = std::max(0, n.input_size() - leading);
+    const std::string after = leading != 0 ? " inputs after sequence_lens" : " inputs";
     const std::int64_t scan_inputs = int_attr(n, node_name, "num_scan_inputs", -1);
-    if (scan_inputs < 1 || scan_inputs > n.input_size())
+    if (scan_inputs < 1 || scan_inputs > given)
       fail(errc::invalid_argument, node_name, {},
            label(n, node_name) + ": num_scan_inputs is " + std::to_string(scan_inputs) + " for " +
-               std::to_string(n.input_size()) + " inputs");
-    const auto states = static_cast<int>(n.input_size() - scan_inputs);
-    if (body.input_size() != n.input_size() || body.output_size() < states)
+               std::to_string(given) + after);
+    const auto states = static_cast<int>(given - scan_inputs);
+    if (body.input_size() != given || body.output_size() < states)
       fail(errc::parse_error, node_name, {},
            label(n, node_name) + ": its body has " + std::to_string(body.input_size()) + " inputs and " +
-               std::to_string(body.output_size()) + " outputs for the node's " + std::to_string(n.input_size()) +
-               " inputs, " + std::to_string(states) + " of them states");
+               std::to_string(body.output_size()) + " outputs for the node's " + std::to_string(given) + after + ", " +
+               std::to_string(states) + " of them states");
     const int scanned = body.output_size() - states;
     if (n.output_size() > states + scanned)
       fail(errc::parse_error, node_name, {},
@@ -381,19 +434,116 @@ struct expander {
                std::to_string(states + scanned));
     for (const auto& v : body.input()) require_tensor(n, node_name, v);
     for (const auto& v : body.output()) require_tensor(n, node_name, v);
-    const auto count = static_cast<std::size_t>(scan_inputs);
+    return {body, static_cast<std::size_t>(scan_inputs), states, scanned};
+  }
+
+  void check_directions(const ints& directions, const char* key) const {
+    for (auto d : directions)
+      if (d != 0 && d != 1)
+        fail(errc::invalid_argument, node_name, {},
+             label(n, node_name) + ": a " + key + " value is " + std::to_string(d) + ", not 0 or 1");
+  }
+
+  // Scan of opset 8 (onnx.ai Scan-8): every state and scan input carries a batch axis 0 and the
+  // scan inputs their sequence axis 1; each batch entry is scanned on its own and the outputs
+  // stacked along the batch axis again. The optional first input, sequence_lens, must be absent
+  // or say every sequence has the full length: shorter ones would give outputs padded past their
+  // end, which an unrolled graph of static shapes has no way to tell apart.
+  bool expand_scan8() const {
+    const scan_signature sig = check_scan(1);
+    const auto& body = sig.body;
+    const int states = sig.states, scanned = sig.scanned;
+    const std::size_t count = sig.inputs;
+    const ints directions = ints_attr(n, node_name, "directions", count);
+    check_directions(directions, "directions");
+    std::int64_t batch = -1, length = -1;
+    for (int j = 0; j < n.input_size() - 1; ++j) {
+      const std::string& x = n.input(1 + j);
+      if (p.pending(x)) return false;
+      const value_info* info = p.find(x);
+      const bool scan = j >= states;
+      if (!info || !info->known)
+        fail(errc::not_supported, node_name, x,
+             label(n, node_name) + ": '" + x + "' has no static shape, which its batch " +
+                 (scan ? "and sequence length need" : "size needs"));
+      if (info->shape.rank() < (scan ? 2U : 1U))
+        fail(errc::invalid_shape, node_name, x,
+             label(n, node_name) + ": '" + x + "' has rank " + std::to_string(info->shape.rank()) +
+                 (scan ? "; a scan input needs a batch and a sequence axis" : "; a state needs a batch axis"));
+      const std::int64_t b = info->shape[0];
+      if (batch >= 0 && b != batch)
+        fail(errc::invalid_shape, node_name, x,
+             label(n, node_name) + ": '" + x + "' has a batch of " + std::to_string(b) + ", another input " +
+                 std::to_string(batch));
+      batch = b;
+      if (!scan) continue;
+      const std::int64_t l = info->shape[1];
+      if (length >= 0 && l != length)
+        fail(errc::invalid_shape, node_name, x,
+             label(n, node_name) + ": scan input '" + x + "' has " + std::to_string(l) + " steps, another " +
+                 std::to_string(length));
+      length = l;
+    }
+    if (const std::string& lens = n.input(0); !lens.empty()) {
+      if (p.pending(lens)) return false;
+      const tensor* t = p.constant(lens);
+      if (!t || !t->is_host() || !t->data())
+        fail(errc::not_supported, node_name, lens,
+             label(n, node_name) + ": its sequence_lens '" + lens +
+                 "' is computed at run time; npurt unrolls a Scan only over lengths known at import");
+      for (std::int64_t i = 0; i < t->elements(); ++i)
+        if (t->get_int(i) != length)
+          fail(errc::not_supported, node_name, lens,
+               label(n, node_name) + ": its sequence_lens gives a sequence " + std::to_string(t->get_int(i)) +
+                   " steps long in a scan input of " + std::to_string(length) +
+                   "; npurt unrolls Scan-8 only over sequences of the full length");
+    }
+    if (batch == 0 || length == 0)
+      fail(errc::not_supported, node_name, {},
+           label(n, node_name) +
+               ": a batch or sequence of length 0 runs no step, and Scan-8's outputs would take "
+               "their shape from a body that never runs");
+    if (batch > 0 && length > max_unrolled_nodes / batch)
+      fail(errc::not_supported, node_name, {},
+           label(n, node_name) + ": " + std::to_string(batch) + " sequences of " + std::to_string(length) +
+               " steps exceed " + std::to_string(max_unrolled_nodes) + " nodes, npurt's bound on what it unrolls");
+    check_unroll(batch * length, body);
+    std::vector<std::vector<std::string>> finals(static_cast<std::size_t>(states));
+    std::vector<std::vector<std::string>> rows(static_cast<std::size_t>(scanned));
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::string prefix = node_name + "/batch_" + std::to_string(b) + "/";
+      std::vector<std::string> values, xs;
+      for (int j = 0; j < states; ++j) values.push_back(batch_slice(n.input(1 + j), b, prefix + "state"));
+      for (int j = states; j < n.input_size() - 1; ++j) xs.push_back(batch_slice(n.input(1 + j), b, prefix + "input"));
+      auto [last, scans] = unroll_scan(body, std::move(values), xs, ints(count, 0), directions, length, prefix);
+      for (int j = 0; j < states; ++j) finals[static_cast<std::size_t>(j)].push_back(last[static_cast<std::size_t>(j)]);
+      for (int k = 0; k < scanned; ++k) {
+        if (states + k >= n.output_size() || n.output(states + k).empty()) continue;
+        const std::string row = p.fresh(prefix + n.output(states + k));
+        stack(scans[static_cast<std::size_t>(k)], 0, row);
+        rows[static_cast<std::size_t>(k)].push_back(row);
+      }
+    }
+    for (int j = 0; j < states && j < n.output_size(); ++j)
+      if (!n.output(j).empty()) stack(finals[static_cast<std::size_t>(j)], 0, n.output(j));
+    for (int k = 0; k < scanned && states + k < n.output_size(); ++k)
+      if (!n.output(states + k).empty()) stack(rows[static_cast<std::size_t>(k)], 0, n.output(states + k));
+    return true;
+  }
+
+  bool expand_scan() const {
+    // Scan-8 scans a batch, its first input the sequence lengths.
+    if (p.opset < 9) return expand_scan8();
+    const scan_signature sig = check_scan(0);
+    const auto& body = sig.body;
+    const int states = sig.states, scanned = sig.scanned;
+    const std::size_t count = sig.inputs;
     ints axes = ints_attr(n, node_name, "scan_input_axes", count);
     const ints directions = ints_attr(n, node_name, "scan_input_directions", count);
     const ints out_axes = ints_attr(n, node_name, "scan_output_axes", static_cast<std::size_t>(scanned));
     const ints out_directions = ints_attr(n, node_name, "scan_output_directions", static_cast<std::size_t>(scanned));
-    for (auto d : directions)
-      if (d != 0 && d != 1)
-        fail(errc::invalid_argument, node_name, {},
-             label(n, node_name) + ": a scan_input_directions value is " + std::to_string(d) + ", not 0 or 1");
-    for (auto d : out_directions)
-      if (d != 0 && d != 1)
-        fail(errc::invalid_argument, node_name, {},
-             label(n, node_name) + ": a scan_output_directions value is " + std::to_string(d) + ", not 0 or 1");
+    check_directions(directions, "scan_input_directions");
+    check_directions(out_directions, "scan_output_directions");
     std::int64_t length = -1;
     for (std::size_t j = 0; j < count; ++j) {
       const std::string& x = n.input(states + static_cast<int>(j));
@@ -417,32 +567,9 @@ struct expander {
       length = l;
     }
     check_unroll(length, body);
-    std::vector<std::string> values(n.input().begin(), n.input().begin() + states);
-    std::vector<std::vector<std::string>> scans(static_cast<std::size_t>(scanned));
-    for (std::int64_t t = 0; t < length; ++t) {
-      const std::string prefix = node_name + "/step_" + std::to_string(t) + "/";
-      name_map bound;
-      for (int j = 0; j < states; ++j) bound.emplace(body.input(j).name(), values[static_cast<std::size_t>(j)]);
-      for (std::size_t j = 0; j < count; ++j) {
-        // Step t reads slice t of each scan input along its axis, or slice length-1-t reversed;
-        // Gather with a scalar index takes the slice and drops the axis, as the body expects.
-        const std::string& x = n.input(states + static_cast<int>(j));
-        const std::string& in = body.input(states + static_cast<int>(j)).name();
-        const std::int64_t index = directions[j] ? length - 1 - t : t;
-        const std::string slice = p.fresh(prefix + in);
-        auto g = make_node("Gather", slice, {x, int64_constant(slice + "/index", index, false)}, slice);
-        set_int(g, "axis", axes[j]);
-        emit(g);
-        bound.emplace(in, slice);
-      }
-      const name_map names = inline_graph(body, std::move(bound), prefix);
-      const auto out = [&](int k) {
-        const auto it = names.find(body.output(k).name());
-        return it == names.end() ? body.output(k).name() : it->second;
-      };
-      for (int j = 0; j < states; ++j) values[static_cast<std::size_t>(j)] = out(j);
-      for (int k = 0; k < scanned; ++k) scans[static_cast<std::size_t>(k)].push_back(out(states + k));
-    }
+    std::vector<std::string> xs(n.input().begin() + states, n.input().end());
+    auto [values, scans] = unroll_scan(body, std::vector<std::string>(n.input().begin(), n.input().begin() + states),
+                                       xs, axes, directions, length, node_name + "/");
     for (int j = 0; j < states && j < n.output_size(); ++j)
       if (!n.output(j).empty()) identity(values[static_cast<std::size_t>(j)], n.output(j));
     for (int k = 0; k < scanned && states + k < n.output_size(); ++k) {

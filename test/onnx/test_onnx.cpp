@@ -3442,14 +3442,65 @@ TEST_CASE("a Scan over a static sequence unrolls: rows summed forward, reversed,
   }
 }
 
-TEST_CASE("a Scan npurt cannot unroll is refused with a typed error saying why", "[onnx][control_flow][errors]") {
-  SECTION("opset 8's batched Scan") {
-    auto m = cf_scan_model({3, 2}, 0, 0, 0, 0);
-    m.mutable_opset_import(0)->set_version(8);
-    const auto e = error_loading(m);
-    CHECK(e.code == errc::not_supported);
-    CHECK(e.what.find("opset 8") != std::string::npos);
+namespace {
+// Scan-8: sequence_lens (empty or `lens`), the state s0 [batch, 2] of zeros and the scan input x
+// [batch, steps, 2]; the body sums the rows, its scan output the running sum.
+::onnx::ModelProto cf_scan8_model(std::int64_t batch, std::int64_t steps, std::int64_t direction,
+                                  std::vector<std::int64_t> lens = {}) {
+  auto m = model_of_x({batch, steps, 2});
+  m.mutable_opset_import(0)->set_version(8);
+  auto* g = m.mutable_graph();
+  add_f32(g, "s0", {batch, 2}, std::vector<float>(static_cast<std::size_t>(batch) * 2, 0.0F));
+  if (!lens.empty()) add_i64(g, "lens", {static_cast<std::int64_t>(lens.size())}, lens);
+  auto* n = cf_node(g, "Scan", {lens.empty() ? "" : "lens", "s0", "x"}, {"s", "sums"});
+  n->set_name("scan");
+  g->add_output()->set_name("s");
+  g->add_output()->set_name("sums");
+  set_int(n, "num_scan_inputs", 1);
+  set_ints(n, "directions", {direction});
+  auto& body = cf_subgraph(n, "body");
+  cf_node(&body, "Add", {"s_in", "row"}, {"s_out"});
+  cf_node(&body, "Identity", {"s_out"}, {"sum_row"});
+  cf_names(&body, {"s_in", "row"}, {"s_out", "sum_row"});
+  return m;
+}
+}  // namespace
+
+TEST_CASE("a Scan of opset 8 scans each batch entry on its own", "[onnx][control_flow]") {
+  // x[0] = [[1, 2], [3, 4], [5, 6]], x[1] = [[10, 20], [30, 40], [50, 60]]: onnx.ai Scan-8's
+  // running sums per batch entry, hand-worked.
+  const std::vector<double> x{1, 2, 3, 4, 5, 6, 10, 20, 30, 40, 50, 60};
+  SECTION("forward, no sequence_lens") {
+    graph g = npurt::onnx::load_from_bytes(cf_scan8_model(2, 3, 0).SerializeAsString(), "scan8");
+    CHECK_FALSE(cf_has_control_flow(g));
+    CHECK(g.value("s").shape == shape{2, 2});
+    CHECK(g.value("sums").shape == shape{2, 3, 2});
+    const auto r = cf_run(g, x, {2, 3, 2});
+    CHECK(r.at("s") == std::vector<double>{9, 12, 90, 120});
+    CHECK(r.at("sums") == std::vector<double>{1, 2, 4, 6, 9, 12, 10, 20, 40, 60, 90, 120});
   }
+  SECTION("reversed, sequence_lens all the full length") {
+    graph g = npurt::onnx::load_from_bytes(cf_scan8_model(2, 3, 1, {3, 3}).SerializeAsString(), "scan8");
+    const auto r = cf_run(g, x, {2, 3, 2});
+    CHECK(r.at("s") == std::vector<double>{9, 12, 90, 120});
+    CHECK(r.at("sums") == std::vector<double>{5, 6, 8, 10, 9, 12, 50, 60, 80, 100, 90, 120});
+  }
+  SECTION("a shorter sequence is not_supported naming sequence_lens") {
+    const auto e = error_loading(cf_scan8_model(2, 3, 0, {3, 2}));
+    CHECK(e.code == errc::not_supported);
+    CHECK(e.tensor == "lens");
+    CHECK(e.what.find("2 steps long") != std::string::npos);
+  }
+  SECTION("a state whose batch differs from the scan input's is invalid_shape") {
+    auto m = cf_scan8_model(2, 3, 0);
+    auto* s0 = m.mutable_graph()->mutable_initializer(0);
+    s0->set_dims(0, 3);
+    for (int i = 0; i < 2; ++i) s0->add_float_data(0);
+    CHECK(error_loading(m).code == errc::invalid_shape);
+  }
+}
+
+TEST_CASE("a Scan npurt cannot unroll is refused with a typed error saying why", "[onnx][control_flow][errors]") {
   SECTION("a scan axis outside the input's rank") {
     const auto e = error_loading(cf_scan_model({3, 2}, 2, 0, 0, 0));
     CHECK(e.code == errc::invalid_argument);
