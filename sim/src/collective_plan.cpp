@@ -272,8 +272,11 @@ std::vector<coll_phase> plan_phases(const preset& pr, collective_op op, collecti
     case collective_op::broadcast: {
       const ranks_t r = rooted(p, root);
       if (algo == collective_algorithm::mesh) {
+        // Scatter, then all-gather: every rank but the root still lacks p - 1 blocks after the
+        // scatter, the root's own block among them, so the root sends it in the second step too
+        // (without it, two ranks would move half the vector: faster than one link allows).
         for (std::size_t i = 1; i < p; ++i) b.add(0, r[0], r[i], n / static_cast<double>(p));
-        for (std::size_t i = 1; i < p; ++i)
+        for (std::size_t i = 0; i < p; ++i)
           for (std::size_t j = 1; j < p; ++j)
             if (i != j) b.add(1, r[i], r[j], n / static_cast<double>(p));
       } else {

@@ -9,6 +9,7 @@
 
 #include <bit>
 #include <cmath>
+#include <map>
 
 using namespace npurt;
 
@@ -118,7 +119,7 @@ TEST_CASE("ring and recursive halving-doubling over RoCE take exactly their form
 }
 
 TEST_CASE("mesh over one HCCS full mesh takes exactly its formula time", "[collective][formula]") {
-  const int p = GENERATE(3, 4, 8, 16, 64);
+  const int p = GENERATE(2, 3, 4, 8, 16, 64);
   const std::size_t bytes = GENERATE(std::size_t{8}, std::size_t{65536}, std::size_t{1} << 30);
   const auto pr = coll_test::mesh_preset(p);
   const net x = link(pr.hccs_latency, pr.hccs_bandwidth, pr);
@@ -238,6 +239,44 @@ TEST_CASE(
       const auto other = simulate_record(pr, op, want_hier ? flat : collective_algorithm::hierarchical, n);
       CAPTURE(seconds(chosen), seconds(other));
       CHECK(seconds(chosen) <= seconds(other));
+    }
+  }
+}
+
+namespace {
+
+/// Bytes each device received over the links during a run.
+struct bytes_received_by_device final : observer {
+  std::map<device_id, double> bytes;
+  void on_link_transfer(const link_transfer_info& l) override { bytes[l.dst] += static_cast<double>(l.bytes); }
+};
+
+}  // namespace
+
+TEST_CASE("a broadcast moves the whole vector to every rank but the root, whatever its algorithm",
+          "[collective][formula]") {
+  // A rank can only end up holding the root's n bytes if n bytes reached it. The mesh broadcast
+  // (scatter, then all-gather) once left the root's own block out of its all-gather: every rank
+  // received n - n/p bytes, and on two ranks the broadcast took a + n/2 b, half of what one link
+  // can carry.
+  const int p = GENERATE(2, 3, 4, 8);
+  const std::size_t n = 3 << 20;
+  const auto pr = coll_test::mesh_preset(p);
+  for (auto a : {collective_algorithm::mesh, collective_algorithm::ring, collective_algorithm::rhd}) {
+    const int root = p - 1;
+    npurt::system sys{sim::make_backend(pr, coll_test::timing_only())};
+    bytes_received_by_device seen;
+    sys.add_observer(seen);
+    auto comm = communicator::init_all(sys, {.algorithm = a});
+    std::vector<stream> ss;
+    for (auto& d : sys.devices()) ss.push_back(d.make_stream());
+    for (int r = 0; r < p; ++r) comm.broadcast(nullptr, n, dtype::i8, root, ss[static_cast<std::size_t>(r)]);
+    sys.run();
+    REQUIRE_FALSE(comm.async_error());
+    sys.remove_observer(seen);
+    for (int r = 0; r < p; ++r) {
+      CAPTURE(p, to_string(a), r);
+      CHECK(seen.bytes[r] == (r == root ? 0.0 : static_cast<double>(n)));
     }
   }
 }
