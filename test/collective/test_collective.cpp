@@ -689,6 +689,10 @@ TEST_CASE("a reset with an operation in flight aborts the communicator, queued c
   CHECK(ec == errc::operation_aborted);
   CHECK(f.sys.now() < sim_time{std::chrono::seconds{1}});  // at once, not at the connect timeout
   CHECK(comm.aborted());
+  // HcclGetCommAsyncError says why, as it does for a reset that meets an operation in progress.
+  std::string why;
+  CHECK(comm.async_error(&why) == errc::operation_aborted);
+  CHECK_THAT(why, ContainsSubstring("device 1 was reset") && ContainsSubstring("'r'"));
   try {
     comm.barrier(f.streams[0]);
     FAIL("a call on the aborted communicator was accepted");

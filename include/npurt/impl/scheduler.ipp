@@ -651,6 +651,12 @@ NPURT_DECL void scheduler::abort_device(device_id dev) {
       comm.abort_reason = "device " + std::to_string(dev) + " was reset with an operation of communicator '" +
                           comm.name + "' (id " + std::to_string(comm.id) +
                           ") in flight; make a new communicator (init_all)";
+      // HcclGetCommAsyncError is where a rank learns why its operations failed: the calls still
+      // queued behind other work fail only when they reach the engine, without passing through
+      // an operation that would record it there.
+      if (!comm.async_error) comm.async_error = make_error_code(errc::operation_aborted);
+      if (!comm.message.empty()) comm.message += "\n";
+      comm.message += comm.abort_reason;
     }
   }
   parts_.backend_->abort(dev);  // the backend lets go of every task of the device
