@@ -569,3 +569,67 @@ TEST_CASE("the critical path goes through the rank an all-reduce waited for", "[
   npurt::write_summary_text(text, sum);
   CHECK(text.str().find("(waited for the last rank to arrive)") != std::string::npos);
 }
+
+namespace {
+
+/// docs/collectives.md's seed case on three devices: device d queues 3 + 2d kernels of 100 us on
+/// one stream, then its part of an all-reduce on a second stream of priority `comm_priority`.
+npurt::profile_summary queued_all_reduce_summary(int comm_priority) {
+  npurt::system sys{npurt::sim::presets::ascend910(3)};
+  auto& prof = sys.profiler();
+  auto comm = npurt::communicator::init_all(sys);
+  const std::size_t n = 1 << 12;
+  std::vector<npurt::stream> compute, comm_streams;
+  std::vector<npurt::device_buffer> buf;
+  for (int d = 0; d < 3; ++d) {
+    compute.push_back(sys.device(d).make_stream());
+    comm_streams.push_back(sys.device(d).make_stream({.priority = comm_priority}));
+    buf.emplace_back(sys.device(d), n * 4);
+    for (int k = 0; k < 3 + 2 * d; ++k) compute.back().launch(fixed(usec(100), "backward"));
+    comm.all_reduce(buf.back().data(), buf.back().data(), n, npurt::dtype::f32, npurt::reduce_op::sum,
+                    comm_streams.back());
+  }
+  sys.run();
+  return prof.summary();
+}
+
+}  // namespace
+
+TEST_CASE("the critical path goes through the tasks a collective was held behind in the execution queue",
+          "[profiler][system][critical]") {
+  // Under shared_fifo (the default) each device's streams of one priority feed one queue in
+  // submission order, so an all-reduce submitted after the compute kernels of another stream
+  // reaches the device only with the last of them. Device 2 has the most kernels and arrives
+  // last. What limited the step is device 2's kernels: the path must hold all 7 of them, then
+  // the all-reduce, and span the whole profile.
+  const npurt::profile_summary sum = queued_all_reduce_summary(npurt::priority::normal);
+  const auto& path = sum.critical_path;
+  REQUIRE(path.size() == 8);
+  for (std::size_t k = 0; k < 7; ++k) {
+    CAPTURE(k);
+    CHECK(path[k].name == "backward");
+    CHECK(path[k].device == 2);
+    CHECK_FALSE(path[k].via_queue);
+  }
+  CHECK(path[7].kind == npurt::task_kind::collective);
+  CHECK(path[7].device == 2);
+  CHECK(path[7].via_queue);  // the flag marks the task that waited, as via_peer does
+  CHECK(sum.critical_path_length == sum.span);
+  std::ostringstream text, json_text;
+  npurt::write_summary_text(text, sum);
+  npurt::write_summary_json(json_text, sum);
+  CHECK(text.str().find("(held in the device's execution queue)") != std::string::npos);
+  CHECK(json_text.str().find("\"via_queue\": true") != std::string::npos);
+}
+
+TEST_CASE("a collective on a stream of its own priority is not held: the path has no queue edge",
+          "[profiler][system][critical]") {
+  // The same program with the all-reduce on a priority-0 stream: it reaches the device at once
+  // and the compute kernels are not its predecessors.
+  const npurt::profile_summary sum = queued_all_reduce_summary(npurt::priority::high);
+  for (const auto& p : sum.critical_path) CHECK_FALSE(p.via_queue);
+  // The step ends with device 2's seventh kernel; the all-reduce ran beside the first ones.
+  REQUIRE_FALSE(sum.critical_path.empty());
+  CHECK(sum.critical_path.back().name == "backward");
+  CHECK(sum.critical_path.back().device == 2);
+}

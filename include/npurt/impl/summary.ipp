@@ -250,6 +250,16 @@ struct dispatch_fronts {
     return it != by_dispatch.end() && it->device == t.device && it->priority == t.priority &&
            it->ready == ps(t.ready) && it->id < t.id;
   }
+  /// The task submitted just before t among those of its device and level dispatched in the
+  /// same instant: the one t waited behind in the execution queue. 0 when there is none.
+  [[nodiscard]] std::uint64_t held_behind(const trace_task& t) const {
+    const entry probe{t.device, t.priority, ps(t.ready), t.id};
+    const auto it = std::lower_bound(by_dispatch.begin(), by_dispatch.end(), probe,
+                                     [](const entry& x, const entry& y) { return x.key() < y.key(); });
+    if (it == by_dispatch.begin()) return 0;
+    const entry& q = *(it - 1);
+    return q.device == t.device && q.priority == t.priority && q.ready == ps(t.ready) && q.id < t.id ? q.id : 0;
+  }
 };
 
 inline dispatch_fronts dispatch_fronts_of(const trace_data& data) {
@@ -469,16 +479,20 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
   std::sort(by_end.begin(), by_end.end(), [&](std::size_t a, std::size_t b) {
     return std::tie(tasks[a].end, tasks[a].id) < std::tie(tasks[b].end, tasks[b].id);
   });
+  const dispatch_fronts fronts = dispatch_fronts_of(data);
+  std::unordered_map<std::uint64_t, std::size_t> by_id;
+  for (auto i : order) by_id.try_emplace(tasks[i].id, i);
   std::vector<profile_summary::path_task> rev;
   // A trace with repeated ids or a dependency cycle must not make the path revisit a task.
   std::vector<bool> visited(tasks.size(), false);
-  bool via_event = false, via_host = false, via_peer = false;
+  bool via_event = false, via_host = false, via_peer = false, via_queue = false;
   while (!visited[cur]) {
     visited[cur] = true;
     const auto& t = tasks[cur];
     rev.push_back({t.id, std::string{data.str(t.name)}, t.device, t.stream, t.kind, t.engine, t.start, t.end, via_event,
-                   via_host, via_peer});
+                   via_host, via_peer, via_queue});
     via_peer = false;
+    via_queue = false;
     if (const auto w = waited_for_peer.find(t.id); w != waited_for_peer.end()) {
       // Its data could not move before the last rank arrived, later than anything of its own
       // stream: the path goes on through that rank's part, as NCCL's straggler analysis does.
@@ -494,6 +508,23 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
     auto e = event_prev.find(t.id);
     const bool has_p = p != stream_prev.end(), has_e = e != event_prev.end();
     via_host = false;
+    // Held in its device's execution queue (dispatch_model::shared_fifo): dispatched after its
+    // submission and after everything it depended on had ended, in the same instant as an earlier
+    // task of its device and level. The task it waited behind made it late, so the path goes on
+    // through it (an all-reduce queued behind the backward pass's kernels: the kernels are on the
+    // path, not only the all-reduce).
+    std::int64_t deps_end = ps(t.submitted);
+    if (has_p) deps_end = std::max(deps_end, ps(tasks[p->second].end));
+    if (has_e) deps_end = std::max(deps_end, ps(tasks[e->second].end));
+    if (ps(t.ready) > deps_end) {
+      const auto q = by_id.find(fronts.held_behind(t));
+      if (q != by_id.end() && !visited[q->second]) {
+        via_event = false;
+        via_queue = true;
+        cur = q->second;
+        continue;
+      }
+    }
     if (!has_p && !has_e) {
       // No device predecessor (the first task of its stream, a blocking copy's): the host
       // enqueued it, and virtual host time only moves while the host waits, so what it waited
@@ -520,8 +551,9 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
     rev[k].via_event = rev[k + 1].via_event;
     rev[k].via_host = rev[k + 1].via_host;
     rev[k].via_peer = rev[k + 1].via_peer;
+    rev[k].via_queue = rev[k + 1].via_queue;
   }
-  if (!rev.empty()) rev.back().via_event = rev.back().via_host = rev.back().via_peer = false;
+  if (!rev.empty()) rev.back().via_event = rev.back().via_host = rev.back().via_peer = rev.back().via_queue = false;
   std::reverse(rev.begin(), rev.end());
   s.critical_path = std::move(rev);
   const auto first = ps(s.critical_path.front().start), last = ps(s.critical_path.back().end);

@@ -121,10 +121,11 @@ inline void text_critical_path(std::string& o, const profile_summary& s) {
                   at_text(p.end).c_str(), p.device, p.stream, std::string{to_string(p.kind)}.c_str());
     o += buf;
     o += p.name;
-    o += p.via_event  ? "  (waited on an event)\n"
-         : p.via_host ? "  (enqueued after the host waited)\n"
-         : p.via_peer ? "  (waited for the last rank to arrive)\n"
-                      : "\n";
+    o += p.via_event   ? "  (waited on an event)\n"
+         : p.via_host  ? "  (enqueued after the host waited)\n"
+         : p.via_peer  ? "  (waited for the last rank to arrive)\n"
+         : p.via_queue ? "  (held in the device's execution queue)\n"
+                       : "\n";
   }
 }
 
@@ -305,6 +306,7 @@ class summary_json {
     // Only when set, so that summaries of paths without host edges read as before.
     if (p.via_host) o_ += ", \"via_host\": true";
     if (p.via_peer) o_ += ", \"via_peer\": true";
+    if (p.via_queue) o_ += ", \"via_queue\": true";
     o_ += "}";
   }
 

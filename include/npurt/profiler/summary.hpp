@@ -111,6 +111,9 @@ struct profile_summary {
     // A collective part that waited for its peers: its predecessor on the path is the part of the
     // rank that arrived last.
     bool via_peer = false;
+    // Held in its device's execution queue (dispatch_model::shared_fifo) after everything it
+    // depended on had ended: its predecessor on the path is the task it was dispatched behind.
+    bool via_queue = false;
   };
 
   std::uint64_t tasks = 0;
@@ -123,7 +126,9 @@ struct profile_summary {
   std::vector<stream_stats> streams;
   std::vector<kernel_stats> top_kernels;  // by total time, longest first
   /// Walked back from the task that ends last, each step to the predecessor (previous task on
-  /// the stream, or the record task of an event it waited on) that ended last. First task first.
+  /// the stream, or the record task of an event it waited on) that ended last, or to the task a
+  /// part waited for: the last rank's part of a collective, the task it was held behind in its
+  /// device's execution queue, what the host waited for. First task first.
   std::vector<path_task> critical_path;
   picoseconds critical_path_length{0};  // last end - first start
   picoseconds critical_path_busy{0};    // sum of the durations of path tasks that use an engine
