@@ -105,6 +105,10 @@ class communicator {
   /// one color form one communicator, in parent rank order; a negative color takes no part.
   /// Returned in increasing color order.
   [[nodiscard]] NPURT_DECL std::vector<communicator> split(std::span<const int> colors) const;
+  /// ncclCommSplit's key too: keys[r] for each rank r orders the ranks of a color (lower key,
+  /// lower rank; equal keys keep parent rank order).
+  [[nodiscard]] NPURT_DECL std::vector<communicator> split(std::span<const int> colors,
+                                                           std::span<const int> keys) const;
 
   // Per-communicator settings (HCCL_ALGO, HCCL_BUFFSIZE / set_comm_buffer_size, timeouts).
   NPURT_DECL void set_algorithm(collective_algorithm a);

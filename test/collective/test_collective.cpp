@@ -820,6 +820,40 @@ TEST_CASE("split makes one communicator per color in parent rank order", "[colle
   CHECK(ec == errc::stream_device_mismatch);
 }
 
+TEST_CASE("split with keys orders each color's ranks by key, as ncclCommSplit does", "[collective][api]") {
+  fixture f(roce_preset(6));
+  auto world = communicator::init_all(f.sys);
+  const int colors[] = {0, 1, 0, 1, 0, -1};
+  const int keys[] = {5, 0, 1, 0, 1, 9};  // color 0: rank 2 and 4 tie at key 1, rank 0 last
+  auto subs = world.split(colors, keys);
+  REQUIRE(subs.size() == 2);
+  CHECK(subs[0].devices() == std::vector<device_id>{2, 4, 0});
+  CHECK(subs[1].devices() == std::vector<device_id>{1, 3});
+  CHECK(subs[0].rank_of(0) == 2);
+  // The new ranks are the ones the operations use: an all-gather lays the blocks out in key order.
+  std::vector<std::vector<std::byte>> in;
+  std::vector<void*> send, recv;
+  for (int d = 0; d < 6; ++d) {
+    in.push_back(random_bytes(16, 40u + static_cast<std::uint32_t>(d), dtype::f32));
+    send.push_back(f.upload(d, in.back()));
+    recv.push_back(f.zeros(d, 48));
+  }
+  for (device_id d : {0, 2, 4}) subs[0].all_gather(send[d], recv[d], 4, dtype::f32, f.streams[d]);
+  f.sys.run();
+  std::vector<std::byte> want;
+  for (device_id d : {2, 4, 0}) want.insert(want.end(), in[d].begin(), in[d].end());
+  for (device_id d : {0, 2, 4}) CHECK(f.download(d, recv[d], 48) == want);
+  // One key per rank, as one color per rank.
+  try {
+    (void)world.split(colors, std::vector<int>{0, 1});
+    FAIL("a split with 2 keys for 6 ranks was accepted");
+  } catch (const caller_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK_THAT(std::string(e.what()),
+               ContainsSubstring("one color and one key per rank (6)") && ContainsSubstring("6 colors and 2 keys"));
+  }
+}
+
 namespace {
 struct step_log final : observer {
   std::vector<std::string> rows;

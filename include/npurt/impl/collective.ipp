@@ -119,11 +119,27 @@ NPURT_DECL void communicator::require_usable(std::string_view what) const {
 NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> colors) const {
   require_usable("split");
   if (colors.size() != state_->size())
+    throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::split: one color per rank (" +
+                                                             std::to_string(size()) + "), not " +
+                                                             std::to_string(colors.size()));
+  return split(colors, std::vector<int>(colors.size(), 0));
+}
+
+NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> colors, std::span<const int> keys) const {
+  require_usable("split");
+  if (colors.size() != state_->size() || keys.size() != state_->size())
     throw_error(make_error_code(errc::invalid_argument),
-                "npurt::communicator::split: one color per rank (" + std::to_string(size()) + ")");
-  std::map<int, std::vector<device_id>> groups;
+                "npurt::communicator::split: one color and one key per rank (" + std::to_string(size()) + "), not " +
+                    std::to_string(colors.size()) + " colors and " + std::to_string(keys.size()) + " keys");
+  // ncclCommSplit: the ranks of a color in (key, parent rank) order.
+  std::map<int, std::vector<std::pair<int, std::size_t>>> members;
   for (std::size_t r = 0; r < colors.size(); ++r)
-    if (colors[r] >= 0) groups[colors[r]].push_back(state_->devices[r]);
+    if (colors[r] >= 0) members[colors[r]].push_back({keys[r], r});
+  std::map<int, std::vector<device_id>> groups;
+  for (auto& [color, m] : members) {
+    std::sort(m.begin(), m.end());
+    for (const auto& [key, r] : m) groups[color].push_back(state_->devices[r]);
+  }
   std::vector<communicator> out;
   for (auto& [color, devs] : groups) {
     communicator_options o;
