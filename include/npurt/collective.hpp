@@ -234,7 +234,10 @@ class communicator {
 
  private:
   NPURT_DECL detail::task* prepare(const collective_call& c, stream& s, std::error_code& ec);
-  NPURT_DECL std::error_code check(const collective_call& c, device_id dev, std::uint32_t rank) const;
+  /// `why`, when given, receives what is wrong with a buffer or a size (the throwing forms'
+  /// messages): which buffer, how many bytes it has and how many the call needs.
+  NPURT_DECL std::error_code check(const collective_call& c, device_id dev, std::uint32_t rank,
+                                   std::string* why = nullptr) const;
   /// What check() refused as invalid_argument, for the throwing forms' messages.
   [[nodiscard]] NPURT_DECL std::string describe_invalid(const collective_call& c, const stream& s) const;
   /// Whether this handle can take a call from this thread: invalid_argument for an empty

@@ -217,3 +217,48 @@ TEST_CASE("abort names the operation that was pending", "[collective][errors]") 
   w.streams[0].synchronize(no_timeout, ec);
   CHECK(ec == errc::operation_aborted);
 }
+
+TEST_CASE("a buffer refused at the call is named, with the bytes it has and the bytes the call needs",
+          "[collective][errors]") {
+  // What a caller must fix is which buffer and by how much: a message that only says "size
+  // overflow" or "null pointer" leaves them to recompute the rule (all_gather's recv holds
+  // ranks x count elements).
+  npurt::system sys{sim::presets::ascend910(4)};
+  auto comm = communicator::init_all(sys);
+  std::vector<stream> s;
+  std::vector<void*> b;
+  for (auto& d : sys.devices()) {
+    s.push_back(d.make_stream());
+    b.push_back(d.malloc(64));
+  }
+  const auto message = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const caller_error& e) { return e.what(); }
+    return "accepted";
+  };
+  // 16 floats from each of 4 ranks: 256 bytes, into 64.
+  CHECK_THAT(
+      message([&] { comm.all_gather(b[1], b[1], 16, dtype::f32, s[1]); }),
+      ContainsSubstring("rank 1's recv buffer") && ContainsSubstring("has 64 bytes") && ContainsSubstring("needs 256"));
+  // Past the end from an offset inside the allocation.
+  CHECK_THAT(
+      message([&] { comm.all_reduce(static_cast<std::byte*>(b[0]) + 48, b[0], 8, dtype::f32, reduce_op::sum, s[0]); }),
+      ContainsSubstring("rank 0's send buffer") && ContainsSubstring("has 16 bytes") && ContainsSubstring("needs 32"));
+  CHECK_THAT(message([&] { comm.all_reduce(nullptr, b[2], 4, dtype::f32, reduce_op::sum, s[2]); }),
+             ContainsSubstring("rank 2's send buffer is null") && ContainsSubstring("timing-only"));
+  CHECK_THAT(message([&] { comm.all_reduce(b[0], b[3], 4, dtype::f32, reduce_op::sum, s[3]); }),
+             ContainsSubstring("rank 3's send buffer") && ContainsSubstring("memory of device 0, not of device 3"));
+  const std::size_t device_bytes = sys.device(0).properties().memory_bytes;
+  CHECK_THAT(message([&] { comm.all_reduce(b[0], b[0], device_bytes, dtype::f32, reduce_op::sum, s[0]); }),
+             ContainsSubstring("more than device 0's memory"));
+  CHECK_THAT(message([&] { comm.all_gather(b[0], b[0], std::size_t{1} << 62, dtype::f32, s[0]); }),
+             ContainsSubstring("overflows a byte size"));
+  // A stream of a device outside the communicator.
+  auto pair = communicator::init_all(sys, std::vector<device_id>{0, 1});
+  CHECK_THAT(message([&] { pair.barrier(s[2]); }),
+             ContainsSubstring("stream's device 2 has no rank in this communicator (its devices are 0, 1)"));
+  // Nothing was enqueued by any of them.
+  for (auto& x : s) x.synchronize();
+  CHECK_FALSE(comm.async_error());
+}

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <string>
 
 namespace npurt {
@@ -196,7 +197,12 @@ NPURT_DECL void communicator::abort() {
   rt_->backend().abort_collectives(state_->id);
 }
 
-NPURT_DECL std::error_code communicator::check(const collective_call& c, device_id dev, std::uint32_t rank) const {
+NPURT_DECL std::error_code communicator::check(const collective_call& c, device_id dev, std::uint32_t rank,
+                                               std::string* why) const {
+  const auto explain = [&](std::error_code e, const std::string& text) {
+    if (why) *why = text;
+    return e;
+  };
   const std::uint32_t p = state_->size();
   const std::size_t es = size_of(c.type);
   if (es == 0) return make_error_code(errc::invalid_dtype);
@@ -257,26 +263,45 @@ NPURT_DECL std::error_code communicator::check(const collective_call& c, device_
     default: break;
   }
   std::size_t send_bytes = 0, recv_bytes = 0;
+  const std::string rank_text = "rank " + std::to_string(rank) + "'s ";
   if (!ok || !mul(send_elems, es, send_bytes) || !mul(recv_elems, es, recv_bytes))
-    return make_error_code(errc::size_overflow);
+    return explain(make_error_code(errc::size_overflow), "count " + std::to_string(c.count) + " of " +
+                                                             std::string(to_string(c.type)) + " on " +
+                                                             std::to_string(p) + " ranks overflows a byte size");
   // A buffer larger than the device's memory cannot exist. Timing-only calls pass null buffers,
   // so nothing else bounds the count there, and the engine would simulate such a message one
   // buffer-sized chunk at a time, practically forever.
   const std::size_t hbm = rt_->backend().properties(dev).memory_bytes;
-  if (hbm != 0 && (send_bytes > hbm || recv_bytes > hbm)) return make_error_code(errc::size_overflow);
+  if (hbm != 0 && (send_bytes > hbm || recv_bytes > hbm))
+    return explain(make_error_code(errc::size_overflow),
+                   rank_text + (send_bytes > hbm ? "send" : "recv") + " buffer would need " +
+                       std::to_string(std::max(send_bytes, recv_bytes)) + " bytes, more than device " +
+                       std::to_string(dev) + "'s memory (" + std::to_string(hbm) + " bytes)");
   const bool timing_only = !rt_->backend().functional();
-  auto buffer = [&](const void* ptr, std::size_t bytes) -> std::error_code {
+  auto buffer = [&](const char* which, const void* ptr, std::size_t bytes) -> std::error_code {
     if (bytes == 0) return {};
-    if (!ptr) return timing_only ? std::error_code{} : make_error_code(errc::null_pointer);
+    std::ostringstream os;
+    os << rank_text << which << " buffer ";
+    if (!ptr)
+      return timing_only ? std::error_code{}
+                         : explain(make_error_code(errc::null_pointer),
+                                   os.str() + "is null (only a timing-only system takes null buffers)");
+    os << ptr;
     const detail::allocation* a = rt_->memory().find_allocation(ptr);
     if (!a) return make_error_code(errc::invalid_pointer);
-    if (a->device != dev) return make_error_code(errc::stream_device_mismatch);
-    if (bytes > a->bytes - (reinterpret_cast<std::uint64_t>(ptr) - a->address))
-      return make_error_code(errc::size_overflow);
+    if (a->device != dev) {
+      os << " is memory of device " << a->device << ", not of device " << dev << ", the calling rank's";
+      return explain(make_error_code(errc::stream_device_mismatch), os.str());
+    }
+    const std::size_t room = a->bytes - (reinterpret_cast<std::uint64_t>(ptr) - a->address);
+    if (bytes > room) {
+      os << " has " << room << " bytes to the end of its allocation; the call needs " << bytes;
+      return explain(make_error_code(errc::size_overflow), os.str());
+    }
     return {};
   };
-  if (auto e = buffer(c.send, send_bytes)) return e;
-  if (auto e = buffer(c.recv, recv_bytes)) return e;
+  if (auto e = buffer("send", c.send, send_bytes)) return e;
+  if (auto e = buffer("recv", c.recv, recv_bytes)) return e;
   return {};
 }
 
@@ -388,10 +413,19 @@ NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
   event e = enqueue(c, s, ec);
   if (ec) {
     std::string what = std::string("npurt::communicator::") + std::string(to_string(c.op));
+    // What check() found wrong with a buffer or a size, when it was check() that refused.
+    std::string buffer_why;
+    const int rank = state_ && rt_ && s.valid() ? rank_of(s.device_or_none()) : -1;
+    if (rank >= 0 && (ec == errc::size_overflow || ec == errc::null_pointer || ec == errc::stream_device_mismatch))
+      (void)check(c, s.device_or_none(), static_cast<std::uint32_t>(rank), &buffer_why);
     if (ec == errc::invalid_stream) what += ": the stream is empty, destroyed, or of another system";
-    else if (ec == errc::stream_device_mismatch)
-      what += ": the stream's device (or a buffer's) is not the calling rank's device of this communicator";
-    else if (ec == errc::operation_aborted && state_)
+    else if (!buffer_why.empty()) what += ": " + buffer_why;
+    else if (ec == errc::stream_device_mismatch) {
+      std::string devs;
+      for (device_id x : devices()) devs += (devs.empty() ? "" : ", ") + std::to_string(x);
+      what += ": the stream's device " + std::to_string(s.device_or_none()) +
+              " has no rank in this communicator (its devices are " + devs + ")";
+    } else if (ec == errc::operation_aborted && state_)
       what += ": the communicator was aborted" +
               (state_->abort_reason.empty() ? std::string("") : " (" + state_->abort_reason + ")");
     else if (ec == errc::device_lost)
