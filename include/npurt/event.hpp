@@ -67,6 +67,10 @@ class event {
   [[nodiscard]] bool is_task_event() const noexcept { return rt_ && id_ == 0; }
   /// The user event's id (0 for task events).
   [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
+  /// A task event's task id (0 for user events and null handles): the id traces, the profiler
+  /// and observers show for the launch, and the one the simulator's explain() takes, so a
+  /// program can read the breakdown of the kernel it launched without watching every task.
+  [[nodiscard]] std::uint64_t task_id() const noexcept { return id_ == 0 ? task_ : 0; }
 
   /// Whether the event has completed. A user event that was never recorded is an error
   /// (errc::event_not_recorded), as is a destroyed one (errc::invalid_event), and so is failed

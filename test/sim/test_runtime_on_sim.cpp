@@ -11,8 +11,10 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -387,6 +389,53 @@ TEST_CASE("a fixed kernel's block_dim is checked against the cube cores, never c
   CHECK(ec == npurt::errc::invalid_argument);
   s.launch(npurt::kernel_desc{npurt::kernels::fixed{npurt::picoseconds{1'000'000}}, "fits", props.ai_core_count}, ec);
   CHECK(!ec);
+}
+
+// What a new user checks first: the breakdown of the kernel just launched, found through the
+// launch's own event, against the roofline worked out by hand from the preset's documented
+// figures (docs/simulator.md: 32 cores x 4096 FP16 MAC per cycle at 1 GHz, HBM 1.2 TB/s).
+TEST_CASE("a launch's event names the task explain() breaks down, which meets the hand-computed roofline",
+          "[sim][runtime][explain]") {
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  auto s = sys.device(0).make_stream();
+  const std::int64_t n = 4096, elems = std::int64_t{64} << 20;
+  const npurt::tensor_desc sq{nullptr, {n, n}, npurt::dtype::f16};
+  const npurt::tensor_desc vec{nullptr, {elems}, npurt::dtype::f16};
+  const npurt::event mm = s.launch(npurt::kernels::matmul{sq, sq, sq});
+  const npurt::event add = s.launch(npurt::kernels::elementwise{npurt::kernels::eltwise_fn::add, vec, vec, vec});
+  s.synchronize();
+  REQUIRE(mm.task_id() != 0);
+  REQUIRE(add.task_id() > mm.task_id());
+  auto* be = npurt::sim::as_sim(sys.get_backend());
+  const auto xm = be->explain(mm.task_id());
+  const auto xa = be->explain(add.task_id());
+  REQUIRE(xm);
+  REQUIRE(xa);
+  CHECK(xm->cost.op == "matmul");
+  CHECK(xa->cost.op == "add");
+  const npurt::picoseconds launch{2'000'000};
+  // Compute-bound: 2 n^3 FLOPs at 32 x 8192 FLOP per cycle at 1 GHz is 524,288 ns, and the
+  // cube floor is ceil(n/16)^3 fractals over 32 cores.
+  CHECK(xm->cost.flops == 2ull * n * n * n);
+  CHECK(std::abs(xm->cost.roofline.count() - 524'288'000) <= 1);
+  CHECK(xm->cost.cube_floor_cycles == 256ull * 256 * 256 / 32);
+  CHECK(xm->cost.bound == npurt::sim::unit::cube);
+  CHECK(xm->cost.total >= xm->cost.roofline + launch);
+  // Memory-bound: a, b read and y written, 3 x 64 Mi x 2 bytes at 1.2e12 B/s is 335,544.32 ns.
+  CHECK(xa->cost.hbm_bytes == 3ull * elems * 2);
+  CHECK(std::abs(xa->cost.roofline.count() - 335'544'320) <= 1);
+  CHECK(xa->cost.bound == npurt::sim::unit::hbm);
+  CHECK(xa->cost.total >= xa->cost.roofline + launch);
+  // A streaming pass runs close to the bandwidth: within 2 % of the roofline, plus the launch.
+  CHECK(xa->cost.total.count() <= xa->cost.roofline.count() * 102 / 100 + launch.count());
+  // Alone on the device, the kernel takes exactly its uncontended cost.
+  CHECK(xa->end - xa->start == xa->cost.total);
+  // Events that are no launch's name no task.
+  auto ev = sys.device(0).make_event();
+  s.record(ev);
+  s.synchronize();
+  CHECK(ev.task_id() == 0);
+  CHECK(npurt::event{}.task_id() == 0);
 }
 
 }  // namespace
