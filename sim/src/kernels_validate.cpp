@@ -97,6 +97,31 @@ std::size_t norm_axis(std::int32_t axis, std::size_t rank) noexcept {
 
 bool finite(float f) noexcept { return std::isfinite(f); }
 
+std::string dims(const shape& s) {
+  std::ostringstream os;
+  os << '[';
+  for (std::size_t i = 0; i < s.rank(); ++i) os << (i ? "," : "") << s[i];
+  os << ']';
+  return os.str();
+}
+
+std::string num(std::int64_t v) { return std::to_string(v); }
+
+std::string type_name(dtype t) { return std::string(to_string(t)); }
+
+// What is wrong with a descriptor: an error and a sentence naming the operand and what it must
+// be, or no error when it can run. An operation whose check() is built on one reports the same
+// words through validate(k, &what), so the code and the sentence never disagree. The sentence
+// is built only on the way out with an error.
+struct fault {
+  errc e{};
+  std::string what;
+  [[nodiscard]] bool failed() const noexcept { return e != errc{}; }
+  [[nodiscard]] std::error_code code() const { return failed() ? fail(e) : std::error_code{}; }
+};
+
+fault bad(errc e, std::string what) { return fault{e, std::move(what)}; }
+
 // ---- epilogue ----------------------------------------------------------------------------
 
 // `in` broadcasts to `out` NumPy-style (aligned at the trailing dimension).
@@ -110,31 +135,61 @@ bool broadcasts_to(const shape& in, const shape& out) noexcept {
 }
 
 // A cube kernel's epilogue: float output only (an INT32 accumulator has no activation), bias
-// and residual of the output's dtype, broadcasting to it.
-std::error_code check_epilogue(const tensor_desc& out, const tensor_desc& bias, const tensor_desc& residual,
-                               kernels::activation act) {
+// and residual of the output's dtype, broadcasting to it. `out_name` is the output's operand name.
+fault epilogue_problem(const tensor_desc& out, std::string_view out_name, const tensor_desc& bias,
+                       const tensor_desc& residual, kernels::activation act) {
   if (static_cast<unsigned>(act) > static_cast<unsigned>(kernels::activation::tanh))
-    return fail(errc::invalid_argument);
+    return bad(errc::invalid_argument,
+               "act " + num(static_cast<unsigned>(act)) + " is not none, relu, gelu, sigmoid or tanh");
   const bool any = act != kernels::activation::none || !absent(bias) || !absent(residual);
   if (!any) return {};
-  if (!is_float(out.type)) return fail(errc::invalid_dtype);
-  for (const tensor_desc* t : {&bias, &residual}) {
+  const std::string o(out_name);
+  if (!is_float(out.type))
+    return bad(errc::invalid_dtype, o + " is " + type_name(out.type) +
+                                        ": a bias, residual or activation needs a float output (no epilogue on an "
+                                        "integer accumulator)");
+  const std::pair<const char*, const tensor_desc*> extra[] = {{"bias", &bias}, {"residual", &residual}};
+  for (const auto& [name, t] : extra) {
     if (absent(*t)) continue;
-    if (t->type != out.type) return fail(errc::invalid_dtype);
-    if (!broadcasts_to(t->shape, out.shape)) return fail(errc::invalid_shape);
+    if (t->type != out.type)
+      return bad(errc::invalid_dtype, std::string(name) + " is " + type_name(t->type) + ", " + o + " " +
+                                          type_name(out.type) + ": they must match");
+    if (!broadcasts_to(t->shape, out.shape))
+      return bad(errc::invalid_shape,
+                 std::string(name) + " " + dims(t->shape) + " does not broadcast to " + o + " " + dims(out.shape));
   }
   return {};
 }
 
 // ---- matmul ----------------------------------------------------------------------------
 
-std::error_code check(const kernels::matmul& m) {
-  if (m.a.type != m.b.type) return fail(errc::invalid_dtype);
-  if (!is_float(m.a.type) && m.a.type != dtype::i8) return fail(errc::invalid_dtype);
-  if (!cube_output_ok(m.a.type, m.c.type)) return fail(errc::invalid_dtype);
+// The outputs a cube operation with inputs of type `in` may write, in words.
+std::string cube_outputs(dtype in) {
+  switch (in) {
+    case dtype::f16:
+    case dtype::bf16: return type_name(in) + " or f32";
+    case dtype::i8: return "i32";
+    default: return type_name(in);
+  }
+}
+
+fault matmul_problem(const kernels::matmul& m) {
+  if (m.a.type != m.b.type)
+    return bad(errc::invalid_dtype,
+               "a is " + type_name(m.a.type) + ", b " + type_name(m.b.type) + ": they must be one dtype");
+  if (!is_float(m.a.type) && m.a.type != dtype::i8)
+    return bad(errc::invalid_dtype, "a and b are " + type_name(m.a.type) + ": matmul takes f32, f16, bf16, f64 or i8");
+  if (!cube_output_ok(m.a.type, m.c.type))
+    return bad(errc::invalid_dtype, "c is " + type_name(m.c.type) + ": a " + type_name(m.a.type) + " matmul writes " +
+                                        cube_outputs(m.a.type));
   const auto ra = m.a.shape.rank(), rb = m.b.shape.rank(), rc = m.c.shape.rank();
-  if (ra < 2 || ra > 3 || rb < 2 || rb > 3) return fail(errc::invalid_shape);
-  if (rc != std::max(ra, rb)) return fail(errc::invalid_shape);
+  if (ra < 2 || ra > 3)
+    return bad(errc::invalid_shape, "a " + dims(m.a.shape) + " must be of rank 2 ([M,K]) or 3 ([batch,M,K])");
+  if (rb < 2 || rb > 3)
+    return bad(errc::invalid_shape, "b " + dims(m.b.shape) + " must be of rank 2 ([K,N]) or 3 ([batch,K,N])");
+  if (rc != std::max(ra, rb))
+    return bad(errc::invalid_shape,
+               "c " + dims(m.c.shape) + " must be of rank " + num(std::max(ra, rb)) + ", the larger of a's and b's");
   const auto& a = m.a.shape;
   const auto& b = m.b.shape;
   const auto& c = m.c.shape;
@@ -142,16 +197,27 @@ std::error_code check(const kernels::matmul& m) {
   const int64_t Ka = m.trans_a ? a[ra - 2] : a[ra - 1];
   const int64_t Kb = m.trans_b ? b[rb - 1] : b[rb - 2];
   const int64_t N = m.trans_b ? b[rb - 2] : b[rb - 1];
-  if (Ka != Kb) return fail(errc::invalid_shape);
-  if (c[rc - 2] != M || c[rc - 1] != N) return fail(errc::invalid_shape);
+  if (Ka != Kb)
+    return bad(errc::invalid_shape, "a " + dims(a) + (m.trans_a ? " (trans_a)" : "") + " has K = " + num(Ka) + ", b " +
+                                        dims(b) + (m.trans_b ? " (trans_b)" : "") + " has K = " + num(Kb) +
+                                        ": they must be equal");
+  if (c[rc - 2] != M || c[rc - 1] != N) {
+    shape want = c;
+    want[rc - 2] = M;
+    want[rc - 1] = N;
+    return bad(errc::invalid_shape,
+               "c " + dims(c) + " must be " + dims(want) + " (M = " + num(M) + ", N = " + num(N) + ")");
+  }
   if (rc == 3) {
     const int64_t B = c[0];
-    if (ra == 3 && a[0] != B) return fail(errc::invalid_shape);
-    if (rb == 3 && b[0] != B) return fail(errc::invalid_shape);
+    if (ra == 3 && a[0] != B) return bad(errc::invalid_shape, "a's batch " + num(a[0]) + " is not c's batch " + num(B));
+    if (rb == 3 && b[0] != B) return bad(errc::invalid_shape, "b's batch " + num(b[0]) + " is not c's batch " + num(B));
   }
-  if (!finite(m.alpha) || !finite(m.beta)) return fail(errc::invalid_argument);
-  return check_epilogue(m.c, m.bias, m.residual, m.act);
+  if (!finite(m.alpha) || !finite(m.beta)) return bad(errc::invalid_argument, "alpha and beta must be finite");
+  return epilogue_problem(m.c, "c", m.bias, m.residual, m.act);
 }
+
+std::error_code check(const kernels::matmul& m) { return matmul_problem(m).code(); }
 
 // ---- convolution -----------------------------------------------------------------------
 
@@ -160,12 +226,17 @@ struct conv_params {
   std::int32_t groups;
 };
 
-std::error_code check_conv_params(const conv_params& p) {
+fault conv_params_problem(const conv_params& p) {
+  const auto pair = [](const std::array<std::int32_t, 2>& v) { return "(" + num(v[0]) + ", " + num(v[1]) + ")"; };
   for (int i = 0; i < 2; ++i)
-    if (p.stride[i] < 1 || p.dilation[i] < 1 || p.pad[i] < 0) return fail(errc::invalid_argument);
-  if (p.groups < 1) return fail(errc::invalid_argument);
+    if (p.stride[i] < 1 || p.dilation[i] < 1 || p.pad[i] < 0)
+      return bad(errc::invalid_argument, "stride " + pair(p.stride) + " and dilation " + pair(p.dilation) +
+                                             " must be at least 1, pad " + pair(p.pad) + " at least 0");
+  if (p.groups < 1) return bad(errc::invalid_argument, "groups " + num(p.groups) + " must be at least 1");
   return {};
 }
+
+std::error_code check_conv_params(const conv_params& p) { return conv_params_problem(p).code(); }
 
 // Output extent of one spatial dimension, or -1 when the (padded) input is smaller than the
 // dilated kernel. in, k >= 1 and d >= 1: the dilated extent d * (k - 1) + 1 is compared with the
@@ -177,28 +248,61 @@ int64_t conv_out(int64_t in, int64_t k, std::int32_t s, std::int32_t p, std::int
   return (span - eff) / s + 1;
 }
 
+// The operand names of a convolution's three tensors, as its pass calls them.
+struct conv_names {
+  const char* x = "x";
+  const char* w = "w";
+  const char* y = "y";
+};
+
 // x [N,C,H,W], w [Co,C/g,kh,kw], y [N,Co,Ho,Wo]: the relation all three passes share.
-std::error_code check_conv_shapes(const shape& x, const shape& w, const shape& y, const conv_params& p) {
-  if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4) return fail(errc::invalid_shape);
+fault conv_shapes_problem(const shape& x, const shape& w, const shape& y, const conv_params& p, conv_names n = {}) {
+  const std::pair<const char*, const shape*> all[] = {{n.x, &x}, {n.w, &w}, {n.y, &y}};
+  for (const auto& [name, s] : all)
+    if (s->rank() != 4)
+      return bad(errc::invalid_shape, std::string(name) + " " + dims(*s) + " must be of rank 4 (" +
+                                          (s == &w ? "[Co, C/groups, kh, kw])" : "NCHW)"));
   const int64_t g = p.groups;
-  if (x[1] % g != 0 || w[0] % g != 0) return fail(errc::invalid_shape);
-  if (w[1] != x[1] / g) return fail(errc::invalid_shape);
+  if (x[1] % g != 0)
+    return bad(errc::invalid_shape,
+               std::string(n.x) + "'s " + num(x[1]) + " channels do not divide into " + num(g) + " groups");
+  if (w[0] % g != 0)
+    return bad(errc::invalid_shape,
+               std::string(n.w) + "'s " + num(w[0]) + " output channels do not divide into " + num(g) + " groups");
+  if (w[1] != x[1] / g)
+    return bad(errc::invalid_shape, std::string(n.w) + " " + dims(w) + " has " + num(w[1]) +
+                                        " input channels per group; " + n.x + " " + dims(x) + " has " + num(x[1]) +
+                                        " channels in " + num(g) + " group(s), so it must be " + num(x[1] / g));
   const int64_t ho = conv_out(x[2], w[2], p.stride[0], p.pad[0], p.dilation[0]);
   const int64_t wo = conv_out(x[3], w[3], p.stride[1], p.pad[1], p.dilation[1]);
-  if (ho < 1 || wo < 1) return fail(errc::invalid_shape);
-  if (y[0] != x[0] || y[1] != w[0] || y[2] != ho || y[3] != wo) return fail(errc::invalid_shape);
+  if (ho < 1 || wo < 1)
+    return bad(errc::invalid_shape, "the dilated " + num(w[2]) + "x" + num(w[3]) + " kernel does not fit in " + n.x +
+                                        "'s padded " + num(x[2]) + "x" + num(x[3]) + " plane");
+  if (y[0] != x[0] || y[1] != w[0] || y[2] != ho || y[3] != wo)
+    return bad(errc::invalid_shape, std::string(n.y) + " " + dims(y) + " must be " + dims(shape{x[0], w[0], ho, wo}));
   return {};
 }
 
-std::error_code check(const kernels::conv2d& c) {
-  const conv_params p{c.stride, c.pad, c.dilation, c.groups};
-  if (auto ec = check_conv_params(p)) return ec;
-  if (c.x.type != c.w.type) return fail(errc::invalid_dtype);
-  if (!is_float(c.x.type) && c.x.type != dtype::i8) return fail(errc::invalid_dtype);
-  if (!cube_output_ok(c.x.type, c.y.type)) return fail(errc::invalid_dtype);
-  if (auto ec = check_conv_shapes(c.x.shape, c.w.shape, c.y.shape, p)) return ec;
-  return check_epilogue(c.y, c.bias, c.residual, c.act);
+std::error_code check_conv_shapes(const shape& x, const shape& w, const shape& y, const conv_params& p) {
+  return conv_shapes_problem(x, w, y, p).code();
 }
+
+fault conv2d_problem(const kernels::conv2d& c) {
+  const conv_params p{c.stride, c.pad, c.dilation, c.groups};
+  if (auto f = conv_params_problem(p); f.failed()) return f;
+  if (c.x.type != c.w.type)
+    return bad(errc::invalid_dtype,
+               "x is " + type_name(c.x.type) + ", w " + type_name(c.w.type) + ": they must be one dtype");
+  if (!is_float(c.x.type) && c.x.type != dtype::i8)
+    return bad(errc::invalid_dtype, "x and w are " + type_name(c.x.type) + ": conv2d takes f32, f16, bf16, f64 or i8");
+  if (!cube_output_ok(c.x.type, c.y.type))
+    return bad(errc::invalid_dtype, "y is " + type_name(c.y.type) + ": a " + type_name(c.x.type) +
+                                        " convolution writes " + cube_outputs(c.x.type));
+  if (auto f = conv_shapes_problem(c.x.shape, c.w.shape, c.y.shape, p); f.failed()) return f;
+  return epilogue_problem(c.y, "y", c.bias, c.residual, c.act);
+}
+
+std::error_code check(const kernels::conv2d& c) { return conv2d_problem(c).code(); }
 
 // Gradients are float only (training never runs in INT8).
 bool grad_types_ok(dtype a, dtype b, dtype out) { return a == b && is_float(a) && (out == a || out == dtype::f32); }
@@ -313,35 +417,52 @@ std::error_code check(const kernels::roi_align& a) {
 
 bool binary(kernels::eltwise_fn f) noexcept { return kernels::is_binary(f); }
 
-std::error_code check(const kernels::elementwise& e) {
+fault elementwise_problem(const kernels::elementwise& e) {
   if (static_cast<unsigned>(e.fn) > static_cast<unsigned>(kernels::last_eltwise_fn))
-    return fail(errc::invalid_argument);
-  if (!finite(e.alpha) || !finite(e.beta)) return fail(errc::invalid_argument);
+    return bad(errc::invalid_argument, "fn " + num(static_cast<unsigned>(e.fn)) + " is no eltwise_fn");
+  const std::string_view fn = kernels::op_name(e);  // words are built only on the way out
+  if (!finite(e.alpha) || !finite(e.beta)) return bad(errc::invalid_argument, "alpha and beta must be finite");
   // Floats for every function but mod; the integer dtypes for the exact integer ones; bool, no
   // number, for none (the logical kernel computes on it).
   const bool type_ok = is_float(e.a.type)           ? kernels::floats_ok(e.fn)
                        : e.a.type == dtype::boolean ? false
                                                     : kernels::integers_ok(e.fn);
-  if (!type_ok || e.y.type != e.a.type) return fail(errc::invalid_dtype);
+  if (!type_ok)
+    return bad(errc::invalid_dtype, std::string(fn) + " does not take " + type_name(e.a.type) + " operands");
+  if (e.y.type != e.a.type)
+    return bad(errc::invalid_dtype,
+               "y is " + type_name(e.y.type) + ", a " + type_name(e.a.type) + ": y must be a's dtype (cast converts)");
   // ONNX's BitShift is defined on unsigned integers only.
   if ((e.fn == kernels::eltwise_fn::shift_left || e.fn == kernels::eltwise_fn::shift_right) && !is_unsigned(e.a.type))
-    return fail(errc::invalid_dtype);
-  if (!binary(e.fn)) return e.y.shape == e.a.shape ? std::error_code{} : fail(errc::invalid_shape);
-  if (e.b.type != e.a.type) return fail(errc::invalid_dtype);
+    return bad(errc::invalid_dtype, std::string(fn) + " takes unsigned integers only, a is " + type_name(e.a.type));
+  if (!binary(e.fn)) {
+    if (e.y.shape == e.a.shape) return {};
+    return bad(errc::invalid_shape, "y " + dims(e.y.shape) + " must be a's shape " + dims(e.a.shape));
+  }
+  if (absent(e.b)) return bad(errc::invalid_shape, std::string(fn) + " is binary: b is missing");
+  if (e.b.type != e.a.type)
+    return bad(errc::invalid_dtype,
+               "b is " + type_name(e.b.type) + ", a " + type_name(e.a.type) + ": they must be one dtype");
   // NumPy: align trailing dimensions; each pair equal or one of them 1.
   const auto& a = e.a.shape;
   const auto& b = e.b.shape;
   const auto& y = e.y.shape;
   const std::size_t r = std::max(a.rank(), b.rank());
-  if (y.rank() != r) return fail(errc::invalid_shape);
+  shape want;
   for (std::size_t i = 0; i < r; ++i) {
     const int64_t da = i < r - a.rank() ? 1 : a[i - (r - a.rank())];
     const int64_t db = i < r - b.rank() ? 1 : b[i - (r - b.rank())];
-    if (da != db && da != 1 && db != 1) return fail(errc::invalid_shape);
-    if (y[i] != std::max(da, db)) return fail(errc::invalid_shape);
+    if (da != db && da != 1 && db != 1)
+      return bad(errc::invalid_shape, "a " + dims(a) + " and b " + dims(b) + " do not broadcast (" + num(da) +
+                                          " against " + num(db) + ", aligned at the last dimension)");
+    want.push_back(std::max(da, db));
   }
+  if (!(y == want))
+    return bad(errc::invalid_shape, "y " + dims(y) + " must be " + dims(want) + ", a and b broadcast together");
   return {};
 }
+
+std::error_code check(const kernels::elementwise& e) { return elementwise_problem(e).code(); }
 
 std::error_code check(const kernels::fused_elementwise& f) {
   using F = kernels::fused_elementwise;
@@ -404,22 +525,42 @@ std::error_code check(const kernels::batchnorm_backward& b) {
   return {};
 }
 
-std::error_code check(const kernels::layernorm& l) {
-  if (!finite(l.eps) || l.eps < 0) return fail(errc::invalid_argument);
-  if (!valid_axis(l.axis, l.x.shape.rank())) return fail(errc::invalid_argument);
-  if (!is_float(l.x.type) || l.y.type != l.x.type) return fail(errc::invalid_dtype);
-  if (!(l.y.shape == l.x.shape)) return fail(errc::invalid_shape);
+// The problems softmax and layernorm share: an axis of x, float x and y of one dtype and shape.
+fault normalisation_problem(const tensor_desc& x, const tensor_desc& y, std::int32_t axis, std::string_view op) {
+  if (!valid_axis(axis, x.shape.rank()))
+    return bad(errc::invalid_argument, "axis " + num(axis) + " is outside [" +
+                                           num(-static_cast<int64_t>(x.shape.rank())) + ", " +
+                                           num(static_cast<int64_t>(x.shape.rank()) - 1) + "] for x " + dims(x.shape));
+  if (!is_float(x.type)) return bad(errc::invalid_dtype, std::string(op) + " takes floats, x is " + type_name(x.type));
+  if (y.type != x.type)
+    return bad(errc::invalid_dtype, "y is " + type_name(y.type) + ", x " + type_name(x.type) + ": they must match");
+  if (!(y.shape == x.shape))
+    return bad(errc::invalid_shape, "y " + dims(y.shape) + " must be x's shape " + dims(x.shape));
+  return {};
+}
+
+fault layernorm_problem(const kernels::layernorm& l) {
+  if (!finite(l.eps) || l.eps < 0)
+    return bad(errc::invalid_argument, "eps " + std::to_string(l.eps) + " must be finite and not negative");
+  if (auto f = normalisation_problem(l.x, l.y, l.axis, "layernorm"); f.failed()) return f;
   const std::size_t ax = norm_axis(l.axis, l.x.shape.rank());
   const shape trailing(std::span<const int64_t>(l.x.shape.begin() + ax, l.x.shape.end()));
-  for (const tensor_desc* t : {&l.gamma, &l.beta}) {
+  const std::pair<const char*, const tensor_desc*> affine[] = {{"gamma", &l.gamma}, {"beta", &l.beta}};
+  for (const auto& [name, t] : affine) {
     if (absent(*t)) continue;
-    if (!is_float(t->type)) return fail(errc::invalid_dtype);
+    if (!is_float(t->type))
+      return bad(errc::invalid_dtype, std::string(name) + " is " + type_name(t->type) + ": it must be a float");
     // The trailing shape itself, or the same elements flattened to one dimension.
     const bool flat = t->shape.rank() == 1 && t->shape[0] == trailing.elements();
-    if (!(t->shape == trailing) && !flat) return fail(errc::invalid_shape);
+    if (!(t->shape == trailing) && !flat)
+      return bad(errc::invalid_shape, std::string(name) + " " + dims(t->shape) + " must be x's shape from axis " +
+                                          num(l.axis) + ", " + dims(trailing) + ", or its " + num(trailing.elements()) +
+                                          " elements in one dimension");
   }
   return {};
 }
+
+std::error_code check(const kernels::layernorm& l) { return layernorm_problem(l).code(); }
 
 // ---- pooling ---------------------------------------------------------------------------
 
@@ -484,12 +625,7 @@ std::error_code check(const kernels::pool2d_backward& p) {
 
 // ---- the rest --------------------------------------------------------------------------
 
-std::error_code check(const kernels::softmax& s) {
-  if (!valid_axis(s.axis, s.x.shape.rank())) return fail(errc::invalid_argument);
-  if (!is_float(s.x.type) || s.y.type != s.x.type) return fail(errc::invalid_dtype);
-  if (!(s.y.shape == s.x.shape)) return fail(errc::invalid_shape);
-  return {};
-}
+std::error_code check(const kernels::softmax& s) { return normalisation_problem(s.x, s.y, s.axis, "softmax").code(); }
 
 std::error_code check(const kernels::reduce& r) {
   if (static_cast<unsigned>(r.fn) > static_cast<unsigned>(kernels::reduce_fn::prod))
@@ -897,21 +1033,8 @@ std::error_code check(const kernels::quantize& q) {
 // ONNX's RNN, GRU and LSTM (onnx.ai/onnx/operators/onnx__LSTM.html and its siblings): what is
 // wrong with a recurrent descriptor, as an error and a sentence naming the operand and the shape
 // it must have; no error when it can run. Every shape follows from x, r and the attributes.
-struct recurrent_fault {
-  errc e{};
-  std::string what;
-};
-
-recurrent_fault recurrent_problem(const kernels::recurrent& k) {
+fault recurrent_problem(const kernels::recurrent& k) {
   using kernels::rnn_cell;
-  const auto bad = [](errc e, std::string what) { return recurrent_fault{e, std::move(what)}; };
-  const auto text = [](const shape& s) {
-    std::ostringstream o;
-    o << '[';
-    for (std::size_t i = 0; i < s.rank(); ++i) o << (i ? "," : "") << s[i];
-    o << ']';
-    return o.str();
-  };
   if (static_cast<unsigned>(k.cell) > static_cast<unsigned>(rnn_cell::lstm))
     return bad(errc::invalid_argument,
                "cell " + std::to_string(static_cast<unsigned>(k.cell)) + " is not rnn, gru or lstm");
@@ -943,16 +1066,16 @@ recurrent_fault recurrent_problem(const kernels::recurrent& k) {
     return bad(errc::invalid_dtype, "sequence_lens must be int32");
   if (k.x.shape.rank() != 3)
     return bad(errc::invalid_shape,
-               "x " + text(k.x.shape) + " must be " + (k.batch_major ? "[batch, seq, input]" : "[seq, batch, input]"));
+               "x " + dims(k.x.shape) + " must be " + (k.batch_major ? "[batch, seq, input]" : "[seq, batch, input]"));
   if (k.r.shape.rank() != 3)
-    return bad(errc::invalid_shape, "r " + text(k.r.shape) + " must be [dirs, gates * hidden, hidden]");
+    return bad(errc::invalid_shape, "r " + dims(k.r.shape) + " must be [dirs, gates * hidden, hidden]");
   const int64_t seq = k.x.shape[k.batch_major ? 1 : 0], batch = k.x.shape[k.batch_major ? 0 : 1];
   const int64_t input = k.x.shape[2], hidden = k.r.shape[2];
   const int64_t gates = k.cell == rnn_cell::rnn ? 1 : k.cell == rnn_cell::gru ? 3 : 4;
   const auto d = static_cast<int64_t>(dirs);
-  const auto expect = [&](const char* name, const tensor_desc& t, const shape& want) -> recurrent_fault {
+  const auto expect = [&](const char* name, const tensor_desc& t, const shape& want) -> fault {
     if (t.shape == want) return {};
-    return bad(errc::invalid_shape, std::string(name) + " " + text(t.shape) + " must be " + text(want));
+    return bad(errc::invalid_shape, std::string(name) + " " + dims(t.shape) + " must be " + dims(want));
   };
   if (auto f = expect("r", k.r, {d, gates * hidden, hidden}); f.e != errc{}) return f;
   if (auto f = expect("w", k.w, {d, gates * hidden, input}); f.e != errc{}) return f;
@@ -960,8 +1083,8 @@ recurrent_fault recurrent_problem(const kernels::recurrent& k) {
     const int64_t extra = k.has(k.activation_params) ? kernels::recurrent::param_columns : 0;
     const shape plain{d, 2 * gates * hidden + extra}, peep{d, 2 * gates * hidden + 3 * hidden + extra};
     if (!(k.b.shape == plain) && !(lstm && k.b.shape == peep))
-      return bad(errc::invalid_shape, "b " + text(k.b.shape) + " must be " + text(plain) +
-                                          (lstm ? " (or " + text(peep) + " with the peepholes)" : std::string()) +
+      return bad(errc::invalid_shape, "b " + dims(k.b.shape) + " must be " + dims(plain) +
+                                          (lstm ? " (or " + dims(peep) + " with the peepholes)" : std::string()) +
                                           (extra ? " with the activation parameters" : std::string()));
   }
   if (!absent(k.sequence_lens))
@@ -992,10 +1115,7 @@ std::error_code check(const kernels::lrn& l) {
   return {};
 }
 
-std::error_code check(const kernels::recurrent& k) {
-  const recurrent_fault f = recurrent_problem(k);
-  return f.e == errc{} ? std::error_code{} : fail(f.e);
-}
+std::error_code check(const kernels::recurrent& k) { return recurrent_problem(k).code(); }
 
 std::error_code check(const kernels::cast& c) {
   if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
@@ -1308,12 +1428,25 @@ std::error_code validate(const kernel_desc& k) {
 
 namespace {
 
-std::string dims(const shape& s) {
-  std::ostringstream os;
-  os << '[';
-  for (std::size_t i = 0; i < s.rank(); ++i) os << (i ? "," : "") << s[i];
-  os << ']';
-  return os.str();
+// The sentence of an operation whose check() is built on a fault; none for the others.
+fault problem_of(const kernel_op& op) {
+  if (const auto* m = std::get_if<kernels::matmul>(&op)) return matmul_problem(*m);
+  if (const auto* c = std::get_if<kernels::conv2d>(&op)) return conv2d_problem(*c);
+  if (const auto* c = std::get_if<kernels::conv2d_backward_data>(&op)) {
+    const conv_params p{c->stride, c->pad, c->dilation, c->groups};
+    if (auto f = conv_params_problem(p); f.failed()) return f;
+    return conv_shapes_problem(c->dx.shape, c->w.shape, c->dy.shape, p, {"dx", "w", "dy"});
+  }
+  if (const auto* c = std::get_if<kernels::conv2d_backward_weight>(&op)) {
+    const conv_params p{c->stride, c->pad, c->dilation, c->groups};
+    if (auto f = conv_params_problem(p); f.failed()) return f;
+    return conv_shapes_problem(c->x.shape, c->dw.shape, c->dy.shape, p, {"x", "dw", "dy"});
+  }
+  if (const auto* e = std::get_if<kernels::elementwise>(&op)) return elementwise_problem(*e);
+  if (const auto* s = std::get_if<kernels::softmax>(&op)) return normalisation_problem(s->x, s->y, s->axis, "softmax");
+  if (const auto* l = std::get_if<kernels::layernorm>(&op)) return layernorm_problem(*l);
+  if (const auto* r = std::get_if<kernels::recurrent>(&op)) return recurrent_problem(*r);
+  return {};
 }
 
 // Says which tensor (and dimension) made validate() fail: one tensor's own rank or dimension,
@@ -1362,11 +1495,22 @@ std::string describe(const kernel_desc& k, std::error_code ec) {
       return which.str();
     }
   }
-  // A recurrent descriptor names the operand that does not fit and the shape it must have.
-  if (const auto* rec = std::get_if<kernels::recurrent>(&k.op)) {
-    const recurrent_fault f = recurrent_problem(*rec);
-    if (f.e != errc{} && make_error_code(f.e) == ec) return op + ": " + ec.message() + ": " + f.what;
+  // Operands with data and operands without: a launch is functional or timing-only as a whole.
+  if (ec == errc::invalid_argument) {
+    std::string with, without;
+    const auto append = [](std::string& list, std::string_view name) {
+      list += (list.empty() ? "" : ", ") + std::string(name);
+    };
+    for (const auto& o : operands(k.op))
+      for (const auto& [name, t] : tensors)
+        if (t == o.tensor) append(t->data != nullptr ? with : without, name);
+    if (!with.empty() && !without.empty())
+      return op + ": " + ec.message() + ": data pointers on " + with + " but none on " + without +
+             " (give every operand device memory, or none for a timing-only launch)";
   }
+  // An operation that can say which operand does not fit and what it must be.
+  if (const fault f = problem_of(k.op); f.failed() && make_error_code(f.e) == ec)
+    return op + ": " + ec.message() + ": " + f.what;
   // Each tensor is fine, and so is their relation: the work is what is too large.
   if (ec == errc::invalid_shape && !std::visit([](const auto& o) { return check(o); }, k.op)) {
     const work w = work_of(k.op);

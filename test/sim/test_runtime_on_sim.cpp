@@ -438,6 +438,72 @@ TEST_CASE("a launch's event names the task explain() breaks down, which meets th
   CHECK(npurt::event{}.task_id() == 0);
 }
 
+// A shape that does not fit names the operand and what it must be, so the caller can fix it
+// without reading the validator.
+TEST_CASE("a kernel whose operands do not fit together says which and what they must be", "[sim][runtime][error]") {
+  npurt::system sys{npurt::sim::presets::ascend910b(1)};
+  auto s = sys.device(0).make_stream();
+  const auto t = [](npurt::shape sh, npurt::dtype d = npurt::dtype::f32) { return npurt::tensor_desc{nullptr, sh, d}; };
+  const auto refusal = [&](const npurt::kernel_desc& k) {
+    try {
+      s.launch(k);
+    } catch (const npurt::caller_error& e) { return std::pair{std::error_code(e.code()), std::string(e.what())}; }
+    return std::pair{std::error_code{}, std::string("accepted")};
+  };
+  using npurt::errc;
+  namespace k = npurt::kernels;
+  auto [ec, what] = refusal(k::matmul{t({8, 16}), t({17, 8}), t({8, 8})});
+  CHECK(ec == errc::invalid_shape);
+  CHECK_THAT(what, ContainsSubstring("a [8,16] has K = 16, b [17,8] has K = 17"));
+  std::tie(ec, what) = refusal(k::matmul{t({16, 8}), t({16, 4}), t({16, 4}), true});
+  CHECK(ec == errc::invalid_shape);
+  CHECK_THAT(what, ContainsSubstring("c [16,4] must be [8,4]"));
+  std::tie(ec, what) = refusal(k::matmul{t({8, 16}), t({16, 8}, npurt::dtype::f16), t({8, 8})});
+  CHECK(ec == errc::invalid_dtype);
+  CHECK_THAT(what, ContainsSubstring("a is f32, b f16"));
+  std::tie(ec, what) = refusal(k::matmul{t({2, 8, 16}), t({3, 16, 8}), t({2, 8, 8})});
+  CHECK(ec == errc::invalid_shape);
+  CHECK_THAT(what, ContainsSubstring("b's batch 3 is not c's batch 2"));
+  std::tie(ec, what) = refusal(k::elementwise{k::eltwise_fn::add, t({3, 4}), t({5}), t({3, 4})});
+  CHECK(ec == errc::invalid_shape);
+  CHECK_THAT(what, ContainsSubstring("a [3,4] and b [5] do not broadcast"));
+  std::tie(ec, what) = refusal(k::elementwise{k::eltwise_fn::add, t({3, 1}), t({4}), t({3, 1})});
+  CHECK(ec == errc::invalid_shape);
+  CHECK_THAT(what, ContainsSubstring("y [3,1] must be [3,4]"));
+  std::tie(ec, what) = refusal(k::elementwise{k::eltwise_fn::mul, t({4}), {}, t({4})});
+  CHECK(ec == errc::invalid_shape);
+  CHECK_THAT(what, ContainsSubstring("mul is binary: b is missing"));
+  std::tie(ec, what) =
+      refusal(k::elementwise{k::eltwise_fn::sqrt, t({4}, npurt::dtype::i32), {}, t({4}, npurt::dtype::i32)});
+  CHECK(ec == errc::invalid_dtype);
+  CHECK_THAT(what, ContainsSubstring("sqrt does not take i32 operands"));
+  std::tie(ec, what) = refusal(k::softmax{t({4, 4}), t({4, 4}), 2});
+  CHECK(ec == errc::invalid_argument);
+  CHECK_THAT(what, ContainsSubstring("axis 2 is outside [-2, 1] for x [4,4]"));
+  std::tie(ec, what) = refusal(k::layernorm{t({4, 8}), t({4}), t({8}), t({4, 8})});
+  CHECK(ec == errc::invalid_shape);
+  CHECK_THAT(what, ContainsSubstring("gamma [4] must be x's shape from axis -1, [8]"));
+  std::tie(ec, what) = refusal(k::conv2d{t({1, 3, 8, 8}), t({4, 2, 3, 3}), t({1, 4, 6, 6})});
+  CHECK(ec == errc::invalid_shape);
+  CHECK_THAT(what, ContainsSubstring("w [4,2,3,3] has 2 input channels per group"));
+  std::tie(ec, what) = refusal(k::conv2d{t({1, 3, 8, 8}), t({4, 3, 3, 3}), t({1, 4, 8, 8}), {1, 1}, {0, 0}});
+  CHECK(ec == errc::invalid_shape);
+  CHECK_THAT(what, ContainsSubstring("y [1,4,8,8] must be [1,4,6,6]"));
+  std::tie(ec, what) = refusal(k::conv2d{t({1, 4, 8, 8}), t({4, 2, 3, 3}), t({1, 4, 6, 6}), {1, 1}, {0, 0}, {1, 1}, 3});
+  CHECK(ec == errc::invalid_shape);
+  CHECK_THAT(what, ContainsSubstring("x's 4 channels do not divide into 3 groups"));
+  // Functional or timing-only as a whole: which operands have data and which do not.
+  npurt::device_buffer buf(sys.device(0), 4096);
+  std::tie(ec, what) =
+      refusal(k::matmul{t({8, 16}), {buf.data(), {16, 8}, npurt::dtype::f32}, {buf.data(), {8, 8}, npurt::dtype::f32}});
+  CHECK(ec == errc::invalid_argument);
+  CHECK_THAT(what, ContainsSubstring("data pointers on b, c but none on a"));
+  // A fixed kernel's block_dim: the cores it may use, counted.
+  std::tie(ec, what) = refusal(npurt::kernel_desc{k::fixed{npurt::picoseconds{1000}}, "wide", 48});
+  CHECK(ec == errc::invalid_argument);
+  CHECK_THAT(what, ContainsSubstring("block_dim 48 is more than device 0's 24 AI cores"));
+}
+
 }  // namespace
 
 TEST_CASE("a kernel queued before the stream-ordered free of its operands runs on them", "[sim][runtime][pool]") {

@@ -135,7 +135,8 @@ NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, const shared_
     if ((ec = rt_->backend().validate_fixed(s->device, k.block_dim))) {
       if (what && ec == errc::invalid_argument)
         *what = "block_dim " + std::to_string(k.block_dim) + " is more than device " + std::to_string(s->device) +
-                "'s AI cores";
+                "'s " + std::to_string(rt_->backend().properties(s->device).ai_core_count) +
+                " AI cores (a kernels::fixed launch runs on them)";
       return nullptr;
     }
     return detail::fixed_task(*rt_, *s, *f, rt_->intern(k.display_name()), k.block_dim);
