@@ -87,10 +87,10 @@ struct conv2d_backward_weight {
 /// numpy.arccos do.
 ///
 /// shift_left and shift_right are ONNX's BitShift (onnx.ai/onnx/operators/onnx__BitShift.html)
-/// on uint8 only (the one unsigned type npurt has): a shift by the width or more gives 0, as
+/// on the unsigned dtypes only (u8, u16, u32, u64): a shift by the width or more gives 0, as
 /// numpy's left_shift and right_shift do on unsigned integers; bits shifted out are dropped.
 ///
-/// Integer tensors (i8, i32, i64, u8) take the functions integers_ok() names, computed exactly in
+/// Integer tensors (i8, i16, i32, i64, u8, u16, u32, u64) take the functions integers_ok() names, computed exactly in
 /// the dtype: add, sub, mul, neg and pow wrap modulo 2^n as two's complement (numpy and ONNX
 /// Runtime do); div truncates toward zero (C, and ONNX's reference, which divides then casts);
 /// the one quotient that does not fit, INT_MIN / -1, wraps to INT_MIN as numpy's does, and

@@ -438,6 +438,59 @@ TEST_CASE("a launch's event names the task explain() breaks down, which meets th
   CHECK(npurt::event{}.task_id() == 0);
 }
 
+// docs/simulator.md: HBM is shared by max-min fair rates, each kernel capped at the rate it has
+// alone (its HBM bytes over its uncontended body). The finishing times below follow from that
+// by hand; an equal or proportional split would miss them by microseconds.
+TEST_CASE("two memory-bound kernels on two streams finish when max-min fair sharing says",
+          "[sim][runtime][contention]") {
+  const auto add_of = [](std::int64_t elems, std::uint32_t cores) {
+    const npurt::tensor_desc t{nullptr, {elems}, npurt::dtype::f16};
+    return npurt::kernel_desc{npurt::kernels::elementwise{npurt::kernels::eltwise_fn::add, t, t, t}, "add", cores};
+  };
+  struct outcome {
+    npurt::sim::task_explanation a, b;
+  };
+  const auto run_pair = [](const npurt::kernel_desc& ka, const npurt::kernel_desc& kb) {
+    npurt::system sys{npurt::sim::presets::ascend910(1)};
+    auto s1 = sys.device(0).make_stream();
+    auto s2 = sys.device(0).make_stream();
+    const npurt::event ea = s1.launch(ka);
+    const npurt::event eb = s2.launch(kb);
+    sys.device(0).synchronize();
+    auto* be = npurt::sim::as_sim(sys.get_backend());
+    return outcome{*be->explain(ea.task_id()), *be->explain(eb.task_id())};
+  };
+  const double bw = npurt::sim::presets::ascend910(1).hbm_bandwidth;
+  const std::int64_t elems = std::int64_t{32} << 20;
+  const double bytes = 3.0 * static_cast<double>(elems) * 2;  // a and b read, y written, f16
+  const auto ends_at = [](const npurt::sim::task_explanation& x, double seconds) {
+    const double got = static_cast<double>((x.end - x.body_start).count());
+    return std::abs(got - seconds * 1e12) <= 2000;  // 2 ns of rounding in picoseconds
+  };
+  const auto alone_rate = [](const npurt::sim::task_explanation& x) {
+    return static_cast<double>(x.cost.hbm_bytes) / (static_cast<double>(x.cost.body.count()) * 1e-12);
+  };
+  SECTION("equal kernels on 16 cores each: half the bandwidth each, both end together") {
+    const auto r = run_pair(add_of(elems, 16), add_of(elems, 16));
+    CHECK(r.a.body_start == r.b.body_start);
+    CHECK(ends_at(r.a, bytes / (bw / 2)));
+    CHECK(ends_at(r.b, bytes / (bw / 2)));
+  }
+  SECTION("a kernel of half the bytes ends first; the other then runs at its own rate alone") {
+    const auto r = run_pair(add_of(elems, 16), add_of(elems / 2, 16));
+    const double b_end = (bytes / 2) / (bw / 2);
+    CHECK(ends_at(r.b, b_end));
+    CHECK(ends_at(r.a, b_end + (bytes / 2) / alone_rate(r.a)));
+  }
+  SECTION("a kernel on 8 cores cannot use half the bandwidth: it keeps its own rate, the other takes the rest") {
+    const auto r = run_pair(add_of(elems, 24), add_of(elems, 8));
+    const double rate_b = alone_rate(r.b);
+    REQUIRE(rate_b < bw / 2);  // 8 cores x 64 bytes per cycle at 1 GHz: 512 GB/s
+    CHECK(r.b.contention == npurt::picoseconds{0});
+    CHECK(ends_at(r.a, bytes / (bw - rate_b)));
+  }
+}
+
 // A shape that does not fit names the operand and what it must be, so the caller can fix it
 // without reading the validator.
 TEST_CASE("a kernel whose operands do not fit together says which and what they must be", "[sim][runtime][error]") {
