@@ -196,9 +196,13 @@ class stream {
   /// make_launch for a descriptor the task may reference (`shared`, when set, owns `k`).
   NPURT_DECL detail::task* make_launch(const kernel_desc& k, const shared_kernel* shared, std::error_code& ec,
                                        std::string* what);
-  NPURT_DECL detail::task* make_launch(const detail::launch_args& a, std::error_code& ec);
+  NPURT_DECL detail::task* make_launch(const detail::launch_args& a, std::error_code& ec, std::string* what = nullptr);
   NPURT_DECL detail::task* make_fixed_launch(const kernels::fixed& f, std::string_view name, std::uint32_t block_dim,
-                                             std::error_code& ec);
+                                             std::error_code& ec, std::string* what = nullptr);
+  /// The stream a kernels::fixed launch goes to, or null with the code (and, given `what`, the
+  /// words) that refuse it: a negative duration, a block_dim the backend rejects.
+  NPURT_DECL detail::stream_state* fixed_stream(const kernels::fixed& f, std::uint32_t block_dim, std::error_code& ec,
+                                                std::string* what);
   /// Whether the backend reports `dev` lost (a fatal error, until reset).
   [[nodiscard]] NPURT_DECL bool lost(device_id dev) const noexcept;
   /// stage: a pageable host source is copied at the call (see memcpy); device::memcpy, which
@@ -208,6 +212,9 @@ class stream {
   NPURT_DECL detail::task* make_memset(void* dst, std::size_t dst_max, int value, std::size_t count,
                                        std::error_code& ec);
   NPURT_DECL detail::task* make_wait(const event& e, std::error_code& ec);
+  /// What is wrong with a copy's or memset's pointer when `ec` says one is not live device
+  /// memory (which one, and why: freed, of another system, ...); empty for other codes.
+  [[nodiscard]] NPURT_DECL std::string pointer_problem(std::error_code ec, const void* dst, const void* src) const;
   /// What is wrong with the event of a failed record or wait (`ec`), in words for the throwing
   /// forms: the code alone says "invalid or destroyed event" whether the handle is null, a
   /// launch's event, of another system or gone. Empty when the failure is not the event's.
@@ -220,26 +227,29 @@ class stream {
   NPURT_DECL void submit_awaited(detail::task* t);
 
   /// The common shape of every async_ enqueue: prepare (errors complete at once, nothing is
-  /// enqueued), attach the handler, enqueue.
+  /// enqueued, and the words of the throwing form go with them), attach the handler, enqueue.
+  /// `make(s, ec, why)` prepares the task, or returns null with the code and, in `why`, the
+  /// words the throwing form adds; `call` names the async_ function.
   template <class Token, class Make>
-  auto async_enqueue(Token&& token, Make make);
+  auto async_enqueue(Token&& token, const char* call, Make make);
 
   detail::runtime_ref rt_;  // null once the system is gone: the handle then is a null handle
   std::uint32_t id_ = 0;
 };
 
 template <class Token, class Make>
-auto stream::async_enqueue(Token&& token, Make make) {
+auto stream::async_enqueue(Token&& token, const char* call, Make make) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
-      [this](auto handler, Make mk) {
+      [this, call](auto handler, Make mk) {
         if (!rt_) {
           detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_stream));
           return;
         }
         std::error_code ec;
-        detail::task* t = mk(*this, ec);
+        std::string why;  // on a refusal, the words the throwing form raises
+        detail::task* t = mk(*this, ec, why);
         if (!t) {
-          detail::post_error(*rt_, std::move(handler), ec);
+          detail::post_refusal(*rt_, std::move(handler), ec, device_or_none(), call, why);
           return;
         }
         detail::cancellable_op* op = detail::make_op(*rt_, std::move(handler));
@@ -252,34 +262,49 @@ auto stream::async_enqueue(Token&& token, Make make) {
 
 template <class Token>
 auto stream::async_launch(const kernel_desc& k, Token&& token) {
-  return async_enqueue(std::forward<Token>(token), [a = detail::launch_args(k, rt_)](stream& s, std::error_code& ec) {
-    return s.make_launch(a, ec);
-  });
+  return async_enqueue(std::forward<Token>(token), "npurt::stream::async_launch",
+                       [a = detail::launch_args(k, rt_)](stream& s, std::error_code& ec, std::string& why) {
+                         return s.make_launch(a, ec, &why);
+                       });
 }
 
 template <class Token>
 auto stream::async_memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                           Token&& token) {
-  return async_enqueue(std::forward<Token>(token),
-                       [=](stream& s, std::error_code& ec) { return s.make_copy(dst, dst_max, src, count, kind, ec); });
+  return async_enqueue(std::forward<Token>(token), "npurt::stream::async_memcpy",
+                       [=](stream& s, std::error_code& ec, std::string& why) {
+                         detail::task* t = s.make_copy(dst, dst_max, src, count, kind, ec);
+                         if (!t) why = s.pointer_problem(ec, dst, src);
+                         return t;
+                       });
 }
 
 template <class Token>
 auto stream::async_memset(void* dst, std::size_t dst_max, int value, std::size_t count, Token&& token) {
-  return async_enqueue(std::forward<Token>(token),
-                       [=](stream& s, std::error_code& ec) { return s.make_memset(dst, dst_max, value, count, ec); });
+  return async_enqueue(std::forward<Token>(token), "npurt::stream::async_memset",
+                       [=](stream& s, std::error_code& ec, std::string& why) {
+                         detail::task* t = s.make_memset(dst, dst_max, value, count, ec);
+                         if (!t) why = s.pointer_problem(ec, dst, nullptr);
+                         return t;
+                       });
 }
 
 template <class Token>
 auto stream::async_wait(const event& e, Token&& token) {
-  return async_enqueue(std::forward<Token>(token), [e](stream& s, std::error_code& ec) { return s.make_wait(e, ec); });
+  return async_enqueue(std::forward<Token>(token), "npurt::stream::async_wait",
+                       [e](stream& s, std::error_code& ec, std::string& why) {
+                         detail::task* t = s.make_wait(e, ec);
+                         if (!t) why = s.event_problem(e, ec, false);
+                         return t;
+                       });
 }
 
 template <class Token>
 auto stream::async_callback(std::function<void()> fn, Token&& token) {
-  return async_enqueue(std::forward<Token>(token), [fn = std::move(fn)](stream& s, std::error_code& ec) mutable {
-    return s.make_callback(std::move(fn), ec);
-  });
+  return async_enqueue(std::forward<Token>(token), "npurt::stream::async_callback",
+                       [fn = std::move(fn)](stream& s, std::error_code& ec, std::string&) mutable {
+                         return s.make_callback(std::move(fn), ec);
+                       });
 }
 
 template <class Token>

@@ -1,8 +1,13 @@
 #include <npurt/error.hpp>
+#include <npurt/task.hpp>
 
 #include "common.hpp"
 
 #include <catch2/catch_test_macros.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
 
 using namespace npurt_test;
 
@@ -106,6 +111,81 @@ TEST_CASE("bad async operations complete with the error instead of throwing", "[
     }
     CHECK(threw);
   }());
+}
+
+TEST_CASE("an async call refused at the call says why, as its throwing form does", "[core][error][asio]") {
+  // README: code that hears only an error code reads the words from recent_error_message(), and
+  // co_await with npurt::use_task throws them. A refusal at the call (before anything is queued)
+  // has words too: which argument is wrong and how.
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  void* gone = dev.malloc(64);
+  dev.free(gone);
+  npurt::event never = dev.make_event();
+  const npurt::kernels::fixed negative{picoseconds{-5}};
+  std::vector<char> host(64);
+
+  struct refusal {
+    const char* call;
+    std::function<void(std::function<void(npurt::async_error_code)>)> start;
+    std::function<npurt::task<void>()> awaited;
+    npurt::errc code;
+    const char* cause;  // what the caller passed that is wrong
+  };
+  const refusal cases[] = {
+      {"npurt::stream::async_launch: ", [&](auto h) { s.async_launch(negative, std::move(h)); },
+       [&]() -> npurt::task<void> { co_await s.async_launch(negative, npurt::use_task); },
+       npurt::errc::invalid_argument, "duration of -5 ps is negative"},
+      {"npurt::stream::async_memcpy: ",
+       [&](auto h) {
+         s.async_memcpy(host.data(), host.size(), gone, 64, npurt::memcpy_kind::device_to_host, std::move(h));
+       },
+       [&]() -> npurt::task<void> {
+         co_await s.async_memcpy(host.data(), host.size(), gone, 64, npurt::memcpy_kind::device_to_host,
+                                 npurt::use_task);
+       },
+       npurt::errc::invalid_pointer, "was freed"},
+      {"npurt::stream::async_memset: ", [&](auto h) { s.async_memset(gone, 64, 0, 64, std::move(h)); },
+       [&]() -> npurt::task<void> { co_await s.async_memset(gone, 64, 0, 64, npurt::use_task); },
+       npurt::errc::invalid_pointer, "was freed"},
+      {"npurt::stream::async_wait: ", [&](auto h) { s.async_wait(never, std::move(h)); },
+       [&]() -> npurt::task<void> { co_await s.async_wait(never, npurt::use_task); }, npurt::errc::event_not_recorded,
+       "never recorded"},
+  };
+  for (const refusal& r : cases) {
+    INFO(r.call);
+    std::error_code heard;
+    std::string recent;
+    bool initiating = true, called = false;
+    r.start([&](npurt::async_error_code e) {
+      called = true;
+      CHECK_FALSE(initiating);  // never inside the initiating call
+      heard = e;
+      recent = sys.recent_error_message();
+    });
+    initiating = false;
+    sys.run();
+    REQUIRE(called);
+    CHECK(heard == r.code);
+    // The words name the call and the cause, then the code's own message, as a task failure's do.
+    CHECK(recent.starts_with(r.call));
+    CHECK(recent.find(r.cause) != std::string::npos);
+    CHECK(recent.ends_with(": " + std::error_code(r.code).message()));
+
+    std::exception_ptr thrown;
+    npurt::spawn(sys, r.awaited(), [&](std::exception_ptr e) { thrown = e; });
+    sys.run();
+    REQUIRE(thrown);
+    try {
+      std::rethrow_exception(thrown);
+    } catch (const npurt::caller_error& e) {
+      CHECK(e.code() == r.code);
+      CHECK(std::string(e.what()).starts_with(r.call));
+      CHECK(std::string(e.what()).find(r.cause) != std::string::npos);
+    }
+  }
+  CHECK(s.query());  // nothing was queued, nothing is sticky
 }
 
 TEST_CASE("waiting on an event that was never recorded is an error", "[core][error][event]") {

@@ -414,6 +414,24 @@ std::exception_ptr* thrown_slot(Handler& h) noexcept {
   else return nullptr;
 }
 
+/// For an initiating function that refused its arguments before enqueuing anything: the words
+/// its throwing form raises (`call: why: <the code's message>`) become the system's recent error
+/// (system::recent_error_message, for a handler that hears the code alone), and the returned
+/// exception, of the code's class, is what an awaiting npurt::task throws. Out of line: only
+/// the refusal path pays for the words.
+NPURT_DECL std::exception_ptr note_refusal(runtime& rt, std::int32_t device, std::string_view call, std::error_code ec,
+                                           std::string_view why);
+
+/// post_error for an initiating function's refusal, with its words (note_refusal): a throwing
+/// await and recent_error_message say which argument was wrong, as the throwing form does.
+template <class Handler>
+void post_refusal(runtime& rt, Handler&& h, std::error_code ec, std::int32_t device, std::string_view call,
+                  std::string_view why) {
+  std::exception_ptr e = note_refusal(rt, device, call, ec, why);
+  if (std::exception_ptr* slot = thrown_slot(h)) *slot = std::move(e);
+  post_error(rt, std::forward<Handler>(h), ec);
+}
+
 /// Completes a handler with an error from an initiating function that has no runtime to post to
 /// (a null handle): on the handler's associated executor, or Asio's system executor, never
 /// inside the initiating call.

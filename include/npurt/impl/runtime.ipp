@@ -24,6 +24,18 @@ inline std::unique_ptr<npurt::backend> checked(std::unique_ptr<npurt::backend> b
 }
 }  // namespace rt_detail
 
+NPURT_DECL std::exception_ptr note_refusal(runtime& rt, std::int32_t device, std::string_view call, std::error_code ec,
+                                           std::string_view why) {
+  std::string what(call);
+  if (!why.empty()) what.append(": ").append(why);
+  try {
+    throw_error_on(device, ec, what);
+  } catch (const std::exception& e) {
+    rt.note_recent_error(e.what());
+    return std::current_exception();
+  }
+}
+
 NPURT_DECL runtime::runtime(std::unique_ptr<npurt::backend> b, const system_options& opts)
     : loop_parts(rt_detail::checked(std::move(b)), opts), scheduler(static_cast<loop_parts&>(*this)) {
 #ifndef NDEBUG

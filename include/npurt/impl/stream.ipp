@@ -125,21 +125,8 @@ NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, std::error_co
 NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, const shared_kernel* shared, std::error_code& ec,
                                              std::string* what) {
   if (const auto* f = std::get_if<kernels::fixed>(&k.op)) {
-    auto* s = state(ec);
-    if (!s) return nullptr;
-    if (f->duration.count() < 0) {
-      ec = make_error_code(errc::invalid_argument);  // a duration before its start
-      if (what) *what = "kernels::fixed duration of " + std::to_string(f->duration.count()) + " ps is negative";
-      return nullptr;
-    }
-    if ((ec = rt_->backend().validate_fixed(s->device, k.block_dim))) {
-      if (what && ec == errc::invalid_argument)
-        *what = "block_dim " + std::to_string(k.block_dim) + " is more than device " + std::to_string(s->device) +
-                "'s " + std::to_string(rt_->backend().properties(s->device).ai_core_count) +
-                " AI cores (a kernels::fixed launch runs on them)";
-      return nullptr;
-    }
-    return detail::fixed_task(*rt_, *s, *f, rt_->intern(k.display_name()), k.block_dim);
+    auto* s = fixed_stream(*f, k.block_dim, ec, what);
+    return s ? detail::fixed_task(*rt_, *s, *f, rt_->intern(k.display_name()), k.block_dim) : nullptr;
   }
   auto* s = state(ec);
   if (!s) return nullptr;
@@ -171,8 +158,8 @@ NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, const shared_
   return t;
 }
 
-NPURT_DECL detail::task* stream::make_launch(const detail::launch_args& a, std::error_code& ec) {
-  if (a.full) return make_launch(*a.full, ec);
+NPURT_DECL detail::task* stream::make_launch(const detail::launch_args& a, std::error_code& ec, std::string* what) {
+  if (a.full) return make_launch(*a.full, nullptr, ec, what);
   // An awaited launch the checks accept: `ec` is only cleared when it holds an error, as
   // state() would, without the category call clear() makes.
   if (detail::stream_state* s = detail::accepting_stream(rt_, id_, a.fixed, a.block_dim)) [[likely]] {
@@ -180,19 +167,32 @@ NPURT_DECL detail::task* stream::make_launch(const detail::launch_args& a, std::
       ec.clear();
     return detail::fixed_task(*rt_, *s, a.fixed, a.name, a.block_dim);
   }
-  return make_fixed_launch(a.fixed, a.name, a.block_dim, ec);
+  return make_fixed_launch(a.fixed, a.name, a.block_dim, ec, what);
 }
 
 NPURT_DECL detail::task* stream::make_fixed_launch(const kernels::fixed& f, std::string_view name,
-                                                   std::uint32_t block_dim, std::error_code& ec) {
+                                                   std::uint32_t block_dim, std::error_code& ec, std::string* what) {
+  auto* s = fixed_stream(f, block_dim, ec, what);
+  return s ? detail::fixed_task(*rt_, *s, f, name, block_dim) : nullptr;
+}
+
+NPURT_DECL detail::stream_state* stream::fixed_stream(const kernels::fixed& f, std::uint32_t block_dim,
+                                                      std::error_code& ec, std::string* what) {
   auto* s = state(ec);
   if (!s) return nullptr;
   if (f.duration.count() < 0) {
     ec = make_error_code(errc::invalid_argument);  // a duration before its start
+    if (what) *what = "kernels::fixed duration of " + std::to_string(f.duration.count()) + " ps is negative";
     return nullptr;
   }
-  if ((ec = rt_->backend().validate_fixed(s->device, block_dim))) return nullptr;
-  return detail::fixed_task(*rt_, *s, f, name, block_dim);
+  if ((ec = rt_->backend().validate_fixed(s->device, block_dim))) {
+    if (what && ec == errc::invalid_argument)
+      *what = "block_dim " + std::to_string(block_dim) + " is more than device " + std::to_string(s->device) +
+              "'s " + std::to_string(rt_->backend().properties(s->device).ai_core_count) +
+              " AI cores (a kernels::fixed launch runs on them)";
+    return nullptr;
+  }
+  return s;
 }
 
 NPURT_DECL bool stream::lost(device_id dev) const noexcept { return rt_->backend().status(dev) == device_status::lost; }
@@ -461,13 +461,16 @@ NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src,
 NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind) {
   std::error_code ec;
   event e = memcpy(dst, dst_max, src, count, kind, ec);
-  if (ec == errc::invalid_pointer && rt_) {
-    std::string why = rt_->memory().why_not_live(dst);
-    if (why.empty() || !detail::is_device_address(dst)) why = rt_->memory().why_not_live(src);
-    throw_error_on(device_or_none(), ec, "npurt::stream::memcpy: " + why);
-  }
-  throw_if_on(device_or_none(), ec, "npurt::stream::memcpy");
-  return e;
+  if (!ec) return e;
+  const std::string why = pointer_problem(ec, dst, src);
+  throw_error_on(device_or_none(), ec, why.empty() ? "npurt::stream::memcpy" : "npurt::stream::memcpy: " + why);
+}
+
+NPURT_DECL std::string stream::pointer_problem(std::error_code ec, const void* dst, const void* src) const {
+  if (ec != errc::invalid_pointer || !rt_) return {};
+  std::string why = rt_->memory().why_not_live(dst);
+  if (src && (why.empty() || !detail::is_device_address(dst))) why = rt_->memory().why_not_live(src);
+  return why;
 }
 
 NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::size_t count, std::error_code& ec) {
@@ -478,10 +481,9 @@ NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::
 NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::size_t count) {
   std::error_code ec;
   event e = memset(dst, dst_max, value, count, ec);
-  if (ec == errc::invalid_pointer && rt_)
-    throw_error_on(device_or_none(), ec, "npurt::stream::memset: " + rt_->memory().why_not_live(dst));
-  throw_if_on(device_or_none(), ec, "npurt::stream::memset");
-  return e;
+  if (!ec) return e;
+  const std::string why = pointer_problem(ec, dst, nullptr);
+  throw_error_on(device_or_none(), ec, why.empty() ? "npurt::stream::memset" : "npurt::stream::memset: " + why);
 }
 
 NPURT_DECL void stream::record(event& e, std::error_code& ec) {
