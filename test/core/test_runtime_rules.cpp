@@ -13,6 +13,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -515,6 +516,13 @@ TEST_CASE("make_stream refuses unknown flag bits, and stream and event creation 
   CHECK(ec == npurt::errc::invalid_argument);
   CHECK_FALSE(bad.valid());
   CHECK_THROWS_AS(dev.make_stream({.flags = static_cast<npurt::stream_flags>(0xffff)}), npurt::caller_error);
+  // The message names the call as every throwing form's does ("npurt::<class>::<member>: ...").
+  try {
+    (void)dev.make_stream({.flags = static_cast<npurt::stream_flags>(0xffff)});
+    FAIL("make_stream accepted unknown flag bits");
+  } catch (const npurt::caller_error& e) {
+    CHECK(std::string_view(e.what()).starts_with("npurt::device::make_stream: unknown stream_flags bits"));
+  }
   // Every documented flag together is accepted, and works.
   auto all = dev.make_stream(
       {.flags = npurt::stream_flags::fast_launch | npurt::stream_flags::fast_sync | npurt::stream_flags::overflow_edge |

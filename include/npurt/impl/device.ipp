@@ -59,9 +59,9 @@ NPURT_DECL stream device::make_stream(const stream_options& opts) {
   if (ec == errc::invalid_argument) {
     char buf[16];
     std::snprintf(buf, sizeof buf, "0x%x", static_cast<unsigned>(opts.flags));
-    throw_error(ec, std::string("make_stream: unknown stream_flags bits in ") + buf);
+    throw_error(ec, std::string("npurt::device::make_stream: unknown stream_flags bits in ") + buf);
   }
-  throw_if(ec, "make_stream");
+  throw_if(ec, "npurt::device::make_stream");
   return s;
 }
 
@@ -74,7 +74,7 @@ NPURT_DECL event device::make_event(const event_options& opts, std::error_code& 
 NPURT_DECL event device::make_event(const event_options& opts) {
   std::error_code ec;
   event e = make_event(opts, ec);
-  throw_if(ec, "make_event");
+  throw_if(ec, "npurt::device::make_event");
   return e;
 }
 
