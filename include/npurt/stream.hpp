@@ -215,6 +215,9 @@ class stream {
   /// What is wrong with a copy's or memset's pointer when `ec` says one is not live device
   /// memory (which one, and why: freed, of another system, ...); empty for other codes.
   [[nodiscard]] NPURT_DECL std::string pointer_problem(std::error_code ec, const void* dst, const void* src) const;
+  /// What a throwing form raises for a refusal: `call`, then `why` or, for errc::invalid_stream,
+  /// which way this handle stopped naming a stream (null, destroyed, its device reset).
+  [[nodiscard]] NPURT_DECL std::string refusal(std::string_view call, std::error_code ec, std::string_view why) const;
   /// What is wrong with the event of a failed record or wait (`ec`), in words for the throwing
   /// forms: the code alone says "invalid or destroyed event" whether the handle is null, a
   /// launch's event, of another system or gone. Empty when the failure is not the event's.
@@ -249,7 +252,7 @@ auto stream::async_enqueue(Token&& token, const char* call, Make make) {
         std::string why;  // on a refusal, the words the throwing form raises
         detail::task* t = mk(*this, ec, why);
         if (!t) {
-          detail::post_refusal(*rt_, std::move(handler), ec, device_or_none(), call, why);
+          detail::post_refusal(*rt_, std::move(handler), ec, device_or_none(), refusal(call, ec, why), {});
           return;
         }
         detail::cancellable_op* op = detail::make_op(*rt_, std::move(handler));

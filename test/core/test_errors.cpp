@@ -229,6 +229,48 @@ TEST_CASE("a moved-from or default stream reports invalid_stream", "[core][error
   CHECK(t.valid());
 }
 
+TEST_CASE("an invalid stream's errors say how it stopped naming a stream", "[core][error][stream]") {
+  // errc::invalid_stream's own words ("invalid or destroyed stream") fit a moved-from handle and
+  // a stream whose device was reset alike; the message says which, and what to do.
+  npurt::system sys{simple(2)};
+  auto moved = sys.device(0).make_stream();
+  npurt::stream keeper = std::move(moved);
+  auto of_reset = sys.device(1).make_stream();
+  sys.device(1).reset();  // docs/runtime.md: reset invalidates the device's streams
+
+  struct handle_case {
+    npurt::stream* s;
+    const char* says;
+  };
+  for (const handle_case& c : {handle_case{&moved, "moved from"}, handle_case{&of_reset, "device was reset"}}) {
+    INFO(c.says);
+    npurt::stream& s = *c.s;
+    const auto named = [&](const char* call, const std::string& what) {
+      CHECK(what.starts_with(call));
+      CHECK(what.find(c.says) != std::string::npos);
+    };
+    try {
+      s.launch(fixed(us(1)));
+      FAIL("launch on an invalid stream");
+    } catch (const npurt::caller_error& e) {
+      CHECK(e.code() == npurt::errc::invalid_stream);
+      named("npurt::stream::launch: ", e.what());
+    }
+    try {
+      s.launch_callback([] {});
+      FAIL("launch_callback on an invalid stream");
+    } catch (const npurt::caller_error& e) { named("npurt::stream::launch_callback: ", e.what()); }
+    if (&s == &of_reset) {  // a null handle has no system to keep the recent error in
+      std::error_code heard;
+      s.async_launch(fixed(us(1)), [&](npurt::async_error_code e) { heard = e; });
+      sys.run();
+      CHECK(heard == npurt::errc::invalid_stream);
+      named("npurt::stream::async_launch: ", sys.recent_error_message());
+    }
+  }
+  CHECK(keeper.valid());
+}
+
 TEST_CASE("a kernel the backend cannot run is rejected at launch", "[core][error][kernel]") {
   npurt::system sys{simple()};
   auto s = sys.device(0).make_stream();

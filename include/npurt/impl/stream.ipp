@@ -423,8 +423,7 @@ NPURT_DECL event stream::launch(const kernel_desc& k) {
   std::error_code ec;
   std::string what;
   detail::task* t = make_launch(k, ec, &what);
-  if (!t)
-    throw_error_on(device_or_none(), ec, what.empty() ? "npurt::stream::launch" : "npurt::stream::launch: " + what);
+  if (!t) throw_error_on(device_or_none(), ec, refusal("npurt::stream::launch", ec, what));
   return submit(t);
 }
 
@@ -447,8 +446,7 @@ NPURT_DECL event stream::launch(const shared_kernel& k) {
   std::error_code ec;
   std::string what;
   detail::task* t = make_launch(*k, &k, ec, &what);
-  if (!t)
-    throw_error_on(device_or_none(), ec, what.empty() ? "npurt::stream::launch" : "npurt::stream::launch: " + what);
+  if (!t) throw_error_on(device_or_none(), ec, refusal("npurt::stream::launch", ec, what));
   return submit(t);
 }
 
@@ -463,7 +461,25 @@ NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src,
   event e = memcpy(dst, dst_max, src, count, kind, ec);
   if (!ec) return e;
   const std::string why = pointer_problem(ec, dst, src);
-  throw_error_on(device_or_none(), ec, why.empty() ? "npurt::stream::memcpy" : "npurt::stream::memcpy: " + why);
+  throw_error_on(device_or_none(), ec, refusal("npurt::stream::memcpy", ec, why));
+}
+
+NPURT_DECL std::string stream::refusal(std::string_view call, std::error_code ec, std::string_view why) const {
+  std::string what(call);
+  if (ec == errc::invalid_stream) {
+    // The code says "invalid or destroyed stream" for every way a handle stops naming a stream;
+    // say which, and what to do.
+    const detail::stream_state* s = rt_ ? rt_->find_stream(id_) : nullptr;
+    if (!rt_)
+      why =
+          "the stream is null (default-constructed, moved from, or it outlived its system): make one with "
+          "device::make_stream()";
+    else if (s && s->invalidated && !s->destroyed)
+      why = "the stream's device was reset, which invalidates its streams: make a new stream";
+    else why = "the stream was destroyed or its device was reset";
+  }
+  if (!why.empty()) what.append(": ").append(why);
+  return what;
 }
 
 NPURT_DECL std::string stream::pointer_problem(std::error_code ec, const void* dst, const void* src) const {
@@ -483,7 +499,7 @@ NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::
   event e = memset(dst, dst_max, value, count, ec);
   if (!ec) return e;
   const std::string why = pointer_problem(ec, dst, nullptr);
-  throw_error_on(device_or_none(), ec, why.empty() ? "npurt::stream::memset" : "npurt::stream::memset: " + why);
+  throw_error_on(device_or_none(), ec, refusal("npurt::stream::memset", ec, why));
 }
 
 NPURT_DECL void stream::record(event& e, std::error_code& ec) {
@@ -528,7 +544,7 @@ NPURT_DECL void stream::record(event& e) {
   record(e, ec);
   if (!ec) return;
   const std::string why = event_problem(e, ec, true);
-  throw_if_on(device_or_none(), ec, why.empty() ? "npurt::stream::record" : "npurt::stream::record: " + why);
+  throw_error_on(device_or_none(), ec, refusal("npurt::stream::record", ec, why));
 }
 
 NPURT_DECL void stream::wait(const event& e, std::error_code& ec) {
@@ -541,7 +557,7 @@ NPURT_DECL void stream::wait(const event& e) {
   wait(e, ec);
   if (!ec) return;
   const std::string why = event_problem(e, ec, false);
-  throw_if_on(device_or_none(), ec, why.empty() ? "npurt::stream::wait" : "npurt::stream::wait: " + why);
+  throw_error_on(device_or_none(), ec, refusal("npurt::stream::wait", ec, why));
 }
 
 NPURT_DECL event stream::launch_callback(std::function<void()> fn, std::error_code& ec) {
@@ -552,7 +568,7 @@ NPURT_DECL event stream::launch_callback(std::function<void()> fn, std::error_co
 NPURT_DECL event stream::launch_callback(std::function<void()> fn) {
   std::error_code ec;
   event e = launch_callback(std::move(fn), ec);
-  throw_if_on(device_or_none(), ec, "npurt::stream::launch_callback");
+  if (ec) throw_error_on(device_or_none(), ec, refusal("npurt::stream::launch_callback", ec, {}));
   return e;
 }
 
