@@ -400,6 +400,24 @@ inline npurt::task<void> detail::task_promise<void>::get_return_object() noexcep
   return npurt::task<void>{std::coroutine_handle<task_promise<void>>::from_promise(*this)};
 }
 
+namespace detail {
+template <class R>
+inline constexpr bool is_task_v = false;
+template <class T>
+inline constexpr bool is_task_v<npurt::task<T>> = true;
+
+/// The task spawn() runs for a callable: it awaits `t`, the task of `*keep`'s call, and holds
+/// `keep` (the callable, on the heap at a fixed address) until `t` has ended. A lambda coroutine
+/// refers to its captures through the lambda object; called as a temporary (`spawn(sys, [&] ->
+/// task<void> {...}())`) that object dies at the end of the call's full-expression while the
+/// coroutine still reads through it. (Type-erased: a frame with a field of a lambda's type makes
+/// GCC warn, -Wsubobject-linkage.)
+template <class T>
+npurt::task<T> await_keeping([[maybe_unused]] std::shared_ptr<void> keep, npurt::task<T> t) {
+  co_return co_await std::move(t);
+}
+}  // namespace detail
+
 /// Runs `t` on `sys`, starting at the current instant (never inside this call), and calls
 /// done(exception_ptr) when it ends: null, or what escaped the task. system::run() runs until
 /// it has ended. An empty task throws caller_error(errc::invalid_argument) here, and done is
@@ -445,6 +463,26 @@ void spawn(system& sys, task<T> t) {
   spawn(sys, std::move(t), [](std::exception_ptr e) {
     if (e) std::rethrow_exception(e);
   });
+}
+
+/// spawn() of a function object that returns a task, as asio::co_spawn takes one: `f` is kept
+/// (moved) in the spawned frame until the task `f()` returns has ended, so a lambda coroutine's
+/// captures stay alive: `npurt::spawn(sys, [&, n = 3]() -> npurt::task<void> { ... }, done)`.
+template <class F, class Done>
+  requires(detail::is_task_v<std::invoke_result_t<F&>>)
+void spawn(system& sys, F f, Done done) {
+  auto keep = std::make_shared<F>(std::move(f));
+  auto t = (*keep)();
+  spawn(sys, detail::await_keeping(std::move(keep), std::move(t)), std::move(done));
+}
+
+/// spawn(sys, f, done) whose escaping exception is rethrown from system::run().
+template <class F>
+  requires(detail::is_task_v<std::invoke_result_t<F&>>)
+void spawn(system& sys, F f) {
+  auto keep = std::make_shared<F>(std::move(f));
+  auto t = (*keep)();
+  spawn(sys, detail::await_keeping(std::move(keep), std::move(t)));
 }
 
 }  // namespace npurt
