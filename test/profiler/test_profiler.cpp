@@ -168,6 +168,59 @@ TEST_CASE("the critical path follows the event edge only when the record ends la
   CHECK(stream_of(s, 0, 2).gaps.empty());
 }
 
+TEST_CASE("the critical path is the same whether or not a step takes the host edge", "[profiler][summary]") {
+  // The tasks sorted by end are only built for the first step without a device predecessor; a
+  // path that never takes that edge, one that takes it first, and one that takes it after device
+  // steps must each be the path the definition in docs/profiler.md gives.
+  using K = npurt::task_kind;
+  using E = npurt::engine_kind;
+  struct spec {
+    std::uint64_t id;
+    std::uint32_t stream;
+    double submitted, start, end;
+  };
+  auto path_of = [](const std::vector<spec>& specs) {
+    npurt::profiler p;
+    for (const auto& x : specs) {
+      npurt::task_info t;
+      t.id = x.id;
+      t.stream = x.stream;
+      t.kind = K::kernel;
+      t.engine = E::ai_core;
+      t.submitted = us(x.submitted);
+      t.ready = us(x.start);
+      t.start = us(x.start);
+      t.end = us(x.end);
+      t.name = "t";
+      p.on_task(t);
+    }
+    const auto s = p.summary();
+    std::vector<std::pair<std::uint64_t, bool>> path;  // (id, reached the next step through the host)
+    for (const auto& t : s.critical_path) path.emplace_back(t.id, t.via_host);
+    return std::pair{path, s.critical_path_length};
+  };
+  using P = std::vector<std::pair<std::uint64_t, bool>>;
+  SECTION("no host edge: one stream, every step has a stream predecessor") {
+    const auto [path, length] = path_of({{1, 1, 0, 0, 2}, {2, 1, 0, 2, 5}, {3, 1, 0, 5, 6}});
+    CHECK(path == P{{1, false}, {2, false}, {3, false}});
+    CHECK(length == dus(6));
+  }
+  SECTION("the host edge on the first step: the last task ended is the first of its stream") {
+    // Stream 2's only task was enqueued at 5, after stream 1's [0,4] and stream 3's [0,3] ended:
+    // the task that ended last by its submission is stream 1's.
+    const auto [path, length] = path_of({{1, 1, 0, 0, 4}, {2, 3, 0, 0, 3}, {3, 2, 5, 5, 12}});
+    CHECK(path == P{{1, false}, {3, true}});
+    CHECK(length == dus(12));
+  }
+  SECTION("the host edge after device steps") {
+    // Stream 2: b enqueued at 4, then c after it. c <- b by stream order, then b's first-of-stream
+    // host edge goes to a (ended at 3), not x (ended at 1); a itself has nothing ended before it.
+    const auto [path, length] = path_of({{1, 1, 0, 0, 3}, {2, 3, 0, 0, 1}, {3, 2, 4, 4, 6}, {4, 2, 4, 6, 9}});
+    CHECK(path == P{{1, false}, {3, true}, {4, false}});
+    CHECK(length == dus(9));
+  }
+}
+
 TEST_CASE("the chrome trace holds the expected events of a two-stream program", "[profiler][chrome]") {
   npurt::profiler p;
   test_program::feed(p);

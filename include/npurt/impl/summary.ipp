@@ -474,11 +474,10 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
   if (!waited_for_peer.empty())
     for (auto i : order)
       if (tasks[i].kind == task_kind::collective) collective_at.try_emplace({tasks[i].device, tasks[i].start}, i);
-  // Tasks by end, for the host edge below.
-  std::vector<std::size_t> by_end = order;
-  std::sort(by_end.begin(), by_end.end(), [&](std::size_t a, std::size_t b) {
-    return std::tie(tasks[a].end, tasks[a].id) < std::tie(tasks[b].end, tasks[b].id);
-  });
+  // Tasks by end, for the host edge below. Most paths never take that edge (every step has a
+  // device predecessor), so the O(n log n) sort is paid only on the first step that does.
+  std::vector<std::size_t> by_end;
+  bool by_end_built = false;
   const dispatch_fronts fronts = dispatch_fronts_of(data);
   std::unordered_map<std::uint64_t, std::size_t> by_id;
   for (auto i : order) by_id.try_emplace(tasks[i].id, i);
@@ -532,6 +531,13 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
       // a CPU-GPU dependency does on Nsight Systems' critical path.
       // One search per step (a visited task found there ends the path, as a cycle does): the
       // summary stays O(n log n) on a hostile trace.
+      if (!by_end_built) {
+        by_end = order;
+        std::sort(by_end.begin(), by_end.end(), [&](std::size_t a, std::size_t b) {
+          return std::tie(tasks[a].end, tasks[a].id) < std::tie(tasks[b].end, tasks[b].id);
+        });
+        by_end_built = true;
+      }
       const sim_time by = std::min(t.submitted, t.start);
       const auto it = std::upper_bound(by_end.begin(), by_end.end(), by,
                                        [&](sim_time at, std::size_t i) { return at < tasks[i].end; });
