@@ -267,6 +267,41 @@ TEST_CASE("the chrome trace holds the expected events of a two-stream program", 
   CHECK(trace.find("XXXX") == std::string::npos);
 }
 
+TEST_CASE("the summary's peak memory carries its unit in the text and JSON", "[profiler][summary]") {
+  // Bytes in the JSON, under a key that says so; binary units with one decimal in the text.
+  npurt::profiler p;
+  const std::size_t peaks[] = {0, 512, 1536, (1u << 20) - 1, 13107200, std::size_t{3} << 30};
+  for (std::size_t d = 0; d < std::size(peaks); ++d)
+    p.on_memory(
+        {static_cast<npurt::device_id>(d), npurt::memory_op::alloc, 0x1000, peaks[d], peaks[d], peaks[d], 0, us(1)});
+  std::ostringstream text, json;
+  p.write_summary_text(text);
+  p.write_summary_json(json);
+  // The device rows of the text, in device order: each ends in its peak.
+  std::vector<std::string> rows;
+  std::istringstream lines{text.str()};
+  bool in_devices = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line == "Devices") {
+      in_devices = true;
+      continue;
+    }
+    if (!in_devices) continue;
+    if (line.empty()) break;
+    if (line.rfind("  device", 0) != 0 && line.rfind("    ", 0) != 0) rows.push_back(line);
+  }
+  const std::string expected[] = {" 0 B", " 512 B", " 1.5 KiB", " 1.0 MiB", " 12.5 MiB", " 3.0 GiB"};
+  REQUIRE(rows.size() == std::size(expected));
+  for (std::size_t d = 0; d < rows.size(); ++d) {
+    INFO(rows[d]);
+    CHECK(rows[d].ends_with(expected[d]));
+  }
+  CHECK(text.str().find("peak memory") != std::string::npos);
+  const auto js = json.str();
+  for (const auto b : peaks) CHECK(js.find("\"peak_memory_bytes\":" + std::to_string(b) + ",") != std::string::npos);
+  CHECK(js.find("\"peak_memory\":") == std::string::npos);
+}
+
 TEST_CASE("the same records give byte-identical outputs, whatever order they came in", "[profiler][determinism]") {
   npurt::profiler a, b, c;
   test_program::feed(a);

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -33,6 +34,26 @@ inline std::string pct_text(double v) {
   return r + "%";
 }
 
+/// A byte count for people: whole bytes below 1 KiB, else one decimal in the largest binary
+/// unit that keeps the number at least 1 ("12.0 MiB"), as the other columns carry their unit.
+inline std::string bytes_text(std::uint64_t bytes) {
+  static constexpr const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  char buf[32];
+  if (bytes < 1024) {
+    std::snprintf(buf, sizeof buf, "%" PRIu64 " B", bytes);
+    return buf;
+  }
+  double v = static_cast<double>(bytes) / 1024.0;
+  std::size_t u = 0;
+  // 1023.95 and up would print as "1024.0" of the smaller unit.
+  while (v >= 1023.95 && u + 1 < std::size(units)) {
+    v /= 1024.0;
+    ++u;
+  }
+  std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  return buf;
+}
+
 inline void text_devices(std::string& o, const profile_summary& s) {
   char buf[256];
   o += "Devices\n";
@@ -40,10 +61,10 @@ inline void text_devices(std::string& o, const profile_summary& s) {
                 "compute us", "comm us", "overlap us", "ovl/comm", "peak memory");
   o += buf;
   for (const auto& d : s.devices) {
-    std::snprintf(buf, sizeof buf, "  %-7d %7" PRIu64 " %16s %7s %16s %16s %16s %8s %14zu\n", d.device, d.tasks,
+    std::snprintf(buf, sizeof buf, "  %-7d %7" PRIu64 " %16s %7s %16s %16s %16s %8s %14s\n", d.device, d.tasks,
                   us_text(d.busy).c_str(), pct_text(d.utilisation).c_str(), us_text(d.compute).c_str(),
                   us_text(d.communication).c_str(), us_text(d.overlap).c_str(), pct_text(d.overlap_fraction).c_str(),
-                  d.peak_memory);
+                  bytes_text(d.peak_memory).c_str());
     o += buf;
     for (const auto& e : d.engines) {
       std::snprintf(buf, sizeof buf, "    %-12s %7" PRIu64 " %11s %7s\n", std::string{to_string(e.engine)}.c_str(),
@@ -213,7 +234,7 @@ class summary_json {
     o_ += ", ";
     dbl("overlap_fraction", d.overlap_fraction);
     o_ += ", ";
-    num("peak_memory", d.peak_memory);
+    num("peak_memory_bytes", d.peak_memory);
     o_ += ", \"engines\": [";
     for (std::size_t k = 0; k < d.engines.size(); ++k) {
       const auto& e = d.engines[k];
