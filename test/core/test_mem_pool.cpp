@@ -7,8 +7,10 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <cstdint>
 #include <numeric>
 #include <string>
+#include <tuple>
 
 using namespace npurt_test;
 using npurt::sim_time;
@@ -322,6 +324,49 @@ TEST_CASE("an async_malloc waiting to retry uses the pool's new allocator after 
   REQUIRE(b != nullptr);
   CHECK(pool.get_attribute(npurt::mem_pool_attr::used_mem_current) == (40u << 20));
   pool.free_async(b, s2);
+}
+
+TEST_CASE("malloc_async of 0 bytes is zero_size and free_async of null is null_pointer, in every form",
+          "[core][pool][error]") {
+  // docs/memory.md: as device::malloc and aclrtMalloc (and cuMemAlloc, whose reference refuses
+  // 0 bytes), a zero size is refused rather than answered with a null or a 512 B block; every
+  // success is a non-null pointer, so a null given back is the caller's mistake.
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  using Catch::Matchers::ContainsSubstring;
+  std::error_code ec;
+  CHECK(dev.malloc_async(0, s, ec) == nullptr);
+  CHECK(ec == npurt::errc::zero_size);
+  CHECK_THAT(sys.recent_error_message(), ContainsSubstring("0 bytes"));
+  try {
+    (void)dev.malloc_async(0, s);
+    FAIL("malloc_async(0) returned");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::zero_size);
+    CHECK_THAT(e.what(), ContainsSubstring("0 bytes"));
+  }
+  dev.free_async(nullptr, s, ec);
+  CHECK(ec == npurt::errc::null_pointer);
+  try {
+    dev.free_async(nullptr, s);
+    FAIL("free_async(nullptr) returned");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::null_pointer);
+    CHECK_THAT(e.what(), ContainsSubstring("npurt::mem_pool::free_async: the pointer is null"));
+  }
+  npurt::async_error_code a_ec, f_ec;
+  void* a_p = reinterpret_cast<void*>(std::uintptr_t{1});
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    std::tie(a_ec, a_p) = co_await dev.async_malloc(0, s, asio::as_tuple(asio::use_awaitable));
+    std::tie(f_ec) = co_await dev.async_free(nullptr, s, asio::as_tuple(asio::use_awaitable));
+  }());
+  CHECK(a_ec == npurt::errc::zero_size);
+  CHECK(a_p == nullptr);
+  CHECK(f_ec == npurt::errc::null_pointer);
+  // Nothing was taken from the device or counted.
+  CHECK(dev.mem_pool().get_attribute(npurt::mem_pool_attr::reserved_mem_current) == 0);
+  CHECK(dev.mem_pool().stats().num_ooms == 0);
 }
 
 }  // namespace

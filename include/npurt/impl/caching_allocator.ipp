@@ -384,7 +384,7 @@ NPURT_DECL void caching_allocator::throw_allocate_error(errc e, std::size_t size
   if (ec == error_class::device)
     throw_error_on(opts_.device, ec,
                    "allocate: " + std::to_string(size) + " bytes on device " + std::to_string(opts_.device));
-  throw_error(ec, "allocate: size must be positive");
+  throw_error(ec, "allocate: 0 bytes requested; an allocation is at least 1 byte");
 }
 
 NPURT_DECL std::exception_ptr caching_allocator::allocate_error(std::error_code ec, std::size_t size) {

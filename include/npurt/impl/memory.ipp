@@ -214,6 +214,10 @@ NPURT_DECL void mem_pool::free_async(void* p, stream& s) {
     }
     throw_error(ec, "npurt::mem_pool::free_async: the stream is of device " + std::to_string(s.device()) + ", " + pool);
   }
+  if (ec == errc::null_pointer)
+    throw_error(ec,
+                "npurt::mem_pool::free_async: the pointer is null, which no allocation returns (a refused "
+                "malloc_async's result is not to be freed)");
   throw_if(ec, "npurt::mem_pool::free_async");
 }
 
