@@ -21,6 +21,7 @@
 #include <npurt/error.hpp>
 #include <npurt/stream.hpp>
 
+#include <boost/asio/associator.hpp>
 #include <boost/asio/async_result.hpp>
 
 #include <cstddef>
@@ -53,7 +54,9 @@ enum class mem_pool_attr : int {
 
 namespace detail {
 class pool_provider;
-}
+template <class Handler>
+struct pool_delivery;
+}  // namespace detail
 
 class mem_pool {
  public:
@@ -126,6 +129,14 @@ class mem_pool {
   // Makes the refusal's report (the throwing malloc_async's words and figures) the system's
   // recent error: the error_code forms and an await with use_awaitable carry the code alone.
   NPURT_DECL void note_refusal(std::error_code ec, std::size_t bytes);
+  template <class Handler>
+  friend struct detail::pool_delivery;
+
+  // Counts the allocators the pool has had (reconfigure: configure_mem_pool and device reset).
+  // A pointer async_malloc took from one is handed to its handler only while that allocator is
+  // still the pool's: the handler runs later (posted), and a reconfiguration in between has
+  // released the memory.
+  std::uint64_t generation_ = 0;
 
   // Null once the system is gone: only a pool its owner keeps past the system (a session's)
   // sees that, in its destructor.
@@ -135,24 +146,51 @@ class mem_pool {
   std::unique_ptr<detail::caching_allocator> alloc_;
 };
 
+namespace detail {
+
+/// async_malloc's handler as the runtime completes it, with the pointer and the generation of
+/// the allocator that made it: the user's, told operation_aborted instead of a pointer whose
+/// allocator the pool no longer has (configure_mem_pool or device::reset ran between the
+/// allocation and the handler). A waiting retry allocates from the allocator of the time it
+/// runs; this covers the stretch after that, while the completion is posted.
+template <class Handler>
+struct pool_delivery {
+  Handler handler;
+  mem_pool* pool;
+
+  void operator()(async_error_code ec, void* p, std::uint64_t made_in) {
+    if (!ec && p && pool->generation_ != made_in) {
+      pool->rt_->note_recent_error(
+          "npurt::mem_pool::async_malloc: the pool's memory was released (configure_mem_pool or device::reset) "
+          "before the allocation reached its handler: nothing is allocated");
+      ec = to_async_error(make_error_code(errc::operation_aborted));
+      p = nullptr;
+    }
+    std::move(handler)(ec, p);
+  }
+};
+
+}  // namespace detail
+
 template <class Token>
 auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code, void*)>(
-      [this, &s](auto handler, std::size_t n) {
-        using handler_t = decltype(handler);
+      [this, &s](auto user_handler, std::size_t n) {
         std::error_code ec;
         const std::uint32_t sid = stream_id(s, ec);
         if (ec) {
-          detail::post_error(*rt_, std::move(handler), ec, static_cast<void*>(nullptr));
+          detail::post_error(*rt_, std::move(user_handler), ec, static_cast<void*>(nullptr));
           return;
         }
         using detail::thrown_slot;
-        std::exception_ptr* thrown = thrown_slot(handler);
+        std::exception_ptr* thrown = thrown_slot(user_handler);
+        using handler_t = detail::pool_delivery<decltype(user_handler)>;
+        handler_t handler{std::move(user_handler), this};
         void* p = do_malloc(n, sid, ec);
         if (ec == errc::out_of_memory && fits_device(n) && device_busy()) {
           // The last step of the retry chain, asynchronously: let the device drain (frees in
           // flight on other streams become reusable), then try once more.
-          auto* op = detail::handler_op<handler_t, void*>::create(*rt_, std::move(handler));
+          auto* op = detail::handler_op<handler_t, void*, std::uint64_t>::create(*rt_, std::move(handler));
           struct retry final : detail::op_base {
             mem_pool* pool;
             std::size_t n;
@@ -161,7 +199,7 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
             detail::op_base* user;
             static void done(detail::op_base* b, std::error_code e) {
               auto* self = static_cast<retry*>(b);
-              auto* user_op = static_cast<detail::handler_op<handler_t, void*>*>(self->user);
+              auto* user_op = static_cast<detail::handler_op<handler_t, void*, std::uint64_t>*>(self->user);
               void* q = nullptr;
               if (!e) {
                 self->pool->alloc_->on_synchronize(true);
@@ -170,6 +208,7 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
                 if (e && self->thrown) *self->thrown = self->pool->alloc_->allocate_error(e, self->n);
               }
               std::get<0>(user_op->values) = q;
+              std::get<1>(user_op->values) = self->pool->generation_;  // the allocator q came from
               user_op->complete(e);
               delete self;
             }
@@ -188,7 +227,7 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
         // time the awaiter resumes, the pool's figures may have moved.
         if (ec) note_refusal(ec, n);
         if (ec && thrown) *thrown = alloc_->allocate_error(ec, n);
-        detail::post_error(*rt_, std::move(handler), ec, p);
+        detail::post_error(*rt_, std::move(handler), ec, p, generation_);
       },
       token, bytes);
 }
@@ -205,6 +244,25 @@ auto mem_pool::async_free(void* p, stream& s, Token&& token) {
 }
 
 }  // namespace npurt
+
+namespace boost::asio {
+
+// pool_delivery runs where, with what and as the user's handler would: every associator
+// (executor, allocator, cancellation slot) is the user handler's, as Asio's own wrappers do.
+template <template <typename, typename> class Associator, typename Handler, typename DefaultCandidate>
+struct associator<Associator, npurt::detail::pool_delivery<Handler>, DefaultCandidate>
+    : Associator<Handler, DefaultCandidate> {
+  static typename Associator<Handler, DefaultCandidate>::type get(
+      const npurt::detail::pool_delivery<Handler>& h) noexcept {
+    return Associator<Handler, DefaultCandidate>::get(h.handler);
+  }
+  static auto get(const npurt::detail::pool_delivery<Handler>& h, const DefaultCandidate& c) noexcept
+      -> decltype(Associator<Handler, DefaultCandidate>::get(h.handler, c)) {
+    return Associator<Handler, DefaultCandidate>::get(h.handler, c);
+  }
+};
+
+}  // namespace boost::asio
 
 #if NPURT_INCLUDE_IMPL
 #include <npurt/impl/memory.ipp>

@@ -326,6 +326,81 @@ TEST_CASE("an async_malloc waiting to retry uses the pool's new allocator after 
   pool.free_async(b, s2);
 }
 
+TEST_CASE("a device reset while an async_malloc waits to retry completes it once, with operation_aborted",
+          "[core][pool][reset]") {
+  // The reset aborts the device work the retry waits for: the waiter hears it (a typed error and
+  // no pointer), is not lost, and the pool serves the next request from its fresh allocator.
+  npurt::system sys{small_device(64)};
+  auto& dev = sys.device(0);
+  auto s1 = dev.make_stream();
+  auto s2 = dev.make_stream();
+  auto& pool = opportunistic_only(dev);
+  int calls = 0;
+  npurt::async_error_code got;
+  void* b = reinterpret_cast<void*>(std::uintptr_t{1});
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    void* a = co_await pool.async_malloc(40 << 20, s1, asio::use_awaitable);
+    s1.launch(fixed(us(500)));
+    co_await pool.async_free(a, s1, asio::use_awaitable);
+    pool.async_malloc(40 << 20, s2, [&](npurt::async_error_code ec, void* q) {
+      ++calls;
+      got = ec;
+      b = q;
+    });
+    dev.reset();
+  }());
+  CHECK(calls == 1);
+  CHECK(got == npurt::errc::operation_aborted);
+  CHECK(b == nullptr);
+  CHECK(pool.get_attribute(npurt::mem_pool_attr::used_mem_current) == 0);
+  auto s3 = dev.make_stream();
+  void* c = pool.malloc_async(40 << 20, s3);
+  CHECK(pool.get_attribute(npurt::mem_pool_attr::used_mem_current) == (40u << 20));
+  pool.free_async(c, s3);
+}
+
+TEST_CASE("an async_malloc whose pool is reconfigured or reset before its handler runs gets no stale pointer",
+          "[core][pool][reset]") {
+  // The allocation is made at the call and handed over later (posted): configure_mem_pool or a
+  // reset in between releases the allocator's memory. The handler must then hear a typed error,
+  // not receive a pointer to memory that is gone; with nothing in between, the pointer is live.
+  for (const char* what : {"none", "configure_mem_pool", "reset"}) {
+    INFO(what);
+    npurt::system sys{simple()};
+    auto& dev = sys.device(0);
+    auto& pool = dev.mem_pool();
+    auto s = dev.make_stream();
+    int calls = 0;
+    std::error_code got;
+    void* p = nullptr;
+    const std::string w = what;
+    run_coro(sys, [&]() -> asio::awaitable<void> {
+      pool.async_malloc(4096, s, [&](npurt::async_error_code ec, void* q) {
+        ++calls;
+        got = ec;
+        p = q;
+      });
+      if (w == "configure_mem_pool") (void)dev.configure_mem_pool({});
+      if (w == "reset") dev.reset();
+      co_return;
+    }());
+    CHECK(calls == 1);
+    if (w == "none") {
+      REQUIRE_FALSE(got);
+      REQUIRE(p != nullptr);
+      CHECK(pool.get_attribute(npurt::mem_pool_attr::used_mem_current) == 4096);
+      std::error_code ec;
+      pool.free_async(p, s, ec);
+      CHECK_FALSE(ec);
+    } else {
+      CHECK(got == npurt::errc::operation_aborted);
+      CHECK(p == nullptr);
+      CHECK(pool.get_attribute(npurt::mem_pool_attr::used_mem_current) == 0);
+      CHECK_THAT(sys.recent_error_message(), Catch::Matchers::ContainsSubstring("before the allocation reached"));
+    }
+  }
+}
+
 TEST_CASE("malloc_async of 0 bytes is zero_size and free_async of null is null_pointer, in every form",
           "[core][pool][error]") {
   // docs/memory.md: as device::malloc and aclrtMalloc (and cuMemAlloc, whose reference refuses

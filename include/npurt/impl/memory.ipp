@@ -113,6 +113,7 @@ NPURT_DECL void mem_pool::reconfigure(const mem_pool_options& opts) {
   auto fresh = make_allocator(opts);
   unregister_blocks();
   alloc_ = std::move(fresh);  // the old allocator gives every segment back to the device
+  ++generation_;
 }
 
 NPURT_DECL mem_pool::~mem_pool() {
