@@ -284,12 +284,18 @@ class session {
     recovery_ = r;
   }
   [[nodiscard]] const recovery_strategy& get_recovery_strategy() const noexcept { return recovery_; }
-  /// run() under the recovery strategy: device errors retried after a backoff, out of memory
-  /// after trigger_gc(), timeouts with the strategy's short op-execute watchdog, each at most
-  /// max_retries times. A graph run holds no state between runs, so a retry reruns it whole.
-  /// restart resets the device, which frees the session's memory: the session cannot go on,
-  /// so restart, failover, degrade and abort rethrow the error (a training loop with
-  /// checkpoints resumes instead: npurt/models/dp_training.hpp).
+  /// run() under the recovery strategy. A failed attempt's error takes the action the strategy
+  /// gives its class; a retrying one reruns the graph whole (a run holds no state between runs)
+  /// after backoff_for(attempt), gc_and_retry first calling trigger_gc() and retry_with_timeout
+  /// running the next attempt under retry_timeout as the op-execute watchdog (the one in force
+  /// before is put back after that attempt, whatever its outcome). At most max_retries retries
+  /// per call, whichever errors they follow. The error is rethrown at once when the device is
+  /// lost or the action does not retry: restart would reset the device and free the session's
+  /// compiled graphs, so restart, failover, degrade and abort (a caller error's action too) are
+  /// the caller's to carry out (a training loop with checkpoints resumes instead:
+  /// npurt/models/dp_training.hpp). A run allocates nothing (compile took it all), so memory
+  /// errors of compile are not covered (docs/faults.md). Every error met lands in
+  /// recovered_errors() or unrecovered_errors().
   run_result run_with_recovery(const compiled_graph& c, const std::vector<feed>& inputs);
   /// The errors the session's run_with_recovery calls recovered from, oldest first: those of
   /// runs that a retry then completed.
