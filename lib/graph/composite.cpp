@@ -965,16 +965,30 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     return;
   }
   if (t == "PRelu") {
-    // x where x > 0, slope * x elsewhere, slope broadcasting as in Mul.
+    // x where x > 0, slope * x elsewhere, slope broadcast to X.
     if (ins.size() != 2 || ins[1].empty())
       fail(errc::parse_error, node_name, y, "PRelu '" + node_name + "' needs the inputs X and slope");
+    // ONNX's PRelu broadcasts slope to X unidirectionally (onnx.ai, Broadcasting.md): aligned on
+    // the right, each of slope's dimensions is 1 or X's, and slope has no more dimensions than X.
+    // Checked before the chain, whose Mul would otherwise refuse a per-channel slope of the wrong
+    // size under the name of one of its own steps.
+    const value_info& xv = g.value(ins[0]);
+    const value_info& sv = g.value(ins[1]);
+    const shape& xs = xv.shape;
+    const shape& ss = sv.shape;
+    bool fits = !xv.known || !sv.known || ss.rank() <= xs.rank();
+    for (std::size_t i = 0; fits && xv.known && sv.known && i < ss.rank(); ++i) {
+      const auto sd = ss[ss.rank() - 1 - i], xd = xs[xs.rank() - 1 - i];
+      fits = sd == 1 || sd == xd;
+    }
+    if (!fits)
+      fail(errc::invalid_shape, node_name, ins[1],
+           "PRelu '" + node_name + "': slope '" + ins[1] + "' of shape " + shape_string(ss) +
+               " does not broadcast to X '" + ins[0] + "' of shape " + shape_string(xs) +
+               " (ONNX broadcasts slope to X only: aligned on the right, each of its dimensions must be 1 or "
+               "X's, and it has at most X's rank)");
     const std::string neg = step("Mul", "scaled", {step("Min", "negative", {ins[0], scalar("zero", 0)}), ins[1]});
     step("Add", "prelu", {step("Relu", "positive", {ins[0]}), neg}, y, attrs);
-    // Mul broadcasts both ways; ONNX's slope only broadcasts to X, never widening the output.
-    if (!(g.value(y).shape == g.value(ins[0]).shape))
-      fail(errc::invalid_shape, node_name, ins[1],
-           "PRelu '" + node_name + "': slope of shape " + shape_string(g.value(ins[1]).shape) +
-               " does not broadcast to X's " + shape_string(g.value(ins[0]).shape));
     return;
   }
   if (t == "GlobalMaxPool") {

@@ -93,7 +93,7 @@ TEST_CASE("a chain refused at add_op leaves the graph as it was", "[graph][compo
   const auto x = g.add_input("x", {1, 2, 3}, dtype::f32);
   const auto wide = g.add_constant("wide", tensor({4, 2, 3}, dtype::f32, std::vector<double>(24, 0.5)));
   const std::size_t nodes = g.nodes().size();
-  // The slope widens the output past X: refused after some of the chain's steps were added.
+  // The slope widens the output past X: refused, naming the slope.
   try {
     (void)g.add_op("PRelu", {x, wide}, {}, "prelu");
     FAIL("PRelu with a slope wider than X was accepted");
@@ -135,12 +135,59 @@ TEST_CASE("a chain refused at add_op leaves the graph as it was", "[graph][compo
   } catch (const graph_error& e) { CHECK(e.code() == errc::invalid_argument); }
   CHECK_FALSE(g.find("lse"));
   CHECK_FALSE(g.find("lse/max_kept"));
+  // Refused at the chain's second step (the ReduceSum after the squares): the first goes too.
+  const std::size_t before_l2 = g.nodes().size();
+  try {
+    (void)g.add_op("ReduceL2", {x}, {{"axes", ints{5}}}, "l2");
+    FAIL("an axis past the rank was accepted");
+  } catch (const graph_error& e) { CHECK(e.code() == errc::invalid_argument); }
+  CHECK(g.nodes().size() == before_l2);
+  CHECK_FALSE(g.find("l2/square"));
   // A chain has one output.
   try {
     g.add_node("Tan", "tan", {x}, {"a", "b"});
     FAIL("Tan with two outputs was accepted");
   } catch (const graph_error& e) { CHECK(e.code() == errc::invalid_argument); }
   CHECK_FALSE(g.find("a"));
+}
+
+TEST_CASE("PRelu's slope that does not broadcast to X is refused naming the node, slope and both shapes",
+          "[graph][composite][errors]") {
+  // ONNX broadcasts PRelu's slope to X only (unidirectional): per channel of an NCHW X the slope
+  // is [C,1,1]; one of another channel count, or one of the right size on the wrong axis, is not.
+  graph g("prelu_slope");
+  const auto x = g.add_input("x", {1, 3, 4, 4}, dtype::f32);
+  struct bad {
+    shape slope;
+    std::string text;
+  };
+  for (const auto& [sh, text] : {bad{{5, 1, 1}, "[5,1,1]"}, bad{{3}, "[3]"}, bad{{2, 1, 3, 4, 4}, "[2,1,3,4,4]"}}) {
+    INFO(text);
+    const auto slope = g.add_constant(
+        "slope" + text, tensor(sh, dtype::f32, std::vector<double>(static_cast<std::size_t>(sh.elements()), 0.5)));
+    const std::size_t nodes = g.nodes().size();
+    try {
+      (void)g.add_op("PRelu", {x, slope}, {}, "act");
+      FAIL("PRelu with slope " << text << " was accepted");
+    } catch (const graph_error& e) {
+      CHECK(e.code() == errc::invalid_shape);
+      CHECK(e.op() == "act");
+      CHECK(e.tensor() == slope);
+      const std::string what = e.what();
+      CHECK(what.find("PRelu 'act'") != std::string::npos);
+      CHECK(what.find("slope '" + slope + "' of shape " + text) != std::string::npos);
+      CHECK(what.find("X 'x' of shape [1,3,4,4]") != std::string::npos);
+      CHECK(what.find("act/") == std::string::npos);  // no step of the chain
+    }
+    CHECK(g.nodes().size() == nodes);
+  }
+  // The shapes ONNX accepts: per channel, a scalar, one per element, one per column.
+  for (const shape& sh : {shape{3, 1, 1}, shape{}, shape{1, 3, 4, 4}, shape{4}}) {
+    const auto name = "ok" + shape_string(sh);
+    const auto slope =
+        g.add_constant(name, tensor(sh, dtype::f32, std::vector<double>(static_cast<std::size_t>(sh.elements()), 0.5)));
+    CHECK(g.value(g.add_op("PRelu", {x, slope}, {}, "act" + name)).shape == shape{1, 3, 4, 4});
+  }
 }
 
 TEST_CASE("Sinh, Cosh, Asinh and Acosh stay finite wherever their result is", "[graph][composite]") {
