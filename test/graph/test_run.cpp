@@ -305,6 +305,59 @@ TEST_CASE("async_run completes through a coroutine with the same result as run, 
   }
 }
 
+TEST_CASE("async_run awaited with use_awaitable leaves a bad feed's message in recent_error_message",
+          "[graph][run][errors]") {
+  // use_awaitable throws the code alone; the words the blocking run throws (naming the feed)
+  // must still be readable, as runtime.md says of every awaited failure.
+  auto sys = test::make_system();
+  session s{sys};
+  graph g("g");
+  g.set_output(g.add_op("Relu", {g.add_input("x", {2, 3}, dtype::f32)}, {}, "y"));
+  auto c = s.compile(g);
+  const tensor wrong_shape({3, 2}, dtype::f32, std::vector<double>(6, 1.0));
+  const tensor wrong_dtype({2, 3}, dtype::i32, std::vector<double>(6, 1.0));
+  const tensor good({2, 3}, dtype::f32, std::vector<double>(6, 1.0));
+  struct bad {
+    const char* what;
+    std::vector<feed> in;
+    const char* names;  // what the message must name
+  };
+  const bad cases[] = {{"wrong shape", {{"x", wrong_shape}}, "'x'"},
+                       {"wrong dtype", {{"x", wrong_dtype}}, "'x'"},
+                       {"unknown name", {{"x", good}, {"z", good}}, "'z'"}};
+  for (const auto& b : cases) {
+    INFO(b.what);
+    std::string blocking;
+    std::error_code blocking_ec;
+    try {
+      (void)s.run(c, b.in);
+      FAIL("the blocking run accepted a feed with " << b.what);
+    } catch (const npurt::error& e) {
+      blocking = e.what();
+      blocking_ec = e.code();
+    }
+    CHECK(blocking.find(b.names) != std::string::npos);
+    (void)sys.recent_error_message();  // whatever came before is not this call's
+    std::error_code got;
+    bool completed = false;
+    boost::asio::co_spawn(
+        sys.get_executor(),
+        [&]() -> boost::asio::awaitable<void> {
+          const std::vector<feed> in = b.in;
+          try {
+            (void)co_await s.async_run(c, in, boost::asio::use_awaitable);
+          } catch (const boost::system::system_error& e) { got = e.code(); }
+          completed = true;
+        },
+        boost::asio::detached);
+    sys.run();
+    REQUIRE(completed);
+    CHECK(got == blocking_ec);
+    CHECK(sys.recent_error_message() == blocking);
+    CHECK(sys.recent_error_message().empty());  // read once, as aclGetRecentErrMsg
+  }
+}
+
 TEST_CASE("each memory suggestion, applied, saves what it estimated", "[graph][memory][optimizer]") {
   auto sys = test::make_system();
   mlp m;

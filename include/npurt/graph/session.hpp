@@ -121,7 +121,8 @@ struct run_result {
   picoseconds latency{0};
   std::vector<op_timing> ops;             ///< in execution order of starts
   /// async_run: empty, or what failed, as the blocking run's exception says it (the completion's
-  /// error_code alone cannot name the feed or operator).
+  /// error_code alone cannot name the feed or operator). A failed async_run also leaves these
+  /// words in system::recent_error_message(), for tokens that drop the result (use_awaitable).
   std::string error;
 };
 
@@ -379,6 +380,9 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
           failed.error = e.what();
         }
         if (ec) {
+          // use_awaitable and plain handlers that throw on the code drop the result, so its words
+          // are also the system's recent error message, as for any awaited failure (runtime.md).
+          if (rt_) rt_->note_recent_error(failed.error);
           auto post_error = [&](const auto& ex) {
             boost::asio::post(ex, [h = std::move(handler), ec, r = std::move(failed)]() mutable {
               std::move(h)(async_error_code(ec), std::move(r));
@@ -413,6 +417,7 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
                 ec = e.code();
                 r = run_result{};
                 r.error = e.what();
+                rt_->note_recent_error(r.error);
               }
               std::move(h)(async_error_code(ec), std::move(r));
             });
