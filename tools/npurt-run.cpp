@@ -19,6 +19,8 @@
 #include <npurt/onnx.hpp>
 #endif
 
+#include "run_inputs.hpp"
+
 #include <boost/json.hpp>
 
 #include <CLI/CLI.hpp>
@@ -34,7 +36,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -82,20 +83,6 @@ npurt::graph load_model(const options& o, const std::map<std::string, std::int64
                                "' is no built-in model (mlp, resnet50, transformer, bert-large), and this npurt was "
                                "built without ONNX import");
 #endif
-}
-
-/// Deterministic inputs: uniform in [-1, 1) for floating types, small integers otherwise, from
-/// the seed and the input's position (so adding an input does not change the others').
-npurt::tensor make_input(const npurt::value_info& v, bool timing_only, std::uint64_t seed, std::size_t index) {
-  if (timing_only) return npurt::tensor::timing_only(v.shape, v.type);
-  npurt::tensor t(v.shape, v.type);
-  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + index);
-  const bool floating = npurt::is_float(v.type);  // f64 too: a DOUBLE input is no small integer
-  for (std::int64_t i = 0; i < t.elements(); ++i) {
-    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // [0, 1)
-    t.set(i, floating ? 2 * u - 1 : static_cast<double>(static_cast<int>(u * 8)));
-  }
-  return t;
 }
 
 std::optional<npurt::precision> parse_precision(std::string_view s) {
@@ -164,7 +151,10 @@ int main(int argc, char** argv) try {
   app.add_option("--runs", o.runs, "Runs of the compiled graph (the first warms the pool)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of the generated inputs and of the MLP's weights")->capture_default_str();
+  app.add_option("--seed", o.seed,
+                 "Seed of the generated inputs (floats in [-1, 1), signed integers -4..3, unsigned 0..7, bools 0/1) "
+                 "and of the MLP's weights")
+      ->capture_default_str();
   app.add_option("--top", o.top, "How many operators to list")
       ->check(CLI::Range(std::size_t{0}, std::size_t{100000}))
       ->capture_default_str();
@@ -224,8 +214,10 @@ int main(int argc, char** argv) try {
   const npurt::compile_report& rep = c.report();
 
   std::vector<npurt::tensor> inputs;
-  for (std::size_t i = 0; i < g.inputs().size(); ++i)
-    inputs.push_back(make_input(g.value(g.inputs()[i]), rep.timing_only, o.seed, i));
+  for (std::size_t i = 0; i < g.inputs().size(); ++i) {
+    const auto& v = g.value(g.inputs()[i]);
+    inputs.push_back(npurt_run::make_input(v.shape, v.type, rep.timing_only, o.seed, i));
+  }
   std::vector<npurt::feed> feeds;
   for (std::size_t i = 0; i < inputs.size(); ++i) feeds.push_back({g.inputs()[i], inputs[i]});
 

@@ -2,6 +2,7 @@
 #include <npurt/memplan.hpp>
 #include <npurt/task.hpp>
 
+#include "../../tools/run_inputs.hpp"
 #include "helpers.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -9,8 +10,10 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <set>
 
 using namespace npurt;
 
@@ -356,6 +359,43 @@ TEST_CASE("async_run awaited with use_awaitable leaves a bad feed's message in r
     CHECK(sys.recent_error_message() == blocking);
     CHECK(sys.recent_error_message().empty());  // read once, as aclGetRecentErrMsg
   }
+}
+
+TEST_CASE("npurt-run's inputs are in range for their dtype: small signed, unsigned and boolean values",
+          "[graph][tool]") {
+  // What docs/graph.md promises: floats in [-1, 1), signed integers -4 .. 3, unsigned 0 .. 7,
+  // bools 0 or 1, each value of the set drawn (4096 draws of 8 values leave none out).
+  const shape sh{64, 64};
+  struct want {
+    dtype type;
+    double lo, hi;  // floats: [lo, hi); integers: every whole value in [lo, hi]
+  };
+  const want cases[] = {{dtype::f32, -1, 1}, {dtype::f64, -1, 1}, {dtype::i8, -4, 3},    {dtype::i16, -4, 3},
+                        {dtype::i32, -4, 3}, {dtype::i64, -4, 3}, {dtype::u8, 0, 7},     {dtype::u16, 0, 7},
+                        {dtype::u32, 0, 7},  {dtype::u64, 0, 7},  {dtype::boolean, 0, 1}};
+  for (const auto& w : cases) {
+    INFO(to_string(w.type));
+    const tensor t = npurt_run::make_input(sh, w.type, false, 1, 0);
+    REQUIRE(t.type() == w.type);
+    const auto v = t.to_vector();
+    REQUIRE(v.size() == 64u * 64u);
+    if (is_float(w.type)) {
+      CHECK(std::all_of(v.begin(), v.end(), [&](double x) { return x >= w.lo && x < w.hi; }));
+      CHECK(std::any_of(v.begin(), v.end(), [](double x) { return x < 0; }));
+      continue;
+    }
+    std::set<double> seen(v.begin(), v.end());
+    std::set<double> all;
+    for (double x = w.lo; x <= w.hi; ++x) all.insert(x);
+    CHECK(seen == all);
+  }
+  // Deterministic in the seed and the input's position, and different across both.
+  const auto a = npurt_run::make_input(sh, dtype::i8, false, 7, 2).to_vector();
+  CHECK(a == npurt_run::make_input(sh, dtype::i8, false, 7, 2).to_vector());
+  CHECK(a != npurt_run::make_input(sh, dtype::i8, false, 8, 2).to_vector());
+  CHECK(a != npurt_run::make_input(sh, dtype::i8, false, 7, 3).to_vector());
+  // Timing-only: no data at all.
+  CHECK_FALSE(npurt_run::make_input(sh, dtype::i8, true, 1, 0).has_storage());
 }
 
 TEST_CASE("each memory suggestion, applied, saves what it estimated", "[graph][memory][optimizer]") {

@@ -185,26 +185,27 @@ fs::path write_matmul_model() {
 }
 }  // namespace
 
-TEST_CASE("npurt-run feeds a DOUBLE input values in [-1, 1), as every floating input", "[graph][tool][onnx]") {
-  // y = Gather(table, Cast<int64>(x)) with a table of one row: only indices in [-1, 0] are in
-  // range, and a value in (-1, 1) truncates to 0 (ONNX's Cast toward zero). An input filled with
-  // the small integers 0 .. 7 of integer inputs would fail the run naming the index.
+namespace {
+/// y = Gather(table, Cast<int64>(x)), x of 64 elements of `elem_type`, a table of `rows` rows:
+/// the run fails, naming the index, unless every fed value is a valid index (in [-rows, rows)
+/// after ONNX's Cast, which truncates toward zero).
+fs::path write_gather_model(::onnx::TensorProto::DataType elem_type, int rows, const std::string& file) {
   ::onnx::ModelProto m;
   m.set_ir_version(8);
   m.add_opset_import()->set_version(17);
   auto* g = m.mutable_graph();
-  g->set_name("f64");
+  g->set_name("gather");
   const std::string x = "x", idx = "idx", table = "table", y = "y";
   auto* in = g->add_input();
   in->set_name(x);
   auto* tt = in->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(::onnx::TensorProto::DOUBLE);
+  tt->set_elem_type(elem_type);
   tt->mutable_shape()->add_dim()->set_dim_value(64);
   auto* t = g->add_initializer();
   t->set_name(table);
   t->set_data_type(::onnx::TensorProto::FLOAT);
-  t->add_dims(1);
-  t->add_float_data(2.5f);
+  t->add_dims(rows);
+  for (int r = 0; r < rows; ++r) t->add_float_data(2.5f + static_cast<float>(r));
   auto* cast = g->add_node();
   cast->set_op_type("Cast");
   cast->add_input(x);
@@ -219,13 +220,44 @@ TEST_CASE("npurt-run feeds a DOUBLE input values in [-1, 1), as every floating i
   gather->add_input(idx);
   gather->add_output(y);
   g->add_output()->set_name(y);
-  const auto path = scratch() / "f64.onnx";
+  const auto path = scratch() / file;
   std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+  return path;
+}
+}  // namespace
+
+TEST_CASE("npurt-run feeds a DOUBLE input values in [-1, 1), as every floating input", "[graph][tool][onnx]") {
+  // A table of one row: only indices in [-1, 0] are in range, and a value in (-1, 1) truncates
+  // to 0. An input filled with the small integers of integer inputs would fail the run.
+  const auto path = write_gather_model(::onnx::TensorProto::DOUBLE, 1, "f64.onnx");
   for (const char* seed : {"1", "2", "3"}) {
     const auto r = run(q(path.string()) + " --seed " + seed);
     INFO(r.err);
     CHECK(r.status == 0);
   }
+}
+
+TEST_CASE("npurt-run feeds signed integer inputs -4 .. 3 and unsigned ones 0 .. 7", "[graph][tool][onnx]") {
+  // docs/graph.md: signed values -4 .. 3 are valid indices of 4 rows (negatives count from the
+  // end) and unsigned 0 .. 7 of 8; 0 .. 7 fed to a signed input would overrun the 4 rows, and
+  // any value past 7 (or below 0) fed to an unsigned one the 8.
+  for (const auto type : {::onnx::TensorProto::INT8, ::onnx::TensorProto::INT32, ::onnx::TensorProto::INT64}) {
+    const auto path = write_gather_model(type, 4, "signed.onnx");
+    for (const char* seed : {"1", "2"}) {
+      const auto r = run(q(path.string()) + " --seed " + seed);
+      INFO(type << " " << r.err);
+      CHECK(r.status == 0);
+    }
+  }
+  for (const auto type : {::onnx::TensorProto::UINT8, ::onnx::TensorProto::UINT16}) {
+    const auto path = write_gather_model(type, 8, "unsigned.onnx");
+    const auto r = run(q(path.string()));
+    INFO(type << " " << r.err);
+    CHECK(r.status == 0);
+  }
+  // 3 rows: the signed values -4 and 3 are out of range, and the run says so.
+  const auto r = run(q(write_gather_model(::onnx::TensorProto::INT8, 3, "short.onnx").string()));
+  CHECK(r.status == 2);
 }
 
 TEST_CASE("npurt-run runs an ONNX model whose batch is sized by --dim", "[graph][tool][onnx]") {
