@@ -235,10 +235,23 @@ class stream {
   /// words the throwing form adds; `call` names the async_ function.
   template <class Token, class Make>
   auto async_enqueue(Token&& token, const char* call, Make make);
+  /// async_enqueue's refusal: the words its preparation left in the runtime's refusal_words go
+  /// to the handler (see detail::post_refusal). Out of line, so that the accepted path, which
+  /// every awaited launch takes, stays small enough to inline into the await.
+  template <class Handler>
+  [[gnu::noinline]] void refuse_enqueue(Handler&& handler, std::error_code ec, const char* call);
 
   detail::runtime_ref rt_;  // null once the system is gone: the handle then is a null handle
   std::uint32_t id_ = 0;
 };
+
+template <class Handler>
+void stream::refuse_enqueue(Handler&& handler, std::error_code ec, const char* call) {
+  std::string& why = rt_->refusal_words();
+  std::string words = refusal(call, ec, why);
+  why.clear();
+  detail::post_refusal(*rt_, std::forward<Handler>(handler), ec, device_or_none(), words, {});
+}
 
 template <class Token, class Make>
 auto stream::async_enqueue(Token&& token, const char* call, Make make) {
@@ -249,10 +262,10 @@ auto stream::async_enqueue(Token&& token, const char* call, Make make) {
           return;
         }
         std::error_code ec;
-        std::string why;  // on a refusal, the words the throwing form raises
+        std::string& why = rt_->refusal_words();  // on a refusal, the words the throwing form raises
         detail::task* t = mk(*this, ec, why);
-        if (!t) {
-          detail::post_refusal(*rt_, std::move(handler), ec, device_or_none(), refusal(call, ec, why), {});
+        if (!t) [[unlikely]] {
+          refuse_enqueue(std::move(handler), ec, call);
           return;
         }
         detail::cancellable_op* op = detail::make_op(*rt_, std::move(handler));

@@ -191,8 +191,13 @@ class runtime final : public backend_host, private loop_parts, public scheduler,
   }
   /// Communicator ids, unique per system (deterministic: they appear in error messages).
   [[nodiscard]] std::uint64_t new_communicator_id() noexcept { return next_communicator_id_++; }
+  /// Where an async enqueue's preparation writes the words of a refusal (stream::async_enqueue):
+  /// one string kept for the purpose, so that an accepted call (every call but a refused one)
+  /// builds and destroys none. Only the thread that runs the system prepares tasks.
+  [[nodiscard]] std::string& refusal_words() noexcept { return refusal_words_; }
 
  private:
+  std::string refusal_words_;
   /// Broadcasts observer calls to every attached observer.
   class fanout_observer final : public observer {
    public:

@@ -187,8 +187,8 @@ NPURT_DECL detail::stream_state* stream::fixed_stream(const kernels::fixed& f, s
   }
   if ((ec = rt_->backend().validate_fixed(s->device, block_dim))) {
     if (what && ec == errc::invalid_argument)
-      *what = "block_dim " + std::to_string(block_dim) + " is more than device " + std::to_string(s->device) +
-              "'s " + std::to_string(rt_->backend().properties(s->device).ai_core_count) +
+      *what = "block_dim " + std::to_string(block_dim) + " is more than device " + std::to_string(s->device) + "'s " +
+              std::to_string(rt_->backend().properties(s->device).ai_core_count) +
               " AI cores (a kernels::fixed launch runs on them)";
     return nullptr;
   }
