@@ -1589,13 +1589,14 @@ TEST_CASE("Pad imports in its opset 2 form (pads, mode and value as attributes)"
 
 namespace {
 
-// A graph input of an ONNX element type (1 float, 7 int64) and these dimensions.
+// A graph input of an ONNX element type (1 float, 7 int64) and these dimensions (none: a scalar).
 void add_typed_input(::onnx::GraphProto* g, const char* name, int elem_type, std::vector<std::int64_t> dims) {
   auto* in = g->add_input();
   in->set_name(name);
   auto* tt = in->mutable_type()->mutable_tensor_type();
   tt->set_elem_type(elem_type);
-  for (auto d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  auto* shape = tt->mutable_shape();
+  for (auto d : dims) shape->add_dim()->set_dim_value(d);
 }
 
 void set_ints(::onnx::NodeProto* n, const char* name, std::vector<std::int64_t> v) {
@@ -3336,10 +3337,7 @@ TEST_CASE("a Loop npurt cannot unroll is refused with a typed error saying why",
     auto m = cf_loop_model(4, 13);
     auto* g = m.mutable_graph();
     g->mutable_initializer()->RemoveLast();
-    auto* in = g->add_input();
-    in->set_name("M");
-    in->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::INT64);
-    in->mutable_type()->mutable_tensor_type()->mutable_shape();
+    add_typed_input(g, "M", ::onnx::TensorProto::INT64, {});
     const auto e = error_loading(m);
     CHECK(e.code == errc::not_supported);
     CHECK(e.op == "loop");
@@ -4555,10 +4553,7 @@ TEST_CASE("a sequence or optional npurt cannot resolve at import is refused with
     auto m = sq_position_model("SequenceAt", 0);
     auto* g = m.mutable_graph();
     g->mutable_initializer()->RemoveLast();
-    auto* in = g->add_input();
-    in->set_name("pos");
-    in->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::INT64);
-    in->mutable_type()->mutable_tensor_type()->mutable_shape();
+    add_typed_input(g, "pos", ::onnx::TensorProto::INT64, {});
     const auto e = error_loading(m);
     CHECK(e.code == errc::not_supported);
     CHECK(e.op == "at");
