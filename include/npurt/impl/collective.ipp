@@ -263,7 +263,8 @@ NPURT_DECL std::error_code communicator::check(const collective_call& c, device_
     default: break;
   }
   std::size_t send_bytes = 0, recv_bytes = 0;
-  const std::string rank_text = "rank " + std::to_string(rank) + "'s ";
+  // The words are built only for a refusal: every accepted call passes through here.
+  const auto rank_text = [rank] { return "rank " + std::to_string(rank) + "'s "; };
   if (!ok || !mul(send_elems, es, send_bytes) || !mul(recv_elems, es, recv_bytes))
     return explain(make_error_code(errc::size_overflow), "count " + std::to_string(c.count) + " of " +
                                                              std::string(to_string(c.type)) + " on " +
@@ -274,30 +275,33 @@ NPURT_DECL std::error_code communicator::check(const collective_call& c, device_
   const std::size_t hbm = rt_->backend().properties(dev).memory_bytes;
   if (hbm != 0 && (send_bytes > hbm || recv_bytes > hbm))
     return explain(make_error_code(errc::size_overflow),
-                   rank_text + (send_bytes > hbm ? "send" : "recv") + " buffer would need " +
+                   rank_text() + (send_bytes > hbm ? "send" : "recv") + " buffer would need " +
                        std::to_string(std::max(send_bytes, recv_bytes)) + " bytes, more than device " +
                        std::to_string(dev) + "'s memory (" + std::to_string(hbm) + " bytes)");
   const bool timing_only = !rt_->backend().functional();
   auto buffer = [&](const char* which, const void* ptr, std::size_t bytes) -> std::error_code {
     if (bytes == 0) return {};
-    std::ostringstream os;
-    os << rank_text << which << " buffer ";
+    const auto named = [&] {
+      std::ostringstream os;
+      os << rank_text() << which << " buffer ";
+      if (ptr) os << ptr;
+      return os.str();
+    };
     if (!ptr)
       return timing_only ? std::error_code{}
                          : explain(make_error_code(errc::null_pointer),
-                                   os.str() + "is null (only a timing-only system takes null buffers)");
-    os << ptr;
+                                   named() + "is null (only a timing-only system takes null buffers)");
     const detail::allocation* a = rt_->memory().find_allocation(ptr);
     if (!a) return make_error_code(errc::invalid_pointer);
-    if (a->device != dev) {
-      os << " is memory of device " << a->device << ", not of device " << dev << ", the calling rank's";
-      return explain(make_error_code(errc::stream_device_mismatch), os.str());
-    }
+    if (a->device != dev)
+      return explain(make_error_code(errc::stream_device_mismatch), named() + " is memory of device " +
+                                                                        std::to_string(a->device) + ", not of device " +
+                                                                        std::to_string(dev) + ", the calling rank's");
     const std::size_t room = a->bytes - (reinterpret_cast<std::uint64_t>(ptr) - a->address);
-    if (bytes > room) {
-      os << " has " << room << " bytes to the end of its allocation; the call needs " << bytes;
-      return explain(make_error_code(errc::size_overflow), os.str());
-    }
+    if (bytes > room)
+      return explain(make_error_code(errc::size_overflow), named() + " has " + std::to_string(room) +
+                                                               " bytes to the end of its allocation; the call needs " +
+                                                               std::to_string(bytes));
     return {};
   };
   if (auto e = buffer("send", c.send, send_bytes)) return e;
