@@ -376,14 +376,13 @@ inline std::map<stream_key, std::vector<std::size_t>> tasks_by_stream(const trac
 
 inline void summarize_streams(const trace_data& data, const std::vector<std::size_t>& order,
                               const std::map<stream_key, std::vector<std::size_t>>& by_stream, std::int64_t span,
-                              profile_summary& s) {
+                              const dispatch_fronts& fronts, profile_summary& s) {
   const auto& tasks = data.tasks;
   std::map<stream_key, std::uint8_t> priorities;
   for (const auto& st : data.streams) priorities.try_emplace({st.device, st.stream}, st.priority);
   for (auto i : order) priorities.try_emplace({tasks[i].device, tasks[i].stream}, tasks[i].priority);
   const auto contexts = stream_contexts(data);
   const auto peers = peer_waits_of(data);
-  const auto fronts = dispatch_fronts_of(data);
   const stream_context none;
   for (const auto& [key, idx] : by_stream) {
     profile_summary::stream_stats st;
@@ -426,11 +425,10 @@ inline void summarize_kernels(const trace_data& data, std::size_t top_kernels, p
 }
 
 /// Each task's predecessor through an event it waited on: the record task that ended last.
-inline std::unordered_map<std::uint64_t, std::size_t> event_predecessors(const trace_data& data,
-                                                                         const std::vector<std::size_t>& order) {
+/// `by_id`: each task id's first record in the summary's order.
+inline std::unordered_map<std::uint64_t, std::size_t> event_predecessors(
+    const trace_data& data, const std::unordered_map<std::uint64_t, std::size_t>& by_id) {
   const auto& tasks = data.tasks;
-  std::unordered_map<std::uint64_t, std::size_t> by_id;
-  for (auto i : order) by_id.try_emplace(tasks[i].id, i);
   std::unordered_map<std::uint64_t, std::size_t> event_prev;  // wait task id -> record task
   std::vector<const event_wait_info*> waits;
   for (const auto& w : data.waits) waits.push_back(&w);
@@ -448,12 +446,15 @@ inline std::unordered_map<std::uint64_t, std::size_t> event_predecessors(const t
 }
 
 inline void critical_path(const trace_data& data, const std::vector<std::size_t>& order,
-                          const std::map<stream_key, std::vector<std::size_t>>& by_stream, profile_summary& s) {
+                          const std::map<stream_key, std::vector<std::size_t>>& by_stream,
+                          const dispatch_fronts& fronts, profile_summary& s) {
   const auto& tasks = data.tasks;
   std::unordered_map<std::uint64_t, std::size_t> stream_prev;  // task id -> previous on its stream
   for (const auto& [key, idx] : by_stream)
     for (std::size_t k = 1; k < idx.size(); ++k) stream_prev[tasks[idx[k]].id] = idx[k - 1];
-  const auto event_prev = event_predecessors(data, order);
+  std::unordered_map<std::uint64_t, std::size_t> by_id;  // task id -> its first record
+  for (auto i : order) by_id.try_emplace(tasks[i].id, i);
+  const auto event_prev = event_predecessors(data, by_id);
   std::size_t cur = order.front();
   for (auto i : order)
     if (std::tie(tasks[i].end, tasks[i].id) > std::tie(tasks[cur].end, tasks[cur].id)) cur = i;
@@ -478,9 +479,6 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
   // device predecessor), so the O(n log n) sort is paid only on the first step that does.
   std::vector<std::size_t> by_end;
   bool by_end_built = false;
-  const dispatch_fronts fronts = dispatch_fronts_of(data);
-  std::unordered_map<std::uint64_t, std::size_t> by_id;
-  for (auto i : order) by_id.try_emplace(tasks[i].id, i);
   std::vector<profile_summary::path_task> rev;
   // A trace with repeated ids or a dependency cycle must not make the path revisit a task.
   std::vector<bool> visited(tasks.size(), false);
@@ -584,9 +582,12 @@ NPURT_DECL profile_summary summarize(const trace_data& data, std::size_t top_ker
   const auto order = detail::task_order(data.tasks);
   detail::summarize_devices(data, order, span, s);
   const auto by_stream = detail::tasks_by_stream(data, order);
-  detail::summarize_streams(data, order, by_stream, span, s);
+  // Which tasks were dispatched behind which in their device's queue: the stream gaps and the
+  // critical path both read it.
+  const auto fronts = detail::dispatch_fronts_of(data);
+  detail::summarize_streams(data, order, by_stream, span, fronts, s);
   detail::summarize_kernels(data, top_kernels, s);
-  if (!data.tasks.empty()) detail::critical_path(data, order, by_stream, s);
+  if (!data.tasks.empty()) detail::critical_path(data, order, by_stream, fronts, s);
   return s;
 }
 
