@@ -107,8 +107,10 @@ constexpr std::string_view to_string(device_status s) noexcept {
 }
 
 /// Which timer of the documented hierarchy fired (docs/faults.md): the per-task watchdogs
-/// (op execute, collective exec), the event wait of a stream, and the host's sync waits.
-enum class timeout_kind : std::uint8_t { op_execute, collective_exec, event_wait, sync };
+/// (op execute, collective exec), the event wait of a stream, the host's sync waits, and a
+/// communicator's connect timeout, which bounds its first rendezvous when it is the earlier
+/// (HCCL_CONNECT_TIMEOUT; HCCL sets links up at the first operation).
+enum class timeout_kind : std::uint8_t { op_execute, collective_exec, event_wait, sync, collective_connect };
 
 constexpr std::string_view to_string(timeout_kind k) noexcept {
   switch (k) {
@@ -116,6 +118,7 @@ constexpr std::string_view to_string(timeout_kind k) noexcept {
     case timeout_kind::collective_exec: return "collective_exec";
     case timeout_kind::event_wait: return "event_wait";
     case timeout_kind::sync: return "sync";
+    case timeout_kind::collective_connect: return "collective_connect";
   }
   return "?";
 }

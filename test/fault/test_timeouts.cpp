@@ -212,6 +212,13 @@ TEST_CASE("every timeout error names its timer and its limit, on every path that
     comm.barrier(s);  // rank 1 never comes
     expect(catch_timeout([&] { s.synchronize(); }), errc::task_timeout, timeout_kind::collective_exec, ms(3));
   }
+  SECTION("collective connect: the first operation's rendezvous, when the connect timeout is the earlier") {
+    npurt::system sys{npurt::sim::presets::ascend910(2)};
+    auto comm = npurt::communicator::init_all(sys, {.exec_timeout = ms(10), .connect_timeout = ms(3)});
+    auto s = sys.device(0).make_stream();
+    comm.barrier(s);  // rank 1 never comes
+    expect(catch_timeout([&] { s.synchronize(); }), errc::task_timeout, timeout_kind::collective_connect, ms(3));
+  }
   SECTION("the message of a task's timeout says which timer and how long") {
     npurt::system sys{npurt::sim::presets::ascend910(1)};
     sys.set_event_wait_timeout(ms(7));

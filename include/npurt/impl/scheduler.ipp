@@ -442,8 +442,11 @@ NPURT_DECL void scheduler::task_completed(task_info& ti, std::error_code ec) {
     if (t.kind == task_kind::collective && t.collective && t.collective->comm) {
       const auto& c = *t.collective->comm;
       std::optional<picoseconds> span = c.exec_timeout;
-      if (!c.connected && c.connect_timeout && (!span || *c.connect_timeout <= *span)) span = c.connect_timeout;
       t.timer = timeout_kind::collective_exec;
+      if (!c.connected && c.connect_timeout && (!span || *c.connect_timeout <= *span)) {
+        span = c.connect_timeout;
+        t.timer = timeout_kind::collective_connect;
+      }
       if (span) t.timeout_limit = span->count();
     }
   }
