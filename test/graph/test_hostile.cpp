@@ -441,6 +441,34 @@ TEST_CASE("a failed async_run says what failed, as the blocking run's exception 
   CHECK(message.empty());
 }
 
+TEST_CASE("an async_run outlives the caller's compiled_graph handle whether it fails or not", "[graph][errors][run]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  graph g = s.make_graph("div");
+  g.set_output(g.add_op("Div", {g.add_input("a", {4}, dtype::i32), g.add_input("b", {4}, dtype::i32)}, {}, "q"));
+  tensor a({4}, dtype::i32, std::vector<double>{7, 8, 9, -9}), ok({4}, dtype::i32, std::vector<double>{2, 4, 3, 2}),
+      zero({4}, dtype::i32, std::vector<double>{2, 0, 3, 2});
+  std::vector<std::error_code> codes;
+  std::vector<std::string> errors;
+  std::vector<double> quotients;
+  for (const tensor* b : {&ok, &zero}) {
+    compiled_graph c = s.compile(g);
+    s.async_run(c, {{"a", a}, {"b", *b}}, [&](async_error_code ec, run_result r) {
+      codes.push_back(ec);
+      errors.push_back(r.error);
+      if (!ec) quotients = r.outputs.at("q").to_vector();
+    });
+    // The caller's handle goes while the run is queued: the failed run still names its node.
+    c = compiled_graph{};
+  }
+  sys.run();
+  REQUIRE(codes.size() == 2);
+  CHECK_FALSE(codes[0]);
+  CHECK(quotients == std::vector<double>{3, 2, 3, -4});  // truncated toward zero: -9 / 2 = -4
+  CHECK(codes[1] == errc::invalid_argument);
+  CHECK(errors[1].find("node 'q' (Div)") != std::string::npos);
+}
+
 TEST_CASE("an async_run whose kernel fails on any stream fails with the node, and leaves no error behind",
           "[graph][errors][run]") {
   // A Gather with indices fed at run time, on the stream that ends the run (sequential) or on a

@@ -232,8 +232,11 @@ class session {
   /// Runs a stream of batches; under schedule::pipeline consecutive batches overlap.
   batches_result run_batches(const compiled_graph& c, const std::vector<std::vector<feed>>& batches);
   /// As run, completing through `token` with void(async_error_code, run_result). Host feeds are
-  /// read when the call is made (copied: they may go at once); a device tensor fed is read when
-  /// the run's copy in runs, so it must live until the run completes.
+  /// read when the operation starts, at the call (for a deferred token such as
+  /// boost::asio::deferred, when it is launched: the feeds' tensors must live until then), and
+  /// copied, so they may go at once; a device tensor fed is read when the run's copy in runs, so
+  /// it must live until the run completes. The run holds its compiled graph: `c` may be dropped
+  /// or reassigned once the call returns.
   template <class Token>
   auto async_run(const compiled_graph& c, const std::vector<feed>& inputs, Token&& token);
 
@@ -369,12 +372,14 @@ class session {
 template <class Token>
 auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code, run_result)>(
-      [this](auto handler, const compiled_graph* cg, std::vector<feed> in) {
+      // The compiled graph is taken by value (a shared handle): the caller may drop or reassign
+      // its own once the call returns, and a failed run still names the node from it.
+      [this](auto handler, compiled_graph cg, std::vector<feed> in) {
         std::shared_ptr<pending_run> p;
         std::error_code ec;
         run_result failed;
         try {
-          p = start_run(*cg, in);
+          p = start_run(cg, in);
         } catch (const error& e) {
           ec = e.code();
           failed.error = e.what();
@@ -399,17 +404,17 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
         // must not be left for a later run to report. The wait peeks at the end stream's failure
         // (upto != 0) and leaves it unread, so take_run_failure reads every failure with the task
         // it came from and names the node, as the blocking run does.
-        const auto pos = run_positions(*cg);
+        const auto pos = run_positions(cg);
         detail::runtime& rt = *rt_;
-        detail::cancellable_op* user =
-            detail::make_op(rt, [this, h = std::move(handler), p, cg, pos](async_error_code wait_ec) mutable {
+        detail::cancellable_op* user = detail::make_op(
+            rt, [this, h = std::move(handler), p, cg = std::move(cg), pos](async_error_code wait_ec) mutable {
               run_result r;
               std::error_code ec;
               try {
                 // Not reached: the wait itself failed (a deadlock broken by failing it).
                 if (wait_ec && !rt_->position_reached(pos.back().first, pos.back().second))
                   throw_error(wait_ec, "npurt::session::async_run");
-                if (std::exception_ptr failed = take_run_failure(*cg, "npurt::session::async_run", &pos))
+                if (std::exception_ptr failed = take_run_failure(cg, "npurt::session::async_run", &pos))
                   std::rethrow_exception(failed);
                 r = finish_run(*p);
               } catch (const error& e) {
@@ -424,7 +429,7 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
         detail::op_base* op = detail::sticky_op::create(rt, user, pos.back().first, dev_->id(), pos.back().second);
         detail::start_multi_wait(rt, op, pos, std::nullopt, user);
       },
-      token, &c, inputs);
+      token, c, inputs);
 }
 
 /// Memory-saving opportunities of a graph, each with its estimated saving.
