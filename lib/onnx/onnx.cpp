@@ -276,6 +276,55 @@ std::string broadcast_axis_reshape(graph& g, const ::onnx::NodeProto& n, std::in
   return reshaped;
 }
 
+// Softmax, LogSoftmax and Hardmax before opset 13 coerce X to 2-D at `axis` (default 1):
+// [d0 ... d(axis-1), d(axis) ... d(r-1)] with each part's extents multiplied, normalise each row
+// over all of its elements, and give the result X's shape (onnx.ai's Softmax-1 and Softmax-11;
+// opset 13 normalises along the one axis instead). The two agree when the axis is the last, and
+// the node is then the graph's operator; otherwise it is a chain: Flatten at the axis, the
+// operator along axis 1, and a Reshape to X's shape that carries the node's name and output.
+void add_coerced_2d(graph& g, const ::onnx::NodeProto& n, const std::string& node_name,
+                    const std::vector<std::string>& ins, attributes attrs,
+                    const std::function<std::string(const std::string&)>& fresh) {
+  const std::string& op = n.op_type();
+  const value_info* x = ins.size() == 1 && n.output_size() == 1 ? g.find(ins[0]) : nullptr;
+  if (!x || !x->known || x->shape.rank() == 0) {
+    // The graph's operator refuses what is not one input and one output, or a scalar, by name.
+    g.add_node(op, node_name, ins, {n.output().begin(), n.output().end()}, std::move(attrs));
+    return;
+  }
+  const auto rank = static_cast<std::int64_t>(x->shape.rank());
+  std::int64_t axis = attrs.get_int("axis", 1);
+  if (axis < -rank || axis >= rank)
+    fail(errc::invalid_argument, node_name, ins[0],
+         "onnx: " + op + " '" + node_name + "': axis " + std::to_string(axis) + " is outside [" +
+             std::to_string(-rank) + ", " + std::to_string(rank - 1) + "] for '" + ins[0] + "' of shape " +
+             shape_string(x->shape));
+  if (axis < 0) axis += rank;
+  if (axis == rank - 1) {
+    attrs.set("axis", axis);
+    g.add_node(op, node_name, ins, {n.output(0)}, std::move(attrs));
+    return;
+  }
+  tensor dims(shape{rank}, dtype::i64);
+  for (std::int64_t i = 0; i < rank; ++i) {
+    const std::int64_t d = x->shape[static_cast<std::size_t>(i)];
+    std::memcpy(static_cast<char*>(dims.data()) + i * static_cast<std::int64_t>(sizeof d), &d, sizeof d);
+  }
+  const std::size_t first = g.nodes().size();
+  const std::string flat = fresh(node_name + "/flatten");
+  g.add_node("Flatten", flat, {ins[0]}, {flat}, {{"axis", axis}});
+  const std::string rows = fresh(node_name + "/" + op);
+  attrs.set("axis", std::int64_t{1});
+  const std::vector<std::string> step_in{flat}, step_out{rows};
+  if (detail::added_as_chain(g, op, step_in, step_out, attrs))
+    detail::add_composite(g, op, rows, step_in, step_out, attrs, fresh);
+  else g.add_node(op, rows, step_in, step_out, std::move(attrs));
+  const std::string shape_name = fresh(node_name + "/shape");
+  g.add_constant(shape_name, std::move(dims));
+  g.add_node("Reshape", node_name, {rows, shape_name}, {n.output(0)});
+  g.set_origin(first, op, node_name);
+}
+
 // A graph input of the model: a tensor of a dtype npurt computes in, with fixed dimensions or
 // symbolic ones that opts.dims sizes; a constant of the graph when opts.constant_inputs binds it.
 void add_input(graph& g, const ::onnx::ValueInfoProto& in, const load_options& opts) {
@@ -547,13 +596,11 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
     const bool training_op = n.op_type() == "Adagrad" || n.op_type() == "Adam" || n.op_type() == "Momentum";
     bool graph_op =
         training_op ? n.domain() == "ai.onnx.preview.training" : onnx_domain && is_supported_op(n.op_type());
-    // Softmax, LogSoftmax and Hardmax before opset 13 flatten to 2-D around the axis: a different
-    // operator.
-    if (graph_op && (n.op_type() == "Softmax" || n.op_type() == "LogSoftmax" || n.op_type() == "Hardmax") &&
-        opset < 13) {
-      graph_op = false;
-      label += " (opset " + std::to_string(opset) + ")";
-    }
+    // Softmax, LogSoftmax and Hardmax before opset 13 flatten to 2-D around the axis (see
+    // add_coerced_2d).
+    const bool coerced_2d = graph_op && onnx_domain &&
+                            (n.op_type() == "Softmax" || n.op_type() == "LogSoftmax" || n.op_type() == "Hardmax") &&
+                            opset < 13;
     // Slice before opset 10 takes starts, ends and axes as attributes: the graph and the folder
     // take inputs.
     const bool old_slice = onnx_domain && n.op_type() == "Slice" && opset < 10;
@@ -665,6 +712,10 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
                "onnx: " + n.op_type() + " '" + node_name + "': opset " + std::to_string(opset) +
                    "'s broadcast along axis needs the shapes of A and B");
         ins[1] = b;
+      }
+      if (coerced_2d) {
+        add_coerced_2d(g, n, node_name, ins, std::move(attrs), fresh);
+        return;
       }
       // DFT's axis: an attribute defaulting to 1 in opset 17, an input defaulting to -2 from 20.
       if (n.op_type() == "DFT" && opset >= 20 && !attrs.has("axis") && (n.input_size() < 3 || n.input(2).empty()))

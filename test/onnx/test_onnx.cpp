@@ -1542,6 +1542,64 @@ TEST_CASE("Shape of a tensor computed at run time folds; a Gather of its data ru
   CHECK(e.what.find("unsupported operators: StringNormalizer, Unique") != std::string::npos);
 }
 
+TEST_CASE("Softmax and its kin before opset 13 normalise X coerced to 2-D at the axis", "[onnx]") {
+  // x[b, i, j] = log(k) with k = 1 + 12·b + 4·i + j: coerced at axis 1 each row is b's 12 values, so
+  // Softmax-11 gives k / Σk, the row's sum 78 (b = 0, k = 1..12) and 222 (b = 1, k = 13..24);
+  // LogSoftmax its log; Hardmax 1 at the row's last element. Opset 13 would normalise along axis 1
+  // alone (over i).
+  std::vector<double> xs(24), soft(24), logsoft(24), hard(24, 0.0);
+  for (int k = 1; k <= 24; ++k) {
+    const double row_sum = k <= 12 ? 78.0 : 222.0;
+    xs[static_cast<std::size_t>(k - 1)] = std::log(static_cast<double>(k));
+    soft[static_cast<std::size_t>(k - 1)] = k / row_sum;
+    logsoft[static_cast<std::size_t>(k - 1)] = std::log(k / row_sum);
+  }
+  hard[11] = hard[23] = 1.0;
+  for (const std::int64_t opset : {1, 11}) {
+    for (const std::optional<std::int64_t> axis : {std::optional<std::int64_t>{}, std::optional<std::int64_t>{-2}}) {
+      CAPTURE(opset, axis.value_or(99));
+      ::onnx::ModelProto m = model_of_x({2, 3, 4});
+      m.mutable_opset_import(0)->set_version(opset);
+      auto* g = m.mutable_graph();
+      for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) {
+        auto* n = add_output_node(g, op, {"x"}, op);
+        n->set_name(std::string("the_") + op);
+        if (axis) set_int(n, "axis", *axis);
+      }
+      graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "coerced");
+      CHECK(gr.value("Softmax").shape == shape{2, 3, 4});
+      // The chain's last step carries the node's name, its steps name the operator.
+      const chain_origin* o = gr.origin("the_Softmax");
+      REQUIRE(o != nullptr);
+      CHECK(o->type == "Softmax");
+      npurt::system sys{sim::presets::ascend910(1)};
+      session s{sys};
+      const auto c = s.compile(gr);
+      tensor x({2, 3, 4}, dtype::f32, xs);
+      const run_result r = s.run(c, {{"x", x}});
+      close(r.outputs.at("Softmax").to_vector(), soft);
+      close(r.outputs.at("LogSoftmax").to_vector(), logsoft);
+      CHECK(r.outputs.at("Hardmax").to_vector() == hard);
+    }
+  }
+  // The last axis coerces to the rows opset 13 normalises: the graph's operator itself, no chain.
+  ::onnx::ModelProto m = model_of_x({2, 3, 4});
+  m.mutable_opset_import(0)->set_version(11);
+  set_int(add_output_node(m.mutable_graph(), "Softmax", {"x"}, "y"), "axis", 2);
+  graph last = npurt::onnx::load_from_bytes(m.SerializeAsString(), "last");
+  REQUIRE(last.nodes().size() == 1);
+  CHECK(last.nodes()[0].type == "Softmax");
+  // An axis outside [-r, r - 1] is refused naming the node and X.
+  ::onnx::ModelProto bad = model_of_x({2, 3, 4});
+  bad.mutable_opset_import(0)->set_version(11);
+  auto* n = add_output_node(bad.mutable_graph(), "Softmax", {"x"}, "y");
+  n->set_name("sm");
+  set_int(n, "axis", 3);
+  const auto e = error_loading(bad);
+  CHECK(e.code == errc::invalid_argument);
+  CHECK(e.what.find("'sm': axis 3 is outside [-3, 2]") != std::string::npos);
+}
+
 TEST_CASE("Slice before opset 10 (starts and ends as attributes) is not_supported with its opset", "[onnx][errors]") {
   auto m = relu_model({4});
   m.mutable_opset_import(0)->set_version(9);
