@@ -704,6 +704,14 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
         }
         attrs.set(a.name(), to_attribute(n, a));
       }
+      // PRelu before opset 7 has no broadcasting rule: its slope is one value or one per channel
+      // (axis 1, Caffe2's PRelu, which PyTorch's exports of nn.PReLU(C) targeted), where opset 7's
+      // unidirectional broadcast would align it with X's last axis.
+      if (opset < 7 && n.op_type() == "PRelu" && n.input_size() == 2)
+        if (const value_info *x = g.find(n.input(0)), *slope = g.find(n.input(1));
+            x && slope && x->known && slope->known && x->shape.rank() > 2 && slope->shape.rank() == 1 &&
+            slope->shape[0] != 1)
+          legacy_axis = 1;
       std::vector<std::string> ins(n.input().begin(), n.input().end());
       if (legacy_axis) {
         const std::string b = broadcast_axis_reshape(g, n, *legacy_axis, node_name, fresh);

@@ -1542,6 +1542,38 @@ TEST_CASE("Shape of a tensor computed at run time folds; a Gather of its data ru
   CHECK(e.what.find("unsupported operators: StringNormalizer, Unique") != std::string::npos);
 }
 
+TEST_CASE("PRelu before opset 7 applies a slope of one value per channel along axis 1", "[onnx]") {
+  // x[b, c, w] = -(1 + w): negative, so y = slope[c] · x. Opset 7's broadcast would align the
+  // slope with the last axis: wrong values when W equals C (the second shape), a refusal otherwise.
+  const std::vector<float> slope{0.5f, 0.25f, 2.0f};
+  for (const std::int64_t w : {2, 3}) {
+    CAPTURE(w);
+    ::onnx::ModelProto m = model_of_x({2, 3, w});
+    m.mutable_opset_import(0)->set_version(6);
+    add_f32(m.mutable_graph(), "slope", {3}, slope);
+    add_output_node(m.mutable_graph(), "PRelu", {"x", "slope"}, "y");
+    graph gr = npurt::onnx::load_from_bytes(m.SerializeAsString(), "prelu6");
+    std::vector<double> xs, want;
+    for (int b = 0; b < 2; ++b)
+      for (int c = 0; c < 3; ++c)
+        for (std::int64_t k = 0; k < w; ++k) {
+          xs.push_back(-(1.0 + static_cast<double>(k)));
+          want.push_back(slope[static_cast<std::size_t>(c)] * xs.back());
+        }
+    npurt::system sys{sim::presets::ascend910(1)};
+    session s{sys};
+    const auto c = s.compile(gr);
+    tensor x({2, 3, w}, dtype::f32, xs);
+    CHECK(s.run(c, {{"x", x}}).outputs.at("y").to_vector() == want);
+  }
+  // From opset 7 on the slope broadcasts as NumPy's does: [3] against [2, 3, 2] does not.
+  ::onnx::ModelProto m = model_of_x({2, 3, 2});
+  m.mutable_opset_import(0)->set_version(7);
+  add_f32(m.mutable_graph(), "slope", {3}, slope);
+  add_output_node(m.mutable_graph(), "PRelu", {"x", "slope"}, "y");
+  CHECK(error_loading(m).code == make_error_code(errc::invalid_shape));
+}
+
 TEST_CASE("Softmax and its kin before opset 13 normalise X coerced to 2-D at the axis", "[onnx]") {
   // x[b, i, j] = log(k) with k = 1 + 12·b + 4·i + j: coerced at axis 1 each row is b's 12 values, so
   // Softmax-11 gives k / Σk, the row's sum 78 (b = 0, k = 1..12) and 222 (b = 1, k = 13..24);
