@@ -684,6 +684,12 @@ bool added_as_chain(const graph& g, std::string_view type, std::span<const std::
           .needs_crop();
     } catch (const graph_error&) { return false; }
   }
+  if (type == "Conv") {
+    // 1-D is a chain around the 2-D kernel; other ranks are the node's own to accept or refuse.
+    const value_info* x = inputs.size() > 1 ? g.find(inputs[0]) : nullptr;
+    const value_info* w = inputs.size() > 1 ? g.find(inputs[1]) : nullptr;
+    return x && w && x->known && w->known && x->shape.rank() == 3;
+  }
   if (type == "Dropout") return outputs.size() > 1 && !outputs[1].empty();  // its mask
   // The kernel computes the tanh approximation; the exact form (the default) is a chain of Erf.
   if (type == "Gelu") return attrs.get_string("approximate", "none") != "tanh";
@@ -1147,6 +1153,56 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     const std::string diff =
         step("Sub", "diff", {log1p("log1p_x", ins[0]), log1p("log1p_neg", step("Neg", "neg", {ins[0]}))});
     step("Mul", "atanh", {diff, scalar("half", 0.5)}, y, attrs);
+    return;
+  }
+  if (t == "Conv") {
+    // Over one spatial axis (onnx.ai's Conv on X [N, C, L]): the 2-D kernel over [N, C, 1, L]
+    // with W [M, C/group, k] as [M, C/group, 1, k]; each per-axis attribute gains a leading axis
+    // of extent 1 (kernel, stride and dilation 1, no pads, so auto_pad pads only L) and the
+    // output [N, M, 1, L'] is read as [N, M, L'].
+    const std::string what = "Conv '" + node_name + "': ";
+    if (ins.size() < 2 || ins[1].empty()) fail(errc::parse_error, node_name, y, what + "needs the inputs X and W");
+    const value_info x = g.value(ins[0]), w = g.value(ins[1]);  // copies: the steps grow the table
+    if (w.shape.rank() != 3)
+      fail(errc::invalid_shape, node_name, ins[1],
+           what + "W '" + ins[1] + "' must be [M, C/group, k] for the 1-D input " + shape_string(x.shape) + ", got " +
+               shape_string(w.shape));
+    attributes inner;
+    ints pads;
+    for (const auto& [name, value] : attrs.items()) {
+      if (name != "kernel_shape" && name != "strides" && name != "dilations" && name != "pads") {
+        inner.set(name, value);
+        continue;
+      }
+      const ints v = attrs.get_ints(name);
+      const std::size_t want = name == "pads" ? 2 : 1;
+      if (v.size() != want)
+        fail(errc::invalid_argument, node_name, ins[0],
+             what + name + " has " + std::to_string(v.size()) + " values, the 1-D input '" + ins[0] + "' " +
+                 shape_string(x.shape) + " takes " + std::to_string(want));
+      if (name == "pads" && (v[0] < 0 || v[1] < 0))
+        fail(errc::invalid_argument, node_name, ins[0],
+             what + "pads " + std::to_string(v[0]) + " and " + std::to_string(v[1]) + " of '" + ins[0] +
+                 "': a pad is not negative");
+      if (name == "pads") pads = v;
+      else inner.set(name, ints{1, v[0]});
+    }
+    const auto reshape = [&](const std::string& tag, const std::string& from, std::vector<std::int64_t> to,
+                             const std::string& out = {}) {
+      return step("Reshape", tag, {from, add_ints(g, fresh(y + "/" + tag + "_shape"), to)}, out);
+    };
+    std::string x2 = reshape("x_2d", ins[0], {x.shape[0], x.shape[1], 1, x.shape[2]});
+    // The 2-D kernel pads each axis alike at both ends; unequal pads are a zero Pad of L first.
+    if (!pads.empty() && pads[0] != pads[1])
+      x2 = step(
+          "Pad", "pads",
+          {x2, add_ints(g, fresh(y + "/pads_value"), std::vector<std::int64_t>{0, 0, 0, pads[0], 0, 0, 0, pads[1]})});
+    else if (!pads.empty()) inner.set("pads", ints{0, pads[0], 0, pads[1]});
+    std::vector<std::string> conv_in{x2, reshape("w_2d", ins[1], {w.shape[0], w.shape[1], 1, w.shape[2]})};
+    conv_in.insert(conv_in.end(), ins.begin() + 2, ins.end());  // the bias [M], if any
+    const std::string z = step("Conv", "conv_2d", std::move(conv_in), {}, std::move(inner));
+    const shape zs = g.value(z).shape;
+    reshape("y_1d", z, {zs[0], zs[1], zs[3]}, y);
     return;
   }
   if (t == "ConvTranspose" && g.value(ins[0]).shape.rank() != 4) {

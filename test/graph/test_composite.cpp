@@ -563,3 +563,55 @@ TEST_CASE("a reduction with noop_with_empty_axes and no axes returns its input",
   CHECK(r.outputs.at("max_noop").to_vector() == xs);
   CHECK(r.outputs.at("sum_all").to_vector() == std::vector<double>{0.75});
 }
+
+TEST_CASE("Conv over one spatial axis runs as the 2-D kernel with a height of 1", "[graph][composite][conv]") {
+  // x: channel 0 = 1 2 3 4 5, channel 1 = 0 1 0 1 0; the taps of W are (1, -1) on channel 0 and
+  // (2, 3) on channel 1; the bias is 10. Each output below is Σ taps · x at the window's positions.
+  const std::vector<double> xs{1, 2, 3, 4, 5, 0, 1, 0, 1, 0};
+  const auto run = [&](const std::vector<std::int64_t>& w_shape, const attributes& attrs, bool bias) {
+    graph g("conv1d");
+    const auto x = g.add_input("x", {1, 2, 5}, dtype::f32);
+    std::vector<std::string> ins{x, g.add_constant("w", tensor(shape(w_shape), dtype::f32, {1, -1, 2, 3}))};
+    if (bias)
+      ins.push_back(g.add_constant(
+          "b", tensor({w_shape[0]}, dtype::f32, std::vector<double>(static_cast<std::size_t>(w_shape[0]), 10))));
+    g.set_output(g.add_op("Conv", ins, attrs, "y"));
+    // The chain's last step is the node, named as the output; its steps name the operator.
+    REQUIRE(g.origin("y") != nullptr);
+    CHECK(g.origin("y")->type == "Conv");
+    npurt::system sys = test::make_system();
+    session s{sys};
+    const auto c = s.compile(g);
+    tensor in({1, 2, 5}, dtype::f32, xs);
+    const run_result r = s.run(c, {{"x", in}});
+    return std::pair{r.outputs.at("y").shape(), r.outputs.at("y").to_vector()};
+  };
+  // Stride 1, no pads: y[l] = x0[l] − x0[l+1] + 2·x1[l] + 3·x1[l+1] + 10.
+  auto [s1, y1] = run({1, 2, 2}, {}, true);
+  CHECK(s1 == shape{1, 1, 4});
+  CHECK(y1 == std::vector<double>{12, 11, 12, 11});
+  // Stride 2, pads 1 and 1, dilation 2: the padded rows are 0 1 2 3 4 5 0 and 0 0 1 0 1 0 0, the
+  // taps 2 apart, the windows start at 0, 2 and 4.
+  auto [s2, y2] = run({1, 2, 2}, {{"strides", ints{2}}, {"pads", ints{1, 1}}, {"dilations", ints{2}}}, true);
+  CHECK(s2 == shape{1, 1, 3});
+  CHECK(y2 == std::vector<double>{11, 13, 16});
+  // Pads 1 and 0 (unequal: a Pad of L before the kernel): the rows 0 1 2 3 4 5 and 0 0 1 0 1 0.
+  auto [s4, y4] = run({1, 2, 2}, {{"pads", ints{1, 0}}}, true);
+  CHECK(s4 == shape{1, 1, 5});
+  CHECK(y4 == std::vector<double>{9, 12, 11, 12, 11});
+  // Two groups: channel 0 with (1, −1), channel 1 with (2, 3), each its own output, no bias.
+  auto [s3, y3] = run({2, 1, 2}, {{"group", std::int64_t{2}}, {"kernel_shape", ints{2}}}, false);
+  CHECK(s3 == shape{1, 2, 4});
+  CHECK(y3 == std::vector<double>{-1, -1, -1, -1, 3, 2, 3, 2});
+  // A per-axis attribute of another length than the one spatial axis is refused naming the node.
+  graph g("bad");
+  const auto x = g.add_input("x", {1, 2, 5}, dtype::f32);
+  const auto w = g.add_constant("w", tensor({1, 2, 2}, dtype::f32, {1, -1, 2, 3}));
+  test::expect_graph_error([&] { g.add_op("Conv", {x, w}, {{"strides", ints{1, 1}}}, "y"); }, errc::invalid_argument,
+                           "y", "x");
+  test::expect_graph_error([&] { g.add_op("Conv", {x, w}, {{"pads", ints{-1, 0}}}, "y"); }, errc::invalid_argument, "y",
+                           "x");
+  const auto w4 = g.add_constant("w4", tensor({1, 2, 1, 2}, dtype::f32, {1, -1, 2, 3}));
+  test::expect_graph_error([&] { g.add_op("Conv", {x, w4}, {}, "z"); }, errc::invalid_shape, "z", "w4");
+  CHECK(g.nodes().empty());  // a refused chain takes back its steps
+}
