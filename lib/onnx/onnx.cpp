@@ -276,6 +276,35 @@ std::string broadcast_axis_reshape(graph& g, const ::onnx::NodeProto& n, std::in
   return reshaped;
 }
 
+// Slice-1 (opsets 1 to 9) takes starts, ends and the optional axes as attributes, each element
+// meaning what the same element of Slice-10's inputs does (an index past the end is the end, a
+// negative one counts from it; axes default to the first ones): they become constant int64 inputs
+// of the graph's Slice. Any other attribute is left for the Slice to refuse by name.
+void slice_attributes_as_inputs(graph& g, const std::string& node_name, std::vector<std::string>& ins,
+                                attributes& attrs, const std::function<std::string(const std::string&)>& fresh) {
+  if (ins.size() != 1)
+    fail(
+        errc::parse_error, node_name, {},
+        "onnx: Slice '" + node_name + "' before opset 10 takes one input, data (starts, ends and axes are attributes)");
+  for (const char* key : {"starts", "ends", "axes"}) {
+    if (!attrs.has(key)) {
+      if (key[0] == 'a') break;
+      fail(errc::invalid_argument, node_name, ins[0],
+           "onnx: Slice '" + node_name + "' before opset 10 needs the attribute " + key);
+    }
+    const ints v = attrs.get_ints(key);
+    tensor t(shape{static_cast<std::int64_t>(v.size())}, dtype::i64);
+    if (!v.empty()) std::memcpy(t.data(), v.data(), v.size() * sizeof(std::int64_t));
+    const std::string name = fresh(node_name + "/" + key);
+    g.add_constant(name, std::move(t));
+    ins.push_back(name);
+  }
+  attributes rest;
+  for (const auto& [key, value] : attrs.items())
+    if (key != "starts" && key != "ends" && key != "axes") rest.set(key, value);
+  attrs = std::move(rest);
+}
+
 // Softmax, LogSoftmax and Hardmax before opset 13 coerce X to 2-D at `axis` (default 1):
 // [d0 ... d(axis-1), d(axis) ... d(r-1)] with each part's extents multiplied, normalise each row
 // over all of its elements, and give the result X's shape (onnx.ai's Softmax-1 and Softmax-11;
@@ -601,14 +630,10 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
     const bool coerced_2d = graph_op && onnx_domain &&
                             (n.op_type() == "Softmax" || n.op_type() == "LogSoftmax" || n.op_type() == "Hardmax") &&
                             opset < 13;
-    // Slice before opset 10 takes starts, ends and axes as attributes: the graph and the folder
-    // take inputs.
+    // Slice before opset 10 takes starts, ends and axes as attributes: the folder reads them so,
+    // the graph's Slice as inputs (see slice_attributes_as_inputs).
     const bool old_slice = onnx_domain && n.op_type() == "Slice" && opset < 10;
-    if (old_slice) {
-      graph_op = false;
-      label += " (opset " + std::to_string(opset) + ")";
-    }
-    const bool foldable = onnx_domain && !old_slice && folding::is_foldable(n.op_type());
+    const bool foldable = onnx_domain && folding::is_foldable(n.op_type());
     try {
       if (onnx_domain && sequences::handles(n, st.sequences)) {
         if (!sequences::import(n, node_name, scope, st.sequences)) set_pending(n, false);
@@ -713,6 +738,7 @@ graph build(const ::onnx::ModelProto& m, const std::string& name, const load_opt
             slope->shape[0] != 1)
           legacy_axis = 1;
       std::vector<std::string> ins(n.input().begin(), n.input().end());
+      if (old_slice) slice_attributes_as_inputs(g, node_name, ins, attrs, fresh);
       if (legacy_axis) {
         const std::string b = broadcast_axis_reshape(g, n, *legacy_axis, node_name, fresh);
         if (b.empty())

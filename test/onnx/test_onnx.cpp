@@ -1632,22 +1632,6 @@ TEST_CASE("Softmax and its kin before opset 13 normalise X coerced to 2-D at the
   CHECK(e.what.find("'sm': axis 3 is outside [-3, 2]") != std::string::npos);
 }
 
-TEST_CASE("Slice before opset 10 (starts and ends as attributes) is not_supported with its opset", "[onnx][errors]") {
-  auto m = relu_model({4});
-  m.mutable_opset_import(0)->set_version(9);
-  auto* n = m.mutable_graph()->mutable_node(0);
-  n->set_op_type("Slice");
-  for (const char* a : {"starts", "ends"}) {
-    auto* at = n->add_attribute();
-    at->set_name(a);
-    at->set_type(::onnx::AttributeProto::INTS);
-    at->add_ints(a[0] == 's' ? 1 : 3);
-  }
-  const auto e = error_loading(m);
-  CHECK(e.code == errc::not_supported);
-  CHECK(e.what.find("Slice (opset 9)") != std::string::npos);
-}
-
 TEST_CASE("Pad imports in its opset 2 form (pads, mode and value as attributes)", "[onnx][pad]") {
   auto m = relu_model({2, 3});
   m.mutable_opset_import(0)->set_version(2);
@@ -1706,6 +1690,56 @@ std::vector<float> float_values(std::size_t n, std::uint64_t seed, float scale) 
 }
 
 }  // namespace
+
+TEST_CASE("Slice before opset 10 takes starts and ends and axes as attributes", "[onnx][slice]") {
+  // Slice-1's attributes mean what Slice-10's inputs do: x[1:3] of a vector, and x[:, -2:] of a
+  // matrix through axes with INT64_MAX as "to the end".
+  const auto slice_model = [](std::initializer_list<std::int64_t> dims, std::vector<std::int64_t> starts,
+                              std::vector<std::int64_t> ends, std::optional<std::vector<std::int64_t>> axes) {
+    auto m = relu_model(dims);
+    m.mutable_opset_import(0)->set_version(9);
+    auto* n = m.mutable_graph()->mutable_node(0);
+    n->set_op_type("Slice");
+    n->set_name("cut");
+    set_ints(n, "starts", std::move(starts));
+    if (!ends.empty()) set_ints(n, "ends", std::move(ends));
+    if (axes) set_ints(n, "axes", std::move(*axes));
+    return m;
+  };
+  const auto run = [](const ::onnx::ModelProto& m, tensor x) {
+    graph g = npurt::onnx::load_from_bytes(m.SerializeAsString(), "slice1");
+    npurt::system sys{sim::presets::ascend910(1)};
+    session s{sys};
+    const auto c = s.compile(g);
+    const run_result r = s.run(c, {{"x", x}});
+    return std::pair{r.outputs.at("y").shape(), r.outputs.at("y").to_vector()};
+  };
+  auto [s1, y1] = run(slice_model({4}, {1}, {3}, std::nullopt), tensor({4}, dtype::f32, {10, 20, 30, 40}));
+  CHECK(s1 == shape{2});
+  CHECK(y1 == std::vector<double>{20, 30});
+  auto [s2, y2] =
+      run(slice_model({2, 3}, {-2}, {std::numeric_limits<std::int64_t>::max()}, std::vector<std::int64_t>{1}),
+          tensor({2, 3}, dtype::f32, {1, 2, 3, 4, 5, 6}));
+  CHECK(s2 == shape{2, 2});
+  CHECK(y2 == std::vector<double>{2, 3, 5, 6});
+  // Of a constant, it folds at import as the later form does: x + k[1:3].
+  ::onnx::ModelProto folded = model_of_x({2});
+  folded.mutable_opset_import(0)->set_version(9);
+  add_f32(folded.mutable_graph(), "k", {4}, {10, 20, 30, 40});
+  auto* cut = add_named(folded.mutable_graph(), "Slice", {"k"}, "ks");
+  set_ints(cut, "starts", {1});
+  set_ints(cut, "ends", {3});
+  add_output_node(folded.mutable_graph(), "Add", {"x", "ks"}, "y");
+  graph fg = npurt::onnx::load_from_bytes(folded.SerializeAsString(), "folded");
+  REQUIRE(fg.nodes().size() == 1);
+  CHECK(fg.nodes()[0].type == "Add");
+  REQUIRE(fg.constant("ks") != nullptr);
+  CHECK(fg.constant("ks")->to_vector() == std::vector<double>{20, 30});
+  // Without ends there is nothing to slice to: refused naming the node.
+  const auto e = error_loading(slice_model({4}, {1}, {}, std::nullopt));
+  CHECK(e.code == errc::invalid_argument);
+  CHECK(e.what.find("Slice 'cut' before opset 10 needs the attribute ends") != std::string::npos);
+}
 
 TEST_CASE("a Gather with an input fed at run time imports as the graph's Gather; an all-constant one folds",
           "[onnx][gather]") {
