@@ -685,10 +685,11 @@ bool added_as_chain(const graph& g, std::string_view type, std::span<const std::
     } catch (const graph_error&) { return false; }
   }
   if (type == "Conv") {
-    // 1-D is a chain around the 2-D kernel; other ranks are the node's own to accept or refuse.
+    // 1-D and 3-D are chains around the 2-D kernel; other ranks are the node's own to accept or
+    // refuse.
     const value_info* x = inputs.size() > 1 ? g.find(inputs[0]) : nullptr;
     const value_info* w = inputs.size() > 1 ? g.find(inputs[1]) : nullptr;
-    return x && w && x->known && w->known && x->shape.rank() == 3;
+    return x && w && x->known && w->known && (x->shape.rank() == 3 || x->shape.rank() == 5);
   }
   if (type == "Dropout") return outputs.size() > 1 && !outputs[1].empty();  // its mask
   // The kernel computes the tanh approximation; the exact form (the default) is a chain of Erf.
@@ -1153,6 +1154,104 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     const std::string diff =
         step("Sub", "diff", {log1p("log1p_x", ins[0]), log1p("log1p_neg", step("Neg", "neg", {ins[0]}))});
     step("Mul", "atanh", {diff, scalar("half", 0.5)}, y, attrs);
+    return;
+  }
+  if (t == "Conv" && g.value(ins[0]).shape.rank() == 5) {
+    // Over three spatial axes (onnx.ai's Conv on X [N, C, D, H, W]): output depth od sums, over
+    // the depth taps kd, the 2-D convolutions of input depth od·sD + kd·dD (after the depth pads)
+    // with W's tap kd. Depth goes into the batch: for each tap a strided Slice of the depths it
+    // reads, [N, OD, C, H, W] as [N·OD, C, H, W], convolved with W[:, :, kd] as [M, C/g, kH, kW]
+    // (the bias with the first tap only), the taps added, and [N·OD, M, OH, OW] read back as
+    // [N, M, OD, OH, OW].
+    const std::string what = "Conv '" + node_name + "': ";
+    if (ins.size() < 2 || ins[1].empty()) fail(errc::parse_error, node_name, y, what + "needs the inputs X and W");
+    const value_info x = g.value(ins[0]), w = g.value(ins[1]);  // copies: the steps grow the table
+    if (w.shape.rank() != 5)
+      fail(errc::invalid_shape, node_name, ins[1],
+           what + "W '" + ins[1] + "' must be [M, C/group, kD, kH, kW] for the 3-D input " + shape_string(x.shape) +
+               ", got " + shape_string(w.shape));
+    const auto per_axis = [&](const char* name, std::size_t want, std::int64_t fallback) {
+      ints v = attrs.get_ints(name);
+      if (!attrs.has(name)) v.assign(want, fallback);
+      if (v.size() != want)
+        fail(errc::invalid_argument, node_name, ins[0],
+             what + name + " has " + std::to_string(v.size()) + " values, the 3-D input '" + ins[0] + "' " +
+                 shape_string(x.shape) + " takes " + std::to_string(want));
+      for (auto e : v)
+        if (std::string_view(name) == "pads" ? e < 0 : e < 1)
+          fail(errc::invalid_argument, node_name, ins[0],
+               what + name + " of '" + ins[0] + "' has the value " + std::to_string(e));
+      return v;
+    };
+    const ints strides = per_axis("strides", 3, 1), dilations = per_axis("dilations", 3, 1);
+    ints pads = per_axis("pads", 6, 0);
+    const std::int64_t kd = w.shape[2], n = x.shape[0], c = x.shape[1];
+    const std::string auto_pad = attrs.get_string("auto_pad", "NOTSET");
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      // onnx.ai: the output extent is ceil(in / stride), the total pad what that needs, its odd
+      // one at the end (upper) or the start (lower).
+      for (std::size_t i = 0; i < 3; ++i) {
+        const std::int64_t in = x.shape[2 + i], s = strides[i];
+        const std::int64_t total =
+            std::max<std::int64_t>(((in + s - 1) / s - 1) * s + (w.shape[2 + i] - 1) * dilations[i] + 1 - in, 0);
+        pads[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pads[3 + i] = total - pads[i];
+      }
+    } else if (auto_pad == "VALID") {
+      pads.assign(6, 0);
+    } else if (auto_pad != "NOTSET") {
+      fail(errc::invalid_argument, node_name, ins[0], what + "unknown auto_pad \"" + auto_pad + "\"");
+    }
+    attributes inner;
+    for (const auto& [name, value] : attrs.items())
+      if (name != "kernel_shape" && name != "strides" && name != "dilations" && name != "pads" && name != "auto_pad")
+        inner.set(name, value);
+    inner.set("strides", ints{strides[1], strides[2]});
+    inner.set("dilations", ints{dilations[1], dilations[2]});
+    inner.set("pads", ints{pads[1], pads[2], pads[4], pads[5]});
+    if (attrs.has("kernel_shape")) {
+      const ints k = per_axis("kernel_shape", 3, 1);
+      if (k[0] != kd) fail(errc::invalid_shape, node_name, ins[1], what + "kernel_shape does not match W's depth");
+      inner.set("kernel_shape", ints{k[1], k[2]});
+    }
+    const auto ints_of = [&](const std::string& tag, std::vector<std::int64_t> v) {
+      return add_ints(g, fresh(y + "/" + tag), v);
+    };
+    const auto reshape = [&](const std::string& tag, const std::string& from, std::vector<std::int64_t> to,
+                             const std::string& out = {}) {
+      return step("Reshape", tag, {from, ints_of(tag + "_shape", std::move(to))}, out);
+    };
+    std::string xp = ins[0];
+    if (pads[0] || pads[3])
+      xp = step("Pad", "depth_pads", {xp, ints_of("depth_pads_value", {0, 0, pads[0], 0, 0, 0, 0, pads[3], 0, 0})});
+    const std::int64_t depth = x.shape[2] + pads[0] + pads[3], reach = (kd - 1) * dilations[0] + 1;
+    if (depth < reach)
+      fail(errc::invalid_shape, node_name, ins[0],
+           what + "the padded depth " + std::to_string(depth) + " of '" + ins[0] +
+               "' is smaller than the kernel's reach " + std::to_string(reach));
+    const std::int64_t od = (depth - reach) / strides[0] + 1;
+    const std::string depth_major = step("Transpose", "depth_major", {xp}, {}, {{"perm", ints{0, 2, 1, 3, 4}}});
+    std::string sum;
+    for (std::int64_t k = 0; k < kd; ++k) {
+      const std::string tag = "tap" + std::to_string(k);
+      const std::int64_t first = k * dilations[0];
+      const std::string rows = step(
+          "Slice", tag + "_depths",
+          {depth_major, ints_of(tag + "_start", {first}), ints_of(tag + "_end", {first + (od - 1) * strides[0] + 1}),
+           ints_of(tag + "_axis", {1}), ints_of(tag + "_step", {strides[0]})});
+      const std::string wk = reshape(tag + "_w",
+                                     step("Slice", tag + "_w_tap",
+                                          {ins[1], ints_of(tag + "_w_start", {k}), ints_of(tag + "_w_end", {k + 1}),
+                                           ints_of(tag + "_w_axis", {2})}),
+                                     {w.shape[0], w.shape[1], w.shape[3], w.shape[4]});
+      std::vector<std::string> conv_in{reshape(tag + "_x", rows, {n * od, c, x.shape[3], x.shape[4]}), wk};
+      if (k == 0) conv_in.insert(conv_in.end(), ins.begin() + 2, ins.end());  // the bias [M], if any
+      const std::string z = step("Conv", tag + "_conv", std::move(conv_in), {}, inner);
+      sum = k == 0 ? z : step("Add", tag + "_sum", {sum, z});
+    }
+    const shape zs = g.value(sum).shape;
+    step("Transpose", "channel_major", {reshape("depth_batch", sum, {n, od, zs[1], zs[2], zs[3]})}, y,
+         {{"perm", ints{0, 2, 1, 3, 4}}});
     return;
   }
   if (t == "Conv") {

@@ -615,3 +615,57 @@ TEST_CASE("Conv over one spatial axis runs as the 2-D kernel with a height of 1"
   test::expect_graph_error([&] { g.add_op("Conv", {x, w4}, {}, "z"); }, errc::invalid_shape, "z", "w4");
   CHECK(g.nodes().empty());  // a refused chain takes back its steps
 }
+
+TEST_CASE("Conv over three spatial axes sums 2-D convolutions over the depth taps", "[graph][composite][conv]") {
+  // Along depth x = 1 2 4 and W's taps are 1 and 10, bias 100: y[od] = x[od·s + 0·d] + 10·x[od·s + d] + 100
+  // over the depth-padded x.
+  const auto run = [](const shape& xs, const std::vector<double>& xv, const shape& ws, const std::vector<double>& wv,
+                      const attributes& attrs, bool bias) {
+    graph g("conv3d");
+    const auto x = g.add_input("x", xs, dtype::f32);
+    std::vector<std::string> ins{x, g.add_constant("w", tensor(ws, dtype::f32, wv))};
+    if (bias) ins.push_back(g.add_constant("b", tensor({ws[0]}, dtype::f32, {100})));
+    g.set_output(g.add_op("Conv", ins, attrs, "y"));
+    REQUIRE(g.origin("y") != nullptr);
+    CHECK(g.origin("y")->type == "Conv");
+    npurt::system sys = test::make_system();
+    session s{sys};
+    const auto c = s.compile(g);
+    tensor in(xs, dtype::f32, xv);
+    const run_result r = s.run(c, {{"x", in}});
+    return std::pair{r.outputs.at("y").shape(), r.outputs.at("y").to_vector()};
+  };
+  const shape xs{1, 1, 3, 1, 1}, ws{1, 1, 2, 1, 1};
+  const std::vector<double> xv{1, 2, 4}, wv{1, 10};
+  auto [s1, y1] = run(xs, xv, ws, wv, {}, true);
+  CHECK(s1 == shape{1, 1, 2, 1, 1});
+  CHECK(y1 == std::vector<double>{121, 142});
+  // Depth pads 1 and 1 (0 1 2 4 0), stride 2, dilation 2: windows at 0 and 2, taps 2 apart.
+  auto [s2, y2] =
+      run(xs, xv, ws, wv, {{"strides", ints{2, 1, 1}}, {"dilations", ints{2, 1, 1}}, {"pads", ints{1, 0, 0, 1, 0, 0}}},
+          true);
+  CHECK(s2 == shape{1, 1, 2, 1, 1});
+  CHECK(y2 == std::vector<double>{120, 102});
+  // SAME_UPPER pads the one missing depth at the end (1 2 4 0), SAME_LOWER at the start (0 1 2 4).
+  auto [s3, y3] = run(xs, xv, ws, wv, {{"auto_pad", std::string("SAME_UPPER")}}, true);
+  CHECK(s3 == shape{1, 1, 3, 1, 1});
+  CHECK(y3 == std::vector<double>{121, 142, 104});
+  auto [s4, y4] = run(xs, xv, ws, wv, {{"auto_pad", std::string("SAME_LOWER")}}, true);
+  CHECK(y4 == std::vector<double>{110, 121, 142});
+  // Two channels of 2 × 2 planes and a kernel of ones over one depth and the whole plane: each
+  // output is the sum of one depth of both channels (x = 0 .. 15: 6 + 38 and 22 + 54).
+  std::vector<double> iota16(16);
+  for (std::size_t i = 0; i < iota16.size(); ++i) iota16[i] = static_cast<double>(i);
+  auto [s5, y5] = run({1, 2, 2, 2, 2}, iota16, {1, 2, 1, 2, 2}, std::vector<double>(8, 1.0), {}, false);
+  CHECK(s5 == shape{1, 1, 2, 1, 1});
+  CHECK(y5 == std::vector<double>{44, 76});
+  // W of another rank, or a per-axis attribute of another length, is refused naming the node.
+  graph g("bad");
+  const auto x = g.add_input("x", xs, dtype::f32);
+  const auto w4 = g.add_constant("w4", tensor({1, 1, 2, 1}, dtype::f32, {1, 10}));
+  test::expect_graph_error([&] { g.add_op("Conv", {x, w4}, {}, "y"); }, errc::invalid_shape, "y", "w4");
+  const auto w = g.add_constant("w", tensor(ws, dtype::f32, wv));
+  test::expect_graph_error([&] { g.add_op("Conv", {x, w}, {{"strides", ints{1, 1}}}, "y"); }, errc::invalid_argument,
+                           "y", "x");
+  CHECK(g.nodes().empty());
+}
