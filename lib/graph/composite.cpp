@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <utility>
 #include <vector>
@@ -1239,11 +1240,26 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
           "Slice", tag + "_depths",
           {depth_major, ints_of(tag + "_start", {first}), ints_of(tag + "_end", {first + (od - 1) * strides[0] + 1}),
            ints_of(tag + "_axis", {1}), ints_of(tag + "_step", {strides[0]})});
-      const std::string wk = reshape(tag + "_w",
-                                     step("Slice", tag + "_w_tap",
-                                          {ins[1], ints_of(tag + "_w_start", {k}), ints_of(tag + "_w_end", {k + 1}),
-                                           ints_of(tag + "_w_axis", {2})}),
-                                     {w.shape[0], w.shape[1], w.shape[3], w.shape[4]});
+      const shape tap_shape{w.shape[0], w.shape[1], w.shape[3], w.shape[4]};
+      std::string wk;
+      if (const tensor* wc = g.constant(ins[1]); wc && wc->is_host()) {
+        // Weights with data: each tap's slice is a constant of its own, cut once here rather than
+        // by a Slice kernel on every run.
+        tensor tap(tap_shape, w.type);
+        const std::size_t plane = static_cast<std::size_t>(w.shape[3] * w.shape[4]) * size_of(w.type);
+        const auto* src = static_cast<const std::byte*>(wc->data());
+        auto* dst = static_cast<std::byte*>(tap.data());
+        for (std::int64_t mc = 0; mc < w.shape[0] * w.shape[1]; ++mc)
+          std::memcpy(dst + static_cast<std::size_t>(mc) * plane, src + static_cast<std::size_t>(mc * kd + k) * plane,
+                      plane);
+        wk = g.add_constant(fresh(y + "/" + tag + "_w"), std::move(tap));
+      } else {
+        wk = reshape(tag + "_w",
+                     step("Slice", tag + "_w_tap",
+                          {ins[1], ints_of(tag + "_w_start", {k}), ints_of(tag + "_w_end", {k + 1}),
+                           ints_of(tag + "_w_axis", {2})}),
+                     {tap_shape[0], tap_shape[1], tap_shape[2], tap_shape[3]});
+      }
       std::vector<std::string> conv_in{reshape(tag + "_x", rows, {n * od, c, x.shape[3], x.shape[4]}), wk};
       if (k == 0) conv_in.insert(conv_in.end(), ins.begin() + 2, ins.end());  // the bias [M], if any
       const std::string z = step("Conv", tag + "_conv", std::move(conv_in), {}, inner);

@@ -659,6 +659,24 @@ TEST_CASE("Conv over three spatial axes sums 2-D convolutions over the depth tap
   auto [s5, y5] = run({1, 2, 2, 2, 2}, iota16, {1, 2, 1, 2, 2}, std::vector<double>(8, 1.0), {}, false);
   CHECK(s5 == shape{1, 1, 2, 1, 1});
   CHECK(y5 == std::vector<double>{44, 76});
+  {
+    // Weights fed at run time are sliced per tap by the chain; constant ones are cut at once, so
+    // their chain slices only x (one Slice per tap).
+    graph fed("fed");
+    const auto x = fed.add_input("x", xs, dtype::f32);
+    const auto w = fed.add_input("w", ws, dtype::f32);
+    fed.set_output(fed.add_op("Conv", {x, w}, {}, "y"));
+    npurt::system sys = test::make_system();
+    session s{sys};
+    const auto c = s.compile(fed);
+    tensor xt(xs, dtype::f32, xv), wt(ws, dtype::f32, wv);
+    CHECK(s.run(c, {{"x", xt}, {"w", wt}}).outputs.at("y").to_vector() == std::vector<double>{21, 42});
+    graph fixed("fixed");
+    fixed.set_output(fixed.add_op(
+        "Conv", {fixed.add_input("x", xs, dtype::f32), fixed.add_constant("w", tensor(ws, dtype::f32, wv))}, {}, "y"));
+    CHECK(std::count_if(fixed.nodes().begin(), fixed.nodes().end(), [](const node& n) { return n.type == "Slice"; }) ==
+          2);
+  }
   // W of another rank, or a per-axis attribute of another length, is refused naming the node.
   graph g("bad");
   const auto x = g.add_input("x", xs, dtype::f32);
