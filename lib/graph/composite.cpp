@@ -12,7 +12,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -666,6 +669,46 @@ bool reduces_nothing(const graph& g, std::string_view type, std::span<const std:
 
 }  // namespace
 
+namespace {
+
+// The begin and end pads of each spatial axis of a Conv (X [N, C, spatial...], W [M, C/g,
+// kernel...]): its pads, or what auto_pad asks for (onnx.ai: an output extent of ceil(in /
+// stride), the odd pad at the end for SAME_UPPER, at the start for SAME_LOWER). Null when the
+// attributes are no geometry: the Conv node refuses them with its own message.
+std::optional<ints> conv_pads(const attributes& attrs, const shape& x, const shape& w) try {
+  if (x.rank() < 3 || w.rank() != x.rank()) return std::nullopt;
+  const std::size_t r = x.rank() - 2;
+  const ints strides = attrs.get_ints("strides", ints(r, 1)), dilations = attrs.get_ints("dilations", ints(r, 1));
+  if (strides.size() != r || dilations.size() != r) return std::nullopt;
+  constexpr std::int64_t window_max = std::numeric_limits<std::int32_t>::max();
+  for (std::size_t i = 0; i < r; ++i)
+    if (strides[i] < 1 || dilations[i] < 1 || w[2 + i] < 1 || strides[i] > window_max || dilations[i] > window_max ||
+        w[2 + i] > window_max)
+      return std::nullopt;
+  const std::string auto_pad = attrs.get_string("auto_pad", "NOTSET");
+  if (auto_pad == "VALID") return ints(2 * r, 0);
+  if (auto_pad == "NOTSET") {
+    ints pads = attrs.get_ints("pads", ints(2 * r, 0));
+    if (pads.size() != 2 * r || std::any_of(pads.begin(), pads.end(), [](std::int64_t e) { return e < 0; }))
+      return std::nullopt;
+    return pads;
+  }
+  if (auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER") return std::nullopt;
+  ints pads(2 * r);
+  for (std::size_t i = 0; i < r; ++i) {
+    const std::int64_t in = x[2 + i], s = strides[i];
+    const std::int64_t total =
+        std::max<std::int64_t>(((in + s - 1) / s - 1) * s + (w[2 + i] - 1) * dilations[i] + 1 - in, 0);
+    pads[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    pads[r + i] = total - pads[i];
+  }
+  return pads;
+} catch (const error&) {
+  return std::nullopt;  // an attribute of the wrong type
+}
+
+}  // namespace
+
 bool added_as_chain(const graph& g, std::string_view type, std::span<const std::string> inputs,
                     std::span<const std::string> outputs, const attributes& attrs) {
   if (is_composite_op(type)) return true;
@@ -690,7 +733,11 @@ bool added_as_chain(const graph& g, std::string_view type, std::span<const std::
     // refuse.
     const value_info* x = inputs.size() > 1 ? g.find(inputs[0]) : nullptr;
     const value_info* w = inputs.size() > 1 ? g.find(inputs[1]) : nullptr;
-    return x && w && x->known && w->known && (x->shape.rank() == 3 || x->shape.rank() == 5);
+    if (!x || !w || !x->known || !w->known) return false;
+    if (x->shape.rank() == 3 || x->shape.rank() == 5) return true;
+    // 2-D with pads the kernel cannot take (it pads both ends of an axis alike): a Pad first.
+    const auto pads = x->shape.rank() == 4 ? conv_pads(attrs, x->shape, w->shape) : std::nullopt;
+    return pads && ((*pads)[0] != (*pads)[2] || (*pads)[1] != (*pads)[3]);
   }
   if (type == "Dropout") return outputs.size() > 1 && !outputs[1].empty();  // its mask
   // The kernel computes the tanh approximation; the exact form (the default) is a chain of Erf.
@@ -1209,7 +1256,9 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
         inner.set(name, value);
     inner.set("strides", ints{strides[1], strides[2]});
     inner.set("dilations", ints{dilations[1], dilations[2]});
-    inner.set("pads", ints{pads[1], pads[2], pads[4], pads[5]});
+    // The 2-D kernel pads both ends of H and of W alike: unequal ones join the depth's Pad.
+    const bool plane_pads_in_pad = pads[1] != pads[4] || pads[2] != pads[5];
+    inner.set("pads", plane_pads_in_pad ? ints{0, 0, 0, 0} : ints{pads[1], pads[2], pads[4], pads[5]});
     if (attrs.has("kernel_shape")) {
       const ints k = per_axis("kernel_shape", 3, 1);
       if (k[0] != kd) fail(errc::invalid_shape, node_name, ins[1], what + "kernel_shape does not match W's depth");
@@ -1223,8 +1272,12 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
       return step("Reshape", tag, {from, ints_of(tag + "_shape", std::move(to))}, out);
     };
     std::string xp = ins[0];
-    if (pads[0] || pads[3])
-      xp = step("Pad", "depth_pads", {xp, ints_of("depth_pads_value", {0, 0, pads[0], 0, 0, 0, 0, pads[3], 0, 0})});
+    const std::int64_t ph0 = plane_pads_in_pad ? pads[1] : 0, pw0 = plane_pads_in_pad ? pads[2] : 0,
+                       ph1 = plane_pads_in_pad ? pads[4] : 0, pw1 = plane_pads_in_pad ? pads[5] : 0;
+    if (pads[0] || pads[3] || plane_pads_in_pad)
+      xp = step("Pad", "depth_pads",
+                {xp, ints_of("depth_pads_value", {0, 0, pads[0], ph0, pw0, 0, 0, pads[3], ph1, pw1})});
+    const std::int64_t xh = x.shape[3] + ph0 + ph1, xw = x.shape[4] + pw0 + pw1;  // the planes as padded
     const std::int64_t depth = x.shape[2] + pads[0] + pads[3], reach = (kd - 1) * dilations[0] + 1;
     if (depth < reach)
       fail(errc::invalid_shape, node_name, ins[0],
@@ -1260,7 +1313,7 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
                            ints_of(tag + "_w_axis", {2})}),
                      {tap_shape[0], tap_shape[1], tap_shape[2], tap_shape[3]});
       }
-      std::vector<std::string> conv_in{reshape(tag + "_x", rows, {n * od, c, x.shape[3], x.shape[4]}), wk};
+      std::vector<std::string> conv_in{reshape(tag + "_x", rows, {n * od, c, xh, xw}), wk};
       if (k == 0) conv_in.insert(conv_in.end(), ins.begin() + 2, ins.end());  // the bias [M], if any
       const std::string z = step("Conv", tag + "_conv", std::move(conv_in), {}, inner);
       sum = k == 0 ? z : step("Add", tag + "_sum", {sum, z});
@@ -1268,6 +1321,24 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     const shape zs = g.value(sum).shape;
     step("Transpose", "channel_major", {reshape("depth_batch", sum, {n, od, zs[1], zs[2], zs[3]})}, y,
          {{"perm", ints{0, 2, 1, 3, 4}}});
+    return;
+  }
+  if (t == "Conv" && g.value(ins[0]).shape.rank() == 4) {
+    // 2-D with unequal pads at the two ends of an axis (explicit, or auto_pad SAME with an odd
+    // total, as TensorFlow's exports of stride-2 layers have): a zero Pad, then the Conv without
+    // pads.
+    const value_info x = g.value(ins[0]), w = g.value(ins[1]);  // copies: the steps grow the table
+    const ints pads = *conv_pads(attrs, x.shape, w.shape);
+    attributes inner;
+    for (const auto& [name, value] : attrs.items())
+      if (name != "pads" && name != "auto_pad") inner.set(name, value);
+    const std::string padded =
+        step("Pad", "pads",
+             {ins[0], add_ints(g, fresh(y + "/pads_value"),
+                               std::vector<std::int64_t>{0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]})});
+    std::vector<std::string> conv_in{padded};
+    conv_in.insert(conv_in.end(), ins.begin() + 1, ins.end());
+    step("Conv", "conv", std::move(conv_in), y, std::move(inner));
     return;
   }
   if (t == "Conv") {
@@ -1307,6 +1378,14 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
       return step("Reshape", tag, {from, add_ints(g, fresh(y + "/" + tag + "_shape"), to)}, out);
     };
     std::string x2 = reshape("x_2d", ins[0], {x.shape[0], x.shape[1], 1, x.shape[2]});
+    // auto_pad's pads, as explicit ones (an unknown auto_pad stays for the kernel to refuse).
+    if (const auto same = conv_pads(attrs, x.shape, w.shape); same && attrs.has("auto_pad")) {
+      pads = *same;
+      attributes rest;
+      for (const auto& [name, value] : inner.items())
+        if (name != "auto_pad") rest.set(name, value);
+      inner = std::move(rest);
+    }
     // The 2-D kernel pads each axis alike at both ends; unequal pads are a zero Pad of L first.
     if (!pads.empty() && pads[0] != pads[1])
       x2 = step(
@@ -1760,7 +1839,6 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
                    const std::function<std::string(const std::string&)>& fresh) {
   const std::size_t first = g.nodes().size();
   add_steps(g, type, node_name, ins, outputs, attrs, fresh);
-  // Each step's errors, at run time too, name the operator the user wrote.
   g.set_origin(first, type, node_name);
 }
 

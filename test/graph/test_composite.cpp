@@ -687,3 +687,44 @@ TEST_CASE("Conv over three spatial axes sums 2-D convolutions over the depth tap
                            "y", "x");
   CHECK(g.nodes().empty());
 }
+
+TEST_CASE("Conv pads that differ at the two ends of an axis are a zero Pad before the kernel",
+          "[graph][composite][conv]") {
+  // A 1 × 1 × 1 × 5 row x = 1 2 3 4 5 and the taps (1, 10) along W: each output is
+  // x[i] + 10·x[i + 1] over the padded row.
+  const auto run = [](const shape& xs, const shape& ws, const attributes& attrs) {
+    graph g("pads");
+    const auto x = g.add_input("x", xs, dtype::f32);
+    g.set_output(g.add_op("Conv", {x, g.add_constant("w", tensor(ws, dtype::f32, {1, 10}))}, attrs, "y"));
+    npurt::system sys = test::make_system();
+    session s{sys};
+    const auto c = s.compile(g);
+    tensor in(xs, dtype::f32, {1, 2, 3, 4, 5});
+    const run_result r = s.run(c, {{"x", in}});
+    return std::pair{r.outputs.at("y").shape(), r.outputs.at("y").to_vector()};
+  };
+  const shape x2{1, 1, 1, 5}, w2{1, 1, 1, 2};
+  // Explicit pads 0 before and 1 after W: 1 2 3 4 5 0.
+  auto [s1, y1] = run(x2, w2, {{"pads", ints{0, 0, 0, 1}}});
+  CHECK(s1 == shape{1, 1, 1, 5});
+  CHECK(y1 == std::vector<double>{21, 32, 43, 54, 5});
+  // SAME_UPPER needs one pad in total, at the end (1 2 3 4 5 0); SAME_LOWER at the start
+  // (0 1 2 3 4 5); with stride 2, ceil(5 / 2) = 3 outputs need a total of 1 as well.
+  CHECK(run(x2, w2, {{"auto_pad", std::string("SAME_UPPER")}}).second == std::vector<double>{21, 32, 43, 54, 5});
+  CHECK(run(x2, w2, {{"auto_pad", std::string("SAME_LOWER")}}).second == std::vector<double>{10, 21, 32, 43, 54});
+  auto [s2, y2] = run(x2, w2, {{"auto_pad", std::string("SAME_UPPER")}, {"strides", ints{1, 2}}});
+  CHECK(s2 == shape{1, 1, 1, 3});
+  CHECK(y2 == std::vector<double>{21, 43, 5});
+  // The same row as 1-D and as 3-D (D = H = 1).
+  CHECK(run({1, 1, 5}, {1, 1, 2}, {{"auto_pad", std::string("SAME_UPPER")}}).second ==
+        std::vector<double>{21, 32, 43, 54, 5});
+  CHECK(run({1, 1, 1, 1, 5}, {1, 1, 1, 1, 2}, {{"pads", ints{0, 0, 1, 0, 0, 0}}}).second ==
+        std::vector<double>{10, 21, 32, 43, 54});
+  // Equal pads stay the kernel's own: no Pad step.
+  graph g("equal");
+  g.set_output(g.add_op("Conv",
+                        {g.add_input("x", x2, dtype::f32), g.add_constant("w", tensor(w2, dtype::f32, {1, 10}))},
+                        {{"pads", ints{0, 1, 0, 1}}}, "y"));
+  REQUIRE(g.nodes().size() == 1);
+  CHECK(g.nodes()[0].type == "Conv");
+}
