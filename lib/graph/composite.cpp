@@ -1838,7 +1838,17 @@ void add_composite(graph& g, std::string_view type, const std::string& node_name
                    const std::vector<std::string>& outputs, const attributes& attrs,
                    const std::function<std::string(const std::string&)>& fresh) {
   const std::size_t first = g.nodes().size();
-  add_steps(g, type, node_name, ins, outputs, attrs, fresh);
+  try {
+    add_steps(g, type, node_name, ins, outputs, attrs, fresh);
+  } catch (const graph_error&) { throw; } catch (const caller_error& e) {
+    // An attribute of the wrong type read by the chain (attributes::get_ints and the like): a
+    // graph_error naming the operator, as a single operator's is. what() already ends in the
+    // code's message, which graph_error appends again.
+    std::string why = e.what();
+    if (const std::string tail = ": " + e.code().message(); why.ends_with(tail)) why.resize(why.size() - tail.size());
+    throw graph_error(e.code(), node_name, {}, "node '" + node_name + "' (" + std::string(type) + "): " + why);
+  }
+  // Each step's errors, at run time too, name the operator the user wrote.
   g.set_origin(first, type, node_name);
 }
 

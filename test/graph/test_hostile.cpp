@@ -634,6 +634,27 @@ TEST_CASE("an attribute of the wrong type is a graph_error naming the operator",
     CHECK(e.op() == "conv");
     CHECK(std::string(e.what()).find("strides") != std::string::npos);
   }
+  // So it is for an operator computed as a chain (1-D and 3-D convolutions), which takes back
+  // its steps.
+  auto x1 = g.add_input("x1", {1, 1, 4}, dtype::f32);
+  auto w1 = g.add_constant("w1", tensor({1, 1, 2}, dtype::f32, {1.0, 2.0}));
+  auto x3 = g.add_input("x3", {1, 1, 2, 2, 2}, dtype::f32);
+  auto w3 = g.add_constant("w3", tensor({1, 1, 1, 1, 1}, dtype::f32, {1.0}));
+  const std::size_t nodes = g.nodes().size();
+  for (const auto& [op, in, wt] : {std::tuple{"Conv", x1, w1}, std::tuple{"Conv", x3, w3},
+                                   std::tuple{"ConvTranspose", x1, w1}, std::tuple{"ConvTranspose", x3, w3}})
+    for (const char* attr : {"strides", "pads", "dilations"}) {
+      CAPTURE(op, in, attr);
+      try {
+        (void)g.add_op(op, {in, wt}, {{attr, std::int64_t{1}}}, "chain");
+        FAIL("an INT " << attr << " was accepted");
+      } catch (const graph_error& e) {
+        CHECK(e.code() == errc::invalid_argument);
+        CHECK(e.op() == "chain");
+        CHECK(std::string(e.what()).find(attr) != std::string::npos);
+      }
+      CHECK(g.nodes().size() == nodes);
+    }
 }
 
 TEST_CASE("a NaN or infinite float attribute is refused at add_op, not at launch", "[graph][hostile][attributes]") {
