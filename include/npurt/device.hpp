@@ -128,6 +128,13 @@ class device {
   NPURT_DECL void memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                          std::error_code& ec, detail::failure* out);
   NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> pending_positions() const;
+  // async_synchronize's refusal of a negative timeout, with the words of the throwing
+  // synchronize (see detail::post_refusal). Out of line, so that the accepted path stays small.
+  template <class Handler>
+  [[gnu::noinline]] void refuse_synchronize(Handler&& handler, std::error_code ec, picoseconds timeout) {
+    detail::post_refusal(*rt_, std::forward<Handler>(handler), ec, id_, "npurt::device::async_synchronize",
+                         detail::timeout_problem(timeout));
+  }
   NPURT_DECL void finish_reset() noexcept;
   // Makes pool_ the one the runtime trims when a synchronize on this device ends.
   NPURT_DECL void register_pool();
@@ -151,6 +158,10 @@ template <class Token>
 auto device::async_synchronize(std::optional<picoseconds> timeout, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
       [this](auto handler, std::optional<picoseconds> tmo) {
+        if (const std::error_code ec = detail::check_timeout(tmo)) [[unlikely]] {
+          refuse_synchronize(std::move(handler), ec, *tmo);
+          return;
+        }
         std::exception_ptr* thrown = detail::thrown_slot(handler);
         detail::cancellable_op* user = detail::make_op(*rt_, std::move(handler));
         detail::op_base* op = detail::sticky_op::create(*rt_, user, 0, id_, 0, thrown);

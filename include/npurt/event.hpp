@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -129,6 +130,13 @@ class event {
     return e;
   }
   NPURT_DECL static event user_event(detail::runtime& rt, std::uint64_t id);
+  // What is wrong with this event or the timeout of a host wait that `ec` refused, in words for
+  // the refusal (empty when the code is not about either). Built only on the refusal path.
+  [[nodiscard]] NPURT_DECL std::string wait_problem(std::error_code ec, std::optional<picoseconds> timeout) const;
+  // async_wait's refusal at the call, with the words the throwing synchronize raises (see
+  // detail::post_refusal). Out of line, so that the accepted path stays small.
+  template <class Handler>
+  [[gnu::noinline]] void refuse_wait(Handler&& handler, std::error_code ec, std::optional<picoseconds> timeout) const;
   // Gives up this handle's count on a user event (the runtime_ref leaves on its own).
   NPURT_DECL void release() noexcept;
 
@@ -149,6 +157,12 @@ inline event detail::event_access::task_event(runtime& rt, std::uint32_t stream,
   return event::task_event(rt, stream, seq, task);
 }
 
+template <class Handler>
+void event::refuse_wait(Handler&& handler, std::error_code ec, std::optional<picoseconds> timeout) const {
+  const std::string why = wait_problem(ec, timeout);
+  detail::post_refusal(*rt_, std::forward<Handler>(handler), ec, device_or_none(), "npurt::event::async_wait", why);
+}
+
 template <class Token>
   requires(!std::is_convertible_v<Token, std::optional<picoseconds>>)
 auto event::async_wait(Token&& token) const {
@@ -167,8 +181,8 @@ auto event::async_wait(std::optional<picoseconds> timeout, Token&& token) const 
         std::uint32_t s = 0;
         std::uint64_t q = 0;
         std::error_code ec;
-        if (!self.position(s, q, ec)) {
-          detail::post_error(rt, std::move(handler), ec);
+        if (!self.position(s, q, ec) || (ec = detail::check_timeout(tmo))) [[unlikely]] {
+          self.refuse_wait(std::move(handler), ec, tmo);
           return;
         }
         // A task event's position is at least 1, which makes the op a peek; the device is the

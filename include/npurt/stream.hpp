@@ -240,6 +240,10 @@ class stream {
   /// every awaited launch takes, stays small enough to inline into the await.
   template <class Handler>
   [[gnu::noinline]] void refuse_enqueue(Handler&& handler, std::error_code ec, const char* call);
+  /// async_synchronize's refusal at the call (a gone stream, a negative timeout), with the words
+  /// of the throwing synchronize. Out of line, as refuse_enqueue.
+  template <class Handler>
+  [[gnu::noinline]] void refuse_synchronize(Handler&& handler, std::error_code ec, std::optional<picoseconds> timeout);
 
   detail::runtime_ref rt_;  // null once the system is gone: the handle then is a null handle
   std::uint32_t id_ = 0;
@@ -250,6 +254,13 @@ void stream::refuse_enqueue(Handler&& handler, std::error_code ec, const char* c
   std::string& why = rt_->refusal_words();
   std::string words = refusal(call, ec, why);
   why.clear();
+  detail::post_refusal(*rt_, std::forward<Handler>(handler), ec, device_or_none(), words, {});
+}
+
+template <class Handler>
+void stream::refuse_synchronize(Handler&& handler, std::error_code ec, std::optional<picoseconds> timeout) {
+  const std::string why = ec == errc::invalid_argument && timeout ? detail::timeout_problem(*timeout) : std::string();
+  const std::string words = refusal("npurt::stream::async_synchronize", ec, why);
   detail::post_refusal(*rt_, std::forward<Handler>(handler), ec, device_or_none(), words, {});
 }
 
@@ -339,8 +350,8 @@ auto stream::async_synchronize(std::optional<picoseconds> timeout, Token&& token
         }
         std::error_code ec;
         detail::stream_state* s = state(ec);
-        if (!s) {
-          detail::post_error(*rt_, std::move(handler), ec);
+        if (!s || (ec = detail::check_timeout(tmo))) [[unlikely]] {
+          refuse_synchronize(std::move(handler), ec, tmo);
           return;
         }
         std::exception_ptr* thrown = detail::thrown_slot(handler);

@@ -188,6 +188,98 @@ TEST_CASE("an async call refused at the call says why, as its throwing form does
   CHECK(s.query());  // nothing was queued, nothing is sticky
 }
 
+TEST_CASE("a host wait refused at the call says why, as its throwing form does", "[core][error][asio][event]") {
+  // As the enqueues above: a wait refused before it waits (a negative timeout, an event that was
+  // never recorded, a gone stream) leaves the words of the blocking form in recent_error_message,
+  // and an await with npurt::use_task throws them, not a generic "awaited operation failed".
+  npurt::system sys{simple(2)};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto gone = sys.device(1).make_stream();
+  sys.device(1).reset();  // docs/runtime.md: reset invalidates the device's streams
+  npurt::event recorded = dev.make_event();
+  s.record(recorded);
+  npurt::event never = dev.make_event();
+  const picoseconds negative{-5};
+  const char* const negative_words = "timeout of -5 ps is negative";
+  sys.run();
+  const npurt::sim_time start = sys.now();
+
+  struct refusal {
+    const char* call;       // the async form's name, which its words begin with
+    const char* blocking;   // the throwing form's
+    std::function<void(std::function<void(npurt::async_error_code)>)> start;
+    std::function<npurt::task<void>()> awaited;
+    std::function<void()> block;
+    npurt::errc code;
+    const char* cause;
+  };
+  const refusal cases[] = {
+      {"npurt::event::async_wait: ", "npurt::event::synchronize: ",
+       [&](auto h) { recorded.async_wait(negative, std::move(h)); },
+       [&]() -> npurt::task<void> { co_await recorded.async_wait(negative, npurt::use_task); },
+       [&] { recorded.synchronize(negative); }, npurt::errc::invalid_argument, negative_words},
+      {"npurt::event::async_wait: ", "npurt::event::synchronize: ", [&](auto h) { never.async_wait(std::move(h)); },
+       [&]() -> npurt::task<void> { co_await never.async_wait(npurt::use_task); }, [&] { never.synchronize(); },
+       npurt::errc::event_not_recorded, "never recorded"},
+      {"npurt::stream::async_synchronize: ", "npurt::stream::synchronize: ",
+       [&](auto h) { s.async_synchronize(negative, std::move(h)); },
+       [&]() -> npurt::task<void> { co_await s.async_synchronize(negative, npurt::use_task); },
+       [&] { s.synchronize(negative); }, npurt::errc::invalid_argument, negative_words},
+      {"npurt::stream::async_synchronize: ", "npurt::stream::synchronize: ",
+       [&](auto h) { gone.async_synchronize(std::move(h)); },
+       [&]() -> npurt::task<void> { co_await gone.async_synchronize(npurt::use_task); }, [&] { gone.synchronize(); },
+       npurt::errc::invalid_stream, "device was reset"},
+      {"npurt::device::async_synchronize: ", "npurt::device::synchronize: ",
+       [&](auto h) { dev.async_synchronize(negative, std::move(h)); },
+       [&]() -> npurt::task<void> { co_await dev.async_synchronize(negative, npurt::use_task); },
+       [&] { dev.synchronize(negative); }, npurt::errc::invalid_argument, negative_words},
+  };
+  for (const refusal& r : cases) {
+    INFO(r.call << " " << r.cause);
+    (void)sys.recent_error_message();  // whatever came before is not this call's
+    std::error_code heard;
+    std::string recent;
+    bool initiating = true, called = false;
+    r.start([&](npurt::async_error_code e) {
+      called = true;
+      CHECK_FALSE(initiating);  // never inside the initiating call
+      heard = e;
+      recent = sys.recent_error_message();
+    });
+    initiating = false;
+    sys.run();
+    REQUIRE(called);
+    CHECK(heard == r.code);
+    CHECK(recent.starts_with(r.call));
+    CHECK(recent.find(r.cause) != std::string::npos);
+    CHECK(recent.ends_with(": " + std::error_code(r.code).message()));
+
+    std::exception_ptr thrown;
+    npurt::spawn(sys, r.awaited(), [&](std::exception_ptr e) { thrown = e; });
+    sys.run();
+    REQUIRE(thrown);
+    try {
+      std::rethrow_exception(thrown);
+    } catch (const npurt::caller_error& e) {
+      CHECK(e.code() == r.code);
+      CHECK(std::string(e.what()).starts_with(r.call));
+      CHECK(std::string(e.what()).find(r.cause) != std::string::npos);
+    }
+    // The blocking form says the same of the same mistake.
+    try {
+      r.block();
+      FAIL("the blocking form accepted what the async form refused");
+    } catch (const npurt::caller_error& e) {
+      CHECK(e.code() == r.code);
+      CHECK(std::string(e.what()).starts_with(r.blocking));
+      CHECK(std::string(e.what()).find(r.cause) != std::string::npos);
+    }
+  }
+  CHECK(sys.now() == start);  // nothing waited
+  CHECK(s.query());
+}
+
 TEST_CASE("waiting on an event that was never recorded is an error", "[core][error][event]") {
   npurt::system sys{simple()};
   auto& dev = sys.device(0);

@@ -21,6 +21,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <string>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -297,22 +298,23 @@ struct multi_wait {
   }
 };
 
-/// Starts a multi_wait on positions [first, last) of (stream, seq) pairs, with an optional
-/// timeout in virtual time. `user`, the op `op` completes, is armed for cancellation while the
-/// wait waits.
 /// A negative timeout is the caller's error (no_timeout means none): never a silent "wait forever"
 /// or "time out at once".
 inline std::error_code check_timeout(const std::optional<picoseconds>& timeout) noexcept {
   return timeout && timeout->count() < 0 ? make_error_code(errc::invalid_argument) : std::error_code{};
 }
 
+/// What is wrong with a timeout check_timeout refused, in the words of a refusal. Out of line:
+/// only a refused call builds them.
+[[nodiscard]] NPURT_DECL std::string timeout_problem(picoseconds timeout);
+
+/// Starts a multi_wait on positions [first, last) of (stream, seq) pairs, with an optional
+/// timeout in virtual time. `user`, the op `op` completes, is armed for cancellation while the
+/// wait waits. The caller has refused a timeout check_timeout refuses (with its words, before
+/// making any op), so that only the refused call pays for the refusal.
 template <class Positions>
 void start_multi_wait(runtime& rt, op_base* op, const Positions& positions, std::optional<picoseconds> timeout,
                       cancellable_op* user = nullptr) {
-  if (const std::error_code ec = check_timeout(timeout)) {
-    op->complete(ec);
-    return;
-  }
   auto* w = new multi_wait{&rt, op, 0, 1, false};  // the extra ref is released below
   for (const auto& [stream, seq] : positions) {
     if (rt.position_reached(stream, seq)) continue;

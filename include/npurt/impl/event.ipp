@@ -145,6 +145,18 @@ NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout, std::erro
   if (const detail::failure* f = detail::failure_before(rt, s, q)) ec = f->ec;
 }
 
+NPURT_DECL std::string event::wait_problem(std::error_code ec, std::optional<picoseconds> timeout) const {
+  if (ec == errc::invalid_argument && timeout && timeout->count() < 0) return detail::timeout_problem(*timeout);
+  if (ec == errc::event_not_recorded)
+    return "the event was never recorded: a host wait waits for its latest record, so record it on a stream first";
+  if (ec != errc::invalid_event) return {};
+  if (!rt_)
+    return "the event is null (default-constructed, moved from, or it outlived its system): make one with "
+           "device::make_event()";
+  if (id_ == 0) return "the event's device was reset after the event was made";
+  return "the event was destroyed or its device was reset";
+}
+
 NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout) const {
   std::error_code ec;
   synchronize(timeout, ec);
@@ -154,6 +166,9 @@ NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout) const {
   if (ec && rt_ && position(s, q, pos_ec))
     if (const detail::failure* f = detail::failure_before(*rt_, s, q); f && f->ec == ec)
       detail::throw_failure(*f, "npurt::event::synchronize: " + f->describe());
+  // Refused before waiting: the same words as async_wait's refusal.
+  if (std::string why = ec ? wait_problem(ec, timeout) : std::string(); !why.empty())
+    throw_error_on(device_or_none(), ec, "npurt::event::synchronize: " + why);
   detail::throw_if_sync_error(rt_.get(), ec, "npurt::event::synchronize", timeout, -1,
                               "co_await e.async_wait(asio::use_awaitable)");
 }

@@ -36,6 +36,11 @@ NPURT_DECL std::exception_ptr note_refusal(runtime& rt, std::int32_t device, std
   }
 }
 
+NPURT_DECL std::string timeout_problem(picoseconds timeout) {
+  return "the timeout of " + std::to_string(timeout.count()) +
+         " ps is negative (npurt::no_timeout, the default, waits without one)";
+}
+
 NPURT_DECL runtime::runtime(std::unique_ptr<npurt::backend> b, const system_options& opts)
     : loop_parts(rt_detail::checked(std::move(b)), opts), scheduler(static_cast<loop_parts&>(*this)) {
 #ifndef NDEBUG
@@ -219,6 +224,8 @@ NPURT_DECL void throw_if_sync_error(const runtime* rt, std::error_code ec, std::
                         " blocks, which is not possible inside system::run (in a coroutine or handler); use " +
                         std::string(async_form));
   if (ec == errc::wait_timeout) throw_error_on(device, ec, what, timeout.value_or(picoseconds{0}).count());
+  if (ec == errc::invalid_argument && timeout && timeout->count() < 0)
+    throw_error_on(device, ec, std::string(what) + ": " + timeout_problem(*timeout));
   // What waits on what, as system::run says it.
   if (ec == errc::deadlock && rt && !rt->last_deadlock_report().empty())
     throw_error_on(device, ec, std::string(what) + ": " + rt->last_deadlock_report());

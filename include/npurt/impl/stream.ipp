@@ -627,6 +627,7 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout) {
   synchronize(timeout, ec, &f);
   if (f.exception) std::rethrow_exception(f.exception);
   if (f) detail::throw_failure(f, "npurt::stream::synchronize: " + f.describe(), device_or_none());
+  if (ec == errc::invalid_stream) throw_error_on(-1, ec, refusal("npurt::stream::synchronize", ec, {}));
   detail::throw_if_sync_error(rt_.get(), ec, "npurt::stream::synchronize", timeout, device_or_none(),
                               "co_await s.async_synchronize(asio::use_awaitable)");
 }
