@@ -1450,7 +1450,8 @@ fault problem_of(const kernel_op& op) {
 }
 
 // Says which tensor (and dimension) made validate() fail: one tensor's own rank or dimension,
-// or, when each tensor is fine alone, the shapes and types that do not fit together.
+// or, when each tensor is fine alone, the shapes and types that do not fit together. Without the
+// code's own words: whoever raises the error (a std::system_error) appends those.
 std::string describe(const kernel_desc& k, std::error_code ec) {
   std::string op;
   std::visit([&](const auto& o) { op = std::string(kernels::op_name(o)); }, k.op);
@@ -1505,18 +1506,17 @@ std::string describe(const kernel_desc& k, std::error_code ec) {
       for (const auto& [name, t] : tensors)
         if (t == o.tensor) append(t->data != nullptr ? with : without, name);
     if (!with.empty() && !without.empty())
-      return op + ": " + ec.message() + ": data pointers on " + with + " but none on " + without +
+      return op + ": data pointers on " + with + " but none on " + without +
              " (give every operand device memory, or none for a timing-only launch)";
   }
   // An operation that can say which operand does not fit and what it must be.
-  if (const fault f = problem_of(k.op); f.failed() && make_error_code(f.e) == ec)
-    return op + ": " + ec.message() + ": " + f.what;
+  if (const fault f = problem_of(k.op); f.failed() && make_error_code(f.e) == ec) return op + ": " + f.what;
   // Each tensor is fine, and so is their relation: the work is what is too large.
   if (ec == errc::invalid_shape && !std::visit([](const auto& o) { return check(o); }, k.op)) {
     const work w = work_of(k.op);
     if (w.unit && !w.within()) {
       std::ostringstream out;
-      out << op << ": " << ec.message() << ": ";
+      out << op << ": ";
       for (std::size_t i = 0; i < w.count; ++i)
         out << (i ? " x " : "") << w.factors[i].first << ' ' << w.factors[i].second;
       out << " is more than 2^60 " << w.unit << " (the simulator's bound)";
@@ -1524,12 +1524,14 @@ std::string describe(const kernel_desc& k, std::error_code ec) {
     }
   }
   std::ostringstream out;
-  out << op << ": " << ec.message() << ":";
+  out << op << " with";
+  const char* sep = " ";
   for (const auto& [name, t] : tensors) {
     if (!listed(*t)) continue;
-    out << ' ' << name << ' ' << dims(t->shape) << ' ' << to_string(t->type) << ';';
+    out << sep << name << ' ' << dims(t->shape) << ' ' << to_string(t->type);
+    sep = ", ";
   }
-  if (ec == errc::invalid_argument) out << " (a parameter, or data pointers on some operands but not all)";
+  if (ec == errc::invalid_argument) out << " (a parameter is not valid)";
   return out.str();
 }
 

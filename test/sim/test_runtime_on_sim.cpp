@@ -2,6 +2,7 @@
 // the moment it starts.
 #include <npurt/npurt.hpp>
 #include <npurt/sim/fault_backend.hpp>
+#include <npurt/sim/reference_kernels.hpp>
 #include <npurt/sim/sim.hpp>
 #include <npurt/task.hpp>
 
@@ -555,6 +556,56 @@ TEST_CASE("a kernel whose operands do not fit together says which and what they 
   std::tie(ec, what) = refusal(npurt::kernel_desc{k::fixed{npurt::picoseconds{1000}}, "wide", 48});
   CHECK(ec == errc::invalid_argument);
   CHECK_THAT(what, ContainsSubstring("block_dim 48 is more than device 0's 24 AI cores"));
+}
+
+// std::system_error appends the code's message to the words it is given: the words themselves
+// must not carry it, or the message says it twice.
+TEST_CASE("a kernel refusal says the code's words once, at the end", "[sim][runtime][error]") {
+  npurt::system sys{npurt::sim::presets::ascend910b(1)};
+  auto s = sys.device(0).make_stream();
+  const auto t = [](npurt::shape sh, npurt::dtype d = npurt::dtype::f32) { return npurt::tensor_desc{nullptr, sh, d}; };
+  npurt::device_buffer buf(sys.device(0), 4096);
+  namespace k = npurt::kernels;
+  constexpr std::int64_t big = std::int64_t{1} << 21;
+  const npurt::kernel_desc cases[] = {
+      k::matmul{t({8, 16}), t({17, 8}), t({8, 8})},                        // the op's own sentence
+      k::conv2d{t({1, 3, 8, 8}), t({8, 3, 0, 3}), t({1, 8, 6, 6})},        // one tensor's dimension
+      k::matmul{t({8, 16}), {buf.data(), {16, 8}, npurt::dtype::f32}, {buf.data(), {8, 8}, npurt::dtype::f32}},
+      k::matmul{t({big, big}), t({big, big}), t({big, big})},              // 2^63 multiply-accumulates
+      k::elementwise{k::eltwise_fn::add, t({4}), t({4}, npurt::dtype::f16), t({4})},
+      k::reduce{k::reduce_fn::sum, t({2, 3}), t({5}), 1},
+      k::transpose{t({2, 3}), t({2, 3}, npurt::dtype::f16)},
+  };
+  for (const npurt::kernel_desc& kd : cases) {
+    std::string what;
+    std::error_code ec;
+    try {
+      s.launch(kd);
+    } catch (const npurt::caller_error& e) {
+      what = e.what();
+      ec = e.code();
+    }
+    INFO(what);
+    REQUIRE(ec);
+    const std::string tail = ": " + ec.message();
+    CHECK(what.starts_with("npurt::stream::launch: "));
+    CHECK(what.ends_with(tail));
+    CHECK(what.find(ec.message()) == what.size() - ec.message().size());  // and nowhere before
+  }
+  // The whole message of the first, by hand: the call, the op, its rule, the code.
+  try {
+    s.launch(cases[0]);
+    FAIL("a matmul whose K differ was accepted");
+  } catch (const npurt::caller_error& e) {
+    CHECK(std::string(e.what()) ==
+          "npurt::stream::launch: matmul: a [8,16] has K = 16, b [17,8] has K = 17: they must be equal: invalid "
+          "tensor shape");
+  }
+  // validate()'s words, which the launch wraps, carry no code.
+  std::string why;
+  CHECK(npurt::sim::validate(cases[0], &why) == npurt::errc::invalid_shape);
+  CHECK(why == "matmul: a [8,16] has K = 16, b [17,8] has K = 17: they must be equal");
+  CHECK(s.query());  // nothing was queued
 }
 
 }  // namespace

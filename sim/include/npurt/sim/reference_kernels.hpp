@@ -161,7 +161,8 @@ struct operand_list {
 /// invalid_layout / invalid_argument; {} when the kernel can run. kernels::fixed is always valid.
 [[nodiscard]] std::error_code validate(const kernel_desc& k);
 /// As validate, and on failure says in *what which tensor and dimension (or which parameter)
-/// is wrong, e.g. "conv2d tensor 'w' [64,3,0,7]: dimension 2 is 0 (must be positive)".
+/// is wrong, e.g. "conv2d tensor 'w' [64,3,0,7]: dimension 2 is 0 (must be positive)". The words
+/// leave out the code's message (ec.message()), which a std::system_error built from them appends.
 [[nodiscard]] std::error_code validate(const kernel_desc& k, std::string* what);
 
 /// Validates, then computes the kernel's result with reference loops. Every operand's pointer
