@@ -72,8 +72,9 @@ struct builder {
 constexpr std::uint64_t max_work = std::uint64_t{1} << 60;
 
 // Rank, positive dimensions, no element-count overflow, a layout we compute in. A scalar (rank 0,
-// one element) only where the operation takes one (`scalar_ok`).
-std::error_code check_tensor(const tensor_desc& t, bool scalar_ok) {
+// one element) only where the operation takes one (`scalar_ok`). Inlined: validate() runs it on
+// every operand of every launch, and describe() calling it too must not move it out of line.
+[[gnu::always_inline]] inline std::error_code check_tensor(const tensor_desc& t, bool scalar_ok) {
   if (t.format != layout::nd && t.format != layout::nchw) return fail(errc::invalid_layout);
   if (!known_dtype(t.type)) return fail(errc::invalid_dtype);
   if ((t.shape.rank() == 0 && !scalar_ok) || t.shape.rank() > shape::max_rank) return fail(errc::invalid_shape);
@@ -103,6 +104,13 @@ std::string dims(const shape& s) {
   for (std::size_t i = 0; i < s.rank(); ++i) os << (i ? "," : "") << s[i];
   os << ']';
   return os.str();
+}
+
+// The dims of a shape that may pass shape::max_rank (what a wrong rank would call for).
+std::string dims(const std::vector<std::int64_t>& v) {
+  std::string r = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) r += (i ? "," : "") + std::to_string(v[i]);
+  return r + "]";
 }
 
 std::string num(std::int64_t v) { return std::to_string(v); }
@@ -217,7 +225,7 @@ fault matmul_problem(const kernels::matmul& m) {
   return epilogue_problem(m.c, "c", m.bias, m.residual, m.act);
 }
 
-std::error_code check(const kernels::matmul& m) { return matmul_problem(m).code(); }
+fault problem(const kernels::matmul& m) { return matmul_problem(m); }
 
 // ---- convolution -----------------------------------------------------------------------
 
@@ -235,8 +243,6 @@ fault conv_params_problem(const conv_params& p) {
   if (p.groups < 1) return bad(errc::invalid_argument, "groups " + num(p.groups) + " must be at least 1");
   return {};
 }
-
-std::error_code check_conv_params(const conv_params& p) { return conv_params_problem(p).code(); }
 
 // Output extent of one spatial dimension, or -1 when the (padded) input is smaller than the
 // dilated kernel. in, k >= 1 and d >= 1: the dilated extent d * (k - 1) + 1 is compared with the
@@ -283,10 +289,6 @@ fault conv_shapes_problem(const shape& x, const shape& w, const shape& y, const 
   return {};
 }
 
-std::error_code check_conv_shapes(const shape& x, const shape& w, const shape& y, const conv_params& p) {
-  return conv_shapes_problem(x, w, y, p).code();
-}
-
 fault conv2d_problem(const kernels::conv2d& c) {
   const conv_params p{c.stride, c.pad, c.dilation, c.groups};
   if (auto f = conv_params_problem(p); f.failed()) return f;
@@ -302,66 +304,105 @@ fault conv2d_problem(const kernels::conv2d& c) {
   return epilogue_problem(c.y, "y", c.bias, c.residual, c.act);
 }
 
-std::error_code check(const kernels::conv2d& c) { return conv2d_problem(c).code(); }
+fault problem(const kernels::conv2d& c) { return conv2d_problem(c); }
 
-// Gradients are float only (training never runs in INT8).
+// Gradients are float only (training never runs in INT8). The problems of the kernels a training
+// step launches most are inlined into validate()'s dispatch, as their checks were before they
+// had words: the words are built only on the way out.
 bool grad_types_ok(dtype a, dtype b, dtype out) { return a == b && is_float(a) && (out == a || out == dtype::f32); }
 
-std::error_code check(const kernels::conv2d_backward_data& c) {
-  const conv_params p{c.stride, c.pad, c.dilation, c.groups};
-  if (auto ec = check_conv_params(p)) return ec;
-  if (!grad_types_ok(c.dy.type, c.w.type, c.dx.type)) return fail(errc::invalid_dtype);
-  return check_conv_shapes(c.dx.shape, c.w.shape, c.dy.shape, p);
+fault grad_types_problem(const char* an, dtype a, const char* bn, dtype b, const char* on, dtype out) {
+  if (grad_types_ok(a, b, out)) return {};
+  return bad(errc::invalid_dtype, std::string(an) + " is " + type_name(a) + ", " + bn + " " + type_name(b) + ", " + on +
+                                      " " + type_name(out) + ": " + an + " and " + bn + " must be one float dtype, " +
+                                      on + " that or f32");
 }
 
-std::error_code check(const kernels::conv2d_backward_weight& c) {
+[[gnu::always_inline]] inline fault problem(const kernels::conv2d_backward_data& c) {
   const conv_params p{c.stride, c.pad, c.dilation, c.groups};
-  if (auto ec = check_conv_params(p)) return ec;
-  if (!grad_types_ok(c.x.type, c.dy.type, c.dw.type)) return fail(errc::invalid_dtype);
-  return check_conv_shapes(c.x.shape, c.dw.shape, c.dy.shape, p);
+  if (auto f = conv_params_problem(p); f.failed()) return f;
+  if (!grad_types_ok(c.dy.type, c.w.type, c.dx.type))
+    return grad_types_problem("dy", c.dy.type, "w", c.w.type, "dx", c.dx.type);
+  return conv_shapes_problem(c.dx.shape, c.w.shape, c.dy.shape, p, {"dx", "w", "dy"});
+}
+
+[[gnu::always_inline]] inline fault problem(const kernels::conv2d_backward_weight& c) {
+  const conv_params p{c.stride, c.pad, c.dilation, c.groups};
+  if (auto f = conv_params_problem(p); f.failed()) return f;
+  if (!grad_types_ok(c.x.type, c.dy.type, c.dw.type))
+    return grad_types_problem("x", c.x.type, "dy", c.dy.type, "dw", c.dw.type);
+  return conv_shapes_problem(c.x.shape, c.dw.shape, c.dy.shape, p, {"x", "dw", "dy"});
 }
 
 // ---- integer matmul and convolution (ONNX's MatMulInteger, ConvInteger) ------------------
 
 bool int8_or_uint8(dtype t) noexcept { return t == dtype::i8 || t == dtype::u8; }
 
-// A zero point: absent, or of its operand's dtype and broadcasting to `to`.
-bool zero_point_ok(const tensor_desc& zp, const tensor_desc& operand, const shape& to) noexcept {
-  return absent(zp) || (zp.type == operand.type && broadcasts_to(zp.shape, to));
+// A zero point of its operand's dtype, when given.
+fault zero_point_type_problem(const char* zp_name, const tensor_desc& zp, const char* name, const tensor_desc& t) {
+  if (absent(zp) || zp.type == t.type) return {};
+  return bad(errc::invalid_dtype, std::string(zp_name) + " is " + type_name(zp.type) + ", " + name + " " +
+                                      type_name(t.type) + ": they must match");
 }
 
-std::error_code check(const kernels::integer_matmul& m) {
-  if (!int8_or_uint8(m.a.type) || !int8_or_uint8(m.b.type) || m.y.type != dtype::i32) return fail(errc::invalid_dtype);
-  if (!absent(m.a_zero_point) && m.a_zero_point.type != m.a.type) return fail(errc::invalid_dtype);
-  if (!absent(m.b_zero_point) && m.b_zero_point.type != m.b.type) return fail(errc::invalid_dtype);
+// Integer kernels take i8 or u8 inputs and write i32.
+fault integer_types_problem(const char* an, dtype a, const char* bn, dtype b, dtype y) {
+  if (int8_or_uint8(a) && int8_or_uint8(b) && y == dtype::i32) return {};
+  return bad(errc::invalid_dtype, std::string(an) + " is " + type_name(a) + ", " + bn + " " + type_name(b) + ", y " +
+                                      type_name(y) + ": " + an + " and " + bn + " must be i8 or u8, y i32");
+}
+
+fault problem(const kernels::integer_matmul& m) {
+  if (auto f = integer_types_problem("a", m.a.type, "b", m.b.type, m.y.type); f.failed()) return f;
+  if (auto f = zero_point_type_problem("a_zero_point", m.a_zero_point, "a", m.a); f.failed()) return f;
+  if (auto f = zero_point_type_problem("b_zero_point", m.b_zero_point, "b", m.b); f.failed()) return f;
   const auto& a = m.a.shape;
   const auto& b = m.b.shape;
   const auto& y = m.y.shape;
   const auto ra = a.rank(), rb = b.rank(), ry = y.rank();
-  if (ra < 2 || rb < 2 || ry != std::max(ra, rb)) return fail(errc::invalid_shape);
-  if (a[ra - 1] != b[rb - 2] || y[ry - 2] != a[ra - 2] || y[ry - 1] != b[rb - 1]) return fail(errc::invalid_shape);
+  if (ra < 2 || rb < 2)
+    return bad(errc::invalid_shape, "a " + dims(a) + " and b " + dims(b) +
+                                        " must be of rank 2 or more ([..., M, K] "
+                                        "and [..., K, N])");
+  if (ry != std::max(ra, rb))
+    return bad(errc::invalid_shape,
+               "y " + dims(y) + " must be of rank " + num(std::max(ra, rb)) + ", the larger of a's and b's");
+  if (a[ra - 1] != b[rb - 2])
+    return bad(errc::invalid_shape, "a " + dims(a) + " has K = " + num(a[ra - 1]) + ", b " + dims(b) +
+                                        " has K = " + num(b[rb - 2]) + ": they must be equal");
+  if (y[ry - 2] != a[ra - 2] || y[ry - 1] != b[rb - 1])
+    return bad(errc::invalid_shape, "y " + dims(y) + " must end in [" + num(a[ra - 2]) + "," + num(b[rb - 1]) +
+                                        "] (M = " + num(a[ra - 2]) + ", N = " + num(b[rb - 1]) + ")");
   // The batch dimensions: each of a's and b's is 1 or y's, and y's is the larger.
   for (std::size_t i = 0; i + 2 < ry; ++i) {
     const int64_t da = i + ra >= ry ? a[i + ra - ry] : 1, db = i + rb >= ry ? b[i + rb - ry] : 1;
     if ((da != 1 && da != y[i]) || (db != 1 && db != y[i]) || y[i] != std::max(da, db))
-      return fail(errc::invalid_shape);
+      return bad(errc::invalid_shape, "y " + dims(y) + "'s batch dimension " + num(static_cast<int64_t>(i)) + " is " +
+                                          num(y[i]) + ": a's (" + num(da) + ") and b's (" + num(db) +
+                                          ") broadcast to " + num(std::max(da, db)) + " (each 1 or the other)");
   }
-  if (!zero_point_ok(m.a_zero_point, m.a, a) || !zero_point_ok(m.b_zero_point, m.b, b))
-    return fail(errc::invalid_shape);
+  const std::pair<const char*, const tensor_desc*> zps[] = {{"a_zero_point", &m.a_zero_point},
+                                                            {"b_zero_point", &m.b_zero_point}};
+  for (const auto& [name, zp] : zps)
+    if (!absent(*zp) && !broadcasts_to(zp->shape, zp == &m.a_zero_point ? a : b))
+      return bad(errc::invalid_shape, std::string(name) + " " + dims(zp->shape) + " does not broadcast to " +
+                                          (zp == &m.a_zero_point ? "a " + dims(a) : "b " + dims(b)));
   return {};
 }
 
-std::error_code check(const kernels::integer_conv2d& c) {
+fault problem(const kernels::integer_conv2d& c) {
   const conv_params p{c.stride, c.pad, c.dilation, c.groups};
-  if (auto ec = check_conv_params(p)) return ec;
-  if (!int8_or_uint8(c.x.type) || !int8_or_uint8(c.w.type) || c.y.type != dtype::i32) return fail(errc::invalid_dtype);
-  if (!absent(c.x_zero_point) && c.x_zero_point.type != c.x.type) return fail(errc::invalid_dtype);
-  if (!absent(c.w_zero_point) && c.w_zero_point.type != c.w.type) return fail(errc::invalid_dtype);
-  if (auto ec = check_conv_shapes(c.x.shape, c.w.shape, c.y.shape, p)) return ec;
-  if (!absent(c.x_zero_point) && c.x_zero_point.shape.elements() != 1) return fail(errc::invalid_shape);
+  if (auto f = conv_params_problem(p); f.failed()) return f;
+  if (auto f = integer_types_problem("x", c.x.type, "w", c.w.type, c.y.type); f.failed()) return f;
+  if (auto f = zero_point_type_problem("x_zero_point", c.x_zero_point, "x", c.x); f.failed()) return f;
+  if (auto f = zero_point_type_problem("w_zero_point", c.w_zero_point, "w", c.w); f.failed()) return f;
+  if (auto f = conv_shapes_problem(c.x.shape, c.w.shape, c.y.shape, p); f.failed()) return f;
+  if (!absent(c.x_zero_point) && c.x_zero_point.shape.elements() != 1)
+    return bad(errc::invalid_shape, "x_zero_point " + dims(c.x_zero_point.shape) + " must hold one value");
   if (!absent(c.w_zero_point) && c.w_zero_point.shape.elements() != 1 &&
       !(c.w_zero_point.shape.rank() == 1 && c.w_zero_point.shape[0] == c.w.shape[0]))
-    return fail(errc::invalid_shape);
+    return bad(errc::invalid_shape, "w_zero_point " + dims(c.w_zero_point.shape) + " must hold one value, or one per " +
+                                        "output channel, [" + num(c.w.shape[0]) + "]");
   return {};
 }
 
@@ -370,46 +411,74 @@ std::error_code check(const kernels::integer_conv2d& c) {
 // The transform's output extent: n, or n / 2 + 1 onesided.
 int64_t dft_bins(const kernels::dft& d) noexcept { return d.onesided ? d.length / 2 + 1 : d.length; }
 
-std::error_code check(const kernels::dft& d) {
-  if (!is_float(d.x.type) || d.y.type != d.x.type) return fail(errc::invalid_dtype);
-  if (!absent(d.window) && d.window.type != d.x.type) return fail(errc::invalid_dtype);
-  if (d.length < 1 || d.frame_step < 0) return fail(errc::invalid_argument);
+fault problem(const kernels::dft& d) {
+  if (!is_float(d.x.type) || d.y.type != d.x.type)
+    return bad(errc::invalid_dtype,
+               "x is " + type_name(d.x.type) + ", y " + type_name(d.y.type) + ": they must be one float dtype");
+  if (!absent(d.window) && d.window.type != d.x.type)
+    return bad(errc::invalid_dtype,
+               "window is " + type_name(d.window.type) + ", x " + type_name(d.x.type) + ": they must match");
+  if (d.length < 1 || d.frame_step < 0)
+    return bad(errc::invalid_argument,
+               "length " + num(d.length) + " must be at least 1, frame_step " + num(d.frame_step) + " not negative");
   const auto& x = d.x.shape;
   const auto& y = d.y.shape;
   const std::size_t r = x.rank();
-  if (r < 2 || (x[r - 1] != 1 && x[r - 1] != 2)) return fail(errc::invalid_shape);
+  if (r < 2 || (x[r - 1] != 1 && x[r - 1] != 2))
+    return bad(errc::invalid_shape, "x " + dims(x) +
+                                        " must be of rank 2 or more, its last dimension 1 (real) or 2 "
+                                        "(complex)");
   if (d.frame_step == 0) {
-    if (!absent(d.window)) return fail(errc::invalid_argument);
-    if (d.axis < 0 || static_cast<std::size_t>(d.axis) + 1 >= r) return fail(errc::invalid_argument);
-    if (y.rank() != r || y[r - 1] != 2) return fail(errc::invalid_shape);
-    for (std::size_t i = 0; i + 1 < r; ++i)
-      if (y[i] != (i == static_cast<std::size_t>(d.axis) ? dft_bins(d) : x[i])) return fail(errc::invalid_shape);
+    if (!absent(d.window)) return bad(errc::invalid_argument, "a window needs a frame_step (an STFT)");
+    if (d.axis < 0 || static_cast<std::size_t>(d.axis) + 1 >= r)
+      return bad(errc::invalid_argument,
+                 "axis " + num(d.axis) + " is outside [0, " + num(static_cast<int64_t>(r) - 2) + "] for x " + dims(x));
+    shape want = x;
+    want[static_cast<std::size_t>(d.axis)] = dft_bins(d);
+    want[r - 1] = 2;
+    if (!(y == want))
+      return bad(errc::invalid_shape, "y " + dims(y) + " must be " + dims(want) + ": x's shape with " +
+                                          num(dft_bins(d)) + " bins on axis " + num(d.axis) + ", complex");
     return {};
   }
   // STFT: [batch, L, c] framed along axis 1.
-  if (r != 3 || d.axis != 1 || d.inverse) return fail(errc::invalid_argument);
-  if (x[1] < d.length) return fail(errc::invalid_shape);
-  if (!absent(d.window) && !(d.window.shape == shape{d.length})) return fail(errc::invalid_shape);
+  if (r != 3 || d.axis != 1 || d.inverse)
+    return bad(errc::invalid_argument, "an STFT (frame_step > 0) takes x of rank 3 framed along axis 1, forward");
+  if (x[1] < d.length)
+    return bad(errc::invalid_shape, "x " + dims(x) + " has " + num(x[1]) + " samples, fewer than the length " +
+                                        num(d.length) + " of a frame");
+  if (!absent(d.window) && !(d.window.shape == shape{d.length}))
+    return bad(errc::invalid_shape, "window " + dims(d.window.shape) + " must be [" + num(d.length) + "]");
   const int64_t frames = (x[1] - d.length) / d.frame_step + 1;
-  if (!(y == shape{x[0], frames, dft_bins(d), 2})) return fail(errc::invalid_shape);
+  if (const shape want{x[0], frames, dft_bins(d), 2}; !(y == want))
+    return bad(errc::invalid_shape, "y " + dims(y) + " must be " + dims(want) + " ([batch, frames, bins, 2])");
   return {};
 }
 
 // ONNX's RoiAlign: x [N, C, H, W], rois [R, 4] and y [R, C, output_height, output_width] of one
 // float dtype (H, W and the output extents at least 1), batch_indices [R] of i32 or i64; a sampling ratio of 0
 // (adaptive) or more; a finite spatial scale. The ROIs' values and the batch indices are checked when the kernel runs.
-std::error_code check(const kernels::roi_align& a) {
-  if (!is_float(a.x.type) || a.rois.type != a.x.type || a.y.type != a.x.type) return fail(errc::invalid_dtype);
-  if (a.batch_indices.type != dtype::i32 && a.batch_indices.type != dtype::i64) return fail(errc::invalid_dtype);
+fault problem(const kernels::roi_align& a) {
+  if (!is_float(a.x.type) || a.rois.type != a.x.type || a.y.type != a.x.type)
+    return bad(errc::invalid_dtype, "x is " + type_name(a.x.type) + ", rois " + type_name(a.rois.type) + ", y " +
+                                        type_name(a.y.type) + ": they must be one float dtype");
+  if (a.batch_indices.type != dtype::i32 && a.batch_indices.type != dtype::i64)
+    return bad(errc::invalid_dtype, "batch_indices is " + type_name(a.batch_indices.type) + ", not i32 or i64");
   const auto& x = a.x.shape;
   const auto& y = a.y.shape;
   if (x.rank() != 4 || a.rois.shape.rank() != 2 || a.rois.shape[1] != 4 || a.batch_indices.shape.rank() != 1 ||
       y.rank() != 4)
-    return fail(errc::invalid_shape);
+    return bad(errc::invalid_shape, "x " + dims(x) + ", rois " + dims(a.rois.shape) + ", batch_indices " +
+                                        dims(a.batch_indices.shape) + " and y " + dims(y) +
+                                        " must be [N, C, H, W], [R, 4], [R] and [R, C, h, w]");
   const int64_t rois = a.rois.shape[0];
   if (a.batch_indices.shape[0] != rois || y[0] != rois || y[1] != x[1] || y[2] < 1 || y[3] < 1 || x[2] < 1 || x[3] < 1)
-    return fail(errc::invalid_shape);
-  if (a.sampling_ratio < 0 || !finite(a.spatial_scale)) return fail(errc::invalid_argument);
+    return bad(errc::invalid_shape, "batch_indices " + dims(a.batch_indices.shape) + " and y " + dims(y) +
+                                        " must have rois' " + num(rois) + " regions first, and y x's " + num(x[1]) +
+                                        " channels second");
+  if (a.sampling_ratio < 0 || !finite(a.spatial_scale))
+    return bad(errc::invalid_argument,
+               "sampling_ratio " + num(a.sampling_ratio) + " must not be negative, spatial_scale finite");
   return {};
 }
 
@@ -462,66 +531,104 @@ fault elementwise_problem(const kernels::elementwise& e) {
   return {};
 }
 
-std::error_code check(const kernels::elementwise& e) { return elementwise_problem(e).code(); }
+fault problem(const kernels::elementwise& e) { return elementwise_problem(e); }
 
-std::error_code check(const kernels::fused_elementwise& f) {
+fault problem(const kernels::fused_elementwise& f) {
   using F = kernels::fused_elementwise;
   if (f.inputs == 0 || f.inputs > F::max_inputs || f.count == 0 || f.count > F::max_stages)
-    return fail(errc::invalid_argument);
+    return bad(errc::invalid_argument, "inputs " + num(f.inputs) + " must be in [1, " + num(F::max_inputs) +
+                                           "], count " + num(f.count) + " in [1, " + num(F::max_stages) + "]");
   for (std::size_t k = 0; k < f.count; ++k) {
     const kernels::eltwise_stage& st = f.stages[k];
+    const auto stage = [&] { return "stage " + num(static_cast<int64_t>(k)) + ": "; };
     if (static_cast<unsigned>(st.fn) > static_cast<unsigned>(kernels::last_eltwise_fn))
-      return fail(errc::invalid_argument);
-    if (!finite(st.alpha) || !finite(st.beta)) return fail(errc::invalid_argument);
-    if (!kernels::floats_ok(st.fn)) return fail(errc::invalid_dtype);  // the chain computes in float
+      return bad(errc::invalid_argument, stage() + "fn " + num(static_cast<unsigned>(st.fn)) + " is no eltwise_fn");
+    if (!finite(st.alpha) || !finite(st.beta))
+      return bad(errc::invalid_argument, stage() + "alpha and beta must be finite");
+    if (!kernels::floats_ok(st.fn))  // the chain computes in float
+      return bad(errc::invalid_dtype, stage() + "the chain computes in float, which the function does not take");
     // An operand is an input in range, or the running value after the first stage; every later
     // stage continues the chain (otherwise an earlier stage's result would be dropped).
     auto ok = [&](std::uint8_t o) { return o < f.inputs || (o == F::chain && k > 0); };
     const bool bin = binary(st.fn);
-    if (!ok(st.a) || (bin && !ok(st.b))) return fail(errc::invalid_argument);
-    if (k > 0 && st.a != F::chain && !(bin && st.b == F::chain)) return fail(errc::invalid_argument);
+    if (!ok(st.a) || (bin && !ok(st.b)))
+      return bad(errc::invalid_argument, stage() + "an operand is neither one of the " + num(f.inputs) +
+                                             " inputs nor, after the first stage, the chain");
+    if (k > 0 && st.a != F::chain && !(bin && st.b == F::chain))
+      return bad(errc::invalid_argument, stage() + "it does not read the chain, which would drop the stages before");
   }
-  if (!is_float(f.y.type)) return fail(errc::invalid_dtype);
+  if (!is_float(f.y.type)) return bad(errc::invalid_dtype, "y is " + type_name(f.y.type) + ": the chain writes floats");
+  static constexpr const char* names[] = {"a", "b", "c", "d", "e"};
   for (std::size_t i = 0; i < f.inputs; ++i) {
-    if (f.input(i).type != f.y.type) return fail(errc::invalid_dtype);
-    if (!broadcasts_to(f.input(i).shape, f.y.shape)) return fail(errc::invalid_shape);
+    if (f.input(i).type != f.y.type)
+      return bad(errc::invalid_dtype, std::string(names[i]) + " is " + type_name(f.input(i).type) + ", y " +
+                                          type_name(f.y.type) + ": they must match");
+    if (!broadcasts_to(f.input(i).shape, f.y.shape))
+      return bad(errc::invalid_shape,
+                 std::string(names[i]) + " " + dims(f.input(i).shape) + " does not broadcast to y " + dims(f.y.shape));
   }
   return {};
 }
 
 // ---- normalisation ---------------------------------------------------------------------
 
-std::error_code check_channel_vector(const tensor_desc& t, int64_t c) {
+// A per-channel vector, when given: float, [c]. The test alone, for the accepted path.
+bool channel_vector_ok(const tensor_desc& t, int64_t c) noexcept {
+  return absent(t) || (is_float(t.type) && t.shape.rank() == 1 && t.shape[0] == c);
+}
+
+// What channel_vector_ok refused, in words.
+fault channel_vector_problem(const char* name, const tensor_desc& t, int64_t c) {
   if (absent(t)) return {};
-  if (!is_float(t.type)) return fail(errc::invalid_dtype);
-  if (t.shape.rank() != 1 || t.shape[0] != c) return fail(errc::invalid_shape);
+  if (!is_float(t.type))
+    return bad(errc::invalid_dtype, std::string(name) + " is " + type_name(t.type) + ": it must be a float");
+  if (t.shape.rank() != 1 || t.shape[0] != c)
+    return bad(errc::invalid_shape, std::string(name) + " " + dims(t.shape) + " must be [" + num(c) +
+                                        "], one value per channel (x's dimension 1)");
   return {};
 }
 
-std::error_code check(const kernels::batchnorm& b) {
+[[gnu::always_inline]] inline fault problem(const kernels::batchnorm& b) {
   if (!finite(b.eps) || b.eps < 0 || !finite(b.momentum) || b.momentum < 0 || b.momentum > 1)
-    return fail(errc::invalid_argument);
-  if (!is_float(b.x.type) || b.y.type != b.x.type) return fail(errc::invalid_dtype);
-  if (b.x.shape.rank() < 2 || !(b.y.shape == b.x.shape)) return fail(errc::invalid_shape);
+    return bad(errc::invalid_argument, "eps " + std::to_string(b.eps) + " must be finite and not negative, momentum " +
+                                           std::to_string(b.momentum) + " in [0, 1]");
+  if (!is_float(b.x.type) || b.y.type != b.x.type)
+    return bad(errc::invalid_dtype,
+               "x is " + type_name(b.x.type) + ", y " + type_name(b.y.type) + ": they must be one float dtype");
+  if (b.x.shape.rank() < 2 || !(b.y.shape == b.x.shape))
+    return bad(errc::invalid_shape, "x " + dims(b.x.shape) + " must be of rank 2 or more ([N, C, ...]), y " +
+                                        dims(b.y.shape) + " its shape");
   const int64_t c = b.x.shape[1];
-  for (const tensor_desc* t : {&b.gamma, &b.beta, &b.running_mean, &b.running_var})
-    if (auto ec = check_channel_vector(*t, c)) return ec;
+  const std::pair<const char*, const tensor_desc*> vectors[] = {
+      {"gamma", &b.gamma}, {"beta", &b.beta}, {"running_mean", &b.running_mean}, {"running_var", &b.running_var}};
+  for (const auto& [name, t] : vectors)
+    if (!channel_vector_ok(*t, c)) return channel_vector_problem(name, *t, c);
   if (b.training) {
-    for (const tensor_desc* t : {&b.saved_mean, &b.saved_invstd})
-      if (auto ec = check_channel_vector(*t, c)) return ec;
+    for (const auto& [name, t] : {std::pair{"saved_mean", &b.saved_mean}, std::pair{"saved_invstd", &b.saved_invstd}})
+      if (!channel_vector_ok(*t, c)) return channel_vector_problem(name, *t, c);
     // The unbiased variance of the running statistics needs two values per channel.
-    if (b.x.shape.elements() / c < 2) return fail(errc::invalid_shape);
+    if (b.x.shape.elements() / c < 2)
+      return bad(errc::invalid_shape,
+                 "x " + dims(b.x.shape) + " has one value per channel: training's unbiased variance needs two");
   }
   return {};
 }
 
-std::error_code check(const kernels::batchnorm_backward& b) {
-  if (!is_float(b.x.type) || b.dy.type != b.x.type || b.dx.type != b.x.type) return fail(errc::invalid_dtype);
+[[gnu::always_inline]] inline fault problem(const kernels::batchnorm_backward& b) {
+  if (!is_float(b.x.type) || b.dy.type != b.x.type || b.dx.type != b.x.type)
+    return bad(errc::invalid_dtype, "x is " + type_name(b.x.type) + ", dy " + type_name(b.dy.type) + ", dx " +
+                                        type_name(b.dx.type) + ": they must be one float dtype");
   if (b.x.shape.rank() < 2 || !(b.dy.shape == b.x.shape) || !(b.dx.shape == b.x.shape))
-    return fail(errc::invalid_shape);
+    return bad(errc::invalid_shape, "x " + dims(b.x.shape) + " must be of rank 2 or more ([N, C, ...]), dy " +
+                                        dims(b.dy.shape) + " and dx " + dims(b.dx.shape) + " its shape");
   const int64_t c = b.x.shape[1];
-  for (const tensor_desc* t : {&b.gamma, &b.saved_mean, &b.saved_invstd, &b.dgamma, &b.dbeta})
-    if (auto ec = check_channel_vector(*t, c)) return ec;
+  const std::pair<const char*, const tensor_desc*> vectors[] = {{"gamma", &b.gamma},
+                                                                {"saved_mean", &b.saved_mean},
+                                                                {"saved_invstd", &b.saved_invstd},
+                                                                {"dgamma", &b.dgamma},
+                                                                {"dbeta", &b.dbeta}};
+  for (const auto& [name, t] : vectors)
+    if (!channel_vector_ok(*t, c)) return channel_vector_problem(name, *t, c);
   return {};
 }
 
@@ -560,28 +667,39 @@ fault layernorm_problem(const kernels::layernorm& l) {
   return {};
 }
 
-std::error_code check(const kernels::layernorm& l) { return layernorm_problem(l).code(); }
+fault problem(const kernels::layernorm& l) { return layernorm_problem(l); }
 
 // ---- pooling ---------------------------------------------------------------------------
 
 // The output extents by the ONNX operator spec (MaxPool, AveragePool): floor, or with ceil_mode
 // ceil, of (in + pads - dilated window) / stride + 1, less one when ceil_mode would start the
-// last window past the input and its leading pad (onnx/reference/ops/op_pool_common.py).
-std::error_code pool_output(kernels::pool_mode mode, const shape& x, const pool_windows& p, shape& out) {
+// last window past the input and its leading pad (onnx/reference/ops/op_pool_common.py). `x_name`
+// names the pooled input in the words.
+fault pool_output(kernels::pool_mode mode, const shape& x, const pool_windows& p, shape& out, const char* x_name) {
   if (static_cast<unsigned>(mode) > static_cast<unsigned>(kernels::pool_mode::global_avg))
-    return fail(errc::invalid_argument);
-  if (x.rank() != p.rank + 2) return fail(errc::invalid_shape);
+    return bad(errc::invalid_argument, "mode " + num(static_cast<unsigned>(mode)) + " is no pool_mode");
+  if (x.rank() != p.rank + 2)
+    return bad(errc::invalid_shape, std::string(x_name) + " " + dims(x) + " must be of rank " +
+                                        num(static_cast<int64_t>(p.rank) + 2) + " ([N, C] and " +
+                                        num(static_cast<int64_t>(p.rank)) + " pooled dimensions)");
   out = shape{x[0], x[1]};
   if (mode == kernels::pool_mode::global_avg) {
     for (std::size_t i = 0; i < p.rank; ++i) out.push_back(1);
     return {};
   }
   for (std::size_t i = 0; i < p.rank; ++i)
-    if (p.k[i] < 1 || p.s[i] < 1 || p.d[i] < 1 || p.pb[i] < 0 || p.pe[i] < 0) return fail(errc::invalid_argument);
+    if (p.k[i] < 1 || p.s[i] < 1 || p.d[i] < 1 || p.pb[i] < 0 || p.pe[i] < 0)
+      return bad(errc::invalid_argument, "dimension " + num(static_cast<int64_t>(i)) + ": window " + num(p.k[i]) +
+                                             ", stride " + num(p.s[i]) + " and dilation " + num(p.d[i]) +
+                                             " must be at least 1, pads " + num(p.pb[i]) + " and " + num(p.pe[i]) +
+                                             " at least 0");
   for (std::size_t i = 0; i < p.rank; ++i) {
     // Every factor is below 2^31: the dilated window and the padded span fit in 64 bits.
     const int64_t in = x[i + 2], eff = p.d[i] * (p.k[i] - 1) + 1, span = in + p.pb[i] + p.pe[i] - eff;
-    if (span < 0) return fail(errc::invalid_shape);
+    if (span < 0)
+      return bad(errc::invalid_shape, "the dilated window of " + num(eff) + " does not fit in " + x_name + "'s " +
+                                          num(in) + " padded by " + num(p.pb[i]) + " and " + num(p.pe[i]) +
+                                          " (dimension " + num(static_cast<int64_t>(i + 2)) + ")");
     int64_t o = (p.ceil ? span + p.s[i] - 1 : span) / p.s[i] + 1;
     if (p.ceil && (o - 1) * p.s[i] >= in + p.pb[i]) --o;
     out.push_back(o);
@@ -589,57 +707,78 @@ std::error_code pool_output(kernels::pool_mode mode, const shape& x, const pool_
   return {};
 }
 
-std::error_code check(const kernels::pool2d& p) {
+fault problem(const kernels::pool2d& p) {
   const bool max = p.mode == kernels::pool_mode::max;
-  if (!(is_float(p.x.type) || (max && is_integer(p.x.type))) || p.y.type != p.x.type) return fail(errc::invalid_dtype);
+  if (!(is_float(p.x.type) || (max && is_integer(p.x.type))) || p.y.type != p.x.type)
+    return bad(errc::invalid_dtype, "x is " + type_name(p.x.type) + ", y " + type_name(p.y.type) +
+                                        ": they must be one float dtype (or integer, for max pooling)");
   const std::size_t rank = p.x.shape.rank() < 3 ? 0 : p.x.shape.rank() - 2;
-  if (rank < 1 || rank > 3) return fail(errc::invalid_shape);
+  if (rank < 1 || rank > 3)
+    return bad(errc::invalid_shape, "x " + dims(p.x.shape) +
+                                        " must be of rank 3 to 5 ([N, C] and 1 to 3 pooled "
+                                        "dimensions)");
   shape out;
-  if (auto ec = pool_output(p.mode, p.x.shape, windows_of(p, rank), out)) return ec;
-  if (!(p.y.shape == out)) return fail(errc::invalid_shape);
+  if (auto f = pool_output(p.mode, p.x.shape, windows_of(p, rank), out, "x"); f.failed()) return f;
+  if (!(p.y.shape == out)) return bad(errc::invalid_shape, "y " + dims(p.y.shape) + " must be " + dims(out));
   if (!absent(p.indices)) {
-    if (!max) return fail(errc::invalid_argument);  // only MaxPool has indices
-    if (p.indices.type != dtype::i64) return fail(errc::invalid_dtype);
-    if (!(p.indices.shape == out)) return fail(errc::invalid_shape);
+    if (!max) return bad(errc::invalid_argument, "indices are max pooling's only");
+    if (p.indices.type != dtype::i64)
+      return bad(errc::invalid_dtype, "indices is " + type_name(p.indices.type) + ", not i64");
+    if (!(p.indices.shape == out))
+      return bad(errc::invalid_shape, "indices " + dims(p.indices.shape) + " must be y's shape " + dims(out));
   }
   return {};
 }
 
-std::error_code check(const kernels::pool2d_backward& p) {
-  if (p.mode == kernels::pool_mode::max && absent(p.x)) return fail(errc::invalid_argument);
-  if (!is_float(p.dy.type) || p.dx.type != p.dy.type) return fail(errc::invalid_dtype);
+fault problem(const kernels::pool2d_backward& p) {
+  if (p.mode == kernels::pool_mode::max && absent(p.x))
+    return bad(errc::invalid_argument, "max pooling's gradient needs x, to find each window's maximum");
+  if (!is_float(p.dy.type) || p.dx.type != p.dy.type)
+    return bad(errc::invalid_dtype,
+               "dy is " + type_name(p.dy.type) + ", dx " + type_name(p.dx.type) + ": they must be one float dtype");
   if (!absent(p.x)) {
-    if (p.x.type != p.dx.type) return fail(errc::invalid_dtype);
-    if (!(p.x.shape == p.dx.shape)) return fail(errc::invalid_shape);
+    if (p.x.type != p.dx.type)
+      return bad(errc::invalid_dtype,
+                 "x is " + type_name(p.x.type) + ", dx " + type_name(p.dx.type) + ": they must match");
+    if (!(p.x.shape == p.dx.shape))
+      return bad(errc::invalid_shape, "x " + dims(p.x.shape) + " must be dx's shape " + dims(p.dx.shape));
   }
   // The gradient is 2-D, and every window must cover part of the input (PyTorch's pad <= kernel
   // / 2), so that each output has an input to send its gradient to.
   if (p.mode != kernels::pool_mode::global_avg)
     for (int i = 0; i < 2; ++i)
-      if (p.pad[i] < 0 || 2 * int64_t{p.pad[i]} > p.window[i]) return fail(errc::invalid_argument);
+      if (p.pad[i] < 0 || 2 * int64_t{p.pad[i]} > p.window[i])
+        return bad(errc::invalid_argument, "pad " + num(p.pad[i]) + " must be in [0, window / 2] for the window " +
+                                               num(p.window[i]) + ", so that every window covers some input");
   shape out;
-  if (auto ec = pool_output(p.mode, p.dx.shape, windows_of(p), out)) return ec;
-  if (!(p.dy.shape == out)) return fail(errc::invalid_shape);
+  if (auto f = pool_output(p.mode, p.dx.shape, windows_of(p), out, "dx"); f.failed()) return f;
+  if (!(p.dy.shape == out)) return bad(errc::invalid_shape, "dy " + dims(p.dy.shape) + " must be " + dims(out));
   return {};
 }
 
 // ---- the rest --------------------------------------------------------------------------
 
-std::error_code check(const kernels::softmax& s) { return normalisation_problem(s.x, s.y, s.axis, "softmax").code(); }
+fault problem(const kernels::softmax& s) { return normalisation_problem(s.x, s.y, s.axis, "softmax"); }
 
-std::error_code check(const kernels::reduce& r) {
+fault problem(const kernels::reduce& r) {
   if (static_cast<unsigned>(r.fn) > static_cast<unsigned>(kernels::reduce_fn::prod))
-    return fail(errc::invalid_argument);
+    return bad(errc::invalid_argument, "fn " + num(static_cast<unsigned>(r.fn)) + " is no reduce_fn");
   const std::size_t rank = r.x.shape.rank();
   // An empty mask reduces nothing; that is a bug in the caller more often than an intent.
-  if (r.axes_mask == 0 || (rank < 32 && (r.axes_mask >> rank) != 0)) return fail(errc::invalid_argument);
+  if (r.axes_mask == 0 || (rank < 32 && (r.axes_mask >> rank) != 0))
+    return bad(errc::invalid_argument, "axes_mask " + num(r.axes_mask) + " must name at least one axis of x " +
+                                           dims(r.x.shape) + " and none past it");
   const bool arg = r.fn == kernels::reduce_fn::argmax || r.fn == kernels::reduce_fn::argmin;
-  if (arg && (r.axes_mask & (r.axes_mask - 1)) != 0) return fail(errc::invalid_argument);  // one axis
+  if (arg && (r.axes_mask & (r.axes_mask - 1)) != 0)
+    return bad(errc::invalid_argument, "axes_mask " + num(r.axes_mask) + ": argmax and argmin take one axis");
   // Integers take the reductions that are exact in the dtype (sum and prod wrap as numpy's do);
   // mean and the index reductions compute in float.
   const bool int_ok = is_integer(r.x.type) && (r.fn == kernels::reduce_fn::sum || r.fn == kernels::reduce_fn::prod ||
                                                r.fn == kernels::reduce_fn::max || r.fn == kernels::reduce_fn::min);
-  if ((!is_float(r.x.type) && !int_ok) || r.y.type != (arg ? dtype::i64 : r.x.type)) return fail(errc::invalid_dtype);
+  if ((!is_float(r.x.type) && !int_ok) || r.y.type != (arg ? dtype::i64 : r.x.type))
+    return bad(errc::invalid_dtype, "x is " + type_name(r.x.type) + ", y " + type_name(r.y.type) +
+                                        ": x must be a float (an integer for sum, prod, max and min), y " +
+                                        (arg ? "i64" : "x's dtype"));
   shape out;
   for (std::size_t i = 0; i < rank; ++i) {
     if ((r.axes_mask >> i) & 1u) {
@@ -649,40 +788,67 @@ std::error_code check(const kernels::reduce& r) {
     }
   }
   if (out.rank() == 0) out.push_back(1);  // a full reduction gives one element, shape {1}
-  if (!(r.y.shape == out)) return fail(errc::invalid_shape);
+  if (!(r.y.shape == out))
+    return bad(errc::invalid_shape, "y " + dims(r.y.shape) + " must be " + dims(out) + ", x " + dims(r.x.shape) +
+                                        " reduced over axes_mask " + num(r.axes_mask) +
+                                        (r.keep_dims ? " keeping them" : ""));
   return {};
 }
 
-std::error_code check(const kernels::transpose& t) {
-  if (t.y.type != t.x.type) return fail(errc::invalid_dtype);
+// y must be x's dtype: the kernels that move elements without converting them.
+fault same_type_problem(const tensor_desc& x, const tensor_desc& y) {
+  if (y.type == x.type) return {};
+  return bad(errc::invalid_dtype,
+             "y is " + type_name(y.type) + ", x " + type_name(x.type) + ": y must be x's dtype (cast converts)");
+}
+
+// y of x's rank.
+fault same_rank_problem(const shape& x, const shape& y) {
+  if (y.rank() == x.rank()) return {};
+  return bad(errc::invalid_shape, "y " + dims(y) + " must be of x's rank " + num(static_cast<int64_t>(x.rank())));
+}
+
+fault problem(const kernels::transpose& t) {
+  if (auto f = same_type_problem(t.x, t.y); f.failed()) return f;
   const std::size_t rank = t.x.shape.rank();
-  if (t.y.shape.rank() != rank) return fail(errc::invalid_shape);
+  if (auto f = same_rank_problem(t.x.shape, t.y.shape); f.failed()) return f;
   unsigned seen = 0;
   for (std::size_t i = 0; i < rank; ++i) {
     const unsigned p = t.perm[i];
-    if (p >= rank || ((seen >> p) & 1u)) return fail(errc::invalid_argument);
+    if (p >= rank || ((seen >> p) & 1u))
+      return bad(errc::invalid_argument, "perm[" + num(static_cast<int64_t>(i)) + "] = " + num(p) +
+                                             ": perm must order x's " + num(static_cast<int64_t>(rank)) +
+                                             " axes, each once");
     seen |= 1u << p;
   }
   for (std::size_t i = 0; i < rank; ++i)
-    if (t.y.shape[i] != t.x.shape[t.perm[i]]) return fail(errc::invalid_shape);
+    if (t.y.shape[i] != t.x.shape[t.perm[i]]) {
+      shape want;
+      for (std::size_t j = 0; j < rank; ++j) want.push_back(t.x.shape[t.perm[j]]);
+      return bad(errc::invalid_shape,
+                 "y " + dims(t.y.shape) + " must be " + dims(want) + ", x " + dims(t.x.shape) + " permuted by perm");
+    }
   return {};
 }
 
 // Every index of the window must lie inside x: the first (starts) and the last, starts + (y - 1) *
 // steps, both computed with overflow checks (a caller's huge step must be an error, not a wrapped
 // index that lands inside x).
-std::error_code check(const kernels::slice& s) {
-  if (s.y.type != s.x.type) return fail(errc::invalid_dtype);
+fault problem(const kernels::slice& s) {
+  if (auto f = same_type_problem(s.x, s.y); f.failed()) return f;
   const std::size_t rank = s.x.shape.rank();
-  if (s.y.shape.rank() != rank) return fail(errc::invalid_shape);
+  if (auto f = same_rank_problem(s.x.shape, s.y.shape); f.failed()) return f;
   for (std::size_t d = 0; d < rank; ++d) {
     const int64_t start = s.starts[d], step = s.steps[d], dim = s.x.shape[d];
-    if (step == 0) return fail(errc::invalid_argument);
-    if (start < 0 || start >= dim) return fail(errc::invalid_argument);
+    const auto at = [&] { return "dimension " + num(static_cast<int64_t>(d)) + ": "; };
+    if (step == 0) return bad(errc::invalid_argument, at() + "the step is 0");
+    if (start < 0 || start >= dim)
+      return bad(errc::invalid_argument, at() + "start " + num(start) + " is outside x's [0, " + num(dim - 1) + "]");
     int64_t span = 0, last = 0;
     if (__builtin_mul_overflow(s.y.shape[d] - 1, step, &span) || __builtin_add_overflow(start, span, &last) ||
         last < 0 || last >= dim)
-      return fail(errc::invalid_shape);
+      return bad(errc::invalid_shape, at() + "y's " + num(s.y.shape[d]) + " elements from " + num(start) +
+                                          " in steps of " + num(step) + " pass x's [0, " + num(dim - 1) + "]");
   }
   return {};
 }
@@ -722,136 +888,210 @@ bool exact_in(dtype t, double v) noexcept {
 // are checked so that neither end of that range overflows. What lies outside x is the mode's to
 // map, so any begin is a valid pad (a crop past the data yields border only, as ONNX's negative
 // pads applied after the positive ones do).
-std::error_code check(const kernels::pad& p) {
-  if (p.y.type != p.x.type) return fail(errc::invalid_dtype);
+fault problem(const kernels::pad& p) {
+  if (auto f = same_type_problem(p.x, p.y); f.failed()) return f;
   const std::size_t rank = p.x.shape.rank();
-  if (p.y.shape.rank() != rank) return fail(errc::invalid_shape);
+  if (auto f = same_rank_problem(p.x.shape, p.y.shape); f.failed()) return f;
   if (static_cast<unsigned>(p.mode) > static_cast<unsigned>(kernels::pad_mode::wrap))
-    return fail(errc::invalid_argument);
-  if (p.mode == kernels::pad_mode::constant && !exact_in(p.x.type, p.value)) return fail(errc::invalid_argument);
+    return bad(errc::invalid_argument, "mode " + num(static_cast<unsigned>(p.mode)) + " is no pad_mode");
+  if (p.mode == kernels::pad_mode::constant && !exact_in(p.x.type, p.value))
+    return bad(errc::invalid_argument, "the fill " + std::to_string(p.value) + " is no exact " + type_name(p.x.type));
   for (std::size_t d = 0; d < rank; ++d) {
     int64_t first = 0, last = 0;
     if (__builtin_sub_overflow(int64_t{0}, p.begins[d], &first) ||
         __builtin_sub_overflow(p.y.shape[d] - 1, p.begins[d], &last))
-      return fail(errc::invalid_argument);
+      return bad(errc::invalid_argument, "dimension " + num(static_cast<int64_t>(d)) + ": begins " + num(p.begins[d]) +
+                                             " puts y's indices past 64 bits");
   }
   return {};
+}
+
+// An index tensor's dtype: i32 or i64.
+fault index_type_problem(const char* name, dtype t) {
+  if (t == dtype::i32 || t == dtype::i64) return {};
+  return bad(errc::invalid_dtype, std::string(name) + " is " + type_name(t) + ", not i32 or i64");
+}
+
+// An axis of x in [0, rank).
+fault axis_problem(std::int32_t axis, const char* name, const shape& s) {
+  if (axis >= 0 && static_cast<std::size_t>(axis) < s.rank()) return {};
+  return bad(errc::invalid_argument, "axis " + num(axis) + " is outside [0, " +
+                                         num(static_cast<int64_t>(s.rank()) - 1) + "] for " + name + " " + dims(s));
 }
 
 // ONNX's Gather (onnx.ai/onnx/operators/onnx__Gather.html): y is data with the axis replaced by
 // indices' dimensions. The index values are data, read when the kernel runs: their range is checked
 // there.
-std::error_code check(const kernels::gather& g) {
-  if (g.indices.type != dtype::i32 && g.indices.type != dtype::i64) return fail(errc::invalid_dtype);
-  if (g.y.type != g.data.type) return fail(errc::invalid_dtype);
+fault problem(const kernels::gather& g) {
+  if (auto f = index_type_problem("indices", g.indices.type); f.failed()) return f;
+  if (g.y.type != g.data.type)
+    return bad(errc::invalid_dtype,
+               "y is " + type_name(g.y.type) + ", data " + type_name(g.data.type) + ": y must be data's dtype");
   const std::size_t rank = g.data.shape.rank(), q = g.indices.shape.rank();
-  if (g.axis < 0 || static_cast<std::size_t>(g.axis) >= rank) return fail(errc::invalid_argument);
+  if (auto f = axis_problem(g.axis, "data", g.data.shape); f.failed()) return f;
   const auto axis = static_cast<std::size_t>(g.axis);
-  if (g.y.shape.rank() != rank - 1 + q) return fail(errc::invalid_shape);
+  const auto want = [&] {
+    std::vector<int64_t> w;  // of rank up to 15: no shape
+    for (std::size_t d = 0; d < rank - 1 + q; ++d)
+      w.push_back(d < axis ? g.data.shape[d] : d < axis + q ? g.indices.shape[d - axis] : g.data.shape[d - q + 1]);
+    return w;
+  };
+  const auto wrong = [&] {
+    return bad(errc::invalid_shape, "y " + dims(g.y.shape) + " must be " + dims(want()) + ", data " +
+                                        dims(g.data.shape) + " with axis " + num(g.axis) + " replaced by indices " +
+                                        dims(g.indices.shape));
+  };
+  if (g.y.shape.rank() != rank - 1 + q) return wrong();
   for (std::size_t d = 0; d < g.y.shape.rank(); ++d) {
-    const int64_t want = d < axis       ? g.data.shape[d]
-                         : d < axis + q ? g.indices.shape[d - axis]
-                                        : g.data.shape[d - q + 1];
-    if (g.y.shape[d] != want) return fail(errc::invalid_shape);
+    const int64_t w = d < axis ? g.data.shape[d] : d < axis + q ? g.indices.shape[d - axis] : g.data.shape[d - q + 1];
+    if (g.y.shape[d] != w) return wrong();
   }
   return {};
 }
 
 // Any extents repeat: y's index i reads x's i mod x.shape, which is always inside x.
-std::error_code check(const kernels::tile& t) {
-  if (t.y.type != t.x.type) return fail(errc::invalid_dtype);
-  if (t.y.shape.rank() != t.x.shape.rank()) return fail(errc::invalid_shape);
-  return {};
+fault problem(const kernels::tile& t) {
+  if (auto f = same_type_problem(t.x, t.y); f.failed()) return f;
+  return same_rank_problem(t.x.shape, t.y.shape);
 }
 
 // ONNX's NegativeLogLikelihoodLoss: target is x without its class dimension; the class indices
 // themselves are data, checked when the kernel runs.
-std::error_code check(const kernels::nll_loss& l) {
-  if (!is_float(l.x.type)) return fail(errc::invalid_dtype);
-  if (l.target.type != dtype::i32 && l.target.type != dtype::i64) return fail(errc::invalid_dtype);
-  if (l.y.type != l.x.type || (!absent(l.weight) && l.weight.type != l.x.type)) return fail(errc::invalid_dtype);
+fault problem(const kernels::nll_loss& l) {
+  if (!is_float(l.x.type)) return bad(errc::invalid_dtype, "x is " + type_name(l.x.type) + ": it must be a float");
+  if (auto f = index_type_problem("target", l.target.type); f.failed()) return f;
+  if (l.y.type != l.x.type || (!absent(l.weight) && l.weight.type != l.x.type))
+    return bad(errc::invalid_dtype, "y is " + type_name(l.y.type) +
+                                        (absent(l.weight) ? std::string() : ", weight " + type_name(l.weight.type)) +
+                                        ", x " + type_name(l.x.type) + ": they must match");
   if (static_cast<unsigned>(l.reduction) > static_cast<unsigned>(kernels::loss_reduction::mean))
-    return fail(errc::invalid_argument);
+    return bad(errc::invalid_argument,
+               "reduction " + num(static_cast<unsigned>(l.reduction)) + " is no loss_reduction");
   const std::size_t rank = l.x.shape.rank();
-  if (rank < 2 || l.target.shape.rank() != rank - 1) return fail(errc::invalid_shape);
+  const auto target = [&] {  // x without its class dimension, 1
+    shape t;
+    for (std::size_t d = 0; d < rank; ++d)
+      if (d != 1) t.push_back(l.x.shape[d]);
+    return dims(t);
+  };
+  if (rank < 2) return bad(errc::invalid_shape, "x " + dims(l.x.shape) + " must be of rank 2 or more ([N, C, ...])");
+  if (l.target.shape.rank() != rank - 1)
+    return bad(errc::invalid_shape, "target " + dims(l.target.shape) + " must be " + target() + ", x " +
+                                        dims(l.x.shape) + " without its class dimension");
   for (std::size_t d = 0; d + 1 < rank; ++d)
-    if (l.target.shape[d] != l.x.shape[d == 0 ? 0 : d + 1]) return fail(errc::invalid_shape);
-  if (!absent(l.weight) && !(l.weight.shape == shape{l.x.shape[1]})) return fail(errc::invalid_shape);
+    if (l.target.shape[d] != l.x.shape[d == 0 ? 0 : d + 1])
+      return bad(errc::invalid_shape, "target " + dims(l.target.shape) + " must be " + target() + ", x " +
+                                          dims(l.x.shape) + " without its class dimension");
+  if (!absent(l.weight) && !(l.weight.shape == shape{l.x.shape[1]}))
+    return bad(errc::invalid_shape,
+               "weight " + dims(l.weight.shape) + " must be [" + num(l.x.shape[1]) + "], one per class");
   const shape want = l.reduction == kernels::loss_reduction::none ? l.target.shape : shape{1};
-  if (!(l.y.shape == want)) return fail(errc::invalid_shape);
+  if (!(l.y.shape == want))
+    return bad(errc::invalid_shape,
+               "y " + dims(l.y.shape) + " must be " + dims(want) +
+                   (l.reduction == kernels::loss_reduction::none ? ", target's shape" : ", one reduced value"));
   return {};
 }
 
-std::error_code check(const kernels::trilu& t) {
-  if (t.y.type != t.x.type) return fail(errc::invalid_dtype);
-  if (t.x.shape.rank() < 2 || !(t.y.shape == t.x.shape)) return fail(errc::invalid_shape);
+fault problem(const kernels::trilu& t) {
+  if (auto f = same_type_problem(t.x, t.y); f.failed()) return f;
+  if (t.x.shape.rank() < 2 || !(t.y.shape == t.x.shape))
+    return bad(errc::invalid_shape,
+               "x " + dims(t.x.shape) + " must be of rank 2 or more (matrices), y " + dims(t.y.shape) + " its shape");
   return {};
 }
 
 // ONNX's Resize (onnx.ai/onnx/operators/onnx__Resize.html) on float data. A scale is a ratio of
 // extents, so only a finite positive one means anything, and a crop box only a finite one; y's extents are the caller's
 // (they come from the scales or from the sizes the scales were computed from).
-std::error_code check(const kernels::resize& r) {
-  if (!is_float(r.x.type) || r.y.type != r.x.type) return fail(errc::invalid_dtype);
+fault problem(const kernels::resize& r) {
+  if (!is_float(r.x.type) || r.y.type != r.x.type)
+    return bad(errc::invalid_dtype,
+               "x is " + type_name(r.x.type) + ", y " + type_name(r.y.type) + ": they must be one float dtype");
   const std::size_t rank = r.x.shape.rank();
-  if (r.y.shape.rank() != rank) return fail(errc::invalid_shape);
+  if (auto f = same_rank_problem(r.x.shape, r.y.shape); f.failed()) return f;
   if (static_cast<unsigned>(r.mode) > static_cast<unsigned>(kernels::resize_mode::cubic) ||
       static_cast<unsigned>(r.coordinates) > static_cast<unsigned>(kernels::resize_coordinates::tf_crop_and_resize) ||
       static_cast<unsigned>(r.nearest) > static_cast<unsigned>(kernels::nearest_rounding::ceil) ||
       !std::isfinite(r.cubic_coeff_a))
-    return fail(errc::invalid_argument);
+    return bad(errc::invalid_argument,
+               "mode, coordinates and nearest must be of their enumerations, cubic_coeff_a finite");
   for (std::size_t d = 0; d < rank; ++d)
     if (!std::isfinite(r.scales[d]) || !(r.scales[d] > 0) || !std::isfinite(r.roi_start[d]) ||
         !std::isfinite(r.roi_end[d]))
-      return fail(errc::invalid_argument);
+      return bad(errc::invalid_argument, "dimension " + num(static_cast<int64_t>(d)) +
+                                             ": the scale must be finite and positive, the roi finite");
   // Antialiasing widens linear's and cubic's filters; nearest has none (the reference refuses it).
-  if (r.antialias && r.mode == kernels::resize_mode::nearest) return fail(errc::invalid_argument);
+  if (r.antialias && r.mode == kernels::resize_mode::nearest)
+    return bad(errc::invalid_argument, "antialias widens linear and cubic filters; nearest has none");
+  return {};
+}
+
+// GatherElements' and ScatterElements' indices: an axis of data, then data's rank, `same` (y's or
+// updates', named `same_name`) shape, and off the axis extents no larger than data's.
+fault elements_indices_problem(const tensor_desc& data, const tensor_desc& indices, const shape& same,
+                               const char* same_name, std::int32_t axis) {
+  const std::size_t rank = data.shape.rank();
+  if (auto f = axis_problem(axis, "data", data.shape); f.failed()) return f;
+  if (indices.shape.rank() != rank)
+    return bad(errc::invalid_shape,
+               "indices " + dims(indices.shape) + " must be of data's rank " + num(static_cast<int64_t>(rank)));
+  if (!(same == indices.shape))
+    return bad(errc::invalid_shape,
+               std::string(same_name) + " " + dims(same) + " must be indices' shape " + dims(indices.shape));
+  for (std::size_t d = 0; d < rank; ++d)
+    if (d != static_cast<std::size_t>(axis) && indices.shape[d] > data.shape[d])
+      return bad(errc::invalid_shape, "indices " + dims(indices.shape) + " is longer than data " + dims(data.shape) +
+                                          " in dimension " + num(static_cast<int64_t>(d)) + ", off the axis " +
+                                          num(axis));
   return {};
 }
 
 // ONNX's GatherElements: y has indices' shape; off the axis every index of y must be one of data's.
-// GatherElements' and ScatterElements' indices: an axis of data, then data's rank, `same` (y's or
-// updates') shape, and off the axis extents no larger than data's.
-std::error_code check_elements_indices(const tensor_desc& data, const tensor_desc& indices, const shape& same,
-                                       std::int32_t axis) {
-  const std::size_t rank = data.shape.rank();
-  if (axis < 0 || static_cast<std::size_t>(axis) >= rank) return fail(errc::invalid_argument);
-  if (indices.shape.rank() != rank || !(same == indices.shape)) return fail(errc::invalid_shape);
-  for (std::size_t d = 0; d < rank; ++d)
-    if (d != static_cast<std::size_t>(axis) && indices.shape[d] > data.shape[d]) return fail(errc::invalid_shape);
-  return {};
-}
-
-std::error_code check(const kernels::gather_elements& g) {
-  if (g.indices.type != dtype::i32 && g.indices.type != dtype::i64) return fail(errc::invalid_dtype);
-  if (g.y.type != g.data.type) return fail(errc::invalid_dtype);
-  return check_elements_indices(g.data, g.indices, g.y.shape, g.axis);
+fault problem(const kernels::gather_elements& g) {
+  if (auto f = index_type_problem("indices", g.indices.type); f.failed()) return f;
+  if (g.y.type != g.data.type)
+    return bad(errc::invalid_dtype,
+               "y is " + type_name(g.y.type) + ", data " + type_name(g.data.type) + ": y must be data's dtype");
+  return elements_indices_problem(g.data, g.indices, g.y.shape, "y", g.axis);
 }
 
 // ONNX's CumSum: one shape and dtype in and out, float or integer (bool is no number to add).
-std::error_code check(const kernels::cumsum& c) {
-  if (c.y.type != c.x.type) return fail(errc::invalid_dtype);
-  if (!is_float(c.x.type) && !is_integer(c.x.type)) return fail(errc::invalid_dtype);
-  if (!valid_axis(c.axis, c.x.shape.rank())) return fail(errc::invalid_argument);
-  if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
+fault problem(const kernels::cumsum& c) {
+  if (auto f = same_type_problem(c.x, c.y); f.failed()) return f;
+  if (!is_float(c.x.type) && !is_integer(c.x.type))
+    return bad(errc::invalid_dtype, "x is " + type_name(c.x.type) + ": cumsum adds floats or integers");
+  if (!valid_axis(c.axis, c.x.shape.rank()))
+    return bad(errc::invalid_argument,
+               "axis " + num(c.axis) + " is outside [" + num(-static_cast<int64_t>(c.x.shape.rank())) + ", " +
+                   num(static_cast<int64_t>(c.x.shape.rank()) - 1) + "] for x " + dims(c.x.shape));
+  if (!(c.y.shape == c.x.shape))
+    return bad(errc::invalid_shape, "y " + dims(c.y.shape) + " must be x's shape " + dims(c.x.shape));
   return {};
 }
 
 // ONNX's GridSample (onnx.ai/onnx/operators/onnx__GridSample.html): x [N, C, D1..Dr], grid
 // [N, O1..Or, r], y [N, C, O1..Or]; x and y of one float dtype, the grid of any float dtype.
-std::error_code check(const kernels::grid_sample& g) {
-  if (!is_float(g.x.type) || g.y.type != g.x.type || !is_float(g.grid.type)) return fail(errc::invalid_dtype);
+fault problem(const kernels::grid_sample& g) {
+  if (!is_float(g.x.type) || g.y.type != g.x.type || !is_float(g.grid.type))
+    return bad(errc::invalid_dtype, "x is " + type_name(g.x.type) + ", y " + type_name(g.y.type) + ", grid " +
+                                        type_name(g.grid.type) + ": x and y must be one float dtype, grid a float");
   if (static_cast<unsigned>(g.mode) > static_cast<unsigned>(kernels::grid_sample_mode::cubic) ||
       static_cast<unsigned>(g.padding) > static_cast<unsigned>(kernels::grid_padding::reflection))
-    return fail(errc::invalid_argument);
+    return bad(errc::invalid_argument, "mode and padding must be of their enumerations");
   const std::size_t rank = g.x.shape.rank();
-  if (rank < 3 || g.grid.shape.rank() != rank || g.y.shape.rank() != rank) return fail(errc::invalid_shape);
+  const auto want = [&] {
+    return bad(errc::invalid_shape, "x " + dims(g.x.shape) + ", grid " + dims(g.grid.shape) + " and y " +
+                                        dims(g.y.shape) + " must be [N, C, D1..Dr], [N, O1..Or, r] and " +
+                                        "[N, C, O1..Or], r being x's rank less 2");
+  };
+  if (rank < 3 || g.grid.shape.rank() != rank || g.y.shape.rank() != rank) return want();
   const auto spatial = static_cast<std::int64_t>(rank - 2);
   if (g.grid.shape[0] != g.x.shape[0] || g.grid.shape[rank - 1] != spatial || g.y.shape[0] != g.x.shape[0] ||
       g.y.shape[1] != g.x.shape[1])
-    return fail(errc::invalid_shape);
+    return want();
   for (std::size_t d = 2; d < rank; ++d)
-    if (g.y.shape[d] != g.grid.shape[d - 1]) return fail(errc::invalid_shape);
+    if (g.y.shape[d] != g.grid.shape[d - 1]) return want();
   return {};
 }
 
@@ -862,70 +1102,112 @@ bool is_number(dtype t) noexcept { return is_float(t) || is_integer(t); }
 
 // Scatter's common rules: y is data (shape and dtype), updates has data's dtype, the reduction is
 // one we know, and a reduction computes on numbers only (none moves bytes of any dtype).
-std::error_code check_scatter(const tensor_desc& data, const tensor_desc& indices, const tensor_desc& updates,
-                              const tensor_desc& y, kernels::scatter_reduction red) {
+fault scatter_problem(const tensor_desc& data, const tensor_desc& indices, const tensor_desc& updates,
+                      const tensor_desc& y, kernels::scatter_reduction red) {
   if (static_cast<unsigned>(red) > static_cast<unsigned>(kernels::scatter_reduction::min))
-    return fail(errc::invalid_argument);
-  if (!is_index(indices.type) || updates.type != data.type || y.type != data.type) return fail(errc::invalid_dtype);
-  if (red != kernels::scatter_reduction::none && !is_number(data.type)) return fail(errc::invalid_dtype);
-  if (!(y.shape == data.shape)) return fail(errc::invalid_shape);
+    return bad(errc::invalid_argument, "reduction " + num(static_cast<unsigned>(red)) + " is no scatter_reduction");
+  if (auto f = index_type_problem("indices", indices.type); f.failed()) return f;
+  if (updates.type != data.type || y.type != data.type)
+    return bad(errc::invalid_dtype, "updates is " + type_name(updates.type) + ", y " + type_name(y.type) +
+                                        ": both must be data's " + type_name(data.type));
+  if (red != kernels::scatter_reduction::none && !is_number(data.type))
+    return bad(errc::invalid_dtype, "data is " + type_name(data.type) + ": a reduction combines numbers");
+  if (!(y.shape == data.shape))
+    return bad(errc::invalid_shape, "y " + dims(y.shape) + " must be data's shape " + dims(data.shape));
   return {};
 }
 
 // ONNX's ScatterND: updates.shape = indices.shape[:-1] + data.shape[k:], k = indices.shape[-1]
 // in [1, rank(data)].
-std::error_code check(const kernels::scatter_nd& s) {
-  if (auto ec = check_scatter(s.data, s.indices, s.updates, s.y, s.reduction)) return ec;
+fault problem(const kernels::scatter_nd& s) {
+  if (auto f = scatter_problem(s.data, s.indices, s.updates, s.y, s.reduction); f.failed()) return f;
   const std::size_t r = s.data.shape.rank(), q = s.indices.shape.rank();
   const int64_t k = s.indices.shape[q - 1];
-  if (k < 1 || k > static_cast<int64_t>(r)) return fail(errc::invalid_shape);
+  if (k < 1 || k > static_cast<int64_t>(r))
+    return bad(errc::invalid_shape, "indices " + dims(s.indices.shape) + " index " + num(k) +
+                                        " dimensions (its last extent), outside [1, " + num(static_cast<int64_t>(r)) +
+                                        "] for data " + dims(s.data.shape));
   const auto ku = static_cast<std::size_t>(k);
-  if (s.updates.shape.rank() != q - 1 + r - ku) return fail(errc::invalid_shape);
+  const auto wrong = [&] {
+    std::vector<int64_t> want;  // of rank up to 14: no shape
+    for (std::size_t d = 0; d + 1 < q; ++d) want.push_back(s.indices.shape[d]);
+    for (std::size_t d = ku; d < r; ++d) want.push_back(s.data.shape[d]);
+    return bad(errc::invalid_shape, "updates " + dims(s.updates.shape) + " must be " + dims(want) +
+                                        ", indices' leading dimensions and data's past the first " + num(k));
+  };
+  if (s.updates.shape.rank() != q - 1 + r - ku) return wrong();
   for (std::size_t d = 0; d + 1 < q; ++d)
-    if (s.updates.shape[d] != s.indices.shape[d]) return fail(errc::invalid_shape);
+    if (s.updates.shape[d] != s.indices.shape[d]) return wrong();
   for (std::size_t d = ku; d < r; ++d)
-    if (s.updates.shape[q - 1 + d - ku] != s.data.shape[d]) return fail(errc::invalid_shape);
+    if (s.updates.shape[q - 1 + d - ku] != s.data.shape[d]) return wrong();
   return {};
 }
 
 // ONNX's ScatterElements: data, indices and updates of one rank, indices and updates of one shape,
 // off the axis no larger than data.
-std::error_code check(const kernels::scatter_elements& s) {
-  if (auto ec = check_scatter(s.data, s.indices, s.updates, s.y, s.reduction)) return ec;
-  return check_elements_indices(s.data, s.indices, s.updates.shape, s.axis);
+fault problem(const kernels::scatter_elements& s) {
+  if (auto f = scatter_problem(s.data, s.indices, s.updates, s.y, s.reduction); f.failed()) return f;
+  return elements_indices_problem(s.data, s.indices, s.updates.shape, "updates", s.axis);
 }
 
 // ONNX's GatherND: b batch dimensions shared by data and indices, k = indices.shape[-1] in
 // [1, rank(data) - b], y.shape = indices.shape[:-1] + data.shape[b + k:].
-std::error_code check(const kernels::gather_nd& g) {
-  if (!is_index(g.indices.type)) return fail(errc::invalid_dtype);
-  if (g.y.type != g.data.type) return fail(errc::invalid_dtype);
+fault problem(const kernels::gather_nd& g) {
+  if (auto f = index_type_problem("indices", g.indices.type); f.failed()) return f;
+  if (g.y.type != g.data.type)
+    return bad(errc::invalid_dtype,
+               "y is " + type_name(g.y.type) + ", data " + type_name(g.data.type) + ": y must be data's dtype");
   const std::size_t r = g.data.shape.rank(), q = g.indices.shape.rank();
-  if (g.batch_dims < 0 || static_cast<std::size_t>(g.batch_dims) >= std::min(r, q)) return fail(errc::invalid_argument);
+  if (g.batch_dims < 0 || static_cast<std::size_t>(g.batch_dims) >= std::min(r, q))
+    return bad(errc::invalid_argument, "batch_dims " + num(g.batch_dims) + " is outside [0, " +
+                                           num(static_cast<int64_t>(std::min(r, q)) - 1) + "]");
   const auto b = static_cast<std::size_t>(g.batch_dims);
   for (std::size_t d = 0; d < b; ++d)
-    if (g.indices.shape[d] != g.data.shape[d]) return fail(errc::invalid_shape);
+    if (g.indices.shape[d] != g.data.shape[d])
+      return bad(errc::invalid_shape, "indices " + dims(g.indices.shape) + " and data " + dims(g.data.shape) +
+                                          " must share their first " + num(g.batch_dims) + " (batch) dimensions");
   const int64_t k = g.indices.shape[q - 1];
-  if (k < 1 || k > static_cast<int64_t>(r - b)) return fail(errc::invalid_shape);
+  if (k < 1 || k > static_cast<int64_t>(r - b))
+    return bad(errc::invalid_shape, "indices " + dims(g.indices.shape) + " index " + num(k) +
+                                        " dimensions (its last extent), outside [1, " +
+                                        num(static_cast<int64_t>(r - b)) + "] for data " + dims(g.data.shape));
   const auto ku = static_cast<std::size_t>(k);
-  if (g.y.shape.rank() != q - 1 + r - b - ku) return fail(errc::invalid_shape);
+  const auto wrong = [&] {
+    std::vector<int64_t> want;  // of rank up to 14: no shape
+    for (std::size_t d = 0; d + 1 < q; ++d) want.push_back(g.indices.shape[d]);
+    for (std::size_t d = b + ku; d < r; ++d) want.push_back(g.data.shape[d]);
+    return bad(errc::invalid_shape, "y " + dims(g.y.shape) + " must be " + dims(want) +
+                                        ", indices' leading dimensions and data's past the indexed ones");
+  };
+  if (g.y.shape.rank() != q - 1 + r - b - ku) return wrong();
   for (std::size_t d = 0; d + 1 < q; ++d)
-    if (g.y.shape[d] != g.indices.shape[d]) return fail(errc::invalid_shape);
+    if (g.y.shape[d] != g.indices.shape[d]) return wrong();
   for (std::size_t d = b + ku; d < r; ++d)
-    if (g.y.shape[q - 1 + d - b - ku] != g.data.shape[d]) return fail(errc::invalid_shape);
+    if (g.y.shape[q - 1 + d - b - ku] != g.data.shape[d]) return wrong();
   return {};
 }
 
 // ONNX's TopK: values and indices are x with the axis k long, k in [1, x.shape[axis]].
-std::error_code check(const kernels::top_k& t) {
-  if (!is_number(t.x.type) || t.values.type != t.x.type || !is_index(t.indices.type)) return fail(errc::invalid_dtype);
+fault problem(const kernels::top_k& t) {
+  if (!is_number(t.x.type) || t.values.type != t.x.type || !is_index(t.indices.type))
+    return bad(errc::invalid_dtype, "x is " + type_name(t.x.type) + ", values " + type_name(t.values.type) +
+                                        ", indices " + type_name(t.indices.type) +
+                                        ": x a number, values x's dtype, indices i32 or i64");
   const std::size_t rank = t.x.shape.rank();
-  if (t.axis < 0 || static_cast<std::size_t>(t.axis) >= rank) return fail(errc::invalid_argument);
+  if (auto f = axis_problem(t.axis, "x", t.x.shape); f.failed()) return f;
   const auto axis = static_cast<std::size_t>(t.axis);
-  if (t.k < 1 || t.k > t.x.shape[axis]) return fail(errc::invalid_argument);
-  if (t.values.shape.rank() != rank || !(t.indices.shape == t.values.shape)) return fail(errc::invalid_shape);
+  if (t.k < 1 || t.k > t.x.shape[axis])
+    return bad(errc::invalid_argument,
+               "k " + num(t.k) + " is outside [1, " + num(t.x.shape[axis]) + "], x's extent on axis " + num(t.axis));
+  const auto wrong = [&] {
+    shape want = t.x.shape;
+    want[axis] = t.k;
+    return bad(errc::invalid_shape, "values " + dims(t.values.shape) + " and indices " + dims(t.indices.shape) +
+                                        " must be " + dims(want) + ", x with axis " + num(t.axis) + " k long");
+  };
+  if (t.values.shape.rank() != rank || !(t.indices.shape == t.values.shape)) return wrong();
   for (std::size_t d = 0; d < rank; ++d)
-    if (t.values.shape[d] != (d == axis ? t.k : t.x.shape[d])) return fail(errc::invalid_shape);
+    if (t.values.shape[d] != (d == axis ? t.k : t.x.shape[d])) return wrong();
   return {};
 }
 
@@ -950,43 +1232,70 @@ bool broadcast_of(std::initializer_list<const shape*> in, const shape& out) noex
   return true;
 }
 
-std::error_code check(const kernels::compare& c) {
+// The refusal of broadcast_of: `inputs` names the inputs with their shapes ("a [2,3] and b [4]").
+fault broadcast_problem(const std::string& inputs, const char* out_name, const shape& out) {
+  return bad(errc::invalid_shape, inputs +
+                                      " must broadcast together (NumPy's rule, aligned at the last dimension) "
+                                      "to " +
+                                      out_name + " " + dims(out));
+}
+
+fault problem(const kernels::compare& c) {
   if (static_cast<unsigned>(c.fn) > static_cast<unsigned>(kernels::compare_fn::greater_equal))
-    return fail(errc::invalid_argument);
-  if (c.a.type != c.b.type || c.y.type != dtype::boolean) return fail(errc::invalid_dtype);
+    return bad(errc::invalid_argument, "fn " + num(static_cast<unsigned>(c.fn)) + " is no compare_fn");
+  if (c.a.type != c.b.type || c.y.type != dtype::boolean)
+    return bad(errc::invalid_dtype, "a is " + type_name(c.a.type) + ", b " + type_name(c.b.type) + ", y " +
+                                        type_name(c.y.type) + ": a and b must be one dtype, y bool");
   // bool has no order in ONNX: only Equal takes it.
-  if (c.a.type == dtype::boolean && c.fn != kernels::compare_fn::equal) return fail(errc::invalid_dtype);
-  if (!broadcast_of({&c.a.shape, &c.b.shape}, c.y.shape)) return fail(errc::invalid_shape);
+  if (c.a.type == dtype::boolean && c.fn != kernels::compare_fn::equal)
+    return bad(errc::invalid_dtype, "a and b are bool, which only equal compares (bool has no order)");
+  if (!broadcast_of({&c.a.shape, &c.b.shape}, c.y.shape))
+    return broadcast_problem("a " + dims(c.a.shape) + " and b " + dims(c.b.shape), "y", c.y.shape);
   return {};
 }
 
-std::error_code check(const kernels::where& w) {
-  if (w.cond.type != dtype::boolean || w.x.type != w.y.type || w.out.type != w.x.type) return fail(errc::invalid_dtype);
-  if (!broadcast_of({&w.cond.shape, &w.x.shape, &w.y.shape}, w.out.shape)) return fail(errc::invalid_shape);
+fault problem(const kernels::where& w) {
+  if (w.cond.type != dtype::boolean || w.x.type != w.y.type || w.out.type != w.x.type)
+    return bad(errc::invalid_dtype, "cond is " + type_name(w.cond.type) + ", x " + type_name(w.x.type) + ", y " +
+                                        type_name(w.y.type) + ", out " + type_name(w.out.type) +
+                                        ": cond must be bool, x, y and out one dtype");
+  if (!broadcast_of({&w.cond.shape, &w.x.shape, &w.y.shape}, w.out.shape))
+    return broadcast_problem("cond " + dims(w.cond.shape) + ", x " + dims(w.x.shape) + " and y " + dims(w.y.shape),
+                             "out", w.out.shape);
   return {};
 }
 
-std::error_code check(const kernels::logical& l) {
+fault problem(const kernels::logical& l) {
   if (static_cast<unsigned>(l.fn) > static_cast<unsigned>(kernels::logical_fn::not_))
-    return fail(errc::invalid_argument);
-  if (l.a.type != dtype::boolean || l.y.type != dtype::boolean) return fail(errc::invalid_dtype);
-  if (l.fn == kernels::logical_fn::not_) return l.y.shape == l.a.shape ? std::error_code{} : fail(errc::invalid_shape);
-  if (l.b.type != dtype::boolean) return fail(errc::invalid_dtype);
-  if (!broadcast_of({&l.a.shape, &l.b.shape}, l.y.shape)) return fail(errc::invalid_shape);
+    return bad(errc::invalid_argument, "fn " + num(static_cast<unsigned>(l.fn)) + " is no logical_fn");
+  if (l.a.type != dtype::boolean || l.y.type != dtype::boolean)
+    return bad(errc::invalid_dtype,
+               "a is " + type_name(l.a.type) + ", y " + type_name(l.y.type) + ": logical functions take bool");
+  if (l.fn == kernels::logical_fn::not_) {
+    if (l.y.shape == l.a.shape) return {};
+    return bad(errc::invalid_shape, "y " + dims(l.y.shape) + " must be a's shape " + dims(l.a.shape));
+  }
+  if (l.b.type != dtype::boolean)
+    return bad(errc::invalid_dtype, "b is " + type_name(l.b.type) + ": logical functions take bool");
+  if (!broadcast_of({&l.a.shape, &l.b.shape}, l.y.shape))
+    return broadcast_problem("a " + dims(l.a.shape) + " and b " + dims(l.b.shape), "y", l.y.shape);
   return {};
 }
 
-std::error_code check(const kernels::float_class& f) {
+fault problem(const kernels::float_class& f) {
   if (static_cast<unsigned>(f.fn) > static_cast<unsigned>(kernels::float_class_fn::is_inf))
-    return fail(errc::invalid_argument);
-  if (!is_float(f.x.type) || f.y.type != dtype::boolean) return fail(errc::invalid_dtype);
-  if (!(f.y.shape == f.x.shape)) return fail(errc::invalid_shape);
+    return bad(errc::invalid_argument, "fn " + num(static_cast<unsigned>(f.fn)) + " is no float_class_fn");
+  if (!is_float(f.x.type) || f.y.type != dtype::boolean)
+    return bad(errc::invalid_dtype,
+               "x is " + type_name(f.x.type) + ", y " + type_name(f.y.type) + ": x must be a float, y bool");
+  if (!(f.y.shape == f.x.shape))
+    return bad(errc::invalid_shape, "y " + dims(f.y.shape) + " must be x's shape " + dims(f.x.shape));
   return {};
 }
 
 // quantize and dequantize: the integer side (y when quantizing, x when dequantizing) int8 or uint8
 // (dequantize int32 too), zero_point of its dtype, the float side no double.
-std::error_code check_quantize_types(const kernels::quantize& q, bool quant) {
+fault quantize_types_problem(const kernels::quantize& q, bool quant) {
   const dtype ints = quant ? q.y.type : q.x.type;
   const dtype floats = quant ? q.x.type : q.y.type;
   const bool int_ok = ints == dtype::i8 || ints == dtype::u8 || (!quant && ints == dtype::i32);
@@ -994,39 +1303,55 @@ std::error_code check_quantize_types(const kernels::quantize& q, bool quant) {
   // bfloat16).
   const bool floats_ok =
       is_float(floats) && floats != dtype::f64 && is_float(q.scale.type) && q.scale.type != dtype::f64;
-  if (!int_ok || !floats_ok) return fail(errc::invalid_dtype);
-  if (!absent(q.zero_point) && q.zero_point.type != ints) return fail(errc::invalid_dtype);
+  if (!int_ok || !floats_ok)
+    return bad(errc::invalid_dtype, "x is " + type_name(q.x.type) + ", y " + type_name(q.y.type) + ", scale " +
+                                        type_name(q.scale.type) + ": the integer side must be i8 or u8" +
+                                        (quant ? "" : " (or i32)") + ", the float side and scale f32, f16 or bf16");
+  if (!absent(q.zero_point) && q.zero_point.type != ints)
+    return bad(errc::invalid_dtype, "zero_point is " + type_name(q.zero_point.type) + ", the integer side " +
+                                        type_name(ints) + ": they must match");
   return {};
 }
 
 // requantize: x int32, y int8 or uint8, scale float (no double: ONNX's scales are float32), one
 // zero point of y's dtype; scale per tensor or per axis as quantize's.
-std::error_code check_requantize(const kernels::quantize& q) {
-  if (q.x.type != dtype::i32 || (q.y.type != dtype::i8 && q.y.type != dtype::u8)) return fail(errc::invalid_dtype);
-  if (!is_float(q.scale.type) || q.scale.type == dtype::f64) return fail(errc::invalid_dtype);
-  if (!absent(q.zero_point) && q.zero_point.type != q.y.type) return fail(errc::invalid_dtype);
-  if (!absent(q.zero_point) && q.zero_point.shape.elements() != 1) return fail(errc::invalid_shape);
+fault requantize_problem(const kernels::quantize& q) {
+  if (q.x.type != dtype::i32 || (q.y.type != dtype::i8 && q.y.type != dtype::u8))
+    return bad(errc::invalid_dtype,
+               "x is " + type_name(q.x.type) + ", y " + type_name(q.y.type) + ": requantize takes i32 to i8 or u8");
+  if (!is_float(q.scale.type) || q.scale.type == dtype::f64)
+    return bad(errc::invalid_dtype, "scale is " + type_name(q.scale.type) + ", not f32, f16 or bf16");
+  if (!absent(q.zero_point) && q.zero_point.type != q.y.type)
+    return bad(errc::invalid_dtype,
+               "zero_point is " + type_name(q.zero_point.type) + ", y " + type_name(q.y.type) + ": they must match");
+  if (!absent(q.zero_point) && q.zero_point.shape.elements() != 1)
+    return bad(errc::invalid_shape, "zero_point " + dims(q.zero_point.shape) + " must hold one value");
   return {};
 }
 
-std::error_code check(const kernels::quantize& q) {
+fault problem(const kernels::quantize& q) {
   const bool quant = q.fn == kernels::quantize_fn::quantize;
   const bool requant = q.fn == kernels::quantize_fn::requantize;
-  if (!quant && !requant && q.fn != kernels::quantize_fn::dequantize) return fail(errc::invalid_argument);
-  if (requant) {
-    if (auto ec = check_requantize(q)) return ec;
-  } else if (auto ec = check_quantize_types(q, quant)) {
-    return ec;
-  }
-  if (!(q.y.shape == q.x.shape)) return fail(errc::invalid_shape);
+  if (!quant && !requant && q.fn != kernels::quantize_fn::dequantize)
+    return bad(errc::invalid_argument, "fn " + num(static_cast<unsigned>(q.fn)) + " is no quantize_fn");
+  if (auto f = requant ? requantize_problem(q) : quantize_types_problem(q, quant); f.failed()) return f;
+  if (!(q.y.shape == q.x.shape))
+    return bad(errc::invalid_shape, "y " + dims(q.y.shape) + " must be x's shape " + dims(q.x.shape));
   // One scale (any shape of one element), or a 1-D run of them along axis.
   const auto n = q.scale.shape.elements();
   if (n != 1) {
-    if (q.scale.shape.rank() != 1) return fail(errc::invalid_shape);
-    if (q.axis < 0 || static_cast<std::size_t>(q.axis) >= q.x.shape.rank()) return fail(errc::invalid_argument);
-    if (q.x.shape[static_cast<std::size_t>(q.axis)] != n) return fail(errc::invalid_shape);
+    if (q.scale.shape.rank() != 1)
+      return bad(errc::invalid_shape,
+                 "scale " + dims(q.scale.shape) + " must hold one value, or be 1-D with one per element of axis");
+    if (auto f = axis_problem(q.axis, "x", q.x.shape); f.failed()) return f;
+    if (q.x.shape[static_cast<std::size_t>(q.axis)] != n)
+      return bad(errc::invalid_shape, "scale " + dims(q.scale.shape) + " must be [" +
+                                          num(q.x.shape[static_cast<std::size_t>(q.axis)]) + "], x " + dims(q.x.shape) +
+                                          "'s extent on axis " + num(q.axis));
   }
-  if (!requant && !absent(q.zero_point) && !(q.zero_point.shape == q.scale.shape)) return fail(errc::invalid_shape);
+  if (!requant && !absent(q.zero_point) && !(q.zero_point.shape == q.scale.shape))
+    return bad(errc::invalid_shape,
+               "zero_point " + dims(q.zero_point.shape) + " must be scale's shape " + dims(q.scale.shape));
   return {};
 }
 
@@ -1108,57 +1433,95 @@ fault recurrent_problem(const kernels::recurrent& k) {
 
 // ONNX's LRN: a float x of rank 2 or more (N, C, ...), y the same; a window of one channel or
 // more; finite parameters.
-std::error_code check(const kernels::lrn& l) {
-  if (!is_float(l.x.type) || l.y.type != l.x.type) return fail(errc::invalid_dtype);
-  if (l.x.shape.rank() < 2 || !(l.y.shape == l.x.shape)) return fail(errc::invalid_shape);
-  if (l.size < 1 || !finite(l.alpha) || !finite(l.beta) || !finite(l.bias)) return fail(errc::invalid_argument);
+fault problem(const kernels::lrn& l) {
+  if (!is_float(l.x.type) || l.y.type != l.x.type)
+    return bad(errc::invalid_dtype,
+               "x is " + type_name(l.x.type) + ", y " + type_name(l.y.type) + ": they must be one float dtype");
+  if (l.x.shape.rank() < 2 || !(l.y.shape == l.x.shape))
+    return bad(errc::invalid_shape, "x " + dims(l.x.shape) + " must be of rank 2 or more ([N, C, ...]), y " +
+                                        dims(l.y.shape) + " its shape");
+  if (l.size < 1 || !finite(l.alpha) || !finite(l.beta) || !finite(l.bias))
+    return bad(errc::invalid_argument, "size " + num(l.size) + " must be at least 1, alpha, beta and bias finite");
   return {};
 }
 
-std::error_code check(const kernels::recurrent& k) { return recurrent_problem(k).code(); }
+fault problem(const kernels::recurrent& k) { return recurrent_problem(k); }
 
-std::error_code check(const kernels::cast& c) {
-  if (!(c.y.shape == c.x.shape)) return fail(errc::invalid_shape);
+fault problem(const kernels::cast& c) {
+  if (!(c.y.shape == c.x.shape))
+    return bad(errc::invalid_shape, "y " + dims(c.y.shape) + " must be x's shape " + dims(c.x.shape));
   if (static_cast<unsigned>(c.mode) > static_cast<unsigned>(kernels::round_mode::trunc))
-    return fail(errc::invalid_argument);
+    return bad(errc::invalid_argument, "mode " + num(static_cast<unsigned>(c.mode)) + " is no round_mode");
   return {};
 }
 
-std::error_code check(const kernels::sgd_update& s) {
-  if (!finite(s.lr) || !finite(s.momentum) || !finite(s.weight_decay)) return fail(errc::invalid_argument);
-  if (s.momentum != 0.0f && absent(s.momentum_buffer)) return fail(errc::invalid_argument);
-  if (!is_float(s.param.type) || !is_float(s.grad.type)) return fail(errc::invalid_dtype);
-  if (!absent(s.momentum_buffer) && !is_float(s.momentum_buffer.type)) return fail(errc::invalid_dtype);
-  if (!(s.grad.shape == s.param.shape)) return fail(errc::invalid_shape);
-  if (!absent(s.momentum_buffer) && !(s.momentum_buffer.shape == s.param.shape)) return fail(errc::invalid_shape);
+[[gnu::always_inline]] inline fault problem(const kernels::sgd_update& s) {
+  if (!finite(s.lr) || !finite(s.momentum) || !finite(s.weight_decay))
+    return bad(errc::invalid_argument, "lr, momentum and weight_decay must be finite");
+  if (s.momentum != 0.0f && absent(s.momentum_buffer))
+    return bad(errc::invalid_argument, "a momentum needs momentum_buffer");
+  if (!is_float(s.param.type) || !is_float(s.grad.type) ||
+      (!absent(s.momentum_buffer) && !is_float(s.momentum_buffer.type)))
+    return bad(
+        errc::invalid_dtype,
+        "param is " + type_name(s.param.type) + ", grad " + type_name(s.grad.type) +
+            (absent(s.momentum_buffer) ? std::string() : ", momentum_buffer " + type_name(s.momentum_buffer.type)) +
+            ": they must be floats");
+  if (!(s.grad.shape == s.param.shape))
+    return bad(errc::invalid_shape, "grad " + dims(s.grad.shape) + " must be param's shape " + dims(s.param.shape));
+  if (!absent(s.momentum_buffer) && !(s.momentum_buffer.shape == s.param.shape))
+    return bad(errc::invalid_shape,
+               "momentum_buffer " + dims(s.momentum_buffer.shape) + " must be param's shape " + dims(s.param.shape));
   return {};
 }
 
 // ONNX's Det: x [*, m, m] of a float dtype, y x's leading dimensions (rank 0 for a matrix) of
 // its dtype.
-std::error_code check(const kernels::det& d) {
-  if (!is_float(d.x.type) || d.y.type != d.x.type) return fail(errc::invalid_dtype);
+fault problem(const kernels::det& d) {
+  if (!is_float(d.x.type) || d.y.type != d.x.type)
+    return bad(errc::invalid_dtype,
+               "x is " + type_name(d.x.type) + ", y " + type_name(d.y.type) + ": they must be one float dtype");
   const std::size_t r = d.x.shape.rank();
-  if (r < 2 || d.x.shape[r - 1] != d.x.shape[r - 2] || d.y.shape.rank() != r - 2) return fail(errc::invalid_shape);
+  if (r < 2 || d.x.shape[r - 1] != d.x.shape[r - 2])
+    return bad(errc::invalid_shape, "x " + dims(d.x.shape) + " must end in a square matrix ([..., m, m])");
+  const auto wrong = [&] {
+    const shape lead(std::span<const int64_t>(d.x.shape.begin(), d.x.shape.end() - 2));
+    return bad(errc::invalid_shape, "y " + dims(d.y.shape) + " must be " + dims(lead) + ", x's leading dimensions");
+  };
+  if (d.y.shape.rank() != r - 2) return wrong();
   for (std::size_t i = 0; i + 2 < r; ++i)
-    if (d.y.shape[i] != d.x.shape[i]) return fail(errc::invalid_shape);
+    if (d.y.shape[i] != d.x.shape[i]) return wrong();
   return {};
 }
 
 // ONNX's ReverseSequence: batch_axis and time_axis are 0 and 1 in either order, sequence_lens
 // int64 [batch], y x's shape and dtype.
-std::error_code check(const kernels::reverse_sequence& s) {
-  if (s.y.type != s.x.type) return fail(errc::invalid_dtype);
-  if (s.sequence_lens.type != dtype::i64) return fail(errc::invalid_dtype);
+fault problem(const kernels::reverse_sequence& s) {
+  if (auto f = same_type_problem(s.x, s.y); f.failed()) return f;
+  if (s.sequence_lens.type != dtype::i64)
+    return bad(errc::invalid_dtype, "sequence_lens is " + type_name(s.sequence_lens.type) + ", not i64");
   const bool axes_ok = (s.batch_axis == 0 && s.time_axis == 1) || (s.batch_axis == 1 && s.time_axis == 0);
-  if (!axes_ok) return fail(errc::invalid_argument);
-  if (s.x.shape.rank() < 2 || !(s.y.shape == s.x.shape)) return fail(errc::invalid_shape);
+  if (!axes_ok)
+    return bad(errc::invalid_argument, "batch_axis " + num(s.batch_axis) + " and time_axis " + num(s.time_axis) +
+                                           " must be 0 and 1, in either order");
+  if (s.x.shape.rank() < 2 || !(s.y.shape == s.x.shape))
+    return bad(errc::invalid_shape,
+               "x " + dims(s.x.shape) + " must be of rank 2 or more, y " + dims(s.y.shape) + " its shape");
   if (!(s.sequence_lens.shape == shape{s.x.shape[static_cast<std::size_t>(s.batch_axis)]}))
-    return fail(errc::invalid_shape);
+    return bad(errc::invalid_shape, "sequence_lens " + dims(s.sequence_lens.shape) + " must be [" +
+                                        num(s.x.shape[static_cast<std::size_t>(s.batch_axis)]) +
+                                        "], one length per batch entry");
   return {};
 }
 
-std::error_code check(const kernels::fixed&) { return {}; }
+fault problem(const kernels::fixed&) { return {}; }
+
+// The code of an operation's problem: what validate() asks of every launch. Only a refused
+// descriptor builds words.
+template <class K>
+std::error_code check(const K& k) {
+  return problem(k).code();
+}
 
 // ---- work bounds -----------------------------------------------------------------------
 
@@ -1428,25 +1791,9 @@ std::error_code validate(const kernel_desc& k) {
 
 namespace {
 
-// The sentence of an operation whose check() is built on a fault; none for the others.
+// The sentence of the operation's problem: which operand or parameter breaks which rule.
 fault problem_of(const kernel_op& op) {
-  if (const auto* m = std::get_if<kernels::matmul>(&op)) return matmul_problem(*m);
-  if (const auto* c = std::get_if<kernels::conv2d>(&op)) return conv2d_problem(*c);
-  if (const auto* c = std::get_if<kernels::conv2d_backward_data>(&op)) {
-    const conv_params p{c->stride, c->pad, c->dilation, c->groups};
-    if (auto f = conv_params_problem(p); f.failed()) return f;
-    return conv_shapes_problem(c->dx.shape, c->w.shape, c->dy.shape, p, {"dx", "w", "dy"});
-  }
-  if (const auto* c = std::get_if<kernels::conv2d_backward_weight>(&op)) {
-    const conv_params p{c->stride, c->pad, c->dilation, c->groups};
-    if (auto f = conv_params_problem(p); f.failed()) return f;
-    return conv_shapes_problem(c->x.shape, c->dw.shape, c->dy.shape, p, {"x", "dw", "dy"});
-  }
-  if (const auto* e = std::get_if<kernels::elementwise>(&op)) return elementwise_problem(*e);
-  if (const auto* s = std::get_if<kernels::softmax>(&op)) return normalisation_problem(s->x, s->y, s->axis, "softmax");
-  if (const auto* l = std::get_if<kernels::layernorm>(&op)) return layernorm_problem(*l);
-  if (const auto* r = std::get_if<kernels::recurrent>(&op)) return recurrent_problem(*r);
-  return {};
+  return std::visit([](const auto& o) { return problem(o); }, op);
 }
 
 // Says which tensor (and dimension) made validate() fail: one tensor's own rank or dimension,
@@ -1476,7 +1823,18 @@ std::string describe(const kernel_desc& k, std::error_code ec) {
       k.op);
   // A scalar gather index without data is no absent operand.
   const auto listed = [&](const tensor_desc& t) { return !absent(t) || scalar_allowed(k.op, t); };
+  // An operand the operation reads, left empty: said when the operation has no words of its own
+  // for it (elementwise says a binary function's b is missing).
+  std::string first_missing;
+  const operand_list ops = operands(k.op);
+  const auto is_operand = [&](const tensor_desc* t) {
+    return std::any_of(ops.begin(), ops.end(), [&](const operand& o) { return o.tensor == t; });
+  };
   for (const auto& [name, t] : tensors) {
+    // An operand the operation reads, left empty, was checked as a tensor of rank 0.
+    const bool missing = absent(*t) && !scalar_allowed(k.op, *t) && is_operand(t);
+    if (missing && ec == errc::invalid_shape && first_missing.empty())
+      first_missing = op + " tensor '" + std::string(name) + "' is missing (the operation reads it)";
     if (!listed(*t)) continue;
     std::ostringstream which;
     which << op << " tensor '" << name << "' " << dims(t->shape);
@@ -1490,6 +1848,14 @@ std::string describe(const kernel_desc& k, std::error_code ec) {
           which << ": dimension " << d << " is " << t->shape[d] << " (must be positive)";
           return which.str();
         }
+      if (t->shape.elements() < 0 || t->shape.elements() > (int64_t{1} << 52)) {
+        which << ": more than 2^52 elements";
+        return which.str();
+      }
+    }
+    if (ec == errc::invalid_dtype && !known_dtype(t->type)) {
+      which << ": dtype " << static_cast<unsigned>(t->type) << " is no npurt::dtype";
+      return which.str();
     }
     if (ec == errc::invalid_layout && t->format != layout::nd && t->format != layout::nchw) {
       which << ": layout must be nd or nchw";
@@ -1509,10 +1875,17 @@ std::string describe(const kernel_desc& k, std::error_code ec) {
       return op + ": data pointers on " + with + " but none on " + without +
              " (give every operand device memory, or none for a timing-only launch)";
   }
-  // An operation that can say which operand does not fit and what it must be.
-  if (const fault f = problem_of(k.op); f.failed() && make_error_code(f.e) == ec) return op + ": " + f.what;
+  // Which operand breaks which rule of the operation. The rules read its operands' dimensions: only once each operand
+  // passed as a tensor (elementwise, which says a binary function's b is missing, reads none it lacks).
+  bool tensors_ok = true;
+  for (const auto& o : ops)
+    if (check_tensor(*o.tensor, scalar_allowed(k.op, *o.tensor))) tensors_ok = false;
+  if (tensors_ok || std::holds_alternative<kernels::elementwise>(k.op))
+    if (const fault f = problem_of(k.op); f.failed() && make_error_code(f.e) == ec && !f.what.empty())
+      return op + ": " + f.what;
+  if (!first_missing.empty()) return first_missing;
   // Each tensor is fine, and so is their relation: the work is what is too large.
-  if (ec == errc::invalid_shape && !std::visit([](const auto& o) { return check(o); }, k.op)) {
+  if (ec == errc::invalid_shape && tensors_ok && !std::visit([](const auto& o) { return check(o); }, k.op)) {
     const work w = work_of(k.op);
     if (w.unit && !w.within()) {
       std::ostringstream out;
