@@ -177,7 +177,8 @@ constexpr bool floats_ok(eltwise_fn f) noexcept {
   return f != eltwise_fn::mod && f != eltwise_fn::shift_left && f != eltwise_fn::shift_right;
 }
 
-/// y = fn(a, b) with NumPy broadcasting, or y = fn(a) for the unary functions (b unused).
+/// y = fn(a, b) with NumPy broadcasting, or y = fn(a) for the unary functions, whose b stays
+/// empty (`{}`): a unary function given a b is refused with errc::invalid_argument.
 struct elementwise {
   eltwise_fn fn = eltwise_fn::add;
   tensor_desc a{}, b{}, y{};

@@ -491,6 +491,11 @@ fault elementwise_problem(const kernels::elementwise& e) {
     return bad(errc::invalid_argument, "fn " + num(static_cast<unsigned>(e.fn)) + " is no eltwise_fn");
   const std::string_view fn = kernels::op_name(e);  // words are built only on the way out
   if (!finite(e.alpha) || !finite(e.beta)) return bad(errc::invalid_argument, "alpha and beta must be finite");
+  // A second operand the function would not read is a mistake (meant a binary function, or
+  // another kernel), never something to ignore.
+  if (!binary(e.fn) && !absent(e.b))
+    return bad(errc::invalid_argument, std::string(fn) + " is unary: b must be left empty, it is " + dims(e.b.shape) +
+                                           " " + type_name(e.b.type));
   // Floats for every function but mod; the integer dtypes for the exact integer ones; bool, no
   // number, for none (the logical kernel computes on it).
   const bool type_ok = is_float(e.a.type)           ? kernels::floats_ok(e.fn)

@@ -535,9 +535,34 @@ TEST_CASE("a descriptor mixing data and timing-only tensors is rejected and noth
   CHECK(npurt::sim::validate(k) == errc::invalid_argument);
   CHECK(npurt::sim::run_reference(k) == errc::invalid_argument);
   CHECK(c.values() == std::vector<double>{9, 9, 9, 9});
-  // An unused operand (b of a unary function) may carry anything.
-  tensor y({2, 2});
-  CHECK(npurt::sim::validate(k::elementwise{k::eltwise_fn::relu, a.desc, shape_only({7}), y.desc}).value() == 0);
+}
+
+TEST_CASE("a unary elementwise function given a second operand is refused, not run on a alone",
+          "[kernels][validate][elementwise]") {
+  // kernel_ops.hpp: a unary function's b stays empty. A b there means the caller meant another
+  // function or kernel: nothing runs and nothing is written.
+  tensor a({2, 2}), b({2, 2}), y({2, 2});
+  a.assign({-1, 2, -3, 4});
+  b.assign({5, 6, 7, 8});
+  y.assign({9, 9, 9, 9});
+  const kernel_desc with_data = k::elementwise{k::eltwise_fn::relu, a.desc, b.desc, y.desc};
+  const kernel_desc timing_only =
+      k::elementwise{k::eltwise_fn::relu, shape_only({2, 2}), shape_only({7}), shape_only({2, 2})};
+  std::string what;
+  CHECK(npurt::sim::validate(with_data, &what) == errc::invalid_argument);
+  CHECK(what == "relu: relu is unary: b must be left empty, it is [2,2] f32");
+  CHECK(npurt::sim::run_reference(with_data) == errc::invalid_argument);
+  CHECK(y.values() == std::vector<double>{9, 9, 9, 9});
+  CHECK(npurt::sim::validate(timing_only, &what) == errc::invalid_argument);
+  CHECK(what == "relu: relu is unary: b must be left empty, it is [7] f32");
+  // A scalar b with data is an operand too; an empty one ({}) is none.
+  tensor scalar({});
+  CHECK(npurt::sim::validate(k::elementwise{k::eltwise_fn::exp, a.desc, scalar.desc, y.desc}) ==
+        errc::invalid_argument);
+  CHECK(npurt::sim::validate(k::elementwise{k::eltwise_fn::exp, a.desc, {}, y.desc}).value() == 0);
+  // Binary functions keep their b, and clip's bounds are its alpha and beta, not b.
+  CHECK(npurt::sim::validate(k::elementwise{k::eltwise_fn::max, a.desc, b.desc, y.desc}).value() == 0);
+  CHECK(npurt::sim::validate(k::elementwise{k::eltwise_fn::clip, a.desc, {}, y.desc, -1.0f, 1.0f}).value() == 0);
 }
 
 namespace {
