@@ -7,6 +7,57 @@
 
 namespace npurt::onnx::sequences {
 
+std::vector<std::string> tensor_list::to_vector() const {
+  std::vector<std::string> r;
+  r.reserve(size());
+  for (std::size_t i = 0; i < size(); ++i) r.push_back((*this)[i]);
+  return r;
+}
+
+void tensor_list::unshare() {
+  auto own = std::make_shared<storage>();
+  for (std::size_t i = 0; i < size(); ++i) own->items.push_back((*this)[i]);
+  last_ = static_cast<std::int64_t>(size());
+  first_ = 0;
+  store_ = std::move(own);
+}
+
+void tensor_list::push_back(std::string t) {
+  // Another list that grew the storage's back owns what lies past last_: copy instead.
+  if (!store_ || last_ != store_->first + static_cast<std::int64_t>(store_->items.size())) unshare();
+  store_->items.push_back(std::move(t));
+  ++last_;
+}
+
+void tensor_list::insert(std::size_t at, std::string t) {
+  if (at == size()) {
+    push_back(std::move(t));
+    return;
+  }
+  if (at != 0 || first_ != store_->first) unshare();
+  if (at == 0) {
+    store_->items.push_front(std::move(t));
+    --store_->first;
+    --first_;
+    return;
+  }
+  store_->items.insert(store_->items.begin() + static_cast<std::ptrdiff_t>(at), std::move(t));
+  ++last_;
+}
+
+void tensor_list::erase(std::size_t at) {
+  // At either end the list only narrows: the storage, which other lists may see, stays.
+  if (at == 0) {
+    ++first_;
+  } else if (at + 1 == size()) {
+    --last_;
+  } else {
+    unshare();
+    store_->items.erase(store_->items.begin() + static_cast<std::ptrdiff_t>(at));
+    --last_;
+  }
+}
+
 namespace {
 
 const std::string why_constant =
@@ -181,7 +232,7 @@ struct resolver {
     // Without a position the tensor goes at the back (onnx.ai SequenceInsert).
     const std::size_t at = input(2).empty() ? v.tensors.size() : position(input(2), v.tensors.size(), true);
     add_element_type(v, t);
-    v.tensors.insert(v.tensors.begin() + static_cast<std::ptrdiff_t>(at), t);
+    v.tensors.insert(at, t);
     set(n.output(0), std::move(v));
   }
 
@@ -192,7 +243,7 @@ struct resolver {
       fail(errc::invalid_argument, input(0),
            "its input sequence '" + input(0) + "' is empty: it has no tensor to erase");
     const std::size_t at = input(1).empty() ? v.tensors.size() - 1 : position(input(1), v.tensors.size(), false);
-    v.tensors.erase(v.tensors.begin() + static_cast<std::ptrdiff_t>(at));
+    v.tensors.erase(at);
     set(n.output(0), std::move(v));
   }
 
@@ -241,10 +292,10 @@ struct resolver {
     if (new_axis) {
       // numpy.stack: each tensor Unsqueezed at the axis, then Concatenated, as a Loop's scan
       // outputs are.
-      control_flow::stack(n, node_name, p, v.tensors, axis, n.output(0));
+      control_flow::stack(n, node_name, p, v.tensors.to_vector(), axis, n.output(0));
       return;
     }
-    auto c = node("Concat", node_name, v.tensors, n.output(0), true);
+    auto c = node("Concat", node_name, v.tensors.to_vector(), n.output(0), true);
     control_flow::set_int(c, "axis", axis);
     emit(c);
   }

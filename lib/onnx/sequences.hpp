@@ -12,13 +12,51 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <cstdint>
+#include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace npurt::onnx::sequences {
+
+/// The tensors of a sequence, in order. Values made from one another share their storage: a
+/// copy (an Identity, an Optional, the input of an edit) costs nothing, and an edit at either end
+/// of a list whose end no other value has grown (a chain of SequenceInserts, each on the previous
+/// one's output) adds or drops one name, so a chain of n edits costs O(n), not the O(n^2) of a
+/// copy per edit while the store keeps every step's value. Anything else (an edit in the middle,
+/// or at an end another value grew first) copies the names once. Elements a list can reach are
+/// never changed: storage only grows at its ends.
+class tensor_list {
+ public:
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(last_ - first_); }
+  [[nodiscard]] bool empty() const noexcept { return first_ == last_; }
+  [[nodiscard]] const std::string& operator[](std::size_t i) const {
+    return store_->items[static_cast<std::size_t>(first_ - store_->first) + i];
+  }
+  [[nodiscard]] const std::string& front() const { return (*this)[0]; }
+  [[nodiscard]] std::vector<std::string> to_vector() const;
+
+  void push_back(std::string t);
+  /// Inserts `t` before position `at` (<= size()).
+  void insert(std::size_t at, std::string t);
+  /// Drops the name at position `at` (< size()).
+  void erase(std::size_t at);
+
+ private:
+  struct storage {
+    std::deque<std::string> items;
+    std::int64_t first = 0;  // the index items[0] has in every list that shares it
+  };
+  // Copies the names into storage of this list's own, leaving room for nothing more.
+  void unshare();
+
+  std::shared_ptr<storage> store_;
+  std::int64_t first_ = 0, last_ = 0;  // [first_, last_) in the storage's indices
+};
 
 /// A sequence or an optional of the model, known at import.
 struct value {
@@ -28,7 +66,7 @@ struct value {
   /// Whether the value (an optional's element) is a sequence: `tensors` are then its tensors in
   /// order; otherwise `tensors` holds the one tensor an optional holds.
   bool sequence = true;
-  std::vector<std::string> tensors;
+  tensor_list tensors;
   /// The dtype of a sequence's tensors, when known (SequenceEmpty's dtype, its first tensor's).
   std::optional<dtype> element_type;
 };
