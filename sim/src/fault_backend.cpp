@@ -374,14 +374,20 @@ void fault_backend::submit(task_info& t) {
     hold_collective(t, silent_error(t, t.device), silent_release_time(t, t.device), true, false, t.device);
     return;
   }
-  for (std::size_t i = 0; i < plan_.faults.size(); ++i) {
+  bool hung = false;
+  for (std::size_t i = 0; i < plan_.faults.size() && !hung; ++i) {
     const fault_spec& f = plan_.faults[i];
     spec_state& st = specs_[i];
     if (!st.armed || f.device != t.device) continue;
     if (f.kind == fault_kind::kernel_hang && t.kind == task_kind::kernel) {
       st.armed = false;
       record(i, t.device, t.id);
-      hold(t, make_error_code(errc::task_timeout), op_timeout_.count() > 0 ? add(now, op_timeout_) : never);
+      if (hang_in_place(t)) {
+        hung = true;
+        continue;
+      }
+      // No watchdog to end it: it never completes, whatever it would have held.
+      hold(t, make_error_code(errc::task_timeout), never);
       return;
     }
     if (f.kind == fault_kind::aicore_exception && t.kind == task_kind::kernel && !fail_with_.contains(t.id)) {
@@ -405,13 +411,37 @@ void fault_backend::submit(task_info& t) {
       return;
     }
   }
-  if (const double s = slowdown(t.device); s > 1) stretch_[t.id] = s;
+  if (const double s = slowdown(t.device); s > 1 && !hung) stretch_[t.id] = s;
   inflight_[t.id] = &t;
   if (watched(t)) {
     t.start = never;  // the wrapped backend writes the start when the task reaches its engine
     arm_watch(t.id, add(now, op_timeout_), op_timeout_);
   }
   inner_->submit(t);
+}
+
+bool fault_backend::hang_in_place(task_info& t) {
+  // A hung kernel keeps its AI cores, and the tasks queued behind it wait, until the watchdog
+  // ends it at start + limit (CANN's AI-core watchdog): it runs in the wrapped backend for
+  // longer than the watchdog allows. Twice the limit stays clear of the watchdog's instant
+  // whatever the launch latency; a limit too long for that is not worth a timeline.
+  const picoseconds limit = op_timeout_;
+  if (limit.count() <= 0 || limit > (end_of_time - host_->now()) / 4) return false;
+  hung_[t.id] = hung_kernel{t.kernel, t.fixed};
+  t.kernel = nullptr;
+  t.fixed = kernels::fixed{limit + limit};
+  // Should the wrapped backend be unable to end it early, it still fails as a hang.
+  fail_with_[t.id] = make_error_code(errc::task_timeout);
+  return true;
+}
+
+void fault_backend::unhang(task_info& t) noexcept {
+  if (hung_.empty()) return;
+  if (auto it = hung_.find(t.id); it != hung_.end()) {
+    t.kernel = it->second.kernel;
+    t.fixed = it->second.fixed;
+    hung_.erase(it);
+  }
 }
 
 void fault_backend::complete(task_info& t, std::error_code ec) {
@@ -469,6 +499,8 @@ void fault_backend::complete(task_info& t, std::error_code ec) {
       return;
     }
   }
+  // A hung kernel that a backend without cancel() ran to its end: still its watchdog's timeout.
+  if (is_timeout(ec) && limit.count() > 0) return deliver(t, ec, timeout_kind::op_execute, limit);
   deliver(t, ec);
 }
 
@@ -538,6 +570,7 @@ void fault_backend::note_collective_failure(const task_info& t, std::error_code 
 }
 
 void fault_backend::deliver(task_info& t, std::error_code ec, timeout_kind timer, picoseconds limit) {
+  unhang(t);
   if (fatal(ec) && !devices_[static_cast<std::size_t>(t.device)].lost) {
     devices_[static_cast<std::size_t>(t.device)].lost = true;
     fail_peer_collectives(t.device);
@@ -572,6 +605,7 @@ void fault_backend::abort(device_id dev) {
     if (h.task->device == dev) ids.push_back(id);
   for (std::uint64_t id : ids) {
     if (held_[id].timed) host_->cancel_timer(held_[id].ticket);
+    unhang(*held_[id].task);
     held_.erase(id);
     fail_with_.erase(id);
     stretch_.erase(id);
@@ -579,6 +613,7 @@ void fault_backend::abort(device_id dev) {
   std::erase_if(inflight_, [this, dev](const auto& kv) {
     if (kv.second->device != dev) return false;
     unwatch(*kv.second);
+    unhang(*kv.second);
     return true;
   });
   std::erase_if(fail_with_,

@@ -112,6 +112,59 @@ TEST_CASE("a hanging kernel is ended by the op-execute watchdog at exactly the p
   }
 }
 
+TEST_CASE("a hung kernel holds its AI cores until the watchdog ends it: the device's next kernel waits",
+          "[fault][injection][hang][timeout]") {
+  npurt::system probe{npurt::sim::presets::ascend910(1)};
+  const std::uint32_t sid = probe.device(0).make_stream().id();
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::kernel_hang(0).at_task(sid, 1)))};
+  npurt::sim::faults_of(sys).set_op_execute_timeout(ms(100));
+  recorder rec;
+  sys.add_observer(rec);
+  auto s = sys.device(0).make_stream();
+  auto other = sys.device(0).make_stream();
+  REQUIRE(s.id() == sid);
+  // Both take every AI core (block_dim 0): without the hang, "next" starts when "hung" ends.
+  (void)s.launch(fixed_kernel(ms(1), "hung"));
+  (void)other.launch(fixed_kernel(ms(1), "next"));
+  sys.run();
+  const task_row* hung = rec.named("hung");
+  const task_row* next = rec.named("next");
+  REQUIRE(hung != nullptr);
+  REQUIRE(next != nullptr);
+  CHECK(hung->end - hung->start == ms(100));
+  // The watchdog frees the cores at start + limit; the kernel queued behind runs from then on,
+  // for the launch latency plus its 1 ms.
+  CHECK(next->start == hung->end);
+  CHECK(next->end - next->start == launch_latency + ms(1));
+  std::error_code ec;
+  s.synchronize(ec);
+  CHECK(ec == errc::task_timeout);
+  other.synchronize(ec);
+  CHECK(!ec);
+
+  SECTION("a hung kernel with a descriptor reports that descriptor, not the stand-in that held its cores") {
+    npurt::system sys2{preset(1, fault_plan{}.add(fault_spec::kernel_hang(0).at_task(sid, 1)))};
+    npurt::sim::faults_of(sys2).set_op_execute_timeout(ms(100));
+    struct seen final : npurt::observer {
+      void on_task(const npurt::task_info& t) override {
+        if (t.kind == npurt::task_kind::kernel) kernels.push_back(t.kernel);
+      }
+      std::vector<const npurt::kernel_desc*> kernels;
+    } obs;
+    sys2.add_observer(obs);
+    auto s2 = sys2.device(0).make_stream();
+    npurt::device_buffer x(sys2.device(0), 64 * sizeof(float)), y(sys2.device(0), 64 * sizeof(float));
+    const npurt::shape shp{64};
+    const npurt::kernels::elementwise relu{
+        npurt::kernels::eltwise_fn::relu, {x.data(), shp, npurt::dtype::f32}, {}, {y.data(), shp, npurt::dtype::f32}};
+    (void)s2.launch(relu);
+    s2.synchronize(ec);
+    CHECK(ec == errc::task_timeout);
+    REQUIRE(obs.kernels.size() == 1);
+    CHECK(obs.kernels[0] != nullptr);
+  }
+}
+
 TEST_CASE("an uncorrectable ECC error in a region loses the device until it is reset",
           "[fault][injection][ecc][lost]") {
   constexpr std::size_t n = 4096;
