@@ -219,6 +219,19 @@ TEST_CASE("the critical path is the same whether or not a step takes the host ed
     CHECK(path == P{{1, false}, {3, true}, {4, false}});
     CHECK(length == dus(9));
   }
+  SECTION("the host edge goes only to work enqueued before the task") {
+    // k (id 2) was enqueued at 2 and ends last; c (id 3), enqueued after it, failed at once at 2.
+    // The host cannot have waited for c before enqueuing k: k's host edge goes to a (id 1,
+    // ended at 1), the last task to end by 2 among those enqueued before k.
+    const auto [path, length] = path_of({{1, 3, 0, 0, 1}, {2, 1, 2, 2, 10}, {3, 2, 2, 2, 2}});
+    CHECK(path == P{{1, false}, {2, true}});
+    CHECK(length == dus(10));
+  }
+  SECTION("no host edge when everything that ended by then was enqueued later") {
+    const auto [path, length] = path_of({{1, 1, 2, 2, 10}, {2, 2, 2, 2, 2}});
+    CHECK(path == P{{1, false}});
+    CHECK(length == dus(8));
+  }
 }
 
 TEST_CASE("the chrome trace holds the expected events of a two-stream program", "[profiler][chrome]") {

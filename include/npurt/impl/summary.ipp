@@ -6,6 +6,7 @@
 #include <npurt/profiler/summary.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -479,6 +480,31 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
   // device predecessor), so the O(n log n) sort is paid only on the first step that does.
   std::vector<std::size_t> by_end;
   bool by_end_built = false;
+  // Over by_end, the smallest task id under each node of a binary tree: the host can only have
+  // waited for work it had already enqueued (a smaller id), and the last such task to end by a
+  // given time is found in O(log n) instead of a scan back past later-enqueued tasks.
+  std::vector<std::uint64_t> min_id;
+  std::size_t leaves = 1;
+  const auto last_enqueued_before = [&](std::size_t pos, std::uint64_t id) {
+    // The rightmost position below `pos` whose task id is below `id`, or pos when there is none.
+    std::size_t node = 1, lo = 0, width = leaves;
+    std::vector<std::pair<std::size_t, std::size_t>> pending;  // (node, lo) of left halves to try
+    while (true) {
+      if (lo < pos && min_id[node] < id) {
+        if (width == 1) return lo;
+        width /= 2;
+        pending.emplace_back(2 * node, lo);
+        node = 2 * node + 1;
+        lo += width;
+        continue;
+      }
+      // Go back up to the most recent left half not tried yet.
+      if (pending.empty()) return pos;
+      std::tie(node, lo) = pending.back();
+      pending.pop_back();
+      width = std::size_t{1} << (std::bit_width(leaves) - std::bit_width(node));
+    }
+  };
   std::vector<profile_summary::path_task> rev;
   // A trace with repeated ids or a dependency cycle must not make the path revisit a task.
   std::vector<bool> visited(tasks.size(), false);
@@ -535,14 +561,20 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
           return std::tie(tasks[a].end, tasks[a].id) < std::tie(tasks[b].end, tasks[b].id);
         });
         by_end_built = true;
+        while (leaves < by_end.size()) leaves *= 2;
+        min_id.assign(2 * leaves, std::numeric_limits<std::uint64_t>::max());
+        for (std::size_t i = 0; i < by_end.size(); ++i) min_id[leaves + i] = tasks[by_end[i]].id;
+        for (std::size_t k = leaves - 1; k >= 1; --k) min_id[k] = std::min(min_id[2 * k], min_id[2 * k + 1]);
       }
       const sim_time by = std::min(t.submitted, t.start);
       const auto it = std::upper_bound(by_end.begin(), by_end.end(), by,
                                        [&](sim_time at, std::size_t i) { return at < tasks[i].end; });
-      if (it == by_end.begin() || visited[*(it - 1)]) break;
+      const auto pos = static_cast<std::size_t>(it - by_end.begin());
+      const std::size_t found = last_enqueued_before(pos, t.id);
+      if (found == pos || visited[by_end[found]]) break;
       via_event = false;
       via_host = true;
-      cur = *(it - 1);
+      cur = by_end[found];
       continue;
     }
     // Ties go to the stream predecessor: stream order is the dependency that always exists.
