@@ -27,6 +27,14 @@ namespace npurt::sim {
 
 namespace {
 
+// A duration on a device `s` times slower (task_info::slowdown), rounded up to the picosecond;
+// beyond the clock's range it saturates, and the job then fails with time_overflow.
+picoseconds slowed(picoseconds d, double s) noexcept {
+  if (!(s > 1) || d.count() <= 0) return d;
+  const double v = std::ceil(static_cast<double>(d.count()) * s);
+  return v < 0x1p63 ? picoseconds{static_cast<std::int64_t>(v)} : picoseconds::max();
+}
+
 // Engines of one device, in this order; the host engine is one more, after all devices.
 enum : std::uint32_t { e_cube, e_vector, e_h2d, e_d2h, e_d2d, e_collective, engines_per_device };
 
@@ -207,6 +215,16 @@ NPURT_SIM_HOT inline std::uint32_t device_model::alloc_job() {
 
 NPURT_SIM_HOT inline void device_model::schedule(std::uint32_t slot, sim_time at) {
   job& j = jobs_[slot];
+  if (at == end_of_time && j.task->slowdown > 1) [[unlikely]] {
+    // Slowed past the end of the clock by a throttle, not by its own size: it runs on, holding
+    // what it holds, until a watchdog ends it (without one, it never ends: a deadlock names it).
+    ++j.gen;
+    if (std::uint64_t& pending = job_timers_[slot]; pending != 0) {
+      host_->revoke_timer(pending);
+      pending = 0;
+    }
+    return;
+  }
   if (at == end_of_time) [[unlikely]] {
     // Virtual time cannot count that far (the sums saturate there): the job fails now with a
     // typed error instead of wrapping the clock around.
@@ -494,17 +512,17 @@ NPURT_SIM_HOT inline void device_model::start(task_info& t, std::uint32_t e, std
     if (t.kind == task_kind::collective && t.engine == engine_kind::ai_core) [[unlikely]] {
       j.ph = phase::body;  // a collective's reduction: exactly its duration on the cores
       j.body_start = now;
-      return schedule(slot, later(now, t.fixed.duration));
+      return schedule(slot, later(now, slowed(t.fixed.duration, t.slowdown)));
     }
     return start_copy(slot, now);
   }
   if (t.kernel) return start_kernel(slot, now);
   // kernels::fixed: exactly its duration after the on-device launch latency, no HBM traffic.
   j.ph = phase::body;
-  j.body_start = later(now, preset_.kernel_launch_latency);
+  j.body_start = later(now, slowed(preset_.kernel_launch_latency, t.slowdown));
   t.flops = t.fixed.flops;
   t.bytes = t.fixed.bytes;
-  schedule(slot, later(j.body_start, t.fixed.duration));
+  schedule(slot, later(j.body_start, slowed(t.fixed.duration, t.slowdown)));
 }
 
 void device_model::start_kernel(std::uint32_t slot, sim_time now) {
@@ -512,6 +530,13 @@ void device_model::start_kernel(std::uint32_t slot, sim_time now) {
   task_info& t = *j.task;
   kernel_cost& c = job_costs_[slot];
   c = cost_of(*t.kernel, j.need);
+  if (t.slowdown > 1) [[unlikely]] {
+    // A throttled device: every phase takes longer, and the same bytes over a longer body draw
+    // less HBM bandwidth.
+    c.launch_latency = slowed(c.launch_latency, t.slowdown);
+    c.body = slowed(c.body, t.slowdown);
+    c.total = c.body > picoseconds::max() - c.launch_latency ? picoseconds::max() : c.launch_latency + c.body;
+  }
   t.flops = c.flops;
   t.bytes = c.hbm_bytes;
 #if NPURT_SIM_HAVE_REFERENCE
@@ -547,7 +572,11 @@ void device_model::start_copy(std::uint32_t slot, sim_time now) {
   job& j = jobs_[slot];
   task_info& t = *j.task;
   const copy_desc& c = t.copy;
-  const copy_path path = path_of(preset_, t.kind, c, t.engine);
+  copy_path path = path_of(preset_, t.kind, c, t.engine);
+  if (t.slowdown > 1) [[unlikely]] {
+    path.latency = slowed(path.latency, t.slowdown);
+    path.bandwidth /= t.slowdown;
+  }
   t.bytes = c.bytes;
   j.link = path.link;
   j.work = static_cast<double>(c.bytes);

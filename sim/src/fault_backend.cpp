@@ -411,7 +411,12 @@ void fault_backend::submit(task_info& t) {
       return;
     }
   }
-  if (const double s = slowdown(t.device); s > 1 && !hung) stretch_[t.id] = s;
+  if (const double s = slowdown(t.device); s > 1 && !hung) {
+    // The wrapped backend slows the task itself, so that it holds its cores or channel for as
+    // long as it runs. A collective ends through its peers and links: it is stretched here.
+    if (t.kind == task_kind::collective) stretch_[t.id] = s;
+    else t.slowdown = s;
+  }
   inflight_[t.id] = &t;
   if (watched(t)) {
     t.start = never;  // the wrapped backend writes the start when the task reaches its engine

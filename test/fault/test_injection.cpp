@@ -314,6 +314,55 @@ TEST_CASE("thermal throttling stretches the device's tasks by its factor while i
   CHECK(rec.named("cooled")->end - rec.named("cooled")->start == base);
 }
 
+TEST_CASE("a throttled kernel holds its AI cores for its stretched time: the device's next kernel waits",
+          "[fault][injection][throttle]") {
+  const picoseconds k = ms(10);
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::thermal_throttle(0, 2.0, ms(100)).at_time(at(ms(0)))))};
+  recorder rec;
+  sys.add_observer(rec);
+  auto s = sys.device(0).make_stream();
+  auto other = sys.device(0).make_stream();
+  // Both take every AI core (block_dim 0), so they run one after the other.
+  (void)s.launch(fixed_kernel(k, "first"));
+  (void)other.launch(fixed_kernel(k, "second"));
+  sys.run();
+  const task_row* first = rec.named("first");
+  const task_row* second = rec.named("second");
+  REQUIRE(first != nullptr);
+  REQUIRE(second != nullptr);
+  const picoseconds base = k + launch_latency;
+  CHECK(first->end - first->start == 2 * base);
+  CHECK(second->start == first->end);  // not once the unthrottled kernel would have ended
+  CHECK(second->end - second->start == 2 * base);
+
+  SECTION("a throttled copy holds its channel for its stretched time") {
+    constexpr std::size_t n = 1 << 24;
+    npurt::system cool{npurt::sim::presets::ascend910(1)};
+    npurt::system hot{preset(1, fault_plan{}.add(fault_spec::thermal_throttle(0, 2.0, sec(1)).at_time(at(ms(0)))))};
+    std::vector<std::byte> host(n);
+    auto copy_span = [&](npurt::system& y) {
+      recorder r;
+      y.add_observer(r);
+      npurt::device_buffer b(y.device(0), n);
+      auto s1 = y.device(0).make_stream();
+      auto s2 = y.device(0).make_stream();
+      (void)s1.memcpy(b.data(), n, host.data(), n, npurt::memcpy_kind::host_to_device);
+      (void)s2.memcpy(b.data(), n, host.data(), n, npurt::memcpy_kind::host_to_device);
+      y.run();
+      y.remove_observer(r);
+      REQUIRE(r.rows.size() == 2);
+      return std::pair{r.rows[0], r.rows[1]};
+    };
+    const auto [c1, c2] = copy_span(cool);
+    const auto [h1, h2] = copy_span(hot);
+    // Alone on the channel, a copy at half the bandwidth with twice the latency takes twice as
+    // long (to the picosecond rounding of each phase).
+    const auto alone = (c1.end - c1.start).count();
+    CHECK(std::abs((h1.end - h1.start).count() - 2 * alone) <= 2);
+    CHECK(h2.start >= h1.end);
+  }
+}
+
 TEST_CASE("a link that is down, flaps or a network interruption fails the collectives it carries, on every rank",
           "[fault][injection][link][collective]") {
   auto run_all_reduce = [](npurt::system& sys, const std::vector<npurt::device_id>& devs) {
