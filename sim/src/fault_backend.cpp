@@ -582,7 +582,18 @@ void fault_backend::deliver(task_info& t, std::error_code ec, timeout_kind timer
   }
   if (ec && !callbacks_.empty()) {
     const exception_info info{t.device, t.stream, t.id, ec, host_->now(), t.name};
-    for (const auto& [h, fn] : callbacks_) fn(info);
+    // A callback may add or remove callbacks, itself included (a one-shot one): the report goes
+    // to those registered when it began and not removed since, and the one running is a copy,
+    // so that removing it does not destroy it mid-call.
+    std::vector<std::uint64_t> handles;
+    handles.reserve(callbacks_.size());
+    for (const auto& [h, fn] : callbacks_) handles.push_back(h);
+    for (const std::uint64_t h : handles) {
+      const auto it = callbacks_.find(h);
+      if (it == callbacks_.end()) continue;
+      const std::function<void(const exception_info&)> fn = it->second;
+      fn(info);
+    }
   }
   if (limit.count() > 0 && is_timeout(ec)) host_->complete_timeout(t, ec, timer, limit);
   else host_->complete(t, ec);

@@ -121,3 +121,40 @@ TEST_CASE("a negative heartbeat interval is a caller error, not a monitor turned
   CHECK_THROWS_AS(faults.enable_fault_detection(picoseconds{-1}), npurt::caller_error);
   CHECK_NOTHROW(faults.enable_fault_detection(picoseconds{0}));
 }
+
+TEST_CASE("an exception callback may remove itself, and others, while it is called", "[fault][edges][callback]") {
+  // Every kernel fails, so every kernel is reported.
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::aicore_exception(0).random(1.0, 0)))};
+  auto& faults = npurt::sim::faults_of(sys);
+  // Counts the copies of the one-shot callback's state that exist: the callback being called
+  // must be one of them until it returns.
+  struct token {
+    int* live;
+    explicit token(int* l) : live(l) { ++*live; }
+    token(const token& o) : live(o.live) { ++*live; }
+    token& operator=(const token&) = delete;
+    ~token() { --*live; }
+  };
+  int live = 0;
+  std::uint64_t one_shot = 0, removed = 0;
+  int one_shot_calls = 0, removed_calls = 0, kept_calls = 0;
+  bool alive_after_remove = true;
+  one_shot = faults.add_exception_callback([&, t = token{&live}](const npurt::exception_info&) {
+    faults.remove_exception_callback(one_shot);
+    faults.remove_exception_callback(removed);  // a later one, before its turn
+    alive_after_remove = alive_after_remove && *t.live > 0;
+    ++one_shot_calls;
+  });
+  removed = faults.add_exception_callback([&](const npurt::exception_info&) { ++removed_calls; });
+  faults.add_exception_callback([&](const npurt::exception_info&) { ++kept_calls; });
+  auto s = sys.device(0).make_stream();
+  for (int i = 1; i <= 3; ++i) (void)s.launch(fixed_kernel(ms(1), numbered("k", i)));
+  std::error_code ec;
+  s.synchronize(ec);
+  CHECK(ec == errc::kernel_fault);
+  CHECK(one_shot_calls == 1);
+  CHECK(alive_after_remove);
+  CHECK(removed_calls == 0);
+  CHECK(kept_calls == 3);
+  CHECK(live == 0);
+}

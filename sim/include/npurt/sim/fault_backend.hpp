@@ -86,6 +86,8 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   [[nodiscard]] picoseconds op_execute_timeout() const noexcept override { return op_timeout_; }
   /// Called for every failed task the backend reports (aclrtExceptionInfoCallbackRegister):
   /// device, stream, task ids and the error. Returns a handle for remove_exception_callback.
+  /// A callback may add or remove callbacks, itself included: a report goes to the callbacks
+  /// registered when it began, minus those removed since.
   std::uint64_t add_exception_callback(std::function<void(const exception_info&)> fn);
   void remove_exception_callback(std::uint64_t handle);
 
