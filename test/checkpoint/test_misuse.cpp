@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -361,4 +362,31 @@ TEST_CASE("a device_buffer is snapshot and restored by its own size", "[checkpoi
   CHECK_THROWS_AS(ck.copy_to_device("b", small, s), npurt::caller_error);  // 24 bytes into 20
   (void)ck.copy_to_device("b", small, s, ec);
   CHECK(ec == errc::size_overflow);
+}
+
+TEST_CASE("a device snapshot on a stream with an earlier failure names that task, not the copy",
+          "[checkpoint][errors][device]") {
+  npurt::simple_config cfg;
+  npurt::system sys{cfg};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  npurt::device_buffer b(dev, 16);
+  std::vector<std::int32_t> in{1, 2, 3, 4};
+  s.memcpy(b.data(), 16, in.data(), 16, npurt::memcpy_kind::host_to_device);
+  // A fire-and-forget failure not read yet: the snapshot's synchronize is where it surfaces.
+  (void)s.launch_callback([] { throw std::runtime_error("earlier failure"); });
+  auto ck = npurt::create_checkpoint();
+  std::string what;
+  try {
+    ck.add_tensor("dev", dtype::i32, {4}, b, s);
+  } catch (const npurt::error& e) { what = e.what(); }
+  INFO(what);
+  CHECK(what.find("earlier failure") != std::string::npos);
+  CHECK(what.find("nothing added") != std::string::npos);
+  CHECK(what.find("the device-to-host copy failed") == std::string::npos);
+  CHECK(ck.find_tensor("dev") == nullptr);
+  // It was reported once: the stream runs on, and the next snapshot is taken.
+  ck.add_tensor("dev", dtype::i32, {4}, b, s);
+  const auto v = ck.get_tensor("dev").values<std::int32_t>();
+  CHECK(std::vector<std::int32_t>(v.begin(), v.end()) == in);
 }

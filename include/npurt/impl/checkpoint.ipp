@@ -2,6 +2,7 @@
 #pragma once
 
 #include <npurt/checkpoint.hpp>
+#include <npurt/detail/scheduler.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -415,8 +416,11 @@ NPURT_DECL bool checkpoint::add_device(std::string_view name, npurt::dtype type,
   if (t->size_ == 0) return true;
   const std::size_t n = t->size_;
   std::error_code ec;
+  detail::failure f;
   s.memcpy(t->data_.get(), n, device_ptr, n, memcpy_kind::device_to_host, ec);
-  if (!ec) s.synchronize(npurt::no_timeout, ec);
+  // The synchronize reads the stream's first unread failure, which may be an earlier task's
+  // rather than the copy's: the message names the task that failed.
+  if (!ec) detail::stream_access::synchronize(s, ec, &f);
   if (!ec && !detail::ckpt::bools_valid(type, t->bytes())) {
     index_.erase(tensors_.back().name_);
     tensors_.pop_back();
@@ -427,6 +431,9 @@ NPURT_DECL bool checkpoint::add_device(std::string_view name, npurt::dtype type,
   // The entry is the last one: a failed snapshot leaves no half-filled tensor behind.
   index_.erase(tensors_.back().name_);
   tensors_.pop_back();
+  if (f)
+    return st.fail(ec, "checkpoint::add_tensor(" + detail::ckpt::printable(name) +
+                           "): nothing added: the snapshot's stream reported a failure: " + f.describe());
   return st.fail(ec, "checkpoint::add_tensor(" + detail::ckpt::printable(name) + "): the device-to-host copy failed");
 }
 
