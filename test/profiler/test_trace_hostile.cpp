@@ -373,3 +373,29 @@ TEST_CASE("npurt-trace rejects bad options with exit 1 and unwritable output wit
   CHECK(no_dir_said.find("cannot write hostile_no_such_dir/x.svg: No such file or directory") != std::string::npos);
   for (const char* f : {"hostile_trace.json", "hostile_out.txt", "hostile.svg"}) std::remove(f);
 }
+
+TEST_CASE("read_chrome_trace_file has a throwing overload naming the file", "[profiler][reader][errors]") {
+  const std::string dir = "npurt-test-reader-throwing";
+  (void)std::system(("rm -rf " + dir + " && mkdir " + dir).c_str());
+  const std::string missing = dir + "/missing.json";
+  try {
+    (void)npurt::read_chrome_trace_file(missing);
+    FAIL("a missing file was read");
+  } catch (const npurt::error& e) {
+    CHECK(e.code() == std::errc::no_such_file_or_directory);
+    CHECK(std::string(e.what()).rfind(missing + ": ", 0) == 0);
+  }
+  const std::string cut = dir + "/cut.json";
+  std::ofstream(cut) << R"({"traceEvents":[)";
+  try {
+    (void)npurt::read_chrome_trace_file(cut);
+    FAIL("a truncated trace was read");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::parse_error);
+    CHECK(std::string(e.what()).rfind(cut + ": ", 0) == 0);
+  }
+  const std::string good = dir + "/good.json";
+  std::ofstream(good) << R"({"traceEvents":[]})";
+  CHECK(npurt::read_chrome_trace_file(good).tasks.empty());
+  (void)std::system(("rm -rf " + dir).c_str());
+}

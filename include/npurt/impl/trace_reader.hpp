@@ -529,4 +529,12 @@ inline trace_data read_chrome_trace_file(const std::string& path, std::error_cod
   return detail::read_parsed(feed, ec, message);
 }
 
+inline trace_data read_chrome_trace_file(const std::string& path, const trace_read_limits& limits) {
+  std::error_code ec;
+  std::string message;
+  auto data = read_chrome_trace_file(path, ec, message, limits);
+  if (ec) throw_error(ec, path + ": " + message);
+  return data;
+}
+
 }  // namespace npurt

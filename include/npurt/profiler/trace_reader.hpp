@@ -62,6 +62,11 @@ inline trace_data read_chrome_trace(std::string_view text);
 inline trace_data read_chrome_trace_file(const std::string& path, std::error_code& ec, std::string& message,
                                          const trace_read_limits& limits = {});
 
+/// Throwing overload: npurt::caller_error with errc::parse_error for a file that is not an npurt
+/// trace, an npurt::error with the system's code for one that cannot be opened or read; what()
+/// starts with the path.
+inline trace_data read_chrome_trace_file(const std::string& path, const trace_read_limits& limits = {});
+
 /// Checks data against the rules above (the reader calls it). Empty when valid, else what is
 /// wrong, naming the task.
 inline std::string check_trace(const trace_data& data);
