@@ -126,9 +126,10 @@ struct task_info {
   /// What observer::on_task sees of how the task ended: the error of a task that failed or was
   /// aborted, null for one that succeeded (and while the task runs).
   const std::error_code* failure = nullptr;
-  /// How many times slower than modelled the device runs this task (>= 1; set by a fault layer
-  /// for a thermal throttle): its latency and duration stretch, its bandwidth shrinks, and it
-  /// holds its engine for all of that time. A backend that cannot slow a task leaves it at 1.
+  /// How many times slower than modelled the device runs this task (>= 1; set by a fault layer:
+  /// a thermal throttle's factor, or infinity for a hung kernel, which runs until a watchdog
+  /// cancels it): its latency and duration stretch, its bandwidth shrinks, and it holds its
+  /// engine for all of that time. A backend that cannot slow a task runs it as modelled.
   double slowdown = 1;
 };
 

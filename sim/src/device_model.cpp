@@ -216,8 +216,8 @@ NPURT_SIM_HOT inline std::uint32_t device_model::alloc_job() {
 NPURT_SIM_HOT inline void device_model::schedule(std::uint32_t slot, sim_time at) {
   job& j = jobs_[slot];
   if (at == end_of_time && j.task->slowdown > 1) [[unlikely]] {
-    // Slowed past the end of the clock by a throttle, not by its own size: it runs on, holding
-    // what it holds, until a watchdog ends it (without one, it never ends: a deadlock names it).
+    // Slowed past the end of the clock by a throttle or a hang, not by its own size: it runs
+    // on, holding what it holds, until a watchdog ends it (without one, a deadlock names it).
     ++j.gen;
     if (std::uint64_t& pending = job_timers_[slot]; pending != 0) {
       host_->revoke_timer(pending);

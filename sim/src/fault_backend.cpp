@@ -427,26 +427,13 @@ void fault_backend::submit(task_info& t) {
 
 bool fault_backend::hang_in_place(task_info& t) {
   // A hung kernel keeps its AI cores, and the tasks queued behind it wait, until the watchdog
-  // ends it at start + limit (CANN's AI-core watchdog): it runs in the wrapped backend for
-  // longer than the watchdog allows. Twice the limit stays clear of the watchdog's instant
-  // whatever the launch latency; a limit too long for that is not worth a timeline.
-  const picoseconds limit = op_timeout_;
-  if (limit.count() <= 0 || limit > (end_of_time - host_->now()) / 4) return false;
-  hung_[t.id] = hung_kernel{t.kernel, t.fixed};
-  t.kernel = nullptr;
-  t.fixed = kernels::fixed{limit + limit};
+  // ends it at start + limit (CANN's AI-core watchdog): the wrapped backend runs it infinitely
+  // slowly, on the engine and cores it would have used.
+  if (op_timeout_.count() <= 0) return false;
+  t.slowdown = std::numeric_limits<double>::infinity();
   // Should the wrapped backend be unable to end it early, it still fails as a hang.
   fail_with_[t.id] = make_error_code(errc::task_timeout);
   return true;
-}
-
-void fault_backend::unhang(task_info& t) noexcept {
-  if (hung_.empty()) return;
-  if (auto it = hung_.find(t.id); it != hung_.end()) {
-    t.kernel = it->second.kernel;
-    t.fixed = it->second.fixed;
-    hung_.erase(it);
-  }
 }
 
 void fault_backend::complete(task_info& t, std::error_code ec) {
@@ -575,7 +562,6 @@ void fault_backend::note_collective_failure(const task_info& t, std::error_code 
 }
 
 void fault_backend::deliver(task_info& t, std::error_code ec, timeout_kind timer, picoseconds limit) {
-  unhang(t);
   if (fatal(ec) && !devices_[static_cast<std::size_t>(t.device)].lost) {
     devices_[static_cast<std::size_t>(t.device)].lost = true;
     fail_peer_collectives(t.device);
@@ -621,7 +607,6 @@ void fault_backend::abort(device_id dev) {
     if (h.task->device == dev) ids.push_back(id);
   for (std::uint64_t id : ids) {
     if (held_[id].timed) host_->cancel_timer(held_[id].ticket);
-    unhang(*held_[id].task);
     held_.erase(id);
     fail_with_.erase(id);
     stretch_.erase(id);
@@ -629,7 +614,6 @@ void fault_backend::abort(device_id dev) {
   std::erase_if(inflight_, [this, dev](const auto& kv) {
     if (kv.second->device != dev) return false;
     unwatch(*kv.second);
-    unhang(*kv.second);
     return true;
   });
   std::erase_if(fail_with_,

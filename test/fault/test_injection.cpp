@@ -165,6 +165,41 @@ TEST_CASE("a hung kernel holds its AI cores until the watchdog ends it: the devi
   }
 }
 
+TEST_CASE("a hung vector kernel holds vector cores only: a cube kernel beside it runs", "[fault][injection][hang]") {
+  // ascend910b separates cube (AIC) and vector (AIV) cores: a hung elementwise kernel holds the
+  // vector cores, and a matmul of another stream runs on the cube cores meanwhile.
+  npurt::system probe{npurt::sim::presets::ascend910b(1)};
+  const std::uint32_t sid = probe.device(0).make_stream().id();
+  npurt::system sys{npurt::sim::with_faults(npurt::sim::presets::ascend910b(1),
+                                            fault_plan{}.add(fault_spec::kernel_hang(0).at_task(sid, 1)))};
+  npurt::sim::faults_of(sys).set_op_execute_timeout(ms(100));
+  recorder rec;
+  sys.add_observer(rec);
+  auto vec = sys.device(0).make_stream();
+  auto cube = sys.device(0).make_stream();
+  REQUIRE(vec.id() == sid);
+  auto& dev = sys.device(0);
+  constexpr std::int64_t n = 64;
+  npurt::device_buffer x(dev, n * n * 2), y(dev, n * n * 2), z(dev, n * n * 2);
+  const npurt::shape sq{n, n};
+  const npurt::tensor_desc tx{x.data(), sq, npurt::dtype::f16}, ty{y.data(), sq, npurt::dtype::f16},
+      tz{z.data(), sq, npurt::dtype::f16};
+  const npurt::kernels::elementwise relu{npurt::kernels::eltwise_fn::relu, tx, {}, ty};
+  npurt::kernels::matmul mm;
+  mm.a = tx;
+  mm.b = tx;
+  mm.c = tz;
+  (void)vec.launch(npurt::kernel_desc{relu, "hung", 0});
+  (void)cube.launch(npurt::kernel_desc{mm, "mm", 0});
+  sys.run();
+  const task_row* hung = rec.named("hung");
+  const task_row* matmul = rec.named("mm");
+  REQUIRE(hung != nullptr);
+  REQUIRE(matmul != nullptr);
+  CHECK(hung->end - hung->start == ms(100));
+  CHECK(matmul->end < hung->end);  // it did not wait for the watchdog
+}
+
 TEST_CASE("an uncorrectable ECC error in a region loses the device until it is reset",
           "[fault][injection][ecc][lost]") {
   constexpr std::size_t n = 4096;

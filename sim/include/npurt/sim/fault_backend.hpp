@@ -198,16 +198,10 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   std::unordered_map<std::uint64_t, held_task> held_;          // completed by this layer
   std::unordered_map<std::uint64_t, std::error_code> fail_with_;  // completion error to impose
   std::unordered_map<std::uint64_t, double> stretch_;          // throttled tasks
-  /// A hung kernel runs in the wrapped backend as a kernels::fixed that outlasts its watchdog,
-  /// so that it holds its cores (and its place in the device's queue) until the watchdog ends
-  /// it: what it really was, put back before the runtime hears of it.
-  struct hung_kernel {
-    const kernel_desc* kernel = nullptr;
-    kernels::fixed fixed{};
-  };
-  std::unordered_map<std::uint64_t, hung_kernel> hung_;
+  /// Hands a hung kernel to the wrapped backend infinitely slowed (task_info::slowdown), so that
+  /// it holds its cores and its place in the device's queue until the watchdog ends it; false
+  /// when no watchdog runs.
   [[nodiscard]] bool hang_in_place(task_info& t);
-  void unhang(task_info& t) noexcept;
   std::unordered_map<std::uint64_t, watch> watches_;           // op-execute watchdogs of in-flight tasks
   // A collective's fate is decided once, by its first rank, so all ranks agree.
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::pair<std::error_code, std::uint32_t>> fates_;
