@@ -1218,6 +1218,10 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
       fail(errc::invalid_shape, node_name, ins[1],
            what + "W '" + ins[1] + "' must be [M, C/group, kD, kH, kW] for the 3-D input " + shape_string(x.shape) +
                ", got " + shape_string(w.shape));
+    for (std::size_t i = 2; i < 5; ++i)
+      if (w.shape[i] > std::numeric_limits<std::int32_t>::max())
+        fail(errc::invalid_shape, node_name, ins[1],
+             what + "W '" + ins[1] + "' " + shape_string(w.shape) + " has a kernel extent past 2^31 - 1");
     const auto per_axis = [&](const char* name, std::size_t want, std::int64_t fallback) {
       ints v = attrs.get_ints(name);
       if (!attrs.has(name)) v.assign(want, fallback);
@@ -1225,10 +1229,13 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
         fail(errc::invalid_argument, node_name, ins[0],
              what + name + " has " + std::to_string(v.size()) + " values, the 3-D input '" + ins[0] + "' " +
                  shape_string(x.shape) + " takes " + std::to_string(want));
+      // Bounded as the 2-D kernel bounds them, so that the depth arithmetic below cannot overflow.
+      constexpr std::int64_t most = std::numeric_limits<std::int32_t>::max();
       for (auto e : v)
-        if (std::string_view(name) == "pads" ? e < 0 : e < 1)
+        if (e > most || (std::string_view(name) == "pads" ? e < 0 : e < 1))
           fail(errc::invalid_argument, node_name, ins[0],
-               what + name + " of '" + ins[0] + "' has the value " + std::to_string(e));
+               what + name + " of '" + ins[0] + "' has the value " + std::to_string(e) + " (outside [" +
+                   (std::string_view(name) == "pads" ? "0" : "1") + ", " + std::to_string(most) + "])");
       return v;
     };
     const ints strides = per_axis("strides", 3, 1), dilations = per_axis("dilations", 3, 1);

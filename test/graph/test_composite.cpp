@@ -685,6 +685,14 @@ TEST_CASE("Conv over three spatial axes sums 2-D convolutions over the depth tap
   const auto w = g.add_constant("w", tensor(ws, dtype::f32, wv));
   test::expect_graph_error([&] { g.add_op("Conv", {x, w}, {{"strides", ints{1, 1}}}, "y"); }, errc::invalid_argument,
                            "y", "x");
+  // Values the depth arithmetic would overflow on are refused, not wrapped.
+  test::expect_graph_error([&] { g.add_op("Conv", {x, w}, {{"dilations", ints{std::int64_t{1} << 62, 1, 1}}}, "y"); },
+                           errc::invalid_argument, "y", "x");
+  test::expect_graph_error(
+      [&] { g.add_op("Conv", {x, w}, {{"pads", ints{0, 0, 0, std::int64_t{1} << 62, 0, 0}}}, "y"); },
+      errc::invalid_argument, "y", "x");
+  const auto deep = g.add_input("deep", {1, 1, std::int64_t{1} << 40, 1, 1}, dtype::f32);
+  test::expect_graph_error([&] { g.add_op("Conv", {x, deep}, {}, "y"); }, errc::invalid_shape, "y", "deep");
   CHECK(g.nodes().empty());
 }
 
