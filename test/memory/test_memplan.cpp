@@ -1,15 +1,13 @@
 #include <npurt/memplan.hpp>
 
+#include "../heap_counter.hpp"
+
 #include <catch2/catch_test_macros.hpp>
 
-#include <malloc.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <new>
 #include <random>
 #include <sstream>
 #include <string>
@@ -384,45 +382,6 @@ TEST_CASE("65,537 buffers all live at once get a valid plan", "[memory][memplan]
   CHECK(p.arena_size == 65537);  // all live at once: no reuse is possible, nor needed
 }
 
-namespace {
-
-// Peak bytes held by operator new while f runs: the dense instances below must be planned in
-// memory proportional to the input, not to the number of overlapping pairs.
-std::atomic<std::int64_t> heap_now{0}, heap_peak{0};
-
-template <class F>
-std::int64_t peak_heap_during(F&& f) {
-  heap_peak = heap_now.load();
-  const auto base = heap_now.load();
-  f();
-  return heap_peak.load() - base;
-}
-
-}  // namespace
-
-// The replacements pair malloc with free; GCC's mismatch warning does not apply to them.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t n) {
-  void* p = std::malloc(n ? n : 1);
-  if (!p) throw std::bad_alloc();
-  const auto now = heap_now.fetch_add(static_cast<std::int64_t>(malloc_usable_size(p))) +
-                   static_cast<std::int64_t>(malloc_usable_size(p));
-  for (auto peak = heap_peak.load(); now > peak && !heap_peak.compare_exchange_weak(peak, now);) {}
-  return p;
-}
-void operator delete(void* p) noexcept {
-  if (!p) return;
-  heap_now.fetch_sub(static_cast<std::int64_t>(malloc_usable_size(p)));
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept { operator delete(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 TEST_CASE("dense instances of 20,000 and 40,000 buffers live at once plan in memory proportional to the input",
           "[memory][memplan][dense]") {
   for (const std::int64_t n : {20000, 40000}) {
@@ -434,7 +393,7 @@ TEST_CASE("dense instances of 20,000 and 40,000 buffers live at once plan in mem
       b.push_back({i, lo, 4 + lo + 1, 64 + rng() % 4096});
     }
     mp::plan p;
-    const auto peak = peak_heap_during([&] { p = mp::make_plan(b); });
+    const auto peak = heap_counter::peak_during([&] { p = mp::make_plan(b); });
     const auto input = static_cast<std::int64_t>(b.size() * sizeof(mp::buffer));
     CHECK(peak <= 64 * input);  // the pair lists alone would be about 2,000 times the input
     const auto r = mp::check(b, p.offsets);

@@ -6,16 +6,14 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "../heap_counter.hpp"
 #include "../recurrent_reference.hpp"
 #include "../training_reference.hpp"
 
 #include <catch2/catch_test_macros.hpp>
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,7 +24,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <new>
 #include <numbers>
 #include <optional>
 #include <set>
@@ -4401,17 +4398,6 @@ TEST_CASE("SequenceInsert, SequenceErase and SequenceAt at constant positions re
 
 namespace {
 
-// Bytes held by operator new (replaced below) now, and the most since peak_heap_during began.
-std::atomic<std::int64_t> heap_now{0}, heap_peak{0};
-
-template <class F>
-std::int64_t peak_heap_during(F&& f) {
-  heap_peak = heap_now.load();
-  const auto base = heap_now.load();
-  f();
-  return heap_peak.load() - base;
-}
-
 // seq = SequenceConstruct(x), then `steps` edits, each on the previous one's output, ending in
 // sq_concat_out: appends and prepends of t1, t2, t3 with Identity and Optional round trips
 // between them, then erases from both ends in the last quarter. `want` gets the tensors' labels.
@@ -4454,29 +4440,6 @@ std::int64_t peak_heap_during(F&& f) {
 
 }  // namespace
 
-// The replacements pair malloc with free; GCC's mismatch warning does not apply to them.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t n) {
-  void* p = std::malloc(n ? n : 1);
-  if (!p) throw std::bad_alloc();
-  const auto size = static_cast<std::int64_t>(malloc_usable_size(p));
-  const auto now = heap_now.fetch_add(size) + size;
-  for (auto peak = heap_peak.load(); now > peak && !heap_peak.compare_exchange_weak(peak, now);) {}
-  return p;
-}
-void operator delete(void* p) noexcept {
-  if (!p) return;
-  heap_now.fetch_sub(static_cast<std::int64_t>(malloc_usable_size(p)));
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept { operator delete(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 TEST_CASE("a long chain of sequence edits imports in memory linear in its length, with the right result",
           "[onnx][sequence]") {
   // The importer keeps every step's sequence until the import ends: were each step a copy of
@@ -4490,7 +4453,7 @@ TEST_CASE("a long chain of sequence edits imports in memory linear in its length
     std::vector<std::string> want;
     const std::string bytes = sq_chain_model(steps[k], want).SerializeAsString();
     std::optional<graph> g;
-    peak[k] = peak_heap_during([&] { g.emplace(npurt::onnx::load_from_bytes(bytes, "chain")); });
+    peak[k] = heap_counter::peak_during([&] { g.emplace(npurt::onnx::load_from_bytes(bytes, "chain")); });
     CHECK(ints_of(*g, "n") == std::vector<std::int64_t>{static_cast<std::int64_t>(want.size())});
     CHECK(cf_run(*g, x, {2}).at("y") == sq_values(want, x));
   }
