@@ -215,17 +215,17 @@ NPURT_SIM_HOT inline std::uint32_t device_model::alloc_job() {
 
 NPURT_SIM_HOT inline void device_model::schedule(std::uint32_t slot, sim_time at) {
   job& j = jobs_[slot];
-  if (at == end_of_time && j.task->slowdown > 1) [[unlikely]] {
-    // Slowed past the end of the clock by a throttle or a hang, not by its own size: it runs
-    // on, holding what it holds, until a watchdog ends it (without one, a deadlock names it).
-    ++j.gen;
-    if (std::uint64_t& pending = job_timers_[slot]; pending != 0) {
-      host_->revoke_timer(pending);
-      pending = 0;
-    }
-    return;
-  }
   if (at == end_of_time) [[unlikely]] {
+    if (j.task->slowdown > 1) {
+      // Slowed past the end of the clock by a throttle or a hang, not by its own size: it runs
+      // on, holding what it holds, until a watchdog ends it (without one, a deadlock names it).
+      ++j.gen;
+      if (std::uint64_t& pending = job_timers_[slot]; pending != 0) {
+        host_->revoke_timer(pending);
+        pending = 0;
+      }
+      return;
+    }
     // Virtual time cannot count that far (the sums saturate there): the job fails now with a
     // typed error instead of wrapping the clock around.
     job_faults_[slot] = make_error_code(errc::time_overflow);
@@ -519,10 +519,14 @@ NPURT_SIM_HOT inline void device_model::start(task_info& t, std::uint32_t e, std
   if (t.kernel) return start_kernel(slot, now);
   // kernels::fixed: exactly its duration after the on-device launch latency, no HBM traffic.
   j.ph = phase::body;
-  j.body_start = later(now, slowed(preset_.kernel_launch_latency, t.slowdown));
   t.flops = t.fixed.flops;
   t.bytes = t.fixed.bytes;
-  schedule(slot, later(j.body_start, slowed(t.fixed.duration, t.slowdown)));
+  if (t.slowdown > 1) [[unlikely]] {
+    j.body_start = later(now, slowed(preset_.kernel_launch_latency, t.slowdown));
+    return schedule(slot, later(j.body_start, slowed(t.fixed.duration, t.slowdown)));
+  }
+  j.body_start = later(now, preset_.kernel_launch_latency);
+  schedule(slot, later(j.body_start, t.fixed.duration));
 }
 
 void device_model::start_kernel(std::uint32_t slot, sim_time now) {
