@@ -109,8 +109,12 @@ std::string dims(const shape& s) {
 // The dims of a shape that may pass shape::max_rank (what a wrong rank would call for).
 std::string dims(const std::vector<std::int64_t>& v) {
   std::string r = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) r += (i ? "," : "") + std::to_string(v[i]);
-  return r + "]";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) r += ',';
+    r += std::to_string(v[i]);
+  }
+  r += ']';
+  return r;
 }
 
 std::string num(std::int64_t v) { return std::to_string(v); }
