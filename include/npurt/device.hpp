@@ -128,12 +128,13 @@ class device {
   NPURT_DECL void memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                          std::error_code& ec, detail::failure* out);
   NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> pending_positions() const;
-  // async_synchronize's refusal of a negative timeout, with the words of the throwing
-  // synchronize (see detail::post_refusal). Out of line, so that the accepted path stays small.
+  // async_synchronize's refusal at the call (a negative timeout, another thread than the
+  // system's), with the words of the throwing synchronize (see detail::post_refusal). Out of
+  // line, so that the accepted path stays small.
   template <class Handler>
-  [[gnu::noinline]] void refuse_synchronize(Handler&& handler, std::error_code ec, picoseconds timeout) {
+  [[gnu::noinline]] void refuse_synchronize(Handler&& handler, std::error_code ec, std::optional<picoseconds> timeout) {
     detail::post_refusal(*rt_, std::forward<Handler>(handler), ec, id_, "npurt::device::async_synchronize",
-                         detail::timeout_problem(timeout));
+                         ec == errc::invalid_argument && timeout ? detail::timeout_problem(*timeout) : std::string());
   }
   NPURT_DECL void finish_reset() noexcept;
   // Makes pool_ the one the runtime trims when a synchronize on this device ends.
@@ -158,8 +159,13 @@ template <class Token>
 auto device::async_synchronize(std::optional<picoseconds> timeout, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
       [this](auto handler, std::optional<picoseconds> tmo) {
+        // As the blocking synchronize: the loop is single-threaded.
+        if (rt_->wrong_thread()) [[unlikely]] {
+          refuse_synchronize(std::move(handler), make_error_code(errc::wrong_thread), tmo);
+          return;
+        }
         if (const std::error_code ec = detail::check_timeout(tmo)) [[unlikely]] {
-          refuse_synchronize(std::move(handler), ec, *tmo);
+          refuse_synchronize(std::move(handler), ec, tmo);
           return;
         }
         std::exception_ptr* thrown = detail::thrown_slot(handler);

@@ -413,14 +413,23 @@ TEST_CASE("with thread checks on, a call from a second thread is a clear error",
   opts.check_thread = true;
   npurt::system sys{simple(), opts};
   auto s = sys.device(0).make_stream();
-  std::error_code launch_ec, sync_ec;
+  std::error_code launch_ec, sync_ec, dev_sync_ec;
+  npurt::async_error_code stream_async_ec, dev_async_ec;
   std::thread other([&] {
     s.launch(fixed(us(1)), launch_ec);
     s.synchronize(npurt::no_timeout, sync_ec);
+    sys.device(0).synchronize(npurt::no_timeout, dev_sync_ec);
+    // The async forms are refused as the blocking ones, their handlers run by the system's loop.
+    s.async_synchronize([&](npurt::async_error_code c) { stream_async_ec = c; });
+    sys.device(0).async_synchronize([&](npurt::async_error_code c) { dev_async_ec = c; });
   });
   other.join();
   CHECK(launch_ec == npurt::errc::wrong_thread);
   CHECK(sync_ec == npurt::errc::wrong_thread);
+  CHECK(dev_sync_ec == npurt::errc::wrong_thread);
+  sys.run();
+  CHECK(stream_async_ec == npurt::errc::wrong_thread);
+  CHECK(dev_async_ec == npurt::errc::wrong_thread);
   std::error_code ec;
   s.launch(fixed(us(1)), ec);
   CHECK(!ec);
