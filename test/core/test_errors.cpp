@@ -113,6 +113,42 @@ TEST_CASE("bad async operations complete with the error instead of throwing", "[
   }());
 }
 
+/// An async call refused at the call: its handler hears the code after the call returns, with
+/// words in recent_error_message naming the call and the cause, then the code's own message (as
+/// a task failure's do); awaited with npurt::use_task it throws the same words.
+template <class Refusal>
+void check_async_refusal(npurt::system& sys, const Refusal& r) {
+  std::error_code heard;
+  std::string recent;
+  bool initiating = true, called = false;
+  r.start([&](npurt::async_error_code e) {
+    called = true;
+    CHECK_FALSE(initiating);  // never inside the initiating call
+    heard = e;
+    recent = sys.recent_error_message();
+  });
+  initiating = false;
+  sys.run();
+  REQUIRE(called);
+  CHECK(heard == r.code);
+  // The words name the call and the cause, then the code's own message, as a task failure's do.
+  CHECK(recent.starts_with(r.call));
+  CHECK(recent.find(r.cause) != std::string::npos);
+  CHECK(recent.ends_with(": " + std::error_code(r.code).message()));
+
+  std::exception_ptr thrown;
+  npurt::spawn(sys, r.awaited(), [&](std::exception_ptr e) { thrown = e; });
+  sys.run();
+  REQUIRE(thrown);
+  try {
+    std::rethrow_exception(thrown);
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == r.code);
+    CHECK(std::string(e.what()).starts_with(r.call));
+    CHECK(std::string(e.what()).find(r.cause) != std::string::npos);
+  }
+}
+
 TEST_CASE("an async call refused at the call says why, as its throwing form does", "[core][error][asio]") {
   // README: code that hears only an error code reads the words from recent_error_message(), and
   // co_await with npurt::use_task throws them. A refusal at the call (before anything is queued)
@@ -155,35 +191,7 @@ TEST_CASE("an async call refused at the call says why, as its throwing form does
   };
   for (const refusal& r : cases) {
     INFO(r.call);
-    std::error_code heard;
-    std::string recent;
-    bool initiating = true, called = false;
-    r.start([&](npurt::async_error_code e) {
-      called = true;
-      CHECK_FALSE(initiating);  // never inside the initiating call
-      heard = e;
-      recent = sys.recent_error_message();
-    });
-    initiating = false;
-    sys.run();
-    REQUIRE(called);
-    CHECK(heard == r.code);
-    // The words name the call and the cause, then the code's own message, as a task failure's do.
-    CHECK(recent.starts_with(r.call));
-    CHECK(recent.find(r.cause) != std::string::npos);
-    CHECK(recent.ends_with(": " + std::error_code(r.code).message()));
-
-    std::exception_ptr thrown;
-    npurt::spawn(sys, r.awaited(), [&](std::exception_ptr e) { thrown = e; });
-    sys.run();
-    REQUIRE(thrown);
-    try {
-      std::rethrow_exception(thrown);
-    } catch (const npurt::caller_error& e) {
-      CHECK(e.code() == r.code);
-      CHECK(std::string(e.what()).starts_with(r.call));
-      CHECK(std::string(e.what()).find(r.cause) != std::string::npos);
-    }
+    check_async_refusal(sys, r);
   }
   CHECK(s.query());  // nothing was queued, nothing is sticky
 }
@@ -238,34 +246,7 @@ TEST_CASE("a host wait refused at the call says why, as its throwing form does",
   for (const refusal& r : cases) {
     INFO(r.call << " " << r.cause);
     (void)sys.recent_error_message();  // whatever came before is not this call's
-    std::error_code heard;
-    std::string recent;
-    bool initiating = true, called = false;
-    r.start([&](npurt::async_error_code e) {
-      called = true;
-      CHECK_FALSE(initiating);  // never inside the initiating call
-      heard = e;
-      recent = sys.recent_error_message();
-    });
-    initiating = false;
-    sys.run();
-    REQUIRE(called);
-    CHECK(heard == r.code);
-    CHECK(recent.starts_with(r.call));
-    CHECK(recent.find(r.cause) != std::string::npos);
-    CHECK(recent.ends_with(": " + std::error_code(r.code).message()));
-
-    std::exception_ptr thrown;
-    npurt::spawn(sys, r.awaited(), [&](std::exception_ptr e) { thrown = e; });
-    sys.run();
-    REQUIRE(thrown);
-    try {
-      std::rethrow_exception(thrown);
-    } catch (const npurt::caller_error& e) {
-      CHECK(e.code() == r.code);
-      CHECK(std::string(e.what()).starts_with(r.call));
-      CHECK(std::string(e.what()).find(r.cause) != std::string::npos);
-    }
+    check_async_refusal(sys, r);
     // The blocking form says the same of the same mistake.
     try {
       r.block();
