@@ -86,6 +86,8 @@ namespace detail {
 /// a caller that reports it in its own terms (a session names the graph node that failed).
 struct stream_access {
   NPURT_DECL static void synchronize(stream& s, std::error_code& ec, failure* f);
+  /// The stream's device for an exception to name, or -1 when the stream is gone.
+  static std::int32_t device_or_none(const stream& s) noexcept;
 };
 }  // namespace detail
 
@@ -362,6 +364,8 @@ auto stream::async_synchronize(std::optional<picoseconds> timeout, Token&& token
       },
       token, timeout);
 }
+
+inline std::int32_t detail::stream_access::device_or_none(const stream& s) noexcept { return s.device_or_none(); }
 
 }  // namespace npurt
 

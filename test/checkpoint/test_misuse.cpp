@@ -2,6 +2,8 @@
 #include "common.hpp"
 
 #include <npurt/npurt.hpp>
+#include <npurt/sim/fault_backend.hpp>
+#include <npurt/sim/sim.hpp>
 
 #include <catch2/catch_test_macros.hpp>
 
@@ -389,4 +391,57 @@ TEST_CASE("a device snapshot on a stream with an earlier failure names that task
   ck.add_tensor("dev", dtype::i32, {4}, b, s);
   const auto v = ck.get_tensor("dev").values<std::int32_t>();
   CHECK(std::vector<std::int32_t>(v.begin(), v.end()) == in);
+}
+
+TEST_CASE(
+    "a device snapshot throws its stream's failure as synchronize would: a timeout's timer and limit, a "
+    "device error's device",
+    "[checkpoint][errors][device]") {
+  SECTION("an event wait that timed out") {
+    npurt::simple_config cfg;
+    npurt::system sys{cfg};
+    const npurt::picoseconds limit{5'000'000'000};  // 5 ms
+    sys.set_event_wait_timeout(limit);
+    auto& dev = sys.device(0);
+    auto s = dev.make_stream();
+    npurt::device_buffer b(dev, 16);
+    auto never = dev.make_event({.wait_for_record = true});
+    s.wait(never);
+    auto ck = npurt::create_checkpoint();
+    bool caught = false;
+    try {
+      ck.add_tensor("dev", dtype::i32, {4}, b, s);
+    } catch (const npurt::timeout_error& e) {
+      caught = true;
+      INFO(e.what());
+      CHECK(e.code() == errc::event_wait_timeout);
+      CHECK(e.timer() == npurt::timeout_kind::event_wait);
+      CHECK(e.limit() == limit.count());
+      CHECK(std::string(e.what()).find("nothing added") != std::string::npos);
+    }
+    CHECK(caught);
+    CHECK(ck.find_tensor("dev") == nullptr);
+  }
+  SECTION("a kernel fault on device 1") {
+    npurt::fault_plan plan;
+    plan.add(npurt::fault_spec::aicore_exception(1).at_time(npurt::sim_time{}));  // device 1's first kernel
+    npurt::system sys{npurt::sim::with_faults(npurt::sim::presets::ascend910(2), plan)};
+    auto& dev = sys.device(1);
+    auto s = dev.make_stream();
+    npurt::device_buffer b(dev, 16);
+    (void)s.launch(npurt::kernel_desc{npurt::kernels::fixed{npurt::picoseconds{1'000'000}}, "faulty", 0});
+    auto ck = npurt::create_checkpoint();
+    bool caught = false;
+    try {
+      ck.add_tensor("dev", dtype::i32, {4}, b, s);
+    } catch (const npurt::device_error& e) {
+      caught = true;
+      INFO(e.what());
+      CHECK(e.code() == errc::kernel_fault);
+      CHECK(e.device() == 1);
+      CHECK(std::string(e.what()).find("faulty") != std::string::npos);
+    }
+    CHECK(caught);
+    CHECK(ck.find_tensor("dev") == nullptr);
+  }
 }

@@ -84,6 +84,10 @@ inline bool bools_valid(npurt::dtype t, std::span<const std::byte> bytes) noexce
 struct status {
   std::error_code ec;
   std::string what;
+  // A snapshot's stream failure: what its synchronize read (a timeout's timer and limit), and the
+  // device a device error is about; raise() throws them as the synchronize would.
+  failure stream_failure;
+  std::int32_t device = -1;
   bool fail(std::error_code e, std::string w) {
     ec = e;
     what = std::move(w);
@@ -335,7 +339,8 @@ inline bool all_zero(std::span<const std::byte> b) noexcept {
 }
 
 [[noreturn]] inline void raise(const status& st) {
-  if (st.ec.category() == error_category()) throw_error(st.ec, st.what);
+  if (st.stream_failure && st.stream_failure.ec == st.ec) throw_failure(st.stream_failure, st.what, st.device);
+  if (st.ec.category() == error_category()) throw_error_on(st.device, st.ec, st.what);
   throw checkpoint_io_error(st.ec, st.what);
 }
 
@@ -416,7 +421,8 @@ NPURT_DECL bool checkpoint::add_device(std::string_view name, npurt::dtype type,
   if (t->size_ == 0) return true;
   const std::size_t n = t->size_;
   std::error_code ec;
-  detail::failure f;
+  detail::failure& f = st.stream_failure;
+  st.device = detail::stream_access::device_or_none(s);
   s.memcpy(t->data_.get(), n, device_ptr, n, memcpy_kind::device_to_host, ec);
   // The synchronize reads the stream's first unread failure, which may be an earlier task's
   // rather than the copy's: the message names the task that failed.
