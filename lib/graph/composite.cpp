@@ -739,6 +739,14 @@ bool added_as_chain(const graph& g, std::string_view type, std::span<const std::
     const auto pads = x->shape.rank() == 4 ? conv_pads(attrs, x->shape, w->shape) : std::nullopt;
     return pads && ((*pads)[0] != (*pads)[2] || (*pads)[1] != (*pads)[3]);
   }
+  if (type == "ConvInteger") {
+    // 2-D with pads the kernel cannot take: a Pad first, as for Conv.
+    const value_info* x = inputs.size() > 1 ? g.find(inputs[0]) : nullptr;
+    const value_info* w = inputs.size() > 1 ? g.find(inputs[1]) : nullptr;
+    if (!x || !w || !x->known || !w->known || x->shape.rank() != 4 || w->shape.rank() != 4) return false;
+    const auto pads = conv_pads(attrs, x->shape, w->shape);
+    return pads && ((*pads)[0] != (*pads)[2] || (*pads)[1] != (*pads)[3]);
+  }
   if (type == "Dropout") return outputs.size() > 1 && !outputs[1].empty();  // its mask
   // The kernel computes the tanh approximation; the exact form (the default) is a chain of Erf.
   if (type == "Gelu") return attrs.get_string("approximate", "none") != "tanh";
@@ -1346,6 +1354,31 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     std::vector<std::string> conv_in{padded};
     conv_in.insert(conv_in.end(), ins.begin() + 1, ins.end());
     step("Conv", "conv", std::move(conv_in), y, std::move(inner));
+    return;
+  }
+  if (t == "ConvInteger") {
+    // 2-D with unequal pads at the two ends of an axis (a quantized TensorFlow export's stride-2
+    // SAME layers): a Pad, then ConvInteger without pads. ONNX's reference subtracts x_zero_point
+    // before it pads with zeros, so the border holds the zero point in x's own values.
+    const value_info x = g.value(ins[0]), w = g.value(ins[1]);  // copies: the steps grow the table
+    const ints pads = *conv_pads(attrs, x.shape, w.shape);
+    std::vector<std::string> pad_in{
+        ins[0], add_ints(g, fresh(y + "/pads_value"),
+                         std::vector<std::int64_t>{0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]})};
+    if (ins.size() > 2 && !ins[2].empty()) {
+      const tensor* zp = g.constant(ins[2]);
+      if (!zp || !zp->is_host())
+        fail(errc::not_supported, node_name, ins[2],
+             "ConvInteger '" + node_name + "': unequal pads at the two ends of an axis need x_zero_point '" + ins[2] +
+                 "' to be a constant (the border holds it)");
+      pad_in.push_back(ins[2]);
+    }
+    attributes inner;
+    for (const auto& [name, value] : attrs.items())
+      if (name != "pads" && name != "auto_pad") inner.set(name, value);
+    std::vector<std::string> conv_in{step("Pad", "pads", std::move(pad_in))};
+    conv_in.insert(conv_in.end(), ins.begin() + 1, ins.end());
+    step("ConvInteger", "conv", std::move(conv_in), y, std::move(inner));
     return;
   }
   if (t == "Conv") {

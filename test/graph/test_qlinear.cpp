@@ -160,6 +160,89 @@ TEST_CASE("QLinearConv: int32 bias, per-channel w_scale and w_zero_point, pads",
       }
 }
 
+TEST_CASE("QLinearConv and ConvInteger with unequal pads at the two ends of an axis", "[graph][qlinear]") {
+  REQUIRE(std::fegetround() == FE_TONEAREST);
+  // The reference convolution of (x - xzp) and (w - wzp) over [1, 2, 6, 6] and [3, 2, 3, 3], stride
+  // 2, with `top`/`left` rows and columns of padding before and the rest after: a padded element
+  // is x_zero_point, which contributes nothing.
+  const shape xs{1, 2, 6, 6}, ws{3, 2, 3, 3};
+  const auto xv = q_values(xs.elements(), 11, dtype::u8), wv = q_values(ws.elements(), 12, dtype::i8);
+  const double xzp = 100, wzp = -3;
+  const auto conv_ref = [&](std::int64_t o, std::int64_t i, std::int64_t j, std::int64_t top, std::int64_t left) {
+    std::int64_t acc = 0;
+    for (std::int64_t c = 0; c < 2; ++c)
+      for (std::int64_t u = 0; u < 3; ++u)
+        for (std::int64_t v = 0; v < 3; ++v) {
+          const std::int64_t yy = 2 * i - top + u, xx = 2 * j - left + v;
+          if (yy < 0 || yy >= 6 || xx < 0 || xx >= 6) continue;
+          acc += static_cast<std::int64_t>(xv[static_cast<std::size_t>((c * 6 + yy) * 6 + xx)] - xzp) *
+                 static_cast<std::int64_t>(wv[static_cast<std::size_t>(((o * 2 + c) * 3 + u) * 3 + v)] - wzp);
+        }
+    return acc;
+  };
+  SECTION("QLinearConv, auto_pad SAME_UPPER: no pad before, one after each axis") {
+    // out = ceil(6 / 2) = 3 per axis; total pad (3 - 1) * 2 + 3 - 6 = 1, the odd one at the end.
+    graph g("qlconv same");
+    const float x_scale = 0.05f, w_scale = 0.02f, y_scale = 0.4f;
+    const double yzp = 120;
+    auto x = g.add_input("x", xs, dtype::u8);
+    auto xsc = g.add_constant("xs", tensor({}, dtype::f32, {x_scale}));
+    auto xz = g.add_constant("xz", tensor({}, dtype::u8, {xzp}));
+    auto w = g.add_constant("w", tensor(ws, dtype::i8, wv));
+    auto wsc = g.add_constant("ws", tensor({}, dtype::f32, {w_scale}));
+    auto wz = g.add_constant("wz", tensor({}, dtype::i8, {wzp}));
+    auto ysc = g.add_constant("ys", tensor({}, dtype::f32, {y_scale}));
+    auto yz = g.add_constant("yz", tensor({}, dtype::u8, {yzp}));
+    g.set_output(g.add_op("QLinearConv", {x, xsc, xz, w, wsc, wz, ysc, yz},
+                          {{"auto_pad", std::string("SAME_UPPER")}, {"strides", ints{2, 2}}}, "y"));
+    auto sys = test::make_system();
+    session s{sys};
+    const auto r = s.run(s.compile(g), {{"x", tensor(xs, dtype::u8, xv)}});
+    const tensor& y = r.outputs.at("y");
+    REQUIRE(y.type() == dtype::u8);
+    REQUIRE(y.shape() == shape{1, 3, 3, 3});
+    const float mult = x_scale * w_scale / y_scale;
+    for (std::int64_t o = 0; o < 3; ++o)
+      for (std::int64_t i = 0; i < 3; ++i)
+        for (std::int64_t j = 0; j < 3; ++j) {
+          const std::int64_t acc = conv_ref(o, i, j, 0, 0);
+          CAPTURE(o, i, j, acc);
+          CHECK(y.get((o * 3 + i) * 3 + j) == requant_ref(acc, mult, yzp, dtype::u8));
+        }
+  }
+  SECTION("ConvInteger, explicit pads: two rows before, none after; none before, one column after") {
+    // Rows: (6 + 2 - 3) / 2 + 1 = 3; columns: (6 + 1 - 3) / 2 + 1 = 3.
+    graph g("convinteger pads");
+    auto x = g.add_input("x", xs, dtype::u8);
+    auto w = g.add_constant("w", tensor(ws, dtype::i8, wv));
+    auto xz = g.add_constant("xz", tensor({1}, dtype::u8, {xzp}));
+    auto wz = g.add_constant("wz", tensor({}, dtype::i8, {wzp}));
+    g.set_output(g.add_op("ConvInteger", {x, w, xz, wz}, {{"pads", ints{2, 0, 0, 1}}, {"strides", ints{2, 2}}}, "y"));
+    auto sys = test::make_system();
+    session s{sys};
+    const auto r = s.run(s.compile(g), {{"x", tensor(xs, dtype::u8, xv)}});
+    const tensor& y = r.outputs.at("y");
+    REQUIRE(y.type() == dtype::i32);
+    REQUIRE(y.shape() == shape{1, 3, 3, 3});
+    for (std::int64_t o = 0; o < 3; ++o)
+      for (std::int64_t i = 0; i < 3; ++i)
+        for (std::int64_t j = 0; j < 3; ++j) {
+          CAPTURE(o, i, j);
+          CHECK(y.get_int((o * 3 + i) * 3 + j) == conv_ref(o, i, j, 2, 0));
+        }
+  }
+  SECTION("a fed x_zero_point cannot fill the border: refused, naming it") {
+    expect_graph_error(
+        [&] {
+          graph g("fed zero point");
+          g.add_op("ConvInteger",
+                   {g.add_input("x", xs, dtype::u8), g.add_input("w", ws, dtype::i8), g.add_input("zx", {}, dtype::u8)},
+                   {{"pads", ints{1, 1, 0, 0}}}, "conv");
+        },
+        errc::not_supported, "conv", "zx");
+  }
+}
+
 TEST_CASE("MatMulInteger, ConvInteger and the QLinear operators refuse what they cannot compute, naming the operand",
           "[graph][qlinear][errors]") {
   const auto in = [](graph& g, const char* name, shape s, dtype t) { return g.add_input(name, s, t); };
