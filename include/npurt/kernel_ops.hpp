@@ -432,7 +432,9 @@ enum class nearest_rounding : std::uint8_t { round_prefer_floor, round_prefer_ce
 /// y = x resampled in every dimension, ONNX's Resize without its crop: y[i] interpolates the
 /// elements of x around the source coordinate `coordinates` maps i to (per dimension, with its
 /// scale), neighbours past an edge clamped to it; N-linear and cubic are separable products of
-/// the 1-D weights. x and y share a float dtype and a rank; y's extents are the caller's (ONNX:
+/// the 1-D weights. x and y share a dtype and a rank: a float one in any mode, an integer or bool
+/// one in nearest mode (each element copied; a crop's extrapolation value must be one of the
+/// dtype's values); y's extents are the caller's (ONNX:
 /// floor(n * scale), or the sizes the scales came from). exclude_outside drops the neighbours
 /// outside x from linear and cubic and renormalises the rest. antialias (ONNX opset 18) widens
 /// linear's and cubic's filter by 1 / scale when a dimension is downsampled (scale < 1), its

@@ -862,7 +862,9 @@ namespace graph_ops {
 
 resampling resize_spec(const node& n, std::span<const value_info* const> in, std::span<const tensor* const> constants) {
   const value_info& x = need(n, in, 0);
-  need_float(n, x);
+  if (!is_float(x.type) && !is_integer(x.type) && x.type != dtype::boolean)
+    fail(errc::not_supported, n, x.name,
+         "needs a float, integer or bool tensor, got " + std::string(to_string(x.type)));
   const std::size_t rank = x.shape.rank();
   if (rank == 0) fail(errc::invalid_shape, n, x.name, "X must have rank 1 or more, got a scalar");
   resampling r;
@@ -888,6 +890,22 @@ resampling resize_spec(const node& n, std::span<const value_info* const> in, std
   k.coordinates = static_cast<kernels::resize_coordinates>(c);
   const double extrapolation = n.attrs.get_float("extrapolation_value", 0.0);
   k.extrapolation_value = static_cast<float>(extrapolation);
+  if (!is_float(x.type)) {
+    // Nearest copies elements; linear and cubic weigh neighbours, which integers cannot hold
+    // (ONNX's reference would truncate the weighted sums).
+    if (k.mode != kernels::resize_mode::nearest)
+      fail(errc::not_supported, n, x.name,
+           "mode " + mode + " on " + std::string(to_string(x.type)) + " data: integer and bool data take nearest");
+    if (k.coordinates == kernels::resize_coordinates::tf_crop_and_resize) {
+      // Written where the crop box leaves x: only a value of x's dtype, as numpy would store it.
+      tensor probe(shape{1}, x.type);
+      probe.set(0, static_cast<double>(k.extrapolation_value));
+      if (probe.get(0) != static_cast<double>(k.extrapolation_value))
+        fail(errc::invalid_argument, n, x.name,
+             "extrapolation_value " + std::to_string(extrapolation) + " is not a " + std::string(to_string(x.type)) +
+                 " value");
+    }
+  }
   constexpr std::array<std::string_view, 4> roundings{"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
   k.nearest = static_cast<kernels::nearest_rounding>(
       pick(n, x.name, "nearest_mode", n.attrs.get_string("nearest_mode", two_inputs ? "floor" : "round_prefer_floor"),

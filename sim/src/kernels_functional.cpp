@@ -1874,10 +1874,38 @@ void run(const kernels::resize& op, const host_tensors<R>& h) {
     first[d].push_back(taps[d].size());
     stride *= xs[d];
   }
-  const auto x = h.load(op.x);
   const auto n = static_cast<size_t>(ys.elements());
-  std::vector<R> y(n);
   index_array idx{};
+  if (!is_float(op.x.type)) {
+    // Integer or bool data, nearest (validated): each output is a copy of its one neighbour's
+    // bytes, as numpy's indexing in ONNX's reference copies it; no value passes through a float.
+    const size_t es = size_of(op.x.type);
+    const std::byte* x = h[op.x];
+    std::byte* y = h[op.y];
+    // The value outside a crop box; validated to be one of x's dtype only where it is used.
+    std::array<std::byte, 8> fill{};
+    if (op.coordinates == kernels::resize_coordinates::tf_crop_and_resize) {
+      if (op.x.type == dtype::boolean) fill[0] = std::byte{op.extrapolation_value != 0};
+      else store_int(op.x.type, fill.data(), 0, static_cast<int64_t>(op.extrapolation_value));
+    }
+    for (size_t e = 0; e < n; ++e) {
+      bool extrapolated = false;
+      int64_t off = 0;
+      for (size_t d = 0; d < r; ++d) {
+        const auto i = static_cast<size_t>(idx[d]);
+        extrapolated = extrapolated || outside[d][i] != 0;
+        if (!extrapolated) off += taps[d][first[d][i]].offset;
+      }
+      std::memcpy(y + e * es, extrapolated ? fill.data() : x + static_cast<size_t>(off) * es, es);
+      for (size_t d = r; d-- > 0;) {
+        if (++idx[d] < ys[d]) break;
+        idx[d] = 0;
+      }
+    }
+    return;
+  }
+  const auto x = h.load(op.x);
+  std::vector<R> y(n);
   const bool narrow = op.y.type != dtype::f32;
   for (size_t e = 0; e < n; ++e) {
     double sum = 0;

@@ -1010,13 +1010,24 @@ fault problem(const kernels::trilu& t) {
   return {};
 }
 
-// ONNX's Resize (onnx.ai/onnx/operators/onnx__Resize.html) on float data. A scale is a ratio of
-// extents, so only a finite positive one means anything, and a crop box only a finite one; y's extents are the caller's
+// ONNX's Resize (onnx.ai/onnx/operators/onnx__Resize.html): any mode on float data, nearest on
+// integer and bool data (each output is a copy of one element; linear and cubic weigh
+// neighbours, which an integer cannot hold). A scale is a ratio of extents, so only a finite
+// positive one means anything, and a crop box only a finite one; y's extents are the caller's
 // (they come from the scales or from the sizes the scales were computed from).
 fault problem(const kernels::resize& r) {
-  if (!is_float(r.x.type) || r.y.type != r.x.type)
+  if (r.y.type != r.x.type)
     return bad(errc::invalid_dtype,
-               "x is " + type_name(r.x.type) + ", y " + type_name(r.y.type) + ": they must be one float dtype");
+               "x is " + type_name(r.x.type) + ", y " + type_name(r.y.type) + ": they must be one dtype");
+  if (!is_float(r.x.type) && r.mode != kernels::resize_mode::nearest)
+    return bad(errc::invalid_dtype, "x is " + type_name(r.x.type) +
+                                        ": linear and cubic modes weigh neighbours, so they take float data; "
+                                        "integer and bool data take nearest");
+  // tf_crop_and_resize writes the extrapolation value: an integer dtype takes only one it holds.
+  if (!is_float(r.x.type) && r.coordinates == kernels::resize_coordinates::tf_crop_and_resize &&
+      !exact_in(r.x.type, r.extrapolation_value))
+    return bad(errc::invalid_argument, "the extrapolation value " + std::to_string(r.extrapolation_value) +
+                                           " is no exact " + type_name(r.x.type));
   const std::size_t rank = r.x.shape.rank();
   if (auto f = same_rank_problem(r.x.shape, r.y.shape); f.failed()) return f;
   if (static_cast<unsigned>(r.mode) > static_cast<unsigned>(kernels::resize_mode::cubic) ||

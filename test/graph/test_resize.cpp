@@ -8,9 +8,12 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace npurt;
@@ -258,12 +261,13 @@ TEST_CASE("Resize refuses what it cannot compute, with typed errors naming the t
         g.add_op("Resize", {x, "", g.add_input("scales", {4}, dtype::f32)}, {}, "r");
       },
       errc::not_supported, "r", "scales");
-  // Integer data, and scales that are no float.
+  // Integer data in a mode that weighs neighbours, and scales that are no float.
   expect_graph_error(
       [&] {
         graph g("int");
         auto x = g.add_input("x", {1, 1, 2, 3}, dtype::i32);
-        g.add_op("Resize", {x, "", g.add_constant("scales", tensor({4}, dtype::f32, {1, 1, 2, 2}))}, {}, "r");
+        g.add_op("Resize", {x, "", g.add_constant("scales", tensor({4}, dtype::f32, {1, 1, 2, 2}))},
+                 {{"mode", std::string("linear")}}, "r");
       },
       errc::not_supported, "r", "x");
   expect_graph_error(
@@ -400,5 +404,76 @@ TEST_CASE("Resize's tf_crop_and_resize samples the roi box and extrapolates outs
         want.push_back(out ? 100.5 : 5 * r + c);
       }
     CHECK(near(run_graph(g, xs, x, 0), want));
+  }
+}
+
+TEST_CASE("Resize in nearest mode copies integer and bool elements exactly", "[graph][resize]") {
+  // x [1, 1, 2, 3] of int64 values past 2^53 (a float or double pass would round them), resized
+  // by [1, 1, 2, 1.5] in each rounding: y takes x at the one index the spec's nearest weights
+  // pick along each axis.
+  const shape xs{1, 1, 2, 3};
+  const std::vector<double> scales{1, 1, 2, 1.5};
+  const shape ys{1, 1, 4, 4};
+  std::vector<std::int64_t> x;
+  for (std::int64_t k = 0; k < 6; ++k) x.push_back((std::int64_t{1} << 62) + 2 * k + 1);
+  const auto input = [&] {
+    tensor xt(xs, dtype::i64);
+    std::memcpy(xt.data(), x.data(), x.size() * sizeof(std::int64_t));
+    return xt;
+  };
+  for (const char* rounding : {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}) {
+    for (const char* coordinates : {"half_pixel", "asymmetric", "align_corners"}) {
+      CAPTURE(rounding, coordinates);
+      const resize_args r{"nearest", coordinates, rounding};
+      graph g("int64 nearest");
+      g.set_output(add_resize(g, g.add_input("x", xs, dtype::i64), r, scales, {}, "r"));
+      auto sys = test::make_system();
+      session sess{sys};
+      const tensor y = std::move(sess.run(sess.compile(g), {{"x", input()}}).outputs.at("r"));
+      REQUIRE(y.type() == dtype::i64);
+      REQUIRE(y.shape() == ys);
+      const auto rows = weights(r, 2, 4, 2), cols = weights(r, 3, 4, 1.5);
+      const auto pick = [](const std::vector<double>& w) {
+        return static_cast<std::int64_t>(std::find(w.begin(), w.end(), 1.0) - w.begin());
+      };
+      const auto* got = static_cast<const std::int64_t*>(y.data());
+      for (std::int64_t i = 0; i < 4; ++i)
+        for (std::int64_t j = 0; j < 4; ++j) {
+          const std::int64_t want = x[static_cast<std::size_t>(pick(rows[static_cast<std::size_t>(i)]) * 3 +
+                                                               pick(cols[static_cast<std::size_t>(j)]))];
+          CAPTURE(i, j);
+          CHECK(got[i * 4 + j] == want);
+        }
+    }
+  }
+  SECTION("uint8 and bool with tf_crop_and_resize: outside the box, the extrapolation value") {
+    // roi [-1, 2] along the last axis of 3 elements, 4 outputs: c = -2 + i * 6 / 3 = -2, 0, 2, 4,
+    // so the first and last are outside x.
+    for (const dtype t : {dtype::u8, dtype::boolean}) {
+      CAPTURE(to_string(t));
+      graph g("crop");
+      auto xi = g.add_input("x", {1, 3}, t);
+      g.set_output(g.add_op(
+          "Resize",
+          {xi, g.add_constant("roi", tensor({4}, dtype::f32, {0, -1, 1, 2})), "",
+           g.add_constant("sizes", ints_tensor({1, 4}))},
+          {{"coordinate_transformation_mode", std::string("tf_crop_and_resize")}, {"extrapolation_value", 1.0}}, "r"));
+      auto sys = test::make_system();
+      session sess{sys};
+      const std::vector<double> in = t == dtype::u8 ? std::vector<double>{10, 20, 30} : std::vector<double>{0, 0, 0};
+      const auto y = sess.run(sess.compile(g), {{"x", tensor({1, 3}, t, in)}}).outputs.at("r").to_vector();
+      CHECK(y == std::vector<double>{1, in[0], in[2], 1});
+    }
+    expect_graph_error(
+        [&] {
+          graph g("fill out of range");
+          g.add_op(
+              "Resize",
+              {g.add_input("x", {1, 3}, dtype::u8), g.add_constant("roi", tensor({4}, dtype::f32, {0, -1, 1, 2})), "",
+               g.add_constant("sizes", ints_tensor({1, 4}))},
+              {{"coordinate_transformation_mode", std::string("tf_crop_and_resize")}, {"extrapolation_value", 300.0}},
+              "r");
+        },
+        errc::invalid_argument, "r", "x");
   }
 }

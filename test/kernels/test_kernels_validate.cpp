@@ -103,6 +103,8 @@ TEST_CASE("well-formed descriptors of every operation validate", "[kernels][vali
                 k::resize_coordinates::align_corners,
                 k::nearest_rounding::ceil,
                 true},
+      k::resize{t({2, 3}, dtype::i64), t({4, 3}, dtype::i64), {2, 1}},  // nearest: integers are copied
+      k::resize{t({3}, dtype::boolean), t({6}, dtype::boolean), {2}},
       k::gather_elements{t({3, 4}), t({5, 2}, dtype::i32), t({5, 2}), 0},
       k::cast{t({5}, dtype::u8), t({5}, dtype::bf16)},
       k::sgd_update{t({10}, dtype::f32), t({10}, dtype::f16), t({10}), 0.1f, 0.9f},
@@ -329,7 +331,17 @@ TEST_CASE("every kind of bad descriptor gets its typed error", "[kernels][valida
       {"trilu rank", k::trilu{t({4}), t({4})}, errc::invalid_shape},
       {"trilu shape", k::trilu{t({4, 3}), t({3, 4})}, errc::invalid_shape},
       {"trilu dtype", k::trilu{t({4, 3}), t({4, 3}, dtype::f16)}, errc::invalid_dtype},
-      {"resize integer data", k::resize{t({2}, dtype::i32), t({4}, dtype::i32), {2}}, errc::invalid_dtype},
+      {"resize integer data, linear",
+       k::resize{t({2}, dtype::i32), t({4}, dtype::i32), {2}, -0.75f, k::resize_mode::linear},
+       errc::invalid_dtype},
+      {"resize uint8 crop, extrapolation value past 255",
+       [] {
+         k::resize r{t({2}, dtype::u8), t({4}, dtype::u8), {2}};
+         r.coordinates = k::resize_coordinates::tf_crop_and_resize;
+         r.extrapolation_value = 256;
+         return r;
+       }(),
+       errc::invalid_argument},
       {"resize y dtype", k::resize{t({2}), t({4}, dtype::f16), {2}}, errc::invalid_dtype},
       {"resize rank", k::resize{t({2, 2}), t({4}), {2, 1}}, errc::invalid_shape},
       {"resize mode", k::resize{t({2}), t({4}), {2}, -0.75f, static_cast<k::resize_mode>(3)}, errc::invalid_argument},
