@@ -707,6 +707,17 @@ std::optional<ints> conv_pads(const attributes& attrs, const shape& x, const sha
   return std::nullopt;  // an attribute of the wrong type
 }
 
+// Pads past the kernels' 32-bit windows, refused naming the node before a step is built (a Pad
+// of 2^40 rows would otherwise fail later, as an internal step's allocation).
+void check_pads(const ints& pads, const std::string& t, const std::string& node_name, const std::string& x) {
+  constexpr std::int64_t window_max = std::numeric_limits<std::int32_t>::max();
+  for (const std::int64_t p : pads)
+    if (p > window_max)
+      fail(errc::invalid_argument, node_name, x,
+           t + " '" + node_name + "': pad " + std::to_string(p) + " of '" + x +
+               "' is past 2^31 - 1, the largest the kernels take");
+}
+
 }  // namespace
 
 bool added_as_chain(const graph& g, std::string_view type, std::span<const std::string> inputs,
@@ -1344,6 +1355,7 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     // pads.
     const value_info x = g.value(ins[0]), w = g.value(ins[1]);  // copies: the steps grow the table
     const ints pads = *conv_pads(attrs, x.shape, w.shape);
+    check_pads(pads, t, node_name, ins[0]);
     attributes inner;
     for (const auto& [name, value] : attrs.items())
       if (name != "pads" && name != "auto_pad") inner.set(name, value);
@@ -1362,6 +1374,7 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
     // before it pads with zeros, so the border holds the zero point in x's own values.
     const value_info x = g.value(ins[0]), w = g.value(ins[1]);  // copies: the steps grow the table
     const ints pads = *conv_pads(attrs, x.shape, w.shape);
+    check_pads(pads, t, node_name, ins[0]);
     std::vector<std::string> pad_in{
         ins[0], add_ints(g, fresh(y + "/pads_value"),
                          std::vector<std::int64_t>{0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]})};
@@ -1426,6 +1439,7 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
         if (name != "auto_pad") rest.set(name, value);
       inner = std::move(rest);
     }
+    check_pads(pads, t, node_name, ins[0]);
     // The 2-D kernel pads each axis alike at both ends; unequal pads are a zero Pad of L first.
     if (!pads.empty() && pads[0] != pads[1])
       x2 = step(

@@ -321,3 +321,29 @@ TEST_CASE("MatMulInteger, ConvInteger and the QLinear operators refuse what they
       },
       errc::invalid_dtype, "qconv", "b");
 }
+
+TEST_CASE("Conv and ConvInteger refuse pads past the kernels' 32-bit windows, naming the node", "[graph][qlinear]") {
+  // Unequal pads make a Pad step first: a pad of 2^40 must be refused before it, as the node's,
+  // not as an internal step's allocation of terabytes.
+  for (const char* op : {"Conv", "ConvInteger"}) {
+    for (const std::int64_t p : {std::int64_t{1} << 31, std::int64_t{1} << 40, std::int64_t{INT64_MAX}}) {
+      CAPTURE(op, p);
+      const dtype t = std::string(op) == "Conv" ? dtype::f32 : dtype::u8;
+      expect_graph_error(
+          [&] {
+            graph g("hostile pads");
+            g.add_op(op, {g.add_input("x", {1, 1, 4, 4}, t), g.add_input("w", {1, 1, 2, 2}, t)},
+                     {{"pads", ints{0, 0, p, 0}}}, "conv");
+          },
+          errc::invalid_argument, "conv", "x");
+    }
+  }
+  // One spatial axis: the chain's own Pad.
+  expect_graph_error(
+      [] {
+        graph g("hostile 1-D pads");
+        g.add_op("Conv", {g.add_input("x", {1, 1, 4}, dtype::f32), g.add_input("w", {1, 1, 2}, dtype::f32)},
+                 {{"pads", ints{std::int64_t{1} << 40, 0}}}, "conv");
+      },
+      errc::invalid_argument, "conv", "x");
+}
