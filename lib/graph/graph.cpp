@@ -256,6 +256,10 @@ spatial read_spatial(const node& n, const value_info& x, std::array<std::int64_t
   for (int i = 0; i < 2; ++i)
     if (s.stride[i] < 1 || s.dilation[i] < 1 || s.pad[i] < 0 || s.kernel[i] < 1)
       fail(errc::invalid_argument, n, x.name, "strides, dilations and kernel must be positive, pads not negative");
+  // The kernels take 32-bit pads, and the output extent adds two of them to the input's.
+  for (int i = 0; i < 2; ++i)
+    if (s.pad[i] > window_max)
+      fail(errc::invalid_argument, n, x.name, "pad " + std::to_string(s.pad[i]) + " is past 2^31 - 1");
   return s;
 }
 

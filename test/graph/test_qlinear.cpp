@@ -338,6 +338,20 @@ TEST_CASE("Conv and ConvInteger refuse pads past the kernels' 32-bit windows, na
           errc::invalid_argument, "conv", "x");
     }
   }
+  // Equal pads go to the node itself, whose output extent adds two of them (2^62 twice overflows).
+  for (const char* op : {"Conv", "ConvInteger", "MaxPool"}) {
+    CAPTURE(op);
+    const dtype t = std::string(op) == "ConvInteger" ? dtype::u8 : dtype::f32;
+    const std::int64_t p = std::int64_t{1} << 62;
+    expect_graph_error(
+        [&] {
+          graph g("hostile equal pads");
+          std::vector<std::string> ins{g.add_input("x", {1, 1, 4, 4}, t)};
+          if (std::string(op) != "MaxPool") ins.push_back(g.add_input("w", {1, 1, 2, 2}, t));
+          g.add_op(op, ins, {{"pads", ints{p, p, p, p}}, {"kernel_shape", ints{2, 2}}}, "conv");
+        },
+        errc::invalid_argument, "conv", "x");
+  }
   // One spatial axis: the chain's own Pad.
   expect_graph_error(
       [] {
