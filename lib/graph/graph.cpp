@@ -1648,7 +1648,8 @@ std::int64_t index_depth(const node& n, const value_info& data, const value_info
 // the attributes checked.
 shape conv_output(const node& n, const value_info& x, const value_info& w) {
   const std::int64_t g = n.attrs.get_int("group", 1);
-  if (g < 1 || x.shape[1] % g || w.shape[0] % g || w.shape[1] * g != x.shape[1])
+  // x.shape[1] / g rather than w.shape[1] * g: a hostile group times W's channels can overflow.
+  if (g < 1 || x.shape[1] % g || w.shape[0] % g || w.shape[1] != x.shape[1] / g)
     fail(errc::invalid_shape, n, w.name,
          "weight " + shape_string(w.shape) + " does not fit input " + shape_string(x.shape) + " with group " +
              std::to_string(g));

@@ -736,3 +736,17 @@ TEST_CASE("Conv pads that differ at the two ends of an axis are a zero Pad befor
   REQUIRE(g.nodes().size() == 1);
   CHECK(g.nodes()[0].type == "Conv");
 }
+
+TEST_CASE("Conv's group check does not overflow on a hostile group", "[graph][composite][conv]") {
+  // Zero input channels divide by any group; W's 2^40 channels times a group of 2^62 would
+  // overflow int64. The check compares W's channels with C / group instead: 2^40 is not 0.
+  test::expect_graph_error(
+      [] {
+        graph g("hostile group");
+        g.add_op("Conv",
+                 {g.add_input("x", {1, 0, 4, 4}, dtype::f32),
+                  g.add_input("w", {0, std::int64_t{1} << 40, 1, 1}, dtype::f32)},
+                 {{"group", std::int64_t{1} << 62}}, "conv");
+      },
+      errc::invalid_shape, "conv", "w");
+}
