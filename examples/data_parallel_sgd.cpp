@@ -16,12 +16,14 @@
 #include <npurt/sim/sim.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <system_error>
 #include <vector>
 
 using npurt::dtype;
@@ -183,8 +185,15 @@ bool ranks_agree(const std::vector<rank_state>& rs) {
 
 int main(int argc, char** argv) {
   int steps = 60;
-  if (argc == 3 && std::strcmp(argv[1], "--steps") == 0) steps = std::atoi(argv[2]);
-  if (steps < 2 || steps > 100000 || (argc != 1 && argc != 3)) {
+  // Only "--steps N" with N a whole number in range: atoi would take "abc" as 0 and "5x" as 5,
+  // and any other option is a mistake, not something to ignore.
+  bool usable = argc == 1;
+  if (argc == 3 && std::strcmp(argv[1], "--steps") == 0) {
+    const char* end = argv[2] + std::strlen(argv[2]);
+    const auto [p, ec] = std::from_chars(argv[2], end, steps);
+    usable = ec == std::errc{} && p == end;
+  }
+  if (!usable || steps < 2 || steps > 100000) {
     std::fprintf(stderr, "usage: data_parallel_sgd [--steps N]   (2 <= N <= 100000)\n");
     return 2;
   }
@@ -225,7 +234,14 @@ int main(int argc, char** argv) {
   std::printf("%zu fault(s) injected, %d rollback(s); recovered weights %s the fault-free run's\n",
               npurt::sim::faults_of(faulty).injected().size(), rollbacks, same_bits ? "equal" : "DIFFER FROM");
 
-  if (!ranks_agree(rs) || !(err < 1e-3) || !ranks_agree(frs) || !same_bits || rollbacks != 1) {
+  if (!(err < 1e-3)) {
+    // Too few steps (--steps) to learn them: gradient descent is not there yet.
+    std::fprintf(stderr,
+                 "data_parallel_sgd: after %d steps the weights are not yet learned to 1e-3 (largest error %.2e)\n",
+                 steps, err);
+    return 1;
+  }
+  if (!ranks_agree(rs) || !ranks_agree(frs) || !same_bits || rollbacks != 1) {
     std::fprintf(stderr, "data_parallel_sgd: training did not end as it should\n");
     return 1;
   }

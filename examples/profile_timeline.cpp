@@ -18,9 +18,14 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 int main(int argc, char** argv) {
+  if (argc > 3 || (argc > 1 && argv[1][0] == '-')) {
+    std::fprintf(stderr, "usage: profile_timeline [TRACE.json [TIMELINE.svg]]\n");
+    return 1;
+  }
   const std::string trace_path = argc > 1 ? argv[1] : "trace.json";
   const std::string svg_path = argc > 2 ? argv[2] : "timeline.svg";
 
@@ -83,7 +88,12 @@ int main(int argc, char** argv) {
   sys.host_free(host_in);
   sys.host_free(host_out);
 
-  prof.write_chrome_trace(trace_path);
+  std::error_code ec;
+  prof.write_chrome_trace(trace_path, ec);
+  if (ec) {
+    std::fprintf(stderr, "cannot write %s: %s\n", trace_path.c_str(), ec.message().c_str());
+    return 1;
+  }
   npurt::svg_options opts;
   opts.title = "npurt: upload / compute / download pipeline on one Ascend 910 (4 micro-batches)";
   opts.width = 1100;

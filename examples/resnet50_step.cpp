@@ -3,17 +3,22 @@
 // (2115 img/s per chip, about 121 ms per step), with where the time goes.
 //
 //   resnet50_step [--batch N] [--preset ascend910|ascend910b|FILE.ini]
+//
+// Exit status 1 is a command line it cannot use, 2 a preset it cannot load or a batch too large
+// to simulate.
 #include <npurt/models/resnet50.hpp>
 #include <npurt/npurt.hpp>
 #include <npurt/sim/sim.hpp>
 #include <npurt/stream.hpp>
 #include <npurt/system.hpp>
 
+#include <charconv>
 #include <cstdio>
-#include <cstring>
+#include <exception>
 #include <map>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace {
@@ -44,12 +49,28 @@ class where_time_goes final : public npurt::observer {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int usage(const std::string& why) {
+  std::fprintf(stderr, "resnet50_step: %s\nusage: resnet50_step [--batch N] [--preset ascend910|ascend910b|FILE.ini]\n",
+               why.c_str());
+  return 1;
+}
+
+int main(int argc, char** argv) try {
   std::int64_t batch = 256;
   std::string preset_name = "ascend910";
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--preset")) preset_name = argv[++i];
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg != "--batch" && arg != "--preset") return usage("unknown option '" + std::string(arg) + "'");
+    if (i + 1 == argc) return usage(std::string(arg) + " needs a value");
+    const std::string_view value = argv[++i];
+    if (arg == "--preset") {
+      preset_name = value;
+      continue;
+    }
+    // atoll would read "abc" as 0 and "8x" as 8: the whole word must be the number.
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), batch);
+    if (ec != std::errc{} || end != value.data() + value.size() || batch < 1)
+      return usage("--batch wants a whole number of at least 1, not '" + std::string(value) + "'");
   }
   const npurt::sim::preset hw =
       preset_name.ends_with(".ini") ? npurt::sim::load_preset(preset_name) : npurt::sim::presets::by_name(preset_name);
@@ -79,4 +100,8 @@ int main(int argc, char** argv) {
   std::printf("    cube kernels (conv, matmul) %.2f ms, vector kernels %.2f ms\n", obs.cube_kernels_ms,
               ms - obs.cube_kernels_ms);
   return 0;
+} catch (const std::exception& e) {
+  // An unknown preset, a preset file that is not one, or a batch too large to simulate.
+  std::fprintf(stderr, "resnet50_step: %s\n", e.what());
+  return 2;
 }
