@@ -126,6 +126,20 @@ int bad_option(const std::string& why) {
   return 1;
 }
 
+// A decimal unsigned 64-bit integer and nothing else: CLI11's own conversion takes "-1" as
+// 2^64 - 1.
+CLI::Validator u64_value() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::uint64_t v = 0;
+        const auto [end, err] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || err != std::errc{} || end != s.data() + s.size())
+          return "expected a whole number from 0 to 18446744073709551615, got '" + s.substr(0, 40) + "'";
+        return {};
+      },
+      "UINT64");
+}
+
 struct type_total {
   std::size_t count = 0;
   npurt::picoseconds busy{0};
@@ -154,7 +168,8 @@ int main(int argc, char** argv) try {
   app.add_option("--seed", o.seed,
                  "Seed of the generated inputs (floats in [-1, 1), signed integers -4..3, unsigned 0..7, bools 0/1) "
                  "and of the MLP's weights")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(u64_value());
   app.add_option("--top", o.top, "How many operators to list")
       ->check(CLI::Range(std::size_t{0}, std::size_t{100000}))
       ->capture_default_str();
@@ -198,7 +213,13 @@ int main(int argc, char** argv) try {
     std::string what;
     if (o.preset == "ascend910" || o.preset == "ascend910b") pr = npurt::sim::presets::by_name(o.preset, 1);
     else pr = npurt::sim::load_preset(o.preset, ec, &what);
-    if (ec) return fail("preset '" + o.preset + "': " + (what.empty() ? ec.message() : what));
+    if (ec) {
+      // A misspelt built-in name reads as a file that is not there: say which names there are.
+      std::error_code exists_ec;
+      const bool no_file = !std::filesystem::exists(o.preset, exists_ec);
+      return fail("preset '" + o.preset + "': " + (what.empty() ? ec.message() : what) +
+                  (no_file ? " (the built-in presets are ascend910 and ascend910b)" : ""));
+    }
   }
 
   npurt::graph g = load_model(o, dims);

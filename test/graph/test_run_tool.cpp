@@ -119,7 +119,8 @@ TEST_CASE("npurt-run refuses bad input with its exit status and a message that n
   SECTION("a command line it cannot use: exit 1") {
     for (const std::string args :
          {"", "mlp --precision fp8", "mlp --schedule eager", "mlp --runs 0", "mlp --dim batch=2", "m.onnx --dim batch",
-          "m.onnx --dim batch=0", "m.onnx --dim batch=2 --dim batch=3", "m.onnx --dim =3", "mlp --opt-level 9"}) {
+          "m.onnx --dim batch=0", "m.onnx --dim batch=2 --dim batch=3", "m.onnx --dim =3", "mlp --opt-level 9",
+          "mlp --seed -1", "mlp --seed 2x"}) {
       const auto r = run(args);
       INFO(args << ": " << r.err);
       CHECK(r.status == 1);
@@ -141,6 +142,12 @@ TEST_CASE("npurt-run refuses bad input with its exit status and a message that n
     const auto r = run("mlp --preset " + q(ini.string()));
     CHECK(r.status == 2);
     CHECK(r.err.find("bad.ini") != std::string::npos);
+  }
+  SECTION("a preset that is neither a built-in nor a file: exit 2, naming the built-ins") {
+    const auto r = run("mlp --preset ascend9100");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("'ascend9100'") != std::string::npos);
+    CHECK(r.err.find("ascend910 and ascend910b") != std::string::npos);
   }
   SECTION("an output that cannot be written: exit 2, after the report") {
     const auto r = run("mlp --json " + q((scratch() / "no-such-dir" / "r.json").string()));
