@@ -7,13 +7,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -94,6 +97,20 @@ class report {
   std::string title_;
   std::vector<row> rows_;
 };
+
+/// A decimal unsigned 64-bit integer and nothing else, for an option such as a seed that has no
+/// range to check: CLI11's own conversion takes "-1" as 2^64 - 1.
+inline CLI::Validator whole_number_u64() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::uint64_t v = 0;
+        const auto [end, err] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || err != std::errc{} || end != s.data() + s.size())
+          return "expected a whole number from 0 to 18446744073709551615, got '" + s.substr(0, 40) + "'";
+        return {};
+      },
+      "UINT64");
+}
 
 /// The command line every benchmark shares: --help, --json PATH, and the options the program
 /// adds, parsed by CLI11 so that a bad value is a clear error instead of an exception from deep

@@ -1,7 +1,8 @@
 #!/bin/sh
-# The benchmarks refuse what they cannot do with a message and exit status 1, never a crash or a
-# silent success: an output path that cannot be written (--json, --svg, --trace) and an --only
-# that matches nothing. Each case is the cheapest run that reaches the write.
+# The benchmarks refuse what they cannot do with a message and a non-zero exit status, never a
+# crash or a silent success: an output path that cannot be written (--json, --svg, --trace) and
+# an --only that matches nothing are exit status 1; a negative seed is a usage error. Each case
+# is the cheapest run that reaches the check.
 # Usage: check_cli.sh BENCH_DIR
 dir=$1
 bad=/nonexistent-npurt-dir/out
@@ -18,6 +19,20 @@ expect_error() {  # expect_error PATTERN PROGRAM ARGS...
     echo "ok: $*"
   fi
 }
+# A bad value is CLI11's usage error: any status from 1 to 127 (not a signal), with a message.
+expect_refused() {  # expect_refused PATTERN PROGRAM ARGS...
+  pattern=$1
+  shift
+  err=$("$@" 2>&1 >/dev/null)
+  rc=$?
+  if [ "$rc" -eq 0 ] || [ "$rc" -gt 127 ] || ! printf '%s\n' "$err" | grep -q "$pattern"; then
+    echo "FAIL: $* exited with $rc, stderr: $err"
+    status=1
+  else
+    echo "ok: $*"
+  fi
+}
+expect_refused "expected a whole number" "$dir/fault_campaign" --runs 1 --steps 1 --seed -1
 expect_error "cannot write" "$dir/allocator" --cached-only --iters 1000 --json $bad.json
 expect_error "no instance matches" "$dir/memplan" --only no-such-instance
 expect_error "cannot write" "$dir/memplan" --only synthetic_30000 --small-only --json $bad.json

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 100000u));
   cl.app().add_option("--params", o.params, "f32 parameters")->capture_default_str()->check(CLI::Range(1u, 1u << 24));
-  cl.app().add_option("--seed", o.seed, "campaign seed")->capture_default_str();
+  cl.app().add_option("--seed", o.seed, "campaign seed")->capture_default_str()->check(npurt_bench::whole_number_u64());
   cl.app()
       .add_option("--rate", o.rate, "per-task probability of the commonest faults")
       ->capture_default_str()
