@@ -36,7 +36,10 @@ int main(int argc, char** argv) {
 
   npurt::stream upload = dev.make_stream();
   npurt::stream compute = dev.make_stream({.priority = npurt::priority::high});
-  npurt::stream download = dev.make_stream();
+  // Each priority level of a device feeds one execution queue in submission order (shared_fifo,
+  // as on the real device): a download waiting for its batch's compute would hold the next
+  // upload behind it if both streams shared a level.
+  npurt::stream download = dev.make_stream({.priority = npurt::priority::low});
 
   // A 3-layer MLP on micro-batches of 512 rows: each layer a [512,4096] x [4096,4096] matmul
   // and a gelu. The weights are assumed resident; only activations cross PCIe.
@@ -79,6 +82,14 @@ int main(int argc, char** argv) {
   }
   prof.pop_range();
   sys.run();
+  // What the three streams are for: each upload after the first ends while the previous batch
+  // is still computing.
+  for (int i = 0; i + 1 < batches; ++i)
+    if (npurt::elapsed_time(uploaded[i + 1], computed[i]) <= 0) {
+      std::fprintf(stderr, "profile_timeline: the upload of batch %d did not overlap the compute of batch %d\n", i + 1,
+                   i);
+      return 1;
+    }
 
   for (int i = 0; i < batches; ++i) {
     dev.free(x[i]);
