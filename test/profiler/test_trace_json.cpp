@@ -234,3 +234,62 @@ TEST_CASE("npurt-trace summarises and renders a trace, and exits with 2 on a non
   CHECK(code == 1);
   for (const char* f : {"tool_trace.json", "tool_bad.json", "tool_out.txt", "tool_out.svg"}) std::remove(f);
 }
+
+TEST_CASE("a name that is not UTF-8 is written as U+FFFD so that the trace and the timeline stay readable",
+          "[profiler][chrome][svg]") {
+  // Kernel names, ONNX node names and file names are bytes. Ill-formed here: a lone 0xFF, a lone
+  // continuation byte, a lead byte cut short, an overlong '/' (C0 AF) and a surrogate (ED A0 80),
+  // each byte of them one U+FFFD; U+FFFF (EF BF BF) is UTF-8 but no XML character. Well-formed
+  // and kept: U+00B5 (C2 B5), U+540D (E5 90 8D) and U+1F600 (F0 9F 98 80).
+  const std::string raw =
+      "a\xff"
+      "b\x80"
+      "c\xc3"
+      "d\xc0\xaf"
+      "e\xed\xa0\x80"
+      "f\xef\xbf\xbf"
+      "g\xc2\xb5\xe5\x90\x8d\xf0\x9f\x98\x80";
+  const std::string r = "\xef\xbf\xbd";
+  const std::string kept = "g\xc2\xb5\xe5\x90\x8d\xf0\x9f\x98\x80";
+  const std::string in_json = "a" + r + "b" + r + "c" + r + "d" + r + r + "e" + r + r + r + "f\xef\xbf\xbf" + kept;
+  const std::string in_xml = "a" + r + "b" + r + "c" + r + "d" + r + r + "e" + r + r + r + "f" + r + kept;
+
+  npurt::trace_data d;
+  npurt::trace_task t;
+  t.id = 1;
+  t.stream = 1;
+  t.engine = npurt::engine_kind::ai_core;
+  t.submitted = t.ready = t.start = test_program::us(1);
+  t.end = test_program::us(3);
+  t.name = d.intern(raw);
+  d.tasks.push_back(t);
+
+  const auto text = chrome(d);
+  json::value root;
+  REQUIRE_NOTHROW(root = json::parse(text));  // Boost.JSON refuses ill-formed UTF-8
+  bool found = false;
+  for (const auto& ev : root.at("traceEvents").as_array()) {
+    const auto* cat = ev.as_object().if_contains("cat");
+    if (cat && cat->is_string() && cat->as_string() == "task") {
+      CHECK(std::string{ev.as_object().at("name").as_string()} == in_json);
+      found = true;
+    }
+  }
+  CHECK(found);
+  std::error_code ec;
+  std::string why;
+  const auto back = npurt::read_chrome_trace(text, ec, why);
+  INFO(why);
+  REQUIRE_FALSE(ec);
+  REQUIRE(back.tasks.size() == 1);
+  CHECK(back.str(back.tasks[0].name) == in_json);
+  CHECK_NOTHROW(json::parse(summary_json(d)));
+
+  std::ostringstream svg;
+  npurt::write_svg(svg, d, {.title = raw});
+  const auto picture = svg.str();
+  CHECK(picture.find(in_xml) != std::string::npos);
+  CHECK(picture.find(raw) == std::string::npos);
+  CHECK(picture.find("\xff") == std::string::npos);
+  CHECK(picture.find("\xef\xbf\xbf") == std::string::npos);
+}

@@ -7,6 +7,7 @@
 
 #include <cinttypes>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -44,9 +45,61 @@ inline void append_fixed(std::string& out, double v, int decimals) {
   out += buf;
 }
 
+/// The length of the well-formed UTF-8 sequence that `s` starts with, or 0 when it starts with
+/// an ill-formed one (the Unicode Standard's table of well-formed UTF-8 byte sequences, ch. 3:
+/// no overlong forms, no surrogates, nothing past U+10FFFF). `s` is not empty.
+inline std::size_t utf8_sequence_length(std::string_view s) noexcept {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char c = byte(0);
+  if (c < 0x80) return 1;
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c == 0xE0) {
+    n = 3;
+    lo = 0xA0;  // no overlong form
+  } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
+    n = 3;
+  } else if (c == 0xED) {
+    n = 3;
+    hi = 0x9F;  // no surrogate
+  } else if (c == 0xF0) {
+    n = 4;
+    lo = 0x90;  // no overlong form
+  } else if (c >= 0xF1 && c <= 0xF3) {
+    n = 4;
+  } else if (c == 0xF4) {
+    n = 4;
+    hi = 0x8F;  // nothing past U+10FFFF
+  } else {
+    return 0;
+  }
+  if (s.size() < n || byte(1) < lo || byte(1) > hi) return 0;
+  for (std::size_t i = 2; i < n; ++i)
+    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
+  return n;
+}
+
+/// U+FFFD REPLACEMENT CHARACTER, in UTF-8.
+inline constexpr std::string_view utf8_replacement = "\xEF\xBF\xBD";
+
+// Names come from users (kernel names, ONNX node names, file names) and may hold any bytes, but
+// JSON text is UTF-8 (RFC 8259) and so is an XML document without an encoding declaration: a
+// byte that is no part of a well-formed sequence is written as U+FFFD, so that every reader
+// (npurt's own included) takes the file. Well-formed text is copied as it is.
 inline void append_json_string(std::string& out, std::string_view s) {
   out += '"';
-  for (char c : s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      const std::size_t n = utf8_sequence_length(s.substr(i));
+      if (n == 0) out += utf8_replacement;
+      else out += s.substr(i, n);
+      i += n == 0 ? 1 : n;
+      continue;
+    }
+    ++i;
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -67,7 +120,18 @@ inline void append_json_string(std::string& out, std::string_view s) {
 }
 
 inline void append_xml(std::string& out, std::string_view s) {
-  for (char c : s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      const std::size_t n = utf8_sequence_length(s.substr(i));
+      // XML's Char production also leaves out U+FFFE and U+FFFF (EF BF BE, EF BF BF).
+      const bool not_xml = n == 3 && s.substr(i, 2) == "\xEF\xBF" && static_cast<unsigned char>(s[i + 2]) >= 0xBE;
+      if (n == 0 || not_xml) out += utf8_replacement;
+      else out += s.substr(i, n);
+      i += n == 0 ? 1 : n;
+      continue;
+    }
+    ++i;
     switch (c) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
