@@ -10,6 +10,7 @@
 //
 // Exit codes: 0 success (and --help), 1 bad command line, 2 the model cannot be loaded, compiled
 // or run, or an output cannot be written.
+#include <npurt/detail/trace_format.hpp>
 #include <npurt/graph/session.hpp>
 #include <npurt/models/graphs.hpp>
 #include <npurt/npurt.hpp>
@@ -138,6 +139,21 @@ CLI::Validator u64_value() {
         return {};
       },
       "UINT64");
+}
+
+/// `s` with each byte that is no part of a well-formed UTF-8 sequence replaced by U+FFFD: a path
+/// or an ONNX node name may hold any bytes, JSON text is UTF-8 (RFC 8259), and Boost.JSON's
+/// serializer copies a string's bytes as they are.
+std::string utf8_text(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = npurt::detail::utf8_sequence_length(s.substr(i));
+    if (n == 0) out += npurt::detail::utf8_replacement;
+    else out += s.substr(i, n);
+    i += n == 0 ? 1 : n;
+  }
+  return out;
 }
 
 struct type_total {
@@ -311,17 +327,17 @@ int main(int argc, char** argv) try {
   if (!std::cout) return fail("cannot write the report to standard output");
 
   if (!o.json.empty()) {
-    // Boost.JSON escapes the names (a model path or operator name may hold any byte).
+    // Boost.JSON escapes quotes and control characters; utf8_text makes the rest UTF-8.
     boost::json::array ops;
     for (const auto& op : last.ops)
-      ops.push_back({{"name", op.name},
-                     {"type", op.type},
+      ops.push_back({{"name", utf8_text(op.name)},
+                     {"type", utf8_text(op.type)},
                      {"stream", op.stream},
                      {"start_ps", op.start.count()},
                      {"end_ps", op.end.count()},
                      {"busy_ps", op.busy.count()}});
-    const boost::json::object report{{"model", o.model},
-                                     {"device", sys.device(0).properties().name},
+    const boost::json::object report{{"model", utf8_text(o.model)},
+                                     {"device", utf8_text(sys.device(0).properties().name)},
                                      {"precision", npurt::to_string(*prec)},
                                      {"schedule", npurt::to_string(rep.schedule)},
                                      {"optimization_level", rep.optimization_level},

@@ -160,7 +160,7 @@ TEST_CASE("npurt-run refuses bad input with its exit status and a message that n
 #if NPURT_HAS_ONNX
 namespace {
 /// y = x[batch, 64] x W[64, 32], W an initializer: the batch is a symbolic dimension.
-fs::path write_matmul_model() {
+fs::path write_matmul_model(const std::string& node_name = {}, const std::string& file = "mm.onnx") {
   ::onnx::ModelProto m;
   m.set_ir_version(8);
   m.add_opset_import()->set_version(17);
@@ -182,11 +182,12 @@ fs::path write_matmul_model() {
   const std::string x = "x", wn = "w", y = "y";
   auto* n = g->add_node();
   n->set_op_type("MatMul");
+  n->set_name(node_name);
   n->add_input(x);
   n->add_input(wn);
   n->add_output(y);
   g->add_output()->set_name(y);
-  const auto path = scratch() / "mm.onnx";
+  const auto path = scratch() / file;
   std::ofstream(path, std::ios::binary) << m.SerializeAsString();
   return path;
 }
@@ -290,5 +291,18 @@ TEST_CASE("npurt-run runs an ONNX model whose batch is sized by --dim", "[graph]
     CHECK(r.status == 2);
     CHECK(r.err.find("'seq'") != std::string::npos);
   }
+}
+
+TEST_CASE("npurt-run's JSON report is UTF-8 whatever bytes the model's path and node names hold",
+          "[graph][tool][onnx]") {
+  // A path and an ONNX node name are bytes: a lone 0xFF is no UTF-8, and JSON text is UTF-8
+  // (RFC 8259). Boost.JSON's parser refuses ill-formed UTF-8, as other readers do.
+  const auto model = write_matmul_model("mm\xff", "m\xff.onnx");
+  const auto rep = report(q(model.string()) + " --dim batch=2");
+  const std::string r = "\xef\xbf\xbd";  // U+FFFD
+  CHECK(std::string{rep.at("model").as_string()} == (scratch() / ("m" + r + ".onnx")).string());
+  const auto& ops = rep.at("ops").as_array();
+  REQUIRE(ops.size() == 1);
+  CHECK(std::string{ops[0].as_object().at("name").as_string()} == "mm" + r);
 }
 #endif
