@@ -69,9 +69,11 @@ int main(int argc, char** argv) try {
   bool no_engines = false, no_links = false;
   svg->add_flag("--no-engines", no_engines, "Leave out the engine occupancy rows");
   svg->add_flag("--no-links", no_links, "Leave out the link and collective-step rows");
-  // CLI11 reports a misspelt command as "a subcommand is required": name it instead.
-  if (argc > 1 && argv[1][0] != '-' && std::string_view{argv[1]} != "summarize" && std::string_view{argv[1]} != "svg") {
-    std::cerr << "npurt-trace: unknown command '" << argv[1]
+  // CLI11 reports a misspelt command, or an option before the command, as "a subcommand is
+  // required": name what it was given instead.
+  if (argc > 1 && std::string_view{argv[1]} != "summarize" && std::string_view{argv[1]} != "svg" &&
+      std::string_view{argv[1]} != "-h" && std::string_view{argv[1]} != "--help") {
+    std::cerr << "npurt-trace: unknown " << (argv[1][0] == '-' ? "option" : "command") << " '" << argv[1]
               << "' (commands: summarize, svg)\nRun with --help for more information.\n";
     return 1;
   }

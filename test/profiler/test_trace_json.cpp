@@ -232,6 +232,14 @@ TEST_CASE("npurt-trace summarises and renders a trace, and exits with 2 on a non
   CHECK(code == 2);
   std::tie(code, out) = run("frobnicate tool_trace.json");
   CHECK(code == 1);
+  // A directory opens but cannot be read: the system's reason, once, after the path.
+  std::tie(code, out) = run("summarize .");
+  CHECK(code == 2);
+  CHECK(out.find("npurt-trace: .: cannot read: Is a directory") != std::string::npos);
+  // An option where the command goes is named, not "a subcommand is required".
+  std::tie(code, out) = run("--top 3 summarize tool_trace.json");
+  CHECK(code == 1);
+  CHECK(out.find("unknown option '--top'") != std::string::npos);
   for (const char* f : {"tool_trace.json", "tool_bad.json", "tool_out.txt", "tool_out.svg"}) std::remove(f);
 }
 

@@ -501,6 +501,7 @@ inline trace_data read_chrome_trace_file(const std::string& path, std::error_cod
   std::vector<char> buf(std::size_t{1} << 20);
   std::size_t total = 0;
   for (;;) {
+    errno = 0;
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     const auto n = static_cast<std::size_t>(in.gcount());
     if (n == 0) break;
@@ -517,8 +518,10 @@ inline trace_data read_chrome_trace_file(const std::string& path, std::error_cod
     }
   }
   if (in.bad()) {
-    ec = std::make_error_code(std::errc::io_error);
-    message = "cannot read " + path;
+    // A directory opens but does not read (EISDIR): the system's reason, as for open.
+    const int e = errno;
+    ec = e != 0 ? std::error_code(e, std::generic_category()) : std::make_error_code(std::errc::io_error);
+    message = "cannot read: " + ec.message();
     return {};
   }
   if (!feed.finish()) {
