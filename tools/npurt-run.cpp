@@ -27,6 +27,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -358,7 +359,9 @@ int main(int argc, char** argv) try {
                                      {"busy_ps", busy_total.count()},
                                      {"ops", std::move(ops)}};
     const std::string text_json = boost::json::serialize(report) + "\n";
-    if (!write_file(o.json, text_json)) return fail("cannot write " + o.json);
+    errno = 0;
+    if (!write_file(o.json, text_json))
+      return fail("cannot write " + o.json + (errno != 0 ? ": " + std::generic_category().message(errno) : ""));
   }
   if (!o.trace.empty()) {
     std::error_code ec;

@@ -152,7 +152,7 @@ TEST_CASE("npurt-run refuses bad input with its exit status and a message that n
   SECTION("an output that cannot be written: exit 2, after the report") {
     const auto r = run("mlp --json " + q((scratch() / "no-such-dir" / "r.json").string()));
     CHECK(r.status == 2);
-    CHECK(r.err.find("r.json") != std::string::npos);
+    CHECK(r.err.find("r.json: No such file or directory") != std::string::npos);
     CHECK(r.out.find("latency") != std::string::npos);
   }
 }
