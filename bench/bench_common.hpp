@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -156,8 +157,13 @@ class command_line {
   /// Prints the table, writes JSON if asked; returns the process exit code.
   [[nodiscard]] int finish(const report& r) const {
     r.print();
+    errno = 0;
     if (!json_.empty() && !r.write_json(json_)) {
-      std::fprintf(stderr, "cannot write %s\n", json_.c_str());
+      // The program's name (CLI11 keeps argv[0]) and the system's reason, as the tools say it.
+      const int e = errno;
+      const std::string name = app_.get_name().substr(app_.get_name().rfind('/') + 1);
+      std::fprintf(stderr, "%s: cannot write %s%s\n", name.c_str(), json_.c_str(),
+                   e != 0 ? (": " + std::generic_category().message(e)).c_str() : "");
       return 1;
     }
     return 0;

@@ -38,10 +38,10 @@ expect_error "no instance matches" "$dir/memplan" --only no-such-instance
 expect_error "cannot write" "$dir/memplan" --only synthetic_30000 --small-only --json $bad.json
 expect_error "cannot write" "$dir/priority_inversion" --quick --svg $bad
 expect_error "cannot write" "$dir/stream_overhead" --case one_stream --rounds 1 --tasks 1000 --trace $bad.json
-expect_error "cannot write" "$dir/collectives" --quick --json $bad.json
+expect_error "collectives: cannot write $bad.json: No such file or directory" "$dir/collectives" --quick --json $bad.json
 expect_error "cannot write" "$dir/graph_schedules" --batch 1 --batches 1 --json $bad.json
-expect_error "cannot write" "$dir/kernel_roofline" --batch 1 --json $bad.json
-expect_error "cannot write" "$dir/sim_speed" --steps 1 --cluster-steps 1 --max-devices 1 --json $bad.json
+expect_error "kernel_roofline: cannot write $bad.json: No such file or directory" "$dir/kernel_roofline" --batch 1 --json $bad.json
+expect_error "sim_speed: cannot write $bad.json: No such file or directory" "$dir/sim_speed" --steps 1 --cluster-steps 1 --max-devices 1 --json $bad.json
 expect_error "cannot write" "$dir/fault_campaign" --runs 1 --steps 1 --json $bad.json
 expect_error "cannot write" "$dir/trace_summarize" --tasks 1000 --json $bad.json
 exit $status

@@ -11,11 +11,13 @@
 #include <npurt/sim/sim.hpp>
 
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 using namespace npurt;
@@ -249,6 +251,7 @@ int main(int argc, char** argv) {
   }
   const std::string path = cl.json_path();
   if (!path.empty()) {
+    errno = 0;
     std::ofstream os(path);
     os << "{\n  \"benchmark\": \"collectives\",\n  \"rows\": [";
     for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -261,8 +264,11 @@ int main(int argc, char** argv) {
     os << "\n  ]";
     for (auto& [k, v] : scale) os << ",\n  \"" << k << "\": " << v;
     os << "\n}\n";
+    os.close();
     if (!os) {
-      std::fprintf(stderr, "cannot write %s\n", path.c_str());
+      const int e = errno;
+      std::fprintf(stderr, "collectives: cannot write %s%s\n", path.c_str(),
+                   e != 0 ? (": " + std::generic_category().message(e)).c_str() : "");
       return 1;
     }
   }

@@ -9,10 +9,12 @@
 
 #include "bench_common.hpp"
 
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <set>
 #include <string>
+#include <system_error>
 #include <tuple>
 #include <vector>
 
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
                 r.pct_peak, r.floor_us, r.roof_us, r.floor_ratio, r.bound.c_str());
   const std::string& path = cl.json_path();
   if (!path.empty()) {
+    errno = 0;
     std::ofstream os(path);
     os << "{\n  \"benchmark\": \"kernel_roofline\",\n  \"preset\": \"" << p.name << "\",\n  \"batch\": " << batch
        << ",\n  \"peak_tflops\": " << p.peak_fp16_flops() / 1e12 << ",\n  \"rows\": [";
@@ -111,8 +114,11 @@ int main(int argc, char** argv) {
          << ", \"roofline_us\": " << r.roof_us << ", \"bound\": \"" << r.bound << "\"}";
     }
     os << "\n  ]\n}\n";
+    os.close();
     if (!os) {
-      std::fprintf(stderr, "cannot write %s\n", path.c_str());
+      const int e = errno;
+      std::fprintf(stderr, "kernel_roofline: cannot write %s%s\n", path.c_str(),
+                   e != 0 ? (": " + std::generic_category().message(e)).c_str() : "");
       return 1;
     }
   }

@@ -177,6 +177,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     a = ap.parse_args()
     only = set(a.only.split(",")) if a.only else None
+    unknown = sorted(only - {name for name, _, _ in BENCHES}) if only else []
+    if unknown:
+        ap.error(f"--only: no benchmark named {', '.join(unknown)} (known: {', '.join(n for n, _, _ in BENCHES)})")
     json_dir = os.path.join(ROOT, "docs", "bench")
     os.makedirs(json_dir, exist_ok=True)
     for name, args, _ in BENCHES:
