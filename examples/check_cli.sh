@@ -26,7 +26,7 @@ expect_error 1 "not '8x'" "$dir/resnet50_step" --batch 8x
 expect_error 1 "not '0'" "$dir/resnet50_step" --batch 0
 expect_error 1 "not '-5'" "$dir/resnet50_step" --batch -5
 expect_error 2 "unknown preset 'foo'" "$dir/resnet50_step" --preset foo
-expect_error 2 "cannot open preset file $bad.ini" "$dir/resnet50_step" --preset $bad.ini
+expect_error 2 "cannot open preset file $bad.ini: No such file or directory" "$dir/resnet50_step" --preset $bad.ini
 expect_error 2 "more than 2^52 elements" "$dir/resnet50_step" --batch 99999999999
 expect_error 1 "usage" "$dir/profile_timeline" a.json b.svg c
 expect_error 1 "cannot write $bad.json" "$dir/profile_timeline" $bad.json

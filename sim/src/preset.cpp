@@ -6,6 +6,7 @@
 #include <boost/property_tree/ptree.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <system_error>
 
 namespace npurt::sim {
 
@@ -652,19 +654,23 @@ preset parse_preset(std::string_view text) {
 }
 
 preset load_preset(const std::filesystem::path& file, std::error_code& ec, std::string* what) {
+  // The system's reason (missing, no permission, a directory) tells the user what to fix.
+  const auto reason = [](int e) { return e != 0 ? ": " + std::generic_category().message(e) : std::string(); };
+  errno = 0;
   std::ifstream in(file, std::ios::binary);
   if (!in) {
     ec = make_error_code(errc::invalid_config);
-    if (what) *what = "cannot open preset file " + file.string();
+    if (what) *what = "cannot open preset file " + file.string() + reason(errno);
     return preset{};
   }
   // At most one byte past the limit: a larger file, a device like /dev/zero or a pipe that never
   // ends is refused without being read whole.
   std::string text(max_preset_bytes + 1, '\0');
+  errno = 0;
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad()) {
     ec = make_error_code(errc::invalid_config);
-    if (what) *what = "cannot read preset file " + file.string();
+    if (what) *what = "cannot read preset file " + file.string() + reason(errno);
     return preset{};
   }
   text.resize(static_cast<std::size_t>(in.gcount()));

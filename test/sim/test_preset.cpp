@@ -352,6 +352,10 @@ TEST_CASE("a preset file is read no further than a preset may be long", "[sim][p
     (void)load_preset(dir, ec, &what);
     CHECK(ec == errc::invalid_config);
     CHECK_THAT(what, ContainsSubstring("cannot read preset file"));
+    CHECK_THAT(what, ContainsSubstring("Is a directory"));  // the system's reason
+    (void)load_preset(dir / "missing.ini", ec, &what);
+    CHECK(ec == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("missing.ini: No such file or directory"));
     std::filesystem::remove_all(dir);
   }
 }
