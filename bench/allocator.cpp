@@ -22,6 +22,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_common.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -483,5 +485,5 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  return 0;
+  return npurt_bench::checked_stdout("allocator", 0);
 }

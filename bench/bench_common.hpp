@@ -113,6 +113,16 @@ inline CLI::Validator whole_number_u64() {
       "UINT64");
 }
 
+/// Everything printed on standard output must reach it: a full disk or a closed pipe loses the
+/// table, and is exit status 1 with a message, as an unwritable --json file is.
+inline int checked_stdout(const std::string& program, int status) {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "%s: cannot write to standard output\n", program.c_str());
+    return 1;
+  }
+  return status;
+}
+
 /// The command line every benchmark shares: --help, --json PATH, and the options the program
 /// adds, parsed by CLI11 so that a bad value is a clear error instead of an exception from deep
 /// inside. Usage:
@@ -157,16 +167,16 @@ class command_line {
   /// Prints the table, writes JSON if asked; returns the process exit code.
   [[nodiscard]] int finish(const report& r) const {
     r.print();
+    // The program's name (CLI11 keeps argv[0]) and the system's reason, as the tools say it.
+    const std::string name = app_.get_name().substr(app_.get_name().rfind('/') + 1);
     errno = 0;
     if (!json_.empty() && !r.write_json(json_)) {
-      // The program's name (CLI11 keeps argv[0]) and the system's reason, as the tools say it.
       const int e = errno;
-      const std::string name = app_.get_name().substr(app_.get_name().rfind('/') + 1);
       std::fprintf(stderr, "%s: cannot write %s%s\n", name.c_str(), json_.c_str(),
                    e != 0 ? (": " + std::generic_category().message(e)).c_str() : "");
       return 1;
     }
-    return 0;
+    return checked_stdout(name, 0);
   }
 
  private:

@@ -32,6 +32,20 @@ expect_refused() {  # expect_refused PATTERN PROGRAM ARGS...
     echo "ok: $*"
   fi
 }
+# The table on a full disk: lost output is exit status 1 too.
+for b in "fault_campaign --runs 1 --steps 1" "kernel_roofline --batch 1" "memplan --only paper_example --small-only"; do
+  set -- $b
+  prog=$1
+  shift
+  err=$("$dir/$prog" "$@" 2>&1 >/dev/full)
+  rc=$?
+  if [ "$rc" -ne 1 ] || ! printf '%s\n' "$err" | grep -q "$prog: cannot write to standard output"; then
+    echo "FAIL: $prog $* > /dev/full exited with $rc, stderr: $err"
+    status=1
+  else
+    echo "ok: $prog $* > /dev/full"
+  fi
+done
 expect_refused "expected a whole number" "$dir/fault_campaign" --runs 1 --steps 1 --seed -1
 expect_error "cannot write" "$dir/allocator" --cached-only --iters 1000 --json $bad.json
 expect_error "no instance matches" "$dir/memplan" --only no-such-instance

@@ -122,5 +122,5 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  return 0;
+  return npurt_bench::checked_stdout("kernel_roofline", 0);
 }

@@ -14,6 +14,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_common.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -449,5 +451,5 @@ int main(int argc, char** argv) {
   }
   for (const auto& r : rows)
     if (!r.valid) return 1;
-  return 0;
+  return npurt_bench::checked_stdout("memplan", 0);
 }
