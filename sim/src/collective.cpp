@@ -497,6 +497,9 @@ void collective_engine::run_phase(instance& in) {
       t.copy.src_device = in.devices[x.src];
       t.copy.dst_device = in.devices[x.dst];
       t.copy.bytes = static_cast<std::size_t>(std::llround(x.bytes));
+      // A throttled end (task_info::slowdown) drives its side of the transfer that much slower,
+      // so the transfer holds its link for the stretched time and the phase waits for it.
+      t.slowdown = std::max(in.tasks[x.src]->slowdown, in.tasks[x.dst]->slowdown);
       t.backend_data = c;
       model_.start_transfer(t);
     }
@@ -563,6 +566,7 @@ void collective_engine::phase_done(instance& in) {
       t.engine = engine_kind::ai_core;
       t.name = "collective_reduce";
       t.fixed.duration = picoseconds{ps};
+      t.slowdown = in.tasks[r]->slowdown;  // holds the throttled device's vector cores longer
       t.backend_data = c;
       model_.start_reduction(t);
     }

@@ -310,7 +310,6 @@ void fault_backend::watchdog(std::uint64_t task_id) {
   if (!inner_->cancel(t)) return;
   inflight_.erase(it);
   fail_with_.erase(task_id);
-  stretch_.erase(task_id);
   t.end = now;
   deliver(t, make_error_code(errc::task_timeout), timeout_kind::op_execute, limit);
 }
@@ -411,12 +410,9 @@ void fault_backend::submit(task_info& t) {
       return;
     }
   }
-  if (const double s = slowdown(t.device); s > 1 && !hung) {
-    // The wrapped backend slows the task itself, so that it holds its cores or channel for as
-    // long as it runs. A collective ends through its peers and links: it is stretched here.
-    if (t.kind == task_kind::collective) stretch_[t.id] = s;
-    else t.slowdown = s;
-  }
+  // The wrapped backend slows the task itself, so that it holds its cores, channel or (a
+  // collective's part) its links and reductions for as long as it runs.
+  if (const double s = slowdown(t.device); s > 1 && !hung) t.slowdown = s;
   inflight_[t.id] = &t;
   if (watched(t)) {
     t.start = never;  // the wrapped backend writes the start when the task reaches its engine
@@ -449,7 +445,6 @@ void fault_backend::complete(task_info& t, std::error_code ec) {
   if (d.silent_since && *d.silent_since <= now) {
     // A silent device reports nothing: the monitor or the watchdog will.
     fail_with_.erase(t.id);
-    stretch_.erase(t.id);
     hold(t, silent_error(t, t.device), silent_release_time(t, t.device), true, false, t.device);
     return;
   }
@@ -469,27 +464,6 @@ void fault_backend::complete(task_info& t, std::error_code ec) {
   if (auto it = fail_with_.find(t.id); it != fail_with_.end()) {
     ec = it->second;
     fail_with_.erase(it);
-  }
-  if (auto it = stretch_.find(t.id); it != stretch_.end()) {
-    const double factor = it->second;
-    stretch_.erase(it);
-    const auto took = static_cast<double>((t.end - t.start).count());
-    // A long task under a large factor can outlast the clock: converting such a duration to
-    // an integer is undefined, so it saturates to never (and the watchdog still cuts it).
-    const double stretched = std::ceil(took * factor);
-    const sim_time end = stretched < 0x1p63 ? add(t.start, picoseconds{static_cast<std::int64_t>(stretched)}) : never;
-    if (const sim_time cut = add(t.start, limit); limit.count() > 0 && end > cut) {
-      // Slowed past the watchdog: it fires at start + limit.
-      t.end = std::max(cut, now);
-      hold(t, make_error_code(errc::task_timeout), t.end);
-      held_[t.id].limit = limit;
-      return;
-    }
-    if (end > now) {
-      t.end = end;
-      hold(t, ec, end);
-      return;
-    }
   }
   // A hung kernel that a backend without cancel() ran to its end: still its watchdog's timeout.
   if (is_timeout(ec) && limit.count() > 0) return deliver(t, ec, timeout_kind::op_execute, limit);
@@ -609,7 +583,6 @@ void fault_backend::abort(device_id dev) {
     if (held_[id].timed) host_->cancel_timer(held_[id].ticket);
     held_.erase(id);
     fail_with_.erase(id);
-    stretch_.erase(id);
   }
   std::erase_if(inflight_, [this, dev](const auto& kv) {
     if (kv.second->device != dev) return false;

@@ -9,6 +9,9 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 using namespace fault_test;
 using npurt::errc;
 using npurt::fault_plan;
@@ -396,6 +399,68 @@ TEST_CASE("a throttled kernel holds its AI cores for its stretched time: the dev
     CHECK(std::abs((h1.end - h1.start).count() - 2 * alone) <= 2);
     CHECK(h2.start >= h1.end);
   }
+}
+
+TEST_CASE("a throttled rank's collective holds its links and reductions for the stretched time, not its wait",
+          "[fault][injection][throttle][collective]") {
+  // Two ranks over one HCCS link, ring all-reduce: HCCL's formula 2(p-1)a + 2(p-1)/p nb +
+  // (p-1)/p ng at p = 2 is 2a + nb + ng/2, in two phases (reduce-scatter, all-gather). Rank 1 runs
+  // at half speed: every transfer has it at one end and so takes twice as long, and its
+  // reductions twice as long, so each phase, and the operation on both ranks, takes twice the
+  // formula. Its wait for the other rank is not work and is not stretched.
+  constexpr std::size_t count = 1 << 20;  // f32
+  const auto base = npurt::sim::presets::ascend910(2);
+  const double n = count * 4.0;
+  const double a = static_cast<double>(base.hccs_latency.count()) * 1e-12;
+  // gamma (docs/collectives.md): two HBM reads and a write per byte, or 256 B per vector cycle
+  // per core, whichever is slower.
+  const double g = 1 / std::min(base.ai_core_count * 256.0 * base.clock_hz, base.hbm_bandwidth / 3);
+  const double formula = 2 * a + n / base.hccs_bandwidth + n / 2 * g;
+  const double slow = 2 * formula * 1e12;  // picoseconds
+  npurt::sim::sim_options timing_only;
+  timing_only.functional = false;
+  npurt::system sys{npurt::sim::with_faults(
+      base, fault_plan{}.add(fault_spec::thermal_throttle(1, 2.0, sec(10)).at_time(at(ms(0)))), timing_only)};
+  recorder rec;
+  sys.add_observer(rec);
+  auto comm =
+      npurt::communicator::init_all(sys, {.algorithm = npurt::collective_algorithm::ring, .keep_records = true});
+  auto s0 = sys.device(0).make_stream();
+  auto s1 = sys.device(1).make_stream();
+  auto all_reduce = [&] {
+    for (auto* s : {&s0, &s1})
+      (void)comm.all_reduce(nullptr, nullptr, count, npurt::dtype::f32, npurt::reduce_op::sum, *s);
+  };
+  auto all_reduce_rows = [&] {
+    std::vector<task_row> out;
+    for (const auto& r : rec.rows)
+      if (r.name == "all_reduce") out.push_back(r);
+    return out;
+  };
+
+  all_reduce();
+  sys.run();
+  REQUIRE(comm.records().size() == 1);
+  const auto& first = comm.records()[0];
+  CHECK(std::abs(static_cast<double>((first.end - first.start).count()) - slow) <= 8);
+  auto rows = all_reduce_rows();
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].end == first.end);  // the healthy rank waits for the slowed transfers too
+  CHECK(rows[1].end == first.end);
+
+  // The healthy rank arrives 5 ms late: the throttled one waits for it, then works at half speed.
+  (void)s0.launch(fixed_kernel(ms(5), "late"));
+  all_reduce();
+  sys.run();
+  REQUIRE(comm.records().size() == 2);
+  const auto& second = comm.records()[1];
+  REQUIRE(rec.named("late") != nullptr);
+  CHECK(second.start == rec.named("late")->end);
+  CHECK(std::abs(static_cast<double>((second.end - second.start).count()) - slow) <= 8);
+  rows = all_reduce_rows();
+  REQUIRE(rows.size() == 4);
+  CHECK(rows[2].end == second.end);
+  CHECK(rows[3].end == second.end);
 }
 
 TEST_CASE("a link that is down, flaps or a network interruption fails the collectives it carries, on every rank",

@@ -197,7 +197,6 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   std::unordered_map<std::uint64_t, task_info*> inflight_;    // in the wrapped backend
   std::unordered_map<std::uint64_t, held_task> held_;          // completed by this layer
   std::unordered_map<std::uint64_t, std::error_code> fail_with_;  // completion error to impose
-  std::unordered_map<std::uint64_t, double> stretch_;          // throttled tasks
   /// Hands a hung kernel to the wrapped backend infinitely slowed (task_info::slowdown), so that
   /// it holds its cores and its place in the device's queue until the watchdog ends it; false
   /// when no watchdog runs.
