@@ -743,6 +743,9 @@ void collective_engine::compute(instance& in) {
       if (x.size() != bytes) return std::vector<std::byte>{};
       reduce_into(c0.type, c0.red, acc.data(), x.data(), bytes / es);
     }
+    // A bool reduction yields 0 or 1 whatever nonzero bytes it read, one rank's included.
+    if (c0.type == dtype::boolean && order.size() == 1)
+      for (std::byte& b : acc) b = std::byte{b != std::byte{0}};
     return acc;
   };
   // The communicator rejects unknown enumerators at the call; a backend driven another way must

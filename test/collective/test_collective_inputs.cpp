@@ -240,6 +240,39 @@ TEST_CASE("broadcast with send != recv writes the root's recv and reads only the
   }
 }
 
+TEST_CASE("a bool reduction yields 0 or 1 whatever nonzero bytes it read, on one rank too",
+          "[collective][functional]") {
+  // NumPy's bool reductions: sum and max are or, prod and min are and. Inputs hold the nonzero
+  // bytes 2 and 255 beside 1 and 0.
+  const int p = GENERATE(1, 2);
+  const reduce_op op = GENERATE(reduce_op::sum, reduce_op::prod, reduce_op::max, reduce_op::min);
+  CAPTURE(p, op);
+  npurt::system sys{npurt::sim::presets::ascend910(p)};
+  auto comm = npurt::communicator::init_all(sys);
+  const std::vector<std::vector<std::uint8_t>> in{{0, 1, 2, 255}, {2, 0, 1, 255}};
+  // Rank 0 alone: each byte as a truth value. Ranks 0 and 1: element-wise or / and.
+  const bool any = op == reduce_op::sum || op == reduce_op::max;
+  const std::vector<std::uint8_t> want = p == 1 ? std::vector<std::uint8_t>{0, 1, 1, 1}
+                                         : any  ? std::vector<std::uint8_t>{1, 1, 1, 1}
+                                                : std::vector<std::uint8_t>{0, 0, 1, 1};
+  std::vector<npurt::stream> s;
+  std::vector<void*> buf(p);
+  for (int r = 0; r < p; ++r) {
+    auto& d = sys.device(r);
+    s.push_back(d.make_stream());
+    buf[r] = d.malloc(4);
+    d.memcpy(buf[r], 4, in[r].data(), 4, npurt::memcpy_kind::host_to_device);
+  }
+  for (int r = 0; r < p; ++r) (void)comm.all_reduce(buf[r], buf[r], 4, dtype::boolean, op, s[r]);
+  for (auto& st : s) CHECK(sync_code(st) == std::error_code{});
+  for (int r = 0; r < p; ++r) {
+    CAPTURE(r);
+    std::vector<std::uint8_t> got(4);
+    sys.device(r).memcpy(got.data(), 4, buf[r], 4, npurt::memcpy_kind::device_to_host);
+    CHECK(got == want);
+  }
+}
+
 TEST_CASE("an empty communicator handle answers its accessors as a communicator of no ranks", "[collective][args]") {
   const npurt::communicator c;
   CHECK_FALSE(c.valid());
