@@ -240,8 +240,32 @@ void fault_backend::start_silence(device_id dev, sim_time since) {
     inflight_.erase(t->id);
     unwatch(*t);
   }
+  // The wrapped backend takes the abort for a reset and notes it as one on the communicators it
+  // touches; their ranks hear the silence (lost_heartbeat, remote_error or a watchdog's timeout)
+  // when this layer releases them, and HcclGetCommAsyncError must report that instead.
+  struct noted {
+    collective_comm_state* comm;
+    std::error_code error;
+    std::size_t message, records;
+  };
+  std::vector<noted> before;
+  auto keep = [&](const task_info& t) {
+    if (t.kind != task_kind::collective || !t.collective || !t.collective->comm) return;
+    collective_comm_state& c = *t.collective->comm;
+    if (std::find(c.devices.begin(), c.devices.end(), dev) == c.devices.end()) return;
+    for (const noted& n : before)
+      if (n.comm == &c) return;
+    before.push_back({&c, c.async_error, c.message.size(), c.records.size()});
+  };
+  for (const task_info* t : mine) keep(*t);
+  for (const auto& [id, t] : inflight_) keep(*t);
   inner_->abort(dev);
-  for (task_info* t : mine) hold(*t, silent_error(*t, dev), silent_release_time(*t, dev), true, false, dev);
+  for (const noted& n : before) {
+    n.comm->async_error = n.error;
+    n.comm->message.resize(n.message);
+    n.comm->records.resize(n.records);
+  }
+  for (task_info* t : mine) hold_collective(*t, silent_error(*t, dev), silent_release_time(*t, dev), true, false, dev);
 }
 
 sim_time fault_backend::silent_release_time(const task_info& t, device_id silent_dev) const noexcept {
@@ -452,7 +476,7 @@ void fault_backend::complete(task_info& t, std::error_code ec) {
     for (device_id m : t.collective->comm->devices) {
       if (m < 0 || static_cast<std::size_t>(m) >= devices_.size() || m == t.device) continue;
       if (const auto& md = devices_[static_cast<std::size_t>(m)]; md.silent_since && *md.silent_since <= now) {
-        hold(t, silent_error(t, m), silent_release_time(t, m), false, true, m);
+        hold_collective(t, silent_error(t, m), silent_release_time(t, m), false, true, m);
         return;
       }
       if (devices_[static_cast<std::size_t>(m)].lost) {

@@ -191,6 +191,28 @@ TEST_CASE("a collective failed by the fault layer sets the communicator's async 
     CHECK(message.find("all_reduce #0") != std::string::npos);
     CHECK(message.find('\n') == std::string::npos);
   }
+  SECTION("a member that stops answering mid-operation: the ranks' error, not a reset") {
+    npurt::fault_plan plan;
+    plan.add(npurt::fault_spec::lost_heartbeat(1).at_time(all_reduce_start() + std::chrono::nanoseconds{1}));
+    npurt::system sys{preset(2, plan)};
+    npurt::sim::faults_of(sys).enable_fault_detection(ms(1));
+    auto comm = npurt::communicator::init_all(sys, {.keep_records = true});
+    ranks r = two_ranks(sys, 4096);
+    for (int d = 0; d < 2; ++d)
+      comm.all_reduce(r.buffers[d], r.buffers[d], 1024, dtype::f32, reduce_op::sum, r.streams[d]);
+    const std::error_code e0 = sync_code(r.streams[0]), e1 = sync_code(r.streams[1]);
+    CHECK(e0 == errc::remote_error);
+    CHECK(e1 == errc::lost_heartbeat);
+    // HcclGetCommAsyncError reports what the ranks were told; nothing was reset.
+    std::string message;
+    const std::error_code async = comm.async_error(&message);
+    CAPTURE(message);
+    CHECK((async == e0 || async == e1));
+    CHECK(message.find("reset") == std::string::npos);
+    CHECK(message.find("all_reduce #0") != std::string::npos);
+    REQUIRE(comm.records().size() == 1);
+    CHECK(comm.records()[0].error == async);
+  }
   SECTION("a fault-free communicator keeps no error") {
     npurt::system sys{preset(2, npurt::fault_plan{})};
     auto comm = npurt::communicator::init_all(sys, {.keep_records = true});
