@@ -58,7 +58,12 @@ inline constexpr preset_timeout_t preset_timeout{};
 /// duration of virtual time, or no_timeout to wait as long as it takes.
 using timeout_option = std::variant<preset_timeout_t, std::optional<picoseconds>>;
 
-/// HCCL_BUFFSIZE defaults to 200 MB.
+/// The smallest buffer a communicator takes: HCCL_BUFFSIZE counts in MB from 1. A message
+/// larger than the buffer runs in ceil(bytes / buffer) chunks, each simulated; a buffer of a few
+/// bytes would make a large message millions of chunks, a simulation that never ends in practice.
+inline constexpr std::size_t min_collective_buffer_size = std::size_t{1} << 20;
+
+/// HCCL_BUFFSIZE defaults to 200 MB; at least min_collective_buffer_size.
 struct communicator_options {
   collective_algorithm algorithm = collective_algorithm::automatic;
   std::size_t buffer_size = 200'000'000;

@@ -104,6 +104,39 @@ TEST_CASE("init_all refuses an algorithm outside its enumeration, naming the opt
   }
 }
 
+TEST_CASE("a buffer below 1 MiB is refused at init_all and set_buffer_size, the setting unchanged",
+          "[collective][args]") {
+  // HCCL_BUFFSIZE counts in MB from 1; a buffer of a few bytes would cut a message into millions
+  // of simulated chunks.
+  npurt::system sys{sim::presets::ascend910(2)};
+  const std::vector<device_id> devs{0, 1};
+  for (const std::size_t bytes : {std::size_t{0}, std::size_t{1}, min_collective_buffer_size - 1}) {
+    CAPTURE(bytes);
+    std::error_code ec;
+    const auto refused = communicator::init_all(sys, devs, {.buffer_size = bytes}, ec);
+    CHECK(ec == errc::invalid_argument);
+    CHECK_FALSE(refused.valid());
+    try {
+      (void)communicator::init_all(sys, {.buffer_size = bytes});
+      FAIL("init_all took a buffer of " << bytes << " bytes");
+    } catch (const caller_error& e) {
+      CHECK(e.code() == errc::invalid_argument);
+      CHECK_THAT(std::string(e.what()), ContainsSubstring("buffer_size") && ContainsSubstring("1 MiB"));
+    }
+  }
+  auto comm = communicator::init_all(sys, {.buffer_size = min_collective_buffer_size});
+  CHECK(comm.buffer_size() == min_collective_buffer_size);
+  comm.set_buffer_size(2 * min_collective_buffer_size);
+  try {
+    comm.set_buffer_size(4096);
+    FAIL("set_buffer_size took 4096 bytes");
+  } catch (const caller_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK_THAT(std::string(e.what()), ContainsSubstring("4096") && ContainsSubstring("1 MiB"));
+  }
+  CHECK(comm.buffer_size() == 2 * min_collective_buffer_size);
+}
+
 TEST_CASE("an async call on an empty or orphaned communicator completes after the call, through the handler's executor",
           "[collective][async][lifetime]") {
   communicator empty;
@@ -237,12 +270,12 @@ TEST_CASE("ranks that ask for different algorithms for one call fail it with col
   }
   SECTION("the buffer size changed between the ranks' calls") {
     comm.all_reduce(nullptr, nullptr, 1u << 18, dtype::f32, reduce_op::sum, w.s[0]);
-    comm.set_buffer_size(4096);
+    comm.set_buffer_size(1u << 20);
     comm.all_reduce(nullptr, nullptr, 1u << 18, dtype::f32, reduce_op::sum, w.s[1]);
     CHECK(sync_code(w.s[0]) == errc::collective_mismatch);
     CHECK(sync_code(w.s[1]) == errc::collective_mismatch);
     CHECK_THAT(message_of(comm),
-               ContainsSubstring("buffer size 200000000 B") && ContainsSubstring("buffer size 4096 B"));
+               ContainsSubstring("buffer size 200000000 B") && ContainsSubstring("buffer size 1048576 B"));
   }
   SECTION("a per-call algorithm equal to the communicator's is no disagreement") {
     comm.set_algorithm(collective_algorithm::ring);

@@ -27,7 +27,8 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
   };
   // An algorithm cast from an integer out of the enumeration is refused here as set_algorithm
   // and the per-call override refuse it: the engine would plan it as no algorithm at all.
-  if (devices.empty() || opts.buffer_size == 0 || opts.algorithm > collective_algorithm::hierarchical) {
+  if (devices.empty() || opts.buffer_size < min_collective_buffer_size ||
+      opts.algorithm > collective_algorithm::hierarchical) {
     ec = make_error_code(errc::invalid_argument);
     return c;
   }
@@ -76,10 +77,11 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
   if (ec && opts.algorithm > collective_algorithm::hierarchical)
     throw_error(ec, "npurt::communicator::init_all: communicator_options::algorithm is not a collective_algorithm (" +
                         std::to_string(static_cast<int>(opts.algorithm)) + ")");
-  if (ec && opts.buffer_size == 0)
-    throw_error(ec, "npurt::communicator::init_all: communicator_options::buffer_size must be > 0");
+  if (ec && opts.buffer_size < min_collective_buffer_size)
+    throw_error(ec, "npurt::communicator::init_all: communicator_options::buffer_size is " +
+                        std::to_string(opts.buffer_size) + " bytes, less than the 1 MiB minimum");
   throw_if(ec,
-           "npurt::communicator::init_all: devices must be distinct devices of the system, buffer size > 0, "
+           "npurt::communicator::init_all: devices must be distinct devices of the system, buffer size >= 1 MiB, "
            "timeouts >= 0");
   return c;
 }
@@ -164,8 +166,10 @@ NPURT_DECL void communicator::set_algorithm(collective_algorithm a) {
 
 NPURT_DECL void communicator::set_buffer_size(std::size_t bytes) {
   require_usable("set_buffer_size");
-  if (bytes == 0)
-    throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::set_buffer_size: bytes must be > 0");
+  if (bytes < min_collective_buffer_size)
+    throw_error(make_error_code(errc::invalid_argument),
+                "npurt::communicator::set_buffer_size: " + std::to_string(bytes) +
+                    " bytes is less than the 1 MiB minimum (HCCL_BUFFSIZE's)");
   state_->buffer_bytes = bytes;
 }
 
