@@ -248,6 +248,42 @@ TEST_CASE("the compact strategy keeps one growable arena per stream with working
   pool.free_async(b, s);
 }
 
+TEST_CASE("the compact strategy gives back no pages whose stream-ordered free is still ahead", "[core][pool]") {
+  // A copy queued before the free reads the block when it runs: empty_cache, trim_to and
+  // trigger_gc must leave its pages mapped until then, as they leave a busy segment cached.
+  enum class release { empty_cache, trim_to, trigger_gc, other_stream_sync };
+  for (const release how : {release::empty_cache, release::trim_to, release::trigger_gc, release::other_stream_sync}) {
+    INFO("release " << static_cast<int>(how));
+    npurt::system sys{simple()};
+    auto& dev = sys.device(0);
+    auto s = dev.make_stream(), other = dev.make_stream();
+    npurt::mem_pool_options o;
+    o.strategy = npurt::allocation_strategy::compact;
+    auto& pool = dev.configure_mem_pool(o);
+    constexpr std::size_t n = std::size_t{4} << 20;  // two 2 MiB granules
+    std::vector<std::uint8_t> in(n), out(n, 0);
+    for (std::size_t i = 0; i < n; ++i) in[i] = static_cast<std::uint8_t>(i * 13 + 5);
+    void* p = pool.malloc_async(n, s);
+    s.memcpy(p, n, in.data(), n, npurt::memcpy_kind::host_to_device);
+    s.launch(fixed(us(100)));
+    s.memcpy(out.data(), n, p, n, npurt::memcpy_kind::device_to_host);
+    pool.free_async(p, s);
+    switch (how) {
+      case release::empty_cache: pool.empty_cache(); break;
+      case release::trim_to: pool.trim_to(0); break;
+      case release::trigger_gc: pool.trigger_gc(); break;
+      case release::other_stream_sync: other.synchronize(); break;  // release threshold 0
+    }
+    CHECK(pool.get_attribute(npurt::mem_pool_attr::reserved_mem_current) == n);
+    CHECK_NOTHROW(s.synchronize());
+    CHECK(out == in);
+    // Once the free is behind its stream the pages go.
+    pool.empty_cache();
+    CHECK(pool.get_attribute(npurt::mem_pool_attr::reserved_mem_current) == 0);
+    CHECK(pool.allocator().check_consistency().empty());
+  }
+}
+
 TEST_CASE("configure_mem_pool with invalid options keeps the existing pool", "[core][pool][error]") {
   npurt::system sys{simple()};
   auto& dev = sys.device(0);

@@ -324,6 +324,55 @@ TEST_CASE("max_split_size keeps oversize blocks whole and reserves them for big 
   CHECK_THROWS_AS(caching_allocator(dev, bad), npurt::caller_error);
 }
 
+TEST_CASE("compact arenas keep pages whose stream-ordered free is still ahead", "[memory][allocator]") {
+  // Work queued before a free may still use the block: its pages stay mapped until the free is
+  // behind its stream, as a segment stays cached (the trigger_gc and retry tests above).
+  counting_provider dev(64 * mib);
+  fake_streams rt;
+  auto cb = rt.ordered();
+  cb.synchronize_all = [&rt] { ++rt.syncs; };  // cannot block: no fence completes
+  caching_allocator_options o;
+  o.strategy = allocation_strategy::compact;
+  caching_allocator a(dev, o, cb);
+  const auto x = a.allocate(8 * mib, 0);
+  a.deallocate(x, 0);  // fence 1, not reached
+  a.empty_cache();
+  CHECK(a.reserved_current() == 8 * mib);
+  a.trim_to(0);
+  CHECK(a.reserved_current() == 8 * mib);
+  a.trigger_gc();
+  CHECK(a.reserved_current() == 8 * mib);
+  a.on_synchronize(false);  // another stream's synchronize
+  CHECK(a.reserved_current() == 8 * mib);
+  // Stream 1 needs more than the device has left: the retry chain may not unmap stream 0's pages.
+  std::error_code ec;
+  CHECK(a.allocate(60 * mib, 1, ec) == 0);
+  CHECK(ec == errc::out_of_memory);
+  CHECK(a.reserved_current() == 8 * mib);
+  CHECK(rt.syncs >= 1);
+  check_invariants(a);
+  // Once the free is behind, the same calls give the pages back.
+  rt.done.insert(1);
+  a.empty_cache();
+  CHECK(a.reserved_current() == 0);
+  check_invariants(a);
+  // A device-wide synchronize vouches for every stream.
+  const auto y = a.allocate(8 * mib, 0);
+  a.deallocate(y, 0);
+  a.on_synchronize(true);
+  CHECK(a.reserved_current() == 0);
+  check_invariants(a);
+  // A cached block whose free is ahead stays below the cut, and loses its cached successor: its
+  // split accounting follows.
+  const auto lo = a.allocate(4 * mib, 0), hi = a.allocate(4 * mib, 0);
+  a.deallocate(lo, 0);  // not reached
+  a.deallocate(hi, 1);  // another stream's free: no merge with lo
+  rt.done.insert(rt.next_fence - 1);
+  a.trim_to(0);
+  CHECK(a.reserved_current() == 4 * mib);
+  check_invariants(a);
+}
+
 TEST_CASE("garbage collection frees the oldest cached segments once usage passes the threshold",
           "[memory][allocator]") {
   counting_provider dev(1024 * mib);

@@ -449,7 +449,11 @@ class caching_allocator {
   NPURT_DECL void free_block(block* b);
   NPURT_DECL void coalesce_and_cache(block* b);
   NPURT_DECL void release_segment(segment* s);
-  NPURT_DECL bool release_arena_tail(segment* s);
+  /// assume_quiet: a synchronize just happened, so no free is still ahead in any stream.
+  NPURT_DECL bool release_arena_tail(segment* s, bool assume_quiet = false);
+  /// Whether an arena's top block is free but its stream-ordered free still ahead: a release
+  /// must synchronise first, as a segment's does.
+  [[nodiscard]] NPURT_DECL bool arena_tail_busy() const;
   /// Each returns how many segments (or arena tails) went back to the device.
   NPURT_DECL std::size_t release_fitting_cached(const alloc_params& p);
   /// assume_quiet: a synchronize just happened, so no free is still ahead in any stream.

@@ -99,10 +99,14 @@ NPURT_DECL caching_allocator::block* caching_allocator::grow_arena(alloc_params&
 }
 
 // Unmaps the free pages at the top of an arena (several free blocks if stream-ordered frees left
-// blocks of different streams there); releases the arena once nothing is mapped.
-NPURT_DECL bool caching_allocator::release_arena_tail(segment* a) {
+// blocks of different streams there); releases the arena once nothing is mapped. A block whose
+// stream-ordered free is still ahead of its stream is not free for this: work queued before the
+// free may still read or write it, as with a segment (release_all_cached).
+NPURT_DECL bool caching_allocator::release_arena_tail(segment* a, bool assume_quiet) {
   bool released = false;
-  auto is_free = [](const block* b) { return !b->allocated && !b->pending; };
+  auto is_free = [this, assume_quiet](const block* b) {
+    return !b->allocated && !b->pending && (assume_quiet || free_is_behind(b));
+  };
   block* last = a->last;
   if (last && is_free(last)) {
     block* run = last;
@@ -116,7 +120,8 @@ NPURT_DECL bool caching_allocator::release_arena_tail(segment* a) {
       for (block* b : above) erase_free(b);
       // The cached block just below the cut loses its successor: its split status changes too.
       block* below = above.empty() ? nullptr : above.back()->prev;
-      if (below && is_free(below)) erase_free(below);
+      // Cached is what counts here, whether or not its free is behind: it sits in the free index.
+      if (below && !below->allocated && !below->pending) erase_free(below);
       else below = nullptr;
       block* straddler = nullptr;
       for (block* b : above) {

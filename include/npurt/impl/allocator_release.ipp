@@ -39,6 +39,9 @@ NPURT_DECL void caching_allocator::release_segment(segment* s) {
 
 NPURT_DECL std::size_t caching_allocator::release_fitting_cached(const alloc_params& p) {
   if (p.pool == arena_pool) {
+    // Unmapping pages synchronises the device, as a device free does; a runtime that cannot
+    // block leaves the pages whose stream-ordered free is still ahead mapped.
+    if (arena_tail_busy()) synchronize_all_streams();
     std::size_t n = 0;
     std::vector<segment*> arenas;
     for (auto& [s, a] : arenas_) arenas.push_back(a);
@@ -93,13 +96,19 @@ NPURT_DECL bool caching_allocator::free_is_behind(const block* b) const {
   return b->free_fence == 0 || !cb_.fence_done || cb_.fence_done(b->free_fence);
 }
 
+NPURT_DECL bool caching_allocator::arena_tail_busy() const {
+  for (const auto& [s, a] : arenas_)
+    if (const block* b = a->last; b && !b->allocated && !b->pending && !free_is_behind(b)) return true;
+  return false;
+}
+
 NPURT_DECL std::size_t caching_allocator::release_all_cached(std::size_t keep, bool assume_quiet) {
   std::size_t n = 0;
   std::vector<segment*> arenas;
   for (auto& [s, a] : arenas_) arenas.push_back(a);
   for (segment* a : arenas) {
     if (static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) <= keep) return n;
-    n += release_arena_tail(a) ? 1 : 0;
+    n += release_arena_tail(a, assume_quiet) ? 1 : 0;
   }
   std::vector<segment*> cand;
   auto quiet = [this, assume_quiet](const segment* sg) {
