@@ -324,6 +324,39 @@ TEST_CASE("max_split_size keeps oversize blocks whole and reserves them for big 
   CHECK_THROWS_AS(caching_allocator(dev, bad), npurt::caller_error);
 }
 
+TEST_CASE("compact sizes that rounding to the granule would wrap are refused or clamped", "[memory][allocator]") {
+  counting_provider dev(256 * mib);
+  caching_allocator_options o;
+  o.strategy = allocation_strategy::compact;
+  SECTION("an address space that cannot be rounded up is invalid_config at construction") {
+    for (const std::size_t va : {SIZE_MAX, SIZE_MAX - o.granule + 2}) {
+      o.arena_address_space = va;
+      try {
+        caching_allocator a(dev, o);
+        FAIL("accepted arena_address_space " << va);
+      } catch (const npurt::caller_error& e) {
+        CHECK(e.code() == errc::invalid_config);
+        CHECK(std::string(e.what()).find("arena_address_space") != std::string::npos);
+      }
+    }
+    o.arena_address_space = SIZE_MAX - o.granule + 1;  // a multiple of the granule: representable
+    CHECK_NOTHROW(caching_allocator(dev, o));
+  }
+  SECTION("an initial reservation past the arena reserves the whole arena") {
+    o.arena_address_space = 8 * mib;
+    for (const std::size_t initial : {SIZE_MAX, SIZE_MAX - 100, 64 * mib}) {
+      INFO(initial);
+      o.initial_reserve = initial;
+      caching_allocator a(dev, o);
+      const auto x = a.allocate(1000, 0);
+      CHECK(x != 0);
+      CHECK(a.reserved_current() == 8 * mib);  // the arena, mapped at its creation
+      CHECK(a.stats().num_device_alloc == 1);
+      check_invariants(a);
+    }
+  }
+}
+
 TEST_CASE("compact arenas keep pages whose stream-ordered free is still ahead", "[memory][allocator]") {
   // Work queued before a free may still use the block: its pages stay mapped until the free is
   // behind its stream, as a segment stays cached (the trigger_gc and retry tests above).

@@ -25,7 +25,8 @@ NPURT_DECL caching_allocator::segment* caching_allocator::arena_for(std::uint32_
   segments_.emplace(addr, s);
   stat_add(stats_.segment, arena_pool, 1);
   if (opts_.initial_reserve) {
-    const std::size_t bytes = std::min(va, ca_detail::round_up(opts_.initial_reserve, opts_.granule));
+    // Clamped before rounding: a reservation near SIZE_MAX ("all of it") would wrap to nothing.
+    const std::size_t bytes = ca_detail::round_up(std::min(va, opts_.initial_reserve), opts_.granule);
     if (block* b = extend_arena(s, bytes, stream)) insert_free(b);
   }
   return s;

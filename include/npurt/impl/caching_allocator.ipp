@@ -45,6 +45,13 @@ NPURT_DECL caching_allocator::caching_allocator(segment_provider& provider, cach
   if (opts_.max_split_size < large_buffer && opts_.max_split_size != std::numeric_limits<std::size_t>::max())
     throw_error(make_error_code(errc::invalid_config),
                 "caching_allocator: max_split_size must exceed 20 MiB (the large segment size)");
+  // A compact arena's address space is rounded up to the granule: a size that would wrap around
+  // size_t to a small one must not become an arena that holds nothing.
+  if (opts_.arena_address_space > std::numeric_limits<std::size_t>::max() - (opts_.granule - 1))
+    throw_error(make_error_code(errc::invalid_config),
+                "caching_allocator: arena_address_space of " + std::to_string(opts_.arena_address_space) +
+                    " bytes cannot be rounded up to the granule of " + std::to_string(opts_.granule) +
+                    " bytes without overflowing size_t");
   if (capacity_ >= (std::size_t{1} << 41))
     throw_error(make_error_code(errc::invalid_config), "caching_allocator: devices of 2 TiB or more are not supported");
   stats_.max_split_size = opts_.max_split_size;
