@@ -324,6 +324,20 @@ TEST_CASE("max_split_size keeps oversize blocks whole and reserves them for big 
   CHECK_THROWS_AS(caching_allocator(dev, bad), npurt::caller_error);
 }
 
+TEST_CASE("a max_non_split_rounding near SIZE_MAX accepts any waste rather than none", "[memory][allocator]") {
+  counting_provider dev(4096 * mib);
+  caching_allocator_options o;
+  o.max_split_size = 40 * mib;
+  o.max_non_split_rounding = SIZE_MAX;  // "take any cached oversize block"
+  caching_allocator a(dev, o);
+  const auto big = a.allocate(100 * mib, 0);
+  a.deallocate(big);
+  // 100 MiB wastes 50 MiB of a 50 MiB request: less than SIZE_MAX.
+  CHECK(a.allocate(50 * mib, 0) == big);
+  CHECK(a.stats().num_device_alloc == 1);
+  check_invariants(a);
+}
+
 TEST_CASE("compact sizes that rounding to the granule would wrap are refused or clamped", "[memory][allocator]") {
   counting_provider dev(256 * mib);
   caching_allocator_options o;

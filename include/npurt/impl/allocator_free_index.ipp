@@ -341,7 +341,8 @@ NPURT_DECL bool caching_allocator::block_fits(const block* b, const alloc_params
   // Do not hand an oversize block to a small request; an oversize request takes a cached
   // oversize block only if little is wasted (max_non_split_rounding).
   if (p.size < opts_.max_split_size && b->size >= opts_.max_split_size) return false;
-  if (p.size >= opts_.max_split_size && b->size >= p.size + opts_.max_non_split_rounding) return false;
+  // The waste, not request + rounding: that sum wraps for a rounding near SIZE_MAX ("any waste").
+  if (p.size >= opts_.max_split_size && b->size - p.size >= opts_.max_non_split_rounding) return false;
   return true;
 }
 
