@@ -84,6 +84,66 @@ TEST_CASE("another stream reuses a freed block only when the free's position is 
   CHECK((c == a || c == b));
 }
 
+TEST_CASE("another stream that waits for an event recorded after the free reuses the block at once", "[core][pool]") {
+  // cudaMemPoolReuseFollowEventDependencies alone: no inserted wait, no opportunistic reuse.
+  // 12 MiB blocks fill their segments: no stream caches a remainder of its own.
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s1 = dev.make_stream(), s2 = dev.make_stream();
+  npurt::mem_pool_options o;
+  o.reuse_allow_internal_dependencies = false;
+  o.reuse_allow_opportunistic = false;
+  auto& pool = dev.configure_mem_pool(o);
+  void* a = pool.malloc_async(12 << 20, s1);
+  s1.launch(fixed(us(100)));
+  pool.free_async(a, s1);
+  // s2 does not wait yet: reusing a would race with s1's kernel.
+  void* b = pool.malloc_async(12 << 20, s2);  // kept: s2 caches no block of its own
+  CHECK(b != a);
+  auto freed = dev.make_event();
+  s1.record(freed);  // after the free
+  s2.wait(freed);
+  void* c = pool.malloc_async(12 << 20, s2);
+  CHECK(c == a);
+  CHECK(pool.stats().num_cross_stream_reuse == 1);
+  // A wait for work queued before the last task ahead of the free does not order the free.
+  auto s3 = dev.make_stream();
+  void* d = pool.malloc_async(12 << 20, s1);
+  npurt::event before = s1.launch(fixed(us(100)));
+  s1.launch(fixed(us(100)));  // still ahead of the free when `before` completes
+  pool.free_async(d, s1);
+  s3.wait(before);
+  void* e = pool.malloc_async(12 << 20, s3);
+  CHECK(e != d);
+  // A wait that may time out does not order what follows it either.
+  auto s4 = dev.make_stream();
+  sys.set_event_wait_timeout(us(1));
+  auto later = dev.make_event();
+  s1.record(later);
+  s4.wait(later);
+  void* f = pool.malloc_async(12 << 20, s4);
+  CHECK(f != d);
+  sys.set_event_wait_timeout(npurt::no_timeout);
+}
+
+TEST_CASE("a stream that already waits for the free gets no inserted wait under the default policies", "[core][pool]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s1 = dev.make_stream(), s2 = dev.make_stream();
+  auto& pool = dev.mem_pool();
+  void* a = pool.malloc_async(4 << 20, s1);
+  s1.launch(fixed(us(100)));
+  pool.free_async(a, s1);
+  auto freed = dev.make_event();
+  s1.record(freed);
+  s2.wait(freed);
+  const std::uint64_t s2_tasks = s2.launch(fixed(us(1))).task_id();
+  void* b = pool.malloc_async(4 << 20, s2);
+  CHECK(b == a);
+  // The next task of s2 follows the kernel directly: no pool wait was enqueued between them.
+  CHECK(s2.launch(fixed(us(1))).task_id() == s2_tasks + 1);
+}
+
 TEST_CASE("free_async is stream-ordered: work queued before it, on its stream or a recorded one, runs on the block",
           "[core][pool]") {
   npurt::system sys{simple()};

@@ -208,6 +208,11 @@ struct stream_state {
   failure sticky;                  // first unread failure of fire-and-forget work
   running_task run;                // the head, once started (head_started)
   std::multimap<std::uint64_t, position_waiter> waiters;
+  // (other stream, latest position) for each stream this one waits for in stream order: its event
+  // waits without a time limit and the pool's own waits, by stream id. A pool block freed at or
+  // before such a position may be reused here without another wait
+  // (cudaMemPoolReuseFollowEventDependencies).
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> waits_for;
   boost::asio::strand<boost::asio::io_context::executor_type> strand;
 
   explicit stream_state(boost::asio::io_context& ioc) : strand(boost::asio::make_strand(ioc)) {}
@@ -285,6 +290,12 @@ class scheduler {
   /// Enqueues on `stream` a wait for position `seq` of `target` (a pool's reuse fence), unless
   /// it is reached already.
   NPURT_DECL void enqueue_wait(std::uint32_t stream, std::uint32_t target, std::uint64_t seq, std::string_view name);
+  /// `s` now waits, in stream order, for position `seq` of `target` (a wait that cannot time out).
+  NPURT_DECL void note_wait(stream_state& s, std::uint32_t target, std::uint64_t seq);
+  /// Whether `stream`'s work enqueued from now on runs after position `seq` of `target`: the same
+  /// stream, or one of its waits (note_wait) is for that position or a later one.
+  [[nodiscard]] NPURT_DECL bool stream_waits_for(std::uint32_t stream, std::uint32_t target,
+                                                 std::uint64_t seq) const noexcept;
   NPURT_DECL void free_task(task* t) noexcept;
   /// system::host_free: pinned memory that queued copies still read or write is released when
   /// the last of them has completed (or was aborted), never while a copy may still touch it.

@@ -88,6 +88,9 @@ NPURT_DECL std::unique_ptr<detail::caching_allocator> mem_pool::make_allocator(c
   cb.record_fence = [rt_ = rt_.get()](std::uint32_t stream) {
     return detail::fence_of(stream, rt_->last_enqueued(stream));
   };
+  cb.stream_waits_on = [rt_ = rt_.get()](std::uint32_t stream, std::uint64_t f) {
+    return rt_->stream_waits_for(stream, detail::fence_stream(f), detail::fence_seq(f));
+  };
   cb.insert_wait = [rt_ = rt_.get()](std::uint32_t stream, std::uint64_t f) {
     rt_->enqueue_wait(stream, detail::fence_stream(f), detail::fence_seq(f), "pool_wait");
   };

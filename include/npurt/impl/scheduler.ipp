@@ -255,6 +255,26 @@ NPURT_DECL void scheduler::enqueue_wait(std::uint32_t stream, std::uint32_t targ
   x.target_seq = seq;
   t->name = name;
   enqueue(*s, t);
+  note_wait(*s, target, seq);
+}
+
+NPURT_DECL void scheduler::note_wait(stream_state& s, std::uint32_t target, std::uint64_t seq) {
+  if (target == s.id) return;
+  auto& w = s.waits_for;
+  const auto at =
+      std::lower_bound(w.begin(), w.end(), target, [](const auto& x, std::uint32_t t) { return x.first < t; });
+  if (at != w.end() && at->first == target) at->second = std::max(at->second, seq);
+  else w.emplace(at, target, seq);
+}
+
+NPURT_DECL bool scheduler::stream_waits_for(std::uint32_t stream, std::uint32_t target,
+                                            std::uint64_t seq) const noexcept {
+  if (stream == target) return true;
+  if (stream >= streams_.size() || !streams_[stream]) return false;
+  const auto& w = streams_[stream]->waits_for;
+  const auto at =
+      std::lower_bound(w.begin(), w.end(), target, [](const auto& x, std::uint32_t t) { return x.first < t; });
+  return at != w.end() && at->first == target && at->second >= seq;
 }
 
 NPURT_DECL void scheduler::try_start(stream_state& s) {

@@ -383,6 +383,9 @@ NPURT_DECL detail::task* stream::make_wait(const event& e, std::error_code& ec) 
     x.record_task = st->record_task;
   t->name = "event_wait";
   x.wait_limit = rt_->event_wait_timeout();  // the limit in force when the wait is enqueued
+  // Only a wait bound to a record and without a time limit orders what follows it: one that
+  // times out lets the stream run on before the record.
+  if (x.wait_limit <= 0 && (e.is_task_event() || x.record_task != 0)) rt_->note_wait(*s, target, seq);
   return t;
 }
 
