@@ -124,7 +124,8 @@ class mem_pool {
   NPURT_DECL void* do_malloc(std::size_t bytes, std::uint32_t stream, std::error_code& ec);
   NPURT_DECL std::uint32_t stream_id(stream& s, std::error_code& ec) const;
   [[nodiscard]] NPURT_DECL bool device_busy() const;
-  // Whether the device could hold `bytes` at all: only then can waiting for frees make room.
+  // Whether the device, and the pool's size limit, could hold `bytes` at all: only then can
+  // waiting for frees make room.
   [[nodiscard]] NPURT_DECL bool fits_device(std::size_t bytes) const;
   // Makes the refusal's report (the throwing malloc_async's words and figures) the system's
   // recent error: the error_code forms and an await with use_awaitable carry the code alone.
@@ -187,9 +188,10 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
         using handler_t = detail::pool_delivery<decltype(user_handler)>;
         handler_t handler{std::move(user_handler), this};
         void* p = do_malloc(n, sid, ec);
-        if (ec == errc::out_of_memory && fits_device(n) && device_busy()) {
+        if ((ec == errc::out_of_memory || ec == errc::pool_limit) && fits_device(n) && device_busy()) {
           // The last step of the retry chain, asynchronously: let the device drain (frees in
-          // flight on other streams become reusable), then try once more.
+          // flight on other streams become reusable), then try once more. A pool at its size
+          // limit is no different: its busy cached segments are what the drain frees.
           auto* op = detail::handler_op<handler_t, void*, std::uint64_t>::create(*rt_, std::move(handler));
           struct retry final : detail::op_base {
             mem_pool* pool;

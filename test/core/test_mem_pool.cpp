@@ -257,6 +257,53 @@ TEST_CASE("async_malloc inside run drains the device and retries before giving u
   CHECK(pool.stats().num_alloc_retries >= 1);
 }
 
+TEST_CASE("async_malloc inside run drains the device and retries at the pool's size limit too", "[core][pool]") {
+  // As for a full device: the limit is reached by a cached segment whose free is still ahead,
+  // which the retry chain cannot give back inside the loop; once the device drains, it can.
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s1 = dev.make_stream();
+  auto s2 = dev.make_stream();
+  npurt::mem_pool_options o;
+  o.reuse_allow_internal_dependencies = false;
+  o.reuse_follow_event_dependencies = false;
+  o.pool_size_limit = std::size_t{64} << 20;
+  auto& pool = dev.configure_mem_pool(o);
+  sim_time got_at{};
+  npurt::async_error_code got;
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    void* a = co_await dev.async_malloc(40 << 20, s1, asio::use_awaitable);
+    s1.launch(fixed(us(500)));
+    co_await dev.async_free(a, s1, asio::use_awaitable);
+    auto [ec, b] = co_await dev.async_malloc(40 << 20, s2, asio::as_tuple(asio::use_awaitable));
+    got = ec;
+    got_at = sys.now();
+    if (!ec) co_await dev.async_free(b, s2, asio::use_awaitable);
+  }());
+  CHECK_FALSE(got);
+  CHECK(got_at >= sim_time{us(500)});
+  CHECK(pool.stats().num_alloc_retries >= 1);
+}
+
+TEST_CASE("async_malloc of more than the pool's size limit fails at once, without waiting", "[core][pool][error]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  npurt::mem_pool_options o;
+  o.pool_size_limit = std::size_t{64} << 20;
+  dev.configure_mem_pool(o);
+  sim_time got_at{us(1)};
+  npurt::async_error_code got;
+  run_coro(sys, [&]() -> asio::awaitable<void> {
+    s.launch(fixed(us(500)));  // the device is busy: waiting for it could not help
+    auto [ec, p] = co_await dev.async_malloc(100 << 20, s, asio::as_tuple(asio::use_awaitable));
+    got = ec;
+    got_at = sys.now();
+  }());
+  CHECK(got == npurt::errc::pool_limit);
+  CHECK(got_at < sim_time{us(500)});
+}
+
 TEST_CASE("pool attributes mirror aclrtMemPool and cudaMemPool", "[core][pool]") {
   npurt::system sys{simple()};
   auto& dev = sys.device(0);

@@ -142,7 +142,8 @@ NPURT_DECL std::uint32_t mem_pool::stream_id(stream& s, std::error_code& ec) con
 NPURT_DECL bool mem_pool::device_busy() const { return !rt_->device_positions(dev_).empty(); }
 
 NPURT_DECL bool mem_pool::fits_device(std::size_t bytes) const {
-  return bytes <= rt_->backend().properties(dev_).memory_bytes;
+  const std::size_t limit = alloc_->options().pool_size_limit;
+  return bytes <= rt_->backend().properties(dev_).memory_bytes && (limit == 0 || bytes <= limit);
 }
 
 NPURT_DECL void* mem_pool::do_malloc(std::size_t bytes, std::uint32_t stream, std::error_code& ec) {
