@@ -79,6 +79,11 @@ class mem_pool {
   /// errc::stream_device_mismatch, as device::free says (the throwing form names both devices).
   NPURT_DECL void free_async(void* p, stream& s);
   NPURT_DECL void free_async(void* p, stream& s, std::error_code& ec);
+  /// Takes `bytes` of device memory into the pool's cache for `s` now (a segment, or arena pages
+  /// in compact mode): the way to stock a pool whose auto_growth is off. Errors: zero_size,
+  /// size_overflow (more than the device holds), out_of_memory, pool_limit, and the stream's.
+  NPURT_DECL void reserve(std::size_t bytes, stream& s);
+  NPURT_DECL void reserve(std::size_t bytes, stream& s, std::error_code& ec);
   /// PyTorch's record_stream: p is also used by `s`; reuse waits for s's work enqueued so far.
   NPURT_DECL void record_stream(void* p, stream& s);
   NPURT_DECL void record_stream(void* p, stream& s, std::error_code& ec);

@@ -304,6 +304,44 @@ TEST_CASE("async_malloc of more than the pool's size limit fails at once, withou
   CHECK(got_at < sim_time{us(500)});
 }
 
+TEST_CASE(
+    "a pool without auto_growth serves what reserve stocked, keeps it across synchronizes and says why it refuses",
+    "[core][pool]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  npurt::mem_pool_options o;
+  o.auto_growth = false;
+  auto& pool = dev.configure_mem_pool(o);
+  std::error_code ec;
+  CHECK(pool.malloc_async(4096, s, ec) == nullptr);
+  CHECK(ec == npurt::errc::pool_limit);
+  try {
+    (void)pool.malloc_async(4096, s);
+    FAIL("an empty pool without auto_growth allocated");
+  } catch (const npurt::out_of_memory_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("auto_growth is off") != std::string::npos);
+    CHECK(what.find("The pool's size limit of") == std::string::npos);  // no limit was set, none was reached
+  }
+  pool.reserve(std::size_t{8} << 20, s);  // one 20 MiB large segment: requests up to 10 MiB
+  CHECK(pool.get_attribute(npurt::mem_pool_attr::reserved_mem_current) == std::size_t{20} << 20);
+  s.synchronize();  // the release threshold (0) does not give the stock back: nothing could replace it
+  CHECK(pool.get_attribute(npurt::mem_pool_attr::reserved_mem_current) == std::size_t{20} << 20);
+  void* p = pool.malloc_async(std::size_t{6} << 20, s);
+  CHECK(p != nullptr);
+  pool.free_async(p, s);
+  pool.reserve(0, s, ec);
+  CHECK(ec == npurt::errc::zero_size);
+  CHECK_THROWS_AS(pool.reserve(SIZE_MAX, s), npurt::caller_error);
+  npurt::system sys2{simple(2)};
+  auto foreign = sys2.device(1).make_stream();
+  pool.reserve(4096, foreign, ec);
+  CHECK(ec);
+  pool.empty_cache();  // asked for: the stock goes
+  CHECK(pool.get_attribute(npurt::mem_pool_attr::reserved_mem_current) == 0);
+}
+
 TEST_CASE("pool attributes mirror aclrtMemPool and cudaMemPool", "[core][pool]") {
   npurt::system sys{simple()};
   auto& dev = sys.device(0);

@@ -197,6 +197,9 @@ NPURT_DECL void caching_allocator::on_synchronize(bool all_streams) {
   if (all_streams)
     for (block* x : pending_) clear_uses(x);
   process_events();
+  // A pool that cannot grow would lose for good what the threshold gives back: its stock stays
+  // until empty_cache or trim_to asks for it.
+  if (!opts_.auto_growth) return;
   if (static_cast<std::size_t>(stats_.reserved_bytes[stat_all].current) > opts_.release_threshold)
     release_all_cached(opts_.release_threshold, all_streams);
 }

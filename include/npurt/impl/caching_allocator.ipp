@@ -370,7 +370,11 @@ NPURT_DECL void caching_allocator::throw_allocate_error(errc e, std::size_t size
     // reads as fragmentation, and its hint sends the caller to empty_cache() and max_split_size.
     using ca_detail::format_size;
     const std::size_t rounded = round_size(size);
-    if (ec == errc::pool_limit && rounded > gc_limit()) {
+    if (ec == errc::pool_limit && !opts_.auto_growth) {
+      why =
+          " auto_growth is off: the pool serves only what reserve() (or initial_reserve) stocked, and no cached "
+          "block of it can hold the request.";
+    } else if (ec == errc::pool_limit && rounded > gc_limit()) {
       why = " The request alone is larger than the limit: no release can make room for it.";
     } else if (ec == errc::out_of_memory && rounded > i.total) {
       why = " The request is larger than the device's whole capacity: no release or retry can serve it.";
@@ -383,7 +387,8 @@ NPURT_DECL void caching_allocator::throw_allocate_error(errc e, std::size_t size
               " is free: a refusal not for lack of memory (an injected transient_oom, for one), which trying again "
               "may get past.";
     }
-    throw out_of_memory_error(ec, i, oom_message(i, ec == errc::pool_limit, gc_limit(), why));
+    // Without auto_growth no limit was reached: the stock ran out (why says so).
+    throw out_of_memory_error(ec, i, oom_message(i, ec == errc::pool_limit && opts_.auto_growth, gc_limit(), why));
   }
   if (ec == errc::size_overflow)
     throw_error(ec, "allocate: " + std::to_string(size) +

@@ -226,6 +226,20 @@ NPURT_DECL void mem_pool::free_async(void* p, stream& s) {
   throw_if(ec, "npurt::mem_pool::free_async");
 }
 
+NPURT_DECL void mem_pool::reserve(std::size_t bytes, stream& s, std::error_code& ec) {
+  const std::uint32_t sid = stream_id(s, ec);
+  if (ec) return;
+  alloc_->reserve(bytes, sid, ec);
+}
+
+NPURT_DECL void mem_pool::reserve(std::size_t bytes, stream& s) {
+  std::error_code ec;
+  reserve(bytes, s, ec);
+  if (ec == errc::size_overflow)
+    throw_error(ec, "npurt::mem_pool::reserve: " + std::to_string(bytes) + " bytes are more than the device holds");
+  throw_if(ec, "npurt::mem_pool::reserve: " + std::to_string(bytes) + " bytes");
+}
+
 NPURT_DECL void mem_pool::record_stream(void* p, stream& s, std::error_code& ec) {
   const std::uint32_t sid = stream_id(s, ec);
   if (ec) return;
