@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <utility>
 
 namespace npurt {
 
@@ -115,7 +116,9 @@ class mem_pool {
   [[nodiscard]] allocator_stats stats() const noexcept { return alloc_->stats(); }
   [[nodiscard]] memory_usage_report memory_usage() const noexcept { return alloc_->memory_usage(); }
   [[nodiscard]] memory_snapshot snapshot() const { return alloc_->snapshot(); }
-  [[nodiscard]] mem_pool_options& options() noexcept { return alloc_->options(); }
+  /// The options in force, read-only: they are validated when set (device::configure_mem_pool,
+  /// set_attribute), and a value written past that (a granule of 0) would divide by zero later.
+  [[nodiscard]] const mem_pool_options& options() const noexcept { return std::as_const(*alloc_).options(); }
   [[nodiscard]] detail::caching_allocator& allocator() noexcept { return *alloc_; }
 
  private:

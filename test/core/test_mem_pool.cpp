@@ -11,6 +11,7 @@
 #include <numeric>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 using namespace npurt_test;
 using npurt::sim_time;
@@ -340,6 +341,16 @@ TEST_CASE(
   CHECK(ec);
   pool.empty_cache();  // asked for: the stock goes
   CHECK(pool.get_attribute(npurt::mem_pool_attr::reserved_mem_current) == 0);
+}
+
+TEST_CASE("a pool's options are read-only: they change through configure_mem_pool and set_attribute", "[core][pool]") {
+  // Written through a mutable reference they skipped validation: a compact pool's granule of 0
+  // divided by zero at the next allocation.
+  npurt::system sys{simple()};
+  auto& pool = sys.device(0).mem_pool();
+  STATIC_REQUIRE(std::is_const_v<std::remove_reference_t<decltype(pool.options())>>);
+  pool.set_attribute(npurt::mem_pool_attr::release_threshold, 4096);
+  CHECK(pool.options().release_threshold == 4096);
 }
 
 TEST_CASE("pool attributes mirror aclrtMemPool and cudaMemPool", "[core][pool]") {
