@@ -131,6 +131,8 @@ class mem_pool {
   NPURT_DECL void unregister_blocks();
   NPURT_DECL void* do_malloc(std::size_t bytes, std::uint32_t stream, std::error_code& ec);
   NPURT_DECL std::uint32_t stream_id(stream& s, std::error_code& ec) const;
+  // Throws wrong_thread (caller_error) when called off the system's owning thread.
+  NPURT_DECL void check_owner(const char* call) const;
   [[nodiscard]] NPURT_DECL bool device_busy() const;
   // Whether the device, and the pool's size limit, could hold `bytes` at all: only then can
   // waiting for frees make room.

@@ -465,6 +465,25 @@ TEST_CASE("memory calls from another thread fail with wrong_thread", "[core][thr
   CHECK(host_free_ec == npurt::errc::wrong_thread);
   CHECK(pool_ec == npurt::errc::wrong_thread);
   CHECK(got_b == nullptr);
+  // The pool's maintenance calls race with its allocations as much: refused too.
+  std::vector<std::error_code> maintenance;
+  std::thread again([&] {
+    const auto code_of = [&](auto&& f) {
+      try {
+        f();
+        maintenance.emplace_back();
+      } catch (const npurt::caller_error& e) { maintenance.push_back(e.code()); }
+    };
+    code_of([&] { pool.trim_to(0); });
+    code_of([&] { pool.empty_cache(); });
+    code_of([&] { pool.trigger_gc(); });
+    code_of([&] { pool.reset_peak(); });
+    code_of([&] { pool.set_attribute(npurt::mem_pool_attr::release_threshold, 0); });
+    code_of([&] { (void)pool.get_attribute(npurt::mem_pool_attr::used_mem_current); });
+  });
+  again.join();
+  REQUIRE(maintenance.size() == 6);
+  for (const auto& e : maintenance) CHECK(e == npurt::errc::wrong_thread);
   // Nothing was freed by the rejected calls.
   CHECK_NOTHROW(dev.free(d));
   CHECK_NOTHROW(sys.host_free(h));

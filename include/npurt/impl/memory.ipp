@@ -252,7 +252,15 @@ NPURT_DECL void mem_pool::record_stream(void* p, stream& s) {
   throw_if(ec, "npurt::mem_pool::record_stream");
 }
 
+NPURT_DECL void mem_pool::check_owner(const char* call) const {
+  // The allocator is the owning thread's, as every allocation is: a maintenance call from
+  // another thread would race with it.
+  if (const std::error_code ec = rt_ ? rt_->check_thread() : std::error_code{})
+    throw_error(ec, std::string("npurt::mem_pool::") + call + ": called from a thread that does not own the system");
+}
+
 NPURT_DECL void mem_pool::set_attribute(mem_pool_attr a, std::uint64_t value) {
+  check_owner("set_attribute");
   auto& o = alloc_->options();
   switch (a) {
     case mem_pool_attr::reuse_follow_event_dependencies: o.reuse_follow_event_dependencies = value != 0; return;
@@ -260,11 +268,15 @@ NPURT_DECL void mem_pool::set_attribute(mem_pool_attr a, std::uint64_t value) {
     case mem_pool_attr::reuse_allow_internal_dependencies: o.reuse_allow_internal_dependencies = value != 0; return;
     case mem_pool_attr::release_threshold: o.release_threshold = static_cast<std::size_t>(value); return;
     case mem_pool_attr::reserved_mem_high:
-      if (value != 0) throw_error(make_error_code(errc::invalid_argument), "reserved_mem_high can only be reset to 0");
+      if (value != 0)
+        throw_error(make_error_code(errc::invalid_argument),
+                    "npurt::mem_pool::set_attribute: reserved_mem_high can only be reset to 0");
       alloc_->reset_reserved_high();
       return;
     case mem_pool_attr::used_mem_high:
-      if (value != 0) throw_error(make_error_code(errc::invalid_argument), "used_mem_high can only be reset to 0");
+      if (value != 0)
+        throw_error(make_error_code(errc::invalid_argument),
+                    "npurt::mem_pool::set_attribute: used_mem_high can only be reset to 0");
       alloc_->reset_used_high();
       return;
     case mem_pool_attr::reserved_mem_current:
@@ -280,6 +292,7 @@ NPURT_DECL void mem_pool::set_attribute(mem_pool_attr a, std::uint64_t value) {
 }
 
 NPURT_DECL std::uint64_t mem_pool::get_attribute(mem_pool_attr a) const {
+  check_owner("get_attribute");
   const auto& o = alloc_->options();
   switch (a) {
     case mem_pool_attr::reuse_follow_event_dependencies: return o.reuse_follow_event_dependencies;
@@ -296,10 +309,22 @@ NPURT_DECL std::uint64_t mem_pool::get_attribute(mem_pool_attr a) const {
       "npurt::mem_pool::get_attribute: unknown memory pool attribute id " + std::to_string(static_cast<int>(a)));
 }
 
-NPURT_DECL void mem_pool::trim_to(std::size_t keep) { alloc_->trim_to(keep); }
-NPURT_DECL void mem_pool::empty_cache() { alloc_->empty_cache(); }
-NPURT_DECL void mem_pool::trigger_gc() { alloc_->trigger_gc(); }
-NPURT_DECL void mem_pool::reset_peak() { alloc_->reset_peak(); }
+NPURT_DECL void mem_pool::trim_to(std::size_t keep) {
+  check_owner("trim_to");
+  alloc_->trim_to(keep);
+}
+NPURT_DECL void mem_pool::empty_cache() {
+  check_owner("empty_cache");
+  alloc_->empty_cache();
+}
+NPURT_DECL void mem_pool::trigger_gc() {
+  check_owner("trigger_gc");
+  alloc_->trigger_gc();
+}
+NPURT_DECL void mem_pool::reset_peak() {
+  check_owner("reset_peak");
+  alloc_->reset_peak();
+}
 NPURT_DECL void mem_pool::on_synchronize(bool all_streams) { alloc_->on_synchronize(all_streams); }
 
 }  // namespace npurt
