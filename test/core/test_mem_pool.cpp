@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 using namespace npurt_test;
 using npurt::sim_time;
@@ -234,24 +235,32 @@ TEST_CASE("out of memory raises out_of_memory_error with the pool's numbers", "[
   CHECK_NOTHROW(pool.free_async(pool.malloc_async(40 << 20, s), s));
 }
 
-TEST_CASE("async_malloc inside run drains the device and retries before giving up", "[core][pool]") {
-  npurt::system sys{small_device(64)};
+// s1 takes 40 MiB, queues a 500 us kernel and frees the block behind it (cached but busy until
+// the kernel ends); then s2 asks for 40 MiB inside run(): what it got, and when.
+std::pair<npurt::async_error_code, sim_time> second_alloc_behind_busy_free(npurt::system& sys, npurt::stream& s1,
+                                                                           npurt::stream& s2) {
   auto& dev = sys.device(0);
-  auto s1 = dev.make_stream();
-  auto s2 = dev.make_stream();
-  auto& pool = opportunistic_only(dev);
   sim_time got_at{};
   npurt::async_error_code got;
   run_coro(sys, [&]() -> asio::awaitable<void> {
     void* a = co_await dev.async_malloc(40 << 20, s1, asio::use_awaitable);
     s1.launch(fixed(us(500)));
     co_await dev.async_free(a, s1, asio::use_awaitable);
-    // s1's block is cached but busy; a second 40 MiB does not fit beside it.
     auto [ec, b] = co_await dev.async_malloc(40 << 20, s2, asio::as_tuple(asio::use_awaitable));
     got = ec;
     got_at = sys.now();
     if (!ec) co_await dev.async_free(b, s2, asio::use_awaitable);
   }());
+  return {got, got_at};
+}
+
+TEST_CASE("async_malloc inside run drains the device and retries before giving up", "[core][pool]") {
+  npurt::system sys{small_device(64)};
+  auto& dev = sys.device(0);
+  auto s1 = dev.make_stream();
+  auto s2 = dev.make_stream();
+  auto& pool = opportunistic_only(dev);
+  const auto [got, got_at] = second_alloc_behind_busy_free(sys, s1, s2);
   CHECK_FALSE(got);
   // It succeeded once s1's kernel had finished, not before.
   CHECK(got_at >= sim_time{us(500)});
@@ -270,17 +279,7 @@ TEST_CASE("async_malloc inside run drains the device and retries at the pool's s
   o.reuse_follow_event_dependencies = false;
   o.pool_size_limit = std::size_t{64} << 20;
   auto& pool = dev.configure_mem_pool(o);
-  sim_time got_at{};
-  npurt::async_error_code got;
-  run_coro(sys, [&]() -> asio::awaitable<void> {
-    void* a = co_await dev.async_malloc(40 << 20, s1, asio::use_awaitable);
-    s1.launch(fixed(us(500)));
-    co_await dev.async_free(a, s1, asio::use_awaitable);
-    auto [ec, b] = co_await dev.async_malloc(40 << 20, s2, asio::as_tuple(asio::use_awaitable));
-    got = ec;
-    got_at = sys.now();
-    if (!ec) co_await dev.async_free(b, s2, asio::use_awaitable);
-  }());
+  const auto [got, got_at] = second_alloc_behind_busy_free(sys, s1, s2);
   CHECK_FALSE(got);
   CHECK(got_at >= sim_time{us(500)});
   CHECK(pool.stats().num_alloc_retries >= 1);
