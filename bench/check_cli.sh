@@ -49,6 +49,9 @@ done
 expect_refused "expected a whole number" "$dir/fault_campaign" --runs 1 --steps 1 --seed -1
 expect_error "cannot write" "$dir/allocator" --cached-only --iters 1000 --json $bad.json
 expect_error "no instance matches" "$dir/memplan" --only no-such-instance
+empty=$(mktemp -d)
+expect_error "no instance (\*.csv) in this folder" "$dir/memplan" --small-only --data "$empty"
+rmdir "$empty"
 expect_error "cannot write" "$dir/memplan" --only synthetic_30000 --small-only --json $bad.json
 expect_error "cannot write" "$dir/priority_inversion" --quick --svg $bad
 expect_error "cannot write" "$dir/stream_overhead" --case one_stream --rounds 1 --tasks 1000 --trace $bad.json

@@ -357,6 +357,16 @@ int main(int argc, char** argv) {
   const char* json = json_path.empty() ? nullptr : json_path.c_str();
   const char* write_trace = trace_dir.empty() ? nullptr : trace_dir.c_str();
   const std::string dir = find_data(data_arg);
+  // A folder named on the command line that holds no instance is a mistake (a wrong path, the
+  // CSVs elsewhere), not a run without instances: said before the long part of the run.
+  if (data_arg) {
+    bool any_csv = false;
+    for (auto& e : fs::directory_iterator(dir)) any_csv = any_csv || e.path().extension() == ".csv";
+    if (!any_csv) {
+      std::fprintf(stderr, "memplan: --data %s: no instance (*.csv) in this folder\n", dir.c_str());
+      return 1;
+    }
+  }
   // Compiler-style graphs from the models, 512 B aligned as a device planner would place them;
   // first, while this process is small (see measure_isolated).
   const auto want = [&](const std::string& name) { return name.find(only) != std::string::npos; };

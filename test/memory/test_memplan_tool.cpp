@@ -3,9 +3,11 @@
 
 #include "../tool_run.hpp"
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 
 namespace fs = std::filesystem;
 
@@ -124,7 +126,7 @@ TEST_CASE("npurt-memplan given a directory says it cannot read it and exits 1", 
   // A file stream throws when read(2) fails on a directory: that must become a message, not abort.
   auto r = run(q(scratch().string()));
   CHECK(r.status == 1);
-  CHECK(r.err.find("cannot read file") != std::string::npos);
+  CHECK(r.err.find("cannot read file: " + std::generic_category().message(EISDIR)) != std::string::npos);
   r = run(q(example) + " --check " + q(scratch().string()));
   CHECK(r.status == 1);
   CHECK(r.err.find("cannot read file") != std::string::npos);

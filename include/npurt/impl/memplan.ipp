@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <istream>
 #include <iterator>
@@ -1019,6 +1020,13 @@ NPURT_DECL table read_csv(std::istream& in) {
 NPURT_DECL table read_csv_file(const std::string& path, std::error_code& ec, std::string& message) {
   errno = 0;
   std::ifstream in(path);
+  // Opening a folder succeeds on POSIX; only the first read fails (EISDIR), too late for errno
+  // to be the reason still.
+  if (std::error_code fec; std::filesystem::is_directory(path, fec)) {
+    ec = make_error_code(errc::invalid_argument);
+    message = path + ": cannot read file: " + std::generic_category().message(EISDIR);
+    return {};
+  }
   if (!in) {
     const int e = errno;
     ec = make_error_code(errc::invalid_argument);
