@@ -308,6 +308,45 @@ TEST_CASE("async_run completes through a coroutine with the same result as run, 
   }
 }
 
+TEST_CASE("a feed made from a temporary keeps its tensor: vectors of feeds and async runs outlive it",
+          "[graph][run][lifetime]") {
+  auto sys = test::make_system();
+  session s{sys};
+  graph g("g");
+  g.set_output(g.add_op("Relu", {g.add_input("x", {2, 3}, dtype::f32)}, {}, "y"));
+  auto c = s.compile(g);
+  const std::vector<double> xs{-1, 2, -3, 4, -5, 6}, relu{0, 2, 0, 4, 0, 6};
+  // The statement that made the temporaries is over when the run reads them: a feed that only
+  // referred to its tensor would read a destroyed one here.
+  const std::vector<feed> in{{"x", tensor({2, 3}, dtype::f32, xs)}};
+  CHECK(in[0].value.shape() == shape{2, 3});
+  CHECK(s.run(c, in).outputs.at("y").to_vector() == relu);
+  // A copy of the vector shares the tensor (run_batches copies its batches).
+  const std::vector<std::vector<feed>> batches(2, in);
+  CHECK(s.run_batches(c, batches).outputs.at(1).at("y").to_vector() == relu);
+  // A lvalue is still referred to, not copied: the caller's later writes are what a run sees.
+  tensor named({2, 3}, dtype::f32, xs);
+  const std::vector<feed> by_ref{{"x", named}};
+  CHECK(&by_ref[0].value == &named);
+  // A device tensor moved into an async run's feed, whose vector is gone before the run ends:
+  // the run keeps it until it completes.
+  run_result got;
+  bool ended = false;
+  {
+    tensor dev_x = tensor::on_device(sys.device(0), {2, 3}, dtype::f32);
+    dev_x.copy_from(tensor({2, 3}, dtype::f32, xs), s.stream(0));
+    std::vector<feed> moved;
+    moved.emplace_back("x", std::move(dev_x));
+    s.async_run(c, moved, [&](npurt::async_error_code ec, run_result r) {
+      ended = !ec;
+      got = std::move(r);
+    });
+  }
+  sys.run();
+  CHECK(ended);
+  CHECK(got.outputs.at("y").to_vector() == relu);
+}
+
 TEST_CASE("async_run awaited with use_awaitable leaves a bad feed's message in recent_error_message",
           "[graph][run][errors]") {
   // use_awaitable throws the code alone; the words the blocking run throws (naming the feed)

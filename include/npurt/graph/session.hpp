@@ -98,9 +98,22 @@ struct compile_options {
   bool timing_only = false;
 };
 
-/// A tensor fed to a run, by input name.
+/// A tensor fed to a run, by input name. Made from a named tensor (an lvalue), a feed refers to
+/// it: the tensor must outlive the feed's use. Made from a temporary (`{"x", tensor(...)}`,
+/// `std::move(t)`), it keeps the tensor, shared by its copies: `std::vector<feed> in{{"x",
+/// tensor(...)}}` stays valid after its statement, where a reference would dangle, and a device
+/// tensor moved into a feed lives until the run that took it completes.
 struct feed {
+  feed(std::string n, const tensor& t) noexcept : name(std::move(n)), value(t) {}
+  feed(std::string n, tensor&& t)
+      : name(std::move(n)), owned_(std::make_shared<const tensor>(std::move(t))), value(*owned_) {}
+
   std::string name;
+
+ private:
+  std::shared_ptr<const tensor> owned_;  // before `value`, which may refer to it
+
+ public:
   const tensor& value;
 };
 
@@ -406,26 +419,27 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
         // it came from and names the node, as the blocking run does.
         const auto pos = run_positions(cg);
         detail::runtime& rt = *rt_;
-        detail::cancellable_op* user = detail::make_op(
-            rt, [this, h = std::move(handler), p, cg = std::move(cg), pos](async_error_code wait_ec) mutable {
-              run_result r;
-              std::error_code ec;
-              try {
+        // The feeds ride along: a device tensor moved into one is read by the run until it ends.
+        detail::cancellable_op* user = detail::make_op(rt, [this, h = std::move(handler), p, cg = std::move(cg), pos,
+                                                            in = std::move(in)](async_error_code wait_ec) mutable {
+          run_result r;
+          std::error_code ec;
+          try {
                 // Not reached: the wait itself failed (a deadlock broken by failing it).
-                if (wait_ec && !rt_->position_reached(pos.back().first, pos.back().second))
-                  throw_error(wait_ec, "npurt::session::async_run");
-                if (std::exception_ptr failed = take_run_failure(cg, "npurt::session::async_run", &pos))
-                  std::rethrow_exception(failed);
-                r = finish_run(*p);
-              } catch (const error& e) {
-                abandon_run(*p);
-                ec = e.code();
-                r = run_result{};
-                r.error = e.what();
-                rt_->note_recent_error(r.error);
-              }
-              std::move(h)(async_error_code(ec), std::move(r));
-            });
+            if (wait_ec && !rt_->position_reached(pos.back().first, pos.back().second))
+              throw_error(wait_ec, "npurt::session::async_run");
+            if (std::exception_ptr failed = take_run_failure(cg, "npurt::session::async_run", &pos))
+              std::rethrow_exception(failed);
+            r = finish_run(*p);
+          } catch (const error& e) {
+            abandon_run(*p);
+            ec = e.code();
+            r = run_result{};
+            r.error = e.what();
+            rt_->note_recent_error(r.error);
+          }
+          std::move(h)(async_error_code(ec), std::move(r));
+        });
         detail::op_base* op = detail::sticky_op::create(rt, user, pos.back().first, dev_->id(), pos.back().second);
         detail::start_multi_wait(rt, op, pos, std::nullopt, user);
       },
