@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../tools/cli_options.hpp"
+
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -99,19 +101,7 @@ class report {
   std::vector<row> rows_;
 };
 
-/// A decimal unsigned 64-bit integer and nothing else, for an option such as a seed that has no
-/// range to check: CLI11's own conversion takes "-1" as 2^64 - 1.
-inline CLI::Validator whole_number_u64() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        std::uint64_t v = 0;
-        const auto [end, err] = std::from_chars(s.data(), s.data() + s.size(), v);
-        if (s.empty() || err != std::errc{} || end != s.data() + s.size())
-          return "expected a whole number from 0 to 18446744073709551615, got '" + s.substr(0, 40) + "'";
-        return {};
-      },
-      "UINT64");
-}
+using npurt_cli::whole_number_u64;
 
 /// Everything printed on standard output must reach it: a full disk or a closed pipe loses the
 /// table, and is exit status 1 with a message, as an unwritable --json file is.

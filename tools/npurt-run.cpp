@@ -20,6 +20,7 @@
 #include <npurt/onnx.hpp>
 #endif
 
+#include "cli_options.hpp"
 #include "run_inputs.hpp"
 
 #include <boost/json.hpp>
@@ -128,20 +129,6 @@ int bad_option(const std::string& why) {
   return 1;
 }
 
-// A decimal unsigned 64-bit integer and nothing else: CLI11's own conversion takes "-1" as
-// 2^64 - 1.
-CLI::Validator u64_value() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        std::uint64_t v = 0;
-        const auto [end, err] = std::from_chars(s.data(), s.data() + s.size(), v);
-        if (s.empty() || err != std::errc{} || end != s.data() + s.size())
-          return "expected a whole number from 0 to 18446744073709551615, got '" + s.substr(0, 40) + "'";
-        return {};
-      },
-      "UINT64");
-}
-
 /// `s` with each byte that is no part of a well-formed UTF-8 sequence replaced by U+FFFD: a path
 /// or an ONNX node name may hold any bytes, JSON text is UTF-8 (RFC 8259), and Boost.JSON's
 /// serializer copies a string's bytes as they are.
@@ -186,7 +173,7 @@ int main(int argc, char** argv) try {
                  "Seed of the generated inputs (floats in [-1, 1), signed integers -4..3, unsigned 0..7, bools 0/1) "
                  "and of the MLP's weights")
       ->capture_default_str()
-      ->check(u64_value());
+      ->check(npurt_cli::whole_number_u64());
   app.add_option("--top", o.top, "How many operators to list")
       ->check(CLI::Range(std::size_t{0}, std::size_t{100000}))
       ->capture_default_str();
