@@ -82,7 +82,8 @@ class mem_pool {
   NPURT_DECL void free_async(void* p, stream& s, std::error_code& ec);
   /// Takes `bytes` of device memory into the pool's cache for `s` now (a segment, or arena pages
   /// in compact mode): the way to stock a pool whose auto_growth is off. Errors: zero_size,
-  /// size_overflow (more than the device holds), out_of_memory, pool_limit, and the stream's.
+  /// size_overflow (a size that cannot be rounded up), out_of_memory (more than the device holds
+  /// or has free: out_of_memory_error when thrown), pool_limit, and the stream's.
   NPURT_DECL void reserve(std::size_t bytes, stream& s);
   NPURT_DECL void reserve(std::size_t bytes, stream& s, std::error_code& ec);
   /// PyTorch's record_stream: p is also used by `s`; reuse waits for s's work enqueued so far.

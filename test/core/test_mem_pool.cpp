@@ -334,6 +334,19 @@ TEST_CASE(
   pool.reserve(0, s, ec);
   CHECK(ec == npurt::errc::zero_size);
   CHECK_THROWS_AS(pool.reserve(SIZE_MAX, s), npurt::caller_error);
+  pool.reserve(SIZE_MAX, s, ec);
+  CHECK(ec == npurt::errc::size_overflow);
+  // More than the device holds but representable: out of memory, as a malloc of it is.
+  const std::size_t too_big = dev.properties().memory_bytes + 1;
+  pool.reserve(too_big, s, ec);
+  CHECK(ec == npurt::errc::out_of_memory);
+  try {
+    pool.reserve(too_big, s);
+    FAIL("reserve took more than the device holds");
+  } catch (const npurt::out_of_memory_error& e) {
+    CHECK(e.details().requested == too_big);
+    CHECK(e.details().total == dev.properties().memory_bytes);
+  }
   npurt::system sys2{simple(2)};
   auto foreign = sys2.device(1).make_stream();
   pool.reserve(4096, foreign, ec);

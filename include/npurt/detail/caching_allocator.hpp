@@ -128,6 +128,9 @@ class caching_allocator {
   /// Takes `bytes` of device memory for `stream` into the cache now (a segment, or arena pages).
   /// The way to stock a pool that has auto_growth off.
   NPURT_DECL void reserve(std::size_t bytes, std::uint32_t stream, std::error_code& ec);
+  /// Throws what allocate throws: out_of_memory_error with its report (pool_limit as its code),
+  /// caller_error otherwise.
+  NPURT_DECL void reserve(std::size_t bytes, std::uint32_t stream);
 
   /// Returns every cached block that can be returned (whole free segments; free arena tails).
   NPURT_DECL void empty_cache();

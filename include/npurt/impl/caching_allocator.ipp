@@ -664,7 +664,11 @@ NPURT_DECL void caching_allocator::reserve(std::size_t bytes, std::uint32_t stre
     return;
   }
   if (bytes > provider_.capacity()) {
-    ec = make_error_code(errc::size_overflow);
+    // allocate's answers: a size that cannot even be rounded up is a bad argument, one that is
+    // representable but more than the device holds is out of memory.
+    const std::size_t pad = opts_.ascend_pad ? ascend_pad_size : 0;
+    const bool unroundable = bytes > std::numeric_limits<std::size_t>::max() - pad - (min_block_size - 1);
+    ec = make_error_code(unroundable ? errc::size_overflow : errc::out_of_memory);
     return;
   }
   settle();
@@ -691,6 +695,13 @@ NPURT_DECL void caching_allocator::reserve(std::size_t bytes, std::uint32_t stre
     else ec = make_error_code(p.pool_limited ? errc::pool_limit : errc::out_of_memory);
   }
   opts_.auto_growth = growth;
+}
+
+NPURT_DECL void caching_allocator::reserve(std::size_t bytes, std::uint32_t stream) {
+  std::error_code ec;
+  reserve(bytes, stream, ec);
+  if (ec == errc::out_of_memory || ec == errc::pool_limit) throw_allocate_error(static_cast<errc>(ec.value()), bytes);
+  throw_if(ec, "npurt::mem_pool::reserve: " + std::to_string(bytes) + " bytes");
 }
 
 }  // namespace npurt::detail

@@ -234,10 +234,10 @@ NPURT_DECL void mem_pool::reserve(std::size_t bytes, stream& s, std::error_code&
 
 NPURT_DECL void mem_pool::reserve(std::size_t bytes, stream& s) {
   std::error_code ec;
-  reserve(bytes, s, ec);
-  if (ec == errc::size_overflow)
-    throw_error(ec, "npurt::mem_pool::reserve: " + std::to_string(bytes) + " bytes are more than the device holds");
-  throw_if(ec, "npurt::mem_pool::reserve: " + std::to_string(bytes) + " bytes");
+  const std::uint32_t sid = stream_id(s, ec);
+  throw_if(ec, "npurt::mem_pool::reserve");
+  // Refused as malloc_async refuses: out_of_memory_error with the device's figures.
+  alloc_->reserve(bytes, sid);
 }
 
 NPURT_DECL void mem_pool::record_stream(void* p, stream& s, std::error_code& ec) {
