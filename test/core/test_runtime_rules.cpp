@@ -11,6 +11,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/redirect_error.hpp>
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -433,6 +434,45 @@ TEST_CASE("with thread checks on, a call from a second thread is a clear error",
   std::error_code ec;
   s.launch(fixed(us(1)), ec);
   CHECK(!ec);
+}
+
+TEST_CASE("with thread checks on, set_device, memory_info, observers and annotations refuse a second thread",
+          "[core][thread][error]") {
+  npurt::system_options opts;
+  opts.check_thread = true;
+  npurt::system sys{simple(2), opts};
+  npurt::observer o;
+  // Each of these reads or writes state the loop's thread owns (the current device, the memory
+  // registry, the observer list, the profiler's ranges): from another thread it is a data race.
+  // (remove_observer stays unchecked: destructors call it.)
+  const std::vector<std::function<void()>> calls = {
+      [&] { sys.set_device(1); },   [&] { (void)sys.device(0).memory_info(); },
+      [&] { sys.add_observer(o); }, [&] { sys.mark("m"); },
+      [&] { sys.push_range("r"); }, [&] { sys.pop_range(); },
+  };
+  std::vector<std::error_code> codes(calls.size());
+  std::vector<std::string> words(calls.size());
+  std::thread other([&] {
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      try {
+        calls[i]();
+      } catch (const npurt::caller_error& e) {
+        codes[i] = e.code();
+        words[i] = e.what();
+      }
+    }
+  });
+  other.join();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    INFO("call " << i << ": " << words[i]);
+    CHECK(codes[i] == npurt::errc::wrong_thread);
+    CHECK_THAT(words[i], ContainsSubstring("npurt::"));
+  }
+  // The refused calls changed nothing, and the owner's thread still may.
+  CHECK(sys.current_device().id() == 0);
+  sys.set_device(1);
+  CHECK(sys.current_device().id() == 1);
+  CHECK(sys.device(0).memory_info().total > 0);
 }
 
 TEST_CASE("memory calls from another thread fail with wrong_thread", "[core][thread][error]") {

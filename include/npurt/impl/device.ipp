@@ -135,6 +135,8 @@ NPURT_DECL void device::free(void* p) {
 }
 
 NPURT_DECL mem_info device::memory_info() const {
+  // The registry is the loop thread's: another thread would race with allocations.
+  if (const std::error_code ec = rt_->check_thread()) throw_error_on(id_, ec, "npurt::device::memory_info");
   const std::size_t total = properties().memory_bytes;
   return {total - rt_->memory().device_used(id_), total};
 }

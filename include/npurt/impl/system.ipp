@@ -48,6 +48,7 @@ NPURT_DECL npurt::device& system::device(device_id id) {
 }
 
 NPURT_DECL void system::set_device(device_id id) {
+  throw_if(rt_->check_thread(), "npurt::system::set_device");
   (void)device(id);  // validates
   current_ = id;
 }
@@ -125,16 +126,25 @@ NPURT_DECL void system::set_event_wait_timeout(std::optional<picoseconds> limit)
   throw_if(ec, "npurt::system::set_event_wait_timeout");
 }
 
-NPURT_DECL void system::add_observer(observer& o) { rt_->add_observer(o); }
+// The observer list and the observers' records are the loop thread's, as everything else is:
+// these refuse another thread like every other call (system_options::check_thread).
+// remove_observer is left unchecked: destructors and noexcept clean-up paths call it.
+NPURT_DECL void system::add_observer(observer& o) {
+  throw_if(rt_->check_thread(), "npurt::system::add_observer");
+  rt_->add_observer(o);
+}
 NPURT_DECL void system::remove_observer(observer& o) { rt_->remove_observer(o); }
 
 NPURT_DECL void system::mark(std::string_view name, std::uint32_t lane) {
+  throw_if(rt_->check_thread(), "npurt::system::mark");
   if (rt_->tracing()) rt_->fanout().on_host_range({host_range_op::mark, name, lane, rt_->now()});
 }
 NPURT_DECL void system::push_range(std::string_view name, std::uint32_t lane) {
+  throw_if(rt_->check_thread(), "npurt::system::push_range");
   if (rt_->tracing()) rt_->fanout().on_host_range({host_range_op::push, name, lane, rt_->now()});
 }
 NPURT_DECL void system::pop_range(std::uint32_t lane) {
+  throw_if(rt_->check_thread(), "npurt::system::pop_range");
   if (rt_->tracing()) rt_->fanout().on_host_range({host_range_op::pop, {}, lane, rt_->now()});
 }
 
