@@ -4,8 +4,10 @@
 #include "common.hpp"
 
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -357,3 +359,59 @@ TEST_CASE("a kernel the backend cannot run is rejected at launch", "[core][error
 }
 
 }  // namespace
+
+TEST_CASE("a copy or memset refused for another device's memory names the pointer and both devices", "[core][error]") {
+  // The code alone says "stream, event or memory belongs to another device": the words say which.
+  npurt::system sys{simple(3)};
+  auto& d0 = sys.device(0);
+  auto s = d0.make_stream();
+  npurt::device_buffer mine(d0, 1024), theirs(sys.device(1), 1024), third(sys.device(2), 1024);
+  std::vector<std::byte> host(1024);
+  auto refusal = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const npurt::caller_error& e) {
+      CHECK(e.code() == npurt::errc::stream_device_mismatch);
+      return e.what();
+    }
+    return "accepted";
+  };
+  auto text = [](const void* p) {
+    std::ostringstream os;
+    os << p;
+    return os.str();
+  };
+  const std::string of_1 = text(theirs.data()) + " is memory of device 1, the copy's stream is of device 0";
+  using Catch::Matchers::ContainsSubstring;
+  CHECK_THAT(refusal([&] { s.memcpy(theirs.data(), 1024, host.data(), 1024, npurt::memcpy_kind::host_to_device); }),
+             ContainsSubstring(of_1));
+  CHECK_THAT(refusal([&] { s.memcpy(host.data(), 1024, theirs.data(), 1024, npurt::memcpy_kind::device_to_host); }),
+             ContainsSubstring(of_1));
+  const std::string set_1 = text(theirs.data()) + " is memory of device 1, the memset's stream is of device 0";
+  CHECK_THAT(refusal([&] { s.memset(theirs.data(), 1024, 0, 1024); }), ContainsSubstring(set_1));
+  // A copy between two other devices names both ends.
+  CHECK_THAT(refusal([&] { s.memcpy(third.data(), 1024, theirs.data(), 1024); }),
+             ContainsSubstring(text(third.data()) + " is memory of device 2 and " + text(theirs.data()) +
+                               " of device 1, the copy's stream is of device 0"));
+  // The blocking copy (on the device's own stream) says the same, and names a freed pointer.
+  CHECK_THAT(refusal([&] { d0.memcpy(host.data(), 1024, theirs.data(), 1024, npurt::memcpy_kind::device_to_host); }),
+             ContainsSubstring(of_1));
+  void* gone = d0.malloc(1024);
+  d0.free(gone);
+  try {
+    d0.memcpy(host.data(), 1024, gone, 1024, npurt::memcpy_kind::device_to_host);
+    FAIL("a copy from freed memory was accepted");
+  } catch (const npurt::caller_error& e) {
+    CHECK(e.code() == npurt::errc::invalid_pointer);
+    CHECK_THAT(e.what(), ContainsSubstring(text(gone) + " was freed"));
+  }
+  // The async form's words reach recent_error_message.
+  npurt::async_error_code async_ec;
+  s.async_memset(theirs.data(), 1024, 0, 1024, [&](npurt::async_error_code ec) { async_ec = ec; });
+  sys.run();
+  CHECK(async_ec == npurt::errc::stream_device_mismatch);
+  CHECK_THAT(sys.recent_error_message(), ContainsSubstring(set_1));
+  // Nothing was queued, and the stream's own device still works.
+  s.memset(mine.data(), 1024, 0, 1024);
+  s.synchronize();
+}

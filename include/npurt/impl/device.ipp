@@ -221,6 +221,11 @@ NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, 
     throw_error(ec,
                 "npurt::device::memcpy blocks, which is not possible inside system::run (in a coroutine or "
                 "handler); use co_await s.async_memcpy(..., asio::use_awaitable)");
+  // Which pointer, and what is wrong with it (freed, another device's, ...), as stream::memcpy says.
+  if (ec && copy_stream_) {
+    const std::string why = copy_stream_->pointer_problem(ec, dst, src);
+    if (!why.empty()) throw_error_on(id_, ec, "npurt::device::memcpy: " + why);
+  }
   throw_if_on(id_, ec, "npurt::device::memcpy");
 }
 

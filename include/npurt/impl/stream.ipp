@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <memory>
+#include <sstream>
 #include <string>
 
 namespace npurt {
@@ -485,7 +486,36 @@ NPURT_DECL std::string stream::refusal(std::string_view call, std::error_code ec
   return what;
 }
 
+namespace detail {
+// Which end of a refused copy (or memset: no `src`) is memory of a device other than the
+// stream's `mine`, in words: the code alone says "stream, event or memory belongs to another
+// device". Built only on the refusal path.
+inline std::string device_mismatch(const memory_registry& memory, device_id mine, const void* dst, const void* src) {
+  auto owner = [&](const void* p) -> device_id {
+    const allocation* a = p && is_device_address(p) ? memory.find_allocation(p) : nullptr;
+    return a ? a->device : -1;
+  };
+  auto text = [](const void* p) {
+    std::ostringstream os;
+    os << p;
+    return os.str();
+  };
+  const device_id to = owner(dst);
+  const device_id from = owner(src);
+  const std::string runs_on =
+      (src ? ", the copy's stream is of device " : ", the memset's stream is of device ") + std::to_string(mine);
+  if (to >= 0 && from >= 0 && to != mine && from != mine)
+    return text(dst) + " is memory of device " + std::to_string(to) + " and " + text(src) + " of device " +
+           std::to_string(from) + runs_on + " (a copy between devices runs on a stream of one of them)";
+  if (to >= 0 && to != mine) return text(dst) + " is memory of device " + std::to_string(to) + runs_on;
+  if (from >= 0 && from != mine) return text(src) + " is memory of device " + std::to_string(from) + runs_on;
+  return {};
+}
+}  // namespace detail
+
 NPURT_DECL std::string stream::pointer_problem(std::error_code ec, const void* dst, const void* src) const {
+  if (ec == errc::stream_device_mismatch && rt_)
+    return detail::device_mismatch(rt_->memory(), device_or_none(), dst, src);
   if (ec != errc::invalid_pointer || !rt_) return {};
   std::string why = rt_->memory().why_not_live(dst);
   if (src && (why.empty() || !detail::is_device_address(dst))) why = rt_->memory().why_not_live(src);
