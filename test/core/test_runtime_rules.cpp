@@ -250,6 +250,70 @@ TEST_CASE("device reset aborts pending work instead of waiting for it", "[core][
   CHECK(sys.now() - t0 == sys.options().launch_overhead + us(3));
 }
 
+TEST_CASE("a device reset from a host callback of its own stream ends that stream's work, and the run",
+          "[core][device][reset]") {
+  // aclrtResetDevice from a callback: the callback's own task is among the work the reset
+  // drops, so when the callback returns there is nothing left to finish.
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  s.launch(fixed(us(1)));
+  s.launch_callback([&] {
+    dev.reset();
+    throw std::runtime_error("thrown after the reset");  // dropped with the device's failures
+  });
+  const npurt::event after = s.launch(fixed(us(1)));
+  npurt::async_error_code awaited;
+  s.async_launch(fixed(us(1)), [&](npurt::async_error_code ec) { awaited = ec; });
+  std::error_code ec;
+  sys.run(ec);
+  CHECK_FALSE(ec);
+  CHECK(sys.deadlock_report().empty());
+  // The callback ran when it reached the device (two enqueues of launch_overhead each, the first
+  // kernel having ended before), and the reset left nothing to run after it.
+  CHECK(sys.now() == npurt::sim_time{2 * sys.options().launch_overhead});
+  CHECK(awaited == npurt::errc::operation_aborted);
+  CHECK(after.status() == npurt::errc::invalid_event);
+  dev.synchronize(ec);
+  CHECK_FALSE(ec);
+  auto fresh = dev.make_stream();
+  const auto t0 = sys.now();
+  fresh.launch(fixed(us(3)));
+  fresh.synchronize();
+  CHECK(sys.now() - t0 == sys.options().launch_overhead + us(3));
+}
+
+TEST_CASE("a device reset from the callback of a stream destroyed inside run() frees it once",
+          "[core][device][reset]") {
+  // The destroyed stream's record goes with the reset: the callback must not touch it after.
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  bool reset_done = false;
+  asio::co_spawn(
+      sys.get_executor(),
+      [&]() -> asio::awaitable<void> {
+        auto s = dev.make_stream();
+        s.launch(fixed(us(1)));
+        s.launch_callback([&] {
+          dev.reset();
+          reset_done = true;
+          throw std::runtime_error("thrown after the reset");
+        });
+        s.launch(fixed(us(1)));
+        co_return;  // the stream is destroyed here, inside run(): its work drains afterwards
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  std::error_code ec;
+  sys.run(ec);
+  CHECK_FALSE(ec);
+  CHECK(reset_done);
+  CHECK(sys.deadlock_report().empty());
+  dev.synchronize(ec);
+  CHECK_FALSE(ec);
+}
+
 TEST_CASE("a kernel name taken from a temporary string survives the string", "[core][stream][names]") {
   recorder rec;
   npurt::system sys{simple()};

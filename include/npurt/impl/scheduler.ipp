@@ -386,13 +386,19 @@ NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
     case task_kind::host_callback:
       parts_.post(s.strand, [this, t] {
         if (t->orphan) return free_task(t);  // its device was reset meanwhile
-        stream_state& st = *find_stream(t->stream);
+        std::exception_ptr thrown;
         try {
           if (t->extra->callback) (*t->extra->callback)();
-        } catch (...) {
+        } catch (...) { thrown = std::current_exception(); }
+        // The callback may have reset its own device: this task was dropped with the device's
+        // work (and its stream's record with it, if the stream was destroyed), and what it
+        // threw goes with the device's other failures.
+        if (t->orphan) return free_task(t);
+        stream_state& st = *find_stream(t->stream);
+        if (thrown) {
           // Not swallowed: the awaiting caller, or the stream's sticky error, gets it.
           st.run.error = make_error_code(errc::callback_failed);
-          st.run.exception = std::current_exception();
+          st.run.exception = std::move(thrown);
         }
         st.run.end = now();
         finish_task(st, t);
