@@ -119,7 +119,9 @@ class device {
 
   /// aclrtResetDevice: aborts the device's pending work without waiting for it (whoever awaits
   /// it completes with errc::operation_aborted), frees the device's memory, and invalidates its
-  /// streams and events. Fire-and-forget failures not yet read are dropped.
+  /// streams and events. Fire-and-forget failures not yet read are dropped. A host callback or
+  /// coroutine may reset the device whose work it is part of; an observer's report may not
+  /// (errc::not_supported: the reported task is among the work the reset drops).
   NPURT_DECL void reset();
   NPURT_DECL void reset(std::error_code& ec);
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch_test_macros.hpp>
@@ -312,6 +313,44 @@ TEST_CASE("a device reset from the callback of a stream destroyed inside run() f
   CHECK(sys.deadlock_report().empty());
   dev.synchronize(ec);
   CHECK_FALSE(ec);
+}
+
+TEST_CASE("a device reset from an observer's report is refused, and the run goes on", "[core][device][reset]") {
+  // on_task is heard from inside the scheduler's bookkeeping of the task it reports, which a
+  // reset would free under it.
+  struct resetter final : npurt::observer {
+    npurt::device* dev = nullptr;
+    std::error_code ec;
+    std::string words;
+    void on_task(const npurt::task_info&) override {
+      if (!dev) return;
+      npurt::device& d = *std::exchange(dev, nullptr);
+      d.reset(ec);
+      try {
+        d.reset();
+      } catch (const npurt::caller_error& e) { words = e.what(); }
+    }
+  } obs;
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  obs.dev = &dev;
+  sys.add_observer(obs);
+  s.launch(fixed(us(1)));
+  const npurt::event last = s.launch(fixed(us(1)));
+  std::error_code ec;
+  sys.run(ec);
+  sys.remove_observer(obs);
+  CHECK(obs.ec == npurt::errc::not_supported);
+  CHECK_THAT(obs.words, ContainsSubstring("npurt::device::reset: called from an observer's report"));
+  CHECK_FALSE(ec);
+  CHECK(sys.deadlock_report().empty());
+  // Nothing was dropped: both kernels ran, one after the other.
+  CHECK(last.query());
+  CHECK(sys.now() == npurt::sim_time{2 * sys.options().launch_overhead + us(1)});
+  // Outside a report the reset works as ever.
+  dev.reset();
+  CHECK_FALSE(s.valid());
 }
 
 TEST_CASE("a kernel name taken from a temporary string survives the string", "[core][stream][names]") {

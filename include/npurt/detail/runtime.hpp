@@ -142,6 +142,9 @@ class runtime final : public backend_host, private loop_parts, public scheduler,
   NPURT_DECL void trace_memory(device_id dev, memory_op op, std::uint64_t addr, std::size_t bytes, std::size_t in_use,
                                std::size_t reserved, std::uint32_t stream);
   [[nodiscard]] observer& fanout() noexcept { return fanout_; }
+  /// True while observers hear a report (a task's end, a memory event, ...): the report comes
+  /// from inside the scheduler's bookkeeping of that event.
+  [[nodiscard]] bool in_report() const noexcept { return fanout_.reporting(); }
 
   /// Host operations outstanding (for deadlock detection: somebody still waits).
   void host_wait_begin() noexcept { ++host_waits_; }
@@ -251,6 +254,7 @@ class runtime final : public backend_host, private loop_parts, public scheduler,
       return true;
     }
     [[nodiscard]] bool empty() const noexcept { return live_ == 0; }
+    [[nodiscard]] bool reporting() const noexcept { return depth_ > 0; }
     [[nodiscard]] const std::vector<observer*>& list() const noexcept { return list_; }
 
    private:

@@ -240,6 +240,12 @@ NPURT_DECL void device::finish_reset() noexcept {
 NPURT_DECL void device::reset(std::error_code& ec) {
   ec.clear();
   if ((ec = rt_->check_thread())) return;
+  // An observer hears a task's end from inside the scheduler's bookkeeping of that task, which a
+  // reset would free under it (the task is among the work a reset drops).
+  if (rt_->in_report()) {
+    ec = make_error_code(errc::not_supported);
+    return;
+  }
   // aclrtResetDevice does not wait: pending work is aborted, not drained.
   rt_->abort_device(id_);
   finish_reset();
@@ -248,6 +254,10 @@ NPURT_DECL void device::reset(std::error_code& ec) {
 NPURT_DECL void device::reset() {
   std::error_code ec;
   reset(ec);
+  if (ec == errc::not_supported)
+    throw_error_on(id_, ec,
+                   "npurt::device::reset: called from an observer's report, which the reset would pull the "
+                   "reported work from under: reset from a host callback, a coroutine or after run() returns");
   throw_if_on(id_, ec, "npurt::device::reset");
 }
 
