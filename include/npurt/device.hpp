@@ -71,7 +71,9 @@ class device {
   /// `void* p = co_await dev.async_malloc(64 << 20, s, use_awaitable);`
   [[nodiscard]] NPURT_DECL npurt::mem_pool& mem_pool();
   /// Gives the default pool these options: the memory of its old allocator is released, and the
-  /// pool object (every mem_pool& to it) stays. Invalid options throw and change nothing.
+  /// pool object (every mem_pool& to it) stays. Invalid options throw and change nothing, as do a
+  /// call from another thread (errc::wrong_thread) and one from an observer's report
+  /// (errc::not_supported).
   NPURT_DECL npurt::mem_pool& configure_mem_pool(const mem_pool_options& opts);
   template <class Token = default_token>
   auto async_malloc(std::size_t bytes, stream& s, Token&& token = {}) {

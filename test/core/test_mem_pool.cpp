@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -812,4 +813,49 @@ TEST_CASE("device::malloc_async and free_async are the default pool's, as cudaMa
   dev.free_async(p, s, ec);  // freed already
   CHECK(ec);
   CHECK_THROWS_AS(dev.free_async(p, s), npurt::caller_error);
+}
+
+TEST_CASE("configure_mem_pool refuses another thread and an observer's report, and changes nothing",
+          "[core][pool][thread]") {
+  // It destroys the pool's allocator: from another thread that races with the loop, and from a
+  // report of the allocator's own bookkeeping (on_memory) it would destroy the allocator that is
+  // still serving the allocation being reported.
+  struct reconfigurer final : npurt::observer {
+    npurt::device* dev = nullptr;
+    std::error_code ec;
+    void on_memory(const npurt::memory_info&) override {
+      if (!dev) return;
+      try {
+        std::exchange(dev, nullptr)->configure_mem_pool({});
+      } catch (const npurt::caller_error& e) { ec = e.code(); }
+    }
+  } obs;
+  npurt::system_options opts;
+  opts.check_thread = true;
+  npurt::system sys{simple(), opts};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  void* live = dev.malloc_async(1024, s);
+  std::error_code thread_ec;
+  std::thread other([&] {
+    try {
+      dev.configure_mem_pool({});
+    } catch (const npurt::caller_error& e) { thread_ec = e.code(); }
+  });
+  other.join();
+  CHECK(thread_ec == npurt::errc::wrong_thread);
+  sys.add_observer(obs);
+  obs.dev = &dev;
+  void* p = dev.malloc_async(1 << 20, s);
+  sys.remove_observer(obs);
+  CHECK(obs.ec == npurt::errc::not_supported);
+  // Neither call released anything: both blocks are live and usable.
+  std::error_code ec;
+  s.memset(live, 1024, 0, 1024, ec);
+  CHECK_FALSE(ec);
+  s.memset(p, 1 << 20, 0, 1 << 20, ec);
+  CHECK_FALSE(ec);
+  dev.free_async(p, s);
+  dev.free_async(live, s);
+  s.synchronize();
 }

@@ -29,6 +29,14 @@ NPURT_DECL npurt::mem_pool& device::mem_pool() {
 }
 
 NPURT_DECL npurt::mem_pool& device::configure_mem_pool(const mem_pool_options& opts) {
+  throw_if_on(id_, rt_->check_thread(), "npurt::device::configure_mem_pool");
+  // The old allocator is destroyed: not from inside a report of its own bookkeeping (on_memory
+  // of the allocation it is serving).
+  if (rt_->in_report())
+    throw_error_on(id_, make_error_code(errc::not_supported),
+                   "npurt::device::configure_mem_pool: called from an observer's report, while the pool may be "
+                   "inside the allocation being reported: configure it from a host callback, a coroutine or "
+                   "outside run()");
   // The pool object stays and only its allocator is replaced: a mem_pool& handed out earlier,
   // and an async_malloc waiting to retry, keep pointing at a live pool.
   if (pool_) {
