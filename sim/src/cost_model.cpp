@@ -232,13 +232,15 @@ void plan_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
   if (!l0c_double && static_cast<double>(mb) * nb * 4 > static_cast<double>(p.l0c_bytes)) return;
   const std::int64_t kc = round_up(ceil_div(g.k, ks), k0);
   if (ks > 1 && (ks - 1) * kc >= g.k) return;  // an empty split
-  // K step: the largest multiple of k0 whose A and B tiles fit half of L0A / L0B.
-  std::int64_t kt = std::min<std::int64_t>(static_cast<std::int64_t>(p.l0a_bytes / 2 / (mb * e)),
-                                           static_cast<std::int64_t>(p.l0b_bytes / 2 / (nb * e)));
+  // K step: the largest multiple of k0 whose A and B tiles fit half of L0A / L0B, and whose
+  // double-buffered A and B panels fit L1 (a smaller L1 shortens the step rather than rule the
+  // block out: check() guarantees one fractal step fits, so every GEMM has a plan).
+  std::int64_t kt = std::min({static_cast<std::int64_t>(p.l0a_bytes / 2 / (mb * e)),
+                              static_cast<std::int64_t>(p.l0b_bytes / 2 / (nb * e)),
+                              static_cast<std::int64_t>(static_cast<double>(p.l1_bytes) / (2.0 * (mb + nb) * e))});
   kt = kt / k0 * k0;
   if (kt < k0) return;
   kt = std::min(kt, kc);
-  if (2.0 * (mb + nb) * kt * e > static_cast<double>(p.l1_bytes)) return;
 
   const double clock = p.clock_hz;
   const double issue = p.instr_issue_cycles;
@@ -388,12 +390,33 @@ void plan_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
 void cost_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, double share, kernel_cost& kc) {
   gemm_plan best;
   const std::int64_t mcap = round_up(pr.g.m, p.cube_m), ncap = round_up(pr.g.n, p.cube_n);
-  static constexpr std::array<std::int64_t, 6> sizes{16, 32, 64, 128, 256, 512};
-  for (auto mb : sizes) {
-    if (mb > mcap && mb != sizes.front() && mb / 2 >= mcap) continue;
+  // Block edges to try, ascending: 16 to 512, and one fractal (cube_m or cube_n) when that is
+  // not among them, the least block the cube computes, which check() guarantees L0 and L1 hold.
+  // A larger edge is tried only while the one before it does not already cover the GEMM.
+  const auto edges = [](std::int64_t fractal) {
+    static constexpr std::array<std::int64_t, 6> sizes{16, 32, 64, 128, 256, 512};
+    std::array<std::int64_t, 7> e{};
+    std::size_t n = 0;
+    bool placed = false;
+    for (const std::int64_t s : sizes) {
+      if (!placed && fractal <= s) {
+        if (fractal < s) e[n++] = fractal;
+        placed = true;
+      }
+      e[n++] = s;
+    }
+    if (!placed) e[n++] = fractal;
+    return std::pair{e, n};
+  };
+  const auto [m_edges, m_count] = edges(p.cube_m);
+  const auto [n_edges, n_count] = edges(p.cube_n);
+  for (std::size_t i = 0; i < m_count; ++i) {
+    const std::int64_t mb = m_edges[i];
+    if (i > 0 && m_edges[i - 1] >= mcap) break;
     const std::int64_t m = std::min(mb, mcap);
-    for (auto nb : sizes) {
-      if (nb > ncap && nb != sizes.front() && nb / 2 >= ncap) continue;
+    for (std::size_t j = 0; j < n_count; ++j) {
+      const std::int64_t nb = n_edges[j];
+      if (j > 0 && n_edges[j - 1] >= ncap) break;
       const std::int64_t n = std::min(nb, ncap);
       const std::uint64_t blocks = static_cast<std::uint64_t>(ceil_div(pr.g.m, m) * ceil_div(pr.g.n, n) * pr.g.batch);
       for (std::int64_t ks = 1; ks <= 64; ks *= 2) {
@@ -404,6 +427,12 @@ void cost_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
         plan_gemm(p, pr, cores, share, m, n, ks, best);
       }
     }
+  }
+  if (best.blocks == 0) {
+    // No tiling fits the buffers, which only a preset that fails check() allows: the kernel
+    // cannot run, so it costs the end of time rather than nothing.
+    best.total = std::numeric_limits<double>::infinity();
+    best.bound = unit::cube;
   }
   const double f = p.clock_hz;
   kc.tiles = best.steps_total;

@@ -423,11 +423,34 @@ std::error_code check(const preset& p, std::string* what) {
   }
   if (!p.separated_cores && p.vector_core_count != p.ai_core_count)
     return bad("SoCInfo.vector_core_cnt", "must equal ai_core_cnt when cores are coupled");
-  const std::uint64_t l0a_min = 2ull * p.cube_m * p.cube_k * 2, l0b_min = 2ull * p.cube_k * p.cube_n * 2,
-                      l0c_min = 2ull * p.cube_m * p.cube_n * 4;
-  if (p.l0a_bytes < l0a_min) return bad("AICoreSpec.l0_a_size", "must hold two FP16 fractals");
-  if (p.l0b_bytes < l0b_min) return bad("AICoreSpec.l0_b_size", "must hold two FP16 fractals");
-  if (p.l0c_bytes < l0c_min) return bad("AICoreSpec.l0_c_size", "must hold two FP32 fractals");
+  // The least step of the cube's pipeline, double buffered: two A fractals (cube_m x k) in L0A,
+  // two B fractals (k x cube_n) in L0B, both pairs staged in L1, for the K (and element size) of
+  // every dtype the cube takes. A preset without room for it could run no GEMM at all.
+  struct cube_type {
+    const char* name;
+    const char* k_key;
+    std::uint64_t k, bytes;
+  };
+  const cube_type types[] = {{"FP16", "cube_k_size", p.cube_k, 2},
+                             {"FP32", "cube_k_size_fp32", p.cube_k_fp32, 4},
+                             {"INT8", "cube_k_size_int8", p.cube_k_int8, 1}};
+  for (const auto& t : types) {
+    const std::uint64_t a = t.k * t.bytes * p.cube_m, b = t.k * t.bytes * p.cube_n;
+    const std::string per_k =
+        " x " + std::string(t.k_key) + " " + std::to_string(t.k) + " x " + std::to_string(t.bytes) + " bytes = ";
+    if (p.l0a_bytes < 2 * a)
+      return bad("AICoreSpec.l0_a_size", "must hold two " + std::string(t.name) + " fractals: 2 x cube_m_size " +
+                                             std::to_string(p.cube_m) + per_k + std::to_string(2 * a) + " bytes");
+    if (p.l0b_bytes < 2 * b)
+      return bad("AICoreSpec.l0_b_size", "must hold two " + std::string(t.name) + " fractals: 2 x cube_n_size " +
+                                             std::to_string(p.cube_n) + per_k + std::to_string(2 * b) + " bytes");
+    if (p.l1_bytes < 2 * (a + b))
+      return bad("AICoreSpec.l1_size", "must hold two " + std::string(t.name) +
+                                           " fractals of A and two of B: 2 x (cube_m_size " + std::to_string(p.cube_m) +
+                                           " + cube_n_size " + std::to_string(p.cube_n) + ")" + per_k +
+                                           std::to_string(2 * (a + b)) + " bytes");
+  }
+  if (p.l0c_bytes < 2ull * p.cube_m * p.cube_n * 4) return bad("AICoreSpec.l0_c_size", "must hold two FP32 fractals");
   if (p.l1_bytes < p.l0a_bytes) return bad("AICoreSpec.l1_size", "must be >= l0_a_size");
   if (p.ub_bytes < 4096) return bad("AICoreSpec.ub_size", "must be >= 4096");
   std::set<device_id> seen;

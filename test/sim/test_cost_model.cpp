@@ -101,6 +101,48 @@ TEST_CASE("no convolution pass beats the cube floor or the roofline", "[sim][cos
     }
 }
 
+TEST_CASE("every preset check() accepts gives every cube kernel a plan no faster than its cube floor", "[sim][cost]") {
+  // Presets at the edge of what check() accepts: buffers that hold exactly one double-buffered
+  // fractal step (L1 no larger than L0A, so a longer K step no longer fits it), and fractals
+  // smaller than the tiler's usual 16-element blocks.
+  std::vector<preset> edge;
+  {
+    preset p = presets::ascend910();
+    p.l0a_bytes = p.l0b_bytes = p.l1_bytes = 2048;
+    edge.push_back(p);
+  }
+  {
+    preset p = presets::ascend910();
+    p.cube_m = p.cube_n = 8;  // an 8 x 16 FP16 fractal: 256 bytes; two of A and two of B in L1
+    p.l0a_bytes = p.l0b_bytes = 512;
+    p.l1_bytes = 1024;
+    p.l0c_bytes = 2 * 8 * 8 * 4;
+    edge.push_back(p);
+  }
+  {
+    preset p = presets::ascend910b();
+    p.cube_k_fp32 = 256;  // an FP32 fractal of A: 16 x 256 x 4 = 16384 bytes
+    p.l0a_bytes = p.l0b_bytes = p.l1_bytes = 65536;
+    edge.push_back(p);
+  }
+  for (const preset& p : edge) {
+    REQUIRE_FALSE(check(p));
+    for (dtype t : {dtype::f16, dtype::f32, dtype::i8})
+      for (std::int64_t d : {1, 17, 256, 1000}) {
+        const kernel_cost c = estimate(p, gemm(d, d, d, t, t == dtype::i8 ? dtype::i32 : t));
+        INFO("L0A " << p.l0a_bytes << " L1 " << p.l1_bytes << " cube_m " << p.cube_m << " dtype " << to_string(t)
+                    << " M = N = K = " << d);
+        REQUIRE(c.gemm);
+        CHECK(c.cube_floor_cycles ==
+              static_cast<std::uint64_t>(cdiv(static_cast<std::int64_t>(c.gemm->fractals(p)), p.ai_core_count)));
+        CHECK(c.cube_floor_cycles > 0);
+        CHECK(c.total_cycles >= static_cast<double>(c.cube_floor_cycles));
+        CHECK(c.body >= c.roofline);
+        CHECK(c.tiles > 0);
+      }
+  }
+}
+
 TEST_CASE("a large FP16 GEMM reaches at least 85% of the cube peak", "[sim][cost]") {
   for (const preset& p : {presets::ascend910(), presets::ascend910b()}) {
     const kernel_cost c = estimate(p, gemm(8192, 8192, 8192));

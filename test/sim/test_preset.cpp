@@ -359,3 +359,49 @@ TEST_CASE("a preset file is read no further than a preset may be long", "[sim][p
     std::filesystem::remove_all(dir);
   }
 }
+
+TEST_CASE("L0A, L0B and L1 must hold a double-buffered fractal step of every cube dtype", "[sim][preset]") {
+  // A fractal of A is cube_m x K elements, of B K x cube_n, K and the element size the dtype's:
+  // FP16 16 x 2 bytes, FP32 cube_k_size_fp32 x 4, INT8 cube_k_size_int8 x 1.
+  std::string what;
+  SECTION("an FP32 K that two fractals of L0A cannot hold") {
+    preset p = presets::ascend910();
+    p.cube_k_fp32 = 256;  // an FP32 fractal of A: 16 x 256 x 4 = 16384 bytes
+    p.l0a_bytes = 16384;
+    CHECK(check(p, &what) == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("AICoreSpec.l0_a_size must hold two FP32 fractals"));
+    CHECK_THAT(what, ContainsSubstring("= 32768 bytes"));
+    p.l0a_bytes = 32768;
+    p.l0b_bytes = 16384;
+    CHECK(check(p, &what) == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("AICoreSpec.l0_b_size must hold two FP32 fractals"));
+    p.l0b_bytes = 32768;
+    CHECK_FALSE(check(p));
+  }
+  SECTION("an INT8 K that two fractals of L0A cannot hold") {
+    preset p = presets::ascend910();
+    p.cube_k_int8 = 512;  // 16 x 512 x 1 = 8192 bytes
+    p.l0a_bytes = p.l0b_bytes = 8192;
+    CHECK(check(p, &what) == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("AICoreSpec.l0_a_size must hold two INT8 fractals"));
+  }
+  SECTION("an L1 that cannot stage two fractals of A and two of B") {
+    preset p = presets::ascend910();
+    p.l0a_bytes = p.l0b_bytes = p.l1_bytes = 1024;  // two FP16 fractals each; L1 needs 2 x (512 + 512)
+    CHECK(check(p, &what) == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("AICoreSpec.l1_size must hold two FP16 fractals of A and two of B"));
+    CHECK_THAT(what, ContainsSubstring("= 2048 bytes"));
+    p.l1_bytes = 2048;
+    CHECK_FALSE(check(p));
+  }
+  SECTION("the INI file's error names the key and its line") {
+    const std::string text =
+        "[SoCInfo]\nbase = ascend910\n[AICoreSpec]\nl0_a_size = 1024\nl0_b_size = 1024\n"
+        "l1_size = 1024\n";
+    std::error_code ec;
+    (void)parse_preset(text, ec, &what);
+    CHECK(ec == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("AICoreSpec.l1_size"));
+    CHECK_THAT(what, ContainsSubstring("line 6"));
+  }
+}

@@ -112,7 +112,9 @@ struct kernel_cost {
 
 /// The cost of `k` on `cores` cores (0: the whole pool) when it may use `hbm_bytes_per_s` of HBM
 /// bandwidth (0: the preset's full bandwidth). Pure: the same inputs give the same result.
-/// kernels::fixed costs its duration plus the launch latency.
+/// kernels::fixed costs its duration plus the launch latency. `p` is a preset check() accepts,
+/// whose buffers hold at least one double-buffered fractal step of every cube dtype; a cube
+/// kernel that no tiling of a preset's buffers can run costs the end of time, never nothing.
 [[nodiscard]] kernel_cost estimate(const preset& p, const kernel_desc& k, std::uint32_t cores = 0,
                                    double hbm_bytes_per_s = 0);
 
