@@ -68,6 +68,7 @@ struct gemm_problem {
   double c_factor = 1;        // GM bytes written / M*N outputs (a zero-filled input gradient)
   bool a_halo = false;        // A is a conv input walked by output rows: tiles re-read a halo
   std::int64_t halo_wo = 1, halo_kh = 1, halo_sh = 1;
+  bool a_shared = false;      // A is the same for every batch entry ([M,K] x [batch,K,N])
   bool b_shared = false;      // B is the same for every batch entry
   bool read_c = false;        // beta != 0
   double useful_macs = 0;
@@ -134,6 +135,7 @@ std::optional<gemm_problem> to_gemm(const kernel_desc& k) {
     pr.g.n = mm->trans_b ? b[rb - 2] : b[rb - 1];
     pr.g.in = mm->a.type;
     pr.out_es = es(mm->c.type);
+    pr.a_shared = ra == 2 && pr.g.batch > 1;
     pr.b_shared = rb == 2 && pr.g.batch > 1;
     pr.read_c = mm->beta != 0.0f;
     pr.useful_macs = static_cast<double>(pr.g.batch) * pr.g.m * pr.g.n * pr.g.k;
@@ -162,6 +164,7 @@ std::optional<gemm_problem> to_gemm(const kernel_desc& k) {
     pr.g.in = dtype::i8;
     pr.out_es = es(dtype::i32);
     pr.out_type = dtype::i32;
+    pr.a_shared = a.rank() == 2 && pr.g.batch > 1;
     pr.b_shared = mi->b.shape.rank() == 2 && pr.g.batch > 1;
     pr.useful_macs = static_cast<double>(pr.g.batch) * pr.g.m * pr.g.n * pr.g.k;
     zero_point_epilogue(pr, mi->a_zero_point, mi->b_zero_point);
@@ -259,7 +262,7 @@ void plan_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
   const double c_out = (ks > 1 ? static_cast<double>(g.m) * g.n * 4 * ks : g.m * g.n * pr.out_es) * pr.c_factor;
   const double half_l2 = p.l2_bytes / 2.0;
   double ab_hbm;
-  const double a_all = a_bytes * g.batch, b_all = b_bytes * (pr.b_shared ? 1 : g.batch);
+  const double a_all = a_bytes * (pr.a_shared ? 1 : g.batch), b_all = b_bytes * (pr.b_shared ? 1 : g.batch);
   if (b_bytes <= half_l2 || a_bytes <= half_l2) {
     ab_hbm = a_all + b_all;
   } else {
@@ -451,7 +454,9 @@ void cost_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
   // Roofline: the useful FLOPs at the cores' peak, and the least traffic any tiling moves.
   const double e = es(pr.g.in);
   const double min_bytes =
-      (pr.a_factor * pr.g.m * pr.g.k * e + pr.g.m * pr.g.n * pr.out_es * pr.c_factor) * pr.g.batch +
+      ((pr.a_shared ? 0.0 : pr.a_factor * pr.g.m * pr.g.k * e) + pr.g.m * pr.g.n * pr.out_es * pr.c_factor) *
+          pr.g.batch +
+      (pr.a_shared ? pr.a_factor * pr.g.m * pr.g.k * e : 0.0) +
       pr.b_factor * pr.g.k * pr.g.n * e * (pr.b_shared ? 1 : pr.g.batch) + pr.epi_bytes;
   const double t_flops = kc.flops / (cube_flops_per_cycle(p, pr.g.in) * cores * f);
   const double t_bytes = min_bytes / p.hbm_bandwidth;

@@ -143,6 +143,28 @@ TEST_CASE("every preset check() accepts gives every cube kernel a plan no faster
   }
 }
 
+TEST_CASE("an A shared by every batch entry is read from HBM once, as a shared B is", "[sim][cost]") {
+  // [M, K] x [batch, K, N]: A (512 KiB) fits L2, so HBM sees it once; the least traffic and the
+  // roofline count it once too.
+  const preset p = presets::ascend910();
+  const std::int64_t m = 64, k = 4096, n = 64, batch = 8;
+  const auto mm = [](shape a, shape b, shape c) {
+    return kernel_desc{kernels::matmul{{nullptr, a, dtype::f16}, {nullptr, b, dtype::f16}, {nullptr, c, dtype::f16}}};
+  };
+  const kernel_cost shared_a = estimate(p, mm({m, k}, {batch, k, n}, {batch, m, n}));
+  const kernel_cost shared_b = estimate(p, mm({batch, n, k}, {k, m}, {batch, n, m}));  // its transpose
+  const kernel_cost unshared = estimate(p, mm({batch, m, k}, {batch, k, n}, {batch, m, n}));
+  const double least = 2.0 * (m * k + batch * k * n + batch * m * n);
+  // The same tiling as the unshared GEMM's, less the batch - 1 reads of A.
+  CHECK(unshared.hbm_bytes - shared_a.hbm_bytes == static_cast<std::uint64_t>((batch - 1) * m * k * 2));
+  CHECK(shared_a.hbm_bytes >= static_cast<std::uint64_t>(least));
+  CHECK(shared_a.roofline == picoseconds{static_cast<std::int64_t>(std::floor(least / p.hbm_bandwidth * 1e12))});
+  CHECK(shared_a.hbm_bytes == shared_b.hbm_bytes);
+  CHECK(shared_a.roofline == shared_b.roofline);
+  CHECK(shared_a.body < unshared.body);
+  CHECK(shared_a.body >= shared_a.roofline);
+}
+
 TEST_CASE("a large FP16 GEMM reaches at least 85% of the cube peak", "[sim][cost]") {
   for (const preset& p : {presets::ascend910(), presets::ascend910b()}) {
     const kernel_cost c = estimate(p, gemm(8192, 8192, 8192));
