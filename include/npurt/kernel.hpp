@@ -105,7 +105,9 @@ struct kernel_desc {
   /// Shown in traces. Only needs to live until the launch call returns: the runtime keeps its
   /// own copy of every name it is given.
   std::string_view name{};
-  /// AI cores the kernel is spread over; 0 means all of the device's cores.
+  /// AI cores the kernel is spread over; 0 means all the cores of its pool (the cube cores for
+  /// cube kernels and kernels::fixed, the vector cores for vector kernels on a part with separate
+  /// ones, such as the 910B's 24 AIC and 48 AIV). More than the pool holds is refused at launch.
   std::uint32_t block_dim = 0;
 
   kernel_desc() = default;

@@ -17,7 +17,8 @@
 // optional for some operations) then compiles cleanly under -Wextra.
 namespace npurt::kernels {
 
-/// The activation a cube kernel's epilogue applies as its results leave the accumulator.
+/// The activation a cube kernel's epilogue applies as its results leave the accumulator (gelu:
+/// the tanh approximation, as eltwise_fn::gelu).
 enum class activation : std::uint8_t { none, relu, gelu, sigmoid, tanh };
 
 /// C = act(alpha * op(A) * op(B) + beta * C + bias + residual). Rank 2 ([M,K] x [K,N]) or
@@ -74,6 +75,11 @@ struct conv2d_backward_weight {
 /// meanings): the rest; alpha and beta are their parameters (leaky_relu, elu, celu,
 /// thresholded_relu: alpha; selu: alpha, gamma = beta; hard_sigmoid: alpha, beta; clip: min =
 /// alpha, max = beta).
+///
+/// gelu is the tanh approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): ONNX's Gelu
+/// with approximate = "tanh" (onnx.ai/onnx/operators/onnx__Gelu.html) and PyTorch's
+/// gelu(approximate='tanh'), not ONNX's default erf form, from which it differs by up to about
+/// 5e-4 (the graph layer computes that form as a chain of erf kernels).
 ///
 /// mod and fmod are ONNX's Mod (onnx.ai/onnx/operators/onnx__Mod.html): mod is its fmod = 0, the
 /// remainder with the divisor's sign (Python's %, numpy.mod), integers only; fmod is its fmod = 1,
