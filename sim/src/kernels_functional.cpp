@@ -2445,7 +2445,8 @@ void run(const kernels::quantize& op, const host_ptrs& h) {
     if (op.fn == kernels::quantize_fn::quantize) {
       float q = read_float(op.x.type, x, i) / scale;
       if (op.x.type == op.scale.type) q = round_to(op.x.type, q);
-      const double r = std::isnan(q) ? 0.0 : round_even(static_cast<double>(q)) + static_cast<double>(z);
+      const double r =
+          std::isnan(q) ? static_cast<double>(z) : round_even(static_cast<double>(q)) + static_cast<double>(z);
       write_int(op.y.type, y.data(), i, double_to_int(r, op.y.type));
     } else {
       write_float(op.y.type, y.data(), i, kernels::dequantize_element(read_int(ints, x, i), z, scale));

@@ -80,6 +80,30 @@ TEST_CASE("quantize rounds half to even, adds the zero point and saturates at bo
   CHECK(y.values() == std::vector<double>{0, 2, 255});
 }
 
+TEST_CASE("quantize gives NaN the zero point, per tensor and per axis", "[kernels][quantize]") {
+  // NaN / scale is NaN, which no rounding makes a number: the element is the zero point, as
+  // docs/simulator.md says (not 0, which would be a value of its own for a nonzero zero point).
+  for (const dtype t : {dtype::u8, dtype::i8}) {
+    CAPTURE(npurt::to_string(t));
+    const double zp = t == dtype::u8 ? 10 : -3;
+    tensor x({3}), scale({1}), z({1}, t), y({3}, t);
+    x.assign({NAN, 1.0, -NAN});
+    scale.set(0, 0.5);
+    z.set(0, zp);
+    REQUIRE(run(k::quantize{k::quantize_fn::quantize, x.desc, scale.desc, z.desc, y.desc}) == 0);
+    CHECK(y.values() == std::vector<double>{zp, 2 + zp, zp});
+  }
+  // Per axis: each channel's own zero point.
+  tensor x({2, 2}), scale({2}), z({2}, dtype::u8), y({2, 2}, dtype::u8);
+  x.assign({NAN, 2, 4, NAN});
+  scale.assign({1, 2});
+  z.assign({7, 200});
+  k::quantize q{k::quantize_fn::quantize, x.desc, scale.desc, z.desc, y.desc};
+  q.axis = 0;
+  REQUIRE(run(q) == 0);
+  CHECK(y.values() == std::vector<double>{7, 9, 202, 200});
+}
+
 TEST_CASE("quantize and dequantize per axis: each index of axis has its scale and zero point", "[kernels][quantize]") {
   const shape s{2, 3, 4};
   tensor x(s);
