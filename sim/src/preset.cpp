@@ -422,7 +422,9 @@ std::error_code check(const preset& p, std::string* what) {
                                     std::string(e.info.unit) + ", got " + fmt_double(v));
   }
   if (!p.separated_cores && p.vector_core_count != p.ai_core_count)
-    return bad("SoCInfo.vector_core_cnt", "must equal ai_core_cnt when cores are coupled");
+    return bad("SoCInfo.vector_core_cnt", std::to_string(p.vector_core_count) + " must equal SoCInfo.ai_core_cnt " +
+                                              std::to_string(p.ai_core_count) +
+                                              " when cores are coupled (SoCInfo.separated_cores = false)");
   // The least step of the cube's pipeline, double buffered: two A fractals (cube_m x k) in L0A,
   // two B fractals (k x cube_n) in L0B, both pairs staged in L1, for the K (and element size) of
   // every dtype the cube takes. A preset without room for it could run no GEMM at all.
@@ -656,12 +658,18 @@ preset parse_preset(std::string_view text, std::error_code& ec, std::string* wha
   }
   std::string why;
   if (auto c = check(p, &why)) {
-    // Name the line of the offending key when the message starts with one.
+    // Name the line of a key the message names, preferring one the file sets: a relation between
+    // two keys (coupled cores) is best fixed where the file changed one of them, not at the
+    // section of the other, which came from the base.
     std::size_t line = 0;
     for (const auto& e : table())
       if (why.find(e.info.path() + " ") != std::string::npos) {  // cube_k_size must not match cube_k_size_int8
-        line = line_of(text, e.info.section, e.info.key);
-        break;
+        const std::size_t at = line_of(text, e.info.section, e.info.key);
+        if (line == 0) line = at;
+        if (at != line_of(text, e.info.section, "")) {  // the key itself, not its section's header
+          line = at;
+          break;
+        }
       }
     return fail(errc::invalid_config, "preset INI: " + why + at_line(line));
   }

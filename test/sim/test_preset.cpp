@@ -405,3 +405,19 @@ TEST_CASE("L0A, L0B and L1 must hold a double-buffered fractal step of every cub
     CHECK_THAT(what, ContainsSubstring("line 6"));
   }
 }
+
+TEST_CASE("coupled cores whose counts differ are an error naming both counts and the line the file set",
+          "[sim][preset]") {
+  std::error_code ec;
+  std::string what;
+  // The base's vector_core_cnt (32) stays; the file changed ai_core_cnt on line 3.
+  (void)parse_preset("[SoCInfo]\nbase = ascend910\nai_core_cnt = 16\n", ec, &what);
+  CHECK(ec == errc::invalid_config);
+  CHECK_THAT(what, ContainsSubstring("SoCInfo.vector_core_cnt 32 must equal SoCInfo.ai_core_cnt 16"));
+  CHECK_THAT(what, ContainsSubstring("(line 3)"));
+  // The file changed vector_core_cnt on line 4 instead.
+  (void)parse_preset("[SoCInfo]\nbase = ascend910\n; a comment\nvector_core_cnt = 8\n", ec, &what);
+  CHECK(ec == errc::invalid_config);
+  CHECK_THAT(what, ContainsSubstring("SoCInfo.vector_core_cnt 8 must equal SoCInfo.ai_core_cnt 32"));
+  CHECK_THAT(what, ContainsSubstring("(line 4)"));
+}
