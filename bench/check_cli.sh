@@ -7,44 +7,37 @@
 dir=$1
 bad=/nonexistent-npurt-dir/out
 status=0
-expect_error() {  # expect_error PATTERN PROGRAM ARGS...
-  pattern=$1
-  shift
-  err=$("$@" 2>&1 >/dev/null)
+# expect KIND OUT PATTERN PROGRAM ARGS...: runs PROGRAM with standard output to OUT and checks
+# its status (KIND "one": exactly 1; "usage": CLI11's usage error, any status from 1 to 127, not a
+# signal) and that its standard error matches PATTERN.
+expect() {
+  kind=$1
+  out=$2
+  pattern=$3
+  shift 3
+  err=$("$@" 2>&1 >"$out")
   rc=$?
-  if [ "$rc" -ne 1 ] || ! printf '%s\n' "$err" | grep -q "$pattern"; then
-    echo "FAIL: $* exited with $rc, stderr: $err"
+  if [ "$kind" = one ]; then
+    [ "$rc" -eq 1 ]
+  else
+    [ "$rc" -ge 1 ] && [ "$rc" -le 127 ]
+  fi
+  status_ok=$?
+  if [ "$status_ok" -ne 0 ] || ! printf '%s\n' "$err" | grep -q "$pattern"; then
+    echo "FAIL: $* > $out exited with $rc, stderr: $err"
     status=1
   else
-    echo "ok: $*"
+    echo "ok: $* > $out"
   fi
 }
-# A bad value is CLI11's usage error: any status from 1 to 127 (not a signal), with a message.
-expect_refused() {  # expect_refused PATTERN PROGRAM ARGS...
-  pattern=$1
-  shift
-  err=$("$@" 2>&1 >/dev/null)
-  rc=$?
-  if [ "$rc" -eq 0 ] || [ "$rc" -gt 127 ] || ! printf '%s\n' "$err" | grep -q "$pattern"; then
-    echo "FAIL: $* exited with $rc, stderr: $err"
-    status=1
-  else
-    echo "ok: $*"
-  fi
-}
+expect_error() { expect one /dev/null "$@"; }     # expect_error PATTERN PROGRAM ARGS...
+expect_refused() { expect usage /dev/null "$@"; } # expect_refused PATTERN PROGRAM ARGS...
 # The table on a full disk: lost output is exit status 1 too.
 for b in "fault_campaign --runs 1 --steps 1" "kernel_roofline --batch 1" "memplan --only paper_example --small-only"; do
   set -- $b
   prog=$1
   shift
-  err=$("$dir/$prog" "$@" 2>&1 >/dev/full)
-  rc=$?
-  if [ "$rc" -ne 1 ] || ! printf '%s\n' "$err" | grep -q "$prog: cannot write to standard output"; then
-    echo "FAIL: $prog $* > /dev/full exited with $rc, stderr: $err"
-    status=1
-  else
-    echo "ok: $prog $* > /dev/full"
-  fi
+  expect one /dev/full "$prog: cannot write to standard output" "$dir/$prog" "$@"
 done
 expect_refused "expected a whole number" "$dir/fault_campaign" --runs 1 --steps 1 --seed -1
 expect_error "cannot write" "$dir/allocator" --cached-only --iters 1000 --json $bad.json

@@ -345,6 +345,14 @@ class caching_allocator {
   /// allocate_impl when its stream caches no block that fits: other streams' blocks, new device
   /// memory, the out-of-memory retry chain. Null with e set on failure.
   NPURT_DECL block* allocate_uncached(alloc_params& p, errc& e);
+  /// A request above the device's capacity, as cudaMalloc answers it: a size that cannot even be
+  /// rounded up is a bad argument (size_overflow); one that is representable but more than the
+  /// device holds is out_of_memory, with no retry that could help.
+  [[nodiscard]] errc beyond_capacity(std::size_t size) const noexcept {
+    const std::size_t pad = opts_.ascend_pad ? ascend_pad_size : 0;
+    return size > std::numeric_limits<std::size_t>::max() - pad - (min_block_size - 1) ? errc::size_overflow
+                                                                                       : errc::out_of_memory;
+  }
   // The throwing overloads' errors, out of their hot paths.
   [[noreturn, gnu::cold]] NPURT_DECL void throw_allocate_error(errc e, std::size_t size);
   [[noreturn, gnu::cold]] NPURT_DECL void throw_deallocate_error(errc e, std::uint64_t addr);

@@ -267,15 +267,8 @@ NPURT_DECL caching_allocator::block* caching_allocator::allocate_uncached(alloc_
     return 0;
   }
   if (size > capacity_) {
-    // cudaMalloc's answers: a size that cannot even be rounded up is a bad argument; one that is
-    // representable but more than the device holds is out of memory, with no retry that could help.
-    const std::size_t pad = opts_.ascend_pad ? ascend_pad_size : 0;
-    if (size > std::numeric_limits<std::size_t>::max() - pad - (min_block_size - 1)) {
-      e = errc::size_overflow;
-    } else {
-      ++stats_.num_ooms;
-      e = errc::out_of_memory;
-    }
+    e = beyond_capacity(size);
+    if (e == errc::out_of_memory) ++stats_.num_ooms;
     return 0;
   }
   const std::size_t rounded = ca_detail::round_request(size, opts_.ascend_pad);
@@ -664,11 +657,7 @@ NPURT_DECL void caching_allocator::reserve(std::size_t bytes, std::uint32_t stre
     return;
   }
   if (bytes > provider_.capacity()) {
-    // allocate's answers: a size that cannot even be rounded up is a bad argument, one that is
-    // representable but more than the device holds is out of memory.
-    const std::size_t pad = opts_.ascend_pad ? ascend_pad_size : 0;
-    const bool unroundable = bytes > std::numeric_limits<std::size_t>::max() - pad - (min_block_size - 1);
-    ec = make_error_code(unroundable ? errc::size_overflow : errc::out_of_memory);
+    ec = make_error_code(beyond_capacity(bytes));
     return;
   }
   settle();
