@@ -232,6 +232,27 @@ TEST_CASE("the critical path is the same whether or not a step takes the host ed
     CHECK(path == P{{1, false}});
     CHECK(length == dus(8));
   }
+  SECTION("the host edge beside a stream predecessor that ended before the host enqueued") {
+    // a (stream 1, [0,1]), then b (stream 2, [0,10]), the host waits for b and enqueues c on
+    // stream 1 at 10: c's stream predecessor a ended long before, so b held c back, through the
+    // host. The path is b then c, the whole span.
+    const auto [path, length] = path_of({{1, 1, 0, 0, 1}, {2, 2, 0, 0, 10}, {3, 1, 10, 10, 11}});
+    CHECK(path == P{{2, false}, {3, true}});
+    CHECK(length == dus(11));
+  }
+  SECTION("no host edge when the last task to end by the submission is the stream predecessor") {
+    // Launch-bound: b enqueued at 2 on a's stream after a ended at 1, nothing else ran.
+    const auto [path, length] = path_of({{1, 1, 0, 0, 1}, {2, 1, 2, 2, 3}});
+    CHECK(path == P{{1, false}, {2, false}});
+    CHECK(length == dus(3));
+  }
+  SECTION("no host edge when a stream predecessor ended after the submission") {
+    // c enqueued at 5 while its stream predecessor a ran until 8: a held it back, not b (ended
+    // at 4, before the submission).
+    const auto [path, length] = path_of({{1, 1, 0, 0, 8}, {2, 2, 0, 0, 4}, {3, 1, 5, 8, 9}});
+    CHECK(path == P{{1, false}, {3, false}});
+    CHECK(length == dus(9));
+  }
 }
 
 TEST_CASE("the chrome trace holds the expected events of a two-stream program", "[profiler][chrome]") {

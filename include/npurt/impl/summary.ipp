@@ -476,8 +476,9 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
   if (!waited_for_peer.empty())
     for (auto i : order)
       if (tasks[i].kind == task_kind::collective) collective_at.try_emplace({tasks[i].device, tasks[i].start}, i);
-  // Tasks by end, for the host edge below. Most paths never take that edge (every step has a
-  // device predecessor), so the O(n log n) sort is paid only on the first step that does.
+  // Tasks by end, for the host edge below. Most steps never look for that edge (a device
+  // predecessor ended after the host's submission), so the O(n log n) sort is paid only on the
+  // first step that does.
   std::vector<std::size_t> by_end;
   bool by_end_built = false;
   // Over by_end, the smallest task id under each node of a binary tree: the host can only have
@@ -505,9 +506,32 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
       width = std::size_t{1} << (std::bit_width(leaves) - std::bit_width(node));
     }
   };
-  std::vector<profile_summary::path_task> rev;
   // A trace with repeated ids or a dependency cycle must not make the path revisit a task.
   std::vector<bool> visited(tasks.size(), false);
+  constexpr std::size_t no_task = std::numeric_limits<std::size_t>::max();
+  // The task that ended last by `t`'s submission among those enqueued before it, or no_task
+  // (none, or one the path already visited: the path ends there, as at a cycle). One search per
+  // step: the summary stays O(n log n) on a hostile trace.
+  const auto host_predecessor = [&](const trace_task& t) -> std::size_t {
+    if (!by_end_built) {
+      by_end = order;
+      std::sort(by_end.begin(), by_end.end(), [&](std::size_t a, std::size_t b) {
+        return std::tie(tasks[a].end, tasks[a].id) < std::tie(tasks[b].end, tasks[b].id);
+      });
+      by_end_built = true;
+      while (leaves < by_end.size()) leaves *= 2;
+      min_id.assign(2 * leaves, std::numeric_limits<std::uint64_t>::max());
+      for (std::size_t i = 0; i < by_end.size(); ++i) min_id[leaves + i] = tasks[by_end[i]].id;
+      for (std::size_t k = leaves - 1; k >= 1; --k) min_id[k] = std::min(min_id[2 * k], min_id[2 * k + 1]);
+    }
+    const sim_time by = std::min(t.submitted, t.start);
+    const auto it = std::upper_bound(by_end.begin(), by_end.end(), by,
+                                     [&](sim_time at, std::size_t i) { return at < tasks[i].end; });
+    const auto pos = static_cast<std::size_t>(it - by_end.begin());
+    const std::size_t found = last_enqueued_before(pos, t.id);
+    return found == pos || visited[by_end[found]] ? no_task : by_end[found];
+  };
+  std::vector<profile_summary::path_task> rev;
   bool via_event = false, via_host = false, via_peer = false, via_queue = false;
   while (!visited[cur]) {
     visited[cur] = true;
@@ -548,34 +572,31 @@ inline void critical_path(const trace_data& data, const std::vector<std::size_t>
         continue;
       }
     }
+    // The host enqueued it, and virtual host time only moves while the host waits, so what it
+    // waited for ended by the task's submission. The task that ended last by then, among those
+    // enqueued before it, stands for it, as a CPU-GPU dependency does on Nsight Systems' critical
+    // path. That edge is taken when the task has no device predecessor (the first task of its
+    // stream, a blocking copy's), and when the host's submission came after every device
+    // predecessor had ended and what the host waited for ended later than they did (a launch
+    // after a synchronize on another stream): there the device predecessors did not hold it back.
     if (!has_p && !has_e) {
-      // No device predecessor (the first task of its stream, a blocking copy's): the host
-      // enqueued it, and virtual host time only moves while the host waits, so what it waited
-      // for ended by the task's submission. The task that ended last by then stands for it, as
-      // a CPU-GPU dependency does on Nsight Systems' critical path.
-      // One search per step (a visited task found there ends the path, as a cycle does): the
-      // summary stays O(n log n) on a hostile trace.
-      if (!by_end_built) {
-        by_end = order;
-        std::sort(by_end.begin(), by_end.end(), [&](std::size_t a, std::size_t b) {
-          return std::tie(tasks[a].end, tasks[a].id) < std::tie(tasks[b].end, tasks[b].id);
-        });
-        by_end_built = true;
-        while (leaves < by_end.size()) leaves *= 2;
-        min_id.assign(2 * leaves, std::numeric_limits<std::uint64_t>::max());
-        for (std::size_t i = 0; i < by_end.size(); ++i) min_id[leaves + i] = tasks[by_end[i]].id;
-        for (std::size_t k = leaves - 1; k >= 1; --k) min_id[k] = std::min(min_id[2 * k], min_id[2 * k + 1]);
-      }
-      const sim_time by = std::min(t.submitted, t.start);
-      const auto it = std::upper_bound(by_end.begin(), by_end.end(), by,
-                                       [&](sim_time at, std::size_t i) { return at < tasks[i].end; });
-      const auto pos = static_cast<std::size_t>(it - by_end.begin());
-      const std::size_t found = last_enqueued_before(pos, t.id);
-      if (found == pos || visited[by_end[found]]) break;
+      const std::size_t found = host_predecessor(t);
+      if (found == no_task) break;
       via_event = false;
       via_host = true;
-      cur = by_end[found];
+      cur = found;
       continue;
+    }
+    std::int64_t device_end = std::numeric_limits<std::int64_t>::min();
+    if (has_p) device_end = ps(tasks[p->second].end);
+    if (has_e) device_end = std::max(device_end, ps(tasks[e->second].end));
+    if (ps(t.submitted) > device_end) {
+      if (const std::size_t found = host_predecessor(t); found != no_task && ps(tasks[found].end) > device_end) {
+        via_event = false;
+        via_host = true;
+        cur = found;
+        continue;
+      }
     }
     // Ties go to the stream predecessor: stream order is the dependency that always exists.
     via_event = has_e && (!has_p || tasks[e->second].end > tasks[p->second].end);
