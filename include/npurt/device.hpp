@@ -93,7 +93,8 @@ class device {
   void free_async(void* p, stream& s) { mem_pool().free_async(p, s); }
   void free_async(void* p, stream& s, std::error_code& ec) { mem_pool().free_async(p, s, ec); }
   /// The default pool's usage: allocated_mb, reserved_mb, peak_mb.
-  [[nodiscard]] memory_usage_report memory_usage() { return mem_pool().memory_usage(); }
+  /// The pool's figures (mem_pool::memory_usage); refused on another thread with check_thread.
+  [[nodiscard]] NPURT_DECL memory_usage_report memory_usage();
 
   /// aclrtMemcpy: copies `count` bytes and returns when the copy is done (and reports failed
   /// fire-and-forget work of this device first, as a device synchronize would). On an internal

@@ -114,9 +114,12 @@ class mem_pool {
 
   /// A snapshot of the statistics (by value, as PyTorch's memory_stats: the pool brings some of
   /// them up to date only when asked, so a kept reference could not stay current).
+  /// stats() and memory_usage() are noexcept readers, which (as the system's other noexcept
+  /// accessors) check no thread: call them from the system's thread. snapshot() is refused on
+  /// another thread with check_thread (errc::wrong_thread).
   [[nodiscard]] allocator_stats stats() const noexcept { return alloc_->stats(); }
   [[nodiscard]] memory_usage_report memory_usage() const noexcept { return alloc_->memory_usage(); }
-  [[nodiscard]] memory_snapshot snapshot() const { return alloc_->snapshot(); }
+  [[nodiscard]] NPURT_DECL memory_snapshot snapshot() const;
   /// The options in force, read-only: they are validated when set (device::configure_mem_pool,
   /// set_attribute), and a value written past that (a granule of 0) would divide by zero later.
   [[nodiscard]] const mem_pool_options& options() const noexcept { return std::as_const(*alloc_).options(); }

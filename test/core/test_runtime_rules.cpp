@@ -581,7 +581,7 @@ TEST_CASE("with thread checks on, set_device, memory_info, observers and annotat
 TEST_CASE("memory calls from another thread fail with wrong_thread", "[core][thread][error]") {
   npurt::system_options opts;
   opts.check_thread = true;
-  npurt::system sys{simple(), opts};
+  npurt::system sys{simple(2), opts};
   auto& dev = sys.device(0);
   auto s = dev.make_stream();
   auto& pool = dev.mem_pool();
@@ -623,10 +623,16 @@ TEST_CASE("memory calls from another thread fail with wrong_thread", "[core][thr
     code_of([&] { pool.reset_peak(); });
     code_of([&] { pool.set_attribute(npurt::mem_pool_attr::release_threshold, 0); });
     code_of([&] { (void)pool.get_attribute(npurt::mem_pool_attr::used_mem_current); });
+    code_of([&] { (void)pool.snapshot(); });
+    code_of([&] { (void)dev.memory_usage(); });
+    // A device whose pool was never used: making it there would race with the owner's first use.
+    code_of([&] { (void)sys.device(1).mem_pool(); });
   });
   again.join();
-  REQUIRE(maintenance.size() == 6);
+  REQUIRE(maintenance.size() == 9);
   for (const auto& e : maintenance) CHECK(e == npurt::errc::wrong_thread);
+  // The owner's own first use still makes it.
+  CHECK_NOTHROW(sys.device(1).mem_pool());
   // Nothing was freed by the rejected calls.
   CHECK_NOTHROW(dev.free(d));
   CHECK_NOTHROW(sys.host_free(h));

@@ -22,6 +22,8 @@ NPURT_DECL void device::register_pool() {
 
 NPURT_DECL npurt::mem_pool& device::mem_pool() {
   if (!pool_) {
+    // Made on first use: from another thread that would race with the owner's first use.
+    if (const std::error_code ec = rt_->check_thread()) throw_error_on(id_, ec, "npurt::device::mem_pool");
     pool_ = std::make_unique<npurt::mem_pool>(*rt_, id_);
     register_pool();
   }
@@ -140,6 +142,11 @@ NPURT_DECL void device::free(void* p) {
   free(p, ec);
   if (ec == errc::invalid_pointer) throw_error_on(id_, ec, "npurt::device::free: " + rt_->memory().why_not_live(p));
   throw_if_on(id_, ec, "npurt::device::free");
+}
+
+NPURT_DECL memory_usage_report device::memory_usage() {
+  if (const std::error_code ec = rt_->check_thread()) throw_error_on(id_, ec, "npurt::device::memory_usage");
+  return mem_pool().memory_usage();
 }
 
 NPURT_DECL mem_info device::memory_info() const {

@@ -325,6 +325,10 @@ NPURT_DECL void mem_pool::reset_peak() {
   check_owner("reset_peak");
   alloc_->reset_peak();
 }
+NPURT_DECL memory_snapshot mem_pool::snapshot() const {
+  check_owner("snapshot");
+  return alloc_->snapshot();
+}
 NPURT_DECL void mem_pool::on_synchronize(bool all_streams) { alloc_->on_synchronize(all_streams); }
 
 }  // namespace npurt
