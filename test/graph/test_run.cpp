@@ -400,6 +400,76 @@ TEST_CASE("async_run awaited with use_awaitable leaves a bad feed's message in r
   }
 }
 
+namespace {
+npurt::task<void> run_expecting_failure(session& s, const compiled_graph& c, std::vector<feed> in, std::string& what,
+                                        std::error_code& code, bool& caller) {
+  try {
+    (void)co_await s.async_run(c, in, npurt::use_task);
+  } catch (const npurt::error& e) {
+    what = e.what();
+    code = e.code();
+    caller = dynamic_cast<const caller_error*>(&e) != nullptr;
+  }
+}
+}  // namespace
+
+TEST_CASE("async_run awaited with use_task throws what the blocking run throws, naming the node or feed",
+          "[graph][run][errors][task]") {
+  // runtime.md: an awaited task's failure goes to its awaiter in the same words; a run's words
+  // name the operator whose kernel failed (here an index out of range fed at run time) or the
+  // feed that was refused, which the error code alone cannot say.
+  auto sys = test::make_system();
+  session s{sys};
+  graph g("embedding");
+  auto w = g.add_constant("w", tensor({3, 2}, dtype::f32, {1, 2, 3, 4, 5, 6}));
+  g.set_output(g.add_op("Gather", {w, g.add_input("ids", {2}, dtype::i64)}, {}, "emb"));
+  auto c = s.compile(g);
+  struct bad {
+    const char* what;
+    std::vector<feed> in;
+    std::vector<const char*> names;  // what both messages must say
+    errc code;
+  };
+  const bad cases[] = {{"an index out of range",
+                        {{"ids", tensor({2}, dtype::i64, {0, 3})}},
+                        {"node 'emb' (Gather)", "indices[1] = 3 is outside [-3, 2]"},
+                        errc::invalid_argument},
+                       {"a feed of the wrong shape",
+                        {{"ids", tensor({3}, dtype::i64, {0, 1, 2})}},
+                        {"input 'ids' expects shape [2], fed [3]"},
+                        errc::invalid_shape}};
+  for (const auto& b : cases) {
+    INFO(b.what);
+    std::string blocking;
+    std::error_code blocking_code;
+    try {
+      (void)s.run(c, b.in);
+      FAIL("the blocking run accepted " << b.what);
+    } catch (const npurt::error& e) {
+      blocking = e.what();
+      blocking_code = e.code();
+    }
+    CHECK(blocking_code == b.code);
+    std::string awaited;
+    std::error_code code;
+    bool caller = false;
+    npurt::spawn(sys, run_expecting_failure(s, c, b.in, awaited, code, caller));
+    sys.run();
+    for (const char* n : b.names) {
+      CHECK(blocking.find(n) != std::string::npos);
+      CHECK(awaited.find(n) != std::string::npos);
+    }
+    CHECK(code == b.code);
+    CHECK(caller);  // the blocking run's class too: caller_error, graph_error for the feed
+    (void)sys.recent_error_message();
+  }
+  // The session goes on: a good run after the failures.
+  run_result ok;
+  npurt::spawn(sys, run_in_task(s, c, {{"ids", tensor({2}, dtype::i64, {2, 0})}}, ok));
+  sys.run();
+  CHECK(ok.outputs.at("emb").to_vector() == std::vector<double>{5, 6, 1, 2});
+}
+
 TEST_CASE("npurt-run's inputs are in range for their dtype: small signed, unsigned and boolean values",
           "[graph][tool]") {
   // What docs/graph.md promises: floats in [-1, 1), signed integers -4 .. 3, unsigned 0 .. 7,

@@ -388,6 +388,10 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
       // The compiled graph is taken by value (a shared handle): the caller may drop or reassign
       // its own once the call returns, and a failed run still names the node from it.
       [this](auto handler, compiled_graph cg, std::vector<feed> in) {
+        // An awaiter that rethrows (npurt::use_task) gets the exception the blocking run raises,
+        // naming the feed or node and keeping a timeout's timer, not one rebuilt from the code.
+        using detail::thrown_slot;
+        std::exception_ptr* thrown = thrown_slot(handler);
         std::shared_ptr<pending_run> p;
         std::error_code ec;
         run_result failed;
@@ -396,6 +400,7 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
         } catch (const error& e) {
           ec = e.code();
           failed.error = e.what();
+          if (thrown) *thrown = std::current_exception();
         }
         if (ec) {
           // use_awaitable and plain handlers that throw on the code drop the result, so its words
@@ -420,26 +425,28 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
         const auto pos = run_positions(cg);
         detail::runtime& rt = *rt_;
         // The feeds ride along: a device tensor moved into one is read by the run until it ends.
-        detail::cancellable_op* user = detail::make_op(rt, [this, h = std::move(handler), p, cg = std::move(cg), pos,
-                                                            in = std::move(in)](async_error_code wait_ec) mutable {
-          run_result r;
-          std::error_code ec;
-          try {
+        detail::cancellable_op* user =
+            detail::make_op(rt, [this, h = std::move(handler), p, cg = std::move(cg), pos, in = std::move(in),
+                                 thrown](async_error_code wait_ec) mutable {
+              run_result r;
+              std::error_code ec;
+              try {
                 // Not reached: the wait itself failed (a deadlock broken by failing it).
-            if (wait_ec && !rt_->position_reached(pos.back().first, pos.back().second))
-              throw_error(wait_ec, "npurt::session::async_run");
-            if (std::exception_ptr failed = take_run_failure(cg, "npurt::session::async_run", &pos))
-              std::rethrow_exception(failed);
-            r = finish_run(*p);
-          } catch (const error& e) {
-            abandon_run(*p);
-            ec = e.code();
-            r = run_result{};
-            r.error = e.what();
-            rt_->note_recent_error(r.error);
-          }
-          std::move(h)(async_error_code(ec), std::move(r));
-        });
+                if (wait_ec && !rt_->position_reached(pos.back().first, pos.back().second))
+                  throw_error(wait_ec, "npurt::session::async_run");
+                if (std::exception_ptr failed = take_run_failure(cg, "npurt::session::async_run", &pos))
+                  std::rethrow_exception(failed);
+                r = finish_run(*p);
+              } catch (const error& e) {
+                abandon_run(*p);
+                ec = e.code();
+                r = run_result{};
+                r.error = e.what();
+                rt_->note_recent_error(r.error);
+                if (thrown) *thrown = std::current_exception();
+              }
+              std::move(h)(async_error_code(ec), std::move(r));
+            });
         detail::op_base* op = detail::sticky_op::create(rt, user, pos.back().first, dev_->id(), pos.back().second);
         detail::start_multi_wait(rt, op, pos, std::nullopt, user);
       },
