@@ -132,15 +132,40 @@ class checkpoint_tensor {
 /// A metadata value: an integer (step, epoch), a float (learning rate) or a string.
 using checkpoint_value = std::variant<std::int64_t, double, std::string>;
 
-/// Anything that describes host tensor data: dtype(), a range of extents shape(), and data()
-/// pointing at the elements in host memory. A checkpoint_tensor is one, so is a host tensor type.
+/// Anything that describes host tensor data: its dtype as dtype() or type(), a range of extents
+/// shape(), and data() pointing at the elements in host memory. A checkpoint_tensor is one, so
+/// is the graph layer's npurt::tensor (npurt/graph/tensor.hpp), whose is_host() says whether
+/// data() is host memory at all: one that is not (a device or timing-only tensor) is refused.
 template <class T>
 concept host_tensor_like = requires(const T& t) {
-  { t.dtype() } -> std::convertible_to<npurt::dtype>;
   { t.data() } -> std::convertible_to<const void*>;
   requires std::ranges::input_range<decltype(t.shape())>;
   requires std::convertible_to<std::ranges::range_value_t<decltype(t.shape())>, std::int64_t>;
-};
+} && (requires(const T& t) {
+  { t.dtype() } -> std::convertible_to<npurt::dtype>;
+} || requires(const T& t) {
+  { t.type() } -> std::convertible_to<npurt::dtype>;
+});
+
+namespace detail::ckpt {
+template <host_tensor_like T>
+npurt::dtype dtype_of_tensor(const T& t) {
+  if constexpr (requires {
+                  { t.dtype() } -> std::convertible_to<npurt::dtype>;
+                })
+    return t.dtype();
+  else return t.type();
+}
+/// False for a tensor that says its data() is not host memory.
+template <host_tensor_like T>
+bool holds_host_data(const T& t) {
+  if constexpr (requires {
+                  { t.is_host() } -> std::convertible_to<bool>;
+                })
+    return t.is_host();
+  else return true;
+}
+}  // namespace detail::ckpt
 
 class checkpoint {
  public:
@@ -190,19 +215,31 @@ class checkpoint {
                ec);
   }
   /// A host tensor type (see host_tensor_like); its byte size follows from shape and dtype.
+  /// A tensor whose is_host() is false is errc::invalid_pointer, before anything is added: its
+  /// data() is a device address (snapshot it with add_tensor(name, t.desc(), stream)) or null.
   template <host_tensor_like T>
   void add_tensor(std::string_view name, const T& t) {
+    if (!detail::ckpt::holds_host_data(t))
+      throw_error(make_error_code(errc::invalid_pointer),
+                  "checkpoint::add_tensor(" + detail::ckpt::printable(name) +
+                      "): not a host tensor (device memory, or no storage); snapshot a device tensor with "
+                      "add_tensor(name, t.desc(), stream)");
     std::error_code ec;
     add_tensor(name, t, ec);
     throw_if(ec, "checkpoint::add_tensor(" + detail::ckpt::printable(name) + ")");
   }
   template <host_tensor_like T>
   void add_tensor(std::string_view name, const T& t, std::error_code& ec) {
+    if (!detail::ckpt::holds_host_data(t)) {
+      ec = make_error_code(errc::invalid_pointer);
+      return;
+    }
+    const npurt::dtype type = detail::ckpt::dtype_of_tensor(t);
     std::vector<std::int64_t> shape;
     for (auto d : t.shape()) shape.push_back(static_cast<std::int64_t>(d));
     std::size_t bytes = 0;
-    if (!byte_size(t.dtype(), shape, bytes, ec)) return;
-    add_tensor(name, t.dtype(), std::move(shape),
+    if (!byte_size(type, shape, bytes, ec)) return;
+    add_tensor(name, type, std::move(shape),
                std::span<const std::byte>(static_cast<const std::byte*>(static_cast<const void*>(t.data())), bytes),
                ec);
   }

@@ -1,3 +1,5 @@
+#include <npurt/checkpoint.hpp>
+#include <npurt/graph/graph.hpp>
 #include <npurt/graph/tensor.hpp>
 
 #include "helpers.hpp"
@@ -170,4 +172,69 @@ TEST_CASE("f64 and the 16-, 32- and 64-bit integer tensors hold their values; sp
   // Appended: the existing dtypes keep their values (kernels, tools and files may hold them).
   static_assert(static_cast<int>(dtype::boolean) == 7 && static_cast<int>(dtype::f64) == 8 &&
                 static_cast<int>(dtype::u64) == 12);
+}
+
+TEST_CASE("graph tensors go into checkpoints and come back out, and a misshapen one is refused by the graph",
+          "[graph][tensor][checkpoint]") {
+  // A session's weights are npurt::tensor values (graph::constant, run_result::outputs), so a
+  // training loop checkpoints them and loads them back with set_constant: docs/checkpoints.md.
+  const std::vector<double> wv{1.5, -2.25, 3.0, 0.125, -0.5, 7.0};
+  const tensor w({3, 2}, dtype::f32, wv);
+  auto ck = create_checkpoint();
+  ck.add_tensor("w", w);
+  ck.add_tensor("ids", tensor({2}, dtype::i64, {3, -1}));
+  const auto back = checkpoint::parse(ck.serialize());
+  const checkpoint_tensor& cw = back.get_tensor("w");
+  CHECK(cw.dtype() == dtype::f32);
+  CHECK(std::vector<std::int64_t>(cw.shape().begin(), cw.shape().end()) == std::vector<std::int64_t>{3, 2});
+  const auto fv = cw.values<float>();
+  CHECK(std::vector<double>(fv.begin(), fv.end()) == wv);  // every value is exact in f32
+
+  const tensor w2 = tensor::from(cw);
+  CHECK(w2.is_host());
+  CHECK(w2.shape() == shape{3, 2});
+  CHECK(w2.type() == dtype::f32);
+  CHECK(w2.to_vector() == wv);
+  CHECK(tensor::from(back.get_tensor("ids")).to_vector() == std::vector<double>{3, -1});
+
+  graph g("g");
+  g.add_constant("w", tensor({3, 2}, dtype::f32));
+  g.set_constant("w", tensor::from(cw));
+  CHECK(g.constant("w")->to_vector() == wv);
+  // A checkpoint of another model: the bytes would fit [2, 3] but mean something else.
+  auto other = create_checkpoint();
+  other.add_tensor("w", tensor({2, 3}, dtype::f32, wv));
+  try {
+    g.set_constant("w", tensor::from(other.get_tensor("w")));
+    FAIL("a [2,3] checkpoint tensor replaced a [3,2] constant");
+  } catch (const graph_error& e) { CHECK(e.code() == errc::invalid_shape); }
+  CHECK(g.constant("w")->to_vector() == wv);  // kept
+
+  // A device or timing-only tensor has no host bytes to take: refused, nothing added.
+  auto sys = test::make_system();
+  stream s = sys.device(0).make_stream();
+  const tensor on_device = w.to_device(sys.device(0), s);
+  const tensor none = tensor::timing_only({3, 2}, dtype::f32);
+  for (const tensor* t : {&on_device, &none}) {
+    auto c = create_checkpoint();
+    std::error_code ec;
+    c.add_tensor("x", *t, ec);
+    CHECK(ec == errc::invalid_pointer);
+    try {
+      c.add_tensor("x", *t);
+      FAIL("a tensor without host data was added");
+    } catch (const caller_error& e) {
+      CHECK(e.code() == errc::invalid_pointer);
+      CHECK(std::string(e.what()).find("not a host tensor") != std::string::npos);
+    }
+    CHECK(c.tensors().empty());
+    try {
+      (void)tensor::from(*t);
+      FAIL("tensor::from copied a tensor without host data");
+    } catch (const caller_error& e) { CHECK(e.code() == errc::invalid_pointer); }
+  }
+  // The device tensor is snapshotted through its descriptor and a stream instead.
+  auto c = create_checkpoint();
+  c.add_tensor("w", on_device.desc(), s);
+  CHECK(tensor::from(c.get_tensor("w")).to_vector() == wv);
 }

@@ -14,6 +14,7 @@
 // Thread safety: a tensor is a plain value; use one from one thread at a time.
 #pragma once
 
+#include <npurt/checkpoint.hpp>
 #include <npurt/detail/host_heap.hpp>
 #include <npurt/device.hpp>
 #include <npurt/error.hpp>
@@ -119,6 +120,22 @@ class tensor {
           make_error_code(errc::invalid_shape),
           "tensor::of: " + std::to_string(values.size()) + " values for " + std::to_string(r.elements()) + " elements");
     if (!values.empty()) std::memcpy(r.data_, values.data(), values.size_bytes());
+    return r;
+  }
+  /// A host tensor holding a copy of any host tensor-like value (checkpoint.hpp's
+  /// host_tensor_like), bit for bit: `g.set_constant("w", tensor::from(ck.get_tensor("w")))`
+  /// loads a checkpoint's weight into a graph, which then checks its shape and dtype. A source
+  /// whose is_host() is false (a device or timing-only tensor) is invalid_pointer (use copy_from
+  /// or to_host), a shape of more than 8 dimensions invalid_shape.
+  template <host_tensor_like T>
+  static tensor from(const T& src) {
+    if (!detail::ckpt::holds_host_data(src))
+      throw_error(make_error_code(errc::invalid_pointer),
+                  "tensor::from: the source is not a host tensor (device memory, or no storage): use to_host");
+    npurt::shape s;
+    for (auto d : src.shape()) s.push_back(static_cast<std::int64_t>(d));
+    tensor r(s, detail::ckpt::dtype_of_tensor(src));
+    if (r.bytes() != 0) std::memcpy(r.data_, src.data(), r.bytes());
     return r;
   }
   /// The elements of a host tensor as T, in place: invalid_dtype unless the dtype is T's
