@@ -546,6 +546,61 @@ TEST_CASE("a run is deterministic: same outputs, latency and per-op times twice"
   }
 }
 
+TEST_CASE("a session destroyed inside system::run with an async_run in flight completes it as aborted",
+          "[graph][session][lifetime]") {
+  // Inside run the destructor cannot wait for the run it queued: the run's completion comes
+  // later and must not reach into the destroyed session (it did: a use after free under ASan).
+  auto sys = test::make_system();
+  auto s = std::make_unique<session>(sys);
+  graph g("g");
+  g.set_output(g.add_op("Relu", {g.add_input("x", {2, 3}, dtype::f32)}, {}, "y"));
+  auto c = s->compile(g);
+  const std::vector<feed> in{{"x", tensor({2, 3}, dtype::f32, {-1, 2, -3, 4, -5, 6})}};
+  std::error_code got;
+  std::string error;
+  int completions = 0;
+  boost::asio::post(sys.get_executor(), [&] {
+    s->async_run(c, in, [&](async_error_code ec, run_result r) {
+      got = ec;
+      error = r.error;
+      ++completions;
+    });
+    s.reset();
+    c = {};
+  });
+  sys.run();
+  CHECK(completions == 1);
+  CHECK(got == errc::operation_aborted);
+  CHECK(error.find("the session was destroyed before the run completed") != std::string::npos);
+  CHECK(sys.recent_error_message() == error);
+  // What the run's queued work met once the memory went is the device's to report.
+  std::error_code dev_ec;
+  sys.device(0).synchronize(npurt::no_timeout, dev_ec);
+
+  // Awaited with use_task, the same words are thrown; a new session works.
+  auto s2 = std::make_unique<session>(sys);
+  auto c2 = s2->compile(g);
+  std::string thrown;
+  npurt::spawn(sys, [&]() -> npurt::task<void> {
+    std::vector<feed> feeds{{"x", tensor({2, 3}, dtype::f32, {-1, 2, -3, 4, -5, 6})}};
+    // Runs after this task has started the run and suspended in it.
+    boost::asio::post(sys.get_executor(), [&] {
+      s2.reset();
+      c2 = {};
+    });
+    try {
+      (void)co_await s2->async_run(c2, feeds, npurt::use_task);
+    } catch (const npurt::error& e) {
+      CHECK(e.code() == errc::operation_aborted);
+      thrown = e.what();
+    }
+  });
+  sys.run();
+  CHECK(thrown.find("the session was destroyed before the run completed") != std::string::npos);
+  session s3{sys};
+  CHECK(s3.run(s3.compile(g), in).outputs.at("y").to_vector() == std::vector<double>{0, 2, 0, 4, 0, 6});
+}
+
 TEST_CASE("a session that outlives its system fails every call with invalid_argument", "[graph][session][lifetime]") {
   auto sys = std::make_unique<npurt::system>(sim::presets::ascend910(1));
   auto s = std::make_unique<session>(*sys);

@@ -376,6 +376,9 @@ class session {
   std::size_t comm_bytes_ = 0;
   std::vector<std::weak_ptr<compiled_graph::impl>> compiled_;
   recovery_strategy recovery_{};
+  // Expires with the session: an async_run still in flight when the session is destroyed inside
+  // system::run (where its destructor cannot wait for it) completes without touching it.
+  std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);
   std::vector<std::error_code> recovered_, unrecovered_;
   std::unique_ptr<npurt::mem_pool> pool_;  // last member: destroyed before the streams it orders
 };
@@ -425,11 +428,25 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
         const auto pos = run_positions(cg);
         detail::runtime& rt = *rt_;
         // The feeds ride along: a device tensor moved into one is read by the run until it ends.
-        detail::cancellable_op* user =
-            detail::make_op(rt, [this, h = std::move(handler), p, cg = std::move(cg), pos, in = std::move(in),
-                                 thrown](async_error_code wait_ec) mutable {
+        detail::cancellable_op* user = detail::make_op(
+            rt, [this, h = std::move(handler), p, cg = std::move(cg), pos, in = std::move(in), thrown,
+                 alive = std::weak_ptr<const bool>(alive_), rtp = &rt](async_error_code wait_ec) mutable {
               run_result r;
               std::error_code ec;
+              if (alive.expired()) {
+                // Destroyed inside system::run, the session could not wait: its memory went back
+                // under the run, whose results are gone with it (the device reports what failed).
+                ec = make_error_code(errc::operation_aborted);
+                r.error = "npurt::session::async_run: the session was destroyed before the run completed";
+                rtp->note_recent_error(r.error);
+                if (thrown) {
+                  try {
+                    throw_error(ec, r.error);
+                  } catch (...) { *thrown = std::current_exception(); }
+                }
+                std::move(h)(async_error_code(ec), std::move(r));
+                return;
+              }
               try {
                 // Not reached: the wait itself failed (a deadlock broken by failing it).
                 if (wait_ec && !rt_->position_reached(pos.back().first, pos.back().second))
