@@ -703,10 +703,18 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     for (int v : s.out) p->values[static_cast<std::size_t>(v)].producer = step;
     p->steps.push_back(std::move(s));
   }
+  for (const auto& name : o.outputs_on_device)
+    if (std::find(src.outputs().begin(), src.outputs().end(), name) == src.outputs().end())
+      throw graph_error(make_error_code(errc::invalid_argument), {}, name,
+                        "compile: outputs_on_device names '" + name + "', which is not an output of the graph");
   for (const auto& o2 : G.outputs()) {
     const int v = add_value(G.value(resolve(o2)));
     p->values[static_cast<std::size_t>(v)].output = true;
     p->outputs.push_back(v);
+    const bool on_device = !timing_only && std::find(o.outputs_on_device.begin(), o.outputs_on_device.end(), o2) !=
+                                               o.outputs_on_device.end();
+    p->output_on_device.push_back(on_device);
+    rep.outputs_on_device += on_device ? 1 : 0;
   }
   // Inputs and constants are never written by operators, so a view of them stays theirs.
   const int nsteps = static_cast<int>(p->steps.size());

@@ -65,6 +65,7 @@ struct compiled_graph::impl {
   std::vector<cvalue> values;
   std::vector<cstep> steps;  ///< in execution order
   std::vector<int> inputs, outputs;  ///< value indices in the graph's order
+  std::vector<bool> output_on_device;  ///< by output: returned as a device tensor
   std::vector<root_info> roots;      ///< by value index (meaningful for activation roots)
   compile_report rep;
   int stages = 1;

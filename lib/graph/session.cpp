@@ -470,6 +470,13 @@ event enqueue_batch(enqueue_ctx& x) {
       return c.input_ptr[x.slot][static_cast<std::size_t>(input_pos[static_cast<std::size_t>(r)])];
     return arena + c.roots[static_cast<std::size_t>(r)].offset;
   };
+  // Outputs that stay on the device are allocated before anything is queued: a device without
+  // room for them refuses the run with nothing in flight.
+  for (std::size_t i = 0; i < c.outputs.size(); ++i) {
+    const cvalue& cv = c.values[static_cast<std::size_t>(c.outputs[i])];
+    tensor& h = (*x.host_out)[i];
+    h = c.output_on_device[i] ? tensor::on_device(x.s.device(), cv.shape, cv.type) : tensor(cv.shape, cv.type);
+  }
   const bool overlap = c.rep.overlap;
   npurt::stream& sin = overlap ? x.s.io_stream(0) : exec_stream(x.s, c, c.copy_stream);
   npurt::stream& sout = overlap ? x.s.io_stream(1) : exec_stream(x.s, c, c.final_stream);
@@ -524,10 +531,10 @@ event enqueue_batch(enqueue_ctx& x) {
     const int v = c.outputs[i];
     const cvalue& cv = c.values[static_cast<std::size_t>(v)];
     tensor& h = (*x.host_out)[i];
-    h = tensor(cv.shape, cv.type);
     if (cv.bytes() == 0) continue;
     const void* src = timing ? c.output_ptr[x.slot][i] : ptr(v);
-    sout.memcpy(h.data(), h.bytes(), src, cv.bytes(), memcpy_kind::device_to_host);
+    sout.memcpy(h.data(), h.bytes(), src, cv.bytes(),
+                c.output_on_device[i] ? memcpy_kind::device_to_device : memcpy_kind::device_to_host);
   }
   if (x.stage_done)
     for (std::size_t k = 0; k < stage_end.size(); ++k)

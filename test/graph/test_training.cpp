@@ -1,5 +1,6 @@
 // Backward operators in graphs: an MLP training step (forward, MSE loss, backward, SGD update)
 // checked against a plain double-precision reference and finite differences; optimize().
+#include <npurt/collective.hpp>
 #include <npurt/graph/session.hpp>
 #include <npurt/models/graphs.hpp>
 
@@ -545,4 +546,78 @@ TEST_CASE("a residual block's training step as a graph has the gradients of fini
   check_differences("dw2", w2, o1.at("dw2").to_vector(), step, 1e-3, loss);
   check_differences("dgamma", gv, o1.at("dgamma").to_vector(), step, 1e-3, loss);
   check_differences("dbeta", bv, o1.at("dbeta").to_vector(), step, 1e-3, loss);
+}
+
+TEST_CASE("a training step's gradients stay on the device and are all-reduced there across sessions",
+          "[graph][training][collective]") {
+  // Data parallelism over two sessions, one per device: each rank's step computes its gradients,
+  // returned as device tensors (compile_options::outputs_on_device), which an all-reduce sums in
+  // place. One Gemm layer, y = x w + b, loss mean((y - t)^2): dz = 2 (y - t) / (batch * outputs)
+  // = y - t here, dw = x^T dz, db = sum(dz).
+  //   rank 0: x = [[1, 2], [3, 4]], t = [0, 1]: y = [-1.25, -2.25], dz = [-1.25, -3.25],
+  //           dw = [-11, -15.5], db = -4.5
+  //   rank 1: x = [[-1, 0], [2, 1]], t = [1, 0]: y = [-0.25, 0.25], dz = [-1.25, 0.25],
+  //           dw = [1.75, 0.25], db = -1
+  //   sums: dw = [-9.25, -15.25], db = -5.5 (every value exact in f32)
+  npurt::system sys{sim::presets::ascend910(2)};
+  auto comm = communicator::init_all(sys);
+  const std::vector<vec> xs{{1, 2, 3, 4}, {-1, 0, 2, 1}}, ts{{0, 1}, {1, 0}};
+  const std::vector<vec> dw{{-11, -15.5}, {1.75, 0.25}}, db{{-4.5}, {-1}};
+  std::vector<std::unique_ptr<session>> ss;
+  std::vector<graph> gs;
+  std::vector<compiled_graph> on_device, on_host;
+  const std::vector<std::string> grads{"fc1.weight.grad", "fc1.bias.grad"};
+  for (int r = 0; r < 2; ++r) {
+    ss.push_back(std::make_unique<session>(sys, session_config{.device_id = r}));
+    gs.push_back(models::mlp_training_step(2, {2, 1}, 0.1));
+    gs[r].set_constant("fc1.weight", tensor({2, 1}, dtype::f32, {0.5, -1}));
+    gs[r].set_constant("fc1.bias", tensor({1}, dtype::f32, {0.25}));
+    for (const auto& n : grads) gs[r].set_output(n);
+    on_device.push_back(ss[r]->compile(gs[r], {.outputs_on_device = grads}));
+    on_host.push_back(ss[r]->compile(gs[r]));
+  }
+  CHECK(on_device[0].report().outputs_on_device == 2);
+  CHECK(on_host[0].report().outputs_on_device == 0);
+  std::vector<run_result> rs;
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<feed> in{{"x", tensor({2, 2}, dtype::f32, xs[r])}, {"target", tensor({2, 1}, dtype::f32, ts[r])}};
+    // The host outputs are the rank's own gradients.
+    const run_result h = ss[r]->run(on_host[r], in);
+    CHECK(h.outputs.at("fc1.weight.grad").to_vector() == dw[r]);
+    CHECK(h.outputs.at("fc1.bias.grad").to_vector() == db[r]);
+    rs.push_back(ss[r]->run(on_device[r], in));
+    for (const auto& n : grads) {
+      CHECK(rs[r].outputs.at(n).is_device());
+      CHECK(rs[r].outputs.at(n).device() == r);
+    }
+    CHECK(rs[r].outputs.at("loss").is_host());  // not named: on the host as before
+    CHECK(rs[r].outputs.at("fc1.weight.next").is_host());
+  }
+  for (int r = 0; r < 2; ++r)
+    for (const auto& n : grads) {
+      tensor& t = rs[r].outputs.at(n);
+      comm.all_reduce(t.data(), t.data(), static_cast<std::size_t>(t.elements()), dtype::f32, reduce_op::sum,
+                      ss[r]->stream(0));
+    }
+  for (int r = 0; r < 2; ++r) {
+    stream& s = ss[r]->stream(0);
+    CHECK(rs[r].outputs.at("fc1.weight.grad").to_host(s).to_vector() == vec{-9.25, -15.25});
+    CHECK(rs[r].outputs.at("fc1.bias.grad").to_host(s).to_vector() == vec{-5.5});
+  }
+  // A device output fed to the next run is copied on the device, as any device feed.
+  graph scale("scale");
+  scale.set_output(scale.add_op(
+      "Mul", {scale.add_input("g", {2, 1}, dtype::f32), scale.add_constant("half", tensor({1}, dtype::f32, {0.5}))}, {},
+      "avg"));
+  auto cs = ss[1]->compile(scale);
+  CHECK(ss[1]->run(cs, {{"g", rs[1].outputs.at("fc1.weight.grad")}}).outputs.at("avg").to_vector() ==
+        vec{-4.625, -7.625});
+  // A name that is not an output of the graph is refused at compile, naming it.
+  try {
+    (void)ss[0]->compile(gs[0], {.outputs_on_device = {"fc1.weight"}});
+    FAIL("compile accepted a constant as an output to keep on the device");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK(e.tensor() == "fc1.weight");
+  }
 }

@@ -96,6 +96,11 @@ struct compile_options {
   std::optional<int> pipeline_stages{};
   /// Run without data even if every constant has it.
   bool timing_only = false;
+  /// Outputs (by name) a run returns as device tensors on the session's device instead of host
+  /// tensors: a gradient handed to a collective, or a value fed to the next run, without a round
+  /// trip through the host. A name that is not an output of the graph is a graph_error
+  /// (invalid_argument). Timing-only graphs return no data either way.
+  std::vector<std::string> outputs_on_device{};
 };
 
 /// A tensor fed to a run, by input name. Made from a named tensor (an lvalue), a feed refers to
@@ -128,7 +133,9 @@ struct op_timing {
 };
 
 struct run_result {
-  std::map<std::string, tensor> outputs;  ///< host tensors (timing-only runs: no data)
+  /// Host tensors (timing-only runs: no data), or device tensors of the session's device for the
+  /// outputs compile_options::outputs_on_device names; the caller owns them either way.
+  std::map<std::string, tensor> outputs;
   /// From the call (the host starting to queue the copies in, so the first copy's launch latency
   /// is included) to the completion of the run's last task (the last copy out).
   picoseconds latency{0};
@@ -158,6 +165,7 @@ struct compile_report {
   std::size_t fused = 0;           ///< operators removed by fusion
   std::size_t in_place = 0;        ///< operators writing over an input, plus views
   std::size_t casts_inserted = 0;
+  std::size_t outputs_on_device = 0;  ///< outputs a run returns as device tensors
   std::uint64_t activation_bytes = 0;  ///< the arena
   std::uint64_t activation_no_reuse_bytes = 0;
   std::uint64_t activation_lower_bound = 0;  ///< peak live activation bytes
