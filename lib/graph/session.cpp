@@ -93,6 +93,12 @@ void session::check_alive(std::string_view what) const {
     throw_error(make_error_code(errc::invalid_stream),
                 std::string(what) + ": device " + std::to_string(dev_->id()) +
                     " was reset after the session was made; its streams and memory are gone: make a new session");
+  // A device lost to a fatal fault takes no work until it is reset (docs/faults.md): said here,
+  // naming the call and what to do, rather than by the first internal copy or allocation.
+  if (rt_->backend().status(dev_->id()) == device_status::lost)
+    throw_error_on(dev_->id(), make_error_code(errc::device_lost),
+                   std::string(what) + ": device " + std::to_string(dev_->id()) +
+                       " is lost (a fatal fault); reset it (device::reset) and make a new session");
 }
 
 void session::check_can_block(std::string_view what) const {

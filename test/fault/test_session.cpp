@@ -121,3 +121,40 @@ TEST_CASE("set_recovery_strategy refuses a strategy it could not carry out and k
   CHECK_THROWS_AS(s.set_recovery_strategy(bad), npurt::caller_error);
   CHECK(s.get_recovery_strategy().retry_timeout == npurt::recovery_strategy{}.retry_timeout);
 }
+
+TEST_CASE("a session on a lost device refuses compile and run naming the call and what to do",
+          "[fault][session][lost][errors]") {
+  // An ECC error makes the device lost until it is reset (docs/faults.md). The session's calls
+  // then said only what their first internal copy met ("npurt::stream::memcpy: device lost"),
+  // not which call failed nor that a reset and a new session are the way back.
+  npurt::system sys{preset(1, fault_plan{}.add(fault_spec::hbm_ecc(0).at_time(at(ms(1)))))};
+  npurt::session s{sys};
+  auto g = small_graph();
+  auto c = s.compile(g);
+  const std::vector<npurt::feed> in{{"x", npurt::tensor({4, 8}, npurt::dtype::f32, input())}};
+  (void)s.run(c, in);  // before the fault
+  npurt::stream other = sys.device(0).make_stream();
+  other.launch(fixed_kernel(ms(2), "wait"));
+  other.synchronize();  // now past the fault's time: the next memory task meets it
+  CHECK_THROWS_AS(s.run(c, in), npurt::device_error);
+  auto expect_lost = [](const char* call, auto&& f) {
+    INFO(call);
+    try {
+      f();
+      FAIL("accepted on a lost device");
+    } catch (const npurt::device_error& e) {
+      CHECK(e.code() == errc::device_lost);
+      CHECK(e.status() == npurt::device_status::lost);
+      CHECK(e.device() == 0);
+      const std::string what = e.what();
+      CHECK(what.find(std::string(call) + ": device 0 is lost") != std::string::npos);
+      CHECK(what.find("reset it (device::reset) and make a new session") != std::string::npos);
+    }
+  };
+  expect_lost("run", [&] { (void)s.run(c, in); });
+  expect_lost("compile", [&] { (void)s.compile(g); });
+  sys.device(0).reset();
+  npurt::session fresh{sys};
+  auto c2 = fresh.compile(g);
+  CHECK(fresh.run(c2, in).outputs.at("out").to_vector() == run_once(fault_plan{}, {}));
+}
