@@ -81,6 +81,24 @@ session::~session() {
       c->owner = nullptr;
     }
   drain();
+  if (pool_ && detail::runtime_of(*sys_).in_run()) {
+    // Inside run the drain could not wait: the work still queued reads blocks of the pool, so
+    // the pool (and the device memory behind it) goes when that work has run, from a callback
+    // that stream 0 runs after every other stream's queued work. The streams themselves run
+    // their queued work and go after it, as any stream destroyed inside run.
+    std::shared_ptr<npurt::mem_pool> keep(std::move(pool_));
+    std::error_code ec;
+    npurt::stream* first = streams_.empty() ? nullptr : streams_.front().get();
+    if (first && first->valid()) {
+      for (std::size_t i = 1; i < streams_.size(); ++i)
+        if (streams_[i] && streams_[i]->valid()) {
+          const event done = streams_[i]->launch_callback([] {}, ec);
+          if (!ec) first->wait(done, ec);
+        }
+      first->launch_callback([keep]() mutable { keep.reset(); }, ec);
+    }
+    return;
+  }
   pool_.reset();
 }
 

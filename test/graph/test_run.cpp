@@ -551,6 +551,7 @@ TEST_CASE("a session destroyed inside system::run with an async_run in flight co
   // Inside run the destructor cannot wait for the run it queued: the run's completion comes
   // later and must not reach into the destroyed session (it did: a use after free under ASan).
   auto sys = test::make_system();
+  const std::size_t free_before = sys.device(0).memory_info().free;
   auto s = std::make_unique<session>(sys);
   graph g("g");
   g.set_output(g.add_op("Relu", {g.add_input("x", {2, 3}, dtype::f32)}, {}, "y"));
@@ -573,9 +574,12 @@ TEST_CASE("a session destroyed inside system::run with an async_run in flight co
   CHECK(got == errc::operation_aborted);
   CHECK(error.find("the session was destroyed before the run completed") != std::string::npos);
   CHECK(sys.recent_error_message() == error);
-  // What the run's queued work met once the memory went is the device's to report.
+  // The run's queued work still ran on live memory (the pool went after it), and then every
+  // byte went back to the device.
   std::error_code dev_ec;
   sys.device(0).synchronize(npurt::no_timeout, dev_ec);
+  CHECK(!dev_ec);
+  CHECK(sys.device(0).memory_info().free == free_before);
 
   // Awaited with use_task, the same words are thrown; a new session works.
   auto s2 = std::make_unique<session>(sys);
