@@ -188,6 +188,7 @@ struct collective_engine::instance {
   std::uint32_t first = none;
   bool started = false;
   bool failed = false;
+  bool mismatched = false;  // a call differs: flush() fails the operation at the end of the instant
   std::error_code error;
   std::string message;  // failed: what fail() said, for ranks that arrive later too
   std::uint64_t timer = 0;
@@ -317,23 +318,23 @@ void collective_engine::arrive(const key& k, task_info& t, std::uint32_t call_in
       in.timer = host_->call_at_cancellable(deadline, &collective_engine::on_timeout, this, in.id);
       in.timer_armed = true;
     }
-  } else if (const bool calls_agree = same_call(*in.calls[in.first], call);
-             !calls_agree || !same_settings(call, in.settings[in.first], in.settings[participant])) {
-    std::ostringstream os;
-    os << "collective mismatch in communicator '" << in.comm->name << "' (id " << in.comm->id << "), "
-       << (in.p2p ? "point-to-point call #" : "call #") << in.sequence << ": rank " << in.ranks[in.first] << " called "
-       << describe_call(*in.calls[in.first]);
-    if (calls_agree)
-      os << " with " << describe_settings(in.settings[in.first]) << " but rank " << in.ranks[participant] << " with "
-         << describe_settings(in.settings[participant]);
-    else
-      os << " but rank " << in.ranks[participant] << " called " << describe_call(call) << " (they differ in "
-         << differing_fields(*in.calls[in.first], call) << ")";
-    fail(in, make_error_code(errc::collective_mismatch), os.str());
-    if (in.arrived == in.tasks.size() && in.outstanding == 0) {
-      by_id_.erase(in.id);
-      instances_.erase(it);
+  } else if (in.mismatched) {
+    return;  // flush(), at the end of this instant, compares this call too
+  } else if (!same_call(*in.calls[in.first], call) ||
+             !same_settings(call, in.settings[in.first], in.settings[participant])) {
+    // Ranks that reach the call in this same instant are compared before the failure is
+    // reported (at the end of the instant, when the host calls flush()), so that the message
+    // names every rank that differs, not only the first.
+    in.mismatched = true;
+    if (!host_->calls_flush()) {
+      fail_mismatch(in.id);
+      return;
     }
+    if (mismatched_.empty()) {
+      model_.request_collective_flush();
+      host_->request_flush();
+    }
+    mismatched_.push_back(in.id);
     return;
   }
   if (in.arrived == in.tasks.size()) {
@@ -369,12 +370,64 @@ void collective_engine::fail(instance& in, std::error_code ec, const std::string
   }
 }
 
+std::string collective_engine::mismatch_message(const instance& in) {
+  // The first 8 ranks that differ from the first to arrive are shown: enough to see the
+  // pattern (one rank, every odd rank, ...) without a line per rank of a large communicator.
+  constexpr std::size_t shown = 8;
+  const collective_call& ref = *in.calls[in.first];
+  const collective_settings& ref_settings = in.settings[in.first];
+  std::size_t differ = 0;
+  bool settings_only = false;
+  std::string ranks;
+  for (std::size_t i = 0; i < in.calls.size(); ++i) {
+    if (i == in.first || !in.calls[i]) continue;
+    const collective_call& c = *in.calls[i];
+    const bool calls_agree = same_call(ref, c);
+    if (calls_agree && same_settings(c, ref_settings, in.settings[i])) continue;
+    if (differ++ >= shown) continue;
+    if (!ranks.empty()) ranks += ", ";
+    ranks += "rank " + std::to_string(in.ranks[i]);
+    if (calls_agree) {
+      settings_only = true;
+      ranks += " with " + describe_settings(in.settings[i]);
+    } else {
+      ranks += " called " + describe_call(c) + " (they differ in " + differing_fields(ref, c) + ")";
+    }
+  }
+  std::ostringstream os;
+  os << "collective mismatch in communicator '" << in.comm->name << "' (id " << in.comm->id << "), "
+     << (in.p2p ? "point-to-point call #" : "call #") << in.sequence << ": rank " << in.ranks[in.first] << " called "
+     << describe_call(ref);
+  if (settings_only) os << " with " << describe_settings(ref_settings);
+  os << " but " << ranks;
+  if (differ > shown) os << ", and " << differ - shown << " more ranks differ";
+  return os.str();
+}
+
+void collective_engine::fail_mismatch(std::uint64_t id) {
+  auto it = by_id_.find(id);
+  if (it == by_id_.end() || it->second->failed) return;  // aborted in the meantime
+  instance& in = *it->second;
+  fail(in, make_error_code(errc::collective_mismatch), mismatch_message(in));
+  if (in.arrived == in.tasks.size() && in.outstanding == 0) {
+    const key k = in.k;
+    by_id_.erase(it);
+    instances_.erase(k);
+  }
+}
+
+void collective_engine::flush() {
+  std::vector<std::uint64_t> ids;
+  ids.swap(mismatched_);
+  for (const std::uint64_t id : ids) fail_mismatch(id);
+}
+
 void collective_engine::on_timeout(void* self, std::uint64_t id) {
   auto* e = static_cast<collective_engine*>(self);
   auto it = e->by_id_.find(id);
   if (it == e->by_id_.end()) return;
   instance& in = *it->second;
-  if (in.started || in.failed) return;
+  if (in.started || in.failed || in.mismatched) return;
   in.timer_armed = false;
   std::ostringstream os;
   os << (in.connect_timer ? "HCCL connect timeout: timer connect_timeout ("

@@ -328,6 +328,10 @@ NPURT_SIM_HOT inline void device_model::defer(task_info* t, std::uint32_t e, std
 }
 
 void device_model::flush() {
+  if (coll_flush_) [[unlikely]] {
+    coll_flush_ = false;
+    coll_->flush();
+  }
   if (pending_.size() == 1) [[likely]] {
     // One arrival at this instant, with room for it: the loop below would start it and reset
     // its engine, without the swap and the second pass.

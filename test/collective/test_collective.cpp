@@ -533,6 +533,58 @@ TEST_CASE("a synchronize that reports a mismatched collective says which field d
   }
 }
 
+// One report per mismatch must show the whole disagreement: naming only the first rank that
+// differs sends the reader back to find the others one run at a time.
+TEST_CASE("a mismatch names every rank whose call differs, with its call", "[collective][errors]") {
+  fixture f(roce_preset(4));
+  auto comm = communicator::init_all(f.sys, {.name = "dp"});
+  std::vector<void*> buf;
+  for (int r = 0; r < 4; ++r) buf.push_back(f.sys.device(r).malloc(4096));
+  comm.all_reduce(buf[0], buf[0], 16, dtype::f32, reduce_op::sum, f.streams[0]);
+  comm.all_reduce(buf[1], buf[1], 32, dtype::f32, reduce_op::sum, f.streams[1]);
+  comm.all_reduce(buf[2], buf[2], 16, dtype::f16, reduce_op::sum, f.streams[2]);
+  comm.all_reduce(buf[3], buf[3], 16, dtype::f32, reduce_op::sum, f.streams[3]);  // agrees with rank 0
+  std::error_code ec;
+  f.sys.run(ec);
+  std::string msg;
+  REQUIRE(comm.async_error(&msg) == errc::collective_mismatch);
+  CHECK_THAT(msg, ContainsSubstring("rank 0 called all_reduce(count=16, f32, sum) but rank 1 called "
+                                    "all_reduce(count=32, f32, sum) (they differ in count), rank 2 called "
+                                    "all_reduce(count=16, f16, sum) (they differ in datatype)"));
+  CHECK_THAT(msg, !ContainsSubstring("rank 3"));
+  CHECK_THAT(msg, !ContainsSubstring("more ranks differ"));
+  for (std::size_t r = 0; r < 4; ++r) {
+    try {
+      f.streams[r].synchronize();
+      FAIL("stream " << r << "'s synchronize did not throw");
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::collective_mismatch);
+      CHECK_THAT(std::string(e.what()), ContainsSubstring(msg));
+    }
+  }
+}
+
+TEST_CASE("a mismatch names at most 8 differing ranks and counts the rest", "[collective][errors]") {
+  constexpr int n = 12;
+  fixture f(roce_preset(n), coll_test::timing_only());
+  auto comm = communicator::init_all(f.sys, {.name = "wide"});
+  // Every rank but 0 asks for its own count: 11 ranks differ, 8 are named, 3 are counted.
+  for (int r = 0; r < n; ++r) {
+    void* p = f.sys.device(r).malloc(4096);
+    comm.all_reduce(p, p, static_cast<std::size_t>(16 + r), dtype::f32, reduce_op::sum,
+                    f.streams[static_cast<std::size_t>(r)]);
+  }
+  std::error_code ec;
+  f.sys.run(ec);
+  std::string msg;
+  REQUIRE(comm.async_error(&msg) == errc::collective_mismatch);
+  for (int r = 1; r <= 8; ++r)
+    CHECK_THAT(msg, ContainsSubstring("rank " + std::to_string(r) + " called all_reduce(count=" +
+                                      std::to_string(16 + r) + ", f32, sum) (they differ in count)"));
+  for (int r = 9; r < n; ++r) CHECK_THAT(msg, !ContainsSubstring("rank " + std::to_string(r) + " "));
+  CHECK_THAT(msg, ContainsSubstring("(they differ in count), and 3 more ranks differ"));
+}
+
 TEST_CASE("a rank that never arrives fails the operation at the execution timeout, naming it", "[collective][errors]") {
   fixture f(roce_preset(3));
   auto comm = communicator::init_all(f.sys, {.exec_timeout = picoseconds{50'000'000'000'000LL}, .name = "seed"});

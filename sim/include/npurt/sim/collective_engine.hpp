@@ -64,6 +64,9 @@ class collective_engine {
   /// A transfer the engine started on the device model has finished.
   void on_transfer(task_info& carrier, std::error_code ec);
   void abort(std::uint64_t comm);
+  /// The end of an instant (backend::flush): fails the operations whose ranks' calls differ,
+  /// each with a message that names every rank that reached it in the instant.
+  void flush();
   /// Device reset (before the device model drops the device's jobs): the device's collective
   /// tasks are forgotten, never completed (the runtime drops their records), and every
   /// operation the device takes part in fails with errc::operation_aborted on its other ranks.
@@ -93,6 +96,8 @@ class collective_engine {
   static void on_timeout(void* self, std::uint64_t arg);
   static void on_complete(void* self, std::uint64_t arg);
   static void on_begin(void* self, std::uint64_t arg);
+  void fail_mismatch(std::uint64_t id);
+  static std::string mismatch_message(const instance& in);
   carrier* new_carrier();
 
   device_model& model_;
@@ -107,6 +112,7 @@ class collective_engine {
   std::vector<std::unique_ptr<carrier>> carriers_;
   std::vector<carrier*> free_carriers_;
   std::vector<std::pair<task_info*, std::error_code>> done_;  // completions due at this instant
+  std::vector<std::uint64_t> mismatched_;                      // instances flush() fails
 };
 
 }  // namespace npurt::sim

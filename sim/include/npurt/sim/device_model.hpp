@@ -87,6 +87,9 @@ class device_model {
   /// without room decides by (priority, task id), so a high-priority task that becomes ready at
   /// the same instant as a low-priority one is never passed by it.
   void flush();
+  /// The collective engine has operations to fail at the end of this instant (a mismatch):
+  /// the next flush() hands over to it. A flag, so that a flush without one tests one byte.
+  void request_collective_flush() noexcept { coll_flush_ = true; }
   /// Device reset: drops every task of `dev` (queued, buffered or running) without completing
   /// it, frees the cores, channels and bandwidth they held, and lets others use them. The
   /// collectives `dev` takes part in fail on their other ranks.
@@ -267,6 +270,7 @@ class device_model {
   sim_options opts_;
   backend_host* host_ = nullptr;
   bool buffered_ = false;  // the host calls flush(): decide at the end of an instant
+  bool coll_flush_ = false;  // request_collective_flush() since the last flush()
   std::vector<pending> pending_, flushing_, arrivals_;
   std::uint32_t engines_per_device_ = 0;
   std::vector<engine> engines_;
