@@ -301,3 +301,52 @@ TEST_CASE("a name that is not UTF-8 is written as U+FFFD so that the trace and t
   CHECK(picture.find("\xff") == std::string::npos);
   CHECK(picture.find("\xef\xbf\xbf") == std::string::npos);
 }
+
+TEST_CASE("the text summary writes a name that is not UTF-8 with U+FFFD, as the trace does", "[profiler][summary]") {
+  // The same ill-formed name as above: each byte of a bad sequence is one U+FFFD. Text has no
+  // character it must leave out, so U+FFFF stays.
+  const std::string raw =
+      "a\xff"
+      "b\x80"
+      "c\xc3"
+      "d\xc0\xaf"
+      "e\xed\xa0\x80"
+      "f\xef\xbf\xbf"
+      "g\xc2\xb5\xe5\x90\x8d\xf0\x9f\x98\x80";
+  const std::string r = "\xef\xbf\xbd";
+  const std::string clean = "a" + r + "b" + r + "c" + r + "d" + r + r + "e" + r + r + r + "f\xef\xbf\xbf" +
+                            "g\xc2\xb5\xe5\x90\x8d\xf0\x9f\x98\x80";
+  // Well-formed, and 34 bytes: a 32-byte cut would split U+540D (E5 90 8D) after its first byte.
+  const std::string long_name = std::string(31, 'x') + "\xe5\x90\x8d";
+
+  npurt::trace_data d;
+  npurt::trace_task t;
+  t.stream = 1;
+  t.kind = npurt::task_kind::kernel;
+  t.engine = npurt::engine_kind::ai_core;
+  t.id = 1;
+  t.submitted = t.ready = t.start = test_program::us(1);
+  t.end = test_program::us(4);
+  t.name = d.intern(raw);
+  d.tasks.push_back(t);
+  t.id = 2;
+  t.submitted = t.ready = t.start = test_program::us(4);
+  t.end = test_program::us(6);
+  t.name = d.intern(long_name);
+  d.tasks.push_back(t);
+
+  std::ostringstream os;
+  npurt::write_summary_text(os, npurt::summarize(d));
+  const std::string text = os.str();  // not shown on failure: Catch2's text wrapping takes no bad UTF-8
+  CHECK(text.find(raw) == std::string::npos);
+  for (const char* bad : {"\xff", "\xc0", "\xed\xa0"}) CHECK(text.find(bad) == std::string::npos);
+  // Top kernels: names in a 32-byte column, cut where a character ends. The clean name's 32nd
+  // byte is inside U+FFFF (bytes 30 to 32), so 30 bytes and two spaces of padding remain; the
+  // long name keeps its 31 x and loses U+540D whole.
+  CHECK(text.find("\n  " + clean.substr(0, 30) + std::string(2 + 1 + 6, ' ') + "1 ") != std::string::npos);
+  CHECK(text.find("\n  " + std::string(31, 'x') + "  ") != std::string::npos);
+  CHECK(text.find(std::string(31, 'x') + "\xe5 ") == std::string::npos);
+  // The critical path writes names whole.
+  CHECK(text.find(" " + clean + "\n") != std::string::npos);
+  CHECK(text.find(" " + long_name + "\n") != std::string::npos);
+}

@@ -84,6 +84,27 @@ inline std::size_t utf8_sequence_length(std::string_view s) noexcept {
 /// U+FFFD REPLACEMENT CHARACTER, in UTF-8.
 inline constexpr std::string_view utf8_replacement = "\xEF\xBF\xBD";
 
+/// Appends the well-formed UTF-8 sequence at s[i], or U+FFFD when the byte there starts none;
+/// returns how many bytes of `s` that took (1 for a replaced byte). `i` is inside `s`.
+inline std::size_t append_utf8_sequence(std::string& out, std::string_view s, std::size_t i) {
+  const std::size_t n = utf8_sequence_length(s.substr(i));
+  if (n == 0) {
+    out += utf8_replacement;
+    return 1;
+  }
+  out.append(s.data() + i, n);
+  return n;
+}
+
+/// `s` as well-formed UTF-8, for text outputs: what the JSON and SVG writers do to names,
+/// without their escaping.
+inline void append_utf8(std::string& out, std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) out += s[i++];
+    else i += append_utf8_sequence(out, s, i);
+  }
+}
+
 // Names come from users (kernel names, ONNX node names, file names) and may hold any bytes, but
 // JSON text is UTF-8 (RFC 8259) and so is an XML document without an encoding declaration: a
 // byte that is no part of a well-formed sequence is written as U+FFFD, so that every reader
@@ -93,10 +114,7 @@ inline void append_json_string(std::string& out, std::string_view s) {
   for (std::size_t i = 0; i < s.size();) {
     const char c = s[i];
     if (static_cast<unsigned char>(c) >= 0x80) {
-      const std::size_t n = utf8_sequence_length(s.substr(i));
-      if (n == 0) out += utf8_replacement;
-      else out += s.substr(i, n);
-      i += n == 0 ? 1 : n;
+      i += append_utf8_sequence(out, s, i);
       continue;
     }
     ++i;

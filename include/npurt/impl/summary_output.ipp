@@ -117,9 +117,19 @@ inline void text_kernels(std::string& o, const profile_summary& s) {
   o += "\nTop kernels\n";
   std::snprintf(buf, sizeof buf, "  %-32s %7s %16s %16s %16s\n", "name", "count", "total us", "mean us", "max us");
   o += buf;
+  std::string name;
   for (const auto& k : s.top_kernels) {
     const picoseconds mean{k.count ? k.total.count() / static_cast<std::int64_t>(k.count) : 0};
-    std::snprintf(buf, sizeof buf, "  %-32.32s %7" PRIu64 " %16s %16s %16s\n", k.name.c_str(), k.count,
+    // Cut at 32 bytes, as the column is wide, but never inside a character: a cut sequence is
+    // ill-formed UTF-8 again.
+    name.clear();
+    append_utf8(name, k.name);
+    if (name.size() > 32) {
+      std::size_t cut = 32;
+      while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+      name.resize(cut);
+    }
+    std::snprintf(buf, sizeof buf, "  %-32s %7" PRIu64 " %16s %16s %16s\n", name.c_str(), k.count,
                   us_text(k.total).c_str(), us_text(mean).c_str(), us_text(k.max).c_str());
     o += buf;
   }
@@ -141,7 +151,7 @@ inline void text_critical_path(std::string& o, const profile_summary& s) {
     std::snprintf(buf, sizeof buf, "  %14s .. %14s  device %d stream %u  %-13s ", at_text(p.start).c_str(),
                   at_text(p.end).c_str(), p.device, p.stream, std::string{to_string(p.kind)}.c_str());
     o += buf;
-    o += p.name;
+    append_utf8(o, p.name);
     o += p.via_event   ? "  (waited on an event)\n"
          : p.via_host  ? "  (enqueued after the host waited)\n"
          : p.via_peer  ? "  (waited for the last rank to arrive)\n"
