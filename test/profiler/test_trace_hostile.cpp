@@ -223,6 +223,82 @@ TEST_CASE("times that are negative, beyond range or overflow their sum are parse
       "add up");
 }
 
+// A double holds the picosecond of a time in microseconds only up to 2^53 ps (about 2.5 hours):
+// times are read from their decimal text instead.
+TEST_CASE("times past 2^53 ps read back exactly, to the end of the trace range", "[profiler][reader]") {
+  struct sample {
+    const char* us;
+    std::int64_t ps;
+  };
+  // 2^53 + 1, 2^60 + 3, 2^62 - 1 and 2^62 (max_trace_time) picoseconds; then forms another
+  // writer may use: an exponent, and a half picosecond, which rounds up.
+  const sample samples[] = {{"9007199254.740993", (std::int64_t{1} << 53) + 1},
+                            {"1152921504606.846979", (std::int64_t{1} << 60) + 3},
+                            {"4611686018427.387903", npurt::max_trace_time - 1},
+                            {"4611686018427.387904", npurt::max_trace_time},
+                            {"1.0000005e3", 1'000'000'500},
+                            {"12345678.9e-3", 12'345'678'900},
+                            {"0.0000015", 2},
+                            {"0.00000149", 1}};
+  for (const auto& [text, ps] : samples) {
+    INFO(text);
+    std::error_code ec;
+    std::string why;
+    const auto d = npurt::read_chrome_trace(trace_of({task_event(1, text, "0")}), ec, why);
+    INFO(why);
+    REQUIRE_FALSE(ec);
+    REQUIRE(d.tasks.size() == 1);
+    CHECK(d.tasks[0].start == at(ps));
+    CHECK(d.tasks[0].end == at(ps));
+  }
+  // One picosecond past the range is refused, not read as the range's end.
+  expect_rejected(trace_of({task_event(1, "4611686018427.387905", "0")}), "\"ts\" is beyond the largest trace time");
+  expect_rejected(trace_of({task_event(1, "4611686018427.387903", "0.000002")}), "\"ts\" + \"dur\"");
+
+  // What the writer prints reads back as it was, for every time field.
+  npurt::trace_data d;
+  npurt::trace_task t;
+  t.id = 1;
+  t.stream = 1;
+  t.engine = npurt::engine_kind::ai_core;
+  t.submitted = at((std::int64_t{1} << 53) + 1);
+  t.ready = at((std::int64_t{1} << 55) + 3);
+  t.start = at((std::int64_t{1} << 58) + 5);
+  t.end = at(npurt::max_trace_time - 7);
+  t.name = d.intern("late");
+  d.tasks.push_back(t);
+  std::ostringstream os;
+  npurt::write_chrome_trace(os, d);
+  const auto back = npurt::read_chrome_trace(os.str());
+  REQUIRE(back.tasks.size() == 1);
+  CHECK(back.tasks[0].submitted == t.submitted);
+  CHECK(back.tasks[0].ready == t.ready);
+  CHECK(back.tasks[0].start == t.start);
+  CHECK(back.tasks[0].end == t.end);
+
+  // The file reader parses in 1 MiB pieces: a key and a time cut by a piece's end read the same.
+  for (const std::size_t cut : {std::size_t{1}, std::size_t{8}}) {
+    const std::string event = task_event(1, "9007199254.740993", "1152921504606.846979");
+    const std::string head = R"({"traceEvents":[)";
+    const std::size_t at_ts = event.find("\"ts\":") + (cut == 1 ? 2 : 5 + cut);  // in the key, or in the number
+    const std::string text = head + std::string((std::size_t{1} << 20) - head.size() - at_ts, ' ') + event + "]}";
+    const std::string path = "hostile_piece_cut.json";
+    {
+      std::ofstream f(path, std::ios::binary);
+      f << text;
+    }
+    std::error_code ec;
+    std::string why;
+    const auto r = npurt::read_chrome_trace_file(path, ec, why, {});
+    std::remove(path.c_str());
+    INFO(why);
+    REQUIRE_FALSE(ec);
+    REQUIRE(r.tasks.size() == 1);
+    CHECK(r.tasks[0].start == at((std::int64_t{1} << 53) + 1));
+    CHECK(r.tasks[0].end == at((std::int64_t{1} << 53) + 1 + (std::int64_t{1} << 60) + 3));
+  }
+}
+
 TEST_CASE("duplicate task ids and wait cycles are parse errors, not impossible critical paths",
           "[profiler][reader][hostile]") {
   expect_rejected(trace_of({task_event(7, "0", "1"), task_event(7, "2", "1")}), "task id 7 appears more than once");

@@ -4,9 +4,10 @@
 
 #include <npurt/profiler/trace_reader.hpp>
 
+#include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/parse_options.hpp>
-#include <boost/json/stream_parser.hpp>
 #include <boost/json/value.hpp>
+#include <boost/json/value_stack.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -118,13 +119,16 @@ class trace_reader {
     if (!v.is_object()) fail_field(key, "is not an object");
     return v.get_object();
   }
-  /// Microseconds with 6 decimals back to whole picoseconds, 0 .. max_trace_time.
+  /// Microseconds back to whole picoseconds, 0 .. max_trace_time. json_feed has read the
+  /// decimal of every time it could into an int64 of picoseconds; any other number here is one
+  /// it could not, and says why.
   sim_time time(const boost::json::object& o, std::string_view key) {
+    const auto& v = field(o, key);
+    if (v.is_int64()) return sim_time{picoseconds{v.get_int64()}};
     const double us = number(o, key);
     if (!std::isfinite(us)) fail_field(key, "is not a finite number");
     if (us < 0) fail_field(key, "is negative");
-    if (us * 1e6 > static_cast<double>(max_trace_time)) fail_field(key, "is beyond the largest trace time (2^62 ps)");
-    return sim_time{picoseconds{std::min<std::int64_t>(std::llround(us * 1e6), max_trace_time)}};
+    fail_field(key, "is beyond the largest trace time (2^62 ps)");
   }
   /// An event's end: its start plus a duration, both checked, and the sum within range too.
   sim_time end_of(const boost::json::object& e, sim_time start) {
@@ -394,31 +398,197 @@ inline std::string check_dependencies(const trace_data& data) {
   return "the waits and stream order form a cycle through task " + std::to_string(id);
 }
 
+/// The keys under which the Chrome trace writer prints times (microseconds, 6 decimals).
+inline bool is_time_key(std::string_view k) noexcept {
+  return k == "ts" || k == "dur" || k == "submitted" || k == "ready" || k == "event_time" || k == "begin" ||
+         k == "satisfied" || k == "shutdown";
+}
+
+/// A JSON number of microseconds as whole picoseconds, from its decimal text and never through
+/// a double (whose 53 bits hold the picosecond only up to 2^53 ps): rounded to the nearest
+/// picosecond, a half up. False for a negative value or one past `max`.
+inline bool exact_picoseconds(std::string_view text, std::int64_t max, std::int64_t& out) noexcept {
+  std::size_t i = 0;
+  const bool negative = i < text.size() && text[i] == '-';
+  if (negative) ++i;
+  // The significant digits, leading zeros dropped, and the power of ten they are scaled by.
+  const std::size_t start = i;
+  std::string_view whole, frac;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  whole = text.substr(start, i - start);
+  if (i < text.size() && text[i] == '.') {
+    const std::size_t f = ++i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    frac = text.substr(f, i - f);
+  }
+  std::int64_t exp = 0;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    const bool exp_negative = i < text.size() && text[i] == '-';
+    if (i < text.size() && (text[i] == '-' || text[i] == '+')) ++i;
+    for (; i < text.size(); ++i)
+      exp = std::min<std::int64_t>(exp * 10 + (text[i] - '0'), std::int64_t{1} << 40);  // far past any digit count
+    if (exp_negative) exp = -exp;
+  }
+  // digit(k): the k-th significant digit of whole then frac; n of them in all.
+  std::size_t lead = 0;
+  const std::size_t n_all = whole.size() + frac.size();
+  const auto at = [&](std::size_t k) { return k < whole.size() ? whole[k] : frac[k - whole.size()]; };
+  while (lead < n_all && at(lead) == '0') ++lead;
+  if (lead == n_all) {
+    out = 0;  // zero, -0 included
+    return true;
+  }
+  if (negative) return false;
+  const auto n = static_cast<std::int64_t>(n_all - lead);
+  // value = digits * 10^(exp - frac.size()) us; in picoseconds, 10^6 more. The integer part has
+  // `int_digits` digits.
+  const std::int64_t int_digits = n + exp - static_cast<std::int64_t>(frac.size()) + 6;
+  if (int_digits > 19) return false;  // max_trace_time has 19 digits
+  std::uint64_t v = 0;
+  for (std::int64_t k = 0; k < int_digits; ++k)
+    v = v * 10 + static_cast<std::uint64_t>(k < n ? at(lead + static_cast<std::size_t>(k)) - '0' : 0);
+  // The first digit dropped decides the rounding.
+  if (int_digits >= 0 && int_digits < n && at(lead + static_cast<std::size_t>(int_digits)) >= '5') ++v;
+  if (v > static_cast<std::uint64_t>(max)) return false;
+  out = static_cast<std::int64_t>(v);
+  return true;
+}
+
+/// Boost.JSON's own handler (boost::json::stream_parser's: a value_stack), except that a number
+/// under a time key is kept as exact picoseconds (an int64, which no time is written as), for
+/// the reader's time(). A number it cannot keep so (negative, too large) goes in as a double for
+/// time() to refuse; numbers under other keys are left alone.
+struct trace_json_handler {
+  static constexpr std::size_t max_object_size = boost::json::object::max_size();
+  static constexpr std::size_t max_array_size = boost::json::array::max_size();
+  static constexpr std::size_t max_key_size = boost::json::string::max_size();
+  static constexpr std::size_t max_string_size = boost::json::string::max_size();
+
+  boost::json::value_stack st;
+  std::string key;     // a key's text so far, when it comes in parts
+  std::string number;  // a time's text so far, when it comes in parts
+  bool time = false;   // the value being read is under a time key
+
+  using error_code = boost::system::error_code;
+  using string_view = boost::json::string_view;
+
+  bool on_document_begin(error_code&) { return true; }
+  bool on_document_end(error_code&) { return true; }
+  bool on_object_begin(error_code&) {
+    time = false;
+    return true;
+  }
+  bool on_object_end(std::size_t n, error_code&) {
+    st.push_object(n);
+    return true;
+  }
+  bool on_array_begin(error_code&) {
+    time = false;
+    return true;
+  }
+  bool on_array_end(std::size_t n, error_code&) {
+    st.push_array(n);
+    return true;
+  }
+  bool on_key_part(string_view s, std::size_t, error_code&) {
+    st.push_chars(s);
+    key.append(s.data(), s.size());
+    return true;
+  }
+  bool on_key(string_view s, std::size_t, error_code&) {
+    st.push_key(s);
+    if (key.empty()) {
+      time = is_time_key({s.data(), s.size()});
+    } else {
+      key.append(s.data(), s.size());
+      time = is_time_key(key);
+      key.clear();
+    }
+    return true;
+  }
+  bool on_string_part(string_view s, std::size_t, error_code&) {
+    st.push_chars(s);
+    return true;
+  }
+  bool on_string(string_view s, std::size_t, error_code&) {
+    time = false;
+    st.push_string(s);
+    return true;
+  }
+  bool on_number_part(string_view s, error_code&) {
+    if (time) number.append(s.data(), s.size());
+    return true;
+  }
+  bool on_int64(std::int64_t i, string_view s, error_code&) {
+    if (!time || !push_time(s, static_cast<double>(i))) st.push_int64(i);
+    return true;
+  }
+  bool on_uint64(std::uint64_t u, string_view s, error_code&) {
+    if (!time || !push_time(s, static_cast<double>(u))) st.push_uint64(u);
+    return true;
+  }
+  bool on_double(double d, string_view s, error_code&) {
+    if (!time || !push_time(s, d)) st.push_double(d);
+    return true;
+  }
+  bool on_bool(bool b, error_code&) {
+    time = false;
+    st.push_bool(b);
+    return true;
+  }
+  bool on_null(error_code&) {
+    time = false;
+    st.push_null();
+    return true;
+  }
+  bool on_comment_part(string_view, error_code&) { return true; }
+  bool on_comment(string_view, error_code&) { return true; }
+
+ private:
+  // The time, or the double for time() to refuse; true either way.
+  bool push_time(string_view last, double d) {
+    time = false;
+    std::string_view text{last.data(), last.size()};
+    if (!number.empty()) text = number.append(last.data(), last.size());
+    std::int64_t ps = 0;
+    if (exact_picoseconds(text, max_trace_time, ps)) st.push_int64(ps);
+    else st.push_double(d);
+    number.clear();
+    return true;
+  }
+};
+
 /// Parses JSON text fed in pieces, keeping the line and column for an error message.
 class json_feed {
  public:
-  json_feed() : parser_({}, options()) {}
+  json_feed() : parser_(options()) { parser_.handler().st.reset(); }
 
   /// False on a JSON error (then message() says where).
   bool write(const char* p, std::size_t n) {
     boost::system::error_code jec;
-    const std::size_t used = parser_.write(p, n, jec);
+    // As boost::json::stream_parser::write: text after the document is an error.
+    const std::size_t used = parser_.write_some(true, p, n, jec);
+    if (!jec && used < n) {
+      jec = boost::json::error::extra_data;
+      parser_.fail(jec);
+    }
     advance(p, std::min(used, n));
     if (jec) return fail(jec);
     return true;
   }
   bool finish() {
     boost::system::error_code jec;
-    parser_.finish(jec);
+    parser_.write_some(false, nullptr, 0, jec);
     return jec ? fail(jec) : true;
   }
-  boost::json::value release() { return parser_.release(); }
+  boost::json::value release() { return parser_.handler().st.release(); }
   [[nodiscard]] const std::string& message() const noexcept { return message_; }
 
  private:
   static boost::json::parse_options options() {
     boost::json::parse_options opts;
-    opts.numbers = boost::json::number_precision::precise;  // times round-trip to the picosecond
+    opts.numbers = boost::json::number_precision::precise;  // times are read from their text (exact_picoseconds)
     opts.max_depth = 64;
     return opts;
   }
@@ -440,7 +610,7 @@ class json_feed {
     return false;
   }
 
-  boost::json::stream_parser parser_;
+  boost::json::basic_parser<trace_json_handler> parser_;
   std::size_t line_ = 1, col_ = 1;
   std::string message_;
 };
