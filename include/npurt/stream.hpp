@@ -224,6 +224,11 @@ class stream {
   /// forms: the code alone says "invalid or destroyed event" whether the handle is null, a
   /// launch's event, of another system or gone. Empty when the failure is not the event's.
   [[nodiscard]] NPURT_DECL std::string event_problem(const event& e, std::error_code ec, bool record) const;
+  /// An error_code form's refusal: the words its throwing form raises go to the system's
+  /// recent_error_message (aclGetRecentErrMsg), as an async form's do. Only on the refusal path.
+  NPURT_DECL void note_refusal(std::string_view call, std::error_code ec, std::string_view why) const;
+  /// record(e, ec) without the words of a refusal (the throwing form builds its own).
+  NPURT_DECL void record_event(event& e, std::error_code& ec);
   NPURT_DECL detail::task* make_callback(std::function<void()> fn, std::error_code& ec);
   /// Enqueues a prepared task and returns its event.
   NPURT_DECL event submit(detail::task* t);

@@ -358,6 +358,72 @@ TEST_CASE("a kernel the backend cannot run is rejected at launch", "[core][error
   CHECK(s.query());
 }
 
+// CANN's aclGetRecentErrMsg holds the words of the last refused call whatever its form: code that
+// takes an error_code cannot read them anywhere else.
+TEST_CASE("an error_code form refused at the call leaves its throwing form's words in recent_error_message",
+          "[core][error]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  void* gone = dev.malloc(64);
+  dev.free(gone);
+  std::vector<char> host(64);
+  npurt::event never = dev.make_event();
+  npurt::event task_event = s.launch(fixed(us(1)));
+  const npurt::kernels::fixed negative{picoseconds{-5}};
+
+  struct refusal {
+    const char* call;
+    std::function<void(std::error_code&)> with_code;
+    std::function<void()> throwing;
+    npurt::errc code;
+    const char* cause;
+  };
+  const refusal cases[] = {
+      {"npurt::stream::launch: ", [&](std::error_code& ec) { s.launch(negative, ec); }, [&] { s.launch(negative); },
+       npurt::errc::invalid_argument, "duration of -5 ps is negative"},
+      {"npurt::stream::launch: ", [&](std::error_code& ec) { s.launch(npurt::make_shared_kernel(negative), ec); },
+       [&] { s.launch(npurt::make_shared_kernel(negative)); }, npurt::errc::invalid_argument,
+       "duration of -5 ps is negative"},
+      {"npurt::stream::launch: ", [&](std::error_code& ec) { s.launch(npurt::shared_kernel{}, ec); },
+       [&] { s.launch(npurt::shared_kernel{}); }, npurt::errc::null_pointer, "null shared kernel descriptor"},
+      {"npurt::stream::memcpy: ",
+       [&](std::error_code& ec) {
+         s.memcpy(host.data(), host.size(), gone, 64, npurt::memcpy_kind::device_to_host, ec);
+       },
+       [&] { s.memcpy(host.data(), host.size(), gone, 64, npurt::memcpy_kind::device_to_host); },
+       npurt::errc::invalid_pointer, "was freed"},
+      {"npurt::stream::memset: ", [&](std::error_code& ec) { s.memset(gone, 64, 0, 64, ec); },
+       [&] { s.memset(gone, 64, 0, 64); }, npurt::errc::invalid_pointer, "was freed"},
+      {"npurt::stream::record: ", [&](std::error_code& ec) { s.record(task_event, ec); }, [&] { s.record(task_event); },
+       npurt::errc::invalid_event, "a launch's (task) event"},
+      {"npurt::stream::wait: ", [&](std::error_code& ec) { s.wait(never, ec); }, [&] { s.wait(never); },
+       npurt::errc::event_not_recorded, "never recorded"},
+  };
+  for (const refusal& r : cases) {
+    INFO(r.call << " " << r.cause);
+    (void)sys.recent_error_message();  // whatever came before is not this call's
+    std::error_code ec;
+    r.with_code(ec);
+    CHECK(ec == r.code);
+    const std::string recent = sys.recent_error_message();
+    CHECK(recent.starts_with(r.call));
+    CHECK(recent.find(r.cause) != std::string::npos);
+    CHECK(recent.ends_with(": " + std::error_code(r.code).message()));
+    CHECK(sys.recent_error_message().empty());  // read once
+    try {
+      r.throwing();
+      FAIL("the throwing form accepted what the error_code form refused");
+    } catch (const npurt::caller_error& e) { CHECK(std::string(e.what()) == recent); }
+  }
+  // A launch that succeeds leaves nothing.
+  std::error_code ec;
+  s.launch(fixed(us(1)), ec);
+  CHECK_FALSE(ec);
+  CHECK(sys.recent_error_message().empty());
+  sys.run();
+}
+
 }  // namespace
 
 TEST_CASE("a copy or memset refused for another device's memory names the pointer and both devices", "[core][error]") {

@@ -417,8 +417,10 @@ NPURT_DECL event stream::launch(const kernel_desc& k, std::error_code& ec) {
     ec.clear();
     return submit(t);
   }
-  detail::task* t = make_launch(k, ec);
-  return t ? submit(t) : event{};
+  std::string what;
+  if (detail::task* t = make_launch(k, ec, &what)) return submit(t);
+  note_refusal("npurt::stream::launch", ec, what);
+  return {};
 }
 
 NPURT_DECL event stream::launch(const kernel_desc& k) {
@@ -434,14 +436,17 @@ NPURT_DECL event stream::launch(const kernel_desc& k) {
 NPURT_DECL event stream::launch(const shared_kernel& k, std::error_code& ec) {
   if (!k) {
     ec = make_error_code(errc::null_pointer);
+    note_refusal("npurt::stream::launch", ec, "null shared kernel descriptor");
     return {};
   }
   if (detail::task* t = live_fixed_launch(*k)) {
     ec.clear();
     return submit(t);
   }
-  detail::task* t = make_launch(*k, &k, ec, nullptr);
-  return t ? submit(t) : event{};
+  std::string what;
+  if (detail::task* t = make_launch(*k, &k, ec, &what)) return submit(t);
+  note_refusal("npurt::stream::launch", ec, what);
+  return {};
 }
 
 NPURT_DECL event stream::launch(const shared_kernel& k) {
@@ -456,16 +461,21 @@ NPURT_DECL event stream::launch(const shared_kernel& k) {
 
 NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                                 std::error_code& ec) {
-  detail::task* t = make_copy(dst, dst_max, src, count, kind, ec);
-  return t ? submit(t) : event{};
+  if (detail::task* t = make_copy(dst, dst_max, src, count, kind, ec)) return submit(t);
+  note_refusal("npurt::stream::memcpy", ec, pointer_problem(ec, dst, src));
+  return {};
 }
 
 NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind) {
   std::error_code ec;
-  event e = memcpy(dst, dst_max, src, count, kind, ec);
-  if (!ec) return e;
+  if (detail::task* t = make_copy(dst, dst_max, src, count, kind, ec)) return submit(t);
   const std::string why = pointer_problem(ec, dst, src);
   throw_error_on(device_or_none(), ec, refusal("npurt::stream::memcpy", ec, why));
+}
+
+NPURT_DECL void stream::note_refusal(std::string_view call, std::error_code ec, std::string_view why) const {
+  // A null handle has no system whose recent_error_message could hold the words.
+  if (rt_) (void)detail::note_refusal(*rt_, device_or_none(), refusal(call, ec, why), ec, {});
 }
 
 NPURT_DECL std::string stream::refusal(std::string_view call, std::error_code ec, std::string_view why) const {
@@ -523,19 +533,24 @@ NPURT_DECL std::string stream::pointer_problem(std::error_code ec, const void* d
 }
 
 NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::size_t count, std::error_code& ec) {
-  detail::task* t = make_memset(dst, dst_max, value, count, ec);
-  return t ? submit(t) : event{};
+  if (detail::task* t = make_memset(dst, dst_max, value, count, ec)) return submit(t);
+  note_refusal("npurt::stream::memset", ec, pointer_problem(ec, dst, nullptr));
+  return {};
 }
 
 NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::size_t count) {
   std::error_code ec;
-  event e = memset(dst, dst_max, value, count, ec);
-  if (!ec) return e;
+  if (detail::task* t = make_memset(dst, dst_max, value, count, ec)) return submit(t);
   const std::string why = pointer_problem(ec, dst, nullptr);
   throw_error_on(device_or_none(), ec, refusal("npurt::stream::memset", ec, why));
 }
 
 NPURT_DECL void stream::record(event& e, std::error_code& ec) {
+  record_event(e, ec);
+  if (ec) note_refusal("npurt::stream::record", ec, event_problem(e, ec, true));
+}
+
+NPURT_DECL void stream::record_event(event& e, std::error_code& ec) {
   auto* s = state(ec);
   if (!s) return;
   if (!e.valid() || e.is_task_event() || e.runtime_ptr() != rt_) {
@@ -574,33 +589,35 @@ NPURT_DECL std::string stream::event_problem(const event& e, std::error_code ec,
 
 NPURT_DECL void stream::record(event& e) {
   std::error_code ec;
-  record(e, ec);
+  record_event(e, ec);
   if (!ec) return;
   const std::string why = event_problem(e, ec, true);
   throw_error_on(device_or_none(), ec, refusal("npurt::stream::record", ec, why));
 }
 
 NPURT_DECL void stream::wait(const event& e, std::error_code& ec) {
-  detail::task* t = make_wait(e, ec);
-  if (t) submit(t);
+  if (detail::task* t = make_wait(e, ec)) submit(t);
+  else if (ec) note_refusal("npurt::stream::wait", ec, event_problem(e, ec, false));
 }
 
 NPURT_DECL void stream::wait(const event& e) {
   std::error_code ec;
-  wait(e, ec);
+  if (detail::task* t = make_wait(e, ec)) submit(t);
   if (!ec) return;
   const std::string why = event_problem(e, ec, false);
   throw_error_on(device_or_none(), ec, refusal("npurt::stream::wait", ec, why));
 }
 
 NPURT_DECL event stream::launch_callback(std::function<void()> fn, std::error_code& ec) {
-  detail::task* t = make_callback(std::move(fn), ec);
-  return t ? submit(t) : event{};
+  if (detail::task* t = make_callback(std::move(fn), ec)) return submit(t);
+  note_refusal("npurt::stream::launch_callback", ec, {});
+  return {};
 }
 
 NPURT_DECL event stream::launch_callback(std::function<void()> fn) {
   std::error_code ec;
-  event e = launch_callback(std::move(fn), ec);
+  event e;
+  if (detail::task* t = make_callback(std::move(fn), ec)) e = submit(t);
   if (ec) throw_error_on(device_or_none(), ec, refusal("npurt::stream::launch_callback", ec, {}));
   return e;
 }
