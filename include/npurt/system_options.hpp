@@ -16,6 +16,12 @@ enum class dispatch_model : std::uint8_t {
   shared_fifo,
 };
 
+/// The longest system_options::launch_overhead a system takes: 1 s. A host pays microseconds for
+/// an asynchronous launch (aclrtLaunchKernel, cudaLaunchKernel); a much larger value is a unit
+/// mistake, and one near the end of virtual time would put a stream's host lane there, and the
+/// clock with it, after a launch or two.
+inline constexpr picoseconds max_launch_overhead{1'000'000'000'000};
+
 /// Options of an npurt::system. Every hardware number (host-to-host copy bandwidth included)
 /// comes from the backend's preset; these are the runtime's own.
 struct system_options {

@@ -275,6 +275,32 @@ TEST_CASE("timeouts near the end of virtual time wait as long as it takes", "[co
   CHECK(sys.now() == t0 + 4 * (overhead + us(10)));
 }
 
+// An enormous overhead put the host lane, and with it the clock, at the end of virtual time
+// after a launch or two, silently: sys.now() read 2^63 - 1 ps.
+TEST_CASE("a launch overhead above max_launch_overhead is refused when the system is built", "[core][hostile][time]") {
+  const picoseconds one_second{1'000'000'000'000};  // npurt::max_launch_overhead
+  for (const picoseconds bad : {picoseconds::max(), one_second + picoseconds{1}}) {
+    npurt::system_options opts;
+    opts.launch_overhead = bad;
+    try {
+      npurt::system sys{simple(), opts};
+      FAIL("a launch overhead of " << bad.count() << " ps was accepted");
+    } catch (const npurt::caller_error& e) {
+      CHECK(e.code() == npurt::errc::invalid_config);
+      CHECK_THAT(std::string(e.what()), ContainsSubstring("system_options::launch_overhead of " +
+                                                          std::to_string(bad.count()) + " ps is more than"));
+    }
+  }
+  // The bound itself is taken, and costs what it says: 1 s of host time, then the 1 us kernel.
+  npurt::system_options opts;
+  opts.launch_overhead = one_second;
+  npurt::system sys{simple(), opts};
+  auto s = sys.device(0).make_stream();
+  s.launch(fixed(us(1)));
+  sys.run();
+  CHECK(sys.now() == npurt::sim_time{picoseconds{1'000'000'000'000 + 1'000'000}});
+}
+
 TEST_CASE("out-of-range times in the configuration are rejected when the system is built", "[core][hostile][time]") {
   npurt::system_options opts;
   opts.launch_overhead = picoseconds{-1};

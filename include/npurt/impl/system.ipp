@@ -13,6 +13,10 @@ namespace detail {
 inline const system_options& checked(const system_options& o) {
   if (o.launch_overhead.count() < 0)
     throw_error(make_error_code(errc::invalid_config), "npurt::system: system_options::launch_overhead is negative");
+  if (o.launch_overhead > max_launch_overhead)
+    throw_error(make_error_code(errc::invalid_config),
+                "npurt::system: system_options::launch_overhead of " + std::to_string(o.launch_overhead.count()) +
+                    " ps is more than max_launch_overhead (1 s): a launch costs a host microseconds");
   return o;
 }
 }  // namespace detail
