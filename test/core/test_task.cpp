@@ -585,3 +585,65 @@ TEST_CASE("an awaited async_synchronize throws what synchronize throws: the call
   }
   CHECK(s.query());  // the failure was read, once
 }
+
+namespace {
+npurt::task<void> task_test_timed_waits(npurt::stream& s, npurt::device& dev, npurt::event& ev,
+                                        std::vector<std::string>& what, std::vector<npurt::timeout_kind>& timer) {
+  // Each wait gives up after 1 us of the 100 us kernel.
+  for (int i = 0; i < 3; ++i) {
+    try {
+      if (i == 0) co_await s.async_synchronize(us(1), npurt::use_task);
+      if (i == 1) co_await ev.async_wait(us(1), npurt::use_task);
+      if (i == 2) co_await dev.async_synchronize(us(1), npurt::use_task);
+      what.emplace_back("no timeout");
+    } catch (const npurt::timeout_error& e) {
+      what.emplace_back(e.what());
+      timer.push_back(e.timer());
+    }
+  }
+}
+}  // namespace
+
+// A program with several timed waits needs to know which one gave up: the timer's name and
+// limit alone fit every one of them.
+TEST_CASE("a wait's timeout thrown through use_task names the call that waited, as its blocking form does",
+          "[core][task][error]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  npurt::event ev = dev.make_event();
+  const auto wait_for_kernel = [&] {
+    s.launch(fixed(us(100)));
+    s.record(ev);
+  };
+  // What the blocking forms throw for the same wait, outside run().
+  std::vector<std::string> blocking;
+  for (int i = 0; i < 3; ++i) {
+    wait_for_kernel();
+    try {
+      if (i == 0) s.synchronize(us(1));
+      if (i == 1) ev.synchronize(us(1));
+      if (i == 2) dev.synchronize(us(1));
+      blocking.emplace_back("no timeout");
+    } catch (const npurt::timeout_error& e) { blocking.emplace_back(e.what()); }
+    sys.run();
+  }
+  wait_for_kernel();
+  std::vector<std::string> what;
+  std::vector<npurt::timeout_kind> timer;
+  npurt::spawn(sys, task_test_timed_waits(s, dev, ev, what, timer));
+  sys.run();
+  REQUIRE(what.size() == 3);
+  const std::pair<std::string, std::string> calls[] = {
+      {"npurt::stream::synchronize", "npurt::stream::async_synchronize"},
+      {"npurt::event::synchronize", "npurt::event::async_wait"},
+      {"npurt::device::synchronize", "npurt::device::async_synchronize"}};
+  for (std::size_t i = 0; i < 3; ++i) {
+    INFO(blocking[i]);
+    // The blocking form's words with the async call's name: "npurt::stream::synchronize (sync
+    // timer, limit 0.001 ms): wait timed out" becomes "npurt::stream::async_synchronize (...".
+    REQUIRE(blocking[i].starts_with(calls[i].first + " ("));
+    CHECK(what[i] == calls[i].second + blocking[i].substr(calls[i].first.size()));
+    CHECK(timer[i] == npurt::timeout_kind::sync);
+  }
+}

@@ -373,12 +373,24 @@ struct sticky_op final : op_base {
       const bool all_streams = self->stream == 0 && self->rt->device_positions(self->device).empty();
       self->rt->device_synchronized(self->device, all_streams);
       ec = self->outcome(*user);
+    } else if (self->thrown && ec == errc::wait_timeout) [[unlikely]] {
+      *self->thrown = self->timeout_exception(ec);
     }
     delete self;
     user->complete(ec);
   }
 
  private:
+  // The wait's own timer fired: the exception names the call that waited, as the blocking
+  // form's names itself, which the op's kind tells (built only here, on the timeout).
+  std::exception_ptr timeout_exception(std::error_code ec) const {
+    const char* call = upto != 0 ? "npurt::event::async_wait"
+                       : stream  ? "npurt::stream::async_synchronize"
+                                 : "npurt::device::async_synchronize";
+    try {
+      throw_error_on(device, ec, call, timeout_limit);
+    } catch (...) { return std::current_exception(); }
+  }
   std::error_code outcome(op_base& user) const {
     const auto report = [&](const failure& f) {
       user.timer = f.timer;
