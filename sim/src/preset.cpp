@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -144,7 +145,7 @@ key_entry str_key(std::string_view sec, std::string_view key, std::string_view d
           [m](const preset& p) { return std::string(p.*m); },
           [m](preset& p, std::string_view v) {
             v = trim(v);
-            if (v.empty()) return false;
+            if (v.empty() || v.find('\0') != std::string_view::npos) return false;  // see check()
             p.*m = std::string(v);
             return true;
           },
@@ -347,7 +348,22 @@ std::size_t line_of(std::string_view text, std::string_view section, std::string
 }
 
 // Text from the file in a message: at most a 64-byte prefix, so a huge name stays readable.
-std::string shown(std::string_view v) { return std::string(v.substr(0, 64)) + (v.size() > 64 ? "..." : ""); }
+std::string shown(std::string_view v) {
+  // Control bytes (a NUL above all) are written as \xNN: a message is text, and a NUL in it
+  // would end it early wherever it becomes a C string.
+  std::string out;
+  for (const char c : v.substr(0, 64)) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b >= 0x20 && b != 0x7f) {
+      out += c;
+      continue;
+    }
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(b));
+    out += buf;
+  }
+  return out + (v.size() > 64 ? "..." : "");
+}
 
 // "bad value 'x' for Section.key (unit, from min to max)": at most a prefix of the value.
 std::string bad_value(const key_entry& e, std::string_view v) {
@@ -357,6 +373,7 @@ std::string bad_value(const key_entry& e, std::string_view v) {
     m += ", from " + fmt_double(e.info.min) + " to " + fmt_double(e.info.max);
     if (e.info.min == 0 && e.info.unit == "ns") m += "; 0 or at least 0.001";
   }
+  if (e.info.unit == "text" && v.find('\0') != std::string_view::npos) m += "; a NUL byte is not text";
   return m + ")";
 }
 
@@ -410,7 +427,7 @@ device_properties preset::properties() const {
 
 std::error_code check(const preset& p, std::string* what) {
   auto bad = [&](std::string_view key, std::string_view why) {
-    if (what) *what = "preset '" + p.name + "': " + std::string(key) + " " + std::string(why);
+    if (what) *what = "preset '" + shown(p.name) + "': " + std::string(key) + " " + std::string(why);
     return make_error_code(errc::invalid_config);
   };
   // Ranges first: everything below (and the simulator) may then compute with the values.
@@ -421,6 +438,12 @@ std::error_code check(const preset& p, std::string* what) {
       return bad(e.info.path(), "must be in [" + fmt_double(e.info.min) + ", " + fmt_double(e.info.max) + "] " +
                                     std::string(e.info.unit) + ", got " + fmt_double(v));
   }
+  // Names end up in C strings (device_properties::name, as aclrtGetSocName returns it), trace
+  // files and messages: a NUL byte would cut each of them short somewhere else.
+  for (const auto& e : table())
+    if (e.info.unit == "text")
+      if (const std::size_t at = e.get(p).find('\0'); at != std::string::npos)
+        return bad(e.info.path(), "holds a NUL byte (at byte " + std::to_string(at) + ")");
   if (!p.separated_cores && p.vector_core_count != p.ai_core_count)
     return bad("SoCInfo.vector_core_cnt", std::to_string(p.vector_core_count) + " must equal SoCInfo.ai_core_cnt " +
                                               std::to_string(p.ai_core_count) +

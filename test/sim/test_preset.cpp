@@ -1,4 +1,5 @@
 #include <npurt/sim/preset.hpp>
+#include <npurt/sim/sim.hpp>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -403,6 +404,39 @@ TEST_CASE("L0A, L0B and L1 must hold a double-buffered fractal step of every cub
     CHECK(ec == errc::invalid_config);
     CHECK_THAT(what, ContainsSubstring("AICoreSpec.l1_size"));
     CHECK_THAT(what, ContainsSubstring("line 6"));
+  }
+}
+
+// A name is text that reaches C strings, traces and messages: a NUL byte would cut it short in
+// some of them and not in others.
+TEST_CASE("a preset name holding a NUL byte is refused, naming the field", "[sim][preset]") {
+  using namespace std::string_literals;
+  std::string what;
+  SECTION("check, and the backend built from the preset") {
+    preset p = presets::ascend910();
+    p.name = "my\0chip"s;
+    CHECK(check(p, &what) == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("SoCInfo.name holds a NUL byte (at byte 2)"));
+    CHECK(what.find('\0') == std::string::npos);  // the message shows it escaped: my\x00chip
+    CHECK_THAT(what, ContainsSubstring("preset 'my\\x00chip'"));
+    CHECK_THROWS_AS(make_backend(p), caller_error);
+    p = presets::ascend910();
+    p.soc_version = "Ascend910A\0"s;
+    CHECK(check(p, &what) == errc::invalid_config);
+    CHECK_THAT(what, ContainsSubstring("SoCInfo.soc_version holds a NUL byte (at byte 10)"));
+  }
+  SECTION("set_value, which leaves the preset as it was") {
+    preset p = presets::ascend910();
+    CHECK(set_value(p, "SoCInfo.name", "my\0chip"s, &what) == errc::parse_error);
+    CHECK_THAT(what, ContainsSubstring("bad value 'my\\x00chip' for SoCInfo.name (text; a NUL byte is not text)"));
+    CHECK(p.name == "ascend910");
+  }
+  SECTION("an INI file") {
+    std::error_code ec;
+    (void)parse_preset("[SoCInfo]\nbase = ascend910\nname = my\0chip\n"s, ec, &what);
+    CHECK(ec == errc::parse_error);
+    CHECK_THAT(what, ContainsSubstring("for SoCInfo.name (text; a NUL byte is not text)"));
+    CHECK_THAT(what, ContainsSubstring("line 3"));
   }
 }
 
