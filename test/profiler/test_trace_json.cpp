@@ -243,20 +243,22 @@ TEST_CASE("npurt-trace summarises and renders a trace, and exits with 2 on a non
   for (const char* f : {"tool_trace.json", "tool_bad.json", "tool_out.txt", "tool_out.svg"}) std::remove(f);
 }
 
+// Kernel names, ONNX node names and file names are bytes. Ill-formed here: a lone 0xFF, a lone
+// continuation byte, a lead byte cut short, an overlong '/' (C0 AF) and a surrogate (ED A0 80),
+// each byte of them one U+FFFD; U+FFFF (EF BF BF) is UTF-8 but no XML character. Well-formed
+// and kept: U+00B5 (C2 B5), U+540D (E5 90 8D) and U+1F600 (F0 9F 98 80).
+const std::string ill_formed_name =
+    "a\xff"
+    "b\x80"
+    "c\xc3"
+    "d\xc0\xaf"
+    "e\xed\xa0\x80"
+    "f\xef\xbf\xbf"
+    "g\xc2\xb5\xe5\x90\x8d\xf0\x9f\x98\x80";
+
 TEST_CASE("a name that is not UTF-8 is written as U+FFFD so that the trace and the timeline stay readable",
           "[profiler][chrome][svg]") {
-  // Kernel names, ONNX node names and file names are bytes. Ill-formed here: a lone 0xFF, a lone
-  // continuation byte, a lead byte cut short, an overlong '/' (C0 AF) and a surrogate (ED A0 80),
-  // each byte of them one U+FFFD; U+FFFF (EF BF BF) is UTF-8 but no XML character. Well-formed
-  // and kept: U+00B5 (C2 B5), U+540D (E5 90 8D) and U+1F600 (F0 9F 98 80).
-  const std::string raw =
-      "a\xff"
-      "b\x80"
-      "c\xc3"
-      "d\xc0\xaf"
-      "e\xed\xa0\x80"
-      "f\xef\xbf\xbf"
-      "g\xc2\xb5\xe5\x90\x8d\xf0\x9f\x98\x80";
+  const std::string& raw = ill_formed_name;
   const std::string r = "\xef\xbf\xbd";
   const std::string kept = "g\xc2\xb5\xe5\x90\x8d\xf0\x9f\x98\x80";
   const std::string in_json = "a" + r + "b" + r + "c" + r + "d" + r + r + "e" + r + r + r + "f\xef\xbf\xbf" + kept;
@@ -305,14 +307,7 @@ TEST_CASE("a name that is not UTF-8 is written as U+FFFD so that the trace and t
 TEST_CASE("the text summary writes a name that is not UTF-8 with U+FFFD, as the trace does", "[profiler][summary]") {
   // The same ill-formed name as above: each byte of a bad sequence is one U+FFFD. Text has no
   // character it must leave out, so U+FFFF stays.
-  const std::string raw =
-      "a\xff"
-      "b\x80"
-      "c\xc3"
-      "d\xc0\xaf"
-      "e\xed\xa0\x80"
-      "f\xef\xbf\xbf"
-      "g\xc2\xb5\xe5\x90\x8d\xf0\x9f\x98\x80";
+  const std::string& raw = ill_formed_name;
   const std::string r = "\xef\xbf\xbd";
   const std::string clean = "a" + r + "b" + r + "c" + r + "d" + r + r + "e" + r + r + r + "f\xef\xbf\xbf" +
                             "g\xc2\xb5\xe5\x90\x8d\xf0\x9f\x98\x80";
