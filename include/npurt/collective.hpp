@@ -135,8 +135,11 @@ class communicator {
   /// HcclGetCommAsyncError: the first error an operation of this communicator hit (empty if
   /// none); `message` receives every error's explanation, one per line.
   [[nodiscard]] NPURT_DECL std::error_code async_error(std::string* message = nullptr) const;
-  /// Fails every pending operation with errc::operation_aborted; later calls fail at once.
+  /// HcclCommAbort: fails every pending operation with errc::operation_aborted; later calls fail
+  /// at once. Their messages say communicator::abort() was called. The error_code form reports
+  /// an empty handle, a destroyed system or another thread instead of throwing.
   NPURT_DECL void abort();
+  NPURT_DECL void abort(std::error_code& ec);
   [[nodiscard]] bool aborted() const noexcept { return state_ && state_->aborted; }
   /// Finished operations, when communicator_options::keep_records is set.
   [[nodiscard]] const std::vector<collective_record>& records() const noexcept {

@@ -692,6 +692,7 @@ void collective_engine::abort(std::uint64_t comm) {
        << (in->first != none && in->calls[in->first] ? describe_call(*in->calls[in->first])
                                                      : std::string(to_string(in->op)))
        << " #" << in->sequence << " pending";
+    if (!in->comm->abort_reason.empty()) os << " (" << in->comm->abort_reason << ")";
     fail(*in, make_error_code(errc::operation_aborted), os.str());
     if (in->arrived == in->tasks.size() && in->outstanding == 0) {
       by_id_.erase(in->id);

@@ -623,16 +623,33 @@ TEST_CASE("abort fails pending operations and refuses new ones", "[collective][e
   f.sys.run(ec);  // rank 1 never calls and no timeout is set: nothing can progress
   CHECK(ec == errc::deadlock);
   CHECK_THAT(f.sys.deadlock_report(), ContainsSubstring("barrier") && ContainsSubstring("waits for rank(s) 1"));
-  comm.abort();
+  comm.abort(ec);
+  CHECK_FALSE(ec);
   f.sys.run(ec);
   CHECK_FALSE(ec);
-  CHECK(comm.async_error() == errc::operation_aborted);
+  std::string why;
+  CHECK(comm.async_error(&why) == errc::operation_aborted);
+  // Who aborted it: the application, not a reset or a fault.
+  CHECK_THAT(why, ContainsSubstring("barrier") && ContainsSubstring("communicator::abort() was called"));
+  comm.abort(ec);  // a second abort changes nothing
+  CHECK_FALSE(ec);
   // Nobody awaited the barrier: its failure is stream 0's sticky error, reported once.
   CHECK_FALSE(f.streams[0].query(ec));
   CHECK(ec == errc::operation_aborted);
   CHECK(f.streams[0].query());
   comm.barrier(f.streams[1], ec);
   CHECK(ec == errc::operation_aborted);
+  try {
+    comm.barrier(f.streams[1]);
+    FAIL("a call after abort must throw");
+  } catch (const npurt::error& e) {
+    CHECK(e.code() == errc::operation_aborted);
+    CHECK_THAT(e.what(), ContainsSubstring("communicator::abort() was called"));
+  }
+  // The error_code form on an empty handle reports, never throws.
+  npurt::communicator empty;
+  CHECK_NOTHROW(empty.abort(ec));
+  CHECK(ec == errc::invalid_argument);
 }
 
 TEST_CASE("group_end after abort reports the group's calls as aborted", "[collective][errors]") {

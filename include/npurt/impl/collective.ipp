@@ -193,12 +193,21 @@ NPURT_DECL std::error_code communicator::async_error(std::string* message) const
   return state_->async_error;
 }
 
-NPURT_DECL void communicator::abort() {
-  require_usable("abort");
+NPURT_DECL void communicator::abort(std::error_code& ec) {
+  if ((ec = usable())) return;
   if (state_->aborted) return;
   state_->aborted = true;
+  // What the failed operations and every later call say: the application aborted it, not a
+  // device reset or a fault.
+  state_->abort_reason = "communicator::abort() was called";
   if (group_) group_->pending.clear();
   rt_->backend().abort_collectives(state_->id);
+}
+
+NPURT_DECL void communicator::abort() {
+  require_usable("abort");
+  std::error_code ec;
+  abort(ec);
 }
 
 NPURT_DECL std::error_code communicator::check(const collective_call& c, device_id dev, std::uint32_t rank,
