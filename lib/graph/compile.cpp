@@ -495,6 +495,83 @@ std::string_view to_string(schedule s) noexcept {
   return "?";
 }
 
+namespace {
+
+/// compile_options::all_reduce: checks the names, and orders every step that reads a reduced
+/// output (or anything computed from one) after every other step, keeping the order within each
+/// part. The reduced value is then what every reader sees, and the reductions overlap the steps
+/// still to run before their first reader: in a training step the update operators wait, while
+/// the rest of the backward pass runs beside the reductions. Independent steps never depend on
+/// a later part's, so the order stays topological.
+void order_for_all_reduce(compiled_graph::impl& c, const graph& src, const output_all_reduce& ar) {
+  if (c.rep.schedule == schedule::pipeline)
+    throw_error(make_error_code(errc::not_supported),
+                "compile: all_reduce with schedule::pipeline (a stage's batches would need one reduction each)");
+  auto root_of = [&](int v) {
+    while (c.values[static_cast<std::size_t>(v)].root != v) v = c.values[static_cast<std::size_t>(v)].root;
+    return v;
+  };
+  const graph& G = c.g;
+  std::vector<int> reduced_roots;
+  std::vector<std::string_view> reduced_names;
+  for (const auto& name : ar.outputs) {
+    const auto at = std::find(G.outputs().begin(), G.outputs().end(), name);
+    if (std::find(src.outputs().begin(), src.outputs().end(), name) == src.outputs().end() || at == G.outputs().end())
+      throw graph_error(make_error_code(errc::invalid_argument), {}, name,
+                        "compile: all_reduce names '" + name + "', which is not an output of the graph");
+    const std::size_t i = static_cast<std::size_t>(at - G.outputs().begin());
+    const int r = root_of(c.outputs[i]);
+    if (c.values[static_cast<std::size_t>(r)].kind != value_kind::activation)
+      throw graph_error(
+          make_error_code(errc::invalid_argument), {}, name,
+          "compile: all_reduce names '" + name + "', which no operator writes (an input or a constant of the graph)");
+    if (std::find(reduced_roots.begin(), reduced_roots.end(), r) != reduced_roots.end())
+      throw graph_error(make_error_code(errc::invalid_argument), {}, name,
+                        "compile: all_reduce names '" + name +
+                            "' twice, or with another output that shares its memory (a view of it)");
+    reduced_roots.push_back(r);
+    reduced_names.push_back(name);
+    creduction red;
+    red.output = i;
+    // Queued in the order of the list, whatever the schedule: every rank must call its
+    // collectives in the same order, and two ranks compiled with different schedules (or
+    // precisions) would otherwise pair gradients of the same size wrongly, without an error.
+    if (c.values[static_cast<std::size_t>(c.outputs[i])].bytes() != 0) c.reductions.push_back(std::move(red));
+  }
+  // Which steps read a reduced value, directly or through what they compute.
+  std::vector<char> tainted(c.values.size(), 0);
+  for (int r : reduced_roots) tainted[static_cast<std::size_t>(r)] = 1;
+  std::vector<char> dependent(c.steps.size(), 0);
+  for (std::size_t k = 0; k < c.steps.size(); ++k) {
+    const cstep& st = c.steps[k];
+    for (int v : st.in)
+      if (v >= 0 && tainted[static_cast<std::size_t>(root_of(v))]) dependent[k] = 1;
+    if (!dependent[k]) continue;
+    for (int v : st.out) {
+      const int r = root_of(v);
+      if (const auto at = std::find(reduced_roots.begin(), reduced_roots.end(), r); at != reduced_roots.end())
+        throw graph_error(make_error_code(errc::not_supported), {},
+                          std::string(reduced_names[at - reduced_roots.begin()]),
+                          "compile: all_reduce names '" + std::string(reduced_names[at - reduced_roots.begin()]) +
+                              "', which is computed from another output it reduces (one reduction would wait for "
+                              "the other's readers)");
+      tainted[static_cast<std::size_t>(r)] = 1;
+    }
+  }
+  std::vector<cstep> ordered;
+  ordered.reserve(c.steps.size());
+  for (int part = 0; part < 2; ++part)
+    for (std::size_t k = 0; k < c.steps.size(); ++k)
+      if (dependent[k] == part) ordered.push_back(std::move(c.steps[k]));
+  c.steps = std::move(ordered);
+  for (std::size_t k = 0; k < c.steps.size(); ++k)
+    for (int v : c.steps[k].out) c.values[static_cast<std::size_t>(v)].producer = static_cast<int>(k);
+  c.rep.all_reduced = c.reductions.size();
+  c.all_reduce = ar;
+}
+
+}  // namespace
+
 // Builds everything but device memory. Shared by session::compile and plan_memory.
 std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_options& o, precision prec,
                                                  const schedule_config& sc, const memory_config& mc,
@@ -716,6 +793,7 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     p->output_on_device.push_back(on_device);
     rep.outputs_on_device += on_device ? 1 : 0;
   }
+  if (o.all_reduce) order_for_all_reduce(*p, src, *o.all_reduce);
   // Inputs and constants are never written by operators, so a view of them stays theirs.
   const int nsteps = static_cast<int>(p->steps.size());
   p->roots.assign(p->values.size(), {});
@@ -770,6 +848,19 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     for (int v : st.in)
       if (v >= 0) p->roots[static_cast<std::size_t>(root_of(v))].accesses.emplace_back(s, false);
     for (int v : st.out) p->roots[static_cast<std::size_t>(root_of(v))].accesses.emplace_back(s, true);
+  }
+  if (o.all_reduce) {
+    // Each reduction runs once its output's last writer has, and every reader waits for it: the
+    // readers were ordered after every reduced output's writer above, so each reduction is queued
+    // before its first reader is.
+    for (auto& red : p->reductions) {
+      for (auto [step, writes] :
+           p->roots[static_cast<std::size_t>(p->values[static_cast<std::size_t>(p->outputs[red.output])].root)]
+               .accesses) {
+        if (writes) red.after = std::max(red.after, step);
+        else red.readers.push_back(step);
+      }
+    }
   }
   // Activation buffers for the planner.
   std::vector<memplan::buffer> bufs;

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -48,6 +49,13 @@ struct cstep {
   static constexpr int chain_value = -1;
 };
 
+/// An output all-reduced inside the run (compile_options::all_reduce).
+struct creduction {
+  std::size_t output = 0;    ///< index into outputs
+  int after = -1;            ///< queued after this step, the last to write the output's memory
+  std::vector<int> readers;  ///< steps that read the reduced value: each waits for the reduction
+};
+
 /// A root's place in the arena and who touches it.
 struct root_info {
   std::uint64_t offset = 0;
@@ -66,6 +74,8 @@ struct compiled_graph::impl {
   std::vector<cstep> steps;  ///< in execution order
   std::vector<int> inputs, outputs;  ///< value indices in the graph's order
   std::vector<bool> output_on_device;  ///< by output: returned as a device tensor
+  std::vector<creduction> reductions;  ///< in the order a run queues them
+  std::optional<output_all_reduce> all_reduce;
   std::vector<root_info> roots;      ///< by value index (meaningful for activation roots)
   compile_report rep;
   int stages = 1;

@@ -200,6 +200,20 @@ npurt::stream& session::stage_stream(std::size_t i) {
   return *streams_[stage_[i]];
 }
 
+npurt::stream& session::comm_stream(int priority) {
+  if (priority < 0 || static_cast<std::size_t>(priority) >= comm_.size())
+    throw_error(make_error_code(errc::invalid_argument),
+                "comm_stream: priority " + std::to_string(priority) + " (0 highest .. 7 lowest)");
+  auto& at = comm_[static_cast<std::size_t>(priority)];
+  if (at == 0) {  // index 0 is always stream(0), never a communication stream
+    (void)stream(0);
+    at = streams_.size();
+    streams_.push_back(std::make_unique<npurt::stream>(
+        dev_->make_stream({.priority = priority, .flags = stream_flags::direct_submit})));
+  }
+  return *streams_[at];
+}
+
 namespace {
 
 // The stream a compiled graph's stream index k names: a pipeline's stages run on direct-submit
@@ -334,6 +348,23 @@ compiled_graph session::compile(graph& g, const compile_options& opts) {
     (void)io_stream(0);
     (void)io_stream(1);
   }
+  if (p->all_reduce) {
+    // Every rank's run must meet the others in the same collective: refused here, before any
+    // memory is taken, rather than failing or hanging in a run.
+    const auto& ar = *p->all_reduce;
+    if (!ar.comm.valid())
+      throw_error(make_error_code(errc::invalid_argument),
+                  "compile: all_reduce's communicator is empty or its system is gone");
+    if (ar.comm.rank_of(dev_->id()) < 0)
+      throw_error(make_error_code(errc::invalid_argument), "compile: all_reduce's communicator '" + ar.comm.name() +
+                                                               "' has no rank on device " + std::to_string(dev_->id()) +
+                                                               ", the session's");
+    if (static_cast<unsigned>(ar.op) > static_cast<unsigned>(reduce_op::min))
+      throw_error(make_error_code(errc::invalid_argument),
+                  "compile: all_reduce's op " + std::to_string(static_cast<unsigned>(ar.op)) + " is not a reduce_op");
+    (void)comm_stream(ar.priority);  // refuses a priority out of range
+    rep.streams += 1;
+  }
   // A pipeline has a batch in each stage and one being copied in.
   const std::size_t slots = rep.schedule == schedule::pipeline ? static_cast<std::size_t>(p->stages) + 1
                             : rep.overlap                      ? 2
@@ -397,6 +428,13 @@ class op_recorder final : public observer {
  public:
   explicit op_recorder(const std::map<std::string_view, std::size_t>& index) : index_(index) {}
   void on_task(const task_info& t) override {
+    if (t.kind == task_kind::collective) {
+      if (auto at = reductions_.find(t.id); at != reductions_.end()) {
+        auto& r = reduced_[at->second];
+        r.start = t.start, r.end = t.end, r.busy = t.end - t.start, r.seen = true;
+      }
+      return;
+    }
     if (t.kind != task_kind::kernel) return;
     auto it = index_.find(t.name);
     if (it == index_.end()) return;
@@ -412,6 +450,8 @@ class op_recorder final : public observer {
     bool seen = false;
   };
   std::map<std::size_t, span> spans_;
+  std::map<std::uint64_t, std::size_t> reductions_;  // the run's all-reduce tasks: output index
+  std::map<std::size_t, span> reduced_;              // by output index
 
  private:
   const std::map<std::string_view, std::size_t>& index_;
@@ -475,6 +515,7 @@ struct enqueue_ctx {
   std::vector<const tensor*> in;
   std::vector<tensor>* host_out;
   std::vector<event>* stage_done;  // pipeline: per stage, the previous batch's end of that stage
+  op_recorder* rec = nullptr;      // sees the run's all-reduce tasks by id
 };
 
 event enqueue_batch(enqueue_ctx& x) {
@@ -522,6 +563,14 @@ event enqueue_batch(enqueue_ctx& x) {
     }
   }
   event inputs_done = sin.launch_callback([] {});
+  // All-reduces of outputs: on the communication stream, in the order of the list, each once
+  // every step that touches its output's memory is queued (and, through the waits, has run).
+  npurt::stream* comm = c.reductions.empty() ? nullptr : &x.s.comm_stream(c.all_reduce->priority);
+  std::size_t next_reduction = 0;
+  std::vector<event> reduced(c.reductions.size());
+  std::vector<std::vector<std::size_t>> reads_reduced(comm ? c.steps.size() : 0);
+  for (std::size_t i = 0; i < c.reductions.size(); ++i)
+    for (int k : c.reductions[i].readers) reads_reduced[static_cast<std::size_t>(k)].push_back(i);
   std::vector<event> done(c.steps.size());
   std::vector<bool> stream_started(c.streams, false);
   std::vector<event> stage_end(static_cast<std::size_t>(c.stages));
@@ -535,6 +584,10 @@ event enqueue_batch(enqueue_ctx& x) {
         s.wait((*x.stage_done)[static_cast<std::size_t>(st.stage)]);
     }
     for (int w : st.waits) s.wait(done[static_cast<std::size_t>(w)]);
+    // compile ordered every reader after every reduced output's writer: the reductions it reads
+    // are queued.
+    if (comm)
+      for (std::size_t i : reads_reduced[k]) s.wait(reduced[i]);
     event last;
     for (auto& task : lower_step(st, c.values, ptr)) {
       if (task.kernel) last = s.launch(*task.kernel);
@@ -543,6 +596,18 @@ event enqueue_batch(enqueue_ctx& x) {
     }
     done[k] = last;
     stage_end[static_cast<std::size_t>(st.stage)] = last;
+    while (comm && next_reduction < c.reductions.size() && c.reductions[next_reduction].after <= static_cast<int>(k)) {
+      const std::size_t i = next_reduction++;
+      const creduction& red = c.reductions[i];
+      if (const event& w = done[static_cast<std::size_t>(red.after)]; w.valid()) comm->wait(w);
+      const cvalue& cv = c.values[static_cast<std::size_t>(c.outputs[red.output])];
+      void* buf = timing ? c.output_ptr[x.slot][red.output] : ptr(c.outputs[red.output]);
+      reduced[i] = c.all_reduce->comm.enqueue(
+          communicator::all_reduce_call(buf, buf, static_cast<std::size_t>(cv.shape.elements()), cv.type,
+                                        c.all_reduce->op),
+          *comm);
+      if (x.rec) x.rec->reductions_.emplace(reduced[i].task_id(), red.output);
+    }
   }
   // Join every stream into the final one, then copy the outputs out there.
   if (!overlap) stream_started[c.copy_stream] = true;
@@ -551,6 +616,7 @@ event enqueue_batch(enqueue_ctx& x) {
       event e = exec_stream(x.s, c, k).launch_callback([] {});
       sout.wait(e);
     }
+  if (!reduced.empty() && reduced.back().valid()) sout.wait(reduced.back());
   for (std::size_t i = 0; i < c.outputs.size(); ++i) {
     const int v = c.outputs[i];
     const cvalue& cv = c.values[static_cast<std::size_t>(v)];
@@ -588,6 +654,7 @@ std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& c
     sys_->add_observer(*p->rec);
     p->observing = true;
   }
+  x.rec = p->rec.get();
   p->start = sys_->now();
   try {
     after_previous_run(*this, c);
@@ -624,6 +691,12 @@ run_result session::finish_run(pending_run& p) {
     for (const auto& [k, sp] : p.rec->spans_) {
       const cstep& st = c.steps[k];
       r.ops.push_back({st.kernel_name, st.n->type, st.stream, sp.start - p.start, sp.end - p.start, sp.busy});
+    }
+  if (p.rec)
+    for (const auto& [i, sp] : p.rec->reduced_) {
+      const cvalue& v = c.values[static_cast<std::size_t>(c.outputs[i])];
+      r.ops.push_back({"all_reduce(" + v.name + ")", "AllReduce", static_cast<std::uint32_t>(c.rep.streams - 1),
+                       sp.start - p.start, sp.end - p.start, sp.busy});
     }
   std::stable_sort(r.ops.begin(), r.ops.end(),
                    [](const op_timing& a, const op_timing& b) { return a.start < b.start; });
@@ -664,6 +737,7 @@ std::vector<std::pair<std::uint32_t, std::uint64_t>> session::run_positions(cons
   std::vector<std::pair<std::uint32_t, std::uint64_t>> pos;
   const auto add = [&](const npurt::stream& s) { pos.emplace_back(s.id(), rt_->last_enqueued(s.id())); };
   for (std::uint32_t k = 0; k < c.get().streams; ++k) add(exec_stream(*this, c.get(), k));
+  if (!c.get().reductions.empty()) add(comm_stream(c.get().all_reduce->priority));
   add(end_stream(c));
   return pos;
 }
@@ -691,6 +765,7 @@ std::exception_ptr session::take_run_failure(const compiled_graph& c, std::strin
     if (ec && !first) first = run_error(c.get(), *sys_, ec, f, s.valid() ? s.device() : -1, what);
   };
   for (std::uint32_t k = 0; k < c.get().streams; ++k) drain_one(exec_stream(*this, c.get(), k));
+  if (!c.get().reductions.empty()) drain_one(comm_stream(c.get().all_reduce->priority));
   drain_one(end_stream(c));
   return first;
 }

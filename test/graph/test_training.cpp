@@ -548,6 +548,46 @@ TEST_CASE("a residual block's training step as a graph has the gradients of fini
   check_differences("dbeta", bv, o1.at("dbeta").to_vector(), step, 1e-3, loss);
 }
 
+namespace {
+
+/// The gradients of models::mlp_training_step with `layers` layers, last layer first: the order
+/// backward produces them.
+std::vector<std::string> gradients_backward_order(int layers) {
+  std::vector<std::string> grads;
+  for (int i = layers; i >= 1; --i) {
+    grads.push_back("fc" + std::to_string(i) + ".weight.grad");
+    grads.push_back("fc" + std::to_string(i) + ".bias.grad");
+  }
+  return grads;
+}
+
+/// Queues a run of cs[r] on every rank's session (every one before any waits: each rank's
+/// all-reduce waits for its peers), drives the system and returns the results by rank.
+std::vector<run_result> run_every_rank(npurt::system& sys, std::vector<std::unique_ptr<session>>& ss,
+                                       const std::vector<compiled_graph>& cs,
+                                       const std::vector<std::vector<feed>>& in) {
+  std::vector<run_result> out(ss.size());
+  for (std::size_t r = 0; r < ss.size(); ++r)
+    ss[r]->async_run(cs[r], in[r], [&out, r](async_error_code ec, run_result res) {
+      CHECK_FALSE(ec);
+      out[r] = std::move(res);
+    });
+  sys.run();
+  return out;
+}
+
+/// The one-layer step (2 samples of 2 features, 1 output) with weights [0.5, -1] and bias 0.25,
+/// its gradients set as outputs: the ranks' step of the data-parallel tests.
+graph one_layer_step() {
+  graph g = models::mlp_training_step(2, {2, 1}, 0.1);
+  g.set_constant("fc1.weight", tensor({2, 1}, dtype::f32, {0.5, -1}));
+  g.set_constant("fc1.bias", tensor({1}, dtype::f32, {0.25}));
+  for (const char* n : {"fc1.weight.grad", "fc1.bias.grad"}) g.set_output(n);
+  return g;
+}
+
+}  // namespace
+
 TEST_CASE("a training step's gradients stay on the device and are all-reduced there across sessions",
           "[graph][training][collective]") {
   // Data parallelism over two sessions, one per device: each rank's step computes its gradients,
@@ -569,10 +609,7 @@ TEST_CASE("a training step's gradients stay on the device and are all-reduced th
   const std::vector<std::string> grads{"fc1.weight.grad", "fc1.bias.grad"};
   for (int r = 0; r < 2; ++r) {
     ss.push_back(std::make_unique<session>(sys, session_config{.device_id = r}));
-    gs.push_back(models::mlp_training_step(2, {2, 1}, 0.1));
-    gs[r].set_constant("fc1.weight", tensor({2, 1}, dtype::f32, {0.5, -1}));
-    gs[r].set_constant("fc1.bias", tensor({1}, dtype::f32, {0.25}));
-    for (const auto& n : grads) gs[r].set_output(n);
+    gs.push_back(one_layer_step());
     on_device.push_back(ss[r]->compile(gs[r], {.outputs_on_device = grads}));
     on_host.push_back(ss[r]->compile(gs[r]));
   }
@@ -620,4 +657,211 @@ TEST_CASE("a training step's gradients stay on the device and are all-reduced th
     CHECK(e.code() == errc::invalid_argument);
     CHECK(e.tensor() == "fc1.weight");
   }
+}
+
+TEST_CASE("compile_options::all_reduce sums the named outputs across ranks inside the run",
+          "[graph][training][collective]") {
+  // The one-layer step of the test above, two ranks: the same hand-computed sums, now reduced by
+  // the run itself (host outputs and device outputs alike). The step's updates read the reduced
+  // gradients: w' = [0.5, -1] - 0.1 [-9.25, -15.25] = [1.425, 0.525], b' = 0.25 - 0.1 (-5.5) = 0.8,
+  // the same on both ranks.
+  npurt::system sys{sim::presets::ascend910(2)};
+  auto comm = communicator::init_all(sys);
+  const std::vector<vec> xs{{1, 2, 3, 4}, {-1, 0, 2, 1}}, ts{{0, 1}, {1, 0}};
+  const std::vector<std::string> grads{"fc1.weight.grad", "fc1.bias.grad"};
+  std::vector<std::unique_ptr<session>> ss;
+  std::vector<graph> gs;
+  std::vector<compiled_graph> cs, on_device;
+  for (int r = 0; r < 2; ++r) {
+    ss.push_back(std::make_unique<session>(sys, session_config{.device_id = r}));
+    gs.push_back(one_layer_step());
+    cs.push_back(ss[r]->compile(gs[r], {.all_reduce = output_all_reduce{.comm = comm, .outputs = grads}}));
+    on_device.push_back(ss[r]->compile(gs[r], {.outputs_on_device = {"fc1.bias.grad"},
+                                               .all_reduce = output_all_reduce{.comm = comm, .outputs = grads}}));
+  }
+  CHECK(cs[0].report().all_reduced == 2);
+  CHECK(cs[0].report().streams == 2);  // the compute stream and the communication stream
+  std::vector<run_result> rs(2), ds(2);
+  int completed = 0;
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<feed> in{{"x", tensor({2, 2}, dtype::f32, xs[r])}, {"target", tensor({2, 1}, dtype::f32, ts[r])}};
+    // Every rank's run is queued before any waits: a blocking run would wait for peers that
+    // have not been asked yet.
+    ss[r]->async_run(cs[r], in, [&, r](async_error_code ec, run_result res) {
+      CHECK_FALSE(ec);
+      rs[static_cast<std::size_t>(r)] = std::move(res);
+      ++completed;
+    });
+    ss[r]->async_run(on_device[r], in, [&, r](async_error_code ec, run_result res) {
+      CHECK_FALSE(ec);
+      ds[static_cast<std::size_t>(r)] = std::move(res);
+      ++completed;
+    });
+  }
+  sys.run();
+  REQUIRE(completed == 4);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(rs[r].outputs.at("fc1.weight.grad").to_vector() == vec{-9.25, -15.25});
+    CHECK(rs[r].outputs.at("fc1.bias.grad").to_vector() == vec{-5.5});
+    CHECK(ds[r].outputs.at("fc1.weight.grad").to_vector() == vec{-9.25, -15.25});
+    CHECK(ds[r].outputs.at("fc1.bias.grad").is_device());
+    CHECK(ds[r].outputs.at("fc1.bias.grad").to_host(ss[r]->stream(0)).to_vector() == vec{-5.5});
+    const vec w = rs[r].outputs.at("fc1.weight.next").to_vector();
+    CHECK(std::abs(w[0] - 1.425) < 1e-6);
+    CHECK(std::abs(w[1] - 0.525) < 1e-6);
+    CHECK(std::abs(rs[r].outputs.at("fc1.bias.next").to_vector()[0] - 0.8) < 1e-6);
+    CHECK(w == rs[0].outputs.at("fc1.weight.next").to_vector());
+    // The reductions are operators of the run, on the stream after the compute streams.
+    int seen = 0;
+    for (const auto& op : rs[r].ops)
+      if (op.type == "AllReduce") {
+        ++seen;
+        CHECK((op.name == "all_reduce(fc1.weight.grad)" || op.name == "all_reduce(fc1.bias.grad)"));
+        CHECK(op.stream == 1);
+        CHECK(op.end > op.start);
+      }
+    CHECK(seen == 2);
+  }
+}
+
+TEST_CASE("compile_options::all_reduce under the parallel schedule equals the sum of the ranks' own gradients",
+          "[graph][training][collective]") {
+  // Two layers: weight and input gradients run on separate streams, so an output's last access
+  // may be on either; the reduction must wait for both. Expected: each rank's own gradients
+  // from plain runs, summed on the host (two f32 addends: the sum is exact whichever rank adds).
+  npurt::system sys{sim::presets::ascend910(2)};
+  auto comm = communicator::init_all(sys);
+  const std::vector<std::string> grads = gradients_backward_order(2);
+  std::vector<std::unique_ptr<session>> ss;
+  std::vector<graph> gs;
+  std::vector<compiled_graph> own, summed;
+  std::vector<std::vector<feed>> in(2);
+  for (int r = 0; r < 2; ++r) {
+    ss.push_back(std::make_unique<session>(sys, session_config{.device_id = r}));
+    gs.push_back(models::mlp_training_step(4, {3, 5, 2}, 0.1));  // the same seeded weights on both
+    for (const auto& n : grads) gs[r].set_output(n);
+    own.push_back(ss[r]->compile(gs[r], {.schedule = schedule::parallel}));
+    summed.push_back(
+        ss[r]->compile(gs[r], {.schedule = schedule::parallel, .all_reduce = output_all_reduce{comm, grads}}));
+    CHECK(summed[r].report().schedule == schedule::parallel);
+    vec x(12), t(8);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = (r == 0 ? 0.25 : -0.5) * static_cast<double>(i % 5) - 0.5;
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = r == 0 ? 0.125 * static_cast<double>(i) : 1.0;
+    in[r].emplace_back("x", tensor({4, 3}, dtype::f32, x));
+    in[r].emplace_back("target", tensor({4, 2}, dtype::f32, t));
+  }
+  CHECK(own[0].report().streams > 1);
+  std::vector<run_result> mine(2);
+  for (int r = 0; r < 2; ++r) mine[r] = ss[r]->run(own[r], in[r]);
+  const std::vector<run_result> both = run_every_rank(sys, ss, summed, in);
+  for (const auto& n : grads) {
+    const vec a = mine[0].outputs.at(n).to_vector(), b = mine[1].outputs.at(n).to_vector();
+    CHECK(a != b);  // the ranks' data differ
+    vec sum(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) sum[i] = static_cast<double>(static_cast<float>(a[i] + b[i]));
+    for (int r = 0; r < 2; ++r) CHECK(both[r].outputs.at(n).to_vector() == sum);
+  }
+  // The updates read the reduced gradients: both ranks end with the same parameters, bit for
+  // bit, each the rank's own update moved by lr times the other rank's gradient.
+  for (int i = 1; i <= 2; ++i)
+    for (const std::string kind : {".weight", ".bias"}) {
+      const std::string n = "fc" + std::to_string(i) + kind;
+      const vec next = both[0].outputs.at(n + ".next").to_vector();
+      CHECK(next == both[1].outputs.at(n + ".next").to_vector());
+      const vec own = mine[0].outputs.at(n + ".next").to_vector(), other = mine[1].outputs.at(n + ".grad").to_vector();
+      for (std::size_t k = 0; k < next.size(); ++k) CHECK(std::abs(next[k] - (own[k] - 0.1 * other[k])) < 1e-5);
+    }
+}
+
+TEST_CASE("compile_options::all_reduce overlaps the reductions with the rest of the backward pass",
+          "[graph][training][collective][timing]") {
+  // Four layers, timing only, two ranks. Listed last layer first (the order backward produces
+  // them), the first gradient's all-reduce starts while earlier layers' gradients are still being
+  // computed (the updates, which read the reduced gradients, wait). Bounds: the run cannot be
+  // shorter than the same step without reductions, and overlap makes it shorter than that step
+  // followed by every reduction one after another (the durations taken from the same run).
+  npurt::system sys{sim::presets::ascend910(2)};
+  auto comm = communicator::init_all(sys);
+  const std::vector<std::int64_t> widths{512, 1024, 1024, 1024, 512};
+  const std::vector<std::string> grads = gradients_backward_order(4);
+  std::vector<std::unique_ptr<session>> ss;
+  std::vector<graph> gs;
+  std::vector<compiled_graph> plain, reduced;
+  for (int r = 0; r < 2; ++r) {
+    ss.push_back(std::make_unique<session>(sys, session_config{.device_id = r}));
+    gs.push_back(models::mlp_training_step(256, widths, 0.1, false));
+    for (const auto& n : grads) gs[r].set_output(n);
+    plain.push_back(ss[r]->compile(gs[r], {.timing_only = true}));
+    reduced.push_back(ss[r]->compile(gs[r], {.timing_only = true, .all_reduce = output_all_reduce{comm, grads}}));
+  }
+  const std::vector<feed> in{{"x", tensor::timing_only({256, 512}, dtype::f32)},
+                             {"target", tensor::timing_only({256, 512}, dtype::f32)}};
+  std::vector<run_result> base(2);
+  for (int r = 0; r < 2; ++r) base[r] = ss[r]->run(plain[r], in);
+  const std::vector<run_result> over = run_every_rank(sys, ss, reduced, {in, in});
+  for (int r = 0; r < 2; ++r) {
+    picoseconds reductions{0}, first_start = picoseconds::max(), last_compute_end{0};
+    for (const auto& op : over[r].ops) {
+      if (op.type == "AllReduce") {
+        reductions += op.busy;
+        first_start = std::min(first_start, op.start);
+      } else if (op.type != "SGDUpdate") {
+        last_compute_end = std::max(last_compute_end, op.end);
+      }
+    }
+    INFO("rank " << r << ": step " << base[r].latency.count() << " ps, with reductions " << over[r].latency.count()
+                 << " ps, reductions " << reductions.count() << " ps, first from " << first_start.count()
+                 << " ps, compute to " << last_compute_end.count() << " ps");
+    CHECK(first_start < last_compute_end);
+    CHECK(over[r].latency >= base[r].latency);
+    CHECK(over[r].latency < base[r].latency + reductions);
+  }
+}
+
+TEST_CASE("compile_options::all_reduce refuses what it cannot do at compile", "[graph][collective][errors]") {
+  npurt::system sys{sim::presets::ascend910(2)};
+  auto all = communicator::init_all(sys);
+  const std::vector<device_id> one{1};
+  auto only_1 = communicator::init_all(sys, one);
+  session s(sys);
+  graph g = models::mlp_training_step(2, {2, 1}, 0.1, false);
+  g.set_output("fc1.weight.grad");
+  auto code_of = [&](const compile_options& o) {
+    try {
+      (void)s.compile(g, o);
+    } catch (const error& e) { return e.code(); }
+    return std::error_code{};
+  };
+  // A communicator without the session's device, an empty one, a priority out of range.
+  CHECK(code_of({.all_reduce = output_all_reduce{only_1, {"fc1.weight.grad"}}}) == errc::invalid_argument);
+  CHECK(code_of({.all_reduce = output_all_reduce{communicator{}, {"fc1.weight.grad"}}}) == errc::invalid_argument);
+  CHECK(code_of({.all_reduce = output_all_reduce{.comm = all, .outputs = {"fc1.weight.grad"}, .priority = 8}}) ==
+        errc::invalid_argument);
+  CHECK(code_of({.schedule = schedule::pipeline, .all_reduce = output_all_reduce{all, {"fc1.weight.grad"}}}) ==
+        errc::not_supported);
+  // An output computed from another reduced output: its reduction would wait for the other's.
+  graph chain("chain");
+  const std::string a = chain.add_op("Relu", {chain.add_input("x", {2}, dtype::f32)}, {}, "a");
+  chain.set_output(a);
+  chain.set_output(chain.add_op("Relu", {a}, {}, "b"));
+  try {
+    (void)s.compile(chain, {.all_reduce = output_all_reduce{all, {"a", "b"}}});
+    FAIL("compile accepted all_reduce of an output computed from another");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::not_supported);
+    CHECK(e.tensor() == "b");
+  }
+  CHECK(s.compile(chain, {.all_reduce = output_all_reduce{all, {"b"}}}).report().all_reduced == 1);
+  // A name that is not an output, and one listed twice, are graph errors naming it.
+  for (const std::vector<std::string>& names :
+       {std::vector<std::string>{"fc1.weight"}, std::vector<std::string>{"fc1.weight.grad", "fc1.weight.grad"}}) {
+    try {
+      (void)s.compile(g, {.all_reduce = output_all_reduce{all, names}});
+      FAIL("compile accepted all_reduce of " << names.back());
+    } catch (const graph_error& e) {
+      CHECK(e.code() == errc::invalid_argument);
+      CHECK(e.tensor() == names.back());
+    }
+  }
+  CHECK(s.compile(g, {.all_reduce = output_all_reduce{all, {"fc1.weight.grad"}}}).report().all_reduced == 1);
 }

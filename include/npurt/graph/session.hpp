@@ -34,6 +34,7 @@
 // Thread safety: a session is used from the thread that drives its system.
 #pragma once
 
+#include <npurt/collective.hpp>
 #include <npurt/detail/async_op.hpp>
 #include <npurt/graph/graph.hpp>
 #include <npurt/graph/tensor.hpp>
@@ -87,6 +88,26 @@ struct schedule_config {
   int pipeline_stages = 2;
 };
 
+/// Outputs whose value is their all-reduce across the ranks of a communicator: for what the run
+/// returns and for every operator that reads them (a training step's updates apply the reduced
+/// gradients). Each is reduced in place once its writer has run, on a communication stream of
+/// the session, and compile orders the operators that read reduced values after all others, so
+/// the reduction of one gradient overlaps the rest of the backward pass, as the bucketed
+/// all-reduce of PyTorch's DistributedDataParallel (Li et al., VLDB 2020) and Horovod do. Each
+/// rank compiles the same graph with its own session (on a device of `comm`) and the same list.
+struct output_all_reduce {
+  npurt::communicator comm{};
+  /// Graph outputs reduced in place, queued in this order on every rank; each must be written by
+  /// an operator (not an input or a constant), hold memory of its own (not a view of another
+  /// reduced output) and not be computed from another reduced output.
+  std::vector<std::string> outputs{};
+  npurt::reduce_op op = reduce_op::sum;
+  /// The communication stream's priority (0 highest .. 7 lowest). High by default: a reduction
+  /// queued behind the step's own kernels for the AI cores is a priority inversion that delays
+  /// every rank (docs/runtime.md, bench/priority_inversion).
+  int priority = npurt::priority::high;
+};
+
 /// Options of one compile; unset fields take the session's configuration.
 struct compile_options {
   std::optional<npurt::schedule> schedule{};
@@ -101,6 +122,8 @@ struct compile_options {
   /// trip through the host. A name that is not an output of the graph is a graph_error
   /// (invalid_argument). Timing-only graphs return no data either way.
   std::vector<std::string> outputs_on_device{};
+  /// Outputs all-reduced across ranks inside the run (not with schedule::pipeline).
+  std::optional<output_all_reduce> all_reduce{};
 };
 
 /// A tensor fed to a run, by input name. Made from a named tensor (an lvalue), a feed refers to
@@ -123,6 +146,8 @@ struct feed {
 };
 
 /// One operator of a run: when its kernels ran, relative to the run's start.
+/// An all-reduce of compile_options::all_reduce appears as an operator named
+/// "all_reduce(<output>)" of type "AllReduce", on stream index report().streams - 1.
 struct op_timing {
   std::string name;
   std::string type;
@@ -166,6 +191,7 @@ struct compile_report {
   std::size_t in_place = 0;        ///< operators writing over an input, plus views
   std::size_t casts_inserted = 0;
   std::size_t outputs_on_device = 0;  ///< outputs a run returns as device tensors
+  std::size_t all_reduced = 0;        ///< outputs a run all-reduces across ranks
   std::uint64_t activation_bytes = 0;  ///< the arena
   std::uint64_t activation_no_reuse_bytes = 0;
   std::uint64_t activation_lower_bound = 0;  ///< peak live activation bytes
@@ -240,7 +266,12 @@ class session {
   /// would otherwise hold batch k+1's first stage behind it, and the pipeline would run as a
   /// sequence.
   [[nodiscard]] npurt::stream& stage_stream(std::size_t i);
-  /// Every stream the session owns (compute and copy streams).
+  /// The stream the all-reduces of compile_options::all_reduce run on, one per priority (0 ..
+  /// 7; invalid_argument otherwise). It submits directly, as the copy streams do: under the
+  /// shared execution queue a reduction waiting for its peers would otherwise hold the step's
+  /// operators behind it.
+  [[nodiscard]] npurt::stream& comm_stream(int priority = npurt::priority::high);
+  /// Every stream the session owns (compute, copy and communication streams).
   [[nodiscard]] std::size_t stream_count() const noexcept { return streams_.size(); }
 
   [[nodiscard]] graph make_graph(std::string name) const { return graph(std::move(name)); }
@@ -374,6 +405,7 @@ class session {
   std::vector<std::size_t> compute_;                      // stream(i) is streams_[compute_[i]]
   std::array<std::size_t, 2> io_{};                       // io_stream(i); 0: not created yet
   std::vector<std::size_t> stage_;                        // stage_stream(i) is streams_[stage_[i]]
+  std::array<std::size_t, 8> comm_{};                     // comm_stream(p); 0: not created yet
   memory_config mem_{};
   schedule_config sched_{};
   allocation_strategy alloc_ = allocation_strategy::segmented;
