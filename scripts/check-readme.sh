@@ -2,8 +2,10 @@
 # Compiles the C++ examples of a Markdown file as a user would, so documentation cannot drift from
 # the headers. A fenced ```cpp block is checked when the line before it (blank lines aside) is
 #   <!-- compile -->   compiled to an object file against include/ and sim/include/
-#   <!-- run -->       also linked against a build's libraries and run; it must exit with 0
-# Other blocks (fragments, pseudo-code) are left alone.
+#   <!-- run -->       also linked against a build's libraries (the graph and model libraries too,
+#                      when the build has them) and run, in an empty folder; it must exit with 0
+# Other blocks (fragments, pseudo-code) are left alone. Blocks are compiled with -Wall -Wextra
+# -Werror: a reader who copies one with warnings on must not get any.
 # Usage: scripts/check-readme.sh [FILE.md] [BUILD_DIR]   (defaults: README.md, build)
 # CXX overrides the compiler (default g++-12, else c++).
 set -euo pipefail
@@ -48,7 +50,7 @@ header_only() {  # the build's header_only option: True or False
 print(next(o["value"] for o in json.load(open(sys.argv[1])) if o["name"] == "header_only"))' \
     "$1/meson-info/intro-buildoptions.json" 2>/dev/null || echo unknown
 }
-flags=(-std=c++20 -I"$root/include" -I"$root/sim/include" -DBOOST_ASIO_NO_DEPRECATED)
+flags=(-std=c++20 -Wall -Wextra -Werror -I"$root/include" -I"$root/sim/include" -DBOOST_ASIO_NO_DEPRECATED)
 failed=0
 for b in "${blocks[@]}"; do
   name=$(basename "$b" .cpp)
@@ -57,14 +59,18 @@ for b in "${blocks[@]}"; do
   if [[ $name == *.run ]]; then
     # As a consumer of that build: with its runtime library and NPURT_SEPARATE_COMPILATION when
     # it compiled the runtime once (the default), header-only otherwise.
-    libs=("$build/sim/libnpurt_sim.a")
+    libs=()
+    for lib in lib/graph/libnpurt_graph.a lib/models/libnpurt_models.a; do  # in pkg-config's order
+      if [ -f "$build/$lib" ]; then libs+=("$build/$lib"); fi
+    done
+    libs+=("$build/sim/libnpurt_sim.a")
     mode=()
     if [ "$(header_only "$build")" = False ]; then
       libs+=("$build/lib/libnpurt.a")
       mode=(-DNPURT_SEPARATE_COMPILATION)
     fi
-    if [ ! -f "${libs[0]}" ] || [ ! -f "${libs[-1]}" ]; then echo "$where: no ${libs[*]} to link against (build first)"; failed=$((failed + 1)); continue; fi
-    if "$cxx" "${flags[@]}" "${mode[@]}" -o "$tmp/$name" "$b" "${libs[@]}" -lmimalloc -pthread && (cd "$tmp" && "./$name" >/dev/null); then
+    if [ ! -f "$build/sim/libnpurt_sim.a" ] || [ ! -f "${libs[-1]}" ]; then echo "$where: no ${libs[*]} to link against (build first)"; failed=$((failed + 1)); continue; fi
+    if "$cxx" "${flags[@]}" "${mode[@]}" -o "$tmp/$name" "$b" "${libs[@]}" -lmimalloc -pthread && (mkdir "$tmp/$name.dir" && cd "$tmp/$name.dir" && "../$name" >/dev/null); then
       echo "$where: compiles and runs"
     else
       echo "$where: FAILED (the block from line $line, compiled and run)"; failed=$((failed + 1))
