@@ -383,13 +383,16 @@ NPURT_DECL void caching_allocator::throw_allocate_error(errc e, std::size_t size
     // Without auto_growth no limit was reached: the stock ran out (why says so).
     throw out_of_memory_error(ec, i, oom_message(i, ec == errc::pool_limit && opts_.auto_growth, gc_limit(), why));
   }
+  // Named after the public call that reaches here (every pool allocation is a malloc_async),
+  // not this class, which callers never see.
   if (ec == errc::size_overflow)
-    throw_error(ec, "allocate: " + std::to_string(size) +
+    throw_error(ec, "npurt::mem_pool::malloc_async: " + std::to_string(size) +
                         " bytes cannot be rounded up to the allocation granularity without overflowing size_t");
   if (ec == error_class::device)
-    throw_error_on(opts_.device, ec,
-                   "allocate: " + std::to_string(size) + " bytes on device " + std::to_string(opts_.device));
-  throw_error(ec, "allocate: 0 bytes requested; an allocation is at least 1 byte");
+    throw_error_on(
+        opts_.device, ec,
+        "npurt::mem_pool::malloc_async: " + std::to_string(size) + " bytes on device " + std::to_string(opts_.device));
+  throw_error(ec, "npurt::mem_pool::malloc_async: 0 bytes requested; an allocation is at least 1 byte");
 }
 
 NPURT_DECL std::exception_ptr caching_allocator::allocate_error(std::error_code ec, std::size_t size) {

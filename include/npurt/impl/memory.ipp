@@ -159,7 +159,10 @@ NPURT_DECL void mem_pool::note_refusal(std::error_code ec, std::size_t bytes) {
   try {
     std::rethrow_exception(alloc_->allocate_error(ec, bytes));
   } catch (const std::exception& e) {
-    rt_->note_recent_error(std::string("npurt::mem_pool::malloc_async: ") + e.what());
+    // Caller errors already name the call; out-of-memory reports read as PyTorch's, unnamed.
+    const std::string_view what = e.what();
+    constexpr std::string_view call = "npurt::mem_pool::malloc_async: ";
+    rt_->note_recent_error(what.starts_with(call) ? std::string(what) : std::string(call) + e.what());
   }
 }
 
