@@ -107,6 +107,9 @@ class mem_pool {
   NPURT_DECL void empty_cache();
   NPURT_DECL void trigger_gc();
   NPURT_DECL void reset_peak();
+  /// torch.cuda.reset_accumulated_memory_stats: zeroes the statistics' running totals and the
+  /// retry, OOM, synchronisation and device allocation counters; current figures stay.
+  NPURT_DECL void reset_accumulated();
   /// After a stream, event or device synchronize of the pool's device: trims to the release
   /// threshold (default 0), as a CUDA pool does. all_streams: the whole device is idle, so every
   /// recorded use is over; otherwise memory whose stream-ordered free is still ahead stays.

@@ -68,6 +68,32 @@ TEST_CASE("a freed block is reused at once by its own stream", "[core][pool]") {
   CHECK(pool.stats().num_device_alloc == 1);
 }
 
+TEST_CASE("mem_pool::reset_accumulated zeroes the running totals and counters, not the current figures",
+          "[core][pool]") {
+  // docs/memory.md, Statistics: reset_peak() and reset_accumulated() are the pool's, as
+  // torch.cuda.reset_peak_memory_stats and reset_accumulated_memory_stats are.
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  auto& pool = dev.mem_pool();
+  pool.free_async(pool.malloc_async(1000, s), s);
+  void* p = pool.malloc_async(1000, s);  // 1000 B rounded up to 512 B granules: 1024 B each time
+  const auto before = pool.stats();
+  REQUIRE(before.allocated_bytes[npurt::stat_all].allocated == 2048);
+  REQUIRE(before.allocated_bytes[npurt::stat_all].freed == 1024);
+  REQUIRE(before.num_device_alloc == 1);  // one 2 MiB small-pool segment
+  pool.reset_accumulated();
+  const auto after = pool.stats();
+  CHECK(after.allocated_bytes[npurt::stat_all].allocated == 0);
+  CHECK(after.allocated_bytes[npurt::stat_all].freed == 0);
+  CHECK(after.allocation[npurt::stat_all].allocated == 0);
+  CHECK(after.num_device_alloc == 0);
+  CHECK(after.allocated_bytes[npurt::stat_all].current == 1024);
+  CHECK(after.reserved_bytes[npurt::stat_all].current == 2 << 20);
+  CHECK(pool.get_attribute(npurt::mem_pool_attr::used_mem_current) == 1024);
+  pool.free_async(p, s);
+}
+
 TEST_CASE("another stream reuses a freed block only when the free's position is reached", "[core][pool]") {
   npurt::system sys{simple()};
   auto& dev = sys.device(0);

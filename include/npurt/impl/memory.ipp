@@ -328,6 +328,10 @@ NPURT_DECL void mem_pool::reset_peak() {
   check_owner("reset_peak");
   alloc_->reset_peak();
 }
+NPURT_DECL void mem_pool::reset_accumulated() {
+  check_owner("reset_accumulated");
+  alloc_->reset_accumulated();
+}
 NPURT_DECL memory_snapshot mem_pool::snapshot() const {
   check_owner("snapshot");
   return alloc_->snapshot();
