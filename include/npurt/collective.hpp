@@ -90,6 +90,8 @@ class communicator {
                                                         const communicator_options& opts, std::error_code& ec);
   /// Over every device of the system.
   [[nodiscard]] static NPURT_DECL communicator init_all(system& sys, const communicator_options& opts = {});
+  [[nodiscard]] static NPURT_DECL communicator init_all(system& sys, const communicator_options& opts,
+                                                        std::error_code& ec);
 
   /// False for an empty handle and once its system is destroyed (every call then fails with
   /// errc::invalid_argument: the operations, split, the setters, abort and group_start).

@@ -116,6 +116,11 @@ TEST_CASE("a buffer below 1 MiB is refused at init_all and set_buffer_size, the 
     const auto refused = communicator::init_all(sys, devs, {.buffer_size = bytes}, ec);
     CHECK(ec == errc::invalid_argument);
     CHECK_FALSE(refused.valid());
+    // Over every device, as docs/collectives.md's example makes it: the same error_code form.
+    ec.clear();
+    const auto refused_all = communicator::init_all(sys, {.buffer_size = bytes}, ec);
+    CHECK(ec == errc::invalid_argument);
+    CHECK_FALSE(refused_all.valid());
     try {
       (void)communicator::init_all(sys, {.buffer_size = bytes});
       FAIL("init_all took a buffer of " << bytes << " bytes");
@@ -124,6 +129,10 @@ TEST_CASE("a buffer below 1 MiB is refused at init_all and set_buffer_size, the 
       CHECK_THAT(std::string(e.what()), ContainsSubstring("buffer_size") && ContainsSubstring("1 MiB"));
     }
   }
+  std::error_code ok;
+  const auto every = communicator::init_all(sys, {.buffer_size = min_collective_buffer_size}, ok);
+  CHECK_FALSE(ok);
+  CHECK(every.size() == 2);
   auto comm = communicator::init_all(sys, {.buffer_size = min_collective_buffer_size});
   CHECK(comm.buffer_size() == min_collective_buffer_size);
   comm.set_buffer_size(2 * min_collective_buffer_size);

@@ -92,6 +92,12 @@ NPURT_DECL communicator communicator::init_all(system& sys, const communicator_o
   return init_all(sys, all, opts);
 }
 
+NPURT_DECL communicator communicator::init_all(system& sys, const communicator_options& opts, std::error_code& ec) {
+  std::vector<device_id> all(sys.device_count());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<device_id>(i);
+  return init_all(sys, all, opts, ec);
+}
+
 NPURT_DECL int communicator::rank_of(device_id dev) const noexcept {
   if (!state_) return -1;
   const auto& d = state_->devices;
