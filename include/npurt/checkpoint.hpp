@@ -255,6 +255,9 @@ class checkpoint {
   void add_tensor(std::string_view name, const tensor_desc& t, stream& s) {
     add_tensor(name, t.type, std::vector<std::int64_t>(t.shape.begin(), t.shape.end()), t.data, s);
   }
+  void add_tensor(std::string_view name, const tensor_desc& t, stream& s, std::error_code& ec) {
+    add_tensor(name, t.type, std::vector<std::int64_t>(t.shape.begin(), t.shape.end()), t.data, s, ec);
+  }
   /// The same from a device_buffer, which knows its size: a tensor larger than the buffer is
   /// errc::size_overflow naming both sizes, before anything is enqueued (the copy would read
   /// past the buffer's end, into the rounding of its allocation or another one).

@@ -256,6 +256,16 @@ TEST_CASE("copying into a descriptor checks its dtype and shape, in both forms",
   CHECK(ec == errc::size_overflow);
   (void)ck.copy_to_device("fc.weight", npurt::tensor_desc{d, npurt::shape{3, 4}, dtype::f32}, s, ec);
   CHECK_FALSE(ec);
+  // The snapshot the other way has an error_code form too (docs/checkpoints.md: every call has
+  // one): a descriptor whose memory was freed adds nothing and throws nothing.
+  void* gone = dev.malloc(48);
+  dev.free(gone);
+  ck.add_tensor("stale", npurt::tensor_desc{gone, npurt::shape{3, 4}, dtype::f32}, s, ec);
+  CHECK(ec == errc::invalid_pointer);
+  CHECK(ck.find_tensor("stale") == nullptr);
+  ck.add_tensor("fresh", npurt::tensor_desc{d, npurt::shape{3, 4}, dtype::f32}, s, ec);
+  CHECK_FALSE(ec);
+  REQUIRE(ck.find_tensor("fresh") != nullptr);
   std::vector<float> back(12);
   s.memcpy(back.data(), 48, d, 48, npurt::memcpy_kind::device_to_host);
   s.synchronize();
