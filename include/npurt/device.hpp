@@ -85,7 +85,7 @@ class device {
   }
   /// cudaMallocAsync and cudaFreeAsync on the default pool, without a completion token (the pool's
   /// malloc_async and free_async; async_malloc and async_free above take a token, and without
-  /// one do not compile).
+  /// one return a deferred operation, as every async call does).
   [[nodiscard]] void* malloc_async(std::size_t bytes, stream& s) { return mem_pool().malloc_async(bytes, s); }
   [[nodiscard]] void* malloc_async(std::size_t bytes, stream& s, std::error_code& ec) {
     return mem_pool().malloc_async(bytes, s, ec);
