@@ -599,13 +599,7 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   const int max_par = o.max_parallelism.value_or(sc.max_parallelism);
   const int stages = o.pipeline_stages.value_or(sc.pipeline_stages);
   // As set_schedule_config: a value that cannot be meant is refused, not clamped.
-  // A pipeline's stages take one stream each beside the copy-in stream.
-  if (max_par < 1 || stages < 1 || static_cast<std::size_t>(max_par) > session::max_streams ||
-      static_cast<std::size_t>(stages) >= session::max_streams)
-    throw_error(make_error_code(errc::invalid_argument),
-                "compile: max_parallelism " + std::to_string(max_par) + " (1.." + std::to_string(session::max_streams) +
-                    ") or pipeline_stages " + std::to_string(stages) + " (1.." +
-                    std::to_string(session::max_streams - 1) + ") out of range");
+  check_schedule_limits("compile", max_par, stages);
 
   // Rewrites, each giving a validated graph.
   graph g = [&] {

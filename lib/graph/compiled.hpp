@@ -13,6 +13,24 @@
 
 namespace npurt {
 
+/// Refuses a max_parallelism or pipeline_stages that cannot be meant (a pipeline's stages take a
+/// stream each beside the copy-in stream), naming only the field that is wrong and its range.
+inline void check_schedule_limits(const char* call, int max_parallelism, int pipeline_stages) {
+  const bool par_ok = max_parallelism >= 1 && static_cast<std::size_t>(max_parallelism) <= session::max_streams;
+  const bool stages_ok = pipeline_stages >= 1 && static_cast<std::size_t>(pipeline_stages) < session::max_streams;
+  if (par_ok && stages_ok) [[likely]]
+    return;
+  std::string what = std::string(call) + ": ";
+  if (!par_ok)
+    what += "max_parallelism " + std::to_string(max_parallelism) + " is out of range (1.." +
+            std::to_string(session::max_streams) + ")";
+  if (!par_ok && !stages_ok) what += ", ";
+  if (!stages_ok)
+    what += "pipeline_stages " + std::to_string(pipeline_stages) + " is out of range (1.." +
+            std::to_string(session::max_streams - 1) + ")";
+  throw_error(make_error_code(errc::invalid_argument), what);
+}
+
 /// One tensor of the compiled graph.
 struct cvalue {
   std::string name;

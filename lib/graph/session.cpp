@@ -289,11 +289,7 @@ void session::set_schedule_config(const schedule_config& s) {
     throw_error(
         make_error_code(errc::invalid_argument),
         "set_schedule_config: strategy " + std::to_string(static_cast<unsigned>(s.strategy)) + " is not a schedule");
-  if (s.max_parallelism < 1 || s.pipeline_stages < 1 || static_cast<std::size_t>(s.max_parallelism) > max_streams ||
-      static_cast<std::size_t>(s.pipeline_stages) >= max_streams)
-    throw_error(make_error_code(errc::invalid_argument),
-                "set_schedule_config: max_parallelism must be in 1.." + std::to_string(max_streams) +
-                    " and pipeline_stages in 1.." + std::to_string(max_streams - 1));
+  check_schedule_limits("set_schedule_config", s.max_parallelism, s.pipeline_stages);
   sched_ = s;
 }
 

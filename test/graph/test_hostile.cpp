@@ -180,6 +180,40 @@ TEST_CASE("an operator given more output names than it produces, or one name twi
   CHECK(g.value("a").shape == shape{4});
 }
 
+TEST_CASE("a schedule option out of range is named alone, by compile and by set_schedule_config", "[graph][errors]") {
+  // The message names the field that is wrong, with its range; a field that is fine is not
+  // offered as a suspect.
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  graph g;
+  g.set_output(g.add_op("Relu", {g.add_input("x", {4}, dtype::f32)}, {}, "y"));
+  const auto what = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const caller_error& e) {
+      CHECK(e.code() == errc::invalid_argument);
+      return e.what();
+    }
+    FAIL("accepted");
+    return {};
+  };
+  const std::string par = what([&] { (void)s.compile(g, {.max_parallelism = 0}); });
+  CHECK(par.find("compile: max_parallelism 0 is out of range (1..1024)") != std::string::npos);
+  CHECK(par.find("pipeline_stages") == std::string::npos);
+  const std::string stages = what([&] { (void)s.compile(g, {.pipeline_stages = 1024}); });
+  CHECK(stages.find("compile: pipeline_stages 1024 is out of range (1..1023)") != std::string::npos);
+  CHECK(stages.find("max_parallelism") == std::string::npos);
+  const std::string both = what([&] { (void)s.compile(g, {.max_parallelism = -1, .pipeline_stages = 0}); });
+  CHECK(both.find("max_parallelism -1 is out of range (1..1024)") != std::string::npos);
+  CHECK(both.find("pipeline_stages 0 is out of range (1..1023)") != std::string::npos);
+  const std::string set = what([&] { s.set_schedule_config({.max_parallelism = 2000}); });
+  CHECK(set.find("set_schedule_config: max_parallelism 2000 is out of range (1..1024)") != std::string::npos);
+  CHECK(set.find("pipeline_stages") == std::string::npos);
+  const std::string set_stages = what([&] { s.set_schedule_config({.pipeline_stages = -5}); });
+  CHECK(set_stages.find("set_schedule_config: pipeline_stages -5 is out of range (1..1023)") != std::string::npos);
+  CHECK(set_stages.find("max_parallelism") == std::string::npos);
+}
+
 TEST_CASE("compile options that cannot be meant are refused, as set_schedule_config refuses them", "[graph][errors]") {
   npurt::system sys{sim::presets::ascend910(1)};
   session s{sys};
