@@ -147,7 +147,16 @@ class backend_host : public memory_view {
  public:
   /// Current virtual time.
   [[nodiscard]] virtual sim_time now() const noexcept = 0;
-  /// Calls fn(ctx, arg) when virtual time reaches `at` (at >= now()). Ties run in call order.
+  /// Calls fn(ctx, arg) when virtual time reaches `at` (at >= now(); an earlier time means now()).
+  /// The order within one instant, as npurt::system's host runs it:
+  /// - an action for a later time is queued; queued actions run one at a time in (at, call
+  ///   order);
+  /// - an action for now() (at <= now() at the call) is due at once: before the next queued
+  ///   action runs, every action due at once runs, in call order, those they make due at once
+  ///   included (and so do the host's completion handlers ready at this instant). So it runs
+  ///   before the actions queued earlier for this same instant that have not run yet: if A and
+  ///   B were queued for t and A, at t, calls call_at(t, C), the order is A, C, B.
+  /// A flush() the backend requested comes after all of them, before the clock moves.
   virtual void call_at(sim_time at, void (*fn)(void* ctx, std::uint64_t arg), void* ctx, std::uint64_t arg) = 0;
   /// Reports that a task finished at now() with outcome ec. start/end must be set.
   virtual void complete(task_info& t, std::error_code ec = {}) = 0;
@@ -164,7 +173,10 @@ class backend_host : public memory_view {
   /// The observer to report engine-level activity to (link transfers, collective steps), or null.
   [[nodiscard]] virtual observer* tracer() noexcept = 0;
   /// call_at that can be taken back (a timeout that usually does not fire must not move the
-  /// clock): returns a ticket for cancel_timer. The defaults cannot cancel.
+  /// clock): returns a ticket for cancel_timer. The defaults cannot cancel. npurt::system's host
+  /// always queues the action, even for now(): one for now() runs after the actions due at once
+  /// and after those queued earlier for this instant (in the A, B, C example of call_at, a
+  /// call_at_cancellable(t, D) made by A runs after B).
   virtual std::uint64_t call_at_cancellable(sim_time at, void (*fn)(void* ctx, std::uint64_t arg), void* ctx,
                                             std::uint64_t arg) {
     call_at(at, fn, ctx, arg);
@@ -173,8 +185,9 @@ class backend_host : public memory_view {
   virtual void cancel_timer(std::uint64_t /*ticket*/) {}
   /// call_at for an action the caller may supersede (a task's end that moves when bandwidth is
   /// shared anew, or that a watchdog or a reset ends early): returns a ticket for revoke_timer,
-  /// 0 when there is nothing to revoke (the action runs at this instant). Unlike a cancellable
-  /// action, the caller keeps track of whether it already ran.
+  /// 0 when there is nothing to revoke (an action for now(), due at once as call_at's is, runs
+  /// before anything could revoke it). Unlike a cancellable action, the caller keeps track of
+  /// whether it already ran.
   virtual std::uint64_t call_at_revocable(sim_time at, void (*fn)(void* ctx, std::uint64_t arg), void* ctx,
                                           std::uint64_t arg) {
     call_at(at, fn, ctx, arg);

@@ -748,6 +748,82 @@ TEST_CASE("timer_queue: cancelling a timer that already fired leaves nothing beh
   CHECK(q.cancelled_pending() == 0);
 }
 
+namespace {
+
+// The smallest backend that schedules through backend_host: its one task sets up actions at
+// one instant the way a device model does (queued ends, work made due at once, a cancellable
+// timeout), and records the order in which the system's host runs them.
+class ordering_backend final : public npurt::backend {
+ public:
+  std::vector<std::string> log;
+  std::uint64_t revocable_now_ticket = 99;
+  npurt::sim_time at{};  // the instant of every action: 1 us after the task reached the backend
+
+  [[nodiscard]] std::string_view name() const noexcept override { return "ordering"; }
+  [[nodiscard]] std::size_t device_count() const noexcept override { return 1; }
+  [[nodiscard]] const npurt::device_properties& properties(npurt::device_id) const override { return props_; }
+  void attach(npurt::backend_host& host) override { host_ = &host; }
+  [[nodiscard]] std::error_code validate(npurt::device_id, const npurt::kernel_desc&) const override { return {}; }
+  [[nodiscard]] std::error_code validate_fixed(npurt::device_id, std::uint32_t) const override { return {}; }
+  [[nodiscard]] bool functional() const noexcept override { return false; }
+  void abort(npurt::device_id) override {}
+  void submit(npurt::task_info& t) override {
+    task_ = &t;
+    t.start = host_->now();
+    at = t.start + us(1);
+    host_->call_at(at, &on_action, this, 'A');
+    (void)host_->call_at_revocable(at, &on_action, this, 'B');
+    (void)host_->call_at_cancellable(at, &on_action, this, 'C');
+  }
+
+ private:
+  static void on_action(void* self, std::uint64_t arg) {
+    auto* b = static_cast<ordering_backend*>(self);
+    npurt::backend_host& h = *b->host_;
+    b->log.emplace_back(1, static_cast<char>(arg));
+    CHECK(h.now() == b->at);  // every action runs at the one instant
+    switch (arg) {
+      case 'A':  // at t, with B and C still queued for t
+        h.call_at(h.now(), &on_action, b, 'D');
+        (void)h.call_at_cancellable(h.now(), &on_action, b, 'E');
+        b->revocable_now_ticket = h.call_at_revocable(h.now(), &on_action, b, 'F');
+        break;
+      case 'D': h.call_at(h.now(), &on_action, b, 'G'); break;
+      case 'E':  // the last action: the task ends with it
+        b->task_->end = h.now();
+        h.complete(*b->task_);
+        break;
+      default: break;
+    }
+  }
+
+  npurt::device_properties props_ = npurt::simple_config::default_properties();
+  npurt::backend_host* host_ = nullptr;
+  npurt::task_info* task_ = nullptr;
+};
+
+}  // namespace
+
+// backend_host::call_at documents this order; changing it would change every trace, so it is
+// pinned here on a backend that only schedules.
+TEST_CASE("backend_host: actions made due now run before timed actions queued earlier for the instant",
+          "[core][timer][backend]") {
+  auto owned = std::make_unique<ordering_backend>();
+  ordering_backend& b = *owned;
+  npurt::system sys{std::move(owned)};
+  auto s = sys.device(0).make_stream();
+  s.launch(fixed(us(5)));
+  sys.run();
+  // A, B, C were queued for t in that order. A made D due at once (call_at) and F (a revocable
+  // action for now), and queued E (a cancellable one, always timed); D made G due at once. What
+  // is due at once runs, in call order, before the next queued action: D, F, G before B; then
+  // the queued ones in call order, E last.
+  CHECK(b.log == std::vector<std::string>{"A", "D", "F", "G", "B", "C", "E"});
+  CHECK(b.revocable_now_ticket == 0);  // due at once: nothing to revoke
+  CHECK(s.query());
+  CHECK(sys.now() == b.at);
+}
+
 TEST_CASE("system::run called from inside the loop is refused with what to do instead", "[core][run][error]") {
   npurt::system sys{simple()};
   auto s = sys.device(0).make_stream();

@@ -1,7 +1,8 @@
 // npurt/detail/runtime.hpp — the loop of one npurt::system.
 //
 // The runtime composes the owners of the core's invariants, each in its own header:
-//   timer_queue       (detail/timer_queue.hpp)       the virtual clock; actions due in call order
+//   timer_queue       (detail/timer_queue.hpp)       the virtual clock; timed actions in (time,
+//                                                    call order), actions due at once before them
 //   memory_registry   (detail/memory_registry.hpp)   which device pointers are live
 //   scheduler         (detail/scheduler.hpp)         stream order, tasks, events, host lanes,
 //                                                    dependencies, sticky errors

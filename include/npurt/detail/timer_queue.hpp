@@ -1,9 +1,13 @@
 // npurt/detail/timer_queue.hpp — the virtual clock and the actions due on it.
 //
-// Owns one invariant: the clock only moves forward, to the earliest pending action, and actions
-// due at one time run in the order they were scheduled (a stable sequence number), never in
-// thread order. An action is a typed callback: a member function of an object, with one pointer
-// or one integer argument, bound at compile time, so no pointer travels as an integer.
+// Owns one invariant: the clock only moves forward, to the earliest pending action, and the
+// order within an instant is fixed by call order (a stable sequence number), never by thread
+// order. Two lists hold it: timed actions, queued for a time and run one at a time in (time,
+// call order), and actions due at once (scheduled for now), run in call order. The loop runs
+// every action due at once before the next timed one, so an action scheduled for now runs
+// before timed actions queued earlier for this same instant (backend_host::call_at documents
+// this for backends). An action is a typed callback: a member function of an object, with one
+// pointer or one integer argument, bound at compile time, so no pointer travels as an integer.
 #pragma once
 
 #include <npurt/config.hpp>
@@ -68,12 +72,15 @@ class timer_queue {
  public:
   [[nodiscard]] sim_time now() const noexcept { return now_; }
 
-  /// Runs `a` when the clock reaches `at`; at or before now means at this instant.
+  /// Runs `a` when the clock reaches `at`; at or before now means due at once: it runs with
+  /// run_due(), before the timed actions of this instant that advance() has not run yet.
   void call_at(sim_time at, const timer_action& a) {
     if (at <= now_) due_.push_back({now_, order_++, a});
     else push({at, order_++, a});
   }
   /// call_at that can be taken back: a cancelled action never runs and never moves the clock.
+  /// Always timed, even at or before now: it runs after what is due at once and after the
+  /// timed actions queued earlier for this instant.
   std::uint64_t call_at_cancellable(sim_time at, const timer_action& a) {
     const std::uint64_t ticket = order_;
     armed_.insert(ticket);
