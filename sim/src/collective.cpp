@@ -191,6 +191,15 @@ struct collective_engine::instance {
   bool mismatched = false;  // a call differs: flush() fails the operation at the end of the instant
   std::error_code error;
   std::string message;  // failed: what fail() said, for ranks that arrive later too
+  // failed: the first rank's call, settings and rank, kept by value to compare a rank that
+  // arrives later with (the calls above belong to tasks that fail() released, and a device
+  // reset clears its rank's entries, `first` included).
+  struct reference {
+    collective_call call;
+    collective_settings settings;
+    std::uint32_t rank = 0;
+  };
+  std::optional<reference> ref;
   std::uint64_t timer = 0;
   bool timer_armed = false;
   bool connect_timer = false;  // the armed timer is connect_timeout (else exec_timeout)
@@ -293,8 +302,21 @@ void collective_engine::arrive(const key& k, task_info& t, std::uint32_t call_in
   in.arrival[participant] = now;
   ++in.arrived;
   if (in.failed) {
-    note_failure(t, in.message);
-    release_task(t, in.error);
+    // A rank that arrives after the operation failed (its stream was busy longer) was not in
+    // the comparison: if its own call differs from the one the others joined, that is its
+    // failure, named, rather than the earlier report that could not name it.
+    if (in.ref &&
+        (!same_call(in.ref->call, call) || !same_settings(call, in.ref->settings, in.settings[participant]))) {
+      const std::string message = late_mismatch_message(in, participant);
+      collective_comm_state& c = *in.comm;
+      if (!c.message.empty()) c.message += "\n";
+      c.message += message;
+      note_failure(t, message);
+      release_task(t, make_error_code(errc::collective_mismatch));
+    } else {
+      note_failure(t, in.message);
+      release_task(t, in.error);
+    }
     if (in.arrived == in.tasks.size() && in.outstanding == 0) {
       by_id_.erase(in.id);
       instances_.erase(it);
@@ -348,6 +370,8 @@ void collective_engine::fail(instance& in, std::error_code ec, const std::string
   in.failed = true;
   in.error = ec;
   in.message = message;
+  if (in.first != none && in.calls[in.first] && in.arrived < in.tasks.size())
+    in.ref = instance::reference{*in.calls[in.first], in.settings[in.first], in.ranks[in.first]};
   if (in.timer_armed) host_->cancel_timer(in.timer);
   in.timer_armed = false;
   collective_comm_state& c = *in.comm;
@@ -401,6 +425,31 @@ std::string collective_engine::mismatch_message(const instance& in) {
   if (settings_only) os << " with " << describe_settings(ref_settings);
   os << " but " << ranks;
   if (differ > shown) os << ", and " << differ - shown << " more ranks differ";
+  // The ranks not compared yet: one that arrives later fails on its own, naming its call (see
+  // late_mismatch_message), and this says why this report could not name it.
+  bool missing = false;
+  for (std::size_t i = 0; i < in.calls.size(); ++i)
+    if (!in.calls[i]) {
+      os << (missing ? " " : "; rank(s) ") << in.ranks[i];
+      missing = true;
+    }
+  if (missing) os << " had not arrived";
+  return os.str();
+}
+
+std::string collective_engine::late_mismatch_message(const instance& in, std::uint32_t participant) {
+  const collective_call& ref = in.ref->call;
+  const collective_call& c = *in.calls[participant];
+  const bool calls_agree = same_call(ref, c);
+  std::ostringstream os;
+  os << "collective mismatch in communicator '" << in.comm->name << "' (id " << in.comm->id << "), "
+     << (in.p2p ? "point-to-point call #" : "call #") << in.sequence << ": rank " << in.ranks[participant]
+     << ", arriving after the call had failed, called " << describe_call(c);
+  if (calls_agree) os << " with " << describe_settings(in.settings[participant]);
+  os << " but rank " << in.ref->rank << " called " << describe_call(ref);
+  if (calls_agree) os << " with " << describe_settings(in.ref->settings);
+  else os << " (they differ in " << differing_fields(ref, c) << ")";
+  os << "; the call had failed with: " << in.message;
   return os.str();
 }
 

@@ -564,6 +564,139 @@ TEST_CASE("a mismatch names every rank whose call differs, with its call", "[col
   }
 }
 
+// A rank whose stream is busy longer reaches the call after the others' mismatch (or timeout)
+// has failed it: it must still be told, at its arrival, that its own call differs and how.
+namespace {
+
+struct late_rank_outcome {
+  std::vector<errc> code;
+  std::vector<std::string> what;
+  std::string async_message;
+  sim_time late_kernel_end{}, rank3_start{}, rank3_end{}, rank0_end{};
+};
+
+// reset_rank0: device 0 is reset 10 us in, while its rank waits for rank 3.
+late_rank_outcome run_with_late_rank3(const std::vector<std::size_t>& counts, std::optional<picoseconds> exec_timeout,
+                                      bool reset_rank0 = false) {
+  struct ends final : observer {
+    late_rank_outcome* out;
+    explicit ends(late_rank_outcome* o) : out(o) {}
+    void on_task(const task_info& t) override {
+      if (t.name == "late") out->late_kernel_end = t.end;
+      if (t.name == "all_reduce" && t.device == 3) out->rank3_start = t.start, out->rank3_end = t.end;
+      if (t.name == "all_reduce" && t.device == 0) out->rank0_end = t.end;
+    }
+  };
+  late_rank_outcome out;
+  ends seen(&out);
+  fixture f(roce_preset(4));
+  f.sys.add_observer(seen);
+  auto comm = communicator::init_all(f.sys, {.exec_timeout = exec_timeout, .name = "dp"});
+  // Rank 3 first runs 100 us of compute; the others reach the call at once.
+  f.streams[3].launch(kernel_desc{kernels::fixed{picoseconds{100'000'000}}, "late"});
+  for (int r = 0; r < 4; ++r) {
+    void* p = f.sys.device(r).malloc(4096);
+    comm.all_reduce(p, p, counts[static_cast<std::size_t>(r)], dtype::f32, reduce_op::sum,
+                    f.streams[static_cast<std::size_t>(r)]);
+  }
+  stream aux = f.sys.device(1).make_stream();
+  if (reset_rank0) {
+    aux.launch(kernel_desc{kernels::fixed{picoseconds{10'000'000}}, "pause"});
+    aux.launch_callback([&] { f.sys.device(0).reset(); });
+  }
+  std::error_code ec;
+  f.sys.run(ec);
+  CHECK_FALSE(ec);  // nothing deadlocked or waited for ever
+  (void)comm.async_error(&out.async_message);
+  for (std::size_t r = 0; r < 4; ++r) {
+    if (r == 0 && reset_rank0) {  // its stream went with the reset
+      out.code.push_back(errc{});
+      out.what.emplace_back();
+      continue;
+    }
+    try {
+      f.streams[r].synchronize();
+      out.code.push_back(errc{});
+      out.what.emplace_back();
+    } catch (const std::system_error& e) {
+      out.code.push_back(static_cast<errc>(e.code().value()));
+      out.what.emplace_back(e.what());
+    }
+  }
+  f.sys.remove_observer(seen);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a rank that arrives after the call failed is named with its own call, at its arrival",
+          "[collective][errors]") {
+  const std::string late_why =
+      "rank 3, arriving after the call had failed, called all_reduce(count=32, f32, sum) but "
+      "rank 0 called all_reduce(count=16, f32, sum) (they differ in count); the call had "
+      "failed with: ";
+  // Rank 3 fails at its arrival, when its compute has ended, without waiting for anything.
+  auto at_arrival = [](const late_rank_outcome& o) {
+    CHECK(o.rank3_start >= o.late_kernel_end);
+    CHECK(o.rank3_end == o.rank3_start);
+  };
+  SECTION("after a mismatch of the ranks that came first") {
+    // Rank 2 differs in the first instant: the call fails then, before rank 3 arrives.
+    const auto o = run_with_late_rank3({16, 16, 8, 32}, std::nullopt);
+    const std::string earlier =
+        "collective mismatch in communicator 'dp' (id 1), call #0: rank 0 called all_reduce(count=16, f32, sum) but "
+        "rank 2 called all_reduce(count=8, f32, sum) (they differ in count); rank(s) 3 had not arrived";
+    for (std::size_t r = 0; r < 3; ++r) {
+      CHECK(o.code[r] == errc::collective_mismatch);
+      CHECK_THAT(o.what[r], ContainsSubstring(earlier) && !ContainsSubstring("rank 3,"));
+    }
+    CHECK(o.code[3] == errc::collective_mismatch);
+    CHECK_THAT(o.what[3], ContainsSubstring(late_why + earlier));
+    // The communicator's report has both failures, the first one first.
+    CHECK_THAT(o.async_message, ContainsSubstring(earlier +
+                                                  "\ncollective mismatch in communicator 'dp' (id 1), "
+                                                  "call #0: " +
+                                                  late_why));
+    CHECK(o.rank0_end < o.late_kernel_end);  // the first ranks failed without waiting for rank 3
+    at_arrival(o);
+  }
+  SECTION("after the execution timeout") {
+    // 50 us: the first ranks give up on rank 3 before its 100 us of compute end.
+    const auto o = run_with_late_rank3({16, 16, 16, 32}, picoseconds{50'000'000});
+    for (std::size_t r = 0; r < 3; ++r) {
+      CHECK(o.code[r] == errc::task_timeout);
+      CHECK_THAT(o.what[r], ContainsSubstring("exec_timeout") && ContainsSubstring("rank(s) 3 had not arrived"));
+    }
+    CHECK(o.code[3] == errc::collective_mismatch);
+    CHECK_THAT(o.what[3], ContainsSubstring(late_why + "HCCL execution timeout") &&
+                              ContainsSubstring("rank(s) 3 had not arrived"));
+    CHECK_THAT(o.async_message, ContainsSubstring("\ncollective mismatch in communicator 'dp' (id 1), call #0: " +
+                                                  late_why + "HCCL execution timeout"));
+    at_arrival(o);
+  }
+  SECTION("after a reset of the first rank's device: the communicator is gone") {
+    const auto o = run_with_late_rank3({16, 16, 16, 32}, std::nullopt, true);
+    for (std::size_t r = 1; r < 3; ++r) {
+      CHECK(o.code[r] == errc::operation_aborted);
+      CHECK_THAT(o.what[r], ContainsSubstring("device 0 was reset with all_reduce(count=16, f32, sum)"));
+    }
+    // The reset took the communicator down with it: a rank that comes later is told that, whatever
+    // its call, as every later call is.
+    CHECK(o.code[3] == errc::operation_aborted);
+    CHECK_THAT(o.what[3], ContainsSubstring("device 0 was reset") && ContainsSubstring("make a new communicator"));
+    at_arrival(o);
+  }
+  SECTION("a late rank whose call matches gets the failure it came too late for") {
+    const auto o = run_with_late_rank3({16, 16, 8, 16}, std::nullopt);
+    CHECK(o.code[3] == errc::collective_mismatch);
+    CHECK_THAT(o.what[3], ContainsSubstring("rank 2 called all_reduce(count=8, f32, sum) (they differ in count); "
+                                            "rank(s) 3 had not arrived") &&
+                              !ContainsSubstring("arriving after"));
+    CHECK_THAT(o.async_message, !ContainsSubstring("arriving after"));
+    at_arrival(o);
+  }
+}
+
 TEST_CASE("a mismatch names at most 8 differing ranks and counts the rest", "[collective][errors]") {
   constexpr int n = 12;
   fixture f(roce_preset(n), coll_test::timing_only());

@@ -98,6 +98,7 @@ class collective_engine {
   static void on_begin(void* self, std::uint64_t arg);
   void fail_mismatch(std::uint64_t id);
   static std::string mismatch_message(const instance& in);
+  static std::string late_mismatch_message(const instance& in, std::uint32_t participant);
   carrier* new_carrier();
 
   device_model& model_;
