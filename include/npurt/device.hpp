@@ -19,6 +19,7 @@
 #include <boost/asio/strand.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -127,6 +128,9 @@ class device {
   /// (errc::not_supported: the reported task is among the work the reset drops).
   NPURT_DECL void reset();
   NPURT_DECL void reset(std::error_code& ec);
+  /// How many resets this device has had (reset() calls that went ahead): what a holder of its
+  /// memory compares to tell that the memory went with a reset (tensor::storage_lost).
+  [[nodiscard]] std::uint64_t reset_count() const noexcept { return resets_; }
 
  private:
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* out);
@@ -151,6 +155,7 @@ class device {
   executor_type strand_;
   std::unique_ptr<npurt::mem_pool> pool_;
   std::unique_ptr<stream> copy_stream_;  // device::memcpy's, made on first use
+  std::uint64_t resets_ = 0;
 };
 
 inline detail::runtime& detail::runtime_of(device& dev) noexcept { return *dev.rt_; }

@@ -488,6 +488,9 @@ void check_feeds(const compiled_graph::impl& c, const std::vector<feed>& inputs,
         throw graph_error(
             make_error_code(errc::invalid_argument), {}, f.name,
             "run: input '" + f.name + "' is a timing-only tensor (no data), but the graph computes real results");
+      if (f.value.storage_lost())
+        throw graph_error(make_error_code(errc::invalid_pointer), {}, f.name,
+                          "run: input '" + f.name + "' is a device tensor that is unusable: " + f.value.lost_reason());
       by_input[i] = &f.value;
     }
     if (!found)

@@ -205,6 +205,8 @@ tensor tensor::on_device(npurt::device& dev, npurt::shape s, npurt::dtype t, npu
     r.device_memory_ = device_buffer(dev, r.bytes());
     r.data_ = r.device_memory_.data();
     r.device_id_ = dev.id();
+    r.dev_ = &dev;
+    r.resets_ = dev.reset_count();
     r.place_ = storage_place::device;
   }
   return r;
@@ -235,6 +237,8 @@ void tensor::release() noexcept {
   host_.shrink_to_fit();
   data_ = nullptr;
   device_id_ = -1;
+  dev_ = nullptr;
+  resets_ = 0;
   place_ = storage_place::none;
 }
 
@@ -306,6 +310,7 @@ void tensor::fill(double v) {
 
 void tensor::fill(double v, stream& s) {
   if (place_ == storage_place::host) return fill(v);
+  throw_if_lost("tensor::fill", tensor{});
   tensor staging(shape_, type_, format_);
   staging.fill(v);
   copy_from(staging, s);
@@ -330,6 +335,10 @@ memcpy_kind tensor::check_copy(const tensor& src, std::error_code& ec) const noe
     ec = make_error_code(errc::null_pointer);
     return memcpy_kind::default_kind;
   }
+  if (src.storage_lost() || storage_lost()) {
+    ec = make_error_code(errc::invalid_pointer);  // freed, as any device pointer a reset frees
+    return memcpy_kind::default_kind;
+  }
   if (src.is_host()) return is_host() ? memcpy_kind::host_to_host : memcpy_kind::host_to_device;
   return is_host() ? memcpy_kind::device_to_host : memcpy_kind::device_to_device;
 }
@@ -343,7 +352,25 @@ void tensor::copy_from(const tensor& src, stream& s, std::error_code& ec) {
   done.synchronize(npurt::no_timeout, ec);
 }
 
+std::string tensor::lost_reason() const {
+  if (!storage_lost()) return {};
+  if (!device_memory_)
+    return "its memory on device " + std::to_string(device_id_) + " went with its system, which was destroyed";
+  return "its memory on device " + std::to_string(device_id_) +
+         " went with a reset of the device (device::reset frees all its memory): make the tensor again";
+}
+
+void tensor::throw_if_lost(const char* who, const tensor& src) const {
+  if (src.storage_lost())
+    throw_error(make_error_code(errc::invalid_pointer),
+                std::string(who) + ": the source device tensor is unusable: " + src.lost_reason());
+  if (storage_lost())
+    throw_error(make_error_code(errc::invalid_pointer),
+                std::string(who) + ": the destination device tensor is unusable: " + lost_reason());
+}
+
 void tensor::copy_from(const tensor& src, stream& s) {
+  throw_if_lost("tensor::copy_from", src);
   std::error_code ec;
   copy_from(src, s, ec);
   if (ec)
@@ -353,12 +380,14 @@ void tensor::copy_from(const tensor& src, stream& s) {
 }
 
 tensor tensor::to_device(npurt::device& dev, stream& s) const {
+  throw_if_lost("tensor::to_device", *this);
   tensor r = on_device(dev, shape_, type_, format_);
   r.copy_from(*this, s);
   return r;
 }
 
 tensor tensor::to_host(stream& s) const {
+  throw_if_lost("tensor::to_host", *this);
   tensor r(shape_, type_, format_);
   r.copy_from(*this, s);
   return r;

@@ -8,6 +8,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <array>
 #include <cstring>
@@ -126,6 +127,80 @@ TEST_CASE("a device tensor that outlives its system is an empty handle", "[graph
   CHECK(moved.data() == nullptr);
   moved.release();
   CHECK_FALSE(moved.has_storage());
+}
+
+// A reset frees every allocation of the device (aclrtResetDevice): a tensor made before it must
+// not hand out an address that is no longer memory, and its next use must say what happened.
+TEST_CASE("a device tensor whose device was reset is lost: null data, and its next use names the reset",
+          "[graph][tensor][lifetime][reset]") {
+  auto sys = test::make_system();
+  auto& dev = sys.device(0);
+  tensor h({4}, dtype::f32, {1, 2, 3, 4});
+  tensor d;
+  {
+    auto s = dev.make_stream();
+    d = h.to_device(dev, s);
+  }
+  REQUIRE(d.data() != nullptr);
+  CHECK_FALSE(d.storage_lost());
+  CHECK(d.lost_reason().empty());
+  dev.reset();
+  CHECK(d.storage_lost());
+  CHECK(d.data() == nullptr);
+  CHECK(d.desc().data == nullptr);
+  // Still a device tensor of device 0 with its shape: only the memory went.
+  CHECK(d.is_device());
+  CHECK(d.has_storage());
+  CHECK(d.device() == 0);
+  CHECK(d.shape() == shape{4});
+  CHECK_THAT(d.lost_reason(),
+             Catch::Matchers::ContainsSubstring("device 0") && Catch::Matchers::ContainsSubstring("reset"));
+  auto s = dev.make_stream();  // the device's old streams went with the reset
+  auto expect_lost = [](auto&& use, const std::string& who, const std::string& role) {
+    try {
+      use();
+      FAIL(who << " accepted a tensor lost to a reset");
+    } catch (const caller_error& e) {
+      CHECK(e.code() == errc::invalid_pointer);
+      CHECK_THAT(std::string(e.what()), Catch::Matchers::ContainsSubstring(who + ": the " + role) &&
+                                            Catch::Matchers::ContainsSubstring("reset of the device"));
+    }
+  };
+  tensor back({4}, dtype::f32);
+  expect_lost([&] { (void)d.to_host(s); }, "tensor::to_host", "source");
+  expect_lost([&] { (void)d.to_device(dev, s); }, "tensor::to_device", "source");
+  expect_lost([&] { back.copy_from(d, s); }, "tensor::copy_from", "source");
+  expect_lost([&] { d.copy_from(h, s); }, "tensor::copy_from", "destination");
+  expect_lost([&] { d.fill(1.0, s); }, "tensor::fill", "destination");
+  std::error_code ec;
+  back.copy_from(d, s, ec);
+  CHECK(ec == errc::invalid_pointer);
+  d.copy_from(h, s, ec);
+  CHECK(ec == errc::invalid_pointer);
+  CHECK(back.to_vector() == std::vector<double>{0, 0, 0, 0});  // nothing was written
+  // A run fed with it is refused before anything is queued, naming the input.
+  graph g("id");
+  g.set_output(g.add_op("Relu", {g.add_input("x", {4}, dtype::f32)}, {}, "y"));
+  session sess(sys, {});
+  auto c = sess.compile(g);
+  try {
+    (void)sess.run(c, {{"x", d}});
+    FAIL("a run accepted a feed lost to a reset");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::invalid_pointer);
+    CHECK(e.tensor() == "x");
+    CHECK_THAT(std::string(e.what()), Catch::Matchers::ContainsSubstring("input 'x'") &&
+                                          Catch::Matchers::ContainsSubstring("reset of the device"));
+  }
+  // The device itself works: a tensor made after the reset is not lost, and the lost one's
+  // release only drops the handle.
+  tensor fresh = h.to_device(dev, s);
+  CHECK_FALSE(fresh.storage_lost());
+  CHECK(fresh.to_host(s).to_vector() == std::vector<double>{1, 2, 3, 4});
+  CHECK(sess.run(c, {{"x", fresh}}).outputs.at("y").to_vector() == std::vector<double>{1, 2, 3, 4});
+  d.release();
+  CHECK_FALSE(d.has_storage());
+  CHECK_FALSE(d.storage_lost());
 }
 
 TEST_CASE("a host tensor larger than the host's memory is out_of_memory, not an abort", "[graph][tensor][oom]") {

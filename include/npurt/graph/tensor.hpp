@@ -45,7 +45,9 @@ class tensor {
   /// A host bool tensor (dtype::boolean) holding `values`; values.size() must equal the elements.
   tensor(npurt::shape s, std::span<const bool> values);
   /// A tensor on `dev` (uninitialised device memory, freed by the destructor or release()). If
-  /// the device's system dies first, the memory goes with it: data() becomes null.
+  /// the device is reset or its system dies first, the memory goes with it: the tensor keeps
+  /// its shape, dtype and device(), storage_lost() becomes true and data() null, and a copy
+  /// from or into it, or a run fed with it, is invalid_pointer naming the reset (or the system).
   static tensor on_device(npurt::device& dev, npurt::shape s, npurt::dtype t, npurt::layout l = layout::nd);
   /// Shape and dtype only: what timing-only runs move around.
   static tensor timing_only(npurt::shape s, npurt::dtype t, npurt::layout l = layout::nd);
@@ -76,10 +78,21 @@ class tensor {
   [[nodiscard]] bool is_host() const noexcept { return place_ == storage_place::host; }
   [[nodiscard]] bool is_device() const noexcept { return place_ == storage_place::device; }
   [[nodiscard]] bool has_storage() const noexcept { return place_ != storage_place::none; }
+  /// A device tensor whose memory went with a reset of its device (device::reset frees all of
+  /// it) or with its system. It stays a device tensor (is_device(), device()) with a null
+  /// data(); release() or the destructor then only drops the handle. Make the tensor again.
+  [[nodiscard]] bool storage_lost() const noexcept {
+    // Order matters: once the system is gone, device_memory_ is empty and dev_ dangles.
+    return place_ == storage_place::device && (!device_memory_ || dev_->reset_count() != resets_);
+  }
+  /// Why storage_lost() is true, in words ("its memory on device 1 went with a reset of the
+  /// device ..."); empty when it is false.
+  [[nodiscard]] std::string lost_reason() const;
   /// The device of a device tensor (-1 otherwise).
   [[nodiscard]] device_id device() const noexcept { return place_ == storage_place::device ? device_id_ : -1; }
   /// Host pointer (host tensors) or device address (device tensors); null without storage, and
-  /// for a device tensor whose system is gone.
+  /// for a device tensor whose memory is lost (storage_lost(): its device was reset or its
+  /// system is gone).
   [[nodiscard]] void* data() noexcept { return live_data(); }
   [[nodiscard]] const void* data() const noexcept { return live_data(); }
   /// The kernel operand descriptor of this tensor.
@@ -174,9 +187,9 @@ class tensor {
   memcpy_kind check_copy(const tensor& src, std::error_code& ec) const noexcept;
   void check_bools(const char* who) const;
   void check_elements(const char* who, npurt::dtype want) const;
-  [[nodiscard]] void* live_data() const noexcept {
-    return place_ == storage_place::device && !device_memory_ ? nullptr : data_;
-  }
+  [[nodiscard]] void* live_data() const noexcept { return storage_lost() ? nullptr : data_; }
+  // The throwing copies' check for a lost source or destination: invalid_pointer naming it.
+  void throw_if_lost(const char* who, const tensor& src) const;
   void swap(tensor& o) noexcept {
     std::swap(shape_, o.shape_);
     std::swap(type_, o.type_);
@@ -185,6 +198,8 @@ class tensor {
     std::swap(data_, o.data_);
     std::swap(device_memory_, o.device_memory_);
     std::swap(device_id_, o.device_id_);
+    std::swap(dev_, o.dev_);
+    std::swap(resets_, o.resets_);
     std::swap(host_, o.host_);
   }
 
@@ -194,9 +209,13 @@ class tensor {
   storage_place place_ = storage_place::none;
   void* data_ = nullptr;
   // Device storage: a buffer that becomes empty when its system dies (then data_ dangles and
-  // live_data() hides it), and the device's id, which stays meaningful.
+  // live_data() hides it), and the device's id, which stays meaningful. A reset frees the
+  // memory but leaves the buffer as it was: the device's reset count, taken at allocation,
+  // tells (the device object lives as long as its system, which device_memory_ watches).
   device_buffer device_memory_;
   device_id device_id_ = -1;
+  const npurt::device* dev_ = nullptr;
+  std::uint64_t resets_ = 0;
   // From npurt's host heap, whose allocator throws std::bad_alloc when memory runs out: a global
   // operator new replaced by a C build of mimalloc aborts the process instead.
   std::vector<std::byte, detail::host_allocator<std::byte>> host_;

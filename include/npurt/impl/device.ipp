@@ -245,6 +245,7 @@ NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, 
 }
 
 NPURT_DECL void device::finish_reset() noexcept {
+  ++resets_;
   copy_stream_.reset();
   // A fresh default allocator rather than no pool: a mem_pool& must outlive a reset.
   if (pool_) pool_->reconfigure({});
