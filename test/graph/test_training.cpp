@@ -865,3 +865,33 @@ TEST_CASE("compile_options::all_reduce refuses what it cannot do at compile", "[
   }
   CHECK(s.compile(g, {.all_reduce = output_all_reduce{all, {"fc1.weight.grad"}}}).report().all_reduced == 1);
 }
+
+// Destroyed outside run, a session waits for what it queued, a collective whose peer never comes
+// included, until the communicator's execution timeout. It does not abort that collective itself
+// (the communicator is the caller's, and abort ends it on every rank for good): a caller who
+// knows the peer will not come aborts the communicator, and the destruction returns at once.
+TEST_CASE("a session destroyed outside run waits for its stream's collective unless the caller aborts it",
+          "[graph][session][collective]") {
+  npurt::system sys{sim::presets::ascend910(2)};
+  constexpr picoseconds limit{10'000'000'000'000LL};  // 10 s
+  auto comm = communicator::init_all(sys, {.exec_timeout = limit, .name = "dp"});
+  device_buffer buf(sys.device(0), 64);
+  auto sess = std::make_unique<session>(sys, session_config{.device_id = 0});
+  comm.all_reduce(buf.data(), buf.data(), 16, dtype::f32, reduce_op::sum, sess->stream(0));  // rank 1 never calls
+  const sim_time before = sys.now();
+  SECTION("without an abort: until the execution timeout") {
+    sess.reset();
+    CHECK(sys.now() - before >= limit);
+    std::error_code ec;
+    sys.device(0).synchronize(ec);
+    CHECK(ec == errc::task_timeout);
+  }
+  SECTION("after comm.abort(): at once") {
+    comm.abort();
+    sess.reset();
+    CHECK(sys.now() - before < limit / 1000);
+    std::error_code ec;
+    sys.device(0).synchronize(ec);
+    CHECK(ec == errc::operation_aborted);
+  }
+}
