@@ -54,7 +54,9 @@ BENCHES = [
      "AllReduce wait percentiles, exposed communication, step time and throughput."),
     ("graph_schedules", [],
      "ResNet-50 inference and training through the graph API: latency, throughput and peak memory "
-     "per schedule and optimisation level, memory reuse off and on."),
+     "per schedule and optimisation level, memory reuse off and on; a data-parallel MLP training "
+     "step on 8 ranks with its gradients all-reduced inside the run (`compile_options::all_reduce`) "
+     "in backward and in forward order."),
     ("fault_campaign", [],
      "Seeded fault-injection runs of a data-parallel training loop: faults injected, detected, "
      "recovered, fatal, silent corruptions and virtual time lost."),
