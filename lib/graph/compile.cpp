@@ -520,7 +520,17 @@ void order_for_all_reduce(compiled_graph::impl& c, const graph& src, const outpu
       throw graph_error(make_error_code(errc::invalid_argument), {}, name,
                         "compile: all_reduce names '" + name + "', which is not an output of the graph");
     const std::size_t i = static_cast<std::size_t>(at - G.outputs().begin());
-    const int r = root_of(c.outputs[i]);
+    // Under fp16, bf16 or mixed precision an output computed in the compute type is a Cast of
+    // that value, which the precision rewrite inserted: the operators read the compute-type
+    // value, so that is the one reduced (in the type the step computes in), and the Cast, one of
+    // its readers, gives the output.
+    int target = c.outputs[i];
+    if (const int k = c.values[static_cast<std::size_t>(target)].producer; k >= 0) {
+      const cstep& st = c.steps[static_cast<std::size_t>(k)];
+      if (st.n->type == "Cast" && st.n->name == name + "::cast" && st.in.size() == 1 && st.in[0] >= 0)
+        target = st.in[0];
+    }
+    const int r = root_of(target);
     if (c.values[static_cast<std::size_t>(r)].kind != value_kind::activation)
       throw graph_error(
           make_error_code(errc::invalid_argument), {}, name,
@@ -533,6 +543,7 @@ void order_for_all_reduce(compiled_graph::impl& c, const graph& src, const outpu
     reduced_names.push_back(name);
     creduction red;
     red.output = i;
+    red.value = target;
     // Queued in the order of the list, whatever the schedule: every rank must call its
     // collectives in the same order, and two ranks compiled with different schedules (or
     // precisions) would otherwise pair gradients of the same size wrongly, without an error.
@@ -849,8 +860,7 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     // before its first reader is.
     for (auto& red : p->reductions) {
       for (auto [step, writes] :
-           p->roots[static_cast<std::size_t>(p->values[static_cast<std::size_t>(p->outputs[red.output])].root)]
-               .accesses) {
+           p->roots[static_cast<std::size_t>(p->values[static_cast<std::size_t>(red.value)].root)].accesses) {
         if (writes) red.after = std::max(red.after, step);
         else red.readers.push_back(step);
       }

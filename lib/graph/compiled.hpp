@@ -70,6 +70,7 @@ struct cstep {
 /// An output all-reduced inside the run (compile_options::all_reduce).
 struct creduction {
   std::size_t output = 0;    ///< index into outputs
+  int value = -1;            ///< the value reduced: the output, or the compute-type value it is a Cast of
   int after = -1;            ///< queued after this step, the last to write the output's memory
   std::vector<int> readers;  ///< steps that read the reduced value: each waits for the reduction
 };

@@ -599,8 +599,9 @@ event enqueue_batch(enqueue_ctx& x) {
       const std::size_t i = next_reduction++;
       const creduction& red = c.reductions[i];
       if (const event& w = done[static_cast<std::size_t>(red.after)]; w.valid()) comm->wait(w);
-      const cvalue& cv = c.values[static_cast<std::size_t>(c.outputs[red.output])];
-      void* buf = timing ? c.output_ptr[x.slot][red.output] : ptr(c.outputs[red.output]);
+      const cvalue& cv = c.values[static_cast<std::size_t>(red.value)];
+      // Timing only: the output's staging buffer, at least as large as a compute-type value.
+      void* buf = timing ? c.output_ptr[x.slot][red.output] : ptr(red.value);
       reduced[i] = c.all_reduce->comm.enqueue(
           communicator::all_reduce_call(buf, buf, static_cast<std::size_t>(cv.shape.elements()), cv.type,
                                         c.all_reduce->op),

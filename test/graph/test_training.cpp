@@ -664,63 +664,69 @@ TEST_CASE("compile_options::all_reduce sums the named outputs across ranks insid
   // The one-layer step of the test above, two ranks: the same hand-computed sums, now reduced by
   // the run itself (host outputs and device outputs alike). The step's updates read the reduced
   // gradients: w' = [0.5, -1] - 0.1 [-9.25, -15.25] = [1.425, 0.525], b' = 0.25 - 0.1 (-5.5) = 0.8,
-  // the same on both ranks.
-  npurt::system sys{sim::presets::ascend910(2)};
-  auto comm = communicator::init_all(sys);
-  const std::vector<vec> xs{{1, 2, 3, 4}, {-1, 0, 2, 1}}, ts{{0, 1}, {1, 0}};
-  const std::vector<std::string> grads{"fc1.weight.grad", "fc1.bias.grad"};
-  std::vector<std::unique_ptr<session>> ss;
-  std::vector<graph> gs;
-  std::vector<compiled_graph> cs, on_device;
-  for (int r = 0; r < 2; ++r) {
-    ss.push_back(std::make_unique<session>(sys, session_config{.device_id = r}));
-    gs.push_back(one_layer_step());
-    cs.push_back(ss[r]->compile(gs[r], {.all_reduce = output_all_reduce{.comm = comm, .outputs = grads}}));
-    on_device.push_back(ss[r]->compile(gs[r], {.outputs_on_device = {"fc1.bias.grad"},
-                                               .all_reduce = output_all_reduce{.comm = comm, .outputs = grads}}));
-  }
-  CHECK(cs[0].report().all_reduced == 2);
-  CHECK(cs[0].report().streams == 2);  // the compute stream and the communication stream
-  std::vector<run_result> rs(2), ds(2);
-  int completed = 0;
-  for (int r = 0; r < 2; ++r) {
-    const std::vector<feed> in{{"x", tensor({2, 2}, dtype::f32, xs[r])}, {"target", tensor({2, 1}, dtype::f32, ts[r])}};
+  // the same on both ranks. Under fp16 and mixed precision the gradients are computed, and
+  // reduced, in fp16 (every value above is exact there) and the updates round to fp16.
+  for (const precision prec : {precision::fp32, precision::fp16, precision::mixed}) {
+    INFO("precision " << to_string(prec));
+    const double tol = prec == precision::fp32 ? 1e-6 : 2e-3;
+    npurt::system sys{sim::presets::ascend910(2)};
+    auto comm = communicator::init_all(sys);
+    const std::vector<vec> xs{{1, 2, 3, 4}, {-1, 0, 2, 1}}, ts{{0, 1}, {1, 0}};
+    const std::vector<std::string> grads{"fc1.weight.grad", "fc1.bias.grad"};
+    std::vector<std::unique_ptr<session>> ss;
+    std::vector<graph> gs;
+    std::vector<compiled_graph> cs, on_device;
+    for (int r = 0; r < 2; ++r) {
+      ss.push_back(std::make_unique<session>(sys, session_config{.device_id = r, .precision = prec}));
+      gs.push_back(one_layer_step());
+      cs.push_back(ss[r]->compile(gs[r], {.all_reduce = output_all_reduce{.comm = comm, .outputs = grads}}));
+      on_device.push_back(ss[r]->compile(gs[r], {.outputs_on_device = {"fc1.bias.grad"},
+                                                 .all_reduce = output_all_reduce{.comm = comm, .outputs = grads}}));
+    }
+    CHECK(cs[0].report().all_reduced == 2);
+    CHECK(cs[0].report().streams == 2);  // the compute stream and the communication stream
+    std::vector<run_result> rs(2), ds(2);
+    int completed = 0;
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<feed> in{{"x", tensor({2, 2}, dtype::f32, xs[r])},
+                                 {"target", tensor({2, 1}, dtype::f32, ts[r])}};
     // Every rank's run is queued before any waits: a blocking run would wait for peers that
     // have not been asked yet.
-    ss[r]->async_run(cs[r], in, [&, r](async_error_code ec, run_result res) {
-      CHECK_FALSE(ec);
-      rs[static_cast<std::size_t>(r)] = std::move(res);
-      ++completed;
-    });
-    ss[r]->async_run(on_device[r], in, [&, r](async_error_code ec, run_result res) {
-      CHECK_FALSE(ec);
-      ds[static_cast<std::size_t>(r)] = std::move(res);
-      ++completed;
-    });
-  }
-  sys.run();
-  REQUIRE(completed == 4);
-  for (int r = 0; r < 2; ++r) {
-    CHECK(rs[r].outputs.at("fc1.weight.grad").to_vector() == vec{-9.25, -15.25});
-    CHECK(rs[r].outputs.at("fc1.bias.grad").to_vector() == vec{-5.5});
-    CHECK(ds[r].outputs.at("fc1.weight.grad").to_vector() == vec{-9.25, -15.25});
-    CHECK(ds[r].outputs.at("fc1.bias.grad").is_device());
-    CHECK(ds[r].outputs.at("fc1.bias.grad").to_host(ss[r]->stream(0)).to_vector() == vec{-5.5});
-    const vec w = rs[r].outputs.at("fc1.weight.next").to_vector();
-    CHECK(std::abs(w[0] - 1.425) < 1e-6);
-    CHECK(std::abs(w[1] - 0.525) < 1e-6);
-    CHECK(std::abs(rs[r].outputs.at("fc1.bias.next").to_vector()[0] - 0.8) < 1e-6);
-    CHECK(w == rs[0].outputs.at("fc1.weight.next").to_vector());
+      ss[r]->async_run(cs[r], in, [&, r](async_error_code ec, run_result res) {
+        CHECK_FALSE(ec);
+        rs[static_cast<std::size_t>(r)] = std::move(res);
+        ++completed;
+      });
+      ss[r]->async_run(on_device[r], in, [&, r](async_error_code ec, run_result res) {
+        CHECK_FALSE(ec);
+        ds[static_cast<std::size_t>(r)] = std::move(res);
+        ++completed;
+      });
+    }
+    sys.run();
+    REQUIRE(completed == 4);
+    for (int r = 0; r < 2; ++r) {
+      CHECK(rs[r].outputs.at("fc1.weight.grad").to_vector() == vec{-9.25, -15.25});
+      CHECK(rs[r].outputs.at("fc1.bias.grad").to_vector() == vec{-5.5});
+      CHECK(ds[r].outputs.at("fc1.weight.grad").to_vector() == vec{-9.25, -15.25});
+      CHECK(ds[r].outputs.at("fc1.bias.grad").is_device());
+      CHECK(ds[r].outputs.at("fc1.bias.grad").to_host(ss[r]->stream(0)).to_vector() == vec{-5.5});
+      const vec w = rs[r].outputs.at("fc1.weight.next").to_vector();
+      CHECK(std::abs(w[0] - 1.425) < tol);
+      CHECK(std::abs(w[1] - 0.525) < tol);
+      CHECK(std::abs(rs[r].outputs.at("fc1.bias.next").to_vector()[0] - 0.8) < tol);
+      CHECK(w == rs[0].outputs.at("fc1.weight.next").to_vector());
     // The reductions are operators of the run, on the stream after the compute streams.
-    int seen = 0;
-    for (const auto& op : rs[r].ops)
-      if (op.type == "AllReduce") {
-        ++seen;
-        CHECK((op.name == "all_reduce(fc1.weight.grad)" || op.name == "all_reduce(fc1.bias.grad)"));
-        CHECK(op.stream == 1);
-        CHECK(op.end > op.start);
-      }
-    CHECK(seen == 2);
+      int seen = 0;
+      for (const auto& op : rs[r].ops)
+        if (op.type == "AllReduce") {
+          ++seen;
+          CHECK((op.name == "all_reduce(fc1.weight.grad)" || op.name == "all_reduce(fc1.bias.grad)"));
+          CHECK(op.stream == 1);
+          CHECK(op.end > op.start);
+        }
+      CHECK(seen == 2);
+    }
   }
 }
 
