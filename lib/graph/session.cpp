@@ -422,7 +422,9 @@ namespace {
 /// Collects the kernels of a run by name: per-operator start, end and busy time.
 class op_recorder final : public observer {
  public:
-  explicit op_recorder(const std::map<std::string_view, std::size_t>& index) : index_(index) {}
+  op_recorder(const std::map<std::string_view, std::size_t>& index,
+              const std::map<std::uint64_t, std::size_t>& reductions)
+      : index_(index), reductions_(reductions) {}
   void on_task(const task_info& t) override {
     if (t.kind == task_kind::collective) {
       if (auto at = reductions_.find(t.id); at != reductions_.end()) {
@@ -446,11 +448,11 @@ class op_recorder final : public observer {
     bool seen = false;
   };
   std::map<std::size_t, span> spans_;
-  std::map<std::uint64_t, std::size_t> reductions_;  // the run's all-reduce tasks: output index
-  std::map<std::size_t, span> reduced_;              // by output index
+  std::map<std::size_t, span> reduced_;  // by output index
 
  private:
   const std::map<std::string_view, std::size_t>& index_;
+  const std::map<std::uint64_t, std::size_t>& reductions_;  // the run's all-reduce tasks: output index
 };
 
 }  // namespace
@@ -460,6 +462,7 @@ struct session::pending_run {
   std::vector<tensor> host_out;
   sim_time start{};
   std::map<std::string_view, std::size_t> index;
+  std::map<std::uint64_t, std::size_t> reductions;  // the run's all-reduce tasks by id: output index
   std::unique_ptr<op_recorder> rec;
   bool observing = false;
 };
@@ -514,7 +517,7 @@ struct enqueue_ctx {
   std::vector<const tensor*> in;
   std::vector<tensor>* host_out;
   std::vector<event>* stage_done;  // pipeline: per stage, the previous batch's end of that stage
-  op_recorder* rec = nullptr;      // sees the run's all-reduce tasks by id
+  std::map<std::uint64_t, std::size_t>* reductions = nullptr;  // the run's all-reduce tasks by id
 };
 
 event enqueue_batch(enqueue_ctx& x) {
@@ -606,7 +609,7 @@ event enqueue_batch(enqueue_ctx& x) {
           communicator::all_reduce_call(buf, buf, static_cast<std::size_t>(cv.shape.elements()), cv.type,
                                         c.all_reduce->op),
           *comm);
-      if (x.rec) x.rec->reductions_.emplace(reduced[i].task_id(), red.output);
+      if (x.reductions) x.reductions->emplace(reduced[i].task_id(), red.output);
     }
   }
   // Join every stream into the final one, then copy the outputs out there.
@@ -650,11 +653,11 @@ std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& c
   p->host_out.resize(c.outputs.size());
   if (cfg_.profiling) {
     for (std::size_t k = 0; k < c.steps.size(); ++k) p->index[c.steps[k].kernel_name] = k;
-    p->rec = std::make_unique<op_recorder>(p->index);
+    p->rec = std::make_unique<op_recorder>(p->index, p->reductions);
     sys_->add_observer(*p->rec);
     p->observing = true;
   }
-  x.rec = p->rec.get();
+  x.reductions = &p->reductions;
   p->start = sys_->now();
   try {
     after_previous_run(*this, c);
@@ -710,9 +713,14 @@ namespace {
 // of the class the stream's own synchronize would raise (a timeout_error keeps its timer and
 // limit, a callback's exception is rethrown as it was), else the error itself.
 std::exception_ptr run_error(const compiled_graph::impl& c, const system& sys, std::error_code ec,
-                             const detail::failure& f, std::int32_t device, std::string_view what) {
+                             const detail::failure& f, std::int32_t device, std::string_view what,
+                             const std::map<std::uint64_t, std::size_t>* reductions = nullptr) {
   if (f.exception) return f.exception;
   std::string msg(what);
+  if (f && reductions) {
+    if (const auto at = reductions->find(f.task); at != reductions->end())
+      msg += ": all_reduce of output '" + c.values[static_cast<std::size_t>(c.outputs[at->second])].name + "'";
+  }
   if (f) {
     const auto st = std::find_if(c.steps.begin(), c.steps.end(),
                                  [&](const cstep& x) { return !x.kernel_name.empty() && x.kernel_name == f.name; });
@@ -743,7 +751,9 @@ std::vector<std::pair<std::uint32_t, std::uint64_t>> session::run_positions(cons
 }
 
 std::exception_ptr session::take_run_failure(const compiled_graph& c, std::string_view what,
-                                             const std::vector<std::pair<std::uint32_t, std::uint64_t>>* upto) {
+                                             const std::vector<std::pair<std::uint32_t, std::uint64_t>>* upto,
+                                             const pending_run* run) {
+  const auto* reductions = run ? &run->reductions : nullptr;
   // Every stream is read (each holds the failures of its own kernels: an event wait does not
   // pass them on to the stream that ends the run); the first error is the one reported.
   std::exception_ptr first;
@@ -754,7 +764,7 @@ std::exception_ptr session::take_run_failure(const compiled_graph& c, std::strin
       const detail::failure* f = rt_->peek_stream_failure(id);
       if (!f || f->seq > seq) continue;
       const detail::failure taken = rt_->take_stream_failure(id);
-      if (!first) first = run_error(c.get(), *sys_, taken.ec, taken, dev_->id(), what);
+      if (!first) first = run_error(c.get(), *sys_, taken.ec, taken, dev_->id(), what, reductions);
     }
     return first;
   }
@@ -762,7 +772,7 @@ std::exception_ptr session::take_run_failure(const compiled_graph& c, std::strin
     std::error_code ec;
     detail::failure f;
     detail::stream_access::synchronize(s, ec, &f);
-    if (ec && !first) first = run_error(c.get(), *sys_, ec, f, s.valid() ? s.device() : -1, what);
+    if (ec && !first) first = run_error(c.get(), *sys_, ec, f, s.valid() ? s.device() : -1, what, reductions);
   };
   for (std::uint32_t k = 0; k < c.get().streams; ++k) drain_one(exec_stream(*this, c.get(), k));
   if (!c.get().reductions.empty()) drain_one(comm_stream(c.get().all_reduce->priority));
@@ -774,7 +784,7 @@ run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs
   // A run that could not wait would leave its copies out writing into host outputs already gone.
   check_can_block("run");
   auto p = start_run(c, inputs);
-  if (std::exception_ptr first = take_run_failure(c, "npurt::session::run")) {
+  if (std::exception_ptr first = take_run_failure(c, "npurt::session::run", nullptr, p.get())) {
     abandon_run(*p);
     std::rethrow_exception(first);
   }

@@ -872,6 +872,25 @@ TEST_CASE("compile_options::all_reduce refuses what it cannot do at compile", "[
   CHECK(s.compile(g, {.all_reduce = output_all_reduce{all, {"fc1.weight.grad"}}}).report().all_reduced == 1);
 }
 
+TEST_CASE("a rank's all_reduce whose peers never run fails the run naming the output", "[graph][collective][errors]") {
+  npurt::system sys{sim::presets::ascend910(2)};
+  constexpr picoseconds limit{1'000'000'000};  // 1 ms
+  auto comm = communicator::init_all(sys, {.exec_timeout = limit, .connect_timeout = limit});
+  session s(sys);
+  graph g = one_layer_step();
+  auto c = s.compile(g, {.all_reduce = output_all_reduce{comm, {"fc1.bias.grad", "fc1.weight.grad"}}});
+  // Rank 1 never runs: the blocking run of rank 0 waits for it until the timeout.
+  try {
+    (void)s.run(c, {{"x", tensor({2, 2}, dtype::f32, {1, 2, 3, 4})}, {"target", tensor({2, 1}, dtype::f32, {0, 1})}});
+    FAIL("a run whose all-reduce has no peer succeeded");
+  } catch (const timeout_error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("all_reduce of output 'fc1.bias.grad'") != std::string::npos);
+    CHECK(what.find("had not arrived") != std::string::npos);
+  }
+}
+
 // Destroyed outside run, a session waits for what it queued, a collective whose peer never comes
 // included, until the communicator's execution timeout. It does not abort that collective itself
 // (the communicator is the caller's, and abort ends it on every rank for good): a caller who

@@ -390,9 +390,11 @@ class session {
   /// The first failure of a run of `c`, as the blocking run raises it (naming the node whose
   /// kernel failed), or null; every failure of the run is read. Without `upto` it drains the
   /// run's streams (blocking); with the run's run_positions, reached, it reads the failures at or
-  /// before them and leaves those of runs queued since (async_run's completion).
+  /// before them and leaves those of runs queued since (async_run's completion). With `run`, a
+  /// failed all-reduce of compile_options::all_reduce names its output.
   std::exception_ptr take_run_failure(const compiled_graph& c, std::string_view what,
-                                      const std::vector<std::pair<std::uint32_t, std::uint64_t>>* upto = nullptr);
+                                      const std::vector<std::pair<std::uint32_t, std::uint64_t>>* upto = nullptr,
+                                      const pending_run* run = nullptr);
 
   npurt::system* sys_;
   npurt::device* dev_;
@@ -491,7 +493,7 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
                 // Not reached: the wait itself failed (a deadlock broken by failing it).
                 if (wait_ec && !rt_->position_reached(pos.back().first, pos.back().second))
                   throw_error(wait_ec, "npurt::session::async_run");
-                if (std::exception_ptr failed = take_run_failure(cg, "npurt::session::async_run", &pos))
+                if (std::exception_ptr failed = take_run_failure(cg, "npurt::session::async_run", &pos, p.get()))
                   std::rethrow_exception(failed);
                 r = finish_run(*p);
               } catch (const error& e) {
