@@ -110,18 +110,30 @@ class communicator {
 
   /// Sub-communicators (ncclCommSplit / HcclCreateSubComm): colors[r] for each rank r; ranks of
   /// one color form one communicator, in parent rank order; a negative color takes no part.
-  /// Returned in increasing color order.
+  /// Returned in increasing color order. Refused (errc::invalid_argument) with a color count other
+  /// than size(); the error_code form returns no communicators then.
   [[nodiscard]] NPURT_DECL std::vector<communicator> split(std::span<const int> colors) const;
+  [[nodiscard]] NPURT_DECL std::vector<communicator> split(std::span<const int> colors, std::error_code& ec) const;
   /// ncclCommSplit's key too: keys[r] for each rank r orders the ranks of a color (lower key,
   /// lower rank; equal keys keep parent rank order).
   [[nodiscard]] NPURT_DECL std::vector<communicator> split(std::span<const int> colors,
                                                            std::span<const int> keys) const;
+  [[nodiscard]] NPURT_DECL std::vector<communicator> split(std::span<const int> colors, std::span<const int> keys,
+                                                           std::error_code& ec) const;
 
-  // Per-communicator settings (HCCL_ALGO, HCCL_BUFFSIZE / set_comm_buffer_size, timeouts).
+  // Per-communicator settings (HCCL_ALGO, HCCL_BUFFSIZE / set_comm_buffer_size, timeouts). An
+  // algorithm that is no collective_algorithm, a buffer under min_collective_buffer_size and a
+  // negative timeout are errc::invalid_argument, and the setting in force stays. The error_code
+  // forms report that, and what every call reports (see valid()), instead of throwing; as the
+  // stream's do, they leave the throwing form's words in system::recent_error_message().
   NPURT_DECL void set_algorithm(collective_algorithm a);
+  NPURT_DECL void set_algorithm(collective_algorithm a, std::error_code& ec);
   NPURT_DECL void set_buffer_size(std::size_t bytes);
+  NPURT_DECL void set_buffer_size(std::size_t bytes, std::error_code& ec);
   NPURT_DECL void set_exec_timeout(std::optional<picoseconds> t);
+  NPURT_DECL void set_exec_timeout(std::optional<picoseconds> t, std::error_code& ec);
   NPURT_DECL void set_connect_timeout(std::optional<picoseconds> t);
+  NPURT_DECL void set_connect_timeout(std::optional<picoseconds> t, std::error_code& ec);
   [[nodiscard]] collective_algorithm algorithm() const noexcept {
     return state_ ? state_->algorithm : collective_algorithm::automatic;
   }
@@ -151,7 +163,10 @@ class communicator {
   /// HcclGroupStart / HcclGroupEnd: calls in between are batched into one task per stream
   /// (so a send and a recv on one stream cannot deadlock each other). Fire-and-forget calls in a
   /// group return an empty event; async_ calls are not allowed there (errc::not_supported).
+  /// group_start on an aborted communicator is errc::operation_aborted (the group could only end
+  /// in that error); its error_code form reports it, with the words in recent_error_message().
   NPURT_DECL void group_start();
+  NPURT_DECL void group_start(std::error_code& ec);
   NPURT_DECL void group_end();
   NPURT_DECL void group_end(std::error_code& ec);
 
@@ -254,7 +269,21 @@ class communicator {
   /// handle or a destroyed system, wrong_thread under system_options::check_thread.
   [[nodiscard]] NPURT_DECL std::error_code usable() const noexcept;
   /// usable() for the throwing calls: the error names `what` and the cause.
-  NPURT_DECL void require_usable(std::string_view what) const;
+  void require_usable(std::string_view what) const { (void)admit(what, nullptr); }
+  /// A refusal of `call`, in the words `npurt::communicator::<call>: <why>`: thrown when `out` is
+  /// null (the throwing forms), else stored in *out with the words in the system's
+  /// recent_error_message (the error_code forms). One path, so both forms say the same.
+  NPURT_DECL void refuse(std::string_view call, std::error_code ec, std::string_view why, std::error_code* out) const;
+  /// usable() refused through refuse(): whether the handle can take `call`; clears *out if so.
+  NPURT_DECL bool admit(std::string_view call, std::error_code* out) const;
+  // The bodies of the calls with two forms: `out` null throws, else reports there.
+  NPURT_DECL std::vector<communicator> do_split(std::span<const int> colors, const std::span<const int>* keys,
+                                                std::error_code* out) const;
+  NPURT_DECL void do_set_algorithm(collective_algorithm a, std::error_code* out);
+  NPURT_DECL void do_set_buffer_size(std::size_t bytes, std::error_code* out);
+  NPURT_DECL void do_set_timeout(std::string_view call, std::optional<picoseconds> collective_comm_state::* field,
+                                 std::optional<picoseconds> t, std::error_code* out);
+  NPURT_DECL void do_group_start(std::error_code* out);
   static const collective_comm_state& empty_state() noexcept {
     static const collective_comm_state empty{};
     return empty;

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <optional>
 #include <string>
@@ -251,6 +252,168 @@ TEST_CASE("with thread checks on, communicator calls from another thread fail wi
   for (int r = 0; r < 2; ++r) comm.all_reduce(p[r], p[r], 8, dtype::f32, reduce_op::sum, s[r]);
   CHECK(sync_code(s[0]) == std::error_code{});
   CHECK(sync_code(s[1]) == std::error_code{});
+}
+
+// The rule of every call that can fail: a throwing form and an error_code form, which reports
+// the same refusal with the same words, left in recent_error_message (aclGetRecentErrMsg) as the
+// stream's error_code forms leave theirs.
+TEST_CASE("the setters, split and group_start have error_code forms that refuse as the throwing forms do",
+          "[collective][args][error]") {
+  npurt::system sys{sim::presets::ascend910(2)};
+  auto comm = communicator::init_all(sys, {.algorithm = collective_algorithm::ring,
+                                           .buffer_size = 2 * min_collective_buffer_size,
+                                           .exec_timeout = std::optional<picoseconds>(std::chrono::seconds{5}),
+                                           .connect_timeout = std::optional<picoseconds>(std::chrono::seconds{7})});
+  auto aborted = communicator::init_all(sys);
+  aborted.abort();
+  const std::vector<int> three_colors{0, 0, 1}, two_colors{0, 1}, one_key{0};
+  std::vector<communicator> parts{communicator{}};  // split's result: must come back empty
+
+  struct refusal {
+    const char* call;  // the words' prefix
+    std::function<void(std::error_code&)> with_code;
+    std::function<void()> throwing;
+    errc code;
+    const char* cause;
+  };
+  const refusal cases[] = {
+      {"npurt::communicator::set_algorithm: ",
+       [&](std::error_code& ec) { comm.set_algorithm(static_cast<collective_algorithm>(9), ec); },
+       [&] { comm.set_algorithm(static_cast<collective_algorithm>(9)); }, errc::invalid_argument, "unknown algorithm"},
+      {"npurt::communicator::set_buffer_size: ", [&](std::error_code& ec) { comm.set_buffer_size(4096, ec); },
+       [&] { comm.set_buffer_size(4096); }, errc::invalid_argument, "4096 bytes is less than the 1 MiB minimum"},
+      {"npurt::communicator::set_exec_timeout: ",
+       [&](std::error_code& ec) { comm.set_exec_timeout(picoseconds{-1}, ec); },
+       [&] { comm.set_exec_timeout(picoseconds{-1}); }, errc::invalid_argument, "negative timeout"},
+      {"npurt::communicator::set_connect_timeout: ",
+       [&](std::error_code& ec) { comm.set_connect_timeout(picoseconds{-1}, ec); },
+       [&] { comm.set_connect_timeout(picoseconds{-1}); }, errc::invalid_argument, "negative timeout"},
+      {"npurt::communicator::split: ", [&](std::error_code& ec) { parts = comm.split(three_colors, ec); },
+       [&] { (void)comm.split(three_colors); }, errc::invalid_argument, "one color per rank (2), not 3"},
+      {"npurt::communicator::split: ", [&](std::error_code& ec) { parts = comm.split(two_colors, one_key, ec); },
+       [&] { (void)comm.split(two_colors, one_key); }, errc::invalid_argument,
+       "one color and one key per rank (2), not 2 colors and 1 keys"},
+      {"npurt::communicator::group_start: ", [&](std::error_code& ec) { aborted.group_start(ec); },
+       [&] { aborted.group_start(); }, errc::operation_aborted, "the communicator was aborted"},
+  };
+  for (const refusal& r : cases) {
+    INFO(r.call << r.cause);
+    (void)sys.recent_error_message();  // whatever came before is not this call's
+    std::error_code ec;
+    CHECK_NOTHROW(r.with_code(ec));
+    CHECK(ec == r.code);
+    const std::string recent = sys.recent_error_message();
+    CHECK(recent.starts_with(r.call));
+    CHECK_THAT(recent, ContainsSubstring(r.cause));
+    CHECK(recent.ends_with(": " + std::error_code(r.code).message()));
+    CHECK(sys.recent_error_message().empty());  // read once
+    try {
+      r.throwing();
+      FAIL("the throwing form accepted what the error_code form refused");
+    } catch (const caller_error& e) {
+      CHECK(e.code() == r.code);
+      CHECK(std::string(e.what()) == recent);
+    }
+  }
+  CHECK(parts.empty());
+  // Nothing changed: the settings in force, no group open on either communicator, no
+  // communicator made by a refused split.
+  CHECK(comm.algorithm() == collective_algorithm::ring);
+  CHECK(comm.buffer_size() == 2 * min_collective_buffer_size);
+  CHECK(comm.exec_timeout() == std::optional<picoseconds>(std::chrono::seconds{5}));
+  CHECK(comm.connect_timeout() == std::optional<picoseconds>(std::chrono::seconds{7}));
+  std::error_code ec;
+  comm.group_end(ec);
+  CHECK(ec == errc::invalid_argument);  // no group_start to end
+  aborted.group_end(ec);
+  CHECK(ec == errc::invalid_argument);
+
+  // Accepted: the error_code forms set what the throwing forms set, clear the code and leave no
+  // words.
+  (void)sys.recent_error_message();
+  ec = make_error_code(errc::invalid_argument);
+  comm.set_algorithm(collective_algorithm::mesh, ec);
+  CHECK_FALSE(ec);
+  CHECK(comm.algorithm() == collective_algorithm::mesh);
+  ec = make_error_code(errc::invalid_argument);
+  comm.set_buffer_size(min_collective_buffer_size, ec);
+  CHECK_FALSE(ec);
+  CHECK(comm.buffer_size() == min_collective_buffer_size);
+  ec = make_error_code(errc::invalid_argument);
+  comm.set_exec_timeout(no_timeout, ec);
+  CHECK_FALSE(ec);
+  CHECK(comm.exec_timeout() == no_timeout);
+  ec = make_error_code(errc::invalid_argument);
+  comm.set_connect_timeout(picoseconds{0}, ec);
+  CHECK_FALSE(ec);
+  CHECK(comm.connect_timeout() == std::optional<picoseconds>(picoseconds{0}));
+  ec = make_error_code(errc::invalid_argument);
+  const auto halves = comm.split(std::vector<int>{1, 0}, ec);
+  CHECK_FALSE(ec);
+  REQUIRE(halves.size() == 2);
+  CHECK(halves[0].devices() == std::vector<device_id>{1});  // color 0 first
+  CHECK(halves[0].algorithm() == collective_algorithm::mesh);
+  const auto reversed = comm.split(std::vector<int>{0, 0}, std::vector<int>{1, 0}, ec);
+  CHECK_FALSE(ec);
+  REQUIRE(reversed.size() == 1);
+  CHECK(reversed[0].devices() == std::vector<device_id>{1, 0});  // lower key, lower rank
+  ec = make_error_code(errc::invalid_argument);
+  comm.group_start(ec);
+  CHECK_FALSE(ec);
+  comm.group_end(ec);
+  CHECK_FALSE(ec);
+  CHECK(sys.recent_error_message().empty());
+}
+
+TEST_CASE("the error_code forms report an empty or orphaned communicator without throwing",
+          "[collective][args][lifetime]") {
+  communicator orphan;
+  {
+    npurt::system sys{sim::presets::ascend910(2)};
+    orphan = communicator::init_all(sys);
+  }
+  communicator empty;
+  const std::vector<int> colors{0, 0};
+  for (auto* comm : {&orphan, &empty}) {
+    CAPTURE(comm == &orphan);
+    std::vector<std::error_code> codes(7);
+    CHECK_NOTHROW(comm->set_algorithm(collective_algorithm::ring, codes[0]));
+    CHECK_NOTHROW(comm->set_buffer_size(min_collective_buffer_size, codes[1]));
+    CHECK_NOTHROW(comm->set_exec_timeout(std::chrono::seconds{1}, codes[2]));
+    CHECK_NOTHROW(comm->set_connect_timeout(std::chrono::seconds{1}, codes[3]));
+    std::vector<communicator> parts{communicator{}};
+    CHECK_NOTHROW(parts = comm->split(colors, codes[4]));
+    CHECK(parts.empty());
+    CHECK_NOTHROW(parts = comm->split(colors, colors, codes[5]));
+    CHECK(parts.empty());
+    CHECK_NOTHROW(comm->group_start(codes[6]));
+    for (const std::error_code& ec : codes) CHECK(ec == errc::invalid_argument);
+  }
+  CHECK(orphan.algorithm() == collective_algorithm::automatic);
+  CHECK(orphan.buffer_size() == 200'000'000);
+}
+
+TEST_CASE("an error_code form called from another thread reports wrong_thread and leaves the system's words alone",
+          "[collective][thread]") {
+  npurt::system sys{sim::presets::ascend910(2), system_options{.check_thread = true}};
+  auto comm = communicator::init_all(sys);
+  std::vector<std::error_code> codes(4);
+  std::vector<communicator> parts{communicator{}};
+  std::thread([&] {
+    comm.set_algorithm(collective_algorithm::ring, codes[0]);
+    comm.set_buffer_size(min_collective_buffer_size, codes[1]);
+    parts = comm.split(std::vector<int>{0, 0}, codes[2]);
+    comm.group_start(codes[3]);
+  }).join();
+  for (const std::error_code& ec : codes) CHECK(ec == errc::wrong_thread);
+  CHECK(parts.empty());
+  // The system is the owner thread's: a refusal from elsewhere does not write its recent error.
+  CHECK(sys.recent_error_message().empty());
+  CHECK(comm.algorithm() == collective_algorithm::automatic);
+  CHECK(comm.buffer_size() == 200'000'000);
+  std::error_code ec;
+  comm.group_end(ec);
+  CHECK(ec == errc::invalid_argument);  // no group was opened
 }
 
 TEST_CASE("ranks that ask for different algorithms for one call fail it with collective_mismatch",

@@ -116,40 +116,54 @@ NPURT_DECL std::error_code communicator::usable() const noexcept {
   return rt_->check_thread();
 }
 
-NPURT_DECL void communicator::require_usable(std::string_view what) const {
+NPURT_DECL void communicator::refuse(std::string_view call, std::error_code ec, std::string_view why,
+                                     std::error_code* out) const {
+  std::string what = "npurt::communicator::" + std::string(call);
+  if (!why.empty()) what.append(": ").append(why);
+  if (!out) throw_error(ec, what);
+  *out = ec;
+  // From another thread the system is its owner's to write: its recent error is left alone.
+  if (rt_ && ec != errc::wrong_thread) (void)detail::note_refusal(*rt_, -1, what, ec, {});
+}
+
+NPURT_DECL bool communicator::admit(std::string_view call, std::error_code* out) const {
   const std::error_code ec = usable();
-  if (!ec) return;
-  std::string msg = "npurt::communicator::" + std::string(what);
-  if (!state_) msg += ": empty communicator handle";
-  else if (!rt_) msg += ": its system was destroyed";
-  throw_error(ec, msg);
+  if (!ec) {
+    if (out) out->clear();
+    return true;
+  }
+  refuse(call, ec, !state_ ? "empty communicator handle" : !rt_ ? "its system was destroyed" : "", out);
+  return false;
 }
 
-NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> colors) const {
-  require_usable("split");
-  if (colors.size() != state_->size())
-    throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::split: one color per rank (" +
-                                                             std::to_string(size()) + "), not " +
-                                                             std::to_string(colors.size()));
-  return split(colors, std::vector<int>(colors.size(), 0));
-}
-
-NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> colors, std::span<const int> keys) const {
-  require_usable("split");
-  if (colors.size() != state_->size() || keys.size() != state_->size())
-    throw_error(make_error_code(errc::invalid_argument),
-                "npurt::communicator::split: one color and one key per rank (" + std::to_string(size()) + "), not " +
-                    std::to_string(colors.size()) + " colors and " + std::to_string(keys.size()) + " keys");
-  // ncclCommSplit: the ranks of a color in (key, parent rank) order.
+NPURT_DECL std::vector<communicator> communicator::do_split(std::span<const int> colors,
+                                                            const std::span<const int>* keys,
+                                                            std::error_code* out) const {
+  if (!admit("split", out)) return {};
+  const std::size_t n = state_->size();
+  if (!keys && colors.size() != n) {
+    refuse("split", make_error_code(errc::invalid_argument),
+           "one color per rank (" + std::to_string(n) + "), not " + std::to_string(colors.size()), out);
+    return {};
+  }
+  if (keys && (colors.size() != n || keys->size() != n)) {
+    refuse("split", make_error_code(errc::invalid_argument),
+           "one color and one key per rank (" + std::to_string(n) + "), not " + std::to_string(colors.size()) +
+               " colors and " + std::to_string(keys->size()) + " keys",
+           out);
+    return {};
+  }
+  // ncclCommSplit: the ranks of a color in (key, parent rank) order; without keys, parent rank
+  // order.
   std::map<int, std::vector<std::pair<int, std::size_t>>> members;
   for (std::size_t r = 0; r < colors.size(); ++r)
-    if (colors[r] >= 0) members[colors[r]].push_back({keys[r], r});
+    if (colors[r] >= 0) members[colors[r]].push_back({keys ? (*keys)[r] : 0, r});
   std::map<int, std::vector<device_id>> groups;
   for (auto& [color, m] : members) {
     std::sort(m.begin(), m.end());
     for (const auto& [key, r] : m) groups[color].push_back(state_->devices[r]);
   }
-  std::vector<communicator> out;
+  std::vector<communicator> result;
   for (auto& [color, devs] : groups) {
     communicator_options o;
     o.algorithm = state_->algorithm;
@@ -158,39 +172,71 @@ NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> co
     o.connect_timeout = state_->connect_timeout;
     o.keep_records = state_->keep_records;
     o.name = state_->name + "/" + std::to_string(color);
-    out.push_back(init_all(*sys_, devs, o));
+    // The parent's settings and devices passed init_all's checks when it was made.
+    result.push_back(init_all(*sys_, devs, o));
   }
-  return out;
+  return result;
 }
 
-NPURT_DECL void communicator::set_algorithm(collective_algorithm a) {
-  require_usable("set_algorithm");
+NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> colors) const {
+  return do_split(colors, nullptr, nullptr);
+}
+
+NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> colors, std::error_code& ec) const {
+  return do_split(colors, nullptr, &ec);
+}
+
+NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> colors, std::span<const int> keys) const {
+  return do_split(colors, &keys, nullptr);
+}
+
+NPURT_DECL std::vector<communicator> communicator::split(std::span<const int> colors, std::span<const int> keys,
+                                                         std::error_code& ec) const {
+  return do_split(colors, &keys, &ec);
+}
+
+NPURT_DECL void communicator::do_set_algorithm(collective_algorithm a, std::error_code* out) {
+  if (!admit("set_algorithm", out)) return;
   if (a > collective_algorithm::hierarchical)
-    throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::set_algorithm: unknown algorithm");
+    return refuse("set_algorithm", make_error_code(errc::invalid_argument), "unknown algorithm", out);
   state_->algorithm = a;
 }
 
-NPURT_DECL void communicator::set_buffer_size(std::size_t bytes) {
-  require_usable("set_buffer_size");
+NPURT_DECL void communicator::set_algorithm(collective_algorithm a) { do_set_algorithm(a, nullptr); }
+NPURT_DECL void communicator::set_algorithm(collective_algorithm a, std::error_code& ec) { do_set_algorithm(a, &ec); }
+
+NPURT_DECL void communicator::do_set_buffer_size(std::size_t bytes, std::error_code* out) {
+  if (!admit("set_buffer_size", out)) return;
   if (bytes < min_collective_buffer_size)
-    throw_error(make_error_code(errc::invalid_argument),
-                "npurt::communicator::set_buffer_size: " + std::to_string(bytes) +
-                    " bytes is less than the 1 MiB minimum (HCCL_BUFFSIZE's)");
+    return refuse("set_buffer_size", make_error_code(errc::invalid_argument),
+                  std::to_string(bytes) + " bytes is less than the 1 MiB minimum (HCCL_BUFFSIZE's)", out);
   state_->buffer_bytes = bytes;
 }
 
-NPURT_DECL void communicator::set_exec_timeout(std::optional<picoseconds> t) {
-  require_usable("set_exec_timeout");
-  if (t && t->count() < 0)
-    throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::set_exec_timeout: negative timeout");
-  state_->exec_timeout = t;
+NPURT_DECL void communicator::set_buffer_size(std::size_t bytes) { do_set_buffer_size(bytes, nullptr); }
+NPURT_DECL void communicator::set_buffer_size(std::size_t bytes, std::error_code& ec) {
+  do_set_buffer_size(bytes, &ec);
 }
 
+NPURT_DECL void communicator::do_set_timeout(std::string_view call,
+                                             std::optional<picoseconds> collective_comm_state::* field,
+                                             std::optional<picoseconds> t, std::error_code* out) {
+  if (!admit(call, out)) return;
+  if (t && t->count() < 0) return refuse(call, make_error_code(errc::invalid_argument), "negative timeout", out);
+  (*state_).*field = t;
+}
+
+NPURT_DECL void communicator::set_exec_timeout(std::optional<picoseconds> t) {
+  do_set_timeout("set_exec_timeout", &collective_comm_state::exec_timeout, t, nullptr);
+}
+NPURT_DECL void communicator::set_exec_timeout(std::optional<picoseconds> t, std::error_code& ec) {
+  do_set_timeout("set_exec_timeout", &collective_comm_state::exec_timeout, t, &ec);
+}
 NPURT_DECL void communicator::set_connect_timeout(std::optional<picoseconds> t) {
-  require_usable("set_connect_timeout");
-  if (t && t->count() < 0)
-    throw_error(make_error_code(errc::invalid_argument), "npurt::communicator::set_connect_timeout: negative timeout");
-  state_->connect_timeout = t;
+  do_set_timeout("set_connect_timeout", &collective_comm_state::connect_timeout, t, nullptr);
+}
+NPURT_DECL void communicator::set_connect_timeout(std::optional<picoseconds> t, std::error_code& ec) {
+  do_set_timeout("set_connect_timeout", &collective_comm_state::connect_timeout, t, &ec);
 }
 
 NPURT_DECL std::error_code communicator::async_error(std::string* message) const {
@@ -469,14 +515,16 @@ NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
   return e;
 }
 
-NPURT_DECL void communicator::group_start() {
-  require_usable("group_start");
+NPURT_DECL void communicator::do_group_start(std::error_code* out) {
+  if (!admit("group_start", out)) return;
   // As every call after abort() is refused: a group opened now could only end in that error.
   if (state_->aborted)
-    throw_error(make_error_code(errc::operation_aborted),
-                "npurt::communicator::group_start: the communicator was aborted");
+    return refuse("group_start", make_error_code(errc::operation_aborted), "the communicator was aborted", out);
   ++group_->depth;
 }
+
+NPURT_DECL void communicator::group_start() { do_group_start(nullptr); }
+NPURT_DECL void communicator::group_start(std::error_code& ec) { do_group_start(&ec); }
 
 NPURT_DECL void communicator::group_end(std::error_code& ec) {
   ec.clear();
