@@ -306,19 +306,28 @@ class checkpoint {
   }
 
   // --- metadata -------------------------------------------------------------------------------
-  /// Sets (or replaces) a metadata entry. Keys follow the tensor-name rules.
+  /// Sets (or replaces) a metadata entry. Keys follow the tensor-name rules: an empty key or one
+  /// longer than max_name_length is errc::invalid_argument, an unsigned value past INT64_MAX is
+  /// errc::size_overflow, and the metadata stay as they were. The error_code forms report that
+  /// instead of throwing; a checkpoint belongs to no system, so there is no
+  /// recent_error_message to hold the words (the throwing form's message has them).
   template <std::integral I>
   void set_metadata(std::string_view key, I value) {
-    if constexpr (std::is_unsigned_v<I> && sizeof(I) >= sizeof(std::int64_t)) {
-      if (value > static_cast<I>(INT64_MAX))
-        throw_error(make_error_code(errc::size_overflow),
-                    "checkpoint metadata " + detail::ckpt::printable(key) + " does not fit a signed 64-bit integer");
-    }
-    set_value(key, checkpoint_value(static_cast<std::int64_t>(value)));
+    set_integer(key, value, nullptr);
   }
-  void set_metadata(std::string_view key, double value) { set_value(key, checkpoint_value(value)); }
+  template <std::integral I>
+  void set_metadata(std::string_view key, I value, std::error_code& ec) {
+    set_integer(key, value, &ec);
+  }
+  void set_metadata(std::string_view key, double value) { set_value(key, checkpoint_value(value), nullptr); }
+  void set_metadata(std::string_view key, double value, std::error_code& ec) {
+    set_value(key, checkpoint_value(value), &ec);
+  }
   void set_metadata(std::string_view key, std::string_view value) {
-    set_value(key, checkpoint_value(std::string(value)));
+    set_value(key, checkpoint_value(std::string(value)), nullptr);
+  }
+  void set_metadata(std::string_view key, std::string_view value, std::error_code& ec) {
+    set_value(key, checkpoint_value(std::string(value)), &ec);
   }
   /// The value of `key` as T (std::int64_t, double or std::string); caller_error
   /// (errc::invalid_argument) if the key is missing or holds another type.
@@ -374,7 +383,21 @@ class checkpoint {
   static constexpr const char* range_mismatch(npurt::dtype type) noexcept {
     return sizeof(E) == 1 ? nullptr : detail::ckpt::element_mismatch<E>(type);
   }
-  NPURT_DECL void set_value(std::string_view key, checkpoint_value v);
+  // The bodies of set_metadata's two forms: `out` null throws, else reports there.
+  template <std::integral I>
+  void set_integer(std::string_view key, I value, std::error_code* out) {
+    if constexpr (std::is_unsigned_v<I> && sizeof(I) >= sizeof(std::int64_t)) {
+      if (value > static_cast<I>(INT64_MAX)) {
+        if (!out)
+          throw_error(make_error_code(errc::size_overflow),
+                      "checkpoint metadata " + detail::ckpt::printable(key) + " does not fit a signed 64-bit integer");
+        *out = make_error_code(errc::size_overflow);
+        return;
+      }
+    }
+    set_value(key, checkpoint_value(static_cast<std::int64_t>(value)), out);
+  }
+  NPURT_DECL void set_value(std::string_view key, checkpoint_value v, std::error_code* out);
   NPURT_DECL checkpoint_tensor* make_entry(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,
                                            detail::ckpt::status& st);
   NPURT_DECL bool add_host(std::string_view name, npurt::dtype type, std::vector<std::int64_t> shape,

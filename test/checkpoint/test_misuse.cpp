@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -454,4 +455,53 @@ TEST_CASE(
     CHECK(caught);
     CHECK(ck.find_tensor("dev") == nullptr);
   }
+}
+
+// The rule of every call that can fail: a throwing form and an error_code form that reports the
+// same refusal and changes nothing.
+TEST_CASE("set_metadata has an error_code form that refuses what the throwing form refuses", "[checkpoint][errors]") {
+  checkpoint ck;
+  ck.set_metadata("step", 7);
+  const std::string long_key(checkpoint::max_name_length + 1, 'k');
+  struct refusal {
+    std::function<void(std::error_code&)> with_code;
+    std::function<void()> throwing;
+    errc code;
+  };
+  const refusal cases[] = {
+      {[&](std::error_code& ec) { ck.set_metadata("", 1, ec); }, [&] { ck.set_metadata("", 1); },
+       errc::invalid_argument},
+      {[&](std::error_code& ec) { ck.set_metadata(long_key, 0.5, ec); }, [&] { ck.set_metadata(long_key, 0.5); },
+       errc::invalid_argument},
+      {[&](std::error_code& ec) { ck.set_metadata("", "text", ec); }, [&] { ck.set_metadata("", "text"); },
+       errc::invalid_argument},
+      // INT64_MAX + 1 does not fit the format's signed integer; nor does the step it would replace.
+      {[&](std::error_code& ec) { ck.set_metadata("step", std::uint64_t{1} << 63, ec); },
+       [&] { ck.set_metadata("step", std::uint64_t{1} << 63); }, errc::size_overflow},
+  };
+  for (const refusal& r : cases) {
+    std::error_code ec;
+    CHECK_NOTHROW(r.with_code(ec));
+    CHECK(ec == r.code);
+    try {
+      r.throwing();
+      FAIL("the throwing form accepted what the error_code form refused");
+    } catch (const npurt::caller_error& e) { CHECK(e.code() == r.code); }
+  }
+  // Nothing changed.
+  REQUIRE(ck.metadata().size() == 1);
+  CHECK(ck.get_metadata<std::int64_t>("step") == 7);
+  // Accepted: set or replaced, the code cleared.
+  std::error_code ec = make_error_code(errc::invalid_argument);
+  ck.set_metadata("step", std::uint64_t{8}, ec);
+  CHECK_FALSE(ec);
+  ec = make_error_code(errc::invalid_argument);
+  ck.set_metadata("lr", 0.25, ec);
+  CHECK_FALSE(ec);
+  ec = make_error_code(errc::invalid_argument);
+  ck.set_metadata("model", "resnet", ec);
+  CHECK_FALSE(ec);
+  CHECK(ck.get_metadata<std::int64_t>("step") == 8);
+  CHECK(ck.get_metadata<double>("lr") == 0.25);
+  CHECK(ck.get_metadata<std::string>("model") == "resnet");
 }

@@ -561,9 +561,14 @@ NPURT_DECL event checkpoint::copy_to_device(std::string_view name, void* dst, st
   return e;
 }
 
-NPURT_DECL void checkpoint::set_value(std::string_view key, checkpoint_value v) {
+NPURT_DECL void checkpoint::set_value(std::string_view key, checkpoint_value v, std::error_code* out) {
   detail::ckpt::status st;
-  if (!detail::ckpt::check_name("metadata key", key, st)) throw_error(st.ec, "checkpoint::set_metadata: " + st.what);
+  if (!detail::ckpt::check_name("metadata key", key, st)) {
+    if (!out) throw_error(st.ec, "checkpoint::set_metadata: " + st.what);
+    *out = st.ec;
+    return;
+  }
+  if (out) out->clear();
   if (auto it = metadata_.find(key); it != metadata_.end()) it->second = std::move(v);
   else metadata_.emplace(std::string(key), std::move(v));
 }
