@@ -134,9 +134,15 @@ class stream {
                           std::error_code& ec);
   NPURT_DECL event memset(void* dst, std::size_t dst_max, int value, std::size_t count);
   NPURT_DECL event memset(void* dst, std::size_t dst_max, int value, std::size_t count, std::error_code& ec);
-  /// Records a user event of this stream's device at the current end of the stream.
-  NPURT_DECL void record(event& e);
-  NPURT_DECL void record(event& e, std::error_code& ec);
+  /// Records a user event of this stream's device at the current end of the stream. A handle is a
+  /// shared reference to its event, and a record changes the event, not the handle: every copy
+  /// sees it, so a temporary copy (a handle returned by value) records the event its other
+  /// handles name, as cudaEventRecord(e, s) does with a copied cudaEvent_t. A temporary that is
+  /// the event's last handle (s.record(dev.make_event())) is still recorded in stream order (an
+  /// event_record task, in traces too), but nothing can wait for, query or time that record:
+  /// the event is destroyed with the handle, as cudaEventDestroy on a recorded event is allowed.
+  NPURT_DECL void record(const event& e);
+  NPURT_DECL void record(const event& e, std::error_code& ec);
   /// Makes later work of this stream wait until `e` completes (aclrtStreamWaitEvent).
   NPURT_DECL void wait(const event& e);
   NPURT_DECL void wait(const event& e, std::error_code& ec);
@@ -228,7 +234,7 @@ class stream {
   /// recent_error_message (aclGetRecentErrMsg), as an async form's do. Only on the refusal path.
   NPURT_DECL void note_refusal(std::string_view call, std::error_code ec, std::string_view why) const;
   /// record(e, ec) without the words of a refusal (the throwing form builds its own).
-  NPURT_DECL void record_event(event& e, std::error_code& ec);
+  NPURT_DECL void record_event(const event& e, std::error_code& ec);
   NPURT_DECL detail::task* make_callback(std::function<void()> fn, std::error_code& ec);
   /// Enqueues a prepared task and returns its event.
   NPURT_DECL event submit(detail::task* t);

@@ -7,6 +7,7 @@
 #include <boost/asio/detached.hpp>
 
 #include <string>
+#include <vector>
 
 #include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -397,6 +398,43 @@ TEST_CASE("record and wait say what is wrong with the event", "[core][event][err
     CHECK(has(e.what(), "wait_for_record"));
   }
   sys.run();
+}
+
+// A handle is a shared reference to its event and a record changes the event, so record takes
+// any handle: a const one, or a temporary copy (cudaEventRecord(e, s) with a copied handle).
+static_assert(requires(npurt::stream& s, const npurt::event& e, std::error_code& ec) {
+  s.record(e);
+  s.record(npurt::event{});
+  s.record(e, ec);
+  s.record(npurt::event{}, ec);
+});
+
+TEST_CASE("record takes a const or temporary handle: every copy sees the record", "[core][event]") {
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  const npurt::event start = dev.make_event();
+  const std::vector<npurt::event> marks{dev.make_event()};
+  const auto handle_of = [&](std::size_t i) { return marks[i]; };  // a handle returned by value
+  s.record(start);
+  s.launch(fixed(us(10)));
+  s.record(handle_of(0));
+  CHECK_FALSE(marks[0].query());  // recorded, not reached: the record reached the shared event
+  // The event's last handle: recorded in stream order, and gone with the handle; the record then
+  // runs without an event and fails nothing.
+  s.record(dev.make_event());
+  std::error_code ec;
+  s.record(dev.make_event(), ec);
+  CHECK_FALSE(ec);
+  // A temporary null handle is refused as a named one is.
+  (void)sys.recent_error_message();
+  s.record(npurt::event{}, ec);
+  CHECK(ec == npurt::errc::invalid_event);
+  CHECK(sys.recent_error_message().starts_with("npurt::stream::record: the event is null"));
+  s.synchronize();  // throws if any record failed
+  CHECK(marks[0].query());
+  // As in the chain test above: the kernel starts one launch overhead after the start record.
+  CHECK(*marks[0].completion_time() - *start.completion_time() == us(10) + sys.options().launch_overhead);
 }
 
 TEST_CASE("an async call given no token returns a deferred operation", "[core][async][token]") {

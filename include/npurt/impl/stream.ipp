@@ -545,12 +545,12 @@ NPURT_DECL event stream::memset(void* dst, std::size_t dst_max, int value, std::
   throw_error_on(device_or_none(), ec, refusal("npurt::stream::memset", ec, why));
 }
 
-NPURT_DECL void stream::record(event& e, std::error_code& ec) {
+NPURT_DECL void stream::record(const event& e, std::error_code& ec) {
   record_event(e, ec);
   if (ec) note_refusal("npurt::stream::record", ec, event_problem(e, ec, true));
 }
 
-NPURT_DECL void stream::record_event(event& e, std::error_code& ec) {
+NPURT_DECL void stream::record_event(const event& e, std::error_code& ec) {
   auto* s = state(ec);
   if (!s) return;
   if (!e.valid() || e.is_task_event() || e.runtime_ptr() != rt_) {
@@ -587,7 +587,7 @@ NPURT_DECL std::string stream::event_problem(const event& e, std::error_code ec,
   return "the event was destroyed or its device was reset";
 }
 
-NPURT_DECL void stream::record(event& e) {
+NPURT_DECL void stream::record(const event& e) {
   std::error_code ec;
   record_event(e, ec);
   if (!ec) return;
