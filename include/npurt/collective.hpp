@@ -15,7 +15,8 @@
 //   co_await comm.async_all_reduce(buf, buf, n, dtype::f32, reduce_op::sum, s, asio::use_awaitable);
 //
 // Buffers are device memory of the calling rank's device; in timing-only mode they may be null.
-// Errors: a bad argument is a caller error at the call (nothing is enqueued). Ranks that disagree
+// Errors: a bad argument is a caller error at the call (nothing is enqueued); the error_code and
+// async_ forms leave the throwing form's words in system::recent_error_message(). Ranks that disagree
 // (another operation, count, dtype, reduce op or root at the same call number, or another
 // algorithm or buffer size in force at their calls) fail the operation on every rank with
 // errc::collective_mismatch; an operation whose peers do not arrive within the execution
@@ -265,6 +266,22 @@ class communicator {
                                    std::string* why = nullptr) const;
   /// What check() refused as invalid_argument, for the throwing forms' messages.
   [[nodiscard]] NPURT_DECL std::string describe_invalid(const collective_call& c, const stream& s) const;
+  /// The words of an operation's refusal `ec` (the throwing form's message): the call, named
+  /// async_NAME for an async form, and what is wrong. Built only on the refusal path.
+  [[nodiscard]] NPURT_DECL std::string refusal_words(const collective_call& c, const stream& s, std::error_code ec,
+                                                     bool async) const;
+  /// An error_code or async form's refusal: its words become the system's recent_error_message,
+  /// and the returned exception is what an awaiting npurt::task throws (detail::note_refusal).
+  /// Null, and nothing written, without a system or from another thread than the system's.
+  NPURT_DECL std::exception_ptr note_refused_call(const collective_call& c, const stream& s, std::error_code ec,
+                                                  bool async) const;
+  /// async_enqueue's refusal, with its words (see detail::post_refusal). Out of line, so that the
+  /// accepted path stays small.
+  template <class Handler>
+  [[gnu::noinline]] void refuse_async(Handler&& handler, const collective_call& c, const stream& s,
+                                      std::error_code ec) const;
+  /// Enqueues a prepared task on `s` and returns its event.
+  NPURT_DECL event submit(detail::task* t, stream& s);
   /// Whether this handle can take a call from this thread: invalid_argument for an empty
   /// handle or a destroyed system, wrong_thread under system_options::check_thread.
   [[nodiscard]] NPURT_DECL std::error_code usable() const noexcept;
@@ -284,6 +301,7 @@ class communicator {
   NPURT_DECL void do_set_timeout(std::string_view call, std::optional<picoseconds> collective_comm_state::* field,
                                  std::optional<picoseconds> t, std::error_code* out);
   NPURT_DECL void do_group_start(std::error_code* out);
+  NPURT_DECL void do_group_end(std::error_code* out);
   static const collective_comm_state& empty_state() noexcept {
     static const collective_comm_state empty{};
     return empty;
@@ -300,6 +318,15 @@ class communicator {
   std::shared_ptr<group_state> group_;
 };
 
+template <class Handler>
+void communicator::refuse_async(Handler&& handler, const collective_call& c, const stream& s,
+                                std::error_code ec) const {
+  using detail::thrown_slot;
+  if (std::exception_ptr e = note_refused_call(c, s, ec, true))
+    if (std::exception_ptr* slot = thrown_slot(handler)) *slot = std::move(e);
+  detail::post_error(*rt_, std::forward<Handler>(handler), ec);
+}
+
 template <class Token>
 auto communicator::async_enqueue(collective_call c, stream& s, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
@@ -311,8 +338,8 @@ auto communicator::async_enqueue(collective_call c, stream& s, Token&& token) {
         std::error_code ec;
         detail::task* t = group_ && group_->depth > 0 ? nullptr : prepare(call, s, ec);
         if (!t && !ec) ec = make_error_code(errc::not_supported);
-        if (!t) {
-          detail::post_error(*rt_, std::move(handler), ec);
+        if (!t) [[unlikely]] {
+          refuse_async(std::move(handler), call, s, ec);
           return;
         }
         // As the stream's awaits: a cancellation ends the await, and the call, which its peers

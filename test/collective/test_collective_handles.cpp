@@ -365,6 +365,118 @@ TEST_CASE("the setters, split and group_start have error_code forms that refuse 
   CHECK(sys.recent_error_message().empty());
 }
 
+// Code that hears only a code reads the words from recent_error_message: the operations,
+// group_end and the async forms too, as the stream's calls do.
+TEST_CASE("a refused operation or group_end heard as a code leaves its throwing form's words in recent_error_message",
+          "[collective][args][error]") {
+  npurt::system sys{sim::presets::ascend910(3)};
+  const std::vector<device_id> two{0, 1};
+  auto comm = communicator::init_all(sys, two);
+  auto aborted = communicator::init_all(sys, two);
+  auto aborted_too = communicator::init_all(sys, two);
+  std::vector<stream> s;
+  std::vector<void*> p;
+  for (auto& d : sys.devices()) {
+    s.push_back(d.make_stream());
+    p.push_back(d.malloc(64));
+  }
+  struct refusal {
+    const char* call;
+    std::function<void(std::error_code&)> with_code;
+    std::function<void()> throwing;
+    errc code;
+    const char* cause;
+  };
+  const refusal cases[] = {
+      {"npurt::communicator::broadcast: ",
+       [&](std::error_code& ec) { comm.broadcast(p[0], 8, dtype::f32, 5, s[0], ec); },
+       [&] { comm.broadcast(p[0], 8, dtype::f32, 5, s[0]); }, errc::invalid_argument,
+       "root 5 is not a rank of this communicator (0..1)"},
+      {"npurt::communicator::all_reduce: ",
+       [&](std::error_code& ec) { comm.all_reduce(p[2], p[2], 8, dtype::f32, reduce_op::sum, s[2], ec); },
+       [&] { comm.all_reduce(p[2], p[2], 8, dtype::f32, reduce_op::sum, s[2]); }, errc::stream_device_mismatch,
+       "the stream's device 2 has no rank in this communicator (its devices are 0, 1)"},
+      {"npurt::communicator::all_gather: ",
+       [&](std::error_code& ec) { comm.all_gather(p[0], p[0], 16, dtype::f32, s[0], ec); },
+       [&] { comm.all_gather(p[0], p[0], 16, dtype::f32, s[0]); }, errc::size_overflow, "rank 0's recv buffer"},
+      {"npurt::communicator::group_end: ", [&](std::error_code& ec) { comm.group_end(ec); }, [&] { comm.group_end(); },
+       errc::invalid_argument, "no group_start to end"},
+      {"npurt::communicator::group_end: ",
+       [&](std::error_code& ec) {
+         aborted.group_start();
+         aborted.abort();
+         aborted.group_end(ec);
+       },
+       [&] {
+         aborted_too.group_start();
+         aborted_too.abort();
+         aborted_too.group_end();
+       },
+       errc::operation_aborted, ""},
+  };
+  for (const refusal& r : cases) {
+    INFO(r.call << r.cause);
+    (void)sys.recent_error_message();
+    std::error_code ec;
+    CHECK_NOTHROW(r.with_code(ec));
+    CHECK(ec == r.code);
+    const std::string recent = sys.recent_error_message();
+    CHECK(recent.starts_with(r.call));
+    CHECK_THAT(recent, ContainsSubstring(r.cause));
+    CHECK(recent.ends_with(": " + std::error_code(r.code).message()));
+    CHECK(sys.recent_error_message().empty());  // read once
+    try {
+      r.throwing();
+      FAIL("the throwing form accepted what the error_code form refused");
+    } catch (const npurt::error& e) {
+      CHECK(e.code() == r.code);
+      CHECK(std::string(e.what()) == recent);
+    }
+  }
+  // An accepted call leaves nothing, and nothing was enqueued by the refusals.
+  std::error_code ec;
+  for (int r = 0; r < 2; ++r) comm.all_reduce(p[r], p[r], 8, dtype::f32, reduce_op::sum, s[r], ec);
+  CHECK_FALSE(ec);
+  CHECK(sys.recent_error_message().empty());
+  sys.run();
+  CHECK(comm.async_error() == std::error_code{});
+
+  // The async forms: the handler hears the code after the call, with the words (named async_)
+  // in recent_error_message, and npurt::use_task throws them.
+  std::error_code heard;
+  std::string recent;
+  comm.async_broadcast(p[0], 8, dtype::f32, 5, s[0], [&](async_error_code e) {
+    heard = e;
+    recent = sys.recent_error_message();
+  });
+  sys.run();
+  CHECK(heard == errc::invalid_argument);
+  CHECK(recent.starts_with("npurt::communicator::async_broadcast: root 5 is not a rank"));
+  std::exception_ptr thrown;
+  npurt::spawn(
+      sys,
+      [&]() -> npurt::task<void> { co_await comm.async_broadcast(p[0], 8, dtype::f32, 5, s[0], npurt::use_task); }(),
+      [&](std::exception_ptr e) { thrown = e; });
+  sys.run();
+  REQUIRE(thrown);
+  try {
+    std::rethrow_exception(thrown);
+  } catch (const caller_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK(std::string(e.what()) == recent);
+  }
+  // Inside a group an async_ call is not supported, and the words say why.
+  comm.group_start();
+  comm.async_barrier(s[0], [&](async_error_code e) {
+    heard = e;
+    recent = sys.recent_error_message();
+  });
+  comm.group_end();
+  sys.run();
+  CHECK(heard == errc::not_supported);
+  CHECK(recent.starts_with("npurt::communicator::async_barrier: an async_ call cannot be part of a group"));
+}
+
 TEST_CASE("the error_code forms report an empty or orphaned communicator without throwing",
           "[collective][args][lifetime]") {
   communicator orphan;

@@ -246,7 +246,7 @@ NPURT_DECL std::error_code communicator::async_error(std::string* message) const
 }
 
 NPURT_DECL void communicator::abort(std::error_code& ec) {
-  if ((ec = usable())) return;
+  if (!admit("abort", &ec)) return;
   if (state_->aborted) return;
   state_->aborted = true;
   // What the failed operations and every later call say: the application aborted it, not a
@@ -470,49 +470,67 @@ NPURT_DECL std::string communicator::describe_invalid(const collective_call& c, 
   return {};
 }
 
-NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s, std::error_code& ec) {
-  detail::task* t = prepare(c, s, ec);
-  if (!t) return {};
+NPURT_DECL std::string communicator::refusal_words(const collective_call& c, const stream& s, std::error_code ec,
+                                                   bool async) const {
+  std::string what =
+      std::string(async ? "npurt::communicator::async_" : "npurt::communicator::") + std::string(to_string(c.op));
+  // What check() found wrong with a buffer or a size, when it was check() that refused.
+  std::string buffer_why;
+  const int rank = state_ && rt_ && s.valid() ? rank_of(s.device_or_none()) : -1;
+  if (rank >= 0 && (ec == errc::size_overflow || ec == errc::null_pointer || ec == errc::stream_device_mismatch))
+    (void)check(c, s.device_or_none(), static_cast<std::uint32_t>(rank), &buffer_why);
+  if (ec == errc::invalid_stream) what += ": the stream is empty, destroyed, or of another system";
+  else if (!buffer_why.empty()) what += ": " + buffer_why;
+  else if (ec == errc::stream_device_mismatch) {
+    std::string devs;
+    for (device_id x : devices()) devs += (devs.empty() ? "" : ", ") + std::to_string(x);
+    what += ": the stream's device " + std::to_string(s.device_or_none()) +
+            " has no rank in this communicator (its devices are " + devs + ")";
+  } else if (ec == errc::operation_aborted && state_)
+    what += ": the communicator was aborted" +
+            (state_->abort_reason.empty() ? std::string("") : " (" + state_->abort_reason + ")");
+  else if (ec == errc::device_lost)
+    what +=
+        ": the calling rank's device " + std::to_string(s.device_or_none()) + " is lost (device::reset() repairs it)";
+  else if (ec == errc::invalid_argument && !state_) what += ": empty communicator handle";
+  else if (ec == errc::invalid_argument && !rt_) what += ": its system was destroyed";
+  else if (ec == errc::invalid_argument) {
+    if (std::string why = describe_invalid(c, s); !why.empty()) what += ": " + why;
+  } else if (ec == errc::invalid_dtype && c.type == dtype::bf16)
+    what += ": the devices of this system cannot reduce bf16 (the preset has no bf16 support)";
+  else if (ec == errc::invalid_pointer && rt_) {
+    std::string why = c.send ? rt_->memory().why_not_live(c.send) : std::string();
+    what += ": " + (why.empty() && c.recv ? rt_->memory().why_not_live(c.recv) : why);
+  }
+  if (ec == errc::not_supported && group_ && group_->depth > 0)
+    what += ": an async_ call cannot be part of a group (group_start() is open)";
+  return what;
+}
+
+NPURT_DECL std::exception_ptr communicator::note_refused_call(const collective_call& c, const stream& s,
+                                                              std::error_code ec, bool async) const {
+  // From another thread the system is its owner's to write: its recent error is left alone.
+  if (!rt_ || ec == errc::wrong_thread) return nullptr;
+  return detail::note_refusal(*rt_, ec == errc::device_lost ? s.device_or_none() : -1, refusal_words(c, s, ec, async),
+                              ec, {});
+}
+
+NPURT_DECL event communicator::submit(detail::task* t, stream& s) {
   const std::uint64_t task = t->id;
   return detail::event_access::task_event(*rt_, s.id(), rt_->enqueue(*rt_->find_stream(s.id()), t), task);
 }
 
+NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s, std::error_code& ec) {
+  if (detail::task* t = prepare(c, s, ec)) return submit(t, s);
+  if (ec) (void)note_refused_call(c, s, ec, false);
+  return {};  // refused, or a call of an open group, which group_end enqueues
+}
+
 NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s) {
   std::error_code ec;
-  event e = enqueue(c, s, ec);
-  if (ec) {
-    std::string what = std::string("npurt::communicator::") + std::string(to_string(c.op));
-    // What check() found wrong with a buffer or a size, when it was check() that refused.
-    std::string buffer_why;
-    const int rank = state_ && rt_ && s.valid() ? rank_of(s.device_or_none()) : -1;
-    if (rank >= 0 && (ec == errc::size_overflow || ec == errc::null_pointer || ec == errc::stream_device_mismatch))
-      (void)check(c, s.device_or_none(), static_cast<std::uint32_t>(rank), &buffer_why);
-    if (ec == errc::invalid_stream) what += ": the stream is empty, destroyed, or of another system";
-    else if (!buffer_why.empty()) what += ": " + buffer_why;
-    else if (ec == errc::stream_device_mismatch) {
-      std::string devs;
-      for (device_id x : devices()) devs += (devs.empty() ? "" : ", ") + std::to_string(x);
-      what += ": the stream's device " + std::to_string(s.device_or_none()) +
-              " has no rank in this communicator (its devices are " + devs + ")";
-    } else if (ec == errc::operation_aborted && state_)
-      what += ": the communicator was aborted" +
-              (state_->abort_reason.empty() ? std::string("") : " (" + state_->abort_reason + ")");
-    else if (ec == errc::device_lost)
-      what +=
-          ": the calling rank's device " + std::to_string(s.device_or_none()) + " is lost (device::reset() repairs it)";
-    else if (ec == errc::invalid_argument && !state_) what += ": empty communicator handle";
-    else if (ec == errc::invalid_argument && !rt_) what += ": its system was destroyed";
-    else if (ec == errc::invalid_argument) {
-      if (std::string why = describe_invalid(c, s); !why.empty()) what += ": " + why;
-    } else if (ec == errc::invalid_dtype && c.type == dtype::bf16)
-      what += ": the devices of this system cannot reduce bf16 (the preset has no bf16 support)";
-    else if (ec == errc::invalid_pointer && rt_) {
-      std::string why = c.send ? rt_->memory().why_not_live(c.send) : std::string();
-      what += ": " + (why.empty() && c.recv ? rt_->memory().why_not_live(c.recv) : why);
-    }
-    throw_error_on(ec == errc::device_lost ? s.device_or_none() : -1, ec, what, 0);
-  }
-  return e;
+  if (detail::task* t = prepare(c, s, ec)) return submit(t, s);
+  if (ec) throw_error_on(ec == errc::device_lost ? s.device_or_none() : -1, ec, refusal_words(c, s, ec, false), 0);
+  return {};
 }
 
 NPURT_DECL void communicator::do_group_start(std::error_code* out) {
@@ -526,25 +544,23 @@ NPURT_DECL void communicator::do_group_start(std::error_code* out) {
 NPURT_DECL void communicator::group_start() { do_group_start(nullptr); }
 NPURT_DECL void communicator::group_start(std::error_code& ec) { do_group_start(&ec); }
 
-NPURT_DECL void communicator::group_end(std::error_code& ec) {
-  ec.clear();
-  if (rt_ && (ec = rt_->check_thread())) return;
-  if (!group_ || group_->depth == 0) {
-    ec = make_error_code(errc::invalid_argument);  // group_end without group_start
-    return;
-  }
+NPURT_DECL void communicator::do_group_end(std::error_code* out) {
+  if (out) out->clear();
+  if (rt_)
+    if (const std::error_code ec = rt_->check_thread()) return refuse("group_end", ec, {}, out);
+  if (!group_ || group_->depth == 0)
+    return refuse("group_end", make_error_code(errc::invalid_argument), state_ && rt_ ? "no group_start to end" : "",
+                  out);
   if (--group_->depth > 0) return;
   // abort() dropped the group's calls: without an error here they would vanish unreported, as
   // their fire-and-forget events are empty.
   if (state_ && state_->aborted) {
     group_->pending.clear();
-    ec = make_error_code(errc::operation_aborted);
-    return;
+    return refuse("group_end", make_error_code(errc::operation_aborted), {}, out);
   }
   if (!rt_) {
     group_->pending.clear();
-    ec = make_error_code(errc::invalid_argument);  // its system was destroyed
-    return;
+    return refuse("group_end", make_error_code(errc::invalid_argument), {}, out);  // its system was destroyed
   }
   auto pending = std::move(group_->pending);
   group_->pending.clear();
@@ -564,8 +580,10 @@ NPURT_DECL void communicator::group_end(std::error_code& ec) {
           else if (c.op == collective_op::recv) --state_->next_recv[peer * p + d->rank];
           else --state_->next_seq[d->rank];
         }
-      ec = make_error_code(errc::invalid_stream);
-      return;
+      return refuse("group_end", make_error_code(errc::invalid_stream),
+                    "a stream of the group was destroyed or its device reset; none of the group's calls was "
+                    "enqueued",
+                    out);
     }
   }
   for (auto& [sid, d] : pending) {
@@ -578,16 +596,7 @@ NPURT_DECL void communicator::group_end(std::error_code& ec) {
   }
 }
 
-NPURT_DECL void communicator::group_end() {
-  std::error_code ec;
-  group_end(ec);
-  if (ec == errc::invalid_argument && (!group_ || group_->depth == 0) && state_ && rt_)
-    throw_error(ec, "npurt::communicator::group_end: no group_start to end");
-  if (ec == errc::invalid_stream)
-    throw_error(ec,
-                "npurt::communicator::group_end: a stream of the group was destroyed or its device reset; "
-                "none of the group's calls was enqueued");
-  throw_if(ec, "npurt::communicator::group_end");
-}
+NPURT_DECL void communicator::group_end() { do_group_end(nullptr); }
+NPURT_DECL void communicator::group_end(std::error_code& ec) { do_group_end(&ec); }
 
 }  // namespace npurt
