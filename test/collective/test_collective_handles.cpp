@@ -453,10 +453,11 @@ TEST_CASE("a refused operation or group_end heard as a code leaves its throwing 
   CHECK(heard == errc::invalid_argument);
   CHECK(recent.starts_with("npurt::communicator::async_broadcast: root 5 is not a rank"));
   std::exception_ptr thrown;
-  npurt::spawn(
-      sys,
-      [&]() -> npurt::task<void> { co_await comm.async_broadcast(p[0], 8, dtype::f32, 5, s[0], npurt::use_task); }(),
-      [&](std::exception_ptr e) { thrown = e; });
+  // A named lambda: the coroutine's frame refers to its captures, which must outlive the run.
+  auto bad_root = [&]() -> npurt::task<void> {
+    co_await comm.async_broadcast(p[0], 8, dtype::f32, 5, s[0], npurt::use_task);
+  };
+  npurt::spawn(sys, bad_root(), [&](std::exception_ptr e) { thrown = e; });
   sys.run();
   REQUIRE(thrown);
   try {
