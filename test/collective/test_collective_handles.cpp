@@ -14,6 +14,7 @@
 #include <functional>
 #include <future>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +41,42 @@ struct ranks {
       comm.all_reduce(nullptr, nullptr, count, dtype::f32, reduce_op::sum, s[r]);
   }
 };
+
+// A call refused in both forms: the error_code form's words (prefix `call`, containing `cause`)
+// and code, and the throwing form's.
+struct refusal {
+  const char* call;
+  std::function<void(std::error_code&)> with_code;
+  std::function<void()> throwing;
+  errc code;
+  const char* cause;
+};
+
+// Each case's error_code form reports its code without throwing and leaves its words in
+// recent_error_message (read once), and its throwing form throws exactly those words (as a
+// caller_error when `caller_errors`).
+void check_refusals(npurt::system& sys, std::span<const refusal> cases, bool caller_errors) {
+  for (const refusal& r : cases) {
+    INFO(r.call << r.cause);
+    (void)sys.recent_error_message();  // whatever came before is not this call's
+    std::error_code ec;
+    CHECK_NOTHROW(r.with_code(ec));
+    CHECK(ec == r.code);
+    const std::string recent = sys.recent_error_message();
+    CHECK(recent.starts_with(r.call));
+    CHECK_THAT(recent, ContainsSubstring(r.cause));
+    CHECK(recent.ends_with(": " + std::error_code(r.code).message()));
+    CHECK(sys.recent_error_message().empty());  // read once
+    try {
+      r.throwing();
+      FAIL("the throwing form accepted what the error_code form refused");
+    } catch (const npurt::error& e) {
+      CHECK(e.code() == r.code);
+      CHECK(std::string(e.what()) == recent);
+      if (caller_errors) CHECK(dynamic_cast<const caller_error*>(&e) != nullptr);
+    }
+  }
+}
 
 // The communicator's error message, for the cases that fail.
 std::string message_of(const communicator& comm) {
@@ -269,13 +306,6 @@ TEST_CASE("the setters, split and group_start have error_code forms that refuse 
   const std::vector<int> three_colors{0, 0, 1}, two_colors{0, 1}, one_key{0};
   std::vector<communicator> parts{communicator{}};  // split's result: must come back empty
 
-  struct refusal {
-    const char* call;  // the words' prefix
-    std::function<void(std::error_code&)> with_code;
-    std::function<void()> throwing;
-    errc code;
-    const char* cause;
-  };
   const refusal cases[] = {
       {"npurt::communicator::set_algorithm: ",
        [&](std::error_code& ec) { comm.set_algorithm(static_cast<collective_algorithm>(9), ec); },
@@ -296,25 +326,7 @@ TEST_CASE("the setters, split and group_start have error_code forms that refuse 
       {"npurt::communicator::group_start: ", [&](std::error_code& ec) { aborted.group_start(ec); },
        [&] { aborted.group_start(); }, errc::operation_aborted, "the communicator was aborted"},
   };
-  for (const refusal& r : cases) {
-    INFO(r.call << r.cause);
-    (void)sys.recent_error_message();  // whatever came before is not this call's
-    std::error_code ec;
-    CHECK_NOTHROW(r.with_code(ec));
-    CHECK(ec == r.code);
-    const std::string recent = sys.recent_error_message();
-    CHECK(recent.starts_with(r.call));
-    CHECK_THAT(recent, ContainsSubstring(r.cause));
-    CHECK(recent.ends_with(": " + std::error_code(r.code).message()));
-    CHECK(sys.recent_error_message().empty());  // read once
-    try {
-      r.throwing();
-      FAIL("the throwing form accepted what the error_code form refused");
-    } catch (const caller_error& e) {
-      CHECK(e.code() == r.code);
-      CHECK(std::string(e.what()) == recent);
-    }
-  }
+  check_refusals(sys, cases, true);
   CHECK(parts.empty());
   // Nothing changed: the settings in force, no group open on either communicator, no
   // communicator made by a refused split.
@@ -380,13 +392,6 @@ TEST_CASE("a refused operation or group_end heard as a code leaves its throwing 
     s.push_back(d.make_stream());
     p.push_back(d.malloc(64));
   }
-  struct refusal {
-    const char* call;
-    std::function<void(std::error_code&)> with_code;
-    std::function<void()> throwing;
-    errc code;
-    const char* cause;
-  };
   const refusal cases[] = {
       {"npurt::communicator::broadcast: ",
        [&](std::error_code& ec) { comm.broadcast(p[0], 8, dtype::f32, 5, s[0], ec); },
@@ -414,25 +419,7 @@ TEST_CASE("a refused operation or group_end heard as a code leaves its throwing 
        },
        errc::operation_aborted, ""},
   };
-  for (const refusal& r : cases) {
-    INFO(r.call << r.cause);
-    (void)sys.recent_error_message();
-    std::error_code ec;
-    CHECK_NOTHROW(r.with_code(ec));
-    CHECK(ec == r.code);
-    const std::string recent = sys.recent_error_message();
-    CHECK(recent.starts_with(r.call));
-    CHECK_THAT(recent, ContainsSubstring(r.cause));
-    CHECK(recent.ends_with(": " + std::error_code(r.code).message()));
-    CHECK(sys.recent_error_message().empty());  // read once
-    try {
-      r.throwing();
-      FAIL("the throwing form accepted what the error_code form refused");
-    } catch (const npurt::error& e) {
-      CHECK(e.code() == r.code);
-      CHECK(std::string(e.what()) == recent);
-    }
-  }
+  check_refusals(sys, cases, false);
   // An accepted call leaves nothing, and nothing was enqueued by the refusals.
   std::error_code ec;
   for (int r = 0; r < 2; ++r) comm.all_reduce(p[r], p[r], 8, dtype::f32, reduce_op::sum, s[r], ec);
