@@ -460,6 +460,7 @@ class op_recorder final : public observer {
 struct session::pending_run {
   std::shared_ptr<compiled_graph::impl> c;
   std::vector<tensor> host_out;
+  std::vector<std::vector<tensor>> batch_out;  // run_batches: per batch
   sim_time start{};
   std::map<std::string_view, std::size_t> index;
   std::map<std::uint64_t, std::size_t> reductions;  // the run's all-reduce tasks by id: output index
@@ -791,54 +792,65 @@ run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs
   return finish_run(*p);
 }
 
-batches_result session::run_batches(const compiled_graph& cg, const std::vector<std::vector<feed>>& batches) {
+std::shared_ptr<session::pending_run> session::start_batches(const compiled_graph& cg,
+                                                             const std::vector<std::vector<feed>>& batches,
+                                                             bool wait_each) {
+  check_alive("run_batches");
   if (!cg.valid())
     throw_error(make_error_code(errc::invalid_argument),
                 "run_batches: the compiled graph is empty (not from compile())");
   if (cg.get().owner != this)
     throw_error(make_error_code(errc::invalid_argument), "run_batches: the compiled graph belongs to another session");
-  check_can_block("run_batches");
+  if (wait_each) check_can_block("run_batches");
+  auto p = std::make_shared<pending_run>();
+  for (const auto& w : compiled_)
+    if (auto sp = w.lock(); sp.get() == &cg.get()) p->c = sp;
   auto& c = cg.get();
-  batches_result r;
-  const sim_time t0 = sys_->now();
   const bool pipelined = c.rep.schedule == schedule::pipeline;
   const bool rotating = pipelined || c.rep.overlap;  // batches take turns in several slots
   const std::size_t slots = c.input_ptr.size();
-  std::vector<std::vector<tensor>> outs(batches.size());
   std::vector<event> stage_done(static_cast<std::size_t>(c.stages));
   std::vector<event> batch_end(batches.size());
   // Every batch's feeds are checked before the first is queued: a bad batch fails the call with
   // nothing in flight.
   std::vector<std::vector<const tensor*>> fed(batches.size());
   for (std::size_t b = 0; b < batches.size(); ++b) check_feeds(c, batches[b], fed[b]);
-  // Queued copies write into `outs` when they run: should queueing fail part way, the queued
-  // batches finish before `outs` goes.
+  p->batch_out.resize(batches.size());
+  p->start = sys_->now();
+  npurt::stream* comm = c.reductions.empty() ? nullptr : &comm_stream(c.all_reduce->priority);
+  // Queued copies write into the batches' outputs when they run: should queueing fail part way,
+  // the queued batches finish before the outputs go.
   auto drain = [&] {
-    std::exception_ptr first;
-    auto drain_one = [&](npurt::stream& s) {
-      std::error_code ec;
-      detail::failure f;
-      detail::stream_access::synchronize(s, ec, &f);
-      if (ec && !first) first = run_error(c, *sys_, ec, f, s.valid() ? s.device() : -1, "npurt::session::run_batches");
-    };
-    for (std::uint32_t k = 0; k < c.streams; ++k) drain_one(exec_stream(*this, c, k));
-    drain_one(end_stream(cg));
-    if (first) std::rethrow_exception(first);
+    if (std::exception_ptr first = take_run_failure(cg, "npurt::session::run_batches", nullptr, p.get()))
+      std::rethrow_exception(first);
   };
   try {
     after_previous_run(*this, c);
     for (std::size_t b = 0; b < batches.size(); ++b) {
-      enqueue_ctx x{*this, c, rotating ? b % slots : 0, std::move(fed[b]), &outs[b], pipelined ? &stage_done : nullptr};
-      outs[b].resize(c.outputs.size());
+      enqueue_ctx x{*this,
+                    c,
+                    rotating ? b % slots : 0,
+                    std::move(fed[b]),
+                    &p->batch_out[b],
+                    pipelined ? &stage_done : nullptr,
+                    &p->reductions};
+      p->batch_out[b].resize(c.outputs.size());
       // A slot is reused only when the batch that used it has been copied out.
       if (rotating && b >= slots)
         (c.rep.overlap ? io_stream(0) : exec_stream(*this, c, c.copy_stream)).wait(batch_end[b - slots]);
+      // Without rotation every batch uses the one slot: the next waits for this one's end, as
+      // the next run would.
+      if (!rotating && !wait_each && b > 0) {
+        c.last_run = batch_end[b - 1];
+        after_previous_run(*this, c);
+      }
       batch_end[b] = enqueue_batch(x);
-      if (!rotating) {
-        // A failed batch is reported by the drain below, which names the node that failed.
+      if (!rotating && wait_each) {
+        // A failed batch is reported by the drain below, which names the node that failed. An
+        // all-reduce's failure stays on the communication stream, which no wait passes on.
         std::error_code ec;
         batch_end[b].synchronize(no_timeout, ec);
-        if (ec) {
+        if (ec || (comm && rt_->peek_stream_failure(comm->id()))) {
           drain();
           throw_error(ec, "npurt::session::run_batches: batch " + std::to_string(b));
         }
@@ -851,10 +863,15 @@ batches_result session::run_batches(const compiled_graph& cg, const std::vector<
     }
     throw;
   }
-  drain();
   if (!batch_end.empty()) c.last_run = batch_end.back();
-  r.latency = sys_->now() - t0;
-  for (auto& o : outs) {
+  return p;
+}
+
+batches_result session::finish_batches(pending_run& p) {
+  batches_result r;
+  r.latency = sys_->now() - p.start;
+  const auto& c = *p.c;
+  for (auto& o : p.batch_out) {
     std::map<std::string, tensor> m;
     for (std::size_t i = 0; i < c.outputs.size(); ++i) {
       if (c.rep.timing_only) o[i].release();
@@ -863,8 +880,15 @@ batches_result session::run_batches(const compiled_graph& cg, const std::vector<
     r.outputs.push_back(std::move(m));
   }
   const double secs = static_cast<double>(r.latency.count()) * 1e-12;
-  r.batches_per_second = secs > 0 ? static_cast<double>(batches.size()) / secs : 0;
+  r.batches_per_second = secs > 0 ? static_cast<double>(p.batch_out.size()) / secs : 0;
   return r;
+}
+
+batches_result session::run_batches(const compiled_graph& cg, const std::vector<std::vector<feed>>& batches) {
+  auto p = start_batches(cg, batches, true);
+  if (std::exception_ptr first = take_run_failure(cg, "npurt::session::run_batches", nullptr, p.get()))
+    std::rethrow_exception(first);
+  return finish_batches(*p);
 }
 
 optimizer_report session::optimize(graph& g, const std::vector<feed>& inputs) {

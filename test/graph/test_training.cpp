@@ -3,6 +3,7 @@
 #include <npurt/collective.hpp>
 #include <npurt/graph/session.hpp>
 #include <npurt/models/graphs.hpp>
+#include <npurt/task.hpp>
 
 #include "helpers.hpp"
 
@@ -888,6 +889,201 @@ TEST_CASE("a rank's all_reduce whose peers never run fails the run naming the ou
     INFO(what);
     CHECK(what.find("all_reduce of output 'fc1.bias.grad'") != std::string::npos);
     CHECK(what.find("had not arrived") != std::string::npos);
+  }
+}
+
+TEST_CASE("run_batches reports a failed all_reduce of compile_options::all_reduce, naming the output",
+          "[graph][collective][errors]") {
+  // The failure is on the communication stream, which no event wait passes on: run_batches must
+  // read it there, or the batches would come back with unreduced gradients and the error would be
+  // the next run's.
+  npurt::system sys{sim::presets::ascend910(2)};
+  constexpr picoseconds limit{1'000'000'000};  // 1 ms
+  auto comm = communicator::init_all(sys, {.exec_timeout = limit, .connect_timeout = limit});
+  session s(sys);
+  graph g = one_layer_step();
+  auto c = s.compile(g, {.all_reduce = output_all_reduce{comm, {"fc1.bias.grad", "fc1.weight.grad"}}});
+  const std::vector<feed> in{{"x", tensor({2, 2}, dtype::f32, {1, 2, 3, 4})},
+                             {"target", tensor({2, 1}, dtype::f32, {0, 1})}};
+  try {
+    (void)s.run_batches(c, {in, in});
+    FAIL("run_batches whose all-reduce has no peer succeeded");
+  } catch (const timeout_error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("npurt::session::run_batches") != std::string::npos);
+    CHECK(what.find("all_reduce of output 'fc1.bias.grad'") != std::string::npos);
+  }
+  // Nothing of the failed call is left for the next one: every stream of the session is clean.
+  std::error_code ec;
+  CHECK(s.comm_stream().query(ec));
+  CHECK_FALSE(ec);
+  CHECK(s.stream(0).query(ec));
+  CHECK_FALSE(ec);
+}
+
+namespace {
+
+// The one-layer step's feeds for the data of rank 0 or 1 of the tests above.
+std::vector<feed> step_feeds(int data) {
+  const std::vector<vec> xs{{1, 2, 3, 4}, {-1, 0, 2, 1}}, ts{{0, 1}, {1, 0}};
+  return {{"x", tensor({2, 2}, dtype::f32, xs[static_cast<std::size_t>(data)])},
+          {"target", tensor({2, 1}, dtype::f32, ts[static_cast<std::size_t>(data)])}};
+}
+
+}  // namespace
+
+TEST_CASE("async_run_batches queues every batch at the call and completes with run_batches' outputs",
+          "[graph][run][async]") {
+  // Per batch, the one-layer step's own gradients (hand-computed above): data 0 gives
+  // dw = [-11, -15.5], db = -4.5; data 1 gives dw = [1.75, 0.25], db = -1.
+  const std::vector<vec> dw{{-11, -15.5}, {1.75, 0.25}}, db{{-4.5}, {-1}};
+  const std::vector<int> data{0, 1, 0};
+  for (const char* mode : {"one slot", "overlap", "pipeline"}) {
+    INFO(mode);
+    npurt::system sys{sim::presets::ascend910(1)};
+    session s(sys);
+    if (std::string_view(mode) == "overlap") s.enable_overlap();
+    graph g = one_layer_step();
+    auto c = std::string_view(mode) == "pipeline" ? s.compile(g, {.schedule = schedule::pipeline, .pipeline_stages = 2})
+                                                  : s.compile(g);
+    std::vector<std::vector<feed>> batches;
+    for (int d : data) batches.push_back(step_feeds(d));
+    const picoseconds blocking = s.run_batches(c, batches).latency;
+    batches_result r;
+    int calls = 0;
+    s.async_run_batches(c, batches, [&](async_error_code ec, batches_result res) {
+      CHECK_FALSE(ec);
+      r = std::move(res);
+      ++calls;
+    });
+    // Queued at the call, completed later: the session's streams have work, the handler has not run.
+    CHECK(calls == 0);
+    CHECK_FALSE((std::string_view(mode) == "pipeline" ? s.stage_stream(0) : s.stream(0)).query());
+    sys.run();
+    REQUIRE(calls == 1);
+    CHECK(r.error.empty());
+    REQUIRE(r.outputs.size() == data.size());
+    for (std::size_t b = 0; b < data.size(); ++b) {
+      const auto d = static_cast<std::size_t>(data[b]);
+      CHECK(r.outputs[b].at("fc1.weight.grad").to_vector() == dw[d]);
+      CHECK(r.outputs[b].at("fc1.bias.grad").to_vector() == db[d]);
+    }
+    // Batches that take turns in several slots are queued as run_batches queues them.
+    CHECK(r.latency > picoseconds{0});
+    if (std::string_view(mode) != "one slot") CHECK(r.latency == blocking);
+    CHECK(r.batches_per_second > 0);
+  }
+}
+
+TEST_CASE("async_run_batches lets every rank queue its batches of a data-parallel step from one thread",
+          "[graph][training][collective]") {
+  // Two ranks, two batches each; the ranks swap their data in the second batch, so both batches
+  // reduce to the sums of the test above: dw = [-9.25, -15.25], db = -5.5, and every update is
+  // w' = [1.425, 0.525], b' = 0.8 on both ranks (the parameters are the graph's constants).
+  // run_batches could not do this: rank 0's call would wait for rank 1's, not yet asked.
+  for (const bool overlap : {false, true}) {
+    INFO("overlap " << overlap);
+    npurt::system sys{sim::presets::ascend910(2)};
+    auto comm = communicator::init_all(sys);
+    const std::vector<std::string> grads{"fc1.weight.grad", "fc1.bias.grad"};
+    std::vector<std::unique_ptr<session>> ss;
+    std::vector<graph> gs;
+    std::vector<compiled_graph> cs;
+    for (int r = 0; r < 2; ++r) {
+      ss.push_back(std::make_unique<session>(sys, session_config{.device_id = r}));
+      if (overlap) ss.back()->enable_overlap();
+      gs.push_back(one_layer_step());
+      cs.push_back(ss[r]->compile(gs[r], {.all_reduce = output_all_reduce{.comm = comm, .outputs = grads}}));
+    }
+    std::vector<batches_result> rs(2);
+    int completed = 0;
+    for (int r = 0; r < 2; ++r)
+      ss[r]->async_run_batches(cs[r], {step_feeds(r), step_feeds(1 - r)},
+                               [&, r](async_error_code ec, batches_result res) {
+                                 CHECK_FALSE(ec);
+                                 rs[static_cast<std::size_t>(r)] = std::move(res);
+                                 ++completed;
+                               });
+    sys.run();
+    REQUIRE(completed == 2);
+    for (const auto& r : rs) {
+      REQUIRE(r.outputs.size() == 2);
+      for (const auto& o : r.outputs) {
+        CHECK(o.at("fc1.weight.grad").to_vector() == vec{-9.25, -15.25});
+        CHECK(o.at("fc1.bias.grad").to_vector() == vec{-5.5});
+        const vec w = o.at("fc1.weight.next").to_vector();
+        CHECK(std::abs(w[0] - 1.425) < 1e-6);
+        CHECK(std::abs(w[1] - 0.525) < 1e-6);
+        CHECK(std::abs(o.at("fc1.bias.next").to_vector()[0] - 0.8) < 1e-6);
+        CHECK(w == rs[0].outputs[0].at("fc1.weight.next").to_vector());
+      }
+    }
+  }
+}
+
+namespace {
+npurt::task<void> batches_expecting_timeout(session& s, const compiled_graph& c, std::string& what, bool& timed_out) {
+  const std::vector<std::vector<feed>> batches{step_feeds(0), step_feeds(1)};
+  try {
+    (void)co_await s.async_run_batches(c, batches, npurt::use_task);
+  } catch (const timeout_error& e) {
+    what = e.what();
+    timed_out = true;
+  }
+}
+}  // namespace
+
+TEST_CASE("async_run_batches reports what failed through its completion and refuses bad feeds with nothing queued",
+          "[graph][collective][errors]") {
+  npurt::system sys{sim::presets::ascend910(2)};
+  constexpr picoseconds limit{1'000'000'000};  // 1 ms
+  auto comm = communicator::init_all(sys, {.exec_timeout = limit, .connect_timeout = limit});
+  session s(sys);
+  graph g = one_layer_step();
+  auto c = s.compile(g, {.all_reduce = output_all_reduce{comm, {"fc1.bias.grad", "fc1.weight.grad"}}});
+  std::error_code got;
+  batches_result r;
+  int calls = 0;
+  auto handler = [&](async_error_code ec, batches_result res) {
+    got = ec;
+    r = std::move(res);
+    ++calls;
+  };
+  SECTION("a batch's feed of the wrong shape: nothing is queued, the completion says which") {
+    const std::vector<feed> bad{{"x", tensor({2, 3}, dtype::f32)}, {"target", tensor({2, 1}, dtype::f32)}};
+    s.async_run_batches(c, {step_feeds(0), bad}, handler);
+    CHECK(calls == 0);  // never inside the call
+    std::error_code ec;
+    CHECK(s.stream(0).query(ec));  // nothing queued, not even the first batch
+    sys.run();
+    REQUIRE(calls == 1);
+    CHECK(got == errc::invalid_shape);
+    CHECK(r.error.find("input 'x' expects shape") != std::string::npos);
+    CHECK(r.outputs.empty());
+  }
+  SECTION("an all-reduce whose peer never runs: the completion names the output") {
+    s.async_run_batches(c, {step_feeds(0), step_feeds(1)}, handler);
+    sys.run();
+    REQUIRE(calls == 1);
+    CHECK(is_timeout(got));
+    INFO(r.error);
+    CHECK(r.error.find("npurt::session::async_run_batches") != std::string::npos);
+    CHECK(r.error.find("all_reduce of output 'fc1.bias.grad'") != std::string::npos);
+    CHECK(std::string(sys.recent_error_message()) == r.error);
+    CHECK(r.outputs.empty());
+    // Read by the completion: not left for the next call.
+    std::error_code ec;
+    CHECK(s.comm_stream().query(ec));
+    CHECK_FALSE(ec);
+  }
+  SECTION("awaited with use_task: the blocking call's exception, its class and words") {
+    std::string what;
+    bool timed_out = false;
+    npurt::spawn(sys, batches_expecting_timeout(s, c, what, timed_out));
+    sys.run();
+    CHECK(timed_out);
+    CHECK(what.find("npurt::session::async_run_batches: all_reduce of output 'fc1.bias.grad'") != std::string::npos);
   }
 }
 

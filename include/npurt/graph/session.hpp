@@ -175,6 +175,9 @@ struct batches_result {
   std::vector<std::map<std::string, tensor>> outputs;  ///< per batch
   picoseconds latency{0};                              ///< all batches
   double batches_per_second = 0;
+  /// async_run_batches: empty, or what failed, as run_batches' exception says it (also left in
+  /// system::recent_error_message()).
+  std::string error;
 };
 
 /// What compile decided, for reports and tests.
@@ -281,8 +284,19 @@ class session {
   /// run and run_batches throw before they queue anything). Feeds must match the inputs' shapes
   /// and dtypes (graph_error naming the input otherwise).
   run_result run(const compiled_graph& c, const std::vector<feed>& inputs);
-  /// Runs a stream of batches; under schedule::pipeline consecutive batches overlap.
+  /// Runs a stream of batches; under schedule::pipeline consecutive batches overlap. Every
+  /// batch's feeds are checked before the first is queued. The first failure of any batch (an
+  /// operator's, or an all-reduce's of compile_options::all_reduce) is thrown once every batch
+  /// queued has ended.
   batches_result run_batches(const compiled_graph& c, const std::vector<std::vector<feed>>& batches);
+  /// As run_batches, completing through `token` with void(async_error_code, batches_result).
+  /// Every batch is queued at the call (for a deferred token, when it is launched): batches
+  /// overlap as in run_batches with schedule::pipeline or enable_overlap(), and otherwise each
+  /// batch's streams wait for the previous batch's end, as consecutive async_runs do. So every
+  /// rank of a data-parallel loop (compile_options::all_reduce) can queue its batches before any
+  /// of them waits, from one thread. Feeds are read as async_run reads them.
+  template <class Token>
+  auto async_run_batches(const compiled_graph& c, const std::vector<std::vector<feed>>& batches, Token&& token);
   /// As run, completing through `token` with void(async_error_code, run_result). Host feeds are
   /// read when the operation starts, at the call (for a deferred token such as
   /// boost::asio::deferred, when it is launched: the feeds' tensors must live until then), and
@@ -371,6 +385,22 @@ class session {
   /// asynchronous run need not keep them.
   std::shared_ptr<pending_run> start_run(const compiled_graph& c, const std::vector<feed>& inputs);
   run_result finish_run(pending_run& p);
+  /// Queues every batch (feeds read as start_run reads them). With `wait_each`, the blocking
+  /// run_batches without overlap, waits for each batch before queueing the next.
+  std::shared_ptr<pending_run> start_batches(const compiled_graph& c, const std::vector<std::vector<feed>>& batches,
+                                             bool wait_each);
+  std::shared_ptr<pending_run> start_queued_batches(const compiled_graph& c,
+                                                    const std::vector<std::vector<feed>>& batches) {
+    return start_batches(c, batches, false);
+  }
+  batches_result finish_batches(pending_run& p);
+  /// async_run's and async_run_batches' initiation: `start` queues the work with the feeds
+  /// (throwing what the blocking call would) and `finish` makes the result once every stream of
+  /// the run has reached its last task with no failure. The feeds live until the completion.
+  template <class Result, class Handler, class Feeds>
+  void initiate_run(Handler handler, compiled_graph cg, const char* what,
+                    std::shared_ptr<pending_run> (session::*start)(const compiled_graph&, const Feeds&),
+                    Result (session::*finish)(pending_run&), Feeds keep);
   void abandon_run(pending_run& p) noexcept;
   void drain() noexcept;
   void rebuild_pool_if_idle();
@@ -425,7 +455,86 @@ class session {
   std::unique_ptr<npurt::mem_pool> pool_;  // last member: destroyed before the streams it orders
 };
 
-// ---- async_run ----
+// ---- async_run, async_run_batches ----
+
+template <class Result, class Handler, class Feeds>
+void session::initiate_run(Handler handler, compiled_graph cg, const char* what,
+                           std::shared_ptr<pending_run> (session::*start)(const compiled_graph&, const Feeds&),
+                           Result (session::*finish)(pending_run&), Feeds keep) {
+  // An awaiter that rethrows (npurt::use_task) gets the exception the blocking call raises,
+  // naming the feed or node and keeping a timeout's timer, not one rebuilt from the code.
+  using detail::thrown_slot;
+  std::exception_ptr* thrown = thrown_slot(handler);
+  std::shared_ptr<pending_run> p;
+  std::error_code ec;
+  Result failed;
+  try {
+    p = (this->*start)(cg, keep);
+  } catch (const error& e) {
+    ec = e.code();
+    failed.error = e.what();
+    if (thrown) *thrown = std::current_exception();
+  }
+  if (ec) {
+    // use_awaitable and plain handlers that throw on the code drop the result, so its words
+    // are also the system's recent error message, as for any awaited failure (runtime.md).
+    if (rt_) rt_->note_recent_error(failed.error);
+    auto post_error = [&](const auto& ex) {
+      boost::asio::post(ex, [h = std::move(handler), ec, r = std::move(failed)]() mutable {
+        std::move(h)(async_error_code(ec), std::move(r));
+      });
+    };
+    // Without its system, the handler's own executor (Asio's system executor if it has none).
+    if (rt_) post_error(boost::asio::get_associated_executor(handler, sys_->get_executor()));
+    else post_error(boost::asio::get_associated_executor(handler));
+    return;
+  }
+  // Completes once every stream of the run has reached its last task, not only the stream
+  // that copies the outputs out: a kernel that failed on another stream of a parallel
+  // schedule is this run's failure (the event waits between streams do not pass it on), and
+  // must not be left for a later run to report. The wait peeks at the end stream's failure
+  // (upto != 0) and leaves it unread, so take_run_failure reads every failure with the task
+  // it came from and names the node, as the blocking call does.
+  const auto pos = run_positions(cg);
+  detail::runtime& rt = *rt_;
+  // The feeds ride along: a device tensor moved into one is read by the run until it ends.
+  detail::cancellable_op* user = detail::make_op(
+      rt, [this, h = std::move(handler), p, cg = std::move(cg), pos, keep = std::move(keep), thrown, what, finish,
+           alive = std::weak_ptr<const bool>(alive_), rtp = &rt](async_error_code wait_ec) mutable {
+        Result r;
+        std::error_code ec;
+        if (alive.expired()) {
+          // Destroyed inside system::run, the session could not wait: its memory went back
+          // under the run, whose results are gone with it (the device reports what failed).
+          ec = make_error_code(errc::operation_aborted);
+          r.error = std::string(what) + ": the session was destroyed before the run completed";
+          rtp->note_recent_error(r.error);
+          if (thrown) {
+            try {
+              throw_error(ec, r.error);
+            } catch (...) { *thrown = std::current_exception(); }
+          }
+          std::move(h)(async_error_code(ec), std::move(r));
+          return;
+        }
+        try {
+          // Not reached: the wait itself failed (a deadlock broken by failing it).
+          if (wait_ec && !rt_->position_reached(pos.back().first, pos.back().second)) throw_error(wait_ec, what);
+          if (std::exception_ptr failed = take_run_failure(cg, what, &pos, p.get())) std::rethrow_exception(failed);
+          r = (this->*finish)(*p);
+        } catch (const error& e) {
+          abandon_run(*p);
+          ec = e.code();
+          r = Result{};
+          r.error = e.what();
+          rt_->note_recent_error(r.error);
+          if (thrown) *thrown = std::current_exception();
+        }
+        std::move(h)(async_error_code(ec), std::move(r));
+      });
+  detail::op_base* op = detail::sticky_op::create(rt, user, pos.back().first, dev_->id(), pos.back().second);
+  detail::start_multi_wait(rt, op, pos, std::nullopt, user);
+}
 
 template <class Token>
 auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs, Token&& token) {
@@ -433,83 +542,20 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
       // The compiled graph is taken by value (a shared handle): the caller may drop or reassign
       // its own once the call returns, and a failed run still names the node from it.
       [this](auto handler, compiled_graph cg, std::vector<feed> in) {
-        // An awaiter that rethrows (npurt::use_task) gets the exception the blocking run raises,
-        // naming the feed or node and keeping a timeout's timer, not one rebuilt from the code.
-        using detail::thrown_slot;
-        std::exception_ptr* thrown = thrown_slot(handler);
-        std::shared_ptr<pending_run> p;
-        std::error_code ec;
-        run_result failed;
-        try {
-          p = start_run(cg, in);
-        } catch (const error& e) {
-          ec = e.code();
-          failed.error = e.what();
-          if (thrown) *thrown = std::current_exception();
-        }
-        if (ec) {
-          // use_awaitable and plain handlers that throw on the code drop the result, so its words
-          // are also the system's recent error message, as for any awaited failure (runtime.md).
-          if (rt_) rt_->note_recent_error(failed.error);
-          auto post_error = [&](const auto& ex) {
-            boost::asio::post(ex, [h = std::move(handler), ec, r = std::move(failed)]() mutable {
-              std::move(h)(async_error_code(ec), std::move(r));
-            });
-          };
-          // Without its system, the handler's own executor (Asio's system executor if it has none).
-          if (rt_) post_error(boost::asio::get_associated_executor(handler, sys_->get_executor()));
-          else post_error(boost::asio::get_associated_executor(handler));
-          return;
-        }
-        // Completes once every stream of the run has reached its last task, not only the stream
-        // that copies the outputs out: a kernel that failed on another stream of a parallel
-        // schedule is this run's failure (the event waits between streams do not pass it on), and
-        // must not be left for a later run to report. The wait peeks at the end stream's failure
-        // (upto != 0) and leaves it unread, so take_run_failure reads every failure with the task
-        // it came from and names the node, as the blocking run does.
-        const auto pos = run_positions(cg);
-        detail::runtime& rt = *rt_;
-        // The feeds ride along: a device tensor moved into one is read by the run until it ends.
-        detail::cancellable_op* user = detail::make_op(
-            rt, [this, h = std::move(handler), p, cg = std::move(cg), pos, in = std::move(in), thrown,
-                 alive = std::weak_ptr<const bool>(alive_), rtp = &rt](async_error_code wait_ec) mutable {
-              run_result r;
-              std::error_code ec;
-              if (alive.expired()) {
-                // Destroyed inside system::run, the session could not wait: its memory went back
-                // under the run, whose results are gone with it (the device reports what failed).
-                ec = make_error_code(errc::operation_aborted);
-                r.error = "npurt::session::async_run: the session was destroyed before the run completed";
-                rtp->note_recent_error(r.error);
-                if (thrown) {
-                  try {
-                    throw_error(ec, r.error);
-                  } catch (...) { *thrown = std::current_exception(); }
-                }
-                std::move(h)(async_error_code(ec), std::move(r));
-                return;
-              }
-              try {
-                // Not reached: the wait itself failed (a deadlock broken by failing it).
-                if (wait_ec && !rt_->position_reached(pos.back().first, pos.back().second))
-                  throw_error(wait_ec, "npurt::session::async_run");
-                if (std::exception_ptr failed = take_run_failure(cg, "npurt::session::async_run", &pos, p.get()))
-                  std::rethrow_exception(failed);
-                r = finish_run(*p);
-              } catch (const error& e) {
-                abandon_run(*p);
-                ec = e.code();
-                r = run_result{};
-                r.error = e.what();
-                rt_->note_recent_error(r.error);
-                if (thrown) *thrown = std::current_exception();
-              }
-              std::move(h)(async_error_code(ec), std::move(r));
-            });
-        detail::op_base* op = detail::sticky_op::create(rt, user, pos.back().first, dev_->id(), pos.back().second);
-        detail::start_multi_wait(rt, op, pos, std::nullopt, user);
+        initiate_run<run_result>(std::move(handler), std::move(cg), "npurt::session::async_run", &session::start_run,
+                                 &session::finish_run, std::move(in));
       },
       token, c, inputs);
+}
+
+template <class Token>
+auto session::async_run_batches(const compiled_graph& c, const std::vector<std::vector<feed>>& batches, Token&& token) {
+  return boost::asio::async_initiate<Token, void(async_error_code, batches_result)>(
+      [this](auto handler, compiled_graph cg, std::vector<std::vector<feed>> in) {
+        initiate_run<batches_result>(std::move(handler), std::move(cg), "npurt::session::async_run_batches",
+                                     &session::start_queued_batches, &session::finish_batches, std::move(in));
+      },
+      token, c, batches);
 }
 
 /// Memory-saving opportunities of a graph, each with its estimated saving.
