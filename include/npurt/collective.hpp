@@ -84,7 +84,10 @@ class communicator {
   communicator() = default;
 
   /// One communicator over `devices` (rank i = devices[i]), like HcclCommInitAll. Caller
-  /// errors: no devices, an unknown device, a device twice, a zero buffer size.
+  /// errors, each named in the words (the error_code forms leave them in
+  /// system::recent_error_message()): no devices, a device the system does not have
+  /// (invalid_device), a device twice, a buffer size below 1 MiB, an algorithm outside the
+  /// enumeration, a negative timeout; a call from another thread is wrong_thread.
   [[nodiscard]] static NPURT_DECL communicator init_all(system& sys, std::span<const device_id> devices,
                                                         const communicator_options& opts = {});
   [[nodiscard]] static NPURT_DECL communicator init_all(system& sys, std::span<const device_id> devices,
@@ -259,6 +262,11 @@ class communicator {
 #undef NPURT_COLLECTIVE_FORMS
 
  private:
+  // init_all's one body: the communicator, or a refusal with its code and the words that say
+  // which argument was wrong (built on the refusal path only).
+  static NPURT_DECL communicator init_all_checked(system& sys, std::span<const device_id> devices,
+                                                  const communicator_options& opts, std::error_code& ec,
+                                                  std::string& why);
   NPURT_DECL detail::task* prepare(const collective_call& c, stream& s, std::error_code& ec);
   /// `why`, when given, receives what is wrong with a buffer or a size (the throwing forms'
   /// messages): which buffer, how many bytes it has and how many the call needs.

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 
 using namespace npurt;
 using Catch::Matchers::ContainsSubstring;
@@ -1209,6 +1210,57 @@ TEST_CASE("communicator timeouts default to the preset's HCCL values, and the pr
   CHECK(ec == errc::invalid_argument);
   (void)communicator::init_all(f.sys, std::vector<device_id>{0, 7}, {}, ec);
   CHECK(ec == errc::invalid_device);
+}
+
+TEST_CASE("init_all names what it refuses, in its throwing words and in recent_error_message for the error_code form",
+          "[collective][errors]") {
+  fixture f(roce_preset(2), coll_test::timing_only());
+  struct refusal {
+    std::vector<device_id> devices;
+    communicator_options opts;
+    errc code;
+    const char* words;
+  };
+  const std::vector<refusal> cases{
+      {{}, {}, errc::invalid_argument, "npurt::communicator::init_all: no devices"},
+      {{0, 7}, {}, errc::invalid_device, "device 7 is not a device of the system (it has 2)"},
+      {{0, -1}, {}, errc::invalid_device, "device -1 is not a device of the system"},
+      {{1, 1}, {}, errc::invalid_argument, "device 1 is listed twice"},
+      {{0, 1}, {.exec_timeout = picoseconds{-5}}, errc::invalid_argument, "exec_timeout is negative"},
+      {{0, 1}, {.connect_timeout = picoseconds{-1}}, errc::invalid_argument, "connect_timeout is negative"},
+      {{0, 1}, {.buffer_size = 4096}, errc::invalid_argument, "buffer_size is 4096 bytes, less than the 1 MiB"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.words);
+    std::string thrown;
+    try {
+      (void)communicator::init_all(f.sys, c.devices, c.opts);
+    } catch (const caller_error& e) {
+      CHECK(e.code() == c.code);
+      thrown = e.what();
+    }
+    CHECK(thrown.find(c.words) != std::string::npos);
+    std::error_code ec;
+    const communicator refused = communicator::init_all(f.sys, c.devices, c.opts, ec);
+    CHECK(ec == c.code);
+    CHECK_FALSE(refused.valid());
+    // The same words, read once.
+    CHECK(std::string(f.sys.recent_error_message()) == thrown);
+    CHECK(f.sys.recent_error_message().empty());
+  }
+  // Over every device, the same body.
+  std::error_code ec;
+  (void)communicator::init_all(f.sys, {.buffer_size = 1}, ec);
+  CHECK(ec == errc::invalid_argument);
+  CHECK(std::string(f.sys.recent_error_message()).find("buffer_size is 1 bytes") != std::string::npos);
+  // From another thread: refused, and the system's recent error is its owner's (left alone).
+  npurt::system checked{sim::presets::ascend910(2), system_options{.check_thread = true}};
+  std::error_code other;
+  std::thread t([&] { (void)communicator::init_all(checked, {}, other); });
+  t.join();
+  CHECK(other == errc::wrong_thread);
+  CHECK(checked.recent_error_message().empty());
+  CHECK(communicator::init_all(checked).valid());  // from its own thread
 }
 
 TEST_CASE("a wait cycle through a collective is reported as a deadlock naming the event and the missing rank",

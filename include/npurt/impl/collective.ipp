@@ -14,8 +14,34 @@ namespace npurt {
 
 NPURT_DECL communicator communicator::init_all(system& sys, std::span<const device_id> devices,
                                                const communicator_options& opts, std::error_code& ec) {
+  std::string why;
+  communicator c = init_all_checked(sys, devices, opts, ec, why);
+  // From another thread the system is its owner's to write: its recent error is left alone.
+  if (ec && ec != errc::wrong_thread)
+    (void)detail::note_refusal(detail::runtime_of(sys), -1, "npurt::communicator::init_all", ec, why);
+  return c;
+}
+
+NPURT_DECL communicator communicator::init_all(system& sys, std::span<const device_id> devices,
+                                               const communicator_options& opts) {
+  std::error_code ec;
+  std::string why;
+  communicator c = init_all_checked(sys, devices, opts, ec, why);
+  if (ec) throw_error(ec, "npurt::communicator::init_all: " + why);
+  return c;
+}
+
+NPURT_DECL communicator communicator::init_all_checked(system& sys, std::span<const device_id> devices,
+                                                       const communicator_options& opts, std::error_code& ec,
+                                                       std::string& why) {
   ec.clear();
   communicator c;
+  const auto refuse = [&](errc e, std::string words) {
+    ec = make_error_code(e);
+    why = std::move(words);
+    return c;
+  };
+  if (const std::error_code t = detail::runtime_of(sys).check_thread()) return refuse(errc::wrong_thread, "");
   // The preset's value, or the option's (a negative duration is a caller error).
   const auto resolve = [](const timeout_option& o, picoseconds preset, std::optional<picoseconds>& out) {
     if (std::holds_alternative<preset_timeout_t>(o)) {
@@ -27,29 +53,28 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
   };
   // An algorithm cast from an integer out of the enumeration is refused here as set_algorithm
   // and the per-call override refuse it: the engine would plan it as no algorithm at all.
-  if (devices.empty() || opts.buffer_size < min_collective_buffer_size ||
-      opts.algorithm > collective_algorithm::hierarchical) {
-    ec = make_error_code(errc::invalid_argument);
-    return c;
-  }
+  if (opts.algorithm > collective_algorithm::hierarchical)
+    return refuse(errc::invalid_argument, "communicator_options::algorithm is not a collective_algorithm (" +
+                                              std::to_string(static_cast<int>(opts.algorithm)) + ")");
+  if (opts.buffer_size < min_collective_buffer_size)
+    return refuse(errc::invalid_argument, "communicator_options::buffer_size is " + std::to_string(opts.buffer_size) +
+                                              " bytes, less than the 1 MiB minimum");
+  if (devices.empty()) return refuse(errc::invalid_argument, "no devices");
   std::set<device_id> seen;
   for (device_id d : devices) {
-    if (d < 0 || static_cast<std::size_t>(d) >= sys.device_count()) {
-      ec = make_error_code(errc::invalid_device);
-      return c;
-    }
-    if (!seen.insert(d).second) {
-      ec = make_error_code(errc::invalid_argument);
-      return c;
-    }
+    if (d < 0 || static_cast<std::size_t>(d) >= sys.device_count())
+      return refuse(errc::invalid_device, "device " + std::to_string(d) + " is not a device of the system (it has " +
+                                              std::to_string(sys.device_count()) + ")");
+    if (!seen.insert(d).second)
+      return refuse(errc::invalid_argument,
+                    "device " + std::to_string(d) + " is listed twice (ranks are distinct devices)");
   }
   const device_properties& props = sys.device(devices[0]).properties();
   std::optional<picoseconds> exec, connect;
-  if (!resolve(opts.exec_timeout, props.hccl_exec_timeout, exec) ||
-      !resolve(opts.connect_timeout, props.hccl_connect_timeout, connect)) {
-    ec = make_error_code(errc::invalid_argument);
-    return c;
-  }
+  if (!resolve(opts.exec_timeout, props.hccl_exec_timeout, exec))
+    return refuse(errc::invalid_argument, "communicator_options::exec_timeout is negative");
+  if (!resolve(opts.connect_timeout, props.hccl_connect_timeout, connect))
+    return refuse(errc::invalid_argument, "communicator_options::connect_timeout is negative");
   c.sys_ = &sys;
   c.rt_ = &detail::runtime_of(sys);
   c.state_ = std::make_shared<collective_comm_state>();
@@ -67,22 +92,6 @@ NPURT_DECL communicator communicator::init_all(system& sys, std::span<const devi
   st.next_send.assign(n * n, 0);
   st.next_recv.assign(n * n, 0);
   c.group_ = std::make_shared<group_state>();
-  return c;
-}
-
-NPURT_DECL communicator communicator::init_all(system& sys, std::span<const device_id> devices,
-                                               const communicator_options& opts) {
-  std::error_code ec;
-  communicator c = init_all(sys, devices, opts, ec);
-  if (ec && opts.algorithm > collective_algorithm::hierarchical)
-    throw_error(ec, "npurt::communicator::init_all: communicator_options::algorithm is not a collective_algorithm (" +
-                        std::to_string(static_cast<int>(opts.algorithm)) + ")");
-  if (ec && opts.buffer_size < min_collective_buffer_size)
-    throw_error(ec, "npurt::communicator::init_all: communicator_options::buffer_size is " +
-                        std::to_string(opts.buffer_size) + " bytes, less than the 1 MiB minimum");
-  throw_if(ec,
-           "npurt::communicator::init_all: devices must be distinct devices of the system, buffer size >= 1 MiB, "
-           "timeouts >= 0");
   return c;
 }
 
