@@ -21,7 +21,7 @@ namespace npurt {
 
 namespace {
 
-constexpr std::array<std::string_view, 112> ops_table{"Add",
+constexpr std::array<std::string_view, 115> ops_table{"Add",
                                                       "AveragePool",
                                                       "BatchNormalization",
                                                       "Cast",
@@ -84,6 +84,9 @@ constexpr std::array<std::string_view, 112> ops_table{"Add",
                                                       "ConvGrad",
                                                       "BatchNormInternal",
                                                       "BatchNormalizationGrad",
+                                                      "MaxPoolGrad",
+                                                      "AveragePoolGrad",
+                                                      "GlobalAveragePoolGrad",
                                                       "Slice",
                                                       "Split",
                                                       "Pad",
@@ -423,11 +426,27 @@ const op_attributes onnx_attributes[] = {
     {"RoiAlign",
      {"coordinate_transformation_mode", "mode", "output_height", "output_width", "sampling_ratio", "spatial_scale"}},
 };
-constexpr std::string_view own_ops[] = {
-    "ReluGrad", "SGDUpdate", "ConvGrad", "BatchNormInternal", "BatchNormalizationGrad", "Recurrent", "Requantize"};
+constexpr std::string_view own_ops[] = {"ReluGrad",
+                                        "SGDUpdate",
+                                        "ConvGrad",
+                                        "BatchNormInternal",
+                                        "BatchNormalizationGrad",
+                                        "MaxPoolGrad",
+                                        "AveragePoolGrad",
+                                        "GlobalAveragePoolGrad",
+                                        "Recurrent",
+                                        "Requantize"};
 
 /// The attribute of `attrs` that `type` does not have, or null.
+/// The operator whose attributes `type` takes: a gradient operator takes its forward operator's.
+std::string_view attributes_of(std::string_view type) noexcept {
+  if (type == "ConvGrad" || type == "MaxPoolGrad" || type == "AveragePoolGrad" || type == "GlobalAveragePoolGrad")
+    type.remove_suffix(4);
+  return type;
+}
+
 const std::string* unknown_attribute(std::string_view type, const npurt::attributes& attrs) {
+  type = attributes_of(type);
   if (attrs.items().empty() || std::find(std::begin(own_ops), std::end(own_ops), type) != std::end(own_ops))
     return nullptr;
   std::initializer_list<std::string_view> names{};
@@ -451,6 +470,7 @@ const std::string* non_finite_attribute(std::string_view type, const npurt::attr
 }
 
 std::string attribute_list(std::string_view type) {
+  type = attributes_of(type);
   std::string out;
   for (const auto& o : onnx_attributes)
     if (o.op == type)
@@ -1321,6 +1341,46 @@ kernels::pool2d pool_spec(const node& n, std::span<const value_info* const> in, 
   return k;
 }
 
+kernels::pool2d_backward pool_backward_spec(const node& n, std::span<const value_info* const> in, shape& y) {
+  const value_info& dy = need(n, in, 0);
+  const value_info& x = need(n, in, 1);
+  // The forward operator's geometry, from X with the same attributes.
+  node fwd = n;
+  fwd.type = n.type.substr(0, n.type.size() - 4);  // MaxPool, AveragePool, GlobalAveragePool
+  fwd.inputs = {n.inputs[1]};
+  const std::array<const value_info*, 1> fin{&x};
+  const kernels::pool2d f = pool_spec(fwd, fin, y);
+  if (!(y == dy.shape))
+    fail(errc::invalid_shape, n, dy.name,
+         "dY " + shape_string(dy.shape) + " is not the shape of " + fwd.type + "'s output " + shape_string(y));
+  if (!is_float(x.type))
+    fail(errc::not_supported, n, x.name, "needs a floating-point X, got " + std::string(to_string(x.type)));
+  // The gradient kernel is 2-D, undilated, with the same pad at both ends of a dimension, each
+  // at most half the window (PyTorch's limit: every window covers part of the input), and an
+  // average over the window's elements inside the input.
+  const auto refuse = [&](const std::string& what) {
+    fail(errc::not_supported, n, x.name, what + " (the gradient kernel pools 2-D only)");
+  };
+  if (x.shape.rank() != 4) refuse("X " + shape_string(x.shape) + " is not [N, C, H, W]");
+  kernels::pool2d_backward k{};
+  k.mode = f.mode;
+  if (f.mode == kernels::pool_mode::global_avg) return k;
+  for (std::size_t i = 0; i < 2; ++i) {
+    if (f.dilation[i] != 1) refuse("dilations other than 1");
+    if (end_pad(f, i) != f.pad[i]) refuse("different pads before and after a dimension");
+    if (2 * std::int64_t{f.pad[i]} > f.window[i]) refuse("a pad above half the window");
+  }
+  if (f.ceil_mode) refuse("ceil_mode");
+  if (f.count_include_pad) refuse("count_include_pad");
+  if (f.column_major) refuse("storage_order 1");
+  for (std::size_t i = 0; i < 2; ++i) {
+    k.window[i] = f.window[i];
+    k.stride[i] = f.stride[i];
+    k.pad[i] = f.pad[i];
+  }
+  return k;
+}
+
 kernels::quantize quantize_spec(const node& n, std::span<const value_info* const> in) {
   const bool quant = n.type == "QuantizeLinear";
   const value_info& x = need(n, in, 0);
@@ -1850,6 +1910,15 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     std::vector<inferred_output> out{{x.shape, x.type}, {w.shape, w.type}};
     if (n.outputs.size() > 2) out.push_back({shape{w.shape[0]}, w.type});
     return out;
+  }
+  if (t == "MaxPoolGrad" || t == "AveragePoolGrad" || t == "GlobalAveragePoolGrad") {
+    // (dY, X) -> dX of the pooling of X with the forward operator's attributes.
+    const auto& dy = need(n, in, 0);
+    const auto& x = need(n, in, 1);
+    same_type(n, x, dy);
+    shape y;
+    graph_ops::pool_backward_spec(n, in, y);
+    return one(x.shape, x.type);
   }
   if (t == "MaxPool" || t == "AveragePool" || t == "GlobalAveragePool") {
     shape out;

@@ -296,6 +296,16 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     l.axis = static_cast<std::int32_t>(n.attrs.get_int("axis", -1));
     l.eps = static_cast<float>(n.attrs.get_float("epsilon", 1e-5));
     kernel(l);
+  } else if (t == "MaxPoolGrad" || t == "AveragePoolGrad" || t == "GlobalAveragePoolGrad") {
+    const value_info dyi{n.inputs[0], desc(st.in[0]).shape, desc(st.in[0]).type};
+    const value_info xi{n.inputs[1], desc(st.in[1]).shape, desc(st.in[1]).type};
+    const std::array<const value_info*, 2> in{&dyi, &xi};
+    shape fwd;
+    kernels::pool2d_backward p = graph_ops::pool_backward_spec(n, in, fwd);
+    p.dy = desc(st.in[0]);
+    if (p.mode == kernels::pool_mode::max) p.x = desc(st.in[1]);
+    p.dx = y;
+    kernel(p);
   } else if (t == "MaxPool" || t == "AveragePool" || t == "GlobalAveragePool") {
     // The windows inference checked, computed again from the same attributes.
     const value_info xi{n.inputs[0], desc(st.in[0]).shape, desc(st.in[0]).type};

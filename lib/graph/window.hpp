@@ -117,6 +117,12 @@ kernels::roi_align roi_align_spec(const node& n, std::span<const value_info* con
 /// attribute of the wrong length or value invalid_argument, an input smaller than the window invalid_shape, a rank or
 /// dtype the kernel lacks not_supported.
 kernels::pool2d pool_spec(const node& n, std::span<const value_info* const> in, shape& out);
+/// MaxPoolGrad's, AveragePoolGrad's or GlobalAveragePoolGrad's kernel (dY, X) -> dX: the forward
+/// operator's geometry from X and the attributes, `y` its output shape, which dY must have
+/// (invalid_shape otherwise). What the gradient kernel cannot do (other than 2-D, dilation,
+/// asymmetric pads or pads above half the window, ceil_mode, count_include_pad, storage_order)
+/// is not_supported naming it. The tensors are the caller's.
+kernels::pool2d_backward pool_backward_spec(const node& n, std::span<const value_info* const> in, shape& y);
 
 /// QuantizeLinear's or DequantizeLinear's kernel: fn, the normalised axis when scale is per axis,
 /// and y's dtype (the zero point's, output_dtype's or uint8 when quantizing, scale's when

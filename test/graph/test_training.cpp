@@ -402,6 +402,168 @@ TEST_CASE("ConvGrad rejects a dY that is not the convolution's output shape", "[
   }
 }
 
+namespace {
+
+// A plain 2-D pooling in double (ONNX's MaxPool and AveragePool without ceil_mode or
+// count_include_pad): each output is the max or the mean of its window's taps inside x.
+struct pool_ref {
+  std::int64_t N, C, H, W, K, stride, pad;
+  bool max;
+  [[nodiscard]] std::int64_t out(std::int64_t in) const { return (in + 2 * pad - K) / stride + 1; }
+  [[nodiscard]] vec y(const vec& x) const {
+    const std::int64_t Ho = out(H), Wo = out(W);
+    vec r;
+    for (std::int64_t p = 0; p < N * C; ++p)
+      for (std::int64_t oy = 0; oy < Ho; ++oy)
+        for (std::int64_t ox = 0; ox < Wo; ++ox) {
+          double acc = max ? -1e300 : 0;
+          int count = 0;
+          for (std::int64_t ky = 0; ky < K; ++ky)
+            for (std::int64_t kx = 0; kx < K; ++kx) {
+              const std::int64_t iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+              const double v = x[static_cast<std::size_t>((p * H + iy) * W + ix)];
+              acc = max ? std::max(acc, v) : acc + v;
+              ++count;
+            }
+          r.push_back(max ? acc : acc / count);
+        }
+    return r;
+  }
+  [[nodiscard]] double loss(const vec& x, const vec& r) const {
+    const vec yv = y(x);
+    double l = 0;
+    for (std::size_t i = 0; i < yv.size(); ++i) l += r[i] * yv[i];
+    return l;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("MaxPoolGrad, AveragePoolGrad and GlobalAveragePoolGrad equal finite differences of the pooling",
+          "[graph][training][pool]") {
+  // sum(r * pool(x)) is linear in x for averages, and for max wherever the maxima are unique: x
+  // holds distinct integers, so a step of 1/4 never changes which tap is a window's maximum and
+  // central differences are exact. ResNet's stem pooling (3x3, stride 2, pad 1) overlaps its
+  // windows, so one input receives the gradient of several outputs.
+  for (const bool max : {true, false}) {
+    INFO((max ? "MaxPoolGrad" : "AveragePoolGrad"));
+    const pool_ref pr{2, 3, 7, 6, 3, 2, 1, max};
+    const std::int64_t Ho = pr.out(pr.H), Wo = pr.out(pr.W);
+    const std::int64_t n = pr.N * pr.C * pr.H * pr.W;
+    vec xv(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) xv[static_cast<std::size_t>(i)] = static_cast<double>((i * 97) % n) - 100;
+    const vec rv = test::values(pr.N * pr.C * Ho * Wo, 81);
+    auto sys = test::make_system();
+    session s{sys};
+    graph g("pool_grad");
+    auto x = g.add_input("x", {pr.N, pr.C, pr.H, pr.W}, dtype::f32);
+    auto dy = g.add_input("dy", {pr.N, pr.C, Ho, Wo}, dtype::f32);
+    const attributes a{{"kernel_shape", ints{3, 3}}, {"strides", ints{2, 2}}, {"pads", ints{1, 1, 1, 1}}};
+    g.set_output(g.add_op(max ? "MaxPoolGrad" : "AveragePoolGrad", {dy, x}, a, "dx"));
+    CHECK(g.value("dx").shape == shape{pr.N, pr.C, pr.H, pr.W});
+    const auto out = s.run(s.compile(g), {{"x", tensor({pr.N, pr.C, pr.H, pr.W}, dtype::f32, xv)},
+                                          {"dy", tensor({pr.N, pr.C, Ho, Wo}, dtype::f32, rv)}})
+                         .outputs;
+    check_differences("dx", xv, out.at("dx").to_vector(), 0.25, 1e-5, [&] { return pr.loss(xv, rv); });
+  }
+  // The global average spreads each plane's gradient evenly: dX = dY / (H W).
+  auto sys = test::make_system();
+  session s{sys};
+  graph g("gap_grad");
+  auto x = g.add_input("x", {1, 2, 2, 2}, dtype::f32);
+  auto dy = g.add_input("dy", {1, 2, 1, 1}, dtype::f32);
+  g.set_output(g.add_op("GlobalAveragePoolGrad", {dy, x}, {}, "dx"));
+  const auto out =
+      s.run(s.compile(g), {{"x", tensor({1, 2, 2, 2}, dtype::f32)}, {"dy", tensor({1, 2, 1, 1}, dtype::f32, {4, -2})}})
+          .outputs;
+  CHECK(out.at("dx").to_vector() == vec{1, 1, 1, 1, -0.5, -0.5, -0.5, -0.5});
+}
+
+TEST_CASE("the pooling gradients refuse what their kernel cannot do, naming it", "[graph][training][pool][errors]") {
+  struct refusal {
+    const char* op;
+    shape x, dy;
+    attributes a;
+    errc code;
+    const char* words;
+  };
+  const attributes k3{{"kernel_shape", ints{3, 3}}, {"strides", ints{2, 2}}, {"pads", ints{1, 1, 1, 1}}};
+  const std::vector<refusal> cases{
+      {"MaxPoolGrad", {1, 2, 8, 8}, {1, 2, 3, 3}, k3, errc::invalid_shape, "is not the shape of MaxPool's output"},
+      {"GlobalAveragePoolGrad", {1, 2, 8, 8}, {1, 2, 2, 2}, {}, errc::invalid_shape, "GlobalAveragePool's output"},
+      {"MaxPoolGrad",
+       {1, 2, 8, 8},
+       {1, 2, 5, 5},
+       {{"kernel_shape", ints{3, 3}},
+        {"strides", ints{2, 2}},
+        {"pads", ints{1, 1, 1, 1}},
+        {"ceil_mode", std::int64_t{1}}},
+       errc::not_supported,
+       "ceil_mode"},
+      {"AveragePoolGrad",
+       {1, 2, 8, 8},
+       {1, 2, 4, 4},
+       {{"kernel_shape", ints{3, 3}},
+        {"strides", ints{2, 2}},
+        {"pads", ints{1, 1, 1, 1}},
+        {"count_include_pad", std::int64_t{1}}},
+       errc::not_supported,
+       "count_include_pad"},
+      {"MaxPoolGrad",
+       {1, 2, 8, 8},
+       {1, 2, 4, 4},
+       {{"kernel_shape", ints{2, 2}}, {"strides", ints{2, 2}}, {"pads", ints{0, 0, 1, 1}}},
+       errc::not_supported,
+       "different pads before and after"},
+      {"MaxPoolGrad",
+       {1, 2, 8, 8},
+       {1, 2, 6, 6},
+       {{"kernel_shape", ints{2, 2}}, {"dilations", ints{2, 2}}},
+       errc::not_supported,
+       "dilations"},
+      {"MaxPoolGrad",
+       {1, 2, 8},
+       {1, 2, 4},
+       {{"kernel_shape", ints{2}}, {"strides", ints{2}}},
+       errc::not_supported,
+       "is not [N, C, H, W]"},
+      {"MaxPoolGrad",
+       {1, 2, 8, 8},
+       {1, 2, 4, 4},
+       {{"kernel_shape", ints{2, 2}}, {"stride", ints{2, 2}}},
+       errc::not_supported,
+       "MaxPoolGrad has no attribute 'stride' (its attributes: auto_pad, ceil_mode"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.op << ": " << c.words);
+    graph g("bad");
+    auto x = g.add_input("x", c.x, dtype::f32);
+    auto dy = g.add_input("dy", c.dy, dtype::f32);
+    try {
+      g.add_node(c.op, "pg", {dy, x}, {"dx"}, c.a);
+      FAIL("accepted");
+    } catch (const graph_error& e) {
+      CHECK(e.code() == c.code);
+      CHECK(e.op() == "pg");
+      CHECK(std::string(e.what()).find(c.words) != std::string::npos);
+    }
+  }
+  // ConvGrad takes Conv's attributes likewise: a misspelt one is refused, not left at its default.
+  graph g("bad");
+  auto x = g.add_input("x", {1, 2, 5, 5}, dtype::f32);
+  auto dy = g.add_input("dy", {1, 3, 3, 3}, dtype::f32);
+  auto w = g.add_constant("w", tensor::timing_only({3, 2, 3, 3}, dtype::f32));
+  try {
+    g.add_node("ConvGrad", "cg", {dy, x, w}, {"dx", "dw"}, {{"stride", ints{2, 2}}});
+    FAIL("accepted");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::not_supported);
+    CHECK(std::string(e.what()).find("ConvGrad has no attribute 'stride' (its attributes: auto_pad, dilations") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("BatchNormInternal and BatchNormalizationGrad equal a plain reference and finite differences",
           "[graph][training][batchnorm]") {
   const std::int64_t N = 3, C = 2, H = 2, W = 3, per = N * H * W;
