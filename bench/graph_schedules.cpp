@@ -156,30 +156,25 @@ int main(int argc, char** argv) {
     for (const auto& [k, v] : obs.time) total += v;
     for (const auto& [k, v] : obs.time) rep.add("bert_time_share_" + k, 100.0 * v / total, "%");
   }
-  // Data parallelism through the graph API: an MLP training step on 8 ranks whose gradients are
+  // Data parallelism through the graph API: a training step on 8 ranks whose gradients are
   // all-reduced inside the run (compile_options::all_reduce). The step ends when its last
   // operator or reduction does (the copies of the outputs to the host are left out: a training
   // loop keeps its parameters on the device). Listed last layer first, the reductions overlap the
   // rest of the backward pass; listed first layer first, every one waits for the last gradient.
-  {
+  // Two steps: an MLP (few, large gradients) and ResNet-50 (161 gradients, most of them small).
+  const auto data_parallel = [&](const std::string& prefix, const char* note, const auto& make_graph,
+                                 const std::vector<npurt::feed>& in, const std::vector<std::string>& backward_order,
+                                 const std::vector<std::string>& forward_order, npurt::precision prec) {
     constexpr int ranks = 8;
-    constexpr std::int64_t batch_per_rank = 2048;
-    const std::vector<std::int64_t> widths{1024, 4096, 4096, 4096, 1024};
-    const int layers = static_cast<int>(widths.size()) - 1;
-    std::vector<std::string> backward_order, forward_order;
-    for (int i = layers; i >= 1; --i)
-      for (const char* k : {".weight.grad", ".bias.grad"}) backward_order.push_back("fc" + std::to_string(i) + k);
-    for (int i = 1; i <= layers; ++i)
-      for (const char* k : {".weight.grad", ".bias.grad"}) forward_order.push_back("fc" + std::to_string(i) + k);
     struct dp_case {
       const char* key;
       const std::vector<std::string>* order;
       int priority;
     };
-    const dp_case cases[] = {{"dp_compute_only", nullptr, 0},
-                             {"dp_backward_order", &backward_order, npurt::priority::high},
-                             {"dp_backward_order_low_priority", &backward_order, npurt::priority::low},
-                             {"dp_forward_order", &forward_order, npurt::priority::high}};
+    const dp_case cases[] = {{"compute_only", nullptr, 0},
+                             {"backward_order", &backward_order, npurt::priority::high},
+                             {"backward_order_low_priority", &backward_order, npurt::priority::low},
+                             {"forward_order", &forward_order, npurt::priority::high}};
     double compute_only = 0;
     for (const auto& c : cases) {
       npurt::system sys{npurt::sim::presets::ascend910(ranks), {}};
@@ -188,16 +183,13 @@ int main(int argc, char** argv) {
       std::vector<npurt::graph> gs;
       std::vector<npurt::compiled_graph> cs;
       for (int r = 0; r < ranks; ++r) {
-        ss.push_back(std::make_unique<npurt::session>(sys, npurt::session_config{.device_id = r}));
-        gs.push_back(npurt::models::mlp_training_step(batch_per_rank, widths, 0.1, false));
+        ss.push_back(std::make_unique<npurt::session>(sys, npurt::session_config{.device_id = r, .precision = prec}));
+        gs.push_back(make_graph());
         for (const auto& n : backward_order) gs.back().set_output(n);
         npurt::compile_options o{.timing_only = true};
         if (c.order) o.all_reduce = npurt::output_all_reduce{.comm = comm, .outputs = *c.order, .priority = c.priority};
         cs.push_back(ss.back()->compile(gs.back(), o));
       }
-      const std::vector<npurt::feed> in{
-          {"x", npurt::tensor::timing_only({batch_per_rank, widths.front()}, npurt::dtype::f32)},
-          {"target", npurt::tensor::timing_only({batch_per_rank, widths.back()}, npurt::dtype::f32)}};
       std::vector<npurt::run_result> res(ranks);
       for (int r = 0; r < ranks; ++r)
         ss[static_cast<std::size_t>(r)]->async_run(cs[static_cast<std::size_t>(r)], in,
@@ -212,14 +204,42 @@ int main(int argc, char** argv) {
           step = std::max(step, static_cast<double>(op.end.count()) * 1e-9);
           if (op.type == "AllReduce") reduce += static_cast<double>(op.busy.count()) * 1e-9 / ranks;
         }
-      rep.add(std::string(c.key) + "_step_ms", step, "ms", "MLP 1024-4096x3-1024, batch 2048 per rank, 8 ranks");
+      const std::string key = prefix + c.key;
+      rep.add(key + "_step_ms", step, "ms", note);
       if (!c.order) compute_only = step;
       else {
-        rep.add(std::string(c.key) + "_reductions_ms", reduce, "ms", "all-reduce time per rank, one after another");
-        rep.add(std::string(c.key) + "_hidden_pct", 100.0 * (1 - (step - compute_only) / reduce), "%",
+        rep.add(key + "_reductions_ms", reduce, "ms", "all-reduce time per rank, one after another");
+        rep.add(key + "_hidden_pct", 100.0 * (1 - (step - compute_only) / reduce), "%",
                 "share of the reductions' time not added to the step");
       }
     }
+  };
+  {
+    constexpr std::int64_t batch_per_rank = 2048;
+    const std::vector<std::int64_t> widths{1024, 4096, 4096, 4096, 1024};
+    const int layers = static_cast<int>(widths.size()) - 1;
+    std::vector<std::string> backward_order, forward_order;
+    for (int i = layers; i >= 1; --i)
+      for (const char* k : {".weight.grad", ".bias.grad"}) backward_order.push_back("fc" + std::to_string(i) + k);
+    for (int i = 1; i <= layers; ++i)
+      for (const char* k : {".weight.grad", ".bias.grad"}) forward_order.push_back("fc" + std::to_string(i) + k);
+    data_parallel(
+        "dp_", "MLP 1024-4096x3-1024, batch 2048 per rank, 8 ranks",
+        [&] { return npurt::models::mlp_training_step(batch_per_rank, widths, 0.1, false); },
+        {{"x", npurt::tensor::timing_only({batch_per_rank, widths.front()}, npurt::dtype::f32)},
+         {"target", npurt::tensor::timing_only({batch_per_rank, widths.back()}, npurt::dtype::f32)}},
+        backward_order, forward_order, npurt::precision::fp32);
+  }
+  {
+    const npurt::models::resnet_config rc{.batch = 32};
+    std::vector<std::string> backward_order;
+    (void)npurt::models::resnet_training_step(rc, false, 1, &backward_order);
+    data_parallel(
+        "resnet50_dp_", "ResNet-50 training step as a graph, batch 32 per rank, fp16, 8 ranks",
+        [&] { return npurt::models::resnet_training_step(rc, false); },
+        {{"input", npurt::tensor::timing_only({rc.batch, 3, rc.image, rc.image}, npurt::dtype::f32)},
+         {"labels", npurt::tensor::timing_only({rc.batch, rc.classes}, npurt::dtype::f32)}},
+        backward_order, {backward_order.rbegin(), backward_order.rend()}, npurt::precision::fp16);
   }
   return cl.finish(rep);
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <string>
 
 namespace npurt::models {
@@ -151,7 +152,7 @@ graph resnet50_graph(std::int64_t batch, std::int64_t image, bool with_data, std
                               {"kernel_shape", ints{c.kernel, c.kernel}}},
                              c.name);
     std::string bn = c.name;
-    if (bn.find("downsample") != std::string::npos) bn.replace(bn.find(".0"), 2, ".1");
+    if (bn.find("downsample") != std::string::npos) bn.replace(bn.rfind(".0"), 2, ".1");
     else bn.replace(bn.find("conv"), 4, "bn");
     auto gm = g.add_constant(bn + ".weight", param({c.cout}, type, with_data, ++k, 0.2, 1.0));
     auto bt = g.add_constant(bn + ".bias", param({c.cout}, type, with_data, ++k, 0.1));
@@ -183,6 +184,158 @@ graph resnet50_graph(std::int64_t batch, std::int64_t image, bool with_data, std
   auto fw = g.add_constant("fc.weight", param({1000, 2048}, type, with_data, ++k, 1.0 / std::sqrt(2048.0)));
   auto fb = g.add_constant("fc.bias", param({1000}, type, with_data, ++k, 0.1));
   g.set_output(g.add_op("Gemm", {x, fw, fb}, {{"transB", std::int64_t{1}}}, "logits"));
+  return g;
+}
+
+graph resnet_training_step(const resnet_config& c, bool with_data, std::uint64_t seed,
+                           std::vector<std::string>* gradients) {
+  const char* model = "resnet_training_step";
+  require_positive(model, "batch", c.batch);
+  require_positive(model, "image", c.image);
+  require_positive(model, "width", c.width);
+  require_positive(model, "classes", c.classes);
+  if (c.blocks.empty()) require_positive(model, "the stage count", 0);
+  for (const std::int64_t b : c.blocks) require_positive(model, "a stage's block count", b);
+  if (c.blocks.size() > 8)
+    throw_error(make_error_code(errc::invalid_argument), "models::resnet_training_step: at most 8 stages");
+  // The stem (stride 2), the max pool (stride 2) and each later stage (stride 2) halve the image.
+  const std::int64_t min_image = std::int64_t{4} << c.blocks.size();
+  if (c.image < min_image)
+    throw_error(make_error_code(errc::invalid_argument), "models::resnet_training_step: image " +
+                                                             std::to_string(c.image) + " is below " +
+                                                             std::to_string(min_image) + ", the least its " +
+                                                             std::to_string(c.blocks.size()) + " stages can halve");
+  const std::int64_t last = c.width * 4 << (c.blocks.size() - 1);
+  (void)checked_elements(model, {c.batch, c.width, c.image, c.image});
+  (void)checked_elements(model, {c.batch, last});
+  (void)checked_elements(model, {c.classes, last});
+  const dtype t = dtype::f32;
+  graph g("resnet_training_step");
+  std::string x = g.add_input("input", {c.batch, 3, c.image, c.image}, t);
+  const std::string labels = g.add_input("labels", {c.batch, c.classes}, t);
+  std::uint64_t k = seed;
+  std::vector<std::string> grads;
+  auto update = [&](const std::string& param, const std::string& grad) {
+    grads.push_back(grad);
+    g.set_output(g.add_op("SGDUpdate", {param, grad}, {{"lr", c.lr}}, param + ".next"));
+  };
+  // A convolution and its BatchNorm (and Relu), with what backward needs of them.
+  struct conv_bn {
+    std::string in, w, conv, gamma, beta, saved_mean, saved_inv_std, out, bn;
+    bool relu = false;
+    attributes attrs;
+  };
+  auto forward = [&](const std::string& name, const std::string& in, std::int64_t cin, std::int64_t cout,
+                     std::int64_t kernel, std::int64_t stride, bool relu) {
+    conv_bn l;
+    l.in = in;
+    l.relu = relu;
+    const std::int64_t pad = kernel / 2;
+    l.attrs = {
+        {"strides", ints{stride, stride}}, {"pads", ints{pad, pad, pad, pad}}, {"kernel_shape", ints{kernel, kernel}}};
+    const double s = std::sqrt(2.0 / static_cast<double>(cin * kernel * kernel));
+    l.w = g.add_constant(name + ".weight", param({cout, cin, kernel, kernel}, t, with_data, ++k, s));
+    l.conv = g.add_op("Conv", {in, l.w}, l.attrs, name);
+    l.bn = name;
+    if (l.bn.find("downsample") != std::string::npos) l.bn.replace(l.bn.rfind(".0"), 2, ".1");
+    else l.bn.replace(l.bn.find("conv"), 4, "bn");
+    l.gamma = g.add_constant(l.bn + ".weight", param({cout}, t, with_data, ++k, 0.2, 1.0));
+    l.beta = g.add_constant(l.bn + ".bias", param({cout}, t, with_data, ++k, 0.1));
+    const std::string mean = g.add_constant(l.bn + ".running_mean", param({cout}, t, with_data, ++k, 0.1));
+    const std::string var = g.add_constant(l.bn + ".running_var", param({cout}, t, with_data, ++k, 0.2, 1.0));
+    const std::string y = l.bn + ".out";
+    l.saved_mean = l.bn + ".saved_mean";
+    l.saved_inv_std = l.bn + ".saved_inv_std";
+    g.add_node("BatchNormInternal", l.bn, {l.conv, l.gamma, l.beta, mean, var},
+               {y, l.bn + ".running_mean.next", l.bn + ".running_var.next", l.saved_mean, l.saved_inv_std},
+               {{"epsilon", 1e-5}, {"momentum", c.momentum}});
+    g.set_output(l.bn + ".running_mean.next");
+    g.set_output(l.bn + ".running_var.next");
+    l.out = relu ? g.add_op("Relu", {y}, {}, l.bn + ".relu") : y;
+    return l;
+  };
+  // dY of the layer's output -> dX of its input; the parameters' gradients and updates.
+  auto backward = [&](const conv_bn& l, std::string dy) {
+    if (l.relu) dy = g.add_op("ReluGrad", {dy, l.out}, {}, l.bn + ".relu.grad");
+    const std::string dconv = l.bn + ".out.grad";
+    g.add_node("BatchNormalizationGrad", l.bn + ".backward", {dy, l.conv, l.gamma, l.saved_mean, l.saved_inv_std},
+               {dconv, l.gamma + ".grad", l.beta + ".grad"}, {});
+    const std::string dx = l.conv + ".input.grad";
+    g.add_node("ConvGrad", l.conv + ".backward", {dconv, l.in, l.w}, {dx, l.w + ".grad"}, l.attrs);
+    update(l.gamma, l.gamma + ".grad");
+    update(l.beta, l.beta + ".grad");
+    update(l.w, l.w + ".grad");
+    return dx;
+  };
+  // Forward.
+  const conv_bn stem = forward("conv1", x, 3, c.width, 7, 2, true);
+  const attributes pool{{"kernel_shape", ints{3, 3}}, {"strides", ints{2, 2}}, {"pads", ints{1, 1, 1, 1}}};
+  x = g.add_op("MaxPool", {stem.out}, pool, "maxpool");
+  struct block {
+    std::string in, out, name;
+    std::vector<conv_bn> main;
+    std::optional<conv_bn> projection;
+  };
+  std::vector<block> blocks;
+  std::int64_t cin = c.width;
+  for (std::size_t s = 0; s < c.blocks.size(); ++s) {
+    const std::int64_t mid = c.width << s, cout = mid * 4;
+    for (std::int64_t b = 0; b < c.blocks[s]; ++b) {
+      block bl;
+      bl.name = "layer" + std::to_string(s + 1) + "." + std::to_string(b);
+      bl.in = x;
+      const std::int64_t stride = b == 0 && s > 0 ? 2 : 1;
+      // The projection first, as resnet50_graph adds it.
+      if (b == 0) bl.projection = forward(bl.name + ".downsample.0", x, cin, cout, 1, stride, false);
+      bl.main.push_back(forward(bl.name + ".conv1", x, cin, mid, 1, 1, true));
+      bl.main.push_back(forward(bl.name + ".conv2", bl.main.back().out, mid, mid, 3, stride, true));
+      bl.main.push_back(forward(bl.name + ".conv3", bl.main.back().out, mid, cout, 1, 1, false));
+      const std::string shortcut = bl.projection ? bl.projection->out : x;
+      bl.out = g.add_op("Relu", {g.add_op("Add", {bl.main.back().out, shortcut}, {}, bl.name + ".add")}, {},
+                        bl.name + ".relu");
+      x = bl.out;
+      cin = cout;
+      blocks.push_back(std::move(bl));
+    }
+  }
+  const std::string features = x;
+  x = g.add_op("Flatten", {g.add_op("GlobalAveragePool", {x}, {}, "avgpool")}, {{"axis", std::int64_t{1}}}, "flatten");
+  const std::string fw =
+      g.add_constant("fc.weight", param({c.classes, last}, t, with_data, ++k, 1.0 / std::sqrt(double(last))));
+  const std::string fb = g.add_constant("fc.bias", param({c.classes}, t, with_data, ++k, 0.1));
+  const std::string logits = g.add_op("Gemm", {x, fw, fb}, {{"transB", std::int64_t{1}}}, "logits");
+  // Softmax cross-entropy: loss = -mean over the batch of sum(labels * log_softmax(logits));
+  // its gradient (softmax(logits) - labels) / batch.
+  const std::string ll = g.add_op(
+      "Mul", {labels, g.add_op("LogSoftmax", {logits}, {{"axis", std::int64_t{1}}}, "log_softmax")}, {}, "loss.picked");
+  const std::string per = g.add_op("ReduceSum", {ll}, {{"axes", ints{1}}, {"keepdims", std::int64_t{1}}}, "loss.sum");
+  const std::string neg = g.add_constant("loss.neg", tensor({1}, t, {-1.0}));
+  g.set_output(g.add_op("ReduceMean", {g.add_op("Mul", {per, neg}, {}, "loss.negated")},
+                        {{"keepdims", std::int64_t{1}}}, "loss"));
+  const std::string scale = g.add_constant("loss.scale", tensor({1}, t, {1.0 / static_cast<double>(c.batch)}));
+  const std::string probs = g.add_op("Softmax", {logits}, {{"axis", std::int64_t{1}}}, "probs");
+  const std::string dlogits =
+      g.add_op("Mul", {g.add_op("Sub", {probs, labels}, {}, "loss.diff"), scale}, {}, "logits.grad");
+  // Backward: the classifier, the pooling, the blocks last first, the stem.
+  const std::string dfw = g.add_op("Gemm", {dlogits, x}, {{"transA", std::int64_t{1}}}, "fc.weight.grad");
+  const std::string dfb =
+      g.add_op("ReduceSum", {dlogits}, {{"axes", ints{0}}, {"keepdims", std::int64_t{0}}}, "fc.bias.grad");
+  update(fw, dfw);
+  update(fb, dfb);
+  const std::string dflat = g.add_op("Gemm", {dlogits, fw}, {}, "flatten.grad");
+  const std::string pooled_shape = g.add_constant("avgpool.grad.shape", shape_const({c.batch, last, 1, 1}));
+  const std::string dpooled = g.add_op("Reshape", {dflat, pooled_shape}, {}, "avgpool.out.grad");
+  std::string d = g.add_op("GlobalAveragePoolGrad", {dpooled, features}, {}, "avgpool.grad");
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {
+    const std::string dsum = g.add_op("ReluGrad", {d, b->out}, {}, b->name + ".relu.grad");
+    std::string dm = dsum;
+    for (auto l = b->main.rbegin(); l != b->main.rend(); ++l) dm = backward(*l, dm);
+    const std::string ds = b->projection ? backward(*b->projection, dsum) : dsum;
+    d = g.add_op("Add", {dm, ds}, {}, b->name + ".input.grad");
+  }
+  d = g.add_op("MaxPoolGrad", {d, stem.out}, pool, "maxpool.grad");
+  (void)backward(stem, d);
+  if (gradients) *gradients = std::move(grads);
   return g;
 }
 

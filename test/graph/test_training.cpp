@@ -3,12 +3,14 @@
 #include <npurt/collective.hpp>
 #include <npurt/graph/session.hpp>
 #include <npurt/models/graphs.hpp>
+#include <npurt/models/resnet50.hpp>
 #include <npurt/task.hpp>
 
 #include "helpers.hpp"
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 using namespace npurt;
@@ -1247,6 +1249,101 @@ TEST_CASE("async_run_batches reports what failed through its completion and refu
     CHECK(timed_out);
     CHECK(what.find("npurt::session::async_run_batches: all_reduce of output 'fc1.bias.grad'") != std::string::npos);
   }
+}
+
+TEST_CASE("resnet_training_step's gradients equal finite differences of its loss, and its updates apply them",
+          "[graph][training][resnet]") {
+  // A small bottleneck ResNet (two stages of one block, base width 4, 5 classes, 32x32 images),
+  // with real data: every kind of layer the full ResNet-50 step has (the stem, the max pool, a
+  // projection and a strided stage, the global pooling, the classifier, softmax cross-entropy).
+  // The oracle is the loss itself: central differences of the step's "loss" output, each from a
+  // graph whose constant is moved by +-h, against the step's own gradient. The step computes in
+  // f32, so the differences carry f32 rounding of the loss divided by 2h; BatchNorm's batch
+  // statistics and the max pool make the loss smooth only almost everywhere.
+  const models::resnet_config rc{.batch = 2, .image = 32, .blocks = {1, 1}, .width = 4, .classes = 5, .lr = 0.5};
+  std::vector<std::string> grads;
+  graph g = models::resnet_training_step(rc, true, 7, &grads);
+  // Backward's order: the classifier first, the stem last; every parameter once.
+  REQUIRE(grads.size() == 2 + 3 * 9);  // fc, and weight, gamma, beta of 9 convolutions
+  CHECK(grads.front() == "fc.weight.grad");
+  CHECK(grads[1] == "fc.bias.grad");
+  CHECK(grads.back() == "conv1.weight.grad");
+  const std::vector<std::string> probe{"fc.weight",
+                                       "fc.bias",
+                                       "layer2.0.bn3.weight",
+                                       "layer2.0.downsample.1.bias",
+                                       "layer1.0.conv2.weight",
+                                       "layer2.0.conv2.weight",
+                                       "bn1.weight",
+                                       "conv1.weight"};
+  for (const auto& p : probe) {
+    INFO(p);
+    REQUIRE(std::find(grads.begin(), grads.end(), p + ".grad") != grads.end());
+    g.set_output(p + ".grad");
+  }
+  tensor img({2, 3, 32, 32}, dtype::f32, test::values(2 * 3 * 32 * 32, 91));
+  tensor labels({2, 5}, dtype::f32, {0, 0, 1, 0, 0, 1, 0, 0, 0, 0});
+  auto sys = test::make_system();
+  session s{sys};
+  const std::vector<feed> in{{"input", img}, {"labels", labels}};
+  const auto out = s.run(s.compile(g), in).outputs;
+  const double loss = out.at("loss").to_vector().at(0);
+  CHECK(loss > 0);
+  CHECK(std::isfinite(loss));
+  // The update: next = param - lr * grad.
+  for (const auto& p : probe) {
+    const vec w = g.constant(p)->to_vector(), d = out.at(p + ".grad").to_vector(), n = out.at(p + ".next").to_vector();
+    for (std::size_t i = 0; i < w.size(); ++i)
+      CHECK(std::abs(n[i] - (w[i] - rc.lr * d[i])) <= 1e-6 * (1 + std::abs(w[i])));
+  }
+  const auto loss_with = [&](const std::string& name, std::size_t i, double delta) {
+    graph h = models::resnet_training_step(rc, true, 7);
+    tensor v = h.constant(name)->clone();
+    v.set(static_cast<std::int64_t>(i), v.get(static_cast<std::int64_t>(i)) + delta);
+    h.set_constant(name, std::move(v));
+    return s.run(s.compile(h), in).outputs.at("loss").to_vector().at(0);
+  };
+  int checked = 0;
+  for (const auto& p : probe) {
+    const vec d = out.at(p + ".grad").to_vector();
+    // The first, the last and a middle entry of each.
+    for (const std::size_t i : {std::size_t{0}, d.size() / 2, d.size() - 1}) {
+      const double h = 1e-3;
+      const double fd = (loss_with(p, i, h) - loss_with(p, i, -h)) / (2 * h);
+      INFO(p << "[" << i << "]: gradient " << d[i] << ", central difference " << fd);
+      CHECK(std::abs(d[i] - fd) <= 2e-3 + 2e-2 * std::abs(fd));
+      ++checked;
+    }
+  }
+  CHECK(checked == 3 * static_cast<int>(probe.size()));
+}
+
+TEST_CASE("resnet_training_step at ResNet-50's size runs timing-only no faster than its cube floor",
+          "[graph][training][resnet]") {
+  // Reference §1.3's floor: the forward pass's and both backward passes' multiply-accumulates
+  // (dX and dW each as many as the forward) at the cube's fp16 peak on every core.
+  const models::resnet_config rc{.batch = 32};
+  std::vector<std::string> grads;
+  graph g = models::resnet_training_step(rc, false, 1, &grads);
+  CHECK(grads.size() == 2 + 3 * 53);  // ResNet-50: 53 convolutions and the classifier
+  // torchvision's names, as resnet50_graph's: a projection's BatchNorm is "downsample.1".
+  CHECK(g.constant("layer3.0.downsample.1.weight") != nullptr);
+  CHECK(models::resnet50_graph(1).constant("layer3.0.downsample.1.weight") != nullptr);
+  const models::resnet50 table{1, dtype::f16};
+  const double flops = 2.0 * 3.0 * static_cast<double>(table.forward_macs()) * static_cast<double>(rc.batch);
+  const sim::preset p = sim::presets::ascend910();
+  const double floor_s = flops / p.peak_fp16_flops();
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s(sys, session_config{.precision = precision::fp16});
+  auto c = s.compile(g, {.memory_reuse = true, .optimization_level = 2});
+  const run_result r = s.run(c, {{"input", tensor::timing_only({32, 3, 224, 224}, dtype::f32)},
+                                 {"labels", tensor::timing_only({32, 1000}, dtype::f32)}});
+  INFO("step " << to_us(r.latency) << " us, cube floor " << floor_s * 1e6 << " us");
+  CHECK(to_us(r.latency) * 1e-6 >= floor_s);
+  // Refusals: an image the stages cannot halve, an empty stage list.
+  CHECK_THROWS_AS(models::resnet_training_step({.image = 16}), caller_error);
+  CHECK_THROWS_AS(models::resnet_training_step({.blocks = {}}), caller_error);
+  CHECK_THROWS_AS(models::resnet_training_step({.blocks = {3, 0}}), caller_error);
 }
 
 // Destroyed outside run, a session waits for what it queued, a collective whose peer never comes

@@ -44,6 +44,33 @@ namespace npurt::models {
 [[nodiscard]] graph resnet50_graph(std::int64_t batch, std::int64_t image = 224, bool with_data = false,
                                    std::uint64_t seed = 1, dtype type = dtype::f32);
 
+/// A bottleneck ResNet (v1.5: the stride on each stage's first 3x3 convolution). The defaults are
+/// ResNet-50 at 224x224; smaller ones (fewer blocks, a narrower base width, fewer classes, a
+/// smaller image) compute real results quickly.
+struct resnet_config {
+  std::int64_t batch = 32, image = 224;
+  std::vector<std::int64_t> blocks{3, 4, 6, 3};  ///< bottleneck blocks per stage
+  std::int64_t width = 64;                        ///< the stem's channels; stage s's 3x3 has width * 2^s
+  std::int64_t classes = 1000;
+  double lr = 0.1;
+  double momentum = 0.9;  ///< BatchNormInternal's (ONNX's: the weight of the old running statistic)
+};
+
+/// One SGD training step of a bottleneck ResNet as a graph, with torchvision's parameter names
+/// (as resnet50_graph's): forward with batch statistics (BatchNormInternal), softmax
+/// cross-entropy against input "labels" (one-hot, [batch, classes]; output "loss" [1, 1], the
+/// batch mean), backward (ReluGrad, BatchNormalizationGrad, ConvGrad, MaxPoolGrad,
+/// GlobalAveragePoolGrad, Gemm and ReduceSum for the classifier, Add where a block's input
+/// feeds both paths) and an SGDUpdate per parameter. Input "input" [batch, 3, image, image];
+/// outputs "loss", "<param>.next" for every parameter and the BatchNorms' updated
+/// "<bn>.running_mean.next" and "<bn>.running_var.next". The gradients are "<param>.grad";
+/// `gradients`, when given, receives their names in the order backward produces them (the
+/// classifier's first), the order compile_options::all_reduce wants. Sizes are checked as the
+/// other builders check them; an image too small for the stem, the pooling and the strided
+/// stages (at least 32) is invalid_argument.
+[[nodiscard]] graph resnet_training_step(const resnet_config& c, bool with_data = false, std::uint64_t seed = 1,
+                                         std::vector<std::string>* gradients = nullptr);
+
 struct transformer_config {
   std::int64_t batch = 1, seq = 128, hidden = 1024, heads = 16, ffn = 4096;
   dtype type = dtype::f32;
