@@ -18,7 +18,10 @@
 
 namespace npurt {
 
-enum class reduce_op : std::uint8_t { sum, prod, max, min };
+/// `avg` is NCCL's ncclAvg (NCCL 2.10): the sum over the ranks, then one division by the rank
+/// count in the element type (integers truncate toward zero). The enumerators keep their values:
+/// new ones go at the end.
+enum class reduce_op : std::uint8_t { sum, prod, max, min, avg };
 
 enum class collective_op : std::uint8_t {
   all_reduce,
@@ -42,6 +45,7 @@ constexpr std::string_view to_string(reduce_op r) noexcept {
     case reduce_op::prod: return "prod";
     case reduce_op::max: return "max";
     case reduce_op::min: return "min";
+    case reduce_op::avg: return "avg";
   }
   return "?";
 }

@@ -355,7 +355,7 @@ compiled_graph session::compile(graph& g, const compile_options& opts) {
       throw_error(make_error_code(errc::invalid_argument), "compile: all_reduce's communicator '" + ar.comm.name() +
                                                                "' has no rank on device " + std::to_string(dev_->id()) +
                                                                ", the session's");
-    if (static_cast<unsigned>(ar.op) > static_cast<unsigned>(reduce_op::min))
+    if (static_cast<unsigned>(ar.op) > static_cast<unsigned>(reduce_op::avg))
       throw_error(make_error_code(errc::invalid_argument),
                   "compile: all_reduce's op " + std::to_string(static_cast<unsigned>(ar.op)) + " is not a reduce_op");
     (void)comm_stream(ar.priority);  // refuses a priority out of range

@@ -91,7 +91,8 @@ T apply(reduce_op r, T a, T b) {
   if constexpr (std::is_floating_point_v<T>)
     if ((r == reduce_op::max || r == reduce_op::min) && (a != a || b != b)) return a != a ? a : b;
   switch (r) {
-    case reduce_op::sum: return a + b;
+    case reduce_op::sum:
+    case reduce_op::avg: return a + b;  // avg divides the whole sum once, in divide_into
     case reduce_op::prod: return a * b;
     case reduce_op::max: return a < b ? b : a;
     case reduce_op::min: return b < a ? b : a;
@@ -106,7 +107,8 @@ template <class T>
 T apply_int(reduce_op r, T a, T b) {
   using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
   switch (r) {
-    case reduce_op::sum: return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    case reduce_op::sum:
+    case reduce_op::avg: return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
     case reduce_op::prod: return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
     default: return apply(r, a, b);
   }
@@ -147,6 +149,33 @@ void reduce_bool(reduce_op r, std::byte* acc, const std::byte* x, std::size_t n)
   }
 }
 
+// avg's one division of the finished sum by the rank count p, in the element type: floats divide
+// (16-bit ones in float, rounded once, as each step of their sum is), integers truncate toward
+// zero as C++ and NCCL's integer ncclAvg do. p is divided in a 64-bit type: narrowed to an 8-bit
+// element type, 256 ranks would be a zero divisor.
+template <class T>
+void divide_plain(std::byte* acc, std::size_t n, std::size_t p) {
+  for (std::size_t i = 0; i < n; ++i) {
+    T a;
+    std::memcpy(&a, acc + i * sizeof(T), sizeof(T));
+    if constexpr (std::is_floating_point_v<T>) a = a / static_cast<T>(p);
+    else if constexpr (std::is_signed_v<T>)
+      a = static_cast<T>(static_cast<std::int64_t>(a) / static_cast<std::int64_t>(p));
+    else a = static_cast<T>(static_cast<std::uint64_t>(a) / static_cast<std::uint64_t>(p));
+    std::memcpy(acc + i * sizeof(T), &a, sizeof(T));
+  }
+}
+
+template <float (*to_f)(std::uint16_t), std::uint16_t (*from_f)(float)>
+void divide_16(std::byte* acc, std::size_t n, std::size_t p) {
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint16_t a;
+    std::memcpy(&a, acc + i * 2, 2);
+    a = from_f(to_f(a) / static_cast<float>(p));
+    std::memcpy(acc + i * 2, &a, 2);
+  }
+}
+
 float h2f(std::uint16_t h) { return numeric::half_bits_to_float(h); }
 std::uint16_t f2h(float f) { return numeric::float_to_half_bits(f); }
 float b2f(std::uint16_t h) { return numeric::bfloat16_bits_to_float(h); }
@@ -167,6 +196,25 @@ void reduce_into(dtype t, reduce_op r, std::byte* acc, const std::byte* x, std::
     case dtype::u16: return reduce_plain<std::uint16_t>(r, acc, x, n);
     case dtype::u32: return reduce_plain<std::uint32_t>(r, acc, x, n);
     case dtype::u64: return reduce_plain<std::uint64_t>(r, acc, x, n);
+  }
+}
+
+// boolean has no average (the communicator refuses it): not called for it.
+void divide_into(dtype t, std::byte* acc, std::size_t n, std::size_t p) {
+  switch (t) {
+    case dtype::f32: return divide_plain<float>(acc, n, p);
+    case dtype::f16: return divide_16<&h2f, &f2h>(acc, n, p);
+    case dtype::bf16: return divide_16<&b2f, &f2b>(acc, n, p);
+    case dtype::i8: return divide_plain<std::int8_t>(acc, n, p);
+    case dtype::i32: return divide_plain<std::int32_t>(acc, n, p);
+    case dtype::i64: return divide_plain<std::int64_t>(acc, n, p);
+    case dtype::u8: return divide_plain<std::uint8_t>(acc, n, p);
+    case dtype::boolean: return;
+    case dtype::f64: return divide_plain<double>(acc, n, p);
+    case dtype::i16: return divide_plain<std::int16_t>(acc, n, p);
+    case dtype::u16: return divide_plain<std::uint16_t>(acc, n, p);
+    case dtype::u32: return divide_plain<std::uint32_t>(acc, n, p);
+    case dtype::u64: return divide_plain<std::uint64_t>(acc, n, p);
   }
 }
 
@@ -846,6 +894,7 @@ void collective_engine::compute(instance& in) {
       if (x.size() != bytes) return std::vector<std::byte>{};
       reduce_into(c0.type, c0.red, acc.data(), x.data(), bytes / es);
     }
+    if (c0.red == reduce_op::avg) divide_into(c0.type, acc.data(), bytes / es, order.size());
     // A bool reduction yields 0 or 1 whatever nonzero bytes it read, one rank's included.
     if (c0.type == dtype::boolean && order.size() == 1)
       for (std::byte& b : acc) b = std::byte{b != std::byte{0}};
@@ -853,13 +902,14 @@ void collective_engine::compute(instance& in) {
   };
   // The communicator rejects unknown enumerators at the call; a backend driven another way must
   // not turn them into some other reduction or a silent no-op.
-  auto fail_argument = [&] {
-    in.error = make_error_code(errc::invalid_argument);
+  auto fail_argument = [&](errc e = errc::invalid_argument) {
+    in.error = make_error_code(e);
     if (!in.comm->async_error) in.comm->async_error = in.error;
   };
   const bool reduces =
       in.op == collective_op::all_reduce || in.op == collective_op::reduce || in.op == collective_op::reduce_scatter;
-  if (reduces && c0.red > reduce_op::min) return fail_argument();
+  if (reduces && c0.red > reduce_op::avg) return fail_argument();
+  if (reduces && c0.red == reduce_op::avg && c0.type == dtype::boolean) return fail_argument(errc::invalid_dtype);
   std::vector<std::size_t> order(p);
   for (std::size_t i = 0; i < p; ++i) order[i] = i;
   const std::size_t n = c0.count * es;

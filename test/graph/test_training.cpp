@@ -895,6 +895,64 @@ TEST_CASE("compile_options::all_reduce sums the named outputs across ranks insid
   }
 }
 
+TEST_CASE("compile_options::all_reduce with reduce_op::avg applies the ranks' mean gradient",
+          "[graph][training][collective]") {
+  // Data-parallel SGD with the averaged gradient (NCCL's ncclAvg): the one-layer step of the tests
+  // above on 2 and 3 ranks, rank 2 with x = [[0, 1], [1, 0]], t = [0, 0]: y = [-0.75, 0.75],
+  // dz = y - t = [-0.75, 0.75], dw = x^T dz = [0.75, -0.75], db = 0.
+  //   2 ranks: sums dw = [-9.25, -15.25], db = -5.5; averages [-4.625, -7.625], -2.75 (exact in
+  //            f32 and f16); w' = [0.5, -1] - 0.1 [-4.625, -7.625] = [0.9625, -0.2375],
+  //            b' = 0.25 - 0.1 (-2.75) = 0.525.
+  //   3 ranks: sums dw = [-8.5, -16], db = -5.5; averages (one division of the f32 sum)
+  //            [-8.5/3, -16/3], -5.5/3; w' = [0.5 + 0.85/3, -1 + 1.6/3], b' = 0.25 + 0.55/3.
+  // Under fp16 the gradients are reduced in fp16, where -8.5/3 and -16/3 round (f16's step is
+  // 2^-9 in [2, 4) and 2^-8 in [4, 8)): the tolerance covers that and the fp16 update.
+  for (const int n : {2, 3})
+    for (const precision prec : {precision::fp32, precision::fp16}) {
+      INFO(n << " ranks, precision " << to_string(prec));
+      const double tol = prec == precision::fp32 ? 1e-6 : 4e-3;
+      npurt::system sys{sim::presets::ascend910(n)};
+      auto comm = communicator::init_all(sys);
+      const std::vector<vec> xs{{1, 2, 3, 4}, {-1, 0, 2, 1}, {0, 1, 1, 0}}, ts{{0, 1}, {1, 0}, {0, 0}};
+      const std::vector<std::string> grads{"fc1.weight.grad", "fc1.bias.grad"};
+      std::vector<std::unique_ptr<session>> ss;
+      std::vector<graph> gs;
+      std::vector<compiled_graph> cs;
+      std::vector<std::vector<feed>> in;
+      for (int r = 0; r < n; ++r) {
+        ss.push_back(std::make_unique<session>(sys, session_config{.device_id = r, .precision = prec}));
+        gs.push_back(one_layer_step());
+        cs.push_back(ss[r]->compile(
+            gs[r], {.all_reduce = output_all_reduce{.comm = comm, .outputs = grads, .op = reduce_op::avg}}));
+        in.push_back({{"x", tensor({2, 2}, dtype::f32, xs[r])}, {"target", tensor({2, 1}, dtype::f32, ts[r])}});
+      }
+      const std::vector<run_result> rs = run_every_rank(sys, ss, cs, in);
+      const vec dw = n == 2 ? vec{-4.625, -7.625} : vec{double(-8.5f / 3.0f), double(-16.0f / 3.0f)};
+      const double db = n == 2 ? -2.75 : double(-5.5f / 3.0f);
+      const vec w_next = n == 2 ? vec{0.9625, -0.2375} : vec{0.5 + 0.85 / 3, -1 + 1.6 / 3};
+      const double b_next = n == 2 ? 0.525 : 0.25 + 0.55 / 3;
+      for (int r = 0; r < n; ++r) {
+        INFO("rank " << r);
+        const vec g = rs[r].outputs.at("fc1.weight.grad").to_vector();
+        const double gb = rs[r].outputs.at("fc1.bias.grad").to_vector()[0];
+        if (prec == precision::fp32) {
+          CHECK(g == dw);
+          CHECK(gb == db);
+        } else {
+          CHECK(std::abs(g[0] - dw[0]) < tol);
+          CHECK(std::abs(g[1] - dw[1]) < tol);
+          CHECK(std::abs(gb - db) < tol);
+        }
+        const vec w = rs[r].outputs.at("fc1.weight.next").to_vector();
+        CHECK(std::abs(w[0] - w_next[0]) < tol);
+        CHECK(std::abs(w[1] - w_next[1]) < tol);
+        CHECK(std::abs(rs[r].outputs.at("fc1.bias.next").to_vector()[0] - b_next) < tol);
+        // Every rank applied the same averaged gradient: the same parameters, bit for bit.
+        CHECK(w == rs[0].outputs.at("fc1.weight.next").to_vector());
+      }
+    }
+}
+
 TEST_CASE("compile_options::all_reduce under the parallel schedule equals the sum of the ranks' own gradients",
           "[graph][training][collective]") {
   // Two layers: weight and input gradients run on separate streams, so an output's last access
@@ -1010,6 +1068,10 @@ TEST_CASE("compile_options::all_reduce refuses what it cannot do at compile", "[
         errc::invalid_argument);
   CHECK(code_of({.schedule = schedule::pipeline, .all_reduce = output_all_reduce{all, {"fc1.weight.grad"}}}) ==
         errc::not_supported);
+  // A reduce operator cast from an integer past the last one, avg.
+  CHECK(code_of({.all_reduce = output_all_reduce{.comm = all,
+                                                 .outputs = {"fc1.weight.grad"},
+                                                 .op = static_cast<reduce_op>(99)}}) == errc::invalid_argument);
   // An output computed from another reduced output: its reduction would wait for the other's.
   graph chain("chain");
   const std::string a = chain.add_op("Relu", {chain.add_input("x", {2}, dtype::f32)}, {}, "a");

@@ -286,7 +286,11 @@ NPURT_DECL std::error_code communicator::check(const collective_call& c, device_
     return make_error_code(errc::invalid_argument);
   const bool reduces =
       c.op == collective_op::all_reduce || c.op == collective_op::reduce || c.op == collective_op::reduce_scatter;
-  if (reduces && c.red > reduce_op::min) return make_error_code(errc::invalid_argument);
+  if (reduces && c.red > reduce_op::avg) return make_error_code(errc::invalid_argument);
+  // A boolean's sum is an or (0 or 1), which one division by the rank count in the element type
+  // turns into 0 on any communicator of two or more ranks: an answer that passes for a result.
+  // NCCL has no boolean type to average.
+  if (reduces && c.red == reduce_op::avg && c.type == dtype::boolean) return make_error_code(errc::invalid_dtype);
   // The reduction runs on the device's vector units, which take bf16 only where the preset says
   // so (as a kernel's bf16 operands); moving bf16 bytes needs no arithmetic.
   if (reduces && c.type == dtype::bf16 && !rt_->backend().properties(dev).bf16_supported)
@@ -463,7 +467,7 @@ NPURT_DECL std::string communicator::describe_invalid(const collective_call& c, 
     return "algorithm " + std::to_string(static_cast<unsigned>(c.algorithm)) + " is not a collective_algorithm";
   const bool reduces =
       c.op == collective_op::all_reduce || c.op == collective_op::reduce || c.op == collective_op::reduce_scatter;
-  if (reduces && c.red > reduce_op::min)
+  if (reduces && c.red > reduce_op::avg)
     return "reduce operator " + std::to_string(static_cast<unsigned>(c.red)) + " is not a reduce_op";
   const bool p2p = c.op == collective_op::send || c.op == collective_op::recv;
   if ((p2p || c.op == collective_op::broadcast || c.op == collective_op::reduce) &&
@@ -505,7 +509,9 @@ NPURT_DECL std::string communicator::refusal_words(const collective_call& c, con
   else if (ec == errc::invalid_argument && !rt_) what += ": its system was destroyed";
   else if (ec == errc::invalid_argument) {
     if (std::string why = describe_invalid(c, s); !why.empty()) what += ": " + why;
-  } else if (ec == errc::invalid_dtype && c.type == dtype::bf16)
+  } else if (ec == errc::invalid_dtype && c.type == dtype::boolean && c.red == reduce_op::avg)
+    what += ": avg cannot reduce boolean (its sum is an or, 0 or 1, which the division by the rank count makes 0)";
+  else if (ec == errc::invalid_dtype && c.type == dtype::bf16)
     what += ": the devices of this system cannot reduce bf16 (the preset has no bf16 support)";
   else if (ec == errc::invalid_pointer && rt_) {
     std::string why = c.send ? rt_->memory().why_not_live(c.send) : std::string();
