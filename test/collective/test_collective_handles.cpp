@@ -9,6 +9,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -29,6 +30,26 @@ std::error_code sync_code(stream& s) {
   s.synchronize(no_timeout, ec);
   return ec;
 }
+
+// The two handles no call can run on, each with the cause its refusals give: a communicator whose
+// system was destroyed, and an empty one.
+struct unusable_communicators {
+  communicator orphan = orphaned();
+  communicator empty;
+  struct handle {
+    communicator* comm;
+    const char* cause;
+  };
+  [[nodiscard]] std::array<handle, 2> each() {
+    return {{{&orphan, "its system was destroyed"}, {&empty, "empty communicator handle"}}};
+  }
+
+ private:
+  static communicator orphaned() {
+    npurt::system sys{sim::presets::ascend910(2)};
+    return communicator::init_all(sys);
+  }
+};
 
 struct ranks {
   npurt::system sys;
@@ -220,12 +241,7 @@ TEST_CASE("an async call on an empty or orphaned communicator completes after th
 
 TEST_CASE("setters, abort and group_start on an orphaned or empty communicator fail with the cause",
           "[collective][args][lifetime]") {
-  communicator orphan;
-  {
-    npurt::system sys{sim::presets::ascend910(2)};
-    orphan = communicator::init_all(sys);
-  }
-  communicator empty;
+  unusable_communicators u;
   const auto refused = [](auto call, const char* cause) {
     try {
       call();
@@ -235,8 +251,7 @@ TEST_CASE("setters, abort and group_start on an orphaned or empty communicator f
       CHECK_THAT(std::string(e.what()), ContainsSubstring(cause));
     }
   };
-  for (auto* comm : {&orphan, &empty}) {
-    const char* cause = comm == &orphan ? "its system was destroyed" : "empty communicator handle";
+  for (const auto [comm, cause] : u.each()) {
     CAPTURE(cause);
     refused([&] { comm->set_algorithm(collective_algorithm::ring); }, cause);
     refused([&] { comm->set_buffer_size(1u << 20); }, cause);
@@ -246,10 +261,10 @@ TEST_CASE("setters, abort and group_start on an orphaned or empty communicator f
     refused([&] { comm->group_start(); }, cause);
   }
   // Nothing changed on the orphan.
-  CHECK(orphan.algorithm() == collective_algorithm::automatic);
-  CHECK_FALSE(orphan.aborted());
+  CHECK(u.orphan.algorithm() == collective_algorithm::automatic);
+  CHECK_FALSE(u.orphan.aborted());
   std::error_code ec;
-  orphan.group_end(ec);
+  u.orphan.group_end(ec);
   CHECK(ec == errc::invalid_argument);
 }
 
@@ -467,15 +482,10 @@ TEST_CASE("a refused operation or group_end heard as a code leaves its throwing 
 
 TEST_CASE("the error_code forms report an empty or orphaned communicator without throwing",
           "[collective][args][lifetime]") {
-  communicator orphan;
-  {
-    npurt::system sys{sim::presets::ascend910(2)};
-    orphan = communicator::init_all(sys);
-  }
-  communicator empty;
+  unusable_communicators u;
   const std::vector<int> colors{0, 0};
-  for (auto* comm : {&orphan, &empty}) {
-    CAPTURE(comm == &orphan);
+  for (const auto [comm, cause] : u.each()) {
+    CAPTURE(cause);
     std::vector<std::error_code> codes(7);
     CHECK_NOTHROW(comm->set_algorithm(collective_algorithm::ring, codes[0]));
     CHECK_NOTHROW(comm->set_buffer_size(min_collective_buffer_size, codes[1]));
@@ -489,8 +499,8 @@ TEST_CASE("the error_code forms report an empty or orphaned communicator without
     CHECK_NOTHROW(comm->group_start(codes[6]));
     for (const std::error_code& ec : codes) CHECK(ec == errc::invalid_argument);
   }
-  CHECK(orphan.algorithm() == collective_algorithm::automatic);
-  CHECK(orphan.buffer_size() == 200'000'000);
+  CHECK(u.orphan.algorithm() == collective_algorithm::automatic);
+  CHECK(u.orphan.buffer_size() == 200'000'000);
 }
 
 TEST_CASE("an error_code form called from another thread reports wrong_thread and leaves the system's words alone",
