@@ -171,8 +171,16 @@ auto event::async_wait(Token&& token) const {
 
 template <class Token>
 auto event::async_wait(std::optional<picoseconds> timeout, Token&& token) const {
+  // Another thread's call copies no handle (a copy joins the system's handle list and counts a
+  // user event's handles): it keeps only the system's loop, to tell the handler's executor apart.
+  const boost::asio::io_context* foreign = rt_ && rt_->wrong_thread() ? &rt_->io() : nullptr;
   return boost::asio::async_initiate<Token, void(async_error_code)>(
-      [](auto handler, event self, std::optional<picoseconds> tmo) {
+      [foreign](auto handler, event self, std::optional<picoseconds> tmo) {
+        if (foreign || (self.rt_ && self.rt_->wrong_thread())) [[unlikely]] {
+          detail::refuse_foreign(foreign ? foreign : &self.rt_->io(), std::move(handler), -1,
+                                 "npurt::event::async_wait");
+          return;
+        }
         if (!self.rt_) {
           detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_event));
           return;
@@ -193,7 +201,7 @@ auto event::async_wait(std::optional<picoseconds> timeout, Token&& token) const 
         const std::pair<std::uint32_t, std::uint64_t> pos[1] = {{s, q}};
         detail::start_multi_wait(rt, op, pos, tmo, user);
       },
-      token, *this, timeout);
+      token, foreign ? event() : *this, timeout);
 }
 
 }  // namespace npurt

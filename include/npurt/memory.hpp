@@ -196,6 +196,11 @@ auto mem_pool::async_malloc(std::size_t bytes, stream& s, Token&& token) {
       [this, &s](auto user_handler, std::size_t n) {
         std::error_code ec;
         const std::uint32_t sid = stream_id(s, ec);
+        if (ec == errc::wrong_thread) [[unlikely]] {
+          detail::refuse_foreign(&rt_->io(), std::move(user_handler), dev_, "npurt::mem_pool::async_malloc",
+                                 static_cast<void*>(nullptr));
+          return;
+        }
         if (ec) {
           detail::post_error(*rt_, std::move(user_handler), ec, static_cast<void*>(nullptr));
           return;
@@ -257,6 +262,10 @@ auto mem_pool::async_free(void* p, stream& s, Token&& token) {
       [this, &s](auto handler, void* ptr) {
         std::error_code ec;
         free_async(ptr, s, ec);
+        if (ec == errc::wrong_thread) [[unlikely]] {
+          detail::refuse_foreign(&rt_->io(), std::move(handler), dev_, "npurt::mem_pool::async_free");
+          return;
+        }
         detail::post_error(*rt_, std::move(handler), ec);
       },
       token, p);

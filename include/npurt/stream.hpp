@@ -245,9 +245,13 @@ class stream {
   /// The common shape of every async_ enqueue: prepare (errors complete at once, nothing is
   /// enqueued, and the words of the throwing form go with them), attach the handler, enqueue.
   /// `make(s, ec, why)` prepares the task, or returns null with the code and, in `why`, the
-  /// words the throwing form adds; `call` names the async_ function.
+  /// words the throwing form adds; `call` names the async_ function. `foreign`: the call was
+  /// made on a thread that does not run the system, which built `make` without touching it (no
+  /// interned name, no handle copied); it is refused wherever it is initiated.
   template <class Token, class Make>
-  auto async_enqueue(Token&& token, const char* call, Make make);
+  auto async_enqueue(Token&& token, const char* call, Make make, bool foreign = false);
+  /// Whether a call now comes from a thread that does not run this stream's system.
+  [[nodiscard]] bool foreign_thread() const noexcept { return rt_ && rt_->wrong_thread(); }
   /// async_enqueue's refusal: the words its preparation left in the runtime's refusal_words go
   /// to the handler (see detail::post_refusal). Out of line, so that the accepted path, which
   /// every awaited launch takes, stays small enough to inline into the await.
@@ -278,11 +282,16 @@ void stream::refuse_synchronize(Handler&& handler, std::error_code ec, std::opti
 }
 
 template <class Token, class Make>
-auto stream::async_enqueue(Token&& token, const char* call, Make make) {
+auto stream::async_enqueue(Token&& token, const char* call, Make make, bool foreign) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
-      [this, call](auto handler, Make mk) {
+      [this, call, foreign](auto handler, Make mk) {
         if (!rt_) {
           detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_stream));
+          return;
+        }
+        // Before the preparation, which writes the runtime's refusal words.
+        if (foreign || rt_->wrong_thread()) [[unlikely]] {
+          detail::refuse_foreign(&rt_->io(), std::move(handler), -1, call);
           return;
         }
         std::error_code ec;
@@ -302,10 +311,14 @@ auto stream::async_enqueue(Token&& token, const char* call, Make make) {
 
 template <class Token>
 auto stream::async_launch(const kernel_desc& k, Token&& token) {
-  return async_enqueue(std::forward<Token>(token), "npurt::stream::async_launch",
-                       [a = detail::launch_args(k, rt_)](stream& s, std::error_code& ec, std::string& why) {
-                         return s.make_launch(a, ec, &why);
-                       });
+  // Another thread's call interns no name: the name table is the loop thread's.
+  const bool foreign = foreign_thread();
+  return async_enqueue(
+      std::forward<Token>(token), "npurt::stream::async_launch",
+      [a = detail::launch_args(k, foreign ? nullptr : rt_.get())](stream& s, std::error_code& ec, std::string& why) {
+        return s.make_launch(a, ec, &why);
+      },
+      foreign);
 }
 
 template <class Token>
@@ -331,12 +344,16 @@ auto stream::async_memset(void* dst, std::size_t dst_max, int value, std::size_t
 
 template <class Token>
 auto stream::async_wait(const event& e, Token&& token) {
-  return async_enqueue(std::forward<Token>(token), "npurt::stream::async_wait",
-                       [e](stream& s, std::error_code& ec, std::string& why) {
-                         detail::task* t = s.make_wait(e, ec);
-                         if (!t) why = s.event_problem(e, ec, false);
-                         return t;
-                       });
+  // Another thread's call copies no handle: a copy joins the system's handle list and counts.
+  const bool foreign = foreign_thread();
+  return async_enqueue(
+      std::forward<Token>(token), "npurt::stream::async_wait",
+      [e = foreign ? event() : e](stream& s, std::error_code& ec, std::string& why) {
+        detail::task* t = s.make_wait(e, ec);
+        if (!t) why = s.event_problem(e, ec, false);
+        return t;
+      },
+      foreign);
 }
 
 template <class Token>

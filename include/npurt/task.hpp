@@ -170,6 +170,13 @@ std::exception_ptr* thrown_slot(value_handler<T>& h) noexcept {
   return &h.st->thrown;
 }
 
+/// Called during the initiation, the handler only stores (see detail::complete_at_call).
+template <class T>
+bool complete_at_call(value_handler<T>& h, std::error_code ec) {
+  h(to_async_error(ec), T{});
+  return true;
+}
+
 template <class T, class Initiation, class... Args>
 class value_awaiter {
  public:

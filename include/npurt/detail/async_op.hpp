@@ -16,6 +16,8 @@
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/query.hpp>
+#include <boost/asio/system_executor.hpp>
 
 #include <coroutine>
 #include <exception>
@@ -23,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -230,10 +233,68 @@ inline bool cancel_enqueued(void* ctx, cancellable_op* op) {
   return true;
 }
 
+/// For a handler whose await cannot suspend on a thread that does not run the loop: completes
+/// it during the initiating call in a way its awaiter reads only once the call has returned
+/// (the await then does not suspend), and says so. npurt::use_task's handlers are such
+/// (their value-carrying one overloads this in npurt/task.hpp); others are posted.
+template <class Handler>
+bool complete_at_call(Handler& h, std::error_code ec) noexcept {
+  if constexpr (is_direct_handler_v<Handler>) {
+    h.op->ec = ec;
+    h.op->early = true;
+    return true;
+  } else {
+    return false;
+  }
+}
+
+/// Whether `ex` runs its work on `loop` (the runtime's io_context): an executor that can say which
+/// execution context it belongs to, as Asio's own do, or a legacy one with context().
+template <class Executor>
+bool runs_on(const Executor& ex, const boost::asio::io_context* loop) noexcept {
+  using context_query = boost::asio::execution::context_as_t<boost::asio::execution_context&>;
+  if constexpr (boost::asio::can_query_v<const Executor&, context_query>) {
+    return &boost::asio::query(ex, boost::asio::execution::context_as<boost::asio::execution_context&>) ==
+           static_cast<const boost::asio::execution_context*>(loop);
+  } else if constexpr (requires { ex.context(); }) {
+    return static_cast<const void*>(&ex.context()) == static_cast<const void*>(loop);
+  } else {
+    return false;
+  }
+}
+
+/// Completes a handler with `ec` for a call made on a thread that does not run the system `loop`
+/// belongs to: nothing of the system is touched, since its io_context is single-threaded and
+/// unlocked (BOOST_ASIO_CONCURRENCY_HINT_UNSAFE) and its counters, clock and recent error are
+/// the loop thread's. As Asio completes an operation that cannot complete inline, the handler is
+/// posted to its associated executor, Asio's system executor when it has none. One associated
+/// with the system's own io_context, which cannot take work from this thread, runs on the system
+/// executor without that association. npurt::use_task's awaits do not suspend and see the error
+/// once the initiating call has returned (complete_at_call).
+template <class Handler, class... Values>
+void post_foreign(const boost::asio::io_context* loop, Handler&& h, std::error_code ec, Values&&... v) {
+  if (complete_at_call(h, ec)) return;
+  auto ex = boost::asio::get_associated_executor(h);
+  if (runs_on(ex, loop)) [[unlikely]] {
+    boost::asio::post(boost::asio::system_executor(),
+                      [h = std::decay_t<Handler>(std::forward<Handler>(h)), e = to_async_error(ec),
+                       vals = std::make_tuple(std::forward<Values>(v)...)]() mutable {
+                        std::apply([&](auto&&... x) { std::move(h)(e, std::move(x)...); }, std::move(vals));
+                      });
+    return;
+  }
+  boost::asio::post(ex, boost::asio::append(std::forward<Handler>(h), to_async_error(ec), std::forward<Values>(v)...));
+}
+
 /// Completes a handler at once with an error, without touching the runtime's queues: the
-/// caller's input was wrong and nothing was enqueued.
+/// caller's input was wrong and nothing was enqueued. From a thread that does not run the
+/// system the runtime is not touched at all (post_foreign).
 template <class Handler, class... Values>
 void post_error(runtime& rt, Handler&& h, std::error_code ec, Values&&... v) {
+  if (rt.wrong_thread()) [[unlikely]] {
+    post_foreign(&rt.io(), std::forward<Handler>(h), ec, std::forward<Values>(v)...);
+    return;
+  }
   if constexpr (is_direct_handler_v<Handler> && sizeof...(Values) == 0) {
     make_op(rt, std::forward<Handler>(h))->complete(ec);
     return;
@@ -433,8 +494,14 @@ std::exception_ptr* thrown_slot(Handler& h) noexcept {
 /// (system::recent_error_message, for a handler that hears the code alone), and the returned
 /// exception, of the code's class, is what an awaiting npurt::task throws. Out of line: only
 /// the refusal path pays for the words.
+/// From a thread that does not run the system the words are not written (the recent error is
+/// the loop thread's), and only the exception is returned.
 NPURT_DECL std::exception_ptr note_refusal(runtime& rt, std::int32_t device, std::string_view call, std::error_code ec,
                                            std::string_view why);
+/// The exception of a refusal (`call: why: <the code's message>`, of the code's class), without
+/// writing it anywhere.
+NPURT_DECL std::exception_ptr refusal_exception(std::int32_t device, std::string_view call, std::error_code ec,
+                                                std::string_view why);
 
 /// post_error for an initiating function's refusal, with its words (note_refusal): a throwing
 /// await and recent_error_message say which argument was wrong, as the throwing form does.
@@ -444,6 +511,18 @@ void post_refusal(runtime& rt, Handler&& h, std::error_code ec, std::int32_t dev
   std::exception_ptr e = note_refusal(rt, device, call, ec, why);
   if (std::exception_ptr* slot = thrown_slot(h)) *slot = std::move(e);
   post_error(rt, std::forward<Handler>(h), ec);
+}
+
+/// An async call made on a thread that does not run the system `loop` belongs to: the handler
+/// completes with errc::wrong_thread through post_foreign, touching nothing of the system, and
+/// an awaiting npurt::task throws the words `call: <the code's message>`. Out of line: only the
+/// refused call builds them.
+template <class Handler, class... Values>
+[[gnu::noinline]] void refuse_foreign(const boost::asio::io_context* loop, Handler&& h, std::int32_t device,
+                                      std::string_view call, Values&&... v) {
+  const std::error_code ec = make_error_code(errc::wrong_thread);
+  if (std::exception_ptr* slot = thrown_slot(h)) *slot = refusal_exception(device, call, ec, {});
+  post_foreign(loop, std::forward<Handler>(h), ec, std::forward<Values>(v)...);
 }
 
 /// Completes a handler with an error from an initiating function that has no runtime to post to

@@ -151,6 +151,8 @@ class runtime final : public backend_host, private loop_parts, public scheduler,
   void host_wait_begin() noexcept { ++host_waits_; }
   void host_wait_end() noexcept { --host_waits_; }
   using loop_parts::post;
+  /// Handlers posted to the host side since the loop last polled its io_context.
+  [[nodiscard]] std::uint64_t posts_pending() const noexcept { return posts_; }
   /// As post, for a strand of this runtime's io_context: never blocking, and with the
   /// runtime's recycled storage for the handler.
   template <class Handler>

@@ -102,10 +102,11 @@ inline const detail::failure* failure_before(detail::runtime& rt, std::uint32_t 
 }  // namespace detail
 
 NPURT_DECL bool event::query(std::error_code& ec) const noexcept {
+  // The thread first: the event's state is the loop thread's to read, too.
+  if (rt_ && (ec = rt_->check_thread())) return false;
   std::uint32_t s = 0;
   std::uint64_t q = 0;
   if (!position(s, q, ec)) return false;
-  if ((ec = rt_->check_thread())) return false;
   if (const detail::failure* f = detail::failure_before(*rt_, s, q)) {
     ec = f->ec;
     return false;
@@ -125,7 +126,7 @@ NPURT_DECL bool event::query() const {
   std::uint32_t s = 0;
   std::uint64_t q = 0;
   std::error_code pos_ec;
-  if (ec && position(s, q, pos_ec))
+  if (ec && ec != errc::wrong_thread && position(s, q, pos_ec))
     if (const detail::failure* f = detail::failure_before(*rt_, s, q))
       detail::throw_failure(*f, "npurt::event::query: " + f->describe());
   throw_if(ec, "npurt::event::query");
@@ -133,6 +134,7 @@ NPURT_DECL bool event::query() const {
 }
 
 NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout, std::error_code& ec) const {
+  if (rt_ && (ec = rt_->check_thread())) return;
   std::uint32_t s = 0;
   std::uint64_t q = 0;
   if (!position(s, q, ec)) return;
@@ -163,7 +165,7 @@ NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout) const {
   std::uint32_t s = 0;
   std::uint64_t q = 0;
   std::error_code pos_ec;
-  if (ec && rt_ && position(s, q, pos_ec))
+  if (ec && ec != errc::wrong_thread && rt_ && position(s, q, pos_ec))
     if (const detail::failure* f = detail::failure_before(*rt_, s, q); f && f->ec == ec)
       detail::throw_failure(*f, "npurt::event::synchronize: " + f->describe());
   // Refused before waiting: the same words as async_wait's refusal.

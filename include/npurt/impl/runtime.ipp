@@ -24,16 +24,24 @@ inline std::unique_ptr<npurt::backend> checked(std::unique_ptr<npurt::backend> b
 }
 }  // namespace rt_detail
 
-NPURT_DECL std::exception_ptr note_refusal(runtime& rt, std::int32_t device, std::string_view call, std::error_code ec,
-                                           std::string_view why) {
+NPURT_DECL std::exception_ptr refusal_exception(std::int32_t device, std::string_view call, std::error_code ec,
+                                                std::string_view why) {
   std::string what(call);
   if (!why.empty()) what.append(": ").append(why);
   try {
     throw_error_on(device, ec, what);
-  } catch (const std::exception& e) {
-    rt.note_recent_error(e.what());
-    return std::current_exception();
-  }
+  } catch (...) { return std::current_exception(); }
+}
+
+NPURT_DECL std::exception_ptr note_refusal(runtime& rt, std::int32_t device, std::string_view call, std::error_code ec,
+                                           std::string_view why) {
+  std::exception_ptr e = refusal_exception(device, call, ec, why);
+  // Another thread's refusal is its caller's: the recent error belongs to the loop's thread.
+  if (rt.wrong_thread()) return e;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) { rt.note_recent_error(x.what()); }
+  return e;
 }
 
 NPURT_DECL std::string timeout_problem(picoseconds timeout) {

@@ -434,6 +434,11 @@ NPURT_DECL event stream::launch(const kernel_desc& k) {
 }
 
 NPURT_DECL event stream::launch(const shared_kernel& k, std::error_code& ec) {
+  // The thread before the argument, as every call checks it first.
+  if (foreign_thread()) [[unlikely]] {
+    ec = make_error_code(errc::wrong_thread);
+    return {};
+  }
   if (!k) {
     ec = make_error_code(errc::null_pointer);
     note_refusal("npurt::stream::launch", ec, "null shared kernel descriptor");
@@ -450,6 +455,7 @@ NPURT_DECL event stream::launch(const shared_kernel& k, std::error_code& ec) {
 }
 
 NPURT_DECL event stream::launch(const shared_kernel& k) {
+  if (!k && foreign_thread()) throw_error(make_error_code(errc::wrong_thread), "npurt::stream::launch");
   if (!k) throw_error(make_error_code(errc::null_pointer), "npurt::stream::launch: null shared kernel descriptor");
   if (detail::task* t = live_fixed_launch(*k)) return submit(t);
   std::error_code ec;
@@ -474,8 +480,9 @@ NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src,
 }
 
 NPURT_DECL void stream::note_refusal(std::string_view call, std::error_code ec, std::string_view why) const {
-  // A null handle has no system whose recent_error_message could hold the words.
-  if (rt_) (void)detail::note_refusal(*rt_, device_or_none(), refusal(call, ec, why), ec, {});
+  // A null handle has no system whose recent_error_message could hold the words, and another
+  // thread's refusal leaves the loop thread's words alone.
+  if (rt_ && !rt_->wrong_thread()) (void)detail::note_refusal(*rt_, device_or_none(), refusal(call, ec, why), ec, {});
 }
 
 NPURT_DECL std::string stream::refusal(std::string_view call, std::error_code ec, std::string_view why) const {
