@@ -76,6 +76,9 @@ class device {
   /// call from another thread (errc::wrong_thread) and one from an observer's report
   /// (errc::not_supported).
   NPURT_DECL npurt::mem_pool& configure_mem_pool(const mem_pool_options& opts);
+  /// The error_code form: null and the code on a refusal (its words in
+  /// system::recent_error_message), the pool otherwise.
+  NPURT_DECL npurt::mem_pool* configure_mem_pool(const mem_pool_options& opts, std::error_code& ec);
   template <class Token = default_token>
   auto async_malloc(std::size_t bytes, stream& s, Token&& token = {}) {
     return mem_pool().async_malloc(bytes, s, std::forward<Token>(token));

@@ -895,3 +895,60 @@ TEST_CASE("configure_mem_pool refuses another thread and an observer's report, a
   dev.free_async(live, s);
   s.synchronize();
 }
+
+TEST_CASE("an arena address space larger than the device is refused where the pool is made", "[core][pool][error]") {
+  npurt::system sys{small_device(64)};
+  auto& dev = sys.device(0);
+  const std::size_t capacity = std::size_t{64} << 20;  // 67108864 bytes
+  npurt::mem_pool_options o;
+  o.strategy = npurt::allocation_strategy::compact;
+  o.arena_address_space = capacity + 1;
+  const auto names_the_option = [](const std::string& what) {
+    CHECK_THAT(what, Catch::Matchers::ContainsSubstring("arena_address_space of 67108865 bytes"));
+    CHECK_THAT(what, Catch::Matchers::ContainsSubstring("capacity of 67108864 bytes"));
+  };
+  bool made_before = false;
+  SECTION("the device's first pool: none is made") {}
+  SECTION("a configured pool: its options stay") {
+    npurt::mem_pool_options kept;
+    kept.release_threshold = 4096;
+    dev.configure_mem_pool(kept);
+    made_before = true;
+  }
+  SECTION("throwing form") {
+    try {
+      dev.configure_mem_pool(o);
+      FAIL("accepted an arena larger than the device");
+    } catch (const npurt::caller_error& e) {
+      CHECK(e.code() == npurt::errc::invalid_argument);
+      names_the_option(e.what());
+    }
+  }
+  std::error_code ec;
+  CHECK(dev.configure_mem_pool(o, ec) == nullptr);
+  CHECK(ec == npurt::errc::invalid_argument);
+  names_the_option(sys.recent_error_message());
+  // Nothing was taken from the device, and the pool is the one there was (or a default one).
+  CHECK(dev.memory_info().free == capacity);
+  CHECK(dev.mem_pool().options().arena_address_space == 0);
+  CHECK(dev.mem_pool().options().strategy == npurt::allocation_strategy::segmented);
+  CHECK(dev.mem_pool().options().release_threshold == (made_before ? 4096U : 0U));
+}
+
+TEST_CASE("an arena address space equal to the device's capacity is accepted", "[core][pool]") {
+  npurt::system sys{small_device(64)};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  npurt::mem_pool_options o;
+  o.strategy = npurt::allocation_strategy::compact;
+  o.arena_address_space = std::size_t{64} << 20;
+  std::error_code ec;
+  npurt::mem_pool* pool = dev.configure_mem_pool(o, ec);
+  REQUIRE(!ec);
+  REQUIRE(pool == &dev.mem_pool());
+  CHECK(pool->options().arena_address_space == o.arena_address_space);
+  void* p = pool->malloc_async(1 << 20, s);
+  CHECK(p != nullptr);
+  pool->free_async(p, s);
+  CHECK_NOTHROW(dev.configure_mem_pool(o));
+}

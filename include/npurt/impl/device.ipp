@@ -50,6 +50,20 @@ NPURT_DECL npurt::mem_pool& device::configure_mem_pool(const mem_pool_options& o
   return *pool_;
 }
 
+NPURT_DECL npurt::mem_pool* device::configure_mem_pool(const mem_pool_options& opts, std::error_code& ec) {
+  // One body for both forms: the options are checked where the allocator is built, and a
+  // refusal is rare (a setup step), so its exception costs nothing that matters.
+  ec.clear();
+  try {
+    return &configure_mem_pool(opts);
+  } catch (const npurt::error& e) {
+    ec = e.code();
+    // Another thread's refusal leaves the loop thread's words alone.
+    if (!rt_->wrong_thread()) rt_->note_recent_error(e.what());
+  }
+  return nullptr;
+}
+
 NPURT_DECL stream device::make_stream(const stream_options& opts, std::error_code& ec) {
   ec.clear();
   if ((ec = rt_->check_thread())) return {};
