@@ -80,7 +80,7 @@ bool lowers(dtype t) noexcept { return is_float(t) && t != dtype::f64; }
 
 // The precision rewrite: fp16/bf16 compute everything floating in the compute type, mixed only
 // the cube operators; casts are inserted at the boundaries so feeds and outputs keep their types.
-graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
+graph rewrite_precision(graph& src, precision p, std::size_t& casts, refit_log& log) {
   graph g(src.name());
   const dtype cd = compute_type(p);
   std::map<std::string, std::string, std::less<>> low;  // name -> its compute-type copy
@@ -106,8 +106,12 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
     const auto& v = g.value(name);
     if (!lowers(v.type) || v.type == cd) return name;
     std::string l = name + "::" + std::string(to_string(cd));
-    if (const tensor* c = g.constant(name)) g.add_constant(l, converted(*c, cd));
-    else cast_node(name, l, cd);
+    if (const tensor* c = g.constant(name)) {
+      g.add_constant(l, converted(*c, cd));
+      if (const auto d = log.derived.find(name); d != log.derived.end()) log.derived[l] = d->second;
+    } else {
+      cast_node(name, l, cd);
+    }
     low[name] = l;
     return l;
   };
@@ -181,7 +185,7 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts) {
 // Level 2: a BatchNormalization whose input is a Conv's output nothing else reads, with constant
 // parameters, is folded into the Conv's weights and bias:
 //   w' = w * gamma / sqrt(var + eps),  b' = (b - mean) * gamma / sqrt(var + eps) + beta.
-graph fold_batchnorm(graph& src, std::size_t& fused) {
+graph fold_batchnorm(graph& src, std::size_t& fused, refit_log& log) {
   const auto uses = use_counts(src);
   std::map<std::string, std::size_t, std::less<>> bn_of_conv;  // conv output -> BN node
   for (std::size_t i = 0; i < src.nodes().size(); ++i) {
@@ -238,6 +242,13 @@ graph fold_batchnorm(graph& src, std::size_t& fused) {
         bf.set(c, ((b ? b->get(c) : 0.0) - mean.get(c)) * s + beta.get(c));
       }
     }
+    // The folded values are products of several constants: none of them can be set alone.
+    for (const std::string* in :
+         {&n.inputs[1], b ? &n.inputs[2] : nullptr, &bn.inputs[1], &bn.inputs[2], &bn.inputs[3], &bn.inputs[4]})
+      if (in)
+        if (const std::string from = log.source_of(*in); !from.empty())
+          log.consumed.emplace(from, "folded with BatchNormalization '" + bn.name + "' into Conv '" + n.name +
+                                         "' (optimization_level 2 and above fold it; compile at level 1 to set it)");
     const std::string wn = n.name + "::folded_w", bn_name = n.name + "::folded_b";
     g.add_constant(wn, std::move(wf));
     g.add_constant(bn_name, std::move(bf));
@@ -268,7 +279,7 @@ void carry_constants(const graph& src, graph& g, const node& n, std::set<std::st
 
 // Gemm's beta scales C; the kernels add C unscaled, so a constant C is scaled here and a computed
 // one by a Mul.
-graph fold_gemm_beta(graph& src) {
+graph fold_gemm_beta(graph& src, refit_log& log) {
   bool any = false;
   for (const auto& n : src.nodes())
     if (n.type == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty() && n.attrs.get_float("beta", 1.0) != 1.0)
@@ -298,6 +309,9 @@ graph fold_gemm_beta(graph& src) {
         for (std::int64_t k = 0; k < c->elements(); ++k) scaled.set(k, beta * c->get(k));
       const std::string name = n.name + "::beta_c";
       g.add_constant(name, std::move(scaled));
+      // C is still the user's constant here (no rewrite before this one scales a value).
+      if (const auto d = log.derived.find(n.inputs[2]); d != log.derived.end())
+        log.derived[name] = {d->second.source, beta};
       n.inputs[2] = name;
       n.attrs.set("beta", 1.0);
     }
@@ -348,7 +362,7 @@ std::optional<double> empty_pad(const graph& g, const node& n) {
 //     Gemm with an inner dimension of 0 is a constant 0 (numpy.matmul), Gemm's C then added;
 //   - any other operator whose empty input would give a non-empty output is refused, naming it.
 // So no kernel ever sees an empty tensor, and the kernels' validation keeps refusing one.
-graph rewrite_empty(graph& src) {
+graph rewrite_empty(graph& src, refit_log& log) {
   // An empty constant operand after the first is a parameter list (Reshape's shape [] for a
   // scalar, empty axes, Resize's roi or scales left out as opsets 11 and 12 write it), not data.
   // Where one is data (a MatMul's B [0, N], a Concat's input), the first operand is empty too or
@@ -379,6 +393,13 @@ graph rewrite_empty(graph& src) {
       g.add_node(n.type, n.name, n.inputs, n.outputs, n.attrs);
       continue;
     }
+    // What replaces the operator is computed here from its operands (a Pad's fill value): only
+    // Gemm's C stays an operand of what replaces it.
+    for (std::size_t k = 0; k < n.inputs.size(); ++k)
+      if (const std::string from = log.source_of(n.inputs[k]);
+          !from.empty() && n.type != "Concat" && !(n.type == "Gemm" && k == 2))
+        log.consumed.emplace(from, "read by " + n.type + " '" + n.name +
+                                       "', which compile replaced by its value (it has an empty input)");
     const value_info& y = src.value(n.outputs[0]);
     auto empty_input = n.inputs.begin();
     while (!empty_data(n, static_cast<std::size_t>(empty_input - n.inputs.begin()))) ++empty_input;
@@ -627,13 +648,20 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
       copy.add_node(n.type, n.name, n.inputs, n.outputs, n.attrs);
     }
     set_outputs(src, copy);
+    for (const auto& v : src.outputs())
+      if (src.constant(v)) added.insert(v);
+    for (const auto& name : added) {
+      const tensor& c = *copy.constant(name);
+      p->refit.derived[name] = {name, std::nullopt};
+      p->refit.sources[name] = {c.shape(), c.type()};
+    }
     copy.validate();
     return copy;
   }();
-  if (level >= 2) g = fold_batchnorm(g, rep.fused);
-  g = fold_gemm_beta(g);
-  g = rewrite_empty(g);
-  if (prec != precision::fp32) g = rewrite_precision(g, prec, rep.casts_inserted);
+  if (level >= 2) g = fold_batchnorm(g, rep.fused, p->refit);
+  g = fold_gemm_beta(g, p->refit);
+  g = rewrite_empty(g, p->refit);
+  if (prec != precision::fp32) g = rewrite_precision(g, prec, rep.casts_inserted, p->refit);
   p->g = std::move(g);
   graph& G = p->g;
   for (const node& n : src.nodes())

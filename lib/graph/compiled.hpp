@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -83,6 +84,26 @@ struct root_info {
   std::vector<std::pair<int, bool>> accesses;  ///< (step, writes)
 };
 
+/// How compile's rewrites derived the constants of the compiled graph from the user's, so that
+/// session::set_constant can derive a new value the way a fresh compile would.
+struct refit_log {
+  struct derivation {
+    std::string source;           ///< the user's constant
+    std::optional<double> scale;  ///< multiplied by it (Gemm's beta folded into a constant C)
+  };
+  /// By constant of the rewritten graph; its dtype says whether the value is converted to it.
+  std::map<std::string, derivation, std::less<>> derived;
+  /// By user constant: the user's shape and dtype.
+  std::map<std::string, std::pair<npurt::shape, npurt::dtype>, std::less<>> sources;
+  /// By user constant: why a rewrite folded its value into something else (no refit possible).
+  std::map<std::string, std::string, std::less<>> consumed;
+  /// The user's constant a constant of the rewritten graph comes from (empty: none).
+  [[nodiscard]] std::string source_of(std::string_view name) const {
+    const auto at = derived.find(name);
+    return at == derived.end() ? std::string() : at->second.source;
+  }
+};
+
 struct compiled_graph::impl {
   session* owner = nullptr;
   graph g;  ///< the rewritten graph (casts inserted, BN folded); owns constants
@@ -110,8 +131,11 @@ struct compiled_graph::impl {
   /// Zeros a timing-only feed is copied from: queued copies read it when they run, so it is sized
   /// once, for the largest input, and never moves while the graph lives.
   std::vector<std::byte> staging;
-  /// The end of the latest run queued. Runs of one compiled graph share its arenas and input
-  /// slots, so one queued while another is in flight (async_run) starts after it.
+  /// How the constants of `g` derive from the user's (session::set_constant).
+  refit_log refit;
+  /// The end of the latest run or set_constant queued. Runs of one compiled graph share its
+  /// arenas and input slots, so one queued while another is in flight (async_run) starts after
+  /// it; a refit's copy starts after the runs before it and the runs after it start after it.
   event last_run;
 
   ~impl();

@@ -415,6 +415,137 @@ compiled_graph session::compile(graph& g, const compile_options& opts) {
   return compiled_graph(std::move(p));
 }
 
+// ---- refit ----
+
+namespace {
+
+// The value compile would have given the rewritten graph's constant `d` for the user's `v`: the
+// same operations in the same order (a clone; Gemm's beta folded in; the cast to the compute
+// type), so a refitted graph computes bit for bit what a fresh compile does.
+tensor derive_constant(const tensor& v, const refit_log::derivation& d, dtype to) {
+  tensor r = v.clone();
+  if (d.scale) {
+    tensor scaled(v.shape(), v.type());
+    for (std::int64_t k = 0; k < v.elements(); ++k) scaled.set(k, *d.scale * v.get(k));
+    r = std::move(scaled);
+  }
+  if (r.type() != to) {
+    tensor c(r.shape(), to, r.format());
+    for (std::int64_t i = 0; i < r.elements(); ++i) c.set(i, r.get(i));
+    r = std::move(c);
+  }
+  return r;
+}
+
+}  // namespace
+
+event session::refit(const compiled_graph& cg, std::string_view name, const tensor& value) {
+  constexpr std::string_view call = "npurt::session::set_constant";
+  check_alive(call);
+  if (!cg.valid())
+    throw_error(make_error_code(errc::invalid_argument),
+                std::string(call) + ": the compiled graph is empty (not from compile())");
+  if (cg.get().owner != this)
+    throw_error(make_error_code(errc::invalid_argument),
+                std::string(call) + ": the compiled graph belongs to another session");
+  auto& c = cg.get();
+  const std::string n(name);
+  const auto src = c.refit.sources.find(name);
+  if (src == c.refit.sources.end()) {
+    const value_info* v = c.g.find(name);
+    throw graph_error(
+        make_error_code(errc::invalid_argument), {}, n,
+        std::string(call) + ": '" + n + "' is " +
+            (v && v->kind == value_kind::input ? "an input of the graph, not a constant"
+             : v                               ? "an activation (an operator's output), not a constant"
+                 : "not a constant of the compiled graph (none of its operators reads one of that name)"));
+  }
+  const auto& [want_shape, want_type] = src->second;
+  if (!(value.shape() == want_shape))
+    throw graph_error(make_error_code(errc::invalid_shape), {}, n,
+                      std::string(call) + ": constant '" + n + "' is " + shape_string(want_shape) + ", given " +
+                          shape_string(value.shape()));
+  if (value.type() != want_type)
+    throw graph_error(make_error_code(errc::invalid_dtype), {}, n,
+                      std::string(call) + ": constant '" + n + "' is " + std::string(to_string(want_type)) +
+                          ", given " + std::string(to_string(value.type())));
+  if (!value.is_host())
+    throw graph_error(make_error_code(errc::invalid_argument), {}, n,
+                      std::string(call) + ": constant '" + n + "' is given " +
+                          (value.is_device() ? "a device tensor; it takes a host tensor"
+                                             : "a timing-only tensor (no data), but the graph computes real results"));
+  if (c.rep.timing_only)
+    throw graph_error(make_error_code(errc::not_supported), {}, n,
+                      std::string(call) +
+                          ": the graph was compiled timing-only (compile_options::timing_only, or a "
+                          "constant without data): it has no device copy of '" +
+                          n + "' to set");
+  if (const auto why = c.refit.consumed.find(name); why != c.refit.consumed.end())
+    throw graph_error(make_error_code(errc::not_supported), {}, n,
+                      std::string(call) + ": constant '" + n + "' was " + why->second);
+  // Everything is derived and checked before anything changes: a refusal leaves the graph as it was.
+  std::map<std::string_view, tensor, std::less<>> next;  // by constant of the rewritten graph
+  for (const auto& [target, d] : c.refit.derived)
+    if (const tensor* now = c.g.constant(target); d.source == name && now)
+      next.emplace(target, derive_constant(value, d, now->type()));
+  // A constant that sets a parameter (a shape, axes, pads) is read again when each run is
+  // lowered, but shapes were inferred, and memory planned, from the old value: refused unless
+  // the new one infers the same outputs.
+  for (const node& nd : c.g.nodes()) {
+    if (std::none_of(nd.inputs.begin(), nd.inputs.end(), [&](const std::string& i) { return next.count(i) != 0; }))
+      continue;
+    std::vector<const value_info*> ins;
+    std::vector<const tensor*> consts;
+    for (const auto& i : nd.inputs) {
+      ins.push_back(i.empty() ? nullptr : c.g.find(i));
+      const auto at = next.find(i);
+      consts.push_back(i.empty() ? nullptr : at != next.end() ? &at->second : c.g.constant(i));
+    }
+    const std::vector<inferred_output> out = infer_op(nd, ins, consts);
+    for (std::size_t k = 0; k < nd.outputs.size() && k < out.size(); ++k) {
+      if (nd.outputs[k].empty()) continue;
+      const value_info& was = c.g.value(nd.outputs[k]);
+      if (out[k].shape == was.shape && out[k].type == was.type) continue;
+      throw graph_error(make_error_code(errc::not_supported), nd.name, n,
+                        std::string(call) + ": constant '" + n + "' decides the output of " + nd.type + " '" + nd.name +
+                            "': " + shape_string(was.shape) + " " + std::string(to_string(was.type)) +
+                            " as compiled, " + shape_string(out[k].shape) + " " + std::string(to_string(out[k].type)) +
+                            " with the new value (compile again: memory was planned for the old one)");
+    }
+  }
+  // Stream-ordered as a run is: after the runs queued before (they read the old value), before
+  // the runs queued after. The host values are staged by memcpy before it returns.
+  npurt::stream& s = exec_stream(*this, c, c.copy_stream);
+  event last;
+  std::error_code done_ec;
+  if (c.last_run.valid() && !c.last_run.query(done_ec)) s.wait(c.last_run);
+  for (std::size_t v = 0; v < c.values.size(); ++v) {
+    const cvalue& cv = c.values[v];
+    if (cv.kind != value_kind::constant || !c.const_ptr[v]) continue;
+    const auto at = next.find(cv.name);
+    if (at == next.end() || cv.bytes() == 0) continue;
+    last = s.memcpy(c.const_ptr[v], cv.bytes(), at->second.data(), cv.bytes(), memcpy_kind::host_to_device);
+  }
+  // The host copies too: each run's lowering reads a parameter's value from them.
+  for (auto& [target, t] : next) c.g.set_constant(target, std::move(t));
+  if (last.valid()) c.last_run = last;
+  return last;
+}
+
+void session::set_constant(const compiled_graph& c, std::string_view name, const tensor& value) {
+  (void)refit(c, name, value);
+}
+
+void session::set_constant(const compiled_graph& c, std::string_view name, const tensor& value, std::error_code& ec) {
+  ec.clear();
+  try {
+    (void)refit(c, name, value);
+  } catch (const error& e) {
+    ec = e.code();
+    if (rt_) rt_->note_recent_error(e.what());
+  }
+}
+
 // ---- runs ----
 
 namespace {

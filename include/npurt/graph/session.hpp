@@ -297,6 +297,26 @@ class session {
   /// of them waits, from one thread. Feeds are read as async_run reads them.
   template <class Token>
   auto async_run_batches(const compiled_graph& c, const std::vector<std::vector<feed>>& batches, Token&& token);
+  /// Refits a constant of a compiled graph without compiling it again (TensorRT's IRefitter):
+  /// `name` is a constant of the graph as the user built it, `value` a host tensor of its shape
+  /// and dtype. The new value is derived as compile derived the old one (cast to the compute
+  /// precision, Gemm's beta folded in) and copied into the graph's device copies, stream-ordered
+  /// as a run is: runs of `c` queued before it read the old value, runs queued after it the new
+  /// one. It does not block (the value is staged before it returns) and may be called inside
+  /// system::run. Refused with nothing changed (graph_error naming the constant): not a constant
+  /// of the compiled graph, or a device or timing-only value (invalid_argument), another shape
+  /// (invalid_shape) or dtype (invalid_dtype), a graph compiled timing-only, a constant whose
+  /// value compile folded into others (BatchNormalization folding at optimization_level 2 and
+  /// above) or one that decides an output's shape (not_supported); a reset or lost device as
+  /// every call of the session. See docs/graph.md.
+  void set_constant(const compiled_graph& c, std::string_view name, const tensor& value);
+  /// As set_constant; a refusal sets `ec` (its words in system::recent_error_message()).
+  void set_constant(const compiled_graph& c, std::string_view name, const tensor& value, std::error_code& ec);
+  /// As set_constant, completing through `token` with void(async_error_code) once the new value
+  /// is on the device (a refusal: at once, with its code). `value` is read when the operation is
+  /// initiated (at the call, or when a deferred operation is launched).
+  template <class Token = detail::default_token>
+  auto async_set_constant(const compiled_graph& c, std::string_view name, const tensor& value, Token&& token = {});
   /// As run, completing through `token` with void(async_error_code, run_result). Host feeds are
   /// read when the operation starts, at the call (for a deferred token such as
   /// boost::asio::deferred, when it is launched: the feeds' tensors must live until then), and
@@ -417,6 +437,8 @@ class session {
   /// Every stream a run of `c` queues work on, the stream it ends on last, each with the position
   /// of the last task queued on it.
   std::vector<std::pair<std::uint32_t, std::uint64_t>> run_positions(const compiled_graph& c);
+  /// set_constant's work: the event of its last copy (invalid when there was none to queue).
+  event refit(const compiled_graph& c, std::string_view name, const tensor& value);
   /// The first failure of a run of `c`, as the blocking run raises it (naming the node whose
   /// kernel failed), or null; every failure of the run is read. Without `upto` it drains the
   /// run's streams (blocking); with the run's run_positions, reached, it reads the failures at or
@@ -556,6 +578,37 @@ auto session::async_run_batches(const compiled_graph& c, const std::vector<std::
                                      &session::start_queued_batches, &session::finish_batches, std::move(in));
       },
       token, c, batches);
+}
+
+// ---- async_set_constant ----
+
+template <class Token>
+auto session::async_set_constant(const compiled_graph& c, std::string_view name, const tensor& value, Token&& token) {
+  return boost::asio::async_initiate<Token, void(async_error_code)>(
+      [this](auto handler, compiled_graph cg, std::string n, std::reference_wrapper<const tensor> v) {
+        event done;
+        try {
+          done = refit(cg, n, v.get());
+        } catch (const error& e) {
+          if (std::exception_ptr* thrown = detail::thrown_slot(handler)) *thrown = std::current_exception();
+          const std::error_code ec = e.code();
+          if (rt_) rt_->note_recent_error(e.what());
+          auto post_error = [&](const auto& ex) {
+            boost::asio::post(ex, [h = std::move(handler), ec]() mutable { std::move(h)(async_error_code(ec)); });
+          };
+          if (rt_) post_error(boost::asio::get_associated_executor(handler, sys_->get_executor()));
+          else post_error(boost::asio::get_associated_executor(handler));
+          return;
+        }
+        if (done.valid()) {
+          done.async_wait(std::move(handler));
+          return;
+        }
+        // Nothing to copy (the constant is empty, or no operator reads it on the device).
+        auto ex = boost::asio::get_associated_executor(handler, sys_->get_executor());
+        boost::asio::post(ex, [h = std::move(handler)]() mutable { std::move(h)(async_error_code()); });
+      },
+      token, c, std::string(name), std::cref(value));
 }
 
 /// Memory-saving opportunities of a graph, each with its estimated saving.
