@@ -524,10 +524,12 @@ namespace {
 /// still to run before their first reader: in a training step the update operators wait, while
 /// the rest of the backward pass runs beside the reductions. Independent steps never depend on
 /// a later part's, so the order stays topological.
-void order_for_all_reduce(compiled_graph::impl& c, const graph& src, const output_all_reduce& ar) {
+void order_for_all_reduce(compiled_graph::impl& c, const graph& src, const output_all_reduce& ar,
+                          std::string_view call) {
   if (c.rep.schedule == schedule::pipeline)
-    throw_error(make_error_code(errc::not_supported),
-                "compile: all_reduce with schedule::pipeline (a stage's batches would need one reduction each)");
+    throw_error(
+        make_error_code(errc::not_supported),
+        std::string(call) + ": all_reduce with schedule::pipeline (a stage's batches would need one reduction each)");
   auto root_of = [&](int v) {
     while (c.values[static_cast<std::size_t>(v)].root != v) v = c.values[static_cast<std::size_t>(v)].root;
     return v;
@@ -539,7 +541,7 @@ void order_for_all_reduce(compiled_graph::impl& c, const graph& src, const outpu
     const auto at = std::find(G.outputs().begin(), G.outputs().end(), name);
     if (std::find(src.outputs().begin(), src.outputs().end(), name) == src.outputs().end() || at == G.outputs().end())
       throw graph_error(make_error_code(errc::invalid_argument), {}, name,
-                        "compile: all_reduce names '" + name + "', which is not an output of the graph");
+                        std::string(call) + ": all_reduce names '" + name + "', which is not an output of the graph");
     const std::size_t i = static_cast<std::size_t>(at - G.outputs().begin());
     // Under fp16, bf16 or mixed precision an output computed in the compute type is a Cast of
     // that value, which the precision rewrite inserted: the operators read the compute-type
@@ -553,12 +555,12 @@ void order_for_all_reduce(compiled_graph::impl& c, const graph& src, const outpu
     }
     const int r = root_of(target);
     if (c.values[static_cast<std::size_t>(r)].kind != value_kind::activation)
-      throw graph_error(
-          make_error_code(errc::invalid_argument), {}, name,
-          "compile: all_reduce names '" + name + "', which no operator writes (an input or a constant of the graph)");
+      throw graph_error(make_error_code(errc::invalid_argument), {}, name,
+                        std::string(call) + ": all_reduce names '" + name +
+                            "', which no operator writes (an input or a constant of the graph)");
     if (std::find(reduced_roots.begin(), reduced_roots.end(), r) != reduced_roots.end())
       throw graph_error(make_error_code(errc::invalid_argument), {}, name,
-                        "compile: all_reduce names '" + name +
+                        std::string(call) + ": all_reduce names '" + name +
                             "' twice, or with another output that shares its memory (a view of it)");
     reduced_roots.push_back(r);
     reduced_names.push_back(name);
@@ -582,11 +584,11 @@ void order_for_all_reduce(compiled_graph::impl& c, const graph& src, const outpu
     for (int v : st.out) {
       const int r = root_of(v);
       if (const auto at = std::find(reduced_roots.begin(), reduced_roots.end(), r); at != reduced_roots.end())
-        throw graph_error(make_error_code(errc::not_supported), {},
-                          std::string(reduced_names[at - reduced_roots.begin()]),
-                          "compile: all_reduce names '" + std::string(reduced_names[at - reduced_roots.begin()]) +
-                              "', which is computed from another output it reduces (one reduction would wait for "
-                              "the other's readers)");
+        throw graph_error(
+            make_error_code(errc::not_supported), {}, std::string(reduced_names[at - reduced_roots.begin()]),
+            std::string(call) + ": all_reduce names '" + std::string(reduced_names[at - reduced_roots.begin()]) +
+                "', which is computed from another output it reduces (one reduction would wait for "
+                "the other's readers)");
       tainted[static_cast<std::size_t>(r)] = 1;
     }
   }
@@ -606,23 +608,24 @@ void order_for_all_reduce(compiled_graph::impl& c, const graph& src, const outpu
 
 // Builds everything but device memory. Shared by session::compile and plan_memory.
 std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_options& o, precision prec,
-                                                 const schedule_config& sc, const memory_config& mc,
-                                                 int level_default) {
+                                                 const schedule_config& sc, const memory_config& mc, int level_default,
+                                                 std::string_view call) {
   src.validate();
   auto p = std::make_shared<compiled_graph::impl>();
   compile_report& rep = p->rep;
   rep.optimization_level = o.optimization_level.value_or(level_default);
   if (rep.optimization_level < 0 || rep.optimization_level > 3)
     throw_error(make_error_code(errc::invalid_argument),
-                "compile: optimization_level " + std::to_string(rep.optimization_level) + " (0-3)");
+                std::string(call) + ": optimization_level " + std::to_string(rep.optimization_level) + " (0-3)");
   // Enumerations cast from integers: refused rather than run as something unnamed.
   if (const auto s = o.schedule.value_or(sc.strategy);
       static_cast<unsigned>(s) > static_cast<unsigned>(schedule::pipeline))
     throw_error(make_error_code(errc::invalid_argument),
-                "compile: schedule " + std::to_string(static_cast<unsigned>(s)) + " is not a schedule");
+                std::string(call) + ": schedule " + std::to_string(static_cast<unsigned>(s)) + " is not a schedule");
   if (static_cast<unsigned>(prec) > static_cast<unsigned>(precision::mixed))
-    throw_error(make_error_code(errc::invalid_argument),
-                "compile: precision " + std::to_string(static_cast<unsigned>(prec)) + " is not a precision");
+    throw_error(
+        make_error_code(errc::invalid_argument),
+        std::string(call) + ": precision " + std::to_string(static_cast<unsigned>(prec)) + " is not a precision");
   const int level = rep.optimization_level;
   rep.memory_reuse = o.memory_reuse.value_or(mc.reuse);
   rep.schedule = o.schedule.value_or(sc.strategy);
@@ -631,7 +634,7 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   const int max_par = o.max_parallelism.value_or(sc.max_parallelism);
   const int stages = o.pipeline_stages.value_or(sc.pipeline_stages);
   // As set_schedule_config: a value that cannot be meant is refused, not clamped.
-  check_schedule_limits("compile", max_par, stages);
+  check_schedule_limits(call, max_par, stages);
 
   // Rewrites, each giving a validated graph.
   graph g = [&] {
@@ -815,8 +818,9 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   }
   for (const auto& name : o.outputs_on_device)
     if (std::find(src.outputs().begin(), src.outputs().end(), name) == src.outputs().end())
-      throw graph_error(make_error_code(errc::invalid_argument), {}, name,
-                        "compile: outputs_on_device names '" + name + "', which is not an output of the graph");
+      throw graph_error(
+          make_error_code(errc::invalid_argument), {}, name,
+          std::string(call) + ": outputs_on_device names '" + name + "', which is not an output of the graph");
   for (const auto& o2 : G.outputs()) {
     const int v = add_value(G.value(resolve(o2)));
     p->values[static_cast<std::size_t>(v)].output = true;
@@ -826,7 +830,7 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     p->output_on_device.push_back(on_device);
     rep.outputs_on_device += on_device ? 1 : 0;
   }
-  if (o.all_reduce) order_for_all_reduce(*p, src, *o.all_reduce);
+  if (o.all_reduce) order_for_all_reduce(*p, src, *o.all_reduce, call);
   // Inputs and constants are never written by operators, so a view of them stays theirs.
   const int nsteps = static_cast<int>(p->steps.size());
   p->roots.assign(p->values.size(), {});
@@ -942,8 +946,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   // graph that fits.
   const auto add_bytes = [&](std::uint64_t& to, std::uint64_t n, std::string_view what) {
     if (n > std::numeric_limits<std::uint64_t>::max() - to)
-      throw_error(make_error_code(errc::size_overflow),
-                  "compile: graph '" + src.name() + "': its " + std::string(what) + " exceed 2^64 - 1 bytes");
+      throw_error(make_error_code(errc::size_overflow), std::string(call) + ": graph '" + src.name() + "': its " +
+                                                            std::string(what) + " exceed 2^64 - 1 bytes");
     to += n;
   };
   for (const auto& v : p->values) {
@@ -1127,7 +1131,7 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
 }
 
 compile_report plan_memory(graph& g, const compile_options& opts, precision prec) {
-  return build_plan(g, opts, prec, schedule_config{}, memory_config{}, 1)->rep;
+  return build_plan(g, opts, prec, schedule_config{}, memory_config{}, 1, "npurt::plan_memory")->rep;
 }
 
 }  // namespace npurt

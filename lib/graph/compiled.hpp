@@ -10,13 +10,14 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace npurt {
 
 /// Refuses a max_parallelism or pipeline_stages that cannot be meant (a pipeline's stages take a
 /// stream each beside the copy-in stream), naming only the field that is wrong and its range.
-inline void check_schedule_limits(const char* call, int max_parallelism, int pipeline_stages) {
+inline void check_schedule_limits(std::string_view call, int max_parallelism, int pipeline_stages) {
   const bool par_ok = max_parallelism >= 1 && static_cast<std::size_t>(max_parallelism) <= session::max_streams;
   const bool stages_ok = pipeline_stages >= 1 && static_cast<std::size_t>(pipeline_stages) < session::max_streams;
   if (par_ok && stages_ok) [[likely]]

@@ -14,7 +14,8 @@
 namespace npurt {
 
 std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_options& o, precision prec,
-                                                 const schedule_config& sc, const memory_config& mc, int level_default);
+                                                 const schedule_config& sc, const memory_config& mc, int level_default,
+                                                 std::string_view call);
 
 namespace {
 
@@ -30,7 +31,9 @@ compiled_graph::impl::~impl() {
 }
 
 const compile_report& compiled_graph::report() const {
-  if (!p_) throw_error(make_error_code(errc::invalid_argument), "compiled_graph: empty");
+  if (!p_)
+    throw_error(make_error_code(errc::invalid_argument),
+                "npurt::compiled_graph::report: the compiled graph is empty (not from compile())");
   return p_->rep;
 }
 
@@ -50,11 +53,12 @@ session::session(npurt::system& sys, const session_config& cfg)
       cfg_(cfg),
       id_(next_session_id.fetch_add(1)) {
   if (static_cast<unsigned>(cfg.precision) > static_cast<unsigned>(precision::mixed))
-    throw_error(make_error_code(errc::invalid_argument),
-                "session: precision " + std::to_string(static_cast<unsigned>(cfg.precision)) + " is not a precision");
+    throw_error(
+        make_error_code(errc::invalid_argument),
+        "npurt::session: precision " + std::to_string(static_cast<unsigned>(cfg.precision)) + " is not a precision");
   if (cfg.precision == precision::bf16 && !dev_->properties().bf16_supported)
     throw_error(make_error_code(errc::not_supported),
-                "session: " + dev_->properties().name + " has no bf16 (use fp16 or mixed)");
+                "npurt::session: " + dev_->properties().name + " has no bf16 (use fp16 or mixed)");
   (void)stream(0);
 }
 
@@ -137,7 +141,7 @@ void session::drain() noexcept {
 }
 
 npurt::mem_pool& session::pool() {
-  check_alive("session");
+  check_alive("npurt::session::pool");
   if (!pool_) {
     mem_pool_options o;
     o.strategy = alloc_;
@@ -169,7 +173,7 @@ void check_stream_index(const char* what, std::size_t i) {
 }  // namespace
 
 npurt::stream& session::stream(std::size_t i) {
-  check_stream_index("stream", i);
+  check_stream_index("npurt::session::stream", i);
   while (compute_.size() <= i) {
     compute_.push_back(streams_.size());
     streams_.push_back(std::make_unique<npurt::stream>(dev_->make_stream()));
@@ -179,8 +183,9 @@ npurt::stream& session::stream(std::size_t i) {
 
 npurt::stream& session::io_stream(std::size_t i) {
   if (i >= io_.size())
-    throw_error(make_error_code(errc::invalid_argument), "io_stream: index " + std::to_string(i) + "; a session has " +
-                                                             std::to_string(io_.size()) + " copy streams");
+    throw_error(make_error_code(errc::invalid_argument), "npurt::session::io_stream: index " + std::to_string(i) +
+                                                             "; a session has " + std::to_string(io_.size()) +
+                                                             " copy streams");
   auto& at = io_[i];
   if (at == 0) {  // index 0 is always stream(0), never a copy stream
     (void)stream(0);
@@ -191,7 +196,7 @@ npurt::stream& session::io_stream(std::size_t i) {
 }
 
 npurt::stream& session::stage_stream(std::size_t i) {
-  check_stream_index("stage_stream", i);
+  check_stream_index("npurt::session::stage_stream", i);
   (void)stream(0);
   while (stage_.size() <= i) {
     stage_.push_back(streams_.size());
@@ -203,7 +208,7 @@ npurt::stream& session::stage_stream(std::size_t i) {
 npurt::stream& session::comm_stream(int priority) {
   if (priority < 0 || static_cast<std::size_t>(priority) >= comm_.size())
     throw_error(make_error_code(errc::invalid_argument),
-                "comm_stream: priority " + std::to_string(priority) + " (0 highest .. 7 lowest)");
+                "npurt::session::comm_stream: priority " + std::to_string(priority) + " (0 highest .. 7 lowest)");
   auto& at = comm_[static_cast<std::size_t>(priority)];
   if (at == 0) {  // index 0 is always stream(0), never a communication stream
     (void)stream(0);
@@ -278,25 +283,26 @@ void session::set_memory_config(const memory_config& m) {
   // be reported as reserved all the same.
   if (!m.auto_growth && m.pool_size > capacity)
     throw_error(make_error_code(errc::invalid_argument),
-                "set_memory_config: pool_size " + std::to_string(m.pool_size) + " without auto_growth exceeds the " +
-                    std::to_string(capacity) + " bytes of device " + std::to_string(dev_->id()));
+                "npurt::session::set_memory_config: pool_size " + std::to_string(m.pool_size) +
+                    " without auto_growth exceeds the " + std::to_string(capacity) + " bytes of device " +
+                    std::to_string(dev_->id()));
   mem_ = m;
   rebuild_pool_if_idle();
 }
 
 void session::set_schedule_config(const schedule_config& s) {
   if (static_cast<unsigned>(s.strategy) > static_cast<unsigned>(schedule::pipeline))
-    throw_error(
-        make_error_code(errc::invalid_argument),
-        "set_schedule_config: strategy " + std::to_string(static_cast<unsigned>(s.strategy)) + " is not a schedule");
-  check_schedule_limits("set_schedule_config", s.max_parallelism, s.pipeline_stages);
+    throw_error(make_error_code(errc::invalid_argument), "npurt::session::set_schedule_config: strategy " +
+                                                             std::to_string(static_cast<unsigned>(s.strategy)) +
+                                                             " is not a schedule");
+  check_schedule_limits("npurt::session::set_schedule_config", s.max_parallelism, s.pipeline_stages);
   sched_ = s;
 }
 
 void session::enable_auto_schedule(int level) {
   if (level < 0 || level > 3)
     throw_error(make_error_code(errc::invalid_argument),
-                "enable_auto_schedule: level " + std::to_string(level) + " (0-3)");
+                "npurt::session::enable_auto_schedule: level " + std::to_string(level) + " (0-3)");
   level_ = level;
 }
 
@@ -330,8 +336,8 @@ void session::trigger_gc() {
 compiled_graph session::compile(graph& g, const compile_options& opts) {
   // Queued copies of constants and the blocking wait for them: refused up front where the wait
   // could not happen, as the copies would outlive the graph they read.
-  check_can_block("compile");
-  auto p = build_plan(g, opts, cfg_.precision, sched_, mem_, level_);
+  check_can_block("npurt::session::compile");
+  auto p = build_plan(g, opts, cfg_.precision, sched_, mem_, level_, "npurt::session::compile");
   p->owner = this;
   auto& rep = p->rep;
   // Overlap: inputs come in and outputs go out on copy streams of their own, into one of two
@@ -350,14 +356,15 @@ compiled_graph session::compile(graph& g, const compile_options& opts) {
     const auto& ar = *p->all_reduce;
     if (!ar.comm.valid())
       throw_error(make_error_code(errc::invalid_argument),
-                  "compile: all_reduce's communicator is empty or its system is gone");
+                  "npurt::session::compile: all_reduce's communicator is empty or its system is gone");
     if (ar.comm.rank_of(dev_->id()) < 0)
-      throw_error(make_error_code(errc::invalid_argument), "compile: all_reduce's communicator '" + ar.comm.name() +
-                                                               "' has no rank on device " + std::to_string(dev_->id()) +
-                                                               ", the session's");
+      throw_error(make_error_code(errc::invalid_argument), "npurt::session::compile: all_reduce's communicator '" +
+                                                               ar.comm.name() + "' has no rank on device " +
+                                                               std::to_string(dev_->id()) + ", the session's");
     if (static_cast<unsigned>(ar.op) > static_cast<unsigned>(reduce_op::avg))
-      throw_error(make_error_code(errc::invalid_argument),
-                  "compile: all_reduce's op " + std::to_string(static_cast<unsigned>(ar.op)) + " is not a reduce_op");
+      throw_error(make_error_code(errc::invalid_argument), "npurt::session::compile: all_reduce's op " +
+                                                               std::to_string(static_cast<unsigned>(ar.op)) +
+                                                               " is not a reduce_op");
     (void)comm_stream(ar.priority);  // refuses a priority out of range
     rep.streams += 1;
   }
@@ -601,7 +608,8 @@ struct session::pending_run {
 
 namespace {
 
-void check_feeds(const compiled_graph::impl& c, const std::vector<feed>& inputs, std::vector<const tensor*>& by_input) {
+void check_feeds(const compiled_graph::impl& c, const std::vector<feed>& inputs, std::vector<const tensor*>& by_input,
+                 std::string_view call) {
   by_input.assign(c.inputs.size(), nullptr);
   for (const auto& f : inputs) {
     bool found = false;
@@ -611,31 +619,34 @@ void check_feeds(const compiled_graph::impl& c, const std::vector<feed>& inputs,
       found = true;
       if (!(f.value.shape() == v.shape))
         throw graph_error(make_error_code(errc::invalid_shape), {}, f.name,
-                          "run: input '" + f.name + "' expects shape " + shape_string(v.shape) + ", fed " +
-                              shape_string(f.value.shape()));
+                          std::string(call) + ": input '" + f.name + "' expects shape " + shape_string(v.shape) +
+                              ", fed " + shape_string(f.value.shape()));
       if (f.value.type() != v.type)
         throw graph_error(make_error_code(errc::invalid_dtype), {}, f.name,
-                          "run: input '" + f.name + "' expects " + std::string(to_string(v.type)) + ", fed " +
-                              std::string(to_string(f.value.type())));
+                          std::string(call) + ": input '" + f.name + "' expects " + std::string(to_string(v.type)) +
+                              ", fed " + std::string(to_string(f.value.type())));
       if (by_input[i])
-        throw graph_error(make_error_code(errc::invalid_argument), {}, f.name, "run: input '" + f.name + "' fed twice");
+        throw graph_error(make_error_code(errc::invalid_argument), {}, f.name,
+                          std::string(call) + ": input '" + f.name + "' fed twice");
       if (!c.rep.timing_only && !f.value.is_host() && !f.value.is_device() && v.bytes() != 0)
-        throw graph_error(
-            make_error_code(errc::invalid_argument), {}, f.name,
-            "run: input '" + f.name + "' is a timing-only tensor (no data), but the graph computes real results");
+        throw graph_error(make_error_code(errc::invalid_argument), {}, f.name,
+                          std::string(call) + ": input '" + f.name +
+                              "' is a timing-only tensor (no data), but the graph computes real results");
       if (f.value.storage_lost())
         throw graph_error(make_error_code(errc::invalid_pointer), {}, f.name,
-                          "run: input '" + f.name + "' is a device tensor that is unusable: " + f.value.lost_reason());
+                          std::string(call) + ": input '" + f.name +
+                              "' is a device tensor that is unusable: " + f.value.lost_reason());
       by_input[i] = &f.value;
     }
     if (!found)
       throw graph_error(make_error_code(errc::invalid_argument), {}, f.name,
-                        "run: the graph has no input '" + f.name + "'");
+                        std::string(call) + ": the graph has no input '" + f.name + "'");
   }
   for (std::size_t i = 0; i < c.inputs.size(); ++i)
     if (!by_input[i]) {
       const auto& name = c.values[static_cast<std::size_t>(c.inputs[i])].name;
-      throw graph_error(make_error_code(errc::invalid_argument), {}, name, "run: input '" + name + "' is not fed");
+      throw graph_error(make_error_code(errc::invalid_argument), {}, name,
+                        std::string(call) + ": input '" + name + "' is not fed");
     }
 }
 
@@ -769,19 +780,22 @@ event enqueue_batch(enqueue_ctx& x) {
 
 }  // namespace
 
-std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& cg, const std::vector<feed>& inputs) {
-  check_alive("run");
+std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& cg, const std::vector<feed>& inputs,
+                                                         std::string_view call) {
+  check_alive(call);
   if (!cg.valid())
-    throw_error(make_error_code(errc::invalid_argument), "run: the compiled graph is empty (not from compile())");
+    throw_error(make_error_code(errc::invalid_argument),
+                std::string(call) + ": the compiled graph is empty (not from compile())");
   if (cg.get().owner != this)
-    throw_error(make_error_code(errc::invalid_argument), "run: the compiled graph belongs to another session");
+    throw_error(make_error_code(errc::invalid_argument),
+                std::string(call) + ": the compiled graph belongs to another session");
   auto p = std::make_shared<pending_run>();
   // The compiled graph stays alive until the run completes.
   for (const auto& w : compiled_)
     if (auto sp = w.lock(); sp.get() == &cg.get()) p->c = sp;
   auto& c = cg.get();
   enqueue_ctx x{*this, c, 0, {}, &p->host_out, nullptr};
-  check_feeds(c, inputs, x.in);
+  check_feeds(c, inputs, x.in, call);
   p->host_out.resize(c.outputs.size());
   if (cfg_.profiling) {
     for (std::size_t k = 0; k < c.steps.size(); ++k) p->index[c.steps[k].kernel_name] = k;
@@ -914,8 +928,8 @@ std::exception_ptr session::take_run_failure(const compiled_graph& c, std::strin
 
 run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs) {
   // A run that could not wait would leave its copies out writing into host outputs already gone.
-  check_can_block("run");
-  auto p = start_run(c, inputs);
+  check_can_block("npurt::session::run");
+  auto p = start_run(c, inputs, "npurt::session::run");
   if (std::exception_ptr first = take_run_failure(c, "npurt::session::run", nullptr, p.get())) {
     abandon_run(*p);
     std::rethrow_exception(first);
@@ -925,14 +939,15 @@ run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs
 
 std::shared_ptr<session::pending_run> session::start_batches(const compiled_graph& cg,
                                                              const std::vector<std::vector<feed>>& batches,
-                                                             bool wait_each) {
-  check_alive("run_batches");
+                                                             bool wait_each, std::string_view call) {
+  check_alive(call);
   if (!cg.valid())
     throw_error(make_error_code(errc::invalid_argument),
-                "run_batches: the compiled graph is empty (not from compile())");
+                std::string(call) + ": the compiled graph is empty (not from compile())");
   if (cg.get().owner != this)
-    throw_error(make_error_code(errc::invalid_argument), "run_batches: the compiled graph belongs to another session");
-  if (wait_each) check_can_block("run_batches");
+    throw_error(make_error_code(errc::invalid_argument),
+                std::string(call) + ": the compiled graph belongs to another session");
+  if (wait_each) check_can_block(call);
   auto p = std::make_shared<pending_run>();
   for (const auto& w : compiled_)
     if (auto sp = w.lock(); sp.get() == &cg.get()) p->c = sp;
@@ -945,7 +960,7 @@ std::shared_ptr<session::pending_run> session::start_batches(const compiled_grap
   // Every batch's feeds are checked before the first is queued: a bad batch fails the call with
   // nothing in flight.
   std::vector<std::vector<const tensor*>> fed(batches.size());
-  for (std::size_t b = 0; b < batches.size(); ++b) check_feeds(c, batches[b], fed[b]);
+  for (std::size_t b = 0; b < batches.size(); ++b) check_feeds(c, batches[b], fed[b], call);
   p->batch_out.resize(batches.size());
   p->start = sys_->now();
   npurt::stream* comm = c.reductions.empty() ? nullptr : &comm_stream(c.all_reduce->priority);
@@ -1016,7 +1031,7 @@ batches_result session::finish_batches(pending_run& p) {
 }
 
 batches_result session::run_batches(const compiled_graph& cg, const std::vector<std::vector<feed>>& batches) {
-  auto p = start_batches(cg, batches, true);
+  auto p = start_batches(cg, batches, true, "npurt::session::run_batches");
   if (std::exception_ptr first = take_run_failure(cg, "npurt::session::run_batches", nullptr, p.get()))
     std::rethrow_exception(first);
   return finish_batches(*p);

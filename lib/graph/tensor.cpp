@@ -37,14 +37,15 @@ I saturate(double v) noexcept {
 
 void check_shape(const shape& s, dtype t) {
   for (auto d : s)
-    if (d < 0) throw_error(make_error_code(errc::invalid_shape), "tensor: negative dimension " + std::to_string(d));
+    if (d < 0)
+      throw_error(make_error_code(errc::invalid_shape), "npurt::tensor: negative dimension " + std::to_string(d));
   const std::int64_t n = s.checked_elements();
   std::size_t bytes = 0;
   // Sizes from outside (a file, a user's dimensions) are checked before anything is sized by them.
   if (n < 0 || __builtin_mul_overflow(static_cast<std::size_t>(n), size_of(t), &bytes) ||
       bytes > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
-    throw_error(make_error_code(errc::size_overflow), "tensor: the " + std::string(to_string(t)) + " elements of " +
-                                                          shape_string(s) + " do not fit in memory");
+    throw_error(make_error_code(errc::size_overflow), "npurt::tensor: the " + std::string(to_string(t)) +
+                                                          " elements of " + shape_string(s) + " do not fit in memory");
 }
 
 }  // namespace
@@ -153,7 +154,7 @@ tensor::tensor(npurt::shape s, npurt::dtype t, npurt::layout l) : shape_(s), typ
     host_.assign(bytes(), std::byte{0});
   } catch (const std::bad_alloc&) {
     throw_error(make_error_code(errc::out_of_memory),
-                "tensor: no host memory for the " + std::to_string(bytes()) + " bytes of " + shape_string(s));
+                "npurt::tensor: no host memory for the " + std::to_string(bytes()) + " bytes of " + shape_string(s));
   }
   place_ = storage_place::host;
   data_ = host_.data();
@@ -161,25 +162,25 @@ tensor::tensor(npurt::shape s, npurt::dtype t, npurt::layout l) : shape_(s), typ
 
 tensor::tensor(npurt::shape s, npurt::dtype t, const std::vector<double>& values) : tensor(s, t) {
   if (static_cast<std::int64_t>(values.size()) != elements())
-    throw_error(make_error_code(errc::invalid_shape),
-                "tensor: " + std::to_string(values.size()) + " values for " + std::to_string(elements()) + " elements");
+    throw_error(make_error_code(errc::invalid_shape), "npurt::tensor: " + std::to_string(values.size()) +
+                                                          " values for " + std::to_string(elements()) + " elements");
   for (std::size_t i = 0; i < values.size(); ++i) store_element(data_, type_, static_cast<std::int64_t>(i), values[i]);
 }
 
 tensor::tensor(npurt::shape s, std::span<const bool> values) : tensor(s, dtype::boolean) {
   if (static_cast<std::int64_t>(values.size()) != elements())
-    throw_error(make_error_code(errc::invalid_shape),
-                "tensor: " + std::to_string(values.size()) + " bools for " + std::to_string(elements()) + " elements");
+    throw_error(make_error_code(errc::invalid_shape), "npurt::tensor: " + std::to_string(values.size()) +
+                                                          " bools for " + std::to_string(elements()) + " elements");
   std::copy(values.begin(), values.end(), bools().begin());
 }
 
 std::span<bool> tensor::bools() {
-  check_bools("tensor::bools");
+  check_bools("npurt::tensor::bools");
   return {static_cast<bool*>(data_), static_cast<std::size_t>(elements())};
 }
 
 std::span<const bool> tensor::bools() const {
-  check_bools("tensor::bools");
+  check_bools("npurt::tensor::bools");
   return {static_cast<const bool*>(data_), static_cast<std::size_t>(elements())};
 }
 
@@ -223,7 +224,7 @@ tensor tensor::timing_only(npurt::shape s, npurt::dtype t, npurt::layout l) {
 
 tensor tensor::clone() const {
   if (place_ == storage_place::device)
-    throw_error(make_error_code(errc::not_supported), "tensor::clone: a device tensor is copied with copy_from");
+    throw_error(make_error_code(errc::not_supported), "npurt::tensor::clone: a device tensor is copied with copy_from");
   if (place_ == storage_place::none) return timing_only(shape_, type_, format_);
   tensor r(shape_, type_, format_);
   // An empty tensor has no storage to copy: memcpy's pointers must not be null even for 0 bytes.
@@ -244,13 +245,13 @@ void tensor::release() noexcept {
 
 std::int64_t tensor::linear(std::initializer_list<std::int64_t> index) const {
   if (index.size() != shape_.rank())
-    throw_error(make_error_code(errc::invalid_shape), "tensor: index of rank " + std::to_string(index.size()) +
+    throw_error(make_error_code(errc::invalid_shape), "npurt::tensor: index of rank " + std::to_string(index.size()) +
                                                           " into a tensor of rank " + std::to_string(shape_.rank()));
   std::int64_t i = 0;
   std::size_t d = 0;
   for (auto x : index) {
     if (x < 0 || x >= shape_[d])
-      throw_error(make_error_code(errc::invalid_argument), "tensor: index " + std::to_string(x) +
+      throw_error(make_error_code(errc::invalid_argument), "npurt::tensor: index " + std::to_string(x) +
                                                                " out of range in dimension " + std::to_string(d) +
                                                                " of size " + std::to_string(shape_[d]));
     i = i * shape_[d] + x;
@@ -262,15 +263,16 @@ std::int64_t tensor::linear(std::initializer_list<std::int64_t> index) const {
 double tensor::get(std::int64_t i) const {
   // A timing-only tensor (the output of a timing-only run, say) has no values anywhere.
   if (place_ == storage_place::none)
-    throw_error(make_error_code(errc::invalid_argument),
-                "tensor::get: the tensor has no data (a timing-only tensor, such as a timing-only run's output, or an "
-                "empty one)");
+    throw_error(
+        make_error_code(errc::invalid_argument),
+        "npurt::tensor::get: the tensor has no data (a timing-only tensor, such as a timing-only run's output, or an "
+        "empty one)");
   if (place_ != storage_place::host)
     throw_error(make_error_code(errc::invalid_pointer),
-                "tensor::get: element access needs a host tensor (use to_host)");
+                "npurt::tensor::get: element access needs a host tensor (use to_host)");
   if (i < 0 || i >= elements())
     throw_error(make_error_code(errc::invalid_argument),
-                "tensor::get: element " + std::to_string(i) + " of " + std::to_string(elements()));
+                "npurt::tensor::get: element " + std::to_string(i) + " of " + std::to_string(elements()));
   return load_element(data_, type_, i);
 }
 
@@ -280,37 +282,39 @@ std::int64_t tensor::get_int(std::int64_t i) const {
     std::int64_t v = 0;
     std::memcpy(&v, static_cast<const std::byte*>(data_) + static_cast<std::size_t>(i) * sizeof v, sizeof v);
     if (type_ == dtype::u64 && v < 0)  // the u64 is 2^63 or more
-      throw_error(make_error_code(errc::invalid_argument), "tensor::get_int: element " + std::to_string(i) + " is " +
-                                                               std::to_string(static_cast<std::uint64_t>(v)) +
+      throw_error(make_error_code(errc::invalid_argument), "npurt::tensor::get_int: element " + std::to_string(i) +
+                                                               " is " + std::to_string(static_cast<std::uint64_t>(v)) +
                                                                ", which is not an int64 value");
     return v;
   }
   const double d = get(i);
   // -2^63 is exact in a double; 2^63 is the first value past the range.
   if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
-    throw_error(make_error_code(errc::invalid_argument), "tensor::get_int: element " + std::to_string(i) + " is " +
-                                                             std::to_string(d) + ", which is not an int64 value");
+    throw_error(make_error_code(errc::invalid_argument), "npurt::tensor::get_int: element " + std::to_string(i) +
+                                                             " is " + std::to_string(d) +
+                                                             ", which is not an int64 value");
   return static_cast<std::int64_t>(d);
 }
 
 void tensor::set(std::int64_t i, double v) {
   if (place_ != storage_place::host)
-    throw_error(make_error_code(errc::invalid_pointer), "tensor::set: element access needs a host tensor");
+    throw_error(make_error_code(errc::invalid_pointer), "npurt::tensor::set: element access needs a host tensor");
   if (i < 0 || i >= elements())
     throw_error(make_error_code(errc::invalid_argument),
-                "tensor::set: element " + std::to_string(i) + " of " + std::to_string(elements()));
+                "npurt::tensor::set: element " + std::to_string(i) + " of " + std::to_string(elements()));
   store_element(data_, type_, i, v);
 }
 
 void tensor::fill(double v) {
   if (place_ != storage_place::host)
-    throw_error(make_error_code(errc::invalid_pointer), "tensor::fill: a device tensor is filled with fill(v, stream)");
+    throw_error(make_error_code(errc::invalid_pointer),
+                "npurt::tensor::fill: a device tensor is filled with fill(v, stream)");
   for (std::int64_t i = 0; i < elements(); ++i) store_element(data_, type_, i, v);
 }
 
 void tensor::fill(double v, stream& s) {
   if (place_ == storage_place::host) return fill(v);
-  throw_if_lost("tensor::fill", tensor{});
+  throw_if_lost("npurt::tensor::fill", tensor{});
   tensor staging(shape_, type_, format_);
   staging.fill(v);
   copy_from(staging, s);
@@ -370,24 +374,24 @@ void tensor::throw_if_lost(const char* who, const tensor& src) const {
 }
 
 void tensor::copy_from(const tensor& src, stream& s) {
-  throw_if_lost("tensor::copy_from", src);
+  throw_if_lost("npurt::tensor::copy_from", src);
   std::error_code ec;
   copy_from(src, s, ec);
   if (ec)
-    throw_error(ec, "tensor::copy_from: " + std::string(to_string(src.type_)) + " tensor of " +
+    throw_error(ec, "npurt::tensor::copy_from: " + std::string(to_string(src.type_)) + " tensor of " +
                         std::to_string(src.elements()) + " elements into " + std::string(to_string(type_)) +
                         " tensor of " + std::to_string(elements()) + " elements");
 }
 
 tensor tensor::to_device(npurt::device& dev, stream& s) const {
-  throw_if_lost("tensor::to_device", *this);
+  throw_if_lost("npurt::tensor::to_device", *this);
   tensor r = on_device(dev, shape_, type_, format_);
   r.copy_from(*this, s);
   return r;
 }
 
 tensor tensor::to_host(stream& s) const {
-  throw_if_lost("tensor::to_host", *this);
+  throw_if_lost("npurt::tensor::to_host", *this);
   tensor r(shape_, type_, format_);
   r.copy_from(*this, s);
   return r;

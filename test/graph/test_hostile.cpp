@@ -108,6 +108,42 @@ TEST_CASE("a name with a NUL or control bytes does not cut or garble the message
   }
 }
 
+TEST_CASE("the graph layer's refusals begin with the qualified name of the call refused", "[graph][errors]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  graph g = relu_graph(4);
+  const auto c = s.compile(g);
+  const tensor wrong({5}, dtype::f32);
+  const auto what = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const error& e) { return e.what(); }
+    FAIL("accepted");
+    return {};
+  };
+  const auto starts = [](const std::string& s, std::string_view with) {
+    INFO(s);
+    CHECK(s.starts_with(with));
+  };
+  starts(what([&] { (void)s.run(c, {{"x", wrong}}); }), "npurt::session::run: input 'x' expects shape [4]");
+  starts(what([&] { (void)s.run_batches(c, {{{"x", wrong}}}); }),
+         "npurt::session::run_batches: input 'x' expects shape [4]");
+  starts(what([&] { (void)s.run(compiled_graph{}, {}); }), "npurt::session::run: the compiled graph is empty");
+  std::string async_error;
+  s.async_run(c, {{"y", wrong}}, [&](async_error_code, run_result r) { async_error = r.error; });
+  sys.run();
+  starts(async_error, "npurt::session::async_run: the graph has no input 'y'");
+  starts(what([&] { (void)s.compile(g, {.optimization_level = 7}); }), "npurt::session::compile: optimization_level 7");
+  starts(what([&] { (void)plan_memory(g, {.optimization_level = 7}); }), "npurt::plan_memory: optimization_level 7");
+  starts(what([&] { s.enable_auto_schedule(9); }), "npurt::session::enable_auto_schedule: level 9");
+  starts(what([&] { (void)s.io_stream(2); }), "npurt::session::io_stream: index 2");
+  starts(what([&] { (void)s.comm_stream(8); }), "npurt::session::comm_stream: priority 8");
+  starts(what([&] { (void)s.stream(session::max_streams); }), "npurt::session::stream: index 1024");
+  starts(what([&] { (void)compiled_graph{}.report(); }), "npurt::compiled_graph::report: the compiled graph is empty");
+  starts(what([&] { (void)tensor({-1}, dtype::f32); }), "npurt::tensor: negative dimension -1");
+  starts(what([&] { (void)wrong.get(5); }), "npurt::tensor::get: element 5 of 5");
+}
+
 TEST_CASE("a session whose device was reset says to make a new one", "[graph][errors][fault]") {
   npurt::system sys{sim::presets::ascend910(1)};
   session s{sys};
@@ -198,19 +234,21 @@ TEST_CASE("a schedule option out of range is named alone, by compile and by set_
     return {};
   };
   const std::string par = what([&] { (void)s.compile(g, {.max_parallelism = 0}); });
-  CHECK(par.find("compile: max_parallelism 0 is out of range (1..1024)") != std::string::npos);
+  CHECK(par.find("npurt::session::compile: max_parallelism 0 is out of range (1..1024)") != std::string::npos);
   CHECK(par.find("pipeline_stages") == std::string::npos);
   const std::string stages = what([&] { (void)s.compile(g, {.pipeline_stages = 1024}); });
-  CHECK(stages.find("compile: pipeline_stages 1024 is out of range (1..1023)") != std::string::npos);
+  CHECK(stages.find("npurt::session::compile: pipeline_stages 1024 is out of range (1..1023)") != std::string::npos);
   CHECK(stages.find("max_parallelism") == std::string::npos);
   const std::string both = what([&] { (void)s.compile(g, {.max_parallelism = -1, .pipeline_stages = 0}); });
   CHECK(both.find("max_parallelism -1 is out of range (1..1024)") != std::string::npos);
   CHECK(both.find("pipeline_stages 0 is out of range (1..1023)") != std::string::npos);
   const std::string set = what([&] { s.set_schedule_config({.max_parallelism = 2000}); });
-  CHECK(set.find("set_schedule_config: max_parallelism 2000 is out of range (1..1024)") != std::string::npos);
+  CHECK(set.find("npurt::session::set_schedule_config: max_parallelism 2000 is out of range (1..1024)") !=
+        std::string::npos);
   CHECK(set.find("pipeline_stages") == std::string::npos);
   const std::string set_stages = what([&] { s.set_schedule_config({.pipeline_stages = -5}); });
-  CHECK(set_stages.find("set_schedule_config: pipeline_stages -5 is out of range (1..1023)") != std::string::npos);
+  CHECK(set_stages.find("npurt::session::set_schedule_config: pipeline_stages -5 is out of range (1..1023)") !=
+        std::string::npos);
   CHECK(set_stages.find("max_parallelism") == std::string::npos);
 }
 
@@ -462,7 +500,10 @@ TEST_CASE("a failed async_run says what failed, as the blocking run's exception 
   });
   sys.run();
   CHECK(got == errc::invalid_argument);
-  CHECK(message == blocking);  // names the missing feed "x"
+  // The blocking run's words (naming the missing feed "x"), under async_run's own name.
+  constexpr std::string_view run_call = "npurt::session::run: ";
+  REQUIRE(blocking.starts_with(run_call));
+  CHECK(message == "npurt::session::async_run: " + blocking.substr(run_call.size()));
   CHECK(message.find("'x'") != std::string::npos);
   // A run that succeeds has no error text.
   tensor x({64}, dtype::f32, std::vector<double>(64, 1.0));

@@ -165,9 +165,9 @@ struct run_result {
   /// is included) to the completion of the run's last task (the last copy out).
   picoseconds latency{0};
   std::vector<op_timing> ops;             ///< in execution order of starts
-  /// async_run: empty, or what failed, as the blocking run's exception says it (the completion's
-  /// error_code alone cannot name the feed or operator). A failed async_run also leaves these
-  /// words in system::recent_error_message(), for tokens that drop the result (use_awaitable).
+  /// async_run: empty, or what failed, as the blocking run's exception says it, under async_run's name (the
+  /// completion's error_code alone cannot name the feed or operator). A failed async_run also leaves these words in
+  /// system::recent_error_message(), for tokens that drop the result (use_awaitable).
   std::string error;
 };
 
@@ -403,15 +403,19 @@ class session {
   struct pending_run;
   /// Host feeds are read before it returns (stream::memcpy stages pageable memory), so an
   /// asynchronous run need not keep them.
-  std::shared_ptr<pending_run> start_run(const compiled_graph& c, const std::vector<feed>& inputs);
+  std::shared_ptr<pending_run> start_run(const compiled_graph& c, const std::vector<feed>& inputs,
+                                         std::string_view call);
   run_result finish_run(pending_run& p);
   /// Queues every batch (feeds read as start_run reads them). With `wait_each`, the blocking
   /// run_batches without overlap, waits for each batch before queueing the next.
   std::shared_ptr<pending_run> start_batches(const compiled_graph& c, const std::vector<std::vector<feed>>& batches,
-                                             bool wait_each);
+                                             bool wait_each, std::string_view call);
   std::shared_ptr<pending_run> start_queued_batches(const compiled_graph& c,
                                                     const std::vector<std::vector<feed>>& batches) {
-    return start_batches(c, batches, false);
+    return start_batches(c, batches, false, "npurt::session::async_run_batches");
+  }
+  std::shared_ptr<pending_run> start_async_run(const compiled_graph& c, const std::vector<feed>& inputs) {
+    return start_run(c, inputs, "npurt::session::async_run");
   }
   batches_result finish_batches(pending_run& p);
   /// async_run's and async_run_batches' initiation: `start` queues the work with the feeds
@@ -564,7 +568,7 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
       // The compiled graph is taken by value (a shared handle): the caller may drop or reassign
       // its own once the call returns, and a failed run still names the node from it.
       [this](auto handler, compiled_graph cg, std::vector<feed> in) {
-        initiate_run<run_result>(std::move(handler), std::move(cg), "npurt::session::async_run", &session::start_run,
+        initiate_run<run_result>(std::move(handler), std::move(cg), "npurt::session::async_run", &session::start_async_run,
                                  &session::finish_run, std::move(in));
       },
       token, c, inputs);

@@ -129,9 +129,9 @@ class tensor {
   static tensor of(npurt::shape s, std::span<const T> values) {
     tensor r(s, dtype_of<T>);
     if (static_cast<std::int64_t>(values.size()) != r.elements())
-      throw_error(
-          make_error_code(errc::invalid_shape),
-          "tensor::of: " + std::to_string(values.size()) + " values for " + std::to_string(r.elements()) + " elements");
+      throw_error(make_error_code(errc::invalid_shape), "npurt::tensor::of: " + std::to_string(values.size()) +
+                                                            " values for " + std::to_string(r.elements()) +
+                                                            " elements");
     if (!values.empty()) std::memcpy(r.data_, values.data(), values.size_bytes());
     return r;
   }
@@ -144,7 +144,7 @@ class tensor {
   static tensor from(const T& src) {
     if (!detail::ckpt::holds_host_data(src))
       throw_error(make_error_code(errc::invalid_pointer),
-                  "tensor::from: the source is not a host tensor (device memory, or no storage): use to_host");
+                  "npurt::tensor::from: the source is not a host tensor (device memory, or no storage): use to_host");
     npurt::shape s;
     for (auto d : src.shape()) s.push_back(static_cast<std::int64_t>(d));
     tensor r(s, detail::ckpt::dtype_of_tensor(src));
@@ -155,12 +155,12 @@ class tensor {
   /// (dtype_of<T>), invalid_pointer for a device tensor.
   template <class T>
   [[nodiscard]] std::span<T> elements_as() {
-    check_elements("tensor::elements_as", dtype_of<T>);
+    check_elements("npurt::tensor::elements_as", dtype_of<T>);
     return {static_cast<T*>(data_), static_cast<std::size_t>(elements())};
   }
   template <class T>
   [[nodiscard]] std::span<const T> elements_as() const {
-    check_elements("tensor::elements_as", dtype_of<T>);
+    check_elements("npurt::tensor::elements_as", dtype_of<T>);
     return {static_cast<const T*>(data_), static_cast<std::size_t>(elements())};
   }
 
