@@ -446,8 +446,7 @@ tensor derive_constant(const tensor& v, const refit_log::derivation& d, dtype to
 
 }  // namespace
 
-event session::refit(const compiled_graph& cg, std::string_view name, const tensor& value) {
-  constexpr std::string_view call = "npurt::session::set_constant";
+event session::refit(const compiled_graph& cg, std::string_view name, const tensor& value, std::string_view call) {
   check_alive(call);
   if (!cg.valid())
     throw_error(make_error_code(errc::invalid_argument),
@@ -540,13 +539,13 @@ event session::refit(const compiled_graph& cg, std::string_view name, const tens
 }
 
 void session::set_constant(const compiled_graph& c, std::string_view name, const tensor& value) {
-  (void)refit(c, name, value);
+  (void)refit(c, name, value, "npurt::session::set_constant");
 }
 
 void session::set_constant(const compiled_graph& c, std::string_view name, const tensor& value, std::error_code& ec) {
   ec.clear();
   try {
-    (void)refit(c, name, value);
+    (void)refit(c, name, value, "npurt::session::set_constant");
   } catch (const error& e) {
     ec = e.code();
     if (rt_) rt_->note_recent_error(e.what());

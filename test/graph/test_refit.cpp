@@ -287,6 +287,7 @@ TEST_CASE("async_set_constant completes once the value is on the device, or with
   sys.run();
   CHECK(calls == 2);
   CHECK(refused == errc::invalid_shape);
+  CHECK(sys.recent_error_message().starts_with("npurt::session::async_set_constant: constant 'w' is [2,2], given [3]"));
   CHECK(done);
   CHECK(s.run(c, {{"x", x12()}}).outputs.at("y").to_vector() == std::vector<double>{19, 22});
 }

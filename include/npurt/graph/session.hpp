@@ -442,7 +442,7 @@ class session {
   /// of the last task queued on it.
   std::vector<std::pair<std::uint32_t, std::uint64_t>> run_positions(const compiled_graph& c);
   /// set_constant's work: the event of its last copy (invalid when there was none to queue).
-  event refit(const compiled_graph& c, std::string_view name, const tensor& value);
+  event refit(const compiled_graph& c, std::string_view name, const tensor& value, std::string_view call);
   /// The first failure of a run of `c`, as the blocking run raises it (naming the node whose
   /// kernel failed), or null; every failure of the run is read. Without `upto` it drains the
   /// run's streams (blocking); with the run's run_positions, reached, it reads the failures at or
@@ -592,7 +592,7 @@ auto session::async_set_constant(const compiled_graph& c, std::string_view name,
       [this](auto handler, compiled_graph cg, std::string n, std::reference_wrapper<const tensor> v) {
         event done;
         try {
-          done = refit(cg, n, v.get());
+          done = refit(cg, n, v.get(), "npurt::session::async_set_constant");
         } catch (const error& e) {
           if (std::exception_ptr* thrown = detail::thrown_slot(handler)) *thrown = std::current_exception();
           const std::error_code ec = e.code();
