@@ -920,13 +920,13 @@ TEST_CASE("an arena address space larger than the device is refused where the po
       dev.configure_mem_pool(o);
       FAIL("accepted an arena larger than the device");
     } catch (const npurt::caller_error& e) {
-      CHECK(e.code() == npurt::errc::invalid_argument);
+      CHECK(e.code() == npurt::errc::invalid_config);
       names_the_option(e.what());
     }
   }
   std::error_code ec;
   CHECK(dev.configure_mem_pool(o, ec) == nullptr);
-  CHECK(ec == npurt::errc::invalid_argument);
+  CHECK(ec == npurt::errc::invalid_config);
   names_the_option(sys.recent_error_message());
   // Nothing was taken from the device, and the pool is the one there was (or a default one).
   CHECK(dev.memory_info().free == capacity);

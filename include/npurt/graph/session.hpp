@@ -568,8 +568,8 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
       // The compiled graph is taken by value (a shared handle): the caller may drop or reassign
       // its own once the call returns, and a failed run still names the node from it.
       [this](auto handler, compiled_graph cg, std::vector<feed> in) {
-        initiate_run<run_result>(std::move(handler), std::move(cg), "npurt::session::async_run", &session::start_async_run,
-                                 &session::finish_run, std::move(in));
+        initiate_run<run_result>(std::move(handler), std::move(cg), "npurt::session::async_run",
+                                 &session::start_async_run, &session::finish_run, std::move(in));
       },
       token, c, inputs);
 }

@@ -55,7 +55,7 @@ NPURT_DECL caching_allocator::caching_allocator(segment_provider& provider, cach
   // An arena's addresses are the device's: a range larger than the device would hand out
   // addresses it does not have.
   if (opts_.arena_address_space > capacity_)
-    throw_error(make_error_code(errc::invalid_argument),
+    throw_error(make_error_code(errc::invalid_config),
                 "caching_allocator: arena_address_space of " + std::to_string(opts_.arena_address_space) +
                     " bytes is more than the device's capacity of " + std::to_string(capacity_) + " bytes");
   if (capacity_ >= (std::size_t{1} << 41))
