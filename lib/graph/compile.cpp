@@ -541,7 +541,8 @@ void order_for_all_reduce(compiled_graph::impl& c, const graph& src, const outpu
     const auto at = std::find(G.outputs().begin(), G.outputs().end(), name);
     if (std::find(src.outputs().begin(), src.outputs().end(), name) == src.outputs().end() || at == G.outputs().end())
       throw graph_error(make_error_code(errc::invalid_argument), {}, name,
-                        std::string(call) + ": all_reduce names '" + name + "', which is not an output of the graph");
+                        std::string(call) + ": all_reduce names '" + name +
+                            "', which is not an output of the graph (mark it with graph::set_output)");
     const std::size_t i = static_cast<std::size_t>(at - G.outputs().begin());
     // Under fp16, bf16 or mixed precision an output computed in the compute type is a Cast of
     // that value, which the precision rewrite inserted: the operators read the compute-type

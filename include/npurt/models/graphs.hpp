@@ -65,7 +65,8 @@ struct resnet_config {
 /// outputs "loss", "<param>.next" for every parameter and the BatchNorms' updated
 /// "<bn>.running_mean.next" and "<bn>.running_var.next". The gradients are "<param>.grad";
 /// `gradients`, when given, receives their names in the order backward produces them (the
-/// classifier's first), the order compile_options::all_reduce wants. Sizes are checked as the
+/// classifier's first), the order compile_options::all_reduce wants (which reduces outputs: mark
+/// each with graph::set_output). Sizes are checked as the
 /// other builders check them; an image too small for the stem, the pooling and the strided
 /// stages (at least 32) is invalid_argument.
 [[nodiscard]] graph resnet_training_step(const resnet_config& c, bool with_data = false, std::uint64_t seed = 1,
