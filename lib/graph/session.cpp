@@ -106,6 +106,16 @@ session::~session() {
   pool_.reset();
 }
 
+void session::check_compiled(const compiled_graph& cg, std::string_view call) const {
+  check_alive(call);
+  if (!cg.valid())
+    throw_error(make_error_code(errc::invalid_argument),
+                std::string(call) + ": the compiled graph is empty (not from compile())");
+  if (cg.get().owner != this)
+    throw_error(make_error_code(errc::invalid_argument),
+                std::string(call) + ": the compiled graph belongs to another session");
+}
+
 void session::check_alive(std::string_view what) const {
   if (!rt_)
     throw_error(make_error_code(errc::invalid_argument), std::string(what) + ": the session's system was destroyed");
@@ -447,13 +457,7 @@ tensor derive_constant(const tensor& v, const refit_log::derivation& d, dtype to
 }  // namespace
 
 event session::refit(const compiled_graph& cg, std::string_view name, const tensor& value, std::string_view call) {
-  check_alive(call);
-  if (!cg.valid())
-    throw_error(make_error_code(errc::invalid_argument),
-                std::string(call) + ": the compiled graph is empty (not from compile())");
-  if (cg.get().owner != this)
-    throw_error(make_error_code(errc::invalid_argument),
-                std::string(call) + ": the compiled graph belongs to another session");
+  check_compiled(cg, call);
   auto& c = cg.get();
   const std::string n(name);
   const auto src = c.refit.sources.find(name);
@@ -781,13 +785,7 @@ event enqueue_batch(enqueue_ctx& x) {
 
 std::shared_ptr<session::pending_run> session::start_run(const compiled_graph& cg, const std::vector<feed>& inputs,
                                                          std::string_view call) {
-  check_alive(call);
-  if (!cg.valid())
-    throw_error(make_error_code(errc::invalid_argument),
-                std::string(call) + ": the compiled graph is empty (not from compile())");
-  if (cg.get().owner != this)
-    throw_error(make_error_code(errc::invalid_argument),
-                std::string(call) + ": the compiled graph belongs to another session");
+  check_compiled(cg, call);
   auto p = std::make_shared<pending_run>();
   // The compiled graph stays alive until the run completes.
   for (const auto& w : compiled_)
@@ -939,13 +937,7 @@ run_result session::run(const compiled_graph& c, const std::vector<feed>& inputs
 std::shared_ptr<session::pending_run> session::start_batches(const compiled_graph& cg,
                                                              const std::vector<std::vector<feed>>& batches,
                                                              bool wait_each, std::string_view call) {
-  check_alive(call);
-  if (!cg.valid())
-    throw_error(make_error_code(errc::invalid_argument),
-                std::string(call) + ": the compiled graph is empty (not from compile())");
-  if (cg.get().owner != this)
-    throw_error(make_error_code(errc::invalid_argument),
-                std::string(call) + ": the compiled graph belongs to another session");
+  check_compiled(cg, call);
   if (wait_each) check_can_block(call);
   auto p = std::make_shared<pending_run>();
   for (const auto& w : compiled_)

@@ -433,6 +433,8 @@ class session {
   void check_can_block(std::string_view what) const;
   /// Throws invalid_argument when the system is gone.
   void check_alive(std::string_view what) const;
+  /// check_alive, then invalid_argument for an empty compiled graph or another session's.
+  void check_compiled(const compiled_graph& cg, std::string_view call) const;
   /// acquire, counting `freeing` bytes of what the session holds as already given back against
   /// pool_size (a buffer replaced once its successor is had).
   void* acquire(std::size_t bytes, std::size_t freeing);
