@@ -4,6 +4,7 @@
 #include <npurt/npurt.hpp>
 #include <npurt/sim/sim.hpp>
 
+#include <string>
 #include <vector>
 
 namespace coll_test {
@@ -41,6 +42,15 @@ inline npurt::sim::sim_options timing_only() {
   npurt::sim::sim_options o;
   o.functional = false;
   return o;
+}
+
+/// The words of the caller_error `f` throws, or "no error".
+template <class F>
+std::string caller_words(F&& f) {
+  try {
+    f();
+  } catch (const npurt::caller_error& e) { return e.what(); }
+  return "no error";
 }
 
 }  // namespace coll_test

@@ -218,12 +218,6 @@ TEST_CASE("a reduce operator past avg, and avg of booleans, are refused at the c
   auto comm = npurt::communicator::init_all(sys);
   auto s = sys.device(0).make_stream();
   void* b = sys.device(0).malloc(64);
-  const auto what_of = [](auto&& f) -> std::string {
-    try {
-      f();
-    } catch (const npurt::caller_error& e) { return e.what(); }
-    return "no error";
-  };
   std::error_code ec;
   for (const auto bad : {static_cast<reduce_op>(5), static_cast<reduce_op>(99)}) {
     CAPTURE(static_cast<unsigned>(bad));
@@ -234,12 +228,12 @@ TEST_CASE("a reduce operator past avg, and avg of booleans, are refused at the c
     comm.reduce_scatter(b, b, 2, dtype::f32, bad, s, ec);
     CHECK(ec == errc::invalid_argument);
   }
-  CHECK_THAT(what_of([&] { comm.all_reduce(b, b, 4, dtype::f32, static_cast<reduce_op>(99), s); }),
+  CHECK_THAT(coll_test::caller_words([&] { comm.all_reduce(b, b, 4, dtype::f32, static_cast<reduce_op>(99), s); }),
              ContainsSubstring("reduce operator 99 is not a reduce_op"));
   // A boolean's sum is an or (0 or 1): divided by the rank count it would read 0.
   comm.all_reduce(b, b, 4, dtype::boolean, reduce_op::avg, s, ec);
   CHECK(ec == errc::invalid_dtype);
-  CHECK_THAT(what_of([&] { comm.reduce_scatter(b, b, 2, dtype::boolean, reduce_op::avg, s); }),
+  CHECK_THAT(coll_test::caller_words([&] { comm.reduce_scatter(b, b, 2, dtype::boolean, reduce_op::avg, s); }),
              ContainsSubstring("avg") && ContainsSubstring("boolean"));
   // avg itself is a reduce_op (the call waits for rank 1, which the abort below releases).
   comm.all_reduce(b, b, 4, dtype::f32, reduce_op::avg, s, ec);

@@ -411,19 +411,18 @@ class session {
   std::shared_ptr<pending_run> start_batches(const compiled_graph& c, const std::vector<std::vector<feed>>& batches,
                                              bool wait_each, std::string_view call);
   std::shared_ptr<pending_run> start_queued_batches(const compiled_graph& c,
-                                                    const std::vector<std::vector<feed>>& batches) {
-    return start_batches(c, batches, false, "npurt::session::async_run_batches");
-  }
-  std::shared_ptr<pending_run> start_async_run(const compiled_graph& c, const std::vector<feed>& inputs) {
-    return start_run(c, inputs, "npurt::session::async_run");
+                                                    const std::vector<std::vector<feed>>& batches,
+                                                    std::string_view call) {
+    return start_batches(c, batches, false, call);
   }
   batches_result finish_batches(pending_run& p);
-  /// async_run's and async_run_batches' initiation: `start` queues the work with the feeds
-  /// (throwing what the blocking call would) and `finish` makes the result once every stream of
+  /// async_run's and async_run_batches' initiation: `start` queues the work with the feeds and
+  /// the call's name `what` (throwing what the blocking call would) and `finish` makes the result once every stream of
   /// the run has reached its last task with no failure. The feeds live until the completion.
   template <class Result, class Handler, class Feeds>
   void initiate_run(Handler handler, compiled_graph cg, const char* what,
-                    std::shared_ptr<pending_run> (session::*start)(const compiled_graph&, const Feeds&),
+                    std::shared_ptr<pending_run> (session::*start)(const compiled_graph&, const Feeds&,
+                                                                   std::string_view),
                     Result (session::*finish)(pending_run&), Feeds keep);
   void abandon_run(pending_run& p) noexcept;
   void drain() noexcept;
@@ -462,10 +461,10 @@ class session {
   session_config cfg_;
   std::uint64_t id_;
   std::vector<std::unique_ptr<npurt::stream>> streams_;  // every stream; [0] is stream(0)
-  std::vector<std::size_t> compute_;                      // stream(i) is streams_[compute_[i]]
-  std::array<std::size_t, 2> io_{};                       // io_stream(i); 0: not created yet
-  std::vector<std::size_t> stage_;                        // stage_stream(i) is streams_[stage_[i]]
-  std::array<std::size_t, 8> comm_{};                     // comm_stream(p); 0: not created yet
+  std::vector<std::size_t> compute_;  // stream(i) is streams_[compute_[i]]
+  std::array<std::size_t, 2> io_{};  // io_stream(i); 0: not created yet
+  std::vector<std::size_t> stage_;  // stage_stream(i) is streams_[stage_[i]]
+  std::array<std::size_t, 8> comm_{};  // comm_stream(p); 0: not created yet
   memory_config mem_{};
   schedule_config sched_{};
   allocation_strategy alloc_ = allocation_strategy::segmented;
@@ -487,7 +486,8 @@ class session {
 
 template <class Result, class Handler, class Feeds>
 void session::initiate_run(Handler handler, compiled_graph cg, const char* what,
-                           std::shared_ptr<pending_run> (session::*start)(const compiled_graph&, const Feeds&),
+                           std::shared_ptr<pending_run> (session::*start)(const compiled_graph&, const Feeds&,
+                                                                          std::string_view),
                            Result (session::*finish)(pending_run&), Feeds keep) {
   // An awaiter that rethrows (npurt::use_task) gets the exception the blocking call raises,
   // naming the feed or node and keeping a timeout's timer, not one rebuilt from the code.
@@ -497,7 +497,7 @@ void session::initiate_run(Handler handler, compiled_graph cg, const char* what,
   std::error_code ec;
   Result failed;
   try {
-    p = (this->*start)(cg, keep);
+    p = (this->*start)(cg, keep, what);
   } catch (const error& e) {
     ec = e.code();
     failed.error = e.what();
@@ -570,8 +570,8 @@ auto session::async_run(const compiled_graph& c, const std::vector<feed>& inputs
       // The compiled graph is taken by value (a shared handle): the caller may drop or reassign
       // its own once the call returns, and a failed run still names the node from it.
       [this](auto handler, compiled_graph cg, std::vector<feed> in) {
-        initiate_run<run_result>(std::move(handler), std::move(cg), "npurt::session::async_run",
-                                 &session::start_async_run, &session::finish_run, std::move(in));
+        initiate_run<run_result>(std::move(handler), std::move(cg), "npurt::session::async_run", &session::start_run,
+                                 &session::finish_run, std::move(in));
       },
       token, c, inputs);
 }
