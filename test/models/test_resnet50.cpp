@@ -101,6 +101,7 @@ TEST_CASE("a ResNet-50 training step on one ascend910 lands near the published 2
   const resnet50 model{256};
   test::fake_host host;
   sim_backend be{presets::ascend910(), {.functional = false}};
+  host.flush_into(be);
   be.attach(host);
   std::vector<task_info> tasks;
   const picoseconds step = run_step(be, host, model, tasks);
@@ -130,6 +131,7 @@ TEST_CASE("a ResNet-50 training step on one ascend910 lands near the published 2
   // The same step again gives the same time.
   test::fake_host host2;
   sim_backend be2{presets::ascend910(), {.functional = false}};
+  host2.flush_into(be2);
   be2.attach(host2);
   std::vector<task_info> tasks2;
   CHECK(run_step(be2, host2, model, tasks2) == step);

@@ -1,14 +1,17 @@
-// A minimal backend_host for driving the simulator without the runtime: a timed-callback heap
-// ordered by (time, call order), host memory as device memory, and a record of completions.
+// A minimal backend_host for driving the simulator without the runtime: host memory as device
+// memory and a record of completions. Its clock is the runtime's own timer_queue, run as
+// npurt::system runs it (actions due at once before the next timed one, a requested flush at the
+// end of each instant), so a device-model test sees the order the simulator sees in production.
+// `unbuffered` gives a host without flush(), the fallback a backend must keep for such hosts.
 #pragma once
 
 #include <npurt/backend.hpp>
+#include <npurt/detail/timer_queue.hpp>
 #include <npurt/observer.hpp>
 
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <queue>
 #include <vector>
 
 namespace npurt::sim::test {
@@ -20,11 +23,34 @@ class fake_host final : public backend_host {
     sim_time start, end;
     std::error_code ec;
   };
+  struct unbuffered_t {};
+  static constexpr unbuffered_t unbuffered{};
 
-  [[nodiscard]] sim_time now() const noexcept override { return now_; }
+  /// A host that calls flush() of the backend that attaches to it (through flush_into).
+  fake_host() = default;
+  /// A host that never calls flush(): the backend must decide at once.
+  explicit fake_host(unbuffered_t) : flushes_(false) {}
+
+  /// The backend whose flush() ends each instant; set before backend::attach, which asks
+  /// calls_flush().
+  void flush_into(backend& b) noexcept { target_ = &b; }
+
+  [[nodiscard]] sim_time now() const noexcept override { return clock_.now(); }
   void call_at(sim_time at, void (*fn)(void*, std::uint64_t), void* ctx, std::uint64_t arg) override {
-    heap_.push(timed{at < now_ ? now_ : at, seq_++, fn, ctx, arg});
+    clock_.call_at(at, detail::timer_action::plain(fn, ctx, arg));
   }
+  std::uint64_t call_at_cancellable(sim_time at, void (*fn)(void*, std::uint64_t), void* ctx,
+                                    std::uint64_t arg) override {
+    return clock_.call_at_cancellable(at, detail::timer_action::plain(fn, ctx, arg));
+  }
+  void cancel_timer(std::uint64_t ticket) override { clock_.cancel(ticket); }
+  std::uint64_t call_at_revocable(sim_time at, void (*fn)(void*, std::uint64_t), void* ctx,
+                                  std::uint64_t arg) override {
+    return clock_.call_at_revocable(at, detail::timer_action::plain(fn, ctx, arg));
+  }
+  void revoke_timer(std::uint64_t ticket) override { clock_.revoke(ticket); }
+  [[nodiscard]] bool calls_flush() const noexcept override { return flushes_ && target_; }
+  void request_flush() noexcept override { flush_pending_ = true; }
   void complete(task_info& t, std::error_code ec = {}) override {
     done.push_back({t.id, t.start, t.end, ec});
     if (on_complete) on_complete(t);
@@ -35,24 +61,25 @@ class fake_host final : public backend_host {
   }
 
   void set_tracer(observer* o) { tracer_ = o; }
-  /// Runs timed callbacks until none is left.
+  /// Runs until nothing is left, in the system's order.
   void run() {
-    while (!heap_.empty()) {
-      timed t = heap_.top();
-      heap_.pop();
-      now_ = t.at;
-      t.fn(t.ctx, t.arg);
+    for (;;) {
+      settle();
+      if (!clock_.advance()) break;
     }
   }
-  /// Advances to `t` running everything before it.
-  void run_until(sim_time t) {
-    while (!heap_.empty() && heap_.top().at <= t) {
-      timed x = heap_.top();
-      heap_.pop();
-      now_ = x.at;
-      x.fn(x.ctx, x.arg);
+  /// Ends this instant without moving the clock: what is due at once, then the requested flush
+  /// (a task submitted after it arrives at a backend that has already dispatched).
+  void settle() {
+    for (;;) {
+      if (clock_.run_due()) continue;
+      if (flush_pending_ && !clock_.timed_due_now()) {
+        flush_pending_ = false;
+        if (calls_flush()) target_->flush();
+        continue;
+      }
+      return;
     }
-    if (now_ < t) now_ = t;
   }
   [[nodiscard]] const completion* find(std::uint64_t id) const {
     for (const auto& c : done)
@@ -64,17 +91,10 @@ class fake_host final : public backend_host {
   std::function<void(task_info&)> on_complete;
 
  private:
-  struct timed {
-    sim_time at;
-    std::uint64_t seq;
-    void (*fn)(void*, std::uint64_t);
-    void* ctx;
-    std::uint64_t arg;
-    bool operator>(const timed& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
-  };
-  sim_time now_{};
-  std::uint64_t seq_ = 0;
-  std::priority_queue<timed, std::vector<timed>, std::greater<>> heap_;
+  detail::timer_queue clock_;
+  bool flushes_ = true;
+  bool flush_pending_ = false;
+  backend* target_ = nullptr;
   observer* tracer_ = nullptr;
 };
 

@@ -34,7 +34,10 @@ kernel_desc gemm_kernel(std::int64_t m, std::int64_t n, std::int64_t k, std::uin
 }
 
 struct rig {
-  explicit rig(const preset& p = presets::ascend910(), sim_options o = {}) : be(p, o) { be.attach(host); }
+  explicit rig(const preset& p = presets::ascend910(), sim_options o = {}) : be(p, o) {
+    host.flush_into(be);
+    be.attach(host);
+  }
   fake_host host;
   sim_backend be;
   task_factory tasks;
@@ -146,6 +149,7 @@ TEST_CASE("ready kernels wait for cores in priority order, then by task id", "[s
   const auto k = fixed_kernel(10);
   task_info& first = r.tasks.kernel(blocker, 4);
   r.be.submit(first);
+  r.host.settle();  // dispatched before the others arrive
   std::vector<task_info*> waiting;
   for (std::uint8_t prio : {5, 1, 3, 1, 7, 0}) {
     waiting.push_back(&r.tasks.kernel(k, prio));
@@ -168,6 +172,7 @@ TEST_CASE("kernels that reach a busy engine out of id order still start by prior
   const auto k = fixed_kernel(10);
   task_info& first = r.tasks.kernel(blocker, 4);
   r.be.submit(first);
+  r.host.settle();  // dispatched before the others arrive
   // Ids in creation order; submitted as 7i mod 40 (a permutation mixing rising runs with
   // stragglers that arrive after larger ids), over four priorities.
   std::vector<task_info*> made;
@@ -332,4 +337,38 @@ TEST_CASE("a task for a device the preset does not have fails with invalid_devic
   r.be.submit(c);
   r.host.run();
   CHECK_FALSE(r.host.done.back().ec);
+}
+
+TEST_CASE("tasks that arrive in one instant start by priority; a host without flush starts each at once",
+          "[sim][device]") {
+  // Each takes every core, so only one runs at a time and the start order is visible.
+  const auto k = fixed_kernel(100);
+  auto order_of = [&](fake_host& host, sim_backend& be) {
+    task_factory tasks;
+    std::vector<task_info*> made;
+    for (std::uint8_t prio : {6, 2, 4}) {
+      made.push_back(&tasks.kernel(k, prio));
+      be.submit(*made.back());
+    }
+    host.run();
+    std::vector<std::uint64_t> ids;
+    for (const auto& c : host.done) ids.push_back(c.id);
+    return std::tuple{ids, std::vector<std::uint64_t>{made[0]->id, made[1]->id, made[2]->id}};
+  };
+  SECTION("the system's host: the backend decides at the end of the instant") {
+    fake_host host;
+    sim_backend be{presets::ascend910(), {}};
+    host.flush_into(be);
+    be.attach(host);
+    const auto [ids, made] = order_of(host, be);
+    CHECK(ids == std::vector<std::uint64_t>{made[1], made[2], made[0]});  // priority 2, 4, 6
+  }
+  SECTION("a host that never flushes: the first to arrive takes the engine") {
+    fake_host host{fake_host::unbuffered};
+    sim_backend be{presets::ascend910(), {}};
+    host.flush_into(be);  // ignored: this host never calls flush()
+    be.attach(host);
+    const auto [ids, made] = order_of(host, be);
+    CHECK(ids == std::vector<std::uint64_t>{made[0], made[1], made[2]});  // 6 first, then 2, 4
+  }
 }
