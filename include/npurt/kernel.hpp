@@ -45,7 +45,7 @@ constexpr std::string_view tensor_name(const kernel_op& op, std::size_t i) noexc
   constexpr std::string_view lists[] = {"",  // kernels::fixed
                                         "a b c bias residual",
                                         "x w y bias residual",
-                                        "dy w dx",
+                                        "dy w dx relu_y",
                                         "x dy dw",
                                         "a b y",
                                         "x gamma beta running_mean running_var y saved_mean saved_invstd",

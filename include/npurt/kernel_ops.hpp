@@ -53,12 +53,17 @@ struct conv2d {
 };
 
 /// dx = conv2d_transpose(dy, w): the input gradient of conv2d (same parameters as the forward).
+/// With relu_y, the output (or input: only its sign is read) of a ReLU that produced the
+/// convolution's input, dx is masked by relu_y > 0 as it leaves the cube: the ReLU's gradient
+/// in the epilogue, bit for bit what relu_backward after this kernel gives, without writing the
+/// unmasked gradient and reading it back (the dgrad + dReLU fusion of cuDNN's graph API).
 struct conv2d_backward_data {
   tensor_desc dy{}, w{}, dx{};
   std::array<std::int32_t, 2> stride{1, 1};
   std::array<std::int32_t, 2> pad{0, 0};
   std::array<std::int32_t, 2> dilation{1, 1};
   std::int32_t groups = 1;
+  tensor_desc relu_y{};  ///< optional: dx's shape and dtype
 };
 
 /// dw = correlation of x and dy: the weight gradient of conv2d.

@@ -700,6 +700,9 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   std::set<std::size_t> fused_away;                          // Add and Relu nodes absorbed
   std::map<std::size_t, std::string> residual_of;            // cube node -> residual tensor
   std::set<std::string> relu_outputs;                        // outputs of absorbed Relus
+  // ConvGrad node -> the ReluGrad of its dX it absorbs: dX leaves the cube masked (the dgrad +
+  // dReLU fusion of cuDNN's graph API), and the ReluGrad's mask rides along.
+  std::map<std::size_t, std::size_t> relu_grad_of;
   if (level >= 2) {
     std::vector<std::size_t> position(G.nodes().size(), 0);
     for (std::size_t k = 0; k < order.size(); ++k) position[order[k]] = k;
@@ -726,6 +729,24 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
           fused_away.insert(i);
           break;
         }
+        continue;
+      }
+      if (r.type == "ReluGrad" && r.inputs.size() == 2 && r.inputs[0] != r.inputs[1]) {
+        const std::string& dx = r.inputs[0];
+        const value_info& dxv = G.value(dx);
+        if (dxv.producer < 0 || uses.at(dx) != 1 || renamed.count(dx)) continue;
+        const auto prod = static_cast<std::size_t>(dxv.producer);
+        const node& cg = G.nodes()[prod];
+        if (cg.type != "ConvGrad" || cg.outputs.empty() || cg.outputs[0] != dx || relu_grad_of.count(prod)) continue;
+        // One dtype and shape throughout, and the mask computed before the ConvGrad runs.
+        const value_info& y = G.value(r.inputs[1]);
+        const value_info& dz = G.value(r.outputs[0]);
+        if (!(y.shape == dxv.shape) || !(dz.shape == dxv.shape) || y.type != dxv.type || dz.type != dxv.type ||
+            !placed_before(r.inputs[1], prod))
+          continue;
+        relu_grad_of[prod] = i;
+        renamed[dx] = r.outputs[0];
+        fused_away.insert(i);
         continue;
       }
       if (r.type != "Relu") continue;
@@ -782,6 +803,11 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     } else {
       for (const auto& name : n.inputs) in.push_back(name.empty() ? -1 : add_value(G.value(resolve(name))));
     }
+    int relu_mask = -1;
+    if (auto it = relu_grad_of.find(i); it != relu_grad_of.end()) {
+      relu_mask = add_value(G.value(resolve(G.nodes()[it->second].inputs[1])));
+      in.push_back(relu_mask);  // read by this step: liveness and cross-stream waits see it
+    }
     int residual = -1;
     if (auto it = residual_of.find(i); it != residual_of.end()) {
       residual = add_value(G.value(resolve(it->second)));
@@ -805,6 +831,7 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     s.out = std::move(out);
     s.relu_after = relu;
     s.residual = residual;
+    s.relu_mask = relu_mask;
     s.kernel_name = n.name;
     if (!chain.empty()) {
       // Named after every operator it computes, so traces and run results show what fused.

@@ -54,6 +54,7 @@ struct cstep {
   std::vector<int> in, out;  ///< value indices (-1 for an omitted optional input)
   bool relu_after = false;   ///< a fused Relu
   int residual = -1;         ///< a fused residual Add's other operand (also the last of `in`)
+  int relu_mask = -1;        ///< ConvGrad: a fused ReluGrad's mask (also the last of `in`)
   bool in_place = false;
   std::uint32_t stream = 0;
   int stage = 0;             ///< pipeline stage

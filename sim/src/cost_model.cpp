@@ -192,6 +192,12 @@ std::optional<gemm_problem> to_gemm(const kernel_desc& k) {
     pr.a_factor = std::min(1.0, dy_bytes / (static_cast<double>(pr.g.m) * pr.g.k * es(c->dy.type)));
     pr.c_factor = static_cast<double>(h * w) / static_cast<double>(rows * cols);  // untouched pixels are zeros
     pr.useful_macs = static_cast<double>(n) * ho * wo * co * (ci / g) * kh * kw;
+    pr.out_type = c->dx.type;
+    if (c->relu_y.shape.rank() > 0) {
+      // The ReLU mask: one select per output, the mask read beside the tile it finishes.
+      pr.epi_ops = 1;
+      pr.epi_bytes = static_cast<double>(c->relu_y.bytes());
+    }
     return pr;
   }
   if (const auto* c = std::get_if<conv2d_backward_weight>(&k.op)) {

@@ -552,8 +552,12 @@ void run(const kernels::conv2d_backward_data& op, const host_tensors<R>& h) {
   const conv_geom g = geom(op.dx.shape, op.w.shape, op.dy.shape, op);
   const auto dy = h.load(op.dy);
   const auto w = h.load(op.w);
+  const bool masked = h.present(op.relu_y);
+  const auto relu_y = masked ? h.load(op.relu_y) : std::vector<R>{};
   fill_4d(op.dx, h, [&](int64_t n, int64_t c, int64_t ih, int64_t iw) {
     const int64_t grp = c / g.cg, ci = c % g.cg;
+    // relu_backward's select: a masked element is the 0 it would store.
+    if (masked && !(relu_y[static_cast<size_t>(((n * g.c + c) * g.h + ih) * g.w + iw)] > R(0.0))) return R(0.0);
     R acc = R{0.0};
     for (int64_t co = grp * g.cog; co < (grp + 1) * g.cog; ++co) {
       for (int64_t ky = 0; ky < g.kh; ++ky) {

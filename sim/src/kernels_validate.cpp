@@ -327,6 +327,13 @@ fault grad_types_problem(const char* an, dtype a, const char* bn, dtype b, const
   if (auto f = conv_params_problem(p); f.failed()) return f;
   if (!grad_types_ok(c.dy.type, c.w.type, c.dx.type))
     return grad_types_problem("dy", c.dy.type, "w", c.w.type, "dx", c.dx.type);
+  if (!absent(c.relu_y)) {
+    if (c.relu_y.type != c.dx.type)
+      return bad(errc::invalid_dtype,
+                 "relu_y is " + type_name(c.relu_y.type) + ", dx " + type_name(c.dx.type) + ": they must match");
+    if (!(c.relu_y.shape == c.dx.shape))
+      return bad(errc::invalid_shape, "relu_y " + dims(c.relu_y.shape) + " must be dx's shape " + dims(c.dx.shape));
+  }
   return conv_shapes_problem(c.dx.shape, c.w.shape, c.dy.shape, p, {"dx", "w", "dy"});
 }
 
@@ -1671,6 +1678,7 @@ operand_list operands(const kernel_op& op) noexcept {
           b.add_optional(r, o.bias, o.residual);
         } else if constexpr (std::is_same_v<T, kernels::conv2d_backward_data>) {
           b.add(r, o.dy, o.w);
+          b.add_optional(r, o.relu_y);
           b.add(w, o.dx);
         } else if constexpr (std::is_same_v<T, kernels::conv2d_backward_weight>) {
           b.add(r, o.x, o.dy);

@@ -713,6 +713,59 @@ TEST_CASE("a residual block's training step as a graph has the gradients of fini
   check_differences("dbeta", bv, o1.at("dbeta").to_vector(), step, 1e-3, loss);
 }
 
+TEST_CASE("level 2 masks a ConvGrad's dX with the ReluGrad that reads it, in the convolution's epilogue",
+          "[graph][training][conv][fusion]") {
+  // Forward y = Conv(Relu(Conv(x, w1)), w2); backward from dY through both convolutions. The
+  // ReluGrad of h's gradient reads c2_grad's dX alone: level 2 computes it in c2_grad.
+  const std::int64_t N = 2, C = 3, S = 5;
+  const attributes conv{{"pads", ints{1, 1, 1, 1}}};
+  auto build = [&](dtype t, bool dh_is_output) {
+    graph g("dgrad_drelu");
+    auto x = g.add_input("x", {N, C, S, S}, t);
+    auto r = g.add_input("dy", {N, C, S, S}, t);
+    auto W1 = g.add_constant("w1", tensor({C, C, 3, 3}, t, test::values(C * C * 9, 31, 0.5)));
+    auto W2 = g.add_constant("w2", tensor({C, C, 3, 3}, t, test::values(C * C * 9, 32, 0.5)));
+    auto a = g.add_op("Conv", {x, W1}, conv, "c1");
+    auto h = g.add_op("Relu", {a}, {}, "h");
+    g.set_output(g.add_op("Conv", {h, W2}, conv, "c2"));
+    g.add_node("ConvGrad", "c2_grad", {r, h, W2}, {"dh", "dw2"}, conv);
+    auto da = g.add_op("ReluGrad", {"dh", h}, {}, "da");
+    g.add_node("ConvGrad", "c1_grad", {da, x, W1}, {"dx", "dw1"}, conv);
+    for (const char* o : {"dx", "dw1", "dw2"}) g.set_output(o);
+    if (dh_is_output) g.set_output("dh");
+    return g;
+  };
+  for (dtype t : {dtype::f32, dtype::f16}) {
+    CAPTURE(to_string(t));
+    auto sys = test::make_system();
+    session sess{sys};
+    const tensor xt({N, C, S, S}, t, test::values(N * C * S * S, 33));
+    const tensor rt({N, C, S, S}, t, test::values(N * C * S * S, 34));
+    std::size_t fused[2] = {}, ops[2] = {};
+    for (bool dh_is_output : {false, true}) {
+      CAPTURE(dh_is_output);
+      graph g = build(t, dh_is_output);
+      auto c1 = sess.compile(g, {.optimization_level = 1});
+      auto c2 = sess.compile(g, {.optimization_level = 2});
+      const auto r1 = sess.run(c1, {{"x", xt}, {"dy", rt}});
+      const auto r2 = sess.run(c2, {{"x", xt}, {"dy", rt}});
+      // Bit for bit the unfused gradients.
+      for (const char* o : {"dx", "dw1", "dw2"}) CHECK(r1.outputs.at(o).to_vector() == r2.outputs.at(o).to_vector());
+      auto ran = [](const run_result& rr, std::string_view name) {
+        return std::any_of(rr.ops.begin(), rr.ops.end(), [&](const op_timing& op) { return op.name == name; });
+      };
+      CHECK(ran(r1, "da"));
+      // Fused only when nothing else reads dX: a dh the graph returns keeps its own ReluGrad.
+      CHECK(ran(r2, "da") == dh_is_output);
+      CHECK(r2.ops.size() + (dh_is_output ? 0 : 1) + 1 == r1.ops.size());  // and Relu h in c1's epilogue
+      fused[dh_is_output] = c2.report().fused;
+      ops[dh_is_output] = r2.ops.size();
+    }
+    CHECK(fused[0] == fused[1] + 1);
+    CHECK(ops[0] + 1 == ops[1]);
+  }
+}
+
 namespace {
 
 /// The gradients of models::mlp_training_step with `layers` layers, last layer first: the order

@@ -299,6 +299,27 @@ TEST_CASE("conv2d backward passes are the adjoints of the forward pass", "[kerne
   }
 }
 
+TEST_CASE("conv2d_backward_data with relu_y equals relu_backward after it, bit for bit", "[kernels][conv]") {
+  for (dtype type : {dtype::f32, dtype::f16, dtype::bf16})
+    for (const auto& t : conv_cases) {
+      CAPTURE(to_string(type), t.n, t.c, t.h, t.w, t.co, t.kh, t.kw, t.sh, t.sw, t.groups);
+      tensor w({t.co, t.c / t.groups, t.kh, t.kw}, type), dy(conv_out(t), type), relu_y({t.n, t.c, t.h, t.w}, type);
+      w.fill(74, -1, 1, false);
+      dy.fill(75, -1, 1, false);
+      relu_y.fill(76, -1, 1, false);  // about half masked
+      relu_y.set(0, 0.0);             // the boundary: 0 and -0 mask too
+      if (relu_y.size() > 1) relu_y.set(1, -0.0);
+      const auto f = conv_op(t);
+      tensor dx(relu_y.desc.shape, type), masked(relu_y.desc.shape, type), fused(relu_y.desc.shape, type);
+      REQUIRE(run(k::conv2d_backward_data{dy.desc, w.desc, dx.desc, f.stride, f.pad, f.dilation, f.groups}) == 0);
+      REQUIRE(run(k::elementwise{k::eltwise_fn::relu_backward, dx.desc, relu_y.desc, masked.desc}) == 0);
+      REQUIRE(run(k::conv2d_backward_data{dy.desc, w.desc, fused.desc, f.stride, f.pad, f.dilation, f.groups,
+                                          relu_y.desc}) == 0);
+      CHECK(fused.bytes == masked.bytes);
+      CHECK(fused.values() != dx.values());  // the mask did something
+    }
+}
+
 TEST_CASE("conv2d gradients match central finite differences of the loss", "[kernels][conv]") {
   // L(x, w) = sum conv(x, w) * dy. With integer data and a step of 1 every value stays an
   // exact integer, so the central difference must equal the analytic gradient exactly.

@@ -343,6 +343,28 @@ TEST_CASE("a conv2d or matmul with a fused epilogue costs one pass, not one pass
   }
 }
 
+TEST_CASE("conv2d_backward_data with a ReLU mask costs one pass, reading the mask beside it", "[sim][cost][epilogue]") {
+  const preset p = presets::ascend910();
+  for (const conv_case& c : {conv_case{32, 64, 56, 56, 64, 3, 3, 1, 1}, conv_case{32, 64, 56, 56, 256, 1, 1, 1, 0},
+                             conv_case{32, 256, 56, 56, 128, 1, 1, 2, 0}}) {
+    CAPTURE(c.cin, c.cout, c.kh, c.stride);
+    const kernel_desc plain = conv(c, 1);
+    kernels::conv2d_backward_data f = std::get<kernels::conv2d_backward_data>(plain.op);
+    f.relu_y = f.dx;
+    const kernel_cost base = estimate(p, plain), fused = estimate(p, kernel_desc{f});
+    const kernel_cost mask =
+        estimate(p, kernel_desc{kernels::elementwise{kernels::eltwise_fn::relu_backward, f.dx, f.dx, f.dx}});
+    // Traffic: the plain kernel's and the mask, read once; dx is written once, masked.
+    CHECK(fused.hbm_bytes == base.hbm_bytes + f.dx.bytes());
+    // Less than the unfused pair, whose relu_backward reads dx and the mask and writes dx again;
+    // no faster than the plain kernel, the cube floor or the roofline of its bytes.
+    CHECK(fused.total < base.total + mask.total);
+    CHECK(fused.body >= base.body);
+    CHECK(fused.body >= fused.roofline);
+    CHECK(fused.total_cycles >= static_cast<double>(fused.cube_floor_cycles));
+  }
+}
+
 // A slice is data movement, as transpose is: y's bytes read from x and written once. A window
 // whose inner dimension is gathered (a step other than 1) costs no less than a transpose that
 // moves the inner axis over the same bytes.

@@ -107,8 +107,8 @@
 //    rounds above 2^53), floats as IEEE values (NaN compares false, equal too; -0 == +0).
 //    where copies bytes, as slice does; logical and compare write 0 or 1.
 //
-// Optional operands: matmul none; elementwise b (unary functions ignore it); batchnorm gamma,
-// beta (1 and 0 when absent), running_mean/running_var (training only: no update when absent),
+// Optional operands: matmul none; conv2d_backward_data relu_y (no mask); elementwise b (unary functions ignore it);
+// batchnorm gamma, beta (1 and 0 when absent), running_mean/running_var (training only: no update when absent),
 // saved_mean/saved_invstd (training: not written when absent; inference ignores them);
 // batchnorm_backward gamma (1), dgamma, dbeta (not written when absent); layernorm gamma, beta;
 // pool2d_backward x (needed for max only); sgd_update momentum_buffer (needed when momentum != 0);
