@@ -80,13 +80,9 @@ class device {
   /// system::recent_error_message), the pool otherwise.
   NPURT_DECL npurt::mem_pool* configure_mem_pool(const mem_pool_options& opts, std::error_code& ec);
   template <class Token = default_token>
-  auto async_malloc(std::size_t bytes, stream& s, Token&& token = {}) {
-    return mem_pool().async_malloc(bytes, s, std::forward<Token>(token));
-  }
+  auto async_malloc(std::size_t bytes, stream& s, Token&& token = {});
   template <class Token = default_token>
-  auto async_free(void* p, stream& s, Token&& token = {}) {
-    return mem_pool().async_free(p, s, std::forward<Token>(token));
-  }
+  auto async_free(void* p, stream& s, Token&& token = {});
   /// cudaMallocAsync and cudaFreeAsync on the default pool, without a completion token (the pool's
   /// malloc_async and free_async; async_malloc and async_free above take a token, and without
   /// one return a deferred operation, as every async call does).
@@ -167,6 +163,35 @@ inline detail::runtime& detail::runtime_of(device& dev) noexcept { return *dev.r
 /// buffer dies, so a throwing step leaks nothing. `npurt::device_buffer b(dev, bytes); b.data()`.
 /// A buffer that outlives its system is empty (the memory went with the system).
 using device_buffer = detail::owned_buffer<device, &device::malloc, &device::free>;
+
+// The refusal from another thread comes first and goes through the handler: mem_pool() would
+// make the pool on first use, which only the loop thread may, and throw from the initiation.
+template <class Token>
+auto device::async_malloc(std::size_t bytes, stream& s, Token&& token) {
+  return boost::asio::async_initiate<Token, void(async_error_code, void*)>(
+      [this, &s](auto handler, std::size_t n) {
+        if (rt_->wrong_thread()) [[unlikely]] {
+          detail::refuse_foreign(&rt_->io(), std::move(handler), id_, "npurt::device::async_malloc",
+                                 static_cast<void*>(nullptr));
+          return;
+        }
+        mem_pool().async_malloc(n, s, std::move(handler));
+      },
+      token, bytes);
+}
+
+template <class Token>
+auto device::async_free(void* p, stream& s, Token&& token) {
+  return boost::asio::async_initiate<Token, void(async_error_code)>(
+      [this, &s](auto handler, void* ptr) {
+        if (rt_->wrong_thread()) [[unlikely]] {
+          detail::refuse_foreign(&rt_->io(), std::move(handler), id_, "npurt::device::async_free");
+          return;
+        }
+        mem_pool().async_free(ptr, s, std::move(handler));
+      },
+      token, p);
+}
 
 template <class Token>
 auto device::async_synchronize(std::optional<picoseconds> timeout, Token&& token) {

@@ -126,6 +126,39 @@ eager await_refused(npurt::stream& s, npurt::event& ev, npurt::mem_pool& pool, s
 
 bool ready(std::future<void>& f) { return f.wait_for(std::chrono::seconds(5)) == std::future_status::ready; }
 
+// The words each npurt::use_task await threw ("" if it threw none): what a refused await raises
+// once the initiating call has returned, or what an initiation that threw let out.
+eager await_device(npurt::device& dev, npurt::stream& s, std::vector<std::string>& words) {
+  try {
+    (void)co_await dev.async_malloc(1024, s, npurt::use_task);
+  } catch (const npurt::error& e) { words[0] = e.what(); }
+  try {
+    co_await dev.async_free(nullptr, s, npurt::use_task);
+  } catch (const npurt::error& e) { words[1] = e.what(); }
+}
+
+// The system's loop as a refused call must leave it: nothing posted or counted there, nothing
+// to run on it.
+struct loop_snapshot {
+  npurt::system& sys;
+  std::uint64_t posts;
+  npurt::sim_time now;
+  std::string words;
+  explicit loop_snapshot(npurt::system& s)
+      : sys(s),
+        posts(npurt::detail::runtime_of(s.device(0)).posts_pending()),
+        now(s.now()),
+        words(s.recent_error_message()) {}
+  void check_untouched() const {
+    CHECK(npurt::detail::runtime_of(sys.device(0)).posts_pending() == posts);
+    CHECK(sys.get_executor().context().poll() == 0);
+    CHECK(sys.now() == now);
+    CHECK(sys.recent_error_message() == words);
+  }
+};
+
+constexpr const char* foreign_words = "called from a thread that does not run the system";
+
 }  // namespace
 
 TEST_CASE("a call refused as wrong_thread leaves the system's state alone", "[core][thread][error]") {
@@ -342,4 +375,46 @@ TEST_CASE("a call refused as wrong_thread leaves the system's state alone", "[co
   CHECK_NOTHROW(dev.free(d));
   CHECK_NOTHROW(sys.host_free(h));
   CHECK(!s.launch(fixed(us(1))).status());
+}
+
+TEST_CASE(
+    "device::async_malloc and async_free from another thread, before the device has a pool, complete "
+    "through their handlers",
+    "[core][thread][error][memory]") {
+  npurt::system_options opts;
+  opts.check_thread = true;
+  npurt::system sys{simple(), opts};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  sys.run();
+  const loop_snapshot before(sys);
+  other_thread other;
+  std::size_t threw = 0;
+  std::vector<std::string> words(2);
+  other.run([&] {
+    // The pool is made on first use, which only the loop thread may do: the refusal must come
+    // through the handler, not out of the initiating call.
+    try {
+      dev.async_malloc(1024, s, other.handler());
+    } catch (const npurt::error&) { ++threw; }
+    try {
+      dev.async_free(nullptr, s, other.handler());
+    } catch (const npurt::error&) { ++threw; }
+    await_device(dev, s, words);
+  });
+  CHECK(threw == 0);
+  other.check_completions(2 - threw);
+  CHECK_THAT(words[0], StartsWith(std::string("npurt::device::async_malloc: ") + foreign_words));
+  CHECK_THAT(words[1], StartsWith(std::string("npurt::device::async_free: ") + foreign_words));
+  before.check_untouched();
+  // The loop thread makes the pool on its first use, as ever.
+  void* p = nullptr;
+  dev.async_malloc(1024, s, [&](npurt::async_error_code ec, void* q) {
+    CHECK_FALSE(ec);
+    p = q;
+  });
+  sys.run();
+  REQUIRE(p != nullptr);
+  CHECK(dev.mem_pool().stats().allocated_bytes[npurt::stat_all].current >= 1024);
+  dev.free_async(p, s);
 }
