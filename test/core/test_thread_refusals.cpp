@@ -2,7 +2,9 @@
 // system: the loop thread's recent error, its io_context, clock, pool figures and trace stay as
 // they were, and an async call's handler completes through its own associated executor, once,
 // after the call has returned.
+#include <npurt/graph/session.hpp>
 #include <npurt/npurt.hpp>
+#include <npurt/sim/sim.hpp>
 
 #include "common.hpp"
 
@@ -135,6 +137,20 @@ eager await_device(npurt::device& dev, npurt::stream& s, std::vector<std::string
   try {
     co_await dev.async_free(nullptr, s, npurt::use_task);
   } catch (const npurt::error& e) { words[1] = e.what(); }
+}
+
+eager await_session(npurt::session& ses, const npurt::compiled_graph& c, const std::vector<npurt::feed>& feeds,
+                    const npurt::tensor& value, std::vector<std::string>& words) {
+  try {
+    (void)co_await ses.async_run(c, feeds, npurt::use_task);
+  } catch (const npurt::error& e) { words[0] = e.what(); }
+  const std::vector<std::vector<npurt::feed>> batches{feeds};
+  try {
+    (void)co_await ses.async_run_batches(c, batches, npurt::use_task);
+  } catch (const npurt::error& e) { words[1] = e.what(); }
+  try {
+    co_await ses.async_set_constant(c, "c", value, npurt::use_task);
+  } catch (const npurt::error& e) { words[2] = e.what(); }
 }
 
 // The system's loop as a refused call must leave it: nothing posted or counted there, nothing
@@ -417,4 +433,72 @@ TEST_CASE(
   REQUIRE(p != nullptr);
   CHECK(dev.mem_pool().stats().allocated_bytes[npurt::stat_all].current >= 1024);
   dev.free_async(p, s);
+}
+
+TEST_CASE("session::async_run, async_run_batches and async_set_constant from another thread touch nothing",
+          "[core][thread][error][graph]") {
+  npurt::system_options opts;
+  opts.check_thread = true;
+  npurt::system sys{npurt::sim::presets::ascend910(1), opts};
+  npurt::session ses{sys};
+  npurt::graph g("add");
+  auto x = g.add_input("x", {4}, npurt::dtype::f32);
+  auto c = g.add_constant("c", npurt::tensor({4}, npurt::dtype::f32, {10, 20, 30, 40}));
+  g.set_output(g.add_op("Add", {x, c}, {}, "y"));
+  const auto compiled = ses.compile(g);
+  const npurt::tensor in({4}, npurt::dtype::f32, {1, 2, 3, 4});
+  const npurt::tensor other_c({4}, npurt::dtype::f32, {100, 200, 300, 400});
+  const std::vector<npurt::feed> feeds{{"x", in}};
+  // The loop thread's own recent error, which the refusals must leave as it is.
+  std::error_code owner_ec;
+  ses.set_constant(compiled, "nope", other_c, owner_ec);
+  REQUIRE(owner_ec == npurt::errc::invalid_argument);
+  REQUIRE_THAT(sys.recent_error_message(), StartsWith("npurt::session::set_constant: 'nope'"));
+  const npurt::memory_usage_mb usage = ses.memory_usage();
+  const loop_snapshot before(sys);
+  other_thread other;
+  std::size_t threw = 0;
+  std::vector<std::string> words(3);  // outlives a handler that runs late
+
+  SECTION("callback handlers") {
+    std::string run_error;
+    other.run([&] {
+      try {
+        ses.async_run(compiled, feeds, other.handler());
+        ses.async_run_batches(compiled, {feeds, feeds}, other.handler());
+        ses.async_set_constant(compiled, "c", other_c, other.handler());
+        // A result read for its words rather than the code.
+        ses.async_run(compiled, feeds,
+                      boost::asio::bind_executor(other.ioc, [&](npurt::async_error_code e, npurt::run_result r) {
+                        other.done.push_back({e, other.calling, std::this_thread::get_id() == other.id});
+                        run_error = r.error;
+                      }));
+      } catch (const npurt::error&) { ++threw; }
+    });
+    CHECK(threw == 0);
+    other.check_completions(4);
+    CHECK_THAT(run_error, StartsWith(std::string("npurt::session::async_run: ") + foreign_words));
+  }
+  SECTION("an npurt::use_task await throws the call's words") {
+    other.run([&] { await_session(ses, compiled, feeds, other_c, words); });
+    CHECK_THAT(words[0], StartsWith(std::string("npurt::session::async_run: ") + foreign_words));
+    CHECK_THAT(words[1], StartsWith(std::string("npurt::session::async_run_batches: ") + foreign_words));
+    CHECK_THAT(words[2], StartsWith(std::string("npurt::session::async_set_constant: ") + foreign_words));
+  }
+  SECTION("a tensor copy through a stream") {
+    npurt::tensor out({4}, npurt::dtype::f32);
+    auto s = sys.device(0).make_stream();
+    const loop_snapshot with_stream(sys);
+    other.run([&] { out.async_copy_from(in, s, other.handler()); });
+    other.check_completions(1);
+    with_stream.check_untouched();
+    CHECK(out.to_vector() == std::vector<double>{0, 0, 0, 0});
+  }
+
+  before.check_untouched();
+  CHECK(ses.memory_usage().allocated_mb == usage.allocated_mb);
+  CHECK(ses.memory_usage().peak_mb == usage.peak_mb);
+  // Nothing was queued and the constant is the one compiled: y = x + c.
+  const npurt::run_result r = ses.run(compiled, feeds);
+  CHECK(r.outputs.at("y").to_vector() == std::vector<double>{11, 22, 33, 44});
 }

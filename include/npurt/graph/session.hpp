@@ -55,6 +55,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -424,6 +425,12 @@ class session {
                     std::shared_ptr<pending_run> (session::*start)(const compiled_graph&, const Feeds&,
                                                                    std::string_view),
                     Result (session::*finish)(pending_run&), Feeds keep);
+  /// An async call made on a thread that does not run the system: completes `handler` with
+  /// errc::wrong_thread on its own executor (detail::refuse_foreign), touching nothing of the
+  /// session or its system; `Result` is the completion's value (void: none). Out of line: only
+  /// the refused call builds the words.
+  template <class Result, class Handler>
+  [[gnu::noinline]] void refuse_foreign(Handler&& handler, const char* call);
   void abandon_run(pending_run& p) noexcept;
   void drain() noexcept;
   void rebuild_pool_if_idle();
@@ -484,11 +491,30 @@ class session {
 
 // ---- async_run, async_run_batches ----
 
+template <class Result, class Handler>
+void session::refuse_foreign(Handler&& handler, const char* call) {
+  if constexpr (std::is_void_v<Result>) {
+    detail::refuse_foreign(&rt_->io(), std::forward<Handler>(handler), -1, call);
+  } else {
+    // A callback that reads the result rather than the code finds the words there, as with every
+    // other refusal of a run.
+    Result r;
+    r.error = std::string(call) + ": " + make_error_code(errc::wrong_thread).message();
+    detail::refuse_foreign(&rt_->io(), std::forward<Handler>(handler), -1, call, std::move(r));
+  }
+}
+
 template <class Result, class Handler, class Feeds>
 void session::initiate_run(Handler handler, compiled_graph cg, const char* what,
                            std::shared_ptr<pending_run> (session::*start)(const compiled_graph&, const Feeds&,
                                                                           std::string_view),
                            Result (session::*finish)(pending_run&), Feeds keep) {
+  // Before anything is read or queued: the session's state and its system's loop are the loop
+  // thread's.
+  if (rt_ && rt_->wrong_thread()) [[unlikely]] {
+    refuse_foreign<Result>(std::move(handler), what);
+    return;
+  }
   // An awaiter that rethrows (npurt::use_task) gets the exception the blocking call raises,
   // naming the feed or node and keeping a timeout's timer, not one rebuilt from the code.
   using detail::thrown_slot;
@@ -592,6 +618,10 @@ template <class Token>
 auto session::async_set_constant(const compiled_graph& c, std::string_view name, const tensor& value, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
       [this](auto handler, compiled_graph cg, std::string n, std::reference_wrapper<const tensor> v) {
+        if (rt_ && rt_->wrong_thread()) [[unlikely]] {
+          refuse_foreign<void>(std::move(handler), "npurt::session::async_set_constant");
+          return;
+        }
         event done;
         try {
           done = refit(cg, n, v.get(), "npurt::session::async_set_constant");
