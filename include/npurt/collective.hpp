@@ -288,6 +288,11 @@ class communicator {
   template <class Handler>
   [[gnu::noinline]] void refuse_async(Handler&& handler, const collective_call& c, const stream& s,
                                       std::error_code ec) const;
+  /// async_enqueue's refusal from a thread that does not run the system: errc::wrong_thread on
+  /// the handler's own executor, touching nothing (detail::refuse_foreign), with the words the
+  /// stream's refusals give, naming the call. Out of line, as refuse_async.
+  template <class Handler>
+  [[gnu::noinline]] void refuse_foreign(Handler&& handler, collective_op op) const;
   /// Enqueues a prepared task on `s` and returns its event.
   NPURT_DECL event submit(detail::task* t, stream& s);
   /// Whether this handle can take a call from this thread: invalid_argument for an empty
@@ -335,12 +340,23 @@ void communicator::refuse_async(Handler&& handler, const collective_call& c, con
   detail::post_error(*rt_, std::forward<Handler>(handler), ec);
 }
 
+template <class Handler>
+void communicator::refuse_foreign(Handler&& handler, collective_op op) const {
+  const std::string call = "npurt::communicator::async_" + std::string(to_string(op));
+  detail::refuse_foreign(&rt_->io(), std::forward<Handler>(handler), -1, call);
+}
+
 template <class Token>
 auto communicator::async_enqueue(collective_call c, stream& s, Token&& token) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
       [this, &s](auto handler, collective_call call) {
         if (!rt_) {  // an empty handle, or its system is gone: no loop to complete through
           detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_argument));
+          return;
+        }
+        // First: an open group's depth, as all of the communicator's state, is the loop thread's.
+        if (rt_->wrong_thread()) [[unlikely]] {
+          refuse_foreign(std::move(handler), call.op);
           return;
         }
         std::error_code ec;

@@ -153,6 +153,15 @@ eager await_session(npurt::session& ses, const npurt::compiled_graph& c, const s
   } catch (const npurt::error& e) { words[2] = e.what(); }
 }
 
+eager await_collectives(npurt::communicator& comm, void* p, npurt::stream& s, std::vector<std::string>& words) {
+  try {
+    co_await comm.async_all_reduce(p, p, 8, npurt::dtype::f32, npurt::reduce_op::sum, s, npurt::use_task);
+  } catch (const npurt::error& e) { words[0] = e.what(); }
+  try {
+    co_await comm.async_broadcast(p, 8, npurt::dtype::f32, 0, s, npurt::use_task);
+  } catch (const npurt::error& e) { words[1] = e.what(); }
+}
+
 // The system's loop as a refused call must leave it: nothing posted or counted there, nothing
 // to run on it.
 struct loop_snapshot {
@@ -501,4 +510,52 @@ TEST_CASE("session::async_run, async_run_batches and async_set_constant from ano
   // Nothing was queued and the constant is the one compiled: y = x + c.
   const npurt::run_result r = ses.run(compiled, feeds);
   CHECK(r.outputs.at("y").to_vector() == std::vector<double>{11, 22, 33, 44});
+}
+
+TEST_CASE("a communicator's async calls from another thread are refused as the stream's are",
+          "[core][thread][error][collective]") {
+  npurt::system_options opts;
+  opts.check_thread = true;
+  npurt::system sys{npurt::sim::presets::ascend910(2), opts};
+  auto comm = npurt::communicator::init_all(sys);
+  std::vector<npurt::stream> s;
+  std::vector<void*> p;
+  for (auto& d : sys.devices()) {
+    s.push_back(d.make_stream());
+    p.push_back(d.malloc(64));
+  }
+  sys.run();
+  const loop_snapshot before(sys);
+  other_thread other;
+
+  SECTION("handlers and awaits") {
+    std::vector<std::string> words(2);
+    other.run([&] {
+      comm.async_all_reduce(p[0], p[0], 8, npurt::dtype::f32, npurt::reduce_op::sum, s[0], other.handler());
+      comm.async_barrier(s[1], other.handler());
+      await_collectives(comm, p[1], s[1], words);
+    });
+    other.check_completions(2);
+    CHECK_THAT(words[0], StartsWith(std::string("npurt::communicator::async_all_reduce: ") + foreign_words));
+    CHECK_THAT(words[1], StartsWith(std::string("npurt::communicator::async_broadcast: ") + foreign_words));
+  }
+  SECTION("while the loop thread has a group open") {
+    comm.group_start();
+    const loop_snapshot in_group(sys);
+    // The group's depth is the loop thread's: another thread's call is refused for its thread,
+    // not as a call made inside the group.
+    other.run(
+        [&] { comm.async_all_reduce(p[0], p[0], 8, npurt::dtype::f32, npurt::reduce_op::sum, s[0], other.handler()); });
+    other.check_completions(1);
+    in_group.check_untouched();
+    comm.group_end();
+  }
+
+  before.check_untouched();
+  // Nothing was enqueued: the loop thread's collective runs alone.
+  for (int r = 0; r < 2; ++r)
+    comm.all_reduce(p[static_cast<std::size_t>(r)], p[static_cast<std::size_t>(r)], 8, npurt::dtype::f32,
+                    npurt::reduce_op::sum, s[static_cast<std::size_t>(r)]);
+  for (auto& st : s) CHECK_NOTHROW(st.synchronize());
+  for (std::size_t r = 0; r < 2; ++r) sys.device(static_cast<npurt::device_id>(r)).free(p[r]);
 }
