@@ -256,9 +256,9 @@ npurt::stream& session::end_stream(const compiled_graph& c) {
   return c.get().rep.overlap ? io_stream(1) : exec_stream(*this, c.get(), c.final_stream());
 }
 
-void* session::acquire(std::size_t bytes) { return acquire(bytes, 0); }
+void* session::acquire(std::size_t bytes) { return acquire(bytes, 0, "npurt::session::acquire"); }
 
-void* session::acquire(std::size_t bytes, std::size_t freeing) {
+void* session::acquire(std::size_t bytes, std::size_t freeing, std::string_view call) {
   if (bytes == 0) return nullptr;
   const std::size_t cap = mem_.pool_size;
   // held_ may already exceed a pool_size lowered since, and held_ + bytes may wrap.
@@ -266,7 +266,7 @@ void* session::acquire(std::size_t bytes, std::size_t freeing) {
   const std::size_t room = cap > counted ? cap - counted : 0;
   if (cap && bytes > room) {
     out_of_memory_error::info i{bytes, dev_->id(), cap, room, held_, held_};
-    throw out_of_memory_error(i, "session " + std::to_string(id_) + ": " + std::to_string(bytes) +
+    throw out_of_memory_error(i, std::string(call) + ": session " + std::to_string(id_) + ": " + std::to_string(bytes) +
                                      " bytes exceed the pool_size of " + std::to_string(cap) + " (" +
                                      std::to_string(held_) + " held)");
   }
@@ -320,7 +320,7 @@ void session::set_comm_buffer_size(std::size_t bytes) {
   if (bytes == comm_bytes_) return;
   // The new buffer is had before the old one goes, so that a size that cannot be had keeps the
   // old one; against pool_size the old one counts as gone already.
-  void* fresh = acquire(bytes, comm_bytes_);
+  void* fresh = acquire(bytes, comm_bytes_, "npurt::session::set_comm_buffer_size");
   if (comm_buffer_) give_back(comm_buffer_, comm_bytes_);
   comm_buffer_ = fresh;
   comm_bytes_ = bytes;
@@ -391,7 +391,7 @@ compiled_graph session::compile(graph& g, const compile_options& opts) {
     if (st.concurrent && rep.schedule == schedule::parallel)
       st.block_dim = std::max<std::uint32_t>(1, cores / (st.peers + 1));
   auto hold = [&](std::size_t bytes) {
-    void* ptr = acquire(bytes);
+    void* ptr = acquire(bytes, 0, "npurt::session::compile");
     p->held.emplace_back(ptr, bytes);
     return ptr;
   };

@@ -396,6 +396,32 @@ TEST_CASE("a pool_size below what the session holds reports no free bytes, never
   CHECK(s.memory_usage().allocated_mb == 1.0);
 }
 
+TEST_CASE("a session's pool_size refusal begins with the name of the call that needed the memory",
+          "[graph][errors][memory]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s{sys};
+  s.set_memory_config({.pool_size = 4096});
+  const auto words = [](auto f) {
+    try {
+      f();
+    } catch (const out_of_memory_error& e) { return std::string(e.what()); }
+    return std::string("no out_of_memory_error");
+  };
+  // The session holds nothing yet, so the first request over 4096 bytes is refused with 0 held:
+  // the graph's 16 KiB f32 input, or its 16 KiB activation, whichever compile asks for first.
+  graph g = relu_graph(4096);
+  const std::string compiled = words([&] { (void)s.compile(g); });
+  INFO(compiled);
+  CHECK(compiled.starts_with("npurt::session::compile: session "));
+  CHECK(compiled.find(": 16384 bytes exceed the pool_size of 4096 (0 held)") != std::string::npos);
+  const std::string comm = words([&] { s.set_comm_buffer_size(8192); });
+  INFO(comm);
+  CHECK(comm.starts_with("npurt::session::set_comm_buffer_size: session "));
+  CHECK(comm.find(": 8192 bytes exceed the pool_size of 4096 (0 held)") != std::string::npos);
+  CHECK(words([&] { (void)s.acquire(8192); }).starts_with("npurt::session::acquire: session "));
+  CHECK(s.memory_usage().allocated_mb == 0);
+}
+
 TEST_CASE("a request the pool limit refuses only for its segment's size says so", "[graph][errors][memory]") {
   npurt::system sys{sim::presets::ascend910(1)};
   session s{sys};

@@ -441,9 +441,10 @@ class session {
   void check_alive(std::string_view what) const;
   /// check_alive, then invalid_argument for an empty compiled graph or another session's.
   void check_compiled(const compiled_graph& cg, std::string_view call) const;
-  /// acquire, counting `freeing` bytes of what the session holds as already given back against
-  /// pool_size (a buffer replaced once its successor is had).
-  void* acquire(std::size_t bytes, std::size_t freeing);
+  /// acquire for the call `call` (whose name begins a refusal's words), counting `freeing` bytes
+  /// of what the session holds as already given back against pool_size (a buffer replaced once
+  /// its successor is had).
+  void* acquire(std::size_t bytes, std::size_t freeing, std::string_view call);
   /// The stream a run of `c` ends on: its outputs are copied out there.
   npurt::stream& end_stream(const compiled_graph& c);
   /// Every stream a run of `c` queues work on, the stream it ends on last, each with the position
