@@ -62,6 +62,13 @@ void set_outputs(const graph& src, graph& g) {
   }
 }
 
+// A node's first output it names: an operator may leave optional outputs out ("", ConvGrad's dX).
+const std::string& first_output(const node& n) {
+  for (const auto& o : n.outputs)
+    if (!o.empty()) return o;
+  return n.outputs.front();
+}
+
 // Number of nodes reading each tensor (graph outputs count as a reader).
 std::map<std::string, int, std::less<>> use_counts(const graph& g) {
   std::map<std::string, int, std::less<>> uses;
@@ -149,7 +156,7 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts, refit_log& 
       g.add_node(n.type, n.name, ins, n.outputs, n.attrs);
       continue;
     }
-    const bool float_out = lowers(src.value(n.outputs[0]).type);
+    const bool float_out = lowers(src.value(first_output(n)).type);
     if (!lower || !float_out || cd == dtype::f32) {
       // Mixed: a non-cube op reads fp32 copies of fp16 tensors.
       if (p == precision::mixed) {
@@ -168,7 +175,7 @@ graph rewrite_precision(graph& src, precision p, std::size_t& casts, refit_log& 
     // indices) is no float to lower: it keeps its name and its type.
     std::vector<std::string> lowouts;
     for (const auto& o : n.outputs)
-      lowouts.push_back(lowers(src.value(o).type) ? o + "::" + std::string(to_string(cd)) : o);
+      lowouts.push_back(!o.empty() && lowers(src.value(o).type) ? o + "::" + std::string(to_string(cd)) : o);
     g.add_node(n.type, n.name, ins, lowouts, n.attrs);
     for (std::size_t k = 0; k < n.outputs.size(); ++k) {
       if (lowouts[k] == n.outputs[k]) continue;
@@ -400,7 +407,7 @@ graph rewrite_empty(graph& src, refit_log& log) {
           !from.empty() && n.type != "Concat" && !(n.type == "Gemm" && k == 2))
         log.consumed.emplace(from, "read by " + n.type + " '" + n.name +
                                        "', which compile replaced by its value (it has an empty input)");
-    const value_info& y = src.value(n.outputs[0]);
+    const value_info& y = src.value(first_output(n));
     auto empty_input = n.inputs.begin();
     while (!empty_data(n, static_cast<std::size_t>(empty_input - n.inputs.begin()))) ++empty_input;
     if (n.type == "Concat") {
@@ -583,6 +590,7 @@ void order_for_all_reduce(compiled_graph::impl& c, const graph& src, const outpu
       if (v >= 0 && tainted[static_cast<std::size_t>(root_of(v))]) dependent[k] = 1;
     if (!dependent[k]) continue;
     for (int v : st.out) {
+      if (v < 0) continue;
       const int r = root_of(v);
       if (const auto at = std::find(reduced_roots.begin(), reduced_roots.end(), r); at != reduced_roots.end())
         throw graph_error(
@@ -600,7 +608,8 @@ void order_for_all_reduce(compiled_graph::impl& c, const graph& src, const outpu
       if (dependent[k] == part) ordered.push_back(std::move(c.steps[k]));
   c.steps = std::move(ordered);
   for (std::size_t k = 0; k < c.steps.size(); ++k)
-    for (int v : c.steps[k].out) c.values[static_cast<std::size_t>(v)].producer = static_cast<int>(k);
+    for (int v : c.steps[k].out)
+      if (v >= 0) c.values[static_cast<std::size_t>(v)].producer = static_cast<int>(k);
   c.rep.all_reduced = c.reductions.size();
   c.all_reduce = ar;
 }
@@ -815,6 +824,10 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     }
     bool relu = false;
     for (const auto& name : n.outputs) {
+      if (name.empty()) {  // an optional output left out: nothing is written
+        out.push_back(-1);
+        continue;
+      }
       const std::string final_name = resolve(name);
       relu = relu || relu_outputs.count(final_name) != 0;
       out.push_back(add_value(G.value(final_name)));
@@ -841,7 +854,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
       s.chain_operands = std::move(chain_operands);
     }
     const int step = static_cast<int>(p->steps.size());
-    for (int v : s.out) p->values[static_cast<std::size_t>(v)].producer = step;
+    for (int v : s.out)
+      if (v >= 0) p->values[static_cast<std::size_t>(v)].producer = step;
     p->steps.push_back(std::move(s));
   }
   for (const auto& name : o.outputs_on_device)
@@ -912,7 +926,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
     const cstep& st = p->steps[static_cast<std::size_t>(s)];
     for (int v : st.in)
       if (v >= 0) p->roots[static_cast<std::size_t>(root_of(v))].accesses.emplace_back(s, false);
-    for (int v : st.out) p->roots[static_cast<std::size_t>(root_of(v))].accesses.emplace_back(s, true);
+    for (int v : st.out)
+      if (v >= 0) p->roots[static_cast<std::size_t>(root_of(v))].accesses.emplace_back(s, true);
   }
   if (o.all_reduce) {
     // Each reduction runs once its output's last writer has, and every reader waits for it: the
@@ -992,7 +1007,8 @@ std::shared_ptr<compiled_graph::impl> build_plan(graph& src, const compile_optio
   // Schedule: streams and cross-stream waits.
   std::vector<int> producer_step(p->values.size(), -1);
   for (int s = 0; s < nsteps; ++s)
-    for (int v : p->steps[static_cast<std::size_t>(s)].out) producer_step[static_cast<std::size_t>(v)] = s;
+    for (int v : p->steps[static_cast<std::size_t>(s)].out)
+      if (v >= 0) producer_step[static_cast<std::size_t>(v)] = s;
   auto data_preds = [&](int s) {
     std::vector<int> preds;
     for (int v : p->steps[static_cast<std::size_t>(s)].in) {

@@ -437,6 +437,11 @@ constexpr std::string_view own_ops[] = {"ReluGrad",
                                         "Recurrent",
                                         "Requantize"};
 
+// Operators whose outputs may each be left out with an empty name, as ONNX's optional outputs
+// are: a gradient operator's caller often wants only some of its gradients (a network's first
+// convolution has no use for the gradient of the image). Any other output needs a name.
+bool omits_outputs(std::string_view type) noexcept { return type == "ConvGrad"; }
+
 /// The attribute of `attrs` that `type` does not have, or null.
 /// The operator whose attributes `type` takes: a gradient operator takes its forward operator's.
 std::string_view attributes_of(std::string_view type) noexcept {
@@ -1899,7 +1904,7 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     const auto& w = need(n, in, 2);
     same_type(n, x, dy);
     if (n.outputs.size() < 2 || n.outputs.size() > 3)
-      fail(errc::invalid_argument, n, dy.name, "has outputs dX, dW and optionally dB");
+      fail(errc::invalid_argument, n, dy.name, "has outputs dX, dW and optionally dB (\"\" for one not wanted)");
     node fwd = n;
     fwd.type = "Conv";
     const std::array<const value_info*, 2> fin{&x, &w};
@@ -2648,16 +2653,23 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
     add_composite(type, std::move(name), inputs, outputs, attrs);
     return;
   }
+  const bool omits = omits_outputs(type);
+  if (omits && std::all_of(outputs.begin(), outputs.end(), [](const std::string& o) { return o.empty(); }))
+    throw graph_error(make_error_code(errc::invalid_argument), name, {},
+                      "node '" + name + "': " + std::string(type) +
+                          " leaves every output out (\"\"), so it would compute nothing: name one");
   for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (omits && outputs[i].empty()) continue;  // an optional output not wanted, as ONNX writes it
     check_new_name(outputs[i], name);
     if (std::find(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(i), outputs[i]) !=
         outputs.begin() + static_cast<std::ptrdiff_t>(i))
       throw graph_error(make_error_code(errc::invalid_argument), name, outputs[i],
                         "node '" + name + "' names output '" + outputs[i] + "' twice");
   }
-  const std::size_t idx = nodes_.size();
+  const std::size_t idx = nodes_.size(), values_before = values_.size();
   node_index_[name] = idx;
   for (const auto& o : outputs) {
+    if (o.empty()) continue;
     value_index_[o] = values_.size();
     values_.push_back({o, {}, dtype::f32, value_kind::activation, static_cast<int>(idx), false});
   }
@@ -2668,7 +2680,7 @@ void graph::add_node(std::string_view type, std::string name, std::vector<std::s
   } catch (...) {
     // A rejected node leaves the graph as it was.
     for (const auto& o : nodes_.back().outputs) value_index_.erase(o);
-    values_.resize(values_.size() - nodes_.back().outputs.size());
+    values_.resize(values_before);
     node_index_.erase(nodes_.back().name);
     nodes_.pop_back();
     throw;
@@ -2790,6 +2802,7 @@ bool graph::try_infer(std::size_t idx) {
         static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
       fail(errc::size_overflow, n, {}, shape_string(o.shape) + " does not fit in memory");
   for (std::size_t i = 0; i < n.outputs.size(); ++i) {
+    if (n.outputs[i].empty()) continue;  // left out (omits_outputs)
     auto& v = values_[value_index_.find(n.outputs[i])->second];
     v.shape = out[i].shape;
     v.type = out[i].type;

@@ -186,10 +186,12 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     const auto pad = pads_of(n, x.shape, {static_cast<std::int32_t>(w.shape[2]), static_cast<std::int32_t>(w.shape[3])},
                              stride, dil);
     const auto groups = static_cast<std::int32_t>(n.attrs.get_int("group", 1));
-    kernel(kernels::conv2d_backward_data{dy, w, desc(st.out[0]), stride, pad, dil, groups,
-                                         st.relu_mask >= 0 ? desc(st.relu_mask) : tensor_desc{}});
-    kernel(kernels::conv2d_backward_weight{x, dy, desc(st.out[1]), stride, pad, dil, groups});
-    if (st.out.size() > 2) {
+    // An output left out launches nothing: the first convolution's dX is a gradient of the data.
+    if (st.out[0] >= 0)
+      kernel(kernels::conv2d_backward_data{dy, w, desc(st.out[0]), stride, pad, dil, groups,
+                                           st.relu_mask >= 0 ? desc(st.relu_mask) : tensor_desc{}});
+    if (st.out[1] >= 0) kernel(kernels::conv2d_backward_weight{x, dy, desc(st.out[1]), stride, pad, dil, groups});
+    if (st.out.size() > 2 && st.out[2] >= 0) {
       kernels::reduce r{};
       r.fn = kernels::reduce_fn::sum;
       r.x = dy;

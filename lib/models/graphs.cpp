@@ -254,13 +254,14 @@ graph resnet_training_step(const resnet_config& c, bool with_data, std::uint64_t
     l.out = relu ? g.add_op("Relu", {y}, {}, l.bn + ".relu") : y;
     return l;
   };
-  // dY of the layer's output -> dX of its input; the parameters' gradients and updates.
-  auto backward = [&](const conv_bn& l, std::string dy) {
+  // dY of the layer's output -> dX of its input; the parameters' gradients and updates. The stem
+  // reads the image, whose gradient nobody wants: its ConvGrad leaves dX out ("").
+  auto backward = [&](const conv_bn& l, std::string dy, bool want_dx = true) {
     if (l.relu) dy = g.add_op("ReluGrad", {dy, l.out}, {}, l.bn + ".relu.grad");
     const std::string dconv = l.bn + ".out.grad";
     g.add_node("BatchNormalizationGrad", l.bn + ".backward", {dy, l.conv, l.gamma, l.saved_mean, l.saved_inv_std},
                {dconv, l.gamma + ".grad", l.beta + ".grad"}, {});
-    const std::string dx = l.conv + ".input.grad";
+    const std::string dx = want_dx ? l.conv + ".input.grad" : std::string();
     g.add_node("ConvGrad", l.conv + ".backward", {dconv, l.in, l.w}, {dx, l.w + ".grad"}, l.attrs);
     update(l.gamma, l.gamma + ".grad");
     update(l.beta, l.beta + ".grad");
@@ -334,7 +335,7 @@ graph resnet_training_step(const resnet_config& c, bool with_data, std::uint64_t
     d = g.add_op("Add", {dm, ds}, {}, b->name + ".input.grad");
   }
   d = g.add_op("MaxPoolGrad", {d, stem.out}, pool, "maxpool.grad");
-  (void)backward(stem, d);
+  (void)backward(stem, d, false);
   if (gradients) *gradients = std::move(grads);
   return g;
 }

@@ -404,6 +404,100 @@ TEST_CASE("ConvGrad rejects a dY that is not the convolution's output shape", "[
   }
 }
 
+TEST_CASE("ConvGrad leaves out an output named \"\" and launches no kernel for it", "[graph][training][conv]") {
+  // The same strided, grouped convolution as above: with dX left out, dW and dB are those of the
+  // form that computes all three, bit for bit (the same kernels on the same operands), and one
+  // conv2d_backward_data fewer runs.
+  const conv_ref cr{2, 4, 7, 7, 6, 3, 2, 1, 2};
+  const std::int64_t Ho = cr.out(cr.H), Wo = cr.out(cr.W);
+  const attributes conv{{"strides", ints{2, 2}}, {"pads", ints{1, 1, 1, 1}}, {"group", std::int64_t{2}}};
+  const tensor xt({cr.N, cr.C, cr.H, cr.W}, dtype::f32, test::values(cr.N * cr.C * cr.H * cr.W, 71)),
+      rt({cr.N, cr.M, Ho, Wo}, dtype::f32, test::values(cr.N * cr.M * Ho * Wo, 74));
+  const auto build = [&](std::vector<std::string> outs) {
+    graph g("conv_grad");
+    auto x = g.add_input("x", {cr.N, cr.C, cr.H, cr.W}, dtype::f32);
+    auto dy = g.add_input("dy", {cr.N, cr.M, Ho, Wo}, dtype::f32);
+    auto w = g.add_constant("w", tensor({cr.M, 2, 3, 3}, dtype::f32, test::values(cr.M * 2 * 9, 72, 0.5)));
+    g.add_node("ConvGrad", "conv_grad", {dy, x, w}, outs, conv);
+    for (const auto& o : outs)
+      if (!o.empty()) g.set_output(o);
+    return g;
+  };
+  auto sys = test::make_system();
+  session s{sys};
+  graph all = build({"dx", "dw", "db"}), weights = build({"", "dw", "db"});
+  CHECK(weights.find("dx") == nullptr);
+  CHECK(weights.value("dw").shape == shape{cr.M, 2, 3, 3});
+  const auto ca = s.compile(all), cw = s.compile(weights);
+  CHECK(ca.report().kernels == 3);  // backward data, backward weight, the sum for dB
+  CHECK(cw.report().kernels == 2);
+  const auto ra = s.run(ca, {{"x", xt}, {"dy", rt}}), rw = s.run(cw, {{"x", xt}, {"dy", rt}});
+  CHECK(rw.outputs.size() == 2);
+  CHECK(rw.outputs.at("dw").to_vector() == ra.outputs.at("dw").to_vector());
+  CHECK(rw.outputs.at("db").to_vector() == ra.outputs.at("db").to_vector());
+  REQUIRE(ra.ops.size() == 1);
+  REQUIRE(rw.ops.size() == 1);
+  CHECK(rw.ops[0].busy < ra.ops[0].busy);
+  // dW left out too: only dX's kernel (dB not asked for).
+  graph data = build({"dx", ""});
+  const auto cd = s.compile(data);
+  CHECK(cd.report().kernels == 1);
+  CHECK(s.run(cd, {{"x", xt}, {"dy", rt}}).outputs.at("dx").to_vector() == ra.outputs.at("dx").to_vector());
+  // The precision rewrite carries an output left out through its casts.
+  session half{sys, session_config{.precision = precision::fp16}};
+  CHECK(half.compile(weights).report().kernels >= 2);
+  session mixed{sys, session_config{.precision = precision::mixed}};
+  const auto rm = mixed.run(mixed.compile(weights), {{"x", xt}, {"dy", rt}});
+  CHECK(rm.outputs.at("dw").type() == dtype::f32);
+}
+
+TEST_CASE("ConvGrad refuses every output left out, and a reader of the dX it left out",
+          "[graph][training][conv][errors]") {
+  graph g("bad");
+  auto x = g.add_input("x", {1, 2, 5, 5}, dtype::f32);
+  auto dy = g.add_input("dy", {1, 3, 5, 5}, dtype::f32);
+  auto w = g.add_constant("w", tensor::timing_only({3, 2, 3, 3}, dtype::f32));
+  const attributes pads{{"pads", ints{1, 1, 1, 1}}};
+  for (const std::vector<std::string>& outs :
+       {std::vector<std::string>{"", ""}, std::vector<std::string>{"", "", ""}}) {
+    try {
+      g.add_node("ConvGrad", "cg", {dy, x, w}, outs, pads);
+      FAIL("accepted");
+    } catch (const graph_error& e) {
+      CHECK(e.code() == errc::invalid_argument);
+      CHECK(e.op() == "cg");
+      CHECK(std::string(e.what()).find("ConvGrad leaves every output out") != std::string::npos);
+    }
+    CHECK(g.nodes().empty());  // nothing added
+  }
+  // Only the operators with optional outputs take an empty name: BatchNormalizationGrad's dX is
+  // required.
+  auto s = g.add_constant("s", tensor::timing_only({2}, dtype::f32));
+  CHECK_THROWS_AS(g.add_node("BatchNormalizationGrad", "bng", {"x", "x", s, s, s}, {"", "ds", "db"}, {}), graph_error);
+  // The dX left out has no name a reader could use: "dx" is produced by nothing, which validate
+  // and compile refuse naming it.
+  g.add_node("ConvGrad", "cg", {dy, x, w}, {"", "dw"}, pads);
+  g.add_op("Relu", {"dx"}, {}, "r");
+  g.set_output("r");
+  g.set_output("dw");
+  try {
+    g.validate();
+    FAIL("accepted");
+  } catch (const graph_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK(e.tensor() == "dx");
+    CHECK(std::string(e.what()).find("input 'dx' is not produced by any operator") != std::string::npos);
+  }
+  // Nor can the graph's output be the one left out.
+  graph h("bad_output");
+  h.add_input("x", {1, 2, 5, 5}, dtype::f32);
+  h.add_input("dy", {1, 3, 5, 5}, dtype::f32);
+  h.add_constant("w", tensor::timing_only({3, 2, 3, 3}, dtype::f32));
+  h.add_node("ConvGrad", "cg", {"dy", "x", "w"}, {"", "dw"}, pads);
+  h.set_output("dx");
+  CHECK_THROWS_AS(h.validate(), graph_error);
+}
+
 namespace {
 
 // A plain 2-D pooling in double (ONNX's MaxPool and AveragePool without ceil_mode or
@@ -1431,6 +1525,68 @@ TEST_CASE("resnet_training_step's gradients equal finite differences of its loss
     }
   }
   CHECK(checked == 3 * static_cast<int>(probe.size()));
+}
+
+namespace {
+
+// `src` rebuilt with the stem's ConvGrad computing the image's gradient too, as a framework that
+// does not skip it would: every other node, constant, input and output as they are.
+graph with_stem_dx(const graph& src) {
+  graph g(src.name());
+  for (const auto& i : src.inputs()) g.add_input(i, src.value(i).shape, src.value(i).type);
+  for (const auto& n : src.nodes())
+    for (const auto& in : n.inputs)
+      if (const tensor* c = in.empty() ? nullptr : src.constant(in); c && !g.find(in)) g.add_constant(in, c->clone());
+  for (const auto& n : src.nodes()) {
+    auto outs = n.outputs;
+    if (n.name == "conv1.backward") outs[0] = "conv1.input.grad";
+    g.add_node(n.type, n.name, n.inputs, outs, n.attrs);
+  }
+  for (const auto& o : src.outputs()) g.set_output(o);
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("resnet_training_step's stem computes no gradient of the image, and every other result is unchanged",
+          "[graph][training][resnet]") {
+  // The stem's ConvGrad leaves dX out: the step launches one conv2d_backward_data fewer and its
+  // results are those of the form that computes the image's gradient, bit for bit (the same
+  // kernels on the same operands; the gradients' check against the loss is the test above).
+  const models::resnet_config rc{.batch = 2, .image = 32, .blocks = {1, 1}, .width = 4, .classes = 5, .lr = 0.5};
+  std::vector<std::string> grads;
+  graph g = models::resnet_training_step(rc, true, 7, &grads);
+  for (const auto& p : grads) g.set_output(p);
+  CHECK(g.find("conv1.input.grad") == nullptr);
+  const auto stem =
+      std::find_if(g.nodes().begin(), g.nodes().end(), [](const node& n) { return n.name == "conv1.backward"; });
+  REQUIRE(stem != g.nodes().end());
+  CHECK(stem->type == "ConvGrad");
+  CHECK(stem->outputs == std::vector<std::string>{"", "conv1.weight.grad"});
+  graph full = with_stem_dx(g);
+  REQUIRE(full.find("conv1.input.grad") != nullptr);
+  CHECK(full.value("conv1.input.grad").shape == shape{2, 3, 32, 32});
+  tensor img({2, 3, 32, 32}, dtype::f32, test::values(2 * 3 * 32 * 32, 91));
+  tensor labels({2, 5}, dtype::f32, {0, 0, 1, 0, 0, 1, 0, 0, 0, 0});
+  const std::vector<feed> in{{"input", img}, {"labels", labels}};
+  auto sys = test::make_system();
+  session s{sys};
+  const auto cg = s.compile(g), cf = s.compile(full);
+  CHECK(cg.report().kernels + 1 == cf.report().kernels);
+  const auto rg = s.run(cg, in), rf = s.run(cf, in);
+  REQUIRE(rg.outputs.size() == rf.outputs.size());
+  for (const auto& [name, v] : rf.outputs) {
+    INFO(name);
+    CHECK(v.to_vector() == rg.outputs.at(name).to_vector());
+  }
+  const auto busy = [](const run_result& r) {
+    const auto it =
+        std::find_if(r.ops.begin(), r.ops.end(), [](const op_timing& o) { return o.name == "conv1.backward"; });
+    return it == r.ops.end() ? picoseconds{-1} : it->busy;
+  };
+  CHECK(busy(rg) > picoseconds{0});
+  CHECK(busy(rg) < busy(rf));
+  CHECK(rg.ops.size() == rf.ops.size());
 }
 
 TEST_CASE("resnet_training_step at ResNet-50's size runs timing-only no faster than its cube floor",

@@ -102,7 +102,7 @@ struct value_info {
 struct node {
   std::string type;  ///< ONNX operator type, e.g. "Conv"
   std::string name;  ///< unique in the graph
-  std::vector<std::string> inputs, outputs;  ///< tensor names; "" is an omitted optional input
+  std::vector<std::string> inputs, outputs;  ///< tensor names; "" is an omitted optional input or output
   npurt::attributes attrs;
   bool inferred = false;
 };
@@ -142,7 +142,9 @@ class graph {
   /// the last one named so, the others "<output>/<step>"; its inputs must be added first.
   std::string add_op(std::string_view type, std::vector<std::string> inputs, npurt::attributes attrs = {},
                      std::string name = {});
-  /// An operator with explicit node and output names (what an importer uses).
+  /// An operator with explicit node and output names (what an importer uses). An optional output
+  /// the caller does not want is "" where the operator allows it, as ONNX writes it (ConvGrad's
+  /// dX); elsewhere an empty output name is invalid_argument.
   void add_node(std::string_view type, std::string name, std::vector<std::string> inputs,
                 std::vector<std::string> outputs, npurt::attributes attrs = {});
   /// Marks a tensor as an output of the graph.

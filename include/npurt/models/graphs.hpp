@@ -61,7 +61,8 @@ struct resnet_config {
 /// cross-entropy against input "labels" (one-hot, [batch, classes]; output "loss" [1, 1], the
 /// batch mean), backward (ReluGrad, BatchNormalizationGrad, ConvGrad, MaxPoolGrad,
 /// GlobalAveragePoolGrad, Gemm and ReduceSum for the classifier, Add where a block's input
-/// feeds both paths) and an SGDUpdate per parameter. Input "input" [batch, 3, image, image];
+/// feeds both paths; the stem's ConvGrad leaves the image's gradient out) and an SGDUpdate per
+/// parameter. Input "input" [batch, 3, image, image];
 /// outputs "loss", "<param>.next" for every parameter and the BatchNorms' updated
 /// "<bn>.running_mean.next" and "<bn>.running_var.next". The gradients are "<param>.grad";
 /// `gradients`, when given, receives their names in the order backward produces them (the
