@@ -527,6 +527,210 @@ void add_batchnorm_training(graph& g, const std::string& node_name, const std::v
   }
 }
 
+/// The gradient operators of a transformer's layers, npurt's own after onnxruntime's training
+/// operators of the same names: SoftmaxGrad(dY, Y) -> dX, GeluGrad(dY, X) -> dX and
+/// LayerNormalizationGrad(dY, X, Scale[, Mean, InvStdDev]) -> (dX, dScale, dBias), each a chain
+/// of elementwise steps and reductions. Everything is checked before the first step, so that a
+/// refusal names the operator the user wrote rather than one of its steps.
+void check_grad_operand(const std::string& what, const std::string& node_name, const value_info& dy,
+                        const value_info& x, const char* x_word) {
+  if (!is_float(x.type))
+    fail(errc::invalid_dtype, node_name, x.name,
+         what + x_word + " must be floating, got " + std::string(to_string(x.type)));
+  if (dy.type != x.type)
+    fail(errc::invalid_dtype, node_name, dy.name,
+         what + "dY is " + std::string(to_string(dy.type)) + ", " + x_word + " " + std::string(to_string(x.type)));
+  if (!(dy.shape == x.shape))
+    fail(errc::invalid_shape, node_name, dy.name,
+         what + "dY " + shape_string(dy.shape) + " is not " + x_word + "'s shape " + shape_string(x.shape));
+}
+
+// An axis attribute in [-rank, rank - 1], made non-negative.
+std::int64_t grad_axis(const std::string& what, const std::string& node_name, const std::string& x, std::int64_t axis,
+                       std::size_t rank) {
+  const auto r = static_cast<std::int64_t>(rank);
+  if (r == 0) fail(errc::invalid_shape, node_name, x, what + "'" + x + "' is a scalar, which has no axis");
+  if (axis < -r || axis >= r)
+    fail(errc::invalid_argument, node_name, x,
+         what + "axis " + std::to_string(axis) + " is outside [" + std::to_string(-r) + ", " + std::to_string(r - 1) +
+             "] for rank " + std::to_string(r));
+  return axis < 0 ? axis + r : axis;
+}
+
+// dX = Y ⊙ (dY − Σ_axis dY ⊙ Y): the Jacobian of softmax along the axis, diag(y) − y yᵀ, applied
+// to dY (onnxruntime's SoftmaxGrad_13, opset 13's single axis).
+void add_softmax_grad(graph& g, const std::string& node_name, const std::vector<std::string>& ins,
+                      const std::vector<std::string>& outputs, const attributes& attrs,
+                      const std::function<std::string(const std::string&)>& fresh) {
+  const std::string what = "SoftmaxGrad '" + node_name + "': ";
+  if (ins.size() != 2 || ins[0].empty() || ins[1].empty())
+    fail(errc::invalid_argument, node_name, {}, what + "takes the inputs dY and Y (Softmax's output)");
+  if (outputs.size() != 1 || outputs[0].empty())
+    fail(errc::invalid_argument, node_name, {}, what + "has one output, dX, named");
+  const value_info dy = g.value(ins[0]), y = g.value(ins[1]);
+  check_grad_operand(what, node_name, dy, y, "Y");
+  const std::int64_t axis = grad_axis(what, node_name, ins[1], attrs.get_int("axis", -1), y.shape.rank());
+  multi_output_steps step(g, node_name, fresh);
+  const std::string dot = step("ReduceSum", "dot", {step("Mul", "dy_y", {ins[0], ins[1]})}, {},
+                               {{"axes", ints{axis}}, {"keepdims", std::int64_t{1}}});
+  step("Mul", "dx", {ins[1], step("Sub", "centred", {ins[0], dot})}, outputs[0]);
+}
+
+// The derivative of Gelu times dY (onnxruntime's GeluGrad and, for approximate = "tanh",
+// FastGeluGrad). Exact: Φ(x) + x·φ(x) with Φ(x) = (1 + erf(x/√2))/2 and φ(x) = e^(−x²/2)/√(2π).
+// The tanh form differentiates the kernel library's 0.5·x·(1 + tanh(u)), u = k·(x + c·x³) with
+// k = √(2/π) and c = 0.044715: 0.5·(1 + t) + 0.5·x·(1 − t²)·k·(1 + 3c·x²), t = tanh(u).
+void add_gelu_grad(graph& g, const std::string& node_name, const std::vector<std::string>& ins,
+                   const std::vector<std::string>& outputs, const attributes& attrs,
+                   const std::function<std::string(const std::string&)>& fresh) {
+  const std::string what = "GeluGrad '" + node_name + "': ";
+  if (ins.size() != 2 || ins[0].empty() || ins[1].empty())
+    fail(errc::invalid_argument, node_name, {}, what + "takes the inputs dY and X (Gelu's input)");
+  if (outputs.size() != 1 || outputs[0].empty())
+    fail(errc::invalid_argument, node_name, {}, what + "has one output, dX, named");
+  const value_info dy = g.value(ins[0]), x = g.value(ins[1]);
+  const std::string mode = attrs.get_string("approximate", "none");
+  if (mode != "none" && mode != "tanh")
+    fail(errc::invalid_argument, node_name, ins[1], what + "approximate is \"none\" or \"tanh\", not \"" + mode + "\"");
+  check_grad_operand(what, node_name, dy, x, "X");
+  multi_output_steps step(g, node_name, fresh);
+  const auto c = [&](const std::string& tag, double v) { return step.scalar(tag, v, x.type); };
+  const std::string& xn = ins[1];
+  const std::string one = c("one", 1.0), half = c("half", 0.5), square = step("Mul", "square", {xn, xn});
+  std::string slope;
+  if (mode == "none") {
+    const std::string erf = step("Erf", "erf", {step("Div", "scaled", {xn, c("sqrt2", std::sqrt(2.0))})});
+    const std::string cdf = step("Mul", "cdf", {half, step("Add", "one_plus_erf", {one, erf})});
+    const std::string gauss = step("Exp", "gauss", {step("Mul", "minus_half_square", {square, c("minus_half", -0.5)})});
+    const std::string pdf = step("Mul", "pdf", {gauss, c("inv_sqrt_2pi", 1.0 / std::sqrt(2.0 * std::acos(-1.0)))});
+    slope = step("Add", "slope", {cdf, step("Mul", "x_pdf", {xn, pdf})});
+  } else {
+    constexpr double k = 0.7978845608028654, cc = 0.044715;
+    const std::string u = step("Mul", "u",
+                               {step("Mul", "k_x", {xn, c("k", k)}),
+                                step("Add", "one_plus_cx2", {one, step("Mul", "cx2", {square, c("c", cc)})})});
+    const std::string t = step("Tanh", "tanh", {u});
+    const std::string left = step("Mul", "half_one_plus_t", {half, step("Add", "one_plus_t", {one, t})});
+    const std::string sech2 = step("Sub", "sech2", {one, step("Mul", "t2", {t, t})});
+    const std::string du = step(
+        "Mul", "du", {c("k", k), step("Add", "one_plus_3cx2", {one, step("Mul", "3cx2", {square, c("3c", 3 * cc)})})});
+    const std::string right =
+        step("Mul", "right", {step("Mul", "half_x", {half, xn}), step("Mul", "sech2_du", {sech2, du})});
+    slope = step("Add", "slope", {left, right});
+  }
+  step("Mul", "dx", {ins[0], slope}, outputs[0]);
+}
+
+// LayerNormalization's gradient over the axes from `axis` on (D elements per row), in the stash
+// type as the forward chain computes (float unless stash_type is X's own type). With x̂ = (x − μ)·r,
+// r = 1/√(var + ε), and g = dY ⊙ Scale (the standard derivation, e.g. Ba, Kiros and Hinton,
+// "Layer Normalization", 2016, differentiated by the chain rule):
+//   dX = r · (g − mean(g) − x̂ · mean(g ⊙ x̂)), the means over the row;
+//   dScale = Σ dY ⊙ x̂ and dBias = Σ dY over the leading axes.
+// Mean and InvStdDev are the forward's outputs (both or neither: without them the chain
+// recomputes them from X with epsilon). Any output may be left out (""), not all.
+void add_layer_norm_grad(graph& g, const std::string& node_name, const std::vector<std::string>& ins,
+                         const std::vector<std::string>& outputs, const attributes& attrs,
+                         const std::function<std::string(const std::string&)>& fresh) {
+  const std::string what = "LayerNormalizationGrad '" + node_name + "': ";
+  const auto given = [&](std::size_t i) { return i < ins.size() && !ins[i].empty(); };
+  if (ins.size() < 3 || ins.size() > 5 || !given(0) || !given(1) || !given(2))
+    fail(errc::invalid_argument, node_name, {},
+         what + "takes the inputs dY, X, Scale and optionally Mean and InvStdDev");
+  if (given(3) != given(4))
+    fail(errc::invalid_argument, node_name, given(3) ? ins[3] : ins[4],
+         what + "takes Mean and InvStdDev together (or neither, to recompute them from X)");
+  if (outputs.empty() || outputs.size() > 3 ||
+      std::all_of(outputs.begin(), outputs.end(), [](const std::string& o) { return o.empty(); }))
+    fail(errc::invalid_argument, node_name, {},
+         what + "has the outputs dX, dScale and dBias (\"\" for one not wanted), one of them named at least");
+  const value_info dy = g.value(ins[0]), x = g.value(ins[1]), scale = g.value(ins[2]);
+  if (x.type != dtype::f32 && x.type != dtype::f16 && x.type != dtype::bf16)
+    fail(errc::invalid_dtype, node_name, ins[1],
+         what + "X must be float, float16 or bfloat16, got " + std::string(to_string(x.type)));
+  check_grad_operand(what, node_name, dy, x, "X");
+  const std::int64_t axis = grad_axis(what, node_name, ins[1], attrs.get_int("axis", -1), x.shape.rank());
+  const double epsilon = attrs.get_float("epsilon", 1e-5);
+  if (!(epsilon >= 0))
+    fail(errc::invalid_argument, node_name, ins[1],
+         what + "epsilon must not be negative, got " + std::to_string(epsilon));
+  const std::int64_t stash = attrs.get_int("stash_type", 1);
+  if (stash != 1 && !(stash == 10 && x.type == dtype::f16) && !(stash == 16 && x.type == dtype::bf16))
+    fail(errc::not_supported, node_name, {},
+         what + "stash_type " + std::to_string(stash) + " (float, or X's own type, is computed)");
+  const dtype ct = stash == 1 ? dtype::f32 : x.type;
+  const shape trailing(std::span<const std::int64_t>(x.shape.begin() + axis, x.shape.end()));
+  if (scale.type != x.type)
+    fail(errc::invalid_dtype, node_name, ins[2],
+         what + "Scale is " + std::string(to_string(scale.type)) + ", X " + std::string(to_string(x.type)));
+  if (!(scale.shape == trailing) && !(scale.shape.rank() == 1 && scale.shape[0] == trailing.elements()))
+    fail(errc::invalid_shape, node_name, ins[2],
+         what + "Scale must be " + shape_string(trailing) + " (X's shape from axis " + std::to_string(axis) +
+             ") or its " + std::to_string(trailing.elements()) + " elements flat, got " + shape_string(scale.shape));
+  // The statistics keep the normalised axes as 1, as the forward's Mean and InvStdDev outputs do.
+  shape stats = x.shape;
+  for (std::size_t d = static_cast<std::size_t>(axis); d < stats.rank(); ++d) stats[d] = 1;
+  for (std::size_t i = 3; i < 5 && given(i); ++i) {
+    const value_info& s = g.value(ins[i]);
+    if (s.type != ct)
+      fail(errc::invalid_dtype, node_name, ins[i],
+           what + (i == 3 ? "Mean" : "InvStdDev") + " must be " + std::string(to_string(ct)) +
+               " (the stash type), got " + std::string(to_string(s.type)));
+    if (!(s.shape == stats))
+      fail(errc::invalid_shape, node_name, ins[i],
+           what + (i == 3 ? "Mean" : "InvStdDev") + " must be " + shape_string(stats) + ", got " +
+               shape_string(s.shape));
+  }
+  const auto out = [&](std::size_t k) { return k < outputs.size() ? outputs[k] : std::string(); };
+  multi_output_steps step(g, node_name, fresh);
+  ints row, leading;
+  for (std::int64_t d = 0; d < static_cast<std::int64_t>(x.shape.rank()); ++d) (d < axis ? leading : row).push_back(d);
+  const attributes over_row{{"axes", row}, {"keepdims", std::int64_t{1}}};
+  const std::string xs = step.cast("x_stash", ins[1], ct), dys = step.cast("dy_stash", ins[0], ct);
+  std::string mean = given(3) ? ins[3] : step("ReduceMean", "mean", {xs}, {}, over_row);
+  const std::string centred = step("Sub", "centred", {xs, mean});
+  std::string inv = given(4) ? ins[4] : std::string();
+  if (inv.empty()) {
+    const std::string var = step("ReduceMean", "var", {step("Mul", "square", {centred, centred})}, {}, over_row);
+    inv = step("Reciprocal", "inv_std_dev",
+               {step("Sqrt", "std_dev", {step("Add", "var_eps", {var, step.scalar("epsilon", epsilon, ct)})})});
+  }
+  const std::string normed = step("Mul", "normalized", {centred, inv});
+  if (!out(0).empty()) {
+    std::string sc = step.cast("scale_stash", ins[2], ct);
+    if (!(scale.shape == trailing))
+      sc = step("Reshape", "scale",
+                {sc, add_ints(g, fresh(node_name + "/scale_shape"),
+                              std::span<const std::int64_t>(trailing.begin(), trailing.end()))});
+    const std::string gy = step("Mul", "dy_scale", {dys, sc});
+    const std::string m1 = step("ReduceMean", "dy_scale_mean", {gy}, {}, over_row);
+    const std::string m2 =
+        step("ReduceMean", "dy_scale_normed_mean", {step("Mul", "dy_scale_normed", {gy, normed})}, {}, over_row);
+    const std::string inner =
+        step("Sub", "inner", {step("Sub", "dy_scale_centred", {gy, m1}), step("Mul", "normed_m2", {normed, m2})});
+    if (ct == x.type) step("Mul", "dx", {inv, inner}, out(0));
+    else step.cast("dx_cast", step("Mul", "dx", {inv, inner}), x.type, out(0));
+  }
+  // dScale and dBias: summed over the leading axes to X's trailing shape, then Scale's shape and
+  // dtype. With no leading axis (axis 0) there is nothing to sum.
+  const auto per_parameter = [&](const std::string& tag, const std::string& v, const std::string& to) {
+    const bool reshape = !(scale.shape == trailing), cast = ct != scale.type;
+    std::string r = v;
+    if (!leading.empty())
+      r = step("ReduceSum", tag + "_sum", {v}, reshape || cast ? std::string() : to,
+               {{"axes", leading}, {"keepdims", std::int64_t{0}}});
+    else if (!reshape && !cast) r = step("Identity", tag, {v}, to);
+    if (reshape)
+      r = step(
+          "Reshape", tag + "_flat",
+          {r, add_ints(g, fresh(node_name + "/" + tag + "_shape"), std::vector<std::int64_t>{trailing.elements()})},
+          cast ? std::string() : to);
+    if (cast) step.cast(tag + "_cast", r, scale.type, to);
+  };
+  if (!out(1).empty()) per_parameter("dscale", step("Mul", "dy_normed", {dys, normed}), out(1));
+  if (!out(2).empty()) per_parameter("dbias", dys, out(2));
+}
+
 /// QLinearMatMul and QLinearConv as onnx/reference/ops/op_qlinear_matmul.py and op_qlinear_conv.py
 /// compute them: the integer product (MatMulInteger, ConvInteger, with ConvInteger's bias B added
 /// in int32), the multiplier a_scale * b_scale / y_scale in the scales' float type, then
@@ -643,7 +847,10 @@ std::span<const std::string_view> composite_ops() noexcept {
                                              "Momentum",
                                              "MaxUnpool",
                                              "QLinearMatMul",
-                                             "QLinearConv"};
+                                             "QLinearConv",
+                                             "SoftmaxGrad",
+                                             "GeluGrad",
+                                             "LayerNormalizationGrad"};
   return ops;
 }
 
@@ -924,6 +1131,18 @@ void add_steps(graph& g, std::string_view type, const std::string& node_name, co
   }
   if (t == "BatchNormalization") {
     add_batchnorm_training(g, node_name, ins, outputs, attrs, fresh);
+    return;
+  }
+  if (t == "SoftmaxGrad") {
+    add_softmax_grad(g, node_name, ins, outputs, attrs, fresh);
+    return;
+  }
+  if (t == "GeluGrad") {
+    add_gelu_grad(g, node_name, ins, outputs, attrs, fresh);
+    return;
+  }
+  if (t == "LayerNormalizationGrad") {
+    add_layer_norm_grad(g, node_name, ins, outputs, attrs, fresh);
     return;
   }
   if (t == "Pow") {

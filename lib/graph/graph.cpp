@@ -445,7 +445,8 @@ bool omits_outputs(std::string_view type) noexcept { return type == "ConvGrad"; 
 /// The attribute of `attrs` that `type` does not have, or null.
 /// The operator whose attributes `type` takes: a gradient operator takes its forward operator's.
 std::string_view attributes_of(std::string_view type) noexcept {
-  if (type == "ConvGrad" || type == "MaxPoolGrad" || type == "AveragePoolGrad" || type == "GlobalAveragePoolGrad")
+  if (type == "ConvGrad" || type == "MaxPoolGrad" || type == "AveragePoolGrad" || type == "GlobalAveragePoolGrad" ||
+      type == "SoftmaxGrad" || type == "GeluGrad" || type == "LayerNormalizationGrad")
     type.remove_suffix(4);
   return type;
 }
@@ -2705,10 +2706,10 @@ void graph::add_composite(std::string_view type, std::string name, const std::ve
                            : type == "SoftmaxCrossEntropyLoss" || type == "Dropout"        ? 2
                                                                                            : 1;
   // RNN, GRU and LSTM check their outputs themselves: any of them may be left out, Y too. So do
-  // the training operators (one output per updated tensor) and BatchNormalization in training
-  // mode (Y, running_mean, running_var).
+  // the training operators (one output per updated tensor), BatchNormalization in training
+  // mode (Y, running_mean, running_var) and LayerNormalizationGrad (dX, dScale, dBias).
   const bool recurrent = type == "RNN" || type == "GRU" || type == "LSTM" || type == "Adagrad" || type == "Adam" ||
-                         type == "Momentum" || type == "BatchNormalization";
+                         type == "Momentum" || type == "BatchNormalization" || type == "LayerNormalizationGrad";
   if (!recurrent && (outputs.size() > most || outputs.empty() || outputs[0].empty()))
     throw graph_error(
         make_error_code(errc::invalid_argument), name, {},

@@ -1,0 +1,314 @@
+// The transformer layers' gradient operators (SoftmaxGrad, GeluGrad, LayerNormalizationGrad),
+// checked against central differences of a scalar loss sum(r * f(x)) computed in double, and
+// their refusals.
+#include <npurt/graph/session.hpp>
+
+#include "helpers.hpp"
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+using namespace npurt;
+
+namespace {
+
+using vec = std::vector<double>;
+
+// Checks grad against central differences of loss() in each element of p (perturbed in place
+// and restored): |grad - fd| <= tol * (1 + |fd|).
+template <class Loss>
+void check_central_differences(const char* name, vec& p, const vec& grad, double h, double tol, Loss loss) {
+  INFO(name);
+  REQUIRE(grad.size() == p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double keep = p[i];
+    p[i] = keep + h;
+    const double up = loss();
+    p[i] = keep - h;
+    const double down = loss();
+    p[i] = keep;
+    const double fd = (up - down) / (2 * h);
+    INFO(name << "[" << i << "]: " << grad[i] << " against " << fd);
+    CHECK(std::abs(grad[i] - fd) <= tol * (1 + std::abs(fd)));
+  }
+}
+
+double weighted_sum(const vec& a, const vec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Row-major strides of a shape: element (outer, k, inner) of axis `axis` with extent n.
+struct axis_view {
+  std::int64_t outer = 1, n = 1, inner = 1;
+  axis_view(const shape& s, std::size_t axis) {
+    for (std::size_t d = 0; d < s.rank(); ++d) (d < axis ? outer : d == axis ? n : inner) *= s[d];
+  }
+  [[nodiscard]] std::size_t at(std::int64_t o, std::int64_t k, std::int64_t i) const {
+    return static_cast<std::size_t>((o * n + k) * inner + i);
+  }
+};
+
+// softmax(x) along one axis, in double.
+vec ref_softmax(const vec& x, const shape& s, std::size_t axis) {
+  const axis_view v(s, axis);
+  vec y(x.size());
+  for (std::int64_t o = 0; o < v.outer; ++o)
+    for (std::int64_t i = 0; i < v.inner; ++i) {
+      double m = -1e300, sum = 0;
+      for (std::int64_t k = 0; k < v.n; ++k) m = std::max(m, x[v.at(o, k, i)]);
+      for (std::int64_t k = 0; k < v.n; ++k) sum += std::exp(x[v.at(o, k, i)] - m);
+      for (std::int64_t k = 0; k < v.n; ++k) y[v.at(o, k, i)] = std::exp(x[v.at(o, k, i)] - m) / sum;
+    }
+  return y;
+}
+
+double ref_gelu(double x, bool tanh_form) {
+  if (!tanh_form) return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+  const double k = std::sqrt(2.0 / std::acos(-1.0));
+  return 0.5 * x * (1 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+
+// ONNX's LayerNormalization in double: over the axes from `axis` on, the population variance,
+// then scale and bias (X's trailing shape, flat).
+vec ref_layer_norm(const vec& x, const vec& scale, const vec& bias, std::int64_t rows, double eps) {
+  const auto d = static_cast<std::int64_t>(scale.size());
+  vec y(x.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (std::int64_t k = 0; k < d; ++k) mean += x[static_cast<std::size_t>(r * d + k)];
+    mean /= static_cast<double>(d);
+    for (std::int64_t k = 0; k < d; ++k) {
+      const double c = x[static_cast<std::size_t>(r * d + k)] - mean;
+      var += c * c;
+    }
+    var /= static_cast<double>(d);
+    for (std::int64_t k = 0; k < d; ++k) {
+      const auto i = static_cast<std::size_t>(r * d + k);
+      y[i] =
+          (x[i] - mean) / std::sqrt(var + eps) * scale[static_cast<std::size_t>(k)] + bias[static_cast<std::size_t>(k)];
+    }
+  }
+  return y;
+}
+
+tensor f32_tensor(const shape& s, const vec& v) { return tensor(s, dtype::f32, v); }
+
+}  // namespace
+
+TEST_CASE("SoftmaxGrad equals central differences of sum(r * Softmax(x)) along every axis",
+          "[graph][training][softmax_grad]") {
+  const shape xs{2, 3, 4};
+  auto sys = test::make_system();
+  session s{sys};
+  for (const std::int64_t axis : {-1, 1, 0}) {
+    INFO("axis " << axis);
+    const std::size_t ax = static_cast<std::size_t>(axis < 0 ? axis + 3 : axis);
+    vec xv = test::values(xs.elements(), 11, 2.0);
+    const vec rv = test::values(xs.elements(), 12);
+    graph g("softmax_grad");
+    const auto x = g.add_input("x", xs, dtype::f32);
+    const auto r = g.add_input("r", xs, dtype::f32);
+    const attributes a{{"axis", axis}};
+    const auto y = g.add_op("Softmax", {x}, a, "y");
+    g.set_output(g.add_op("SoftmaxGrad", {r, y}, a, "dx"));
+    CHECK(g.value("dx").shape == xs);
+    const vec dx =
+        s.run(s.compile(g), {{"x", f32_tensor(xs, xv)}, {"r", f32_tensor(xs, rv)}}).outputs.at("dx").to_vector();
+    check_central_differences("dx", xv, dx, 1e-4, 1e-4, [&] { return weighted_sum(rv, ref_softmax(xv, xs, ax)); });
+  }
+}
+
+TEST_CASE("GeluGrad equals central differences of sum(r * Gelu(x)), exact and tanh forms",
+          "[graph][training][gelu_grad]") {
+  const shape xs{3, 7};
+  auto sys = test::make_system();
+  session s{sys};
+  for (const bool tanh_form : {false, true}) {
+    INFO((tanh_form ? "tanh" : "none"));
+    // Past |x| = 4 both slopes are 0 or 1 to float's precision; the values cover the bend.
+    vec xv = test::values(xs.elements(), 21, 4.0);
+    const vec rv = test::values(xs.elements(), 22);
+    graph g("gelu_grad");
+    const auto x = g.add_input("x", xs, dtype::f32);
+    const auto r = g.add_input("r", xs, dtype::f32);
+    attributes a;
+    if (tanh_form) a = {{"approximate", std::string("tanh")}};
+    g.set_output(g.add_op("GeluGrad", {r, x}, a, "dx"));
+    const vec dx =
+        s.run(s.compile(g), {{"x", f32_tensor(xs, xv)}, {"r", f32_tensor(xs, rv)}}).outputs.at("dx").to_vector();
+    check_central_differences("dx", xv, dx, 1e-4, 1e-4, [&] {
+      double l = 0;
+      for (std::size_t i = 0; i < xv.size(); ++i) l += rv[i] * ref_gelu(xv[i], tanh_form);
+      return l;
+    });
+  }
+}
+
+TEST_CASE("LayerNormalizationGrad equals central differences for dX, dScale and dBias",
+          "[graph][training][layer_norm_grad]") {
+  // Over the last axis and over the last two (axis 1 of rank 3), Scale as X's trailing shape and
+  // flat, with the forward's Mean and InvStdDev and recomputing them.
+  const shape xs{2, 3, 4};
+  const double eps = 1e-3;
+  auto sys = test::make_system();
+  session s{sys};
+  for (const std::int64_t axis : {-1, 1})
+    for (const bool flat : {false, true})
+      for (const bool saved : {true, false}) {
+        INFO("axis " << axis << (flat ? ", flat Scale" : ", trailing Scale") << (saved ? ", saved" : ", recomputed"));
+        const shape trailing = axis == -1 ? shape{4} : shape{3, 4};
+        const std::int64_t d = trailing.elements(), rows = xs.elements() / d;
+        const shape ps = flat ? shape{d} : trailing;
+        vec xv = test::values(xs.elements(), 31, 2.0), sv = test::values(d, 32), bv = test::values(d, 33);
+        const vec rv = test::values(xs.elements(), 34);
+        graph g("layer_norm_grad");
+        const auto x = g.add_input("x", xs, dtype::f32);
+        const auto r = g.add_input("r", xs, dtype::f32);
+        const auto sc = g.add_input("scale", ps, dtype::f32);
+        const auto b = g.add_input("bias", ps, dtype::f32);
+        const attributes a{{"axis", axis}, {"epsilon", eps}};
+        std::vector<std::string> in{r, x, sc};
+        if (saved) {
+          g.add_node("LayerNormalization", "ln", {x, sc, b}, {"y", "mean", "inv_std"}, a);
+          in.insert(in.end(), {"mean", "inv_std"});
+        }
+        g.add_node("LayerNormalizationGrad", "ln_grad", in, {"dx", "dscale", "dbias"}, a);
+        for (const char* o : {"dx", "dscale", "dbias"}) g.set_output(o);
+        CHECK(g.value("dx").shape == xs);
+        CHECK(g.value("dscale").shape == ps);
+        CHECK(g.value("dbias").shape == ps);
+        const auto out = s.run(s.compile(g), {{"x", f32_tensor(xs, xv)},
+                                              {"r", f32_tensor(xs, rv)},
+                                              {"scale", f32_tensor(ps, sv)},
+                                              {"bias", f32_tensor(ps, bv)}})
+                             .outputs;
+        const auto loss = [&] { return weighted_sum(rv, ref_layer_norm(xv, sv, bv, rows, eps)); };
+        check_central_differences("dx", xv, out.at("dx").to_vector(), 1e-4, 1e-3, loss);
+        check_central_differences("dscale", sv, out.at("dscale").to_vector(), 1e-4, 1e-4, loss);
+        check_central_differences("dbias", bv, out.at("dbias").to_vector(), 1e-4, 1e-4, loss);
+      }
+}
+
+TEST_CASE("LayerNormalizationGrad leaves out what is not wanted and computes half precision in float",
+          "[graph][training][layer_norm_grad]") {
+  const shape xs{4, 8};
+  const vec xv = test::values(xs.elements(), 41, 2.0), sv = test::values(8, 42), rv = test::values(xs.elements(), 43);
+  auto sys = test::make_system();
+  session s{sys};
+  const auto build = [&](dtype t, std::vector<std::string> outs) {
+    graph g("ln_grad");
+    const auto x = g.add_input("x", xs, t);
+    const auto r = g.add_input("r", xs, t);
+    const auto sc = g.add_input("scale", {8}, t);
+    g.add_node("LayerNormalizationGrad", "ln_grad", {r, x, sc}, outs, {});
+    for (const auto& o : outs)
+      if (!o.empty()) g.set_output(o);
+    return g;
+  };
+  const auto feeds = [&](dtype t) {
+    return std::vector<feed>{{"x", tensor(xs, t, xv)}, {"r", tensor(xs, t, rv)}, {"scale", tensor({8}, t, sv)}};
+  };
+  graph all = build(dtype::f32, {"dx", "dscale", "dbias"});
+  const auto full = s.run(s.compile(all), feeds(dtype::f32)).outputs;
+  // dX alone and the parameters alone: the same values, and fewer kernels than all three.
+  graph only_dx = build(dtype::f32, {"dx"}), params = build(dtype::f32, {"", "dscale", "dbias"});
+  CHECK(params.find("dx") == nullptr);
+  const auto ca = s.compile(all), cx = s.compile(only_dx), cp = s.compile(params);
+  CHECK(cx.report().kernels < ca.report().kernels);
+  CHECK(cp.report().kernels < ca.report().kernels);
+  CHECK(s.run(cx, feeds(dtype::f32)).outputs.at("dx").to_vector() == full.at("dx").to_vector());
+  const auto po = s.run(cp, feeds(dtype::f32)).outputs;
+  CHECK(po.size() == 2);
+  CHECK(po.at("dscale").to_vector() == full.at("dscale").to_vector());
+  CHECK(po.at("dbias").to_vector() == full.at("dbias").to_vector());
+  // float16: the statistics and the sums in float (stash_type 1), the outputs cast back; within
+  // float16's rounding of the inputs and outputs of the float result.
+  graph half = build(dtype::f16, {"dx", "dscale", "dbias"});
+  const auto ho = s.run(s.compile(half), feeds(dtype::f16)).outputs;
+  for (const char* o : {"dx", "dscale", "dbias"}) {
+    INFO(o);
+    CHECK(ho.at(o).type() == dtype::f16);
+    const vec got = ho.at(o).to_vector(), want = full.at(o).to_vector();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-2 * (1 + std::abs(want[i])));
+  }
+}
+
+TEST_CASE("the transformer gradient operators refuse bad operands and attributes, naming the operator",
+          "[graph][training][errors]") {
+  graph g("bad");
+  const auto x = g.add_input("x", {2, 3, 4}, dtype::f32);
+  const auto dy = g.add_input("dy", {2, 3, 4}, dtype::f32);
+  const auto other = g.add_input("other", {2, 3, 5}, dtype::f32);
+  const auto half = g.add_input("half", {2, 3, 4}, dtype::f16);
+  const auto integers = g.add_input("ints", {2, 3, 4}, dtype::i32);
+  const auto scalar = g.add_input("scalar", {}, dtype::f32);
+  const auto scale = g.add_input("scale", {4}, dtype::f32);
+  const auto bad_scale = g.add_input("bad_scale", {3}, dtype::f32);
+  const auto mean = g.add_input("mean", {2, 3, 1}, dtype::f32);
+  const auto bad_mean = g.add_input("bad_mean", {2, 3}, dtype::f32);
+  const auto half_mean = g.add_input("half_mean", {2, 3, 1}, dtype::f16);
+  const std::size_t nodes = g.nodes().size();
+  const auto refused = [&](std::string_view type, std::vector<std::string> in, std::vector<std::string> out,
+                           attributes a, errc code, const std::string& tensor, const std::string& words) {
+    INFO(type << ": " << words);
+    try {
+      g.add_node(type, "n", std::move(in), std::move(out), std::move(a));
+      FAIL("accepted");
+    } catch (const graph_error& e) {
+      INFO(e.what());
+      CHECK(e.code() == code);
+      CHECK(e.op() == "n");
+      CHECK(e.tensor() == tensor);
+      CHECK(std::string(e.what()).find(type) != std::string::npos);
+      CHECK(std::string(e.what()).find(words) != std::string::npos);
+    }
+    CHECK(g.nodes().size() == nodes);  // nothing of the chain stays
+  };
+  using a = attributes;
+  // SoftmaxGrad(dY, Y).
+  refused("SoftmaxGrad", {dy, other}, {"o"}, {}, errc::invalid_shape, dy, "is not Y's shape");
+  refused("SoftmaxGrad", {half, x}, {"o"}, {}, errc::invalid_dtype, half, "dY is f16");
+  refused("SoftmaxGrad", {integers, integers}, {"o"}, {}, errc::invalid_dtype, integers, "Y must be floating");
+  refused("SoftmaxGrad", {dy, x}, {"o"}, a{{"axis", std::int64_t{3}}}, errc::invalid_argument, x, "axis 3 is outside");
+  refused("SoftmaxGrad", {scalar, scalar}, {"o"}, {}, errc::invalid_shape, scalar, "has no axis");
+  refused("SoftmaxGrad", {dy}, {"o"}, {}, errc::invalid_argument, "", "takes the inputs dY and Y");
+  refused("SoftmaxGrad", {dy, x}, {"o", "p"}, {}, errc::invalid_argument, "", "one output");
+  refused("SoftmaxGrad", {dy, x}, {"o"}, a{{"axes", npurt::ints{1}}}, errc::not_supported, "",
+          "has no attribute 'axes'");
+  // GeluGrad(dY, X).
+  refused("GeluGrad", {dy, x}, {"o"}, a{{"approximate", std::string("erf")}}, errc::invalid_argument, x,
+          "approximate is \"none\" or \"tanh\"");
+  refused("GeluGrad", {other, x}, {"o"}, {}, errc::invalid_shape, other, "is not X's shape");
+  refused("GeluGrad", {integers, integers}, {"o"}, {}, errc::invalid_dtype, integers, "X must be floating");
+  refused("GeluGrad", {dy, x}, {"o"}, a{{"alpha", 1.0}}, errc::not_supported, "", "has no attribute 'alpha'");
+  // LayerNormalizationGrad(dY, X, Scale[, Mean, InvStdDev]).
+  const std::vector<std::string> three{"dx", "ds", "db"};
+  refused("LayerNormalizationGrad", {other, x, scale}, three, {}, errc::invalid_shape, other, "is not X's shape");
+  refused("LayerNormalizationGrad", {integers, integers, scale}, three, {}, errc::invalid_dtype, integers,
+          "X must be float");
+  refused("LayerNormalizationGrad", {dy, x, bad_scale}, three, {}, errc::invalid_shape, bad_scale, "Scale must be [4]");
+  refused("LayerNormalizationGrad", {dy, x, scale}, three, a{{"axis", std::int64_t{-4}}}, errc::invalid_argument, x,
+          "axis -4 is outside");
+  refused("LayerNormalizationGrad", {dy, x, scale, mean}, three, {}, errc::invalid_argument, mean,
+          "Mean and InvStdDev together");
+  refused("LayerNormalizationGrad", {dy, x, scale, bad_mean, mean}, three, {}, errc::invalid_shape, bad_mean,
+          "Mean must be [2,3,1]");
+  refused("LayerNormalizationGrad", {dy, x, scale, mean, half_mean}, three, {}, errc::invalid_dtype, half_mean,
+          "InvStdDev must be f32");
+  refused("LayerNormalizationGrad", {dy, x, scale}, three, a{{"epsilon", -1.0}}, errc::invalid_argument, x,
+          "epsilon must not be negative");
+  refused("LayerNormalizationGrad", {dy, x, scale}, three, a{{"stash_type", std::int64_t{10}}}, errc::not_supported, "",
+          "stash_type 10");
+  refused("LayerNormalizationGrad", {dy, x, scale}, {"", "", ""}, {}, errc::invalid_argument, "",
+          "one of them named at least");
+  refused("LayerNormalizationGrad", {dy, x, scale}, {"a", "b", "c", "d"}, {}, errc::invalid_argument, "",
+          "has the outputs dX, dScale and dBias");
+  refused("LayerNormalizationGrad", {dy, x}, three, {}, errc::invalid_argument, "", "takes the inputs dY, X, Scale");
+  refused("LayerNormalizationGrad", {dy, x, scale}, three, a{{"momentum", 0.9}}, errc::not_supported, "",
+          "has no attribute 'momentum'");
+}
