@@ -405,6 +405,194 @@ graph bert_large(std::int64_t batch, std::int64_t seq, bool with_data, int layer
   return g;
 }
 
+graph bert_training_step_graph(const bert_step_config& c, bool with_data, std::uint64_t seed,
+                               std::vector<std::string>* gradients) {
+  const char* model = "bert_training_step_graph";
+  check_transformer(model, {c.batch, c.seq, c.hidden, c.heads, c.ffn, dtype::f32});
+  require_positive(model, "vocab", c.vocab);
+  require_positive(model, "layers", c.layers);
+  const std::int64_t B = c.batch, S = c.seq, H = c.hidden, h = c.heads, d = H / h, F = c.ffn, V = c.vocab;
+  const std::int64_t N = checked_elements(model, {B, S});
+  (void)checked_elements(model, {N, V});
+  (void)checked_elements(model, {H, V});
+  const dtype t = dtype::f32;
+  graph g("bert_training_step");
+  const std::string ids = g.add_input("input_ids", {B, S}, dtype::i64);
+  const std::string labels = g.add_input("labels", {N, V}, t);
+  std::uint64_t k = seed;
+  std::vector<std::string> grads;
+  auto weight = [&](const std::string& name, shape s, double scale, double offset = 0) {
+    return g.add_constant(name, param(s, t, with_data, ++k, scale, offset));
+  };
+  auto update = [&](const std::string& p, const std::string& grad) {
+    grads.push_back(grad);
+    g.set_output(g.add_op("SGDUpdate", {p, grad}, {{"lr", c.lr}}, p + ".next"));
+  };
+  auto shape_of = [&](const std::string& name, std::initializer_list<std::int64_t> dims) {
+    return g.add_constant(name, shape_const(dims));
+  };
+  const std::string rows_shape = shape_of("shape.rows", {N, H}), heads_shape = shape_of("shape.heads", {B, S, h, d});
+  const attributes trans_a{{"transA", std::int64_t{1}}}, trans_b{{"transB", std::int64_t{1}}};
+  const attributes last_axis{{"axis", std::int64_t{-1}}}, tanh_form{{"approximate", std::string("tanh")}};
+  const attributes swap_last{{"perm", ints{0, 1, 3, 2}}}, to_heads{{"perm", ints{0, 2, 1, 3}}};
+  // A dense layer x [rows, in] · W [in, out] + b, with what backward needs.
+  struct dense {
+    std::string in, w, b, out;
+  };
+  auto linear = [&](const std::string& in, const std::string& name, std::int64_t fin, std::int64_t fout) {
+    dense l{in,
+            weight(name + ".weight", {fin, fout}, 1.0 / std::sqrt(static_cast<double>(fin))),
+            weight(name + ".bias", {fout}, 0.05),
+            {}};
+    l.out = g.add_op("Gemm", {in, l.w, l.b}, {}, name);
+    return l;
+  };
+  // Its backward: dW = xᵀ·dY, db = Σ_rows dY and dX = dY·Wᵀ.
+  auto linear_grad = [&](const dense& l, const std::string& dy) {
+    update(l.w, g.add_op("Gemm", {l.in, dy}, trans_a, l.w + ".grad"));
+    update(l.b, g.add_op("ReduceSum", {dy}, {{"axes", ints{0}}, {"keepdims", std::int64_t{0}}}, l.b + ".grad"));
+    return g.add_op("Gemm", {dy, l.w}, trans_b, l.out + ".input.grad");
+  };
+  // A LayerNormalization over the hidden axis keeping its statistics for its gradient.
+  struct norm {
+    std::string in, scale, bias, mean, inv_std_dev, out;
+  };
+  auto layer_norm = [&](const std::string& in, const std::string& name) {
+    norm n{in,
+           weight(name + ".weight", {H}, 0.1, 1.0),
+           weight(name + ".bias", {H}, 0.05),
+           name + ".mean",
+           name + ".inv_std_dev",
+           name + ".out"};
+    g.add_node("LayerNormalization", name, {in, n.scale, n.bias}, {n.out, n.mean, n.inv_std_dev},
+               {{"axis", std::int64_t{-1}}, {"epsilon", 1e-12}});
+    return n;
+  };
+  auto layer_norm_grad = [&](const norm& n, const std::string& dy) {
+    const std::string dx = n.out + ".input.grad";
+    g.add_node("LayerNormalizationGrad", n.out + ".backward", {dy, n.in, n.scale, n.mean, n.inv_std_dev},
+               {dx, n.scale + ".grad", n.bias + ".grad"}, {{"axis", std::int64_t{-1}}, {"epsilon", 1e-12}});
+    update(n.scale, n.scale + ".grad");
+    update(n.bias, n.bias + ".grad");
+    return dx;
+  };
+  // [N, H] <-> [B, h, S, d].
+  auto split = [&](const std::string& in, const std::string& name) {
+    return g.add_op("Transpose", {g.add_op("Reshape", {in, heads_shape}, {}, name + ".split")}, to_heads,
+                    name + ".heads");
+  };
+  auto merge = [&](const std::string& in, const std::string& name) {
+    return g.add_op("Reshape", {g.add_op("Transpose", {in}, to_heads, name + ".merge"), rows_shape}, {},
+                    name + ".rows");
+  };
+  // Forward: the embeddings.
+  const std::string word = weight("embeddings.word_embeddings.weight", {V, H}, 1.0);
+  const std::string position = weight("embeddings.position_embeddings.weight", {S, H}, 0.5);
+  const std::string embedded =
+      g.add_op("Add", {g.add_op("Gather", {word, ids}, {}, "embeddings.words"), position}, {}, "embeddings.sum");
+  const norm emb_norm =
+      layer_norm(g.add_op("Reshape", {embedded, rows_shape}, {}, "embeddings.rows"), "embeddings.LayerNorm");
+  struct block {
+    std::string p, q, kh, v, probs;
+    dense query, key, value, attn_out, inter, out;
+    norm ln1, ln2;
+    std::string gelu_in;
+  };
+  const std::string scale =
+      g.add_constant("attention.scale", param({1}, t, true, 0, 0.0, 1.0 / std::sqrt(static_cast<double>(d))));
+  std::vector<block> blocks;
+  std::string x = emb_norm.out;
+  for (int l = 0; l < c.layers; ++l) {
+    block b;
+    b.p = "encoder.layer." + std::to_string(l);
+    b.query = linear(x, b.p + ".attention.self.query", H, H);
+    b.key = linear(x, b.p + ".attention.self.key", H, H);
+    b.value = linear(x, b.p + ".attention.self.value", H, H);
+    b.q = split(b.query.out, b.query.out);
+    b.kh = split(b.key.out, b.key.out);
+    b.v = split(b.value.out, b.value.out);
+    const std::string kt = g.add_op("Transpose", {b.kh}, swap_last, b.key.out + ".transposed");
+    const std::string scores = g.add_op("MatMul", {b.q, kt}, {}, b.p + ".attention.scores");
+    b.probs = g.add_op("Softmax", {g.add_op("Mul", {scores, scale}, {}, b.p + ".attention.scaled")}, last_axis,
+                       b.p + ".attention.probs");
+    const std::string context =
+        merge(g.add_op("MatMul", {b.probs, b.v}, {}, b.p + ".attention.context"), b.p + ".attention.context");
+    b.attn_out = linear(context, b.p + ".attention.output.dense", H, H);
+    b.ln1 = layer_norm(g.add_op("Add", {b.attn_out.out, x}, {}, b.p + ".attention.residual"),
+                       b.p + ".attention.output.LayerNorm");
+    b.inter = linear(b.ln1.out, b.p + ".intermediate.dense", H, F);
+    b.gelu_in = b.inter.out;
+    b.out = linear(g.add_op("Gelu", {b.inter.out}, tanh_form, b.p + ".intermediate.gelu"), b.p + ".output.dense", F, H);
+    b.ln2 =
+        layer_norm(g.add_op("Add", {b.out.out, b.ln1.out}, {}, b.p + ".output.residual"), b.p + ".output.LayerNorm");
+    x = b.ln2.out;
+    blocks.push_back(std::move(b));
+  }
+  const dense cls = linear(x, "cls", H, V);
+  // Softmax cross-entropy over the vocabulary at each position, as resnet_training_step's: loss =
+  // −mean over positions of Σ labels · log_softmax(logits); its gradient (softmax − labels) / N.
+  const std::string picked =
+      g.add_op("Mul", {labels, g.add_op("LogSoftmax", {cls.out}, {{"axis", std::int64_t{1}}}, "log_softmax")}, {},
+               "loss.picked");
+  const std::string per =
+      g.add_op("ReduceSum", {picked}, {{"axes", ints{1}}, {"keepdims", std::int64_t{1}}}, "loss.sum");
+  const std::string neg = g.add_constant("loss.neg", tensor({1}, t, {-1.0}));
+  g.set_output(g.add_op("ReduceMean", {g.add_op("Mul", {per, neg}, {}, "loss.negated")},
+                        {{"keepdims", std::int64_t{1}}}, "loss"));
+  const std::string inv_n = g.add_constant("loss.scale", tensor({1}, t, {1.0 / static_cast<double>(N)}));
+  const std::string probs = g.add_op("Softmax", {cls.out}, {{"axis", std::int64_t{1}}}, "probs");
+  const std::string dlogits =
+      g.add_op("Mul", {g.add_op("Sub", {probs, labels}, {}, "loss.diff"), inv_n}, {}, "cls.grad");
+  // Backward: the classifier, the blocks last first, the embeddings.
+  std::string dx = linear_grad(cls, dlogits);
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {
+    const std::string dres2 = layer_norm_grad(b->ln2, dx);
+    const std::string dgelu = linear_grad(b->out, dres2);
+    const std::string dinter = g.add_op("GeluGrad", {dgelu, b->gelu_in}, tanh_form, b->p + ".intermediate.gelu.grad");
+    const std::string dln1 =
+        g.add_op("Add", {dres2, linear_grad(b->inter, dinter)}, {}, b->p + ".attention.output.LayerNorm.out.grad");
+    const std::string dres1 = layer_norm_grad(b->ln1, dln1);
+    const std::string dcontext = split(linear_grad(b->attn_out, dres1), b->p + ".attention.context.grad");
+    // context = P · V: dP = dC · Vᵀ, dV = Pᵀ · dC.
+    const std::string dprobs =
+        g.add_op("MatMul", {dcontext, g.add_op("Transpose", {b->v}, swap_last, b->value.out + ".transposed")}, {},
+                 b->p + ".attention.probs.grad");
+    const std::string dv = g.add_op(
+        "MatMul", {g.add_op("Transpose", {b->probs}, swap_last, b->p + ".attention.probs.transposed"), dcontext}, {},
+        b->value.out + ".heads.grad");
+    const std::string dscores = g.add_op(
+        "Mul", {g.add_op("SoftmaxGrad", {dprobs, b->probs}, last_axis, b->p + ".attention.scaled.grad"), scale}, {},
+        b->p + ".attention.scores.grad");
+    // scores = Q · Kᵀ: dQ = dS · K, dK = dSᵀ · Q.
+    const std::string dq = g.add_op("MatMul", {dscores, b->kh}, {}, b->query.out + ".heads.grad");
+    const std::string dk = g.add_op(
+        "MatMul", {g.add_op("Transpose", {dscores}, swap_last, b->p + ".attention.scores.grad.transposed"), b->q}, {},
+        b->key.out + ".heads.grad");
+    std::string sum = dres1;
+    for (const auto& [l, dh] : {std::pair{&b->query, dq}, std::pair{&b->key, dk}, std::pair{&b->value, dv}})
+      sum = g.add_op("Add", {sum, linear_grad(*l, merge(dh, l->out + ".grad"))}, {}, l->out + ".input.grad.sum");
+    dx = sum;
+  }
+  const std::string demb = layer_norm_grad(emb_norm, dx);
+  // The position embeddings add to every sequence; a word embedding's gradient is the sum of its
+  // positions' rows: OneHot(input_ids)ᵀ · dE.
+  const std::string demb3 =
+      g.add_op("Reshape", {demb, shape_of("shape.embedded", {B, S, H})}, {}, "embeddings.sum.grad");
+  update(position,
+         g.add_op("ReduceSum", {demb3}, {{"axes", ints{0}}, {"keepdims", std::int64_t{0}}}, position + ".grad"));
+  tensor depth(shape{1}, dtype::i64);
+  depth.set(0, static_cast<double>(V));
+  const std::string one_hot = g.add_op("OneHot",
+                                       {ids, g.add_constant("embeddings.vocab", std::move(depth)),
+                                        g.add_constant("embeddings.one_hot_values", tensor({2}, t, {0.0, 1.0}))},
+                                       {{"axis", std::int64_t{-1}}}, "embeddings.one_hot");
+  const std::string rows =
+      g.add_op("Reshape", {one_hot, shape_of("shape.one_hot", {N, V})}, {}, "embeddings.one_hot.rows");
+  update(word, g.add_op("Gemm", {rows, demb}, trans_a, word + ".grad"));
+  if (gradients) *gradients = std::move(grads);
+  return g;
+}
+
 std::vector<kernel_desc> bert_training_step(std::int64_t B, std::int64_t S, std::deque<std::string>& names, int layers,
                                             std::int64_t V) {
   using namespace kernels;

@@ -2,6 +2,7 @@
 // checked against central differences of a scalar loss sum(r * f(x)) computed in double, and
 // their refusals.
 #include <npurt/graph/session.hpp>
+#include <npurt/models/graphs.hpp>
 
 #include "helpers.hpp"
 
@@ -311,4 +312,95 @@ TEST_CASE("the transformer gradient operators refuse bad operands and attributes
   refused("LayerNormalizationGrad", {dy, x}, three, {}, errc::invalid_argument, "", "takes the inputs dY, X, Scale");
   refused("LayerNormalizationGrad", {dy, x, scale}, three, a{{"momentum", 0.9}}, errc::not_supported, "",
           "has no attribute 'momentum'");
+}
+
+TEST_CASE("bert_training_step_graph's gradients equal finite differences of its loss, and its updates apply them",
+          "[graph][training][bert]") {
+  // A tiny encoder (one block, hidden 8 in 2 heads, FFN 16, vocabulary 7, 2 sequences of 4) with
+  // real data: every kind of parameter the full step has. The oracle is the loss itself: central
+  // differences of the step's "loss" output, each from a graph whose constant is moved by +-h,
+  // against the step's own gradient (the loss is smooth: softmax, tanh GELU, LayerNorm). The step
+  // computes in f32: a loss near 2 rounds by about 2.4e-7, which the 2h of a difference turns
+  // into about 1.2e-4, inside the absolute bound.
+  const models::bert_step_config bc{
+      .batch = 2, .seq = 4, .hidden = 8, .heads = 2, .ffn = 16, .vocab = 7, .layers = 1, .lr = 0.5};
+  std::vector<std::string> grads;
+  graph g = models::bert_training_step_graph(bc, true, 5, &grads);
+  // 4 of the embeddings, 16 per block (query, key, value, attention output, intermediate and
+  // output dense layers' weight and bias, two LayerNorms' scale and bias), 2 of the classifier.
+  REQUIRE(grads.size() == 4 + 16 + 2);
+  CHECK(grads.front() == "cls.weight.grad");
+  CHECK(grads.back() == "embeddings.word_embeddings.weight.grad");
+  const std::vector<std::string> probe{"cls.weight",
+                                       "cls.bias",
+                                       "encoder.layer.0.output.LayerNorm.weight",
+                                       "encoder.layer.0.output.dense.bias",
+                                       "encoder.layer.0.intermediate.dense.weight",
+                                       "encoder.layer.0.attention.output.LayerNorm.bias",
+                                       "encoder.layer.0.attention.output.dense.weight",
+                                       "encoder.layer.0.attention.self.value.bias",
+                                       "encoder.layer.0.attention.self.key.weight",
+                                       "encoder.layer.0.attention.self.query.weight",
+                                       "embeddings.LayerNorm.weight",
+                                       "embeddings.position_embeddings.weight",
+                                       "embeddings.word_embeddings.weight"};
+  for (const auto& p : probe) {
+    INFO(p);
+    REQUIRE(std::find(grads.begin(), grads.end(), p + ".grad") != grads.end());
+    g.set_output(p + ".grad");
+  }
+  tensor ids({2, 4}, dtype::i64, {3, 0, 6, 3, 1, 5, 2, 3});
+  vec onehot(8 * 7, 0.0);
+  for (const std::size_t pos : {0, 1, 2, 3, 4, 5, 6, 7}) onehot[pos * 7 + (pos * 3 + 1) % 7] = 1;
+  tensor labels({8, 7}, dtype::f32, onehot);
+  auto sys = test::make_system();
+  session s{sys};
+  const std::vector<feed> in{{"input_ids", ids}, {"labels", labels}};
+  const auto out = s.run(s.compile(g), in).outputs;
+  const double loss = out.at("loss").to_vector().at(0);
+  CHECK(std::isfinite(loss));
+  CHECK(loss > 0);
+  for (const auto& p : probe) {
+    const vec w = g.constant(p)->to_vector(), d = out.at(p + ".grad").to_vector(), n = out.at(p + ".next").to_vector();
+    for (std::size_t i = 0; i < w.size(); ++i)
+      CHECK(std::abs(n[i] - (w[i] - bc.lr * d[i])) <= 1e-6 * (1 + std::abs(w[i])));
+  }
+  // Word 4 is in no sequence: its embedding's gradient is 0.
+  const vec dword = out.at("embeddings.word_embeddings.weight.grad").to_vector();
+  for (std::size_t i = 4 * 8; i < 5 * 8; ++i) CHECK(dword[i] == 0.0);
+  const auto loss_with = [&](const std::string& name, std::size_t i, double delta) {
+    graph h = models::bert_training_step_graph(bc, true, 5);
+    tensor v = h.constant(name)->clone();
+    v.set(static_cast<std::int64_t>(i), v.get(static_cast<std::int64_t>(i)) + delta);
+    h.set_constant(name, std::move(v));
+    return s.run(s.compile(h), in).outputs.at("loss").to_vector().at(0);
+  };
+  int checked = 0;
+  for (const auto& p : probe) {
+    const vec d = out.at(p + ".grad").to_vector();
+    // The first, the last and a middle entry of each; word 3 (three positions) for the words.
+    std::vector<std::size_t> at{0, d.size() / 2, d.size() - 1};
+    if (p == "embeddings.word_embeddings.weight") at = {3 * 8, 3 * 8 + 5, 6 * 8 + 7};
+    for (const std::size_t i : at) {
+      const double h = 1e-3;
+      const double fd = (loss_with(p, i, h) - loss_with(p, i, -h)) / (2 * h);
+      INFO(p << "[" << i << "]: gradient " << d[i] << ", central difference " << fd);
+      CHECK(std::abs(d[i] - fd) <= 4e-4 + 1e-2 * std::abs(fd));
+      ++checked;
+    }
+  }
+  CHECK(checked == 3 * static_cast<int>(probe.size()));
+}
+
+TEST_CASE("bert_training_step_graph runs timing-only at BERT-Large's width and refuses bad sizes",
+          "[graph][training][bert]") {
+  graph g = models::bert_training_step_graph({.batch = 2, .seq = 128, .layers = 2});
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s(sys, session_config{.precision = precision::fp16});
+  const auto r = s.run(s.compile(g), {{"input_ids", tensor::timing_only({2, 128}, dtype::i64)},
+                                      {"labels", tensor::timing_only({256, 30522}, dtype::f32)}});
+  CHECK(r.latency > picoseconds{0});
+  CHECK_THROWS_AS(models::bert_training_step_graph({.layers = 0}), caller_error);
+  CHECK_THROWS_AS(models::bert_training_step_graph({.vocab = 0}), caller_error);
+  CHECK_THROWS_AS(models::bert_training_step_graph({.hidden = 100, .heads = 16}), caller_error);
 }

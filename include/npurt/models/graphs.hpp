@@ -89,6 +89,28 @@ std::string add_encoder_block(graph& g, const std::string& x, const transformer_
 [[nodiscard]] graph bert_large(std::int64_t batch, std::int64_t seq = 128, bool with_data = false, int layers = 24,
                                dtype type = dtype::f32);
 
+/// A BERT-style masked-language-model training step's sizes: the encoder's (transformer_config's,
+/// in float32), the vocabulary, the block count and SGD's learning rate. The defaults are
+/// BERT-Large's; small ones compute real results quickly.
+struct bert_step_config {
+  std::int64_t batch = 1, seq = 128, hidden = 1024, heads = 16, ffn = 4096, vocab = 30522;
+  int layers = 24;
+  double lr = 1e-4;
+};
+
+/// One SGD training step of a BERT-style encoder as a graph, with Hugging Face's parameter names:
+/// forward (Gather of "input_ids" [batch, seq] int64 from the word embeddings, plus the position
+/// embeddings, LayerNormalization; per block post-LayerNorm self-attention through MatMul and
+/// Softmax and a GELU (tanh form) feed-forward; a classifier over the vocabulary at every
+/// position), softmax cross-entropy against one-hot "labels" [batch·seq, vocab] (output "loss"
+/// [1, 1], the mean over positions), backward (Gemm and MatMul pairs, SoftmaxGrad, GeluGrad,
+/// LayerNormalizationGrad, the embedding's gradient as OneHot(input_ids)ᵀ · dE) and an SGDUpdate
+/// per parameter ("<param>.next"). `gradients`, when given, receives the gradients' names
+/// ("<param>.grad") in the order backward produces them. Sizes are checked as
+/// transformer_encoder's; a layer count below 1 is invalid_argument.
+[[nodiscard]] graph bert_training_step_graph(const bert_step_config& c, bool with_data = false, std::uint64_t seed = 1,
+                                             std::vector<std::string>* gradients = nullptr);
+
 /// The kernels of one BERT-Large pre-training step (mixed precision: fp16 compute, fp32 master
 /// weights), timing-only, in launch order. Names point into `names`.
 [[nodiscard]] std::vector<kernel_desc> bert_training_step(std::int64_t batch, std::int64_t seq,
