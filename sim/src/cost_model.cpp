@@ -269,7 +269,15 @@ void plan_gemm(const preset& p, const gemm_problem& pr, std::uint32_t cores, dou
   const double half_l2 = p.l2_bytes / 2.0;
   double ab_hbm;
   const double a_all = a_bytes * (pr.a_shared ? 1 : g.batch), b_all = b_bytes * (pr.b_shared ? 1 : g.batch);
-  if (b_bytes <= half_l2 || a_bytes <= half_l2) {
+  // An operand shared by the batch stays in L2 across the batch only if it fits; one that does
+  // not streams past the other operand's panels again for each group of batch entries whose
+  // panels fit half of L2 together (all of them at once: it streams once).
+  const bool shared = pr.a_shared || pr.b_shared;
+  const double shared_bytes = pr.a_shared ? a_bytes : b_bytes, own_bytes = pr.a_shared ? b_bytes : a_bytes;
+  if (shared && shared_bytes > half_l2 && own_bytes <= half_l2) {
+    const double group = std::max(1.0, std::floor(half_l2 / own_bytes));
+    ab_hbm = own_bytes * g.batch + shared_bytes * std::ceil(static_cast<double>(g.batch) / group);
+  } else if (b_bytes <= half_l2 || a_bytes <= half_l2) {
     ab_hbm = a_all + b_all;
   } else {
     const std::int64_t per_wave = std::min<std::int64_t>(cores, nbm * nbn);

@@ -165,6 +165,34 @@ TEST_CASE("an A shared by every batch entry is read from HBM once, as a shared B
   CHECK(shared_a.body >= shared_a.roofline);
 }
 
+TEST_CASE("a shared operand too large for L2 streams again for each group of batch entries that fits", "[sim][cost]") {
+  // ascend910: L2 32 MiB, half of it (16 MiB) for an operand that stays. B [262144, 64] is
+  // 32 MiB: it cannot stay across the batch. Each entry's A [16, 262144] is 8 MiB: two entries'
+  // A fit half of L2 together, so B streams past them once per pair: four times for 8 entries.
+  // Least HBM traffic: A once (8 x 8 MiB), B 4 x 32 MiB, C once (8 x 16 x 64 FP16).
+  const preset p = presets::ascend910();
+  REQUIRE(p.l2_bytes == std::size_t{32} << 20);
+  const std::int64_t m = 16, k = 262144, n = 64, batch = 8;
+  const auto mm = [](shape a, shape b, shape c) {
+    return kernel_desc{kernels::matmul{{nullptr, a, dtype::f16}, {nullptr, b, dtype::f16}, {nullptr, c, dtype::f16}}};
+  };
+  constexpr double mib = 1 << 20;
+  const double least = batch * 8 * mib + 4 * 32 * mib + 2.0 * batch * m * n;
+  const double per_entry = batch * (8 * mib + 32 * mib);  // B read again for every entry
+  const kernel_cost shared_b = estimate(p, mm({batch, m, k}, {k, n}, {batch, m, n}));
+  const kernel_cost shared_a = estimate(p, mm({n, k}, {batch, k, m}, {batch, n, m}));  // its transpose
+  for (const kernel_cost& c : {shared_b, shared_a}) {
+    CHECK(static_cast<double>(c.hbm_bytes) >= least);
+    CHECK(static_cast<double>(c.hbm_bytes) < per_entry);
+    // No tiling moves those bytes faster than HBM does.
+    CHECK(to_us(c.body) * 1e-6 >= least / p.hbm_bandwidth);
+  }
+  // With half the entries' A in L2 at once the pairs become fours: B streams twice.
+  const kernel_cost quads = estimate(p, mm({batch, m / 2, k}, {k, n}, {batch, m / 2, n}));
+  CHECK(static_cast<double>(quads.hbm_bytes) >= batch * 4 * mib + 2 * 32 * mib + 2.0 * batch * (m / 2) * n);
+  CHECK(static_cast<double>(quads.hbm_bytes) < batch * 4 * mib + 3 * 32 * mib);
+}
+
 TEST_CASE("a large FP16 GEMM reaches at least 85% of the cube peak", "[sim][cost]") {
   for (const preset& p : {presets::ascend910(), presets::ascend910b()}) {
     const kernel_cost c = estimate(p, gemm(8192, 8192, 8192));
