@@ -32,6 +32,10 @@ namespace npurt {
 struct mem_info {
   std::size_t free = 0;
   std::size_t total = 0;
+  /// Host memory behind the device's memory in functional mode (0 when timing-only): raw
+  /// allocations and pool segments whole, compact pool arenas only in the 2 MiB chunks that
+  /// copies, kernels and collectives have reached.
+  std::size_t host_backing = 0;
 };
 
 class device {

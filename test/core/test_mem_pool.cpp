@@ -7,7 +7,9 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -441,6 +443,98 @@ TEST_CASE("the compact strategy keeps one growable arena per stream with working
   CHECK(out == in);
   pool.free_async(a, s);
   pool.free_async(b, s);
+}
+
+namespace {
+// Resident host memory of this process (Linux), or 0 where it cannot be read.
+std::size_t resident_bytes() {
+  std::size_t pages = 0, resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%zu %zu", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return resident * 4096;
+}
+}  // namespace
+
+TEST_CASE("a functional compact arena takes host memory only for the chunks its work reaches", "[core][pool]") {
+  // The arena's address space is the whole 64 GiB device, more than most hosts hold: the host
+  // backs only the 2 MiB chunks copies reach, and what was never written reads as zeros.
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  auto c = simple();
+  c.properties.memory_bytes = std::size_t{64} << 30;
+  npurt::system sys{c};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  npurt::mem_pool_options o;
+  o.strategy = npurt::allocation_strategy::compact;
+  auto& pool = dev.configure_mem_pool(o);
+  const std::size_t resident_before = resident_bytes();
+  CHECK(dev.memory_info().host_backing == 0);
+  auto* p = static_cast<std::uint8_t*>(pool.malloc_async(6 * mib, s));  // three granules mapped
+  const auto snap = pool.snapshot();
+  REQUIRE(snap.segments.size() == 1);
+  REQUIRE(snap.segments[0].addr == reinterpret_cast<std::uint64_t>(p));  // offsets below are the arena's
+  CHECK(dev.memory_info().host_backing == 0);  // mapped, but nothing reached it yet
+
+  std::vector<std::uint8_t> in(4096);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<std::uint8_t>(i * 7 + 1);
+  s.memcpy(p + 3 * mib, in.size(), in.data(), in.size(), npurt::memcpy_kind::host_to_device);  // chunk 1
+  std::vector<std::uint8_t> head(mib, 0xff), back(in.size(), 0);
+  s.memcpy(head.data(), head.size(), p, head.size(), npurt::memcpy_kind::device_to_host);  // chunk 0
+  s.memcpy(back.data(), back.size(), p + 3 * mib, back.size(), npurt::memcpy_kind::device_to_host);
+  s.synchronize();
+  CHECK(back == in);
+  CHECK(std::all_of(head.begin(), head.end(), [](std::uint8_t v) { return v == 0; }));
+  CHECK(dev.memory_info().host_backing == 4 * mib);  // chunks 0 and 1; chunk 2 never reached
+  // A raw allocation is backed whole, in its 512-byte granules.
+  void* raw = dev.malloc(1000);
+  CHECK(dev.memory_info().host_backing == 4 * mib + 1024);
+  dev.free(raw);
+  CHECK(dev.memory_info().host_backing == 4 * mib);
+  const std::size_t resident_after = resident_bytes();
+  if (resident_before && resident_after > resident_before) CHECK(resident_after - resident_before < 256 * mib);
+
+  pool.free_async(p, s);
+  s.synchronize();
+  dev.configure_mem_pool({});  // the arena's address range goes, and its host store with it
+  CHECK(dev.memory_info().host_backing == 0);
+}
+
+TEST_CASE("an arena range that is no whole number of chunks counts its last chunk short", "[core][pool]") {
+  // A 3 MiB + 4 KiB range: a 2 MiB chunk and one of 1 MiB + 4 KiB. Reading all of it reaches both.
+  constexpr std::size_t bytes = (std::size_t{3} << 20) + 4096;
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  npurt::mem_pool_options o;
+  o.strategy = npurt::allocation_strategy::compact;
+  o.granule = 4096;
+  o.arena_address_space = bytes;
+  auto& pool = dev.configure_mem_pool(o);
+  void* p = pool.malloc_async(bytes, s);
+  std::vector<std::uint8_t> out(bytes, 1);
+  s.memcpy(out.data(), out.size(), p, bytes, npurt::memcpy_kind::device_to_host);
+  s.synchronize();
+  CHECK(dev.memory_info().host_backing == bytes);
+  CHECK(std::all_of(out.begin(), out.end(), [](std::uint8_t v) { return v == 0; }));
+  pool.free_async(p, s);
+}
+
+TEST_CASE("a timing-only device holds no host memory behind its device memory", "[core][pool]") {
+  auto c = simple();
+  c.functional = false;
+  npurt::system sys{c};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  npurt::mem_pool_options o;
+  o.strategy = npurt::allocation_strategy::compact;
+  auto& pool = dev.configure_mem_pool(o);
+  void* p = pool.malloc_async(4 << 20, s);
+  void* raw = dev.malloc(1000);
+  CHECK(dev.memory_info().host_backing == 0);
+  dev.free(raw);
+  pool.free_async(p, s);
 }
 
 TEST_CASE("the compact strategy gives back no pages whose stream-ordered free is still ahead", "[core][pool]") {

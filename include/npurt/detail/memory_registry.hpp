@@ -17,11 +17,28 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 namespace npurt::detail {
+
+/// The host store behind a reserved range (a compact pool arena) in functional mode: address
+/// space for the whole range, whose pages the host's kernel provides when they are first
+/// written, and which counts the chunks that copies, kernels and collectives have reached. A
+/// range as large as the device then costs the host only what its work touches.
+struct range_backing {
+  /// Backing bytes are counted in chunks of this size: the transparent huge page size of
+  /// x86-64 Linux, so the count bounds what the host holds however it backs the pages.
+  static constexpr int chunk_shift = 21;
+  std::byte* base = nullptr;
+  std::size_t bytes = 0;
+  std::vector<std::uint64_t> reached;  // bit c: chunk c was handed to work
+  std::size_t counted = 0;              // the reached chunks' bytes
+  /// Marks [off, off + n) as reached; returns the bytes of host backing that adds.
+  NPURT_DECL std::size_t reach(std::size_t off, std::size_t n) noexcept;
+};
 
 /// One live device allocation. Device addresses are non-canonical on x86-64 (bit 62 set), so a
 /// device pointer dereferenced on the host faults instead of reading host memory.
@@ -32,6 +49,7 @@ struct allocation {
   std::byte* backing = nullptr;   // host storage in functional mode
   bool pool = false;              // a memory pool's segment or reserved range: users see its blocks
   std::size_t mapped = 0;         // reserved ranges: bytes mapped (counted as used)
+  range_backing* lazy = nullptr;  // reserved ranges in functional mode: backing is touched on demand
 };
 
 struct host_allocation {
@@ -106,6 +124,9 @@ class memory_registry {
   NPURT_DECL void release_device_memory(device_id dev) noexcept;
   /// Host storage behind [addr, addr + bytes) of device memory, or null.
   NPURT_DECL std::byte* translate(device_id dev, const void* addr, std::size_t bytes) noexcept;
+  /// Host memory behind a device's memory in functional mode (0 when timing-only): raw
+  /// allocations and pool segments whole, reserved ranges by the chunks work has reached.
+  [[nodiscard]] NPURT_DECL std::size_t host_backing(device_id dev) const noexcept;
 
   NPURT_DECL void* host_malloc(std::size_t bytes, std::error_code& ec);
   NPURT_DECL void host_free(void* p, std::error_code& ec);
@@ -129,6 +150,8 @@ class memory_registry {
   std::vector<std::uint64_t> next_address_;             // per device: bump pointer (never reused)
   std::uint32_t first_space_ = 0;                       // device d's addresses are in space first_space_ + d
   std::vector<std::size_t> used_;                       // per device: bytes allocated
+  std::vector<std::size_t> host_backing_;               // per device: see host_backing()
+  std::map<std::uint64_t, std::unique_ptr<range_backing>> ranges_;  // by range address (functional)
   std::map<const void*, host_allocation> host_allocations_;
   std::unordered_set<void*> retired_host_;  // freed by the caller, still used by queued copies
   // Host addresses the caller freed, to tell double frees; one leaves when the heap hands its
@@ -137,6 +160,8 @@ class memory_registry {
 
   // `bytes` of fresh addresses of the device's space; false when the space is used up.
   NPURT_DECL bool take_addresses(device_id dev, std::size_t bytes, std::uint64_t& addr) noexcept;
+  // Gives an allocation's host storage back and takes it off the device's host_backing count.
+  NPURT_DECL void free_backing(allocation& a) noexcept;
 };
 
 }  // namespace npurt::detail

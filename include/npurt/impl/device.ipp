@@ -167,7 +167,7 @@ NPURT_DECL mem_info device::memory_info() const {
   // The registry is the loop thread's: another thread would race with allocations.
   if (const std::error_code ec = rt_->check_thread()) throw_error_on(id_, ec, "npurt::device::memory_info");
   const std::size_t total = properties().memory_bytes;
-  return {total - rt_->memory().device_used(id_), total};
+  return {total - rt_->memory().device_used(id_), total, rt_->memory().host_backing(id_)};
 }
 
 NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> device::pending_positions() const {

@@ -7,12 +7,18 @@
 #include <boost/pfr.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <new>
 #include <sstream>
 #include <type_traits>
 #include <variant>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace npurt::detail {
 
@@ -22,6 +28,25 @@ constexpr std::size_t round_up(std::size_t v, std::size_t g) noexcept { return (
 }  // namespace mr_detail
 using mr_detail::device_granule;
 using mr_detail::round_up;
+
+NPURT_DECL std::size_t range_backing::reach(std::size_t off, std::size_t n) noexcept {
+  if (n == 0) return 0;
+  constexpr std::size_t chunk = std::size_t{1} << chunk_shift;
+  const std::size_t first = off >> chunk_shift, last = (off + n - 1) >> chunk_shift;
+  // A range that is not a whole number of chunks ends in a shorter one.
+  const std::size_t tail = bytes & (chunk - 1);
+  const bool short_end = tail != 0 && last == (bytes - 1) >> chunk_shift && !((reached[last >> 6] >> (last & 63)) & 1);
+  std::size_t added = 0;
+  for (std::size_t w = first >> 6; w <= last >> 6; ++w) {
+    const std::size_t lo = w == first >> 6 ? first & 63 : 0, hi = w == last >> 6 ? last & 63 : 63;
+    const std::uint64_t fresh = (~std::uint64_t{0} >> (63 - hi)) & (~std::uint64_t{0} << lo) & ~reached[w];
+    reached[w] |= fresh;
+    added += static_cast<std::size_t>(std::popcount(fresh)) << chunk_shift;
+  }
+  if (short_end) added -= chunk - tail;
+  counted += added;
+  return added;
+}
 
 NPURT_DECL std::uint32_t take_address_spaces(std::size_t n) noexcept {
   // Systems may be made on several threads (one system per thread).
@@ -39,6 +64,7 @@ NPURT_DECL memory_registry::memory_registry(npurt::backend& b, const timer_queue
   const std::size_t n = backend_.device_count();
   next_address_.resize(n);
   used_.assign(n, 0);
+  host_backing_.assign(n, 0);
   first_space_ = take_address_spaces(n);
   for (std::size_t d = 0; d < n; ++d)
     next_address_[d] = device_address_base | (std::uint64_t{first_space_ + d} << device_address_shift) | 0x10000;
@@ -74,9 +100,25 @@ NPURT_DECL std::string memory_registry::why_not_live(const void* p) const {
   return {};
 }
 
+NPURT_DECL void memory_registry::free_backing(allocation& a) noexcept {
+  if (range_backing* r = a.lazy) {
+    host_backing_[a.device] -= r->counted;
+#if defined(__linux__)
+    ::munmap(r->base, r->bytes);
+#else
+    mi_free(r->base);
+#endif
+    ranges_.erase(a.address);
+  } else if (a.backing) {
+    host_backing_[a.device] -= round_up(a.bytes, device_granule);
+    mi_free(a.backing);
+  }
+  a.lazy = nullptr;
+  a.backing = nullptr;
+}
+
 NPURT_DECL memory_registry::~memory_registry() {
-  for (auto& [addr, a] : allocations_)
-    if (a.backing) mi_free(a.backing);
+  for (auto& [addr, a] : allocations_) free_backing(a);
   for (auto& [p, h] : host_allocations_) mi_free(const_cast<void*>(p));
   for (void* p : retired_host_) mi_free(p);
 }
@@ -123,6 +165,7 @@ NPURT_DECL void* memory_registry::device_malloc(device_id dev, std::size_t bytes
   }
   allocations_.emplace(addr, allocation{addr, bytes, dev, backing, pool, 0});
   used_[dev] += rounded;
+  if (backing) host_backing_[dev] += rounded;
   if (trace_ && !pool)
     trace_->on_memory({dev, memory_op::alloc, portable(addr), rounded, used_[dev], used_[dev], 0, clock_.now()});
   return reinterpret_cast<void*>(addr);
@@ -149,7 +192,7 @@ NPURT_DECL void memory_registry::device_free(device_id dev, void* p, std::error_
     return;
   }
   const std::size_t rounded = round_up(it->second.bytes, device_granule);
-  if (it->second.backing) mi_free(it->second.backing);
+  free_backing(it->second);
   used_[dev] -= rounded;
   allocations_.erase(it);
   freed_.insert(addr);
@@ -194,7 +237,7 @@ NPURT_DECL void memory_registry::release_range(std::uint64_t addr) noexcept {
   auto it = allocations_.find(addr);
   if (it == allocations_.end() || !it->second.pool) return;
   used_[it->second.device] -= it->second.mapped;
-  if (it->second.backing) mi_free(it->second.backing);
+  free_backing(it->second);
   freed_.insert(addr);
   allocations_.erase(it);
 }
@@ -208,8 +251,35 @@ NPURT_DECL std::error_code memory_registry::map_range(std::uint64_t range, std::
   if (const std::error_code refused = backend_.admit_allocation(a.device, bytes)) return refused;
   if (backend_.functional() && !a.backing) {
     // One contiguous store for the whole range, so blocks that span mapping granules translate.
-    a.backing = static_cast<std::byte*>(mi_zalloc_aligned(a.bytes, 64));
-    if (!a.backing) return make_error_code(errc::resource_exhausted);
+    // It is address space only: an arena may span the whole device, and the host provides a
+    // page when it is first written (a page never written reads as zeros, as a zeroed store
+    // does), so memory work never touches costs nothing.
+    auto r = std::make_unique<range_backing>();
+    r->bytes = a.bytes;
+    const std::size_t chunks = ((a.bytes - 1) >> range_backing::chunk_shift) + 1;
+    try {
+      r->reached.assign((chunks + 63) / 64, 0);
+      ranges_.emplace(a.address, nullptr);
+    } catch (const std::bad_alloc&) { return make_error_code(errc::resource_exhausted); }
+#if defined(__linux__)
+    void* p = ::mmap(nullptr, a.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    r->base = p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+#else
+    // Without a way to reserve pages, the whole store is taken (and counted) at once.
+    r->base = static_cast<std::byte*>(mi_zalloc_aligned(a.bytes, 64));
+    if (r->base) {
+      std::fill(r->reached.begin(), r->reached.end(), ~std::uint64_t{0});
+      r->counted = a.bytes;
+      host_backing_[a.device] += a.bytes;
+    }
+#endif
+    if (!r->base) {
+      ranges_.erase(a.address);
+      return make_error_code(errc::resource_exhausted);
+    }
+    a.backing = r->base;
+    a.lazy = r.get();
+    ranges_[a.address] = std::move(r);
   }
   a.mapped += bytes;
   used_[a.device] += bytes;
@@ -258,14 +328,19 @@ NPURT_DECL std::byte* memory_registry::translate(device_id dev, const void* addr
   if (at >= a.address + a.bytes || a.device != dev || !a.backing) return nullptr;
   const auto off = at - a.address;
   if (bytes > a.bytes - off) return nullptr;
+  if (a.lazy) host_backing_[dev] += a.lazy->reach(off, bytes);
   return a.backing + off;
+}
+
+NPURT_DECL std::size_t memory_registry::host_backing(device_id dev) const noexcept {
+  return dev >= 0 && static_cast<std::size_t>(dev) < host_backing_.size() ? host_backing_[dev] : 0;
 }
 
 NPURT_DECL void memory_registry::release_device_memory(device_id dev) noexcept {
   drop_pool_blocks(dev);
   for (auto it = allocations_.begin(); it != allocations_.end();) {
     if (it->second.device == dev) {
-      if (it->second.backing) mi_free(it->second.backing);
+      free_backing(it->second);
       freed_.insert(it->first);
       it = allocations_.erase(it);
     } else {
