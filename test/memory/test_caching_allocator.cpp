@@ -565,6 +565,75 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a small request out of memory takes a cached large-pool block before it is refused", "[memory][allocator]") {
+  // The 20 MiB device holds one large segment whose first 2 MiB are live. A 4 KiB request needs
+  // a 2 MiB small segment the device cannot give, and no cached segment is whole, so nothing can
+  // be released: the 18 MiB free block after the live one serves it, split as large blocks are.
+  counting_provider dev(20 * mib);
+  fake_streams rt;
+  std::vector<retry_step> steps;
+  std::error_code ec;
+  SECTION("the stream's own block") {
+    caching_allocator a(dev, {}, rt.basic());
+    a.on_retry_step = [&](retry_step s) { steps.push_back(s); };
+    const auto x = a.allocate(2 * mib, 0);
+    const auto y = a.allocate(4096, 0, ec);
+    REQUIRE_FALSE(ec);
+    CHECK(y == x + 2 * mib);
+    CHECK(steps == std::vector<retry_step>{retry_step::device_alloc_failed, retry_step::free_fitting_cached,
+                                           retry_step::synchronize_and_free_all});
+    const auto& st = a.stats();
+    CHECK(st.num_ooms == 0);
+    CHECK(st.num_alloc_retries == 1);
+    CHECK(st.num_device_alloc == 1);
+    // The block stays the large pool's: its statistics are that row's.
+    CHECK(st.allocation[stat_large].current == 2);
+    CHECK(st.allocated_bytes[stat_large].current == static_cast<std::int64_t>(2 * mib + 4096));
+    CHECK(st.requested_bytes[stat_large].current == static_cast<std::int64_t>(2 * mib + 4096));
+    CHECK(st.allocation[stat_small].current == 0);
+    CHECK(st.reserved_bytes[stat_large].current == static_cast<std::int64_t>(20 * mib));
+    CHECK(st.inactive_split_bytes[stat_large].current == static_cast<std::int64_t>(18 * mib - 4096));
+    CHECK(a.block_size(y) == 4096);
+    check_invariants(a);
+    a.deallocate(y);
+    a.deallocate(x);
+    check_invariants(a);
+    a.empty_cache();
+    CHECK(a.reserved_current() == 0);
+  }
+  SECTION("another stream's block, once its free is behind") {
+    caching_allocator a(dev, {}, rt.ordered());
+    const auto x = a.allocate(2 * mib, 0), z = a.allocate(4 * mib, 0);
+    a.deallocate(z);
+    const auto y = a.allocate(4096, 1, ec);
+    REQUIRE_FALSE(ec);
+    CHECK(y == x + 2 * mib);
+    CHECK(a.stats().num_cross_stream_reuse == 1);
+    CHECK(a.stats().num_ooms == 0);
+    check_invariants(a);
+  }
+  SECTION("with auto_growth off, the stock of a large request") {
+    caching_allocator_options o;
+    o.auto_growth = false;
+    caching_allocator a(dev, o, rt.basic());
+    a.reserve(2 * mib, 0);  // one 20 MiB large segment
+    const auto y = a.allocate(4096, 0, ec);
+    REQUIRE_FALSE(ec);
+    CHECK(a.snapshot().segments.at(0).addr == y);
+    CHECK(a.reserved_current() == 20 * mib);
+    check_invariants(a);
+  }
+  SECTION("a request no cached block can hold is still refused") {
+    caching_allocator a(dev, {}, rt.basic());
+    const auto x = a.allocate(19 * mib, 0);  // takes the whole 20 MiB segment: 1 MiB would remain
+    CHECK(a.block_size(x) == 20 * mib);
+    CHECK(a.allocate(4096, 0, ec) == 0);
+    CHECK(ec == errc::out_of_memory);
+    CHECK(a.stats().num_ooms == 1);
+    check_invariants(a);
+  }
+}
+
 TEST_CASE("statistics count the retry when cached segments are freed to satisfy a request under the pool limit",
           "[memory][allocator][stats]") {
   counting_provider dev(1024 * mib);

@@ -18,7 +18,8 @@
 // - "compact" strategy: one growable arena per stream (reserve address space, map pages on
 //   demand, lowest-address best fit), the analogue of PyTorch's expandable segments;
 // - out of memory runs the retry chain: free cached blocks that fit the rule -> garbage-collect
-//   -> synchronise all streams and free everything cached -> out_of_memory_error.
+//   -> synchronise all streams and free everything cached -> (a small request) take a free
+//   block of a large segment -> out_of_memory_error.
 //
 // Not thread-safe: the runtime calls it from the device's strand (or under its own lock).
 #pragma once
@@ -446,6 +447,8 @@ class caching_allocator {
   /// get_free_block's small-pool search, without the gc age count.
   block* get_small_block(const alloc_params& p);
   NPURT_DECL block* get_cross_stream_block(alloc_params& p);
+  /// The retry chain's last step for a small request: a cached large-pool block that holds it.
+  NPURT_DECL block* lend_large_block(alloc_params& p);
   NPURT_DECL bool block_fits(const block* b, const alloc_params& p) const noexcept;
   NPURT_DECL block* alloc_segment(alloc_params& p);
   NPURT_DECL block* grow_arena(alloc_params& p);

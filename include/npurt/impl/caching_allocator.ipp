@@ -251,6 +251,7 @@ NPURT_DECL caching_allocator::block* caching_allocator::allocate_uncached(alloc_
       b = get_free_block(p);
       if (!b) b = get_cross_stream_block(p);
       if (!b) b = alloc_new();
+      if (!b && p.pool == small_pool && device_fault_ == errc{}) b = lend_large_block(p);
     }
     if (!b && device_fault_ != errc{}) {
       e = std::exchange(device_fault_, errc{});  // the device was lost during the retries
@@ -263,6 +264,20 @@ NPURT_DECL caching_allocator::block* caching_allocator::allocate_uncached(alloc_
       return nullptr;
     }
   }
+  return b;
+}
+
+NPURT_DECL caching_allocator::block* caching_allocator::lend_large_block(alloc_params& p) {
+  // The last resort before a refusal: nothing cached in the small pool holds the request and
+  // the device (or the limit, or the stock without auto_growth) gives no new small segment, but
+  // a free block of a large segment that cannot go back (some of it is live) may hold it. The
+  // block stays the large pool's, split by that pool's rule, so every statistic counts it there
+  // and it goes back to the large pool's free set when freed. Requests that succeed without it
+  // are served as before: only an allocation that would be refused changes.
+  alloc_params q = p;
+  q.pool = large_pool;
+  block* b = get_free_block(q);
+  if (!b) b = get_cross_stream_block(q);
   return b;
 }
 
