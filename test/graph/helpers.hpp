@@ -15,6 +15,26 @@
 
 namespace npurt::test {
 
+/// Checks grad against central differences of loss() in each element of p (perturbed in place
+/// and restored): |grad - fd| <= tol * (1 + |fd|).
+template <class Loss>
+void check_differences(const char* name, std::vector<double>& p, const std::vector<double>& grad, double h, double tol,
+                       Loss loss) {
+  INFO(name);
+  REQUIRE(grad.size() == p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double keep = p[i];
+    p[i] = keep + h;
+    const double up = loss();
+    p[i] = keep - h;
+    const double down = loss();
+    p[i] = keep;
+    const double fd = (up - down) / (2 * h);
+    INFO(name << "[" << i << "]: " << grad[i] << " against " << fd);
+    CHECK(std::abs(grad[i] - fd) <= tol * (1 + std::abs(fd)));
+  }
+}
+
 /// Deterministic pseudo-random values in [-scale, scale) (a 64-bit LCG).
 inline std::vector<double> values(std::int64_t n, std::uint64_t seed, double scale = 1.0) {
   std::vector<double> v(static_cast<std::size_t>(n));

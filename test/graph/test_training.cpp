@@ -305,24 +305,6 @@ TEST_CASE("recomputation clones take free names when the graph already uses the 
 
 namespace {
 
-// Checks grad against central differences of loss() in each element of p (perturbed in place
-// and restored): |grad - fd| <= tol * (1 + |fd|).
-template <class Loss>
-void check_differences(const char* name, vec& p, const vec& grad, double h, double tol, Loss loss) {
-  INFO(name);
-  REQUIRE(grad.size() == p.size());
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    const double keep = p[i];
-    p[i] = keep + h;
-    const double up = loss();
-    p[i] = keep - h;
-    const double down = loss();
-    p[i] = keep;
-    const double fd = (up - down) / (2 * h);
-    CHECK(std::abs(grad[i] - fd) <= tol * (1 + std::abs(fd)));
-  }
-}
-
 // A plain grouped 2-D convolution in double: y[n][m][oy][ox] = b[m] + sum over the group's
 // channels and the window of x * w, zero outside x.
 struct conv_ref {
@@ -384,9 +366,9 @@ TEST_CASE("ConvGrad's dX, dW and dB equal finite differences of the convolution"
   // rounding, so they are the oracle.
   const double h = 1e-2;
   auto l = [&] { return cr.loss(xv, wv, bv, rv); };
-  check_differences("dx", xv, out.at("dx").to_vector(), h, 1e-4, l);
-  check_differences("dw", wv, out.at("dw").to_vector(), h, 1e-4, l);
-  check_differences("db", bv, out.at("db").to_vector(), h, 1e-4, l);
+  test::check_differences("dx", xv, out.at("dx").to_vector(), h, 1e-4, l);
+  test::check_differences("dw", wv, out.at("dw").to_vector(), h, 1e-4, l);
+  test::check_differences("db", bv, out.at("db").to_vector(), h, 1e-4, l);
 }
 
 TEST_CASE("ConvGrad rejects a dY that is not the convolution's output shape", "[graph][training][conv][errors]") {
@@ -561,7 +543,7 @@ TEST_CASE("MaxPoolGrad, AveragePoolGrad and GlobalAveragePoolGrad equal finite d
     const auto out = s.run(s.compile(g), {{"x", tensor({pr.N, pr.C, pr.H, pr.W}, dtype::f32, xv)},
                                           {"dy", tensor({pr.N, pr.C, Ho, Wo}, dtype::f32, rv)}})
                          .outputs;
-    check_differences("dx", xv, out.at("dx").to_vector(), 0.25, 1e-5, [&] { return pr.loss(xv, rv); });
+    test::check_differences("dx", xv, out.at("dx").to_vector(), 0.25, 1e-5, [&] { return pr.loss(xv, rv); });
   }
   // The global average spreads each plane's gradient evenly: dX = dY / (H W).
   auto sys = test::make_system();
@@ -721,9 +703,9 @@ TEST_CASE("BatchNormInternal and BatchNormalizationGrad equal a plain reference 
   // Central differences of sum(r * y) (second order: h^2 error, far below the tolerance).
   const double h = 1e-4;
   auto l = [&] { return loss(nullptr, nullptr, nullptr); };
-  check_differences("dx", xv, out.at("dx").to_vector(), h, 2e-4, l);
-  check_differences("dgamma", gv, out.at("dgamma").to_vector(), h, 2e-4, l);
-  check_differences("dbeta", bv, out.at("dbeta").to_vector(), h, 2e-4, l);
+  test::check_differences("dx", xv, out.at("dx").to_vector(), h, 2e-4, l);
+  test::check_differences("dgamma", gv, out.at("dgamma").to_vector(), h, 2e-4, l);
+  test::check_differences("dbeta", bv, out.at("dbeta").to_vector(), h, 2e-4, l);
 }
 
 namespace {
@@ -801,10 +783,10 @@ TEST_CASE("a residual block's training step as a graph has the gradients of fini
   const auto o2 = sess.run(c2l, {{"x", xt}, {"dy", rt}}).outputs;
   for (const char* o : {"dw1", "dw2", "dgamma", "dbeta"}) CHECK(o1.at(o).to_vector() == o2.at(o).to_vector());
   const double step = 1e-4;
-  check_differences("dw1", w1, o1.at("dw1").to_vector(), step, 1e-3, loss);
-  check_differences("dw2", w2, o1.at("dw2").to_vector(), step, 1e-3, loss);
-  check_differences("dgamma", gv, o1.at("dgamma").to_vector(), step, 1e-3, loss);
-  check_differences("dbeta", bv, o1.at("dbeta").to_vector(), step, 1e-3, loss);
+  test::check_differences("dw1", w1, o1.at("dw1").to_vector(), step, 1e-3, loss);
+  test::check_differences("dw2", w2, o1.at("dw2").to_vector(), step, 1e-3, loss);
+  test::check_differences("dgamma", gv, o1.at("dgamma").to_vector(), step, 1e-3, loss);
+  test::check_differences("dbeta", bv, o1.at("dbeta").to_vector(), step, 1e-3, loss);
 }
 
 TEST_CASE("level 2 masks a ConvGrad's dX with the ReluGrad that reads it, in the convolution's epilogue",

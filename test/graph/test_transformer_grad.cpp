@@ -17,25 +17,6 @@ namespace {
 
 using vec = std::vector<double>;
 
-// Checks grad against central differences of loss() in each element of p (perturbed in place
-// and restored): |grad - fd| <= tol * (1 + |fd|).
-template <class Loss>
-void check_central_differences(const char* name, vec& p, const vec& grad, double h, double tol, Loss loss) {
-  INFO(name);
-  REQUIRE(grad.size() == p.size());
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    const double keep = p[i];
-    p[i] = keep + h;
-    const double up = loss();
-    p[i] = keep - h;
-    const double down = loss();
-    p[i] = keep;
-    const double fd = (up - down) / (2 * h);
-    INFO(name << "[" << i << "]: " << grad[i] << " against " << fd);
-    CHECK(std::abs(grad[i] - fd) <= tol * (1 + std::abs(fd)));
-  }
-}
-
 double weighted_sum(const vec& a, const vec& b) {
   double s = 0;
   for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
@@ -119,7 +100,7 @@ TEST_CASE("SoftmaxGrad equals central differences of sum(r * Softmax(x)) along e
     CHECK(g.value("dx").shape == xs);
     const vec dx =
         s.run(s.compile(g), {{"x", f32_tensor(xs, xv)}, {"r", f32_tensor(xs, rv)}}).outputs.at("dx").to_vector();
-    check_central_differences("dx", xv, dx, 1e-4, 1e-4, [&] { return weighted_sum(rv, ref_softmax(xv, xs, ax)); });
+    test::check_differences("dx", xv, dx, 1e-4, 1e-4, [&] { return weighted_sum(rv, ref_softmax(xv, xs, ax)); });
   }
 }
 
@@ -141,7 +122,7 @@ TEST_CASE("GeluGrad equals central differences of sum(r * Gelu(x)), exact and ta
     g.set_output(g.add_op("GeluGrad", {r, x}, a, "dx"));
     const vec dx =
         s.run(s.compile(g), {{"x", f32_tensor(xs, xv)}, {"r", f32_tensor(xs, rv)}}).outputs.at("dx").to_vector();
-    check_central_differences("dx", xv, dx, 1e-4, 1e-4, [&] {
+    test::check_differences("dx", xv, dx, 1e-4, 1e-4, [&] {
       double l = 0;
       for (std::size_t i = 0; i < xv.size(); ++i) l += rv[i] * ref_gelu(xv[i], tanh_form);
       return l;
@@ -188,9 +169,9 @@ TEST_CASE("LayerNormalizationGrad equals central differences for dX, dScale and 
                                               {"bias", f32_tensor(ps, bv)}})
                              .outputs;
         const auto loss = [&] { return weighted_sum(rv, ref_layer_norm(xv, sv, bv, rows, eps)); };
-        check_central_differences("dx", xv, out.at("dx").to_vector(), 1e-4, 1e-3, loss);
-        check_central_differences("dscale", sv, out.at("dscale").to_vector(), 1e-4, 1e-4, loss);
-        check_central_differences("dbias", bv, out.at("dbias").to_vector(), 1e-4, 1e-4, loss);
+        test::check_differences("dx", xv, out.at("dx").to_vector(), 1e-4, 1e-3, loss);
+        test::check_differences("dscale", sv, out.at("dscale").to_vector(), 1e-4, 1e-4, loss);
+        test::check_differences("dbias", bv, out.at("dbias").to_vector(), 1e-4, 1e-4, loss);
       }
 }
 
