@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
   // Two steps: an MLP (few, large gradients) and ResNet-50 (161 gradients, most of them small).
   const auto data_parallel = [&](const std::string& prefix, const char* note, const auto& make_graph,
                                  const std::vector<npurt::feed>& in, const std::vector<std::string>& backward_order,
-                                 const std::vector<std::string>& forward_order, npurt::precision prec) {
+                                 const std::vector<std::string>& forward_order, npurt::precision prec, int level,
+                                 bool all_cases) {
     constexpr int ranks = 8;
     struct dp_case {
       const char* key;
@@ -177,6 +178,8 @@ int main(int argc, char** argv) {
                              {"forward_order", &forward_order, npurt::priority::high}};
     double compute_only = 0;
     for (const auto& c : cases) {
+      if (!all_cases && c.order != nullptr && c.order != &backward_order) continue;
+      if (!all_cases && c.priority == npurt::priority::low) continue;
       npurt::system sys{npurt::sim::presets::ascend910(ranks), {}};
       auto comm = npurt::communicator::init_all(sys);
       std::vector<std::unique_ptr<npurt::session>> ss;
@@ -186,7 +189,7 @@ int main(int argc, char** argv) {
         ss.push_back(std::make_unique<npurt::session>(sys, npurt::session_config{.device_id = r, .precision = prec}));
         gs.push_back(make_graph());
         for (const auto& n : backward_order) gs.back().set_output(n);
-        npurt::compile_options o{.timing_only = true};
+        npurt::compile_options o{.optimization_level = level, .timing_only = true};
         if (c.order) o.all_reduce = npurt::output_all_reduce{.comm = comm, .outputs = *c.order, .priority = c.priority};
         cs.push_back(ss.back()->compile(gs.back(), o));
       }
@@ -228,18 +231,23 @@ int main(int argc, char** argv) {
         [&] { return npurt::models::mlp_training_step(batch_per_rank, widths, 0.1, false); },
         {{"x", npurt::tensor::timing_only({batch_per_rank, widths.front()}, npurt::dtype::f32)},
          {"target", npurt::tensor::timing_only({batch_per_rank, widths.back()}, npurt::dtype::f32)}},
-        backward_order, forward_order, npurt::precision::fp32);
+        backward_order, forward_order, npurt::precision::fp32, 1, true);
   }
   {
     const npurt::models::resnet_config rc{.batch = 32};
     std::vector<std::string> backward_order;
     (void)npurt::models::resnet_training_step(rc, false, 1, &backward_order);
-    data_parallel(
-        "resnet50_dp_", "ResNet-50 training step as a graph, batch 32 per rank, fp16, 8 ranks",
-        [&] { return npurt::models::resnet_training_step(rc, false); },
-        {{"input", npurt::tensor::timing_only({rc.batch, 3, rc.image, rc.image}, npurt::dtype::f32)},
-         {"labels", npurt::tensor::timing_only({rc.batch, rc.classes}, npurt::dtype::f32)}},
-        backward_order, {backward_order.rbegin(), backward_order.rend()}, npurt::precision::fp16);
+    const std::vector<npurt::feed> in{
+        {"input", npurt::tensor::timing_only({rc.batch, 3, rc.image, rc.image}, npurt::dtype::f32)},
+        {"labels", npurt::tensor::timing_only({rc.batch, rc.classes}, npurt::dtype::f32)}};
+    const auto step = [&] { return npurt::models::resnet_training_step(rc, false); };
+    data_parallel("resnet50_dp_", "ResNet-50 training step as a graph, batch 32 per rank, fp16, 8 ranks", step, in,
+                  backward_order, {backward_order.rbegin(), backward_order.rend()}, npurt::precision::fp16, 1, true);
+    // Level 2: ReluGrads in the ConvGrads' epilogues, elementwise gradients chained.
+    data_parallel("resnet50_dp_level2_",
+                  "ResNet-50 training step as a graph, batch 32 per rank, fp16, 8 ranks, optimization level 2", step,
+                  in, backward_order, {backward_order.rbegin(), backward_order.rend()}, npurt::precision::fp16, 2,
+                  false);
   }
   return cl.finish(rep);
 }
