@@ -521,6 +521,41 @@ TEST_CASE("an arena range that is no whole number of chunks counts its last chun
   pool.free_async(p, s);
 }
 
+TEST_CASE("a functional device backs a large allocation or pool segment only where work reaches it", "[core][pool]") {
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  npurt::system sys{simple()};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  // A raw allocation of 64 MiB: a 4 KiB copy into its 6th chunk and a read of its first MiB.
+  auto* raw = static_cast<std::uint8_t*>(dev.malloc(64 * mib));
+  CHECK(dev.memory_info().host_backing == 0);
+  std::vector<std::uint8_t> in(4096);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<std::uint8_t>(i * 13 + 5);
+  s.memcpy(raw + 11 * mib, in.size(), in.data(), in.size(), npurt::memcpy_kind::host_to_device);
+  std::vector<std::uint8_t> head(mib, 0xff), back(in.size(), 0);
+  s.memcpy(head.data(), head.size(), raw, head.size(), npurt::memcpy_kind::device_to_host);
+  s.memcpy(back.data(), back.size(), raw + 11 * mib, back.size(), npurt::memcpy_kind::device_to_host);
+  s.synchronize();
+  CHECK(back == in);
+  CHECK(std::all_of(head.begin(), head.end(), [](std::uint8_t v) { return v == 0; }));  // never written
+  CHECK(dev.memory_info().host_backing == 4 * mib);  // chunks 0 and 5
+  dev.free(raw);
+  CHECK(dev.memory_info().host_backing == 0);
+  // One block of a 30 MiB pool segment (the default strategy), written in one place.
+  auto& pool = dev.mem_pool();
+  auto* blk = static_cast<std::uint8_t*>(pool.malloc_async(30 * mib, s));
+  CHECK(dev.memory_info().host_backing == 0);
+  s.memcpy(blk + 20 * mib, in.size(), in.data(), in.size(), npurt::memcpy_kind::host_to_device);
+  s.memcpy(back.data(), back.size(), blk + 20 * mib, back.size(), npurt::memcpy_kind::device_to_host);
+  s.synchronize();
+  CHECK(back == in);
+  CHECK(dev.memory_info().host_backing == 2 * mib);
+  pool.free_async(blk, s);
+  s.synchronize();
+  pool.empty_cache();  // the segment goes back to the device, and its host store with it
+  CHECK(dev.memory_info().host_backing == 0);
+}
+
 TEST_CASE("a timing-only device holds no host memory behind its device memory", "[core][pool]") {
   auto c = simple();
   c.functional = false;

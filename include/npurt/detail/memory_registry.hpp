@@ -24,10 +24,11 @@
 
 namespace npurt::detail {
 
-/// The host store behind a reserved range (a compact pool arena) in functional mode: address
-/// space for the whole range, whose pages the host's kernel provides when they are first
-/// written, and which counts the chunks that copies, kernels and collectives have reached. A
-/// range as large as the device then costs the host only what its work touches.
+/// The host store behind a reserved range (a compact pool arena), or an allocation of a chunk or
+/// more, in functional mode: address space for the whole of it, whose pages the host's kernel
+/// provides when they are first written, and which counts the chunks that copies, kernels and
+/// collectives have reached. A range as large as the device, or a pool segment far larger than
+/// its blocks, then costs the host only what its work touches.
 struct range_backing {
   /// Backing bytes are counted in chunks of this size: the transparent huge page size of
   /// x86-64 Linux, so the count bounds what the host holds however it backs the pages.
@@ -49,7 +50,7 @@ struct allocation {
   std::byte* backing = nullptr;   // host storage in functional mode
   bool pool = false;              // a memory pool's segment or reserved range: users see its blocks
   std::size_t mapped = 0;         // reserved ranges: bytes mapped (counted as used)
-  range_backing* lazy = nullptr;  // reserved ranges in functional mode: backing is touched on demand
+  range_backing* lazy = nullptr;  // functional, a chunk or more: backing is touched on demand
 };
 
 struct host_allocation {
@@ -124,8 +125,8 @@ class memory_registry {
   NPURT_DECL void release_device_memory(device_id dev) noexcept;
   /// Host storage behind [addr, addr + bytes) of device memory, or null.
   NPURT_DECL std::byte* translate(device_id dev, const void* addr, std::size_t bytes) noexcept;
-  /// Host memory behind a device's memory in functional mode (0 when timing-only): raw
-  /// allocations and pool segments whole, reserved ranges by the chunks work has reached.
+  /// Host memory behind a device's memory in functional mode (0 when timing-only): allocations
+  /// under a chunk whole, larger ones and reserved ranges by the chunks work has reached.
   [[nodiscard]] NPURT_DECL std::size_t host_backing(device_id dev) const noexcept;
 
   NPURT_DECL void* host_malloc(std::size_t bytes, std::error_code& ec);
@@ -160,6 +161,8 @@ class memory_registry {
 
   // `bytes` of fresh addresses of the device's space; false when the space is used up.
   NPURT_DECL bool take_addresses(device_id dev, std::size_t bytes, std::uint64_t& addr) noexcept;
+  // Gives `a` a host store of address space that work backs as it reaches it (range_backing).
+  NPURT_DECL std::error_code back_lazily(allocation& a);
   // Gives an allocation's host storage back and takes it off the device's host_backing count.
   NPURT_DECL void free_backing(allocation& a) noexcept;
 };

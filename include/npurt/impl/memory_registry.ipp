@@ -155,15 +155,24 @@ NPURT_DECL void* memory_registry::device_malloc(device_id dev, std::size_t bytes
     ec = make_error_code(errc::out_of_memory);
     return nullptr;
   }
+  // A chunk or more is backed where work reaches it, as an arena is; a smaller one whole.
+  const bool lazy = backend_.functional() && rounded >= (std::size_t{1} << range_backing::chunk_shift);
   std::byte* backing = nullptr;
-  if (backend_.functional()) {
+  if (backend_.functional() && !lazy) {
     backing = static_cast<std::byte*>(mi_zalloc_aligned(rounded, 64));
     if (!backing) {
       ec = make_error_code(errc::resource_exhausted);  // the host could not back the device memory
       return nullptr;
     }
   }
-  allocations_.emplace(addr, allocation{addr, bytes, dev, backing, pool, 0});
+  const auto placed = allocations_.emplace(addr, allocation{addr, bytes, dev, backing, pool, 0}).first;
+  if (lazy) {
+    if (const std::error_code e = back_lazily(placed->second)) {
+      allocations_.erase(placed);
+      ec = e;  // the host could not reserve the address space
+      return nullptr;
+    }
+  }
   used_[dev] += rounded;
   if (backing) host_backing_[dev] += rounded;
   if (trace_ && !pool)
@@ -242,6 +251,39 @@ NPURT_DECL void memory_registry::release_range(std::uint64_t addr) noexcept {
   allocations_.erase(it);
 }
 
+NPURT_DECL std::error_code memory_registry::back_lazily(allocation& a) {
+  // Address space only: an arena may span the whole device and a segment may be far larger than
+  // the blocks work uses, and the host provides a page when it is first written (a page never
+  // written reads as zeros, as a zeroed store does), so memory work never touches costs nothing.
+  auto r = std::make_unique<range_backing>();
+  r->bytes = a.bytes;
+  const std::size_t chunks = ((a.bytes - 1) >> range_backing::chunk_shift) + 1;
+  try {
+    r->reached.assign((chunks + 63) / 64, 0);
+    ranges_.emplace(a.address, nullptr);
+  } catch (const std::bad_alloc&) { return make_error_code(errc::resource_exhausted); }
+#if defined(__linux__)
+  void* p = ::mmap(nullptr, a.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  r->base = p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+#else
+  // Without a way to reserve pages, the whole store is taken (and counted) at once.
+  r->base = static_cast<std::byte*>(mi_zalloc_aligned(a.bytes, 64));
+  if (r->base) {
+    std::fill(r->reached.begin(), r->reached.end(), ~std::uint64_t{0});
+    r->counted = a.bytes;
+    host_backing_[a.device] += a.bytes;
+  }
+#endif
+  if (!r->base) {
+    ranges_.erase(a.address);
+    return make_error_code(errc::resource_exhausted);
+  }
+  a.backing = r->base;
+  a.lazy = r.get();
+  ranges_[a.address] = std::move(r);
+  return {};
+}
+
 NPURT_DECL std::error_code memory_registry::map_range(std::uint64_t range, std::size_t bytes) {
   auto it = allocations_.find(range);
   if (it == allocations_.end() || !it->second.pool) return make_error_code(errc::invalid_pointer);
@@ -251,35 +293,7 @@ NPURT_DECL std::error_code memory_registry::map_range(std::uint64_t range, std::
   if (const std::error_code refused = backend_.admit_allocation(a.device, bytes)) return refused;
   if (backend_.functional() && !a.backing) {
     // One contiguous store for the whole range, so blocks that span mapping granules translate.
-    // It is address space only: an arena may span the whole device, and the host provides a
-    // page when it is first written (a page never written reads as zeros, as a zeroed store
-    // does), so memory work never touches costs nothing.
-    auto r = std::make_unique<range_backing>();
-    r->bytes = a.bytes;
-    const std::size_t chunks = ((a.bytes - 1) >> range_backing::chunk_shift) + 1;
-    try {
-      r->reached.assign((chunks + 63) / 64, 0);
-      ranges_.emplace(a.address, nullptr);
-    } catch (const std::bad_alloc&) { return make_error_code(errc::resource_exhausted); }
-#if defined(__linux__)
-    void* p = ::mmap(nullptr, a.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    r->base = p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
-#else
-    // Without a way to reserve pages, the whole store is taken (and counted) at once.
-    r->base = static_cast<std::byte*>(mi_zalloc_aligned(a.bytes, 64));
-    if (r->base) {
-      std::fill(r->reached.begin(), r->reached.end(), ~std::uint64_t{0});
-      r->counted = a.bytes;
-      host_backing_[a.device] += a.bytes;
-    }
-#endif
-    if (!r->base) {
-      ranges_.erase(a.address);
-      return make_error_code(errc::resource_exhausted);
-    }
-    a.backing = r->base;
-    a.lazy = r.get();
-    ranges_[a.address] = std::move(r);
+    if (const std::error_code e = back_lazily(a)) return e;
   }
   a.mapped += bytes;
   used_[a.device] += bytes;
