@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,27 @@ void check_differences(const char* name, std::vector<double>& p, const std::vect
     INFO(name << "[" << i << "]: " << grad[i] << " against " << fd);
     CHECK(std::abs(grad[i] - fd) <= tol * (1 + std::abs(fd)));
   }
+}
+
+/// A training step's updates are SGD's: "<p>.next" = p - lr * "<p>.grad" for each probed parameter.
+inline void check_sgd_updates(const graph& g, const std::map<std::string, tensor>& out,
+                              const std::vector<std::string>& probe, double lr) {
+  for (const auto& p : probe) {
+    const auto w = g.constant(p)->to_vector(), d = out.at(p + ".grad").to_vector(), n = out.at(p + ".next").to_vector();
+    for (std::size_t i = 0; i < w.size(); ++i)
+      CHECK(std::abs(n[i] - (w[i] - lr * d[i])) <= 1e-6 * (1 + std::abs(w[i])));
+  }
+}
+
+/// The "loss" output of a step built by make(), run with entry i of constant `name` moved by delta.
+template <class Make>
+double loss_with(session& s, const std::vector<feed>& in, Make make, const std::string& name, std::size_t i,
+                 double delta) {
+  graph h = make();
+  tensor v = h.constant(name)->clone();
+  v.set(static_cast<std::int64_t>(i), v.get(static_cast<std::int64_t>(i)) + delta);
+  h.set_constant(name, std::move(v));
+  return s.run(s.compile(h), in).outputs.at("loss").to_vector().at(0);
 }
 
 /// Deterministic pseudo-random values in [-scale, scale) (a 64-bit LCG).

@@ -1482,17 +1482,9 @@ TEST_CASE("resnet_training_step's gradients equal finite differences of its loss
   CHECK(loss > 0);
   CHECK(std::isfinite(loss));
   // The update: next = param - lr * grad.
-  for (const auto& p : probe) {
-    const vec w = g.constant(p)->to_vector(), d = out.at(p + ".grad").to_vector(), n = out.at(p + ".next").to_vector();
-    for (std::size_t i = 0; i < w.size(); ++i)
-      CHECK(std::abs(n[i] - (w[i] - rc.lr * d[i])) <= 1e-6 * (1 + std::abs(w[i])));
-  }
+  test::check_sgd_updates(g, out, probe, rc.lr);
   const auto loss_with = [&](const std::string& name, std::size_t i, double delta) {
-    graph h = models::resnet_training_step(rc, true, 7);
-    tensor v = h.constant(name)->clone();
-    v.set(static_cast<std::int64_t>(i), v.get(static_cast<std::int64_t>(i)) + delta);
-    h.set_constant(name, std::move(v));
-    return s.run(s.compile(h), in).outputs.at("loss").to_vector().at(0);
+    return test::loss_with(s, in, [&] { return models::resnet_training_step(rc, true, 7); }, name, i, delta);
   };
   int checked = 0;
   for (const auto& p : probe) {
