@@ -80,6 +80,7 @@ struct stream_options {
 };
 
 class stream;
+class tensor;
 
 namespace detail {
 /// For npurt's own components: a blocking synchronize that hands back the failure it read, for
@@ -191,6 +192,7 @@ class stream {
   friend struct detail::stream_access;
   friend class communicator;  // checks that a stream belongs to the communicator's system
   friend class device;        // its blocking memcpy needs no staging
+  friend class tensor;        // its async copy is refused under its own name (async_memcpy_as)
 
   NPURT_DECL void release() noexcept;
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* f);
@@ -250,6 +252,11 @@ class stream {
   /// interned name, no handle copied); it is refused wherever it is initiated.
   template <class Token, class Make>
   auto async_enqueue(Token&& token, const char* call, Make make, bool foreign = false);
+  /// async_memcpy for another async_ function `call` that checked its own arguments first: a
+  /// `refused` code completes with it and the words `why`, as the throwing form of `call` says.
+  template <class Token>
+  auto async_memcpy_as(const char* call, std::error_code refused, std::string why, void* dst, std::size_t dst_max,
+                       const void* src, std::size_t count, memcpy_kind kind, Token&& token);
   /// Whether a call now comes from a thread that does not run this stream's system.
   [[nodiscard]] bool foreign_thread() const noexcept { return rt_ && rt_->wrong_thread(); }
   /// async_enqueue's refusal: the words its preparation left in the runtime's refusal_words go
@@ -328,6 +335,22 @@ auto stream::async_memcpy(void* dst, std::size_t dst_max, const void* src, std::
                        [=](stream& s, std::error_code& ec, std::string& why) {
                          detail::task* t = s.make_copy(dst, dst_max, src, count, kind, ec);
                          if (!t) why = s.pointer_problem(ec, dst, src);
+                         return t;
+                       });
+}
+
+template <class Token>
+auto stream::async_memcpy_as(const char* call, std::error_code refused, std::string why, void* dst, std::size_t dst_max,
+                             const void* src, std::size_t count, memcpy_kind kind, Token&& token) {
+  return async_enqueue(std::forward<Token>(token), call,
+                       [=, w = std::move(why)](stream& s, std::error_code& ec, std::string& words) -> detail::task* {
+                         if (refused) {
+                           ec = refused;
+                           words = w;
+                           return nullptr;
+                         }
+                         detail::task* t = s.make_copy(dst, dst_max, src, count, kind, ec);
+                         if (!t) words = s.pointer_problem(ec, dst, src);
                          return t;
                        });
 }

@@ -271,7 +271,17 @@ void* session::acquire(std::size_t bytes, std::size_t freeing, std::string_view 
                                      std::to_string(held_) + " held)");
   }
   rebuild_pool_if_idle();
-  void* p = pool().malloc_async(bytes, stream(0));
+  void* p = nullptr;
+  try {
+    p = pool().malloc_async(bytes, stream(0));
+  } catch (const out_of_memory_error& e) {
+    // The pool's own words (which limit, which segment) keep their class and code, after the
+    // name of the call that needed the memory, as the pool_size refusal above begins.
+    std::string words = e.what();
+    const std::string tail = ": " + e.code().message();  // system_error::what appends it again
+    if (words.ends_with(tail)) words.resize(words.size() - tail.size());
+    throw out_of_memory_error(e.code(), e.details(), std::string(call) + ": " + words);
+  }
   held_ += bytes;
   peak_ = std::max(peak_, held_);
   return p;

@@ -373,14 +373,25 @@ void tensor::throw_if_lost(const char* who, const tensor& src) const {
                 std::string(who) + ": the destination device tensor is unusable: " + lost_reason());
 }
 
+std::string tensor::copy_problem(const tensor& src, std::error_code ec) const {
+  if (ec == errc::invalid_pointer) {
+    if (src.storage_lost()) return "the source device tensor is unusable: " + src.lost_reason();
+    if (storage_lost()) return "the destination device tensor is unusable: " + lost_reason();
+  }
+  if (ec == errc::null_pointer)
+    return std::string(src.has_storage() ? "the destination" : "the source") +
+           " tensor has no storage (default-constructed, moved from, released or timing-only)";
+  return std::string(to_string(src.type_)) + " tensor of " + std::to_string(src.elements()) + " elements into " +
+         std::string(to_string(type_)) + " tensor of " + std::to_string(elements()) + " elements";
+}
+
 void tensor::copy_from(const tensor& src, stream& s) {
   throw_if_lost("npurt::tensor::copy_from", src);
   std::error_code ec;
+  (void)check_copy(src, ec);
+  if (ec) throw_error(ec, "npurt::tensor::copy_from: " + copy_problem(src, ec));
   copy_from(src, s, ec);
-  if (ec)
-    throw_error(ec, "npurt::tensor::copy_from: " + std::string(to_string(src.type_)) + " tensor of " +
-                        std::to_string(src.elements()) + " elements into " + std::string(to_string(type_)) +
-                        " tensor of " + std::to_string(elements()) + " elements");
+  if (ec) throw_error(ec, "npurt::tensor::copy_from: " + copy_problem(src, ec));
 }
 
 tensor tensor::to_device(npurt::device& dev, stream& s) const {

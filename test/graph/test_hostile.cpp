@@ -432,6 +432,14 @@ TEST_CASE("a request the pool limit refuses only for its segment's size says so"
     FAIL("no error");
   } catch (const out_of_memory_error& e) {
     const std::string what = e.what();
+    INFO(what);
+    // The device pool refused (the session's own count allows 4 MiB): its words follow the call's
+    // name, once, with the pool's code.
+    CHECK(what.starts_with("npurt::session::acquire: "));
+    CHECK(what.find("npurt::session::acquire", 1) == std::string::npos);
+    CHECK(e.code() == errc::pool_limit);
+    CHECK(what.ends_with(": " + e.code().message()));
+    CHECK(what.find(e.code().message()) == what.size() - e.code().message().size());
     CHECK(what.find("new 20.00 MiB segment") != std::string::npos);
     CHECK(what.find("pool_size of at least 20.00 MiB") != std::string::npos);
     CHECK(what.find("\"compact\" strategy, would hold it") != std::string::npos);
@@ -441,6 +449,18 @@ TEST_CASE("a request the pool limit refuses only for its segment's size says so"
     (void)s.acquire(9 * mib);
     FAIL("no error");
   } catch (const out_of_memory_error& e) { CHECK(std::string(e.what()).find("segment (") == std::string::npos); }
+  // Compile's buffers are refused the same way, under compile's name.
+  try {
+    graph big = relu_graph(1 << 20);  // a 4 MiB f32 input
+    (void)s.compile(big);
+    FAIL("no error");
+  } catch (const out_of_memory_error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.starts_with("npurt::session::compile: "));
+    CHECK(what.find("new 20.00 MiB segment") != std::string::npos);
+  }
+  CHECK(s.memory_usage().allocated_mb == 0);
   // As the message says, the compact strategy holds it.
   s.set_allocation_strategy(allocation_strategy::compact);
   void* p = nullptr;

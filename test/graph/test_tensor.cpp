@@ -1,6 +1,7 @@
 #include <npurt/checkpoint.hpp>
 #include <npurt/graph/graph.hpp>
 #include <npurt/graph/tensor.hpp>
+#include <npurt/task.hpp>
 
 #include "helpers.hpp"
 
@@ -109,6 +110,80 @@ TEST_CASE("a copy between tensors of different shapes or dtypes is refused", "[g
   std::error_code ec;
   a.copy_from(c, s, ec);
   CHECK(ec == errc::invalid_dtype);
+}
+
+TEST_CASE("an async copy copy_from refuses completes with copy_from's code and words, under its own name",
+          "[graph][tensor][errors]") {
+  auto sys = test::make_system();
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  tensor a({4}, dtype::f32), b({5}, dtype::f32), c({4}, dtype::f16);
+  const tensor empty = tensor::timing_only({4}, dtype::f32);
+  b.fill(1.0);
+  c.fill(1.0);
+  tensor lost = tensor::on_device(dev, {4}, dtype::f32);
+  struct refusal {
+    const tensor* src;
+    tensor* dst;
+    errc code;
+    std::string cause;
+  };
+  const std::string call = "npurt::tensor::async_copy_from: ";
+  refusal cases[] = {
+      {&b, &a, errc::invalid_shape, "f32 tensor of 5 elements into f32 tensor of 4 elements"},
+      {&c, &a, errc::invalid_dtype, "f16 tensor of 4 elements into f32 tensor of 4 elements"},
+      {&empty, &a, errc::null_pointer, "the source tensor has no storage"},
+      {&a, &lost, errc::invalid_pointer, "the destination device tensor is unusable"},
+  };
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {
+      dev.reset();  // `lost` loses its memory; the others keep failing as before
+      s = dev.make_stream();
+    }
+    for (refusal& r : cases) {
+      if (round == 0 && r.code == errc::invalid_pointer) continue;
+      INFO(r.cause);
+      std::error_code heard;
+      std::string recent;
+      bool initiating = true, called = false;
+      r.dst->async_copy_from(*r.src, s, [&](async_error_code e) {
+        called = true;
+        heard = e;
+        recent = sys.recent_error_message();
+        CHECK_FALSE(initiating);  // never inside the initiating call
+      });
+      initiating = false;
+      sys.run();
+      REQUIRE(called);
+      CHECK(heard == r.code);
+      CHECK(recent.starts_with(call + r.cause));
+      CHECK(recent.ends_with(": " + make_error_code(r.code).message()));
+      // Awaited with npurt::use_task, the same words are thrown; copy_from throws them too.
+      std::exception_ptr thrown;
+      auto awaited = [](tensor* dst, const tensor* src, stream* st) -> task<void> {
+        co_await dst->async_copy_from(*src, *st, use_task);
+      };
+      spawn(sys, awaited(r.dst, r.src, &s), [&](std::exception_ptr e) { thrown = e; });
+      sys.run();
+      REQUIRE(thrown);
+      try {
+        std::rethrow_exception(thrown);
+      } catch (const caller_error& e) {
+        CHECK(e.code() == r.code);
+        CHECK_THAT(std::string(e.what()), Catch::Matchers::StartsWith(call + r.cause));
+      }
+      try {
+        r.dst->copy_from(*r.src, s);
+        FAIL("copy_from accepted it");
+      } catch (const caller_error& e) {
+        CHECK(e.code() == r.code);
+        CHECK_THAT(std::string(e.what()), Catch::Matchers::StartsWith("npurt::tensor::copy_from: " + r.cause));
+      }
+    }
+  }
+  // Nothing was queued, nothing is sticky, nothing was written.
+  CHECK(s.query());
+  CHECK(a.to_vector() == std::vector<double>{0, 0, 0, 0});
 }
 
 TEST_CASE("a device tensor that outlives its system is an empty handle", "[graph][tensor][lifetime]") {

@@ -168,15 +168,18 @@ class tensor {
   /// counts and dtypes must match (errc::invalid_shape / invalid_dtype otherwise).
   void copy_from(const tensor& src, stream& s);
   void copy_from(const tensor& src, stream& s, std::error_code& ec);
-  /// As copy_from, completing through `token` with void(async_error_code).
+  /// As copy_from, completing through `token` with void(async_error_code): a copy copy_from
+  /// refuses completes with the same code and words (a throwing await raises them), never
+  /// inside this call, and enqueues nothing.
   template <class Token = stream::default_token>
   auto async_copy_from(const tensor& src, stream& s, Token&& token = {}) {
     std::error_code ec;
     const memcpy_kind kind = check_copy(src, ec);
-    // A bad copy still goes through the stream so that it completes through the token, with the
-    // stream's own argument check reporting it (a null source is invalid_pointer).
-    return s.async_memcpy(ec ? nullptr : live_data(), bytes(), ec ? nullptr : src.live_data(), ec ? 0 : bytes(), kind,
-                          std::forward<Token>(token));
+    std::string why;
+    if (ec) [[unlikely]]
+      why = copy_problem(src, ec);
+    return s.async_memcpy_as("npurt::tensor::async_copy_from", ec, std::move(why), ec ? nullptr : live_data(), bytes(),
+                             ec ? nullptr : src.live_data(), ec ? 0 : bytes(), kind, std::forward<Token>(token));
   }
   /// A device copy of this tensor on s's device (blocking), and a host copy of a device tensor.
   [[nodiscard]] tensor to_device(npurt::device& dev, stream& s) const;
@@ -185,6 +188,8 @@ class tensor {
  private:
   [[nodiscard]] std::int64_t linear(std::initializer_list<std::int64_t> index) const;
   memcpy_kind check_copy(const tensor& src, std::error_code& ec) const noexcept;
+  /// What copy_from's refusal `ec` (from check_copy) says about the two tensors.
+  [[nodiscard]] std::string copy_problem(const tensor& src, std::error_code ec) const;
   void check_bools(const char* who) const;
   void check_elements(const char* who, npurt::dtype want) const;
   [[nodiscard]] void* live_data() const noexcept { return storage_lost() ? nullptr : data_; }
