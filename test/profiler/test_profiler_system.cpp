@@ -403,6 +403,23 @@ TEST_CASE("a profiler made after work was enqueued says how many tasks its profi
   CHECK(text.str().find("attached after 3 tasks had been enqueued") != std::string::npos);
   prof.write_summary_json(js);
   CHECK(json::parse(js.str()).as_object().at("tasks_before_attach").as_int64() == 3);
+  // The Chrome trace carries the count, and a summary made from the file says what this one says.
+  std::ostringstream chrome;
+  prof.write_chrome_trace(chrome);
+  CHECK(json::parse(chrome.str()).as_object().at("otherData").as_object().at("tasks_before_attach").as_int64() == 3);
+  const npurt::trace_data back = npurt::read_chrome_trace(chrome.str());
+  CHECK(back.tasks_before_attach == 3);
+  std::ostringstream from_file;
+  npurt::write_summary_text(from_file, npurt::summarize(back));
+  CHECK(from_file.str() == text.str());
+  // A count that is no count is refused, naming the field.
+  std::string bad = chrome.str();
+  bad.replace(bad.find("\"tasks_before_attach\":3"), 23, "\"tasks_before_attach\":-3");
+  std::error_code ec;
+  std::string why;
+  (void)npurt::read_chrome_trace(bad, ec, why);
+  CHECK(ec);
+  CHECK(why.find("tasks_before_attach") != std::string::npos);
   // clear() starts a new profile: what came before it is the caller's choice, not a miss.
   prof.clear();
   CHECK(prof.summary().tasks_before_attach == 0);
@@ -420,6 +437,9 @@ TEST_CASE("a profiler made after work was enqueued says how many tasks its profi
   early.write_summary_json(js2);
   CHECK(text2.str().find("attached after") == std::string::npos);
   CHECK_FALSE(json::parse(js2.str()).as_object().contains("tasks_before_attach"));
+  std::ostringstream chrome2;
+  early.write_chrome_trace(chrome2);
+  CHECK_FALSE(json::parse(chrome2.str()).as_object().at("otherData").as_object().contains("tasks_before_attach"));
 }
 
 TEST_CASE("the critical path crosses the host where the host waited for the work", "[profiler][system][critical]") {

@@ -452,6 +452,12 @@ class chrome_writer {
           std::to_string(NPURT_VERSION_PATCH);
     o_ += "\",\"clock\":\"virtual\"";
     if (data_.shutdown) ts("shutdown", *data_.shutdown);
+    // A profile that lacks the work before its profiler was attached says so in the file too, so
+    // that a summary made from the file (npurt-trace summarize) carries the same note.
+    if (data_.tasks_before_attach != 0) {
+      o_ += ",\"tasks_before_attach\":";
+      append_uint(o_, data_.tasks_before_attach);
+    }
     o_ += "}}\n";
   }
 

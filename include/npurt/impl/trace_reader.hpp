@@ -66,7 +66,13 @@ class trace_reader {
     }
     where_ = "otherData";
     if (const auto* other = top.if_contains("otherData"); other != nullptr && other->is_object()) {
-      if (other->get_object().contains("shutdown")) data_.shutdown = time(other->get_object(), "shutdown");
+      const auto& o = other->get_object();
+      if (o.contains("shutdown")) data_.shutdown = time(o, "shutdown");
+      if (o.contains("tasks_before_attach")) {
+        const std::int64_t n = integer(o, "tasks_before_attach");
+        if (n < 0) fail_field("tasks_before_attach", "is negative");
+        data_.tasks_before_attach = static_cast<std::uint64_t>(n);
+      }
     }
     if (auto why = check_trace(data_); !why.empty()) fail(std::move(why));
     return std::move(data_);
