@@ -153,6 +153,12 @@ eager await_session(npurt::session& ses, const npurt::compiled_graph& c, const s
   } catch (const npurt::error& e) { words[2] = e.what(); }
 }
 
+eager await_copy(npurt::tensor& out, const npurt::tensor& in, npurt::stream& s, std::vector<std::string>& words) {
+  try {
+    co_await out.async_copy_from(in, s, npurt::use_task);
+  } catch (const npurt::error& e) { words[0] = e.what(); }
+}
+
 eager await_collectives(npurt::communicator& comm, void* p, npurt::stream& s, std::vector<std::string>& words) {
   try {
     co_await comm.async_all_reduce(p, p, 8, npurt::dtype::f32, npurt::reduce_op::sum, s, npurt::use_task);
@@ -500,6 +506,9 @@ TEST_CASE("session::async_run, async_run_batches and async_set_constant from ano
     const loop_snapshot with_stream(sys);
     other.run([&] { out.async_copy_from(in, s, other.handler()); });
     other.check_completions(1);
+    // Awaited, the refusal is thrown under the tensor's call, not the stream's.
+    other.run([&] { await_copy(out, in, s, words); });
+    CHECK_THAT(words[0], StartsWith(std::string("npurt::tensor::async_copy_from: ") + foreign_words));
     with_stream.check_untouched();
     CHECK(out.to_vector() == std::vector<double>{0, 0, 0, 0});
   }
