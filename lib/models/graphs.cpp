@@ -411,14 +411,26 @@ graph bert_training_step_graph(const bert_step_config& c, bool with_data, std::u
   check_transformer(model, {c.batch, c.seq, c.hidden, c.heads, c.ffn, dtype::f32});
   require_positive(model, "vocab", c.vocab);
   require_positive(model, "layers", c.layers);
+  if (c.masked < 0 || c.masked > c.seq)
+    throw_error(make_error_code(errc::invalid_argument), std::string("models::") + model + ": masked " +
+                                                             std::to_string(c.masked) + " is outside [0, seq " +
+                                                             std::to_string(c.seq) + "]");
+  if (c.type_vocab < 0)
+    throw_error(make_error_code(errc::invalid_argument),
+                std::string("models::") + model + ": type_vocab " + std::to_string(c.type_vocab) + " is negative");
   const std::int64_t B = c.batch, S = c.seq, H = c.hidden, h = c.heads, d = H / h, F = c.ffn, V = c.vocab;
+  const std::int64_t M = c.masked, T = c.type_vocab;
   const std::int64_t N = checked_elements(model, {B, S});
+  // The rows the classifier predicts: the masked positions, or every position.
+  const std::int64_t R = M > 0 ? checked_elements(model, {B, M}) : N;
   (void)checked_elements(model, {N, V});
   (void)checked_elements(model, {H, V});
+  (void)checked_elements(model, {N, H});
+  if (T > 0) (void)checked_elements(model, {N, T});
   const dtype t = dtype::f32;
   graph g("bert_training_step");
   const std::string ids = g.add_input("input_ids", {B, S}, dtype::i64);
-  const std::string labels = g.add_input("labels", {N, V}, t);
+  const std::string labels = g.add_input("labels", {R, V}, t);
   std::uint64_t k = seed;
   std::vector<std::string> grads;
   auto weight = [&](const std::string& name, shape s, double scale, double offset = 0) {
@@ -432,6 +444,7 @@ graph bert_training_step_graph(const bert_step_config& c, bool with_data, std::u
     return g.add_constant(name, shape_const(dims));
   };
   const std::string rows_shape = shape_of("shape.rows", {N, H}), heads_shape = shape_of("shape.heads", {B, S, h, d});
+  const std::string seq_shape = shape_of("shape.embedded", {B, S, H});
   const attributes trans_a{{"transA", std::int64_t{1}}}, trans_b{{"transB", std::int64_t{1}}};
   const attributes last_axis{{"axis", std::int64_t{-1}}}, tanh_form{{"approximate", std::string("tanh")}};
   const attributes swap_last{{"perm", ints{0, 1, 3, 2}}}, to_heads{{"perm", ints{0, 2, 1, 3}}};
@@ -488,8 +501,15 @@ graph bert_training_step_graph(const bert_step_config& c, bool with_data, std::u
   // Forward: the embeddings.
   const std::string word = weight("embeddings.word_embeddings.weight", {V, H}, 1.0);
   const std::string position = weight("embeddings.position_embeddings.weight", {S, H}, 0.5);
-  const std::string embedded =
+  std::string embedded =
       g.add_op("Add", {g.add_op("Gather", {word, ids}, {}, "embeddings.words"), position}, {}, "embeddings.sum");
+  std::string type_ids, token_type;
+  if (T > 0) {
+    type_ids = g.add_input("token_type_ids", {B, S}, dtype::i64);
+    token_type = weight("embeddings.token_type_embeddings.weight", {T, H}, 0.5);
+    embedded = g.add_op("Add", {embedded, g.add_op("Gather", {token_type, type_ids}, {}, "embeddings.token_types")}, {},
+                        "embeddings.sum.types");
+  }
   const norm emb_norm =
       layer_norm(g.add_op("Reshape", {embedded, rows_shape}, {}, "embeddings.rows"), "embeddings.LayerNorm");
   struct block {
@@ -528,6 +548,25 @@ graph bert_training_step_graph(const bert_step_config& c, bool with_data, std::u
     x = b.ln2.out;
     blocks.push_back(std::move(b));
   }
+  // Masked language modelling predicts only the masked positions (Devlin et al., 2019, 3.1): their
+  // rows are gathered, by (sequence, position) pairs, before the classifier over the vocabulary,
+  // as BERT's reference implementation gathers them (gather_indexes in run_pretraining.py).
+  std::string pairs;
+  if (M > 0) {
+    const std::string positions = g.add_input("masked_lm_positions", {B, M}, dtype::i64);
+    tensor sequence(shape{B, M, 1}, dtype::i64);
+    for (std::int64_t i = 0; i < B * M; ++i) sequence.set(i, static_cast<double>(i / M));
+    pairs =
+        g.add_op("Concat",
+                 {g.add_constant("mlm.sequence", std::move(sequence)),
+                  g.add_op("Reshape", {positions, shape_of("shape.mlm.positions", {B, M, 1})}, {}, "mlm.positions")},
+                 {{"axis", std::int64_t{-1}}}, "mlm.index");
+    x = g.add_op("Reshape",
+                 {g.add_op("GatherND", {g.add_op("Reshape", {x, seq_shape}, {}, "mlm.sequence_output"), pairs}, {},
+                           "mlm.gather"),
+                  shape_of("shape.mlm.rows", {R, H})},
+                 {}, "mlm.rows");
+  }
   const dense cls = linear(x, "cls", H, V);
   // Softmax cross-entropy over the vocabulary at each position, as resnet_training_step's: loss =
   // −mean over positions of Σ labels · log_softmax(logits); its gradient (softmax − labels) / N.
@@ -539,12 +578,23 @@ graph bert_training_step_graph(const bert_step_config& c, bool with_data, std::u
   const std::string neg = g.add_constant("loss.neg", tensor({1}, t, {-1.0}));
   g.set_output(g.add_op("ReduceMean", {g.add_op("Mul", {per, neg}, {}, "loss.negated")},
                         {{"keepdims", std::int64_t{1}}}, "loss"));
-  const std::string inv_n = g.add_constant("loss.scale", tensor({1}, t, {1.0 / static_cast<double>(N)}));
+  const std::string inv_n = g.add_constant("loss.scale", tensor({1}, t, {1.0 / static_cast<double>(R)}));
   const std::string probs = g.add_op("Softmax", {cls.out}, {{"axis", std::int64_t{1}}}, "probs");
   const std::string dlogits =
       g.add_op("Mul", {g.add_op("Sub", {probs, labels}, {}, "loss.diff"), inv_n}, {}, "cls.grad");
   // Backward: the classifier, the blocks last first, the embeddings.
   std::string dx = linear_grad(cls, dlogits);
+  if (M > 0) {
+    // The gather's gradient: each predicted row's gradient added back at its position, zero at
+    // the others.
+    tensor zeros = with_data ? tensor(shape{B, S, H}, t) : tensor::timing_only({B, S, H}, t);
+    const std::string scattered =
+        g.add_op("ScatterND",
+                 {g.add_constant("mlm.zeros", std::move(zeros)), pairs,
+                  g.add_op("Reshape", {dx, shape_of("shape.mlm.gathered", {B, M, H})}, {}, "mlm.gather.output.grad")},
+                 {{"reduction", std::string("add")}}, "mlm.gather.grad");
+    dx = g.add_op("Reshape", {scattered, rows_shape}, {}, "mlm.sequence_output.grad");
+  }
   for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {
     const std::string dres2 = layer_norm_grad(b->ln2, dx);
     const std::string dgelu = linear_grad(b->out, dres2);
@@ -576,19 +626,24 @@ graph bert_training_step_graph(const bert_step_config& c, bool with_data, std::u
   const std::string demb = layer_norm_grad(emb_norm, dx);
   // The position embeddings add to every sequence; a word embedding's gradient is the sum of its
   // positions' rows: OneHot(input_ids)ᵀ · dE.
-  const std::string demb3 =
-      g.add_op("Reshape", {demb, shape_of("shape.embedded", {B, S, H})}, {}, "embeddings.sum.grad");
+  const std::string demb3 = g.add_op("Reshape", {demb, seq_shape}, {}, "embeddings.sum.grad");
   update(position,
          g.add_op("ReduceSum", {demb3}, {{"axes", ints{0}}, {"keepdims", std::int64_t{0}}}, position + ".grad"));
-  tensor depth(shape{1}, dtype::i64);
-  depth.set(0, static_cast<double>(V));
-  const std::string one_hot = g.add_op("OneHot",
-                                       {ids, g.add_constant("embeddings.vocab", std::move(depth)),
-                                        g.add_constant("embeddings.one_hot_values", tensor({2}, t, {0.0, 1.0}))},
-                                       {{"axis", std::int64_t{-1}}}, "embeddings.one_hot");
-  const std::string rows =
-      g.add_op("Reshape", {one_hot, shape_of("shape.one_hot", {N, V})}, {}, "embeddings.one_hot.rows");
-  update(word, g.add_op("Gemm", {rows, demb}, trans_a, word + ".grad"));
+  const std::string one_hot_values = g.add_constant("embeddings.one_hot_values", tensor({2}, t, {0.0, 1.0}));
+  // OneHot(ids)ᵀ · dE, the gradient of a table whose rows `ids` gathered.
+  const auto table_grad = [&](const std::string& table, const std::string& index, std::int64_t size,
+                              const std::string& name) {
+    tensor depth(shape{1}, dtype::i64);
+    depth.set(0, static_cast<double>(size));
+    const std::string one_hot =
+        g.add_op("OneHot", {index, g.add_constant(name + ".depth", std::move(depth)), one_hot_values},
+                 {{"axis", std::int64_t{-1}}}, name + ".one_hot");
+    const std::string rows =
+        g.add_op("Reshape", {one_hot, shape_of(name + ".one_hot.shape", {N, size})}, {}, name + ".one_hot.rows");
+    update(table, g.add_op("Gemm", {rows, demb}, trans_a, table + ".grad"));
+  };
+  if (T > 0) table_grad(token_type, type_ids, T, "embeddings.token_types");
+  table_grad(word, ids, V, "embeddings.words");
   if (gradients) *gradients = std::move(grads);
   return g;
 }

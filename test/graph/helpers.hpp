@@ -7,6 +7,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -43,6 +44,16 @@ inline void check_sgd_updates(const graph& g, const std::map<std::string, tensor
     const auto w = g.constant(p)->to_vector(), d = out.at(p + ".grad").to_vector(), n = out.at(p + ".next").to_vector();
     for (std::size_t i = 0; i < w.size(); ++i)
       CHECK(std::abs(n[i] - (w[i] - lr * d[i])) <= 1e-6 * (1 + std::abs(w[i])));
+  }
+}
+
+/// Makes each probed parameter's gradient an output of a training step, after checking that
+/// backward (whose gradients are `grads`) produces it.
+inline void output_gradients(graph& g, const std::vector<std::string>& grads, const std::vector<std::string>& probe) {
+  for (const auto& p : probe) {
+    INFO(p);
+    REQUIRE(std::find(grads.begin(), grads.end(), p + ".grad") != grads.end());
+    g.set_output(p + ".grad");
   }
 }
 

@@ -7,6 +7,7 @@
 #include "helpers.hpp"
 
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -325,11 +326,7 @@ TEST_CASE("bert_training_step_graph's gradients equal finite differences of its 
                                        "embeddings.LayerNorm.weight",
                                        "embeddings.position_embeddings.weight",
                                        "embeddings.word_embeddings.weight"};
-  for (const auto& p : probe) {
-    INFO(p);
-    REQUIRE(std::find(grads.begin(), grads.end(), p + ".grad") != grads.end());
-    g.set_output(p + ".grad");
-  }
+  test::output_gradients(g, grads, probe);
   tensor ids({2, 4}, dtype::i64, {3, 0, 6, 3, 1, 5, 2, 3});
   vec onehot(8 * 7, 0.0);
   for (const std::size_t pos : {0, 1, 2, 3, 4, 5, 6, 7}) onehot[pos * 7 + (pos * 3 + 1) % 7] = 1;
@@ -376,4 +373,120 @@ TEST_CASE("bert_training_step_graph runs timing-only at BERT-Large's width and r
   CHECK_THROWS_AS(models::bert_training_step_graph({.layers = 0}), caller_error);
   CHECK_THROWS_AS(models::bert_training_step_graph({.vocab = 0}), caller_error);
   CHECK_THROWS_AS(models::bert_training_step_graph({.hidden = 100, .heads = 16}), caller_error);
+}
+
+TEST_CASE(
+    "bert_training_step_graph's masked language model: every position in order is the unmasked step, and "
+    "masked positions with token types match finite differences",
+    "[graph][training][bert]") {
+  const models::bert_step_config base{
+      .batch = 2, .seq = 4, .hidden = 8, .heads = 2, .ffn = 16, .vocab = 7, .layers = 1, .lr = 0.5};
+  const tensor ids({2, 4}, dtype::i64, {3, 0, 6, 3, 1, 5, 2, 3});
+  const auto one_hot = [](std::size_t rows, std::size_t classes, std::uint64_t seed) {
+    vec v(rows * classes, 0.0);
+    for (std::size_t r = 0; r < rows; ++r) v[r * classes + (r * 3 + seed) % classes] = 1;
+    return tensor({static_cast<std::int64_t>(rows), static_cast<std::int64_t>(classes)}, dtype::f32, v);
+  };
+  auto sys = test::make_system();
+  session s{sys};
+  const std::vector<std::string> probe{"cls.weight", "encoder.layer.0.attention.self.query.weight",
+                                       "embeddings.position_embeddings.weight", "embeddings.word_embeddings.weight"};
+  const auto run = [&](const models::bert_step_config& bc, const std::vector<feed>& in) {
+    graph g = models::bert_training_step_graph(bc, true, 5);
+    for (const auto& p : probe) g.set_output(p + ".grad");
+    return s.run(s.compile(g), in).outputs;
+  };
+
+  SECTION("all positions of each sequence, in order, gather and scatter every row: the unmasked step, bit for bit") {
+    models::bert_step_config all = base;
+    all.masked = 4;
+    const tensor labels = one_hot(8, 7, 1);
+    const auto plain = run(base, {{"input_ids", ids}, {"labels", labels}});
+    const auto masked = run(all, {{"input_ids", ids},
+                                  {"labels", labels},
+                                  {"masked_lm_positions", tensor({2, 4}, dtype::i64, {0, 1, 2, 3, 0, 1, 2, 3})}});
+    CHECK(masked.at("loss").to_vector() == plain.at("loss").to_vector());
+    for (const auto& p : probe) {
+      INFO(p);
+      CHECK(masked.at(p + ".grad").to_vector() == plain.at(p + ".grad").to_vector());
+    }
+  }
+
+  SECTION("two masked positions per sequence and two token types") {
+    models::bert_step_config bc = base;
+    bc.masked = 2;
+    bc.type_vocab = 2;
+    std::vector<std::string> grads;
+    graph g = models::bert_training_step_graph(bc, true, 5, &grads);
+    // The unmasked step's 22 gradients and the token types' table; the words' still last.
+    REQUIRE(grads.size() == 23);
+    CHECK(grads.back() == "embeddings.word_embeddings.weight.grad");
+    const std::vector<std::string> checked_params{"cls.weight",
+                                                  "cls.bias",
+                                                  "encoder.layer.0.attention.self.key.weight",
+                                                  "encoder.layer.0.output.dense.bias",
+                                                  "embeddings.token_type_embeddings.weight",
+                                                  "embeddings.position_embeddings.weight",
+                                                  "embeddings.word_embeddings.weight"};
+    test::output_gradients(g, grads, checked_params);
+    // A feed holds a reference: every tensor it names outlives it.
+    const tensor labels = one_hot(4, 7, 2), positions({2, 2}, dtype::i64, {1, 3, 0, 2}),
+                 types({2, 4}, dtype::i64, {0, 0, 1, 1, 0, 1, 1, 1});
+    const std::vector<feed> in{
+        {"input_ids", ids}, {"labels", labels}, {"masked_lm_positions", positions}, {"token_type_ids", types}};
+    const auto out = s.run(s.compile(g), in).outputs;
+    CHECK(std::isfinite(out.at("loss").to_vector().at(0)));
+    test::check_sgd_updates(g, out, checked_params, bc.lr);
+    // Word 4 is in no sequence: its embedding's gradient is 0.
+    const vec dword = out.at("embeddings.word_embeddings.weight.grad").to_vector();
+    for (std::size_t i = 4 * 8; i < 5 * 8; ++i) CHECK(dword[i] == 0.0);
+    for (const auto& p : checked_params) {
+      const vec d = out.at(p + ".grad").to_vector();
+      for (const std::size_t i : {std::size_t{0}, d.size() / 2, d.size() - 1}) {
+        const double h = 1e-3;
+        const auto loss_with = [&](double delta) {
+          return test::loss_with(s, in, [&] { return models::bert_training_step_graph(bc, true, 5); }, p, i, delta);
+        };
+        const double fd = (loss_with(h) - loss_with(-h)) / (2 * h);
+        INFO(p << "[" << i << "]: gradient " << d[i] << ", central difference " << fd);
+        CHECK(std::abs(d[i] - fd) <= 4e-4 + 1e-2 * std::abs(fd));
+      }
+    }
+    // A position past the sequence fails the run naming the gather; the next run is fine.
+    const tensor past({2, 2}, dtype::i64, {1, 4, 0, 2});
+    const std::vector<feed> bad{in[0], in[1], {"masked_lm_positions", past}, in[3]};
+    const auto c = s.compile(g);
+    try {
+      (void)s.run(c, bad);
+      FAIL("a masked position of 4 in sequences of 4 was accepted");
+    } catch (const error& e) {
+      CHECK(e.code() == errc::invalid_argument);
+      CHECK_THAT(std::string(e.what()), Catch::Matchers::ContainsSubstring("node 'mlm.gather' (GatherND)"));
+    }
+    CHECK(s.run(c, in).outputs.at("loss").to_vector() == out.at("loss").to_vector());
+  }
+}
+
+TEST_CASE(
+    "bert_training_step_graph predicting BERT's 20 masked positions costs less than every position, and "
+    "refuses a masked count or token type vocabulary out of range",
+    "[graph][training][bert]") {
+  npurt::system sys{sim::presets::ascend910(1)};
+  session s(sys, session_config{.precision = precision::fp16});
+  const auto latency = [&](std::int64_t masked) {
+    graph g = models::bert_training_step_graph(
+        {.batch = 2, .seq = 128, .vocab = 30522, .layers = 1, .masked = masked, .type_vocab = 2});
+    const tensor ids = tensor::timing_only({2, 128}, dtype::i64), types = tensor::timing_only({2, 128}, dtype::i64),
+                 labels = tensor::timing_only({masked > 0 ? 2 * masked : 256, 30522}, dtype::f32),
+                 positions = tensor::timing_only({2, std::max<std::int64_t>(masked, 1)}, dtype::i64);
+    std::vector<feed> in{{"input_ids", ids}, {"token_type_ids", types}, {"labels", labels}};
+    if (masked > 0) in.push_back({"masked_lm_positions", positions});
+    return s.run(s.compile(g), in).latency;
+  };
+  // The classifier over 30,522 words, its softmax and its gradients run on 40 rows instead of 256.
+  CHECK(latency(20) < latency(0));
+  CHECK_THROWS_AS(models::bert_training_step_graph({.seq = 4, .masked = 5}), caller_error);
+  CHECK_THROWS_AS(models::bert_training_step_graph({.masked = -1}), caller_error);
+  CHECK_THROWS_AS(models::bert_training_step_graph({.type_vocab = -1}), caller_error);
+  CHECK_NOTHROW(models::bert_training_step_graph({.seq = 4, .layers = 1, .masked = 4}));
 }

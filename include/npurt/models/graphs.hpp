@@ -96,18 +96,28 @@ struct bert_step_config {
   std::int64_t batch = 1, seq = 128, hidden = 1024, heads = 16, ffn = 4096, vocab = 30522;
   int layers = 24;
   double lr = 1e-4;
+  /// Positions predicted per sequence (BERT's masked language model: 20 of 128 in its
+  /// pre-training), fed as "masked_lm_positions" [batch, masked] int64; 0 predicts every position.
+  std::int64_t masked = 0;
+  /// Token types (BERT's segment embeddings: 2), fed as "token_type_ids" [batch, seq] int64; 0
+  /// leaves them out.
+  std::int64_t type_vocab = 0;
 };
 
 /// One SGD training step of a BERT-style encoder as a graph, with Hugging Face's parameter names:
 /// forward (Gather of "input_ids" [batch, seq] int64 from the word embeddings, plus the position
-/// embeddings, LayerNormalization; per block post-LayerNorm self-attention through MatMul and
-/// Softmax and a GELU (tanh form) feed-forward; a classifier over the vocabulary at every
-/// position), softmax cross-entropy against one-hot "labels" [batch·seq, vocab] (output "loss"
-/// [1, 1], the mean over positions), backward (Gemm and MatMul pairs, SoftmaxGrad, GeluGrad,
-/// LayerNormalizationGrad, the embedding's gradient as OneHot(input_ids)ᵀ · dE) and an SGDUpdate
+/// embeddings and, with `type_vocab`, the token type embeddings of "token_type_ids",
+/// LayerNormalization; per block post-LayerNorm self-attention through MatMul and Softmax and a
+/// GELU (tanh form) feed-forward; a classifier over the vocabulary at every position, or with
+/// `masked` only at the "masked_lm_positions" of each sequence, gathered by GatherND), softmax
+/// cross-entropy against one-hot "labels" [rows, vocab], rows = batch·masked (batch·seq without
+/// masking), in position order (output "loss" [1, 1], the mean over the rows), backward (Gemm and
+/// MatMul pairs, SoftmaxGrad, GeluGrad, LayerNormalizationGrad, the gathered rows' gradient
+/// scattered back by ScatterND, the embeddings' gradients as OneHot(ids)ᵀ · dE) and an SGDUpdate
 /// per parameter ("<param>.next"). `gradients`, when given, receives the gradients' names
 /// ("<param>.grad") in the order backward produces them. Sizes are checked as
-/// transformer_encoder's; a layer count below 1 is invalid_argument.
+/// transformer_encoder's; a layer count below 1, a negative type_vocab and a masked count outside
+/// [0, seq] are invalid_argument. A position outside [-seq, seq) fails the run naming "mlm.gather".
 [[nodiscard]] graph bert_training_step_graph(const bert_step_config& c, bool with_data = false, std::uint64_t seed = 1,
                                              std::vector<std::string>* gradients = nullptr);
 
