@@ -439,8 +439,9 @@ constexpr std::string_view own_ops[] = {"ReluGrad",
 
 // Operators whose outputs may each be left out with an empty name, as ONNX's optional outputs
 // are: a gradient operator's caller often wants only some of its gradients (a network's first
-// convolution has no use for the gradient of the image). Any other output needs a name.
-bool omits_outputs(std::string_view type) noexcept { return type == "ConvGrad"; }
+// convolution has no use for the gradient of the image, a frozen normalisation none for its
+// scale's and bias's). Any other output needs a name.
+bool omits_outputs(std::string_view type) noexcept { return type == "ConvGrad" || type == "BatchNormalizationGrad"; }
 
 /// The attribute of `attrs` that `type` does not have, or null.
 /// The operator whose attributes `type` takes: a gradient operator takes its forward operator's.
@@ -2016,10 +2017,11 @@ std::vector<inferred_output> infer_op(const node& n, std::span<const value_info*
     const auto& x = need(n, in, fwd ? 0 : 1);
     need_float(n, x);
     if (x.shape.rank() < 2) fail(errc::invalid_shape, n, x.name, "needs rank >= 2");
-    if (n.outputs.size() != (fwd ? 5u : 3u))
+    // The gradient's outputs are optional as ONNX's are: "" or a shorter list leaves one out.
+    if (fwd ? n.outputs.size() != 5u : n.outputs.size() > 3u)
       fail(errc::invalid_argument, n, x.name,
            fwd ? "has outputs Y, running_mean, running_var, saved_mean, saved_inv_std"
-               : "has outputs dX, dscale, dbias");
+               : "has outputs dX, dscale and dbias (\"\" for one not wanted)");
     if (fwd) {
       const double m = n.attrs.get_float("momentum", 0.9), eps = n.attrs.get_float("epsilon", 1e-5);
       if (!(m >= 0 && m <= 1) || !(eps >= 0) || !std::isfinite(eps))

@@ -286,9 +286,11 @@ std::vector<lowered_task> lower_step(const cstep& st, const std::vector<cvalue>&
     b.gamma = desc(st.in[2]);
     b.saved_mean = desc(st.in[3]);
     b.saved_invstd = desc(st.in[4]);
+    // An output left out is an absent operand: the kernel skips dX's pass when dX is not
+    // wanted, and writes no dscale or dbias it was not given (the sums dX needs stay inside it).
     b.dx = y;
-    b.dgamma = desc(st.out[1]);
-    b.dbeta = desc(st.out[2]);
+    if (st.out.size() > 1) b.dgamma = desc(st.out[1]);
+    if (st.out.size() > 2) b.dbeta = desc(st.out[2]);
     kernel(b);
   } else if (t == "LayerNormalization") {
     kernels::layernorm l{};

@@ -576,7 +576,8 @@ std::optional<vec_work> to_vector(const preset& p, const kernel_desc& k) {
           }
         } else if constexpr (std::is_same_v<T, batchnorm_backward>) {
           w.add(elems(op.x), bytes(op.x) + bytes(op.dy), 0, 4, op.x.type);  // dbeta, dgamma
-          w.add(elems(op.x), bytes(op.x) + bytes(op.dy), bytes(op.dx), 5, op.x.type);  // dx
+          // Without dx (only the parameters' gradients wanted) the second pass is not run.
+          if (op.dx.shape.rank()) w.add(elems(op.x), bytes(op.x) + bytes(op.dy), bytes(op.dx), 5, op.x.type);  // dx
         } else if constexpr (std::is_same_v<T, layernorm>) {
           const std::int64_t r = static_cast<std::int64_t>(op.x.shape.rank());
           const std::int64_t axis = op.axis < 0 ? r + op.axis : op.axis;

@@ -1075,7 +1075,7 @@ void run(const kernels::batchnorm_backward& op, const host_tensors<R>& h) {
   const auto mean = h.load(op.saved_mean);
   const auto invstd = h.load(op.saved_invstd);
   const R m = static_cast<R>(v.n * v.inner);
-  std::vector<R> dx(x.size()), dgamma(static_cast<size_t>(v.c)), dbeta(static_cast<size_t>(v.c));
+  std::vector<R> dx(h.present(op.dx) ? x.size() : 0), dgamma(static_cast<size_t>(v.c)), dbeta(static_cast<size_t>(v.c));
   for (int64_t c = 0; c < v.c; ++c) {
     R sdy = R{0.0}, sdyx = R{0.0};
     for (int64_t n = 0; n < v.n; ++n)
@@ -1086,6 +1086,7 @@ void run(const kernels::batchnorm_backward& op, const host_tensors<R>& h) {
       }
     dbeta[c] = sdy;
     dgamma[c] = sdyx;
+    if (!h.present(op.dx)) continue;
     const R scale = gamma[c] * invstd[c] / m;
     for (int64_t n = 0; n < v.n; ++n)
       for (int64_t i = 0; i < v.inner; ++i) {
@@ -1094,7 +1095,7 @@ void run(const kernels::batchnorm_backward& op, const host_tensors<R>& h) {
         dx[k] = scale * (m * dy[k] - sdy - xhat * sdyx);
       }
   }
-  h.store(op.dx, dx);
+  if (h.present(op.dx)) h.store(op.dx, dx);
   if (h.present(op.dgamma)) h.store(op.dgamma, dgamma);
   if (h.present(op.dbeta)) h.store(op.dbeta, dbeta);
 }

@@ -631,12 +631,18 @@ fault channel_vector_problem(const char* name, const tensor_desc& t, int64_t c) 
 }
 
 [[gnu::always_inline]] inline fault problem(const kernels::batchnorm_backward& b) {
-  if (!is_float(b.x.type) || b.dy.type != b.x.type || b.dx.type != b.x.type)
-    return bad(errc::invalid_dtype, "x is " + type_name(b.x.type) + ", dy " + type_name(b.dy.type) + ", dx " +
-                                        type_name(b.dx.type) + ": they must be one float dtype");
-  if (b.x.shape.rank() < 2 || !(b.dy.shape == b.x.shape) || !(b.dx.shape == b.x.shape))
+  // dx is optional as dgamma and dbeta are (a caller wanting only the parameters' gradients
+  // skips the pass that writes it), but a kernel writing nothing is a caller's mistake.
+  const bool no_dx = absent(b.dx);
+  if (no_dx && absent(b.dgamma) && absent(b.dbeta))
+    return bad(errc::invalid_argument, "dx, dgamma and dbeta are all absent: the kernel would write nothing");
+  if (!is_float(b.x.type) || b.dy.type != b.x.type || (!no_dx && b.dx.type != b.x.type))
+    return bad(errc::invalid_dtype, "x is " + type_name(b.x.type) + ", dy " + type_name(b.dy.type) +
+                                        (no_dx ? "" : ", dx " + type_name(b.dx.type)) +
+                                        ": they must be one float dtype");
+  if (b.x.shape.rank() < 2 || !(b.dy.shape == b.x.shape) || (!no_dx && !(b.dx.shape == b.x.shape)))
     return bad(errc::invalid_shape, "x " + dims(b.x.shape) + " must be of rank 2 or more ([N, C, ...]), dy " +
-                                        dims(b.dy.shape) + " and dx " + dims(b.dx.shape) + " its shape");
+                                        dims(b.dy.shape) + (no_dx ? "" : " and dx " + dims(b.dx.shape)) + " its shape");
   const int64_t c = b.x.shape[1];
   const std::pair<const char*, const tensor_desc*> vectors[] = {{"gamma", &b.gamma},
                                                                 {"saved_mean", &b.saved_mean},
@@ -1698,8 +1704,7 @@ operand_list operands(const kernel_op& op) noexcept {
           b.add(r, o.x, o.dy);
           b.add_optional(r, o.gamma);
           b.add(r, o.saved_mean, o.saved_invstd);
-          b.add(w, o.dx);
-          b.add_optional(w, o.dgamma, o.dbeta);
+          b.add_optional(w, o.dx, o.dgamma, o.dbeta);
         } else if constexpr (std::is_same_v<T, kernels::layernorm>) {
           b.add(r, o.x);
           b.add_optional(r, o.gamma, o.beta);

@@ -452,10 +452,11 @@ TEST_CASE("ConvGrad refuses every output left out, and a reader of the dX it lef
     }
     CHECK(g.nodes().empty());  // nothing added
   }
-  // Only the operators with optional outputs take an empty name: BatchNormalizationGrad's dX is
+  // Only the operators with optional outputs take an empty name: BatchNormInternal's Y is
   // required.
   auto s = g.add_constant("s", tensor::timing_only({2}, dtype::f32));
-  CHECK_THROWS_AS(g.add_node("BatchNormalizationGrad", "bng", {"x", "x", s, s, s}, {"", "ds", "db"}, {}), graph_error);
+  CHECK_THROWS_AS(g.add_node("BatchNormInternal", "bn", {"x", s, s, s, s}, {"", "rm", "rv", "sm", "si"}, {}),
+                  graph_error);
   // The dX left out has no name a reader could use: "dx" is produced by nothing, which validate
   // and compile refuse naming it.
   g.add_node("ConvGrad", "cg", {dy, x, w}, {"", "dw"}, pads);
@@ -478,6 +479,107 @@ TEST_CASE("ConvGrad refuses every output left out, and a reader of the dX it lef
   h.add_node("ConvGrad", "cg", {"dy", "x", "w"}, {"", "dw"}, pads);
   h.set_output("dx");
   CHECK_THROWS_AS(h.validate(), graph_error);
+}
+
+TEST_CASE("BatchNormalizationGrad leaves out an output named \"\" and computes only what is kept",
+          "[graph][training][batchnorm]") {
+  // Every choice of outputs: what is kept equals the full operator's bit for bit (one kernel on the
+  // same operands), what is left out has no tensor and no device memory, and without dX the
+  // kernel's second pass (dX's) does not run.
+  const std::int64_t N = 3, C = 4, H = 5, W = 6;
+  const shape xs{N, C, H, W};
+  vec inv = test::values(C, 95);
+  for (auto& v : inv) v = 0.5 + std::abs(v);
+  const std::vector<feed> feeds{{"dy", tensor(xs, dtype::f32, test::values(xs.elements(), 91))},
+                                {"x", tensor(xs, dtype::f32, test::values(xs.elements(), 92, 2.0))},
+                                {"scale", tensor({C}, dtype::f32, test::values(C, 93))},
+                                {"mean", tensor({C}, dtype::f32, test::values(C, 94))},
+                                {"inv", tensor({C}, dtype::f32, inv)}};
+  const auto build = [&](const std::vector<std::string>& outs) {
+    graph g("bn_grad");
+    g.add_input("dy", xs, dtype::f32);
+    g.add_input("x", xs, dtype::f32);
+    for (const char* p : {"scale", "mean", "inv"}) g.add_input(p, {C}, dtype::f32);
+    g.add_node("BatchNormalizationGrad", "bn_grad", {"dy", "x", "scale", "mean", "inv"}, outs, {});
+    for (const auto& o : outs)
+      if (!o.empty()) g.set_output(o);
+    return g;
+  };
+  auto sys = test::make_system();
+  session s{sys};
+  const std::vector<std::string> names{"dx", "dscale", "dbias"};
+  graph all = build(names);
+  const auto ca = s.compile(all);
+  const auto full = s.run(ca, feeds);
+  REQUIRE(full.ops.size() == 1);
+  const std::uint64_t bytes[] = {static_cast<std::uint64_t>(xs.elements()) * 4, C * 4, C * 4};
+  // Each nonempty proper subset as "" in place, and the shorter lists ONNX allows for trailing
+  // outputs left out.
+  std::vector<std::vector<std::string>> choices;
+  for (unsigned keep = 1; keep < 7; ++keep) {
+    std::vector<std::string> outs;
+    for (unsigned k = 0; k < 3; ++k) outs.push_back(keep & (1u << k) ? names[k] : "");
+    choices.push_back(outs);
+  }
+  choices.push_back({"dx"});
+  choices.push_back({"dx", "dscale"});
+  choices.push_back({"", "dscale"});
+  for (const auto& outs : choices) {
+    INFO((outs.size() > 0 ? outs[0] : "")
+         << "," << (outs.size() > 1 ? outs[1] : "") << "," << (outs.size() > 2 ? outs[2] : ""));
+    graph g = build(outs);
+    const auto c = s.compile(g);
+    CHECK(c.report().kernels == 1);
+    const auto r = s.run(c, feeds);
+    std::uint64_t left_out = 0;
+    std::size_t kept = 0;
+    for (std::size_t k = 0; k < 3; ++k) {
+      if (k < outs.size() && !outs[k].empty()) {
+        ++kept;
+        CHECK(r.outputs.at(names[k]).to_vector() == full.outputs.at(names[k]).to_vector());
+      } else {
+        CHECK(g.find(names[k]) == nullptr);
+        left_out += bytes[k];
+      }
+    }
+    CHECK(r.outputs.size() == kept);
+    // The outputs left out take no device memory: the arena that holds the outputs shrinks by
+    // their bytes at least (each block is aligned).
+    CHECK(c.report().activation_bytes + left_out <= ca.report().activation_bytes);
+    REQUIRE(r.ops.size() == 1);
+    // dX needs both sums, so the kernel computes them whatever is kept; without dX it stops there.
+    if (outs[0].empty()) CHECK(r.ops[0].busy < full.ops[0].busy);
+    else CHECK(r.ops[0].busy == full.ops[0].busy);
+  }
+}
+
+TEST_CASE("BatchNormalizationGrad refuses every output left out and too many outputs",
+          "[graph][training][batchnorm][errors]") {
+  graph g("bad");
+  g.add_input("x", {2, 3, 4, 4}, dtype::f32);
+  g.add_constant("s", tensor::timing_only({3}, dtype::f32));
+  const auto refused = [&](const std::vector<std::string>& outs, const std::string& words) {
+    INFO(words);
+    std::string what;
+    test::expect_graph_error(
+        [&] {
+          try {
+            g.add_node("BatchNormalizationGrad", "bng", {"x", "x", "s", "s", "s"}, outs, {});
+          } catch (const graph_error& e) {
+            what = e.what();
+            throw;
+          }
+        },
+        errc::invalid_argument, "bng", outs.size() > 3 ? "x" : "");
+    CHECK(what.find(words) != std::string::npos);
+    CHECK(g.nodes().empty());  // nothing added
+    for (const auto& o : outs)
+      if (!o.empty()) CHECK(g.find(o) == nullptr);
+  };
+  for (const std::vector<std::string>& outs :
+       {std::vector<std::string>{""}, std::vector<std::string>{"", ""}, std::vector<std::string>{"", "", ""}})
+    refused(outs, "BatchNormalizationGrad leaves every output out");
+  refused({"dx", "ds", "db", "extra"}, "has outputs dX, dscale and dbias");
 }
 
 namespace {

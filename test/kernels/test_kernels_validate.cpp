@@ -242,6 +242,7 @@ TEST_CASE("every kind of bad descriptor gets its typed error", "[kernels][valida
       {"bn backward saved mean size", k::batchnorm_backward{f4, f4, {}, t({4}), t({3}), f4}, errc::invalid_shape},
       {"bn backward dx shape", k::batchnorm_backward{f4, f4, {}, t({3}), t({3}), t({2, 3, 8, 9})}, errc::invalid_shape},
       {"bn backward missing saved stats", k::batchnorm_backward{f4, f4, {}, {}, {}, f4}, errc::invalid_shape},
+      {"bn backward writes nothing", k::batchnorm_backward{f4, f4, {}, t({3}), t({3}), {}}, errc::invalid_argument},
       // layernorm
       {"layernorm axis past rank", k::layernorm{t({2, 3, 4}), {}, {}, t({2, 3, 4}), 3}, errc::invalid_argument},
       {"layernorm axis below -rank", k::layernorm{t({2, 3, 4}), {}, {}, t({2, 3, 4}), -4}, errc::invalid_argument},

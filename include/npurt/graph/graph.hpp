@@ -144,7 +144,7 @@ class graph {
                      std::string name = {});
   /// An operator with explicit node and output names (what an importer uses). An optional output
   /// the caller does not want is "" where the operator allows it, as ONNX writes it (ConvGrad's
-  /// dX); elsewhere an empty output name is invalid_argument.
+  /// and BatchNormalizationGrad's outputs); elsewhere an empty output name is invalid_argument.
   void add_node(std::string_view type, std::string name, std::vector<std::string> inputs,
                 std::vector<std::string> outputs, npurt::attributes attrs = {});
   /// Marks a tensor as an output of the graph.

@@ -110,7 +110,7 @@
 // Optional operands: matmul none; conv2d_backward_data relu_y (no mask); elementwise b (unary functions ignore it);
 // batchnorm gamma, beta (1 and 0 when absent), running_mean/running_var (training only: no update when absent),
 // saved_mean/saved_invstd (training: not written when absent; inference ignores them);
-// batchnorm_backward gamma (1), dgamma, dbeta (not written when absent); layernorm gamma, beta;
+// batchnorm_backward gamma (1), dx, dgamma, dbeta (not written when absent; one of them given); layernorm gamma, beta;
 // pool2d_backward x (needed for max only); sgd_update momentum_buffer (needed when momentum != 0);
 // logical b (not_ ignores it); recurrent b, sequence_lens, y, y_h, y_c (y_h and y_c also read
 // as the initial states with the initial_h / initial_c options); quantize zero_point;
