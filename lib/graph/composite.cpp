@@ -250,6 +250,13 @@ class multi_output_steps {
     if (g_.value(from).type == to && out.empty()) return from;
     return (*this)("Cast", tag, {from}, out, {{"to", onnx_code(to)}});
   }
+  /// The last step of a chain computed in `computed`, into `out` of dtype `to`: the step itself
+  /// when the two agree, else the step then a Cast of its result (tag + "_cast").
+  std::string last(const std::string& type, const std::string& tag, std::vector<std::string> from, dtype computed,
+                   dtype to, const std::string& out) {
+    if (computed == to) return (*this)(type, tag, std::move(from), out);
+    return cast(tag + "_cast", (*this)(type, tag, std::move(from)), to, out);
+  }
 
  private:
   static std::int64_t onnx_code(dtype t) {
@@ -557,8 +564,15 @@ std::int64_t grad_axis(const std::string& what, const std::string& node_name, co
   return axis < 0 ? axis + r : axis;
 }
 
+// The type a gradient chain of X's type computes in: float for float16 and bfloat16, whose
+// intermediate sums and products would each round to the half type, as onnxruntime's and
+// PyTorch's half kernels accumulate in float (PyTorch's at::opmath_type of Half and BFloat16);
+// the result is cast back once.
+dtype grad_compute_type(dtype x) { return x == dtype::f16 || x == dtype::bf16 ? dtype::f32 : x; }
+
 // dX = Y ⊙ (dY − Σ_axis dY ⊙ Y): the Jacobian of softmax along the axis, diag(y) − y yᵀ, applied
-// to dY (onnxruntime's SoftmaxGrad_13, opset 13's single axis).
+// to dY (onnxruntime's SoftmaxGrad_13, opset 13's single axis). In float for half Y: Σ dY ⊙ Y
+// rounded to the half type is off by up to half its ulp, which dY − Σ can cancel to far less.
 void add_softmax_grad(graph& g, const std::string& node_name, const std::vector<std::string>& ins,
                       const std::vector<std::string>& outputs, const attributes& attrs,
                       const std::function<std::string(const std::string&)>& fresh) {
@@ -570,16 +584,20 @@ void add_softmax_grad(graph& g, const std::string& node_name, const std::vector<
   const value_info dy = g.value(ins[0]), y = g.value(ins[1]);
   check_grad_operand(what, node_name, dy, y, "Y");
   const std::int64_t axis = grad_axis(what, node_name, ins[1], attrs.get_int("axis", -1), y.shape.rank());
+  const dtype ct = grad_compute_type(y.type);
   multi_output_steps step(g, node_name, fresh);
-  const std::string dot = step("ReduceSum", "dot", {step("Mul", "dy_y", {ins[0], ins[1]})}, {},
+  const std::string dys = step.cast("dy_float", ins[0], ct), ys = step.cast("y_float", ins[1], ct);
+  const std::string dot = step("ReduceSum", "dot", {step("Mul", "dy_y", {dys, ys})}, {},
                                {{"axes", ints{axis}}, {"keepdims", std::int64_t{1}}});
-  step("Mul", "dx", {ins[1], step("Sub", "centred", {ins[0], dot})}, outputs[0]);
+  step.last("Mul", "dx", {ys, step("Sub", "centred", {dys, dot})}, ct, y.type, outputs[0]);
 }
 
 // The derivative of Gelu times dY (onnxruntime's GeluGrad and, for approximate = "tanh",
 // FastGeluGrad). Exact: Φ(x) + x·φ(x) with Φ(x) = (1 + erf(x/√2))/2 and φ(x) = e^(−x²/2)/√(2π).
 // The tanh form differentiates the kernel library's 0.5·x·(1 + tanh(u)), u = k·(x + c·x³) with
-// k = √(2/π) and c = 0.044715: 0.5·(1 + t) + 0.5·x·(1 − t²)·k·(1 + 3c·x²), t = tanh(u).
+// k = √(2/π) and c = 0.044715: 0.5·(1 + t) + 0.5·x·(1 − t²)·k·(1 + 3c·x²), t = tanh(u). In float
+// for half X: near x = −0.75 both forms are two terms near 0.23 that cancel, each rounded to the
+// half type off by far more than their difference's ulp.
 void add_gelu_grad(graph& g, const std::string& node_name, const std::vector<std::string>& ins,
                    const std::vector<std::string>& outputs, const attributes& attrs,
                    const std::function<std::string(const std::string&)>& fresh) {
@@ -593,9 +611,10 @@ void add_gelu_grad(graph& g, const std::string& node_name, const std::vector<std
   if (mode != "none" && mode != "tanh")
     fail(errc::invalid_argument, node_name, ins[1], what + "approximate is \"none\" or \"tanh\", not \"" + mode + "\"");
   check_grad_operand(what, node_name, dy, x, "X");
+  const dtype ct = grad_compute_type(x.type);
   multi_output_steps step(g, node_name, fresh);
-  const auto c = [&](const std::string& tag, double v) { return step.scalar(tag, v, x.type); };
-  const std::string& xn = ins[1];
+  const auto c = [&](const std::string& tag, double v) { return step.scalar(tag, v, ct); };
+  const std::string xn = step.cast("x_float", ins[1], ct);
   const std::string one = c("one", 1.0), half = c("half", 0.5), square = step("Mul", "square", {xn, xn});
   std::string slope;
   if (mode == "none") {
@@ -618,7 +637,7 @@ void add_gelu_grad(graph& g, const std::string& node_name, const std::vector<std
         step("Mul", "right", {step("Mul", "half_x", {half, xn}), step("Mul", "sech2_du", {sech2, du})});
     slope = step("Add", "slope", {left, right});
   }
-  step("Mul", "dx", {ins[0], slope}, outputs[0]);
+  step.last("Mul", "dx", {step.cast("dy_float", ins[0], ct), slope}, ct, x.type, outputs[0]);
 }
 
 // LayerNormalization's gradient over the axes from `axis` on (D elements per row), in the stash
@@ -708,8 +727,7 @@ void add_layer_norm_grad(graph& g, const std::string& node_name, const std::vect
         step("ReduceMean", "dy_scale_normed_mean", {step("Mul", "dy_scale_normed", {gy, normed})}, {}, over_row);
     const std::string inner =
         step("Sub", "inner", {step("Sub", "dy_scale_centred", {gy, m1}), step("Mul", "normed_m2", {normed, m2})});
-    if (ct == x.type) step("Mul", "dx", {inv, inner}, out(0));
-    else step.cast("dx_cast", step("Mul", "dx", {inv, inner}), x.type, out(0));
+    step.last("Mul", "dx", {inv, inner}, ct, x.type, out(0));
   }
   // dScale and dBias: summed over the leading axes to X's trailing shape, then Scale's shape and
   // dtype. With no leading axis (axis 0) there is nothing to sum.

@@ -3,6 +3,7 @@
 // their refusals.
 #include <npurt/graph/session.hpp>
 #include <npurt/models/graphs.hpp>
+#include <npurt/numeric.hpp>
 
 #include "helpers.hpp"
 
@@ -80,6 +81,56 @@ vec ref_layer_norm(const vec& x, const vec& scale, const vec& bias, std::int64_t
 
 tensor f32_tensor(const shape& s, const vec& v) { return tensor(s, dtype::f32, v); }
 
+// A 16-bit float (numeric::half or numeric::bfloat16) as an integer that counts ulps: adjacent
+// values differ by one, -0 and +0 are both 0.
+template <class T>
+std::int32_t ulp_index(T v) {
+  const std::uint16_t b = v.bits();
+  return b & 0x8000u ? -static_cast<std::int32_t>(b & 0x7fffu) : static_cast<std::int32_t>(b);
+}
+
+template <class T>
+T from_ulp_index(std::int32_t i) {
+  return T::from_bits(
+      static_cast<std::uint16_t>(i < 0 ? 0x8000u | static_cast<std::uint32_t>(-i) : static_cast<std::uint32_t>(i)));
+}
+
+// r rounded once to T, to nearest with ties to even. Through float it would be rounded twice;
+// that lands within one ulp of the answer, which is then the nearest of it and its neighbours.
+template <class T>
+T round_once(double r) {
+  const std::int32_t near = ulp_index(T(static_cast<float>(r)));
+  T best = from_ulp_index<T>(near);
+  for (const std::int32_t i : {near - 1, near + 1}) {
+    const T c = from_ulp_index<T>(i);
+    const double dc = std::abs(static_cast<double>(c.to_float()) - r),
+                 db = std::abs(static_cast<double>(best.to_float()) - r);
+    if (dc < db || (dc == db && (c.bits() & 1u) == 0)) best = c;
+  }
+  return best;
+}
+
+// The largest distance in T's ulps between `got` (T's values, read back as double) and `want`
+// (double) rounded once to T.
+template <class T>
+std::int32_t max_ulps_in(const vec& got, const vec& want) {
+  std::int32_t worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::abs(ulp_index(T(static_cast<float>(got[i]))) - ulp_index(round_once<T>(want[i]))));
+  return worst;
+}
+
+// v rounded to dtype t (f16 or bf16) and read back: the values a tensor of t holds.
+vec rounded_to(dtype t, vec v) {
+  for (auto& e : v)
+    e = t == dtype::f16 ? round_to_half(static_cast<float>(e)) : round_to_bfloat16(static_cast<float>(e));
+  return v;
+}
+
+std::int32_t max_ulps(dtype t, const vec& got, const vec& want) {
+  return t == dtype::f16 ? max_ulps_in<half>(got, want) : max_ulps_in<bfloat16>(got, want);
+}
+
 }  // namespace
 
 TEST_CASE("SoftmaxGrad equals central differences of sum(r * Softmax(x)) along every axis",
@@ -129,6 +180,91 @@ TEST_CASE("GeluGrad equals central differences of sum(r * Gelu(x)), exact and ta
       return l;
     });
   }
+}
+
+TEST_CASE("SoftmaxGrad of float16 and bfloat16 sums in float: within one ulp of the double result rounded once",
+          "[graph][training][softmax_grad]") {
+  // dY near 1 along a long axis: Σ dY ⊙ Y is near 1 too and dY − Σ cancels to the spread of dY. A
+  // sum rounded to the half type is off by up to half its ulp at 1, many ulps of the difference;
+  // in float the difference keeps every bit the half type can hold.
+  const std::int64_t rows = 4, n = 1024;
+  const shape xs{rows, n};
+  npurt::system sys{sim::presets::ascend910b(1)};  // it has bf16
+  session s{sys};
+  for (const dtype t : {dtype::f16, dtype::bf16}) {
+    INFO(to_string(t));
+    const vec y = rounded_to(t, ref_softmax(test::values(xs.elements(), 51), xs, 1));
+    vec dy = test::values(xs.elements(), 52, t == dtype::f16 ? 0.05 : 0.25);
+    for (auto& v : dy) v += 1;
+    dy = rounded_to(t, dy);
+    vec want(y.size());
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto at = [&](std::int64_t k) { return static_cast<std::size_t>(r * n + k); };
+      double dot = 0;
+      for (std::int64_t k = 0; k < n; ++k) dot += dy[at(k)] * y[at(k)];
+      for (std::int64_t k = 0; k < n; ++k) want[at(k)] = y[at(k)] * (dy[at(k)] - dot);
+    }
+    const std::vector<feed> feeds{{"dy", tensor(xs, t, dy)}, {"y", tensor(xs, t, y)}};
+    graph g("softmax_grad_half");
+    g.add_input("dy", xs, t);
+    g.add_input("y", xs, t);
+    g.set_output(g.add_op("SoftmaxGrad", {"dy", "y"}, {}, "dx"));
+    const auto run = s.run(s.compile(g), feeds);
+    const tensor& dx = run.outputs.at("dx");
+    CHECK(dx.type() == t);
+    CHECK(max_ulps(t, dx.to_vector(), want) <= 1);
+    // The same steps in the half type, as the chain computed them before: far outside the bound
+    // on these values, so the check above tells the two apart.
+    graph h("softmax_grad_in_half");
+    h.add_input("dy", xs, t);
+    h.add_input("y", xs, t);
+    const auto dot = h.add_op("ReduceSum", {h.add_op("Mul", {"dy", "y"}, {}, "dy_y")},
+                              {{"axes", ints{-1}}, {"keepdims", std::int64_t{1}}}, "dot");
+    h.set_output(h.add_op("Mul", {"y", h.add_op("Sub", {"dy", dot}, {}, "centred")}, {}, "dx"));
+    CHECK(max_ulps(t, s.run(s.compile(h), feeds).outputs.at("dx").to_vector(), want) > 4);
+  }
+}
+
+TEST_CASE("GeluGrad of float16 and bfloat16 computes in float: within one ulp of the double result rounded once",
+          "[graph][training][gelu_grad]") {
+  // Near x = −0.75 the slope Φ(x) + x·φ(x) (and its tanh form) is a difference of two terms near
+  // 0.23 that cancels to nearly 0: each term rounded to the half type is off by far more than the
+  // slope's own ulp. x covers [−4, 4] and, densely, that bend.
+  npurt::system sys{sim::presets::ascend910b(1)};  // it has bf16
+  session s{sys};
+  for (const dtype t : {dtype::f16, dtype::bf16})
+    for (const bool tanh_form : {false, true}) {
+      INFO(to_string(t) << (tanh_form ? ", tanh" : ", exact"));
+      vec x;
+      for (int i = 0; i <= 400; ++i) x.push_back(-4 + 0.02 * i);
+      for (int i = 0; i <= 400; ++i) x.push_back(-0.9 + 0.001 * i);
+      x = rounded_to(t, x);
+      const shape xs{static_cast<std::int64_t>(x.size())};
+      const vec dy = rounded_to(t, test::values(xs.elements(), 61, 2.0));
+      const double k = std::sqrt(2.0 / std::acos(-1.0)), c = 0.044715;
+      vec want(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const double v = x[i];
+        double slope = 0;
+        if (tanh_form) {
+          const double th = std::tanh(k * (v + c * v * v * v));
+          slope = 0.5 * (1 + th) + 0.5 * v * (1 - th * th) * k * (1 + 3 * c * v * v);
+        } else {
+          slope = 0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) * k / 2;
+        }
+        want[i] = dy[i] * slope;
+      }
+      graph g("gelu_grad_half");
+      g.add_input("dy", xs, t);
+      g.add_input("x", xs, t);
+      attributes a;
+      if (tanh_form) a = {{"approximate", std::string("tanh")}};
+      g.set_output(g.add_op("GeluGrad", {"dy", "x"}, a, "dx"));
+      const auto run = s.run(s.compile(g), {{"dy", tensor(xs, t, dy)}, {"x", tensor(xs, t, x)}});
+      const tensor& dx = run.outputs.at("dx");
+      CHECK(dx.type() == t);
+      CHECK(max_ulps(t, dx.to_vector(), want) <= 1);
+    }
 }
 
 TEST_CASE("LayerNormalizationGrad equals central differences for dX, dScale and dBias",
