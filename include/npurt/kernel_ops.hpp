@@ -293,12 +293,17 @@ constexpr std::int32_t end_pad(const pool2d& p, std::size_t i) noexcept {
 }
 
 /// Gradient of pool2d: dx from dy (x is needed for max).
+/// ceil_mode and count_include_pad are pool2d's: dy has the forward's output extents (rounded up
+/// with ceil_mode) and an average's share divides by the forward's divisor, so dx is the adjoint
+/// of the pool2d with the same parameters (PyTorch's avg_pool2d backward).
 struct pool2d_backward {
   pool_mode mode = pool_mode::max;
   tensor_desc x{}, dy{}, dx{};
   std::array<std::int32_t, 2> window{2, 2};
   std::array<std::int32_t, 2> stride{2, 2};
   std::array<std::int32_t, 2> pad{0, 0};
+  bool ceil_mode = false;
+  bool count_include_pad = false;
 };
 
 struct softmax {

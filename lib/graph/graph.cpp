@@ -1363,8 +1363,9 @@ kernels::pool2d_backward pool_backward_spec(const node& n, std::span<const value
   if (!is_float(x.type))
     fail(errc::not_supported, n, x.name, "needs a floating-point X, got " + std::string(to_string(x.type)));
   // The gradient kernel is 2-D, undilated, with the same pad at both ends of a dimension, each
-  // at most half the window (PyTorch's limit: every window covers part of the input), and an
-  // average over the window's elements inside the input.
+  // at most half the window (PyTorch's limit: every window covers part of the input). ceil_mode
+  // and count_include_pad are the forward's, as PyTorch's avg_pool2d and max_pool2d backward
+  // take them: the kernel divides by the forward's divisor.
   const auto refuse = [&](const std::string& what) {
     fail(errc::not_supported, n, x.name, what + " (the gradient kernel pools 2-D only)");
   };
@@ -1377,9 +1378,9 @@ kernels::pool2d_backward pool_backward_spec(const node& n, std::span<const value
     if (end_pad(f, i) != f.pad[i]) refuse("different pads before and after a dimension");
     if (2 * std::int64_t{f.pad[i]} > f.window[i]) refuse("a pad above half the window");
   }
-  if (f.ceil_mode) refuse("ceil_mode");
-  if (f.count_include_pad) refuse("count_include_pad");
   if (f.column_major) refuse("storage_order 1");
+  k.ceil_mode = f.ceil_mode;
+  k.count_include_pad = f.count_include_pad;
   for (std::size_t i = 0; i < 2; ++i) {
     k.window[i] = f.window[i];
     k.stride[i] = f.stride[i];

@@ -1317,8 +1317,11 @@ void run(const kernels::pool2d_backward& op, const host_tensors<R>& h) {
         });
         dxp[arg] += d;
       } else {
+        // The forward's divisor, so that dx is the adjoint of its average.
         int64_t count = 0;
         each_tap(g, o, [&](int64_t) { ++count; });
+        if (op.count_include_pad)
+          count = taps_of(g, 0, o[0]).padded * taps_of(g, 1, o[1]).padded * taps_of(g, 2, o[2]).padded;
         const R share = d / static_cast<R>(count);
         each_tap(g, o, [&](int64_t off) { dxp[off] += share; });
       }

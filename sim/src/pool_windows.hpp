@@ -32,7 +32,7 @@ inline pool_windows windows_of(const kernels::pool2d& p, std::size_t rank) noexc
 
 /// A pool2d_backward's: 2-D, the same pad on both sides, no dilation.
 inline pool_windows windows_of(const kernels::pool2d_backward& p) noexcept {
-  pool_windows w{.rank = 2};
+  pool_windows w{.rank = 2, .ceil = p.ceil_mode};
   for (std::size_t i = 0; i < 2; ++i) {
     w.k[i] = p.window[i];
     w.s[i] = p.stride[i];

@@ -584,12 +584,19 @@ TEST_CASE("BatchNormalizationGrad refuses every output left out and too many out
 
 namespace {
 
-// A plain 2-D pooling in double (ONNX's MaxPool and AveragePool without ceil_mode or
-// count_include_pad): each output is the max or the mean of its window's taps inside x.
+// A plain 2-D pooling in double (ONNX's MaxPool and AveragePool): each output is the max or the
+// mean of its window's taps inside x. ceil rounds the output extent up, dropping a window that
+// would start past x and its leading pad; include_pad (count_include_pad) divides by the taps
+// inside the padded x, a ceil window's part past the end pad not counted (PyTorch's avg_pool2d).
 struct pool_ref {
   std::int64_t N, C, H, W, K, stride, pad;
-  bool max;
-  [[nodiscard]] std::int64_t out(std::int64_t in) const { return (in + 2 * pad - K) / stride + 1; }
+  bool max, ceil, include_pad;
+  [[nodiscard]] std::int64_t out(std::int64_t in) const {
+    const std::int64_t span = in + 2 * pad - K;
+    std::int64_t o = (ceil ? span + stride - 1 : span) / stride + 1;
+    if (ceil && (o - 1) * stride >= in + pad) --o;
+    return o;
+  }
   [[nodiscard]] vec y(const vec& x) const {
     const std::int64_t Ho = out(H), Wo = out(W);
     vec r;
@@ -597,7 +604,7 @@ struct pool_ref {
       for (std::int64_t oy = 0; oy < Ho; ++oy)
         for (std::int64_t ox = 0; ox < Wo; ++ox) {
           double acc = max ? -1e300 : 0;
-          int count = 0;
+          std::int64_t count = 0;
           for (std::int64_t ky = 0; ky < K; ++ky)
             for (std::int64_t kx = 0; kx < K; ++kx) {
               const std::int64_t iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
@@ -606,7 +613,9 @@ struct pool_ref {
               acc = max ? std::max(acc, v) : acc + v;
               ++count;
             }
-          r.push_back(max ? acc : acc / count);
+          const std::int64_t y0 = oy * stride - pad, x0 = ox * stride - pad;
+          if (include_pad) count = (std::min(y0 + K, H + pad) - y0) * (std::min(x0 + K, W + pad) - x0);
+          r.push_back(max ? acc : acc / static_cast<double>(count));
         }
     return r;
   }
@@ -628,7 +637,7 @@ TEST_CASE("MaxPoolGrad, AveragePoolGrad and GlobalAveragePoolGrad equal finite d
   // windows, so one input receives the gradient of several outputs.
   for (const bool max : {true, false}) {
     INFO((max ? "MaxPoolGrad" : "AveragePoolGrad"));
-    const pool_ref pr{2, 3, 7, 6, 3, 2, 1, max};
+    const pool_ref pr{2, 3, 7, 6, 3, 2, 1, max, false, false};
     const std::int64_t Ho = pr.out(pr.H), Wo = pr.out(pr.W);
     const std::int64_t n = pr.N * pr.C * pr.H * pr.W;
     vec xv(static_cast<std::size_t>(n));
@@ -660,6 +669,47 @@ TEST_CASE("MaxPoolGrad, AveragePoolGrad and GlobalAveragePoolGrad equal finite d
   CHECK(out.at("dx").to_vector() == vec{1, 1, 1, 1, -0.5, -0.5, -0.5, -0.5});
 }
 
+TEST_CASE("MaxPoolGrad and AveragePoolGrad with ceil_mode and count_include_pad are the adjoint of the pooling",
+          "[graph][training][pool]") {
+  // 8 x 6 with 3x3 windows, stride 2, pad 1: ceil_mode adds a last row and column of windows
+  // that start on x's last element and reach past the end pad, where count_include_pad's divisor
+  // (2 taps along that dimension) is neither the window's 3 nor the 1 inside x. The forward
+  // operator must equal the reference, and the gradient its central differences (exact: the
+  // average is linear, and x's distinct integers keep each maximum where it is).
+  auto sys = test::make_system();
+  session s{sys};
+  for (const bool max : {true, false})
+    for (const bool ceil : {false, true})
+      for (const bool include_pad : {false, true}) {
+        if (max && include_pad) continue;  // MaxPool has no count_include_pad
+        INFO((max ? "MaxPool" : "AveragePool")
+             << (ceil ? ", ceil_mode" : "") << (include_pad ? ", count_include_pad" : ""));
+        const pool_ref pr{2, 3, 8, 6, 3, 2, 1, max, ceil, include_pad};
+        const std::int64_t Ho = pr.out(pr.H), Wo = pr.out(pr.W);
+        CHECK(Ho == (ceil ? 5 : 4));
+        CHECK(Wo == (ceil ? 4 : 3));
+        const std::int64_t n = pr.N * pr.C * pr.H * pr.W;
+        vec xv(static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i) xv[static_cast<std::size_t>(i)] = static_cast<double>((i * 97) % n) - 100;
+        const vec rv = test::values(pr.N * pr.C * Ho * Wo, 83);
+        attributes a{{"kernel_shape", ints{3, 3}},
+                     {"strides", ints{2, 2}},
+                     {"pads", ints{1, 1, 1, 1}},
+                     {"ceil_mode", std::int64_t{ceil ? 1 : 0}}};
+        if (!max) a.set("count_include_pad", std::int64_t{include_pad ? 1 : 0});
+        graph g("pool_grad");
+        auto x = g.add_input("x", {pr.N, pr.C, pr.H, pr.W}, dtype::f32);
+        auto dy = g.add_input("dy", {pr.N, pr.C, Ho, Wo}, dtype::f32);
+        g.set_output(g.add_op(max ? "MaxPool" : "AveragePool", {x}, a, "y"));
+        g.set_output(g.add_op(max ? "MaxPoolGrad" : "AveragePoolGrad", {dy, x}, a, "dx"));
+        const auto out = s.run(s.compile(g), {{"x", tensor({pr.N, pr.C, pr.H, pr.W}, dtype::f32, xv)},
+                                              {"dy", tensor({pr.N, pr.C, Ho, Wo}, dtype::f32, rv)}})
+                             .outputs;
+        CHECK(test::max_abs_diff(out.at("y").to_vector(), pr.y(xv)) <= 1e-4);
+        test::check_differences("dx", xv, out.at("dx").to_vector(), 0.25, 1e-5, [&] { return pr.loss(xv, rv); });
+      }
+}
+
 TEST_CASE("the pooling gradients refuse what their kernel cannot do, naming it", "[graph][training][pool][errors]") {
   struct refusal {
     const char* op;
@@ -672,24 +722,16 @@ TEST_CASE("the pooling gradients refuse what their kernel cannot do, naming it",
   const std::vector<refusal> cases{
       {"MaxPoolGrad", {1, 2, 8, 8}, {1, 2, 3, 3}, k3, errc::invalid_shape, "is not the shape of MaxPool's output"},
       {"GlobalAveragePoolGrad", {1, 2, 8, 8}, {1, 2, 2, 2}, {}, errc::invalid_shape, "GlobalAveragePool's output"},
+      // ceil_mode's dY is the rounded-up output: the floor's extent is refused.
       {"MaxPoolGrad",
-       {1, 2, 8, 8},
-       {1, 2, 5, 5},
-       {{"kernel_shape", ints{3, 3}},
-        {"strides", ints{2, 2}},
-        {"pads", ints{1, 1, 1, 1}},
-        {"ceil_mode", std::int64_t{1}}},
-       errc::not_supported,
-       "ceil_mode"},
-      {"AveragePoolGrad",
        {1, 2, 8, 8},
        {1, 2, 4, 4},
        {{"kernel_shape", ints{3, 3}},
         {"strides", ints{2, 2}},
         {"pads", ints{1, 1, 1, 1}},
-        {"count_include_pad", std::int64_t{1}}},
-       errc::not_supported,
-       "count_include_pad"},
+        {"ceil_mode", std::int64_t{1}}},
+       errc::invalid_shape,
+       "is not the shape of MaxPool's output [1,2,5,5]"},
       {"MaxPoolGrad",
        {1, 2, 8, 8},
        {1, 2, 4, 4},

@@ -220,29 +220,41 @@ TEST_CASE("pooling gradients match finite differences, with overlapping windows"
     std::swap(vals[i - 1], vals[(rng >> 33) % i]);
   }
   x.assign(vals);
-  for (auto mode : {k::pool_mode::max, k::pool_mode::avg, k::pool_mode::global_avg}) {
-    CAPTURE(static_cast<int>(mode));
-    const std::array<std::int32_t, 2> win{3, 3}, stride{2, 2}, pad{1, 1};
-    const shape ys = mode == k::pool_mode::global_avg ? shape{2, 2, 1, 1} : shape{2, 2, 3, 3};
-    tensor dy(ys), dx(xs);
-    dy.fill(9, -4, 4, true);
-    auto loss = [&](const tensor& xx) {
-      tensor y(ys);
-      REQUIRE(run(k::pool2d{mode, xx.desc, y.desc, {win[0], win[1]}, {stride[0], stride[1]}, {pad[0], pad[1]}}) == 0);
-      return dot(y.values(), dy.values());
-    };
-    REQUIRE(run(k::pool2d_backward{mode, x.desc, dy.desc, dx.desc, win, stride, pad}) == 0);
-    // h is below the margin between values (the argmax never moves) and exact in float; the
-    // tolerance covers float rounding of outputs up to ~90 in the loss, divided by 2h.
-    const double h = 0.25;
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      tensor xp = x, xm = x;
-      xp.set(i, x.get(i) + h);
-      xm.set(i, x.get(i) - h);
-      CAPTURE(i, dx.get(i), (loss(xp) - loss(xm)) / (2 * h));
-      REQUIRE(close(dx.get(i), (loss(xp) - loss(xm)) / (2 * h), 5e-4, 0));
-    }
-  }
+  // ceil_mode adds a last column of windows (6 wide: 3 by floor, 4 by ceiling) that starts on the
+  // input's last element and reaches past the end pad, where count_include_pad's divisor is 2
+  // columns, not 3.
+  for (auto mode : {k::pool_mode::max, k::pool_mode::avg, k::pool_mode::global_avg})
+    for (const bool ceil : {false, true})
+      for (const bool include_pad : {false, true}) {
+        if (mode == k::pool_mode::global_avg && (ceil || include_pad)) continue;  // one window: nothing to vary
+        CAPTURE(static_cast<int>(mode), ceil, include_pad);
+        const std::array<std::int32_t, 2> win{3, 3}, stride{2, 2}, pad{1, 1};
+        const shape ys = mode == k::pool_mode::global_avg ? shape{2, 2, 1, 1} : shape{2, 2, 3, ceil ? 4 : 3};
+        tensor dy(ys), dx(xs);
+        dy.fill(9, -4, 4, true);
+        auto loss = [&](const tensor& xx) {
+          tensor y(ys);
+          k::pool2d f{mode, xx.desc, y.desc, {win[0], win[1]}, {stride[0], stride[1]}, {pad[0], pad[1]}};
+          f.ceil_mode = ceil;
+          f.count_include_pad = include_pad;
+          REQUIRE(run(f) == 0);
+          return dot(y.values(), dy.values());
+        };
+        k::pool2d_backward b{mode, x.desc, dy.desc, dx.desc, win, stride, pad};
+        b.ceil_mode = ceil;
+        b.count_include_pad = include_pad;
+        REQUIRE(run(b) == 0);
+        // h is below the margin between values (the argmax never moves) and exact in float; the
+        // tolerance covers float rounding of outputs up to ~90 in the loss, divided by 2h.
+        const double h = 0.25;
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          tensor xp = x, xm = x;
+          xp.set(i, x.get(i) + h);
+          xm.set(i, x.get(i) - h);
+          CAPTURE(i, dx.get(i), (loss(xp) - loss(xm)) / (2 * h));
+          REQUIRE(close(dx.get(i), (loss(xp) - loss(xm)) / (2 * h), 5e-4, 0));
+        }
+      }
 }
 
 TEST_CASE("max pooling's gradient goes to the first maximum of a tied window", "[kernels][pool]") {
