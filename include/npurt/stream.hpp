@@ -331,12 +331,8 @@ auto stream::async_launch(const kernel_desc& k, Token&& token) {
 template <class Token>
 auto stream::async_memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                           Token&& token) {
-  return async_enqueue(std::forward<Token>(token), "npurt::stream::async_memcpy",
-                       [=](stream& s, std::error_code& ec, std::string& why) {
-                         detail::task* t = s.make_copy(dst, dst_max, src, count, kind, ec);
-                         if (!t) why = s.pointer_problem(ec, dst, src);
-                         return t;
-                       });
+  return async_memcpy_as("npurt::stream::async_memcpy", {}, {}, dst, dst_max, src, count, kind,
+                         std::forward<Token>(token));
 }
 
 template <class Token>

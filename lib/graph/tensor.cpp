@@ -388,8 +388,6 @@ std::string tensor::copy_problem(const tensor& src, std::error_code ec) const {
 void tensor::copy_from(const tensor& src, stream& s) {
   throw_if_lost("npurt::tensor::copy_from", src);
   std::error_code ec;
-  (void)check_copy(src, ec);
-  if (ec) throw_error(ec, "npurt::tensor::copy_from: " + copy_problem(src, ec));
   copy_from(src, s, ec);
   if (ec) throw_error(ec, "npurt::tensor::copy_from: " + copy_problem(src, ec));
 }
