@@ -9,8 +9,8 @@
 // of the runtime that schedule alike write the same bytes.
 //
 // --case runs one measurement alone (one_stream, eight_streams, awaited, awaited_task, bare_heap,
-// asio_post): what an instruction-level profiler such as callgrind needs to attribute a cost to
-// one path.
+// asio_post, graph_replay): what an instruction-level profiler such as callgrind needs to
+// attribute a cost to one path.
 //
 // Cold numbers use a fresh system (task pools untouched); warm numbers repeat the work on the
 // same system once its pools have grown. Each ratio compares two measurements taken in
@@ -124,6 +124,39 @@ cost awaited_task(npurt::system& sys, long n) {
   npurt::spawn(sys, body());
   sys.run();
   return sw.per(n);
+}
+
+/// ns per node for `tasks` zero-duration kernels replayed from a captured graph of 1,000 nodes
+/// on one stream (the capture itself is outside the timing), and the simulated time per node
+/// from the first launch to the end: the fire-and-forget case's work, submitted by graph
+/// launches.
+struct replay_cost {
+  cost host;
+  double virtual_ns_per_node = 0;
+};
+replay_cost graph_replay(npurt::system& sys, long tasks) {
+  constexpr long nodes = 1000;
+  auto s = sys.device(0).make_stream();
+  s.begin_capture();
+  for (long i = 0; i < nodes; ++i) s.launch(zero_kernel);
+  npurt::stream_graph g = s.end_capture();
+  const long launches = std::max(1L, tasks / nodes);
+  const npurt::sim_time t0 = sys.now();
+  const stopwatch sw;
+  for (long i = 0; i < launches; ++i) g.launch(s);
+  sys.run();
+  const double per = static_cast<double>((sys.now() - t0).count()) / 1e3 / static_cast<double>(launches * nodes);
+  return {sw.per(launches * nodes), per};
+}
+
+/// The simulated time per task of `tasks` zero-duration launches on one stream, one call each.
+double eager_virtual_ns(long tasks) {
+  auto sys = make_system();
+  auto s = sys->device(0).make_stream();
+  const npurt::sim_time t0 = sys->now();
+  for (long i = 0; i < tasks; ++i) s.launch(zero_kernel);
+  sys->run();
+  return static_cast<double>((sys->now() - t0).count()) / 1e3 / static_cast<double>(tasks);
 }
 
 /// Baseline: a std::priority_queue of (time, sequence) records, one push and one pop per task.
@@ -270,7 +303,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   cl.app()
       .add_option("--case", only, "run only this measurement (for profilers)")
-      ->check(CLI::IsMember({"one_stream", "eight_streams", "awaited", "awaited_task", "bare_heap", "asio_post"}));
+      ->check(CLI::IsMember(
+          {"one_stream", "eight_streams", "awaited", "awaited_task", "bare_heap", "asio_post", "graph_replay"}));
   long flat_max = 1'000'000;
   cl.app()
       .add_option("--flat-max", flat_max,
@@ -305,6 +339,7 @@ int main(int argc, char** argv) {
       else if (only == "awaited") c = best(c, awaited(*sys, n));
       else if (only == "awaited_task") c = best(c, awaited_task(*sys, n));
       else if (only == "asio_post") c = best(c, asio_post(n));
+      else if (only == "graph_replay") c = best(c, graph_replay(*sys, n).host);
       else c = best(c, bare_heap(n));
     }
     add(only, c, "best of the rounds, run alone");
@@ -331,7 +366,12 @@ int main(int argc, char** argv) {
   auto syst = make_system();
   (void)awaited_task(*syst, awaits);
   cost warm_task = awaited_task(*syst, awaits);
+  auto sysg = make_system();
+  (void)graph_replay(*sysg, tasks);
+  replay_cost replay = graph_replay(*sysg, tasks);
+  const double eager_ns = eager_virtual_ns(std::min(tasks, 100'000L));
   for (int i = 1; i < rounds; ++i) {
+    replay.host = best(replay.host, graph_replay(*sysg, tasks).host);
     asio_ns = best(asio_ns, asio_post(awaits));
     heap = best(heap, bare_heap(tasks));
     warm_aw = best(warm_aw, awaited(*sysa, awaits));
@@ -401,6 +441,11 @@ int main(int argc, char** argv) {
   add("awaited_launch_cold", cold_aw);
   add("awaited_launch_warm", warm_aw, "best of the rounds");
   add("awaited_task_launch_warm", warm_task, "npurt::task with use_task, best of the rounds");
+  add("graph_replay_warm_per_node", replay.host, "zero kernels replayed from a 1,000-node graph, best of the rounds");
+  r.add("graph_replay_over_one_stream_cpu", replay.host.cpu / warm1.cpu, "ratio", "host CPU per node against a launch");
+  r.add("graph_replay_virtual_ns_per_node", replay.virtual_ns_per_node, "ns",
+        "simulated time per node, first launch to last completion (deterministic)");
+  r.add("eager_virtual_ns_per_launch", eager_ns, "ns", "the same, one launch call per kernel");
   r.add("one_stream_warm_over_bare_heap_cpu", warm1.cpu / heap.cpu, "ratio", "target <= 1.25");
   r.add("eight_streams_warm_over_bare_heap_cpu", warm8.cpu / heap.cpu, "ratio", "target <= 1.25");
   r.add("awaited_warm_over_bare_heap_cpu", warm_aw.cpu / heap.cpu, "ratio", "use_awaitable");

@@ -21,6 +21,15 @@
 // In the compiled library itself, bodies are emitted exactly once by impl/src.hpp, or by lib/'s
 // parts (NPURT_LIBRARY_PART): each includes the impl/*.ipp files it compiles and nothing pulls in
 // the others, so the parts compile side by side.
+// A function of the launch path that a header-only build inlines into its callers: left to the
+// inliner, the decision would move with the size of the whole program (GCC's unit-growth limit),
+// and a launch's cost with it. The separately compiled library defines it as any other.
+#if NPURT_HEADER_ONLY
+#define NPURT_HOT_DECL [[gnu::always_inline]] inline
+#else
+#define NPURT_HOT_DECL
+#endif
+
 #if NPURT_HEADER_ONLY || (defined(NPURT_BUILDING_LIBRARY) && !defined(NPURT_LIBRARY_PART))
 #define NPURT_INCLUDE_IMPL 1
 #else

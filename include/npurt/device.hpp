@@ -137,6 +137,10 @@ class device {
 
  private:
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* out);
+  /// A synchronize while a stream of this device captures in capture_mode::global: refused
+  /// (errc::capture_unsupported, the words noted), and the capture invalidated; else no error.
+  NPURT_DECL std::error_code refuse_in_capture(std::string_view call);
+  [[nodiscard]] NPURT_DECL std::string capture_words(const detail::stream_state& s);
   NPURT_DECL void memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                          std::error_code& ec, detail::failure* out);
   NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> pending_positions() const;
@@ -208,6 +212,13 @@ auto device::async_synchronize(std::optional<picoseconds> timeout, Token&& token
         }
         if (const std::error_code ec = detail::check_timeout(tmo)) [[unlikely]] {
           refuse_synchronize(std::move(handler), ec, tmo);
+          return;
+        }
+        if (const detail::stream_state* cs = rt_->strict_capture(id_)) [[unlikely]] {
+          const std::error_code ec = make_error_code(errc::capture_unsupported);
+          std::string words = "npurt::device::async_synchronize: " + capture_words(*cs);
+          rt_->invalidate_capture(*rt_->find_stream(cs->id), ec, words);
+          detail::post_refusal(*rt_, std::move(handler), ec, id_, words, {});
           return;
         }
         std::exception_ptr* thrown = detail::thrown_slot(handler);

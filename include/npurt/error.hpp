@@ -50,6 +50,14 @@ enum class errc : int {
   time_overflow = 107027,     // a time or duration past the end of virtual time (2^63 ps)
   event_wait_timeout = 107028, // a stream's event wait ran past the event-wait timeout (aclrtSetOpWaitTimeout)
   event_not_complete = 107029, // recorded, but the recorded work has not completed (cudaErrorNotReady)
+  // Stream capture (aclmdlRICaptureBegin, cudaStreamBeginCapture). CANN's codes for these are
+  // 107024-107036 and 507903; ours sit in the free caller slots, all caller errors.
+  stream_captured = 107030,      // the stream is capturing: the call cannot run there (ACL_ERROR_RT_STREAM_CAPTURED)
+  stream_not_captured = 107031,  // end_capture on a stream that is not capturing (ACL_ERROR_RT_STREAM_NOT_CAPTURED)
+  capture_unsupported = 107032,  // not permitted while a stream captures (ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT)
+  capture_dependency = 107033,   // a captured wait for work outside the capture (ACL_ERROR_RT_CAPTURE_DEPENDENCY)
+  capture_invalidated = 107034,  // an error ended the capture; end_capture reports it (..._CAPTURE_INVALIDATED)
+  invalid_graph = 107035,        // a null, destroyed or lost stream_graph
   corrupt_file = 107040,      // a file failed its checksums or layout rules (truncated, damaged)
   // Resource errors: the call was right but the resources were not there.
   out_of_memory = 207001,

@@ -20,6 +20,7 @@
 #include <npurt/recovery.hpp>
 #include <npurt/simple_backend.hpp>
 #include <npurt/stream.hpp>
+#include <npurt/stream_graph.hpp>
 #include <npurt/system.hpp>
 #include <npurt/system_options.hpp>
 #include <npurt/task.hpp>

@@ -79,10 +79,44 @@ struct stream_options {
   stream_flags flags = stream_flags::none;
 };
 
+/// How much of the system a stream capture guards while it is open (aclmdlRICaptureMode,
+/// cudaStreamCaptureMode). Every mode refuses what cannot run on the capturing stream itself
+/// (its synchronize and query, awaited calls on it).
+enum class capture_mode : std::uint8_t {
+  /// Also refuses a synchronize of the capturing stream's device, which would wait for work the
+  /// capture holds back (errc::capture_unsupported). CANN's and CUDA's thread-local mode is this
+  /// one here: a system's calls all come from one thread.
+  global,
+  /// Guards the capturing stream alone.
+  relaxed,
+};
+
+/// Where a stream's capture stands (aclmdlRICaptureGetInfo, cudaStreamIsCapturing).
+enum class capture_status : std::uint8_t {
+  none,         // not capturing
+  active,       // capturing
+  invalidated,  // capturing, but an error ended it: end_capture reports the error
+};
+
 class stream;
+class stream_graph;
 class tensor;
 
 namespace detail {
+/// Why a capturing stream refuses an awaited call, and its synchronize or query.
+inline constexpr std::string_view awaited_in_capture =
+    "the stream is capturing, and an awaited call completes when its work has run, which a capture defers to the "
+    "graph's launch: enqueue it fire-and-forget, or await stream_graph::async_launch";
+inline constexpr std::string_view sync_in_capture =
+    "the stream is capturing: its captured work runs only when the graph is launched, so there is nothing to wait "
+    "for or ask about (end_capture first)";
+inline constexpr std::string_view capture_dependency_words =
+    "the stream is capturing, and a captured wait may only wait for a record of a user event made earlier in the "
+    "same capture: this event's record (or a launch's event) is outside it";
+inline constexpr std::string_view pageable_in_capture =
+    "the stream is capturing, and a copy from pageable host memory cannot be captured: a launch would need the "
+    "bytes as they were at the call (copy from pinned memory, system::host_malloc, which a launch reads then)";
+
 /// For npurt's own components: a blocking synchronize that hands back the failure it read, for
 /// a caller that reports it in its own terms (a session names the graph node that failed).
 struct stream_access {
@@ -151,6 +185,27 @@ class stream {
   NPURT_DECL event launch_callback(std::function<void()> fn);
   NPURT_DECL event launch_callback(std::function<void()> fn, std::error_code& ec);
 
+  // --- capture (aclmdlRICaptureBegin/End, cudaStreamBeginCapture/EndCapture) -----------------
+  /// From now on the stream's fire-and-forget work (launches, copies from device or pinned
+  /// memory, memsets, records of user events, callbacks, waits for events recorded in the
+  /// capture) is recorded instead of run, until end_capture() makes it a stream_graph
+  /// (<npurt/stream_graph.hpp>) to launch as often as needed. A captured call returns a null
+  /// event: its work has no place in a stream until a launch. Refused while capturing, and
+  /// invalidating the capture (end_capture then fails with the reason): an awaited call, the
+  /// stream's synchronize or query (errc::stream_captured), a wait for work outside the capture
+  /// (errc::capture_dependency), a copy from pageable host memory, a collective, a pool
+  /// allocation or free on the stream, and with capture_mode::global a synchronize of the
+  /// stream's device (errc::capture_unsupported). A call refused for its arguments is not
+  /// recorded and leaves the capture as it was. errc::stream_captured when already capturing.
+  NPURT_DECL void begin_capture(capture_mode mode = capture_mode::global);
+  NPURT_DECL void begin_capture(capture_mode mode, std::error_code& ec);
+  /// Ends the capture and returns its graph (empty when nothing was captured);
+  /// errc::stream_not_captured when the stream is not capturing, or the error that invalidated
+  /// the capture (its words in the exception and recent_error_message). Ended either way.
+  NPURT_DECL stream_graph end_capture();
+  NPURT_DECL stream_graph end_capture(std::error_code& ec);
+  [[nodiscard]] NPURT_DECL capture_status capture_info() const;
+
   // --- asynchronous: complete through an Asio completion token --------------------------------
   template <class Token = default_token>
   auto async_launch(const kernel_desc& k, Token&& token = {});
@@ -193,20 +248,23 @@ class stream {
   friend class communicator;  // checks that a stream belongs to the communicator's system
   friend class device;        // its blocking memcpy needs no staging
   friend class tensor;        // its async copy is refused under its own name (async_memcpy_as)
+  friend class stream_graph;  // launches into a stream
 
   NPURT_DECL void release() noexcept;
+  NPURT_DECL stream_graph end_capture(std::error_code& ec, std::string& words);
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* f);
   NPURT_DECL detail::stream_state* state(std::error_code& ec) const noexcept;
   // The stream's device for an exception to name, or -1 when the stream is gone.
   NPURT_DECL std::int32_t device_or_none() const noexcept;
   /// The task of a kernels::fixed launch when nothing about it can fail (a live stream on its
   /// own thread, a block_dim the backend accepts); null otherwise: the general path reports why.
-  NPURT_DECL detail::task* live_fixed_launch(const kernel_desc& k);
+  NPURT_HOT_DECL detail::task* live_fixed_launch(const kernel_desc& k);
   NPURT_DECL detail::task* make_launch(const kernel_desc& k, std::error_code& ec, std::string* what = nullptr);
   /// make_launch for a descriptor the task may reference (`shared`, when set, owns `k`).
   NPURT_DECL detail::task* make_launch(const kernel_desc& k, const shared_kernel* shared, std::error_code& ec,
                                        std::string* what);
-  NPURT_DECL detail::task* make_launch(const detail::launch_args& a, std::error_code& ec, std::string* what = nullptr);
+  NPURT_HOT_DECL detail::task* make_launch(const detail::launch_args& a, std::error_code& ec,
+                                           std::string* what = nullptr);
   NPURT_DECL detail::task* make_fixed_launch(const kernels::fixed& f, std::string_view name, std::uint32_t block_dim,
                                              std::error_code& ec, std::string* what = nullptr);
   /// The stream a kernels::fixed launch goes to, or null with the code (and, given `what`, the
@@ -242,7 +300,7 @@ class stream {
   NPURT_DECL event submit(detail::task* t);
   /// Enqueues a prepared task whose completion a handler awaits: no event handle is made (each
   /// one joins and leaves the system's handle list).
-  NPURT_DECL void submit_awaited(detail::task* t);
+  NPURT_HOT_DECL void submit_awaited(detail::task* t);
 
   /// The common shape of every async_ enqueue: prepare (errors complete at once, nothing is
   /// enqueued, and the words of the throwing form go with them), attach the handler, enqueue.
@@ -268,6 +326,14 @@ class stream {
   /// of the throwing synchronize. Out of line, as refuse_enqueue.
   template <class Handler>
   [[gnu::noinline]] void refuse_synchronize(Handler&& handler, std::error_code ec, std::optional<picoseconds> timeout);
+  /// A call that cannot run on a capturing stream: invalidates the capture (its reason is these
+  /// words) and returns them, for the caller's refusal.
+  NPURT_DECL std::string refuse_in_capture(detail::stream_state& s, std::string_view call, std::error_code ec,
+                                           std::string_view why);
+  /// An async_ call on a capturing stream: refused through the handler (see refuse_in_capture).
+  template <class Handler>
+  [[gnu::noinline]] void refuse_captured(Handler&& handler, detail::stream_state& s, const char* call,
+                                         std::string_view why);
 
   detail::runtime_ref rt_;  // null once the system is gone: the handle then is a null handle
   std::uint32_t id_ = 0;
@@ -288,6 +354,13 @@ void stream::refuse_synchronize(Handler&& handler, std::error_code ec, std::opti
   detail::post_refusal(*rt_, std::forward<Handler>(handler), ec, device_or_none(), words, {});
 }
 
+template <class Handler>
+void stream::refuse_captured(Handler&& handler, detail::stream_state& s, const char* call, std::string_view why) {
+  const std::error_code ec = make_error_code(errc::stream_captured);
+  const std::string words = refuse_in_capture(s, call, ec, why);
+  detail::post_refusal(*rt_, std::forward<Handler>(handler), ec, s.device, words, {});
+}
+
 template <class Token, class Make>
 auto stream::async_enqueue(Token&& token, const char* call, Make make, bool foreign) {
   return boost::asio::async_initiate<Token, void(async_error_code)>(
@@ -299,6 +372,10 @@ auto stream::async_enqueue(Token&& token, const char* call, Make make, bool fore
         // Before the preparation, which writes the runtime's refusal words.
         if (foreign || rt_->wrong_thread()) [[unlikely]] {
           detail::refuse_foreign(&rt_->io(), std::move(handler), -1, call);
+          return;
+        }
+        if (detail::stream_state* cs = rt_->find_stream(id_); cs && cs->capture) [[unlikely]] {
+          refuse_captured(std::move(handler), *cs, call, detail::awaited_in_capture);
           return;
         }
         std::error_code ec;
@@ -401,6 +478,10 @@ auto stream::async_synchronize(std::optional<picoseconds> timeout, Token&& token
         detail::stream_state* s = state(ec);
         if (!s || (ec = detail::check_timeout(tmo))) [[unlikely]] {
           refuse_synchronize(std::move(handler), ec, tmo);
+          return;
+        }
+        if (s->capture) [[unlikely]] {
+          refuse_captured(std::move(handler), *s, "npurt::stream::async_synchronize", detail::sync_in_capture);
           return;
         }
         std::exception_ptr* thrown = detail::thrown_slot(handler);

@@ -28,6 +28,12 @@ struct system_options {
   /// Host time one enqueue (launch, copy, memset, record, wait) costs the calling host lane:
   /// the order CANN and CUDA measure for an asynchronous launch.
   picoseconds launch_overhead{2'500'000};
+  /// Host time each node after the first of a replayed stream_graph costs the launching lane
+  /// (the first costs launch_overhead: the graph's own launch). A replay submits work the
+  /// runtime prepared and checked at capture, so a node costs the host tens of nanoseconds,
+  /// the order CUDA graphs show (80 kernels launched in 3.5 us of CPU time, CUDA.jl's graph
+  /// documentation). At most max_launch_overhead.
+  picoseconds graph_node_overhead{50'000};
   /// Attach a profiler and write a Chrome trace at shutdown when NPURT_TRACE is set.
   bool trace_from_env = true;
   /// Reject calls from a thread other than the one that created the system with

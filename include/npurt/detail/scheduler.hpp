@@ -72,6 +72,9 @@ struct task_side {
   // cudaMemcpyAsync stages pageable memory before it returns: the caller may reuse or free its
   // buffer at once.
   host_bytes staged;
+  // A captured copy (a stream_graph node): which ends were pinned host memory at the capture,
+  // checked again at every launch (bit 0 the source, bit 1 the destination).
+  std::uint8_t pinned_ends = 0;
 };
 
 /// One enqueued unit of stream work, as it waits in its stream: only what dispatching it needs.
@@ -186,6 +189,25 @@ struct position_waiter {
 /// errc::operation_aborted until the failure is read (aclrtSetStreamFailureMode).
 inline constexpr std::uint32_t stop_on_failure_flag = 0x10;
 
+/// A stream's capture in progress (aclmdlRICaptureBegin, cudaStreamBeginCapture): the tasks
+/// enqueued on it since, held as the nodes of a graph rather than run.
+struct capture_state {
+  bool relaxed = false;               // capture_mode::relaxed: only the stream itself is guarded
+  std::error_code invalidated;        // what ended it early; end_capture reports it
+  std::string why;                    // in words
+  std::vector<task*> nodes;           // in stream order, never enqueued
+  std::vector<std::uint64_t> events;  // user events recorded in it, retained until the graph dies
+};
+
+/// A captured graph (the stream_graph a capture made): its nodes, cloned into a stream on each
+/// launch. Kernels are shared with the clones, never copied.
+struct graph_state {
+  device_id device = 0;
+  std::vector<task*> nodes;
+  std::vector<std::uint64_t> events;  // retained: a replayed record needs its event alive
+  bool lost = false;                  // its device was reset: the nodes are gone
+};
+
 struct stream_state {
   std::uint32_t id = 0;
   device_id device = 0;
@@ -214,6 +236,7 @@ struct stream_state {
   // (cudaMemPoolReuseFollowEventDependencies).
   std::vector<std::pair<std::uint32_t, std::uint64_t>> waits_for;
   boost::asio::strand<boost::asio::io_context::executor_type> strand;
+  std::unique_ptr<capture_state> capture;  // set while the stream captures
 
   explicit stream_state(boost::asio::io_context& ioc) : strand(boost::asio::make_strand(ioc)) {}
 };
@@ -230,6 +253,7 @@ struct event_state {
   std::uint64_t record_task = 0;
   bool has_time = false;            // the latest record completed
   sim_time time{};
+  bool captured = false;            // recorded by a capture still open (the record runs at a launch)
 };
 
 /// What the loop owns and lends to the scheduler: the options, the backend, the host's
@@ -282,11 +306,14 @@ class scheduler {
   [[nodiscard]] NPURT_DECL std::uint64_t last_enqueued(std::uint32_t stream) const noexcept;
 
   // --- tasks ---
-  NPURT_DECL task* new_task(stream_state& s, task_kind kind);
+  NPURT_HOT_DECL task* new_task(stream_state& s, task_kind kind);
   /// The side record of a copy, event or callback task (made on first use).
   NPURT_DECL task_side& extra(task* t);
-  /// Charges the host lane, stamps the task and appends it to its stream; returns its position.
-  NPURT_DECL std::uint64_t enqueue(stream_state& s, task* t);
+  /// Charges the host lane, stamps the task and appends it to its stream; returns its position
+  /// (0: the stream captures, and the task became a node of its capture).
+  NPURT_HOT_DECL std::uint64_t enqueue(stream_state& s, task* t);
+  /// enqueue charging `overhead` to the host lane instead (a graph's nodes after the first).
+  NPURT_DECL std::uint64_t enqueue(stream_state& s, task* t, picoseconds overhead);
   /// Enqueues on `stream` a wait for position `seq` of `target` (a pool's reuse fence), unless
   /// it is reached already.
   NPURT_DECL void enqueue_wait(std::uint32_t stream, std::uint32_t target, std::uint64_t seq, std::string_view name);
@@ -355,7 +382,8 @@ class scheduler {
   NPURT_DECL std::uint64_t create_event(device_id dev, bool wait_for_record = false);
   /// stream::record: enqueues a record of `e` at the end of `s`, points the event at it, and
   /// lets waits made before the first record wait for it.
-  NPURT_DECL void record_event(stream_state& s, event_state& e);
+  void record_event(stream_state& s, event_state& e) { record_event(s, e, parts_.opts_.launch_overhead); }
+  NPURT_DECL void record_event(stream_state& s, event_state& e, picoseconds overhead);
   /// Handle counting of user events: a user event dies with its last handle.
   NPURT_DECL void retain_event(std::uint64_t id) noexcept;
   NPURT_DECL void release_event(std::uint64_t id) noexcept;
@@ -372,17 +400,36 @@ class scheduler {
     return !reset_streams_.empty() && reset_streams_.count(id) != 0;
   }
 
+  // --- capture and graphs (aclmdlRICaptureBegin/End, aclmdlRIExecuteAsync) ---
+  /// From now on the stream's enqueues become nodes of a graph instead of running.
+  NPURT_DECL void begin_capture(stream_state& s, bool relaxed);
+  /// Ends the capture: the new graph's id, or 0 with the code (and words) that invalidated it.
+  NPURT_DECL std::uint64_t end_capture(stream_state& s, std::error_code& ec, std::string& why);
+  /// A capture rule was broken: the capture goes on, and end_capture reports the first such error.
+  NPURT_DECL void invalidate_capture(stream_state& s, std::error_code ec, std::string why);
+  /// A capture of `dev`'s streams (any device: -1) that guards the system, not relaxed; or null.
+  [[nodiscard]] NPURT_DECL stream_state* strict_capture(device_id dev) noexcept;
+  [[nodiscard]] NPURT_DECL const graph_state* find_graph(std::uint64_t id) const noexcept;
+  /// Enqueues a clone of every node of the graph on `s` (the first charged launch_overhead, the
+  /// others graph_node_overhead); the last node's (position, task id), or zeros for an empty
+  /// graph or a capturing stream, whose capture takes the clones. ec: a pinned host buffer of a
+  /// copy node was freed (nothing is enqueued; `why` says which node).
+  NPURT_DECL std::pair<std::uint64_t, std::uint64_t> launch_graph(std::uint64_t id, stream_state& s,
+                                                                  std::error_code& ec, std::string& why);
+  NPURT_DECL void release_graph(std::uint64_t id) noexcept;
+
   // --- event-wait timeout (aclrtSetOpWaitTimeout) ---
   /// The limit of a user event wait enqueued from now on (0: none, the default).
   void set_event_wait_timeout(std::int64_t limit_ps) noexcept { event_wait_limit_ = limit_ps; }
   [[nodiscard]] std::int64_t event_wait_timeout() const noexcept { return event_wait_limit_; }
 
-  [[nodiscard]] std::size_t live_tasks() const noexcept { return tasks_.live(); }
+  /// Tasks in streams (a capture's or a graph's nodes are not: they wait for no one).
+  [[nodiscard]] std::size_t live_tasks() const noexcept { return tasks_.live() - held_nodes_; }
   [[nodiscard]] std::uint64_t next_task_id() const noexcept { return next_task_id_; }
 
  protected:
   NPURT_DECL explicit scheduler(loop_parts& parts);
-  virtual ~scheduler() = default;
+  NPURT_DECL virtual ~scheduler();
 
   /// A stream's head became a blocked event wait: the loop checks whether it closed a cycle.
   virtual void wait_blocked(stream_state& s) = 0;
@@ -404,6 +451,22 @@ class scheduler {
   [[nodiscard]] sim_time now() const noexcept { return parts_.clock_.now(); }
   NPURT_DECL std::string_view intern_slow(std::string_view name);
   NPURT_DECL void try_start(stream_state& s);
+  /// enqueue's second half, once the host lane is charged: stamps the task, appends it.
+  [[gnu::always_inline]] std::uint64_t append(stream_state& s, task* t) {
+    t->submitted = s.host_cursor;
+    const std::uint64_t seq = ++s.enqueued;
+    if (s.tail) s.tail->next = t;
+    else s.head = t;
+    s.tail = t;
+    queue_.on_enqueue(s.device, s.priority, t->id, s.id, (s.flags & device_queue::bypass_flags) != 0);
+    if (s.head == t) try_start(s);
+    return seq;
+  }
+  /// Appends `t` to its stream's open capture instead of the stream (see begin_capture).
+  NPURT_DECL void capture_task(stream_state& s, task* t);
+  /// Frees a capture's or a graph's nodes and lets go of its events.
+  NPURT_DECL void drop_nodes(std::vector<task*>& nodes, std::vector<std::uint64_t>& events) noexcept;
+  NPURT_DECL task* clone_node(stream_state& s, const task& n);
   NPURT_DECL void start_task(stream_state& s, task* t);
   /// The stream's running_task for its head `t`, as it starts.
   NPURT_DECL void fill_running(stream_state& s, task* t);
@@ -452,6 +515,9 @@ class scheduler {
     std::uint64_t ticket;
   };
   std::unordered_map<std::uint64_t, wait_timer> wait_timers_;  // by task id
+  std::map<std::uint64_t, graph_state> graphs_;  // by id; ids are never reused
+  std::uint64_t next_graph_ = 1;
+  std::size_t held_nodes_ = 0;  // task records held as nodes by captures and graphs
 };
 
 }  // namespace npurt::detail

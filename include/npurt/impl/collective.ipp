@@ -410,6 +410,14 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
     ec = make_error_code(errc::invalid_stream);
     return nullptr;
   }
+  if (ss->capture) {
+    // Every rank's part would have to be captured and launched together: not modelled.
+    ec = make_error_code(errc::capture_unsupported);
+    rt_->invalidate_capture(*ss, ec,
+                            "npurt::communicator: a collective on the capturing stream " + std::to_string(ss->id) +
+                                " (collectives are not captured; enqueue them outside the capture)");
+    return nullptr;
+  }
   const int r = rank_of(ss->device);
   if (r < 0) {
     ec = make_error_code(errc::stream_device_mismatch);
@@ -493,6 +501,8 @@ NPURT_DECL std::string communicator::refusal_words(const collective_call& c, con
   if (rank >= 0 && (ec == errc::size_overflow || ec == errc::null_pointer || ec == errc::stream_device_mismatch))
     (void)check(c, s.device_or_none(), static_cast<std::uint32_t>(rank), &buffer_why);
   if (ec == errc::invalid_stream) what += ": the stream is empty, destroyed, or of another system";
+  if (ec == errc::capture_unsupported)
+    what += ": the stream is capturing, and collectives are not captured (enqueue them outside the capture)";
   else if (!buffer_why.empty()) what += ": " + buffer_why;
   else if (ec == errc::stream_device_mismatch) {
     std::string devs;
@@ -583,7 +593,8 @@ NPURT_DECL void communicator::do_group_end(std::error_code* out) {
   // waiting for a peer that never comes (until a timeout, or for ever without one).
   for (const auto& entry : pending) {
     const detail::stream_state* ss = rt_->find_stream(entry.first);
-    if (!ss || ss->destroyed || ss->invalidated) {
+    const bool captured = ss && ss->capture;  // began capturing inside the group
+    if (!ss || ss->destroyed || ss->invalidated || captured) {
       // The group's calls took the last call numbers of their ranks (every call of this
       // communicator went into the open group): give them back, so that the ranks' next calls
       // match whichever ranks the group held.
@@ -595,6 +606,11 @@ NPURT_DECL void communicator::do_group_end(std::error_code* out) {
           else if (c.op == collective_op::recv) --state_->next_recv[peer * p + d->rank];
           else --state_->next_seq[d->rank];
         }
+      if (captured)
+        return refuse("group_end", make_error_code(errc::capture_unsupported),
+                      "a stream of the group is capturing, and collectives are not captured; none of the group's "
+                      "calls was enqueued",
+                      out);
       return refuse("group_end", make_error_code(errc::invalid_stream),
                     "a stream of the group was destroyed or its device reset; none of the group's calls was "
                     "enqueued",

@@ -178,6 +178,7 @@ NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout, std::err
   ec.clear();
   if ((ec = rt_->check_thread())) return;
   if ((ec = detail::check_timeout(timeout))) return;
+  if ((ec = refuse_in_capture("npurt::device::synchronize"))) return;
   const auto positions = pending_positions();
   const sim_time deadline = timeout ? later(rt_->now(), *timeout) : end_of_time;
   detail::runtime& rt = *rt_;
@@ -201,10 +202,29 @@ NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout, std::err
   synchronize(timeout, ec, nullptr);
 }
 
+NPURT_DECL std::error_code device::refuse_in_capture(std::string_view call) {
+  detail::stream_state* s = rt_->strict_capture(id_);
+  if (!s) return {};
+  const std::error_code ec = make_error_code(errc::capture_unsupported);
+  std::string words = std::string(call) + ": " + capture_words(*s);
+  rt_->invalidate_capture(*s, ec, words);
+  (void)detail::note_refusal(*rt_, id_, words, ec, {});
+  return ec;
+}
+
+NPURT_DECL std::string device::capture_words(const detail::stream_state& s) {
+  return "stream " + std::to_string(s.id) + " of device " + std::to_string(id_) +
+         " is capturing in capture_mode::global, and a device synchronize would wait for the work the capture "
+         "holds back (end_capture first, or capture in capture_mode::relaxed)";
+}
+
 NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout) {
   std::error_code ec;
   detail::failure f;
   synchronize(timeout, ec, &f);
+  if (ec == errc::capture_unsupported)
+    if (const detail::stream_state* s = rt_->strict_capture(id_))
+      throw_error_on(id_, ec, "npurt::device::synchronize: " + capture_words(*s));
   if (f.exception) std::rethrow_exception(f.exception);
   if (f)
     detail::throw_failure(f, "npurt::device::synchronize: device " + std::to_string(id_) + ": " + f.describe(), id_);

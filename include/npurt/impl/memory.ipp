@@ -136,6 +136,15 @@ NPURT_DECL std::uint32_t mem_pool::stream_id(stream& s, std::error_code& ec) con
     ec = make_error_code(errc::stream_device_mismatch);
     return 0;
   }
+  if (detail::stream_state* st = rt_->find_stream(s.id()); st && st->capture) {
+    // Allocation nodes (cudaMallocAsync in a capture) are not modelled: the block would be
+    // handed out now, for work that runs at each launch.
+    ec = make_error_code(errc::capture_unsupported);
+    rt_->invalidate_capture(*st, ec,
+                            "npurt::mem_pool: a stream-ordered allocation or free on the capturing stream " +
+                                std::to_string(s.id()) + " (allocate before begin_capture)");
+    return 0;
+  }
   return s.id();
 }
 

@@ -35,6 +35,13 @@ NPURT_DECL void scheduler::abort_all() noexcept {
     for (auto& [seq, w] : sp->waiters) w.fn(w.self, w.ctx, make_error_code(errc::operation_aborted));
     sp->waiters.clear();
   }
+  // Captured nodes own callbacks too: freed with their records, before the rest go.
+  for (auto& sp : streams_)
+    if (sp && sp->capture) {
+      drop_nodes(sp->capture->nodes, sp->capture->events);
+      sp->capture.reset();
+    }
+  for (auto& [id, g] : graphs_) drop_nodes(g.nodes, g.events);
   // Callbacks of tasks whose handlers are still posted (the io_context drops them unrun).
   for (auto* f : callbacks_) delete f;
   callbacks_.clear();
@@ -123,6 +130,7 @@ NPURT_DECL void scheduler::release_stream(std::uint32_t id) noexcept {
 }
 
 NPURT_DECL void scheduler::free_stream(std::uint32_t id) noexcept {
+  if (auto& c = streams_[id]->capture) drop_nodes(c->nodes, c->events);  // a capture never ended
   if (failure& f = streams_[id]->sticky) {
     try {
       released_failures_.emplace(id, std::pair{streams_[id]->device, std::move(f)});
@@ -201,7 +209,7 @@ NPURT_DECL void scheduler::wait_position(std::uint32_t stream, std::uint64_t seq
   streams_[stream]->waiters.emplace(seq, w);
 }
 
-NPURT_DECL task* scheduler::new_task(stream_state& s, task_kind kind) {
+NPURT_HOT_DECL task* scheduler::new_task(stream_state& s, task_kind kind) {
   task* t = tasks_.create();
   t->id = next_task_id_++;
   t->stream = s.id;
@@ -232,17 +240,23 @@ NPURT_DECL void scheduler::free_task(task* t) noexcept {
   tasks_.destroy(t);
 }
 
-NPURT_DECL std::uint64_t scheduler::enqueue(stream_state& s, task* t) {
+NPURT_HOT_DECL std::uint64_t scheduler::enqueue(stream_state& s, task* t) {
+  if (s.capture) [[unlikely]] {
+    capture_task(s, t);
+    return 0;
+  }
   // The host lane pays the enqueue; the task exists for the device from the moment the call returns.
   s.host_cursor = later(std::max(s.host_cursor, now()), parts_.opts_.launch_overhead);
-  t->submitted = s.host_cursor;
-  const std::uint64_t seq = ++s.enqueued;
-  if (s.tail) s.tail->next = t;
-  else s.head = t;
-  s.tail = t;
-  queue_.on_enqueue(s.device, s.priority, t->id, s.id, (s.flags & device_queue::bypass_flags) != 0);
-  if (s.head == t) try_start(s);
-  return seq;
+  return append(s, t);
+}
+
+NPURT_DECL std::uint64_t scheduler::enqueue(stream_state& s, task* t, picoseconds overhead) {
+  if (s.capture) {
+    capture_task(s, t);
+    return 0;
+  }
+  s.host_cursor = later(std::max(s.host_cursor, now()), overhead);
+  return append(s, t);
 }
 
 NPURT_DECL void scheduler::enqueue_wait(std::uint32_t stream, std::uint32_t target, std::uint64_t seq,
@@ -742,17 +756,25 @@ NPURT_DECL std::uint64_t scheduler::create_event(device_id dev, bool wait_for_re
   return events_.back()->id;
 }
 
-NPURT_DECL void scheduler::record_event(stream_state& s, event_state& e) {
+NPURT_DECL void scheduler::record_event(stream_state& s, event_state& e, picoseconds overhead) {
   task* t = new_task(s, task_kind::event_record);
   extra(t).event_id = e.id;
   t->name = "event_record";
+  if (s.capture) {
+    // A node: the event is recorded when the graph runs, and stays alive for it until then.
+    capture_task(s, t);
+    ++e.refs;
+    e.captured = true;
+    s.capture->events.push_back(e.id);
+    return;
+  }
   // The event points at this record before it is enqueued: the record may run at once.
   ++e.records;
   e.stream = s.id;
   e.seq = s.enqueued + 1;
   e.record_task = t->id;
   e.has_time = false;
-  enqueue(s, t);
+  enqueue(s, t, overhead);
   // Waits made before the first record wait for this one.
   std::vector<task*> waits;
   waits.swap(e.unbound);
@@ -796,10 +818,172 @@ NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> scheduler::devic
 }
 
 NPURT_DECL void scheduler::invalidate_device(device_id dev) noexcept {
+  // Captures and graphs of the device go with its streams and events, as a reset destroys a
+  // device's captured models.
+  for (auto& sp : streams_)
+    if (sp && sp->device == dev && sp->capture) {
+      drop_nodes(sp->capture->nodes, sp->capture->events);
+      sp->capture.reset();
+    }
+  for (auto& [id, g] : graphs_)
+    if (g.device == dev && !g.lost) {
+      drop_nodes(g.nodes, g.events);
+      g.lost = true;
+    }
   for (auto& sp : streams_)
     if (sp && sp->device == dev) sp->invalidated = true;
   for (auto& ep : events_)
     if (ep && ep->device == dev) ep.reset();
+}
+
+}  // namespace npurt::detail
+
+namespace npurt::detail {
+
+// ---------------------------------------------------------------------------------------------
+// Capture and graphs
+
+NPURT_DECL scheduler::~scheduler() {
+  // Nodes live in this scheduler's pools: they go before the pools do (abort_all, which a
+  // dying runtime calls first, has freed them already).
+  for (auto& sp : streams_)
+    if (sp && sp->capture) drop_nodes(sp->capture->nodes, sp->capture->events);
+  for (auto& [id, g] : graphs_) drop_nodes(g.nodes, g.events);
+}
+
+NPURT_DECL void scheduler::begin_capture(stream_state& s, bool relaxed) {
+  s.capture = std::make_unique<capture_state>();
+  s.capture->relaxed = relaxed;
+}
+
+NPURT_DECL void scheduler::capture_task(stream_state& s, task* t) {
+  if (t->owns_kernel) {
+    // Shared with every clone a launch makes, instead of copied for each.
+    auto shared = std::make_shared<const kernel_desc>(*t->desc.kernel);
+    kernels_.destroy(const_cast<kernel_desc*>(t->desc.kernel));
+    t->owns_kernel = false;
+    t->desc.kernel = shared.get();
+    t->desc.ref = std::move(shared);
+  }
+  if (t->kind == task_kind::memcpy) {
+    const copy_desc& c = t->extra->copy;
+    const auto pinned = [&](const void* p) { return !is_device_address(p) && parts_.memory_.find_host_allocation(p); };
+    t->extra->pinned_ends = static_cast<std::uint8_t>((pinned(c.src) ? 1 : 0) | (pinned(c.dst) ? 2 : 0));
+  }
+  s.capture->nodes.push_back(t);
+  ++held_nodes_;
+}
+
+NPURT_DECL void scheduler::invalidate_capture(stream_state& s, std::error_code ec, std::string why) {
+  if (!s.capture || s.capture->invalidated) return;
+  s.capture->invalidated = ec;
+  s.capture->why = std::move(why);
+}
+
+NPURT_DECL stream_state* scheduler::strict_capture(device_id dev) noexcept {
+  for (auto& sp : streams_)
+    if (sp && sp->capture && !sp->capture->relaxed && (dev < 0 || sp->device == dev)) return sp.get();
+  return nullptr;
+}
+
+NPURT_DECL void scheduler::drop_nodes(std::vector<task*>& nodes, std::vector<std::uint64_t>& events) noexcept {
+  for (task* t : nodes) free_task(t);
+  held_nodes_ -= nodes.size();
+  nodes.clear();
+  for (std::uint64_t e : events) {
+    if (event_state* st = find_event(e)) st->captured = false;
+    release_event(e);
+  }
+  events.clear();
+}
+
+NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, std::error_code& ec, std::string& why) {
+  std::unique_ptr<capture_state> c = std::move(s.capture);
+  for (std::uint64_t e : c->events)
+    if (event_state* st = find_event(e)) st->captured = false;
+  if (c->invalidated) {
+    // CANN and CUDA answer with the capture's own code; the words name the call that broke it.
+    ec = make_error_code(errc::capture_invalidated);
+    why = std::move(c->why);
+    drop_nodes(c->nodes, c->events);
+    return 0;
+  }
+  const std::uint64_t id = next_graph_++;
+  graph_state& g = graphs_[id];
+  g.device = s.device;
+  g.nodes = std::move(c->nodes);
+  g.events = std::move(c->events);
+  return id;
+}
+
+NPURT_DECL const graph_state* scheduler::find_graph(std::uint64_t id) const noexcept {
+  const auto it = graphs_.find(id);
+  return it == graphs_.end() ? nullptr : &it->second;
+}
+
+NPURT_DECL void scheduler::release_graph(std::uint64_t id) noexcept {
+  const auto it = graphs_.find(id);
+  if (it == graphs_.end()) return;
+  drop_nodes(it->second.nodes, it->second.events);
+  graphs_.erase(it);
+}
+
+NPURT_DECL task* scheduler::clone_node(stream_state& s, const task& n) {
+  task* t = new_task(s, n.kind);
+  t->name = n.name;
+  t->engine = n.engine;
+  t->block_dim = n.block_dim;
+  if (n.has_desc) t->describe(n.desc.kernel, n.desc.ref);
+  else t->fixed = n.fixed;
+  if (const task_side* x = n.extra) {
+    task_side& y = extra(t);
+    y.copy = x->copy;
+    y.event_id = x->event_id;
+    y.pinned_ends = x->pinned_ends;
+    if (x->callback) y.callback = own_callback(*x->callback);
+  }
+  return t;
+}
+
+NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::uint64_t id, stream_state& s,
+                                                                           std::error_code& ec, std::string& why) {
+  graph_state& g = graphs_.at(id);
+  // Pinned host memory a copy node reads or writes must still be allocated: freed, it could be
+  // anyone's by now. Device memory is checked when each copy runs, as for any queued copy.
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const task& n = *g.nodes[i];
+    if (n.kind != task_kind::memcpy || n.extra->pinned_ends == 0) continue;
+    const copy_desc& c = n.extra->copy;
+    const auto gone = [&](const void* p) {
+      const host_allocation* h = parts_.memory_.find_host_allocation(p);
+      return !h || c.bytes > h->bytes - static_cast<std::size_t>(static_cast<const std::byte*>(p) -
+                                                                 static_cast<const std::byte*>(h->base));
+    };
+    const bool src_gone = (n.extra->pinned_ends & 1) && gone(c.src);
+    if (src_gone || ((n.extra->pinned_ends & 2) && gone(c.dst))) {
+      ec = make_error_code(errc::invalid_pointer);
+      why = "node " + std::to_string(i) + " (" + std::string(n.name) + ") copies " + (src_gone ? "from" : "to") +
+            " pinned host memory that was freed after the capture (system::host_free)";
+      return {0, 0};
+    }
+  }
+  std::pair<std::uint64_t, std::uint64_t> last{0, 0};
+  picoseconds overhead = parts_.opts_.launch_overhead;  // the graph's launch; then each node's
+  for (const task* n : g.nodes) {
+    event_state* e = n->kind == task_kind::event_record ? find_event(n->extra->event_id) : nullptr;
+    if (e) {
+      record_event(s, *e, overhead);
+      last = {s.enqueued, e->record_task};
+    } else {
+      // A record whose event is gone (its device was reset) still runs in stream order.
+      task* t = clone_node(s, *n);
+      const std::uint64_t seq = enqueue(s, t, overhead);
+      last = {seq, t->id};
+    }
+    overhead = parts_.opts_.graph_node_overhead;
+  }
+  if (s.capture) last = {0, 0};  // the clones are nodes of that capture
+  return last;
 }
 
 }  // namespace npurt::detail

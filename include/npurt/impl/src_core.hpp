@@ -25,4 +25,5 @@
 #include <npurt/impl/scheduler.ipp>
 #include <npurt/impl/segment_provider.ipp>
 #include <npurt/impl/stream.ipp>
+#include <npurt/impl/stream_graph.ipp>
 #include <npurt/impl/system.ipp>

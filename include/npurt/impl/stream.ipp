@@ -2,6 +2,7 @@
 #pragma once
 
 #include <npurt/stream.hpp>
+#include <npurt/stream_graph.hpp>
 
 #include <cstring>
 #include <memory>
@@ -80,18 +81,21 @@ NPURT_DECL stream::executor_type stream::get_executor() const {
 
 NPURT_DECL event stream::submit(detail::task* t) {
   const std::uint64_t task = t->id;
-  return event::task_event(*rt_, id_, rt_->enqueue(*rt_->find_stream(id_), t), task);
+  const std::uint64_t seq = rt_->enqueue(*rt_->find_stream(id_), t);
+  if (seq == 0) [[unlikely]]
+    return {};  // a node of the stream's capture: no place in the stream until a launch
+  return event::task_event(*rt_, id_, seq, task);
 }
 
-NPURT_DECL void stream::submit_awaited(detail::task* t) { (void)rt_->enqueue(*rt_->find_stream(id_), t); }
+NPURT_HOT_DECL void stream::submit_awaited(detail::task* t) { (void)rt_->enqueue(*rt_->find_stream(id_), t); }
 
 // --- preparation: every check happens here, before anything is enqueued ----------------------
 
 namespace detail {
 /// The record of a kernels::fixed launch the backend accepted (the launch path of schedules
 /// and benchmarks: no descriptor copy).
-inline task* fixed_task(runtime& rt, stream_state& s, const kernels::fixed& f, std::string_view name,
-                        std::uint32_t block_dim) {
+[[gnu::always_inline]] inline task* fixed_task(runtime& rt, stream_state& s, const kernels::fixed& f,
+                                               std::string_view name, std::uint32_t block_dim) {
   task* t = rt.new_task(s, task_kind::kernel);
   t->engine = engine_kind::ai_core;
   t->block_dim = block_dim;
@@ -103,7 +107,8 @@ inline task* fixed_task(runtime& rt, stream_state& s, const kernels::fixed& f, s
 /// The stream a kernels::fixed launch goes to when every check passes, else null: the caller's
 /// general path then finds and reports what failed (a negative duration, say). No error code is
 /// built on the way: even a default std::error_code costs a call to std::system_category().
-inline stream_state* accepting_stream(runtime* rt, std::uint32_t id, const kernels::fixed& f, std::uint32_t block_dim) {
+[[gnu::always_inline]] inline stream_state* accepting_stream(runtime* rt, std::uint32_t id, const kernels::fixed& f,
+                                                             std::uint32_t block_dim) {
   if (f.duration.count() < 0 || !rt || rt->wrong_thread()) return nullptr;
   stream_state* s = rt->find_stream(id);
   if (!s || s->invalidated || s->destroyed) return nullptr;
@@ -113,7 +118,7 @@ inline stream_state* accepting_stream(runtime* rt, std::uint32_t id, const kerne
 }
 }  // namespace detail
 
-NPURT_DECL detail::task* stream::live_fixed_launch(const kernel_desc& k) {
+NPURT_HOT_DECL detail::task* stream::live_fixed_launch(const kernel_desc& k) {
   const auto* f = std::get_if<kernels::fixed>(&k.op);
   detail::stream_state* s = f ? detail::accepting_stream(rt_, id_, *f, k.block_dim) : nullptr;
   return s ? detail::fixed_task(*rt_, *s, *f, rt_->intern(k.display_name()), k.block_dim) : nullptr;
@@ -159,7 +164,7 @@ NPURT_DECL detail::task* stream::make_launch(const kernel_desc& k, const shared_
   return t;
 }
 
-NPURT_DECL detail::task* stream::make_launch(const detail::launch_args& a, std::error_code& ec, std::string* what) {
+NPURT_HOT_DECL detail::task* stream::make_launch(const detail::launch_args& a, std::error_code& ec, std::string* what) {
   if (a.full) return make_launch(*a.full, nullptr, ec, what);
   // An awaited launch the checks accept: `ec` is only cleared when it holds an error, as
   // state() would, without the category call clear() makes.
@@ -254,6 +259,11 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
   device_id dst_owner = -1;
   device_id src_owner = -1;
   if (!check_side(dst, dst_dev, dst_owner) || !check_side(src, src_dev, src_owner)) return nullptr;
+  if (s->capture && !src_dev && !rt_->memory().find_host_allocation(src)) {
+    ec = make_error_code(errc::capture_unsupported);
+    (void)refuse_in_capture(*s, "npurt::stream::memcpy", ec, detail::pageable_in_capture);
+    return nullptr;
+  }
   // A lost device takes no work until it is reset, as launches and allocations are refused: a
   // copy fails at the call, not later on the stream.
   if (lost(s->device) || (src_owner >= 0 && lost(src_owner)) || (dst_owner >= 0 && lost(dst_owner))) {
@@ -364,11 +374,27 @@ NPURT_DECL detail::task* stream::make_wait(const event& e, std::error_code& ec) 
     ec = make_error_code(errc::invalid_event);  // an event of another system
     return nullptr;
   }
+  // The capture's rules for a live event; a null or destroyed one is refused as such below.
+  const detail::event_state* st = e.is_task_event() ? nullptr : rt_->find_event(e.id());
+  const bool live = e.is_task_event() || st;
+  if (st && st->captured) {
+    if (!s->capture) {
+      ec = make_error_code(errc::capture_unsupported);
+      return nullptr;
+    }
+    // Recorded earlier in this capture, on this stream: stream order already waits for it.
+    const auto& mine = s->capture->events;
+    if (std::find(mine.begin(), mine.end(), e.id()) != mine.end()) return nullptr;
+  }
+  if (s->capture && live) {
+    ec = make_error_code(errc::capture_dependency);
+    (void)refuse_in_capture(*s, "npurt::stream::wait", ec, detail::capture_dependency_words);
+    return nullptr;
+  }
   std::uint32_t target = 0;
   std::uint64_t seq = 0;
   if (!e.position(target, seq, ec)) {
     // Only events made with wait_for_record may be waited on before their first record.
-    const detail::event_state* st = e.is_task_event() ? nullptr : rt_->find_event(e.id());
     if (ec != errc::event_not_recorded || !st || !st->wait_for_record) return nullptr;
     ec.clear();
   }
@@ -380,8 +406,7 @@ NPURT_DECL detail::task* stream::make_wait(const event& e, std::error_code& ec) 
   // The record a wait refers to is fixed now (a later record of the event is not waited for), and
   // the trace names it even when the event's last handle is gone by the time the wait ends.
   if (e.is_task_event()) x.record_task = e.task_;
-  else if (const detail::event_state* st = rt_->find_event(e.id()); st && st->records != 0)
-    x.record_task = st->record_task;
+  else if (st && st->records != 0) x.record_task = st->record_task;
   t->name = "event_wait";
   x.wait_limit = rt_->event_wait_timeout();  // the limit in force when the wait is enqueued
   // Only a wait bound to a record and without a time limit orders what follows it: one that
@@ -531,6 +556,7 @@ inline std::string device_mismatch(const memory_registry& memory, device_id mine
 }  // namespace detail
 
 NPURT_DECL std::string stream::pointer_problem(std::error_code ec, const void* dst, const void* src) const {
+  if (ec == errc::capture_unsupported) return std::string(detail::pageable_in_capture);
   if (ec == errc::stream_device_mismatch && rt_)
     return detail::device_mismatch(rt_->memory(), device_or_none(), dst, src);
   if (ec != errc::invalid_pointer || !rt_) return {};
@@ -577,6 +603,10 @@ NPURT_DECL void stream::record_event(const event& e, std::error_code& ec) {
 }
 
 NPURT_DECL std::string stream::event_problem(const event& e, std::error_code ec, bool record) const {
+  if (ec == errc::capture_dependency) return std::string(detail::capture_dependency_words);
+  if (ec == errc::capture_unsupported)
+    return "the event was recorded in another stream's open capture, and its record runs only when that graph is "
+           "launched: a stream cannot join another's capture (wait for a record made by a launch of the graph)";
   if (ec == errc::stream_device_mismatch)
     return "the event belongs to device " + std::to_string(e.device_or_none()) + ", the stream to device " +
            std::to_string(device_or_none()) + " (record an event of the stream's device)";
@@ -634,6 +664,16 @@ NPURT_DECL event stream::launch_callback(std::function<void()> fn) {
 NPURT_DECL bool stream::query(std::error_code& ec) const noexcept {
   auto* s = state(ec);
   if (!s) return false;
+  if (s->capture) [[unlikely]] {
+    ec = make_error_code(errc::stream_captured);
+    try {
+      note_refusal(
+          "npurt::stream::query", ec,
+          const_cast<stream*>(this)->refuse_in_capture(*s, "npurt::stream::query", ec, detail::sync_in_capture));
+    } catch (...) {  // no memory for the words: the code still says it
+    }
+    return false;
+  }
   if ((ec = rt_->take_stream_failure(s->id).ec)) return false;
   return s->head == nullptr;
 }
@@ -642,6 +682,12 @@ NPURT_DECL bool stream::query() const {
   std::error_code ec;
   auto* s = state(ec);
   throw_if(ec, "npurt::stream::query");
+  if (s->capture) [[unlikely]] {
+    ec = make_error_code(errc::stream_captured);
+    const std::string why =
+        const_cast<stream*>(this)->refuse_in_capture(*s, "npurt::stream::query", ec, detail::sync_in_capture);
+    throw_error_on(s->device, ec, refusal("npurt::stream::query", ec, why));
+  }
   detail::failure f = rt_->take_stream_failure(s->id);
   if (f.exception) std::rethrow_exception(f.exception);
   if (f) detail::throw_failure(f, "npurt::stream::query: " + f.describe(), s->device);
@@ -651,6 +697,12 @@ NPURT_DECL bool stream::query() const {
 NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* out) {
   auto* s = state(ec);
   if (!s) return;
+  if (s->capture) [[unlikely]] {
+    ec = make_error_code(errc::stream_captured);
+    note_refusal("npurt::stream::synchronize", ec,
+                 refuse_in_capture(*s, "npurt::stream::synchronize", ec, detail::sync_in_capture));
+    return;
+  }
   if ((ec = detail::check_timeout(timeout))) return;
   detail::runtime& rt = *rt_;
   const std::uint32_t id = s->id;
@@ -685,8 +737,85 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout) {
   if (f.exception) std::rethrow_exception(f.exception);
   if (f) detail::throw_failure(f, "npurt::stream::synchronize: " + f.describe(), device_or_none());
   if (ec == errc::invalid_stream) throw_error_on(-1, ec, refusal("npurt::stream::synchronize", ec, {}));
+  if (ec == errc::stream_captured)
+    throw_error_on(device_or_none(), ec, refusal("npurt::stream::synchronize", ec, detail::sync_in_capture));
   detail::throw_if_sync_error(rt_.get(), ec, "npurt::stream::synchronize", timeout, device_or_none(),
                               "co_await s.async_synchronize(asio::use_awaitable)");
+}
+
+// --- capture ---------------------------------------------------------------------------------
+
+NPURT_DECL std::string stream::refuse_in_capture(detail::stream_state& s, std::string_view call, std::error_code ec,
+                                                 std::string_view why) {
+  std::string words = refusal(call, ec, why);
+  rt_->invalidate_capture(s, ec, words);
+  return std::string(why);
+}
+
+NPURT_DECL void stream::begin_capture(capture_mode mode, std::error_code& ec) {
+  auto* s = state(ec);
+  if (!s) {
+    note_refusal("npurt::stream::begin_capture", ec, {});
+    return;
+  }
+  if (s->capture) {
+    ec = make_error_code(errc::stream_captured);
+    note_refusal("npurt::stream::begin_capture", ec, "the stream is capturing already (end_capture first)");
+    return;
+  }
+  rt_->begin_capture(*s, mode == capture_mode::relaxed);
+}
+
+NPURT_DECL void stream::begin_capture(capture_mode mode) {
+  std::error_code ec;
+  begin_capture(mode, ec);
+  if (ec)
+    throw_error_on(device_or_none(), ec,
+                   refusal("npurt::stream::begin_capture", ec,
+                           ec == errc::stream_captured ? "the stream is capturing already (end_capture first)" : ""));
+}
+
+NPURT_DECL stream_graph stream::end_capture(std::error_code& ec, std::string& words) {
+  auto* s = state(ec);
+  std::string why;
+  if (s && !s->capture) {
+    ec = make_error_code(errc::stream_not_captured);
+    why = "the stream is not capturing (begin_capture first)";
+  }
+  if (ec) {
+    words = refusal("npurt::stream::end_capture", ec, why);
+    return {};
+  }
+  const std::uint64_t id = rt_->end_capture(*s, ec, why);
+  if (ec) {
+    // The words of the call that broke the capture.
+    words = "npurt::stream::end_capture: the capture was invalidated by " + why;
+    return {};
+  }
+  return stream_graph(*rt_, id);
+}
+
+NPURT_DECL stream_graph stream::end_capture(std::error_code& ec) {
+  std::string words;
+  stream_graph g = end_capture(ec, words);
+  if (ec && rt_ && !rt_->wrong_thread()) (void)detail::note_refusal(*rt_, device_or_none(), words, ec, {});
+  return g;
+}
+
+NPURT_DECL stream_graph stream::end_capture() {
+  std::error_code ec;
+  std::string words;
+  stream_graph g = end_capture(ec, words);
+  if (ec) throw_error_on(device_or_none(), ec, words);
+  return g;
+}
+
+NPURT_DECL capture_status stream::capture_info() const {
+  std::error_code ec;
+  const auto* s = state(ec);
+  throw_if(ec, "npurt::stream::capture_info");
+  if (!s->capture) return capture_status::none;
+  return s->capture->invalidated ? capture_status::invalidated : capture_status::active;
 }
 
 }  // namespace npurt

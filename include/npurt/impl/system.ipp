@@ -10,13 +10,18 @@ namespace npurt {
 
 namespace detail {
 // Times from outside are checked before anything is built.
-inline const system_options& checked(const system_options& o) {
-  if (o.launch_overhead.count() < 0)
-    throw_error(make_error_code(errc::invalid_config), "npurt::system: system_options::launch_overhead is negative");
-  if (o.launch_overhead > max_launch_overhead)
+inline void check_overhead(picoseconds v, const char* name) {
+  if (v.count() < 0)
     throw_error(make_error_code(errc::invalid_config),
-                "npurt::system: system_options::launch_overhead of " + std::to_string(o.launch_overhead.count()) +
+                std::string("npurt::system: system_options::") + name + " is negative");
+  if (v > max_launch_overhead)
+    throw_error(make_error_code(errc::invalid_config),
+                std::string("npurt::system: system_options::") + name + " of " + std::to_string(v.count()) +
                     " ps is more than max_launch_overhead (1 s): a launch costs a host microseconds");
+}
+inline const system_options& checked(const system_options& o) {
+  check_overhead(o.launch_overhead, "launch_overhead");
+  check_overhead(o.graph_node_overhead, "graph_node_overhead");
   return o;
 }
 }  // namespace detail

@@ -1,0 +1,112 @@
+// npurt/stream_graph.hpp — graphs captured from a stream, launched as often as needed.
+//
+// A stream's capture (stream::begin_capture ... stream::end_capture, as aclmdlRICaptureBegin and
+// cudaStreamBeginCapture) records its work as a graph instead of running it. Launching the graph
+// enqueues that work again on any stream of the same device, checked once at the capture: the
+// host lane pays system_options::launch_overhead for the launch and graph_node_overhead for
+// each node after the first, where launching the nodes one by one pays launch_overhead each
+// (aclmdlRIExecuteAsync, cudaGraphLaunch). On the device each node runs as it would have.
+//
+// A graph is a move-only handle. It keeps what its nodes need (shared kernel descriptors, host
+// callbacks, the user events it records) until it is destroyed; the memory its nodes read and
+// write stays the caller's to keep alive, as for any queued work. A launch refuses a copy node
+// whose pinned host buffer was freed since; device memory freed since fails its node when it
+// runs, with the stream's sticky error. Resetting the graph's device destroys its nodes, and the
+// graph launches no more (errc::invalid_graph).
+#pragma once
+
+#include <npurt/config.hpp>
+#include <npurt/detail/async_op.hpp>
+#include <npurt/detail/runtime.hpp>
+#include <npurt/error.hpp>
+#include <npurt/event.hpp>
+#include <npurt/stream.hpp>
+
+#include <boost/asio/async_result.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <system_error>
+#include <utility>
+
+namespace npurt {
+
+class stream_graph {
+ public:
+  using default_token = detail::default_token;
+
+  /// A null graph: every call reports errc::invalid_graph.
+  stream_graph() noexcept = default;
+  stream_graph(stream_graph&& o) noexcept : rt_(std::move(o.rt_)), id_(std::exchange(o.id_, 0)) {}
+  NPURT_DECL stream_graph& operator=(stream_graph&& o) noexcept;
+  stream_graph(const stream_graph&) = delete;
+  stream_graph& operator=(const stream_graph&) = delete;
+  NPURT_DECL ~stream_graph();
+
+  /// Whether the graph can be launched (not null, not destroyed with its system or its device's reset).
+  [[nodiscard]] NPURT_DECL bool valid() const noexcept;
+  /// Its nodes: one per captured task.
+  [[nodiscard]] NPURT_DECL std::size_t size() const;
+  /// The device whose stream captured it; it launches on streams of that device.
+  [[nodiscard]] NPURT_DECL device_id device() const;
+
+  /// Enqueues the graph's nodes on `s`, in captured order, and returns the last node's event (a
+  /// null event for an empty graph). Into a capturing stream, the nodes join its capture (a null
+  /// event). Refused, with nothing enqueued: a null or lost graph (errc::invalid_graph), a stream
+  /// of another system or null (errc::invalid_stream), of another device
+  /// (errc::stream_device_mismatch), a lost device (errc::device_lost), a copy node's pinned
+  /// host buffer freed since the capture (errc::invalid_pointer).
+  NPURT_DECL event launch(stream& s);
+  NPURT_DECL event launch(stream& s, std::error_code& ec);
+  /// launch(s), then completes as s.async_synchronize does: when the graph's work (and whatever
+  /// was enqueued on s before it) has run, with the stream's first unread failure. A capturing
+  /// stream refuses it (errc::stream_captured), as any awaited call.
+  template <class Token = default_token>
+  auto async_launch(stream& s, Token&& token = {});
+
+ private:
+  friend class stream;
+  stream_graph(detail::runtime& rt, std::uint64_t id) noexcept : rt_(&rt), id_(id) {}
+  /// The graph's state, or null with the code (invalid_graph, wrong_thread) and the words.
+  NPURT_DECL const detail::graph_state* state(std::error_code& ec, std::string& why) const;
+  /// launch's work, its refusal's words in `words`.
+  NPURT_DECL event launch(stream& s, std::error_code& ec, std::string& words);
+
+  detail::runtime_ref rt_;  // null once the system is gone
+  std::uint64_t id_ = 0;
+};
+
+template <class Token>
+auto stream_graph::async_launch(stream& s, Token&& token) {
+  return boost::asio::async_initiate<Token, void(async_error_code)>(
+      [this, &s](auto handler) {
+        if (!rt_) {
+          detail::post_null_handle_error(std::move(handler), make_error_code(errc::invalid_graph));
+          return;
+        }
+        if (rt_->wrong_thread()) [[unlikely]] {
+          detail::refuse_foreign(&rt_->io(), std::move(handler), -1, "npurt::stream_graph::async_launch");
+          return;
+        }
+        if (detail::stream_state* ss = s.rt_ == rt_ ? rt_->find_stream(s.id()) : nullptr; ss && ss->capture) {
+          s.refuse_captured(std::move(handler), *ss, "npurt::stream_graph::async_launch", detail::awaited_in_capture);
+          return;
+        }
+        std::error_code ec;
+        std::string words;
+        (void)launch(s, ec, words);
+        if (ec) {
+          detail::post_refusal(*rt_, std::move(handler), ec, s.device_or_none(), words, {});
+          return;
+        }
+        s.async_synchronize(std::move(handler));
+      },
+      token);
+}
+
+}  // namespace npurt
+
+#if NPURT_INCLUDE_IMPL
+#include <npurt/impl/stream_graph.ipp>
+#endif
