@@ -105,17 +105,17 @@ class tensor;
 namespace detail {
 /// Why a capturing stream refuses an awaited call, and its synchronize or query.
 inline constexpr std::string_view awaited_in_capture =
-    "the stream is capturing, and an awaited call completes when its work has run, which a capture defers to the "
-    "graph's launch: enqueue it fire-and-forget, or await stream_graph::async_launch";
+    "an awaited call completes when its work has run, which a capture defers to the graph's launch: enqueue it "
+    "fire-and-forget, or await stream_graph::async_launch";
 inline constexpr std::string_view sync_in_capture =
-    "the stream is capturing: its captured work runs only when the graph is launched, so there is nothing to wait "
-    "for or ask about (end_capture first)";
+    "its captured work runs only when the graph is launched, so there is nothing to wait for or ask about until "
+    "end_capture";
 inline constexpr std::string_view capture_dependency_words =
-    "the stream is capturing, and a captured wait may only wait for a record of a user event made earlier in the "
-    "same capture: this event's record (or a launch's event) is outside it";
+    "a captured wait may only wait for a record of a user event made earlier in the same capture, and this event's "
+    "record (or a launch's event) is outside it";
 inline constexpr std::string_view pageable_in_capture =
-    "the stream is capturing, and a copy from pageable host memory cannot be captured: a launch would need the "
-    "bytes as they were at the call (copy from pinned memory, system::host_malloc, which a launch reads then)";
+    "a copy from pageable host memory cannot be captured: a launch would need the bytes as they were at the call "
+    "(copy from pinned memory, system::host_malloc, which a launch reads then)";
 
 /// For npurt's own components: a blocking synchronize that hands back the failure it read, for
 /// a caller that reports it in its own terms (a session names the graph node that failed).

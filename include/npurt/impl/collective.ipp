@@ -501,8 +501,7 @@ NPURT_DECL std::string communicator::refusal_words(const collective_call& c, con
   if (rank >= 0 && (ec == errc::size_overflow || ec == errc::null_pointer || ec == errc::stream_device_mismatch))
     (void)check(c, s.device_or_none(), static_cast<std::uint32_t>(rank), &buffer_why);
   if (ec == errc::invalid_stream) what += ": the stream is empty, destroyed, or of another system";
-  if (ec == errc::capture_unsupported)
-    what += ": the stream is capturing, and collectives are not captured (enqueue them outside the capture)";
+  if (ec == errc::capture_unsupported) what += ": collectives are not captured (enqueue them outside the capture)";
   else if (!buffer_why.empty()) what += ": " + buffer_why;
   else if (ec == errc::stream_device_mismatch) {
     std::string devs;

@@ -51,7 +51,7 @@ class npurt_category final : public boost::system::error_category {
       case errc::wrong_thread: return "called from a thread that does not run the system (npurt is single-threaded)";
       case errc::time_overflow:
         return "virtual time overflow: the time or duration runs past the end of the simulated clock (2^63 ps)";
-      case errc::stream_captured: return "the stream is capturing: the operation cannot run on it until end_capture";
+      case errc::stream_captured: return "the stream is capturing (until end_capture)";
       case errc::stream_not_captured: return "the stream is not capturing";
       case errc::capture_unsupported: return "operation not permitted while a stream is capturing";
       case errc::capture_dependency: return "a captured wait depends on work outside the capture";

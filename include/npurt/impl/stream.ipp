@@ -760,7 +760,7 @@ NPURT_DECL void stream::begin_capture(capture_mode mode, std::error_code& ec) {
   }
   if (s->capture) {
     ec = make_error_code(errc::stream_captured);
-    note_refusal("npurt::stream::begin_capture", ec, "the stream is capturing already (end_capture first)");
+    note_refusal("npurt::stream::begin_capture", ec, "a capture is open on it already (end_capture first)");
     return;
   }
   rt_->begin_capture(*s, mode == capture_mode::relaxed);
@@ -772,7 +772,7 @@ NPURT_DECL void stream::begin_capture(capture_mode mode) {
   if (ec)
     throw_error_on(device_or_none(), ec,
                    refusal("npurt::stream::begin_capture", ec,
-                           ec == errc::stream_captured ? "the stream is capturing already (end_capture first)" : ""));
+                           ec == errc::stream_captured ? "a capture is open on it already (end_capture first)" : ""));
 }
 
 NPURT_DECL stream_graph stream::end_capture(std::error_code& ec, std::string& words) {
