@@ -68,8 +68,10 @@ int main(int argc, char** argv) {
   std::string preset_name = "ascend910";
   npurt_bench::command_line cl{"graph_replay: ResNet-50 launched call by call against launched as a captured graph"};
   cl.app().add_option("--steps", steps, "steps per run")->capture_default_str()->check(CLI::Range(1, 1000));
-  cl.app().add_option("--rounds", rounds, "runs of each, for the host CPU time")->capture_default_str()->check(
-      CLI::Range(1, 100));
+  cl.app()
+      .add_option("--rounds", rounds, "runs of each, for the host CPU time")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
   cl.add_preset(preset_name);
   if (auto rc = cl.parse(argc, argv)) return *rc;
   const npurt::sim::preset p = npurt::sim::presets::by_name(preset_name);

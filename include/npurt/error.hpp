@@ -58,6 +58,8 @@ enum class errc : int {
   capture_dependency = 107033,   // a captured wait for work outside the capture (ACL_ERROR_RT_CAPTURE_DEPENDENCY)
   capture_invalidated = 107034,  // an error ended the capture; end_capture reports it (..._CAPTURE_INVALIDATED)
   invalid_graph = 107035,        // a null, destroyed or lost stream_graph
+  capture_unmatched = 107036,    // end_capture on a stream that joined a capture (..._STREAM_CAPTURE_UNMATCHED)
+  capture_unjoined = 107037,     // a stream joined a capture and was not waited for (ACL_ERROR_RT_STREAM_UNJOINED)
   corrupt_file = 107040,      // a file failed its checksums or layout rules (truncated, damaged)
   // Resource errors: the call was right but the resources were not there.
   out_of_memory = 207001,

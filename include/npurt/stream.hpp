@@ -113,6 +113,9 @@ inline constexpr std::string_view sync_in_capture =
 inline constexpr std::string_view capture_dependency_words =
     "a captured wait may only wait for a record of a user event made earlier in the same capture, and this event's "
     "record (or a launch's event) is outside it";
+inline constexpr std::string_view awaited_captured_event =
+    "the event was recorded in an open capture, and its record runs only when the graph is launched: an awaited "
+    "wait for it would never end (wait for it fire-and-forget to join the capture, or after a launch)";
 inline constexpr std::string_view pageable_in_capture =
     "a copy from pageable host memory cannot be captured: a launch would need the bytes as they were at the call "
     "(copy from pinned memory, system::host_malloc, which a launch reads then)";
@@ -188,7 +191,9 @@ class stream {
   // --- capture (aclmdlRICaptureBegin/End, cudaStreamBeginCapture/EndCapture) -----------------
   /// From now on the stream's fire-and-forget work (launches, copies from device or pinned
   /// memory, memsets, records of user events, callbacks, waits for events recorded in the
-  /// capture) is recorded instead of run, until end_capture() makes it a stream_graph
+  /// capture) is recorded instead of run, until end_capture() makes it a stream_graph. Another
+  /// stream of the device joins the capture by waiting for an event recorded in it, and must be
+  /// waited for again before end_capture (errc::capture_unjoined)
   /// (<npurt/stream_graph.hpp>) to launch as often as needed. A captured call returns a null
   /// event: its work has no place in a stream until a launch. Refused while capturing, and
   /// invalidating the capture (end_capture then fails with the reason): an awaited call, the
@@ -200,8 +205,10 @@ class stream {
   NPURT_DECL void begin_capture(capture_mode mode = capture_mode::global);
   NPURT_DECL void begin_capture(capture_mode mode, std::error_code& ec);
   /// Ends the capture and returns its graph (empty when nothing was captured);
-  /// errc::stream_not_captured when the stream is not capturing, or the error that invalidated
-  /// the capture (its words in the exception and recent_error_message). Ended either way.
+  /// errc::stream_not_captured when the stream is not capturing, errc::capture_unmatched when it
+  /// joined a capture another stream began (which goes on), else ended either way: with
+  /// errc::capture_invalidated (the words of the call that broke it in the exception and
+  /// recent_error_message) or errc::capture_unjoined.
   NPURT_DECL stream_graph end_capture();
   NPURT_DECL stream_graph end_capture(std::error_code& ec);
   [[nodiscard]] NPURT_DECL capture_status capture_info() const;
@@ -280,6 +287,8 @@ class stream {
   NPURT_DECL detail::task* make_memset(void* dst, std::size_t dst_max, int value, std::size_t count,
                                        std::error_code& ec);
   NPURT_DECL detail::task* make_wait(const event& e, std::error_code& ec);
+  /// Whether `e`'s latest record is a node of an open capture.
+  [[nodiscard]] NPURT_DECL bool recorded_in_capture(const event& e) const noexcept;
   /// What is wrong with a copy's or memset's pointer when `ec` says one is not live device
   /// memory (which one, and why: freed, of another system, ...); empty for other codes.
   [[nodiscard]] NPURT_DECL std::string pointer_problem(std::error_code ec, const void* dst, const void* src) const;
@@ -444,7 +453,12 @@ auto stream::async_wait(const event& e, Token&& token) {
   const bool foreign = foreign_thread();
   return async_enqueue(
       std::forward<Token>(token), "npurt::stream::async_wait",
-      [e = foreign ? event() : e](stream& s, std::error_code& ec, std::string& why) {
+      [e = foreign ? event() : e](stream& s, std::error_code& ec, std::string& why) -> detail::task* {
+        if (s.recorded_in_capture(e)) [[unlikely]] {
+          ec = make_error_code(errc::capture_unsupported);
+          why = detail::awaited_captured_event;
+          return nullptr;
+        }
         detail::task* t = s.make_wait(e, ec);
         if (!t) why = s.event_problem(e, ec, false);
         return t;

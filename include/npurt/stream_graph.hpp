@@ -5,7 +5,9 @@
 // enqueues that work again on any stream of the same device, checked once at the capture: the
 // host lane pays system_options::launch_overhead for the launch and graph_node_overhead for
 // each node after the first, where launching the nodes one by one pays launch_overhead each
-// (aclmdlRIExecuteAsync, cudaGraphLaunch). On the device each node runs as it would have.
+// (aclmdlRIExecuteAsync, cudaGraphLaunch). On the device each node runs as it would have. The
+// work of streams that joined the capture (fork and join through events) runs on streams of the
+// graph's own, made at its first launch, with the dependencies the capture recorded.
 //
 // A graph is a move-only handle. It keeps what its nodes need (shared kernel descriptors, host
 // callbacks, the user events it records) until it is destroyed; the memory its nodes read and
@@ -51,9 +53,11 @@ class stream_graph {
   /// The device whose stream captured it; it launches on streams of that device.
   [[nodiscard]] NPURT_DECL device_id device() const;
 
-  /// Enqueues the graph's nodes on `s`, in captured order, and returns the last node's event (a
-  /// null event for an empty graph). Into a capturing stream, the nodes join its capture (a null
-  /// event). Refused, with nothing enqueued: a null or lost graph (errc::invalid_graph), a stream
+  /// Enqueues the graph's nodes in captured order, those of the capturing stream on `s`, and
+  /// returns the last such node's event (a null event for an empty graph). Into a capturing
+  /// stream, the nodes of a graph of one stream join its capture (a null event); a graph of
+  /// several is refused there (errc::capture_unsupported). Refused, with nothing enqueued: a
+  /// null or lost graph (errc::invalid_graph), a stream
   /// of another system or null (errc::invalid_stream), of another device
   /// (errc::stream_device_mismatch), a lost device (errc::device_lost), a copy node's pinned
   /// host buffer freed since the capture (errc::invalid_pointer).

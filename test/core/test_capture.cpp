@@ -31,6 +31,15 @@ struct observed {
   observed() { sys.add_observer(rec); }
 };
 
+// Two streams of device 0 of an observed system, and two events of it.
+struct two_streams : observed {
+  npurt::device& dev = sys.device(0);
+  npurt::stream s = dev.make_stream();
+  npurt::stream other = dev.make_stream();
+  npurt::event e = dev.make_event();
+  npurt::event join = dev.make_event();
+};
+
 template <class F>
 npurt::errc cap_thrown(F&& f) {
   try {
@@ -148,38 +157,36 @@ TEST_CASE("a graph launches on any stream of its device, after the work queued b
 }
 
 TEST_CASE("a record captured runs at each launch; a captured wait for it is stream order", "[core][capture]") {
-  observed o;
-  auto& [rec, sys] = o;
-  auto& dev = sys.device(0);
-  auto s = dev.make_stream();
-  auto other = dev.make_stream();
-  npurt::event e = dev.make_event();
-  s.begin_capture();
-  s.launch(fixed(us(10), "first"));
-  s.record(e);
-  s.wait(e);  // recorded earlier in this capture: nothing to add
-  s.launch(fixed(us(1), "second"));
-  npurt::stream_graph g = s.end_capture();
+  two_streams r;
+  r.s.begin_capture();
+  r.s.launch(fixed(us(10), "first"));
+  r.s.record(r.e);
+  r.s.wait(r.e);  // recorded earlier in this capture: nothing to add
+  r.s.launch(fixed(us(1), "second"));
+  npurt::stream_graph g = r.s.end_capture();
   CHECK(g.size() == 3);
   std::error_code not_yet;
-  CHECK_FALSE(e.query(not_yet));  // the record runs at a launch
+  CHECK_FALSE(r.e.query(not_yet));  // the record runs at a launch
   CHECK(cap_code(not_yet) == errc::event_not_recorded);
-  g.launch(s);
-  other.wait(e);  // the launch's record
-  other.launch(fixed(us(1), "after"));
-  sys.run();
-  const auto mine = rec.of_stream(s.id());
-  const auto theirs = rec.of_stream(other.id());
+  g.launch(r.s);
+  r.other.wait(r.e);  // the launch's record
+  r.other.launch(fixed(us(1), "after"));
+  r.sys.run();
+  const auto mine = r.rec.of_stream(r.s.id());
+  const auto theirs = r.rec.of_stream(r.other.id());
   REQUIRE(mine.size() == 3);
   REQUIRE(theirs.size() == 2);  // the wait and the kernel
   CHECK(theirs.back().start >= mine[0].end);
-  CHECK(e.query());
+  CHECK(r.e.query());
 }
 
 TEST_CASE("the capture's own refusals name the call and end the capture invalidated", "[core][capture]") {
   npurt::system sys{simple()};
   auto& dev = sys.device(0);
   auto s = dev.make_stream();
+  auto other = dev.make_stream();
+  npurt::event fork = dev.make_event();
+  npurt::event join = dev.make_event();
   std::error_code ec;
 
   SECTION("a second begin_capture") {
@@ -227,22 +234,70 @@ TEST_CASE("the capture's own refusals name the call and end the capture invalida
     CHECK(s.capture_info() == npurt::capture_status::active);
     CHECK(s.end_capture().valid());
   }
-  SECTION("another stream cannot join the capture through its event") {
-    npurt::event inside = dev.make_event();
-    auto other = dev.make_stream();
+  SECTION("a stream that joins and is not joined back ends the capture unjoined") {
     s.begin_capture();
-    s.record(inside);
-    other.wait(inside, ec);
-    CHECK(cap_code(ec) == errc::capture_unsupported);
-    CHECK(sys.recent_error_message().find("cannot join another's capture") != std::string::npos);
-    CHECK(s.capture_info() == npurt::capture_status::active);
-    npurt::stream_graph g = s.end_capture();
-    other.wait(inside, ec);  // closed: the event names its records outside captures (none yet)
-    CHECK(cap_code(ec) == errc::event_not_recorded);
-    g.launch(s);
-    other.wait(inside);  // the launch's record
-    other.synchronize();
-    CHECK(inside.query());
+    s.record(fork);
+    other.wait(fork);  // joins
+    CHECK(other.capture_info() == npurt::capture_status::active);
+    other.launch(fixed(us(1)));
+    (void)s.end_capture(ec);
+    CHECK(cap_code(ec) == errc::capture_unjoined);
+    CHECK(sys.recent_error_message().find("stream " + std::to_string(other.id()) + " joined the capture") !=
+          std::string::npos);
+    CHECK(s.capture_info() == npurt::capture_status::none);
+    CHECK(other.capture_info() == npurt::capture_status::none);
+    other.synchronize();  // usable again, with nothing of the capture run
+  }
+  SECTION("end_capture on a stream that joined is refused, and the capture goes on") {
+    s.begin_capture();
+    s.record(fork);
+    other.wait(fork);
+    other.launch(fixed(us(1)));
+    CHECK(cap_thrown([&] { (void)other.end_capture(); }) == errc::capture_unmatched);
+    CHECK(other.capture_info() == npurt::capture_status::active);
+    other.record(join);
+    s.wait(join);
+    CHECK(s.end_capture().size() == 5);  // record, wait, kernel, record, wait
+    CHECK(other.capture_info() == npurt::capture_status::none);
+  }
+  SECTION("a stream that joined guards itself as the origin does") {
+    s.begin_capture();
+    s.record(fork);
+    other.wait(fork);
+    CHECK(cap_thrown([&] { other.synchronize(); }) == errc::stream_captured);
+    CHECK(s.capture_info() == npurt::capture_status::invalidated);
+    CHECK(cap_thrown([&] { (void)s.end_capture(); }) == errc::capture_invalidated);
+    CHECK(other.capture_info() == npurt::capture_status::none);
+  }
+  SECTION("a stream that joined and was destroyed invalidates the capture") {
+    s.begin_capture();
+    s.record(fork);
+    {
+      auto gone = dev.make_stream();
+      gone.wait(fork);
+    }
+    CHECK(cap_thrown([&] { (void)s.end_capture(); }) == errc::capture_invalidated);
+  }
+  SECTION("a record outside the capture makes the event's latest record an ordinary one again") {
+    s.begin_capture();
+    s.record(fork);
+    other.record(fork);
+    auto third = dev.make_stream();
+    third.wait(fork);  // other's record: no join
+    CHECK(third.capture_info() == npurt::capture_status::none);
+    CHECK(s.end_capture().size() == 1);
+    third.synchronize();
+    CHECK(fork.query());
+  }
+  SECTION("an awaited wait for an event recorded in a capture is refused") {
+    s.begin_capture();
+    s.record(fork);
+    std::error_code got;
+    other.async_wait(fork, [&](std::error_code e) { got = e; });
+    sys.run();
+    CHECK(cap_code(got) == errc::capture_unsupported);
+    CHECK(other.capture_info() == npurt::capture_status::none);
+    CHECK(s.end_capture().size() == 1);
   }
   SECTION("a copy from pageable host memory") {
     std::vector<unsigned char> pageable(64, 3);
@@ -337,6 +392,83 @@ TEST_CASE("a graph's launch refuses what it cannot run, with nothing enqueued", 
   CHECK_FALSE(moved.valid());
   auto fresh = d0.make_stream();
   CHECK(cap_thrown([&] { moved.launch(fresh); }) == errc::invalid_graph);
+}
+
+TEST_CASE("a capture forks to another stream and joins back; a launch keeps every dependency", "[core][capture]") {
+  two_streams r;
+  r.s.begin_capture();
+  r.s.launch(fixed(us(2), "a"));
+  r.s.record(r.e);
+  r.other.wait(r.e);  // joins: its work is the capture's from here
+  r.other.launch(fixed(us(7), "b"));
+  r.other.record(r.join);
+  r.s.launch(fixed(us(3), "c"));
+  r.s.wait(r.join);
+  r.s.launch(fixed(us(1), "d"));
+  npurt::stream_graph g = r.s.end_capture();
+  CHECK(r.other.capture_info() == npurt::capture_status::none);
+  CHECK(g.size() == 8);
+  r.sys.run();
+  CHECK(r.rec.rows.empty());
+  auto t = r.dev.make_stream();
+  t.launch(fixed(us(5), "before"));
+  const npurt::event last = g.launch(t);
+  t.launch(fixed(us(1), "after"));
+  r.sys.run();
+  CHECK(last.query());
+  auto find = [&](const std::string& name, std::size_t nth) {
+    for (const auto& row : r.rec.rows)
+      if (row.name == name && nth-- == 0) return row;
+    FAIL("no task " << name);
+    return r.rec.rows.front();
+  };
+  const auto before = find("before", 0), a = find("a", 0), b = find("b", 0), c = find("c", 0), d = find("d", 0),
+             after = find("after", 0);
+  CHECK(a.start >= before.end);
+  CHECK(b.start >= a.end);  // the fork
+  CHECK(c.start >= a.end);
+  CHECK(b.stream != a.stream);  // on a stream of the graph's own
+  CHECK(a.stream == t.id());
+  CHECK(d.start >= b.end);  // the join
+  CHECK(d.start >= c.end);
+  CHECK(after.start >= d.end);
+  // Launched again, the graph's stream is reused.
+  g.launch(t);
+  r.sys.run();
+  CHECK(find("b", 1).stream == find("b", 0).stream);
+  CHECK(find("d", 1).start >= find("b", 1).end);
+}
+
+TEST_CASE("captures do not cross devices, merge, or take graphs of several streams", "[core][capture]") {
+  npurt::system sys{simple(2)};
+  auto& d0 = sys.device(0);
+  auto s = d0.make_stream();
+  auto far = sys.device(1).make_stream();
+  auto near = d0.make_stream();
+  npurt::event fork = d0.make_event();
+  npurt::event join = d0.make_event();
+  std::error_code ec;
+  s.begin_capture();
+  s.record(fork);
+  far.wait(fork, ec);
+  CHECK(cap_code(ec) == errc::capture_unsupported);
+  CHECK(sys.recent_error_message().find("another device") != std::string::npos);
+  CHECK(far.capture_info() == npurt::capture_status::none);
+  near.begin_capture();
+  near.wait(fork, ec);  // two captures are not merged
+  CHECK(cap_code(ec) == errc::capture_unsupported);
+  CHECK(near.capture_info() == npurt::capture_status::invalidated);
+  CHECK(cap_thrown([&] { (void)near.end_capture(); }) == errc::capture_invalidated);
+  near.wait(fork);  // joins now
+  near.record(join);
+  s.wait(join);
+  npurt::stream_graph forked = s.end_capture();
+  CHECK(forked.size() == 4);
+  auto host = d0.make_stream();
+  host.begin_capture();
+  forked.launch(host, ec);
+  CHECK(cap_code(ec) == errc::capture_unsupported);
+  CHECK(host.end_capture().size() == 0);
 }
 
 TEST_CASE("a graph launched into a capturing stream joins its capture", "[core][capture]") {

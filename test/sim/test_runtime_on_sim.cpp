@@ -690,3 +690,52 @@ TEST_CASE("a graph replayed on the simulator computes what the same calls comput
 }
 
 }  // namespace
+
+namespace {
+
+TEST_CASE("the branches of a forked capture run side by side when launched", "[sim][runtime][capture]") {
+  struct spans final : npurt::observer {
+    std::vector<std::tuple<std::string, npurt::sim_time, npurt::sim_time>> rows;
+    void on_task(const npurt::task_info& t) override { rows.emplace_back(std::string(t.name), t.start, t.end); }
+    [[nodiscard]] std::pair<npurt::sim_time, npurt::sim_time> of(const std::string& name) const {
+      for (const auto& [n, b, e] : rows)
+        if (n == name) return {b, e};
+      return {};
+    }
+  };
+  spans rec;
+  npurt::system sys{npurt::sim::presets::ascend910(1)};
+  sys.add_observer(rec);
+  auto& dev = sys.device(0);
+  const std::uint32_t half = dev.properties().ai_core_count / 2;
+  auto k = [&](std::int64_t us, const char* name) {
+    return npurt::kernel_desc{npurt::kernels::fixed{npurt::picoseconds{us * 1'000'000}}, name, half};
+  };
+  auto s = dev.make_stream();
+  auto side = dev.make_stream();
+  npurt::event fork = dev.make_event();
+  npurt::event join = dev.make_event();
+  s.begin_capture();
+  s.launch(k(1, "a"));
+  s.record(fork);
+  side.wait(fork);
+  side.launch(k(50, "b"));
+  // Before the join's record: the device's shared queue takes tasks in submission order, and a
+  // record behind b would hold c back until b ends, as it would launched call by call.
+  s.launch(k(50, "c"));
+  side.record(join);
+  s.wait(join);
+  s.launch(k(1, "d"));
+  npurt::stream_graph g = s.end_capture();
+  g.launch(s);
+  s.synchronize();
+  const auto [b0, b1] = rec.of("b");
+  const auto [c0, c1] = rec.of("c");
+  const auto [d0, d1] = rec.of("d");
+  CHECK(b0 < c1);  // each half of the cores runs one branch
+  CHECK(c0 < b1);
+  CHECK(d0 >= std::max(b1, c1));
+  CHECK(d1 - b0 < npurt::picoseconds{100'000'000});  // less than the branches one after the other
+}
+
+}  // namespace

@@ -189,21 +189,33 @@ struct position_waiter {
 /// errc::operation_aborted until the failure is read (aclrtSetStreamFailureMode).
 inline constexpr std::uint32_t stop_on_failure_flag = 0x10;
 
-/// A stream's capture in progress (aclmdlRICaptureBegin, cudaStreamBeginCapture): the tasks
-/// enqueued on it since, held as the nodes of a graph rather than run.
+/// A capture in progress (aclmdlRICaptureBegin, cudaStreamBeginCapture): the tasks enqueued on
+/// its streams since, held as the nodes of a graph rather than run. It begins on one stream (the
+/// origin, lane 0); another stream of the device joins it, as a lane of its own, by waiting for an
+/// event recorded in it, and must be waited for in turn before the origin ends it (CUDA's fork
+/// and join). Shared by the streams that take part.
 struct capture_state {
-  bool relaxed = false;               // capture_mode::relaxed: only the stream itself is guarded
+  std::uint32_t origin = 0;           // the stream that began it, which ends it
+  device_id device = 0;
+  bool relaxed = false;               // capture_mode::relaxed: only the capturing streams are guarded
   std::error_code invalidated;        // what ended it early; end_capture reports it
   std::string why;                    // in words
-  std::vector<task*> nodes;           // in stream order, never enqueued
+  std::vector<task*> nodes;           // in capture order, which orders every dependency; never enqueued
+  std::vector<std::uint32_t> lanes;   // each node's lane
+  std::vector<std::uint32_t> lane_streams;  // each lane's stream (0: destroyed since it joined)
   std::vector<std::uint64_t> events;  // user events recorded in it, retained until the graph dies
+  std::vector<std::pair<std::uint64_t, std::size_t>> records;  // (event, node) of each record, in order
 };
 
-/// A captured graph (the stream_graph a capture made): its nodes, cloned into a stream on each
-/// launch. Kernels are shared with the clones, never copied.
+/// A captured graph (the stream_graph a capture made): its nodes, cloned into streams on each
+/// launch. Kernels are shared with the clones, never copied. A node of kind event_wait is a
+/// dependency between lanes: extra->target_stream is the lane, extra->target_seq the node.
 struct graph_state {
   device_id device = 0;
   std::vector<task*> nodes;
+  std::vector<std::uint32_t> lanes;
+  std::uint32_t lane_count = 1;
+  std::vector<std::uint32_t> lane_streams;  // lanes 1...: the graph's own streams, made at its first launch
   std::vector<std::uint64_t> events;  // retained: a replayed record needs its event alive
   bool lost = false;                  // its device was reset: the nodes are gone
 };
@@ -236,7 +248,8 @@ struct stream_state {
   // (cudaMemPoolReuseFollowEventDependencies).
   std::vector<std::pair<std::uint32_t, std::uint64_t>> waits_for;
   boost::asio::strand<boost::asio::io_context::executor_type> strand;
-  std::unique_ptr<capture_state> capture;  // set while the stream captures
+  std::shared_ptr<capture_state> capture;  // set while the stream takes part in a capture
+  std::uint32_t capture_lane = 0;          // its lane there
 
   explicit stream_state(boost::asio::io_context& ioc) : strand(boost::asio::make_strand(ioc)) {}
 };
@@ -253,7 +266,7 @@ struct event_state {
   std::uint64_t record_task = 0;
   bool has_time = false;            // the latest record completed
   sim_time time{};
-  bool captured = false;            // recorded by a capture still open (the record runs at a launch)
+  const capture_state* captured_in = nullptr;  // recorded by this open capture (the record runs at a launch)
 };
 
 /// What the loop owns and lends to the scheduler: the options, the backend, the host's
@@ -403,17 +416,25 @@ class scheduler {
   // --- capture and graphs (aclmdlRICaptureBegin/End, aclmdlRIExecuteAsync) ---
   /// From now on the stream's enqueues become nodes of a graph instead of running.
   NPURT_DECL void begin_capture(stream_state& s, bool relaxed);
-  /// Ends the capture: the new graph's id, or 0 with the code (and words) that invalidated it.
+  /// A wait of `s` for `e`, recorded in an open capture: `s` joins that capture if it takes part
+  /// in none, and the wait becomes a dependency between lanes (none within a lane). Refused
+  /// (capture_unsupported, with words) for a stream of another device or of another capture.
+  NPURT_DECL std::error_code capture_wait(stream_state& s, const event_state& e, std::string& why);
+  /// Ends the origin's capture: the new graph's id, or 0 with the code (and words) that refuse
+  /// it (a stream that joined: capture_unmatched, the capture goes on) or ended it (invalidated,
+  /// a lane not joined back).
   NPURT_DECL std::uint64_t end_capture(stream_state& s, std::error_code& ec, std::string& why);
   /// A capture rule was broken: the capture goes on, and end_capture reports the first such error.
   NPURT_DECL void invalidate_capture(stream_state& s, std::error_code ec, std::string why);
   /// A capture of `dev`'s streams (any device: -1) that guards the system, not relaxed; or null.
   [[nodiscard]] NPURT_DECL stream_state* strict_capture(device_id dev) noexcept;
   [[nodiscard]] NPURT_DECL const graph_state* find_graph(std::uint64_t id) const noexcept;
-  /// Enqueues a clone of every node of the graph on `s` (the first charged launch_overhead, the
-  /// others graph_node_overhead); the last node's (position, task id), or zeros for an empty
-  /// graph or a capturing stream, whose capture takes the clones. ec: a pinned host buffer of a
-  /// copy node was freed (nothing is enqueued; `why` says which node).
+  /// Enqueues a clone of every node of the graph: lane 0 on `s`, the other lanes on the graph's
+  /// own streams, as one host call (the first node charged launch_overhead, the others
+  /// graph_node_overhead). The last node's (position, task id) on `s`, or zeros for an empty
+  /// graph or a capturing `s`, whose capture takes the clones. ec (nothing enqueued, `why`
+  /// says which node): a pinned host buffer of a copy node was freed; a graph of several lanes
+  /// into a capture (capture_unsupported).
   NPURT_DECL std::pair<std::uint64_t, std::uint64_t> launch_graph(std::uint64_t id, stream_state& s,
                                                                   std::error_code& ec, std::string& why);
   NPURT_DECL void release_graph(std::uint64_t id) noexcept;
@@ -466,6 +487,11 @@ class scheduler {
   NPURT_DECL void capture_task(stream_state& s, task* t);
   /// Frees a capture's or a graph's nodes and lets go of its events.
   NPURT_DECL void drop_nodes(std::vector<task*>& nodes, std::vector<std::uint64_t>& events) noexcept;
+  /// Ends a capture without a graph (its origin was destroyed, its device reset, the system is
+  /// going): every stream leaves it, its nodes are freed.
+  NPURT_DECL void abandon_capture(const std::shared_ptr<capture_state>& c) noexcept;
+  /// Every stream of the capture leaves it, and its events are no longer recorded in it.
+  NPURT_DECL void leave_capture(capture_state& c) noexcept;
   NPURT_DECL task* clone_node(stream_state& s, const task& n);
   NPURT_DECL void start_task(stream_state& s, task* t);
   /// The stream's running_task for its head `t`, as it starts.

@@ -37,10 +37,7 @@ NPURT_DECL void scheduler::abort_all() noexcept {
   }
   // Captured nodes own callbacks too: freed with their records, before the rest go.
   for (auto& sp : streams_)
-    if (sp && sp->capture) {
-      drop_nodes(sp->capture->nodes, sp->capture->events);
-      sp->capture.reset();
-    }
+    if (sp && sp->capture) abandon_capture(std::shared_ptr<capture_state>(sp->capture));
   for (auto& [id, g] : graphs_) drop_nodes(g.nodes, g.events);
   // Callbacks of tasks whose handlers are still posted (the io_context drops them unrun).
   for (auto* f : callbacks_) delete f;
@@ -130,7 +127,16 @@ NPURT_DECL void scheduler::release_stream(std::uint32_t id) noexcept {
 }
 
 NPURT_DECL void scheduler::free_stream(std::uint32_t id) noexcept {
-  if (auto& c = streams_[id]->capture) drop_nodes(c->nodes, c->events);  // a capture never ended
+  if (const std::shared_ptr<capture_state> c = streams_[id]->capture) {
+    if (c->origin == id) {
+      abandon_capture(c);  // never ended: no graph will come of it
+    } else {
+      // A stream that joined goes; the origin's end_capture says so.
+      c->lane_streams[streams_[id]->capture_lane] = 0;
+      invalidate_capture(*streams_[id], make_error_code(errc::invalid_stream),
+                         "stream " + std::to_string(id) + ", which had joined the capture, was destroyed");
+    }
+  }
   if (failure& f = streams_[id]->sticky) {
     try {
       released_failures_.emplace(id, std::pair{streams_[id]->device, std::move(f)});
@@ -763,12 +769,17 @@ NPURT_DECL void scheduler::record_event(stream_state& s, event_state& e, picosec
   if (s.capture) {
     // A node: the event is recorded when the graph runs, and stays alive for it until then.
     capture_task(s, t);
-    ++e.refs;
-    e.captured = true;
-    s.capture->events.push_back(e.id);
+    capture_state& c = *s.capture;
+    if (std::find(c.events.begin(), c.events.end(), e.id) == c.events.end()) {
+      ++e.refs;
+      c.events.push_back(e.id);
+    }
+    c.records.emplace_back(e.id, c.nodes.size() - 1);
+    e.captured_in = &c;
     return;
   }
   // The event points at this record before it is enqueued: the record may run at once.
+  e.captured_in = nullptr;  // a record of an open capture is no longer its latest
   ++e.records;
   e.stream = s.id;
   e.seq = s.enqueued + 1;
@@ -821,10 +832,7 @@ NPURT_DECL void scheduler::invalidate_device(device_id dev) noexcept {
   // Captures and graphs of the device go with its streams and events, as a reset destroys a
   // device's captured models.
   for (auto& sp : streams_)
-    if (sp && sp->device == dev && sp->capture) {
-      drop_nodes(sp->capture->nodes, sp->capture->events);
-      sp->capture.reset();
-    }
+    if (sp && sp->device == dev && sp->capture) abandon_capture(std::shared_ptr<capture_state>(sp->capture));
   for (auto& [id, g] : graphs_)
     if (g.device == dev && !g.lost) {
       drop_nodes(g.nodes, g.events);
@@ -847,13 +855,17 @@ NPURT_DECL scheduler::~scheduler() {
   // Nodes live in this scheduler's pools: they go before the pools do (abort_all, which a
   // dying runtime calls first, has freed them already).
   for (auto& sp : streams_)
-    if (sp && sp->capture) drop_nodes(sp->capture->nodes, sp->capture->events);
+    if (sp && sp->capture) abandon_capture(std::shared_ptr<capture_state>(sp->capture));
   for (auto& [id, g] : graphs_) drop_nodes(g.nodes, g.events);
 }
 
 NPURT_DECL void scheduler::begin_capture(stream_state& s, bool relaxed) {
-  s.capture = std::make_unique<capture_state>();
+  s.capture = std::make_shared<capture_state>();
+  s.capture->origin = s.id;
+  s.capture->device = s.device;
   s.capture->relaxed = relaxed;
+  s.capture->lane_streams.push_back(s.id);
+  s.capture_lane = 0;
 }
 
 NPURT_DECL void scheduler::capture_task(stream_state& s, task* t) {
@@ -872,6 +884,41 @@ NPURT_DECL void scheduler::capture_task(stream_state& s, task* t) {
   }
   s.capture->nodes.push_back(t);
   ++held_nodes_;
+  s.capture->lanes.push_back(s.capture_lane);
+}
+
+NPURT_DECL std::error_code scheduler::capture_wait(stream_state& s, const event_state& e, std::string& why) {
+  capture_state* c = const_cast<capture_state*>(e.captured_in);
+  const std::error_code refused = make_error_code(errc::capture_unsupported);
+  if (s.capture.get() != c && (s.capture || s.device != c->device)) {
+    why = s.capture ? "the event was recorded in another open capture, and captures are not merged"
+                    : "the event was recorded in an open capture of device " + std::to_string(c->device) +
+                          ", and only a stream of that device can join it";
+    if (s.capture) invalidate_capture(s, refused, "npurt::stream::wait: " + why);
+    return refused;
+  }
+  // The record waited for: the event's latest in this capture.
+  std::size_t record = 0;
+  for (auto it = c->records.rbegin(); it != c->records.rend(); ++it)
+    if (it->first == e.id) {
+      record = it->second;
+      break;
+    }
+  if (!s.capture) {
+    // Joins, as a lane of its own: its work from now on is the capture's.
+    s.capture = find_stream(c->origin)->capture;
+    s.capture_lane = static_cast<std::uint32_t>(c->lane_streams.size());
+    c->lane_streams.push_back(s.id);
+  }
+  if (c->lanes[record] == s.capture_lane) return {};  // stream order already waits for it
+  task* w = new_task(s, task_kind::event_wait);
+  task_side& x = extra(w);
+  x.target_stream = c->lanes[record];
+  x.target_seq = record;
+  x.event_id = e.id;
+  w->name = "event_wait";
+  capture_task(s, w);
+  return {};
 }
 
 NPURT_DECL void scheduler::invalidate_capture(stream_state& s, std::error_code ec, std::string why) {
@@ -890,17 +937,60 @@ NPURT_DECL void scheduler::drop_nodes(std::vector<task*>& nodes, std::vector<std
   for (task* t : nodes) free_task(t);
   held_nodes_ -= nodes.size();
   nodes.clear();
-  for (std::uint64_t e : events) {
-    if (event_state* st = find_event(e)) st->captured = false;
-    release_event(e);
-  }
+  for (std::uint64_t e : events) release_event(e);
   events.clear();
 }
 
+NPURT_DECL void scheduler::leave_capture(capture_state& c) noexcept {
+  for (const std::uint32_t id : c.lane_streams)
+    if (stream_state* ls = id != 0 ? find_stream(id) : nullptr; ls && ls->capture.get() == &c) {
+      ls->capture.reset();
+      ls->capture_lane = 0;
+    }
+  for (std::uint64_t e : c.events)
+    if (event_state* st = find_event(e); st && st->captured_in == &c) st->captured_in = nullptr;
+}
+
+NPURT_DECL void scheduler::abandon_capture(const std::shared_ptr<capture_state>& c) noexcept {
+  leave_capture(*c);
+  drop_nodes(c->nodes, c->events);
+}
+
 NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, std::error_code& ec, std::string& why) {
-  std::unique_ptr<capture_state> c = std::move(s.capture);
-  for (std::uint64_t e : c->events)
-    if (event_state* st = find_event(e)) st->captured = false;
+  const std::shared_ptr<capture_state> c = s.capture;
+  if (c->origin != s.id) {
+    ec = make_error_code(errc::capture_unmatched);
+    why = "stream " + std::to_string(s.id) + " joined the capture that stream " + std::to_string(c->origin) +
+          " began: end it there (the capture goes on)";
+    return 0;
+  }
+  leave_capture(*c);
+  if (!c->invalidated) {
+    // Every lane must be waited for by another, up to its last node: its work would otherwise
+    // be cut loose from the graph's end (ACL_ERROR_RT_STREAM_UNJOINED, cudaErrorStreamCaptureUnjoined).
+    std::vector<std::size_t> last(c->lane_streams.size(), 0);
+    std::vector<bool> has(c->lane_streams.size(), false);
+    for (std::size_t i = 0; i < c->nodes.size(); ++i) {
+      last[c->lanes[i]] = i;
+      has[c->lanes[i]] = true;
+    }
+    for (std::uint32_t lane = 1; lane < c->lane_streams.size(); ++lane) {
+      bool joined = !has[lane];
+      for (std::size_t i = 0; i < c->nodes.size() && !joined; ++i) {
+        const task& n = *c->nodes[i];
+        joined = n.kind == task_kind::event_wait && c->lanes[i] != lane && n.extra->target_stream == lane &&
+                 n.extra->target_seq == last[lane];
+      }
+      if (!joined) {
+        ec = make_error_code(errc::capture_unjoined);
+        why = "stream " + std::to_string(c->lane_streams[lane]) +
+              " joined the capture, and nothing in it waits for that stream's last captured work (record an "
+              "event there and wait for it on the capture's stream before end_capture)";
+        drop_nodes(c->nodes, c->events);
+        return 0;
+      }
+    }
+  }
   if (c->invalidated) {
     // CANN and CUDA answer with the capture's own code; the words name the call that broke it.
     ec = make_error_code(errc::capture_invalidated);
@@ -912,6 +1002,8 @@ NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, std::error_code
   graph_state& g = graphs_[id];
   g.device = s.device;
   g.nodes = std::move(c->nodes);
+  g.lanes = std::move(c->lanes);
+  g.lane_count = static_cast<std::uint32_t>(c->lane_streams.size());
   g.events = std::move(c->events);
   return id;
 }
@@ -925,6 +1017,7 @@ NPURT_DECL void scheduler::release_graph(std::uint64_t id) noexcept {
   const auto it = graphs_.find(id);
   if (it == graphs_.end()) return;
   drop_nodes(it->second.nodes, it->second.events);
+  for (const std::uint32_t sid : it->second.lane_streams) release_stream(sid);
   graphs_.erase(it);
 }
 
@@ -967,21 +1060,48 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
       return {0, 0};
     }
   }
+  if (s.capture && g.lane_count > 1) {
+    ec = make_error_code(errc::capture_unsupported);
+    why = "a graph of " + std::to_string(g.lane_count) +
+          " streams cannot be launched into a capture (a graph of one stream can: its nodes join the capture)";
+    return {0, 0};
+  }
+  // The other lanes run on streams of the graph's own, of the priority of the stream that
+  // first launched it.
+  while (g.lane_streams.size() + 1 < g.lane_count) g.lane_streams.push_back(create_stream(g.device, s.priority, 0));
+  // One host call: node i is submitted launch_overhead + i graph_node_overhead after it begins,
+  // whichever stream it goes to.
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> placed(g.nodes.size());  // (stream, position)
+  std::vector<std::uint64_t> ids(g.nodes.size());
   std::pair<std::uint64_t, std::uint64_t> last{0, 0};
-  picoseconds overhead = parts_.opts_.launch_overhead;  // the graph's launch; then each node's
-  for (const task* n : g.nodes) {
-    event_state* e = n->kind == task_kind::event_record ? find_event(n->extra->event_id) : nullptr;
-    if (e) {
-      record_event(s, *e, overhead);
-      last = {s.enqueued, e->record_task};
+  sim_time at = later(std::max(s.host_cursor, now()), parts_.opts_.launch_overhead);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const task& n = *g.nodes[i];
+    stream_state& ls = g.lanes[i] == 0 ? s : *find_stream(g.lane_streams[g.lanes[i] - 1]);
+    if (i != 0) at = later(at, parts_.opts_.graph_node_overhead);
+    ls.host_cursor = std::max(ls.host_cursor, at);
+    if (event_state* e = n.kind == task_kind::event_record ? find_event(n.extra->event_id) : nullptr) {
+      record_event(ls, *e, picoseconds{0});
+      placed[i] = {ls.id, ls.enqueued};
+      ids[i] = e->record_task;
     } else {
       // A record whose event is gone (its device was reset) still runs in stream order.
-      task* t = clone_node(s, *n);
-      const std::uint64_t seq = enqueue(s, t, overhead);
-      last = {seq, t->id};
+      task* t = clone_node(ls, n);
+      if (n.kind == task_kind::event_wait && !ls.capture) {
+        // A dependency between lanes: on the position the node waited for took at this launch.
+        task_side& x = *t->extra;
+        const auto target = static_cast<std::size_t>(n.extra->target_seq);
+        x.target_stream = placed[target].first;
+        x.target_seq = placed[target].second;
+        x.record_task = ids[target];
+        note_wait(ls, x.target_stream, x.target_seq);
+      }
+      ids[i] = t->id;
+      placed[i] = {ls.id, enqueue(ls, t, picoseconds{0})};
     }
-    overhead = parts_.opts_.graph_node_overhead;
+    if (g.lanes[i] == 0) last = {placed[i].second, ids[i]};
   }
+  s.host_cursor = std::max(s.host_cursor, at);
   if (s.capture) last = {0, 0};  // the clones are nodes of that capture
   return last;
 }

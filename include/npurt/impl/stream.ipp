@@ -377,14 +377,12 @@ NPURT_DECL detail::task* stream::make_wait(const event& e, std::error_code& ec) 
   // The capture's rules for a live event; a null or destroyed one is refused as such below.
   const detail::event_state* st = e.is_task_event() ? nullptr : rt_->find_event(e.id());
   const bool live = e.is_task_event() || st;
-  if (st && st->captured) {
-    if (!s->capture) {
-      ec = make_error_code(errc::capture_unsupported);
-      return nullptr;
-    }
-    // Recorded earlier in this capture, on this stream: stream order already waits for it.
-    const auto& mine = s->capture->events;
-    if (std::find(mine.begin(), mine.end(), e.id()) != mine.end()) return nullptr;
+  if (st && st->captured_in) {
+    // Recorded in an open capture: this stream joins it, or waits within it (a node, or nothing
+    // within one stream). Nothing to enqueue either way.
+    std::string why;
+    ec = rt_->capture_wait(*s, *st, why);
+    return nullptr;
   }
   if (s->capture && live) {
     ec = make_error_code(errc::capture_dependency);
@@ -604,9 +602,14 @@ NPURT_DECL void stream::record_event(const event& e, std::error_code& ec) {
 
 NPURT_DECL std::string stream::event_problem(const event& e, std::error_code ec, bool record) const {
   if (ec == errc::capture_dependency) return std::string(detail::capture_dependency_words);
-  if (ec == errc::capture_unsupported)
-    return "the event was recorded in another stream's open capture, and its record runs only when that graph is "
-           "launched: a stream cannot join another's capture (wait for a record made by a launch of the graph)";
+  if (ec == errc::capture_unsupported) {
+    const detail::event_state* st = rt_ && !e.is_task_event() ? rt_->find_event(e.id()) : nullptr;
+    return st && st->captured_in && st->captured_in->device != device_or_none()
+               ? "the event was recorded in an open capture of another device, which only that device's streams "
+                 "can join"
+               : "the event was recorded in an open capture, and this stream takes part in another: captures are "
+                 "not merged";
+  }
   if (ec == errc::stream_device_mismatch)
     return "the event belongs to device " + std::to_string(e.device_or_none()) + ", the stream to device " +
            std::to_string(device_or_none()) + " (record an event of the stream's device)";
@@ -745,6 +748,12 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout) {
 
 // --- capture ---------------------------------------------------------------------------------
 
+NPURT_DECL bool stream::recorded_in_capture(const event& e) const noexcept {
+  const detail::event_state* st =
+      rt_ && e.runtime_ptr() == rt_ && !e.is_task_event() ? rt_->find_event(e.id()) : nullptr;
+  return st && st->captured_in;
+}
+
 NPURT_DECL std::string stream::refuse_in_capture(detail::stream_state& s, std::string_view call, std::error_code ec,
                                                  std::string_view why) {
   std::string words = refusal(call, ec, why);
@@ -788,8 +797,9 @@ NPURT_DECL stream_graph stream::end_capture(std::error_code& ec, std::string& wo
   }
   const std::uint64_t id = rt_->end_capture(*s, ec, why);
   if (ec) {
-    // The words of the call that broke the capture.
-    words = "npurt::stream::end_capture: the capture was invalidated by " + why;
+    // An invalidated capture: the words of the call that broke it.
+    words = ec == errc::capture_invalidated ? "npurt::stream::end_capture: the capture was invalidated by " + why
+                                            : refusal("npurt::stream::end_capture", ec, why);
     return {};
   }
   return stream_graph(*rt_, id);
