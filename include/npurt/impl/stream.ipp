@@ -789,7 +789,7 @@ NPURT_DECL stream_graph stream::end_capture(std::error_code& ec, std::string& wo
   std::string why;
   if (s && !s->capture) {
     ec = make_error_code(errc::stream_not_captured);
-    why = "the stream is not capturing (begin_capture first)";
+    why = "no capture is open on it (begin_capture first)";
   }
   if (ec) {
     words = refusal("npurt::stream::end_capture", ec, why);
