@@ -1,6 +1,8 @@
 // graph_replay: what launching captured work as a stream_graph saves against launching the same
 // kernels call by call, on ResNet-50 v1.5 (FP16, timing-only, one device): the forward pass
-// (inference) and the training step, at batch sizes from 1 to 256. A call-by-call launch costs
+// (inference) and the training step, at batch sizes from 1 to 256, and the training step on
+// eight devices of one server with its gradient AllReduce captured in each device's graph
+// (train_dp8, batch 1 and 32 per device). A call-by-call launch costs
 // the host lane system_options::launch_overhead; a graph's node graph_node_overhead. Kernels that
 // run for less time than a launch costs leave the device waiting for the host when launched call
 // by call; a graph removes that bound and leaves the device's own per-kernel launch latency.
@@ -11,6 +13,7 @@
 // kernel (thread CPU, best of the rounds) is this machine's.
 //
 //   graph_replay [--steps 5] [--rounds 3] [--preset ascend910|ascend910b] [--json PATH]
+#include <npurt/collective.hpp>
 #include <npurt/models/resnet50.hpp>
 #include <npurt/npurt.hpp>
 #include <npurt/sim/sim.hpp>
@@ -19,6 +22,7 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -28,32 +32,50 @@ struct outcome {
   double cpu_ns = 1e300;  // host thread CPU per kernel, best of the rounds
 };
 
-// `steps` steps of kernels [0, count) launched call by call or, with `graph`, captured once and
-// launched as a graph; the capture itself is outside the measurement.
+// `steps` steps of kernels [0, count) on each of `devices` devices, launched call by call or,
+// with `graph`, captured once per device and launched as a graph; the capture itself is outside
+// the measurement. With `all_reduce`, each device's step all-reduces its gradients (one fused
+// FP16 bucket of every parameter) over a communicator of all devices before the optimizer's
+// first kernel, in the graph as a captured collective.
 outcome run(const npurt::sim::preset& p, const npurt::system_options& opts, const npurt::models::resnet50& model,
-            std::size_t count, bool graph, int steps, int rounds) {
+            std::size_t count, bool graph, int steps, int rounds, int devices = 1, bool all_reduce = false) {
   outcome out;
   const auto& kernels = model.shared_training_step();
+  const auto first_update = static_cast<std::size_t>(
+      std::find(model.phases().begin(), model.phases().end(), npurt::models::step_phase::update) -
+      model.phases().begin());
   for (int r = 0; r < rounds; ++r) {
     npurt::sim::sim_options timing_only;
     timing_only.functional = false;
-    npurt::system sys{npurt::sim::make_backend(npurt::sim::presets::by_name(p.name, 1), timing_only), opts};
-    auto s = sys.device(0).make_stream();
-    npurt::stream_graph g;
-    if (graph) {
-      s.begin_capture();
-      for (std::size_t i = 0; i < count; ++i) (void)s.launch(kernels[i]);
-      g = s.end_capture();
-    }
+    npurt::system sys{npurt::sim::make_backend(npurt::sim::presets::by_name(p.name, devices), timing_only), opts};
+    npurt::communicator comm;
+    if (all_reduce) comm = npurt::communicator::init_all(sys);
+    std::vector<npurt::stream> streams;
+    for (auto& d : sys.devices()) streams.push_back(d.make_stream());
+    const auto step = [&](npurt::stream& s) {
+      for (std::size_t i = 0; i < count; ++i) {
+        if (all_reduce && i == first_update)
+          (void)comm.all_reduce(nullptr, nullptr, model.parameter_count(), npurt::dtype::f16, npurt::reduce_op::sum, s);
+        (void)s.launch(kernels[i]);
+      }
+    };
+    std::vector<npurt::stream_graph> graphs;
+    if (graph)
+      for (auto& s : streams) {
+        s.begin_capture();
+        step(s);
+        graphs.push_back(s.end_capture());
+      }
     const npurt::sim_time t0 = sys.now();
     const double cpu0 = npurt_bench::thread_cpu_seconds();
-    for (int k = 0; k < steps; ++k) {
-      if (graph) (void)g.launch(s);
-      else
-        for (std::size_t i = 0; i < count; ++i) (void)s.launch(kernels[i]);
-    }
+    for (int k = 0; k < steps; ++k)
+      for (std::size_t d = 0; d < streams.size(); ++d) {
+        if (graph) (void)graphs[d].launch(streams[d]);
+        else step(streams[d]);
+      }
     sys.run();
-    const double cpu = (npurt_bench::thread_cpu_seconds() - cpu0) * 1e9 / static_cast<double>(count * steps);
+    const double cpu = (npurt_bench::thread_cpu_seconds() - cpu0) * 1e9 /
+                       static_cast<double>(count * static_cast<std::size_t>(steps * devices));
     out.step_us = static_cast<double>((sys.now() - t0).count()) / 1e6 / steps;
     out.cpu_ns = std::min(out.cpu_ns, cpu);
   }
@@ -92,11 +114,17 @@ int main(int argc, char** argv) {
         const char* name;
         std::size_t count;
       };
-      for (const work w : {work{"forward", model.forward_kernels()}, work{"train", model.training_step().size()}}) {
-        const outcome eager = run(p, *h.opts, model, w.count, false, steps, rounds);
-        const outcome graph = run(p, *h.opts, model, w.count, true, steps, rounds);
+      for (const work w : {work{"forward", model.forward_kernels()}, work{"train", model.training_step().size()},
+                           work{"train_dp8", model.training_step().size()}}) {
+        // train_dp8: eight devices of one server, data parallel, the gradients all-reduced in the step.
+        const bool dp = std::string_view(w.name) == "train_dp8";
+        if (dp && batch != 1 && batch != 32) continue;
+        const int devices = dp ? 8 : 1;
+        const outcome eager = run(p, *h.opts, model, w.count, false, steps, rounds, devices, dp);
+        const outcome graph = run(p, *h.opts, model, w.count, true, steps, rounds, devices, dp);
         const std::string key = std::string(h.tag) + "_" + w.name + "_b" + std::to_string(batch);
-        const std::string kernels = std::to_string(w.count) + " kernels";
+        const std::string kernels =
+            std::to_string(w.count) + " kernels" + (dp ? " and an AllReduce of the gradients per device" : "");
         rep.add(key + "_eager_step_us", eager.step_us, "us", "launched call by call, " + kernels);
         rep.add(key + "_graph_step_us", graph.step_us, "us", "launched as a graph (deterministic)");
         rep.add(key + "_speedup", eager.step_us / graph.step_us, "ratio", "call by call over graph");

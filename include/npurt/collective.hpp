@@ -360,6 +360,16 @@ auto communicator::async_enqueue(collective_call c, stream& s, Token&& token) {
           return;
         }
         std::error_code ec;
+        if (detail::stream_state* cs = s.rt_ == rt_ && s.valid() ? rt_->find_stream(s.id()) : nullptr;
+            cs && cs->capture) [[unlikely]] {
+          // Its completion could come only at a launch of the graph, after the capture has ended.
+          ec = make_error_code(errc::stream_captured);
+          rt_->invalidate_capture(*cs, ec,
+                                  "npurt::communicator::async_" + std::string(to_string(call.op)) + ": " +
+                                      std::string(detail::awaited_in_capture));
+          refuse_async(std::move(handler), call, s, ec);
+          return;
+        }
         detail::task* t = group_ && group_->depth > 0 ? nullptr : prepare(call, s, ec);
         if (!t && !ec) ec = make_error_code(errc::not_supported);
         if (!t) [[unlikely]] {

@@ -131,6 +131,19 @@ struct collective_comm_state {
   bool keep_records = false;
   std::vector<collective_record> records;
   [[nodiscard]] std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(devices.size()); }
+  /// The call number `c` takes on `rank`, consumed: the engine matches the ranks' parts by it.
+  std::uint64_t take_sequence(std::uint32_t rank, const collective_call& c) { return counter(rank, c)++; }
+  /// Undoes take_sequence, for a call that was never enqueued after all.
+  void give_back_sequence(std::uint32_t rank, const collective_call& c) { --counter(rank, c); }
+
+ private:
+  std::uint64_t& counter(std::uint32_t rank, const collective_call& c) {
+    const std::uint32_t p = size();
+    const auto peer = static_cast<std::uint32_t>(c.root);
+    if (c.op == collective_op::send) return next_send[rank * p + peer];
+    if (c.op == collective_op::recv) return next_recv[peer * p + rank];
+    return next_seq[rank];
+  }
 };
 
 /// The communicator's settings one call was enqueued under. A later set_algorithm or
@@ -149,6 +162,10 @@ struct collective_desc {
   std::vector<collective_call> calls;
   std::vector<std::uint64_t> sequence;          // per call
   std::vector<collective_settings> settings;    // per call
+  /// A node of a stream capture: its calls take their numbers at each launch of the graph, in
+  /// the order of the graph's nodes, so the ranks' graphs match as their launches do (as NCCL's
+  /// calls captured in a CUDA graph), and `sequence` holds zeros until then.
+  bool captured = false;
   /// Set by the backend when this rank's task fails: what it found wrong, as async_error's
   /// message says it. The backend sees the desc const once it is queued, hence mutable; the
   /// scheduler copies it into the failure a synchronize reports.

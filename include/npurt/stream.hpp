@@ -198,9 +198,10 @@ class stream {
   /// event: its work has no place in a stream until a launch. Refused while capturing, and
   /// invalidating the capture (end_capture then fails with the reason): an awaited call, the
   /// stream's synchronize or query (errc::stream_captured), a wait for work outside the capture
-  /// (errc::capture_dependency), a copy from pageable host memory, a collective, a pool
-  /// allocation or free on the stream, and with capture_mode::global a synchronize of the
-  /// stream's device (errc::capture_unsupported). A call refused for its arguments is not
+  /// (errc::capture_dependency), a copy from pageable host memory, a pool allocation or free on
+  /// the stream, and with capture_mode::global a synchronize of the stream's device
+  /// (errc::capture_unsupported). Collectives and groups of them are captured as nodes that take
+  /// their call numbers at each launch (see stream_graph::launch). A call refused for its arguments is not
   /// recorded and leaves the capture as it was. errc::stream_captured when already capturing.
   NPURT_DECL void begin_capture(capture_mode mode = capture_mode::global);
   NPURT_DECL void begin_capture(capture_mode mode, std::error_code& ec);

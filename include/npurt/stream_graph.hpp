@@ -7,7 +7,9 @@
 // each node after the first, where launching the nodes one by one pays launch_overhead each
 // (aclmdlRIExecuteAsync, cudaGraphLaunch). On the device each node runs as it would have. The
 // work of streams that joined the capture (fork and join through events) runs on streams of the
-// graph's own, made at its first launch, with the dependencies the capture recorded.
+// graph's own, made at its first launch, with the dependencies the capture recorded. A
+// communicator's calls captured on a stream become nodes that take their call numbers at each
+// launch: every rank captures and launches its own graph, as with NCCL's calls in CUDA graphs.
 //
 // A graph is a move-only handle. It keeps what its nodes need (shared kernel descriptors, host
 // callbacks, the user events it records) until it is destroyed; the memory its nodes read and
@@ -54,13 +56,19 @@ class stream_graph {
   [[nodiscard]] NPURT_DECL device_id device() const;
 
   /// Enqueues the graph's nodes in captured order, those of the capturing stream on `s`, and
-  /// returns the last such node's event (a null event for an empty graph). Into a capturing
+  /// returns the last such node's event (a null event for an empty graph). The other streams'
+  /// nodes run on streams the graph owns, made at its first launch with the priority and flags
+  /// their capturing streams had. A collective node (a call or a group of a communicator)
+  /// takes its rank's next call numbers at each launch, in the order of the graph's nodes: the
+  /// ranks' graphs, and any calls made around them, match as their launches and calls are
+  /// ordered, as NCCL's captured calls do. Into a capturing
   /// stream, the nodes of a graph of one stream join its capture (a null event); a graph of
   /// several is refused there (errc::capture_unsupported). Refused, with nothing enqueued: a
   /// null or lost graph (errc::invalid_graph), a stream
   /// of another system or null (errc::invalid_stream), of another device
   /// (errc::stream_device_mismatch), a lost device (errc::device_lost), a copy node's pinned
-  /// host buffer freed since the capture (errc::invalid_pointer).
+  /// host buffer freed since the capture (errc::invalid_pointer), a collective node's
+  /// communicator aborted (errc::operation_aborted).
   NPURT_DECL event launch(stream& s);
   NPURT_DECL event launch(stream& s, std::error_code& ec);
   /// launch(s), then completes as s.async_synchronize does: when the graph's work (and whatever

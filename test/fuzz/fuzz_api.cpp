@@ -11,6 +11,7 @@
 #include <npurt/event.hpp>
 #include <npurt/simple_backend.hpp>
 #include <npurt/stream.hpp>
+#include <npurt/stream_graph.hpp>
 #include <npurt/system.hpp>
 
 #include <cstddef>
@@ -108,6 +109,7 @@ struct world {
   std::vector<void*> pinned;
   std::vector<void*> freed_pinned;  // only ever passed to host_free again; never a live block
   std::vector<npurt::device_buffer> buffers;
+  std::vector<npurt::stream_graph> graphs;  // may outlive their system, device or streams
   npurt::sim_time last_now{};
 
   void make_system(input& in) {
@@ -150,8 +152,8 @@ void* host_end(world& w, input& in, bool& pageable) {
 
 void step(world& w, input& in) {
   std::error_code ec;
-  const std::uint8_t op = in.byte() % 16;
-  if (!w.sys && op != 15) return;
+  const std::uint8_t op = in.byte() % 17;
+  if (!w.sys && op != 16) return;
   switch (op) {
     case 0: {  // a stream, on a device id that may not exist
       const int dev = static_cast<int>(in.byte() % 4) - (in.byte() % 8 == 0 ? 5 : 0);
@@ -329,6 +331,32 @@ void step(world& w, input& in) {
         if (e.valid()) __builtin_trap();
       for (auto& b : w.buffers)
         if (b) __builtin_trap();
+      for (auto& g : w.graphs)
+        if (g.valid()) __builtin_trap();
+      break;
+    }
+    case 15: {  // stream capture: begin, end, launch a graph on any stream, drop a graph
+      npurt::stream* s = any_stream(w, in);
+      switch (in.byte() % 4) {
+        case 0:
+          if (s) s->begin_capture(in.byte() % 2 ? npurt::capture_mode::relaxed : npurt::capture_mode::global, ec);
+          break;
+        case 1:
+          if (s) {
+            npurt::stream_graph g = s->end_capture(ec);
+            if (g.valid() != !ec) __builtin_trap();  // a graph exactly when it succeeded
+            if (g.valid() && w.graphs.size() < 4) w.graphs.push_back(std::move(g));
+          }
+          break;
+        case 2:
+          if (s && !w.graphs.empty()) (void)in.pick(w.graphs).launch(*s, ec);
+          break;
+        default:
+          if (!w.graphs.empty())
+            w.graphs.erase(w.graphs.begin() + static_cast<std::ptrdiff_t>(in.byte() % w.graphs.size()));
+          break;
+      }
+      check(ec);
       break;
     }
     default:  // a (new) system; old handles stay stale

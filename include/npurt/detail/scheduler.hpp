@@ -203,6 +203,7 @@ struct capture_state {
   std::vector<task*> nodes;           // in capture order, which orders every dependency; never enqueued
   std::vector<std::uint32_t> lanes;   // each node's lane
   std::vector<std::uint32_t> lane_streams;  // each lane's stream (0: destroyed since it joined)
+  std::vector<std::pair<std::uint8_t, std::uint32_t>> lane_modes;  // each lane's stream's (priority, flags)
   std::vector<std::uint64_t> events;  // user events recorded in it, retained until the graph dies
   std::vector<std::pair<std::uint64_t, std::size_t>> records;  // (event, node) of each record, in order
 };
@@ -215,6 +216,7 @@ struct graph_state {
   std::vector<task*> nodes;
   std::vector<std::uint32_t> lanes;
   std::uint32_t lane_count = 1;
+  std::vector<std::pair<std::uint8_t, std::uint32_t>> lane_modes;  // (priority, flags) the lanes' streams had
   std::vector<std::uint32_t> lane_streams;  // lanes 1...: the graph's own streams, made at its first launch
   std::vector<std::uint64_t> events;  // retained: a replayed record needs its event alive
   bool lost = false;                  // its device was reset: the nodes are gone
@@ -432,9 +434,10 @@ class scheduler {
   /// Enqueues a clone of every node of the graph: lane 0 on `s`, the other lanes on the graph's
   /// own streams, as one host call (the first node charged launch_overhead, the others
   /// graph_node_overhead). The last node's (position, task id) on `s`, or zeros for an empty
-  /// graph or a capturing `s`, whose capture takes the clones. ec (nothing enqueued, `why`
-  /// says which node): a pinned host buffer of a copy node was freed; a graph of several lanes
-  /// into a capture (capture_unsupported).
+  /// graph or a capturing `s`, whose capture takes the clones. A collective node's clone takes
+  /// its rank's next call numbers. ec (nothing enqueued, `why` says which node): a pinned host
+  /// buffer of a copy node was freed; a collective node's communicator was aborted
+  /// (operation_aborted); a graph of several lanes into a capture (capture_unsupported).
   NPURT_DECL std::pair<std::uint64_t, std::uint64_t> launch_graph(std::uint64_t id, stream_state& s,
                                                                   std::error_code& ec, std::string& why);
   NPURT_DECL void release_graph(std::uint64_t id) noexcept;
@@ -485,6 +488,8 @@ class scheduler {
   }
   /// Appends `t` to its stream's open capture instead of the stream (see begin_capture).
   NPURT_DECL void capture_task(stream_state& s, task* t);
+  /// A launch's copy of a collective node's calls, each with the next call number of its rank.
+  NPURT_DECL static std::shared_ptr<const void> numbered(const collective_desc& node);
   /// Frees a capture's or a graph's nodes and lets go of its events.
   NPURT_DECL void drop_nodes(std::vector<task*>& nodes, std::vector<std::uint64_t>& events) noexcept;
   /// Ends a capture without a graph (its origin was destroyed, its device reset, the system is

@@ -410,14 +410,6 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
     ec = make_error_code(errc::invalid_stream);
     return nullptr;
   }
-  if (ss->capture) {
-    // Every rank's part would have to be captured and launched together: not modelled.
-    ec = make_error_code(errc::capture_unsupported);
-    rt_->invalidate_capture(*ss, ec,
-                            "npurt::communicator: a collective on the capturing stream " + std::to_string(ss->id) +
-                                " (collectives are not captured; enqueue them outside the capture)");
-    return nullptr;
-  }
   const int r = rank_of(ss->device);
   if (r < 0) {
     ec = make_error_code(errc::stream_device_mismatch);
@@ -433,12 +425,9 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
   }
   if ((ec = check(c, ss->device, rank))) return nullptr;
   // Call numbers, per rank for collectives and per ordered pair for point-to-point calls: the
-  // engine matches the ranks' parts by them.
-  const std::uint32_t p = state_->size();
-  std::uint64_t seq = 0;
-  if (c.op == collective_op::send) seq = state_->next_send[rank * p + static_cast<std::uint32_t>(c.root)]++;
-  else if (c.op == collective_op::recv) seq = state_->next_recv[static_cast<std::uint32_t>(c.root) * p + rank]++;
-  else seq = state_->next_seq[rank]++;
+  // engine matches the ranks' parts by them. A captured call takes its number at each launch of
+  // its graph instead.
+  const bool captured = ss->capture != nullptr;
   collective_settings settings;
   settings.algorithm = c.algorithm != collective_algorithm::automatic ? c.algorithm : state_->algorithm;
   settings.buffer_bytes = state_->buffer_bytes;
@@ -448,18 +437,29 @@ NPURT_DECL detail::task* communicator::prepare(const collective_call& c, stream&
       d = std::make_shared<collective_desc>();
       d->comm = state_;
       d->rank = rank;
+      d->captured = captured;
+    } else if (d->captured != captured) {
+      // One group task holds the stream's calls: it cannot be half a node of a capture.
+      ec = make_error_code(errc::capture_unsupported);
+      if (captured)
+        rt_->invalidate_capture(*ss, ec,
+                                "npurt::communicator: stream " + std::to_string(ss->id) +
+                                    " began capturing inside a group that holds its earlier calls");
+      return nullptr;
     }
     d->calls.push_back(c);
-    d->sequence.push_back(seq);
+    d->sequence.push_back(captured ? 0 : state_->take_sequence(rank, c));
     d->settings.push_back(settings);
     return nullptr;
   }
+  const std::uint64_t seq = captured ? 0 : state_->take_sequence(rank, c);
   auto d = std::make_shared<collective_desc>();
   d->comm = state_;
   d->rank = rank;
   d->calls.push_back(c);
   d->sequence.push_back(seq);
   d->settings.push_back(settings);
+  d->captured = captured;
   detail::task* t = rt_->new_task(*ss, task_kind::collective);
   t->engine = engine_kind::collective;
   t->name = to_string(c.op);
@@ -501,7 +501,11 @@ NPURT_DECL std::string communicator::refusal_words(const collective_call& c, con
   if (rank >= 0 && (ec == errc::size_overflow || ec == errc::null_pointer || ec == errc::stream_device_mismatch))
     (void)check(c, s.device_or_none(), static_cast<std::uint32_t>(rank), &buffer_why);
   if (ec == errc::invalid_stream) what += ": the stream is empty, destroyed, or of another system";
-  if (ec == errc::capture_unsupported) what += ": collectives are not captured (enqueue them outside the capture)";
+  if (ec == errc::capture_unsupported)
+    what +=
+        ": the stream's earlier calls in this group were made on the other side of a capture's start or end, and "
+        "one group cannot be half a node of a capture (end the group before begin_capture or end_capture)";
+  else if (ec == errc::stream_captured) what += ": " + std::string(detail::awaited_in_capture);
   else if (!buffer_why.empty()) what += ": " + buffer_why;
   else if (ec == errc::stream_device_mismatch) {
     std::string devs;
@@ -541,7 +545,9 @@ NPURT_DECL std::exception_ptr communicator::note_refused_call(const collective_c
 
 NPURT_DECL event communicator::submit(detail::task* t, stream& s) {
   const std::uint64_t task = t->id;
-  return detail::event_access::task_event(*rt_, s.id(), rt_->enqueue(*rt_->find_stream(s.id()), t), task);
+  const std::uint64_t seq = rt_->enqueue(*rt_->find_stream(s.id()), t);
+  if (seq == 0) return {};  // a node of the stream's capture: no place in the stream until a launch
+  return detail::event_access::task_event(*rt_, s.id(), seq, task);
 }
 
 NPURT_DECL event communicator::enqueue(const collective_call& c, stream& s, std::error_code& ec) {
@@ -592,23 +598,20 @@ NPURT_DECL void communicator::do_group_end(std::error_code* out) {
   // waiting for a peer that never comes (until a timeout, or for ever without one).
   for (const auto& entry : pending) {
     const detail::stream_state* ss = rt_->find_stream(entry.first);
-    const bool captured = ss && ss->capture;  // began capturing inside the group
-    if (!ss || ss->destroyed || ss->invalidated || captured) {
-      // The group's calls took the last call numbers of their ranks (every call of this
-      // communicator went into the open group): give them back, so that the ranks' next calls
-      // match whichever ranks the group held.
-      const std::uint32_t p = state_->size();
+    // Its capture began or ended inside the group: its calls were numbered for the other side.
+    const bool capture_moved = ss && (ss->capture != nullptr) != entry.second->captured;
+    if (!ss || ss->destroyed || ss->invalidated || capture_moved) {
+      // The group's calls outside captures took the last call numbers of their ranks (every call
+      // of this communicator went into the open group): give them back, so that the ranks' next
+      // calls match whichever ranks the group held.
       for (const auto& [sid, d] : pending)
-        for (const collective_call& c : d->calls) {
-          const auto peer = static_cast<std::uint32_t>(c.root);
-          if (c.op == collective_op::send) --state_->next_send[d->rank * p + peer];
-          else if (c.op == collective_op::recv) --state_->next_recv[peer * p + d->rank];
-          else --state_->next_seq[d->rank];
-        }
-      if (captured)
+        if (!d->captured)
+          for (const collective_call& c : d->calls) state_->give_back_sequence(d->rank, c);
+      if (capture_moved)
         return refuse("group_end", make_error_code(errc::capture_unsupported),
-                      "a stream of the group is capturing, and collectives are not captured; none of the group's "
-                      "calls was enqueued",
+                      "stream " + std::to_string(entry.first) + (entry.second->captured ? " ended" : " began") +
+                          " a capture inside the group, which holds its calls made " +
+                          (entry.second->captured ? "in" : "outside") + " it; none of the group's calls was enqueued",
                       out);
       return refuse("group_end", make_error_code(errc::invalid_stream),
                     "a stream of the group was destroyed or its device reset; none of the group's calls was "

@@ -865,6 +865,7 @@ NPURT_DECL void scheduler::begin_capture(stream_state& s, bool relaxed) {
   s.capture->device = s.device;
   s.capture->relaxed = relaxed;
   s.capture->lane_streams.push_back(s.id);
+  s.capture->lane_modes.emplace_back(s.priority, s.flags);
   s.capture_lane = 0;
 }
 
@@ -909,6 +910,7 @@ NPURT_DECL std::error_code scheduler::capture_wait(stream_state& s, const event_
     s.capture = find_stream(c->origin)->capture;
     s.capture_lane = static_cast<std::uint32_t>(c->lane_streams.size());
     c->lane_streams.push_back(s.id);
+    c->lane_modes.emplace_back(s.priority, s.flags);
   }
   if (c->lanes[record] == s.capture_lane) return {};  // stream order already waits for it
   task* w = new_task(s, task_kind::event_wait);
@@ -1004,6 +1006,7 @@ NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, std::error_code
   g.nodes = std::move(c->nodes);
   g.lanes = std::move(c->lanes);
   g.lane_count = static_cast<std::uint32_t>(c->lane_streams.size());
+  g.lane_modes = std::move(c->lane_modes);
   g.events = std::move(c->events);
   return id;
 }
@@ -1038,6 +1041,17 @@ NPURT_DECL task* scheduler::clone_node(stream_state& s, const task& n) {
   return t;
 }
 
+NPURT_DECL std::shared_ptr<const void> scheduler::numbered(const collective_desc& node) {
+  auto d = std::make_shared<collective_desc>();
+  d->comm = node.comm;
+  d->rank = node.rank;
+  d->calls = node.calls;
+  d->settings = node.settings;
+  d->sequence.reserve(node.calls.size());
+  for (const collective_call& c : node.calls) d->sequence.push_back(d->comm->take_sequence(d->rank, c));
+  return d;
+}
+
 NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::uint64_t id, stream_state& s,
                                                                            std::error_code& ec, std::string& why) {
   graph_state& g = graphs_.at(id);
@@ -1066,9 +1080,23 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
           " streams cannot be launched into a capture (a graph of one stream can: its nodes join the capture)";
     return {0, 0};
   }
-  // The other lanes run on streams of the graph's own, of the priority of the stream that
-  // first launched it.
-  while (g.lane_streams.size() + 1 < g.lane_count) g.lane_streams.push_back(create_stream(g.device, s.priority, 0));
+  // A collective node's communicator must still take calls: a launch after its abort would
+  // leave the other ranks' parts waiting for this one.
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    if (const collective_desc* d = g.nodes[i]->collective(); d && d->comm->aborted) {
+      ec = make_error_code(errc::operation_aborted);
+      why = "node " + std::to_string(i) + " (" + std::string(g.nodes[i]->name) + ") is a call of communicator '" +
+            d->comm->name + "', which was aborted" +
+            (d->comm->abort_reason.empty() ? "" : " (" + d->comm->abort_reason + ")");
+      return {0, 0};
+    }
+  // The other lanes run on streams of the graph's own, of the priority and flags their
+  // streams had in the capture: a communication lane keeps the priority that orders it before
+  // the compute lanes' work.
+  while (g.lane_streams.size() + 1 < g.lane_count) {
+    const auto& [priority, flags] = g.lane_modes[g.lane_streams.size() + 1];
+    g.lane_streams.push_back(create_stream(g.device, priority, flags));
+  }
   // One host call: node i is submitted launch_overhead + i graph_node_overhead after it begins,
   // whichever stream it goes to.
   std::vector<std::pair<std::uint32_t, std::uint64_t>> placed(g.nodes.size());  // (stream, position)
@@ -1087,6 +1115,7 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
     } else {
       // A record whose event is gone (its device was reset) still runs in stream order.
       task* t = clone_node(ls, n);
+      if (const collective_desc* d = n.collective(); d && !ls.capture) t->desc.ref = numbered(*d);
       if (n.kind == task_kind::event_wait && !ls.capture) {
         // A dependency between lanes: on the position the node waited for took at this launch.
         task_side& x = *t->extra;
