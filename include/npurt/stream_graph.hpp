@@ -58,7 +58,9 @@ class stream_graph {
   /// Enqueues the graph's nodes in captured order, those of the capturing stream on `s`, and
   /// returns the last such node's event (a null event for an empty graph). The other streams'
   /// nodes run on streams the graph owns, made at its first launch with the priority and flags
-  /// their capturing streams had. A collective node (a call or a group of a communicator)
+  /// their capturing streams had (but stop_on_failure). A failure there is reported on `s` too,
+  /// as a failure of its own work: its synchronize, query and async_launch's completion see it
+  /// (nobody can synchronize the graph's own streams). A collective node (a call or a group of a communicator)
   /// takes its rank's next call numbers at each launch, in the order of the graph's nodes: the
   /// ranks' graphs, and any calls made around them, match as their launches and calls are
   /// ordered, as NCCL's captured calls do. Into a capturing

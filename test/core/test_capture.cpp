@@ -7,6 +7,7 @@
 #include <npurt/task.hpp>
 
 #include <cstring>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -520,6 +521,64 @@ TEST_CASE("an awaited graph launch completes when its work has run, with its fai
   CHECK(done >= sim_time{us(7)});
   CHECK(cap_code(second) == errc::invalid_pointer);
   dev.free(a);
+}
+
+TEST_CASE("a failure on a graph's own stream is reported on the stream that launched the graph", "[core][capture]") {
+  two_streams r;
+  npurt::device& dev = r.dev;
+  npurt::stream &s = r.s, &side = r.other;
+  npurt::event &fork = r.e, &join = r.join;
+  // The side stream stops on failure when called eagerly; the graph's lane must not, since
+  // nobody can read its failure to let it run again.
+  npurt::stream stopper = dev.make_stream({.flags = npurt::stream_flags::stop_on_failure});
+  int calls = 0;
+  s.begin_capture();
+  s.record(fork);
+  stopper.wait(fork);
+  stopper.launch_callback([&] {
+    if (++calls == 1) throw std::runtime_error("first launch only");
+  });
+  stopper.record(join);
+  s.wait(join);
+  npurt::stream_graph g = s.end_capture();
+  REQUIRE(g.valid());
+  npurt::stream launcher = dev.make_stream();
+  npurt::event before = dev.make_event(), after = dev.make_event();
+  launcher.record(before);
+  g.launch(launcher);
+  launcher.record(after);
+  r.sys.run();
+  REQUIRE(calls == 1);
+  // An event of the launching stream after the graph sees the failure; one before it does not.
+  std::error_code ec;
+  CHECK(before.query(ec));
+  CHECK_FALSE(ec);
+  (void)after.query(ec);
+  CHECK(cap_code(ec) == errc::callback_failed);
+  // Read by the launcher's synchronize, as the callback's own exception.
+  std::string what;
+  try {
+    launcher.synchronize();
+  } catch (const std::runtime_error& e) { what = e.what(); }
+  CHECK(what == "first launch only");
+  CHECK_NOTHROW(launcher.synchronize());  // read: cleared
+  // The lane was not stopped: the next launch runs it, awaited, and succeeds.
+  bool ok = false;
+  auto body = [&]() -> npurt::task<void> {
+    co_await g.async_launch(launcher, npurt::use_task);
+    ok = true;
+  };
+  npurt::spawn(r.sys, body());
+  r.sys.run();
+  CHECK(ok);
+  CHECK(calls == 2);
+  // Eagerly, the same failure belongs to the stream that ran it alone.
+  side.launch_callback([] { throw std::runtime_error("eager"); });
+  side.record(join);
+  s.wait(join);
+  r.sys.run();
+  CHECK_NOTHROW(s.synchronize());
+  CHECK_THROWS_AS(side.synchronize(), std::runtime_error);
 }
 
 TEST_CASE("captures and graphs let go of everything when their stream, device or system goes", "[core][capture]") {

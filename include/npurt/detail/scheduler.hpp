@@ -252,6 +252,15 @@ struct stream_state {
   boost::asio::strand<boost::asio::io_context::executor_type> strand;
   std::shared_ptr<capture_state> capture;  // set while the stream takes part in a capture
   std::uint32_t capture_lane = 0;          // its lane there
+  // A graph's own lane stream: for each launch with nodes here, oldest first, its last position
+  // here, the stream that launched it and the launch's last position there. Nobody synchronizes
+  // a graph's lane, so its failures are reported on the launching stream too (record_failure).
+  struct launch_mark {
+    std::uint64_t upto = 0;
+    std::uint32_t stream = 0;
+    std::uint64_t at = 0;
+  };
+  std::vector<launch_mark> launched_by;
 
   explicit stream_state(boost::asio::io_context& ioc) : strand(boost::asio::make_strand(ioc)) {}
 };

@@ -632,7 +632,21 @@ NPURT_DECL void scheduler::record_failure(const running_task& t, std::error_code
   const failure f = sched_detail::failure_of(t, ec);
   recent_error_ = f.describe() + ": " + ec.message();
   // The first failure is the one reported.
-  if (auto* s = find_stream(t.stream); s && !s->sticky) s->sticky = f;
+  stream_state* s = find_stream(t.stream);
+  if (s && !s->sticky) s->sticky = f;
+  if (s && !s->launched_by.empty()) [[unlikely]] {
+    // A graph's lane: the stream that launched the failed node's graph reports it (CUDA makes a
+    // graph's fault sticky for the whole context; here the launching stream stands for it).
+    // It stands at the launch's end there: events recorded after the graph see it, as does the
+    // launch's own event, and the words still name the lane the node ran on.
+    auto& by = s->launched_by;
+    by.erase(by.begin(), std::find_if(by.begin(), by.end(), [&](const auto& l) { return l.upto >= t.seq; }));
+    if (!by.empty())
+      if (stream_state* to = find_stream(by.front().stream); to && !to->destroyed && !to->sticky) {
+        to->sticky = f;
+        to->sticky.seq = by.front().at;
+      }
+  }
   if (t.device >= 0 && static_cast<std::size_t>(t.device) < device_failures_.size())
     if (failure& d = device_failures_[static_cast<std::size_t>(t.device)]; !d) d = f;
 }
@@ -1094,8 +1108,10 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
   // streams had in the capture: a communication lane keeps the priority that orders it before
   // the compute lanes' work.
   while (g.lane_streams.size() + 1 < g.lane_count) {
+    // Not stop_on_failure: nobody reads a lane's failure to let it run again (the launching
+    // stream reports it).
     const auto& [priority, flags] = g.lane_modes[g.lane_streams.size() + 1];
-    g.lane_streams.push_back(create_stream(g.device, priority, flags));
+    g.lane_streams.push_back(create_stream(g.device, priority, flags & ~stop_on_failure_flag));
   }
   // One host call: node i is submitted launch_overhead + i graph_node_overhead after it begins,
   // whichever stream it goes to.
@@ -1131,7 +1147,13 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
     if (g.lanes[i] == 0) last = {placed[i].second, ids[i]};
   }
   s.host_cursor = std::max(s.host_cursor, at);
-  if (s.capture) last = {0, 0};  // the clones are nodes of that capture
+  if (s.capture) return {0, 0};  // the clones are nodes of that capture
+  for (const std::uint32_t sid : g.lane_streams) {
+    stream_state& ls = *find_stream(sid);
+    auto& by = ls.launched_by;
+    by.erase(by.begin(), std::find_if(by.begin(), by.end(), [&](const auto& l) { return l.upto > ls.completed; }));
+    if (ls.enqueued > ls.completed) by.push_back({ls.enqueued, s.id, last.first});
+  }
   return last;
 }
 
