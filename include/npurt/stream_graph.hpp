@@ -33,8 +33,20 @@
 #include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 namespace npurt {
+
+class stream_graph;
+
+namespace detail {
+/// For npurt's own components: the task ids the latest launch of a graph gave its collective
+/// nodes, in node order (empty for a null graph or one never launched). A session names the
+/// all-reduces of a captured run by them, as it names those of a run made call by call.
+struct stream_graph_access {
+  NPURT_DECL static std::vector<std::uint64_t> collective_task_ids(const stream_graph& g);
+};
+}  // namespace detail
 
 class stream_graph {
  public:
@@ -81,6 +93,7 @@ class stream_graph {
 
  private:
   friend class stream;
+  friend struct detail::stream_graph_access;
   stream_graph(detail::runtime& rt, std::uint64_t id) noexcept : rt_(&rt), id_(id) {}
   /// The graph's state, or null with the code (invalid_graph, wrong_thread) and the words.
   NPURT_DECL const detail::graph_state* state(std::error_code& ec, std::string& why) const;

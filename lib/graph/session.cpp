@@ -370,6 +370,15 @@ compiled_graph session::compile(graph& g, const compile_options& opts) {
     (void)io_stream(0);
     (void)io_stream(1);
   }
+  if (opts.capture_graph) {
+    // A pipeline's stages and an overlapped run's copies take turns in several slots, each run
+    // waiting for another's events: work a captured graph cannot hold.
+    if (rep.schedule == schedule::pipeline || rep.overlap)
+      throw graph_error(make_error_code(errc::not_supported), {}, {},
+                        std::string("npurt::session::compile: capture_graph runs cannot be ") +
+                            (rep.overlap ? "overlapped (enable_overlap)" : "pipelined (schedule::pipeline)"));
+    rep.graph = true;
+  }
   if (p->all_reduce) {
     // Every rank's run must meet the others in the same collective: refused here, before any
     // memory is taken, rather than failing or hanging in a run.
@@ -676,6 +685,22 @@ struct enqueue_ctx {
   std::map<std::uint64_t, std::size_t>* reductions = nullptr;  // the run's all-reduce tasks by id
 };
 
+// Copies the outputs out on `sout`, into the run's host (or device) tensors.
+template <class Ptr>
+void copy_outputs(enqueue_ctx& x, npurt::stream& sout, const Ptr& ptr) {
+  const auto& c = x.c;
+  const bool timing = c.rep.timing_only;
+  for (std::size_t i = 0; i < c.outputs.size(); ++i) {
+    const int v = c.outputs[i];
+    const cvalue& cv = c.values[static_cast<std::size_t>(v)];
+    tensor& h = (*x.host_out)[i];
+    if (cv.bytes() == 0) continue;
+    const void* src = timing ? c.output_ptr[x.slot][i] : ptr(v);
+    sout.memcpy(h.data(), h.bytes(), src, cv.bytes(),
+                c.output_on_device[i] ? memcpy_kind::device_to_device : memcpy_kind::device_to_host);
+  }
+}
+
 event enqueue_batch(enqueue_ctx& x) {
   auto& c = x.c;
   const bool timing = c.rep.timing_only;
@@ -720,7 +745,52 @@ event enqueue_batch(enqueue_ctx& x) {
       sin.memcpy(c.input_ptr[x.slot][i], bytes, c.staging.data(), bytes, memcpy_kind::host_to_device);
     }
   }
-  event inputs_done = sin.launch_callback([] {});
+  // compile_options::capture_graph: the operators below are captured once, on the copy-in
+  // stream (where the other streams join and the outputs are copied out), and launched there.
+  const bool graph = c.rep.graph;
+  const auto launch_run_graph = [&] {
+    (void)c.run_graph.launch(sin);
+    // The all-reduces' tasks of this launch, for the run's rows and its failures' words: the
+    // graph's collective nodes are the reductions, in the order they were captured.
+    if (x.reductions) {
+      const std::vector<std::uint64_t> ids = detail::stream_graph_access::collective_task_ids(c.run_graph);
+      for (std::size_t i = 0; i < ids.size() && i < c.reductions.size(); ++i)
+        x.reductions->emplace(ids[i], c.reductions[i].output);
+    }
+    copy_outputs(x, sin, ptr);
+    return sin.launch_callback([] {});
+  };
+  if (graph && c.run_graph.valid()) return launch_run_graph();
+  // A refusal below (a launch the backend refused, an aborted communicator) ends the capture
+  // with it, so that the stream takes calls again.
+  struct capture_guard {
+    npurt::stream* s = nullptr;
+    ~capture_guard() {
+      std::error_code ec;
+      if (s) (void)s->end_capture(ec);
+    }
+  } guard;
+  if (graph) {
+    sin.begin_capture();
+    guard.s = &sin;
+  }
+  // Inside a capture a dependency between streams is a user event recorded in it (a captured
+  // call's event is null): mark() records one where a call's event would do outside.
+  npurt::device& dev = x.s.device();
+  const auto mark = [&](npurt::stream& on) {
+    if (!graph) return on.launch_callback([] {});
+    event e = dev.make_event();
+    on.record(e);
+    return e;
+  };
+  std::vector<bool> waited_for(graph ? c.steps.size() : 0, false);
+  if (graph) {
+    for (const cstep& st : c.steps)
+      for (int w : st.waits) waited_for[static_cast<std::size_t>(w)] = true;
+    for (const creduction& red : c.reductions)
+      if (red.after >= 0) waited_for[static_cast<std::size_t>(red.after)] = true;
+  }
+  event inputs_done = mark(sin);
   // All-reduces of outputs: on the communication stream, in the order of the list, each once
   // every step that touches its output's memory is queued (and, through the waits, has run).
   npurt::stream* comm = c.reductions.empty() ? nullptr : &x.s.comm_stream(c.all_reduce->priority);
@@ -752,7 +822,7 @@ event enqueue_batch(enqueue_ctx& x) {
       else
         last = s.memcpy(task.copy.dst, task.copy.bytes, task.copy.src, task.copy.bytes, memcpy_kind::device_to_device);
     }
-    done[k] = last;
+    done[k] = graph ? (waited_for[k] ? mark(s) : event{}) : last;
     stage_end[static_cast<std::size_t>(st.stage)] = last;
     while (comm && next_reduction < c.reductions.size() && c.reductions[next_reduction].after <= static_cast<int>(k)) {
       const std::size_t i = next_reduction++;
@@ -765,26 +835,26 @@ event enqueue_batch(enqueue_ctx& x) {
           communicator::all_reduce_call(buf, buf, static_cast<std::size_t>(cv.shape.elements()), cv.type,
                                         c.all_reduce->op),
           *comm);
-      if (x.reductions) x.reductions->emplace(reduced[i].task_id(), red.output);
+      if (graph) reduced[i] = mark(*comm);
+      else if (x.reductions) x.reductions->emplace(reduced[i].task_id(), red.output);
     }
   }
   // Join every stream into the final one, then copy the outputs out there.
   if (!overlap) stream_started[c.copy_stream] = true;
   for (std::uint32_t k = 0; k < c.streams; ++k)
     if ((overlap || k != c.final_stream) && stream_started[k]) {
-      event e = exec_stream(x.s, c, k).launch_callback([] {});
+      event e = mark(exec_stream(x.s, c, k));
       sout.wait(e);
     }
   if (!reduced.empty() && reduced.back().valid()) sout.wait(reduced.back());
-  for (std::size_t i = 0; i < c.outputs.size(); ++i) {
-    const int v = c.outputs[i];
-    const cvalue& cv = c.values[static_cast<std::size_t>(v)];
-    tensor& h = (*x.host_out)[i];
-    if (cv.bytes() == 0) continue;
-    const void* src = timing ? c.output_ptr[x.slot][i] : ptr(v);
-    sout.memcpy(h.data(), h.bytes(), src, cv.bytes(),
-                c.output_on_device[i] ? memcpy_kind::device_to_device : memcpy_kind::device_to_host);
+  if (graph) {
+    // Non-pipelined, the copy-in stream is the final one: every stream and the reductions joined
+    // it above.
+    guard.s = nullptr;
+    c.run_graph = sin.end_capture();
+    return launch_run_graph();
   }
+  copy_outputs(x, sout, ptr);
   if (x.stage_done)
     for (std::size_t k = 0; k < stage_end.size(); ++k)
       if (stage_end[k].valid()) (*x.stage_done)[k] = stage_end[k];

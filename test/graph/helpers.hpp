@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace npurt::test {
@@ -152,6 +153,15 @@ inline bool near(const std::vector<double>& got, const std::vector<double>& want
   for (std::size_t i = 0; i < got.size(); ++i)
     if (std::abs(got[i] - want[i]) > 1e-5 + 1e-6 * std::abs(want[i])) return false;
   return true;
+}
+
+/// Rows of w[3,2] = {1..6} gathered by two int64 ids fed at run time ("ids" into "emb"): a run
+/// fails when an id is out of range.
+inline graph embedding_lookup(std::string name) {
+  graph g(std::move(name));
+  auto w = g.add_constant("w", tensor({3, 2}, dtype::f32, {1, 2, 3, 4, 5, 6}));
+  g.set_output(g.add_op("Gather", {w, g.add_input("ids", {2}, dtype::i64)}, {}, "emb"));
+  return g;
 }
 
 inline npurt::system make_system() { return npurt::system{sim::presets::ascend910(1)}; }

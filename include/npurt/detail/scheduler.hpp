@@ -219,6 +219,7 @@ struct graph_state {
   std::vector<std::pair<std::uint8_t, std::uint32_t>> lane_modes;  // (priority, flags) the lanes' streams had
   std::vector<std::uint32_t> lane_streams;  // lanes 1...: the graph's own streams, made at its first launch
   std::vector<std::uint64_t> events;  // retained: a replayed record needs its event alive
+  std::vector<std::uint64_t> last_ids;  // the task ids of the latest launch's clones, by node
   bool lost = false;                  // its device was reset: the nodes are gone
 };
 

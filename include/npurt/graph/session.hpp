@@ -125,6 +125,13 @@ struct compile_options {
   std::vector<std::string> outputs_on_device{};
   /// Outputs all-reduced across ranks inside the run (not with schedule::pipeline).
   std::optional<output_all_reduce> all_reduce{};
+  /// Runs launch the operators as one captured stream_graph (ONNX Runtime's enable_cuda_graph,
+  /// torch_npu's NPU graphs): the first run captures them (its all-reduces too) and launches the
+  /// graph, later runs launch it again, paying system_options::graph_node_overhead for each
+  /// kernel after the first instead of launch_overhead. The copies in and out stay calls, so
+  /// feeds and outputs are as without it, and outputs are bit for bit the same. Not with
+  /// schedule::pipeline or enable_overlap() (not_supported at compile).
+  bool capture_graph = false;
 };
 
 /// A tensor fed to a run, by input name. Made from a named tensor (an lvalue), a feed refers to
@@ -196,6 +203,7 @@ struct compile_report {
   std::size_t casts_inserted = 0;
   std::size_t outputs_on_device = 0;  ///< outputs a run returns as device tensors
   std::size_t all_reduced = 0;        ///< outputs a run all-reduces across ranks
+  bool graph = false;                 ///< compile_options::capture_graph: runs launch a captured graph
   std::uint64_t activation_bytes = 0;  ///< the arena
   std::uint64_t activation_no_reuse_bytes = 0;
   std::uint64_t activation_lower_bound = 0;  ///< peak live activation bytes
@@ -218,7 +226,8 @@ class compiled_graph {
   [[nodiscard]] std::vector<std::pair<std::string, std::uint32_t>> schedule_order() const;
   [[nodiscard]] impl& get() const { return *p_; }
   /// The compute stream a run ends on (its outputs are copied out there, or on the session's
-  /// io_stream(1) when the graph was compiled with overlap).
+  /// io_stream(1) when the graph was compiled with overlap). With compile_options::capture_graph
+  /// it is the stream inputs are copied in on, which launches the graph.
   [[nodiscard]] std::uint32_t final_stream() const;
 
  private:

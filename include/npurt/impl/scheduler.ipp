@@ -1148,6 +1148,7 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
   }
   s.host_cursor = std::max(s.host_cursor, at);
   if (s.capture) return {0, 0};  // the clones are nodes of that capture
+  g.last_ids = std::move(ids);
   for (const std::uint32_t sid : g.lane_streams) {
     stream_state& ls = *find_stream(sid);
     auto& by = ls.launched_by;

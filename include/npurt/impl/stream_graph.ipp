@@ -101,6 +101,17 @@ NPURT_DECL event stream_graph::launch(stream& s, std::error_code& ec) {
   return e;
 }
 
+NPURT_DECL std::vector<std::uint64_t> detail::stream_graph_access::collective_task_ids(const stream_graph& g) {
+  std::vector<std::uint64_t> ids;
+  std::error_code ec;
+  std::string why;
+  const detail::graph_state* st = g.state(ec, why);
+  if (!st) return ids;
+  for (std::size_t i = 0; i < st->nodes.size() && i < st->last_ids.size(); ++i)
+    if (st->nodes[i]->kind == task_kind::collective) ids.push_back(st->last_ids[i]);
+  return ids;
+}
+
 NPURT_DECL event stream_graph::launch(stream& s) {
   std::error_code ec;
   std::string words;
