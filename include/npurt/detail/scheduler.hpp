@@ -220,6 +220,7 @@ struct graph_state {
   std::vector<std::uint32_t> lane_streams;  // lanes 1...: the graph's own streams, made at its first launch
   std::vector<std::uint64_t> events;  // retained: a replayed record needs its event alive
   std::vector<std::uint64_t> last_ids;  // the task ids of the latest launch's clones, by node
+  bool collectives = false;             // some node is a collective's (numbered at each launch)
   bool lost = false;                  // its device was reset: the nodes are gone
 };
 
@@ -507,7 +508,7 @@ class scheduler {
   NPURT_DECL void abandon_capture(const std::shared_ptr<capture_state>& c) noexcept;
   /// Every stream of the capture leaves it, and its events are no longer recorded in it.
   NPURT_DECL void leave_capture(capture_state& c) noexcept;
-  NPURT_DECL task* clone_node(stream_state& s, const task& n);
+  NPURT_HOT_DECL task* clone_node(stream_state& s, const task& n);
   NPURT_DECL void start_task(stream_state& s, task* t);
   /// The stream's running_task for its head `t`, as it starts.
   NPURT_DECL void fill_running(stream_state& s, task* t);

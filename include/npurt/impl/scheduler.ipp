@@ -1022,6 +1022,7 @@ NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, std::error_code
   g.lane_count = static_cast<std::uint32_t>(c->lane_streams.size());
   g.lane_modes = std::move(c->lane_modes);
   g.events = std::move(c->events);
+  g.collectives = std::any_of(g.nodes.begin(), g.nodes.end(), [](const task* n) { return n->collective(); });
   return id;
 }
 
@@ -1038,7 +1039,7 @@ NPURT_DECL void scheduler::release_graph(std::uint64_t id) noexcept {
   graphs_.erase(it);
 }
 
-NPURT_DECL task* scheduler::clone_node(stream_state& s, const task& n) {
+NPURT_HOT_DECL task* scheduler::clone_node(stream_state& s, const task& n) {
   task* t = new_task(s, n.kind);
   t->name = n.name;
   t->engine = n.engine;
@@ -1096,7 +1097,7 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
   }
   // A collective node's communicator must still take calls: a launch after its abort would
   // leave the other ranks' parts waiting for this one.
-  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+  for (std::size_t i = 0; g.collectives && i < g.nodes.size(); ++i)
     if (const collective_desc* d = g.nodes[i]->collective(); d && d->comm->aborted) {
       ec = make_error_code(errc::operation_aborted);
       why = "node " + std::to_string(i) + " (" + std::string(g.nodes[i]->name) + ") is a call of communicator '" +
@@ -1131,7 +1132,8 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
     } else {
       // A record whose event is gone (its device was reset) still runs in stream order.
       task* t = clone_node(ls, n);
-      if (const collective_desc* d = n.collective(); d && !ls.capture) t->desc.ref = numbered(*d);
+      if (const collective_desc* d = g.collectives ? n.collective() : nullptr; d && !ls.capture)
+        t->desc.ref = numbered(*d);
       if (n.kind == task_kind::event_wait && !ls.capture) {
         // A dependency between lanes: on the position the node waited for took at this launch.
         task_side& x = *t->extra;
