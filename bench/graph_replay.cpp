@@ -41,9 +41,7 @@ outcome run(const npurt::sim::preset& p, const npurt::system_options& opts, cons
             std::size_t count, bool graph, int steps, int rounds, int devices = 1, bool all_reduce = false) {
   outcome out;
   const auto& kernels = model.shared_training_step();
-  const auto first_update = static_cast<std::size_t>(
-      std::find(model.phases().begin(), model.phases().end(), npurt::models::step_phase::update) -
-      model.phases().begin());
+  const std::size_t first_update = model.first_update_kernel();
   for (int r = 0; r < rounds; ++r) {
     npurt::sim::sim_options timing_only;
     timing_only.functional = false;

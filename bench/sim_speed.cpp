@@ -41,9 +41,7 @@ result run(const npurt::sim::preset& base, int devices, int steps, const npurt::
   result best;
   const auto& kernels = model.shared_training_step();
   // The optimizer's kernels come last: the gradients are reduced before the first of them.
-  const auto first_update = static_cast<std::size_t>(
-      std::find(model.phases().begin(), model.phases().end(), npurt::models::step_phase::update) -
-      model.phases().begin());
+  const std::size_t first_update = model.first_update_kernel();
   for (int r = 0; r < repeats; ++r) {
     // The previous run's system is gone: hand its pages back, so that the process's peak
     // resident set is the largest single run's rather than the sum of what mimalloc kept.

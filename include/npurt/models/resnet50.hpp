@@ -26,6 +26,7 @@
 
 #include <npurt/kernel.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -113,6 +114,11 @@ class resnet50 {
   [[nodiscard]] const std::vector<step_phase>& phases() const noexcept { return phases_; }
   /// The forward pass alone (the first kernels of training_step()).
   [[nodiscard]] std::size_t forward_kernels() const noexcept { return forward_count_; }
+  /// The optimizer's first kernel in training_step() (its size if there is none): where a
+  /// data-parallel step all-reduces its gradients.
+  [[nodiscard]] std::size_t first_update_kernel() const noexcept {
+    return static_cast<std::size_t>(std::find(phases_.begin(), phases_.end(), step_phase::update) - phases_.begin());
+  }
 
   /// Every tensor the step touches (see the file comment for the conventions).
   [[nodiscard]] const std::vector<step_tensor>& tensors() const noexcept { return tensors_; }
