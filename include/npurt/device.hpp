@@ -68,6 +68,8 @@ class device {
   /// the fast path; this is the raw one.
   [[nodiscard]] NPURT_DECL void* malloc(std::size_t bytes);
   [[nodiscard]] NPURT_DECL void* malloc(std::size_t bytes, std::error_code& ec) noexcept;
+  /// Frees what malloc returned, at once, and a graph's allocation that a launch left allocated
+  /// (as cudaFree frees graph memory; see stream_graph).
   NPURT_DECL void free(void* p);
   NPURT_DECL void free(void* p, std::error_code& ec) noexcept;
   [[nodiscard]] NPURT_DECL mem_info memory_info() const;
@@ -136,6 +138,8 @@ class device {
   [[nodiscard]] std::uint64_t reset_count() const noexcept { return resets_; }
 
  private:
+  /// free's work; `why` has the words of a graph allocation's refusal.
+  NPURT_DECL void free(void* p, std::error_code& ec, std::string& why) noexcept;
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* out);
   /// A synchronize while a stream of this device captures in capture_mode::global: refused
   /// (errc::capture_unsupported, the words noted), and the capture invalidated; else no error.

@@ -73,11 +73,15 @@ class mem_pool {
   /// cudaMallocAsync: memory for work on `s`. Throws out_of_memory_error (with the requested
   /// size, device, total and free capacity, allocated and reserved bytes, and a hint) when the
   /// retry chain cannot find it or the device could never hold it, and
-  /// caller_error(errc::size_overflow) when rounding `bytes` up would overflow size_t.
+  /// caller_error(errc::size_overflow) when rounding `bytes` up would overflow size_t. On a
+  /// capturing stream it is a graph allocation (an allocation node), taken from the device rather
+  /// than the pool: its address is the graph's, the same at every launch (see stream_graph).
   [[nodiscard]] NPURT_DECL void* malloc_async(std::size_t bytes, stream& s);
   [[nodiscard]] NPURT_DECL void* malloc_async(std::size_t bytes, stream& s, std::error_code& ec);
   /// cudaFreeAsync: returns p to the pool in the order of `s`. A pointer of another device is
   /// errc::stream_device_mismatch, as device::free says (the throwing form names both devices).
+  /// On a capturing stream it frees an allocation of the same capture at the end of each launch
+  /// (a free node); outside a capture it also frees a graph allocation a launch left allocated.
   NPURT_DECL void free_async(void* p, stream& s);
   NPURT_DECL void free_async(void* p, stream& s, std::error_code& ec);
   /// Takes `bytes` of device memory into the pool's cache for `s` now (a segment, or arena pages
@@ -137,7 +141,12 @@ class mem_pool {
       const mem_pool_options& opts) const;
   NPURT_DECL void unregister_blocks();
   NPURT_DECL void* do_malloc(std::size_t bytes, std::uint32_t stream, std::error_code& ec);
-  NPURT_DECL std::uint32_t stream_id(stream& s, std::error_code& ec) const;
+  /// The stream's id for the allocator, or 0 with the error. A capturing stream is refused
+  /// (capture_unsupported, invalidating its capture) unless `capturing` is given: it then
+  /// points at the stream's state, for a graph allocation or free.
+  NPURT_DECL std::uint32_t stream_id(stream& s, std::error_code& ec, detail::stream_state** capturing = nullptr) const;
+  /// free_async's work; `why` has the words of a graph allocation's refusal.
+  NPURT_DECL void free_async(void* p, stream& s, std::error_code& ec, std::string& why);
   // Throws wrong_thread (caller_error) when called off the system's owning thread.
   NPURT_DECL void check_owner(const char* call) const;
   [[nodiscard]] NPURT_DECL bool device_busy() const;

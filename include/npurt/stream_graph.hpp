@@ -17,6 +17,13 @@
 // whose pinned host buffer was freed since; device memory freed since fails its node when it
 // runs, with the stream's sticky error. Resetting the graph's device destroys its nodes, and the
 // graph launches no more (errc::invalid_graph).
+//
+// Graph memory: a pool allocation on a capturing stream (mem_pool::malloc_async) is the graph's,
+// at one address for every launch, as CUDA's allocation nodes are; a free of it in the same
+// capture (mem_pool::free_async) ends each launch's use of it. Without one, a launch leaves it
+// allocated for the work after the graph, and the graph launches again only once the program
+// has freed it (mem_pool::free_async, device::free). The graph's destruction gives its memory
+// back when its launched work is done.
 #pragma once
 
 #include <npurt/config.hpp>
@@ -82,7 +89,9 @@ class stream_graph {
   /// of another system or null (errc::invalid_stream), of another device
   /// (errc::stream_device_mismatch), a lost device (errc::device_lost), a copy node's pinned
   /// host buffer freed since the capture (errc::invalid_pointer), a collective node's
-  /// communicator aborted (errc::operation_aborted).
+  /// communicator aborted (errc::operation_aborted), an allocation the previous launch left
+  /// allocated and nobody has freed (errc::invalid_argument), a graph that allocates memory
+  /// launched into a capture (errc::capture_unsupported).
   NPURT_DECL event launch(stream& s);
   NPURT_DECL event launch(stream& s, std::error_code& ec);
   /// launch(s), then completes as s.async_synchronize does: when the graph's work (and whatever

@@ -60,6 +60,24 @@ void run_coro(npurt::system& sys, Awaitable aw) {
   if (!done) throw std::runtime_error("coroutine did not finish");
 }
 
+/// The npurt error code `f` throws, or errc{} when it throws none.
+template <class F>
+npurt::errc thrown_code(F&& f) {
+  try {
+    f();
+  } catch (const npurt::error& e) { return static_cast<npurt::errc>(e.code().value()); }
+  return npurt::errc{};
+}
+
+/// The words of the npurt error `f` throws, or empty when it throws none.
+template <class F>
+std::string thrown_what(F&& f) {
+  try {
+    f();
+  } catch (const npurt::error& e) { return e.what(); }
+  return {};
+}
+
 inline npurt::simple_config simple(std::size_t devices = 1, picoseconds launch_latency = picoseconds{0}) {
   npurt::simple_config c;
   c.devices = devices;

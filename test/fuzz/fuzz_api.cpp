@@ -335,9 +335,9 @@ void step(world& w, input& in) {
         if (g.valid()) __builtin_trap();
       break;
     }
-    case 15: {  // stream capture: begin, end, launch a graph on any stream, drop a graph
+    case 15: {  // stream capture: begin, end, launch a graph on any stream, drop a graph, graph memory
       npurt::stream* s = any_stream(w, in);
-      switch (in.byte() % 4) {
+      switch (in.byte() % 6) {
         case 0:
           if (s) s->begin_capture(in.byte() % 2 ? npurt::capture_mode::relaxed : npurt::capture_mode::global, ec);
           break;
@@ -351,9 +351,21 @@ void step(world& w, input& in) {
         case 2:
           if (s && !w.graphs.empty()) (void)in.pick(w.graphs).launch(*s, ec);
           break;
-        default:
+        case 3:
           if (!w.graphs.empty())
             w.graphs.erase(w.graphs.begin() + static_cast<std::ptrdiff_t>(in.byte() % w.graphs.size()));
+          break;
+        case 4: {  // a pool allocation for the stream: a graph's while it captures
+          const int dev = in.byte() % 4;
+          npurt::device* d = s && w.sys ? w.sys->find_device(dev, ec) : nullptr;
+          if (void* p = d ? d->mem_pool().malloc_async(1 + in.byte() * 64u, *s, ec) : nullptr;
+              p && w.device_ptrs.size() < 32)
+            w.device_ptrs.push_back({p, dev});
+          break;
+        }
+        default:  // a stream-ordered free of any pointer (a graph's among them), in a capture or not
+          if (npurt::device* d = s && w.sys && !w.device_ptrs.empty() ? w.sys->find_device(in.byte() % 4, ec) : nullptr)
+            d->mem_pool().free_async(in.pick(w.device_ptrs).p, *s, ec);
           break;
       }
       check(ec);

@@ -140,6 +140,9 @@ class memory_registry {
   /// Every operand of a kernel must be live device memory of device `dev` holding the whole
   /// tensor, as for copies. `what` names the operand and the problem.
   [[nodiscard]] NPURT_DECL std::error_code check_operands(device_id dev, const kernel_desc& k, std::string& what) const;
+  /// The name of the first operand of `k` whose memory meets [lo, hi), or empty.
+  [[nodiscard]] NPURT_DECL static std::string_view operand_touching(const kernel_desc& k, std::uint64_t lo,
+                                                                    std::uint64_t hi);
 
  private:
   npurt::backend& backend_;

@@ -206,6 +206,8 @@ struct capture_state {
   std::vector<std::pair<std::uint8_t, std::uint32_t>> lane_modes;  // each lane's stream's (priority, flags)
   std::vector<std::uint64_t> events;  // user events recorded in it, retained until the graph dies
   std::vector<std::pair<std::uint64_t, std::size_t>> records;  // (event, node) of each record, in order
+  std::vector<std::uint64_t> allocs;  // the graph allocations it made (graph_allocation), in call order
+  std::vector<std::uint64_t> freed;   // those its own frees ended: no node captured later may touch them
 };
 
 /// A captured graph (the stream_graph a capture made): its nodes, cloned into streams on each
@@ -222,6 +224,29 @@ struct graph_state {
   std::vector<std::uint64_t> last_ids;  // the task ids of the latest launch's clones, by node
   bool collectives = false;             // some node is a collective's (numbered at each launch)
   bool lost = false;                  // its device was reset: the nodes are gone
+  std::vector<std::uint64_t> allocs;  // its allocations (graph_allocation), by address
+  // Graphs with allocations: (stream, position) where each stream's share of its launches ends,
+  // which its memory outlives when the graph is destroyed first.
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> in_flight;
+};
+
+/// Memory a capture allocated: mem_pool::malloc_async on a capturing stream, cudaMallocAsync
+/// captured as an allocation node. As CUDA's graph allocations, its address is fixed for the
+/// graph's life and every launch hands out the same memory. A free on a stream of the same
+/// capture (a free node) ends it at the end of each launch, and nothing else may free it;
+/// without one the launch leaves it allocated, for work after the graph, until the program frees
+/// it outside a capture (mem_pool::free_async, device::free), and the graph may not be launched
+/// again before then. The address stays reserved (live in the memory registry) from the capture
+/// to the graph's destruction and the end of its launched work, or to the program's free of an
+/// allocation left outstanding by a graph destroyed since.
+struct graph_allocation {
+  std::uint64_t graph = 0;                 // its graph: 0 while the capture is open or once the graph is gone
+  const capture_state* capture = nullptr;  // its capture, while open
+  device_id device = 0;
+  std::size_t bytes = 0;
+  bool freed_in_graph = false;  // a free node of its own capture ends it
+  bool outstanding = false;     // a launch allocated it, and nobody has freed it since
+  bool launched = false;        // some launch allocated it
 };
 
 struct stream_state {
@@ -453,6 +478,25 @@ class scheduler {
                                                                   std::error_code& ec, std::string& why);
   NPURT_DECL void release_graph(std::uint64_t id) noexcept;
 
+  // --- graph memory (cudaMallocAsync and cudaFreeAsync in a capture) ---
+  /// Allocates `bytes` of `s`'s device for the capture `s` takes part in (see graph_allocation).
+  /// Refused with the registry's code (zero_size, size_overflow, out_of_memory), which also
+  /// invalidates the capture: its later work would have no memory to use.
+  NPURT_DECL void* capture_malloc(stream_state& s, std::size_t bytes, std::error_code& ec, std::string& why);
+  /// A free on the capturing `s`: a free node for an allocation of the same capture. Refused,
+  /// invalidating the capture: memory the capture did not allocate (capture_unsupported), a
+  /// second free (double_free). A null pointer is null_pointer, and leaves the capture alone.
+  NPURT_DECL void capture_free(stream_state& s, void* p, std::error_code& ec, std::string& why);
+  /// Whether `p` is the start of a graph allocation.
+  [[nodiscard]] bool is_graph_allocation(const void* p) const noexcept {
+    return !graph_memory_.empty() && graph_memory_.count(reinterpret_cast<std::uint64_t>(p)) != 0;
+  }
+  /// Frees the graph allocation `p` outside a capture, once `stream`'s work enqueued so far has
+  /// run (stream 0: now, as device::free). Refused: an allocation of an open capture
+  /// (capture_unsupported), one its graph frees itself (invalid_pointer), one no launch has
+  /// allocated since it was last freed (double_free; invalid_pointer before the first launch).
+  NPURT_DECL void free_graph_allocation(const void* p, std::uint32_t stream, std::error_code& ec, std::string& why);
+
   // --- event-wait timeout (aclrtSetOpWaitTimeout) ---
   /// The limit of a user event wait enqueued from now on (0: none, the default).
   void set_event_wait_timeout(std::int64_t limit_ps) noexcept { event_wait_limit_ = limit_ps; }
@@ -508,6 +552,14 @@ class scheduler {
   NPURT_DECL void abandon_capture(const std::shared_ptr<capture_state>& c) noexcept;
   /// Every stream of the capture leaves it, and its events are no longer recorded in it.
   NPURT_DECL void leave_capture(capture_state& c) noexcept;
+  /// Gives the allocations of a capture that made no graph back to the device.
+  NPURT_DECL void drop_allocations(std::vector<std::uint64_t>& allocs) noexcept;
+  /// Gives a graph allocation's memory back to its device once every (stream, position) of
+  /// `after` is reached, and forgets it.
+  NPURT_DECL void release_graph_memory(std::uint64_t addr,
+                                       const std::vector<std::pair<std::uint32_t, std::uint64_t>>& after) noexcept;
+  /// A node captured after a free node: refused (invalidating the capture) if it touches that memory.
+  NPURT_DECL void check_freed(capture_state& c, const task& t);
   NPURT_HOT_DECL task* clone_node(stream_state& s, const task& n);
   NPURT_DECL void start_task(stream_state& s, task* t);
   /// The stream's running_task for its head `t`, as it starts.
@@ -560,6 +612,7 @@ class scheduler {
   std::map<std::uint64_t, graph_state> graphs_;  // by id; ids are never reused
   std::uint64_t next_graph_ = 1;
   std::size_t held_nodes_ = 0;  // task records held as nodes by captures and graphs
+  std::map<std::uint64_t, graph_allocation> graph_memory_;  // by address
 };
 
 }  // namespace npurt::detail

@@ -147,13 +147,27 @@ NPURT_DECL void* device::malloc(std::size_t bytes) {
 }
 
 NPURT_DECL void device::free(void* p, std::error_code& ec) noexcept {
+  std::string why;
+  free(p, ec, why);
+}
+
+NPURT_DECL void device::free(void* p, std::error_code& ec, std::string& why) noexcept {
   if ((ec = rt_->check_thread())) return;
+  // A graph's allocation that a launch left allocated (cudaFree of graph memory).
+  if (rt_->is_graph_allocation(p) && rt_->memory().find_allocation(p)->device == id_) {
+    try {
+      rt_->free_graph_allocation(p, 0, ec, why);
+    } catch (const std::bad_alloc&) { ec = make_error_code(errc::resource_exhausted); }
+    return;
+  }
   rt_->memory().device_free(id_, p, ec);
 }
 
 NPURT_DECL void device::free(void* p) {
   std::error_code ec;
-  free(p, ec);
+  std::string why;
+  free(p, ec, why);
+  if (!why.empty()) throw_error_on(id_, ec, "npurt::device::free: " + why);
   if (ec == errc::invalid_pointer) throw_error_on(id_, ec, "npurt::device::free: " + rt_->memory().why_not_live(p));
   throw_if_on(id_, ec, "npurt::device::free");
 }

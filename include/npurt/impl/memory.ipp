@@ -124,7 +124,7 @@ NPURT_DECL mem_pool::~mem_pool() {
   alloc_.reset();                // gives every segment back to the device, if it is still there
 }
 
-NPURT_DECL std::uint32_t mem_pool::stream_id(stream& s, std::error_code& ec) const {
+NPURT_DECL std::uint32_t mem_pool::stream_id(stream& s, std::error_code& ec, detail::stream_state** capturing) const {
   // Before the stream's own check: valid() is false on a wrong thread too, which would hide
   // the real cause behind invalid_stream.
   if ((ec = rt_->check_thread())) return 0;
@@ -137,12 +137,18 @@ NPURT_DECL std::uint32_t mem_pool::stream_id(stream& s, std::error_code& ec) con
     return 0;
   }
   if (detail::stream_state* st = rt_->find_stream(s.id()); st && st->capture) {
-    // Allocation nodes (cudaMallocAsync in a capture) are not modelled: the block would be
-    // handed out now, for work that runs at each launch.
+    if (capturing) {
+      *capturing = st;
+      return s.id();
+    }
+    // Only allocations and frees become nodes: a reservation or a stream's use of a block
+    // would change the pool now, for work that runs at each launch.
     ec = make_error_code(errc::capture_unsupported);
-    rt_->invalidate_capture(*st, ec,
-                            "npurt::mem_pool: a stream-ordered allocation or free on the capturing stream " +
-                                std::to_string(s.id()) + " (allocate before begin_capture)");
+    const std::string words = "npurt::mem_pool: the capturing stream " + std::to_string(s.id()) +
+                              " takes malloc_async and free_async only (graph allocations); reserve, record_stream "
+                              "and async_malloc are not captured";
+    rt_->note_recent_error(words);
+    rt_->invalidate_capture(*st, ec, words);
     return 0;
   }
   return s.id();
@@ -176,8 +182,15 @@ NPURT_DECL void mem_pool::note_refusal(std::error_code ec, std::size_t bytes) {
 }
 
 NPURT_DECL void* mem_pool::malloc_async(std::size_t bytes, stream& s, std::error_code& ec) {
-  const std::uint32_t sid = stream_id(s, ec);
+  detail::stream_state* capturing = nullptr;
+  const std::uint32_t sid = stream_id(s, ec, &capturing);
   if (ec) return nullptr;
+  if (capturing) {
+    std::string why;
+    void* p = rt_->capture_malloc(*capturing, bytes, ec, why);
+    if (ec) rt_->note_recent_error("npurt::mem_pool::malloc_async: " + why);
+    return p;
+  }
   void* p = do_malloc(bytes, sid, ec);
   if (ec) [[unlikely]]
     note_refusal(ec, bytes);
@@ -186,8 +199,15 @@ NPURT_DECL void* mem_pool::malloc_async(std::size_t bytes, stream& s, std::error
 
 NPURT_DECL void* mem_pool::malloc_async(std::size_t bytes, stream& s) {
   std::error_code ec;
-  const std::uint32_t sid = stream_id(s, ec);
+  detail::stream_state* capturing = nullptr;
+  const std::uint32_t sid = stream_id(s, ec, &capturing);
   throw_if(ec, "npurt::mem_pool::malloc_async");
+  if (capturing) {
+    std::string why;
+    void* p = rt_->capture_malloc(*capturing, bytes, ec, why);
+    throw_if_on(dev_, ec, "npurt::mem_pool::malloc_async: " + why);
+    return p;
+  }
   // The throwing allocate raises out_of_memory_error with every field of the report.
   const std::uint64_t addr = alloc_->allocate(bytes, sid);
   rt_->memory().register_pool_block(dev_, addr, bytes);
@@ -197,11 +217,26 @@ NPURT_DECL void* mem_pool::malloc_async(std::size_t bytes, stream& s) {
 }
 
 NPURT_DECL void mem_pool::free_async(void* p, stream& s, std::error_code& ec) {
-  const std::uint32_t sid = stream_id(s, ec);
+  std::string why;
+  free_async(p, s, ec, why);
+  if (ec && !why.empty()) rt_->note_recent_error("npurt::mem_pool::free_async: " + why);
+}
+
+NPURT_DECL void mem_pool::free_async(void* p, stream& s, std::error_code& ec, std::string& why) {
+  detail::stream_state* capturing = nullptr;
+  const std::uint32_t sid = stream_id(s, ec, &capturing);
   if (ec) return;
+  if (capturing) return rt_->capture_free(*capturing, p, ec, why);
   if (!p) {
     ec = make_error_code(errc::null_pointer);
     return;
+  }
+  if (rt_->is_graph_allocation(p)) {
+    if (rt_->memory().find_allocation(p)->device != dev_) {
+      ec = make_error_code(errc::stream_device_mismatch);
+      return;
+    }
+    return rt_->free_graph_allocation(p, sid, ec, why);
   }
   const auto addr = reinterpret_cast<std::uint64_t>(p);
   const std::size_t size = alloc_->block_size(addr);
@@ -220,7 +255,9 @@ NPURT_DECL void mem_pool::free_async(void* p, stream& s, std::error_code& ec) {
 
 NPURT_DECL void mem_pool::free_async(void* p, stream& s) {
   std::error_code ec;
-  free_async(p, s, ec);
+  std::string why;
+  free_async(p, s, ec, why);
+  if (!why.empty()) throw_error_on(dev_, ec, "npurt::mem_pool::free_async: " + why);
   if (ec == errc::stream_device_mismatch) {
     const std::string pool = "the pool's device is " + std::to_string(dev_);
     if (const detail::allocation* a = rt_->memory().find_allocation(p); a && a->device != dev_) {

@@ -431,9 +431,11 @@ NPURT_DECL const host_allocation* memory_registry::find_host_allocation(const vo
   return &it->second;
 }
 
-NPURT_DECL std::error_code memory_registry::check_operands(device_id dev, const kernel_desc& k,
-                                                           std::string& what) const {
-  std::error_code ec;
+namespace mr_detail {
+// Calls f(operand index, tensor) for each tensor operand of a kernel with memory (timing-only
+// operands have none), in the descriptor's order.
+template <class F>
+void for_each_operand(const kernel_desc& k, F&& f) {
   std::visit(
       [&](const auto& op) {
         using op_t = std::remove_cvref_t<decltype(op)>;
@@ -443,35 +445,54 @@ NPURT_DECL std::error_code memory_registry::check_operands(device_id dev, const 
             using field_t = std::remove_cvref_t<decltype(field)>;
             if constexpr (std::is_same_v<field_t, tensor_desc>) {
               const std::size_t i = index++;
-              if (ec || !field.data) return;  // timing-only operands have no memory to check
-              std::ostringstream os;
-              os << "operand " << tensor_name(k.op, i) << " of kernel '" << k.display_name() << "' at " << field.data;
-              const std::size_t bytes = field.bytes();
-              if (!is_device_address(field.data)) {
-                ec = make_error_code(errc::invalid_pointer);
-                os << " is host memory; kernels read and write device memory";
-              } else if (foreign(field.data)) {
-                ec = make_error_code(errc::invalid_pointer);
-                os << " is device memory of another system";
-              } else if (const allocation* a = find_allocation(field.data); !a) {
-                ec = make_error_code(errc::invalid_pointer);
-                os << (freed_.count(reinterpret_cast<std::uint64_t>(field.data)) ? " was freed"
-                                                                                 : " is not live device memory");
-              } else if (bytes > a->bytes - (reinterpret_cast<std::uint64_t>(field.data) - a->address)) {
-                ec = make_error_code(errc::size_overflow);
-                os << " overruns its allocation: " << bytes << " bytes from offset "
-                   << reinterpret_cast<std::uint64_t>(field.data) - a->address << " of a " << a->bytes << "-byte block";
-              } else if (a->device != dev) {
-                ec = make_error_code(errc::stream_device_mismatch);
-                os << " is memory of device " << a->device << ", the stream's device is " << dev;
-              }
-              if (ec) what = os.str();
+              if (field.data) f(i, field);
             }
           });
         }
       },
       k.op);
+}
+}  // namespace mr_detail
+
+NPURT_DECL std::error_code memory_registry::check_operands(device_id dev, const kernel_desc& k,
+                                                           std::string& what) const {
+  std::error_code ec;
+  mr_detail::for_each_operand(k, [&](std::size_t i, const tensor_desc& field) {
+    if (ec) return;
+    std::ostringstream os;
+    os << "operand " << tensor_name(k.op, i) << " of kernel '" << k.display_name() << "' at " << field.data;
+    const std::size_t bytes = field.bytes();
+    if (!is_device_address(field.data)) {
+      ec = make_error_code(errc::invalid_pointer);
+      os << " is host memory; kernels read and write device memory";
+    } else if (foreign(field.data)) {
+      ec = make_error_code(errc::invalid_pointer);
+      os << " is device memory of another system";
+    } else if (const allocation* a = find_allocation(field.data); !a) {
+      ec = make_error_code(errc::invalid_pointer);
+      os << (freed_.count(reinterpret_cast<std::uint64_t>(field.data)) ? " was freed" : " is not live device memory");
+    } else if (bytes > a->bytes - (reinterpret_cast<std::uint64_t>(field.data) - a->address)) {
+      ec = make_error_code(errc::size_overflow);
+      os << " overruns its allocation: " << bytes << " bytes from offset "
+         << reinterpret_cast<std::uint64_t>(field.data) - a->address << " of a " << a->bytes << "-byte block";
+    } else if (a->device != dev) {
+      ec = make_error_code(errc::stream_device_mismatch);
+      os << " is memory of device " << a->device << ", the stream's device is " << dev;
+    }
+    if (ec) what = os.str();
+  });
   return ec;
+}
+
+NPURT_DECL std::string_view memory_registry::operand_touching(const kernel_desc& k, std::uint64_t lo,
+                                                              std::uint64_t hi) {
+  std::string_view found;
+  mr_detail::for_each_operand(k, [&](std::size_t i, const tensor_desc& field) {
+    const auto a = reinterpret_cast<std::uint64_t>(field.data);
+    // [a, a + bytes) meets [lo, hi), without forming a + bytes (a size may be anything here).
+    if (found.empty() && a < hi && (a >= lo || lo - a < field.bytes())) found = tensor_name(k.op, i);
+  });
+  return found;
 }
 
 }  // namespace npurt::detail

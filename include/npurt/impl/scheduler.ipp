@@ -163,16 +163,26 @@ NPURT_DECL bool scheduler::position_aborted(std::uint32_t stream, std::uint64_t 
 }
 
 namespace sched_detail {
-// A pinned block freed while copies were queued on it: released when the last of them is done.
-struct retired_host_block {
-  memory_registry* memory;
-  void* block;
+// Memory freed while queued work may still use it (a pinned block with copies queued on it, a
+// destroyed graph's allocations): released when the last of that work is done.
+struct release_when_reached {
+  std::function<void()> release;
   std::size_t refs;
   static void reached(void*, void* ctx, std::error_code) {
-    auto* r = static_cast<retired_host_block*>(ctx);
+    auto* r = static_cast<release_when_reached*>(ctx);
     if (--r->refs != 0) return;
-    r->memory->release_host(r->block);
+    r->release();
     delete r;
+  }
+  /// Releases at once when every (stream, position) of `after` is reached.
+  static void arm(scheduler& s, std::function<void()> release,
+                  const std::vector<std::pair<std::uint32_t, std::uint64_t>>& after) {
+    std::size_t pending = 0;
+    for (const auto& [id, seq] : after) pending += s.position_reached(id, seq) ? 0 : 1;
+    if (pending == 0) return release();
+    auto* r = new release_when_reached{std::move(release), pending};
+    for (const auto& [id, seq] : after)
+      if (!s.position_reached(id, seq)) s.wait_position(id, seq, position_waiter{&reached, nullptr, r});
   }
 };
 }  // namespace sched_detail
@@ -202,9 +212,7 @@ NPURT_DECL void scheduler::free_host(void* p, std::error_code& ec) {
   }
   if (last.empty()) return mem.host_free(p, ec);
   mem.retire_host(p);
-  auto* r = new sched_detail::retired_host_block{&mem, p, last.size()};
-  for (const auto& [id, seq] : last)
-    wait_position(id, seq, position_waiter{&sched_detail::retired_host_block::reached, nullptr, r});
+  sched_detail::release_when_reached::arm(*this, [&mem, p] { mem.release_host(p); }, last);
 }
 
 NPURT_DECL void scheduler::wait_position(std::uint32_t stream, std::uint64_t seq, const position_waiter& w) {
@@ -852,6 +860,8 @@ NPURT_DECL void scheduler::invalidate_device(device_id dev) noexcept {
       drop_nodes(g.nodes, g.events);
       g.lost = true;
     }
+  // The reset takes the device's memory, the graphs' with it.
+  std::erase_if(graph_memory_, [&](const auto& m) { return m.second.device == dev; });
   for (auto& sp : streams_)
     if (sp && sp->device == dev) sp->invalidated = true;
   for (auto& ep : events_)
@@ -900,6 +910,8 @@ NPURT_DECL void scheduler::capture_task(stream_state& s, task* t) {
   s.capture->nodes.push_back(t);
   ++held_nodes_;
   s.capture->lanes.push_back(s.capture_lane);
+  if (!s.capture->freed.empty()) [[unlikely]]
+    check_freed(*s.capture, *t);
 }
 
 NPURT_DECL std::error_code scheduler::capture_wait(stream_state& s, const event_state& e, std::string& why) {
@@ -970,6 +982,7 @@ NPURT_DECL void scheduler::leave_capture(capture_state& c) noexcept {
 NPURT_DECL void scheduler::abandon_capture(const std::shared_ptr<capture_state>& c) noexcept {
   leave_capture(*c);
   drop_nodes(c->nodes, c->events);
+  drop_allocations(c->allocs);
 }
 
 NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, std::error_code& ec, std::string& why) {
@@ -1003,6 +1016,7 @@ NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, std::error_code
               " joined the capture, and nothing in it waits for that stream's last captured work (record an "
               "event there and wait for it on the capture's stream before end_capture)";
         drop_nodes(c->nodes, c->events);
+        drop_allocations(c->allocs);
         return 0;
       }
     }
@@ -1012,6 +1026,7 @@ NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, std::error_code
     ec = make_error_code(errc::capture_invalidated);
     why = std::move(c->why);
     drop_nodes(c->nodes, c->events);
+    drop_allocations(c->allocs);
     return 0;
   }
   const std::uint64_t id = next_graph_++;
@@ -1023,6 +1038,12 @@ NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, std::error_code
   g.lane_modes = std::move(c->lane_modes);
   g.events = std::move(c->events);
   g.collectives = std::any_of(g.nodes.begin(), g.nodes.end(), [](const task* n) { return n->collective(); });
+  g.allocs = std::move(c->allocs);
+  for (const std::uint64_t a : g.allocs) {
+    graph_allocation& m = graph_memory_.at(a);
+    m.graph = id;
+    m.capture = nullptr;
+  }
   return id;
 }
 
@@ -1034,9 +1055,147 @@ NPURT_DECL const graph_state* scheduler::find_graph(std::uint64_t id) const noex
 NPURT_DECL void scheduler::release_graph(std::uint64_t id) noexcept {
   const auto it = graphs_.find(id);
   if (it == graphs_.end()) return;
-  drop_nodes(it->second.nodes, it->second.events);
-  for (const std::uint32_t sid : it->second.lane_streams) release_stream(sid);
+  graph_state& g = it->second;
+  drop_nodes(g.nodes, g.events);
+  if (!g.allocs.empty()) {
+    // Its memory outlives the work its launches enqueued; an allocation a launch left
+    // outstanding stays the program's to free.
+    std::erase_if(g.in_flight, [&](const auto& p) { return position_reached(p.first, p.second); });
+    for (const std::uint64_t a : g.allocs) {
+      const auto m = graph_memory_.find(a);
+      if (m == graph_memory_.end()) continue;  // its device was reset
+      if (m->second.outstanding) m->second.graph = 0;
+      else release_graph_memory(a, g.in_flight);
+    }
+  }
+  for (const std::uint32_t sid : g.lane_streams) release_stream(sid);
   graphs_.erase(it);
+}
+
+NPURT_DECL void* scheduler::capture_malloc(stream_state& s, std::size_t bytes, std::error_code& ec, std::string& why) {
+  void* p = parts_.memory_.device_malloc(s.device, bytes, ec);
+  if (ec) {
+    why = "a graph allocation of " + std::to_string(bytes) + " bytes on the capturing stream " + std::to_string(s.id) +
+          " was refused (" + ec.message() + ")";
+    invalidate_capture(s, ec, "npurt::mem_pool::malloc_async: " + why);
+    return nullptr;
+  }
+  const auto a = reinterpret_cast<std::uint64_t>(p);
+  graph_allocation& m = graph_memory_[a];
+  m.capture = s.capture.get();
+  m.device = s.device;
+  m.bytes = bytes;
+  s.capture->allocs.push_back(a);
+  return p;
+}
+
+NPURT_DECL void scheduler::capture_free(stream_state& s, void* p, std::error_code& ec, std::string& why) {
+  if (!p) {
+    ec = make_error_code(errc::null_pointer);
+    why = "the pointer is null";
+    return;
+  }
+  capture_state& c = *s.capture;
+  const auto a = reinterpret_cast<std::uint64_t>(p);
+  const auto it = graph_memory_.find(a);
+  std::ostringstream os;
+  os << p;
+  if (it == graph_memory_.end()) {
+    ec = make_error_code(errc::capture_unsupported);
+    os << " is not memory this capture allocated, and a capture frees only its own allocations (free other "
+          "memory before begin_capture or after end_capture)";
+  } else if (it->second.capture != &c) {
+    ec = make_error_code(errc::capture_unsupported);
+    os << " is an allocation of another capture or graph: free it outside a capture";
+  } else if (it->second.freed_in_graph) {
+    ec = make_error_code(errc::double_free);
+    os << " was freed already in this capture";
+  } else {
+    it->second.freed_in_graph = true;
+    c.freed.push_back(a);
+    return;
+  }
+  why = os.str();
+  invalidate_capture(s, ec, "npurt::mem_pool::free_async: " + why);
+}
+
+NPURT_DECL void scheduler::check_freed(capture_state& c, const task& t) {
+  for (const std::uint64_t a : c.freed) {
+    const std::uint64_t hi = a + graph_memory_.at(a).bytes;
+    std::string what;
+    if (const kernel_desc* k = t.kind == task_kind::kernel ? t.kernel() : nullptr) {
+      if (const std::string_view op = memory_registry::operand_touching(*k, a, hi); !op.empty())
+        what = "operand " + std::string(op) + " of kernel '" + std::string(k->display_name()) + "'";
+    } else if (t.kind == task_kind::memcpy || t.kind == task_kind::memset) {
+      const copy_desc& cp = t.extra->copy;
+      const auto meets = [&](const void* q) {
+        const auto x = reinterpret_cast<std::uint64_t>(q);
+        return q && x < hi && (x >= a || a - x < cp.bytes);  // [x, x + bytes) meets [a, hi)
+      };
+      if (meets(cp.dst)) what = "the destination of " + std::string(t.name);
+      else if (t.kind == task_kind::memcpy && meets(cp.src)) what = "the source of " + std::string(t.name);
+    }
+    if (what.empty()) continue;
+    if (!c.invalidated) {
+      std::ostringstream os;
+      os << "npurt::stream: " << what << " is graph memory at " << reinterpret_cast<const void*>(a)
+         << " that the capture freed before it (a free node ends it; allocate it again, or free it later)";
+      c.invalidated = make_error_code(errc::invalid_pointer);
+      c.why = os.str();
+    }
+    return;
+  }
+}
+
+NPURT_DECL void scheduler::free_graph_allocation(const void* p, std::uint32_t stream, std::error_code& ec,
+                                                 std::string& why) {
+  const auto a = reinterpret_cast<std::uint64_t>(p);
+  graph_allocation& m = graph_memory_.at(a);
+  std::ostringstream os;
+  os << p << " (a graph's allocation of " << m.bytes << " bytes)";
+  if (m.capture) {
+    ec = make_error_code(errc::capture_unsupported);
+    os << " belongs to an open capture: free it there (a free node), or after the graph's launch";
+  } else if (m.freed_in_graph) {
+    ec = make_error_code(errc::invalid_pointer);
+    os << " is freed by its own graph at the end of each launch, and by nothing else";
+  } else if (!m.outstanding) {
+    ec = make_error_code(m.launched ? errc::double_free : errc::invalid_pointer);
+    os << (m.launched ? " was freed already since its graph's last launch"
+                      : " is not allocated before its graph's first launch");
+  } else {
+    m.outstanding = false;
+    if (m.graph == 0) {
+      // Its graph is gone: the memory goes back to the device, after the work enqueued on the stream so far.
+      std::vector<std::pair<std::uint32_t, std::uint64_t>> after;
+      if (const stream_state* st = stream != 0 ? find_stream(stream) : nullptr)
+        after.emplace_back(stream, st->enqueued);
+      release_graph_memory(a, after);
+    }
+    return;
+  }
+  why = os.str();
+}
+
+NPURT_DECL void scheduler::release_graph_memory(
+    std::uint64_t addr, const std::vector<std::pair<std::uint32_t, std::uint64_t>>& after) noexcept {
+  const auto it = graph_memory_.find(addr);
+  if (it == graph_memory_.end()) return;
+  const device_id dev = it->second.device;
+  graph_memory_.erase(it);
+  memory_registry& mem = parts_.memory_;
+  sched_detail::release_when_reached::arm(
+      *this,
+      [&mem, dev, addr] {
+        std::error_code ignored;  // a reset of its device has taken it already
+        mem.device_free(dev, reinterpret_cast<void*>(addr), ignored);
+      },
+      after);
+}
+
+NPURT_DECL void scheduler::drop_allocations(std::vector<std::uint64_t>& allocs) noexcept {
+  for (const std::uint64_t a : allocs) release_graph_memory(a, {});
+  allocs.clear();
 }
 
 NPURT_HOT_DECL task* scheduler::clone_node(stream_state& s, const task& n) {
@@ -1088,6 +1247,26 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
             " pinned host memory that was freed after the capture (system::host_free)";
       return {0, 0};
     }
+  }
+  if (!g.allocs.empty()) [[unlikely]] {
+    if (s.capture) {
+      ec = make_error_code(errc::capture_unsupported);
+      why =
+          "a graph that allocates memory cannot be launched into a capture (as CUDA refuses memory nodes in a "
+          "child graph)";
+      return {0, 0};
+    }
+    for (const std::uint64_t a : g.allocs)
+      if (const graph_allocation& m = graph_memory_.at(a); m.outstanding) {
+        // cudaGraphLaunch's rule: one launch's allocation at a time, at the graph's one address.
+        ec = make_error_code(errc::invalid_argument);
+        std::ostringstream os;
+        os << "the graph's allocation at " << reinterpret_cast<const void*>(a) << " (" << m.bytes
+           << " bytes), which its previous launch left allocated, is not freed yet: free it (mem_pool::free_async "
+              "or device::free) before launching the graph again";
+        why = os.str();
+        return {0, 0};
+      }
   }
   if (s.capture && g.lane_count > 1) {
     ec = make_error_code(errc::capture_unsupported);
@@ -1151,6 +1330,16 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
   s.host_cursor = std::max(s.host_cursor, at);
   if (s.capture) return {0, 0};  // the clones are nodes of that capture
   g.last_ids = std::move(ids);
+  if (!g.allocs.empty()) [[unlikely]] {
+    for (const std::uint64_t a : g.allocs) {
+      graph_allocation& m = graph_memory_.at(a);
+      m.launched = true;
+      m.outstanding = !m.freed_in_graph;
+    }
+    std::erase_if(g.in_flight, [&](const auto& p) { return position_reached(p.first, p.second); });
+    g.in_flight.emplace_back(s.id, s.enqueued);
+    for (const std::uint32_t sid : g.lane_streams) g.in_flight.emplace_back(sid, find_stream(sid)->enqueued);
+  }
   for (const std::uint32_t sid : g.lane_streams) {
     stream_state& ls = *find_stream(sid);
     auto& by = ls.launched_by;

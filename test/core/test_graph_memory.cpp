@@ -1,0 +1,241 @@
+// Graph memory: mem_pool::malloc_async and free_async on a capturing stream (CUDA's allocation
+// and free nodes). What a launch hands out, when the memory goes back to the device, and every
+// refusal.
+#include <npurt/sim/sim.hpp>
+#include <npurt/stream_graph.hpp>
+
+#include "common.hpp"
+
+#include <cstring>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+using namespace npurt_test;
+using Catch::Matchers::ContainsSubstring;
+using npurt::errc;
+
+namespace {
+
+// A stream of device 0 of the simple backend, pinned buffers of `n` bytes, and the device's
+// free memory before the test allocates any.
+struct graph_fixture {
+  static constexpr std::size_t n = 4096;
+  npurt::system sys{simple()};
+  npurt::device& dev = sys.device(0);
+  npurt::mem_pool& pool = dev.mem_pool();
+  npurt::stream s = dev.make_stream();
+  std::size_t free_before = dev.memory_info().free;
+  unsigned char* in = static_cast<unsigned char*>(sys.host_malloc(n));
+  unsigned char* out = static_cast<unsigned char*>(sys.host_malloc(n));
+  ~graph_fixture() {
+    sys.host_free(in);
+    sys.host_free(out);
+  }
+  bool out_is(unsigned char v) const {
+    for (std::size_t i = 0; i < n; ++i)
+      if (out[i] != v) return false;
+    return true;
+  }
+};
+
+}  // namespace
+
+TEST_CASE_METHOD(
+    graph_fixture,
+    "an allocation freed in its own graph: one address for every launch, back to the device with the graph",
+    "[core][capture][memory]") {
+  const std::size_t pool_used = pool.get_attribute(npurt::mem_pool_attr::used_mem_current);
+
+  s.begin_capture();
+  void* scratch = pool.malloc_async(n, s);
+  REQUIRE(scratch != nullptr);
+  s.memcpy(scratch, n, in, n);
+  s.memcpy(out, n, scratch, n);
+  pool.free_async(scratch, s);
+  npurt::stream_graph g = s.end_capture();
+  REQUIRE(g.valid());
+  CHECK(g.size() == 2);  // allocations and frees are not nodes of their own: they cost the device nothing
+  // The graph holds the memory from the capture on, outside the pool's figures.
+  CHECK(dev.memory_info().free <= free_before - n);
+  CHECK(pool.get_attribute(npurt::mem_pool_attr::used_mem_current) == pool_used);
+
+  // Two launches queued back to back: the free node ends each launch's use, so no launch waits
+  // for the program.
+  std::memset(in, 3, n);
+  g.launch(s);
+  s.synchronize();
+  CHECK(out_is(3));
+  std::memset(in, 9, n);
+  g.launch(s);
+  g.launch(s);
+  s.synchronize();
+  CHECK(out_is(9));
+
+  // Outside the graph nobody may free it: its graph does, at each launch's end.
+  std::error_code ec;
+  pool.free_async(scratch, s, ec);
+  CHECK(ec == errc::invalid_pointer);
+  CHECK_THAT(sys.recent_error_message(), ContainsSubstring("freed by its own graph"));
+  dev.free(scratch, ec);
+  CHECK(ec == errc::invalid_pointer);
+
+  // Destroyed with a launch still queued: the launch still has its memory (the copies would
+  // fail with invalid_pointer otherwise), and the device has it back once the launch is done.
+  std::memset(in, 5, n);
+  g.launch(s);
+  g = npurt::stream_graph{};
+  CHECK(dev.memory_info().free <= free_before - n);
+  s.synchronize();
+  CHECK(out_is(5));
+  CHECK(dev.memory_info().free == free_before);
+}
+
+TEST_CASE_METHOD(
+    graph_fixture,
+    "an allocation a launch leaves allocated: read after the graph, freed by the program, then launched again",
+    "[core][capture][memory]") {
+  std::error_code ec;
+
+  s.begin_capture();
+  void* result = pool.malloc_async(n, s);
+  s.memcpy(result, n, in, n);
+  npurt::stream_graph g = s.end_capture();
+
+  // Not allocated before the first launch.
+  pool.free_async(result, s, ec);
+  CHECK(ec == errc::invalid_pointer);
+  CHECK_THAT(sys.recent_error_message(), ContainsSubstring("first launch"));
+
+  std::memset(in, 4, n);
+  g.launch(s);
+  s.memcpy(out, n, result, n);  // ordinary work after the graph reads what the launch wrote
+  s.synchronize();
+  CHECK(out_is(4));
+
+  // One launch's allocation at a time: the next launch waits for the program's free.
+  g.launch(s, ec);
+  CHECK(ec == errc::invalid_argument);
+  CHECK_THAT(thrown_what([&] { g.launch(s); }), ContainsSubstring("not freed yet"));
+  CHECK(s.query());  // nothing was enqueued
+
+  pool.free_async(result, s);
+  CHECK(thrown_code([&] { pool.free_async(result, s); }) == errc::double_free);
+  std::memset(in, 6, n);
+  g.launch(s);  // the same address again
+  s.memcpy(out, n, result, n);
+  s.synchronize();
+  CHECK(out_is(6));
+
+  // device::free frees it too (cudaFree of graph memory); the address stays the graph's.
+  dev.free(result);
+  CHECK(dev.memory_info().free <= free_before - n);
+
+  // A graph destroyed while its launch's allocation is outstanding: the memory is the
+  // program's until it frees it, then the device's once the stream has run what came before.
+  g.launch(s);
+  g = npurt::stream_graph{};
+  std::memset(out, 0, n);
+  s.memcpy(out, n, result, n);
+  pool.free_async(result, s);
+  CHECK(dev.memory_info().free <= free_before - n);
+  s.synchronize();
+  CHECK(out_is(6));
+  CHECK(dev.memory_info().free == free_before);
+  pool.free_async(result, s, ec);  // gone for good: no longer a graph's
+  CHECK(ec == errc::invalid_pointer);
+}
+
+TEST_CASE_METHOD(graph_fixture,
+                 "graph memory refusals: foreign frees, double frees, use after a free node, nested launches",
+                 "[core][capture][memory][error]") {
+  std::error_code ec;
+
+  SECTION("memory the capture did not allocate, and a null pointer") {
+    void* raw = dev.malloc(n);
+    s.begin_capture();
+    void* mine = pool.malloc_async(n, s);
+    pool.free_async(nullptr, s, ec);
+    CHECK(ec == errc::null_pointer);
+    CHECK(s.capture_info() == npurt::capture_status::active);  // a null pointer breaks nothing
+    pool.free_async(raw, s, ec);
+    CHECK(ec == errc::capture_unsupported);
+    CHECK(s.capture_info() == npurt::capture_status::invalidated);
+    CHECK_THAT(thrown_what([&] { (void)s.end_capture(); }), ContainsSubstring("not memory this capture allocated"));
+    (void)mine;
+    dev.free(raw);
+    CHECK(dev.memory_info().free == free_before);  // the failed capture's allocation went back
+  }
+  SECTION("a second free in the capture") {
+    s.begin_capture();
+    void* p = pool.malloc_async(n, s);
+    pool.free_async(p, s);
+    CHECK(thrown_code([&] { pool.free_async(p, s); }) == errc::double_free);
+    CHECK(thrown_code([&] { (void)s.end_capture(); }) == errc::capture_invalidated);
+    CHECK(dev.memory_info().free == free_before);
+  }
+  SECTION("a copy captured after the free node, from either end") {
+    for (const bool from : {false, true}) {
+      s.begin_capture();
+      void* p = pool.malloc_async(n, s);
+      pool.free_async(p, s);
+      if (from) s.memcpy(out, n, static_cast<unsigned char*>(p) + 100, 16);
+      else s.memset(p, n, 1, n);
+      CHECK_THAT(
+          thrown_what([&] { (void)s.end_capture(); }),
+          ContainsSubstring(from ? "the source of" : "the destination of") && ContainsSubstring("freed before it"));
+    }
+    CHECK(dev.memory_info().free == free_before);
+  }
+  SECTION("a free outside the open capture that allocated it") {
+    auto other = dev.make_stream();
+    s.begin_capture(npurt::capture_mode::relaxed);
+    void* p = pool.malloc_async(n, s);
+    pool.free_async(p, other, ec);
+    CHECK(ec == errc::capture_unsupported);
+    CHECK_THAT(sys.recent_error_message(), ContainsSubstring("open capture"));
+    CHECK(s.end_capture().valid());  // refused, not recorded: the capture goes on
+  }
+  SECTION("an allocating graph launched into a capture, and an allocation the device cannot hold") {
+    s.begin_capture();
+    (void)pool.malloc_async(n, s);
+    npurt::stream_graph g = s.end_capture();
+    auto other = dev.make_stream();
+    other.begin_capture();
+    g.launch(other, ec);
+    CHECK(ec == errc::capture_unsupported);
+    void* huge = pool.malloc_async(dev.properties().memory_bytes * 2, other, ec);
+    CHECK(huge == nullptr);
+    CHECK(ec == errc::out_of_memory);
+    CHECK_THAT(thrown_what([&] { (void)other.end_capture(); }), ContainsSubstring("allocat"));
+  }
+}
+
+TEST_CASE("a kernel captured after the free node of its operand is refused, naming the operand",
+          "[core][capture][memory][error]") {
+  npurt::system sys{npurt::sim::make_backend(npurt::sim::presets::ascend910(1))};
+  auto& dev = sys.device(0);
+  auto s = dev.make_stream();
+  using npurt::dtype;
+  void* y = dev.malloc(4096);
+  s.begin_capture();
+  void* x = dev.mem_pool().malloc_async(4096, s);
+  const npurt::kernel_desc relu{npurt::kernels::elementwise{
+      npurt::kernels::eltwise_fn::relu, {x, npurt::shape{1024}, dtype::f32}, {}, {y, npurt::shape{1024}, dtype::f32}}};
+  s.launch(relu);  // before the free node: fine
+  dev.mem_pool().free_async(x, s);
+  s.launch(relu);
+  const std::string words = thrown_what([&] { (void)s.end_capture(); });
+  CHECK_THAT(words, ContainsSubstring("operand") && ContainsSubstring("freed before it"));
+  // A kernel after the free node that touches other memory is not refused.
+  s.begin_capture();
+  void* z = dev.mem_pool().malloc_async(4096, s);
+  s.launch(npurt::kernel_desc{npurt::kernels::elementwise{
+      npurt::kernels::eltwise_fn::relu, {z, npurt::shape{1024}, dtype::f32}, {}, {y, npurt::shape{1024}, dtype::f32}}});
+  dev.mem_pool().free_async(z, s);
+  s.launch(npurt::kernel_desc{npurt::kernels::elementwise{
+      npurt::kernels::eltwise_fn::relu, {y, npurt::shape{1024}, dtype::f32}, {}, {y, npurt::shape{1024}, dtype::f32}}});
+  CHECK(s.end_capture().size() == 2);
+  dev.free(y);
+}
