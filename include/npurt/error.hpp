@@ -60,6 +60,8 @@ enum class errc : int {
   invalid_graph = 107035,        // a null, destroyed or lost stream_graph
   capture_unmatched = 107036,    // end_capture on a stream that joined a capture (..._STREAM_CAPTURE_UNMATCHED)
   capture_unjoined = 107037,     // a stream joined a capture and was not waited for (ACL_ERROR_RT_STREAM_UNJOINED)
+  graph_update_mismatch =
+      107038,  // stream_graph::update from a graph of another shape (cudaErrorGraphExecUpdateFailure)
   corrupt_file = 107040,      // a file failed its checksums or layout rules (truncated, damaged)
   // Resource errors: the call was right but the resources were not there.
   out_of_memory = 207001,

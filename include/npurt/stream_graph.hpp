@@ -94,6 +94,20 @@ class stream_graph {
   /// launched into a capture (errc::capture_unsupported).
   NPURT_DECL event launch(stream& s);
   NPURT_DECL event launch(stream& s, std::error_code& ec);
+  /// Takes the nodes of `from`, a graph of the same shape, in place of its own, as
+  /// cudaGraphExecUpdate and aclmdlRICaptureTaskUpdateBegin/End change a captured graph's tasks
+  /// without instantiating a new one: later launches run `from`'s kernels, copies (pointers and
+  /// sizes), memset values and callbacks; launches already made run what they were. The graph
+  /// keeps its own streams, with their priorities and flags, and `from` becomes a null graph.
+  /// The same shape: the same device and number of nodes and streams and, node by node, the same
+  /// kind, stream and dependencies; a copy between the same memories (kind, devices, pinned host
+  /// ends); a collective call of the same communicator, operation, type, count and root (its
+  /// buffers may change); a record of the same event. Refused, with both graphs unchanged: a
+  /// graph of another shape, or one with graph memory in either (errc::graph_update_mismatch,
+  /// naming the first difference); a null or lost graph, on either side, or one of another system
+  /// (errc::invalid_graph); the graph itself (errc::invalid_argument).
+  NPURT_DECL void update(stream_graph&& from);
+  NPURT_DECL void update(stream_graph&& from, std::error_code& ec);
   /// launch(s), then completes as s.async_synchronize does: when the graph's work (and whatever
   /// was enqueued on s before it) has run, with the stream's first unread failure. A capturing
   /// stream refuses it (errc::stream_captured), as any awaited call.
@@ -108,6 +122,8 @@ class stream_graph {
   NPURT_DECL const detail::graph_state* state(std::error_code& ec, std::string& why) const;
   /// launch's work, its refusal's words in `words`.
   NPURT_DECL event launch(stream& s, std::error_code& ec, std::string& words);
+  /// update's work, its refusal's words in `words`.
+  NPURT_DECL void update(stream_graph& from, std::error_code& ec, std::string& words);
 
   detail::runtime_ref rt_;  // null once the system is gone
   std::uint64_t id_ = 0;

@@ -335,9 +335,9 @@ void step(world& w, input& in) {
         if (g.valid()) __builtin_trap();
       break;
     }
-    case 15: {  // stream capture: begin, end, launch a graph on any stream, drop a graph, graph memory
+    case 15: {  // stream capture: begin, end, launch, drop and update graphs, graph memory
       npurt::stream* s = any_stream(w, in);
-      switch (in.byte() % 6) {
+      switch (in.byte() % 7) {
         case 0:
           if (s) s->begin_capture(in.byte() % 2 ? npurt::capture_mode::relaxed : npurt::capture_mode::global, ec);
           break;
@@ -363,6 +363,14 @@ void step(world& w, input& in) {
             w.device_ptrs.push_back({p, dev});
           break;
         }
+        case 5:  // update one graph from another: taken (and then null) only when the shapes match
+          if (w.graphs.size() >= 2) {
+            npurt::stream_graph& a = in.pick(w.graphs);
+            npurt::stream_graph& b = in.pick(w.graphs);
+            a.update(std::move(b), ec);
+            if (!ec && b.valid()) __builtin_trap();
+          }
+          break;
         default:  // a stream-ordered free of any pointer (a graph's among them), in a capture or not
           if (npurt::device* d = s && w.sys && !w.device_ptrs.empty() ? w.sys->find_device(in.byte() % 4, ec) : nullptr)
             d->mem_pool().free_async(in.pick(w.device_ptrs).p, *s, ec);

@@ -477,6 +477,10 @@ class scheduler {
   NPURT_DECL std::pair<std::uint64_t, std::uint64_t> launch_graph(std::uint64_t id, stream_state& s,
                                                                   std::error_code& ec, std::string& why);
   NPURT_DECL void release_graph(std::uint64_t id) noexcept;
+  /// Graph `id` takes the nodes and events of graph `from` in place of its own, when the two
+  /// have the same shape (see stream_graph::update); `from` keeps none. Else graph_update_mismatch,
+  /// `why` naming the first difference, and neither changes.
+  NPURT_DECL void update_graph(std::uint64_t id, std::uint64_t from, std::error_code& ec, std::string& why);
 
   // --- graph memory (cudaMallocAsync and cudaFreeAsync in a capture) ---
   /// Allocates `bytes` of `s`'s device for the capture `s` takes part in (see graph_allocation).

@@ -59,6 +59,7 @@ class npurt_category final : public boost::system::error_category {
       case errc::invalid_graph: return "invalid, destroyed or lost stream graph";
       case errc::capture_unmatched: return "the capture was not begun on this stream";
       case errc::capture_unjoined: return "a stream that joined the capture was not joined back";
+      case errc::graph_update_mismatch: return "the graph update differs from the graph in its shape";
       case errc::corrupt_file: return "corrupt file: checksum mismatch, truncation or inconsistent layout";
       case errc::out_of_memory: return "out of memory (the device's, or pinned host memory)";
       case errc::pool_limit: return "memory pool size limit reached";

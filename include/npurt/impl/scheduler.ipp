@@ -1072,6 +1072,87 @@ NPURT_DECL void scheduler::release_graph(std::uint64_t id) noexcept {
   graphs_.erase(it);
 }
 
+namespace sched_detail {
+// How node `b` of an update differs from node `a` of the graph it updates, in words, or empty
+// when `b` may take `a`'s place: the same kind, stream and dependencies; for a copy the same
+// memories (kind, devices, pinned ends); for a collective the same communicator and calls but
+// for their buffers. Kernels and callbacks may change freely, as cudaGraphExecUpdate's may.
+inline std::string node_difference(const task& a, std::uint32_t lane_a, const task& b, std::uint32_t lane_b) {
+  if (a.kind != b.kind)
+    return "is " + std::string(to_string(b.kind)) + " in the update, " + std::string(to_string(a.kind)) +
+           " in the graph";
+  if (lane_a != lane_b)
+    return "runs on the capture's stream " + std::to_string(lane_b) + " in the update, " + std::to_string(lane_a) +
+           " in the graph";
+  switch (a.kind) {
+    case task_kind::event_wait:
+      if (a.extra->target_stream != b.extra->target_stream || a.extra->target_seq != b.extra->target_seq)
+        return "waits for another node";
+      return {};
+    case task_kind::event_record:
+      return a.extra->event_id == b.extra->event_id ? std::string{} : "records another event";
+    case task_kind::memcpy:
+    case task_kind::memset: {
+      const copy_desc& x = a.extra->copy;
+      const copy_desc& y = b.extra->copy;
+      if (x.kind != y.kind || x.src_device != y.src_device || x.dst_device != y.dst_device ||
+          a.extra->pinned_ends != b.extra->pinned_ends)
+        return "copies between other memories (the copy's kind, devices or pinned ends differ)";
+      return {};
+    }
+    case task_kind::collective: {
+      const collective_desc* x = a.collective();
+      const collective_desc* y = b.collective();
+      const auto same_call = [](const collective_call& p, const collective_call& q) {
+        return p.op == q.op && p.red == q.red && p.type == q.type && p.count == q.count && p.root == q.root &&
+               p.send_counts == q.send_counts && p.send_displs == q.send_displs && p.recv_counts == q.recv_counts &&
+               p.recv_displs == q.recv_displs;
+      };
+      if (!x || !y || x->comm != y->comm || x->rank != y->rank || x->calls.size() != y->calls.size() ||
+          !std::equal(x->calls.begin(), x->calls.end(), y->calls.begin(), same_call))
+        return "is another collective call (communicator, operation, type, count or root)";
+      return {};
+    }
+    case task_kind::kernel:
+    case task_kind::host_callback: return {};
+  }
+  return {};
+}
+}  // namespace sched_detail
+
+NPURT_DECL void scheduler::update_graph(std::uint64_t id, std::uint64_t from, std::error_code& ec, std::string& why) {
+  graph_state& g = graphs_.at(id);
+  graph_state& f = graphs_.at(from);
+  ec = make_error_code(errc::graph_update_mismatch);
+  if (f.device != g.device) {
+    why = "the graph is of device " + std::to_string(g.device) + ", the update of device " + std::to_string(f.device);
+    return;
+  }
+  if (!g.allocs.empty() || !f.allocs.empty()) {
+    why =
+        "graph memory (a pool allocation captured in either graph) cannot be updated, as CUDA's memory nodes "
+        "cannot";
+    return;
+  }
+  if (f.nodes.size() != g.nodes.size() || f.lane_count != g.lane_count) {
+    why = "the graph has " + std::to_string(g.nodes.size()) + " nodes on " + std::to_string(g.lane_count) +
+          " streams, the update " + std::to_string(f.nodes.size()) + " on " + std::to_string(f.lane_count);
+    return;
+  }
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    if (std::string d = sched_detail::node_difference(*g.nodes[i], g.lanes[i], *f.nodes[i], f.lanes[i]); !d.empty()) {
+      why = "node " + std::to_string(i) + " (" + std::string(g.nodes[i]->name) + ") " + d;
+      return;
+    }
+  ec.clear();
+  // The same shape: the update's nodes replace the graph's. Launches already made run their own
+  // clones; the graph keeps its streams (and their priorities) and its identity.
+  drop_nodes(g.nodes, g.events);
+  g.nodes = std::exchange(f.nodes, {});
+  g.events = std::exchange(f.events, {});
+  g.collectives = f.collectives;
+}
+
 NPURT_DECL void* scheduler::capture_malloc(stream_state& s, std::size_t bytes, std::error_code& ec, std::string& why) {
   void* p = parts_.memory_.device_malloc(s.device, bytes, ec);
   if (ec) {

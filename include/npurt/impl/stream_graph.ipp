@@ -101,6 +101,39 @@ NPURT_DECL event stream_graph::launch(stream& s, std::error_code& ec) {
   return e;
 }
 
+NPURT_DECL void stream_graph::update(stream_graph& from, std::error_code& ec, std::string& words) {
+  std::string why;
+  if (state(ec, why)) {
+    if (from.rt_ && from.rt_ != rt_) {
+      ec = make_error_code(errc::invalid_graph);
+      why = "the update is a graph of another npurt::system";
+    } else if (from.rt_ && from.id_ == id_) {
+      ec = make_error_code(errc::invalid_argument);
+      why = "a graph cannot be updated from itself";
+    } else if (from.state(ec, why)) {
+      rt_->update_graph(id_, from.id_, ec, why);
+      if (!ec) from = stream_graph{};  // its nodes are this graph's now; its streams go
+    } else {
+      why = "the update: " + why;
+    }
+  }
+  words = "npurt::stream_graph::update";
+  if (!why.empty()) words.append(": ").append(why);
+}
+
+NPURT_DECL void stream_graph::update(stream_graph&& from, std::error_code& ec) {
+  std::string words;
+  update(from, ec, words);
+  if (ec && rt_ && ec != errc::wrong_thread) rt_->note_recent_error(words);
+}
+
+NPURT_DECL void stream_graph::update(stream_graph&& from) {
+  std::error_code ec;
+  std::string words;
+  update(from, ec, words);
+  if (ec) throw_error(ec, words);
+}
+
 NPURT_DECL std::vector<std::uint64_t> detail::stream_graph_access::collective_task_ids(const stream_graph& g) {
   std::vector<std::uint64_t> ids;
   std::error_code ec;
