@@ -91,6 +91,16 @@ enum class capture_mode : std::uint8_t {
   relaxed,
 };
 
+/// How end_capture makes its graph (cudaGraphInstantiateWithFlags).
+enum class graph_flags : std::uint32_t {
+  none = 0,
+  /// A launch frees what the graph's previous launch left allocated (graph memory without a
+  /// free node), in the launching stream's order, where it would otherwise be refused: for a
+  /// result the work after each launch reads and the program never frees
+  /// (cudaGraphInstantiateFlagAutoFreeOnLaunch).
+  auto_free_on_launch = 1,
+};
+
 /// Where a stream's capture stands (aclmdlRICaptureGetInfo, cudaStreamIsCapturing).
 enum class capture_status : std::uint8_t {
   none,         // not capturing
@@ -100,6 +110,7 @@ enum class capture_status : std::uint8_t {
 
 class stream;
 class stream_graph;
+class task_group;
 class tensor;
 
 namespace detail {
@@ -116,6 +127,9 @@ inline constexpr std::string_view capture_dependency_words =
 inline constexpr std::string_view awaited_captured_event =
     "the event was recorded in an open capture, and its record runs only when the graph is launched: an awaited "
     "wait for it would never end (wait for it fire-and-forget to join the capture, or after a launch)";
+inline constexpr std::string_view record_in_update =
+    "a task update replaces a group's tasks, and a record would be a dependency of the graph, which an update "
+    "cannot change";
 inline constexpr std::string_view pageable_in_capture =
     "a copy from pageable host memory cannot be captured: a launch would need the bytes as they were at the call "
     "(copy from pinned memory, system::host_malloc, which a launch reads then)";
@@ -212,7 +226,49 @@ class stream {
   /// recent_error_message) or errc::capture_unjoined.
   NPURT_DECL stream_graph end_capture();
   NPURT_DECL stream_graph end_capture(std::error_code& ec);
+  /// end_capture(), the graph made as `flags` say.
+  NPURT_DECL stream_graph end_capture(graph_flags flags);
+  NPURT_DECL stream_graph end_capture(graph_flags flags, std::error_code& ec);
   [[nodiscard]] NPURT_DECL capture_status capture_info() const;
+
+  // --- task groups and task updates (aclmdlRICaptureTaskGrpBegin/End, TaskUpdateBegin/End) ----
+  // Defined with stream_graph (<npurt/stream_graph.hpp>), whose tasks they mark and change.
+  /// Marks the start of a task group on this capturing stream: the kernels, copies, memsets,
+  /// callbacks and collectives it captures until end_task_group() are the group's, which a task
+  /// update can later replace in the graph without capturing it again. Event records and waits
+  /// are the graph's dependencies and no part of a group. Refused, leaving the capture as it
+  /// was: no capture (errc::stream_not_captured), a task update (errc::stream_captured), a group
+  /// open on the stream already (errc::invalid_argument).
+  NPURT_DECL void begin_task_group();
+  NPURT_DECL void begin_task_group(std::error_code& ec);
+  /// Ends the stream's open group and returns it (a group the capture's end finds open is
+  /// dropped). errc::stream_not_captured without a capture, errc::invalid_argument without an
+  /// open group.
+  NPURT_DECL task_group end_task_group();
+  NPURT_DECL task_group end_task_group(std::error_code& ec);
+  /// Starts an update of `g` on this stream, which must not be capturing: its fire-and-forget
+  /// work until end_task_update() is recorded, not run, as a capture's is, and replaces the
+  /// group's tasks there. The update enqueues as many tasks as the group holds, of the same
+  /// kinds in the same order, each of the shape stream_graph::update asks of a node (a copy
+  /// between the same memories, a collective call of the same communicator and counts); a
+  /// kernel, a copy's pointers and size, a memset's value and a callback may change. A record
+  /// of an event or a pool allocation in an update is refused (errc::capture_unsupported) and
+  /// fails the update; so does what fails a capture (an awaited call, a wait for work outside
+  /// it). Refused: a capturing stream (errc::stream_captured), a null group or one whose graph is
+  /// gone or lost (errc::invalid_graph), a group whose capture is still open
+  /// (errc::invalid_argument), of another device (errc::stream_device_mismatch), of a graph with
+  /// graph memory (errc::graph_update_mismatch).
+  NPURT_DECL void begin_task_update(const task_group& g);
+  NPURT_DECL void begin_task_update(const task_group& g, std::error_code& ec);
+  /// Ends the update: launches of the graph from now on run the new tasks, launches made before
+  /// run the old ones. The update ends either way, leaving the group as it was when it fails:
+  /// errc::graph_update_mismatch (another count, kind or shape, naming the first task that
+  /// differs), errc::capture_invalidated (a refused call ended it), errc::invalid_graph (the
+  /// graph was destroyed meanwhile). errc::stream_not_captured when no update is open, and
+  /// errc::capture_unmatched when a capture is (end it with end_capture; end_capture likewise
+  /// refuses an update).
+  NPURT_DECL void end_task_update();
+  NPURT_DECL void end_task_update(std::error_code& ec);
 
   // --- asynchronous: complete through an Asio completion token --------------------------------
   template <class Token = default_token>
@@ -259,7 +315,7 @@ class stream {
   friend class stream_graph;  // launches into a stream
 
   NPURT_DECL void release() noexcept;
-  NPURT_DECL stream_graph end_capture(std::error_code& ec, std::string& words);
+  NPURT_DECL stream_graph end_capture(graph_flags flags, std::error_code& ec, std::string& words);
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* f);
   NPURT_DECL detail::stream_state* state(std::error_code& ec) const noexcept;
   // The stream's device for an exception to name, or -1 when the stream is gone.
@@ -303,6 +359,10 @@ class stream {
   /// An error_code form's refusal: the words its throwing form raises go to the system's
   /// recent_error_message (aclGetRecentErrMsg), as an async form's do. Only on the refusal path.
   NPURT_DECL void note_refusal(std::string_view call, std::error_code ec, std::string_view why) const;
+  /// The work of the task-group calls (`op`: 0 begin_task_group, 1 end_task_group, 2
+  /// begin_task_update of `g`, 3 end_task_update): the group a successful end_task_group ended,
+  /// or 0; a refusal's code in `ec` and its words in `words`.
+  NPURT_DECL std::uint64_t task_group_call(int op, const task_group* g, std::error_code& ec, std::string& words);
   /// record(e, ec) without the words of a refusal (the throwing form builds its own).
   NPURT_DECL void record_event(const event& e, std::error_code& ec);
   NPURT_DECL detail::task* make_callback(std::function<void()> fn, std::error_code& ec);

@@ -22,10 +22,18 @@
 // at one address for every launch, as CUDA's allocation nodes are; a free of it in the same
 // capture (mem_pool::free_async) ends each launch's use of it. Without one, a launch leaves it
 // allocated for the work after the graph, and the graph launches again only once the program
-// has freed it (mem_pool::free_async, device::free). The graph's destruction gives its memory
+// has freed it (mem_pool::free_async, device::free), or, made with
+// graph_flags::auto_free_on_launch, frees it itself at its next launch. The graph's destruction gives its memory
 // back when its launched work is done.
+//
+// Task groups: tasks marked in a capture (stream::begin_task_group ... end_task_group) can be
+// replaced in the graph by a task update on a stream (stream::begin_task_update ...
+// end_task_update) that enqueues their new kernels, pointers and values, as CANN's
+// aclmdlRICaptureTaskGrpBegin and aclmdlRICaptureTaskUpdateBegin do; stream_graph::update
+// replaces every node from a capture of the same shape instead.
 #pragma once
 
+#include <npurt/backend.hpp>
 #include <npurt/config.hpp>
 #include <npurt/detail/async_op.hpp>
 #include <npurt/detail/runtime.hpp>
@@ -55,6 +63,45 @@ struct stream_graph_access {
 };
 }  // namespace detail
 
+/// A node of a stream_graph, as stream_graph::nodes() describes it (cudaGraphGetNodes,
+/// cudaGraphNodeGetType, cudaGraphNodeGetDependencies).
+struct graph_node {
+  task_kind kind = task_kind::kernel;
+  std::string name;  // the kernel's, or the kind's
+  /// The capture's stream it runs on: 0 the stream that began the capture (at a launch, the
+  /// launch's stream), 1... those that joined it, in the order they joined.
+  std::uint32_t stream = 0;
+  /// The nodes it runs after: the one before it on its stream, and for a wait between streams
+  /// the record it waits for. Indices into nodes(), each less than the node's own.
+  std::vector<std::size_t> dependencies;
+  std::size_t bytes = 0;  // a copy's or a memset's
+};
+
+/// A task group of a capture (aclrtTaskGrp): what stream::begin_task_group and end_task_group
+/// marked, and what stream::begin_task_update and end_task_update replace. A copyable handle,
+/// valid while its graph is (the capture ended well, the graph not destroyed or lost).
+class task_group {
+ public:
+  /// A null group: an update of it is refused (errc::invalid_graph).
+  task_group() noexcept = default;
+  /// Whether its graph exists and can be launched.
+  [[nodiscard]] NPURT_DECL bool valid() const noexcept;
+  /// Its tasks, as many as an update enqueues; errc::invalid_graph when not valid().
+  [[nodiscard]] NPURT_DECL std::size_t size() const;
+  /// Its tasks' indices among its graph's nodes (stream_graph::nodes()); errc::invalid_graph
+  /// when not valid().
+  [[nodiscard]] NPURT_DECL std::vector<std::size_t> nodes() const;
+
+ private:
+  friend class stream;
+  task_group(detail::runtime& rt, std::uint64_t id) noexcept : rt_(&rt), id_(id) {}
+  /// The group's state when its graph is live, else null with the words.
+  NPURT_DECL const detail::task_group_state* state(std::string& why) const;
+
+  detail::runtime_ref rt_;  // null once the system is gone
+  std::uint64_t id_ = 0;
+};
+
 class stream_graph {
  public:
   using default_token = detail::default_token;
@@ -73,6 +120,11 @@ class stream_graph {
   [[nodiscard]] NPURT_DECL std::size_t size() const;
   /// The device whose stream captured it; it launches on streams of that device.
   [[nodiscard]] NPURT_DECL device_id device() const;
+  /// Its nodes in captured order, which orders every dependency (see graph_node).
+  [[nodiscard]] NPURT_DECL std::vector<graph_node> nodes() const;
+  /// The graph in Graphviz's DOT language, a cluster per stream, for a look at what a capture
+  /// recorded (cudaGraphDebugDotPrint, aclmdlRIDebugPrint).
+  [[nodiscard]] NPURT_DECL std::string to_dot() const;
 
   /// Enqueues the graph's nodes in captured order, those of the capturing stream on `s`, and
   /// returns the last such node's event (a null event for an empty graph). The other streams'
@@ -90,7 +142,8 @@ class stream_graph {
   /// (errc::stream_device_mismatch), a lost device (errc::device_lost), a copy node's pinned
   /// host buffer freed since the capture (errc::invalid_pointer), a collective node's
   /// communicator aborted (errc::operation_aborted), an allocation the previous launch left
-  /// allocated and nobody has freed (errc::invalid_argument), a graph that allocates memory
+  /// allocated and nobody has freed (errc::invalid_argument; a graph made with
+  /// graph_flags::auto_free_on_launch frees it instead), a graph that allocates memory
   /// launched into a capture (errc::capture_unsupported).
   NPURT_DECL event launch(stream& s);
   NPURT_DECL event launch(stream& s, std::error_code& ec);

@@ -7,8 +7,10 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -44,7 +46,20 @@ class recorder final : public npurt::observer {
       if (r.stream == s) out.push_back(r);
     return out;
   }
+  /// The tasks named `name`, in the order they finished.
+  [[nodiscard]] std::vector<task_row> named(std::string_view name) const {
+    std::vector<task_row> out;
+    for (const auto& r : rows)
+      if (r.name == name) out.push_back(r);
+    return out;
+  }
 };
+
+/// Whether every byte of the host buffer is `v`.
+inline bool all_bytes(const npurt::host_buffer& b, unsigned char v) {
+  const auto* p = static_cast<const unsigned char*>(b.data());
+  return std::all_of(p, p + b.size(), [&](unsigned char c) { return c == v; });
+}
 
 /// Spawns `aw` on the system, runs it, and rethrows an exception the coroutine ended with.
 template <class Awaitable>

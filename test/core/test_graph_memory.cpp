@@ -147,6 +147,33 @@ TEST_CASE_METHOD(
   CHECK(ec == errc::invalid_pointer);
 }
 
+TEST_CASE_METHOD(graph_fixture, "graph_flags::auto_free_on_launch: a launch frees what the previous one left allocated",
+                 "[core][capture][memory]") {
+  s.begin_capture();
+  void* result = pool.malloc_async(n, s);
+  s.memcpy(result, n, in, n);
+  npurt::stream_graph g = s.end_capture(npurt::graph_flags::auto_free_on_launch);
+  for (unsigned char v = 1; v <= 3; ++v) {
+    std::memset(in, v, n);
+    g.launch(s);  // the previous launch's result is freed first, in the stream's order
+    s.memcpy(out, n, result, n);
+    s.synchronize();
+    CHECK(out_is(v));
+  }
+  const std::size_t held = dev.memory_info().free;
+  CHECK(held <= free_before - n);
+  g.launch(s);
+  g.launch(s);  // back to back: each frees the one before
+  s.synchronize();
+  CHECK(dev.memory_info().free == held);  // one allocation throughout
+  // The latest launch's allocation is still the program's to free, once.
+  pool.free_async(result, s);
+  CHECK(thrown_code([&] { pool.free_async(result, s); }) == errc::double_free);
+  g = npurt::stream_graph{};
+  s.synchronize();
+  CHECK(dev.memory_info().free == free_before);
+}
+
 TEST_CASE_METHOD(graph_fixture,
                  "graph memory refusals: foreign frees, double frees, use after a free node, nested launches",
                  "[core][capture][memory][error]") {

@@ -52,18 +52,6 @@ struct update_fixture {
     s.wait(join);
     return s.end_capture();
   }
-  [[nodiscard]] std::vector<task_row> named(std::string_view name) const {
-    std::vector<task_row> out;
-    for (const auto& r : rec.rows)
-      if (r.name == name) out.push_back(r);
-    return out;
-  }
-  static bool all(const npurt::host_buffer& b, unsigned char v) {
-    const auto* p = static_cast<const unsigned char*>(b.data());
-    for (std::size_t i = 0; i < n; ++i)
-      if (p[i] != v) return false;
-    return true;
-  }
 };
 
 }  // namespace
@@ -81,10 +69,10 @@ TEST_CASE_METHOD(update_fixture, "an updated graph runs the new nodes; launches 
   CHECK(g.size() == 3);
   g.launch(s);
   s.synchronize();
-  CHECK(all(out1, 1));  // the first launch: old pointers
-  CHECK(all(out2, 2));  // the second: new ones
-  const auto old_rows = named("old");
-  const auto new_rows = named("new");
+  CHECK(all_bytes(out1, 1));  // the first launch: old pointers
+  CHECK(all_bytes(out2, 2));  // the second: new ones
+  const auto old_rows = rec.named("old");
+  const auto new_rows = rec.named("new");
   REQUIRE(old_rows.size() == 1);
   REQUIRE(new_rows.size() == 1);
   CHECK(new_rows[0].end - new_rows[0].start == us(5));
@@ -100,9 +88,9 @@ TEST_CASE_METHOD(update_fixture, "an updated graph of several streams keeps its 
   g.launch(s);
   s.launch(fixed(us(1), "after"));
   s.synchronize();
-  const auto branch = named("branch");
-  const auto trunk = named("trunk");
-  const auto after = named("after");
+  const auto branch = rec.named("branch");
+  const auto trunk = rec.named("trunk");
+  const auto after = rec.named("after");
   REQUIRE(branch.size() == 2);
   REQUIRE(trunk.size() == 2);
   REQUIRE(after.size() == 1);
@@ -186,8 +174,8 @@ TEST_CASE_METHOD(update_fixture, "an update of another shape is refused, naming 
   CHECK(thrown_code([&] { g.update(std::move(other)); }) == errc::graph_update_mismatch);
   g.launch(s);  // unchanged
   s.synchronize();
-  CHECK(all(out1, 1));
-  CHECK(named("old").size() == 1);
+  CHECK(all_bytes(out1, 1));
+  CHECK(rec.named("old").size() == 1);
 }
 
 TEST_CASE_METHOD(update_fixture, "update refuses a null graph, itself, and a graph of another system",

@@ -110,6 +110,7 @@ struct world {
   std::vector<void*> freed_pinned;  // only ever passed to host_free again; never a live block
   std::vector<npurt::device_buffer> buffers;
   std::vector<npurt::stream_graph> graphs;  // may outlive their system, device or streams
+  std::vector<npurt::task_group> groups;    // of open captures, live or destroyed graphs
   npurt::sim_time last_now{};
 
   void make_system(input& in) {
@@ -335,9 +336,9 @@ void step(world& w, input& in) {
         if (g.valid()) __builtin_trap();
       break;
     }
-    case 15: {  // stream capture: begin, end, launch, drop and update graphs, graph memory
+    case 15: {  // stream capture: begin, end, launch, drop and update graphs, graph memory, task groups
       npurt::stream* s = any_stream(w, in);
-      switch (in.byte() % 7) {
+      switch (in.byte() % 9) {
         case 0:
           if (s) s->begin_capture(in.byte() % 2 ? npurt::capture_mode::relaxed : npurt::capture_mode::global, ec);
           break;
@@ -350,6 +351,13 @@ void step(world& w, input& in) {
           break;
         case 2:
           if (s && !w.graphs.empty()) (void)in.pick(w.graphs).launch(*s, ec);
+          if (npurt::stream_graph* g = w.graphs.empty() ? nullptr : &in.pick(w.graphs); g && g->valid()) {
+            // Every dependency is an earlier node.
+            const std::vector<npurt::graph_node> ns = g->nodes();
+            for (std::size_t i = 0; i < ns.size(); ++i)
+              for (const std::size_t d : ns[i].dependencies)
+                if (d >= i) __builtin_trap();
+          }
           break;
         case 3:
           if (!w.graphs.empty())
@@ -370,6 +378,17 @@ void step(world& w, input& in) {
             a.update(std::move(b), ec);
             if (!ec && b.valid()) __builtin_trap();
           }
+          break;
+        case 6:  // a task group begun or ended on any stream, capturing or not
+          if (s && in.byte() % 2) s->begin_task_group(ec);
+          else if (s) {
+            npurt::task_group g = s->end_task_group(ec);
+            if (!ec && w.groups.size() < 4) w.groups.push_back(g);
+          }
+          break;
+        case 7:  // a task update begun (of any group) or ended, on any stream
+          if (s && in.byte() % 2 && !w.groups.empty()) s->begin_task_update(in.pick(w.groups), ec);
+          else if (s) s->end_task_update(ec);
           break;
         default:  // a stream-ordered free of any pointer (a graph's among them), in a capture or not
           if (npurt::device* d = s && w.sys && !w.device_ptrs.empty() ? w.sys->find_device(in.byte() % 4, ec) : nullptr)

@@ -24,6 +24,12 @@
 
 namespace npurt::detail {
 
+/// Whether the `bytes` bytes at `at` meet [lo, hi), without forming at + bytes: a size may be
+/// anything where this is asked.
+constexpr bool range_meets(std::uint64_t at, std::size_t bytes, std::uint64_t lo, std::uint64_t hi) noexcept {
+  return at < hi && (at >= lo || lo - at < bytes);
+}
+
 /// The host store behind a reserved range (a compact pool arena), or an allocation of a chunk or
 /// more, in functional mode: address space for the whole of it, whose pages the host's kernel
 /// provides when they are first written, and which counts the chunks that copies, kernels and

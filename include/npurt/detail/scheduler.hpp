@@ -208,6 +208,9 @@ struct capture_state {
   std::vector<std::pair<std::uint64_t, std::size_t>> records;  // (event, node) of each record, in order
   std::vector<std::uint64_t> allocs;  // the graph allocations it made (graph_allocation), in call order
   std::vector<std::uint64_t> freed;   // those its own frees ended: no node captured later may touch them
+  std::vector<std::uint64_t> groups;  // the task groups begun in it (task_group_state), in order
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> open_groups;  // (lane, group) of groups not yet ended
+  std::uint64_t updating = 0;  // a task update (stream::begin_task_update): the group its nodes replace
 };
 
 /// A captured graph (the stream_graph a capture made): its nodes, cloned into streams on each
@@ -228,6 +231,22 @@ struct graph_state {
   // Graphs with allocations: (stream, position) where each stream's share of its launches ends,
   // which its memory outlives when the graph is destroyed first.
   std::vector<std::pair<std::uint32_t, std::uint64_t>> in_flight;
+  std::vector<std::uint64_t> groups;  // its task groups (task_group_state)
+  bool auto_free = false;             // graph_flags::auto_free_on_launch
+};
+
+/// Why a task update refuses a pool allocation or free.
+inline constexpr std::string_view task_update_memory =
+    "a task update replaces a group's tasks, and cannot allocate or free graph memory";
+
+/// A task group (aclmdlRICaptureTaskGrpBegin/End): nodes one stream of a capture captured
+/// between the group's begin and end, which a task update replaces in place. Event records and
+/// waits are the graph's structure, not tasks, and are no part of a group.
+struct task_group_state {
+  std::uint64_t graph = 0;                 // its graph: 0 while its capture is open
+  const capture_state* capture = nullptr;  // its capture, while open
+  std::uint32_t lane = 0;                  // the capture's stream it marks
+  std::vector<std::size_t> nodes;          // its nodes' indices in the graph
 };
 
 /// Memory a capture allocated: mem_pool::malloc_async on a capturing stream, cudaMallocAsync
@@ -461,7 +480,8 @@ class scheduler {
   /// Ends the origin's capture: the new graph's id, or 0 with the code (and words) that refuse
   /// it (a stream that joined: capture_unmatched, the capture goes on) or ended it (invalidated,
   /// a lane not joined back).
-  NPURT_DECL std::uint64_t end_capture(stream_state& s, std::error_code& ec, std::string& why);
+  /// `auto_free`: graph_flags::auto_free_on_launch.
+  NPURT_DECL std::uint64_t end_capture(stream_state& s, bool auto_free, std::error_code& ec, std::string& why);
   /// A capture rule was broken: the capture goes on, and end_capture reports the first such error.
   NPURT_DECL void invalidate_capture(stream_state& s, std::error_code ec, std::string why);
   /// A capture of `dev`'s streams (any device: -1) that guards the system, not relaxed; or null.
@@ -481,6 +501,29 @@ class scheduler {
   /// have the same shape (see stream_graph::update); `from` keeps none. Else graph_update_mismatch,
   /// `why` naming the first difference, and neither changes.
   NPURT_DECL void update_graph(std::uint64_t id, std::uint64_t from, std::error_code& ec, std::string& why);
+
+  // --- task groups and task updates (aclmdlRICaptureTaskGrpBegin/End, TaskUpdateBegin/End) ---
+  /// Opens a group on `s`'s lane of its capture. Refused (the capture goes on): no capture
+  /// (stream_not_captured), a task update (stream_captured), a group open there already
+  /// (invalid_argument).
+  NPURT_DECL void begin_task_group(stream_state& s, std::error_code& ec, std::string& why);
+  /// Ends the group open on `s`'s lane: its id, or 0 with the code (stream_not_captured,
+  /// invalid_argument: none open).
+  NPURT_DECL std::uint64_t end_task_group(stream_state& s, std::error_code& ec, std::string& why);
+  [[nodiscard]] const task_group_state* find_task_group(std::uint64_t id) const noexcept {
+    const auto it = task_groups_.find(id);
+    return it == task_groups_.end() ? nullptr : &it->second;
+  }
+  /// Puts `s` in a task update of `group`: its enqueues become the update's nodes (a relaxed
+  /// capture that no stream joins). Refused: `s` capturing (stream_captured), a group of a
+  /// destroyed or lost graph (invalid_graph) or of an open capture (invalid_argument), of another
+  /// device (stream_device_mismatch), of a graph with graph memory (graph_update_mismatch).
+  NPURT_DECL void begin_task_update(stream_state& s, std::uint64_t group, std::error_code& ec, std::string& why);
+  /// Ends `s`'s task update: its nodes replace the group's when they have its shape (count, and
+  /// node by node as stream_graph::update checks), else graph_update_mismatch; an invalidated
+  /// update is capture_invalidated. The update ends either way but for stream_not_captured (no
+  /// update) and capture_unmatched (a capture, not an update).
+  NPURT_DECL void end_task_update(stream_state& s, std::error_code& ec, std::string& why);
 
   // --- graph memory (cudaMallocAsync and cudaFreeAsync in a capture) ---
   /// Allocates `bytes` of `s`'s device for the capture `s` takes part in (see graph_allocation).
@@ -617,6 +660,10 @@ class scheduler {
   std::uint64_t next_graph_ = 1;
   std::size_t held_nodes_ = 0;  // task records held as nodes by captures and graphs
   std::map<std::uint64_t, graph_allocation> graph_memory_;  // by address
+  std::map<std::uint64_t, task_group_state> task_groups_;    // by id; ids are never reused
+  std::uint64_t next_task_group_ = 1;
+  /// Forgets the groups (a failed or abandoned capture's, a destroyed graph's).
+  NPURT_DECL void drop_task_groups(std::vector<std::uint64_t>& ids) noexcept;
 };
 
 }  // namespace npurt::detail

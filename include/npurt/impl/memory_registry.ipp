@@ -488,9 +488,8 @@ NPURT_DECL std::string_view memory_registry::operand_touching(const kernel_desc&
                                                               std::uint64_t hi) {
   std::string_view found;
   mr_detail::for_each_operand(k, [&](std::size_t i, const tensor_desc& field) {
-    const auto a = reinterpret_cast<std::uint64_t>(field.data);
-    // [a, a + bytes) meets [lo, hi), without forming a + bytes (a size may be anything here).
-    if (found.empty() && a < hi && (a >= lo || lo - a < field.bytes())) found = tensor_name(k.op, i);
+    if (found.empty() && range_meets(reinterpret_cast<std::uint64_t>(field.data), field.bytes(), lo, hi))
+      found = tensor_name(k.op, i);
   });
   return found;
 }

@@ -194,8 +194,7 @@ NPURT_DECL void scheduler::free_host(void* p, std::error_code& ec) {
   if (!h || h->base != p) return mem.host_free(p, ec);  // its errors: null, not a block start
   const auto lo = reinterpret_cast<std::uintptr_t>(p), hi = lo + h->bytes;
   const auto touches = [&](const void* q, std::size_t n) {
-    const auto a = reinterpret_cast<std::uintptr_t>(q);
-    return q && !is_device_address(q) && a < hi && (a >= lo || lo - a < n);  // [a, a + n) meets [lo, hi)
+    return q && !is_device_address(q) && range_meets(reinterpret_cast<std::uintptr_t>(q), n, lo, hi);
   };
   std::vector<std::pair<std::uint32_t, std::uint64_t>> last;  // per stream, its last copy touching the block
   for (std::uint32_t id = 0; id < streams_.size(); ++id) {
@@ -912,6 +911,11 @@ NPURT_DECL void scheduler::capture_task(stream_state& s, task* t) {
   s.capture->lanes.push_back(s.capture_lane);
   if (!s.capture->freed.empty()) [[unlikely]]
     check_freed(*s.capture, *t);
+  if (!s.capture->open_groups.empty() && t->kind != task_kind::event_record && t->kind != task_kind::event_wait)
+      [[unlikely]] {
+    for (const auto& [lane, group] : s.capture->open_groups)
+      if (lane == s.capture_lane) task_groups_.at(group).nodes.push_back(s.capture->nodes.size() - 1);
+  }
 }
 
 NPURT_DECL std::error_code scheduler::capture_wait(stream_state& s, const event_state& e, std::string& why) {
@@ -983,14 +987,21 @@ NPURT_DECL void scheduler::abandon_capture(const std::shared_ptr<capture_state>&
   leave_capture(*c);
   drop_nodes(c->nodes, c->events);
   drop_allocations(c->allocs);
+  drop_task_groups(c->groups);
 }
 
-NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, std::error_code& ec, std::string& why) {
+NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, bool auto_free, std::error_code& ec,
+                                                std::string& why) {
   const std::shared_ptr<capture_state> c = s.capture;
   if (c->origin != s.id) {
     ec = make_error_code(errc::capture_unmatched);
     why = "stream " + std::to_string(s.id) + " joined the capture that stream " + std::to_string(c->origin) +
           " began: end it there (the capture goes on)";
+    return 0;
+  }
+  if (c->updating) {
+    ec = make_error_code(errc::capture_unmatched);
+    why = "the stream is in a task update (begin_task_update), not a capture: end it with end_task_update";
     return 0;
   }
   leave_capture(*c);
@@ -1017,6 +1028,7 @@ NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, std::error_code
               "event there and wait for it on the capture's stream before end_capture)";
         drop_nodes(c->nodes, c->events);
         drop_allocations(c->allocs);
+        drop_task_groups(c->groups);
         return 0;
       }
     }
@@ -1027,6 +1039,7 @@ NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, std::error_code
     why = std::move(c->why);
     drop_nodes(c->nodes, c->events);
     drop_allocations(c->allocs);
+    drop_task_groups(c->groups);
     return 0;
   }
   const std::uint64_t id = next_graph_++;
@@ -1037,12 +1050,26 @@ NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, std::error_code
   g.lane_count = static_cast<std::uint32_t>(c->lane_streams.size());
   g.lane_modes = std::move(c->lane_modes);
   g.events = std::move(c->events);
+  g.auto_free = auto_free;
   g.collectives = std::any_of(g.nodes.begin(), g.nodes.end(), [](const task* n) { return n->collective(); });
   g.allocs = std::move(c->allocs);
   for (const std::uint64_t a : g.allocs) {
     graph_allocation& m = graph_memory_.at(a);
     m.graph = id;
     m.capture = nullptr;
+  }
+  // A group never ended was never handed out: nobody can name it.
+  for (const std::uint64_t gid : c->groups) {
+    const bool open =
+        std::any_of(c->open_groups.begin(), c->open_groups.end(), [&](const auto& lg) { return lg.second == gid; });
+    if (open) {
+      task_groups_.erase(gid);
+      continue;
+    }
+    task_group_state& tg = task_groups_.at(gid);
+    tg.graph = id;
+    tg.capture = nullptr;
+    g.groups.push_back(gid);
   }
   return id;
 }
@@ -1068,6 +1095,7 @@ NPURT_DECL void scheduler::release_graph(std::uint64_t id) noexcept {
       else release_graph_memory(a, g.in_flight);
     }
   }
+  drop_task_groups(g.groups);
   for (const std::uint32_t sid : g.lane_streams) release_stream(sid);
   graphs_.erase(it);
 }
@@ -1153,7 +1181,147 @@ NPURT_DECL void scheduler::update_graph(std::uint64_t id, std::uint64_t from, st
   g.collectives = f.collectives;
 }
 
+NPURT_DECL void scheduler::drop_task_groups(std::vector<std::uint64_t>& ids) noexcept {
+  for (const std::uint64_t id : ids) task_groups_.erase(id);
+  ids.clear();
+}
+
+NPURT_DECL void scheduler::begin_task_group(stream_state& s, std::error_code& ec, std::string& why) {
+  capture_state* c = s.capture.get();
+  if (!c) {
+    ec = make_error_code(errc::stream_not_captured);
+    why = "no capture is open on it (a task group marks work of a capture: begin_capture first)";
+  } else if (c->updating) {
+    ec = make_error_code(errc::stream_captured);
+    why = "it is in a task update, which replaces a group's tasks and marks none of its own";
+  } else if (std::any_of(c->open_groups.begin(), c->open_groups.end(),
+                         [&](const auto& lg) { return lg.first == s.capture_lane; })) {
+    ec = make_error_code(errc::invalid_argument);
+    why = "a task group is open on it already (end_task_group first)";
+  } else {
+    const std::uint64_t id = next_task_group_++;
+    task_group_state& tg = task_groups_[id];
+    tg.capture = c;
+    tg.lane = s.capture_lane;
+    c->groups.push_back(id);
+    c->open_groups.emplace_back(s.capture_lane, id);
+  }
+}
+
+NPURT_DECL std::uint64_t scheduler::end_task_group(stream_state& s, std::error_code& ec, std::string& why) {
+  capture_state* c = s.capture.get();
+  if (!c) {
+    ec = make_error_code(errc::stream_not_captured);
+    why = "no capture is open on it (begin_capture, then begin_task_group)";
+    return 0;
+  }
+  const auto it = std::find_if(c->open_groups.begin(), c->open_groups.end(),
+                               [&](const auto& lg) { return lg.first == s.capture_lane; });
+  if (it == c->open_groups.end()) {
+    ec = make_error_code(errc::invalid_argument);
+    why = "no task group is open on it (begin_task_group first)";
+    return 0;
+  }
+  const std::uint64_t id = it->second;
+  c->open_groups.erase(it);
+  return id;
+}
+
+NPURT_DECL void scheduler::begin_task_update(stream_state& s, std::uint64_t group, std::error_code& ec,
+                                             std::string& why) {
+  const auto it = task_groups_.find(group);
+  const graph_state* g = it == task_groups_.end() ? nullptr : find_graph(it->second.graph);
+  if (s.capture) {
+    ec = make_error_code(errc::stream_captured);
+    why = s.capture->updating ? "a task update is open on it already (end_task_update first)"
+                              : "a capture is open on it (a task update runs on a stream outside any capture)";
+  } else if (it != task_groups_.end() && it->second.capture) {
+    ec = make_error_code(errc::invalid_argument);
+    why = "the task group's capture is still open (end_capture first: a group is updated in its graph)";
+  } else if (!g || g->lost) {
+    ec = make_error_code(errc::invalid_graph);
+    why = !g ? "the task group's graph was destroyed (or its capture failed)"
+             : "the task group's graph was lost with its device's reset";
+  } else if (g->device != s.device) {
+    ec = make_error_code(errc::stream_device_mismatch);
+    why = "the task group's graph is of device " + std::to_string(g->device) + ", the stream of device " +
+          std::to_string(s.device);
+  } else if (!g->allocs.empty()) {
+    ec = make_error_code(errc::graph_update_mismatch);
+    why =
+        "the task group's graph has graph memory (a pool allocation captured in it), which cannot be updated, as "
+        "CUDA's memory nodes cannot";
+  } else {
+    begin_capture(s, true);
+    s.capture->updating = group;
+  }
+}
+
+NPURT_DECL void scheduler::end_task_update(stream_state& s, std::error_code& ec, std::string& why) {
+  const std::shared_ptr<capture_state> c = s.capture;
+  if (!c) {
+    ec = make_error_code(errc::stream_not_captured);
+    why = "no task update is open on it (begin_task_update first)";
+    return;
+  }
+  if (!c->updating) {
+    ec = make_error_code(errc::capture_unmatched);
+    why = "a capture is open on it, not a task update: end it with end_capture";
+    return;
+  }
+  leave_capture(*c);
+  // Whatever ends it, the update's nodes go unless they take the group's place.
+  struct dropper {
+    scheduler& self;
+    capture_state& c;
+    ~dropper() { self.drop_nodes(c.nodes, c.events); }
+  } const drop{*this, *c};
+  if (c->invalidated) {
+    ec = make_error_code(errc::capture_invalidated);
+    why = std::move(c->why);
+    return;
+  }
+  const auto it = task_groups_.find(c->updating);
+  graph_state* g = nullptr;
+  if (it != task_groups_.end())
+    if (const auto gi = graphs_.find(it->second.graph); gi != graphs_.end() && !gi->second.lost) g = &gi->second;
+  if (!g) {
+    ec = make_error_code(errc::invalid_graph);
+    why = "the task group's graph was destroyed, or lost with its device's reset, during the update";
+    return;
+  }
+  const task_group_state& tg = it->second;
+  ec = make_error_code(errc::graph_update_mismatch);
+  if (c->nodes.size() != tg.nodes.size()) {
+    why = "the task group has " + std::to_string(tg.nodes.size()) + " tasks, the update " +
+          std::to_string(c->nodes.size()) + " (the update enqueues as many, of the same kinds, in the same order)";
+    return;
+  }
+  for (std::size_t i = 0; i < tg.nodes.size(); ++i) {
+    const std::size_t n = tg.nodes[i];
+    // The update runs on one stream, which stands for the group's.
+    if (std::string d = sched_detail::node_difference(*g->nodes[n], tg.lane, *c->nodes[i], tg.lane); !d.empty()) {
+      why = "task " + std::to_string(i) + " of the group (node " + std::to_string(n) + ", " +
+            std::string(g->nodes[n]->name) + ") " + d;
+      return;
+    }
+  }
+  ec.clear();
+  // Launches made already run their clones; the next launch clones the new nodes.
+  for (std::size_t i = 0; i < tg.nodes.size(); ++i) {
+    free_task(std::exchange(g->nodes[tg.nodes[i]], c->nodes[i]));
+    --held_nodes_;
+  }
+  c->nodes.clear();
+}
+
 NPURT_DECL void* scheduler::capture_malloc(stream_state& s, std::size_t bytes, std::error_code& ec, std::string& why) {
+  if (s.capture->updating) {
+    ec = make_error_code(errc::capture_unsupported);
+    why = std::string(task_update_memory);
+    invalidate_capture(s, ec, "npurt::mem_pool::malloc_async: " + why);
+    return nullptr;
+  }
   void* p = parts_.memory_.device_malloc(s.device, bytes, ec);
   if (ec) {
     why = "a graph allocation of " + std::to_string(bytes) + " bytes on the capturing stream " + std::to_string(s.id) +
@@ -1181,7 +1349,10 @@ NPURT_DECL void scheduler::capture_free(stream_state& s, void* p, std::error_cod
   const auto it = graph_memory_.find(a);
   std::ostringstream os;
   os << p;
-  if (it == graph_memory_.end()) {
+  if (c.updating) {
+    ec = make_error_code(errc::capture_unsupported);
+    os << ": " << task_update_memory;
+  } else if (it == graph_memory_.end()) {
     ec = make_error_code(errc::capture_unsupported);
     os << " is not memory this capture allocated, and a capture frees only its own allocations (free other "
           "memory before begin_capture or after end_capture)";
@@ -1210,8 +1381,7 @@ NPURT_DECL void scheduler::check_freed(capture_state& c, const task& t) {
     } else if (t.kind == task_kind::memcpy || t.kind == task_kind::memset) {
       const copy_desc& cp = t.extra->copy;
       const auto meets = [&](const void* q) {
-        const auto x = reinterpret_cast<std::uint64_t>(q);
-        return q && x < hi && (x >= a || a - x < cp.bytes);  // [x, x + bytes) meets [a, hi)
+        return q && range_meets(reinterpret_cast<std::uint64_t>(q), cp.bytes, a, hi);
       };
       if (meets(cp.dst)) what = "the destination of " + std::string(t.name);
       else if (t.kind == task_kind::memcpy && meets(cp.src)) what = "the source of " + std::string(t.name);
@@ -1338,7 +1508,7 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
       return {0, 0};
     }
     for (const std::uint64_t a : g.allocs)
-      if (const graph_allocation& m = graph_memory_.at(a); m.outstanding) {
+      if (const graph_allocation& m = graph_memory_.at(a); m.outstanding && !g.auto_free) {
         // cudaGraphLaunch's rule: one launch's allocation at a time, at the graph's one address.
         ec = make_error_code(errc::invalid_argument);
         std::ostringstream os;

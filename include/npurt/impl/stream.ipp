@@ -597,12 +597,20 @@ NPURT_DECL void stream::record_event(const event& e, std::error_code& ec) {
     ec = make_error_code(errc::stream_device_mismatch);
     return;
   }
+  if (s->capture && s->capture->updating) [[unlikely]] {
+    ec = make_error_code(errc::capture_unsupported);
+    (void)refuse_in_capture(*s, "npurt::stream::record", ec, detail::record_in_update);
+    return;
+  }
   rt_->record_event(*s, *st);
 }
 
 NPURT_DECL std::string stream::event_problem(const event& e, std::error_code ec, bool record) const {
   if (ec == errc::capture_dependency) return std::string(detail::capture_dependency_words);
   if (ec == errc::capture_unsupported) {
+    if (const detail::stream_state* s = record && rt_ ? rt_->find_stream(id_) : nullptr;
+        s && s->capture && s->capture->updating)
+      return std::string(detail::record_in_update);
     const detail::event_state* st = rt_ && !e.is_task_event() ? rt_->find_event(e.id()) : nullptr;
     return st && st->captured_in && st->captured_in->device != device_or_none()
                ? "the event was recorded in an open capture of another device, which only that device's streams "
@@ -784,7 +792,7 @@ NPURT_DECL void stream::begin_capture(capture_mode mode) {
                            ec == errc::stream_captured ? "a capture is open on it already (end_capture first)" : ""));
 }
 
-NPURT_DECL stream_graph stream::end_capture(std::error_code& ec, std::string& words) {
+NPURT_DECL stream_graph stream::end_capture(graph_flags flags, std::error_code& ec, std::string& words) {
   auto* s = state(ec);
   std::string why;
   if (s && !s->capture) {
@@ -795,7 +803,7 @@ NPURT_DECL stream_graph stream::end_capture(std::error_code& ec, std::string& wo
     words = refusal("npurt::stream::end_capture", ec, why);
     return {};
   }
-  const std::uint64_t id = rt_->end_capture(*s, ec, why);
+  const std::uint64_t id = rt_->end_capture(*s, flags == graph_flags::auto_free_on_launch, ec, why);
   if (ec) {
     // An invalidated capture: the words of the call that broke it.
     words = ec == errc::capture_invalidated ? "npurt::stream::end_capture: the capture was invalidated by " + why
@@ -805,20 +813,24 @@ NPURT_DECL stream_graph stream::end_capture(std::error_code& ec, std::string& wo
   return stream_graph(*rt_, id);
 }
 
-NPURT_DECL stream_graph stream::end_capture(std::error_code& ec) {
+NPURT_DECL stream_graph stream::end_capture(graph_flags flags, std::error_code& ec) {
   std::string words;
-  stream_graph g = end_capture(ec, words);
+  stream_graph g = end_capture(flags, ec, words);
   if (ec && rt_ && !rt_->wrong_thread()) (void)detail::note_refusal(*rt_, device_or_none(), words, ec, {});
   return g;
 }
 
-NPURT_DECL stream_graph stream::end_capture() {
+NPURT_DECL stream_graph stream::end_capture(graph_flags flags) {
   std::error_code ec;
   std::string words;
-  stream_graph g = end_capture(ec, words);
+  stream_graph g = end_capture(flags, ec, words);
   if (ec) throw_error_on(device_or_none(), ec, words);
   return g;
 }
+
+NPURT_DECL stream_graph stream::end_capture(std::error_code& ec) { return end_capture(graph_flags::none, ec); }
+
+NPURT_DECL stream_graph stream::end_capture() { return end_capture(graph_flags::none); }
 
 NPURT_DECL capture_status stream::capture_info() const {
   std::error_code ec;

@@ -3,7 +3,9 @@
 
 #include <npurt/stream_graph.hpp>
 
+#include <algorithm>
 #include <string>
+#include <string_view>
 
 namespace npurt {
 
@@ -63,6 +65,66 @@ NPURT_DECL device_id stream_graph::device() const {
   const detail::graph_state* g = state(ec, why);
   if (!g) throw_error(ec, "npurt::stream_graph::device" + (why.empty() ? why : ": " + why));
   return g->device;
+}
+
+NPURT_DECL std::vector<graph_node> stream_graph::nodes() const {
+  std::error_code ec;
+  std::string why;
+  const detail::graph_state* g = state(ec, why);
+  if (!g) throw_error(ec, "npurt::stream_graph::nodes" + (why.empty() ? why : ": " + why));
+  std::vector<graph_node> out(g->nodes.size());
+  std::vector<std::size_t> last(g->lane_count, 0);
+  std::vector<bool> seen(g->lane_count, false);
+  for (std::size_t i = 0; i < g->nodes.size(); ++i) {
+    const detail::task& t = *g->nodes[i];
+    graph_node& n = out[i];
+    n.kind = t.kind;
+    n.name = std::string(t.name);
+    n.stream = g->lanes[i];
+    if (t.extra && (t.kind == task_kind::memcpy || t.kind == task_kind::memset)) n.bytes = t.extra->copy.bytes;
+    if (seen[n.stream]) n.dependencies.push_back(last[n.stream]);
+    // A wait between streams: its extra names the record's node (see graph_state).
+    if (t.kind == task_kind::event_wait && t.extra->target_stream != n.stream)
+      n.dependencies.push_back(static_cast<std::size_t>(t.extra->target_seq));
+    std::sort(n.dependencies.begin(), n.dependencies.end());
+    last[n.stream] = i;
+    seen[n.stream] = true;
+  }
+  return out;
+}
+
+NPURT_DECL std::string stream_graph::to_dot() const {
+  const std::vector<graph_node> ns = nodes();
+  const auto quoted = [](std::string_view text) {
+    std::string q = "\"";
+    for (const char c : text) {
+      if (c == '"' || c == '\\') q += '\\';
+      q += c;
+    }
+    return q + '"';
+  };
+  std::uint32_t streams = 1;
+  for (const graph_node& n : ns) streams = std::max(streams, n.stream + 1);
+  std::string dot = "digraph stream_graph {\n  rankdir=TB;\n  node [shape=box];\n";
+  for (std::uint32_t lane = 0; lane < streams; ++lane) {
+    dot += "  subgraph cluster_" + std::to_string(lane) + " {\n    label=" +
+           quoted(lane == 0 ? std::string("stream 0 (the launch's)") : "stream " + std::to_string(lane)) + ";\n";
+    for (std::size_t i = 0; i < ns.size(); ++i) {
+      if (ns[i].stream != lane) continue;
+      // The kind once when it is the name (records, waits).
+      const std::string_view kind = to_string(ns[i].kind);
+      std::string extra = kind == ns[i].name ? std::string() : std::string(kind);
+      if (ns[i].bytes != 0) extra += ", " + std::to_string(ns[i].bytes) + " B";
+      std::string label = std::to_string(i) + ": " + ns[i].name;
+      if (!extra.empty()) label += " (" + extra + ")";
+      dot += "    n" + std::to_string(i) + " [label=" + quoted(label) + "];\n";
+    }
+    dot += "  }\n";
+  }
+  for (std::size_t i = 0; i < ns.size(); ++i)
+    for (const std::size_t d : ns[i].dependencies)
+      dot += "  n" + std::to_string(d) + " -> n" + std::to_string(i) + ";\n";
+  return dot + "}\n";
 }
 
 NPURT_DECL event stream_graph::launch(stream& s, std::error_code& ec, std::string& words) {
@@ -132,6 +194,132 @@ NPURT_DECL void stream_graph::update(stream_graph&& from) {
   std::string words;
   update(from, ec, words);
   if (ec) throw_error(ec, words);
+}
+
+// --- task groups --------------------------------------------------------------------------
+
+NPURT_DECL const detail::task_group_state* task_group::state(std::string& why) const {
+  if (!rt_) {
+    why =
+        "the task group is null (default-constructed, or it outlived its system): make one with "
+        "stream::end_task_group()";
+    return nullptr;
+  }
+  const detail::task_group_state* tg = rt_->find_task_group(id_);
+  const detail::graph_state* g = tg ? rt_->find_graph(tg->graph) : nullptr;
+  if (!g || g->lost) {
+    why = tg && tg->capture ? "the task group's capture is still open (end_capture first)"
+                            : "the task group's graph was destroyed, its capture failed, or its device was reset";
+    return nullptr;
+  }
+  return tg;
+}
+
+NPURT_DECL bool task_group::valid() const noexcept {
+  try {
+    std::string why;
+    return rt_ && !rt_->wrong_thread() && state(why) != nullptr;
+  } catch (...) {  // no memory for the words: it is not usable either way
+    return false;
+  }
+}
+
+NPURT_DECL std::vector<std::size_t> task_group::nodes() const {
+  if (rt_) throw_if(rt_->check_thread(), "npurt::task_group::nodes");
+  std::string why;
+  const detail::task_group_state* tg = state(why);
+  if (!tg) throw_error(make_error_code(errc::invalid_graph), "npurt::task_group::nodes: " + why);
+  return tg->nodes;
+}
+
+NPURT_DECL std::size_t task_group::size() const { return nodes().size(); }
+
+NPURT_DECL std::uint64_t stream::task_group_call(int op, const task_group* g, std::error_code& ec, std::string& words) {
+  static constexpr std::string_view calls[] = {"npurt::stream::begin_task_group", "npurt::stream::end_task_group",
+                                               "npurt::stream::begin_task_update", "npurt::stream::end_task_update"};
+  std::string why;
+  std::uint64_t group = 0;
+  if (detail::stream_state* s = state(ec)) {
+    switch (op) {
+      case 0: rt_->begin_task_group(*s, ec, why); break;
+      case 1: group = rt_->end_task_group(*s, ec, why); break;
+      case 2:
+        if (!g->rt_ || g->rt_ != rt_) {
+          ec = make_error_code(errc::invalid_graph);
+          why = g->rt_ ? "the task group belongs to another npurt::system"
+                       : "the task group is null (default-constructed, or it outlived its system)";
+        } else {
+          rt_->begin_task_update(*s, g->id_, ec, why);
+        }
+        break;
+      default: rt_->end_task_update(*s, ec, why); break;
+    }
+  }
+  if (ec == errc::capture_invalidated)
+    words = std::string(calls[op]) + ": the update was invalidated by " + why;  // the call that broke it
+  else if (ec) words = refusal(calls[op], ec, why);
+  return group;
+}
+
+namespace detail {
+/// The error_code form of a task-group call: the words go to recent_error_message.
+inline void note_task_group_refusal(runtime* rt, std::int32_t device, const std::string& words, std::error_code ec) {
+  if (ec && rt && !rt->wrong_thread()) (void)note_refusal(*rt, device, words, ec, {});
+}
+}  // namespace detail
+
+NPURT_DECL void stream::begin_task_group(std::error_code& ec) {
+  std::string words;
+  task_group_call(0, nullptr, ec, words);
+  detail::note_task_group_refusal(rt_, device_or_none(), words, ec);
+}
+
+NPURT_DECL void stream::begin_task_group() {
+  std::error_code ec;
+  std::string words;
+  task_group_call(0, nullptr, ec, words);
+  if (ec) throw_error_on(device_or_none(), ec, words);
+}
+
+NPURT_DECL task_group stream::end_task_group(std::error_code& ec) {
+  std::string words;
+  const std::uint64_t id = task_group_call(1, nullptr, ec, words);
+  detail::note_task_group_refusal(rt_, device_or_none(), words, ec);
+  return ec ? task_group{} : task_group(*rt_, id);
+}
+
+NPURT_DECL task_group stream::end_task_group() {
+  std::error_code ec;
+  std::string words;
+  const std::uint64_t id = task_group_call(1, nullptr, ec, words);
+  if (ec) throw_error_on(device_or_none(), ec, words);
+  return task_group(*rt_, id);
+}
+
+NPURT_DECL void stream::begin_task_update(const task_group& g, std::error_code& ec) {
+  std::string words;
+  task_group_call(2, &g, ec, words);
+  detail::note_task_group_refusal(rt_, device_or_none(), words, ec);
+}
+
+NPURT_DECL void stream::begin_task_update(const task_group& g) {
+  std::error_code ec;
+  std::string words;
+  task_group_call(2, &g, ec, words);
+  if (ec) throw_error_on(device_or_none(), ec, words);
+}
+
+NPURT_DECL void stream::end_task_update(std::error_code& ec) {
+  std::string words;
+  task_group_call(3, nullptr, ec, words);
+  detail::note_task_group_refusal(rt_, device_or_none(), words, ec);
+}
+
+NPURT_DECL void stream::end_task_update() {
+  std::error_code ec;
+  std::string words;
+  task_group_call(3, nullptr, ec, words);
+  if (ec) throw_error_on(device_or_none(), ec, words);
 }
 
 NPURT_DECL std::vector<std::uint64_t> detail::stream_graph_access::collective_task_ids(const stream_graph& g) {
