@@ -10,7 +10,9 @@
 // framework's eager dispatch on top of it (an assumption of this benchmark: eager dispatch to an
 // NPU is host-bound in practice, as vLLM-Omni's LocDiT estimator shows on a 910B3, 18.83 ms
 // eager against 4.91 ms as an NPUGraph). The simulated times are deterministic; the host CPU per
-// kernel (thread CPU, best of the rounds) is this machine's.
+// kernel (thread CPU, best of the rounds) is this machine's. Last, what changing one kernel of
+// the training step's graph costs the host: a whole new capture swapped in, against a task update
+// of a task group holding that kernel.
 //
 //   graph_replay [--steps 5] [--rounds 3] [--preset ascend910|ascend910b] [--json PATH]
 #include <npurt/collective.hpp>
@@ -80,6 +82,52 @@ outcome run(const npurt::sim::preset& p, const npurt::system_options& opts, cons
   return out;
 }
 
+/// Host thread CPU (µs, best of the rounds) to change the first kernel of a captured training
+/// step: captured again whole and swapped in with stream_graph::update, or replaced alone by a
+/// task update of a task group that holds it (as CANN's task groups do).
+struct update_cost {
+  double recapture_us = 1e300;
+  double task_update_us = 1e300;
+  std::size_t nodes = 0;
+};
+update_cost change_one_kernel(const npurt::sim::preset& p, const npurt::system_options& opts,
+                              const npurt::models::resnet50& model, int rounds) {
+  constexpr int changes = 20;
+  update_cost out;
+  const auto& kernels = model.shared_training_step();
+  npurt::sim::sim_options timing_only;
+  timing_only.functional = false;
+  npurt::system sys{npurt::sim::make_backend(npurt::sim::presets::by_name(p.name, 1), timing_only), opts};
+  auto s = sys.device(0).make_stream();
+  const auto capture = [&](npurt::task_group* group) {
+    s.begin_capture();
+    if (group) s.begin_task_group();
+    (void)s.launch(kernels[0]);
+    if (group) *group = s.end_task_group();
+    for (std::size_t i = 1; i < kernels.size(); ++i) (void)s.launch(kernels[i]);
+    return s.end_capture();
+  };
+  npurt::task_group first;
+  npurt::stream_graph g = capture(&first);
+  out.nodes = g.size();
+  for (int r = 0; r < rounds; ++r) {
+    double cpu0 = npurt_bench::thread_cpu_seconds();
+    for (int c = 0; c < changes; ++c) g.update(capture(nullptr));
+    out.recapture_us = std::min(out.recapture_us, (npurt_bench::thread_cpu_seconds() - cpu0) * 1e6 / changes);
+    g = capture(&first);
+    cpu0 = npurt_bench::thread_cpu_seconds();
+    for (int c = 0; c < changes; ++c) {
+      s.begin_task_update(first);
+      (void)s.launch(kernels[0]);
+      s.end_task_update();
+    }
+    out.task_update_us = std::min(out.task_update_us, (npurt_bench::thread_cpu_seconds() - cpu0) * 1e6 / changes);
+  }
+  (void)g.launch(s);  // the updated graph still runs
+  sys.run();
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,5 +178,11 @@ int main(int argc, char** argv) {
         rep.add(key + "_graph_cpu_ns_per_kernel", graph.cpu_ns, "ns", "host thread CPU, best of the rounds");
       }
     }
+  const update_cost u = change_one_kernel(p, runtime_only, npurt::models::resnet50{32}, rounds);
+  rep.add("update_recapture_cpu_us", u.recapture_us, "us",
+          "changing one kernel of the " + std::to_string(u.nodes) +
+              "-node training step (batch 32): a new capture and stream_graph::update");
+  rep.add("update_task_group_cpu_us", u.task_update_us, "us", "the same change as a task update of a one-kernel group");
+  rep.add("update_recapture_over_task_group", u.recapture_us / u.task_update_us, "ratio", "host CPU");
   return cl.finish(rep);
 }

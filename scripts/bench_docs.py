@@ -36,7 +36,9 @@ BENCHES = [
      "call: ResNet-50 v1.5 forward pass and training step (FP16, timing-only, one ascend910) at "
      "batch 1 to 256, with the runtime's own launch cost (2.5 us) and with 10 us standing for a "
      "framework's eager dispatch. Step times are simulated (deterministic); host CPU per kernel is "
-     "thread CPU, best of three rounds."),
+     "thread CPU, best of three rounds. The last rows: the host CPU to change one kernel of the "
+     "training step's graph, by a new capture and `stream_graph::update` or by a task update of a "
+     "task group that holds the kernel."),
     ("kernel_roofline", [],
      "The cost model against its oracles: GEMMs and ResNet-50 convolutions on ascend910, as a "
      "fraction of peak and against the cube floor and the roofline."),
