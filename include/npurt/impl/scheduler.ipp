@@ -1293,8 +1293,9 @@ NPURT_DECL void scheduler::end_task_update(stream_state& s, std::error_code& ec,
   const task_group_state& tg = it->second;
   ec = make_error_code(errc::graph_update_mismatch);
   if (c->nodes.size() != tg.nodes.size()) {
-    why = "the task group has " + std::to_string(tg.nodes.size()) + " tasks, the update " +
-          std::to_string(c->nodes.size()) + " (the update enqueues as many, of the same kinds, in the same order)";
+    const auto tasks = [](std::size_t k) { return std::to_string(k) + (k == 1 ? " task" : " tasks"); };
+    why = "the task group has " + tasks(tg.nodes.size()) + ", the update " + tasks(c->nodes.size()) +
+          " (the update enqueues as many, of the same kinds, in the same order)";
     return;
   }
   for (std::size_t i = 0; i < tg.nodes.size(); ++i) {
