@@ -64,7 +64,9 @@ BENCHES = [
      "ResNet-50 inference and training through the graph API: latency, throughput and peak memory "
      "per schedule and optimisation level, memory reuse off and on; a data-parallel MLP training "
      "step on 8 ranks with its gradients all-reduced inside the run (`compile_options::all_reduce`) "
-     "in backward and in forward order."),
+     "in backward and in forward order; ResNet-50 inference at batch 1 call by call and as a "
+     "captured graph (`compile_options::capture_graph`), one run and 16 batches, with and without "
+     "`enable_overlap`."),
     ("fault_campaign", [],
      "Seeded fault-injection runs of a data-parallel training loop: faults injected, detected, "
      "recovered, fatal, silent corruptions and virtual time lost."),

@@ -140,9 +140,10 @@ struct compiled_graph::impl {
   /// arenas and input slots, so one queued while another is in flight (async_run) starts after
   /// it; a refit's copy starts after the runs before it and the runs after it start after it.
   event last_run;
-  /// compile_options::capture_graph: the operators of a run, captured by the first run (and again
-  /// after a device reset took the graph), launched on the copy-in stream by every run.
-  stream_graph run_graph;
+  /// compile_options::capture_graph: the operators of a run, captured by the first run of each
+  /// slot (and again after a device reset took the graph), launched by every run of that slot:
+  /// on the copy-in stream, or with overlap on the first compute stream.
+  std::vector<stream_graph> run_graphs;
 
   ~impl();
 };

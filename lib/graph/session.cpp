@@ -371,12 +371,12 @@ compiled_graph session::compile(graph& g, const compile_options& opts) {
     (void)io_stream(1);
   }
   if (opts.capture_graph) {
-    // A pipeline's stages and an overlapped run's copies take turns in several slots, each run
-    // waiting for another's events: work a captured graph cannot hold.
-    if (rep.schedule == schedule::pipeline || rep.overlap)
+    // A pipeline's stages take turns in several slots, each stage waiting for the previous
+    // batch's end of the next: work a captured graph cannot hold. An overlapped run's copies stay
+    // calls beside the graph, one graph per slot.
+    if (rep.schedule == schedule::pipeline)
       throw graph_error(make_error_code(errc::not_supported), {}, {},
-                        std::string("npurt::session::compile: capture_graph runs cannot be ") +
-                            (rep.overlap ? "overlapped (enable_overlap)" : "pipelined (schedule::pipeline)"));
+                        "npurt::session::compile: capture_graph runs cannot be pipelined (schedule::pipeline)");
     rep.graph = true;
   }
   if (p->all_reduce) {
@@ -745,22 +745,31 @@ event enqueue_batch(enqueue_ctx& x) {
       sin.memcpy(c.input_ptr[x.slot][i], bytes, c.staging.data(), bytes, memcpy_kind::host_to_device);
     }
   }
-  // compile_options::capture_graph: the operators below are captured once, on the copy-in
-  // stream (where the other streams join and the outputs are copied out), and launched there.
+  // compile_options::capture_graph: the operators below are captured once per slot, on their
+  // root stream (where the other streams join), and launched there: the copy-in stream, which
+  // also copies the outputs out; with overlap the first compute stream, between the copies in
+  // and out on the io streams, which stay calls (a slot's graph reads and writes that slot's
+  // buffers).
   const bool graph = c.rep.graph;
+  npurt::stream& root = graph && overlap ? exec_stream(x.s, c, c.copy_stream) : sin;
+  if (graph && c.run_graphs.size() <= x.slot) c.run_graphs.resize(x.slot + 1);
+  stream_graph* run_graph = graph ? &c.run_graphs[x.slot] : nullptr;
+  // With overlap the graph starts once its slot's inputs are in: a wait outside the capture.
+  if (graph && overlap) root.wait(sin.launch_callback([] {}));
   const auto launch_run_graph = [&] {
-    (void)c.run_graph.launch(sin);
+    event end = run_graph->launch(root);
     // The all-reduces' tasks of this launch, for the run's rows and its failures' words: the
     // graph's collective nodes are the reductions, in the order they were captured.
     if (x.reductions) {
-      const std::vector<std::uint64_t> ids = detail::stream_graph_access::collective_task_ids(c.run_graph);
+      const std::vector<std::uint64_t> ids = detail::stream_graph_access::collective_task_ids(*run_graph);
       for (std::size_t i = 0; i < ids.size() && i < c.reductions.size(); ++i)
         x.reductions->emplace(ids[i], c.reductions[i].output);
     }
-    copy_outputs(x, sin, ptr);
-    return sin.launch_callback([] {});
+    if (overlap) sout.wait(end.valid() ? end : root.launch_callback([] {}));
+    copy_outputs(x, sout, ptr);
+    return sout.launch_callback([] {});
   };
-  if (graph && c.run_graph.valid()) return launch_run_graph();
+  if (graph && run_graph->valid()) return launch_run_graph();
   // A refusal below (a launch the backend refused, an aborted communicator) ends the capture
   // with it, so that the stream takes calls again.
   struct capture_guard {
@@ -771,8 +780,8 @@ event enqueue_batch(enqueue_ctx& x) {
     }
   } guard;
   if (graph) {
-    sin.begin_capture();
-    guard.s = &sin;
+    root.begin_capture();
+    guard.s = &root;
   }
   // Inside a capture a dependency between streams is a user event recorded in it (a captured
   // call's event is null): mark() records one where a call's event would do outside.
@@ -790,7 +799,7 @@ event enqueue_batch(enqueue_ctx& x) {
     for (const creduction& red : c.reductions)
       if (red.after >= 0) waited_for[static_cast<std::size_t>(red.after)] = true;
   }
-  event inputs_done = mark(sin);
+  event inputs_done = mark(root);
   // All-reduces of outputs: on the communication stream, in the order of the list, each once
   // every step that touches its output's memory is queued (and, through the waits, has run).
   npurt::stream* comm = c.reductions.empty() ? nullptr : &x.s.comm_stream(c.all_reduce->priority);
@@ -839,19 +848,21 @@ event enqueue_batch(enqueue_ctx& x) {
       else if (x.reductions) x.reductions->emplace(reduced[i].task_id(), red.output);
     }
   }
-  // Join every stream into the final one, then copy the outputs out there.
+  // Join every stream into the final one, then copy the outputs out there. A capture joins its
+  // root (non-pipelined, the copy-in stream is the final one).
+  npurt::stream& join = graph ? root : sout;
   if (!overlap) stream_started[c.copy_stream] = true;
   for (std::uint32_t k = 0; k < c.streams; ++k)
     if ((overlap || k != c.final_stream) && stream_started[k]) {
-      event e = mark(exec_stream(x.s, c, k));
-      sout.wait(e);
+      npurt::stream& from = exec_stream(x.s, c, k);
+      if (&from == &join) continue;
+      event e = mark(from);
+      join.wait(e);
     }
-  if (!reduced.empty() && reduced.back().valid()) sout.wait(reduced.back());
+  if (!reduced.empty() && reduced.back().valid()) join.wait(reduced.back());
   if (graph) {
-    // Non-pipelined, the copy-in stream is the final one: every stream and the reductions joined
-    // it above.
     guard.s = nullptr;
-    c.run_graph = sin.end_capture();
+    *run_graph = root.end_capture();
     return launch_run_graph();
   }
   copy_outputs(x, sout, ptr);

@@ -129,8 +129,9 @@ struct compile_options {
   /// torch_npu's NPU graphs): the first run captures them (its all-reduces too) and launches the
   /// graph, later runs launch it again, paying system_options::graph_node_overhead for each
   /// kernel after the first instead of launch_overhead. The copies in and out stay calls, so
-  /// feeds and outputs are as without it, and outputs are bit for bit the same. Not with
-  /// schedule::pipeline or enable_overlap() (not_supported at compile).
+  /// feeds and outputs are as without it, and outputs are bit for bit the same. With
+  /// enable_overlap() each of the two slots has its graph, launched between the slot's copies on
+  /// the io streams. Not with schedule::pipeline (not_supported at compile).
   bool capture_graph = false;
 };
 
@@ -227,7 +228,8 @@ class compiled_graph {
   [[nodiscard]] impl& get() const { return *p_; }
   /// The compute stream a run ends on (its outputs are copied out there, or on the session's
   /// io_stream(1) when the graph was compiled with overlap). With compile_options::capture_graph
-  /// it is the stream inputs are copied in on, which launches the graph.
+  /// it is the stream inputs are copied in on, which launches the graph (with overlap, the first
+  /// compute stream launches it).
   [[nodiscard]] std::uint32_t final_stream() const;
 
  private:
