@@ -163,24 +163,28 @@ TEST_CASE("captured runs with overlap: a graph per slot, its copies beside the o
 TEST_CASE("a captured graph reads refitted constants and reports a run-time failure as a run does",
           "[graph][capture][errors]") {
   auto sys = test::make_system();
-  session s{sys};
-  graph g = test::embedding_lookup("lookup");
-  auto c = s.compile(g, {.capture_graph = true});
-  CHECK(s.run(c, {{"ids", tensor({2}, dtype::i64, {2, 0})}}).outputs.at("emb").to_vector() ==
-        std::vector<double>{5, 6, 1, 2});
-  s.set_constant(c, "w", tensor({3, 2}, dtype::f32, {10, 20, 30, 40, 50, 60}));
-  CHECK(s.run(c, {{"ids", tensor({2}, dtype::i64, {1, 2})}}).outputs.at("emb").to_vector() ==
-        std::vector<double>{30, 40, 50, 60});
-  try {
-    (void)s.run(c, {{"ids", tensor({2}, dtype::i64, {0, 3})}});
-    FAIL("a gather of row 3 of 3 succeeded");
-  } catch (const error& e) {
-    CHECK(e.code() == errc::invalid_argument);
-    CHECK_THAT(e.what(), Catch::Matchers::StartsWith("npurt::session::run: node 'emb' (Gather): "));
-    CHECK_THAT(e.what(), Catch::Matchers::ContainsSubstring("indices[1] = 3 is outside [-3, 2]"));
+  for (const bool overlap : {false, true}) {
+    CAPTURE(overlap);
+    session s{sys};
+    s.enable_overlap(overlap);
+    graph g = test::embedding_lookup("lookup");
+    auto c = s.compile(g, {.capture_graph = true});
+    CHECK(s.run(c, {{"ids", tensor({2}, dtype::i64, {2, 0})}}).outputs.at("emb").to_vector() ==
+          std::vector<double>{5, 6, 1, 2});
+    s.set_constant(c, "w", tensor({3, 2}, dtype::f32, {10, 20, 30, 40, 50, 60}));
+    CHECK(s.run(c, {{"ids", tensor({2}, dtype::i64, {1, 2})}}).outputs.at("emb").to_vector() ==
+          std::vector<double>{30, 40, 50, 60});
+    try {
+      (void)s.run(c, {{"ids", tensor({2}, dtype::i64, {0, 3})}});
+      FAIL("a gather of row 3 of 3 succeeded");
+    } catch (const error& e) {
+      CHECK(e.code() == errc::invalid_argument);
+      CHECK_THAT(e.what(), Catch::Matchers::StartsWith("npurt::session::run: node 'emb' (Gather): "));
+      CHECK_THAT(e.what(), Catch::Matchers::ContainsSubstring("indices[1] = 3 is outside [-3, 2]"));
+    }
+    CHECK(s.run(c, {{"ids", tensor({2}, dtype::i64, {0, 0})}}).outputs.at("emb").to_vector() ==
+          std::vector<double>{10, 20, 10, 20});
   }
-  CHECK(s.run(c, {{"ids", tensor({2}, dtype::i64, {0, 0})}}).outputs.at("emb").to_vector() ==
-        std::vector<double>{10, 20, 10, 20});
 }
 
 TEST_CASE("captured runs all-reduce their outputs across ranks and report the all-reduces",
