@@ -81,7 +81,8 @@ class mem_pool {
   /// cudaFreeAsync: returns p to the pool in the order of `s`. A pointer of another device is
   /// errc::stream_device_mismatch, as device::free says (the throwing form names both devices).
   /// On a capturing stream it frees an allocation of the same capture at the end of each launch
-  /// (a free node); outside a capture it also frees a graph allocation a launch left allocated.
+  /// (a free node), or one another graph's launch left allocated, at each launch of this one;
+  /// outside a capture it also frees a graph allocation a launch left allocated.
   NPURT_DECL void free_async(void* p, stream& s);
   NPURT_DECL void free_async(void* p, stream& s, std::error_code& ec);
   /// Takes `bytes` of device memory into the pool's cache for `s` now (a segment, or arena pages

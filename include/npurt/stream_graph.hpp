@@ -23,8 +23,9 @@
 // capture (mem_pool::free_async) ends each launch's use of it. Without one, a launch leaves it
 // allocated for the work after the graph, and the graph launches again only once the program
 // has freed it (mem_pool::free_async, device::free), or, made with
-// graph_flags::auto_free_on_launch, frees it itself at its next launch. The graph's destruction gives its memory
-// back when its launched work is done.
+// graph_flags::auto_free_on_launch, frees it itself at its next launch. Another graph's capture
+// may free it too: a free node of that graph, which each of its launches performs. The graph's destruction gives its
+// memory back when its launched work is done.
 //
 // Task groups: tasks marked in a capture (stream::begin_task_group ... end_task_group) can be
 // replaced in the graph by a task update on a stream (stream::begin_task_update ...
@@ -143,7 +144,10 @@ class stream_graph {
   /// host buffer freed since the capture (errc::invalid_pointer), a collective node's
   /// communicator aborted (errc::operation_aborted), an allocation the previous launch left
   /// allocated and nobody has freed (errc::invalid_argument; a graph made with
-  /// graph_flags::auto_free_on_launch frees it instead), a graph that allocates memory
+  /// graph_flags::auto_free_on_launch frees it instead), another graph's allocation this graph
+  /// frees and nothing has left allocated (errc::invalid_pointer before that graph's first
+  /// launch or once the memory is gone, errc::double_free after a free), a graph that allocates
+  /// or frees graph memory
   /// launched into a capture (errc::capture_unsupported).
   NPURT_DECL event launch(stream& s);
   NPURT_DECL event launch(stream& s, std::error_code& ec);

@@ -147,6 +147,114 @@ TEST_CASE_METHOD(
   CHECK(ec == errc::invalid_pointer);
 }
 
+TEST_CASE_METHOD(graph_fixture, "a graph frees another graph's allocation: a free node of its own",
+                 "[core][capture][memory]") {
+  std::error_code ec;
+  s.begin_capture();
+  void* result = pool.malloc_async(n, s);
+  s.memcpy(result, n, in, n);
+  npurt::stream_graph producer = s.end_capture();
+  s.begin_capture();
+  s.memcpy(out, n, result, n);
+  pool.free_async(result, s);  // this graph's free node
+  npurt::stream_graph consumer = s.end_capture();
+  CHECK(consumer.size() == 1);
+  consumer.launch(s, ec);  // nothing to free yet
+  CHECK(ec == errc::invalid_pointer);
+  CHECK_THAT(sys.recent_error_message(), ContainsSubstring("first launch"));
+  for (unsigned char v = 1; v <= 3; ++v) {
+    std::memset(in, v, n);
+    producer.launch(s);
+    consumer.launch(s);  // frees it: the producer may launch again
+    s.synchronize();
+    CHECK(out_is(v));
+  }
+  producer.launch(s);
+  producer.launch(s, ec);  // not freed since
+  CHECK(ec == errc::invalid_argument);
+  consumer.launch(s);
+  consumer.launch(s, ec);  // freed already
+  CHECK(ec == errc::double_free);
+  s.synchronize();
+
+  // The producer destroyed with the consumer's launch queued: the memory outlives that launch.
+  std::memset(in, 8, n);
+  producer.launch(s);
+  consumer.launch(s);
+  producer = npurt::stream_graph{};
+  CHECK(dev.memory_info().free <= free_before - n);
+  s.synchronize();
+  CHECK(out_is(8));
+  CHECK(dev.memory_info().free == free_before);
+  consumer.launch(s, ec);  // gone for good
+  CHECK(ec == errc::invalid_pointer);
+  CHECK_THAT(sys.recent_error_message(), ContainsSubstring("is gone"));
+}
+
+TEST_CASE_METHOD(graph_fixture, "a graph frees what a destroyed graph left allocated; refusals of such frees",
+                 "[core][capture][memory][error]") {
+  std::error_code ec;
+  s.begin_capture();
+  void* result = pool.malloc_async(n, s);
+  s.memcpy(result, n, in, n);
+  npurt::stream_graph producer = s.end_capture();
+  s.begin_capture();
+  s.memcpy(out, n, result, n);
+  pool.free_async(result, s);
+  npurt::stream_graph consumer = s.end_capture();
+  std::memset(in, 5, n);
+  producer.launch(s);
+  producer = npurt::stream_graph{};  // its launch's allocation stays outstanding
+  consumer.launch(s);                // frees it for good, after the copy
+  s.synchronize();
+  CHECK(out_is(5));
+  CHECK(dev.memory_info().free == free_before);
+
+  // A use after the free node, a second free, the free of an allocation its own graph frees,
+  // and one of another device: refused at the capture.
+  s.begin_capture();
+  void* own = pool.malloc_async(n, s);
+  void* kept = pool.malloc_async(n, s);
+  s.memcpy(own, n, in, n);
+  s.memcpy(kept, n, own, n);
+  pool.free_async(own, s);
+  npurt::stream_graph g = s.end_capture();
+  s.begin_capture();
+  pool.free_async(kept, s);
+  s.memcpy(out, n, kept, n);
+  (void)s.end_capture(ec);
+  CHECK(ec == errc::capture_invalidated);
+  CHECK_THAT(sys.recent_error_message(), ContainsSubstring("the source of"));
+  s.begin_capture();
+  pool.free_async(kept, s);
+  pool.free_async(kept, s, ec);
+  CHECK(ec == errc::double_free);
+  (void)s.end_capture(ec);
+  s.begin_capture();
+  pool.free_async(own, s, ec);
+  CHECK(ec == errc::capture_unsupported);
+  CHECK_THAT(sys.recent_error_message(), ContainsSubstring("freed by its own graph"));
+  (void)s.end_capture(ec);
+  npurt::system two{simple(2)};
+  auto s0 = two.device(0).make_stream();
+  auto s1 = two.device(1).make_stream();
+  s0.begin_capture();
+  void* p0 = two.device(0).mem_pool().malloc_async(n, s0);
+  npurt::stream_graph g0 = s0.end_capture();
+  s1.begin_capture();
+  two.device(1).mem_pool().free_async(p0, s1, ec);
+  CHECK(ec == errc::capture_unsupported);
+  (void)s1.end_capture(ec);
+  // A graph that frees another's: no launch into a capture.
+  s.begin_capture();
+  pool.free_async(kept, s);
+  npurt::stream_graph frees = s.end_capture();
+  s.begin_capture();
+  frees.launch(s, ec);
+  CHECK(ec == errc::capture_unsupported);
+  (void)s.end_capture(ec);
+}
+
 TEST_CASE_METHOD(graph_fixture, "graph_flags::auto_free_on_launch: a launch frees what the previous one left allocated",
                  "[core][capture][memory]") {
   s.begin_capture();

@@ -207,7 +207,8 @@ struct capture_state {
   std::vector<std::uint64_t> events;  // user events recorded in it, retained until the graph dies
   std::vector<std::pair<std::uint64_t, std::size_t>> records;  // (event, node) of each record, in order
   std::vector<std::uint64_t> allocs;  // the graph allocations it made (graph_allocation), in call order
-  std::vector<std::uint64_t> freed;   // those its own frees ended: no node captured later may touch them
+  std::vector<std::uint64_t> freed;   // allocations its frees ended: no node captured later may touch them
+  std::vector<std::uint64_t> frees;   // other graphs' allocations its free nodes end, in call order
   std::vector<std::uint64_t> groups;  // the task groups begun in it (task_group_state), in order
   std::vector<std::pair<std::uint32_t, std::uint64_t>> open_groups;  // (lane, group) of groups not yet ended
   std::uint64_t updating = 0;  // a task update (stream::begin_task_update): the group its nodes replace
@@ -232,7 +233,9 @@ struct graph_state {
   // which its memory outlives when the graph is destroyed first.
   std::vector<std::pair<std::uint32_t, std::uint64_t>> in_flight;
   std::vector<std::uint64_t> groups;  // its task groups (task_group_state)
+  std::vector<std::uint64_t> frees;   // other graphs' allocations each launch frees (free nodes)
   bool auto_free = false;             // graph_flags::auto_free_on_launch
+  [[nodiscard]] bool has_memory() const noexcept { return !allocs.empty() || !frees.empty(); }
 };
 
 /// Why a task update refuses a pool allocation or free.

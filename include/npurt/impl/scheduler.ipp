@@ -1051,6 +1051,7 @@ NPURT_DECL std::uint64_t scheduler::end_capture(stream_state& s, bool auto_free,
   g.lane_modes = std::move(c->lane_modes);
   g.events = std::move(c->events);
   g.auto_free = auto_free;
+  g.frees = std::move(c->frees);
   g.collectives = std::any_of(g.nodes.begin(), g.nodes.end(), [](const task* n) { return n->collective(); });
   g.allocs = std::move(c->allocs);
   for (const std::uint64_t a : g.allocs) {
@@ -1156,7 +1157,7 @@ NPURT_DECL void scheduler::update_graph(std::uint64_t id, std::uint64_t from, st
     why = "the graph is of device " + std::to_string(g.device) + ", the update of device " + std::to_string(f.device);
     return;
   }
-  if (!g.allocs.empty() || !f.allocs.empty()) {
+  if (g.has_memory() || f.has_memory()) {
     why =
         "graph memory (a pool allocation captured in either graph) cannot be updated, as CUDA's memory nodes "
         "cannot";
@@ -1246,7 +1247,7 @@ NPURT_DECL void scheduler::begin_task_update(stream_state& s, std::uint64_t grou
     ec = make_error_code(errc::stream_device_mismatch);
     why = "the task group's graph is of device " + std::to_string(g->device) + ", the stream of device " +
           std::to_string(s.device);
-  } else if (!g->allocs.empty()) {
+  } else if (g->has_memory()) {
     ec = make_error_code(errc::graph_update_mismatch);
     why =
         "the task group's graph has graph memory (a pool allocation captured in it), which cannot be updated, as "
@@ -1357,9 +1358,28 @@ NPURT_DECL void scheduler::capture_free(stream_state& s, void* p, std::error_cod
     ec = make_error_code(errc::capture_unsupported);
     os << " is not memory this capture allocated, and a capture frees only its own allocations (free other "
           "memory before begin_capture or after end_capture)";
-  } else if (it->second.capture != &c) {
+  } else if (it->second.capture && it->second.capture != &c) {
     ec = make_error_code(errc::capture_unsupported);
-    os << " is an allocation of another capture or graph: free it outside a capture";
+    os << " is an allocation of another open capture: free it there, or after its graph's launch";
+  } else if (!it->second.capture) {
+    // Another graph's allocation (or one its destroyed graph left outstanding): a free node of
+    // this graph, which each launch ends as the program's free would, as CUDA lets a graph free
+    // memory another graph allocated.
+    const graph_allocation& m = it->second;
+    if (m.freed_in_graph) {
+      ec = make_error_code(errc::capture_unsupported);
+      os << " is freed by its own graph at the end of each launch, and by nothing else";
+    } else if (m.device != s.device) {
+      ec = make_error_code(errc::capture_unsupported);
+      os << " is memory of device " << m.device << ", and the capture is of device " << s.device;
+    } else if (std::find(c.frees.begin(), c.frees.end(), a) != c.frees.end()) {
+      ec = make_error_code(errc::double_free);
+      os << " was freed already in this capture";
+    } else {
+      c.frees.push_back(a);
+      c.freed.push_back(a);
+      return;
+    }
   } else if (it->second.freed_in_graph) {
     ec = make_error_code(errc::double_free);
     os << " was freed already in this capture";
@@ -1374,7 +1394,9 @@ NPURT_DECL void scheduler::capture_free(stream_state& s, void* p, std::error_cod
 
 NPURT_DECL void scheduler::check_freed(capture_state& c, const task& t) {
   for (const std::uint64_t a : c.freed) {
-    const std::uint64_t hi = a + graph_memory_.at(a).bytes;
+    const auto m = graph_memory_.find(a);
+    if (m == graph_memory_.end()) continue;  // another graph's, released since (its free then fails the launch)
+    const std::uint64_t hi = a + m->second.bytes;
     std::string what;
     if (const kernel_desc* k = t.kind == task_kind::kernel ? t.kernel() : nullptr) {
       if (const std::string_view op = memory_registry::operand_touching(*k, a, hi); !op.empty())
@@ -1500,12 +1522,26 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
       return {0, 0};
     }
   }
-  if (!g.allocs.empty()) [[unlikely]] {
+  if (g.has_memory()) [[unlikely]] {
     if (s.capture) {
       ec = make_error_code(errc::capture_unsupported);
       why =
-          "a graph that allocates memory cannot be launched into a capture (as CUDA refuses memory nodes in a "
-          "child graph)";
+          "a graph that allocates or frees graph memory cannot be launched into a capture (as CUDA refuses "
+          "memory nodes in a child graph)";
+      return {0, 0};
+    }
+    for (const std::uint64_t a : g.frees) {
+      // Its free nodes end what another graph's launch left allocated: there must be one.
+      const auto m = graph_memory_.find(a);
+      if (m != graph_memory_.end() && m->second.outstanding) continue;
+      const bool twice = m != graph_memory_.end() && m->second.launched;
+      ec = make_error_code(twice ? errc::double_free : errc::invalid_pointer);
+      std::ostringstream os;
+      os << "the graph frees the graph allocation at " << reinterpret_cast<const void*>(a) << ", which "
+         << (m == graph_memory_.end() ? "is gone (freed for good, or its device was reset)"
+             : twice                  ? "was freed already since its graph's last launch"
+                                      : "is not allocated before its graph's first launch");
+      why = os.str();
       return {0, 0};
     }
     for (const std::uint64_t a : g.allocs)
@@ -1582,15 +1618,28 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
   s.host_cursor = std::max(s.host_cursor, at);
   if (s.capture) return {0, 0};  // the clones are nodes of that capture
   g.last_ids = std::move(ids);
-  if (!g.allocs.empty()) [[unlikely]] {
+  if (g.has_memory()) [[unlikely]] {
     for (const std::uint64_t a : g.allocs) {
       graph_allocation& m = graph_memory_.at(a);
       m.launched = true;
       m.outstanding = !m.freed_in_graph;
     }
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> ends{{s.id, s.enqueued}};
+    for (const std::uint32_t sid : g.lane_streams) ends.emplace_back(sid, find_stream(sid)->enqueued);
     std::erase_if(g.in_flight, [&](const auto& p) { return position_reached(p.first, p.second); });
-    g.in_flight.emplace_back(s.id, s.enqueued);
-    for (const std::uint32_t sid : g.lane_streams) g.in_flight.emplace_back(sid, find_stream(sid)->enqueued);
+    g.in_flight.insert(g.in_flight.end(), ends.begin(), ends.end());
+    for (const std::uint64_t a : g.frees) {
+      graph_allocation& m = graph_memory_.at(a);
+      m.outstanding = false;
+      // This launch reads the memory until its end: the owner's destruction, or now the loss of
+      // the owner, gives it back only after that.
+      if (m.graph == 0) {
+        release_graph_memory(a, ends);
+      } else {
+        auto& owner = graphs_.at(m.graph).in_flight;
+        owner.insert(owner.end(), ends.begin(), ends.end());
+      }
+    }
   }
   for (const std::uint32_t sid : g.lane_streams) {
     stream_state& ls = *find_stream(sid);
