@@ -7,6 +7,7 @@
 #include "common.hpp"
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch_test_macros.hpp>
@@ -32,6 +33,22 @@ struct graph_fixture {
   ~graph_fixture() {
     sys.host_free(in);
     sys.host_free(out);
+  }
+  // A graph that allocates `result` and copies `in` into it, and one that copies it to `out`
+  // and frees it (a free node of its own).
+  struct pair_of_graphs {
+    npurt::stream_graph producer, consumer;
+    void* result;
+  };
+  pair_of_graphs producer_consumer() {
+    s.begin_capture();
+    void* result = pool.malloc_async(n, s);
+    s.memcpy(result, n, in, n);
+    npurt::stream_graph producer = s.end_capture();
+    s.begin_capture();
+    s.memcpy(out, n, result, n);
+    pool.free_async(result, s);
+    return {std::move(producer), s.end_capture(), result};
   }
   bool out_is(unsigned char v) const {
     for (std::size_t i = 0; i < n; ++i)
@@ -150,14 +167,7 @@ TEST_CASE_METHOD(
 TEST_CASE_METHOD(graph_fixture, "a graph frees another graph's allocation: a free node of its own",
                  "[core][capture][memory]") {
   std::error_code ec;
-  s.begin_capture();
-  void* result = pool.malloc_async(n, s);
-  s.memcpy(result, n, in, n);
-  npurt::stream_graph producer = s.end_capture();
-  s.begin_capture();
-  s.memcpy(out, n, result, n);
-  pool.free_async(result, s);  // this graph's free node
-  npurt::stream_graph consumer = s.end_capture();
+  auto [producer, consumer, result] = producer_consumer();
   CHECK(consumer.size() == 1);
   consumer.launch(s, ec);  // nothing to free yet
   CHECK(ec == errc::invalid_pointer);
@@ -194,14 +204,7 @@ TEST_CASE_METHOD(graph_fixture, "a graph frees another graph's allocation: a fre
 TEST_CASE_METHOD(graph_fixture, "a graph frees what a destroyed graph left allocated; refusals of such frees",
                  "[core][capture][memory][error]") {
   std::error_code ec;
-  s.begin_capture();
-  void* result = pool.malloc_async(n, s);
-  s.memcpy(result, n, in, n);
-  npurt::stream_graph producer = s.end_capture();
-  s.begin_capture();
-  s.memcpy(out, n, result, n);
-  pool.free_async(result, s);
-  npurt::stream_graph consumer = s.end_capture();
+  auto [producer, consumer, result] = producer_consumer();
   std::memset(in, 5, n);
   producer.launch(s);
   producer = npurt::stream_graph{};  // its launch's allocation stays outstanding
