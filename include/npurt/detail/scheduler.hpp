@@ -386,7 +386,7 @@ class scheduler {
   /// (0: the stream captures, and the task became a node of its capture).
   NPURT_HOT_DECL std::uint64_t enqueue(stream_state& s, task* t);
   /// enqueue charging `overhead` to the host lane instead (a graph's nodes after the first).
-  NPURT_DECL std::uint64_t enqueue(stream_state& s, task* t, picoseconds overhead);
+  NPURT_HOT_DECL std::uint64_t enqueue(stream_state& s, task* t, picoseconds overhead);
   /// Enqueues on `stream` a wait for position `seq` of `target` (a pool's reuse fence), unless
   /// it is reached already.
   NPURT_DECL void enqueue_wait(std::uint32_t stream, std::uint32_t target, std::uint64_t seq, std::string_view name);
@@ -667,6 +667,13 @@ class scheduler {
   std::uint64_t next_task_group_ = 1;
   /// Forgets the groups (a failed or abandoned capture's, a destroyed graph's).
   NPURT_DECL void drop_task_groups(std::vector<std::uint64_t>& ids) noexcept;
+  /// launch_graph's checks of a graph with graph memory: true, with the code and words, when
+  /// the launch is refused.
+  NPURT_DECL bool graph_memory_refused(const graph_state& g, const stream_state& s, std::error_code& ec,
+                                       std::string& why);
+  /// After a launch of a graph with graph memory on `s`: its allocations handed out, the
+  /// allocations it frees freed, and where the launch's work ends (which the memory outlives).
+  NPURT_DECL void graph_memory_launched(graph_state& g, const stream_state& s);
 };
 
 }  // namespace npurt::detail

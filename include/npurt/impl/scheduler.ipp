@@ -263,7 +263,7 @@ NPURT_HOT_DECL std::uint64_t scheduler::enqueue(stream_state& s, task* t) {
   return append(s, t);
 }
 
-NPURT_DECL std::uint64_t scheduler::enqueue(stream_state& s, task* t, picoseconds overhead) {
+NPURT_HOT_DECL std::uint64_t scheduler::enqueue(stream_state& s, task* t, picoseconds overhead) {
   if (s.capture) {
     capture_task(s, t);
     return 0;
@@ -1500,6 +1500,67 @@ NPURT_DECL std::shared_ptr<const void> scheduler::numbered(const collective_desc
   return d;
 }
 
+NPURT_DECL bool scheduler::graph_memory_refused(const graph_state& g, const stream_state& s, std::error_code& ec,
+                                                std::string& why) {
+  if (s.capture) {
+    ec = make_error_code(errc::capture_unsupported);
+    why =
+        "a graph that allocates or frees graph memory cannot be launched into a capture (as CUDA refuses "
+        "memory nodes in a child graph)";
+    return true;
+  }
+  for (const std::uint64_t a : g.frees) {
+    // Its free nodes end what another graph's launch left allocated: there must be one.
+    const auto m = graph_memory_.find(a);
+    if (m != graph_memory_.end() && m->second.outstanding) continue;
+    const bool twice = m != graph_memory_.end() && m->second.launched;
+    ec = make_error_code(twice ? errc::double_free : errc::invalid_pointer);
+    std::ostringstream os;
+    os << "the graph frees the graph allocation at " << reinterpret_cast<const void*>(a) << ", which "
+       << (m == graph_memory_.end() ? "is gone (freed for good, or its device was reset)"
+           : twice                  ? "was freed already since its graph's last launch"
+                                    : "is not allocated before its graph's first launch");
+    why = os.str();
+    return true;
+  }
+  for (const std::uint64_t a : g.allocs)
+    if (const graph_allocation& m = graph_memory_.at(a); m.outstanding && !g.auto_free) {
+      // cudaGraphLaunch's rule: one launch's allocation at a time, at the graph's one address.
+      ec = make_error_code(errc::invalid_argument);
+      std::ostringstream os;
+      os << "the graph's allocation at " << reinterpret_cast<const void*>(a) << " (" << m.bytes
+         << " bytes), which its previous launch left allocated, is not freed yet: free it (mem_pool::free_async "
+            "or device::free) before launching the graph again";
+      why = os.str();
+      return true;
+    }
+  return false;
+}
+
+NPURT_DECL void scheduler::graph_memory_launched(graph_state& g, const stream_state& s) {
+  for (const std::uint64_t a : g.allocs) {
+    graph_allocation& m = graph_memory_.at(a);
+    m.launched = true;
+    m.outstanding = !m.freed_in_graph;
+  }
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> ends{{s.id, s.enqueued}};
+  for (const std::uint32_t sid : g.lane_streams) ends.emplace_back(sid, find_stream(sid)->enqueued);
+  std::erase_if(g.in_flight, [&](const auto& p) { return position_reached(p.first, p.second); });
+  g.in_flight.insert(g.in_flight.end(), ends.begin(), ends.end());
+  for (const std::uint64_t a : g.frees) {
+    graph_allocation& m = graph_memory_.at(a);
+    m.outstanding = false;
+    // This launch reads the memory until its end: the owner's destruction, or now the loss of
+    // the owner, gives it back only after that.
+    if (m.graph == 0) {
+      release_graph_memory(a, ends);
+    } else {
+      auto& owner = graphs_.at(m.graph).in_flight;
+      owner.insert(owner.end(), ends.begin(), ends.end());
+    }
+  }
+}
+
 NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::uint64_t id, stream_state& s,
                                                                            std::error_code& ec, std::string& why) {
   graph_state& g = graphs_.at(id);
@@ -1522,40 +1583,9 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
       return {0, 0};
     }
   }
-  if (g.has_memory()) [[unlikely]] {
-    if (s.capture) {
-      ec = make_error_code(errc::capture_unsupported);
-      why =
-          "a graph that allocates or frees graph memory cannot be launched into a capture (as CUDA refuses "
-          "memory nodes in a child graph)";
-      return {0, 0};
-    }
-    for (const std::uint64_t a : g.frees) {
-      // Its free nodes end what another graph's launch left allocated: there must be one.
-      const auto m = graph_memory_.find(a);
-      if (m != graph_memory_.end() && m->second.outstanding) continue;
-      const bool twice = m != graph_memory_.end() && m->second.launched;
-      ec = make_error_code(twice ? errc::double_free : errc::invalid_pointer);
-      std::ostringstream os;
-      os << "the graph frees the graph allocation at " << reinterpret_cast<const void*>(a) << ", which "
-         << (m == graph_memory_.end() ? "is gone (freed for good, or its device was reset)"
-             : twice                  ? "was freed already since its graph's last launch"
-                                      : "is not allocated before its graph's first launch");
-      why = os.str();
-      return {0, 0};
-    }
-    for (const std::uint64_t a : g.allocs)
-      if (const graph_allocation& m = graph_memory_.at(a); m.outstanding && !g.auto_free) {
-        // cudaGraphLaunch's rule: one launch's allocation at a time, at the graph's one address.
-        ec = make_error_code(errc::invalid_argument);
-        std::ostringstream os;
-        os << "the graph's allocation at " << reinterpret_cast<const void*>(a) << " (" << m.bytes
-           << " bytes), which its previous launch left allocated, is not freed yet: free it (mem_pool::free_async "
-              "or device::free) before launching the graph again";
-        why = os.str();
-        return {0, 0};
-      }
-  }
+  // Out of line: the launch path stays small enough for its enqueues to be inlined.
+  if (g.has_memory()) [[unlikely]]
+    if (graph_memory_refused(g, s, ec, why)) return {0, 0};
   if (s.capture && g.lane_count > 1) {
     ec = make_error_code(errc::capture_unsupported);
     why = "a graph of " + std::to_string(g.lane_count) +
@@ -1618,29 +1648,8 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
   s.host_cursor = std::max(s.host_cursor, at);
   if (s.capture) return {0, 0};  // the clones are nodes of that capture
   g.last_ids = std::move(ids);
-  if (g.has_memory()) [[unlikely]] {
-    for (const std::uint64_t a : g.allocs) {
-      graph_allocation& m = graph_memory_.at(a);
-      m.launched = true;
-      m.outstanding = !m.freed_in_graph;
-    }
-    std::vector<std::pair<std::uint32_t, std::uint64_t>> ends{{s.id, s.enqueued}};
-    for (const std::uint32_t sid : g.lane_streams) ends.emplace_back(sid, find_stream(sid)->enqueued);
-    std::erase_if(g.in_flight, [&](const auto& p) { return position_reached(p.first, p.second); });
-    g.in_flight.insert(g.in_flight.end(), ends.begin(), ends.end());
-    for (const std::uint64_t a : g.frees) {
-      graph_allocation& m = graph_memory_.at(a);
-      m.outstanding = false;
-      // This launch reads the memory until its end: the owner's destruction, or now the loss of
-      // the owner, gives it back only after that.
-      if (m.graph == 0) {
-        release_graph_memory(a, ends);
-      } else {
-        auto& owner = graphs_.at(m.graph).in_flight;
-        owner.insert(owner.end(), ends.begin(), ends.end());
-      }
-    }
-  }
+  if (g.has_memory()) [[unlikely]]
+    graph_memory_launched(g, s);
   for (const std::uint32_t sid : g.lane_streams) {
     stream_state& ls = *find_stream(sid);
     auto& by = ls.launched_by;
