@@ -57,7 +57,29 @@ enum class engine_kind : std::uint8_t {
   host,        // H2H copies run on the host
 };
 
-enum class task_kind : std::uint8_t { kernel, memcpy, memset, event_record, event_wait, host_callback, collective };
+/// What a stream task does. value_write and value_wait are control tasks of the stream's own
+/// scheduler (aclrtValueWrite, aclrtValueWait), as event records and waits are: the runtime runs
+/// them, and no backend is handed one.
+enum class task_kind : std::uint8_t {
+  kernel,
+  memcpy,
+  memset,
+  event_record,
+  event_wait,
+  host_callback,
+  collective,
+  value_write,
+  value_wait,
+};
+
+/// How a value wait compares the 64-bit word at its address with its operand (aclrtValueWait's
+/// flags, cuStreamWaitValue64's). The wait holds its stream until the comparison is true.
+enum class wait_condition : std::uint8_t {
+  geq,   // (std::int64_t)(word - operand) >= 0: a counter that reached the operand, wrapping as it may
+  eq,    // word == operand
+  and_,  // (word & operand) != 0
+  nor,   // ~(word | operand) != 0
+};
 
 enum class memcpy_kind : std::uint8_t { host_to_host, host_to_device, device_to_host, device_to_device, default_kind };
 
@@ -74,6 +96,27 @@ constexpr std::string_view to_string(engine_kind e) noexcept {
   return "?";
 }
 
+constexpr std::string_view to_string(wait_condition c) noexcept {
+  switch (c) {
+    case wait_condition::geq: return "geq";
+    case wait_condition::eq: return "eq";
+    case wait_condition::and_: return "and";
+    case wait_condition::nor: return "nor";
+  }
+  return "?";
+}
+
+/// Whether `word` meets `c` against `operand` (see wait_condition).
+constexpr bool condition_met(wait_condition c, std::uint64_t word, std::uint64_t operand) noexcept {
+  switch (c) {
+    case wait_condition::geq: return static_cast<std::int64_t>(word - operand) >= 0;
+    case wait_condition::eq: return word == operand;
+    case wait_condition::and_: return (word & operand) != 0;
+    case wait_condition::nor: return ~(word | operand) != 0;
+  }
+  return false;
+}
+
 constexpr std::string_view to_string(task_kind k) noexcept {
   switch (k) {
     case task_kind::kernel: return "kernel";
@@ -83,6 +126,8 @@ constexpr std::string_view to_string(task_kind k) noexcept {
     case task_kind::event_wait: return "event_wait";
     case task_kind::host_callback: return "host_callback";
     case task_kind::collective: return "collective";
+    case task_kind::value_write: return "value_write";
+    case task_kind::value_wait: return "value_wait";
   }
   return "?";
 }

@@ -202,6 +202,29 @@ class stream {
   NPURT_DECL event launch_callback(std::function<void()> fn);
   NPURT_DECL event launch_callback(std::function<void()> fn, std::error_code& ec);
 
+  // --- memory-value sync (aclrtValueWrite / aclrtValueWait, cuStreamWriteValue64 / WaitValue64) --
+  // Control tasks of the stream's own scheduler, as event records and waits are: they take no
+  // engine time. The word is 8 bytes at an 8-byte aligned address in live device memory of any
+  // device of the system. Refused: a null address (errc::null_pointer), memory npurt did not
+  // allocate or that is freed (errc::invalid_pointer), a misaligned address or an unknown
+  // condition (errc::invalid_argument), a word that runs past the bytes its allocation asked
+  // for (errc::size_overflow), a lost device (errc::device_lost). Captured as nodes, whose
+  // address, value and condition a task update or stream_graph::update may change.
+  /// Stores `value` in the 64-bit word at `dst` when the stream reaches it; its event completes
+  /// then. Memory freed before the write runs fails it (errc::invalid_pointer).
+  NPURT_DECL event write_value(void* dst, std::uint64_t value);
+  NPURT_DECL event write_value(void* dst, std::uint64_t value, std::error_code& ec);
+  /// Holds the stream's later work until the 64-bit word at `addr` meets `cond` against `value`
+  /// (see wait_condition). The word is read when the wait reaches the head of the stream and
+  /// again whenever a task of the system completes (a write to it is stream work: a value write,
+  /// a copy, a memset, a kernel, a collective). A wait that no work can end any more fails with
+  /// errc::deadlock when nothing else can run; the event-wait timeout (set_event_wait_timeout)
+  /// bounds it as it bounds an event wait (errc::event_wait_timeout); memory freed meanwhile
+  /// fails it (errc::invalid_pointer). In timing-only mode, whose memory holds no data, the word
+  /// is the last value a value write stored there (0 before any).
+  NPURT_DECL void wait_value(const void* addr, std::uint64_t value, wait_condition cond = wait_condition::geq);
+  NPURT_DECL void wait_value(const void* addr, std::uint64_t value, wait_condition cond, std::error_code& ec);
+
   // --- capture (aclmdlRICaptureBegin/End, cudaStreamBeginCapture/EndCapture) -----------------
   /// From now on the stream's fire-and-forget work (launches, copies from device or pinned
   /// memory, memsets, records of user events, callbacks, waits for events recorded in the
@@ -234,7 +257,8 @@ class stream {
   // --- task groups and task updates (aclmdlRICaptureTaskGrpBegin/End, TaskUpdateBegin/End) ----
   // Defined with stream_graph (<npurt/stream_graph.hpp>), whose tasks they mark and change.
   /// Marks the start of a task group on this capturing stream: the kernels, copies, memsets,
-  /// callbacks and collectives it captures until end_task_group() are the group's, which a task
+  /// value writes and waits, callbacks and collectives it captures until end_task_group() are
+  /// the group's, which a task
   /// update can later replace in the graph without capturing it again. Event records and waits
   /// are the graph's dependencies and no part of a group. Refused, leaving the capture as it
   /// was: no capture (errc::stream_not_captured), a task update (errc::stream_captured), a group
@@ -251,7 +275,8 @@ class stream {
   /// group's tasks there. The update enqueues as many tasks as the group holds, of the same
   /// kinds in the same order, each of the shape stream_graph::update asks of a node (a copy
   /// between the same memories, a collective call of the same communicator and counts); a
-  /// kernel, a copy's pointers and size, a memset's value and a callback may change. A record
+  /// kernel, a copy's pointers and size, a memset's value, a value write's or wait's word, value
+  /// and condition, and a callback may change. A record
   /// of an event or a pool allocation in an update is refused (errc::capture_unsupported) and
   /// fails the update; so does what fails a capture (an awaited call, a wait for work outside
   /// it). Refused: a capturing stream (errc::stream_captured), a null group or one whose graph is
@@ -283,6 +308,12 @@ class stream {
   auto async_wait(const event& e, Token&& token = {});
   template <class Token = default_token>
   auto async_callback(std::function<void()> fn, Token&& token = {});
+  /// write_value, completing when the word is written.
+  template <class Token = default_token>
+  auto async_write_value(void* dst, std::uint64_t value, Token&& token = {});
+  /// wait_value, completing when the stream has passed the wait.
+  template <class Token = default_token>
+  auto async_wait_value(const void* addr, std::uint64_t value, wait_condition cond, Token&& token = {});
   /// Completes when everything enqueued so far has finished, with the stream's first unread
   /// failure if its fire-and-forget work failed; with a timeout, completes with
   /// errc::wait_timeout if it passes first (aclrtSynchronizeStreamWithTimeout).
@@ -366,6 +397,9 @@ class stream {
   /// record(e, ec) without the words of a refusal (the throwing form builds its own).
   NPURT_DECL void record_event(const event& e, std::error_code& ec);
   NPURT_DECL detail::task* make_callback(std::function<void()> fn, std::error_code& ec);
+  /// The task of a value write (`kind` value_write) or wait, or null with the code and words.
+  NPURT_DECL detail::task* make_value_task(task_kind kind, const void* addr, std::uint64_t value, wait_condition cond,
+                                           std::error_code& ec, std::string& why);
   /// Enqueues a prepared task and returns its event.
   NPURT_DECL event submit(detail::task* t);
   /// Enqueues a prepared task whose completion a handler awaits: no event handle is made (each
@@ -532,6 +566,22 @@ auto stream::async_callback(std::function<void()> fn, Token&& token) {
   return async_enqueue(std::forward<Token>(token), "npurt::stream::async_callback",
                        [fn = std::move(fn)](stream& s, std::error_code& ec, std::string&) mutable {
                          return s.make_callback(std::move(fn), ec);
+                       });
+}
+
+template <class Token>
+auto stream::async_write_value(void* dst, std::uint64_t value, Token&& token) {
+  return async_enqueue(std::forward<Token>(token), "npurt::stream::async_write_value",
+                       [=](stream& s, std::error_code& ec, std::string& why) {
+                         return s.make_value_task(task_kind::value_write, dst, value, wait_condition::geq, ec, why);
+                       });
+}
+
+template <class Token>
+auto stream::async_wait_value(const void* addr, std::uint64_t value, wait_condition cond, Token&& token) {
+  return async_enqueue(std::forward<Token>(token), "npurt::stream::async_wait_value",
+                       [=](stream& s, std::error_code& ec, std::string& why) {
+                         return s.make_value_task(task_kind::value_wait, addr, value, cond, ec, why);
                        });
 }
 

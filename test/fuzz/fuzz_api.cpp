@@ -196,11 +196,21 @@ void step(world& w, input& in) {
       check(ec);
       break;
     }
-    case 3: {  // memset of device memory (any pointer, any size)
+    case 3: {  // memset, value write or value wait of device memory (any pointer, size, offset, condition)
       auto* s = any_stream(w, in);
       if (!s || w.device_ptrs.empty()) break;
-      const std::size_t n = any_size(in);
-      s->memset(in.pick(w.device_ptrs).p, any_size(in), in.byte(), n, ec);
+      auto* p = static_cast<unsigned char*>(in.pick(w.device_ptrs).p);
+      switch (in.byte() % 3) {
+        case 0: {
+          const std::size_t n = any_size(in);
+          s->memset(p, any_size(in), in.byte(), n, ec);
+          break;
+        }
+        case 1: (void)s->write_value(p + in.byte() % 12, in.u64() % 4, ec); break;
+        default:
+          s->wait_value(p + in.byte() % 12, in.u64() % 4, static_cast<npurt::wait_condition>(in.byte() % 5), ec);
+          break;
+      }
       check(ec);
       break;
     }

@@ -1,4 +1,7 @@
 #include <npurt/profiler.hpp>
+#include <npurt/profiler/trace_reader.hpp>
+#include <npurt/simple_backend.hpp>
+#include <npurt/stream.hpp>
 
 #include "program.hpp"
 
@@ -727,4 +730,39 @@ TEST_CASE("a mark without a clock lands at the latest end of the tasks recorded 
   p.clear();
   p.mark("after clear");
   CHECK(p.data().ranges.back().time == at(0));
+}
+
+TEST_CASE("value writes and waits appear in traces and read back as themselves", "[profiler][value]") {
+  npurt::profiler prof;
+  {
+    npurt::simple_config cfg;
+    npurt::system sys{cfg};
+    sys.add_observer(prof);
+    auto& dev = sys.device(0);
+    auto producer = dev.make_stream();
+    auto consumer = dev.make_stream({.priority = 2});
+    void* word = dev.malloc(8);
+    consumer.wait_value(word, 1, npurt::wait_condition::eq);
+    producer.launch(npurt::kernel_desc{npurt::kernels::fixed{dus(5)}, "produce"});
+    producer.write_value(word, 1);
+    sys.run();
+    dev.free(word);
+  }
+  const npurt::trace_data back = npurt::read_chrome_trace(chrome(prof));
+  CHECK(npurt::check_trace(back).empty());
+  int writes = 0, waits = 0;
+  for (const auto& t : back.tasks) {
+    if (t.kind == npurt::task_kind::value_write) ++writes;
+    if (t.kind != npurt::task_kind::value_wait) continue;
+    ++waits;
+    CHECK(t.end - t.start == dus(5));  // it held its stream while the step ran
+    CHECK(t.engine == npurt::engine_kind::none);
+  }
+  CHECK(writes == 1);
+  CHECK(waits == 1);
+  std::ostringstream svg;
+  npurt::svg_options opts;
+  opts.control = true;  // control tasks drawn as ticks and thin bars, named in their tips
+  prof.write_svg(svg, opts);
+  CHECK(svg.str().find("value_wait") != std::string::npos);
 }

@@ -2,8 +2,9 @@
 //
 // Owns one invariant: a wait that can never be satisfied is reported at once, with the chain of
 // waits, instead of waiting out a timeout. It reads the scheduler's streams (a stream whose head
-// is a blocked event wait waits on a position of another stream) and keeps the report; failing
-// the waits it finds is the scheduler's job.
+// is a blocked event wait waits on a position of another stream; one whose head is a blocked
+// value wait waits for any work at all) and keeps the report; failing the waits it finds is the
+// scheduler's job.
 #pragma once
 
 #include <npurt/config.hpp>

@@ -32,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -75,6 +76,10 @@ struct task_side {
   // A captured copy (a stream_graph node): which ends were pinned host memory at the capture,
   // checked again at every launch (bit 0 the source, bit 1 the destination).
   std::uint8_t pinned_ends = 0;
+  // value_write: the word written; value_wait: the operand its word is compared with, and how.
+  // Both keep their word's address in copy.dst (8 bytes of copy.dst_device).
+  wait_condition condition = wait_condition::geq;
+  std::uint64_t operand = 0;
 };
 
 /// One enqueued unit of stream work, as it waits in its stream: only what dispatching it needs.
@@ -107,7 +112,7 @@ struct task {
   engine_kind engine = engine_kind::none;
   bool has_desc = false;     // `desc` is the live member of the union
   bool owns_kernel = false;  // desc.kernel is a copy from the scheduler's pool, freed with the task
-  bool blocked = false;      // an event wait not yet satisfied
+  bool blocked = false;      // an event or value wait not yet satisfied
   bool orphan = false;       // its device was reset while a completion was on its way: free it then
 
   task() : fixed{} {}
@@ -547,6 +552,12 @@ class scheduler {
   /// allocated since it was last freed (double_free; invalid_pointer before the first launch).
   NPURT_DECL void free_graph_allocation(const void* p, std::uint32_t stream, std::error_code& ec, std::string& why);
 
+  // --- memory-value sync (aclrtValueWrite, aclrtValueWait) ---
+  /// The 64-bit word at device address `p` of `dev` as stream work sees it, or nullopt when the
+  /// memory is gone. Functional mode reads the memory; timing-only mode, whose memory holds no
+  /// data, keeps the words value writes stored (0 where none did).
+  [[nodiscard]] NPURT_DECL std::optional<std::uint64_t> read_word(device_id dev, const void* p);
+
   // --- event-wait timeout (aclrtSetOpWaitTimeout) ---
   /// The limit of a user event wait enqueued from now on (0: none, the default).
   void set_event_wait_timeout(std::int64_t limit_ps) noexcept { event_wait_limit_ = limit_ps; }
@@ -621,6 +632,14 @@ class scheduler {
   /// the system's recent error message says what happened.
   NPURT_DECL void report_awaited_failure(const running_task& r, std::error_code ec, op_base& w);
   NPURT_DECL void detach_wait(task* t) noexcept;
+  /// value_write: stores the word; value_wait: true when its condition holds. Either fails the
+  /// task (run.error) when its memory is gone.
+  NPURT_DECL bool run_value_task(stream_state& s, task* t);
+  /// Fails `t`, the value task at the head of `s`, whose word was freed, with words that say so.
+  NPURT_DECL void fail_value_task(stream_state& s, const task& t, std::string_view what);
+  /// A task completed: the blocked value waits whose words now meet their conditions end, in the
+  /// order they blocked.
+  NPURT_DECL void recheck_value_waits();
   /// A user event wait blocked with an event-wait timeout: its timer, taken back when the wait
   /// ends otherwise.
   NPURT_DECL void arm_wait_timer(task* t);
@@ -659,6 +678,9 @@ class scheduler {
     std::uint64_t ticket;
   };
   std::unordered_map<std::uint64_t, wait_timer> wait_timers_;  // by task id
+  std::vector<task*> value_waits_;  // blocked value waits, in the order they blocked
+  // Timing-only mode: the words value writes stored, by (device, address).
+  std::map<std::pair<device_id, std::uint64_t>, std::uint64_t> value_words_;
   std::map<std::uint64_t, graph_state> graphs_;  // by id; ids are never reused
   std::uint64_t next_graph_ = 1;
   std::size_t held_nodes_ = 0;  // task records held as nodes by captures and graphs

@@ -25,8 +25,10 @@ NPURT_DECL bool deadlock_detector::closes_cycle(const stream_state& s) const {
 NPURT_DECL std::vector<stream_state*> deadlock_detector::blocked(bool only_cycles) const {
   std::vector<stream_state*> out;
   for (const auto& sp : streams_)
-    if (sp && sp->head && sp->head_started && sp->head->kind == task_kind::event_wait && sp->head->blocked &&
-        (!only_cycles || closes_cycle(*sp)))
+    if (sp && sp->head && sp->head_started && sp->head->blocked &&
+        ((sp->head->kind == task_kind::event_wait && (!only_cycles || closes_cycle(*sp))) ||
+         // Any task may yet write a value wait's word: it blocks for good only when nothing runs.
+         (sp->head->kind == task_kind::value_wait && !only_cycles)))
       out.push_back(sp.get());
   return out;
 }
@@ -35,6 +37,12 @@ NPURT_DECL std::string deadlock_detector::describe_wait_chain(const stream_state
   std::ostringstream os;
   const task* h = s.head;
   const task_side& x = *h->extra;
+  if (h->kind == task_kind::value_wait) {
+    os << "stream " << s.id << " (device " << s.device << ") waits at task " << h->id << " for a 64-bit word of device "
+       << x.copy.dst_device << " to meet " << to_string(x.condition) << ' ' << x.operand
+       << ", and no work is left to write it";
+    return os.str();
+  }
   os << "stream " << s.id << " (device " << s.device << ") waits at task " << h->id << " on ";
   if (x.event_id != 0) os << "event " << x.event_id;
   else os << "a task event";

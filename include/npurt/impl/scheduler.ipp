@@ -35,6 +35,7 @@ NPURT_DECL void scheduler::abort_all() noexcept {
     for (auto& [seq, w] : sp->waiters) w.fn(w.self, w.ctx, make_error_code(errc::operation_aborted));
     sp->waiters.clear();
   }
+  value_waits_.clear();
   // Captured nodes own callbacks too: freed with their records, before the rest go.
   for (auto& sp : streams_)
     if (sp && sp->capture) abandon_capture(std::shared_ptr<capture_state>(sp->capture));
@@ -59,7 +60,9 @@ NPURT_DECL void scheduler::fail_blocked_wait(stream_state& s, std::error_code ec
 NPURT_DECL void scheduler::detach_wait(task* h) noexcept {
   disarm_wait_timer(h);
   const task_side& x = *h->extra;
-  if (x.target_stream == 0) {
+  if (h->kind == task_kind::value_wait) {
+    std::erase(value_waits_, h);
+  } else if (x.target_stream == 0) {
     if (auto* e = find_event(x.event_id)) std::erase(e->unbound, h);
   } else if (auto* target = find_stream(x.target_stream)) {
     for (auto it = target->waiters.begin(); it != target->waiters.end(); ++it)
@@ -410,6 +413,21 @@ NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
       wait_blocked(s);
       return;
     }
+    case task_kind::value_write:
+      (void)run_value_task(s, t);
+      done_now(t);
+      return;
+    case task_kind::value_wait:
+      if (run_value_task(s, t) || r.error) {
+        done_now(t);
+        return;
+      }
+      // Until a task's completion changes the word (recheck_value_waits), the event-wait timeout
+      // or the deadlock check at the end of time.
+      t->blocked = true;
+      value_waits_.push_back(t);
+      arm_wait_timer(t);
+      return;
     case task_kind::host_callback:
       parts_.post(s.strand, [this, t] {
         if (t->orphan) return free_task(t);  // its device was reset meanwhile
@@ -477,8 +495,10 @@ NPURT_DECL void scheduler::fill_running(stream_state& s, task* t) {
       r.bytes = r.copy.bytes;
       break;
     case task_kind::collective: r.collective = t->collective(); break;
-    case task_kind::event_wait: r.timeout_limit = t->extra->wait_limit; break;
+    case task_kind::event_wait:
+    case task_kind::value_wait: r.timeout_limit = t->extra->wait_limit; break;
     case task_kind::event_record:
+    case task_kind::value_write:
     case task_kind::host_callback: break;
   }
 }
@@ -570,8 +590,77 @@ NPURT_DECL void scheduler::finish_task(stream_state& s, task* t) {
     s.waiters.erase(s.waiters.begin());
     pw.fn(pw.self, pw.ctx, {});
   }
+  if (!value_waits_.empty()) [[unlikely]]
+    recheck_value_waits();
   if (s.head) try_start(s);
   else if (s.destroyed && s.waiters.empty()) free_stream(s.id);
+}
+
+NPURT_DECL std::optional<std::uint64_t> scheduler::read_word(device_id dev, const void* p) {
+  if (!parts_.memory_.find_allocation(p)) return std::nullopt;
+  if (!parts_.backend_->functional()) {
+    const auto it = value_words_.find({dev, reinterpret_cast<std::uint64_t>(p)});
+    return it == value_words_.end() ? 0 : it->second;
+  }
+  const std::byte* b = parts_.memory_.translate(dev, p, sizeof(std::uint64_t));
+  if (!b) return std::nullopt;
+  std::uint64_t w = 0;
+  std::memcpy(&w, b, sizeof w);
+  return w;
+}
+
+NPURT_DECL bool scheduler::run_value_task(stream_state& s, task* t) {
+  const task_side& x = *t->extra;
+  const device_id dev = x.copy.dst_device;
+  if (t->kind == task_kind::value_write) {
+    std::byte* b = nullptr;
+    if (parts_.memory_.find_allocation(x.copy.dst)) {
+      if (!parts_.backend_->functional()) {
+        value_words_[{dev, reinterpret_cast<std::uint64_t>(x.copy.dst)}] = x.operand;
+        return true;
+      }
+      b = parts_.memory_.translate(dev, x.copy.dst, sizeof x.operand);
+    }
+    if (!b) {
+      fail_value_task(s, *t, "value write");  // freed while the write was queued
+      return false;
+    }
+    std::memcpy(b, &x.operand, sizeof x.operand);
+    return true;
+  }
+  const std::optional<std::uint64_t> w = read_word(dev, x.copy.dst);
+  if (!w) {
+    fail_value_task(s, *t, "value wait");  // freed while the wait was queued or blocked
+    return false;
+  }
+  return condition_met(x.condition, *w, x.operand);
+}
+
+NPURT_DECL void scheduler::fail_value_task(stream_state& s, const task& t, std::string_view what) {
+  running_task& r = s.run;
+  r.error = r.why_ec = make_error_code(errc::invalid_pointer);
+  std::ostringstream os;
+  os << "the word of the " << what << " at "
+     << reinterpret_cast<const void*>(parts_.memory_.portable(reinterpret_cast<std::uint64_t>(t.extra->copy.dst)))
+     << " is no longer live device memory: it was freed after the call";
+  r.why = os.str();
+}
+
+NPURT_DECL void scheduler::recheck_value_waits() {
+  // In place, in the order the waits blocked. Nothing here can block another wait or end one
+  // twice: done_now only queues a completion, which runs after this pass.
+  std::size_t kept = 0;
+  for (task* t : value_waits_) {
+    stream_state& ws = *find_stream(t->stream);
+    if (!run_value_task(ws, t) && !ws.run.error) {
+      value_waits_[kept++] = t;
+      continue;
+    }
+    disarm_wait_timer(t);
+    t->blocked = false;
+    done_now(t);
+  }
+  value_waits_.resize(kept);
 }
 
 NPURT_DECL std::string failure::describe() const {
@@ -629,6 +718,8 @@ inline const char* awaited_call(task_kind k) noexcept {
     case task_kind::event_wait: return "npurt::stream::async_wait";
     case task_kind::host_callback: return "npurt::stream::async_callback";
     case task_kind::collective: return "npurt::communicator";
+    case task_kind::value_write: return "npurt::stream::async_write_value";
+    case task_kind::value_wait: return "npurt::stream::async_wait_value";
     case task_kind::event_record: break;
   }
   return "npurt: awaited operation";
@@ -740,9 +831,10 @@ NPURT_DECL void scheduler::abort_device(device_id dev) {
     for (task* t = s.head; t;) {
       task* next = t->next;
       if (t->waiter) waiters.push_back(std::exchange(t->waiter, nullptr));
-      if (t->kind == task_kind::event_wait && t->blocked) detach_wait(t);
+      if ((t->kind == task_kind::event_wait || t->kind == task_kind::value_wait) && t->blocked) detach_wait(t);
       const bool completion_queued = t == s.head && s.head_started && !t->blocked &&
                                      (t->kind == task_kind::event_record || t->kind == task_kind::event_wait ||
+                                      t->kind == task_kind::value_write || t->kind == task_kind::value_wait ||
                                       t->kind == task_kind::host_callback);
       if (completion_queued) t->orphan = true;  // a now-action or strand handler still holds it: it frees the record
       else free_task(t);
@@ -1142,6 +1234,11 @@ inline std::string node_difference(const task& a, std::uint32_t lane_a, const ta
         return "is another collective call (communicator, operation, type, count or root)";
       return {};
     }
+    case task_kind::value_write:
+    case task_kind::value_wait:
+      // The word's address, the value and the condition may change; not its device.
+      return a.extra->copy.dst_device == b.extra->copy.dst_device ? std::string{}
+                                                                  : "reads or writes a word of another device";
     case task_kind::kernel:
     case task_kind::host_callback: return {};
   }
@@ -1401,7 +1498,8 @@ NPURT_DECL void scheduler::check_freed(capture_state& c, const task& t) {
     if (const kernel_desc* k = t.kind == task_kind::kernel ? t.kernel() : nullptr) {
       if (const std::string_view op = memory_registry::operand_touching(*k, a, hi); !op.empty())
         what = "operand " + std::string(op) + " of kernel '" + std::string(k->display_name()) + "'";
-    } else if (t.kind == task_kind::memcpy || t.kind == task_kind::memset) {
+    } else if (t.kind == task_kind::memcpy || t.kind == task_kind::memset || t.kind == task_kind::value_write ||
+               t.kind == task_kind::value_wait) {
       const copy_desc& cp = t.extra->copy;
       const auto meets = [&](const void* q) {
         return q && range_meets(reinterpret_cast<std::uint64_t>(q), cp.bytes, a, hi);
@@ -1484,6 +1582,8 @@ NPURT_HOT_DECL task* scheduler::clone_node(stream_state& s, const task& n) {
     y.copy = x->copy;
     y.event_id = x->event_id;
     y.pinned_ends = x->pinned_ends;
+    y.condition = x->condition;
+    y.operand = x->operand;
     if (x->callback) y.callback = own_callback(*x->callback);
   }
   return t;

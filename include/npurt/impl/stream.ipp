@@ -427,6 +427,92 @@ NPURT_DECL detail::task* stream::make_callback(std::function<void()> fn, std::er
   return t;
 }
 
+NPURT_DECL detail::task* stream::make_value_task(task_kind kind, const void* addr, std::uint64_t value,
+                                                 wait_condition cond, std::error_code& ec, std::string& why) {
+  auto* s = state(ec);
+  if (!s) return nullptr;
+  const char* what = kind == task_kind::value_write ? "the value write's word" : "the value wait's word";
+  if (!addr) {
+    ec = make_error_code(errc::null_pointer);
+    return nullptr;
+  }
+  if (static_cast<std::uint8_t>(cond) > static_cast<std::uint8_t>(wait_condition::nor)) {
+    ec = make_error_code(errc::invalid_argument);
+    why = "unknown wait_condition " + std::to_string(static_cast<unsigned>(cond));
+    return nullptr;
+  }
+  const detail::allocation* a = detail::is_device_address(addr) ? rt_->memory().find_allocation(addr) : nullptr;
+  if (!a) {
+    // Device memory only: the word is read and written by the device's stream scheduler.
+    ec = make_error_code(errc::invalid_pointer);
+    why = rt_->memory().why_not_live(addr);
+    return nullptr;
+  }
+  const auto at = reinterpret_cast<std::uint64_t>(addr);
+  if (at % sizeof(std::uint64_t) != 0) {
+    ec = make_error_code(errc::invalid_argument);
+    std::ostringstream os;
+    os << what << " at " << addr << " is not 8-byte aligned";
+    why = os.str();
+    return nullptr;
+  }
+  // The bytes the allocation asked for, not its rounded size: the rest is no data of the caller's.
+  if (sizeof(std::uint64_t) > a->bytes - (at - a->address)) {
+    ec = make_error_code(errc::size_overflow);
+    why = std::string(what) + " runs past the end of its allocation";
+    return nullptr;
+  }
+  if (lost(s->device) || lost(a->device)) {
+    ec = make_error_code(errc::device_lost);
+    return nullptr;
+  }
+  detail::task* t = rt_->new_task(*s, kind);
+  detail::task_side& x = rt_->extra(t);
+  x.copy = copy_desc{
+      memcpy_kind::device_to_device, const_cast<void*>(addr), nullptr, sizeof(std::uint64_t), -1, a->device, 0};
+  x.operand = value;
+  x.condition = cond;
+  if (kind == task_kind::value_wait) {
+    t->name = "value_wait";
+    x.wait_limit = rt_->event_wait_timeout();  // an event wait's limit: the limit in force at the enqueue
+  } else {
+    t->name = "value_write";
+  }
+  return t;
+}
+
+NPURT_DECL event stream::write_value(void* dst, std::uint64_t value, std::error_code& ec) {
+  std::string why;
+  if (detail::task* t = make_value_task(task_kind::value_write, dst, value, wait_condition::geq, ec, why))
+    return submit(t);
+  note_refusal("npurt::stream::write_value", ec, why);
+  return {};
+}
+
+NPURT_DECL event stream::write_value(void* dst, std::uint64_t value) {
+  std::error_code ec;
+  std::string why;
+  if (detail::task* t = make_value_task(task_kind::value_write, dst, value, wait_condition::geq, ec, why))
+    return submit(t);
+  throw_error_on(device_or_none(), ec, refusal("npurt::stream::write_value", ec, why));
+}
+
+NPURT_DECL void stream::wait_value(const void* addr, std::uint64_t value, wait_condition cond, std::error_code& ec) {
+  std::string why;
+  if (detail::task* t = make_value_task(task_kind::value_wait, addr, value, cond, ec, why)) submit(t);
+  else note_refusal("npurt::stream::wait_value", ec, why);
+}
+
+NPURT_DECL void stream::wait_value(const void* addr, std::uint64_t value, wait_condition cond) {
+  std::error_code ec;
+  std::string why;
+  if (detail::task* t = make_value_task(task_kind::value_wait, addr, value, cond, ec, why)) {
+    submit(t);
+    return;
+  }
+  throw_error_on(device_or_none(), ec, refusal("npurt::stream::wait_value", ec, why));
+}
+
 // --- fire and forget -------------------------------------------------------------------------
 
 NPURT_DECL std::int32_t stream::device_or_none() const noexcept {

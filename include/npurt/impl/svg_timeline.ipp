@@ -47,6 +47,8 @@ inline bar_style task_style(const trace_task& t) noexcept {
     case task_kind::host_callback: return {"host", "#76b7b2"};
     case task_kind::event_record:
     case task_kind::event_wait: return {"event", "#bab0ac"};
+    case task_kind::value_write:
+    case task_kind::value_wait: return {"value", "#d4a6c8"};
     case task_kind::memcpy:
       switch (t.engine) {
         case engine_kind::copy_h2d: return {"copy H2D", "#59a14f"};

@@ -158,8 +158,9 @@ class trace_reader {
   }
 
   task_kind kind(std::string_view s) {
-    for (auto k : {task_kind::kernel, task_kind::memcpy, task_kind::memset, task_kind::event_record,
-                   task_kind::event_wait, task_kind::host_callback, task_kind::collective})
+    for (auto k :
+         {task_kind::kernel, task_kind::memcpy, task_kind::memset, task_kind::event_record, task_kind::event_wait,
+          task_kind::host_callback, task_kind::collective, task_kind::value_write, task_kind::value_wait})
       if (to_string(k) == s) return k;
     fail(where_ + ": unknown task kind " + quote_prefix(s));
   }
