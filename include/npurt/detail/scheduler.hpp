@@ -632,14 +632,16 @@ class scheduler {
   /// the system's recent error message says what happened.
   NPURT_DECL void report_awaited_failure(const running_task& r, std::error_code ec, op_base& w);
   NPURT_DECL void detach_wait(task* t) noexcept;
+  /// Starts a value write or wait (out of start_task's way: the launch path pays nothing for it).
+  [[gnu::cold]] NPURT_DECL void start_value_task(stream_state& s, task* t);
   /// value_write: stores the word; value_wait: true when its condition holds. Either fails the
   /// task (run.error) when its memory is gone.
   NPURT_DECL bool run_value_task(stream_state& s, task* t);
   /// Fails `t`, the value task at the head of `s`, whose word was freed, with words that say so.
   NPURT_DECL void fail_value_task(stream_state& s, const task& t, std::string_view what);
   /// A task completed: the blocked value waits whose words now meet their conditions end, in the
-  /// order they blocked.
-  NPURT_DECL void recheck_value_waits();
+  /// order they blocked. Cold: finish_task only tests whether any wait is blocked.
+  [[gnu::cold]] NPURT_DECL void recheck_value_waits();
   /// A user event wait blocked with an event-wait timeout: its timer, taken back when the wait
   /// ends otherwise.
   NPURT_DECL void arm_wait_timer(task* t);

@@ -414,20 +414,7 @@ NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
       return;
     }
     case task_kind::value_write:
-      (void)run_value_task(s, t);
-      done_now(t);
-      return;
-    case task_kind::value_wait:
-      if (run_value_task(s, t) || r.error) {
-        done_now(t);
-        return;
-      }
-      // Until a task's completion changes the word (recheck_value_waits), the event-wait timeout
-      // or the deadlock check at the end of time.
-      t->blocked = true;
-      value_waits_.push_back(t);
-      arm_wait_timer(t);
-      return;
+    case task_kind::value_wait: start_value_task(s, t); return;
     case task_kind::host_callback:
       parts_.post(s.strand, [this, t] {
         if (t->orphan) return free_task(t);  // its device was reset meanwhile
@@ -607,6 +594,18 @@ NPURT_DECL std::optional<std::uint64_t> scheduler::read_word(device_id dev, cons
   std::uint64_t w = 0;
   std::memcpy(&w, b, sizeof w);
   return w;
+}
+
+NPURT_DECL void scheduler::start_value_task(stream_state& s, task* t) {
+  if (run_value_task(s, t) || s.run.error || t->kind == task_kind::value_write) {
+    done_now(t);
+    return;
+  }
+  // Until a task's completion changes the word (recheck_value_waits), the event-wait timeout or
+  // the deadlock check at the end of time.
+  t->blocked = true;
+  value_waits_.push_back(t);
+  arm_wait_timer(t);
 }
 
 NPURT_DECL bool scheduler::run_value_task(stream_state& s, task* t) {
