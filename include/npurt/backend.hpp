@@ -22,6 +22,11 @@ struct collective_desc;  // collective_types.hpp
 
 using device_id = std::int32_t;
 
+/// The kinds of AI core a core limit caps (aclrtDevResLimitType's ACL_RT_DEV_RES_CUBE_CORE and
+/// ACL_RT_DEV_RES_VECTOR_CORE). On parts whose cores hold both units the cube limit is the one
+/// that applies, to every kernel.
+enum class core_kind : std::uint8_t { cube, vector };
+
 /// What a device is, as cudaDeviceProp / aclrtGetDeviceInfo tell it. Filled by the backend from
 /// its hardware preset.
 struct device_properties {
@@ -45,6 +50,12 @@ struct device_properties {
   picoseconds hccl_exec_timeout{0};
   picoseconds op_execute_timeout{0};   // the per-task watchdog of kernels and copies (0: never)
 };
+
+/// How many cores of `kind` a device has: the AI cores for cube work, the vector cores (the same
+/// cores when they hold both units).
+constexpr std::uint32_t core_count(const device_properties& p, core_kind kind) noexcept {
+  return kind == core_kind::vector ? p.vector_core_count : p.ai_core_count;
+}
 
 /// Which engine of a device runs a task.
 enum class engine_kind : std::uint8_t {
@@ -72,6 +83,15 @@ enum class task_kind : std::uint8_t {
   value_wait,
 };
 
+/// The most cores of each kind a task's kernel may hold (0: no limit): a stream's or device's
+/// core limits (aclrtSetStreamResLimit, aclrtSetDeviceResLimit), which partition a device's cores
+/// between streams as green contexts do.
+struct core_limits {
+  std::uint32_t cube = 0;
+  std::uint32_t vector = 0;
+  friend bool operator==(const core_limits&, const core_limits&) = default;
+};
+
 /// How a value wait compares the 64-bit word at its address with its operand (aclrtValueWait's
 /// flags, cuStreamWaitValue64's). The wait holds its stream until the comparison is true.
 enum class wait_condition : std::uint8_t {
@@ -95,6 +115,8 @@ constexpr std::string_view to_string(engine_kind e) noexcept {
   }
   return "?";
 }
+
+constexpr std::string_view to_string(core_kind k) noexcept { return k == core_kind::cube ? "cube" : "vector"; }
 
 constexpr std::string_view to_string(wait_condition c) noexcept {
   switch (c) {
@@ -163,6 +185,9 @@ struct task_info {
   const kernel_desc* kernel = nullptr;
   kernels::fixed fixed{};
   std::uint32_t block_dim = 0;  // kind == kernel: AI cores requested, 0 = all
+  /// kind == kernel: its stream's core limits when it started; a backend that models cores
+  /// gives the kernel no more than these.
+  core_limits limits{};
   copy_desc copy{};             // kind == memcpy / memset
   std::uint64_t flops = 0;      // for the profiler; the backend may fill them in
   std::uint64_t bytes = 0;

@@ -126,6 +126,21 @@ class device {
   template <class Token = default_token>
   auto async_synchronize(std::optional<picoseconds> timeout, Token&& token = {});
 
+  /// Core limits (aclrtSetDeviceResLimit / aclrtGetDeviceResLimit / aclrtResetDeviceResLimit):
+  /// a kernel of this device's streams holds at most `cores` cores of `kind`, so that work on
+  /// other streams finds the rest free (a kernel asking for more runs on fewer, and takes longer
+  /// as the backend's cost model says). Every stream of the device without a limit of its own
+  /// (stream::set_core_limit) takes it, now and later; it applies to the kernels a stream starts
+  /// from then on. errc::invalid_argument for 0 cores, more cores than the device has of that
+  /// kind, or an unknown kind; errc::wrong_thread from another thread. A reset clears them.
+  NPURT_DECL void set_core_limit(core_kind kind, std::uint32_t cores);
+  NPURT_DECL void set_core_limit(core_kind kind, std::uint32_t cores, std::error_code& ec);
+  /// Lifts the device's limits (streams' own ones stay).
+  NPURT_DECL void reset_core_limits();
+  NPURT_DECL void reset_core_limits(std::error_code& ec);
+  /// The device's limit of `kind`: its core count of that kind when none is set.
+  [[nodiscard]] NPURT_DECL std::uint32_t core_limit(core_kind kind) const;
+
   /// aclrtResetDevice: aborts the device's pending work without waiting for it (whoever awaits
   /// it completes with errc::operation_aborted), frees the device's memory, and invalidates its
   /// streams and events. Fire-and-forget failures not yet read are dropped. A host callback or
@@ -138,6 +153,8 @@ class device {
   [[nodiscard]] std::uint64_t reset_count() const noexcept { return resets_; }
 
  private:
+  /// set_core_limit's work; `why` says what is wrong with a refused limit.
+  NPURT_DECL void set_core_limit(core_kind kind, std::uint32_t cores, std::error_code& ec, std::string& why);
   /// free's work; `why` has the words of a graph allocation's refusal.
   NPURT_DECL void free(void* p, std::error_code& ec, std::string& why) noexcept;
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec, detail::failure* out);

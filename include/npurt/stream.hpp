@@ -202,6 +202,19 @@ class stream {
   NPURT_DECL event launch_callback(std::function<void()> fn);
   NPURT_DECL event launch_callback(std::function<void()> fn, std::error_code& ec);
 
+  // --- core limits (aclrtSetStreamResLimit / aclrtGetStreamResLimit / aclrtResetStreamResLimit) --
+  /// A kernel of this stream holds at most `cores` cores of `kind` (see device::set_core_limit),
+  /// whatever its device's limit: kernels the stream starts from then on. errc::invalid_argument
+  /// for 0 cores, more than the device has of that kind, or an unknown kind.
+  NPURT_DECL void set_core_limit(core_kind kind, std::uint32_t cores);
+  NPURT_DECL void set_core_limit(core_kind kind, std::uint32_t cores, std::error_code& ec);
+  /// Back to the device's limits.
+  NPURT_DECL void reset_core_limits();
+  NPURT_DECL void reset_core_limits(std::error_code& ec);
+  /// The limit of `kind` in force: the stream's own, else its device's, else the device's core
+  /// count of that kind.
+  [[nodiscard]] NPURT_DECL std::uint32_t core_limit(core_kind kind) const;
+
   // --- memory-value sync (aclrtValueWrite / aclrtValueWait, cuStreamWriteValue64 / WaitValue64) --
   // Control tasks of the stream's own scheduler, as event records and waits are: they take no
   // engine time. The word is 8 bytes at an 8-byte aligned address in live device memory of any
@@ -397,6 +410,8 @@ class stream {
   /// record(e, ec) without the words of a refusal (the throwing form builds its own).
   NPURT_DECL void record_event(const event& e, std::error_code& ec);
   NPURT_DECL detail::task* make_callback(std::function<void()> fn, std::error_code& ec);
+  /// set_core_limit's work; `why` says what is wrong with a refused limit.
+  NPURT_DECL void set_core_limit(core_kind kind, std::uint32_t cores, std::error_code& ec, std::string& why);
   /// The task of a value write (`kind` value_write) or wait, or null with the code and words.
   NPURT_DECL detail::task* make_value_task(task_kind kind, const void* addr, std::uint64_t value, wait_condition cond,
                                            std::error_code& ec, std::string& why);

@@ -261,10 +261,25 @@ void device_model::submit(task_info& t) {
     const std::uint32_t e = engine_of(t);
     const std::uint32_t pool = engines_[e].capacity;
     // block_dim was checked against the pool by validate(); 0 means the whole pool.
-    enqueue(t, e, t.block_dim == 0 ? pool : t.block_dim);
+    std::uint32_t need = t.block_dim == 0 ? pool : t.block_dim;
+    // Both limits in one load: a kernel without any pays one test.
+    std::uint64_t limits = 0;
+    static_assert(sizeof limits == sizeof t.limits);
+    std::memcpy(&limits, &t.limits, sizeof limits);
+    if (limits != 0) [[unlikely]]
+      need = limited_need(t, e, need);
+    enqueue(t, e, need);
     return;
   }
   submit_other(t);
+}
+
+std::uint32_t device_model::limited_need(const task_info& t, std::uint32_t e, std::uint32_t need) const {
+  // Vector kernels have an engine of their own only on separated parts; elsewhere every kernel
+  // runs on the AI cores, which the cube limit caps.
+  const std::uint32_t local = e - static_cast<std::uint32_t>(t.device) * engines_per_device_;
+  const std::uint32_t limit = local == e_vector ? t.limits.vector : t.limits.cube;
+  return limit != 0 && limit < need ? limit : need;
 }
 
 void device_model::submit_other(task_info& t) {

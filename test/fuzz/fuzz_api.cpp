@@ -160,6 +160,16 @@ void step(world& w, input& in) {
       const int dev = static_cast<int>(in.byte() % 4) - (in.byte() % 8 == 0 ? 5 : 0);
       if (npurt::device* d = w.sys->find_device(dev, ec)) {
         if (w.streams.size() < 8) w.streams.push_back(d->make_stream({.priority = static_cast<int>(in.byte()) - 128}));
+        // A core limit of any kind and count, on the device or a stream: one that is taken is in force.
+        const auto kind = static_cast<npurt::core_kind>(in.byte() % 3);
+        const std::uint32_t n = in.byte() % 40u;
+        if (in.byte() % 2) {
+          d->set_core_limit(kind, n, ec);
+          if (!ec && d->core_limit(kind) != n) __builtin_trap();
+        } else if (auto* s = any_stream(w, in)) {
+          s->set_core_limit(kind, n, ec);
+          if (!ec && s->core_limit(kind) != n) __builtin_trap();
+        }
       }
       check(ec);
       break;

@@ -295,6 +295,8 @@ struct stream_state {
   std::uint64_t aborted_from = 0;
   std::uint64_t aborted_to = 0;
   sim_time host_cursor{};          // host lane time of this stream's enqueues
+  core_limits limits{};            // in force: its own where set, else its device's
+  core_limits own_limits{};        // set on the stream itself (0: its device's)
   failure sticky;                  // first unread failure of fire-and-forget work
   running_task run;                // the head, once started (head_started)
   std::multimap<std::uint64_t, position_waiter> waiters;
@@ -552,6 +554,16 @@ class scheduler {
   /// allocated since it was last freed (double_free; invalid_pointer before the first launch).
   NPURT_DECL void free_graph_allocation(const void* p, std::uint32_t stream, std::error_code& ec, std::string& why);
 
+  // --- core limits (aclrtSetDeviceResLimit, aclrtSetStreamResLimit) ---
+  /// The device's limits: every stream of it without a limit of its own, now and later, takes them.
+  NPURT_DECL void set_device_core_limits(device_id dev, core_limits l);
+  [[nodiscard]] core_limits device_core_limits(device_id dev) const noexcept {
+    return static_cast<std::size_t>(dev) < device_limits_.size() ? device_limits_[static_cast<std::size_t>(dev)]
+                                                                 : core_limits{};
+  }
+  /// The stream's own limits (0: its device's), and so the ones in force.
+  NPURT_DECL void set_stream_core_limits(stream_state& s, core_limits own) noexcept;
+
   // --- memory-value sync (aclrtValueWrite, aclrtValueWait) ---
   /// The 64-bit word at device address `p` of `dev` as stream work sees it, or nullopt when the
   /// memory is gone. Functional mode reads the memory; timing-only mode, whose memory holds no
@@ -681,6 +693,7 @@ class scheduler {
   };
   std::unordered_map<std::uint64_t, wait_timer> wait_timers_;  // by task id
   std::vector<task*> value_waits_;  // blocked value waits, in the order they blocked
+  std::vector<core_limits> device_limits_;  // by device (empty until a device limit is set)
   // Timing-only mode: the words value writes stored, by (device, address).
   std::map<std::pair<device_id, std::uint64_t>, std::uint64_t> value_words_;
   std::map<std::uint64_t, graph_state> graphs_;  // by id; ids are never reused

@@ -1,6 +1,7 @@
 // npurt/impl/device.ipp
 #pragma once
 
+#include <npurt/detail/core_limit_check.hpp>
 #include <npurt/device.hpp>
 #include <npurt/impl/caching_allocator.ipp>  // format_size, shared with the pool's OOM message
 
@@ -170,6 +171,49 @@ NPURT_DECL void device::free(void* p) {
   if (!why.empty()) throw_error_on(id_, ec, "npurt::device::free: " + why);
   if (ec == errc::invalid_pointer) throw_error_on(id_, ec, "npurt::device::free: " + rt_->memory().why_not_live(p));
   throw_if_on(id_, ec, "npurt::device::free");
+}
+
+NPURT_DECL void device::set_core_limit(core_kind kind, std::uint32_t cores, std::error_code& ec, std::string& why) {
+  if ((ec = rt_->check_thread())) return;
+  why = detail::core_limit_problem(properties(), kind, cores);
+  if (!why.empty()) {
+    ec = make_error_code(errc::invalid_argument);
+    return;
+  }
+  core_limits l = rt_->device_core_limits(id_);
+  (kind == core_kind::cube ? l.cube : l.vector) = cores;
+  rt_->set_device_core_limits(id_, l);
+}
+
+NPURT_DECL void device::set_core_limit(core_kind kind, std::uint32_t cores, std::error_code& ec) {
+  std::string why;
+  set_core_limit(kind, cores, ec, why);
+}
+
+NPURT_DECL void device::set_core_limit(core_kind kind, std::uint32_t cores) {
+  std::error_code ec;
+  std::string why;
+  set_core_limit(kind, cores, ec, why);
+  if (!why.empty()) throw_error_on(id_, ec, "npurt::device::set_core_limit: " + why);
+  throw_if_on(id_, ec, "npurt::device::set_core_limit");
+}
+
+NPURT_DECL void device::reset_core_limits(std::error_code& ec) {
+  if ((ec = rt_->check_thread())) return;
+  rt_->set_device_core_limits(id_, {});
+}
+
+NPURT_DECL void device::reset_core_limits() {
+  std::error_code ec;
+  reset_core_limits(ec);
+  throw_if_on(id_, ec, "npurt::device::reset_core_limits");
+}
+
+NPURT_DECL std::uint32_t device::core_limit(core_kind kind) const {
+  if (const std::error_code ec = rt_->check_thread()) throw_error_on(id_, ec, "npurt::device::core_limit");
+  const core_limits l = rt_->device_core_limits(id_);
+  const std::uint32_t v = kind == core_kind::vector ? l.vector : l.cube;
+  return v != 0 ? v : core_count(properties(), kind);
 }
 
 NPURT_DECL memory_usage_report device::memory_usage() {

@@ -116,6 +116,7 @@ NPURT_DECL std::uint32_t scheduler::create_stream(device_id dev, int priority, s
   s->priority = static_cast<std::uint8_t>(std::clamp(priority, 0, 7));  // out of range clamps, as in CANN
   s->flags = flags;
   s->host_cursor = now();
+  s->limits = device_core_limits(dev);
   streams_.push_back(std::move(s));
   const auto& st = *streams_.back();
   if (parts_.trace_) parts_.trace_->on_stream_created(dev, st.id, st.priority);
@@ -456,6 +457,7 @@ NPURT_DECL void scheduler::fill_running(stream_state& s, task* t) {
   r.name = t->name;
   r.kernel = t->kernel();
   r.block_dim = t->block_dim;
+  r.limits = s.limits;
   r.rec = t;
   r.seq = s.completed + 1;
   // Only a failed task leaves an error or an exception behind (nothing stores a zero error of
@@ -581,6 +583,20 @@ NPURT_DECL void scheduler::finish_task(stream_state& s, task* t) {
     recheck_value_waits();
   if (s.head) try_start(s);
   else if (s.destroyed && s.waiters.empty()) free_stream(s.id);
+}
+
+NPURT_DECL void scheduler::set_device_core_limits(device_id dev, core_limits l) {
+  const auto d = static_cast<std::size_t>(dev);
+  if (device_limits_.size() <= d) device_limits_.resize(d + 1);
+  device_limits_[d] = l;
+  for (auto& sp : streams_)
+    if (sp && sp->device == dev) set_stream_core_limits(*sp, sp->own_limits);
+}
+
+NPURT_DECL void scheduler::set_stream_core_limits(stream_state& s, core_limits own) noexcept {
+  s.own_limits = own;
+  const core_limits d = device_core_limits(s.device);
+  s.limits = {own.cube != 0 ? own.cube : d.cube, own.vector != 0 ? own.vector : d.vector};
 }
 
 NPURT_DECL std::optional<std::uint64_t> scheduler::read_word(device_id dev, const void* p) {
@@ -849,6 +865,7 @@ NPURT_DECL void scheduler::abort_device(device_id dev) {
     s.sticky = {};
   }
   device_failures_[static_cast<std::size_t>(dev)] = {};
+  if (static_cast<std::size_t>(dev) < device_limits_.size()) device_limits_[static_cast<std::size_t>(dev)] = {};
   std::erase_if(released_failures_, [dev](const auto& kv) { return kv.second.first == dev; });
   for (op_base* w : waiters) w->complete(aborted);
   // Whoever waited on a position of these streams hears that it will never come.

@@ -1,6 +1,7 @@
 // npurt/impl/stream.ipp
 #pragma once
 
+#include <npurt/detail/core_limit_check.hpp>
 #include <npurt/stream.hpp>
 #include <npurt/stream_graph.hpp>
 
@@ -425,6 +426,50 @@ NPURT_DECL detail::task* stream::make_callback(std::function<void()> fn, std::er
   rt_->extra(t).callback = rt_->own_callback(std::move(fn));
   t->name = "host_callback";
   return t;
+}
+
+NPURT_DECL void stream::set_core_limit(core_kind kind, std::uint32_t cores, std::error_code& ec, std::string& why) {
+  auto* s = state(ec);
+  if (!s) return;
+  why = detail::core_limit_problem(rt_->backend().properties(s->device), kind, cores);
+  if (!why.empty()) {
+    ec = make_error_code(errc::invalid_argument);
+    return;
+  }
+  core_limits own = s->own_limits;
+  (kind == core_kind::cube ? own.cube : own.vector) = cores;
+  rt_->set_stream_core_limits(*s, own);
+}
+
+NPURT_DECL void stream::set_core_limit(core_kind kind, std::uint32_t cores, std::error_code& ec) {
+  std::string why;
+  set_core_limit(kind, cores, ec, why);
+  if (ec) note_refusal("npurt::stream::set_core_limit", ec, why);
+}
+
+NPURT_DECL void stream::set_core_limit(core_kind kind, std::uint32_t cores) {
+  std::error_code ec;
+  std::string why;
+  set_core_limit(kind, cores, ec, why);
+  if (ec) throw_error_on(device_or_none(), ec, refusal("npurt::stream::set_core_limit", ec, why));
+}
+
+NPURT_DECL void stream::reset_core_limits(std::error_code& ec) {
+  if (auto* s = state(ec)) rt_->set_stream_core_limits(*s, {});
+}
+
+NPURT_DECL void stream::reset_core_limits() {
+  std::error_code ec;
+  reset_core_limits(ec);
+  if (ec) throw_error_on(device_or_none(), ec, refusal("npurt::stream::reset_core_limits", ec, {}));
+}
+
+NPURT_DECL std::uint32_t stream::core_limit(core_kind kind) const {
+  std::error_code ec;
+  auto* s = state(ec);
+  throw_if(ec, "npurt::stream::core_limit");
+  const std::uint32_t v = kind == core_kind::vector ? s->limits.vector : s->limits.cube;
+  return v != 0 ? v : core_count(rt_->backend().properties(s->device), kind);
 }
 
 NPURT_DECL detail::task* stream::make_value_task(task_kind kind, const void* addr, std::uint64_t value,

@@ -244,6 +244,8 @@ class device_model {
   std::uint32_t engine_of(const task_info& t) const;
   [[gnu::noinline]] void submit_other(task_info& t);
   void enqueue(task_info& t, std::uint32_t e, std::uint32_t need);
+  /// `need` cores of engine `e`, capped by the kernel's core limits (task_info::limits).
+  [[gnu::cold]] std::uint32_t limited_need(const task_info& t, std::uint32_t e, std::uint32_t need) const;
   [[gnu::noinline]] void wait(task_info& t, std::uint32_t e, std::uint32_t need);
   void dispatch(std::uint32_t e);
   void drop_job(std::uint32_t slot, sim_time now);  // forgets a running job (abort, cancel)
