@@ -403,10 +403,11 @@ class stream {
   /// An error_code form's refusal: the words its throwing form raises go to the system's
   /// recent_error_message (aclGetRecentErrMsg), as an async form's do. Only on the refusal path.
   NPURT_DECL void note_refusal(std::string_view call, std::error_code ec, std::string_view why) const;
-  /// The work of the task-group calls (`op`: 0 begin_task_group, 1 end_task_group, 2
-  /// begin_task_update of `g`, 3 end_task_update): the group a successful end_task_group ended,
-  /// or 0; a refusal's code in `ec` and its words in `words`.
-  NPURT_DECL std::uint64_t task_group_call(int op, const task_group* g, std::error_code& ec, std::string& words);
+  /// The four task-group calls, which share task_group_call.
+  enum class group_op : std::uint8_t { begin_group, end_group, begin_update, end_update };
+  /// The work of a task-group call (`g`: begin_update's group): the group a successful
+  /// end_group ended, or 0; a refusal's code in `ec` and its words in `words`.
+  NPURT_DECL std::uint64_t task_group_call(group_op op, const task_group* g, std::error_code& ec, std::string& words);
   /// record(e, ec) without the words of a refusal (the throwing form builds its own).
   NPURT_DECL void record_event(const event& e, std::error_code& ec);
   NPURT_DECL detail::task* make_callback(std::function<void()> fn, std::error_code& ec);

@@ -234,16 +234,18 @@ NPURT_DECL std::vector<std::size_t> task_group::nodes() const {
 
 NPURT_DECL std::size_t task_group::size() const { return nodes().size(); }
 
-NPURT_DECL std::uint64_t stream::task_group_call(int op, const task_group* g, std::error_code& ec, std::string& words) {
+NPURT_DECL std::uint64_t stream::task_group_call(group_op op, const task_group* g, std::error_code& ec,
+                                                 std::string& words) {
   static constexpr std::string_view calls[] = {"npurt::stream::begin_task_group", "npurt::stream::end_task_group",
                                                "npurt::stream::begin_task_update", "npurt::stream::end_task_update"};
+  const std::string_view call = calls[static_cast<std::size_t>(op)];
   std::string why;
   std::uint64_t group = 0;
   if (detail::stream_state* s = state(ec)) {
     switch (op) {
-      case 0: rt_->begin_task_group(*s, ec, why); break;
-      case 1: group = rt_->end_task_group(*s, ec, why); break;
-      case 2:
+      case group_op::begin_group: rt_->begin_task_group(*s, ec, why); break;
+      case group_op::end_group: group = rt_->end_task_group(*s, ec, why); break;
+      case group_op::begin_update:
         if (!g->rt_ || g->rt_ != rt_) {
           ec = make_error_code(errc::invalid_graph);
           why = g->rt_ ? "the task group belongs to another npurt::system"
@@ -252,38 +254,39 @@ NPURT_DECL std::uint64_t stream::task_group_call(int op, const task_group* g, st
           rt_->begin_task_update(*s, g->id_, ec, why);
         }
         break;
-      default: rt_->end_task_update(*s, ec, why); break;
+      case group_op::end_update: rt_->end_task_update(*s, ec, why); break;
     }
   }
   if (ec == errc::capture_invalidated)
-    words = std::string(calls[op]) + ": the update was invalidated by " + why;  // the call that broke it
-  else if (ec) words = refusal(calls[op], ec, why);
+    words = std::string(call) + ": the update was invalidated by " + why;  // the call that broke it
+  else if (ec) words = refusal(call, ec, why);
   return group;
 }
 
 namespace detail {
-/// The error_code form of a task-group call: the words go to recent_error_message.
+/// The error_code form of a task-group call: the words go to recent_error_message (note_refusal
+/// leaves another thread's refusal to its caller).
 inline void note_task_group_refusal(runtime* rt, std::int32_t device, const std::string& words, std::error_code ec) {
-  if (ec && rt && !rt->wrong_thread()) (void)note_refusal(*rt, device, words, ec, {});
+  if (ec && rt) (void)note_refusal(*rt, device, words, ec, {});
 }
 }  // namespace detail
 
 NPURT_DECL void stream::begin_task_group(std::error_code& ec) {
   std::string words;
-  task_group_call(0, nullptr, ec, words);
+  task_group_call(group_op::begin_group, nullptr, ec, words);
   detail::note_task_group_refusal(rt_, device_or_none(), words, ec);
 }
 
 NPURT_DECL void stream::begin_task_group() {
   std::error_code ec;
   std::string words;
-  task_group_call(0, nullptr, ec, words);
+  task_group_call(group_op::begin_group, nullptr, ec, words);
   if (ec) throw_error_on(device_or_none(), ec, words);
 }
 
 NPURT_DECL task_group stream::end_task_group(std::error_code& ec) {
   std::string words;
-  const std::uint64_t id = task_group_call(1, nullptr, ec, words);
+  const std::uint64_t id = task_group_call(group_op::end_group, nullptr, ec, words);
   detail::note_task_group_refusal(rt_, device_or_none(), words, ec);
   return ec ? task_group{} : task_group(*rt_, id);
 }
@@ -291,34 +294,34 @@ NPURT_DECL task_group stream::end_task_group(std::error_code& ec) {
 NPURT_DECL task_group stream::end_task_group() {
   std::error_code ec;
   std::string words;
-  const std::uint64_t id = task_group_call(1, nullptr, ec, words);
+  const std::uint64_t id = task_group_call(group_op::end_group, nullptr, ec, words);
   if (ec) throw_error_on(device_or_none(), ec, words);
   return task_group(*rt_, id);
 }
 
 NPURT_DECL void stream::begin_task_update(const task_group& g, std::error_code& ec) {
   std::string words;
-  task_group_call(2, &g, ec, words);
+  task_group_call(group_op::begin_update, &g, ec, words);
   detail::note_task_group_refusal(rt_, device_or_none(), words, ec);
 }
 
 NPURT_DECL void stream::begin_task_update(const task_group& g) {
   std::error_code ec;
   std::string words;
-  task_group_call(2, &g, ec, words);
+  task_group_call(group_op::begin_update, &g, ec, words);
   if (ec) throw_error_on(device_or_none(), ec, words);
 }
 
 NPURT_DECL void stream::end_task_update(std::error_code& ec) {
   std::string words;
-  task_group_call(3, nullptr, ec, words);
+  task_group_call(group_op::end_update, nullptr, ec, words);
   detail::note_task_group_refusal(rt_, device_or_none(), words, ec);
 }
 
 NPURT_DECL void stream::end_task_update() {
   std::error_code ec;
   std::string words;
-  task_group_call(3, nullptr, ec, words);
+  task_group_call(group_op::end_update, nullptr, ec, words);
   if (ec) throw_error_on(device_or_none(), ec, words);
 }
 
