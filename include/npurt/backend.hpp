@@ -18,7 +18,8 @@
 namespace npurt {
 
 class observer;
-struct collective_desc;  // collective_types.hpp
+struct collective_desc;         // collective_types.hpp
+struct collective_comm_state;  // collective_types.hpp
 
 using device_id = std::int32_t;
 

@@ -148,6 +148,13 @@ class device {
   /// (errc::not_supported: the reported task is among the work the reset drops).
   NPURT_DECL void reset();
   NPURT_DECL void reset(std::error_code& ec);
+  /// aclrtDeviceTaskAbort: stream::abort on every stream of the device that is not capturing
+  /// (a graph's branches included), without waiting. Memory, streams and events stay valid, and
+  /// the streams go on with what is enqueued after; dropped work completes its awaiting callers
+  /// with errc::operation_aborted. errc::wrong_thread from another thread, errc::not_supported
+  /// from an observer's report (as reset).
+  NPURT_DECL void abort_tasks();
+  NPURT_DECL void abort_tasks(std::error_code& ec);
   /// How many resets this device has had (reset() calls that went ahead): what a holder of its
   /// memory compares to tell that the memory went with a reset (tensor::storage_lost).
   [[nodiscard]] std::uint64_t reset_count() const noexcept { return resets_; }

@@ -106,6 +106,29 @@ class simple_backend final : public backend {
     }
   }
 
+  /// Ends one task (stream::abort): a running one frees its engine for the next in line, a
+  /// queued one leaves the line.
+  bool cancel(task_info& t) override {
+    const auto dev = static_cast<std::size_t>(t.device);
+    if (t.kind == task_kind::collective || t.device < 0 || dev * engine_count >= engines_.size()) return false;
+    engine& e = engines_[dev * engine_count + static_cast<std::size_t>(t.engine)];
+    if (e.running == &t) {
+      e.running = nullptr;
+      e.busy = false;
+      ++e.generation;  // its end timer finds nothing to finish
+      if (!e.ready.empty()) idle(e);
+      return true;
+    }
+    std::vector<task_info*> keep;
+    bool found = false;
+    for (; !e.ready.empty(); e.ready.pop()) {
+      if (e.ready.top() == &t) found = true;
+      else keep.push_back(e.ready.top());
+    }
+    for (task_info* x : keep) e.ready.push(x);
+    return found;
+  }
+
   void abort(device_id dev) override {
     for (std::size_t i = 0; i < engine_count; ++i) {
       engine& e = engines_[static_cast<std::size_t>(dev) * engine_count + i];

@@ -121,6 +121,12 @@ inline constexpr std::string_view awaited_in_capture =
 inline constexpr std::string_view sync_in_capture =
     "its captured work runs only when the graph is launched, so there is nothing to wait for or ask about until "
     "end_capture";
+inline constexpr std::string_view abort_in_capture =
+    "a capturing stream's work is the graph's nodes, which run only when the graph is launched: there is nothing "
+    "to abort (end_capture, then abort the stream the graph runs on)";
+inline constexpr std::string_view abort_in_report =
+    "called from an observer's report, which the abort would pull the reported work from under: abort from a "
+    "host callback, a coroutine or after run() returns";
 inline constexpr std::string_view capture_dependency_words =
     "a captured wait may only wait for a record of a user event made earlier in the same capture, and this event's "
     "record (or a launch's event) is outside it";
@@ -350,6 +356,19 @@ class stream {
   NPURT_DECL void synchronize(std::optional<picoseconds> timeout, std::error_code& ec);
   /// synchronize(no_timeout, ec): the error_code form without a timeout.
   void synchronize(std::error_code& ec) { synchronize(no_timeout, ec); }
+
+  /// aclrtStreamAbort: drops the stream's work not yet done, without waiting for it, and the
+  /// stream goes on with what is enqueued after. Queued tasks never run; the running one stops
+  /// at this instant when the backend can take it back (the simulator stops kernels, copies and
+  /// memsets; a collective, whose peers hold their parts, runs to its end, and its
+  /// communicator is broken when a later call of it was dropped). Dropped work completes its
+  /// awaiting callers with errc::operation_aborted, and so do events recorded there and waits
+  /// on them (other streams' waits fail); it is no failure of the stream, which keeps the
+  /// failures read or unread before the call. Refused: errc::invalid_stream, errc::wrong_thread,
+  /// errc::stream_captured on a capturing stream (the capture is invalidated), and
+  /// errc::not_supported from an observer's report (as device::reset).
+  NPURT_DECL void abort();
+  NPURT_DECL void abort(std::error_code& ec);
 
  private:
   friend struct detail::stream_access;

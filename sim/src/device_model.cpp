@@ -428,7 +428,22 @@ bool device_model::cancel(task_info& t) {
     }
     return true;
   }
-  return false;  // not running (queued or unknown): nothing to end
+  // Still in line for its engine, or arrived at this instant and not yet placed: it leaves
+  // the line, and what waited behind it may start.
+  for (std::uint32_t e = 0; e < engines_.size(); ++e) {
+    const std::size_t n = engines_[e].heap.erase_if([&t](const queued& q) { return q.task == &t; });
+    if (n == 0) continue;
+    in_flight_ -= n;
+    if (buffered_) defer(nullptr, e, 0);
+    else dispatch(e);
+    return true;
+  }
+  const auto p = std::find_if(pending_.begin(), pending_.end(), [&t](const pending& x) { return x.task == &t; });
+  if (p == pending_.end()) return false;  // unknown: nothing to end
+  engines_[p->engine].pending_need -= p->need;
+  pending_.erase(p);
+  --in_flight_;
+  return true;
 }
 
 void device_model::abort(device_id dev) {

@@ -597,6 +597,22 @@ void fault_backend::fail_peer_collectives(device_id dev) {
   for (std::uint64_t c : comms) inner_->abort_collectives(c);
 }
 
+bool fault_backend::cancel(task_info& t) {
+  if (t.kind == task_kind::collective) return false;  // its ranks' fates are decided together
+  if (auto h = held_.find(t.id); h != held_.end()) {
+    if (h->second.timed) host_->cancel_timer(h->second.ticket);
+    held_.erase(h);
+    fail_with_.erase(t.id);
+    return true;
+  }
+  const auto it = inflight_.find(t.id);
+  if (it == inflight_.end() || !inner_->cancel(t)) return false;
+  inflight_.erase(it);
+  fail_with_.erase(t.id);
+  unwatch(t);
+  return true;
+}
+
 void fault_backend::abort(device_id dev) {
   // Forget the device's held and in-flight tasks without completing them, as the wrapped
   // backend forgets its own: the runtime drops the records.

@@ -288,8 +288,15 @@ void step(world& w, input& in) {
       }
       break;
     }
-    case 9: {  // device reset
-      if (npurt::device* d = w.sys->find_device(in.byte() % 4, ec)) d->reset(ec);
+    case 9: {  // device reset, or a stream's abort
+      if (in.byte() % 2) {
+        if (npurt::device* d = w.sys->find_device(in.byte() % 4, ec)) d->reset(ec);
+      } else if (auto* s = any_stream(w, in)) {
+        s->abort(ec);
+        // The simple backend can stop any task: nothing of the stream is left pending.
+        std::error_code q;
+        if (!ec && !s->query(q) && !q) __builtin_trap();
+      }
       check(ec);
       break;
     }

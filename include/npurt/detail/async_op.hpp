@@ -460,7 +460,8 @@ struct sticky_op final : op_base {
     };
     if (upto != 0) {
       const failure* f = rt->peek_stream_failure(stream);
-      if (!f || f->seq > upto) return {};
+      if (!f || f->seq > upto)
+        return rt->position_aborted(stream, upto) ? make_error_code(errc::operation_aborted) : std::error_code{};
       if (thrown) [[unlikely]]
         *thrown = failure_exception(*f, "npurt::event::async_wait: " + f->describe());
       return report(*f);

@@ -290,10 +290,14 @@ struct stream_state {
   bool stopped = false;            // stop_on_failure and a failure not yet read
   std::uint64_t enqueued = 0;      // seq of the last enqueued task
   std::uint64_t completed = 0;     // seq of the last completed task
-  // Positions (aborted_from, aborted_to] a device reset dropped: they count as reached, but a
-  // wait on one fails with errc::operation_aborted rather than pass as if its work had run.
-  std::uint64_t aborted_from = 0;
-  std::uint64_t aborted_to = 0;
+  // When the task at position skip_at completes, the stream has reached skip_to: an abort
+  // dropped the positions after it while the backend could not take it back (0: none).
+  std::uint64_t skip_at = 0;
+  std::uint64_t skip_to = 0;
+  // Ranges of positions (from, to] a device reset or an abort dropped, oldest first: they
+  // count as reached, but a wait on one fails with errc::operation_aborted rather than pass as
+  // if its work had run.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> aborted;
   sim_time host_cursor{};          // host lane time of this stream's enqueues
   core_limits limits{};            // in force: its own where set, else its device's
   core_limits own_limits{};        // set on the stream itself (0: its device's)
@@ -457,6 +461,21 @@ class scheduler {
   /// aclrtResetDevice: every pending task of the device is dropped (its waiter completes with
   /// errc::operation_aborted), without waiting for it.
   NPURT_DECL void abort_device(device_id dev);
+  /// aclrtStreamAbort: the stream's tasks not yet started are dropped, and its running task
+  /// too when the backend can take it back (else it runs to its end); their waiters complete
+  /// with errc::operation_aborted. The stream goes on with the work enqueued after.
+  NPURT_DECL void abort_stream(stream_state& s);
+  /// aclrtDeviceTaskAbort: abort_stream for every stream of the device that is not capturing,
+  /// in stream order (a graph's own streams among them); drained streams whose handle is gone
+  /// are freed.
+  NPURT_DECL void abort_device_tasks(device_id dev);
+  /// The stream's waiters on positions after `from`, which an abort dropped, hear
+  /// errc::operation_aborted.
+  NPURT_DECL void abort_waiters_after(stream_state& s, std::uint64_t from);
+  /// The kept task of an abort completed: the stream reaches the positions dropped behind it.
+  [[gnu::cold]] NPURT_DECL void end_skip(stream_state& s);
+  /// Whether the stream has work it cannot drop (a running task the backend cannot take back).
+  [[nodiscard]] bool abort_pending(const stream_state& s) const noexcept { return s.skip_at != 0; }
 
   // --- events ---
   NPURT_DECL std::uint64_t create_event(device_id dev, bool wait_for_record = false);
@@ -474,6 +493,9 @@ class scheduler {
   [[nodiscard]] NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> device_positions(device_id dev) const;
   /// Device reset: streams and events of the device stop working (handles report invalid).
   NPURT_DECL void invalidate_device(device_id dev) noexcept;
+  /// A communicator whose call numbers no longer line up (a call of it was dropped): its queued
+  /// calls fail at once and later calls at the call, with `reason`.
+  NPURT_DECL void break_communicator(collective_comm_state& comm, const std::string& reason);
   /// Whether the stream's device was reset while the stream existed: its task events then stand
   /// for work that may have been aborted, not completed.
   [[nodiscard]] bool stream_was_reset(std::uint32_t id) const noexcept {
@@ -569,6 +591,13 @@ class scheduler {
   /// memory is gone. Functional mode reads the memory; timing-only mode, whose memory holds no
   /// data, keeps the words value writes stored (0 where none did).
   [[nodiscard]] NPURT_DECL std::optional<std::uint64_t> read_word(device_id dev, const void* p);
+  /// Where that word lives: the memory's bytes (functional mode) or the word kept for it
+  /// (timing-only mode); both null when the memory is gone.
+  struct word_ref {
+    std::byte* bytes = nullptr;
+    std::uint64_t* kept = nullptr;
+  };
+  [[nodiscard]] NPURT_DECL word_ref word_at(device_id dev, const void* p);
 
   // --- event-wait timeout (aclrtSetOpWaitTimeout) ---
   /// The limit of a user event wait enqueued from now on (0: none, the default).

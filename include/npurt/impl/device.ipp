@@ -369,4 +369,24 @@ NPURT_DECL void device::reset() {
   throw_if_on(id_, ec, "npurt::device::reset");
 }
 
+NPURT_DECL void device::abort_tasks(std::error_code& ec) {
+  ec.clear();
+  if ((ec = rt_->check_thread())) return;
+  if (rt_->in_report()) {
+    ec = make_error_code(errc::not_supported);
+    (void)detail::note_refusal(
+        *rt_, id_, std::string("npurt::device::abort_tasks: ") + std::string(detail::abort_in_report), ec, {});
+    return;
+  }
+  rt_->abort_device_tasks(id_);
+}
+
+NPURT_DECL void device::abort_tasks() {
+  std::error_code ec;
+  abort_tasks(ec);
+  if (ec == errc::not_supported)
+    throw_error_on(id_, ec, std::string("npurt::device::abort_tasks: ") + std::string(detail::abort_in_report));
+  throw_if_on(id_, ec, "npurt::device::abort_tasks");
+}
+
 }  // namespace npurt

@@ -111,6 +111,10 @@ NPURT_DECL bool event::query(std::error_code& ec) const noexcept {
     ec = f->ec;
     return false;
   }
+  if (rt_->position_aborted(s, q)) [[unlikely]] {
+    ec = make_error_code(errc::operation_aborted);  // dropped by an abort: it never ran
+    return false;
+  }
   return rt_->position_reached(s, q);
 }
 
@@ -129,6 +133,8 @@ NPURT_DECL bool event::query() const {
   if (ec && ec != errc::wrong_thread && position(s, q, pos_ec))
     if (const detail::failure* f = detail::failure_before(*rt_, s, q))
       detail::throw_failure(*f, "npurt::event::query: " + f->describe());
+  if (ec == errc::operation_aborted)
+    throw_error_on(device_or_none(), ec, "npurt::event::query: " + wait_problem(ec, {}));
   throw_if(ec, "npurt::event::query");
   return r;
 }
@@ -145,12 +151,16 @@ NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout, std::erro
   if (ec) return;
   rt.device_synchronized(device_or_none(), /*all_streams=*/false);
   if (const detail::failure* f = detail::failure_before(rt, s, q)) ec = f->ec;
+  else if (rt.position_aborted(s, q)) ec = make_error_code(errc::operation_aborted);
 }
 
 NPURT_DECL std::string event::wait_problem(std::error_code ec, std::optional<picoseconds> timeout) const {
   if (ec == errc::invalid_argument && timeout && timeout->count() < 0) return detail::timeout_problem(*timeout);
   if (ec == errc::event_not_recorded)
     return "the event was never recorded: a host wait waits for its latest record, so record it on a stream first";
+  if (ec == errc::operation_aborted)
+    return "the work the event stands for was dropped by an abort of its stream (stream::abort) or a reset of "
+           "its device, and never ran";
   if (ec != errc::invalid_event) return {};
   if (!rt_)
     return "the event is null (default-constructed, moved from, or it outlived its system): make one with "
@@ -178,7 +188,8 @@ NPURT_DECL void event::synchronize(std::optional<picoseconds> timeout) const {
 NPURT_DECL std::optional<sim_time> event::completion_time() const noexcept {
   if (!rt_ || id_ == 0) return std::nullopt;
   const detail::event_state* st = rt_->find_event(id_);
-  if (!st || !st->has_time || !rt_->position_reached(st->stream, st->seq)) return std::nullopt;
+  if (!st || !st->has_time || !rt_->position_reached(st->stream, st->seq) || rt_->position_aborted(st->stream, st->seq))
+    return std::nullopt;
   return st->time;
 }
 

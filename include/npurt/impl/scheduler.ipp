@@ -162,8 +162,11 @@ NPURT_DECL bool scheduler::position_reached(std::uint32_t stream, std::uint64_t 
 
 NPURT_DECL bool scheduler::position_aborted(std::uint32_t stream, std::uint64_t seq) const noexcept {
   if (stream >= streams_.size() || !streams_[stream]) return false;
-  const stream_state& s = *streams_[stream];
-  return seq > s.aborted_from && seq <= s.aborted_to;
+  const auto& ranges = streams_[stream]->aborted;
+  // The first range that ends at or after seq is the only one that may hold it.
+  const auto it =
+      std::lower_bound(ranges.begin(), ranges.end(), seq, [](const auto& r, std::uint64_t x) { return r.second < x; });
+  return it != ranges.end() && seq > it->first;
 }
 
 namespace sched_detail {
@@ -342,7 +345,11 @@ NPURT_DECL void scheduler::on_wait_satisfied(void* self, void* ctx, std::error_c
   auto* sched = static_cast<scheduler*>(self);
   sched->disarm_wait_timer(t);
   t->blocked = false;
-  if (ec) sched->find_stream(t->stream)->run.error = ec;
+  // A pool's reuse wait (neither an event nor a task's) only needs the memory's last users
+  // gone: work an abort dropped is.
+  const task_side& x = *t->extra;
+  const bool pool_wait = x.event_id == 0 && x.record_task == 0;
+  if (ec && !(pool_wait && ec == errc::operation_aborted)) sched->find_stream(t->stream)->run.error = ec;
   // Through the now-queue rather than directly: long chains of waits must not recurse.
   sched->done_now(t);
 }
@@ -395,9 +402,13 @@ NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
         x.target_stream = e->stream;
         x.target_seq = e->seq;
       }
-      if (position_aborted(x.target_stream, x.target_seq)) {
-        // The record it waits for was dropped by a device reset: the wait cannot be met, and a
-        // fire-and-forget wait would otherwise let the work after it run as if it had been.
+      // A pool's reuse wait (neither an event nor a task's) only needs the memory's last users
+      // gone, which dropped work is, once the position counts as reached.
+      const bool pool_wait = x.event_id == 0 && x.record_task == 0;
+      if (!pool_wait && position_aborted(x.target_stream, x.target_seq)) {
+        // The record it waits for was dropped by a device reset or an abort: the wait cannot be
+        // met, and a fire-and-forget wait would otherwise let the work after it run as if it
+        // had been.
         r.error = make_error_code(errc::operation_aborted);
         done_now(t);
         return;
@@ -559,6 +570,8 @@ NPURT_DECL void scheduler::finish_task(stream_state& s, task* t) {
     }
   }
   s.completed = r.seq;
+  if (r.seq == s.skip_at) [[unlikely]]
+    end_skip(s);  // the positions an abort dropped behind this task
   s.head = t->next;
   if (!s.head) s.tail = nullptr;
   s.head_started = false;
@@ -599,17 +612,20 @@ NPURT_DECL void scheduler::set_stream_core_limits(stream_state& s, core_limits o
   s.limits = {own.cube != 0 ? own.cube : d.cube, own.vector != 0 ? own.vector : d.vector};
 }
 
+NPURT_DECL scheduler::word_ref scheduler::word_at(device_id dev, const void* p) {
+  if (!parts_.memory_.find_allocation(p)) return {};
+  if (!parts_.backend_->functional())
+    return {nullptr, &value_words_.try_emplace({dev, reinterpret_cast<std::uint64_t>(p)}, 0).first->second};
+  return {parts_.memory_.translate(dev, p, sizeof(std::uint64_t)), nullptr};
+}
+
 NPURT_DECL std::optional<std::uint64_t> scheduler::read_word(device_id dev, const void* p) {
-  if (!parts_.memory_.find_allocation(p)) return std::nullopt;
-  if (!parts_.backend_->functional()) {
-    const auto it = value_words_.find({dev, reinterpret_cast<std::uint64_t>(p)});
-    return it == value_words_.end() ? 0 : it->second;
-  }
-  const std::byte* b = parts_.memory_.translate(dev, p, sizeof(std::uint64_t));
-  if (!b) return std::nullopt;
-  std::uint64_t w = 0;
-  std::memcpy(&w, b, sizeof w);
-  return w;
+  const word_ref w = word_at(dev, p);
+  if (w.kept) return *w.kept;
+  if (!w.bytes) return std::nullopt;
+  std::uint64_t v = 0;
+  std::memcpy(&v, w.bytes, sizeof v);
+  return v;
 }
 
 NPURT_DECL void scheduler::start_value_task(stream_state& s, task* t) {
@@ -628,20 +644,11 @@ NPURT_DECL bool scheduler::run_value_task(stream_state& s, task* t) {
   const task_side& x = *t->extra;
   const device_id dev = x.copy.dst_device;
   if (t->kind == task_kind::value_write) {
-    std::byte* b = nullptr;
-    if (parts_.memory_.find_allocation(x.copy.dst)) {
-      if (!parts_.backend_->functional()) {
-        value_words_[{dev, reinterpret_cast<std::uint64_t>(x.copy.dst)}] = x.operand;
-        return true;
-      }
-      b = parts_.memory_.translate(dev, x.copy.dst, sizeof x.operand);
-    }
-    if (!b) {
-      fail_value_task(s, *t, "value write");  // freed while the write was queued
-      return false;
-    }
-    std::memcpy(b, &x.operand, sizeof x.operand);
-    return true;
+    const word_ref w = word_at(dev, x.copy.dst);
+    if (w.kept) *w.kept = x.operand;
+    else if (w.bytes) std::memcpy(w.bytes, &x.operand, sizeof x.operand);
+    else fail_value_task(s, *t, "value write");  // freed while the write was queued
+    return w.kept || w.bytes;
   }
   const std::optional<std::uint64_t> w = read_word(dev, x.copy.dst);
   if (!w) {
@@ -823,16 +830,9 @@ NPURT_DECL void scheduler::abort_device(device_id dev) {
           std::find(c->comm->devices.begin(), c->comm->devices.end(), dev) == c->comm->devices.end())
         continue;
       collective_comm_state& comm = *c->comm;
-      comm.aborted = true;
-      comm.abort_reason = "device " + std::to_string(dev) + " was reset with an operation of communicator '" +
-                          comm.name + "' (id " + std::to_string(comm.id) +
-                          ") in flight; make a new communicator (init_all)";
-      // HcclGetCommAsyncError is where a rank learns why its operations failed: the calls still
-      // queued behind other work fail only when they reach the engine, without passing through
-      // an operation that would record it there.
-      if (!comm.async_error) comm.async_error = make_error_code(errc::operation_aborted);
-      if (!comm.message.empty()) comm.message += "\n";
-      comm.message += comm.abort_reason;
+      break_communicator(comm, "device " + std::to_string(dev) + " was reset with an operation of communicator '" +
+                                   comm.name + "' (id " + std::to_string(comm.id) +
+                                   ") in flight; make a new communicator (init_all)");
     }
   }
   parts_.backend_->abort(dev);  // the backend lets go of every task of the device
@@ -857,11 +857,9 @@ NPURT_DECL void scheduler::abort_device(device_id dev) {
     }
     s.head = s.tail = nullptr;
     s.head_started = false;
-    if (s.enqueued > s.completed) {
-      s.aborted_from = s.completed;
-      s.aborted_to = s.enqueued;
-    }
+    if (s.enqueued > s.completed) s.aborted.emplace_back(s.completed, s.enqueued);
     s.completed = s.enqueued;
+    s.skip_at = s.skip_to = 0;
     s.sticky = {};
   }
   device_failures_[static_cast<std::size_t>(dev)] = {};
@@ -877,6 +875,114 @@ NPURT_DECL void scheduler::abort_device(device_id dev) {
   }
   for (auto& sp : streams_)
     if (sp && sp->device == dev && sp->destroyed && sp->waiters.empty()) sp.reset();
+}
+
+NPURT_DECL void scheduler::break_communicator(collective_comm_state& comm, const std::string& reason) {
+  comm.aborted = true;
+  comm.abort_reason = reason;
+  // HcclGetCommAsyncError is where a rank learns why its operations failed: the calls still
+  // queued behind other work fail only when they reach the engine, without passing through an
+  // operation that would record it there.
+  if (!comm.async_error) comm.async_error = make_error_code(errc::operation_aborted);
+  if (!comm.message.empty()) comm.message += "\n";
+  comm.message += comm.abort_reason;
+}
+
+NPURT_DECL void scheduler::abort_stream(stream_state& s) {
+  const std::error_code aborted = make_error_code(errc::operation_aborted);
+  std::vector<op_base*> waiters;
+  std::vector<std::uint64_t> broken;  // communicators a dropped call put out of step
+  task* keep = nullptr;               // the running task, when the backend cannot take it back
+  for (task* t = s.head; t;) {
+    task* next = t->next;
+    const bool started = t == s.head && s.head_started;
+    const bool backend_task = t->kind == task_kind::kernel || t->kind == task_kind::memcpy ||
+                              t->kind == task_kind::memset || t->kind == task_kind::collective;
+    bool orphan = false;
+    if (!started) {
+      // Out of the device's execution queue: the stream it held back may start now.
+      if (const std::uint32_t first = queue_.on_dispatch(s.device, s.priority, t->id); first != 0 && first != s.id)
+        parts_.clock_.call_at(now(), timer_action::member_value<&scheduler::wake_stream>(this, first));
+      // A dropped call leaves its peers' calls without a partner, and every later one out of
+      // step: the communicator is broken, as when a device is reset with a call in flight.
+      if (const collective_desc* c = t->collective(); c && c->comm && !c->comm->aborted) {
+        break_communicator(*c->comm, "stream " + std::to_string(s.id) +
+                                         " was aborted with an operation of "
+                                         "communicator '" +
+                                         c->comm->name + "' (id " + std::to_string(c->comm->id) +
+                                         ") queued; make a new communicator (init_all)");
+        broken.push_back(c->comm->id);
+      }
+    } else if (backend_task) {
+      // Dropped like the queued ones, and like a device reset's work it leaves no task in the
+      // timeline: whether it held its engine yet or still waited in line, only the backend knows.
+      if (!parts_.backend_->cancel(s.run)) {
+        keep = t;  // a collective its peers are part of, or a backend that cannot stop it
+        t = next;
+        continue;
+      }
+    } else if (t->blocked) {
+      detach_wait(t);  // an event or value wait not yet met
+    } else {
+      orphan = true;  // its completion is queued (a now-action, or a callback on the strand)
+    }
+    if (t->waiter) waiters.push_back(std::exchange(t->waiter, nullptr));
+    if (orphan) t->orphan = true;
+    else free_task(t);
+    t = next;
+  }
+  const std::uint64_t from = keep ? s.run.seq : s.completed;
+  if (s.enqueued > from) s.aborted.emplace_back(from, s.enqueued);
+  if (keep) {
+    keep->next = nullptr;
+    s.head = s.tail = keep;
+    if (s.enqueued > from) {
+      s.skip_at = from;
+      s.skip_to = s.enqueued;
+    }
+  } else {
+    s.head = s.tail = nullptr;
+    s.head_started = false;
+    s.completed = s.enqueued;
+  }
+  // The stream no longer waits for what its dropped waits waited for: the pool may not reuse
+  // memory here on their strength.
+  std::erase_if(s.waits_for, [&](const auto& w) { return !position_reached(w.first, w.second); });
+  for (op_base* w : waiters) w->complete(aborted);
+  // Whoever waited on a dropped position hears that it will never come: now, or once the kept
+  // task, which may still use what the dropped work would have, is done (end_skip).
+  if (!keep) abort_waiters_after(s, from);
+  // The peers' calls of a broken communicator, waiting at the engine for a partner that will
+  // never come, fail now (the running call kept above among them), as communicator::abort's.
+  for (const std::uint64_t id : broken) parts_.backend_->abort_collectives(id);
+}
+
+NPURT_DECL void scheduler::abort_waiters_after(stream_state& s, std::uint64_t from) {
+  std::vector<position_waiter> dropped;
+  for (auto it = s.waiters.upper_bound(from); it != s.waiters.end();) {
+    dropped.push_back(it->second);
+    it = s.waiters.erase(it);
+  }
+  for (const position_waiter& w : dropped) w.fn(w.self, w.ctx, make_error_code(errc::operation_aborted));
+}
+
+NPURT_DECL void scheduler::end_skip(stream_state& s) {
+  const std::uint64_t from = s.skip_at;
+  s.completed = s.skip_to;
+  s.skip_at = s.skip_to = 0;
+  abort_waiters_after(s, from);
+}
+
+NPURT_DECL void scheduler::abort_device_tasks(device_id dev) {
+  std::vector<std::uint32_t> ids;
+  for (const auto& sp : streams_)
+    if (sp && sp->device == dev && !sp->capture) ids.push_back(sp->id);
+  for (const std::uint32_t id : ids) {
+    stream_state* s = find_stream(id);
+    if (!s) continue;
+    abort_stream(*s);
+    if (s->destroyed && !s->head && s->waiters.empty()) free_stream(id);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -967,8 +1073,9 @@ NPURT_DECL void scheduler::invalidate_device(device_id dev) noexcept {
       drop_nodes(g.nodes, g.events);
       g.lost = true;
     }
-  // The reset takes the device's memory, the graphs' with it.
+  // The reset takes the device's memory, the graphs' with it, and the words value writes kept.
   std::erase_if(graph_memory_, [&](const auto& m) { return m.second.device == dev; });
+  std::erase_if(value_words_, [&](const auto& w) { return w.first.first == dev; });
   for (auto& sp : streams_)
     if (sp && sp->device == dev) sp->invalidated = true;
   for (auto& ep : events_)

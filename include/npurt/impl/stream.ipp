@@ -885,6 +885,38 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout) {
                               "co_await s.async_synchronize(asio::use_awaitable)");
 }
 
+NPURT_DECL void stream::abort(std::error_code& ec) {
+  auto* s = state(ec);
+  if (!s) {
+    note_refusal("npurt::stream::abort", ec, {});
+    return;
+  }
+  if (s->capture) [[unlikely]] {
+    ec = make_error_code(errc::stream_captured);
+    note_refusal("npurt::stream::abort", ec,
+                 refuse_in_capture(*s, "npurt::stream::abort", ec, detail::abort_in_capture));
+    return;
+  }
+  // An observer hears a task's end from inside the scheduler's bookkeeping of that task, which
+  // an abort would free under it, as a reset would.
+  if (rt_->in_report()) [[unlikely]] {
+    ec = make_error_code(errc::not_supported);
+    note_refusal("npurt::stream::abort", ec, detail::abort_in_report);
+    return;
+  }
+  rt_->abort_stream(*s);
+}
+
+NPURT_DECL void stream::abort() {
+  std::error_code ec;
+  abort(ec);
+  if (!ec) return;
+  const std::string_view why = ec == errc::stream_captured ? detail::abort_in_capture
+                               : ec == errc::not_supported ? detail::abort_in_report
+                                                           : std::string_view{};
+  throw_error_on(device_or_none(), ec, refusal("npurt::stream::abort", ec, why));
+}
+
 // --- capture ---------------------------------------------------------------------------------
 
 NPURT_DECL bool stream::recorded_in_capture(const event& e) const noexcept {

@@ -94,9 +94,9 @@ class device_model {
   /// it, frees the cores, channels and bandwidth they held, and lets others use them. The
   /// collectives `dev` takes part in fail on their other ranks.
   void abort(device_id dev);
-  /// Ends one running task (an op-execute watchdog) without completing it: frees its cores,
-  /// channel and bandwidth as abort() does. False when `t` is not running here (queued,
-  /// unknown, or a collective, whose engine ends it).
+  /// Ends one task (an op-execute watchdog, stream::abort) without completing it: a running one
+  /// frees its cores, channel and bandwidth as abort() does; a queued one leaves its engine's
+  /// line. False when `t` is unknown here or a collective, whose engine ends it.
   bool cancel(task_info& t);
   /// A peer transfer of a collective (t.kind == collective, t.copy says src, dst and bytes):
   /// runs on the link path_of() names, sharing it with copies and other transfers, and is

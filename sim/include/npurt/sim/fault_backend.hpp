@@ -64,6 +64,9 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   /// Device reset: also repairs the device (a lost device is healthy again, its silence and
   /// damaged memory are gone); a thermal throttle outlasts a reset.
   void abort(device_id dev) override;
+  /// Ends one task (stream::abort) as the wrapped backend can: a task this layer holds (to fail
+  /// it later) is dropped here, one in flight there goes with its watchdog.
+  bool cancel(task_info& t) override;
   [[nodiscard]] std::error_code admit_allocation(device_id dev, std::size_t bytes) override;
   [[nodiscard]] device_status status(device_id dev) const noexcept override;
 
