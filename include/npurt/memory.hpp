@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <string_view>
 #include <utility>
 
 namespace npurt {
@@ -40,6 +41,32 @@ using detail::allocation_strategy;
 using detail::allocator_stats;
 using detail::memory_snapshot;
 using detail::memory_usage_report;
+
+/// Where a pointer's memory is (cudaMemoryType, aclrtMemLocationType).
+enum class memory_type : std::uint8_t {
+  unregistered,  // host memory npurt did not allocate (pageable), or a null result
+  host_pinned,   // system::host_malloc, host_buffer
+  device,        // device::malloc, a pool's block
+};
+
+constexpr std::string_view to_string(memory_type t) noexcept {
+  switch (t) {
+    case memory_type::unregistered: return "unregistered";
+    case memory_type::host_pinned: return "host_pinned";
+    case memory_type::device: return "device";
+  }
+  return "unknown";
+}
+
+/// system::pointer_attributes (cudaPointerGetAttributes, aclrtPointerGetAttributes): what npurt
+/// knows of the memory a pointer points into.
+struct pointer_attributes {
+  memory_type type = memory_type::unregistered;
+  device_id device = -1;       // device memory's device; -1 for host memory
+  const void* base = nullptr;  // the start of the allocation holding the pointer (null: unregistered)
+  std::size_t bytes = 0;       // the bytes the allocation asked for
+  std::size_t offset = 0;      // the pointer's distance from base
+};
 
 /// Pool attributes with cudaMemPoolAttr's / aclrtMemPoolAttr's ids.
 enum class mem_pool_attr : int {

@@ -99,6 +99,16 @@ class system {
   NPURT_DECL void host_free(void* p);
   NPURT_DECL void host_free(void* p, std::error_code& ec) noexcept;
 
+  /// What npurt knows of the memory `p` points into (cudaPointerGetAttributes,
+  /// aclrtPointerGetAttributes): device memory (device::malloc, a pool's block) with its device,
+  /// pinned host memory, or host memory npurt did not allocate (memory_type::unregistered, no
+  /// error, as CUDA 11 answers). An interior pointer gives its allocation's base, size and the
+  /// offset. Refused: a null pointer (errc::null_pointer), a device address that is not live
+  /// memory of this system (errc::invalid_pointer, saying whether it was freed, never allocated,
+  /// cached in a pool or another system's), another thread (errc::wrong_thread).
+  [[nodiscard]] NPURT_DECL npurt::pointer_attributes pointer_attributes(const void* p) const;
+  [[nodiscard]] NPURT_DECL npurt::pointer_attributes pointer_attributes(const void* p, std::error_code& ec) const;
+
   /// The system's own profiler, created and attached on first use: `sys.profiler()
   /// .write_chrome_trace("trace.json")`. With NPURT_TRACE=PATH in the environment it exists from
   /// the start and writes PATH when the system is destroyed. Defined with the profiler: include

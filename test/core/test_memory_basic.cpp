@@ -5,6 +5,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -208,4 +209,48 @@ TEST_CASE("a timing-only backend stages no host bytes", "[core][memory][copy]") 
   s.synchronize();
   CHECK(sys.now() > before);  // the copy still costs its transfer
   dev.free(d);
+}
+
+TEST_CASE("pointer_attributes says where a pointer's memory is, as cudaPointerGetAttributes", "[memory][pointer]") {
+  npurt::system sys{simple(2)};
+  auto& d1 = sys.device(1);
+  auto* dev_mem = static_cast<std::byte*>(d1.malloc(100));
+  auto* pinned = static_cast<std::byte*>(sys.host_malloc(64));
+  int pageable = 0;
+  const npurt::pointer_attributes a = sys.pointer_attributes(dev_mem + 40);
+  CHECK(a.type == npurt::memory_type::device);
+  CHECK(a.device == 1);
+  CHECK(a.base == dev_mem);
+  CHECK(a.bytes == 100);
+  CHECK(a.offset == 40);
+  const npurt::pointer_attributes h = sys.pointer_attributes(pinned + 63);
+  CHECK(h.type == npurt::memory_type::host_pinned);
+  CHECK(h.device == -1);
+  CHECK(h.base == pinned);
+  CHECK(h.offset == 63);
+  const npurt::pointer_attributes u = sys.pointer_attributes(&pageable);
+  CHECK(u.type == npurt::memory_type::unregistered);
+  CHECK(u.base == nullptr);
+  CHECK(npurt::to_string(npurt::memory_type::host_pinned) == "host_pinned");
+  // A pool block is its own allocation, not the segment behind it.
+  auto s = sys.device(0).make_stream();
+  auto* block = static_cast<std::byte*>(sys.device(0).mem_pool().malloc_async(256, s));
+  const npurt::pointer_attributes b = sys.pointer_attributes(block + 8);
+  CHECK(b.type == npurt::memory_type::device);
+  CHECK(b.device == 0);
+  CHECK(b.base == block);
+  CHECK(b.bytes == 256);
+  // Refusals: null, and device memory that is no longer live (the words say freed).
+  std::error_code ec;
+  (void)sys.pointer_attributes(nullptr, ec);
+  CHECK(static_cast<npurt::errc>(ec.value()) == npurt::errc::null_pointer);
+  d1.free(dev_mem);
+  (void)sys.pointer_attributes(dev_mem, ec);
+  CHECK(static_cast<npurt::errc>(ec.value()) == npurt::errc::invalid_pointer);
+  CHECK(sys.recent_error_message().find("npurt::system::pointer_attributes: ") != std::string::npos);
+  CHECK(thrown_code([&] { (void)sys.pointer_attributes(dev_mem); }) == npurt::errc::invalid_pointer);
+  sys.host_free(pinned);
+  CHECK(sys.pointer_attributes(pinned).type == npurt::memory_type::unregistered);
+  sys.device(0).mem_pool().free_async(block, s);
+  s.synchronize();
 }

@@ -276,9 +276,21 @@ void step(world& w, input& in) {
       check_clock(w);
       break;
     }
-    case 8: {  // queries and elapsed times
+    case 8: {  // queries, elapsed times and pointer attributes
       if (auto* s = any_stream(w, in)) (void)s->query(ec);
       check(ec);
+      {
+        // Any pointer, at any offset: an answer holds it inside the allocation it names.
+        bool pageable = false;
+        auto* p = static_cast<const std::byte*>(!w.device_ptrs.empty() && in.byte() % 2 ? in.pick(w.device_ptrs).p
+                                                                                        : host_end(w, in, pageable));
+        if (p && in.byte() % 2) p += in.byte();
+        const npurt::pointer_attributes a = w.sys->pointer_attributes(p, ec);
+        check(ec);
+        if (!ec && a.type != npurt::memory_type::unregistered &&
+            (static_cast<const std::byte*>(a.base) + a.offset != p || a.offset >= a.bytes))
+          __builtin_trap();
+      }
       if (w.events.size() >= 2) {
         (void)in.pick(w.events).query(ec);
         check(ec);

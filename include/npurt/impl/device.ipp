@@ -374,8 +374,7 @@ NPURT_DECL void device::abort_tasks(std::error_code& ec) {
   if ((ec = rt_->check_thread())) return;
   if (rt_->in_report()) {
     ec = make_error_code(errc::not_supported);
-    (void)detail::note_refusal(
-        *rt_, id_, std::string("npurt::device::abort_tasks: ") + std::string(detail::abort_in_report), ec, {});
+    (void)detail::note_refusal(*rt_, id_, "npurt::device::abort_tasks", ec, detail::abort_in_report);
     return;
   }
   rt_->abort_device_tasks(id_);

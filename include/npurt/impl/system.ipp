@@ -85,6 +85,47 @@ NPURT_DECL void* system::host_malloc(std::size_t bytes, std::error_code& ec) noe
   return rt_->memory().host_malloc(bytes, ec);
 }
 
+namespace detail {
+// pointer_attributes' work; `why` says what is wrong with a refused pointer.
+inline npurt::pointer_attributes pointer_attributes_of(runtime& rt, const void* p, std::error_code& ec,
+                                                       std::string& why) {
+  ec.clear();
+  if ((ec = rt.check_thread())) return {};
+  if (!p) {
+    ec = make_error_code(errc::null_pointer);
+    return {};
+  }
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  const memory_registry& m = rt.memory();
+  if (is_device_address(p)) {
+    if (const allocation* a = m.find_allocation(p))
+      return {memory_type::device, a->device, reinterpret_cast<const void*>(a->address), a->bytes, at - a->address};
+    ec = make_error_code(errc::invalid_pointer);
+    why = m.why_not_live(p);
+    return {};
+  }
+  if (const host_allocation* h = m.find_host_allocation(p))
+    return {memory_type::host_pinned, -1, h->base, h->bytes, at - reinterpret_cast<std::uintptr_t>(h->base)};
+  return {};
+}
+}  // namespace detail
+
+NPURT_DECL npurt::pointer_attributes system::pointer_attributes(const void* p, std::error_code& ec) const {
+  std::string why;
+  const npurt::pointer_attributes a = detail::pointer_attributes_of(*rt_, p, ec, why);
+  if (ec && ec != errc::wrong_thread)
+    (void)detail::note_refusal(*rt_, -1, "npurt::system::pointer_attributes", ec, why);
+  return a;
+}
+
+NPURT_DECL npurt::pointer_attributes system::pointer_attributes(const void* p) const {
+  std::error_code ec;
+  std::string why;
+  const npurt::pointer_attributes a = detail::pointer_attributes_of(*rt_, p, ec, why);
+  if (ec) throw_error(ec, "npurt::system::pointer_attributes" + (why.empty() ? "" : ": " + why));
+  return a;
+}
+
 NPURT_DECL void* system::host_malloc(std::size_t bytes) {
   std::error_code ec;
   void* p = host_malloc(bytes, ec);
