@@ -313,8 +313,9 @@ class backend {
   /// Device reset: forget every task of `dev` submitted and not yet completed, never completing
   /// it, and free the engines and bandwidth it held (aclrtResetDevice does not wait).
   virtual void abort(device_id dev) = 0;
-  /// A watchdog ends one running task: forget it without completing it, freeing what it held,
-  /// as abort() does for a whole device. False when the backend cannot (the task then runs on).
+  /// A watchdog or stream::abort ends one submitted task, running or still in line for its
+  /// engine: forget it without completing it, freeing what it held, as abort() does for a whole
+  /// device. False when the backend cannot (the task then runs on to its completion).
   virtual bool cancel(task_info& /*t*/) { return false; }
   /// Asked before device memory is handed out: a backend that injects faults answers
   /// errc::out_of_memory (a transient shortage) or errc::device_lost; {} lets it go ahead.

@@ -97,7 +97,8 @@ TEST_CASE("an abort drops the queued work, stops the running kernel, and the str
     CHECK(abort_code(ec) == errc::operation_aborted);
   }
   CHECK(d.query());
-  CHECK_THAT(thrown_what([&] { (void)b.query(); }), ContainsSubstring("dropped by an abort of its stream"));
+  CHECK_THAT(thrown_what([&] { (void)b.query(); }),
+             ContainsSubstring("dropped by an abort (stream::abort, device::abort_tasks)"));
   CHECK(thrown_code([&] { b.synchronize(); }) == errc::operation_aborted);
   // An abort is the caller's request, not a failure of the stream.
   CHECK_NOTHROW(f.s.synchronize());
@@ -145,7 +146,7 @@ TEST_CASE("a wait on a dropped record fails on the waiting stream, whose later w
   REQUIRE(f.count("consumer") == 1);
   CHECK(f.rec.named("consumer")[0].start >= f.fired);
   CHECK(thrown_code([&] { waiter.synchronize(); }) == errc::operation_aborted);
-  CHECK_THAT(thrown_what([&] { ev.synchronize(); }), ContainsSubstring("never ran"));
+  CHECK_THAT(thrown_what([&] { ev.synchronize(); }), ContainsSubstring("before it completed"));
   CHECK_NOTHROW(f.s.synchronize());
 }
 

@@ -112,7 +112,7 @@ NPURT_DECL bool event::query(std::error_code& ec) const noexcept {
     return false;
   }
   if (rt_->position_aborted(s, q)) [[unlikely]] {
-    ec = make_error_code(errc::operation_aborted);  // dropped by an abort: it never ran
+    ec = make_error_code(errc::operation_aborted);  // dropped by an abort: it never completed
     return false;
   }
   return rt_->position_reached(s, q);
@@ -159,8 +159,8 @@ NPURT_DECL std::string event::wait_problem(std::error_code ec, std::optional<pic
   if (ec == errc::event_not_recorded)
     return "the event was never recorded: a host wait waits for its latest record, so record it on a stream first";
   if (ec == errc::operation_aborted)
-    return "the work the event stands for was dropped by an abort of its stream (stream::abort) or a reset of "
-           "its device, and never ran";
+    return "the work the event stands for was dropped by an abort (stream::abort, device::abort_tasks) before it "
+           "completed";
   if (ec != errc::invalid_event) return {};
   if (!rt_)
     return "the event is null (default-constructed, moved from, or it outlived its system): make one with "

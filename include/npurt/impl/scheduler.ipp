@@ -906,11 +906,10 @@ NPURT_DECL void scheduler::abort_stream(stream_state& s) {
       // A dropped call leaves its peers' calls without a partner, and every later one out of
       // step: the communicator is broken, as when a device is reset with a call in flight.
       if (const collective_desc* c = t->collective(); c && c->comm && !c->comm->aborted) {
+        const collective_comm_state& comm = *c->comm;
         break_communicator(*c->comm, "stream " + std::to_string(s.id) +
-                                         " was aborted with an operation of "
-                                         "communicator '" +
-                                         c->comm->name + "' (id " + std::to_string(c->comm->id) +
-                                         ") queued; make a new communicator (init_all)");
+                                         " was aborted with an operation of communicator '" + comm.name + "' (id " +
+                                         std::to_string(comm.id) + ") queued; make a new communicator (init_all)");
         broken.push_back(c->comm->id);
       }
     } else if (backend_task) {
