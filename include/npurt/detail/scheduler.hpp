@@ -276,6 +276,10 @@ struct graph_allocation {
   bool launched = false;        // some launch allocated it
 };
 
+/// Whether an event wait is a pool's reuse wait (scheduler::enqueue_wait): it waits for neither
+/// an event nor a task's event.
+inline bool is_pool_wait(const task_side& x) noexcept { return x.event_id == 0 && x.record_task == 0; }
+
 struct stream_state {
   std::uint32_t id = 0;
   device_id device = 0;

@@ -345,11 +345,8 @@ NPURT_DECL void scheduler::on_wait_satisfied(void* self, void* ctx, std::error_c
   auto* sched = static_cast<scheduler*>(self);
   sched->disarm_wait_timer(t);
   t->blocked = false;
-  // A pool's reuse wait (neither an event nor a task's) only needs the memory's last users
-  // gone: work an abort dropped is.
-  const task_side& x = *t->extra;
-  const bool pool_wait = x.event_id == 0 && x.record_task == 0;
-  if (ec && !(pool_wait && ec == errc::operation_aborted)) sched->find_stream(t->stream)->run.error = ec;
+  // A pool's reuse wait only needs the memory's last users gone: work an abort dropped is.
+  if (ec && !(is_pool_wait(*t->extra) && ec == errc::operation_aborted)) sched->find_stream(t->stream)->run.error = ec;
   // Through the now-queue rather than directly: long chains of waits must not recurse.
   sched->done_now(t);
 }
@@ -402,10 +399,9 @@ NPURT_DECL void scheduler::start_task(stream_state& s, task* t) {
         x.target_stream = e->stream;
         x.target_seq = e->seq;
       }
-      // A pool's reuse wait (neither an event nor a task's) only needs the memory's last users
-      // gone, which dropped work is, once the position counts as reached.
-      const bool pool_wait = x.event_id == 0 && x.record_task == 0;
-      if (!pool_wait && position_aborted(x.target_stream, x.target_seq)) {
+      // A pool's reuse wait only needs the memory's last users gone, which dropped work is, once
+      // the position counts as reached.
+      if (!is_pool_wait(x) && position_aborted(x.target_stream, x.target_seq)) {
         // The record it waits for was dropped by a device reset or an abort: the wait cannot be
         // met, and a fire-and-forget wait would otherwise let the work after it run as if it
         // had been.
