@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -290,6 +291,65 @@ TEST_CASE("a host callback and waits dropped by an abort never run", "[stream][a
   CHECK(second);
   CHECK(f.count("behind") == 0);
   CHECK_NOTHROW(f.s.synchronize());
+}
+
+TEST_CASE("a blocking synchronize whose work an abort drops meanwhile reports operation_aborted",
+          "[stream][device][abort]") {
+  // The abort comes from a callback at 4 us, while the host blocks in the synchronize: the
+  // synchronize must not end in success (CANN's aclrtSynchronizeStream returns
+  // ACL_ERROR_RT_STREAM_ABORT), as async_synchronize's pending callers do not.
+  {
+    abort_fixture f;
+    f.s.launch(fixed(us(10), "k"));
+    f.at_4us([&] { f.s.abort(); });
+    std::error_code ec;
+    f.s.synchronize(ec);
+    CHECK(abort_code(ec) == errc::operation_aborted);
+    CHECK(f.sys.now() == f.fired);  // the wait ended at the abort, not after the 10 us kernel
+    // Read once: the stream holds no failure, and a later synchronize with nothing pending is
+    // no abort of its own.
+    f.s.synchronize(ec);
+    CHECK_FALSE(ec);
+    f.s.launch(fixed(us(1), "after"));
+    f.s.synchronize(ec);
+    CHECK_FALSE(ec);
+  }
+  {
+    abort_fixture f;
+    f.s.launch(fixed(us(10), "k"));
+    f.at_4us([&] { f.s.abort(); });
+    CHECK_THAT(thrown_what([&] { f.s.synchronize(); }),
+               ContainsSubstring("npurt::stream::synchronize") && ContainsSubstring("dropped by an abort"));
+  }
+  {
+    // The device's form: one of its streams aborted from a callback.
+    abort_fixture f;
+    npurt::stream second = f.dev.make_stream();
+    f.s.launch(fixed(us(10), "k"));
+    second.launch(fixed(us(2), "short"));
+    f.at_4us([&] { f.s.abort(); });
+    std::error_code ec;
+    f.dev.synchronize(ec);
+    CHECK(abort_code(ec) == errc::operation_aborted);
+    CHECK(f.count("short") == 1);
+    f.s.launch(fixed(us(1), "after"));
+    f.dev.synchronize(ec);
+    CHECK_FALSE(ec);
+    f.s.launch(fixed(us(10), "k2"));
+    f.at_4us([&] { f.dev.abort_tasks(); });
+    CHECK_THAT(thrown_what([&] { f.dev.synchronize(); }),
+               ContainsSubstring("npurt::device::synchronize") && ContainsSubstring("dropped by an abort"));
+  }
+  {
+    // A failure the stream holds comes first: it is what the synchronize reads.
+    abort_fixture f;
+    f.s.launch_callback([] { throw std::runtime_error("before the abort"); });
+    f.s.launch(fixed(us(10), "k"));
+    f.at_4us([&] { f.s.abort(); });
+    std::error_code ec;
+    f.s.synchronize(ec);
+    CHECK(abort_code(ec) == errc::callback_failed);
+  }
 }
 
 TEST_CASE("an abort scenario run twice gives the same timeline", "[stream][abort][determinism]") {

@@ -5,6 +5,7 @@
 #include <npurt/device.hpp>
 #include <npurt/impl/caching_allocator.ipp>  // format_size, shared with the pool's OOM message
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -253,6 +254,10 @@ NPURT_DECL void device::synchronize(std::optional<picoseconds> timeout, std::err
   rt.device_synchronized(id_, /*all_streams=*/true);
   detail::failure f = rt.take_device_failure(id_);
   ec = f.ec;
+  // Every position was pending at the call: one an abort dropped meanwhile was never reached by
+  // running its work (as stream::synchronize).
+  if (!ec && std::ranges::any_of(positions, [&](const auto& p) { return rt.position_aborted(p.first, p.second); }))
+    ec = make_error_code(errc::operation_aborted);
   if (out) *out = std::move(f);
 }
 

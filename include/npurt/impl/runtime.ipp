@@ -235,6 +235,11 @@ NPURT_DECL void throw_if_sync_error(const runtime* rt, std::error_code ec, std::
   if (ec == errc::invalid_argument && timeout && timeout->count() < 0)
     throw_error_on(device, ec, std::string(what) + ": " + timeout_problem(*timeout));
   // What waits on what, as system::run says it.
+  if (ec == errc::operation_aborted)
+    throw_error_on(device, ec,
+                   std::string(what) +
+                       ": work it waited for was dropped by an abort (stream::abort, device::abort_tasks) before it "
+                       "completed");
   if (ec == errc::deadlock && rt && !rt->last_deadlock_report().empty())
     throw_error_on(device, ec, std::string(what) + ": " + rt->last_deadlock_report());
   throw_error_on(device, ec, what);

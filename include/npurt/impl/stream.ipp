@@ -850,6 +850,7 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout, std::err
   const std::uint32_t id = s->id;
   const device_id dev = s->device;
   const std::uint64_t target = rt.last_enqueued(id);
+  const bool pending = !rt.position_reached(id, target);
   const sim_time deadline = timeout ? later(rt.now(), *timeout) : end_of_time;
   detail::wait_blocking(rt, [&] { return rt.position_reached(id, target); }, deadline, ec);
   // The deadlock was broken by failing this stream's blocked wait; this call reports it, so the
@@ -861,6 +862,10 @@ NPURT_DECL void stream::synchronize(std::optional<picoseconds> timeout, std::err
   rt.device_synchronized(dev, /*all_streams=*/false);
   detail::failure f = rt.take_stream_failure(id);
   ec = f.ec;
+  // Work it waited for was dropped by an abort (a callback's, say) rather than run: as
+  // async_synchronize's, and CANN's aclrtSynchronizeStream (ACL_ERROR_RT_STREAM_ABORT), the wait
+  // does not end in success.
+  if (!ec && pending && rt.position_aborted(id, target)) ec = make_error_code(errc::operation_aborted);
   if (out) *out = std::move(f);
 }
 
