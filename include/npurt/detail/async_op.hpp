@@ -365,10 +365,6 @@ inline std::error_code check_timeout(const std::optional<picoseconds>& timeout) 
   return timeout && timeout->count() < 0 ? make_error_code(errc::invalid_argument) : std::error_code{};
 }
 
-/// What is wrong with a timeout check_timeout refused, in the words of a refusal. Out of line:
-/// only a refused call builds them.
-[[nodiscard]] NPURT_DECL std::string timeout_problem(picoseconds timeout);
-
 /// Starts a multi_wait on positions [first, last) of (stream, seq) pairs, with an optional
 /// timeout in virtual time. `user`, the op `op` completes, is armed for cancellation while the
 /// wait waits. The caller has refused a timeout check_timeout refuses (with its words, before

@@ -327,6 +327,10 @@ inline handle_list& handles_of(runtime& rt) noexcept { return rt.handles_; }
 NPURT_DECL void throw_if_sync_error(const runtime* rt, std::error_code ec, std::string_view what,
                                     std::optional<picoseconds> timeout, std::int32_t device,
                                     std::string_view async_form);
+/// What is wrong with a timeout check_timeout refused, in the words of a refusal. Out of line:
+/// only a refused call builds them. Declared here, before the header-only build includes its
+/// body: an attribute must come with the first declaration.
+[[nodiscard]] NPURT_DECL std::string timeout_problem(picoseconds timeout);
 
 }  // namespace detail
 }  // namespace npurt
