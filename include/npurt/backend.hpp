@@ -161,10 +161,25 @@ struct copy_desc {
   memcpy_kind kind = memcpy_kind::default_kind;
   void* dst = nullptr;
   const void* src = nullptr;
-  std::size_t bytes = 0;
+  std::size_t bytes = 0;  // every byte it moves (a 2-D copy: all its rows)
   device_id src_device = -1;
   device_id dst_device = -1;
   int value = 0;  // memset
+  // A 2-D copy (stream::memcpy2d, cudaMemcpy2DAsync): `rows` rows of bytes / rows each, each row
+  // dst_pitch (src_pitch) bytes after the one before it. One row is a plain copy.
+  std::size_t rows = 1;
+  std::size_t dst_pitch = 0;
+  std::size_t src_pitch = 0;
+
+  [[nodiscard]] std::size_t row_bytes() const noexcept { return rows > 1 ? bytes / rows : bytes; }
+  /// The bytes from dst (src) to the end of its last row: the range the copy may touch.
+  [[nodiscard]] std::size_t dst_span() const noexcept { return span(dst_pitch); }
+  [[nodiscard]] std::size_t src_span() const noexcept { return span(src_pitch); }
+
+ private:
+  [[nodiscard]] std::size_t span(std::size_t pitch) const noexcept {
+    return rows > 1 ? pitch * (rows - 1) + row_bytes() : bytes;
+  }
 };
 
 /// The part of a task a backend may read and annotate. The runtime owns the record; the backend

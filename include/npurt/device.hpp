@@ -109,6 +109,12 @@ class device {
                          memcpy_kind kind = memcpy_kind::default_kind);
   NPURT_DECL void memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                          std::error_code& ec);
+  /// aclrtMemcpy2d, cudaMemcpy2D: stream::memcpy2d's rows, returning when they are copied, with
+  /// memcpy's rules (the source read in place, the device's failures reported first).
+  NPURT_DECL void memcpy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
+                           std::size_t height, memcpy_kind kind = memcpy_kind::default_kind);
+  NPURT_DECL void memcpy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
+                           std::size_t height, memcpy_kind kind, std::error_code& ec);
 
   /// Waits until every stream of this device is empty, and reports (and reads) the device's first
   /// unread failure of fire-and-forget work. Blocking forms drive the simulation and are for
@@ -171,6 +177,12 @@ class device {
   [[nodiscard]] NPURT_DECL std::string capture_words(const detail::stream_state& s);
   NPURT_DECL void memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                          std::error_code& ec, detail::failure* out);
+  /// The blocking copy of any shape; `what` gets the words of a refusal of the shape itself.
+  NPURT_DECL void copy_blocking(const detail::copy_shape& c, memcpy_kind kind, std::error_code& ec,
+                                detail::failure* out, std::string* what);
+  /// The throwing forms' report of a blocking copy's outcome.
+  NPURT_DECL void throw_copy_error(const char* call, const char* async_form, std::error_code ec, detail::failure& f,
+                                   const void* dst, const void* src, const std::string& what);
   NPURT_DECL std::vector<std::pair<std::uint32_t, std::uint64_t>> pending_positions() const;
   // async_synchronize's refusal at the call (a negative timeout, another thread than the
   // system's), with the words of the throwing synchronize (see detail::post_refusal). Out of

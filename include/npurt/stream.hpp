@@ -140,6 +140,18 @@ inline constexpr std::string_view pageable_in_capture =
     "a copy from pageable host memory cannot be captured: a launch would need the bytes as they were at the call "
     "(copy from pinned memory, system::host_malloc, which a launch reads then)";
 
+/// A copy's ends and rows: a plain copy is one row of `width` bytes (pitches = width).
+struct copy_shape {
+  void* dst = nullptr;
+  std::size_t dst_max = 0;  // what dst may take of one row (the plain copy's destMax)
+  std::size_t dst_pitch = 0;
+  const void* src = nullptr;
+  std::size_t src_pitch = 0;
+  std::size_t width = 0;
+  std::size_t height = 1;
+  const char* call = "";  // the refusing call, for a capture's words
+};
+
 /// For npurt's own components: a blocking synchronize that hands back the failure it read, for
 /// a caller that reports it in its own terms (a session names the graph node that failed).
 struct stream_access {
@@ -190,6 +202,18 @@ class stream {
                           memcpy_kind kind = memcpy_kind::default_kind);
   NPURT_DECL event memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                           std::error_code& ec);
+  /// A 2-D copy, as one task (cudaMemcpy2DAsync, aclrtMemcpy2dAsync): `height` rows of `width`
+  /// bytes, row i from src + i * src_pitch to dst + i * dst_pitch, e.g. a tile of a row-major
+  /// matrix, or a packed image into a padded one. Each end must hold its extent, pitch *
+  /// (height - 1) + width bytes, as memcpy's must hold count; ends, kinds, staging of a pageable
+  /// source (row by row, packed) and stream rules as memcpy. Refused: a row wider than either
+  /// pitch (invalid_argument), a zero width or height (zero_size), an extent past its
+  /// allocation or past a size_t (size_overflow). The modelled engine moves width * height bytes
+  /// as one transfer: rows cost no more than a plain copy of the same bytes.
+  NPURT_DECL event memcpy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
+                            std::size_t height, memcpy_kind kind = memcpy_kind::default_kind);
+  NPURT_DECL event memcpy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
+                            std::size_t height, memcpy_kind kind, std::error_code& ec);
   NPURT_DECL event memset(void* dst, std::size_t dst_max, int value, std::size_t count);
   NPURT_DECL event memset(void* dst, std::size_t dst_max, int value, std::size_t count, std::error_code& ec);
   /// Records a user event of this stream's device at the current end of the stream. A handle is a
@@ -320,6 +344,10 @@ class stream {
   template <class Token = default_token>
   auto async_memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                     Token&& token = {});
+  /// memcpy2d, completing when the rows are copied.
+  template <class Token = default_token>
+  auto async_memcpy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
+                      std::size_t height, memcpy_kind kind, Token&& token = {});
   template <class Token = default_token>
   auto async_memset(void* dst, std::size_t dst_max, int value, std::size_t count, Token&& token = {});
   /// Enqueues a wait on `e` and completes when the stream has passed it.
@@ -404,6 +432,14 @@ class stream {
   /// blocks until the copy is done, reads it in place.
   NPURT_DECL detail::task* make_copy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
                                      memcpy_kind kind, std::error_code& ec, bool stage = true);
+  /// make_copy for any shape; `what` gets the words of a refusal of the shape itself.
+  NPURT_DECL detail::task* make_copy(const detail::copy_shape& c, memcpy_kind kind, std::error_code& ec, bool stage,
+                                     std::string* what);
+  /// memcpy2d's copy_shape.
+  static detail::copy_shape shape_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                                     std::size_t width, std::size_t height) noexcept {
+    return {dst, ~std::size_t{0}, dst_pitch, src, src_pitch, width, height, "npurt::stream::memcpy2d"};
+  }
   NPURT_DECL detail::task* make_memset(void* dst, std::size_t dst_max, int value, std::size_t count,
                                        std::error_code& ec);
   NPURT_DECL detail::task* make_wait(const event& e, std::error_code& ec);
@@ -563,6 +599,18 @@ auto stream::async_memcpy_as(const char* call, std::error_code refused, std::str
                          }
                          detail::task* t = s.make_copy(dst, dst_max, src, count, kind, ec);
                          if (!t) words = s.pointer_problem(ec, dst, src);
+                         return t;
+                       });
+}
+
+template <class Token>
+auto stream::async_memcpy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
+                            std::size_t height, memcpy_kind kind, Token&& token) {
+  return async_enqueue(std::forward<Token>(token), "npurt::stream::async_memcpy2d",
+                       [=](stream& s, std::error_code& ec, std::string& why) -> detail::task* {
+                         detail::task* t =
+                             s.make_copy(shape_2d(dst, dst_pitch, src, src_pitch, width, height), kind, ec, true, &why);
+                         if (!t && why.empty()) why = s.pointer_problem(ec, dst, src);
                          return t;
                        });
 }

@@ -141,9 +141,9 @@ device_status fault_backend::status(device_id dev) const noexcept {
 bool fault_backend::touches(const task_info& t, const fault_spec& f) const noexcept {
   if (t.kind == task_kind::memcpy || t.kind == task_kind::memset) {
     if (f.bytes == 0) return true;
-    const bool dst = t.copy.dst_device == f.device && in_region(t.copy.dst, t.copy.bytes, f);
+    const bool dst = t.copy.dst_device == f.device && in_region(t.copy.dst, t.copy.dst_span(), f);
     const bool src =
-        t.kind == task_kind::memcpy && t.copy.src_device == f.device && in_region(t.copy.src, t.copy.bytes, f);
+        t.kind == task_kind::memcpy && t.copy.src_device == f.device && in_region(t.copy.src, t.copy.src_span(), f);
     return dst || src;
   }
   if (t.kind != task_kind::kernel) return false;

@@ -198,6 +198,24 @@ void step(world& w, input& in) {
       dst = dst_dev ? in.pick(w.device_ptrs).p : host_end(w, in, dst_pageable);
       src = src_dev ? in.pick(w.device_ptrs).p : host_end(w, in, src_pageable);
       const bool pageable = dst_pageable || src_pageable;
+      if (in.byte() % 4 == 0) {  // a 2-D copy: any shape, kept inside pageable ends (npurt trusts them)
+        const std::size_t width = in.byte() % 2 ? 1 + in.byte() % 64 : any_size(in);
+        const std::size_t height = in.byte() % 2 ? 1 + in.byte() % 8 : any_size(in);
+        const std::size_t dpitch = in.byte() % 2 ? width + in.byte() % 16 : any_size(in);
+        const std::size_t spitch = in.byte() % 2 ? width + in.byte() % 16 : any_size(in);
+        const auto extent = [&](std::size_t pitch) {
+          std::size_t e = 0;
+          if (height == 0 || __builtin_mul_overflow(pitch, height - 1, &e) || __builtin_add_overflow(e, width, &e))
+            return SIZE_MAX;
+          return e;
+        };
+        if ((dst_pageable && extent(dpitch) > pageable_bytes) || (src_pageable && extent(spitch) > pageable_bytes))
+          break;
+        const auto kind = static_cast<npurt::memcpy_kind>(in.byte() % 5);
+        s->memcpy2d(dst, dpitch, src, spitch, width, height, kind, ec);
+        check(ec);
+        break;
+      }
       const std::size_t count = pageable ? pageable_size(in) : any_size(in);
       std::size_t dst_max = pageable ? pageable_size(in) : any_size(in);
       if (dst_pageable && count <= pageable_bytes) dst_max = std::min(dst_max, pageable_bytes);

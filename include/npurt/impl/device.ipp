@@ -302,6 +302,11 @@ NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, 
 
 NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                                std::error_code& ec, detail::failure* out) {
+  copy_blocking({dst, dst_max, count, src, count, count, 1, "npurt::device::memcpy"}, kind, ec, out, nullptr);
+}
+
+NPURT_DECL void device::copy_blocking(const detail::copy_shape& c, memcpy_kind kind, std::error_code& ec,
+                                      detail::failure* out, std::string* what) {
   ec.clear();
   if ((ec = rt_->check_thread())) return;
   if (rt_->in_run()) {
@@ -310,7 +315,7 @@ NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, 
   }
   if (!copy_stream_ || !copy_stream_->valid()) copy_stream_ = std::make_unique<stream>(make_stream());
   // Blocking: the source is read before this returns, so it is not staged.
-  if (detail::task* t = copy_stream_->make_copy(dst, dst_max, src, count, kind, ec, false)) {
+  if (detail::task* t = copy_stream_->make_copy(c, kind, ec, false, what)) {
     copy_stream_->submit(t);
     copy_stream_->synchronize(no_timeout, ec);
   }
@@ -327,18 +332,44 @@ NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, 
   std::error_code ec;
   detail::failure f;
   memcpy(dst, dst_max, src, count, kind, ec, &f);
+  throw_copy_error("npurt::device::memcpy", "co_await s.async_memcpy(..., asio::use_awaitable)", ec, f, dst, src, {});
+}
+
+NPURT_DECL void device::memcpy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                                 std::size_t width, std::size_t height, memcpy_kind kind, std::error_code& ec) {
+  detail::copy_shape c = stream::shape_2d(dst, dst_pitch, src, src_pitch, width, height);
+  c.call = "npurt::device::memcpy2d";
+  copy_blocking(c, kind, ec, nullptr, nullptr);
+}
+
+NPURT_DECL void device::memcpy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                                 std::size_t width, std::size_t height, memcpy_kind kind) {
+  std::error_code ec;
+  detail::failure f;
+  std::string what;
+  detail::copy_shape c = stream::shape_2d(dst, dst_pitch, src, src_pitch, width, height);
+  c.call = "npurt::device::memcpy2d";
+  copy_blocking(c, kind, ec, &f, &what);
+  throw_copy_error("npurt::device::memcpy2d", "co_await s.async_memcpy2d(..., asio::use_awaitable)", ec, f, dst, src,
+                   what);
+}
+
+NPURT_DECL void device::throw_copy_error(const char* call, const char* async_form, std::error_code ec,
+                                         detail::failure& f, const void* dst, const void* src,
+                                         const std::string& what) {
   if (f.exception) std::rethrow_exception(f.exception);
-  if (f) detail::throw_failure(f, "npurt::device::memcpy: device " + std::to_string(id_) + ": " + f.describe(), id_);
+  if (f) detail::throw_failure(f, std::string(call) + ": device " + std::to_string(id_) + ": " + f.describe(), id_);
   if (ec == errc::not_supported && rt_->in_run())
-    throw_error(ec,
-                "npurt::device::memcpy blocks, which is not possible inside system::run (in a coroutine or "
-                "handler); use co_await s.async_memcpy(..., asio::use_awaitable)");
+    throw_error(ec, std::string(call) +
+                        " blocks, which is not possible inside system::run (in a coroutine or handler); use " +
+                        async_form);
+  if (ec && !what.empty()) throw_error_on(id_, ec, std::string(call) + ": " + what);
   // Which pointer, and what is wrong with it (freed, another device's, ...), as stream::memcpy says.
   if (ec && copy_stream_) {
     const std::string why = copy_stream_->pointer_problem(ec, dst, src);
-    if (!why.empty()) throw_error_on(id_, ec, "npurt::device::memcpy: " + why);
+    if (!why.empty()) throw_error_on(id_, ec, std::string(call) + ": " + why);
   }
-  throw_if_on(id_, ec, "npurt::device::memcpy");
+  throw_if_on(id_, ec, call);
 }
 
 NPURT_DECL void device::finish_reset() noexcept {

@@ -210,8 +210,8 @@ NPURT_DECL void scheduler::free_host(void* p, std::error_code& ec) {
     std::uint64_t at = streams_[id]->completed;  // the tasks' positions, counted from the head
     for (const task* t = streams_[id]->head; t; t = t->next) {
       ++at;
-      if (t->kind == task_kind::memcpy &&
-          (touches(t->extra->copy.dst, t->extra->copy.bytes) || touches(t->extra->copy.src, t->extra->copy.bytes)))
+      if (t->kind == task_kind::memcpy && (touches(t->extra->copy.dst, t->extra->copy.dst_span()) ||
+                                           touches(t->extra->copy.src, t->extra->copy.src_span())))
         seq = at;
     }
     if (seq != 0) last.emplace_back(id, seq);
@@ -530,7 +530,7 @@ NPURT_DECL void scheduler::perform_copy(running_task& t) {
     if (!is_device_address(p)) return static_cast<std::byte*>(const_cast<void*>(p));
     return parts_.memory_.translate(dev, p, n);
   };
-  std::byte* dst = resolve(c.dst_device, c.dst, c.bytes);
+  std::byte* dst = resolve(c.dst_device, c.dst, c.dst_span());
   if (!dst) {
     // The memory was freed while the copy was queued: fail the task, touch nothing.
     t.error = make_error_code(errc::invalid_pointer);
@@ -540,9 +540,14 @@ NPURT_DECL void scheduler::perform_copy(running_task& t) {
     std::memset(dst, c.value, c.bytes);
     return;
   }
-  const std::byte* src = resolve(c.src_device, c.src, c.bytes);
+  const std::byte* src = resolve(c.src_device, c.src, c.src_span());
   if (!src) {
     t.error = make_error_code(errc::invalid_pointer);
+    return;
+  }
+  if (c.rows > 1) [[unlikely]] {
+    const std::size_t width = c.row_bytes();
+    for (std::size_t i = 0; i < c.rows; ++i) std::memmove(dst + i * c.dst_pitch, src + i * c.src_pitch, width);
     return;
   }
   std::memmove(dst, src, c.bytes);
@@ -769,7 +774,9 @@ NPURT_DECL void scheduler::record_failure(const running_task& t, std::error_code
 
 NPURT_DECL void scheduler::report_awaited_failure(const running_task& t, std::error_code ec, op_base& w) {
   const failure f = sched_detail::failure_of(t, ec);
-  std::string what = std::string(sched_detail::awaited_call(t.kind)) + ": " + f.describe();
+  const char* call = t.kind == task_kind::memcpy && t.copy.rows > 1 ? "npurt::stream::async_memcpy2d"
+                                                                    : sched_detail::awaited_call(t.kind);
+  std::string what = std::string(call) + ": " + f.describe();
   recent_error_ = what + ": " + ec.message();
   if (w.thrown_to) *w.thrown_to = failure_exception(f, what, t.device);
 }
@@ -1619,11 +1626,12 @@ NPURT_DECL void scheduler::check_freed(capture_state& c, const task& t) {
     } else if (t.kind == task_kind::memcpy || t.kind == task_kind::memset || t.kind == task_kind::value_write ||
                t.kind == task_kind::value_wait) {
       const copy_desc& cp = t.extra->copy;
-      const auto meets = [&](const void* q) {
-        return q && range_meets(reinterpret_cast<std::uint64_t>(q), cp.bytes, a, hi);
+      const auto meets = [&](const void* q, std::size_t n) {
+        return q && range_meets(reinterpret_cast<std::uint64_t>(q), n, a, hi);
       };
-      if (meets(cp.dst)) what = "the destination of " + std::string(t.name);
-      else if (t.kind == task_kind::memcpy && meets(cp.src)) what = "the source of " + std::string(t.name);
+      if (meets(cp.dst, cp.dst_span())) what = "the destination of " + std::string(t.name);
+      else if (t.kind == task_kind::memcpy && meets(cp.src, cp.src_span()))
+        what = "the source of " + std::string(t.name);
     }
     if (what.empty()) continue;
     if (!c.invalidated) {
@@ -1788,13 +1796,13 @@ NPURT_DECL std::pair<std::uint64_t, std::uint64_t> scheduler::launch_graph(std::
     const task& n = *g.nodes[i];
     if (n.kind != task_kind::memcpy || n.extra->pinned_ends == 0) continue;
     const copy_desc& c = n.extra->copy;
-    const auto gone = [&](const void* p) {
+    const auto gone = [&](const void* p, std::size_t span) {
       const host_allocation* h = parts_.memory_.find_host_allocation(p);
-      return !h || c.bytes > h->bytes - static_cast<std::size_t>(static_cast<const std::byte*>(p) -
-                                                                 static_cast<const std::byte*>(h->base));
+      return !h || span > h->bytes - static_cast<std::size_t>(static_cast<const std::byte*>(p) -
+                                                              static_cast<const std::byte*>(h->base));
     };
-    const bool src_gone = (n.extra->pinned_ends & 1) && gone(c.src);
-    if (src_gone || ((n.extra->pinned_ends & 2) && gone(c.dst))) {
+    const bool src_gone = (n.extra->pinned_ends & 1) && gone(c.src, c.src_span());
+    if (src_gone || ((n.extra->pinned_ends & 2) && gone(c.dst, c.dst_span()))) {
       ec = make_error_code(errc::invalid_pointer);
       why = "node " + std::to_string(i) + " (" + std::string(n.name) + ") copies " + (src_gone ? "from" : "to") +
             " pinned host memory that was freed after the capture (system::host_free)";

@@ -206,25 +206,61 @@ NPURT_DECL bool stream::lost(device_id dev) const noexcept { return rt_->backend
 
 NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const void* src, std::size_t count,
                                            memcpy_kind kind, std::error_code& ec, bool stage) {
+  return make_copy({dst, dst_max, count, src, count, count, 1, "npurt::stream::memcpy"}, kind, ec, stage, nullptr);
+}
+
+NPURT_DECL detail::task* stream::make_copy(const detail::copy_shape& c, memcpy_kind kind, std::error_code& ec,
+                                           bool stage, std::string* what) {
   auto* s = state(ec);
   if (!s) return nullptr;
+  void* const dst = c.dst;
+  const void* src = c.src;
+  const std::size_t width = c.width;
+  const std::size_t height = c.height;
   if (!dst || !src) {
     ec = make_error_code(errc::null_pointer);
     return nullptr;
   }
-  if (count == 0) {
+  if (width == 0 || height == 0) {
     ec = make_error_code(errc::zero_size);
     return nullptr;
   }
-  if (count > dst_max) {
+  if (width > c.dst_max) {
     ec = make_error_code(errc::size_overflow);
     return nullptr;
   }
+  // A row wider than its pitch would overlap the next (cudaErrorInvalidPitchValue).
+  if (width > c.dst_pitch || width > c.src_pitch) {
+    ec = make_error_code(errc::invalid_argument);
+    if (what)
+      *what = "a row of " + std::to_string(width) + " bytes is wider than its " +
+              (width > c.dst_pitch ? "destination pitch (" + std::to_string(c.dst_pitch)
+                                   : "source pitch (" + std::to_string(c.src_pitch)) +
+              " bytes): each row must fit between one row's start and the next's";
+    return nullptr;
+  }
+  // Each side's extent, from its first byte to the end of its last row; the bytes moved are
+  // fewer (width * height <= either extent, so it cannot overflow once they do not).
+  std::size_t dst_span = 0;
+  std::size_t src_span = 0;
+  if (__builtin_mul_overflow(c.dst_pitch, height - 1, &dst_span) ||
+      __builtin_add_overflow(dst_span, width, &dst_span) ||
+      __builtin_mul_overflow(c.src_pitch, height - 1, &src_span) ||
+      __builtin_add_overflow(src_span, width, &src_span)) {
+    ec = make_error_code(errc::size_overflow);
+    if (what) *what = "the rows' extent (pitch * (height - 1) + width) does not fit in a size_t";
+    return nullptr;
+  }
+  const std::size_t count = width * height;
   const bool dst_dev = detail::is_device_address(dst);
   const bool src_dev = detail::is_device_address(src);
-  // Each side must be a live range that holds `count` bytes: device memory always is known;
+  // Each side must be a live range that holds its extent: device memory always is known;
   // host memory is known when npurt allocated it (pinned), and trusted otherwise (pageable).
-  auto check_side = [&](const void* p, bool dev, device_id& owner) -> bool {
+  const auto past_end = [&](const void* p, std::size_t extent, std::size_t left) {
+    return std::string(p == dst ? "the destination" : "the source") + "'s rows reach " + std::to_string(extent) +
+           " bytes past its start, and its allocation holds " + std::to_string(left) + " from there";
+  };
+  auto check_side = [&](const void* p, std::size_t extent, bool dev, device_id& owner) -> bool {
     owner = -1;
     if (dev) {
       const detail::allocation* a = rt_->memory().find_allocation(p);
@@ -232,8 +268,9 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
         ec = make_error_code(errc::invalid_pointer);
         return false;
       }
-      if (count > a->bytes - (reinterpret_cast<std::uint64_t>(p) - a->address)) {
+      if (extent > a->bytes - (reinterpret_cast<std::uint64_t>(p) - a->address)) {
         ec = make_error_code(errc::size_overflow);
+        if (what) *what = past_end(p, extent, a->bytes - (reinterpret_cast<std::uint64_t>(p) - a->address));
         return false;
       }
       owner = a->device;
@@ -241,17 +278,18 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
     }
     if (const detail::host_allocation* h = rt_->memory().find_host_allocation(p)) {
       const auto off = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(h->base);
-      if (count > h->bytes - off) {
+      if (extent > h->bytes - off) {
         ec = make_error_code(errc::size_overflow);
+        if (what) *what = past_end(p, extent, h->bytes - off);
         return false;
       }
       return true;
     }
-    // Pageable memory is trusted to hold `count` bytes, but no object runs past the end of the
+    // Pageable memory is trusted to hold its extent, but no object runs past the end of the
     // user address space (2^56 covers x86-64 with 5-level paging and 52-bit AArch64).
     constexpr std::uint64_t user_space_end = std::uint64_t{1} << 56;
     const auto at = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
-    if (at >= user_space_end || count > user_space_end - at) {
+    if (at >= user_space_end || extent > user_space_end - at) {
       ec = make_error_code(errc::size_overflow);
       return false;
     }
@@ -259,10 +297,10 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
   };
   device_id dst_owner = -1;
   device_id src_owner = -1;
-  if (!check_side(dst, dst_dev, dst_owner) || !check_side(src, src_dev, src_owner)) return nullptr;
+  if (!check_side(dst, dst_span, dst_dev, dst_owner) || !check_side(src, src_span, src_dev, src_owner)) return nullptr;
   if (s->capture && !src_dev && !rt_->memory().find_host_allocation(src)) {
     ec = make_error_code(errc::capture_unsupported);
-    (void)refuse_in_capture(*s, "npurt::stream::memcpy", ec, detail::pageable_in_capture);
+    (void)refuse_in_capture(*s, c.call, ec, detail::pageable_in_capture);
     return nullptr;
   }
   // A lost device takes no work until it is reset, as launches and allocations are refused: a
@@ -300,29 +338,38 @@ NPURT_DECL detail::task* stream::make_copy(void* dst, std::size_t dst_max, const
       ec = make_error_code(errc::resource_exhausted);
       return nullptr;
     }
-    std::memcpy(staged.get(), src, count);
+    // A 2-D source's rows are staged packed: the copy then reads them at a pitch of one row.
+    for (std::size_t i = 0; i < height; ++i)
+      std::memcpy(staged.get() + i * width, static_cast<const std::byte*>(src) + i * c.src_pitch, width);
     src = staged.get();
   }
   detail::task* t = rt_->new_task(*s, task_kind::memcpy);
   detail::task_side& side = rt_->extra(t);
   side.copy = copy_desc{actual, dst, src, count, src_owner, dst_owner, 0};
+  if (height > 1) {
+    side.copy.rows = height;
+    side.copy.dst_pitch = c.dst_pitch;
+    side.copy.src_pitch = staged ? width : c.src_pitch;
+  }
   side.staged = std::move(staged);
+  const bool flat = height == 1;
   switch (actual) {
     case memcpy_kind::host_to_device:
       t->engine = engine_kind::copy_h2d;
-      t->name = "memcpy_h2d";
+      t->name = flat ? "memcpy_h2d" : "memcpy2d_h2d";
       break;
     case memcpy_kind::device_to_host:
       t->engine = engine_kind::copy_d2h;
-      t->name = "memcpy_d2h";
+      t->name = flat ? "memcpy_d2h" : "memcpy2d_d2h";
       break;
     case memcpy_kind::device_to_device:
       t->engine = engine_kind::copy_d2d;
-      t->name = src_owner == dst_owner ? "memcpy_d2d" : "memcpy_peer";
+      if (src_owner == dst_owner) t->name = flat ? "memcpy_d2d" : "memcpy2d_d2d";
+      else t->name = flat ? "memcpy_peer" : "memcpy2d_peer";
       break;
     default:
       t->engine = engine_kind::host;
-      t->name = "memcpy_h2h";
+      t->name = flat ? "memcpy_h2h" : "memcpy2d_h2h";
       break;
   }
   return t;
@@ -631,6 +678,25 @@ NPURT_DECL event stream::memcpy(void* dst, std::size_t dst_max, const void* src,
   if (detail::task* t = make_copy(dst, dst_max, src, count, kind, ec)) return submit(t);
   const std::string why = pointer_problem(ec, dst, src);
   throw_error_on(device_or_none(), ec, refusal("npurt::stream::memcpy", ec, why));
+}
+
+NPURT_DECL event stream::memcpy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                                  std::size_t width, std::size_t height, memcpy_kind kind, std::error_code& ec) {
+  std::string why;
+  if (detail::task* t = make_copy(shape_2d(dst, dst_pitch, src, src_pitch, width, height), kind, ec, true, &why))
+    return submit(t);
+  note_refusal("npurt::stream::memcpy2d", ec, why.empty() ? pointer_problem(ec, dst, src) : why);
+  return {};
+}
+
+NPURT_DECL event stream::memcpy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                                  std::size_t width, std::size_t height, memcpy_kind kind) {
+  std::error_code ec;
+  std::string why;
+  if (detail::task* t = make_copy(shape_2d(dst, dst_pitch, src, src_pitch, width, height), kind, ec, true, &why))
+    return submit(t);
+  if (why.empty()) why = pointer_problem(ec, dst, src);
+  throw_error_on(device_or_none(), ec, refusal("npurt::stream::memcpy2d", ec, why));
 }
 
 NPURT_DECL void stream::note_refusal(std::string_view call, std::error_code ec, std::string_view why) const {
