@@ -302,7 +302,7 @@ NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, 
 
 NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, std::size_t count, memcpy_kind kind,
                                std::error_code& ec, detail::failure* out) {
-  copy_blocking({dst, dst_max, count, src, count, count, 1, "npurt::device::memcpy"}, kind, ec, out, nullptr);
+  copy_blocking({dst, dst_max, count, src, count, count, 1, ""}, kind, ec, out, nullptr);
 }
 
 NPURT_DECL void device::copy_blocking(const detail::copy_shape& c, memcpy_kind kind, std::error_code& ec,
@@ -337,9 +337,7 @@ NPURT_DECL void device::memcpy(void* dst, std::size_t dst_max, const void* src, 
 
 NPURT_DECL void device::memcpy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                                  std::size_t width, std::size_t height, memcpy_kind kind, std::error_code& ec) {
-  detail::copy_shape c = stream::shape_2d(dst, dst_pitch, src, src_pitch, width, height);
-  c.call = "npurt::device::memcpy2d";
-  copy_blocking(c, kind, ec, nullptr, nullptr);
+  copy_blocking(stream::shape_2d(dst, dst_pitch, src, src_pitch, width, height), kind, ec, nullptr, nullptr);
 }
 
 NPURT_DECL void device::memcpy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
@@ -347,9 +345,7 @@ NPURT_DECL void device::memcpy2d(void* dst, std::size_t dst_pitch, const void* s
   std::error_code ec;
   detail::failure f;
   std::string what;
-  detail::copy_shape c = stream::shape_2d(dst, dst_pitch, src, src_pitch, width, height);
-  c.call = "npurt::device::memcpy2d";
-  copy_blocking(c, kind, ec, &f, &what);
+  copy_blocking(stream::shape_2d(dst, dst_pitch, src, src_pitch, width, height), kind, ec, &f, &what);
   throw_copy_error("npurt::device::memcpy2d", "co_await s.async_memcpy2d(..., asio::use_awaitable)", ec, f, dst, src,
                    what);
 }
