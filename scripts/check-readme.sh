@@ -51,8 +51,8 @@ print(next(o["value"] for o in json.load(open(sys.argv[1])) if o["name"] == "hea
     "$1/meson-info/intro-buildoptions.json" 2>/dev/null || echo unknown
 }
 flags=(-std=c++20 -Wall -Wextra -Werror -I"$root/include" -I"$root/sim/include" -DBOOST_ASIO_NO_DEPRECATED)
-failed=0
-for b in "${blocks[@]}"; do
+check_block() {  # check_block FILE: compiles (and runs) one block; prints one line; fails if it does
+  local b=$1 name line where libs mode
   name=$(basename "$b" .cpp)
   line=$((10#$(echo "$name" | sed -E 's/block_([0-9]+)\..*/\1/')))
   where="$(basename "$md"):$line"
@@ -65,21 +65,36 @@ for b in "${blocks[@]}"; do
     done
     libs+=("$build/sim/libnpurt_sim.a")
     mode=()
-    if [ "$(header_only "$build")" = False ]; then
+    if [ "$build_header_only" = False ]; then
       libs+=("$build/lib/libnpurt.a")
       mode=(-DNPURT_SEPARATE_COMPILATION)
     fi
-    if [ ! -f "$build/sim/libnpurt_sim.a" ] || [ ! -f "${libs[-1]}" ]; then echo "$where: no ${libs[*]} to link against (build first)"; failed=$((failed + 1)); continue; fi
+    if [ ! -f "$build/sim/libnpurt_sim.a" ] || [ ! -f "${libs[-1]}" ]; then echo "$where: no ${libs[*]} to link against (build first)"; return 1; fi
     if "$cxx" "${flags[@]}" "${mode[@]}" -o "$tmp/$name" "$b" "${libs[@]}" -lmimalloc -pthread && (mkdir "$tmp/$name.dir" && cd "$tmp/$name.dir" && "../$name" >/dev/null); then
       echo "$where: compiles and runs"
     else
-      echo "$where: FAILED (the block from line $line, compiled and run)"; failed=$((failed + 1))
+      echo "$where: FAILED (the block from line $line, compiled and run)"; return 1
     fi
   elif "$cxx" "${flags[@]}" -c -o "$tmp/$name.o" "$b"; then
     echo "$where: compiles"
   else
-    echo "$where: FAILED (the block from line $line)"; failed=$((failed + 1))
+    echo "$where: FAILED (the block from line $line)"; return 1
   fi
+}
+build_header_only=$(header_only "$build")
+# The blocks are independent: as many at a time as there are cores (NPURT_JOBS), each one's
+# messages kept apart and printed in the file's order.
+parallel=${NPURT_JOBS:-$(nproc)}
+pids=()
+for b in "${blocks[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+  check_block "$b" >"$b.log" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for i in "${!blocks[@]}"; do
+  wait "${pids[$i]}" || failed=$((failed + 1))
+  cat "${blocks[$i]}.log"
 done
 echo "readme: ${#blocks[@]} blocks checked in $(basename "$md"), $failed failed"
 [ "$failed" -eq 0 ]

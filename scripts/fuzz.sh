@@ -5,7 +5,8 @@
 # build directory (<target>-crash-*, -leak-*, -timeout-*) and printed.
 # Environment: NPURT_FUZZ_SECONDS (per target, default 60), NPURT_FUZZ_PARALLEL (targets at a time,
 #   default: the number of cores), NPURT_BUILD_DIR (default build-fuzz),
-#   NPURT_JOBS (compile jobs, default: ninja's), CXX (default clang++-19).
+#   NPURT_JOBS (compile jobs, default: ninja's), CXX (default clang++-19), NPURT_FUZZ_OPT (the
+#   optimisation and debug flags of a new build directory, default "-O1 -g").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=${NPURT_BUILD_DIR:-build-fuzz}
@@ -16,7 +17,7 @@ if [ ! -f "$dir/build.ninja" ]; then
   # Separately compiled: the runtime's bodies are instrumented once, in lib/ (the global cpp_args
   # give it the same coverage instrumentation), not once per target.
   CXX=${CXX:-clang++-19} meson setup "$dir" -Dbuildtype=plain -Dfuzzing=true -Dheader_only=false -Db_sanitize=address,undefined \
-    -Db_lundef=false "-Dcpp_args=-O1 -g -fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined" \
+    -Db_lundef=false "-Dcpp_args=${NPURT_FUZZ_OPT:--O1 -g} -fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined" \
     -Dbenchmarks=false -Dexamples=false -Dtools=false -Dheader_tests=false || exit 1
 fi
 ninja -C "$dir" "${jobs[@]}" fuzz || exit 1

@@ -1,3 +1,4 @@
+#include <npurt/config.hpp>
 #include <npurt/memplan.hpp>
 
 #include "../heap_counter.hpp"
@@ -80,7 +81,10 @@ TEST_CASE("every MiniMalloc instance gets a valid plan within 1.41 times the low
   const std::map<char, std::uint64_t> known_lb{{'C', 1039360}, {'D', 986112}, {'J', 989184}};
   std::printf("MiniMalloc   n   greedy/LB   plan/LB   method\n");
   double worst = 0;
-  for (char c = 'A'; c <= 'K'; ++c) {
+  // Under AddressSanitizer a plan takes several times as long and the memory checks gain nothing
+  // from eleven instances over four: A, D, G and J there, every one in the other builds.
+  constexpr char step = NPURT_ASAN ? 3 : 1;
+  for (char c = 'A'; c <= 'K'; c = static_cast<char>(c + step)) {
     INFO("instance " << c);
     const auto t = mp::read_csv_file(data_dir() + "/minimalloc_" + c + ".csv");
     const auto lb = brute_force_lb(t.buffers);
