@@ -148,6 +148,8 @@ class command_line {
     try {
       app_.parse(argc, argv);
     } catch (const CLI::ParseError& e) { return app_.exit(e); }
+    // A --json file that cannot be written is refused now, not after minutes of measuring.
+    if (!json_.empty() && !writable(json_)) return 1;
     return std::nullopt;
   }
 
@@ -157,19 +159,37 @@ class command_line {
   /// Prints the table, writes JSON if asked; returns the process exit code.
   [[nodiscard]] int finish(const report& r) const {
     r.print();
-    // The program's name (CLI11 keeps argv[0]) and the system's reason, as the tools say it.
-    const std::string name = app_.get_name().substr(app_.get_name().rfind('/') + 1);
     errno = 0;
     if (!json_.empty() && !r.write_json(json_)) {
-      const int e = errno;
-      std::fprintf(stderr, "%s: cannot write %s%s\n", name.c_str(), json_.c_str(),
-                   e != 0 ? (": " + std::generic_category().message(e)).c_str() : "");
+      cannot_write(json_, errno);
       return 1;
     }
-    return checked_stdout(name, 0);
+    return checked_stdout(program(), 0);
   }
 
  private:
+  // The program's name (CLI11 keeps argv[0]).
+  [[nodiscard]] std::string program() const { return app_.get_name().substr(app_.get_name().rfind('/') + 1); }
+  // The system's reason, as the tools say it.
+  void cannot_write(const std::string& path, int e) const {
+    std::fprintf(stderr, "%s: cannot write %s%s\n", program().c_str(), path.c_str(),
+                 e != 0 ? (": " + std::generic_category().message(e)).c_str() : "");
+  }
+  // Opens the path for appending, which creates no data and truncates nothing; a file this made
+  // is removed again, so a run that fails later leaves nothing behind.
+  [[nodiscard]] bool writable(const std::string& path) const {
+    std::FILE* existing = std::fopen(path.c_str(), "r");
+    if (existing != nullptr) std::fclose(existing);
+    errno = 0;
+    std::FILE* f = std::fopen(path.c_str(), "a");
+    if (f == nullptr) {
+      cannot_write(path, errno);
+      return false;
+    }
+    std::fclose(f);
+    if (existing == nullptr) std::remove(path.c_str());
+    return true;
+  }
   CLI::App app_;
   std::string json_;
 };
