@@ -52,6 +52,20 @@ struct device_properties {
   picoseconds op_execute_timeout{0};   // the per-task watchdog of kernels and copies (0: never)
 };
 
+/// What joins two devices (aclrtGetDevicesTopo, cudaDeviceCanAccessPeer): the same device's HBM;
+/// a direct HCCS link (Huawei Cache Coherence System, the Ascend servers' device-to-device
+/// fabric); PCIe through the host, between devices of one server that share no HCCS link; or the
+/// RoCE network between servers.
+enum class link_kind : std::uint8_t { same_device, hccs, pcie, roce };
+
+/// The link a device-to-device copy between two devices crosses, and what it costs: an
+/// uncontended copy of n bytes takes latency + n / bandwidth.
+struct link_properties {
+  link_kind kind = link_kind::same_device;
+  double bandwidth = 0;  // bytes per second, one direction
+  picoseconds latency{0};
+};
+
 /// How many cores of `kind` a device has: the AI cores for cube work, the vector cores (the same
 /// cores when they hold both units).
 constexpr std::uint32_t core_count(const device_properties& p, core_kind kind) noexcept {
@@ -298,6 +312,14 @@ class backend {
   [[nodiscard]] virtual std::string_view name() const noexcept = 0;
   [[nodiscard]] virtual std::size_t device_count() const noexcept = 0;
   [[nodiscard]] virtual const device_properties& properties(device_id dev) const = 0;
+  /// The link between two valid devices (the system checks the ids). By default the one a
+  /// device-to-device copy of this interface's cost model crosses: the device's HBM when a == b,
+  /// else a peer link of properties().peer_link_bandwidth and latency.
+  [[nodiscard]] virtual link_properties link(device_id a, device_id b) const {
+    const auto& p = properties(a);
+    if (a == b) return {link_kind::same_device, p.hbm_bandwidth, picoseconds{0}};
+    return {link_kind::hccs, p.peer_link_bandwidth, p.peer_link_latency};
+  }
   /// Called once by the system before any submit.
   virtual void attach(backend_host& host) = 0;
   /// Checks a kernel before it is enqueued (shape, dtype, layout, block_dim against the cores

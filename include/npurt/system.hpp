@@ -109,6 +109,19 @@ class system {
   [[nodiscard]] NPURT_DECL npurt::pointer_attributes pointer_attributes(const void* p) const;
   [[nodiscard]] NPURT_DECL npurt::pointer_attributes pointer_attributes(const void* p, std::error_code& ec) const;
 
+  /// What joins devices a and b (aclrtGetDevicesTopo): the same device's HBM, a direct HCCS
+  /// link, PCIe through the host, or the RoCE network between servers, with what an uncontended
+  /// device-to-device copy over it costs (latency + bytes / bandwidth, as the backend times it).
+  /// invalid_device for an id outside [0, device_count()).
+  [[nodiscard]] NPURT_DECL link_properties topology(device_id a, device_id b) const;
+  [[nodiscard]] NPURT_DECL link_properties topology(device_id a, device_id b, std::error_code& ec) const;
+  /// cudaDeviceCanAccessPeer, aclrtDeviceCanAccessPeer: whether a and b are two devices joined
+  /// by a direct device link (HCCS). A device is not its own peer. Copies between any two
+  /// devices need no such link (they cross whatever topology() reports). invalid_device as
+  /// topology().
+  [[nodiscard]] NPURT_DECL bool can_access_peer(device_id a, device_id b) const;
+  [[nodiscard]] NPURT_DECL bool can_access_peer(device_id a, device_id b, std::error_code& ec) const;
+
   /// The system's own profiler, created and attached on first use: `sys.profiler()
   /// .write_chrome_trace("trace.json")`. With NPURT_TRACE=PATH in the environment it exists from
   /// the start and writes PATH when the system is destroyed. Defined with the profiler: include

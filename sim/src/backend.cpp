@@ -1,5 +1,6 @@
 // The simulator backend: validation in front of the device model.
 #include <npurt/sim/backend.hpp>
+#include <npurt/sim/topology.hpp>
 
 #if __has_include(<npurt/sim/reference_kernels.hpp>)
 #include <npurt/sim/reference_kernels.hpp>
@@ -27,6 +28,15 @@ const device_properties& sim_backend::properties(device_id dev) const {
   if (dev < 0 || static_cast<std::size_t>(dev) >= props_.size())
     throw_error(make_error_code(errc::invalid_device), "device " + std::to_string(dev) + " does not exist");
   return props_[static_cast<std::size_t>(dev)];
+}
+
+link_properties sim_backend::link(device_id a, device_id b) const {
+  const copy_path path = peer_path(config(), a, b);
+  link_kind kind = link_kind::pcie;
+  if (path.link == "hbm") kind = link_kind::same_device;
+  if (path.link == "hccs") kind = link_kind::hccs;
+  if (path.link == "roce") kind = link_kind::roce;
+  return {kind, path.bandwidth, path.latency};
 }
 
 std::error_code sim_backend::validate(device_id dev, const kernel_desc& k) const {

@@ -254,3 +254,33 @@ TEST_CASE("pointer_attributes says where a pointer's memory is, as cudaPointerGe
   sys.device(0).mem_pool().free_async(block, s);
   s.synchronize();
 }
+
+TEST_CASE("on the simple backend every two devices are peers over its peer link", "[core][topology]") {
+  npurt::simple_config cfg = simple(3);
+  cfg.properties.peer_link_bandwidth = 40e9;
+  cfg.properties.peer_link_latency = us(3);
+  npurt::system sys{cfg};
+  recorder rec;
+  sys.add_observer(rec);
+  const npurt::link_properties self = sys.topology(1, 1);
+  CHECK(self.kind == npurt::link_kind::same_device);
+  CHECK(self.bandwidth == cfg.properties.hbm_bandwidth);
+  CHECK(self.latency == picoseconds{0});
+  CHECK_FALSE(sys.can_access_peer(1, 1));
+  const npurt::link_properties peer = sys.topology(0, 2);
+  CHECK(peer.kind == npurt::link_kind::hccs);
+  CHECK(peer.bandwidth == 40e9);
+  CHECK(peer.latency == us(3));
+  CHECK(sys.can_access_peer(2, 0));
+  // A peer copy costs what the link says: 3 us + 4,000,000 bytes at 40 GB/s (100 us).
+  void* src = sys.device(0).malloc(4'000'000);
+  void* dst = sys.device(2).malloc(4'000'000);
+  auto s = sys.device(0).make_stream();
+  s.memcpy(dst, 4'000'000, src, 4'000'000, npurt::memcpy_kind::device_to_device);
+  s.synchronize();
+  REQUIRE(rec.rows.size() == 1);
+  CHECK(rec.rows[0].end - rec.rows[0].start == peer.latency + us(100));
+  std::error_code ec;
+  CHECK_FALSE(sys.can_access_peer(0, 3, ec));
+  CHECK(ec == npurt::errc::invalid_device);
+}

@@ -309,6 +309,17 @@ void step(world& w, input& in) {
             (static_cast<const std::byte*>(a.base) + a.offset != p || a.offset >= a.bytes))
           __builtin_trap();
       }
+      {
+        // Any two ids, devices or not: a link answered is a real one, and the two devices are
+        // peers exactly when it is HCCS (never a device and itself).
+        const npurt::device_id a = static_cast<int>(in.byte() % 7) - 1, b = static_cast<int>(in.byte() % 7) - 1;
+        const npurt::link_properties l = w.sys->topology(a, b, ec);
+        check(ec);
+        const bool peer = w.sys->can_access_peer(a, b, ec);
+        check(ec);
+        if (!ec && (!(l.bandwidth > 0) || peer != (l.kind == npurt::link_kind::hccs) || (a == b && peer)))
+          __builtin_trap();
+      }
       if (w.events.size() >= 2) {
         (void)in.pick(w.events).query(ec);
         check(ec);

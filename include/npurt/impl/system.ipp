@@ -126,6 +126,44 @@ NPURT_DECL npurt::pointer_attributes system::pointer_attributes(const void* p) c
   return a;
 }
 
+namespace detail {
+// The words of a refused pair of devices: the first id of the two that is not a device.
+inline std::string no_such_device(const char* call, device_id a, device_id b, std::size_t count) {
+  const bool a_bad = a < 0 || static_cast<std::size_t>(a) >= count;
+  return std::string(call) + ": no device " + std::to_string(a_bad ? a : b) + " (the system has " +
+         std::to_string(count) + ")";
+}
+}  // namespace detail
+
+NPURT_DECL link_properties system::topology(device_id a, device_id b, std::error_code& ec) const {
+  ec.clear();
+  const auto n = devices_.size();
+  if (a < 0 || b < 0 || static_cast<std::size_t>(a) >= n || static_cast<std::size_t>(b) >= n) {
+    ec = make_error_code(errc::invalid_device);
+    return {};
+  }
+  return rt_->backend().link(a, b);
+}
+
+NPURT_DECL link_properties system::topology(device_id a, device_id b) const {
+  std::error_code ec;
+  const link_properties l = topology(a, b, ec);
+  if (ec) throw_error(ec, detail::no_such_device("npurt::system::topology", a, b, devices_.size()));
+  return l;
+}
+
+NPURT_DECL bool system::can_access_peer(device_id a, device_id b, std::error_code& ec) const {
+  const link_properties l = topology(a, b, ec);
+  return !ec && l.kind == link_kind::hccs;
+}
+
+NPURT_DECL bool system::can_access_peer(device_id a, device_id b) const {
+  std::error_code ec;
+  const bool can = can_access_peer(a, b, ec);
+  if (ec) throw_error(ec, detail::no_such_device("npurt::system::can_access_peer", a, b, devices_.size()));
+  return can;
+}
+
 NPURT_DECL void* system::host_malloc(std::size_t bytes) {
   std::error_code ec;
   void* p = host_malloc(bytes, ec);

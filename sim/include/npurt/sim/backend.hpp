@@ -31,6 +31,9 @@ class sim_backend final : public npurt::backend {
   [[nodiscard]] std::string_view name() const noexcept override { return name_; }
   [[nodiscard]] std::size_t device_count() const noexcept override { return props_.size(); }
   [[nodiscard]] const device_properties& properties(device_id dev) const override;
+  /// The preset's interconnect: HCCS within a group of hccs_groups, PCIe between groups of one
+  /// server, RoCE between servers (the paths device-to-device copies take).
+  [[nodiscard]] link_properties link(device_id a, device_id b) const override;
   void attach(backend_host& host) override { model_.attach(host); }
   [[nodiscard]] std::error_code validate(device_id dev, const kernel_desc& k) const override;
   [[nodiscard]] std::error_code validate_fixed(device_id dev, std::uint32_t block_dim) const override;

@@ -41,6 +41,7 @@ class fault_backend final : public npurt::backend, private npurt::backend_host {
   [[nodiscard]] std::string_view name() const noexcept override { return inner_->name(); }
   [[nodiscard]] std::size_t device_count() const noexcept override { return inner_->device_count(); }
   [[nodiscard]] const device_properties& properties(device_id dev) const override { return inner_->properties(dev); }
+  [[nodiscard]] link_properties link(device_id a, device_id b) const override { return inner_->link(a, b); }
   void attach(backend_host& host) override;
   /// A launch on a lost device is refused at the call with errc::device_lost.
   [[nodiscard]] std::error_code validate(device_id dev, const kernel_desc& k) const override {
