@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -178,8 +179,8 @@ class command_line {
   // Opens the path for appending, which creates no data and truncates nothing; a file this made
   // is removed again, so a run that fails later leaves nothing behind.
   [[nodiscard]] bool writable(const std::string& path) const {
-    std::FILE* existing = std::fopen(path.c_str(), "r");
-    if (existing != nullptr) std::fclose(existing);
+    std::error_code ec;
+    const bool existed = std::filesystem::exists(path, ec);
     errno = 0;
     std::FILE* f = std::fopen(path.c_str(), "a");
     if (f == nullptr) {
@@ -187,7 +188,7 @@ class command_line {
       return false;
     }
     std::fclose(f);
-    if (existing == nullptr) std::remove(path.c_str());
+    if (!existed && !ec) std::filesystem::remove(path, ec);
     return true;
   }
   CLI::App app_;
